@@ -1,0 +1,156 @@
+"""The container runtime behind the proxy: channels and version probing.
+
+The proxy listens before the backend is known. Until the first probe
+succeeds, CRI calls are answered UNAVAILABLE (kubelet retries them). After a
+backend restart the channel reconnects and the versions are probed again, so
+an upgrade from a v1alpha2-only to a v1 runtime is noticed without restarting
+the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc import aio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+
+from cri_api.v1 import api_pb2 as v1
+
+from .convert import ApiVersion
+
+log = logging.getLogger(__name__)
+
+CRI_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
+PROBE_TIMEOUT = 2.0
+
+
+class BackendUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    versions: frozenset[ApiVersion]  # CRI versions whose Version call the backend answered
+    runtime_name: str
+    runtime_version: str
+
+    def describe(self) -> str:
+        return f"{self.runtime_name} {self.runtime_version} (CRI {', '.join(sorted(self.versions))})"
+
+
+def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]:
+    return [
+        ("grpc.max_receive_message_length", max_recv),
+        ("grpc.max_send_message_length", max_send),
+        # Unix sockets: reconnect quickly after a runtime restart.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
+
+
+class Backend:
+    """Channels to the runtime (and image) service, and what they speak."""
+
+    def __init__(
+        self,
+        runtime_socket: Path,
+        image_socket: Path | None,
+        options: list[tuple[str, int | str]],
+        probe_max_interval: float = 5.0,
+    ) -> None:
+        self.runtime_socket = runtime_socket
+        self.image_socket = image_socket or runtime_socket
+        self.runtime_channel = aio.insecure_channel(f"unix://{runtime_socket}", options=options)
+        self.image_channel = (
+            self.runtime_channel
+            if self.image_socket == runtime_socket
+            else aio.insecure_channel(f"unix://{self.image_socket}", options=options)
+        )
+        self._probe_max_interval = probe_max_interval
+        self.info: BackendInfo | None = None
+        self.ready = asyncio.Event()
+        self._listeners: list[Callable[[BackendInfo], None]] = []
+
+    def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
+        self._listeners.append(listener)
+
+    def channel_for(self, service: str) -> aio.Channel:
+        return self.image_channel if service == "ImageService" else self.runtime_channel
+
+    async def probe_once(self) -> BackendInfo:
+        """Ask Version in every CRI version; UNIMPLEMENTED means 'not served'."""
+        versions: set[ApiVersion] = set()
+        answer = v1.VersionResponse()
+        for version in CRI_VERSIONS:
+            path = f"/{version.package}.RuntimeService/Version"
+            try:
+                raw = await self.runtime_channel.unary_unary(path)(b"", timeout=PROBE_TIMEOUT)
+            except aio.AioRpcError as err:
+                if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
+                    continue
+                raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
+            versions.add(version)
+            # Same field numbers in both versions: the v1 class reads either.
+            answer = v1.VersionResponse.FromString(raw)
+        if not versions:
+            known = ", ".join(CRI_VERSIONS)
+            raise BackendUnavailable(f"{self.runtime_socket} answers no CRI version ({known})")
+        return BackendInfo(frozenset(versions), answer.runtime_name, answer.runtime_version)
+
+    async def probe(self) -> BackendInfo:
+        """Probe until the backend answers, with exponential backoff."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "backend not ready, retrying",
+                extra={
+                    "backend": str(self.runtime_socket),
+                    "attempt": state.attempt_number,
+                    "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
+                    "error": str(exc),
+                },
+            )
+
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(BackendUnavailable),
+            wait=wait_exponential(multiplier=0.1, max=self._probe_max_interval),
+            before_sleep=before_sleep,
+            reraise=True,
+        ):
+            with attempt:
+                info = await self.probe_once()
+        self._set(info)
+        return info
+
+    def _set(self, info: BackendInfo) -> None:
+        changed = info != self.info
+        self.info = info
+        self.ready.set()
+        if changed:
+            log.info("backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()})
+            for listener in self._listeners:
+                listener(info)
+
+    async def run(self) -> None:
+        """Probe, then re-probe each time the channel comes back to READY."""
+        await self.probe()
+        state = self.runtime_channel.get_state(try_to_connect=True)
+        while True:
+            await self.runtime_channel.wait_for_state_change(state)
+            previous, state = state, self.runtime_channel.get_state(try_to_connect=True)
+            if state == grpc.ChannelConnectivity.READY and previous != grpc.ChannelConnectivity.READY:
+                log.info("backend connection re-established, probing again", extra={"backend": str(self.runtime_socket)})
+                await self.probe()
+            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
+
+    async def close(self) -> None:
+        await self.runtime_channel.close()
+        if self.image_channel is not self.runtime_channel:
+            await self.image_channel.close()

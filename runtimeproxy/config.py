@@ -1,0 +1,74 @@
+"""Proxy settings: defaults, then the YAML file, then command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    listen: Path = Path("/var/run/runtime-proxy/runtime-proxy.sock")
+    # None: no backend given, so the CLI starts a private local containerd.
+    backend: Path | None = Path("/run/containerd/containerd.sock")
+    image_backend: Path | None = None  # None: same as backend
+    hook_dir: Path = Path("/etc/runtime/hookserver.d")
+    serve_versions: str = "auto"  # auto | v1 | v1alpha2 | v1,v1alpha2
+    backend_version: str | None = None  # None: v1 when the backend answers v1
+    max_recv_message_bytes: int = 16 * MIB  # kubelet's limits
+    max_send_message_bytes: int = 16 * MIB
+    grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
+    probe_max_interval: float = 5.0  # backoff ceiling while the backend is absent
+    metrics_listen: str | None = None  # host:port for Prometheus, None: off
+    log_format: str = "text"  # text | json
+    log_level: str = "info"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def with_overrides(self, **values: Any) -> "ProxyConfig":
+        """Apply values that were actually given (None means 'not given')."""
+        given = {k: v for k, v in values.items() if v is not None}
+        return dataclasses.replace(self, **_coerce(given))
+
+
+_PATHS = {"listen", "backend", "image_backend", "hook_dir"}
+_KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
+
+
+def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in _KEYS:
+            raise ConfigError(f"unknown setting {key!r}")
+        if key in _PATHS and value is not None:
+            value = Path(value)
+        out[key] = value
+    return out
+
+
+def load(path: Path | None) -> ProxyConfig:
+    """The settings in a YAML file (keys as the flags, with - or _)."""
+    if path is None:
+        return ProxyConfig()
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    values = {str(k).replace("-", "_"): v for k, v in doc.items()}
+    if isinstance(values.get("serve_versions"), list):
+        values["serve_versions"] = ",".join(values["serve_versions"])
+    try:
+        return dataclasses.replace(ProxyConfig(), **_coerce(values))
+    except (TypeError, ConfigError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc

@@ -1,0 +1,62 @@
+"""Structured logging: one line per event, fields as key=value or JSON.
+
+Call sites log a short event message and put the facts in ``extra``:
+``log.warning("hook failed", extra={"hook": name, "error": str(exc)})``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+
+# Attributes every LogRecord has; anything else on a record came from ``extra``.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [_timestamp(record), record.levelname.lower(), record.name, repr(record.getMessage())]
+        parts += [f"{k}={_text(v)}" for k, v in _fields(record).items()]
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, object] = {
+            "time": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        doc.update(_fields(record))
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+def _text(value: object) -> str:
+    s = str(value)
+    return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
+
+
+def setup(fmt: str = "text", level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # grpc's own debug lines drown ours; its warnings still show.
+    logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))

@@ -1,0 +1,173 @@
+"""Which handler serves each incoming method path.
+
+One immutable table, rebuilt whenever the backend's versions change, maps
+every known CRI path to a handler: relay as raw bytes, relay through a chain
+of stages (hooks, version checks) for the few methods that need decoding, or
+refuse with a status that says why. Paths the table does not know (a newer
+kubelet's methods) are relayed as bidirectional byte streams, which carry any
+cardinality on the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from . import convert
+from .backend import CRI_VERSIONS, Backend, BackendInfo
+from .forward import Relay
+from .versions import VersionPlan, VersionPlanError, plan
+
+log = logging.getLogger(__name__)
+
+# A stage sees the request bytes (always in a form the v1 classes read) and
+# calls ``send`` to go on; it may change the request, look at the response,
+# or refuse by aborting the context.
+Send = Callable[[bytes], Awaitable[bytes]]
+Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
+
+
+class StageProvider:
+    """What a feature (hooks, translation checks) adds to a method's route."""
+
+    def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
+        raise NotImplementedError
+
+
+def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    # A stream-stream handler answers a call of any cardinality.
+    async def refuse(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        await context.abort(code, message)
+        yield b""  # pragma: no cover - makes this an async generator
+
+    return grpc.stream_stream_rpc_method_handler(refuse)
+
+
+class Router(grpc.GenericRpcHandler):
+    def __init__(
+        self,
+        backend: Backend,
+        relay: Relay,
+        serve_versions: str = "auto",
+        backend_version: str | None = None,
+        stages: Sequence[StageProvider] = (),
+    ) -> None:
+        self._backend = backend
+        self._relay = relay
+        self._serve_versions = serve_versions
+        self._backend_version = backend_version
+        self._stages = tuple(stages)
+        self.plan: VersionPlan | None = None
+        unavailable = _refusal(grpc.StatusCode.UNAVAILABLE, "runtime-proxy: backend runtime not reachable yet")
+        self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
+        self._fallback: Callable[[convert.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
+        backend.on_change(self.rebuild)
+
+    # grpc calls this for every incoming call; keep it a dict lookup.
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = self._table.get(method)
+        if handler is not None:
+            return handler
+        ref = convert.parse_method(method)
+        if ref is None:
+            return None  # not CRI: grpc answers UNIMPLEMENTED
+        return self._fallback(ref)
+
+    def rebuild(self, info: BackendInfo) -> None:
+        try:
+            new_plan = plan(info.versions, self._serve_versions, self._backend_version)
+        except VersionPlanError as exc:
+            log.error("cannot serve this backend", extra={"error": str(exc), "runtime": info.describe()})
+            message = f"runtime-proxy: {exc}"
+            refusal = _refusal(grpc.StatusCode.FAILED_PRECONDITION, message)
+            self._table, self._fallback, self.plan = MappingProxyType({}), (lambda ref: refusal), None
+            return
+        table: dict[str, grpc.RpcMethodHandler] = {}
+        for version in CRI_VERSIONS:
+            for path, info_ in convert.METHODS[version].items():
+                table[path] = self._handler(convert.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
+        self._table = MappingProxyType(table)
+        self._fallback = lambda ref: self._unknown(ref, new_plan, info)
+        self.plan = new_plan
+        log.info(new_plan.describe(), extra={"runtime": info.describe()})
+
+    def _unknown(self, ref: convert.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
+        target = p.routes.get(ref.version)
+        if target is None:
+            return self._not_served(ref, info)
+        channel = self._backend.channel_for(ref.service)
+        path = ref.in_version(target).path
+
+        async def relay(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async for message in self._relay.stream_stream(channel, path, requests, context):
+                yield message
+
+        return grpc.stream_stream_rpc_method_handler(relay)
+
+    def _not_served(self, ref: convert.MethodRef, info: BackendInfo) -> grpc.RpcMethodHandler:
+        return _refusal(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"runtime-proxy does not serve CRI {ref.version} (method {ref.path}); "
+            f"the backend {info.runtime_name} {info.runtime_version} serves {', '.join(sorted(info.versions))}",
+        )
+
+    def _handler(
+        self, ref: convert.MethodRef, method: convert.MethodInfo, vplan: VersionPlan, info: BackendInfo
+    ) -> grpc.RpcMethodHandler:
+        target = vplan.routes.get(ref.version)
+        if target is None:
+            return self._not_served(ref, info)
+        backend_ref = ref.in_version(target)
+        if backend_ref.path not in convert.METHODS[target]:
+            return _refusal(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"{ref.service}/{ref.method} does not exist in CRI {target}, "
+                f"the only version the backend {info.runtime_name} {info.runtime_version} serves",
+            )
+        channel = self._backend.channel_for(ref.service)
+        path = backend_ref.path
+        relay = self._relay
+        if method.client_streaming:
+            async def client_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+                async for message in relay.stream_stream(channel, path, requests, context):
+                    yield message
+
+            return grpc.stream_stream_rpc_method_handler(client_stream)
+        if method.server_streaming:
+            async def server_stream(request: bytes, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+                async for message in relay.server_stream(channel, path, request, context):
+                    yield message
+
+            return grpc.unary_stream_rpc_method_handler(server_stream)
+
+        stages = [
+            stage
+            for stage in (provider.stage_for(ref.method, ref.version, target) for provider in self._stages)
+            if stage is not None
+        ]
+        if not stages:
+            async def unary(request: bytes, context: aio.ServicerContext) -> bytes:
+                return await relay.unary(channel, path, request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary)
+        return grpc.unary_unary_rpc_method_handler(_chain(stages, relay, channel, path))
+
+
+def _chain(stages: list[Stage], relay: Relay, channel: aio.Channel, path: str) -> Callable[..., Awaitable[bytes]]:
+    """Compose stages once, at table build time, into one unary behaviour."""
+
+    async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
+        async def step(index: int, data: bytes) -> bytes:
+            if index == len(stages):
+                return await relay.unary(channel, path, data, context)
+            return await stages[index](data, context, lambda d: step(index + 1, d))
+
+        return await step(0, request)
+
+    return handle

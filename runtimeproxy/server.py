@@ -1,0 +1,133 @@
+"""The proxy's gRPC server: socket, router, backend, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from .backend import Backend, BackendInfo, channel_options
+from .config import ProxyConfig
+from .forward import GrpcRelay, Relay
+from .router import Router, StageProvider
+
+log = logging.getLogger(__name__)
+
+SOCKET_MODE = 0o660
+
+
+class ListenError(RuntimeError):
+    pass
+
+
+def prepare_socket_path(path: Path) -> None:
+    """Create the directory; remove a stale socket, but never anything else."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ListenError(f"{path} exists and is not a socket; refusing to remove it")
+    path.unlink()
+    log.info("removed stale socket", extra={"path": str(path)})
+
+
+class Proxy:
+    """One running proxy. ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        stages: Sequence[StageProvider] = (),
+        relay: Relay | None = None,
+    ) -> None:
+        if config.backend is None:
+            raise ValueError("Proxy needs a backend socket")
+        self.config = config
+        options = channel_options(config.max_recv_message_bytes, config.max_send_message_bytes)
+        self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
+        self.relay = relay or GrpcRelay()
+        self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages)
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self.server = aio.server(options=options)
+        self.server.add_generic_rpc_handlers((self.router,))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._backend_task: asyncio.Task[None] | None = None
+        self.backend.on_change(self._on_backend)
+
+    async def start(self) -> None:
+        """Listen at once; the backend is probed in the background."""
+        path = self.config.listen
+        prepare_socket_path(path)
+        old = os.umask(0o117)  # the socket is created 0660, never briefly wider
+        try:
+            if self.server.add_insecure_port(f"unix://{path}") == 0:
+                raise ListenError(f"cannot listen on {path}")
+            await self.server.start()
+        finally:
+            os.umask(old)
+        os.chmod(path, SOCKET_MODE)
+        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("probing backend", extra={"backend": str(self.config.backend)})
+        self._backend_task = asyncio.create_task(self._run_backend(), name="backend-probe")
+
+    async def _run_backend(self) -> None:
+        try:
+            await self.backend.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never die silently: this task keeps routing current
+            log.exception("backend monitor failed")
+            raise
+
+    def _on_backend(self, info: BackendInfo) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if self.router.plan else health_pb2.HealthCheckResponse.NOT_SERVING
+        asyncio.get_running_loop().create_task(self._set_health(status))
+
+    async def _set_health(self, status: int) -> None:
+        result = self.health.set("", status)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self.backend.ready.wait(), timeout)
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.config.grace_period if grace is None else grace
+        log.info("shutting down", extra={"grace_s": grace})
+        self.relay.end_streams()
+        await self.server.stop(grace)
+        if self._backend_task is not None:
+            self._backend_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._backend_task
+        await self.backend.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.config.listen.unlink()
+        log.info("stopped", extra={"socket": str(self.config.listen)})
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def serve_until_signalled(proxy: Proxy) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await proxy.start()
+    await stop.wait()
+    await proxy.stop()

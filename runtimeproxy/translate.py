@@ -1,0 +1,43 @@
+"""Refusing what an older backend cannot carry.
+
+A v1 request sent on to a v1alpha2-only runtime keeps its bytes; fields that
+v1alpha2 does not know would be silently ignored there, and some of them are
+security settings (supplemental groups policy, recursive read-only mounts).
+Such a request is refused with INVALID_ARGUMENT naming the fields. Requests
+whose type cannot hold any v1-only field are never decoded.
+"""
+
+from __future__ import annotations
+
+import grpc
+from grpc import aio
+
+from . import convert
+from .convert import ApiVersion
+from .router import Send, Stage, StageProvider
+
+
+class V1OnlyFieldCheck(StageProvider):
+    def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
+        if not (client_version == ApiVersion.V1 and backend_version == ApiVersion.V1ALPHA2):
+            return None
+        if not convert.request_needs_check(method):
+            return None
+        info = next(i for i in convert.METHODS[ApiVersion.V1].values() if i.name == method)
+        request_type = info.request
+
+        async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
+            try:
+                fields = convert.v1_only_fields(request_type.FromString(request))
+            except Exception as exc:  # undecodable: let the backend judge the bytes
+                del exc
+                return await send(request)
+            if fields:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{method}: the backend speaks CRI v1alpha2, which cannot carry "
+                    f"{', '.join(fields)}; refusing rather than dropping them",
+                )
+            return await send(request)
+
+        return check

@@ -1,0 +1,143 @@
+"""An in-process fake CRI backend that records the exact bytes it receives.
+
+A real runtime cannot show what the proxy does to bytes, metadata, faults
+and streams; this one can. It serves a chosen set of CRI versions and any
+method path (including ones our protos do not know), answering each call
+with a scripted behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1alpha2 import api_pb2 as v1alpha2
+
+
+@dataclass
+class Received:
+    path: str
+    requests: list[bytes]
+    metadata: dict[str, Any]
+    time_remaining: float | None
+
+
+@dataclass
+class Script:
+    """What the fake answers for one path."""
+
+    response: bytes = b""
+    stream: list[bytes] | None = None  # server-streaming: these messages, then OK
+    code: grpc.StatusCode | None = None  # abort with this code
+    details: str = ""
+    trailing: tuple[tuple[str, str | bytes], ...] = ()
+    initial: tuple[tuple[str, str | bytes], ...] = ()
+    hang: bool = False  # never answer (until cancelled)
+    echo: bool = False  # answer with the request bytes
+    stream_forever: bool = False  # keep streaming until cancelled
+
+
+def version_response(version: str) -> bytes:
+    return v1.VersionResponse(
+        version="0.1.0", runtime_name="fake", runtime_version="1.0", runtime_api_version=version
+    ).SerializeToString()
+
+
+@dataclass
+class FakeBackend:
+    socket: Path
+    versions: frozenset[str] = frozenset({"v1", "v1alpha2"})
+    scripts: dict[str, Script] = field(default_factory=dict)
+    received: list[Received] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    _server: aio.Server | None = None
+
+    def script(self, path: str, **kwargs: Any) -> None:
+        self.scripts[path] = Script(**kwargs)
+
+    def calls(self, path: str) -> list[Received]:
+        return [r for r in self.received if r.path == path]
+
+    async def start(self) -> None:
+        self._server = aio.server()
+        self._server.add_generic_rpc_handlers((_Handler(self),))
+        self._server.add_insecure_port(f"unix://{self.socket}")
+        await self._server.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(0)
+            self._server = None
+
+    async def __aenter__(self) -> "FakeBackend":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _serves(self, path: str) -> bool:
+        for version in self.versions:
+            if path.startswith(f"/runtime.{version}."):
+                return True
+        return False
+
+    async def handle(self, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> AsyncIterator[bytes]:
+        if not self._serves(path):
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {path}")
+        collected = [r async for r in requests]
+        self.received.append(
+            Received(path, collected, dict(context.invocation_metadata() or ()), context.time_remaining())
+        )
+        self.arrived.set()
+        script = self.scripts.get(path)
+        if script is None and path.endswith("/Version"):
+            script = Script(response=version_response(path.split(".")[1]))
+        script = script or Script()
+        try:
+            if script.initial:
+                await context.send_initial_metadata(script.initial)
+            if script.hang:
+                await asyncio.Event().wait()
+            if script.trailing:
+                context.set_trailing_metadata(script.trailing)
+            if script.code is not None:
+                await context.abort(script.code, script.details, script.trailing)
+            if script.stream_forever:
+                n = 0
+                while True:
+                    yield n.to_bytes(4, "big")
+                    n += 1
+                    await asyncio.sleep(0.01)
+            if script.stream is not None:
+                for message in script.stream:
+                    yield message
+                return
+            yield collected[0] if script.echo and collected else script.response
+        except asyncio.CancelledError:
+            self.cancelled.append(path)
+            self.cancel_seen.set()
+            raise
+
+
+class _Handler(grpc.GenericRpcHandler):
+    def __init__(self, fake: FakeBackend) -> None:
+        self.fake = fake
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        path = details.method
+
+        async def behaviour(requests: AsyncIterator[bytes], context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async for message in self.fake.handle(path, requests, context):
+                yield message
+
+        return grpc.stream_stream_rpc_method_handler(behaviour)
