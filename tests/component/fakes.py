@@ -39,7 +39,8 @@ class Script:
     details: str = ""
     trailing: tuple[tuple[str, str | bytes], ...] = ()
     initial: tuple[tuple[str, str | bytes], ...] = ()
-    hang: bool = False  # never answer (until cancelled)
+    hang: bool = False  # answer only once ``release`` is set (or never)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
     echo: bool = False  # answer with the request bytes
     stream_forever: bool = False  # keep streaming until cancelled
 
@@ -57,7 +58,7 @@ class FakeBackend:
     scripts: dict[str, Script] = field(default_factory=dict)
     received: list[Received] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
     cancel_seen: asyncio.Event = field(default_factory=asyncio.Event)
     _server: aio.Server | None = None
 
@@ -67,8 +68,17 @@ class FakeBackend:
     def calls(self, path: str) -> list[Received]:
         return [r for r in self.received if r.path == path]
 
+    async def wait_calls(self, path: str, count: int = 1, timeout: float = 5.0) -> list[Received]:
+        """Wait until ``count`` calls of ``path`` have arrived."""
+        async with asyncio.timeout(timeout), self.arrived:
+            await self.arrived.wait_for(lambda: len(self.calls(path)) >= count)
+        return self.calls(path)
+
     async def start(self) -> None:
-        self._server = aio.server()
+        big = 64 << 20  # the fake must not be the limit the tests measure
+        self._server = aio.server(
+            options=[("grpc.max_receive_message_length", big), ("grpc.max_send_message_length", big)]
+        )
         self._server.add_generic_rpc_handlers((_Handler(self),))
         self._server.add_insecure_port(f"unix://{self.socket}")
         await self._server.start()
@@ -98,7 +108,8 @@ class FakeBackend:
         self.received.append(
             Received(path, collected, dict(context.invocation_metadata() or ()), context.time_remaining())
         )
-        self.arrived.set()
+        async with self.arrived:
+            self.arrived.notify_all()
         script = self.scripts.get(path)
         if script is None and path.endswith("/Version"):
             script = Script(response=version_response(path.split(".")[1]))
@@ -107,7 +118,7 @@ class FakeBackend:
             if script.initial:
                 await context.send_initial_metadata(script.initial)
             if script.hang:
-                await asyncio.Event().wait()
+                await script.release.wait()
             if script.trailing:
                 context.set_trailing_metadata(script.trailing)
             if script.code is not None:

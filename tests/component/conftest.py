@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grpc import aio
+
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.server import Proxy
+
+from .fakes import FakeBackend
+
+
+@pytest.fixture
+def sock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Unix socket paths are limited to 108 bytes: keep them short.
+    return tmp_path_factory.mktemp("s", numbered=True)
+
+
+@pytest.fixture
+async def fake(sock_dir: Path) -> AsyncIterator[FakeBackend]:
+    async with FakeBackend(sock_dir / "backend.sock") as backend:
+        yield backend
+
+
+ProxyFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_proxy(sock_dir: Path) -> AsyncIterator[ProxyFactory]:
+    """Start a proxy in front of a socket; every proxy is stopped afterwards."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(backend: Path, wait: bool = True, stages: tuple = (), **settings: Any) -> Proxy:
+            config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=backend, **settings)
+            proxy = Proxy(config, stages=stages)
+            await proxy.start()
+            stack.push_async_callback(proxy.stop, 0)
+            if wait:
+                await proxy.wait_ready(10)
+            return proxy
+
+        yield start
+
+
+@pytest.fixture
+async def client(sock_dir: Path) -> AsyncIterator[aio.Channel]:
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
+        yield channel
