@@ -155,7 +155,8 @@ V1_ONLY_METHODS: Final = _qualified_names(V1) - _qualified_names(V1ALPHA2)
 
 def _relative_name(desc: Descriptor | EnumDescriptor) -> str:
     """Name without the package: twins across versions share it."""
-    return desc.full_name.removeprefix(desc.file.package + ".")
+    full_name: str = desc.full_name
+    return full_name.removeprefix(desc.file.package + ".")
 
 
 def _walk_messages(file: FileDescriptor) -> Iterator[Descriptor]:

@@ -75,6 +75,7 @@ __all__ = [
     "check_path_safety",
     "format_duration",
     "parse_duration",
+    "parse_hook_document",
     "parse_hook_file",
 ]
 
@@ -312,7 +313,13 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
 # --------------------------------------------------------------------------- parsing
 
 
-def _parse_document(path: Path, doc: object) -> HookServerConfig:
+def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
+    """Validate an already-decoded hook file document; ``path`` names it in errors.
+
+    Raises :class:`HookConfigError`.  This is :func:`parse_hook_file` without
+    the reading and permission checks (used e.g. to validate before writing).
+    """
+    path = Path(path)
     if not isinstance(doc, dict):
         raise HookConfigError(path, f"top-level JSON value must be an object, got {_json_type(doc)}")
 
@@ -436,7 +443,7 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
         raise HookConfigError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise HookConfigError(path, "invalid JSON: nested too deeply") from None
-    return _parse_document(path, doc)
+    return parse_hook_document(path, doc)
 
 
 # --------------------------------------------------------------------------- registry
@@ -785,17 +792,22 @@ class HookRegistry:
                 while not stop.is_set() and self._directory_identity() is None:
                     await _wait_or_timeout(stop, self._dir_poll_interval)
                 continue
+            # awatch sets its stop event when cancelled; give it its own so that
+            # cancelling watch() does not set the caller's event.
+            watcher_stop = asyncio.Event()
+            bridge = asyncio.create_task(_propagate(stop, watcher_stop))
+            changes = awatch(
+                self._directory,
+                watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
+                debounce=self._debounce_ms,
+                step=self._step_ms,
+                stop_event=watcher_stop,
+                rust_timeout=rust_timeout_ms,
+                yield_on_timeout=True,
+                recursive=False,
+            )
             try:
-                async for _changes in awatch(
-                    self._directory,
-                    watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
-                    debounce=self._debounce_ms,
-                    step=self._step_ms,
-                    stop_event=stop,
-                    rust_timeout=rust_timeout_ms,
-                    yield_on_timeout=True,
-                    recursive=False,
-                ):
+                async for _batch in changes:
                     self._safe_reload()
                     if self._directory_identity() != identity:
                         logger.info(
@@ -811,6 +823,15 @@ class HookRegistry:
                     "watching hook directory %s failed; retrying", self._directory, extra={"hook_dir": str(self._directory)}
                 )
                 await _wait_or_timeout(stop, self._error_backoff)
+            finally:
+                watcher_stop.set()
+                bridge.cancel()
+                await changes.aclose()  # release the inotify watch now, not at GC time
+
+
+async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
 
 
 async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:

@@ -38,6 +38,7 @@ PAUSE_IMAGE = "localhost/runtime-proxy/pause:1.0"
 BUSYBOX_BINARY = Path("/bin/busybox")
 
 _SHIM_MARKER = "containerd-shim"
+_CNI_BIN_DIR = Path("/usr/lib/cni")
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
 _CALL_TIMEOUT = 5.0
 _POLL_INTERVAL = 0.05
@@ -299,7 +300,6 @@ _DISABLED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs",
     "io.containerd.internal.v1.tracing",
     "io.containerd.tracing.processor.v1.otlp",
-    "io.containerd.runtime.v1.linux",
 )
 
 
@@ -332,6 +332,10 @@ class LocalContainerd:
         return self.base / "containerd.log"
 
     @property
+    def cni_conf_dir(self) -> Path:
+        return self.base / "cni"
+
+    @property
     def runc_root(self) -> Path:
         return self.base / "runc"
 
@@ -357,6 +361,7 @@ class LocalContainerd:
         if self.snapshotter is None:
             self.snapshotter = "overlayfs" if await overlayfs_works(self.base) else "native"
         self.config_path.write_text(self._config())
+        self._write_cni_config()
         with open(self.log_path, "ab") as logfile:
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
@@ -416,14 +421,25 @@ class LocalContainerd:
             f"{cri}.containerd.runtimes.runc.options]",
             f"  Root = {q(str(self.runc_root))}",
             "  SystemdCgroup = false",
-            # Tests use host-network pods only; a private conf dir keeps the host's CNI out.
+            # Netns bind mounts below state, so stop() finds and unmounts leftovers.
+            "  netns_mounts_under_state_dir = true",
+            # A private conf dir keeps the host's CNI config out (see _write_cni_config).
             f"{cri}.cni]",
-            '  bin_dir = "/usr/lib/cni"',
-            f"  conf_dir = {q(str(b / 'cni'))}",
+            f"  bin_dir = {q(str(_CNI_BIN_DIR))}",
+            f"  conf_dir = {q(str(self.cni_conf_dir))}",
             f"{cri}.registry]",
             '  config_path = ""',
             "",
         ])
+
+    def _write_cni_config(self) -> None:
+        """A loopback-only network: pods get an isolated netns, and CRI reports the network ready."""
+        if not (_CNI_BIN_DIR / "loopback").exists():
+            return  # only host-network pods then; CRI logs that CNI is not initialised
+        self.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.cni_conf_dir / "10-loopback.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "runtime-proxy-loopback", "plugins": [{"type": "loopback"}],
+        }))
 
     async def _wait_ready(self) -> None:
         """Poll CRI Version until it answers: containerd offers no readiness event."""
@@ -449,7 +465,11 @@ class LocalContainerd:
             try:
                 await v1_grpc.RuntimeServiceStub(channel).Version(v1.VersionRequest(), timeout=1.0)
                 return True
-            except aio.AioRpcError:
+            except aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    # containerd serves, but its CRI plugin failed to load: waiting will not help.
+                    raise LocalRuntimeError(
+                        f"containerd has no CRI service; log tail:\n{self.log_tail()}") from None
                 return False  # not listening yet, or the CRI plugin is still initialising
 
     # ---- images ---------------------------------------------------------

@@ -10,11 +10,22 @@ whose type cannot hold any v1-only field are never decoded.
 from __future__ import annotations
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from . import convert
 from .convert import ApiVersion
 from .router import Send, Stage, StageProvider
+
+# v1-only fields that only inform (ImageSpec's name as the user wrote it, the
+# resolved ref): a v1alpha2 runtime works the same without them, and kubelet
+# sets them on nearly every CreateContainer and PullImage. Everything else
+# v1alpha2 cannot carry is refused.
+ADVISORY_FIELDS = frozenset({"user_specified_image", "image_ref"})
+
+
+def refused_fields(fields: list[str]) -> list[str]:
+    return [f for f in fields if f.rsplit(".", 1)[-1] not in ADVISORY_FIELDS]
 
 
 class V1OnlyFieldCheck(StageProvider):
@@ -28,9 +39,8 @@ class V1OnlyFieldCheck(StageProvider):
 
         async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
             try:
-                fields = convert.v1_only_fields(request_type.FromString(request))
-            except Exception as exc:  # undecodable: let the backend judge the bytes
-                del exc
+                fields = refused_fields(convert.v1_only_fields(request_type.FromString(request)))
+            except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
             if fields:
                 await context.abort(
