@@ -1,16 +1,69 @@
-"""Assembling a proxy from its settings."""
+"""Assembling a running proxy from its settings."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 
+from .backend import BackendInfo
 from .config import ProxyConfig
+from .dispatch import Dispatcher
+from .hookconfig import HookRegistry, HookSnapshot
+from .hookstage import HookStage
+from .metrics import Metrics
 from .server import Proxy
+from .store import StateStore
 from .translate import V1OnlyFieldCheck
+
+log = logging.getLogger(__name__)
 
 
 async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> Proxy:
-    """A proxy with every feature wired in; stopped when ``stack`` closes."""
-    stages = [V1OnlyFieldCheck()]
-    proxy = Proxy(config, stages=stages)
+    """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
+    metrics = Metrics()
+    registry = HookRegistry(config.hook_dir)
+    registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
+    registry.reload()
+    dispatcher = Dispatcher(registry, metrics)
+    stack.push_async_callback(dispatcher.close)
+    store = StateStore()
+    proxy = Proxy(config, stages=[V1OnlyFieldCheck(), HookStage(dispatcher, store, metrics)])
+    store.read_backend = proxy.read_runtime
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_backend(info: BackendInfo) -> None:
+        metrics.backend_up.set(1)
+        task = asyncio.get_running_loop().create_task(_rebuild(store), name="state-rebuild")
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    proxy.backend.on_change(on_backend)
+    stop_watch = asyncio.Event()
+    watch = asyncio.create_task(registry.watch(stop_watch), name="hook-dir-watch")
+
+    async def stop_background() -> None:
+        stop_watch.set()
+        for task in (watch, *tasks):
+            task.cancel()
+        await asyncio.gather(watch, *tasks, return_exceptions=True)
+
+    stack.push_async_callback(stop_background)
+    await proxy.start()
+    stack.push_async_callback(proxy.stop)
+    if config.metrics_listen:
+        metrics.serve(config.metrics_listen)
+        log.info("serving metrics", extra={"address": config.metrics_listen})
     return proxy
+
+
+def _count_servers(metrics: Metrics, snapshot: HookSnapshot) -> None:
+    metrics.hook_servers.set(len(snapshot))
+
+
+async def _rebuild(store: StateStore) -> None:
+    try:
+        await store.rebuild()
+    except Exception as exc:  # the store also reads on demand; this only warms it
+        log.warning("state rebuild failed; records will be read on demand", extra={"error": str(exc)})

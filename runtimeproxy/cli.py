@@ -71,7 +71,7 @@ def serve(
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
-    from .server import serve_until_signalled
+    from .server import wait_for_signal
 
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
@@ -86,5 +86,5 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
                 err=True,
             )
-        proxy = await build_proxy(config, stack)
-        await serve_until_signalled(proxy)
+        await build_proxy(config, stack)
+        await wait_for_signal()

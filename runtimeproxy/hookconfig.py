@@ -65,6 +65,11 @@ __all__ = [
     "DEFAULT_HOOK_DIR",
     "DEFAULT_PRIORITY",
     "DEFAULT_TIMEOUT",
+    "KEY_ENDPOINT",
+    "KEY_FAILURE_POLICY",
+    "KEY_PRIORITY",
+    "KEY_RUNTIME_HOOKS",
+    "KEY_TIMEOUT",
     "FailurePolicy",
     "HookConfigError",
     "HookRegistry",
@@ -454,7 +459,7 @@ def _by_hook(servers: Iterable[HookServerConfig]) -> Mapping[HookType, tuple[Hoo
     return MappingProxyType({hook: tuple(s for s in ordered if hook in s.hooks) for hook in HookType})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HookSnapshot:
     """An immutable view of the registered hook servers at one point in time."""
 
@@ -666,6 +671,8 @@ class HookRegistry:
             try:
                 config = parse_hook_file(path, check_permissions=self._check_permissions)
             except HookConfigError as exc:
+                if not os.path.lexists(path):
+                    continue  # deleted since the directory was listed: it is simply gone
                 rejected[name] = exc.reason
                 previous = old.servers.get(name)
                 if previous is not None:

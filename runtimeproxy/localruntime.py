@@ -36,8 +36,10 @@ K8S_NAMESPACE = "k8s.io"  # the containerd namespace of the CRI plugin
 BUSYBOX_IMAGE = "localhost/runtime-proxy/busybox:1.0"
 PAUSE_IMAGE = "localhost/runtime-proxy/pause:1.0"
 BUSYBOX_BINARY = Path("/bin/busybox")
+# Repository and tag of the busybox image in a LoopbackRegistry (its ref adds 127.0.0.1:<port>/).
+REGISTRY_BUSYBOX_REPO = "runtime-proxy/busybox:1.0"
 
-_SHIM_MARKER = "containerd-shim"
+_SHIM_PREFIX = b"containerd-shim"
 _CNI_BIN_DIR = Path("/usr/lib/cni")
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
 _CALL_TIMEOUT = 5.0
@@ -140,7 +142,9 @@ def build_image_archive(dest: Path, image: ImageSpec, *, busybox: Path = BUSYBOX
     layer = _busybox_layer(busybox)
     blobs: dict[str, bytes] = {}
     layer_desc = _blob(blobs, gzip.compress(layer, mtime=0), _MT_LAYER_GZIP)
-    config: dict[str, object] = {"Env": [_PATH_ENV], "WorkingDir": "/"}
+    # The ref label gives every image its own config, hence its own image id in CRI.
+    config: dict[str, object] = {"Env": [_PATH_ENV], "WorkingDir": "/",
+                                 "Labels": {"org.opencontainers.image.ref.name": image.ref}}
     if image.entrypoint:
         config["Entrypoint"] = list(image.entrypoint)
     if image.cmd:
@@ -219,9 +223,12 @@ def mounts_under(base: Path) -> list[Path]:
     return found
 
 
-def shim_pids(address: str | Path) -> list[int]:
-    """PIDs of containerd shims whose command line names this containerd's socket."""
-    needle = str(address).encode()
+def shim_pids(socket: Path) -> list[int]:
+    """PIDs of containerd shims started by the containerd listening on `socket`.
+
+    Shims get `-address <socket>` on their command line, which tells instances apart.
+    """
+    wanted = os.fsencode(socket)
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -230,8 +237,7 @@ def shim_pids(address: str | Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue  # the process exited while we looked
-        if argv and _SHIM_MARKER.encode() in Path(os.fsdecode(argv[0])).name.encode() \
-                and any(needle in arg for arg in argv[1:]):
+        if os.path.basename(argv[0]).startswith(_SHIM_PREFIX) and wanted in argv[1:]:
             pids.append(int(entry.name))
     return pids
 
@@ -289,6 +295,13 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # JSON string escapes are valid TOML basic strings
 
 
+def _check_loopback(host: str) -> None:
+    """Registries here are private test fixtures: only ever talk to one on the loopback."""
+    address, _, port = host.rpartition(":")
+    if address != "127.0.0.1" or not port.isdigit():
+        raise ValueError(f"not a 127.0.0.1:<port> registry: {host!r}")
+
+
 # --------------------------------------------------------------------------
 # containerd
 # --------------------------------------------------------------------------
@@ -310,10 +323,14 @@ class LocalContainerd:
     base: Path
     log_level: str = "info"
     snapshotter: str | None = None  # None: overlayfs if it works under base, else native
+    # "127.0.0.1:<port>" registries that CRI PullImage reaches over plain HTTP.
+    plain_http_registries: tuple[str, ...] = ()
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
+        for host in self.plain_http_registries:
+            _check_loopback(host)
 
     @property
     def socket(self) -> Path:
@@ -353,15 +370,14 @@ class LocalContainerd:
     # ---- start ----------------------------------------------------------
 
     async def start(self, timeout: float = 30.0, *, images: bool = True) -> None:
-        if self._proc is not None:
-            raise LocalRuntimeError("containerd already started")
+        if self.pid is not None:
+            raise LocalRuntimeError("containerd is already running")
         if len(str(self.socket)) + len(".ttrpc") > _SOCKET_PATH_MAX:
             raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}")
         self.base.mkdir(parents=True, exist_ok=True)
         if self.snapshotter is None:
             self.snapshotter = "overlayfs" if await overlayfs_works(self.base) else "native"
         self.config_path.write_text(self._config())
-        self._write_cni_config()
         with open(self.log_path, "ab") as logfile:
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
@@ -421,25 +437,20 @@ class LocalContainerd:
             f"{cri}.containerd.runtimes.runc.options]",
             f"  Root = {q(str(self.runc_root))}",
             "  SystemdCgroup = false",
-            # Netns bind mounts below state, so stop() finds and unmounts leftovers.
+            # Should a pod get a netns anyway, its bind mount is below base, where stop() unmounts.
             "  netns_mounts_under_state_dir = true",
-            # A private conf dir keeps the host's CNI config out (see _write_cni_config).
+            # Pods must use the host network: no CNI config, and the host's is kept out.
             f"{cri}.cni]",
             f"  bin_dir = {q(str(_CNI_BIN_DIR))}",
             f"  conf_dir = {q(str(self.cni_conf_dir))}",
             f"{cri}.registry]",
             '  config_path = ""',
+            *(line for host in self.plain_http_registries for line in (
+                f"{cri}.registry.mirrors.{q(host)}]",
+                f"  endpoint = [{q('http://' + host)}]",
+            )),
             "",
         ])
-
-    def _write_cni_config(self) -> None:
-        """A loopback-only network: pods get an isolated netns, and CRI reports the network ready."""
-        if not (_CNI_BIN_DIR / "loopback").exists():
-            return  # only host-network pods then; CRI logs that CNI is not initialised
-        self.cni_conf_dir.mkdir(parents=True, exist_ok=True)
-        (self.cni_conf_dir / "10-loopback.conflist").write_text(json.dumps({
-            "cniVersion": "0.4.0", "name": "runtime-proxy-loopback", "plugins": [{"type": "loopback"}],
-        }))
 
     async def _wait_ready(self) -> None:
         """Poll CRI Version until it answers: containerd offers no readiness event."""
@@ -566,7 +577,119 @@ class LocalContainerd:
                 log.warning("umount failed", extra={"target": str(target), "error": out.strip()})
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        return _tail(self.log_path, lines)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} not readable)"
+
+
+# --------------------------------------------------------------------------
+# A registry on the loopback, for a real PullImage path
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class LoopbackRegistry:
+    """Debian's `docker-registry` on 127.0.0.1:<free port>, storing below `base`."""
+
+    base: Path
+    _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _pump: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _port: int | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.base = Path(self.base).resolve()
+
+    @property
+    def host(self) -> str:
+        """"127.0.0.1:<port>", the registry part of image refs."""
+        if self._port is None:
+            raise LocalRuntimeError("registry not started")
+        return f"127.0.0.1:{self._port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "registry.log"
+
+    def ref(self, repo_tag: str = REGISTRY_BUSYBOX_REPO) -> str:
+        return f"{self.host}/{repo_tag}"
+
+    async def __aenter__(self) -> LoopbackRegistry:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self, timeout: float = 30.0) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        config = self.base / "registry.yml"
+        # JSON is YAML. Port 0: the kernel picks a free port, and the registry logs it.
+        config.write_text(json.dumps({
+            "version": 0.1,
+            "log": {"level": "info"},
+            "storage": {"filesystem": {"rootdirectory": str(self.base / "storage")},
+                        "maintenance": {"uploadpurging": {"enabled": False}}},
+            "http": {"addr": "127.0.0.1:0", "secret": os.urandom(16).hex()},
+        }))
+        self._proc = await asyncio.create_subprocess_exec(
+            "docker-registry", "serve", str(config), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pump = asyncio.create_task(self._pump_log(listening))
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no containerd log)"
+            self._port = await asyncio.wait_for(listening, timeout)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("registry started", extra={"pid": self._proc.pid, "host": self.host})
+
+    async def _pump_log(self, listening: asyncio.Future[int]) -> None:
+        """Copy the registry's stderr to its log; resolve `listening` with the port it reports."""
+        assert self._proc is not None and self._proc.stderr is not None
+        with open(self.log_path, "ab") as logfile:
+            async for line in self._proc.stderr:
+                logfile.write(line)
+                logfile.flush()
+                if not listening.done() and b'msg="listening on 127.0.0.1:' in line:
+                    port = line.split(b'msg="listening on 127.0.0.1:', 1)[1].split(b'"', 1)[0]
+                    listening.set_result(int(port))
+        if not listening.done():
+            listening.set_exception(LocalRuntimeError(
+                f"docker-registry exited during start-up; log tail:\n{_tail(self.log_path)}"))
+
+    async def push(self, archive: Path, repo_tag: str = REGISTRY_BUSYBOX_REPO, timeout: float = 60.0) -> str:
+        """Copy the single image in an OCI archive to repo_tag; returns its full ref."""
+        ref = self.ref(repo_tag)
+        rc, out = await _run(
+            "skopeo", "--insecure-policy", "copy", "--quiet", "--dest-tls-verify=false",
+            f"oci-archive:{archive}", f"docker://{ref}", timeout=timeout)
+        if rc != 0:
+            raise LocalRuntimeError(f"skopeo copy to {ref} failed: {out.strip()}")
+        return ref
+
+    async def push_busybox(self, repo_tag: str = REGISTRY_BUSYBOX_REPO) -> str:
+        """Push a busybox image (cmd `sh`) as repo_tag; returns its ref in this registry.
+
+        Its image id differs from BUSYBOX_IMAGE's, so removing one leaves the other.
+        """
+        ref = self.ref(repo_tag)
+        archive = build_image_archive(self.base / "images" / "busybox-push.tar", ImageSpec(ref, cmd=("sh",)))
+        return await self.push(archive, repo_tag)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self._pump is not None:
+            await asyncio.gather(self._pump, return_exceptions=True)  # ends at EOF
+        log.info("registry stopped", extra={"base": str(self.base)})

@@ -16,12 +16,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .backend import Backend, BackendInfo, channel_options
 from .config import ProxyConfig
+from .convert import ApiVersion
 from .forward import GrpcRelay, Relay
 from .router import Router, StageProvider
 
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
+READ_TIMEOUT = 10.0
 
 
 class ListenError(RuntimeError):
@@ -99,6 +101,12 @@ class Proxy:
         if asyncio.iscoroutine(result):
             await result
 
+    async def read_runtime(self, method: str, request: bytes) -> bytes:
+        """The proxy's own RuntimeService call (state reads), in the backend's version."""
+        version = self.router.plan.backend_version if self.router.plan else ApiVersion.V1
+        path = f"/{version.package}.RuntimeService/{method}"
+        return await self.backend.runtime_channel.unary_unary(path)(request, timeout=READ_TIMEOUT)
+
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self.backend.ready.wait(), timeout)
 
@@ -120,14 +128,13 @@ class Proxy:
         await self.server.wait_for_termination()
 
 
-async def serve_until_signalled(proxy: Proxy) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+async def wait_for_signal() -> None:
+    """Until SIGTERM or SIGINT."""
     import signal
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await proxy.start()
     await stop.wait()
-    await proxy.stop()
+    log.info("signal received")

@@ -25,6 +25,11 @@ class VersionPlan:
     routes: Mapping[ApiVersion, ApiVersion]
 
     @property
+    def backend_version(self) -> ApiVersion:
+        """The version the proxy's own calls (state reads) use towards the backend."""
+        return ApiVersion.V1 if ApiVersion.V1 in self.routes.values() else ApiVersion.V1ALPHA2
+
+    @property
     def served(self) -> frozenset[ApiVersion]:
         return frozenset(self.routes)
 

@@ -1,0 +1,140 @@
+"""Calling hook servers: in order, each bounded by its timeout and policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from cri_api.hookapi import api_pb2 as hookapi
+
+from .hookconfig import FailurePolicy, HookRegistry, HookServerConfig, HookSnapshot, HookType
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
+CHANNEL_OPTIONS = [
+    # A hook server that restarts is reachable again within a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.min_reconnect_backoff_ms", 100),
+]
+
+
+def _response_type(hook: HookType) -> type:
+    return hookapi.PodSandboxHookResponse if hook.is_pod_hook else hookapi.ContainerResourceHookResponse
+
+
+class HookError(Exception):
+    """A pre hook with failure-policy Fail did not answer; the call is refused."""
+
+    def __init__(self, server: HookServerConfig, hook: HookType, cause: str) -> None:
+        super().__init__(server.name, hook.value, cause)
+        self.server, self.hook, self.cause = server, hook, cause
+
+    def __str__(self) -> str:
+        return (
+            f"hook server {self.server.name} ({self.server.endpoint}) failed {self.hook.value}: {self.cause}; "
+            f"failure-policy Fail, so the call was not sent to the runtime"
+        )
+
+
+class Dispatcher:
+    def __init__(self, registry: HookRegistry, metrics: Metrics | None = None) -> None:
+        self.registry = registry
+        self._metrics = metrics
+        self._channels: dict[str, aio.Channel] = {}
+        registry.on_change(self._forget_removed)
+
+    def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        return self.registry.servers_for(hook)
+
+    def _channel(self, endpoint: str) -> aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
+        return channel
+
+    def _forget_removed(self, snapshot: HookSnapshot) -> None:
+        for endpoint in set(self._channels) - set(snapshot.endpoints):
+            channel = self._channels.pop(endpoint)
+            asyncio.get_running_loop().create_task(channel.close())
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+    async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
+        """One hook call; raises ``_Failure`` with a readable cause."""
+        method = self._channel(server.endpoint).unary_unary(
+            SERVICE + hook.rpc_name,
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=_response_type(hook).FromString,
+        )
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            # The grpc deadline bounds a hang; asyncio.timeout is the backstop
+            # should the deadline itself not fire.
+            async with asyncio.timeout(server.timeout + 1.0):
+                return await method(request, timeout=server.timeout)
+        except aio.AioRpcError as err:
+            outcome = err.code().name.lower()
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise _Failure(f"no answer within {server.timeout:g}s") from err
+            raise _Failure(f"{err.code().name}: {err.details()}") from err
+        except TimeoutError as err:
+            outcome = "deadline_exceeded"
+            raise _Failure(f"no answer within {server.timeout:g}s") from err
+        finally:
+            if self._metrics is not None:
+                self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
+
+    async def run_pre(
+        self,
+        hook: HookType,
+        build: Callable[[], Awaitable[Any]],
+        apply: Callable[[Any], bool],
+        log_fields: dict[str, object],
+    ) -> bool:
+        """Chain every server of ``hook``; each sees the request as the
+        previous one left it. Returns whether any answer changed the call."""
+        changed = False
+        for server in self.servers(hook):
+            request = await build()
+            if request is None:
+                return changed
+            try:
+                answer = await self.call(server, hook, request)
+            except _Failure as failure:
+                if server.failure_policy is FailurePolicy.FAIL:
+                    log.error("hook failed, refusing call", extra={**log_fields, **server.log_fields(), "error": failure.cause})
+                    raise HookError(server, hook, failure.cause) from failure
+                log.warning(
+                    "hook failed, going on without it",
+                    extra={**log_fields, **server.log_fields(), "error": failure.cause},
+                )
+                continue
+            changed = apply(answer) or changed
+        return changed
+
+    async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
+        """Post hooks inform; their failures are logged, never returned."""
+        for server in self.servers(hook):
+            try:
+                await self.call(server, hook, request)
+            except _Failure as failure:
+                log.warning("post hook failed", extra={**log_fields, **server.log_fields(), "error": failure.cause})
+
+
+class _Failure(Exception):
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause

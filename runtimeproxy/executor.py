@@ -1,0 +1,205 @@
+"""RuntimeResourceExecutors: how each hooked CRI call reads and writes hooks.
+
+One executor per CRI method. It names the key that orders calls on the same
+object, builds the hook request (from the call, or from the store), applies a
+hook's answer to the call, and records the outcome in the store. Which hook
+points each executor serves is declared once, in :mod:`hookpoints`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from google.protobuf.message import Message
+
+from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.v1 import api_pb2 as v1
+
+from .merge import hook_resources, merge_env, merge_map, merge_resources
+from .store import StateStore, container_record, pod_record
+
+# A pod with this label (a hook server's own pod) is never hooked, so a hook
+# server running as a pod cannot deadlock its own start.
+SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"
+
+HookRequest = hookapi.PodSandboxHookRequest | hookapi.ContainerResourceHookRequest
+
+
+def _skips(labels: Any) -> bool:
+    return labels.get(SKIP_LABEL, "").lower() == "true"
+
+
+class Executor:
+    request: ClassVar[type[Message]]
+    response: ClassVar[type[Message]]
+    reads_response: ClassVar[bool] = False  # decode the backend's answer?
+
+    def key(self, req: Any) -> str:
+        raise NotImplementedError
+
+    async def skip(self, req: Any, store: StateStore) -> bool:
+        return False
+
+    async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
+        """The request hooks see, or None when there is nothing to hook."""
+        return None
+
+    def apply(self, req: Any, answer: Any) -> bool:
+        """Merge one hook's answer into the CRI request; True if it changed."""
+        return False
+
+    async def record(self, req: Any, resp: Any, store: StateStore) -> None:
+        """After a successful backend call."""
+
+
+class _ContainerById(Executor):
+    """Start/Stop/Remove: the hook request is the container's record."""
+
+    def key(self, req: Any) -> str:
+        return req.container_id
+
+    async def skip(self, req: Any, store: StateStore) -> bool:
+        record = await store.container(req.container_id)
+        return record is not None and _skips(record.pod_labels)
+
+    async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
+        record = await store.container(req.container_id)
+        if record is None:
+            return None
+        out = hookapi.ContainerResourceHookRequest()
+        out.CopyFrom(record)
+        return out
+
+
+class RunPodSandbox(Executor):
+    request, response = v1.RunPodSandboxRequest, v1.RunPodSandboxResponse
+    reads_response = True
+
+    def key(self, req: v1.RunPodSandboxRequest) -> str:
+        return req.config.metadata.uid
+
+    async def skip(self, req: v1.RunPodSandboxRequest, store: StateStore) -> bool:
+        return _skips(req.config.labels)
+
+    async def hook_request(self, req: v1.RunPodSandboxRequest, store: StateStore) -> HookRequest:
+        return pod_record(req.config, req.runtime_handler)
+
+    def apply(self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse) -> bool:
+        config = req.config
+        changed = merge_map(config.labels, answer.labels)
+        changed = merge_map(config.annotations, answer.annotations) or changed
+        if answer.cgroup_parent and answer.cgroup_parent != config.linux.cgroup_parent:
+            config.linux.cgroup_parent = answer.cgroup_parent
+            changed = True
+        if answer.HasField("resources"):
+            changed = merge_resources(config.linux.resources, answer.resources) or changed
+        return changed
+
+    async def record(self, req: v1.RunPodSandboxRequest, resp: v1.RunPodSandboxResponse, store: StateStore) -> None:
+        store.put_pod(resp.pod_sandbox_id, pod_record(req.config, req.runtime_handler))
+
+
+class StopPodSandbox(Executor):
+    request, response = v1.StopPodSandboxRequest, v1.StopPodSandboxResponse
+
+    def key(self, req: v1.StopPodSandboxRequest) -> str:
+        return req.pod_sandbox_id
+
+    async def skip(self, req: v1.StopPodSandboxRequest, store: StateStore) -> bool:
+        record = await store.pod(req.pod_sandbox_id)
+        return record is not None and _skips(record.labels)
+
+    async def hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
+        record = await store.pod(req.pod_sandbox_id)
+        if record is None:
+            return None
+        out = hookapi.PodSandboxHookRequest()
+        out.CopyFrom(record)
+        return out
+
+
+class RemovePodSandbox(Executor):
+    request, response = v1.RemovePodSandboxRequest, v1.RemovePodSandboxResponse
+
+    def key(self, req: v1.RemovePodSandboxRequest) -> str:
+        return req.pod_sandbox_id
+
+    async def record(self, req: v1.RemovePodSandboxRequest, resp: Any, store: StateStore) -> None:
+        store.drop_pod(req.pod_sandbox_id)
+
+
+class CreateContainer(Executor):
+    request, response = v1.CreateContainerRequest, v1.CreateContainerResponse
+    reads_response = True
+
+    def key(self, req: v1.CreateContainerRequest) -> str:
+        return req.pod_sandbox_id
+
+    async def skip(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
+        return _skips(req.sandbox_config.labels)
+
+    async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
+        return container_record(pod_record(req.sandbox_config), req.config)
+
+    def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
+        config = req.config
+        changed = merge_map(config.annotations, answer.container_annotations)
+        if answer.HasField("container_resources"):
+            changed = merge_resources(config.linux.resources, answer.container_resources) or changed
+        if answer.pod_cgroup_parent and answer.pod_cgroup_parent != req.sandbox_config.linux.cgroup_parent:
+            # containerd places the container's cgroup under this parent.
+            req.sandbox_config.linux.cgroup_parent = answer.pod_cgroup_parent
+            changed = True
+        return merge_env(config.envs, answer.container_envs) or changed
+
+    async def record(self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore) -> None:
+        pod = pod_record(req.sandbox_config)
+        store.put_container(resp.container_id, req.pod_sandbox_id, container_record(pod, req.config, resp.container_id))
+
+
+class StartContainer(_ContainerById):
+    request, response = v1.StartContainerRequest, v1.StartContainerResponse
+
+
+class StopContainer(_ContainerById):
+    request, response = v1.StopContainerRequest, v1.StopContainerResponse
+
+
+class RemoveContainer(_ContainerById):
+    request, response = v1.RemoveContainerRequest, v1.RemoveContainerResponse
+
+    async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
+        return None
+
+    async def skip(self, req: Any, store: StateStore) -> bool:
+        return False
+
+    async def record(self, req: v1.RemoveContainerRequest, resp: Any, store: StateStore) -> None:
+        store.drop_container(req.container_id)
+
+
+class UpdateContainerResources(_ContainerById):
+    request, response = v1.UpdateContainerResourcesRequest, v1.UpdateContainerResourcesResponse
+
+    async def hook_request(self, req: v1.UpdateContainerResourcesRequest, store: StateStore) -> HookRequest | None:
+        out = await super().hook_request(req, store)
+        if out is None:
+            return None
+        if req.HasField("linux"):
+            out.container_resources.CopyFrom(hook_resources(req.linux))
+        out.container_annotations.update(req.annotations)
+        return out
+
+    def apply(self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
+        changed = merge_map(req.annotations, answer.container_annotations)
+        if answer.HasField("container_resources"):
+            changed = merge_resources(req.linux, answer.container_resources) or changed
+        return changed
+
+    async def record(self, req: v1.UpdateContainerResourcesRequest, resp: Any, store: StateStore) -> None:
+        record = store.containers.get(req.container_id)
+        if record is None:
+            return
+        if req.HasField("linux"):
+            record.container_resources.CopyFrom(hook_resources(req.linux))
+        record.container_annotations.update(req.annotations)

@@ -1,0 +1,93 @@
+"""Moving data between CRI v1 requests and hook messages, and merging answers.
+
+Only these can change through a hook: labels, annotations, cgroup parent,
+Linux resources and env. A value a hook leaves unset (zero, empty) keeps the
+original; maps merge by key; env keeps its order, a hook's variable replaces
+one of the same name or is appended. Nothing else of a request is reachable
+from here, so no hook can grant privileges, mounts, devices or namespaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.v1 import api_pb2 as v1
+
+# Same names in the CRI and hook messages.
+_RESOURCE_NUMBERS = (
+    "cpu_period",
+    "cpu_quota",
+    "cpu_shares",
+    "memory_limit_in_bytes",
+    "oom_score_adj",
+    "memory_swap_limit_in_bytes",
+)
+_RESOURCE_STRINGS = ("cpuset_cpus", "cpuset_mems")
+
+
+def hook_resources(resources: v1.LinuxContainerResources) -> hookapi.LinuxContainerResources:
+    out = hookapi.LinuxContainerResources()
+    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
+        setattr(out, name, getattr(resources, name))
+    for limit in resources.hugepage_limits:
+        out.hugepage_limits.add(page_size=limit.page_size, limit=limit.limit)
+    out.unified.update(resources.unified)
+    return out
+
+
+def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> bool:
+    """Apply what ``update`` sets onto ``target`` (CRI or hook resources)."""
+    changed = False
+    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
+        value = getattr(update, name)
+        if value and getattr(target, name) != value:
+            setattr(target, name, value)
+            changed = True
+    if update.hugepage_limits:
+        wanted = [(h.page_size, h.limit) for h in update.hugepage_limits]
+        if [(h.page_size, h.limit) for h in target.hugepage_limits] != wanted:
+            del target.hugepage_limits[:]
+            for page_size, limit in wanted:
+                target.hugepage_limits.add(page_size=page_size, limit=limit)
+            changed = True
+    return merge_map(target.unified, update.unified) or changed
+
+
+def merge_map(target: MutableMapping[str, str], update: Mapping[str, str]) -> bool:
+    changed = False
+    for key, value in update.items():
+        if target.get(key) != value:
+            target[key] = value
+            changed = True
+    return changed
+
+
+def env_map(envs: Any) -> dict[str, str]:
+    """Env as hooks see it. Values that are not UTF-8 are left out: the hook
+    API carries strings, and a hook cannot echo back what it never saw."""
+    out: dict[str, str] = {}
+    for kv in envs:
+        try:
+            out[kv.key] = kv.value.decode() if isinstance(kv.value, bytes) else kv.value
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
+def merge_env(envs: Any, update: Mapping[str, str]) -> bool:
+    """Override by name in place, append new names (in name order)."""
+    changed = False
+    seen: set[str] = set()
+    for kv in envs:
+        if kv.key in update:
+            seen.add(kv.key)
+            value = update[kv.key].encode()
+            if kv.value != value:
+                kv.value = value
+                changed = True
+    for key in sorted(set(update) - seen):
+        envs.add(key=key, value=update[key].encode())
+        changed = True
+    return changed

@@ -1,0 +1,56 @@
+"""Prometheus metrics, in a registry of the proxy's own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._hook_calls = Counter(
+            "runtime_proxy_hook_calls",
+            "Calls to hook servers, by server, hook point and outcome (ok or a gRPC code).",
+            ["server", "hook", "outcome"],
+            registry=self.registry,
+        )
+        self._hook_seconds = Histogram(
+            "runtime_proxy_hook_duration_seconds",
+            "Round trip of one hook call.",
+            ["hook"],
+            buckets=HOOK_BUCKETS,
+            registry=self.registry,
+        )
+        self._hooked = Counter(
+            "runtime_proxy_hooked_calls",
+            "CRI calls that went through hooks, by method and outcome.",
+            ["method", "outcome"],
+            registry=self.registry,
+        )
+        self._hooked_seconds = Histogram(
+            "runtime_proxy_hooked_call_duration_seconds",
+            "CRI calls that went through hooks, end to end (hooks and backend).",
+            ["method"],
+            registry=self.registry,
+        )
+        self.backend_up = Gauge(
+            "runtime_proxy_backend_ready", "1 once the backend answered a version probe.", registry=self.registry
+        )
+        self.hook_servers = Gauge(
+            "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
+        )
+
+    def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
+        self._hook_calls.labels(server, hook, outcome).inc()
+        self._hook_seconds.labels(hook).observe(seconds)
+
+    def hooked_call(self, method: str, outcome: str, seconds: float) -> None:
+        self._hooked.labels(method, outcome).inc()
+        self._hooked_seconds.labels(method).observe(seconds)
+
+    def serve(self, address: str) -> None:
+        """Serve /metrics on host:port in a background thread."""
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)

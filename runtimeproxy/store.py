@@ -1,0 +1,183 @@
+"""What hooks need to know about pods and containers, by id.
+
+Records are the hook requests themselves (as in Koordinator): a pod is kept as
+the ``PodSandboxHookRequest`` its RunPodSandbox produced, a container as the
+``ContainerResourceHookRequest`` of its CreateContainer. They are written
+after successful calls and dropped on Remove*. A record that is missing (the
+proxy restarted, or the container was created while it was down) is read back
+from the backend: its status with ``verbose`` carries the original config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.v1 import api_pb2 as v1
+
+from .merge import env_map, hook_resources
+
+log = logging.getLogger(__name__)
+
+# Calls a RuntimeService method on the backend: (method name, request) -> response bytes.
+BackendCall = Callable[[str, bytes], Awaitable[bytes]]
+
+
+def pod_record(config: v1.PodSandboxConfig, runtime_handler: str = "") -> hookapi.PodSandboxHookRequest:
+    meta = config.metadata
+    return hookapi.PodSandboxHookRequest(
+        pod_meta=hookapi.PodSandboxMetadata(name=meta.name, uid=meta.uid, namespace=meta.namespace, attempt=meta.attempt),
+        runtime_handler=runtime_handler,
+        labels=dict(config.labels),
+        annotations=dict(config.annotations),
+        cgroup_parent=config.linux.cgroup_parent,
+        overhead=hook_resources(config.linux.overhead),
+        resources=hook_resources(config.linux.resources),
+    )
+
+
+def container_record(
+    pod: hookapi.PodSandboxHookRequest, config: v1.ContainerConfig, container_id: str = ""
+) -> hookapi.ContainerResourceHookRequest:
+    return hookapi.ContainerResourceHookRequest(
+        pod_meta=pod.pod_meta,
+        container_meta=hookapi.ContainerMetadata(
+            name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
+        ),
+        container_annotations=dict(config.annotations),
+        container_resources=hook_resources(config.linux.resources),
+        pod_resources=pod.resources,
+        pod_annotations=dict(pod.annotations),
+        pod_labels=dict(pod.labels),
+        pod_cgroup_parent=pod.cgroup_parent,
+        container_envs=env_map(config.envs),
+    )
+
+
+@dataclass
+class StateStore:
+    read_backend: BackendCall | None = None
+    pods: dict[str, hookapi.PodSandboxHookRequest] = field(default_factory=dict)
+    containers: dict[str, hookapi.ContainerResourceHookRequest] = field(default_factory=dict)
+    container_pod: dict[str, str] = field(default_factory=dict)
+
+    def put_pod(self, pod_id: str, record: hookapi.PodSandboxHookRequest) -> None:
+        self.pods[pod_id] = record
+
+    def put_container(self, container_id: str, pod_id: str, record: hookapi.ContainerResourceHookRequest) -> None:
+        self.containers[container_id] = record
+        self.container_pod[container_id] = pod_id
+
+    def drop_container(self, container_id: str) -> None:
+        self.containers.pop(container_id, None)
+        self.container_pod.pop(container_id, None)
+
+    def drop_pod(self, pod_id: str) -> None:
+        # Removing a sandbox removes its containers too.
+        self.pods.pop(pod_id, None)
+        for cid in [c for c, p in self.container_pod.items() if p == pod_id]:
+            self.drop_container(cid)
+
+    async def pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
+        record = self.pods.get(pod_id)
+        if record is None and self.read_backend is not None:
+            record = await self._read(self._read_pod, pod_id)
+            if record is not None:
+                self.pods[pod_id] = record
+        return record
+
+    async def container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
+        record = self.containers.get(container_id)
+        if record is None and self.read_backend is not None:
+            record = await self._read(self._read_container, container_id)
+        return record
+
+    async def _read(self, reader: Callable[[str], Awaitable[Any]], object_id: str) -> Any:
+        # Unknown ids are the backend's to report (NOT_FOUND on the call
+        # itself); a failed read only means hooks have nothing to go on.
+        try:
+            return await reader(object_id)
+        except grpc.aio.AioRpcError as err:
+            log.info("cannot read state from backend", extra={"id": object_id, "code": err.code().name})
+            return None
+
+    async def rebuild(self) -> None:
+        """Read every pod and container the backend has (proxy start-up)."""
+        assert self.read_backend is not None
+        pods = v1.ListPodSandboxResponse.FromString(await self.read_backend("ListPodSandbox", b""))
+        for item in pods.items:
+            if item.id not in self.pods:
+                await self.pod(item.id)
+        containers = v1.ListContainersResponse.FromString(await self.read_backend("ListContainers", b""))
+        for c in containers.containers:
+            if c.id not in self.containers:
+                await self.container(c.id)
+        log.info("state rebuilt from backend", extra={"pods": len(self.pods), "containers": len(self.containers)})
+
+    async def _read_pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
+        assert self.read_backend is not None
+        request = v1.PodSandboxStatusRequest(pod_sandbox_id=pod_id, verbose=True).SerializeToString()
+        status = v1.PodSandboxStatusResponse.FromString(await self.read_backend("PodSandboxStatus", request))
+        info = _verbose_info(status.info)
+        config = _config_from_info(info, v1.PodSandboxConfig())
+        if config is None:
+            log.warning("no config in sandbox status; hooks see its metadata only", extra={"pod_sandbox_id": pod_id})
+            config = v1.PodSandboxConfig(
+                metadata=status.status.metadata, labels=status.status.labels, annotations=status.status.annotations
+            )
+        return pod_record(config, str(info.get("runtimeHandler", "")) if info else "")
+
+    async def _read_container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
+        assert self.read_backend is not None
+        request = v1.ContainerStatusRequest(container_id=container_id, verbose=True).SerializeToString()
+        status = v1.ContainerStatusResponse.FromString(await self.read_backend("ContainerStatus", request))
+        info = _verbose_info(status.info)
+        pod_id = str(info.get("sandboxID", "")) if info else ""
+        pod = await self.pod(pod_id) if pod_id else None
+        config = _config_from_info(info, v1.ContainerConfig())
+        if pod is None or config is None:
+            log.warning(
+                "cannot rebuild container state from the backend",
+                extra={"container_id": container_id, "pod_sandbox_id": pod_id},
+            )
+            return None
+        record = container_record(pod, config, container_id)
+        self.put_container(container_id, pod_id, record)
+        return record
+
+
+def _verbose_info(info: Any) -> dict[str, Any] | None:
+    raw = info.get("info") if info else None
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _config_from_info(info: dict[str, Any] | None, message: Any) -> Any:
+    """containerd stores the request's config as Go JSON (proto field names,
+    enums as numbers, env values as plain strings)."""
+    if not info or not isinstance(info.get("config"), dict):
+        return None
+    doc = dict(info["config"])
+    envs = doc.pop("envs", None) or []
+    try:
+        json_format.ParseDict(doc, message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        log.warning("cannot read config from status", extra={"error": str(exc)})
+        return None
+    if isinstance(message, v1.ContainerConfig):
+        for env in envs:
+            if isinstance(env, dict):
+                message.envs.add(key=str(env.get("key", "")), value=str(env.get("value", "")).encode())
+    return message
