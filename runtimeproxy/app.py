@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 from .backend import BackendInfo
 from .config import ProxyConfig
@@ -19,7 +20,15 @@ from .translate import V1OnlyFieldCheck
 log = logging.getLogger(__name__)
 
 
-async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> Proxy:
+@dataclass(frozen=True)
+class RunningProxy:
+    proxy: Proxy
+    registry: HookRegistry
+    store: StateStore
+    metrics: Metrics
+
+
+async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> RunningProxy:
     """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
     metrics = Metrics()
     registry = HookRegistry(config.hook_dir)
@@ -55,7 +64,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     if config.metrics_listen:
         metrics.serve(config.metrics_listen)
         log.info("serving metrics", extra={"address": config.metrics_listen})
-    return proxy
+    return RunningProxy(proxy, registry, store, metrics)
 
 
 def _count_servers(metrics: Metrics, snapshot: HookSnapshot) -> None:

@@ -76,15 +76,17 @@ _EPOCH = "1970-01-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
-class ImageSpec:
+class BusyboxImage:
+    """An image made of the host's static busybox; only its ref and command differ."""
+
     ref: str
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
 
 
 TEST_IMAGES = (
-    ImageSpec(BUSYBOX_IMAGE, cmd=("sh",)),
-    ImageSpec(PAUSE_IMAGE, entrypoint=("/bin/sh", "-c", _PAUSE_SCRIPT)),
+    BusyboxImage(BUSYBOX_IMAGE, cmd=("sh",)),
+    BusyboxImage(PAUSE_IMAGE, entrypoint=("/bin/sh", "-c", _PAUSE_SCRIPT)),
 )
 
 
@@ -137,7 +139,7 @@ def _json(obj: object) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
-def build_image_archive(dest: Path, image: ImageSpec, *, busybox: Path = BUSYBOX_BINARY) -> Path:
+def build_image_archive(dest: Path, image: BusyboxImage, *, busybox: Path = BUSYBOX_BINARY) -> Path:
     """Write an OCI image-layout tar archive holding one busybox image."""
     layer = _busybox_layer(busybox)
     blobs: dict[str, bytes] = {}
@@ -267,7 +269,7 @@ async def _terminate_pids(pids: list[int], grace: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         gone = await asyncio.gather(*(_wait_pid_gone(p, grace) for p in pids))
-        pids = [p for p, ok in zip(pids, gone) if not ok]
+        pids = [p for p, ok in zip(pids, gone, strict=True) if not ok]
         if not pids:
             return
     log.warning("processes survived SIGKILL", extra={"pids": pids})
@@ -429,6 +431,8 @@ class LocalContainerd:
             "  disable_tcp_service = true",
             '  stream_server_address = "127.0.0.1"',
             '  stream_server_port = "0"',
+            # Should a pod get a netns anyway, its bind mount is below base, where stop() unmounts.
+            "  netns_mounts_under_state_dir = true",
             f"{cri}.containerd]",
             f"  snapshotter = {q(self.snapshotter or 'overlayfs')}",
             '  default_runtime_name = "runc"',
@@ -437,8 +441,6 @@ class LocalContainerd:
             f"{cri}.containerd.runtimes.runc.options]",
             f"  Root = {q(str(self.runc_root))}",
             "  SystemdCgroup = false",
-            # Should a pod get a netns anyway, its bind mount is below base, where stop() unmounts.
-            "  netns_mounts_under_state_dir = true",
             # Pods must use the host network: no CNI config, and the host's is kept out.
             f"{cri}.cni]",
             f"  bin_dir = {q(str(_CNI_BIN_DIR))}",
@@ -516,10 +518,10 @@ class LocalContainerd:
 
         Best effort and idempotent: it also cleans up after a containerd that died.
         """
-        if self._proc is not None and self._proc.returncode is None:
+        if self.pid is not None:
             try:
                 await asyncio.wait_for(self._remove_all_sandboxes(), timeout / 2)
-            except (TimeoutError, aio.AioRpcError) as exc:
+            except Exception as exc:  # the rest of the clean-up must run regardless
                 log.warning("could not remove pod sandboxes", extra={"error": str(exc)})
         await self._shutdown(grace=max(timeout / 6, 1.0))
         log.info("containerd stopped", extra={"base": str(self.base)})
@@ -678,7 +680,7 @@ class LoopbackRegistry:
         Its image id differs from BUSYBOX_IMAGE's, so removing one leaves the other.
         """
         ref = self.ref(repo_tag)
-        archive = build_image_archive(self.base / "images" / "busybox-push.tar", ImageSpec(ref, cmd=("sh",)))
+        archive = build_image_archive(self.base / "images" / "busybox-push.tar", BusyboxImage(ref, cmd=("sh",)))
         return await self.push(archive, repo_tag)
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -1,0 +1,269 @@
+"""Issue 4 against a fake backend that shows exactly what reached it, with
+real hook-server processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1alpha2 import api_pb2 as v1alpha2
+from runtimeproxy.app import RunningProxy, build_proxy
+from runtimeproxy.config import ProxyConfig
+
+from ..hookprocs import hook_server
+from .fakes import FakeBackend
+
+CREATE = "/runtime.v1.RuntimeService/CreateContainer"
+START = "/runtime.v1.RuntimeService/StartContainer"
+RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
+UPDATE = "/runtime.v1.RuntimeService/UpdateContainerResources"
+REMOVE = "/runtime.v1.RuntimeService/RemoveContainer"
+STOP = "/runtime.v1.RuntimeService/StopContainer"
+
+QUOTA_HOOK = {
+    "PreCreateContainer": {
+        "container_resources": {"cpu_period": 100000, "cpu_quota": 20000, "memory_limit_in_bytes": 67108864},
+        "container_annotations": {"hooked-by": "quota"},
+        "container_envs": {"HOOKED": "1", "KEEP": "overridden"},
+    }
+}
+
+
+def sandbox_config(**labels: str) -> v1.PodSandboxConfig:
+    return v1.PodSandboxConfig(
+        metadata=v1.PodSandboxMetadata(name="web", uid="uid-1", namespace="default", attempt=0),
+        labels={"app": "web", **labels},
+        annotations={"pod-note": "x"},
+        linux=v1.LinuxPodSandboxConfig(cgroup_parent="/kubepods/burstable/poduid-1"),
+    )
+
+
+def create_request(**labels: str) -> v1.CreateContainerRequest:
+    return v1.CreateContainerRequest(
+        pod_sandbox_id="pod-1",
+        config=v1.ContainerConfig(
+            metadata=v1.ContainerMetadata(name="app", attempt=1),
+            image=v1.ImageSpec(image="busybox"),
+            command=["sleep", "1"],
+            envs=[v1.KeyValue(key="KEEP", value=b"original"), v1.KeyValue(key="RAW", value=b"\xff\xfe")],
+            annotations={"c-note": "y"},
+            linux=v1.LinuxContainerConfig(
+                resources=v1.LinuxContainerResources(cpu_shares=256, memory_limit_in_bytes=1 << 30),
+                security_context=v1.LinuxContainerSecurityContext(privileged=False, readonly_rootfs=True),
+            ),
+            mounts=[v1.Mount(container_path="/data", host_path="/srv/data", readonly=True)],
+        ),
+        sandbox_config=sandbox_config(**labels),
+    )
+
+
+@pytest.fixture
+def hook_dir(sock_dir: Path) -> Path:
+    path = sock_dir / "hooks.d"
+    path.mkdir(mode=0o755)
+    return path
+
+
+@pytest.fixture
+async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
+    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
+    fake.script(RUN_POD, response=v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString())
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        yield running
+
+
+async def registered(running: RunningProxy, count: int) -> None:
+    """Wait until the registry holds ``count`` servers (the watcher's event)."""
+    changed = asyncio.Event()
+    unsubscribe = running.registry.on_change(lambda snap: changed.set())
+    try:
+        async with asyncio.timeout(5):
+            while len(running.registry.snapshot) != count:
+                changed.clear()
+                running.registry.reload()  # also what the watcher does; makes this deterministic
+                if len(running.registry.snapshot) != count:
+                    await changed.wait()
+    finally:
+        unsubscribe()
+
+
+def backend_request(fake: FakeBackend, path: str = CREATE, index: int = -1) -> v1.CreateContainerRequest:
+    return v1.CreateContainerRequest.FromString(fake.calls(path)[index].requests[0])
+
+
+async def test_without_hooks_the_original_bytes_go_through(running, fake, client) -> None:
+    raw = create_request().SerializeToString() + b"\xba\x3e\x01z"  # plus an unknown field
+    await client.unary_unary(CREATE)(raw)
+    assert fake.calls(CREATE)[0].requests == [raw]
+
+
+async def test_pre_create_hook_changes_only_what_hooks_may(running, fake, client, sock_dir, hook_dir) -> None:
+    async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        original = create_request()
+        reply = await client.unary_unary(CREATE)(original.SerializeToString())
+        assert v1.CreateContainerResponse.FromString(reply).container_id == "ctr-1"
+
+    sent = backend_request(fake)
+    res = sent.config.linux.resources
+    assert (res.cpu_period, res.cpu_quota, res.memory_limit_in_bytes) == (100000, 20000, 64 << 20)
+    assert res.cpu_shares == 256  # left unset by the hook: original kept
+    assert sent.config.annotations == {"c-note": "y", "hooked-by": "quota"}
+    assert [(e.key, e.value) for e in sent.config.envs] == [
+        ("KEEP", b"overridden"), ("RAW", b"\xff\xfe"), ("HOOKED", b"1")
+    ]
+    # Everything else is untouched.
+    expected = create_request()
+    for msg in (sent, expected):
+        msg.config.linux.resources.Clear()
+        msg.config.annotations.clear()
+        del msg.config.envs[:]
+    assert sent == expected
+    # The hook saw the request as kubelet sent it (non-UTF-8 env left out).
+    seen = hook.requests("PreCreateContainer")[0]
+    assert seen["container_envs"] == {"KEEP": "original"}
+    assert seen["pod_meta"]["uid"] == "uid-1"
+    assert seen["pod_cgroup_parent"] == "/kubepods/burstable/poduid-1"
+    assert seen["container_resources"]["cpu_shares"] == "256"
+
+
+async def test_v1alpha2_client_is_hooked_too(running, fake, client, sock_dir, hook_dir) -> None:
+    path = "/runtime.v1alpha2.RuntimeService/CreateContainer"
+    fake.script(path, response=v1alpha2.CreateContainerResponse(container_id="ctr-2").SerializeToString())
+    request = v1alpha2.CreateContainerRequest(
+        pod_sandbox_id="pod-1",
+        config=v1alpha2.ContainerConfig(metadata=v1alpha2.ContainerMetadata(name="old")),
+        sandbox_config=v1alpha2.PodSandboxConfig(metadata=v1alpha2.PodSandboxMetadata(name="p", uid="u")),
+    )
+    async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        await client.unary_unary(path)(request.SerializeToString())
+    sent = v1alpha2.CreateContainerRequest.FromString(fake.calls(path)[0].requests[0])
+    assert sent.config.linux.resources.cpu_quota == 20000
+    assert {e.key: e.value for e in sent.config.envs} == {"HOOKED": "1", "KEEP": "overridden"}
+
+
+async def test_chaining_in_priority_then_name_order(running, fake, client, sock_dir, hook_dir) -> None:
+    first = {"PreCreateContainer": {"container_resources": {"cpu_quota": 10000}, "container_annotations": {"order": "first"}}}
+    second = {"PreCreateContainer": {"container_resources": {"cpu_quota": 30000}, "container_annotations": {"second": "yes"}}}
+    async with hook_server(sock_dir, "b-first", first) as a, hook_server(sock_dir, "a-second", second) as b:
+        a.register(hook_dir, ["PreCreateContainer"], priority=-5)
+        b.register(hook_dir, ["PreCreateContainer"], priority=10)
+        await registered(running, 2)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        # The second saw the first's changes.
+        seen = b.requests("PreCreateContainer")[0]
+        assert seen["container_resources"]["cpu_quota"] == "10000"
+        assert seen["container_annotations"]["order"] == "first"
+        assert a.requests("PreCreateContainer")[0]["container_annotations"] == {"c-note": "y"}
+    sent = backend_request(fake)
+    assert sent.config.linux.resources.cpu_quota == 30000
+    assert sent.config.annotations["order"] == "first" and sent.config.annotations["second"] == "yes"
+
+
+FAULTS = {
+    "error": {"PreCreateContainer": {"behaviour": "error", "message": "policy engine says no"}},
+    "hang": {"PreCreateContainer": "hang"},
+    "crash": {"PreCreateContainer": {"behaviour": "crash"}},
+}
+
+
+@pytest.mark.parametrize("fault", ["absent", "error", "hang", "crash"])
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_failure_policies(running, fake, client, sock_dir, hook_dir, fault, policy) -> None:
+    timeout = 0.5
+    async with contextlib.AsyncExitStack() as stack:
+        if fault == "absent":
+            from hooks.sdk import write_hook_config
+
+            write_hook_config(hook_dir, "gone", sock_dir / "nobody-listens.sock", ["PreCreateContainer"], policy, f"{int(timeout * 1000)}ms")
+        else:
+            hook = await stack.enter_async_context(hook_server(sock_dir, "faulty", FAULTS[fault]))
+            hook.register(hook_dir, ["PreCreateContainer"], policy, timeout=f"{int(timeout * 1000)}ms")
+        await registered(running, 1)
+        started = time.monotonic()
+        call = client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        if policy == "Fail":
+            with pytest.raises(aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "faulty" in err.value.details() or "gone" in err.value.details()
+            assert fake.calls(CREATE) == []  # the backend was never asked
+        else:
+            await call
+            assert backend_request(fake) == create_request()  # unmodified
+        elapsed = time.monotonic() - started
+        assert elapsed < timeout + 1.0, f"{fault}/{policy} took {elapsed:.2f}s"
+
+
+async def test_post_hook_failure_never_fails_the_call(running, fake, client, sock_dir, hook_dir) -> None:
+    async with hook_server(sock_dir, "post", {"PostStopContainer": {"behaviour": "error"}}) as hook:
+        hook.register(hook_dir, ["PostStopContainer"], "Fail", timeout="300ms")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString())
+        assert len(hook.requests("PostStopContainer")) == 1
+        assert hook.requests("PostStopContainer")[0]["container_meta"]["id"] == "ctr-1"
+
+
+async def test_skip_label_bypasses_hooks(running, fake, client, sock_dir, hook_dir) -> None:
+    async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        raw = create_request(**{"runtimeproxy.koordinator.sh/skip-hookserver": "true"}).SerializeToString()
+        await client.unary_unary(CREATE)(raw)
+        assert fake.calls(CREATE)[0].requests == [raw]
+        assert hook.requests() == []
+
+
+async def test_state_flows_from_create_to_later_hooks_and_is_dropped(running, fake, client, sock_dir, hook_dir) -> None:
+    watcher = {"PreStartContainer": {}, "PreUpdateContainerResources": {"container_resources": {"cpu_quota": 5000}}}
+    async with hook_server(sock_dir, "watcher", watcher) as hook:
+        hook.register(hook_dir, ["PreStartContainer", "PreUpdateContainerResources"])
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        await client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString())
+        seen = hook.requests("PreStartContainer")[0]
+        assert seen["container_meta"] == {"name": "app", "attempt": 1, "id": "ctr-1"}
+        assert seen["pod_labels"] == {"app": "web"}
+        assert seen["container_envs"] == {"KEEP": "original"}
+        update = v1.UpdateContainerResourcesRequest(
+            container_id="ctr-1", linux=v1.LinuxContainerResources(cpu_period=100000, cpu_quota=90000)
+        )
+        await client.unary_unary(UPDATE)(update.SerializeToString())
+        sent = v1.UpdateContainerResourcesRequest.FromString(fake.calls(UPDATE)[0].requests[0])
+        assert (sent.linux.cpu_period, sent.linux.cpu_quota) == (100000, 5000)
+        assert hook.requests("PreUpdateContainerResources")[0]["container_resources"]["cpu_quota"] == "90000"
+        assert "ctr-1" in running.store.containers
+        await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString())
+        assert "ctr-1" not in running.store.containers
+
+
+async def test_live_add_change_delete(running, fake, client, sock_dir, hook_dir) -> None:
+    async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        path = hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        assert backend_request(fake).config.linux.resources.cpu_quota == 20000
+        # Change: it no longer registers for PreCreateContainer.
+        hook.register(hook_dir, ["PreStartContainer"])
+        async with asyncio.timeout(5):
+            while running.registry.servers_for(__import__("runtimeproxy.hookconfig").hookconfig.HookType.PRE_CREATE_CONTAINER):
+                await asyncio.sleep(0.05)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        assert backend_request(fake).config.linux.resources.cpu_quota == 0
+        path.unlink()
+        await registered(running, 0)

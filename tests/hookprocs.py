@@ -1,0 +1,65 @@
+"""Real hook-server processes for tests (``python -m hooks.testserver``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hooks.sdk import write_hook_config
+
+
+@dataclass
+class HookProcess:
+    name: str
+    socket: Path
+    record: Path
+    process: asyncio.subprocess.Process
+
+    def requests(self, hook: str | None = None) -> list[dict[str, Any]]:
+        """What the server received, in order (proto field names)."""
+        if not self.record.exists():
+            return []
+        lines = [json.loads(line) for line in self.record.read_text().splitlines() if line.strip()]
+        return [entry["request"] for entry in lines if hook is None or entry["hook"] == hook]
+
+    def register(
+        self,
+        hook_dir: Path,
+        hooks: list[str],
+        failure_policy: str = "Fail",
+        timeout: str | None = None,
+        priority: int | None = None,
+    ) -> Path:
+        return write_hook_config(hook_dir, self.name, self.socket, hooks, failure_policy, timeout, priority)
+
+
+@contextlib.asynccontextmanager
+async def hook_server(directory: Path, name: str, config: dict[str, Any]) -> AsyncIterator[HookProcess]:
+    """Start a hook server process and wait until it says it listens."""
+    socket = directory / f"{name}.sock"
+    record = directory / f"{name}.jsonl"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hooks.testserver",
+        "--socket", str(socket), "--config", json.dumps(config), "--record", str(record),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 20)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"hook server {name} did not start: {line!r}, exit {process.returncode}")
+        yield HookProcess(name, socket, record, process)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
