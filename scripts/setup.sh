@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian machine (as root) to run and test runtime-proxy:
+# containerd + runc (the real backend), busybox-static (test images),
+# docker-registry + skopeo (a loopback registry so PullImage is real),
+# and a virtualenv with the project installed. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(containerd runc busybox-static docker-registry skopeo)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup: ready (.venv)" >&2

@@ -1,0 +1,61 @@
+"""The generated protocol modules match the schema copies, and the schema
+copies match the upstream wire contracts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from google.protobuf import descriptor_pb2
+
+from cri_api import regenerate
+from runtimeproxy.config import load
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("RUNTIME_PROXY_SHARED", ROOT.parent / "shared"))
+
+
+def test_generated_modules_are_fresh(tmp_path: Path) -> None:
+    written = regenerate.generate(tmp_path)
+    assert len(written) == 2 * len(regenerate.SCHEMAS)
+    stale = [
+        str(path.relative_to(tmp_path))
+        for path in written
+        if path.read_bytes() != (ROOT / path.relative_to(tmp_path)).read_bytes()
+    ]
+    assert not stale, f"regenerate with `python -m cri_api.regenerate`: {stale} are stale"
+
+
+@pytest.mark.parametrize("copy", sorted(regenerate.SCHEMAS))
+def test_schema_copy_is_the_reduced_upstream(copy: str) -> None:
+    upstream = SHARED / regenerate.SCHEMAS[copy]
+    if not upstream.is_file():
+        pytest.skip(f"no upstream contract at {upstream} (set RUNTIME_PROXY_SHARED)")
+    ours = (ROOT / "cri_api" / copy).read_text()
+    assert ours == regenerate.reduce_schema(upstream.read_text())
+    assert "Licensed under the Apache License" in ours
+    assert "gogoproto" not in ours and "//" not in ours.split("*/", 1)[1].replace("://", "")
+
+
+def test_reduction_keeps_the_wire_schema() -> None:
+    """Same messages, fields, numbers and types as protoc reads upstream."""
+    from cri_api.v1 import api_pb2 as v1
+
+    proto = descriptor_pb2.FileDescriptorProto()
+    v1.DESCRIPTOR.CopyToProto(proto)
+    names = {m.name for m in proto.message_type}
+    assert {"RunPodSandboxRequest", "KeyValue", "LinuxContainerResources"} <= names
+    kv = next(m for m in proto.message_type if m.name == "KeyValue")
+    assert [(f.name, f.number, f.type) for f in kv.field] == [
+        ("key", 1, descriptor_pb2.FieldDescriptorProto.TYPE_STRING),
+        ("value", 2, descriptor_pb2.FieldDescriptorProto.TYPE_BYTES),
+    ]
+
+
+def test_shipped_config_example_loads() -> None:
+    config = load(ROOT / "systemd" / "config.yaml")
+    assert config.listen == Path("/var/run/runtime-proxy/runtime-proxy.sock")
+    assert config.hook_dir == Path("/etc/runtime/hookserver.d")
+    assert config.max_recv_message_bytes == 16 * 1024 * 1024
+    assert config.log_format == "json"
