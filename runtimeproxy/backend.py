@@ -129,13 +129,16 @@ class Backend:
         return info
 
     def _set(self, info: BackendInfo) -> None:
+        # Listeners hear every successful probe, changed or not: after a
+        # runtime restart the routing stays, but its state must be re-read.
         changed = info != self.info
         self.info = info
         self.ready.set()
-        if changed:
-            log.info("backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()})
-            for listener in self._listeners:
-                listener(info)
+        (log.info if changed else log.debug)(
+            "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
+        )
+        for listener in self._listeners:
+            listener(info)
 
     async def run(self) -> None:
         """Probe, then re-probe each time the channel comes back to READY."""

@@ -251,8 +251,13 @@ async def _wait_pid_gone(pid: int, timeout: float) -> bool:
     except ProcessLookupError:
         return True
     loop = asyncio.get_running_loop()
-    exited = loop.create_future()
-    loop.add_reader(fd, lambda: exited.done() or exited.set_result(None))
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(fd, on_exit)
     try:
         await asyncio.wait_for(exited, timeout)
         return True
@@ -505,6 +510,7 @@ class LocalContainerd:
             async with aio.insecure_channel(self.address) as channel:
                 stub = v1_grpc.ImageServiceStub(channel)
                 for ref in archives:
+                    # Bounded by the timeout above; CRI offers no event for images appearing.
                     while not (await stub.ImageStatus(
                             v1.ImageStatusRequest(image=v1.ImageSpec(image=ref)),
                             timeout=_CALL_TIMEOUT)).HasField("image"):

@@ -94,8 +94,9 @@ class Router(grpc.GenericRpcHandler):
                 table[path] = self._handler(convert.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
         self._table = MappingProxyType(table)
         self._fallback = lambda ref: self._unknown(ref, new_plan, info)
+        if new_plan != self.plan:
+            log.info(new_plan.describe(), extra={"runtime": info.describe()})
         self.plan = new_plan
-        log.info(new_plan.describe(), extra={"runtime": info.describe()})
 
     def _unknown(self, ref: convert.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
         target = p.routes.get(ref.version)

@@ -72,6 +72,7 @@ def plan(
     else:
         usable = backend_versions
     preferred = ApiVersion.V1 if ApiVersion.V1 in usable else ApiVersion.V1ALPHA2
-    served = usable if wanted is None else wanted
+    # auto: what the backend serves, even when one version is forced towards it
+    served = backend_versions if wanted is None else wanted
     routes = {client: (client if client in usable else preferred) for client in CRI_VERSIONS if client in served}
     return VersionPlan(MappingProxyType(routes))

@@ -1,0 +1,14 @@
+"""Benchmark of runtime-proxy against a private containerd: ``python -m bench``.
+
+Modules:
+
+* :mod:`bench.runner` -- the orchestration (containerd, proxies, hook server,
+  the phases, clean-up);
+* :mod:`bench.loadgen` -- the load-generator child process (grpc.aio, raw bytes);
+* :mod:`bench.procs` -- child processes: start, readiness, CPU time, stop;
+* :mod:`bench.lifecycle` -- CRI pod/container set-up and the timed pod lifecycle;
+* :mod:`bench.stats` -- percentiles and summaries;
+* :mod:`bench.report` -- the plain-text table and the JSON document.
+
+See ``bench/README.md``.
+"""

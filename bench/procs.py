@@ -1,0 +1,194 @@
+"""Child processes of the benchmark: proxies, the hook server, the load generator.
+
+Every child gets its own session (a terminal's Ctrl-C reaches only the
+orchestrator, which then stops them in order) and its stderr goes to a log
+file whose tail is shown when it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1 import api_pb2_grpc as v1_grpc
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} not readable)"
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (clock-tick resolution)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+class Child:
+    """One child process, started with ``start()`` and ended with ``stop()``."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, stdin_pipe: bool = False,
+                 stdout_pipe: bool = False) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._stdin_pipe = stdin_pipe
+        self._stdout_pipe = stdout_pipe
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                cwd=PROJECT_ROOT,
+                stdin=asyncio.subprocess.PIPE if self._stdin_pipe else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE if self._stdout_pipe else log,
+                stderr=log,
+                start_new_session=True,
+                limit=64 * 1024 * 1024,  # the load generator answers with long lines
+            )
+
+    def died(self) -> BenchError:
+        code = self.proc.returncode if self.proc else None
+        return BenchError(f"{self.name} exited (status {code}); log {self.log_path}:\n{tail(self.log_path)}")
+
+    async def stop(self, grace: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+                return
+            except TimeoutError:
+                print(f"bench: {self.name} ignored {sig.name}", file=sys.stderr)
+
+
+async def wait_cri_version(sock: Path, child: Child | None, timeout: float = 30.0) -> v1.VersionResponse:
+    """Poll CRI Version on `sock` until it answers (the proxy answers UNAVAILABLE until its backend probe)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = "socket missing"
+    while loop.time() < deadline:
+        if child is not None and not child.alive:
+            raise child.died()
+        if sock.exists():
+            async with aio.insecure_channel(f"unix://{sock}") as channel:
+                try:
+                    return await v1_grpc.RuntimeServiceStub(channel).Version(v1.VersionRequest(), timeout=1.0)
+                except aio.AioRpcError as err:
+                    last = f"{err.code().name}: {err.details()}"
+        await asyncio.sleep(0.1)
+    raise BenchError(f"{sock} did not answer Version within {timeout}s (last: {last})")
+
+
+async def wait_idle(pid: int, *, quiet_for: float = 0.6, step: float = 0.2, timeout: float = 30.0) -> float:
+    """Wait until a process stops using CPU (e.g. the proxy's start-up state rebuild); returns seconds waited."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    quiet_needed = max(1, round(quiet_for / step))
+    quiet = 0
+    last = cpu_seconds(pid)
+    while loop.time() - started < timeout:
+        await asyncio.sleep(step)
+        now = cpu_seconds(pid)
+        quiet = quiet + 1 if now - last <= 1.0 / _CLK_TCK else 0
+        last = now
+        if quiet >= quiet_needed:
+            break
+    return loop.time() - started
+
+
+class HookServerChild(Child):
+    """``python -m hooks.testserver --config '{}'``: every hook answers an empty response."""
+
+    def __init__(self, sock: Path, log_path: Path) -> None:
+        super().__init__("hook server", [sys.executable, "-m", "hooks.testserver", "--socket", str(sock),
+                                         "--config", "{}"], log_path, stdout_pipe=True)
+        self.sock = sock
+
+    async def wait_ready(self, timeout: float = 20.0) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            raise BenchError(f"hook server not ready within {timeout}s:\n{tail(self.log_path)}") from None
+        if line.strip() != b"ready":
+            raise self.died() if not self.alive else BenchError(f"hook server said {line!r}")
+
+
+class ProxyChild(Child):
+    def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
+                 metrics_port: int | None = None) -> None:
+        argv = [sys.executable, "-m", "runtimeproxy.cli", "serve", "--listen", str(listen),
+                "--backend", str(backend), "--hook-dir", str(hook_dir), "--log-level", "warning"]
+        if metrics_port is not None:
+            argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        super().__init__(name, argv, log_path)
+        self.listen = listen
+        self.metrics_port = metrics_port
+
+
+class LoadGenChild(Child):
+    """The load generator (:mod:`bench.loadgen`), one JSON line per command."""
+
+    def __init__(self, log_path: Path) -> None:
+        super().__init__("load generator", [sys.executable, "-m", "bench.loadgen"], log_path,
+                         stdin_pipe=True, stdout_pipe=True)
+
+    async def request(self, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd).encode() + b"\n")
+        await self.proc.stdin.drain()
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            raise BenchError(f"load generator did not answer {cmd.get('op')} within {timeout}s") from None
+        if not line:
+            raise self.died()
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise BenchError(f"load generator failed: {answer.get('error')}")
+        return answer
