@@ -25,6 +25,7 @@ from cri_api.v1 import api_pb2_grpc as v1_grpc
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_CLI_ENTRY = "import sys; from runtimeproxy.cli import main; sys.exit(main(prog_name='runtime-proxy'))"
 
 
 class BenchError(RuntimeError):
@@ -93,9 +94,12 @@ class Child:
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
-        if proc.stdin is not None:
+        if proc.stdin is not None:  # the load generator exits at EOF on stdin
             with contextlib.suppress(Exception):
                 proc.stdin.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 3.0)
+                return
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
@@ -162,7 +166,9 @@ class HookServerChild(Child):
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
                  metrics_port: int | None = None) -> None:
-        argv = [sys.executable, "-m", "runtimeproxy.cli", "serve", "--listen", str(listen),
+        # runtimeproxy/cli.py has no `if __name__ == "__main__"`, so `python -m runtimeproxy.cli` would
+        # exit at once doing nothing; call the console script's entry point instead.
+        argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
                 "--backend", str(backend), "--hook-dir", str(hook_dir), "--log-level", "warning"]
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]

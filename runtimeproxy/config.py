@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from .versions import VersionPlanError, parse_serve_versions
+
 MIB = 1024 * 1024
 
 
@@ -51,6 +53,14 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"unknown setting {key!r}")
         if key in _PATHS and value is not None:
             value = Path(value)
+        # Checked here so that a bad value stops start-up instead of failing every call later.
+        if key == "serve_versions":
+            try:
+                parse_serve_versions(str(value))
+            except VersionPlanError as exc:
+                raise ConfigError(str(exc)) from exc
+        if key == "backend_version" and value is not None and value not in ("v1", "v1alpha2"):
+            raise ConfigError(f"backend-version {value!r}: expected v1 or v1alpha2")
         out[key] = value
     return out
 

@@ -138,8 +138,13 @@ class CreateContainer(Executor):
     async def skip(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
         return _skips(req.sandbox_config.labels)
 
+    async def _pod(self, req: v1.CreateContainerRequest, store: StateStore) -> hookapi.PodSandboxHookRequest:
+        # The pod as the runtime has it (with what PreRunPodSandbox hooks
+        # changed), not kubelet's copy of its config.
+        return await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
+
     async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
-        return container_record(pod_record(req.sandbox_config), req.config)
+        return container_record(await self._pod(req, store), req.config)
 
     def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
         config = req.config
@@ -153,7 +158,7 @@ class CreateContainer(Executor):
         return merge_env(config.envs, answer.container_envs) or changed
 
     async def record(self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore) -> None:
-        pod = pod_record(req.sandbox_config)
+        pod = await self._pod(req, store)
         store.put_container(resp.container_id, req.pod_sandbox_id, container_record(pod, req.config, resp.container_id))
 
 

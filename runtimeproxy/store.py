@@ -128,11 +128,11 @@ class StateStore:
         info = _verbose_info(status.info)
         config = _config_from_info(info, v1.PodSandboxConfig())
         if config is None:
-            log.warning("no config in sandbox status; hooks see its metadata only", extra={"pod_sandbox_id": pod_id})
-            config = v1.PodSandboxConfig(
-                metadata=status.status.metadata, labels=status.status.labels, annotations=status.status.annotations
-            )
-        return pod_record(config, str(info.get("runtimeHandler", "")) if info else "")
+            # Not containerd's verbose format: better no record than one that
+            # tells hooks wrong labels.
+            log.warning("no config in sandbox status; cannot rebuild pod state", extra={"pod_sandbox_id": pod_id})
+            return None
+        return pod_record(config, str(info.get("runtimeHandler", "")))
 
     async def _read_container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
         assert self.read_backend is not None

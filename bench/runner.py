@@ -1,0 +1,403 @@
+"""The benchmark run: set-up, the three phases, clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+from prometheus_client.parser import text_string_to_metric_families
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1 import api_pb2_grpc as v1_grpc
+from hooks.sdk import write_hook_config
+from runtimeproxy.hookconfig import HookType
+from runtimeproxy.localruntime import LocalContainerd
+
+from . import lifecycle as lc
+from .procs import (
+    BenchError,
+    HookServerChild,
+    LoadGenChild,
+    ProxyChild,
+    cpu_seconds,
+    free_tcp_port,
+    wait_cri_version,
+    wait_idle,
+)
+from .stats import median, ratio, summarize
+
+CRI = "/runtime.v1.RuntimeService/"
+HOOK_METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+ALL_HOOKS = [h.value for h in HookType]
+HOOK_CALLS_PER_LIFECYCLE = 6
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int = 5
+    duration: float = 2.5  # seconds per unary round and target
+    warmup: float = 0.3  # seconds before each recorded round (not recorded)
+    concurrencies: tuple[int, ...] = (1, 16)
+    lifecycles: int = 15  # recorded lifecycles per mode
+    containers: int = 100
+    pods: int = 2
+    hook_rounds: int = 3
+    hook_duration: float = 1.5
+    json_path: Path | None = None
+    keep: bool = False  # keep the work directory (logs) after the run
+    quick: bool = False
+
+
+def quick_options(base: Options) -> Options:
+    return Options(rounds=1, duration=0.8, warmup=0.15, concurrencies=base.concurrencies, lifecycles=2,
+                   containers=base.containers, pods=base.pods, hook_rounds=1, hook_duration=0.8,
+                   json_path=base.json_path, keep=base.keep, quick=True)
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, opts: Options, work: Path) -> None:
+        self.opts = opts
+        self.work = work
+        self.results: dict[str, Any] = {"options": {k: (str(v) if isinstance(v, Path) else v)
+                                                    for k, v in opts.__dict__.items()}}
+        self.problems: list[str] = []
+
+    # ------------------------------------------------------------------ setup
+
+    async def run(self) -> dict[str, Any]:
+        opts, work = self.opts, self.work
+        t_start = time.monotonic()
+        async with contextlib.AsyncExitStack() as stack:
+            say(f"work directory {work}")
+            ctd = LocalContainerd(work / "ctd", log_level="warn")
+            say("starting a private containerd")
+            await ctd.start(timeout=120)
+            stack.push_async_callback(self._stop_containerd, ctd)
+            direct_sock = ctd.socket
+
+            direct_channel = await stack.enter_async_context(aio.insecure_channel(ctd.address))
+            direct = v1_grpc.RuntimeServiceStub(direct_channel)
+            version = await direct.Version(v1.VersionRequest(), timeout=10)
+            self.results["environment"] = self._environment(version)
+
+            logs = work / "podlogs"
+            say(f"creating {opts.pods} host-network pods and {opts.containers} containers (created, not started)")
+            t0 = time.monotonic()
+            await lc.populate(direct, logs, pods=opts.pods, containers=opts.containers)
+            say(f"  done in {time.monotonic() - t0:.1f}s")
+
+            # Hook server and the two proxies (plain: empty hook dir; hooked: the no-op server on every hook).
+            hook_sock = work / "hook.sock"
+            hook_server = HookServerChild(hook_sock, work / "hookserver.log")
+            await hook_server.start()
+            stack.push_async_callback(hook_server.stop)
+            await hook_server.wait_ready()
+
+            plain_dir, hooked_dir = work / "hooks-none", work / "hooks-noop"
+            for d in (plain_dir, hooked_dir):
+                d.mkdir(mode=0o755)
+                os.chmod(d, 0o755)
+            write_hook_config(hooked_dir, "noop", hook_sock, ALL_HOOKS, failure_policy="Ignore")
+
+            metrics_port = free_tcp_port()
+            plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log")
+            hooked = ProxyChild("proxy (no-op hook)", work / "proxyh.sock", direct_sock, hooked_dir,
+                                work / "proxyh.log", metrics_port=metrics_port)
+            for proxy in (plain, hooked):
+                await proxy.start()
+                stack.push_async_callback(proxy.stop)
+            for proxy in (plain, hooked):
+                await wait_cri_version(proxy.listen, proxy)
+            # Each proxy reads every pod and container once at start-up: let that finish first.
+            waited = await asyncio.gather(wait_idle(plain.pid), wait_idle(hooked.pid))
+            say(f"proxies ready (start-up state rebuild settled after {max(waited):.1f}s)")
+            self.proxies = {"proxy": plain, "proxy+hook": hooked}
+            await self._check_hooks_registered(metrics_port)
+
+            loadgen = LoadGenChild(work / "loadgen.log")
+            await loadgen.start()
+            stack.push_async_callback(loadgen.stop)
+            await loadgen.request({"op": "ping"}, timeout=30)
+
+            targets = {"direct": direct_sock, "proxy": plain.listen}
+            await self._sanity(targets | {"proxy+hook": hooked.listen})
+
+            await self._unary(loadgen, targets, plain)
+            await self._hook_rtt(loadgen, hook_sock, logs)
+
+            chans = {"direct": direct_channel}
+            for name, proxy in (("proxy", plain), ("proxy+hook", hooked)):
+                chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{proxy.listen}"))
+            await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
+                                   metrics_port)
+            for proxy in (plain, hooked):
+                if not proxy.alive:
+                    self.problems.append(f"{proxy.name} died during the run: see {proxy.log_path}")
+            say("cleaning up")
+        self.results["problems"] = self.problems
+        self.results["wall_seconds"] = time.monotonic() - t_start
+        return self.results
+
+    async def _stop_containerd(self, ctd: LocalContainerd) -> None:
+        await ctd.stop(timeout=60)
+
+    def _environment(self, version: v1.VersionResponse) -> dict[str, Any]:
+        return {
+            "cpus": os.cpu_count(),
+            "loadavg_at_start": os.getloadavg(),
+            "python": platform.python_version(),
+            "grpcio": grpc.__version__,
+            "runtime": f"{version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})",
+            "kernel": platform.release(),
+        }
+
+    async def _check_hooks_registered(self, port: int) -> None:
+        families = await self._metrics(port)
+        servers = families.get("runtime_proxy_hook_servers", {}).get((), math.nan)
+        if servers != 1:
+            self.problems.append(f"hooked proxy reports runtime_proxy_hook_servers={servers}, expected 1")
+
+    async def _sanity(self, targets: dict[str, Path]) -> None:
+        """Each target lists the same containers (so the proxies really relay)."""
+        counts = {}
+        for name, sock in targets.items():
+            async with aio.insecure_channel(f"unix://{sock}") as ch:
+                resp = await v1_grpc.RuntimeServiceStub(ch).ListContainers(v1.ListContainersRequest(), timeout=10)
+                counts[name] = len(resp.containers)
+        self.results["list_containers_count"] = counts
+        if len(set(counts.values())) != 1:
+            self.problems.append(f"ListContainers counts differ between targets: {counts}")
+        say(f"ListContainers returns {counts}")
+
+    # ------------------------------------------------------------------ phase 1
+
+    async def _unary(self, loadgen: LoadGenChild, targets: dict[str, Path], plain: ProxyChild) -> None:
+        opts = self.opts
+        list_bytes = v1.ListContainersRequest().SerializeToString()
+        cases = [(m, c) for m in ("Version", "ListContainers") for c in opts.concurrencies]
+        per_round = len(cases) * len(targets) * (opts.duration + opts.warmup)
+        say(f"unary calls: {opts.rounds} rounds x {len(cases)} cases x {len(targets)} targets "
+            f"(~{opts.rounds * per_round:.0f}s)")
+        raw: dict[tuple[str, int], dict[str, dict[str, Any]]] = {
+            case: {t: {"lat": [], "calls": 0, "elapsed": 0.0, "errors": 0, "samples": [], "rounds": [],
+                       "cpu": 0.0}
+                   for t in targets}
+            for case in cases}
+        for r in range(opts.rounds):
+            for case in cases:
+                method, conc = case
+                order = list(targets) if (r + cases.index(case)) % 2 == 0 else list(reversed(targets))
+                for target in order:
+                    cmd = {"op": "run", "socket": str(targets[target]), "method": CRI + method,
+                           "request": base64.b64encode(list_bytes if method == "ListContainers" else b"").decode(),
+                           "concurrency": conc, "duration": opts.duration, "warmup": opts.warmup,
+                           "timeout": 10.0, "codec": "raw"}
+                    cpu0 = cpu_seconds(plain.pid) if target == "proxy" else 0.0
+                    ans = await loadgen.request(cmd, timeout=opts.duration + opts.warmup + 60)
+                    acc = raw[case][target]
+                    if target == "proxy":
+                        acc["cpu"] += cpu_seconds(plain.pid) - cpu0  # warm-up included: per-call figure uses all calls
+                    acc["lat"].extend(ans["latencies_ns"])
+                    acc["calls"] += ans["calls"]
+                    acc["elapsed"] += ans["elapsed"]
+                    acc["errors"] += ans["errors"]
+                    acc["samples"] += ans["error_samples"]
+                    acc["rounds"].append(ans["calls"] / ans["elapsed"] if ans["elapsed"] else math.nan)
+            say(f"  round {r + 1}/{opts.rounds} done")
+
+        out = []
+        for (method, conc), by_target in raw.items():
+            entry: dict[str, Any] = {"method": method, "concurrency": conc}
+            for target, acc in by_target.items():
+                s = summarize(x / 1e6 for x in acc["lat"])  # ms
+                entry[target] = {
+                    "calls": acc["calls"], "errors": acc["errors"], "error_samples": acc["samples"][:5],
+                    "calls_per_s": acc["calls"] / acc["elapsed"] if acc["elapsed"] else math.nan,
+                    "p50_ms": s["p50"], "p99_ms": s["p99"], "mean_ms": s["mean"],
+                    "calls_per_s_by_round": acc["rounds"],
+                }
+                if acc["errors"]:
+                    self.problems.append(f"{method} c={conc} via {target}: {acc['errors']} errors, "
+                                         f"e.g. {acc['samples'][:2]}")
+            d, p = entry["direct"], entry["proxy"]
+            paired = [ratio(b, a) for a, b in zip(d["calls_per_s_by_round"], p["calls_per_s_by_round"],
+                                                 strict=True)]
+            # The proxy's CPU includes the warm-up calls, so divide by an estimate of all its calls.
+            all_calls = p["calls"] * (opts.duration + opts.warmup) / opts.duration
+            entry["ratios"] = {
+                "p50": ratio(p["p50_ms"], d["p50_ms"]),
+                "p99": ratio(p["p99_ms"], d["p99_ms"]),
+                "throughput": ratio(p["calls_per_s"], d["calls_per_s"]),
+                "throughput_by_round": paired,
+                "throughput_round_min": min(paired), "throughput_round_max": max(paired),
+            }
+            entry["proxy"]["proxy_cpu_ms_per_call"] = (by_target["proxy"]["cpu"] * 1000 / all_calls
+                                                      if all_calls else math.nan)
+            out.append(entry)
+        self.results["unary"] = out
+
+    # ------------------------------------------------------------------ phase 3
+
+    async def _hook_rtt(self, loadgen: LoadGenChild, hook_sock: Path, logs: Path) -> None:
+        opts = self.opts
+        request = lc.hook_request(logs).SerializeToString()
+        say(f"hook round trip: {opts.hook_rounds} x {opts.hook_duration}s of PreCreateContainerHook "
+            f"({len(request)} byte request) to the no-op hook server")
+        lat: list[int] = []
+        calls = errors = 0
+        elapsed = 0.0
+        samples: list[str] = []
+        for _ in range(opts.hook_rounds):
+            ans = await loadgen.request({
+                "op": "run", "socket": str(hook_sock), "method": HOOK_METHOD,
+                "request": base64.b64encode(request).decode(), "concurrency": 1,
+                "duration": opts.hook_duration, "warmup": opts.warmup, "timeout": 2.0,
+                "codec": "hook-container"}, timeout=opts.hook_duration + opts.warmup + 60)
+            lat += ans["latencies_ns"]
+            calls += ans["calls"]
+            errors += ans["errors"]
+            elapsed += ans["elapsed"]
+            samples += ans["error_samples"]
+        s = summarize(x / 1e6 for x in lat)
+        self.results["hook_rtt"] = {"calls": calls, "errors": errors, "error_samples": samples[:5],
+                                    "request_bytes": len(request), "p50_ms": s["p50"], "p90_ms": s["p90"],
+                                    "p99_ms": s["p99"], "mean_ms": s["mean"],
+                                    "calls_per_s": calls / elapsed if elapsed else math.nan}
+        if errors:
+            self.problems.append(f"hook server calls failed {errors} times, e.g. {samples[:2]}")
+
+    # ------------------------------------------------------------------ phase 2
+
+    async def _lifecycles(self, stubs: dict[str, v1_grpc.RuntimeServiceStub], direct: v1_grpc.RuntimeServiceStub,
+                          logs: Path, metrics_port: int) -> None:
+        opts = self.opts
+        modes = list(stubs)
+        say(f"pod lifecycles: 1 warm-up + {opts.lifecycles} recorded per mode, interleaved ({', '.join(modes)})")
+        results: dict[str, list[lc.LifecycleResult]] = {m: [] for m in modes}
+        failures: dict[str, list[str]] = {m: [] for m in modes}
+
+        async def one(mode: str, name: str) -> lc.LifecycleResult | None:
+            try:
+                return await lc.lifecycle(stubs[mode], direct, logs, name)
+            except lc.LifecycleError as err:
+                failures[mode].append(str(err))
+                return None
+
+        for mode in modes:  # warm-up: channels, proxy code paths, hook channel
+            await one(mode, f"warm-{mode.replace('+', '-')}")
+        for mode in modes:  # warm-up failures are failures too, but not timings
+            if failures[mode]:
+                self.problems.append(f"lifecycle via {mode} failed during warm-up: {failures[mode][0]}")
+        before = await self._metrics(metrics_port)
+        for i in range(opts.lifecycles):
+            rotated = modes[i % len(modes):] + modes[:i % len(modes)]
+            for mode in rotated:
+                res = await one(mode, f"lc{i}-{mode.replace('+', '-')}")
+                if res is not None:
+                    results[mode].append(res)
+            if (i + 1) % 5 == 0 or i + 1 == opts.lifecycles:
+                say(f"  {i + 1}/{opts.lifecycles} iterations done")
+        after = await self._metrics(metrics_port)
+
+        out: dict[str, Any] = {"modes": {}}
+        for mode in modes:
+            totals = [r.total * 1000 for r in results[mode]]
+            s = summarize(totals)
+            out["modes"][mode] = {
+                "n": len(totals), "failures": len(failures[mode]), "failure_samples": failures[mode][:3],
+                "median_ms": s["p50"], "p90_ms": s["p90"], "mean_ms": s["mean"], "min_ms": s["min"],
+                "max_ms": s["max"],
+                "step_median_ms": {step: median(r.steps[step] * 1000 for r in results[mode]) for step in lc.STEPS},
+            }
+            if failures[mode]:
+                self.problems.append(f"lifecycle via {mode}: {len(failures[mode])} failures, "
+                                     f"e.g. {failures[mode][0]}")
+        base = out["modes"]["direct"]
+        for mode in modes:
+            m = out["modes"][mode]
+            m["median_ratio"] = ratio(m["median_ms"], base["median_ms"])
+            m["p90_ratio"] = ratio(m["p90_ms"], base["p90_ms"])
+        out["proxy_metrics"] = self._hook_metrics(before, after, len(results["proxy+hook"]) + len(failures["proxy+hook"]))
+        self.results["lifecycle"] = out
+
+    # ------------------------------------------------------------------ metrics
+
+    async def _metrics(self, port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        def fetch() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                return resp.read().decode()
+
+        try:
+            text = await asyncio.to_thread(fetch)
+        except OSError as exc:
+            self.problems.append(f"cannot fetch the hooked proxy's /metrics on 127.0.0.1:{port}: {exc}")
+            return {}
+        samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+        return samples
+
+    def _hook_metrics(self, before: dict, after: dict, hooked_lifecycles: int) -> dict[str, Any]:
+        """Hook calls made by the proxy during the recorded lifecycles: count and mean per hook point."""
+
+        def delta(name: str) -> dict[str, float]:
+            out: dict[str, float] = {}
+            for labels, value in after.get(name, {}).items():
+                out[dict(labels).get("hook") or dict(labels).get("method", "")] = (
+                    value - before.get(name, {}).get(labels, 0.0))
+            return out
+
+        sums, counts = delta("runtime_proxy_hook_duration_seconds_sum"), delta("runtime_proxy_hook_duration_seconds_count")
+        per_hook = {h: {"count": int(counts.get(h, 0)),
+                        "mean_ms": ratio(sums.get(h, 0.0) * 1000, counts.get(h, 0.0))} for h in ALL_HOOKS}
+        total_count, total_sum = sum(counts.values()), sum(sums.values())
+        outcomes: dict[str, float] = {}
+        for labels, value in after.get("runtime_proxy_hook_calls_total", {}).items():
+            outcome = dict(labels).get("outcome", "?")
+            outcomes[outcome] = outcomes.get(outcome, 0.0) + value - before.get(
+                "runtime_proxy_hook_calls_total", {}).get(labels, 0.0)
+        hsums = delta("runtime_proxy_hooked_call_duration_seconds_sum")
+        hcounts = delta("runtime_proxy_hooked_call_duration_seconds_count")
+        hooked_calls = {m: {"count": int(hcounts[m]), "mean_ms": ratio(hsums.get(m, 0.0) * 1000, hcounts[m])}
+                        for m in hcounts}
+        bad = {k: v for k, v in outcomes.items() if k != "ok" and v}
+        if bad:
+            self.problems.append(f"the proxy's hook calls did not all succeed: {bad}")
+        # Per lifecycle: PreRunPodSandbox, PreCreateContainer, PreStartContainer, PostStartContainer,
+        # PostStopContainer, PostStopPodSandbox (PreUpdateContainerResources has no call in a lifecycle).
+        expected = hooked_lifecycles * HOOK_CALLS_PER_LIFECYCLE
+        if total_count != expected:
+            self.problems.append(f"the hooked proxy made {int(total_count)} hook calls during "
+                                 f"{hooked_lifecycles} recorded lifecycles, expected {expected}")
+        return {"hook_calls": int(total_count), "hook_mean_ms": ratio(total_sum * 1000, total_count),
+                "per_hook": per_hook, "outcomes": outcomes, "hooked_calls": hooked_calls}
+
+
+async def run(opts: Options) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="rpb-", dir="/tmp"))
+    try:
+        return await Bench(opts, work).run()
+    finally:
+        if opts.keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,283 @@
+"""config.load / with_overrides, and the CLI's handling of settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runtimeproxy import cli
+from runtimeproxy.config import MIB, ConfigError, ProxyConfig, load
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- load
+
+
+def test_no_file_gives_defaults() -> None:
+    config = load(None)
+    assert config == ProxyConfig()
+    assert config.serve_versions == "auto"
+    assert config.backend_version is None
+    assert config.max_recv_message_bytes == 16 * MIB
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "")) == ProxyConfig()
+    assert load(write(tmp_path, "# only a comment\n", "c.yaml")) == ProxyConfig()
+
+
+def test_keys_with_dashes_or_underscores(tmp_path: Path) -> None:
+    config = load(
+        write(
+            tmp_path,
+            "listen: /tmp/p.sock\n"
+            "image-backend: /tmp/img.sock\n"
+            "hook_dir: /tmp/hooks\n"
+            "serve-versions: v1alpha2\n"
+            "backend_version: v1\n"
+            "max-recv-message-bytes: 1024\n"
+            "max_send_message_bytes: 2048\n"
+            "grace-period: 2.5\n"
+            "log-format: json\n",
+        )
+    )
+    assert config.listen == Path("/tmp/p.sock")
+    assert config.image_backend == Path("/tmp/img.sock")
+    assert config.hook_dir == Path("/tmp/hooks")
+    assert all(isinstance(p, Path) for p in (config.listen, config.image_backend, config.hook_dir))
+    assert config.serve_versions == "v1alpha2"
+    assert config.backend_version == "v1"
+    assert (config.max_recv_message_bytes, config.max_send_message_bytes) == (1024, 2048)
+    assert config.grace_period == 2.5
+    assert config.log_format == "json"
+    # Untouched settings keep their defaults.
+    assert config.backend == ProxyConfig().backend
+    assert config.log_level == "info"
+
+
+def test_serve_versions_as_a_list(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "serve-versions: [v1, v1alpha2]\n")).serve_versions == "v1,v1alpha2"
+    assert load(write(tmp_path, "serve_versions:\n  - v1alpha2\n", "b.yaml")).serve_versions == "v1alpha2"
+
+
+def test_null_backend_means_no_backend(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "backend: null\n")).backend is None
+
+
+def test_the_example_config_loads() -> None:
+    config = load(REPO / "systemd" / "config.yaml")
+    assert config.listen == Path("/var/run/runtime-proxy/runtime-proxy.sock")
+    assert config.serve_versions == "auto"
+    assert config.log_format == "json"
+    assert config.max_recv_message_bytes == 16 * MIB
+
+
+def test_unknown_key_is_an_error_naming_file_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen: /tmp/p.sock\nbackends: /tmp/typo.sock\n")
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(path) in str(err.value)
+    assert "unknown setting 'backends'" in str(err.value)
+
+
+def test_extra_is_not_a_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'extra'"):
+        load(write(tmp_path, "extra: {}\n"))
+
+
+@pytest.mark.parametrize("text", ["- listen\n- backend\n", "just a string\n", "42\n"])
+def test_non_mapping_is_an_error(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match="expected a mapping at the top level") as err:
+        load(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match="cannot read config file") as err:
+        load(path)
+    assert str(path) in str(err.value)
+
+
+def test_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(tmp_path)
+
+
+def test_invalid_yaml_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(write(tmp_path, "listen: [unclosed\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("serve-versions: v2\n", "serve-versions 'v2'"),
+        ("serve-versions: [v1, v3]\n", "serve-versions 'v1,v3'"),
+        ("backend-version: v1beta1\n", "backend-version 'v1beta1'"),
+    ],
+)
+def test_invalid_version_settings_are_errors(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert fragment in str(err.value)
+    assert str(path) in str(err.value)
+
+
+# --------------------------------------------------------------------------- with_overrides
+
+
+def test_with_overrides_none_means_not_given() -> None:
+    base = ProxyConfig(serve_versions="v1", grace_period=3.0)
+    config = base.with_overrides(serve_versions=None, grace_period=None, backend=None, log_level=None)
+    assert config == base
+    assert config.backend == ProxyConfig().backend  # None did not clear it
+
+
+def test_with_overrides_applies_and_coerces_paths() -> None:
+    config = ProxyConfig().with_overrides(
+        listen="/tmp/l.sock", backend="/tmp/b.sock", image_backend="/tmp/i.sock", hook_dir="/tmp/h",
+        serve_versions="v1,v1alpha2", backend_version="v1alpha2", grace_period=1.5,
+    )
+    assert config.listen == Path("/tmp/l.sock") and isinstance(config.listen, Path)
+    assert config.backend == Path("/tmp/b.sock") and isinstance(config.backend, Path)
+    assert config.image_backend == Path("/tmp/i.sock") and isinstance(config.image_backend, Path)
+    assert config.hook_dir == Path("/tmp/h") and isinstance(config.hook_dir, Path)
+    assert config.serve_versions == "v1,v1alpha2"
+    assert config.backend_version == "v1alpha2"
+    assert config.grace_period == 1.5
+
+
+def test_with_overrides_returns_a_new_config() -> None:
+    base = ProxyConfig()
+    assert base.with_overrides(log_level="debug") is not base
+    assert base.log_level == "info"
+
+
+def test_with_overrides_rejects_unknown_and_invalid() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'nope'"):
+        ProxyConfig().with_overrides(nope=1)
+    with pytest.raises(ConfigError, match="serve-versions 'v9'"):
+        ProxyConfig().with_overrides(serve_versions="v9")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[ProxyConfig, Any]]:
+    """Replace what serve would start; records the settings it would run with."""
+    runs: list[tuple[ProxyConfig, Any]] = []
+
+    async def fake_serve(config: ProxyConfig, local_dir: Path | None) -> None:
+        runs.append((config, local_dir))
+
+    monkeypatch.setattr(cli, "_serve", fake_serve)
+    monkeypatch.setattr(cli.logs, "setup", lambda fmt, level: None)  # keep pytest's log capture
+    return runs
+
+
+def test_serve_help_lists_the_flags(started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--help"])
+    assert result.exit_code == 0, result.output
+    for flag in (
+        "--config",
+        "--listen",
+        "--backend",
+        "--image-backend",
+        "--local-containerd",
+        "--hook-dir",
+        "--serve-versions",
+        "--backend-version",
+        "--max-message-size",
+        "--grace-period",
+        "--metrics-listen",
+        "--log-format",
+        "--log-level",
+    ):
+        assert flag in result.output
+    assert "auto | v1 | v1alpha2 | v1,v1alpha2" in result.output
+    assert started == []
+
+
+def test_top_level_help_lists_serve() -> None:
+    result = CliRunner().invoke(cli.main, ["--help"])
+    assert result.exit_code == 0
+    assert "serve" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("listen: /tmp/x.sock\nbogus-key: 1\n", "unknown setting 'bogus_key'"),
+        ("- a\n- b\n", "expected a mapping at the top level"),
+        ("listen: [unclosed\n", "cannot read config file"),
+        ("serve-versions: v3\n", "serve-versions 'v3'"),
+    ],
+)
+def test_invalid_config_file_is_a_clear_error_and_starts_nothing(
+    tmp_path: Path, started: list[Any], text: str, fragment: str
+) -> None:
+    path = write(tmp_path, text)
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(path)])
+    assert result.exit_code != 0
+    assert "Error:" in result.output
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+    assert started == []
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path: Path, started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(tmp_path / "nope.yaml")])
+    assert result.exit_code != 0
+    assert "cannot read config file" in result.output
+    assert started == []
+
+
+def test_invalid_serve_versions_flag_is_a_clear_error(started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--serve-versions", "v1,v2"])
+    assert result.exit_code != 0
+    assert "serve-versions 'v1,v2'" in result.output
+    assert started == []
+
+
+def test_invalid_backend_version_flag_is_rejected_by_click(started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--backend-version", "v2"])
+    assert result.exit_code == 2
+    assert "--backend-version" in result.output
+    assert started == []
+
+
+def test_flags_win_over_the_config_file(tmp_path: Path, started: list[Any]) -> None:
+    path = write(
+        tmp_path,
+        "listen: /tmp/from-file.sock\nbackend: /tmp/file-backend.sock\nserve-versions: v1\ngrace-period: 7\n",
+    )
+    result = CliRunner().invoke(
+        cli.main,
+        [
+            "serve", "--config", str(path), "--listen", "/tmp/from-flag.sock",
+            "--serve-versions", "v1,v1alpha2", "--backend-version", "v1alpha2", "--max-message-size", "4096",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    [(config, local_dir)] = started
+    assert local_dir is None
+    assert config.listen == Path("/tmp/from-flag.sock")
+    assert config.backend == Path("/tmp/file-backend.sock")  # from the file: no flag given
+    assert config.serve_versions == "v1,v1alpha2"
+    assert config.backend_version == "v1alpha2"
+    assert config.grace_period == 7
+    assert (config.max_recv_message_bytes, config.max_send_message_bytes) == (4096, 4096)
