@@ -28,7 +28,7 @@ def _parse(argv: list[str] | None) -> Options:
                    help=f"containers present during ListContainers [{d.containers}]")
     p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")),
                    default=d.concurrencies, help="comma-separated unary concurrencies [1,16]")
-    p.add_argument("--quick", action="store_true", help="smoke mode: 1 short round, 2 lifecycles (< 60 s)")
+    p.add_argument("--quick", action="store_true", help="smoke mode: 1 short round, 3 lifecycles per mode (< 60 s); overrides --rounds, --duration, --lifecycles")
     p.add_argument("--json", type=Path, help="also write all figures as JSON to this file")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
     a = p.parse_args(argv)

@@ -9,7 +9,7 @@ One JSON object per line on stdin, one JSON answer per line on stdout:
   "request": BASE64, "concurrency": N, "duration": S, "warmup": S,
   "timeout": S, "codec": "raw" | "hook-container"}`` ->
   ``{"ok": true, "latencies_ns": [...], "calls": n, "errors": n,
-  "error_samples": [...], "elapsed": S}``
+  "error_samples": [...], "elapsed": S, "warmup_calls": n}``
 * ``{"op": "quit"}`` -> exits.
 
 ``codec`` ``raw`` sends the request bytes as they are and keeps the reply as
@@ -86,8 +86,9 @@ class LoadGen:
         concurrency = int(cmd.get("concurrency", 1))
         timeout = float(cmd.get("timeout", 10.0))
         warmup = float(cmd.get("warmup", 0.0))
+        warmup_calls = 0
         if warmup > 0:
-            await self._phase(call, request, concurrency, warmup, timeout)
+            warmup_calls = len((await self._phase(call, request, concurrency, warmup, timeout))[0])
         gc.collect()
         gc.disable()
         try:
@@ -96,7 +97,7 @@ class LoadGen:
         finally:
             gc.enable()
         return {"ok": True, "latencies_ns": latencies, "calls": len(latencies), "errors": errors,
-                "error_samples": samples, "elapsed": elapsed}
+                "error_samples": samples, "elapsed": elapsed, "warmup_calls": warmup_calls}
 
     @staticmethod
     async def _phase(call: Any, request: Any, concurrency: int, duration: float,

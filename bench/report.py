@@ -76,18 +76,22 @@ def render(results: dict[str, Any]) -> str:
             f"StopPodSandbox, RemovePodSandbox),")
         add(f"   wall time per lifecycle; {opts['lifecycles']} interleaved iterations per mode after 1 warm-up each")
         add(f"{'mode':<12}{'n':>4}{'median ms':>11}{'p90 ms':>9}{'mean ms':>9}{'min ms':>9}{'max ms':>9}"
-            f"{'median/direct':>15}{'p90/direct':>12}{'failed':>8}")
+            f"{'median/direct':>15}{'p90/direct':>12}{'paired':>8}{'failed':>8}")
         for mode, m in modes.items():
             add(f"{mode:<12}{m['n']:>4}{_f(m['median_ms'], '{:.1f}'):>11}{_f(m['p90_ms'], '{:.1f}'):>9}"
                 f"{_f(m['mean_ms'], '{:.1f}'):>9}{_f(m['min_ms'], '{:.1f}'):>9}{_f(m['max_ms'], '{:.1f}'):>9}"
-                f"{_x(m['median_ratio']):>15}{_x(m['p90_ratio']):>12}{m['failures']:>8}")
+                f"{_x(m['median_ratio']):>15}{_x(m['p90_ratio']):>12}{_x(m['paired_median_ratio']):>8}"
+                f"{m['failures']:>8}")
+        add("   (paired = median over iterations of mode/direct, the modes of an iteration running back to back)")
         add("   median per call (ms):")
-        add(f"   {'call':<18}" + "".join(f"{mode:>12}" for mode in modes) + f"{'hook-direct':>13}")
+        others = [mode for mode in modes if mode != "direct"]
+        add(f"   {'call':<18}" + "".join(f"{mode:>12}" for mode in modes)
+            + "".join(f"{mode + ' - direct':>20}" for mode in others))
         for step in STEPS:
             vals = [modes[mode]["step_median_ms"][step] for mode in modes]
-            diff = (modes["proxy+hook"]["step_median_ms"][step] - modes["direct"]["step_median_ms"][step]
-                    if "proxy+hook" in modes and "direct" in modes else math.nan)
-            add(f"   {step:<18}" + "".join(f"{_f(v, '{:.2f}'):>12}" for v in vals) + f"{_f(diff, '{:+.2f}'):>13}")
+            diffs = [modes[mode]["step_median_ms"][step] - modes["direct"]["step_median_ms"][step] for mode in others]
+            add(f"   {step:<18}" + "".join(f"{_f(v, '{:.2f}'):>12}" for v in vals)
+                + "".join(f"{_f(d, '{:+.2f}'):>20}" for d in diffs))
 
     rtt = results.get("hook_rtt")
     if rtt:

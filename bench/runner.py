@@ -52,7 +52,7 @@ class Options:
     duration: float = 2.5  # seconds per unary round and target
     warmup: float = 0.3  # seconds before each recorded round (not recorded)
     concurrencies: tuple[int, ...] = (1, 16)
-    lifecycles: int = 15  # recorded lifecycles per mode
+    lifecycles: int = 20  # recorded lifecycles per mode
     containers: int = 100
     pods: int = 2
     hook_rounds: int = 3
@@ -63,7 +63,7 @@ class Options:
 
 
 def quick_options(base: Options) -> Options:
-    return Options(rounds=1, duration=0.8, warmup=0.15, concurrencies=base.concurrencies, lifecycles=2,
+    return Options(rounds=1, duration=0.8, warmup=0.15, concurrencies=base.concurrencies, lifecycles=3,
                    containers=base.containers, pods=base.pods, hook_rounds=1, hook_duration=0.8,
                    json_path=base.json_path, keep=base.keep, quick=True)
 
@@ -198,7 +198,7 @@ class Bench:
             f"(~{opts.rounds * per_round:.0f}s)")
         raw: dict[tuple[str, int], dict[str, dict[str, Any]]] = {
             case: {t: {"lat": [], "calls": 0, "elapsed": 0.0, "errors": 0, "samples": [], "rounds": [],
-                       "cpu": 0.0}
+                       "cpu": 0.0, "all_calls": 0}
                    for t in targets}
             for case in cases}
         for r in range(opts.rounds):
@@ -214,9 +214,10 @@ class Bench:
                     ans = await loadgen.request(cmd, timeout=opts.duration + opts.warmup + 60)
                     acc = raw[case][target]
                     if target == "proxy":
-                        acc["cpu"] += cpu_seconds(plain.pid) - cpu0  # warm-up included: per-call figure uses all calls
+                        acc["cpu"] += cpu_seconds(plain.pid) - cpu0
                     acc["lat"].extend(ans["latencies_ns"])
                     acc["calls"] += ans["calls"]
+                    acc["all_calls"] += ans["calls"] + ans["warmup_calls"]
                     acc["elapsed"] += ans["elapsed"]
                     acc["errors"] += ans["errors"]
                     acc["samples"] += ans["error_samples"]
@@ -240,8 +241,8 @@ class Bench:
             d, p = entry["direct"], entry["proxy"]
             paired = [ratio(b, a) for a, b in zip(d["calls_per_s_by_round"], p["calls_per_s_by_round"],
                                                  strict=True)]
-            # The proxy's CPU includes the warm-up calls, so divide by an estimate of all its calls.
-            all_calls = p["calls"] * (opts.duration + opts.warmup) / opts.duration
+            # The proxy's CPU time was sampled around warm-up and recorded phase: divide by all their calls.
+            all_calls = by_target["proxy"]["all_calls"]
             entry["ratios"] = {
                 "p50": ratio(p["p50_ms"], d["p50_ms"]),
                 "p99": ratio(p["p99_ms"], d["p99_ms"]),
@@ -292,6 +293,7 @@ class Bench:
         modes = list(stubs)
         say(f"pod lifecycles: 1 warm-up + {opts.lifecycles} recorded per mode, interleaved ({', '.join(modes)})")
         results: dict[str, list[lc.LifecycleResult]] = {m: [] for m in modes}
+        by_iteration: list[dict[str, float]] = []  # mode -> total seconds, for paired ratios
         failures: dict[str, list[str]] = {m: [] for m in modes}
 
         async def one(mode: str, name: str) -> lc.LifecycleResult | None:
@@ -309,10 +311,13 @@ class Bench:
         before = await self._metrics(metrics_port)
         for i in range(opts.lifecycles):
             rotated = modes[i % len(modes):] + modes[:i % len(modes)]
+            iteration: dict[str, float] = {}
             for mode in rotated:
                 res = await one(mode, f"lc{i}-{mode.replace('+', '-')}")
                 if res is not None:
                     results[mode].append(res)
+                    iteration[mode] = res.total
+            by_iteration.append(iteration)
             if (i + 1) % 5 == 0 or i + 1 == opts.lifecycles:
                 say(f"  {i + 1}/{opts.lifecycles} iterations done")
         after = await self._metrics(metrics_port)
@@ -335,6 +340,9 @@ class Bench:
             m = out["modes"][mode]
             m["median_ratio"] = ratio(m["median_ms"], base["median_ms"])
             m["p90_ratio"] = ratio(m["p90_ms"], base["p90_ms"])
+            # The modes of one iteration run back to back: the median of their ratios cancels slow drifts.
+            paired = [it[mode] / it["direct"] for it in by_iteration if mode in it and "direct" in it]
+            m["paired_median_ratio"] = median(paired)
         out["proxy_metrics"] = self._hook_metrics(before, after, len(results["proxy+hook"]) + len(failures["proxy+hook"]))
         self.results["lifecycle"] = out
 

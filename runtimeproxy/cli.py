@@ -88,3 +88,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             )
         await build_proxy(config, stack)
         await wait_for_signal()
+
+
+if __name__ == "__main__":
+    main()

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+import logging
 from typing import NoReturn, Protocol
 
 import grpc
 from grpc import aio
+
+log = logging.getLogger(__name__)
 
 # Headers that belong to one HTTP/2 hop or that grpc sets itself; the rest of
 # the client's metadata (including -bin keys) reaches the backend unchanged.
@@ -50,8 +53,24 @@ def _reply_metadata(md: object) -> tuple[tuple[str, str | bytes], ...]:
     return tuple((k, v) for k, v in (md or ()) if k not in HOP_BY_HOP and not k.startswith(":"))
 
 
-async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError) -> NoReturn:
+# Codes that say the runtime (not the caller) is in trouble: worth a warning.
+_RUNTIME_TROUBLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
+async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: str) -> NoReturn:
     """End the client's call with the backend's status, details and trailers."""
+    (log.warning if err.code() in _RUNTIME_TROUBLE else log.info)(
+        "call failed", extra={"method": path, "code": err.code().name, "error": err.details()}
+    )
     trailers = _reply_metadata(err.trailing_metadata())
     if trailers:
         context.set_trailing_metadata(trailers)
@@ -94,7 +113,7 @@ class GrpcRelay:
         try:
             response = await call
         except aio.AioRpcError as err:
-            await pass_error(context, err)
+            await pass_error(context, err, path)
         except asyncio.CancelledError:
             call.cancel()  # the client went away: so does the backend call
             raise
@@ -110,7 +129,7 @@ class GrpcRelay:
         call = channel.unary_stream(path)(
             request, metadata=client_metadata(context), timeout=context.time_remaining()
         )
-        async for message in self._relay_stream(call, context):
+        async for message in self._relay_stream(call, path, context):
             yield message
 
     async def stream_stream(
@@ -119,10 +138,10 @@ class GrpcRelay:
         call = channel.stream_stream(path)(
             requests, metadata=client_metadata(context), timeout=context.time_remaining()
         )
-        async for message in self._relay_stream(call, context):
+        async for message in self._relay_stream(call, path, context):
             yield message
 
-    async def _relay_stream(self, call: aio.Call, context: aio.ServicerContext) -> AsyncIterator[bytes]:
+    async def _relay_stream(self, call: aio.Call, path: str, context: aio.ServicerContext) -> AsyncIterator[bytes]:
         self._streams.add(call)
         try:
             initial = _reply_metadata(await call.initial_metadata())
@@ -134,7 +153,7 @@ class GrpcRelay:
         except aio.AioRpcError as err:
             if self._closing and err.code() == grpc.StatusCode.CANCELLED:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
-            await pass_error(context, err)
+            await pass_error(context, err, path)
         except asyncio.CancelledError:
             if self._closing and not context.cancelled():
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")

@@ -42,6 +42,7 @@ class StageProvider:
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     # A stream-stream handler answers a call of any cardinality.
     async def refuse(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        log.info("call refused", extra={"code": code.name, "error": message})
         await context.abort(code, message)
         yield b""  # pragma: no cover - makes this an async generator
 

@@ -9,6 +9,8 @@ whose type cannot hold any v1-only field are never decoded.
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
@@ -16,6 +18,8 @@ from grpc import aio
 from . import convert
 from .convert import ApiVersion
 from .router import Send, Stage, StageProvider
+
+log = logging.getLogger(__name__)
 
 # v1-only fields that only inform (ImageSpec's name as the user wrote it, the
 # resolved ref): a v1alpha2 runtime works the same without them, and kubelet
@@ -43,6 +47,7 @@ class V1OnlyFieldCheck(StageProvider):
             except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
             if fields:
+                log.info("refusing fields v1alpha2 cannot carry", extra={"method": method, "fields": fields})
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"{method}: the backend speaks CRI v1alpha2, which cannot carry "

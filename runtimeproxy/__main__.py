@@ -1,0 +1,5 @@
+"""python -m runtimeproxy == runtime-proxy."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""The `runtime-proxy serve` process: start-up, SIGTERM, socket clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+
+from .fakes import FakeBackend
+
+
+async def wait_for_line(stream: asyncio.StreamReader, needle: str, timeout: float = 20) -> list[str]:
+    seen: list[str] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            line = (await stream.readline()).decode()
+            if not line:
+                raise AssertionError(f"process ended before {needle!r}: {seen}")
+            seen.append(line)
+            if needle in line:
+                return seen
+
+
+async def test_serve_answers_then_sigterm_removes_socket(fake: FakeBackend, sock_dir: Path) -> None:
+    listen = sock_dir / "proxy.sock"
+    hook_dir = sock_dir / "hooks"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", "serve",
+        "--listen", str(listen), "--backend", str(fake.socket), "--hook-dir", str(hook_dir),
+        "--log-format", "json", stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        lines = await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)")
+        assert any('"msg": "listening"' in line for line in lines)
+        async with aio.insecure_channel(f"unix://{listen}") as channel:
+            reply = await channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=10)
+        assert v1.VersionResponse.FromString(reply).runtime_name == "fake"
+        process.send_signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(process.stderr.read(), 20)).decode()
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+        assert '"msg": "stopped"' in rest
+        assert not listen.exists()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_bad_config_file_is_a_clear_error(sock_dir: Path) -> None:
+    bad = sock_dir / "config.yaml"
+    bad.write_text("listen: [unclosed\n")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", "serve", "--config", str(bad),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode != 0
+    assert str(bad) in err.decode()
