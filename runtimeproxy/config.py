@@ -44,23 +44,39 @@ class ProxyConfig:
 
 _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
+_CHOICES = {
+    "backend_version": ("v1", "v1alpha2"),
+    "log_format": ("text", "json"),
+    "log_level": ("debug", "info", "warning", "error"),
+}
+_POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
+_NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval"}
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+    """Check and convert settings, so that a bad value stops start-up with a
+    clear message instead of failing every call later."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _KEYS:
             raise ConfigError(f"unknown setting {key!r}")
-        if key in _PATHS and value is not None:
+        name = key.replace("_", "-")
+        if value is None:
+            out[key] = None
+            continue
+        if key in _PATHS:
             value = Path(value)
-        # Checked here so that a bad value stops start-up instead of failing every call later.
-        if key == "serve_versions":
+        elif key in _CHOICES and value not in _CHOICES[key]:
+            raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}")
+        elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes")
+        elif key in _NON_NEGATIVE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ConfigError(f"{name} {value!r}: expected a number of seconds")
+        elif key == "serve_versions":
             try:
                 parse_serve_versions(str(value))
             except VersionPlanError as exc:
                 raise ConfigError(str(exc)) from exc
-        if key == "backend_version" and value is not None and value not in ("v1", "v1alpha2"):
-            raise ConfigError(f"backend-version {value!r}: expected v1 or v1alpha2")
         out[key] = value
     return out
 
