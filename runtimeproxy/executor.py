@@ -29,6 +29,15 @@ def _skips(labels: Any) -> bool:
     return labels.get(SKIP_LABEL, "").lower() == "true"
 
 
+def _copy(record: HookRequest | None) -> HookRequest | None:
+    """A hook request from a stored record; hooks must not touch the store's copy."""
+    if record is None:
+        return None
+    out = type(record)()
+    out.CopyFrom(record)
+    return out
+
+
 class Executor:
     request: ClassVar[type[Message]]
     response: ClassVar[type[Message]]
@@ -63,12 +72,7 @@ class _ContainerById(Executor):
         return record is not None and _skips(record.pod_labels)
 
     async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
-        record = await store.container(req.container_id)
-        if record is None:
-            return None
-        out = hookapi.ContainerResourceHookRequest()
-        out.CopyFrom(record)
-        return out
+        return _copy(await store.container(req.container_id))
 
 
 class RunPodSandbox(Executor):
@@ -110,12 +114,7 @@ class StopPodSandbox(Executor):
         return record is not None and _skips(record.labels)
 
     async def hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
-        record = await store.pod(req.pod_sandbox_id)
-        if record is None:
-            return None
-        out = hookapi.PodSandboxHookRequest()
-        out.CopyFrom(record)
-        return out
+        return _copy(await store.pod(req.pod_sandbox_id))
 
 
 class RemovePodSandbox(Executor):

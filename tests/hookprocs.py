@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hooks.sdk import write_hook_config
+from runtimeproxy.app import RunningProxy
 
 
 @dataclass
@@ -37,6 +38,23 @@ class HookProcess:
         priority: int | None = None,
     ) -> Path:
         return write_hook_config(hook_dir, self.name, self.socket, hooks, failure_policy, timeout, priority)
+
+
+async def registered(running: RunningProxy, count: int) -> None:
+    """Until the proxy's hook registry holds ``count`` hook servers (awaits the
+    registry's change event; a reload makes it independent of watcher timing)."""
+    changed = asyncio.Event()
+    unsubscribe = running.registry.on_change(lambda snapshot: changed.set())
+    try:
+        async with asyncio.timeout(5):
+            while True:
+                changed.clear()
+                running.registry.reload()
+                if len(running.registry.snapshot) == count:
+                    return
+                await changed.wait()
+    finally:
+        unsubscribe()
 
 
 @contextlib.asynccontextmanager

@@ -18,7 +18,7 @@ from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
 
-from ..hookprocs import hook_server
+from ..hookprocs import hook_server, registered
 from .fakes import FakeBackend
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
@@ -81,21 +81,6 @@ async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIte
         running = await build_proxy(config, stack)
         await running.proxy.wait_ready(10)
         yield running
-
-
-async def registered(running: RunningProxy, count: int) -> None:
-    """Wait until the registry holds ``count`` servers (the watcher's event)."""
-    changed = asyncio.Event()
-    unsubscribe = running.registry.on_change(lambda snap: changed.set())
-    try:
-        async with asyncio.timeout(5):
-            while len(running.registry.snapshot) != count:
-                changed.clear()
-                running.registry.reload()  # also what the watcher does; makes this deterministic
-                if len(running.registry.snapshot) != count:
-                    await changed.wait()
-    finally:
-        unsubscribe()
 
 
 def backend_request(fake: FakeBackend, path: str = CREATE, index: int = -1) -> v1.CreateContainerRequest:

@@ -14,25 +14,12 @@ from grpc import aio
 
 from runtimeproxy.app import RunningProxy
 
-from ..hookprocs import HookProcess, hook_server
+from ..hookprocs import hook_server, registered
 from .crihelpers import V1, V1ALPHA2, CriApi, cgroup_of, container_config, pod_sandbox_config, verbose_info
 from .proxyfixtures import ProxyLauncher, launcher  # noqa: F401 (fixture)
 from .test_localruntime import remove_pod_quietly
 
 MIB = 1024 * 1024
-
-
-async def registered(running: RunningProxy, count: int) -> None:
-    """Until the watched hook directory holds ``count`` hook servers."""
-    changed = asyncio.Event()
-    unsubscribe = running.registry.on_change(lambda snapshot: changed.set())
-    try:
-        async with asyncio.timeout(5):
-            while len(running.registry.snapshot) != count:
-                changed.clear()
-                await changed.wait()
-    finally:
-        unsubscribe()
 
 
 def cgroup_value(pid: int, controller: str, name: str) -> int:
