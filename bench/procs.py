@@ -166,8 +166,8 @@ class HookServerChild(Child):
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
                  metrics_port: int | None = None) -> None:
-        # runtimeproxy/cli.py has no `if __name__ == "__main__"`, so `python -m runtimeproxy.cli` would
-        # exit at once doing nothing; call the console script's entry point instead.
+        # The console script's entry point, called directly: it does not depend on a `__main__`
+        # guard in runtimeproxy/cli.py (older checkouts had none, and `-m` then exited doing nothing).
         argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
                 "--backend", str(backend), "--hook-dir", str(hook_dir), "--log-level", "warning"]
         if metrics_port is not None:

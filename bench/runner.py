@@ -52,7 +52,7 @@ class Options:
     duration: float = 2.5  # seconds per unary round and target
     warmup: float = 0.3  # seconds before each recorded round (not recorded)
     concurrencies: tuple[int, ...] = (1, 16)
-    lifecycles: int = 20  # recorded lifecycles per mode
+    lifecycles: int = 30  # recorded lifecycles per mode
     containers: int = 100
     pods: int = 2
     hook_rounds: int = 3
