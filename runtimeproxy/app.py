@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 class RunningProxy:
     proxy: Proxy
     registry: HookRegistry
+    hooks: HookStage
     store: StateStore
     metrics: Metrics
 
@@ -37,7 +38,9 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     dispatcher = Dispatcher(registry, metrics)
     stack.push_async_callback(dispatcher.close)
     store = StateStore()
-    proxy = Proxy(config, stages=[V1OnlyFieldCheck(), HookStage(dispatcher, store, metrics)])
+    hooks = HookStage(dispatcher, store, metrics)
+    stack.push_async_callback(hooks.drain)  # after the server stopped, before the channels close
+    proxy = Proxy(config, stages=[V1OnlyFieldCheck(), hooks])
     store.read_backend = proxy.read_runtime
 
     tasks: set[asyncio.Task[None]] = set()
@@ -64,7 +67,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     if config.metrics_listen:
         metrics.serve(config.metrics_listen)
         log.info("serving metrics", extra={"address": config.metrics_listen})
-    return RunningProxy(proxy, registry, store, metrics)
+    return RunningProxy(proxy, registry, hooks, store, metrics)
 
 
 def _count_servers(metrics: Metrics, snapshot: HookSnapshot) -> None:

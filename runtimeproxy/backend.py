@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
@@ -94,9 +95,12 @@ class Backend:
                 if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
                     continue
                 raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
+            try:
+                # Same field numbers in both versions: the v1 class reads either.
+                answer = v1.VersionResponse.FromString(raw)
+            except DecodeError as err:
+                raise BackendUnavailable(f"{path}: answer is not a VersionResponse") from err
             versions.add(version)
-            # Same field numbers in both versions: the v1 class reads either.
-            answer = v1.VersionResponse.FromString(raw)
         if not versions:
             known = ", ".join(CRI_VERSIONS)
             raise BackendUnavailable(f"{self.runtime_socket} answers no CRI version ({known})")
@@ -149,7 +153,10 @@ class Backend:
             previous, state = state, self.runtime_channel.get_state(try_to_connect=True)
             if state == grpc.ChannelConnectivity.READY and previous != grpc.ChannelConnectivity.READY:
                 log.info("backend connection re-established, probing again", extra={"backend": str(self.runtime_socket)})
-                await self.probe()
+                try:
+                    await self.probe()
+                except Exception:  # keep watching: the next reconnect probes again
+                    log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
             elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
 

@@ -19,6 +19,7 @@ from .metrics import Metrics
 log = logging.getLogger(__name__)
 
 SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
+CLOSE_GRACE = 30.0  # longer than any sane hook timeout
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -50,6 +51,7 @@ class Dispatcher:
         self.registry = registry
         self._metrics = metrics
         self._channels: dict[str, aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         registry.on_change(self._forget_removed)
 
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
@@ -62,14 +64,19 @@ class Dispatcher:
         return channel
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
+        # Calls already under way on a removed server finish (each is bounded
+        # by its timeout); the channel closes after them.
         for endpoint in set(self._channels) - set(snapshot.endpoints):
             channel = self._channels.pop(endpoint)
-            asyncio.get_running_loop().create_task(channel.close())
+            task = asyncio.get_running_loop().create_task(channel.close(grace=CLOSE_GRACE))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
-            await channel.close()
+            await channel.close(grace=CLOSE_GRACE)
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
         """One hook call; raises ``_Failure`` with a readable cause."""
@@ -84,7 +91,11 @@ class Dispatcher:
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.
             async with asyncio.timeout(server.timeout + 1.0):
-                return await method(request, timeout=server.timeout)
+                answer = await method(request, timeout=server.timeout)
+            if answer is None:  # grpc hands over None when the answer does not decode
+                outcome = "invalid_answer"
+                raise _Failure(f"answer is not a valid {_response_type(hook).__name__}")
+            return answer
         except aio.AioRpcError as err:
             outcome = err.code().name.lower()
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -93,6 +104,12 @@ class Dispatcher:
         except TimeoutError as err:
             outcome = "deadline_exceeded"
             raise _Failure(f"no answer within {server.timeout:g}s") from err
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller is being cancelled: not the hook's failure
+            outcome = "cancelled"  # the channel was closed under the call
+            raise _Failure("hook call cancelled (its channel was closed)") from None
         finally:
             if self._metrics is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)

@@ -137,13 +137,20 @@ class CreateContainer(Executor):
     async def skip(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
         return _skips(req.sandbox_config.labels)
 
-    async def _pod(self, req: v1.CreateContainerRequest, store: StateStore) -> hookapi.PodSandboxHookRequest:
+    async def _record(
+        self, req: v1.CreateContainerRequest, store: StateStore, container_id: str = ""
+    ) -> hookapi.ContainerResourceHookRequest:
         # The pod as the runtime has it (with what PreRunPodSandbox hooks
-        # changed), not kubelet's copy of its config.
-        return await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
+        # changed), not kubelet's copy of its config; but the cgroup parent
+        # the runtime will use for this container is the request's.
+        pod = await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
+        record = container_record(pod, req.config, container_id)
+        if req.sandbox_config.linux.cgroup_parent:
+            record.pod_cgroup_parent = req.sandbox_config.linux.cgroup_parent
+        return record
 
     async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
-        return container_record(await self._pod(req, store), req.config)
+        return await self._record(req, store)
 
     def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
         config = req.config
@@ -157,8 +164,7 @@ class CreateContainer(Executor):
         return merge_env(config.envs, answer.container_envs) or changed
 
     async def record(self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore) -> None:
-        pod = await self._pod(req, store)
-        store.put_container(resp.container_id, req.pod_sandbox_id, container_record(pod, req.config, resp.container_id))
+        store.put_container(resp.container_id, req.pod_sandbox_id, await self._record(req, store, resp.container_id))
 
 
 class StartContainer(_ContainerById):

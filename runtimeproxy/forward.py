@@ -113,13 +113,12 @@ class GrpcRelay:
         try:
             response = await call
         except aio.AioRpcError as err:
+            await _pass_initial_metadata(call, context)
             await pass_error(context, err, path)
         except asyncio.CancelledError:
             call.cancel()  # the client went away: so does the backend call
             raise
-        initial = _reply_metadata(await call.initial_metadata())
-        if initial:
-            await context.send_initial_metadata(initial)
+        await _pass_initial_metadata(call, context)
         await _pass_reply_metadata(call, context)
         return response
 
@@ -144,9 +143,9 @@ class GrpcRelay:
     async def _relay_stream(self, call: aio.Call, path: str, context: aio.ServicerContext) -> AsyncIterator[bytes]:
         self._streams.add(call)
         try:
-            initial = _reply_metadata(await call.initial_metadata())
-            if initial:
-                await context.send_initial_metadata(initial)
+            if self._closing:  # started as shutdown began: end it like the others
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
+            await _pass_initial_metadata(call, context)
             async for message in call:  # type: ignore[attr-defined]
                 yield message
             await _pass_reply_metadata(call, context)
@@ -163,6 +162,12 @@ class GrpcRelay:
             # Client gone, generator closed or shutdown: never leave the
             # backend stream running.
             call.cancel()
+
+
+async def _pass_initial_metadata(call: aio.Call, context: aio.ServicerContext) -> None:
+    initial = _reply_metadata(await call.initial_metadata())
+    if initial:
+        await context.send_initial_metadata(initial)
 
 
 async def _pass_reply_metadata(call: aio.Call, context: aio.ServicerContext) -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -32,21 +31,32 @@ class KeyedLocks:
     def __init__(self) -> None:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
+    async def acquire(self, key: str) -> Callable[[], None]:
+        """Wait for ``key``; returns the function that releases it (once)."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
-            async with lock:
-                yield
-        finally:
-            lock_, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock_, users - 1)
+            await lock.acquire()
+        except BaseException:
+            self._unref(key)
+            raise
+
+        def release() -> None:
+            lock.release()
+            self._unref(key)
+
+        return release
+
+    def _unref(self, key: str) -> None:
+        lock, users = self._locks[key]
+        if users == 1:
+            del self._locks[key]
+        else:
+            self._locks[key] = (lock, users - 1)
+
+    def users(self, key: str) -> int:
+        """Calls holding or waiting for ``key``."""
+        return self._locks.get(key, (None, 0))[1]
 
     def __len__(self) -> int:
         return len(self._locks)
@@ -57,7 +67,8 @@ class HookStage(StageProvider):
         self.dispatcher = dispatcher
         self.store = store
         self._metrics = metrics
-        self._locks = KeyedLocks()
+        self.locks = KeyedLocks()
+        self._post_hooks: set[asyncio.Task[None]] = set()
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         point = HOOK_POINTS.get(method)
@@ -82,15 +93,18 @@ class HookStage(StageProvider):
             return await send(request)  # not ours to judge: the backend answers
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
-        if await ex.skip(req, self.store):
-            log.debug("pod opted out of hooks", extra=fields)
-            return await send(request)
-        async with self._locks.hold(key):
+        release: Callable[[], None] | None = await self.locks.acquire(key)
+        try:
+            pre = point.pre is not None and bool(self.dispatcher.servers(point.pre))
+            post = point.post is not None and bool(self.dispatcher.servers(point.post))
+            if (pre or post) and await ex.skip(req, self.store):
+                log.debug("pod opted out of hooks", extra=fields)
+                pre = post = False
             changed = False
-            if point.pre is not None and self.dispatcher.servers(point.pre):
+            if pre:
                 try:
                     changed = await self.dispatcher.run_pre(
-                        point.pre,
+                        point.pre,  # type: ignore[arg-type]
                         build=lambda: ex.hook_request(req, self.store),
                         apply=lambda answer: ex.apply(req, answer),
                         log_fields=fields,
@@ -100,8 +114,35 @@ class HookStage(StageProvider):
             reply = await send(req.SerializeToString() if changed else request)
             response = ex.response.FromString(reply) if ex.reads_response else None
             await ex.record(req, response, self.store)
-            if point.post is not None and self.dispatcher.servers(point.post):
+            if post:
                 post_request = await ex.hook_request(req, self.store)
                 if post_request is not None:
-                    await self.dispatcher.run_post(point.post, post_request, fields)
+                    # Post hooks only inform: the client has its answer now,
+                    # while the lock stays held until they are done, so the
+                    # next call on this object still comes after them.
+                    self._start_post_hooks(point, post_request, fields, release)
+                    release = None
             return reply
+        finally:
+            if release is not None:
+                release()
+
+    def _start_post_hooks(
+        self, point: HookPoint, request: object, fields: dict[str, object], release: Callable[[], None]
+    ) -> None:
+        assert point.post is not None
+
+        async def run() -> None:
+            try:
+                await self.dispatcher.run_post(point.post, request, fields)  # type: ignore[arg-type]
+            finally:
+                release()
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"post-{point.post.value}")
+        self._post_hooks.add(task)
+        task.add_done_callback(self._post_hooks.discard)
+
+    async def drain(self) -> None:
+        """Shutdown: let started post hooks finish (each bounded by its timeout)."""
+        if self._post_hooks:
+            await asyncio.gather(*self._post_hooks, return_exceptions=True)

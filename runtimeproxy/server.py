@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,8 @@ class ListenError(RuntimeError):
 
 
 def prepare_socket_path(path: Path) -> None:
-    """Create the directory; remove a stale socket, but never anything else."""
+    """Create the directory; remove a stale socket, but never anything else
+    (a live one belongs to another running proxy)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.lstat().st_mode
@@ -39,6 +41,13 @@ def prepare_socket_path(path: Path) -> None:
         return
     if not stat.S_ISSOCK(mode):
         raise ListenError(f"{path} exists and is not a socket; refusing to remove it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            pass  # nobody listens: stale
+        else:
+            raise ListenError(f"{path} is in use by another process; refusing to take it over")
     path.unlink()
     log.info("removed stale socket", extra={"path": str(path)})
 
@@ -64,6 +73,7 @@ class Proxy:
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._backend_task: asyncio.Task[None] | None = None
+        self._socket_inode: int | None = None
         self.backend.on_change(self._on_backend)
 
     async def start(self) -> None:
@@ -78,6 +88,7 @@ class Proxy:
         finally:
             os.umask(old)
         os.chmod(path, SOCKET_MODE)
+        self._socket_inode = path.stat().st_ino
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("probing backend", extra={"backend": str(self.config.backend)})
@@ -120,8 +131,10 @@ class Proxy:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._backend_task
         await self.backend.close()
+        # Only our own socket: a newer instance may already have replaced it.
         with contextlib.suppress(FileNotFoundError):
-            self.config.listen.unlink()
+            if self.config.listen.stat().st_ino == self._socket_inode:
+                self.config.listen.unlink()
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
     async def wait(self) -> None:

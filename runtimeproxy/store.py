@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import env_map, hook_resources
+from .merge import env_map, hook_resources, merge_resources
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,10 @@ class StateStore:
     pods: dict[str, hookapi.PodSandboxHookRequest] = field(default_factory=dict)
     containers: dict[str, hookapi.ContainerResourceHookRequest] = field(default_factory=dict)
     container_pod: dict[str, str] = field(default_factory=dict)
+    # Ids with a backend read under way, and those of them removed meanwhile:
+    # a read that finishes after its object was removed must not bring it back.
+    _reading: dict[str, int] = field(default_factory=dict)
+    _dropped: set[str] = field(default_factory=set)
 
     def put_pod(self, pod_id: str, record: hookapi.PodSandboxHookRequest) -> None:
         self.pods[pod_id] = record
@@ -78,10 +82,14 @@ class StateStore:
     def drop_container(self, container_id: str) -> None:
         self.containers.pop(container_id, None)
         self.container_pod.pop(container_id, None)
+        if container_id in self._reading:
+            self._dropped.add(container_id)
 
     def drop_pod(self, pod_id: str) -> None:
         # Removing a sandbox removes its containers too.
         self.pods.pop(pod_id, None)
+        if pod_id in self._reading:
+            self._dropped.add(pod_id)
         for cid in [c for c, p in self.container_pod.items() if p == pod_id]:
             self.drop_container(cid)
 
@@ -90,35 +98,49 @@ class StateStore:
         if record is None and self.read_backend is not None:
             record = await self._read(self._read_pod, pod_id)
             if record is not None:
-                self.pods[pod_id] = record
+                self.put_pod(pod_id, record)
         return record
 
     async def container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
         record = self.containers.get(container_id)
         if record is None and self.read_backend is not None:
-            record = await self._read(self._read_container, container_id)
+            found = await self._read(self._read_container, container_id)
+            if found is not None:
+                pod_id, record = found
+                self.put_container(container_id, pod_id, record)
         return record
 
     async def _read(self, reader: Callable[[str], Awaitable[Any]], object_id: str) -> Any:
-        # Unknown ids are the backend's to report (NOT_FOUND on the call
-        # itself); a failed read only means hooks have nothing to go on.
+        """A record read back from the backend, or None. Unknown ids are the
+        backend's to report (on the call itself); a failed read only means
+        hooks have less to go on."""
+        self._reading[object_id] = self._reading.get(object_id, 0) + 1
         try:
-            return await reader(object_id)
+            result = await reader(object_id)
         except grpc.aio.AioRpcError as err:
             log.info("cannot read state from backend", extra={"id": object_id, "code": err.code().name})
-            return None
+            result = None
+        except Exception as exc:  # a garbled answer must not fail the client's call
+            log.warning("cannot read state from backend", extra={"id": object_id, "error": repr(exc)})
+            result = None
+        finally:
+            left = self._reading.pop(object_id) - 1
+            dropped = object_id in self._dropped
+            if left:
+                self._reading[object_id] = left
+            else:
+                self._dropped.discard(object_id)
+        return None if dropped else result
 
     async def rebuild(self) -> None:
         """Read every pod and container the backend has (proxy start-up)."""
         assert self.read_backend is not None
         pods = v1.ListPodSandboxResponse.FromString(await self.read_backend("ListPodSandbox", b""))
         for item in pods.items:
-            if item.id not in self.pods:
-                await self.pod(item.id)
+            await self.pod(item.id)
         containers = v1.ListContainersResponse.FromString(await self.read_backend("ListContainers", b""))
         for c in containers.containers:
-            if c.id not in self.containers:
-                await self.container(c.id)
+            await self.container(c.id)
         log.info("state rebuilt from backend", extra={"pods": len(self.pods), "containers": len(self.containers)})
 
     async def _read_pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
@@ -127,14 +149,14 @@ class StateStore:
         status = v1.PodSandboxStatusResponse.FromString(await self.read_backend("PodSandboxStatus", request))
         info = _verbose_info(status.info)
         config = _config_from_info(info, v1.PodSandboxConfig())
-        if config is None:
+        if info is None or config is None:
             # Not containerd's verbose format: better no record than one that
             # tells hooks wrong labels.
             log.warning("no config in sandbox status; cannot rebuild pod state", extra={"pod_sandbox_id": pod_id})
             return None
         return pod_record(config, str(info.get("runtimeHandler", "")))
 
-    async def _read_container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
+    async def _read_container(self, container_id: str) -> tuple[str, hookapi.ContainerResourceHookRequest] | None:
         assert self.read_backend is not None
         request = v1.ContainerStatusRequest(container_id=container_id, verbose=True).SerializeToString()
         status = v1.ContainerStatusResponse.FromString(await self.read_backend("ContainerStatus", request))
@@ -142,15 +164,47 @@ class StateStore:
         pod_id = str(info.get("sandboxID", "")) if info else ""
         pod = await self.pod(pod_id) if pod_id else None
         config = _config_from_info(info, v1.ContainerConfig())
-        if pod is None or config is None:
+        if info is None or pod is None or config is None:
             log.warning(
                 "cannot rebuild container state from the backend",
                 extra={"container_id": container_id, "pod_sandbox_id": pod_id},
             )
             return None
         record = container_record(pod, config, container_id)
-        self.put_container(container_id, pod_id, record)
-        return record
+        # The config is as created; the runtime spec has what later
+        # UpdateContainerResources calls made of it.
+        merge_resources(record.container_resources, _resources_from_spec(info.get("runtimeSpec")))
+        return pod_id, record
+
+
+def _resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:
+    """The CRI view of an OCI runtime spec's Linux resources (what is set)."""
+    out = hookapi.LinuxContainerResources()
+    if not isinstance(spec, dict):
+        return out
+    resources = (spec.get("linux") or {}).get("resources") or {}
+    cpu, memory = resources.get("cpu") or {}, resources.get("memory") or {}
+    numbers = {
+        "cpu_period": cpu.get("period"),
+        "cpu_quota": cpu.get("quota"),
+        "cpu_shares": cpu.get("shares"),
+        "memory_limit_in_bytes": memory.get("limit"),
+        "memory_swap_limit_in_bytes": memory.get("swap"),
+        "oom_score_adj": (spec.get("process") or {}).get("oomScoreAdj"),
+    }
+    for name, value in numbers.items():
+        if isinstance(value, int) and value > 0 or (name == "oom_score_adj" and isinstance(value, int)):
+            setattr(out, name, value)
+    for name, key in (("cpuset_cpus", "cpus"), ("cpuset_mems", "mems")):
+        if isinstance(cpu.get(key), str):
+            setattr(out, name, cpu[key])
+    for limit in resources.get("hugepageLimits") or []:
+        if isinstance(limit, dict) and isinstance(limit.get("limit"), int):
+            out.hugepage_limits.add(page_size=str(limit.get("pageSize", "")), limit=limit["limit"])
+    unified = resources.get("unified")
+    if isinstance(unified, dict):
+        out.unified.update({str(k): str(v) for k, v in unified.items()})
+    return out
 
 
 def _verbose_info(info: Any) -> dict[str, Any] | None:

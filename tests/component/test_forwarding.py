@@ -276,3 +276,24 @@ async def test_shutdown_finishes_unary_ends_streams_removes_socket(fake, start_p
     assert await asyncio.wait_for(slow, 3) == b"late but fine"
     await asyncio.wait_for(stopping, 3)
     assert not (sock_dir / "proxy.sock").exists()
+
+
+async def test_initial_metadata_passes_with_an_error(fake, start_proxy, client) -> None:
+    fake.script(V1_LIST, initial=(("x-initial", "1"),), code=grpc.StatusCode.NOT_FOUND, details="gone")
+    await start_proxy(fake.socket)
+    call = unary(client, V1_LIST)(b"")
+    with pytest.raises(aio.AioRpcError):
+        await call
+    assert ("x-initial", "1") in tuple(await call.initial_metadata())
+
+
+async def test_refuses_a_socket_another_process_serves(fake, start_proxy, client, sock_dir) -> None:
+    from runtimeproxy.config import ProxyConfig
+    from runtimeproxy.server import ListenError, Proxy
+
+    await start_proxy(fake.socket)
+    second = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket))
+    with pytest.raises(ListenError, match="in use"):
+        await second.start()
+    # The first one still serves on it.
+    assert v1.VersionResponse.FromString(await unary(client, "/runtime.v1.RuntimeService/Version")(b"")).runtime_name == "fake"

@@ -194,14 +194,20 @@ async def test_failure_policies(running, fake, client, sock_dir, hook_dir, fault
         assert elapsed < timeout + 1.0, f"{fault}/{policy} took {elapsed:.2f}s"
 
 
-async def test_post_hook_failure_never_fails_the_call(running, fake, client, sock_dir, hook_dir) -> None:
-    async with hook_server(sock_dir, "post", {"PostStopContainer": {"behaviour": "error"}}) as hook:
-        hook.register(hook_dir, ["PostStopContainer"], "Fail", timeout="300ms")
+@pytest.mark.parametrize("behaviour", ["error", "hang"])
+async def test_post_hook_failure_never_fails_or_delays_the_call(running, fake, client, sock_dir, hook_dir, behaviour) -> None:
+    async with hook_server(sock_dir, "post", {"PostStopContainer": {"behaviour": behaviour}}) as hook:
+        hook.register(hook_dir, ["PostStopContainer"], "Fail", timeout="2s")
         await registered(running, 1)
         await client.unary_unary(CREATE)(create_request().SerializeToString())
-        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString())
+        started = time.monotonic()
+        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString(), timeout=1.5)
+        assert time.monotonic() - started < 1.0  # the answer does not wait for post hooks
+        # The next call on the same container comes after the post hook.
+        await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=5)
         assert len(hook.requests("PostStopContainer")) == 1
         assert hook.requests("PostStopContainer")[0]["container_meta"]["id"] == "ctr-1"
+        await running.hooks.drain()
 
 
 async def test_skip_label_bypasses_hooks(running, fake, client, sock_dir, hook_dir) -> None:
@@ -252,3 +258,93 @@ async def test_live_add_change_delete(running, fake, client, sock_dir, hook_dir)
         assert backend_request(fake).config.linux.resources.cpu_quota == 0
         path.unlink()
         await registered(running, 0)
+
+
+async def test_removing_a_hook_mid_call_does_not_hang_the_call(running, fake, client, sock_dir, hook_dir) -> None:
+    slow = {"PreCreateContainer": {"container_resources": {"cpu_quota": 7000}, "delay": 0.5}}
+    async with hook_server(sock_dir, "slow", slow) as hook:
+        path = hook.register(hook_dir, ["PreCreateContainer"], "Ignore", timeout="2s")
+        await registered(running, 1)
+        call = asyncio.ensure_future(client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10))
+        async with asyncio.timeout(5):
+            while not hook.requests("PreCreateContainer"):
+                await asyncio.sleep(0.02)  # the record file has no change event to await
+        path.unlink()
+        await registered(running, 0)
+        started = time.monotonic()
+        await asyncio.wait_for(call, 3)
+        assert time.monotonic() - started < 2.0
+    assert backend_request(fake).config.linux.resources.cpu_quota == 7000  # the call under way finished
+
+
+class GarbageHookServer:
+    """Answers every hook with bytes that are no hook response."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.server = aio.server()
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):  # type: ignore[no-untyped-def]
+                async def answer(request: bytes, context: aio.ServicerContext) -> bytes:
+                    return b"\xff\xff\xff"
+
+                return grpc.unary_unary_rpc_method_handler(answer)
+
+        self.server.add_generic_rpc_handlers((Handler(),))
+        self.server.add_insecure_port(f"unix://{socket}")
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_undecodable_hook_answer_follows_the_policy(running, fake, client, sock_dir, hook_dir, policy) -> None:
+    from hooks.sdk import write_hook_config
+
+    garbage = GarbageHookServer(sock_dir / "garbage.sock")
+    await garbage.server.start()
+    try:
+        write_hook_config(hook_dir, "garbage", garbage.socket, ["PreCreateContainer"], policy, "1s")
+        await registered(running, 1)
+        call = client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=5)
+        if policy == "Fail":
+            with pytest.raises(aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "garbage" in err.value.details() and "not a valid" in err.value.details()
+            assert fake.calls(CREATE) == []
+        else:
+            await call
+            assert backend_request(fake) == create_request()
+    finally:
+        await garbage.server.stop(0)
+
+
+async def test_calls_on_one_container_keep_their_order(running, fake, client, sock_dir, hook_dir) -> None:
+    """StartContainer then RemoveContainer for a container the proxy must first
+    read back from the runtime: the runtime still sees them in that order."""
+    status = "/runtime.v1.RuntimeService/ContainerStatus"
+    fake.script(status, hang=True)
+    async with hook_server(sock_dir, "start", {"PreStartContainer": {}}) as hook:
+        hook.register(hook_dir, ["PreStartContainer"])
+        await registered(running, 1)
+        start = asyncio.ensure_future(client.unary_unary(START)(v1.StartContainerRequest(container_id="old").SerializeToString(), timeout=10))
+        await fake.wait_calls(status)
+        remove = asyncio.ensure_future(client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="old").SerializeToString(), timeout=10))
+        async with asyncio.timeout(5):
+            while running.hooks.locks.users("old") < 2:  # Remove waits behind Start
+                await asyncio.sleep(0.01)
+        fake.scripts[status].release.set()
+        await asyncio.wait_for(asyncio.gather(start, remove), 10)
+    order = [r.path.rsplit("/", 1)[1] for r in fake.received if r.path in (START, REMOVE)]
+    assert order == ["StartContainer", "RemoveContainer"]
+
+
+async def test_chain_sees_pod_cgroup_parent_set_by_earlier_hook(running, fake, client, sock_dir, hook_dir) -> None:
+    mover = {"PreCreateContainer": {"pod_cgroup_parent": "/kubepods/besteffort/moved"}}
+    async with hook_server(sock_dir, "a", mover) as a, hook_server(sock_dir, "b", {"PreCreateContainer": {}}) as b:
+        a.register(hook_dir, ["PreCreateContainer"], priority=1)
+        b.register(hook_dir, ["PreCreateContainer"], priority=2)
+        await registered(running, 2)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        assert b.requests("PreCreateContainer")[0]["pod_cgroup_parent"] == "/kubepods/besteffort/moved"
+    assert backend_request(fake).sandbox_config.linux.cgroup_parent == "/kubepods/besteffort/moved"
+    assert running.store.containers["ctr-1"].pod_cgroup_parent == "/kubepods/besteffort/moved"

@@ -174,7 +174,7 @@ async def test_state_survives_proxy_restart(cri_channel, launcher, hooks_dir, po
     pod_fields = ("pod_meta", "pod_labels", "pod_annotations", "pod_cgroup_parent", "pod_resources")
     config = {"PreCreateContainer": {"container_annotations": {"created-through": "proxy"}}}
     async with hook_server(hooks_dir, "recorder", config) as hook:
-        hook.register(launcher.hook_dir, ["PreCreateContainer", "PreUpdateContainerResources"])
+        hook.register(launcher.hook_dir, ["PreCreateContainer", "PreUpdateContainerResources", "PostStopContainer"])
         first, first_stack = await launcher.start()
         await registered(first, 1)
         async with launcher.channel() as channel:
@@ -209,5 +209,12 @@ async def test_state_survives_proxy_restart(cri_channel, launcher, hooks_dir, po
                     direct = hook.requests("PreUpdateContainerResources")[-1]
                     assert {k: direct.get(k) for k in pod_fields} == {k: before.get(k) for k in pod_fields}
                     assert direct["container_meta"] == {"name": "direct", "id": other}
+                    # Resources as the last update left them, not as created.
+                    await V1.runtime(channel2).StopContainer(pb.StopContainerRequest(container_id=cid, timeout=10), timeout=30)
+                    await second.hooks.drain()
+                    stopped = hook.requests("PostStopContainer")[-1]
+                    assert stopped["container_meta"]["id"] == cid
+                    assert stopped["container_resources"]["cpu_quota"] == "40000"
+                    assert {k: stopped.get(k) for k in pod_fields} == {k: before.get(k) for k in pod_fields}
             finally:
                 await remove_pod_quietly(V1, cri_channel, pod_id)

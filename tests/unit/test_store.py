@@ -1,0 +1,90 @@
+"""The state store: records read back from the runtime, and never resurrected."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.store import StateStore, _resources_from_spec
+
+
+def pod_status(pod_id: str) -> bytes:
+    config = {"metadata": {"name": "web", "uid": "u1", "namespace": "ns"}, "labels": {"app": "web"},
+              "linux": {"cgroup_parent": "/kubepods/pod-u1"}}
+    info = {"config": config, "runtimeHandler": "runc"}
+    return v1.PodSandboxStatusResponse(status=v1.PodSandboxStatus(id=pod_id), info={"info": json.dumps(info)}).SerializeToString()
+
+
+def container_status(container_id: str, pod_id: str) -> bytes:
+    config = {"metadata": {"name": "app", "attempt": 2}, "envs": [{"key": "A", "value": "1"}],
+              "linux": {"resources": {"cpu_shares": 512, "memory_limit_in_bytes": 1024}}}
+    spec = {"process": {"oomScoreAdj": 5},
+            "linux": {"resources": {"cpu": {"shares": 512, "quota": 40000, "period": 100000, "cpus": "0-1"},
+                                    "memory": {"limit": 2048, "swap": 2048}}}}
+    info = {"sandboxID": pod_id, "config": config, "runtimeSpec": spec}
+    return v1.ContainerStatusResponse(info={"info": json.dumps(info)}).SerializeToString()
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.calls: list[str] = []
+
+    async def __call__(self, method: str, request: bytes) -> bytes:
+        self.calls.append(method)
+        await self.gate.wait()
+        if method == "PodSandboxStatus":
+            return pod_status(v1.PodSandboxStatusRequest.FromString(request).pod_sandbox_id)
+        if method == "ContainerStatus":
+            return container_status(v1.ContainerStatusRequest.FromString(request).container_id, "p1")
+        if method == "ListPodSandbox":
+            return v1.ListPodSandboxResponse(items=[v1.PodSandbox(id="p1")]).SerializeToString()
+        return v1.ListContainersResponse(containers=[v1.Container(id="c1")]).SerializeToString()
+
+
+async def test_rebuild_reads_config_and_current_resources() -> None:
+    store = StateStore(read_backend=Backend())
+    await store.rebuild()
+    pod = store.pods["p1"]
+    assert (pod.pod_meta.uid, pod.labels["app"], pod.cgroup_parent, pod.runtime_handler) == ("u1", "web", "/kubepods/pod-u1", "runc")
+    c = store.containers["c1"]
+    assert (c.container_meta.name, c.container_meta.attempt, c.container_meta.id) == ("app", 2, "c1")
+    assert dict(c.container_envs) == {"A": "1"}
+    assert c.pod_labels["app"] == "web" and c.pod_cgroup_parent == "/kubepods/pod-u1"
+    # What UpdateContainerResources made of the config, from the runtime spec.
+    r = c.container_resources
+    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.cpuset_cpus) == (512, 40000, 100000, "0-1")
+    assert (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes, r.oom_score_adj) == (2048, 2048, 5)
+    assert store.container_pod["c1"] == "p1"
+
+
+async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
+    backend = Backend()
+    backend.gate.clear()
+    store = StateStore(read_backend=backend)
+    reading = asyncio.ensure_future(store.pod("p1"))
+    while "PodSandboxStatus" not in backend.calls:
+        await asyncio.sleep(0)
+    store.drop_pod("p1")  # RemovePodSandbox completed meanwhile
+    backend.gate.set()
+    assert await reading is None
+    assert store.pods == {} and store._reading == {} and store._dropped == set()
+    assert await store.pod("p1") is not None  # a later read is honoured
+
+
+async def test_garbled_answers_mean_no_record() -> None:
+    async def garbage(method: str, request: bytes) -> bytes:
+        return b"\xff\xff\xff"
+
+    store = StateStore(read_backend=garbage)
+    assert await store.container("c1") is None
+    assert await store.pod("p1") is None
+    assert store.pods == {} and store.containers == {}
+
+
+def test_resources_from_spec_ignores_what_is_unset_or_malformed() -> None:
+    assert _resources_from_spec(None) == _resources_from_spec({})
+    out = _resources_from_spec({"linux": {"resources": {"cpu": {"quota": -1, "cpus": 7}, "memory": {"limit": "x"}}}})
+    assert (out.cpu_quota, out.cpuset_cpus, out.memory_limit_in_bytes) == (0, "", 0)
