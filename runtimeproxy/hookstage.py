@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 from grpc import aio
 
 from .dispatch import Dispatcher, HookError
+from .hookconfig import HookType
 from .hookpoints import HOOK_POINTS, HookPoint
 from .metrics import Metrics
 from .router import Send, Stage, StageProvider
@@ -95,16 +96,16 @@ class HookStage(StageProvider):
         fields: dict[str, object] = {"method": point.method, "key": key}
         release: Callable[[], None] | None = await self.locks.acquire(key)
         try:
-            pre = point.pre is not None and bool(self.dispatcher.servers(point.pre))
-            post = point.post is not None and bool(self.dispatcher.servers(point.post))
-            if (pre or post) and await ex.skip(req, self.store):
+            pre_hook = point.pre if point.pre is not None and self.dispatcher.servers(point.pre) else None
+            post_hook = point.post if point.post is not None and self.dispatcher.servers(point.post) else None
+            if (pre_hook or post_hook) and await ex.skip(req, self.store):
                 log.debug("pod opted out of hooks", extra=fields)
-                pre = post = False
+                pre_hook = post_hook = None
             changed = False
-            if pre:
+            if pre_hook is not None:
                 try:
                     changed = await self.dispatcher.run_pre(
-                        point.pre,  # type: ignore[arg-type]
+                        pre_hook,
                         build=lambda: ex.hook_request(req, self.store),
                         apply=lambda answer: ex.apply(req, answer),
                         log_fields=fields,
@@ -112,15 +113,19 @@ class HookStage(StageProvider):
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             reply = await send(req.SerializeToString() if changed else request)
-            response = ex.response.FromString(reply) if ex.reads_response else None
+            try:
+                response = ex.response.FromString(reply) if ex.reads_response else None
+            except DecodeError:  # the runtime did the work: answer, just remember less
+                log.warning("runtime answer does not decode; state not recorded", extra=fields)
+                return reply
             await ex.record(req, response, self.store)
-            if post:
+            if post_hook is not None:
                 post_request = await ex.hook_request(req, self.store)
                 if post_request is not None:
                     # Post hooks only inform: the client has its answer now,
                     # while the lock stays held until they are done, so the
                     # next call on this object still comes after them.
-                    self._start_post_hooks(point, post_request, fields, release)
+                    self._start_post_hooks(post_hook, post_request, fields, release)
                     release = None
             return reply
         finally:
@@ -128,17 +133,15 @@ class HookStage(StageProvider):
                 release()
 
     def _start_post_hooks(
-        self, point: HookPoint, request: object, fields: dict[str, object], release: Callable[[], None]
+        self, hook: HookType, request: object, fields: dict[str, object], release: Callable[[], None]
     ) -> None:
-        assert point.post is not None
-
         async def run() -> None:
             try:
-                await self.dispatcher.run_post(point.post, request, fields)  # type: ignore[arg-type]
+                await self.dispatcher.run_post(hook, request, fields)
             finally:
                 release()
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"post-{point.post.value}")
+        task = asyncio.get_running_loop().create_task(run(), name=f"post-{hook.value}")
         self._post_hooks.add(task)
         task.add_done_callback(self._post_hooks.discard)
 
