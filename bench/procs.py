@@ -11,17 +11,16 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-import grpc
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
+from runtimeproxy.localruntime import terminate_process
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -100,14 +99,7 @@ class Child:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), 3.0)
                 return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            try:
-                await asyncio.wait_for(proc.wait(), grace)
-                return
-            except TimeoutError:
-                print(f"bench: {self.name} ignored {sig.name}", file=sys.stderr)
+        await terminate_process(proc, grace, self.name)
 
 
 async def wait_cri_version(sock: Path, child: Child | None, timeout: float = 30.0) -> v1.VersionResponse:

@@ -72,8 +72,8 @@ def render(results: dict[str, Any]) -> str:
     if lcy:
         modes = lcy["modes"]
         add("")
-        add(f"2. Pod lifecycle (RunPodSandbox, CreateContainer, StartContainer, StopContainer, RemoveContainer, "
-            f"StopPodSandbox, RemovePodSandbox),")
+        add("2. Pod lifecycle (RunPodSandbox, CreateContainer, StartContainer, StopContainer, RemoveContainer, "
+            "StopPodSandbox, RemovePodSandbox),")
         add(f"   wall time per lifecycle; {opts['lifecycles']} interleaved iterations per mode after 1 warm-up each")
         add(f"{'mode':<12}{'n':>4}{'median ms':>11}{'p90 ms':>9}{'mean ms':>9}{'min ms':>9}{'max ms':>9}"
             f"{'median/direct':>15}{'p90/direct':>12}{'paired':>8}{'failed':>8}")

@@ -29,7 +29,6 @@ from runtimeproxy.localruntime import LocalContainerd
 
 from . import lifecycle as lc
 from .procs import (
-    BenchError,
     HookServerChild,
     LoadGenChild,
     ProxyChild,

@@ -36,7 +36,7 @@ class ProxyConfig:
     log_level: str = "info"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def with_overrides(self, **values: Any) -> "ProxyConfig":
+    def with_overrides(self, **values: Any) -> ProxyConfig:
         """Apply values that were actually given (None means 'not given')."""
         given = {k: v for k, v in values.items() if v is not None}
         return dataclasses.replace(self, **_coerce(given))

@@ -323,6 +323,20 @@ _DISABLED_PLUGINS = (
 )
 
 
+async def terminate_process(proc: asyncio.subprocess.Process, grace: float, name: str) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; returns once it exited."""
+    if proc.returncode is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+            return
+        except TimeoutError:
+            log.warning("process ignored signal", extra={"process": name, "signal": sig.name})
+
+
 @dataclass
 class LocalContainerd:
     """A containerd whose whole state lives below `base` (a temporary directory)."""
@@ -554,17 +568,8 @@ class LocalContainerd:
         await self._unmount_all()
 
     async def _terminate(self, grace: float) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            try:
-                await asyncio.wait_for(proc.wait(), grace)
-                return
-            except TimeoutError:
-                log.warning("containerd ignored signal", extra={"signal": sig.name})
+        if self._proc is not None:
+            await terminate_process(self._proc, grace, "containerd")
 
     async def _delete_runc_containers(self) -> None:
         """Kill containers whose shim outlived containerd, so they do not leak."""

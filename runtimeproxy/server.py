@@ -11,7 +11,6 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 

@@ -16,6 +16,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # The tests run their own loopback registry; Debian's system one is not wanted.
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+        systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -13,6 +13,7 @@ from typing import Any
 
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
+from runtimeproxy.localruntime import terminate_process
 
 
 @dataclass
@@ -74,10 +75,4 @@ async def hook_server(directory: Path, name: str, config: dict[str, Any]) -> Asy
             raise RuntimeError(f"hook server {name} did not start: {line!r}, exit {process.returncode}")
         yield HookProcess(name, socket, record, process)
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate_process(process, 10, f"hook server {name}")

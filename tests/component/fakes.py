@@ -9,7 +9,7 @@ with a scripted behaviour.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,6 @@ import grpc
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
-from cri_api.v1alpha2 import api_pb2 as v1alpha2
 
 
 @dataclass
@@ -88,7 +87,7 @@ class FakeBackend:
             await self._server.stop(0)
             self._server = None
 
-    async def __aenter__(self) -> "FakeBackend":
+    async def __aenter__(self) -> FakeBackend:
         await self.start()
         return self
 

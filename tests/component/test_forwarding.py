@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
-from pathlib import Path
 
 import grpc
 import pytest
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
-from cri_api.v1alpha2 import api_pb2 as v1alpha2
 
-from .fakes import FakeBackend, version_response
+from .fakes import FakeBackend
 
 V1_LIST = "/runtime.v1.RuntimeService/ListContainers"
 V1A2_LIST = "/runtime.v1alpha2.RuntimeService/ListContainers"

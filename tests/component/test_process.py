@@ -7,7 +7,6 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1

@@ -162,3 +162,7 @@ def pod_log_dir(tmp_path: Path) -> Path:
     path = tmp_path / "pod-logs"
     path.mkdir()
     return path
+
+
+# Proxies in front of the session containerd (fixtures `launcher`, `proxy_channel`).
+from .proxyfixtures import launcher, proxy_channel  # noqa: E402,F401

@@ -3,7 +3,6 @@ the effects read where they land (cgroup files, the container's env)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from pathlib import Path
@@ -12,11 +11,10 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.app import RunningProxy
 
 from ..hookprocs import hook_server, registered
 from .crihelpers import V1, V1ALPHA2, CriApi, cgroup_of, container_config, pod_sandbox_config, verbose_info
-from .proxyfixtures import ProxyLauncher, launcher  # noqa: F401 (fixture)
+from .proxyfixtures import ProxyLauncher
 from .test_localruntime import remove_pod_quietly
 
 MIB = 1024 * 1024

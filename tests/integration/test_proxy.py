@@ -13,7 +13,7 @@ from grpc import aio
 from runtimeproxy.localruntime import BUSYBOX_IMAGE, LocalContainerd, LoopbackRegistry
 
 from .crihelpers import APIS, V1, V1ALPHA2, CriApi, container_config, pod_sandbox_config
-from .proxyfixtures import ProxyLauncher, launcher, proxy_channel  # noqa: F401 (fixtures)
+from .proxyfixtures import ProxyLauncher
 from .test_localruntime import remove_pod_quietly
 
 api_params = pytest.mark.parametrize("api", APIS, ids=lambda a: a.version)
@@ -42,7 +42,7 @@ async def same_items(direct, proxied, api, method, request, response_type, field
 
 @api_params
 async def test_lifecycle_through_proxy_equals_direct(cri_channel, proxy_channel, api: CriApi, pod_log_dir: Path) -> None:
-    rt, pb, images = api.runtime(proxy_channel), api.pb, api.images(proxy_channel)
+    rt, pb = api.runtime(proxy_channel), api.pb
     version = await same_bytes(cri_channel, proxy_channel, api, "Version", pb.VersionRequest(version=api.version))
     assert pb.VersionResponse.FromString(version).runtime_api_version == api.version
     await same_bytes(cri_channel, proxy_channel, api, "ImageStatus", pb.ImageStatusRequest(image=pb.ImageSpec(image=BUSYBOX_IMAGE)), "ImageService")
