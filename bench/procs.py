@@ -44,6 +44,17 @@ def free_tcp_port() -> int:
         return int(s.getsockname()[1])
 
 
+def memory_mib(pid: int) -> dict[str, float]:
+    """Resident memory now and at its peak (VmRSS, VmHWM), in MiB."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) / 1024
+    return {"rss_mib": fields.get("VmRSS", 0.0), "peak_mib": fields.get("VmHWM", 0.0)}
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, in seconds (clock-tick resolution)."""
     with open(f"/proc/{pid}/stat", "rb") as f:

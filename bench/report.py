@@ -117,6 +117,13 @@ def render(results: dict[str, Any]) -> str:
             for i in range(0, len(items), 4):
                 add("     " + "; ".join(items[i:i + 4]))
 
+    memory = results.get("memory") or {}
+    if memory:
+        add("")
+        add("4. Proxy memory at the end of the run (after all of the above)")
+        for name, m in memory.items():
+            add(f"   {name:<12} RSS {m['rss_mib']:.1f} MiB  (peak {m['peak_mib']:.1f} MiB)")
+
     add("")
     add("Targets:")
     for v in verdicts(results):

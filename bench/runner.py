@@ -33,6 +33,7 @@ from .procs import (
     LoadGenChild,
     ProxyChild,
     cpu_seconds,
+    memory_mib,
     free_tcp_port,
     wait_cri_version,
     wait_idle,
@@ -147,6 +148,9 @@ class Bench:
                 chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{proxy.listen}"))
             await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
                                    metrics_port)
+            self.results["memory"] = {
+                name: memory_mib(proxy.pid) for name, proxy in (("proxy", plain), ("proxy+hook", hooked)) if proxy.alive
+            }
             for proxy in (plain, hooked):
                 if not proxy.alive:
                     self.problems.append(f"{proxy.name} died during the run: see {proxy.log_path}")
