@@ -294,3 +294,19 @@ async def test_refuses_a_socket_another_process_serves(fake, start_proxy, client
         await second.start()
     # The first one still serves on it.
     assert v1.VersionResponse.FromString(await unary(client, "/runtime.v1.RuntimeService/Version")(b"")).runtime_name == "fake"
+
+
+async def test_health_reports_serving_once_the_backend_answers(sock_dir, start_proxy, client) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    backend_sock = sock_dir / "late.sock"
+    proxy = await start_proxy(backend_sock, wait=False, probe_max_interval=0.2)
+    health = health_pb2_grpc.HealthStub(client)
+    answer = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    async with FakeBackend(backend_sock):
+        await proxy.wait_ready(10)
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()

@@ -348,3 +348,26 @@ async def test_chain_sees_pod_cgroup_parent_set_by_earlier_hook(running, fake, c
         assert b.requests("PreCreateContainer")[0]["pod_cgroup_parent"] == "/kubepods/besteffort/moved"
     assert backend_request(fake).sandbox_config.linux.cgroup_parent == "/kubepods/besteffort/moved"
     assert running.store.containers["ctr-1"].pod_cgroup_parent == "/kubepods/besteffort/moved"
+
+
+async def test_metrics_endpoint(fake, sock_dir, hook_dir) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir, metrics_listen=f"127.0.0.1:{port}")
+    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-9").SerializeToString())
+    async with contextlib.AsyncExitStack() as stack, hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
+            await channel.unary_unary(CREATE)(create_request().SerializeToString())
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+    assert "runtime_proxy_backend_ready 1.0" in text
+    assert "runtime_proxy_hook_servers 1.0" in text
+    assert 'runtime_proxy_hook_calls_total{hook="PreCreateContainer",outcome="ok",server="quota.json"} 1.0' in text
+    assert 'runtime_proxy_hooked_calls_total{method="CreateContainer",outcome="ok"} 1.0' in text
