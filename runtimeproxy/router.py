@@ -103,14 +103,16 @@ class Router(grpc.GenericRpcHandler):
         target = p.routes.get(ref.version)
         if target is None:
             return self._not_served(ref, info)
-        channel = self._backend.channel_for(ref.service)
-        path = ref.in_version(target).path
+        return self._stream_stream(self._backend.channel_for(ref.service), ref.in_version(target).path)
 
-        async def relay(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
-            async for message in self._relay.stream_stream(channel, path, requests, context):
+    def _stream_stream(self, channel: aio.Channel, path: str) -> grpc.RpcMethodHandler:
+        relay = self._relay
+
+        async def stream_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async for message in relay.stream_stream(channel, path, requests, context):
                 yield message
 
-        return grpc.stream_stream_rpc_method_handler(relay)
+        return grpc.stream_stream_rpc_method_handler(stream_stream)
 
     def _not_served(self, ref: convert.MethodRef, info: BackendInfo) -> grpc.RpcMethodHandler:
         return _refusal(
@@ -130,17 +132,13 @@ class Router(grpc.GenericRpcHandler):
             return _refusal(
                 grpc.StatusCode.UNIMPLEMENTED,
                 f"{ref.service}/{ref.method} does not exist in CRI {target}, "
-                f"the only version the backend {info.runtime_name} {info.runtime_version} serves",
+                f"the version runtime-proxy speaks to the backend {info.runtime_name} {info.runtime_version}",
             )
         channel = self._backend.channel_for(ref.service)
         path = backend_ref.path
         relay = self._relay
         if method.client_streaming:
-            async def client_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
-                async for message in relay.stream_stream(channel, path, requests, context):
-                    yield message
-
-            return grpc.stream_stream_rpc_method_handler(client_stream)
+            return self._stream_stream(channel, path)
         if method.server_streaming:
             async def server_stream(request: bytes, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
                 async for message in relay.server_stream(channel, path, request, context):

@@ -244,7 +244,7 @@ async def test_v1_only_method_is_unimplemented_naming_method_and_backend_version
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     details = err.value.details()
     assert f"{service}/{method} does not exist in CRI v1alpha2" in details
-    assert "the backend fake 1.0 serves" in details
+    assert "the version runtime-proxy speaks to the backend fake 1.0" in details
     assert backend_paths(old_backend) == []
 
 
