@@ -310,3 +310,12 @@ async def test_health_reports_serving_once_the_backend_answers(sock_dir, start_p
         await proxy.wait_ready(10)
         assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
         watch.cancel()
+
+
+async def test_image_service_goes_to_the_image_backend(fake, start_proxy, client, sock_dir) -> None:
+    async with FakeBackend(sock_dir / "images.sock") as images:
+        await start_proxy(fake.socket, image_backend=images.socket)
+        await unary(client, "/runtime.v1.ImageService/ListImages")(b"")
+        await unary(client, V1_LIST)(b"")
+    assert [r.path for r in images.received] == ["/runtime.v1.ImageService/ListImages"]
+    assert fake.calls("/runtime.v1.ImageService/ListImages") == [] and len(fake.calls(V1_LIST)) == 1
