@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
 from collections.abc import Sequence
@@ -67,12 +68,13 @@ class Proxy:
         self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
         self.relay = relay or GrpcRelay()
         self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages)
-        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self.health = health.aio.HealthServicer()
         self.server = aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._backend_task: asyncio.Task[None] | None = None
         self._socket_inode: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.backend.on_change(self._on_backend)
 
     async def start(self) -> None:
@@ -104,12 +106,12 @@ class Proxy:
 
     def _on_backend(self, info: BackendInfo) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if self.router.plan else health_pb2.HealthCheckResponse.NOT_SERVING
-        asyncio.get_running_loop().create_task(self._set_health(status))
+        task = asyncio.get_running_loop().create_task(self._set_health(status))
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
 
     async def _set_health(self, status: int) -> None:
-        result = self.health.set("", status)
-        if asyncio.iscoroutine(result):
-            await result
+        await self.health.set("", status)
 
     async def read_runtime(self, method: str, request: bytes) -> bytes:
         """The proxy's own RuntimeService call (state reads), in the backend's version."""
@@ -136,14 +138,9 @@ class Proxy:
                 self.config.listen.unlink()
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
-    async def wait(self) -> None:
-        await self.server.wait_for_termination()
-
 
 async def wait_for_signal() -> None:
     """Until SIGTERM or SIGINT."""
-    import signal
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
