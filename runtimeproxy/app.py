@@ -65,7 +65,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     await proxy.start()
     stack.push_async_callback(proxy.stop)
     if config.metrics_listen:
-        metrics.serve(config.metrics_listen)
+        stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})
     return RunningProxy(proxy, registry, hooks, store, metrics)
 

@@ -18,7 +18,12 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_exponential,
+)
 
 from cri_api.v1 import api_pb2 as v1
 

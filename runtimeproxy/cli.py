@@ -71,8 +71,9 @@ def serve(
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
-    from .server import wait_for_signal
+    from .server import stop_on_signals
 
+    stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .localruntime import LocalContainerd
@@ -87,7 +88,8 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 err=True,
             )
         await build_proxy(config, stack)
-        await wait_for_signal()
+        await stop.wait()
+        log.info("signal received, shutting down")
 
 
 if __name__ == "__main__":

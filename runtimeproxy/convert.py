@@ -38,7 +38,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import (
+    Descriptor,
+    EnumDescriptor,
+    FieldDescriptor,
+    FileDescriptor,
+)
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 

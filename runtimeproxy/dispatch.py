@@ -13,7 +13,13 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .hookconfig import FailurePolicy, HookRegistry, HookServerConfig, HookSnapshot, HookType
+from .hookconfig import (
+    FailurePolicy,
+    HookRegistry,
+    HookServerConfig,
+    HookSnapshot,
+    HookType,
+)
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)

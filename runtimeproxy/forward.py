@@ -10,8 +10,8 @@ without touching routing or hooks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 import logging
+from collections.abc import AsyncIterator
 from typing import NoReturn, Protocol
 
 import grpc

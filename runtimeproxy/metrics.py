@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from collections.abc import Callable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 
@@ -50,7 +58,8 @@ class Metrics:
         self._hooked.labels(method, outcome).inc()
         self._hooked_seconds.labels(method).observe(seconds)
 
-    def serve(self, address: str) -> None:
-        """Serve /metrics on host:port in a background thread."""
+    def serve(self, address: str) -> Callable[[], None]:
+        """Serve /metrics on host:port in a background thread; returns the stop function."""
         host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        return server.shutdown

@@ -139,11 +139,11 @@ class Proxy:
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
 
-async def wait_for_signal() -> None:
-    """Until SIGTERM or SIGINT."""
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (installed before start-up, so that
+    a signal during start-up also ends in an orderly shutdown)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("signal received")
+    return stop
