@@ -162,9 +162,6 @@ class HookServerConfig:
     def sort_key(self) -> tuple[int, str]:
         return (self.priority, self.name)
 
-    def handles(self, hook: HookType) -> bool:
-        return hook in self.hooks
-
     def describe(self) -> str:
         hooks = ",".join(sorted(h.value for h in self.hooks)) or "-"
         return (

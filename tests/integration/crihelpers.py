@@ -43,6 +43,11 @@ APIS = (V1, V1ALPHA2)
 SLEEP_COMMAND = ("/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait")
 
 
+def host_network(pb: ModuleType):
+    """Like kubelet for a hostNetwork pod: no CNI needed, own pid namespace per container."""
+    return pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)
+
+
 def pod_sandbox_config(pb: ModuleType, log_directory: Path, *, name: str = "pod",
                        namespace: str = "runtime-proxy-test", cgroup_parent: str = "",
                        labels: dict[str, str] | None = None,
@@ -65,9 +70,7 @@ def pod_sandbox_config(pb: ModuleType, log_directory: Path, *, name: str = "pod"
         linux=pb.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent,
             security_context=pb.LinuxSandboxSecurityContext(
-                # Like kubelet: host network (no CNI needed), own pid namespace per container.
-                namespace_options=pb.NamespaceOption(
-                    network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD),
+                namespace_options=host_network(pb),
             ),
         ),
     )
@@ -89,8 +92,7 @@ def container_config(pb: ModuleType, *, name: str = "sleeper", image: str = BUSY
         linux=pb.LinuxContainerConfig(
             resources=resources,
             security_context=pb.LinuxContainerSecurityContext(
-                namespace_options=pb.NamespaceOption(
-                    network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD),
+                namespace_options=host_network(pb),
             ),
         ),
     )
