@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
+import watchfiles
 import pytest
 from google.protobuf import json_format
 
@@ -86,7 +87,21 @@ class RunningServer:
     def records(self) -> list[dict]:
         if not self.record.exists():
             return []
-        return [json.loads(line) for line in self.record.read_text().splitlines()]
+        complete = self.record.read_text().split("\n")[:-1]  # a line still being written is not a record yet
+        return [json.loads(line) for line in complete]
+
+    async def wait_records(self, count: int, timeout: float = 10.0) -> list[dict]:
+        """The records once at least `count` requests have reached the server (file events, no polling)."""
+
+        async def arrived() -> list[dict]:
+            async for _ in watchfiles.awatch(self.record.parent, debounce=0, step=10, rust_timeout=1000, yield_on_timeout=True):
+                if len(records := self.records()) >= count:
+                    return records
+            raise AssertionError("record watch ended")
+
+        if len(records := self.records()) >= count:
+            return records
+        return await asyncio.wait_for(arrived(), timeout)
 
     async def terminate(self, timeout: float = 10.0) -> int:
         if self.proc.returncode is None:
@@ -257,6 +272,7 @@ async def test_hang_behaviour_and_sigterm_with_call_in_flight(sock_dir: Path, se
 
     # A hanging call does not block the others.
     hanging = asyncio.ensure_future(server.call(HookType.POST_START_CONTAINER, timeout=30))
+    await server.wait_records(2)  # the second hanging call is in flight at the server
     assert await server.call(HookType.PRE_START_CONTAINER) == api_pb2.ContainerResourceHookResponse()
     assert [r["hook"] for r in server.records()][-2:] == ["PostStartContainer", "PreStartContainer"]
 
