@@ -69,7 +69,9 @@ class HookStage(StageProvider):
         self.store = store
         self._metrics = metrics
         self.locks = KeyedLocks()
-        self._post_hooks: set[asyncio.Task[None]] = set()
+        # The newest post-hook task of each key: the next hook event on that
+        # key is sent after it, so hook servers see an object's events in order.
+        self._post_hooks: dict[str, asyncio.Task[None]] = {}
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         point = HOOK_POINTS.get(method)
@@ -94,7 +96,7 @@ class HookStage(StageProvider):
             return await send(request)  # not ours to judge: the backend answers
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
-        release: Callable[[], None] | None = await self.locks.acquire(key)
+        release = await self.locks.acquire(key)
         try:
             pre_hook = point.pre if point.pre is not None and self.dispatcher.servers(point.pre) else None
             post_hook = point.post if point.post is not None and self.dispatcher.servers(point.post) else None
@@ -103,6 +105,7 @@ class HookStage(StageProvider):
                 pre_hook = post_hook = None
             changed = False
             if pre_hook is not None:
+                await self._post_hooks_done(key)
                 try:
                     changed = await self.dispatcher.run_pre(
                         pre_hook,
@@ -122,30 +125,37 @@ class HookStage(StageProvider):
             if post_hook is not None:
                 post_request = await ex.hook_request(req, self.store)
                 if post_request is not None:
-                    # Post hooks only inform: the client has its answer now,
-                    # while the lock stays held until they are done, so the
-                    # next call on this object still comes after them.
-                    self._start_post_hooks(post_hook, post_request, fields, release)
-                    release = None
+                    self._start_post_hooks(key, post_hook, post_request, fields)
             return reply
         finally:
-            if release is not None:
-                release()
+            release()
 
-    def _start_post_hooks(
-        self, hook: HookType, request: object, fields: dict[str, object], release: Callable[[], None]
-    ) -> None:
+    def _start_post_hooks(self, key: str, hook: HookType, request: object, fields: dict[str, object]) -> None:
+        """Post hooks only inform, so neither the client's answer nor the next
+        call on this object waits for them; only the next hook event does."""
+        previous = self._post_hooks.get(key)
+
         async def run() -> None:
-            try:
-                await self.dispatcher.run_post(hook, request, fields)
-            finally:
-                release()
+            if previous is not None:
+                await asyncio.wait([previous])
+            await self.dispatcher.run_post(hook, request, fields)
 
         task = asyncio.get_running_loop().create_task(run(), name=f"post-{hook.value}")
-        self._post_hooks.add(task)
-        task.add_done_callback(self._post_hooks.discard)
+        self._post_hooks[key] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._post_hooks.get(key) is done:
+                del self._post_hooks[key]
+
+        task.add_done_callback(forget)
+
+    async def _post_hooks_done(self, key: str) -> None:
+        # Called under the key's lock, so no new post hook for it starts meanwhile.
+        pending = self._post_hooks.get(key)
+        if pending is not None:
+            await asyncio.wait([pending])
 
     async def drain(self) -> None:
         """Shutdown: let started post hooks finish (each bounded by its timeout)."""
         if self._post_hooks:
-            await asyncio.gather(*self._post_hooks, return_exceptions=True)
+            await asyncio.wait(list(self._post_hooks.values()))

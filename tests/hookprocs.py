@@ -23,12 +23,16 @@ class HookProcess:
     record: Path
     process: asyncio.subprocess.Process
 
-    def requests(self, hook: str | None = None) -> list[dict[str, Any]]:
-        """What the server received, in order (proto field names)."""
+    def records(self, hook: str | None = None) -> list[dict[str, Any]]:
+        """Every request the server received, in order: hook, time (when it arrived) and request."""
         if not self.record.exists():
             return []
-        lines = [json.loads(line) for line in self.record.read_text().splitlines() if line.strip()]
-        return [entry["request"] for entry in lines if hook is None or entry["hook"] == hook]
+        complete = self.record.read_text().split("\n")[:-1]  # a line still being written is not a record yet
+        return [entry for entry in map(json.loads, complete) if hook is None or entry["hook"] == hook]
+
+    def requests(self, hook: str | None = None) -> list[dict[str, Any]]:
+        """What the server received, in order (proto field names)."""
+        return [entry["request"] for entry in self.records(hook)]
 
     def register(
         self,

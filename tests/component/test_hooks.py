@@ -203,11 +203,41 @@ async def test_post_hook_failure_never_fails_or_delays_the_call(running, fake, c
         started = time.monotonic()
         await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString(), timeout=1.5)
         assert time.monotonic() - started < 1.0  # the answer does not wait for post hooks
-        # The next call on the same container comes after the post hook.
-        await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=5)
+        # Nor does the next call on the same container, which has no hook to order.
+        await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=1.0)
+        await running.hooks.drain()
         assert len(hook.requests("PostStopContainer")) == 1
         assert hook.requests("PostStopContainer")[0]["container_meta"]["id"] == "ctr-1"
+
+
+async def test_hook_events_of_one_container_reach_hook_servers_in_order(running, fake, client, sock_dir, hook_dir) -> None:
+    """A slow post hook delays the next pre hook on the same container, not the runtime calls
+    in between, nor the hooks of other containers."""
+    delay = 0.4
+    script = {"PostStartContainer": {"delay": delay}, "PreUpdateContainerResources": {}, "PreStartContainer": {}}
+    async with hook_server(sock_dir, "events", script) as hook:
+        hook.register(hook_dir, list(script), timeout="5s")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        fake.script(CREATE, response=v1.CreateContainerResponse(container_id="other").SerializeToString())
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        await client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString())
+        update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpu_shares=512))
+        # Stop has no hook here: it reaches the runtime while PostStartContainer is still being answered.
+        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString(), timeout=delay / 2)
+        # Another container's pre hook is not held up either.
+        await client.unary_unary(START)(v1.StartContainerRequest(container_id="other").SerializeToString(), timeout=delay / 2)
+        await client.unary_unary(UPDATE)(update.SerializeToString(), timeout=5)
         await running.hooks.drain()
+        events = [(r["hook"], r["request"]["container_meta"]["id"]) for r in hook.records()]
+        ours = [e for e in events if e[1] == "ctr-1"]
+        assert ours == [("PreStartContainer", "ctr-1"), ("PostStartContainer", "ctr-1"), ("PreUpdateContainerResources", "ctr-1")]
+        # The other container's PreStart came while ctr-1's PostStart was still being answered.
+        assert events.index(("PreStartContainer", "other")) < events.index(("PreUpdateContainerResources", "ctr-1"))
+        (post_start,) = [r for r in hook.records("PostStartContainer") if r["request"]["container_meta"]["id"] == "ctr-1"]
+        (pre_update,) = hook.records("PreUpdateContainerResources")
+        # The post hook's answer took `delay`; the next pre hook on ctr-1 was sent after that answer.
+        assert pre_update["time"] >= post_start["time"] + delay
 
 
 async def test_skip_label_bypasses_hooks(running, fake, client, sock_dir, hook_dir) -> None:
