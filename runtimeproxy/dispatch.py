@@ -34,6 +34,10 @@ CHANNEL_OPTIONS = [
 ]
 
 
+def _request_type(hook: HookType) -> type:
+    return hookapi.PodSandboxHookRequest if hook.is_pod_hook else hookapi.ContainerResourceHookRequest
+
+
 def _response_type(hook: HookType) -> type:
     return hookapi.PodSandboxHookResponse if hook.is_pod_hook else hookapi.ContainerResourceHookResponse
 
@@ -57,40 +61,45 @@ class Dispatcher:
         self.registry = registry
         self._metrics = metrics
         self._channels: dict[str, aio.Channel] = {}
+        self._methods: dict[tuple[str, HookType], aio.UnaryUnaryMultiCallable] = {}
         self._closing: set[asyncio.Task[None]] = set()
         registry.on_change(self._forget_removed)
 
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return self.registry.servers_for(hook)
 
-    def _channel(self, endpoint: str) -> aio.Channel:
-        channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
-        return channel
+    def _method(self, endpoint: str, hook: HookType) -> aio.UnaryUnaryMultiCallable:
+        method = self._methods.get((endpoint, hook))
+        if method is None:
+            channel = self._channels.get(endpoint)
+            if channel is None:
+                channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
+            method = self._methods[endpoint, hook] = channel.unary_unary(
+                SERVICE + hook.rpc_name,
+                request_serializer=_request_type(hook).SerializeToString,
+                response_deserializer=_response_type(hook).FromString,
+            )
+        return method
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
         # Calls already under way on a removed server finish (each is bounded
         # by its timeout); the channel closes after them.
         for endpoint in set(self._channels) - set(snapshot.endpoints):
             channel = self._channels.pop(endpoint)
+            self._methods = {key: m for key, m in self._methods.items() if key[0] != endpoint}
             task = asyncio.get_running_loop().create_task(channel.close(grace=CLOSE_GRACE))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
+        channels, self._channels, self._methods = list(self._channels.values()), {}, {}
         for channel in channels:
             await channel.close(grace=CLOSE_GRACE)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
         """One hook call; raises ``_Failure`` with a readable cause."""
-        method = self._channel(server.endpoint).unary_unary(
-            SERVICE + hook.rpc_name,
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=_response_type(hook).FromString,
-        )
+        method = self._method(server.endpoint, hook)
         started = time.perf_counter()
         outcome = "ok"
         try:
