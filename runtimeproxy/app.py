@@ -52,6 +52,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
         task.add_done_callback(tasks.discard)
 
     proxy.backend.on_change(on_backend)
+    proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
     stop_watch = asyncio.Event()
     watch = asyncio.create_task(registry.watch(stop_watch), name="hook-dir-watch")
 

@@ -81,9 +81,16 @@ class Backend:
         self.info: BackendInfo | None = None
         self.ready = asyncio.Event()
         self._listeners: list[Callable[[BackendInfo], None]] = []
+        self._lost_listeners: list[Callable[[], None]] = []
+        self.connected = False  # answered a probe, and its connection has not failed since
 
     def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
+        """Called after every successful probe (at start and after each reconnect)."""
         self._listeners.append(listener)
+
+    def on_lost(self, listener: Callable[[], None]) -> None:
+        """Called when a connection to a probed backend fails (until it is probed again)."""
+        self._lost_listeners.append(listener)
 
     def channel_for(self, service: str) -> aio.Channel:
         return self.image_channel if service == "ImageService" else self.runtime_channel
@@ -142,6 +149,7 @@ class Backend:
         # runtime restart the routing stays, but its state must be re-read.
         changed = info != self.info
         self.info = info
+        self.connected = True
         self.ready.set()
         (log.info if changed else log.debug)(
             "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
@@ -162,8 +170,11 @@ class Backend:
                     await self.probe()
                 except Exception:  # keep watching: the next reconnect probes again
                     log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
-            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and self.connected:
+                self.connected = False
                 log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
+                for lost in self._lost_listeners:
+                    lost()
 
     async def close(self) -> None:
         await self.runtime_channel.close()

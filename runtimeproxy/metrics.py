@@ -44,7 +44,9 @@ class Metrics:
             registry=self.registry,
         )
         self.backend_up = Gauge(
-            "runtime_proxy_backend_ready", "1 once the backend answered a version probe.", registry=self.registry
+            "runtime_proxy_backend_ready",
+            "1 while the backend is connected and answered a version probe; 0 before and while it is lost.",
+            registry=self.registry,
         )
         self.hook_servers = Gauge(
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry

@@ -226,6 +226,23 @@ async def test_reprobes_after_backend_restart(sock_dir, start_proxy, client) -> 
         assert v1.VersionResponse.FromString(reply).runtime_api_version == "v1"
 
 
+async def test_backend_loss_is_noticed_and_reported_until_reprobed(sock_dir, start_proxy) -> None:
+    backend_sock = sock_dir / "b.sock"
+    first = FakeBackend(backend_sock, versions=frozenset({"v1"}))
+    await first.start()
+    proxy = await start_proxy(backend_sock)
+    assert proxy.backend.connected
+    lost, back = asyncio.Event(), asyncio.Event()
+    proxy.backend.on_lost(lost.set)
+    proxy.backend.on_change(lambda info: back.set())
+    await first.stop()
+    await asyncio.wait_for(lost.wait(), 15)
+    assert not proxy.backend.connected
+    async with FakeBackend(backend_sock, versions=frozenset({"v1"})):
+        await asyncio.wait_for(back.wait(), 15)
+        assert proxy.backend.connected
+
+
 async def test_socket_mode_and_stale_socket(fake, start_proxy, sock_dir) -> None:
     import socket as _socket
 

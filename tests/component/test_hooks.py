@@ -396,7 +396,20 @@ async def test_metrics_endpoint(fake, sock_dir, hook_dir) -> None:
         await registered(running, 1)
         async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
             await channel.unary_unary(CREATE)(create_request().SerializeToString())
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+        text = await asyncio.to_thread(scrape)
+        # The runtime goes away: readiness drops until it is back and probed again.
+        lost, back = asyncio.Event(), asyncio.Event()
+        running.proxy.backend.on_lost(lost.set)
+        running.proxy.backend.on_change(lambda info: back.set())
+        await fake.stop()
+        await asyncio.wait_for(lost.wait(), 15)
+        assert "runtime_proxy_backend_ready 0.0" in await asyncio.to_thread(scrape)
+        await fake.start()
+        await asyncio.wait_for(back.wait(), 15)
+        assert "runtime_proxy_backend_ready 1.0" in await asyncio.to_thread(scrape)
     assert "runtime_proxy_backend_ready 1.0" in text
     assert "runtime_proxy_hook_servers 1.0" in text
     assert 'runtime_proxy_hook_calls_total{hook="PreCreateContainer",outcome="ok",server="quota.json"} 1.0' in text
