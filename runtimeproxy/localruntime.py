@@ -334,7 +334,7 @@ async def terminate_process(proc: asyncio.subprocess.Process, grace: float, name
             await asyncio.wait_for(proc.wait(), grace)
             return
         except TimeoutError:
-            log.warning("process ignored signal", extra={"process": name, "signal": sig.name})
+            log.warning("process ignored signal", extra={"proc": name, "signal": sig.name})
 
 
 @dataclass
