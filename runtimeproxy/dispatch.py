@@ -14,6 +14,7 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 
 from .hookconfig import (
+    MAX_TIMEOUT,
     FailurePolicy,
     HookRegistry,
     HookServerConfig,
@@ -25,7 +26,7 @@ from .metrics import Metrics
 log = logging.getLogger(__name__)
 
 SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
-CLOSE_GRACE = 30.0  # longer than any sane hook timeout
+CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -99,10 +100,10 @@ class Dispatcher:
 
     async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
         """One hook call; raises ``_Failure`` with a readable cause."""
-        method = self._method(server.endpoint, hook)
         started = time.perf_counter()
         outcome = "ok"
         try:
+            method = self._method(server.endpoint, hook)
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.
             async with asyncio.timeout(server.timeout + 1.0):
@@ -125,6 +126,12 @@ class Dispatcher:
                 raise  # our caller is being cancelled: not the hook's failure
             outcome = "cancelled"  # the channel was closed under the call
             raise _Failure("hook call cancelled (its channel was closed)") from None
+        except _Failure:
+            raise
+        except Exception as err:  # whatever goes wrong with one hook call is that hook's failure
+            outcome = "error"
+            log.debug("unexpected error calling hook", exc_info=True, extra=server.log_fields())
+            raise _Failure(f"{type(err).__name__}: {err}") from err
         finally:
             if self._metrics is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)

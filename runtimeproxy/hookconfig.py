@@ -89,6 +89,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOOK_DIR = Path("/etc/runtime/hookserver.d")
 DEFAULT_TIMEOUT = 2.0  # seconds ("2s")
 DEFAULT_PRIORITY = 0
+# A pre hook holds up kubelet's call, and kubelet gives up on a runtime call
+# after 2 minutes by default: a longer hook timeout only hides a hung server.
+MAX_TIMEOUT = 120.0
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path without its terminating NUL
 MAX_HOOK_FILE_SIZE = 1 << 20  # a hook file is a few hundred bytes; refuse absurd ones
 
 KEY_ENDPOINT = "remote-endpoint"
@@ -272,9 +276,11 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError as exc:
-        if path.is_symlink():
-            raise HookConfigError(path, f"dangling symlink (target {os.readlink(path)!r} does not exist)") from exc
-        raise HookConfigError(path, "file does not exist") from exc
+        try:
+            target = os.readlink(path)
+        except OSError:  # not a symlink, or removed meanwhile
+            raise HookConfigError(path, "file does not exist") from exc
+        raise HookConfigError(path, f"dangling symlink (target {target!r} does not exist)") from exc
     except OSError as exc:
         raise HookConfigError(path, f"cannot open: {exc.strerror or exc}") from exc
     try:
@@ -336,6 +342,14 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
         raise HookConfigError(path, f'"{KEY_ENDPOINT}" must be an absolute socket path, got {endpoint!r}')
     if "\x00" in endpoint:
         raise HookConfigError(path, f'"{KEY_ENDPOINT}" contains a NUL byte')
+    try:
+        encoded = endpoint.encode()
+    except UnicodeEncodeError:
+        raise HookConfigError(path, f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {endpoint!r}') from None
+    if len(encoded) > MAX_SOCKET_PATH:
+        raise HookConfigError(
+            path, f'"{KEY_ENDPOINT}" is {len(encoded)} bytes long; a unix socket path has at most {MAX_SOCKET_PATH}'
+        )
 
     raw_policy = doc.get(KEY_FAILURE_POLICY)
     if raw_policy is None or raw_policy == "":
@@ -380,6 +394,8 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
             raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {exc}') from None
         if timeout <= 0:
             raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {raw_timeout!r} must be greater than zero')
+        if timeout > MAX_TIMEOUT:
+            raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {raw_timeout!r} is more than the limit of {MAX_TIMEOUT:g}s')
 
     priority = DEFAULT_PRIORITY
     if KEY_PRIORITY in doc:
@@ -445,6 +461,8 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
         raise HookConfigError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise HookConfigError(path, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+        raise HookConfigError(path, f"invalid JSON: {exc}") from None
     return parse_hook_document(path, doc)
 
 
@@ -667,15 +685,20 @@ class HookRegistry:
             name = path.name
             try:
                 config = parse_hook_file(path, check_permissions=self._check_permissions)
-            except HookConfigError as exc:
+            except Exception as exc:  # one odd file must never stop the others from loading
                 if not os.path.lexists(path):
                     continue  # deleted since the directory was listed: it is simply gone
-                rejected[name] = exc.reason
+                if isinstance(exc, HookConfigError):
+                    reason = exc.reason
+                else:
+                    reason = f"cannot be read: {type(exc).__name__}: {exc}"
+                    logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": name})
+                rejected[name] = reason
                 previous = old.servers.get(name)
                 if previous is not None:
                     new_servers[name] = previous
                     kept.append(name)
-                self._log_rejection(path, exc.reason, previous)
+                self._log_rejection(path, reason, previous)
                 continue
             if not config.hooks:
                 if name not in old.servers or old.servers[name] != config:

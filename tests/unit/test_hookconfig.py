@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from runtimeproxy import hookconfig
 from runtimeproxy.hookconfig import (
     DEFAULT_PRIORITY,
     DEFAULT_TIMEOUT,
@@ -224,6 +225,10 @@ INVALID_CASES: dict[str, tuple[object, str]] = {
     "timeout-zero.json": (valid_doc(timeout="0s"), "must be greater than zero"),
     "timeout-negative.json": (valid_doc(timeout="-1s"), 'bad "timeout"'),
     "timeout-number.json": (valid_doc(timeout=2), '"timeout" must be a duration string'),
+    "timeout-too-long.json": (valid_doc(timeout="121s"), "more than the limit of 120s"),
+    "huge-integer.json": ('{"remote-endpoint": "/run/x.sock", "priority": 1' + "0" * 5000 + "}", "invalid JSON"),
+    "surrogate-endpoint.json": ('{"remote-endpoint": "/run/\\udc80.sock"}', "not a valid UTF-8 path"),
+    "long-endpoint.json": (valid_doc(endpoint="/run/" + "a" * 103), "a unix socket path has at most 107"),
     "priority-float.json": (valid_doc(priority=1.5), '"priority" must be an integer'),
     "priority-string.json": (valid_doc(priority="1"), '"priority" must be an integer'),
     "priority-bool.json": (valid_doc(priority=True), '"priority" must be an integer'),
@@ -518,6 +523,35 @@ def test_broken_edit_keeps_last_good_version(hook_dir: Path, caplog: pytest.LogC
     assert registry.servers_for(HookType.PRE_CREATE_CONTAINER)[0].endpoint == "/run/fixed.sock"
     (hook_dir / "hook.json").unlink()
     assert registry.reload().removed == ("hook.json",)
+
+
+def test_longest_socket_path_is_accepted(hook_dir: Path) -> None:
+    endpoint = "/run/" + "a" * 102
+    assert parse_hook_file(write(hook_dir, "long.json", valid_doc(endpoint))).endpoint == endpoint
+
+
+def test_unexpected_error_on_one_file_keeps_it_and_loads_the_others(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever goes wrong reading one file (here: a bug) is that file's rejection, never the registry's."""
+    registry = HookRegistry(hook_dir)
+    write(hook_dir, "odd.json", valid_doc("/run/odd.sock"))
+    good = registry.reload().snapshot.servers["odd.json"]
+    real_parse = hookconfig.parse_hook_file
+
+    def parse(path: Path, check_permissions: bool = True) -> HookServerConfig:
+        if Path(path).name == "odd.json":
+            raise RuntimeError("boom")
+        return real_parse(path, check_permissions=check_permissions)
+
+    monkeypatch.setattr(hookconfig, "parse_hook_file", parse)
+    write(hook_dir, "other.json", valid_doc("/run/other.sock"))
+    result = registry.reload()
+    assert result.added == ("other.json",)
+    assert result.kept == ("odd.json",)
+    assert result.rejected["odd.json"] == "cannot be read: RuntimeError: boom"
+    assert registry.snapshot.servers["odd.json"] == good
+    assert any("boom" in r.getMessage() for r in caplog.records if getattr(r, "hook_event", None) == "rejected")
 
 
 def test_invalid_file_without_previous_version_is_not_loaded(hook_dir: Path) -> None:
