@@ -207,8 +207,9 @@ class UpdateContainerResources(_ContainerById):
         return changed
 
     async def record(self, req: v1.UpdateContainerResourcesRequest, resp: Any, store: StateStore) -> None:
+        store.changed(req.container_id)
         record = store.containers.get(req.container_id)
-        if record is None:
+        if record is None:  # read on demand later, updates included (runtime spec)
             return
         if req.HasField("linux"):
             record.container_resources.CopyFrom(hook_resources(req.linux))

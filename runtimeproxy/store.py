@@ -67,29 +67,35 @@ class StateStore:
     pods: dict[str, hookapi.PodSandboxHookRequest] = field(default_factory=dict)
     containers: dict[str, hookapi.ContainerResourceHookRequest] = field(default_factory=dict)
     container_pod: dict[str, str] = field(default_factory=dict)
-    # Ids with a backend read under way, and those of them removed meanwhile:
-    # a read that finishes after its object was removed must not bring it back.
+    # Ids with a backend read under way, and those of them changed meanwhile
+    # (written, updated or removed): such a read is older than what the proxy
+    # saw, so it must neither overwrite a record nor bring a removed one back.
     _reading: dict[str, int] = field(default_factory=dict)
-    _dropped: set[str] = field(default_factory=set)
+    _stale_reads: set[str] = field(default_factory=set)
+
+    def changed(self, object_id: str) -> None:
+        """A call changed this object: reads under way for it are out of date."""
+        if object_id in self._reading:
+            self._stale_reads.add(object_id)
 
     def put_pod(self, pod_id: str, record: hookapi.PodSandboxHookRequest) -> None:
         self.pods[pod_id] = record
+        self.changed(pod_id)
 
     def put_container(self, container_id: str, pod_id: str, record: hookapi.ContainerResourceHookRequest) -> None:
         self.containers[container_id] = record
         self.container_pod[container_id] = pod_id
+        self.changed(container_id)
 
     def drop_container(self, container_id: str) -> None:
         self.containers.pop(container_id, None)
         self.container_pod.pop(container_id, None)
-        if container_id in self._reading:
-            self._dropped.add(container_id)
+        self.changed(container_id)
 
     def drop_pod(self, pod_id: str) -> None:
         # Removing a sandbox removes its containers too.
         self.pods.pop(pod_id, None)
-        if pod_id in self._reading:
-            self._dropped.add(pod_id)
+        self.changed(pod_id)
         for cid in [c for c, p in self.container_pod.items() if p == pod_id]:
             self.drop_container(cid)
 
@@ -97,17 +103,19 @@ class StateStore:
         record = self.pods.get(pod_id)
         if record is None and self.read_backend is not None:
             record = await self._read(self._read_pod, pod_id)
-            if record is not None:
-                self.put_pod(pod_id, record)
+            if record is None:
+                return self.pods.get(pod_id)  # what a call wrote meanwhile, if any
+            self.put_pod(pod_id, record)
         return record
 
     async def container(self, container_id: str) -> hookapi.ContainerResourceHookRequest | None:
         record = self.containers.get(container_id)
         if record is None and self.read_backend is not None:
             found = await self._read(self._read_container, container_id)
-            if found is not None:
-                pod_id, record = found
-                self.put_container(container_id, pod_id, record)
+            if found is None:
+                return self.containers.get(container_id)  # what a call wrote meanwhile, if any
+            pod_id, record = found
+            self.put_container(container_id, pod_id, record)
         return record
 
     async def _read(self, reader: Callable[[str], Awaitable[Any]], object_id: str) -> Any:
@@ -125,12 +133,12 @@ class StateStore:
             result = None
         finally:
             left = self._reading.pop(object_id) - 1
-            dropped = object_id in self._dropped
+            stale = object_id in self._stale_reads
             if left:
                 self._reading[object_id] = left
             else:
-                self._dropped.discard(object_id)
-        return None if dropped else result
+                self._stale_reads.discard(object_id)
+        return None if stale else result
 
     async def rebuild(self) -> None:
         """Read every pod and container the backend has (proxy start-up)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.store import StateStore, _resources_from_spec
 
@@ -44,6 +45,11 @@ class Backend:
         return v1.ListContainersResponse(containers=[v1.Container(id="c1")]).SerializeToString()
 
 
+async def until_called(backend: Backend, method: str) -> None:
+    while method not in backend.calls:
+        await asyncio.sleep(0)  # one loop turn: the read is under way once it asked
+
+
 async def test_rebuild_reads_config_and_current_resources() -> None:
     store = StateStore(read_backend=Backend())
     await store.rebuild()
@@ -65,13 +71,43 @@ async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
     backend.gate.clear()
     store = StateStore(read_backend=backend)
     reading = asyncio.ensure_future(store.pod("p1"))
-    while "PodSandboxStatus" not in backend.calls:
-        await asyncio.sleep(0)
+    await until_called(backend, "PodSandboxStatus")
     store.drop_pod("p1")  # RemovePodSandbox completed meanwhile
     backend.gate.set()
     assert await reading is None
-    assert store.pods == {} and store._reading == {} and store._dropped == set()
+    assert store.pods == {} and store._reading == {} and store._stale_reads == set()
     assert await store.pod("p1") is not None  # a later read is honoured
+
+
+async def test_a_read_older_than_a_write_does_not_overwrite_it() -> None:
+    """Start-up rebuild reads a pod while RunPodSandbox's own record lands: the call's record wins."""
+    backend = Backend()
+    backend.gate.clear()
+    store = StateStore(read_backend=backend)
+    reading = asyncio.ensure_future(store.pod("p1"))
+    await until_called(backend, "PodSandboxStatus")
+    ours = hookapi.PodSandboxHookRequest(labels={"written": "by-call"})
+    store.put_pod("p1", ours)
+    backend.gate.set()
+    assert await reading is ours
+    assert store.pods["p1"] is ours
+
+
+async def test_a_read_older_than_an_update_is_read_again() -> None:
+    """UpdateContainerResources completes while the container is being read: the old read is
+    dropped, and the next access reads the runtime again (which then has the update)."""
+    backend = Backend()
+    backend.gate.clear()
+    store = StateStore(read_backend=backend)
+    reading = asyncio.ensure_future(store.container("c1"))
+    await until_called(backend, "ContainerStatus")
+    store.changed("c1")  # what UpdateContainerResources records for an unknown container
+    backend.gate.set()
+    assert await reading is None
+    assert "c1" not in store.containers
+    assert backend.calls.count("ContainerStatus") == 1
+    assert await store.container("c1") is not None
+    assert backend.calls.count("ContainerStatus") == 2
 
 
 async def test_garbled_answers_mean_no_record() -> None:
