@@ -76,6 +76,7 @@ class Proxy:
         self._socket_inode: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.backend.on_change(self._on_backend)
+        self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
 
     async def start(self) -> None:
         """Listen at once; the backend is probed in the background."""
@@ -105,7 +106,10 @@ class Proxy:
             raise
 
     def _on_backend(self, info: BackendInfo) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if self.router.plan else health_pb2.HealthCheckResponse.NOT_SERVING
+        serving = bool(self.router.plan)
+        self._health_soon(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def _health_soon(self, status: int) -> None:
         task = asyncio.get_running_loop().create_task(self._set_health(status))
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)

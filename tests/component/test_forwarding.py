@@ -313,7 +313,7 @@ async def test_refuses_a_socket_another_process_serves(fake, start_proxy, client
     assert v1.VersionResponse.FromString(await unary(client, "/runtime.v1.RuntimeService/Version")(b"")).runtime_name == "fake"
 
 
-async def test_health_reports_serving_once_the_backend_answers(sock_dir, start_proxy, client) -> None:
+async def test_health_follows_the_backend(sock_dir, start_proxy, client) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     backend_sock = sock_dir / "late.sock"
@@ -323,10 +323,16 @@ async def test_health_reports_serving_once_the_backend_answers(sock_dir, start_p
     assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=10)
     assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    backend = FakeBackend(backend_sock)
+    await backend.start()
+    await proxy.wait_ready(10)
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+    # The runtime goes away and comes back.
+    await backend.stop()
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
     async with FakeBackend(backend_sock):
-        await proxy.wait_ready(10)
         assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
-        watch.cancel()
+    watch.cancel()
 
 
 async def test_image_service_goes_to_the_image_backend(fake, start_proxy, client, sock_dir) -> None:
