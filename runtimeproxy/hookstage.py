@@ -12,6 +12,8 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
+from cri_api.hookapi import api_pb2 as hookapi
+
 from .dispatch import Dispatcher, HookError
 from .hookconfig import HookType
 from .hookpoints import HOOK_POINTS, HookPoint
@@ -25,8 +27,9 @@ log = logging.getLogger(__name__)
 class KeyedLocks:
     """One lock per pod or container id, gone when nobody holds or awaits it.
 
-    Held across the backend call on purpose: calls on the same container are
-    applied in the order they arrived, while other containers go in parallel.
+    Held from arrival until the backend call is issued: calls on the same
+    container reach the runtime in the order they arrived (with their hooks
+    run in that order), while other containers go in parallel.
     """
 
     def __init__(self) -> None:
@@ -115,42 +118,47 @@ class HookStage(StageProvider):
                     )
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
-            reply = await send(req.SerializeToString() if changed else request)
-            try:
-                response = ex.response.FromString(reply) if ex.reads_response else None
-            except DecodeError:  # the runtime did the work: answer, just remember less
-                log.warning("runtime answer does not decode; state not recorded", extra=fields)
-                return reply
-            await ex.record(req, response, self.store)
-            if post_hook is not None:
-                post_request = await ex.hook_request(req, self.store)
-                if post_request is not None:
-                    self._start_post_hooks(key, post_hook, post_request, fields)
-            return reply
+            # The lock orders calls up to the runtime, not while it works: the
+            # next call on this object is issued after this one (tasks start in
+            # creation order), but an update need not wait out a long stop.
+            backend_call = asyncio.ensure_future(send(req.SerializeToString() if changed else request))
         finally:
             release()
+        reply = await backend_call
+        try:
+            response = ex.response.FromString(reply) if ex.reads_response else None
+        except DecodeError:  # the runtime did the work: answer, just remember less
+            log.warning("runtime answer does not decode; state not recorded", extra=fields)
+            return reply
+        await ex.record(req, response, self.store)
+        if post_hook is not None:
+            post_request = await ex.hook_request(req, self.store)
+            if post_request is not None:
+                self._start_post_hooks(_event_keys(key, post_request), post_hook, post_request, fields)
+        return reply
 
-    def _start_post_hooks(self, key: str, hook: HookType, request: object, fields: dict[str, object]) -> None:
+    def _start_post_hooks(self, keys: tuple[str, ...], hook: HookType, request: object, fields: dict[str, object]) -> None:
         """Post hooks only inform, so neither the client's answer nor the next
         call on this object waits for them; only the next hook event does."""
-        previous = self._post_hooks.get(key)
+        previous = {task for key in keys if (task := self._post_hooks.get(key)) is not None}
 
         async def run() -> None:
-            if previous is not None:
-                await asyncio.wait([previous])
+            if previous:
+                await asyncio.wait(previous)
             await self.dispatcher.run_post(hook, request, fields)
 
         task = asyncio.get_running_loop().create_task(run(), name=f"post-{hook.value}")
-        self._post_hooks[key] = task
+        for key in keys:
+            self._post_hooks[key] = task
 
         def forget(done: asyncio.Task[None]) -> None:
-            if self._post_hooks.get(key) is done:
-                del self._post_hooks[key]
+            for key in keys:
+                if self._post_hooks.get(key) is done:
+                    del self._post_hooks[key]
 
         task.add_done_callback(forget)
 
     async def _post_hooks_done(self, key: str) -> None:
-        # Called under the key's lock, so no new post hook for it starts meanwhile.
         pending = self._post_hooks.get(key)
         if pending is not None:
             await asyncio.wait([pending])
@@ -158,4 +166,13 @@ class HookStage(StageProvider):
     async def drain(self) -> None:
         """Shutdown: let started post hooks finish (each bounded by its timeout)."""
         if self._post_hooks:
-            await asyncio.wait(list(self._post_hooks.values()))
+            await asyncio.wait(set(self._post_hooks.values()))
+
+
+def _event_keys(key: str, request: object) -> tuple[str, ...]:
+    """The keys a post-hook event is ordered under: its call's key, and for a
+    pod also its uid, the key of RunPodSandbox, so that a recreated sandbox's
+    PreRunPodSandbox reaches hook servers after the old one's PostStopPodSandbox."""
+    if isinstance(request, hookapi.PodSandboxHookRequest) and request.pod_meta.uid not in ("", key):
+        return (key, request.pod_meta.uid)
+    return (key,)

@@ -27,6 +27,7 @@ RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
 UPDATE = "/runtime.v1.RuntimeService/UpdateContainerResources"
 REMOVE = "/runtime.v1.RuntimeService/RemoveContainer"
 STOP = "/runtime.v1.RuntimeService/StopContainer"
+STOP_POD = "/runtime.v1.RuntimeService/StopPodSandbox"
 
 QUOTA_HOOK = {
     "PreCreateContainer": {
@@ -238,6 +239,48 @@ async def test_hook_events_of_one_container_reach_hook_servers_in_order(running,
         (pre_update,) = hook.records("PreUpdateContainerResources")
         # The post hook's answer took `delay`; the next pre hook on ctr-1 was sent after that answer.
         assert pre_update["time"] >= post_start["time"] + delay
+
+
+async def test_update_is_not_held_up_behind_a_long_stop(running, fake, client, sock_dir, hook_dir) -> None:
+    """A stop waiting out its grace period does not block kubelet's resource updates of that
+    container; both still reach the runtime in the order they arrived."""
+    async with hook_server(sock_dir, "update", {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 5000}}}) as hook:
+        hook.register(hook_dir, ["PreUpdateContainerResources"])
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        fake.script(STOP, hang=True)
+        stop = asyncio.ensure_future(client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1", timeout=600).SerializeToString(), timeout=10))
+        await fake.wait_calls(STOP)
+        update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpu_period=100000, cpu_quota=90000))
+        await client.unary_unary(UPDATE)(update.SerializeToString(), timeout=5)
+        assert not stop.done()
+        sent = v1.UpdateContainerResourcesRequest.FromString(fake.calls(UPDATE)[0].requests[0])
+        assert sent.linux.cpu_quota == 5000
+        fake.scripts[STOP].release.set()
+        await asyncio.wait_for(stop, 10)
+    assert [r.path for r in fake.received if r.path in (STOP, UPDATE)] == [STOP, UPDATE]
+    assert running.store.containers["ctr-1"].container_resources.cpu_quota == 5000
+    assert len(running.hooks.locks) == 0
+
+
+async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
+    """Stop a sandbox and run its replacement (same pod uid) at once: hook servers still see
+    PostStopPodSandbox of the old one before PreRunPodSandbox of the new one."""
+    delay = 0.4
+    script = {"PostStopPodSandbox": {"delay": delay}, "PreRunPodSandbox": {}}
+    run_pod = v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString()
+    async with hook_server(sock_dir, "pods", script) as hook:
+        hook.register(hook_dir, list(script), timeout="5s")
+        await registered(running, 1)
+        await client.unary_unary(RUN_POD)(run_pod)
+        await client.unary_unary(STOP_POD)(v1.StopPodSandboxRequest(pod_sandbox_id="pod-1").SerializeToString(), timeout=delay / 2)
+        fake.script(RUN_POD, response=v1.RunPodSandboxResponse(pod_sandbox_id="pod-2").SerializeToString())
+        await client.unary_unary(RUN_POD)(run_pod, timeout=5)
+        await running.hooks.drain()
+    assert [r["hook"] for r in hook.records()] == ["PreRunPodSandbox", "PostStopPodSandbox", "PreRunPodSandbox"]
+    post_stop, rerun = hook.records()[1:]
+    assert rerun["time"] >= post_stop["time"] + delay
+    assert post_stop["request"]["pod_meta"]["uid"] == rerun["request"]["pod_meta"]["uid"] == "uid-1"
 
 
 async def test_skip_label_bypasses_hooks(running, fake, client, sock_dir, hook_dir) -> None:
