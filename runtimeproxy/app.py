@@ -40,7 +40,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     store = StateStore()
     hooks = HookStage(dispatcher, store, metrics)
     stack.push_async_callback(hooks.drain)  # after the server stopped, before the channels close
-    proxy = Proxy(config, stages=[V1OnlyFieldCheck(), hooks])
+    proxy = Proxy(config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks])
     store.read_backend = proxy.read_runtime
 
     tasks: set[asyncio.Task[None]] = set()

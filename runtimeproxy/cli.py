@@ -38,6 +38,12 @@ _path = click.Path(path_type=Path)
 @click.option("--hook-dir", type=_path, help="Directory of hook server registrations. [default: /etc/runtime/hookserver.d]")
 @click.option("--serve-versions", help="auto | v1 | v1alpha2 | v1,v1alpha2 [default: auto]")
 @click.option("--backend-version", type=click.Choice(["v1", "v1alpha2"]), help="Force the CRI version spoken to the backend.")
+@click.option(
+    "--unknown-fields",
+    type=click.Choice(["refuse", "forward"]),
+    help="For a v1alpha2 runtime: refuse v1 requests with fields newer than the proxy's CRI schema, "
+    "or forward them (the runtime ignores them). [default: refuse]",
+)
 @click.option("--max-message-size", type=int, help="Message size limit in bytes, both directions. [default: 16 MiB]")
 @click.option("--grace-period", type=float, help="Seconds in-flight calls get on SIGTERM. [default: 10]")
 @click.option("--metrics-listen", help="host:port to serve Prometheus metrics on. [default: off]")

@@ -27,6 +27,8 @@ class ProxyConfig:
     hook_dir: Path = Path("/etc/runtime/hookserver.d")
     serve_versions: str = "auto"  # auto | v1 | v1alpha2 | v1,v1alpha2
     backend_version: str | None = None  # None: v1 when the backend answers v1
+    # v1 requests for a v1alpha2 runtime carrying fields newer than our schema.
+    unknown_fields: str = "refuse"  # refuse | forward
     max_recv_message_bytes: int = 16 * MIB  # kubelet's limits
     max_send_message_bytes: int = 16 * MIB
     grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
@@ -46,6 +48,7 @@ _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
 _CHOICES = {
     "backend_version": ("v1", "v1alpha2"),
+    "unknown_fields": ("refuse", "forward"),
     "log_format": ("text", "json"),
     "log_level": ("debug", "info", "warning", "error"),
 }

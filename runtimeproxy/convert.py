@@ -46,6 +46,7 @@ from google.protobuf.descriptor import (
 )
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cri_api.v1 import api_pb2 as _v1_pb2
 from cri_api.v1alpha2 import api_pb2 as _v1alpha2_pb2
@@ -331,6 +332,38 @@ class SchemaDiff:
 
 
 _V1_DIFF: Final = SchemaDiff(_v1_pb2.DESCRIPTOR, _v1alpha2_pb2.DESCRIPTOR)
+
+
+def unknown_to_schema(msg: Message) -> list[str]:
+    """Dotted paths of what ``msg`` carries that its own schema lacks: fields
+    by number (``config.linux.#99``) and enum values (``protocol=7``), i.e.
+    what a client newer than this copy of the proto set."""
+    found: list[str] = []
+    _collect_unknown(msg, "", found)
+    return list(dict.fromkeys(found))  # a repeated unknown field is one finding
+
+
+def _collect_unknown(msg: Message, prefix: str, found: list[str]) -> None:
+    found.extend(f"{prefix}#{f.field_number}" for f in UnknownFieldSet(msg))
+    for field, value in msg.ListFields():
+        path = prefix + field.name
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for key in sorted(value):
+                _collect_unknown_value(value_field, value[key], f"{path}[{key!r}]", found)
+        elif field.is_repeated:
+            for i, item in enumerate(value):
+                _collect_unknown_value(field, item, f"{path}[{i}]", found)
+        else:
+            _collect_unknown_value(field, value, path, found)
+
+
+def _collect_unknown_value(field: FieldDescriptor, value: object, path: str, found: list[str]) -> None:
+    if field.message_type is not None:
+        assert isinstance(value, Message)
+        _collect_unknown(value, path + ".", found)
+    elif field.enum_type is not None and value not in field.enum_type.values_by_number:
+        found.append(f"{path}={value}")
 
 
 def may_carry_v1_only(desc: Descriptor) -> bool:

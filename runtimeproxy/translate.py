@@ -3,13 +3,18 @@
 A v1 request sent on to a v1alpha2-only runtime keeps its bytes; fields that
 v1alpha2 does not know would be silently ignored there, and some of them are
 security settings (supplemental groups policy, recursive read-only mounts).
-Such a request is refused with INVALID_ARGUMENT naming the fields. Requests
-whose type cannot hold any v1-only field are never decoded.
+Such a request is refused with INVALID_ARGUMENT naming the fields.
+
+So is, by default, a request carrying what even our v1 schema lacks (a
+kubelet newer than the proxy): v1alpha2 cannot know it either. An operator who
+prefers to run such a kubelet anyway sets ``unknown-fields: forward``; each
+new kind of unknown field is then logged once, as a warning.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -26,26 +31,38 @@ log = logging.getLogger(__name__)
 # sets them on nearly every CreateContainer and PullImage. Everything else
 # v1alpha2 cannot carry is refused.
 ADVISORY_FIELDS = frozenset({"user_specified_image", "image_ref"})
+_WARNED_LIMIT = 1000  # distinct unknown-field shapes warned about, at most
 
 
 def refused_fields(fields: list[str]) -> list[str]:
     return [f for f in fields if f.rsplit(".", 1)[-1] not in ADVISORY_FIELDS]
 
 
+def _shape(path: str) -> str:
+    """A path without its list indexes and map keys: what to warn about once."""
+    return re.sub(r"\[[^\]]*\]", "[]", path)
+
+
 class V1OnlyFieldCheck(StageProvider):
+    def __init__(self, forward_unknown: bool = False) -> None:
+        self.forward_unknown = forward_unknown
+        self._warned: set[tuple[str, str]] = set()
+
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         if not (client_version == ApiVersion.V1 and backend_version == ApiVersion.V1ALPHA2):
             return None
-        if not convert.request_needs_check(method):
+        info = next((i for i in convert.METHODS[ApiVersion.V1].values() if i.name == method), None)
+        if info is None:
             return None
-        info = next(i for i in convert.METHODS[ApiVersion.V1].values() if i.name == method)
         request_type = info.request
+        may_carry_v1_only = convert.request_needs_check(method)
 
         async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
             try:
-                fields = refused_fields(convert.v1_only_fields(request_type.FromString(request)))
+                msg = request_type.FromString(request)
             except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
+            fields = refused_fields(convert.v1_only_fields(msg)) if may_carry_v1_only else []
             if fields:
                 log.info("refusing fields v1alpha2 cannot carry", extra={"method": method, "fields": fields})
                 await context.abort(
@@ -53,6 +70,28 @@ class V1OnlyFieldCheck(StageProvider):
                     f"{method}: the backend speaks CRI v1alpha2, which cannot carry "
                     f"{', '.join(fields)}; refusing rather than dropping them",
                 )
+            unknown = convert.unknown_to_schema(msg)
+            if unknown:
+                self._unknown(method, unknown)
+                if not self.forward_unknown:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{method}: carries {', '.join(unknown)}, unknown to runtime-proxy's CRI v1 schema "
+                        f"and so to the backend's CRI v1alpha2; refusing rather than dropping them "
+                        f"(setting unknown-fields: forward sends them on)",
+                    )
             return await send(request)
 
         return check
+
+    def _unknown(self, method: str, paths: list[str]) -> None:
+        if not self.forward_unknown:
+            log.info("refusing fields unknown to this proxy", extra={"method": method, "fields": paths})
+            return
+        new = {(method, _shape(p)) for p in paths} - self._warned
+        if new and len(self._warned) < _WARNED_LIMIT:
+            self._warned |= new
+            log.warning(
+                "forwarding fields unknown to this proxy; the v1alpha2 runtime will ignore them",
+                extra={"method": method, "fields": paths},
+            )

@@ -77,9 +77,9 @@ async def backend(sock_dir: Path) -> AsyncIterator[Any]:
 
 @pytest.fixture
 def proxy_for(backend: Any, start_proxy: Any) -> Any:
-    async def start(versions: frozenset[str], **settings: Any) -> tuple[FakeBackend, Any]:
+    async def start(versions: frozenset[str], forward_unknown: bool = False, **settings: Any) -> tuple[FakeBackend, Any]:
         fake = await backend(versions)
-        proxy = await start_proxy(fake.socket, stages=(V1OnlyFieldCheck(),), **settings)
+        proxy = await start_proxy(fake.socket, stages=(V1OnlyFieldCheck(forward_unknown),), **settings)
         return fake, proxy
 
     return start
@@ -384,9 +384,12 @@ def create_with_raw_env_and_unknown_field() -> bytes:
     ids=["v1-client-to-v1alpha2", "v1alpha2-client-to-v1"],
 )
 async def test_non_utf8_env_and_unknown_fields_survive_byte_identically(
-    proxy_for, client, versions, client_version, target
+    proxy_for, client, caplog, versions, client_version, target
 ) -> None:
-    fake, _ = await proxy_for(versions, serve_versions="v1,v1alpha2")
+    """With unknown-fields: forward (for v1 -> v1alpha2; the other way they are always forwarded,
+    since a v1 runtime may know what the v1alpha2 schema lacks)."""
+    caplog.set_level(logging.WARNING, logger="runtimeproxy")
+    fake, _ = await proxy_for(versions, serve_versions="v1,v1alpha2", forward_unknown=True)
     create = create_with_raw_env_and_unknown_field()
     assert RAW_ENV in create and create.endswith(UNKNOWN_FIELD)
     listing = v1.ListContainersRequest(filter=v1.ContainerFilter(id="abc")).SerializeToString() + UNKNOWN_FIELD
@@ -402,6 +405,33 @@ async def test_non_utf8_env_and_unknown_fields_survive_byte_identically(
     arrived = v1.CreateContainerRequest.FromString(fake.calls(path(target, "CreateContainer"))[0].requests[0])
     assert [(e.key, e.value) for e in arrived.config.envs] == [("K", b"v"), ("RAW", RAW_ENV)]
     assert arrived.SerializeToString() == create
+    # Each kind is logged once: a second CreateContainer of the same shape is not logged again.
+    await client.unary_unary(path(client_version, "CreateContainer"))(create)
+    warnings = [(r.method, r.fields) for r in caplog.records if r.getMessage().startswith("forwarding fields unknown")]
+    if target == "v1alpha2":
+        assert warnings == [("CreateContainer", ["#999"]), ("ListContainers", ["#999"])]
+    else:
+        assert warnings == []
+
+
+async def test_fields_unknown_to_the_proxy_are_refused_for_a_v1alpha2_runtime(proxy_for, client) -> None:
+    fake, _ = await proxy_for(ONLY_V1ALPHA2, serve_versions="v1,v1alpha2")
+    security = v1.LinuxContainerSecurityContext(run_as_username="u").SerializeToString() + UNKNOWN_FIELD
+    request = common_create("v1")
+    request.config.linux.security_context.MergeFromString(security)
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(path("v1", "CreateContainer"))(request.SerializeToString())
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.linux.security_context.#999" in err.value.details()
+    assert "unknown-fields: forward" in err.value.details()
+    # Also in requests that cannot carry a v1-only field, and as enum values.
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(path("v1", "ListContainers"))(
+            v1.ListContainersRequest(filter=v1.ContainerFilter(state=v1.ContainerStateValue(state=9))).SerializeToString()
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "filter.state.state=9" in err.value.details()
+    assert backend_paths(fake) == []
 
 
 # --------------------------------------------------------------------------- forcing a version the backend lacks
@@ -460,3 +490,23 @@ async def test_the_app_refuses_and_forwards_like_the_router(backend, client, soc
         [received] = fake.calls(path("v1alpha2", "CreateContainer"))
         assert v1.CreateContainerRequest.FromString(received.requests[0]) == ok
         assert fake.calls(path("v1", "CreateContainer")) == []
+        # unknown-fields defaults to refuse.
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(path("v1", "CreateContainer"))(ok.SerializeToString() + UNKNOWN_FIELD)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "#999" in err.value.details()
+
+
+async def test_the_app_forwards_unknown_fields_when_told(backend, client, sock_dir) -> None:
+    fake = await backend(ONLY_V1ALPHA2)
+    hook_dir = sock_dir / "hooks.d"
+    hook_dir.mkdir(mode=0o755)
+    config = ProxyConfig(
+        listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir, serve_versions="v1", unknown_fields="forward",
+    )
+    fake.script(path("v1alpha2", "StopContainer"), echo=True)
+    request = v1.StopContainerRequest(container_id="c1").SerializeToString() + UNKNOWN_FIELD
+    async with contextlib.AsyncExitStack() as stack:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        assert await client.unary_unary(path("v1", "StopContainer"))(request) == request
+    assert fake.calls(path("v1alpha2", "StopContainer"))[0].requests == [request]

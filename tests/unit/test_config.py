@@ -126,6 +126,7 @@ def test_invalid_yaml_is_an_error(tmp_path: Path) -> None:
         ("serve-versions: v2\n", "serve-versions 'v2'"),
         ("serve-versions: [v1, v3]\n", "serve-versions 'v1,v3'"),
         ("backend-version: v1beta1\n", "backend-version 'v1beta1'"),
+        ("unknown-fields: drop\n", "unknown-fields 'drop': expected one of refuse, forward"),
     ],
 )
 def test_invalid_version_settings_are_errors(tmp_path: Path, text: str, fragment: str) -> None:
@@ -201,6 +202,7 @@ def test_serve_help_lists_the_flags(started: list[Any]) -> None:
         "--hook-dir",
         "--serve-versions",
         "--backend-version",
+        "--unknown-fields",
         "--max-message-size",
         "--grace-period",
         "--metrics-listen",

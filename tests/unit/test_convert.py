@@ -31,6 +31,7 @@ from runtimeproxy.convert import (
     request_needs_check,
     to_v1,
     to_v1alpha2,
+    unknown_to_schema,
     v1_only_fields,
 )
 
@@ -351,6 +352,42 @@ def test_v1_only_fields_of_update_container_resources() -> None:
         ),
     )
     assert v1_only_fields(request) == ["windows.affinity_cpus"]
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field ``number`` (for numbers below 2048)."""
+    tag = (number << 3) | 2
+    head = bytes([tag & 0x7F | 0x80, tag >> 7]) if tag >= 0x80 else bytes([tag])
+    return head + bytes([len(payload)]) + payload
+
+
+def test_unknown_to_schema_finds_fields_and_enum_values_wherever_they_are() -> None:
+    security = v1_pb2.LinuxContainerSecurityContext(privileged=True).SerializeToString() + _field(999, b"new")
+    linux = v1_pb2.LinuxContainerConfig.FromString(_field(2, security))  # field 2: security_context
+    request = v1_pb2.CreateContainerRequest(
+        pod_sandbox_id="p", config=v1_pb2.ContainerConfig(linux=linux, annotations={"a": "b"})
+    )
+    request.config.mounts.add(container_path="/x")
+    request.config.mounts.add(container_path="/y", propagation=7)  # no MountPropagation 7 (yet)
+    raw = request.SerializeToString() + _field(999, b"top") + _field(999, b"again")
+    assert unknown_to_schema(v1_pb2.CreateContainerRequest.FromString(raw)) == [
+        "#999",
+        "config.mounts[1].propagation=7",
+        "config.linux.security_context.#999",
+    ]
+
+
+def test_unknown_to_schema_is_empty_when_all_is_known() -> None:
+    request = v1_pb2.CreateContainerRequest(
+        config=v1_pb2.ContainerConfig(annotations={"a": "b"}, envs=[v1_pb2.KeyValue(key="K", value=b"\xff")]),
+        sandbox_config=v1_pb2.PodSandboxConfig(labels={"l": "v"}),
+    )
+    request.config.mounts.add(container_path="/x", propagation=v1_pb2.PROPAGATION_BIDIRECTIONAL)
+    assert unknown_to_schema(v1_pb2.CreateContainerRequest.FromString(request.SerializeToString())) == []
+    resources = v1_pb2.LinuxContainerResources.FromString(
+        v1_pb2.LinuxContainerResources(cpu_quota=1, unified={"k": "v"}).SerializeToString() + _field(999, b"x")
+    )
+    assert unknown_to_schema(v1_pb2.UpdateContainerResourcesRequest(linux=resources)) == ["linux.#999"]
 
 
 def test_request_needs_check() -> None:
