@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
@@ -45,9 +46,16 @@ class Backend:
         return v1.ListContainersResponse(containers=[v1.Container(id="c1")]).SerializeToString()
 
 
-async def until_called(backend: Backend, method: str) -> None:
+async def read_held(kind: str, object_id: str) -> tuple[Backend, StateStore, asyncio.Future[Any]]:
+    """A store reading ``kind`` ("pod" or "container") from a backend that holds its answer."""
+    backend = Backend()
+    backend.gate.clear()
+    store = StateStore(read_backend=backend)
+    reading = asyncio.ensure_future(getattr(store, kind)(object_id))
+    method = "PodSandboxStatus" if kind == "pod" else "ContainerStatus"
     while method not in backend.calls:
         await asyncio.sleep(0)  # one loop turn: the read is under way once it asked
+    return backend, store, reading
 
 
 async def test_rebuild_reads_config_and_current_resources() -> None:
@@ -67,11 +75,7 @@ async def test_rebuild_reads_config_and_current_resources() -> None:
 
 
 async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
-    backend = Backend()
-    backend.gate.clear()
-    store = StateStore(read_backend=backend)
-    reading = asyncio.ensure_future(store.pod("p1"))
-    await until_called(backend, "PodSandboxStatus")
+    backend, store, reading = await read_held("pod", "p1")
     store.drop_pod("p1")  # RemovePodSandbox completed meanwhile
     backend.gate.set()
     assert await reading is None
@@ -81,11 +85,7 @@ async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
 
 async def test_a_read_older_than_a_write_does_not_overwrite_it() -> None:
     """Start-up rebuild reads a pod while RunPodSandbox's own record lands: the call's record wins."""
-    backend = Backend()
-    backend.gate.clear()
-    store = StateStore(read_backend=backend)
-    reading = asyncio.ensure_future(store.pod("p1"))
-    await until_called(backend, "PodSandboxStatus")
+    backend, store, reading = await read_held("pod", "p1")
     ours = hookapi.PodSandboxHookRequest(labels={"written": "by-call"})
     store.put_pod("p1", ours)
     backend.gate.set()
@@ -96,11 +96,7 @@ async def test_a_read_older_than_a_write_does_not_overwrite_it() -> None:
 async def test_a_read_older_than_an_update_is_read_again() -> None:
     """UpdateContainerResources completes while the container is being read: the old read is
     dropped, and the next access reads the runtime again (which then has the update)."""
-    backend = Backend()
-    backend.gate.clear()
-    store = StateStore(read_backend=backend)
-    reading = asyncio.ensure_future(store.container("c1"))
-    await until_called(backend, "ContainerStatus")
+    backend, store, reading = await read_held("container", "c1")
     store.changed("c1")  # what UpdateContainerResources records for an unknown container
     backend.gate.set()
     assert await reading is None
