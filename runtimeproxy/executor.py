@@ -42,6 +42,10 @@ class Executor:
     request: ClassVar[type[Message]]
     response: ClassVar[type[Message]]
     reads_response: ClassVar[bool] = False  # decode the backend's answer?
+    # Calls on one object are serialised through the runtime call, except
+    # these, which can take a whole grace period: the next call is issued
+    # after them, but does not wait for them to end.
+    ordered_until_issued: ClassVar[bool] = False
 
     def key(self, req: Any) -> str:
         raise NotImplementedError
@@ -105,6 +109,7 @@ class RunPodSandbox(Executor):
 
 class StopPodSandbox(Executor):
     request, response = v1.StopPodSandboxRequest, v1.StopPodSandboxResponse
+    ordered_until_issued = True
 
     def key(self, req: v1.StopPodSandboxRequest) -> str:
         return req.pod_sandbox_id
@@ -173,6 +178,7 @@ class StartContainer(_ContainerById):
 
 class StopContainer(_ContainerById):
     request, response = v1.StopContainerRequest, v1.StopContainerResponse
+    ordered_until_issued = True
 
 
 class RemoveContainer(_ContainerById):

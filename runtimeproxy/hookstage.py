@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 class KeyedLocks:
     """One lock per pod or container id, gone when nobody holds or awaits it.
 
-    Held from arrival until the backend call is issued: calls on the same
-    container reach the runtime in the order they arrived (with their hooks
-    run in that order), while other containers go in parallel.
+    Held across the backend call on purpose: calls on the same container are
+    applied in the order they arrived, while other containers go in parallel.
+    Stops hold it only until issued (``Executor.ordered_until_issued``).
     """
 
     def __init__(self) -> None:
@@ -99,7 +99,7 @@ class HookStage(StageProvider):
             return await send(request)  # not ours to judge: the backend answers
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
-        release = await self.locks.acquire(key)
+        release: Callable[[], None] | None = await self.locks.acquire(key)
         try:
             pre_hook = point.pre if point.pre is not None and self.dispatcher.servers(point.pre) else None
             post_hook = point.post if point.post is not None and self.dispatcher.servers(point.post) else None
@@ -118,24 +118,31 @@ class HookStage(StageProvider):
                     )
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
-            # The lock orders calls up to the runtime, not while it works: the
-            # next call on this object is issued after this one (tasks start in
-            # creation order), but an update need not wait out a long stop.
-            backend_call = asyncio.ensure_future(send(req.SerializeToString() if changed else request))
-        finally:
-            release()
-        reply = await backend_call
-        try:
-            response = ex.response.FromString(reply) if ex.reads_response else None
-        except DecodeError:  # the runtime did the work: answer, just remember less
-            log.warning("runtime answer does not decode; state not recorded", extra=fields)
+            outgoing = req.SerializeToString() if changed else request
+            if ex.ordered_until_issued:
+                # A stop waits out the grace period kubelet chose; the next
+                # call on this object (a CPU manager update, say) is issued
+                # after it, without waiting for it to end.
+                backend_call = asyncio.ensure_future(send(outgoing))
+                release()
+                release = None
+                reply = await backend_call
+            else:
+                reply = await send(outgoing)
+            try:
+                response = ex.response.FromString(reply) if ex.reads_response else None
+            except DecodeError:  # the runtime did the work: answer, just remember less
+                log.warning("runtime answer does not decode; state not recorded", extra=fields)
+                return reply
+            await ex.record(req, response, self.store)
+            if post_hook is not None:
+                post_request = await ex.hook_request(req, self.store)
+                if post_request is not None:
+                    self._start_post_hooks(_event_keys(key, post_request), post_hook, post_request, fields)
             return reply
-        await ex.record(req, response, self.store)
-        if post_hook is not None:
-            post_request = await ex.hook_request(req, self.store)
-            if post_request is not None:
-                self._start_post_hooks(_event_keys(key, post_request), post_hook, post_request, fields)
-        return reply
+        finally:
+            if release is not None:
+                release()
 
     def _start_post_hooks(self, keys: tuple[str, ...], hook: HookType, request: object, fields: dict[str, object]) -> None:
         """Post hooks only inform, so neither the client's answer nor the next

@@ -243,7 +243,7 @@ async def test_hook_events_of_one_container_reach_hook_servers_in_order(running,
 
 async def test_update_is_not_held_up_behind_a_long_stop(running, fake, client, sock_dir, hook_dir) -> None:
     """A stop waiting out its grace period does not block kubelet's resource updates of that
-    container; both still reach the runtime in the order they arrived."""
+    container (the CPU manager's reconcile loop sends them at any time)."""
     async with hook_server(sock_dir, "update", {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 5000}}}) as hook:
         hook.register(hook_dir, ["PreUpdateContainerResources"])
         await registered(running, 1)
@@ -253,14 +253,70 @@ async def test_update_is_not_held_up_behind_a_long_stop(running, fake, client, s
         await fake.wait_calls(STOP)
         update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpu_period=100000, cpu_quota=90000))
         await client.unary_unary(UPDATE)(update.SerializeToString(), timeout=5)
-        assert not stop.done()
+        assert not stop.done()  # the update went through while the stop is still under way
         sent = v1.UpdateContainerResourcesRequest.FromString(fake.calls(UPDATE)[0].requests[0])
         assert sent.linux.cpu_quota == 5000
         fake.scripts[STOP].release.set()
         await asyncio.wait_for(stop, 10)
-    assert [r.path for r in fake.received if r.path in (STOP, UPDATE)] == [STOP, UPDATE]
     assert running.store.containers["ctr-1"].container_resources.cpu_quota == 5000
     assert len(running.hooks.locks) == 0
+
+
+async def test_a_call_arriving_during_another_on_the_same_container_waits_for_it(
+    running, fake, client, sock_dir, hook_dir
+) -> None:
+    """Start is still at the runtime when an update comes: the update reaches the runtime after
+    Start returned, and hook servers see PreStart, PostStart, PreUpdate in that order."""
+    script = {"PreStartContainer": {}, "PostStartContainer": {}, "PreUpdateContainerResources": {}}
+    async with hook_server(sock_dir, "events", script) as hook:
+        hook.register(hook_dir, list(script))
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        fake.script(START, hang=True)
+        start = asyncio.ensure_future(client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10))
+        await fake.wait_calls(START)
+        update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpu_shares=512))
+        updating = asyncio.ensure_future(client.unary_unary(UPDATE)(update.SerializeToString(), timeout=10))
+        async with asyncio.timeout(5):
+            while running.hooks.locks.users("ctr-1") < 2:  # the update waits behind Start
+                await asyncio.sleep(0.01)
+        assert fake.calls(UPDATE) == [] and [r["hook"] for r in hook.records()] == ["PreStartContainer"]
+        fake.scripts[START].release.set()
+        await asyncio.wait_for(asyncio.gather(start, updating), 10)
+    assert [r.path for r in fake.received if r.path in (START, UPDATE)] == [START, UPDATE]
+    assert [r["hook"] for r in hook.records()] == ["PreStartContainer", "PostStartContainer", "PreUpdateContainerResources"]
+
+
+@pytest.mark.parametrize("path", [CREATE, STOP], ids=["serialised", "ordered-until-issued"])
+async def test_runtime_errors_on_hooked_calls_reach_the_client_unchanged(running, fake, client, sock_dir, hook_dir, path) -> None:
+    trailing = (("x-runtime-detail", "gone"),)
+    fake.script(path, code=grpc.StatusCode.NOT_FOUND, details="container not found", trailing=trailing)
+    async with hook_server(sock_dir, "any", {}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer", "PostStopContainer"])
+        await registered(running, 1)
+        request = create_request() if path == CREATE else v1.StopContainerRequest(container_id="ctr-1")
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(path)(request.SerializeToString(), timeout=5)
+        await running.hooks.drain()
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.NOT_FOUND, "container not found")
+        assert ("x-runtime-detail", "gone") in tuple(err.value.trailing_metadata() or ())
+        assert "PostStopContainer" not in [r["hook"] for r in hook.records()]  # post hooks follow success only
+    assert len(running.hooks.locks) == 0
+
+
+@pytest.mark.parametrize("path", [START, STOP], ids=["serialised", "ordered-until-issued"])
+async def test_client_cancel_of_a_hooked_call_reaches_the_runtime(running, fake, client, path) -> None:
+    await client.unary_unary(CREATE)(create_request().SerializeToString())
+    fake.script(path, hang=True)
+    request = (v1.StartContainerRequest if path == START else v1.StopContainerRequest)(container_id="ctr-1")
+    call = client.unary_unary(path)(request.SerializeToString(), timeout=10)
+    await fake.wait_calls(path)
+    call.cancel()
+    await asyncio.wait_for(fake.cancel_seen.wait(), 5)
+    assert fake.cancelled == [path]
+    async with asyncio.timeout(5):
+        while len(running.hooks.locks):  # the handler unwinds after the cancel reached it
+            await asyncio.sleep(0.01)
 
 
 async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
