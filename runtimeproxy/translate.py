@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -43,6 +44,22 @@ def _shape(path: str) -> str:
     return re.sub(r"\[[^\]]*\]", "[]", path)
 
 
+def summarize(paths: list[str], kinds: int = 10) -> list[str]:
+    """Paths for an error or a log line: one per shape (``mounts[0].x (+9 like it)``),
+    at most ``kinds`` of them, so that a request with thousands of them still
+    gets a readable answer that fits in gRPC's status."""
+    first: dict[str, str] = {}
+    count: Counter[str] = Counter()
+    for path in paths:
+        shape = _shape(path)
+        first.setdefault(shape, path)
+        count[shape] += 1
+    out = [first[s] + (f" (+{count[s] - 1} like it)" if count[s] > 1 else "") for s in list(first)[:kinds]]
+    if len(first) > kinds:
+        out.append(f"and {len(first) - kinds} more kinds")
+    return out
+
+
 class V1OnlyFieldCheck(StageProvider):
     def __init__(self, forward_unknown: bool = False) -> None:
         self.forward_unknown = forward_unknown
@@ -62,7 +79,7 @@ class V1OnlyFieldCheck(StageProvider):
                 msg = request_type.FromString(request)
             except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
-            fields = refused_fields(convert.v1_only_fields(msg)) if may_carry_v1_only else []
+            fields = summarize(refused_fields(convert.v1_only_fields(msg))) if may_carry_v1_only else []
             if fields:
                 log.info("refusing fields v1alpha2 cannot carry", extra={"method": method, "fields": fields})
                 await context.abort(
@@ -76,7 +93,7 @@ class V1OnlyFieldCheck(StageProvider):
                 if not self.forward_unknown:
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{method}: carries {', '.join(unknown)}, unknown to runtime-proxy's CRI v1 schema "
+                        f"{method}: carries {', '.join(summarize(unknown))}, unknown to runtime-proxy's CRI v1 schema "
                         f"and so to the backend's CRI v1alpha2; refusing rather than dropping them "
                         f"(setting unknown-fields: forward sends them on)",
                     )
@@ -86,12 +103,12 @@ class V1OnlyFieldCheck(StageProvider):
 
     def _unknown(self, method: str, paths: list[str]) -> None:
         if not self.forward_unknown:
-            log.info("refusing fields unknown to this proxy", extra={"method": method, "fields": paths})
+            log.info("refusing fields unknown to this proxy", extra={"method": method, "fields": summarize(paths)})
             return
         new = {(method, _shape(p)) for p in paths} - self._warned
         if new and len(self._warned) < _WARNED_LIMIT:
             self._warned |= new
             log.warning(
                 "forwarding fields unknown to this proxy; the v1alpha2 runtime will ignore them",
-                extra={"method": method, "fields": paths},
+                extra={"method": method, "fields": summarize(paths)},
             )

@@ -510,3 +510,17 @@ async def test_the_app_forwards_unknown_fields_when_told(backend, client, sock_d
         await running.proxy.wait_ready(10)
         assert await client.unary_unary(path("v1", "StopContainer"))(request) == request
     assert fake.calls(path("v1alpha2", "StopContainer"))[0].requests == [request]
+
+
+async def test_a_request_with_thousands_of_refused_fields_gets_a_short_answer(proxy_for, client) -> None:
+    """One entry per kind of field, at most ten kinds: the answer fits in a gRPC status."""
+    await proxy_for(ONLY_V1ALPHA2, serve_versions="v1,v1alpha2")
+    request = common_create("v1")
+    for i in range(2000):
+        request.config.mounts.add(container_path=f"/m{i}", propagation=7)
+    raw = request.SerializeToString()
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(path("v1", "CreateContainer"))(raw)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.mounts[1].propagation=7 (+1999 like it)" in err.value.details()  # [0]: common_create's own
+    assert len(err.value.details()) < 400
