@@ -123,6 +123,7 @@ class Backend:
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
+            self._lost()  # e.g. containerd came back with its CRI plugin broken
             log.warning(
                 "backend not ready, retrying",
                 extra={
@@ -170,11 +171,17 @@ class Backend:
                     await self.probe()
                 except Exception:  # keep watching: the next reconnect probes again
                     log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
-            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and self.connected:
-                self.connected = False
-                log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
-                for lost in self._lost_listeners:
-                    lost()
+            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                self._lost()
+
+    def _lost(self) -> None:
+        """The backend stopped answering (once per loss, until probed again)."""
+        if not self.connected:
+            return
+        self.connected = False
+        log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
+        for listener in self._lost_listeners:
+            listener()
 
     async def close(self) -> None:
         await self.runtime_channel.close()

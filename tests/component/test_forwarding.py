@@ -238,9 +238,21 @@ async def test_backend_loss_is_noticed_and_reported_until_reprobed(sock_dir, sta
     await first.stop()
     await asyncio.wait_for(lost.wait(), 15)
     assert not proxy.backend.connected
-    async with FakeBackend(backend_sock, versions=frozenset({"v1"})):
+    async with FakeBackend(backend_sock, versions=frozenset({"v1"})) as second:
         await asyncio.wait_for(back.wait(), 15)
         assert proxy.backend.connected
+        # Connected, but the runtime stops answering Version (its CRI plugin broke): a failed
+        # probe is a loss too, even when the connection itself never failed.
+        lost.clear()
+        second.script("/runtime.v1.RuntimeService/Version", code=grpc.StatusCode.UNAVAILABLE, details="cri plugin down")
+        reprobe = asyncio.ensure_future(proxy.backend.probe())
+        await asyncio.wait_for(lost.wait(), 15)
+        assert not proxy.backend.connected
+        back.clear()
+        del second.scripts["/runtime.v1.RuntimeService/Version"]
+        await asyncio.wait_for(back.wait(), 15)
+        assert proxy.backend.connected
+        await reprobe
 
 
 async def test_socket_mode_and_stale_socket(fake, start_proxy, sock_dir) -> None:
