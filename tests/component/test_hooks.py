@@ -214,7 +214,7 @@ async def test_post_hook_failure_never_fails_or_delays_the_call(running, fake, c
 async def test_hook_events_of_one_container_reach_hook_servers_in_order(running, fake, client, sock_dir, hook_dir) -> None:
     """A slow post hook delays the next pre hook on the same container, not the runtime calls
     in between, nor the hooks of other containers."""
-    delay = 0.4
+    delay = 1.0  # long enough that the calls with a deadline of delay / 2 prove they did not wait for it
     script = {"PostStartContainer": {"delay": delay}, "PreUpdateContainerResources": {}, "PreStartContainer": {}}
     async with hook_server(sock_dir, "events", script) as hook:
         hook.register(hook_dir, list(script), timeout="5s")
@@ -322,7 +322,7 @@ async def test_client_cancel_of_a_hooked_call_reaches_the_runtime(running, fake,
 async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
     """Stop a sandbox and run its replacement (same pod uid) at once: hook servers still see
     PostStopPodSandbox of the old one before PreRunPodSandbox of the new one."""
-    delay = 0.4
+    delay = 1.0  # long enough that the calls with a deadline of delay / 2 prove they did not wait for it
     script = {"PostStopPodSandbox": {"delay": delay}, "PreRunPodSandbox": {}}
     run_pod = v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString()
     async with hook_server(sock_dir, "pods", script) as hook:
