@@ -3,12 +3,14 @@ the effects read where they land (cgroup files, the container's env)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from pathlib import Path
 
 import grpc
 import pytest
+import watchfiles
 from grpc import aio
 
 
@@ -29,11 +31,13 @@ async def container_pid(api: CriApi, channel: aio.Channel, cid: str) -> int:
     return int(verbose_info(status)["pid"])
 
 
-async def run_container(api: CriApi, channel: aio.Channel, log_dir: Path, **pod_labels: str) -> tuple[str, str]:
+async def run_container(
+    api: CriApi, channel: aio.Channel, log_dir: Path, command: tuple[str, ...] | None = None, **pod_labels: str
+) -> tuple[str, str]:
     rt, pb = api.runtime(channel), api.pb
     pod_config = pod_sandbox_config(pb, log_dir, labels=pod_labels)
     pod_id = (await rt.RunPodSandbox(pb.RunPodSandboxRequest(config=pod_config), timeout=60)).pod_sandbox_id
-    config = container_config(pb)
+    config = container_config(pb) if command is None else container_config(pb, command=command)
     config.envs.add(key="FROM_KUBELET", value=b"yes" if api is V1 else "yes")
     cid = (await rt.CreateContainer(pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config), timeout=60)).container_id
     await rt.StartContainer(pb.StartContainerRequest(container_id=cid), timeout=60)
@@ -75,6 +79,52 @@ async def test_quota_and_memory_land_in_cgroups_and_update_changes_them(cri_chan
             seen = hook.requests("PreUpdateContainerResources")[0]
             assert seen["container_resources"]["cpu_quota"] == "50000"
             assert seen["container_meta"]["id"] == cid
+        finally:
+            await remove_pod_quietly(V1, cri_channel, pod_id)
+
+
+async def appears(path: Path, timeout: float = 15.0) -> None:
+    """Until ``path`` exists (file events on its directory, no polling)."""
+
+    async def watch() -> None:
+        async for _ in watchfiles.awatch(path.parent, debounce=0, step=10, rust_timeout=500, yield_on_timeout=True):
+            if path.exists():
+                return
+
+    if not path.exists():
+        await asyncio.wait_for(watch(), timeout)
+
+
+async def test_update_lands_while_a_stop_waits_out_its_grace_period(cri_channel, launcher, hooks_dir, pod_log_dir) -> None:
+    """kubelet's CPU manager updates a container that is being stopped: the update (with its
+    hook) reaches the cgroup at once, not after the grace period."""
+    grace = 6
+    marker = "/tmp/term-seen"
+    # PID 1 notes SIGTERM and carries on, so the stop takes its whole grace period.
+    command = ("/bin/sh", "-c", f"trap 'touch {marker}' TERM; while :; do sleep 0.1; done")
+    running, _ = await launcher.start()
+    config = {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 30000}}}
+    async with hook_server(hooks_dir, "update", config) as hook, launcher.channel() as channel:
+        hook.register(launcher.hook_dir, ["PreUpdateContainerResources"])
+        await registered(running, 1)
+        pod_id, cid = await run_container(V1, channel, pod_log_dir, command=command)
+        rt, pb = V1.runtime(channel), V1.pb
+        try:
+            pid = await container_pid(V1, channel, cid)
+            stop = asyncio.ensure_future(rt.StopContainer(pb.StopContainerRequest(container_id=cid, timeout=grace), timeout=60))
+            await appears(Path(f"/proc/{pid}/root{marker}"))  # containerd is now waiting out the grace period
+            started = time.monotonic()
+            await rt.UpdateContainerResources(
+                pb.UpdateContainerResourcesRequest(container_id=cid, linux=pb.LinuxContainerResources(cpu_period=100000, cpu_quota=50000)),
+                timeout=30,
+            )
+            assert time.monotonic() - started < grace / 2
+            assert not stop.done()
+            assert cgroup_value(pid, "cpu", "cpu.cfs_quota_us") == 30000
+            assert hook.requests("PreUpdateContainerResources")[0]["container_meta"]["id"] == cid
+            await asyncio.wait_for(stop, 60)
+            status = await rt.ContainerStatus(pb.ContainerStatusRequest(container_id=cid), timeout=10)
+            assert status.status.state == pb.CONTAINER_EXITED
         finally:
             await remove_pod_quietly(V1, cri_channel, pod_id)
 
