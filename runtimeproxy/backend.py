@@ -123,7 +123,7 @@ class Backend:
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            self._lost()  # e.g. containerd came back with its CRI plugin broken
+            self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
             log.warning(
                 "backend not ready, retrying",
                 extra={
@@ -166,20 +166,23 @@ class Backend:
             await self.runtime_channel.wait_for_state_change(state)
             previous, state = state, self.runtime_channel.get_state(try_to_connect=True)
             if state == grpc.ChannelConnectivity.READY and previous != grpc.ChannelConnectivity.READY:
+                # A quick runtime restart reconnects without a failure state
+                # in between: until probed again, the runtime is unknown.
+                self._lost("reconnected, not probed yet")
                 log.info("backend connection re-established, probing again", extra={"backend": str(self.runtime_socket)})
                 try:
                     await self.probe()
                 except Exception:  # keep watching: the next reconnect probes again
                     log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
             elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                self._lost()
+                self._lost("connection failed")
 
-    def _lost(self) -> None:
-        """The backend stopped answering (once per loss, until probed again)."""
+    def _lost(self, reason: str) -> None:
+        """The backend is not known to answer (once per loss, until probed again)."""
         if not self.connected:
             return
         self.connected = False
-        log.warning("backend connection lost", extra={"backend": str(self.runtime_socket)})
+        log.warning("backend unavailable", extra={"backend": str(self.runtime_socket), "reason": reason})
         for listener in self._lost_listeners:
             listener()
 

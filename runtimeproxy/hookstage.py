@@ -138,7 +138,7 @@ class HookStage(StageProvider):
             if post_hook is not None:
                 post_request = await ex.hook_request(req, self.store)
                 if post_request is not None:
-                    self._start_post_hooks(_event_keys(key, post_request), post_hook, post_request, fields)
+                    self._start_post_hooks(_event_keys(key, post_request, self.store), post_hook, post_request, fields)
             return reply
         finally:
             if release is not None:
@@ -176,10 +176,15 @@ class HookStage(StageProvider):
             await asyncio.wait(set(self._post_hooks.values()))
 
 
-def _event_keys(key: str, request: object) -> tuple[str, ...]:
-    """The keys a post-hook event is ordered under: its call's key, and for a
-    pod also its uid, the key of RunPodSandbox, so that a recreated sandbox's
-    PreRunPodSandbox reaches hook servers after the old one's PostStopPodSandbox."""
-    if isinstance(request, hookapi.PodSandboxHookRequest) and request.pod_meta.uid not in ("", key):
-        return (key, request.pod_meta.uid)
-    return (key,)
+def _event_keys(key: str, request: object, store: StateStore) -> tuple[str, ...]:
+    """The keys a post-hook event is ordered under: its call's key, and the
+    key of the next pre hooks that must come after it. For a pod, its uid
+    (RunPodSandbox's key): a recreated sandbox's PreRunPodSandbox comes after
+    the old one's PostStopPodSandbox. For a container, its sandbox id
+    (CreateContainer's and the pod calls' key): a restarted container's
+    PreCreateContainer, and the pod's own post hooks, come after it."""
+    if isinstance(request, hookapi.PodSandboxHookRequest):
+        also = request.pod_meta.uid
+    else:
+        also = store.container_pod.get(key, "")
+    return (key, also) if also and also != key else (key,)

@@ -216,11 +216,13 @@ async def test_reprobes_after_backend_restart(sock_dir, start_proxy, client) -> 
     await first.start()
     proxy = await start_proxy(backend_sock)
     assert set(proxy.router.plan.served) == {"v1alpha2"}
-    changed = asyncio.Event()
+    changed, lost = asyncio.Event(), asyncio.Event()
     proxy.backend.on_change(lambda info: changed.set())
+    proxy.backend.on_lost(lost.set)
     await first.stop()
     async with FakeBackend(backend_sock, versions=frozenset({"v1"})):
         await asyncio.wait_for(changed.wait(), 15)
+
         assert set(proxy.router.plan.served) == {"v1"}
         reply = await unary(client, "/runtime.v1.RuntimeService/Version")(b"")
         assert v1.VersionResponse.FromString(reply).runtime_api_version == "v1"

@@ -339,6 +339,24 @@ async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running,
     assert post_stop["request"]["pod_meta"]["uid"] == rerun["request"]["pod_meta"]["uid"] == "uid-1"
 
 
+async def test_a_restarted_container_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
+    """kubelet restarts a container: the new attempt's PreCreateContainer (ordered by its pod) reaches
+    hook servers after the old attempt's PostStopContainer."""
+    delay = 1.0  # long enough that the stop's deadline of delay / 2 proves it did not wait for it
+    script = {"PostStopContainer": {"delay": delay}, "PreCreateContainer": {}}
+    async with hook_server(sock_dir, "restarts", script) as hook:
+        hook.register(hook_dir, list(script), timeout="5s")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString(), timeout=delay / 2)
+        fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-2").SerializeToString())
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=5)
+        await running.hooks.drain()
+    assert [r["hook"] for r in hook.records()] == ["PreCreateContainer", "PostStopContainer", "PreCreateContainer"]
+    post_stop, recreate = hook.records()[1:]
+    assert recreate["time"] >= post_stop["time"] + delay
+
+
 async def test_skip_label_bypasses_hooks(running, fake, client, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
