@@ -72,8 +72,8 @@ class HookStage(StageProvider):
         self.store = store
         self._metrics = metrics
         self.locks = KeyedLocks()
-        # The newest post-hook task of each key: the next hook event on that
-        # key is sent after it, so hook servers see an object's events in order.
+        # The newest post-hook task of each key (see _event_keys): the next
+        # pre hook on that key is sent after it has finished.
         self._post_hooks: dict[str, asyncio.Task[None]] = {}
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
