@@ -166,6 +166,24 @@ class HookServerChild(Child):
             raise self.died() if not self.alive else BenchError(f"hook server said {line!r}")
 
 
+class RelayChild(Child):
+    """A reference relay (:mod:`bench.relays`) in front of the same containerd."""
+
+    def __init__(self, kind: str, listen: Path, backend: Path, log_path: Path) -> None:
+        super().__init__(f"{kind} relay", [sys.executable, "-m", "bench.relays", kind, str(listen), str(backend)],
+                         log_path, stdout_pipe=True)
+        self.listen = listen
+
+    async def wait_ready(self, timeout: float = 20.0) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        except TimeoutError:
+            raise BenchError(f"{self.name} not ready within {timeout}s:\n{tail(self.log_path)}") from None
+        if line.strip() != b"ready":
+            raise self.died() if not self.alive else BenchError(f"{self.name} said {line!r}")
+
+
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
                  metrics_port: int | None = None) -> None:

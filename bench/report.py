@@ -9,6 +9,7 @@ from typing import Any
 
 from .lifecycle import STEPS
 
+REFERENCE_MODES = {"grpc-relay", "byte-relay"}
 LIFECYCLE_TARGET = 1.05  # hooked lifecycle median at most 1.05x direct
 HOOK_RTT_TARGET_MS = 2.0  # hook round trip p50 below 2 ms
 
@@ -83,15 +84,19 @@ def render(results: dict[str, Any]) -> str:
                 f"{_x(m['median_ratio']):>15}{_x(m['p90_ratio']):>12}{_x(m['paired_median_ratio']):>8}"
                 f"{m['failures']:>8}")
         add("   (paired = median over iterations of mode/direct, the modes of an iteration running back to back)")
+        if REFERENCE_MODES & modes.keys():
+            add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")
+            add("    of the proxy's stack; byte-relay = a socket splice that never reads HTTP/2, the floor of any")
+            add("    Python relay; see bench/relays.py)")
         add("   median per call (ms):")
         others = [mode for mode in modes if mode != "direct"]
         add(f"   {'call':<18}" + "".join(f"{mode:>12}" for mode in modes)
-            + "".join(f"{mode + ' - direct':>20}" for mode in others))
+            + "".join(f"{'+' + mode:>12}" for mode in others))
         for step in STEPS:
             vals = [modes[mode]["step_median_ms"][step] for mode in modes]
             diffs = [modes[mode]["step_median_ms"][step] - modes["direct"]["step_median_ms"][step] for mode in others]
             add(f"   {step:<18}" + "".join(f"{_f(v, '{:.2f}'):>12}" for v in vals)
-                + "".join(f"{_f(d, '{:+.2f}'):>20}" for d in diffs))
+                + "".join(f"{_f(d, '{:+.2f}'):>12}" for d in diffs))
 
     rtt = results.get("hook_rtt")
     if rtt:

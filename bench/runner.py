@@ -32,6 +32,7 @@ from .procs import (
     HookServerChild,
     LoadGenChild,
     ProxyChild,
+    RelayChild,
     cpu_seconds,
     memory_mib,
     free_tcp_port,
@@ -44,6 +45,8 @@ CRI = "/runtime.v1.RuntimeService/"
 HOOK_METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
 ALL_HOOKS = [h.value for h in HookType]
 HOOK_CALLS_PER_LIFECYCLE = 6
+# Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
+REFERENCE_RELAYS = {"grpc-relay": "grpc", "byte-relay": "bytes"}
 
 
 @dataclass(frozen=True)
@@ -143,9 +146,19 @@ class Bench:
             await self._unary(loadgen, targets, plain)
             await self._hook_rtt(loadgen, hook_sock, logs)
 
+            # Reference relays, started only now so they cannot disturb the phases above.
+            relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", direct_sock, work / f"{kind}-relay.log")
+                      for name, kind in REFERENCE_RELAYS.items()}
+            for relay in relays.values():
+                await relay.start()
+                stack.push_async_callback(relay.stop)
+                await relay.wait_ready()
+                await wait_cri_version(relay.listen, relay)
             chans = {"direct": direct_channel}
-            for name, proxy in (("proxy", plain), ("proxy+hook", hooked)):
-                chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{proxy.listen}"))
+            listeners = {"proxy": plain.listen, "proxy+hook": hooked.listen} | {
+                name: relay.listen for name, relay in relays.items()}
+            for name, listen in listeners.items():
+                chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{listen}"))
             await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
                                    metrics_port)
             self.results["memory"] = {
