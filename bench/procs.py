@@ -148,31 +148,11 @@ async def wait_idle(pid: int, *, quiet_for: float = 0.6, step: float = 0.2, time
     return loop.time() - started
 
 
-class HookServerChild(Child):
-    """``python -m hooks.testserver --config '{}'``: every hook answers an empty response."""
+class ReadyChild(Child):
+    """A child that prints ``ready`` on stdout once it serves."""
 
-    def __init__(self, sock: Path, log_path: Path) -> None:
-        super().__init__("hook server", [sys.executable, "-m", "hooks.testserver", "--socket", str(sock),
-                                         "--config", "{}"], log_path, stdout_pipe=True)
-        self.sock = sock
-
-    async def wait_ready(self, timeout: float = 20.0) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        except TimeoutError:
-            raise BenchError(f"hook server not ready within {timeout}s:\n{tail(self.log_path)}") from None
-        if line.strip() != b"ready":
-            raise self.died() if not self.alive else BenchError(f"hook server said {line!r}")
-
-
-class RelayChild(Child):
-    """A reference relay (:mod:`bench.relays`) in front of the same containerd."""
-
-    def __init__(self, kind: str, listen: Path, backend: Path, log_path: Path) -> None:
-        super().__init__(f"{kind} relay", [sys.executable, "-m", "bench.relays", kind, str(listen), str(backend)],
-                         log_path, stdout_pipe=True)
-        self.listen = listen
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        super().__init__(name, argv, log_path, stdout_pipe=True)
 
     async def wait_ready(self, timeout: float = 20.0) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -182,6 +162,24 @@ class RelayChild(Child):
             raise BenchError(f"{self.name} not ready within {timeout}s:\n{tail(self.log_path)}") from None
         if line.strip() != b"ready":
             raise self.died() if not self.alive else BenchError(f"{self.name} said {line!r}")
+
+
+class HookServerChild(ReadyChild):
+    """``python -m hooks.testserver --config '{}'``: every hook answers an empty response."""
+
+    def __init__(self, sock: Path, log_path: Path) -> None:
+        super().__init__("hook server", [sys.executable, "-m", "hooks.testserver", "--socket", str(sock),
+                                         "--config", "{}"], log_path)
+        self.sock = sock
+
+
+class RelayChild(ReadyChild):
+    """A reference relay (:mod:`bench.relays`) in front of the same containerd."""
+
+    def __init__(self, kind: str, listen: Path, backend: Path, log_path: Path) -> None:
+        super().__init__(f"{kind} relay", [sys.executable, "-m", "bench.relays", kind, str(listen), str(backend)],
+                         log_path)
+        self.listen = listen
 
 
 class ProxyChild(Child):

@@ -110,6 +110,9 @@ async def byte_relay(listen: str, backend: str) -> None:
                 if client.transport is not None:
                     client.transport.close()
                 return
+            if client.transport is None or client.transport.is_closing():
+                upstream.transport.close()  # the client left while we connected
+                return
             upstream.attach(client)
             client.attach(upstream)
 
