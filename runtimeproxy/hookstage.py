@@ -6,15 +6,17 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
 from .dispatch import Dispatcher, HookError
+from .executor import Executor
 from .hookconfig import HookType
 from .hookpoints import HOOK_POINTS, HookPoint
 from .metrics import Metrics
@@ -75,6 +77,8 @@ class HookStage(StageProvider):
         # The newest post-hook task of each key (see _event_keys): the next
         # pre hook on that key is sent after it has finished.
         self._post_hooks: dict[str, asyncio.Task[None]] = {}
+        # Successful calls whose client left before they were recorded.
+        self._finishing: set[asyncio.Task[None]] = set()
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         point = HOOK_POINTS.get(method)
@@ -134,15 +138,48 @@ class HookStage(StageProvider):
             except DecodeError:  # the runtime did the work: answer, just remember less
                 log.warning("runtime answer does not decode; state not recorded", extra=fields)
                 return reply
-            await ex.record(req, response, self.store)
-            if post_hook is not None:
-                post_request = await ex.hook_request(req, self.store)
-                if post_request is not None:
-                    self._start_post_hooks(_event_keys(key, post_request, self.store), post_hook, post_request, fields)
+            try:
+                await self._succeeded(ex, req, response, key, post_hook, fields)
+            except asyncio.CancelledError:
+                # The runtime did the work; only the client left (a deadline,
+                # a cancel) while the state was read back. The store and the
+                # post hooks must not miss it: finish in the background, still
+                # in order with the next call on this object.
+                self._finish_in_background(self._succeeded(ex, req, response, key, post_hook, fields), release, fields)
+                release = None
+                raise
             return reply
         finally:
             if release is not None:
                 release()
+
+    async def _succeeded(
+        self, ex: Executor, req: Message, response: Message | None, key: str, post_hook: HookType | None,
+        fields: dict[str, object],
+    ) -> None:
+        """Record a successful call and start its post hooks. Safe to run again
+        after a cancel: records are put, not added, and post hooks start last,
+        after the final await."""
+        await ex.record(req, response, self.store)
+        if post_hook is not None:
+            post_request = await ex.hook_request(req, self.store)
+            if post_request is not None:
+                self._start_post_hooks(_event_keys(key, post_request, self.store), post_hook, post_request, fields)
+
+    def _finish_in_background(
+        self, work: Coroutine[Any, Any, None], release: Callable[[], None] | None, fields: dict[str, object]
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(work, name="finish-hooked-call")
+        self._finishing.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._finishing.discard(finished)
+            if release is not None:
+                release()
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("recording a finished call failed", extra={**fields, "error": repr(finished.exception())})
+
+        task.add_done_callback(done)
 
     def _start_post_hooks(self, keys: tuple[str, ...], hook: HookType, request: object, fields: dict[str, object]) -> None:
         """Post hooks only inform, so neither the client's answer nor the next
@@ -172,6 +209,8 @@ class HookStage(StageProvider):
 
     async def drain(self) -> None:
         """Shutdown: let started post hooks finish (each bounded by its timeout)."""
+        if self._finishing:  # these may start post hooks
+            await asyncio.wait(set(self._finishing))
         if self._post_hooks:
             await asyncio.wait(set(self._post_hooks.values()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ UPDATE = "/runtime.v1.RuntimeService/UpdateContainerResources"
 REMOVE = "/runtime.v1.RuntimeService/RemoveContainer"
 STOP = "/runtime.v1.RuntimeService/StopContainer"
 STOP_POD = "/runtime.v1.RuntimeService/StopPodSandbox"
+POD_STATUS = "/runtime.v1.RuntimeService/PodSandboxStatus"
 
 QUOTA_HOOK = {
     "PreCreateContainer": {
@@ -317,6 +319,31 @@ async def test_client_cancel_of_a_hooked_call_reaches_the_runtime(running, fake,
     async with asyncio.timeout(5):
         while len(running.hooks.locks):  # the handler unwinds after the cancel reached it
             await asyncio.sleep(0.01)
+
+
+async def test_a_call_whose_client_left_while_its_state_was_read_is_still_recorded(running, fake, client) -> None:
+    """The runtime created a container in a pod the proxy had no record of (run while it was
+    down), and the client's deadline passed while the proxy read that pod back: the container's
+    record is still kept, with the pod as the runtime has it, because the container exists."""
+    info = {"config": {"metadata": {"name": "old", "uid": "uid-7", "namespace": "default"}, "labels": {"tier": "batch"}}}
+    status = v1.PodSandboxStatusResponse(info={"info": json.dumps(info)}).SerializeToString()
+    fake.script(POD_STATUS, response=status, hang=True)
+    request = create_request()
+    request.pod_sandbox_id = "pod-7"
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(CREATE)(request.SerializeToString(), timeout=0.5)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert len(fake.calls(CREATE)) == 1  # the runtime got it and answered
+    await asyncio.wait_for(fake.cancel_seen.wait(), 5)
+    assert fake.cancelled == [POD_STATUS]  # the read under way ended with the client's call
+    await fake.wait_calls(POD_STATUS, 2)  # and was started again, in the background
+    fake.scripts[POD_STATUS].release.set()
+    await running.hooks.drain()
+    record = running.store.containers["ctr-1"]
+    assert (record.container_meta.name, record.container_meta.id) == ("app", "ctr-1")
+    assert (record.pod_meta.uid, dict(record.pod_labels)) == ("uid-7", {"tier": "batch"})
+    assert running.store.container_pod["ctr-1"] == "pod-7"
+    assert len(running.hooks.locks) == 0
 
 
 async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
