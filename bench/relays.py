@@ -61,7 +61,8 @@ async def grpc_relay(listen: str, backend: str) -> None:
 class _Pipe(asyncio.Protocol):
     """One direction's receiving end; writes what it reads to ``peer``, pausing when the peer's buffer fills."""
 
-    def __init__(self) -> None:
+    def __init__(self, live: set[_Pipe]) -> None:
+        self._live = live  # every open pipe, for closing them all on the way out
         self.transport: asyncio.Transport | None = None
         self.peer: _Pipe | None = None
         self._early: list[bytes] = []
@@ -69,6 +70,7 @@ class _Pipe(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self._live.add(self)
 
     def attach(self, peer: _Pipe) -> None:
         self.peer = peer
@@ -92,6 +94,7 @@ class _Pipe(asyncio.Protocol):
             self.peer.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._live.discard(self)
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.close()
 
@@ -99,19 +102,24 @@ class _Pipe(asyncio.Protocol):
 async def byte_relay(listen: str, backend: str) -> None:
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[None]] = set()
+    live: set[_Pipe] = set()  # closed on the way out: serve_forever waits for them
 
     def accepted() -> _Pipe:
-        client = _Pipe()
+        client = _Pipe(live)
 
         async def connect() -> None:
             try:
-                _, upstream = await loop.create_unix_connection(_Pipe, backend)
+                _, upstream = await loop.create_unix_connection(lambda: _Pipe(live), backend)
             except OSError:
                 if client.transport is not None:
                     client.transport.close()
                 return
-            if client.transport is None or client.transport.is_closing():
-                upstream.transport.close()  # the client left while we connected
+            assert upstream.transport is not None
+            if client.transport is None or client.transport.is_closing() or upstream.transport.is_closing():
+                # One side left while we connected: end both.
+                upstream.transport.close()
+                if client.transport is not None:
+                    client.transport.close()
                 return
             upstream.attach(client)
             client.attach(upstream)
@@ -129,6 +137,9 @@ async def byte_relay(listen: str, backend: str) -> None:
         finally:
             for task in pending:
                 task.cancel()
+            for pipe in list(live):
+                if pipe.transport is not None:
+                    pipe.transport.close()
 
 
 RELAYS = {"grpc": grpc_relay, "bytes": byte_relay}

@@ -77,7 +77,11 @@ class HookStage(StageProvider):
         # The newest post-hook task of each key (see _event_keys): the next
         # pre hook on that key is sent after it has finished.
         self._post_hooks: dict[str, asyncio.Task[None]] = {}
-        # Successful calls whose client left before they were recorded.
+        # Successful calls being recorded by their handler, and those whose
+        # client left before they were recorded (see settle).
+        self._recording = 0
+        self._recorded = asyncio.Event()
+        self._recorded.set()
         self._finishing: set[asyncio.Task[None]] = set()
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
@@ -138,16 +142,24 @@ class HookStage(StageProvider):
             except DecodeError:  # the runtime did the work: answer, just remember less
                 log.warning("runtime answer does not decode; state not recorded", extra=fields)
                 return reply
+            self._recording += 1
+            self._recorded.clear()
             try:
                 await self._succeeded(ex, req, response, key, post_hook, fields)
             except asyncio.CancelledError:
-                # The runtime did the work; only the client left (a deadline,
-                # a cancel) while the state was read back. The store and the
-                # post hooks must not miss it: finish in the background, still
-                # in order with the next call on this object.
+                # The runtime answered and only then the client left (a
+                # deadline, a cancel), while the state was read back. The
+                # store and the post hooks must not miss the call: finish in
+                # the background, still in order with the next call on this
+                # object. (A client that leaves before the runtime answered
+                # cancels the runtime call, as it would without the proxy.)
                 self._finish_in_background(self._succeeded(ex, req, response, key, post_hook, fields), release, fields)
                 release = None
                 raise
+            finally:
+                self._recording -= 1
+                if not self._recording:
+                    self._recorded.set()
             return reply
         finally:
             if release is not None:
@@ -176,7 +188,9 @@ class HookStage(StageProvider):
             self._finishing.discard(finished)
             if release is not None:
                 release()
-            if not finished.cancelled() and finished.exception() is not None:
+            if finished.cancelled():
+                log.warning("recording a finished call was cancelled; state is read back on demand", extra=fields)
+            elif finished.exception() is not None:
                 log.error("recording a finished call failed", extra={**fields, "error": repr(finished.exception())})
 
         task.add_done_callback(done)
@@ -207,10 +221,19 @@ class HookStage(StageProvider):
         if pending is not None:
             await asyncio.wait([pending])
 
+    async def settle(self) -> None:
+        """Shutdown, after the server stopped: finish recording the calls the
+        runtime answered, while the backend can still be read (each read is
+        bounded by the proxy's read timeout). Their handlers may outlive the
+        server's stop, or hand the work to a background task when cancelled."""
+        while self._recording or self._finishing:
+            await self._recorded.wait()
+            if self._finishing:
+                await asyncio.wait(set(self._finishing))
+
     async def drain(self) -> None:
         """Shutdown: let started post hooks finish (each bounded by its timeout)."""
-        if self._finishing:  # these may start post hooks
-            await asyncio.wait(set(self._finishing))
+        await self.settle()  # these may start post hooks
         if self._post_hooks:
             await asyncio.wait(set(self._post_hooks.values()))
 

@@ -38,6 +38,9 @@ class StageProvider:
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         raise NotImplementedError
 
+    async def settle(self) -> None:
+        """Shutdown, once no call is left: finish work that still needs the backend."""
+
 
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     # A stream-stream handler answers a call of any cardinality.
@@ -68,6 +71,10 @@ class Router(grpc.GenericRpcHandler):
         self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
         self._fallback: Callable[[convert.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
         backend.on_change(self.rebuild)
+
+    @property
+    def stages(self) -> tuple[StageProvider, ...]:
+        return self._stages
 
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

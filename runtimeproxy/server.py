@@ -131,6 +131,8 @@ class Proxy:
         log.info("shutting down", extra={"grace_s": grace})
         self.relay.end_streams()
         await self.server.stop(grace)
+        for stage in self.router.stages:  # before the backend channels close
+            await stage.settle()
         if self._backend_task is not None:
             self._backend_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

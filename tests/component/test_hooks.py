@@ -346,6 +346,34 @@ async def test_a_call_whose_client_left_while_its_state_was_read_is_still_record
     assert len(running.hooks.locks) == 0
 
 
+async def test_shutdown_finishes_recording_a_call_the_runtime_answered(fake, sock_dir, hook_dir) -> None:
+    """SIGTERM while a created container's pod is being read back: the grace period ends the
+    client's call, but the proxy still records the container, with the runtime's pod, before it
+    closes its backend channel."""
+    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
+    info = {"config": {"metadata": {"name": "old", "uid": "uid-7", "namespace": "default"}}}
+    fake.script(POD_STATUS, response=v1.PodSandboxStatusResponse(info={"info": json.dumps(info)}).SerializeToString(), hang=True)
+    request = create_request()
+    request.pod_sandbox_id = "pod-7"
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir, grace_period=0.3)
+    stack = contextlib.AsyncExitStack()
+    running = await build_proxy(config, stack)
+    try:
+        await running.proxy.wait_ready(10)
+        async with aio.insecure_channel(f"unix://{config.listen}") as channel:
+            call = channel.unary_unary(CREATE)(request.SerializeToString(), timeout=30)
+            await fake.wait_calls(POD_STATUS)  # the runtime answered; the proxy reads the pod back
+            stopping = asyncio.ensure_future(stack.aclose())
+            with pytest.raises(aio.AioRpcError):
+                await call  # the grace period is over
+            assert not stopping.done()  # but shutdown waits for the record
+            fake.scripts[POD_STATUS].release.set()
+            await asyncio.wait_for(stopping, 15)
+    finally:
+        await stack.aclose()
+    assert running.store.containers["ctr-1"].pod_meta.uid == "uid-7"
+
+
 async def test_recreated_sandbox_is_announced_after_the_old_one_stopped(running, fake, client, sock_dir, hook_dir) -> None:
     """Stop a sandbox and run its replacement (same pod uid) at once: hook servers still see
     PostStopPodSandbox of the old one before PreRunPodSandbox of the new one."""
