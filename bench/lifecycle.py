@@ -13,7 +13,7 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
-from runtimeproxy.store import container_record, pod_record
+from runtimeproxy.hookpath.store import container_record, pod_record
 from tests.integration.crihelpers import container_config, pod_sandbox_config
 
 STEPS = (

@@ -41,7 +41,7 @@ from typing import Any
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
-from runtimeproxy.dispatch import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
+from runtimeproxy.hookpath.dispatch import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
 
 _MIB = 1024 * 1024
 CRI_CHANNEL_OPTIONS = [

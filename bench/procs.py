@@ -20,7 +20,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
-from runtimeproxy.localruntime import terminate_process
+from runtimeproxy.host.containerd import terminate_process
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")

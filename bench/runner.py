@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
-from runtimeproxy.hookconfig import HookType
-from runtimeproxy.localruntime import LocalContainerd
+from runtimeproxy.hookpath.hookfile import HookType
+from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc
 from .procs import (
@@ -34,8 +34,8 @@ from .procs import (
     ProxyChild,
     RelayChild,
     cpu_seconds,
-    memory_mib,
     free_tcp_port,
+    memory_mib,
     wait_cri_version,
     wait_idle,
 )

@@ -44,7 +44,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
-from runtimeproxy.hookconfig import (
+from runtimeproxy.hookpath.hookfile import (
     KEY_ENDPOINT,
     KEY_FAILURE_POLICY,
     KEY_PRIORITY,

@@ -7,15 +7,15 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from .backend import BackendInfo
 from .config import ProxyConfig
-from .dispatch import Dispatcher
-from .hookconfig import HookRegistry, HookSnapshot
-from .hookstage import HookStage
+from .cripath.backend import BackendInfo
+from .cripath.fieldcheck import V1OnlyFieldCheck
+from .cripath.server import Proxy
+from .hookpath.dispatch import Dispatcher
+from .hookpath.hookfile import HookRegistry, HookSnapshot
+from .hookpath.stage import HookStage
+from .hookpath.store import StateStore
 from .metrics import Metrics
-from .server import Proxy
-from .store import StateStore
-from .translate import V1OnlyFieldCheck
 
 log = logging.getLogger(__name__)
 

@@ -77,12 +77,12 @@ def serve(
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
-    from .server import stop_on_signals
+    from .cripath.server import stop_on_signals
 
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
-            from .localruntime import LocalContainerd
+            from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir))
             config = config.with_overrides(backend=runtime.socket)

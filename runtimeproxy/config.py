@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .versions import VersionPlanError, parse_serve_versions
+from .cripath.versions import VersionPlanError, parse_serve_versions
 
 MIB = 1024 * 1024
 

@@ -9,7 +9,7 @@ import pytest
 from grpc import aio
 
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.server import Proxy
+from runtimeproxy.cripath.server import Proxy
 
 from .fakes import FakeBackend
 

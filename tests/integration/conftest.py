@@ -21,7 +21,12 @@ import pytest
 import pytest_asyncio
 from grpc import aio
 
-from runtimeproxy.localruntime import BUSYBOX_BINARY, LocalContainerd, LocalRuntimeError, LoopbackRegistry
+from runtimeproxy.host.containerd import (
+    BUSYBOX_BINARY,
+    LocalContainerd,
+    LocalRuntimeError,
+    LoopbackRegistry,
+)
 
 T = TypeVar("T")
 

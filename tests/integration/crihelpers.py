@@ -17,7 +17,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from cri_api.v1alpha2 import api_pb2_grpc as v1alpha2_grpc
-from runtimeproxy.localruntime import BUSYBOX_IMAGE
+from runtimeproxy.host.containerd import BUSYBOX_IMAGE
 
 
 @dataclass(frozen=True)

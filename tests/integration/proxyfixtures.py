@@ -14,7 +14,7 @@ from grpc import aio
 
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.localruntime import LocalContainerd
+from runtimeproxy.host.containerd import LocalContainerd
 
 
 class ProxyLauncher:

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from grpc import aio
 
-from runtimeproxy.localruntime import BUSYBOX_IMAGE, PAUSE_IMAGE, mounts_under, shim_pids
+from runtimeproxy.host.containerd import (
+    BUSYBOX_IMAGE,
+    PAUSE_IMAGE,
+    mounts_under,
+    shim_pids,
+)
 
 from ..component.test_process import wait_for_line
 from .conftest import require_local_containerd

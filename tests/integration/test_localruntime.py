@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.localruntime import (
+from runtimeproxy.host.containerd import (
     BUSYBOX_IMAGE,
     PAUSE_IMAGE,
     LocalContainerd,

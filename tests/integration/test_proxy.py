@@ -10,7 +10,11 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.localruntime import BUSYBOX_IMAGE, LocalContainerd, LoopbackRegistry
+from runtimeproxy.host.containerd import (
+    BUSYBOX_IMAGE,
+    LocalContainerd,
+    LoopbackRegistry,
+)
 
 from .crihelpers import APIS, V1, V1ALPHA2, CriApi, container_config, pod_sandbox_config
 from .proxyfixtures import ProxyLauncher

@@ -7,8 +7,13 @@ from collections.abc import Callable
 import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
-from runtimeproxy.dispatch import Dispatcher, HookError
-from runtimeproxy.hookconfig import FailurePolicy, HookServerConfig, HookSnapshot, HookType
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import (
+    FailurePolicy,
+    HookServerConfig,
+    HookSnapshot,
+    HookType,
+)
 
 HOOK = HookType.PRE_CREATE_CONTAINER
 

@@ -157,7 +157,7 @@ def build_image_archive(dest: Path, image: BusyboxImage, *, busybox: Path = BUSY
         "os": "linux",
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
-        "history": [{"created": _EPOCH, "created_by": "runtimeproxy.localruntime"}],
+        "history": [{"created": _EPOCH, "created_by": "runtimeproxy.host.containerd"}],
     }), _MT_CONFIG)
     manifest_desc = _blob(blobs, _json({
         "schemaVersion": 2, "mediaType": _MT_MANIFEST, "config": config_desc, "layers": [layer_desc],

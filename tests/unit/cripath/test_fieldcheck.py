@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtimeproxy.translate import summarize
+from runtimeproxy.cripath.fieldcheck import summarize
 
 
 def test_summarize_keeps_the_first_path_of_each_kind_in_order() -> None:

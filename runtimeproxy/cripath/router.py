@@ -18,29 +18,13 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from . import convert
+from . import methods
 from .backend import CRI_VERSIONS, Backend, BackendInfo
 from .forward import Relay
+from .stage import Stage, StageProvider
 from .versions import VersionPlan, VersionPlanError, plan
 
 log = logging.getLogger(__name__)
-
-# A stage sees the request bytes (always in a form the v1 classes read) and
-# calls ``send`` to go on; it may change the request, look at the response,
-# or refuse by aborting the context.
-Send = Callable[[bytes], Awaitable[bytes]]
-Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
-
-
-class StageProvider:
-    """What a feature (hooks, translation checks) adds to a method's route."""
-
-    def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
-        raise NotImplementedError
-
-    async def settle(self) -> None:
-        """Shutdown, once no call is left: finish work that still needs the backend."""
-
 
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     # A stream-stream handler answers a call of any cardinality.
@@ -69,7 +53,7 @@ class Router(grpc.GenericRpcHandler):
         self.plan: VersionPlan | None = None
         unavailable = _refusal(grpc.StatusCode.UNAVAILABLE, "runtime-proxy: backend runtime not reachable yet")
         self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
-        self._fallback: Callable[[convert.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
+        self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
         backend.on_change(self.rebuild)
 
     @property
@@ -82,7 +66,7 @@ class Router(grpc.GenericRpcHandler):
         handler = self._table.get(method)
         if handler is not None:
             return handler
-        ref = convert.parse_method(method)
+        ref = methods.parse_method(method)
         if ref is None:
             return None  # not CRI: grpc answers UNIMPLEMENTED
         return self._fallback(ref)
@@ -98,15 +82,15 @@ class Router(grpc.GenericRpcHandler):
             return
         table: dict[str, grpc.RpcMethodHandler] = {}
         for version in CRI_VERSIONS:
-            for path, info_ in convert.METHODS[version].items():
-                table[path] = self._handler(convert.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
+            for path, info_ in methods.METHODS[version].items():
+                table[path] = self._handler(methods.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
         self._table = MappingProxyType(table)
         self._fallback = lambda ref: self._unknown(ref, new_plan, info)
         if new_plan != self.plan:
             log.info(new_plan.describe(), extra={"runtime": info.describe()})
         self.plan = new_plan
 
-    def _unknown(self, ref: convert.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
+    def _unknown(self, ref: methods.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
         target = p.routes.get(ref.version)
         if target is None:
             return self._not_served(ref, info)
@@ -121,7 +105,7 @@ class Router(grpc.GenericRpcHandler):
 
         return grpc.stream_stream_rpc_method_handler(stream_stream)
 
-    def _not_served(self, ref: convert.MethodRef, info: BackendInfo) -> grpc.RpcMethodHandler:
+    def _not_served(self, ref: methods.MethodRef, info: BackendInfo) -> grpc.RpcMethodHandler:
         return _refusal(
             grpc.StatusCode.UNIMPLEMENTED,
             f"runtime-proxy does not serve CRI {ref.version} (method {ref.path}); "
@@ -129,13 +113,13 @@ class Router(grpc.GenericRpcHandler):
         )
 
     def _handler(
-        self, ref: convert.MethodRef, method: convert.MethodInfo, vplan: VersionPlan, info: BackendInfo
+        self, ref: methods.MethodRef, method: methods.MethodInfo, vplan: VersionPlan, info: BackendInfo
     ) -> grpc.RpcMethodHandler:
         target = vplan.routes.get(ref.version)
         if target is None:
             return self._not_served(ref, info)
         backend_ref = ref.in_version(target)
-        if backend_ref.path not in convert.METHODS[target]:
+        if backend_ref.path not in methods.METHODS[target]:
             return _refusal(
                 grpc.StatusCode.UNIMPLEMENTED,
                 f"{ref.service}/{ref.method} does not exist in CRI {target}, "

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from runtimeproxy.convert import V1, V1ALPHA2, ApiVersion
-from runtimeproxy.versions import VersionPlan, VersionPlanError, parse_serve_versions, plan
+from runtimeproxy.cripath.methods import V1, V1ALPHA2, ApiVersion
+from runtimeproxy.cripath.versions import (
+    VersionPlan,
+    VersionPlanError,
+    parse_serve_versions,
+    plan,
+)
 
 ONLY_V1 = frozenset({V1})
 ONLY_V1ALPHA2 = frozenset({V1ALPHA2})

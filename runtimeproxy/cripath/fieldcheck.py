@@ -21,9 +21,9 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from . import convert
-from .convert import ApiVersion
-from .router import Send, Stage, StageProvider
+from . import methods
+from .methods import ApiVersion
+from .stage import Send, Stage, StageProvider
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +68,18 @@ class V1OnlyFieldCheck(StageProvider):
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         if not (client_version == ApiVersion.V1 and backend_version == ApiVersion.V1ALPHA2):
             return None
-        info = next((i for i in convert.METHODS[ApiVersion.V1].values() if i.name == method), None)
+        info = next((i for i in methods.METHODS[ApiVersion.V1].values() if i.name == method), None)
         if info is None:
             return None
         request_type = info.request
-        may_carry_v1_only = convert.request_needs_check(method)
+        may_carry_v1_only = methods.request_needs_check(method)
 
         async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
             try:
                 msg = request_type.FromString(request)
             except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
-            fields = summarize(refused_fields(convert.v1_only_fields(msg))) if may_carry_v1_only else []
+            fields = summarize(refused_fields(methods.v1_only_fields(msg))) if may_carry_v1_only else []
             if fields:
                 log.info("refusing fields v1alpha2 cannot carry", extra={"method": method, "fields": fields})
                 await context.abort(
@@ -87,7 +87,7 @@ class V1OnlyFieldCheck(StageProvider):
                     f"{method}: the backend speaks CRI v1alpha2, which cannot carry "
                     f"{', '.join(fields)}; refusing rather than dropping them",
                 )
-            unknown = convert.unknown_to_schema(msg)
+            unknown = methods.unknown_to_schema(msg)
             if unknown:
                 self._unknown(method, unknown)
                 if not self.forward_unknown:

@@ -15,11 +15,12 @@ from pathlib import Path
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from ..config import ProxyConfig
 from .backend import Backend, BackendInfo, channel_options
-from .config import ProxyConfig
-from .convert import ApiVersion
 from .forward import GrpcRelay, Relay
-from .router import Router, StageProvider
+from .methods import ApiVersion
+from .router import Router
+from .stage import StageProvider
 
 log = logging.getLogger(__name__)
 

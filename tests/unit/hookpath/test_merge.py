@@ -7,7 +7,13 @@ import pytest
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
-from runtimeproxy.merge import env_map, hook_resources, merge_env, merge_map, merge_resources
+from runtimeproxy.hookpath.merge import (
+    env_map,
+    hook_resources,
+    merge_env,
+    merge_map,
+    merge_resources,
+)
 
 NUMBERS = (
     "cpu_period",

@@ -13,7 +13,8 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .hookconfig import (
+from ..metrics import Metrics
+from .hookfile import (
     MAX_TIMEOUT,
     FailurePolicy,
     HookRegistry,
@@ -21,7 +22,6 @@ from .hookconfig import (
     HookSnapshot,
     HookType,
 )
-from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 
-from .fakes import FakeBackend
+from ..fakes import FakeBackend
 
 V1_LIST = "/runtime.v1.RuntimeService/ListContainers"
 V1A2_LIST = "/runtime.v1alpha2.RuntimeService/ListContainers"
@@ -272,7 +272,7 @@ async def test_socket_mode_and_stale_socket(fake, start_proxy, sock_dir) -> None
 
 async def test_refuses_to_remove_a_non_socket(fake, sock_dir) -> None:
     from runtimeproxy.config import ProxyConfig
-    from runtimeproxy.server import ListenError, Proxy
+    from runtimeproxy.cripath.server import ListenError, Proxy
 
     target = sock_dir / "proxy.sock"
     target.write_text("precious")
@@ -317,7 +317,7 @@ async def test_initial_metadata_passes_with_an_error(fake, start_proxy, client) 
 
 async def test_refuses_a_socket_another_process_serves(fake, start_proxy, client, sock_dir) -> None:
     from runtimeproxy.config import ProxyConfig
-    from runtimeproxy.server import ListenError, Proxy
+    from runtimeproxy.cripath.server import ListenError, Proxy
 
     await start_proxy(fake.socket)
     second = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from . import executor as ex
-from .hookconfig import HookType
+from .hookfile import HookType
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.translate import V1OnlyFieldCheck
+from runtimeproxy.cripath.fieldcheck import V1OnlyFieldCheck
 
-from .fakes import FakeBackend
+from ..fakes import FakeBackend
 
 ONLY_V1 = frozenset({"v1"})
 ONLY_V1ALPHA2 = frozenset({"v1alpha2"})

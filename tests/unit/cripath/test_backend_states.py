@@ -7,8 +7,8 @@ from pathlib import Path
 
 import grpc
 
-from runtimeproxy.backend import Backend, BackendInfo
-from runtimeproxy.convert import ApiVersion
+from runtimeproxy.cripath.backend import Backend, BackendInfo
+from runtimeproxy.cripath.methods import ApiVersion
 
 S = grpc.ChannelConnectivity
 INFO = BackendInfo(frozenset({ApiVersion.V1}), "fake", "1")

@@ -2,7 +2,7 @@
 
 The two versions share field numbers and wire types for every common message
 (v1 only adds fields, messages, enums and methods; the schema test in
-``tests/unit/test_convert.py`` enforces this against the schema copies). So:
+``tests/unit/cripath/test_methods.py`` enforces this against the schema copies). So:
 
 * a *call* converts by rewriting its path, ``/runtime.v1alpha2.RuntimeService/X``
   <-> ``/runtime.v1.RuntimeService/X`` (:meth:`MethodRef.in_version`);

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .backend import CRI_VERSIONS
-from .convert import ApiVersion
+from .methods import ApiVersion
 
 
 class VersionPlanError(ValueError):

@@ -8,7 +8,7 @@ from typing import Any
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
-from runtimeproxy.store import StateStore, _resources_from_spec
+from runtimeproxy.hookpath.store import StateStore, _resources_from_spec
 
 
 def pod_status(pod_id: str) -> bytes:

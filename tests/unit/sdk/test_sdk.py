@@ -19,16 +19,27 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
-import watchfiles
 import pytest
+import watchfiles
 from google.protobuf import json_format
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
-from hooks.sdk import HOOK_METHODS, HookAbort, HookServer, HookServerError, write_hook_config
+from hooks.sdk import (
+    HOOK_METHODS,
+    HookAbort,
+    HookServer,
+    HookServerError,
+    write_hook_config,
+)
 from hooks.testserver import ConfigError, load_config
-from runtimeproxy.hookconfig import FailurePolicy, HookRegistry, HookType, parse_hook_file
+from runtimeproxy.hookpath.hookfile import (
+    FailurePolicy,
+    HookRegistry,
+    HookType,
+    parse_hook_file,
+)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 15.0
 
 

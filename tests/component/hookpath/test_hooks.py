@@ -18,9 +18,10 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
+from runtimeproxy.hookpath.hookfile import HookType
 
-from ..hookprocs import hook_server, registered
-from .fakes import FakeBackend
+from ...hookprocs import hook_server, registered
+from ..fakes import FakeBackend
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 START = "/runtime.v1.RuntimeService/StartContainer"
@@ -454,7 +455,7 @@ async def test_live_add_change_delete(running, fake, client, sock_dir, hook_dir)
         # Change: it no longer registers for PreCreateContainer.
         hook.register(hook_dir, ["PreStartContainer"])
         async with asyncio.timeout(5):
-            while running.registry.servers_for(__import__("runtimeproxy.hookconfig").hookconfig.HookType.PRE_CREATE_CONTAINER):
+            while running.registry.servers_for(HookType.PRE_CREATE_CONTAINER):
                 await asyncio.sleep(0.05)
         await client.unary_unary(CREATE)(create_request().SerializeToString())
         assert backend_request(fake).config.linux.resources.cpu_quota == 0

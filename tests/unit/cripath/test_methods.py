@@ -11,14 +11,19 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, text_format
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import (
+    Descriptor,
+    EnumDescriptor,
+    FieldDescriptor,
+    FileDescriptor,
+)
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 from cri_api.v1 import api_pb2 as v1_pb2
 from cri_api.v1alpha2 import api_pb2 as v1alpha2_pb2
-from runtimeproxy import convert
-from runtimeproxy.convert import (
+from runtimeproxy.cripath import methods as convert
+from runtimeproxy.cripath.methods import (
     METHODS,
     V1,
     V1_ONLY_METHODS,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy import hookconfig
-from runtimeproxy.hookconfig import (
+from runtimeproxy.hookpath import hookfile as hookconfig
+from runtimeproxy.hookpath.hookfile import (
     DEFAULT_PRIORITY,
     DEFAULT_TIMEOUT,
     FailurePolicy,
@@ -31,7 +31,7 @@ from runtimeproxy.hookconfig import (
     parse_hook_file,
 )
 
-LOGGER = "runtimeproxy.hookconfig"
+LOGGER = "runtimeproxy.hookpath.hookfile"
 
 # Exactly what Koordinator's koordlet writes (no timeout/priority keys).
 KOORDINATOR_DOC = {

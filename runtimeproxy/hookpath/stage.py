@@ -15,12 +15,12 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
+from ..cripath.stage import Send, Stage, StageProvider
+from ..metrics import Metrics
 from .dispatch import Dispatcher, HookError
 from .executor import Executor
-from .hookconfig import HookType
-from .hookpoints import HOOK_POINTS, HookPoint
-from .metrics import Metrics
-from .router import Send, Stage, StageProvider
+from .hookfile import HookType
+from .points import HOOK_POINTS, HookPoint
 from .store import StateStore
 
 log = logging.getLogger(__name__)

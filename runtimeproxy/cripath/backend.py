@@ -27,7 +27,7 @@ from tenacity import (
 
 from cri_api.v1 import api_pb2 as v1
 
-from .convert import ApiVersion
+from .methods import ApiVersion
 
 log = logging.getLogger(__name__)
 

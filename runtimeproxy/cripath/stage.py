@@ -1,0 +1,26 @@
+"""The interface between the CRI path and what features add to a call.
+
+A stage sees the request bytes (always in a form the v1 classes read) and
+calls ``send`` to go on; it may change the request, look at the response, or
+refuse by aborting the context. The router composes a method's stages once,
+when its table is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from grpc import aio
+
+Send = Callable[[bytes], Awaitable[bytes]]
+Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
+
+
+class StageProvider:
+    """What a feature (hooks, the v1-only field check) adds to a method's route."""
+
+    def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
+        raise NotImplementedError
+
+    async def settle(self) -> None:
+        """Shutdown, once no call is left: finish work that still needs the backend."""
