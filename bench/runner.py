@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
-from runtimeproxy.hookpath.hookfile import HookType
+from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc

@@ -71,7 +71,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from hooks.sdk import HOOK_METHODS, HookAbort, HookServer, HookServerError
-from runtimeproxy.hookpath.hookfile import HookType
+from runtimeproxy.hookpath.points import HookType
 
 __all__ = ["BEHAVIOURS", "ConfigError", "HookScript", "Recorder", "ScriptedHookServer", "load_config", "main", "parse_config"]
 

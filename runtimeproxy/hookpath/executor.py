@@ -3,11 +3,15 @@
 One executor per CRI method. It names the key that orders calls on the same
 object, builds the hook request (from the call, or from the store), applies a
 hook's answer to the call, and records the outcome in the store. Which hook
-points each executor serves is declared once, in :mod:`hookpoints`.
+points each method triggers is declared once, in :mod:`.points`; the table
+:data:`HOOKED_METHODS` at the end joins the two.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from google.protobuf.message import Message
@@ -16,6 +20,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
 from .merge import hook_resources, merge_env, merge_map, merge_resources
+from .points import HookType, Phase, hook_for
 from .store import StateStore, container_record, pod_record
 
 # A pod with this label (a hook server's own pod) is never hooked, so a hook
@@ -220,3 +225,35 @@ class UpdateContainerResources(_ContainerById):
         if req.HasField("linux"):
             record.container_resources.CopyFrom(hook_resources(req.linux))
         record.container_annotations.update(req.annotations)
+
+
+@dataclass(frozen=True)
+class HookedMethod:
+    """A CRI method the hook stage decodes: its executor and its hook points."""
+
+    method: str
+    executor: Executor
+    pre: HookType | None
+    post: HookType | None
+
+
+def _hooked(*executors: Executor) -> Mapping[str, HookedMethod]:
+    table = {}
+    for executor in executors:
+        method = type(executor).__name__
+        table[method] = HookedMethod(method, executor, hook_for(method, Phase.PRE), hook_for(method, Phase.POST))
+    return MappingProxyType(table)
+
+
+# The CRI methods that go through the hook stage: those that trigger a hook
+# point, and the removals that drop stored state.
+HOOKED_METHODS: Mapping[str, HookedMethod] = _hooked(
+    RunPodSandbox(),
+    StopPodSandbox(),
+    RemovePodSandbox(),
+    CreateContainer(),
+    StartContainer(),
+    StopContainer(),
+    RemoveContainer(),
+    UpdateContainerResources(),
+)

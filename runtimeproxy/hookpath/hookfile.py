@@ -61,6 +61,8 @@ from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 
+from .points import HookType
+
 __all__ = [
     "DEFAULT_HOOK_DIR",
     "DEFAULT_PRIORITY",
@@ -101,35 +103,6 @@ KEY_RUNTIME_HOOKS = "runtime-hooks"
 KEY_TIMEOUT = "timeout"
 KEY_PRIORITY = "priority"
 KNOWN_KEYS = frozenset({KEY_ENDPOINT, KEY_FAILURE_POLICY, KEY_RUNTIME_HOOKS, KEY_TIMEOUT, KEY_PRIORITY})
-
-
-class HookType(enum.Enum):
-    """The seven hook points of ``runtime.v1alpha1.RuntimeHookService``.
-
-    The value is the name used in Koordinator's hook config files; the gRPC
-    method is ``value + "Hook"`` (see :attr:`rpc_name`).
-    """
-
-    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
-    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
-    PRE_CREATE_CONTAINER = "PreCreateContainer"
-    PRE_START_CONTAINER = "PreStartContainer"
-    POST_START_CONTAINER = "PostStartContainer"
-    POST_STOP_CONTAINER = "PostStopContainer"
-    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
-
-    @property
-    def rpc_name(self) -> str:
-        """Name of the RuntimeHookService method, e.g. ``PreCreateContainerHook``."""
-        return f"{self.value}Hook"
-
-    @property
-    def is_pod_hook(self) -> bool:
-        """True for the hooks taking a ``PodSandboxHookRequest``."""
-        return self in (HookType.PRE_RUN_POD_SANDBOX, HookType.POST_STOP_POD_SANDBOX)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class FailurePolicy(enum.Enum):

@@ -1,4 +1,10 @@
-"""The one table: which CRI call triggers which hook point.
+"""The hook points, declared once.
+
+Every part that speaks the hook protocol reads this table: the proxy's hook
+stage (which CRI call triggers which hook), the dispatcher (RPC name, request
+and response classes), the SDK's servicer (handler names), the test hook
+server and the bench. As in mitmproxy's ``hooks.py``, a hook point is a typed
+declaration, not a string scattered through the code.
 
 | CRI call                 | before the backend call     | after a successful call |
 |--------------------------|-----------------------------|-------------------------|
@@ -8,50 +14,116 @@
 | StartContainer           | PreStartContainer           | PostStartContainer      |
 | StopContainer            |                             | PostStopContainer       |
 | UpdateContainerResources | PreUpdateContainerResources |                         |
-| RemoveContainer, RemovePodSandbox: no hook; they drop stored state.  |
 
+RemoveContainer and RemovePodSandbox trigger no hook; they drop stored state.
 Every other CRI method is relayed as bytes and never decoded.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from . import executor as ex
-from .hookfile import HookType
+from google.protobuf.message import Message
+
+from cri_api.hookapi import api_pb2 as hookapi
+
+SERVICE_NAME = "runtime.v1alpha1.RuntimeHookService"
+
+
+class HookType(enum.Enum):
+    """The seven hook points of ``RuntimeHookService``; the value is the name
+    Koordinator's hook files use. Everything else about a hook point is in
+    :data:`HOOK_POINTS`."""
+
+    PRE_RUN_POD_SANDBOX = "PreRunPodSandbox"
+    POST_STOP_POD_SANDBOX = "PostStopPodSandbox"
+    PRE_CREATE_CONTAINER = "PreCreateContainer"
+    PRE_START_CONTAINER = "PreStartContainer"
+    POST_START_CONTAINER = "PostStartContainer"
+    POST_STOP_CONTAINER = "PostStopContainer"
+    PRE_UPDATE_CONTAINER_RESOURCES = "PreUpdateContainerResources"
+
+    @property
+    def point(self) -> HookPoint:
+        return HOOK_POINTS[self]
+
+    @property
+    def rpc_name(self) -> str:
+        """The RuntimeHookService method, e.g. ``PreCreateContainerHook``."""
+        return HOOK_POINTS[self].rpc_name
+
+    @property
+    def is_pod_hook(self) -> bool:
+        return HOOK_POINTS[self].kind is Kind.POD
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Phase(enum.Enum):
+    PRE = "pre"  # before the runtime call; its answer changes the request
+    POST = "post"  # after a successful runtime call; its answer is ignored
+
+
+class Kind(enum.Enum):
+    POD = "pod"
+    CONTAINER = "container"
 
 
 @dataclass(frozen=True)
 class HookPoint:
-    method: str
-    executor: ex.Executor
-    pre: HookType | None = None
-    post: HookType | None = None
+    hook: HookType
+    cri_method: str  # the RuntimeService method that triggers it
+    phase: Phase
+    kind: Kind
+    handler_name: str  # the SDK's HookServer method
+
+    @property
+    def rpc_name(self) -> str:
+        return f"{self.hook.value}Hook"
+
+    @property
+    def full_method(self) -> str:
+        return f"/{SERVICE_NAME}/{self.rpc_name}"
+
+    @property
+    def request_type(self) -> type[Message]:
+        return hookapi.PodSandboxHookRequest if self.kind is Kind.POD else hookapi.ContainerResourceHookRequest
+
+    @property
+    def response_type(self) -> type[Message]:
+        return hookapi.PodSandboxHookResponse if self.kind is Kind.POD else hookapi.ContainerResourceHookResponse
 
 
-HOOK_POINTS: Mapping[str, HookPoint] = MappingProxyType(
-    {
-        p.method: p
-        for p in (
-            HookPoint("RunPodSandbox", ex.RunPodSandbox(), pre=HookType.PRE_RUN_POD_SANDBOX),
-            HookPoint("StopPodSandbox", ex.StopPodSandbox(), post=HookType.POST_STOP_POD_SANDBOX),
-            HookPoint("RemovePodSandbox", ex.RemovePodSandbox()),
-            HookPoint("CreateContainer", ex.CreateContainer(), pre=HookType.PRE_CREATE_CONTAINER),
-            HookPoint(
-                "StartContainer",
-                ex.StartContainer(),
-                pre=HookType.PRE_START_CONTAINER,
-                post=HookType.POST_START_CONTAINER,
-            ),
-            HookPoint("StopContainer", ex.StopContainer(), post=HookType.POST_STOP_CONTAINER),
-            HookPoint("RemoveContainer", ex.RemoveContainer()),
-            HookPoint(
-                "UpdateContainerResources",
-                ex.UpdateContainerResources(),
-                pre=HookType.PRE_UPDATE_CONTAINER_RESOURCES,
-            ),
-        )
-    }
+def _declare(*points: HookPoint) -> Mapping[HookType, HookPoint]:
+    table = {p.hook: p for p in points}
+    assert set(table) == set(HookType), "every hook type is declared exactly once"
+    return MappingProxyType(table)
+
+
+HOOK_POINTS: Mapping[HookType, HookPoint] = _declare(
+    HookPoint(HookType.PRE_RUN_POD_SANDBOX, "RunPodSandbox", Phase.PRE, Kind.POD, "pre_run_pod_sandbox"),
+    HookPoint(HookType.POST_STOP_POD_SANDBOX, "StopPodSandbox", Phase.POST, Kind.POD, "post_stop_pod_sandbox"),
+    HookPoint(HookType.PRE_CREATE_CONTAINER, "CreateContainer", Phase.PRE, Kind.CONTAINER, "pre_create_container"),
+    HookPoint(HookType.PRE_START_CONTAINER, "StartContainer", Phase.PRE, Kind.CONTAINER, "pre_start_container"),
+    HookPoint(HookType.POST_START_CONTAINER, "StartContainer", Phase.POST, Kind.CONTAINER, "post_start_container"),
+    HookPoint(HookType.POST_STOP_CONTAINER, "StopContainer", Phase.POST, Kind.CONTAINER, "post_stop_container"),
+    HookPoint(
+        HookType.PRE_UPDATE_CONTAINER_RESOURCES,
+        "UpdateContainerResources",
+        Phase.PRE,
+        Kind.CONTAINER,
+        "pre_update_container_resources",
+    ),
 )
+
+
+def hook_for(cri_method: str, phase: Phase) -> HookType | None:
+    """The hook point a CRI method triggers in that phase, if any."""
+    for point in HOOK_POINTS.values():
+        if point.cri_method == cri_method and point.phase is phase:
+            return point.hook
+    return None

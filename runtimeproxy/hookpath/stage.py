@@ -18,9 +18,8 @@ from cri_api.hookapi import api_pb2 as hookapi
 from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
 from .dispatch import Dispatcher, HookError
-from .executor import Executor
-from .hookfile import HookType
-from .points import HOOK_POINTS, HookPoint
+from .executor import HOOKED_METHODS, Executor, HookedMethod
+from .points import HookType
 from .store import StateStore
 
 log = logging.getLogger(__name__)
@@ -85,10 +84,10 @@ class HookStage(StageProvider):
         self._finishing: set[asyncio.Task[None]] = set()
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
-        point = HOOK_POINTS.get(method)
+        point = HOOKED_METHODS.get(method)
         return None if point is None else functools.partial(self._run, point)
 
-    async def _run(self, point: HookPoint, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
+    async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -99,7 +98,7 @@ class HookStage(StageProvider):
             if self._metrics is not None:
                 self._metrics.hooked_call(point.method, outcome, time.perf_counter() - started)
 
-    async def _hooked(self, point: HookPoint, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
+    async def _hooked(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         ex = point.executor
         try:
             req = ex.request.FromString(request)  # the v1 class reads v1alpha2 bytes too

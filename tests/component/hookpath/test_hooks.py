@@ -18,7 +18,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.hookpath.hookfile import HookType
+from runtimeproxy.hookpath.points import HookType
 
 from ...hookprocs import hook_server, registered
 from ..fakes import FakeBackend
