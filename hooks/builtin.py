@@ -1,0 +1,65 @@
+"""The built-in hook servers that ``runtime-proxy hook run NAME`` serves.
+
+A built-in hook is a :class:`~hooks.sdk.HookServer` with a name, the hook
+points it handles, a way to be built from its YAML config, and optional work
+of its own that runs while it serves (a reconcile loop). The runner
+(``runtime-proxy hook run``) owns the lifecycle: it builds the server, starts
+it, writes the registration file, runs :meth:`BuiltinHook.background` beside
+it and stops both on SIGTERM.
+
+Built-in hooks are named here by import path, so that listing them does not
+import every hook's dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from runtimeproxy.hookpath.points import HookType
+
+from .sdk import HookServer
+
+
+class HookConfigInvalid(ValueError):
+    """A built-in hook's config is not valid; the message names the key and the reason."""
+
+
+class BuiltinHook(HookServer):
+    NAME: ClassVar[str]
+    SUMMARY: ClassVar[str]  # one line, for ``hook list``
+    HOOKS: ClassVar[tuple[HookType, ...]]  # the hook points it registers for
+
+    @classmethod
+    def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BuiltinHook:
+        """Build the server from its YAML config (``{}`` when none is given);
+        raise :class:`HookConfigInvalid` for a bad one."""
+        if config:
+            raise HookConfigInvalid(f"hook {cls.NAME} takes no config; got keys {sorted(config)}")
+        return cls(socket_path)
+
+    async def background(self) -> None:
+        """Work that runs while the server serves; cancelled at shutdown."""
+
+
+# name -> "module:Class"
+BUILTIN_HOOKS: Mapping[str, str] = MappingProxyType(
+    {
+        "batchresource": "hooks.batchresource.server:BatchResourceHook",
+    }
+)
+
+
+def load_builtin(name: str) -> type[BuiltinHook]:
+    try:
+        target = BUILTIN_HOOKS[name]
+    except KeyError:
+        known = ", ".join(sorted(BUILTIN_HOOKS))
+        raise LookupError(f"no built-in hook named {name!r} (built-in hooks: {known})") from None
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, BuiltinHook)):
+        raise TypeError(f"{target} is not a BuiltinHook")
+    return cls
