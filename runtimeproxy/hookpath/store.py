@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
+from google.protobuf import empty_pb2, json_format
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
@@ -25,6 +27,8 @@ from cri_api.v1 import api_pb2 as v1
 from .merge import env_map, hook_resources, merge_resources
 
 log = logging.getLogger(__name__)
+
+WIRE_LENGTH_DELIMITED = 2
 
 # Calls a RuntimeService method on the backend: (method name, request) -> response bytes.
 BackendCall = Callable[[str, bytes], Awaitable[bytes]]
@@ -141,15 +145,27 @@ class StateStore:
         return None if stale else result
 
     async def rebuild(self) -> None:
-        """Read every pod and container the backend has (proxy start-up)."""
+        """Read every pod and container the backend has (proxy start-up).
+
+        Object by object: one the proxy cannot read (say, a label that is not
+        UTF-8, which containerd accepts and Python's protobuf refuses) is
+        logged and skipped, and the others are still rebuilt."""
         assert self.read_backend is not None
-        pods = v1.ListPodSandboxResponse.FromString(await self.read_backend("ListPodSandbox", b""))
-        for item in pods.items:
-            await self.pod(item.id)
-        containers = v1.ListContainersResponse.FromString(await self.read_backend("ListContainers", b""))
-        for c in containers.containers:
-            await self.container(c.id)
-        log.info("state rebuilt from backend", extra={"pods": len(self.pods), "containers": len(self.containers)})
+        pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), "pod sandbox")
+        for pod_id in pod_ids:
+            await self.pod(pod_id)
+        container_ids = _listed_ids(await self.read_backend("ListContainers", b""), "container")
+        for container_id in container_ids:
+            await self.container(container_id)
+        log.info(
+            "state rebuilt from backend",
+            extra={
+                "pods": len(self.pods),
+                "containers": len(self.containers),
+                "pods_skipped": len(pod_ids) - sum(i in self.pods for i in pod_ids),
+                "containers_skipped": len(container_ids) - sum(i in self.containers for i in container_ids),
+            },
+        )
 
     async def _read_pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
         assert self.read_backend is not None
@@ -183,6 +199,37 @@ class StateStore:
         # UpdateContainerResources calls made of it.
         merge_resources(record.container_resources, _resources_from_spec(info.get("runtimeSpec")))
         return pod_id, record
+
+
+def _listed_ids(raw: bytes, kind: str) -> list[str]:
+    """The ids in a ListPodSandbox or ListContainers answer, item by item.
+
+    Both lists are field 1 of their response and the id is field 1 of each
+    item, so the items are split on the wire and each is read on its own:
+    one item that does not decode costs only itself."""
+    ids: list[str] = []
+    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(raw)):
+        if entry.field_number != 1 or entry.wire_type != WIRE_LENGTH_DELIMITED:
+            continue
+        item = entry.data
+        try:
+            ids.append(v1.PodSandbox.FromString(item).id)  # both items start with `string id = 1`
+        except DecodeError as exc:
+            object_id = _raw_id(item)
+            log.warning(
+                f"cannot read {kind} from the backend's list; its hooks will have no stored state",
+                extra={"id": object_id, "error": str(exc)},
+            )
+            if object_id:
+                ids.append(object_id)  # its own status read decides (and logs) whether it is usable
+    return ids
+
+
+def _raw_id(item: bytes) -> str:
+    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(item)):
+        if entry.field_number == 1 and entry.wire_type == WIRE_LENGTH_DELIMITED:
+            return entry.data.decode("utf-8", "replace")
+    return ""
 
 
 def _resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:

@@ -120,3 +120,34 @@ def test_resources_from_spec_ignores_what_is_unset_or_malformed() -> None:
     assert _resources_from_spec(None) == _resources_from_spec({})
     out = _resources_from_spec({"linux": {"resources": {"cpu": {"quota": -1, "cpus": 7}, "memory": {"limit": "x"}}}})
     assert (out.cpu_quota, out.cpuset_cpus, out.memory_limit_in_bytes) == (0, "", 0)
+
+
+def _with_bad_utf8_name(item: v1.PodSandbox) -> bytes:
+    """A list item whose metadata name is not UTF-8: containerd accepts it, Python's protobuf does not."""
+    raw = item.SerializeToString()
+    assert b"BADNAME" in raw
+    return raw.replace(b"BADNAME", b"BAD\xffAME")
+
+
+async def test_rebuild_skips_an_unreadable_pod_and_keeps_the_others(caplog: Any) -> None:
+    """One sandbox with non-UTF-8 metadata costs only itself, not every pod's record."""
+
+    class OneBadPod(Backend):
+        async def __call__(self, method: str, request: bytes) -> bytes:
+            if method == "ListPodSandbox":
+                good = v1.PodSandbox(id="p1").SerializeToString()
+                bad = _with_bad_utf8_name(v1.PodSandbox(id="bad", metadata=v1.PodSandboxMetadata(name="BADNAME")))
+                # repeated field 1 of ListPodSandboxResponse, one item after the other
+                return b"".join(b"\x0a" + bytes([len(item)]) + item for item in (bad, good))
+            if method == "PodSandboxStatus" and v1.PodSandboxStatusRequest.FromString(request).pod_sandbox_id == "bad":
+                return _with_bad_utf8_name(
+                    v1.PodSandboxStatusResponse(status=v1.PodSandboxStatus(id="bad", metadata=v1.PodSandboxMetadata(name="BADNAME")))
+                )
+            return await super().__call__(method, request)
+
+    store = StateStore(read_backend=OneBadPod())
+    with caplog.at_level("WARNING", logger="runtimeproxy.hookpath.store"):
+        await store.rebuild()
+    assert set(store.pods) == {"p1"}
+    assert set(store.containers) == {"c1"} and store.container_pod["c1"] == "p1"
+    assert any(getattr(r, "id", None) == "bad" for r in caplog.records)
