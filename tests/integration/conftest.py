@@ -21,12 +21,11 @@ import pytest
 import pytest_asyncio
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_BINARY,
-    LocalContainerd,
-    LocalRuntimeError,
-    LoopbackRegistry,
-)
+from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.images import BUSYBOX_BINARY
+from runtimeproxy.host.process import HostProcessError
+
+from .registry import LoopbackRegistry
 
 T = TypeVar("T")
 
@@ -105,7 +104,7 @@ def _registry_if_installed(tmp_path_factory: pytest.TempPathFactory,
         try:
             fixture_loop.run(registry.start(), START_TIMEOUT)
             fixture_loop.run(registry.push_busybox(), START_TIMEOUT)
-        except LocalRuntimeError as exc:
+        except HostProcessError as exc:
             pytest.fail(f"could not start the loopback registry: {exc}", pytrace=False)
         yield registry
     finally:
@@ -126,7 +125,7 @@ def containerd(tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThrea
     try:
         try:
             fixture_loop.run(runtime.start(timeout=START_TIMEOUT), START_TIMEOUT + 10)
-        except LocalRuntimeError as exc:
+        except HostProcessError as exc:
             pytest.fail(f"could not start containerd: {exc}", pytrace=False)
         yield runtime
     finally:

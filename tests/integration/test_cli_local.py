@@ -11,12 +11,8 @@ from pathlib import Path
 
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_IMAGE,
-    PAUSE_IMAGE,
-    mounts_under,
-    shim_pids,
-)
+from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from runtimeproxy.host.process import mounts_under, shim_pids
 
 from ..component.test_process import wait_for_line
 from .conftest import require_local_containerd

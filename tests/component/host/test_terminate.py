@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.process import terminate_process
 
 IGNORES_SIGTERM = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
@@ -24,7 +24,7 @@ async def start(code: str) -> asyncio.subprocess.Process:
 
 async def test_process_that_ignores_sigterm_is_killed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     proc = await start(IGNORES_SIGTERM)
-    with caplog.at_level(logging.WARNING, logger="runtimeproxy.host.containerd"):
+    with caplog.at_level(logging.WARNING, logger="runtimeproxy.host.process"):
         await asyncio.wait_for(terminate_process(proc, 0.3, "stubborn"), 10)
     assert proc.returncode == -9
     (record,) = [r for r in caplog.records if r.getMessage() == "process ignored signal"]
