@@ -15,7 +15,7 @@ import shutil
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -25,6 +25,7 @@ from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.images import BUSYBOX_BINARY
 from runtimeproxy.host.process import HostProcessError
 
+from ..prerequisites import fail_or_skip
 from .registry import LoopbackRegistry
 
 T = TypeVar("T")
@@ -54,17 +55,10 @@ def registry_missing() -> list[str]:
             if shutil.which(tool) is None]
 
 
-def _fail_or_skip(message: str) -> NoReturn:
-    """Fail in CI (where the prerequisites are installed on purpose), skip elsewhere."""
-    if os.environ.get("CI"):
-        pytest.fail(message + " (CI is set, so this is an error)", pytrace=False)
-    pytest.skip(message)
-
-
 def require_local_containerd() -> None:
     missing = missing_prerequisites()
     if missing:
-        _fail_or_skip("integration tests need " + ", ".join(missing))
+        fail_or_skip("integration tests need " + ", ".join(missing))
 
 
 class LoopThread:
@@ -137,7 +131,7 @@ def registry(containerd: LocalContainerd,
              _registry_if_installed: LoopbackRegistry | None) -> LoopbackRegistry:
     """The loopback registry `containerd` can pull from; holds registry.ref() (busybox, cmd sh)."""
     if _registry_if_installed is None:
-        _fail_or_skip("pull tests need " + ", ".join(registry_missing()))
+        fail_or_skip("pull tests need " + ", ".join(registry_missing()))
     return _registry_if_installed
 
 
