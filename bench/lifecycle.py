@@ -14,7 +14,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.hookpath.store import container_record, pod_record
-from tests.integration.crihelpers import container_config, pod_sandbox_config
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 STEPS = (
     "RunPodSandbox",

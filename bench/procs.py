@@ -20,22 +20,16 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
-from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.process import tail, terminate_process
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_LOG_TAIL_LINES = 30
 _CLI_ENTRY = "import sys; from runtimeproxy.cli import main; sys.exit(main(prog_name='runtime-proxy'))"
 
 
 class BenchError(RuntimeError):
     pass
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} not readable)"
 
 
 def free_tcp_port() -> int:
@@ -98,7 +92,8 @@ class Child:
 
     def died(self) -> BenchError:
         code = self.proc.returncode if self.proc else None
-        return BenchError(f"{self.name} exited (status {code}); log {self.log_path}:\n{tail(self.log_path)}")
+        return BenchError(f"{self.name} exited (status {code}); log {self.log_path}:\n"
+                          f"{tail(self.log_path, _LOG_TAIL_LINES)}")
 
     async def stop(self, grace: float = 10.0) -> None:
         proc = self.proc
@@ -159,7 +154,8 @@ class ReadyChild(Child):
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
         except TimeoutError:
-            raise BenchError(f"{self.name} not ready within {timeout}s:\n{tail(self.log_path)}") from None
+            raise BenchError(f"{self.name} not ready within {timeout}s:\n"
+                             f"{tail(self.log_path, _LOG_TAIL_LINES)}") from None
         if line.strip() != b"ready":
             raise self.died() if not self.alive else BenchError(f"{self.name} said {line!r}")
 

@@ -12,19 +12,16 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc import aio
-from prometheus_client.parser import text_string_to_metric_families
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
-from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc
@@ -39,12 +36,11 @@ from .procs import (
     wait_cri_version,
     wait_idle,
 )
+from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
 from .stats import median, ratio, summarize
 
 CRI = "/runtime.v1.RuntimeService/"
 HOOK_METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
-ALL_HOOKS = [h.value for h in HookType]
-HOOK_CALLS_PER_LIFECYCLE = 6
 # Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
 REFERENCE_RELAYS = {"grpc-relay": "grpc", "byte-relay": "bytes"}
 
@@ -186,7 +182,7 @@ class Bench:
         }
 
     async def _check_hooks_registered(self, port: int) -> None:
-        families = await self._metrics(port)
+        families = await fetch_metrics(self.problems, port)
         servers = families.get("runtime_proxy_hook_servers", {}).get((), math.nan)
         if servers != 1:
             self.problems.append(f"hooked proxy reports runtime_proxy_hook_servers={servers}, expected 1")
@@ -324,7 +320,7 @@ class Bench:
         for mode in modes:  # warm-up failures are failures too, but not timings
             if failures[mode]:
                 self.problems.append(f"lifecycle via {mode} failed during warm-up: {failures[mode][0]}")
-        before = await self._metrics(metrics_port)
+        before = await fetch_metrics(self.problems, metrics_port)
         for i in range(opts.lifecycles):
             rotated = modes[i % len(modes):] + modes[:i % len(modes)]
             iteration: dict[str, float] = {}
@@ -336,7 +332,7 @@ class Bench:
             by_iteration.append(iteration)
             if (i + 1) % 5 == 0 or i + 1 == opts.lifecycles:
                 say(f"  {i + 1}/{opts.lifecycles} iterations done")
-        after = await self._metrics(metrics_port)
+        after = await fetch_metrics(self.problems, metrics_port)
 
         out: dict[str, Any] = {"modes": {}}
         for mode in modes:
@@ -359,61 +355,9 @@ class Bench:
             # The modes of one iteration run back to back: the median of their ratios cancels slow drifts.
             paired = [it[mode] / it["direct"] for it in by_iteration if mode in it and "direct" in it]
             m["paired_median_ratio"] = median(paired)
-        out["proxy_metrics"] = self._hook_metrics(before, after, len(results["proxy+hook"]) + len(failures["proxy+hook"]))
+        out["proxy_metrics"] = hook_metrics(self.problems, before, after,
+                                            len(results["proxy+hook"]) + len(failures["proxy+hook"]))
         self.results["lifecycle"] = out
-
-    # ------------------------------------------------------------------ metrics
-
-    async def _metrics(self, port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-        def fetch() -> str:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-                return resp.read().decode()
-
-        try:
-            text = await asyncio.to_thread(fetch)
-        except OSError as exc:
-            self.problems.append(f"cannot fetch the hooked proxy's /metrics on 127.0.0.1:{port}: {exc}")
-            return {}
-        samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-        return samples
-
-    def _hook_metrics(self, before: dict, after: dict, hooked_lifecycles: int) -> dict[str, Any]:
-        """Hook calls made by the proxy during the recorded lifecycles: count and mean per hook point."""
-
-        def delta(name: str) -> dict[str, float]:
-            out: dict[str, float] = {}
-            for labels, value in after.get(name, {}).items():
-                out[dict(labels).get("hook") or dict(labels).get("method", "")] = (
-                    value - before.get(name, {}).get(labels, 0.0))
-            return out
-
-        sums, counts = delta("runtime_proxy_hook_duration_seconds_sum"), delta("runtime_proxy_hook_duration_seconds_count")
-        per_hook = {h: {"count": int(counts.get(h, 0)),
-                        "mean_ms": ratio(sums.get(h, 0.0) * 1000, counts.get(h, 0.0))} for h in ALL_HOOKS}
-        total_count, total_sum = sum(counts.values()), sum(sums.values())
-        outcomes: dict[str, float] = {}
-        for labels, value in after.get("runtime_proxy_hook_calls_total", {}).items():
-            outcome = dict(labels).get("outcome", "?")
-            outcomes[outcome] = outcomes.get(outcome, 0.0) + value - before.get(
-                "runtime_proxy_hook_calls_total", {}).get(labels, 0.0)
-        hsums = delta("runtime_proxy_hooked_call_duration_seconds_sum")
-        hcounts = delta("runtime_proxy_hooked_call_duration_seconds_count")
-        hooked_calls = {m: {"count": int(hcounts[m]), "mean_ms": ratio(hsums.get(m, 0.0) * 1000, hcounts[m])}
-                        for m in hcounts}
-        bad = {k: v for k, v in outcomes.items() if k != "ok" and v}
-        if bad:
-            self.problems.append(f"the proxy's hook calls did not all succeed: {bad}")
-        # Per lifecycle: PreRunPodSandbox, PreCreateContainer, PreStartContainer, PostStartContainer,
-        # PostStopContainer, PostStopPodSandbox (PreUpdateContainerResources has no call in a lifecycle).
-        expected = hooked_lifecycles * HOOK_CALLS_PER_LIFECYCLE
-        if total_count != expected:
-            self.problems.append(f"the hooked proxy made {int(total_count)} hook calls during "
-                                 f"{hooked_lifecycles} recorded lifecycles, expected {expected}")
-        return {"hook_calls": int(total_count), "hook_mean_ms": ratio(total_sum * 1000, total_count),
-                "per_hook": per_hook, "outcomes": outcomes, "hooked_calls": hooked_calls}
 
 
 async def run(opts: Options) -> dict[str, Any]:

@@ -6,14 +6,18 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from . import logs
-from .config import ConfigError, ProxyConfig, load
+from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
 
 log = logging.getLogger("runtimeproxy")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group()
@@ -22,33 +26,54 @@ def main() -> None:
 
 
 _path = click.Path(path_type=Path)
+_DEFAULTS = ProxyConfig()
+
+
+def _given(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """None unless the flag was on the command line: the config file fills in what flags leave out."""
+    return None if ctx.get_parameter_source(param.name or "") is ParameterSource.DEFAULT else value
+
+
+def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+    """A flag for a ProxyConfig setting (by default the flag's name, - read as _):
+    its default and choices come from ProxyConfig, and --help shows them."""
+    setting = setting or flag.removeprefix("--").replace("-", "_")
+    if choices(setting):
+        kwargs.setdefault("type", click.Choice(choices(setting)))
+    kwargs.setdefault("show_default", True)
+    return click.option(flag, default=getattr(_DEFAULTS, setting), callback=_given, help=help, **kwargs)
 
 
 @main.command()
 @click.option("--config", "config_file", type=_path, help="YAML file with the same settings; flags win.")
-@click.option("--listen", type=_path, help="Unix socket kubelet connects to. [default: /var/run/runtime-proxy/runtime-proxy.sock]")
-@click.option("--backend", type=_path, help="containerd's CRI socket. [default: /run/containerd/containerd.sock]")
-@click.option("--image-backend", type=_path, help="Socket for the ImageService, when not the backend's.")
+@_setting("--listen", "Unix socket kubelet connects to.", type=_path)
+@_setting("--backend", "containerd's CRI socket.", type=_path)
+@_setting("--image-backend", "Socket for the ImageService, when not the backend's.", type=_path)
 @click.option(
     "--local-containerd",
     type=_path,
     help="Start a private containerd with its state under this directory and use it as the backend "
     "(for trying the proxy out; production nodes use --backend).",
 )
-@click.option("--hook-dir", type=_path, help="Directory of hook server registrations. [default: /etc/runtime/hookserver.d]")
-@click.option("--serve-versions", help="auto | v1 | v1alpha2 | v1,v1alpha2 [default: auto]")
-@click.option("--backend-version", type=click.Choice(["v1", "v1alpha2"]), help="Force the CRI version spoken to the backend.")
-@click.option(
+@_setting("--hook-dir", "Directory of hook server registrations.", type=_path)
+@_setting("--serve-versions", " | ".join(SERVE_VERSIONS_FORMS))
+@_setting("--backend-version", "Force the CRI version spoken to the backend.")
+@_setting(
     "--unknown-fields",
-    type=click.Choice(["refuse", "forward"]),
-    help="For a v1alpha2 runtime: refuse v1 requests with fields newer than the proxy's CRI schema, "
-    "or forward them (the runtime ignores them). [default: refuse]",
+    "For a v1alpha2 runtime: refuse v1 requests with fields newer than the proxy's CRI schema, "
+    "or forward them (the runtime ignores them).",
 )
-@click.option("--max-message-size", type=int, help="Message size limit in bytes, both directions. [default: 16 MiB]")
-@click.option("--grace-period", type=float, help="Seconds in-flight calls get on SIGTERM. [default: 10]")
-@click.option("--metrics-listen", help="host:port to serve Prometheus metrics on. [default: off]")
-@click.option("--log-format", type=click.Choice(["text", "json"]))
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@_setting(
+    "--max-message-size",
+    f"Message size limit in bytes, both directions. [default: {_DEFAULTS.max_recv_message_bytes // MIB} MiB]",
+    setting="max_recv_message_bytes",
+    type=int,
+    show_default=False,  # in MiB, in the help text
+)
+@_setting("--grace-period", "Seconds in-flight calls get on SIGTERM.", type=float)
+@_setting("--metrics-listen", "host:port to serve Prometheus metrics on. [default: off]", show_default=False)
+@_setting("--log-format", "Log line format.")
+@_setting("--log-level", "Lowest level logged.")
 def serve(
     config_file: Path | None,
     local_containerd: Path | None,

@@ -12,6 +12,8 @@ import yaml
 from .cripath.versions import VersionPlanError, parse_serve_versions
 
 MIB = 1024 * 1024
+# How serve_versions is written (checked by cripath.versions.parse_serve_versions).
+SERVE_VERSIONS_FORMS = ("auto", "v1", "v1alpha2", "v1,v1alpha2")
 
 
 class ConfigError(ValueError):
@@ -25,17 +27,18 @@ class ProxyConfig:
     backend: Path | None = Path("/run/containerd/containerd.sock")
     image_backend: Path | None = None  # None: same as backend
     hook_dir: Path = Path("/etc/runtime/hookserver.d")
-    serve_versions: str = "auto"  # auto | v1 | v1alpha2 | v1,v1alpha2
-    backend_version: str | None = None  # None: v1 when the backend answers v1
+    serve_versions: str = "auto"  # one of SERVE_VERSIONS_FORMS
+    # None: v1 when the backend answers v1
+    backend_version: str | None = field(default=None, metadata={"choices": ("v1", "v1alpha2")})
     # v1 requests for a v1alpha2 runtime carrying fields newer than our schema.
-    unknown_fields: str = "refuse"  # refuse | forward
+    unknown_fields: str = field(default="refuse", metadata={"choices": ("refuse", "forward")})
     max_recv_message_bytes: int = 16 * MIB  # kubelet's limits
     max_send_message_bytes: int = 16 * MIB
     grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
     probe_max_interval: float = 5.0  # backoff ceiling while the backend is absent
     metrics_listen: str | None = None  # host:port for Prometheus, None: off
-    log_format: str = "text"  # text | json
-    log_level: str = "info"
+    log_format: str = field(default="text", metadata={"choices": ("text", "json")})
+    log_level: str = field(default="info", metadata={"choices": ("debug", "info", "warning", "error")})
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def with_overrides(self, **values: Any) -> ProxyConfig:
@@ -46,14 +49,17 @@ class ProxyConfig:
 
 _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
-_CHOICES = {
-    "backend_version": ("v1", "v1alpha2"),
-    "unknown_fields": ("refuse", "forward"),
-    "log_format": ("text", "json"),
-    "log_level": ("debug", "info", "warning", "error"),
+# setting -> the values it accepts, declared once on the field (the CLI offers the same)
+_CHOICES: dict[str, tuple[str, ...]] = {
+    f.name: f.metadata["choices"] for f in dataclasses.fields(ProxyConfig) if "choices" in f.metadata
 }
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
 _NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval"}
+
+
+def choices(setting: str) -> tuple[str, ...]:
+    """The values a setting accepts; empty when it is not a choice."""
+    return _CHOICES.get(setting, ())
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:

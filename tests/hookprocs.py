@@ -13,7 +13,7 @@ from typing import Any
 
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
-from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.process import terminate_process
 
 
 @dataclass

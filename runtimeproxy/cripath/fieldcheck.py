@@ -21,7 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from . import methods
+from . import methods, schemadiff
 from .methods import ApiVersion
 from .stage import Send, Stage, StageProvider
 
@@ -72,14 +72,14 @@ class V1OnlyFieldCheck(StageProvider):
         if info is None:
             return None
         request_type = info.request
-        may_carry_v1_only = methods.request_needs_check(method)
+        may_carry_v1_only = schemadiff.request_needs_check(method)
 
         async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
             try:
                 msg = request_type.FromString(request)
             except DecodeError:  # not a valid request: let the backend judge the bytes
                 return await send(request)
-            fields = summarize(refused_fields(methods.v1_only_fields(msg))) if may_carry_v1_only else []
+            fields = summarize(refused_fields(schemadiff.v1_only_fields(msg))) if may_carry_v1_only else []
             if fields:
                 log.info("refusing fields v1alpha2 cannot carry", extra={"method": method, "fields": fields})
                 await context.abort(
@@ -87,7 +87,7 @@ class V1OnlyFieldCheck(StageProvider):
                     f"{method}: the backend speaks CRI v1alpha2, which cannot carry "
                     f"{', '.join(fields)}; refusing rather than dropping them",
                 )
-            unknown = methods.unknown_to_schema(msg)
+            unknown = schemadiff.unknown_to_schema(msg)
             if unknown:
                 self._unknown(method, unknown)
                 if not self.forward_unknown:

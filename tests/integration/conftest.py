@@ -15,18 +15,18 @@ import shutil
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_BINARY,
-    LocalContainerd,
-    LocalRuntimeError,
-    LoopbackRegistry,
-)
+from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.images import BUSYBOX_BINARY
+from runtimeproxy.host.process import HostProcessError
+
+from ..prerequisites import fail_or_skip
+from .registry import LoopbackRegistry
 
 T = TypeVar("T")
 
@@ -55,17 +55,10 @@ def registry_missing() -> list[str]:
             if shutil.which(tool) is None]
 
 
-def _fail_or_skip(message: str) -> NoReturn:
-    """Fail in CI (where the prerequisites are installed on purpose), skip elsewhere."""
-    if os.environ.get("CI"):
-        pytest.fail(message + " (CI is set, so this is an error)", pytrace=False)
-    pytest.skip(message)
-
-
 def require_local_containerd() -> None:
     missing = missing_prerequisites()
     if missing:
-        _fail_or_skip("integration tests need " + ", ".join(missing))
+        fail_or_skip("integration tests need " + ", ".join(missing))
 
 
 class LoopThread:
@@ -105,7 +98,7 @@ def _registry_if_installed(tmp_path_factory: pytest.TempPathFactory,
         try:
             fixture_loop.run(registry.start(), START_TIMEOUT)
             fixture_loop.run(registry.push_busybox(), START_TIMEOUT)
-        except LocalRuntimeError as exc:
+        except HostProcessError as exc:
             pytest.fail(f"could not start the loopback registry: {exc}", pytrace=False)
         yield registry
     finally:
@@ -126,7 +119,7 @@ def containerd(tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThrea
     try:
         try:
             fixture_loop.run(runtime.start(timeout=START_TIMEOUT), START_TIMEOUT + 10)
-        except LocalRuntimeError as exc:
+        except HostProcessError as exc:
             pytest.fail(f"could not start containerd: {exc}", pytrace=False)
         yield runtime
     finally:
@@ -138,7 +131,7 @@ def registry(containerd: LocalContainerd,
              _registry_if_installed: LoopbackRegistry | None) -> LoopbackRegistry:
     """The loopback registry `containerd` can pull from; holds registry.ref() (busybox, cmd sh)."""
     if _registry_if_installed is None:
-        _fail_or_skip("pull tests need " + ", ".join(registry_missing()))
+        fail_or_skip("pull tests need " + ", ".join(registry_missing()))
     return _registry_if_installed
 
 

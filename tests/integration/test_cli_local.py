@@ -11,12 +11,8 @@ from pathlib import Path
 
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_IMAGE,
-    PAUSE_IMAGE,
-    mounts_under,
-    shim_pids,
-)
+from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from runtimeproxy.host.process import mounts_under, shim_pids, terminate_process
 
 from ..component.test_process import wait_for_line
 from .conftest import require_local_containerd
@@ -50,7 +46,6 @@ async def test_serve_with_local_containerd() -> None:
         assert shim_pids(containerd_socket) == []
         assert mounts_under(base) == []
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        # SIGTERM first: the proxy stops its private containerd then (SIGKILL would orphan it).
+        await terminate_process(process, 60, "runtime-proxy serve")
         shutil.rmtree(base, ignore_errors=True)

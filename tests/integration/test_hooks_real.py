@@ -13,16 +13,10 @@ import pytest
 import watchfiles
 from grpc import aio
 
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+
 from ..hookprocs import hook_server, registered
-from .crihelpers import (
-    V1,
-    V1ALPHA2,
-    CriApi,
-    cgroup_of,
-    container_config,
-    pod_sandbox_config,
-    verbose_info,
-)
+from .crihelpers import V1, V1ALPHA2, CriApi, cgroup_of, verbose_info
 from .proxyfixtures import ProxyLauncher
 from .test_localruntime import remove_pod_quietly
 

@@ -11,25 +11,13 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_IMAGE,
-    PAUSE_IMAGE,
-    LocalContainerd,
-    LocalRuntimeError,
-    LoopbackRegistry,
-    mounts_under,
-    shim_pids,
-)
+from runtimeproxy.host.containerd import LocalContainerd, LocalRuntimeError
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from runtimeproxy.host.process import mounts_under, shim_pids
 
-from .crihelpers import (
-    APIS,
-    V1,
-    CriApi,
-    cgroup_of,
-    container_config,
-    pod_sandbox_config,
-    verbose_info,
-)
+from .crihelpers import APIS, V1, CriApi, cgroup_of, verbose_info
+from .registry import LoopbackRegistry
 
 pytestmark = pytest.mark.integration
 

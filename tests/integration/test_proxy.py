@@ -10,14 +10,13 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.host.containerd import (
-    BUSYBOX_IMAGE,
-    LocalContainerd,
-    LoopbackRegistry,
-)
+from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+from runtimeproxy.host.images import BUSYBOX_IMAGE
 
-from .crihelpers import APIS, V1, V1ALPHA2, CriApi, container_config, pod_sandbox_config
+from .crihelpers import APIS, V1, V1ALPHA2, CriApi
 from .proxyfixtures import ProxyLauncher
+from .registry import LoopbackRegistry
 from .test_localruntime import remove_pod_quietly
 
 api_params = pytest.mark.parametrize("api", APIS, ids=lambda a: a.version)

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from runtimeproxy import cli
-from runtimeproxy.config import MIB, ConfigError, ProxyConfig, load
+from runtimeproxy.config import (
+    MIB,
+    SERVE_VERSIONS_FORMS,
+    ConfigError,
+    ProxyConfig,
+    choices,
+    load,
+)
+from runtimeproxy.cripath.versions import parse_serve_versions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -283,3 +293,77 @@ def test_flags_win_over_the_config_file(tmp_path: Path, started: list[Any]) -> N
     assert config.backend_version == "v1alpha2"
     assert config.grace_period == 7
     assert (config.max_recv_message_bytes, config.max_send_message_bytes) == (4096, 4096)
+
+
+# --------------------------------------------------------------------------- CLI defaults are ProxyConfig's
+
+# setting -> the serve flag that sets it; every other setting has no flag
+FLAG_OF = {
+    "listen": "listen", "backend": "backend", "image_backend": "image_backend", "hook_dir": "hook_dir",
+    "serve_versions": "serve_versions", "backend_version": "backend_version", "unknown_fields": "unknown_fields",
+    "max_recv_message_bytes": "max_message_size", "max_send_message_bytes": "max_message_size",
+    "grace_period": "grace_period", "metrics_listen": "metrics_listen",
+    "log_format": "log_format", "log_level": "log_level",
+}
+
+
+def serve_options() -> dict[str, click.Option]:
+    return {p.name: p for p in cli.serve.params if isinstance(p, click.Option) and p.name}
+
+
+def test_every_setting_but_the_internal_ones_has_a_flag() -> None:
+    settings = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra", "probe_max_interval"}
+    assert set(FLAG_OF) == settings
+    assert set(FLAG_OF.values()) | {"config_file", "local_containerd"} == set(serve_options())
+
+
+@pytest.mark.parametrize("setting", sorted(FLAG_OF))
+def test_cli_default_and_choices_are_proxy_configs(setting: str) -> None:
+    option = serve_options()[FLAG_OF[setting]]
+    assert option.default == getattr(ProxyConfig(), setting)
+    if choices(setting):
+        assert isinstance(option.type, click.Choice)
+        assert tuple(option.type.choices) == choices(setting)
+
+
+def test_help_shows_the_defaults() -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    defaults = ProxyConfig()
+    for shown in (
+        f"[default: {defaults.listen}]",
+        f"[default: {defaults.backend}]",
+        f"[default: {defaults.hook_dir}]",
+        f"[default: {defaults.serve_versions}]",
+        f"[default: {defaults.unknown_fields}]",
+        f"[default: {defaults.max_recv_message_bytes // MIB} MiB]",
+        f"[default: {defaults.grace_period}]",
+        "[default: off]",
+        f"[default: {defaults.log_format}]",
+        f"[default: {defaults.log_level}]",
+        "[text|json]",
+        "[debug|info|warning|error]",
+    ):
+        assert shown in result.output
+
+
+def test_serve_versions_forms_are_valid() -> None:
+    for form in SERVE_VERSIONS_FORMS:
+        parse_serve_versions(form)
+
+
+def test_no_flags_runs_with_proxy_config_defaults(started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve"])
+    assert result.exit_code == 0, result.output
+    assert started == [(ProxyConfig(), None)]
+
+
+def test_flags_left_out_leave_the_config_file_in_charge(tmp_path: Path, started: list[Any]) -> None:
+    # Flags have defaults now: only flags actually given may override the file.
+    path = write(tmp_path, "log-level: debug\nunknown-fields: forward\ngrace-period: 3\nmax-send-message-bytes: 100\n")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(path), "--log-format", "json"])
+    assert result.exit_code == 0, result.output
+    [(config, _)] = started
+    assert (config.log_level, config.unknown_fields, config.grace_period) == ("debug", "forward", 3)
+    assert (config.max_recv_message_bytes, config.max_send_message_bytes) == (16 * MIB, 100)
+    assert config.log_format == "json"

@@ -12,6 +12,8 @@ from google.protobuf import descriptor_pb2
 from cri_api import regenerate
 from runtimeproxy.config import load
 
+from ..prerequisites import fail_or_skip
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("RUNTIME_PROXY_SHARED", ROOT.parent / "shared"))
 
@@ -31,7 +33,7 @@ def test_generated_modules_are_fresh(tmp_path: Path) -> None:
 def test_schema_copy_is_the_reduced_upstream(copy: str) -> None:
     upstream = SHARED / regenerate.SCHEMAS[copy]
     if not upstream.is_file():
-        pytest.skip(f"no upstream contract at {upstream} (set RUNTIME_PROXY_SHARED)")
+        fail_or_skip(f"no upstream contract at {upstream} (set RUNTIME_PROXY_SHARED)")
     ours = (ROOT / "cri_api" / copy).read_text()
     assert ours == regenerate.reduce_schema(upstream.read_text())
     assert "Licensed under the Apache License" in ours

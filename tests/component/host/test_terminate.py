@@ -1,4 +1,4 @@
-"""terminate_process: SIGTERM, then SIGKILL for a process that ignores it."""
+"""terminate_process and terminate_pids: SIGTERM, then SIGKILL for a process that ignores it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.process import terminate_pids, terminate_process
 
 IGNORES_SIGTERM = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
@@ -24,7 +24,7 @@ async def start(code: str) -> asyncio.subprocess.Process:
 
 async def test_process_that_ignores_sigterm_is_killed_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     proc = await start(IGNORES_SIGTERM)
-    with caplog.at_level(logging.WARNING, logger="runtimeproxy.host.containerd"):
+    with caplog.at_level(logging.WARNING, logger="runtimeproxy.host.process"):
         await asyncio.wait_for(terminate_process(proc, 0.3, "stubborn"), 10)
     assert proc.returncode == -9
     (record,) = [r for r in caplog.records if r.getMessage() == "process ignored signal"]
@@ -36,3 +36,12 @@ async def test_process_that_obeys_sigterm_is_not_killed() -> None:
     await asyncio.wait_for(terminate_process(proc, 5, "polite"), 10)
     assert proc.returncode == -15
     await terminate_process(proc, 5, "polite")  # already gone: returns at once
+
+
+async def test_pids_are_terminated_together_and_stubborn_ones_killed() -> None:
+    polite = await start("import time; print('ready', flush=True); time.sleep(60)")
+    stubborn = await start(IGNORES_SIGTERM)
+    await asyncio.wait_for(terminate_pids([polite.pid, stubborn.pid], 0.3), 10)
+    codes = await asyncio.wait_for(asyncio.gather(polite.wait(), stubborn.wait()), 10)
+    assert codes == [-15, -9]
+    await terminate_pids([polite.pid], 5)  # already gone: returns at once

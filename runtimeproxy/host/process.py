@@ -1,0 +1,137 @@
+"""Host process helpers: running a command, ending processes, what a containerd leaves behind.
+
+`terminate_process` is the one way the project ends a child process (SIGTERM,
+then SIGKILL after a grace period); `terminate_pids` does the same for
+processes that are not our children (containerd shims).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 40
+_SHIM_PREFIX = b"containerd-shim"
+
+
+class HostProcessError(RuntimeError):
+    """A host process failed, timed out or did not come up."""
+
+
+async def run_command(*argv: str, timeout: float = 30.0) -> tuple[int, str]:
+    """Run a command, returning (exit code, combined output)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise HostProcessError(f"{argv[0]} timed out after {timeout}s: {' '.join(argv)}") from None
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def terminate_process(proc: asyncio.subprocess.Process, grace: float, name: str) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; returns once it exited."""
+    if proc.returncode is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+            return
+        except TimeoutError:
+            log.warning("process ignored signal", extra={"proc": name, "signal": sig.name})
+
+
+async def _wait_pid_gone(pid: int, timeout: float) -> bool:
+    """Wait for a process that is not our child to exit (pidfd is readable then)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(fd, on_exit)
+    try:
+        await asyncio.wait_for(exited, timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def terminate_pids(pids: list[int], grace: float) -> None:
+    """`terminate_process` for processes that are not our children, all at once."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        gone = await asyncio.gather(*(_wait_pid_gone(p, grace) for p in pids))
+        pids = [p for p, ok in zip(pids, gone, strict=True) if not ok]
+        if not pids:
+            return
+    log.warning("processes survived SIGKILL", extra={"pids": pids})
+
+
+def _decode_mount_field(value: str) -> str:
+    # /proc/self/mounts escapes space, tab, newline and backslash as octal.
+    for esc, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        value = value.replace(esc, ch)
+    return value
+
+
+def mounts_under(base: Path) -> list[Path]:
+    """Mount points at or below `base`, in mount order."""
+    base = base.resolve()
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        target = Path(_decode_mount_field(fields[1]))
+        if target == base or base in target.parents:
+            found.append(target)
+    return found
+
+
+def shim_pids(socket: Path) -> list[int]:
+    """PIDs of containerd shims started by the containerd listening on `socket`.
+
+    Shims get `-address <socket>` on their command line, which tells instances apart.
+    """
+    wanted = os.fsencode(socket)
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # the process exited while we looked
+        if os.path.basename(argv[0]).startswith(_SHIM_PREFIX) and wanted in argv[1:]:
+            pids.append(int(entry.name))
+    return pids
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a process's log file, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} not readable)"
