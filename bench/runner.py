@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
-from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc
@@ -42,7 +42,7 @@ from .procs import (
 from .stats import median, ratio, summarize
 
 CRI = "/runtime.v1.RuntimeService/"
-HOOK_METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+HOOK_METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
 ALL_HOOKS = [h.value for h in HookType]
 HOOK_CALLS_PER_LIFECYCLE = 6
 # Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
