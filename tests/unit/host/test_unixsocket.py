@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -193,32 +193,23 @@ def test_proxy_prepare_refuses_eacces(sock_dir: Path, monkeypatch: pytest.Monkey
     assert SocketIdentity.of(path) == identity
 
 
-async def test_proxy_start_refuses_eacces(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = sock_dir / "proxy.sock"
-    identity = stale_socket(path)
-    proxy = Proxy(ProxyConfig(listen=path, backend=sock_dir / "backend.sock"))
-    try:
-        monkeypatch.setattr(socket, "socket", FailingProbe(errno.EACCES))
-        with pytest.raises(ListenError, match=f"cannot tell whether {path} is in use.*EACCES"):
-            await proxy.start()
-        monkeypatch.undo()
-        assert SocketIdentity.of(path) == identity
-    finally:
-        monkeypatch.undo()
-        await proxy.stop(0)
+def proxy(path: Path) -> Proxy:
+    return Proxy(ProxyConfig(listen=path, backend=path.with_name("backend.sock")))
 
 
-async def test_sdk_start_refuses_eacces(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = sock_dir / "hook.sock"
+@pytest.mark.parametrize(("make", "error"), [(proxy, ListenError), (HookServer, HookServerError)])
+async def test_start_refuses_eacces(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, make: Callable[[Path], Proxy | HookServer], error: type
+) -> None:
+    path = sock_dir / "s.sock"
     identity = stale_socket(path)
-    server = HookServer(path)
+    server = make(path)
     try:
         monkeypatch.setattr(socket, "socket", FailingProbe(errno.EACCES))
-        with pytest.raises(HookServerError, match=f"cannot tell whether {path} is in use.*EACCES"):
+        with pytest.raises(error, match=f"cannot tell whether {path} is in use.*EACCES"):
             await server.start()
         monkeypatch.undo()
         assert SocketIdentity.of(path) == identity
-        assert not server.serving
     finally:
         monkeypatch.undo()
         await server.stop(0)
