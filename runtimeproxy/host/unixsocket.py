@@ -30,6 +30,12 @@ PROBE_TIMEOUT = 1.0  # seconds a stale check may take at most
 
 # Only these connect errors prove that nobody listens on the socket.
 _STALE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT})
+# What the other answers most likely mean, for the operator reading the refusal.
+_HINTS = {
+    errno.EACCES: "no permission to connect: the socket may belong to a server of another user",
+    errno.EAGAIN: "its listen backlog is full: a server that is alive but not accepting",
+    errno.ETIMEDOUT: "no answer in time",
+}
 
 
 class UnixSocketError(RuntimeError):
@@ -82,9 +88,9 @@ def is_stale(path: Path, timeout: float = PROBE_TIMEOUT) -> bool:
     if err in _STALE_ERRNOS:
         return True
     name = errno.errorcode.get(err, str(err))
+    hint = _HINTS.get(err, os.strerror(err))
     raise UnixSocketError(
-        f"cannot tell whether {path} is in use: connect failed with {name} ({os.strerror(err)}); "
-        f"refusing to remove it"
+        f"cannot tell whether {path} is in use: connect failed with {name} ({hint}); refusing to remove it"
     )
 
 
