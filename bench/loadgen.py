@@ -14,10 +14,11 @@ One JSON object per line on stdin, one JSON answer per line on stdout:
 
 ``codec`` ``raw`` sends the request bytes as they are and keeps the reply as
 bytes (no per-call (de)serialisation: the client costs as little as grpc.aio
-allows). ``hook-container`` makes the call the proxy makes to a hook server: a
-``ContainerResourceHookRequest`` serialised per call and the
-``ContainerResourceHookResponse`` decoded per call, on a channel with the
-proxy's hook channel options.
+allows). ``hook-container`` makes the call the proxy makes to a hook server:
+the request class of the hook point whose RPC ``method`` is (``HOOK_POINTS``;
+``ContainerResourceHookRequest`` for the container hooks) serialised per
+call and its response class decoded per call, on a channel with the proxy's
+hook channel options.
 
 ``concurrency`` workers each loop ``await call(request)`` until ``duration``
 has passed; a latency is recorded per successful call. A ``warmup`` phase
@@ -40,8 +41,8 @@ from typing import Any
 
 from grpc import aio
 
-from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookpath.dispatch import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint
 
 _MIB = 1024 * 1024
 CRI_CHANNEL_OPTIONS = [
@@ -49,6 +50,14 @@ CRI_CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 16 * _MIB),
 ]
 _ERROR_BACKOFF = 0.01  # a failing target must not turn a worker into a busy loop
+
+
+def hook_point(method: str) -> HookPoint:
+    """The hook point whose RPC is ``method`` (``/service/Method``)."""
+    for point in HOOK_POINTS.values():
+        if point.full_method == method:
+            return point
+    raise ValueError(f"{method} is not the RPC of a hook point")
 
 
 class LoadGen:
@@ -66,10 +75,11 @@ class LoadGen:
             options = HOOK_CHANNEL_OPTIONS if codec == "hook-container" else CRI_CHANNEL_OPTIONS
             channel = self._channels[(socket, codec)] = aio.insecure_channel(f"unix://{socket}", options=options)
         if codec == "hook-container":
+            point = hook_point(method)
             call = channel.unary_unary(
                 method,
-                request_serializer=hookapi.ContainerResourceHookRequest.SerializeToString,
-                response_deserializer=hookapi.ContainerResourceHookResponse.FromString,
+                request_serializer=point.request_type.SerializeToString,
+                response_deserializer=point.response_type.FromString,
             )
         elif codec == "raw":
             call = channel.unary_unary(method)  # bytes in, bytes out
@@ -82,7 +92,7 @@ class LoadGen:
         codec = cmd.get("codec", "raw")
         call = self._callable(cmd["socket"], cmd["method"], codec)
         raw = base64.b64decode(cmd.get("request", ""))
-        request: Any = hookapi.ContainerResourceHookRequest.FromString(raw) if codec == "hook-container" else raw
+        request: Any = hook_point(cmd["method"]).request_type.FromString(raw) if codec == "hook-container" else raw
         concurrency = int(cmd.get("concurrency", 1))
         timeout = float(cmd.get("timeout", 10.0))
         warmup = float(cmd.get("warmup", 0.0))

@@ -22,6 +22,7 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc
@@ -40,7 +41,7 @@ from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
 from .stats import median, ratio, summarize
 
 CRI = "/runtime.v1.RuntimeService/"
-HOOK_METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+HOOK_METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
 # Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
 REFERENCE_RELAYS = {"grpc-relay": "grpc", "byte-relay": "bytes"}
 

@@ -70,8 +70,8 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from hooks.sdk import HOOK_METHODS, HookAbort, HookServer, HookServerError
-from runtimeproxy.hookpath.points import HookType
+from hooks.sdk import HookAbort, HookServer, HookServerError
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 __all__ = ["BEHAVIOURS", "ConfigError", "HookScript", "Recorder", "ScriptedHookServer", "load_config", "main", "parse_config"]
 
@@ -97,8 +97,8 @@ class HookScript:
 
 
 def _hook_from_key(key: str) -> HookType:
-    for hook in HookType:
-        if key in (hook.value, hook.rpc_name):
+    for hook, point in HOOK_POINTS.items():
+        if key in (hook.value, point.rpc_name):
             return hook
     allowed = ", ".join(h.value for h in HookType)
     raise ConfigError(f"unknown hook {key!r} (allowed: {allowed}, or the same with a 'Hook' suffix)")
@@ -127,7 +127,7 @@ def _parse_entry(hook: HookType, entry: object) -> HookScript:
         raise ConfigError(f"{hook.value}: delay must be a number of seconds >= 0, got {delay!r}")
 
     fields = {k: v for k, v in entry.items() if k not in _CONTROL_KEYS}
-    response_type = HOOK_METHODS[hook].response_type
+    response_type = HOOK_POINTS[hook].response_type
     response = None
     if fields:
         try:
@@ -178,7 +178,7 @@ class Recorder:
         line = json.dumps(
             {
                 "hook": hook.value,
-                "rpc": hook.rpc_name,
+                "rpc": HOOK_POINTS[hook].rpc_name,
                 "time": time.time(),
                 "request": json_format.MessageToDict(request, preserving_proto_field_name=True),
             },
@@ -222,7 +222,7 @@ class ScriptedHookServer(HookServer):
             raise HookAbort(script.code, script.message)
         if script.response is None:
             return None
-        response = HOOK_METHODS[hook].response_type()
+        response = HOOK_POINTS[hook].response_type()
         response.CopyFrom(script.response)
         return response
 

@@ -7,8 +7,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
+from ..host import unixsocket
 from .backend import Backend, BackendInfo, channel_options
 from .forward import GrpcRelay, Relay
 from .methods import ApiVersion
@@ -33,24 +32,12 @@ class ListenError(RuntimeError):
 
 
 def prepare_socket_path(path: Path) -> None:
-    """Create the directory; remove a stale socket, but never anything else
-    (a live one belongs to another running proxy)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The shared rules (host/unixsocket.py): remove a stale socket, never
+    anything else (a live one belongs to another running proxy)."""
     try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ListenError(f"{path} exists and is not a socket; refusing to remove it")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            pass  # nobody listens: stale
-        else:
-            raise ListenError(f"{path} is in use by another process; refusing to take it over")
-    path.unlink()
-    log.info("removed stale socket", extra={"path": str(path)})
+        unixsocket.prepare(path)
+    except unixsocket.UnixSocketError as exc:
+        raise ListenError(str(exc)) from exc
 
 
 class Proxy:
@@ -74,7 +61,7 @@ class Proxy:
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._backend_task: asyncio.Task[None] | None = None
-        self._socket_inode: int | None = None
+        self._socket: unixsocket.SocketIdentity | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
@@ -91,7 +78,7 @@ class Proxy:
         finally:
             os.umask(old)
         os.chmod(path, SOCKET_MODE)
-        self._socket_inode = path.stat().st_ino
+        self._socket = unixsocket.SocketIdentity.of(path)
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("probing backend", extra={"backend": str(self.config.backend)})
@@ -140,9 +127,7 @@ class Proxy:
                 await self._backend_task
         await self.backend.close()
         # Only our own socket: a newer instance may already have replaced it.
-        with contextlib.suppress(FileNotFoundError):
-            if self.config.listen.stat().st_ino == self._socket_inode:
-                self.config.listen.unlink()
+        unixsocket.remove_own(self.config.listen, self._socket)
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
 

@@ -11,8 +11,6 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from cri_api.hookapi import api_pb2 as hookapi
-
 from ..metrics import Metrics
 from .hookfile import (
     MAX_TIMEOUT,
@@ -20,12 +18,11 @@ from .hookfile import (
     HookRegistry,
     HookServerConfig,
     HookSnapshot,
-    HookType,
 )
+from .points import HOOK_POINTS, HookType
 
 log = logging.getLogger(__name__)
 
-SERVICE = "/runtime.v1alpha1.RuntimeHookService/"
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
@@ -33,14 +30,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.min_reconnect_backoff_ms", 100),
 ]
-
-
-def _request_type(hook: HookType) -> type:
-    return hookapi.PodSandboxHookRequest if hook.is_pod_hook else hookapi.ContainerResourceHookRequest
-
-
-def _response_type(hook: HookType) -> type:
-    return hookapi.PodSandboxHookResponse if hook.is_pod_hook else hookapi.ContainerResourceHookResponse
 
 
 class HookError(Exception):
@@ -75,10 +64,11 @@ class Dispatcher:
             channel = self._channels.get(endpoint)
             if channel is None:
                 channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
+            point = HOOK_POINTS[hook]
             method = self._methods[endpoint, hook] = channel.unary_unary(
-                SERVICE + hook.rpc_name,
-                request_serializer=_request_type(hook).SerializeToString,
-                response_deserializer=_response_type(hook).FromString,
+                point.full_method,
+                request_serializer=point.request_type.SerializeToString,
+                response_deserializer=point.response_type.FromString,
             )
         return method
 
@@ -110,7 +100,7 @@ class Dispatcher:
                 answer = await method(request, timeout=server.timeout)
             if answer is None:  # grpc hands over None when the answer does not decode
                 outcome = "invalid_answer"
-                raise _Failure(f"answer is not a valid {_response_type(hook).__name__}")
+                raise _Failure(f"answer is not a valid {HOOK_POINTS[hook].response_type.__name__}")
             return answer
         except aio.AioRpcError as err:
             outcome = err.code().name.lower()

@@ -61,6 +61,7 @@ from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 
+from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
 from .points import HookType
 
 __all__ = [
@@ -94,7 +95,6 @@ DEFAULT_PRIORITY = 0
 # A pre hook holds up kubelet's call, and kubelet gives up on a runtime call
 # after 2 minutes by default: a longer hook timeout only hides a hung server.
 MAX_TIMEOUT = 120.0
-MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path without its terminating NUL
 MAX_HOOK_FILE_SIZE = 1 << 20  # a hook file is a few hundred bytes; refuse absurd ones
 
 KEY_ENDPOINT = "remote-endpoint"

@@ -277,7 +277,7 @@ async def test_refuses_to_remove_a_non_socket(fake, sock_dir) -> None:
     target = sock_dir / "proxy.sock"
     target.write_text("precious")
     proxy = Proxy(ProxyConfig(listen=target, backend=fake.socket))
-    with pytest.raises(ListenError, match="not a socket"):
+    with pytest.raises(ListenError, match="not a unix socket"):
         await proxy.start()
     assert target.read_text() == "precious"
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookServer
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import (
     FailurePolicy,
@@ -14,6 +16,8 @@ from runtimeproxy.hookpath.hookfile import (
     HookSnapshot,
     HookType,
 )
+from runtimeproxy.hookpath.points import HOOK_POINTS, Kind
+from tests.hookrequests import request_for
 
 HOOK = HookType.PRE_CREATE_CONTAINER
 
@@ -53,3 +57,29 @@ async def test_unexpected_error_is_skipped_under_ignore() -> None:
     dispatcher = Dispatcher(OneServer(unusable(FailurePolicy.IGNORE)))  # type: ignore[arg-type]
     assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
     await dispatcher.close()
+
+
+async def test_every_hook_point_is_called_with_its_rpc_and_classes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The dispatcher calls each hook point's RPC with its request class and
+    decodes its response class (an in-process SDK server records what came)."""
+    seen: list[tuple[HookType, type]] = []
+
+    class Recording(HookServer):
+        async def handle(self, hook: HookType, request: Message) -> Message | None:
+            seen.append((hook, type(request)))
+            answer = HOOK_POINTS[hook].response_type()
+            getattr(answer, "labels" if HOOK_POINTS[hook].kind is Kind.POD else "container_annotations")["hook"] = hook.value
+            return answer
+
+    path = tmp_path_factory.mktemp("d", numbered=True) / "h.sock"
+    async with Recording(path):
+        dispatcher = Dispatcher(OneServer(HookServerConfig("h.json", str(path), FailurePolicy.FAIL, frozenset(HookType))))  # type: ignore[arg-type]
+        try:
+            for hook, point in HOOK_POINTS.items():
+                answer = await dispatcher.call(dispatcher.servers(hook)[0], hook, request_for(hook))
+                assert type(answer) is point.response_type
+                got = answer.labels if point.kind is Kind.POD else answer.container_annotations
+                assert got == {"hook": hook.value}
+        finally:
+            await dispatcher.close()
+    assert seen == [(hook, point.request_type) for hook, point in HOOK_POINTS.items()]

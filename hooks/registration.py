@@ -1,0 +1,110 @@
+"""Registering a hook server with the proxy: the Koordinator-format hook file.
+
+``write_hook_config`` is also importable from :mod:`hooks.sdk`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from runtimeproxy.hookpath.hookfile import (
+    KEY_ENDPOINT,
+    KEY_FAILURE_POLICY,
+    KEY_PRIORITY,
+    KEY_RUNTIME_HOOKS,
+    KEY_TIMEOUT,
+    FailurePolicy,
+    HookConfigError,
+    format_duration,
+    parse_hook_document,
+)
+from runtimeproxy.hookpath.points import HookType
+
+__all__ = ["write_hook_config"]
+
+
+def write_hook_config(
+    directory: str | os.PathLike[str],
+    name: str,
+    endpoint: str | os.PathLike[str],
+    hooks: Iterable[HookType | str],
+    failure_policy: FailurePolicy | str = "Ignore",
+    timeout: str | float | None = None,
+    priority: int | None = None,
+) -> Path:
+    """Atomically write a Koordinator-format hook file ``directory/name[.json]``; returns its path.
+
+    ``timeout`` is a duration string ("500ms") or seconds (0.5 -> "500ms");
+    ``None`` omits the key (the proxy's default applies), as does ``priority=None``.
+    The document is validated like the proxy would before anything is written
+    (``ValueError`` otherwise).  The file is written to a temporary file in the
+    same directory, fsync-ed, chmod-ed 0644 and renamed into place, so the
+    proxy never sees a partial file.  A missing directory is created (0755).
+    """
+    directory = Path(directory)
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"invalid hook file name {name!r}")
+    if not name.endswith(".json"):
+        name = f"{name}.json"
+    if name.startswith("."):
+        raise ValueError(f"hook file name {name!r} must not start with '.' (hidden files are ignored)")
+
+    hook_names: list[str] = []
+    for hook in hooks:
+        try:
+            value = HookType(hook).value
+        except ValueError:
+            raise ValueError(f"unknown runtime hook {hook!r}") from None
+        if value not in hook_names:
+            hook_names.append(value)
+    try:
+        policy = FailurePolicy(failure_policy).value
+    except ValueError:
+        raise ValueError(f"unknown failure policy {failure_policy!r}") from None
+
+    doc: dict[str, object] = {
+        KEY_ENDPOINT: os.fspath(endpoint),
+        KEY_FAILURE_POLICY: policy,
+        KEY_RUNTIME_HOOKS: hook_names,
+    }
+    if timeout is not None:
+        doc[KEY_TIMEOUT] = timeout if isinstance(timeout, str) else format_duration(timeout)
+    if priority is not None:
+        doc[KEY_PRIORITY] = priority
+    try:
+        parse_hook_document(directory / name, doc)
+    except HookConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+    data = (json.dumps(doc, indent=2) + "\n").encode()
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        final = directory / name
+        os.replace(tmp_name, final)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:  # pragma: no cover - best effort durability
+        pass
+    return final

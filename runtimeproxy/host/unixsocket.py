@@ -1,0 +1,126 @@
+"""The unix-socket rules shared by the proxy and the hook-server SDK.
+
+Before listening, :func:`prepare` makes room for a socket without ever taking
+one from someone else: a path that is not a socket is refused, a socket
+someone answers on is refused, a socket nobody listens on (ECONNREFUSED, or
+gone) is stale and removed. Any other answer (EACCES, EAGAIN from a full
+backlog, a timeout...) does not tell whether the owner is alive, so the path
+is refused too, naming the errno: unlinking a live socket silently cuts its
+server off from every new client.
+
+After stopping, :func:`remove_own` removes the socket only if it is still the
+one we bound (same st_dev/st_ino): a newer instance may have replaced it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAX_PATH = 107  # sockaddr_un.sun_path without its terminating NUL
+PROBE_TIMEOUT = 1.0  # seconds a stale check may take at most
+
+# Only these connect errors prove that nobody listens on the socket.
+_STALE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT})
+# What the other answers most likely mean, for the operator reading the refusal.
+_HINTS = {
+    errno.EACCES: "no permission to connect: the socket may belong to a server of another user",
+    errno.EAGAIN: "its listen backlog is full: a server that is alive but not accepting",
+    errno.ETIMEDOUT: "no answer in time",
+}
+
+
+class UnixSocketError(RuntimeError):
+    """The socket path cannot be used; the message names the path and why."""
+
+
+class PathTooLong(UnixSocketError, ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SocketIdentity:
+    """Which file a socket path pointed to when we bound it (``of`` right after bind)."""
+
+    dev: int
+    ino: int
+
+    @classmethod
+    def of(cls, path: Path) -> SocketIdentity:
+        st = os.lstat(path)
+        return cls(st.st_dev, st.st_ino)
+
+
+def check_path_length(path: Path) -> None:
+    length = len(os.fsencode(path))
+    if length > MAX_PATH:
+        raise PathTooLong(f"unix socket path too long ({length} > {MAX_PATH} bytes): {path}")
+
+
+def _connect_errno(path: Path, timeout: float) -> int:
+    """The errno of a non-blocking connect to ``path`` (0: someone accepted),
+    waiting at most ``timeout`` seconds (ETIMEDOUT past it)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        err = probe.connect_ex(os.fsencode(path))
+        if err == errno.EINPROGRESS:
+            _, writable, _ = select.select([], [probe], [], timeout)
+            if not writable:
+                return errno.ETIMEDOUT
+            err = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        return err
+
+
+def is_stale(path: Path, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether nobody listens on the socket at ``path``: True if stale, False
+    if live; raises :class:`UnixSocketError` when the answer does not tell."""
+    err = _connect_errno(path, timeout)
+    if err == 0:
+        return False
+    if err in _STALE_ERRNOS:
+        return True
+    name = errno.errorcode.get(err, str(err))
+    hint = _HINTS.get(err, os.strerror(err))
+    raise UnixSocketError(
+        f"cannot tell whether {path} is in use: connect failed with {name} ({hint}); refusing to remove it"
+    )
+
+
+def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
+    """Make ``path`` ready to bind: create its directory, remove a stale
+    socket, refuse anything else that is there."""
+    check_path_length(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UnixSocketError(f"{path} exists and is not a unix socket; refusing to replace it")
+    if not is_stale(path, timeout):
+        raise UnixSocketError(f"{path} is in use by another process; refusing to take it over")
+    # Unlink only the socket we found stale, not one bound there meanwhile.
+    if remove_own(path, SocketIdentity(st.st_dev, st.st_ino)):
+        log.info("removed stale socket", extra={"path": str(path)})
+
+
+def remove_own(path: Path, identity: SocketIdentity | None) -> bool:
+    """Unlink ``path`` if it is still the socket ``identity`` names."""
+    if identity is None:
+        return False
+    try:
+        if SocketIdentity.of(path) != identity:
+            log.info("socket replaced by another process, left in place", extra={"path": str(path)})
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True

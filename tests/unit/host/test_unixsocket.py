@@ -1,0 +1,226 @@
+"""The unix-socket rules shared by the proxy and the SDK.
+
+Only ECONNREFUSED (or ENOENT) proves a socket stale; any other connect error
+means "cannot tell" and the path is refused, never unlinked. Connect errors
+root cannot provoke (EACCES) are injected here; tests/component/host/ gets
+them for real from a process without privileges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import select
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hooks.sdk import HookServer, HookServerError
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath.server import ListenError, Proxy, prepare_socket_path
+from runtimeproxy.host import unixsocket
+from runtimeproxy.host.unixsocket import (
+    MAX_PATH,
+    PathTooLong,
+    SocketIdentity,
+    UnixSocketError,
+)
+from tests.unixsockets import full_backlog, stale_socket
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="us-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class FailingProbe:
+    """Stands in for socket.socket: every connect fails with ``err``."""
+
+    def __init__(self, err: int) -> None:
+        self.err = err
+
+    def __call__(self, *args: object, **kwargs: object) -> FailingProbe:
+        return self
+
+    def __enter__(self) -> FailingProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def connect_ex(self, address: object) -> int:
+        return self.err
+
+    def connect(self, address: object) -> None:
+        raise OSError(self.err, os.strerror(self.err))
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def settimeout(self, value: float | None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_path_length_limit(sock_dir: Path) -> None:
+    assert MAX_PATH == 107
+    fits = Path("/" + "x" * (MAX_PATH - 1))
+    unixsocket.check_path_length(fits)
+    with pytest.raises(PathTooLong, match=r"too long \(108 > 107 bytes\)"):
+        unixsocket.check_path_length(Path(str(fits) + "y"))
+    with pytest.raises(ValueError, match="too long"):
+        unixsocket.prepare(sock_dir / ("x" * 120 + ".sock"))
+
+
+def test_missing_directory_is_created(sock_dir: Path) -> None:
+    path = sock_dir / "a" / "b" / "s.sock"
+    unixsocket.prepare(path)
+    assert path.parent.is_dir() and not path.exists()
+
+
+def test_stale_socket_is_removed(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    stale_socket(path)
+    unixsocket.prepare(path)
+    assert not path.exists()
+
+
+def test_regular_file_is_refused(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    path.write_text("precious")
+    with pytest.raises(UnixSocketError, match="exists and is not a unix socket"):
+        unixsocket.prepare(path)
+    assert path.read_text() == "precious"
+
+
+def test_live_socket_is_refused(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(8)
+        with pytest.raises(UnixSocketError, match="in use by another process"):
+            unixsocket.prepare(path)
+    assert path.exists()
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EAGAIN, errno.EPERM, errno.ECONNRESET])
+def test_any_other_connect_error_is_refused_not_unlinked(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, err: int
+) -> None:
+    path = sock_dir / "s.sock"
+    identity = stale_socket(path)
+    monkeypatch.setattr(socket, "socket", FailingProbe(err))
+    with pytest.raises(UnixSocketError) as excinfo:
+        unixsocket.prepare(path)
+    monkeypatch.undo()
+    message = str(excinfo.value)
+    assert str(path) in message and errno.errorcode[err] in message and "cannot tell" in message
+    assert SocketIdentity.of(path) == identity
+
+
+def test_a_connect_that_does_not_finish_is_bounded(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = sock_dir / "s.sock"
+    identity = stale_socket(path)
+    waited: list[float] = []
+
+    def never_writable(r: list, w: list, x: list, timeout: float) -> tuple[list, list, list]:
+        waited.append(timeout)
+        return [], [], []
+
+    monkeypatch.setattr(socket, "socket", FailingProbe(errno.EINPROGRESS))
+    monkeypatch.setattr(select, "select", never_writable)
+    with pytest.raises(UnixSocketError, match="ETIMEDOUT"):
+        unixsocket.prepare(path, timeout=0.25)
+    monkeypatch.undo()
+    assert waited == [0.25]
+    assert SocketIdentity.of(path) == identity
+
+
+async def test_full_backlog_is_refused_within_the_timeout(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    with full_backlog(path) as listener:
+        identity = SocketIdentity.of(path)
+        started = time.monotonic()
+        with pytest.raises(UnixSocketError, match="EAGAIN") as excinfo:
+            # In a thread: a probe that blocks must fail this test, not hang it.
+            await asyncio.wait_for(asyncio.to_thread(unixsocket.prepare, path), 5)
+        assert time.monotonic() - started < unixsocket.PROBE_TIMEOUT + 0.5
+        assert str(path) in str(excinfo.value)
+        assert SocketIdentity.of(path) == identity
+        listener.setblocking(False)
+        conn, _ = listener.accept()  # its queued client is still there
+        conn.close()
+
+
+def test_remove_own_leaves_a_replaced_socket(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    ours = stale_socket(path)
+    path.rename(sock_dir / "old.sock")  # kept, so that its inode is not reused at once
+    theirs = stale_socket(path)
+    assert not unixsocket.remove_own(path, ours)
+    assert SocketIdentity.of(path) == theirs
+    assert unixsocket.remove_own(path, theirs)
+    assert not path.exists()
+    assert not unixsocket.remove_own(path, theirs)  # already gone
+    assert not unixsocket.remove_own(path, None)  # never bound
+
+
+# --------------------------------------------------------------------------- the proxy and the SDK
+
+
+def test_proxy_prepare_refuses_eacces(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = sock_dir / "proxy.sock"
+    identity = stale_socket(path)
+    monkeypatch.setattr(socket, "socket", FailingProbe(errno.EACCES))
+    with pytest.raises(ListenError, match="EACCES"):
+        prepare_socket_path(path)
+    monkeypatch.undo()
+    assert SocketIdentity.of(path) == identity
+
+
+def proxy(path: Path) -> Proxy:
+    return Proxy(ProxyConfig(listen=path, backend=path.with_name("backend.sock")))
+
+
+@pytest.mark.parametrize(("make", "error"), [(proxy, ListenError), (HookServer, HookServerError)])
+async def test_start_refuses_eacces(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, make: Callable[[Path], Proxy | HookServer], error: type
+) -> None:
+    path = sock_dir / "s.sock"
+    identity = stale_socket(path)
+    server = make(path)
+    try:
+        monkeypatch.setattr(socket, "socket", FailingProbe(errno.EACCES))
+        with pytest.raises(error, match=f"cannot tell whether {path} is in use.*EACCES"):
+            await server.start()
+        monkeypatch.undo()
+        assert SocketIdentity.of(path) == identity
+    finally:
+        monkeypatch.undo()
+        await server.stop(0)
+
+
+async def test_proxy_and_sdk_refuse_a_full_backlog(sock_dir: Path) -> None:
+    path = sock_dir / "s.sock"
+    with full_backlog(path):
+        identity = SocketIdentity.of(path)
+        with pytest.raises(HookServerError, match="EAGAIN"):
+            await asyncio.wait_for(HookServer(path).start(), 5)
+        with pytest.raises(ListenError, match="EAGAIN"):
+            await asyncio.wait_for(asyncio.to_thread(prepare_socket_path, path), 5)
+        assert SocketIdentity.of(path) == identity
