@@ -52,10 +52,10 @@ from runtimeproxy.hookpath.hookfile import (
     KEY_TIMEOUT,
     FailurePolicy,
     HookConfigError,
-    HookType,
     format_duration,
     parse_hook_document,
 )
+from runtimeproxy.hookpath.points import HookType
 
 __all__ = [
     "HOOK_METHODS",

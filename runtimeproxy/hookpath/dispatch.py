@@ -14,14 +14,9 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 
 from ..metrics import Metrics
-from .hookfile import (
-    MAX_TIMEOUT,
-    FailurePolicy,
-    HookRegistry,
-    HookServerConfig,
-    HookSnapshot,
-    HookType,
-)
+from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
+from .points import HookType
+from .registry import HookRegistry, HookSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,9 @@ import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
-from runtimeproxy.hookpath.hookfile import (
-    FailurePolicy,
-    HookServerConfig,
-    HookSnapshot,
-    HookType,
-)
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookSnapshot
 
 HOOK = HookType.PRE_CREATE_CONTAINER
 

@@ -32,12 +32,9 @@ from hooks.sdk import (
     write_hook_config,
 )
 from hooks.testserver import ConfigError, load_config
-from runtimeproxy.hookpath.hookfile import (
-    FailurePolicy,
-    HookRegistry,
-    HookType,
-    parse_hook_file,
-)
+from runtimeproxy.hookpath.hookfile import FailurePolicy, parse_hook_file
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookRegistry
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 15.0
