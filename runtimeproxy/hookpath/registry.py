@@ -4,6 +4,14 @@ Only regular ``*.json`` files directly in the directory (symlinks to regular
 files included) are considered; hidden files (``.name.json``, e.g. editors'
 lock files) and sub-directories are skipped.  Each file is read and checked by
 :mod:`.hookfile`; an unsafe directory means no hooks at all.
+
+Threading: a registry belongs to the thread that creates it, in the proxy the
+event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
+callbacks run there, synchronously, and consumers rely on that (the dispatcher
+closes a removed server's channel on the running loop), so ``reload``,
+``on_change`` and ``watch`` refuse any other thread.  ``snapshot`` and
+``servers_for`` may be read from anywhere: a snapshot is immutable and is
+replaced in one assignment.
 """
 
 from __future__ import annotations
@@ -91,11 +99,8 @@ ChangeCallback = Callable[[HookSnapshot], object]
 class HookRegistry:
     """The current set of hook server configs of one hook directory.
 
-    Readers (``servers_for``/``snapshot``) never lock: the snapshot is an
-    immutable object replaced atomically by :meth:`reload`.  :meth:`reload` is
-    serialized by a lock and may be called from any thread; change callbacks
-    run synchronously in the reloading thread (the event loop thread when
-    called by :meth:`watch`) and must be quick and non-blocking.
+    Threading as in the module's docstring; change callbacks run synchronously
+    in :meth:`reload` and must be quick and non-blocking.
     """
 
     def __init__(
@@ -117,13 +122,23 @@ class HookRegistry:
         self._dir_poll_interval = dir_poll_interval
         self._error_backoff = error_backoff
         self._snapshot = HookSnapshot()
-        self._lock = threading.Lock()
+        self._owner = threading.current_thread()
         self._callbacks: list[ChangeCallback] = []
         # Log de-duplication: report a rejection / directory problem once until it changes.
         self._rejection_fingerprints: dict[str, tuple[object, ...]] = {}
         self._last_directory_error: str | None = None
 
-    # -- read side (hot path, lock-free) --------------------------------------
+    def _refuse_foreign_thread(self, what: str) -> None:
+        # Callbacks run on another thread would find no event loop (the
+        # dispatcher would forget a removed server's channel, never closing it).
+        if threading.current_thread() is not self._owner:
+            raise RuntimeError(
+                f"HookRegistry.{what}() called from thread {threading.current_thread().name!r}; "
+                f"the registry of {self._directory} belongs to thread {self._owner.name!r} "
+                "(its event loop's thread): call it there, e.g. with loop.call_soon_threadsafe"
+            )
+
+    # -- read side (hot path, lock-free, any thread) ----------------------------
 
     @property
     def directory(self) -> Path:
@@ -144,27 +159,27 @@ class HookRegistry:
 
         Returns a function that unsubscribes the callback.
         """
-        with self._lock:
-            self._callbacks.append(callback)
+        self._refuse_foreign_thread("on_change")
+        self._callbacks.append(callback)
 
         def unsubscribe() -> None:
-            with self._lock:
-                try:
-                    self._callbacks.remove(callback)
-                except ValueError:
-                    pass
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
         return unsubscribe
 
     # -- reload ------------------------------------------------------------------
 
     def reload(self) -> ReloadResult:
-        """Rescan the directory and atomically replace the snapshot; see :class:`ReloadResult`."""
-        with self._lock:
-            result = self._rescan()
-            callbacks = list(self._callbacks)
+        """Rescan the directory and atomically replace the snapshot; see :class:`ReloadResult`.
+
+        Call it on the registry's own thread (the event loop's; :meth:`watch`
+        does): from any other thread it raises ``RuntimeError`` and changes nothing.
+        """
+        self._refuse_foreign_thread("reload")
+        result = self._rescan()
         if result.modified:
-            for callback in callbacks:
+            for callback in list(self._callbacks):  # a callback may unsubscribe
                 try:
                     callback(result.snapshot)
                 except Exception:
@@ -341,6 +356,7 @@ class HookRegistry:
         """
         from watchfiles import awatch  # local import: only the watcher needs it
 
+        self._refuse_foreign_thread("watch")
         rust_timeout_ms = max(100, int(self._resync_interval * 1000))
         while not stop.is_set():
             self._safe_reload()

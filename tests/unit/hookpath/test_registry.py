@@ -1,4 +1,4 @@
-"""Tests of runtimeproxy.hookpath.registry: the registry of a hook directory, and its watcher.
+"""Tests of runtimeproxy.hookpath.registry: the registry of a hook directory, its watcher and its thread.
 
 Real files in tmp_path, the real watchfiles watcher; no sleeps where an event can
 be awaited.
@@ -14,9 +14,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc import aio
 
+from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookpath import registry as registry_module
+from runtimeproxy.hookpath.dispatch import Dispatcher
 from runtimeproxy.hookpath.hookfile import HookServerConfig
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
@@ -448,3 +452,91 @@ async def test_watch_can_be_cancelled(hook_dir: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
 
+
+# --------------------------------------------------------------------------- the registry's thread
+
+POST_HOOK = HookType.POST_STOP_CONTAINER
+POST_DOC = valid_doc("/run/absent/post-hook.sock", **{"runtime-hooks": [POST_HOOK.value]})
+
+
+class SpyChannel:
+    """A real grpc.aio channel whose closing can be awaited."""
+
+    def __init__(self, channel: aio.Channel) -> None:
+        self.channel = channel
+        self.closed = asyncio.Event()
+
+    def unary_unary(self, *args: object, **kwargs: object) -> aio.UnaryUnaryMultiCallable:
+        return self.channel.unary_unary(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def close(self, grace: float | None = None) -> None:
+        await self.channel.close(grace)
+        self.closed.set()
+
+
+@pytest.fixture
+def spy_channels(monkeypatch: pytest.MonkeyPatch) -> list[SpyChannel]:
+    """Every channel the dispatcher opens, in order."""
+    opened: list[SpyChannel] = []
+    real = aio.insecure_channel
+
+    def insecure_channel(target: str, *args: object, **kwargs: object) -> SpyChannel:
+        opened.append(SpyChannel(real(target, *args, **kwargs)))  # type: ignore[arg-type]
+        return opened[-1]
+
+    monkeypatch.setattr(aio, "insecure_channel", insecure_channel)
+    return opened
+
+
+async def dispatcher_with_open_channel(hook_dir: Path, spy_channels: list[SpyChannel]) -> tuple[HookRegistry, Dispatcher]:
+    """A registry with one post hook server and a dispatcher that has called it once (nothing listens)."""
+    write(hook_dir, "post.json", POST_DOC)
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    dispatcher = Dispatcher(registry)
+    await dispatcher.run_post(POST_HOOK, hookapi.ContainerResourceHookRequest(), {})
+    assert len(spy_channels) == 1
+    return registry, dispatcher
+
+
+async def test_reload_that_removes_a_server_closes_its_channel(hook_dir: Path, spy_channels: list[SpyChannel]) -> None:
+    registry, dispatcher = await dispatcher_with_open_channel(hook_dir, spy_channels)
+    try:
+        (spy,) = spy_channels
+        (hook_dir / "post.json").unlink()
+        assert registry.reload().removed == ("post.json",)
+        await asyncio.wait_for(spy.closed.wait(), 5)
+        assert spy.channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+    finally:
+        await dispatcher.close()
+
+
+async def test_reload_from_another_thread_is_refused_and_changes_nothing(
+    hook_dir: Path, spy_channels: list[SpyChannel]
+) -> None:
+    """A reload elsewhere than on the loop's thread used to run the callbacks there: the
+    dispatcher forgot the removed server's channel but could not close it (no loop)."""
+    registry, dispatcher = await dispatcher_with_open_channel(hook_dir, spy_channels)
+    try:
+        (spy,) = spy_channels
+        (hook_dir / "post.json").unlink()
+        with pytest.raises(RuntimeError, match=r"HookRegistry\.reload\(\) called from thread .* belongs to thread"):
+            await asyncio.to_thread(registry.reload)
+        # Nothing happened: the server is still registered (readable from any
+        # thread), and the dispatcher still holds and uses its one channel.
+        assert [s.name for s in await asyncio.to_thread(registry.servers_for, POST_HOOK)] == ["post.json"]
+        await dispatcher.run_post(POST_HOOK, hookapi.ContainerResourceHookRequest(), {})
+        assert spy_channels == [spy] and not spy.closed.is_set()
+        assert spy.channel.get_state() is not grpc.ChannelConnectivity.SHUTDOWN
+    finally:
+        await dispatcher.close()
+
+
+async def test_on_change_and_watch_refuse_another_thread(hook_dir: Path) -> None:
+    registry = HookRegistry(hook_dir)
+    with pytest.raises(RuntimeError, match=r"HookRegistry\.on_change\(\) called from thread"):
+        await asyncio.to_thread(registry.on_change, lambda snapshot: None)
+    stopped = asyncio.Event()
+    stopped.set()  # were it accepted, watch() would return at once rather than run forever
+    with pytest.raises(RuntimeError, match=r"HookRegistry\.watch\(\) called from thread"):
+        await asyncio.to_thread(asyncio.run, registry.watch(stopped))
