@@ -20,15 +20,11 @@ plus two optional keys of ours:
     ascending ``(priority, file name)`` order; default ``0``.
 
 Leniency follows Koordinator exactly where Koordinator is lenient:
-
-* ``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
-  ``PolicyNone``), which behaves like ``Ignore``;
-* ``runtime-hooks`` may be missing or empty (the server is registered for
-  nothing; a warning is logged);
-* unknown extra keys are ignored (debug log).
-
-Everything else is strict: invalid JSON, a non-object document, an unknown hook
-name (only the seven hook points of ``RuntimeHookService`` are accepted), an
+``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
+``PolicyNone``, which behaves like ``Ignore``); ``runtime-hooks`` may be
+missing, ``null`` or empty (registered for nothing; a warning is logged);
+unknown extra keys are ignored (debug log).  Everything else is strict (see
+``_KEYS``): invalid JSON, a non-object document, an unknown hook name, an
 unknown policy, a missing/empty/relative endpoint, a bad timeout or a
 non-integer priority reject the file with a reason naming it.
 
@@ -166,10 +162,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(
             f"invalid duration {text!r} (expected a number with a unit, e.g. \"500ms\", \"1.5s\", \"2m\")"
         )
-    total_ns = sum(
-        (Decimal(number) * _DURATION_UNITS_NS[unit] for number, unit in _DURATION_PART_RE.findall(text)),
-        Decimal(0),
-    )
+    parts = _DURATION_PART_RE.findall(text)
+    total_ns = sum((Decimal(number) * _DURATION_UNITS_NS[unit] for number, unit in parts), Decimal(0))
     seconds = float(total_ns / 1_000_000_000)
     if not math.isfinite(seconds):
         raise ValueError(f"invalid duration {text!r}: out of range")

@@ -62,12 +62,17 @@ def write(directory: Path, name: str, content: object, mode: int = 0o644) -> Pat
     return path
 
 
-@pytest.fixture
-def hook_dir(tmp_path: Path) -> Path:
+def make_hook_dir(tmp_path: Path) -> Path:
+    """A safe (root-owned, 0755) hook directory under tmp_path."""
     d = tmp_path / "hookserver.d"
     d.mkdir()
     os.chmod(d, 0o755)
     return d
+
+
+@pytest.fixture
+def hook_dir(tmp_path: Path) -> Path:
+    return make_hook_dir(tmp_path)
 
 
 # --------------------------------------------------------------------------- durations

@@ -25,17 +25,20 @@ from runtimeproxy.hookpath.hookfile import HookServerConfig
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
 
-from .test_hookfile import INVALID_CASES, KOORDINATOR_DOC, valid_doc, write
+from .test_hookfile import (
+    INVALID_CASES,
+    KOORDINATOR_DOC,
+    make_hook_dir,
+    valid_doc,
+    write,
+)
 
 LOGGER = "runtimeproxy.hookpath.registry"
 
 
 @pytest.fixture
 def hook_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "hookserver.d"
-    d.mkdir()
-    os.chmod(d, 0o755)
-    return d
+    return make_hook_dir(tmp_path)
 
 
 def test_registry_rejects_invalid_files_while_others_load(hook_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
