@@ -61,7 +61,6 @@ __all__ = [
     "check_path_safety", "format_duration", "parse_duration", "parse_hook_document", "parse_hook_file", "unsafe_reason",
 ]
 
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_HOOK_DIR = Path("/etc/runtime/hookserver.d")
