@@ -12,7 +12,7 @@ from .cripath.backend import BackendInfo
 from .cripath.fieldcheck import V1OnlyFieldCheck
 from .cripath.server import Proxy
 from .hookpath.dispatch import Dispatcher
-from .hookpath.hookfile import HookRegistry, HookSnapshot
+from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
 from .metrics import Metrics

@@ -12,14 +12,9 @@ import grpc
 from grpc import aio
 
 from ..metrics import Metrics
-from .hookfile import (
-    MAX_TIMEOUT,
-    FailurePolicy,
-    HookRegistry,
-    HookServerConfig,
-    HookSnapshot,
-)
+from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .points import HOOK_POINTS, HookType
+from .registry import HookRegistry, HookSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,11 @@ plus two optional keys of ours:
     ascending ``(priority, file name)`` order; default ``0``.
 
 Leniency follows Koordinator exactly where Koordinator is lenient:
-
-* ``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
-  ``PolicyNone``), which behaves like ``Ignore``;
-* ``runtime-hooks`` may be missing or empty (the server is registered for
-  nothing; a warning is logged);
-* unknown extra keys are ignored (debug log).
-
-Everything else is strict: invalid JSON, a non-object document, an unknown hook
-name (only the seven hook points of ``RuntimeHookService`` are accepted), an
+``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
+``PolicyNone``, which behaves like ``Ignore``); ``runtime-hooks`` may be
+missing, ``null`` or empty (registered for nothing; a warning is logged);
+unknown extra keys are ignored (debug log).  Everything else is strict (see
+``_KEYS``): invalid JSON, a non-object document, an unknown hook name, an
 unknown policy, a missing/empty/relative endpoint, a bad timeout or a
 non-integer priority reject the file with a reason naming it.
 
@@ -39,14 +35,11 @@ others or is not owned by root / the current euid is refused.  An unsafe
 directory means no hooks at all; an unsafe file is rejected like an invalid
 one.
 
-Only regular ``*.json`` files directly in the directory (symlinks to regular
-files included) are considered; hidden files (``.name.json``, e.g. editors'
-lock files) and sub-directories are skipped.
+Which files of the directory are read, and when, is :mod:`.registry`'s job.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
@@ -54,37 +47,19 @@ import math
 import os
 import re
 import stat
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from types import MappingProxyType
 
 from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
 from .points import HookType
 
 __all__ = [
-    "DEFAULT_HOOK_DIR",
-    "DEFAULT_PRIORITY",
-    "DEFAULT_TIMEOUT",
-    "KEY_ENDPOINT",
-    "KEY_FAILURE_POLICY",
-    "KEY_PRIORITY",
-    "KEY_RUNTIME_HOOKS",
-    "KEY_TIMEOUT",
-    "FailurePolicy",
-    "HookConfigError",
-    "HookRegistry",
-    "HookServerConfig",
-    "HookSnapshot",
-    "HookType",
-    "ReloadResult",
-    "check_path_safety",
-    "format_duration",
-    "parse_duration",
-    "parse_hook_document",
-    "parse_hook_file",
+    "DEFAULT_HOOK_DIR", "DEFAULT_PRIORITY", "DEFAULT_TIMEOUT",
+    "KEY_ENDPOINT", "KEY_FAILURE_POLICY", "KEY_PRIORITY", "KEY_RUNTIME_HOOKS", "KEY_TIMEOUT",
+    "FailurePolicy", "HookConfigError", "HookServerConfig",
+    "check_path_safety", "format_duration", "parse_duration", "parse_hook_document", "parse_hook_file", "unsafe_reason",
 ]
 
 logger = logging.getLogger(__name__)
@@ -102,7 +77,6 @@ KEY_FAILURE_POLICY = "failure-policy"
 KEY_RUNTIME_HOOKS = "runtime-hooks"
 KEY_TIMEOUT = "timeout"
 KEY_PRIORITY = "priority"
-KNOWN_KEYS = frozenset({KEY_ENDPOINT, KEY_FAILURE_POLICY, KEY_RUNTIME_HOOKS, KEY_TIMEOUT, KEY_PRIORITY})
 
 
 class FailurePolicy(enum.Enum):
@@ -187,10 +161,8 @@ def parse_duration(text: str) -> float:
         raise ValueError(
             f"invalid duration {text!r} (expected a number with a unit, e.g. \"500ms\", \"1.5s\", \"2m\")"
         )
-    total_ns = sum(
-        (Decimal(number) * _DURATION_UNITS_NS[unit] for number, unit in _DURATION_PART_RE.findall(text)),
-        Decimal(0),
-    )
+    parts = _DURATION_PART_RE.findall(text)
+    total_ns = sum((Decimal(number) * _DURATION_UNITS_NS[unit] for number, unit in parts), Decimal(0))
     seconds = float(total_ns / 1_000_000_000)
     if not math.isfinite(seconds):
         raise ValueError(f"invalid duration {text!r}: out of range")
@@ -215,7 +187,7 @@ def format_duration(seconds: float) -> str:
 # --------------------------------------------------------------------------- permissions
 
 
-def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
+def unsafe_reason(st: os.stat_result, what: str) -> str | None:
     """Why a stat result is not trusted, or None if it is."""
     euid = os.geteuid()
     if st.st_uid not in (0, euid):
@@ -236,7 +208,7 @@ def check_path_safety(path: Path, what: str = "path") -> str | None:
         st = os.stat(path)
     except OSError as exc:
         return f"cannot stat {what} {path}: {exc.strerror or exc}"
-    return _unsafe_reason(st, f"{what} {path}")
+    return unsafe_reason(st, f"{what} {path}")
 
 
 def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
@@ -264,7 +236,7 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
             target = Path(os.path.realpath(path))
             real_dir = Path(os.path.realpath(path.parent))
             what = "file" if target == real_dir / path.name else f"symlink target {target}"
-            reason = _unsafe_reason(st, what)
+            reason = unsafe_reason(st, what)
             if reason is None and target.parent != real_dir:
                 # A symlink into another directory: whoever can write that
                 # directory can replace the target.
@@ -273,15 +245,9 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
                 raise HookConfigError(path, f"refused: {reason}")
         if st.st_size > MAX_HOOK_FILE_SIZE:
             raise HookConfigError(path, f"file too large ({st.st_size} bytes > {MAX_HOOK_FILE_SIZE})")
-        chunks: list[bytes] = []
-        remaining = MAX_HOOK_FILE_SIZE + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(65536, remaining))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        data = b""  # the size may change under us: read at most one byte past the limit
+        while len(data) <= MAX_HOOK_FILE_SIZE and (chunk := os.read(fd, MAX_HOOK_FILE_SIZE + 1 - len(data))):
+            data += chunk
         if len(data) > MAX_HOOK_FILE_SIZE:
             raise HookConfigError(path, f"file too large (> {MAX_HOOK_FILE_SIZE} bytes)")
         return data
@@ -294,6 +260,110 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
 # --------------------------------------------------------------------------- parsing
 
 
+class _Invalid(Exception):
+    """A key's value is refused; the message is the reason, word for word."""
+
+
+def _endpoint(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f'"{KEY_ENDPOINT}" must be a string, got {_json_type(value)}')
+    if not value.strip():
+        raise _Invalid(f'"{KEY_ENDPOINT}" is empty')
+    if not os.path.isabs(value):
+        raise _Invalid(f'"{KEY_ENDPOINT}" must be an absolute socket path, got {value!r}')
+    if "\x00" in value:
+        raise _Invalid(f'"{KEY_ENDPOINT}" contains a NUL byte')
+    try:
+        encoded = value.encode()
+    except UnicodeEncodeError:
+        raise _Invalid(f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {value!r}') from None
+    if len(encoded) > MAX_SOCKET_PATH:
+        raise _Invalid(f'"{KEY_ENDPOINT}" is {len(encoded)} bytes long; a unix socket path has at most {MAX_SOCKET_PATH}')
+    return value
+
+
+def _failure_policy(value: object) -> FailurePolicy:
+    if value is None or value == "":
+        # Koordinator's PolicyNone: errors are ignored, like "Ignore".
+        return FailurePolicy.IGNORE
+    if not isinstance(value, str):
+        raise _Invalid(f'"{KEY_FAILURE_POLICY}" must be a string, got {_json_type(value)}')
+    try:
+        return FailurePolicy(value)
+    except ValueError:
+        allowed = ", ".join(repr(p.value) for p in FailurePolicy)
+        raise _Invalid(f'unknown "{KEY_FAILURE_POLICY}" {value!r} (allowed: {allowed})') from None
+
+
+def _runtime_hooks(value: object) -> frozenset[HookType]:
+    if value is None:  # Koordinator accepts a server registered for nothing
+        return frozenset()
+    if not isinstance(value, list):
+        raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" must be a list of hook names, got {_json_type(value)}')
+    hooks: set[HookType] = set()
+    for item in value:
+        if not isinstance(item, str):
+            raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {_json_type(item)}')
+        try:
+            hooks.add(HookType(item))
+        except ValueError:
+            allowed = ", ".join(h.value for h in HookType)
+            raise _Invalid(f"unknown runtime hook {item!r} (allowed: {allowed})") from None
+    return frozenset(hooks)
+
+
+def _timeout(value: object) -> float:
+    if not isinstance(value, str):
+        raise _Invalid(f'"{KEY_TIMEOUT}" must be a duration string like "2s" or "500ms", got {_json_type(value)}')
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise _Invalid(f'bad "{KEY_TIMEOUT}": {exc}') from None
+    if seconds <= 0:
+        raise _Invalid(f'bad "{KEY_TIMEOUT}": {value!r} must be greater than zero')
+    if seconds > MAX_TIMEOUT:
+        raise _Invalid(f'bad "{KEY_TIMEOUT}": {value!r} is more than the limit of {MAX_TIMEOUT:g}s')
+    return seconds
+
+
+def _priority(value: object) -> int:
+    # bool is an int subclass in Python; JSON true/false is not a priority.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Invalid(f'"{KEY_PRIORITY}" must be an integer, got {_json_type(value)} {value!r}')
+    return value
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One key of a hook file and the :class:`HookServerConfig` field it fills."""
+
+    name: str
+    field: str
+    validate: Callable[[object], object]  # returns the field's value or raises _Invalid
+    missing: str | None = None  # required key: the reason when it is absent or null
+    default: object = None  # optional key: the value when it is absent
+
+    def read(self, doc: Mapping[str, object]) -> object:
+        if self.missing is not None:
+            if doc.get(self.name) is None:
+                raise _Invalid(self.missing)
+            return self.validate(doc[self.name])
+        # An optional key present as null is its validator's call (Koordinator
+        # reads a null policy or hook list as unset; a null timeout is an error).
+        return self.validate(doc[self.name]) if self.name in doc else self.default
+
+
+# Checked in this order; the first refused key is the file's reason.
+_KEYS: tuple[_Key, ...] = (
+    _Key(KEY_ENDPOINT, "endpoint", _endpoint, missing=f'missing "{KEY_ENDPOINT}" (the hook server\'s unix socket path)'),
+    _Key(KEY_FAILURE_POLICY, "failure_policy", _failure_policy, default=FailurePolicy.IGNORE),
+    _Key(KEY_RUNTIME_HOOKS, "hooks", _runtime_hooks, default=frozenset()),
+    _Key(KEY_TIMEOUT, "timeout", _timeout, default=DEFAULT_TIMEOUT),
+    _Key(KEY_PRIORITY, "priority", _priority, default=DEFAULT_PRIORITY),
+)
+KNOWN_KEYS = frozenset(key.name for key in _KEYS)
+
+
 def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     """Validate an already-decoded hook file document; ``path`` names it in errors.
 
@@ -303,80 +373,12 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     path = Path(path)
     if not isinstance(doc, dict):
         raise HookConfigError(path, f"top-level JSON value must be an object, got {_json_type(doc)}")
-
-    endpoint = doc.get(KEY_ENDPOINT)
-    if endpoint is None:
-        raise HookConfigError(path, f'missing "{KEY_ENDPOINT}" (the hook server\'s unix socket path)')
-    if not isinstance(endpoint, str):
-        raise HookConfigError(path, f'"{KEY_ENDPOINT}" must be a string, got {_json_type(endpoint)}')
-    if not endpoint.strip():
-        raise HookConfigError(path, f'"{KEY_ENDPOINT}" is empty')
-    if not os.path.isabs(endpoint):
-        raise HookConfigError(path, f'"{KEY_ENDPOINT}" must be an absolute socket path, got {endpoint!r}')
-    if "\x00" in endpoint:
-        raise HookConfigError(path, f'"{KEY_ENDPOINT}" contains a NUL byte')
-    try:
-        encoded = endpoint.encode()
-    except UnicodeEncodeError:
-        raise HookConfigError(path, f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {endpoint!r}') from None
-    if len(encoded) > MAX_SOCKET_PATH:
-        raise HookConfigError(
-            path, f'"{KEY_ENDPOINT}" is {len(encoded)} bytes long; a unix socket path has at most {MAX_SOCKET_PATH}'
-        )
-
-    raw_policy = doc.get(KEY_FAILURE_POLICY)
-    if raw_policy is None or raw_policy == "":
-        # Koordinator's PolicyNone: errors are ignored, like "Ignore".
-        policy = FailurePolicy.IGNORE
-    elif not isinstance(raw_policy, str):
-        raise HookConfigError(path, f'"{KEY_FAILURE_POLICY}" must be a string, got {_json_type(raw_policy)}')
-    else:
+    values: dict[str, object] = {}
+    for key in _KEYS:
         try:
-            policy = FailurePolicy(raw_policy)
-        except ValueError:
-            allowed = ", ".join(repr(p.value) for p in FailurePolicy)
-            raise HookConfigError(
-                path, f'unknown "{KEY_FAILURE_POLICY}" {raw_policy!r} (allowed: {allowed})'
-            ) from None
-
-    raw_hooks = doc.get(KEY_RUNTIME_HOOKS)
-    if raw_hooks is None:
-        raw_hooks = []
-    if not isinstance(raw_hooks, list):
-        raise HookConfigError(path, f'"{KEY_RUNTIME_HOOKS}" must be a list of hook names, got {_json_type(raw_hooks)}')
-    hooks: set[HookType] = set()
-    for item in raw_hooks:
-        if not isinstance(item, str):
-            raise HookConfigError(path, f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {_json_type(item)}')
-        try:
-            hooks.add(HookType(item))
-        except ValueError:
-            allowed = ", ".join(h.value for h in HookType)
-            raise HookConfigError(path, f"unknown runtime hook {item!r} (allowed: {allowed})") from None
-
-    timeout = DEFAULT_TIMEOUT
-    if KEY_TIMEOUT in doc:
-        raw_timeout = doc[KEY_TIMEOUT]
-        if not isinstance(raw_timeout, str):
-            raise HookConfigError(
-                path, f'"{KEY_TIMEOUT}" must be a duration string like "2s" or "500ms", got {_json_type(raw_timeout)}'
-            )
-        try:
-            timeout = parse_duration(raw_timeout)
-        except ValueError as exc:
-            raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {exc}') from None
-        if timeout <= 0:
-            raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {raw_timeout!r} must be greater than zero')
-        if timeout > MAX_TIMEOUT:
-            raise HookConfigError(path, f'bad "{KEY_TIMEOUT}": {raw_timeout!r} is more than the limit of {MAX_TIMEOUT:g}s')
-
-    priority = DEFAULT_PRIORITY
-    if KEY_PRIORITY in doc:
-        raw_priority = doc[KEY_PRIORITY]
-        # bool is an int subclass in Python; JSON true/false is not a priority.
-        if not isinstance(raw_priority, int) or isinstance(raw_priority, bool):
-            raise HookConfigError(path, f'"{KEY_PRIORITY}" must be an integer, got {_json_type(raw_priority)} {raw_priority!r}')
-        priority = raw_priority
+            values[key.field] = key.read(doc)
+        except _Invalid as exc:
+            raise HookConfigError(path, str(exc)) from None
 
     unknown = sorted(set(doc) - KNOWN_KEYS)
     if unknown:
@@ -386,31 +388,17 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
             unknown,
             extra={"hook_file": path.name, "hook_unknown_keys": unknown},
         )
+    return HookServerConfig(name=path.name, **values)  # type: ignore[arg-type]
 
-    return HookServerConfig(
-        name=path.name,
-        endpoint=endpoint,
-        failure_policy=policy,
-        hooks=frozenset(hooks),
-        timeout=timeout,
-        priority=priority,
-    )
+
+# JSON's names for what json.loads returns (bool before int: it is an int subclass).
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "null"), (bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"),
+)
 
 
 def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__  # pragma: no cover
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServerConfig:
@@ -418,7 +406,7 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
 
     Raises :class:`HookConfigError` (with the file and the reason) when the file
     cannot be read, is unsafe (``check_permissions``), or is invalid.  The
-    directory's own safety is checked by :class:`HookRegistry`, not here.
+    directory's own safety is checked by the registry, not here.
     """
     path = Path(path)
     data = _read_hook_file(path, check_permissions)
@@ -437,405 +425,3 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
         raise HookConfigError(path, f"invalid JSON: {exc}") from None
     return parse_hook_document(path, doc)
-
-
-# --------------------------------------------------------------------------- registry
-
-
-def _by_hook(servers: Iterable[HookServerConfig]) -> Mapping[HookType, tuple[HookServerConfig, ...]]:
-    ordered = sorted(servers, key=lambda s: s.sort_key)
-    return MappingProxyType({hook: tuple(s for s in ordered if hook in s.hooks) for hook in HookType})
-
-
-@dataclass(frozen=True, eq=False)
-class HookSnapshot:
-    """An immutable view of the registered hook servers at one point in time."""
-
-    servers: Mapping[str, HookServerConfig] = field(default_factory=lambda: MappingProxyType({}))
-    generation: int = 0  # incremented each time the set of configs changes
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "servers", MappingProxyType(dict(sorted(self.servers.items()))))
-        object.__setattr__(self, "_by_hook", _by_hook(self.servers.values()))
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        """Hook servers registered for ``hook``, ordered by (priority, file name)."""
-        return self._by_hook[hook]  # type: ignore[attr-defined]
-
-    @property
-    def endpoints(self) -> frozenset[str]:
-        """All endpoints in use (a channel to an endpoint not in here can be closed)."""
-        return frozenset(s.endpoint for s in self.servers.values())
-
-    def __len__(self) -> int:
-        return len(self.servers)
-
-
-@dataclass(frozen=True)
-class ReloadResult:
-    """What one :meth:`HookRegistry.reload` did.
-
-    ``rejected`` maps every file currently rejected (invalid or unsafe) to the
-    reason; those also in ``kept`` still have their last good version in effect.
-    ``directory_error`` is set when the directory itself is unusable (missing,
-    not a directory, unsafe): then no hooks are loaded at all.
-    """
-
-    added: tuple[str, ...] = ()
-    changed: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    rejected: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    kept: tuple[str, ...] = ()
-    directory_error: str | None = None
-    snapshot: HookSnapshot = field(default_factory=HookSnapshot)
-
-    @property
-    def modified(self) -> bool:
-        """True when the effective set of hook configs changed."""
-        return bool(self.added or self.changed or self.removed)
-
-
-ChangeCallback = Callable[[HookSnapshot], object]
-
-
-class HookRegistry:
-    """The current set of hook server configs of one hook directory.
-
-    Readers (``servers_for``/``snapshot``) never lock: the snapshot is an
-    immutable object replaced atomically by :meth:`reload`.  :meth:`reload` is
-    serialized by a lock and may be called from any thread; change callbacks
-    run synchronously in the reloading thread (the event loop thread when
-    called by :meth:`watch`) and must be quick and non-blocking.
-    """
-
-    def __init__(
-        self,
-        directory: Path | str = DEFAULT_HOOK_DIR,
-        *,
-        check_permissions: bool = True,
-        debounce_ms: int = 100,
-        step_ms: int = 50,
-        resync_interval: float = 2.0,
-        dir_poll_interval: float = 0.25,
-        error_backoff: float = 1.0,
-    ) -> None:
-        self._directory = Path(directory)
-        self._check_permissions = check_permissions
-        self._debounce_ms = debounce_ms
-        self._step_ms = step_ms
-        self._resync_interval = resync_interval
-        self._dir_poll_interval = dir_poll_interval
-        self._error_backoff = error_backoff
-        self._snapshot = HookSnapshot()
-        self._lock = threading.Lock()
-        self._callbacks: list[ChangeCallback] = []
-        # Log de-duplication: report a rejection / directory problem once until it changes.
-        self._rejection_fingerprints: dict[str, tuple[object, ...]] = {}
-        self._last_directory_error: str | None = None
-
-    # -- read side (hot path, lock-free) --------------------------------------
-
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
-    @property
-    def snapshot(self) -> HookSnapshot:
-        return self._snapshot
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        """Hook servers registered for ``hook``, ordered by (priority, file name)."""
-        return self._snapshot.servers_for(hook)
-
-    # -- subscriptions ---------------------------------------------------------
-
-    def on_change(self, callback: ChangeCallback) -> Callable[[], None]:
-        """Call ``callback(snapshot)`` after every reload that changed the configs.
-
-        Returns a function that unsubscribes the callback.
-        """
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                try:
-                    self._callbacks.remove(callback)
-                except ValueError:
-                    pass
-
-        return unsubscribe
-
-    # -- reload ------------------------------------------------------------------
-
-    def reload(self) -> ReloadResult:
-        """Rescan the directory and atomically replace the snapshot; see :class:`ReloadResult`."""
-        with self._lock:
-            result = self._reload_locked()
-            callbacks = list(self._callbacks)
-        if result.modified:
-            for callback in callbacks:
-                try:
-                    callback(result.snapshot)
-                except Exception:
-                    logger.exception(
-                        "hook config change callback %r failed", callback, extra={"hook_dir": str(self._directory)}
-                    )
-        return result
-
-    def _directory_problem(self) -> tuple[str | None, int]:
-        """(why the directory is unusable or None, log level for it)."""
-        directory = self._directory
-        try:
-            st = os.stat(directory)
-        except FileNotFoundError:
-            # Normal before the first hook server registers: not an error.
-            return f"hook directory {directory} does not exist", logging.WARNING
-        except OSError as exc:
-            return f"cannot stat hook directory {directory}: {exc.strerror or exc}", logging.ERROR
-        if not stat.S_ISDIR(st.st_mode):
-            return f"hook directory {directory} is not a directory", logging.ERROR
-        if self._check_permissions:
-            reason = _unsafe_reason(st, f"hook directory {directory}")
-            if reason is not None:
-                return f"refusing to load any hook: {reason}", logging.ERROR
-        return None, logging.INFO
-
-    def _list_candidates(self) -> list[Path]:
-        candidates = []
-        with os.scandir(self._directory) as it:
-            for entry in it:
-                if not entry.name.endswith(".json"):
-                    continue
-                if entry.name.startswith("."):
-                    logger.debug("skipping hidden hook file %s", entry.name, extra={"hook_file": entry.name})
-                    continue
-                try:
-                    if entry.is_dir():  # follows symlinks
-                        continue
-                except OSError:
-                    pass
-                candidates.append(Path(entry.path))
-        return sorted(candidates, key=lambda p: p.name)
-
-    def _reload_locked(self) -> ReloadResult:
-        old = self._snapshot
-        problem, problem_level = self._directory_problem()
-        new_servers: dict[str, HookServerConfig] = {}
-        rejected: dict[str, str] = {}
-        kept: list[str] = []
-
-        if problem is None:
-            try:
-                candidates = self._list_candidates()
-            except OSError as exc:
-                problem = f"cannot list hook directory {self._directory}: {exc.strerror or exc}"
-                problem_level = logging.ERROR
-                candidates = []
-        else:
-            candidates = []
-
-        if problem is not None:
-            if problem != self._last_directory_error:
-                logger.log(
-                    problem_level,
-                    "%s; no hooks are active",
-                    problem,
-                    extra={"hook_dir": str(self._directory), "reason": problem},
-                )
-            self._last_directory_error = problem
-            self._rejection_fingerprints.clear()
-        else:
-            if self._last_directory_error is not None:
-                logger.info(
-                    "hook directory %s is usable again",
-                    self._directory,
-                    extra={"hook_dir": str(self._directory)},
-                )
-            self._last_directory_error = None
-
-        for path in candidates:
-            name = path.name
-            try:
-                config = parse_hook_file(path, check_permissions=self._check_permissions)
-            except Exception as exc:  # one odd file must never stop the others from loading
-                if not os.path.lexists(path):
-                    continue  # deleted since the directory was listed: it is simply gone
-                if isinstance(exc, HookConfigError):
-                    reason = exc.reason
-                else:
-                    reason = f"cannot be read: {type(exc).__name__}: {exc}"
-                    logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": name})
-                rejected[name] = reason
-                previous = old.servers.get(name)
-                if previous is not None:
-                    new_servers[name] = previous
-                    kept.append(name)
-                self._log_rejection(path, reason, previous)
-                continue
-            if not config.hooks:
-                if name not in old.servers or old.servers[name] != config:
-                    logger.warning(
-                        "hook config %s registers no runtime hooks; it will never be called",
-                        name,
-                        extra=config.log_fields(),
-                    )
-            new_servers[name] = config
-            self._rejection_fingerprints.pop(name, None)
-
-        for name in list(self._rejection_fingerprints):
-            if name not in rejected:
-                del self._rejection_fingerprints[name]
-
-        added = tuple(n for n in sorted(new_servers) if n not in old.servers)
-        changed = tuple(n for n in sorted(new_servers) if n in old.servers and old.servers[n] != new_servers[n])
-        removed = tuple(n for n in sorted(old.servers) if n not in new_servers)
-
-        for name in added:
-            cfg = new_servers[name]
-            logger.info("hook config loaded: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "loaded"})
-        for name in changed:
-            cfg = new_servers[name]
-            logger.info(
-                "hook config changed: file=%s %s (was %s)",
-                name,
-                cfg.describe(),
-                old.servers[name].describe(),
-                extra={**cfg.log_fields(), "hook_event": "changed"},
-            )
-        for name in removed:
-            cfg = old.servers[name]
-            logger.info(
-                "hook config removed: file=%s %s",
-                name,
-                cfg.describe(),
-                extra={**cfg.log_fields(), "hook_event": "removed"},
-            )
-
-        if added or changed or removed:
-            snapshot = HookSnapshot(servers=new_servers, generation=old.generation + 1)
-            self._snapshot = snapshot  # atomic publication
-        else:
-            snapshot = old
-        return ReloadResult(
-            added=added,
-            changed=changed,
-            removed=removed,
-            rejected=MappingProxyType(rejected),
-            kept=tuple(kept),
-            directory_error=problem,
-            snapshot=snapshot,
-        )
-
-    def _log_rejection(self, path: Path, reason: str, previous: HookServerConfig | None) -> None:
-        try:
-            st = os.lstat(path)
-            identity: tuple[object, ...] = (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
-        except OSError:
-            identity = ()
-        fingerprint = (reason, identity, previous)
-        name = path.name
-        if self._rejection_fingerprints.get(name) == fingerprint:
-            logger.debug("hook config %s still rejected: %s", name, reason, extra={"hook_file": name, "reason": reason})
-            return
-        self._rejection_fingerprints[name] = fingerprint
-        extra: dict[str, object] = {"hook_file": name, "hook_event": "rejected", "reason": reason}
-        if previous is not None:
-            extra["hook_endpoint"] = previous.endpoint
-            extra["hook_points"] = sorted(h.value for h in previous.hooks)
-            logger.error(
-                "hook config rejected: file=%s reason=%s; keeping its last good version (%s)",
-                name,
-                reason,
-                previous.describe(),
-                extra={**extra, "hook_kept_last_good": True},
-            )
-        else:
-            logger.error("hook config rejected: file=%s reason=%s", name, reason, extra=extra)
-
-    def _safe_reload(self) -> ReloadResult | None:
-        try:
-            return self.reload()
-        except Exception:
-            logger.exception("reloading hook directory %s failed", self._directory, extra={"hook_dir": str(self._directory)})
-            return None
-
-    # -- watching ------------------------------------------------------------------
-
-    def _directory_identity(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self._directory)
-        except OSError:
-            return None
-        if not stat.S_ISDIR(st.st_mode):
-            return None
-        return (st.st_dev, st.st_ino)
-
-    async def watch(self, stop: asyncio.Event) -> None:
-        """Reload on every change of the directory until ``stop`` is set.
-
-        Uses ``watchfiles.awatch`` (debounce ``debounce_ms``), plus a full
-        rescan every ``resync_interval`` seconds (catches changes made while the
-        watcher was being set up and edits of symlink targets outside the
-        directory).  A missing directory is waited for by polling its existence
-        every ``dir_poll_interval`` seconds; a directory that is deleted or
-        replaced is re-watched.  Errors are logged, never raised.
-        """
-        from watchfiles import awatch  # local import: only the watcher needs it
-
-        rust_timeout_ms = max(100, int(self._resync_interval * 1000))
-        while not stop.is_set():
-            self._safe_reload()
-            identity = self._directory_identity()
-            if identity is None:
-                # Missing (or not a directory): wait for it to appear.
-                while not stop.is_set() and self._directory_identity() is None:
-                    await _wait_or_timeout(stop, self._dir_poll_interval)
-                continue
-            # awatch sets its stop event when cancelled; give it its own so that
-            # cancelling watch() does not set the caller's event.
-            watcher_stop = asyncio.Event()
-            bridge = asyncio.create_task(_propagate(stop, watcher_stop))
-            changes = awatch(
-                self._directory,
-                watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
-                debounce=self._debounce_ms,
-                step=self._step_ms,
-                stop_event=watcher_stop,
-                rust_timeout=rust_timeout_ms,
-                yield_on_timeout=True,
-                recursive=False,
-            )
-            try:
-                async for _batch in changes:
-                    self._safe_reload()
-                    if self._directory_identity() != identity:
-                        logger.info(
-                            "hook directory %s was removed or replaced; re-watching",
-                            self._directory,
-                            extra={"hook_dir": str(self._directory)},
-                        )
-                        break
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception(
-                    "watching hook directory %s failed; retrying", self._directory, extra={"hook_dir": str(self._directory)}
-                )
-                await _wait_or_timeout(stop, self._error_backoff)
-            finally:
-                watcher_stop.set()
-                bridge.cancel()
-                await changes.aclose()  # release the inotify watch now, not at GC time
-
-
-async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
-
-
-async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass

@@ -10,13 +10,9 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookServer
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
-from runtimeproxy.hookpath.hookfile import (
-    FailurePolicy,
-    HookServerConfig,
-    HookSnapshot,
-    HookType,
-)
-from runtimeproxy.hookpath.points import HOOK_POINTS, Kind
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
+from runtimeproxy.hookpath.registry import HookSnapshot
 from tests.hookrequests import request_for
 
 HOOK = HookType.PRE_CREATE_CONTAINER

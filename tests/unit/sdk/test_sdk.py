@@ -24,12 +24,9 @@ from hooks.sdk import (
     HookServerError,
     write_hook_config,
 )
-from runtimeproxy.hookpath.hookfile import (
-    FailurePolicy,
-    HookRegistry,
-    parse_hook_file,
-)
+from runtimeproxy.hookpath.hookfile import FailurePolicy, parse_hook_file
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
+from runtimeproxy.hookpath.registry import HookRegistry
 from tests.hookrequests import container_request, pod_request, request_for
 
 

@@ -1,0 +1,414 @@
+"""The live set of hook servers of one hook directory: snapshot, reload, watch.
+
+Only regular ``*.json`` files directly in the directory (symlinks to regular
+files included) are considered; hidden files (``.name.json``, e.g. editors'
+lock files) and sub-directories are skipped.  Each file is read and checked by
+:mod:`.hookfile`; an unsafe directory means no hooks at all.
+
+Threading: a registry belongs to the thread that creates it, in the proxy the
+event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
+callbacks run there, synchronously, and consumers rely on that (the dispatcher
+closes a removed server's channel on the running loop), so ``reload``,
+``on_change`` and ``watch`` refuse any other thread.  ``snapshot`` and
+``servers_for`` may be read from anywhere: a snapshot is immutable and is
+replaced in one assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from .hookfile import (
+    DEFAULT_HOOK_DIR,
+    HookConfigError,
+    HookServerConfig,
+    parse_hook_file,
+    unsafe_reason,
+)
+from .points import HookType
+
+__all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
+
+logger = logging.getLogger(__name__)
+
+
+def _by_hook(servers: Iterable[HookServerConfig]) -> Mapping[HookType, tuple[HookServerConfig, ...]]:
+    ordered = sorted(servers, key=lambda s: s.sort_key)
+    return MappingProxyType({hook: tuple(s for s in ordered if hook in s.hooks) for hook in HookType})
+
+
+@dataclass(frozen=True, eq=False)
+class HookSnapshot:
+    """An immutable view of the registered hook servers at one point in time."""
+
+    servers: Mapping[str, HookServerConfig] = field(default_factory=lambda: MappingProxyType({}))
+    generation: int = 0  # incremented each time the set of configs changes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "servers", MappingProxyType(dict(sorted(self.servers.items()))))
+        object.__setattr__(self, "_by_hook", _by_hook(self.servers.values()))
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        """Hook servers registered for ``hook``, ordered by (priority, file name)."""
+        return self._by_hook[hook]  # type: ignore[attr-defined]
+
+    @property
+    def endpoints(self) -> frozenset[str]:
+        """All endpoints in use (a channel to an endpoint not in here can be closed)."""
+        return frozenset(s.endpoint for s in self.servers.values())
+
+    def __len__(self) -> int:
+        return len(self.servers)
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    """What one :meth:`HookRegistry.reload` did.
+
+    ``rejected`` maps every file currently rejected (invalid or unsafe) to the
+    reason; those also in ``kept`` still have their last good version in effect.
+    ``directory_error`` is set when the directory itself is unusable (missing,
+    not a directory, unsafe): then no hooks are loaded at all.
+    """
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    rejected: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    kept: tuple[str, ...] = ()
+    directory_error: str | None = None
+    snapshot: HookSnapshot = field(default_factory=HookSnapshot)
+
+    @property
+    def modified(self) -> bool:
+        """True when the effective set of hook configs changed."""
+        return bool(self.added or self.changed or self.removed)
+
+
+ChangeCallback = Callable[[HookSnapshot], object]
+
+
+class HookRegistry:
+    """The current set of hook server configs of one hook directory.
+
+    Threading as in the module's docstring; change callbacks run synchronously
+    in :meth:`reload` and must be quick and non-blocking.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str = DEFAULT_HOOK_DIR,
+        *,
+        check_permissions: bool = True,
+        debounce_ms: int = 100,
+        step_ms: int = 50,
+        resync_interval: float = 2.0,
+        dir_poll_interval: float = 0.25,
+        error_backoff: float = 1.0,
+    ) -> None:
+        self._directory = Path(directory)
+        self._check_permissions = check_permissions
+        self._debounce_ms = debounce_ms
+        self._step_ms = step_ms
+        self._resync_interval = resync_interval
+        self._dir_poll_interval = dir_poll_interval
+        self._error_backoff = error_backoff
+        self._snapshot = HookSnapshot()
+        self._owner = threading.current_thread()
+        self._callbacks: list[ChangeCallback] = []
+        # Log de-duplication: report a rejection / directory problem once until it changes.
+        self._rejection_fingerprints: dict[str, tuple[object, ...]] = {}
+        self._last_directory_error: str | None = None
+
+    def _refuse_foreign_thread(self, what: str) -> None:
+        # Callbacks run on another thread would find no event loop (the
+        # dispatcher would forget a removed server's channel, never closing it).
+        if threading.current_thread() is not self._owner:
+            raise RuntimeError(
+                f"HookRegistry.{what}() called from thread {threading.current_thread().name!r}; "
+                f"the registry of {self._directory} belongs to thread {self._owner.name!r} "
+                "(its event loop's thread): call it there, e.g. with loop.call_soon_threadsafe"
+            )
+
+    # -- read side (hot path, lock-free, any thread) ----------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return self._snapshot
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        """Hook servers registered for ``hook``, ordered by (priority, file name)."""
+        return self._snapshot.servers_for(hook)
+
+    # -- subscriptions ---------------------------------------------------------
+
+    def on_change(self, callback: ChangeCallback) -> Callable[[], None]:
+        """Call ``callback(snapshot)`` after every reload that changed the configs.
+
+        Returns a function that unsubscribes the callback.
+        """
+        self._refuse_foreign_thread("on_change")
+        self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    # -- reload ------------------------------------------------------------------
+
+    def reload(self) -> ReloadResult:
+        """Rescan the directory and atomically replace the snapshot; see :class:`ReloadResult`.
+
+        Call it on the registry's own thread (the event loop's; :meth:`watch`
+        does): from any other thread it raises ``RuntimeError`` and changes nothing.
+        """
+        self._refuse_foreign_thread("reload")
+        result = self._rescan()
+        if result.modified:
+            for callback in list(self._callbacks):  # a callback may unsubscribe
+                try:
+                    callback(result.snapshot)
+                except Exception:
+                    logger.exception(
+                        "hook config change callback %r failed", callback, extra={"hook_dir": str(self._directory)}
+                    )
+        return result
+
+    def _directory_problem(self) -> tuple[str | None, int]:
+        """(why the directory is unusable or None, log level for it)."""
+        directory = self._directory
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            # Normal before the first hook server registers: not an error.
+            return f"hook directory {directory} does not exist", logging.WARNING
+        except OSError as exc:
+            return f"cannot stat hook directory {directory}: {exc.strerror or exc}", logging.ERROR
+        if not stat.S_ISDIR(st.st_mode):
+            return f"hook directory {directory} is not a directory", logging.ERROR
+        if self._check_permissions:
+            reason = unsafe_reason(st, f"hook directory {directory}")
+            if reason is not None:
+                return f"refusing to load any hook: {reason}", logging.ERROR
+        return None, logging.INFO
+
+    def _list_candidates(self) -> list[Path]:
+        candidates = []
+        with os.scandir(self._directory) as it:
+            for entry in it:
+                if not entry.name.endswith(".json"):
+                    continue
+                if entry.name.startswith("."):
+                    logger.debug("skipping hidden hook file %s", entry.name, extra={"hook_file": entry.name})
+                    continue
+                try:
+                    if entry.is_dir():  # follows symlinks
+                        continue
+                except OSError:
+                    pass
+                candidates.append(Path(entry.path))
+        return sorted(candidates, key=lambda p: p.name)
+
+    def _rescan(self) -> ReloadResult:
+        old = self._snapshot
+        problem, problem_level = self._directory_problem()
+        candidates: list[Path] = []
+        if problem is None:
+            try:
+                candidates = self._list_candidates()
+            except OSError as exc:
+                problem = f"cannot list hook directory {self._directory}: {exc.strerror or exc}"
+                problem_level = logging.ERROR
+        self._note_directory_problem(problem, problem_level)
+
+        new_servers: dict[str, HookServerConfig] = {}
+        rejected: dict[str, str] = {}
+        kept: list[str] = []
+        for path in candidates:
+            name = path.name
+            try:
+                config = parse_hook_file(path, check_permissions=self._check_permissions)
+            except Exception as exc:  # one odd file must never stop the others from loading
+                if not os.path.lexists(path):
+                    continue  # deleted since the directory was listed: it is simply gone
+                if isinstance(exc, HookConfigError):
+                    reason = exc.reason
+                else:
+                    reason = f"cannot be read: {type(exc).__name__}: {exc}"
+                    logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": name})
+                rejected[name] = reason
+                previous = old.servers.get(name)
+                if previous is not None:
+                    new_servers[name] = previous
+                    kept.append(name)
+                self._log_rejection(path, reason, previous)
+                continue
+            if not config.hooks and old.servers.get(name) != config:
+                logger.warning(
+                    "hook config %s registers no runtime hooks; it will never be called", name, extra=config.log_fields()
+                )
+            new_servers[name] = config
+            self._rejection_fingerprints.pop(name, None)
+
+        for name in list(self._rejection_fingerprints):
+            if name not in rejected:
+                del self._rejection_fingerprints[name]
+
+        added = tuple(n for n in sorted(new_servers) if n not in old.servers)
+        changed = tuple(n for n in sorted(new_servers) if n in old.servers and old.servers[n] != new_servers[n])
+        removed = tuple(n for n in sorted(old.servers) if n not in new_servers)
+        for name in added:
+            cfg = new_servers[name]
+            logger.info("hook config loaded: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "loaded"})
+        for name in changed:
+            cfg, was = new_servers[name], old.servers[name]
+            logger.info(
+                "hook config changed: file=%s %s (was %s)", name, cfg.describe(), was.describe(),
+                extra={**cfg.log_fields(), "hook_event": "changed"},
+            )
+        for name in removed:
+            cfg = old.servers[name]
+            logger.info(
+                "hook config removed: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "removed"}
+            )
+
+        snapshot = old
+        if added or changed or removed:  # publish the new snapshot in one assignment
+            snapshot = self._snapshot = HookSnapshot(servers=new_servers, generation=old.generation + 1)
+        return ReloadResult(
+            added=added, changed=changed, removed=removed, rejected=MappingProxyType(rejected), kept=tuple(kept),
+            directory_error=problem, snapshot=snapshot,
+        )
+
+    def _note_directory_problem(self, problem: str | None, level: int) -> None:
+        """Log a directory problem once, and its end."""
+        fields = {"hook_dir": str(self._directory)}
+        if problem is not None:
+            if problem != self._last_directory_error:
+                logger.log(level, "%s; no hooks are active", problem, extra={**fields, "reason": problem})
+            self._rejection_fingerprints.clear()
+        elif self._last_directory_error is not None:
+            logger.info("hook directory %s is usable again", self._directory, extra=fields)
+        self._last_directory_error = problem
+
+    def _log_rejection(self, path: Path, reason: str, previous: HookServerConfig | None) -> None:
+        try:
+            st = os.lstat(path)
+            identity: tuple[object, ...] = (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+        except OSError:
+            identity = ()
+        fingerprint = (reason, identity, previous)
+        name = path.name
+        if self._rejection_fingerprints.get(name) == fingerprint:
+            logger.debug("hook config %s still rejected: %s", name, reason, extra={"hook_file": name, "reason": reason})
+            return
+        self._rejection_fingerprints[name] = fingerprint
+        extra: dict[str, object] = {"hook_file": name, "hook_event": "rejected", "reason": reason}
+        if previous is not None:
+            extra["hook_endpoint"] = previous.endpoint
+            extra["hook_points"] = sorted(h.value for h in previous.hooks)
+            logger.error(
+                "hook config rejected: file=%s reason=%s; keeping its last good version (%s)", name, reason,
+                previous.describe(), extra={**extra, "hook_kept_last_good": True},
+            )
+        else:
+            logger.error("hook config rejected: file=%s reason=%s", name, reason, extra=extra)
+
+    def _safe_reload(self) -> ReloadResult | None:
+        try:
+            return self.reload()
+        except Exception:
+            logger.exception("reloading hook directory %s failed", self._directory, extra={"hook_dir": str(self._directory)})
+            return None
+
+    # -- watching ------------------------------------------------------------------
+
+    def _directory_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self._directory)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Reload on every change of the directory until ``stop`` is set.
+
+        Uses ``watchfiles.awatch`` (debounce ``debounce_ms``), plus a full
+        rescan every ``resync_interval`` seconds (catches changes made while the
+        watcher was being set up and edits of symlink targets outside the
+        directory).  A missing directory is waited for by polling its existence
+        every ``dir_poll_interval`` seconds; a directory that is deleted or
+        replaced is re-watched.  Errors are logged, never raised.
+        """
+        from watchfiles import awatch  # local import: only the watcher needs it
+
+        self._refuse_foreign_thread("watch")
+        rust_timeout_ms = max(100, int(self._resync_interval * 1000))
+        while not stop.is_set():
+            self._safe_reload()
+            identity = self._directory_identity()
+            if identity is None:
+                # Missing (or not a directory): wait for it to appear.
+                while not stop.is_set() and self._directory_identity() is None:
+                    await _wait_or_timeout(stop, self._dir_poll_interval)
+                continue
+            # awatch sets its stop event when cancelled; give it its own so that
+            # cancelling watch() does not set the caller's event.
+            watcher_stop = asyncio.Event()
+            bridge = asyncio.create_task(_propagate(stop, watcher_stop))
+            changes = awatch(
+                self._directory,
+                watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
+                debounce=self._debounce_ms,
+                step=self._step_ms,
+                stop_event=watcher_stop,
+                rust_timeout=rust_timeout_ms,
+                yield_on_timeout=True,
+                recursive=False,
+            )
+            try:
+                async for _batch in changes:
+                    self._safe_reload()
+                    if self._directory_identity() != identity:
+                        logger.info(
+                            "hook directory %s was removed or replaced; re-watching", self._directory,
+                            extra={"hook_dir": str(self._directory)},
+                        )
+                        break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception(
+                    "watching hook directory %s failed; retrying", self._directory, extra={"hook_dir": str(self._directory)}
+                )
+                await _wait_or_timeout(stop, self._error_backoff)
+            finally:
+                watcher_stop.set()
+                bridge.cancel()
+                await changes.aclose()  # release the inotify watch now, not at GC time
+
+
+async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
+async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass
