@@ -95,9 +95,9 @@ def import_upstream(shared: Path) -> None:
 
 def generate(out_root: Path) -> list[Path]:
     """Run protoc for every schema copy; return the files written."""
-    import importlib.resources
-
     from grpc_tools import protoc  # build-time dependency only
+
+    import importlib.resources
 
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
     written: list[Path] = []
