@@ -23,7 +23,10 @@ CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # grpc also uses this as the deadline of one connection attempt, the
+    # HTTP/2 handshake included. Connecting is part of the hook call, which
+    # its own timeout bounds: never fail a slow-starting server earlier.
+    ("grpc.min_reconnect_backoff_ms", int(MAX_TIMEOUT * 1000)),
 ]
 
 

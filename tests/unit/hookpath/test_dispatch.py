@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -79,3 +80,40 @@ async def test_every_hook_point_is_called_with_its_rpc_and_classes(tmp_path_fact
         finally:
             await dispatcher.close()
     assert seen == [(hook, point.request_type) for hook, point in HOOK_POINTS.items()]
+
+
+async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+async def test_a_slow_handshake_is_bounded_by_the_hook_timeout_not_by_grpc(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A hook server that sends its first SETTINGS frame late (a busy node, a
+    server starting up) is still called: connecting is part of the hook call,
+    bounded by the hook's own timeout (grpc's own connect deadline was 0.1 s)."""
+    directory = tmp_path_factory.mktemp("slow", numbered=True)
+    real, slow = directory / "real.sock", directory / "slow.sock"
+    delay = 0.4  # well over grpc's old 0.1 s, well under the 5 s hook timeout
+
+    async def late(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(delay)  # the handshake delay under test, not a wait for an event
+        up_reader, up_writer = await asyncio.open_unix_connection(str(real))
+        await asyncio.gather(_splice(reader, up_writer), _splice(up_reader, writer))
+
+    relay = await asyncio.start_unix_server(late, path=str(slow))
+    async with HookServer(real), relay:
+        server = HookServerConfig("slow.json", str(slow), FailurePolicy.FAIL, frozenset({HOOK}), timeout=5.0)
+        dispatcher = Dispatcher(OneServer(server))  # type: ignore[arg-type]
+        try:
+            answer = await dispatcher.call(server, HOOK, request_for(HOOK))
+            assert type(answer) is hookapi.ContainerResourceHookResponse
+        finally:
+            await dispatcher.close()
