@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.app import RunningProxy, build_proxy
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.host.containerd import terminate_process
+
+from ..fakes import FakeBackend
+
+REPO = Path(__file__).resolve().parents[3]
+CREATE = "/runtime.v1.RuntimeService/CreateContainer"
+
+
+@dataclass
+class HookRun:
+    """A ``runtime-proxy hook run`` process and the log lines read from it so far."""
+
+    process: asyncio.subprocess.Process
+    lines: list[str] = field(default_factory=list)
+
+    async def wait_for(self, needle: str, timeout: float = 20) -> str:
+        """The next log line containing ``needle`` (lines before it are kept in ``lines``)."""
+        assert self.process.stderr is not None
+        async with asyncio.timeout(timeout):
+            while True:
+                line = (await self.process.stderr.readline()).decode()
+                if not line:
+                    raise AssertionError(f"hook run ended (exit {await self.process.wait()}) before {needle!r}: {self.lines}")
+                self.lines.append(line)
+                if needle in line:
+                    return line
+
+    async def finish(self, timeout: float = 20) -> tuple[int, str]:
+        """Exit code and the rest of the log."""
+        assert self.process.stderr is not None
+        rest = (await asyncio.wait_for(self.process.stderr.read(), timeout)).decode()
+        self.lines += rest.splitlines(keepends=True)
+        return await asyncio.wait_for(self.process.wait(), timeout), rest
+
+
+StartHook = Callable[..., Awaitable[HookRun]]
+
+
+@pytest.fixture
+async def hook_run() -> AsyncIterator[StartHook]:
+    """Start ``hook run`` processes (``runtime-proxy`` with the test hooks
+    added); any still running at the end is terminated."""
+    processes: list[asyncio.subprocess.Process] = []
+
+    async def start(*args: str, env: dict[str, str] | None = None) -> HookRun:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.component.hookrun.testhooks", "hook", "run", *args,
+            cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        processes.append(process)
+        return HookRun(process)
+
+    yield start
+    for process in processes:
+        await terminate_process(process, 10, "hook run")
+
+
+@pytest.fixture
+def hook_dir(sock_dir: Path) -> Path:
+    path = sock_dir / "hooks.d"
+    path.mkdir(mode=0o755)
+    return path
+
+
+@pytest.fixture
+async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
+    """The proxy with its hook path, in front of the fake backend."""
+    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        yield running
