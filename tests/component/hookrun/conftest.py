@@ -20,6 +20,18 @@ REPO = Path(__file__).resolve().parents[3]
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 
 
+def create_request() -> v1.CreateContainerRequest:
+    return v1.CreateContainerRequest(
+        pod_sandbox_id="pod-1",
+        config=v1.ContainerConfig(
+            metadata=v1.ContainerMetadata(name="app"),
+            envs=[v1.KeyValue(key="KEEP", value=b"1")],
+            linux=v1.LinuxContainerConfig(resources=v1.LinuxContainerResources(cpu_shares=256)),
+        ),
+        sandbox_config=v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="web", uid="uid-1", namespace="default")),
+    )
+
+
 @dataclass
 class HookRun:
     """A ``runtime-proxy hook run`` process and the log lines read from it so far."""

@@ -24,21 +24,9 @@ from runtimeproxy.hookpath.points import HookType
 
 from ...hookprocs import registered
 from ..fakes import FakeBackend
-from .conftest import CREATE, REPO, StartHook
+from .conftest import CREATE, REPO, StartHook, create_request
 
 ALL_HOOKS = [h.value for h in HookType]
-
-
-def create_request() -> v1.CreateContainerRequest:
-    return v1.CreateContainerRequest(
-        pod_sandbox_id="pod-1",
-        config=v1.ContainerConfig(
-            metadata=v1.ContainerMetadata(name="app"),
-            envs=[v1.KeyValue(key="KEEP", value=b"1")],
-            linux=v1.LinuxContainerConfig(resources=v1.LinuxContainerResources(cpu_shares=256)),
-        ),
-        sandbox_config=v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="web", uid="uid-1", namespace="default")),
-    )
 
 
 def hook_calls(running: RunningProxy, server: str, hook: str, outcome: str = "ok") -> float:
