@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -10,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from cri_api.v1 import api_pb2 as v1
-from runtimeproxy.app import RunningProxy, build_proxy
-from runtimeproxy.config import ProxyConfig
 from runtimeproxy.host.containerd import terminate_process
 
-from ..fakes import FakeBackend
+# The proxy in front of the fake backend, with its hook path on hook_dir.
+from ..hookpath.test_hooks import hook_dir, running  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[3]
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
@@ -79,21 +77,3 @@ async def hook_run() -> AsyncIterator[StartHook]:
     yield start
     for process in processes:
         await terminate_process(process, 10, "hook run")
-
-
-@pytest.fixture
-def hook_dir(sock_dir: Path) -> Path:
-    path = sock_dir / "hooks.d"
-    path.mkdir(mode=0o755)
-    return path
-
-
-@pytest.fixture
-async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
-    """The proxy with its hook path, in front of the fake backend."""
-    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
-    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
-    async with contextlib.AsyncExitStack() as stack:
-        running = await build_proxy(config, stack)
-        await running.proxy.wait_ready(10)
-        yield running
