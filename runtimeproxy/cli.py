@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from hooks.cli import hook as hook_commands
+
 from . import logs
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
 
@@ -122,6 +124,8 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
         await stop.wait()
         log.info("signal received, shutting down")
 
+
+main.add_command(hook_commands)
 
 if __name__ == "__main__":
     main()
