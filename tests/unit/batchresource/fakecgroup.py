@@ -14,6 +14,7 @@ V2_FILES = {"cpu.weight": "100", "cpu.max": "max 100000", "memory.max": "max", "
 def make_cgroup(root: Path, version: int, relative: str | PurePosixPath) -> None:
     relative = str(relative).lstrip("/")
     if version == 2:
+        root.mkdir(parents=True, exist_ok=True)
         (root / "cgroup.controllers").touch()
         directory = root / relative
         directory.mkdir(parents=True, exist_ok=True)

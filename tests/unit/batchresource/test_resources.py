@@ -11,7 +11,12 @@ from hooks.batchresource.resources import (
     quota,
     shares,
 )
-from hooks.batchresource.spec import ANNOTATION_SPEC, MAX_MILLI_CPU, ContainerBatch, parse_spec
+from hooks.batchresource.spec import (
+    ANNOTATION_SPEC,
+    MAX_MILLI_CPU,
+    ContainerBatch,
+    parse_spec,
+)
 
 from .specs import annotation, container
 
