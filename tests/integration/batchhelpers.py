@@ -75,19 +75,20 @@ async def batchresource_hook(directory: Path, hook_dir: Path, **settings: Any) -
         await reader
 
 
-def v1_hierarchies() -> list[Path]:
-    """Every mounted cgroup v1 hierarchy (kubelet makes a pod's cgroup in each)."""
+def hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy: kubelet makes a pod's cgroup in each v1 one, and
+    runc also uses the unified one of a hybrid host, which must be cleaned up too."""
     mounts = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _, target, fstype, *_ = line.split()
-        if fstype == "cgroup":
+        if fstype in ("cgroup", "cgroup2"):
             mounts.append(Path(target))
     return mounts
 
 
 @dataclass
 class PodCgroup:
-    """A pod's cgroup_parent, made in every v1 hierarchy like kubelet's cgroupfs driver does."""
+    """A pod's cgroup_parent, made in every hierarchy like kubelet's cgroupfs driver does."""
 
     parent: str
     created: list[Path] = field(default_factory=list)
@@ -107,7 +108,7 @@ class PodCgroup:
 
     def make(self) -> None:
         parts = self.parent.strip("/").split("/")
-        for hierarchy in v1_hierarchies():
+        for hierarchy in hierarchies():
             directory = hierarchy
             for part in parts:
                 parent, directory = directory, directory / part
