@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from google.protobuf.message import Message
+
 from cri_api.hookapi import api_pb2
 from runtimeproxy.hookpath.points import HookType
 
@@ -28,7 +30,7 @@ __all__ = ["BatchResourceHook"]
 
 log = logging.getLogger("hooks.batchresource")
 
-_CONTAINER_REFUSALS = (SpecError, MemoryBelowUsage, ValueError)
+_CONTAINER_REFUSALS = (SpecError, MemoryBelowUsage, ValueError, OSError)
 
 
 def _with_values(base: api_pb2.LinuxContainerResources, values: CgroupValues) -> api_pb2.LinuxContainerResources:
@@ -66,6 +68,18 @@ class BatchResourceHook(BuiltinHook):
 
     async def background(self) -> None:
         await reconcile_loop(self.pods, self.config.reconcile_interval)
+
+    async def handle(self, hook: HookType, request: Message) -> Message | None:
+        # A bug here must not fail pods (the hook may be registered with the Fail policy).
+        try:
+            return await super().handle(hook, request)
+        except Exception:
+            meta = getattr(request, "pod_meta", None)
+            log.exception(
+                "batchresource hook failed; the pod is left unchanged",
+                extra={"hook": hook.value, "pod": _pod_name(meta) if meta is not None else ""},
+            )
+            return None
 
     # -- pod ---------------------------------------------------------------------
 

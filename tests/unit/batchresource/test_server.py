@@ -159,3 +159,25 @@ async def test_post_stop_forgets_the_pod(tmp_path: Path) -> None:
     assert "uid-1" not in hook.pods
     assert not (tmp_path / "state" / "uid-1.json").exists()
     assert "uid-1" not in make_hook(tmp_path).pods
+
+
+async def test_an_unexpected_error_answers_no_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    hook = make_hook(tmp_path)
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(hook.pods, "apply", broken)
+    assert await hook.handle(HookType.PRE_RUN_POD_SANDBOX, pod_request(BE, ONE)) is None
+    record = next(r for r in caplog.records if r.getMessage().startswith("batchresource hook failed"))
+    assert (record.hook, record.pod) == ("PreRunPodSandbox", "team-a/batch-job")
+
+
+async def test_unreadable_container_cgroup_leaves_the_container_unchanged(tmp_path: Path) -> None:
+    hook = make_hook(tmp_path)
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
+    make_cgroup(root, 1, f"{POD_PARENT}/c1")
+    (root / "memory" / POD_PARENT.lstrip("/") / "c1" / "memory.usage_in_bytes").unlink()
+    assert await hook.pre_update_container_resources(container_request(BE, ONE, cid="c1")) is None
