@@ -1,0 +1,190 @@
+"""Where a pod's or a container's cgroup is, and its cpu/memory files on cgroup v1 and v2."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .resources import CFS_PERIOD, UNLIMITED, CgroupValues
+
+__all__ = [
+    "PAGE_SIZE",
+    "CgroupDriver",
+    "CgroupFiles",
+    "Field",
+    "container_relative_path",
+    "detect_version",
+    "parent_relative_path",
+    "shares_to_weight",
+    "weight_to_shares",
+]
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# A v1 memory limit at or above this reads back as "no limit" (the kernel shows PAGE_COUNTER_MAX pages).
+_V1_UNLIMITED_FLOOR = 2**62
+
+
+class CgroupDriver(enum.Enum):
+    AUTO = "auto"
+    CGROUPFS = "cgroupfs"
+    SYSTEMD = "systemd"
+
+
+class Field(enum.Enum):
+    """The pod/container values the hook manages, in the order they are written."""
+
+    CPU_SHARES = "cpu_shares"
+    CPU_QUOTA = "cpu_quota"
+    MEMORY_LIMIT = "memory_limit"
+
+
+def detect_version(root: Path) -> int:
+    """2 on a unified hierarchy (``cgroup.controllers`` at the root), else 1."""
+    return 2 if (root / "cgroup.controllers").is_file() else 1
+
+
+def _systemd_slice_path(name: str) -> PurePosixPath:
+    """``a-b-c.slice`` -> ``a.slice/a-b.slice/a-b-c.slice`` (systemd's slice nesting)."""
+    if not name.endswith(".slice"):
+        raise ValueError(f"{name!r} is not a systemd slice name")
+    stem = name[: -len(".slice")]
+    if not stem or stem == "-":
+        return PurePosixPath()
+    parts = stem.split("-")
+    if any(not p for p in parts):
+        raise ValueError(f"{name!r}: empty part in slice name")
+    return PurePosixPath(*("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
+
+
+def resolve_driver(cgroup_parent: str, driver: CgroupDriver) -> CgroupDriver:
+    if driver is not CgroupDriver.AUTO:
+        return driver
+    last = cgroup_parent.rstrip("/").rsplit("/", 1)[-1]
+    return CgroupDriver.SYSTEMD if last.endswith(".slice") else CgroupDriver.CGROUPFS
+
+
+def parent_relative_path(cgroup_parent: str, driver: CgroupDriver) -> PurePosixPath:
+    """The pod cgroup below a hierarchy's root, as kubelet created it."""
+    if not cgroup_parent:
+        raise ValueError("the pod has no cgroup_parent")
+    driver = resolve_driver(cgroup_parent, driver)
+    if driver is CgroupDriver.SYSTEMD and "/" not in cgroup_parent.strip("/"):
+        path = _systemd_slice_path(cgroup_parent.strip("/"))
+    else:
+        path = PurePosixPath(cgroup_parent.lstrip("/"))
+    if ".." in path.parts:
+        raise ValueError(f"cgroup_parent {cgroup_parent!r} leaves the cgroup tree")
+    return path
+
+
+def container_relative_path(cgroup_parent: str, container_id: str, driver: CgroupDriver) -> PurePosixPath:
+    """Where containerd puts a container: ``<parent>/<id>`` (cgroupfs) or
+    ``<parent slice>/cri-containerd-<id>.scope`` (systemd)."""
+    parent = parent_relative_path(cgroup_parent, driver)
+    if resolve_driver(cgroup_parent, driver) is CgroupDriver.SYSTEMD:
+        return parent / f"cri-containerd-{container_id}.scope"
+    return parent / container_id
+
+
+def shares_to_weight(shares: int) -> int:
+    """cgroup v1 cpu.shares [2, 262144] -> v2 cpu.weight [1, 10000] (runc's conversion)."""
+    shares = min(max(shares, 2), 262144)
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+def weight_to_shares(weight: int) -> int:
+    """The inverse, rounded up so that shares_to_weight(weight_to_shares(w)) == w."""
+    weight = min(max(weight, 1), 10000)
+    return 2 + -(-((weight - 1) * 262142) // 9999)
+
+
+def _page_floor(value: int) -> int:
+    return value if value == UNLIMITED else value // PAGE_SIZE * PAGE_SIZE
+
+
+@dataclass(frozen=True)
+class CgroupFiles:
+    """A cgroup's cpu and memory files under ``root`` (v1: ``root/cpu/...``, ``root/memory/...``)."""
+
+    root: Path
+    version: int
+    relative: PurePosixPath
+
+    def _dir(self, controller: str) -> Path:
+        return self.root / self.relative if self.version == 2 else self.root / controller / self.relative
+
+    def exists(self) -> bool:
+        return self._dir("cpu").is_dir() and self._dir("memory").is_dir()
+
+    def file(self, name: str) -> Path:
+        return self._dir(name.split(".", 1)[0]) / name
+
+    def file_names(self) -> dict[Field, tuple[str, ...]]:
+        if self.version == 2:
+            return {Field.CPU_SHARES: ("cpu.weight",), Field.CPU_QUOTA: ("cpu.max",), Field.MEMORY_LIMIT: ("memory.max",)}
+        return {
+            Field.CPU_SHARES: ("cpu.shares",),
+            Field.CPU_QUOTA: ("cpu.cfs_period_us", "cpu.cfs_quota_us"),
+            Field.MEMORY_LIMIT: ("memory.limit_in_bytes",),
+        }
+
+    def _read(self, name: str) -> str:
+        return self.file(name).read_text().strip()
+
+    def read(self) -> CgroupValues:
+        if self.version == 2:
+            quota_text, _, period = self._read("cpu.max").partition(" ")
+            memory = self._read("memory.max")
+            return CgroupValues(
+                cpu_shares=weight_to_shares(int(self._read("cpu.weight"))),
+                cpu_quota=UNLIMITED if quota_text == "max" else int(quota_text),
+                memory_limit=UNLIMITED if memory == "max" else int(memory),
+                cpu_period=int(period or CFS_PERIOD),
+            )
+        memory = int(self._read("memory.limit_in_bytes"))
+        return CgroupValues(
+            cpu_shares=int(self._read("cpu.shares")),
+            cpu_quota=int(self._read("cpu.cfs_quota_us")),
+            memory_limit=UNLIMITED if memory >= _V1_UNLIMITED_FLOOR else memory,
+            cpu_period=int(self._read("cpu.cfs_period_us")),
+        )
+
+    def memory_usage(self) -> int:
+        return int(self._read("memory.current" if self.version == 2 else "memory.usage_in_bytes"))
+
+    def differs(self, current: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
+        """Whether ``field`` needs a write (compared as the kernel stores it)."""
+        if field is Field.CPU_SHARES:
+            if self.version == 2:
+                return shares_to_weight(current.cpu_shares) != shares_to_weight(wanted.cpu_shares)
+            return current.cpu_shares != wanted.cpu_shares
+        if field is Field.CPU_QUOTA:
+            periods_matter = wanted.cpu_quota != UNLIMITED
+            return current.cpu_quota != wanted.cpu_quota or (periods_matter and current.cpu_period != wanted.cpu_period)
+        return current.memory_limit != _page_floor(wanted.memory_limit)
+
+    def write(self, field: Field, wanted: CgroupValues) -> None:
+        if self.version == 2:
+            if field is Field.CPU_SHARES:
+                self._write("cpu.weight", str(shares_to_weight(wanted.cpu_shares)))
+            elif field is Field.CPU_QUOTA:
+                quota = "max" if wanted.cpu_quota == UNLIMITED else str(wanted.cpu_quota)
+                self._write("cpu.max", f"{quota} {wanted.cpu_period}")
+            else:
+                self._write("memory.max", "max" if wanted.memory_limit == UNLIMITED else str(wanted.memory_limit))
+            return
+        if field is Field.CPU_SHARES:
+            self._write("cpu.shares", str(wanted.cpu_shares))
+        elif field is Field.CPU_QUOTA:
+            if wanted.cpu_quota != UNLIMITED:
+                self._write("cpu.cfs_period_us", str(wanted.cpu_period))
+            self._write("cpu.cfs_quota_us", str(wanted.cpu_quota))
+        else:
+            self._write("memory.limit_in_bytes", str(wanted.memory_limit))
+
+    def _write(self, name: str, value: str) -> None:
+        # Plain write, no truncation games: cgroup files take one value per write().
+        with open(self.file(name), "w") as f:
+            f.write(value)

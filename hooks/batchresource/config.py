@@ -1,0 +1,75 @@
+"""The hook's YAML config (every key optional; see README.md for the reference)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtimeproxy.hookpath.hookfile import parse_duration
+
+from ..builtin import HookConfigInvalid
+from .cgroups import CgroupDriver
+
+__all__ = ["BatchResourceConfig"]
+
+_KEYS = ("cgroup_root", "cgroup_driver", "cgroup_version", "state_dir", "reconcile_interval", "cfs_quota_enabled")
+
+
+@dataclass(frozen=True)
+class BatchResourceConfig:
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_driver: CgroupDriver = CgroupDriver.AUTO
+    cgroup_version: int | None = None  # None: detected from cgroup_root
+    state_dir: Path = Path("/var/lib/runtime-proxy/batchresource")
+    reconcile_interval: float = 10.0
+    cfs_quota_enabled: bool = True
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> BatchResourceConfig:
+        unknown = sorted(set(raw) - set(_KEYS))
+        if unknown:
+            raise HookConfigInvalid(f"batchresource: unknown config keys {unknown} (known: {', '.join(_KEYS)})")
+        values: dict[str, Any] = {}
+        for key in ("cgroup_root", "state_dir"):
+            if key in raw:
+                if not isinstance(raw[key], str) or not raw[key].startswith("/"):
+                    raise HookConfigInvalid(f"batchresource: {key} must be an absolute path, got {raw[key]!r}")
+                values[key] = Path(raw[key])
+        if "cgroup_driver" in raw:
+            try:
+                values["cgroup_driver"] = CgroupDriver(raw["cgroup_driver"])
+            except ValueError:
+                raise HookConfigInvalid(
+                    f"batchresource: cgroup_driver must be auto, cgroupfs or systemd, got {raw['cgroup_driver']!r}"
+                ) from None
+        if "cgroup_version" in raw:
+            version = raw["cgroup_version"]
+            if version not in ("auto", 1, 2):
+                raise HookConfigInvalid(f"batchresource: cgroup_version must be auto, 1 or 2, got {version!r}")
+            values["cgroup_version"] = None if version == "auto" else version
+        if "reconcile_interval" in raw:
+            values["reconcile_interval"] = _interval(raw["reconcile_interval"])
+        if "cfs_quota_enabled" in raw:
+            if not isinstance(raw["cfs_quota_enabled"], bool):
+                raise HookConfigInvalid(f"batchresource: cfs_quota_enabled must be true or false, got {raw['cfs_quota_enabled']!r}")
+            values["cfs_quota_enabled"] = raw["cfs_quota_enabled"]
+        return cls(**values)
+
+
+def _interval(value: object) -> float:
+    """Seconds as a number, or a duration string ("10s", "500ms")."""
+    try:
+        if isinstance(value, str):
+            seconds = parse_duration(value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            seconds = float(value)
+        else:
+            raise ValueError(f"{value!r} is neither a number of seconds nor a duration")
+    except ValueError as exc:
+        raise HookConfigInvalid(f"batchresource: reconcile_interval: {exc}") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise HookConfigInvalid(f"batchresource: reconcile_interval must be positive, got {value!r}")
+    return seconds

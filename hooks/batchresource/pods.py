@@ -1,0 +1,78 @@
+"""The BE pods the hook knows (memory + state dir) and their pod cgroups."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from .apply import Change, apply_values
+from .cgroups import (
+    CgroupFiles,
+    container_relative_path,
+    detect_version,
+    parent_relative_path,
+)
+from .config import BatchResourceConfig
+from .resources import CgroupValues, pod_values
+from .spec import parse_spec
+from .state import PodRecord, StateDir
+
+__all__ = ["Cgroups", "KnownPods"]
+
+log = logging.getLogger("hooks.batchresource")
+
+
+@dataclass(frozen=True)
+class Cgroups:
+    """Maps cgroup parents and container ids to their cgroup files."""
+
+    config: BatchResourceConfig
+
+    @property
+    def version(self) -> int:
+        return self.config.cgroup_version or detect_version(self.config.cgroup_root)
+
+    def _files(self, relative: PurePosixPath) -> CgroupFiles:
+        return CgroupFiles(self.config.cgroup_root, self.version, relative)
+
+    def pod(self, cgroup_parent: str) -> CgroupFiles:
+        return self._files(parent_relative_path(cgroup_parent, self.config.cgroup_driver))
+
+    def container(self, cgroup_parent: str, container_id: str) -> CgroupFiles:
+        return self._files(container_relative_path(cgroup_parent, container_id, self.config.cgroup_driver))
+
+
+class KnownPods:
+    """Running BE pods by uid, as PreRunPodSandbox (or a later container hook) told the hook."""
+
+    def __init__(self, config: BatchResourceConfig) -> None:
+        self._config = config
+        self._state = StateDir(config.state_dir)
+        self._pods: dict[str, PodRecord] = self._state.load()
+        self.cgroups = Cgroups(config)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._pods
+
+    def records(self) -> list[PodRecord]:
+        return list(self._pods.values())
+
+    def remember(self, record: PodRecord) -> None:
+        if self._pods.get(record.uid) == record:
+            return
+        self._state.save(record)
+        self._pods[record.uid] = record
+        log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
+
+    def forget(self, uid: str, reason: str) -> None:
+        record = self._pods.pop(uid, None)
+        self._state.remove(uid)
+        if record is not None:
+            log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
+
+    def wanted(self, record: PodRecord) -> CgroupValues:
+        return pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled)
+
+    def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
+        return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)

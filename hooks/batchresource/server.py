@@ -1,0 +1,175 @@
+"""``runtime-proxy hook run batchresource``: the hook server.
+
+Container hooks answer the container's batch values (the runtime applies
+them); PreRunPodSandbox writes the pod cgroup itself (kubelet created it
+before RunPodSandbox) and answers the pod values too. Anything wrong with a
+pod's spec is logged and the pod is left as it is: the hook never fails a pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from google.protobuf.message import Message
+
+from cri_api.hookapi import api_pb2
+from runtimeproxy.hookpath.points import HookType
+
+from ..builtin import BuiltinHook
+from .apply import MemoryBelowUsage, check_memory
+from .config import BatchResourceConfig
+from .pods import KnownPods
+from .reconcile import reconcile_loop
+from .resources import CgroupValues, container_values, pod_values
+from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
+from .state import PodRecord
+
+__all__ = ["BatchResourceHook"]
+
+log = logging.getLogger("hooks.batchresource")
+
+_CONTAINER_REFUSALS = (SpecError, MemoryBelowUsage, ValueError, OSError)
+
+
+def _with_values(base: api_pb2.LinuxContainerResources, values: CgroupValues) -> api_pb2.LinuxContainerResources:
+    out = api_pb2.LinuxContainerResources()
+    out.CopyFrom(base)
+    out.cpu_period = values.cpu_period
+    out.cpu_quota = values.cpu_quota
+    out.cpu_shares = values.cpu_shares
+    out.memory_limit_in_bytes = values.memory_limit
+    return out
+
+
+def _pod_name(meta: api_pb2.PodSandboxMetadata) -> str:
+    return f"{meta.namespace}/{meta.name}"
+
+
+class BatchResourceHook(BuiltinHook):
+    NAME: ClassVar[str] = "batchresource"
+    SUMMARY: ClassVar[str] = "Koordinator batch-cpu/batch-memory of BE pods into container and pod cgroups"
+    HOOKS: ClassVar[tuple[HookType, ...]] = (
+        HookType.PRE_RUN_POD_SANDBOX,
+        HookType.PRE_CREATE_CONTAINER,
+        HookType.PRE_UPDATE_CONTAINER_RESOURCES,
+        HookType.POST_STOP_POD_SANDBOX,
+    )
+
+    def __init__(self, socket_path: str, config: BatchResourceConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(socket_path, **kwargs)
+        self.config = config or BatchResourceConfig()
+        self.pods = KnownPods(self.config)
+
+    @classmethod
+    def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BatchResourceHook:
+        return cls(socket_path, BatchResourceConfig.from_mapping(config))
+
+    async def background(self) -> None:
+        await reconcile_loop(self.pods, self.config.reconcile_interval)
+
+    async def handle(self, hook: HookType, request: Message) -> Message | None:
+        # A bug here must not fail pods (the hook may be registered with the Fail policy).
+        try:
+            return await super().handle(hook, request)
+        except Exception:
+            meta = getattr(request, "pod_meta", None)
+            log.exception(
+                "batchresource hook failed; the pod is left unchanged",
+                extra={"hook": hook.value, "pod": _pod_name(meta) if meta is not None else ""},
+            )
+            return None
+
+    # -- pod ---------------------------------------------------------------------
+
+    def _spec(self, labels: Mapping[str, str], annotations: Mapping[str, str], pod: str, hook: HookType) -> PodBatchSpec | None:
+        try:
+            return pod_spec(labels, annotations)
+        except SpecError as exc:
+            log.warning(
+                "batchresource left a BE pod unchanged: malformed extended-resource-spec",
+                extra={"pod": pod, "hook": hook.value, "annotation": ANNOTATION_SPEC, "reason": str(exc)},
+            )
+            return None
+
+    async def pre_run_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
+        pod = _pod_name(request.pod_meta)
+        spec = self._spec(request.labels, request.annotations, pod, HookType.PRE_RUN_POD_SANDBOX)
+        if spec is None:
+            return None
+        values = pod_values(spec, self.config.cfs_quota_enabled)
+        if request.cgroup_parent:
+            record = PodRecord(
+                request.pod_meta.uid, request.pod_meta.namespace, request.pod_meta.name,
+                request.cgroup_parent, request.annotations[ANNOTATION_SPEC],
+            )
+            self._write_pod(record, raise_only=False)  # no container yet: any order is safe
+        else:
+            log.warning("batchresource BE pod has no cgroup_parent; only the runtime gets its values", extra={"pod": pod})
+        return api_pb2.PodSandboxHookResponse(resources=_with_values(request.resources, values))
+
+    def _write_pod(self, record: PodRecord, *, raise_only: bool) -> None:
+        try:
+            self.pods.remember(record)
+            changes = self.pods.apply(record, raise_only=raise_only)
+        except (OSError, ValueError) as exc:  # the pod still runs; the reconcile loop retries
+            log.warning(
+                "batchresource could not write the pod cgroup",
+                extra={"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc)},
+            )
+            return
+        for change in changes:
+            log.info(
+                "batchresource set a pod cgroup value",
+                extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new},
+            )
+
+    async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
+        if request.pod_meta.uid in self.pods:
+            self.pods.forget(request.pod_meta.uid, "PostStopPodSandbox")
+        return None
+
+    # -- containers ----------------------------------------------------------------
+
+    async def pre_create_container(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return self._container(request, HookType.PRE_CREATE_CONTAINER)
+
+    async def pre_update_container_resources(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return self._container(request, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
+
+    def _container(self, request: api_pb2.ContainerResourceHookRequest, hook: HookType) -> api_pb2.ContainerResourceHookResponse | None:
+        pod = _pod_name(request.pod_meta)
+        spec = self._spec(request.pod_labels, request.pod_annotations, pod, hook)
+        if spec is None:
+            return None
+        name, cid = request.container_meta.name, request.container_meta.id
+        try:
+            values = container_values(spec, name, self.config.cfs_quota_enabled)
+            if hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES and cid and request.pod_cgroup_parent:
+                files = self.pods.cgroups.container(request.pod_cgroup_parent, cid)
+                if files.exists():
+                    check_memory(files, values)
+        except _CONTAINER_REFUSALS as exc:
+            log.warning(
+                "batchresource left a container unchanged",
+                extra={"pod": pod, "container": name, "container_id": cid, "hook": hook.value, "reason": str(exc)},
+            )
+            return None
+        if request.pod_cgroup_parent:
+            # Pod first when raising; lowering the pod waits for the reconcile loop.
+            meta = request.pod_meta
+            record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
+            self._write_pod(record, raise_only=True)
+        log.info(
+            "batchresource container values",
+            extra={
+                "pod": pod, "container": name, "hook": hook.value, "cpu_shares": values.cpu_shares,
+                "cpu_quota": values.cpu_quota, "memory_limit": values.memory_limit,
+            },
+        )
+        return api_pb2.ContainerResourceHookResponse(container_resources=_with_values(request.container_resources, values))

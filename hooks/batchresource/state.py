@@ -1,0 +1,81 @@
+"""The running BE pods the hook manages, kept in a state dir so a restarted hook still knows them.
+
+One small JSON file per pod (``<uid>.json``), written to a temporary file,
+fsync-ed and renamed into place: a crash leaves the old file or the new one,
+never half of one. The pod's annotation text is kept rather than computed
+values, so a changed config (the CFS quota switch) applies after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["PodRecord", "StateDir"]
+
+log = logging.getLogger(__name__)
+_SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    cgroup_parent: str
+    spec: str  # the extended-resource-spec annotation, verbatim
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class StateDir:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, uid: str) -> Path:
+        if not _SAFE_UID.fullmatch(uid) or uid in (".", ".."):
+            raise ValueError(f"pod uid {uid!r} cannot name a state file")
+        return self.directory / f"{uid}.json"
+
+    def load(self) -> dict[str, PodRecord]:
+        """Every readable record; unreadable files are logged and skipped (never fatal)."""
+        records: dict[str, PodRecord] = {}
+        if not self.directory.is_dir():
+            return records
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                record = PodRecord(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("unreadable batchresource state file skipped", extra={"path": str(path), "error": str(exc)})
+                continue
+            records[record.uid] = record
+        return records
+
+    def save(self, record: PodRecord) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self._path(record.uid)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{record.uid}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(asdict(record), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def remove(self, uid: str) -> None:
+        self._path(uid).unlink(missing_ok=True)

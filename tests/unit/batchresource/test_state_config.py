@@ -1,0 +1,76 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from hooks.batchresource.cgroups import CgroupDriver
+from hooks.batchresource.config import BatchResourceConfig
+from hooks.batchresource.state import PodRecord, StateDir
+from hooks.builtin import HookConfigInvalid
+
+RECORD = PodRecord("uid-1", "ns", "pod", "/kubepods/besteffort/poduid-1", '{"containers": {}}')
+
+
+def test_state_round_trip_and_remove(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    assert state.load() == {}
+    state.save(RECORD)
+    state.save(PodRecord("uid-2", "ns", "other", "/p2", "{}"))
+    assert StateDir(tmp_path / "state").load() == {"uid-1": RECORD, "uid-2": PodRecord("uid-2", "ns", "other", "/p2", "{}")}
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["uid-1.json", "uid-2.json"]  # no temp files left
+    state.remove("uid-1")
+    state.remove("uid-1")  # twice is fine
+    assert list(StateDir(tmp_path / "state").load()) == ["uid-2"]
+
+
+def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = StateDir(tmp_path)
+    state.save(RECORD)
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "wrong.json").write_text(json.dumps({"uid": "x"}))
+    assert state.load() == {"uid-1": RECORD}
+    assert caplog.text.count("unreadable batchresource state file") == 2
+
+
+@pytest.mark.parametrize("uid", ["../x", "a/b", "..", ""])
+def test_state_refuses_unsafe_uids(tmp_path: Path, uid: str) -> None:
+    with pytest.raises(ValueError):
+        StateDir(tmp_path).save(PodRecord(uid, "ns", "p", "/p", "{}"))
+
+
+def test_config_defaults() -> None:
+    config = BatchResourceConfig.from_mapping({})
+    assert config == BatchResourceConfig()
+    assert (config.cgroup_root, config.cgroup_driver, config.cgroup_version) == (Path("/sys/fs/cgroup"), CgroupDriver.AUTO, None)
+    assert (config.state_dir, config.reconcile_interval, config.cfs_quota_enabled) == (
+        Path("/var/lib/runtime-proxy/batchresource"), 10.0, True)
+
+
+def test_config_values() -> None:
+    config = BatchResourceConfig.from_mapping({
+        "cgroup_root": "/tmp/cg", "cgroup_driver": "systemd", "cgroup_version": 2, "state_dir": "/tmp/st",
+        "reconcile_interval": "500ms", "cfs_quota_enabled": False,
+    })
+    assert config == BatchResourceConfig(Path("/tmp/cg"), CgroupDriver.SYSTEMD, 2, Path("/tmp/st"), 0.5, False)
+    assert BatchResourceConfig.from_mapping({"reconcile_interval": 3}).reconcile_interval == 3.0
+    assert BatchResourceConfig.from_mapping({"cgroup_version": "auto"}).cgroup_version is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"interval": 1}, "unknown config keys"),
+        ({"cgroup_root": "relative"}, "cgroup_root must be an absolute path"),
+        ({"state_dir": 5}, "state_dir must be an absolute path"),
+        ({"cgroup_driver": "docker"}, "cgroup_driver must be"),
+        ({"cgroup_version": 3}, "cgroup_version must be"),
+        ({"reconcile_interval": 0}, "must be positive"),
+        ({"reconcile_interval": -1}, "must be positive"),
+        ({"reconcile_interval": "10"}, "reconcile_interval"),
+        ({"reconcile_interval": True}, "reconcile_interval"),
+        ({"cfs_quota_enabled": "no"}, "cfs_quota_enabled must be true or false"),
+    ],
+)
+def test_config_invalid(raw: dict, message: str) -> None:
+    with pytest.raises(HookConfigInvalid, match=message):
+        BatchResourceConfig.from_mapping(raw)
