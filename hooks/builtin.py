@@ -48,6 +48,7 @@ class BuiltinHook(HookServer):
 BUILTIN_HOOKS: Mapping[str, str] = MappingProxyType(
     {
         "batchresource": "hooks.batchresource.server:BatchResourceHook",
+        "balloons": "hooks.balloons.server:BalloonsHook",
     }
 )
 

@@ -205,7 +205,7 @@ class Pool:
         self.balloons.append(balloon)
         return balloon
 
-    def _resize(self, balloon: Balloon, extra_milli: int = 0) -> bool:
+    def resize(self, balloon: Balloon, extra_milli: int = 0) -> bool:
         """Bring the balloon to its target size; False (and no change) if it cannot grow that far."""
         if balloon.fixed:
             return True
@@ -221,7 +221,7 @@ class Pool:
         return True
 
     def _try_join(self, balloon: Balloon, member: Member) -> bool:
-        if not balloon.fits(member.milli) or not self._resize(balloon, member.milli):
+        if not balloon.fits(member.milli) or not self.resize(balloon, member.milli):
             return False
         balloon.members[member.key] = member
         return True
@@ -263,7 +263,7 @@ class Pool:
         """Under onExhausted: Ignore, the default balloon takes the container, grown if it can be."""
         btype = self.types[DEFAULT]
         for balloon in self.of_type(DEFAULT):
-            self._resize(balloon, member.milli)  # best effort: it may stay smaller than asked
+            self.resize(balloon, member.milli)  # best effort: it may stay smaller than asked
             balloon.members[member.key] = member
             return balloon
         balloon = self._new_balloon(btype, max(math.ceil(member.milli / 1000), btype.min_cpus)) or self._new_balloon(btype, 0)
@@ -288,7 +288,7 @@ class Pool:
         if balloon is None:
             return None
         del balloon.members[key]
-        self._resize(balloon)
+        self.resize(balloon)
         if not balloon.fixed and not balloon.members and len(self.of_type(balloon.btype.name)) > balloon.btype.min_balloons:
             self.balloons.remove(balloon)
         return balloon
@@ -327,7 +327,7 @@ class Pool:
         """Resize every balloon to its target (shrinks first, so growth finds the CPUs); problems found."""
         problems = []
         for balloon in sorted(self.balloons, key=lambda b: len(b.cpus) - b.target_size()):
-            if not self._resize(balloon):
+            if not self.resize(balloon):
                 problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
         return problems
 
