@@ -338,7 +338,7 @@ class BalloonsHook(BuiltinHook):
                 if self._state.target(move.key) == move.cpuset:
                     self._state.given(move.key, move.cpuset)
             log.info(
-                'moving container %s with balloon %s{cpus:"%s", mems:"%s"}',
+                'moving container %s to the new cpus of its balloon %s{cpus:"%s", mems:"%s"}',
                 move.label, move.balloon, cpus, mems,
                 extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon, "cpus": cpus, "mems": mems},
             )
