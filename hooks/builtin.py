@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -25,6 +26,10 @@ from .sdk import HookServer
 
 class HookConfigInvalid(ValueError):
     """A built-in hook's config is not valid; the message names the key and the reason."""
+
+
+class BuiltinUnavailable(ImportError):
+    """A built-in hook is named but cannot be loaded (its module or a dependency is missing)."""
 
 
 class BuiltinHook(HookServer):
@@ -48,19 +53,50 @@ class BuiltinHook(HookServer):
 BUILTIN_HOOKS: Mapping[str, str] = MappingProxyType(
     {
         "batchresource": "hooks.batchresource.server:BatchResourceHook",
+        "noop": "hooks.noop:NoopHook",
         "balloons": "hooks.balloons.server:BalloonsHook",
     }
 )
 
 
 def load_builtin(name: str) -> type[BuiltinHook]:
+    """The class of built-in hook ``name``.
+
+    Raises :class:`LookupError` for a name that is not built in and
+    :class:`BuiltinUnavailable` when its module cannot be imported."""
     try:
         target = BUILTIN_HOOKS[name]
     except KeyError:
         known = ", ".join(sorted(BUILTIN_HOOKS))
         raise LookupError(f"no built-in hook named {name!r} (built-in hooks: {known})") from None
     module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except Exception as exc:  # a hook's import may fail any way; name the hook and the cause
+        raise BuiltinUnavailable(f"built-in hook {name!r} cannot be loaded from {target}: {type(exc).__name__}: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, BuiltinHook)):
         raise TypeError(f"{target} is not a BuiltinHook")
     return cls
+
+
+@dataclass(frozen=True)
+class BuiltinInfo:
+    """What ``hook list`` shows of one built-in hook."""
+
+    name: str
+    summary: str
+    hooks: tuple[HookType, ...]
+    unavailable: str | None = None  # why it cannot be loaded here
+
+
+def describe_builtins() -> list[BuiltinInfo]:
+    """Every built-in hook, by name; one that cannot be imported here says why."""
+    infos = []
+    for name in sorted(BUILTIN_HOOKS):
+        try:
+            cls = load_builtin(name)
+        except (BuiltinUnavailable, TypeError) as exc:
+            infos.append(BuiltinInfo(name, "", (), unavailable=str(exc)))
+            continue
+        infos.append(BuiltinInfo(name, cls.SUMMARY, tuple(cls.HOOKS)))
+    return infos

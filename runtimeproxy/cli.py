@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from hooks.cli import hook as hook_commands
+
 from . import logs
 from .config import ConfigError, ProxyConfig, load
 
@@ -97,6 +99,8 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
         await stop.wait()
         log.info("signal received, shutting down")
 
+
+main.add_command(hook_commands)
 
 if __name__ == "__main__":
     main()

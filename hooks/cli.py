@@ -1,0 +1,263 @@
+"""``runtime-proxy hook``: serve a built-in hook server (``run``) or name them (``list``).
+
+``hook run`` owns a built-in hook's lifecycle: build it from its config, serve
+it, register it in the hook directory, run its background work beside it, and
+on SIGTERM/SIGINT take the registration away *before* the server stops, so
+the proxy stops calling a server that is about to go.
+
+Exit codes: 0 after an orderly stop; 1 when the server cannot serve or its
+background work failed; 2 when the hook or its settings are wrong (an unknown
+name, a bad config), which no restart can cure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from runtimeproxy import logs
+from runtimeproxy.hookpath.hookfile import (
+    DEFAULT_HOOK_DIR,
+    MAX_TIMEOUT,
+    FailurePolicy,
+    parse_duration,
+)
+
+from .builtin import (
+    BuiltinHook,
+    BuiltinUnavailable,
+    HookConfigInvalid,
+    describe_builtins,
+    load_builtin,
+)
+from .sdk import HookServerError, write_hook_config
+
+log = logging.getLogger("hooks.run")
+
+EXIT_FAILED = 1
+EXIT_SETUP = 2
+SOCKET_DIR = Path("/run/runtime-proxy/hooks")
+
+
+class SetupError(click.ClickException):
+    """The hook cannot be built as asked; restarting will not help."""
+
+    exit_code = EXIT_SETUP
+
+
+@dataclass
+class Registration:
+    """The hook's file in the hook directory, written and removed by ``hook run``."""
+
+    directory: Path
+    name: str
+    failure_policy: str
+    timeout: str | None
+    priority: int | None
+    _identity: tuple[int, int] | None = field(default=None, init=False)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"{self.name}.json"
+
+    def write(self, hook: BuiltinHook) -> None:
+        """Write (or replace a stale) registration naming ``hook``'s socket and hook points."""
+        path = write_hook_config(
+            self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority
+        )
+        st = os.stat(path)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def remove(self) -> bool:
+        """Remove the file this process wrote; one that another writer has put
+        in its place since is left alone. True if a file was removed."""
+        identity, self._identity = self._identity, None
+        if identity is None:
+            return False
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) != identity:
+                log.warning("registration was replaced by another writer; leaving it", extra={"hook_file": str(self.path)})
+                return False
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+
+@click.group()
+def hook() -> None:
+    """Built-in hook servers."""
+
+
+def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Checked before the server starts, so a typo never binds a socket.
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise click.BadParameter(f"{value!r} must be more than 0 and at most {MAX_TIMEOUT:g}s")
+    return value
+
+
+@hook.command()
+@click.argument("name")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help=f"Unix socket to serve on. [default: {SOCKET_DIR}/NAME.sock]")
+@click.option("--hook-dir", type=click.Path(path_type=Path), default=DEFAULT_HOOK_DIR, show_default=True, help="Where the registration file NAME.json goes (the proxy's --hook-dir).")
+@click.option("--failure-policy", type=click.Choice([p.value for p in FailurePolicy]), default=FailurePolicy.IGNORE.value, show_default=True, help="What the proxy does when this hook fails.")
+@click.option("--timeout", callback=_timeout, help="Bound of one hook call, e.g. 500ms. [default: the proxy's]")
+@click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the proxy's]")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML settings of the hook. [default: none]")
+@click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def run(
+    name: str,
+    socket_path: Path | None,
+    hook_dir: Path,
+    failure_policy: str,
+    timeout: str | None,
+    priority: int | None,
+    config_file: Path | None,
+    drain: float,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Serve built-in hook NAME and register it in --hook-dir until SIGTERM."""
+    logs.setup(log_format, log_level)
+    server = _build(name, socket_path or SOCKET_DIR / f"{name}.sock", _load_config(config_file))
+    registration = Registration(hook_dir, name, failure_policy, timeout, priority)
+    try:
+        code = asyncio.run(_serve(server, registration, drain))
+    except SetupError:
+        raise
+    except Exception as exc:
+        log.exception("fatal", extra={"hook": name, "error": str(exc)})
+        code = EXIT_FAILED
+    sys.exit(code)
+
+
+@hook.command("list")
+def list_() -> None:
+    """Name the built-in hooks, what each does and the hook points it handles."""
+    for info in describe_builtins():
+        if info.unavailable is not None:
+            click.echo(f"{info.name}\tunavailable: {info.unavailable}")
+        else:
+            hooks = ", ".join(h.value for h in info.hooks)
+            click.echo(f"{info.name}\t{info.summary}\n\thooks: {hooks}")
+
+
+def _load_config(path: Path | None) -> Mapping[str, Any]:
+    if path is None:
+        return {}
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SetupError(f"cannot read hook config {path}: {exc}") from exc
+    if doc is None:  # an empty file: no settings
+        return {}
+    if not isinstance(doc, dict):
+        raise SetupError(f"hook config {path}: expected a mapping of settings at the top level, got {type(doc).__name__}")
+    return doc
+
+
+def _build(name: str, socket_path: Path, config: Mapping[str, Any]) -> BuiltinHook:
+    try:
+        cls = load_builtin(name)
+    except (LookupError, BuiltinUnavailable) as exc:
+        raise SetupError(str(exc)) from exc
+    try:
+        return cls.from_config(str(socket_path), config)
+    except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
+        raise SetupError(f"hook {name}: {exc}") from exc
+
+
+async def _serve(server: BuiltinHook, registration: Registration, drain: float) -> int:
+    from runtimeproxy.cripath.server import stop_on_signals
+
+    fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
+    stop = stop_on_signals()
+    try:
+        await server.start()
+    except HookServerError as exc:
+        log.error("cannot serve", extra={**fields, "error": str(exc)})
+        return EXIT_FAILED
+    background: asyncio.Task[None] | None = None
+    try:
+        if stop.is_set():  # a signal during start-up: do not register at all
+            log.info("signal received, shutting down", extra=fields)
+            return 0
+        try:
+            registration.write(server)
+        except ValueError as exc:
+            raise SetupError(f"hook {server.NAME}: cannot register: {exc}") from exc
+        log.info(
+            "hook registered",
+            extra={
+                **fields,
+                "hooks": ",".join(h.value for h in server.HOOKS),
+                "failure_policy": registration.failure_policy,
+                "timeout": registration.timeout,
+                "priority": registration.priority,
+            },
+        )
+        _notify_systemd("READY=1")
+        background = asyncio.create_task(server.background(), name=f"{server.NAME}-background")
+        return await _until_stopped(stop, background, fields)
+    finally:
+        _notify_systemd("STOPPING=1")
+        if registration.remove():  # first: the proxy stops calling us
+            log.info("registration removed", extra=fields)
+            await asyncio.sleep(drain)  # calls the proxy started before it noticed still get answers
+        await server.stop()
+        if background is not None:
+            background.cancel()
+            await asyncio.gather(background, return_exceptions=True)
+        log.info("stopped", extra=fields)
+
+
+async def _until_stopped(stop: asyncio.Event, background: asyncio.Task[None], fields: dict[str, object]) -> int:
+    """Wait for a signal or for the background work to fail; the exit code."""
+    signalled = asyncio.create_task(stop.wait(), name="signal")
+    try:
+        await asyncio.wait({signalled, background}, return_when=asyncio.FIRST_COMPLETED)
+        if background.done() and not background.cancelled() and background.exception() is None:
+            log.debug("background work finished; serving on", extra=fields)
+            await signalled
+    finally:
+        signalled.cancel()
+    if background.done():
+        error = background.exception() if not background.cancelled() else asyncio.CancelledError("cancelled")
+        if error is not None:
+            log.error("background work failed; shutting down", exc_info=error, extra={**fields, "error": repr(error)})
+            return EXIT_FAILED
+    log.info("signal received, shutting down", extra=fields)
+    return 0
+
+
+def _notify_systemd(state: str) -> None:
+    """sd_notify: lets a ``Type=notify`` unit order the proxy after the registration."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):  # abstract namespace
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError as exc:
+        log.warning("cannot notify systemd", extra={"state": state, "error": str(exc)})

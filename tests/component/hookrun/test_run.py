@@ -1,0 +1,213 @@
+"""``runtime-proxy hook run``: registration, the proxy calling the hook,
+shutdown order, start-up errors; ``hook list``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from hooks.builtin import BuiltinUnavailable, load_builtin
+from hooks.sdk import write_hook_config
+from runtimeproxy.app import RunningProxy
+from runtimeproxy.hookpath.points import HookType
+
+from ...hookprocs import registered
+from ..fakes import FakeBackend
+from .conftest import CREATE, REPO, StartHook, create_request
+
+ALL_HOOKS = [h.value for h in HookType]
+
+
+def hook_calls(running: RunningProxy, server: str, hook: str, outcome: str = "ok") -> float:
+    labels = {"server": server, "hook": hook, "outcome": outcome}
+    return running.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) or 0.0
+
+
+async def test_noop_is_registered_called_and_deregistered_before_it_stops(
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path, hook_run: StartHook
+) -> None:
+    sock = sock_dir / "noop.sock"
+    run = await hook_run(
+        "noop", "--socket", str(sock), "--hook-dir", str(hook_dir), "--failure-policy", "Fail",
+        "--timeout", "1s", "--priority", "7", "--drain", "2", "--log-format", "json", "--log-level", "debug",
+    )
+    registered_line = json.loads(await run.wait_for('"msg": "hook registered"'))
+    assert registered_line["hook"] == "noop" and registered_line["hook_file"] == str(hook_dir / "noop.json")
+
+    registration = hook_dir / "noop.json"
+    assert stat.S_IMODE(registration.stat().st_mode) == 0o644
+    assert json.loads(registration.read_text()) == {
+        "remote-endpoint": str(sock),
+        "failure-policy": "Fail",
+        "runtime-hooks": ALL_HOOKS,
+        "timeout": "1s",
+        "priority": 7,
+    }
+
+    await registered(running, 1)
+    await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+    assert hook_calls(running, "noop.json", "PreCreateContainer") == 1
+    assert v1.CreateContainerRequest.FromString(fake.calls(CREATE)[0].requests[0]) == create_request()
+    logged = json.loads(await run.wait_for('"msg": "answered no change"'))
+    assert (logged["hook"], logged["pod"], logged["container"]) == ("PreCreateContainer", "default/web", "app")
+
+    run.process.send_signal(signal.SIGTERM)
+    await run.wait_for('"msg": "registration removed"')
+    # The registration is gone while the server still serves (--drain): the proxy stops calling first.
+    assert not registration.exists()
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
+    code, rest = await run.finish()
+    assert code == 0, rest
+    assert '"msg": "stopped"' in rest
+    assert not sock.exists()
+    assert list(hook_dir.iterdir()) == []
+    await registered(running, 0)
+
+
+async def test_stale_registration_and_socket_are_replaced(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    sock = sock_dir / "noop.sock"
+    stale = write_hook_config(hook_dir, "noop", sock_dir / "crashed.sock", ["PreStartContainer"], "Fail", "9s")
+    leftover = socket.socket(socket.AF_UNIX)
+    leftover.bind(str(sock))  # bound, never listening: what a crash leaves behind
+    leftover.close()
+
+    run = await hook_run("noop", "--socket", str(sock), "--hook-dir", str(hook_dir), "--drain", "0")
+    await run.wait_for("hook registered")
+    assert json.loads(stale.read_text()) == {"remote-endpoint": str(sock), "failure-policy": "Ignore", "runtime-hooks": ALL_HOOKS}
+    assert stat.S_IMODE(stale.stat().st_mode) == 0o644
+    assert [p.name for p in hook_dir.iterdir()] == ["noop.json"]  # no temporary file left
+
+    run.process.send_signal(signal.SIGTERM)
+    code, rest = await run.finish()
+    assert code == 0, rest
+    assert not stale.exists() and not sock.exists()
+
+
+async def test_background_failure_exits_non_zero_after_deregistering(
+    sock_dir: Path, hook_dir: Path, hook_run: StartHook
+) -> None:
+    sock = sock_dir / "failing.sock"
+    run = await hook_run("failing", "--socket", str(sock), "--hook-dir", str(hook_dir), "--log-format", "json")
+    await run.wait_for('"msg": "hook registered"')
+    failed = json.loads(await run.wait_for('"msg": "background work failed; shutting down"'))
+    assert "reconcile loop lost its source" in failed["error"]
+    assert "RuntimeError" in failed["exception"]
+    code, rest = await run.finish()
+    assert code == 1, rest
+    assert '"msg": "registration removed"' in rest
+    assert list(hook_dir.iterdir()) == []
+    assert not sock.exists()
+
+
+async def test_sigterm_cancels_background_after_deregistering_and_stopping(
+    sock_dir: Path, hook_dir: Path, hook_run: StartHook
+) -> None:
+    record = sock_dir / "seen.json"
+    config = sock_dir / "watchful.yaml"
+    config.write_text(f"record: {record}\nregistration: {hook_dir / 'watchful.json'}\n")
+    run = await hook_run(
+        "watchful", "--socket", str(sock_dir / "w.sock"), "--hook-dir", str(hook_dir), "--config", str(config), "--drain", "0"
+    )
+    await run.wait_for("hook registered")
+    doc = json.loads((hook_dir / "watchful.json").read_text())
+    assert doc["runtime-hooks"] == ["PreStartContainer", "PostStopContainer"]  # the hook's HOOKS
+    run.process.send_signal(signal.SIGTERM)
+    code, rest = await run.finish()
+    assert code == 0, rest
+    assert json.loads(record.read_text()) == {"registration": False, "socket": False}
+
+
+async def test_ready_and_stopping_are_told_to_systemd(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(sock_dir / "notify.sock"))
+    notify.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        run = await hook_run(
+            "noop", "--socket", str(sock_dir / "n.sock"), "--hook-dir", str(hook_dir), "--drain", "0",
+            env={**os.environ, "NOTIFY_SOCKET": str(sock_dir / "notify.sock")},
+        )
+        assert await asyncio.wait_for(loop.sock_recv(notify, 64), 20) == b"READY=1"
+        assert (hook_dir / "noop.json").exists()  # ready means registered
+        run.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(loop.sock_recv(notify, 64), 20) == b"STOPPING=1"
+        code, rest = await run.finish()
+        assert code == 0, rest
+    finally:
+        notify.close()
+
+
+async def test_socket_in_use_exits_1_without_registering(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    sock = sock_dir / "busy.sock"
+    first = await hook_run("noop", "--socket", str(sock), "--hook-dir", str(sock_dir / "other.d"))
+    await first.wait_for("hook registered")
+    second = await hook_run("noop", "--socket", str(sock), "--hook-dir", str(hook_dir))
+    code, rest = await second.finish()
+    assert code == 1, rest
+    assert "cannot serve" in rest and "in use" in rest
+    assert list(hook_dir.iterdir()) == []
+    assert stat.S_ISSOCK(sock.lstat().st_mode)  # the first one's socket is left alone
+
+
+SETUP_ERRORS = {
+    "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: batchresource, failing, noop, watchful)"),
+    "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: hook noop takes no config; got keys ['cpu']"),
+    "config not YAML": (["noop"], "cpu: [2\n", "cannot read hook config"),
+    "config not a mapping": (["noop"], "- 1\n", "expected a mapping of settings at the top level, got list"),
+    "hook refuses config": (["watchful"], "record: /x\n", "hook watchful: missing keys ['registration']"),
+    "bad timeout": (["noop", "--timeout", "5"], None, "invalid duration '5'"),
+    "timeout over the limit": (["noop", "--timeout", "3m"], None, "at most 120s"),
+}
+
+
+@pytest.mark.parametrize("case", SETUP_ERRORS, ids=list(SETUP_ERRORS))
+async def test_setup_errors_exit_2_with_a_clear_message(case: str, sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    args, config, message = SETUP_ERRORS[case]
+    sock = sock_dir / "h.sock"
+    extra = ["--socket", str(sock), "--hook-dir", str(hook_dir)]
+    if config is not None:
+        (sock_dir / "hook.yaml").write_text(config)
+        extra += ["--config", str(sock_dir / "hook.yaml")]
+    code, err = await (await hook_run(*args, *extra)).finish()
+    assert code == 2, err
+    assert message in err
+    assert list(hook_dir.iterdir()) == [] and not sock.exists()
+
+
+async def test_missing_config_file_exits_2(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    missing = sock_dir / "absent.yaml"
+    run = await hook_run("noop", "--socket", str(sock_dir / "h.sock"), "--hook-dir", str(hook_dir), "--config", str(missing))
+    code, err = await run.finish()
+    assert code == 2, err
+    assert f"cannot read hook config {missing}" in err and "No such file" in err
+
+
+def test_hook_list_names_each_builtin_with_its_hook_points() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "runtimeproxy.cli", "hook", "list"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert (
+        "noop\tanswers every hook point with no change (smoke-tests the hook path)\n"
+        f"\thooks: {', '.join(ALL_HOOKS)}\n"
+    ) in out
+    # batchresource is listed whether or not it can be imported here.
+    try:
+        batch = load_builtin("batchresource")
+    except BuiltinUnavailable:
+        assert "batchresource\tunavailable: built-in hook 'batchresource' cannot be loaded" in out
+    else:
+        hooks = ", ".join(h.value for h in batch.HOOKS)
+        assert f"batchresource\t{batch.SUMMARY}\n\thooks: {hooks}\n" in out
