@@ -33,6 +33,7 @@ from runtimeproxy.hookpath.hookfile import (
     parse_duration,
 )
 
+from .balloons.cli import balloons as balloons_commands
 from .builtin import (
     BuiltinHook,
     BuiltinUnavailable,
@@ -139,6 +140,7 @@ def run(
     """Serve built-in hook NAME and register it in --hook-dir until SIGTERM."""
     logs.setup(log_format, log_level)
     server = _build(name, socket_path or SOCKET_DIR / f"{name}.sock", _load_config(config_file))
+    server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
     registration = Registration(hook_dir, name, failure_policy, timeout, priority)
     try:
         code = asyncio.run(_serve(server, registration, drain))
@@ -148,6 +150,9 @@ def run(
         log.exception("fatal", extra={"hook": name, "error": str(exc)})
         code = EXIT_FAILED
     sys.exit(code)
+
+
+hook.add_command(balloons_commands)
 
 
 @hook.command("list")

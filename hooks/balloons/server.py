@@ -128,6 +128,15 @@ class BalloonsHook(BuiltinHook):
         return self._state
 
     @property
+    def config_file(self) -> Path | None:
+        """The YAML file watched and reloaded (``hook run --config`` sets it)."""
+        return self._config_path
+
+    @config_file.setter
+    def config_file(self, path: str | os.PathLike[str] | None) -> None:
+        self._config_path = Path(path) if path else None
+
+    @property
     def status_socket(self) -> Path:
         return self._status.path
 

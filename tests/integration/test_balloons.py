@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import json
+import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -20,9 +22,7 @@ import pytest
 import yaml
 from grpc import aio
 
-from hooks.balloons.server import BalloonsHook
-from hooks.balloons.status import read_status
-from hooks.sdk import write_hook_config
+from runtimeproxy.host.containerd import terminate_process
 
 from ..hookprocs import registered
 from .crihelpers import V1, cgroup_of, container_config, pod_sandbox_config
@@ -43,19 +43,62 @@ def config(proxy_socket: Path) -> dict:
     }
 
 
+@dataclass
+class HookProcess:
+    """A ``runtime-proxy hook run balloons`` process and its log, read as it comes."""
+
+    process: asyncio.subprocess.Process
+    socket: Path
+    lines: list[str] = field(default_factory=list)
+    _more: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+            self._more.set()
+        self._more.set()
+
+    async def logged(self, needle: str, timeout: float = 20.0) -> str:
+        async with asyncio.timeout(timeout):
+            while True:
+                found = next((line for line in self.lines if needle in line), None)
+                if found is not None:
+                    return found
+                if self.process.returncode is not None:
+                    raise AssertionError(f"hook exited ({self.process.returncode}) before {needle!r}: {''.join(self.lines)}")
+                self._more.clear()
+                await self._more.wait()
+
+    async def status(self, *args: str) -> str:
+        return await runtime_proxy("hook", "balloons", "status", "--socket", str(self.socket), *args)
+
+
+async def runtime_proxy(*args: str) -> str:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
 @contextlib.asynccontextmanager
-async def balloons_hook(launcher: ProxyLauncher, config_path: Path) -> AsyncIterator[BalloonsHook]:
-    hook = BalloonsHook.from_config_file(str(launcher.dir / "balloons.sock"), config_path)
-    async with hook:
-        background = asyncio.create_task(hook.background())
-        registration = write_hook_config(launcher.hook_dir, "balloons", hook.socket_path, [h.value for h in hook.HOOKS], "Fail", "5s")
-        try:
-            yield hook
-        finally:
-            registration.unlink(missing_ok=True)
-            background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await background
+async def balloons_hook(launcher: ProxyLauncher, config_path: Path) -> AsyncIterator[HookProcess]:
+    socket = launcher.dir / "balloons.sock"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", "hook", "run", "balloons", "--socket", str(socket),
+        "--hook-dir", str(launcher.hook_dir), "--config", str(config_path), "--failure-policy", "Fail",
+        "--timeout", "5s", "--drain", "0", stderr=asyncio.subprocess.PIPE,
+    )
+    hook = HookProcess(process, socket)
+    reader = asyncio.create_task(hook.read_log())
+    try:
+        await hook.logged("hook registered")
+        yield hook
+    finally:
+        await terminate_process(process, 10, "hook run balloons")
+        await reader
 
 
 async def run_pod(channel: aio.Channel, log_dir: Path, namespace: str, shares: int) -> tuple[str, str]:
@@ -85,12 +128,10 @@ async def lands_on(channel: aio.Channel, cid: str, cpus: str, timeout: float = 2
     assert now == cpus
 
 
-async def rebuilt(hook: BalloonsHook, timeout: float = 20.0) -> dict:
-    """The hook's status once it has rebuilt its assignments from the runtime."""
-    async with asyncio.timeout(timeout):
-        while not (status := await read_status(hook.status_socket))["ready"]:
-            await asyncio.sleep(0.1)
-    return status
+async def rebuilt(hook: HookProcess) -> dict:
+    """The hook's status (``hook balloons status --json``) once it has rebuilt its assignments."""
+    await hook.logged("assignments rebuilt from")
+    return json.loads(await hook.status("--json"))
 
 
 def placements(status: dict) -> dict[str, tuple[str, str]]:
@@ -98,8 +139,7 @@ def placements(status: dict) -> dict[str, tuple[str, str]]:
     return {c["id"]: (b["name"], b["effective_cpus"]) for b in status["balloons"] for c in b["containers"]}
 
 
-async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_dir, tmp_path, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="hooks.balloons")
+async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_dir, tmp_path) -> None:
     config_path = tmp_path / "balloons.yaml"
     config_path.write_text(yaml.safe_dump(config(launcher.socket)))
     running, proxy_stack = await launcher.start()
@@ -112,10 +152,8 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                 system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
                 pods.append(system_pod)
                 assert await cpuset_of(channel, system) == "0"
-                assert any(
-                    r.getMessage().startswith("assigning container kube-system/") and r.getMessage().endswith('to balloon reserved[0]{cpus:"0", mems:"0"}')
-                    for r in caplog.records
-                )
+                line = await hook.logged("assigning container kube-system/")
+                assert '/sleeper to balloon reserved[0]{cpus:"0", mems:"0"}' in line
                 # A best-effort container in the empty work balloon runs on the reserved CPU...
                 light_pod, light = await run_pod(channel, pod_log_dir, WORK_NS, 2)
                 pods.append(light_pod)
@@ -125,7 +163,9 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                 pods.append(heavy_pod)
                 assert await cpuset_of(channel, heavy) == "1"
                 await lands_on(channel, light, "1")
-                before = placements(await read_status(hook.status_socket))
+                before = placements(json.loads(await hook.status("--json")))
+                text = await hook.status()
+                assert 'work[0]{cpus:"1", mems:"0"}' in text and heavy[:13] in text
                 assert before[system] == ("reserved[0]", "0")
                 assert before[light] == before[heavy] == ("work[0]", "1")
 
@@ -147,6 +187,8 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                 await proxy_stack.aclose()
                 running, proxy_stack = await launcher.start()
                 await registered(running, 1)
+                after = placements(json.loads(await hook.status("--json")))
+                assert after == {system: ("reserved[0]", "0"), light: ("work[0]", "0")}
                 async with launcher.channel() as channel2:
                     again_pod, again = await run_pod(channel2, pod_log_dir, WORK_NS, 1024)
                     pods.append(again_pod)
