@@ -296,37 +296,39 @@ class Pool:
     def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon:
         """Put back a container found running on ``cpus`` (after a restart or a config reload).
 
-        It rejoins the balloon of its type whose CPUs it shares (the same pod
-        for preferNewBalloons types), or a new balloon made of its CPUs that
-        no other balloon owns; :meth:`settle` then resizes everything.
+        It rejoins the balloon of its type that holds its pod or shares its
+        CPUs (only its pod, for preferNewBalloons types); a container on the
+        reserved CPUs alone was in a balloon without CPUs. Otherwise it gets a
+        new balloon made of its CPUs that no other balloon owns, or, when its
+        type has no room for another balloon, shares one. :meth:`settle` then
+        resizes everything.
         """
         if btype.name == RESERVED:
             return self.assign(member, btype)
-        for balloon in self.of_type(btype.name):
+        own = cpus - self.reserved
+
+        def together(balloon: Balloon) -> bool:
+            if balloon.has_pod(member.pod_uid):
+                return True
             if btype.prefer_new_balloons and balloon.members:
-                together = balloon.has_pod(member.pod_uid)
-            else:
-                together = bool(balloon.cpus & cpus) or balloon.has_pod(member.pod_uid)
-            if together:
-                balloon.cpus |= cpus & self.free
-                balloon.members[member.key] = member
-                return balloon
-        claim = cpus & self.free
-        empty = next((b for b in self.of_type(btype.name) if not b.members), None)
-        if empty is not None and empty.cpus & cpus:
-            empty.members[member.key] = member
-            return empty
-        balloon = self._new_balloon(btype, 0) or Balloon(btype, len(self.of_type(btype.name)), frozenset())
-        if balloon not in self.balloons:
-            self.balloons.append(balloon)
-        balloon.cpus = claim
-        balloon.members[member.key] = member
-        return balloon
+                return False
+            return bool(balloon.cpus & own) if own else not balloon.cpus
+
+        existing = self.of_type(btype.name)
+        match = next((b for b in existing if together(b)), None)
+        if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
+            match = max(existing, key=lambda b: len(b.cpus & own))
+        if match is None:
+            match = self._new_balloon(btype, 0)
+            assert match is not None  # no CPUs asked, and there is room for another balloon
+        match.cpus |= own & self.free
+        match.members[member.key] = member
+        return match
 
     def settle(self) -> list[str]:
         """Resize every balloon to its target (shrinks first, so growth finds the CPUs); problems found."""
         problems = []
-        for balloon in sorted(self.balloons, key=lambda b: len(b.cpus) - b.target_size()):
+        for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
             if not self.resize(balloon):
                 problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
         return problems

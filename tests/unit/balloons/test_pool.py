@@ -190,3 +190,29 @@ def test_restore_rebuilds_balloons_from_cpusets_and_settles_sizes() -> None:
     check_invariants(p)
     assert p.balloon_of(("a", "c1")).cpus == {2, 3}
     assert p.balloon_of(("b", "c1")).cpus == {5}
+
+
+def test_settle_shrinks_before_it_grows() -> None:
+    p = pool(Topology.synthetic(1, 1, 4, 1), {"name": "a", "namespaces": ["a"]}, {"name": "b", "namespaces": ["b"]})
+    p.restore(member("b", milli=2000, ns="b"), p.types["b"], frozenset({3}))  # needs one more
+    p.restore(member("a", milli=1000, ns="a"), p.types["a"], frozenset({1, 2}))  # holds one too many
+    assert p.settle() == []
+    check_invariants(p)
+
+
+def test_containers_of_a_cpu_less_balloon_restore_into_one_balloon() -> None:
+    # Both ran on the reserved CPU because their balloon had no CPU of its own.
+    p = pool(Topology.synthetic(1, 1, 4, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 1})
+    first = p.restore(member("a", milli=0), p.types["t"], frozenset({0}))
+    second = p.restore(member("b", milli=0), p.types["t"], frozenset({0}))
+    assert first is second and first.cpus == frozenset()
+    assert len(p.of_type("t")) == 1
+
+
+def test_restore_beyond_max_balloons_shares_a_balloon() -> None:
+    p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 1})
+    p.restore(member("a"), p.types["t"], frozenset({1}))
+    balloon = p.restore(member("b"), p.types["t"], frozenset({5}))
+    assert len(p.of_type("t")) == 1 and balloon.cpus == {1, 5}
+    assert p.settle() == []
+    assert len(balloon.cpus) == 2
