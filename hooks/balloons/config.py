@@ -119,11 +119,6 @@ class BalloonType:
     prefer_new_balloons: bool = False
     share_idle_cpus_in_same: str = ""  # "" (no sharing) or one of SHARE_SCOPES
 
-    def matches(self, pod: PodContext) -> bool:
-        if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.namespaces):
-            return True
-        return bool(self.match_expressions) and all(e.matches(pod) for e in self.match_expressions)
-
 
 @dataclass(frozen=True)
 class BalloonsConfig:

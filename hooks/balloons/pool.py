@@ -148,7 +148,8 @@ class Pool:
         return [b for b in self.balloons if b.btype.name == name]
 
     def choose_type(self, pod: PodContext) -> BalloonType:
-        """NRI's order: the pod annotation, the reserved namespaces, balloonTypes in order, default."""
+        """NRI's order: the pod annotation, the reserved namespaces, the first type by
+        namespace, the first type by matchExpressions, default."""
         annotations = pod.pod_annotations
         wanted = annotations.get(f"{BALLOON_ANNOTATION}/container.{pod.container_name}") or annotations.get(
             f"{BALLOON_ANNOTATION}/pod"
@@ -163,7 +164,10 @@ class Pool:
         if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.config.reserved_pool_namespaces):
             return self.types[RESERVED]
         for btype in self.config.balloon_types:
-            if btype.matches(pod):
+            if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in btype.namespaces):
+                return btype
+        for btype in self.config.balloon_types:
+            if btype.match_expressions and all(e.matches(pod) for e in btype.match_expressions):
                 return btype
         return self.types[DEFAULT]
 

@@ -12,6 +12,8 @@ from hooks.balloons.config import (
     load_config_file,
     parse_config,
 )
+from hooks.balloons.pool import Pool
+from hooks.balloons.topology import Topology
 
 FULL = """
 reservedResources:
@@ -56,11 +58,12 @@ def test_every_key_is_read(tmp_path) -> None:
     assert [t.name for t in config.all_types] == ["latency", "batch", RESERVED, DEFAULT]
     assert config.warnings == ()
 
-    pod = PodContext("rt-audio", "mixer-1", "mixer", {"tier": "batch"})
-    assert latency.matches(pod)
-    assert not batch.matches(pod)  # container name does not match work*
-    assert batch.matches(PodContext("x", "p", "worker", {"tier": "bulk"}))
-    assert not batch.matches(PodContext("x", "p", "worker", {"tier": "web"}))
+    choose = Pool(config, Topology.synthetic(1, 1, 16, 1)).choose_type
+    assert choose(PodContext("rt-audio", "mixer-1", "mixer", {"tier": "batch"})).name == "latency"
+    assert choose(PodContext("x", "p", "mixer", {"tier": "batch"})).name == "default"  # container name is not work*
+    assert choose(PodContext("x", "p", "worker", {"tier": "bulk"})).name == "batch"
+    assert choose(PodContext("x", "p", "worker", {"tier": "web"})).name == "default"
+    assert choose(PodContext("monitoring-a", "p", "worker", {"tier": "bulk"})).name == "reserved"
 
 
 def test_defaults_and_quantities() -> None:

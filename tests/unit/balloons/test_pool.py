@@ -143,10 +143,12 @@ def test_prefer_new_balloons_gives_each_pod_its_own_balloon_and_keeps_pods_toget
 def test_type_choice_follows_nri_order() -> None:
     p = pool(
         Topology.synthetic(1, 1, 4, 1),
-        {"name": "ns", "namespaces": ["team-*"]},
         {"name": "lbl", "matchExpressions": [{"key": "pod/labels/app", "operator": "Equals", "values": ["db"]}]},
+        {"name": "ns", "namespaces": ["team-*"]},
     )
     assert p.choose_type(PodContext("kube-system", "p", "c")).name == "reserved"
+    # a namespace match wins over an earlier type's matchExpressions (NRI's order)
+    assert p.choose_type(PodContext("team-b", "p", "c", {"app": "db"})).name == "ns"
     assert p.choose_type(PodContext("team-a", "p", "c", {"app": "db"})).name == "ns"
     assert p.choose_type(PodContext("x", "p", "c", {"app": "db"})).name == "lbl"
     assert p.choose_type(PodContext("x", "p", "c")).name == "default"

@@ -3,6 +3,9 @@ moves of running containers, restore after a restart, reload, status."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
 
 import grpc
@@ -178,3 +181,27 @@ async def test_status_socket_answers_the_live_balloons(tmp_path) -> None:
     assert 'work[0]{cpus:"1", mems:"0"}' in render(doc)
     assert not hook.status_socket.exists()
     json.dumps(doc)
+
+
+async def test_the_config_file_is_watched(tmp_path) -> None:
+    path = tmp_path / "conf" / "balloons.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(CONFIG))
+    hook, _ = await started(tmp_path, config_path=path)
+    background = asyncio.create_task(hook.background())
+    try:
+        # The watcher gives no sign that it watches: write until it has seen a write.
+        async with asyncio.timeout(20):
+            for attempt in itertools.count():
+                new = {**CONFIG, "balloonTypes": [{"name": f"renamed{attempt}", "namespaces": ["*"]}]}
+                path.write_text(yaml.safe_dump(new))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1):
+                        while not any(t.startswith("renamed") for t in hook.state.pool.types):
+                            await asyncio.sleep(0.02)
+                        break
+        assert not background.done()
+    finally:
+        background.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await background
