@@ -113,15 +113,7 @@ class BalloonsHook(BuiltinHook):
         try:
             return cls(socket_path, parse_config(config), **options)
         except (ConfigError, PoolError, TopologyError) as exc:
-            raise HookConfigInvalid(f"balloons: {exc}") from None
-
-    @classmethod
-    def from_config_file(cls, socket_path: str, path: str | os.PathLike[str], **options: Any) -> BalloonsHook:
-        """Built from a YAML file, which is then watched and reloaded."""
-        try:
-            return cls(socket_path, load_config_file(path), config_path=path, **options)
-        except (ConfigError, PoolError, TopologyError) as exc:
-            raise HookConfigInvalid(f"balloons: {exc}") from None
+            raise HookConfigInvalid(str(exc)) from None
 
     @property
     def state(self) -> Assignments:
