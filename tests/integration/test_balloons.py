@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -50,6 +51,7 @@ class HookProcess:
     process: asyncio.subprocess.Process
     socket: Path
     lines: list[str] = field(default_factory=list)
+    ended: bool = False
     _more: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def read_log(self) -> None:
@@ -57,18 +59,25 @@ class HookProcess:
         async for line in self.process.stderr:
             self.lines.append(line.decode())
             self._more.set()
+        self.ended = True
         self._more.set()
 
     async def logged(self, needle: str, timeout: float = 20.0) -> str:
         async with asyncio.timeout(timeout):
             while True:
+                seen = len(self.lines)
                 found = next((line for line in self.lines if needle in line), None)
                 if found is not None:
                     return found
-                if self.process.returncode is not None:
-                    raise AssertionError(f"hook exited ({self.process.returncode}) before {needle!r}: {''.join(self.lines)}")
-                self._more.clear()
-                await self._more.wait()
+                if self.ended:
+                    raise AssertionError(f"hook exited ({await self.process.wait()}) before {needle!r}: {''.join(self.lines)}")
+                await self.more(seen)
+
+    async def more(self, seen: int) -> None:
+        """Until the hook has logged more than ``seen`` lines (or ended)."""
+        while len(self.lines) <= seen and not self.ended:
+            self._more.clear()
+            await self._more.wait()
 
     async def status(self, *args: str) -> str:
         return await runtime_proxy("hook", "balloons", "status", "--socket", str(self.socket), *args)
@@ -195,6 +204,58 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                     assert await cpuset_of(channel2, again) == "1"
                     await lands_on(channel2, light, "1")
                     assert await cpuset_of(channel2, system) == "0"
+    finally:
+        async with launcher.channel() as channel:
+            for pod_id in pods:
+                await remove_pod_quietly(V1, channel, pod_id)
+
+
+async def rewrite_until(hook: HookProcess, path: Path, doc: object, needle: str) -> None:
+    """Write the config until the hook logs ``needle`` once more (its file watcher
+    gives no sign of being ready, so a write before it watches is repeated)."""
+    seen = sum(needle in line for line in hook.lines)
+    async with asyncio.timeout(30):
+        for attempt in itertools.count():
+            path.write_text(yaml.safe_dump(doc) + f"# write {attempt}\n")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    while sum(needle in line for line in hook.lines) == seen:
+                        await hook.more(len(hook.lines))
+                    return
+
+
+async def test_config_reloads_and_exhausted_policy(launcher, pod_log_dir, tmp_path) -> None:
+    config_path = tmp_path / "balloons.yaml"
+    good = config(launcher.socket)
+    config_path.write_text(yaml.safe_dump(good))
+    running, _ = await launcher.start()
+    pods: list[str] = []
+    try:
+        async with launcher.channel() as channel, balloons_hook(launcher, config_path) as hook:
+            await registered(running, 1)
+            await rebuilt(hook)
+            first_pod, first = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(first_pod)
+            assert await cpuset_of(channel, first) == "1"
+
+            # A broken config is logged; the last good one stays (work is still exhausted under Fail).
+            await rewrite_until(hook, config_path, {**good, "onExhausted": "Sometimes"}, "config reload failed")
+            with pytest.raises(aio.AioRpcError) as refused:
+                await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            assert "no balloon can take container" in refused.value.details()
+
+            # onExhausted: Ignore: the container lands in the default balloon (no CPU of its own: the reserved one).
+            await rewrite_until(hook, config_path, {**good, "onExhausted": "Ignore"}, "config reloaded")
+            second_pod, second = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(second_pod)
+            assert await cpuset_of(channel, second) == "0"
+            assert placements(json.loads(await hook.status("--json")))[second] == ("default[0]", "0")
+
+            # The work namespace becomes a reserved one: its running container moves to the reserved CPU.
+            moved = {**good, "onExhausted": "Ignore", "reservedPoolNamespaces": ["kube-system", WORK_NS]}
+            await rewrite_until(hook, config_path, moved, "config reloaded")
+            await lands_on(channel, first, "0")
+            assert placements(json.loads(await hook.status("--json")))[first] == ("reserved[0]", "0")
     finally:
         async with launcher.channel() as channel:
             for pod_id in pods:
