@@ -139,11 +139,11 @@ def run(
 ) -> None:
     """Serve built-in hook NAME and register it in --hook-dir until SIGTERM."""
     logs.setup(log_format, log_level)
-    server = _build(name, socket_path or SOCKET_DIR / f"{name}.sock", _load_config(config_file))
-    server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
+    cls = _load(name)
+    config = _load_config(config_file)
     registration = Registration(hook_dir, name, failure_policy, timeout, priority)
     try:
-        code = asyncio.run(_serve(server, registration, drain))
+        code = asyncio.run(_serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file))
     except SetupError:
         raise
     except Exception as exc:
@@ -180,22 +180,27 @@ def _load_config(path: Path | None) -> Mapping[str, Any]:
     return doc
 
 
-def _build(name: str, socket_path: Path, config: Mapping[str, Any]) -> BuiltinHook:
+def _load(name: str) -> type[BuiltinHook]:
     try:
-        cls = load_builtin(name)
+        return load_builtin(name)
     except (LookupError, BuiltinUnavailable) as exc:
         raise SetupError(str(exc)) from exc
-    try:
-        return cls.from_config(str(socket_path), config)
-    except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
-        raise SetupError(f"hook {name}: {exc}") from exc
 
 
-async def _serve(server: BuiltinHook, registration: Registration, drain: float) -> int:
+async def _serve(
+    cls: type[BuiltinHook], socket_path: Path, config: Mapping[str, Any], registration: Registration, drain: float,
+    config_file: Path | None = None,
+) -> int:
     from runtimeproxy.cripath.server import stop_on_signals
 
-    fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     stop = stop_on_signals()
+    try:
+        # Built in the loop: a hook may make loop-bound objects (channels, events) as it is built.
+        server = cls.from_config(str(socket_path), config)
+    except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
+        raise SetupError(f"hook {cls.NAME}: {exc}") from exc
+    server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
+    fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     try:
         await server.start()
     except HookServerError as exc:
@@ -210,6 +215,9 @@ async def _serve(server: BuiltinHook, registration: Registration, drain: float) 
             registration.write(server)
         except ValueError as exc:
             raise SetupError(f"hook {server.NAME}: cannot register: {exc}") from exc
+        except OSError as exc:  # e.g. a read-only or foreign hook directory
+            log.error("cannot register", extra={**fields, "error": str(exc)})
+            return EXIT_FAILED
         log.info(
             "hook registered",
             extra={

@@ -211,3 +211,21 @@ def test_hook_list_names_each_builtin_with_its_hook_points() -> None:
     else:
         hooks = ", ".join(h.value for h in batch.HOOKS)
         assert f"batchresource\t{batch.SUMMARY}\n\thooks: {hooks}\n" in out
+
+
+async def test_socket_path_too_long_exits_2(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    long = sock_dir / ("x" * 120) / "h.sock"
+    code, err = await (await hook_run("noop", "--socket", str(long), "--hook-dir", str(hook_dir))).finish()
+    assert code == 2, err
+    assert "hook noop: unix socket path too long" in err
+
+
+async def test_unwritable_hook_dir_exits_1_and_stops_serving(sock_dir: Path, hook_run: StartHook) -> None:
+    not_a_dir = sock_dir / "hooks.d"
+    not_a_dir.write_text("")
+    sock = sock_dir / "h.sock"
+    run = await hook_run("noop", "--socket", str(sock), "--hook-dir", str(not_a_dir), "--log-format", "json")
+    code, err = await run.finish()
+    assert code == 1, err
+    assert '"msg": "cannot register"' in err and "File exists" in err
+    assert not sock.exists()
