@@ -205,3 +205,24 @@ async def test_the_config_file_is_watched(tmp_path) -> None:
         background.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await background
+
+
+async def test_an_older_attempts_stop_does_not_release_its_successor(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app"))
+    await hook.pre_start_container(request("a", "app", cid="c-1"))
+    await hook.pre_create_container(request("a", "app"))  # attempt 1; the stop of attempt 0 was not seen
+    await hook.pre_start_container(request("a", "app", cid="c-2"))
+    await hook.post_stop_container(request("a", "app", cid="c-1"))
+    assert hook.state.pool.balloon_of(("a", "app")).members[("a", "app")].container_id == "c-2"
+    await hook.post_stop_container(request("a", "app", cid="c-2"))
+    assert hook.state.pool.balloon_of(("a", "app")) is None
+
+
+async def test_pin_flags_choose_what_the_answer_sets(tmp_path) -> None:
+    hook, _ = await started(tmp_path, {**CONFIG, "pinMemory": False})
+    answer = await hook.pre_create_container(request("a", "app"))
+    assert (answer.container_resources.cpuset_cpus, answer.container_resources.cpuset_mems) == ("1", "")
+    assert answer.container_resources.cpu_shares == 0  # only the cpuset: the request keeps the rest
+    hook, _ = await started(tmp_path / "none", {**CONFIG, "pinMemory": False, "pinCPU": False})
+    assert await hook.pre_create_container(request("a", "app")) is None
