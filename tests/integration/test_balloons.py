@@ -24,9 +24,10 @@ import yaml
 from grpc import aio
 
 from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 from ..hookprocs import registered
-from .crihelpers import V1, cgroup_of, container_config, pod_sandbox_config
+from .crihelpers import V1, cgroup_of
 from .proxyfixtures import ProxyLauncher
 from .test_hooks_real import container_pid
 from .test_localruntime import remove_pod_quietly
