@@ -19,10 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hooks.sdk import (  # the same socket rules as the hook socket
-    HookServerError,
-    _socket_state,
-)
+from hooks.sdk import HookServerError
+from runtimeproxy.host import unixsocket  # the same socket rules as the hook socket
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +36,16 @@ class StatusServer:
         self._snapshot = snapshot
         self._mode = mode
         self._server: asyncio.AbstractServer | None = None
+        self._identity: unixsocket.SocketIdentity | None = None
 
     async def start(self) -> None:
-        state = _socket_state(self.path)
-        if state == "live":
-            raise HookServerError(f"{self.path} is in use by another server")
-        if state == "other":
-            raise HookServerError(f"{self.path} exists and is not a unix socket; refusing to replace it")
-        self.path.unlink(missing_ok=True)
+        try:
+            unixsocket.prepare(self.path)
+        except unixsocket.UnixSocketError as exc:
+            raise HookServerError(str(exc)) from exc
         self._server = await asyncio.start_unix_server(self._answer, path=str(self.path))
         os.chmod(self.path, self._mode)
+        self._identity = unixsocket.SocketIdentity.of(self.path)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -64,7 +62,7 @@ class StatusServer:
             return
         server.close()
         await server.wait_closed()
-        self.path.unlink(missing_ok=True)
+        unixsocket.remove_own(self.path, self._identity)
 
 
 async def read_status(path: Path, timeout: float = 5.0) -> dict[str, Any]:
