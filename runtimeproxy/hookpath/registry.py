@@ -35,6 +35,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..metrics import HookConfigMetrics
+from .dirwatch import WatchSettings, file_identity, watch_directory
 from .hookfile import (
     DEFAULT_HOOK_DIR,
     HookConfigError,
@@ -128,11 +129,7 @@ class HookRegistry:
     ) -> None:
         self._directory = Path(directory)
         self._check_permissions = check_permissions
-        self._debounce_ms = debounce_ms
-        self._step_ms = step_ms
-        self._resync_interval = resync_interval
-        self._dir_poll_interval = dir_poll_interval
-        self._error_backoff = error_backoff
+        self._watch_settings = WatchSettings(debounce_ms, step_ms, resync_interval, dir_poll_interval, error_backoff)
         self._snapshot = HookSnapshot()
         self._owner = threading.current_thread()
         self._callbacks: list[ChangeCallback] = []
@@ -278,7 +275,7 @@ class HookRegistry:
         parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
         for path in candidates:
             name = path.name
-            identity = _file_identity(path)
+            identity = file_identity(path)
             last = self._parsed.get(name)
             fresh = reread is None or name in reread
             if not fresh and last is not None and identity is not None and last[0] == identity:
@@ -398,103 +395,22 @@ class HookRegistry:
         else:
             logger.error("hook config rejected: file=%s reason=%s", name, reason, extra=extra)
 
-    def _safe_reload(self, reread: frozenset[str] | None = None, periodic: bool = False) -> ReloadResult | None:
+    def _safe_reload(self, reread: frozenset[str] | None) -> ReloadResult | None:
+        """For the watcher: None re-reads everything, an empty set is the periodic rescan."""
         try:
-            return self._reload(reread, periodic)
+            return self._reload(reread, periodic=reread is not None and not reread)
         except Exception:
             logger.exception("reloading hook directory %s failed", self._directory, extra={"hook_dir": str(self._directory)})
             return None
 
     # -- watching ------------------------------------------------------------------
 
-    def _directory_identity(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self._directory)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
-
     async def watch(self, stop: asyncio.Event) -> None:
-        """Reload on every change of the directory until ``stop`` is set.
+        """Rescan on every change of the directory until ``stop`` is set; see :mod:`.dirwatch`.
 
-        Uses ``watchfiles.awatch`` (debounce ``debounce_ms``), plus a full
-        rescan every ``resync_interval`` seconds (catches changes made while the
-        watcher was being set up and edits of symlink targets outside the
-        directory).  A missing directory is waited for by polling its existence
-        every ``dir_poll_interval`` seconds; a directory that is deleted or
-        replaced is re-watched.  Errors are logged, never raised.
+        A change event re-reads the files it names (and any whose stat
+        changed); the periodic safety rescan reads only files whose stat
+        changed. Errors are logged, never raised.
         """
-        from watchfiles import awatch  # local import: only the watcher needs it
-
         self._refuse_foreign_thread("watch")
-        rust_timeout_ms = max(100, int(self._resync_interval * 1000))
-        while not stop.is_set():
-            self._safe_reload()
-            identity = self._directory_identity()
-            if identity is None:
-                # Missing (or not a directory): wait for it to appear.
-                while not stop.is_set() and self._directory_identity() is None:
-                    await _wait_or_timeout(stop, self._dir_poll_interval)
-                continue
-            # awatch sets its stop event when cancelled; give it its own so that
-            # cancelling watch() does not set the caller's event.
-            watcher_stop = asyncio.Event()
-            bridge = asyncio.create_task(_propagate(stop, watcher_stop))
-            changes = awatch(
-                self._directory,
-                watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
-                debounce=self._debounce_ms,
-                step=self._step_ms,
-                stop_event=watcher_stop,
-                rust_timeout=rust_timeout_ms,
-                yield_on_timeout=True,
-                recursive=False,
-            )
-            try:
-                async for batch in changes:
-                    # An empty batch is the periodic safety rescan: it reads only
-                    # files whose stat changed. A change event re-reads what it names.
-                    self._safe_reload(frozenset(Path(p).name for _, p in batch), periodic=not batch)
-                    if self._directory_identity() != identity:
-                        logger.info(
-                            "hook directory %s was removed or replaced; re-watching", self._directory,
-                            extra={"hook_dir": str(self._directory)},
-                        )
-                        break
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception(
-                    "watching hook directory %s failed; retrying", self._directory, extra={"hook_dir": str(self._directory)}
-                )
-                await _wait_or_timeout(stop, self._error_backoff)
-            finally:
-                watcher_stop.set()
-                bridge.cancel()
-                await changes.aclose()  # release the inotify watch now, not at GC time
-
-
-def _file_identity(path: Path) -> tuple[object, ...] | None:
-    """What must be unchanged for a file's last parse to still hold (None: unknown)."""
-    try:
-        st = os.stat(path)
-        identity: tuple[object, ...] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
-        if os.path.islink(path):  # the target, and its directory's safety, may change
-            target = os.path.realpath(path)
-            parent = os.stat(os.path.dirname(target))
-            identity += (target, parent.st_ino, parent.st_mode, parent.st_uid)
-    except OSError:
-        return None
-    return identity
-
-
-async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
-
-
-async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
+        await watch_directory(self._directory, self._safe_reload, self._watch_settings, stop)
