@@ -13,10 +13,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
-from hooks.sdk import HookServer
+from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.outages import OutageLog
@@ -129,32 +130,39 @@ async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()
-    socket = tmp_path / "late.sock"
-    dispatcher = Dispatcher(Servers([config("late.json", socket)]), clock=clock)  # type: ignore[arg-type]
-    try:
-        for _ in range(4):
-            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
-            clock.now += 10
-        assert len(warnings_of(caplog)) == 1
-        clock.now += 30  # 70 s since the first failure
-        await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
-        summary = warnings_of(caplog)[-1]
-        assert summary.getMessage() == "hook server late.json still failing: 4 failures in the last 70s"
-        assert summary.hook_failures == 4  # type: ignore[attr-defined]
-        await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
-        assert len(warnings_of(caplog)) == 2  # the next window has just begun
 
-        # The server comes up on a fresh dispatcher channel: one recovery line.
-        async with HookServer(socket):
-            await dispatcher.close()  # drop the channel in reconnect backoff
+    class Flaky(HookServer):  # up, but failing every call until it is healthy
+        healthy = False
+
+        async def handle(self, hook: HookType, request: Message) -> Message | None:
+            if not self.healthy:
+                raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
+            return None
+
+    async with Flaky(tmp_path / "flaky.sock") as server:
+        dispatcher = Dispatcher(Servers([config("flaky.json", tmp_path / "flaky.sock")]), clock=clock)  # type: ignore[arg-type]
+        try:
+            for _ in range(4):
+                await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+                clock.now += 10
+            assert len(warnings_of(caplog)) == 1
+            clock.now += 30  # 70 s since the first failure
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            summary = warnings_of(caplog)[-1]
+            assert summary.getMessage() == "hook server flaky.json still failing: 4 failures in the last 70s"
+            assert summary.hook_failures == 4  # type: ignore[attr-defined]
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            assert len(warnings_of(caplog)) == 2  # the next window has just begun
+
+            server.healthy = True
             clock.now += 5
             await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
             await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
-    finally:
-        await dispatcher.close()
+        finally:
+            await dispatcher.close()
     recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
     assert len(recovered) == 1
-    assert recovered[0].getMessage() == "hook server late.json recovered after 75.0s and 6 failed calls"
+    assert recovered[0].getMessage() == "hook server flaky.json recovered after 75.0s and 6 failed calls"
 
 
 def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> None:
