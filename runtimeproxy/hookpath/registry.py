@@ -357,7 +357,7 @@ class HookRegistry:
                 what = "no hooks are active"
             logger.error(
                 "%s; %s and loading no change from it until it is safe again", problem, what,
-                extra={"hook_dir": str(self._directory), "reason": problem, "hook_kept_last_good": sorted(kept)},
+                extra={"hook_dir": str(self._directory), "reason": problem, "hook_kept_files": sorted(kept)},
             )
         self._last_directory_error = problem
 
