@@ -46,9 +46,12 @@ def _directory_identity(directory: Path) -> tuple[int, int] | None:
 def file_identity(path: Path) -> tuple[object, ...] | None:
     """What must be unchanged for a file's last parse to still hold (None: unknown)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)  # one syscall for a regular file
+        link = stat.S_ISLNK(st.st_mode)
+        if link:
+            st = os.stat(path)
         identity: tuple[object, ...] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
-        if os.path.islink(path):  # the target, and its directory's safety, may change
+        if link:  # the target, and its directory's safety, may change
             target = os.path.realpath(path)
             parent = os.stat(os.path.dirname(target))
             identity += (target, parent.st_ino, parent.st_mode, parent.st_uid)

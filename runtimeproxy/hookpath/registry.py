@@ -278,7 +278,8 @@ class HookRegistry:
             identity = file_identity(path)
             last = self._parsed.get(name)
             fresh = reread is None or name in reread
-            if not fresh and last is not None and identity is not None and last[0] == identity:
+            cached = not fresh and last is not None and identity is not None and last[0] == identity
+            if cached and last is not None:
                 _, config, reason = last  # unchanged since its last parse: not read again
             else:
                 config, reason = self._parse(path)
@@ -293,7 +294,8 @@ class HookRegistry:
                 if previous is not None:
                     new_servers[name] = previous
                     kept.append(name)
-                self._log_rejection(path, reason, previous)
+                if not cached:  # an unchanged bad file was logged when it was read
+                    self._log_rejection(path, reason, previous)
                 continue
             if not config.hooks and old.servers.get(name) != config:
                 logger.warning(
