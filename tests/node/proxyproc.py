@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -34,6 +37,7 @@ class ProxyProcess:
                 "--backend", str(backend), "--hook-dir", str(hook_dir), *flags,
                 "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--log-format", "json"]
         self._child = Child("runtime-proxy", argv, self.log_path)
+        self._log_offset = 0  # where the log of the latest start begins
         self.starts = 0
 
     @property
@@ -41,6 +45,7 @@ class ProxyProcess:
         return self._child.pid
 
     async def start(self, timeout: float = 30.0) -> None:
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         await self._child.start()
         self.starts += 1
         await self._wait_serving(timeout)
@@ -84,3 +89,14 @@ class ProxyProcess:
 
     def log_tail(self) -> str:
         return tail(self.log_path)
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The JSON log lines of the latest start (a line still being written is left out)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_offset)
+            lines = f.read().split(b"\n")[:-1]
+        records = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+        return records

@@ -211,8 +211,24 @@ async def test_proxy_restart_leaves_every_container_running(node: ProxiedNode) -
     live = {run.pod_name(p) for p in LIVE_PODS}
     assert {n: p for n, p in after.items() if n in live} == {n: p for n, p in before.items() if n in live}
     assert {(pod, c): s["restartCount"] for pod, item in items.items() for c, s in _statuses(item).items()} == counts
+    rebuilt = [r for r in node.proxy.log_records() if r.get("msg") == "state rebuilt from backend"]
+    assert len(rebuilt) == 1 and rebuilt[0]["pods_skipped"] == rebuilt[0]["containers_skipped"] == 0, rebuilt
+    assert rebuilt[0]["pods"] >= len(LIVE_PODS)
     failed_calls = sum((await kubelet.runtime_operations())[1].values()) - failed_before
     log.info("proxy restarted under kubelet: its calls succeed again %.1f s after the proxy serves, "
              "%d kubelet calls failed", recovered_s, failed_calls,
              extra={"variant": node.variant, "calls_ok_again_after_s": round(recovered_s, 1),
                     "failed_kubelet_calls": failed_calls})
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "proxy defect: runtimeproxy/hookpath/store.py _listed_ids decodes every ListContainers item as "
+    "v1.PodSandbox; a Container's field 2 (pod_sandbox_id, a string) is then parsed as PodSandboxMetadata, "
+    "which fails for almost every hex id, so each restart logs a false 'cannot read container from the "
+    "backend's list; its hooks will have no stored state' warning per container (the state is rebuilt anyway)"))
+async def test_restarted_proxy_logs_no_warning(node: ProxiedNode) -> None:
+    """A proxy restarted under kubelet's pods: an operator reading its log finds nothing amiss."""
+    if node.proxy.starts < 2:  # run alone, without the restart test before it
+        await node.proxy.restart()
+    noisy = [r for r in node.proxy.log_records() if r.get("level") in ("warning", "error", "critical")]
+    assert not noisy, noisy
