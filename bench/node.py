@@ -35,6 +35,7 @@ from .procs import BenchError, cpu_seconds, memory_mib
 @dataclass(frozen=True)
 class NodeOptions:
     duration: float = 60.0  # seconds measured
+    idle: float = 10.0  # seconds the proxy's own idle CPU use is measured, before kubelet starts
     settle: float = 10.0  # seconds after the pods run, before measuring (kubelet's start-up bursts)
     json_path: Path | None = None
     keep: bool = False
@@ -47,12 +48,14 @@ def parse(argv: list[str]) -> NodeOptions:
     p.add_argument("--duration", type=float, default=d.duration, help=f"seconds measured [{d.duration:g}]")
     p.add_argument("--settle", type=float, default=d.settle,
                    help=f"seconds waited after the pods run, before measuring [{d.settle:g}]")
+    p.add_argument("--idle", type=float, default=d.idle,
+                   help=f"seconds the proxy is measured with no client, before kubelet starts [{d.idle:g}]")
     p.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
     a = p.parse_args(argv)
-    if a.duration <= 0 or a.settle < 0:
-        p.error("--duration must be > 0 and --settle >= 0")
-    return NodeOptions(a.duration, a.settle, a.json, a.keep)
+    if a.duration <= 0 or a.settle < 0 or a.idle <= 0:
+        p.error("--duration and --idle must be > 0 and --settle >= 0")
+    return NodeOptions(a.duration, a.idle, a.settle, a.json, a.keep)
 
 
 def say(message: str) -> None:
@@ -76,6 +79,8 @@ async def measure(opts: NodeOptions, work: Path) -> dict[str, Any]:
         stack.push_async_callback(proxy.stop)
         say("starting the proxy")
         await proxy.start()
+        say(f"measuring the idle proxy for {opts.idle:g} s")
+        idle = await cpu_share(proxy.pid, opts.idle)
         say("starting kubelet with the node tier's static pods")
         run = await stack.enter_async_context(NodeRun(binary, work / "kubelet", containerd, proxy.socket))
         await run.wait_running()
@@ -96,16 +101,26 @@ async def measure(opts: NodeOptions, work: Path) -> dict[str, Any]:
     calls = {op: (calls1[op] - calls0.get(op, 0)) / elapsed for op in calls1 if calls1[op] > calls0.get(op, 0)}
     errors = sum(errors1.values()) - sum(errors0.values())
     total = sum(calls.values())
-    cpu_share = {name: (cpu1[name] - cpu0[name]) / elapsed for name in pids}
+    shares = {name: (cpu1[name] - cpu0[name]) / elapsed for name in pids}
     return {
         "seconds": elapsed,
         "kubelet_calls_per_s": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
         "kubelet_calls_per_s_total": total,
         "kubelet_call_errors": errors,
-        "cpu_share": cpu_share,  # CPU seconds per second: 1.0 is one core
-        "proxy_cpu_ms_per_call": 1000 * cpu_share["proxy"] / total if total else float("nan"),
+        "cpu_share": shares,  # CPU seconds per second: 1.0 is one core
+        "proxy_idle_cpu_share": idle,
+        "proxy_cpu_ms_per_call": 1000 * shares["proxy"] / total if total else float("nan"),
+        "proxy_cpu_ms_per_call_above_idle": 1000 * (shares["proxy"] - idle) / total if total else float("nan"),
         "proxy_memory_mib": memory,
     }
+
+
+async def cpu_share(pid: int, seconds: float) -> float:
+    """CPU seconds per second `pid` used over the next `seconds`."""
+    loop = asyncio.get_running_loop()
+    cpu0, t0 = cpu_seconds(pid), loop.time()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - cpu0) / (loop.time() - t0)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -119,7 +134,9 @@ def render(results: dict[str, Any]) -> str:
     for name, share in results["cpu_share"].items():
         lines.append(f"  {name:<20} {100 * share:6.2f} %")
     memory = results["proxy_memory_mib"]
-    lines += ["", f"proxy CPU per kubelet call: {results['proxy_cpu_ms_per_call']:.2f} ms",
+    lines += [f"  {'proxy, no client':<20} {100 * results['proxy_idle_cpu_share']:6.2f} %   (before kubelet started)",
+              "", f"proxy CPU per kubelet call: {results['proxy_cpu_ms_per_call']:.2f} ms "
+              f"({results['proxy_cpu_ms_per_call_above_idle']:.2f} ms above its idle use)",
               f"proxy memory: {memory['rss_mib']:.1f} MiB resident, {memory['peak_mib']:.1f} MiB peak"]
     return "\n".join(lines)
 

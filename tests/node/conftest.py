@@ -128,7 +128,7 @@ class ProxiedNode:
 
 
 @pytest_asyncio.fixture(scope="module", params=sorted(VARIANTS), loop_scope="session")
-async def node(request: pytest.FixtureRequest, kubelet_binary: Path, node_containerd: LocalContainerd,
+async def proxied_node(request: pytest.FixtureRequest, kubelet_binary: Path, node_containerd: LocalContainerd,
                direct_run: DirectRun, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProxiedNode]:
     """kubelet through a proxy process with two hook servers; the tier's pods written.
 
@@ -148,3 +148,11 @@ async def node(request: pytest.FixtureRequest, kubelet_binary: Path, node_contai
         assert await proxy.hook_servers() == 2, f"the proxy did not load both hook files:\n{proxy.log_tail()}"
         run = await stack.enter_async_context(NodeRun(kubelet_binary, base / "kubelet", node_containerd, proxy.socket))
         yield ProxiedNode(variant, run, proxy, recorder, batch, hook_dir)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def node(proxied_node: ProxiedNode) -> ProxiedNode:
+    """The proxied node once its pods run (at once after the first test), so that each test
+    also runs alone."""
+    await proxied_node.run.wait_running()
+    return proxied_node

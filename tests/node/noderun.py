@@ -21,7 +21,7 @@ from .manifests import StaticPod
 # Generous: the CI machine is shared, and a loaded 2-core box is slow. The figures
 # measured are logged, so a slow run shows.
 RUNNING_TIMEOUT = 90.0
-STOP_TIMEOUT = 30.0  # kubelet checks the manifest directory every 2 s; the grace period is 1 s
+STOP_TIMEOUT = 20.0  # kubelet checks the manifest directory every 2 s; the grace period is 1 s
 
 
 class NodeRun(contextlib.AbstractAsyncContextManager["NodeRun"]):
@@ -78,6 +78,7 @@ class NodeRun(contextlib.AbstractAsyncContextManager["NodeRun"]):
         loop = asyncio.get_running_loop()
         removed_at = loop.time()
         pod.path(self.kubelet.manifests).unlink()
+        self.pods = tuple(p for p in self.pods if p is not pod)
         name = self.pod_name(pod)
         async with self.channel() as channel:
             async def stopped() -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 from . import runtime
 from .cgroups import cgroup_of, read_value
-from .conftest import DirectRun, ProxiedNode
+from .conftest import VARIANTS, DirectRun, ProxiedNode
 from .crierrors import cri_errors
 from .kubelet import read_sysctls
 from .manifests import (
@@ -66,7 +66,8 @@ async def _kubelet_sees_running(node: ProxiedNode, pods: tuple[StaticPod, ...]) 
     return await runtime.wait_for("kubelet reports every pod Running", running, KUBELET_TIMEOUT)
 
 
-async def test_static_pods_reach_running(node: ProxiedNode) -> None:
+async def test_static_pods_reach_running(proxied_node: ProxiedNode) -> None:
+    node = proxied_node
     await node.run.wait_running()
     running_s = asyncio.get_running_loop().time() - node.run.started_at
     items = await _kubelet_sees_running(node, LIVE_PODS + (DOOMED,))
@@ -75,6 +76,13 @@ async def test_static_pods_reach_running(node: ProxiedNode) -> None:
     assert all(s["restartCount"] == 0 for item in items.values() for s in _statuses(item).values())
     log.info("pods running %.1f s after their manifests were written", running_s,
              extra={"variant": node.variant, "seconds": round(running_s, 1)})
+
+
+async def test_kubelet_speaks_v1_and_the_proxy_translates_as_configured(node: ProxiedNode) -> None:
+    assert "Validated CRI v1 runtime API" in node.run.kubelet.log_text()
+    assert "Validated CRI v1 image API" in node.run.kubelet.log_text()
+    translated = [r["msg"] for r in node.proxy.log_records() if "translated" in r.get("msg", "")]
+    assert bool(translated) == ("--backend-version" in VARIANTS[node.variant]), translated
 
 
 async def test_host_sysctls_are_untouched(node: ProxiedNode, host_sysctls: dict[str, str]) -> None:
