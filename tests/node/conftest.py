@@ -140,7 +140,7 @@ async def proxied_node(request: pytest.FixtureRequest, kubelet_binary: Path, nod
     hook_dir.mkdir(mode=0o755)
     async with contextlib.AsyncExitStack() as stack:
         recorder = await stack.enter_async_context(hook_server(base, "recorder", {}))
-        recorder.register(hook_dir, ALL_HOOKS, failure_policy="Fail")
+        recorder.register(hook_dir, ALL_HOOKS, failure_policy="Fail", timeout="5s")  # Fail: a hook error shows
         batch = await stack.enter_async_context(batchresource_hook(base, hook_dir))
         proxy = ProxyProcess(base, node_containerd.socket, hook_dir, VARIANTS[variant])
         stack.push_async_callback(proxy.stop)
