@@ -155,7 +155,8 @@ class Kubelet:
             source.write_text(value + "\n")
             commands.append(f"mount --bind {shlex.quote(str(source))} /proc/sys/{key}")
         upper, work = self.base / "var-lib" / "upper", self.base / "var-lib" / "work"
-        commands.append(f"mount -t overlay overlay -o lowerdir=/var/lib,upperdir={upper},workdir={work} /var/lib")
+        options = shlex.quote(f"lowerdir=/var/lib,upperdir={upper},workdir={work}")
+        commands.append(f"mount -t overlay overlay -o {options} /var/lib")
         return commands
 
     def argv(self) -> list[str]:
