@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench: needs root (it runs containerd and runc)", file=sys.stderr)
         return 2
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["node"]:  # the kubelet-at-rest report (bench/node.py)
+        from .node import main as node_main
+
+        return node_main(args[1:])
     opts = _parse(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
