@@ -229,11 +229,6 @@ async def test_proxy_restart_leaves_every_container_running(node: ProxiedNode) -
                     "failed_kubelet_calls": failed_calls})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "proxy defect: runtimeproxy/hookpath/store.py _listed_ids decodes every ListContainers item as "
-    "v1.PodSandbox; a Container's field 2 (pod_sandbox_id, a string) is then parsed as PodSandboxMetadata, "
-    "which fails for almost every hex id, so each restart logs a false 'cannot read container from the "
-    "backend's list; its hooks will have no stored state' warning per container (the state is rebuilt anyway)"))
 async def test_restarted_proxy_logs_no_warning(node: ProxiedNode) -> None:
     """A proxy restarted under kubelet's pods: an operator reading its log finds nothing amiss."""
     if node.proxy.starts < 2:  # run alone, without the restart test before it
