@@ -16,6 +16,7 @@ from typing import NoReturn, Protocol
 
 import grpc
 from grpc import aio
+from grpc._cython import cygrpc
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +135,14 @@ class GrpcRelay:
     async def stream_stream(
         self, channel: aio.Channel, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        call = channel.stream_stream(path)(
-            requests, metadata=client_metadata(context), timeout=context.time_remaining()
-        )
-        async for message in self._relay_stream(call, path, context):
-            yield message
+        # No request iterator for grpc.aio: _send_requests copies them (see there).
+        call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
+        sender = asyncio.ensure_future(_send_requests(call, requests, path))
+        try:
+            async for message in self._relay_stream(call, path, context):
+                yield message
+        finally:
+            sender.cancel()
 
     async def _relay_stream(self, call: aio.Call, path: str, context: aio.ServicerContext) -> AsyncIterator[bytes]:
         self._streams.add(call)
@@ -162,6 +166,33 @@ class GrpcRelay:
             # Client gone, generator closed or shutdown: never leave the
             # backend stream running.
             call.cancel()
+
+
+async def _send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[bytes], path: str) -> None:
+    """Copy the client's messages to the backend call, then half-close it.
+
+    Not grpc.aio's request-iterator consumer (nor ``call.write``): when the
+    backend ends a call while a message is still on its way (a runtime that
+    answers an unknown method UNIMPLEMENTED at once), the write fails, and
+    grpc.aio then stamps INTERNAL "Internal error from Core" on the call; if
+    that happens before the backend's own status is handed over, the relay
+    reads INTERNAL instead of the backend's answer (grpc/grpc#36066). Writing
+    through the call's core object, a failed write changes nothing: the
+    backend's status arrives on the response side, as it was sent.
+    """
+    core_call = call._cython_call  # noqa: SLF001 - the write without the status stamp, see above
+    try:
+        await call.wait_for_connection()  # headers sent: messages may follow
+        async for message in requests:
+            await core_call.send_serialized_message(message)
+        await core_call.send_receive_close()
+    except (cygrpc.InternalError, aio.AioRpcError):
+        # The backend ended the call (or it was cancelled): nothing more to
+        # send, and the call's status says how it ended.
+        return
+    except Exception:  # the client's stream broke: end the backend call too
+        log.debug("client request stream failed", extra={"method": path}, exc_info=True)
+        call.cancel()
 
 
 async def _pass_initial_metadata(call: aio.Call, context: aio.ServicerContext) -> None:
