@@ -180,7 +180,7 @@ class Backend:
             "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
         )
         for listener in self._listeners:
-            listener(info)
+            self._tell(listener, "backend probed", info)
 
     async def run(self) -> None:
         """Probe, then check the runtime each time the channel comes back to READY."""
@@ -226,7 +226,7 @@ class Backend:
 
     def _notify_reconnect(self, restarted: bool) -> None:
         for listener in self._reconnect_listeners:
-            listener(restarted)
+            self._tell(listener, "backend reconnected", restarted)
 
     def _lost(self, reason: str) -> None:
         """The backend is not known to answer (once per loss, until probed again)."""
@@ -235,7 +235,17 @@ class Backend:
         self.connected = False
         log.warning("backend unavailable", extra={"backend": str(self.runtime_socket), "reason": reason})
         for listener in self._lost_listeners:
-            listener()
+            self._tell(listener, "backend unavailable")
+
+    def _tell(self, listener: Callable[..., None], event: str, *args: object) -> None:
+        """One listener's failure is its own: the others still hear the event,
+        and the monitor (which keeps routing and health current) goes on."""
+        try:
+            listener(*args)
+        except Exception:
+            log.exception(
+                "backend listener failed", extra={"backend": str(self.runtime_socket), "event": event, "listener": repr(listener)}
+            )
 
     async def close(self) -> None:
         await self.runtime_channel.close()

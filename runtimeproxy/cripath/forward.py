@@ -158,7 +158,13 @@ class GrpcRelay:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             await pass_error(context, err, path)
         except asyncio.CancelledError:
-            if self._closing and not context.cancelled():
+            # end_streams cancelled the backend call (grpc.aio raises
+            # CancelledError for a locally cancelled call): tell the client to
+            # retry. But if this handler itself is being cancelled (its
+            # client left, or the server's grace period ran out), the
+            # cancellation must go on: no answer, no swallowing it.
+            task = asyncio.current_task()
+            if self._closing and not context.cancelled() and not (task is not None and task.cancelling()):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             raise
         finally:
