@@ -16,6 +16,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
+from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .backend import Backend, BackendInfo, channel_options
 from .forward import GrpcRelay, Relay
 from .methods import ApiVersion
@@ -61,6 +62,7 @@ class Proxy:
         config: ProxyConfig,
         stages: Sequence[StageProvider] = (),
         relay: Relay | None = None,
+        tasks: Supervisor | None = None,
     ) -> None:
         if config.backend is None:
             raise ValueError("Proxy needs a backend socket")
@@ -73,9 +75,8 @@ class Proxy:
         self.server = aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self._backend_task: asyncio.Task[None] | None = None
+        self.tasks = tasks or Supervisor()
         self._socket_inode: int | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
 
@@ -95,25 +96,17 @@ class Proxy:
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("probing backend", extra={"backend": str(self.config.backend)})
-        self._backend_task = asyncio.create_task(self._run_backend(), name="backend-probe")
-
-    async def _run_backend(self) -> None:
-        try:
-            await self.backend.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never die silently: this task keeps routing current
-            log.exception("backend monitor failed")
-            raise
+        # Keeps routing and health current; restarted if it dies (a restart
+        # probes again, so routing and health are brought up to date).
+        self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
 
     def _on_backend(self, info: BackendInfo) -> None:
         serving = bool(self.router.plan)
         self._health_soon(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     def _health_soon(self, status: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._set_health(status))
-        self._tasks.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._tasks.discard)
+        # Critical: a proxy whose health can no longer change must not go on.
+        self.tasks.spawn(TaskName.HEALTH, self._set_health(status), critical=True)
 
     async def _set_health(self, status: int) -> None:
         await self.health.set("", status)
@@ -130,14 +123,19 @@ class Proxy:
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
+        # 1. Stop accepting and drain the calls: unary calls get the grace
+        #    period, streams end now (UNAVAILABLE, kubelet retries).
         self.relay.end_streams()
         await self.server.stop(grace)
-        for stage in self.router.stages:  # before the backend channels close
+        # 2. Finish recording the calls the runtime answered (this reads the
+        #    backend), and let their post hooks finish.
+        for stage in self.router.stages:
             await stage.settle()
-        if self._backend_task is not None:
-            self._backend_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._backend_task
+        await self.tasks.drain()
+        # 3. Stop what watches or reads the backend (STOP_ORDER)...
+        await self.tasks.stop(STOP_ORDER)
+        await self.tasks.close()
+        # 4. ...and only then close its channels.
         await self.backend.close()
         # Only our own socket: a newer instance may already have replaced it.
         with contextlib.suppress(FileNotFoundError):

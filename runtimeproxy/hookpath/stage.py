@@ -17,6 +17,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 
 from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
+from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .points import HookType
@@ -68,8 +69,11 @@ class KeyedLocks:
 
 
 class HookStage(StageProvider):
-    def __init__(self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None
+    ) -> None:
         self.dispatcher = dispatcher
+        self._tasks = tasks or Supervisor()
         self.store = store
         self._metrics = metrics
         self.locks = KeyedLocks()
@@ -180,17 +184,17 @@ class HookStage(StageProvider):
     def _finish_in_background(
         self, work: Coroutine[Any, Any, None], release: Callable[[], None] | None, fields: dict[str, object]
     ) -> None:
-        task = asyncio.get_running_loop().create_task(work, name="finish-hooked-call")
+        task = self._tasks.spawn(TaskName.FINISH, work, drain=True, fields=fields)
         self._finishing.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
+            # A callback, not a finally: it runs even if the task is
+            # cancelled before it started.
             self._finishing.discard(finished)
             if release is not None:
                 release()
             if finished.cancelled():
                 log.warning("recording a finished call was cancelled; state is read back on demand", extra=fields)
-            elif finished.exception() is not None:
-                log.error("recording a finished call failed", extra={**fields, "error": repr(finished.exception())})
 
         task.add_done_callback(done)
 
@@ -204,7 +208,7 @@ class HookStage(StageProvider):
                 await asyncio.wait(previous)
             await self.dispatcher.run_post(hook, request, fields)
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"post-{hook.value}")
+        task = self._tasks.spawn(TaskName.POST_HOOK, run(), drain=True, fields={**fields, "hook": hook.value})
         for key in keys:
             self._post_hooks[key] = task
 
