@@ -57,11 +57,11 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
     never = asyncio.Event()
     tasks.keep_running(TaskName.WATCHER, lambda: registry.watch(never))
-    await proxy.start()
-    stack.push_async_callback(proxy.stop)
-    if config.metrics_listen:
+    if config.metrics_listen:  # stopped after the proxy: scraped until the end
         stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})
+    await proxy.start()
+    stack.push_async_callback(proxy.stop)
     return RunningProxy(proxy, registry, hooks, store, metrics, tasks)
 
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
+QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
+HOLD_LIMIT_S = 1.0
 
 
 class ListenError(RuntimeError):
@@ -120,13 +122,35 @@ class Proxy:
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self.backend.ready.wait(), timeout)
 
+    async def _stop_accepting(self, grace: float) -> None:
+        """Shut the server down without a call ending CANCELLED.
+
+        grpc's core cancels (CANCELLED, which kubelet does not retry) every
+        call it has received but not yet handed to the proxy when the server
+        shuts down. So new calls are first held (not answered) until none
+        has come in for QUIET_S: by then each client is waiting on a held
+        call and core holds none the proxy has not seen. Then the shutdown starts (grpc
+        tells clients to go away) and the held calls are answered UNAVAILABLE.
+        The wait is a quiet period, not an event: core does not say what it
+        holds; at most min(grace, 1 s).
+        """
+        held = self.router.hold_new_calls()
+        await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S))
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
+        held.release()
+        await stopping
+
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
         # 1. Stop accepting and drain the calls: unary calls get the grace
         #    period, streams end now (UNAVAILABLE, kubelet retries).
         self.relay.end_streams()
-        await self.server.stop(grace)
+        if grace > 0:
+            await self._stop_accepting(grace)
+        else:  # no grace: calls in flight are cancelled anyway
+            await self.server.stop(0)
         # 2. Finish recording the calls the runtime answered (this reads the
         #    backend), and let their post hooks finish.
         for stage in self.router.stages:

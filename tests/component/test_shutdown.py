@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from grpc import aio
 
 from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath.server import Proxy
 from runtimeproxy.hookpath.hookfile import HookRegistry
 
 from .fakes import FakeBackend
@@ -84,3 +88,67 @@ async def test_the_watcher_stops_with_the_server_before_the_channels_close(
         monkeypatch.setattr(running.proxy.server, "stop", server_stop)
         monkeypatch.setattr(running.proxy.backend, "close", backend_close)
     assert events == ["server stopped", "watcher ended", "channels closing"]
+
+
+LIST = "/runtime.v1.RuntimeService/ListContainers"
+ROUNDS = 20  # before the fix, a CANCELLED showed about every second or third stop
+CLIENTS = 4
+WARM_CALLS = 20  # answered calls in a round before the stop begins
+
+
+async def test_calls_during_a_stop_end_ok_or_unavailable_never_cancelled(fake, sock_dir) -> None:
+    outcomes: Counter[str] = Counter()
+    listen = sock_dir / "proxy.sock"
+    for _ in range(ROUNDS):
+        proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket))
+        await proxy.start()
+        await proxy.wait_ready(10)
+        answered = 0
+        warm, stopping = asyncio.Event(), asyncio.Event()
+
+        async def client() -> None:
+            nonlocal answered
+            async with aio.insecure_channel(f"unix://{listen}") as channel:
+                call = channel.unary_unary(LIST)
+                for _ in range(5000):  # bounded; each client ends at its first refusal after the stop began
+                    try:
+                        await call(b"", timeout=10)
+                        outcomes["OK"] += 1
+                        answered += 1
+                        if answered >= WARM_CALLS:
+                            warm.set()
+                    except aio.AioRpcError as err:
+                        outcomes[err.code().name] += 1
+                        if stopping.is_set():
+                            return
+
+        clients = [asyncio.ensure_future(client()) for _ in range(CLIENTS)]
+        await asyncio.wait_for(warm.wait(), 10)
+        stopping.set()
+        await proxy.stop(5)
+        await asyncio.wait_for(asyncio.gather(*clients), 30)
+    assert set(outcomes) == {"OK", "UNAVAILABLE"}, outcomes
+    assert outcomes["UNAVAILABLE"] >= CLIENTS * ROUNDS
+
+
+async def test_a_stop_with_metrics_does_not_wait_for_the_metrics_server(
+    fake, sock_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metrics server's thread notices a shutdown only at its next poll
+    (0.5 s by default); the stop must not wait for it on the event loop. The
+    poll is made 20 s here, so that a stop that waits is unmistakable; the
+    bound below is generous for a loaded machine and far below the poll."""
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    real_serve = ThreadingWSGIServer.serve_forever
+
+    def serve_forever(self: ThreadingWSGIServer, poll_interval: float = 0.5) -> None:
+        real_serve(self, poll_interval=20)
+
+    monkeypatch.setattr(ThreadingWSGIServer, "serve_forever", serve_forever)
+    stack = contextlib.AsyncExitStack()
+    running = await build_proxy(proxy_config(sock_dir, fake, metrics_listen="127.0.0.1:0"), stack)
+    await running.proxy.wait_ready(10)
+    started = time.monotonic()
+    await stack.aclose()
+    assert time.monotonic() - started < 10
