@@ -10,8 +10,9 @@ without touching routing or hooks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import NoReturn, Protocol
 
 import grpc
@@ -79,6 +80,16 @@ async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: s
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+# Set by a caller that must know when its unary backend call has been sent,
+# not just scheduled (the hook path releases a stop's per-object order then).
+# The relay calls it, in the task that makes the call, once grpc has written
+# the request; a relay that never calls it only makes such a caller wait for
+# the whole call.
+call_issued: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "runtimeproxy_call_issued", default=None
+)
+
+
 class Relay(Protocol):
     def end_streams(self) -> None:
         """Shutdown: end every open stream now (clients see UNAVAILABLE)."""
@@ -108,6 +119,9 @@ class GrpcRelay:
             call.cancel()
 
     async def unary(self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext) -> bytes:
+        notify = call_issued.get()
+        if notify is not None:
+            return await self._unary_telling_sent(channel, path, request, context, notify)
         call = channel.unary_unary(path)(
             request, metadata=client_metadata(context), timeout=context.time_remaining()
         )
@@ -122,6 +136,36 @@ class GrpcRelay:
         await _pass_initial_metadata(call, context)
         await _pass_reply_metadata(call, context)
         return response
+
+    async def _unary_telling_sent(
+        self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
+    ) -> bytes:
+        """A unary call that tells ``notify`` once its request is sent.
+
+        grpc.aio only says when a request has been written for a call that
+        streams its requests, so this one is made as such: the same frames
+        on the wire (headers, one message, end of stream), and grpc completes
+        each write once it has gone to the connection. Calls on one
+        connection reach the runtime in the order they were written.
+        """
+        call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
+        try:
+            await _send_requests(call, _just(request), path)
+            notify()
+            responses = [message async for message in call]  # type: ignore[attr-defined]
+        except aio.AioRpcError as err:
+            await _pass_initial_metadata(call, context)
+            await pass_error(context, err, path)
+        except asyncio.CancelledError:
+            call.cancel()  # the client went away: so does the backend call
+            raise
+        await _pass_initial_metadata(call, context)
+        await _pass_reply_metadata(call, context)
+        if len(responses) != 1:
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"runtime-proxy: the runtime answered a unary call with {len(responses)} messages"
+            )
+        return responses[0]
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -199,6 +243,10 @@ async def _send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[byt
     except Exception:  # the client's stream broke: end the backend call too
         log.debug("client request stream failed", extra={"method": path}, exc_info=True)
         call.cancel()
+
+
+async def _just(message: bytes) -> AsyncIterator[bytes]:
+    yield message
 
 
 async def _pass_initial_metadata(call: aio.Call, context: aio.ServicerContext) -> None:

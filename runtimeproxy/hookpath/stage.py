@@ -15,6 +15,7 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
+from ..cripath.forward import call_issued
 from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
@@ -132,9 +133,11 @@ class HookStage(StageProvider):
             outgoing = req.SerializeToString() if changed else request
             if ex.ordered_until_issued:
                 # A stop waits out the grace period kubelet chose; the next
-                # call on this object (a CPU manager update, say) is issued
-                # after it, without waiting for it to end.
-                backend_call = asyncio.ensure_future(send(outgoing))
+                # call on this object (a CPU manager update, say) goes once
+                # the stop's request has been written to the runtime's
+                # connection (so it reaches the runtime first), without
+                # waiting for the stop to end.
+                backend_call = await _issue(send, outgoing)
                 release()
                 release = None
                 reply = await backend_call
@@ -239,6 +242,33 @@ class HookStage(StageProvider):
         await self.settle()  # these may start post hooks
         if self._post_hooks:
             await asyncio.wait(set(self._post_hooks.values()))
+
+
+async def _issue(send: Send, request: bytes) -> asyncio.Task[bytes]:
+    """Start the backend call and return once the relay has sent its request
+    (``forward.call_issued``), or once it ended without getting there
+    (refused, failed): whatever is sent on this object next reaches the
+    runtime after it."""
+    loop = asyncio.get_running_loop()
+    issued: asyncio.Future[None] = loop.create_future()
+
+    def notify() -> None:
+        if not issued.done():
+            issued.set_result(None)
+
+    token = call_issued.set(notify)
+    try:
+        backend_call = asyncio.ensure_future(send(request))  # the task sees ``notify``
+    finally:
+        call_issued.reset(token)
+    try:
+        await asyncio.wait([backend_call, issued], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        backend_call.cancel()  # the client left before the stop was issued
+        raise
+    finally:
+        issued.cancel()
+    return backend_call
 
 
 def _event_keys(key: str, request: object, store: StateStore) -> tuple[str, ...]:
