@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import NoReturn, Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc import aio
@@ -125,17 +125,11 @@ class GrpcRelay:
         call = channel.unary_unary(path)(
             request, metadata=client_metadata(context), timeout=context.time_remaining()
         )
-        try:
-            response = await call
-        except aio.AioRpcError as err:
-            await _pass_initial_metadata(call, context)
-            await pass_error(context, err, path)
-        except asyncio.CancelledError:
-            call.cancel()  # the client went away: so does the backend call
-            raise
-        await _pass_initial_metadata(call, context)
-        await _pass_reply_metadata(call, context)
-        return response
+
+        async def answer() -> bytes:
+            return await call
+
+        return await _unary_answer(call, answer(), path, context)
 
     async def _unary_telling_sent(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
@@ -149,23 +143,19 @@ class GrpcRelay:
         connection reach the runtime in the order they were written.
         """
         call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
-        try:
+
+        async def answer() -> bytes:
             await _send_requests(call, _just(request), path)
             notify()
             responses = [message async for message in call]  # type: ignore[attr-defined]
-        except aio.AioRpcError as err:
-            await _pass_initial_metadata(call, context)
-            await pass_error(context, err, path)
-        except asyncio.CancelledError:
-            call.cancel()  # the client went away: so does the backend call
-            raise
-        await _pass_initial_metadata(call, context)
-        await _pass_reply_metadata(call, context)
-        if len(responses) != 1:
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"runtime-proxy: the runtime answered a unary call with {len(responses)} messages"
-            )
-        return responses[0]
+            if len(responses) != 1:
+                await context.abort(
+                    grpc.StatusCode.INTERNAL,
+                    f"runtime-proxy: the runtime answered a unary call with {len(responses)} messages",
+                )
+            return responses[0]
+
+        return await _unary_answer(call, answer(), path, context)
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -243,6 +233,23 @@ async def _send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[byt
     except Exception:  # the client's stream broke: end the backend call too
         log.debug("client request stream failed", extra={"method": path}, exc_info=True)
         call.cancel()
+
+
+async def _unary_answer(
+    call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext
+) -> bytes:
+    """The backend's one answer, with its metadata, or its status passed on."""
+    try:
+        response = await answer
+    except aio.AioRpcError as err:
+        await _pass_initial_metadata(call, context)
+        await pass_error(context, err, path)
+    except asyncio.CancelledError:
+        call.cancel()  # the client went away: so does the backend call
+        raise
+    await _pass_initial_metadata(call, context)
+    await _pass_reply_metadata(call, context)
+    return response
 
 
 async def _just(message: bytes) -> AsyncIterator[bytes]:
