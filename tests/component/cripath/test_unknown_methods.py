@@ -4,6 +4,8 @@ streams: the runtime's status must reach the client whatever the timing."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,24 +69,37 @@ async def test_unary_client_gets_the_runtimes_status_every_time(backend, start_p
     assert outcomes == {expected: CALLS}
 
 
-def _streaming_calls(target: str, calls: int) -> Counter[tuple[str, str]]:
-    # The synchronous client, on purpose: grpc.aio's own streaming client can
-    # lose a status it already received (grpc/grpc#36066); this one reports
-    # what the proxy sent, as kubelet's Go client does.
-    outcomes: Counter[tuple[str, str]] = Counter()
-    with grpc.insecure_channel(target) as channel:
-        method = channel.stream_stream(NO_SUCH)
-        for _ in range(calls):
-            try:
-                replies = list(method(iter([b"x"]), timeout=10))
-                outcomes["OK", b"|".join(replies).decode()] += 1
-            except grpc.RpcError as err:
-                outcomes[err.code().name, err.details() or ""] += 1
-    return outcomes
+# The synchronous client, on purpose: grpc.aio's own streaming client can
+# lose a status it already received (grpc/grpc#36066); this one reports what
+# the proxy sent, as kubelet's Go client does. In a process of its own: the
+# synchronous and asyncio grpc stacks are not mixed in one process.
+STREAMING_CLIENT = """
+import json, sys
+from collections import Counter
+import grpc
+
+target, method, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+outcomes = Counter()
+with grpc.insecure_channel(target) as channel:
+    call = channel.stream_stream(method)
+    for _ in range(calls):
+        try:
+            replies = list(call(iter([b"x"]), timeout=10))
+            outcomes["OK|" + b"|".join(replies).decode()] += 1
+        except grpc.RpcError as err:
+            outcomes[err.code().name + "|" + (err.details() or "")] += 1
+print(json.dumps(outcomes))
+"""
 
 
 async def test_streaming_client_gets_the_runtimes_status_every_time(backend, start_proxy, sock_dir) -> None:
     socket, expected = backend
     await start_proxy(socket)
-    outcomes = await asyncio.to_thread(_streaming_calls, f"unix://{sock_dir / 'proxy.sock'}", CALLS)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STREAMING_CLIENT, f"unix://{sock_dir / 'proxy.sock'}", NO_SUCH, str(CALLS),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0
+    outcomes = {tuple(key.split("|", 1)): count for key, count in json.loads(out).items()}
     assert outcomes == {expected: CALLS}
