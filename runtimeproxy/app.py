@@ -16,6 +16,7 @@ from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
 from .metrics import Metrics
+from .supervisor import Supervisor, TaskName
 
 log = logging.getLogger(__name__)
 
@@ -27,48 +28,41 @@ class RunningProxy:
     hooks: HookStage
     store: StateStore
     metrics: Metrics
+    tasks: Supervisor
 
 
 async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> RunningProxy:
     """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
     metrics = Metrics()
+    tasks = Supervisor()
+    stack.push_async_callback(tasks.close)  # a start-up that failed half-way leaves nothing behind
     registry = HookRegistry(config.hook_dir, metrics=metrics.hook_config)
     registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
     registry.reload()
     dispatcher = Dispatcher(registry, metrics)
-    stack.push_async_callback(dispatcher.close)
+    stack.push_async_callback(dispatcher.close)  # after the proxy stopped: post hooks use it until then
     store = StateStore()
-    hooks = HookStage(dispatcher, store, metrics)
-    stack.push_async_callback(hooks.drain)  # after the server stopped, before the channels close
-    proxy = Proxy(config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks])
+    hooks = HookStage(dispatcher, store, metrics, tasks)
+    proxy = Proxy(
+        config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks], tasks=tasks
+    )
     store.read_backend = proxy.read_runtime
-
-    tasks: set[asyncio.Task[None]] = set()
 
     def on_backend(info: BackendInfo) -> None:
         metrics.backend_up.set(1)
-        task = asyncio.get_running_loop().create_task(_rebuild(store), name="state-rebuild")
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        tasks.spawn(TaskName.REBUILD, _rebuild(store))
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
-    stop_watch = asyncio.Event()
-    watch = asyncio.create_task(registry.watch(stop_watch), name="hook-dir-watch")
-
-    async def stop_background() -> None:
-        stop_watch.set()
-        for task in (watch, *tasks):
-            task.cancel()
-        await asyncio.gather(watch, *tasks, return_exceptions=True)
-
-    stack.push_async_callback(stop_background)
-    await proxy.start()
-    stack.push_async_callback(proxy.stop)
-    if config.metrics_listen:
+    # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
+    never = asyncio.Event()
+    tasks.keep_running(TaskName.WATCHER, lambda: registry.watch(never))
+    if config.metrics_listen:  # stopped after the proxy: scraped until the end
         stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})
-    return RunningProxy(proxy, registry, hooks, store, metrics)
+    await proxy.start()
+    stack.push_async_callback(proxy.stop)
+    return RunningProxy(proxy, registry, hooks, store, metrics, tasks)
 
 
 def _count_servers(metrics: Metrics, snapshot: HookSnapshot) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,9 +121,25 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
                 err=True,
             )
-        await build_proxy(config, stack)
-        await stop.wait()
-        log.info("signal received, shutting down")
+        running = await build_proxy(config, stack)
+        failed = running.tasks.failed
+        await _first(stop.wait(), failed.wait())
+        if failed.is_set():
+            log.error("shutting down: a background task the proxy needs kept failing")
+        else:
+            log.info("signal received, shutting down")
+    if running.tasks.error is not None:
+        raise running.tasks.error  # after the orderly stop: exit non-zero
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return when the first of ``waits`` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 main.add_command(hook_commands)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -62,10 +63,21 @@ class Metrics:
         self._hooked_seconds.labels(method).observe(seconds)
 
     def serve(self, address: str) -> Callable[[], None]:
-        """Serve /metrics on host:port in a background thread; returns the stop function."""
+        """Serve /metrics on host:port in a background thread; returns the
+        stop function, which does not wait for that thread."""
         host, _, port = address.rpartition(":")
         server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
-        return server.shutdown
+
+        def shut_down() -> None:
+            server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval
+            server.server_close()
+
+        def stop() -> None:
+            # Called on the event loop: waiting out the poll there would
+            # hold up the proxy's stop (and every call) for up to 0.5 s.
+            threading.Thread(target=shut_down, name="metrics-shutdown", daemon=True).start()
+
+        return stop
 
 
 class HookConfigMetrics:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,19 @@ class BackendInfo:
         return f"{self.runtime_name} {self.runtime_version} (CRI {', '.join(sorted(self.versions))})"
 
 
+RuntimeInstance = tuple[int, int, int]
+
+
+def runtime_instance(socket: Path) -> RuntimeInstance | None:
+    """Which runtime process serves ``socket``, as far as the file tells: a
+    runtime that starts creates its socket anew (new inode, new ctime)."""
+    try:
+        st = os.stat(socket)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
 def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]:
     return [
         ("grpc.max_receive_message_length", max_recv),
@@ -82,7 +96,9 @@ class Backend:
         self.ready = asyncio.Event()
         self._listeners: list[Callable[[BackendInfo], None]] = []
         self._lost_listeners: list[Callable[[], None]] = []
+        self._reconnect_listeners: list[Callable[[bool], None]] = []
         self.connected = False  # answered a probe, and its connection has not failed since
+        self._instance: RuntimeInstance | None = None  # the runtime last probed
 
     def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
         """Called after every successful probe (at start and after each reconnect)."""
@@ -91,6 +107,12 @@ class Backend:
     def on_lost(self, listener: Callable[[], None]) -> None:
         """Called when a connection to a probed backend fails (until it is probed again)."""
         self._lost_listeners.append(listener)
+
+    def on_reconnect(self, listener: Callable[[bool], None]) -> None:
+        """Called once a channel that came back to READY has been looked at:
+        True if it was taken as a new runtime (lost, then probed again), False
+        for the runtime it left (an idle channel reconnecting)."""
+        self._reconnect_listeners.append(listener)
 
     def channel_for(self, service: str) -> aio.Channel:
         return self.image_channel if service == "ImageService" else self.runtime_channel
@@ -141,7 +163,9 @@ class Backend:
             reraise=True,
         ):
             with attempt:
+                instance = runtime_instance(self.runtime_socket)  # before the answer: never newer than it
                 info = await self.probe_once()
+        self._instance = instance
         self._set(info)
         return info
 
@@ -156,26 +180,53 @@ class Backend:
             "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
         )
         for listener in self._listeners:
-            listener(info)
+            self._tell(listener, "backend probed", info)
 
     async def run(self) -> None:
-        """Probe, then re-probe each time the channel comes back to READY."""
+        """Probe, then check the runtime each time the channel comes back to READY."""
         await self.probe()
         state = self.runtime_channel.get_state(try_to_connect=True)
         while True:
             await self.runtime_channel.wait_for_state_change(state)
             previous, state = state, self.runtime_channel.get_state(try_to_connect=True)
             if state == grpc.ChannelConnectivity.READY and previous != grpc.ChannelConnectivity.READY:
-                # A quick runtime restart reconnects without a failure state
-                # in between: until probed again, the runtime is unknown.
-                self._lost("reconnected, not probed yet")
-                log.info("backend connection re-established, probing again", extra={"backend": str(self.runtime_socket)})
-                try:
-                    await self.probe()
-                except Exception:  # keep watching: the next reconnect probes again
-                    log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
+                await self._reconnected()
             elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 self._lost("connection failed")
+
+    async def _reconnected(self) -> None:
+        instance = runtime_instance(self.runtime_socket)
+        if await self._same_runtime(instance):
+            # grpc's client idle timeout closes an unused connection; the
+            # monitor reconnects at once. Same runtime: nothing was lost.
+            log.debug("backend connection re-established after idle", extra={"backend": str(self.runtime_socket)})
+            self._notify_reconnect(False)
+            return
+        # A quick runtime restart reconnects without a failure state in
+        # between: until probed again, the runtime is unknown.
+        self._lost("reconnected, not probed yet")
+        log.info("backend connection re-established, probing again", extra={"backend": str(self.runtime_socket)})
+        try:
+            await self.probe()
+        except Exception:  # keep watching: the next reconnect probes again
+            log.exception("re-probe failed", extra={"backend": str(self.runtime_socket)})
+        self._notify_reconnect(True)
+
+    async def _same_runtime(self, instance: RuntimeInstance | None) -> bool:
+        """The channel went idle and reconnected to the runtime it left: still
+        connected (no failure since), the same socket file (a restarted
+        runtime creates a new one), and a quiet probe (health untouched)
+        answers as before. When in doubt, it is a new runtime."""
+        if not self.connected or instance is None or instance != self._instance:
+            return False
+        try:
+            return await self.probe_once() == self.info
+        except BackendUnavailable:
+            return False
+
+    def _notify_reconnect(self, restarted: bool) -> None:
+        for listener in self._reconnect_listeners:
+            self._tell(listener, "backend reconnected", restarted)
 
     def _lost(self, reason: str) -> None:
         """The backend is not known to answer (once per loss, until probed again)."""
@@ -184,7 +235,17 @@ class Backend:
         self.connected = False
         log.warning("backend unavailable", extra={"backend": str(self.runtime_socket), "reason": reason})
         for listener in self._lost_listeners:
-            listener()
+            self._tell(listener, "backend unavailable")
+
+    def _tell(self, listener: Callable[..., None], event: str, *args: object) -> None:
+        """One listener's failure is its own: the others still hear the event,
+        and the monitor (which keeps routing and health current) goes on."""
+        try:
+            listener(*args)
+        except Exception:
+            log.exception(
+                "backend listener failed", extra={"backend": str(self.runtime_socket), "event": event, "listener": repr(listener)}
+            )
 
     async def close(self) -> None:
         await self.runtime_channel.close()

@@ -10,12 +10,14 @@ without touching routing or hooks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncIterator
-from typing import NoReturn, Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from grpc import aio
+from grpc._cython import cygrpc
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,16 @@ async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: s
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+# Set by a caller that must know when its unary backend call has been sent,
+# not just scheduled (the hook path releases a stop's per-object order then).
+# The relay calls it, in the task that makes the call, once grpc has written
+# the request; a relay that never calls it only makes such a caller wait for
+# the whole call.
+call_issued: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "runtimeproxy_call_issued", default=None
+)
+
+
 class Relay(Protocol):
     def end_streams(self) -> None:
         """Shutdown: end every open stream now (clients see UNAVAILABLE)."""
@@ -107,20 +119,43 @@ class GrpcRelay:
             call.cancel()
 
     async def unary(self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext) -> bytes:
+        notify = call_issued.get()
+        if notify is not None:
+            return await self._unary_telling_sent(channel, path, request, context, notify)
         call = channel.unary_unary(path)(
             request, metadata=client_metadata(context), timeout=context.time_remaining()
         )
-        try:
-            response = await call
-        except aio.AioRpcError as err:
-            await _pass_initial_metadata(call, context)
-            await pass_error(context, err, path)
-        except asyncio.CancelledError:
-            call.cancel()  # the client went away: so does the backend call
-            raise
-        await _pass_initial_metadata(call, context)
-        await _pass_reply_metadata(call, context)
-        return response
+
+        async def answer() -> bytes:
+            return await call
+
+        return await _unary_answer(call, answer(), path, context)
+
+    async def _unary_telling_sent(
+        self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
+    ) -> bytes:
+        """A unary call that tells ``notify`` once its request is sent.
+
+        grpc.aio only says when a request has been written for a call that
+        streams its requests, so this one is made as such: the same frames
+        on the wire (headers, one message, end of stream), and grpc completes
+        each write once it has gone to the connection. Calls on one
+        connection reach the runtime in the order they were written.
+        """
+        call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
+
+        async def answer() -> bytes:
+            await _send_requests(call, _just(request), path)
+            notify()
+            responses = [message async for message in call]  # type: ignore[attr-defined]
+            if len(responses) != 1:
+                await context.abort(
+                    grpc.StatusCode.INTERNAL,
+                    f"runtime-proxy: the runtime answered a unary call with {len(responses)} messages",
+                )
+            return responses[0]
+
+        return await _unary_answer(call, answer(), path, context)
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -134,11 +169,14 @@ class GrpcRelay:
     async def stream_stream(
         self, channel: aio.Channel, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        call = channel.stream_stream(path)(
-            requests, metadata=client_metadata(context), timeout=context.time_remaining()
-        )
-        async for message in self._relay_stream(call, path, context):
-            yield message
+        # No request iterator for grpc.aio: _send_requests copies them (see there).
+        call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
+        sender = asyncio.ensure_future(_send_requests(call, requests, path))
+        try:
+            async for message in self._relay_stream(call, path, context):
+                yield message
+        finally:
+            sender.cancel()
 
     async def _relay_stream(self, call: aio.Call, path: str, context: aio.ServicerContext) -> AsyncIterator[bytes]:
         self._streams.add(call)
@@ -154,7 +192,13 @@ class GrpcRelay:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             await pass_error(context, err, path)
         except asyncio.CancelledError:
-            if self._closing and not context.cancelled():
+            # end_streams cancelled the backend call (grpc.aio raises
+            # CancelledError for a locally cancelled call): tell the client to
+            # retry. But if this handler itself is being cancelled (its
+            # client left, or the server's grace period ran out), the
+            # cancellation must go on: no answer, no swallowing it.
+            task = asyncio.current_task()
+            if self._closing and not context.cancelled() and not (task is not None and task.cancelling()):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             raise
         finally:
@@ -162,6 +206,54 @@ class GrpcRelay:
             # Client gone, generator closed or shutdown: never leave the
             # backend stream running.
             call.cancel()
+
+
+async def _send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[bytes], path: str) -> None:
+    """Copy the client's messages to the backend call, then half-close it.
+
+    Not grpc.aio's request-iterator consumer (nor ``call.write``): when the
+    backend ends a call while a message is still on its way (a runtime that
+    answers an unknown method UNIMPLEMENTED at once), the write fails, and
+    grpc.aio then stamps INTERNAL "Internal error from Core" on the call; if
+    that happens before the backend's own status is handed over, the relay
+    reads INTERNAL instead of the backend's answer (grpc/grpc#36066). Writing
+    through the call's core object, a failed write changes nothing: the
+    backend's status arrives on the response side, as it was sent.
+    """
+    core_call = call._cython_call  # noqa: SLF001 - the write without the status stamp, see above
+    try:
+        await call.wait_for_connection()  # headers sent: messages may follow
+        async for message in requests:
+            await core_call.send_serialized_message(message)
+        await core_call.send_receive_close()
+    except (cygrpc.InternalError, aio.AioRpcError):
+        # The backend ended the call (or it was cancelled): nothing more to
+        # send, and the call's status says how it ended.
+        return
+    except Exception:  # the client's stream broke: end the backend call too
+        log.debug("client request stream failed", extra={"method": path}, exc_info=True)
+        call.cancel()
+
+
+async def _unary_answer(
+    call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext
+) -> bytes:
+    """The backend's one answer, with its metadata, or its status passed on."""
+    try:
+        response = await answer
+    except aio.AioRpcError as err:
+        await _pass_initial_metadata(call, context)
+        await pass_error(context, err, path)
+    except asyncio.CancelledError:
+        call.cancel()  # the client went away: so does the backend call
+        raise
+    await _pass_initial_metadata(call, context)
+    await _pass_reply_metadata(call, context)
+    return response
+
+
+async def _just(message: bytes) -> AsyncIterator[bytes]:
+    yield message
 
 
 async def _pass_initial_metadata(call: aio.Call, context: aio.ServicerContext) -> None:

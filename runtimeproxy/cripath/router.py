@@ -10,6 +10,7 @@ cardinality on the wire.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -36,6 +37,39 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(refuse)
 
 
+class HeldCalls:
+    """Calls that come in while the proxy stops: held, then answered
+    UNAVAILABLE once the server has shut down (see Proxy.stop)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._released = asyncio.Event()
+
+        async def hold(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            await self._released.wait()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
+            yield b""  # pragma: no cover - makes this an async generator
+
+        self.handler = grpc.stream_stream_rpc_method_handler(hold)
+
+    def take(self) -> grpc.RpcMethodHandler:
+        self.count += 1
+        return self.handler
+
+    async def until_quiet(self, quiet: float, limit: float) -> None:
+        """Until no call came in for ``quiet`` seconds (at most ``limit``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while True:
+            seen = self.count
+            await asyncio.sleep(quiet)
+            if self.count == seen or loop.time() >= deadline:
+                return
+
+    def release(self) -> None:
+        self._released.set()
+
+
 class Router(grpc.GenericRpcHandler):
     def __init__(
         self,
@@ -54,6 +88,7 @@ class Router(grpc.GenericRpcHandler):
         unavailable = _refusal(grpc.StatusCode.UNAVAILABLE, "runtime-proxy: backend runtime not reachable yet")
         self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
         self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
+        self._held: HeldCalls | None = None
         backend.on_change(self.rebuild)
 
     @property
@@ -62,6 +97,8 @@ class Router(grpc.GenericRpcHandler):
 
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        if self._held is not None:
+            return self._held.take()
         method = handler_call_details.method
         handler = self._table.get(method)
         if handler is not None:
@@ -70,6 +107,11 @@ class Router(grpc.GenericRpcHandler):
         if ref is None:
             return None  # not CRI: grpc answers UNIMPLEMENTED
         return self._fallback(ref)
+
+    def hold_new_calls(self) -> HeldCalls:
+        """Shutdown: every call from now on is held (see HeldCalls)."""
+        self._held = HeldCalls()
+        return self._held
 
     def rebuild(self, info: BackendInfo) -> None:
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
 from ..host import unixsocket
+from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .backend import Backend, BackendInfo, channel_options
 from .forward import GrpcRelay, Relay
 from .methods import ApiVersion
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
+QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
+HOLD_LIMIT_S = 1.0
 
 
 class ListenError(RuntimeError):
@@ -48,6 +50,7 @@ class Proxy:
         config: ProxyConfig,
         stages: Sequence[StageProvider] = (),
         relay: Relay | None = None,
+        tasks: Supervisor | None = None,
     ) -> None:
         if config.backend is None:
             raise ValueError("Proxy needs a backend socket")
@@ -60,9 +63,8 @@ class Proxy:
         self.server = aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self._backend_task: asyncio.Task[None] | None = None
+        self.tasks = tasks or Supervisor()
         self._socket: unixsocket.SocketIdentity | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
 
@@ -82,25 +84,17 @@ class Proxy:
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("probing backend", extra={"backend": str(self.config.backend)})
-        self._backend_task = asyncio.create_task(self._run_backend(), name="backend-probe")
-
-    async def _run_backend(self) -> None:
-        try:
-            await self.backend.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never die silently: this task keeps routing current
-            log.exception("backend monitor failed")
-            raise
+        # Keeps routing and health current; restarted if it dies (a restart
+        # probes again, so routing and health are brought up to date).
+        self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
 
     def _on_backend(self, info: BackendInfo) -> None:
         serving = bool(self.router.plan)
         self._health_soon(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     def _health_soon(self, status: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._set_health(status))
-        self._tasks.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._tasks.discard)
+        # Critical: a proxy whose health can no longer change must not go on.
+        self.tasks.spawn(TaskName.HEALTH, self._set_health(status), critical=True)
 
     async def _set_health(self, status: int) -> None:
         await self.health.set("", status)
@@ -114,17 +108,44 @@ class Proxy:
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self.backend.ready.wait(), timeout)
 
+    async def _stop_accepting(self, grace: float) -> None:
+        """Shut the server down without a call ending CANCELLED.
+
+        grpc's core cancels (CANCELLED, which kubelet does not retry) every
+        call it has received but not yet handed to the proxy when the server
+        shuts down. So new calls are first held (not answered) until none
+        has come in for QUIET_S: by then each client is waiting on a held
+        call and core holds none the proxy has not seen. Then the shutdown starts (grpc
+        tells clients to go away) and the held calls are answered UNAVAILABLE.
+        The wait is a quiet period, not an event: core does not say what it
+        holds; at most min(grace, 1 s).
+        """
+        held = self.router.hold_new_calls()
+        await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S))
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
+        held.release()
+        await stopping
+
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
+        # 1. Stop accepting and drain the calls: unary calls get the grace
+        #    period, streams end now (UNAVAILABLE, kubelet retries).
         self.relay.end_streams()
-        await self.server.stop(grace)
-        for stage in self.router.stages:  # before the backend channels close
+        if grace > 0:
+            await self._stop_accepting(grace)
+        else:  # no grace: calls in flight are cancelled anyway
+            await self.server.stop(0)
+        # 2. Finish recording the calls the runtime answered (this reads the
+        #    backend), and let their post hooks finish.
+        for stage in self.router.stages:
             await stage.settle()
-        if self._backend_task is not None:
-            self._backend_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._backend_task
+        await self.tasks.drain()
+        # 3. Stop what watches or reads the backend (STOP_ORDER)...
+        await self.tasks.stop(STOP_ORDER)
+        await self.tasks.close()
+        # 4. ...and only then close its channels.
         await self.backend.close()
         # Only our own socket: a newer instance may already have replaced it.
         unixsocket.remove_own(self.config.listen, self._socket)

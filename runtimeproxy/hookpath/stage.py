@@ -15,8 +15,10 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
+from ..cripath.forward import call_issued
 from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
+from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .points import HookType
@@ -68,8 +70,11 @@ class KeyedLocks:
 
 
 class HookStage(StageProvider):
-    def __init__(self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None
+    ) -> None:
         self.dispatcher = dispatcher
+        self._tasks = tasks or Supervisor()
         self.store = store
         self._metrics = metrics
         self.locks = KeyedLocks()
@@ -128,9 +133,11 @@ class HookStage(StageProvider):
             outgoing = req.SerializeToString() if changed else request
             if ex.ordered_until_issued:
                 # A stop waits out the grace period kubelet chose; the next
-                # call on this object (a CPU manager update, say) is issued
-                # after it, without waiting for it to end.
-                backend_call = asyncio.ensure_future(send(outgoing))
+                # call on this object (a CPU manager update, say) goes once
+                # the stop's request has been written to the runtime's
+                # connection (so it reaches the runtime first), without
+                # waiting for the stop to end.
+                backend_call = await _issue(send, outgoing)
                 release()
                 release = None
                 reply = await backend_call
@@ -180,17 +187,17 @@ class HookStage(StageProvider):
     def _finish_in_background(
         self, work: Coroutine[Any, Any, None], release: Callable[[], None] | None, fields: dict[str, object]
     ) -> None:
-        task = asyncio.get_running_loop().create_task(work, name="finish-hooked-call")
+        task = self._tasks.spawn(TaskName.FINISH, work, drain=True, fields=fields)
         self._finishing.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
+            # A callback, not a finally: it runs even if the task is
+            # cancelled before it started.
             self._finishing.discard(finished)
             if release is not None:
                 release()
             if finished.cancelled():
                 log.warning("recording a finished call was cancelled; state is read back on demand", extra=fields)
-            elif finished.exception() is not None:
-                log.error("recording a finished call failed", extra={**fields, "error": repr(finished.exception())})
 
         task.add_done_callback(done)
 
@@ -204,7 +211,7 @@ class HookStage(StageProvider):
                 await asyncio.wait(previous)
             await self.dispatcher.run_post(hook, request, fields)
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"post-{hook.value}")
+        task = self._tasks.spawn(TaskName.POST_HOOK, run(), drain=True, fields={**fields, "hook": hook.value})
         for key in keys:
             self._post_hooks[key] = task
 
@@ -235,6 +242,33 @@ class HookStage(StageProvider):
         await self.settle()  # these may start post hooks
         if self._post_hooks:
             await asyncio.wait(set(self._post_hooks.values()))
+
+
+async def _issue(send: Send, request: bytes) -> asyncio.Task[bytes]:
+    """Start the backend call and return once the relay has sent its request
+    (``forward.call_issued``), or once it ended without getting there
+    (refused, failed): whatever is sent on this object next reaches the
+    runtime after it."""
+    loop = asyncio.get_running_loop()
+    issued: asyncio.Future[None] = loop.create_future()
+
+    def notify() -> None:
+        if not issued.done():
+            issued.set_result(None)
+
+    token = call_issued.set(notify)
+    try:
+        backend_call = asyncio.ensure_future(send(request))  # the task sees ``notify``
+    finally:
+        call_issued.reset(token)
+    try:
+        await asyncio.wait([backend_call, issued], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        backend_call.cancel()  # the client left before the stop was issued
+        raise
+    finally:
+        issued.cancel()
+    return backend_call
 
 
 def _event_keys(key: str, request: object, store: StateStore) -> tuple[str, ...]:

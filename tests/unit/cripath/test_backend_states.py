@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -34,29 +35,42 @@ class ScriptedChannel:
         pass
 
 
-async def run_through(states: list[grpc.ChannelConnectivity]) -> list[str]:
-    backend = Backend(Path("/nonexistent.sock"), None, [])
+async def run_through(
+    states: list[grpc.ChannelConnectivity],
+    socket: Path = Path("/nonexistent.sock"),
+    between: Callable[[int], None] = lambda index: None,
+    answers: tuple[BackendInfo, ...] = (INFO,),
+) -> list[str]:
+    """The listener calls while the channel goes through ``states``;
+    ``between(i)`` runs just before the channel moves to ``states[i]``; the
+    probes answer ``answers`` in turn, then the last one again."""
+    backend = Backend(socket, None, [])
     channel = ScriptedChannel(states)
     backend.runtime_channel = backend.image_channel = channel  # type: ignore[assignment]
     events: list[str] = []
     probed = asyncio.Event()
 
+    pending = list(answers)
+
     async def probe_once() -> BackendInfo:
-        return INFO
+        return pending.pop(0) if len(pending) > 1 else pending[0]
 
     backend.probe_once = probe_once  # type: ignore[method-assign]
     backend.on_change(lambda info: (events.append("probed"), probed.set()))
     backend.on_lost(lambda: events.append("lost"))
+    reconnected = asyncio.Event()
+    backend.on_reconnect(lambda restarted: reconnected.set())
     task = asyncio.create_task(backend.run())
     await asyncio.wait_for(probed.wait(), 5)
-    for _ in states[1:]:
-        probed.clear()
+    for index in range(1, len(states)):
+        between(index)
+        reconnected.clear()
         channel.advance.set()
         while channel.advance.is_set():  # the change was taken
             await asyncio.sleep(0)
     await asyncio.sleep(0)
-    if states[-1] == S.READY:
-        await asyncio.wait_for(probed.wait(), 5)
+    if states[-1] == S.READY:  # looked at: as the runtime it left, or probed again
+        await asyncio.wait_for(reconnected.wait(), 5)
     task.cancel()
     return events
 
@@ -68,3 +82,32 @@ async def test_a_quick_restart_without_a_failure_state_is_a_loss_until_probed() 
 async def test_a_failed_connection_is_one_loss() -> None:
     states = [S.READY, S.IDLE, S.TRANSIENT_FAILURE, S.CONNECTING, S.TRANSIENT_FAILURE, S.CONNECTING, S.READY]
     assert await run_through(states) == ["probed", "lost", "probed"]
+
+
+IDLE_RECONNECT = [S.READY, S.IDLE, S.CONNECTING, S.READY]
+
+
+async def test_an_idle_channel_reconnecting_to_the_same_runtime_is_no_loss(tmp_path: Path) -> None:
+    socket = tmp_path / "runtime.sock"
+    socket.touch()
+    assert await run_through(IDLE_RECONNECT, socket) == ["probed"]
+
+
+async def test_a_quick_restart_is_told_from_idle_by_its_new_socket(tmp_path: Path) -> None:
+    socket = tmp_path / "runtime.sock"
+    socket.touch()
+
+    def restart(index: int) -> None:
+        if index == 2:  # while the channel is IDLE: the runtime makes its socket anew
+            socket.unlink()
+            socket.touch()
+
+    assert await run_through(IDLE_RECONNECT, socket, restart) == ["probed", "lost", "probed"]
+
+
+async def test_idle_reconnect_with_a_changed_answer_is_a_new_runtime(tmp_path: Path) -> None:
+    socket = tmp_path / "runtime.sock"
+    socket.touch()
+    upgraded = BackendInfo(frozenset({ApiVersion.V1}), "fake", "2")
+    events = await run_through(IDLE_RECONNECT, socket, answers=(INFO, upgraded))
+    assert events == ["probed", "lost", "probed"]

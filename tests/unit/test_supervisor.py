@@ -1,0 +1,134 @@
+"""The owner of the background tasks: restarts, failure, drain, stop order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from runtimeproxy.supervisor import Restart, Supervisor, TaskFailed
+
+QUICK = Restart(first_delay=0.001, max_delay=0.004, attempts=3)
+
+
+async def test_a_service_that_dies_is_restarted() -> None:
+    tasks = Supervisor()
+    runs: list[int] = []
+    serving = asyncio.Event()
+
+    async def flaky() -> None:
+        runs.append(1)
+        if len(runs) < 3:
+            raise RuntimeError("boom")
+        serving.set()
+        await asyncio.Event().wait()
+
+    tasks.keep_running("svc", flaky, QUICK)
+    await asyncio.wait_for(serving.wait(), 5)
+    assert len(runs) == 3 and not tasks.failed.is_set()
+    await tasks.close()
+    assert tasks.running("svc") == []
+
+
+async def test_a_service_that_keeps_dying_fails_the_supervisor() -> None:
+    tasks = Supervisor()
+    runs: list[int] = []
+
+    async def broken() -> None:
+        runs.append(1)
+        raise RuntimeError("boom")
+
+    tasks.keep_running("svc", broken, QUICK)
+    await asyncio.wait_for(tasks.failed.wait(), 5)
+    assert len(runs) == QUICK.attempts + 1
+    assert isinstance(tasks.error, TaskFailed) and "svc" in str(tasks.error)
+
+
+async def test_a_service_that_returns_is_restarted_too() -> None:
+    tasks = Supervisor()
+    runs: list[int] = []
+
+    async def returns() -> None:
+        runs.append(1)
+
+    tasks.keep_running("svc", returns, QUICK)
+    await asyncio.wait_for(tasks.failed.wait(), 5)
+    assert len(runs) == QUICK.attempts + 1
+
+
+async def test_a_long_healthy_run_starts_the_count_afresh() -> None:
+    tasks = Supervisor()
+    runs: list[int] = []
+    done = asyncio.Event()
+
+    async def dies_after_a_while() -> None:
+        runs.append(1)
+        if len(runs) == 10:
+            done.set()
+            await asyncio.Event().wait()
+        raise RuntimeError("boom")
+
+    # healthy_after=0: every run counts as healthy, so no run is ever the last straw
+    tasks.keep_running("svc", dies_after_a_while, Restart(first_delay=0.001, attempts=1, healthy_after=0))
+    await asyncio.wait_for(done.wait(), 5)
+    assert not tasks.failed.is_set()
+    await tasks.close()
+
+
+async def test_one_shot_failures_are_logged_and_critical_ones_fail(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = Supervisor()
+
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    await asyncio.wait([tasks.spawn("rebuild", boom(), fields={"key": "k1"})])
+    assert not tasks.failed.is_set()
+    record = next(r for r in caplog.records if r.getMessage() == "background task failed")
+    assert record.task == "rebuild" and record.key == "k1"  # type: ignore[attr-defined]
+    await asyncio.wait([tasks.spawn("health", boom(), critical=True)])
+    assert tasks.failed.is_set() and "health" in str(tasks.error)
+
+
+async def test_drain_waits_for_drained_tasks_and_those_they_start() -> None:
+    tasks = Supervisor()
+    finished: list[str] = []
+    release = asyncio.Event()
+
+    async def post_hook() -> None:
+        await release.wait()
+        finished.append("post")
+
+    async def finish_call() -> None:
+        await asyncio.sleep(0)
+        tasks.spawn("post-hook", post_hook(), drain=True)
+        finished.append("finish")
+
+    tasks.spawn("finish", finish_call(), drain=True)
+    other = tasks.spawn("rebuild", asyncio.Event().wait())
+    draining = asyncio.ensure_future(tasks.drain())
+    await asyncio.sleep(0.01)
+    assert not draining.done()
+    release.set()
+    await asyncio.wait_for(draining, 5)
+    assert finished == ["finish", "post"]
+    assert not other.done()  # not drained: stopped
+    await tasks.close()
+    assert other.cancelled()
+
+
+async def test_stop_goes_name_by_name() -> None:
+    tasks = Supervisor()
+    order: list[str] = []
+
+    async def until_cancelled(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            order.append(name)
+            await asyncio.sleep(0)  # a slow clean-up: the next name must wait for it
+
+    for name in ("b", "a", "c"):
+        tasks.spawn(name, until_cancelled(name))
+    await asyncio.sleep(0)
+    await tasks.stop(["a", "b", "c"])
+    assert order == ["a", "b", "c"]
