@@ -12,7 +12,7 @@ from .fakes import FakeBackend
 BROKEN_WATCHER = """
 import sys
 from runtimeproxy.cli import main
-from runtimeproxy.hookpath.hookfile import HookRegistry
+from runtimeproxy.hookpath.registry import HookRegistry
 
 async def broken(self, stop):
     raise RuntimeError("injected watcher fault")

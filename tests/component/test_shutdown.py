@@ -17,7 +17,7 @@ from grpc import aio
 
 from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.hookpath.hookfile import HookRegistry
+from runtimeproxy.hookpath.registry import HookRegistry
 
 from .fakes import FakeBackend
 from .test_process import wait_for_line
