@@ -17,6 +17,7 @@ from hooks.cli import hook as hook_commands
 
 from . import logs
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
+from .nri.cli import nri as nri_command
 
 log = logging.getLogger("runtimeproxy")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +127,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
 
 
 main.add_command(hook_commands)
+main.add_command(nri_command)
 
 if __name__ == "__main__":
     main()
