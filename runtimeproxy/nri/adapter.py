@@ -13,6 +13,7 @@ PostStartContainer, so PostStartContainer hooks see a running container.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Sequence
 from typing import NoReturn, TypeVar, cast
@@ -28,6 +29,7 @@ from ..hookpath.hookfile import FailurePolicy
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
+from .limits import HOOK_DEADLINE
 from .ttrpc import DEADLINE_EXCEEDED, FAILED_PRECONDITION, TtrpcError
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ SUBSCRIBED = (
 # How long a started container's hook call waits for PostStartContainer
 # before giving up its post hooks (the start failed and nothing else came).
 START_WAIT = 60.0
+BACKSTOP = 0.15  # past the hooks' deadline, still within the runtime's timeout
 
 
 class HookRefused(Exception):
@@ -196,12 +199,16 @@ class HookAdapter:
                 await asyncio.wait_for(until, START_WAIT)
             return reply.SerializeToString()
 
-        task = asyncio.get_running_loop().create_task(
-            stage(request.SerializeToString(), self._context, send), name=f"nri-{method}"
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        context.run(HOOK_DEADLINE.set, loop.time() + self.budget)
+        task = loop.create_task(
+            stage(request.SerializeToString(), self._context, send), name=f"nri-{method}", context=context
         )
         self._tasks.add(task)
         task.add_done_callback(self._forget)
-        done, _ = await asyncio.wait({issued, task}, timeout=self.budget, return_when=asyncio.FIRST_COMPLETED)
+        # The hooks keep to the deadline themselves; this is the backstop.
+        await asyncio.wait({issued, task}, timeout=self.budget + BACKSTOP, return_when=asyncio.FIRST_COMPLETED)
         if issued.done():
             if recorded:
                 await asyncio.wait({task})

@@ -33,9 +33,8 @@ DEFAULT_NAME = "runtime-proxy"
 DEFAULT_INDEX = "50"
 DEFAULT_REQUEST_TIMEOUT = 2.0  # containerd's plugin_request_timeout default
 # Part of the runtime's timeout kept for the answer's way back and our own
-# work; the hooks of one event get the rest, and no hook more than that.
-ANSWER_MARGIN = 0.2
-CLAMP_MARGIN = 0.1
+# work (on a loaded node); the hooks of one event get the rest, together.
+ANSWER_MARGIN = 0.4
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,6 @@ class NriSettings:
     @property
     def budget(self) -> float:
         return max(self.request_timeout - ANSWER_MARGIN, 0.1)
-
-    @property
-    def hook_timeout_limit(self) -> float:
-        return max(self.budget - CLAMP_MARGIN, 0.05)
 
     @classmethod
     def from_environment(cls, settings: NriSettings, environ: dict[str, str] | None = None) -> NriSettings:
@@ -84,7 +79,7 @@ class NriPlugin:
         self.registry = HookRegistry(settings.hook_dir)
         self.registry.on_change(lambda snapshot: self.metrics.hook_servers.set(len(snapshot)))
         self.registry.reload()
-        self.dispatcher = ObservingDispatcher(ClampedRegistry(self.registry, settings.hook_timeout_limit), self.metrics)
+        self.dispatcher = ObservingDispatcher(ClampedRegistry(self.registry, settings.budget), self.metrics)
         self.store = StateStore()
         self.stage = HookStage(self.dispatcher, self.store, self.metrics)
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)

@@ -9,16 +9,18 @@ dispatcher that also reports answers NRI cannot apply.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from google.protobuf.message import Message
 
 from ..hookpath.dispatch import Dispatcher
 from ..hookpath.hookfile import HookServerConfig
-from ..hookpath.points import HookType
+from ..hookpath.points import HOOK_POINTS, HookType, Phase
 from ..hookpath.registry import HookRegistry, HookSnapshot
 from ..metrics import Metrics
 
@@ -36,6 +38,28 @@ APPLIED: dict[HookType, frozenset[str]] = {
 }
 # Never applicable: an NRI adjustment or update has no OOM score.
 NEVER_APPLIED_RESOURCES = frozenset({"oom_score_adj"})
+
+
+# When the hooks of the event under way must have answered (loop time). Set
+# for the hook stage's task of one event; post hooks, started from it, read
+# no deadline (they run after the answer, as in the proxy).
+HOOK_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("nri_hook_deadline", default=None)
+MIN_CALL = 0.01  # a server with no time left still fails by its own timeout, with its own policy
+
+
+class _Chain(tuple[HookServerConfig, ...]):
+    """A pre hook's servers; each, when its turn comes, gets at most the time
+    left before the event's deadline (so a chain fits the runtime's timeout,
+    and a Fail server that gets no time refuses the call by its policy)."""
+
+    def __iter__(self) -> Iterator[HookServerConfig]:
+        for server in tuple.__iter__(self):
+            deadline = HOOK_DEADLINE.get()
+            if deadline is not None:
+                left = max(deadline - asyncio.get_running_loop().time(), MIN_CALL)
+                if server.timeout > left:
+                    server = dataclasses.replace(server, timeout=left)
+            yield server
 
 
 class ClampedRegistry:
@@ -68,7 +92,8 @@ class ClampedRegistry:
         return dataclasses.replace(server, timeout=self.limit)
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return tuple(self._clamped.get(s) or self._clamp(s) for s in self._registry.servers_for(hook))
+        servers = tuple(self._clamped.get(s) or self._clamp(s) for s in self._registry.servers_for(hook))
+        return _Chain(servers) if HOOK_POINTS[hook].phase is Phase.PRE else servers
 
     def on_change(self, callback: Callable[[HookSnapshot], None]) -> Callable[[], None]:
         return self._registry.on_change(callback)

@@ -3,11 +3,7 @@ event through the proxy's hook path, with real hook-server processes."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-
-import pytest
 
 from cri_api.nri import api_pb2 as nri
 from runtimeproxy.nri.adapter import SUBSCRIBED
