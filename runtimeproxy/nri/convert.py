@@ -31,10 +31,15 @@ def cri_resources(resources: nri.LinuxResources) -> v1.LinuxContainerResources:
     return out
 
 
+# containerd's own bookkeeping labels on the sandbox ("io.cri-containerd.kind"):
+# not the pod's, and never seen by hooks behind the proxy.
+RUNTIME_LABEL_PREFIX = "io.cri-containerd."
+
+
 def pod_config(pod: nri.PodSandbox) -> v1.PodSandboxConfig:
     config = v1.PodSandboxConfig(
         metadata=v1.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace),
-        labels=dict(pod.labels),
+        labels={k: v for k, v in pod.labels.items() if not k.startswith(RUNTIME_LABEL_PREFIX)},
         annotations=dict(pod.annotations),
     )
     config.linux.cgroup_parent = pod.linux.cgroup_parent
