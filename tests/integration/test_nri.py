@@ -5,6 +5,8 @@ read where they land: the container's cgroup and its OCI spec."""
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from grpc import aio
 
 from hooks.sdk import write_hook_config
+from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 from ..hookprocs import hook_server
@@ -186,3 +189,56 @@ async def test_be_pod_gets_its_batch_limits_through_nri(containerd17, cri17, tmp
             if pod_id:
                 await remove_pod_quietly(V1, cri17, pod_id)
             await cgroup.remove()
+
+
+async def test_every_event_reaches_its_hook(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+    hooks = ["PreRunPodSandbox", "PreStartContainer", "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"]
+    async with hook_server(sock_dir, "all", {}) as hook:
+        hook.register(hook_dir, hooks)
+        async with nri_plugin(containerd17, hook_dir) as plugin:
+            async with a_pod(cri17, pod_log_dir, labels={"app": "web"}) as (pod_id, config):
+                cid = await create(cri17, pod_id, config)
+                pid = await start(cri17, cid)
+                await V1.runtime(cri17).StopContainer(pb.StopContainerRequest(container_id=cid, timeout=5), timeout=30)
+                await V1.runtime(cri17).StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=pod_id), timeout=30)
+                await plugin.stage.drain()  # post hooks run after the answer, in order
+            records = hook.records()
+    by_hook: dict[str, list[dict]] = {}
+    for record in records:
+        by_hook.setdefault(record["hook"], []).append(record["request"])
+    assert list(by_hook) == hooks  # each in lifecycle order
+    assert by_hook["PreRunPodSandbox"][0]["pod_meta"]["uid"] == config.metadata.uid
+    assert by_hook["PreRunPodSandbox"][0]["labels"]["app"] == "web"
+    for name in hooks[1:4]:
+        request = by_hook[name][0]
+        assert request["container_meta"]["id"] == cid and request["pod_labels"]["app"] == "web"
+    assert by_hook["PostStopPodSandbox"][0]["pod_meta"]["uid"] == config.metadata.uid
+    assert pid > 0
+
+
+async def test_plugin_started_by_containerd(tmp_path, sock_dir, hook_dir, pod_log_dir) -> None:
+    """In containerd's plugin_path: started with a pre-connected socket, and
+    its hooks apply as for a plugin that connects itself."""
+    runtime = LocalContainerd(tmp_path / "c17", bin_dir=nrihelpers.containerd17_bin_dir(), nri=True)
+    plugins = runtime.base / "nri-plugins"
+    plugins.mkdir(parents=True)
+    log = tmp_path / "plugin.log"
+    script = plugins / "50-runtime-proxy"
+    script.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -m runtimeproxy nri --hook-dir {hook_dir} --log-format json 2>>{log}\n"
+    )
+    script.chmod(0o755)
+    async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        try:
+            await runtime.start()
+            # containerd 1.7.13 configures the plugins it starts, but sends them no Synchronize.
+            await nrihelpers.logged(log, "registered with the runtime")
+            async with aio.insecure_channel(runtime.address) as channel, a_pod(channel, pod_log_dir) as (pod_id, config):
+                pid = await start(channel, await create(channel, pod_id, config))
+                assert quota_of(pid) == 20000
+            assert len(hook.requests("PreCreateContainer")) == 1
+        finally:
+            await runtime.stop()
+    started = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert any(line.get("fd") == 3 and line.get("plugin") == "runtime-proxy" for line in started)
