@@ -17,6 +17,7 @@ from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
+from ..component.hookpath import test_hooks
 from ..hookprocs import hook_server
 from . import nrihelpers
 from .batchhelpers import PodCgroup, batchresource_hook
@@ -27,6 +28,7 @@ from .test_localruntime import remove_pod_quietly
 
 pb = V1.pb
 containerd17 = nrihelpers.containerd17  # the session's containerd 1.7 (a fixture)
+hook_dir = test_hooks.hook_dir  # as the proxy's hook tests have it, under sock_dir
 QUOTA_HOOK = {
     "PreCreateContainer": {
         "container_resources": {"cpu_period": 100000, "cpu_quota": 20000, "memory_limit_in_bytes": 64 * MIB},
@@ -34,13 +36,6 @@ QUOTA_HOOK = {
         "container_envs": {"HOOKED": "1"},
     }
 }
-
-
-@pytest.fixture
-def hook_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "hooks.d"
-    path.mkdir(mode=0o755)
-    return path
 
 
 @pytest.fixture

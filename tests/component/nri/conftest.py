@@ -11,14 +11,8 @@ import pytest
 from cri_api.nri import api_pb2 as nri
 from runtimeproxy.nri.app import NriPlugin, NriSettings
 
-from .fakeruntime import FakeRuntime, fake_runtime
-
-
-@pytest.fixture
-def hook_dir(sock_dir: Path) -> Path:
-    path = sock_dir / "hooks.d"
-    path.mkdir(mode=0o755)
-    return path
+from ..hookpath import test_hooks
+from .fakeruntime import FakeRuntime, PluginLink, fake_runtime
 
 
 @pytest.fixture
@@ -27,6 +21,7 @@ async def runtime(sock_dir: Path) -> AsyncIterator[FakeRuntime]:
         yield fake
 
 
+hook_dir = test_hooks.hook_dir  # the proxy's hook-path tests' fixture (under sock_dir)
 PluginFactory = Callable[..., Any]
 
 
@@ -50,6 +45,21 @@ async def start_plugin(sock_dir: Path, hook_dir: Path) -> AsyncIterator[PluginFa
             return plugin
 
         yield start
+
+
+@pytest.fixture
+async def connect(runtime: FakeRuntime, start_plugin: PluginFactory) -> PluginFactory:
+    """Start a plugin and take it through registration with these pods and containers."""
+
+    async def connect(
+        pods: list[nri.PodSandbox] | None = None, containers: list[nri.Container] | None = None, **settings: Any
+    ) -> tuple[NriPlugin, PluginLink]:
+        plugin = await start_plugin(**settings)
+        link = await runtime.next_link()
+        await link.handshake(pods, containers)
+        return plugin, link
+
+    return connect
 
 
 def pod(pod_id: str = "pod-1", uid: str = "uid-1", **labels: str) -> nri.PodSandbox:

@@ -151,6 +151,11 @@ class PluginLink:
                         nri.SynchronizeResponse)
         return configured.events
 
+    async def create_container(self, pod: nri.PodSandbox, container: nri.Container) -> nri.CreateContainerResponse:
+        return await self.call(
+            "CreateContainer", nri.CreateContainerRequest(pod=pod, container=container), nri.CreateContainerResponse
+        )
+
     async def state_change(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
         await self.call("StateChange", nri.StateChangeEvent(event=event, pod=pod, container=container), nri.Empty)
 

@@ -20,18 +20,14 @@ QUOTA = {"container_resources": {"cpu_quota": 20000}}
 
 
 async def create(link) -> nri.CreateContainerResponse:
-    return await link.call(
-        "CreateContainer", nri.CreateContainerRequest(pod=pod(), container=container()), nri.CreateContainerResponse
-    )
+    return await link.create_container(pod(), container())
 
 
 @pytest.mark.parametrize("behaviour", ["error", "hang"])
-async def test_fail_hook_refuses_the_container(runtime, start_plugin, sock_dir, hook_dir, behaviour) -> None:
+async def test_fail_hook_refuses_the_container(connect, sock_dir, hook_dir, behaviour) -> None:
     async with hook_server(sock_dir, "strict", {"PreCreateContainer": behaviour}) as hook:
         hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", timeout="10s")
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
+        plugin, link = await connect([pod()])
         started = time.monotonic()
         with pytest.raises(Refused) as refused:
             await create(link)  # the fake gives up after 2 s, as containerd does
@@ -41,26 +37,22 @@ async def test_fail_hook_refuses_the_container(runtime, start_plugin, sock_dir, 
     assert not link.closed.is_set()  # a refused call, not a dropped plugin
 
 
-async def test_ignore_hook_that_fails_is_passed_over(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_ignore_hook_that_fails_is_passed_over(connect, sock_dir, hook_dir) -> None:
     async with (
         hook_server(sock_dir, "lax", {"PreCreateContainer": "error"}) as lax,
         hook_server(sock_dir, "quota", {"PreCreateContainer": QUOTA}) as quota,
     ):
         lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
         quota.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
+        plugin, link = await connect([pod()])
         answer = await create(link)
     assert answer.adjust.linux.resources.cpu.quota.value == 20000  # the next server still ran
 
 
-async def test_ignore_hook_that_hangs_is_given_up_in_time(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_ignore_hook_that_hangs_is_given_up_in_time(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "lax", {"PreCreateContainer": "hang"}) as lax:
         lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", timeout="10s")
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
+        plugin, link = await connect([pod()])
         started = time.monotonic()
         answer = await create(link)  # the fake gives up after 2 s, as containerd does
     assert time.monotonic() - started < 2.0
@@ -68,7 +60,7 @@ async def test_ignore_hook_that_hangs_is_given_up_in_time(runtime, start_plugin,
     assert not link.closed.is_set()
 
 
-async def test_long_hook_timeouts_are_clamped_and_logged(runtime, start_plugin, sock_dir, hook_dir, caplog) -> None:
+async def test_long_hook_timeouts_are_clamped_and_logged(start_plugin, sock_dir, hook_dir, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="runtimeproxy.nri")
     async with hook_server(sock_dir, "slow", {}) as hook:
         hook.register(hook_dir, ["PreCreateContainer"], timeout="30s")
@@ -79,7 +71,7 @@ async def test_long_hook_timeouts_are_clamped_and_logged(runtime, start_plugin, 
     assert clamped.hook_timeout == 30.0 and clamped.clamped_timeout == pytest.approx(1.1)
 
 
-async def test_a_chain_longer_than_the_runtime_waits(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_a_chain_longer_than_the_runtime_waits(connect, sock_dir, hook_dir) -> None:
     """Each hook within its own timeout, together over the runtime's: the
     last one gets what is left, and, a Fail hook, refuses the call in time
     (rather than the runtime dropping the plugin)."""
@@ -87,9 +79,7 @@ async def test_a_chain_longer_than_the_runtime_waits(runtime, start_plugin, sock
     async with hook_server(sock_dir, "a", slow) as a, hook_server(sock_dir, "b", slow) as b:
         a.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
         b.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
+        plugin, link = await connect([pod()])
         started = time.monotonic()
         with pytest.raises(Refused) as refused:
             await create(link)

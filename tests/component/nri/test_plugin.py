@@ -37,15 +37,11 @@ async def test_registration_configure_and_synchronize(runtime, start_plugin) -> 
     assert plugin.store.container_pod["ctr-1"] == "pod-1"
 
 
-async def test_create_container_becomes_the_adjustment(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_create_container_becomes_the_adjustment(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
-        answer = await link.call(
-            "CreateContainer", nri.CreateContainerRequest(pod=pod(), container=container()), nri.CreateContainerResponse
-        )
+        plugin, link = await connect([pod()])
+        answer = await link.create_container(pod(), container())
     adjust = answer.adjust
     cpu, memory = adjust.linux.resources.cpu, adjust.linux.resources.memory
     assert (cpu.period.value, cpu.quota.value, memory.limit.value) == (100000, 20000, 64 << 20)
@@ -63,26 +59,20 @@ async def test_create_container_becomes_the_adjustment(runtime, start_plugin, so
     assert seen["container_resources"]["cpu_shares"] == "256"
 
 
-async def test_cgroup_parent_becomes_the_cgroups_path(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_cgroup_parent_becomes_the_cgroups_path(connect, sock_dir, hook_dir) -> None:
     script = {"PreCreateContainer": {"pod_cgroup_parent": "/kubepods/besteffort/poduid-1"}}
     async with hook_server(sock_dir, "parent", script) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
-        answer = await link.call(
-            "CreateContainer", nri.CreateContainerRequest(pod=pod(), container=container()), nri.CreateContainerResponse
-        )
+        plugin, link = await connect([pod()])
+        answer = await link.create_container(pod(), container())
     assert answer.adjust.linux.cgroups_path == "/kubepods/besteffort/poduid-1/ctr-1"
 
 
-async def test_update_is_rewritten_by_pre_update(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_update_is_rewritten_by_pre_update(connect, sock_dir, hook_dir) -> None:
     script = {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 30000}}}
     async with hook_server(sock_dir, "upd", script) as hook:
         hook.register(hook_dir, ["PreUpdateContainerResources"])
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()], [container()])
+        plugin, link = await connect([pod()], [container()])
         wanted = nri.LinuxResources(cpu=nri.LinuxCPU(quota=nri.OptionalInt64(value=50000)))
         answer = await link.call(
             "UpdateContainer",
@@ -97,20 +87,18 @@ async def test_update_is_rewritten_by_pre_update(runtime, start_plugin, sock_dir
     assert seen["pod_labels"] == {"app": "web"}  # from Synchronize
 
 
-async def test_every_event_reaches_its_hook_with_pod_data(runtime, start_plugin, sock_dir, hook_dir, caplog) -> None:
+async def test_every_event_reaches_its_hook_with_pod_data(connect, sock_dir, hook_dir, caplog) -> None:
     hooks = ["PreRunPodSandbox", "PreStartContainer", "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"]
     script = {"PreRunPodSandbox": {"labels": {"new": "label"}}, "PreStartContainer": {"container_envs": {"A": "b"}}}
     caplog.set_level(logging.WARNING, logger="runtimeproxy.nri")
     async with hook_server(sock_dir, "all", script) as hook:
         hook.register(hook_dir, hooks)
-        plugin = await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake()
+        plugin, link = await connect()
         for attempt in range(2):  # the dropped answers are logged once per server
             await link.state_change(E.RUN_POD_SANDBOX, pod(f"pod-{attempt}", uid=f"uid-{attempt}"))
         p = pod("pod-1", uid="uid-1")
         c = container("ctr-9", "pod-1", uid="uid-1")
-        await link.call("CreateContainer", nri.CreateContainerRequest(pod=p, container=c), nri.CreateContainerResponse)
+        await link.create_container(p, c)
         await link.state_change(E.START_CONTAINER, p, c)
         assert not hook.requests("PostStartContainer")  # not before the runtime says it runs
         running = nri.Container()
@@ -143,12 +131,10 @@ async def test_every_event_reaches_its_hook_with_pod_data(runtime, start_plugin,
     ]
 
 
-async def test_containers_from_before_the_plugin_get_full_pod_data(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_containers_from_before_the_plugin_get_full_pod_data(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "start", {}) as hook:
         hook.register(hook_dir, ["PreStartContainer"])
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()], [container()])
+        plugin, link = await connect([pod()], [container()])
         # containerd sends the container with a bare pod (as for any event);
         # the pod data comes from Synchronize.
         await link.state_change(E.START_CONTAINER, nri.PodSandbox(id="pod-1"), container())
@@ -156,33 +142,24 @@ async def test_containers_from_before_the_plugin_get_full_pod_data(runtime, star
     assert seen["pod_labels"] == {"app": "web"} and seen["pod_meta"]["name"] == "web"
 
 
-async def test_skip_label_skips_hooks(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_skip_label_skips_hooks(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        await start_plugin()
-        link = await runtime.next_link()
         skipped = pod(**{"runtimeproxy.koordinator.sh/skip-hookserver": "true"})
-        await link.handshake([skipped])
-        answer = await link.call(
-            "CreateContainer", nri.CreateContainerRequest(pod=skipped, container=container()),
-            nri.CreateContainerResponse,
-        )
+        _, link = await connect([skipped])
+        answer = await link.create_container(skipped, container())
         assert hook.requests() == []
     assert answer.adjust == nri.ContainerAdjustment()
 
 
-async def test_chained_servers_apply_in_order(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_chained_servers_apply_in_order(connect, sock_dir, hook_dir) -> None:
     first = {"PreCreateContainer": {"container_resources": {"cpu_quota": 10000}, "container_envs": {"X": "first"}}}
     second = {"PreCreateContainer": {"container_envs": {"X": "second"}}}
     async with hook_server(sock_dir, "a", first) as a, hook_server(sock_dir, "b", second) as b:
         a.register(hook_dir, ["PreCreateContainer"], priority=1)
         b.register(hook_dir, ["PreCreateContainer"], priority=2)
-        await start_plugin()
-        link = await runtime.next_link()
-        await link.handshake([pod()])
-        answer = await link.call(
-            "CreateContainer", nri.CreateContainerRequest(pod=pod(), container=container()), nri.CreateContainerResponse
-        )
+        plugin, link = await connect([pod()])
+        answer = await link.create_container(pod(), container())
         seen_by_second = b.requests("PreCreateContainer")[0]
     assert [(kv.key, kv.value) for kv in answer.adjust.env] == [("X", "second")]
     assert answer.adjust.linux.resources.cpu.quota.value == 10000

@@ -18,10 +18,8 @@ from .fakeruntime import FIRST_FRAME_LIMIT, PluginLink, fake_runtime
 E = nri.Event
 
 
-async def test_messages_split_at_every_frame_boundary(runtime, start_plugin) -> None:
-    plugin = await start_plugin()
-    link = await runtime.next_link()
-    await link.handshake()
+async def test_messages_split_at_every_frame_boundary(connect) -> None:
+    plugin, link = await connect()
     event = nri.StateChangeEvent(event=E.RUN_POD_SANDBOX, pod=pod())
     # One message cut into two mux frames at every position.
     event.pod.id = "pod-0000"
@@ -34,9 +32,7 @@ async def test_messages_split_at_every_frame_boundary(runtime, start_plugin) -> 
     # And the whole byte stream written one byte at a time.
     link.framer = lambda message: [message[:7], message[7:20], message[20:]]
     link.writes = lambda data: [data[i : i + 1] for i in range(len(data))]
-    answer = await link.call(
-        "CreateContainer", nri.CreateContainerRequest(pod=pod(), container=container()), nri.CreateContainerResponse
-    )
+    answer = await link.create_container(pod(), container())
     assert answer == nri.CreateContainerResponse(adjust=nri.ContainerAdjustment())
 
 
@@ -51,18 +47,13 @@ def _envelope_of(event: nri.StateChangeEvent) -> bytes:
     return struct.pack(">IIBB", len(body), 1, 1, 0) + body
 
 
-async def test_large_messages_both_ways_keep_the_first_frame_rule(runtime, start_plugin, sock_dir, hook_dir) -> None:
+async def test_large_messages_both_ways_keep_the_first_frame_rule(connect, sock_dir, hook_dir) -> None:
     big = {f"note-{i:03d}": "v" * 64 for i in range(150)}  # about 12 KB of annotations
     async with hook_server(sock_dir, "big", {"PreCreateContainer": {"container_annotations": big}}) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        plugin = await start_plugin()
-        link = await runtime.next_link()
         pods = [pod(f"pod-{i}", uid=f"uid-{i}") for i in range(100)]  # a Synchronize well over 4096 bytes
-        await link.handshake(pods)
-        answer = await link.call(
-            "CreateContainer", nri.CreateContainerRequest(pod=pods[1], container=container(pod_id="pod-1")),
-            nri.CreateContainerResponse,
-        )
+        plugin, link = await connect(pods)
+        answer = await link.create_container(pods[1], container(pod_id="pod-1"))
     assert len(plugin.store.pods) == 100
     assert dict(answer.adjust.annotations) == big
     assert answer.ByteSize() > 2 * FIRST_FRAME_LIMIT
