@@ -1,69 +1,15 @@
-"""containerd 1.7.13 with NRI for the NRI integration tests: the shared
-binaries unpacked once (cached by their sha256), a session containerd that
-serves NRI, and the NRI plugin run in-process against it."""
+"""For the NRI integration tests: the NRI plugin run in-process against
+the session's containerd 1.7.13 (which serves NRI), and plugin logs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import os
-import shutil
-import tarfile
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from runtimeproxy.host.containerd import LocalContainerd
-from runtimeproxy.host.process import HostProcessError
 from runtimeproxy.nri.app import NriPlugin, NriSettings
-
-from ..prerequisites import fail_or_skip
-from .conftest import START_TIMEOUT, STOP_TIMEOUT, LoopThread, require_local_containerd
-
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("RUNTIME_PROXY_SHARED", ROOT.parent / "shared"))
-ARCHIVE = SHARED / "containerd-1.7" / "containerd-1.7.13.tar.xz"
-CACHE = Path(tempfile.gettempdir()) / "runtime-proxy-cache"
-
-
-def containerd17_bin_dir() -> Path:
-    """The unpacked ``bin/`` of the shared containerd 1.7.13 (once per archive content)."""
-    if not ARCHIVE.is_file():
-        fail_or_skip(f"no containerd 1.7 archive at {ARCHIVE} (set RUNTIME_PROXY_SHARED)")
-    digest = hashlib.sha256(ARCHIVE.read_bytes()).hexdigest()
-    target = CACHE / f"containerd-{digest}"
-    if not (target / "bin" / "containerd").is_file():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=CACHE, prefix="unpacking-"))
-        try:
-            with tarfile.open(ARCHIVE, "r:xz") as archive:
-                archive.extractall(staging, filter="data")
-            try:
-                staging.rename(target)  # atomic: another run may have got there first
-            except OSError:
-                if not (target / "bin" / "containerd").is_file():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target / "bin"
-
-
-@pytest.fixture(scope="session")
-def containerd17(tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThread) -> Iterator[LocalContainerd]:
-    """containerd 1.7.13 with NRI enabled on ``nri_socket``, images imported."""
-    require_local_containerd()
-    runtime = LocalContainerd(tmp_path_factory.mktemp("containerd17"), bin_dir=containerd17_bin_dir(), nri=True)
-    try:
-        try:
-            fixture_loop.run(runtime.start(timeout=START_TIMEOUT), START_TIMEOUT + 10)
-        except HostProcessError as exc:
-            pytest.fail(f"could not start containerd 1.7: {exc}", pytrace=False)
-        yield runtime
-    finally:
-        fixture_loop.run(runtime.stop(timeout=STOP_TIMEOUT), STOP_TIMEOUT + 10)
 
 
 @contextlib.asynccontextmanager

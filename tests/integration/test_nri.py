@@ -21,13 +21,15 @@ from ..component.hookpath import test_hooks
 from ..hookprocs import hook_server
 from . import nrihelpers
 from .batchhelpers import PodCgroup, batchresource_hook
+from .containerd17 import containerd17_bin_dir
 from .crihelpers import V1, cgroup_of, verbose_info
 from .nrihelpers import nri_plugin
 from .test_batchresource import BE, MIB, batch, container_values, pod_values, spec
 from .test_localruntime import remove_pod_quietly
 
 pb = V1.pb
-containerd17 = nrihelpers.containerd17  # the session's containerd 1.7 (a fixture)
+# Only against the session's containerd 1.7.13 (the one with NRI).
+ON_CONTAINERD17 = pytest.mark.parametrize("containerd", ["1.7"], indirect=True)
 hook_dir = test_hooks.hook_dir  # as the proxy's hook tests have it, under sock_dir
 QUOTA_HOOK = {
     "PreCreateContainer": {
@@ -44,8 +46,8 @@ def sock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def cri17(containerd17) -> AsyncIterator[aio.Channel]:
-    async with aio.insecure_channel(containerd17.address) as channel:
+async def cri17(containerd) -> AsyncIterator[aio.Channel]:
+    async with aio.insecure_channel(containerd.address) as channel:
         yield channel
 
 
@@ -79,10 +81,11 @@ def quota_of(pid: int) -> int:
     return int((cgroup_of(pid, "cpu") / "cpu.cfs_quota_us").read_text())
 
 
-async def test_hook_answer_lands_in_cgroup_and_spec(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_hook_answer_lands_in_cgroup_and_spec(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        async with nri_plugin(containerd17, hook_dir), a_pod(cri17, pod_log_dir, labels={"app": "web"}) as (pod_id, config):
+        async with nri_plugin(containerd, hook_dir), a_pod(cri17, pod_log_dir, labels={"app": "web"}) as (pod_id, config):
             cid = await create(cri17, pod_id, config)
             pid = await start(cri17, cid)
             assert quota_of(pid) == 20000
@@ -95,11 +98,12 @@ async def test_hook_answer_lands_in_cgroup_and_spec(containerd17, cri17, sock_di
             assert seen["pod_meta"]["uid"] == config.metadata.uid
 
 
-async def test_update_is_rewritten_by_pre_update(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_update_is_rewritten_by_pre_update(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     script = {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 30000}}}
     async with hook_server(sock_dir, "upd", script) as hook:
         hook.register(hook_dir, ["PreUpdateContainerResources"])
-        async with nri_plugin(containerd17, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
+        async with nri_plugin(containerd, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
             cid = await create(cri17, pod_id, config)
             pid = await start(cri17, cid)
             wanted = pb.LinuxContainerResources(cpu_period=100000, cpu_quota=50000)
@@ -110,9 +114,10 @@ async def test_update_is_rewritten_by_pre_update(containerd17, cri17, sock_dir, 
             assert hook.requests("PreUpdateContainerResources")[0]["container_resources"]["cpu_quota"] == "50000"
 
 
-async def test_fail_hook_whose_server_is_down_refuses_the_container(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_fail_hook_whose_server_is_down_refuses_the_container(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     write_hook_config(hook_dir, "down", sock_dir / "nobody.sock", ["PreCreateContainer"], "Fail", "1s", None)
-    async with nri_plugin(containerd17, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
+    async with nri_plugin(containerd, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
         with pytest.raises(aio.AioRpcError) as refused:
             await create(cri17, pod_id, config)
         assert "hook server down" in refused.value.details() and "failure-policy Fail" in refused.value.details()
@@ -122,18 +127,19 @@ async def test_fail_hook_whose_server_is_down_refuses_the_container(containerd17
         assert not listed.containers
     # An Ignore hook that is down does not stop anything.
     write_hook_config(hook_dir, "down", sock_dir / "nobody.sock", ["PreCreateContainer"], "Ignore", "1s", None)
-    async with nri_plugin(containerd17, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
+    async with nri_plugin(containerd, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
         await start(cri17, await create(cri17, pod_id, config))
 
 
-async def test_chained_servers_apply_in_order(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_chained_servers_apply_in_order(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     first = {"PreCreateContainer": {"container_resources": {"cpu_period": 100000, "cpu_quota": 10000},
                                     "container_envs": {"X": "first"}}}
     second = {"PreCreateContainer": {"container_envs": {"X": "second"}}}
     async with hook_server(sock_dir, "a", first) as a, hook_server(sock_dir, "b", second) as b:
         a.register(hook_dir, ["PreCreateContainer"], priority=1)
         b.register(hook_dir, ["PreCreateContainer"], priority=2)
-        async with nri_plugin(containerd17, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
+        async with nri_plugin(containerd, hook_dir), a_pod(cri17, pod_log_dir) as (pod_id, config):
             cid = await create(cri17, pod_id, config)
             pid = await start(cri17, cid)
             env = (await oci_spec(cri17, cid))["process"]["env"]
@@ -142,18 +148,19 @@ async def test_chained_servers_apply_in_order(containerd17, cri17, sock_dir, hoo
             assert b.requests("PreCreateContainer")[0]["container_envs"]["X"] == "first"
 
 
-async def test_restarted_plugin_picks_up_existing_pods(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_restarted_plugin_picks_up_existing_pods(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     script = {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 30000}}}
     async with hook_server(sock_dir, "upd", script) as hook, contextlib.AsyncExitStack() as stack:
         hook.register(hook_dir, ["PreUpdateContainerResources"])
-        async with nri_plugin(containerd17, hook_dir):
+        async with nri_plugin(containerd, hook_dir):
             pod_id, config = await stack.enter_async_context(
                 a_pod(cri17, pod_log_dir, labels={"team": "a"}, annotations={"note": "n"})
             )
         # The plugin is gone; a container is made without it.
         cid = await create(cri17, pod_id, config)
         pid = await start(cri17, cid)
-        async with nri_plugin(containerd17, hook_dir) as plugin:
+        async with nri_plugin(containerd, hook_dir) as plugin:
             assert pod_id in plugin.store.pods and cid in plugin.store.containers  # from Synchronize
             wanted = pb.LinuxContainerResources(cpu_period=100000, cpu_quota=50000)
             await V1.runtime(cri17).UpdateContainerResources(
@@ -165,9 +172,10 @@ async def test_restarted_plugin_picks_up_existing_pods(containerd17, cri17, sock
         assert seen["pod_meta"]["uid"] == config.metadata.uid and seen["container_meta"]["id"] == cid
 
 
-async def test_be_pod_gets_its_batch_limits_through_nri(containerd17, cri17, tmp_path, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_be_pod_gets_its_batch_limits_through_nri(containerd, cri17, tmp_path, hook_dir, pod_log_dir) -> None:
     """The same pod and values as test_batchresource's proxy test, through NRI."""
-    async with batchresource_hook(tmp_path, hook_dir, reconcile_interval="200ms"), nri_plugin(containerd17, hook_dir):
+    async with batchresource_hook(tmp_path, hook_dir, reconcile_interval="200ms"), nri_plugin(containerd, hook_dir):
         config = pod_sandbox_config(pb, pod_log_dir, name="batch", labels=BE, annotations=spec(main=batch("500", "128Mi")))
         cgroup = PodCgroup.new(config.metadata.uid)
         config.linux.cgroup_parent = cgroup.parent
@@ -186,11 +194,12 @@ async def test_be_pod_gets_its_batch_limits_through_nri(containerd17, cri17, tmp
             await cgroup.remove()
 
 
-async def test_every_event_reaches_its_hook(containerd17, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
+@ON_CONTAINERD17
+async def test_every_event_reaches_its_hook(containerd, cri17, sock_dir, hook_dir, pod_log_dir) -> None:
     hooks = ["PreRunPodSandbox", "PreStartContainer", "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"]
     async with hook_server(sock_dir, "all", {}) as hook:
         hook.register(hook_dir, hooks)
-        async with nri_plugin(containerd17, hook_dir) as plugin:
+        async with nri_plugin(containerd, hook_dir) as plugin:
             async with a_pod(cri17, pod_log_dir, labels={"app": "web"}) as (pod_id, config):
                 cid = await create(cri17, pod_id, config)
                 pid = await start(cri17, cid)
@@ -214,7 +223,7 @@ async def test_every_event_reaches_its_hook(containerd17, cri17, sock_dir, hook_
 async def test_plugin_started_by_containerd(tmp_path, sock_dir, hook_dir, pod_log_dir) -> None:
     """In containerd's plugin_path: started with a pre-connected socket, and
     its hooks apply as for a plugin that connects itself."""
-    runtime = LocalContainerd(tmp_path / "c17", bin_dir=nrihelpers.containerd17_bin_dir(), nri=True)
+    runtime = LocalContainerd(tmp_path / "c17", bin_dir=containerd17_bin_dir(), nri=True)
     plugins = runtime.base / "nri-plugins"
     plugins.mkdir(parents=True)
     log = tmp_path / "plugin.log"
