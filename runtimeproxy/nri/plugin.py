@@ -143,8 +143,11 @@ class PluginConnection:
                 REGISTRATION_TIMEOUT,
             )
             log.info("registered with the runtime", extra={"plugin": self.identity.name, "index": self.identity.index})
-            await mux.closed.wait()
-            log.warning("runtime closed the NRI connection")
+            # Each of them runs until the socket ends; one that stops early
+            # (a broken frame) ends the connection too.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            errors = [repr(task.exception()) for task in done if not task.cancelled() and task.exception()]
+            log.warning("runtime closed the NRI connection", extra={"errors": errors} if errors else {})
         finally:
             mux.close()
             await asyncio.gather(*tasks, return_exceptions=True)
