@@ -30,7 +30,7 @@ from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
 from .limits import HOOK_DEADLINE
-from .ttrpc import DEADLINE_EXCEEDED, FAILED_PRECONDITION, TtrpcError
+from .ttrpc import FAILED_PRECONDITION, TtrpcError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ SUBSCRIBED = (
 # How long a started container's hook call waits for PostStartContainer
 # before giving up its post hooks (the start failed and nothing else came).
 START_WAIT = 60.0
-BACKSTOP = 0.15  # past the hooks' deadline, still within the runtime's timeout
+BACKSTOP = 0.1  # past the hooks' deadline, still within the runtime's timeout
 
 
 class HookRefused(Exception):
@@ -227,12 +227,14 @@ class HookAdapter:
         hook has not answered, else go on without their changes."""
         hook = HOOKED_METHODS[method].pre
         servers = self.stage.dispatcher.servers(hook) if hook is not None else ()
-        if any(server.failure_policy is FailurePolicy.FAIL for server in servers):
+        strict = [server.name for server in servers if server.failure_policy is FailurePolicy.FAIL]
+        if strict:
             task.cancel()
+            # The same refusal as a Fail hook's own timeout (the proxy's code for it).
             raise TtrpcError(
-                DEADLINE_EXCEEDED,
+                FAILED_PRECONDITION,
                 f"runtime-proxy: {hook} hooks did not answer within {self.budget:g}s, the time NRI allows; "
-                f"a hook server with failure-policy Fail is among them, so the call was refused",
+                f"hook server {', '.join(strict)} has failure-policy Fail, so the call was refused",
             )
         log.warning(
             "hooks did not answer in the time NRI allows; going on without their changes",
@@ -256,4 +258,4 @@ class HookAdapter:
         await self.stage.drain()
 
 
-__all__ = ["HookAdapter", "HookRefused", "SUBSCRIBED"]
+__all__ = ["SUBSCRIBED", "HookAdapter", "HookRefused"]

@@ -34,7 +34,7 @@ DEFAULT_INDEX = "50"
 DEFAULT_REQUEST_TIMEOUT = 2.0  # containerd's plugin_request_timeout default
 # Part of the runtime's timeout kept for the answer's way back and our own
 # work (on a loaded node); the hooks of one event get the rest, together.
-ANSWER_MARGIN = 0.4
+ANSWER_MARGIN = 0.5
 
 
 @dataclass(frozen=True)

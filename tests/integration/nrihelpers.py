@@ -15,6 +15,7 @@ from runtimeproxy.nri.app import NriPlugin, NriSettings
 @contextlib.asynccontextmanager
 async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: object) -> AsyncIterator[NriPlugin]:
     """The NRI plugin, registered and synchronized with ``runtime``; stopped at the end."""
+    settings.setdefault("request_timeout", runtime.request_timeout)  # as containerd is configured
     plugin = NriPlugin(NriSettings(hook_dir=hook_dir, socket_path=runtime.nri_socket, max_backoff=0.5, **settings))
     stop = asyncio.Event()
     task = asyncio.create_task(plugin.run(stop))

@@ -21,6 +21,7 @@ from ..component.hookpath import test_hooks
 from ..hookprocs import hook_server
 from . import nrihelpers
 from .batchhelpers import PodCgroup, batchresource_hook
+from .conftest import NRI_REQUEST_TIMEOUT
 from .containerd17 import containerd17_bin_dir
 from .crihelpers import V1, cgroup_of, verbose_info
 from .nrihelpers import nri_plugin
@@ -223,13 +224,14 @@ async def test_every_event_reaches_its_hook(containerd, cri17, sock_dir, hook_di
 async def test_plugin_started_by_containerd(tmp_path, sock_dir, hook_dir, pod_log_dir) -> None:
     """In containerd's plugin_path: started with a pre-connected socket, and
     its hooks apply as for a plugin that connects itself."""
-    runtime = LocalContainerd(tmp_path / "c17", bin_dir=containerd17_bin_dir(), nri=True)
+    runtime = LocalContainerd(tmp_path / "c17", bin_dir=containerd17_bin_dir(), nri=True, request_timeout=NRI_REQUEST_TIMEOUT)
     plugins = runtime.base / "nri-plugins"
     plugins.mkdir(parents=True)
     log = tmp_path / "plugin.log"
     script = plugins / "50-runtime-proxy"
     script.write_text(
-        f"#!/bin/sh\nexec {sys.executable} -m runtimeproxy nri --hook-dir {hook_dir} --log-format json 2>>{log}\n"
+        f"#!/bin/sh\nexec {sys.executable} -m runtimeproxy nri --hook-dir {hook_dir} "
+        f"--request-timeout {NRI_REQUEST_TIMEOUT:g} --log-format json 2>>{log}\n"
     )
     script.chmod(0o755)
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:

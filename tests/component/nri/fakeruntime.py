@@ -53,7 +53,7 @@ class PluginLink:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     framer: Framer = go_framer
-    writes: Writer = staticmethod(lambda data: [data])  # type: ignore[assignment]
+    writes: Writer = field(default=lambda data: [data])
     registered: asyncio.Future[nri.RegisterPluginRequest] = field(default_factory=asyncio.Future)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     close_reason: str = ""

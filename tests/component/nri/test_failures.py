@@ -1,10 +1,14 @@
 """Hook servers that fail or hang, under each failure policy, within the
-runtime's request timeout."""
+runtime's request timeout.
+
+The fake runtime waits 2 s for each answer, as containerd does, on the same
+event loop as the plugin: an answer later than that fails the call with a
+TimeoutError (containerd would drop the plugin). Measuring on that clock,
+rather than the wall clock, keeps the check fair on a loaded machine."""
 
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
@@ -27,11 +31,9 @@ async def create(link) -> nri.CreateContainerResponse:
 async def test_fail_hook_refuses_the_container(connect, sock_dir, hook_dir, behaviour) -> None:
     async with hook_server(sock_dir, "strict", {"PreCreateContainer": behaviour}) as hook:
         hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", timeout="10s")
-        plugin, link = await connect([pod()])
-        started = time.monotonic()
+        _, link = await connect([pod()])
         with pytest.raises(Refused) as refused:
             await create(link)  # the fake gives up after 2 s, as containerd does
-    assert time.monotonic() - started < 2.0
     assert refused.value.code == FAILED_PRECONDITION
     assert "hook server strict" in refused.value.message and "failure-policy Fail" in refused.value.message
     assert not link.closed.is_set()  # a refused call, not a dropped plugin
@@ -44,7 +46,7 @@ async def test_ignore_hook_that_fails_is_passed_over(connect, sock_dir, hook_dir
     ):
         lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
         quota.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
-        plugin, link = await connect([pod()])
+        _, link = await connect([pod()])
         answer = await create(link)
     assert answer.adjust.linux.resources.cpu.quota.value == 20000  # the next server still ran
 
@@ -52,10 +54,8 @@ async def test_ignore_hook_that_fails_is_passed_over(connect, sock_dir, hook_dir
 async def test_ignore_hook_that_hangs_is_given_up_in_time(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "lax", {"PreCreateContainer": "hang"}) as lax:
         lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", timeout="10s")
-        plugin, link = await connect([pod()])
-        started = time.monotonic()
+        _, link = await connect([pod()])
         answer = await create(link)  # the fake gives up after 2 s, as containerd does
-    assert time.monotonic() - started < 2.0
     assert answer.adjust == nri.ContainerAdjustment()
     assert not link.closed.is_set()
 
@@ -66,9 +66,9 @@ async def test_long_hook_timeouts_are_clamped_and_logged(start_plugin, sock_dir,
         hook.register(hook_dir, ["PreCreateContainer"], timeout="30s")
         plugin = await start_plugin(request_timeout=1.5)
     [server] = plugin.dispatcher.servers(HookType.PRE_CREATE_CONTAINER)
-    assert server.timeout == pytest.approx(1.1)
+    assert server.timeout == pytest.approx(1.0)
     [clamped] = [r for r in caplog.records if r.getMessage() == "hook timeout longer than NRI allows, clamped"]
-    assert clamped.hook_timeout == 30.0 and clamped.clamped_timeout == pytest.approx(1.1)
+    assert clamped.hook_timeout == 30.0 and clamped.clamped_timeout == pytest.approx(1.0)
 
 
 async def test_a_chain_longer_than_the_runtime_waits(connect, sock_dir, hook_dir) -> None:
@@ -79,11 +79,9 @@ async def test_a_chain_longer_than_the_runtime_waits(connect, sock_dir, hook_dir
     async with hook_server(sock_dir, "a", slow) as a, hook_server(sock_dir, "b", slow) as b:
         a.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
         b.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
-        plugin, link = await connect([pod()])
-        started = time.monotonic()
+        _, link = await connect([pod()])
         with pytest.raises(Refused) as refused:
             await create(link)
-    assert time.monotonic() - started < 2.0
     assert refused.value.code == FAILED_PRECONDITION
-    assert "hook server b" in refused.value.message and "no answer within" in refused.value.message
+    assert "hook server b" in refused.value.message and "answer within" in refused.value.message
     assert len(a.requests()) == len(b.requests()) == 1

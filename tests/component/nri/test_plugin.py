@@ -40,7 +40,7 @@ async def test_registration_configure_and_synchronize(runtime, start_plugin) -> 
 async def test_create_container_becomes_the_adjustment(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "quota", QUOTA_HOOK) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        plugin, link = await connect([pod()])
+        _, link = await connect([pod()])
         answer = await link.create_container(pod(), container())
     adjust = answer.adjust
     cpu, memory = adjust.linux.resources.cpu, adjust.linux.resources.memory
@@ -63,7 +63,7 @@ async def test_cgroup_parent_becomes_the_cgroups_path(connect, sock_dir, hook_di
     script = {"PreCreateContainer": {"pod_cgroup_parent": "/kubepods/besteffort/poduid-1"}}
     async with hook_server(sock_dir, "parent", script) as hook:
         hook.register(hook_dir, ["PreCreateContainer"])
-        plugin, link = await connect([pod()])
+        _, link = await connect([pod()])
         answer = await link.create_container(pod(), container())
     assert answer.adjust.linux.cgroups_path == "/kubepods/besteffort/poduid-1/ctr-1"
 
@@ -72,7 +72,7 @@ async def test_update_is_rewritten_by_pre_update(connect, sock_dir, hook_dir) ->
     script = {"PreUpdateContainerResources": {"container_resources": {"cpu_quota": 30000}}}
     async with hook_server(sock_dir, "upd", script) as hook:
         hook.register(hook_dir, ["PreUpdateContainerResources"])
-        plugin, link = await connect([pod()], [container()])
+        _, link = await connect([pod()], [container()])
         wanted = nri.LinuxResources(cpu=nri.LinuxCPU(quota=nri.OptionalInt64(value=50000)))
         answer = await link.call(
             "UpdateContainer",
@@ -134,7 +134,7 @@ async def test_every_event_reaches_its_hook_with_pod_data(connect, sock_dir, hoo
 async def test_containers_from_before_the_plugin_get_full_pod_data(connect, sock_dir, hook_dir) -> None:
     async with hook_server(sock_dir, "start", {}) as hook:
         hook.register(hook_dir, ["PreStartContainer"])
-        plugin, link = await connect([pod()], [container()])
+        _, link = await connect([pod()], [container()])
         # containerd sends the container with a bare pod (as for any event);
         # the pod data comes from Synchronize.
         await link.state_change(E.START_CONTAINER, nri.PodSandbox(id="pod-1"), container())
@@ -158,7 +158,7 @@ async def test_chained_servers_apply_in_order(connect, sock_dir, hook_dir) -> No
     async with hook_server(sock_dir, "a", first) as a, hook_server(sock_dir, "b", second) as b:
         a.register(hook_dir, ["PreCreateContainer"], priority=1)
         b.register(hook_dir, ["PreCreateContainer"], priority=2)
-        plugin, link = await connect([pod()])
+        _, link = await connect([pod()])
         answer = await link.create_container(pod(), container())
         seen_by_second = b.requests("PreCreateContainer")[0]
     assert [(kv.key, kv.value) for kv in answer.adjust.env] == [("X", "second")]

@@ -66,7 +66,7 @@ async def test_large_messages_both_ways_keep_the_first_frame_rule(connect, sock_
 async def test_the_fake_drops_a_plugin_that_breaks_the_rule(runtime) -> None:
     """The rule the plugin keeps is enforced: a longer first frame closes the
     connection, as in containerd."""
-    reader, writer = await asyncio.open_unix_connection(str(runtime.path))
+    _, writer = await asyncio.open_unix_connection(str(runtime.path))
     link = await runtime.next_link()
     body = b"\0" * (FIRST_FRAME_LIMIT + 1 - 10)
     writer.write(struct.pack(">II", 2, FIRST_FRAME_LIMIT + 1) + struct.pack(">IIBB", len(body), 1, 1, 0) + body)
