@@ -129,3 +129,15 @@ async def test_pre_connected_socket_from_the_runtime(hook_dir) -> None:
     link.close()  # the runtime that started the plugin goes away: the plugin ends
     await asyncio.wait_for(run, 10)
     await reading
+
+
+async def test_a_broken_ttrpc_frame_ends_the_connection(runtime, connect) -> None:
+    """A frame the plugin cannot read leaves nothing sensible on that stream:
+    it closes the connection (and reconnects) rather than serve no more."""
+    plugin, link = await connect([pod()])
+    too_long = struct.pack(">IIBB", 5 * 1024 * 1024, 99, 1, 0)  # over ttrpc's 4 MiB
+    link.writer.write(struct.pack(">II", 1, len(too_long)) + too_long)
+    await asyncio.wait_for(link.closed.wait(), 5)
+    again = await runtime.next_link()
+    await again.handshake([pod()])
+    assert set(plugin.store.pods) == {"pod-1"}
