@@ -1,4 +1,5 @@
-"""Generated protocol modules: CRI v1, CRI v1alpha2 and Koordinator's hook API.
+"""Generated protocol modules: CRI v1, CRI v1alpha2, Koordinator's hook API,
+the NRI API and the ttrpc envelope.
 
 Regenerate with ``python -m cri_api.regenerate [--from-upstream ../shared]``.
 """

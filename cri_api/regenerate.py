@@ -5,7 +5,8 @@ Two steps, each runnable alone:
 * ``--from-upstream DIR``: reduce the upstream protos in DIR (the layout of
   ``shared/``) to schema copies under ``cri_api/*/api.proto``: comments
   stripped, the licence header kept, gogoproto options dropped (they carry no
-  wire meaning).
+  wire meaning), imports of vendored copies of well-known messages replaced
+  by the message itself (``VENDORED_IMPORTS``).
 * always: run grpcio-tools' protoc over the schema copies, writing
   ``api_pb2.py`` and ``api_pb2_grpc.py`` next to each copy (or into ``--out``,
   which the staleness test uses).
@@ -28,8 +29,37 @@ SCHEMAS: dict[str, str] = {
     "v1/api.proto": "cri-api/v1/api.proto",
     "v1alpha2/api.proto": "cri-api/v1alpha2/api.proto",
     "hookapi/api.proto": "koordinator-hook-api/api.proto",
+    "nri/api.proto": "nri-api/api.proto",
+    "ttrpc/request.proto": "nri-api/ttrpc-request.proto",
 }
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py")
+
+# Imports of a project's own copy of a standard message: the copy is declared
+# in the schema instead (same fields and numbers, so the same wire format)
+# rather than pulling in a package for one message. ttrpc's
+# "proto/status.proto" is google.rpc.Status, declared in package ttrpc.
+VENDORED_IMPORTS: dict[str, tuple[str, str]] = {
+    "proto/status.proto": (
+        'import "google/protobuf/any.proto";',
+        "message Status {\n"
+        "\tint32 code = 1;\n"
+        "\tstring message = 2;\n"
+        "\trepeated google.protobuf.Any details = 3;\n"
+        "}",
+    ),
+}
+
+# Upstream files that carry no licence header get their repository's, found
+# by their go_package (the licence file sits beside the upstream copy).
+LICENCE_BY_GO_PACKAGE: dict[str, str] = {
+    "github.com/containerd/ttrpc": (
+        "/*\n"
+        "   Copyright The containerd Authors.\n\n"
+        "   Licensed under the Apache License, Version 2.0 (the \"License\");\n"
+        "   see LICENSE-ttrpc beside the upstream file (containerd/ttrpc v1.2.2).\n"
+        "*/"
+    ),
+}
 
 
 def _strip_comments(text: str) -> str:
@@ -63,10 +93,19 @@ def reduce_schema(text: str) -> str:
     if m and "License" in m.group(1):
         header = m.group(1) + "\n\n"
         text = text[m.end() :]
+    else:
+        go_package = re.search(r'option\s+go_package\s*=\s*"([^";]*)', text)
+        if go_package and go_package.group(1) in LICENCE_BY_GO_PACKAGE:
+            header = LICENCE_BY_GO_PACKAGE[go_package.group(1)] + "\n\n"
     body = _strip_comments(text)
     lines = []
+    declared: list[str] = []
     for line in body.splitlines():
         stripped = line.rstrip()
+        vendored = re.fullmatch(r'\s*import\s+"([^"]+)";', stripped)
+        if vendored and vendored.group(1) in VENDORED_IMPORTS:
+            stripped, declaration = VENDORED_IMPORTS[vendored.group(1)]
+            declared.extend(declaration.splitlines())
         if "gogoproto" in stripped:
             # gogo import, file options and field options like
             # [(gogoproto.nullable) = false]: code-generation hints only.
@@ -74,6 +113,7 @@ def reduce_schema(text: str) -> str:
                 continue
             stripped = re.sub(r"\s*\[\(gogoproto\.[^\]]*\]", "", stripped)
         lines.append(stripped)
+    lines.extend(declared)
     # Blank lines only between top-level declarations.
     out: list[str] = []
     for line in lines:

@@ -18,6 +18,7 @@ from hooks.cli import hook as hook_commands
 from . import logs
 from .checkconfig import check_config_command
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
+from .nri.cli import nri as nri_command
 
 log = logging.getLogger("runtimeproxy")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -144,6 +145,7 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
 
 main.add_command(hook_commands)
 main.add_command(check_config_command)
+main.add_command(nri_command)
 
 if __name__ == "__main__":
     main()

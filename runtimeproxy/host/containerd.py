@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,12 @@ class LocalContainerd:
     snapshotter: str | None = None  # None: overlayfs if it works under base, else native
     # "127.0.0.1:<port>" registries that CRI PullImage reaches over plain HTTP.
     plain_http_registries: tuple[str, ...] = ()
+    # Another containerd build (its bin/ holds containerd, its shim and ctr),
+    # e.g. 1.7 for NRI; None: the one on PATH.
+    bin_dir: Path | None = None
+    # Serve NRI on `nri_socket` (containerd 1.7+; plugins may connect).
+    nri: bool = False
+    request_timeout: float = 2.0  # NRI plugin_request_timeout, seconds
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +135,19 @@ class LocalContainerd:
         return self.base / "runc"
 
     @property
+    def nri_socket(self) -> Path:
+        return self.base / "nri.sock"
+
+    def _tool(self, name: str) -> str:
+        return str(self.bin_dir / name) if self.bin_dir is not None else name
+
+    def _environment(self) -> dict[str, str] | None:
+        if self.bin_dir is None:
+            return None
+        # containerd finds its shim on PATH: its own build's first.
+        return {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}"}
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
 
@@ -152,9 +172,9 @@ class LocalContainerd:
         with open(self.log_path, "ab") as logfile:
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
-                "containerd", "--config", str(self.config_path),
+                self._tool("containerd"), "--config", str(self.config_path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=logfile, stderr=logfile,
-                start_new_session=True)
+                start_new_session=True, env=self._environment())
         try:
             async with asyncio.timeout(timeout):
                 await self._wait_ready()
@@ -220,8 +240,22 @@ class LocalContainerd:
                 f"{cri}.registry.mirrors.{q(host)}]",
                 f"  endpoint = [{q('http://' + host)}]",
             )),
+            *(self._nri_config() if self.nri else ()),
             "",
         ])
+
+    def _nri_config(self) -> list[str]:
+        q = _toml_str
+        return [
+            '[plugins."io.containerd.nri.v1.nri"]',
+            "  disable = false",
+            "  disable_connections = false",  # plugins connect to the socket themselves
+            f"  socket_path = {q(str(self.nri_socket))}",
+            f"  plugin_path = {q(str(self.base / 'nri-plugins'))}",
+            f"  plugin_config_path = {q(str(self.base / 'nri-conf'))}",
+            '  plugin_registration_timeout = "5s"',
+            f"  plugin_request_timeout = {q(f'{self.request_timeout:g}s')}",
+        ]
 
     async def _wait_ready(self) -> None:
         """Poll CRI Version until it answers: containerd offers no readiness event."""
@@ -266,7 +300,7 @@ class LocalContainerd:
         async with asyncio.timeout(timeout):
             for ref, archive in archives.items():
                 rc, out = await run_command(
-                    "ctr", "--address", str(self.socket), "-n", K8S_NAMESPACE, "images", "import",
+                    self._tool("ctr"), "--address", str(self.socket), "-n", K8S_NAMESPACE, "images", "import",
                     "--base-name", ref.rsplit(":", 1)[0], "--snapshotter", self.snapshotter or "overlayfs",
                     str(archive), timeout=timeout)
                 if rc != 0:

@@ -26,6 +26,7 @@ from runtimeproxy.host.images import BUSYBOX_BINARY
 from runtimeproxy.host.process import HostProcessError
 
 from ..prerequisites import fail_or_skip
+from .containerd17 import containerd17_bin_dir
 from .registry import LoopbackRegistry
 
 T = TypeVar("T")
@@ -105,8 +106,16 @@ def _registry_if_installed(tmp_path_factory: pytest.TempPathFactory,
         fixture_loop.run(registry.stop(), STOP_TIMEOUT)
 
 
-@pytest.fixture(scope="session")
-def containerd(tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThread,
+# The backends every test on `containerd` runs against: Debian's 1.6, and the
+# shared 1.7.13 build (with NRI enabled, which the NRI tests use).
+CONTAINERD_BUILDS = ("1.6", "1.7")
+# Longer than containerd's 2 s default, so that a loaded test machine does not
+# make containerd drop the NRI plugin; the component tests keep to the 2 s.
+NRI_REQUEST_TIMEOUT = 5.0
+
+
+@pytest.fixture(scope="session", params=CONTAINERD_BUILDS, ids=lambda build: f"containerd{build}")
+def containerd(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThread,
                _registry_if_installed: LoopbackRegistry | None) -> Iterator[LocalContainerd]:
     """A started private containerd with the busybox and pause images imported.
 
@@ -114,8 +123,11 @@ def containerd(tmp_path_factory: pytest.TempPathFactory, fixture_loop: LoopThrea
     """
     require_local_containerd()
     registry = _registry_if_installed
+    nri = request.param == "1.7"
     runtime = LocalContainerd(tmp_path_factory.mktemp("containerd"),
-                              plain_http_registries=(registry.host,) if registry else ())
+                              plain_http_registries=(registry.host,) if registry else (),
+                              bin_dir=containerd17_bin_dir() if nri else None, nri=nri,
+                              request_timeout=NRI_REQUEST_TIMEOUT)
     try:
         try:
             fixture_loop.run(runtime.start(timeout=START_TIMEOUT), START_TIMEOUT + 10)

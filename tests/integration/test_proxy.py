@@ -122,6 +122,8 @@ async def test_pull_image_through_proxy(cri_channel, proxy_channel, registry: Lo
         await images.RemoveImage(pb.RemoveImageRequest(image=spec), timeout=30)
 
 
+# containerd 1.6 has no GetContainerEvents; 1.7 streams events (see the report of issue 13).
+@pytest.mark.parametrize("containerd", ["1.6"], indirect=True)
 async def test_get_container_events_unimplemented_like_containerd(cri_channel, proxy_channel) -> None:
     path = "/runtime.v1.RuntimeService/GetContainerEvents"
     results = []

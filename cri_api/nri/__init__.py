@@ -1,0 +1,1 @@
+"""NRI v0.4.0 API (containerd/nri), generated."""

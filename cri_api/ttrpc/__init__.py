@@ -1,0 +1,1 @@
+"""ttrpc request envelope (containerd/ttrpc v1.2.2), generated."""

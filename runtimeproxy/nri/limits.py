@@ -1,0 +1,154 @@
+"""What NRI allows a hook: time (the runtime's request timeout) and which
+answers it can apply at each event.
+
+Both wrap the proxy's own hook path rather than change it: the registry seen
+through :class:`ClampedRegistry` hands the dispatcher servers whose timeout
+fits the runtime's, and :class:`ObservingDispatcher` is the proxy's
+dispatcher that also reports answers NRI cannot apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from google.protobuf.message import Message
+
+from ..hookpath.dispatch import Dispatcher
+from ..hookpath.hookfile import HookServerConfig
+from ..hookpath.points import HOOK_POINTS, HookType, Phase
+from ..hookpath.registry import HookRegistry, HookSnapshot
+from ..metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# Answer fields NRI applies, per pre hook point; everything else a hook
+# changes there is dropped (and logged once per server and field).
+APPLIED: dict[HookType, frozenset[str]] = {
+    HookType.PRE_CREATE_CONTAINER: frozenset(
+        {"container_annotations", "container_envs", "container_resources", "pod_cgroup_parent"}
+    ),
+    HookType.PRE_UPDATE_CONTAINER_RESOURCES: frozenset({"container_resources"}),
+    HookType.PRE_RUN_POD_SANDBOX: frozenset(),  # NRI reports the pod once it runs
+    HookType.PRE_START_CONTAINER: frozenset(),  # the container is created: nothing left to adjust
+}
+# Never applicable: an NRI adjustment or update has no OOM score.
+NEVER_APPLIED_RESOURCES = frozenset({"oom_score_adj"})
+
+
+# When the hooks of the event under way must have answered (loop time). Set
+# for the hook stage's task of one event; post hooks, started from it, read
+# no deadline (they run after the answer, as in the proxy).
+HOOK_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("nri_hook_deadline", default=None)
+MIN_CALL = 0.01  # a server with no time left still fails by its own timeout, with its own policy
+
+
+class _Chain(tuple[HookServerConfig, ...]):
+    """A pre hook's servers; each, when its turn comes, gets at most the time
+    left before the event's deadline (so a chain fits the runtime's timeout,
+    and a Fail server that gets no time refuses the call by its policy)."""
+
+    def __iter__(self) -> Iterator[HookServerConfig]:
+        for server in tuple.__iter__(self):
+            deadline = HOOK_DEADLINE.get()
+            if deadline is not None:
+                left = max(deadline - asyncio.get_running_loop().time(), MIN_CALL)
+                if server.timeout > left:
+                    server = dataclasses.replace(server, timeout=left)
+            yield server
+
+
+class ClampedRegistry:
+    """The hook registry as the dispatcher sees it under NRI: no server's
+    timeout is longer than ``limit`` (logged once per server)."""
+
+    def __init__(self, registry: HookRegistry, limit: float) -> None:
+        self._registry = registry
+        self.limit = limit
+        self._clamped: dict[HookServerConfig, HookServerConfig] = {}
+        registry.on_change(self._note)
+        self._note(registry.snapshot)
+
+    def _note(self, snapshot: HookSnapshot) -> None:
+        known: dict[HookServerConfig, HookServerConfig] = {}
+        for hook in HookType:
+            for server in snapshot.servers_for(hook):
+                if server in known:
+                    continue
+                known[server] = self._clamped.get(server) or self._clamp(server)
+        self._clamped = known
+
+    def _clamp(self, server: HookServerConfig) -> HookServerConfig:
+        if server.timeout <= self.limit:
+            return server
+        log.warning(
+            "hook timeout longer than NRI allows, clamped",
+            extra={**server.log_fields(), "clamped_timeout": self.limit},
+        )
+        return dataclasses.replace(server, timeout=self.limit)
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        servers = tuple(self._clamped.get(s) or self._clamp(s) for s in self._registry.servers_for(hook))
+        return _Chain(servers) if HOOK_POINTS[hook].phase is Phase.PRE else servers
+
+    def on_change(self, callback: Callable[[HookSnapshot], None]) -> Callable[[], None]:
+        return self._registry.on_change(callback)
+
+
+def _plain(value: Any) -> Any:
+    """Protobuf containers as plain values, so that they compare by content."""
+    if hasattr(value, "items"):
+        return dict(value.items())
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    try:
+        return list(value)
+    except TypeError:
+        return value
+
+
+def unapplied(hook: HookType, request: Message, answer: Message) -> list[str]:
+    """The answer's changes that NRI cannot apply at this hook point (fields
+    the answer sets to other values than the request had)."""
+    applied = APPLIED.get(hook)
+    if applied is None:
+        return []  # a post hook: its answer is ignored anyway, as in the proxy
+    out: list[str] = []
+    for field, value in answer.ListFields():
+        name = field.name
+        mine = getattr(request, name, None)
+        if isinstance(value, Message):
+            for sub, sub_value in value.ListFields():
+                differs = mine is None or _plain(getattr(mine, sub.name)) != _plain(sub_value)
+                if differs and (name not in applied or sub.name in NEVER_APPLIED_RESOURCES):
+                    out.append(f"{name}.{sub.name}")
+        elif name not in applied and (
+            hasattr(value, "items") and any(_plain(mine).get(k) != v for k, v in value.items())
+            or not hasattr(value, "items") and _plain(value) != _plain(mine)
+        ):
+            out.append(name)
+    return out
+
+
+class ObservingDispatcher(Dispatcher):
+    """The proxy's dispatcher; it also logs, once per server, hook point and
+    field, the answers NRI cannot apply."""
+
+    def __init__(self, registry: Any, metrics: Metrics | None = None) -> None:
+        super().__init__(registry, metrics)
+        self._logged: set[tuple[str, HookType, str]] = set()
+
+    async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
+        answer = await super().call(server, hook, request)
+        for name in unapplied(hook, request, answer):
+            if (server.name, hook, name) not in self._logged:
+                self._logged.add((server.name, hook, name))
+                log.warning(
+                    "NRI cannot apply this hook answer at this event; dropped (logged once per server)",
+                    extra={**server.log_fields(), "hook": hook.value, "dropped": name},
+                )
+        return answer

@@ -1,0 +1,87 @@
+"""Hook servers that fail or hang, under each failure policy, within the
+runtime's request timeout.
+
+The fake runtime waits 2 s for each answer, as containerd does, on the same
+event loop as the plugin: an answer later than that fails the call with a
+TimeoutError (containerd would drop the plugin). Measuring on that clock,
+rather than the wall clock, keeps the check fair on a loaded machine."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cri_api.nri import api_pb2 as nri
+from runtimeproxy.hookpath.points import HookType
+
+from ...hookprocs import hook_server
+from .conftest import container, pod
+from .fakeruntime import Refused
+
+FAILED_PRECONDITION = 9
+QUOTA = {"container_resources": {"cpu_quota": 20000}}
+
+
+async def create(link) -> nri.CreateContainerResponse:
+    return await link.create_container(pod(), container())
+
+
+@pytest.mark.parametrize("behaviour", ["error", "hang"])
+async def test_fail_hook_refuses_the_container(connect, sock_dir, hook_dir, behaviour) -> None:
+    async with hook_server(sock_dir, "strict", {"PreCreateContainer": behaviour}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", timeout="10s")
+        _, link = await connect([pod()])
+        with pytest.raises(Refused) as refused:
+            await create(link)  # the fake gives up after 2 s, as containerd does
+    assert refused.value.code == FAILED_PRECONDITION
+    assert "hook server strict" in refused.value.message and "failure-policy Fail" in refused.value.message
+    assert not link.closed.is_set()  # a refused call, not a dropped plugin
+
+
+async def test_ignore_hook_that_fails_is_passed_over(connect, sock_dir, hook_dir) -> None:
+    async with (
+        hook_server(sock_dir, "lax", {"PreCreateContainer": "error"}) as lax,
+        hook_server(sock_dir, "quota", {"PreCreateContainer": QUOTA}) as quota,
+    ):
+        lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
+        quota.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
+        _, link = await connect([pod()])
+        answer = await create(link)
+    assert answer.adjust.linux.resources.cpu.quota.value == 20000  # the next server still ran
+
+
+async def test_ignore_hook_that_hangs_is_given_up_in_time(connect, sock_dir, hook_dir) -> None:
+    async with hook_server(sock_dir, "lax", {"PreCreateContainer": "hang"}) as lax:
+        lax.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", timeout="10s")
+        _, link = await connect([pod()])
+        answer = await create(link)  # the fake gives up after 2 s, as containerd does
+    assert answer.adjust == nri.ContainerAdjustment()
+    assert not link.closed.is_set()
+
+
+async def test_long_hook_timeouts_are_clamped_and_logged(start_plugin, sock_dir, hook_dir, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="runtimeproxy.nri")
+    async with hook_server(sock_dir, "slow", {}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], timeout="30s")
+        plugin = await start_plugin(request_timeout=1.5)
+    [server] = plugin.dispatcher.servers(HookType.PRE_CREATE_CONTAINER)
+    assert server.timeout == pytest.approx(1.0)
+    [clamped] = [r for r in caplog.records if r.getMessage() == "hook timeout longer than NRI allows, clamped"]
+    assert clamped.hook_timeout == 30.0 and clamped.clamped_timeout == pytest.approx(1.0)
+
+
+async def test_a_chain_longer_than_the_runtime_waits(connect, sock_dir, hook_dir) -> None:
+    """Each hook within its own timeout, together over the runtime's: the
+    last one gets what is left, and, a Fail hook, refuses the call in time
+    (rather than the runtime dropping the plugin)."""
+    slow = {"PreCreateContainer": {**QUOTA, "delay": 1.0}}
+    async with hook_server(sock_dir, "a", slow) as a, hook_server(sock_dir, "b", slow) as b:
+        a.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=1)
+        b.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
+        _, link = await connect([pod()])
+        with pytest.raises(Refused) as refused:
+            await create(link)
+    assert refused.value.code == FAILED_PRECONDITION
+    assert "hook server b" in refused.value.message and "answer within" in refused.value.message
+    assert len(a.requests()) == len(b.requests()) == 1

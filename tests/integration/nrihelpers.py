@@ -1,0 +1,49 @@
+"""For the NRI integration tests: the NRI plugin run in-process against
+the session's containerd 1.7.13 (which serves NRI), and plugin logs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.nri.app import NriPlugin, NriSettings
+
+
+@contextlib.asynccontextmanager
+async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: object) -> AsyncIterator[NriPlugin]:
+    """The NRI plugin, registered and synchronized with ``runtime``; stopped at the end."""
+    settings.setdefault("request_timeout", runtime.request_timeout)  # as containerd is configured
+    plugin = NriPlugin(NriSettings(hook_dir=hook_dir, socket_path=runtime.nri_socket, max_backoff=0.5, **settings))
+    stop = asyncio.Event()
+    task = asyncio.create_task(plugin.run(stop))
+    try:
+        connected = asyncio.ensure_future(plugin.connected.wait())
+        await asyncio.wait({connected, task}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+        if not connected.done():
+            connected.cancel()
+            raise AssertionError(f"NRI plugin did not synchronize; containerd log:\n{runtime.log_tail()}")
+        yield plugin
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+async def logged(path: Path, message: str, timeout: float = 30.0) -> None:
+    """Until a process has logged ``message`` to the file ``path`` (woken by
+    file events, bounded by ``timeout``)."""
+    import watchfiles
+
+    def seen() -> bool:
+        return path.is_file() and message in path.read_text()
+
+    if seen():
+        return
+    stop = asyncio.Event()
+    async with asyncio.timeout(timeout):
+        async for _ in watchfiles.awatch(path.parent, stop_event=stop, rust_timeout=500, yield_on_timeout=True):
+            if seen():
+                return
+    raise AssertionError(f"{path} never said {message!r}")
