@@ -37,8 +37,8 @@ class Ledger:
     containers: dict[str, str] = field(default_factory=dict)
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
-    # Pod uid -> (pod id, container id) of what a worker created through the proxy.
-    ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Pod uid -> (pod id, container id, pod config) of what a worker created.
+    ids: dict[str, tuple[str, str, v1.PodSandboxConfig]] = field(default_factory=dict)
     succeeded: asyncio.Event = field(default_factory=asyncio.Event)
 
     def codes(self) -> set[str]:
@@ -112,7 +112,10 @@ class Worker:
             await self.one(round_, remove=round_ % 2 == 0)
 
     async def one(self, round_: int, remove: bool) -> None:
-        led, pod_config = self.ledger, pod_sandbox_config(v1, self.log_dir, name=f"{self.name}-{round_}")
+        led = self.ledger
+        # Labels and annotations of its own, so hooks can be checked for the full pod data.
+        pod_config = pod_sandbox_config(v1, self.log_dir, name=f"{self.name}-{round_}", labels={"worker": self.name},
+                                        annotations={"round": str(round_)})
         uid = pod_config.metadata.uid
         led.pods[uid] = UNCERTAIN
         ran = await self.call("RunPodSandbox", v1.RunPodSandboxRequest(config=pod_config))
@@ -126,7 +129,7 @@ class Worker:
             return
         cid = created.container_id
         led.containers[uid] = PRESENT
-        led.ids[uid] = (pod_id, cid)
+        led.ids[uid] = (pod_id, cid, pod_config)
         await self.call("StartContainer", v1.StartContainerRequest(container_id=cid))
         await self.reads(pod_id, cid)
         if not remove:
