@@ -75,12 +75,12 @@ async def test_backend_sigkill_twice_under_load(own_containerd: LocalContainerd,
         async with (load(v1_grpc.RuntimeServiceStub(channel), ledger, pod_log_dir),
                     load(v1_grpc.RuntimeServiceStub(direct), direct_ledger, pod_log_dir, clients=8, name="d")):
             for _ in range(2):
-                await progress(ledger, 40)
+                await progress(ledger, 30)
                 await sigkill(own_containerd)
                 await health.until(NOT_SERVING)
                 await own_containerd.start(timeout=60, images=False)
                 await health.until(SERVING)
-            await progress(ledger, 40)
+            await progress(ledger, 30)
 
         # Every failed call failed as a direct client's did: UNAVAILABLE while the
         # runtime is away, and whatever containerd says while it starts up

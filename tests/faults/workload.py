@@ -45,8 +45,8 @@ class Ledger:
         return {code for (_, code) in self.outcomes if code != "OK"}
 
     def errors(self) -> set[str]:
-        """The failures other than UNAVAILABLE, without the worker's name."""
-        return {failure.split(" ", 1)[1] for failure in self.failures}
+        """The statuses ("CODE: details") of the failures other than UNAVAILABLE."""
+        return {failure.split(": ", 1)[1] for failure in self.failures}
 
     def merged(self, other: Ledger) -> Ledger:
         """The objects of both (for comparing with the runtime's lists)."""
