@@ -54,6 +54,7 @@ BUILTIN_HOOKS: Mapping[str, str] = MappingProxyType(
     {
         "batchresource": "hooks.batchresource.server:BatchResourceHook",
         "noop": "hooks.noop:NoopHook",
+        "balloons": "hooks.balloons.server:BalloonsHook",
     }
 )
 

@@ -33,6 +33,7 @@ from runtimeproxy.hookpath.hookfile import (
     parse_duration,
 )
 
+from .balloons.cli import balloons as balloons_commands
 from .builtin import (
     BuiltinHook,
     BuiltinUnavailable,
@@ -142,13 +143,16 @@ def run(
     config = _load_config(config_file)
     registration = Registration(hook_dir, name, failure_policy, timeout, priority)
     try:
-        code = asyncio.run(_serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain))
+        code = asyncio.run(_serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file))
     except SetupError:
         raise
     except Exception as exc:
         log.exception("fatal", extra={"hook": name, "error": str(exc)})
         code = EXIT_FAILED
     sys.exit(code)
+
+
+hook.add_command(balloons_commands)
 
 
 @hook.command("list")
@@ -184,7 +188,8 @@ def _load(name: str) -> type[BuiltinHook]:
 
 
 async def _serve(
-    cls: type[BuiltinHook], socket_path: Path, config: Mapping[str, Any], registration: Registration, drain: float
+    cls: type[BuiltinHook], socket_path: Path, config: Mapping[str, Any], registration: Registration, drain: float,
+    config_file: Path | None = None,
 ) -> int:
     from runtimeproxy.cripath.server import stop_on_signals
 
@@ -194,6 +199,7 @@ async def _serve(
         server = cls.from_config(str(socket_path), config)
     except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
         raise SetupError(f"hook {cls.NAME}: {exc}") from exc
+    server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
     fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     try:
         await server.start()

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from grpc import aio
 
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+
 from ..hookprocs import registered
 from .batchhelpers import HookRun, PodCgroup, batchresource_hook
-from .crihelpers import V1, cgroup_of, container_config, pod_sandbox_config
+from .crihelpers import V1, cgroup_of
 from .proxyfixtures import ProxyLauncher
 from .test_hooks_real import container_pid
 from .test_localruntime import remove_pod_quietly

@@ -161,7 +161,7 @@ async def test_socket_in_use_exits_1_without_registering(sock_dir: Path, hook_di
 
 
 SETUP_ERRORS = {
-    "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: batchresource, failing, noop, watchful)"),
+    "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, watchful)"),
     "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: hook noop takes no config; got keys ['cpu']"),
     "config not YAML": (["noop"], "cpu: [2\n", "cannot read hook config"),
     "config not a mapping": (["noop"], "- 1\n", "expected a mapping of settings at the top level, got list"),

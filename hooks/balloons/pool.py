@@ -1,0 +1,358 @@
+"""The balloons: which CPUs each owns, which containers it holds, and how it
+grows and shrinks as containers come and go.
+
+Synchronous and free of I/O: the hook server calls it under its lock and
+applies the resulting cpusets. A balloon's own CPUs are exclusive; its
+containers run on those plus, with ``shareIdleCPUsInSame``, the CPUs no
+balloon owns in the same scope; a balloon left with no CPU at all runs its
+containers on the reserved CPUs (a container always needs somewhere to run).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import allocator
+from .config import (
+    BALLOON_ANNOTATION,
+    DEFAULT,
+    RESERVED,
+    BalloonsConfig,
+    BalloonType,
+    PodContext,
+)
+from .topology import Topology, format_cpuset
+
+
+class PoolError(RuntimeError):
+    """The config cannot be laid out on this machine (too few CPUs for the reserved set or minBalloons)."""
+
+
+class Exhausted(RuntimeError):
+    """No balloon can take the container."""
+
+
+class UnknownBalloonType(ValueError):
+    """A pod annotation names a balloon type the config does not define."""
+
+
+ContainerKey = tuple[str, str]  # (pod uid, container name)
+
+
+@dataclass
+class Member:
+    key: ContainerKey
+    namespace: str
+    pod_name: str
+    milli: int
+    container_id: str = ""
+
+    @property
+    def pod_uid(self) -> str:
+        return self.key[0]
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.pod_name}/{self.key[1]}"
+
+
+@dataclass
+class Balloon:
+    btype: BalloonType
+    index: int
+    cpus: frozenset[int]
+    members: dict[ContainerKey, Member] = field(default_factory=dict)
+    fixed: bool = False  # the reserved balloon: its CPUs never change
+
+    @property
+    def name(self) -> str:
+        return f"{self.btype.name}[{self.index}]"
+
+    @property
+    def requested_milli(self) -> int:
+        return sum(m.milli for m in self.members.values())
+
+    def target_size(self, extra_milli: int = 0) -> int:
+        size = max(math.ceil((self.requested_milli + extra_milli) / 1000), self.btype.min_cpus)
+        return min(size, self.btype.max_cpus) if self.btype.max_cpus else size
+
+    def fits(self, milli: int) -> bool:
+        """Within maxCPUs with ``milli`` more."""
+        if self.fixed or not self.btype.max_cpus:
+            return True
+        return math.ceil((self.requested_milli + milli) / 1000) <= self.btype.max_cpus
+
+    def has_pod(self, pod_uid: str) -> bool:
+        return any(m.pod_uid == pod_uid for m in self.members.values())
+
+
+def milli_from_shares(shares: int) -> int:
+    """The CPU request behind a CRI cpu_shares value (kubelet: shares = milli*1024/1000, at least 2).
+    2 (kubelet's minimum, a BestEffort container) and unset count as no request."""
+    if shares <= 2:
+        return 0
+    return math.ceil(shares * 1000 / 1024)
+
+
+class Pool:
+    def __init__(self, config: BalloonsConfig, topology: Topology) -> None:
+        self.config = config
+        self.topology = topology
+        available = topology.all_cpus if config.available_cpuset is None else config.available_cpuset & topology.all_cpus
+        if config.available_cpuset is not None and not config.available_cpuset <= topology.all_cpus:
+            missing = format_cpuset(config.available_cpuset - topology.all_cpus)
+            raise PoolError(f"availableResources.cpu: CPUs {missing} are not online on this machine")
+        if config.reserved_cpuset is not None:
+            if not config.reserved_cpuset <= available:
+                raise PoolError(f"reservedResources.cpu: CPUs {format_cpuset(config.reserved_cpuset - available)} are not available on this machine")
+            reserved = config.reserved_cpuset
+        else:
+            count = math.ceil(config.reserved_milli / 1000)
+            picked = allocator.take(topology, available, count)
+            if picked is None or len(available) - count < 1:
+                raise PoolError(f"reservedResources.cpu: {count} CPUs reserved, but only {len(available)} are available")
+            reserved = picked
+        self.available = frozenset(available)
+        self.reserved = frozenset(reserved)
+        self.types = {t.name: t for t in config.all_types}
+        self.balloons: list[Balloon] = [Balloon(self.types[RESERVED], 0, self.reserved, fixed=True)]
+        for btype in config.all_types:
+            if btype.name == RESERVED:
+                continue
+            for _ in range(btype.min_balloons):
+                if self._new_balloon(btype, btype.min_cpus) is None:
+                    raise PoolError(
+                        f"balloonTypes[{btype.name}]: minBalloons {btype.min_balloons} of minCPUs {btype.min_cpus} "
+                        f"do not fit in the {len(self.available - self.reserved)} CPUs outside the reserved set"
+                    )
+
+    # -- lookups ------------------------------------------------------------------
+
+    @property
+    def free(self) -> frozenset[int]:
+        owned = set().union(*(b.cpus for b in self.balloons))
+        return self.available - owned
+
+    def members(self) -> Iterator[tuple[Balloon, Member]]:
+        for balloon in self.balloons:
+            for member in balloon.members.values():
+                yield balloon, member
+
+    def balloon_of(self, key: ContainerKey) -> Balloon | None:
+        return next((b for b in self.balloons if key in b.members), None)
+
+    def of_type(self, name: str) -> list[Balloon]:
+        return [b for b in self.balloons if b.btype.name == name]
+
+    def choose_type(self, pod: PodContext) -> BalloonType:
+        """NRI's order: the pod annotation, the reserved namespaces, the first type by
+        namespace, the first type by matchExpressions, default."""
+        annotations = pod.pod_annotations
+        wanted = annotations.get(f"{BALLOON_ANNOTATION}/container.{pod.container_name}") or annotations.get(
+            f"{BALLOON_ANNOTATION}/pod"
+        ) or annotations.get(BALLOON_ANNOTATION)
+        if wanted:
+            if wanted not in self.types:
+                raise UnknownBalloonType(
+                    f"pod annotation {BALLOON_ANNOTATION} names balloon type {wanted!r}, which the config does not "
+                    f"define (types: {', '.join(sorted(self.types))})"
+                )
+            return self.types[wanted]
+        if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.config.reserved_pool_namespaces):
+            return self.types[RESERVED]
+        for btype in self.config.balloon_types:
+            if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in btype.namespaces):
+                return btype
+        for btype in self.config.balloon_types:
+            if btype.match_expressions and all(e.matches(pod) for e in btype.match_expressions):
+                return btype
+        return self.types[DEFAULT]
+
+    # -- CPUs a container runs on --------------------------------------------------
+
+    def effective_cpus(self, balloon: Balloon) -> frozenset[int]:
+        cpus = set(balloon.cpus)
+        scope = balloon.btype.share_idle_cpus_in_same
+        if scope:
+            idle = self.free
+            topo = self.topology
+            if scope == "system":
+                cpus |= idle
+            else:
+                group = {"package": topo.package_cpus, "numa": topo.node_cpus, "core": topo.core_cpus}[scope]
+                attr = {"package": "package", "numa": "node", "core": "core"}[scope]
+                for key in {getattr(topo.cpus[c], attr) for c in balloon.cpus}:
+                    cpus |= idle & group[key]
+        return frozenset(cpus) if cpus else self.reserved
+
+    def effective_mems(self, balloon: Balloon) -> frozenset[int]:
+        return self.topology.nodes_of(self.effective_cpus(balloon))
+
+    def describe(self, balloon: Balloon) -> str:
+        return f'{balloon.name}{{cpus:"{format_cpuset(self.effective_cpus(balloon))}", mems:"{format_cpuset(self.effective_mems(balloon))}"}}'
+
+    # -- changes ------------------------------------------------------------------
+
+    def _new_balloon(self, btype: BalloonType, size: int) -> Balloon | None:
+        existing = self.of_type(btype.name)
+        if btype.max_balloons and len(existing) >= btype.max_balloons:
+            return None
+        cpus = allocator.take(self.topology, self.free, size)
+        if cpus is None:
+            return None
+        used = {b.index for b in existing}
+        index = next(i for i in range(len(used) + 1) if i not in used)
+        balloon = Balloon(btype, index, cpus)
+        self.balloons.append(balloon)
+        return balloon
+
+    def resize(self, balloon: Balloon, extra_milli: int = 0) -> bool:
+        """Bring the balloon to its target size; False (and no change) if it cannot grow that far."""
+        if balloon.fixed:
+            return True
+        target = balloon.target_size(extra_milli)
+        have = len(balloon.cpus)
+        if target > have:
+            more = allocator.take(self.topology, self.free, target - have, near=balloon.cpus)
+            if more is None:
+                return False
+            balloon.cpus = balloon.cpus | more
+        elif target < have:
+            balloon.cpus = balloon.cpus - allocator.give_back(self.topology, balloon.cpus, have - target)
+        return True
+
+    def _try_join(self, balloon: Balloon, member: Member) -> bool:
+        if not balloon.fits(member.milli) or not self.resize(balloon, member.milli):
+            return False
+        balloon.members[member.key] = member
+        return True
+
+    def assign(self, member: Member, btype: BalloonType) -> Balloon:
+        """Place a new container; raises :class:`Exhausted` when no balloon of its type can take it."""
+        if btype.name == RESERVED:
+            reserved = self.balloons[0]
+            reserved.members[member.key] = member
+            return reserved
+        same_pod = [b for b in self.of_type(btype.name) if b.has_pod(member.pod_uid)]
+        if same_pod:  # containers of a pod share their balloon
+            if self._try_join(same_pod[0], member):
+                return same_pod[0]
+            raise Exhausted(self._why(btype, member, same_pod[0]))
+        existing = self.of_type(btype.name)
+        empty = [b for b in existing if not b.members]
+        spare = [b for b in existing if b.members and b.target_size(member.milli) <= len(b.cpus) and b.fits(member.milli)]
+        growable = [b for b in existing if b.members and b not in spare]
+        if btype.prefer_new_balloons:
+            order: list[Balloon | None] = [*empty, None, *spare, *growable]
+        else:
+            order = [*spare, *growable, *empty, None]
+        for candidate in order:
+            if candidate is None:
+                if btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
+                    continue
+                size = max(math.ceil(member.milli / 1000), btype.min_cpus)
+                candidate = self._new_balloon(btype, size)
+                if candidate is None:
+                    continue
+                candidate.members[member.key] = member
+                return candidate
+            if self._try_join(candidate, member):
+                return candidate
+        raise Exhausted(self._why(btype, member, None))
+
+    def assign_fallback(self, member: Member) -> Balloon:
+        """Under onExhausted: Ignore, the default balloon takes the container, grown if it can be."""
+        btype = self.types[DEFAULT]
+        for balloon in self.of_type(DEFAULT):
+            self.resize(balloon, member.milli)  # best effort: it may stay smaller than asked
+            balloon.members[member.key] = member
+            return balloon
+        balloon = self._new_balloon(btype, max(math.ceil(member.milli / 1000), btype.min_cpus)) or self._new_balloon(btype, 0)
+        if balloon is None:  # maxBalloons: 0 balloons allowed would be odd, but do not lose the container
+            balloon = Balloon(btype, len(self.of_type(DEFAULT)), frozenset())
+            self.balloons.append(balloon)
+        balloon.members[member.key] = member
+        return balloon
+
+    def _why(self, btype: BalloonType, member: Member, balloon: Balloon | None) -> str:
+        count = len(self.of_type(btype.name))
+        limit = f"maxCPUs {btype.max_cpus}" if btype.max_cpus else "no maxCPUs"
+        where = f"its pod's balloon {balloon.name}" if balloon else f"{count} balloon(s) of type {btype.name} (maxBalloons {btype.max_balloons or 'unlimited'}, {limit})"
+        return (
+            f"no balloon can take container {member.label} ({member.milli}m CPU): {where}; "
+            f"{len(self.free)} CPU(s) free"
+        )
+
+    def release(self, key: ContainerKey) -> Balloon | None:
+        """The container is gone; its balloon shrinks, and goes when empty and above minBalloons."""
+        balloon = self.balloon_of(key)
+        if balloon is None:
+            return None
+        del balloon.members[key]
+        self.resize(balloon)
+        if not balloon.fixed and not balloon.members and len(self.of_type(balloon.btype.name)) > balloon.btype.min_balloons:
+            self.balloons.remove(balloon)
+        return balloon
+
+    def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon:
+        """Put back a container found running on ``cpus`` (after a restart or a config reload).
+
+        It rejoins the balloon of its type that holds its pod or shares its
+        CPUs (only its pod, for preferNewBalloons types); a container on the
+        reserved CPUs alone was in a balloon without CPUs. Otherwise it gets a
+        new balloon made of its CPUs that no other balloon owns, or, when its
+        type has no room for another balloon, shares one. :meth:`settle` then
+        resizes everything.
+        """
+        if btype.name == RESERVED:
+            return self.assign(member, btype)
+        own = cpus - self.reserved
+
+        def together(balloon: Balloon) -> bool:
+            if balloon.has_pod(member.pod_uid):
+                return True
+            if btype.prefer_new_balloons and balloon.members:
+                return False
+            return bool(balloon.cpus & own) if own else not balloon.cpus
+
+        existing = self.of_type(btype.name)
+        match = next((b for b in existing if together(b)), None)
+        if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
+            match = max(existing, key=lambda b: len(b.cpus & own))
+        if match is None:
+            match = self._new_balloon(btype, 0)
+            assert match is not None  # no CPUs asked, and there is room for another balloon
+        match.cpus |= own & self.free
+        match.members[member.key] = member
+        return match
+
+    def settle(self) -> list[str]:
+        """Resize every balloon to its target (shrinks first, so growth finds the CPUs); problems found."""
+        problems = []
+        for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
+            if not self.resize(balloon):
+                problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
+        return problems
+
+    def snapshot(self) -> list[dict[str, object]]:
+        out = []
+        for balloon in self.balloons:
+            out.append(
+                {
+                    "name": balloon.name,
+                    "type": balloon.btype.name,
+                    "cpus": format_cpuset(balloon.cpus),
+                    "effective_cpus": format_cpuset(self.effective_cpus(balloon)),
+                    "mems": format_cpuset(self.effective_mems(balloon)),
+                    "requested_milli_cpus": balloon.requested_milli,
+                    "containers": [
+                        {"name": m.label, "id": m.container_id, "milli_cpus": m.milli}
+                        for m in sorted(balloon.members.values(), key=lambda m: m.label)
+                    ],
+                }
+            )
+        return out
+

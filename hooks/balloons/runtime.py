@@ -1,0 +1,122 @@
+"""What the balloons hook asks of the runtime (CRI v1): which containers run
+where (to rebuild assignments after a restart), and moving a running
+container to its balloon's new CPUs.
+
+The endpoint is usually the proxy's own socket: an UpdateContainerResources
+sent there passes through this hook's PreUpdateContainerResources, which
+answers the same cpuset, so the proxy's merge keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1 import api_pb2_grpc as v1_grpc
+from runtimeproxy.hookpath.merge import merge_resources
+from runtimeproxy.hookpath.store import _resources_from_spec
+
+from .config import PodContext
+from .pool import ContainerKey
+from .topology import parse_cpuset
+
+log = logging.getLogger(__name__)
+
+SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"  # pods the proxy never hooks
+LIVE_STATES = (v1.CONTAINER_CREATED, v1.CONTAINER_RUNNING)
+
+
+@dataclass(frozen=True)
+class FoundContainer:
+    """A live container as the runtime reports it."""
+
+    container_id: str
+    key: ContainerKey
+    pod: PodContext
+    pod_uid: str
+    cpus: frozenset[int]  # its cpuset now; empty if not pinned
+    mems: str
+    shares: int
+
+
+class RuntimeClient:
+    def __init__(self, endpoint: str, timeout: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._channel: aio.Channel | None = None
+
+    def _stub(self) -> v1_grpc.RuntimeServiceStub:
+        if self._channel is None:
+            self._channel = aio.insecure_channel(f"unix://{self.endpoint}")
+        return v1_grpc.RuntimeServiceStub(self._channel)
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def list_live(self) -> list[FoundContainer]:
+        stub = self._stub()
+        pods = {p.id: p for p in (await stub.ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)).items}
+        listed = await stub.ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
+        found = []
+        for container in listed.containers:
+            pod = pods.get(container.pod_sandbox_id)
+            if container.state not in LIVE_STATES or pod is None:
+                continue
+            if pod.labels.get(SKIP_LABEL, "").lower() == "true":
+                continue
+            try:
+                spec = await self._spec(container.id)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    continue  # removed meanwhile
+                raise
+            cpu = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
+            try:
+                cpus = parse_cpuset(str(cpu.get("cpus") or ""))
+            except ValueError:
+                cpus = frozenset()
+            shares = cpu.get("shares")
+            meta = pod.metadata
+            found.append(
+                FoundContainer(
+                    container_id=container.id,
+                    key=(meta.uid, container.metadata.name),
+                    pod=PodContext(meta.namespace, meta.name, container.metadata.name, dict(pod.labels), dict(pod.annotations)),
+                    pod_uid=meta.uid,
+                    cpus=cpus,
+                    mems=str(cpu.get("mems") or ""),
+                    shares=shares if isinstance(shares, int) else 0,
+                )
+            )
+        return found
+
+    async def _spec(self, container_id: str) -> dict[str, Any]:
+        status = await self._stub().ContainerStatus(
+            v1.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=self.timeout
+        )
+        try:
+            info = json.loads(status.info.get("info", "") or "{}")
+        except ValueError:
+            return {}
+        spec = info.get("runtimeSpec") if isinstance(info, dict) else None
+        return spec if isinstance(spec, dict) else {}
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        """Move a container to ``cpus``/``mems``, keeping its other resources as they are
+        (read back from its spec, so that other hooks and the proxy's records see them whole)."""
+        resources = v1.LinuxContainerResources()
+        merge_resources(resources, _resources_from_spec(await self._spec(container_id)))
+        resources.cpuset_cpus = cpus
+        if mems:
+            resources.cpuset_mems = mems
+        await self._stub().UpdateContainerResources(
+            v1.UpdateContainerResourcesRequest(container_id=container_id, linux=resources), timeout=self.timeout
+        )

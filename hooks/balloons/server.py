@@ -1,0 +1,386 @@
+"""The balloons built-in hook: ``runtime-proxy hook run balloons``.
+
+Every container is placed in one balloon at PreCreateContainer and held
+there at PreUpdateContainerResources (kubelet's CPU manager or a resize
+cannot move it out); PreStartContainer tells the hook the container's id,
+PostStopContainer and PostStopPodSandbox release it. When a balloon's CPUs
+change, the containers already in it are moved with UpdateContainerResources
+on the runtime endpoint (see :mod:`.runtime`). At start the assignments are
+rebuilt from what the running containers are pinned to; until then hook
+calls wait briefly and are refused (UNAVAILABLE) rather than answered
+without knowing which CPUs are taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+import watchfiles
+
+from cri_api.hookapi import api_pb2
+from hooks.builtin import BuiltinHook, HookConfigInvalid
+from hooks.sdk import HookAbort
+from runtimeproxy.hookpath.points import HookType
+
+from .config import (
+    BalloonsConfig,
+    ConfigError,
+    PodContext,
+    load_config_file,
+    parse_config,
+)
+from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
+from .runtime import RuntimeClient
+from .state import Assignments, Cpuset, Restored
+from .status import StatusServer, status_socket_for
+from .topology import Topology, TopologyError, format_cpuset
+
+log = logging.getLogger("hooks.balloons")
+
+READY_WAIT = 1.5  # how long a hook call waits for the start-up rebuild
+RETRY_DELAY = 5.0  # after a failed move or rebuild
+RECONCILE_INTERVAL = 30.0
+# A container placed at PreCreateContainer is not in the runtime's list until
+# CreateContainer returns: do not take it for gone before kubelet's deadline.
+CREATE_GRACE = 150.0
+
+
+def _pod(request: api_pb2.ContainerResourceHookRequest) -> PodContext:
+    return PodContext(
+        request.pod_meta.namespace,
+        request.pod_meta.name,
+        request.container_meta.name,
+        dict(request.pod_labels),
+        dict(request.pod_annotations),
+    )
+
+
+def _answer(cpuset: Cpuset | None) -> api_pb2.ContainerResourceHookResponse | None:
+    if cpuset is None or cpuset == ("", ""):
+        return None
+    cpus, mems = cpuset
+    return api_pb2.ContainerResourceHookResponse(
+        container_resources=api_pb2.LinuxContainerResources(cpuset_cpus=cpus, cpuset_mems=mems)
+    )
+
+
+class BalloonsHook(BuiltinHook):
+    NAME = "balloons"
+    SUMMARY = "pins containers to pools of CPUs (balloons); NRI balloons policy config"
+    HOOKS = (
+        HookType.PRE_CREATE_CONTAINER,
+        HookType.PRE_START_CONTAINER,
+        HookType.PRE_UPDATE_CONTAINER_RESOURCES,
+        HookType.POST_STOP_CONTAINER,
+        HookType.POST_STOP_POD_SANDBOX,
+    )
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        config: BalloonsConfig,
+        *,
+        config_path: str | os.PathLike[str] | None = None,
+        topology: Topology | None = None,
+        sysfs_root: str | os.PathLike[str] = "/sys",
+        runtime: RuntimeClient | None = None,
+        reconcile_interval: float = RECONCILE_INTERVAL,
+        **server_options: Any,
+    ) -> None:
+        super().__init__(socket_path, **server_options)
+        self._topology = topology or Topology.from_sysfs(sysfs_root)
+        self._state = Assignments(config, self._topology)
+        self._config_path = Path(config_path) if config_path else None
+        self._runtime = runtime or RuntimeClient(config.runtime_endpoint)
+        self._reconcile_interval = reconcile_interval
+        self._lock = asyncio.Lock()
+        self._ready = asyncio.Event()
+        self._moves_due = asyncio.Event()
+        self._not_ready_reason = "assignments not rebuilt from the runtime yet"
+        self._status = StatusServer(status_socket_for(self.socket_path), self.status)
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+
+    @classmethod
+    def from_config(cls, socket_path: str, config: Mapping[str, Any], **options: Any) -> BalloonsHook:
+        try:
+            return cls(socket_path, parse_config(config), **options)
+        except (ConfigError, PoolError, TopologyError) as exc:
+            raise HookConfigInvalid(str(exc)) from None
+
+    @property
+    def state(self) -> Assignments:
+        return self._state
+
+    @property
+    def config_file(self) -> Path | None:
+        """The YAML file watched and reloaded (``hook run --config`` sets it)."""
+        return self._config_path
+
+    @config_file.setter
+    def config_file(self, path: str | os.PathLike[str] | None) -> None:
+        self._config_path = Path(path) if path else None
+
+    @property
+    def status_socket(self) -> Path:
+        return self._status.path
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await super().start()
+        try:
+            await self._status.start()
+        except BaseException:
+            await super().stop(0)
+            raise
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self._status.stop()
+        await super().stop(grace)
+        await self._runtime.close()
+
+    async def background(self) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._rebuild_then_reconcile())
+            tasks.create_task(self._move_containers())
+            if self._config_path is not None:
+                tasks.create_task(self._watch_config(self._config_path))
+
+    # -- hook handlers -------------------------------------------------------------------
+
+    async def _wait_ready(self) -> None:
+        try:
+            await asyncio.wait_for(self._ready.wait(), READY_WAIT)
+        except TimeoutError:
+            raise HookAbort(grpc.StatusCode.UNAVAILABLE, f"balloons: {self._not_ready_reason}") from None
+
+    def _place(self, request: api_pb2.ContainerResourceHookRequest, milli: int) -> Cpuset | None:
+        """Under the lock: assign the container and return what it runs on."""
+        pod = _pod(request)
+        key = (request.pod_meta.uid, request.container_meta.name)
+        member = Member(key, pod.namespace, pod.pod_name, milli, request.container_meta.id)
+        try:
+            balloon, fallback = self._state.place(member, pod)
+        except UnknownBalloonType as exc:
+            log.error("refusing container %s: %s", member.label, exc, extra={"container": member.label})
+            raise HookAbort(grpc.StatusCode.INVALID_ARGUMENT, f"balloons: {exc}") from None
+        except Exhausted as exc:
+            log.error("refusing container %s: %s", member.label, exc, extra={"container": member.label})
+            raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {exc}") from None
+        cpuset = self._state.target(key)
+        assert cpuset is not None
+        self._state.given(key, cpuset)
+        log.info(
+            "assigning container %s to balloon %s%s",
+            member.label,
+            self._state.pool.describe(balloon),
+            " (its own balloon type is exhausted; onExhausted: Ignore)" if fallback else "",
+            extra={"container": member.label, "balloon": balloon.name, "cpus": cpuset[0], "mems": cpuset[1],
+                   "milli_cpus": milli, "fallback": fallback},
+        )
+        return cpuset
+
+    async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
+        await self._wait_ready()
+        async with self._lock:
+            cpuset = self._place(request, milli_from_shares(request.container_resources.cpu_shares))
+        self._moves_due.set()  # the balloon may have grown: its other containers move
+        return _answer(cpuset)
+
+    async def pre_start_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
+        await self._wait_ready()
+        key = (request.pod_meta.uid, request.container_meta.name)
+        async with self._lock:
+            balloon = self._state.pool.balloon_of(key)
+            if balloon is None:  # created while this hook was not there: pinned once it starts
+                self._place(request, milli_from_shares(request.container_resources.cpu_shares))
+            else:
+                balloon.members[key].container_id = request.container_meta.id
+        # Its balloon may have changed between create and start: then it moves after the start.
+        self._moves_due.set()
+        return None
+
+    async def pre_update_container_resources(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        await self._wait_ready()
+        key = (request.pod_meta.uid, request.container_meta.name)
+        shares = request.container_resources.cpu_shares
+        async with self._lock:
+            balloon = self._state.pool.balloon_of(key)
+            if balloon is None:
+                cpuset = self._place(request, milli_from_shares(shares))
+            else:
+                member = balloon.members[key]
+                member.container_id = request.container_meta.id or member.container_id
+                # No shares in the request (as in this hook's own moves): the request stands.
+                if shares and not self._state.resize(key, milli_from_shares(shares)):
+                    message = (
+                        f"container {member.label} asks for {milli_from_shares(shares)}m CPU; its balloon "
+                        f"{balloon.name} cannot grow to that (maxCPUs {balloon.btype.max_cpus or 'unlimited'}, "
+                        f"{len(self._state.pool.free)} CPU(s) free)"
+                    )
+                    if self._state.config.on_exhausted == "Fail":
+                        log.error("refusing update: %s", message, extra={"container": member.label})
+                        raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {message}")
+                    log.warning("%s; it stays in its balloon as it is", message, extra={"container": member.label})
+                cpuset = self._state.target(key)
+                assert cpuset is not None
+                self._state.given(key, cpuset)
+        self._moves_due.set()
+        return _answer(cpuset)
+
+    async def post_stop_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
+        async with self._lock:
+            self._state.release((request.pod_meta.uid, request.container_meta.name), request.container_meta.id)
+        self._moves_due.set()
+
+    async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> None:
+        async with self._lock:
+            self._state.release_pod(request.pod_meta.uid)
+        self._moves_due.set()
+
+    # -- background work -------------------------------------------------------------------
+
+    async def _rebuild_then_reconcile(self) -> None:
+        while not self._ready.is_set():
+            try:
+                await self.rebuild()
+            except grpc.aio.AioRpcError as exc:
+                self._not_ready_reason = (
+                    f"cannot rebuild assignments: runtime {self._runtime.endpoint} answered "
+                    f"{exc.code().name}: {exc.details()}"
+                )
+                log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
+                await asyncio.sleep(RETRY_DELAY)
+        while True:
+            await asyncio.sleep(self._reconcile_interval)
+            try:
+                await self.reconcile()
+            except grpc.aio.AioRpcError as exc:
+                log.warning("reconcile with the runtime failed: %s: %s", exc.code().name, exc.details())
+
+    async def rebuild(self) -> None:
+        """Assignments from the containers that run now (start-up)."""
+        found = await self._runtime.list_live()
+        restored = [
+            Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
+            for f in found
+        ]
+        async with self._lock:
+            self._state = Assignments.rebuild(self._state.config, self._topology, restored)
+            self._ready.set()
+        log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
+        self._moves_due.set()
+
+    async def reconcile(self) -> None:
+        """Release containers the runtime no longer runs (a stop the hook did not see, an
+        exit), learn ids, and place live containers the hook does not know."""
+        found = {f.key: f for f in await self._runtime.list_live()}
+        now = time.monotonic()
+        async with self._lock:
+            state = self._state
+            for _, member in list(state.pool.members()):
+                live = found.get(member.key)
+                if live is None:
+                    if now - state.placed_at.get(member.key, 0.0) > CREATE_GRACE:
+                        state.release(member.key)
+                elif member.container_id != live.container_id:
+                    member.container_id = live.container_id
+            for key, live in found.items():
+                if state.pool.balloon_of(key) is None:
+                    member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
+                    try:
+                        balloon, _ = state.place(member, live.pod)
+                    except (Exhausted, UnknownBalloonType):
+                        balloon = state.pool.assign_fallback(member)
+                        state.pods[key] = live.pod
+                    log.info("adopting running container %s into balloon %s", member.label, state.pool.describe(balloon),
+                             extra={"container": member.label, "balloon": balloon.name})
+        self._moves_due.set()
+
+    async def _move_containers(self) -> None:
+        while True:
+            await self._moves_due.wait()
+            self._moves_due.clear()
+            if not await self.apply_moves():
+                asyncio.get_running_loop().call_later(RETRY_DELAY, self._moves_due.set)
+
+    async def apply_moves(self) -> bool:
+        """Move every container whose balloon changed; False if some move failed (retried later)."""
+        async with self._lock:
+            moves = self._state.moves()
+        ok = True
+        for move in moves:
+            cpus, mems = move.cpuset
+            try:
+                await self._runtime.update_cpuset(move.container_id, cpus, mems)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    async with self._lock:
+                        self._state.release(move.key, move.container_id)
+                    continue
+                log.warning(
+                    "cannot move container %s to cpus %s: %s: %s",
+                    move.label, cpus, exc.code().name, exc.details(),
+                    extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
+                )
+                ok = False
+                continue
+            async with self._lock:
+                if self._state.target(move.key) == move.cpuset:
+                    self._state.given(move.key, move.cpuset)
+            log.info(
+                'moving container %s to the new cpus of its balloon %s{cpus:"%s", mems:"%s"}',
+                move.label, move.balloon, cpus, mems,
+                extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon, "cpus": cpus, "mems": mems},
+            )
+        return ok
+
+    async def _watch_config(self, path: Path) -> None:
+        # The directory, not the file: editors and ConfigMaps replace files by rename.
+        last = path.read_bytes() if path.exists() else b""
+        async for _ in watchfiles.awatch(path.parent, debounce=200, step=50):
+            try:
+                current = path.read_bytes()
+            except OSError:
+                continue
+            if current != last:
+                last = current
+                await self.reload(path)
+
+    async def reload(self, path: Path) -> bool:
+        """Take a changed config; a broken one is logged and the last good one stays."""
+        try:
+            config = load_config_file(path)
+            async with self._lock:
+                state = Assignments.rebuild(config, self._topology, self._state.restored())
+                self._state = state
+        except (ConfigError, PoolError) as exc:
+            log.error("config reload failed, keeping the last good config: %s", exc, extra={"config": str(path)})
+            return False
+        for warning in config.warnings:
+            log.warning("config: %s", warning)
+        log.info("config reloaded from %s", path, extra={"config": str(path)})
+        self._moves_due.set()
+        return True
+
+    # -- status -----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        pool = self._state.pool
+        return {
+            "ready": self._ready.is_set(),
+            "reserved_cpus": format_cpuset(pool.reserved),
+            "available_cpus": format_cpuset(pool.available),
+            "free_cpus": format_cpuset(pool.free),
+            "balloons": pool.snapshot(),
+        }

@@ -1,0 +1,224 @@
+"""The hook's view of the node: the balloon pool, each container's pod
+context, and the cpuset each container was last given, so that it knows
+which running containers must be moved after a balloon changed.
+
+Also the rebuild (after a restart, or with a reloaded config) from what the
+containers run on now. Synchronous; the server holds its lock around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .config import DEFAULT, BalloonsConfig, PodContext
+from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, UnknownBalloonType
+from .topology import Topology, format_cpuset, parse_cpuset
+
+log = logging.getLogger("hooks.balloons")
+
+Cpuset = tuple[str, str]  # (cpuset_cpus, cpuset_mems) as the runtime takes them
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A container to put back: what it is and what it runs on now."""
+
+    member: Member
+    pod: PodContext
+    cpus: frozenset[int]
+    mems: str = ""
+
+
+@dataclass(frozen=True)
+class Move:
+    """A running container whose balloon changed."""
+
+    key: ContainerKey
+    container_id: str
+    label: str
+    balloon: str
+    cpuset: Cpuset
+
+
+class Assignments:
+    def __init__(self, config: BalloonsConfig, topology: Topology) -> None:
+        self.config = config
+        self.topology = topology
+        self.pool = Pool(config, topology)
+        self.pods: dict[ContainerKey, PodContext] = {}
+        self.applied: dict[ContainerKey, Cpuset] = {}  # what each container was last given
+        self.placed_at: dict[ContainerKey, float] = {}
+
+    # -- what a container should run on -----------------------------------------------
+
+    def target(self, key: ContainerKey) -> Cpuset | None:
+        balloon = self.pool.balloon_of(key)
+        if balloon is None:
+            return None
+        cpus = format_cpuset(self.pool.effective_cpus(balloon)) if self.config.pin_cpu else ""
+        mems = format_cpuset(self.pool.effective_mems(balloon)) if self.config.pin_memory else ""
+        return cpus, mems
+
+    def moves(self) -> list[Move]:
+        """Containers with an id whose balloon's CPUs are no longer what they were given."""
+        out = []
+        for balloon, member in self.pool.members():
+            target = self.target(member.key)
+            if member.container_id and target != self.applied.get(member.key) and target != ("", ""):
+                out.append(Move(member.key, member.container_id, member.label, balloon.name, target))
+        return out
+
+    # -- changes ----------------------------------------------------------------------
+
+    def place(self, member: Member, pod: PodContext) -> tuple[Balloon, bool]:
+        """Assign a container; (balloon, True) when it only landed in the default
+        balloon because its own type was exhausted (onExhausted: Ignore).
+        Raises Exhausted (onExhausted: Fail) or UnknownBalloonType."""
+        previous = self.pool.balloon_of(member.key)
+        if previous is not None:  # a new attempt of a container whose stop we did not see
+            self.pool.release(member.key)
+        btype = self.pool.choose_type(pod)
+        before = self._sizes()
+        fallback = False
+        try:
+            balloon = self.pool.assign(member, btype)
+        except Exhausted:
+            if self.config.on_exhausted == "Fail":
+                raise
+            balloon, fallback = self.pool.assign_fallback(member), True
+        self.pods[member.key] = pod
+        self.placed_at[member.key] = time.monotonic()
+        self._log_resizes(before)
+        return balloon, fallback
+
+    def given(self, key: ContainerKey, cpuset: Cpuset) -> None:
+        self.applied[key] = cpuset
+
+    def release(self, key: ContainerKey, container_id: str = "") -> Balloon | None:
+        balloon = self.pool.balloon_of(key)
+        if balloon is None:
+            return None
+        member = balloon.members[key]
+        if container_id and member.container_id and member.container_id != container_id:
+            return None  # an older attempt's stop: the key belongs to its successor now
+        before = self._sizes()
+        self.pool.release(key)
+        for table in (self.pods, self.applied, self.placed_at):
+            table.pop(key, None)
+        log.info(
+            "releasing container %s from balloon %s",
+            member.label,
+            balloon.name,
+            extra={"container": member.label, "container_id": member.container_id, "balloon": balloon.name},
+        )
+        self._log_resizes(before)
+        return balloon
+
+    def release_pod(self, pod_uid: str) -> None:
+        for _, member in list(self.pool.members()):
+            if member.pod_uid == pod_uid:
+                self.release(member.key)
+
+    def resize(self, key: ContainerKey, milli: int) -> bool:
+        """A container's request changed (in-place resize); False if its balloon cannot grow to it."""
+        balloon = self.pool.balloon_of(key)
+        if balloon is None or balloon.members[key].milli == milli:
+            return True
+        member = balloon.members[key]
+        old = member.milli
+        before = self._sizes()
+        member.milli = milli
+        if not balloon.fits(0) or not self.pool.resize(balloon):
+            member.milli = old
+            return False
+        self._log_resizes(before)
+        return True
+
+    def members_of_pod(self, pod_uid: str) -> list[Member]:
+        return [m for _, m in self.pool.members() if m.pod_uid == pod_uid]
+
+    # -- rebuild -------------------------------------------------------------------------
+
+    @classmethod
+    def rebuild(cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored]) -> Assignments:
+        """Assignments for containers that already run: each rejoins a balloon of its
+        type made of the CPUs it runs on; containers not pinned yet are placed anew."""
+        state = cls(config, topology)
+        pool = state.pool
+        fresh: list[Restored] = []
+        for item in found:
+            key = item.member.key
+            try:
+                btype = pool.choose_type(item.pod)
+            except UnknownBalloonType as exc:
+                log.warning("%s; placing %s in the default balloon", exc, item.member.label)
+                btype = pool.types[DEFAULT]
+            pinned = bool(item.cpus) and item.cpus != topology.all_cpus and item.cpus <= pool.available
+            if not pinned:
+                fresh.append(item)
+                continue
+            balloon = pool.restore(item.member, btype, item.cpus)
+            state.pods[key] = item.pod
+            state.placed_at[key] = time.monotonic()
+            state.applied[key] = (format_cpuset(item.cpus) if config.pin_cpu else "", item.mems if config.pin_memory else "")
+            log.info(
+                "restoring container %s to balloon %s (it runs on cpus %s)",
+                item.member.label,
+                balloon.name,
+                format_cpuset(item.cpus),
+                extra={"container": item.member.label, "balloon": balloon.name},
+            )
+        for problem in pool.settle():
+            log.warning("balloon cannot be sized after rebuild: %s", problem)
+        for item in fresh:
+            # A container that already runs cannot be refused: if its type is
+            # exhausted it goes to the default balloon whatever onExhausted says.
+            try:
+                balloon = pool.assign(item.member, pool.choose_type(item.pod))
+            except (Exhausted, UnknownBalloonType):
+                balloon = pool.assign_fallback(item.member)
+            state.pods[item.member.key] = item.pod
+            state.placed_at[item.member.key] = time.monotonic()
+            log.info(
+                "assigning running container %s to balloon %s",
+                item.member.label,
+                pool.describe(balloon),
+                extra={"container": item.member.label, "balloon": balloon.name},
+            )
+        return state
+
+    def restored(self) -> list[Restored]:
+        """Every container as it runs now, to rebuild with another config."""
+        out = []
+        for _, member in self.pool.members():
+            cpus, mems = self.applied.get(member.key, ("", ""))
+            fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
+            out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems))
+        return out
+
+    # -- logging -------------------------------------------------------------------------
+
+    def _sizes(self) -> dict[str, frozenset[int]]:
+        return {b.name: self.pool.effective_cpus(b) for b in self.pool.balloons}
+
+    def _log_resizes(self, before: dict[str, frozenset[int]]) -> None:
+        for balloon in self.pool.balloons:
+            old = before.get(balloon.name)
+            new = self.pool.effective_cpus(balloon)
+            if old is None:
+                log.info("balloon %s created", self.pool.describe(balloon), extra={"balloon": balloon.name, "cpus": format_cpuset(new)})
+            elif old != new:
+                log.info(
+                    'balloon %s changes cpus from "%s" to "%s"',
+                    balloon.name,
+                    format_cpuset(old),
+                    format_cpuset(new),
+                    extra={"balloon": balloon.name, "cpus": format_cpuset(new), "previous_cpus": format_cpuset(old)},
+                )
+        names = {b.name for b in self.pool.balloons}
+        for name in before:
+            if name not in names:
+                log.info("balloon %s removed (empty)", name, extra={"balloon": name})

@@ -1,0 +1,90 @@
+"""The running hook's answer to ``runtime-proxy hook balloons status``.
+
+A unix socket next to the hook socket (``NAME.sock`` -> ``NAME.status.sock``)
+that writes the current balloons as one JSON document to whoever connects,
+then closes. Chosen over a status file the hook rewrites: the answer is the
+live in-memory state at the moment of asking, and no answer means no hook is
+running (a file would outlive a dead hook and look current). It reads nothing
+from the client, so there is nothing to parse or abuse; mode 0660 like the
+hook socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hooks.sdk import HookServerError
+from runtimeproxy.host import unixsocket  # the same socket rules as the hook socket
+
+log = logging.getLogger(__name__)
+
+
+def status_socket_for(hook_socket: str | os.PathLike[str]) -> Path:
+    path = Path(hook_socket)
+    return path.with_name(f"{path.name.removesuffix('.sock')}.status.sock")
+
+
+class StatusServer:
+    def __init__(self, path: Path, snapshot: Callable[[], dict[str, Any]], mode: int = 0o660) -> None:
+        self.path = path
+        self._snapshot = snapshot
+        self._mode = mode
+        self._server: asyncio.AbstractServer | None = None
+        self._identity: unixsocket.SocketIdentity | None = None
+
+    async def start(self) -> None:
+        try:
+            unixsocket.prepare(self.path)
+        except unixsocket.UnixSocketError as exc:
+            raise HookServerError(str(exc)) from exc
+        self._server = await asyncio.start_unix_server(self._answer, path=str(self.path))
+        os.chmod(self.path, self._mode)
+        self._identity = unixsocket.SocketIdentity.of(self.path)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write((json.dumps(self._snapshot(), indent=2) + "\n").encode())
+            await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            log.debug("status client left early", extra={"error": str(exc)})
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        await server.wait_closed()
+        unixsocket.remove_own(self.path, self._identity)
+
+
+async def read_status(path: Path, timeout: float = 5.0) -> dict[str, Any]:
+    async def read() -> bytes:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        try:
+            return await reader.read()
+        finally:
+            writer.close()
+
+    return json.loads(await asyncio.wait_for(read(), timeout))
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The status as an operator reads it."""
+    lines = [f"reserved cpus {doc['reserved_cpus']}, free cpus {doc['free_cpus'] or '-'}, ready: {doc['ready']}"]
+    for balloon in doc["balloons"]:
+        lines.append(
+            f'{balloon["name"]}{{cpus:"{balloon["effective_cpus"]}", mems:"{balloon["mems"]}"}} '
+            f"owns {balloon['cpus'] or '-'}, requested {balloon['requested_milli_cpus']}m"
+        )
+        for container in balloon["containers"]:
+            ident = container["id"][:13] or "(not started)"
+            lines.append(f"  {container['name']}  {ident}  {container['milli_cpus']}m")
+    return "\n".join(lines)

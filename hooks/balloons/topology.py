@@ -1,0 +1,145 @@
+"""CPU topology from sysfs: which CPUs share a core, a NUMA node, a package.
+
+Read from ``<root>/devices/system/cpu`` and ``<root>/devices/system/node``;
+the root is injectable so tests (and the allocator's unit tests) can build
+synthetic machines. Also the cpuset list format ("0-3,8") both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class TopologyError(RuntimeError):
+    """sysfs does not describe a usable CPU topology."""
+
+
+def parse_cpuset(text: str) -> frozenset[int]:
+    """'0-3,8' -> {0, 1, 2, 3, 8}; '' -> {}. ValueError on anything else."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        start, end = int(lo), int(hi) if sep else int(lo)
+        if start < 0 or end < start:
+            raise ValueError(f"bad cpuset range {part!r}")
+        out.update(range(start, end + 1))
+    return frozenset(out)
+
+
+def format_cpuset(cpus: Iterable[int]) -> str:
+    """{0, 1, 2, 3, 8} -> '0-3,8' (the kernel's list format)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    package: int
+    node: int
+    core: int  # an id unique on the machine: (package, die, core_id) numbered
+
+
+@dataclass(frozen=True)
+class Topology:
+    cpus: dict[int, Cpu]
+    # derived lookups, built once
+    core_cpus: dict[int, frozenset[int]] = field(init=False, repr=False)
+    node_cpus: dict[int, frozenset[int]] = field(init=False, repr=False)
+    package_cpus: dict[int, frozenset[int]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def group(key: str) -> dict[int, frozenset[int]]:
+            out: dict[int, set[int]] = {}
+            for cpu in self.cpus.values():
+                out.setdefault(getattr(cpu, key), set()).add(cpu.id)
+            return {k: frozenset(v) for k, v in sorted(out.items())}
+
+        object.__setattr__(self, "core_cpus", group("core"))
+        object.__setattr__(self, "node_cpus", group("node"))
+        object.__setattr__(self, "package_cpus", group("package"))
+
+    @property
+    def all_cpus(self) -> frozenset[int]:
+        return frozenset(self.cpus)
+
+    def siblings(self, cpu: int) -> frozenset[int]:
+        return self.core_cpus[self.cpus[cpu].core]
+
+    def nodes_of(self, cpus: Iterable[int]) -> frozenset[int]:
+        return frozenset(self.cpus[c].node for c in cpus)
+
+    @classmethod
+    def synthetic(cls, packages: int, nodes_per_package: int, cores_per_node: int, threads: int) -> Topology:
+        """A regular machine, numbered like Linux does: first threads of all cores, then the second ones."""
+        cores = packages * nodes_per_package * cores_per_node
+        cpus: dict[int, Cpu] = {}
+        for thread in range(threads):
+            for core in range(cores):
+                cpu_id = thread * cores + core
+                node = core // cores_per_node
+                cpus[cpu_id] = Cpu(cpu_id, package=node // nodes_per_package, node=node, core=core)
+        return cls(cpus)
+
+    @classmethod
+    def from_sysfs(cls, root: str | Path = "/sys") -> Topology:
+        base = Path(root) / "devices" / "system"
+        try:
+            online = parse_cpuset((base / "cpu" / "online").read_text())
+        except (OSError, ValueError) as exc:
+            raise TopologyError(f"cannot read online CPUs under {base / 'cpu'}: {exc}") from exc
+        node_of: dict[int, int] = {}
+        node_dir = base / "node"
+        for path in sorted(node_dir.glob("node[0-9]*")):
+            try:
+                for cpu in parse_cpuset((path / "cpulist").read_text()):
+                    node_of[cpu] = int(path.name[4:])
+            except (OSError, ValueError) as exc:
+                raise TopologyError(f"cannot read {path / 'cpulist'}: {exc}") from exc
+        core_ids: dict[tuple[int, int, int], int] = {}
+        cpus: dict[int, Cpu] = {}
+        for cpu_id in sorted(online):
+            topo = base / "cpu" / f"cpu{cpu_id}" / "topology"
+            try:
+                package = int((topo / "physical_package_id").read_text())
+                core_id = int((topo / "core_id").read_text())
+                die_path = topo / "die_id"
+                die = int(die_path.read_text()) if die_path.exists() else 0
+            except (OSError, ValueError) as exc:
+                raise TopologyError(f"cannot read the topology of cpu{cpu_id} under {topo}: {exc}") from exc
+            core = core_ids.setdefault((package, die, core_id), len(core_ids))
+            cpus[cpu_id] = Cpu(cpu_id, package=package, node=node_of.get(cpu_id, 0), core=core)
+        if not cpus:
+            raise TopologyError(f"no online CPUs under {base / 'cpu'}")
+        return cls(cpus)
+
+
+def write_synthetic_sysfs(root: Path, topology: Topology) -> None:
+    """Lay ``topology`` out as sysfs files under ``root`` (for tests of the sysfs reader)."""
+    base = root / "devices" / "system"
+    (base / "cpu").mkdir(parents=True, exist_ok=True)
+    (base / "cpu" / "online").write_text(format_cpuset(topology.cpus) + "\n")
+    for cpu in topology.cpus.values():
+        topo = base / "cpu" / f"cpu{cpu.id}" / "topology"
+        topo.mkdir(parents=True, exist_ok=True)
+        (topo / "physical_package_id").write_text(f"{cpu.package}\n")
+        (topo / "core_id").write_text(f"{cpu.core}\n")
+        (topo / "die_id").write_text("0\n")
+        (topo / "thread_siblings_list").write_text(format_cpuset(topology.siblings(cpu.id)) + "\n")
+    for node, members in topology.node_cpus.items():
+        path = base / "node" / f"node{node}"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "cpulist").write_text(format_cpuset(members) + "\n")

@@ -1,0 +1,263 @@
+"""Issue 10 with real parts: the balloons hook in front of containerd 1.6 + runc,
+through the proxy; placements read from each container's cpuset cgroup.
+
+This machine has CPUs 0 and 1: CPU 0 is reserved (kube-system), the ``work``
+balloon type gets what is left. An empty balloon runs its containers on the
+reserved CPU, so growth (0 -> 1 CPU) and shrink (1 -> 0) move them between
+"0" and "1".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from grpc import aio
+
+from runtimeproxy.host.containerd import terminate_process
+from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+
+from ..hookprocs import registered
+from .crihelpers import V1, cgroup_of
+from .proxyfixtures import ProxyLauncher
+from .test_hooks_real import container_pid
+from .test_localruntime import remove_pod_quietly
+
+pb = V1.pb
+WORK_NS = "balloons-apps"
+
+
+def config(proxy_socket: Path) -> dict:
+    return {
+        "reservedResources": {"cpu": "cpuset:0"},
+        "reservedPoolNamespaces": ["kube-system"],
+        "runtimeEndpoint": str(proxy_socket),
+        "balloonTypes": [{"name": "work", "namespaces": [WORK_NS], "maxBalloons": 1}],
+    }
+
+
+@dataclass
+class HookProcess:
+    """A ``runtime-proxy hook run balloons`` process and its log, read as it comes."""
+
+    process: asyncio.subprocess.Process
+    socket: Path
+    lines: list[str] = field(default_factory=list)
+    ended: bool = False
+    _more: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        async for line in self.process.stderr:
+            self.lines.append(line.decode())
+            self._more.set()
+        self.ended = True
+        self._more.set()
+
+    async def logged(self, needle: str, timeout: float = 20.0) -> str:
+        async with asyncio.timeout(timeout):
+            while True:
+                seen = len(self.lines)
+                found = next((line for line in self.lines if needle in line), None)
+                if found is not None:
+                    return found
+                if self.ended:
+                    raise AssertionError(f"hook exited ({await self.process.wait()}) before {needle!r}: {''.join(self.lines)}")
+                await self.more(seen)
+
+    async def more(self, seen: int) -> None:
+        """Until the hook has logged more than ``seen`` lines (or ended)."""
+        while len(self.lines) <= seen and not self.ended:
+            self._more.clear()
+            await self._more.wait()
+
+    async def status(self, *args: str) -> str:
+        return await runtime_proxy("hook", "balloons", "status", "--socket", str(self.socket), *args)
+
+
+async def runtime_proxy(*args: str) -> str:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+@contextlib.asynccontextmanager
+async def balloons_hook(launcher: ProxyLauncher, config_path: Path) -> AsyncIterator[HookProcess]:
+    socket = launcher.dir / "balloons.sock"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", "hook", "run", "balloons", "--socket", str(socket),
+        "--hook-dir", str(launcher.hook_dir), "--config", str(config_path), "--failure-policy", "Fail",
+        "--timeout", "5s", "--drain", "0", stderr=asyncio.subprocess.PIPE,
+    )
+    hook = HookProcess(process, socket)
+    reader = asyncio.create_task(hook.read_log())
+    try:
+        await hook.logged("hook registered")
+        yield hook
+    finally:
+        await terminate_process(process, 10, "hook run balloons")
+        await reader
+
+
+async def run_pod(channel: aio.Channel, log_dir: Path, namespace: str, shares: int) -> tuple[str, str]:
+    rt = V1.runtime(channel)
+    pod_config = pod_sandbox_config(pb, log_dir, namespace=namespace)
+    pod_id = (await rt.RunPodSandbox(pb.RunPodSandboxRequest(config=pod_config), timeout=60)).pod_sandbox_id
+    try:
+        config = container_config(pb, resources=pb.LinuxContainerResources(cpu_shares=shares))
+        cid = (await rt.CreateContainer(pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config), timeout=60)).container_id
+        await rt.StartContainer(pb.StartContainerRequest(container_id=cid), timeout=60)
+    except BaseException:
+        await remove_pod_quietly(V1, channel, pod_id)
+        raise
+    return pod_id, cid
+
+
+async def cpuset_of(channel: aio.Channel, cid: str) -> str:
+    pid = await container_pid(V1, channel, cid)
+    return (cgroup_of(pid, "cpuset") / "cpuset.cpus").read_text().strip()
+
+
+async def lands_on(channel: aio.Channel, cid: str, cpus: str, timeout: float = 20.0) -> None:
+    """Until the container's cgroup shows ``cpus`` (a move is asynchronous; cgroupfs has no change events)."""
+    async with asyncio.timeout(timeout):
+        while (now := await cpuset_of(channel, cid)) != cpus:
+            await asyncio.sleep(0.1)
+    assert now == cpus
+
+
+async def rebuilt(hook: HookProcess) -> dict:
+    """The hook's status (``hook balloons status --json``) once it has rebuilt its assignments."""
+    await hook.logged("assignments rebuilt from")
+    return json.loads(await hook.status("--json"))
+
+
+def placements(status: dict) -> dict[str, tuple[str, str]]:
+    """container id -> (balloon, cpus it runs on)."""
+    return {c["id"]: (b["name"], b["effective_cpus"]) for b in status["balloons"] for c in b["containers"]}
+
+
+async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_dir, tmp_path) -> None:
+    config_path = tmp_path / "balloons.yaml"
+    config_path.write_text(yaml.safe_dump(config(launcher.socket)))
+    running, proxy_stack = await launcher.start()
+    pods: list[str] = []
+    try:
+        async with launcher.channel() as channel:
+            async with balloons_hook(launcher, config_path) as hook:
+                await registered(running, 1)
+                await rebuilt(hook)
+                system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
+                pods.append(system_pod)
+                assert await cpuset_of(channel, system) == "0"
+                line = await hook.logged("assigning container kube-system/")
+                assert '/sleeper to balloon reserved[0]{cpus:"0", mems:"0"}' in line
+                # A best-effort container in the empty work balloon runs on the reserved CPU...
+                light_pod, light = await run_pod(channel, pod_log_dir, WORK_NS, 2)
+                pods.append(light_pod)
+                assert await cpuset_of(channel, light) == "0"
+                # ... until a container asking for a CPU grows the balloon: both run on CPU 1.
+                heavy_pod, heavy = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+                pods.append(heavy_pod)
+                assert await cpuset_of(channel, heavy) == "1"
+                await lands_on(channel, light, "1")
+                before = placements(json.loads(await hook.status("--json")))
+                text = await hook.status()
+                assert 'work[0]{cpus:"1", mems:"0"}' in text and heavy[:13] in text
+                assert before[system] == ("reserved[0]", "0")
+                assert before[light] == before[heavy] == ("work[0]", "1")
+
+            # The hook server restarts: it rebuilds the same placements from the containers' cpusets.
+            async with balloons_hook(launcher, config_path) as hook:
+                await registered(running, 1)
+                status = await rebuilt(hook)
+                assert placements(status) == before, status
+                # It still knows CPU 1 is taken: a second CPU for the work balloon does not exist.
+                with pytest.raises(aio.AioRpcError) as refused:
+                    await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+                assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "no balloon can take container" in refused.value.details()
+                # Shrink: the heavy container stops, the balloon gives CPU 1 back.
+                await V1.runtime(channel).StopContainer(pb.StopContainerRequest(container_id=heavy, timeout=5), timeout=30)
+                await lands_on(channel, light, "0")
+
+                # The proxy restarts under the running hook: its calls still reach the same assignments.
+                await proxy_stack.aclose()
+                running, proxy_stack = await launcher.start()
+                await registered(running, 1)
+                after = placements(json.loads(await hook.status("--json")))
+                assert after == {system: ("reserved[0]", "0"), light: ("work[0]", "0")}
+                async with launcher.channel() as channel2:
+                    again_pod, again = await run_pod(channel2, pod_log_dir, WORK_NS, 1024)
+                    pods.append(again_pod)
+                    assert await cpuset_of(channel2, again) == "1"
+                    await lands_on(channel2, light, "1")
+                    assert await cpuset_of(channel2, system) == "0"
+    finally:
+        async with launcher.channel() as channel:
+            for pod_id in pods:
+                await remove_pod_quietly(V1, channel, pod_id)
+
+
+async def rewrite_until(hook: HookProcess, path: Path, doc: object, needle: str) -> None:
+    """Write the config until the hook logs ``needle`` once more (its file watcher
+    gives no sign of being ready, so a write before it watches is repeated)."""
+    seen = sum(needle in line for line in hook.lines)
+    async with asyncio.timeout(30):
+        for attempt in itertools.count():
+            path.write_text(yaml.safe_dump(doc) + f"# write {attempt}\n")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    while sum(needle in line for line in hook.lines) == seen:
+                        await hook.more(len(hook.lines))
+                    return
+
+
+async def test_config_reloads_and_exhausted_policy(launcher, pod_log_dir, tmp_path) -> None:
+    config_path = tmp_path / "balloons.yaml"
+    good = config(launcher.socket)
+    config_path.write_text(yaml.safe_dump(good))
+    running, _ = await launcher.start()
+    pods: list[str] = []
+    try:
+        async with launcher.channel() as channel, balloons_hook(launcher, config_path) as hook:
+            await registered(running, 1)
+            await rebuilt(hook)
+            first_pod, first = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(first_pod)
+            assert await cpuset_of(channel, first) == "1"
+
+            # A broken config is logged; the last good one stays (work is still exhausted under Fail).
+            await rewrite_until(hook, config_path, {**good, "onExhausted": "Sometimes"}, "config reload failed")
+            with pytest.raises(aio.AioRpcError) as refused:
+                await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            assert "no balloon can take container" in refused.value.details()
+
+            # onExhausted: Ignore: the container lands in the default balloon (no CPU of its own: the reserved one).
+            await rewrite_until(hook, config_path, {**good, "onExhausted": "Ignore"}, "config reloaded")
+            second_pod, second = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(second_pod)
+            assert await cpuset_of(channel, second) == "0"
+            assert placements(json.loads(await hook.status("--json")))[second] == ("default[0]", "0")
+
+            # The work namespace becomes a reserved one: its running container moves to the reserved CPU.
+            moved = {**good, "onExhausted": "Ignore", "reservedPoolNamespaces": ["kube-system", WORK_NS]}
+            await rewrite_until(hook, config_path, moved, "config reloaded")
+            await lands_on(channel, first, "0")
+            assert placements(json.loads(await hook.status("--json")))[first] == ("reserved[0]", "0")
+    finally:
+        async with launcher.channel() as channel:
+            for pod_id in pods:
+                await remove_pod_quietly(V1, channel, pod_id)

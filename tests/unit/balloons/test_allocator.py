@@ -1,0 +1,121 @@
+"""The CPU picker on synthetic machines: compact growth, compact shrink."""
+
+from __future__ import annotations
+
+import pytest
+
+from hooks.balloons import allocator
+from hooks.balloons.topology import (
+    Topology,
+    format_cpuset,
+    parse_cpuset,
+    write_synthetic_sysfs,
+)
+
+# (packages, NUMA nodes per package, cores per node, threads per core)
+SHAPES = {
+    "1node-4cores": (1, 1, 4, 1),
+    "1node-4cores-ht": (1, 1, 4, 2),
+    "2nodes-16cores-ht": (1, 2, 8, 2),
+    "2packages-16cores": (2, 1, 8, 1),
+    "4nodes-64cores": (4, 1, 16, 1),
+    "4nodes-256cpus-ht": (2, 2, 32, 2),
+}
+
+
+def shape(name: str) -> Topology:
+    return Topology.synthetic(*SHAPES[name])
+
+
+def test_cpuset_format_both_ways() -> None:
+    assert parse_cpuset("0-3,8, 10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert format_cpuset({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+    assert parse_cpuset("") == frozenset() and format_cpuset([]) == ""
+    with pytest.raises(ValueError):
+        parse_cpuset("3-1")
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_sysfs_reader_reads_what_was_written(tmp_path, name) -> None:
+    topo = shape(name)
+    write_synthetic_sysfs(tmp_path, topo)
+    read = Topology.from_sysfs(tmp_path)
+    assert read.all_cpus == topo.all_cpus
+    for cpu in topo.cpus:
+        assert read.siblings(cpu) == topo.siblings(cpu)
+        assert read.cpus[cpu].node == topo.cpus[cpu].node
+        assert read.cpus[cpu].package == topo.cpus[cpu].package
+
+
+def test_a_new_balloon_takes_whole_cores() -> None:
+    topo = shape("1node-4cores-ht")  # cores: {0,4} {1,5} {2,6} {3,7}
+    assert allocator.take(topo, topo.all_cpus, 2) == {0, 4}
+    assert allocator.take(topo, topo.all_cpus, 4) == {0, 1, 4, 5}
+    assert allocator.take(topo, topo.all_cpus, 3) == {0, 4, 1}
+
+
+def test_one_cpu_goes_to_a_lone_free_thread_rather_than_splitting_a_free_core() -> None:
+    topo = shape("1node-4cores-ht")
+    free = topo.all_cpus - {0}  # core {0,4} is half used by someone else
+    assert allocator.take(topo, free, 1) == {4}
+
+
+def test_growth_completes_own_cores_then_stays_in_its_numa_node() -> None:
+    topo = shape("2nodes-16cores-ht")  # node 0: cores 0-7 (cpus 0-7, 16-23); node 1: cores 8-15
+    have = frozenset({8})
+    more = allocator.take(topo, topo.all_cpus - have, 3, near=have)
+    assert 24 in more  # the sibling of cpu 8 first
+    assert topo.nodes_of(more | have) == {1}
+
+
+def test_a_new_balloon_goes_to_the_node_it_fits_most_tightly() -> None:
+    topo = shape("2nodes-16cores-ht")
+    node0, node1 = topo.node_cpus[0], topo.node_cpus[1]
+    free = (node0 - set(sorted(node0)[:10])) | node1  # node 0 has 6 free, node 1 has 16
+    got = allocator.take(topo, free, 4)
+    assert topo.nodes_of(got) == {0}
+    got = allocator.take(topo, free, 8)
+    assert topo.nodes_of(got) == {1}
+
+
+def test_a_balloon_larger_than_a_node_spans_the_fewest_nodes_in_one_package() -> None:
+    topo = shape("4nodes-256cpus-ht")  # 64 CPUs per node, 2 nodes per package
+    got = allocator.take(topo, topo.all_cpus, 100)
+    assert len(got) == 100
+    assert len(topo.nodes_of(got)) == 2
+    assert len({topo.cpus[c].package for c in got}) == 1
+    # whole cores: at most one half-used core
+    halves = [core for core, cpus in topo.core_cpus.items() if len(cpus & got) == 1]
+    assert len(halves) == 0
+
+
+def test_take_refuses_more_than_free() -> None:
+    topo = shape("1node-4cores")
+    assert allocator.take(topo, {1, 2}, 3) is None
+    assert allocator.take(topo, {1, 2}, 0) == frozenset()
+
+
+def test_give_back_releases_lone_threads_and_the_least_used_node_first() -> None:
+    topo = shape("2nodes-16cores-ht")
+    owned = frozenset({0, 16, 1, 17, 2, 8})  # node 0: cores 0 and 1 whole, a lone 2; node 1: lone 8
+    assert allocator.give_back(topo, owned, 1) == {8}
+    assert allocator.give_back(topo, owned, 2) == {8, 2}
+    kept = owned - allocator.give_back(topo, owned, 4)
+    assert len(kept) == 2 and len({topo.cpus[c].core for c in kept}) == 1
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_repeated_takes_never_hand_out_a_cpu_twice(name) -> None:
+    topo = shape(name)
+    free = set(topo.all_cpus)
+    seen: set[int] = set()
+    size = 1
+    while True:
+        got = allocator.take(topo, free, size)
+        if got is None:
+            assert len(free) < size
+            break
+        assert len(got) == size and got <= free and not got & seen
+        seen |= got
+        free -= got
+        size = size % 5 + 1

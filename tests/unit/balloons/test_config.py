@@ -1,0 +1,128 @@
+"""Config parsing: every key, NRI keys this hook does not implement, typos, bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from hooks.balloons.config import (
+    DEFAULT,
+    RESERVED,
+    ConfigError,
+    PodContext,
+    load_config_file,
+    parse_config,
+)
+from hooks.balloons.pool import Pool
+from hooks.balloons.topology import Topology
+
+FULL = """
+reservedResources:
+  cpu: cpuset:0-1
+availableResources:
+  cpu: cpuset:0-15
+reservedPoolNamespaces: [kube-system, "monitoring-*"]
+pinCPU: true
+pinMemory: false
+runtimeEndpoint: unix:///run/proxy.sock
+onExhausted: Ignore
+balloonTypes:
+  - name: latency
+    namespaces: [rt-*]
+    minCPUs: 2
+    maxCPUs: 4
+    minBalloons: 1
+    maxBalloons: 3
+    preferNewBalloons: true
+    shareIdleCPUsInSame: numa
+  - name: batch
+    matchExpressions:
+      - {key: pod/labels/tier, operator: In, values: [batch, bulk]}
+      - {key: name, operator: Matches, values: ["work*"]}
+"""
+
+
+def test_every_key_is_read(tmp_path) -> None:
+    path = tmp_path / "balloons.yaml"
+    path.write_text(FULL)
+    config = load_config_file(path)
+    assert config.reserved_cpuset == set(range(2)) and config.reserved_milli == 0
+    assert config.available_cpuset == set(range(16))
+    assert config.reserved_pool_namespaces == ("kube-system", "monitoring-*")
+    assert config.pin_cpu and not config.pin_memory
+    assert config.runtime_endpoint == "/run/proxy.sock"
+    assert config.on_exhausted == "Ignore"
+    latency, batch = config.balloon_types
+    assert (latency.name, latency.namespaces, latency.min_cpus, latency.max_cpus) == ("latency", ("rt-*",), 2, 4)
+    assert (latency.min_balloons, latency.max_balloons, latency.prefer_new_balloons) == (1, 3, True)
+    assert latency.share_idle_cpus_in_same == "numa"
+    assert [t.name for t in config.all_types] == ["latency", "batch", RESERVED, DEFAULT]
+    assert config.warnings == ()
+
+    choose = Pool(config, Topology.synthetic(1, 1, 16, 1)).choose_type
+    assert choose(PodContext("rt-audio", "mixer-1", "mixer", {"tier": "batch"})).name == "latency"
+    assert choose(PodContext("x", "p", "mixer", {"tier": "batch"})).name == "default"  # container name is not work*
+    assert choose(PodContext("x", "p", "worker", {"tier": "bulk"})).name == "batch"
+    assert choose(PodContext("x", "p", "worker", {"tier": "web"})).name == "default"
+    assert choose(PodContext("monitoring-a", "p", "worker", {"tier": "bulk"})).name == "reserved"
+
+
+def test_defaults_and_quantities() -> None:
+    config = parse_config({"reservedResources": {"cpu": "1500m"}})
+    assert config.reserved_cpuset is None and config.reserved_milli == 1500
+    assert config.reserved_pool_namespaces == ("kube-system",)
+    assert config.on_exhausted == "Fail" and config.pin_cpu and config.pin_memory
+    assert parse_config({"reservedResources": {"cpu": 2}}).reserved_milli == 2000
+    assert parse_config({"reservedResources": {"cpu": "0.5"}}).reserved_milli == 500
+
+
+def test_a_balloons_policy_resource_is_read_from_its_spec() -> None:
+    doc = {"apiVersion": "config.nri/v1alpha1", "kind": "BalloonsPolicy", "metadata": {"name": "default"},
+           "spec": {"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a"}]}}
+    assert parse_config(doc).balloon_types[0].name == "a"
+
+
+def test_nri_keys_this_hook_does_not_implement_are_reported() -> None:
+    config = parse_config({
+        "reservedResources": {"cpu": "cpuset:0"},
+        "allocatorTopologyBalancing": True,
+        "balloonTypes": [{"name": "a", "cpuClass": "turbo"}],
+    })
+    assert any("allocatorTopologyBalancing" in w for w in config.warnings)
+    assert any("balloonTypes[0].cpuClass" in w for w in config.warnings)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({}, "reservedResources.cpu: required"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonType": []}, "unknown key 'balloonType' (did you mean 'balloonTypes'?)"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "maxCpus": 2}]}, "did you mean 'maxCPUs'"),
+        ({"reservedResources": {"cpu": "cpuset:0", "memory": "1G"}}, "reservedResources: unknown key 'memory'"),
+        ({"reservedResources": {"cpu": "lots"}}, "reservedResources.cpu: expected"),
+        ({"reservedResources": {"cpu": "cpuset:3-1"}}, "bad cpuset"),
+        ({"reservedResources": {"cpu": "-1"}}, "positive CPU quantity"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "minCPUs": -1}]}, "minCPUs: expected a whole number"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "minCPUs": 4, "maxCPUs": 2}]}, "minCPUs 4 is more than maxCPUs 2"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "minBalloons": 3, "maxBalloons": 1}]}, "minBalloons 3 is more than maxBalloons 1"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a"}, {"name": "a"}]}, "used twice"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "shareIdleCPUsInSame": "l2cache"}]}, "not supported"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "preferNewBalloons": "yes"}]}, "expected true or false"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"namespaces": ["x"]}]}, "name: required"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "matchExpressions": [{"key": "k", "operator": "Like"}]}]}, "operator: 'Like' is not one of"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "a", "matchExpressions": [{"key": "k", "operator": "In"}]}]}, "needs at least one value"),
+        ({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Maybe"}, "onExhausted: expected Fail or Ignore"),
+        ({"reservedResources": {"cpu": "cpuset:4"}, "availableResources": {"cpu": "cpuset:0-3"}}, "must be among availableResources"),
+        ([1, 2], "expected a mapping"),
+    ],
+)
+def test_bad_configs_name_the_key(doc, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert message in str(info.value)
+
+
+def test_bad_yaml_names_the_file(tmp_path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("reservedResources: [\n")
+    with pytest.raises(ConfigError, match="b.yaml: not valid YAML"):
+        load_config_file(path)

@@ -1,0 +1,228 @@
+"""The hook's handlers against a fake runtime, no processes: placement answers,
+moves of running containers, restore after a restart, reload, status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+
+import grpc
+import pytest
+import yaml
+
+from cri_api.hookapi import api_pb2
+from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.runtime import FoundContainer
+from hooks.balloons.server import BalloonsHook
+from hooks.balloons.status import read_status, render
+from hooks.balloons.topology import Topology, parse_cpuset
+from hooks.builtin import HookConfigInvalid, load_builtin
+from hooks.sdk import HookAbort
+
+CONFIG = {
+    "reservedResources": {"cpu": "cpuset:0"},
+    "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 3, "maxBalloons": 1}],
+}
+
+
+class FakeRuntime:
+    endpoint = "/fake"
+
+    def __init__(self) -> None:
+        self.live: list[FoundContainer] = []
+        self.updates: list[tuple[str, str, str]] = []
+        self.fail_with: grpc.StatusCode | None = None
+
+    async def list_live(self) -> list[FoundContainer]:
+        return list(self.live)
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        if self.fail_with is not None:
+            raise grpc.aio.AioRpcError(self.fail_with, grpc.aio.Metadata(), grpc.aio.Metadata(), "fake")
+        self.updates.append((container_id, cpus, mems))
+
+    async def close(self) -> None:
+        pass
+
+
+def request(uid: str, name: str, ns: str = "apps", shares: int = 1024, cid: str = "", **annotations: str):
+    return api_pb2.ContainerResourceHookRequest(
+        pod_meta=api_pb2.PodSandboxMetadata(name=f"pod-{uid}", uid=uid, namespace=ns),
+        container_meta=api_pb2.ContainerMetadata(name=name, id=cid),
+        container_resources=api_pb2.LinuxContainerResources(cpu_shares=shares),
+        pod_annotations=annotations,
+    )
+
+
+async def started(tmp_path, config=CONFIG, runtime=None, **options) -> tuple[BalloonsHook, FakeRuntime]:
+    runtime = runtime or FakeRuntime()
+    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(config), topology=Topology.synthetic(1, 1, 8, 1),
+                        runtime=runtime, **options)
+    await hook.rebuild()
+    return hook, runtime
+
+
+def test_registered_as_a_builtin_and_bad_configs_are_refused() -> None:
+    assert load_builtin("balloons") is BalloonsHook
+    with pytest.raises(HookConfigInvalid, match="reservedResources.cpu: required"):
+        BalloonsHook.from_config("/tmp/x.sock", {})
+    with pytest.raises(HookConfigInvalid, match="not available"):
+        BalloonsHook.from_config("/tmp/x.sock", {"reservedResources": {"cpu": "cpuset:4096"}})
+
+
+async def test_containers_get_their_balloon_cpus_and_running_ones_move_when_it_grows(tmp_path) -> None:
+    hook, runtime = await started(tmp_path)
+    system = await hook.pre_create_container(request("k", "dns", ns="kube-system"))
+    assert (system.container_resources.cpuset_cpus, system.container_resources.cpuset_mems) == ("0", "0")
+    first = await hook.pre_create_container(request("a", "app", shares=1024))
+    assert first.container_resources.cpuset_cpus == "1"
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    second = await hook.pre_create_container(request("b", "app", shares=512))
+    assert second.container_resources.cpuset_cpus == "1-2"
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0")]
+    # The move comes back through the proxy as an update without shares: same answer.
+    again = await hook.pre_update_container_resources(request("a", "app", shares=0, cid="c-a"))
+    assert again.container_resources.cpuset_cpus == "1-2"
+    assert await hook.apply_moves() and len(runtime.updates) == 1
+    # b goes; a's balloon shrinks and a moves back.
+    await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
+    await hook.apply_moves()
+    assert runtime.updates[-1] == ("c-a", "1", "0")
+
+
+async def test_kubelet_cannot_move_a_container_out_of_its_balloon(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    answer = await hook.pre_update_container_resources(request("a", "app", shares=2048, cid="c-a"))
+    assert answer.container_resources.cpuset_cpus == "1-2"  # grown with the request, still its balloon
+    with pytest.raises(HookAbort) as info:
+        await hook.pre_update_container_resources(request("a", "app", shares=8192, cid="c-a"))
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_exhausted_fails_or_falls_back_to_default_as_configured(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app", shares=3072))
+    with pytest.raises(HookAbort) as info:
+        await hook.pre_create_container(request("b", "app", shares=1024))
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "no balloon can take container apps/pod-b/app (1000m CPU)" in info.value.details
+
+    hook, _ = await started(tmp_path / "ignore", {**CONFIG, "onExhausted": "Ignore"})
+    await hook.pre_create_container(request("a", "app", shares=3072))
+    answer = await hook.pre_create_container(request("b", "app", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "4"  # default[0] grew on a free CPU
+    assert hook.state.pool.balloon_of(("b", "app")).name == "default[0]"
+
+
+async def test_unknown_balloon_annotation_is_refused(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    with pytest.raises(HookAbort) as info:
+        await hook.pre_create_container(request("a", "app", **{"balloon.balloons.resource-policy.nri.io": "gpu"}))
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT and "'gpu'" in info.value.details
+
+
+async def test_a_restart_restores_assignments_from_running_cpusets(tmp_path) -> None:
+    runtime = FakeRuntime()
+
+    def found(uid, name, cid, cpus, shares=1024, ns="apps"):
+        return FoundContainer(cid, (uid, name), PodContext(ns, f"pod-{uid}", name), uid, parse_cpuset(cpus), "0", shares)
+
+    runtime.live = [found("a", "app", "c-a", "2-3", 1024), found("b", "app", "c-b", "2-3", 1024),
+                    found("k", "dns", "c-k", "0", 2, ns="kube-system"), found("n", "new", "c-n", "")]
+    hook, _ = await started(tmp_path, {**CONFIG, "balloonTypes": [{"name": "work", "namespaces": ["*"]}]}, runtime)
+    pool = hook.state.pool
+    assert pool.balloon_of(("a", "app")) is pool.balloon_of(("b", "app"))
+    assert pool.balloon_of(("a", "app")).cpus == {1, 2, 3}  # kept 2-3, grew by one for the newcomer
+    assert pool.balloon_of(("n", "new")) is pool.balloon_of(("a", "app"))
+    assert pool.balloon_of(("k", "dns")).name == "reserved[0]"
+    # the unpinned container joined (and grew) the work balloon; everyone in it moves
+    assert await hook.apply_moves()
+    assert sorted(runtime.updates) == [("c-a", "1-3", "0"), ("c-b", "1-3", "0"), ("c-n", "1-3", "0")]
+
+
+async def test_reconcile_releases_vanished_containers_and_adopts_unknown_ones(tmp_path, monkeypatch) -> None:
+    hook, runtime = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app"))
+    monkeypatch.setattr("hooks.balloons.server.CREATE_GRACE", -1.0)
+    runtime.live = [FoundContainer("c-z", ("z", "app"), PodContext("apps", "pod-z", "app"), "z", frozenset(), "", 1024)]
+    await hook.reconcile()
+    assert hook.state.pool.balloon_of(("a", "app")) is None
+    assert hook.state.pool.balloon_of(("z", "app")).members[("z", "app")].container_id == "c-z"
+
+
+async def test_reload_keeps_the_last_good_config(tmp_path) -> None:
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    hook, runtime = await started(tmp_path, config_path=path)
+    await hook.pre_create_container(request("a", "app"))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    path.write_text("reservedResources: {cpu: 'cpuset:0'}\nballoonTypes: [{name: x, maxCpus: 1}]\n")
+    assert not await hook.reload(path)
+    assert hook.state.pool.balloon_of(("a", "app")).name == "work[0]"
+    path.write_text(yaml.safe_dump({**CONFIG, "balloonTypes": [{"name": "big", "namespaces": ["*"], "minCPUs": 2}]}))
+    assert await hook.reload(path)
+    assert hook.state.pool.balloon_of(("a", "app")).name == "big[0]"
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0")]
+
+
+async def test_status_socket_answers_the_live_balloons(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    async with hook:
+        await hook.pre_create_container(request("a", "app"))
+        doc = await read_status(hook.status_socket)
+    assert doc["ready"] and doc["reserved_cpus"] == "0"
+    work = next(b for b in doc["balloons"] if b["name"] == "work[0]")
+    assert work["containers"] == [{"name": "apps/pod-a/app", "id": "", "milli_cpus": 1000}]
+    assert 'work[0]{cpus:"1", mems:"0"}' in render(doc)
+    assert not hook.status_socket.exists()
+    json.dumps(doc)
+
+
+async def test_the_config_file_is_watched(tmp_path) -> None:
+    path = tmp_path / "conf" / "balloons.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(CONFIG))
+    hook, _ = await started(tmp_path, config_path=path)
+    background = asyncio.create_task(hook.background())
+    try:
+        # The watcher gives no sign that it watches: write until it has seen a write.
+        async with asyncio.timeout(20):
+            for attempt in itertools.count():
+                new = {**CONFIG, "balloonTypes": [{"name": f"renamed{attempt}", "namespaces": ["*"]}]}
+                path.write_text(yaml.safe_dump(new))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1):
+                        while not any(t.startswith("renamed") for t in hook.state.pool.types):
+                            await asyncio.sleep(0.02)
+                        break
+        assert not background.done()
+    finally:
+        background.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await background
+
+
+async def test_an_older_attempts_stop_does_not_release_its_successor(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app"))
+    await hook.pre_start_container(request("a", "app", cid="c-1"))
+    await hook.pre_create_container(request("a", "app"))  # attempt 1; the stop of attempt 0 was not seen
+    await hook.pre_start_container(request("a", "app", cid="c-2"))
+    await hook.post_stop_container(request("a", "app", cid="c-1"))
+    assert hook.state.pool.balloon_of(("a", "app")).members[("a", "app")].container_id == "c-2"
+    await hook.post_stop_container(request("a", "app", cid="c-2"))
+    assert hook.state.pool.balloon_of(("a", "app")) is None
+
+
+async def test_pin_flags_choose_what_the_answer_sets(tmp_path) -> None:
+    hook, _ = await started(tmp_path, {**CONFIG, "pinMemory": False})
+    answer = await hook.pre_create_container(request("a", "app"))
+    assert (answer.container_resources.cpuset_cpus, answer.container_resources.cpuset_mems) == ("1", "")
+    assert answer.container_resources.cpu_shares == 0  # only the cpuset: the request keeps the rest
+    hook, _ = await started(tmp_path / "none", {**CONFIG, "pinMemory": False, "pinCPU": False})
+    assert await hook.pre_create_container(request("a", "app")) is None
