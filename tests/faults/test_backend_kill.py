@@ -13,6 +13,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cri_api.v1 import api_pb2_grpc as v1_grpc
+from runtimeproxy.cripath.backend import channel_options
 from runtimeproxy.host.containerd import LocalContainerd
 
 from ..integration.proxyfixtures import ProxyLauncher
@@ -70,8 +71,10 @@ async def test_backend_sigkill_twice_under_load(own_containerd: LocalContainerd,
         channel = await stack.enter_async_context(launcher.channel())
         health = await stack.enter_async_context(watching(channel))
         await health.until(SERVING)
-        # Clients straight at containerd beside them show what a failed call looks like without the proxy.
-        direct = await stack.enter_async_context(aio.insecure_channel(own_containerd.address))
+        # Clients straight at containerd beside them show what a failed call looks like
+        # without the proxy; their channel reconnects as quickly as the proxy's does.
+        direct = await stack.enter_async_context(
+            aio.insecure_channel(own_containerd.address, options=channel_options(16 << 20, 16 << 20)))
         async with (load(v1_grpc.RuntimeServiceStub(channel), ledger, pod_log_dir),
                     load(v1_grpc.RuntimeServiceStub(direct), direct_ledger, pod_log_dir, clients=8, name="d")):
             for _ in range(2):
@@ -83,10 +86,14 @@ async def test_backend_sigkill_twice_under_load(own_containerd: LocalContainerd,
             await progress(ledger, 30)
 
         # Every failed call failed as a direct client's did: UNAVAILABLE while the
-        # runtime is away, and whatever containerd says while it starts up
-        # ("server is not initialized yet": its CRI answers Version before the rest).
-        assert ledger.errors() <= direct_ledger.errors(), ledger.failures
-        assert ledger.codes() <= direct_ledger.codes() | {"UNAVAILABLE"}, ledger.outcomes
+        # runtime is away, and else what containerd itself answered: what the
+        # direct clients got ("server is not initialized yet": its CRI answers
+        # Version before the rest) or, for a call the kill caught half-way in
+        # containerd, an error containerd logged.
+        containerd_log = own_containerd.log_path.read_text(errors="replace")
+        unexplained = {status for status in ledger.errors() - direct_ledger.errors()
+                       if status.split(": ", 1)[-1][:60] not in containerd_log}
+        assert unexplained == set(), ledger.failures
         assert health.seen == [SERVING, NOT_SERVING, SERVING, NOT_SERVING, SERVING]
         runtime = await listed(v1_grpc.RuntimeServiceStub(direct))
         assert mismatches(ledger.merged(direct_ledger), runtime) == []

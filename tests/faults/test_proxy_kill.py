@@ -55,21 +55,22 @@ async def test_proxy_sigkill_under_load(own_containerd: LocalContainerd, pod_log
     ledger = Ledger()
     async with hook_server(work, "rec", {}) as hook:
         hook.register(hook_dir, HOOKS, "Fail", timeout="5s")
-        async with aio.insecure_channel(f"unix://{listen}") as channel:
+        async with aio.insecure_channel(f"unix://{listen}") as channel, contextlib.AsyncExitStack() as proxies:
             stub = v1_grpc.RuntimeServiceStub(channel)
-            async with proxy_process(listen, own_containerd.socket, hook_dir, log) as first:
-                async with load(stub, ledger, pod_log_dir):
-                    await progress(ledger, 60)
-                    await sigkill(first)
-                    before_crash = {uid: ids for uid, ids in ledger.ids.items()}
-                    assert listen.is_socket()  # left behind by the crash
-                    async with proxy_process(listen, own_containerd.socket, hook_dir, log):
-                        await progress(ledger, 60)
-                        # Out of load: pods made before the crash, still there.
-                        runtime_after = await listed(v1_grpc.RuntimeServiceStub(channel))
-                        older = [(uid, ids) for uid, ids in before_crash.items()
-                                 if ledger.containers.get(uid) == PRESENT and uid in runtime_after.containers]
-                        await check_hooks_get_full_pod_data(stub, hook, older[:4])
+            first = await proxies.enter_async_context(proxy_process(listen, own_containerd.socket, hook_dir, log))
+            async with load(stub, ledger, pod_log_dir):
+                await progress(ledger, 60)
+                await sigkill(first)
+                before_crash = dict(ledger.ids)
+                assert listen.is_socket()  # left behind by the crash
+                # The second proxy is stopped only after the clients finished.
+                await proxies.enter_async_context(proxy_process(listen, own_containerd.socket, hook_dir, log))
+                await progress(ledger, 60)
+            # Pods made before the crash and still there.
+            runtime_after = await listed(stub)
+            older = [(uid, ids) for uid, ids in before_crash.items()
+                     if ledger.containers.get(uid) == PRESENT and uid in runtime_after.containers]
+            await check_hooks_get_full_pod_data(stub, hook, older[:4])
 
     # What failed, failed as a call to a proxy that is not there: UNAVAILABLE.
     assert ledger.failures == []
