@@ -194,3 +194,21 @@ async def test_values_the_kernel_would_refuse_are_refused_or_dropped(running, fa
         else:
             await call
             assert fake.calls(CREATE)[0].requests == [original]  # the whole answer dropped
+
+
+@pytest.mark.parametrize("size", [1 << 20, 6 << 20])
+async def test_a_large_request_reaches_a_fail_hook_and_the_runtime(running, fake, client, sock_dir, hook_dir, size) -> None:
+    """kubelet sends up to 16 MiB: a request that large is a hook's to see, not a reason to fail the pod."""
+    request = create_request()
+    request.config.annotations["big"] = "x" * size
+    for i in range(10_000):
+        request.config.envs.add(key=f"E{i:05d}", value=b"v")
+    async with hook_server(sock_dir, "noop", {"PreCreateContainer": {"container_annotations": {"seen": "yes"}}}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], "Fail", timeout="5s")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(request.SerializeToString(), timeout=30)
+        seen = hook.requests("PreCreateContainer")[0]
+    assert len(seen["container_annotations"]["big"]) == size and len(seen["container_envs"]) == 10_001
+    sent = backend_request(fake)
+    assert sent.config.annotations["big"] == "x" * size and sent.config.annotations["seen"] == "yes"
+    assert len(sent.config.envs) == 10_002
