@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: needs root (it runs containerd and runc)", file=sys.stderr)
         return 2
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["node"]:  # the kubelet-at-rest report (bench/node.py)
+        from .node import main as node_main
+
+        return node_main(args[1:])
     if args[:1] in (["soak"], ["fuzz"]):
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
         return _subcommand(args[0], args[1:])

@@ -32,7 +32,7 @@ class RunningProxy:
 async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> RunningProxy:
     """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
     metrics = Metrics()
-    registry = HookRegistry(config.hook_dir)
+    registry = HookRegistry(config.hook_dir, metrics=metrics.hook_config)
     registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
     registry.reload()
     dispatcher = Dispatcher(registry, metrics)

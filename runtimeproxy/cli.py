@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from hooks.cli import hook as hook_commands
 
 from . import logs
+from .checkconfig import check_config_command
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
 
 log = logging.getLogger("runtimeproxy")
@@ -126,6 +127,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
 
 
 main.add_command(hook_commands)
+main.add_command(check_config_command)
 
 if __name__ == "__main__":
     main()

@@ -17,7 +17,12 @@ SERVE_VERSIONS_FORMS = ("auto", "v1", "v1alpha2", "v1,v1alpha2")
 
 
 class ConfigError(ValueError):
-    pass
+    """A bad setting; ``line`` is where it is in the config file (1-based) when known."""
+
+    def __init__(self, message: str, *, key: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key  # the setting at fault, as a ProxyConfig field name
+        self.line = line
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _KEYS:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown setting {key!r}", key=key)
         name = key.replace("_", "-")
         if value is None:
             out[key] = None
@@ -76,16 +81,16 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         if key in _PATHS:
             value = Path(value)
         elif key in _CHOICES and value not in _CHOICES[key]:
-            raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}")
+            raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}", key=key)
         elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes")
+            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes", key=key)
         elif key in _NON_NEGATIVE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigError(f"{name} {value!r}: expected a number of seconds")
+            raise ConfigError(f"{name} {value!r}: expected a number of seconds", key=key)
         elif key == "serve_versions":
             try:
                 parse_serve_versions(str(value))
             except VersionPlanError as exc:
-                raise ConfigError(str(exc)) from exc
+                raise ConfigError(str(exc), key=key) from exc
         out[key] = value
     return out
 
@@ -95,15 +100,35 @@ def load(path: Path | None) -> ProxyConfig:
     if path is None:
         return ProxyConfig()
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
+        doc = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError(f"cannot read config file {path}: {exc}", line=line) from exc
     if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+        raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
     values = {str(k).replace("-", "_"): v for k, v in doc.items()}
     if isinstance(values.get("serve_versions"), list):
         values["serve_versions"] = ",".join(values["serve_versions"])
     try:
         return dataclasses.replace(ProxyConfig(), **_coerce(values))
-    except (TypeError, ConfigError) as exc:
+    except ConfigError as exc:
+        line = _key_line(text, exc.key)
+        where = f" (line {line})" if line is not None else ""
+        raise ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line) from exc
+    except TypeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def _key_line(text: str, key: str | None) -> int | None:
+    """The line (1-based) of a top-level key of a YAML document, read - or _."""
+    if key is None:
+        return None
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for key_node, _value in node.value:
+        if str(key_node.value).replace("-", "_") == key:
+            return int(key_node.start_mark.line) + 1
+    return None

@@ -51,6 +51,7 @@ class Metrics:
         self.hook_servers = Gauge(
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
         )
+        self.hook_config = HookConfigMetrics(self.registry)
 
     def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
         self._hook_calls.labels(server, hook, outcome).inc()
@@ -65,3 +66,20 @@ class Metrics:
         host, _, port = address.rpartition(":")
         server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
         return server.shutdown
+
+
+class HookConfigMetrics:
+    """The hook directory's health: what an operator alerts on (issue 11)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dir_refused = Gauge(
+            "runtime_proxy_hook_dir_refused",
+            "1 while the hook directory is refused as unsafe (group/other-writable or not owned by root): "
+            "nothing in it is loaded and the last good hook set stays in force.",
+            registry=registry,
+        )
+        self.files_rejected = Gauge(
+            "runtime_proxy_hook_files_rejected",
+            "Hook files currently rejected (invalid or unsafe); one that was good before keeps its last good version.",
+            registry=registry,
+        )

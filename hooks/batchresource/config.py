@@ -1,4 +1,4 @@
-"""The hook's YAML config (every key optional; see README.md for the reference)."""
+"""The hook's YAML config (every key optional; see docs/hook-batchresource.md for the reference)."""
 
 from __future__ import annotations
 

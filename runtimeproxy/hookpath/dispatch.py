@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,6 +15,7 @@ from grpc import aio
 
 from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
+from .outages import OutageLog
 from .points import HOOK_POINTS, HookType
 from .registry import HookRegistry, HookSnapshot
 
@@ -44,10 +47,43 @@ class HookError(Exception):
         )
 
 
+def untrusted_reason(server: HookServerConfig) -> str | None:
+    """Why ``server``'s socket must not be called, or None.
+
+    Whoever owns the socket, or can replace it, answers with env and
+    annotations for every pod: the socket must be owned by root, the proxy's
+    euid or the hook file's owner, in a directory others cannot write to.
+    A missing socket is not refused here: the call fails as UNAVAILABLE.
+    """
+    path = server.endpoint
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):  # judge what is really connected to
+            path = os.path.realpath(path)
+            st = os.stat(path)
+        directory = os.path.dirname(path)
+        dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
+    except (OSError, ValueError):
+        return None
+    trusted = {0, os.geteuid()} | ({server.owner_uid} if server.owner_uid is not None else set())
+    if st.st_uid not in trusted:
+        owner = f" or the hook file's owner (uid {server.owner_uid})" if server.owner_uid not in (None, 0) else ""
+        return f"untrusted endpoint: socket {path} is owned by uid {st.st_uid}, not root{owner}"
+    if dir_mode & stat.S_IWOTH:
+        return (
+            f"untrusted endpoint: socket directory {directory} is writable by others (mode {dir_mode:04o}); "
+            "anyone could put a socket there"
+        )
+    return None
+
+
 class Dispatcher:
-    def __init__(self, registry: HookRegistry, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, registry: HookRegistry, metrics: Metrics | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.registry = registry
         self._metrics = metrics
+        self._outages = OutageLog(log, clock=clock)
         self._channels: dict[str, aio.Channel] = {}
         self._methods: dict[tuple[str, HookType], aio.UnaryUnaryMultiCallable] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -66,11 +102,14 @@ class Dispatcher:
             method = self._methods[endpoint, hook] = channel.unary_unary(
                 point.full_method,
                 request_serializer=point.request_type.SerializeToString,
-                response_deserializer=point.response_type.FromString,
+                # The answer is decoded by call(): grpc's own decoding failure
+                # logs an ERROR with a traceback on top of our line.
+                response_deserializer=None,
             )
         return method
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
+        self._outages.keep_only(snapshot.servers)
         # Calls already under way on a removed server finish (each is bounded
         # by its timeout); the channel closes after them.
         for endpoint in set(self._channels) - set(snapshot.endpoints):
@@ -91,15 +130,22 @@ class Dispatcher:
         started = time.perf_counter()
         outcome = "ok"
         try:
+            # At call time: the socket may have been replaced since the file was read.
+            untrusted = untrusted_reason(server)
+            if untrusted is not None:
+                outcome = "untrusted_endpoint"
+                raise _Failure(untrusted)
             method = self._method(server.endpoint, hook)
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.
             async with asyncio.timeout(server.timeout + 1.0):
-                answer = await method(request, timeout=server.timeout)
-            if answer is None:  # grpc hands over None when the answer does not decode
+                raw = await method(request, timeout=server.timeout)
+            response_type = HOOK_POINTS[hook].response_type
+            try:
+                return response_type.FromString(raw)
+            except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
-                raise _Failure(f"answer is not a valid {HOOK_POINTS[hook].response_type.__name__}")
-            return answer
+                raise _Failure(f"answer is not a valid {response_type.__name__}: {err}") from None
         except aio.AioRpcError as err:
             outcome = err.code().name.lower()
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -138,27 +184,35 @@ class Dispatcher:
             request = await build()
             if request is None:
                 return changed
+            fields = {**log_fields, **server.log_fields()}
             try:
                 answer = await self.call(server, hook, request)
             except _Failure as failure:
                 if server.failure_policy is FailurePolicy.FAIL:
-                    log.error("hook failed, refusing call", extra={**log_fields, **server.log_fields(), "error": failure.cause})
+                    # Every refused CRI call is logged: it is what kubelet sees.
+                    log.error("hook failed, refusing call", extra={**fields, "error": failure.cause})
                     raise HookError(server, hook, failure.cause) from failure
-                log.warning(
-                    "hook failed, going on without it",
-                    extra={**log_fields, **server.log_fields(), "error": failure.cause},
+                self._outages.failed(
+                    server.name, logging.WARNING, f"hook failed, going on without it: {failure.cause}",
+                    {**fields, "error": failure.cause},
                 )
                 continue
+            self._outages.succeeded(server.name, fields)
             changed = apply(answer) or changed
         return changed
 
     async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
         """Post hooks inform; their failures are logged, never returned."""
         for server in self.servers(hook):
+            fields = {**log_fields, **server.log_fields()}
             try:
                 await self.call(server, hook, request)
             except _Failure as failure:
-                log.warning("post hook failed", extra={**log_fields, **server.log_fields(), "error": failure.cause})
+                self._outages.failed(
+                    server.name, logging.WARNING, f"post hook failed: {failure.cause}", {**fields, "error": failure.cause}
+                )
+                continue
+            self._outages.succeeded(server.name, fields)
 
 
 class _Failure(Exception):

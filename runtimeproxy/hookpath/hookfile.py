@@ -40,6 +40,7 @@ Which files of the directory are read, and when, is :mod:`.registry`'s job.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -108,6 +109,9 @@ class HookServerConfig:
     hooks: frozenset[HookType]
     timeout: float = DEFAULT_TIMEOUT  # seconds
     priority: int = DEFAULT_PRIORITY
+    # uid owning the hook file (None: not read from a file); its endpoint's
+    # socket must be owned by root, the proxy's euid or this uid.
+    owner_uid: int | None = None
 
     @property
     def sort_key(self) -> tuple[int, str]:
@@ -211,8 +215,8 @@ def check_path_safety(path: Path, what: str = "path") -> str | None:
     return unsafe_reason(st, f"{what} {path}")
 
 
-def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
-    """Open ``path`` (following symlinks), check the opened inode and return its content.
+def _read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
+    """Open ``path`` (following symlinks), check the opened inode and return (its content, its owner uid).
 
     The permission check is done on the opened file descriptor so that what is
     checked is what is read.
@@ -250,7 +254,7 @@ def _read_hook_file(path: Path, check_permissions: bool) -> bytes:
             data += chunk
         if len(data) > MAX_HOOK_FILE_SIZE:
             raise HookConfigError(path, f"file too large (> {MAX_HOOK_FILE_SIZE} bytes)")
-        return data
+        return data, st.st_uid
     except OSError as exc:
         raise HookConfigError(path, f"cannot read: {exc.strerror or exc}") from exc
     finally:
@@ -409,7 +413,7 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
     directory's own safety is checked by the registry, not here.
     """
     path = Path(path)
-    data = _read_hook_file(path, check_permissions)
+    data, owner_uid = _read_hook_file(path, check_permissions)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -424,4 +428,4 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
         raise HookConfigError(path, "invalid JSON: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
         raise HookConfigError(path, f"invalid JSON: {exc}") from None
-    return parse_hook_document(path, doc)
+    return dataclasses.replace(parse_hook_document(path, doc), owner_uid=owner_uid)

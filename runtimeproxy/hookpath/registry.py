@@ -3,7 +3,15 @@
 Only regular ``*.json`` files directly in the directory (symlinks to regular
 files included) are considered; hidden files (``.name.json``, e.g. editors'
 lock files) and sub-directories are skipped.  Each file is read and checked by
-:mod:`.hookfile`; an unsafe directory means no hooks at all.
+:mod:`.hookfile`.  A directory that turns unsafe (group/other-writable, not
+owned by root) is not read at all: the last good hook set stays in force (none
+at start-up), an error is logged on each rescan and ``runtime_proxy_hook_dir_refused``
+is 1 until the directory is safe again.
+
+Rescans cost what changed: a file whose stat identity (inode, mtime, size,
+mode, owner; for a symlink also its target) is unchanged since the last scan
+is not read again, unless the watcher named it in a change event or
+:meth:`HookRegistry.reload` (which re-reads everything) is called.
 
 Threading: a registry belongs to the thread that creates it, in the proxy the
 event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from ..metrics import HookConfigMetrics
+from .dirwatch import WatchSettings, file_identity, watch_directory
 from .hookfile import (
     DEFAULT_HOOK_DIR,
     HookConfigError,
@@ -75,8 +85,9 @@ class ReloadResult:
 
     ``rejected`` maps every file currently rejected (invalid or unsafe) to the
     reason; those also in ``kept`` still have their last good version in effect.
-    ``directory_error`` is set when the directory itself is unusable (missing,
-    not a directory, unsafe): then no hooks are loaded at all.
+    ``directory_error`` is set when the directory itself is unusable: missing
+    or not a directory (no hooks at all), or unsafe (``directory_unsafe``:
+    nothing is read, the last good snapshot stays in force).
     """
 
     added: tuple[str, ...] = ()
@@ -85,6 +96,7 @@ class ReloadResult:
     rejected: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     kept: tuple[str, ...] = ()
     directory_error: str | None = None
+    directory_unsafe: bool = False
     snapshot: HookSnapshot = field(default_factory=HookSnapshot)
 
     @property
@@ -113,20 +125,20 @@ class HookRegistry:
         resync_interval: float = 2.0,
         dir_poll_interval: float = 0.25,
         error_backoff: float = 1.0,
+        metrics: HookConfigMetrics | None = None,
     ) -> None:
         self._directory = Path(directory)
         self._check_permissions = check_permissions
-        self._debounce_ms = debounce_ms
-        self._step_ms = step_ms
-        self._resync_interval = resync_interval
-        self._dir_poll_interval = dir_poll_interval
-        self._error_backoff = error_backoff
+        self._watch_settings = WatchSettings(debounce_ms, step_ms, resync_interval, dir_poll_interval, error_backoff)
         self._snapshot = HookSnapshot()
         self._owner = threading.current_thread()
         self._callbacks: list[ChangeCallback] = []
         # Log de-duplication: report a rejection / directory problem once until it changes.
         self._rejection_fingerprints: dict[str, tuple[object, ...]] = {}
         self._last_directory_error: str | None = None
+        self._metrics = metrics
+        # Per file name: (stat identity, config or None, rejection reason or None) of its last parse.
+        self._parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
 
     def _refuse_foreign_thread(self, what: str) -> None:
         # Callbacks run on another thread would find no event loop (the
@@ -177,7 +189,22 @@ class HookRegistry:
         does): from any other thread it raises ``RuntimeError`` and changes nothing.
         """
         self._refuse_foreign_thread("reload")
-        result = self._rescan()
+        return self._reload(reread=None, periodic=False)
+
+    def rescan(self, changed: Iterable[str] = ()) -> ReloadResult:
+        """What the watcher does: like :meth:`reload`, but a file is read again
+        only when named in ``changed`` or when its stat identity changed.
+
+        Without ``changed`` it is the periodic safety rescan, which also does
+        not repeat the error line of an unchanged unsafe directory.
+        """
+        self._refuse_foreign_thread("rescan")
+        names = frozenset(changed)
+        return self._reload(names, periodic=not names)
+
+    def _reload(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
+        """Rescan; re-read the files named in ``reread`` (all when None) and the changed ones."""
+        result = self._rescan(reread, periodic)
         if result.modified:
             for callback in list(self._callbacks):  # a callback may unsubscribe
                 try:
@@ -188,23 +215,23 @@ class HookRegistry:
                     )
         return result
 
-    def _directory_problem(self) -> tuple[str | None, int]:
-        """(why the directory is unusable or None, log level for it)."""
+    def _directory_problem(self) -> tuple[str | None, int, bool]:
+        """(why the directory is unusable or None, log level for it, whether it is unsafe)."""
         directory = self._directory
         try:
             st = os.stat(directory)
         except FileNotFoundError:
             # Normal before the first hook server registers: not an error.
-            return f"hook directory {directory} does not exist", logging.WARNING
+            return f"hook directory {directory} does not exist", logging.WARNING, False
         except OSError as exc:
-            return f"cannot stat hook directory {directory}: {exc.strerror or exc}", logging.ERROR
+            return f"cannot stat hook directory {directory}: {exc.strerror or exc}", logging.ERROR, False
         if not stat.S_ISDIR(st.st_mode):
-            return f"hook directory {directory} is not a directory", logging.ERROR
+            return f"hook directory {directory} is not a directory", logging.ERROR, False
         if self._check_permissions:
             reason = unsafe_reason(st, f"hook directory {directory}")
             if reason is not None:
-                return f"refusing to load any hook: {reason}", logging.ERROR
-        return None, logging.INFO
+                return f"refusing to load any hook: {reason}", logging.ERROR, True
+        return None, logging.INFO, False
 
     def _list_candidates(self) -> list[Path]:
         candidates = []
@@ -223,9 +250,16 @@ class HookRegistry:
                 candidates.append(Path(entry.path))
         return sorted(candidates, key=lambda p: p.name)
 
-    def _rescan(self) -> ReloadResult:
+    def _rescan(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         old = self._snapshot
-        problem, problem_level = self._directory_problem()
+        problem, problem_level, unsafe = self._directory_problem()
+        if self._metrics is not None:
+            self._metrics.dir_refused.set(1 if unsafe else 0)
+        if unsafe:
+            # Whoever can write the directory could have put anything in it:
+            # read nothing, keep what was loaded while it was safe.
+            self._note_unsafe_directory(problem or "", periodic)
+            return ReloadResult(directory_error=problem, directory_unsafe=True, snapshot=old)
         candidates: list[Path] = []
         if problem is None:
             try:
@@ -238,24 +272,30 @@ class HookRegistry:
         new_servers: dict[str, HookServerConfig] = {}
         rejected: dict[str, str] = {}
         kept: list[str] = []
+        parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
         for path in candidates:
             name = path.name
-            try:
-                config = parse_hook_file(path, check_permissions=self._check_permissions)
-            except Exception as exc:  # one odd file must never stop the others from loading
-                if not os.path.lexists(path):
+            identity = file_identity(path)
+            last = self._parsed.get(name)
+            fresh = reread is None or name in reread
+            cached = not fresh and last is not None and identity is not None and last[0] == identity
+            if cached and last is not None:
+                _, config, reason = last  # unchanged since its last parse: not read again
+            else:
+                config, reason = self._parse(path)
+                if config is None and reason is None:
                     continue  # deleted since the directory was listed: it is simply gone
-                if isinstance(exc, HookConfigError):
-                    reason = exc.reason
-                else:
-                    reason = f"cannot be read: {type(exc).__name__}: {exc}"
-                    logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": name})
+            if identity is not None:
+                parsed[name] = (identity, config, reason)
+            if config is None:
+                assert reason is not None
                 rejected[name] = reason
                 previous = old.servers.get(name)
                 if previous is not None:
                     new_servers[name] = previous
                     kept.append(name)
-                self._log_rejection(path, reason, previous)
+                if not cached:  # an unchanged bad file was logged when it was read
+                    self._log_rejection(path, reason, previous)
                 continue
             if not config.hooks and old.servers.get(name) != config:
                 logger.warning(
@@ -263,6 +303,9 @@ class HookRegistry:
                 )
             new_servers[name] = config
             self._rejection_fingerprints.pop(name, None)
+        self._parsed = parsed
+        if self._metrics is not None:
+            self._metrics.files_rejected.set(len(rejected))
 
         for name in list(self._rejection_fingerprints):
             if name not in rejected:
@@ -293,6 +336,32 @@ class HookRegistry:
             added=added, changed=changed, removed=removed, rejected=MappingProxyType(rejected), kept=tuple(kept),
             directory_error=problem, snapshot=snapshot,
         )
+
+    def _parse(self, path: Path) -> tuple[HookServerConfig | None, str | None]:
+        """(config, None), (None, why it is rejected), or (None, None) when it is gone."""
+        try:
+            return parse_hook_file(path, check_permissions=self._check_permissions), None
+        except Exception as exc:  # one odd file must never stop the others from loading
+            if not os.path.lexists(path):
+                return None, None
+            if isinstance(exc, HookConfigError):
+                return None, exc.reason
+            logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": path.name})
+            return None, f"cannot be read: {type(exc).__name__}: {exc}"
+
+    def _note_unsafe_directory(self, problem: str, periodic: bool) -> None:
+        """Log an unsafe directory on every rescan (the periodic one: when it changed)."""
+        if not periodic or problem != self._last_directory_error:
+            kept = self._snapshot.servers
+            if kept:
+                what = f"keeping the last good hook set of {len(kept)} server(s) ({', '.join(kept)})"
+            else:
+                what = "no hooks are active"
+            logger.error(
+                "%s; %s and loading no change from it until it is safe again", problem, what,
+                extra={"hook_dir": str(self._directory), "reason": problem, "hook_kept_files": sorted(kept)},
+            )
+        self._last_directory_error = problem
 
     def _note_directory_problem(self, problem: str | None, level: int) -> None:
         """Log a directory problem once, and its end."""
@@ -328,87 +397,22 @@ class HookRegistry:
         else:
             logger.error("hook config rejected: file=%s reason=%s", name, reason, extra=extra)
 
-    def _safe_reload(self) -> ReloadResult | None:
+    def _safe_reload(self, reread: frozenset[str] | None) -> ReloadResult | None:
+        """For the watcher: None re-reads everything, an empty set is the periodic rescan."""
         try:
-            return self.reload()
+            return self._reload(reread, periodic=reread is not None and not reread)
         except Exception:
             logger.exception("reloading hook directory %s failed", self._directory, extra={"hook_dir": str(self._directory)})
             return None
 
     # -- watching ------------------------------------------------------------------
 
-    def _directory_identity(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self._directory)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
-
     async def watch(self, stop: asyncio.Event) -> None:
-        """Reload on every change of the directory until ``stop`` is set.
+        """Rescan on every change of the directory until ``stop`` is set; see :mod:`.dirwatch`.
 
-        Uses ``watchfiles.awatch`` (debounce ``debounce_ms``), plus a full
-        rescan every ``resync_interval`` seconds (catches changes made while the
-        watcher was being set up and edits of symlink targets outside the
-        directory).  A missing directory is waited for by polling its existence
-        every ``dir_poll_interval`` seconds; a directory that is deleted or
-        replaced is re-watched.  Errors are logged, never raised.
+        A change event re-reads the files it names (and any whose stat
+        changed); the periodic safety rescan reads only files whose stat
+        changed. Errors are logged, never raised.
         """
-        from watchfiles import awatch  # local import: only the watcher needs it
-
         self._refuse_foreign_thread("watch")
-        rust_timeout_ms = max(100, int(self._resync_interval * 1000))
-        while not stop.is_set():
-            self._safe_reload()
-            identity = self._directory_identity()
-            if identity is None:
-                # Missing (or not a directory): wait for it to appear.
-                while not stop.is_set() and self._directory_identity() is None:
-                    await _wait_or_timeout(stop, self._dir_poll_interval)
-                continue
-            # awatch sets its stop event when cancelled; give it its own so that
-            # cancelling watch() does not set the caller's event.
-            watcher_stop = asyncio.Event()
-            bridge = asyncio.create_task(_propagate(stop, watcher_stop))
-            changes = awatch(
-                self._directory,
-                watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
-                debounce=self._debounce_ms,
-                step=self._step_ms,
-                stop_event=watcher_stop,
-                rust_timeout=rust_timeout_ms,
-                yield_on_timeout=True,
-                recursive=False,
-            )
-            try:
-                async for _batch in changes:
-                    self._safe_reload()
-                    if self._directory_identity() != identity:
-                        logger.info(
-                            "hook directory %s was removed or replaced; re-watching", self._directory,
-                            extra={"hook_dir": str(self._directory)},
-                        )
-                        break
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception(
-                    "watching hook directory %s failed; retrying", self._directory, extra={"hook_dir": str(self._directory)}
-                )
-                await _wait_or_timeout(stop, self._error_backoff)
-            finally:
-                watcher_stop.set()
-                bridge.cancel()
-                await changes.aclose()  # release the inotify watch now, not at GC time
-
-
-async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
-
-
-async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
+        await watch_directory(self._directory, self._safe_reload, self._watch_settings, stop)

@@ -151,10 +151,10 @@ class StateStore:
         UTF-8, which containerd accepts and Python's protobuf refuses) is
         logged and skipped, and the others are still rebuilt."""
         assert self.read_backend is not None
-        pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), "pod sandbox")
+        pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), v1.PodSandbox)
         for pod_id in pod_ids:
             await self.pod(pod_id)
-        container_ids = _listed_ids(await self.read_backend("ListContainers", b""), "container")
+        container_ids = _listed_ids(await self.read_backend("ListContainers", b""), v1.Container)
         for container_id in container_ids:
             await self.container(container_id)
         log.info(
@@ -201,7 +201,7 @@ class StateStore:
         return pod_id, record
 
 
-def _listed_ids(raw: bytes, kind: str) -> list[str]:
+def _listed_ids(raw: bytes, item_type: type[v1.PodSandbox] | type[v1.Container]) -> list[str]:
     """The ids in a ListPodSandbox or ListContainers answer, item by item.
 
     Both lists are field 1 of their response and the id is field 1 of each
@@ -213,12 +213,12 @@ def _listed_ids(raw: bytes, kind: str) -> list[str]:
             continue
         item = entry.data
         try:
-            ids.append(v1.PodSandbox.FromString(item).id)  # both items start with `string id = 1`
+            ids.append(item_type.FromString(item).id)
         except DecodeError as exc:
             object_id = _raw_id(item)
             log.warning(
-                f"cannot read {kind} from the backend's list; its hooks will have no stored state",
-                extra={"id": object_id, "error": str(exc)},
+                "cannot read an item of the backend's list; its own status read decides whether it is usable",
+                extra={"kind": item_type.__name__, "id": object_id, "error": str(exc)},
             )
             if object_id:
                 ids.append(object_id)  # its own status read decides (and logs) whether it is usable

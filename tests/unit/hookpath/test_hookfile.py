@@ -145,6 +145,7 @@ def test_koordinator_format_loads_with_defaults(hook_dir: Path) -> None:
         ),
         timeout=DEFAULT_TIMEOUT,
         priority=DEFAULT_PRIORITY,
+        owner_uid=os.stat(path).st_uid,  # kept to check its endpoint's owner at call time
     )
     assert cfg.timeout == 2.0 and cfg.priority == 0
 

@@ -122,18 +122,24 @@ def test_group_or_other_writable_directory_refused(
     seen: list[HookSnapshot] = []
     registry.on_change(seen.append)
 
+    kept = registry.servers_for(HookType.PRE_CREATE_CONTAINER)
     os.chmod(hook_dir, mode)
+    write(hook_dir, "evil.json", valid_doc("/run/evil.sock"))  # what a squatter would add meanwhile
     result = registry.reload()
-    # No hooks load at all, and the previously loaded ones are dropped.
-    assert result.directory_error is not None
+    # Nothing in it is loaded, and the last good hook set stays in force
+    # (issue 11: dropping it let pods start without their Fail hooks).
+    assert result.directory_error is not None and result.directory_unsafe
     assert "refusing to load any hook" in result.directory_error and "writable by" in result.directory_error
-    assert result.removed == ("hook.json",)
-    assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == ()
-    assert len(seen) == 1 and len(seen[0]) == 0
-    assert any(r.levelno == logging.ERROR and "refusing to load any hook" in r.getMessage() for r in caplog.records)
+    assert not result.modified and result.snapshot is registry.snapshot
+    assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == kept
+    assert seen == []
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR and "refusing to load any hook" in r.getMessage()]
+    assert len(errors) == 1 and "keeping the last good hook set of 1 server(s) (hook.json)" in errors[0].getMessage()
+    registry.reload()  # logged as an error on each rescan
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR and "refusing to load any hook" in r.getMessage()]) == 2
 
     os.chmod(hook_dir, 0o755)
-    assert registry.reload().added == ("hook.json",)
+    assert registry.reload().added == ("evil.json",)
 
 
 def test_group_writable_directory_refused_from_start(hook_dir: Path) -> None:

@@ -151,3 +151,22 @@ async def test_rebuild_skips_an_unreadable_pod_and_keeps_the_others(caplog: Any)
     assert set(store.pods) == {"p1"}
     assert set(store.containers) == {"c1"} and store.container_pod["c1"] == "p1"
     assert any(getattr(r, "id", None) == "bad" for r in caplog.records)
+
+
+async def test_rebuild_of_readable_lists_warns_about_nothing(caplog: Any) -> None:
+    """Containers are read as containers: a real sandbox id in field 2 is no reason to warn."""
+    sandbox_id = "5f2a" * 16  # parsed as PodSandboxMetadata it would not decode
+
+    class RealIds(Backend):
+        async def __call__(self, method: str, request: bytes) -> bytes:
+            if method == "ListContainers":
+                return v1.ListContainersResponse(
+                    containers=[v1.Container(id="c1", pod_sandbox_id=sandbox_id)]
+                ).SerializeToString()
+            return await super().__call__(method, request)
+
+    store = StateStore(read_backend=RealIds())
+    with caplog.at_level("WARNING", logger="runtimeproxy.hookpath.store"):
+        await store.rebuild()
+    assert set(store.containers) == {"c1"}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []

@@ -1,0 +1,128 @@
+"""Watching a hook directory: change events, a periodic safety rescan, and a
+directory that is missing, removed or replaced.
+
+The watcher only says *when* to rescan and *what* changed (events, and
+:func:`file_identity` for the periodic rescan); reading files is the
+registry's job (:mod:`.registry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Rescan", "WatchSettings", "file_identity", "watch_directory"]
+
+# The registry's logger: an operator finds the directory's whole story in one place.
+logger = logging.getLogger(__package__ + ".registry")
+
+# Rescan(None): re-read every file; Rescan(names): re-read those and any file
+# whose stat changed (an empty set is the periodic safety rescan).
+Rescan = Callable[[frozenset[str] | None], object]
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    debounce_ms: int = 100
+    step_ms: int = 50
+    resync_interval: float = 2.0  # seconds between periodic safety rescans
+    dir_poll_interval: float = 0.25  # seconds between checks for a missing directory
+    error_backoff: float = 1.0
+
+
+def _directory_identity(directory: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def file_identity(path: Path) -> tuple[object, ...] | None:
+    """What must be unchanged for a file's last parse to still hold (None: unknown)."""
+    try:
+        st = os.lstat(path)  # one syscall for a regular file
+        link = stat.S_ISLNK(st.st_mode)
+        if link:
+            st = os.stat(path)
+        identity: tuple[object, ...] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+        if link:  # the target, and its directory's safety, may change
+            target = os.path.realpath(path)
+            parent = os.stat(os.path.dirname(target))
+            identity += (target, parent.st_ino, parent.st_mode, parent.st_uid)
+    except OSError:
+        return None
+    return identity
+
+
+async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettings, stop: asyncio.Event) -> None:
+    """Call ``rescan`` on every change of ``directory`` until ``stop`` is set.
+
+    Uses ``watchfiles.awatch`` (debounce ``debounce_ms``), plus a periodic
+    safety rescan every ``resync_interval`` seconds (catches changes made
+    while the watcher was being set up and edits of symlink targets outside
+    the directory).  A missing directory is waited for by polling its
+    existence every ``dir_poll_interval`` seconds; a directory that is deleted
+    or replaced is re-watched, with a full rescan.  Errors are logged, never raised.
+    """
+    from watchfiles import awatch  # local import: only the watcher needs it
+
+    rust_timeout_ms = max(100, int(settings.resync_interval * 1000))
+    while not stop.is_set():
+        rescan(None)
+        identity = _directory_identity(directory)
+        if identity is None:
+            # Missing (or not a directory): wait for it to appear.
+            while not stop.is_set() and _directory_identity(directory) is None:
+                await _wait_or_timeout(stop, settings.dir_poll_interval)
+            continue
+        # awatch sets its stop event when cancelled; give it its own so that
+        # cancelling the watch does not set the caller's event.
+        watcher_stop = asyncio.Event()
+        bridge = asyncio.create_task(_propagate(stop, watcher_stop))
+        changes = awatch(
+            directory,
+            watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
+            debounce=settings.debounce_ms,
+            step=settings.step_ms,
+            stop_event=watcher_stop,
+            rust_timeout=rust_timeout_ms,
+            yield_on_timeout=True,
+            recursive=False,
+        )
+        try:
+            async for batch in changes:
+                # An empty batch is the periodic safety rescan.
+                rescan(frozenset(Path(p).name for _, p in batch))
+                if _directory_identity(directory) != identity:
+                    logger.info(
+                        "hook directory %s was removed or replaced; re-watching", directory,
+                        extra={"hook_dir": str(directory)},
+                    )
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("watching hook directory %s failed; retrying", directory, extra={"hook_dir": str(directory)})
+            await _wait_or_timeout(stop, settings.error_backoff)
+        finally:
+            watcher_stop.set()
+            bridge.cancel()
+            await changes.aclose()  # release the inotify watch now, not at GC time
+
+
+async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
+async def _wait_or_timeout(event: asyncio.Event, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass

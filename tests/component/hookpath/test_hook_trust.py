@@ -1,0 +1,118 @@
+"""Issue 11 hole 6: a hook endpoint someone else could own is never called.
+
+Real hook-server processes through the whole proxy (fake backend). We are
+root: the socket is really chowned to another uid, the directory really made
+writable by anyone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.app import RunningProxy, build_proxy
+from runtimeproxy.config import ProxyConfig
+
+from ...hookprocs import hook_server, registered
+from ..fakes import FakeBackend
+
+CREATE = "/runtime.v1.RuntimeService/CreateContainer"
+NOBODY = 65534
+INJECT = {"PreCreateContainer": {"container_envs": {"INJECTED": "1"}, "container_annotations": {"squatter": "yes"}}}
+
+
+def create_request() -> v1.CreateContainerRequest:
+    return v1.CreateContainerRequest(
+        pod_sandbox_id="pod-1",
+        config=v1.ContainerConfig(metadata=v1.ContainerMetadata(name="app", attempt=1), annotations={"c-note": "y"}),
+        sandbox_config=v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="web", uid="uid-1", namespace="default")),
+    )
+
+
+@pytest.fixture
+def hook_dir(sock_dir: Path) -> Path:
+    path = sock_dir / "hooks.d"
+    path.mkdir(mode=0o755)
+    return path
+
+
+@pytest.fixture
+async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
+    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        yield running
+
+
+def untrusted_calls(running: RunningProxy, name: str) -> float | None:
+    return running.metrics.registry.get_sample_value(
+        "runtime_proxy_hook_calls_total",
+        {"server": f"{name}.json", "hook": "PreCreateContainer", "outcome": "untrusted_endpoint"},
+    )
+
+
+async def test_socket_owned_by_another_user_is_refused_under_fail(
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with hook_server(sock_dir, "squat", INJECT) as hook:
+        os.chown(hook.socket, NOBODY, NOBODY)  # what an unprivileged squatter's socket looks like
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
+        await registered(running, 1)
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        assert hook.requests() == [], "the untrusted server was never called"
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "untrusted endpoint" in err.value.details() and f"owned by uid {NOBODY}" in err.value.details()
+    assert fake.calls(CREATE) == []
+    assert untrusted_calls(running, "squat") == 1
+    assert any(
+        r.levelno == logging.ERROR and "untrusted endpoint" in getattr(r, "error", "") for r in caplog.records
+    )
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777], ids=["world-writable", "sticky-tmp-like"])
+async def test_socket_in_a_directory_anyone_can_write_is_skipped_under_ignore(
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path,
+    caplog: pytest.LogCaptureFixture, mode: int,
+) -> None:
+    shared = sock_dir / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    async with hook_server(shared, "open", INJECT) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        assert hook.requests() == []
+    sent = v1.CreateContainerRequest.FromString(fake.calls(CREATE)[0].requests[0])
+    assert sent == create_request(), "nothing injected"
+    assert untrusted_calls(running, "open") == 1
+    [line] = [r for r in caplog.records if "untrusted endpoint" in getattr(r, "error", "")]
+    assert line.levelno == logging.WARNING and "writable by others" in line.error  # type: ignore[attr-defined]
+
+
+async def test_a_socket_replaced_after_registration_is_checked_at_call_time(
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path,
+) -> None:
+    async with hook_server(sock_dir, "swap", INJECT) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        assert len(hook.requests()) == 1  # trusted: called and applied
+
+        os.chown(hook.socket, NOBODY, NOBODY)  # the file is unchanged; the socket is not
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        assert len(hook.requests()) == 1
+    assert "untrusted endpoint" in err.value.details()
+    assert len(fake.calls(CREATE)) == 1

@@ -1,0 +1,144 @@
+"""``runtime-proxy check-config`` as an operator runs it: a process, its
+output and its exit code, for valid and broken configs and hook directories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def check_config(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtimeproxy.cli", "check-config", *map(str, args)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.fixture
+def node() -> Iterator[Path]:
+    """A node's files under a short directory: a live backend socket, a live
+    hook server socket, a safe hook directory and a config naming them."""
+    root = Path(tempfile.mkdtemp(prefix="ccc", dir="/tmp"))
+    root.chmod(0o755)
+    listeners = []
+    for name in ("containerd.sock", "hook.sock"):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(root / name))
+        listener.listen()
+        listeners.append(listener)
+    hooks = root / "hookserver.d"
+    hooks.mkdir()
+    hooks.chmod(0o755)
+    write_hook(root, "koordlet.json", {"remote-endpoint": str(root / "hook.sock"), "runtime-hooks": ["PreCreateContainer"]})
+    (root / "config.yaml").write_text(
+        f"listen: {root / 'proxy.sock'}\nbackend: {root / 'containerd.sock'}\nhook-dir: {hooks}\nlog-format: json\n"
+    )
+    try:
+        yield root
+    finally:
+        for listener in listeners:
+            listener.close()
+        shutil.rmtree(root)
+
+
+def write_hook(root: Path, name: str, doc: dict[str, object] | str, mode: int = 0o644) -> Path:
+    path = root / "hookserver.d" / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    path.chmod(mode)
+    return path
+
+
+def test_valid_node_exits_0_and_lists_what_serve_would_load(node: Path) -> None:
+    result = check_config("--config", node / "config.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"hook {node / 'hookserver.d' / 'koordlet.json'}: valid" in result.stdout
+    assert "hooks=[PreCreateContainer]" in result.stdout
+    assert result.stdout.rstrip().endswith("0 error(s), 0 warning(s)")
+    assert result.stderr == ""  # the registry's own log lines are not repeated
+
+
+def test_warnings_alone_exit_0(node: Path) -> None:
+    write_hook(node, "later.json", {"remote-endpoint": str(node / "not-up-yet.sock"), "runtime-hooks": []})
+    result = check_config("--config", node / "config.yaml")
+    assert result.returncode == 0, result.stdout
+    later = node / "hookserver.d" / "later.json"
+    assert f"warning: {later}: registers no runtime hooks" in result.stdout
+    assert f"warning: {later}: remote-endpoint: socket does not exist" in result.stdout
+    assert "0 error(s), 2 warning(s)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "doc", "mode", "reason"),
+    [
+        ("json.json", '{\n  "remote-endpoint": "/run/x.sock",\n  "runtime-hooks": ["PreCreateContainer",]\n}', 0o644,
+         "invalid JSON: Expecting value at line 3 column 42"),
+        ("hook.json", {"remote-endpoint": "/run/x.sock", "runtime-hooks": ["PreDeleteEverything"]}, 0o644,
+         "unknown runtime hook 'PreDeleteEverything'"),
+        ("timeout.json", {"remote-endpoint": "/run/x.sock", "timeout": "forever"}, 0o644, 'bad "timeout"'),
+        ("perm.json", {"remote-endpoint": "/run/x.sock"}, 0o666, "refused: file"),
+    ],
+)
+def test_bad_hook_file_exits_1_naming_file_and_reason(
+    node: Path, name: str, doc: dict[str, object] | str, mode: int, reason: str
+) -> None:
+    path = write_hook(node, name, doc, mode)
+    result = check_config("--config", node / "config.yaml")
+    assert result.returncode == 1, result.stdout
+    (error,) = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    assert error.startswith(f"error: {path}: ") and reason in error
+    assert "koordlet.json: valid" in result.stdout  # the good file is still reported
+
+
+def test_non_socket_endpoint_exits_1(node: Path) -> None:
+    (node / "regular").write_text("")
+    path = write_hook(node, "file.json", {"remote-endpoint": str(node / "regular"), "runtime-hooks": ["PreStartContainer"]})
+    result = check_config("--config", node / "config.yaml")
+    assert result.returncode == 1
+    assert f"error: {path}: remote-endpoint: exists and is not a unix socket ({node / 'regular'})" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ("listen: /tmp/x.sock\nbackend: {unclosed\n", 3, "cannot read config file"),
+        ("listen: /tmp/x.sock\nhook-dirs: /etc/hooks\n", 2, "unknown setting 'hook_dirs' (line 2)"),
+        ("serve-versions: v1beta1\n", 1, "serve-versions 'v1beta1'"),
+    ],
+)
+def test_bad_config_exits_1_with_its_line(node: Path, text: str, line: int, reason: str) -> None:
+    config = node / "bad.yaml"
+    config.write_text(text)
+    result = check_config("--config", config, "--hook-dir", node / "hookserver.d")
+    assert result.returncode == 1, result.stdout
+    (error,) = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    assert error.startswith(f"error: {config}:{line}: ") and reason in error
+    # The hook directory given on the command line is still checked.
+    assert "koordlet.json: valid" in result.stdout
+
+
+def test_hook_dir_flag_overrides_the_config(node: Path) -> None:
+    other = node / "other.d"
+    other.mkdir()
+    (other / "bad.json").write_text("{")
+    (other / "bad.json").chmod(0o644)
+    result = check_config("--config", node / "config.yaml", "--hook-dir", other)
+    assert result.returncode == 1
+    assert f"error: {other / 'bad.json'}: invalid JSON" in result.stdout
+    assert "koordlet.json" not in result.stdout
+
+
+def test_help_is_listed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "runtimeproxy.cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert "check-config" in result.stdout

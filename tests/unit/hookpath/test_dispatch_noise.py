@@ -1,0 +1,194 @@
+"""Issue 11 hole 7: failing hook servers say so once, without grpc's noise.
+
+(a) an undecodable answer is one line of ours, no grpc ERROR or traceback;
+(b) an Ignore hook server that is down logs one line per outage, repeats are
+    summarised every minute (injected clock: no sleeping), recovery is one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+from grpc import aio
+
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookAbort, HookServer
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.outages import OutageLog
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookSnapshot
+from runtimeproxy.metrics import Metrics
+
+HOOK = HookType.PRE_CREATE_CONTAINER
+LOGGER = "runtimeproxy.hookpath.dispatch"
+
+
+class Servers:
+    """A registry holding the given hook servers, whatever their files said."""
+
+    def __init__(self, servers: list[HookServerConfig]) -> None:
+        self.servers = servers
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        return tuple(s for s in self.servers if hook in s.hooks)
+
+    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
+        pass
+
+
+async def build() -> hookapi.ContainerResourceHookRequest:
+    return hookapi.ContainerResourceHookRequest()
+
+
+def config(name: str, endpoint: Path, policy: FailurePolicy = FailurePolicy.IGNORE) -> HookServerConfig:
+    return HookServerConfig(name, str(endpoint), policy, frozenset({HOOK}), timeout=2.0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --------------------------------------------------------------------------- (a)
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.FAIL, FailurePolicy.IGNORE])
+async def test_undecodable_answer_is_one_line_of_ours_without_grpc_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: FailurePolicy
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    socket = tmp_path / "garbage.sock"
+
+    async def answer(request: bytes, context: aio.ServicerContext) -> bytes:
+        return b"\xff\xff\xff"  # no ContainerResourceHookResponse
+
+    class AnyMethod(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(answer)
+
+    server = aio.server()
+    server.add_generic_rpc_handlers((AnyMethod(),))
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    metrics = Metrics()
+    dispatcher = Dispatcher(Servers([config("garbage.json", socket, policy)]), metrics)  # type: ignore[arg-type]
+    try:
+        if policy is FailurePolicy.FAIL:
+            with pytest.raises(HookError) as err:
+                await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            assert "not a valid ContainerResourceHookResponse" in err.value.cause
+        else:
+            assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
+    finally:
+        await dispatcher.close()
+        await server.stop(0)
+    assert metrics.registry.get_sample_value(
+        "runtime_proxy_hook_calls_total", {"server": "garbage.json", "hook": HOOK.value, "outcome": "invalid_answer"}
+    ) == 1
+    assert [r for r in caplog.records if r.name.startswith("grpc") and r.levelno >= logging.WARNING] == []
+    assert [r for r in caplog.records if r.exc_info] == []
+    ours = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(ours) == 1 and ours[0].name == LOGGER and "not a valid" in ours[0].error  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- (b)
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
+
+
+async def test_many_missing_ignore_hooks_log_one_line_each_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """1,000 Ignore hooks whose sockets are missing logged 1,000 lines per CRI call."""
+    servers = [config(f"h{i:02}.json", tmp_path / f"h{i:02}.sock") for i in range(30)]
+    dispatcher = Dispatcher(Servers(servers))  # type: ignore[arg-type]
+    try:
+        for _ in range(3):
+            assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
+            await dispatcher.run_post(HOOK, hookapi.ContainerResourceHookRequest(), {})
+    finally:
+        await dispatcher.close()
+    lines = warnings_of(caplog)
+    assert len(lines) == 30, "one line per server for the whole outage"
+    assert {r.hook_file for r in lines} == {s.name for s in servers}  # type: ignore[attr-defined]
+    assert all("UNAVAILABLE" in r.getMessage() for r in lines)
+
+
+async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+
+    class Flaky(HookServer):  # up, but failing every call until it is healthy
+        healthy = False
+
+        async def handle(self, hook: HookType, request: Message) -> Message | None:
+            if not self.healthy:
+                raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
+            return None
+
+    async with Flaky(tmp_path / "flaky.sock") as server:
+        dispatcher = Dispatcher(Servers([config("flaky.json", tmp_path / "flaky.sock")]), clock=clock)  # type: ignore[arg-type]
+        try:
+            for _ in range(4):
+                await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+                clock.now += 10
+            assert len(warnings_of(caplog)) == 1
+            clock.now += 30  # 70 s since the first failure
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            summary = warnings_of(caplog)[-1]
+            assert summary.getMessage() == "hook server flaky.json still failing: 4 failures in the last 70s"
+            assert summary.hook_failures == 4  # type: ignore[attr-defined]
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            assert len(warnings_of(caplog)) == 2  # the next window has just begun
+
+            server.healthy = True
+            clock.now += 5
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+        finally:
+            await dispatcher.close()
+    recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(recovered) == 1
+    assert recovered[0].getMessage() == "hook server flaky.json recovered after 75.0s and 6 failed calls"
+
+
+def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("test.outages")
+    logger.addHandler(handler := Keep())
+    logger.setLevel(logging.INFO)
+    try:
+        clock = FakeClock()
+        outages = OutageLog(logger, clock=clock)
+        for _ in range(3):
+            outages.failed("a.json", logging.WARNING, "a down", {})
+            outages.failed("b.json", logging.WARNING, "b down", {})
+        assert [r.getMessage() for r in records] == ["a down", "b down"]
+        assert outages.failing() == {"a.json", "b.json"}
+        outages.keep_only({"a.json"})
+        outages.failed("b.json", logging.WARNING, "b down again", {})  # re-registered: a new outage
+        outages.succeeded("a.json", {})
+        outages.succeeded("a.json", {})
+        assert [r.getMessage() for r in records][2:] == [
+            "b down again", "hook server a.json recovered after 0.0s and 3 failed calls"
+        ]
+    finally:
+        logger.removeHandler(handler)

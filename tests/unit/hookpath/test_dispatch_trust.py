@@ -1,0 +1,61 @@
+"""untrusted_reason: who may own a hook server's socket, and where it may live."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from runtimeproxy.hookpath.dispatch import untrusted_reason
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.points import HookType
+
+NOBODY = 65534
+
+
+def bound(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return sock
+
+
+def server(endpoint: Path, owner_uid: int | None = None) -> HookServerConfig:
+    return HookServerConfig(
+        "h.json", str(endpoint), FailurePolicy.FAIL, frozenset({HookType.PRE_CREATE_CONTAINER}), owner_uid=owner_uid
+    )
+
+
+def test_root_owned_socket_in_a_safe_directory_is_trusted(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    with bound(tmp_path / "h.sock"):
+        assert untrusted_reason(server(tmp_path / "h.sock", owner_uid=0)) is None
+
+
+def test_socket_owned_by_the_hook_files_owner_is_trusted_and_by_anyone_else_not(tmp_path: Path) -> None:
+    with bound(tmp_path / "h.sock"):
+        os.chown(tmp_path / "h.sock", NOBODY, NOBODY)
+        assert untrusted_reason(server(tmp_path / "h.sock", owner_uid=NOBODY)) is None
+        reason = untrusted_reason(server(tmp_path / "h.sock", owner_uid=1000))
+        assert reason == (
+            f"untrusted endpoint: socket {tmp_path / 'h.sock'} is owned by uid {NOBODY}, "
+            "not root or the hook file's owner (uid 1000)"
+        )
+        assert untrusted_reason(server(tmp_path / "h.sock")) is not None
+
+
+def test_a_symlinked_endpoint_is_judged_by_its_target(tmp_path: Path) -> None:
+    safe, shared = tmp_path / "safe", tmp_path / "shared"
+    safe.mkdir(mode=0o755)
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with bound(shared / "real.sock"):
+        (safe / "h.sock").symlink_to(shared / "real.sock")
+        reason = untrusted_reason(server(safe / "h.sock"))
+        assert reason is not None and f"socket directory {shared} is writable by others (mode 1777)" in reason
+
+
+def test_a_group_writable_directory_is_not_refused_a_missing_socket_is_left_to_the_call(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o775)
+    with bound(tmp_path / "h.sock"):
+        assert untrusted_reason(server(tmp_path / "h.sock")) is None
+    assert untrusted_reason(server(tmp_path / "gone.sock")) is None

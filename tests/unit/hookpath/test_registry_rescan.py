@@ -1,0 +1,197 @@
+"""Issue 11 holes 5 and 7(c): an unsafe hook directory keeps the last good set,
+and rescans read only what changed.
+
+Real files in tmp_path, the real watchfiles watcher and real metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.hookpath import registry as registry_module
+from runtimeproxy.hookpath.hookfile import HookServerConfig
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookRegistry, ReloadResult
+from runtimeproxy.metrics import Metrics
+
+from .test_hookfile import make_hook_dir, valid_doc, write
+
+LOGGER = "runtimeproxy.hookpath.registry"
+
+
+@pytest.fixture
+def hook_dir(tmp_path: Path) -> Path:
+    return make_hook_dir(tmp_path)
+
+
+def gauge(metrics: Metrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.ERROR and "refusing to load any hook" in r.getMessage()]
+
+
+# --------------------------------------------------------------------------- hole 5
+
+
+def test_unsafe_directory_keeps_last_good_set_and_shows_in_the_metric(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    metrics = Metrics()
+    write(hook_dir, "fail.json", valid_doc("/run/fail.sock"))
+    registry = HookRegistry(hook_dir, metrics=metrics.hook_config)
+    registry.reload()
+    good = registry.servers_for(HookType.PRE_CREATE_CONTAINER)
+    assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 0
+
+    os.chmod(hook_dir, 0o777)
+    write(hook_dir, "fail.json", valid_doc("/run/squatted.sock"))  # an edit made while unsafe
+    result = registry.rescan(["fail.json"])
+    assert result.directory_unsafe and not result.modified
+    assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == good
+    assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 1
+    assert len(refusals(caplog)) == 1
+
+    # A change event is a rescan: logged again. The periodic rescan of an
+    # unchanged unsafe directory does not repeat it every few seconds.
+    registry.rescan(["other.json"])
+    registry.rescan()
+    assert len(refusals(caplog)) == 2
+
+    os.chmod(hook_dir, 0o755)
+    result = registry.rescan()
+    assert result.changed == ("fail.json",) and registry.servers_for(HookType.PRE_CREATE_CONTAINER)[0].endpoint == "/run/squatted.sock"
+    assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 0
+    assert any("usable again" in r.getMessage() for r in caplog.records)
+
+
+def test_unsafe_directory_at_start_up_means_no_hooks_an_error_and_the_metric(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = Metrics()
+    write(hook_dir, "fail.json", valid_doc())
+    os.chmod(hook_dir, 0o757)
+    registry = HookRegistry(hook_dir, metrics=metrics.hook_config)
+    result = registry.reload()
+    assert result.directory_unsafe and len(registry.snapshot) == 0
+    assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 1
+    [record] = refusals(caplog)
+    assert "writable by others" in record.getMessage() and "no hooks are active" in record.getMessage()
+
+
+def test_rejected_files_show_in_the_metric(hook_dir: Path) -> None:
+    metrics = Metrics()
+    registry = HookRegistry(hook_dir, metrics=metrics.hook_config)
+    write(hook_dir, "good.json", valid_doc())
+    write(hook_dir, "bad.json", "{")
+    write(hook_dir, "loose.json", valid_doc("/run/l.sock"), mode=0o666)
+    registry.reload()
+    assert gauge(metrics, "runtime_proxy_hook_files_rejected") == 2
+    (hook_dir / "bad.json").unlink()
+    (hook_dir / "loose.json").unlink()
+    registry.rescan(["bad.json", "loose.json"])
+    assert gauge(metrics, "runtime_proxy_hook_files_rejected") == 0
+
+
+# --------------------------------------------------------------------------- hole 7(c)
+
+
+class ParseCounter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.names: list[str] = []
+        real = registry_module.parse_hook_file
+
+        def parse(path: Path, check_permissions: bool = True) -> HookServerConfig:
+            self.names.append(Path(path).name)
+            return real(path, check_permissions=check_permissions)
+
+        monkeypatch.setattr(registry_module, "parse_hook_file", parse)
+
+
+def many_files(hook_dir: Path, bad: int = 40) -> None:
+    for i in range(bad):
+        write(hook_dir, f"bad-{i:03}.json", {"remote-endpoint": "relative.sock"})
+    write(hook_dir, "good.json", valid_doc())
+
+
+async def test_periodic_safety_rescans_do_not_read_unchanged_files(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """1,000 invalid files cost 6% of a core: every 2 s resync re-read and
+    re-parsed them all. Now the watcher's periodic rescans read nothing that
+    did not change, and do not log the bad files again."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    many_files(hook_dir)
+    counter = ParseCounter(monkeypatch)
+    registry = HookRegistry(hook_dir, resync_interval=0.1)
+    rescans = 0
+    enough = asyncio.Event()
+    real_rescan: Callable[..., ReloadResult] = registry._rescan  # type: ignore[attr-defined]
+
+    def counting(*args: object, **kwargs: object) -> ReloadResult:
+        nonlocal rescans
+        rescans += 1
+        if rescans == 6:
+            enough.set()
+        return real_rescan(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "_rescan", counting)
+    stop = asyncio.Event()
+    task = asyncio.create_task(registry.watch(stop))
+    try:
+        await asyncio.wait_for(enough.wait(), 10)  # the start-up scan and five periodic ones
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert len(counter.names) == 41, "the start-up scan reads every file once; the periodic rescans read none"
+    rejected = [r for r in caplog.records if getattr(r, "hook_event", None) == "rejected"]
+    assert len(rejected) == 40, "each bad file is logged once, not on every rescan"
+
+
+def test_rescan_reads_what_changed_and_what_the_watcher_named(hook_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    many_files(hook_dir, bad=3)
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    counter = ParseCounter(monkeypatch)
+
+    assert not registry.rescan().modified and counter.names == []
+    write(hook_dir, "good.json", valid_doc("/run/new.sock"))  # new inode
+    assert registry.rescan().changed == ("good.json",) and counter.names == ["good.json"]
+
+    counter.names.clear()
+    os.chmod(hook_dir / "good.json", 0o666)  # only the mode changes: it is re-checked
+    result = registry.rescan()
+    assert counter.names == ["good.json"] and "writable by" in result.rejected["good.json"]
+    os.chmod(hook_dir / "good.json", 0o644)
+    registry.rescan()
+
+    counter.names.clear()
+    assert registry.rescan(["bad-001.json"]).rejected.keys() == {"bad-000.json", "bad-001.json", "bad-002.json"}
+    assert counter.names == ["bad-001.json"]
+
+    counter.names.clear()
+    registry.reload()  # an explicit reload re-reads everything
+    assert len(counter.names) == 4
+
+
+def test_rescan_follows_a_symlink_swap_without_an_event(hook_dir: Path, tmp_path: Path) -> None:
+    """A ConfigMap-style update: hook.json -> ..data/hook.json, ..data swapped."""
+    for version, endpoint in (("v1", "/run/v1.sock"), ("v2", "/run/v2.sock")):
+        (hook_dir / version).mkdir(mode=0o755)
+        write(hook_dir / version, "hook.json", valid_doc(endpoint))
+    (hook_dir / "..data").symlink_to("v1")
+    (hook_dir / "hook.json").symlink_to("..data/hook.json")
+    registry = HookRegistry(hook_dir)
+    assert registry.reload().snapshot.servers["hook.json"].endpoint == "/run/v1.sock"
+    (hook_dir / "..data_tmp").symlink_to("v2")
+    os.replace(hook_dir / "..data_tmp", hook_dir / "..data")
+    assert registry.rescan().changed == ("hook.json",)
+    assert registry.snapshot.servers["hook.json"].endpoint == "/run/v2.sock"

@@ -1,0 +1,208 @@
+"""The operator documentation (README.md and docs/) against the code: a flag,
+setting, hook-file key or metric added or changed on one side only fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+
+from runtimeproxy import cli
+from runtimeproxy.config import ProxyConfig, choices
+from runtimeproxy.hookpath import hookfile
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+from runtimeproxy.metrics import Metrics
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+CODE = re.compile(r"`([^`]+)`")
+
+
+def table(path: Path, first_header: str) -> list[dict[str, str]]:
+    """The rows of the markdown table whose first column is ``first_header``."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert len(cells) == len(header), f"{path.name}: row with {len(cells)} cells: {line}"
+        rows.append(dict(zip(header, cells, strict=True)))
+    assert rows, f"{path.name}: the {first_header} table is empty"
+    return rows
+
+
+def code(cell: str) -> list[str]:
+    return CODE.findall(cell)
+
+
+def literal(cell: str) -> object:
+    """A default cell's value: its first `code` span read as YAML; None when it
+    has none (a default described in words: none, off, the backend...)."""
+    spans = code(cell)
+    return yaml.safe_load(spans[0]) if spans else None
+
+
+def plain(value: object) -> object:
+    return str(value) if isinstance(value, Path) else value
+
+
+# --------------------------------------------------------------------------- configuration
+
+CONFIG_DOC = DOCS / "configuration.md"
+
+
+def config_rows() -> list[dict[str, str]]:
+    return table(CONFIG_DOC, "flag")
+
+
+def serve_options() -> dict[str, click.Option]:
+    return {
+        param.opts[0]: param
+        for param in cli.serve.params
+        if isinstance(param, click.Option) and param.opts[0].startswith("--") and param.name != "help"
+    }
+
+
+def test_every_serve_flag_has_a_row_and_no_row_names_another() -> None:
+    documented = [code(row["flag"])[0].split()[0] for row in config_rows() if row["flag"]]
+    assert len(documented) == len(set(documented)), "a flag has two rows"
+    assert set(documented) == set(serve_options())
+
+
+def test_documented_flag_defaults_are_the_flags_defaults() -> None:
+    options = serve_options()
+    ctx = click.Context(cli.serve)
+    for row in config_rows():
+        if row["flag"]:
+            option = options[code(row["flag"])[0].split()[0]]
+            default = option.get_default(ctx)
+            if not isinstance(default, (str, int, float, Path)):
+                default = None  # no default (click 8.3 says so with a sentinel of its own)
+            assert literal(row["default"]) == plain(default), row
+
+
+def test_every_setting_has_a_row_with_its_default() -> None:
+    defaults = ProxyConfig()
+    settings = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
+    documented: dict[str, dict[str, str]] = {}
+    for row in config_rows():
+        for key in code(row["YAML key"]):
+            assert key.replace("-", "_") not in documented, f"{key} has two rows"
+            documented[key.replace("-", "_")] = row
+    assert set(documented) == settings
+    for setting, row in documented.items():
+        assert literal(row["default"]) == plain(getattr(defaults, setting)), (setting, row)
+        # every value a choice setting accepts is named in its row
+        offered = set(code(row["default"]) + code(row["what"]))
+        assert set(choices(setting)) <= offered, (setting, row)
+
+
+def test_parser_reads_a_default_in_words_as_none() -> None:
+    # The comparison above must not pass by reading every cell as None.
+    assert literal("`16777216` (16 MiB)") == 16777216
+    assert literal("the backend") is None
+    rows = {row["flag"]: row for row in config_rows()}
+    assert literal(rows["`--listen PATH`"]["default"]) == "/var/run/runtime-proxy/runtime-proxy.sock"
+
+
+# --------------------------------------------------------------------------- hook files
+
+HOOK_DOC = DOCS / "hook-files.md"
+
+
+def test_hook_file_keys_and_defaults() -> None:
+    rows = {code(row["key"])[0]: row for row in table(HOOK_DOC, "key")}
+    assert set(rows) == set(hookfile.KNOWN_KEYS)
+    assert rows[hookfile.KEY_ENDPOINT]["default"] == "required"
+    assert code(rows[hookfile.KEY_TIMEOUT]["default"]) == [hookfile.format_duration(hookfile.DEFAULT_TIMEOUT)]
+    assert literal(rows[hookfile.KEY_PRIORITY]["default"]) == hookfile.DEFAULT_PRIORITY
+    assert code(rows[hookfile.KEY_FAILURE_POLICY]["default"]) == [hookfile.FailurePolicy.IGNORE.value]
+    assert f"`{hookfile.format_duration(hookfile.MAX_TIMEOUT)}`" in rows[hookfile.KEY_TIMEOUT]["what"]
+
+
+def test_hook_points_and_their_cri_calls() -> None:
+    rows = {code(row["hook point"])[0]: row for row in table(HOOK_DOC, "hook point")}
+    assert set(rows) == {hook.value for hook in HookType}
+    for hook, point in HOOK_POINTS.items():
+        assert rows[hook.value]["CRI call"] == point.cri_method
+
+
+# --------------------------------------------------------------------------- metrics
+
+METRICS_DOC = DOCS / "metrics.md"
+
+
+def exposed_metrics() -> dict[str, str]:
+    """Every metric family of the proxy's registry, by the name Prometheus scrapes."""
+    families = Metrics().registry.collect()
+    return {f"{f.name}_total" if f.type == "counter" else f.name: f.type for f in families}
+
+
+def test_every_metric_has_a_row_and_every_row_a_metric() -> None:
+    rows = {code(row["metric"])[0]: row for row in table(METRICS_DOC, "metric")}
+    exposed = exposed_metrics()
+    assert set(rows) == set(exposed)
+    for name, kind in exposed.items():
+        assert rows[name]["type"] == kind, name
+
+
+def test_metrics_are_named_as_prometheus_wants() -> None:
+    for name, kind in exposed_metrics().items():
+        assert re.fullmatch(r"runtime_proxy_[a-z_]+", name), name
+        assert name.endswith("_total") == (kind == "counter"), name
+        if kind == "histogram":
+            assert name.endswith("_seconds"), name
+
+
+# --------------------------------------------------------------------------- migration
+
+MIGRATION_DOC = DOCS / "migrating-from-koord-runtime-proxy.md"
+KOORD_FLAGS = {
+    "--koord-runtimeproxy-endpoint", "--remote-runtime-service-endpoint", "--remote-image-service-endpoint",
+    "--backend-runtime-mode", "--runtime-hook-server-key", "--runtime-hook-server-val",
+}
+
+
+def test_migration_covers_every_koordinator_flag_and_names_real_flags() -> None:
+    rows = table(MIGRATION_DOC, "koord-runtime-proxy")
+    theirs = {span for row in rows for span in code(row["koord-runtime-proxy"]) if span.startswith("--")}
+    assert theirs == KOORD_FLAGS
+    ours = {span for row in rows for span in code(row["runtime-proxy"]) if span.startswith("--")}
+    assert ours and ours <= set(serve_options())
+
+
+def test_migration_names_the_skip_label_the_proxy_uses() -> None:
+    from runtimeproxy.hookpath.executor import SKIP_LABEL
+
+    assert f"`{SKIP_LABEL}=true`" in MIGRATION_DOC.read_text()
+
+
+# --------------------------------------------------------------------------- README
+
+
+@pytest.mark.parametrize("doc", sorted(p.name for p in DOCS.glob("*.md")))
+def test_every_doc_is_linked_from_readme(doc: str) -> None:
+    assert f"(docs/{doc}" in README.read_text()
+
+
+def test_relative_links_resolve() -> None:
+    for page in [README, *DOCS.glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+def test_run_and_test_come_first() -> None:
+    # .ci/run runs README's test command: it stays at the top, as written.
+    sections = re.findall(r"^## (.+)$", README.read_text(), re.MULTILINE)
+    assert sections[:2] == ["Run it", "Test it"]
+    assert "scripts/setup.sh && .venv/bin/python -m pytest -ra" in (REPO / ".ci" / "run").read_text()
+    assert "\nscripts/setup.sh && .venv/bin/python -m pytest -ra\n" in README.read_text()
