@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -38,7 +39,14 @@ from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
 
 from . import lifecycle as lc
-from .procs import HookServerChild, ProxyChild, memory_mib, wait_cri_version, wait_idle
+from .procs import (
+    BenchError,
+    HookServerChild,
+    ProxyChild,
+    memory_mib,
+    wait_cri_version,
+    wait_idle,
+)
 from .proxymetrics import ALL_HOOKS
 from .runner import say
 
@@ -281,6 +289,13 @@ def parse(argv: list[str]) -> SoakOptions:
 
 def main(argv: list[str]) -> int:
     opts = parse(argv)
-    results = asyncio.run(soak(opts))
+    try:
+        results = asyncio.run(soak(opts))
+    except KeyboardInterrupt:
+        print("bench soak: interrupted; everything was stopped", file=sys.stderr)
+        return 130
+    except (BenchError, RuntimeError) as exc:  # containerd or a child that would not start
+        print(f"bench soak: {exc}", file=sys.stderr)
+        return 1
     print(render(results))
     return 1 if results["problems"] else 0
