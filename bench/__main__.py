@@ -1,4 +1,7 @@
-"""``python -m bench``: run the benchmark, print the table, optionally write JSON."""
+"""``python -m bench``: run the benchmark, print the table, optionally write JSON.
+
+``python -m bench soak [...]`` runs the soak instead (see bench/soak.py);
+``python -m bench fuzz [...]`` the long fuzz run (see bench/fuzz.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         from .node import main as node_main
 
         return node_main(args[1:])
+    if args[:1] in (["soak"], ["fuzz"]):
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+        return _subcommand(args[0], args[1:])
     opts = _parse(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -74,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         write_json(results, opts.json_path)
         print(f"JSON written to {opts.json_path}")
     return 0
+
+
+def _subcommand(name: str, argv: list[str]) -> int:
+    if name == "soak":
+        from . import soak
+        return soak.main(argv)
+    from . import fuzz
+    return fuzz.main(argv)
 
 
 if __name__ == "__main__":

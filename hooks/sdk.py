@@ -82,6 +82,15 @@ def service_handlers(server: HookServer) -> dict[str, grpc.RpcMethodHandler]:
     return {point.rpc_name: handler(point) for point in HOOK_POINTS.values()}
 
 
+# A hook request is as large as the CRI call it comes from, and kubelet sends
+# up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+
+
 class HookServer:
     """A ``RuntimeHookService`` server on a unix socket.
 
@@ -105,7 +114,8 @@ class HookServer:
         unixsocket.check_path_length(self._socket_path)  # a ValueError
         self._socket_mode = socket_mode
         self._grace = grace
-        self._options = list(options or ())
+        # Later options win: the caller's replace the defaults.
+        self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
         self._server: grpc.aio.Server | None = None
         self._socket_identity: unixsocket.SocketIdentity | None = None
 

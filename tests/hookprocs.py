@@ -63,13 +63,14 @@ async def registered(running: RunningProxy, count: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def hook_server(directory: Path, name: str, config: dict[str, Any]) -> AsyncIterator[HookProcess]:
-    """Start a hook server process and wait until it says it listens."""
+async def hook_server(directory: Path, name: str, config: dict[str, Any] | Path) -> AsyncIterator[HookProcess]:
+    """Start a hook server process and wait until it says it listens (``config``: the
+    script, or a file holding it: an argument cannot exceed 128 KiB)."""
     socket = directory / f"{name}.sock"
     record = directory / f"{name}.jsonl"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "hooks.testserver",
-        "--socket", str(socket), "--config", json.dumps(config), "--record", str(record),
+        "--socket", str(socket), "--config", json.dumps(config) if isinstance(config, dict) else str(config), "--record", str(record),
         stdout=asyncio.subprocess.PIPE,
     )
     try:

@@ -1,0 +1,138 @@
+"""Values the kernel (or runc on its behalf) would refuse in a hook's merged resources.
+
+A hook answer that decodes fine can still carry a value no cgroup takes: a
+negative quota other than -1, a cpuset naming CPUs this node does not have,
+a memory limit above the node's memory. Sent on, such a value fails the
+container start deep in runc with an error that names neither the hook nor
+the field. `invalid_resources` names them up front, so the hook path can
+refuse the answer (Fail) or drop it (Ignore) with a clear reason.
+
+Pure: the node's facts come in as `NodeFacts` (`read_node_facts()` reads
+this node's; tests build their own).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cri_api.hookapi import api_pb2 as hookapi
+
+__all__ = ["NodeFacts", "invalid_resources", "parse_id_list", "read_node_facts"]
+
+# Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
+CFS_PERIOD_MIN_US = 1_000
+CFS_PERIOD_MAX_US = 1_000_000
+CFS_QUOTA_MIN_US = 1_000
+CPU_SHARES_MIN = 2
+CPU_SHARES_MAX = 262_144
+OOM_SCORE_ADJ_MIN = -1_000
+OOM_SCORE_ADJ_MAX = 1_000
+UNLIMITED = -1
+# A cgroup v2 file name as `unified` keys must be: "<controller>.<file>", nothing that walks paths.
+_UNIFIED_KEY = re.compile(r"^[a-z][a-z0-9_]*\.[a-z0-9_.]+$")
+_HUGEPAGE_SIZE = re.compile(r"^[0-9]+[KMG]B$")
+_ID_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
+# A cpuset of more ids than this is not a node's: refuse instead of building a huge set.
+_MAX_IDS = 1 << 16
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the node has: online CPU and memory-node ids, and its memory in bytes."""
+
+    online_cpus: frozenset[int]
+    online_mems: frozenset[int]
+    memory_bytes: int
+
+
+def parse_id_list(text: str) -> frozenset[int]:
+    """The ids of a kernel list ("0-3,8,10-11"); ValueError if it is not one."""
+    ids: set[int] = set()
+    for part in text.strip().split(","):
+        match = _ID_RANGE.match(part.strip())
+        if match is None:
+            raise ValueError(f"{part!r} is not a number or a range")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError(f"range {part!r} runs backwards")
+        if last - first + len(ids) >= _MAX_IDS:
+            raise ValueError(f"more than {_MAX_IDS} ids")
+        ids.update(range(first, last + 1))
+    return frozenset(ids)
+
+
+def read_node_facts(root: Path = Path("/")) -> NodeFacts:
+    """This node's facts, from /sys and /proc under ``root``."""
+    cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
+    nodes = root / "sys/devices/system/node/online"
+    # Without NUMA support there is no node directory, and memory node 0 is the only one.
+    mems = parse_id_list(nodes.read_text()) if nodes.exists() else frozenset({0})
+    memory = 0
+    for line in (root / "proc/meminfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "MemTotal":
+            amount, _, unit = value.strip().partition(" ")
+            memory = int(amount) * (1024 if unit.strip() == "kB" else 1)
+            break
+    return NodeFacts(online_cpus=cpus, online_mems=mems, memory_bytes=memory)
+
+
+def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
+    """Why the kernel would refuse these resources; empty if it would take them.
+
+    Zero means "unset" in CRI, and -1 "unlimited" where the kernel has it.
+    """
+    reasons: list[str] = []
+    r = resources
+    if r.cpu_period and not CFS_PERIOD_MIN_US <= r.cpu_period <= CFS_PERIOD_MAX_US:
+        reasons.append(f"cpu_period {r.cpu_period} is outside {CFS_PERIOD_MIN_US}..{CFS_PERIOD_MAX_US} µs")
+    if r.cpu_quota and r.cpu_quota != UNLIMITED and r.cpu_quota < CFS_QUOTA_MIN_US:
+        what = "negative and not -1 (unlimited)" if r.cpu_quota < 0 else f"below the kernel's {CFS_QUOTA_MIN_US} µs"
+        reasons.append(f"cpu_quota {r.cpu_quota} is {what}")
+    if r.cpu_shares and not CPU_SHARES_MIN <= r.cpu_shares <= CPU_SHARES_MAX:
+        reasons.append(f"cpu_shares {r.cpu_shares} is outside {CPU_SHARES_MIN}..{CPU_SHARES_MAX}")
+    reasons += _memory_reasons(r, node)
+    if not OOM_SCORE_ADJ_MIN <= r.oom_score_adj <= OOM_SCORE_ADJ_MAX:
+        reasons.append(f"oom_score_adj {r.oom_score_adj} is outside {OOM_SCORE_ADJ_MIN}..{OOM_SCORE_ADJ_MAX}")
+    reasons += _set_reasons("cpuset_cpus", r.cpuset_cpus, node.online_cpus, "CPUs")
+    reasons += _set_reasons("cpuset_mems", r.cpuset_mems, node.online_mems, "memory nodes")
+    for limit in r.hugepage_limits:
+        if not _HUGEPAGE_SIZE.match(limit.page_size):
+            reasons.append(f"hugepage_limits page_size {limit.page_size!r} is not a size like 2MB or 1GB")
+    for key in r.unified:
+        if not _UNIFIED_KEY.match(key):
+            reasons.append(f"unified key {key!r} is not a cgroup file name like memory.high")
+    return reasons
+
+
+def _memory_reasons(r: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
+    reasons = []
+    for name in ("memory_limit_in_bytes", "memory_swap_limit_in_bytes"):
+        value = getattr(r, name)
+        if value < 0 and value != UNLIMITED:
+            reasons.append(f"{name} {value} is negative and not -1 (unlimited)")
+    memory = r.memory_limit_in_bytes
+    if node.memory_bytes and memory > node.memory_bytes:
+        reasons.append(f"memory_limit_in_bytes {memory} is above the node's {node.memory_bytes} bytes")
+    swap = r.memory_swap_limit_in_bytes
+    if swap > 0 and memory > 0 and swap < memory:
+        # runc: memory+swap must be at least memory.
+        reasons.append(f"memory_swap_limit_in_bytes {swap} is below memory_limit_in_bytes {memory}")
+    return reasons
+
+
+def _set_reasons(name: str, text: str, online: frozenset[int], what: str) -> list[str]:
+    if not text:
+        return []
+    try:
+        ids = parse_id_list(text)
+    except ValueError as exc:
+        return [f"{name} {text[:64]!r} is not a list of ids: {exc}"]
+    missing = sorted(ids - online)
+    if missing:
+        shown = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
+        return [f"{name} {text[:64]!r} names {what} this node does not have online ({shown})"]
+    return []

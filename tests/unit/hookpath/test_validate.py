@@ -1,0 +1,111 @@
+"""validate.py: the resource values the kernel would refuse, named before runc meets them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.hookpath.validate import (
+    NodeFacts,
+    invalid_resources,
+    parse_id_list,
+    read_node_facts,
+)
+
+GIB = 1 << 30
+NODE = NodeFacts(online_cpus=frozenset({0, 1, 2, 3}), online_mems=frozenset({0}), memory_bytes=8 * GIB)
+
+
+def reasons(**fields) -> list[str]:
+    return invalid_resources(hookapi.LinuxContainerResources(**fields), NODE)
+
+
+def test_what_kubelet_sends_is_valid() -> None:
+    assert reasons() == []  # nothing set
+    assert reasons(cpu_period=100_000, cpu_quota=50_000, cpu_shares=512, memory_limit_in_bytes=GIB,
+                   oom_score_adj=-997, cpuset_cpus="0-1,3", cpuset_mems="0",
+                   memory_swap_limit_in_bytes=2 * GIB, unified={"memory.high": "1G"},
+                   hugepage_limits=[hookapi.HugepageLimit(page_size="2MB", limit=0)]) == []
+    assert reasons(cpu_quota=-1, memory_limit_in_bytes=-1, memory_swap_limit_in_bytes=-1) == []  # unlimited
+    assert reasons(memory_limit_in_bytes=8 * GIB, cpu_shares=2, cpu_period=1000, cpu_quota=1000) == []  # bounds
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"cpu_quota": -5}, "cpu_quota -5 is negative and not -1"),
+    ({"cpu_quota": 999}, "cpu_quota 999 is below the kernel's 1000"),
+    ({"cpu_period": 999}, "cpu_period 999 is outside 1000..1000000"),
+    ({"cpu_period": 1_000_001}, "cpu_period 1000001 is outside"),
+    ({"cpu_period": -100_000}, "cpu_period -100000 is outside"),
+    ({"cpu_shares": 1}, "cpu_shares 1 is outside 2..262144"),
+    ({"cpu_shares": -2}, "cpu_shares -2 is outside"),
+    ({"cpu_shares": 262_145}, "cpu_shares 262145 is outside"),
+    ({"memory_limit_in_bytes": 8 * GIB + 1}, f"above the node's {8 * GIB} bytes"),
+    ({"memory_limit_in_bytes": -2}, "memory_limit_in_bytes -2 is negative and not -1"),
+    ({"memory_swap_limit_in_bytes": -7}, "memory_swap_limit_in_bytes -7 is negative"),
+    ({"memory_limit_in_bytes": GIB, "memory_swap_limit_in_bytes": GIB - 1}, "below memory_limit_in_bytes"),
+    ({"oom_score_adj": 1001}, "oom_score_adj 1001 is outside -1000..1000"),
+    ({"oom_score_adj": -1001}, "oom_score_adj -1001 is outside"),
+    ({"cpuset_cpus": "0-7"}, "names CPUs this node does not have online (4,5,6,7)"),
+    ({"cpuset_cpus": "64"}, "(64)"),
+    ({"cpuset_cpus": "1-0"}, "runs backwards"),
+    ({"cpuset_cpus": "zero"}, "is not a list of ids"),
+    ({"cpuset_cpus": "0-4294967295"}, "more than"),
+    ({"cpuset_mems": "1"}, "names memory nodes this node does not have online (1)"),
+    ({"hugepage_limits": [hookapi.HugepageLimit(page_size="huge", limit=1)]}, "page_size 'huge'"),
+    ({"unified": {"../../cpu.max": "1"}}, "unified key '../../cpu.max'"),
+])
+def test_values_the_kernel_refuses_are_named(fields, expected) -> None:
+    found = reasons(**fields)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_every_bad_value_is_reported_at_once() -> None:
+    found = reasons(cpu_quota=-3, cpuset_cpus="9", memory_limit_in_bytes=1 << 60)
+    assert [r.split()[0] for r in found] == ["cpu_quota", "memory_limit_in_bytes", "cpuset_cpus"]
+
+
+def test_many_missing_cpus_are_summarised() -> None:
+    (reason,) = reasons(cpuset_cpus="0-1023")
+    assert "(4,5,6,7,8,9,10,11,...)" in reason and len(reason) < 200
+
+
+@pytest.mark.parametrize(("text", "ids"), [("0", {0}), ("0-3", {0, 1, 2, 3}), ("0-1,8,10-11\n", {0, 1, 8, 10, 11}),
+                                           (" 2 , 4 ", {2, 4})])
+def test_parse_id_list(text, ids) -> None:
+    assert parse_id_list(text) == frozenset(ids)
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-", "-1", "1,,2", "3-1"])
+def test_parse_id_list_refuses(text) -> None:
+    with pytest.raises(ValueError):
+        parse_id_list(text)
+
+
+def fake_root(tmp_path: Path, *, cpus: str, meminfo: str, nodes: str | None) -> Path:
+    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/online").write_text(cpus)
+    if nodes is not None:
+        (tmp_path / "sys/devices/system/node").mkdir(parents=True)
+        (tmp_path / "sys/devices/system/node/online").write_text(nodes)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text(meminfo)
+    return tmp_path
+
+
+def test_read_node_facts_from_sys_and_proc(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, cpus="0-5,7\n", nodes="0-1\n",
+                     meminfo="MemTotal:       24683656 kB\nMemFree:         1000 kB\n")
+    assert read_node_facts(root) == NodeFacts(frozenset({0, 1, 2, 3, 4, 5, 7}), frozenset({0, 1}), 24683656 * 1024)
+
+
+def test_without_numa_memory_node_0_is_the_only_one(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, cpus="0\n", nodes=None, meminfo="MemTotal: 1024 kB\n")
+    assert read_node_facts(root).online_mems == frozenset({0})
+
+
+def test_this_node_reads() -> None:
+    facts = read_node_facts()
+    assert 0 in facts.online_cpus and facts.memory_bytes > 0
+    assert invalid_resources(hookapi.LinuxContainerResources(cpuset_cpus="0"), facts) == []
