@@ -20,11 +20,16 @@ from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
+from .hookfile import FailurePolicy
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .points import HookType
 from .store import StateStore
 
 log = logging.getLogger(__name__)
+
+
+class _Undecodable(Exception):
+    """A request no hook could see, refused because a Fail hook must see it."""
 
 
 class KeyedLocks:
@@ -94,21 +99,50 @@ class HookStage(StageProvider):
 
     async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()
-        outcome = "error"
+        outcome: str | None = "error"
         try:
             reply = await self._hooked(point, request, context, send)
             outcome = "ok"
             return reply
+        except _Undecodable as refusal:
+            # Counted before the answer leaves: abort sends it at once.
+            self._count(point, "undecodable", started)
+            outcome = None
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refusal))
+            raise  # unreachable: abort raises
         finally:
-            if self._metrics is not None:
-                self._metrics.hooked_call(point.method, outcome, time.perf_counter() - started)
+            if outcome is not None:
+                self._count(point, outcome, started)
+
+    def _count(self, point: HookedMethod, outcome: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.hooked_call(point.method, outcome, time.perf_counter() - started)
+
+    async def _undecodable(
+        self, point: HookedMethod, request: bytes, exc: DecodeError, context: aio.ServicerContext, send: Send
+    ) -> bytes:
+        """A request the proxy cannot read (say, a label that is not UTF-8: Python's
+        protobuf refuses it, containerd accepts it) cannot be shown to hooks.
+        Forwarding it anyway would let a pod bypass a Fail hook's limits."""
+        servers = [s for hook in (point.pre, point.post) if hook is not None for s in self.dispatcher.servers(hook)]
+        failing = [s.name for s in servers if s.failure_policy is FailurePolicy.FAIL]
+        fields = {"method": point.method, "error": str(exc), "hook_servers": [s.name for s in servers]}
+        if failing:
+            log.warning("undecodable request refused: a Fail hook must see it", extra={**fields, "fail_hooks": failing})
+            raise _Undecodable(
+                f"runtime-proxy: cannot decode the {point.method} request ({exc}), and hook server(s) "
+                f"{', '.join(failing)} with failure-policy Fail must see it; the call was not sent to the runtime"
+            )
+        if servers:
+            log.warning("undecodable request sent on without hooks (only Ignore hooks registered)", extra=fields)
+        return await send(request)  # nobody must see it: the runtime judges it, as without the proxy
 
     async def _hooked(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         ex = point.executor
         try:
             req = ex.request.FromString(request)  # the v1 class reads v1alpha2 bytes too
-        except DecodeError:
-            return await send(request)  # not ours to judge: the backend answers
+        except DecodeError as exc:
+            return await self._undecodable(point, request, exc, context, send)
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
         release: Callable[[], None] | None = await self.locks.acquire(key)

@@ -200,16 +200,17 @@ def undecodable(method: str) -> bytes:
 PRE_HOOKED = sorted(m for m, point in HOOKED_METHODS.items() if point.pre is not None)
 
 
-@pytest.mark.xfail(strict=True, reason="hole 1 of issue 11: an undecodable request is forwarded without calling "
-                                       "a Fail hook")
 @pytest.mark.parametrize("method", PRE_HOOKED)
 async def test_an_undecodable_request_is_refused_when_a_fail_hook_waits_for_it(hooked, fake, client, method) -> None:
     path = f"/runtime.v1.RuntimeService/{method}"
+    refused = {"method": method, "outcome": "undecodable"}
+    before = hooked.metrics.registry.get_sample_value("runtime_proxy_hooked_calls_total", refused) or 0
     with pytest.raises(aio.AioRpcError) as err:
         await client.unary_unary(path)(undecodable(method), timeout=CALL_TIMEOUT)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert method in err.value.details()
     assert fake.calls(path) == []
+    assert hooked.metrics.registry.get_sample_value("runtime_proxy_hooked_calls_total", refused) == before + 1
 
 
 @pytest.mark.parametrize("method", PRE_HOOKED)
