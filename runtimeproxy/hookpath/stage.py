@@ -20,8 +20,8 @@ from ..cripath.stage import Send, Stage, StageProvider
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
-from .hookfile import FailurePolicy
 from .executor import HOOKED_METHODS, Executor, HookedMethod
+from .hookfile import FailurePolicy
 from .points import HookType
 from .store import StateStore
 
