@@ -15,6 +15,7 @@ from .hookpath.dispatch import Dispatcher
 from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
+from .hookpath.validate import read_node_facts
 from .metrics import Metrics
 from .supervisor import Supervisor, TaskName
 
@@ -39,7 +40,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     registry = HookRegistry(config.hook_dir, metrics=metrics.hook_config)
     registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
     registry.reload()
-    dispatcher = Dispatcher(registry, metrics)
+    dispatcher = Dispatcher(registry, metrics, node=read_node_facts())
     stack.push_async_callback(dispatcher.close)  # after the proxy stopped: post hooks use it until then
     store = StateStore()
     hooks = HookStage(dispatcher, store, metrics, tasks)

@@ -16,8 +16,9 @@ from grpc import aio
 from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .outages import OutageLog
-from .points import HOOK_POINTS, HookType
+from .points import HOOK_POINTS, HookPoint, HookType, Kind, Phase
 from .registry import HookRegistry, HookSnapshot
+from .validate import NodeFacts, invalid_resources
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,16 @@ def untrusted_reason(server: HookServerConfig) -> str | None:
 
 class Dispatcher:
     def __init__(
-        self, registry: HookRegistry, metrics: Metrics | None = None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        registry: HookRegistry,
+        metrics: Metrics | None = None,
+        *,
+        node: NodeFacts | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self._metrics = metrics
+        self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, clock=clock)
         self._channels: dict[str, aio.Channel] = {}
         self._methods: dict[tuple[str, HookType], aio.UnaryUnaryMultiCallable] = {}
@@ -140,12 +147,19 @@ class Dispatcher:
             # should the deadline itself not fire.
             async with asyncio.timeout(server.timeout + 1.0):
                 raw = await method(request, timeout=server.timeout)
-            response_type = HOOK_POINTS[hook].response_type
+            point = HOOK_POINTS[hook]
             try:
-                return response_type.FromString(raw)
+                answer = point.response_type.FromString(raw)
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
-                raise _Failure(f"answer is not a valid {response_type.__name__}: {err}") from None
+                raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
+            refused = self._kernel_would_refuse(point, answer)
+            if refused:
+                # Sent on, such a value fails the container deep in runc,
+                # naming neither the hook nor the field: name both here.
+                outcome = "invalid_value"
+                raise _Failure(f"answer carries values the kernel would refuse: {'; '.join(refused)}")
+            return answer
         except aio.AioRpcError as err:
             outcome = err.code().name.lower()
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -169,6 +183,12 @@ class Dispatcher:
         finally:
             if self._metrics is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
+
+    def _kernel_would_refuse(self, point: HookPoint, answer: Any) -> list[str]:
+        if self._node is None or point.phase is not Phase.PRE:
+            return []  # a post hook's answer is never applied
+        resources = answer.resources if point.kind is Kind.POD else answer.container_resources
+        return invalid_resources(resources, self._node)
 
     async def run_pre(
         self,

@@ -20,6 +20,7 @@ from tenacity import (
 from ..hookpath.registry import HookRegistry
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore
+from ..hookpath.validate import read_node_facts
 from ..metrics import Metrics
 from .adapter import HookAdapter
 from .limits import ClampedRegistry, ObservingDispatcher
@@ -79,7 +80,9 @@ class NriPlugin:
         self.registry = HookRegistry(settings.hook_dir)
         self.registry.on_change(lambda snapshot: self.metrics.hook_servers.set(len(snapshot)))
         self.registry.reload()
-        self.dispatcher = ObservingDispatcher(ClampedRegistry(self.registry, settings.budget), self.metrics)
+        self.dispatcher = ObservingDispatcher(
+            ClampedRegistry(self.registry, settings.budget), self.metrics, node=read_node_facts()
+        )
         self.store = StateStore()
         self.stage = HookStage(self.dispatcher, self.store, self.metrics)
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)
