@@ -63,10 +63,18 @@ def runtime_instance(socket: Path) -> RuntimeInstance | None:
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
+# kubelet's and containerd's (Go grpc) header-list limit: metadata the
+# runtime accepts must pass the proxy too (grpc core's own default is 8 KiB).
+MAX_METADATA_BYTES = 16 << 20
+
+
 def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]:
+    """Options of the proxy's server and of its backend channels."""
     return [
         ("grpc.max_receive_message_length", max_recv),
         ("grpc.max_send_message_length", max_send),
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+        ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
         # Unix sockets: reconnect quickly after a runtime restart.
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2000),

@@ -22,6 +22,7 @@ from .validate import NodeFacts, invalid_resources
 
 log = logging.getLogger(__name__)
 
+MAX_HOOK_MESSAGE_BYTES = 16 << 20
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
@@ -31,6 +32,10 @@ CHANNEL_OPTIONS = [
     # HTTP/2 handshake included. Connecting is part of the hook call, which
     # its own timeout bounds: never fail a slow-starting server earlier.
     ("grpc.min_reconnect_backoff_ms", int(MAX_TIMEOUT * 1000)),
+    # A hook answer may be as large as the CRI request it changes (kubelet
+    # sends up to 16 MiB); grpc's 4 MiB default would fail it.
+    ("grpc.max_receive_message_length", MAX_HOOK_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_HOOK_MESSAGE_BYTES),
 ]
 
 

@@ -76,7 +76,13 @@ class FakeBackend:
     async def start(self) -> None:
         big = 64 << 20  # the fake must not be the limit the tests measure
         self._server = aio.server(
-            options=[("grpc.max_receive_message_length", big), ("grpc.max_send_message_length", big)]
+            options=[
+                ("grpc.max_receive_message_length", big),
+                ("grpc.max_send_message_length", big),
+                # as containerd (Go grpc): 16 MiB of headers
+                ("grpc.max_metadata_size", 16 << 20),
+                ("grpc.absolute_max_metadata_size", 16 << 20),
+            ]
         )
         self._server.add_generic_rpc_handlers((_Handler(self),))
         self._server.add_insecure_port(f"unix://{self.socket}")

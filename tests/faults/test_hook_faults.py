@@ -165,6 +165,14 @@ async def test_a_1_mib_annotation_and_10000_env_entries_go_through(running, fake
     only_allowed_fields_differ(sent)
 
 
+async def test_a_hook_answer_above_4_mib_is_applied(running, fake, client, sock_dir, hook_dir) -> None:
+    """A hook answer may be as large as the request it changes: grpc's 4 MiB default was the limit."""
+    big = "x" * (5 << 20)
+    async with absurd_hook(sock_dir, hook_dir, running, "Fail", {"container_annotations": {"big": big}}):
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=30)
+    assert backend_request(fake).config.annotations["big"] == big
+
+
 NODE = read_node_facts()
 ABSURD = {
     "negative-quota": {"cpu_period": 100000, "cpu_quota": -5},

@@ -103,6 +103,22 @@ async def test_metadata_both_ways(fake, start_proxy, client) -> None:
     assert ("x-trailer", "2") in tuple(await call.trailing_metadata())
 
 
+@pytest.mark.parametrize("size", [64 << 10])
+async def test_large_metadata_both_ways(fake, start_proxy, sock_dir, size) -> None:
+    """Metadata the runtime accepts (containerd and kubelet allow 16 MiB of
+    headers) passes the proxy both ways; grpc's own 8 KiB default refused it."""
+    value = "v" * size
+    fake.script(V1_LIST, initial=(("x-initial", value),), trailing=(("x-trailer", value),))
+    await start_proxy(fake.socket)
+    limits = [("grpc.max_metadata_size", 16 << 20), ("grpc.absolute_max_metadata_size", 16 << 20)]
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=limits) as kubelet_like:
+        call = unary(kubelet_like, V1_LIST)(b"", metadata=(("x-request", value),))
+        await call
+        assert ("x-initial", value) in tuple(await call.initial_metadata())
+        assert ("x-trailer", value) in tuple(await call.trailing_metadata())
+    assert fake.calls(V1_LIST)[0].metadata["x-request"] == value
+
+
 async def test_deadline_propagates(fake, start_proxy, client) -> None:
     await start_proxy(fake.socket)
     await unary(client, V1_LIST)(b"", timeout=7)
