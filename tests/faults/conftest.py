@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 # The component tier's fake backend and socket directory.
-from ..component.conftest import client, fake, sock_dir, start_proxy  # noqa: F401
-
 # A proxy with every feature (build_proxy) on the fake backend, and its hook directory.
-from ..component.hookpath.test_hooks import hook_dir, running  # noqa: F401
+from ..component.conftest import client, fake, hook_dir, running, sock_dir, start_proxy  # noqa: F401  # noqa: F401
 
 # The integration tier's own containerd (started and killed by the test) and pod log directory.
 from ..integration.conftest import own_containerd, pod_log_dir  # noqa: F401

@@ -7,10 +7,8 @@ writable by anyone.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -18,8 +16,7 @@ import pytest
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
-from runtimeproxy.app import RunningProxy, build_proxy
-from runtimeproxy.config import ProxyConfig
+from runtimeproxy.app import RunningProxy
 
 from ...hookprocs import hook_server, registered
 from ..fakes import FakeBackend
@@ -37,21 +34,6 @@ def create_request() -> v1.CreateContainerRequest:
     )
 
 
-@pytest.fixture
-def hook_dir(sock_dir: Path) -> Path:
-    path = sock_dir / "hooks.d"
-    path.mkdir(mode=0o755)
-    return path
-
-
-@pytest.fixture
-async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
-    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
-    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
-    async with contextlib.AsyncExitStack() as stack:
-        running = await build_proxy(config, stack)
-        await running.proxy.wait_ready(10)
-        yield running
 
 
 def untrusted_calls(running: RunningProxy, name: str) -> float | None:

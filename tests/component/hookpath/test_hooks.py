@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -16,7 +15,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
-from runtimeproxy.app import RunningProxy, build_proxy
+from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.hookpath.points import HookType
 
@@ -69,22 +68,6 @@ def create_request(**labels: str) -> v1.CreateContainerRequest:
     )
 
 
-@pytest.fixture
-def hook_dir(sock_dir: Path) -> Path:
-    path = sock_dir / "hooks.d"
-    path.mkdir(mode=0o755)
-    return path
-
-
-@pytest.fixture
-async def running(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> AsyncIterator[RunningProxy]:
-    fake.script(CREATE, response=v1.CreateContainerResponse(container_id="ctr-1").SerializeToString())
-    fake.script(RUN_POD, response=v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString())
-    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir)
-    async with contextlib.AsyncExitStack() as stack:
-        running = await build_proxy(config, stack)
-        await running.proxy.wait_ready(10)
-        yield running
 
 
 def backend_request(fake: FakeBackend, path: str = CREATE, index: int = -1) -> v1.CreateContainerRequest:

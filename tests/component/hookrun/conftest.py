@@ -11,9 +11,6 @@ import pytest
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.host.containerd import terminate_process
 
-# The proxy in front of the fake backend, with its hook path on hook_dir.
-from ..hookpath.test_hooks import hook_dir, running  # noqa: F401 (fixtures)
-
 REPO = Path(__file__).resolve().parents[3]
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 
