@@ -44,16 +44,21 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     store = StateStore()
     hooks = HookStage(dispatcher, store, metrics, tasks)
     proxy = Proxy(
-        config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks], tasks=tasks
+        config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks],
+        tasks=tasks,
+        calls=metrics.cri,
     )
     store.read_backend = proxy.read_runtime
 
     def on_backend(info: BackendInfo) -> None:
         metrics.backend_up.set(1)
+        plan = proxy.router.plan  # the router heard this probe first
+        metrics.cri.serving(plan.routes if plan else {})
         tasks.spawn(TaskName.REBUILD, _rebuild(store))
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
+    proxy.backend.on_reconnect(metrics.cri.reconnected)
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
     never = asyncio.Event()
     tasks.keep_running(TaskName.WATCHER, lambda: registry.watch(never))

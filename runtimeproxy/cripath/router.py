@@ -21,6 +21,7 @@ from grpc import aio
 
 from . import methods
 from .backend import CRI_VERSIONS, Backend, BackendInfo
+from .callstats import CallSink, measured
 from .forward import Relay
 from .stage import Stage, StageProvider
 from .versions import VersionPlan, VersionPlanError, plan
@@ -78,8 +79,10 @@ class Router(grpc.GenericRpcHandler):
         serve_versions: str = "auto",
         backend_version: str | None = None,
         stages: Sequence[StageProvider] = (),
+        calls: CallSink | None = None,
     ) -> None:
         self._backend = backend
+        self._calls = calls
         self._relay = relay
         self._serve_versions = serve_versions
         self._backend_version = backend_version
@@ -87,7 +90,7 @@ class Router(grpc.GenericRpcHandler):
         self.plan: VersionPlan | None = None
         unavailable = _refusal(grpc.StatusCode.UNAVAILABLE, "runtime-proxy: backend runtime not reachable yet")
         self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
-        self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
+        self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: self._measure(ref, unavailable)
         self._held: HeldCalls | None = None
         backend.on_change(self.rebuild)
 
@@ -120,17 +123,25 @@ class Router(grpc.GenericRpcHandler):
             log.error("cannot serve this backend", extra={"error": str(exc), "runtime": info.describe()})
             message = f"runtime-proxy: {exc}"
             refusal = _refusal(grpc.StatusCode.FAILED_PRECONDITION, message)
-            self._table, self._fallback, self.plan = MappingProxyType({}), (lambda ref: refusal), None
+            self._table, self.plan = MappingProxyType({}), None
+            self._fallback = lambda ref: self._measure(ref, refusal)
             return
         table: dict[str, grpc.RpcMethodHandler] = {}
         for version in CRI_VERSIONS:
             for path, info_ in methods.METHODS[version].items():
-                table[path] = self._handler(methods.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
+                ref = methods.parse_method(path)
+                assert ref is not None  # the table's own paths
+                table[path] = self._measure(ref, self._handler(ref, info_, new_plan, info))
         self._table = MappingProxyType(table)
-        self._fallback = lambda ref: self._unknown(ref, new_plan, info)
+        self._fallback = lambda ref: self._measure(ref, self._unknown(ref, new_plan, info))
         if new_plan != self.plan:
             log.info(new_plan.describe(), extra={"runtime": info.describe()})
         self.plan = new_plan
+
+    def _measure(self, ref: methods.MethodRef, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        # Wrapped once per table entry; calls the table does not know are
+        # wrapped per call (rare: a newer client's methods, or no backend yet).
+        return handler if self._calls is None else measured(handler, ref, self._calls)
 
     def _unknown(self, ref: methods.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
         target = p.routes.get(ref.version)

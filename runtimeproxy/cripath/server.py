@@ -16,6 +16,7 @@ from ..config import ProxyConfig
 from ..host import unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .backend import Backend, BackendInfo, channel_options
+from .callstats import CallSink
 from .forward import GrpcRelay, Relay
 from .methods import ApiVersion
 from .router import Router
@@ -51,6 +52,7 @@ class Proxy:
         stages: Sequence[StageProvider] = (),
         relay: Relay | None = None,
         tasks: Supervisor | None = None,
+        calls: CallSink | None = None,
     ) -> None:
         if config.backend is None:
             raise ValueError("Proxy needs a backend socket")
@@ -58,7 +60,7 @@ class Proxy:
         options = channel_options(config.max_recv_message_bytes, config.max_send_message_bytes)
         self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
         self.relay = relay or GrpcRelay()
-        self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages)
+        self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages, calls)
         self.health = health.aio.HealthServicer()
         self.server = aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.router,))
