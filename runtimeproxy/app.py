@@ -16,6 +16,7 @@ from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
 from .metrics import Metrics
+from .readiness import SystemdNotifier
 from .supervisor import Supervisor, TaskName
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
         log.info("serving metrics", extra={"address": config.metrics_listen})
     await proxy.start()
     stack.push_async_callback(proxy.stop)
+    notifier = SystemdNotifier(proxy, registry)
+    stack.callback(notifier.stopping)  # before the proxy stops (the stack unwinds in reverse)
+    notifier.attach(tasks)
     return RunningProxy(proxy, registry, hooks, store, metrics, tasks)
 
 
