@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass
 
 from .config import ProxyConfig
@@ -32,8 +33,11 @@ class RunningProxy:
     tasks: Supervisor
 
 
-async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> RunningProxy:
-    """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
+async def build_proxy(
+    config: ProxyConfig, stack: contextlib.AsyncExitStack, listen_socket: socket.socket | None = None
+) -> RunningProxy:
+    """Start a proxy with every feature wired in; it stops when ``stack`` closes.
+    ``listen_socket``: the listening socket from systemd, if activated."""
     metrics = Metrics()
     tasks = Supervisor()
     stack.push_async_callback(tasks.close)  # a start-up that failed half-way leaves nothing behind
@@ -48,6 +52,7 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
         config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks],
         tasks=tasks,
         calls=metrics.cri,
+        listen_socket=listen_socket,
     )
     store.read_backend = proxy.read_runtime
 

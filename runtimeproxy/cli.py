@@ -106,9 +106,11 @@ def serve(
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
+    from .cripath.activation import inherited_socket
     from .cripath.server import stop_on_signals
 
     stop = stop_on_signals()
+    listen_socket = inherited_socket()  # first: a child started below must not see LISTEN_FDS
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
@@ -122,7 +124,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
                 err=True,
             )
-        running = await build_proxy(config, stack)
+        running = await build_proxy(config, stack, listen_socket)
         failed = running.tasks.failed
         await _first(stop.wait(), failed.wait())
         if failed.is_set():
