@@ -102,7 +102,7 @@ class Proxy:
             await self._bind(self.config.listen)
             return
         address = self._activated.getsockname()
-        if address != str(self.config.listen):
+        if os.path.realpath(address) != os.path.realpath(self.config.listen):  # /var/run is /run
             log.warning(
                 "the socket from systemd is not --listen; serving on the socket from systemd",
                 extra={"socket": address, "listen": str(self.config.listen)},
