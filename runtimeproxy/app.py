@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from dataclasses import dataclass
 
+from .admin import AdminService, StatusSource
 from .config import ProxyConfig
 from .cripath.backend import BackendInfo
 from .cripath.fieldcheck import V1OnlyFieldCheck
@@ -71,6 +73,8 @@ async def build_proxy(
     if config.metrics_listen:  # stopped after the proxy: scraped until the end
         stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})
+    status = StatusSource(proxy, registry, metrics, time.time(), time.monotonic())
+    proxy.server.add_generic_rpc_handlers((AdminService(status.document),))  # before the server starts
     await proxy.start()
     stack.push_async_callback(proxy.stop)
     notifier = SystemdNotifier(proxy, registry)

@@ -145,6 +145,25 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
             task.cancel()
 
 
+@main.command()
+@click.option("--listen", type=_path, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
+@click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON document.")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the answer.")
+def status(listen: Path, as_json: bool, timeout: float) -> None:
+    """Ask the running proxy on --listen what it serves: backend, versions, hook servers, calls."""
+    import json
+
+    from grpc import aio
+
+    from .admin import fetch_status, render
+
+    try:
+        doc = asyncio.run(fetch_status(listen, timeout))
+    except aio.AioRpcError as exc:
+        raise click.ClickException(f"cannot get the status from the proxy at {listen}: {exc.code().name}: {exc.details()}") from None
+    click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else render(doc))
+
+
 main.add_command(hook_commands)
 main.add_command(check_config_command)
 main.add_command(nri_command)

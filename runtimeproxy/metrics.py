@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import (
@@ -54,10 +56,12 @@ class Metrics:
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
         )
         self.hook_config = HookConfigMetrics(self.registry)
+        self.hook_stats: dict[str, HookServerStats] = {}  # by hook file name, for `runtime-proxy status`
         self.cri = CriCallMetrics(self.registry)
 
     def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
         self._hook_calls.labels(server, hook, outcome).inc()
+        self.hook_stats.setdefault(server, HookServerStats()).count(hook, outcome)
         self._hook_seconds.labels(hook).observe(seconds)
 
     def hooked_call(self, method: str, outcome: str, seconds: float) -> None:
@@ -80,6 +84,19 @@ class Metrics:
             threading.Thread(target=shut_down, name="metrics-shutdown", daemon=True).start()
 
         return stop
+
+
+@dataclass
+class HookServerStats:
+    """One hook server's calls by outcome, and its last failure."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    last_error: dict[str, object] | None = None
+
+    def count(self, hook: str, outcome: str) -> None:
+        self.calls[outcome] = self.calls.get(outcome, 0) + 1
+        if outcome != "ok":
+            self.last_error = {"outcome": outcome, "hook": hook, "at": time.time()}
 
 
 CRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -122,9 +139,11 @@ class CriCallMetrics:
             ["kind"],
             registry=registry,
         )
-        self.served = 0  # calls finished, for `runtime-proxy status`
+        self.served = 0  # calls finished, and
+        self.active = 0  # calls in flight, for `runtime-proxy status`
 
     def started(self) -> None:
+        self.active += 1
         self.in_flight.inc()
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
@@ -133,6 +152,7 @@ class CriCallMetrics:
 
         def record(code: str, seconds: float) -> None:
             self.in_flight.dec()
+            self.active -= 1
             self.served += 1
             counter = counters.get(code)
             if counter is None:
