@@ -141,17 +141,17 @@ class CriCallMetrics:
         )
         self.served = 0  # calls finished, and
         self.active = 0  # calls in flight, for `runtime-proxy status`
+        # Read at scrape time: no locked update per call.
+        self.in_flight.set_function(lambda: self.active)
 
     def started(self) -> None:
         self.active += 1
-        self.in_flight.inc()
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
         counters: dict[str, Any] = {}
         histogram: list[Any] = []
 
         def record(code: str, seconds: float) -> None:
-            self.in_flight.dec()
             self.active -= 1
             self.served += 1
             counter = counters.get(code)
