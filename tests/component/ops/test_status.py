@@ -84,8 +84,8 @@ async def test_status_without_a_proxy_fails_with_the_reason(sock_dir: Path) -> N
     assert "cannot get the status from the proxy at" in err and "UNAVAILABLE" in err
 
 
-async def test_admin_service_needs_no_schema_of_ours(fake: FakeBackend, start_proxy, sock_dir: Path) -> None:
-    """A proxy without the admin service (bare Proxy) answers UNIMPLEMENTED, not a CRI refusal."""
+async def test_the_router_leaves_admin_calls_alone(fake: FakeBackend, start_proxy, sock_dir: Path) -> None:
+    """Not a CRI path: the router passes it on (a bare Proxy has no admin service: UNIMPLEMENTED, no CRI refusal)."""
     await start_proxy(fake.socket)
     async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
         with pytest.raises(aio.AioRpcError) as err:
