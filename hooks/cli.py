@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from runtimeproxy.hookpath.hookfile import (
     FailurePolicy,
     parse_duration,
 )
+from runtimeproxy.host import sdnotify
 
 from .balloons.cli import balloons as balloons_commands
 from .builtin import (
@@ -264,13 +264,4 @@ async def _until_stopped(stop: asyncio.Event, background: asyncio.Task[None], fi
 
 def _notify_systemd(state: str) -> None:
     """sd_notify: lets a ``Type=notify`` unit order the proxy after the registration."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):  # abstract namespace
-        address = "\0" + address[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.sendto(state.encode(), address)
-    except OSError as exc:
-        log.warning("cannot notify systemd", extra={"state": state, "error": str(exc)})
+    sdnotify.notify(state)

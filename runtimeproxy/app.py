@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import time
 from dataclasses import dataclass
 
+from .admin import AdminService, StatusSource
 from .config import ProxyConfig
 from .cripath.backend import BackendInfo
 from .cripath.fieldcheck import V1OnlyFieldCheck
@@ -17,6 +20,7 @@ from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
 from .hookpath.validate import read_node_facts
 from .metrics import Metrics
+from .readiness import SystemdNotifier
 from .supervisor import Supervisor, TaskName
 
 log = logging.getLogger(__name__)
@@ -32,8 +36,11 @@ class RunningProxy:
     tasks: Supervisor
 
 
-async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> RunningProxy:
-    """Start a proxy with every feature wired in; it stops when ``stack`` closes."""
+async def build_proxy(
+    config: ProxyConfig, stack: contextlib.AsyncExitStack, listen_socket: socket.socket | None = None
+) -> RunningProxy:
+    """Start a proxy with every feature wired in; it stops when ``stack`` closes.
+    ``listen_socket``: the listening socket from systemd, if activated."""
     metrics = Metrics()
     tasks = Supervisor()
     stack.push_async_callback(tasks.close)  # a start-up that failed half-way leaves nothing behind
@@ -45,24 +52,35 @@ async def build_proxy(config: ProxyConfig, stack: contextlib.AsyncExitStack) -> 
     store = StateStore()
     hooks = HookStage(dispatcher, store, metrics, tasks)
     proxy = Proxy(
-        config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks], tasks=tasks
+        config, stages=[V1OnlyFieldCheck(forward_unknown=config.unknown_fields == "forward"), hooks],
+        tasks=tasks,
+        calls=metrics.cri,
+        listen_socket=listen_socket,
     )
     store.read_backend = proxy.read_runtime
 
     def on_backend(info: BackendInfo) -> None:
         metrics.backend_up.set(1)
+        plan = proxy.router.plan  # the router heard this probe first
+        metrics.cri.serving(plan.routes if plan else {})
         tasks.spawn(TaskName.REBUILD, _rebuild(store))
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
+    proxy.backend.on_reconnect(metrics.cri.reconnected)
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
     never = asyncio.Event()
     tasks.keep_running(TaskName.WATCHER, lambda: registry.watch(never))
     if config.metrics_listen:  # stopped after the proxy: scraped until the end
         stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})
+    status = StatusSource(proxy, registry, metrics, time.time(), time.monotonic())
+    proxy.server.add_generic_rpc_handlers((AdminService(status.document),))  # before the server starts
     await proxy.start()
     stack.push_async_callback(proxy.stop)
+    notifier = SystemdNotifier(proxy, registry)
+    stack.callback(notifier.stopping)  # before the proxy stops (the stack unwinds in reverse)
+    notifier.attach(tasks)
     return RunningProxy(proxy, registry, hooks, store, metrics, tasks)
 
 

@@ -106,9 +106,11 @@ def serve(
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
+    from .cripath.activation import inherited_socket
     from .cripath.server import stop_on_signals
 
     stop = stop_on_signals()
+    listen_socket = inherited_socket()  # first: a child started below must not see LISTEN_FDS
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
@@ -122,7 +124,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
                 err=True,
             )
-        running = await build_proxy(config, stack)
+        running = await build_proxy(config, stack, listen_socket)
         failed = running.tasks.failed
         await _first(stop.wait(), failed.wait())
         if failed.is_set():
@@ -141,6 +143,25 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+@main.command()
+@click.option("--listen", type=_path, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
+@click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON document.")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the answer.")
+def status(listen: Path, as_json: bool, timeout: float) -> None:
+    """Ask the running proxy on --listen what it serves: backend, versions, hook servers, calls."""
+    import json
+
+    from grpc import aio
+
+    from .admin import fetch_status, render
+
+    try:
+        doc = asyncio.run(fetch_status(listen, timeout))
+    except aio.AioRpcError as exc:
+        raise click.ClickException(f"cannot get the status from the proxy at {listen}: {exc.code().name}: {exc.details()}") from None
+    click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else render(doc))
 
 
 main.add_command(hook_commands)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -53,9 +56,12 @@ class Metrics:
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
         )
         self.hook_config = HookConfigMetrics(self.registry)
+        self.hook_stats: dict[str, HookServerStats] = {}  # by hook file name, for `runtime-proxy status`
+        self.cri = CriCallMetrics(self.registry)
 
     def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
         self._hook_calls.labels(server, hook, outcome).inc()
+        self.hook_stats.setdefault(server, HookServerStats()).count(hook, outcome)
         self._hook_seconds.labels(hook).observe(seconds)
 
     def hooked_call(self, method: str, outcome: str, seconds: float) -> None:
@@ -78,6 +84,94 @@ class Metrics:
             threading.Thread(target=shut_down, name="metrics-shutdown", daemon=True).start()
 
         return stop
+
+
+@dataclass
+class HookServerStats:
+    """One hook server's calls by outcome, and its last failure."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    last_error: dict[str, object] | None = None
+
+    def count(self, hook: str, outcome: str) -> None:
+        self.calls[outcome] = self.calls.get(outcome, 0) + 1
+        if outcome != "ok":
+            self.last_error = {"outcome": outcome, "hook": hook, "at": time.time()}
+
+
+CRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class CriCallMetrics:
+    """Every CRI call by method, client version and status code (issue 12).
+
+    Children are bound on first use and kept, so a call costs a dict lookup,
+    not a label resolution; series appear only for methods that were called.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._calls = Counter(
+            "runtime_proxy_cri_calls",
+            "CRI calls served, by method, client CRI version and gRPC status code.",
+            ["method", "version", "code"],
+            registry=registry,
+        )
+        self._seconds = Histogram(
+            "runtime_proxy_cri_call_duration_seconds",
+            "CRI calls end to end as the proxy serves them (hooks, runtime, streams until they end).",
+            ["method", "version"],
+            buckets=CRI_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "runtime_proxy_cri_calls_in_flight", "CRI calls being served right now.", registry=registry
+        )
+        self.served_versions = Gauge(
+            "runtime_proxy_served_versions",
+            "1 for each CRI version served to clients; mode native (sent on as is) or translated.",
+            ["version", "mode"],
+            registry=registry,
+        )
+        self._reconnects = Counter(
+            "runtime_proxy_backend_reconnects",
+            "Backend connections re-established: kind restarted (a new runtime, probed again) or idle "
+            "(the same runtime after an idle disconnect).",
+            ["kind"],
+            registry=registry,
+        )
+        self.served = 0  # calls finished, and
+        self.active = 0  # calls in flight, for `runtime-proxy status`
+        # Read at scrape time: no locked update per call.
+        self.in_flight.set_function(lambda: self.active)
+
+    def started(self) -> None:
+        self.active += 1
+
+    def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
+        counters: dict[str, Any] = {}
+        histogram: list[Any] = []
+
+        def record(code: str, seconds: float) -> None:
+            self.active -= 1
+            self.served += 1
+            counter = counters.get(code)
+            if counter is None:
+                counter = counters[code] = self._calls.labels(method, version, code)
+            counter.inc()
+            if not histogram:
+                histogram.append(self._seconds.labels(method, version))
+            histogram[0].observe(seconds)
+
+        return record
+
+    def serving(self, routes: Mapping[str, str]) -> None:
+        """The versions served now (client version -> backend version); none while refusing."""
+        self.served_versions.clear()
+        for client, target in routes.items():
+            self.served_versions.labels(client, "native" if client == target else "translated").set(1)
+
+    def reconnected(self, restarted: bool) -> None:
+        self._reconnects.labels("restarted" if restarted else "idle").inc()
 
 
 class HookConfigMetrics:

@@ -21,6 +21,7 @@ from grpc import aio
 
 from . import methods
 from .backend import CRI_VERSIONS, Backend, BackendInfo
+from .callstats import CallSink, measured
 from .forward import Relay
 from .stage import Stage, StageProvider
 from .versions import VersionPlan, VersionPlanError, plan
@@ -38,12 +39,15 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
 
 
 class HeldCalls:
-    """Calls that come in while the proxy stops: held, then answered
-    UNAVAILABLE once the server has shut down (see Proxy.stop)."""
+    """Calls that come in while the proxy stops: held, then (once the server
+    has begun its shutdown, see Proxy.stop) answered UNAVAILABLE, or, with
+    ``serve``, served: with socket activation nothing is refused, since
+    kubelet's next connection waits in the backlog for the next instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None] | None = None) -> None:
         self.count = 0
         self._released = asyncio.Event()
+        self._serve = serve
 
         async def hold(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
             await self._released.wait()
@@ -52,9 +56,12 @@ class HeldCalls:
 
         self.handler = grpc.stream_stream_rpc_method_handler(hold)
 
-    def take(self) -> grpc.RpcMethodHandler:
+    def take(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         self.count += 1
-        return self.handler
+        if self._serve is None:
+            return self.handler
+        handler = self._serve(details)
+        return None if handler is None else _after(self._released, handler)
 
     async def until_quiet(self, quiet: float, limit: float) -> None:
         """Until no call came in for ``quiet`` seconds (at most ``limit``)."""
@@ -78,8 +85,10 @@ class Router(grpc.GenericRpcHandler):
         serve_versions: str = "auto",
         backend_version: str | None = None,
         stages: Sequence[StageProvider] = (),
+        calls: CallSink | None = None,
     ) -> None:
         self._backend = backend
+        self._calls = calls
         self._relay = relay
         self._serve_versions = serve_versions
         self._backend_version = backend_version
@@ -87,7 +96,7 @@ class Router(grpc.GenericRpcHandler):
         self.plan: VersionPlan | None = None
         unavailable = _refusal(grpc.StatusCode.UNAVAILABLE, "runtime-proxy: backend runtime not reachable yet")
         self._table: Mapping[str, grpc.RpcMethodHandler] = MappingProxyType({})
-        self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: unavailable
+        self._fallback: Callable[[methods.MethodRef], grpc.RpcMethodHandler] = lambda ref: self._measure(ref, unavailable)
         self._held: HeldCalls | None = None
         backend.on_change(self.rebuild)
 
@@ -98,7 +107,10 @@ class Router(grpc.GenericRpcHandler):
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if self._held is not None:
-            return self._held.take()
+            return self._held.take(handler_call_details)
+        return self._lookup(handler_call_details)
+
+    def _lookup(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method
         handler = self._table.get(method)
         if handler is not None:
@@ -108,9 +120,9 @@ class Router(grpc.GenericRpcHandler):
             return None  # not CRI: grpc answers UNIMPLEMENTED
         return self._fallback(ref)
 
-    def hold_new_calls(self) -> HeldCalls:
+    def hold_new_calls(self, serve: bool = False) -> HeldCalls:
         """Shutdown: every call from now on is held (see HeldCalls)."""
-        self._held = HeldCalls()
+        self._held = HeldCalls(self._lookup if serve else None)
         return self._held
 
     def rebuild(self, info: BackendInfo) -> None:
@@ -120,17 +132,25 @@ class Router(grpc.GenericRpcHandler):
             log.error("cannot serve this backend", extra={"error": str(exc), "runtime": info.describe()})
             message = f"runtime-proxy: {exc}"
             refusal = _refusal(grpc.StatusCode.FAILED_PRECONDITION, message)
-            self._table, self._fallback, self.plan = MappingProxyType({}), (lambda ref: refusal), None
+            self._table, self.plan = MappingProxyType({}), None
+            self._fallback = lambda ref: self._measure(ref, refusal)
             return
         table: dict[str, grpc.RpcMethodHandler] = {}
         for version in CRI_VERSIONS:
             for path, info_ in methods.METHODS[version].items():
-                table[path] = self._handler(methods.parse_method(path), info_, new_plan, info)  # type: ignore[arg-type]
+                ref = methods.parse_method(path)
+                assert ref is not None  # the table's own paths
+                table[path] = self._measure(ref, self._handler(ref, info_, new_plan, info))
         self._table = MappingProxyType(table)
-        self._fallback = lambda ref: self._unknown(ref, new_plan, info)
+        self._fallback = lambda ref: self._measure(ref, self._unknown(ref, new_plan, info))
         if new_plan != self.plan:
             log.info(new_plan.describe(), extra={"runtime": info.describe()})
         self.plan = new_plan
+
+    def _measure(self, ref: methods.MethodRef, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        # Wrapped once per table entry; calls the table does not know are
+        # wrapped per call (rare: a newer client's methods, or no backend yet).
+        return handler if self._calls is None else measured(handler, ref, self._calls)
 
     def _unknown(self, ref: methods.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
         target = p.routes.get(ref.version)
@@ -190,6 +210,30 @@ class Router(grpc.GenericRpcHandler):
 
             return grpc.unary_unary_rpc_method_handler(unary)
         return grpc.unary_unary_rpc_method_handler(_chain(stages, relay, channel, path))
+
+
+def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler``, starting once ``event`` is set."""
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        async def later(request: Any, context: aio.ServicerContext) -> Any:
+            await event.wait()
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(later)
+
+    def stream(inner: Callable[..., Any]) -> Callable[..., Any]:
+        async def later_stream(request: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            await event.wait()
+            async for message in inner(request, context):
+                yield message
+
+        return later_stream
+
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream(handler.unary_stream))
+    return grpc.stream_stream_rpc_method_handler(stream(handler.stream_stream))
 
 
 def _chain(stages: list[Stage], relay: Relay, channel: aio.Channel, path: str) -> Callable[..., Awaitable[bytes]]:

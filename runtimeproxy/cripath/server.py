@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ..config import ProxyConfig
 from ..host import unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
+from .activation import (
+    ACCEPT_HOLD_S,
+    ActivatedListener,
+    clean_private_dir,
+    private_socket_path,
+)
 from .backend import Backend, BackendInfo, channel_options
+from .callstats import CallSink
 from .forward import GrpcRelay, Relay
 from .methods import ApiVersion
 from .router import Router
@@ -27,6 +35,7 @@ SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
 QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
 HOLD_LIMIT_S = 1.0
+ACCEPT_TASK = "activation-accept"
 
 
 class ListenError(RuntimeError):
@@ -51,26 +60,59 @@ class Proxy:
         stages: Sequence[StageProvider] = (),
         relay: Relay | None = None,
         tasks: Supervisor | None = None,
+        calls: CallSink | None = None,
+        listen_socket: socket.socket | None = None,
     ) -> None:
+        """``listen_socket``: a listening socket from systemd (activation.py);
+        without it the proxy binds ``config.listen`` itself."""
         if config.backend is None:
             raise ValueError("Proxy needs a backend socket")
         self.config = config
         options = channel_options(config.max_recv_message_bytes, config.max_send_message_bytes)
         self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
         self.relay = relay or GrpcRelay()
-        self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages)
+        self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages, calls)
         self.health = health.aio.HealthServicer()
         self.server = aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.tasks = tasks or Supervisor()
         self._socket: unixsocket.SocketIdentity | None = None
+        self._bound: Path = config.listen  # the socket grpc listens on
+        self._activated = listen_socket
+        self._listener: ActivatedListener | None = None
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
 
     async def start(self) -> None:
         """Listen at once; the backend is probed in the background."""
-        path = self.config.listen
+        await self._listen()
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("probing backend", extra={"backend": str(self.config.backend)})
+        # Keeps routing and health current; restarted if it dies (a restart
+        # probes again, so routing and health are brought up to date).
+        self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
+        if self._listener is not None:
+            self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(self._listener), critical=True)
+
+    async def _listen(self) -> None:
+        """grpc listens on --listen, or, with a socket from systemd, on a
+        private socket that the activation relay feeds."""
+        if self._activated is None:
+            await self._bind(self.config.listen)
+            return
+        address = self._activated.getsockname()
+        if os.path.realpath(address) != os.path.realpath(self.config.listen):  # /var/run is /run
+            log.warning(
+                "the socket from systemd is not --listen; serving on the socket from systemd",
+                extra={"socket": address, "listen": str(self.config.listen)},
+            )
+        public = Path(address)
+        clean_private_dir(public)
+        await self._bind(private_socket_path(public))
+        self._listener = ActivatedListener(self._activated, self._bound)
+
+    async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)
         old = os.umask(0o117)  # the socket is created 0660, never briefly wider
         try:
@@ -80,13 +122,18 @@ class Proxy:
         finally:
             os.umask(old)
         os.chmod(path, SOCKET_MODE)
+        self._bound = path
         self._socket = unixsocket.SocketIdentity.of(path)
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
-        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        log.info("probing backend", extra={"backend": str(self.config.backend)})
-        # Keeps routing and health current; restarted if it dies (a restart
-        # probes again, so routing and health are brought up to date).
-        self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
+
+    async def _accept_when_probed(self, listener: ActivatedListener) -> None:
+        """Connections wait in the backlog until the backend answered (at
+        most ACCEPT_HOLD_S): calls then find a proxy that can forward them."""
+        try:
+            await asyncio.wait_for(self.backend.ready.wait(), ACCEPT_HOLD_S)
+        except TimeoutError:
+            log.warning("backend not probed yet; accepting anyway", extra={"waited_s": ACCEPT_HOLD_S})
+        await listener.start_accepting()
 
     def _on_backend(self, info: BackendInfo) -> None:
         serving = bool(self.router.plan)
@@ -120,7 +167,8 @@ class Proxy:
         The wait is a quiet period, not an event: core does not say what it
         holds; at most min(grace, 1 s).
         """
-        held = self.router.hold_new_calls()
+        # With socket activation the held calls are served, not refused.
+        held = self.router.hold_new_calls(serve=self._listener is not None)
         await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S))
         stopping = asyncio.ensure_future(self.server.stop(grace))
         await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
@@ -132,11 +180,15 @@ class Proxy:
         log.info("shutting down", extra={"grace_s": grace})
         # 1. Stop accepting and drain the calls: unary calls get the grace
         #    period, streams end now (UNAVAILABLE, kubelet retries).
+        if self._listener is not None:  # kubelet's next connections wait for the next instance
+            self._listener.stop_accepting()
         self.relay.end_streams()
         if grace > 0:
             await self._stop_accepting(grace)
         else:  # no grace: calls in flight are cancelled anyway
             await self.server.stop(0)
+        if self._listener is not None:
+            await self._listener.close()
         # 2. Finish recording the calls the runtime answered (this reads the
         #    backend), and let their post hooks finish.
         for stage in self.router.stages:
@@ -148,7 +200,7 @@ class Proxy:
         # 4. ...and only then close its channels.
         await self.backend.close()
         # Only our own socket: a newer instance may already have replaced it.
-        unixsocket.remove_own(self.config.listen, self._socket)
+        unixsocket.remove_own(self._bound, self._socket)
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
 

@@ -1,0 +1,142 @@
+"""The admin service: what a running proxy says about itself (`runtime-proxy status`).
+
+Served on the proxy socket by the same grpc server, next to health, as
+``/runtimeproxy.admin.v1.Admin/Status``. The request is a
+``google.protobuf.Empty``, the answer a ``google.protobuf.BytesValue`` whose
+value is a JSON document: well-known types, so any gRPC client can call it
+without a schema of ours, and the document can grow without a proto change
+(it is for operators and scripts, which read JSON anyway). Access is the
+proxy socket's: root and its group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2, wrappers_pb2
+from grpc import aio
+
+from .cripath.backend import CRI_VERSIONS
+from .cripath.server import Proxy
+from .hookpath.registry import HookRegistry
+from .metrics import Metrics
+
+SERVICE = "runtimeproxy.admin.v1.Admin"
+STATUS = f"/{SERVICE}/Status"
+
+
+@dataclass(frozen=True)
+class StatusSource:
+    """What the status document is read from, at the moment it is asked for."""
+
+    proxy: Proxy
+    registry: HookRegistry
+    metrics: Metrics
+    started_wall: float
+    started_monotonic: float
+
+    def document(self) -> dict[str, Any]:
+        backend = self.proxy.backend
+        info = backend.info
+        plan = self.proxy.router.plan
+        return {
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started_monotonic, 1),
+            "started_at": self.started_wall,
+            "listen": str(self.proxy.config.listen),
+            "backend": {
+                "socket": str(backend.runtime_socket),
+                "image_socket": str(backend.image_socket),
+                "connected": backend.connected,
+                "runtime_name": info.runtime_name if info else None,
+                "runtime_version": info.runtime_version if info else None,
+                "versions": sorted(info.versions) if info else [],
+            },
+            "served": {
+                str(client): ("native" if plan.routes[client] == client else f"translated to {plan.routes[client]}")
+                for client in CRI_VERSIONS
+                if plan is not None and client in plan.routes
+            },
+            "calls": {"served": self.metrics.cri.served, "in_flight": self.metrics.cri.active},
+            "hook_servers": [self._hook_server(name) for name in self.registry.snapshot.servers],
+        }
+
+    def _hook_server(self, name: str) -> dict[str, Any]:
+        server = self.registry.snapshot.servers[name]
+        stats = self.metrics.hook_stats.get(name)
+        return {
+            "name": name,
+            "endpoint": server.endpoint,
+            "hooks": sorted(h.value for h in server.hooks),
+            "failure_policy": server.failure_policy.value,
+            "timeout_s": server.timeout,
+            "priority": server.priority,
+            "calls": dict(sorted(stats.calls.items())) if stats else {},
+            "last_error": stats.last_error if stats else None,
+        }
+
+
+class AdminService(grpc.GenericRpcHandler):
+    def __init__(self, document: Callable[[], Mapping[str, Any]]) -> None:
+        async def status(request: bytes, context: aio.ServicerContext) -> bytes:
+            payload = json.dumps(document(), sort_keys=True).encode()
+            return wrappers_pb2.BytesValue(value=payload).SerializeToString()
+
+        self._status = grpc.unary_unary_rpc_method_handler(status)
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._status if handler_call_details.method == STATUS else None
+
+
+async def fetch_status(socket: Path, timeout: float = 5.0) -> dict[str, Any]:
+    """Ask the proxy listening on ``socket``; raises aio.AioRpcError."""
+    async with aio.insecure_channel(f"unix://{socket}") as channel:
+        raw = await channel.unary_unary(STATUS)(empty_pb2.Empty().SerializeToString(), timeout=timeout)
+    return json.loads(wrappers_pb2.BytesValue.FromString(raw).value)
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """The status for a person at a terminal."""
+    backend = doc["backend"]
+    runtime = f"{backend['runtime_name']} {backend['runtime_version']}" if backend["runtime_name"] else "not probed yet"
+    state = "connected" if backend["connected"] else "NOT CONNECTED"
+    versions = ", ".join(backend["versions"]) or "none"
+    served = ", ".join(f"{v} ({how})" for v, how in doc["served"].items()) or "nothing"
+    lines = [
+        f"runtime-proxy pid {doc['pid']}, up {_duration(doc['uptime_s'])}, listening on {doc['listen']}",
+        f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}",
+        f"serving: CRI {served}",
+        f"calls served: {doc['calls']['served']} ({doc['calls']['in_flight']} in flight)",
+        f"hook servers: {len(doc['hook_servers'])}",
+    ]
+    for server in doc["hook_servers"]:
+        calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"
+        lines.append(
+            f"  {server['name']}: {server['endpoint']}, policy {server['failure_policy']}, "
+            f"timeout {server['timeout_s']:g}s, priority {server['priority']}"
+        )
+        lines.append(f"    hooks: {', '.join(server['hooks'])}")
+        lines.append(f"    calls: {calls}")
+        error = server["last_error"]
+        if error:
+            at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["at"]))
+            lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours}h{minutes}m"
+    if hours:
+        return f"{hours}h{minutes}m"
+    return f"{minutes}m{secs}s"

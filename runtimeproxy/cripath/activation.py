@@ -1,0 +1,215 @@
+"""Socket activation: serve on the listening socket systemd holds for us.
+
+With ``runtime-proxy.socket``, systemd binds the proxy socket and passes it
+as fd 3 (``LISTEN_FDS``/``LISTEN_PID``, see sd_listen_fds(3)). It keeps its
+own copy across proxy restarts, so kubelet's connection attempts meanwhile
+wait in the backlog instead of failing on a missing socket.
+
+grpc cannot serve on a socket it did not bind: the Python API takes only
+addresses, and grpc core's own systemd support (adopting a pre-bound fd of
+the same path) is compiled in only with libsystemd, which the grpcio wheels
+lack. So the proxy accepts on the inherited socket itself and relays each
+connection, byte for byte, to grpc listening on a private socket in a 0700
+directory next to the public one (never an abstract socket: those have no
+permissions, and would let any local user around the public socket's 0660).
+The relay is one asyncio protocol pair per connection with flow control; it
+parses nothing.
+
+Connections are accepted only once the backend answered its first probe
+(bounded by ``ACCEPT_HOLD_S``): until then they wait in the backlog rather
+than be refused UNAVAILABLE; and at shutdown accepting stops first, so that
+kubelet's reconnects wait for the next instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import MutableMapping
+from pathlib import Path
+
+from ..host import unixsocket
+
+log = logging.getLogger(__name__)
+
+SD_LISTEN_FDS_START = 3
+ACCEPT_HOLD_S = 2.0
+_ENV = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
+
+
+class ActivationError(RuntimeError):
+    pass
+
+
+def inherited_socket(environ: MutableMapping[str, str] | None = None) -> socket.socket | None:
+    """The listening socket systemd passed to this process, or None.
+
+    Like sd_listen_fds(unset_environment=1): the variables are removed, so
+    that a child (the private containerd of --local-containerd) never takes
+    them for its own; the fd is made close-on-exec for the same reason."""
+    env = os.environ if environ is None else environ
+    pid, fds = env.get("LISTEN_PID"), env.get("LISTEN_FDS")
+    for name in _ENV:
+        env.pop(name, None)
+    if not pid or not fds:
+        return None
+    if pid != str(os.getpid()):
+        log.info("LISTEN_FDS is meant for another process; binding our own socket", extra={"listen_pid": pid})
+        return None
+    try:
+        count = int(fds)
+    except ValueError:
+        raise ActivationError(f"LISTEN_FDS={fds!r} is not a number") from None
+    if count < 1:
+        return None
+    if count > 1:
+        log.warning("systemd passed several sockets; serving on the first", extra={"listen_fds": count})
+    fd = SD_LISTEN_FDS_START
+    os.set_inheritable(fd, False)
+    sock = socket.socket(fileno=fd)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        sock.detach()
+        raise ActivationError(f"fd {fd} from systemd is not a unix stream socket (ListenStream= a path)")
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ActivationError(f"fd {fd} from systemd is not listening")
+    sock.setblocking(False)
+    return sock
+
+
+def private_socket_path(public: Path) -> Path:
+    """Where grpc listens behind the relay: in a directory only root can enter."""
+    directory = public.parent / f".{public.name}.private"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)  # an existing one too
+    return directory / f"{os.getpid()}.sock"
+
+
+def clean_private_dir(public: Path) -> None:
+    """Remove sockets that crashed instances left behind (live ones are kept)."""
+    directory = public.parent / f".{public.name}.private"
+    for stale in directory.glob("*.sock"):
+        try:
+            unixsocket.prepare(stale)
+        except unixsocket.UnixSocketError:
+            pass  # in use: another instance's
+
+
+class _Half(asyncio.Protocol):
+    """One side of a relayed connection; writes what it reads to its peer."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Half | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        assert self.peer is not None and self.peer.transport is not None
+        self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        if self.peer is not None and self.peer.transport is not None and self.peer.transport.can_write_eof():
+            self.peer.transport.write_eof()
+        return True  # half-close: the other direction may still carry data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+    # Flow control: a slow reader on one side slows the writer on the other.
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+
+class ActivatedListener:
+    """Accepts on the inherited socket and relays each connection to ``upstream``."""
+
+    def __init__(self, sock: socket.socket, upstream: Path) -> None:
+        self._sock = sock
+        self._upstream = upstream
+        self._server: asyncio.Server | None = None
+        self._stopped = False
+        self._connections: set[_Half] = set()
+        self._pending: set[asyncio.Task[None]] = set()
+        self.address = sock.getsockname()
+
+    async def start_accepting(self) -> None:
+        if self._stopped:  # stopped before the backend was ever probed
+            return
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._accepted, sock=self._sock)
+        log.info("accepting on the socket from systemd", extra={"socket": self.address})
+
+    def _accepted(self) -> _Half:
+        return _Client(self)
+
+    def _link(self, client: _Client) -> None:
+        task = asyncio.get_running_loop().create_task(self._connect(client), name="activation-relay-connect")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _connect(self, client: _Client) -> None:
+        loop = asyncio.get_running_loop()
+        upstream = _Half()
+        upstream.peer = client  # grpc speaks first (its SETTINGS), maybe before we link back
+        try:
+            await loop.create_unix_connection(lambda: upstream, str(self._upstream))
+        except OSError as exc:
+            log.warning("cannot relay a connection to the proxy's grpc server", extra={"error": str(exc)})
+            if client.transport is not None:
+                client.transport.close()
+            return
+        client.peer = upstream
+        self._connections.add(client)
+        if client.transport is None or client.transport.is_closing():
+            assert upstream.transport is not None
+            upstream.transport.close()
+            return
+        client.transport.resume_reading()
+
+    def stop_accepting(self) -> None:
+        """New connections wait in the backlog (for the next instance)."""
+        self._stopped = True
+        if self._server is not None:
+            self._server.close()  # closes our copy of the fd; systemd keeps its own
+            self._server = None
+            log.info("stopped accepting; new connections wait in the backlog", extra={"socket": self.address})
+        else:
+            self._sock.close()
+
+    async def close(self) -> None:
+        """After grpc stopped: nothing is left to relay."""
+        for task in list(self._pending):
+            task.cancel()
+        if self._pending:
+            await asyncio.wait(self._pending)
+        for half in list(self._connections):
+            if half.transport is not None:
+                half.transport.close()
+        self._connections.clear()
+
+
+class _Client(_Half):
+    """The accepted side: reads nothing until its upstream connection is made."""
+
+    def __init__(self, listener: ActivatedListener) -> None:
+        super().__init__()
+        self._listener = listener
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        transport.pause_reading()  # type: ignore[attr-defined]
+        self._listener._link(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._listener._connections.discard(self)

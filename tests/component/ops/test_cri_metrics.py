@@ -1,0 +1,144 @@
+"""Issue 12: per-method CRI metrics, scraped over HTTP after a scripted
+lifecycle through the proxy (fake backend, a real hook-server process)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from hooks.sdk import write_hook_config
+from runtimeproxy.app import build_proxy
+from runtimeproxy.config import ProxyConfig
+
+from ...hookprocs import hook_server, registered
+from ..fakes import FakeBackend
+
+V1 = "/runtime.v1.RuntimeService/"
+V1A2 = "/runtime.v1alpha2.RuntimeService/"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def calls(samples: dict[str, float], method: str, version: str, code: str) -> float:
+    return samples.get(f'runtime_proxy_cri_calls_total{{code="{code}",method="{method}",version="{version}"}}', 0.0)
+
+
+@pytest.fixture
+def hook_dir(sock_dir: Path) -> Path:
+    path = sock_dir / "hooks.d"
+    path.mkdir(mode=0o755)
+    return path
+
+
+async def test_calls_counted_by_method_version_and_code(fake: FakeBackend, sock_dir: Path, hook_dir: Path) -> None:
+    port = free_port()
+    config = ProxyConfig(
+        listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir, metrics_listen=f"127.0.0.1:{port}"
+    )
+    fake.script(V1 + "RunPodSandbox", response=v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString())
+    fake.script(V1 + "StartContainer", code=grpc.StatusCode.NOT_FOUND, details="no such container")
+    hang = V1 + "ContainerStatus"
+    fake.script(hang, hang=True)
+    failing = {"PreCreateContainer": {"behaviour": "error", "message": "policy engine says no"}}
+    async with contextlib.AsyncExitStack() as stack, hook_server(sock_dir, "veto", failing) as hook:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        hook.register(hook_dir, ["PreCreateContainer"], "Fail")
+        # A second one nobody serves, whose failure is ignored.
+        write_hook_config(hook_dir, "gone", sock_dir / "nobody.sock", ["PreRunPodSandbox"], "Ignore", "500ms")
+        await registered(running, 2)
+        async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
+            await channel.unary_unary(V1 + "Version")(b"")
+            await channel.unary_unary(V1A2 + "Version")(b"")
+            await channel.unary_unary(V1 + "RunPodSandbox")(b"")
+            for _ in range(2):
+                with pytest.raises(aio.AioRpcError) as err:
+                    await channel.unary_unary(V1 + "StartContainer")(b"")
+                assert err.value.code() == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(aio.AioRpcError) as err:
+                await channel.unary_unary(V1 + "CreateContainer")(
+                    v1.CreateContainerRequest(pod_sandbox_id="pod-1").SerializeToString()
+                )
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            # A server stream and a call still in flight while scraped.
+            fake.script(V1 + "GetContainerEvents", stream=[b"", b""])
+            assert len([m async for m in channel.unary_stream(V1 + "GetContainerEvents")(b"")]) == 2
+            pending = asyncio.ensure_future(channel.unary_unary(hang)(b""))
+            await fake.wait_calls(hang)
+            during = await asyncio.to_thread(scrape, port)
+            fake.scripts[hang].release.set()
+            await pending
+            # A client that gives up: its call is counted CANCELLED.
+            fake.script(hang, hang=True)
+            with pytest.raises(aio.AioRpcError) as err:
+                await channel.unary_unary(hang)(b"", timeout=0.3)
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        after = await asyncio.to_thread(scrape, port)
+
+    assert during["runtime_proxy_cri_calls_in_flight"] == 1.0
+    assert calls(after, "Version", "v1", "OK") == 1
+    assert calls(after, "Version", "v1alpha2", "OK") == 1
+    assert calls(after, "RunPodSandbox", "v1", "OK") == 1
+    assert calls(after, "StartContainer", "v1", "NOT_FOUND") == 2
+    assert calls(after, "StartContainer", "v1", "OK") == 0
+    assert calls(after, "CreateContainer", "v1", "FAILED_PRECONDITION") == 1
+    assert calls(after, "GetContainerEvents", "v1", "OK") == 1
+    assert calls(after, "ContainerStatus", "v1", "OK") == 1
+    assert calls(after, "ContainerStatus", "v1", "CANCELLED") == 1
+    assert after["runtime_proxy_cri_calls_in_flight"] == 0.0
+    histogram = 'runtime_proxy_cri_call_duration_seconds_count{method="StartContainer",version="v1"}'
+    assert after[histogram] == 2
+    # Hook failures, by cause: the hook server answered with an error status
+    # (the test server's handler raised: INTERNAL), the other one is down.
+    hook_outcomes = {
+        (re.search(r'server="([^"]+)"', name).group(1), re.search(r'outcome="([^"]+)"', name).group(1)): value  # type: ignore[union-attr]
+        for name, value in after.items()
+        if name.startswith("runtime_proxy_hook_calls_total{")
+    }
+    assert hook_outcomes == {("veto.json", "internal"): 1.0, ("gone.json", "unavailable"): 1.0}
+    assert after['runtime_proxy_hooked_calls_total{method="CreateContainer",outcome="error"}'] == 1
+    # Both versions served natively by a backend that has both.
+    assert after['runtime_proxy_served_versions{mode="native",version="v1"}'] == 1
+    assert after['runtime_proxy_served_versions{mode="native",version="v1alpha2"}'] == 1
+
+
+async def test_translated_versions_and_reconnects(sock_dir: Path) -> None:
+    port = free_port()
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, metrics_listen=f"127.0.0.1:{port}",
+                             serve_versions="v1,v1alpha2")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            reconnected = asyncio.Event()
+            running.proxy.backend.on_reconnect(lambda restarted: reconnected.set())
+            await fake.stop()
+            await fake.start()
+            await asyncio.wait_for(reconnected.wait(), 15)
+            samples = await asyncio.to_thread(scrape, port)
+    assert samples['runtime_proxy_served_versions{mode="native",version="v1"}'] == 1
+    assert samples['runtime_proxy_served_versions{mode="translated",version="v1alpha2"}'] == 1
+    assert samples['runtime_proxy_backend_reconnects_total{kind="restarted"}'] == 1

@@ -1,0 +1,93 @@
+"""Issue 12: `runtime-proxy status` asks the running proxy (admin service on its socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from hooks.sdk import write_hook_config
+from runtimeproxy.app import build_proxy
+from runtimeproxy.config import ProxyConfig
+
+from ...hookprocs import hook_server, registered
+from ..fakes import FakeBackend
+
+CREATE = "/runtime.v1.RuntimeService/CreateContainer"
+RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
+
+
+async def status_command(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy", "status", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_status_json_with_hooks_registered(sock_dir: Path) -> None:
+    hook_dir = sock_dir / "hooks.d"
+    hook_dir.mkdir(mode=0o755)
+    listen = sock_dir / "proxy.sock"
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        fake.script(CREATE, response=v1.CreateContainerResponse(container_id="c-1").SerializeToString())
+        config = ProxyConfig(listen=listen, backend=fake.socket, hook_dir=hook_dir, serve_versions="v1,v1alpha2")
+        quota = {"PreCreateContainer": {"container_annotations": {"hooked": "yes"}}}
+        async with contextlib.AsyncExitStack() as stack, hook_server(sock_dir, "quota", quota) as hook:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            hook.register(hook_dir, ["PreCreateContainer", "PostStartContainer"], "Fail", timeout="2s", priority=5)
+            write_hook_config(hook_dir, "gone", sock_dir / "nobody.sock", ["PreRunPodSandbox"], "Ignore", "500ms")
+            await registered(running, 2)
+            async with aio.insecure_channel(f"unix://{listen}") as channel:
+                for _ in range(3):
+                    await channel.unary_unary(CREATE)(v1.CreateContainerRequest(pod_sandbox_id="p").SerializeToString())
+                await channel.unary_unary(RUN_POD)(b"")
+                before_error = time.time()
+            code, out, err = await status_command("--listen", str(listen), "--json")
+            text_code, text, _ = await status_command("--listen", str(listen))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["backend"]["connected"] is True
+    assert (doc["backend"]["runtime_name"], doc["backend"]["versions"]) == ("fake", ["v1"])
+    assert doc["served"] == {"v1": "native", "v1alpha2": "translated to v1"}
+    assert doc["calls"]["served"] == 4  # the status call itself is not CRI
+    assert doc["calls"]["in_flight"] == 0
+    assert 0 < doc["uptime_s"] < 60
+    servers = {s["name"]: s for s in doc["hook_servers"]}
+    assert set(servers) == {"quota.json", "gone.json"}
+    quota_doc = servers["quota.json"]
+    assert quota_doc["hooks"] == ["PostStartContainer", "PreCreateContainer"]
+    assert (quota_doc["failure_policy"], quota_doc["timeout_s"], quota_doc["priority"]) == ("Fail", 2.0, 5)
+    assert quota_doc["calls"] == {"ok": 3} and quota_doc["last_error"] is None
+    gone = servers["gone.json"]
+    assert gone["calls"] == {"unavailable": 1}
+    assert gone["last_error"]["outcome"] == "unavailable" and gone["last_error"]["hook"] == "PreRunPodSandbox"
+    assert gone["last_error"]["at"] >= before_error - 5
+    assert text_code == 0
+    assert "serving: CRI v1 (native), v1alpha2 (translated to v1)" in text
+    assert "last error: unavailable on PreRunPodSandbox" in text
+
+
+async def test_status_without_a_proxy_fails_with_the_reason(sock_dir: Path) -> None:
+    code, _, err = await status_command("--listen", str(sock_dir / "nothing.sock"), "--timeout", "1")
+    assert code == 1
+    assert "cannot get the status from the proxy at" in err and "UNAVAILABLE" in err
+
+
+async def test_the_router_leaves_admin_calls_alone(fake: FakeBackend, start_proxy, sock_dir: Path) -> None:
+    """Not a CRI path: the router passes it on (a bare Proxy has no admin service: UNIMPLEMENTED, no CRI refusal)."""
+    await start_proxy(fake.socket)
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
+        with pytest.raises(aio.AioRpcError) as err:
+            await channel.unary_unary("/runtimeproxy.admin.v1.Admin/Status")(b"")
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
