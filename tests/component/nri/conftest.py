@@ -11,7 +11,6 @@ import pytest
 from cri_api.nri import api_pb2 as nri
 from runtimeproxy.nri.app import NriPlugin, NriSettings
 
-from ..hookpath import test_hooks
 from .fakeruntime import FakeRuntime, PluginLink, fake_runtime
 
 
@@ -21,7 +20,6 @@ async def runtime(sock_dir: Path) -> AsyncIterator[FakeRuntime]:
         yield fake
 
 
-hook_dir = test_hooks.hook_dir  # the proxy's hook-path tests' fixture (under sock_dir)
 PluginFactory = Callable[..., Any]
 
 
