@@ -17,6 +17,7 @@ from ..host import unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .backend import Backend, BackendInfo, channel_options
 from .forward import GrpcRelay, Relay
+from .limits import give_back_freed_memory, server_options
 from .methods import ApiVersion
 from .router import Router
 from .stage import StageProvider
@@ -60,7 +61,7 @@ class Proxy:
         self.relay = relay or GrpcRelay()
         self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages)
         self.health = health.aio.HealthServicer()
-        self.server = aio.server(options=options)
+        self.server = aio.server(options=server_options(options, config.max_concurrent_streams))
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.tasks = tasks or Supervisor()
@@ -87,6 +88,9 @@ class Proxy:
         # Keeps routing and health current; restarted if it dies (a restart
         # probes again, so routing and health are brought up to date).
         self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
+        # What a client that never read its answers held is freed when its
+        # connection closes; this gives it back to the system (limits.py).
+        self.tasks.spawn(TaskName.MEMORY, give_back_freed_memory())
 
     def _on_backend(self, info: BackendInfo) -> None:
         serving = bool(self.router.plan)
