@@ -98,3 +98,18 @@ async def test_a_connection_that_never_reads_is_bounded_and_released_on_close(fa
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
     assert " error " not in text, text[-3000:]
+
+
+async def test_calls_of_a_closed_connection_end_with_their_backend_calls(fake, start_proxy, sock_dir) -> None:
+    """No relay outlives its client: the backend calls it made are cancelled
+    and the proxy's tasks go back to what they were."""
+    fake.script(LIST, hang=True)  # the runtime never answers these
+    await start_proxy(fake.socket)
+    idle_tasks = len(asyncio.all_tasks())
+    slow = await SlowReader.connect(sock_dir / "proxy.sock")
+    await slow.open_calls(LIST, 200)
+    await fake.wait_calls(LIST, 200, timeout=30)
+    assert len(asyncio.all_tasks()) > idle_tasks + 200
+    await slow.close()
+    await until(lambda: fake.cancelled.count(LIST) == 200, timeout=30)
+    await until(lambda: len(asyncio.all_tasks()) <= idle_tasks, timeout=30)
