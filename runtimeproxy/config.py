@@ -39,6 +39,9 @@ class ProxyConfig:
     unknown_fields: str = field(default="refuse", metadata={"choices": ("refuse", "forward")})
     max_recv_message_bytes: int = 16 * MIB  # kubelet's limits
     max_send_message_bytes: int = 16 * MIB
+    # Calls one client connection may have open at once (kubelet makes a
+    # handful per pod worker); bounds what a client that never reads can hold.
+    max_concurrent_streams: int = 1000
     grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
     probe_max_interval: float = 5.0  # backoff ceiling while the backend is absent
     metrics_listen: str | None = None  # host:port for Prometheus, None: off
@@ -59,6 +62,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     f.name: f.metadata["choices"] for f in dataclasses.fields(ProxyConfig) if "choices" in f.metadata
 }
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
+_POSITIVE_COUNTS = {"max_concurrent_streams"}
 _NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval"}
 
 
@@ -84,6 +88,8 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}", key=key)
         elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{name} {value!r}: expected a positive number of bytes", key=key)
+        elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ConfigError(f"{name} {value!r}: expected a positive number", key=key)
         elif key in _NON_NEGATIVE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise ConfigError(f"{name} {value!r}: expected a number of seconds", key=key)
         elif key == "serve_versions":

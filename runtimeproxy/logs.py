@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 
@@ -52,6 +53,25 @@ def _text(value: object) -> str:
     return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
 
 
+class AnswerToAGoneClient(logging.Filter):
+    """grpc logs an ERROR with a traceback (ExecuteBatchError) when a
+    handler's answer cannot be sent because the call is already over in
+    core: its client closed the connection before reading it (it only skips
+    the log when it noticed the close first). Nobody is left to answer:
+    benign, so one debug line naming the method instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc_type = record.exc_info[0] if record.exc_info else None
+        if exc_type is None or exc_type.__name__ != "ExecuteBatchError":
+            return True
+        found = re.search(r"\[(.*)\]", record.getMessage())
+        record.msg, record.args = "answer not sent: the client's connection closed", ()
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.exc_info, record.exc_text = None, None
+        record.method = found.group(1) if found else None
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 def setup(fmt: str = "text", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
@@ -60,3 +80,6 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     root.setLevel(level.upper())
     # grpc's own debug lines drown ours; its warnings still show.
     logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))
+    core = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, AnswerToAGoneClient) for f in core.filters):
+        core.addFilter(AnswerToAGoneClient())

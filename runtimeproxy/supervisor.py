@@ -52,6 +52,7 @@ class TaskName:
     HEALTH = "health-update"
     FINISH = "finish-hooked-call"
     POST_HOOK = "post-hook"
+    MEMORY = "memory-release"
 
 
 # Shutdown, once calls are drained and recorded (FINISH and POST_HOOK are

@@ -126,7 +126,8 @@ class Backend:
         return self.image_channel if service == "ImageService" else self.runtime_channel
 
     async def probe_once(self) -> BackendInfo:
-        """Ask Version in every CRI version; UNIMPLEMENTED means 'not served'."""
+        """Ask Version in every CRI version (UNIMPLEMENTED means 'not served'),
+        then whether the runtime serves calls yet."""
         versions: set[ApiVersion] = set()
         answer = v1.VersionResponse()
         for version in CRI_VERSIONS:
@@ -146,7 +147,26 @@ class Backend:
         if not versions:
             known = ", ".join(CRI_VERSIONS)
             raise BackendUnavailable(f"{self.runtime_socket} answers no CRI version ({known})")
+        await self._check_initialised(min(versions, key=CRI_VERSIONS.index))
         return BackendInfo(frozenset(versions), answer.runtime_name, answer.runtime_version)
+
+    async def _check_initialised(self, version: ApiVersion) -> None:
+        """Raise unless the runtime's CRI service is initialised, not only up.
+
+        containerd answers Version as soon as it listens, but every other CRI
+        call UNKNOWN "server is not initialized yet" until its CRI plugin has
+        loaded its state. Status is held back like the rest (in both CRI
+        versions) and is cheap (no listing), so it tells when calls will be
+        served. Its conditions are kubelet's to judge (a node without CNI yet
+        is still served), so only the call's success counts here.
+        """
+        path = f"/{version.package}.RuntimeService/Status"
+        try:
+            await self.runtime_channel.unary_unary(path)(b"", timeout=PROBE_TIMEOUT)
+        except aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # no such gate in this runtime
+                return
+            raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
 
     async def probe(self) -> BackendInfo:
         """Probe until the backend answers, with exponential backoff."""

@@ -25,6 +25,7 @@ from .activation import (
 from .backend import Backend, BackendInfo, channel_options
 from .callstats import CallSink
 from .forward import GrpcRelay, Relay
+from .limits import give_back_freed_memory, server_options
 from .methods import ApiVersion
 from .router import Router
 from .stage import StageProvider
@@ -73,7 +74,7 @@ class Proxy:
         self.relay = relay or GrpcRelay()
         self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages, calls)
         self.health = health.aio.HealthServicer()
-        self.server = aio.server(options=options)
+        self.server = aio.server(options=server_options(options, config.max_concurrent_streams))
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.tasks = tasks or Supervisor()
@@ -94,6 +95,9 @@ class Proxy:
         self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
         if self._listener is not None:
             self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(self._listener), critical=True)
+        # What a client that never read its answers held is freed when its
+        # connection closes; this gives it back to the system (limits.py).
+        self.tasks.spawn(TaskName.MEMORY, give_back_freed_memory())
 
     async def _listen(self) -> None:
         """grpc listens on --listen, or, with a socket from systemd, on a

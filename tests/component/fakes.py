@@ -44,6 +44,15 @@ class Script:
     stream_forever: bool = False  # keep streaming until cancelled
 
 
+# What the proxy's backend probe calls (cripath/backend.py): Version in each
+# CRI version, then RuntimeService/Status (is the runtime initialised).
+PROBE_SUFFIXES = ("/Version", ".RuntimeService/Status")
+
+
+def is_probe(path: str) -> bool:
+    return path.endswith(PROBE_SUFFIXES)
+
+
 def version_response(version: str) -> bytes:
     return v1.VersionResponse(
         version="0.1.0", runtime_name="fake", runtime_version="1.0", runtime_api_version=version

@@ -184,6 +184,13 @@ def test_with_overrides_rejects_unknown_and_invalid() -> None:
         ProxyConfig().with_overrides(serve_versions="v9")
 
 
+@pytest.mark.parametrize("bad", [0, -1, True, "many", 1.5])
+def test_max_concurrent_streams_must_be_a_positive_count(bad: object) -> None:
+    with pytest.raises(ConfigError, match="max-concurrent-streams"):
+        ProxyConfig().with_overrides(max_concurrent_streams=bad)
+    assert ProxyConfig().with_overrides(max_concurrent_streams=64).max_concurrent_streams == 64
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -302,6 +309,7 @@ FLAG_OF = {
     "listen": "listen", "backend": "backend", "image_backend": "image_backend", "hook_dir": "hook_dir",
     "serve_versions": "serve_versions", "backend_version": "backend_version", "unknown_fields": "unknown_fields",
     "max_recv_message_bytes": "max_message_size", "max_send_message_bytes": "max_message_size",
+    "max_concurrent_streams": "max_concurrent_streams",
     "grace_period": "grace_period", "metrics_listen": "metrics_listen",
     "log_format": "log_format", "log_level": "log_level",
 }

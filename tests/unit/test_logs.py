@@ -128,9 +128,11 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     grpc_level = logging.getLogger("grpc").level
+    core_filters = logging.getLogger("grpc._cython.cygrpc").filters[:]
     try:
         yield
     finally:
+        logging.getLogger("grpc._cython.cygrpc").filters[:] = core_filters
         root.handlers[:] = handlers
         root.setLevel(level)
         logging.getLogger("grpc").setLevel(grpc_level)
@@ -161,3 +163,33 @@ def test_setup_text_and_level(restore_logging: None, capsys: pytest.CaptureFixtu
     assert len(logging.getLogger().handlers) == 1
     assert isinstance(logging.getLogger().handlers[0].formatter, TextFormatter)
     assert logging.getLogger("grpc").level == logging.WARNING
+
+
+class ExecuteBatchError(Exception):
+    """Stands for grpc's cygrpc.ExecuteBatchError (matched by name)."""
+
+
+def _core_batch_failure() -> None:
+    try:
+        raise ExecuteBatchError('Failed "execute_batch": (SendMessageOperation, SendStatusFromServerOperation)')
+    except ExecuteBatchError:
+        logging.getLogger("grpc._cython.cygrpc").exception(
+            "ExecuteBatchError raised in core by servicer method [/runtime.v1.RuntimeService/Version]"
+        )
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_an_answer_to_a_gone_client_is_one_debug_line_not_a_traceback(
+    restore_logging: None, capsys: pytest.CaptureFixture[str], level: str
+) -> None:
+    logs.setup("text", level)
+    logs.setup("text", level)  # set up twice: still one filter, one line
+    _core_batch_failure()
+    logging.getLogger("grpc._cython.cygrpc").error("another core error")
+    lines = capsys.readouterr().err.splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    assert len(lines) == (2 if level == "debug" else 1), lines
+    assert "another core error" in lines[-1]
+    if level == "debug":
+        assert lines[0].split(" ", 1)[1].startswith("debug grpc._cython.cygrpc \"answer not sent: the client's connection closed\"")
+        assert lines[0].endswith("method=/runtime.v1.RuntimeService/Version")

@@ -20,7 +20,7 @@ from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.fieldcheck import V1OnlyFieldCheck
 
-from ..fakes import FakeBackend
+from ..fakes import FakeBackend, is_probe
 
 ONLY_V1 = frozenset({"v1"})
 ONLY_V1ALPHA2 = frozenset({"v1alpha2"})
@@ -40,7 +40,7 @@ def api(version: str) -> ModuleType:
 
 def backend_paths(fake: FakeBackend) -> list[str]:
     """What reached the backend, apart from the proxy's version probes."""
-    return [r.path for r in fake.received if not r.path.endswith("/Version")]
+    return [r.path for r in fake.received if not is_probe(r.path)]
 
 
 def common_create(version: str) -> Any:
@@ -314,7 +314,7 @@ async def test_advisory_image_fields_are_forwarded(old_backend, client) -> None:
     create = create_with(image=v1.ImageSpec(user_specified_image="busybox", image_ref="sha256:1")).SerializeToString()
     old_backend.script(path("v1alpha2", "CreateContainer"), response=b"")
     await client.unary_unary(path("v1", "CreateContainer"))(create)
-    assert [(r.path, r.requests) for r in old_backend.received if not r.path.endswith("/Version")] == [
+    assert [(r.path, r.requests) for r in old_backend.received if not is_probe(r.path)] == [
         (path("v1alpha2", "PullImage", "ImageService"), [pull]),
         (path("v1alpha2", "CreateContainer"), [create]),
     ]

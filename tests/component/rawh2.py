@@ -1,0 +1,91 @@
+"""A minimal HTTP/2 client that opens gRPC calls and never reads them.
+
+grpc's own clients always read what they are sent, so a slow reader (a
+client whose flow-control window stays shut) has to be written by hand:
+the preface, SETTINGS with INITIAL_WINDOW_SIZE=0 (the server may send
+headers but no message), then HEADERS and one DATA frame per call. Headers
+are HPACK literals without indexing, so no header table is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, SETTINGS = 0x0, 0x1, 0x4
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def _string(value: bytes) -> bytes:
+    assert len(value) < 127, "one-byte HPACK length only"
+    return bytes([len(value)]) + value
+
+
+def literal_headers(headers: list[tuple[str, str]]) -> bytes:
+    # 0x00: literal header field without indexing, new name.
+    return b"".join(b"\x00" + _string(k.encode()) + _string(v.encode()) for k, v in headers)
+
+
+def grpc_call(stream: int, path: str, message: bytes = b"") -> bytes:
+    block = literal_headers(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "localhost"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+    )
+    body = b"\x00" + struct.pack(">I", len(message)) + message
+    return frame(HEADERS, END_HEADERS, stream, block) + frame(DATA, END_STREAM, stream, body)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+    head = await reader.readexactly(9)
+    length = int.from_bytes(head[:3], "big")
+    return head[3], head[4], await reader.readexactly(length)
+
+
+class SlowReader:
+    """One connection whose calls are sent and whose answers are never read."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._next_stream = 1
+
+    @classmethod
+    async def connect(cls, socket: Path) -> SlowReader:
+        reader, writer = await asyncio.open_unix_connection(str(socket))
+        writer.write(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 0)))
+        # Acknowledge the server's settings (a connection that never does is
+        # closed by the server), then read nothing more.
+        async with asyncio.timeout(10):
+            while True:
+                kind, flags, _ = await _read_frame(reader)
+                if kind == SETTINGS and not flags & ACK:
+                    break
+        writer.write(frame(SETTINGS, ACK, 0, b""))
+        await writer.drain()
+        return cls(reader, writer)
+
+    async def open_calls(self, path: str, count: int, message: bytes = b"") -> None:
+        for _ in range(count):
+            self._writer.write(grpc_call(self._next_stream, path, message))
+            self._next_stream += 2
+        await self._writer.drain()
+
+    async def close(self) -> None:
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass  # the server may have closed first
