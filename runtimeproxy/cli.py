@@ -74,6 +74,10 @@ def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) ->
     type=int,
     show_default=False,  # in MiB, in the help text
 )
+@_setting(
+    "--data-path",
+    "grpc: every call through grpc.aio; frames: calls that need no hook relayed frame by frame (faster).",
+)
 @_setting("--grace-period", "Seconds in-flight calls get on SIGTERM.", type=float)
 @_setting("--metrics-listen", "host:port to serve Prometheus metrics on. [default: off]", show_default=False)
 @_setting("--log-format", "Log line format.")

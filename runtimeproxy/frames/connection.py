@@ -1,0 +1,458 @@
+"""One client connection relayed frame by frame to one backend connection.
+
+Frames of calls that need nothing from the proxy pass verbatim both ways, so
+the two hops behave as one end-to-end HTTP/2 connection: SETTINGS, PING,
+GOAWAY, RST_STREAM and the request direction's WINDOW_UPDATEs keep their
+meaning between client and backend. Header blocks are never altered, so the
+HPACK state stays consistent; the proxy decodes the client's blocks only to
+read ``:path``.
+
+A call the proxy must answer itself (hooks, health, refusals; see
+routes.py) is *diverted*: its header block still goes to the backend (the
+backend's HPACK decoder must see it) followed at once by RST_STREAM, and the
+call is answered by the proxy's own grpc.aio server (divert.py). Flow
+control per hop for that: the proxy credits the client's DATA it consumed,
+and owns the response direction's connection window (outbound.py), since
+its own answers and the backend's DATA share the client's window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import hpack
+from grpc import aio
+
+from . import frame as fr
+from .divert import Diverted, answer, encode_headers
+from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .msgsize import MessageSizes
+from .outbound import Outbound
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024
+BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend (bounds our queue)
+MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
+
+
+class Routes(Protocol):
+    def fast(self, path: str) -> bool:
+        """True if a call on ``path`` is relayed verbatim to the backend."""
+
+    def unary(self, path: str) -> bool:
+        """True for a known unary method (waited for on shutdown)."""
+
+
+class FrameConnection:
+    def __init__(
+        self,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        backend: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        routes: Routes,
+        local: aio.Channel,
+        max_message: int,
+        max_send: int | None = None,
+    ) -> None:
+        self._client_reader, self._client_writer = client
+        self._backend_reader, self._backend_writer = backend
+        self._routes = routes
+        self._local = local
+        self._max_message = max_message
+        self._max_response = min(max_message, max_send or max_message)
+        self._sizes_in: dict[int, MessageSizes] = {}
+        self._sizes_out: dict[int, MessageSizes] = {}
+        self.responded: set[int] = set()  # relayed streams whose response headers went out
+        self.ended: set[int] = set()  # relayed streams the proxy ended itself
+        self._block_ends = False
+        self.out = Outbound(self._client_writer, self._credit_backend)
+        self._decoder = hpack.Decoder()
+        self._decoder.max_header_list_size = MAX_HEADER_BLOCK
+        self.last_stream = 0
+        self.relayed: set[int] = set()  # open relayed streams
+        self.unary_open: set[int] = set()  # of those, known unary calls
+        self.diverted: dict[int, Diverted] = {}
+        self.client_max_frame = fr.DEFAULT_MAX_FRAME  # what the client accepts
+        self.backend_max_frame = fr.DEFAULT_MAX_FRAME  # what the backend accepts
+        self._client_initial_window = fr.DEFAULT_WINDOW
+        self._granted = False
+        self.stopping = False
+        self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
+        self.idle.set()
+
+    # -- running ---------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            preface = await self._client_reader.readexactly(len(fr.PREFACE))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return self._close()
+        if preface != fr.PREFACE:
+            log.info("frames: not an HTTP/2 client", extra={"preface": preface[:16].hex()})
+            return self._close()
+        self._backend_writer.write(fr.PREFACE)
+        backend = asyncio.ensure_future(self._guard(self._backend_loop(), "backend"))
+        try:
+            await self._guard(self._client_loop(), "client")
+        finally:
+            backend.cancel()
+            for call in list(self.diverted.values()):
+                if call.task is not None:
+                    call.task.cancel()
+            self._close()
+
+    async def _guard(self, loop: "asyncio.Future[None] | object", side: str) -> None:
+        try:
+            await loop  # type: ignore[misc]
+        except FrameError as exc:
+            code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
+            log.warning("frames: connection error", extra={"side": side, "code": code.name, "error": str(exc)})
+            self.out.frames(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
+            self.out.flush()
+            self._close()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self._close()
+
+    def _close(self) -> None:
+        for writer in (self._client_writer, self._backend_writer):
+            writer.close()
+        self._check_idle()
+
+    def begin_stop(self) -> None:
+        """Shutdown: no new stream is relayed; the client is told to go away."""
+        self.stopping = True
+        self.out.frames(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
+        # unary calls get the grace period.
+        for sid in sorted(self.relayed - self.unary_open):
+            self._backend_writer.write(self._end_locally(sid, 14, "runtime-proxy is shutting down"))
+        self.out.flush()
+
+    def _end_locally(self, sid: int, status: int, message: str) -> bytes:
+        """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
+        ending = [("grpc-status", str(status)), ("grpc-message", message)]
+        if sid not in self.responded:
+            ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
+        self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
+        self.ended.add(sid)
+        self._stream_done(sid)
+        return fr.rst_stream(sid, ErrorCode.CANCEL)
+
+    def _credit_backend(self, amount: int) -> None:
+        self._backend_writer.write(fr.window_update(0, amount))
+
+    def _check_idle(self) -> None:
+        if not self.unary_open and not self.diverted:
+            self.idle.set()
+        else:
+            self.idle.clear()
+
+    # -- client -> backend -------------------------------------------------
+
+    async def _client_loop(self) -> None:
+        reader, writer = self._client_reader, self._backend_writer
+        buf = b""
+        block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
+        while True:
+            chunk = await reader.read(READ_SIZE)
+            if not chunk:
+                return
+            buf = buf + chunk if buf else chunk
+            pos, run, out = 0, 0, []
+            while True:
+                f, nxt = fr.parse(buf, pos, self.backend_max_frame)
+                if f is None:
+                    break
+                if block or f.type in (FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE,
+                                       FrameType.RST_STREAM, FrameType.SETTINGS, FrameType.CONTINUATION,
+                                       FrameType.PUSH_PROMISE):
+                    if f.type == FrameType.DATA and f.stream_id in self.relayed and not block:
+                        sizes = self._sizes_in[f.stream_id]
+                        too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
+                        if too_long is None:
+                            pos = nxt  # the common case: stays in the verbatim run
+                            continue
+                        out.append(buf[run:pos])
+                        self._refuse_size(f, too_long, out)
+                        run = pos = nxt
+                        continue
+                    out.append(buf[run:pos])
+                    self._client_frame(f, buf[pos:nxt], out, block)
+                    run = nxt
+                pos = nxt
+            out.append(buf[run:pos])
+            buf = buf[pos:]
+            data = b"".join(out)
+            if data:
+                writer.write(data)
+            self.out.flush()
+            await writer.drain()
+
+    def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
+        sid = f.stream_id
+        if block:
+            if f.type != FrameType.CONTINUATION or sid != block[0]:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+            block[1].append(raw)
+            block[2].append(bytes(f.payload))
+            if sum(map(len, block[2])) > MAX_HEADER_BLOCK:
+                raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "header block too long")
+            if f.has(Flag.END_HEADERS):
+                self._header_block(block, out)
+                block.clear()
+            return
+        if f.type == FrameType.HEADERS:
+            if sid == 0 or sid % 2 == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+            if sid <= self.last_stream and sid not in self.relayed and sid not in self.diverted:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
+            block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
+            if f.has(Flag.END_HEADERS):
+                self._header_block(block, out)
+                block.clear()
+        elif f.type == FrameType.CONTINUATION:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+        elif f.type == FrameType.DATA:
+            self._client_data(f, raw, out)
+        elif f.type == FrameType.WINDOW_UPDATE:
+            increment = fr.window_increment(f)
+            if increment == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            if sid == 0:
+                self.out.grow(increment)  # the response direction's window is ours
+            elif sid in self.diverted:
+                call = self.diverted[sid]
+                call.window += increment
+                call.opened.set()
+            else:
+                out.append(raw)
+        elif f.type == FrameType.RST_STREAM:
+            if sid in self.ended:
+                return
+            call = self.diverted.pop(sid, None)
+            if call is not None:
+                if call.task is not None:
+                    call.task.cancel()
+                self._check_idle()
+                return
+            self._stream_done(sid)
+            out.append(raw)
+        elif f.type == FrameType.SETTINGS:
+            if not f.has(Flag.ACK):
+                self._client_settings(fr.settings(f.payload))
+            out.append(raw)
+            if not self._granted:  # after the client's first SETTINGS, as the preface requires
+                self._granted = True
+                out.append(fr.window_update(0, BACKEND_GRANT))
+        else:  # PUSH_PROMISE
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _client_settings(self, values: dict[int, int]) -> None:
+        if Setting.MAX_FRAME_SIZE in values:
+            size = values[Setting.MAX_FRAME_SIZE]
+            if not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
+            self.client_max_frame = size
+        if Setting.INITIAL_WINDOW_SIZE in values:
+            size = values[Setting.INITIAL_WINDOW_SIZE]
+            if size > fr.MAX_WINDOW:
+                raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"INITIAL_WINDOW_SIZE {size}")
+            delta, self._client_initial_window = size - self._client_initial_window, size
+            for call in self.diverted.values():
+                call.window += delta
+                call.opened.set()
+
+    def _header_block(self, block: list, out: list[bytes]) -> None:
+        sid, raws, fragments, end_stream = block
+        try:
+            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
+            headers = self._decoder.decode(b"".join(fragments), raw=True)
+        except hpack.HPACKError as exc:
+            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        if sid in self.diverted:  # trailers of a diverted call: the backend's decoder still reads them
+            out.extend(raws)
+            if end_stream:
+                self.diverted[sid].ended.set()
+            return
+        if sid in self.relayed:
+            out.extend(raws)
+            return
+        self.last_stream = sid
+        path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
+        if self.stopping or not self._routes.fast(path):
+            self._divert(sid, path, headers, raws, end_stream, out)
+            return
+        out.extend(raws)
+        self.relayed.add(sid)
+        self._sizes_in[sid] = MessageSizes(self._max_message)
+        self._sizes_out[sid] = MessageSizes(self._max_response)
+        if self._routes.unary(path):
+            self.unary_open.add(sid)
+            self.idle.clear()
+
+    def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
+        first = bytearray(raws[0])
+        first[4] &= ~Flag.END_STREAM  # a backend handler must never see a complete (empty) request
+        out.append(bytes(first))
+        out.extend(raws[1:])
+        out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
+        call = Diverted(sid, path, headers, window=self._client_initial_window)
+        if end_stream:
+            call.ended.set()
+        self.diverted[sid] = call
+        self.idle.clear()
+        call.task = asyncio.ensure_future(self._answer(call))
+
+    async def _answer(self, call: Diverted) -> None:
+        try:
+            await answer(call, self._local, lambda: self.client_max_frame, self._send_frames,
+                         self._send_data, self._max_message)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("frames: diverted call failed", extra={"method": call.path})
+            self.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
+            self.out.flush()
+        finally:
+            self.diverted.pop(call.stream_id, None)
+            self._check_idle()
+
+    def _send_frames(self, raw: bytes) -> None:
+        self.out.frames(raw)
+        self.out.flush()
+
+    async def _send_data(self, sid: int, payload: bytes, end: bool) -> None:
+        call = self.diverted[sid]
+        view = memoryview(payload)
+        while view:
+            while call.window <= 0:
+                call.opened.clear()
+                await call.opened.wait()
+            n = min(call.window, self.client_max_frame, len(view))
+            call.window -= n
+            self.out.data(sid, bytes(view[:n]), end and n == len(view))
+            self.out.flush()
+            view = view[n:]
+            await self._client_writer.drain()
+
+    def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
+        message = f"Received message larger than max ({length} vs. {self._max_message})"
+        log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+        out.append(self._end_locally(f.stream_id, 8, message))
+        self.out.frames(fr.window_update(0, len(f.payload)))  # dropped, never seen by the backend
+
+    def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
+        sid = f.stream_id
+        call = self.diverted.get(sid)
+        if sid in self.ended:  # the proxy ended it: the backend never sees the rest
+            if f.payload:
+                self.out.frames(fr.window_update(0, len(f.payload)))
+            return
+        if call is None:
+            if sid == 0 or sid > self.last_stream:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+            out.append(raw)  # a closed stream: the backend answers it
+            return
+        size = len(f.payload)
+        if len(call.body) <= self._max_message + 5:
+            call.body += fr.unpadded(f)
+        # Consumed here, never seen by the backend: credit the client ourselves.
+        credit = fr.window_update(0, size) if size else b""
+        if f.has(Flag.END_STREAM):
+            call.ended.set()
+        elif size:
+            credit += fr.window_update(sid, size)
+        if credit:
+            self.out.frames(credit)
+
+    def _stream_done(self, sid: int) -> None:
+        self.relayed.discard(sid)
+        self.responded.discard(sid)
+        self._sizes_in.pop(sid, None)
+        self._sizes_out.pop(sid, None)
+        if sid in self.unary_open:
+            self.unary_open.discard(sid)
+            self._check_idle()
+
+    # -- backend -> client -------------------------------------------------
+
+    async def _backend_loop(self) -> None:
+        reader, out = self._backend_reader, self.out
+        buf = b""
+        block: list[bytes] = []
+        block_sid = 0
+        while True:
+            chunk = await reader.read(READ_SIZE)
+            if not chunk:
+                break
+            buf = buf + chunk if buf else chunk
+            pos = 0
+            while True:
+                f, nxt = fr.parse(buf, pos, self.client_max_frame)
+                if f is None:
+                    break
+                raw = buf[pos:nxt]
+                pos = nxt
+                sid = f.stream_id
+                t = f.type
+                if t == FrameType.DATA:
+                    if sid in self.diverted or sid in self.ended:
+                        self._credit_backend(len(f.payload))
+                        continue
+                    sizes = self._sizes_out.get(sid)
+                    if sizes is not None:
+                        too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
+                        if too_long is not None:
+                            message = f"Received message larger than max ({too_long} vs. {self._max_response})"
+                            log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+                            self._backend_writer.write(self._end_locally(sid, 8, message))
+                            self._credit_backend(len(f.payload))
+                            continue
+                    end = f.has(Flag.END_STREAM)
+                    if f.has(Flag.PADDED):
+                        out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
+                    else:
+                        out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
+                    if end:
+                        self._stream_done(sid)
+                elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
+                    if sid in self.diverted:
+                        # Dropping it would desync the client's HPACK table.
+                        raise FrameError(ErrorCode.INTERNAL_ERROR, f"backend answered diverted stream {sid}")
+                    if t == FrameType.HEADERS:
+                        block, block_sid = [raw], sid
+                        self._block_ends = f.has(Flag.END_STREAM)
+                        if sid in self.relayed:
+                            self.responded.add(sid)
+                    else:
+                        block.append(raw)
+                    if f.has(Flag.END_HEADERS):
+                        out.frames(b"".join(block))
+                        block = []
+                        if self._block_ends:
+                            self._stream_done(block_sid)
+                elif sid in self.diverted or sid in self.ended:
+                    # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
+                    # header blocks, above, still go out: the client decodes and drops them.)
+                    continue
+                else:
+                    if t == FrameType.SETTINGS and not f.has(Flag.ACK):
+                        size = fr.settings(f.payload).get(Setting.MAX_FRAME_SIZE)
+                        if size:
+                            self.backend_max_frame = size
+                    elif t == FrameType.RST_STREAM:
+                        self._stream_done(sid)
+                    out.frames(raw)
+            buf = buf[pos:]
+            out.flush()
+            await self._client_writer.drain()
+        # The backend is gone: what it sent is delivered, then the client goes too.
+        out.flush()
+        self._client_writer.close()
+
+
+def connect_unix(path: str) -> Callable[[], "asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]"]:
+    return lambda: asyncio.ensure_future(asyncio.open_unix_connection(path, limit=READ_SIZE))
