@@ -1,33 +1,24 @@
-"""The component suites of the CRI and hook paths, run again on ``--data-path frames``."""
+"""The component suites of the CRI and hook paths, run again on ``--data-path frames``.
+
+Every Proxy started by a test in this directory (through the fixtures or
+``build_proxy``) takes the frames data path, whatever its config says.
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from pathlib import Path
+import dataclasses
 from typing import Any
 
 import pytest
 
-from runtimeproxy.config import ProxyConfig
-from runtimeproxy.cripath.server import Proxy
-
-from ..conftest import ProxyFactory
+from runtimeproxy.cripath import server
 
 
-@pytest.fixture
-async def start_proxy(sock_dir: Path) -> AsyncIterator[ProxyFactory]:
-    """As tests/component/conftest.py's, on the frames data path."""
-    async with contextlib.AsyncExitStack() as stack:
+@pytest.fixture(autouse=True)
+def frames_data_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    choose = server._frames_path
 
-        async def start(backend: Path, wait: bool = True, stages: tuple = (), **settings: Any) -> Proxy:
-            settings.setdefault("data_path", "frames")
-            config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=backend, **settings)
-            proxy = Proxy(config, stages=stages)
-            await proxy.start()
-            stack.push_async_callback(proxy.stop, 0)
-            if wait:
-                await proxy.wait_ready(10)
-            return proxy
+    def on_frames(config: Any, *args: Any) -> Any:
+        return choose(dataclasses.replace(config, data_path="frames"), *args)
 
-        yield start
+    monkeypatch.setattr(server, "_frames_path", on_frames)
