@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import hpack
@@ -94,9 +94,9 @@ class FrameConnection:
             log.info("frames: not an HTTP/2 client", extra={"preface": preface[:16].hex()})
             return self._close()
         self._backend_writer.write(fr.PREFACE)
-        backend = asyncio.ensure_future(self._guard(self._backend_loop(), "backend"))
+        backend = asyncio.ensure_future(self._guard(self._backend_loop, "backend"))
         try:
-            await self._guard(self._client_loop(), "client")
+            await self._guard(self._client_loop, "client")
         finally:
             backend.cancel()
             for call in list(self.diverted.values()):
@@ -104,9 +104,9 @@ class FrameConnection:
                     call.task.cancel()
             self._close()
 
-    async def _guard(self, loop: "asyncio.Future[None] | object", side: str) -> None:
+    async def _guard(self, loop: Callable[[], Awaitable[None]], side: str) -> None:
         try:
-            await loop  # type: ignore[misc]
+            await loop()
         except FrameError as exc:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
             log.warning("frames: connection error", extra={"side": side, "code": code.name, "error": str(exc)})
