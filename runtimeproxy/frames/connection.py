@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 import hpack
@@ -34,8 +34,8 @@ from .outbound import Outbound
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 256 * 1024
 BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend (bounds our queue)
+CREDIT_BATCH = 256 * 1024
 MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
 
 
@@ -50,15 +50,25 @@ class Routes(Protocol):
 class FrameConnection:
     def __init__(
         self,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        backend: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        client: asyncio.Transport,
+        backend: asyncio.Transport,
         routes: Routes,
         local: aio.Channel,
         max_message: int,
         max_send: int | None = None,
     ) -> None:
-        self._client_reader, self._client_writer = client
-        self._backend_reader, self._backend_writer = backend
+        # Transports, fed by protocols (listener.py): no task switch per read.
+        self._client_writer = client
+        self._backend_writer = backend
+        self._client_buf = b""
+        self._client_block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
+        self._backend_buf = b""
+        self._backend_block: list[bytes] = []
+        self._backend_block_sid = 0
+        self._prefaced = False
+        self.closed = asyncio.get_running_loop().create_future()
+        self._client_writable = asyncio.Event()
+        self._client_writable.set()
         self._routes = routes
         self._local = local
         self._max_message = max_message
@@ -79,46 +89,59 @@ class FrameConnection:
         self.backend_max_frame = fr.DEFAULT_MAX_FRAME  # what the backend accepts
         self._client_initial_window = fr.DEFAULT_WINDOW
         self._granted = False
+        self._uncredited = 0
         self.stopping = False
         self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
         self.idle.set()
 
     # -- running ---------------------------------------------------------
 
-    async def run(self) -> None:
-        try:
-            preface = await self._client_reader.readexactly(len(fr.PREFACE))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return self._close()
-        if preface != fr.PREFACE:
-            log.info("frames: not an HTTP/2 client", extra={"preface": preface[:16].hex()})
-            return self._close()
-        self._backend_writer.write(fr.PREFACE)
-        backend = asyncio.ensure_future(self._guard(self._backend_loop, "backend"))
-        try:
-            await self._guard(self._client_loop, "client")
-        finally:
-            backend.cancel()
-            for call in list(self.diverted.values()):
-                if call.task is not None:
-                    call.task.cancel()
-            self._close()
+    def client_data(self, chunk: bytes) -> None:
+        self._guard(self._client_chunk, chunk, "client")
 
-    async def _guard(self, loop: Callable[[], Awaitable[None]], side: str) -> None:
+    def backend_data(self, chunk: bytes) -> None:
+        self._guard(self._backend_chunk, chunk, "backend")
+
+    def client_writable(self, writable: bool) -> None:
+        """The client's transport buffer is full (or drained again): hold the backend."""
+        if writable:
+            self._client_writable.set()
+            self._backend_writer.resume_reading()
+        else:
+            self._client_writable.clear()
+            self._backend_writer.pause_reading()
+
+    def backend_writable(self, writable: bool) -> None:
+        if writable:
+            self._client_writer.resume_reading()
+        else:
+            self._client_writer.pause_reading()
+
+    def lost(self) -> None:
+        """Either side closed: so does the other; the proxy's own answers stop."""
+        for call in list(self.diverted.values()):
+            if call.task is not None:
+                call.task.cancel()
+        self._close()
+
+    def _guard(self, feed: Callable[[bytes], None], chunk: bytes, side: str) -> None:
+        if self.closed.done():
+            return
         try:
-            await loop()
+            feed(chunk)
         except FrameError as exc:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
             log.warning("frames: connection error", extra={"side": side, "code": code.name, "error": str(exc)})
             self.out.frames(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.flush()
-            self._close()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            self._close()
+            self.lost()
 
     def _close(self) -> None:
         for writer in (self._client_writer, self._backend_writer):
             writer.close()
+        self._client_writable.set()  # a diverted call waiting to send finds the connection gone
+        if not self.closed.done():
+            self.closed.set_result(None)
         self._check_idle()
 
     def begin_stop(self) -> None:
@@ -142,7 +165,12 @@ class FrameConnection:
         return fr.rst_stream(sid, ErrorCode.CANCEL)
 
     def _credit_backend(self, amount: int) -> None:
-        self._backend_writer.write(fr.window_update(0, amount))
+        # Batched: the backend still has BACKEND_GRANT - CREDIT_BATCH of window
+        # at least, and a small call costs no extra frame.
+        self._uncredited += amount
+        if self._uncredited >= CREDIT_BATCH:
+            self._backend_writer.write(fr.window_update(0, self._uncredited))
+            self._uncredited = 0
 
     def _check_idle(self) -> None:
         if not self.unary_open and not self.diverted:
@@ -152,44 +180,46 @@ class FrameConnection:
 
     # -- client -> backend -------------------------------------------------
 
-    async def _client_loop(self) -> None:
-        reader, writer = self._client_reader, self._backend_writer
-        buf = b""
-        block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
-        while True:
-            chunk = await reader.read(READ_SIZE)
-            if not chunk:
+    def _client_chunk(self, chunk: bytes) -> None:
+        if not self._prefaced:
+            self._client_buf += chunk
+            if len(self._client_buf) < len(fr.PREFACE):
                 return
-            buf = buf + chunk if buf else chunk
-            pos, run, out = 0, 0, []
-            while True:
-                f, nxt = fr.parse(buf, pos, self.backend_max_frame)
-                if f is None:
-                    break
-                if block or f.type in (FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE,
-                                       FrameType.RST_STREAM, FrameType.SETTINGS, FrameType.CONTINUATION,
-                                       FrameType.PUSH_PROMISE):
-                    if f.type == FrameType.DATA and f.stream_id in self.relayed and not block:
-                        sizes = self._sizes_in[f.stream_id]
-                        too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
-                        if too_long is None:
-                            pos = nxt  # the common case: stays in the verbatim run
-                            continue
-                        out.append(buf[run:pos])
-                        self._refuse_size(f, too_long, out)
-                        run = pos = nxt
+            if not self._client_buf.startswith(fr.PREFACE):
+                log.info("frames: not an HTTP/2 client", extra={"preface": self._client_buf[:16].hex()})
+                self.lost()
+                return
+            self._prefaced = True
+            self._backend_writer.write(fr.PREFACE)
+            chunk, self._client_buf = self._client_buf[len(fr.PREFACE) :], b""
+        buf = self._client_buf + chunk if self._client_buf else chunk
+        block = self._client_block
+        pos, run, out = 0, 0, []
+        while True:
+            f, nxt = fr.parse(buf, pos, self.backend_max_frame)
+            if f is None:
+                break
+            if block or f.type in _CLIENT_SPECIAL:
+                if f.type == FrameType.DATA and f.stream_id in self.relayed and not block:
+                    sizes = self._sizes_in[f.stream_id]
+                    too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
+                    if too_long is None:
+                        pos = nxt  # the common case: stays in the verbatim run
                         continue
                     out.append(buf[run:pos])
-                    self._client_frame(f, buf[pos:nxt], out, block)
-                    run = nxt
-                pos = nxt
-            out.append(buf[run:pos])
-            buf = buf[pos:]
-            data = b"".join(out)
-            if data:
-                writer.write(data)
-            self.out.flush()
-            await writer.drain()
+                    self._refuse_size(f, too_long, out)
+                    run = pos = nxt
+                    continue
+                out.append(buf[run:pos])
+                self._client_frame(f, buf[pos:nxt], out, block)
+                run = nxt
+            pos = nxt
+        out.append(buf[run:pos])
+        self._client_buf = buf[pos:]
+        data = b"".join(out)
+        if data:
+            self._backend_writer.write(data)
+        self.out.flush()
 
     def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
         sid = f.stream_id
@@ -328,6 +358,8 @@ class FrameConnection:
         call = self.diverted[sid]
         view = memoryview(payload)
         while view:
+            if self.closed.done():
+                raise asyncio.CancelledError
             while call.window <= 0:
                 call.opened.clear()
                 await call.opened.wait()
@@ -336,7 +368,7 @@ class FrameConnection:
             self.out.data(sid, bytes(view[:n]), end and n == len(view))
             self.out.flush()
             view = view[n:]
-            await self._client_writer.drain()
+            await self._client_writable.wait()
 
     def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
         message = f"Received message larger than max ({length} vs. {self._max_message})"
@@ -379,80 +411,75 @@ class FrameConnection:
 
     # -- backend -> client -------------------------------------------------
 
-    async def _backend_loop(self) -> None:
-        reader, out = self._backend_reader, self.out
-        buf = b""
-        block: list[bytes] = []
-        block_sid = 0
+    def _backend_chunk(self, chunk: bytes) -> None:
+        out = self.out
+        buf = self._backend_buf + chunk if self._backend_buf else chunk
+        block = self._backend_block
+        pos = 0
         while True:
-            chunk = await reader.read(READ_SIZE)
-            if not chunk:
+            f, nxt = fr.parse(buf, pos, self.client_max_frame)
+            if f is None:
                 break
-            buf = buf + chunk if buf else chunk
-            pos = 0
-            while True:
-                f, nxt = fr.parse(buf, pos, self.client_max_frame)
-                if f is None:
-                    break
-                raw = buf[pos:nxt]
-                pos = nxt
-                sid = f.stream_id
-                t = f.type
-                if t == FrameType.DATA:
-                    if sid in self.diverted or sid in self.ended:
+            raw = buf[pos:nxt]
+            pos = nxt
+            sid = f.stream_id
+            t = f.type
+            if t == FrameType.DATA:
+                if sid in self.diverted or sid in self.ended:
+                    self._credit_backend(len(f.payload))
+                    continue
+                sizes = self._sizes_out.get(sid)
+                if sizes is not None:
+                    too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
+                    if too_long is not None:
+                        message = f"Received message larger than max ({too_long} vs. {self._max_response})"
+                        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+                        self._backend_writer.write(self._end_locally(sid, 8, message))
                         self._credit_backend(len(f.payload))
                         continue
-                    sizes = self._sizes_out.get(sid)
-                    if sizes is not None:
-                        too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
-                        if too_long is not None:
-                            message = f"Received message larger than max ({too_long} vs. {self._max_response})"
-                            log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-                            self._backend_writer.write(self._end_locally(sid, 8, message))
-                            self._credit_backend(len(f.payload))
-                            continue
-                    end = f.has(Flag.END_STREAM)
-                    if f.has(Flag.PADDED):
-                        out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
-                    else:
-                        out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
-                    if end:
-                        self._stream_done(sid)
-                elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
-                    if sid in self.diverted:
-                        # Dropping it would desync the client's HPACK table.
-                        raise FrameError(ErrorCode.INTERNAL_ERROR, f"backend answered diverted stream {sid}")
-                    if t == FrameType.HEADERS:
-                        block, block_sid = [raw], sid
-                        self._block_ends = f.has(Flag.END_STREAM)
-                        if sid in self.relayed:
-                            self.responded.add(sid)
-                    else:
-                        block.append(raw)
-                    if f.has(Flag.END_HEADERS):
-                        out.frames(b"".join(block))
-                        block = []
-                        if self._block_ends:
-                            self._stream_done(block_sid)
-                elif sid in self.diverted or sid in self.ended:
-                    # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
-                    # header blocks, above, still go out: the client decodes and drops them.)
-                    continue
+                end = f.has(Flag.END_STREAM)
+                if f.has(Flag.PADDED):
+                    out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
                 else:
-                    if t == FrameType.SETTINGS and not f.has(Flag.ACK):
-                        size = fr.settings(f.payload).get(Setting.MAX_FRAME_SIZE)
-                        if size:
-                            self.backend_max_frame = size
-                    elif t == FrameType.RST_STREAM:
-                        self._stream_done(sid)
-                    out.frames(raw)
-            buf = buf[pos:]
-            out.flush()
-            await self._client_writer.drain()
-        # The backend is gone: what it sent is delivered, then the client goes too.
+                    out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
+                if end:
+                    self._stream_done(sid)
+            elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
+                if sid in self.diverted:
+                    # Dropping it would desync the client's HPACK table.
+                    raise FrameError(ErrorCode.INTERNAL_ERROR, f"backend answered diverted stream {sid}")
+                if t == FrameType.HEADERS:
+                    block[:] = [raw]
+                    self._backend_block_sid = sid
+                    self._block_ends = f.has(Flag.END_STREAM)
+                    if sid in self.relayed:
+                        self.responded.add(sid)
+                else:
+                    block.append(raw)
+                if f.has(Flag.END_HEADERS):
+                    out.frames(b"".join(block))
+                    block.clear()
+                    if self._block_ends:
+                        self._stream_done(self._backend_block_sid)
+            elif sid in self.diverted or sid in self.ended:
+                # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
+                # header blocks, above, still go out: the client decodes and drops them.)
+                continue
+            else:
+                if t == FrameType.SETTINGS and not f.has(Flag.ACK):
+                    values = fr.settings(f.payload)
+                    if Setting.MAX_FRAME_SIZE in values:
+                        self.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
+                    if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
+                        self._decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+                elif t == FrameType.RST_STREAM:
+                    self._stream_done(sid)
+                out.frames(raw)
+        self._backend_buf = buf[pos:]
         out.flush()
-        self._client_writer.close()
 
 
-def connect_unix(path: str) -> Callable[[], "asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]"]:
-    return lambda: asyncio.ensure_future(asyncio.open_unix_connection(path, limit=READ_SIZE))
+_CLIENT_SPECIAL = frozenset({
+    FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE, FrameType.RST_STREAM,
+    FrameType.SETTINGS, FrameType.CONTINUATION, FrameType.PUSH_PROMISE,
+})
