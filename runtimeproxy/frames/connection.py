@@ -132,7 +132,7 @@ class FrameConnection:
         except FrameError as exc:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
             log.warning("frames: connection error", extra={"side": side, "code": code.name, "error": str(exc)})
-            self.out.frames(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
+            self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.flush()
             self.lost()
 
@@ -147,7 +147,7 @@ class FrameConnection:
     def begin_stop(self) -> None:
         """Shutdown: no new stream is relayed; the client is told to go away."""
         self.stopping = True
-        self.out.frames(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
         # unary calls get the grace period.
         for sid in sorted(self.relayed - self.unary_open):
@@ -374,14 +374,14 @@ class FrameConnection:
         message = f"Received message larger than max ({length} vs. {self._max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
         out.append(self._end_locally(f.stream_id, 8, message))
-        self.out.frames(fr.window_update(0, len(f.payload)))  # dropped, never seen by the backend
+        self.out.control(fr.window_update(0, len(f.payload)))  # dropped, never seen by the backend
 
     def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
         sid = f.stream_id
         call = self.diverted.get(sid)
         if sid in self.ended:  # the proxy ended it: the backend never sees the rest
             if f.payload:
-                self.out.frames(fr.window_update(0, len(f.payload)))
+                self.out.control(fr.window_update(0, len(f.payload)))
             return
         if call is None:
             if sid == 0 or sid > self.last_stream:
@@ -398,7 +398,7 @@ class FrameConnection:
         elif size:
             credit += fr.window_update(sid, size)
         if credit:
-            self.out.frames(credit)
+            self.out.control(credit)
 
     def _stream_done(self, sid: int) -> None:
         self.relayed.discard(sid)
@@ -474,7 +474,9 @@ class FrameConnection:
                         self._decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
                 elif t == FrameType.RST_STREAM:
                     self._stream_done(sid)
-                out.frames(raw)
+                    out.frames(raw)  # after the stream's queued DATA
+                    continue
+                out.control(raw)
         self._backend_buf = buf[pos:]
         out.flush()
 

@@ -50,6 +50,11 @@ class Outbound:
         else:
             self._pending.append(raw)
 
+    def control(self, raw: bytes) -> None:
+        """Frames with no order to keep against queued DATA (WINDOW_UPDATE, PING, SETTINGS, GOAWAY):
+        they go out at the next flush even while DATA waits for the window."""
+        self._pending.append(raw)
+
     def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0, raw: bytes | None = None) -> None:
         """One DATA frame's payload; ``raw`` is the frame as received, sent as is when it fits."""
         if raw is not None and not self._queue and len(payload) <= self.window:
