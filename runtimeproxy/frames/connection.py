@@ -277,6 +277,18 @@ class FrameConnection:
             if not self._granted:  # after the client's first SETTINGS, as the preface requires
                 self._granted = True
                 out.append(fr.window_update(0, BACKEND_GRANT))
+        elif f.type == FrameType.PING:
+            if len(f.payload) != 8 or sid != 0:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR if len(f.payload) != 8 else ErrorCode.PROTOCOL_ERROR,
+                                 "malformed PING")
+            if f.has(Flag.ACK):  # the answer to a backend's ping
+                out.append(raw)
+            else:
+                # Answered here, per hop: a grpc client pings as answers arrive
+                # (BDP), and for diverted calls those answers are the proxy's;
+                # a grpc-go runtime counts pings it sent nothing for as abuse
+                # (GOAWAY too_many_pings).
+                self.out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
@@ -483,5 +495,5 @@ class FrameConnection:
 
 _CLIENT_SPECIAL = frozenset({
     FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE, FrameType.RST_STREAM,
-    FrameType.SETTINGS, FrameType.CONTINUATION, FrameType.PUSH_PROMISE,
+    FrameType.SETTINGS, FrameType.CONTINUATION, FrameType.PUSH_PROMISE, FrameType.PING,
 })

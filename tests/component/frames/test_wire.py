@@ -9,7 +9,9 @@ windows, all arrive intact.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from pathlib import Path
 
 import hpack
 import pytest
@@ -77,6 +79,7 @@ MALFORMED = {
     "push-promise": (fr.serialize(FrameType.PUSH_PROMISE, Flag.END_HEADERS, 1, b"\x00\x00\x00\x02"),
                      ErrorCode.PROTOCOL_ERROR),
     "data-on-idle-stream": (fr.serialize(FrameType.DATA, 0, 7, b"\x00" * 5), ErrorCode.PROTOCOL_ERROR),
+    "short-ping": (fr.serialize(FrameType.PING, 0, 0, b"\x00" * 7), ErrorCode.FRAME_SIZE_ERROR),
     "huge-max-frame-setting": (fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", 5, 1 << 24)),
                                ErrorCode.PROTOCOL_ERROR),
 }
@@ -181,3 +184,78 @@ async def test_backend_settings_limits_are_honoured_by_the_relay(fake, start_pro
     async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=wide) as channel:
         assert await channel.unary_unary(V1_LIST)(body, timeout=30) == body
     assert fake.calls(V1_LIST)[-1].requests == [body]
+
+
+class FrameTap:
+    """A socket splice in front of the fake runtime that records what the runtime is sent."""
+
+    def __init__(self, path: Path, target: Path) -> None:
+        self.path, self.target = path, target
+        self.sent: list[fr.Frame] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> FrameTap:
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, record: bool) -> None:
+            buf = b""
+            with contextlib.suppress(ConnectionError):
+                while chunk := await src.read(65536):
+                    dst.write(chunk)
+                    if record:
+                        buf += chunk
+                        if buf.startswith(fr.PREFACE):
+                            buf = buf[len(fr.PREFACE):]
+                        while True:
+                            f, nxt = fr.parse(buf, 0, fr.MAX_FRAME_LIMIT)
+                            if f is None:
+                                break
+                            self.sent.append(fr.Frame(f.type, f.flags, f.stream_id, bytes(f.payload)))
+                            buf = buf[nxt:]
+            dst.close()
+
+        await asyncio.gather(copy(reader, up_writer, True), copy(up_reader, writer, False))
+
+
+async def test_client_pings_are_answered_by_the_proxy(fake, start_proxy, sock_dir) -> None:
+    """PING is per hop: the runtime never sees a client's pings (grpc-go would count
+    pings for answers the proxy gave as abuse: GOAWAY too_many_pings)."""
+    fake.script(V1_LIST, echo=True)
+    async with FrameTap(sock_dir / "tap.sock", fake.socket) as tap:
+        await start_proxy(tap.path)
+        reader, writer = await asyncio.open_unix_connection(str(sock_dir / "proxy.sock"))
+        marks = [0xC0FFEE00 + n for n in range(20)]
+        writer.write(fr.PREFACE + settings_frame() + b"".join(
+            fr.serialize(FrameType.PING, 0, 0, struct.pack(">Q", mark)) for mark in marks
+        ))
+        acks: list[int] = []
+        buf = b""
+        async with asyncio.timeout(5):
+            while len(acks) < len(marks):
+                f, nxt = fr.parse(buf, 0, fr.MAX_FRAME_LIMIT)
+                if f is None:
+                    chunk = await reader.read(65536)
+                    assert chunk, "connection closed"
+                    buf += chunk
+                    continue
+                buf = buf[nxt:]
+                assert f.type != FrameType.GOAWAY
+                if f.type == FrameType.PING:
+                    assert f.has(Flag.ACK)
+                    acks.append(struct.unpack(">Q", bytes(f.payload))[0])
+        assert acks == marks
+        # The connection goes on to the runtime: a call on it still works...
+        writer.write(_headers(1, request_block(V1_LIST), Flag.END_HEADERS)
+                     + fr.serialize(FrameType.DATA, Flag.END_STREAM, 1, struct.pack(">BI", 0, 2) + b"ok"))
+        await fake.wait_calls(V1_LIST)
+        writer.close()
+    # ...and never saw one of the client's pings.
+    assert not [f for f in tap.sent if f.type == FrameType.PING and struct.unpack(">Q", f.payload)[0] in marks]
