@@ -302,7 +302,7 @@ FLAG_OF = {
     "listen": "listen", "backend": "backend", "image_backend": "image_backend", "hook_dir": "hook_dir",
     "serve_versions": "serve_versions", "backend_version": "backend_version", "unknown_fields": "unknown_fields",
     "max_recv_message_bytes": "max_message_size", "max_send_message_bytes": "max_message_size",
-    "grace_period": "grace_period", "metrics_listen": "metrics_listen",
+    "grace_period": "grace_period", "metrics_listen": "metrics_listen", "data_path": "data_path",
     "log_format": "log_format", "log_level": "log_level",
 }
 
