@@ -28,6 +28,7 @@ from grpc import aio
 
 from . import frame as fr
 from .divert import Diverted, answer, encode_headers
+from .downstream import BackendSide
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .msgsize import MessageSizes
 from .outbound import Outbound
@@ -59,28 +60,25 @@ class FrameConnection:
     ) -> None:
         # Transports, fed by protocols (listener.py): no task switch per read.
         self._client_writer = client
-        self._backend_writer = backend
+        self.backend = backend
         self._client_buf = b""
         self._client_block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
-        self._backend_buf = b""
-        self._backend_block: list[bytes] = []
-        self._backend_block_sid = 0
         self._prefaced = False
+        self._backend_side = BackendSide(self)
         self.closed = asyncio.get_running_loop().create_future()
         self._client_writable = asyncio.Event()
         self._client_writable.set()
         self._routes = routes
         self._local = local
         self._max_message = max_message
-        self._max_response = min(max_message, max_send or max_message)
+        self.max_response = min(max_message, max_send or max_message)
         self._sizes_in: dict[int, MessageSizes] = {}
-        self._sizes_out: dict[int, MessageSizes] = {}
+        self.sizes_out: dict[int, MessageSizes] = {}
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
-        self._block_ends = False
-        self.out = Outbound(self._client_writer, self._credit_backend)
-        self._decoder = hpack.Decoder()
-        self._decoder.max_header_list_size = MAX_HEADER_BLOCK
+        self.out = Outbound(self._client_writer, self.credit_backend)
+        self.decoder = hpack.Decoder()
+        self.decoder.max_header_list_size = MAX_HEADER_BLOCK
         self.last_stream = 0
         self.relayed: set[int] = set()  # open relayed streams
         self.unary_open: set[int] = set()  # of those, known unary calls
@@ -100,16 +98,16 @@ class FrameConnection:
         self._guard(self._client_chunk, chunk, "client")
 
     def backend_data(self, chunk: bytes) -> None:
-        self._guard(self._backend_chunk, chunk, "backend")
+        self._guard(self._backend_side.feed, chunk, "backend")
 
     def client_writable(self, writable: bool) -> None:
         """The client's transport buffer is full (or drained again): hold the backend."""
         if writable:
             self._client_writable.set()
-            self._backend_writer.resume_reading()
+            self.backend.resume_reading()
         else:
             self._client_writable.clear()
-            self._backend_writer.pause_reading()
+            self.backend.pause_reading()
 
     def backend_writable(self, writable: bool) -> None:
         if writable:
@@ -137,7 +135,7 @@ class FrameConnection:
             self.lost()
 
     def _close(self) -> None:
-        for writer in (self._client_writer, self._backend_writer):
+        for writer in (self._client_writer, self.backend):
             writer.close()
         self._client_writable.set()  # a diverted call waiting to send finds the connection gone
         if not self.closed.done():
@@ -151,25 +149,25 @@ class FrameConnection:
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
         # unary calls get the grace period.
         for sid in sorted(self.relayed - self.unary_open):
-            self._backend_writer.write(self._end_locally(sid, 14, "runtime-proxy is shutting down"))
+            self.backend.write(self.end_locally(sid, 14, "runtime-proxy is shutting down"))
         self.out.flush()
 
-    def _end_locally(self, sid: int, status: int, message: str) -> bytes:
+    def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
         ending = [("grpc-status", str(status)), ("grpc-message", message)]
         if sid not in self.responded:
             ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
         self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
         self.ended.add(sid)
-        self._stream_done(sid)
+        self.stream_done(sid)
         return fr.rst_stream(sid, ErrorCode.CANCEL)
 
-    def _credit_backend(self, amount: int) -> None:
+    def credit_backend(self, amount: int) -> None:
         # Batched: the backend still has BACKEND_GRANT - CREDIT_BATCH of window
         # at least, and a small call costs no extra frame.
         self._uncredited += amount
         if self._uncredited >= CREDIT_BATCH:
-            self._backend_writer.write(fr.window_update(0, self._uncredited))
+            self.backend.write(fr.window_update(0, self._uncredited))
             self._uncredited = 0
 
     def _check_idle(self) -> None:
@@ -190,7 +188,7 @@ class FrameConnection:
                 self.lost()
                 return
             self._prefaced = True
-            self._backend_writer.write(fr.PREFACE)
+            self.backend.write(fr.PREFACE)
             chunk, self._client_buf = self._client_buf[len(fr.PREFACE) :], b""
         buf = self._client_buf + chunk if self._client_buf else chunk
         block = self._client_block
@@ -218,7 +216,7 @@ class FrameConnection:
         self._client_buf = buf[pos:]
         data = b"".join(out)
         if data:
-            self._backend_writer.write(data)
+            self.backend.write(data)
         self.out.flush()
 
     def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
@@ -268,7 +266,7 @@ class FrameConnection:
                     call.task.cancel()
                 self._check_idle()
                 return
-            self._stream_done(sid)
+            self.stream_done(sid)
             out.append(raw)
         elif f.type == FrameType.SETTINGS:
             if not f.has(Flag.ACK):
@@ -311,7 +309,7 @@ class FrameConnection:
         sid, raws, fragments, end_stream = block
         try:
             # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
-            headers = self._decoder.decode(b"".join(fragments), raw=True)
+            headers = self.decoder.decode(b"".join(fragments), raw=True)
         except hpack.HPACKError as exc:
             raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
         if sid in self.diverted:  # trailers of a diverted call: the backend's decoder still reads them
@@ -330,7 +328,7 @@ class FrameConnection:
         out.extend(raws)
         self.relayed.add(sid)
         self._sizes_in[sid] = MessageSizes(self._max_message)
-        self._sizes_out[sid] = MessageSizes(self._max_response)
+        self.sizes_out[sid] = MessageSizes(self.max_response)
         if self._routes.unary(path):
             self.unary_open.add(sid)
             self.idle.clear()
@@ -385,7 +383,7 @@ class FrameConnection:
     def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
         message = f"Received message larger than max ({length} vs. {self._max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-        out.append(self._end_locally(f.stream_id, 8, message))
+        out.append(self.end_locally(f.stream_id, 8, message))
         self.out.control(fr.window_update(0, len(f.payload)))  # dropped, never seen by the backend
 
     def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
@@ -412,85 +410,16 @@ class FrameConnection:
         if credit:
             self.out.control(credit)
 
-    def _stream_done(self, sid: int) -> None:
+    def stream_done(self, sid: int) -> None:
         self.relayed.discard(sid)
         self.responded.discard(sid)
         self._sizes_in.pop(sid, None)
-        self._sizes_out.pop(sid, None)
+        self.sizes_out.pop(sid, None)
         if sid in self.unary_open:
             self.unary_open.discard(sid)
             self._check_idle()
 
     # -- backend -> client -------------------------------------------------
-
-    def _backend_chunk(self, chunk: bytes) -> None:
-        out = self.out
-        buf = self._backend_buf + chunk if self._backend_buf else chunk
-        block = self._backend_block
-        pos = 0
-        while True:
-            f, nxt = fr.parse(buf, pos, self.client_max_frame)
-            if f is None:
-                break
-            raw = buf[pos:nxt]
-            pos = nxt
-            sid = f.stream_id
-            t = f.type
-            if t == FrameType.DATA:
-                if sid in self.diverted or sid in self.ended:
-                    self._credit_backend(len(f.payload))
-                    continue
-                sizes = self._sizes_out.get(sid)
-                if sizes is not None:
-                    too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
-                    if too_long is not None:
-                        message = f"Received message larger than max ({too_long} vs. {self._max_response})"
-                        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-                        self._backend_writer.write(self._end_locally(sid, 8, message))
-                        self._credit_backend(len(f.payload))
-                        continue
-                end = f.has(Flag.END_STREAM)
-                if f.has(Flag.PADDED):
-                    out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
-                else:
-                    out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
-                if end:
-                    self._stream_done(sid)
-            elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
-                if sid in self.diverted:
-                    # Dropping it would desync the client's HPACK table.
-                    raise FrameError(ErrorCode.INTERNAL_ERROR, f"backend answered diverted stream {sid}")
-                if t == FrameType.HEADERS:
-                    block[:] = [raw]
-                    self._backend_block_sid = sid
-                    self._block_ends = f.has(Flag.END_STREAM)
-                    if sid in self.relayed:
-                        self.responded.add(sid)
-                else:
-                    block.append(raw)
-                if f.has(Flag.END_HEADERS):
-                    out.frames(b"".join(block))
-                    block.clear()
-                    if self._block_ends:
-                        self._stream_done(self._backend_block_sid)
-            elif sid in self.diverted or sid in self.ended:
-                # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
-                # header blocks, above, still go out: the client decodes and drops them.)
-                continue
-            else:
-                if t == FrameType.SETTINGS and not f.has(Flag.ACK):
-                    values = fr.settings(f.payload)
-                    if Setting.MAX_FRAME_SIZE in values:
-                        self.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
-                    if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
-                        self._decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
-                elif t == FrameType.RST_STREAM:
-                    self._stream_done(sid)
-                    out.frames(raw)  # after the stream's queued DATA
-                    continue
-                out.control(raw)
-        self._backend_buf = buf[pos:]
-        out.flush()
 
 
 _CLIENT_SPECIAL = frozenset({
