@@ -33,12 +33,14 @@ def _parse(argv: list[str] | None) -> Options:
                    default=d.concurrencies, help="comma-separated unary concurrencies [1,16]")
     p.add_argument("--quick", action="store_true", help="smoke mode: 1 short round, 3 lifecycles per mode (< 60 s); overrides --rounds, --duration, --lifecycles")
     p.add_argument("--json", type=Path, help="also write all figures as JSON to this file")
+    p.add_argument("--data-path", choices=("grpc", "frames"), default=d.data_path,
+                   help=f"the proxies' --data-path [{d.data_path}]")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.duration <= 0 or a.lifecycles < 1 or a.containers < 0:
         p.error("--rounds and --lifecycles must be >= 1, --duration > 0, --containers >= 0")
     opts = Options(rounds=a.rounds, duration=a.duration, lifecycles=a.lifecycles, containers=a.containers,
-                   concurrencies=a.concurrency, json_path=a.json, keep=a.keep)
+                   concurrencies=a.concurrency, json_path=a.json, keep=a.keep, data_path=a.data_path)
     return quick_options(opts) if a.quick else opts
 
 

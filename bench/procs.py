@@ -180,13 +180,15 @@ class RelayChild(ReadyChild):
 
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, data_path: str = "grpc") -> None:
         # The console script's entry point, called directly: it does not depend on a `__main__`
         # guard in runtimeproxy/cli.py (older checkouts had none, and `-m` then exited doing nothing).
         argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
                 "--backend", str(backend), "--hook-dir", str(hook_dir), "--log-level", "warning"]
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        if data_path != "grpc":  # only then: older checkouts have no --data-path
+            argv += ["--data-path", data_path]
         super().__init__(name, argv, log_path)
         self.listen = listen
         self.metrics_port = metrics_port

@@ -60,6 +60,7 @@ class Options:
     json_path: Path | None = None
     keep: bool = False  # keep the work directory (logs) after the run
     quick: bool = False
+    data_path: str = "grpc"  # the proxies' --data-path
 
 
 def quick_options(base: Options) -> Options:
@@ -118,9 +119,10 @@ class Bench:
             write_hook_config(hooked_dir, "noop", hook_sock, ALL_HOOKS, failure_policy="Ignore")
 
             metrics_port = free_tcp_port()
-            plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log")
+            plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
+                               data_path=self.opts.data_path)
             hooked = ProxyChild("proxy (no-op hook)", work / "proxyh.sock", direct_sock, hooked_dir,
-                                work / "proxyh.log", metrics_port=metrics_port)
+                                work / "proxyh.log", metrics_port=metrics_port, data_path=self.opts.data_path)
             for proxy in (plain, hooked):
                 await proxy.start()
                 stack.push_async_callback(proxy.stop)

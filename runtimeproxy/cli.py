@@ -75,6 +75,10 @@ def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) ->
     show_default=False,  # in MiB, in the help text
 )
 @_setting("--max-concurrent-streams", "Calls one client connection may have open at once.", type=int)
+@_setting(
+    "--data-path",
+    "grpc: every call through grpc.aio; frames: calls that need no hook relayed frame by frame (faster).",
+)
 @_setting("--grace-period", "Seconds in-flight calls get on SIGTERM.", type=float)
 @_setting("--metrics-listen", "host:port to serve Prometheus metrics on. [default: off]", show_default=False)
 @_setting("--log-format", "Log line format.")

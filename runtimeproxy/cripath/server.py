@@ -14,6 +14,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
+from ..frames.path import FramesPath
 from ..host import unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
@@ -84,6 +85,7 @@ class Proxy:
         self._listener: ActivatedListener | None = None
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
+        self._frames = _frames_path(config, self.router, options)
 
     async def start(self) -> None:
         """Listen at once; the backend is probed in the background."""
@@ -120,9 +122,12 @@ class Proxy:
         prepare_socket_path(path)
         old = os.umask(0o117)  # the socket is created 0660, never briefly wider
         try:
-            if self.server.add_insecure_port(f"unix://{path}") == 0:
-                raise ListenError(f"cannot listen on {path}")
-            await self.server.start()
+            if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
+                await self._frames.start(self.server, path)
+            else:
+                if self.server.add_insecure_port(f"unix://{path}") == 0:
+                    raise ListenError(f"cannot listen on {path}")
+                await self.server.start()
         finally:
             os.umask(old)
         os.chmod(path, SOCKET_MODE)
@@ -187,12 +192,16 @@ class Proxy:
         if self._listener is not None:  # kubelet's next connections wait for the next instance
             self._listener.stop_accepting()
         self.relay.end_streams()
+        if self._frames is not None:
+            self._frames.stop_accepting()
         if grace > 0:
             await self._stop_accepting(grace)
         else:  # no grace: calls in flight are cancelled anyway
             await self.server.stop(0)
         if self._listener is not None:
             await self._listener.close()
+        if self._frames is not None:
+            await self._frames.drain(grace)
         # 2. Finish recording the calls the runtime answered (this reads the
         #    backend), and let their post hooks finish.
         for stage in self.router.stages:
@@ -206,6 +215,15 @@ class Proxy:
         # Only our own socket: a newer instance may already have replaced it.
         unixsocket.remove_own(self._bound, self._socket)
         log.info("stopped", extra={"socket": str(self.config.listen)})
+
+
+def _frames_path(config: ProxyConfig, router: Router, options: list) -> FramesPath | None:
+    """The frames data path, or None for the grpc one (``--data-path``)."""
+    if config.data_path != "frames":
+        return None
+    assert config.backend is not None
+    return FramesPath(router, config.backend, config.image_backend, options, config.max_recv_message_bytes,
+                      config.max_send_message_bytes)
 
 
 def stop_on_signals() -> asyncio.Event:

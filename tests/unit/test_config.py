@@ -310,7 +310,7 @@ FLAG_OF = {
     "serve_versions": "serve_versions", "backend_version": "backend_version", "unknown_fields": "unknown_fields",
     "max_recv_message_bytes": "max_message_size", "max_send_message_bytes": "max_message_size",
     "max_concurrent_streams": "max_concurrent_streams",
-    "grace_period": "grace_period", "metrics_listen": "metrics_listen",
+    "grace_period": "grace_period", "metrics_listen": "metrics_listen", "data_path": "data_path",
     "log_format": "log_format", "log_level": "log_level",
 }
 

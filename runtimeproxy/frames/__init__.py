@@ -1,0 +1,1 @@
+"""A frame-level HTTP/2 data path (``--data-path frames``), see connection.py."""

@@ -1,0 +1,168 @@
+"""Calls the proxy answers itself on a frames connection.
+
+Hooked methods, health, refusals: everything the relay does not pass on
+verbatim is re-issued as a byte-level gRPC call to the proxy's own grpc.aio
+server (the same router, stages and hooks as on the grpc data path: not a
+copy) and its answer is framed back to the client. Only the client's request
+header block is needed from the wire; the answer's header blocks are encoded
+without indexing, so the client's HPACK table (shared with the backend's
+encoder) is never touched by them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+import hpack
+from grpc import aio
+
+from ..cripath.forward import HOP_BY_HOP
+from .frame import DEFAULT_MAX_FRAME, DEFAULT_WINDOW, header_frames
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def parse_timeout(value: str) -> float | None:
+    """grpc-timeout (e.g. ``"4999910u"``) in seconds; None if malformed."""
+    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]) * _TIMEOUT_UNITS[value[-1]]
+
+
+def encode_headers(headers: list[tuple[str, str | bytes]]) -> bytes:
+    """A header block that adds nothing to the peer's dynamic table."""
+    encoder = hpack.Encoder()
+    return encoder.encode([hpack.NeverIndexedHeaderTuple(k, _wire_value(k, v)) for k, v in headers])
+
+
+def _wire_value(key: str, value: str | bytes) -> str | bytes:
+    if key.endswith("-bin") and isinstance(value, bytes):
+        return base64.b64encode(value).rstrip(b"=")
+    return value
+
+
+def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
+    """The client's metadata as grpc takes it (-bin values decoded)."""
+    out: list[tuple[str, str | bytes]] = []
+    for raw_key, value in headers:
+        key = raw_key.decode("latin-1")
+        if key.startswith(":") or key in HOP_BY_HOP:
+            continue
+        if not key.endswith("-bin"):
+            out.append((key, value.decode("latin-1")))
+        elif value.startswith(b"\0"):  # true binary
+            out.append((key, value[1:]))
+        else:
+            out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+    return tuple(out)
+
+
+def split_messages(body: bytes) -> list[bytes] | str:
+    """gRPC length-prefixed messages; an error text if malformed or compressed."""
+    out, i = [], 0
+    while i < len(body):
+        if len(body) - i < 5:
+            return "truncated gRPC message"
+        compressed, length = struct.unpack_from(">BI", body, i)
+        if compressed:
+            return "compressed requests are not served on the frames data path"
+        out.append(body[i + 5 : i + 5 + length])
+        if len(out[-1]) != length:
+            return "truncated gRPC message"
+        i += 5 + length
+    return out
+
+
+@dataclass
+class Diverted:
+    """One call the proxy answers; fed by the relay, answered by ``run``."""
+
+    stream_id: int
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    body: bytearray = field(default_factory=bytearray)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    window: int = DEFAULT_WINDOW  # the client's receive window for this stream
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+Send = Callable[[bytes], None]  # whole frames, no window cost
+SendData = Callable[[int, bytes, bool], Awaitable[None]]  # waits for the stream window
+
+
+async def answer(
+    call: Diverted, channel: aio.Channel, max_frame: Callable[[], int], send: Send, send_data: SendData,
+    max_message: int,
+) -> None:
+    """Issue ``call`` on the proxy's own server and frame its answer back."""
+    status, details, trailers = grpc.StatusCode.OK, "", ()
+    started = False
+
+    def head(metadata: tuple[tuple[str, str | bytes], ...], end: bool) -> None:
+        block = encode_headers([(":status", "200"), ("content-type", "application/grpc"), *metadata])
+        send(b"".join(header_frames(call.stream_id, block, max_frame(), end)))
+
+    await call.ended.wait()
+    messages = split_messages(bytes(call.body)) if len(call.body) <= max_message + 5 else "request too large"
+    if isinstance(messages, str):
+        status, details = (
+            (grpc.StatusCode.RESOURCE_EXHAUSTED, messages) if messages == "request too large"
+            else (grpc.StatusCode.INTERNAL if "truncated" in messages else grpc.StatusCode.UNIMPLEMENTED, messages)
+        )
+    else:
+        metadata = call_metadata(call.headers)
+        timeout = dict(call.headers).get(b"grpc-timeout")
+        rpc = channel.stream_stream(call.path)(
+            _iterate(messages), metadata=metadata, timeout=parse_timeout(timeout.decode()) if timeout else None
+        )
+        try:
+            initial = tuple(await rpc.initial_metadata() or ())
+            async for message in rpc:  # type: ignore[attr-defined]
+                if not started:
+                    head(initial, False)
+                    started = True
+                await send_data(call.stream_id, struct.pack(">BI", 0, len(message)) + message, False)
+            trailers = tuple(await rpc.trailing_metadata() or ())
+            if not started:
+                head(initial, False)
+                started = True
+        except aio.AioRpcError as err:
+            status, details, trailers = err.code(), err.details() or "", tuple(err.trailing_metadata() or ())
+            if not started and err.initial_metadata():
+                head(tuple(err.initial_metadata()), False)
+                started = True
+        except asyncio.CancelledError:
+            rpc.cancel()
+            raise
+    ending = [("grpc-status", str(status.value[0])), *((("grpc-message", _percent(details)),) if details else ()),
+              *trailers]
+    if started:
+        block = encode_headers(ending)
+    else:  # trailers-only
+        block = encode_headers([(":status", "200"), ("content-type", "application/grpc"), *ending])
+    send(b"".join(header_frames(call.stream_id, block, max_frame(), True)))
+
+
+async def _iterate(messages: list[bytes]) -> AsyncIterator[bytes]:
+    for message in messages:
+        yield message
+
+
+def _percent(text: str) -> str:
+    """grpc-message percent-encoding (gRPC over HTTP/2 spec)."""
+    out = []
+    for byte in text.encode():
+        out.append(chr(byte) if 0x20 <= byte <= 0x7E and byte != 0x25 else f"%{byte:02X}")
+    return "".join(out)
+
+
+__all__ = ["Diverted", "answer", "parse_timeout", "encode_headers", "DEFAULT_MAX_FRAME"]

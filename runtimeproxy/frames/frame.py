@@ -1,0 +1,168 @@
+"""HTTP/2 frames (RFC 9113 section 4): just enough to relay them.
+
+The relay reads frame headers to find boundaries, stream ids and flow
+control; payloads pass on untouched. Frames the proxy writes itself are built
+here too.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+HEADER_LEN = 9
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DEFAULT_MAX_FRAME = 16_384
+MAX_FRAME_LIMIT = (1 << 24) - 1
+DEFAULT_WINDOW = 65_535
+MAX_WINDOW = (1 << 31) - 1
+
+
+class FrameType(IntEnum):
+    DATA = 0
+    HEADERS = 1
+    PRIORITY = 2
+    RST_STREAM = 3
+    SETTINGS = 4
+    PUSH_PROMISE = 5
+    PING = 6
+    GOAWAY = 7
+    WINDOW_UPDATE = 8
+    CONTINUATION = 9
+
+
+class Flag:
+    END_STREAM = 0x1
+    ACK = 0x1
+    END_HEADERS = 0x4
+    PADDED = 0x8
+    PRIORITY = 0x20
+
+
+class ErrorCode(IntEnum):
+    NO_ERROR = 0x0
+    PROTOCOL_ERROR = 0x1
+    INTERNAL_ERROR = 0x2
+    FLOW_CONTROL_ERROR = 0x3
+    STREAM_CLOSED = 0x5
+    FRAME_SIZE_ERROR = 0x6
+    REFUSED_STREAM = 0x7
+    CANCEL = 0x8
+    COMPRESSION_ERROR = 0x9
+    ENHANCE_YOUR_CALM = 0xB
+
+
+class Setting(IntEnum):
+    HEADER_TABLE_SIZE = 0x1
+    ENABLE_PUSH = 0x2
+    MAX_CONCURRENT_STREAMS = 0x3
+    INITIAL_WINDOW_SIZE = 0x4
+    MAX_FRAME_SIZE = 0x5
+    MAX_HEADER_LIST_SIZE = 0x6
+
+
+class FrameError(Exception):
+    """A connection error: the peer gets a GOAWAY with ``code``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: int  # a FrameType, or an unknown type (relayed, RFC 9113 section 4.1)
+    flags: int
+    stream_id: int
+    payload: memoryview | bytes
+
+    def has(self, flag: int) -> bool:
+        return bool(self.flags & flag)
+
+
+_HEADER = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short
+
+
+def serialize(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    n = len(payload)
+    return _HEADER.pack(n >> 16, n & 0xFFFF, type_, flags, stream_id & 0x7FFFFFFF) + payload
+
+
+def parse(buf: bytes | bytearray | memoryview, start: int, max_frame: int) -> tuple[Frame | None, int]:
+    """The frame at ``start`` and where the next begins; (None, start) if incomplete."""
+    if len(buf) - start < HEADER_LEN:
+        return None, start
+    hi, lo, type_, flags, sid = _HEADER.unpack_from(buf, start)
+    length = (hi << 16) | lo
+    if length > max_frame:
+        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {max_frame}")
+    end = start + HEADER_LEN + length
+    if len(buf) < end:
+        return None, start
+    payload = memoryview(buf)[start + HEADER_LEN : end]
+    return Frame(type_, flags, sid & 0x7FFFFFFF, payload), end
+
+
+def unpadded(frame: Frame) -> memoryview | bytes:
+    """A DATA/HEADERS payload without padding (and HEADERS' priority fields)."""
+    body = frame.payload
+    start, pad = 0, 0
+    if frame.has(Flag.PADDED):
+        if not body:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "padded frame without pad length")
+        pad = body[0]
+        start = 1
+    if frame.type == FrameType.HEADERS and frame.has(Flag.PRIORITY):
+        start += 5
+    if start + pad > len(body):
+        raise FrameError(ErrorCode.PROTOCOL_ERROR, "padding exceeds the frame")
+    return body[start : len(body) - pad]
+
+
+def settings(payload: memoryview | bytes) -> dict[int, int]:
+    if len(payload) % 6:
+        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS length not a multiple of 6")
+    return {k: v for k, v in struct.iter_unpack(">HI", payload)}
+
+
+def window_increment(frame: Frame) -> int:
+    if len(frame.payload) != 4:
+        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE length not 4")
+    return struct.unpack(">I", frame.payload)[0] & 0x7FFFFFFF
+
+
+def window_update(stream_id: int, increment: int) -> bytes:
+    return serialize(FrameType.WINDOW_UPDATE, 0, stream_id, struct.pack(">I", increment))
+
+
+def rst_stream(stream_id: int, code: ErrorCode) -> bytes:
+    return serialize(FrameType.RST_STREAM, 0, stream_id, struct.pack(">I", code))
+
+
+def goaway(last_stream_id: int, code: ErrorCode, debug: bytes = b"") -> bytes:
+    return serialize(FrameType.GOAWAY, 0, 0, struct.pack(">II", last_stream_id, code) + debug)
+
+
+def data_frames(stream_id: int, data: bytes, max_frame: int, end_stream: bool) -> list[bytes]:
+    """``data`` as DATA frames of at most ``max_frame`` bytes each."""
+    view = memoryview(data)
+    chunks = [view[i : i + max_frame] for i in range(0, len(data), max_frame)] or [view]
+    out = []
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        out.append(serialize(FrameType.DATA, Flag.END_STREAM if (last and end_stream) else 0, stream_id, bytes(chunk)))
+    return out
+
+
+def header_frames(stream_id: int, block: bytes, max_frame: int, end_stream: bool) -> list[bytes]:
+    """A header block as HEADERS + CONTINUATION frames."""
+    parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)] or [b""]
+    out = []
+    for i, part in enumerate(parts):
+        flags = Flag.END_HEADERS if i == len(parts) - 1 else 0
+        if i == 0:
+            out.append(serialize(FrameType.HEADERS, flags | (Flag.END_STREAM if end_stream else 0), stream_id, part))
+        else:
+            out.append(serialize(FrameType.CONTINUATION, flags, stream_id, part))
+    return out

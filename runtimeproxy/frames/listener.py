@@ -1,0 +1,170 @@
+"""The frames data path's listener: the proxy's socket, one relay per connection.
+
+Each client connection gets its own backend connection (connection.py). A
+connection that comes while the backend is not reachable or its versions
+are not known yet is spliced as bytes to the proxy's own grpc.aio server,
+which answers it as the grpc data path would (UNAVAILABLE, health).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from grpc import aio
+
+from .connection import FrameConnection, Routes
+from .routes import RouterRoutes
+
+log = logging.getLogger(__name__)
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a relayed connection; hands what it reads to ``feed``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.feed: Callable[[bytes], None] | None = None
+        self.pending: list[bytes] = []  # read before ``feed`` was set
+        self.on_lost: Callable[[], None] | None = None
+        self.on_writable: Callable[[bool], None] | None = None
+        self.gone = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.feed is None:
+            self.pending.append(data)
+        else:
+            self.feed(data)
+
+    def eof_received(self) -> bool:
+        self._gone()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._gone()
+
+    def _gone(self) -> None:
+        if not self.gone:
+            self.gone = True
+            if self.on_lost is not None:
+                self.on_lost()
+
+    def pause_writing(self) -> None:
+        if self.on_writable is not None:
+            self.on_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.on_writable is not None:
+            self.on_writable(True)
+
+    def attach(self, feed: Callable[[bytes], None], on_lost: Callable[[], None],
+               on_writable: Callable[[bool], None] | None = None) -> None:
+        self.feed, self.on_lost, self.on_writable = feed, on_lost, on_writable
+        pending, self.pending = self.pending, []
+        for data in pending:
+            feed(data)
+        if self.gone:
+            on_lost()
+
+
+class FramesListener:
+    def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
+                 channel_options: list, max_message: int, max_send: int | None = None) -> None:
+        self._listen = listen
+        self._backend = backend
+        self._internal = internal
+        self._routes = routes
+        self._options = channel_options
+        self._max_message = max_message
+        self._max_send = max_send
+        self._server: asyncio.AbstractServer | None = None
+        self._channel: aio.Channel | None = None
+        self._connections: set[FrameConnection] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._transports: set[asyncio.BaseTransport] = set()
+
+    async def start(self) -> None:
+        self._channel = aio.insecure_channel(f"unix://{self._internal}", options=self._options)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._accept, path=str(self._listen))
+
+    def _accept(self) -> _Side:
+        side = _Side()
+        task = asyncio.ensure_future(self._serve(side))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+        return side
+
+    async def _serve(self, client: _Side) -> None:
+        await asyncio.sleep(0)  # connection_made has run
+        assert client.transport is not None
+        self._transports.add(client.transport)
+        loop = asyncio.get_running_loop()
+        backend: _Side | None = None
+        if self._routes.ready():  # type: ignore[union-attr]
+            with contextlib.suppress(OSError):
+                _, backend = await loop.create_unix_connection(_Side, str(self._backend))
+        if backend is None:  # not known yet: the proxy's own server answers (UNAVAILABLE, health)
+            with contextlib.suppress(OSError):
+                _, backend = await loop.create_unix_connection(_Side, str(self._internal))
+            if backend is None:
+                client.transport.close()
+                return
+            self._splice(client, backend)
+            return
+        assert self._channel is not None and backend.transport is not None
+        self._transports.add(backend.transport)
+        conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel,
+                               self._max_message, self._max_send)
+        self._connections.add(conn)
+        backend.attach(conn.backend_data, conn.lost, conn.backend_writable)
+        client.attach(conn.client_data, conn.lost, conn.client_writable)
+        await conn.closed
+        self._connections.discard(conn)
+        self._transports.discard(client.transport)
+        self._transports.discard(backend.transport)
+
+    def _splice(self, a: _Side, b: _Side) -> None:
+        assert a.transport is not None and b.transport is not None
+        ta, tb = a.transport, b.transport
+        self._transports.add(tb)
+
+        def close() -> None:
+            ta.close()
+            tb.close()
+            self._transports.discard(ta)
+            self._transports.discard(tb)
+
+        b.attach(ta.write, close)
+        a.attach(tb.write, close)
+
+    def stop_accepting(self) -> None:
+        """Shutdown, step 1: no new connection, no new relayed call."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.begin_stop()
+
+    async def drain(self, grace: float) -> None:
+        """Shutdown, step 2: unary calls finish within ``grace``; then every connection ends."""
+        waits = [asyncio.ensure_future(conn.idle.wait()) for conn in self._connections]
+        if waits and grace > 0:
+            await asyncio.wait(waits, timeout=grace)
+        for wait in waits:
+            wait.cancel()
+        for conn in list(self._connections):
+            conn.lost()
+        for transport in list(self._transports):
+            transport.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=1.0)
+        if self._channel is not None:
+            await self._channel.close()

@@ -1,0 +1,39 @@
+"""gRPC message lengths in a relayed stream's DATA, to apply the proxy's size limits.
+
+A relayed call never has its messages decoded, but each starts with a
+5-byte prefix (compressed flag, length); the tracker follows those across
+DATA frames and says when a message is longer than the limit, so the relay
+can refuse it as grpc.aio would (RESOURCE_EXHAUSTED).
+"""
+
+from __future__ import annotations
+
+
+class MessageSizes:
+    __slots__ = ("_limit", "_remaining", "_prefix")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._remaining = 0  # bytes left of the current message body
+        self._prefix = b""  # an incomplete prefix carried to the next frame
+
+    def feed(self, data: bytes | memoryview) -> int | None:
+        """The length of a message over the limit that starts in ``data``, else None."""
+        i, n = 0, len(data)
+        while i < n:
+            if self._remaining:
+                step = min(self._remaining, n - i)
+                self._remaining -= step
+                i += step
+                continue
+            need = 5 - len(self._prefix)
+            self._prefix += bytes(data[i : i + need])
+            i += need
+            if len(self._prefix) < 5:
+                return None
+            length = int.from_bytes(self._prefix[1:5], "big")
+            self._prefix = b""
+            if length > self._limit:
+                return length
+            self._remaining = length
+        return None

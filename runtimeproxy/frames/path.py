@@ -1,0 +1,43 @@
+"""Wiring the frames data path into a Proxy (``--data-path frames``).
+
+The proxy's grpc.aio server moves to a private socket and keeps serving
+every call the frames connections divert (hooks, health, refusals); the
+proxy's own socket gets the frames listener.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from grpc import aio
+
+from ..cripath.router import Router
+from .listener import FramesListener
+from .routes import RouterRoutes
+
+
+class FramesPath:
+    def __init__(self, router: Router, backend: Path, image_backend: Path | None,
+                 channel_options: list, max_message: int, max_send: int | None = None) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-"))  # 0700: only the proxy
+        self.internal = self._dir / "grpc.sock"
+        image_apart = image_backend is not None and image_backend != backend
+        self.listener = FramesListener(
+            Path(), backend, self.internal, RouterRoutes(router, image_apart), channel_options, max_message, max_send
+        )
+
+    async def start(self, server: aio.Server, listen: Path) -> None:
+        if server.add_insecure_port(f"unix://{self.internal}") == 0:
+            raise OSError(f"cannot listen on {self.internal}")
+        await server.start()
+        self.listener._listen = listen  # noqa: SLF001 - known only at start
+        await self.listener.start()
+
+    def stop_accepting(self) -> None:
+        self.listener.stop_accepting()
+
+    async def drain(self, grace: float) -> None:
+        await self.listener.drain(grace)
+        shutil.rmtree(self._dir, ignore_errors=True)

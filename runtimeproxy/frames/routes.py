@@ -1,0 +1,75 @@
+"""Which calls a frames connection relays verbatim, decided from the router's plan.
+
+A call is relayed verbatim only when the grpc data path would itself relay
+it unchanged to the runtime socket: a version the backend serves natively, no
+stage (hooks, field checks) on the method, the runtime (not a separate image)
+backend. Everything else, health and refusals included, is diverted to the
+proxy's own grpc.aio server, so it behaves exactly as on the grpc path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..cripath import methods
+from ..cripath.backend import CRI_VERSIONS
+from ..cripath.router import Router
+from ..cripath.stage import StageProvider
+from ..cripath.versions import VersionPlan
+
+
+def fast_paths(plan: VersionPlan, stages: Sequence[StageProvider], image_apart: bool) -> frozenset[str]:
+    fast = set()
+    for version in CRI_VERSIONS:
+        if plan.routes.get(version) != version:
+            continue  # not served, or translated (a rewritten :path)
+        for path, info in methods.METHODS[version].items():
+            if image_apart and info.service == "ImageService":
+                continue
+            if not (info.client_streaming or info.server_streaming) and any(
+                provider.stage_for(info.name, version, version) is not None for provider in stages
+            ):
+                continue
+            fast.add(path)
+    return frozenset(fast)
+
+
+class RouterRoutes:
+    """The frames connections' view of the router, rebuilt when its plan changes."""
+
+    def __init__(self, router: Router, image_apart: bool) -> None:
+        self._router = router
+        self._image_apart = image_apart
+        self._plan: VersionPlan | None = None
+        self._fast: frozenset[str] = frozenset()
+        self._unary = frozenset(
+            path
+            for version in CRI_VERSIONS
+            for path, info in methods.METHODS[version].items()
+            if not (info.client_streaming or info.server_streaming)
+        )
+
+    def ready(self) -> bool:
+        return self._router.plan is not None
+
+    def fast(self, path: str) -> bool:
+        plan = self._router.plan
+        if plan is None:
+            return False
+        if plan is not self._plan:
+            self._fast = fast_paths(plan, self._router.stages, self._image_apart)
+            self._plan = plan
+        if path in self._fast:
+            return True
+        ref = methods.parse_method(path)
+        # A method our protos lack, in a version served natively: the router
+        # relays it as a byte stream, as the backend would see it here.
+        return (
+            ref is not None
+            and path not in methods.METHODS.get(ref.version, {})
+            and plan.routes.get(ref.version) == ref.version
+            and not (self._image_apart and ref.service == "ImageService")
+        )
+
+    def unary(self, path: str) -> bool:
+        return path in self._unary

@@ -1,0 +1,148 @@
+"""HTTP/2 frame parsing and building, gRPC message-size tracking, the client's window queue."""
+
+from __future__ import annotations
+
+import struct
+
+import hpack
+import pytest
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.divert import encode_headers, parse_timeout, split_messages
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
+from runtimeproxy.frames.msgsize import MessageSizes
+from runtimeproxy.frames.outbound import Outbound
+
+
+def test_round_trip_and_incomplete() -> None:
+    raw = fr.serialize(FrameType.DATA, Flag.END_STREAM, 7, b"hello")
+    for cut in range(len(raw)):
+        assert fr.parse(raw[:cut], 0, fr.DEFAULT_MAX_FRAME) == (None, 0)
+    f, nxt = fr.parse(raw + b"rest", 0, fr.DEFAULT_MAX_FRAME)
+    assert f is not None and nxt == len(raw)
+    assert (f.type, f.flags, f.stream_id, bytes(f.payload)) == (FrameType.DATA, Flag.END_STREAM, 7, b"hello")
+
+
+def test_oversized_frame_is_a_frame_size_error() -> None:
+    raw = fr.serialize(FrameType.DATA, 0, 1, b"x" * 17)
+    with pytest.raises(FrameError) as err:
+        fr.parse(raw, 0, 16)
+    assert err.value.code == ErrorCode.FRAME_SIZE_ERROR
+
+
+def test_reserved_bit_of_the_stream_id_is_ignored() -> None:
+    raw = bytearray(fr.serialize(FrameType.PING, 0, 0, b"\x00" * 8))
+    raw[5] |= 0x80
+    f, _ = fr.parse(bytes(raw), 0, fr.DEFAULT_MAX_FRAME)
+    assert f is not None and f.stream_id == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "payload", "body"),
+    [
+        (Flag.PADDED, b"\x03abc\x00\x00\x00", b"abc"),
+        (0, b"abc", b"abc"),
+    ],
+)
+def test_unpadded(flags: int, payload: bytes, body: bytes) -> None:
+    assert bytes(fr.unpadded(fr.Frame(FrameType.DATA, flags, 1, payload))) == body
+
+
+def test_padding_longer_than_the_frame_is_a_protocol_error() -> None:
+    with pytest.raises(FrameError) as err:
+        fr.unpadded(fr.Frame(FrameType.DATA, Flag.PADDED, 1, b"\x09ab"))
+    assert err.value.code == ErrorCode.PROTOCOL_ERROR
+
+
+def test_headers_priority_fields_are_skipped() -> None:
+    f = fr.Frame(FrameType.HEADERS, Flag.PRIORITY, 1, b"\x00\x00\x00\x03\x10block")
+    assert bytes(fr.unpadded(f)) == b"block"
+
+
+def test_header_and_data_frames_split_at_the_max_frame_size() -> None:
+    frames = fr.data_frames(3, b"x" * 40_000, 16_384, end_stream=True)
+    parsed = [fr.parse(raw, 0, 16_384)[0] for raw in frames]
+    assert [len(f.payload) for f in parsed] == [16_384, 16_384, 7_232]
+    assert [f.has(Flag.END_STREAM) for f in parsed] == [False, False, True]
+    blocks = fr.header_frames(3, b"h" * 20_000, 16_384, end_stream=True)
+    parsed = [fr.parse(raw, 0, 16_384)[0] for raw in blocks]
+    assert [f.type for f in parsed] == [FrameType.HEADERS, FrameType.CONTINUATION]
+    assert parsed[0].has(Flag.END_STREAM) and not parsed[0].has(Flag.END_HEADERS) and parsed[1].has(Flag.END_HEADERS)
+
+
+def test_own_header_blocks_leave_the_peers_table_alone() -> None:
+    decoder = hpack.Decoder()
+    block = encode_headers([(":status", "200"), ("grpc-status", "0"), ("x-bin", b"\x00\xff")])
+    assert decoder.decode(block) == [(":status", "200"), ("grpc-status", "0"), ("x-bin", "AP8")]
+    assert len(decoder.header_table.dynamic_entries) == 0
+
+
+def test_message_sizes_across_frames() -> None:
+    sizes = MessageSizes(limit=10)
+    message = struct.pack(">BI", 0, 8) + b"x" * 8
+    assert sizes.feed(message[:3]) is None  # a prefix split over frames
+    assert sizes.feed(message[3:] + message) is None
+    too_long = struct.pack(">BI", 0, 11)
+    assert sizes.feed(too_long[:2]) is None
+    assert sizes.feed(too_long[2:]) == 11
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("5S", 5.0), ("250m", 0.25), ("7u", 7e-6), ("1H", 3600.0),
+                                                ("x", None), ("12", None), ("S", None)])
+def test_grpc_timeout(value: str, seconds: float | None) -> None:
+    assert parse_timeout(value) == seconds
+
+
+def test_split_messages() -> None:
+    two = struct.pack(">BI", 0, 1) + b"a" + struct.pack(">BI", 0, 0)
+    assert split_messages(two) == [b"a", b""]
+    assert isinstance(split_messages(two[:-1]), str)
+    assert "compressed" in split_messages(struct.pack(">BI", 1, 1) + b"a")  # type: ignore[operator]
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+
+def _frames(data: bytes) -> list[fr.Frame]:
+    out, pos = [], 0
+    while True:
+        f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
+        if f is None:
+            return out
+        out.append(f)
+
+
+def test_outbound_keeps_the_client_window_and_order() -> None:
+    writer, credits = _Writer(), []
+    out = Outbound(writer, credits.append)  # type: ignore[arg-type]
+    out.data(1, b"a" * 60_000, False, credit=60_000)
+    out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, b"\x88"))
+    out.data(1, b"b" * 10_000, True, credit=10_000)  # over the window: waits, and what follows it too
+    out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88"))
+    out.control(fr.window_update(0, 5))  # not held behind DATA
+    out.flush()
+    sent = _frames(writer.written)
+    assert [(f.type, f.stream_id, len(f.payload)) for f in sent] == [
+        (FrameType.DATA, 1, 60_000), (FrameType.HEADERS, 3, 1), (FrameType.DATA, 1, 5_535),
+        (FrameType.WINDOW_UPDATE, 0, 4),
+    ]
+    assert out.window == 0 and credits == [60_000]
+    out.grow(100_000)
+    out.flush()
+    rest = _frames(writer.written)[len(sent):]
+    assert [(f.type, f.stream_id, len(f.payload), f.has(Flag.END_STREAM)) for f in rest] == [
+        (FrameType.DATA, 1, 4_465, True), (FrameType.HEADERS, 1, 1, True),
+    ]
+    assert credits == [60_000, 10_000]
+
+
+def test_outbound_window_overflow_is_a_flow_control_error() -> None:
+    out = Outbound(_Writer(), lambda n: None)  # type: ignore[arg-type]
+    with pytest.raises(FrameError) as err:
+        out.grow(fr.MAX_WINDOW)
+    assert err.value.code == ErrorCode.FLOW_CONTROL_ERROR
