@@ -28,9 +28,21 @@ from .versions import VersionPlan, VersionPlanError, plan
 
 log = logging.getLogger(__name__)
 
+REFUSAL_READ_S = 1.0  # a refused client that never half-closes is answered after this
+
+
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     # A stream-stream handler answers a call of any cardinality.
     async def refuse(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        # Read what the client sends (bounded) before answering: a grpc.aio
+        # client still writing its request when the status arrives reports
+        # INTERNAL "Internal error from Core" instead of it (grpc#36066).
+        try:
+            async with asyncio.timeout(REFUSAL_READ_S):
+                async for _ in requests:
+                    pass
+        except (TimeoutError, aio.AioRpcError):
+            pass
         log.info("call refused", extra={"code": code.name, "error": message})
         await context.abort(code, message)
         yield b""  # pragma: no cover - makes this an async generator
