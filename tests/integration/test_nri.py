@@ -17,7 +17,7 @@ from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
-from ..component.hookpath import test_hooks
+from ..component.conftest import hook_dir  # noqa: F401 (fixture: as the proxy's hook tests have it, under sock_dir)
 from ..hookprocs import hook_server
 from . import nrihelpers
 from .batchhelpers import PodCgroup, batchresource_hook
@@ -31,7 +31,6 @@ from .test_localruntime import remove_pod_quietly
 pb = V1.pb
 # Only against the session's containerd 1.7.13 (the one with NRI).
 ON_CONTAINERD17 = pytest.mark.parametrize("containerd", ["1.7"], indirect=True)
-hook_dir = test_hooks.hook_dir  # as the proxy's hook tests have it, under sock_dir
 QUOTA_HOOK = {
     "PreCreateContainer": {
         "container_resources": {"cpu_period": 100000, "cpu_quota": 20000, "memory_limit_in_bytes": 64 * MIB},
