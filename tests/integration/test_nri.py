@@ -17,7 +17,7 @@ from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
-from ..component.conftest import hook_dir  # noqa: F401 (fixture: as the proxy's hook tests have it, under sock_dir)
+from ..component import conftest as component
 from ..hookprocs import hook_server
 from . import nrihelpers
 from .batchhelpers import PodCgroup, batchresource_hook
@@ -27,6 +27,8 @@ from .crihelpers import V1, cgroup_of, verbose_info
 from .nrihelpers import nri_plugin
 from .test_batchresource import BE, MIB, batch, container_values, pod_values, spec
 from .test_localruntime import remove_pod_quietly
+
+hook_dir = component.hook_dir  # the proxy's hook tests' fixture, under sock_dir
 
 pb = V1.pb
 # Only against the session's containerd 1.7.13 (the one with NRI).
