@@ -76,11 +76,16 @@ class StateStore:
     # saw, so it must neither overwrite a record nor bring a removed one back.
     _reading: dict[str, int] = field(default_factory=dict)
     _stale_reads: set[str] = field(default_factory=set)
+    # Per rebuild under way: the ids written or dropped since it began, which
+    # its (older) listing must not judge.
+    _rebuilds: list[set[str]] = field(default_factory=list)
 
     def changed(self, object_id: str) -> None:
         """A call changed this object: reads under way for it are out of date."""
         if object_id in self._reading:
             self._stale_reads.add(object_id)
+        for touched in self._rebuilds:
+            touched.add(object_id)
 
     def put_pod(self, pod_id: str, record: hookapi.PodSandboxHookRequest) -> None:
         self.pods[pod_id] = record
@@ -145,18 +150,34 @@ class StateStore:
         return None if stale else result
 
     async def rebuild(self) -> None:
-        """Read every pod and container the backend has (proxy start-up).
+        """Make the records what the backend has (proxy start-up, and after a
+        runtime restart).
 
         Object by object: one the proxy cannot read (say, a label that is not
         UTF-8, which containerd accepts and Python's protobuf refuses) is
-        logged and skipped, and the others are still rebuilt."""
+        logged and skipped, and the others are still rebuilt. Records of
+        objects the backend no longer lists are dropped (a removal whose
+        answer was lost when the runtime died), unless a call wrote them
+        since the rebuild began."""
         assert self.read_backend is not None
-        pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), v1.PodSandbox)
-        for pod_id in pod_ids:
-            await self.pod(pod_id)
-        container_ids = _listed_ids(await self.read_backend("ListContainers", b""), v1.Container)
-        for container_id in container_ids:
-            await self.container(container_id)
+        touched: set[str] = set()
+        self._rebuilds.append(touched)
+        try:
+            pods_before, containers_before = set(self.pods), set(self.containers)
+            pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), v1.PodSandbox)
+            for pod_id in pod_ids:
+                await self.pod(pod_id)
+            container_ids = _listed_ids(await self.read_backend("ListContainers", b""), v1.Container)
+            for container_id in container_ids:
+                await self.container(container_id)
+            gone_containers = containers_before - set(container_ids) - touched
+            gone_pods = pods_before - set(pod_ids) - touched
+        finally:
+            self._rebuilds.remove(touched)
+        for container_id in gone_containers:
+            self.drop_container(container_id)
+        for pod_id in gone_pods:
+            self.drop_pod(pod_id)
         log.info(
             "state rebuilt from backend",
             extra={
@@ -164,6 +185,8 @@ class StateStore:
                 "containers": len(self.containers),
                 "pods_skipped": len(pod_ids) - sum(i in self.pods for i in pod_ids),
                 "containers_skipped": len(container_ids) - sum(i in self.containers for i in container_ids),
+                "pods_forgotten": len(gone_pods),
+                "containers_forgotten": len(gone_containers),
             },
         )
 

@@ -170,3 +170,23 @@ async def test_rebuild_of_readable_lists_warns_about_nothing(caplog: Any) -> Non
         await store.rebuild()
     assert set(store.containers) == {"c1"}
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+async def test_rebuild_forgets_what_the_backend_no_longer_has_but_not_what_a_call_wrote_meanwhile() -> None:
+    """A removal whose answer was lost when the runtime died leaves a record the
+    runtime no longer lists: the rebuild after the restart drops it. A record a
+    call writes while the rebuild lists is newer than the listing and stays."""
+    backend = Backend()  # lists p1 and c1 only
+    store = StateStore(read_backend=backend)
+    store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
+    store.put_container("gone-ctr", "gone-pod", hookapi.ContainerResourceHookRequest())
+    backend.gate.clear()
+    rebuilding = asyncio.ensure_future(store.rebuild())
+    while "ListPodSandbox" not in backend.calls:
+        await asyncio.sleep(0)  # one loop turn: the listing is under way
+    store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
+    backend.gate.set()
+    await rebuilding
+    assert set(store.pods) == {"p1", "new-pod"}
+    assert set(store.containers) == {"c1"} and "gone-ctr" not in store.container_pod
+    assert store._rebuilds == []
