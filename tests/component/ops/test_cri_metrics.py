@@ -96,7 +96,11 @@ async def test_calls_counted_by_method_version_and_code(fake: FakeBackend, sock_
             with pytest.raises(aio.AioRpcError) as err:
                 await channel.unary_unary(hang)(b"", timeout=0.3)
             assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        after = await asyncio.to_thread(scrape, port)
+            # The client gave up first: the proxy counts the call once its
+            # handler has noticed, which it shows by nothing left in flight.
+            async with asyncio.timeout(10):
+                while (after := await asyncio.to_thread(scrape, port))["runtime_proxy_cri_calls_in_flight"] != 0.0:
+                    await asyncio.sleep(0.05)
 
     assert during["runtime_proxy_cri_calls_in_flight"] == 1.0
     assert calls(after, "Version", "v1", "OK") == 1
