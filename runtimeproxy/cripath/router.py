@@ -23,7 +23,7 @@ from . import methods
 from .backend import CRI_VERSIONS, Backend, BackendInfo
 from .callstats import CallSink, measured
 from .forward import Relay
-from .stage import Stage, StageProvider
+from .stage import Stage, StageProvider, compose
 from .versions import VersionPlan, VersionPlanError, plan
 
 log = logging.getLogger(__name__)
@@ -251,12 +251,7 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
 def _chain(stages: list[Stage], relay: Relay, channel: aio.Channel, path: str) -> Callable[..., Awaitable[bytes]]:
     """Compose stages once, at table build time, into one unary behaviour."""
 
-    async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
-        async def step(index: int, data: bytes) -> bytes:
-            if index == len(stages):
-                return await relay.unary(channel, path, data, context)
-            return await stages[index](data, context, lambda d: step(index + 1, d))
+    async def backend(request: bytes, context: aio.ServicerContext) -> bytes:
+        return await relay.unary(channel, path, request, context)
 
-        return await step(0, request)
-
-    return handle
+    return compose(stages, backend)

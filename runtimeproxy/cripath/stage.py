@@ -8,12 +8,28 @@ when its table is built.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from grpc import aio
 
 Send = Callable[[bytes], Awaitable[bytes]]
 Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
+Unary = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
+
+
+def compose(stages: Sequence[Stage], last: Unary) -> Unary:
+    """``stages`` in order, each sending on to the next, the last to ``last``
+    (the backend call of whichever data path carries the call)."""
+
+    async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
+        async def step(index: int, data: bytes) -> bytes:
+            if index == len(stages):
+                return await last(data, context)
+            return await stages[index](data, context, lambda d: step(index + 1, d))
+
+        return await step(0, request)
+
+    return handle
 
 
 class StageProvider:

@@ -7,13 +7,17 @@ meaning between client and backend. Header blocks are never altered, so the
 HPACK state stays consistent; the proxy decodes the client's blocks only to
 read ``:path``.
 
-A call the proxy must answer itself (hooks, health, refusals; see
-routes.py) is *diverted*: its header block still goes to the backend (the
-backend's HPACK decoder must see it) followed at once by RST_STREAM, and the
-call is answered by the proxy's own grpc.aio server (divert.py). Flow
-control per hop for that: the proxy credits the client's DATA it consumed,
-and owns the response direction's connection window (outbound.py), since
-its own answers and the backend's DATA share the client's window.
+A unary call with hooks stays on this connection and runs the router's
+stages in place (hooked.py). A call the proxy must answer itself (health,
+refusals, translated versions, compressed hooked requests; see routes.py) is
+*diverted*: its header block still goes to the backend (the backend's HPACK
+decoder must see it) followed at once by RST_STREAM, and the call is
+answered by the proxy's own grpc.aio server (divert.py).
+
+Flow control per hop: the proxy owns both directions' connection windows
+(outbound.py, inbound.py), since its own DATA (answers, re-framed hooked
+requests) shares them with the relayed streams', and credits the client for
+the DATA it consumed. Stream windows of relayed streams stay end to end.
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ from typing import Protocol
 import hpack
 from grpc import aio
 
+import grpc
+
+from ..cripath.stage import Stage
 from . import frame as fr
-from .divert import Diverted, answer, encode_headers
+from . import hooked
+from .divert import Diverted, answer, encode_headers, percent_encode
 from .downstream import BackendSide
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .inbound import Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
 
@@ -46,6 +55,9 @@ class Routes(Protocol):
 
     def unary(self, path: str) -> bool:
         """True for a known unary method (waited for on shutdown)."""
+
+    def hooked(self, path: str) -> tuple[Stage, ...] | None:
+        """The stages of a call run in place (hooked.py), or None."""
 
 
 class FrameConnection:
@@ -77,17 +89,21 @@ class FrameConnection:
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
         self.out = Outbound(self._client_writer, self.credit_backend)
+        self.inbound = Inbound(backend, self.credit_client)
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = MAX_HEADER_BLOCK
         self.last_stream = 0
         self.relayed: set[int] = set()  # open relayed streams
         self.unary_open: set[int] = set()  # of those, known unary calls
         self.diverted: dict[int, Diverted] = {}
+        self.hooked: dict[int, hooked.Hooked] = {}
+        self.backend_initial_window = fr.DEFAULT_WINDOW  # the backend's SETTINGS_INITIAL_WINDOW_SIZE
         self.client_max_frame = fr.DEFAULT_MAX_FRAME  # what the client accepts
         self.backend_max_frame = fr.DEFAULT_MAX_FRAME  # what the backend accepts
         self._client_initial_window = fr.DEFAULT_WINDOW
         self._granted = False
         self._uncredited = 0
+        self._client_uncredited = 0
         self.stopping = False
         self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
         self.idle.set()
@@ -117,7 +133,7 @@ class FrameConnection:
 
     def lost(self) -> None:
         """Either side closed: so does the other; the proxy's own answers stop."""
-        for call in list(self.diverted.values()):
+        for call in [*self.diverted.values(), *self.hooked.values()]:
             if call.task is not None:
                 call.task.cancel()
         self._close()
@@ -149,18 +165,40 @@ class FrameConnection:
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
         # unary calls get the grace period.
         for sid in sorted(self.relayed - self.unary_open):
-            self.backend.write(self.end_locally(sid, 14, "runtime-proxy is shutting down"))
+            self.inbound.ordered(self.end_locally(sid, 14, "runtime-proxy is shutting down"))
         self.out.flush()
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
-        ending = [("grpc-status", str(status)), ("grpc-message", message)]
+        ending = [("grpc-status", str(status)), ("grpc-message", percent_encode(message))]
         if sid not in self.responded:
             ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
         self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
         self.ended.add(sid)
         self.stream_done(sid)
+        call = self.hooked.get(sid)
+        if call is not None:
+            call.answer(status, message)
         return fr.rst_stream(sid, ErrorCode.CANCEL)
+
+    def end_hooked(self, sid: int, code: grpc.StatusCode, message: str) -> None:
+        """A hooked call refused before its request was sent: the client gets the status."""
+        if sid in self.ended or self.closed.done():
+            return
+        log.info("call refused", extra={"code": code.name, "error": message})
+        self.inbound.ordered(self.end_locally(sid, code.value[0], message))
+        self.out.flush()
+
+    def hooked_done(self, call: hooked.Hooked) -> None:
+        self.hooked.pop(call.stream_id, None)
+        self._check_idle()
+
+    def credit_client(self, amount: int) -> None:
+        """The client's DATA, consumed: its connection window (ours, see inbound.py) grows again."""
+        self._client_uncredited += amount
+        if self._client_uncredited >= CREDIT_BATCH:
+            self.out.control(fr.window_update(0, self._client_uncredited))
+            self._client_uncredited = 0
 
     def credit_backend(self, amount: int) -> None:
         # Batched: the backend still has BACKEND_GRANT - CREDIT_BATCH of window
@@ -171,7 +209,7 @@ class FrameConnection:
             self._uncredited = 0
 
     def _check_idle(self) -> None:
-        if not self.unary_open and not self.diverted:
+        if not self.unary_open and not self.diverted and not self.hooked:
             self.idle.set()
         else:
             self.idle.clear()
@@ -192,6 +230,7 @@ class FrameConnection:
             chunk, self._client_buf = self._client_buf[len(fr.PREFACE) :], b""
         buf = self._client_buf + chunk if self._client_buf else chunk
         block = self._client_block
+        inbound = self.inbound
         pos, run, out = 0, 0, []
         while True:
             f, nxt = fr.parse(buf, pos, self.backend_max_frame)
@@ -200,12 +239,20 @@ class FrameConnection:
             if block or f.type in _CLIENT_SPECIAL:
                 if f.type == FrameType.DATA and f.stream_id in self.relayed and not block:
                     sizes = self._sizes_in[f.stream_id]
-                    too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
-                    if too_long is None:
+                    payload = fr.unpadded(f) if f.has(Flag.PADDED) else f.payload
+                    too_long = sizes.feed(payload)
+                    size = len(f.payload)
+                    if too_long is None and inbound.fits(size):
+                        inbound.spend(size)
+                        self.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
                         continue
                     out.append(buf[run:pos])
-                    self._refuse_size(f, too_long, out)
+                    if too_long is None:  # the backend's window is closed: queued, in order
+                        self._write_backend(out)
+                        inbound.data(f.stream_id, bytes(payload), f.has(Flag.END_STREAM), credit=size)
+                    else:
+                        self._refuse_size(f, too_long, out)
                     run = pos = nxt
                     continue
                 out.append(buf[run:pos])
@@ -214,10 +261,22 @@ class FrameConnection:
             pos = nxt
         out.append(buf[run:pos])
         self._client_buf = buf[pos:]
+        self._write_backend(out)
+        self.out.flush()
+
+    def _write_backend(self, out: list[bytes]) -> None:
         data = b"".join(out)
+        out.clear()
         if data:
             self.backend.write(data)
-        self.out.flush()
+
+    def _ordered(self, raw: bytes, out: list[bytes]) -> None:
+        """A frame that must follow its stream's DATA, some of which may be queued."""
+        if self.inbound.queued:
+            self._write_backend(out)
+            self.inbound.ordered(raw)
+        else:
+            out.append(raw)
 
     def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
         sid = f.stream_id
@@ -266,8 +325,14 @@ class FrameConnection:
                     call.task.cancel()
                 self._check_idle()
                 return
+            held = self.hooked.get(sid)
+            if held is not None:  # the backend has the stream: it ends there too
+                self.ended.add(sid)
+                held.answer(8, "cancelled by the client")
+                if held.task is not None:
+                    held.task.cancel()
             self.stream_done(sid)
-            out.append(raw)
+            self._ordered(raw, out)
         elif f.type == FrameType.SETTINGS:
             if not f.has(Flag.ACK):
                 self._client_settings(fr.settings(f.payload))
@@ -291,6 +356,8 @@ class FrameConnection:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
     def _client_settings(self, values: dict[int, int]) -> None:
+        if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
+            self._backend_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
         if Setting.MAX_FRAME_SIZE in values:
             size = values[Setting.MAX_FRAME_SIZE]
             if not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
@@ -317,13 +384,22 @@ class FrameConnection:
             if end_stream:
                 self.diverted[sid].ended.set()
             return
+        if sid in self.hooked:  # gRPC clients send no request trailers; nor may anyone here
+            out.extend(_without_end_stream(raws))
+            self._write_backend(out)
+            self.end_hooked(sid, grpc.StatusCode.INTERNAL, "runtime-proxy: request trailers on a hooked call")
+            return
         if sid in self.relayed:
-            out.extend(raws)
+            self._ordered(b"".join(raws), out)
             return
         self.last_stream = sid
         path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
         if self.stopping or not self._routes.fast(path):
-            self._divert(sid, path, headers, raws, end_stream, out)
+            stages = None if self.stopping else self._routes.hooked(path)
+            if stages is not None and not _compressed(headers):
+                self._hook(sid, path, headers, stages, raws, end_stream, out)
+            else:
+                self._divert(sid, path, headers, raws, end_stream, out)
             return
         out.extend(raws)
         self.relayed.add(sid)
@@ -333,11 +409,21 @@ class FrameConnection:
             self.unary_open.add(sid)
             self.idle.clear()
 
+    def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
+              end_stream: bool, out: list[bytes]) -> None:
+        out.extend(_without_end_stream(raws))  # the request follows, from the stages
+        call = hooked.Hooked(sid, path, headers, stages, window=self.backend_initial_window)
+        if end_stream:
+            call.ended.set()
+        self.hooked[sid] = call
+        self._sizes_in[sid] = MessageSizes(self._max_message)
+        self.sizes_out[sid] = MessageSizes(self.max_response)
+        self.unary_open.add(sid)
+        self.idle.clear()
+        call.task = asyncio.ensure_future(hooked.run(self, call))
+
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
-        first = bytearray(raws[0])
-        first[4] &= ~Flag.END_STREAM  # a backend handler must never see a complete (empty) request
-        out.append(bytes(first))
-        out.extend(raws[1:])
+        out.extend(_without_end_stream(raws))  # a backend handler must never see a complete (empty) request
         out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
         call = Diverted(sid, path, headers, window=self._client_initial_window)
         if end_stream:
@@ -383,15 +469,18 @@ class FrameConnection:
     def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
         message = f"Received message larger than max ({length} vs. {self._max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-        out.append(self.end_locally(f.stream_id, 8, message))
-        self.out.control(fr.window_update(0, len(f.payload)))  # dropped, never seen by the backend
+        self._ordered(self.end_locally(f.stream_id, 8, message), out)
+        self.credit_client(len(f.payload))  # dropped, never seen by the backend
 
     def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
         sid = f.stream_id
         call = self.diverted.get(sid)
         if sid in self.ended:  # the proxy ended it: the backend never sees the rest
-            if f.payload:
-                self.out.control(fr.window_update(0, len(f.payload)))
+            self.credit_client(len(f.payload))
+            return
+        held = self.hooked.get(sid)
+        if held is not None:
+            self._hooked_data(held, f, out)
             return
         if call is None:
             if sid == 0 or sid > self.last_stream:
@@ -401,14 +490,26 @@ class FrameConnection:
         size = len(f.payload)
         if len(call.body) <= self._max_message + 5:
             call.body += fr.unpadded(f)
-        # Consumed here, never seen by the backend: credit the client ourselves.
-        credit = fr.window_update(0, size) if size else b""
-        if f.has(Flag.END_STREAM):
-            call.ended.set()
+        self._consumed(sid, size, f.has(Flag.END_STREAM), call.ended)
+
+    def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes]) -> None:
+        payload = fr.unpadded(f)
+        too_long = self._sizes_in[call.stream_id].feed(payload)
+        if too_long is not None:
+            if call.task is not None:
+                call.task.cancel()
+            self._refuse_size(f, too_long, out)
+            return
+        call.body += payload
+        self._consumed(call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
+
+    def _consumed(self, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
+        """DATA the proxy took, never seen by the backend: it credits the client itself."""
+        self.credit_client(size)
+        if end_stream:
+            ended.set()
         elif size:
-            credit += fr.window_update(sid, size)
-        if credit:
-            self.out.control(credit)
+            self.out.control(fr.window_update(sid, size))
 
     def stream_done(self, sid: int) -> None:
         self.relayed.discard(sid)
@@ -420,6 +521,17 @@ class FrameConnection:
             self._check_idle()
 
     # -- backend -> client -------------------------------------------------
+
+
+def _without_end_stream(raws: list[bytes]) -> list[bytes]:
+    first = bytearray(raws[0])
+    first[4] &= ~Flag.END_STREAM
+    return [bytes(first), *raws[1:]]
+
+
+def _compressed(headers: list[tuple[bytes, bytes]]) -> bool:
+    encoding = next((v for k, v in headers if k == b"grpc-encoding"), b"identity")
+    return encoding != b"identity"
 
 
 _CLIENT_SPECIAL = frozenset({

@@ -143,7 +143,7 @@ async def answer(
         except asyncio.CancelledError:
             rpc.cancel()
             raise
-    ending = [("grpc-status", str(status.value[0])), *((("grpc-message", _percent(details)),) if details else ()),
+    ending = [("grpc-status", str(status.value[0])), *((("grpc-message", percent_encode(details)),) if details else ()),
               *trailers]
     if started:
         block = encode_headers(ending)
@@ -157,7 +157,7 @@ async def _iterate(messages: list[bytes]) -> AsyncIterator[bytes]:
         yield message
 
 
-def _percent(text: str) -> str:
+def percent_encode(text: str) -> str:
     """grpc-message percent-encoding (gRPC over HTTP/2 spec)."""
     out = []
     for byte in text.encode():

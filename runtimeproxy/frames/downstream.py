@@ -3,7 +3,11 @@
 Backend frames go to the client through the connection's window queue
 (outbound.py), DATA under the client's connection window, header blocks whole;
 frames for streams the backend no longer has (diverted or ended by the
-proxy) are dropped, their window given back.
+proxy) are dropped, their window given back. Every header block is decoded
+(HPACK is one state per direction) so that a hooked call's status is known;
+its DATA is teed for the stages and its final block held until they are done
+(hooked.py). The backend's connection window updates are the proxy's own
+(inbound.py), and so are those of hooked streams.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import hpack
+
 from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .hooked import grpc_status
+from .inbound import CLIENT_GRANT
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -25,8 +33,12 @@ class BackendSide:
         self.conn = conn
         self.buf = b""  # an incomplete frame carried to the next read
         self.block: list[bytes] = []  # an open header block, sent once complete
+        self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
         self.block_ends = False
+        self.decoder = hpack.Decoder()
+        self.decoder.max_header_list_size = 1 << 24  # the client's limit to enforce, not ours
+        self._granted = False
 
     def feed(self, chunk: bytes) -> None:
         conn = self.conn
@@ -52,10 +64,15 @@ class BackendSide:
                     if too_long is not None:
                         message = f"Received message larger than max ({too_long} vs. {conn.max_response})"
                         log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-                        conn.backend.write(conn.end_locally(sid, 8, message))
+                        conn.inbound.ordered(conn.end_locally(sid, 8, message))
                         conn.credit_backend(len(f.payload))
                         continue
                 end = f.has(Flag.END_STREAM)
+                call = conn.hooked.get(sid)
+                if call is not None:
+                    call.reply += fr.unpadded(f)
+                    if end:
+                        call.answer(2, "the runtime ended the call without a status")
                 if f.has(Flag.PADDED):
                     out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
                 else:
@@ -68,32 +85,85 @@ class BackendSide:
                     raise FrameError(ErrorCode.INTERNAL_ERROR, f"backend answered diverted stream {sid}")
                 if t == FrameType.HEADERS:
                     block[:] = [raw]
+                    self.fragments[:] = [bytes(fr.unpadded(f))]
                     self.block_sid = sid
                     self.block_ends = f.has(Flag.END_STREAM)
-                    if sid in conn.relayed:
+                    if sid in conn.relayed or sid in conn.hooked:
                         conn.responded.add(sid)
                 else:
+                    if not block or sid != self.block_sid:
+                        raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
                     block.append(raw)
+                    self.fragments.append(bytes(f.payload))
                 if f.has(Flag.END_HEADERS):
-                    out.frames(b"".join(block))
-                    block.clear()
-                    if self.block_ends:
-                        conn.stream_done(self.block_sid)
+                    self._header_block()
             elif sid in conn.diverted or sid in conn.ended:
                 # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
                 # header blocks, above, still go out: the client decodes and drops them.)
                 continue
             else:
                 if t == FrameType.SETTINGS and not f.has(Flag.ACK):
-                    values = fr.settings(f.payload)
-                    if Setting.MAX_FRAME_SIZE in values:
-                        conn.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
-                    if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
-                        conn.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+                    self._settings(fr.settings(f.payload), raw)
+                    continue
+                if t == FrameType.WINDOW_UPDATE:
+                    if self._window_update(sid, fr.window_increment(f)):
+                        continue
                 elif t == FrameType.RST_STREAM:
+                    call = conn.hooked.get(sid)
+                    if call is not None:
+                        call.answer(-1, "reset by the runtime")
                     conn.stream_done(sid)
                     out.frames(raw)  # after the stream's queued DATA
                     continue
                 out.control(raw)
         self.buf = buf[pos:]
         out.flush()
+
+    def _header_block(self) -> None:
+        conn, sid = self.conn, self.block_sid
+        try:
+            headers = self.decoder.decode(b"".join(self.fragments), raw=True)
+        except hpack.HPACKError as exc:
+            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
+        raw = b"".join(self.block)
+        self.block.clear()
+        call = conn.hooked.get(sid) if self.block_ends else None
+        if call is not None and not call.finished and sid not in conn.ended:
+            call.answer(*grpc_status(headers))
+            call.gate = conn.out.gate(raw)  # released once the stages are done (hooked.py)
+        else:
+            conn.out.frames(raw)
+        if self.block_ends:
+            conn.stream_done(sid)
+
+    def _settings(self, values: dict[int, int], raw: bytes) -> None:
+        conn = self.conn
+        if Setting.MAX_FRAME_SIZE in values:
+            conn.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
+        if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
+            conn.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+        if Setting.INITIAL_WINDOW_SIZE in values:
+            size = values[Setting.INITIAL_WINDOW_SIZE]
+            delta, conn.backend_initial_window = size - conn.backend_initial_window, size
+            for call in conn.hooked.values():
+                call.window += delta
+                call.opened.set()
+        conn.out.control(raw)
+        if not self._granted:  # the client's connection window is the proxy's: open it wide
+            self._granted = True
+            conn.out.control(fr.window_update(0, CLIENT_GRANT))
+
+    def _window_update(self, sid: int, increment: int) -> bool:
+        """True if the update is the proxy's own (not for the client)."""
+        conn = self.conn
+        if increment == 0:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 from the backend")
+        if sid == 0:
+            conn.inbound.grow(increment)
+            return True
+        call = conn.hooked.get(sid)
+        if call is None:
+            return False
+        call.window += increment
+        call.opened.set()
+        return True

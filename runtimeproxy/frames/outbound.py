@@ -4,8 +4,11 @@ The response direction's connection-level flow control is owned by the proxy
 (per hop): the backend's DATA and the proxy's own answers (diverted calls)
 share the client's window, so both go through this queue, in order. An item
 is either a run of whole frames that costs no window (a header block is never
-split) or one stream's DATA, split when the window is smaller than it. The
-backend's connection window is given back as its DATA leaves.
+split), one stream's DATA, split when the window is smaller than it, or a
+gate: a hooked call's final header block, held until the hook stage has
+recorded the call (see hooked.py). The gate holds what follows it too, since
+header blocks must reach the client in the order the backend encoded them
+(HPACK). The backend's connection window is given back as its DATA leaves.
 """
 
 from __future__ import annotations
@@ -34,12 +37,27 @@ class _Data:
     credit: int  # backend window to give back once sent (its padding included)
 
 
+class Gate:
+    """A header block held in the queue until ``open``."""
+
+    def __init__(self, outbound: Outbound, raw: bytes) -> None:
+        self._outbound = outbound
+        self.raw = raw
+        self.is_open = False
+
+    def open(self) -> None:
+        if not self.is_open:
+            self.is_open = True
+            self._outbound.pump()
+            self._outbound.flush()
+
+
 class Outbound:
     def __init__(self, writer: asyncio.StreamWriter, credit_backend: Callable[[int], None]) -> None:
         self._writer = writer
         self._credit_backend = credit_backend
         self.window = DEFAULT_WINDOW  # the client's connection receive window
-        self._queue: deque[bytes | _Data] = deque()
+        self._queue: deque[bytes | _Data | Gate] = deque()
         self._pending: list[bytes] = []
         self._credit = 0
 
@@ -54,6 +72,12 @@ class Outbound:
         """Frames with no order to keep against queued DATA (WINDOW_UPDATE, PING, SETTINGS, GOAWAY):
         they go out at the next flush even while DATA waits for the window."""
         self._pending.append(raw)
+
+    def gate(self, raw: bytes) -> Gate:
+        """``raw`` (whole frames), and everything queued after it, wait for ``Gate.open``."""
+        gate = Gate(self, raw)
+        self._queue.append(gate)
+        return gate
 
     def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0, raw: bytes | None = None) -> None:
         """One DATA frame's payload; ``raw`` is the frame as received, sent as is when it fits."""
@@ -87,6 +111,11 @@ class Outbound:
             head = queue[0]
             if isinstance(head, bytes):
                 out.append(queue.popleft())
+                continue
+            if isinstance(head, Gate):
+                if not head.is_open:
+                    break
+                out.append(queue.popleft().raw)  # type: ignore[union-attr]
                 continue
             size = len(head.payload)
             if size <= self.window:

@@ -1,10 +1,13 @@
-"""Which calls a frames connection relays verbatim, decided from the router's plan.
+"""How a frames connection carries each call, decided from the router's plan.
 
 A call is relayed verbatim only when the grpc data path would itself relay
 it unchanged to the runtime socket: a version the backend serves natively, no
 stage (hooks, field checks) on the method, the runtime (not a separate image)
-backend. Everything else, health and refusals included, is diverted to the
-proxy's own grpc.aio server, so it behaves exactly as on the grpc path.
+backend. A unary call in a native version whose method has stages is
+*hooked* in place (hooked.py): the same stages, on the same backend
+connection. Everything else, health, refusals and translated versions
+included, is diverted to the proxy's own grpc.aio server, so it behaves
+exactly as on the grpc path.
 """
 
 from __future__ import annotations
@@ -14,24 +17,33 @@ from collections.abc import Sequence
 from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
 from ..cripath.router import Router
-from ..cripath.stage import StageProvider
+from ..cripath.stage import Stage, StageProvider
 from ..cripath.versions import VersionPlan
 
 
-def fast_paths(plan: VersionPlan, stages: Sequence[StageProvider], image_apart: bool) -> frozenset[str]:
-    fast = set()
+def plan_paths(
+    plan: VersionPlan, providers: Sequence[StageProvider], image_apart: bool
+) -> tuple[frozenset[str], dict[str, tuple[Stage, ...]]]:
+    """The paths relayed verbatim, and the hooked ones with their stages."""
+    fast: set[str] = set()
+    hooked: dict[str, tuple[Stage, ...]] = {}
     for version in CRI_VERSIONS:
         if plan.routes.get(version) != version:
             continue  # not served, or translated (a rewritten :path)
         for path, info in methods.METHODS[version].items():
             if image_apart and info.service == "ImageService":
                 continue
-            if not (info.client_streaming or info.server_streaming) and any(
-                provider.stage_for(info.name, version, version) is not None for provider in stages
-            ):
+            if info.client_streaming or info.server_streaming:
+                fast.add(path)
                 continue
-            fast.add(path)
-    return frozenset(fast)
+            stages = tuple(
+                stage for stage in (p.stage_for(info.name, version, version) for p in providers) if stage is not None
+            )
+            if stages:
+                hooked[path] = stages
+            else:
+                fast.add(path)
+    return frozenset(fast), hooked
 
 
 class RouterRoutes:
@@ -42,6 +54,7 @@ class RouterRoutes:
         self._image_apart = image_apart
         self._plan: VersionPlan | None = None
         self._fast: frozenset[str] = frozenset()
+        self._hooked: dict[str, tuple[Stage, ...]] = {}
         self._unary = frozenset(
             path
             for version in CRI_VERSIONS
@@ -52,13 +65,21 @@ class RouterRoutes:
     def ready(self) -> bool:
         return self._router.plan is not None
 
-    def fast(self, path: str) -> bool:
+    def _current(self) -> VersionPlan | None:
         plan = self._router.plan
+        if plan is not None and plan is not self._plan:
+            self._fast, self._hooked = plan_paths(plan, self._router.stages, self._image_apart)
+            self._plan = plan
+        return plan
+
+    def hooked(self, path: str) -> tuple[Stage, ...] | None:
+        """The stages of a call hooked in place, or None."""
+        return self._hooked.get(path) if self._current() is not None else None
+
+    def fast(self, path: str) -> bool:
+        plan = self._current()
         if plan is None:
             return False
-        if plan is not self._plan:
-            self._fast = fast_paths(plan, self._router.stages, self._image_apart)
-            self._plan = plan
         if path in self._fast:
             return True
         ref = methods.parse_method(path)

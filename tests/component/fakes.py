@@ -18,6 +18,7 @@ import grpc
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.cripath import methods
 
 
 @dataclass
@@ -119,6 +120,12 @@ class FakeBackend:
         if not self._serves(path):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {path}")
         collected = [r async for r in requests]
+        if not collected and _unary(path):
+            # No request message (on the frames path, a hooked call whose
+            # stream the proxy reset after a Fail hook refused it): a
+            # runtime's unary handler never runs without one (grpc-go waits
+            # for the message), so neither is it a call here.
+            await context.abort(grpc.StatusCode.INTERNAL, "no request message for a unary method")
         self.received.append(
             Received(path, collected, dict(context.invocation_metadata() or ()), context.time_remaining())
         )
@@ -166,3 +173,9 @@ class _Handler(grpc.GenericRpcHandler):
                 yield message
 
         return grpc.stream_stream_rpc_method_handler(behaviour)
+
+
+def _unary(path: str) -> bool:
+    ref = methods.parse_method(path)
+    info = None if ref is None else methods.METHODS.get(ref.version, {}).get(path)
+    return info is not None and not (info.client_streaming or info.server_streaming)

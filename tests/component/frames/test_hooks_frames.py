@@ -2,9 +2,9 @@
 
 from ..hookpath.test_hooks import *  # noqa: F403 - the same tests, another start_proxy
 
-# Not re-run here: it asserts the exact list of calls the runtime's grpc
-# server saw, and on the frames path a diverted call's header block also
-# reaches the runtime (followed at once by RST_STREAM, before any request
-# message: no handler runs), so that list carries one more entry per
-# diverted call. The ordering it checks is the hook stage's, unchanged.
+# Not re-run here: it delays the grpc relay's ``unary`` (which a hooked call
+# on the frames path does not use: its request is re-framed on the client's
+# own backend connection) and reads the order in which the runtime's grpc
+# server took the calls' headers (on the frames path they reach the runtime
+# as the client sent them; the request messages follow the stages).
 del test_a_stop_reaches_the_runtime_before_the_next_call_on_its_container  # noqa: F821

@@ -1,0 +1,172 @@
+"""Hooked calls on a frames connection: the router's stages, in place.
+
+A unary call whose method has stages (hooks) in a version the backend serves
+natively stays on the client's own backend connection (connection.py):
+
+- its header block goes to the backend at once, unaltered (HPACK stays in
+  step) but without END_STREAM;
+- its request DATA is taken by the proxy to the end of the message, decoded
+  and run through the stages the grpc path runs (hook stage: pre hooks,
+  merge, ordering, store, post hooks; the same code, not a copy);
+- what the stages send on is re-framed at the backend's max frame size under
+  the backend's stream and connection windows;
+- the answer is relayed to the client verbatim and teed for the stages; its
+  final header block is held (outbound.Gate) until the stages are done, so
+  the client never sees an answer the proxy has not recorded yet, as on the
+  grpc path.
+
+A stage that refuses before anything was sent (a Fail hook) gets the stream
+reset at the backend and its status answered to the client by the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+from ..cripath.forward import call_issued
+from ..cripath.stage import Stage, compose
+from .divert import call_metadata, parse_timeout, split_messages
+from .outbound import Gate
+
+if TYPE_CHECKING:
+    from .connection import FrameConnection
+
+log = logging.getLogger(__name__)
+
+
+class Aborted(Exception):
+    """A stage ended the call (``context.abort``)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class BackendFailed(Exception):
+    """The runtime's answer was not OK; it reaches the client as it came."""
+
+
+@dataclass
+class Hooked:
+    """One hooked call: fed by the relay in both directions, driven by ``run``."""
+
+    stream_id: int
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    stages: tuple[Stage, ...]
+    window: int  # the backend's receive window for this stream
+    body: bytearray = field(default_factory=bytearray)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the client's request is complete
+    opened: asyncio.Event = field(default_factory=asyncio.Event)  # the backend's stream window grew
+    reply: bytearray = field(default_factory=bytearray)  # the backend's DATA, teed
+    answered: asyncio.Future[tuple[int, str]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )  # grpc-status and -message once the backend ended the stream
+    gate: Gate | None = None
+    sent: bool = False
+    finished: bool = False
+    task: asyncio.Task[None] | None = None
+
+    def answer(self, status: int, message: str) -> None:
+        if not self.answered.done():
+            self.answered.set_result((status, message))
+
+
+class FramesContext:
+    """What stages use of grpc's ServicerContext, for a call on the frames path."""
+
+    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self._headers = headers
+        timeout = dict(headers).get(b"grpc-timeout")
+        seconds = parse_timeout(timeout.decode("latin-1")) if timeout else None
+        loop = asyncio.get_running_loop()
+        self._deadline = None if seconds is None else loop.time() + seconds
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
+        raise Aborted(code, details)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return call_metadata(self._headers)
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+    def cancelled(self) -> bool:
+        return False
+
+
+def grpc_status(headers: list[tuple[bytes, bytes]]) -> tuple[int, str]:
+    """A final header block's status (UNKNOWN if it has none)."""
+    values = dict(headers)
+    raw = values.get(b"grpc-status", b"2")
+    return (int(raw) if raw.isdigit() else 2), values.get(b"grpc-message", b"").decode("latin-1")
+
+
+async def run(conn: FrameConnection, call: Hooked) -> None:
+    """The call, from its complete request to its released answer."""
+    try:
+        await call.ended.wait()
+        messages = split_messages(bytes(call.body))
+        if isinstance(messages, str) or len(messages) != 1:
+            text = messages if isinstance(messages, str) else f"{len(messages)} request messages for a unary call"
+            conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, f"runtime-proxy: {text}")
+            return
+
+        async def send(request: bytes, context: Any) -> bytes:
+            return await _send(conn, call, request)
+
+        await compose(call.stages, send)(messages[0], FramesContext(call.headers))  # type: ignore[arg-type]
+    except Aborted as refusal:
+        if not call.sent:
+            conn.end_hooked(call.stream_id, refusal.code, refusal.details)
+        else:  # the runtime has the request: its answer stands
+            log.warning("a stage refused after the call was sent; the runtime's answer is relayed",
+                        extra={"method": call.path, "code": refusal.code.name, "error": refusal.details})
+    except BackendFailed:
+        pass  # the runtime's status reaches the client verbatim
+    except Exception:
+        log.exception("frames: hooked call failed", extra={"method": call.path})
+        if not call.sent:
+            conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
+    finally:
+        call.finished = True
+        if call.gate is not None:
+            call.gate.open()
+        conn.hooked_done(call)
+
+
+async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
+    """The stages' request to the backend; the backend's one answer message."""
+    if call.sent:
+        raise RuntimeError("a hooked call is sent once")
+    call.sent = True
+    view = memoryview(struct.pack(">BI", 0, len(request)) + request)
+    while view:
+        while call.window <= 0:
+            call.opened.clear()
+            await call.opened.wait()
+        n = min(call.window, conn.backend_max_frame, len(view))
+        call.window -= n
+        conn.inbound.data(call.stream_id, bytes(view[:n]), n == len(view))
+        view = view[n:]
+    notify = call_issued.get()
+    if notify is not None:
+        notify()  # later calls on this connection reach the runtime after it
+    status, message = await call.answered
+    if status != 0:
+        raise BackendFailed(message)
+    reply = split_messages(bytes(call.reply))
+    if isinstance(reply, str):  # compressed: the stage cannot read it, the client can
+        return bytes(call.reply[5:])
+    if len(reply) != 1:
+        raise BackendFailed(f"{len(reply)} answer messages for a unary call")
+    return reply[0]

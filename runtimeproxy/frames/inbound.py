@@ -1,0 +1,100 @@
+"""The proxy's sends to the backend: DATA under the backend's connection window.
+
+The request direction's connection-level flow control is owned by the proxy
+(per hop), as the response direction's is (outbound.py): the client's DATA
+and the proxy's own (a hooked call's request, re-framed after its hooks)
+share the backend's connection window, so the proxy counts it and grants the
+client a window of its own (``CLIENT_GRANT``), given back as the client's
+DATA is consumed. What the backend's window cannot take yet waits here, in
+order, bounded by that grant.
+
+Only DATA costs window. Frames that must stay behind a stream's queued DATA
+(its RST_STREAM) go through ``ordered``; header blocks, SETTINGS, PING and
+WINDOW_UPDATE need no such order and are written at once by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .frame import DEFAULT_WINDOW, MAX_WINDOW, ErrorCode, Flag, FrameError, FrameType, serialize
+
+CLIENT_GRANT = 4 * 1024 * 1024  # extra connection window given to the client (bounds this queue)
+
+
+@dataclass
+class _Data:
+    stream_id: int
+    payload: bytes
+    end_stream: bool
+    credit: int  # the client's window to give back once sent (0 for the proxy's own DATA)
+
+
+class Inbound:
+    def __init__(self, writer: asyncio.Transport, credit_client: Callable[[int], None]) -> None:
+        self._writer = writer
+        self._credit_client = credit_client
+        self.window = DEFAULT_WINDOW  # the backend's connection receive window
+        self._queue: deque[bytes | _Data] = deque()
+
+    def fits(self, size: int) -> bool:
+        """A DATA frame of ``size`` may go now, verbatim (the caller then calls ``spend``)."""
+        return not self._queue and size <= self.window
+
+    def spend(self, size: int) -> None:
+        self.window -= size
+
+    def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0) -> None:
+        """One DATA frame's payload, now if the window allows, else queued.
+
+        The caller has written everything that must precede it."""
+        self._queue.append(_Data(stream_id, bytes(payload), end_stream, credit))
+        self.pump()
+
+    def ordered(self, raw: bytes) -> None:
+        """Whole frames that must not overtake queued DATA (a stream's RST_STREAM)."""
+        if self._queue:
+            self._queue.append(raw)
+        else:
+            self._writer.write(raw)
+
+    def grow(self, increment: int) -> None:
+        self.window += increment
+        if self.window > MAX_WINDOW:
+            raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, "backend connection window overflow")
+        self.pump()
+
+    def pump(self) -> None:
+        out: list[bytes] = []
+        credit = 0
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            if isinstance(head, bytes):
+                out.append(queue.popleft())
+                continue
+            size = len(head.payload)
+            if size <= self.window:
+                queue.popleft()
+                out.append(serialize(FrameType.DATA, Flag.END_STREAM if head.end_stream else 0, head.stream_id,
+                                     head.payload))
+                self.window -= size
+                credit += head.credit
+                continue
+            if self.window > 0:  # part of it now
+                part = self.window
+                out.append(serialize(FrameType.DATA, 0, head.stream_id, head.payload[:part]))
+                head.payload = head.payload[part:]
+                self.window = 0
+            break
+        if out:
+            self._writer.write(b"".join(out))
+        if credit:
+            self._credit_client(credit)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
