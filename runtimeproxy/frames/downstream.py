@@ -141,7 +141,7 @@ class BackendSide:
         if Setting.MAX_FRAME_SIZE in values:
             conn.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
         if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
-            conn.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+            conn.client_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
         if Setting.INITIAL_WINDOW_SIZE in values:
             size = values[Setting.INITIAL_WINDOW_SIZE]
             delta, conn.backend_initial_window = size - conn.backend_initial_window, size

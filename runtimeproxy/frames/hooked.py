@@ -135,8 +135,8 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
         pass  # the runtime's status reaches the client verbatim
     except Exception:
         log.exception("frames: hooked call failed", extra={"method": call.path})
-        if not call.sent:
-            conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
+        # Sent or not, the client gets an answer (the runtime's, if it comes, is dropped).
+        conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
     finally:
         call.finished = True
         if call.gate is not None:

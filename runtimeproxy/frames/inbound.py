@@ -20,7 +20,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .frame import DEFAULT_WINDOW, MAX_WINDOW, ErrorCode, Flag, FrameError, FrameType, serialize
+from .frame import (
+    DEFAULT_WINDOW,
+    MAX_WINDOW,
+    ErrorCode,
+    Flag,
+    FrameError,
+    FrameType,
+    serialize,
+)
 
 CLIENT_GRANT = 4 * 1024 * 1024  # extra connection window given to the client (bounds this queue)
 

@@ -1,0 +1,357 @@
+"""The client -> backend direction of a frames connection (connection.py).
+
+Frames of relayed calls go to the backend in verbatim runs, their DATA under
+the backend's connection window (inbound.py); the client's header blocks are
+decoded only to read ``:path``, which says how the call is carried
+(routes.py): relayed, hooked in place (hooked.py) or diverted to the proxy's
+own grpc.aio server (divert.py). DATA the proxy takes itself (hooked and
+diverted requests) is credited to the client by the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+import hpack
+
+from ..cripath.stage import Stage
+from . import frame as fr
+from . import hooked
+from .divert import Diverted, answer
+from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .msgsize import MessageSizes
+
+if TYPE_CHECKING:
+    from .connection import FrameConnection
+
+log = logging.getLogger(__name__)
+
+BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend (bounds our queue)
+MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
+
+
+class ClientSide:
+    def __init__(self, conn: FrameConnection) -> None:
+        self.conn = conn
+        self.buf = b""  # an incomplete frame (or preface) carried to the next read
+        self.block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
+        self.prefaced = False
+        self.granted = False  # the backend's extra window (BACKEND_GRANT) was given
+        self.initial_window = fr.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
+        self.decoder = hpack.Decoder()
+        self.decoder.max_header_list_size = MAX_HEADER_BLOCK
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.prefaced:
+            self.buf += chunk
+            if len(self.buf) < len(fr.PREFACE):
+                return
+            if not self.buf.startswith(fr.PREFACE):
+                log.info("frames: not an HTTP/2 client", extra={"preface": self.buf[:16].hex()})
+                self.conn.lost()
+                return
+            self.prefaced = True
+            self.conn.backend.write(fr.PREFACE)
+            chunk, self.buf = self.buf[len(fr.PREFACE) :], b""
+        buf = self.buf + chunk if self.buf else chunk
+        block = self.block
+        inbound = self.conn.inbound
+        pos, run, out = 0, 0, []
+        while True:
+            f, nxt = fr.parse(buf, pos, self.conn.backend_max_frame)
+            if f is None:
+                break
+            if block or f.type in _CLIENT_SPECIAL:
+                if f.type == FrameType.DATA and f.stream_id in self.conn.relayed and not block:
+                    sizes = self.conn.sizes_in[f.stream_id]
+                    payload = fr.unpadded(f) if f.has(Flag.PADDED) else f.payload
+                    too_long = sizes.feed(payload)
+                    size = len(f.payload)
+                    if too_long is None and inbound.fits(size):
+                        inbound.spend(size)
+                        self.conn.credit_client(size)
+                        pos = nxt  # the common case: stays in the verbatim run
+                        continue
+                    out.append(buf[run:pos])
+                    if too_long is None:  # the backend's window is closed: queued, in order
+                        self._write_backend(out)
+                        inbound.data(f.stream_id, bytes(payload), f.has(Flag.END_STREAM), credit=size)
+                    else:
+                        self._refuse_size(f, too_long, out)
+                    run = pos = nxt
+                    continue
+                out.append(buf[run:pos])
+                self._client_frame(f, buf[pos:nxt], out, block)
+                run = nxt
+            pos = nxt
+        out.append(buf[run:pos])
+        self.buf = buf[pos:]
+        self._write_backend(out)
+        self.conn.out.flush()
+
+    def _write_backend(self, out: list[bytes]) -> None:
+        data = b"".join(out)
+        out.clear()
+        if data:
+            self.conn.backend.write(data)
+
+    def _ordered(self, raw: bytes, out: list[bytes]) -> None:
+        """A frame that must follow its stream's DATA, some of which may be queued."""
+        if self.conn.inbound.queued:
+            self._write_backend(out)
+            self.conn.inbound.ordered(raw)
+        else:
+            out.append(raw)
+
+    def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
+        sid = f.stream_id
+        if block:
+            if f.type != FrameType.CONTINUATION or sid != block[0]:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+            block[1].append(raw)
+            block[2].append(bytes(f.payload))
+            if sum(map(len, block[2])) > MAX_HEADER_BLOCK:
+                raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "header block too long")
+            if f.has(Flag.END_HEADERS):
+                self._header_block(block, out)
+                block.clear()
+            return
+        if f.type == FrameType.HEADERS:
+            if sid == 0 or sid % 2 == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+            if sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
+            block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
+            if f.has(Flag.END_HEADERS):
+                self._header_block(block, out)
+                block.clear()
+        elif f.type == FrameType.CONTINUATION:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+        elif f.type == FrameType.DATA:
+            self._client_data(f, raw, out)
+        elif f.type == FrameType.WINDOW_UPDATE:
+            increment = fr.window_increment(f)
+            if increment == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            if sid == 0:
+                self.conn.out.grow(increment)  # the response direction's window is ours
+            elif sid in self.conn.diverted:
+                call = self.conn.diverted[sid]
+                call.window += increment
+                call.opened.set()
+            else:
+                out.append(raw)
+        elif f.type == FrameType.RST_STREAM:
+            if sid in self.conn.ended:
+                return
+            call = self.conn.diverted.pop(sid, None)
+            if call is not None:
+                if call.task is not None:
+                    call.task.cancel()
+                self.conn.check_idle()
+                return
+            held = self.conn.hooked.get(sid)
+            if held is not None:  # the backend has the stream: it ends there too
+                self.conn.ended.add(sid)
+                held.answer(8, "cancelled by the client")
+                if held.task is not None:
+                    held.task.cancel()
+            self.conn.stream_done(sid)
+            self._ordered(raw, out)
+        elif f.type == FrameType.SETTINGS:
+            if not f.has(Flag.ACK):
+                self._client_settings(fr.settings(f.payload))
+            out.append(raw)
+            if not self.granted:  # after the client's first SETTINGS, as the preface requires
+                self.granted = True
+                out.append(fr.window_update(0, BACKEND_GRANT))
+        elif f.type == FrameType.PING:
+            if len(f.payload) != 8 or sid != 0:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR if len(f.payload) != 8 else ErrorCode.PROTOCOL_ERROR,
+                                 "malformed PING")
+            if f.has(Flag.ACK):  # the answer to a backend's ping
+                out.append(raw)
+            else:
+                # Answered here, per hop: a grpc client pings as answers arrive
+                # (BDP), and for diverted calls those answers are the proxy's;
+                # a grpc-go runtime counts pings it sent nothing for as abuse
+                # (GOAWAY too_many_pings).
+                self.conn.out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
+        else:  # PUSH_PROMISE
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _client_settings(self, values: dict[int, int]) -> None:
+        if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
+            self.conn.backend_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+        if Setting.MAX_FRAME_SIZE in values:
+            size = values[Setting.MAX_FRAME_SIZE]
+            if not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
+            self.conn.client_max_frame = size
+        if Setting.INITIAL_WINDOW_SIZE in values:
+            size = values[Setting.INITIAL_WINDOW_SIZE]
+            if size > fr.MAX_WINDOW:
+                raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"INITIAL_WINDOW_SIZE {size}")
+            delta, self.initial_window = size - self.initial_window, size
+            for call in self.conn.diverted.values():
+                call.window += delta
+                call.opened.set()
+
+    def _header_block(self, block: list, out: list[bytes]) -> None:
+        sid, raws, fragments, end_stream = block
+        try:
+            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
+            headers = self.decoder.decode(b"".join(fragments), raw=True)
+        except hpack.HPACKError as exc:
+            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
+            out.extend(raws)
+            if end_stream:
+                self.conn.diverted[sid].ended.set()
+            return
+        if sid in self.conn.hooked:  # gRPC clients send no request trailers; nor may anyone here
+            out.extend(_without_end_stream(raws))
+            self._write_backend(out)
+            self.conn.end_hooked(sid, grpc.StatusCode.INTERNAL, "runtime-proxy: request trailers on a hooked call")
+            return
+        if sid in self.conn.relayed:
+            self._ordered(b"".join(raws), out)
+            return
+        self.conn.last_stream = sid
+        path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
+        if self.conn.stopping or not self.conn.routes.fast(path):
+            stages = None if self.conn.stopping else self.conn.routes.hooked(path)
+            if stages is not None and not _compressed(headers):
+                self._hook(sid, path, headers, stages, raws, end_stream, out)
+            else:
+                self._divert(sid, path, headers, raws, end_stream, out)
+            return
+        out.extend(raws)
+        self.conn.relayed.add(sid)
+        self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
+        self.conn.sizes_out[sid] = MessageSizes(self.conn.max_response)
+        if self.conn.routes.unary(path):
+            self.conn.unary_open.add(sid)
+            self.conn.idle.clear()
+
+    def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
+              end_stream: bool, out: list[bytes]) -> None:
+        out.extend(_without_end_stream(raws))  # the request follows, from the stages
+        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_initial_window)
+        if end_stream:
+            call.ended.set()
+        self.conn.hooked[sid] = call
+        self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
+        self.conn.sizes_out[sid] = MessageSizes(self.conn.max_response)
+        self.conn.unary_open.add(sid)
+        self.conn.idle.clear()
+        call.task = asyncio.ensure_future(hooked.run(self.conn, call))
+
+    def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
+        out.extend(_without_end_stream(raws))  # a backend handler must never see a complete (empty) request
+        out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
+        call = Diverted(sid, path, headers, window=self.initial_window)
+        if end_stream:
+            call.ended.set()
+        self.conn.diverted[sid] = call
+        self.conn.idle.clear()
+        call.task = asyncio.ensure_future(self._answer(call))
+
+    async def _answer(self, call: Diverted) -> None:
+        try:
+            await answer(call, self.conn.local, lambda: self.conn.client_max_frame, self._send_frames,
+                         self._send_data, self.conn.max_message)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("frames: diverted call failed", extra={"method": call.path})
+            self.conn.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
+            self.conn.out.flush()
+        finally:
+            self.conn.diverted.pop(call.stream_id, None)
+            self.conn.check_idle()
+
+    def _send_frames(self, raw: bytes) -> None:
+        self.conn.out.frames(raw)
+        self.conn.out.flush()
+
+    async def _send_data(self, sid: int, payload: bytes, end: bool) -> None:
+        call = self.conn.diverted[sid]
+        view = memoryview(payload)
+        while view:
+            if self.conn.closed.done():
+                raise asyncio.CancelledError
+            while call.window <= 0:
+                call.opened.clear()
+                await call.opened.wait()
+            n = min(call.window, self.conn.client_max_frame, len(view))
+            call.window -= n
+            self.conn.out.data(sid, bytes(view[:n]), end and n == len(view))
+            self.conn.out.flush()
+            view = view[n:]
+            await self.conn.client_can_write.wait()
+
+    def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
+        message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
+        log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+        self._ordered(self.conn.end_locally(f.stream_id, 8, message), out)
+        self.conn.credit_client(len(f.payload))  # dropped, never seen by the backend
+
+    def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
+        sid = f.stream_id
+        call = self.conn.diverted.get(sid)
+        if sid in self.conn.ended:  # the proxy ended it: the backend never sees the rest
+            self.conn.credit_client(len(f.payload))
+            return
+        held = self.conn.hooked.get(sid)
+        if held is not None:
+            self._hooked_data(held, f, out)
+            return
+        if call is None:
+            if sid == 0 or sid > self.conn.last_stream:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+            out.append(raw)  # a closed stream: the backend answers it
+            return
+        size = len(f.payload)
+        if len(call.body) <= self.conn.max_message + 5:
+            call.body += fr.unpadded(f)
+        self._consumed(sid, size, f.has(Flag.END_STREAM), call.ended)
+
+    def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes]) -> None:
+        payload = fr.unpadded(f)
+        too_long = self.conn.sizes_in[call.stream_id].feed(payload)
+        if too_long is not None:
+            if call.task is not None:
+                call.task.cancel()
+            self._refuse_size(f, too_long, out)
+            return
+        call.body += payload
+        self._consumed(call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
+
+    def _consumed(self, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
+        """DATA the proxy took, never seen by the backend: it credits the client itself."""
+        self.conn.credit_client(size)
+        if end_stream:
+            ended.set()
+        elif size:
+            self.conn.out.control(fr.window_update(sid, size))
+
+
+def _without_end_stream(raws: list[bytes]) -> list[bytes]:
+    first = bytearray(raws[0])
+    first[4] &= ~Flag.END_STREAM
+    return [bytes(first), *raws[1:]]
+
+
+def _compressed(headers: list[tuple[bytes, bytes]]) -> bool:
+    encoding = next((v for k, v in headers if k == b"grpc-encoding"), b"identity")
+    return encoding != b"identity"
+
+
+_CLIENT_SPECIAL = frozenset({
+    FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE, FrameType.RST_STREAM,
+    FrameType.SETTINGS, FrameType.CONTINUATION, FrameType.PUSH_PROMISE, FrameType.PING,
+})
