@@ -198,10 +198,10 @@ class Proxy:
             await self._stop_accepting(grace)
         else:  # no grace: calls in flight are cancelled anyway
             await self.server.stop(0)
+        if self._frames is not None:  # before the activation relay closes: it carries these connections
+            await self._frames.drain(grace)
         if self._listener is not None:
             await self._listener.close()
-        if self._frames is not None:
-            await self._frames.drain(grace)
         # 2. Finish recording the calls the runtime answered (this reads the
         #    backend), and let their post hooks finish.
         for stage in self.router.stages:

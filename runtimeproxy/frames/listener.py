@@ -153,7 +153,7 @@ class FramesListener:
 
     async def drain(self, grace: float) -> None:
         """Shutdown, step 2: unary calls finish within ``grace``; then every connection ends."""
-        waits = [asyncio.ensure_future(conn.idle.wait()) for conn in self._connections]
+        waits = [_idle_or_closed(conn) for conn in self._connections]
         if waits and grace > 0:
             await asyncio.wait(waits, timeout=grace)
         for wait in waits:
@@ -168,3 +168,11 @@ class FramesListener:
             await asyncio.wait(list(self._handlers), timeout=1.0)
         if self._channel is not None:
             await self._channel.close()
+
+
+def _idle_or_closed(conn: FrameConnection) -> asyncio.Future[object]:
+    """Done once ``conn`` has no call left to finish, or is closed: calls of a
+    closed connection can no longer be answered, so shutdown need not wait for them."""
+    idle = asyncio.ensure_future(conn.idle.wait())
+    conn.closed.add_done_callback(lambda _: idle.cancel())
+    return idle

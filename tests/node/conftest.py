@@ -40,9 +40,17 @@ START_TIMEOUT = 60.0
 # client at all), so the translated path meets it with the proxy translating
 # its v1 calls for a v1alpha2 backend; `--serve-versions v1alpha2` it refuses
 # (test_v1alpha2_only.py).
-VARIANTS = {
+# Each also runs on the frames data path (issue 14's differential: the same
+# tests, the same results): `-frames` is the variant with `--data-path frames`.
+_BASE_VARIANTS = {
     "v1": ("--serve-versions", "auto"),
     "v1-to-v1alpha2": ("--serve-versions", "auto", "--backend-version", "v1alpha2"),
+}
+DATA_PATHS = {"grpc": "", "frames": "-frames"}  # --data-path -> the variant name's suffix
+VARIANTS = {
+    name + suffix: (*flags, "--data-path", path)
+    for name, flags in _BASE_VARIANTS.items()
+    for path, suffix in DATA_PATHS.items()
 }
 ALL_HOOKS = [h.value for h in HookType]
 

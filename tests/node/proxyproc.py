@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,23 @@ class ProxyProcess:
     async def hook_servers(self) -> float:
         """How many hook servers the proxy has registered, from its metrics."""
         return sum((await self.metrics()).get("runtime_proxy_hook_servers", {}).values())
+
+    def listening_sockets(self) -> set[str]:
+        """The paths of the unix sockets the proxy process listens on (its fds matched in /proc/net/unix)."""
+        inodes = set()
+        fds = Path(f"/proc/{self.pid}/fd")
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):  # an fd closed meanwhile
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+        paths = set()
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            # Flags __SO_ACCEPTCON (0x10000): a listening socket.
+            if len(fields) == 8 and fields[6] in inodes and int(fields[3], 16) & 0x10000:
+                paths.add(os.path.normpath(fields[7]))  # grpc binds "///path"
+        return paths
 
     def log_tail(self) -> str:
         return tail(self.log_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +84,16 @@ async def test_kubelet_speaks_v1_and_the_proxy_translates_as_configured(node: Pr
     assert "Validated CRI v1 image API" in node.run.kubelet.log_text()
     translated = [r["msg"] for r in node.proxy.log_records() if "translated" in r.get("msg", "")]
     assert bool(translated) == ("--backend-version" in VARIANTS[node.variant]), translated
+
+
+async def test_proxy_serves_kubelet_on_the_variants_data_path(node: ProxiedNode) -> None:
+    """On frames the proxy's grpc server moves to a private socket behind the frames listener
+    (runtimeproxy/frames/path.py): a variant whose flag were ignored would fail here."""
+    sockets = node.proxy.listening_sockets()
+    assert str(node.proxy.socket) in sockets, sockets
+    private = {s for s in sockets if Path(s).parent.name.startswith("runtime-proxy-frames-")}
+    flags = VARIANTS[node.variant]
+    assert len(private) == (flags[flags.index("--data-path") + 1] == "frames"), sockets
 
 
 async def test_host_sysctls_are_untouched(node: ProxiedNode, host_sysctls: dict[str, str]) -> None:

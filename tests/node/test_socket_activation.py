@@ -22,7 +22,7 @@ from runtimeproxy.host.containerd import LocalContainerd
 
 from ..sockact import HeldSocket
 from . import runtime
-from .conftest import ProxiedNode
+from .conftest import DATA_PATHS, ProxiedNode
 from .noderun import NodeRun
 from .proxyproc import ProxyProcess
 from .test_kubelet import LIVE_PODS, RECOVERY_TIMEOUT, _kubelet_sees_running, _statuses
@@ -48,16 +48,17 @@ class ActivatedChild(Child):
             )
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def activated_node(kubelet_binary: Path, node_containerd: LocalContainerd, direct_run: object,
-                         tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProxiedNode]:
-    """kubelet through a socket-activated proxy (no hook servers: the socket is what is tested).
-    After the direct run, like the other variants: one kubelet at a time."""
-    base = tmp_path_factory.mktemp("node-activated")
+@pytest_asyncio.fixture(scope="module", params=sorted(DATA_PATHS), loop_scope="session")
+async def activated_node(request: pytest.FixtureRequest, kubelet_binary: Path, node_containerd: LocalContainerd,
+                         direct_run: object, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProxiedNode]:
+    """kubelet through a socket-activated proxy (no hook servers: the socket is what is tested),
+    on each data path. After the direct run, like the other variants: one kubelet at a time."""
+    data_path: str = request.param
+    base = tmp_path_factory.mktemp(f"node-activated-{data_path}")
     hook_dir = base / "hooks.d"
     hook_dir.mkdir(mode=0o755)
     async with contextlib.AsyncExitStack() as stack:
-        proxy = ProxyProcess(base, node_containerd.socket, hook_dir)
+        proxy = ProxyProcess(base, node_containerd.socket, hook_dir, ("--data-path", data_path))
         held = HeldSocket(proxy.socket)
         stack.callback(held.close)
         proxy._child = ActivatedChild(proxy._child, held)
@@ -65,7 +66,7 @@ async def activated_node(kubelet_binary: Path, node_containerd: LocalContainerd,
         await proxy.start()
         run = await stack.enter_async_context(NodeRun(kubelet_binary, base / "kubelet", node_containerd, proxy.socket))
         await run.wait_running()
-        yield ProxiedNode("activated", run, proxy, None, None, hook_dir)  # type: ignore[arg-type]
+        yield ProxiedNode(f"activated-{data_path}", run, proxy, None, None, hook_dir)  # type: ignore[arg-type]
 
 
 async def test_restarts_cost_kubelet_no_call(activated_node: ProxiedNode) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from runtimeproxy.host.containerd import LocalContainerd
 
+from .conftest import DATA_PATHS
 from .kubelet import KubeletError
 from .noderun import NodeRun
 from .proxyproc import ProxyProcess
@@ -22,11 +23,13 @@ from .proxyproc import ProxyProcess
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
+@pytest.mark.parametrize("data_path", sorted(DATA_PATHS))
 async def test_kubelet_refuses_a_proxy_serving_only_v1alpha2(
-        kubelet_binary: Path, node_containerd: LocalContainerd, tmp_path: Path) -> None:
+        kubelet_binary: Path, node_containerd: LocalContainerd, tmp_path: Path, data_path: str) -> None:
     hook_dir = tmp_path / "hooks.d"
     hook_dir.mkdir(mode=0o755)
-    proxy = ProxyProcess(tmp_path, node_containerd.socket, hook_dir, ("--serve-versions", "v1alpha2"))
+    proxy = ProxyProcess(tmp_path, node_containerd.socket, hook_dir,
+                         ("--serve-versions", "v1alpha2", "--data-path", data_path))
     await proxy.start()
     run = NodeRun(kubelet_binary, tmp_path / "kubelet", node_containerd, proxy.socket)
     try:
