@@ -116,6 +116,10 @@ class Router(grpc.GenericRpcHandler):
     def stages(self) -> tuple[StageProvider, ...]:
         return self._stages
 
+    @property
+    def calls(self) -> CallSink | None:
+        return self._calls
+
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if self._held is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -36,6 +37,7 @@ from . import hooked
 from .divert import Diverted, encode_headers, percent_encode
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
+from .hooked import status_name
 from .inbound import Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
@@ -55,6 +57,9 @@ class Routes(Protocol):
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call run in place (hooked.py), or None."""
+
+    def measure(self, path: str) -> Callable[[str, float], None] | None:
+        """A call on ``path`` starts: the function that records its end, or None."""
 
 
 class FrameConnection:
@@ -96,6 +101,8 @@ class FrameConnection:
         self._uncredited = 0
         self._client_uncredited = 0
         self.stopping = False
+        self.backend_lost = False
+        self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
         self.idle.set()
 
@@ -122,6 +129,43 @@ class FrameConnection:
         else:
             self._client_writer.pause_reading()
 
+    def backend_gone(self) -> None:
+        """The runtime closed its connection: the calls it carried end UNAVAILABLE
+        (kubelet retries), while the proxy's own answers on this connection (a
+        health Watch) go on, as on the grpc path; the client, told to go away,
+        opens a new connection (and so a new runtime connection) for new calls."""
+        if self.closed.done():
+            return
+        if not self.diverted:
+            self.lost()
+            return
+        log.info("frames: runtime connection closed; the proxy's own calls go on", extra={"calls": len(self.diverted)})
+        self.backend_lost = True
+        self.backend.close()
+        self.backend = self.inbound.writer = _GONE  # type: ignore[assignment]
+        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        for sid in sorted(self.relayed | set(self.hooked)):
+            if sid not in self.ended:
+                self.end_locally(sid, 14, "runtime-proxy: the runtime closed the connection")
+        for call in self.hooked.values():
+            if call.task is not None:
+                call.task.cancel()
+        self.out.flush()
+
+    def backend_goaway(self, last: int) -> None:
+        """The runtime goes away: streams it will not process are refused to the
+        client (a gRPC client retries those by itself); the client is told to go
+        away too, keeping every stream it has, the proxy's own included."""
+        for sid in sorted(self.relayed | set(self.hooked)):
+            if sid > last and sid not in self.ended:
+                self.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
+                self.ended.add(sid)
+                self.stream_done(sid, "UNAVAILABLE")
+                call = self.hooked.get(sid)
+                if call is not None:
+                    call.answer(14, "refused by the runtime")
+        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+
     def lost(self) -> None:
         """Either side closed: so does the other; the proxy's own answers stop."""
         for call in [*self.diverted.values(), *self.hooked.values()]:
@@ -144,6 +188,8 @@ class FrameConnection:
     def _close(self) -> None:
         for writer in (self._client_writer, self.backend):
             writer.close()
+        for sid in list(self.timed):
+            self.stream_done(sid, "UNAVAILABLE")
         self.client_can_write.set()  # a diverted call waiting to send finds the connection gone
         if not self.closed.done():
             self.closed.set_result(None)
@@ -166,7 +212,7 @@ class FrameConnection:
             ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
         self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
         self.ended.add(sid)
-        self.stream_done(sid)
+        self.stream_done(sid, status_name(status))
         call = self.hooked.get(sid)
         if call is not None:
             call.answer(status, message)
@@ -204,8 +250,19 @@ class FrameConnection:
             self.idle.set()
         else:
             self.idle.clear()
+        if self.backend_lost and not self.diverted and not self.closed.done():
+            self._close()  # the proxy's own calls are done too
 
-    def stream_done(self, sid: int) -> None:
+    def start_timing(self, sid: int, path: str) -> None:
+        record = self.routes.measure(path)
+        if record is not None:
+            self.timed[sid] = (record, time.perf_counter())
+
+    def stream_done(self, sid: int, code: str) -> None:
+        """A relayed or hooked stream ended with ``code`` (a gRPC status name)."""
+        timed = self.timed.pop(sid, None)
+        if timed is not None:
+            timed[0](code, time.perf_counter() - timed[1])
         self.relayed.discard(sid)
         self.responded.discard(sid)
         self.sizes_in.pop(sid, None)
@@ -213,3 +270,22 @@ class FrameConnection:
         if sid in self.unary_open:
             self.unary_open.discard(sid)
             self.check_idle()
+
+
+class _Gone:
+    """The runtime's side once it closed: what is still sent to it goes nowhere."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+_GONE = _Gone()

@@ -19,8 +19,11 @@ import hpack
 
 from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
-from .hooked import grpc_status
+from .hooked import grpc_status, status_name
 from .inbound import CLIENT_GRANT
+
+# How a gRPC client reports a stream the server reset (the code it counts as).
+_RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -78,7 +81,7 @@ class BackendSide:
                 else:
                     out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
                 if end:
-                    conn.stream_done(sid)
+                    conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
             elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
                 if sid in conn.diverted:
                     # Dropping it would desync the client's HPACK table.
@@ -108,11 +111,16 @@ class BackendSide:
                 if t == FrameType.WINDOW_UPDATE:
                     if self._window_update(sid, fr.window_increment(f)):
                         continue
+                elif t == FrameType.GOAWAY:
+                    if len(f.payload) < 8:
+                        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
+                    conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
+                    continue
                 elif t == FrameType.RST_STREAM:
                     call = conn.hooked.get(sid)
                     if call is not None:
                         call.answer(-1, "reset by the runtime")
-                    conn.stream_done(sid)
+                    conn.stream_done(sid, _RESET_AS.get(int.from_bytes(f.payload[:4], "big"), "INTERNAL"))
                     out.frames(raw)  # after the stream's queued DATA
                     continue
                 out.control(raw)
@@ -127,14 +135,17 @@ class BackendSide:
             raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
         raw = b"".join(self.block)
         self.block.clear()
-        call = conn.hooked.get(sid) if self.block_ends else None
+        if not self.block_ends:
+            conn.out.frames(raw)
+            return
+        status, message = grpc_status(headers)
+        call = conn.hooked.get(sid)
         if call is not None and not call.finished and sid not in conn.ended:
-            call.answer(*grpc_status(headers))
+            call.answer(status, message)
             call.gate = conn.out.gate(raw)  # released once the stages are done (hooked.py)
         else:
             conn.out.frames(raw)
-        if self.block_ends:
-            conn.stream_done(sid)
+        conn.stream_done(sid, status_name(status))
 
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn

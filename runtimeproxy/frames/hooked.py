@@ -104,6 +104,13 @@ class FramesContext:
         return False
 
 
+_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def status_name(status: int) -> str:
+    return _STATUS_NAMES.get(status, "UNKNOWN")
+
+
 def grpc_status(headers: list[tuple[bytes, bytes]]) -> tuple[int, str]:
     """A final header block's status (UNKNOWN if it has none)."""
     values = dict(headers)

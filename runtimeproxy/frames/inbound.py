@@ -43,7 +43,7 @@ class _Data:
 
 class Inbound:
     def __init__(self, writer: asyncio.Transport, credit_client: Callable[[int], None]) -> None:
-        self._writer = writer
+        self.writer = writer
         self._credit_client = credit_client
         self.window = DEFAULT_WINDOW  # the backend's connection receive window
         self._queue: deque[bytes | _Data] = deque()
@@ -67,7 +67,7 @@ class Inbound:
         if self._queue:
             self._queue.append(raw)
         else:
-            self._writer.write(raw)
+            self.writer.write(raw)
 
     def grow(self, increment: int) -> None:
         self.window += increment
@@ -99,7 +99,7 @@ class Inbound:
                 self.window = 0
             break
         if out:
-            self._writer.write(b"".join(out))
+            self.writer.write(b"".join(out))
         if credit:
             self._credit_client(credit)
 

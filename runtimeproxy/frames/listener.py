@@ -123,7 +123,7 @@ class FramesListener:
         conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel,
                                self._max_message, self._max_send)
         self._connections.add(conn)
-        backend.attach(conn.backend_data, conn.lost, conn.backend_writable)
+        backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
         client.attach(conn.client_data, conn.lost, conn.client_writable)
         await conn.closed
         self._connections.discard(conn)

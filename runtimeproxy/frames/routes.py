@@ -12,7 +12,7 @@ exactly as on the grpc path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
@@ -55,6 +55,7 @@ class RouterRoutes:
         self._plan: VersionPlan | None = None
         self._fast: frozenset[str] = frozenset()
         self._hooked: dict[str, tuple[Stage, ...]] = {}
+        self._recorders: dict[str, Callable[[str, float], None]] = {}
         self._unary = frozenset(
             path
             for version in CRI_VERSIONS
@@ -71,6 +72,24 @@ class RouterRoutes:
             self._fast, self._hooked = plan_paths(plan, self._router.stages, self._image_apart)
             self._plan = plan
         return plan
+
+    def measure(self, path: str) -> Callable[[str, float], None] | None:
+        """Count a call on ``path`` as started; the function that records its end
+        (code, seconds), as the router's measured handlers do; None if unmeasured."""
+        sink = self._router.calls
+        if sink is None:
+            return None
+        record = self._recorders.get(path)
+        if record is None:
+            ref = methods.parse_method(path)
+            if ref is None:
+                return None
+            if len(self._recorders) < 1024:  # a client inventing paths does not grow this
+                record = self._recorders[path] = sink.recorder(ref.method, ref.version.value)
+            else:
+                record = sink.recorder(ref.method, ref.version.value)
+        sink.started()
+        return record
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call hooked in place, or None."""

@@ -159,7 +159,7 @@ class ClientSide:
                 held.answer(8, "cancelled by the client")
                 if held.task is not None:
                     held.task.cancel()
-            self.conn.stream_done(sid)
+            self.conn.stream_done(sid, "CANCELLED")
             self._ordered(raw, out)
         elif f.type == FrameType.SETTINGS:
             if not f.has(Flag.ACK):
@@ -221,6 +221,9 @@ class ClientSide:
             self._ordered(b"".join(raws), out)
             return
         self.conn.last_stream = sid
+        if self.conn.backend_lost:  # told to go away: a client that still opens a stream retries it elsewhere
+            self.conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
+            return
         path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
         if self.conn.stopping or not self.conn.routes.fast(path):
             stages = None if self.conn.stopping else self.conn.routes.hooked(path)
@@ -231,6 +234,7 @@ class ClientSide:
             return
         out.extend(raws)
         self.conn.relayed.add(sid)
+        self.conn.start_timing(sid, path)
         self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
         self.conn.sizes_out[sid] = MessageSizes(self.conn.max_response)
         if self.conn.routes.unary(path):
@@ -241,6 +245,7 @@ class ClientSide:
               end_stream: bool, out: list[bytes]) -> None:
         out.extend(_without_end_stream(raws))  # the request follows, from the stages
         call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_initial_window)
+        self.conn.start_timing(sid, path)
         if end_stream:
             call.ended.set()
         self.conn.hooked[sid] = call
