@@ -145,7 +145,7 @@ class GrpcRelay:
         call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
 
         async def answer() -> bytes:
-            await _send_requests(call, _just(request), path)
+            await send_requests(call, _just(request), path)
             notify()
             responses = [message async for message in call]  # type: ignore[attr-defined]
             if len(responses) != 1:
@@ -169,9 +169,9 @@ class GrpcRelay:
     async def stream_stream(
         self, channel: aio.Channel, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        # No request iterator for grpc.aio: _send_requests copies them (see there).
+        # No request iterator for grpc.aio: send_requests copies them (see there).
         call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
-        sender = asyncio.ensure_future(_send_requests(call, requests, path))
+        sender = asyncio.ensure_future(send_requests(call, requests, path))
         try:
             async for message in self._relay_stream(call, path, context):
                 yield message
@@ -208,7 +208,7 @@ class GrpcRelay:
             call.cancel()
 
 
-async def _send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[bytes], path: str) -> None:
+async def send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[bytes], path: str) -> None:
     """Copy the client's messages to the backend call, then half-close it.
 
     Not grpc.aio's request-iterator consumer (nor ``call.write``): when the

@@ -14,7 +14,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
-from ..frames.path import FramesPath
+from ..frames.path import FramesPath, Limits
 from ..host import unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
@@ -222,8 +222,8 @@ def _frames_path(config: ProxyConfig, router: Router, options: list) -> FramesPa
     if config.data_path != "frames":
         return None
     assert config.backend is not None
-    return FramesPath(router, config.backend, config.image_backend, options, config.max_recv_message_bytes,
-                      config.max_send_message_bytes)
+    limits = Limits(config.max_recv_message_bytes, config.max_send_message_bytes, config.max_concurrent_streams)
+    return FramesPath(router, config.backend, config.image_backend, options, limits)
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -62,15 +63,18 @@ class Routes(Protocol):
         """A call on ``path`` starts: the function that records its end, or None."""
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The proxy's own limits, applied per hop as on the grpc path."""
+
+    max_message: int  # a request, as --max-recv-message-bytes
+    max_send: int | None = None  # an answer, as --max-send-message-bytes (None: as max_message)
+    max_streams: int = 1000  # --max-concurrent-streams, per client connection
+
+
 class FrameConnection:
     def __init__(
-        self,
-        client: asyncio.Transport,
-        backend: asyncio.Transport,
-        routes: Routes,
-        local: aio.Channel,
-        max_message: int,
-        max_send: int | None = None,
+        self, client: asyncio.Transport, backend: asyncio.Transport, routes: Routes, local: aio.Channel, limits: Limits
     ) -> None:
         # Transports, fed by protocols (listener.py): no task switch per read.
         self._client_writer = client
@@ -82,8 +86,9 @@ class FrameConnection:
         self.client_can_write.set()
         self.routes = routes
         self.local = local
-        self.max_message = max_message
-        self.max_response = min(max_message, max_send or max_message)
+        self.max_message = limits.max_message
+        self.max_response = min(limits.max_message, limits.max_send or limits.max_message)
+        self.max_streams = limits.max_streams
         self.sizes_in: dict[int, MessageSizes] = {}
         self.sizes_out: dict[int, MessageSizes] = {}
         self.responded: set[int] = set()  # relayed streams whose response headers went out

@@ -22,7 +22,7 @@ import grpc
 import hpack
 from grpc import aio
 
-from ..cripath.forward import HOP_BY_HOP
+from ..cripath.forward import HOP_BY_HOP, send_requests
 from .frame import DEFAULT_MAX_FRAME, DEFAULT_WINDOW, header_frames
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,11 @@ async def answer(
         metadata = call_metadata(call.headers)
         timeout = dict(call.headers).get(b"grpc-timeout")
         rpc = channel.stream_stream(call.path)(
-            _iterate(messages), metadata=metadata, timeout=parse_timeout(timeout.decode()) if timeout else None
+            metadata=metadata, timeout=parse_timeout(timeout.decode()) if timeout else None
         )
+        # Not grpc.aio's request iterator: a server that answers before it read
+        # the request would be reported INTERNAL (see forward.send_requests).
+        sender = asyncio.ensure_future(send_requests(rpc, _iterate(messages), call.path))
         try:
             initial = tuple(await rpc.initial_metadata() or ())
             async for message in rpc:  # type: ignore[attr-defined]
@@ -143,6 +146,8 @@ async def answer(
         except asyncio.CancelledError:
             rpc.cancel()
             raise
+        finally:
+            sender.cancel()
     ending = [("grpc-status", str(status.value[0])), *((("grpc-message", percent_encode(details)),) if details else ()),
               *trailers]
     if started:

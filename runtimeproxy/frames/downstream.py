@@ -13,6 +13,7 @@ its DATA is teed for the stages and its final block held until they are done
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 import hpack
@@ -21,6 +22,8 @@ from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hooked import grpc_status, status_name
 from .inbound import CLIENT_GRANT
+
+GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -143,6 +146,9 @@ class BackendSide:
         if call is not None and not call.finished and sid not in conn.ended:
             call.answer(status, message)
             call.gate = conn.out.gate(raw)  # released once the stages are done (hooked.py)
+            # It holds every answer behind it on this connection (HPACK order):
+            # a stage slow to record (a runtime read-back) holds them this long at most.
+            call.gate.open_after(GATE_LIMIT_S)
         else:
             conn.out.frames(raw)
         conn.stream_done(sid, status_name(status))
@@ -159,6 +165,11 @@ class BackendSide:
             for call in conn.hooked.values():
                 call.window += delta
                 call.opened.set()
+        # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
+        limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
+        if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:
+            values[Setting.MAX_CONCURRENT_STREAMS] = limit
+            raw = fr.serialize(FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in values.items()))
         conn.out.control(raw)
         if not self._granted:  # the client's connection window is the proxy's: open it wide
             self._granted = True

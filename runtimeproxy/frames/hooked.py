@@ -31,7 +31,9 @@ import grpc
 
 from ..cripath.forward import call_issued
 from ..cripath.stage import Stage, compose
+from . import frame as fr
 from .divert import call_metadata, parse_timeout, split_messages
+from .frame import ErrorCode
 from .outbound import Gate
 
 if TYPE_CHECKING:
@@ -142,8 +144,13 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
         pass  # the runtime's status reaches the client verbatim
     except Exception:
         log.exception("frames: hooked call failed", extra={"method": call.path})
-        # Sent or not, the client gets an answer (the runtime's, if it comes, is dropped).
-        conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
+        if call.gate is not None:
+            # The runtime's answer is held and must still go (HPACK), so the
+            # client learns first, from a reset, that the call failed.
+            conn.out.control(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
+            conn.out.flush()
+        else:  # the client gets an answer; the runtime's, if it comes, is dropped
+            conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
     finally:
         call.finished = True
         if call.gate is not None:

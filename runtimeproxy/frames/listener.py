@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpc import aio
 
-from .connection import FrameConnection, Routes
+from .connection import FrameConnection, Limits, Routes
 from .routes import RouterRoutes
 
 log = logging.getLogger(__name__)
@@ -75,14 +75,13 @@ class _Side(asyncio.Protocol):
 
 class FramesListener:
     def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
-                 channel_options: list, max_message: int, max_send: int | None = None) -> None:
+                 channel_options: list, limits: Limits) -> None:
         self._listen = listen
         self._backend = backend
         self._internal = internal
         self._routes = routes
         self._options = channel_options
-        self._max_message = max_message
-        self._max_send = max_send
+        self._limits = limits
         self._server: asyncio.AbstractServer | None = None
         self._channel: aio.Channel | None = None
         self._connections: set[FrameConnection] = set()
@@ -120,8 +119,7 @@ class FramesListener:
             return
         assert self._channel is not None and backend.transport is not None
         self._transports.add(backend.transport)
-        conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel,
-                               self._max_message, self._max_send)
+        conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel, self._limits)
         self._connections.add(conn)
         backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
         client.attach(conn.client_data, conn.lost, conn.client_writable)

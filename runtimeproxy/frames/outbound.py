@@ -44,8 +44,15 @@ class Gate:
         self._outbound = outbound
         self.raw = raw
         self.is_open = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def open_after(self, seconds: float) -> None:
+        self._timer = asyncio.get_running_loop().call_later(seconds, self.open)
 
     def open(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self.is_open:
             self.is_open = True
             self._outbound.pump()

@@ -14,18 +14,19 @@ from pathlib import Path
 from grpc import aio
 
 from ..cripath.router import Router
+from .connection import Limits
 from .listener import FramesListener
 from .routes import RouterRoutes
 
 
 class FramesPath:
     def __init__(self, router: Router, backend: Path, image_backend: Path | None,
-                 channel_options: list, max_message: int, max_send: int | None = None) -> None:
+                 channel_options: list, limits: Limits) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-"))  # 0700: only the proxy
         self.internal = self._dir / "grpc.sock"
         image_apart = image_backend is not None and image_backend != backend
         self.listener = FramesListener(
-            Path(), backend, self.internal, RouterRoutes(router, image_apart), channel_options, max_message, max_send
+            Path(), backend, self.internal, RouterRoutes(router, image_apart), channel_options, limits
         )
 
     async def start(self, server: aio.Server, listen: Path) -> None:

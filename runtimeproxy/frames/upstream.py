@@ -224,6 +224,16 @@ class ClientSide:
         if self.conn.backend_lost:  # told to go away: a client that still opens a stream retries it elsewhere
             self.conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             return
+        conn = self.conn
+        if len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
+            # Over --max-concurrent-streams (advertised in the backend's SETTINGS
+            # as the client sees them): refused, as grpc's server does; the
+            # backend's HPACK decoder still reads the block.
+            out.extend(_without_end_stream(raws))
+            out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
+            conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
+            conn.ended.add(sid)
+            return
         path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
         if self.conn.stopping or not self.conn.routes.fast(path):
             stages = None if self.conn.stopping else self.conn.routes.hooked(path)
