@@ -45,8 +45,9 @@ class ProxyConfig:
     grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
     probe_max_interval: float = 5.0  # backoff ceiling while the backend is absent
     metrics_listen: str | None = None  # host:port for Prometheus, None: off
-    # grpc: every call through grpc.aio; frames: unhooked calls relayed frame by frame
-    data_path: str = field(default="grpc", metadata={"choices": ("grpc", "frames")})
+    # frames: each client connection relayed frame by frame to its own runtime
+    # connection, hooked calls run in place; grpc: every call re-issued through grpc.aio
+    data_path: str = field(default="frames", metadata={"choices": ("frames", "grpc")})
     log_format: str = field(default="text", metadata={"choices": ("text", "json")})
     log_level: str = field(default="info", metadata={"choices": ("debug", "info", "warning", "error")})
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

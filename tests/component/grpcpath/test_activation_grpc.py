@@ -1,5 +1,5 @@
-"""tests/component/ops/test_activation.py on the frames data path: its `serve` processes get
-`--data-path frames` (see conftest.py). Not re-run: the LISTEN_FDS parsing test (no proxy)."""
+"""tests/component/ops/test_activation.py on the grpc data path: its `serve` processes get
+`--data-path grpc` (see conftest.py). Not re-run: the LISTEN_FDS parsing test (no proxy)."""
 
 from ..ops.test_activation import (  # noqa: F401 - the same tests and their fixture
     held,

@@ -1,3 +1,3 @@
-"""tests/component/cripath/test_backend_init.py on the frames data path (see conftest.py)."""
+"""tests/component/cripath/test_backend_init.py on the grpc data path (see conftest.py)."""
 
 from ..cripath.test_backend_init import *  # noqa: F403 - the same tests, another start_proxy

@@ -1,3 +1,3 @@
-"""tests/component/hookpath/test_hook_trust.py on the frames data path (see conftest.py)."""
+"""tests/component/hookpath/test_hook_trust.py on the grpc data path (see conftest.py)."""
 
 from ..hookpath.test_hook_trust import *  # noqa: F403 - the same tests, another start_proxy

@@ -1,4 +1,4 @@
-"""tests/component/hookrun/test_run.py on the frames data path (see conftest.py): the one
+"""tests/component/hookrun/test_run.py on the grpc data path (see conftest.py): the one
 test that sends CRI calls through a proxy; the others drive `hook run` processes alone."""
 
 from ..hookrun.conftest import hook_run  # noqa: F401 - the fixture, outside hookrun/

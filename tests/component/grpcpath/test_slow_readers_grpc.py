@@ -1,3 +1,3 @@
-"""tests/component/cripath/test_slow_readers.py on the frames data path (see conftest.py)."""
+"""tests/component/cripath/test_slow_readers.py on the grpc data path (see conftest.py)."""
 
 from ..cripath.test_slow_readers import *  # noqa: F403 - the same tests, another start_proxy

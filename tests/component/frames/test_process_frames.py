@@ -1,4 +1,0 @@
-"""tests/component/test_process.py on the frames data path: its `serve` process gets
-`--data-path frames` (see conftest.py). Not re-run: the bad-config test (serve never starts)."""
-
-from ..test_process import test_serve_answers_then_sigterm_removes_socket  # noqa: F401

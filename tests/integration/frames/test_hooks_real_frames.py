@@ -1,3 +1,0 @@
-"""tests/integration/test_hooks_real.py on the frames data path (see conftest.py)."""
-
-from ..test_hooks_real import *  # noqa: F403 - the same tests, every Proxy on the frames path
