@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from .cripath.versions import VersionPlanError, parse_serve_versions
+from .eventloop import EVENT_LOOPS
 
 MIB = 1024 * 1024
 # How serve_versions is written (checked by cripath.versions.parse_serve_versions).
@@ -47,6 +48,8 @@ class ProxyConfig:
     metrics_listen: str | None = None  # host:port for Prometheus, None: off
     # grpc: every call through grpc.aio; frames: unhooked calls relayed frame by frame
     data_path: str = field(default="grpc", metadata={"choices": ("grpc", "frames")})
+    # auto: uvloop when installed, else asyncio's (eventloop.resolve)
+    event_loop: str = field(default="auto", metadata={"choices": EVENT_LOOPS})
     log_format: str = field(default="text", metadata={"choices": ("text", "json")})
     log_level: str = field(default="info", metadata={"choices": ("debug", "info", "warning", "error")})
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
