@@ -13,6 +13,8 @@ import signal
 import sys
 from pathlib import Path
 
+from runtimeproxy.eventloop import EVENT_LOOPS
+
 from .procs import BenchError
 from .report import render, write_json
 from .runner import Options, quick_options, run
@@ -35,12 +37,15 @@ def _parse(argv: list[str] | None) -> Options:
     p.add_argument("--json", type=Path, help="also write all figures as JSON to this file")
     p.add_argument("--data-path", choices=("grpc", "frames"), default=d.data_path,
                    help=f"the proxies' --data-path [{d.data_path}]")
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default=d.event_loop,
+                   help="the proxies' --event-loop [not passed: the proxies' default]")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.duration <= 0 or a.lifecycles < 1 or a.containers < 0:
         p.error("--rounds and --lifecycles must be >= 1, --duration > 0, --containers >= 0")
     opts = Options(rounds=a.rounds, duration=a.duration, lifecycles=a.lifecycles, containers=a.containers,
-                   concurrencies=a.concurrency, json_path=a.json, keep=a.keep, data_path=a.data_path)
+                   concurrencies=a.concurrency, json_path=a.json, keep=a.keep, data_path=a.data_path,
+                   event_loop=a.event_loop)
     return quick_options(opts) if a.quick else opts
 
 

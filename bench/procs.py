@@ -180,7 +180,7 @@ class RelayChild(ReadyChild):
 
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
-                 metrics_port: int | None = None, data_path: str = "grpc") -> None:
+                 metrics_port: int | None = None, data_path: str = "grpc", event_loop: str | None = None) -> None:
         # The console script's entry point, called directly: it does not depend on a `__main__`
         # guard in runtimeproxy/cli.py (older checkouts had none, and `-m` then exited doing nothing).
         argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
@@ -189,6 +189,8 @@ class ProxyChild(Child):
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         if data_path != "grpc":  # only then: older checkouts have no --data-path
             argv += ["--data-path", data_path]
+        if event_loop is not None:  # only when asked for: older checkouts have no --event-loop
+            argv += ["--event-loop", event_loop]
         super().__init__(name, argv, log_path)
         self.listen = listen
         self.metrics_port = metrics_port

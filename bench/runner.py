@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,13 @@ class Options:
     keep: bool = False  # keep the work directory (logs) after the run
     quick: bool = False
     data_path: str = "grpc"  # the proxies' --data-path
+    event_loop: str | None = None  # the proxies' --event-loop; None: not passed (their default)
 
 
 def quick_options(base: Options) -> Options:
-    return Options(rounds=1, duration=0.8, warmup=0.15, concurrencies=base.concurrencies, lifecycles=3,
-                   containers=base.containers, pods=base.pods, hook_rounds=1, hook_duration=0.8,
-                   json_path=base.json_path, keep=base.keep, quick=True)
+    # replace(), not a new Options: every option not about the run's length stays as given.
+    return replace(base, rounds=1, duration=0.8, warmup=0.15, lifecycles=3, hook_rounds=1, hook_duration=0.8,
+                   quick=True)
 
 
 def say(message: str) -> None:
@@ -119,10 +120,11 @@ class Bench:
             write_hook_config(hooked_dir, "noop", hook_sock, ALL_HOOKS, failure_policy="Ignore")
 
             metrics_port = free_tcp_port()
+            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop}
             plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
-                               data_path=self.opts.data_path)
+                               **paths)
             hooked = ProxyChild("proxy (no-op hook)", work / "proxyh.sock", direct_sock, hooked_dir,
-                                work / "proxyh.log", metrics_port=metrics_port, data_path=self.opts.data_path)
+                                work / "proxyh.log", metrics_port=metrics_port, **paths)
             for proxy in (plain, hooked):
                 await proxy.start()
                 stack.push_async_callback(proxy.stop)

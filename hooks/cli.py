@@ -24,7 +24,7 @@ from typing import Any
 import click
 import yaml
 
-from runtimeproxy import logs
+from runtimeproxy import eventloop, logs
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_HOOK_DIR,
     MAX_TIMEOUT,
@@ -123,6 +123,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the proxy's]")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML settings of the hook. [default: none]")
 @click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
+@click.option("--event-loop", type=click.Choice(eventloop.EVENT_LOOPS), default="auto", show_default=True, help="auto: uvloop when installed, else asyncio's own.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def run(
@@ -134,6 +135,7 @@ def run(
     priority: int | None,
     config_file: Path | None,
     drain: float,
+    event_loop: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -143,7 +145,12 @@ def run(
     config = _load_config(config_file)
     registration = Registration(hook_dir, name, failure_policy, timeout, priority)
     try:
-        code = asyncio.run(_serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file))
+        loop = eventloop.resolve(event_loop)
+    except eventloop.EventLoopError as exc:
+        raise SetupError(str(exc)) from exc
+    try:
+        serving = _serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file)
+        code = eventloop.run(serving, loop)
     except SetupError:
         raise
     except Exception as exc:
@@ -222,6 +229,7 @@ async def _serve(
             "hook registered",
             extra={
                 **fields,
+                "event_loop": eventloop.running_loop_name(),
                 "hooks": ",".join(h.value for h in server.HOOKS),
                 "failure_policy": registration.failure_policy,
                 "timeout": registration.timeout,

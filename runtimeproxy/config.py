@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from .cripath.versions import VersionPlanError, parse_serve_versions
+from .eventloop import EVENT_LOOPS
 
 MIB = 1024 * 1024
 # How serve_versions is written (checked by cripath.versions.parse_serve_versions).
@@ -48,6 +49,8 @@ class ProxyConfig:
     # frames: each client connection relayed frame by frame to its own runtime
     # connection, hooked calls run in place; grpc: every call re-issued through grpc.aio
     data_path: str = field(default="frames", metadata={"choices": ("frames", "grpc")})
+    # auto: uvloop when installed, else asyncio's (eventloop.resolve)
+    event_loop: str = field(default="auto", metadata={"choices": EVENT_LOOPS})
     log_format: str = field(default="text", metadata={"choices": ("text", "json")})
     log_level: str = field(default="info", metadata={"choices": ("debug", "info", "warning", "error")})
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

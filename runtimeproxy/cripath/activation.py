@@ -168,7 +168,7 @@ class ActivatedListener:
             if client.transport is not None:
                 client.transport.close()
             return
-        client.peer = upstream
+        client.link(upstream)
         self._connections.add(client)
         if client.transport is None or client.transport.is_closing():
             assert upstream.transport is not None
@@ -204,11 +204,39 @@ class _Client(_Half):
     def __init__(self, listener: ActivatedListener) -> None:
         super().__init__()
         self._listener = listener
+        self._early: list[bytes] = []  # read before the upstream connection was made
+        self._early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        # asyncio's loop honours this; uvloop starts reading after connection_made
+        # whatever it asked for, so data_received keeps what comes before the link.
         transport.pause_reading()  # type: ignore[attr-defined]
         self._listener._link(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is None:
+            self._early.append(data)
+            assert self.transport is not None
+            self.transport.pause_reading()
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> bool:
+        if self.peer is None:
+            self._early_eof = True
+            return True
+        return super().eof_received()
+
+    def link(self, upstream: _Half) -> None:
+        """Relay to ``upstream`` from now on, starting with what was read before."""
+        self.peer = upstream
+        assert upstream.transport is not None
+        for data in self._early:
+            upstream.transport.write(data)
+        self._early.clear()
+        if self._early_eof and upstream.transport.can_write_eof():
+            upstream.transport.write_eof()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from pathlib import Path
 
 import click
 
-from .. import logs
+from .. import eventloop, logs
 from ..config import ProxyConfig, choices
 from .app import (
     DEFAULT_INDEX,
@@ -37,11 +36,13 @@ _path = click.Path(path_type=Path)
 @click.option("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT, show_default=True,
               help="The runtime's plugin_request_timeout in seconds: hooks of one event must answer within it.")
 @click.option("--metrics-listen", default=None, help="host:port to serve Prometheus metrics on. [default: off]")
+@click.option("--event-loop", type=click.Choice(choices("event_loop")), default=_DEFAULTS.event_loop, show_default=True,
+              help="auto: uvloop when installed, else asyncio's own (as for `serve`).")
 @click.option("--log-format", type=click.Choice(choices("log_format")), default=_DEFAULTS.log_format, show_default=True)
 @click.option("--log-level", type=click.Choice(choices("log_level")), default=_DEFAULTS.log_level, show_default=True)
 def nri(
     hook_dir: Path, nri_socket: Path, name: str, index: str, request_timeout: float,
-    metrics_listen: str | None, log_format: str, log_level: str,
+    metrics_listen: str | None, event_loop: str, log_format: str, log_level: str,
 ) -> None:
     """Serve the hook directory's servers to an NRI runtime (containerd 1.7+), without a proxy."""
     logs.setup(log_format, log_level)
@@ -51,12 +52,14 @@ def nri(
             request_timeout=request_timeout, metrics_listen=metrics_listen,
         ))
         Identity(settings.name, settings.index)
-    except ValueError as exc:
+        loop = eventloop.resolve(event_loop)
+    except (ValueError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc
     log.info("starting NRI plugin", extra={"plugin": settings.name, "index": settings.index,
-                                           "socket": str(settings.socket_path), "fd": settings.socket_fd})
+                                           "socket": str(settings.socket_path), "fd": settings.socket_fd,
+                                           "event_loop": loop})
     try:
-        asyncio.run(_run(settings))
+        eventloop.run(_run(settings), loop)
     except KeyboardInterrupt:
         pass
     except Exception as exc:

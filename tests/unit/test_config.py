@@ -311,6 +311,7 @@ FLAG_OF = {
     "max_recv_message_bytes": "max_message_size", "max_send_message_bytes": "max_message_size",
     "max_concurrent_streams": "max_concurrent_streams",
     "grace_period": "grace_period", "metrics_listen": "metrics_listen", "data_path": "data_path",
+    "event_loop": "event_loop",
     "log_format": "log_format", "log_level": "log_level",
 }
 

@@ -1,0 +1,31 @@
+"""`python -m bench` options that reach the proxies' command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.__main__ import _parse
+from bench.procs import ProxyChild
+
+
+def test_quick_mode_keeps_the_data_path() -> None:
+    # --quick used to rebuild the options from scratch and drop --data-path:
+    # a quick run of `--data-path frames` measured the grpc path.
+    opts = _parse(["--quick", "--data-path", "frames"])
+    assert opts.quick
+    assert opts.data_path == "frames"
+
+
+def test_quick_mode_keeps_the_event_loop() -> None:
+    assert _parse(["--quick", "--event-loop", "asyncio"]).event_loop == "asyncio"
+
+
+def test_the_event_loop_reaches_the_proxies_only_when_asked_for() -> None:
+    def argv(**kwargs: object) -> list[str]:
+        return ProxyChild("proxy", Path("/p.sock"), Path("/b.sock"), Path("/h.d"), Path("/p.log"), **kwargs).argv
+
+    # Not asked for: no flag, as for a checkout that predates it.
+    assert _parse([]).event_loop is None
+    assert "--event-loop" not in argv()
+    assert argv(event_loop="uvloop")[-2:] == ["--event-loop", "uvloop"]
+    assert argv(data_path="frames", event_loop="asyncio")[-4:] == ["--data-path", "frames", "--event-loop", "asyncio"]
