@@ -35,8 +35,8 @@ def _parse(argv: list[str] | None) -> Options:
                    default=d.concurrencies, help="comma-separated unary concurrencies [1,16]")
     p.add_argument("--quick", action="store_true", help="smoke mode: 1 short round, 3 lifecycles per mode (< 60 s); overrides --rounds, --duration, --lifecycles")
     p.add_argument("--json", type=Path, help="also write all figures as JSON to this file")
-    p.add_argument("--data-path", choices=("grpc", "frames"), default=d.data_path,
-                   help=f"the proxies' --data-path [{d.data_path}]")
+    p.add_argument("--data-path", choices=("frames", "grpc"), default=d.data_path,
+                   help="the proxies' --data-path [not passed: their default]")
     p.add_argument("--event-loop", choices=EVENT_LOOPS, default=d.event_loop,
                    help="the proxies' --event-loop [not passed: the proxies' default]")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")

@@ -180,14 +180,14 @@ class RelayChild(ReadyChild):
 
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
-                 metrics_port: int | None = None, data_path: str = "grpc", event_loop: str | None = None) -> None:
+                 metrics_port: int | None = None, data_path: str | None = None, event_loop: str | None = None) -> None:
         # The console script's entry point, called directly: it does not depend on a `__main__`
         # guard in runtimeproxy/cli.py (older checkouts had none, and `-m` then exited doing nothing).
         argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
                 "--backend", str(backend), "--hook-dir", str(hook_dir), "--log-level", "warning"]
         if metrics_port is not None:
             argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
-        if data_path != "grpc":  # only then: older checkouts have no --data-path
+        if data_path is not None:  # only when asked for: older checkouts have no --data-path
             argv += ["--data-path", data_path]
         if event_loop is not None:  # only when asked for: older checkouts have no --event-loop
             argv += ["--event-loop", event_loop]

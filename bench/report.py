@@ -48,7 +48,7 @@ def render(results: dict[str, Any]) -> str:
     add(f"runtime: {env.get('runtime', '?')}; {env.get('cpus', '?')} CPUs; Python {env.get('python', '?')}; "
         f"grpcio {env.get('grpcio', '?')}; load average at start "
         + " ".join(f"{x:.2f}" for x in env.get("loadavg_at_start", ())))
-    add(f"proxies: --data-path {opts.get('data_path', 'grpc')}, "
+    add(f"proxies: --data-path {opts.get('data_path') or '(not passed: their default)'}, "
         f"--event-loop {opts.get('event_loop') or '(not passed: their default)'}")
     add(f"ListContainers sees {results.get('list_containers_count', {})} containers "
         f"({opts['pods']} pods, {opts['containers']} created containers)")

@@ -60,7 +60,7 @@ class Options:
     json_path: Path | None = None
     keep: bool = False  # keep the work directory (logs) after the run
     quick: bool = False
-    data_path: str = "grpc"  # the proxies' --data-path
+    data_path: str | None = None  # the proxies' --data-path; None: not passed (their default)
     event_loop: str | None = None  # the proxies' --event-loop; None: not passed (their default)
 
 

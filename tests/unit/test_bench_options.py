@@ -27,5 +27,8 @@ def test_the_event_loop_reaches_the_proxies_only_when_asked_for() -> None:
     # Not asked for: no flag, as for a checkout that predates it.
     assert _parse([]).event_loop is None
     assert "--event-loop" not in argv()
+    assert _parse([]).data_path is None
+    assert "--data-path" not in argv()
+    assert argv(data_path="grpc")[-2:] == ["--data-path", "grpc"]
     assert argv(event_loop="uvloop")[-2:] == ["--event-loop", "uvloop"]
     assert argv(data_path="frames", event_loop="asyncio")[-4:] == ["--data-path", "frames", "--event-loop", "asyncio"]
