@@ -145,10 +145,10 @@ class BackendSide:
         call = conn.hooked.get(sid)
         if call is not None and not call.finished and sid not in conn.ended:
             call.answer(status, message)
-            call.gate = conn.out.gate(raw)  # released once the stages are done (hooked.py)
-            # It holds every answer behind it on this connection (HPACK order):
-            # a stage slow to record (a runtime read-back) holds them this long at most.
-            call.gate.open_after(GATE_LIMIT_S)
+            # Released once the stages are done (hooked.py). It holds every answer
+            # behind it on this connection (HPACK order): a stage slow to record
+            # (a runtime read-back) holds them GATE_LIMIT_S at most.
+            call.gate = conn.out.gate(raw, GATE_LIMIT_S)
         else:
             conn.out.frames(raw)
         conn.stream_done(sid, status_name(status))

@@ -34,7 +34,7 @@ from ..cripath.stage import Stage, compose
 from . import frame as fr
 from .divert import call_metadata, parse_timeout, split_messages
 from .frame import ErrorCode
-from .outbound import Gate
+from .window import Gate
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
