@@ -21,8 +21,10 @@ import hpack
 from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hooked import grpc_status, status_name
+from .hpackpeek import peek
 from .inbound import CLIENT_GRANT
 
+_STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
@@ -132,10 +134,13 @@ class BackendSide:
 
     def _header_block(self) -> None:
         conn, sid = self.conn, self.block_sid
-        try:
-            headers = self.decoder.decode(b"".join(self.fragments), raw=True)
-        except hpack.HPACKError as exc:
-            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
+        data = b"".join(self.fragments)
+        headers = peek(self.decoder, data, _STATUS)
+        if headers is None:
+            try:
+                headers = dict(self.decoder.decode(data, raw=True))
+            except hpack.HPACKError as exc:
+                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
         raw = b"".join(self.block)
         self.block.clear()
         if not self.block_ends:
