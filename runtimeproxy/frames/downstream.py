@@ -21,8 +21,10 @@ import hpack
 from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hooked import grpc_status, status_name
+from .hpackpeek import peek
 from .inbound import CLIENT_GRANT
 
+_STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
@@ -132,10 +134,13 @@ class BackendSide:
 
     def _header_block(self) -> None:
         conn, sid = self.conn, self.block_sid
-        try:
-            headers = self.decoder.decode(b"".join(self.fragments), raw=True)
-        except hpack.HPACKError as exc:
-            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
+        data = b"".join(self.fragments)
+        headers = peek(self.decoder, data, _STATUS)
+        if headers is None:
+            try:
+                headers = dict(self.decoder.decode(data, raw=True))
+            except hpack.HPACKError as exc:
+                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
         raw = b"".join(self.block)
         self.block.clear()
         if not self.block_ends:
@@ -145,10 +150,10 @@ class BackendSide:
         call = conn.hooked.get(sid)
         if call is not None and not call.finished and sid not in conn.ended:
             call.answer(status, message)
-            call.gate = conn.out.gate(raw)  # released once the stages are done (hooked.py)
-            # It holds every answer behind it on this connection (HPACK order):
-            # a stage slow to record (a runtime read-back) holds them this long at most.
-            call.gate.open_after(GATE_LIMIT_S)
+            # Released once the stages are done (hooked.py). It holds every answer
+            # behind it on this connection (HPACK order): a stage slow to record
+            # (a runtime read-back) holds them GATE_LIMIT_S at most.
+            call.gate = conn.out.gate(raw, GATE_LIMIT_S)
         else:
             conn.out.frames(raw)
         conn.stream_done(sid, status_name(status))

@@ -34,7 +34,7 @@ from ..cripath.stage import Stage, compose
 from . import frame as fr
 from .divert import call_metadata, parse_timeout, split_messages
 from .frame import ErrorCode
-from .outbound import Gate
+from .window import Gate
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -113,9 +113,8 @@ def status_name(status: int) -> str:
     return _STATUS_NAMES.get(status, "UNKNOWN")
 
 
-def grpc_status(headers: list[tuple[bytes, bytes]]) -> tuple[int, str]:
+def grpc_status(values: dict[bytes, bytes]) -> tuple[int, str]:
     """A final header block's status (UNKNOWN if it has none)."""
-    values = dict(headers)
     raw = values.get(b"grpc-status", b"2")
     return (int(raw) if raw.isdigit() else 2), values.get(b"grpc-message", b"").decode("latin-1")
 

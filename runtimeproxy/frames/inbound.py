@@ -16,88 +16,47 @@ WINDOW_UPDATE need no such order and are written at once by the caller.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from .frame import (
-    DEFAULT_WINDOW,
-    MAX_WINDOW,
-    ErrorCode,
-    Flag,
-    FrameError,
-    FrameType,
-    serialize,
-)
+from .window import QueuedData, WindowQueue
 
 CLIENT_GRANT = 4 * 1024 * 1024  # extra connection window given to the client (bounds this queue)
-
-
-@dataclass
-class _Data:
-    stream_id: int
-    payload: bytes
-    end_stream: bool
-    credit: int  # the client's window to give back once sent (0 for the proxy's own DATA)
 
 
 class Inbound:
     def __init__(self, writer: asyncio.Transport, credit_client: Callable[[int], None]) -> None:
         self.writer = writer
         self._credit_client = credit_client
-        self.window = DEFAULT_WINDOW  # the backend's connection receive window
-        self._queue: deque[bytes | _Data] = deque()
+        self._queue = WindowQueue("backend")
 
     def fits(self, size: int) -> bool:
         """A DATA frame of ``size`` may go now, verbatim (the caller then calls ``spend``)."""
-        return not self._queue and size <= self.window
+        return not self._queue.items and size <= self._queue.window
 
     def spend(self, size: int) -> None:
-        self.window -= size
+        self._queue.window -= size
 
     def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0) -> None:
         """One DATA frame's payload, now if the window allows, else queued.
 
         The caller has written everything that must precede it."""
-        self._queue.append(_Data(stream_id, bytes(payload), end_stream, credit))
+        self._queue.items.append(QueuedData(stream_id, bytes(payload), end_stream, credit))
         self.pump()
 
     def ordered(self, raw: bytes) -> None:
         """Whole frames that must not overtake queued DATA (a stream's RST_STREAM)."""
-        if self._queue:
-            self._queue.append(raw)
+        if self._queue.items:
+            self._queue.items.append(raw)
         else:
             self.writer.write(raw)
 
     def grow(self, increment: int) -> None:
-        self.window += increment
-        if self.window > MAX_WINDOW:
-            raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, "backend connection window overflow")
+        self._queue.grow(increment)
         self.pump()
 
     def pump(self) -> None:
         out: list[bytes] = []
-        credit = 0
-        queue = self._queue
-        while queue:
-            head = queue[0]
-            if isinstance(head, bytes):
-                out.append(queue.popleft())
-                continue
-            size = len(head.payload)
-            if size <= self.window:
-                queue.popleft()
-                out.append(serialize(FrameType.DATA, Flag.END_STREAM if head.end_stream else 0, head.stream_id,
-                                     head.payload))
-                self.window -= size
-                credit += head.credit
-                continue
-            if self.window > 0:  # part of it now
-                part = self.window
-                out.append(serialize(FrameType.DATA, 0, head.stream_id, head.payload[:part]))
-                head.payload = head.payload[part:]
-                self.window = 0
-            break
+        credit = self._queue.drain(out)
         if out:
             self.writer.write(b"".join(out))
         if credit:
@@ -105,4 +64,4 @@ class Inbound:
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        return len(self._queue.items)

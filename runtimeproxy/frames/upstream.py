@@ -22,6 +22,7 @@ from . import frame as fr
 from . import hooked
 from .divert import Diverted, answer
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .hpackpeek import peek
 from .msgsize import MessageSizes
 
 if TYPE_CHECKING:
@@ -202,11 +203,9 @@ class ClientSide:
 
     def _header_block(self, block: list, out: list[bytes]) -> None:
         sid, raws, fragments, end_stream = block
-        try:
-            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
-            headers = self.decoder.decode(b"".join(fragments), raw=True)
-        except hpack.HPACKError as exc:
-            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        data = b"".join(fragments)
+        peeked = peek(self.decoder, data, _PATH)
+        headers = self._decode(data) if peeked is None else None  # None: the table is as it was
         if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
             out.extend(raws)
             if end_stream:
@@ -234,8 +233,10 @@ class ClientSide:
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.ended.add(sid)
             return
-        path = next((v for k, v in headers if k == b":path"), b"").decode("latin-1")
+        path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
         if self.conn.stopping or not self.conn.routes.fast(path):
+            if headers is None:
+                headers = self._decode(data)  # all of them, for the proxy's own call
             stages = None if self.conn.stopping else self.conn.routes.hooked(path)
             if stages is not None and not _compressed(headers):
                 self._hook(sid, path, headers, stages, raws, end_stream, out)
@@ -250,6 +251,13 @@ class ClientSide:
         if self.conn.routes.unary(path):
             self.conn.unary_open.add(sid)
             self.conn.idle.clear()
+
+    def _decode(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        try:
+            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
+            return self.decoder.decode(data, raw=True)
+        except hpack.HPACKError as exc:
+            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes]) -> None:
@@ -359,6 +367,9 @@ def _without_end_stream(raws: list[bytes]) -> list[bytes]:
     first = bytearray(raws[0])
     first[4] &= ~Flag.END_STREAM
     return [bytes(first), *raws[1:]]
+
+
+_PATH = frozenset({b":path"})
 
 
 def _compressed(headers: list[tuple[bytes, bytes]]) -> bool:

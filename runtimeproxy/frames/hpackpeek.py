@@ -1,0 +1,76 @@
+"""A few headers read out of an HPACK block, without the full decoder.
+
+The relay needs one or two headers of each block (``:path`` of a request,
+``grpc-status`` of an answer), and a full decode is a large part of what a
+relayed call costs. Most blocks after the first few calls on a connection
+only refer to the dynamic table or add literals that are not indexed (gRPC's
+``grpc-timeout``), and leave the table as it was: for those the wanted
+headers are read here and the rest skipped. A block that changes the table
+(a literal with incremental indexing, a size update), or anything this reader
+does not take, returns None: the caller then decodes it in full, which keeps
+the table in step and reports malformed blocks.
+"""
+
+from __future__ import annotations
+
+import hpack
+from hpack.hpack import decode_integer
+from hpack.huffman_table import decode_huffman
+
+
+def peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
+    """The ``wanted`` headers of ``block`` (the last of each name), or None (decode it in full)."""
+    try:
+        return _peek(decoder, block, wanted)
+    except Exception:  # noqa: BLE001 - whatever this reader cannot take, the full decoder judges
+        return None
+
+
+def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
+    table = decoder.header_table
+    found: dict[bytes, bytes] = {}
+    view = memoryview(block)
+    i, n = 0, len(block)
+    while i < n:
+        first = block[i]
+        if first & 0x80:  # indexed field
+            if first != 0xFF:  # the index fits in the first byte (nearly always)
+                index = first & 0x7F
+                i += 1
+            else:
+                index, used = decode_integer(view[i:], 7)
+                i += used
+            if index == 0:
+                return None
+            name, value = table.get_by_index(index)
+            if name in wanted:
+                found[name] = value
+            continue
+        if first & 0xC0 == 0x40 or first & 0xE0 == 0x20:  # adds to the table, or resizes it
+            return None
+        # A literal without indexing (0000xxxx) or never indexed (0001xxxx).
+        index, used = decode_integer(view[i:], 4)
+        i += used
+        if index:
+            name = table.get_by_index(index)[0]
+        else:
+            name, i = _string(block, view, i)
+        if name in wanted:
+            found[name], i = _string(block, view, i)
+        else:
+            length, used = decode_integer(view[i:], 7)
+            i += used + length
+            if i > n:
+                return None
+    return found
+
+
+def _string(block: bytes, view: memoryview, i: int) -> tuple[bytes, int]:
+    huffman = block[i] & 0x80
+    length, used = decode_integer(view[i:], 7)
+    start = i + used
+    end = start + length
+    if end > len(block):
+        raise ValueError("string past the end of the block")
+    data = bytes(view[start:end])
+    return (decode_huffman(data) if huffman else data), end

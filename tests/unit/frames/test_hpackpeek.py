@@ -1,0 +1,53 @@
+"""hpackpeek reads the same headers as the full decoder, and leaves the table in step."""
+
+from __future__ import annotations
+
+import hpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtimeproxy.frames.hpackpeek import peek
+
+WANTED = frozenset({b":path", b"grpc-status", b"grpc-message"})
+NAMES = [":path", "grpc-status", "grpc-message", "grpc-timeout", "content-type", "te", "x-custom", "user-agent"]
+VALUES = st.one_of(st.sampled_from(["/runtime.v1.RuntimeService/Version", "0", "5", "4999910u", "trailers"]),
+                   st.text(alphabet="abcdefghijklmnopqrstuvwxyz%/0123456789 ", max_size=40))
+FIELD = st.tuples(st.sampled_from(NAMES), VALUES, st.sampled_from(["index", "never", "plain"]))
+
+
+def _field(name: str, value: str, how: str) -> tuple[str, str]:
+    if how == "never":
+        return hpack.NeverIndexedHeaderTuple(name, value)
+    if how == "plain":
+        return hpack.HeaderTuple(name, value)  # a literal without indexing
+    return (name, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(FIELD, max_size=8), min_size=1, max_size=12), st.booleans())
+def test_peek_agrees_with_the_full_decoder(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+    encoder = hpack.Encoder()
+    full, peeking = hpack.Decoder(), hpack.Decoder()
+    for fields in blocks:
+        block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
+        expected = dict(full.decode(block, raw=True))
+        seen = peek(peeking, block, WANTED)
+        if seen is None:
+            seen = dict(peeking.decode(block, raw=True))  # what the relay does then
+        assert {k: v for k, v in seen.items() if k in WANTED} == {k: v for k, v in expected.items() if k in WANTED}
+        assert list(peeking.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+
+
+def test_a_block_that_changes_the_table_is_left_to_the_full_decoder() -> None:
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    first = encoder.encode([(":path", "/a")])  # adds :path to the table
+    assert peek(decoder, first, WANTED) is None
+    decoder.decode(first)
+    again = encoder.encode([(":path", "/a")])  # now only refers to it
+    assert peek(decoder, again, WANTED) == {b":path": b"/a"}
+
+
+def test_malformed_blocks_are_left_to_the_full_decoder() -> None:
+    decoder = hpack.Decoder()
+    for block in (b"\xff\xff\xff\xff\xff", b"\xbf", b"\x80", b"\x00\x85ab", b"\x00\x01a\x7f"):
+        assert peek(decoder, block, WANTED) is None

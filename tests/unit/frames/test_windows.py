@@ -1,0 +1,64 @@
+"""The proxy's own connection windows: the gate that holds a hooked answer, and
+the backend-direction queue (frames/window.py, outbound.py, inbound.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
+from runtimeproxy.frames.inbound import Inbound
+from runtimeproxy.frames.outbound import Outbound
+
+from .test_frame import _frames, _Writer
+
+
+async def test_a_gate_holds_what_follows_it_until_opened() -> None:
+    writer = _Writer()
+    out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    trailers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88")
+    gate = out.gate(trailers, limit=60)
+    out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, b"\x88"))  # another stream's answer
+    out.data(3, b"x" * 10, False, raw=fr.serialize(FrameType.DATA, 0, 3, b"x" * 10))
+    out.control(fr.window_update(0, 7))  # not held
+    out.flush()
+    assert [f.type for f in _frames(writer.written)] == [FrameType.WINDOW_UPDATE]
+    gate.open()
+    assert [(f.type, f.stream_id) for f in _frames(writer.written)[1:]] == [
+        (FrameType.HEADERS, 1), (FrameType.HEADERS, 3), (FrameType.DATA, 3),
+    ]
+
+
+async def test_a_gate_opens_by_itself_after_its_limit() -> None:
+    writer = _Writer()
+    out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=0.01)
+    opened = asyncio.get_running_loop().create_future()
+    real_open = gate._on_open  # noqa: SLF001 - observe the timer's open
+
+    def on_open() -> None:
+        real_open()
+        opened.set_result(None)
+
+    gate._on_open = on_open  # noqa: SLF001
+    await asyncio.wait_for(opened, 5)
+    assert gate.is_open and len(_frames(writer.written)) == 1
+
+
+def test_inbound_queues_data_over_the_backends_window_and_keeps_a_reset_behind_it() -> None:
+    writer, credits = _Writer(), []
+    inbound = Inbound(writer, credits.append)  # type: ignore[arg-type]
+    assert inbound.fits(65_535) and not inbound.fits(65_536)
+    inbound.spend(60_000)
+    inbound.data(5, b"a" * 10_000, True, credit=10_000)  # 5,535 now, the rest waits
+    inbound.ordered(fr.rst_stream(5, ErrorCode.CANCEL))  # behind the queued DATA
+    assert not inbound.fits(1)
+    sent = _frames(writer.written)
+    assert [(f.type, len(f.payload)) for f in sent] == [(FrameType.DATA, 5_535)]
+    assert credits == []  # the client's window comes back once all of it has gone
+    inbound.grow(100_000)
+    rest = _frames(writer.written)[1:]
+    assert [(f.type, len(f.payload), f.has(Flag.END_STREAM)) for f in rest] == [
+        (FrameType.DATA, 4_465, True), (FrameType.RST_STREAM, 4, False),
+    ]
+    assert credits == [10_000] and inbound.queued == 0 and inbound.fits(1)
