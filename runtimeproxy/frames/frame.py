@@ -8,7 +8,6 @@ here too.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum
 
 HEADER_LEN = 9
@@ -70,15 +69,23 @@ class FrameError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True)
 class Frame:
-    type: int  # a FrameType, or an unknown type (relayed, RFC 9113 section 4.1)
-    flags: int
-    stream_id: int
-    payload: memoryview | bytes
+    """One parsed frame; a plain slotted class, made for every frame relayed
+    (a frozen dataclass costs several times as much to build)."""
+
+    __slots__ = ("type", "flags", "stream_id", "payload")
+
+    def __init__(self, type_: int, flags: int, stream_id: int, payload: memoryview | bytes) -> None:
+        self.type = type_  # a FrameType, or an unknown type (relayed, RFC 9113 section 4.1)
+        self.flags = flags
+        self.stream_id = stream_id
+        self.payload = payload
 
     def has(self, flag: int) -> bool:
         return bool(self.flags & flag)
+
+    def __repr__(self) -> str:
+        return f"Frame(type={self.type}, flags={self.flags:#x}, stream_id={self.stream_id}, {len(self.payload)} bytes)"
 
 
 _HEADER = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short
