@@ -79,6 +79,7 @@ class Hooked:
     def answer(self, status: int, message: str) -> None:
         if not self.answered.done():
             self.answered.set_result((status, message))
+            self.opened.set()  # a request still waiting for window: the stream is over
 
 
 class FramesContext:
@@ -164,9 +165,11 @@ async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
     call.sent = True
     view = memoryview(struct.pack(">BI", 0, len(request)) + request)
     while view:
-        while call.window <= 0:
+        while call.window <= 0 and not call.answered.done():
             call.opened.clear()
             await call.opened.wait()
+        if call.answered.done():  # reset or ended before the request was all sent
+            break
         n = min(call.window, conn.backend_max_frame, len(view))
         call.window -= n
         conn.inbound.data(call.stream_id, bytes(view[:n]), n == len(view))

@@ -1,0 +1,51 @@
+"""A hooked call's request on its way to the runtime (frames/hooked.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from runtimeproxy.frames.hooked import BackendFailed, Hooked, _send
+
+
+class _Inbound:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes, bool]] = []
+
+    def data(self, sid: int, payload: bytes, end: bool) -> None:
+        self.sent.append((sid, payload, end))
+
+
+def _conn(max_frame: int = 16_384) -> SimpleNamespace:
+    return SimpleNamespace(backend_max_frame=max_frame, inbound=_Inbound())
+
+
+async def test_the_request_is_framed_under_the_stream_window_and_the_answer_returned() -> None:
+    conn = _conn(max_frame=4)
+    call = Hooked(1, "/p", [], (), window=6)
+    sending = asyncio.ensure_future(_send(conn, call, b"abcdef"))  # 11 bytes with its prefix
+    await asyncio.sleep(0)
+    assert [len(p) for _, p, _ in conn.inbound.sent] == [4, 2]  # the window is spent
+    call.window += 100
+    call.opened.set()
+    for _ in range(10):  # the sender's next turns, no timer
+        await asyncio.sleep(0)
+    assert len(conn.inbound.sent) == 4
+    call.reply += b"\x00\x00\x00\x00\x02ok"
+    call.answer(0, "")
+    assert await asyncio.wait_for(sending, 5) == b"ok"
+    assert b"".join(p for _, p, _ in conn.inbound.sent) == b"\x00\x00\x00\x00\x06abcdef"
+    assert [end for _, _, end in conn.inbound.sent] == [False, False, False, True]
+
+
+async def test_a_stream_reset_while_the_request_waits_for_window_ends_the_send() -> None:
+    conn = _conn()
+    call = Hooked(1, "/p", [], (), window=0)  # the runtime's window is closed
+    sending = asyncio.ensure_future(_send(conn, call, b"request"))
+    await asyncio.sleep(0)
+    call.answer(-1, "reset by the runtime")
+    with pytest.raises(BackendFailed):
+        await asyncio.wait_for(sending, 5)
+    assert conn.inbound.sent == []
