@@ -107,6 +107,7 @@ class FrameConnection:
         self._client_uncredited = 0
         self.stopping = False
         self.backend_lost = False
+        self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
         self.idle.set()
@@ -161,6 +162,7 @@ class FrameConnection:
         """The runtime goes away: streams it will not process are refused to the
         client (a gRPC client retries those by itself); the client is told to go
         away too, keeping every stream it has, the proxy's own included."""
+        self.backend_going = True
         for sid in sorted(self.relayed | set(self.hooked)):
             if sid > last and sid not in self.ended:
                 self.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))

@@ -123,7 +123,8 @@ def grpc_status(values: dict[bytes, bytes]) -> tuple[int, str]:
 async def run(conn: FrameConnection, call: Hooked) -> None:
     """The call, from its complete request to its released answer."""
     try:
-        await call.ended.wait()
+        if not await _request_complete(call):
+            return  # the runtime ended the stream first; the client has its answer
         messages = split_messages(bytes(call.body))
         if isinstance(messages, str) or len(messages) != 1:
             text = messages if isinstance(messages, str) else f"{len(messages)} request messages for a unary call"
@@ -152,10 +153,27 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
         else:  # the client gets an answer; the runtime's, if it comes, is dropped
             conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
     finally:
-        call.finished = True
-        if call.gate is not None:
-            call.gate.open()
-        conn.hooked_done(call)
+        finish(conn, call)
+
+
+def finish(conn: FrameConnection, call: Hooked) -> None:
+    """The call is over for the proxy: its answer goes, its slot is freed (once or more)."""
+    call.finished = True
+    if call.gate is not None:
+        call.gate.open()
+    conn.hooked_done(call)
+
+
+async def _request_complete(call: Hooked) -> bool:
+    """Until the client's request is complete (True) or the runtime ended the stream (False)."""
+    if call.ended.is_set():
+        return True
+    waiter = asyncio.ensure_future(call.ended.wait())
+    try:
+        await asyncio.wait({waiter, call.answered}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return call.ended.is_set()
 
 
 async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:

@@ -123,7 +123,8 @@ class ClientSide:
         if f.type == FrameType.HEADERS:
             if sid == 0 or sid % 2 == 0:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
-            if sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted:
+            if (sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted
+                    and sid not in self.conn.hooked):
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
             if f.has(Flag.END_HEADERS):
@@ -224,12 +225,12 @@ class ClientSide:
             self.conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             return
         conn = self.conn
-        if len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
-            # Over --max-concurrent-streams (advertised in the backend's SETTINGS
-            # as the client sees them): refused, as grpc's server does; the
-            # backend's HPACK decoder still reads the block.
-            out.extend(_without_end_stream(raws))
-            out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
+        # Over --max-concurrent-streams (advertised in the backend's SETTINGS as
+        # the client sees them), or after the runtime said it goes away: refused,
+        # as grpc's server does (a gRPC client retries a refused stream); the
+        # backend's HPACK decoder still reads the block.
+        if conn.backend_going or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
+            self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.ended.add(sid)
             return
@@ -243,7 +244,7 @@ class ClientSide:
             else:
                 self._divert(sid, path, headers, raws, end_stream, out)
             return
-        out.extend(raws)
+        self._ordered(b"".join(raws), out)
         self.conn.relayed.add(sid)
         self.conn.start_timing(sid, path)
         self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
@@ -261,7 +262,7 @@ class ClientSide:
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes]) -> None:
-        out.extend(_without_end_stream(raws))  # the request follows, from the stages
+        self._ordered(b"".join(_without_end_stream(raws)), out)  # the request follows, from the stages
         call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_initial_window)
         self.conn.start_timing(sid, path)
         if end_stream:
@@ -272,10 +273,12 @@ class ClientSide:
         self.conn.unary_open.add(sid)
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))
+        # Also when cancelled before its first step (its own finally never runs then).
+        call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
 
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
-        out.extend(_without_end_stream(raws))  # a backend handler must never see a complete (empty) request
-        out.append(fr.rst_stream(sid, ErrorCode.CANCEL))
+        # A backend handler must never see a complete (empty) request.
+        self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
         call = Diverted(sid, path, headers, window=self.initial_window)
         if end_stream:
             call.ended.set()
@@ -336,7 +339,9 @@ class ClientSide:
         if call is None:
             if sid == 0 or sid > self.conn.last_stream:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-            out.append(raw)  # a closed stream: the backend answers it
+            # A stream the backend has ended: what the client still sends on it
+            # goes nowhere (the backend would only reset it), and is credited.
+            self.conn.credit_client(len(f.payload))
             return
         size = len(f.payload)
         if len(call.body) <= self.conn.max_message + 5:
@@ -345,7 +350,13 @@ class ClientSide:
 
     def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes]) -> None:
         payload = fr.unpadded(f)
-        too_long = self.conn.sizes_in[call.stream_id].feed(payload)
+        sizes = self.conn.sizes_in.get(call.stream_id)
+        if sizes is None:  # the backend ended the stream meanwhile: the rest goes nowhere
+            self.conn.credit_client(len(f.payload))
+            return
+        too_long = sizes.feed(payload)
+        if too_long is None and len(call.body) + len(payload) > self.conn.max_message + 5:
+            too_long = len(call.body) + len(payload)  # a unary request is one message
         if too_long is not None:
             if call.task is not None:
                 call.task.cancel()
