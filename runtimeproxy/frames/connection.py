@@ -46,6 +46,7 @@ from .upstream import ClientSide
 
 log = logging.getLogger(__name__)
 
+ENDED_KEPT = 4096  # streams the proxy ended, remembered per connection
 CREDIT_BATCH = 256 * 1024  # window given back at once, at least (see credit_backend)
 
 
@@ -166,7 +167,7 @@ class FrameConnection:
         for sid in sorted(self.relayed | set(self.hooked)):
             if sid > last and sid not in self.ended:
                 self.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
-                self.ended.add(sid)
+                self.mark_ended(sid)
                 self.stream_done(sid, "UNAVAILABLE")
                 call = self.hooked.get(sid)
                 if call is not None:
@@ -218,12 +219,20 @@ class FrameConnection:
         if sid not in self.responded:
             ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
         self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
-        self.ended.add(sid)
+        self.mark_ended(sid)
         self.stream_done(sid, status_name(status))
         call = self.hooked.get(sid)
         if call is not None:
             call.answer(status, message)
         return fr.rst_stream(sid, ErrorCode.CANCEL)
+
+    def mark_ended(self, sid: int) -> None:
+        """``sid`` was ended by the proxy: late frames for it are dropped. The
+        oldest are forgotten past ENDED_KEPT (a late frame for one of those is
+        dropped as any frame of a closed stream is)."""
+        self.ended.add(sid)
+        if len(self.ended) > ENDED_KEPT:
+            self.ended = set(sorted(self.ended)[ENDED_KEPT // 2 :])
 
     def end_hooked(self, sid: int, code: grpc.StatusCode, message: str) -> None:
         """A hooked call refused before its request was sent: the client gets the status."""

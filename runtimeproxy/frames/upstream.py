@@ -157,7 +157,7 @@ class ClientSide:
                 return
             held = self.conn.hooked.get(sid)
             if held is not None:  # the backend has the stream: it ends there too
-                self.conn.ended.add(sid)
+                self.conn.mark_ended(sid)
                 held.answer(8, "cancelled by the client")
                 if held.task is not None:
                     held.task.cancel()
@@ -232,7 +232,7 @@ class ClientSide:
         if conn.backend_going or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
             self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
-            conn.ended.add(sid)
+            conn.mark_ended(sid)
             return
         path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
         if self.conn.stopping or not self.conn.routes.fast(path):

@@ -111,3 +111,13 @@ async def test_a_unary_request_is_one_message_at_most() -> None:
     assert ending and b"grpc-status" in b"".join(
         k for k, _ in hpack.Decoder().decode(bytes(ending[-1].payload), raw=True)
     )
+
+
+async def test_the_streams_the_proxy_ended_are_remembered_within_a_bound() -> None:
+    from runtimeproxy.frames import connection
+
+    conn, _, _, _ = _connection()
+    for sid in range(1, 2 * connection.ENDED_KEPT + 2, 2):
+        conn.mark_ended(sid)
+    assert len(conn.ended) <= connection.ENDED_KEPT
+    assert 2 * connection.ENDED_KEPT + 1 in conn.ended and 1 not in conn.ended  # the newest kept
