@@ -53,12 +53,13 @@ class TaskName:
     FINISH = "finish-hooked-call"
     POST_HOOK = "post-hook"
     MEMORY = "memory-release"
+    RECHECK = "recheck-removal"
 
 
 # Shutdown, once calls are drained and recorded (FINISH and POST_HOOK are
 # drained, not stopped): nothing may still read the backend or react to it
 # when its channels close.
-STOP_ORDER = (TaskName.WATCHER, TaskName.REBUILD, TaskName.MONITOR, TaskName.HEALTH)
+STOP_ORDER = (TaskName.WATCHER, TaskName.REBUILD, TaskName.RECHECK, TaskName.MONITOR, TaskName.HEALTH)
 
 
 class TaskFailed(RuntimeError):

@@ -69,6 +69,10 @@ class Executor:
     async def record(self, req: Any, resp: Any, store: StateStore) -> None:
         """After a successful backend call."""
 
+    async def unsure(self, req: Any, store: StateStore) -> None:
+        """After a backend call whose outcome the proxy did not see (its client
+        left, the runtime failed or went away): make the records true again."""
+
 
 class _ContainerById(Executor):
     """Start/Stop/Remove: the hook request is the container's record."""
@@ -136,6 +140,9 @@ class RemovePodSandbox(Executor):
     async def record(self, req: v1.RemovePodSandboxRequest, resp: Any, store: StateStore) -> None:
         store.drop_pod(req.pod_sandbox_id)
 
+    async def unsure(self, req: v1.RemovePodSandboxRequest, store: StateStore) -> None:
+        await store.forget_if_gone("pod", req.pod_sandbox_id)
+
 
 class CreateContainer(Executor):
     request, response = v1.CreateContainerRequest, v1.CreateContainerResponse
@@ -197,6 +204,9 @@ class RemoveContainer(_ContainerById):
 
     async def record(self, req: v1.RemoveContainerRequest, resp: Any, store: StateStore) -> None:
         store.drop_container(req.container_id)
+
+    async def unsure(self, req: v1.RemoveContainerRequest, store: StateStore) -> None:
+        await store.forget_if_gone("container", req.container_id)
 
 
 class UpdateContainerResources(_ContainerById):

@@ -92,6 +92,7 @@ class HookStage(StageProvider):
         self._recorded = asyncio.Event()
         self._recorded.set()
         self._finishing: set[asyncio.Task[None]] = set()
+        self._rechecks: set[asyncio.Task[None]] = set()  # removals whose outcome is being asked again
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         point = HOOKED_METHODS.get(method)
@@ -113,6 +114,19 @@ class HookStage(StageProvider):
         finally:
             if outcome is not None:
                 self._count(point, outcome, started)
+
+    def _recheck(self, ex: Executor, req: Message, fields: dict[str, object]) -> None:
+        """The runtime may or may not have done the call: its records are made true in the background."""
+        if type(ex).unsure is Executor.unsure:
+            return
+        task = self._tasks.spawn(TaskName.RECHECK, ex.unsure(req, self.store), fields=fields)
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
+
+    async def rechecked(self) -> None:
+        """Until the rechecks started so far are done (tests, shutdown)."""
+        if self._rechecks:
+            await asyncio.wait(set(self._rechecks))
 
     def _count(self, point: HookedMethod, outcome: str, started: float) -> None:
         if self._metrics is not None:
@@ -165,18 +179,22 @@ class HookStage(StageProvider):
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             outgoing = req.SerializeToString() if changed else request
-            if ex.ordered_until_issued:
-                # A stop waits out the grace period kubelet chose; the next
-                # call on this object (a CPU manager update, say) goes once
-                # the stop's request has been written to the runtime's
-                # connection (so it reaches the runtime first), without
-                # waiting for the stop to end.
-                backend_call = await _issue(send, outgoing)
-                release()
-                release = None
-                reply = await backend_call
-            else:
-                reply = await send(outgoing)
+            try:
+                if ex.ordered_until_issued:
+                    # A stop waits out the grace period kubelet chose; the next
+                    # call on this object (a CPU manager update, say) goes once
+                    # the stop's request has been written to the runtime's
+                    # connection (so it reaches the runtime first), without
+                    # waiting for the stop to end.
+                    backend_call = await _issue(send, outgoing)
+                    release()
+                    release = None
+                    reply = await backend_call
+                else:
+                    reply = await send(outgoing)
+            except BaseException:
+                self._recheck(ex, req, fields)
+                raise
             try:
                 response = ex.response.FromString(reply) if ex.reads_response else None
             except DecodeError:  # the runtime did the work: answer, just remember less

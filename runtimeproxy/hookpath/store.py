@@ -10,6 +10,7 @@ from the backend: its status with ``verbose`` carries the original config.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,9 @@ from .merge import env_map, hook_resources, merge_resources
 log = logging.getLogger(__name__)
 
 WIRE_LENGTH_DELIMITED = 2
+# When the proxy did not see how a removal ended, the runtime is asked again
+# after each of these delays (seconds) until it says the object is gone.
+RECHECK_DELAYS_S = (0.5, 2.0, 10.0)
 
 # Calls a RuntimeService method on the backend: (method name, request) -> response bytes.
 BackendCall = Callable[[str, bytes], Awaitable[bytes]]
@@ -189,6 +193,27 @@ class StateStore:
                 "containers_forgotten": len(gone_containers),
             },
         )
+
+    async def forget_if_gone(self, kind: str, object_id: str) -> None:
+        """A removal whose outcome the proxy did not see (its client left, the
+        runtime failed or went away): the record goes once the runtime says the
+        object is gone; it stays if the runtime still has it after the last try."""
+        assert self.read_backend is not None
+        if kind == "pod":
+            method, request = "PodSandboxStatus", v1.PodSandboxStatusRequest(pod_sandbox_id=object_id)
+        else:
+            method, request = "ContainerStatus", v1.ContainerStatusRequest(container_id=object_id)
+        for delay in RECHECK_DELAYS_S:
+            await asyncio.sleep(delay)  # the runtime may still be removing it
+            if (self.pods if kind == "pod" else self.containers).get(object_id) is None:
+                return  # gone from the records meanwhile
+            try:
+                await self.read_backend(method, request.SerializeToString())
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND:
+                    (self.drop_pod if kind == "pod" else self.drop_container)(object_id)
+                    log.info("record of a removed object dropped", extra={"kind": kind, "id": object_id})
+                    return
 
     async def _read_pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
         assert self.read_backend is not None

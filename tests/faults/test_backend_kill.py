@@ -9,11 +9,13 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.cripath.backend import channel_options
+from runtimeproxy.hookpath import store as store_module
 from runtimeproxy.host.containerd import LocalContainerd
 
 from ..integration.proxyfixtures import ProxyLauncher
@@ -62,7 +64,10 @@ async def watching(channel: aio.Channel) -> AsyncIterator[HealthWatch]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_backend_sigkill_twice_under_load(own_containerd: LocalContainerd, pod_log_dir: Path) -> None:
+async def test_backend_sigkill_twice_under_load(
+    own_containerd: LocalContainerd, pod_log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "RECHECK_DELAYS_S", (0.5, 1.0, 2.0))  # the test waits for them
     await own_containerd.start(timeout=60)
     ledger, direct_ledger = Ledger(), Ledger()
     async with contextlib.AsyncExitStack() as stack:
@@ -97,6 +102,8 @@ async def test_backend_sigkill_twice_under_load(own_containerd: LocalContainerd,
         assert health.seen == [SERVING, NOT_SERVING, SERVING, NOT_SERVING, SERVING]
         runtime = await listed(v1_grpc.RuntimeServiceStub(direct))
         assert mismatches(ledger.merged(direct_ledger), runtime) == []
-        # The proxy remembers nothing the runtime does not have.
+        # The proxy remembers nothing the runtime does not have: removals whose
+        # answer it never saw (the client left, the runtime died) are asked again.
+        await running.hooks.rechecked()
         assert set(running.store.pods) <= set(runtime.pods.values())
         assert set(running.store.containers) <= set(runtime.containers.values())

@@ -570,3 +570,31 @@ async def test_metrics_endpoint(fake, sock_dir, hook_dir) -> None:
     assert "runtime_proxy_hook_servers 1.0" in text
     assert 'runtime_proxy_hook_calls_total{hook="PreCreateContainer",outcome="ok",server="quota.json"} 1.0' in text
     assert 'runtime_proxy_hooked_calls_total{method="CreateContainer",outcome="ok"} 1.0' in text
+
+
+async def test_a_removal_whose_client_left_is_checked_with_the_runtime(
+    running, fake, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client gives up on RemovePodSandbox while the runtime is still at it:
+    the proxy never sees the answer, asks the runtime again, and forgets the pod
+    once the runtime says it is gone."""
+    from runtimeproxy.hookpath import store as store_module
+
+    monkeypatch.setattr(store_module, "RECHECK_DELAYS_S", (0.05, 0.05))
+    remove_pod = "/runtime.v1.RuntimeService/RemovePodSandbox"
+    await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString())
+    assert "pod-1" in running.hooks.store.pods
+    fake.script(remove_pod, hang=True)
+    fake.script(POD_STATUS, code=grpc.StatusCode.NOT_FOUND, details="no such sandbox")
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(remove_pod)(
+            v1.RemovePodSandboxRequest(pod_sandbox_id="pod-1").SerializeToString(), timeout=0.3
+        )
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await fake.wait_calls(remove_pod)
+    async with asyncio.timeout(10):
+        while not running.hooks._rechecks:  # noqa: SLF001 - the handler notices the client left
+            await asyncio.sleep(0.01)
+        await running.hooks.rechecked()
+    assert "pod-1" not in running.hooks.store.pods
+    fake.scripts[remove_pod].release.set()

@@ -6,6 +6,8 @@ import asyncio
 import json
 from typing import Any
 
+import grpc
+
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.hookpath.store import StateStore, _resources_from_spec
@@ -190,3 +192,41 @@ async def test_rebuild_forgets_what_the_backend_no_longer_has_but_not_what_a_cal
     assert set(store.pods) == {"p1", "new-pod"}
     assert set(store.containers) == {"c1"} and "gone-ctr" not in store.container_pod
     assert store._rebuilds == []
+
+
+class _Status:
+    """A runtime's status answers, one per ask: an exception code or an answer."""
+
+    def __init__(self, *answers: grpc.StatusCode | None) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    async def __call__(self, method: str, request: bytes) -> bytes:
+        self.asked += 1
+        code = self.answers.pop(0)
+        if code is not None:
+            raise _RpcError(code)
+        return pod_status("p1") if method == "PodSandboxStatus" else container_status("c1", "p1")
+
+
+class _RpcError(grpc.aio.AioRpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=code.name)
+
+
+async def test_a_removal_nobody_saw_end_drops_the_record_once_the_runtime_says_it_is_gone(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from runtimeproxy.hookpath import store as store_module
+
+    monkeypatch.setattr(store_module, "RECHECK_DELAYS_S", (0, 0, 0))
+    runtime = _Status(grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)  # restarting, then gone
+    store = StateStore(read_backend=runtime)
+    store.put_pod("p1", hookapi.PodSandboxHookRequest())
+    store.put_container("c1", "p1", hookapi.ContainerResourceHookRequest())
+    await store.forget_if_gone("pod", "p1")
+    assert "p1" not in store.pods and "c1" not in store.containers and runtime.asked == 2
+
+    kept = _Status(None, None, None)  # the runtime still has it: the removal failed
+    store = StateStore(read_backend=kept)
+    store.put_container("c1", "p1", hookapi.ContainerResourceHookRequest())
+    await store.forget_if_gone("container", "c1")
+    assert "c1" in store.containers and kept.asked == 3
