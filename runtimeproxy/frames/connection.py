@@ -144,6 +144,9 @@ class FrameConnection:
         if self.closed.done():
             return
         if not self.diverted:
+            if self.relayed or self.hooked:  # what the client sees as its connection closed
+                log.warning("frames: runtime connection closed with calls in flight; closing the client's",
+                            extra={"relayed": len(self.relayed), "hooked": len(self.hooked)})
             self.lost()
             return
         log.info("frames: runtime connection closed; the proxy's own calls go on", extra={"calls": len(self.diverted)})
