@@ -16,10 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shutil
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +26,7 @@ from tests.node.binary import KubeletBinaryError, archive_path, unpacked_kubelet
 from tests.node.noderun import NodeRun
 from tests.node.proxyproc import ProxyProcess
 
-from .procs import BenchError, cpu_seconds, memory_mib
+from .procs import BenchError, cpu_seconds, memory_mib, say, work_dir
 
 
 @dataclass(frozen=True)
@@ -56,10 +53,6 @@ def parse(argv: list[str]) -> NodeOptions:
     if a.duration <= 0 or a.settle < 0 or a.idle <= 0:
         p.error("--duration and --idle must be > 0 and --settle >= 0")
     return NodeOptions(a.duration, a.idle, a.settle, a.json, a.keep)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 async def measure(opts: NodeOptions, work: Path) -> dict[str, Any]:
@@ -142,15 +135,9 @@ def render(results: dict[str, Any]) -> str:
 
 
 async def _run(opts: NodeOptions) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="rpb-node-", dir="/tmp"))
-    say(f"work directory {work}")
-    try:
+    with work_dir("rpb-node-", opts.keep) as work:
+        say(f"work directory {work}")
         return await measure(opts, work)
-    finally:
-        if opts.keep:
-            say(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

@@ -11,8 +11,12 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,23 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _LOG_TAIL_LINES = 30
 _CLI_ENTRY = "import sys; from runtimeproxy.cli import main; sys.exit(main(prog_name='runtime-proxy'))"
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def work_dir(prefix: str, keep: bool) -> Iterator[Path]:
+    """A scratch directory under /tmp for one run, removed after it unless ``keep``."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield work
+    finally:
+        if keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 class BenchError(RuntimeError):

@@ -8,9 +8,6 @@ import contextlib
 import math
 import os
 import platform
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,8 +31,10 @@ from .procs import (
     cpu_seconds,
     free_tcp_port,
     memory_mib,
+    say,
     wait_cri_version,
     wait_idle,
+    work_dir,
 )
 from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
 from .stats import median, ratio, summarize
@@ -68,10 +67,6 @@ def quick_options(base: Options) -> Options:
     # replace(), not a new Options: every option not about the run's length stays as given.
     return replace(base, rounds=1, duration=0.8, warmup=0.15, lifecycles=3, hook_rounds=1, hook_duration=0.8,
                    quick=True)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 class Bench:
@@ -366,11 +361,5 @@ class Bench:
 
 
 async def run(opts: Options) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="rpb-", dir="/tmp"))
-    try:
+    with work_dir("rpb-", opts.keep) as work:
         return await Bench(opts, work).run()
-    finally:
-        if opts.keep:
-            say(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)

@@ -22,9 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,11 +42,12 @@ from .procs import (
     HookServerChild,
     ProxyChild,
     memory_mib,
+    say,
     wait_cri_version,
     wait_idle,
+    work_dir,
 )
 from .proxymetrics import ALL_HOOKS
-from .runner import say
 
 RSS_GROWTH_LIMIT = 0.10
 CALL_TIMEOUT = 30.0
@@ -229,8 +228,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 async def soak(opts: SoakOptions) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="rps-", dir="/tmp"))
-    try:
+    with work_dir("rps-", opts.keep) as work:
         async with contextlib.AsyncExitStack() as stack:
             say(f"soak: work directory {work}")
             ctd = LocalContainerd(work / "ctd", log_level="warn")
@@ -264,11 +262,6 @@ async def soak(opts: SoakOptions) -> dict[str, Any]:
             problems = verdict(direct_phase, proxy_phase, proxy.alive)
             say("soak: cleaning up")
         return {"direct": direct_phase, "proxy": proxy_phase, "problems": problems}
-    finally:
-        if opts.keep:
-            say(f"soak: kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def parse(argv: list[str]) -> SoakOptions:

@@ -35,7 +35,7 @@ from grpc import aio
 from ..cripath.stage import Stage
 from . import frame as fr
 from . import hooked
-from .divert import Diverted, encode_headers, percent_encode
+from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
@@ -191,7 +191,8 @@ class FrameConnection:
             feed(chunk)
         except FrameError as exc:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
-            log.warning("frames: connection error %s %s", side, exc, extra={"side": side, "code": code.name, "error": str(exc)})
+            log.warning("frames: connection error, %s side: %s", side, exc,
+                        extra={"side": side, "code": code.name, "error": str(exc)})
             self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.flush()
             self.lost()
@@ -218,10 +219,8 @@ class FrameConnection:
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
-        ending = [("grpc-status", str(status)), ("grpc-message", percent_encode(message))]
-        if sid not in self.responded:
-            ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
-        self.out.frames(b"".join(fr.header_frames(sid, encode_headers(ending), self.client_max_frame, True)))
+        self.out.frames(status_frames(sid, status, message, self.client_max_frame,
+                                      trailers_only=sid not in self.responded))
         self.mark_ended(sid)
         self.stream_done(sid, status_name(status))
         call = self.hooked.get(sid)

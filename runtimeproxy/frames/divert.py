@@ -148,13 +148,21 @@ async def answer(
             raise
         finally:
             sender.cancel()
-    ending = [("grpc-status", str(status.value[0])), *((("grpc-message", percent_encode(details)),) if details else ()),
+    send(status_frames(call.stream_id, status.value[0], details, max_frame(), trailers_only=not started,
+                       trailers=trailers))
+
+
+def status_frames(
+    stream_id: int, status: int, message: str, max_frame: int, trailers_only: bool,
+    trailers: tuple[tuple[str, str | bytes], ...] = (),
+) -> bytes:
+    """The header block that ends a call the proxy answers: its trailers, or,
+    before any answer headers went out, a trailers-only response."""
+    ending = [("grpc-status", str(status)), *((("grpc-message", percent_encode(message)),) if message else ()),
               *trailers]
-    if started:
-        block = encode_headers(ending)
-    else:  # trailers-only
-        block = encode_headers([(":status", "200"), ("content-type", "application/grpc"), *ending])
-    send(b"".join(header_frames(call.stream_id, block, max_frame(), True)))
+    if trailers_only:
+        ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
+    return b"".join(header_frames(stream_id, encode_headers(ending), max_frame, True))
 
 
 async def _iterate(messages: list[bytes]) -> AsyncIterator[bytes]:
@@ -170,4 +178,4 @@ def percent_encode(text: str) -> str:
     return "".join(out)
 
 
-__all__ = ["Diverted", "answer", "parse_timeout", "encode_headers", "DEFAULT_MAX_FRAME"]
+__all__ = ["Diverted", "answer", "parse_timeout", "encode_headers", "status_frames", "DEFAULT_MAX_FRAME"]

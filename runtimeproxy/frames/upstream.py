@@ -273,7 +273,6 @@ class ClientSide:
         self.conn.unary_open.add(sid)
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))
-        # Also when cancelled before its first step (its own finally never runs then).
         call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
 
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
