@@ -71,6 +71,11 @@ async def build_proxy(
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
     never = asyncio.Event()
     tasks.keep_running(TaskName.WATCHER, lambda: registry.watch(never))
+    if config.state_resync_interval > 0:  # cancelled by Proxy.stop (STOP_ORDER), after the server
+        tasks.keep_running(
+            TaskName.RESYNC,
+            lambda: store.resync_every(config.state_resync_interval, lambda: proxy.backend.connected),
+        )
     if config.metrics_listen:  # stopped after the proxy: scraped until the end
         stack.callback(metrics.serve(config.metrics_listen))
         log.info("serving metrics", extra={"address": config.metrics_listen})

@@ -45,6 +45,9 @@ class ProxyConfig:
     max_concurrent_streams: int = 1000
     grace_period: float = 10.0  # seconds in-flight unary calls get on SIGTERM
     probe_max_interval: float = 5.0  # backoff ceiling while the backend is absent
+    # Seconds between checks that the hook state has no record of an object the
+    # runtime no longer lists (one removed past the proxy); 0: never.
+    state_resync_interval: float = 300.0
     metrics_listen: str | None = None  # host:port for Prometheus, None: off
     # frames: each client connection relayed frame by frame to its own runtime
     # connection, hooked calls run in place; grpc: every call re-issued through grpc.aio
@@ -69,7 +72,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
 _POSITIVE_COUNTS = {"max_concurrent_streams"}
-_NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval"}
+_NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval", "state_resync_interval"}
 
 
 def choices(setting: str) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """The one owner of the proxy's background tasks.
 
 Every task the proxy runs beside its calls (the backend monitor, the hook
-directory watcher, state rebuilds, post hooks, calls finished after their
+directory watcher, state rebuilds and resyncs, post hooks, calls finished after their
 client left, health updates) is started here, under a name, with what should
 happen if it dies:
 
@@ -54,12 +54,15 @@ class TaskName:
     POST_HOOK = "post-hook"
     MEMORY = "memory-release"
     RECHECK = "recheck-removal"
+    RESYNC = "state-resync"
 
 
 # Shutdown, once calls are drained and recorded (FINISH and POST_HOOK are
 # drained, not stopped): nothing may still read the backend or react to it
 # when its channels close.
-STOP_ORDER = (TaskName.WATCHER, TaskName.REBUILD, TaskName.RECHECK, TaskName.MONITOR, TaskName.HEALTH)
+STOP_ORDER = (
+    TaskName.WATCHER, TaskName.REBUILD, TaskName.RESYNC, TaskName.RECHECK, TaskName.MONITOR, TaskName.HEALTH
+)
 
 
 class TaskFailed(RuntimeError):

@@ -80,15 +80,15 @@ class StateStore:
     # saw, so it must neither overwrite a record nor bring a removed one back.
     _reading: dict[str, int] = field(default_factory=dict)
     _stale_reads: set[str] = field(default_factory=set)
-    # Per rebuild under way: the ids written or dropped since it began, which
-    # its (older) listing must not judge.
-    _rebuilds: list[set[str]] = field(default_factory=list)
+    # Per listing under way (rebuild, resync): the ids written or dropped
+    # since it began, which its (older) listing must not judge.
+    _listings: list[set[str]] = field(default_factory=list)
 
     def changed(self, object_id: str) -> None:
         """A call changed this object: reads under way for it are out of date."""
         if object_id in self._reading:
             self._stale_reads.add(object_id)
-        for touched in self._rebuilds:
+        for touched in self._listings:
             touched.add(object_id)
 
     def put_pod(self, pod_id: str, record: hookapi.PodSandboxHookRequest) -> None:
@@ -163,25 +163,14 @@ class StateStore:
         objects the backend no longer lists are dropped (a removal whose
         answer was lost when the runtime died), unless a call wrote them
         since the rebuild began."""
-        assert self.read_backend is not None
-        touched: set[str] = set()
-        self._rebuilds.append(touched)
-        try:
-            pods_before, containers_before = set(self.pods), set(self.containers)
-            pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), v1.PodSandbox)
+
+        async def read_all(pod_ids: list[str], container_ids: list[str]) -> None:
             for pod_id in pod_ids:
                 await self.pod(pod_id)
-            container_ids = _listed_ids(await self.read_backend("ListContainers", b""), v1.Container)
             for container_id in container_ids:
                 await self.container(container_id)
-            gone_containers = containers_before - set(container_ids) - touched
-            gone_pods = pods_before - set(pod_ids) - touched
-        finally:
-            self._rebuilds.remove(touched)
-        for container_id in gone_containers:
-            self.drop_container(container_id)
-        for pod_id in gone_pods:
-            self.drop_pod(pod_id)
+
+        pod_ids, container_ids, gone_pods, gone_containers = await self._listing(read_all)
         log.info(
             "state rebuilt from backend",
             extra={
@@ -193,6 +182,55 @@ class StateStore:
                 "containers_forgotten": len(gone_containers),
             },
         )
+
+    async def forget_unlisted(self) -> None:
+        """Drop the records of objects the backend no longer lists: those a
+        client removed past the proxy (crictl on the runtime's own socket),
+        after the proxy had read them back."""
+        _, _, gone_pods, gone_containers = await self._listing(None)
+        if gone_pods or gone_containers:
+            log.info(
+                "records of objects the runtime no longer lists dropped",
+                extra={"pods": sorted(gone_pods), "containers": sorted(gone_containers)},
+            )
+
+    async def resync_every(self, interval: float, connected: Callable[[], bool]) -> None:
+        """``forget_unlisted`` every ``interval`` seconds while the backend is
+        ``connected`` (a service: runs until cancelled). Nothing else tells
+        the proxy of removals that bypass it, and their records would pile up."""
+        while True:
+            await asyncio.sleep(interval)
+            if not connected():
+                continue  # the rebuild after the runtime returns does the same
+            try:
+                await self.forget_unlisted()
+            except grpc.aio.AioRpcError as err:
+                log.info("state resync skipped: runtime did not list", extra={"code": err.code().name})
+
+    async def _listing(
+        self, read: Callable[[list[str], list[str]], Awaitable[None]] | None
+    ) -> tuple[list[str], list[str], set[str], set[str]]:
+        """List the backend's pods and containers (and ``read`` them), then
+        drop the records of those it does not list, unless a call wrote or
+        dropped them since the listing began: such a record is newer than it."""
+        assert self.read_backend is not None
+        touched: set[str] = set()
+        self._listings.append(touched)
+        try:
+            pods_before, containers_before = set(self.pods), set(self.containers)
+            pod_ids = _listed_ids(await self.read_backend("ListPodSandbox", b""), v1.PodSandbox)
+            container_ids = _listed_ids(await self.read_backend("ListContainers", b""), v1.Container)
+            if read is not None:
+                await read(pod_ids, container_ids)
+            gone_containers = containers_before - set(container_ids) - touched
+            gone_pods = pods_before - set(pod_ids) - touched
+        finally:
+            self._listings.remove(touched)
+        for container_id in gone_containers:
+            self.drop_container(container_id)
+        for pod_id in gone_pods:
+            self.drop_pod(pod_id)
+        return pod_ids, container_ids, gone_pods, gone_containers
 
     async def forget_if_gone(self, kind: str, object_id: str) -> None:
         """A removal whose outcome the proxy did not see (its client left, the

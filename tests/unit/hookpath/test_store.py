@@ -191,7 +191,7 @@ async def test_rebuild_forgets_what_the_backend_no_longer_has_but_not_what_a_cal
     await rebuilding
     assert set(store.pods) == {"p1", "new-pod"}
     assert set(store.containers) == {"c1"} and "gone-ctr" not in store.container_pod
-    assert store._rebuilds == []
+    assert store._listings == []
 
 
 class _Status:
@@ -230,3 +230,64 @@ async def test_a_removal_nobody_saw_end_drops_the_record_once_the_runtime_says_i
     store.put_container("c1", "p1", hookapi.ContainerResourceHookRequest())
     await store.forget_if_gone("container", "c1")
     assert "c1" in store.containers and kept.asked == 3
+
+
+async def test_forget_unlisted_drops_records_of_objects_removed_past_the_proxy() -> None:
+    """A client on the runtime's own socket removed what a rebuild had read back:
+    the resync's listing drops it, reads nothing, and keeps what a call wrote meanwhile."""
+    backend = Backend()  # lists p1 and c1 only
+    store = StateStore(read_backend=backend)
+    store.put_pod("p1", hookapi.PodSandboxHookRequest())
+    store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
+    store.put_container("gone-ctr", "p1", hookapi.ContainerResourceHookRequest())
+    backend.gate.clear()
+    forgetting = asyncio.ensure_future(store.forget_unlisted())
+    while "ListPodSandbox" not in backend.calls:
+        await asyncio.sleep(0)  # one loop turn: the listing is under way
+    store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
+    backend.gate.set()
+    await forgetting
+    assert set(store.pods) == {"p1", "new-pod"} and store.containers == {} and store.container_pod == {}
+    assert backend.calls == ["ListPodSandbox", "ListContainers"] and store._listings == []
+
+
+async def test_resync_lists_only_while_the_runtime_is_connected_and_survives_a_failed_listing() -> None:
+    backend = _Listing(grpc.StatusCode.UNAVAILABLE)
+    store = StateStore(read_backend=backend)
+    store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
+    connected = _Connected(answers=[False, False, True, True])
+    resync = asyncio.ensure_future(store.resync_every(0, connected))
+    try:
+        while "gone-pod" in store.pods:
+            await asyncio.sleep(0)
+    finally:
+        resync.cancel()
+        await asyncio.gather(resync, return_exceptions=True)
+    # Not asked while away; the first listing failed (logged), the next one dropped it.
+    assert connected.asked >= 4 and backend.lists == 2
+
+
+class _Connected:
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers, self.asked = answers, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.answers.pop(0) if self.answers else True
+
+
+class _Listing:
+    """A runtime whose first ListPodSandbox fails with ``first``, and that lists nothing."""
+
+    def __init__(self, first: grpc.StatusCode) -> None:
+        self.first: grpc.StatusCode | None = first
+        self.lists = 0
+
+    async def __call__(self, method: str, request: bytes) -> bytes:
+        if method == "ListPodSandbox":
+            self.lists += 1
+            if self.first is not None:
+                code, self.first = self.first, None
+                raise _RpcError(code)
+            return v1.ListPodSandboxResponse().SerializeToString()
+        return v1.ListContainersResponse().SerializeToString()
