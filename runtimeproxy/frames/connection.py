@@ -12,7 +12,10 @@ stages in place (hooked.py). A call the proxy must answer itself (health,
 refusals, translated versions, compressed hooked requests; see routes.py) is
 *diverted*: its header block still goes to the backend (the backend's HPACK
 decoder must see it) followed at once by RST_STREAM, and the call is
-answered by the proxy's own grpc.aio server (divert.py).
+answered by the proxy's own grpc.aio server (divert.py). A backend that
+answers such a stream before it reads the RST_STREAM has its header block
+passed to the client on a stream the client already closed
+(downstream.BackendSide._stray).
 
 Flow control per hop: the proxy owns both directions' connection windows
 (outbound.py, inbound.py), since its own DATA (answers, re-framed hooked
@@ -97,6 +100,9 @@ class FrameConnection:
         self.out = Outbound(self._client_writer, self.credit_backend)
         self.inbound = Inbound(backend, self.credit_client)
         self.last_stream = 0
+        # The latest stream whose end (END_STREAM or RST_STREAM) is queued for
+        # the client: it ignores header blocks on it (downstream.py, _stray).
+        self.closed_at_client = 0
         self.relayed: set[int] = set()  # open relayed streams
         self.unary_open: set[int] = set()  # of those, known unary calls
         self.diverted: dict[int, Diverted] = {}
@@ -233,6 +239,7 @@ class FrameConnection:
         oldest are forgotten past ENDED_KEPT (a late frame for one of those is
         dropped as any frame of a closed stream is)."""
         self.ended.add(sid)
+        self.closed_at_client = sid
         if len(self.ended) > ENDED_KEPT:
             self.ended = set(sorted(self.ended)[ENDED_KEPT // 2 :])
 
@@ -243,6 +250,13 @@ class FrameConnection:
         log.info("call refused", extra={"code": code.name, "error": message})
         self.inbound.ordered(self.end_locally(sid, code.value[0], message))
         self.out.flush()
+
+    def diverted_done(self, sid: int) -> None:
+        """The proxy's answer on diverted stream ``sid`` is queued for the client, its end included."""
+        self.diverted.pop(sid, None)
+        self.mark_ended(sid)  # late frames of the backend for it are dropped
+        self.backend_side.release(sid)
+        self.check_idle()
 
     def hooked_done(self, call: hooked.Hooked) -> None:
         self.hooked.pop(call.stream_id, None)
@@ -278,6 +292,7 @@ class FrameConnection:
 
     def stream_done(self, sid: int, code: str) -> None:
         """A relayed or hooked stream ended with ``code`` (a gRPC status name)."""
+        self.closed_at_client = sid
         timed = self.timed.pop(sid, None)
         if timed is not None:
             timed[0](code, time.perf_counter() - timed[1])

@@ -296,8 +296,7 @@ class ClientSide:
             self.conn.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
             self.conn.out.flush()
         finally:
-            self.conn.diverted.pop(call.stream_id, None)
-            self.conn.check_idle()
+            self.conn.diverted_done(call.stream_id)
 
     def _send_frames(self, raw: bytes) -> None:
         self.conn.out.frames(raw)

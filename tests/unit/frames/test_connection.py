@@ -121,3 +121,150 @@ async def test_the_streams_the_proxy_ended_are_remembered_within_a_bound() -> No
         conn.mark_ended(sid)
     assert len(conn.ended) <= connection.ENDED_KEPT
     assert 2 * connection.ENDED_KEPT + 1 in conn.ended and 1 not in conn.ended  # the newest kept
+
+
+# -- a runtime that answers a diverted stream before it read the stream's RST_STREAM
+
+VERSION = "/runtime.v1.RuntimeService/Version"
+UNKNOWN_TO_RUNTIME = "/runtime.v1.RuntimeService/Status"  # say, a v1 call to a v1alpha2-only runtime
+
+
+class _Diverting(_Routes):
+    """Version is relayed; everything else the proxy answers itself (diverted)."""
+
+    def fast(self, path: str) -> bool:
+        return path == VERSION
+
+    def hooked(self, path: str):  # type: ignore[no-untyped-def]
+        return None
+
+
+class _HeldAnswer:
+    """The proxy's own answer to a diverted call (its local grpc.aio server), held until ``release``."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self._cython_call = self
+
+    def stream_stream(self, path: str):  # type: ignore[no-untyped-def]
+        return lambda **_: self
+
+    async def wait_for_connection(self) -> None:
+        pass
+
+    async def send_serialized_message(self, message: bytes) -> None:
+        pass
+
+    async def send_receive_close(self) -> None:
+        pass
+
+    async def initial_metadata(self) -> tuple[()]:
+        await self.release.wait()
+        return ()
+
+    def __aiter__(self):  # type: ignore[no-untyped-def]
+        return self._messages()
+
+    async def _messages(self):  # type: ignore[no-untyped-def]
+        yield b"proxy-answer"
+
+    async def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+    def cancel(self) -> None:
+        pass
+
+
+def _diverting_connection() -> tuple[FrameConnection, _Transport, hpack.Encoder, hpack.Encoder, _HeldAnswer]:
+    client, backend = _Transport(), _Transport()
+    local = _HeldAnswer()
+    conn = FrameConnection(client, backend, _Diverting(), local, Limits(max_message=100))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    return conn, client, hpack.Encoder(), hpack.Encoder(), local
+
+
+def _request(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
+    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
+                            ("content-type", "application/grpc"), ("te", "trailers")])
+    return fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block) + _data(sid, b"\0\0\0\0\0", end=True)
+
+
+# grpc-go's answer to a method it does not know: trailers-only, and its encoder indexes these.
+UNIMPLEMENTED = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "12"),
+                 ("grpc-message", "unknown service runtime.v1.RuntimeService")]
+
+
+def _answer(encoder: hpack.Encoder, sid: int, headers: list[tuple[str, str]]) -> bytes:
+    return fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, sid, encoder.encode(headers))
+
+
+def _client_view(client: _Transport) -> list[tuple[int, int, dict[bytes, bytes]]]:
+    """Header blocks as the client decodes them, in order: (stream, flags, headers)."""
+    decoder, out = hpack.Decoder(), []
+    for f in _client_frames(client):
+        if f.type == FrameType.HEADERS:
+            assert f.has(Flag.END_HEADERS)  # small blocks: one frame each
+            out.append((f.stream_id, f.flags, dict(decoder.decode(bytes(f.payload), raw=True))))
+    return out
+
+
+async def test_a_runtimes_answer_to_a_diverted_first_stream_waits_for_the_proxys_own_answer() -> None:
+    conn, client, to_backend, backend_encoder, local = _diverting_connection()
+    conn.client_data(_request(to_backend, 1, UNKNOWN_TO_RUNTIME) + _request(to_backend, 3, VERSION))
+    await _turns()
+    # The runtime answers stream 1 before it reads its RST_STREAM, then answers Version
+    # with headers its encoder indexed in that first answer.
+    conn.backend_data(_answer(backend_encoder, 1, UNIMPLEMENTED))
+    conn.backend_data(_answer(backend_encoder, 3, [*UNIMPLEMENTED[:2], ("grpc-status", "0")]))
+    await _turns()
+    assert not conn.closed.done()
+    assert _client_view(client) == []  # nothing may pass the runtime's block, which waits
+    local.release.set()
+    await _turns(10)
+    view = _client_view(client)
+    assert [(sid, flags & Flag.END_STREAM) for sid, flags, _ in view] == [(1, 0), (1, Flag.END_STREAM), (1, 0),
+                                                                           (3, Flag.END_STREAM)]
+    assert view[1][2][b"grpc-status"] == b"0"  # the proxy's answer, not the runtime's UNIMPLEMENTED
+    assert view[2][2][b"grpc-status"] == b"12"  # the runtime's, decoded on the closed stream and ignored
+    assert view[3][2][b"grpc-status"] == b"0" and view[3][2][b":status"] == b"200"  # the client's table held
+    assert not any(f.type == FrameType.GOAWAY for f in _client_frames(client))
+
+
+async def test_a_runtimes_answer_to_a_diverted_stream_goes_at_once_on_a_stream_closed_at_the_client() -> None:
+    conn, client, to_backend, backend_encoder, local = _diverting_connection()
+    conn.client_data(_request(to_backend, 1, VERSION))
+    conn.backend_data(_answer(backend_encoder, 1, [*UNIMPLEMENTED[:2], ("grpc-status", "0")]))  # Version done
+    conn.client_data(_request(to_backend, 3, UNKNOWN_TO_RUNTIME))
+    await _turns()
+    conn.backend_data(_answer(backend_encoder, 3, UNIMPLEMENTED))
+    assert [(sid, hdrs.get(b"grpc-status")) for sid, _, hdrs in _client_view(client)] == [(1, b"0"), (1, b"12")]
+    local.release.set()
+    await _turns(10)
+    answers_on_3 = [hdrs for sid, _, hdrs in _client_view(client) if sid == 3]
+    assert [h.get(b"grpc-status") for h in answers_on_3] == [None, b"0"]  # headers, then the proxy's trailers
+    assert not conn.closed.done()
+
+
+async def test_a_runtimes_answer_held_for_a_slow_diverted_call_is_released_in_bounded_time(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from runtimeproxy.frames import downstream
+
+    monkeypatch.setattr(downstream, "GATE_LIMIT_S", 0.01)
+    released = asyncio.Event()
+    release = downstream.BackendSide.release
+
+    def observed(side: downstream.BackendSide, sid: int) -> None:
+        release(side, sid)
+        released.set()
+
+    monkeypatch.setattr(downstream.BackendSide, "release", observed)
+    conn, client, to_backend, backend_encoder, local = _diverting_connection()
+    conn.client_data(_request(to_backend, 1, UNKNOWN_TO_RUNTIME) + _request(to_backend, 3, VERSION))
+    conn.backend_data(_answer(backend_encoder, 1, UNIMPLEMENTED))
+    conn.backend_data(_answer(backend_encoder, 3, [*UNIMPLEMENTED[:2], ("grpc-status", "0")]))
+    async with asyncio.timeout(5):
+        await released.wait()  # by the timer: the proxy's own answer is still held
+    assert not local.release.is_set()
+    # Version's answer is not held behind the slow call for longer than the bound.
+    assert [sid for sid, _, _ in _client_view(client)] == [1, 3]
+    assert not conn.closed.done()
