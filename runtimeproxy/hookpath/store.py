@@ -6,6 +6,9 @@ the ``PodSandboxHookRequest`` its RunPodSandbox produced, a container as the
 after successful calls and dropped on Remove*. A record that is missing (the
 proxy restarted, or the container was created while it was down) is read back
 from the backend: its status with ``verbose`` carries the original config.
+Records of objects the backend no longer lists (removed past the proxy, or
+by a removal whose answer was lost) are dropped by the rebuild after a
+runtime restart, by a recheck of that removal, and by a periodic listing.
 """
 
 from __future__ import annotations

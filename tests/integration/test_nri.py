@@ -248,4 +248,6 @@ async def test_plugin_started_by_containerd(tmp_path, sock_dir, hook_dir, pod_lo
         finally:
             await runtime.stop()
     started = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    assert any(line.get("fd") == 3 and line.get("plugin") == "runtime-proxy" for line in started)
+    # Its --event-loop default (auto) is uvloop, installed with the package: the plugin ran there.
+    assert any(line.get("fd") == 3 and line.get("plugin") == "runtime-proxy" and line.get("event_loop") == "uvloop"
+               for line in started)
