@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimeproxy.hookpath.hookfile import parse_duration
+from runtimeproxy.hookpath.duration import parse_duration
 
 from ..builtin import HookConfigInvalid
 from .cgroups import CgroupDriver
