@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 import grpc
@@ -174,6 +175,17 @@ async def test_rebuild_of_readable_lists_warns_about_nothing(caplog: Any) -> Non
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
 
 
+async def _with_a_write_while_listing(store: StateStore, backend: Backend, listing: Coroutine[Any, Any, None]) -> None:
+    """Run ``listing`` (a rebuild, a resync) with RunPodSandbox's record of "new-pod" landing while it lists."""
+    backend.gate.clear()
+    task = asyncio.ensure_future(listing)
+    while "ListPodSandbox" not in backend.calls:
+        await asyncio.sleep(0)  # one loop turn: the listing is under way
+    store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
+    backend.gate.set()
+    await task
+
+
 async def test_rebuild_forgets_what_the_backend_no_longer_has_but_not_what_a_call_wrote_meanwhile() -> None:
     """A removal whose answer was lost when the runtime died leaves a record the
     runtime no longer lists: the rebuild after the restart drops it. A record a
@@ -182,13 +194,7 @@ async def test_rebuild_forgets_what_the_backend_no_longer_has_but_not_what_a_cal
     store = StateStore(read_backend=backend)
     store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
     store.put_container("gone-ctr", "gone-pod", hookapi.ContainerResourceHookRequest())
-    backend.gate.clear()
-    rebuilding = asyncio.ensure_future(store.rebuild())
-    while "ListPodSandbox" not in backend.calls:
-        await asyncio.sleep(0)  # one loop turn: the listing is under way
-    store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
-    backend.gate.set()
-    await rebuilding
+    await _with_a_write_while_listing(store, backend, store.rebuild())
     assert set(store.pods) == {"p1", "new-pod"}
     assert set(store.containers) == {"c1"} and "gone-ctr" not in store.container_pod
     assert store._listings == []
@@ -240,13 +246,7 @@ async def test_forget_unlisted_drops_records_of_objects_removed_past_the_proxy()
     store.put_pod("p1", hookapi.PodSandboxHookRequest())
     store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
     store.put_container("gone-ctr", "p1", hookapi.ContainerResourceHookRequest())
-    backend.gate.clear()
-    forgetting = asyncio.ensure_future(store.forget_unlisted())
-    while "ListPodSandbox" not in backend.calls:
-        await asyncio.sleep(0)  # one loop turn: the listing is under way
-    store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
-    backend.gate.set()
-    await forgetting
+    await _with_a_write_while_listing(store, backend, store.forget_unlisted())
     assert set(store.pods) == {"p1", "new-pod"} and store.containers == {} and store.container_pod == {}
     assert backend.calls == ["ListPodSandbox", "ListContainers"] and store._listings == []
 
