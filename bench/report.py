@@ -31,7 +31,7 @@ CPU_DIVISOR = 3  # proxy CPU per relayed call at most a third of today's; RSS no
 
 @dataclass(frozen=True)
 class Baseline:
-    """"Today's" figures in issue 14's sense, from a recorded run: they are absolute, so only comparable
+    """The figures of "today" in issue 14's sense, from a recorded run: absolute, so only comparable
     on the machine they were measured on. A figure missing here is shown without a verdict."""
 
     source: str
@@ -92,8 +92,8 @@ def _unary_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
                             value, _x(value), lambda v: v >= VERSION_THROUGHPUT_TARGET))
     containers = results.get("options", {}).get("containers", "?")
     for (method, conc), entry in cases.items():
-        value = _dig(entry, "ratios", "p50")
-        if method == "ListContainers" and value is not _ABSENT:
+        value = _dig(entry, "ratios", "p50") if method == "ListContainers" else _ABSENT
+        if value is not _ABSENT:
             out.append(_verdict(f"ListContainers ({containers}) c{conc} p50 <= {LIST_P50_TARGET:.2f}x direct",
                                 value, _x(value), lambda v: v <= LIST_P50_TARGET))
     return out
@@ -113,14 +113,15 @@ def _lifecycle_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
 def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list[dict[str, Any]],
                                                                             list[dict[str, Any]]]:
     """Proxy CPU per call and RSS: judged where the baseline has the figure, listed unjudged otherwise."""
-    judged, unjudged = [], []
+    judged: list[dict[str, Any]] = []
+    shown_only: list[dict[str, Any]] = []
     for (method, conc), entry in _unary_cases(results).items():
         value = _dig(entry, "proxy", "proxy_cpu_ms_per_call")
         if value is _ABSENT:
             continue
         what, shown, today = f"proxy CPU per {method} call c{conc}", _f(value) + " ms", baseline.cpu(method, conc)
         if today is None:
-            unjudged.append({"figure": what, "value": value, "shown": shown})
+            shown_only.append({"figure": what, "value": value, "shown": shown})
         else:
             limit = today / CPU_DIVISOR
             judged.append(_verdict(f"{what} <= {limit:.2f} ms ({baseline.source} {today:g} ms / {CPU_DIVISOR})",
@@ -131,11 +132,11 @@ def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list
             continue
         what, shown, today = f"{proxy} RSS at the end", _f(value, "{:.1f}") + " MiB", baseline.rss(proxy)
         if today is None:
-            unjudged.append({"figure": what, "value": value, "shown": shown})
+            shown_only.append({"figure": what, "value": value, "shown": shown})
         else:
             judged.append(_verdict(f"{what} <= {today:g} MiB ({baseline.source})", value, shown,
                                    lambda v, today=today: v <= today))
-    return judged, unjudged
+    return judged, shown_only
 
 
 def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
