@@ -4,38 +4,154 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .lifecycle import STEPS
 
 REFERENCE_MODES = {"grpc-relay", "byte-relay"}
+# The unary phase's third target beside direct and proxy (bench/relays.py "bytes"): the floor of any
+# Python relay on this machine, shown for reference and never judged.
+UNARY_REFERENCE = "byte-relay"
+UNARY_REFERENCE_RATIOS = "ratios_byte_relay"
+
+# Issue 14's targets, as ratios to direct containerd in the same run.
+VERSION_P50_TARGET = 1.5  # Version p50 at concurrency 1 ...
+VERSION_P50_CONCURRENCY = 1
+VERSION_THROUGHPUT_TARGET = 0.6  # ... and throughput at concurrency 16
+VERSION_THROUGHPUT_CONCURRENCY = 16
+LIST_P50_TARGET = 1.3  # ListContainers p50 at every concurrency measured
+PLAIN_LIFECYCLE_TARGET = 1.02  # lifecycle median without hooks (mode "proxy")
 LIFECYCLE_TARGET = 1.05  # hooked lifecycle median at most 1.05x direct
 HOOK_RTT_TARGET_MS = 2.0  # hook round trip p50 below 2 ms
+CPU_DIVISOR = 3  # proxy CPU per relayed call at most a third of today's; RSS no higher than today's
 
 
-def _f(value: float, fmt: str = "{:.3f}") -> str:
+@dataclass(frozen=True)
+class Baseline:
+    """The figures of "today" in issue 14's sense, from a recorded run: absolute, so only comparable
+    on the machine they were measured on. A figure missing here is shown without a verdict."""
+
+    source: str
+    cpu_ms_per_call: tuple[tuple[str, int, float], ...]  # (method, concurrency, proxy CPU ms per call)
+    rss_mib: tuple[tuple[str, float], ...]  # (proxy, VmRSS at the end of the run)
+
+    def cpu(self, method: str, concurrency: int) -> float | None:
+        return next((v for m, c, v in self.cpu_ms_per_call if (m, c) == (method, concurrency)), None)
+
+    def rss(self, proxy: str) -> float | None:
+        return next((v for p, v in self.rss_mib if p == proxy), None)
+
+
+# bench/README.md "Data paths compared", column grpc (the data path issue 14 replaces).
+GRPC_PATH = Baseline("grpc path", cpu_ms_per_call=(("Version", 1, 1.11),), rss_mib=(("proxy", 59.9),))
+
+_ABSENT = object()
+
+
+def _f(value: float | None, fmt: str = "{:.3f}") -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
-def _x(value: float) -> str:
+def _x(value: float | None) -> str:
     return _f(value, "{:.2f}x")
 
 
-def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
+def _dig(obj: Any, *keys: Any) -> Any:
+    """obj[k1][k2]..., or _ABSENT when a level is missing (a phase or case not measured)."""
+    for key in keys:
+        if not isinstance(obj, dict) or key not in obj:
+            return _ABSENT
+        obj = obj[key]
+    return obj
+
+
+def _verdict(target: str, value: float | None, shown: str, ok: Callable[[float], bool]) -> dict[str, Any]:
+    # A figure that exists but is NaN / null (no successful call, say) fails: it was meant to be measured.
+    known = value is not None and not math.isnan(value)
+    return {"target": target, "value": value, "shown": shown, "pass": known and ok(value)}
+
+
+def _unary_cases(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(e["method"], e["concurrency"]): e for e in results.get("unary") or ()}
+
+
+def _unary_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    lcm = results.get("lifecycle", {}).get("modes", {})
-    if "proxy+hook" in lcm:
-        value = lcm["proxy+hook"]["median_ratio"]
-        out.append({"target": f"hooked lifecycle median <= {LIFECYCLE_TARGET:.2f}x direct",
-                    "value": value, "shown": _x(value),
-                    "pass": not math.isnan(value) and value <= LIFECYCLE_TARGET})
-    rtt = results.get("hook_rtt")
-    if rtt:
-        value = rtt["p50_ms"]
-        out.append({"target": f"hook round trip p50 < {HOOK_RTT_TARGET_MS:g} ms", "value": value,
-                    "shown": _f(value) + " ms", "pass": not math.isnan(value) and value < HOOK_RTT_TARGET_MS})
+    cases = _unary_cases(results)
+    value = _dig(cases, ("Version", VERSION_P50_CONCURRENCY), "ratios", "p50")
+    if value is not _ABSENT:
+        out.append(_verdict(f"Version c{VERSION_P50_CONCURRENCY} p50 <= {VERSION_P50_TARGET:.2f}x direct",
+                            value, _x(value), lambda v: v <= VERSION_P50_TARGET))
+    value = _dig(cases, ("Version", VERSION_THROUGHPUT_CONCURRENCY), "ratios", "throughput")
+    if value is not _ABSENT:
+        out.append(_verdict(f"Version c{VERSION_THROUGHPUT_CONCURRENCY} throughput >= "
+                            f"{VERSION_THROUGHPUT_TARGET:.2f}x direct",
+                            value, _x(value), lambda v: v >= VERSION_THROUGHPUT_TARGET))
+    containers = results.get("options", {}).get("containers", "?")
+    for (method, conc), entry in cases.items():
+        value = _dig(entry, "ratios", "p50") if method == "ListContainers" else _ABSENT
+        if value is not _ABSENT:
+            out.append(_verdict(f"ListContainers ({containers}) c{conc} p50 <= {LIST_P50_TARGET:.2f}x direct",
+                                value, _x(value), lambda v: v <= LIST_P50_TARGET))
     return out
+
+
+def _lifecycle_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for mode, what, limit in (("proxy", "lifecycle without hooks", PLAIN_LIFECYCLE_TARGET),
+                              ("proxy+hook", "hooked lifecycle", LIFECYCLE_TARGET)):
+        value = _dig(results, "lifecycle", "modes", mode, "median_ratio")
+        if value is not _ABSENT:
+            out.append(_verdict(f"{what} median <= {limit:.2f}x direct", value, _x(value),
+                                lambda v, limit=limit: v <= limit))
+    return out
+
+
+def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list[dict[str, Any]],
+                                                                            list[dict[str, Any]]]:
+    """Proxy CPU per call and RSS: judged where the baseline has the figure, listed unjudged otherwise."""
+    judged: list[dict[str, Any]] = []
+    shown_only: list[dict[str, Any]] = []
+    for (method, conc), entry in _unary_cases(results).items():
+        value = _dig(entry, "proxy", "proxy_cpu_ms_per_call")
+        if value is _ABSENT:
+            continue
+        what, shown, today = f"proxy CPU per {method} call c{conc}", _f(value) + " ms", baseline.cpu(method, conc)
+        if today is None:
+            shown_only.append({"figure": what, "value": value, "shown": shown})
+        else:
+            limit = today / CPU_DIVISOR
+            judged.append(_verdict(f"{what} <= {limit:.2f} ms ({baseline.source} {today:g} ms / {CPU_DIVISOR})",
+                                   value, shown, lambda v, limit=limit: v <= limit))
+    for proxy, m in (results.get("memory") or {}).items():
+        value = _dig(m, "rss_mib")
+        if value is _ABSENT:
+            continue
+        what, shown, today = f"{proxy} RSS at the end", _f(value, "{:.1f}") + " MiB", baseline.rss(proxy)
+        if today is None:
+            shown_only.append({"figure": what, "value": value, "shown": shown})
+        else:
+            judged.append(_verdict(f"{what} <= {today:g} MiB ({baseline.source})", value, shown,
+                                   lambda v, today=today: v <= today))
+    return judged, shown_only
+
+
+def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 14's targets that this run measured; a target whose data is missing gets no verdict."""
+    out = _unary_verdicts(results) + _lifecycle_verdicts(results)
+    value = _dig(results, "hook_rtt", "p50_ms")
+    if value is not _ABSENT:
+        out.append(_verdict(f"hook round trip p50 < {HOOK_RTT_TARGET_MS:g} ms", value, _f(value) + " ms",
+                            lambda v: v < HOOK_RTT_TARGET_MS))
+    return out + _baseline_figures(results, GRPC_PATH)[0]
+
+
+def unjudged(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Figures of a target measured against today's whose baseline was never recorded: shown, not judged."""
+    return _baseline_figures(results, GRPC_PATH)[1]
 
 
 def render(results: dict[str, Any]) -> str:
@@ -55,21 +171,33 @@ def render(results: dict[str, Any]) -> str:
 
     unary = results.get("unary", [])
     if unary:
+        reference = any(UNARY_REFERENCE in e for e in unary)
         add("")
-        add(f"1. Unary calls: direct containerd vs through the proxy (no hooks); {opts['rounds']} interleaved rounds "
-            f"x {opts['duration']:g}s per target and case; latencies pooled over rounds")
-        add(f"{'call':<15}{'conc':>5}  {'target':<7}{'calls':>9}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+        add("1. Unary calls: direct containerd vs through the proxy (no hooks)"
+            + (f" and through the {UNARY_REFERENCE} (a reference)" if reference else "")
+            + f"; {opts['rounds']} interleaved rounds x {opts['duration']:g}s per target and case; "
+            "latencies pooled over rounds")
+        add(f"{'call':<15}{'conc':>5}  {'target':<11}{'calls':>9}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
             f"{'errors':>8}{'proxy CPU ms/call':>19}")
         for e in unary:
-            for target in ("direct", "proxy"):
+            for target in ("direct", "proxy", UNARY_REFERENCE):
+                if target not in e:
+                    continue
                 t = e[target]
                 cpu = _f(t.get("proxy_cpu_ms_per_call", math.nan)) if target == "proxy" else ""
-                add(f"{e['method']:<15}{e['concurrency']:>5}  {target:<7}{t['calls']:>9}"
+                add(f"{e['method']:<15}{e['concurrency']:>5}  {target:<11}{t['calls']:>9}"
                     f"{_f(t['calls_per_s'], '{:.0f}'):>10}{_f(t['p50_ms']):>9}{_f(t['p99_ms']):>9}"
                     f"{t['errors']:>8}{cpu:>19}")
             r = e["ratios"]
             add(f"{'':<22}proxy/direct: p50 {_x(r['p50'])}  p99 {_x(r['p99'])}  throughput {_x(r['throughput'])}"
                 f"  (per round {_f(r['throughput_round_min'], '{:.2f}')}..{_f(r['throughput_round_max'], '{:.2f}')})")
+            rr = e.get(UNARY_REFERENCE_RATIOS)
+            if rr:
+                add(f"{'':<17}{UNARY_REFERENCE}/direct: p50 {_x(rr['p50'])}  throughput {_x(rr['throughput'])}"
+                    "  (reference, not judged)")
+        if reference:
+            add(f"   ({UNARY_REFERENCE} = a socket splice that never reads HTTP/2: the floor of any Python relay on "
+                "this machine; see bench/relays.py)")
 
     lcy = results.get("lifecycle")
     if lcy:
@@ -134,7 +262,12 @@ def render(results: dict[str, Any]) -> str:
     add("")
     add("Targets:")
     for v in verdicts(results):
-        add(f"   {v['target']:<45} {v['shown']:>10}   {'PASS' if v['pass'] else 'FAIL'}")
+        add(f"   {v['target']:<64} {v['shown']:>10}   {'PASS' if v['pass'] else 'FAIL'}")
+    figures = unjudged(results)
+    if figures:
+        add("   no recorded baseline of today's figure, so not judged:")
+        for u in figures:
+            add(f"   {u['figure']:<64} {u['shown']:>10}")
     problems = results.get("problems") or []
     add("")
     add("Problems: " + ("none" if not problems else ""))
@@ -160,4 +293,5 @@ def _clean(obj: Any) -> Any:
 def write_json(results: dict[str, Any], path: Path) -> None:
     doc = dict(results)
     doc["targets"] = verdicts(results)
+    doc["unjudged"] = unjudged(results)
     path.write_text(json.dumps(_clean(doc), indent=2, sort_keys=True) + "\n")

@@ -37,6 +37,7 @@ from .procs import (
     work_dir,
 )
 from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
+from .report import UNARY_REFERENCE, UNARY_REFERENCE_RATIOS
 from .stats import median, ratio, summarize
 
 CRI = "/runtime.v1.RuntimeService/"
@@ -136,20 +137,16 @@ class Bench:
             stack.push_async_callback(loadgen.stop)
             await loadgen.request({"op": "ping"}, timeout=30)
 
-            targets = {"direct": direct_sock, "proxy": plain.listen}
-            await self._sanity(targets | {"proxy+hook": hooked.listen})
+            # Reference relays, started before the unary phase whose third target is the byte relay;
+            # both are lifecycle modes and idle in the phases between.
+            relays = await self._start_relays(stack, direct_sock)
+            targets = {"direct": direct_sock, "proxy": plain.listen, UNARY_REFERENCE: relays[UNARY_REFERENCE].listen}
+            await self._sanity(targets | {"proxy+hook": hooked.listen}
+                               | {name: relay.listen for name, relay in relays.items()})
 
             await self._unary(loadgen, targets, plain)
             await self._hook_rtt(loadgen, hook_sock, logs)
 
-            # Reference relays, started only now so they cannot disturb the phases above.
-            relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", direct_sock, work / f"{kind}-relay.log")
-                      for name, kind in REFERENCE_RELAYS.items()}
-            for relay in relays.values():
-                await relay.start()
-                stack.push_async_callback(relay.stop)
-                await relay.wait_ready()
-                await wait_cri_version(relay.listen, relay)
             chans = {"direct": direct_channel}
             listeners = {"proxy": plain.listen, "proxy+hook": hooked.listen} | {
                 name: relay.listen for name, relay in relays.items()}
@@ -167,6 +164,17 @@ class Bench:
         self.results["problems"] = self.problems
         self.results["wall_seconds"] = time.monotonic() - t_start
         return self.results
+
+    async def _start_relays(self, stack: contextlib.AsyncExitStack, backend: Path) -> dict[str, RelayChild]:
+        work = self.work
+        relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", backend, work / f"{kind}-relay.log")
+                  for name, kind in REFERENCE_RELAYS.items()}
+        for relay in relays.values():
+            await relay.start()
+            stack.push_async_callback(relay.stop)
+            await relay.wait_ready()
+            await wait_cri_version(relay.listen, relay)
+        return relays
 
     async def _stop_containerd(self, ctd: LocalContainerd) -> None:
         await ctd.stop(timeout=60)
@@ -250,18 +258,11 @@ class Bench:
                 if acc["errors"]:
                     self.problems.append(f"{method} c={conc} via {target}: {acc['errors']} errors, "
                                          f"e.g. {acc['samples'][:2]}")
-            d, p = entry["direct"], entry["proxy"]
-            paired = [ratio(b, a) for a, b in zip(d["calls_per_s_by_round"], p["calls_per_s_by_round"],
-                                                 strict=True)]
+            entry["ratios"] = _ratios(entry["direct"], entry["proxy"])
+            if UNARY_REFERENCE in entry:
+                entry[UNARY_REFERENCE_RATIOS] = _ratios(entry["direct"], entry[UNARY_REFERENCE])
             # The proxy's CPU time was sampled around warm-up and recorded phase: divide by all their calls.
             all_calls = by_target["proxy"]["all_calls"]
-            entry["ratios"] = {
-                "p50": ratio(p["p50_ms"], d["p50_ms"]),
-                "p99": ratio(p["p99_ms"], d["p99_ms"]),
-                "throughput": ratio(p["calls_per_s"], d["calls_per_s"]),
-                "throughput_by_round": paired,
-                "throughput_round_min": min(paired), "throughput_round_max": max(paired),
-            }
             entry["proxy"]["proxy_cpu_ms_per_call"] = (by_target["proxy"]["cpu"] * 1000 / all_calls
                                                       if all_calls else math.nan)
             out.append(entry)
@@ -358,6 +359,19 @@ class Bench:
         out["proxy_metrics"] = hook_metrics(self.problems, before, after,
                                             len(results["proxy+hook"]) + len(failures["proxy+hook"]))
         self.results["lifecycle"] = out
+
+
+def _ratios(direct: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """other / direct for one unary case: pooled p50, p99, throughput, and throughput per round."""
+    paired = [ratio(b, a) for a, b in zip(direct["calls_per_s_by_round"], other["calls_per_s_by_round"],
+                                         strict=True)]
+    return {
+        "p50": ratio(other["p50_ms"], direct["p50_ms"]),
+        "p99": ratio(other["p99_ms"], direct["p99_ms"]),
+        "throughput": ratio(other["calls_per_s"], direct["calls_per_s"]),
+        "throughput_by_round": paired,
+        "throughput_round_min": min(paired), "throughput_round_max": max(paired),
+    }
 
 
 async def run(opts: Options) -> dict[str, Any]:
