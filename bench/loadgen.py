@@ -7,7 +7,7 @@ One JSON object per line on stdin, one JSON answer per line on stdout:
 * ``{"op": "ping"}`` -> ``{"ok": true, "pid": ...}``
 * ``{"op": "run", "socket": PATH, "method": "/pkg.Service/Method",
   "request": BASE64, "concurrency": N, "duration": S, "warmup": S,
-  "timeout": S, "codec": "raw" | "hook-container"}`` ->
+  "timeout": S, "codec": "raw" | "hook-container", "gap": S}`` ->
   ``{"ok": true, "latencies_ns": [...], "calls": n, "errors": n,
   "error_samples": [...], "elapsed": S, "warmup_calls": n}``
 * ``{"op": "quit"}`` -> exits.
@@ -21,7 +21,9 @@ call and its response class decoded per call, on a channel with the proxy's
 hook channel options.
 
 ``concurrency`` workers each loop ``await call(request)`` until ``duration``
-has passed; a latency is recorded per successful call. A ``warmup`` phase
+has passed; a latency is recorded per successful call. With ``gap`` (seconds,
+default 0) a worker waits that long after each call: calls as sparse as a pod
+lifecycle's, whose processes sleep in between, instead of back to back. A ``warmup`` phase
 with the same shape runs first and is not recorded. Channels are created once
 per (socket, codec) and reused by every later round, so neither side pays
 connection set-up inside a measurement. The garbage collector is paused
@@ -96,14 +98,15 @@ class LoadGen:
         concurrency = int(cmd.get("concurrency", 1))
         timeout = float(cmd.get("timeout", 10.0))
         warmup = float(cmd.get("warmup", 0.0))
+        gap = float(cmd.get("gap", 0.0))
         warmup_calls = 0
         if warmup > 0:
-            warmup_calls = len((await self._phase(call, request, concurrency, warmup, timeout))[0])
+            warmup_calls = len((await self._phase(call, request, concurrency, warmup, timeout, gap))[0])
         gc.collect()
         gc.disable()
         try:
             latencies, errors, samples, elapsed = await self._phase(
-                call, request, concurrency, float(cmd["duration"]), timeout)
+                call, request, concurrency, float(cmd["duration"]), timeout, gap)
         finally:
             gc.enable()
         return {"ok": True, "latencies_ns": latencies, "calls": len(latencies), "errors": errors,
@@ -111,7 +114,7 @@ class LoadGen:
 
     @staticmethod
     async def _phase(call: Any, request: Any, concurrency: int, duration: float,
-                     timeout: float) -> tuple[list[int], int, list[str], float]:
+                     timeout: float, gap: float = 0.0) -> tuple[list[int], int, list[str], float]:
         latencies: list[int] = []
         record = latencies.append
         errors = 0
@@ -135,6 +138,8 @@ class LoadGen:
                     await asyncio.sleep(_ERROR_BACKOFF)
                     continue
                 record(clock() - t0)
+                if gap:
+                    await asyncio.sleep(gap)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return latencies, errors, samples, (clock() - start) / 1e9

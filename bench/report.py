@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .lifecycle import STEPS
+from .stats import ratio
 
 REFERENCE_MODES = {"grpc-relay", "byte-relay"}
 # The unary phase's third target beside direct and proxy (bench/relays.py "bytes"): the floor of any
@@ -236,6 +237,17 @@ def render(results: dict[str, Any]) -> str:
         add(f"   calls {rtt['calls']}  p50 {_f(rtt['p50_ms'])} ms  p90 {_f(rtt['p90_ms'])} ms  "
             f"p99 {_f(rtt['p99_ms'])} ms  mean {_f(rtt['mean_ms'])} ms  ({_f(rtt['calls_per_s'], '{:.0f}')} calls/s)"
             f"  errors {rtt['errors']}")
+    sparse = results.get("sparse")
+    if sparse:
+        add(f"   sparse, one call every {sparse['gap_ms']:g} ms as in a pod lifecycle (the processes sleep in "
+            f"between; back-to-back rounds above do not show this):")
+        hook = sparse.get("hook")
+        if hook:
+            add(f"     hook round trip p50 {_f(hook['p50_ms'])} ms  p90 {_f(hook['p90_ms'])} ms  ({hook['calls']} calls)")
+        direct, proxy = sparse.get("Version direct"), sparse.get("Version proxy")
+        if direct and proxy:
+            add(f"     Version direct p50 {_f(direct['p50_ms'])} ms, through the proxy {_f(proxy['p50_ms'])} ms "
+                f"({_x(ratio(proxy['p50_ms'], direct['p50_ms']))}, +{_f(proxy['p50_ms'] - direct['p50_ms'])} ms)")
     pm = (lcy or {}).get("proxy_metrics")
     if pm:
         add("   as seen inside the proxy (runtime_proxy_hook_duration_seconds _sum/_count over the recorded "

@@ -44,6 +44,8 @@ CRI = "/runtime.v1.RuntimeService/"
 HOOK_METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
 # Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
 REFERENCE_RELAYS = {"grpc-relay": "grpc", "byte-relay": "bytes"}
+# A pod lifecycle's calls are tens of milliseconds apart: the sparse measurement's pause between calls.
+SPARSE_GAP_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class Bench:
 
             await self._unary(loadgen, targets, plain)
             await self._hook_rtt(loadgen, hook_sock, logs)
+            await self._sparse(loadgen, hook_sock, targets, logs)
 
             chans = {"direct": direct_channel}
             listeners = {"proxy": plain.listen, "proxy+hook": hooked.listen} | {
@@ -297,6 +300,26 @@ class Bench:
                                     "calls_per_s": calls / elapsed if elapsed else math.nan}
         if errors:
             self.problems.append(f"hook server calls failed {errors} times, e.g. {samples[:2]}")
+
+    async def _sparse(self, loadgen: LoadGenChild, hook_sock: Path, targets: dict[str, Path], logs: Path) -> None:
+        """Calls as sparse as a pod lifecycle's (every process sleeps in between): what each
+        hook call and each hop costs there, which back-to-back rounds do not show."""
+        opts = self.opts
+        duration = opts.hook_rounds * opts.hook_duration
+        say(f"sparse calls: one every {SPARSE_GAP_S * 1000:g} ms for {duration:g}s to the hook server, and Version")
+        runs = {"hook": (hook_sock, HOOK_METHOD, lc.hook_request(logs).SerializeToString(), "hook-container"),
+                **{f"Version {t}": (sock, CRI + "Version", b"", "raw") for t, sock in targets.items()}}
+        out: dict[str, Any] = {"gap_ms": SPARSE_GAP_S * 1000}
+        for name, (sock, method, request, codec) in runs.items():
+            ans = await loadgen.request({
+                "op": "run", "socket": str(sock), "method": method, "request": base64.b64encode(request).decode(),
+                "concurrency": 1, "duration": duration, "warmup": opts.warmup, "timeout": 5.0, "codec": codec,
+                "gap": SPARSE_GAP_S}, timeout=duration + opts.warmup + 60)
+            s = summarize(x / 1e6 for x in ans["latencies_ns"])
+            out[name] = {"calls": ans["calls"], "errors": ans["errors"], "p50_ms": s["p50"], "p90_ms": s["p90"]}
+            if ans["errors"]:
+                self.problems.append(f"sparse {name} calls failed {ans['errors']} times, e.g. {ans['error_samples'][:2]}")
+        self.results["sparse"] = out
 
     # ------------------------------------------------------------------ phase 2
 

@@ -231,3 +231,15 @@ def test_reference_ratios_are_computed_as_the_proxy_ones() -> None:
     assert r["throughput"] == pytest.approx(0.6)
     assert r["throughput_by_round"] == pytest.approx([0.5, 0.7])
     assert (r["throughput_round_min"], r["throughput_round_max"]) == pytest.approx((0.5, 0.7))
+
+
+def test_render_shows_sparse_calls_when_measured() -> None:
+    results = _results()
+    assert "sparse" not in render(results)
+    results["sparse"] = {"gap_ms": 20.0, "hook": {"calls": 120, "errors": 0, "p50_ms": 1.9, "p90_ms": 2.4},
+                         "Version direct": {"calls": 130, "errors": 0, "p50_ms": 1.5, "p90_ms": 1.8},
+                         "Version proxy": {"calls": 125, "errors": 0, "p50_ms": 2.1, "p90_ms": 2.6}}
+    text = render(results)
+    assert "one call every 20 ms" in text
+    assert "hook round trip p50 1.900 ms" in text
+    assert "Version direct p50 1.500 ms, through the proxy 2.100 ms (1.40x, +0.600 ms)" in text
