@@ -73,6 +73,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
 _POSITIVE_COUNTS = {"max_concurrent_streams"}
 _NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval", "state_resync_interval"}
+MIN_RESYNC_INTERVAL = 1.0  # each resync lists every pod and container
 
 
 def choices(setting: str) -> tuple[str, ...]:
@@ -101,6 +102,8 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{name} {value!r}: expected a positive number", key=key)
         elif key in _NON_NEGATIVE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise ConfigError(f"{name} {value!r}: expected a number of seconds", key=key)
+        elif key == "state_resync_interval" and 0 < value < MIN_RESYNC_INTERVAL:
+            raise ConfigError(f"{name} {value!r}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
         elif key == "serve_versions":
             try:
                 parse_serve_versions(str(value))

@@ -14,7 +14,7 @@ refusals, translated versions, compressed hooked requests; see routes.py) is
 decoder must see it) followed at once by RST_STREAM, and the call is
 answered by the proxy's own grpc.aio server (divert.py). A backend that
 answers such a stream before it reads the RST_STREAM has its header block
-passed to the client on a stream the client already closed
+passed to the client on a stream the client never uses again
 (downstream.BackendSide._stray).
 
 Flow control per hop: the proxy owns both directions' connection windows
@@ -255,7 +255,6 @@ class FrameConnection:
         """The proxy's answer on diverted stream ``sid`` is queued for the client, its end included."""
         self.diverted.pop(sid, None)
         self.mark_ended(sid)  # late frames of the backend for it are dropped
-        self.backend_side.release(sid)
         self.check_idle()
 
     def hooked_done(self, call: hooked.Hooked) -> None:

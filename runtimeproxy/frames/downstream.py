@@ -12,7 +12,6 @@ its DATA is teed for the stages and its final block held until they are done
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 from typing import TYPE_CHECKING
@@ -27,6 +26,7 @@ from .inbound import CLIENT_GRANT
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
+NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -48,14 +48,8 @@ class BackendSide:
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = 1 << 24  # the client's limit to enforce, not ours
         self._granted = False
-        # A stray block (see _stray) waiting for the stream's own answer, and the timer that bounds the wait.
-        self.holding: tuple[int, bytes] | None = None
-        self._hold_timer: asyncio.TimerHandle | None = None
 
     def feed(self, chunk: bytes) -> None:
-        if self.holding is not None:
-            self.buf += chunk  # bounded by the connection window the proxy grants the backend
-            return
         conn = self.conn
         out = conn.out
         buf = self.buf + chunk if self.buf else chunk
@@ -109,8 +103,6 @@ class BackendSide:
                     self.fragments.append(bytes(f.payload))
                 if f.has(Flag.END_HEADERS):
                     self._header_block()
-                    if self.holding is not None:
-                        break  # the rest waits behind a stray block (see _stray)
             elif sid in conn.diverted or sid in conn.ended:
                 # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
                 # header blocks, above, still go out: the client decodes and drops them.)
@@ -173,38 +165,17 @@ class BackendSide:
         method (a v1 call to a v1alpha2-only runtime) at once.
 
         The client's HPACK decoder must read the block all the same (the
-        backend's encoder may have indexed its headers), on a stream where
-        it changes nothing: one already closed at the client, which ignores
-        it. Before any stream closed (the first calls of a connection), the
-        block and what follows it from the backend wait until the proxy's
-        own answer on this stream is out, which closes it."""
+        backend's encoder may have indexed its headers), on a stream where it
+        changes nothing, never the diverted one, which is still open: one
+        already closed at the client or, before any closed, an even stream id
+        that a client never opens. gRPC clients (grpc-go, C-core) decode
+        header blocks on such streams and drop them."""
         conn = self.conn
         # Debug: with a v1alpha2-only runtime, any translated call may race so.
         log.debug("runtime answered a call the proxy answers itself; its header block is passed on a closed stream",
                   extra={"stream": sid, "method": conn.diverted[sid].path})
-        if conn.closed_at_client:
-            conn.out.frames(b"".join(fr.header_frames(conn.closed_at_client, block, conn.client_max_frame, False)))
-            return
-        self.holding = (sid, block)
-        self._hold_timer = asyncio.get_running_loop().call_later(GATE_LIMIT_S, self.release, sid)
-
-    def release(self, sid: int) -> None:
-        """Stream ``sid`` is closed at the client (or the wait timed out): a
-        stray block held for it goes, and the backend's frames behind it."""
-        if self.holding is None or self.holding[0] != sid:
-            return
-        _, block = self.holding
-        conn = self.conn
-        target = conn.closed_at_client or sid
-        if target == sid and sid in conn.diverted:  # timed out: the client may take it for the answer
-            log.warning("runtime's answer to a call the proxy answers itself passed on its own stream",
-                        extra={"stream": sid, "method": conn.diverted[sid].path})
-        if self._hold_timer is not None:
-            self._hold_timer.cancel()
-        self.holding, self._hold_timer = None, None
+        target = conn.closed_at_client or NEVER_OPENED
         conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_max_frame, False)))
-        rest, self.buf = self.buf, b""
-        conn.backend_data(rest)  # under the connection's guard; it flushes
 
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn

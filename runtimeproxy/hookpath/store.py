@@ -209,6 +209,8 @@ class StateStore:
                 await self.forget_unlisted()
             except grpc.aio.AioRpcError as err:
                 log.info("state resync skipped: runtime did not list", extra={"code": err.code().name})
+            except Exception as exc:  # a garbled list: this resync is lost, not the next ones
+                log.warning("state resync failed", extra={"error": repr(exc)})
 
     async def _listing(
         self, read: Callable[[list[str], list[str]], Awaitable[None]] | None

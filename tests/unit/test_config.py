@@ -191,6 +191,14 @@ def test_max_concurrent_streams_must_be_a_positive_count(bad: object) -> None:
     assert ProxyConfig().with_overrides(max_concurrent_streams=64).max_concurrent_streams == 64
 
 
+@pytest.mark.parametrize("bad", [0.5, 0.001, -1, "300"])
+def test_state_resync_interval_is_off_or_at_least_a_second(bad: object) -> None:
+    with pytest.raises(ConfigError, match="state-resync-interval"):
+        ProxyConfig().with_overrides(state_resync_interval=bad)
+    for good in (0, 1, 300.0):
+        assert ProxyConfig().with_overrides(state_resync_interval=good).state_resync_interval == good
+
+
 # --------------------------------------------------------------------------- CLI
 
 

@@ -8,6 +8,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import grpc
+import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
@@ -251,15 +252,18 @@ async def test_forget_unlisted_drops_records_of_objects_removed_past_the_proxy()
     assert backend.calls == ["ListPodSandbox", "ListContainers"] and store._listings == []
 
 
-async def test_resync_lists_only_while_the_runtime_is_connected_and_survives_a_failed_listing() -> None:
-    backend = _Listing(grpc.StatusCode.UNAVAILABLE)
+@pytest.mark.parametrize("first", [grpc.StatusCode.UNAVAILABLE, b"\xff garbled"], ids=["unavailable", "garbled"])
+async def test_resync_lists_only_while_the_runtime_is_connected_and_survives_a_failed_listing(first) -> None:  # type: ignore[no-untyped-def]
+    backend = _Listing(first)
     store = StateStore(read_backend=backend)
     store.put_pod("gone-pod", hookapi.PodSandboxHookRequest())
     connected = _Connected(answers=[False, False, True, True])
     resync = asyncio.ensure_future(store.resync_every(0, connected))
     try:
-        while "gone-pod" in store.pods:
-            await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            while "gone-pod" in store.pods:
+                assert not resync.done(), resync  # the loop must outlive a failed listing
+                await asyncio.sleep(0)
     finally:
         resync.cancel()
         await asyncio.gather(resync, return_exceptions=True)
@@ -277,17 +281,18 @@ class _Connected:
 
 
 class _Listing:
-    """A runtime whose first ListPodSandbox fails with ``first``, and that lists nothing."""
+    """A runtime whose first ListPodSandbox fails with ``first`` (a status, or an answer
+    that does not decode), and that lists nothing."""
 
-    def __init__(self, first: grpc.StatusCode) -> None:
-        self.first: grpc.StatusCode | None = first
+    def __init__(self, first: grpc.StatusCode | bytes) -> None:
+        self.first: grpc.StatusCode | bytes | None = first
         self.lists = 0
 
     async def __call__(self, method: str, request: bytes) -> bytes:
         if method == "ListPodSandbox":
             self.lists += 1
-            if self.first is not None:
-                code, self.first = self.first, None
-                raise _RpcError(code)
-            return v1.ListPodSandboxResponse().SerializeToString()
+            first, self.first = self.first, None
+            if isinstance(first, grpc.StatusCode):
+                raise _RpcError(first)
+            return first if first is not None else v1.ListPodSandboxResponse().SerializeToString()
         return v1.ListContainersResponse().SerializeToString()
