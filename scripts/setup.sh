@@ -2,11 +2,11 @@
 # Set up a fresh Debian machine (as root) to run and test runtime-proxy:
 # containerd + runc (the real backend), busybox-static (test images),
 # docker-registry + skopeo (a loopback registry so PullImage is real),
-# and a virtualenv with the project installed. Safe to run again.
+# systemd (systemd-analyze checks the unit files), and a virtualenv with the project installed. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(containerd runc busybox-static docker-registry skopeo)
+packages=(containerd runc busybox-static docker-registry skopeo systemd)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
