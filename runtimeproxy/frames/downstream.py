@@ -48,18 +48,22 @@ class BackendSide:
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = 1 << 24  # the client's limit to enforce, not ours
         self._granted = False
+        # Header blocks of relayed calls, passed on but not read yet: read
+        # once this read's frames are written (see _settle).
+        self._unread: list[tuple[int, bytes, bool]] = []
 
     def feed(self, chunk: bytes) -> None:
         conn = self.conn
         out = conn.out
         buf = self.buf + chunk if self.buf else chunk
+        view = memoryview(buf)  # frames passed on are views of what was read: no copy per frame
         block = self.block
         pos = 0
         while True:
             f, nxt = fr.parse(buf, pos, conn.client_max_frame)
             if f is None:
                 break
-            raw = buf[pos:nxt]
+            raw = view[pos:nxt]
             pos = nxt
             sid = f.stream_id
             t = f.type
@@ -108,6 +112,7 @@ class BackendSide:
                 # header blocks, above, still go out: the client decodes and drops them.)
                 continue
             else:
+                self._settle()  # the streams these frames may end are up to date
                 if t == FrameType.SETTINGS and not f.has(Flag.ACK):
                     self._settings(fr.settings(f.payload), raw)
                     continue
@@ -129,18 +134,22 @@ class BackendSide:
                 out.control(raw)
         self.buf = buf[pos:]
         out.flush()
+        self._settle()
 
     def _header_block(self) -> None:
         conn, sid = self.conn, self.block_sid
         data = b"".join(self.fragments)
-        headers = peek(self.decoder, data, _STATUS)
-        if headers is None:
-            try:
-                headers = dict(self.decoder.decode(data, raw=True))
-            except hpack.HPACKError as exc:
-                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
         raw = b"".join(self.block)
         self.block.clear()
+        if sid in conn.relayed and sid not in conn.hooked:
+            # A relayed call's block goes out as it came, with this read's
+            # other frames; what it says (the status) is read after they are
+            # written, off the answer's path.
+            conn.out.frames(raw)
+            self._unread.append((sid, data, self.block_ends))
+            return
+        self._settle()  # HPACK: blocks are read in the order they came
+        headers = self._read(data)
         if sid in conn.diverted:
             self._stray(sid, data)
             return
@@ -158,6 +167,26 @@ class BackendSide:
         else:
             conn.out.frames(raw)
         conn.stream_done(sid, status_name(status))
+
+    def _read(self, data: bytes) -> dict[bytes, bytes]:
+        headers = peek(self.decoder, data, _STATUS)
+        if headers is None:
+            try:
+                headers = dict(self.decoder.decode(data, raw=True))
+            except hpack.HPACKError as exc:
+                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
+        return headers
+
+    def _settle(self) -> None:
+        """Read the relayed blocks passed on so far, in order: the HPACK
+        table stays in step, and a call's status ends its stream."""
+        if not self._unread:
+            return
+        unread, self._unread = self._unread, []
+        for sid, data, ends in unread:
+            headers = self._read(data)
+            if ends:
+                self.conn.stream_done(sid, status_name(grpc_status(headers)[0]))
 
     def _stray(self, sid: int, block: bytes) -> None:
         """The backend answered a stream the proxy answers itself (diverted),

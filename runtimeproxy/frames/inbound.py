@@ -55,7 +55,7 @@ class Inbound:
         self.pump()
 
     def pump(self) -> None:
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         credit = self._queue.drain(out)
         if out:
             self.writer.write(b"".join(out))

@@ -24,17 +24,17 @@ class Outbound:
         self._writer = writer
         self._credit_backend = credit_backend
         self._queue = WindowQueue("client")
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | memoryview] = []  # views of what was read, mostly (downstream.py)
         self._credit = 0
 
-    def frames(self, raw: bytes) -> None:
+    def frames(self, raw: bytes | memoryview) -> None:
         """Whole frames that cost no window (written in order at the next flush)."""
         if self._queue.items:
-            self._queue.items.append(raw)
+            self._queue.items.append(bytes(raw))  # the queue holds bytes only
         else:
             self._pending.append(raw)
 
-    def control(self, raw: bytes) -> None:
+    def control(self, raw: bytes | memoryview) -> None:
         """Frames with no order to keep against queued DATA (WINDOW_UPDATE, PING, SETTINGS, GOAWAY):
         they go out at the next flush even while DATA waits for the window."""
         self._pending.append(raw)
@@ -53,7 +53,8 @@ class Outbound:
         self._queue.items.append(gate)
         return gate
 
-    def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0, raw: bytes | None = None) -> None:
+    def data(self, stream_id: int, payload: bytes | memoryview, end_stream: bool, credit: int = 0,
+             raw: bytes | memoryview | None = None) -> None:
         """One DATA frame's payload; ``raw`` is the frame as received, sent as is when it fits."""
         queue = self._queue
         if raw is not None and not queue.items and len(payload) <= queue.window:
@@ -65,9 +66,10 @@ class Outbound:
         self.pump()
 
     def flush(self) -> None:
-        if self._pending:
-            self._writer.write(b"".join(self._pending))
-            self._pending.clear()
+        pending = self._pending
+        if pending:
+            self._writer.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            pending.clear()
         if self._credit:
             credit, self._credit = self._credit, 0
             self._credit_backend(credit)

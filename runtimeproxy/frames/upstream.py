@@ -58,6 +58,7 @@ class ClientSide:
             self.conn.backend.write(fr.PREFACE)
             chunk, self.buf = self.buf[len(fr.PREFACE) :], b""
         buf = self.buf + chunk if self.buf else chunk
+        view = memoryview(buf)  # verbatim runs are views of what was read: written without a copy
         block = self.block
         inbound = self.conn.inbound
         pos, run, out = 0, 0, []
@@ -76,7 +77,7 @@ class ClientSide:
                         self.conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
                         continue
-                    out.append(buf[run:pos])
+                    out.append(view[run:pos])
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
                         inbound.data(f.stream_id, bytes(payload), f.has(Flag.END_STREAM), credit=size)
@@ -84,22 +85,22 @@ class ClientSide:
                         self._refuse_size(f, too_long, out)
                     run = pos = nxt
                     continue
-                out.append(buf[run:pos])
+                out.append(view[run:pos])
                 self._client_frame(f, buf[pos:nxt], out, block)
                 run = nxt
             pos = nxt
-        out.append(buf[run:pos])
+        out.append(view[run:pos])
         self.buf = buf[pos:]
         self._write_backend(out)
         self.conn.out.flush()
 
-    def _write_backend(self, out: list[bytes]) -> None:
-        data = b"".join(out)
+    def _write_backend(self, out: list[bytes | memoryview]) -> None:
+        data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         if data:
             self.conn.backend.write(data)
 
-    def _ordered(self, raw: bytes, out: list[bytes]) -> None:
+    def _ordered(self, raw: bytes, out: list[bytes | memoryview]) -> None:
         """A frame that must follow its stream's DATA, some of which may be queued."""
         if self.conn.inbound.queued:
             self._write_backend(out)
@@ -107,7 +108,7 @@ class ClientSide:
         else:
             out.append(raw)
 
-    def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes], block: list) -> None:
+    def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes | memoryview], block: list) -> None:
         sid = f.stream_id
         if block:
             if f.type != FrameType.CONTINUATION or sid != block[0]:
@@ -202,7 +203,7 @@ class ClientSide:
                 call.window += delta
                 call.opened.set()
 
-    def _header_block(self, block: list, out: list[bytes]) -> None:
+    def _header_block(self, block: list, out: list[bytes | memoryview]) -> None:
         sid, raws, fragments, end_stream = block
         data = b"".join(fragments)
         peeked = peek(self.decoder, data, _PATH)
@@ -261,7 +262,7 @@ class ClientSide:
             raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
-              end_stream: bool, out: list[bytes]) -> None:
+              end_stream: bool, out: list[bytes | memoryview]) -> None:
         self._ordered(b"".join(_without_end_stream(raws)), out)  # the request follows, from the stages
         call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_initial_window)
         self.conn.start_timing(sid, path)
@@ -275,7 +276,7 @@ class ClientSide:
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))
         call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
 
-    def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes]) -> None:
+    def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes | memoryview]) -> None:
         # A backend handler must never see a complete (empty) request.
         self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
         call = Diverted(sid, path, headers, window=self.initial_window)
@@ -318,13 +319,13 @@ class ClientSide:
             view = view[n:]
             await self.conn.client_can_write.wait()
 
-    def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes]) -> None:
+    def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
         self._ordered(self.conn.end_locally(f.stream_id, 8, message), out)
         self.conn.credit_client(len(f.payload))  # dropped, never seen by the backend
 
-    def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes]) -> None:
+    def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes | memoryview]) -> None:
         sid = f.stream_id
         call = self.conn.diverted.get(sid)
         if sid in self.conn.ended:  # the proxy ended it: the backend never sees the rest
@@ -346,7 +347,7 @@ class ClientSide:
             call.body += fr.unpadded(f)
         self._consumed(sid, size, f.has(Flag.END_STREAM), call.ended)
 
-    def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes]) -> None:
+    def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes | memoryview]) -> None:
         payload = fr.unpadded(f)
         sizes = self.conn.sizes_in.get(call.stream_id)
         if sizes is None:  # the backend ended the stream meanwhile: the rest goes nowhere

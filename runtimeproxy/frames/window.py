@@ -55,7 +55,7 @@ class WindowQueue:
         if self.window > MAX_WINDOW:
             raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"{self.peer} connection window overflow")
 
-    def drain(self, out: list[bytes]) -> int:
+    def drain(self, out: list[bytes | memoryview]) -> int:
         """What may go now, appended to ``out``; the credit it frees."""
         credit = 0
         items = self.items

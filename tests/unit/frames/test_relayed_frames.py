@@ -1,0 +1,118 @@
+"""A relayed call's frames go to the client as they were read, without a copy
+per frame, and its header blocks are written before the proxy reads them
+(frames/downstream.py, ``_settle``): the answer's path holds no HPACK decode
+and no bookkeeping, and the blocks are still read in the order they came."""
+
+from __future__ import annotations
+
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.connection import FrameConnection, Limits
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
+
+from .test_connection import (
+    UNIMPLEMENTED,
+    UNKNOWN_TO_RUNTIME,
+    VERSION,
+    _answer,
+    _client_frames,
+    _client_view,
+    _Diverting,
+    _HeldAnswer,
+    _request,
+    _Transport,
+    _turns,
+)
+
+OK = [*UNIMPLEMENTED[:2], ("grpc-status", "0")]
+
+
+class _Measured(_Diverting):
+    """Records, at each call's end, its status and what the client had been written by then."""
+
+    def __init__(self, client: _Transport) -> None:
+        self.client = client
+        self.ends: list[tuple[str, list[tuple[int, bytes | None]]]] = []
+
+    def measure(self, path: str):  # type: ignore[no-untyped-def]
+        def record(code: str, seconds: float) -> None:
+            try:
+                written = [(sid, hdrs.get(b"grpc-status")) for sid, _, hdrs in _client_view(self.client)]
+            except hpack.HPACKError:  # the client was sent a block it cannot read
+                written = []
+            self.ends.append((code, written))
+
+        return record
+
+
+def _connection(max_message: int = 100) -> tuple[FrameConnection, _Transport, _Measured, hpack.Encoder, hpack.Encoder]:
+    client, backend = _Transport(), _Transport()
+    routes = _Measured(client)
+    conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(max_message))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    return conn, client, routes, hpack.Encoder(), hpack.Encoder()
+
+
+async def test_a_relayed_answer_is_written_before_its_status_is_read() -> None:
+    conn, _, routes, to_backend, backend_encoder = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION))
+    conn.backend_data(_answer(backend_encoder, 1, OK))
+    # The call ended OK, and by then its answer had gone to the client.
+    assert routes.ends == [("OK", [(1, b"0")])]
+    assert conn.relayed == set() and conn.idle.is_set()
+
+
+async def test_blocks_are_read_in_order_when_a_relayed_answer_and_a_stray_one_share_a_read() -> None:
+    conn, client, routes, to_backend, backend_encoder = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION) + _request(to_backend, 3, UNKNOWN_TO_RUNTIME))
+    await _turns()
+    # One read: Version's answer (its headers indexed by the runtime's encoder), then the
+    # runtime's early answer to the diverted call, which refers to those indexed headers.
+    conn.backend_data(_answer(backend_encoder, 1, OK) + _answer(backend_encoder, 3, UNIMPLEMENTED))
+    assert not conn.closed.done()  # the proxy's decoder stayed in step
+    # Version ended before the stray block was placed: it goes on stream 1, now closed at the
+    # client, not on stream 2 (the place used only before any stream closed).
+    assert [(sid, hdrs.get(b"grpc-status")) for sid, _, hdrs in _client_view(client)] == [(1, b"0"), (1, b"12")]
+    assert [code for code, _ in routes.ends] == ["OK"]
+
+
+async def test_a_relayed_answers_status_is_read_before_a_goaway_in_the_same_read() -> None:
+    conn, client, routes, to_backend, backend_encoder = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION) + _request(to_backend, 3, VERSION))
+    # One read: stream 1's answer, then GOAWAY saying stream 1 was the last processed.
+    conn.backend_data(_answer(backend_encoder, 1, OK) + fr.goaway(1, ErrorCode.NO_ERROR))
+    # Stream 1 ended OK (not refused); stream 3 is refused, for the client to retry.
+    assert [code for code, _ in routes.ends] == ["OK", "UNAVAILABLE"]
+    resets = [f for f in _client_frames(client) if f.type == FrameType.RST_STREAM]
+    assert [f.stream_id for f in resets] == [3]
+
+
+async def test_a_bad_block_on_a_relayed_stream_still_ends_the_connection() -> None:
+    conn, client, routes, to_backend, _ = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION))
+    # Index out of range. The block has gone to the client (whose decoder fails on it
+    # too) when the proxy reads it; the connection ends, its call UNAVAILABLE.
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\xbf"))
+    assert conn.closed.done() and [code for code, _ in routes.ends] == ["UNAVAILABLE"]
+    goaway = [f for f in _client_frames(client) if f.type == FrameType.GOAWAY]
+    assert goaway and int.from_bytes(goaway[-1].payload[4:8], "big") == ErrorCode.INTERNAL_ERROR
+
+
+async def test_frames_read_behind_data_waiting_for_the_clients_window_leave_after_it() -> None:
+    conn, client, routes, to_backend, backend_encoder = _connection(max_message=1 << 20)
+    conn.client_data(_request(to_backend, 1, VERSION))
+    big = fr.DEFAULT_WINDOW + 100  # more than the client's connection window (never raised here)
+    answer = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, backend_encoder.encode(OK[:2]))
+    conn.backend_data(answer + b"".join(fr.data_frames(1, b"\0" + big.to_bytes(4, "big") + b"x" * big, 16_384, False)))
+    assert conn.out.queued  # the rest of the message waits for the client's window
+    # The runtime resets the call, and pings: the reset stays behind the queued DATA.
+    conn.backend_data(fr.rst_stream(1, ErrorCode.CANCEL) + fr.serialize(FrameType.PING, 0, 0, b"12345678"))
+    conn.client_data(fr.window_update(0, 1 << 20))
+    assert not conn.out.queued and not conn.closed.done()
+    frames = [(f.type, f.stream_id) for f in _client_frames(client) if f.type != FrameType.SETTINGS
+              and f.type != FrameType.WINDOW_UPDATE]
+    assert frames[-1] == (FrameType.RST_STREAM, 1)
+    assert sum(len(f.payload) for f in _client_frames(client) if f.type == FrameType.DATA) == big + 5
+    assert [code for code, _ in routes.ends] == ["CANCELLED"]
