@@ -42,7 +42,7 @@ from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
-from .inbound import Inbound
+from .inbound import Corked, Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
 from .upstream import ClientSide
@@ -82,7 +82,7 @@ class FrameConnection:
     ) -> None:
         # Transports, fed by protocols (listener.py): no task switch per read.
         self._client_writer = client
-        self.backend = backend
+        self.backend: Corked | _Gone = Corked(backend)
         self.backend_side = BackendSide(self)
         self.client_side = ClientSide(self)
         self.closed = asyncio.get_running_loop().create_future()
@@ -98,7 +98,7 @@ class FrameConnection:
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
         self.out = Outbound(self._client_writer, self.credit_backend)
-        self.inbound = Inbound(backend, self.credit_client)
+        self.inbound = Inbound(self.backend, self.credit_client)
         self.last_stream = 0
         # The latest stream whose end (END_STREAM or RST_STREAM) is queued for
         # the client: it ignores header blocks on it (downstream.py, _stray).
@@ -311,6 +311,9 @@ class _Gone:
         pass
 
     def close(self) -> None:
+        pass
+
+    def hold(self) -> None:
         pass
 
     def pause_reading(self) -> None:

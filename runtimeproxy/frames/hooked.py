@@ -152,12 +152,16 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
             conn.out.flush()
         else:  # the client gets an answer; the runtime's, if it comes, is dropped
             conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, "runtime-proxy: internal error")
+    finally:
+        # At once, not a loop turn later when the task's done callback runs
+        # finish again (which it does for a task cancelled before its first step).
+        finish(conn, call)
 
 
 def finish(conn: FrameConnection, call: Hooked) -> None:
     """The call is over for the proxy: its answer goes, its slot is freed. Run
-    when its task is done, however it ended (upstream.py adds it as a callback,
-    so it also runs for a task cancelled before its first step)."""
+    at the end of ``run``, and again (a no-op then) as its task's done
+    callback (upstream.py), which covers a task cancelled before its first step."""
     call.finished = True
     if call.gate is not None:
         call.gate.open()

@@ -8,7 +8,8 @@ only refer to the dynamic table or add literals that are not indexed (gRPC's
 headers are read here and the rest skipped. A block that changes the table
 (a literal with incremental indexing, a size update), or anything this reader
 does not take, returns None: the caller then decodes it in full, which keeps
-the table in step and reports malformed blocks.
+the table in step and reports malformed blocks. ``peek_all`` reads every
+header the same way, for the calls the proxy handles itself.
 """
 
 from __future__ import annotations
@@ -21,14 +22,27 @@ from hpack.huffman_table import decode_huffman
 def peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
     """The ``wanted`` headers of ``block`` (the last of each name), or None (decode it in full)."""
     try:
-        return _peek(decoder, block, wanted)
+        found = _peek(decoder, block, wanted)
     except Exception:  # noqa: BLE001 - whatever this reader cannot take, the full decoder judges
+        return None
+    return None if found is None else dict(found)
+
+
+def peek_all(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]] | None:
+    """Every header of ``block``, in order, as ``decoder.decode(block, raw=True)``
+    gives them; or None (decode it in full), also when the list is longer than
+    the decoder's ``max_header_list_size``, so that the full decoder refuses it."""
+    try:
+        return _peek(decoder, block, None)
+    except Exception:  # noqa: BLE001 - as in peek
         return None
 
 
-def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
+def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None) -> list[tuple[bytes, bytes]] | None:
+    """The wanted headers (all of them if ``wanted`` is None), or None."""
     table = decoder.header_table
-    found: dict[bytes, bytes] = {}
+    found: list[tuple[bytes, bytes]] = []
+    room = decoder.max_header_list_size  # RFC 7541's size: name, value and 32 octets each
     view = memoryview(block)
     i, n = 0, len(block)
     while i < n:
@@ -43,8 +57,13 @@ def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dic
             if index == 0:
                 return None
             name, value = table.get_by_index(index)
-            if name in wanted:
-                found[name] = value
+            if wanted is None:
+                room -= len(name) + len(value) + 32
+                if room < 0:
+                    return None
+                found.append((name, value))
+            elif name in wanted:
+                found.append((name, value))
             continue
         if first & 0xC0 == 0x40 or first & 0xE0 == 0x20:  # adds to the table, or resizes it
             return None
@@ -55,8 +74,13 @@ def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dic
             name = table.get_by_index(index)[0]
         else:
             name, i = _string(block, view, i)
-        if name in wanted:
-            found[name], i = _string(block, view, i)
+        if wanted is None or name in wanted:
+            value, i = _string(block, view, i)
+            if wanted is None:
+                room -= len(name) + len(value) + 32
+                if room < 0:
+                    return None
+            found.append((name, value))
         else:
             length, used = decode_integer(view[i:], 7)
             i += used + length

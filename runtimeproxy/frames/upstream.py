@@ -22,7 +22,7 @@ from . import frame as fr
 from . import hooked
 from .divert import Diverted, answer
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
-from .hpackpeek import peek
+from .hpackpeek import peek, peek_all
 from .msgsize import MessageSizes
 
 if TYPE_CHECKING:
@@ -237,8 +237,8 @@ class ClientSide:
             return
         path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
         if self.conn.stopping or not self.conn.routes.fast(path):
-            if headers is None:
-                headers = self._decode(data)  # all of them, for the proxy's own call
+            if headers is None:  # all of them, for the proxy's own call; the table is as it was
+                headers = peek_all(self.decoder, data) or self._decode(data)
             stages = None if self.conn.stopping else self.conn.routes.hooked(path)
             if stages is not None and not _compressed(headers):
                 self._hook(sid, path, headers, stages, raws, end_stream, out)
@@ -275,6 +275,7 @@ class ClientSide:
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))
         call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
+        self.conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
 
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes | memoryview]) -> None:
         # A backend handler must never see a complete (empty) request.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtimeproxy.frames.hpackpeek import peek
+from runtimeproxy.frames.hpackpeek import peek, peek_all
 
 WANTED = frozenset({b":path", b"grpc-status", b"grpc-message"})
 NAMES = [":path", "grpc-status", "grpc-message", "grpc-timeout", "content-type", "te", "x-custom", "user-agent"]
@@ -38,6 +39,36 @@ def test_peek_agrees_with_the_full_decoder(blocks, huffman) -> None:  # type: ig
         assert list(peeking.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(FIELD, max_size=8), min_size=1, max_size=12), st.booleans())
+def test_peek_all_agrees_with_the_full_decoder(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+    encoder = hpack.Encoder()
+    full, peeking = hpack.Decoder(), hpack.Decoder()
+    for fields in blocks:
+        block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
+        expected = [(bytes(k), bytes(v)) for k, v in full.decode(block, raw=True)]
+        seen = peek_all(peeking, block)
+        if seen is None:  # the block changes the table: decoded in full, as the relay does then
+            seen = [(bytes(k), bytes(v)) for k, v in peeking.decode(block, raw=True)]
+        else:
+            assert peek(peeking, block, WANTED) is not None  # both read what the table holds
+        assert seen == expected  # every header, in order, repeats included
+        assert list(peeking.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+
+
+def test_peek_all_leaves_a_header_list_over_the_limit_to_the_full_decoder() -> None:
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    decoder.decode(encoder.encode([("x-big", "v" * 1000)]))  # indexed: one byte refers to it
+    block = encoder.encode([("x-big", "v" * 1000)] * 8)  # 8 x 1037 octets, as RFC 7541 counts them
+    assert len(block) == 8
+    decoder.max_header_list_size = 8 * 1037
+    assert peek_all(decoder, block) == [(b"x-big", b"v" * 1000)] * 8
+    decoder.max_header_list_size = 8 * 1037 - 1
+    assert peek_all(decoder, block) is None
+    with pytest.raises(hpack.OversizedHeaderListError):  # as the relay then does (COMPRESSION_ERROR)
+        decoder.decode(block, raw=True)
+
+
 def test_a_block_that_changes_the_table_is_left_to_the_full_decoder() -> None:
     encoder, decoder = hpack.Encoder(), hpack.Decoder()
     first = encoder.encode([(":path", "/a")])  # adds :path to the table
@@ -51,3 +82,4 @@ def test_malformed_blocks_are_left_to_the_full_decoder() -> None:
     decoder = hpack.Decoder()
     for block in (b"\xff\xff\xff\xff\xff", b"\xbf", b"\x80", b"\x00\x85ab", b"\x00\x01a\x7f"):
         assert peek(decoder, block, WANTED) is None
+        assert peek_all(decoder, block) is None
