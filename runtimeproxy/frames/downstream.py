@@ -27,6 +27,7 @@ from .inbound import CLIENT_GRANT
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
+_FRAME_HEADER = fr.HEADER.unpack_from
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -58,54 +59,63 @@ class BackendSide:
         buf = self.buf + chunk if self.buf else chunk
         view = memoryview(buf)  # frames passed on are views of what was read: no copy per frame
         block = self.block
+        max_frame = conn.client_max_frame
+        end_buf = len(buf)
         pos = 0
-        while True:
-            f, nxt = fr.parse(buf, pos, conn.client_max_frame)
-            if f is None:
+        while end_buf - pos >= fr.HEADER_LEN:
+            hi, lo, t, flags, sid = _FRAME_HEADER(buf, pos)  # no Frame for what passes verbatim
+            size = (hi << 16) | lo
+            if size > max_frame:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {size} bytes exceeds {max_frame}")
+            nxt = pos + fr.HEADER_LEN + size
+            if nxt > end_buf:
                 break
+            sid &= 0x7FFFFFFF
             raw = view[pos:nxt]
+            payload = view[pos + fr.HEADER_LEN : nxt]
             pos = nxt
-            sid = f.stream_id
-            t = f.type
             if t == FrameType.DATA:
                 if sid in conn.diverted or sid in conn.ended:
-                    conn.credit_backend(len(f.payload))
+                    conn.credit_backend(size)
                     continue
+                body = fr.unpadded(fr.Frame(t, flags, sid, payload)) if flags & Flag.PADDED else payload
                 sizes = conn.sizes_out.get(sid)
                 if sizes is not None:
-                    too_long = sizes.feed(fr.unpadded(f) if f.has(Flag.PADDED) else f.payload)
+                    too_long = sizes.feed(body)
                     if too_long is not None:
                         message = f"Received message larger than max ({too_long} vs. {conn.max_response})"
                         log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
                         conn.inbound.ordered(conn.end_locally(sid, 8, message))
-                        conn.credit_backend(len(f.payload))
+                        conn.credit_backend(size)
                         continue
-                end = f.has(Flag.END_STREAM)
+                end = bool(flags & Flag.END_STREAM)
                 call = conn.hooked.get(sid)
                 if call is not None:
-                    call.reply += fr.unpadded(f)
+                    call.reply += body
                     if end:
                         call.answer(2, "the runtime ended the call without a status")
-                if f.has(Flag.PADDED):
-                    out.data(sid, bytes(fr.unpadded(f)), end, credit=len(f.payload))
+                if flags & Flag.PADDED:
+                    out.data(sid, bytes(body), end, credit=size)
                 else:
-                    out.data(sid, f.payload, end, credit=len(f.payload), raw=raw)
+                    out.data(sid, payload, end, credit=size, raw=raw)
                 if end:
                     conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
             elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
                 if t == FrameType.HEADERS:
                     block[:] = [raw]
-                    self.fragments[:] = [bytes(fr.unpadded(f))]
+                    if flags & (Flag.PADDED | Flag.PRIORITY):
+                        payload = fr.unpadded(fr.Frame(t, flags, sid, payload))
+                    self.fragments[:] = [bytes(payload)]
                     self.block_sid = sid
-                    self.block_ends = f.has(Flag.END_STREAM)
+                    self.block_ends = bool(flags & Flag.END_STREAM)
                     if sid in conn.relayed or sid in conn.hooked:
                         conn.responded.add(sid)
                 else:
                     if not block or sid != self.block_sid:
                         raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
                     block.append(raw)
-                    self.fragments.append(bytes(f.payload))
-                if f.has(Flag.END_HEADERS):
+                    self.fragments.append(bytes(payload))
+                if flags & Flag.END_HEADERS:
                     self._header_block()
             elif sid in conn.diverted or sid in conn.ended:
                 # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
@@ -113,6 +123,7 @@ class BackendSide:
                 continue
             else:
                 self._settle()  # the streams these frames may end are up to date
+                f = fr.Frame(t, flags, sid, payload)
                 if t == FrameType.SETTINGS and not f.has(Flag.ACK):
                     self._settings(fr.settings(f.payload), raw)
                     continue

@@ -88,7 +88,12 @@ class Frame:
         return f"Frame(type={self.type}, flags={self.flags:#x}, stream_id={self.stream_id}, {len(self.payload)} bytes)"
 
 
-_HEADER = struct.Struct(">BHBBI")  # 24-bit length as a byte and a short
+# 24-bit length as a byte and a short, type, flags, stream id. The relay's
+# loops (upstream.py, downstream.py) read it themselves: no Frame per frame
+# that passes verbatim.
+HEADER = struct.Struct(">BHBBI")
+_HEADER = HEADER
+INCREMENT = struct.Struct(">I")  # a WINDOW_UPDATE's payload
 
 
 def serialize(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:

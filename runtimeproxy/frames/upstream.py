@@ -60,35 +60,53 @@ class ClientSide:
         buf = self.buf + chunk if self.buf else chunk
         view = memoryview(buf)  # verbatim runs are views of what was read: written without a copy
         block = self.block
-        inbound = self.conn.inbound
+        conn = self.conn
+        inbound, relayed = conn.inbound, conn.relayed
+        max_frame = conn.backend_max_frame
+        end = len(buf)
         pos, run, out = 0, 0, []
-        while True:
-            f, nxt = fr.parse(buf, pos, self.conn.backend_max_frame)
-            if f is None:
+        # Frames that pass verbatim (a relayed stream's DATA and WINDOW_UPDATE,
+        # PRIORITY, unknown types) stay in the run, read from their header
+        # alone; the others are parsed and handled by _client_frame.
+        while end - pos >= fr.HEADER_LEN:
+            hi, lo, kind, flags, sid = _FRAME_HEADER(buf, pos)
+            size = (hi << 16) | lo
+            if size > max_frame:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {size} bytes exceeds {max_frame}")
+            nxt = pos + fr.HEADER_LEN + size
+            if nxt > end:
                 break
-            if block or f.type in _CLIENT_SPECIAL:
-                if f.type == FrameType.DATA and f.stream_id in self.conn.relayed and not block:
-                    sizes = self.conn.sizes_in[f.stream_id]
-                    payload = fr.unpadded(f) if f.has(Flag.PADDED) else f.payload
+            sid &= 0x7FFFFFFF
+            if not block:
+                if kind == FrameType.DATA and sid in relayed:
+                    sizes = conn.sizes_in[sid]
+                    payload = view[pos + fr.HEADER_LEN : nxt]
+                    if flags & Flag.PADDED:
+                        payload = fr.unpadded(fr.Frame(kind, flags, sid, payload))
                     too_long = sizes.feed(payload)
-                    size = len(f.payload)
                     if too_long is None and inbound.fits(size):
                         inbound.spend(size)
-                        self.conn.credit_client(size)
+                        conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
                         continue
                     out.append(view[run:pos])
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
-                        inbound.data(f.stream_id, bytes(payload), f.has(Flag.END_STREAM), credit=size)
+                        inbound.data(sid, bytes(payload), bool(flags & Flag.END_STREAM), credit=size)
                     else:
-                        self._refuse_size(f, too_long, out)
+                        self._refuse_size(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt
                     continue
-                out.append(view[run:pos])
-                self._client_frame(f, buf[pos:nxt], out, block)
-                run = nxt
-            pos = nxt
+                if (kind == FrameType.WINDOW_UPDATE and sid in relayed and size == 4
+                        and _INCREMENT(buf, pos + fr.HEADER_LEN)[0] & 0x7FFFFFFF):
+                    pos = nxt  # a relayed stream's window is end to end
+                    continue
+                if kind not in _CLIENT_SPECIAL:
+                    pos = nxt
+                    continue
+            out.append(view[run:pos])
+            self._client_frame(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), buf[pos:nxt], out, block)
+            run = pos = nxt
         out.append(view[run:pos])
         self.buf = buf[pos:]
         self._write_backend(out)
@@ -381,6 +399,8 @@ def _without_end_stream(raws: list[bytes]) -> list[bytes]:
 
 
 _PATH = frozenset({b":path"})
+_FRAME_HEADER = fr.HEADER.unpack_from
+_INCREMENT = fr.INCREMENT.unpack_from
 
 
 def _compressed(headers: list[tuple[bytes, bytes]]) -> bool:
