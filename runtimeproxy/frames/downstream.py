@@ -164,19 +164,22 @@ class BackendSide:
         if sid in conn.diverted:
             self._stray(sid, data)
             return
-        if not self.block_ends:
-            conn.out.frames(raw)
-            return
-        status, message = grpc_status(headers)
         call = conn.hooked.get(sid)
-        if call is not None and not call.finished and sid not in conn.ended:
-            call.answer(status, message)
-            # Released once the stages are done (hooked.py). It holds every answer
-            # behind it on this connection (HPACK order): a stage slow to record
-            # (a runtime read-back) holds them GATE_LIMIT_S at most.
+        held = call is not None and not call.finished and sid not in conn.ended
+        if held and call.gate is None:
+            # A hooked call's answer, from its first block, is released once
+            # the stages are done (hooked.py): the client gets it whole, in one
+            # write. The gate holds every answer behind it on this connection
+            # (HPACK order): a stage slow to record (a runtime read-back) holds
+            # them GATE_LIMIT_S at most.
             call.gate = conn.out.gate(raw, GATE_LIMIT_S)
         else:
-            conn.out.frames(raw)
+            conn.out.frames(raw)  # behind the gate, if its call has one
+        if not self.block_ends:
+            return
+        status, message = grpc_status(headers)
+        if held:
+            call.answer(status, message)
         conn.stream_done(sid, status_name(status))
 
     def _read(self, data: bytes) -> dict[bytes, bytes]:

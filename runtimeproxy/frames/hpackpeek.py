@@ -40,6 +40,8 @@ def peek_all(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]] 
 
 def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None) -> list[tuple[bytes, bytes]] | None:
     """The wanted headers (all of them if ``wanted`` is None), or None."""
+    if decoder.header_table_size > decoder.max_allowed_table_size:
+        return None  # the peer had to shrink its table first: the full decoder refuses the block
     table = decoder.header_table
     found: list[tuple[bytes, bytes]] = []
     room = decoder.max_header_list_size  # RFC 7541's size: name, value and 32 octets each

@@ -48,7 +48,9 @@ class Corked:
 
     def _release(self) -> None:
         held, self._held = self._held, None
-        if held:
+        # uvloop closes a transport on a socket error and tells the protocol a
+        # turn later; writing to it then would raise in this bare callback.
+        if held and not self._transport.is_closing():
             self._transport.write(b"".join(held))
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from .window import Gate, QueuedData, WindowQueue
+from .window import Gate, QueuedData, WindowQueue, detached
 
 
 class Outbound:
@@ -68,7 +68,7 @@ class Outbound:
     def flush(self) -> None:
         pending = self._pending
         if pending:
-            self._writer.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            self._writer.write(detached(pending[0]) if len(pending) == 1 else b"".join(pending))
             pending.clear()
         if self._credit:
             credit, self._credit = self._credit, 0

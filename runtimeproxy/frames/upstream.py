@@ -24,6 +24,7 @@ from .divert import Diverted, answer
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hpackpeek import peek, peek_all
 from .msgsize import MessageSizes
+from .window import detached
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -113,7 +114,7 @@ class ClientSide:
         self.conn.out.flush()
 
     def _write_backend(self, out: list[bytes | memoryview]) -> None:
-        data = out[0] if len(out) == 1 else b"".join(out)
+        data = detached(out[0]) if len(out) == 1 else b"".join(out)
         out.clear()
         if data:
             self.conn.backend.write(data)

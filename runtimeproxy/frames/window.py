@@ -85,3 +85,12 @@ class WindowQueue:
                 self.window = 0
             break
         return credit
+
+
+def detached(data: bytes | memoryview) -> bytes | memoryview:
+    """``data`` as handed to a transport, which may keep it until the peer
+    reads it: a view much smaller than the read it comes from is copied, so it
+    does not keep the whole read alive."""
+    if isinstance(data, memoryview) and data.nbytes * 4 < len(data.obj):  # type: ignore[arg-type]
+        return bytes(data)
+    return data

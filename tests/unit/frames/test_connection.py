@@ -26,6 +26,9 @@ class _Transport:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def pause_reading(self) -> None:
         pass
 

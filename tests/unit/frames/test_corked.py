@@ -96,3 +96,13 @@ async def test_writes_are_held_to_the_end_of_the_turn_in_order() -> None:
     assert transport.written == [b"a"]
     await _turns(1)
     assert transport.written == [b"a", b"bc"]
+
+
+async def test_writes_held_when_the_transport_closed_by_itself_go_nowhere() -> None:
+    transport = _Transport()
+    corked = Corked(transport)  # type: ignore[arg-type]
+    corked.hold()
+    corked.write(b"held")
+    transport.closed = True  # uvloop closed it on a socket error; the protocol hears a turn later
+    await _turns()  # no write to a closed transport (uvloop would raise in the callback)
+    assert transport.written == []

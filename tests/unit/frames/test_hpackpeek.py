@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtimeproxy.frames.hpackpeek import peek, peek_all
+from runtimeproxy.frames.window import detached
 
 WANTED = frozenset({b":path", b"grpc-status", b"grpc-message"})
 NAMES = [":path", "grpc-status", "grpc-message", "grpc-timeout", "content-type", "te", "x-custom", "user-agent"]
@@ -83,3 +84,21 @@ def test_malformed_blocks_are_left_to_the_full_decoder() -> None:
     for block in (b"\xff\xff\xff\xff\xff", b"\xbf", b"\x80", b"\x00\x85ab", b"\x00\x01a\x7f"):
         assert peek(decoder, block, WANTED) is None
         assert peek_all(decoder, block) is None
+
+
+def test_a_block_from_an_encoder_that_kept_a_table_too_large_is_left_to_the_full_decoder() -> None:
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    decoder.decode(encoder.encode([(":path", "/a")]))
+    decoder.max_allowed_table_size = 0  # our SETTINGS asked for no table; the encoder did not shrink it
+    block = encoder.encode([(":path", "/a")])  # refers to the table, announces no size update
+    assert peek(decoder, block, WANTED) is None and peek_all(decoder, block) is None
+    with pytest.raises(hpack.InvalidTableSizeError):  # as the relay then does (COMPRESSION_ERROR)
+        decoder.decode(block, raw=True)
+
+
+def test_a_small_view_of_a_large_read_is_copied_before_a_transport_keeps_it() -> None:
+    read = bytes(1000)
+    small, large = memoryview(read)[:9], memoryview(read)[100:]
+    assert type(detached(small)) is bytes and detached(small) == read[:9]
+    assert detached(large) is large  # most of the read: no copy
+    assert detached(b"abc") == b"abc"

@@ -1,0 +1,69 @@
+"""A hooked call's answer is held from its first header block until the
+stages are done, and then reaches the client whole, in one write
+(frames/downstream.py, _header_block; hooked.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.connection import FrameConnection, Limits
+from runtimeproxy.frames.frame import Flag, FrameType
+
+from .test_connection import _data, _headers, _Routes, _Transport, _turns
+
+MESSAGE = struct.pack(">BI", 0, 3) + b"abc"
+
+
+class _Recording(_Routes):
+    """A stage that, once the runtime answered, waits for ``go`` (recording the call, say)."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+
+    def hooked(self, path: str):  # type: ignore[no-untyped-def]
+        async def stage(request, context, send):  # type: ignore[no-untyped-def]
+            reply = await send(request)
+            await self.go.wait()
+            return reply
+
+        return (stage,)
+
+
+def _writes_on(client: _Transport, sid: int) -> list[list[int]]:
+    """The frame types of each write to the client that carries frames of ``sid``."""
+    out = []
+    for data in client.written:
+        kinds, pos = [], 0
+        while (parsed := fr.parse(data, pos, fr.MAX_FRAME_LIMIT))[0] is not None:
+            f, pos = parsed
+            if f.stream_id == sid:
+                kinds.append(f.type)
+        if kinds:
+            out.append(kinds)
+    return out
+
+
+async def test_a_hooked_answer_reaches_the_client_whole_once_the_stages_are_done() -> None:
+    routes = _Recording()
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, routes, None, Limits(max_message=100))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    encoder = hpack.Encoder()
+    conn.backend_data(  # the runtime's answer, as grpc-go writes a unary one: all at once
+        fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, encoder.encode([(":status", "200")]))
+        + _data(1, MESSAGE)
+        + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, encoder.encode([("grpc-status", "0")]))
+    )
+    await _turns()
+    assert _writes_on(client, 1) == []  # nothing of it before the stage is done
+    routes.go.set()
+    await _turns()
+    assert _writes_on(client, 1) == [[FrameType.HEADERS, FrameType.DATA, FrameType.HEADERS]]
+    assert conn.hooked == {} and conn.idle.is_set()
