@@ -5,8 +5,9 @@ Backend frames go to the client through the connection's window queue
 frames for streams the backend no longer has (diverted or ended by the
 proxy) are dropped, their window given back. Every header block is decoded
 (HPACK is one state per direction) so that a hooked call's status is known;
-its DATA is teed for the stages and its final block held until they are done
-(hooked.py). The backend's connection window updates are the proxy's own
+its DATA is teed for the stages and its answer held, from its first block,
+until they are done (hooked.py). A relayed call's blocks are read only after
+the frames read with them were written (``_settle``). The backend's connection window updates are the proxy's own
 (inbound.py), and so are those of hooked streams.
 """
 

@@ -10,10 +10,10 @@ natively stays on the client's own backend connection (connection.py):
   merge, ordering, store, post hooks; the same code, not a copy);
 - what the stages send on is re-framed at the backend's max frame size under
   the backend's stream and connection windows;
-- the answer is relayed to the client verbatim and teed for the stages; its
-  final header block is held (outbound.Gate) until the stages are done, so
+- the answer is teed for the stages and relayed to the client verbatim, held
+  from its first header block (outbound.Gate) until the stages are done, so
   the client never sees an answer the proxy has not recorded yet, as on the
-  grpc path.
+  grpc path, and gets it in one write.
 
 A stage that refuses before anything was sent (a Fail hook) gets the stream
 reset at the backend and its status answered to the client by the proxy.

@@ -5,7 +5,7 @@ The response direction's connection-level flow control is owned by the proxy
 share the client's window, so both go through this queue, in order. An item
 is either a run of whole frames that costs no window (a header block is never
 split), one stream's DATA, split when the window is smaller than it, or a
-gate: a hooked call's final header block, held until the hook stage has
+gate: a hooked call's first answer block, held until the hook stage has
 recorded the call (see hooked.py). The gate holds what follows it too, since
 header blocks must reach the client in the order the backend encoded them
 (HPACK). The backend's connection window is given back as its DATA leaves.
