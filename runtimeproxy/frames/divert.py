@@ -1,7 +1,7 @@
 """Calls the proxy answers itself on a frames connection.
 
-Hooked methods, health, refusals: everything the relay does not pass on
-verbatim is re-issued as a byte-level gRPC call to the proxy's own grpc.aio
+Health, refusals, translated versions, compressed hooked requests: every call
+the relay neither passes on verbatim nor hooks in place (routes.py) is re-issued as a byte-level gRPC call to the proxy's own grpc.aio
 server (the same router, stages and hooks as on the grpc data path: not a
 copy) and its answer is framed back to the client. Only the client's request
 header block is needed from the wire; the answer's header blocks are encoded
@@ -17,13 +17,18 @@ import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import grpc
 import hpack
 from grpc import aio
 
 from ..cripath.forward import HOP_BY_HOP, send_requests
-from .frame import DEFAULT_MAX_FRAME, DEFAULT_WINDOW, header_frames
+from . import frame as fr
+from .frame import DEFAULT_MAX_FRAME, DEFAULT_WINDOW, ErrorCode, header_frames
+
+if TYPE_CHECKING:
+    from .connection import FrameConnection
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,40 @@ class Diverted:
 
 Send = Callable[[bytes], None]  # whole frames, no window cost
 SendData = Callable[[int, bytes, bool], Awaitable[None]]  # waits for the stream window
+
+
+async def serve(conn: FrameConnection, call: Diverted) -> None:
+    """Answer ``call`` on ``conn``, under the client's windows; its task's body."""
+
+    def send_frames(raw: bytes) -> None:
+        conn.out.frames(raw)
+        conn.out.flush()
+
+    async def send_data(sid: int, payload: bytes, end: bool) -> None:
+        view = memoryview(payload)
+        while view:
+            if conn.closed.done():
+                raise asyncio.CancelledError
+            while call.window <= 0:
+                call.opened.clear()
+                await call.opened.wait()
+            n = min(call.window, conn.client_max_frame, len(view))
+            call.window -= n
+            conn.out.data(sid, bytes(view[:n]), end and n == len(view))
+            conn.out.flush()
+            view = view[n:]
+            await conn.client_can_write.wait()
+
+    try:
+        await answer(call, conn.local, lambda: conn.client_max_frame, send_frames, send_data, conn.max_message)
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("frames: diverted call failed", extra={"method": call.path})
+        conn.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
+        conn.out.flush()
+    finally:
+        conn.diverted_done(call.stream_id)
 
 
 async def answer(

@@ -18,9 +18,9 @@ import grpc
 import hpack
 
 from ..cripath.stage import Stage
+from . import divert, hooked
 from . import frame as fr
-from . import hooked
-from .divert import Diverted, answer
+from .divert import Diverted
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hpackpeek import peek, peek_all
 from .msgsize import MessageSizes
@@ -304,40 +304,7 @@ class ClientSide:
             call.ended.set()
         self.conn.diverted[sid] = call
         self.conn.idle.clear()
-        call.task = asyncio.ensure_future(self._answer(call))
-
-    async def _answer(self, call: Diverted) -> None:
-        try:
-            await answer(call, self.conn.local, lambda: self.conn.client_max_frame, self._send_frames,
-                         self._send_data, self.conn.max_message)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("frames: diverted call failed", extra={"method": call.path})
-            self.conn.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
-            self.conn.out.flush()
-        finally:
-            self.conn.diverted_done(call.stream_id)
-
-    def _send_frames(self, raw: bytes) -> None:
-        self.conn.out.frames(raw)
-        self.conn.out.flush()
-
-    async def _send_data(self, sid: int, payload: bytes, end: bool) -> None:
-        call = self.conn.diverted[sid]
-        view = memoryview(payload)
-        while view:
-            if self.conn.closed.done():
-                raise asyncio.CancelledError
-            while call.window <= 0:
-                call.opened.clear()
-                await call.opened.wait()
-            n = min(call.window, self.conn.client_max_frame, len(view))
-            call.window -= n
-            self.conn.out.data(sid, bytes(view[:n]), end and n == len(view))
-            self.conn.out.flush()
-            view = view[n:]
-            await self.conn.client_can_write.wait()
+        call.task = asyncio.ensure_future(divert.serve(self.conn, call))
 
     def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
