@@ -1,8 +1,8 @@
 """The one owner of the proxy's background tasks.
 
 Every task the proxy runs beside its calls (the backend monitor, the hook
-directory watcher, state rebuilds and resyncs, post hooks, calls finished after their
-client left, health updates) is started here, under a name, with what should
+directory watcher, state rebuilds and resyncs, post hooks, calls finished
+after their client left, health updates) is started here, under a name, with what should
 happen if it dies:
 
 * a *service* (monitor, watcher) must always run: when it dies or ends it

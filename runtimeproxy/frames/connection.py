@@ -108,8 +108,8 @@ class FrameConnection:
         self.diverted: dict[int, Diverted] = {}
         self.hooked: dict[int, hooked.Hooked] = {}
         self.backend_initial_window = fr.DEFAULT_WINDOW  # the backend's SETTINGS_INITIAL_WINDOW_SIZE
-        self.client_max_frame = fr.DEFAULT_MAX_FRAME  # what the client accepts
-        self.backend_max_frame = fr.DEFAULT_MAX_FRAME  # what the backend accepts
+        self.client_frames = fr.FrameSizes()  # what the client accepts
+        self.backend_frames = fr.FrameSizes()  # what the backend accepts
         self._uncredited = 0
         self._client_uncredited = 0
         self.stopping = False
@@ -225,7 +225,7 @@ class FrameConnection:
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
-        self.out.frames(status_frames(sid, status, message, self.client_max_frame,
+        self.out.frames(status_frames(sid, status, message, self.client_frames.send,
                                       trailers_only=sid not in self.responded))
         self.mark_ended(sid)
         self.stream_done(sid, status_name(status))

@@ -1,9 +1,10 @@
 """Calls the proxy answers itself on a frames connection.
 
 Health, refusals, translated versions, compressed hooked requests: every call
-the relay neither passes on verbatim nor hooks in place (routes.py) is re-issued as a byte-level gRPC call to the proxy's own grpc.aio
-server (the same router, stages and hooks as on the grpc data path: not a
-copy) and its answer is framed back to the client. Only the client's request
+the relay neither passes on verbatim nor hooks in place (routes.py) is
+re-issued as a byte-level gRPC call to the proxy's own grpc.aio server (the
+same router, stages and hooks as on the grpc data path: not a copy) and its
+answer is framed back to the client. Only the client's request
 header block is needed from the wire; the answer's header blocks are encoded
 without indexing, so the client's HPACK table (shared with the backend's
 encoder) is never touched by them.
@@ -119,7 +120,7 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
             while call.window <= 0:
                 call.opened.clear()
                 await call.opened.wait()
-            n = min(call.window, conn.client_max_frame, len(view))
+            n = min(call.window, conn.client_frames.send, len(view))
             call.window -= n
             conn.out.data(sid, bytes(view[:n]), end and n == len(view))
             conn.out.flush()
@@ -127,7 +128,7 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
             await conn.client_can_write.wait()
 
     try:
-        await answer(call, conn.local, lambda: conn.client_max_frame, send_frames, send_data, conn.max_message)
+        await answer(call, conn.local, lambda: conn.client_frames.send, send_frames, send_data, conn.max_message)
     except asyncio.CancelledError:
         pass
     except Exception:

@@ -7,8 +7,9 @@ proxy) are dropped, their window given back. Every header block is decoded
 (HPACK is one state per direction) so that a hooked call's status is known;
 its DATA is teed for the stages and its answer held, from its first block,
 until they are done (hooked.py). A relayed call's blocks are read only after
-the frames read with them were written (``_settle``). The backend's connection window updates are the proxy's own
-(inbound.py), and so are those of hooked streams.
+the frames read with them were written (``_settle``). The backend's
+connection window updates are the proxy's own (inbound.py), and so are those
+of hooked streams.
 """
 
 from __future__ import annotations
@@ -60,14 +61,14 @@ class BackendSide:
         buf = self.buf + chunk if self.buf else chunk
         view = memoryview(buf)  # frames passed on are views of what was read: no copy per frame
         block = self.block
-        max_frame = conn.client_max_frame
+        max_frame = conn.client_frames.relay
         end_buf = len(buf)
         pos = 0
         while end_buf - pos >= fr.HEADER_LEN:
             hi, lo, t, flags, sid = _FRAME_HEADER(buf, pos)  # no Frame for what passes verbatim
             size = (hi << 16) | lo
             if size > max_frame:
-                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {size} bytes exceeds {max_frame}")
+                raise fr.oversized(size, max_frame)
             nxt = pos + fr.HEADER_LEN + size
             if nxt > end_buf:
                 break
@@ -125,8 +126,15 @@ class BackendSide:
             else:
                 self._settle()  # the streams these frames may end are up to date
                 f = fr.Frame(t, flags, sid, payload)
-                if t == FrameType.SETTINGS and not f.has(Flag.ACK):
-                    self._settings(fr.settings(f.payload), raw)
+                if t == FrameType.SETTINGS:
+                    if f.has(Flag.ACK):
+                        # Behind the DATA queued for the client's window: that DATA
+                        # was framed under the settings this acknowledges (a client
+                        # lowering its MAX_FRAME_SIZE takes larger frames until then).
+                        out.frames(raw)
+                        conn.client_frames.acknowledged()
+                    else:
+                        self._settings(fr.settings(f.payload), raw)
                     continue
                 if t == FrameType.WINDOW_UPDATE:
                     if self._window_update(sid, fr.window_increment(f)):
@@ -219,12 +227,11 @@ class BackendSide:
         log.debug("runtime answered a call the proxy answers itself; its header block is passed on a closed stream",
                   extra={"stream": sid, "method": conn.diverted[sid].path})
         target = conn.closed_at_client or NEVER_OPENED
-        conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_max_frame, False)))
+        conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_frames.send, False)))
 
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn
-        if Setting.MAX_FRAME_SIZE in values:
-            conn.backend_max_frame = values[Setting.MAX_FRAME_SIZE]
+        conn.backend_frames.announced(values.get(Setting.MAX_FRAME_SIZE))
         if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
             conn.client_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
         if Setting.INITIAL_WINDOW_SIZE in values:

@@ -8,6 +8,7 @@ here too.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from enum import IntEnum
 
 HEADER_LEN = 9
@@ -69,6 +70,36 @@ class FrameError(Exception):
         self.code = code
 
 
+class FrameSizes:
+    """One peer's SETTINGS_MAX_FRAME_SIZE as it changes. A value it announces
+    applies once it is acknowledged (RFC 9113 section 6.5.3), and the ACK comes
+    from the other side of the proxy: so frames the proxy makes for this peer
+    are at most every value still in play (``send``), while frames relayed to
+    it may be as large as any of them (``relay``)."""
+
+    def __init__(self) -> None:
+        self._acked = DEFAULT_MAX_FRAME
+        self._announced: deque[int | None] = deque()  # one per SETTINGS not acknowledged yet
+        self.send = self.relay = DEFAULT_MAX_FRAME
+
+    def announced(self, size: int | None) -> None:
+        """The peer sent SETTINGS (with MAX_FRAME_SIZE ``size``, or without it: None)."""
+        self._announced.append(size)
+        self._update()
+
+    def acknowledged(self) -> None:
+        """Its oldest SETTINGS not acknowledged yet was (ACKs come in order)."""
+        if self._announced:
+            size = self._announced.popleft()
+            if size is not None:
+                self._acked = size
+            self._update()
+
+    def _update(self) -> None:
+        sizes = [self._acked, *(size for size in self._announced if size is not None)]
+        self.send, self.relay = min(sizes), max(sizes)
+
+
 class Frame:
     """One parsed frame; a plain slotted class, made for every frame relayed
     (a frozen dataclass costs several times as much to build)."""
@@ -92,28 +123,32 @@ class Frame:
 # loops (upstream.py, downstream.py) read it themselves: no Frame per frame
 # that passes verbatim.
 HEADER = struct.Struct(">BHBBI")
-_HEADER = HEADER
 INCREMENT = struct.Struct(">I")  # a WINDOW_UPDATE's payload
 
 
 def serialize(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     n = len(payload)
-    return _HEADER.pack(n >> 16, n & 0xFFFF, type_, flags, stream_id & 0x7FFFFFFF) + payload
+    return HEADER.pack(n >> 16, n & 0xFFFF, type_, flags, stream_id & 0x7FFFFFFF) + payload
 
 
 def parse(buf: bytes | bytearray | memoryview, start: int, max_frame: int) -> tuple[Frame | None, int]:
     """The frame at ``start`` and where the next begins; (None, start) if incomplete."""
     if len(buf) - start < HEADER_LEN:
         return None, start
-    hi, lo, type_, flags, sid = _HEADER.unpack_from(buf, start)
+    hi, lo, type_, flags, sid = HEADER.unpack_from(buf, start)
     length = (hi << 16) | lo
     if length > max_frame:
-        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {max_frame}")
+        raise oversized(length, max_frame)
     end = start + HEADER_LEN + length
     if len(buf) < end:
         return None, start
     payload = memoryview(buf)[start + HEADER_LEN : end]
     return Frame(type_, flags, sid & 0x7FFFFFFF, payload), end
+
+
+def oversized(length: int, max_frame: int) -> FrameError:
+    """The connection error for a frame longer than the receiver's SETTINGS_MAX_FRAME_SIZE."""
+    return FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {max_frame}")
 
 
 def unpadded(frame: Frame) -> memoryview | bytes:

@@ -192,7 +192,7 @@ async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
             await call.opened.wait()
         if call.answered.done():  # reset or ended before the request was all sent
             break
-        n = min(call.window, conn.backend_max_frame, len(view))
+        n = min(call.window, conn.backend_frames.send, len(view))
         call.window -= n
         conn.inbound.data(call.stream_id, bytes(view[:n]), n == len(view))
         view = view[n:]

@@ -59,35 +59,29 @@ def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None)
             if index == 0:
                 return None
             name, value = table.get_by_index(index)
-            if wanted is None:
-                room -= len(name) + len(value) + 32
-                if room < 0:
-                    return None
-                found.append((name, value))
-            elif name in wanted:
-                found.append((name, value))
-            continue
-        if first & 0xC0 == 0x40 or first & 0xE0 == 0x20:  # adds to the table, or resizes it
+        elif first & 0xC0 == 0x40 or first & 0xE0 == 0x20:  # adds to the table, or resizes it
             return None
-        # A literal without indexing (0000xxxx) or never indexed (0001xxxx).
-        index, used = decode_integer(view[i:], 4)
-        i += used
-        if index:
-            name = table.get_by_index(index)[0]
-        else:
-            name, i = _string(block, view, i)
-        if wanted is None or name in wanted:
-            value, i = _string(block, view, i)
-            if wanted is None:
-                room -= len(name) + len(value) + 32
-                if room < 0:
+        else:  # a literal without indexing (0000xxxx) or never indexed (0001xxxx)
+            index, used = decode_integer(view[i:], 4)
+            i += used
+            if index:
+                name = table.get_by_index(index)[0]
+            else:
+                name, i = _string(block, view, i)
+            if wanted is not None and name not in wanted:  # its value is skipped, not decoded
+                length, used = decode_integer(view[i:], 7)
+                i += used + length
+                if i > n:
                     return None
-            found.append((name, value))
-        else:
-            length, used = decode_integer(view[i:], 7)
-            i += used + length
-            if i > n:
+                continue
+            value, i = _string(block, view, i)
+        if wanted is None:
+            room -= len(name) + len(value) + 32
+            if room < 0:
                 return None
+            found.append((name, value))
+        elif name in wanted:
+            found.append((name, value))
     return found
 
 

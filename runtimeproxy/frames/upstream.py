@@ -63,7 +63,7 @@ class ClientSide:
         block = self.block
         conn = self.conn
         inbound, relayed = conn.inbound, conn.relayed
-        max_frame = conn.backend_max_frame
+        max_frame = conn.backend_frames.relay
         end = len(buf)
         pos, run, out = 0, 0, []
         # Frames that pass verbatim (a relayed stream's DATA and WINDOW_UPDATE,
@@ -73,7 +73,7 @@ class ClientSide:
             hi, lo, kind, flags, sid = _FRAME_HEADER(buf, pos)
             size = (hi << 16) | lo
             if size > max_frame:
-                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {size} bytes exceeds {max_frame}")
+                raise fr.oversized(size, max_frame)
             nxt = pos + fr.HEADER_LEN + size
             if nxt > end:
                 break
@@ -186,7 +186,10 @@ class ClientSide:
         elif f.type == FrameType.SETTINGS:
             if not f.has(Flag.ACK):
                 self._client_settings(fr.settings(f.payload))
-            out.append(raw)
+                out.append(raw)
+            else:  # behind DATA queued for the backend's window, framed under the settings it acknowledges
+                self._ordered(raw, out)
+                self.conn.backend_frames.acknowledged()
             if not self.granted:  # after the client's first SETTINGS, as the preface requires
                 self.granted = True
                 out.append(fr.window_update(0, BACKEND_GRANT))
@@ -208,11 +211,10 @@ class ClientSide:
     def _client_settings(self, values: dict[int, int]) -> None:
         if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
             self.conn.backend_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
-        if Setting.MAX_FRAME_SIZE in values:
-            size = values[Setting.MAX_FRAME_SIZE]
-            if not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
-            self.conn.client_max_frame = size
+        size = values.get(Setting.MAX_FRAME_SIZE)
+        if size is not None and not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
+        self.conn.client_frames.announced(size)
         if Setting.INITIAL_WINDOW_SIZE in values:
             size = values[Setting.INITIAL_WINDOW_SIZE]
             if size > fr.MAX_WINDOW:

@@ -19,7 +19,7 @@ class _Inbound:
 
 
 def _conn(max_frame: int = 16_384) -> SimpleNamespace:
-    return SimpleNamespace(backend_max_frame=max_frame, inbound=_Inbound())
+    return SimpleNamespace(backend_frames=SimpleNamespace(send=max_frame), inbound=_Inbound())
 
 
 async def test_the_request_is_framed_under_the_stream_window_and_the_answer_returned() -> None:
