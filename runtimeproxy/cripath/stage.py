@@ -3,7 +3,8 @@
 A stage sees the request bytes (always in a form the v1 classes read) and
 calls ``send`` to go on; it may change the request, look at the response, or
 refuse by aborting the context. The router composes a method's stages once,
-when its table is built.
+when its table is built. The frames path also asks per call whether they
+have work (``StageProvider.needed``), and relays the call verbatim if not.
 """
 
 from __future__ import annotations
@@ -38,5 +39,20 @@ class StageProvider:
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         raise NotImplementedError
 
+    def needed(self, method: str) -> bool:
+        """Whether a call of ``method`` starting now has work in this provider's
+        stage (asked only for methods it gave a stage). Asked by the frames
+        path only: it writes a relayed call to the runtime as it reads it, so
+        the call keeps its place among the calls that came before and after
+        it. The grpc path relays through a task that a later call may
+        overtake; there only the stages keep that order."""
+        return True
+
     async def settle(self) -> None:
         """Shutdown, once no call is left: finish work that still needs the backend."""
+
+
+def needed(providers: Sequence[StageProvider], method: str) -> bool:
+    """Whether a call of ``method`` starting now has work in any of the stages
+    ``providers`` gave it."""
+    return any(provider.needed(method) for provider in providers)

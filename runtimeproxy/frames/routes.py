@@ -2,10 +2,10 @@
 
 A call is relayed verbatim only when the grpc data path would itself relay
 it unchanged to the runtime socket: a version the backend serves natively, no
-stage (hooks, field checks) on the method, the runtime (not a separate image)
-backend. A unary call in a native version whose method has stages is
-*hooked* in place (hooked.py): the same stages, on the same backend
-connection. Everything else, health, refusals and translated versions
+stage (hooks, field checks) on the method or none with work for this call
+(``StageProvider.needed``), the runtime (not a separate image) backend. A
+unary call in a native version whose method has stages with work is *hooked*
+in place (hooked.py): the same stages, on the same backend connection. Everything else, health, refusals and translated versions
 included, is diverted to the proxy's own grpc.aio server, so it behaves
 exactly as on the grpc path.
 """
@@ -13,20 +13,30 @@ exactly as on the grpc path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
 from ..cripath.router import Router
-from ..cripath.stage import Stage, StageProvider
+from ..cripath.stage import Stage, StageProvider, needed
 from ..cripath.versions import VersionPlan
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A method's stages, and the providers that gave them (asked per call)."""
+
+    method: str
+    stages: tuple[Stage, ...]
+    providers: tuple[StageProvider, ...]
 
 
 def plan_paths(
     plan: VersionPlan, providers: Sequence[StageProvider], image_apart: bool
-) -> tuple[frozenset[str], dict[str, tuple[Stage, ...]]]:
-    """The paths relayed verbatim, and the hooked ones with their stages."""
+) -> tuple[frozenset[str], dict[str, Staged]]:
+    """The paths relayed verbatim, and those with stages."""
     fast: set[str] = set()
-    hooked: dict[str, tuple[Stage, ...]] = {}
+    hooked: dict[str, Staged] = {}
     for version in CRI_VERSIONS:
         if plan.routes.get(version) != version:
             continue  # not served, or translated (a rewritten :path)
@@ -36,11 +46,9 @@ def plan_paths(
             if info.client_streaming or info.server_streaming:
                 fast.add(path)
                 continue
-            stages = tuple(
-                stage for stage in (p.stage_for(info.name, version, version) for p in providers) if stage is not None
-            )
-            if stages:
-                hooked[path] = stages
+            given = [(p, stage) for p in providers if (stage := p.stage_for(info.name, version, version)) is not None]
+            if given:
+                hooked[path] = Staged(info.name, tuple(s for _, s in given), tuple(p for p, _ in given))
             else:
                 fast.add(path)
     return frozenset(fast), hooked
@@ -54,7 +62,7 @@ class RouterRoutes:
         self._image_apart = image_apart
         self._plan: VersionPlan | None = None
         self._fast: frozenset[str] = frozenset()
-        self._hooked: dict[str, tuple[Stage, ...]] = {}
+        self._hooked: dict[str, Staged] = {}
         self._recorders: dict[str, Callable[[str, float], None]] = {}
         self._unary = frozenset(
             path
@@ -93,7 +101,8 @@ class RouterRoutes:
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call hooked in place, or None."""
-        return self._hooked.get(path) if self._current() is not None else None
+        staged = self._hooked.get(path) if self._current() is not None else None
+        return None if staged is None else staged.stages
 
     def fast(self, path: str) -> bool:
         plan = self._current()
@@ -101,6 +110,9 @@ class RouterRoutes:
             return False
         if path in self._fast:
             return True
+        staged = self._hooked.get(path)
+        if staged is not None:  # relayed when no stage has work for it now
+            return not needed(staged.providers, staged.method)
         ref = methods.parse_method(path)
         # A method our protos lack, in a version served natively: the router
         # relays it as a byte stream, as the backend would see it here.

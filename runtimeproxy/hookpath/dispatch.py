@@ -104,6 +104,10 @@ class Dispatcher:
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return self.registry.servers_for(hook)
 
+    def has_servers(self) -> bool:
+        """Whether any hook server is registered, for any hook point."""
+        return len(self.registry.snapshot) > 0
+
     def _method(self, endpoint: str, hook: HookType) -> aio.UnaryUnaryMultiCallable:
         method = self._methods.get((endpoint, hook))
         if method is None:

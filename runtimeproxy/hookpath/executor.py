@@ -245,13 +245,18 @@ class HookedMethod:
     executor: Executor
     pre: HookType | None
     post: HookType | None
+    keeps_state: bool  # its executor records calls (or re-checks them): the stage runs with no hook server too
 
 
 def _hooked(*executors: Executor) -> Mapping[str, HookedMethod]:
     table = {}
     for executor in executors:
         method = type(executor).__name__
-        table[method] = HookedMethod(method, executor, hook_for(method, Phase.PRE), hook_for(method, Phase.POST))
+        kind = type(executor)
+        keeps_state = kind.record is not Executor.record or kind.unsure is not Executor.unsure
+        table[method] = HookedMethod(
+            method, executor, hook_for(method, Phase.PRE), hook_for(method, Phase.POST), keeps_state
+        )
     return MappingProxyType(table)
 
 

@@ -98,6 +98,15 @@ class HookStage(StageProvider):
         point = HOOKED_METHODS.get(method)
         return None if point is None else functools.partial(self._run, point)
 
+    def needed(self, method: str) -> bool:
+        """A call whose method records nothing has work here only while a hook
+        server is registered (for any point: the calls held for hooks keep the
+        calls on their object behind them), or while a call holds or awaits
+        an object's lock: this call may be on that object, and must not pass
+        the calls waiting there."""
+        point = HOOKED_METHODS.get(method)
+        return point is not None and (point.keeps_state or self.dispatcher.has_servers() or len(self.locks) > 0)
+
     async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()
         outcome: str | None = "error"
