@@ -50,9 +50,3 @@ class StageProvider:
 
     async def settle(self) -> None:
         """Shutdown, once no call is left: finish work that still needs the backend."""
-
-
-def needed(providers: Sequence[StageProvider], method: str) -> bool:
-    """Whether a call of ``method`` starting now has work in any of the stages
-    ``providers`` gave it."""
-    return any(provider.needed(method) for provider in providers)

@@ -5,9 +5,10 @@ it unchanged to the runtime socket: a version the backend serves natively, no
 stage (hooks, field checks) on the method or none with work for this call
 (``StageProvider.needed``), the runtime (not a separate image) backend. A
 unary call in a native version whose method has stages with work is *hooked*
-in place (hooked.py): the same stages, on the same backend connection. Everything else, health, refusals and translated versions
-included, is diverted to the proxy's own grpc.aio server, so it behaves
-exactly as on the grpc path.
+in place (hooked.py): the same stages, on the same backend connection.
+Everything else, health, refusals and translated versions included, is
+diverted to the proxy's own grpc.aio server, so it behaves exactly as on the
+grpc path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
 from ..cripath.router import Router
-from ..cripath.stage import Stage, StageProvider, needed
+from ..cripath.stage import Stage, StageProvider
 from ..cripath.versions import VersionPlan
 
 
@@ -29,6 +30,10 @@ class Staged:
     method: str
     stages: tuple[Stage, ...]
     providers: tuple[StageProvider, ...]
+
+    def needed(self) -> bool:
+        """Whether a call starting now has work in any of the stages."""
+        return any(provider.needed(self.method) for provider in self.providers)
 
 
 def plan_paths(
@@ -112,7 +117,7 @@ class RouterRoutes:
             return True
         staged = self._hooked.get(path)
         if staged is not None:  # relayed when no stage has work for it now
-            return not needed(staged.providers, staged.method)
+            return not staged.needed()
         ref = methods.parse_method(path)
         # A method our protos lack, in a version served natively: the router
         # relays it as a byte stream, as the backend would see it here.
