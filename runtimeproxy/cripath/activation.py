@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import unixsocket
@@ -97,12 +98,27 @@ def clean_private_dir(public: Path) -> None:
             pass  # in use: another instance's
 
 
+@dataclass
+class Traffic:
+    """What the relayed connections did lately, for a shutdown's quiet period
+    (Proxy._stop_accepting): a connection grpc has not spoken on yet is never
+    quiet, since its client's first calls are still to come."""
+
+    reads: int = 0
+    unanswered: int = 0  # accepted connections that have not had grpc's first bytes
+
+    def mark(self) -> int | None:
+        """Changes with every read; None while a connection waits for grpc."""
+        return None if self.unanswered else self.reads
+
+
 class _Half(asyncio.Protocol):
     """One side of a relayed connection; writes what it reads to its peer."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.peer: _Half | None = None
+        self.ended = False  # this side sent its EOF
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -112,8 +128,15 @@ class _Half(asyncio.Protocol):
         self.peer.transport.write(data)
 
     def eof_received(self) -> bool:
-        if self.peer is not None and self.peer.transport is not None and self.peer.transport.can_write_eof():
-            self.peer.transport.write_eof()
+        self.ended = True
+        peer = self.peer
+        if peer is None or peer.transport is None:
+            return True
+        if peer.ended:  # both ways are done: the connection is over, and its two sockets are closed
+            peer.transport.close()
+            return False  # asyncio closes this side
+        if peer.transport.can_write_eof():
+            peer.transport.write_eof()
         return True  # half-close: the other direction may still carry data
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -130,10 +153,24 @@ class _Half(asyncio.Protocol):
             self.peer.transport.resume_reading()
 
 
+class _Upstream(_Half):
+    """The side towards grpc: its first bytes answer the client's connection."""
+
+    def __init__(self, client: _Client) -> None:
+        super().__init__()
+        self.peer = client  # grpc speaks first (its SETTINGS), maybe before we link back
+        self._client = client
+
+    def data_received(self, data: bytes) -> None:
+        self._client.read()
+        super().data_received(data)
+
+
 class ActivatedListener:
     """Accepts on the inherited socket and relays each connection to ``upstream``."""
 
     def __init__(self, sock: socket.socket, upstream: Path) -> None:
+        self.traffic = Traffic()
         self._sock = sock
         self._upstream = upstream
         self._server: asyncio.Server | None = None
@@ -159,8 +196,7 @@ class ActivatedListener:
 
     async def _connect(self, client: _Client) -> None:
         loop = asyncio.get_running_loop()
-        upstream = _Half()
-        upstream.peer = client  # grpc speaks first (its SETTINGS), maybe before we link back
+        upstream = _Upstream(client)
         try:
             await loop.create_unix_connection(lambda: upstream, str(self._upstream))
         except OSError as exc:
@@ -206,15 +242,26 @@ class _Client(_Half):
         self._listener = listener
         self._early: list[bytes] = []  # read before the upstream connection was made
         self._early_eof = False
+        self._answered = False  # grpc has sent its first bytes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._listener.traffic.unanswered += 1
         # asyncio's loop honours this; uvloop starts reading after connection_made
         # whatever it asked for, so data_received keeps what comes before the link.
         transport.pause_reading()  # type: ignore[attr-defined]
         self._listener._link(self)
 
+    def read(self, answer: bool = True) -> None:
+        """Bytes went either way; ``answer``: grpc's, so it has spoken."""
+        traffic = self._listener.traffic
+        traffic.reads += 1
+        if answer and not self._answered:
+            self._answered = True
+            traffic.unanswered -= 1
+
     def data_received(self, data: bytes) -> None:
+        self.read(answer=False)
         if self.peer is None:
             self._early.append(data)
             assert self.transport is not None
@@ -224,7 +271,7 @@ class _Client(_Half):
 
     def eof_received(self) -> bool:
         if self.peer is None:
-            self._early_eof = True
+            self.ended = self._early_eof = True
             return True
         return super().eof_received()
 
@@ -240,4 +287,5 @@ class _Client(_Half):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.read()  # a closed connection waits for nothing
         self._listener._connections.discard(self)

@@ -75,14 +75,17 @@ class HeldCalls:
         handler = self._serve(details)
         return None if handler is None else _after(self._released, handler)
 
-    async def until_quiet(self, quiet: float, limit: float) -> None:
-        """Until no call came in for ``quiet`` seconds (at most ``limit``)."""
+    async def until_quiet(self, quiet: float, limit: float, activity: Callable[[], int | None] = lambda: 0) -> None:
+        """Until no call came in for ``quiet`` seconds (at most ``limit``), and
+        ``activity`` (a mark that changes with what else goes on; None: not
+        quiet) stayed the same."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         while True:
-            seen = self.count
+            seen, before = self.count, activity()
             await asyncio.sleep(quiet)
-            if self.count == seen or loop.time() >= deadline:
+            after = activity()
+            if (self.count == seen and after is not None and after == before) or loop.time() >= deadline:
                 return
 
     def release(self) -> None:

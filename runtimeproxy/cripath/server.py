@@ -171,18 +171,30 @@ class Proxy:
         call it has received but not yet handed to the proxy when the server
         shuts down. So new calls are first held (not answered) until none
         has come in for QUIET_S: by then each client is waiting on a held
-        call and core holds none the proxy has not seen. Then the shutdown starts (grpc
-        tells clients to go away) and the held calls are answered UNAVAILABLE.
-        The wait is a quiet period, not an event: core does not say what it
-        holds; at most min(grace, 1 s).
+        call and core holds none the proxy has not seen. Then the shutdown
+        starts (grpc tells clients to go away) and the held calls are answered
+        UNAVAILABLE. The wait is a quiet period, not an event: core does not
+        say what it holds; at most min(grace, 1 s). With socket activation the
+        relay sees the connections too: quiet also means no bytes on them and
+        none still waiting for grpc's first (the calls of a client accepted
+        just before would otherwise meet the shutdown).
         """
         # With socket activation the held calls are served, not refused.
-        held = self.router.hold_new_calls(serve=self._listener is not None)
-        await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S))
+        listener = self._listener
+        held = self.router.hold_new_calls(serve=listener is not None)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if listener is None:
+            await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S))
+        else:
+            await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S), listener.traffic.mark)
+        quiet_after = loop.time() - began
         stopping = asyncio.ensure_future(self.server.stop(grace))
         await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
         held.release()
         await stopping
+        log.info("calls drained", extra={"held_calls": held.count, "held_served": listener is not None,
+                                         "quiet_after_s": round(quiet_after, 3)})
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace

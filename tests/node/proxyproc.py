@@ -108,10 +108,11 @@ class ProxyProcess:
     def log_tail(self) -> str:
         return tail(self.log_path)
 
-    def log_records(self) -> list[dict[str, Any]]:
-        """The JSON log lines of the latest start (a line still being written is left out)."""
+    def log_records(self, all_starts: bool = False) -> list[dict[str, Any]]:
+        """The JSON log lines of the latest start, or of every start (a line
+        still being written is left out)."""
         with open(self.log_path, "rb") as f:
-            f.seek(self._log_offset)
+            f.seek(0 if all_starts else self._log_offset)
             lines = f.read().split(b"\n")[:-1]
         records = []
         for line in lines:
