@@ -12,8 +12,9 @@ lack. So the proxy accepts on the inherited socket itself and relays each
 connection, byte for byte, to grpc listening on a private socket in a 0700
 directory next to the public one (never an abstract socket: those have no
 permissions, and would let any local user around the public socket's 0660).
-The relay is one asyncio protocol pair per connection with flow control; it
-parses nothing.
+The relay is one asyncio protocol pair per connection with flow control; in
+front of grpc it reads frame headers, and nothing else, to hand calls that
+cross the shutdown over to the next instance (handover.py).
 
 Connections are accepted only once the backend answered its first probe
 (bounded by ``ACCEPT_HOLD_S``): until then they wait in the backlog rather
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import unixsocket
+from .handover import ClientStreams, ServerFrames, refusal
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +165,22 @@ class _Upstream(_Half):
 
     def data_received(self, data: bytes) -> None:
         self._client.read()
+        frames = self._client.server_frames
+        if frames is not None:
+            data = frames.feed(data)
         super().data_received(data)
 
 
 class ActivatedListener:
     """Accepts on the inherited socket and relays each connection to ``upstream``."""
 
-    def __init__(self, sock: socket.socket, upstream: Path) -> None:
+    def __init__(self, sock: socket.socket, upstream: Path, hand_over: bool = False) -> None:
+        """``hand_over``: ``upstream`` is grpc's server, whose calls crossing
+        the shutdown are refused for a retry (``refuse_new_streams``)."""
         self.traffic = Traffic()
+        self.hand_over = hand_over
+        self.cut = False
+        self.accepted: set[_Client] = set()  # open client connections, linked or not
         self._sock = sock
         self._upstream = upstream
         self._server: asyncio.Server | None = None
@@ -212,6 +222,13 @@ class ActivatedListener:
             return
         client.transport.resume_reading()
 
+    def refuse_new_streams(self) -> None:
+        """grpc shuts down now: streams clients open from here on are refused (handover.py)."""
+        self.cut = True
+        for client in self.accepted:
+            if client.streams is not None:
+                client.streams.cut()
+
     def stop_accepting(self) -> None:
         """New connections wait in the backlog (for the next instance)."""
         self._stopped = True
@@ -243,9 +260,17 @@ class _Client(_Half):
         self._early: list[bytes] = []  # read before the upstream connection was made
         self._early_eof = False
         self._answered = False  # grpc has sent its first bytes
+        self.streams: ClientStreams | None = None
+        self.server_frames: ServerFrames | None = None
+        if listener.hand_over:
+            self.streams = ClientStreams(self._refuse)
+            self.server_frames = ServerFrames()
+            if listener.cut:
+                self.streams.cut()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._listener.accepted.add(self)
         self._listener.traffic.unanswered += 1
         # asyncio's loop honours this; uvloop starts reading after connection_made
         # whatever it asked for, so data_received keeps what comes before the link.
@@ -262,6 +287,8 @@ class _Client(_Half):
 
     def data_received(self, data: bytes) -> None:
         self.read(answer=False)
+        if self.streams is not None:
+            data = self.streams.feed(data)
         if self.peer is None:
             self._early.append(data)
             assert self.transport is not None
@@ -285,7 +312,16 @@ class _Client(_Half):
         if self._early_eof and upstream.transport.can_write_eof():
             upstream.transport.write_eof()
 
+    def _refuse(self, stream: int) -> None:
+        assert self.server_frames is not None and self.transport is not None
+        log.info("call crossing the shutdown refused; the client retries it on the next instance",
+                 extra={"stream": stream})
+        frame = self.server_frames.insert(refusal(stream))
+        if frame and not self.transport.is_closing():
+            self.transport.write(frame)
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.read()  # a closed connection waits for nothing
         self._listener._connections.discard(self)
+        self._listener.accepted.discard(self)

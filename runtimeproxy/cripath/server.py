@@ -116,7 +116,8 @@ class Proxy:
         public = Path(address)
         clean_private_dir(public)
         await self._bind(private_socket_path(public))
-        self._listener = ActivatedListener(self._activated, self._bound)
+        # The frames path refuses calls crossing its shutdown itself (frames/upstream.py).
+        self._listener = ActivatedListener(self._activated, self._bound, hand_over=self._frames is None)
 
     async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)
@@ -177,7 +178,10 @@ class Proxy:
         say what it holds; at most min(grace, 1 s). With socket activation the
         relay sees the connections too: quiet also means no bytes on them and
         none still waiting for grpc's first (the calls of a client accepted
-        just before would otherwise meet the shutdown).
+        just before would otherwise meet the shutdown); and a call a client
+        sends once the shutdown started, before it read grpc's GOAWAY, is
+        refused by the relay before core sees it, for a retry on the next
+        instance (handover.py).
         """
         # With socket activation the held calls are served, not refused.
         listener = self._listener
@@ -189,6 +193,8 @@ class Proxy:
         else:
             await held.until_quiet(QUIET_S, min(grace, HOLD_LIMIT_S), listener.traffic.mark)
         quiet_after = loop.time() - began
+        if listener is not None:  # calls sent from now on are retried on the next instance
+            listener.refuse_new_streams()
         stopping = asyncio.ensure_future(self.server.stop(grace))
         await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
         held.release()

@@ -248,19 +248,21 @@ class ClientSide:
             return
         conn = self.conn
         # Over --max-concurrent-streams (advertised in the backend's SETTINGS as
-        # the client sees them), or after the runtime said it goes away: refused,
-        # as grpc's server does (a gRPC client retries a refused stream); the
-        # backend's HPACK decoder still reads the block.
-        if conn.backend_going or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
+        # the client sees them), or after the runtime or the proxy (shutting
+        # down) said it goes away: refused, as grpc's server does (a gRPC
+        # client retries a refused stream: the GOAWAY's last stream id said it
+        # was not processed); the backend's HPACK decoder still reads the block.
+        if (conn.backend_going or conn.stopping
+                or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams):
             self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.mark_ended(sid)
             return
         path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
-        if self.conn.stopping or not self.conn.routes.fast(path):
+        if not self.conn.routes.fast(path):
             if headers is None:  # all of them, for the proxy's own call; the table is as it was
                 headers = peek_all(self.decoder, data) or self._decode(data)
-            stages = None if self.conn.stopping else self.conn.routes.hooked(path)
+            stages = self.conn.routes.hooked(path)
             if stages is not None and not _compressed(headers):
                 self._hook(sid, path, headers, stages, raws, end_stream, out)
             else:

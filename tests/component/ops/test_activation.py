@@ -8,7 +8,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from grpc import aio
 from runtimeproxy.cripath.activation import inherited_socket
 
 from ...sockact import HeldSocket
+from .. import rawh2
 from ..fakes import FakeBackend
 
 LIST_PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
@@ -164,3 +165,78 @@ def test_listen_fds_for_another_process_is_ignored_and_cleared() -> None:
     assert inherited_socket(env) is None
     assert env == {}
     assert inherited_socket({}) is None
+
+
+GOAWAY, RST_STREAM = 0x7, 0x3
+REFUSED_STREAM = 0x7
+
+
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_call_crossing_the_shutdown_is_refused_for_a_retry(
+    fake: FakeBackend, sock_dir: Path, held: HeldSocket, data_path: str
+) -> None:
+    """A call the client sent before it read the shutdown's GOAWAY must be
+    one it may retry on the next instance: refused (RST_STREAM
+    REFUSED_STREAM), or above the last stream id of a GOAWAY. grpc core would
+    take it and cancel it (CANCELLED, which kubelet does not retry); a raw
+    client sends it right after the first GOAWAY, where that race lands."""
+    proxy = ServeProcess(serve_argv(held, fake, sock_dir, "--data-path", data_path), held.pass_fds,
+                         sock_dir / "proxy.log")
+    await proxy.start()
+    reader, writer = await asyncio.open_unix_connection(str(held.path))
+    try:
+        writer.write(rawh2.PREFACE + rawh2.frame(rawh2.SETTINGS, 0, 0, b""))
+        writer.write(rawh2.grpc_call(1, LIST_PODS))
+        await _frames_until(reader, writer, lambda kind, flags, sid, _: sid == 1 and kind == rawh2.HEADERS
+                            and bool(flags & rawh2.END_STREAM))
+        served = len(fake.calls(LIST_PODS))  # stream 1, and the proxy's own reads at start-up
+        assert proxy.process is not None
+        proxy.process.send_signal(signal.SIGTERM)
+        goaways: list[int] = []
+
+        def goaway(kind: int, flags: int, sid: int, payload: bytes) -> bool:
+            if kind == GOAWAY:
+                goaways.append(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF)
+            return kind == GOAWAY
+
+        await _frames_until(reader, writer, goaway)
+        writer.write(rawh2.grpc_call(3, LIST_PODS))  # as if sent just before the GOAWAY was read
+        answers: list[tuple[int, int, bytes]] = []
+
+        def stream_3(kind: int, flags: int, sid: int, payload: bytes) -> bool:
+            goaway(kind, flags, sid, payload)
+            if sid == 3:
+                answers.append((kind, flags, payload))
+            return kind == RST_STREAM and sid == 3
+
+        await _frames_until(reader, writer, stream_3, until_closed=True)
+    finally:
+        writer.close()
+        assert await proxy.stop() == 0
+    refused = (RST_STREAM, 0, REFUSED_STREAM.to_bytes(4, "big")) in answers
+    assert refused or min(goaways) < 3, (goaways, answers)
+    assert len(fake.calls(LIST_PODS)) == served  # stream 3 never reached the runtime
+
+
+async def _frames_until(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, done: Callable[
+        [int, int, int, bytes], bool], until_closed: bool = False, timeout: float = 20.0) -> None:
+    """Read frames (acknowledging SETTINGS and PING) until ``done`` says so, or
+    the server closes the connection (allowed with ``until_closed``)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                head = await reader.readexactly(9)
+                payload = await reader.readexactly(int.from_bytes(head[:3], "big"))
+            except asyncio.IncompleteReadError:
+                assert until_closed, "the server closed the connection"
+                return
+            kind, flags, sid = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            if kind == rawh2.SETTINGS and not flags & rawh2.ACK:
+                writer.write(rawh2.frame(rawh2.SETTINGS, rawh2.ACK, 0, b""))
+            elif kind == PING and not flags & rawh2.ACK:
+                writer.write(rawh2.frame(PING, rawh2.ACK, 0, payload))
+            if done(kind, flags, sid, payload):
+                return
+
+
+PING = 0x6

@@ -1,0 +1,178 @@
+"""Socket activation on the grpc path: a call that crosses the shutdown is refused, so that it is retried.
+
+A client may send a call just before it reads the GOAWAY that a shutting
+down grpc server sends. grpc core takes such a call and cancels it
+(CANCELLED, which kubelet does not retry), and its first GOAWAY counts every
+stream as processed (last stream id 2^31-1), so the client cannot retry it
+either. The activation relay sees the client's bytes before grpc does: from
+the moment the shutdown starts (``cut``, see Proxy._stop_accepting), frames of
+streams the client opens are kept from grpc, and each such stream is answered
+RST_STREAM REFUSED_STREAM, which gRPC clients retry on a new connection (it
+waits in the backlog for the next instance).
+
+So the relay follows frame boundaries in both directions, reading frame
+headers only: which stream a frame is on, and where grpc's next frame
+begins, since the refusal must go between two of them. grpc never decodes a
+header block the client sends after the cut (each opens a new stream, all
+kept from it), so its HPACK state stays consistent. Malformed input is never
+an error here: grpc finds it, as it would without the relay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..frames.frame import HEADER, HEADER_LEN, PREFACE, ErrorCode, FrameType, rst_stream
+
+_HEADER = HEADER.unpack_from
+
+
+class _Boundaries:
+    """Where frames begin in one direction's bytes."""
+
+    def __init__(self, skip: int = 0) -> None:
+        self._skip = skip  # bytes of the current frame (or the preface) still to come
+        self._head = b""  # an incomplete frame header
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._skip and not self._head
+
+    def _header(self, data: bytes, i: int) -> tuple[bytes | None, int]:
+        """The frame header starting at ``i`` (completing a carried one), and where it ends;
+        None if ``data`` ends first (it is carried)."""
+        take = data[i : i + HEADER_LEN - len(self._head)]
+        head = self._head + take if self._head else take
+        if len(head) < HEADER_LEN:
+            self._head = head
+            return None, len(data)
+        self._head = b""
+        return head, i + len(take)
+
+
+class ServerFrames(_Boundaries):
+    """grpc's bytes to the client, with the relay's own frames put between two of grpc's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[bytes] = []
+
+    def insert(self, frame: bytes) -> bytes:
+        """``frame`` to send now (returned) or, mid-frame, at grpc's next boundary (b"")."""
+        if self.at_boundary and not self._pending:
+            return frame
+        self._pending.append(frame)
+        return b""
+
+    def feed(self, data: bytes) -> bytes:
+        """What to write to the client for ``data``."""
+        if not self._pending:
+            self._walk(data, 0)
+            return data
+        out: list[bytes] = []
+        i = 0
+        while self._pending:
+            if self.at_boundary:
+                out += self._pending
+                self._pending.clear()
+                break
+            j = self._walk(data, i, stop_at_boundary=True)
+            out.append(data[i:j])
+            i = j
+            if i == len(data) and not self.at_boundary:
+                break
+        if i < len(data):
+            self._walk(data, i)
+            out.append(data[i:])
+        return b"".join(out)
+
+    def _walk(self, data: bytes, i: int, stop_at_boundary: bool = False) -> int:
+        n = len(data)
+        while i < n:
+            if self._skip:
+                step = min(self._skip, n - i)
+                self._skip -= step
+                i += step
+            else:
+                head, i = self._header(data, i)
+                if head is not None:
+                    hi, lo, _, _, _ = _HEADER(head)
+                    self._skip = (hi << 16) | lo
+            if stop_at_boundary and self.at_boundary:
+                return i
+        return i
+
+
+class ClientStreams(_Boundaries):
+    """The client's bytes to grpc: once ``cut``, streams it opens are kept from grpc and refused."""
+
+    def __init__(self, refuse: Callable[[int], None]) -> None:
+        super().__init__(len(PREFACE))
+        self._refuse = refuse
+        self._cut = False
+        self._passing = True  # the current frame goes to grpc
+        self._head_passed = 0  # bytes of a carried frame header that already went to grpc
+        self._block_kept = True  # the open header block goes to grpc (its CONTINUATION frames follow it)
+        self._last_refused = 0
+        self.last_opened = 0  # the last stream the client opened before the cut
+
+    def cut(self) -> None:
+        self._cut = True
+
+    def feed(self, data: bytes) -> bytes:
+        """What of ``data`` goes on to grpc."""
+        cut = self._cut
+        out: list[bytes] = []
+        i, n = 0, len(data)
+        while i < n:
+            if self._skip:
+                step = min(self._skip, n - i)
+                if cut and self._passing:
+                    out.append(data[i : i + step])
+                self._skip -= step
+                i += step
+                continue
+            start = i
+            head, i = self._header(data, i)
+            if head is None:
+                if not cut:
+                    self._head_passed = len(self._head)
+                elif self._head_passed:
+                    out.append(data[start:])
+                    self._head_passed = len(self._head)
+                break
+            hi, lo, kind, _, sid = _HEADER(head)
+            sid &= 0x7FFFFFFF
+            if cut and self._head_passed:  # its header began before the cut and went on: so does the frame
+                self._passing = True
+                if kind == FrameType.HEADERS:
+                    self.last_opened = max(self.last_opened, sid)
+            else:
+                self._passing = self._keeps(kind, sid)
+            if cut and self._passing:
+                out.append(head[self._head_passed :])
+            self._head_passed = 0
+            self._skip = (hi << 16) | lo
+        return b"".join(out) if cut else data
+
+    def _keeps(self, kind: int, sid: int) -> bool:
+        if not self._cut:
+            if kind == FrameType.HEADERS and sid > self.last_opened:
+                self.last_opened = sid
+            return True
+        if kind == FrameType.CONTINUATION:
+            return self._block_kept
+        if sid == 0 or sid <= self.last_opened:
+            if kind == FrameType.HEADERS:
+                self._block_kept = True
+            return True
+        if kind == FrameType.HEADERS:
+            self._block_kept = False
+            if sid > self._last_refused:  # a new stream (a client's stream ids only grow)
+                self._last_refused = sid
+                self._refuse(sid)
+        return False
+
+
+def refusal(sid: int) -> bytes:
+    return rst_stream(sid, ErrorCode.REFUSED_STREAM)

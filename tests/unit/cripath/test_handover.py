@@ -1,0 +1,118 @@
+"""The activation relay's hand-over on the grpc path (handover.py): after the
+cut, streams the client opens never reach grpc and are refused; everything
+else reaches it whole; refusals go between two of grpc's frames. Every case
+is fed in pieces cut at arbitrary points, as reads come."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtimeproxy.cripath.handover import ClientStreams, ServerFrames, refusal
+from runtimeproxy.frames.frame import PREFACE, ErrorCode, Flag, FrameType, rst_stream, serialize
+
+
+def frame(kind: int, sid: int, payload: bytes = b"", flags: int = 0) -> bytes:
+    return serialize(kind, flags, sid, payload)
+
+
+def headers(sid: int, end_headers: bool = True) -> bytes:
+    return frame(FrameType.HEADERS, sid, b"\x82\x86" * 3, Flag.END_HEADERS if end_headers else 0)
+
+
+def data(sid: int, size: int = 40) -> bytes:
+    return frame(FrameType.DATA, sid, bytes(range(size % 256)) * (size // 256 + 1), Flag.END_STREAM)[: 9 + size]
+
+
+WINDOW_0 = frame(FrameType.WINDOW_UPDATE, 0, struct.pack(">I", 1000))
+PING = frame(FrameType.PING, 0, b"12345678")
+BEFORE = PREFACE + frame(FrameType.SETTINGS, 0) + headers(1) + data(1, 300)
+AFTER_KEPT = [WINDOW_0, PING, frame(FrameType.RST_STREAM, 1, struct.pack(">I", ErrorCode.CANCEL)),
+              frame(FrameType.WINDOW_UPDATE, 1, struct.pack(">I", 5))]
+AFTER_DROPPED = [headers(3, end_headers=False), frame(FrameType.CONTINUATION, 3, b"\x84", Flag.END_HEADERS),
+                 data(3, 5000), frame(FrameType.WINDOW_UPDATE, 3, struct.pack(">I", 5)), headers(5), data(5)]
+AFTER = [AFTER_DROPPED[0], AFTER_KEPT[0], *AFTER_DROPPED[1:3], *AFTER_KEPT[1:3], *AFTER_DROPPED[3:], AFTER_KEPT[3]]
+
+
+def pieces(blob: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(blob), *(c % (len(blob) + 1) for c in cuts)})
+    return [blob[a:b] for a, b in zip(points, points[1:])]
+
+
+def split_frames(blob: bytes) -> list[bytes]:
+    """``blob`` as whole frames; fails if it is not."""
+    out, i = [], 0
+    while i < len(blob):
+        size = int.from_bytes(blob[i : i + 3], "big")
+        assert i + 9 + size <= len(blob), "a frame cut short"
+        out.append(blob[i : i + 9 + size])
+        i += 9 + size
+    return out
+
+
+def relay(streams: ClientStreams, blob: bytes, cuts: list[int]) -> bytes:
+    return b"".join(streams.feed(piece) for piece in pieces(blob, cuts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0), max_size=12), st.lists(st.integers(min_value=0), max_size=12))
+def test_after_the_cut_new_streams_are_kept_from_grpc_and_refused(before: list[int], after: list[int]) -> None:
+    refused: list[int] = []
+    streams = ClientStreams(refused.append)
+    assert relay(streams, BEFORE, before) == BEFORE  # verbatim until the cut
+    assert streams.last_opened == 1
+    streams.cut()
+    passed = relay(streams, b"".join(AFTER), after)
+    assert split_frames(passed) == AFTER_KEPT
+    assert refused == [3, 5]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0), st.lists(st.integers(min_value=0), max_size=8))
+def test_a_frame_begun_before_the_cut_goes_on_whole(at: int, after: list[int]) -> None:
+    """A cut at any byte: what grpc gets is whole frames, the new stream's
+    included if its header had begun to go out, and refused only if not."""
+    blob = BEFORE + headers(3) + data(3, 100) + PING
+    at %= len(blob) + 1
+    refused: list[int] = []
+    streams = ClientStreams(refused.append)
+    passed = streams.feed(blob[:at])
+    streams.cut()
+    passed += relay(streams, blob[at:], after)
+    # A stream is refused if its first header had not begun to go out.
+    opened_at = {1: len(PREFACE) + 9, 3: len(BEFORE)}
+    assert blob[opened_at[1] + 3] == blob[opened_at[3] + 3] == FrameType.HEADERS
+    expected = [sid for sid, start in opened_at.items() if at <= start]
+    assert refused == expected
+    frames = split_frames(passed[len(PREFACE) :])
+    assert frames == [f for f in split_frames(blob[len(PREFACE) :]) if int.from_bytes(f[5:9], "big") not in expected]
+
+
+def test_a_client_that_is_not_http2_is_passed_on_for_grpc_to_refuse() -> None:
+    streams = ClientStreams(lambda sid: None)
+    garbage = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3
+    assert streams.feed(garbage) == garbage
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0), max_size=12), st.integers(min_value=0), st.integers(min_value=1, max_value=3))
+def test_refusals_go_between_grpcs_frames(cuts: list[int], where: int, count: int) -> None:
+    grpc_frames = [frame(FrameType.SETTINGS, 0, b"\x00\x04\x00\x01\x00\x00"), frame(FrameType.HEADERS, 1, b"\x88"),
+                   data(1, 20000), frame(FrameType.DATA, 1, b""), frame(FrameType.HEADERS, 1, b"\x89", 5)]
+    blob = b"".join(grpc_frames)
+    server = ServerFrames()
+    out: list[bytes] = []
+    parts = pieces(blob, cuts)
+    at = where % (len(parts) + 1)
+    for i, part in enumerate(parts):
+        if i == at:
+            out += [server.insert(refusal(sid)) for sid in range(3, 3 + 2 * count, 2)]
+        out.append(server.feed(part))
+    if at == len(parts):
+        out += [server.insert(refusal(sid)) for sid in range(3, 3 + 2 * count, 2)]
+    frames = split_frames(b"".join(out))
+    refusals = [rst_stream(sid, ErrorCode.REFUSED_STREAM) for sid in range(3, 3 + 2 * count, 2)]
+    assert [f for f in frames if f not in refusals] == grpc_frames
+    assert [f for f in frames if f in refusals] == refusals
