@@ -9,12 +9,13 @@ grpc cannot serve on a socket it did not bind: the Python API takes only
 addresses, and grpc core's own systemd support (adopting a pre-bound fd of
 the same path) is compiled in only with libsystemd, which the grpcio wheels
 lack. So the proxy accepts on the inherited socket itself and relays each
-connection, byte for byte, to grpc listening on a private socket in a 0700
+connection to grpc listening on a private socket in a 0700
 directory next to the public one (never an abstract socket: those have no
 permissions, and would let any local user around the public socket's 0660).
-The relay is one asyncio protocol pair per connection with flow control; in
-front of grpc it reads frame headers, and nothing else, to hand calls that
-cross the shutdown over to the next instance (handover.py).
+The relay is one asyncio protocol pair per connection with flow control; it
+passes bytes as they come, and in front of grpc reads frame headers, nothing
+else, to hand calls that cross the shutdown over to the next instance
+(handover.py).
 
 Connections are accepted only once the backend answered its first probe
 (bounded by ``ACCEPT_HOLD_S``): until then they wait in the backlog rather
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import unixsocket
-from .handover import ClientStreams, ServerFrames, refusal
+from .handover import ClientStreams, ServerFrames, credit, refusal
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,14 @@ class _Upstream(_Half):
             data = frames.feed(data)
         super().data_received(data)
 
+    def eof_received(self) -> bool:
+        self._client.flush_refusals()
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._client.flush_refusals()
+        super().connection_lost(exc)
+
 
 class ActivatedListener:
     """Accepts on the inherited socket and relays each connection to ``upstream``."""
@@ -180,12 +189,11 @@ class ActivatedListener:
         self.traffic = Traffic()
         self.hand_over = hand_over
         self.cut = False
-        self.accepted: set[_Client] = set()  # open client connections, linked or not
+        self._clients: set[_Client] = set()  # open client connections, linked to grpc or not yet
         self._sock = sock
         self._upstream = upstream
         self._server: asyncio.Server | None = None
         self._stopped = False
-        self._connections: set[_Half] = set()
         self._pending: set[asyncio.Task[None]] = set()
         self.address = sock.getsockname()
 
@@ -215,7 +223,6 @@ class ActivatedListener:
                 client.transport.close()
             return
         client.link(upstream)
-        self._connections.add(client)
         if client.transport is None or client.transport.is_closing():
             assert upstream.transport is not None
             upstream.transport.close()
@@ -225,7 +232,7 @@ class ActivatedListener:
     def refuse_new_streams(self) -> None:
         """grpc shuts down now: streams clients open from here on are refused (handover.py)."""
         self.cut = True
-        for client in self.accepted:
+        for client in self._clients:
             if client.streams is not None:
                 client.streams.cut()
 
@@ -245,10 +252,10 @@ class ActivatedListener:
             task.cancel()
         if self._pending:
             await asyncio.wait(self._pending)
-        for half in list(self._connections):
+        for half in list(self._clients):
             if half.transport is not None:
                 half.transport.close()
-        self._connections.clear()
+        self._clients.clear()
 
 
 class _Client(_Half):
@@ -270,7 +277,7 @@ class _Client(_Half):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._listener.accepted.add(self)
+        self._listener._clients.add(self)
         self._listener.traffic.unanswered += 1
         # asyncio's loop honours this; uvloop starts reading after connection_made
         # whatever it asked for, so data_received keeps what comes before the link.
@@ -289,6 +296,9 @@ class _Client(_Half):
         self.read(answer=False)
         if self.streams is not None:
             data = self.streams.feed(data)
+            if self.streams.dropped:
+                self._send_own(credit(self.streams.dropped))
+                self.streams.dropped = 0
         if self.peer is None:
             self._early.append(data)
             assert self.transport is not None
@@ -313,15 +323,25 @@ class _Client(_Half):
             upstream.transport.write_eof()
 
     def _refuse(self, stream: int) -> None:
-        assert self.server_frames is not None and self.transport is not None
         log.info("call crossing the shutdown refused; the client retries it on the next instance",
                  extra={"stream": stream})
-        frame = self.server_frames.insert(refusal(stream))
-        if frame and not self.transport.is_closing():
-            self.transport.write(frame)
+        self._send_own(refusal(stream))
+
+    def _send_own(self, frame: bytes) -> None:
+        """A frame of the relay's to the client, between two of grpc's (handover.py)."""
+        assert self.server_frames is not None
+        self._write(self.server_frames.insert(frame))
+
+    def flush_refusals(self) -> None:
+        """grpc closed the connection: what the relay still holds goes out before the client's side closes."""
+        if self.server_frames is not None:
+            self._write(self.server_frames.end())
+
+    def _write(self, data: bytes) -> None:
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.read()  # a closed connection waits for nothing
-        self._listener._connections.discard(self)
-        self._listener.accepted.discard(self)
+        self._listener._clients.discard(self)

@@ -7,22 +7,27 @@ stream as processed (last stream id 2^31-1), so the client cannot retry it
 either. The activation relay sees the client's bytes before grpc does: from
 the moment the shutdown starts (``cut``, see Proxy._stop_accepting), frames of
 streams the client opens are kept from grpc, and each such stream is answered
-RST_STREAM REFUSED_STREAM, which gRPC clients retry on a new connection (it
-waits in the backlog for the next instance).
+RST_STREAM REFUSED_STREAM once grpc's first GOAWAY has reached the client:
+gRPC clients (grpc-go, C-core) retry a refused stream once, and, told to go
+away, on a new connection (it waits in the backlog for the next instance);
+before the GOAWAY they would retry on this one, to be refused again. The
+window the dropped DATA took is given back (WINDOW_UPDATE), so the calls
+still running keep theirs.
 
 So the relay follows frame boundaries in both directions, reading frame
 headers only: which stream a frame is on, and where grpc's next frame
-begins, since the refusal must go between two of them. grpc never decodes a
-header block the client sends after the cut (each opens a new stream, all
-kept from it), so its HPACK state stays consistent. Malformed input is never
-an error here: grpc finds it, as it would without the relay.
+begins, since the relay's frames must go between two of them. grpc decodes
+no header block the client sends after a dropped one, since gRPC clients
+send none but a new stream's (no request trailers): its HPACK state stays
+that of the client's encoder. Malformed input is never an error here; before
+the cut all of it reaches grpc, which answers it as without the relay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..frames.frame import HEADER, HEADER_LEN, PREFACE, ErrorCode, FrameType, rst_stream
+from ..frames.frame import HEADER, HEADER_LEN, PREFACE, ErrorCode, FrameType, rst_stream, window_update
 
 _HEADER = HEADER.unpack_from
 
@@ -51,15 +56,23 @@ class _Boundaries:
 
 
 class ServerFrames(_Boundaries):
-    """grpc's bytes to the client, with the relay's own frames put between two of grpc's."""
+    """grpc's bytes to the client, with the relay's own frames put between two
+    of grpc's, once grpc's first GOAWAY has gone out (before it, not even its
+    SETTINGS may have)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._pending: list[bytes] = []
+        self._kind = -1  # the type of grpc's frame being passed
+        self._goaway_sent = False
+
+    @property
+    def _may_insert(self) -> bool:
+        return self._goaway_sent and self.at_boundary
 
     def insert(self, frame: bytes) -> bytes:
-        """``frame`` to send now (returned) or, mid-frame, at grpc's next boundary (b"")."""
-        if self.at_boundary and not self._pending:
+        """``frame`` to send now (returned), or later, at the first boundary after grpc's GOAWAY (b"")."""
+        if self._may_insert and not self._pending:
             return frame
         self._pending.append(frame)
         return b""
@@ -72,19 +85,24 @@ class ServerFrames(_Boundaries):
         out: list[bytes] = []
         i = 0
         while self._pending:
-            if self.at_boundary:
+            if self._may_insert:
                 out += self._pending
                 self._pending.clear()
-                break
-            j = self._walk(data, i, stop_at_boundary=True)
-            out.append(data[i:j])
-            i = j
-            if i == len(data) and not self.at_boundary:
+            elif i < len(data):
+                j = self._walk(data, i, stop_at_boundary=True)
+                out.append(data[i:j])
+                i = j
+            else:
                 break
         if i < len(data):
             self._walk(data, i)
             out.append(data[i:])
         return b"".join(out)
+
+    def end(self) -> bytes:
+        """grpc closed the connection: what is still pending, if it can go (not inside a frame)."""
+        pending, self._pending = self._pending, []
+        return b"".join(pending) if self.at_boundary and self._kind != -1 else b""
 
     def _walk(self, data: bytes, i: int, stop_at_boundary: bool = False) -> int:
         n = len(data)
@@ -95,11 +113,15 @@ class ServerFrames(_Boundaries):
                 i += step
             else:
                 head, i = self._header(data, i)
-                if head is not None:
-                    hi, lo, _, _, _ = _HEADER(head)
-                    self._skip = (hi << 16) | lo
-            if stop_at_boundary and self.at_boundary:
-                return i
+                if head is None:
+                    break
+                hi, lo, self._kind, _, _ = _HEADER(head)
+                self._skip = (hi << 16) | lo
+            if not self._skip:  # a frame ends here
+                if self._kind == FrameType.GOAWAY:
+                    self._goaway_sent = True
+                if stop_at_boundary:
+                    return i
         return i
 
 
@@ -115,6 +137,7 @@ class ClientStreams(_Boundaries):
         self._block_kept = True  # the open header block goes to grpc (its CONTINUATION frames follow it)
         self._last_refused = 0
         self.last_opened = 0  # the last stream the client opened before the cut
+        self.dropped = 0  # DATA bytes kept from grpc, whose window the client is owed
 
     def cut(self) -> None:
         self._cut = True
@@ -149,6 +172,8 @@ class ClientStreams(_Boundaries):
                     self.last_opened = max(self.last_opened, sid)
             else:
                 self._passing = self._keeps(kind, sid)
+                if not self._passing and kind == FrameType.DATA:
+                    self.dropped += (hi << 16) | lo
             if cut and self._passing:
                 out.append(head[self._head_passed :])
             self._head_passed = 0
@@ -176,3 +201,8 @@ class ClientStreams(_Boundaries):
 
 def refusal(sid: int) -> bytes:
     return rst_stream(sid, ErrorCode.REFUSED_STREAM)
+
+
+def credit(size: int) -> bytes:
+    """The connection window that DATA kept from grpc took, given back to the client."""
+    return window_update(0, size)

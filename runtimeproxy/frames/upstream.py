@@ -242,19 +242,20 @@ class ClientSide:
         if sid in self.conn.relayed:
             self._ordered(b"".join(raws), out)
             return
-        self.conn.last_stream = sid
-        if self.conn.backend_lost:  # told to go away: a client that still opens a stream retries it elsewhere
-            self.conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
-            return
         conn = self.conn
-        # Over --max-concurrent-streams (advertised in the backend's SETTINGS as
-        # the client sees them), or after the runtime or the proxy (shutting
-        # down) said it goes away: refused, as grpc's server does (a gRPC
-        # client retries a refused stream: the GOAWAY's last stream id said it
-        # was not processed); the backend's HPACK decoder still reads the block.
-        if (conn.backend_going or conn.stopping
-                or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams):
-            self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
+        # After the proxy (shutting down) or the runtime said it goes away, or
+        # over --max-concurrent-streams (advertised in the backend's SETTINGS
+        # as the client sees them): refused, as grpc's server does (a gRPC
+        # client retries a refused stream, on a new connection once told to go
+        # away); the backend's HPACK decoder still reads the block. After a
+        # GOAWAY the last stream id stays as it said: a later one (the
+        # connection's end) may not name a higher one.
+        told_to_go = conn.backend_lost or conn.backend_going or conn.stopping
+        if not told_to_go:
+            conn.last_stream = sid
+        if told_to_go or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
+            if not conn.backend_lost:
+                self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.mark_ended(sid)
             return

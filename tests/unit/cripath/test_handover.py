@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtimeproxy.cripath.handover import ClientStreams, ServerFrames, refusal
-from runtimeproxy.frames.frame import PREFACE, ErrorCode, Flag, FrameType, rst_stream, serialize
+from runtimeproxy.frames.frame import PREFACE, ErrorCode, Flag, FrameType, serialize
 
 
 def frame(kind: int, sid: int, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -23,7 +23,7 @@ def headers(sid: int, end_headers: bool = True) -> bytes:
 
 
 def data(sid: int, size: int = 40) -> bytes:
-    return frame(FrameType.DATA, sid, bytes(range(size % 256)) * (size // 256 + 1), Flag.END_STREAM)[: 9 + size]
+    return frame(FrameType.DATA, sid, (bytes(range(256)) * (size // 256 + 1))[:size], Flag.END_STREAM)
 
 
 WINDOW_0 = frame(FrameType.WINDOW_UPDATE, 0, struct.pack(">I", 1000))
@@ -67,6 +67,7 @@ def test_after_the_cut_new_streams_are_kept_from_grpc_and_refused(before: list[i
     passed = relay(streams, b"".join(AFTER), after)
     assert split_frames(passed) == AFTER_KEPT
     assert refused == [3, 5]
+    assert streams.dropped == 5000 + 40  # the window the client is owed
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,23 +97,46 @@ def test_a_client_that_is_not_http2_is_passed_on_for_grpc_to_refuse() -> None:
     assert streams.feed(garbage) == garbage
 
 
+GOAWAY = frame(FrameType.GOAWAY, 0, struct.pack(">II", 0x7FFFFFFF, 0))
+GRPC_FRAMES = [frame(FrameType.SETTINGS, 0, b"\x00\x04\x00\x01\x00\x00"), frame(FrameType.HEADERS, 1, b"\x88"),
+               data(1, 20000), GOAWAY, frame(FrameType.PING, 0, b"87654321"), frame(FrameType.DATA, 1, b""),
+               frame(FrameType.HEADERS, 1, b"\x89", 5)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=0), max_size=12), st.integers(min_value=0), st.integers(min_value=1, max_value=3))
-def test_refusals_go_between_grpcs_frames(cuts: list[int], where: int, count: int) -> None:
-    grpc_frames = [frame(FrameType.SETTINGS, 0, b"\x00\x04\x00\x01\x00\x00"), frame(FrameType.HEADERS, 1, b"\x88"),
-                   data(1, 20000), frame(FrameType.DATA, 1, b""), frame(FrameType.HEADERS, 1, b"\x89", 5)]
-    blob = b"".join(grpc_frames)
+def test_refusals_go_between_grpcs_frames_after_its_goaway(cuts: list[int], where: int, count: int) -> None:
+    """Never inside one of grpc's frames, and never before its first GOAWAY: a
+    client retries a refused stream once, on a new connection only once told
+    to go away."""
+    refusals = [refusal(sid) for sid in range(3, 3 + 2 * count, 2)]
     server = ServerFrames()
     out: list[bytes] = []
-    parts = pieces(blob, cuts)
+    parts = pieces(b"".join(GRPC_FRAMES), cuts)
     at = where % (len(parts) + 1)
     for i, part in enumerate(parts):
         if i == at:
-            out += [server.insert(refusal(sid)) for sid in range(3, 3 + 2 * count, 2)]
+            out += [server.insert(r) for r in refusals]
         out.append(server.feed(part))
     if at == len(parts):
-        out += [server.insert(refusal(sid)) for sid in range(3, 3 + 2 * count, 2)]
+        out += [server.insert(r) for r in refusals]
     frames = split_frames(b"".join(out))
-    refusals = [rst_stream(sid, ErrorCode.REFUSED_STREAM) for sid in range(3, 3 + 2 * count, 2)]
-    assert [f for f in frames if f not in refusals] == grpc_frames
-    assert [f for f in frames if f in refusals] == refusals
+    assert [f for f in frames if f not in refusals] == GRPC_FRAMES
+    first = frames.index(refusals[0])
+    assert frames[first : first + count] == refusals
+    assert first > frames.index(GOAWAY)
+
+
+def test_refusals_held_when_grpc_closes_go_out_between_its_frames() -> None:
+    server = ServerFrames()
+    assert server.insert(refusal(3)) == b""
+    assert server.end() == b""  # grpc never spoke: no frame may go before its SETTINGS
+    server = ServerFrames()
+    head = server.feed(GRPC_FRAMES[0] + GRPC_FRAMES[2][:100])
+    assert server.insert(refusal(3)) == b""
+    assert server.end() == b""  # inside a frame: the connection ends anyway, the frame may not be broken
+    server = ServerFrames()
+    assert server.feed(b"".join(GRPC_FRAMES[:3])) == b"".join(GRPC_FRAMES[:3])
+    assert server.insert(refusal(3)) == b""  # no GOAWAY yet
+    assert server.end() == refusal(3)  # closing: the client still learns it may retry
+    assert head == GRPC_FRAMES[0] + GRPC_FRAMES[2][:100]

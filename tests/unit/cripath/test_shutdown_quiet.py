@@ -5,9 +5,10 @@ client accepted just before the shutdown does not lose its first calls."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,28 @@ async def sockets() -> AsyncIterator[tuple[Path, Path]]:
         yield Path(directory) / "public.sock", Path(directory) / "grpc.sock"
 
 
-async def test_a_connection_is_unsettled_until_grpc_speaks(sockets: tuple[Path, Path]) -> None:
+@contextlib.asynccontextmanager
+async def relayed(sockets: tuple[Path, Path], grpc_side: Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                  Awaitable[None]]) -> AsyncIterator[ActivatedListener]:
+    """An activation relay accepting on the public socket, in front of ``grpc_side`` on the private one."""
     public, private = sockets
+    server = await asyncio.start_unix_server(grpc_side, str(private))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(public))
+    sock.listen()
+    listener = ActivatedListener(sock, private)
+    await listener.start_accepting()
+    try:
+        yield listener
+    finally:
+        listener.stop_accepting()
+        await listener.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_connection_is_unsettled_until_grpc_speaks(sockets: tuple[Path, Path]) -> None:
+    public = sockets[0]
     speak = asyncio.Event()
     upstream_seen: asyncio.Queue[bytes] = asyncio.Queue()
 
@@ -70,13 +91,7 @@ async def test_a_connection_is_unsettled_until_grpc_speaks(sockets: tuple[Path, 
             await upstream_seen.put(data)
         writer.close()
 
-    server = await asyncio.start_unix_server(grpc_side, str(private))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(public))
-    sock.listen()
-    listener = ActivatedListener(sock, private)
-    await listener.start_accepting()
-    try:
+    async with relayed(sockets, grpc_side) as listener:
         assert listener.traffic.mark() == 0  # nothing accepted: settled
         reader, writer = await asyncio.open_unix_connection(str(public))
         writer.write(b"PREFACE")
@@ -91,15 +106,10 @@ async def test_a_connection_is_unsettled_until_grpc_speaks(sockets: tuple[Path, 
         assert listener.traffic.mark() not in (None, first)  # a read: not quiet since
         writer.close()
         await writer.wait_closed()
-    finally:
-        listener.stop_accepting()
-        await listener.close()
-        server.close()
-        await server.wait_closed()
 
 
 async def test_a_connection_ended_both_ways_is_closed_and_settled(sockets: tuple[Path, Path]) -> None:
-    public, private = sockets
+    public = sockets[0]
     reached = asyncio.Event()
     left = asyncio.Event()
 
@@ -109,13 +119,7 @@ async def test_a_connection_ended_both_ways_is_closed_and_settled(sockets: tuple
         writer.close()
         left.set()
 
-    server = await asyncio.start_unix_server(grpc_side, str(private))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(public))
-    sock.listen()
-    listener = ActivatedListener(sock, private)
-    await listener.start_accepting()
-    try:
+    async with relayed(sockets, grpc_side) as listener:
         reader, writer = await asyncio.open_unix_connection(str(public))
         await asyncio.wait_for(reached.wait(), 5.0)
         assert listener.traffic.mark() is None
@@ -124,8 +128,3 @@ async def test_a_connection_ended_both_ways_is_closed_and_settled(sockets: tuple
         assert left.is_set()
         assert listener.traffic.mark() is not None  # both ways ended: the relay closed both sockets
         writer.close()
-    finally:
-        listener.stop_accepting()
-        await listener.close()
-        server.close()
-        await server.wait_closed()

@@ -126,6 +126,20 @@ async def test_the_streams_the_proxy_ended_are_remembered_within_a_bound() -> No
     assert 2 * connection.ENDED_KEPT + 1 in conn.ended and 1 not in conn.ended  # the newest kept
 
 
+async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_goaway_names_it() -> None:
+    conn, client, backend, encoder = _connection()
+    conn.begin_stop()
+    conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 0), end=True))
+    conn.backend_data(fr.goaway(0, ErrorCode.NO_ERROR))  # the runtime goes away too: a second GOAWAY
+    await _turns()
+    frames = _client_frames(client)
+    refused = [f for f in frames if f.type == FrameType.RST_STREAM and f.stream_id == 1]
+    assert [int.from_bytes(f.payload, "big") for f in refused] == [ErrorCode.REFUSED_STREAM]
+    assert [int.from_bytes(f.payload[:4], "big") for f in frames if f.type == FrameType.GOAWAY] == [0, 0]
+    assert conn.hooked == {} and conn.diverted == {} and not conn.closed.done()  # the runtime never ran it
+    assert fr.rst_stream(1, ErrorCode.CANCEL) in b"".join(backend.written)  # its HPACK decoder read the block
+
+
 # -- a runtime that answers a diverted stream before it read the stream's RST_STREAM
 
 VERSION = "/runtime.v1.RuntimeService/Version"
