@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SD_LISTEN_FDS_START = 3
 ACCEPT_HOLD_S = 2.0
+CLOSE_WAIT_S = 1.0  # shutdown: how long relayed connections may take to end once grpc stopped
 _ENV = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
 
@@ -190,6 +191,7 @@ class ActivatedListener:
         self.hand_over = hand_over
         self.cut = False
         self._clients: set[_Client] = set()  # open client connections, linked to grpc or not yet
+        self._all_closed: asyncio.Future[None] | None = None  # close() waits for the last of them
         self._sock = sock
         self._upstream = upstream
         self._server: asyncio.Server | None = None
@@ -246,16 +248,34 @@ class ActivatedListener:
         else:
             self._sock.close()
 
-    async def close(self) -> None:
-        """After grpc stopped: nothing is left to relay."""
+    async def close(self, wait: float = CLOSE_WAIT_S) -> None:
+        """After grpc stopped: each connection ends once grpc has closed its
+        side and the relay has passed on all grpc said (the answers of the
+        last calls may still be on their way), at most ``wait`` seconds;
+        what is left then is closed."""
         for task in list(self._pending):
             task.cancel()
         if self._pending:
             await asyncio.wait(self._pending)
-        for half in list(self._clients):
-            if half.transport is not None:
-                half.transport.close()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if self._clients:
+            self._all_closed = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._all_closed), wait)
+            except TimeoutError:
+                pass
+        left = [half for half in self._clients if half.transport is not None]
+        for half in left:
+            half.transport.close()  # type: ignore[union-attr]
         self._clients.clear()
+        log.info("relayed connections closed", extra={"waited_s": round(loop.time() - began, 3),
+                                                       "closed_by_proxy": len(left)})
+
+    def _closed(self, client: _Client) -> None:
+        self._clients.discard(client)
+        if not self._clients and self._all_closed is not None and not self._all_closed.done():
+            self._all_closed.set_result(None)
 
 
 class _Client(_Half):
@@ -344,4 +364,4 @@ class _Client(_Half):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.read()  # a closed connection waits for nothing
-        self._listener._clients.discard(self)
+        self._listener._closed(self)

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import stat
+import struct
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,6 +22,11 @@ from .. import rawh2
 from ..fakes import FakeBackend
 
 LIST_PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
+# A call the proxy never makes itself (its start-up reads list pods and containers).
+STATS = "/runtime.v1.RuntimeService/ListPodSandboxStats"
+RST_STREAM, PING, GOAWAY, WINDOW_UPDATE = 0x3, 0x6, 0x7, 0x8  # frame types rawh2 does not name
+REFUSED_STREAM = 0x7
+CALLS = 16  # answered during a shutdown
 
 
 @pytest.fixture
@@ -167,10 +173,6 @@ def test_listen_fds_for_another_process_is_ignored_and_cleared() -> None:
     assert inherited_socket({}) is None
 
 
-GOAWAY, RST_STREAM = 0x7, 0x3
-REFUSED_STREAM = 0x7
-
-
 @pytest.mark.parametrize("data_path", ["frames", "grpc"])
 async def test_a_call_crossing_the_shutdown_is_refused_for_a_retry(
     fake: FakeBackend, sock_dir: Path, held: HeldSocket, data_path: str
@@ -186,10 +188,10 @@ async def test_a_call_crossing_the_shutdown_is_refused_for_a_retry(
     reader, writer = await asyncio.open_unix_connection(str(held.path))
     try:
         writer.write(rawh2.PREFACE + rawh2.frame(rawh2.SETTINGS, 0, 0, b""))
-        writer.write(rawh2.grpc_call(1, LIST_PODS))
+        writer.write(rawh2.grpc_call(1, STATS))
         await _frames_until(reader, writer, lambda kind, flags, sid, _: sid == 1 and kind == rawh2.HEADERS
                             and bool(flags & rawh2.END_STREAM))
-        served = len(fake.calls(LIST_PODS))  # stream 1, and the proxy's own reads at start-up
+        served = len(fake.calls(STATS))
         assert proxy.process is not None
         proxy.process.send_signal(signal.SIGTERM)
         goaways: list[int] = []
@@ -200,7 +202,7 @@ async def test_a_call_crossing_the_shutdown_is_refused_for_a_retry(
             return kind == GOAWAY
 
         await _frames_until(reader, writer, goaway)
-        writer.write(rawh2.grpc_call(3, LIST_PODS))  # as if sent just before the GOAWAY was read
+        writer.write(rawh2.grpc_call(3, STATS))  # as if sent just before the GOAWAY was read
         answers: list[tuple[int, int, bytes]] = []
 
         def stream_3(kind: int, flags: int, sid: int, payload: bytes) -> bool:
@@ -216,7 +218,7 @@ async def test_a_call_crossing_the_shutdown_is_refused_for_a_retry(
     refused = (RST_STREAM, 0, REFUSED_STREAM.to_bytes(4, "big")) in answers
     assert refused or min(goaways) < 3, (goaways, answers)
     assert goaways == sorted(goaways, reverse=True)  # a later GOAWAY never names a higher stream
-    assert len(fake.calls(LIST_PODS)) == served  # stream 3 never reached the runtime
+    assert served == 1 and len(fake.calls(STATS)) == 1  # stream 3 never reached the runtime
 
 
 async def _frames_until(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, done: Callable[
@@ -240,4 +242,44 @@ async def _frames_until(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
                 return
 
 
-PING = 0x6
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_answers_given_during_the_shutdown_reach_the_client_whole(
+    fake: FakeBackend, sock_dir: Path, held: HeldSocket, data_path: str
+) -> None:
+    """Calls the runtime answers once the shutdown has begun (after the
+    GOAWAY): their whole answers reach the client before the connection
+    closes (the relay closed it as soon as grpc was done with the calls,
+    answers still on their way included)."""
+    answer = bytes(range(256)) * 256  # 64 KiB each
+    fake.script(STATS, hang=True, response=answer)
+    proxy = ServeProcess(serve_argv(held, fake, sock_dir, "--data-path", data_path), held.pass_fds,
+                         sock_dir / "proxy.log")
+    await proxy.start()
+    reader, writer = await asyncio.open_unix_connection(str(held.path))
+    streams = range(1, 2 * CALLS, 2)
+    try:
+        wide = 1 << 24  # every answer fits the windows: the client need not grant more
+        writer.write(rawh2.PREFACE + rawh2.frame(rawh2.SETTINGS, 0, 0, struct.pack(">HI", 4, wide))
+                     + rawh2.frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", wide)))
+        writer.write(b"".join(rawh2.grpc_call(sid, STATS) for sid in streams))
+        await fake.wait_calls(STATS, CALLS, timeout=20)
+        assert proxy.process is not None
+        proxy.process.send_signal(signal.SIGTERM)
+        await _frames_until(reader, writer, lambda kind, flags, sid, _: kind == GOAWAY)
+        fake.scripts[STATS].release.set()
+        bodies: dict[int, bytearray] = {sid: bytearray() for sid in streams}
+        ended: set[int] = set()
+
+        def answered(kind: int, flags: int, sid: int, payload: bytes) -> bool:
+            if kind == rawh2.DATA:
+                bodies[sid].extend(payload)
+            if kind == rawh2.HEADERS and flags & rawh2.END_STREAM:
+                ended.add(sid)
+            return len(ended) == CALLS
+
+        await _frames_until(reader, writer, answered)
+    finally:
+        writer.close()
+        assert await proxy.stop() == 0
+    assert {sid: bytes(body) for sid, body in bodies.items()} == {
+        sid: b"\x00" + len(answer).to_bytes(4, "big") + answer for sid in streams}
