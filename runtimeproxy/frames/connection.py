@@ -1,9 +1,10 @@
 """One client connection relayed frame by frame to one backend connection.
 
 Frames of calls that need nothing from the proxy pass verbatim both ways, so
-the two hops behave as one end-to-end HTTP/2 connection: SETTINGS, PING,
-GOAWAY, RST_STREAM and the request direction's WINDOW_UPDATEs keep their
-meaning between client and backend. Header blocks are never altered, so the
+the two hops behave as one end-to-end HTTP/2 connection: SETTINGS, GOAWAY,
+RST_STREAM and the request direction's WINDOW_UPDATEs keep their meaning
+between client and backend. PING is per hop: the proxy answers each side's
+(upstream.py, downstream.py). Header blocks are never altered, so the
 HPACK state stays consistent; the proxy decodes the client's blocks only to
 read ``:path``.
 

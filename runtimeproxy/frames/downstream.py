@@ -144,6 +144,17 @@ class BackendSide:
                         raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
                     conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
                     continue
+                elif t == FrameType.PING:
+                    if len(f.payload) != 8 or sid != 0:
+                        raise FrameError(ErrorCode.PROTOCOL_ERROR, "malformed PING from the backend")
+                    if not flags & Flag.ACK:
+                        # Answered here, per hop, as the client's are (upstream.py): the
+                        # runtime pings as requests arrive (grpc-go's BDP estimate), and what
+                        # it sizes is its connection to the proxy, whose windows the proxy
+                        # owns (inbound.py). Relayed, each call cost a client a ping to
+                        # answer ahead of its answer, and the proxy two more frames to pass.
+                        conn.backend.write(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
+                    continue  # an ACK: the proxy sends the runtime no ping, nor does any client reach it
                 elif t == FrameType.RST_STREAM:
                     call = conn.hooked.get(sid)
                     if call is not None:

@@ -197,8 +197,8 @@ class ClientSide:
             if len(f.payload) != 8 or sid != 0:
                 raise FrameError(ErrorCode.FRAME_SIZE_ERROR if len(f.payload) != 8 else ErrorCode.PROTOCOL_ERROR,
                                  "malformed PING")
-            if f.has(Flag.ACK):  # the answer to a backend's ping
-                out.append(raw)
+            if f.has(Flag.ACK):
+                return  # the proxy sends the client no ping of its own, nor passes the runtime's (downstream.py)
             else:
                 # Answered here, per hop: a grpc client pings as answers arrive
                 # (BDP), and for diverted calls those answers are the proxy's;

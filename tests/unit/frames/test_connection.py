@@ -126,6 +126,17 @@ async def test_the_streams_the_proxy_ended_are_remembered_within_a_bound() -> No
     assert 2 * connection.ENDED_KEPT + 1 in conn.ended and 1 not in conn.ended  # the newest kept
 
 
+async def test_the_runtimes_pings_are_answered_by_the_proxy() -> None:
+    """PING is per hop both ways: grpc-go pings as requests arrive (BDP),
+    sizing its connection to the proxy; a client never sees those pings."""
+    conn, client, backend, _ = _connection()
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.PING, 0, 0, b"bdp-ping"))
+    assert fr.serialize(FrameType.PING, Flag.ACK, 0, b"bdp-ping") in b"".join(map(bytes, backend.written))
+    assert not [f for f in _client_frames(client) if f.type == FrameType.PING]
+    conn.client_data(fr.serialize(FrameType.PING, Flag.ACK, 0, b"stray-ak"))  # answers no ping: dropped
+    assert b"stray-ak" not in b"".join(map(bytes, backend.written)) and not conn.closed.done()
+
+
 async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_goaway_names_it() -> None:
     conn, client, backend, encoder = _connection()
     conn.begin_stop()
