@@ -257,6 +257,9 @@ class ActivatedListener:
             task.cancel()
         if self._pending:
             await asyncio.wait(self._pending)
+        # A connection never linked to grpc has nothing of grpc's to pass on.
+        for client in [c for c in self._clients if c.peer is None and c.transport is not None]:
+            client.transport.close()  # type: ignore[union-attr]
         loop = asyncio.get_running_loop()
         began = loop.time()
         if self._clients:
