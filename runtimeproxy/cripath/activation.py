@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import unixsocket
-from .handover import ClientStreams, ServerFrames, credit, refusal
+from ..frames.frame import ErrorCode, rst_stream, window_update
+from .handover import ClientStreams, ServerFrames
 
 log = logging.getLogger(__name__)
 
@@ -319,8 +320,8 @@ class _Client(_Half):
         self.read(answer=False)
         if self.streams is not None:
             data = self.streams.feed(data)
-            if self.streams.dropped:
-                self._send_own(credit(self.streams.dropped))
+            if self.streams.dropped:  # the window that DATA kept from grpc took, given back
+                self._send_own(window_update(0, self.streams.dropped))
                 self.streams.dropped = 0
         if self.peer is None:
             self._early.append(data)
@@ -348,7 +349,7 @@ class _Client(_Half):
     def _refuse(self, stream: int) -> None:
         log.info("call crossing the shutdown refused; the client retries it on the next instance",
                  extra={"stream": stream})
-        self._send_own(refusal(stream))
+        self._send_own(rst_stream(stream, ErrorCode.REFUSED_STREAM))
 
     def _send_own(self, frame: bytes) -> None:
         """A frame of the relay's to the client, between two of grpc's (handover.py)."""

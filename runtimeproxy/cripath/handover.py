@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..frames.frame import HEADER, HEADER_LEN, PREFACE, ErrorCode, FrameType, rst_stream, window_update
+from ..frames.frame import HEADER, HEADER_LEN, PREFACE, FrameType
 
 _HEADER = HEADER.unpack_from
 
@@ -165,7 +165,7 @@ class ClientStreams(_Boundaries):
                     self._head_passed = len(self._head)
                 break
             hi, lo, kind, _, sid = _HEADER(head)
-            sid &= 0x7FFFFFFF
+            size, sid = (hi << 16) | lo, sid & 0x7FFFFFFF
             if cut and self._head_passed:  # its header began before the cut and went on: so does the frame
                 self._passing = True
                 if kind == FrameType.HEADERS:
@@ -173,11 +173,11 @@ class ClientStreams(_Boundaries):
             else:
                 self._passing = self._keeps(kind, sid)
                 if not self._passing and kind == FrameType.DATA:
-                    self.dropped += (hi << 16) | lo
+                    self.dropped += size
             if cut and self._passing:
                 out.append(head[self._head_passed :])
             self._head_passed = 0
-            self._skip = (hi << 16) | lo
+            self._skip = size
         return b"".join(out) if cut else data
 
     def _keeps(self, kind: int, sid: int) -> bool:
@@ -198,11 +198,3 @@ class ClientStreams(_Boundaries):
                 self._refuse(sid)
         return False
 
-
-def refusal(sid: int) -> bytes:
-    return rst_stream(sid, ErrorCode.REFUSED_STREAM)
-
-
-def credit(size: int) -> bytes:
-    """The connection window that DATA kept from grpc took, given back to the client."""
-    return window_update(0, size)

@@ -10,8 +10,8 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtimeproxy.cripath.handover import ClientStreams, ServerFrames, refusal
-from runtimeproxy.frames.frame import PREFACE, ErrorCode, Flag, FrameType, serialize
+from runtimeproxy.cripath.handover import ClientStreams, ServerFrames
+from runtimeproxy.frames.frame import PREFACE, ErrorCode, Flag, FrameType, rst_stream, serialize
 
 
 def frame(kind: int, sid: int, payload: bytes = b"", flags: int = 0) -> bytes:
@@ -34,6 +34,10 @@ AFTER_KEPT = [WINDOW_0, PING, frame(FrameType.RST_STREAM, 1, struct.pack(">I", E
 AFTER_DROPPED = [headers(3, end_headers=False), frame(FrameType.CONTINUATION, 3, b"\x84", Flag.END_HEADERS),
                  data(3, 5000), frame(FrameType.WINDOW_UPDATE, 3, struct.pack(">I", 5)), headers(5), data(5)]
 AFTER = [AFTER_DROPPED[0], AFTER_KEPT[0], *AFTER_DROPPED[1:3], *AFTER_KEPT[1:3], *AFTER_DROPPED[3:], AFTER_KEPT[3]]
+
+
+def refusal(sid: int) -> bytes:
+    return rst_stream(sid, ErrorCode.REFUSED_STREAM)
 
 
 def pieces(blob: bytes, cuts: list[int]) -> list[bytes]:
