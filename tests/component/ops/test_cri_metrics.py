@@ -115,7 +115,7 @@ async def test_calls_counted_by_method_version_and_code(fake: FakeBackend, sock_
     # notices first ends it: the client (CANCELLED) or the runtime.
     assert calls(after, "ContainerStatus", "v1", "CANCELLED") + calls(
         after, "ContainerStatus", "v1", "DEADLINE_EXCEEDED"
-    ) == 1
+    ) == 1, {name: value for name, value in after.items() if 'method="ContainerStatus"' in name and "_total" in name}
     assert after["runtime_proxy_cri_calls_in_flight"] == 0.0
     histogram = 'runtime_proxy_cri_call_duration_seconds_count{method="StartContainer",version="v1"}'
     assert after[histogram] == 2
