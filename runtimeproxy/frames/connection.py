@@ -46,6 +46,7 @@ from .hooked import status_name
 from .inbound import Corked, Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
+from .pings import DelayedAcks
 from .upstream import ClientSide
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class FrameConnection:
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
         self.out = Outbound(self._client_writer, self.credit_backend)
         self.inbound = Inbound(self.backend, self.credit_client)
+        self.backend_pings = DelayedAcks(lambda data: self.backend.write(data))
         self.last_stream = 0
         # The latest stream whose end (END_STREAM or RST_STREAM) is queued for
         # the client: it ignores header blocks on it (downstream.py, _stray).
@@ -159,6 +161,7 @@ class FrameConnection:
         log.info("frames: runtime connection closed; the proxy's own calls go on", extra={"calls": len(self.diverted)})
         self.backend_lost = True
         self.backend.close()
+        self.backend_pings.close()
         self.backend = self.inbound.writer = _GONE  # type: ignore[assignment]
         self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
         for sid in sorted(self.relayed | set(self.hooked)):
@@ -205,6 +208,7 @@ class FrameConnection:
             self.lost()
 
     def _close(self) -> None:
+        self.backend_pings.close()
         for writer in (self._client_writer, self.backend):
             writer.close()
         for sid in list(self.timed):

@@ -18,12 +18,10 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
-import hpack
-
 from . import frame as fr
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
 from .hooked import grpc_status, status_name
-from .hpackpeek import peek
+from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
@@ -48,8 +46,7 @@ class BackendSide:
         self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
         self.block_ends = False
-        self.decoder = hpack.Decoder()
-        self.decoder.max_header_list_size = 1 << 24  # the client's limit to enforce, not ours
+        self.headers = HeaderReader(1 << 24, " from the backend")  # the list's size: the client's limit to enforce
         self._granted = False
         # Header blocks of relayed calls, passed on but not read yet: read
         # once this read's frames are written (see _settle).
@@ -153,7 +150,8 @@ class BackendSide:
                         # it sizes is its connection to the proxy, whose windows the proxy
                         # owns (inbound.py). Relayed, each call cost a client a ping to
                         # answer ahead of its answer, and the proxy two more frames to pass.
-                        conn.backend.write(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
+                        # Answered a little later (pings.py): one ping per delay, not per call.
+                        conn.backend_pings.ping(bytes(f.payload))
                     continue  # an ACK: the proxy sends the runtime no ping, nor does any client reach it
                 elif t == FrameType.RST_STREAM:
                     call = conn.hooked.get(sid)
@@ -203,13 +201,8 @@ class BackendSide:
         conn.stream_done(sid, status_name(status))
 
     def _read(self, data: bytes) -> dict[bytes, bytes]:
-        headers = peek(self.decoder, data, _STATUS)
-        if headers is None:
-            try:
-                headers = dict(self.decoder.decode(data, raw=True))
-            except hpack.HPACKError as exc:
-                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block from the backend: {exc}") from exc
-        return headers
+        headers = self.headers.peek(data, _STATUS)
+        return dict(self.headers.decode(data)) if headers is None else headers
 
     def _settle(self) -> None:
         """Read the relayed blocks passed on so far, in order: the HPACK
@@ -244,7 +237,7 @@ class BackendSide:
         conn = self.conn
         conn.backend_frames.announced(values.get(Setting.MAX_FRAME_SIZE))
         if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
-            conn.client_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+            conn.client_side.headers.allow_table_size(values[Setting.HEADER_TABLE_SIZE])
         if Setting.INITIAL_WINDOW_SIZE in values:
             size = values[Setting.INITIAL_WINDOW_SIZE]
             delta, conn.backend_initial_window = size - conn.backend_initial_window, size

@@ -9,7 +9,8 @@ headers are read here and the rest skipped. A block that changes the table
 (a literal with incremental indexing, a size update), or anything this reader
 does not take, returns None: the caller then decodes it in full, which keeps
 the table in step and reports malformed blocks. ``peek_all`` reads every
-header the same way, for the calls the proxy handles itself.
+header the same way, for the calls the proxy handles itself. ``HeaderReader``
+is one direction's decoder read that way, with what it found remembered.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import hpack
 from hpack.hpack import decode_integer
 from hpack.huffman_table import decode_huffman
+
+from .frame import ErrorCode, FrameError
 
 
 def peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
@@ -94,3 +97,56 @@ def _string(block: bytes, view: memoryview, i: int) -> tuple[bytes, int]:
         raise ValueError("string past the end of the block")
     data = bytes(view[start:end])
     return (decode_huffman(data) if huffman else data), end
+
+
+CACHED_BLOCKS = 256  # blocks remembered per set of wanted names, at most (then forgotten, and peeked again)
+
+
+class HeaderReader:
+    """One direction's HPACK state, read the cheapest way that keeps it exact.
+
+    A gRPC peer sends the same bytes for the same headers once its dynamic
+    table holds them (each call's block of a method, each answer's status):
+    what ``peek`` found in a block is remembered until the table changes, which
+    only a full decode (``decode``) or a new size limit can do."""
+
+    def __init__(self, max_header_list_size: int, source: str) -> None:
+        self._decoder = hpack.Decoder()
+        self._decoder.max_header_list_size = max_header_list_size
+        self._source = source  # for errors: "" or " from the backend"
+        self._seen: dict[frozenset[bytes], dict[bytes, dict[bytes, bytes]]] = {}
+
+    @property
+    def decoder(self) -> hpack.Decoder:
+        return self._decoder
+
+    def allow_table_size(self, size: int) -> None:
+        """The peer's encoder may use ``size`` bytes of table (the other side's SETTINGS)."""
+        self._decoder.max_allowed_table_size = size
+        self._seen.clear()
+
+    def peek(self, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
+        """As ``peek``; the answer is shared, not to be changed."""
+        seen = self._seen.get(wanted)
+        if seen is None:
+            seen = self._seen[wanted] = {}
+        found = seen.get(block)
+        if found is None:
+            found = peek(self._decoder, block, wanted)
+            if found is not None:
+                if len(seen) >= CACHED_BLOCKS:
+                    seen.clear()
+                seen[block] = found
+        return found
+
+    def peek_all(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
+        return peek_all(self._decoder, block)
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """Every header, with the table updated; a bad block is a connection error."""
+        self._seen.clear()
+        try:
+            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
+            return self._decoder.decode(block, raw=True)
+        except hpack.HPACKError as exc:
+            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block{self._source}: {exc}") from exc

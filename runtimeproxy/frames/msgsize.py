@@ -19,7 +19,11 @@ class MessageSizes:
 
     def feed(self, data: bytes | memoryview) -> int | None:
         """The length of a message over the limit that starts in ``data``, else None."""
-        i, n = 0, len(data)
+        n = len(data)
+        if self._remaining >= n:  # within one message's body: most DATA frames of a large answer
+            self._remaining -= n
+            return None
+        i = 0
         while i < n:
             if self._remaining:
                 step = min(self._remaining, n - i)

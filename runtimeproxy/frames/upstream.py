@@ -15,14 +15,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-import hpack
 
 from ..cripath.stage import Stage
 from . import divert, hooked
 from . import frame as fr
 from .divert import Diverted
 from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
-from .hpackpeek import peek, peek_all
+from .hpackpeek import HeaderReader
 from .msgsize import MessageSizes
 from .window import detached
 
@@ -43,8 +42,7 @@ class ClientSide:
         self.prefaced = False
         self.granted = False  # the backend's extra window (BACKEND_GRANT) was given
         self.initial_window = fr.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
-        self.decoder = hpack.Decoder()
-        self.decoder.max_header_list_size = MAX_HEADER_BLOCK
+        self.headers = HeaderReader(MAX_HEADER_BLOCK, "")
 
     def feed(self, chunk: bytes) -> None:
         if not self.prefaced:
@@ -210,7 +208,7 @@ class ClientSide:
 
     def _client_settings(self, values: dict[int, int]) -> None:
         if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
-            self.conn.backend_side.decoder.max_allowed_table_size = values[Setting.HEADER_TABLE_SIZE]
+            self.conn.backend_side.headers.allow_table_size(values[Setting.HEADER_TABLE_SIZE])
         size = values.get(Setting.MAX_FRAME_SIZE)
         if size is not None and not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
@@ -227,8 +225,8 @@ class ClientSide:
     def _header_block(self, block: list, out: list[bytes | memoryview]) -> None:
         sid, raws, fragments, end_stream = block
         data = b"".join(fragments)
-        peeked = peek(self.decoder, data, _PATH)
-        headers = self._decode(data) if peeked is None else None  # None: the table is as it was
+        peeked = self.headers.peek(data, _PATH)
+        headers = self.headers.decode(data) if peeked is None else None  # None: the table is as it was
         if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
             out.extend(raws)
             if end_stream:
@@ -262,7 +260,7 @@ class ClientSide:
         path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
         if not self.conn.routes.fast(path):
             if headers is None:  # all of them, for the proxy's own call; the table is as it was
-                headers = peek_all(self.decoder, data) or self._decode(data)
+                headers = self.headers.peek_all(data) or self.headers.decode(data)
             stages = self.conn.routes.hooked(path)
             if stages is not None and not _compressed(headers):
                 self._hook(sid, path, headers, stages, raws, end_stream, out)
@@ -277,13 +275,6 @@ class ClientSide:
         if self.conn.routes.unary(path):
             self.conn.unary_open.add(sid)
             self.conn.idle.clear()
-
-    def _decode(self, data: bytes) -> list[tuple[bytes, bytes]]:
-        try:
-            # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
-            return self.decoder.decode(data, raw=True)
-        except hpack.HPACKError as exc:
-            raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes | memoryview]) -> None:

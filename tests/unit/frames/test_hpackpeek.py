@@ -89,3 +89,39 @@ def test_a_small_view_of_a_large_read_is_copied_before_a_transport_keeps_it() ->
     assert type(detached(small)) is bytes and detached(small) == read[:9]
     assert detached(large) is large  # most of the read: no copy
     assert detached(b"abc") == b"abc"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(FIELD, max_size=6), min_size=1, max_size=16), st.booleans())
+def test_a_header_reader_remembers_blocks_only_while_the_table_stays_as_it_was(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+    """The same bytes repeated (as gRPC peers send them) and the same bytes
+    after the table changed (where an index names another header): the
+    reader's answers are the full decoder's every time."""
+    from runtimeproxy.frames.hpackpeek import HeaderReader
+
+    encoder = hpack.Encoder()
+    full, reader = hpack.Decoder(), HeaderReader(1 << 16, "")
+    earlier: list[bytes] = []
+    for fields in blocks:
+        block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
+        for again in [block, block, *earlier[-2:]]:  # repeats, and older bytes under a newer table
+            try:
+                expected = {bytes(k): bytes(v) for k, v in full.decode(again, raw=True) if bytes(k) in WANTED}
+            except hpack.HPACKError:
+                continue  # an older block the newer table cannot read: not something a peer sends
+            seen = reader.peek(again, WANTED)
+            if seen is None:
+                seen = {k: v for k, v in reader.decode(again) if k in WANTED}
+            assert seen == expected
+        earlier.append(block)
+
+
+def test_a_header_reader_forgets_what_it_read_when_the_table_size_allowed_changes() -> None:
+    from runtimeproxy.frames.hpackpeek import HeaderReader
+
+    encoder, reader = hpack.Encoder(), HeaderReader(1 << 16, "")
+    reader.decode(encoder.encode([("grpc-status", "0")]))
+    block = encoder.encode([("grpc-status", "0")])  # now one indexed field
+    assert reader.peek(block, WANTED) == {b"grpc-status": b"0"}
+    reader.allow_table_size(0)  # the peer must shrink its table first: the full decoder judges the block
+    assert reader.peek(block, WANTED) is None
