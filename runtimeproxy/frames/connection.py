@@ -274,11 +274,12 @@ class FrameConnection:
             self._client_uncredited = 0
 
     def credit_backend(self, amount: int) -> None:
-        # Batched: the backend still has BACKEND_GRANT - CREDIT_BATCH of window
-        # at least, and a small call costs no extra frame.
+        # Batched, and sent with the next request (inbound.Corked.credit): the
+        # backend still has BACKEND_GRANT - CREDIT_URGENT of window at least,
+        # and a small call costs no extra frame, nor a write of its own.
         self._uncredited += amount
         if self._uncredited >= CREDIT_BATCH:
-            self.backend.write(fr.window_update(0, self._uncredited))
+            self.backend.credit(self._uncredited)
             self._uncredited = 0
 
     def check_idle(self) -> None:
@@ -319,6 +320,9 @@ class _Gone:
         pass
 
     def hold(self) -> None:
+        pass
+
+    def credit(self, increment: int) -> None:
         pass
 
     def pause_reading(self) -> None:

@@ -18,26 +18,48 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from . import frame as fr
 from .window import QueuedData, WindowQueue
 
 CLIENT_GRANT = 4 * 1024 * 1024  # extra connection window given to the client (bounds this queue)
+
+
+CREDIT_URGENT = 1024 * 1024  # window owed to the backend that goes at once, without waiting for a write
 
 
 class Corked:
     """The backend's transport, whose writes can be held to the end of this
     loop turn: a hooked call's header block then leaves with its request, which
     its task sends in its first step when no hook has to be asked first (one
-    write, one wake-up of the runtime instead of two)."""
+    write, one wake-up of the runtime instead of two). Connection window given
+    back to the backend rides with the next write the same way (``credit``)."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._held: list[bytes | memoryview] | None = None
+        self._owed = 0  # connection window given back, not sent yet
 
     def write(self, data: bytes | memoryview) -> None:
         if self._held is None:
-            self._transport.write(data)
+            self._send(data)
         else:
             self._held.append(data)
+
+    def credit(self, increment: int) -> None:
+        """Window for the backend's DATA: sent with the next write, or now once
+        CREDIT_URGENT is owed (the backend still has BACKEND_GRANT less that)."""
+        self._owed += increment
+        if self._owed >= CREDIT_URGENT and self._held is None and not self._transport.is_closing():
+            self._send(b"")
+
+    def _send(self, data: bytes | memoryview) -> None:
+        if self._owed:
+            update, self._owed = fr.window_update(0, self._owed), 0
+            if len(data) > 65536:  # not worth a copy of the data
+                self._transport.write(update)
+            else:
+                data = update + data
+        self._transport.write(data)
 
     def hold(self) -> None:
         """Hold writes until the callbacks scheduled so far have run (FIFO), a
@@ -51,7 +73,7 @@ class Corked:
         # uvloop closes a transport on a socket error and tells the protocol a
         # turn later; writing to it then would raise in this bare callback.
         if held and not self._transport.is_closing():
-            self._transport.write(b"".join(held))
+            self._send(b"".join(held))
 
     def close(self) -> None:
         self._held = None  # the connection is over: nothing more goes out

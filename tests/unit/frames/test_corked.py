@@ -106,3 +106,40 @@ async def test_writes_held_when_the_transport_closed_by_itself_go_nowhere() -> N
     transport.closed = True  # uvloop closed it on a socket error; the protocol hears a turn later
     await _turns()  # no write to a closed transport (uvloop would raise in the callback)
     assert transport.written == []
+
+
+async def test_window_given_back_to_the_runtime_rides_with_the_next_write() -> None:
+    """The runtime's connection window comes back with a request, not in a write of its own."""
+    from runtimeproxy.frames.inbound import CREDIT_URGENT
+
+    transport = _Transport()
+    corked = Corked(transport)  # type: ignore[arg-type]
+    corked.credit(300_000)
+    assert transport.written == []
+    corked.write(b"request")
+    assert transport.written == [fr.window_update(0, 300_000) + b"request"]
+    corked.credit(CREDIT_URGENT - 1)
+    corked.credit(1)  # owed too much to wait for a write
+    assert transport.written[1:] == [fr.window_update(0, CREDIT_URGENT)]
+    corked.write(b"next")
+    assert transport.written[2:] == [b"next"]
+
+
+async def test_a_connection_gives_the_runtime_window_back_with_its_next_request() -> None:
+    """Relayed answers free the runtime's window as they leave; the update
+    goes with the client's next request (test_connection's relayed call)."""
+    from runtimeproxy.frames.connection import CREDIT_BATCH
+
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Routes(), None, Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.credit_backend(CREDIT_BATCH)
+    written = len(backend.written)
+    assert b"".join(map(bytes, backend.written)).count(fr.window_update(0, CREDIT_BATCH)) == 0
+    conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # a frame the proxy answers: no backend write
+    assert len(backend.written) == written
+    encoder = hpack.Encoder()
+    conn.client_data(_headers(encoder, 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    assert fr.window_update(0, CREDIT_BATCH) in b"".join(map(bytes, backend.written[written:]))
