@@ -28,6 +28,7 @@ _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 _FRAME_HEADER = fr.HEADER.unpack_from
+_WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY  # of these, END_HEADERS alone: a plain whole block
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -101,6 +102,14 @@ class BackendSide:
                     conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
             elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
                 if t == FrameType.HEADERS:
+                    if (flags & _WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
+                            and sid not in conn.hooked):
+                        # A relayed answer's block in one frame (nearly all of them):
+                        # as _header_block passes it on, without assembling it.
+                        conn.responded.add(sid)
+                        out.frames(raw)
+                        self._unread.append((sid, bytes(payload), bool(flags & Flag.END_STREAM)))
+                        continue
                     block[:] = [raw]
                     if flags & (Flag.PADDED | Flag.PRIORITY):
                         payload = fr.unpadded(fr.Frame(t, flags, sid, payload))
