@@ -4,9 +4,9 @@ Frames of calls that need nothing from the proxy pass verbatim both ways, so
 the two hops behave as one end-to-end HTTP/2 connection: SETTINGS, GOAWAY,
 RST_STREAM and the request direction's WINDOW_UPDATEs keep their meaning
 between client and backend. PING is per hop: the proxy answers each side's
-(upstream.py, downstream.py). Header blocks are never altered, so the
-HPACK state stays consistent; the proxy decodes the client's blocks only to
-read ``:path``.
+(upstream.py, downstream.py; the runtime's within a delay, pings.py).
+Header blocks are never altered, so the HPACK state stays consistent; the
+proxy decodes the client's blocks only to read ``:path``.
 
 A unary call with hooks stays on this connection and runs the router's
 stages in place (hooked.py). A call the proxy must answer itself (health,
