@@ -177,6 +177,7 @@ class FrameConnection:
         client (a gRPC client retries those by itself); the client is told to go
         away too, keeping every stream it has, the proxy's own included."""
         self.backend_going = True
+        self.backend_pings.at_once()
         for sid in sorted(self.relayed | set(self.hooked)):
             if sid > last and sid not in self.ended:
                 self.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))

@@ -33,7 +33,7 @@ class DelayedAcks:
     def ping(self, payload: bytes) -> None:
         """A ping (not an ACK) came with ``payload``: its answer leaves within the delay."""
         self._held.append(fr.serialize(FrameType.PING, Flag.ACK, 0, payload))
-        if len(self._held) >= MAX_HELD:
+        if len(self._held) >= MAX_HELD or not self._delay:
             self.flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._delay, self.flush)
@@ -46,6 +46,13 @@ class DelayedAcks:
         if self._held:
             held, self._held = self._held, []
             self._write(b"".join(held))
+
+    def at_once(self) -> None:
+        """From now on every ping is answered at once: the runtime goes away, and
+        grpc-go's graceful stop waits for the answer to its ping before it names
+        the last stream it will serve."""
+        self._delay = 0.0
+        self.flush()
 
     def close(self) -> None:
         """The connection is over: nothing more goes out."""

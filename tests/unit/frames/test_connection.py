@@ -143,6 +143,17 @@ async def test_the_runtimes_pings_are_answered_by_the_proxy_within_the_delay() -
     assert b"stray-ak" not in b"".join(map(bytes, backend.written)) and not conn.closed.done()
 
 
+async def test_after_the_runtimes_goaway_its_pings_are_answered_at_once() -> None:
+    """grpc-go's graceful stop sends GOAWAY and a ping, and names its last
+    stream only once the ping is answered: no delay there."""
+    conn, _, backend, _ = _connection()
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.PING, 0, 0, b"bdp-ping"))
+    conn.backend_data(fr.goaway(0x7FFFFFFF, ErrorCode.NO_ERROR) + fr.serialize(FrameType.PING, 0, 0, b"goaway-p"))
+    written = b"".join(map(bytes, backend.written))
+    assert fr.serialize(FrameType.PING, Flag.ACK, 0, b"bdp-ping") in written
+    assert fr.serialize(FrameType.PING, Flag.ACK, 0, b"goaway-p") in written
+
+
 async def test_a_ping_held_when_the_connection_ends_is_never_answered() -> None:
     from runtimeproxy.frames.pings import ACK_DELAY_S
 

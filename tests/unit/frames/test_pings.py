@@ -52,3 +52,13 @@ async def test_closed_acks_send_nothing() -> None:
     acks.close()
     await asyncio.sleep(DELAY * 2)
     assert written == [] and acks.held == 0
+
+
+async def test_once_at_once_every_held_and_later_ping_is_answered_immediately() -> None:
+    written: list[bytes] = []
+    acks = DelayedAcks(written.append, 60.0)
+    acks.ping(b"first-00")
+    acks.at_once()
+    assert written == [_ack(b"first-00")]
+    acks.ping(b"goaway-p")
+    assert written == [_ack(b"first-00"), _ack(b"goaway-p")]
