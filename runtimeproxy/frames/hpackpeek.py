@@ -100,6 +100,7 @@ def _string(block: bytes, view: memoryview, i: int) -> tuple[bytes, int]:
 
 
 CACHED_BLOCKS = 256  # blocks remembered per set of wanted names, at most (then forgotten, and peeked again)
+CACHED_BLOCK_BYTES = 256  # a longer block is peeked each time: the ones that repeat are a few bytes
 
 
 class HeaderReader:
@@ -133,7 +134,7 @@ class HeaderReader:
         found = seen.get(block)
         if found is None:
             found = peek(self._decoder, block, wanted)
-            if found is not None:
+            if found is not None and len(block) <= CACHED_BLOCK_BYTES:
                 if len(seen) >= CACHED_BLOCKS:
                     seen.clear()
                 seen[block] = found

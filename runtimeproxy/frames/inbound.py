@@ -72,7 +72,7 @@ class Corked:
         held, self._held = self._held, None
         # uvloop closes a transport on a socket error and tells the protocol a
         # turn later; writing to it then would raise in this bare callback.
-        if held and not self._transport.is_closing():
+        if (held or self._owed >= CREDIT_URGENT) and not self._transport.is_closing():
             self._send(b"".join(held))
 
     def close(self) -> None:

@@ -301,3 +301,22 @@ async def test_a_runtimes_answer_to_a_diverted_stream_goes_at_once_on_a_stream_c
     answers_on_3 = [hdrs for sid, _, hdrs in _client_view(client) if sid == 3]
     assert [h.get(b"grpc-status") for h in answers_on_3] == [None, b"0"]  # headers, then the proxy's trailers
     assert not conn.closed.done()
+
+
+async def test_a_bad_connection_window_update_from_the_client_still_ends_the_connection() -> None:
+    """The relay loop takes a client's stream-0 WINDOW_UPDATE itself; one of 0,
+    or of the wrong length, is still the connection error it was."""
+    for payload, code in ((struct.pack(">I", 0), ErrorCode.PROTOCOL_ERROR),
+                          (struct.pack(">I", 1) + b"\x00", ErrorCode.FRAME_SIZE_ERROR)):
+        conn, client, _, _ = _connection()
+        conn.client_data(fr.serialize(FrameType.WINDOW_UPDATE, 0, 0, payload))
+        goaways = [f for f in _client_frames(client) if f.type == FrameType.GOAWAY]
+        assert conn.closed.done() and [int.from_bytes(bytes(f.payload[4:8]), "big") for f in goaways] == [code]
+
+
+async def test_a_clients_connection_window_update_grows_the_window_the_proxy_sends_under() -> None:
+    conn, _, backend, _ = _connection()
+    before = conn.out.window
+    conn.client_data(fr.window_update(0, 1000))
+    assert conn.out.window == before + 1000
+    assert fr.window_update(0, 1000) not in b"".join(map(bytes, backend.written))  # per hop: not the runtime's

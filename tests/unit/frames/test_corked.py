@@ -143,3 +143,29 @@ async def test_a_connection_gives_the_runtime_window_back_with_its_next_request(
     conn.client_data(_headers(encoder, 1) + _data(1, MESSAGE, end=True))
     await _turns()
     assert fr.window_update(0, CREDIT_BATCH) in b"".join(map(bytes, backend.written[written:]))
+
+
+async def test_window_owed_during_a_hold_goes_with_the_release_even_with_nothing_held() -> None:
+    from runtimeproxy.frames.inbound import CREDIT_URGENT
+
+    transport = _Transport()
+    corked = Corked(transport)  # type: ignore[arg-type]
+    corked.hold()
+    corked.credit(CREDIT_URGENT)  # too much to wait for a write, but the writes are held
+    assert transport.written == []
+    await _turns(1)
+    assert transport.written == [fr.window_update(0, CREDIT_URGENT)]
+
+
+async def test_window_owed_rides_with_held_writes_and_large_data_is_not_copied_for_it() -> None:
+    transport = _Transport()
+    corked = Corked(transport)  # type: ignore[arg-type]
+    corked.hold()
+    corked.write(b"block")
+    corked.credit(1000)
+    await _turns(1)
+    assert transport.written == [fr.window_update(0, 1000) + b"block"]
+    corked.credit(2000)
+    large = b"x" * 70_000
+    corked.write(large)
+    assert transport.written[1:] == [fr.window_update(0, 2000), large]

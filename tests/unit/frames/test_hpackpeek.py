@@ -125,3 +125,12 @@ def test_a_header_reader_forgets_what_it_read_when_the_table_size_allowed_change
     assert reader.peek(block, WANTED) == {b"grpc-status": b"0"}
     reader.allow_table_size(0)  # the peer must shrink its table first: the full decoder judges the block
     assert reader.peek(block, WANTED) is None
+
+
+def test_a_header_reader_does_not_remember_long_blocks() -> None:
+    from runtimeproxy.frames.hpackpeek import CACHED_BLOCK_BYTES, HeaderReader
+
+    reader = HeaderReader(1 << 20, "")
+    block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple("grpc-message", "x" * (CACHED_BLOCK_BYTES * 2))])
+    assert reader.peek(block, WANTED) == {b"grpc-message": b"x" * (CACHED_BLOCK_BYTES * 2)}
+    assert reader._seen[WANTED] == {}  # read again next time, not kept
