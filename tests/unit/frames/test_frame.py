@@ -6,6 +6,8 @@ import struct
 
 import hpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.divert import encode_headers, parse_timeout, split_messages
@@ -146,3 +148,21 @@ def test_outbound_window_overflow_is_a_flow_control_error() -> None:
     with pytest.raises(FrameError) as err:
         out.grow(fr.MAX_WINDOW)
     assert err.value.code == ErrorCode.FLOW_CONTROL_ERROR
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=6), st.lists(st.integers(1, 97), min_size=1, max_size=40),
+       st.integers(0, 200))
+def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_is_split(
+        lengths, cuts, limit) -> None:  # type: ignore[no-untyped-def]
+    """Messages (5-byte prefix + body) cut into DATA frames at arbitrary points:
+    the tracker names the first one over the limit in the frame where its prefix ends."""
+    stream = b"".join(struct.pack(">BI", 0, n) + b"m" * n for n in lengths)
+    first_over = next((n for n in lengths if n > limit), None)
+    sizes, found, pos, i = MessageSizes(limit), None, 0, 0
+    while pos < len(stream) and found is None:
+        chunk = stream[pos: pos + cuts[i % len(cuts)]]
+        pos += len(chunk)
+        i += 1
+        found = sizes.feed(memoryview(chunk))
+    assert found == first_over

@@ -116,3 +116,20 @@ async def test_frames_read_behind_data_waiting_for_the_clients_window_leave_afte
     assert frames[-1] == (FrameType.RST_STREAM, 1)
     assert sum(len(f.payload) for f in _client_frames(client) if f.type == FrameType.DATA) == big + 5
     assert [code for code, _ in routes.ends] == ["CANCELLED"]
+
+
+async def test_a_relayed_answers_padded_or_prioritised_block_is_read_without_its_padding() -> None:
+    """A single-frame block with PADDED or PRIORITY takes the full path (downstream's
+    fast path is for plain frames only): its status is read right, and the client
+    gets the frame as the runtime sent it."""
+    conn, client, routes, to_backend, backend_encoder = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION) + _request(to_backend, 3, VERSION))
+    block = backend_encoder.encode(OK)
+    padded = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM | Flag.PADDED, 1,
+                          bytes([3]) + block + b"\x00" * 3)
+    prioritised = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM | Flag.PRIORITY, 3,
+                               b"\x00\x00\x00\x00\x0f" + backend_encoder.encode(OK))
+    conn.backend_data(padded + prioritised)
+    assert not conn.closed.done()
+    assert [code for code, _ in routes.ends] == ["OK", "OK"]
+    assert padded + prioritised in b"".join(map(bytes, client.written))
