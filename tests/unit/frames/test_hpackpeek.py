@@ -93,7 +93,8 @@ def test_a_small_view_of_a_large_read_is_copied_before_a_transport_keeps_it() ->
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(FIELD, max_size=6), min_size=1, max_size=16), st.booleans())
-def test_a_header_reader_remembers_blocks_only_while_the_table_stays_as_it_was(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+def test_a_header_reader_remembers_blocks_only_while_the_table_stays_as_it_was(  # type: ignore[no-untyped-def]
+        blocks, huffman) -> None:
     """The same bytes repeated (as gRPC peers send them) and the same bytes
     after the table changed (where an index names another header): the
     reader's answers are the full decoder's every time."""
