@@ -110,9 +110,10 @@ class FrameConnection:
         self.unary_open: set[int] = set()  # of those, known unary calls
         self.diverted: dict[int, Diverted] = {}
         self.hooked: dict[int, hooked.Hooked] = {}
-        self.backend_initial_window = fr.DEFAULT_WINDOW  # the backend's SETTINGS_INITIAL_WINDOW_SIZE
-        self.client_frames = fr.FrameSizes()  # what the client accepts
-        self.backend_frames = fr.FrameSizes()  # what the backend accepts
+        self.client_frames = fr.AckedSetting(fr.DEFAULT_MAX_FRAME)  # what the client accepts
+        self.backend_frames = fr.AckedSetting(fr.DEFAULT_MAX_FRAME)  # what the backend accepts
+        # The backend's INITIAL_WINDOW_SIZE: the stream window of the proxy's own DATA (hooked requests).
+        self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
         self._uncredited = 0
         self._client_uncredited = 0
         self.stopping = False
@@ -266,6 +267,28 @@ class FrameConnection:
     def hooked_done(self, call: hooked.Hooked) -> None:
         self.hooked.pop(call.stream_id, None)
         self.check_idle()
+
+    def backend_settings(self, values: dict[int, int]) -> None:
+        """The backend sent SETTINGS (on their way to the client, which acknowledges them)."""
+        self.backend_frames.announced(values.get(fr.Setting.MAX_FRAME_SIZE))
+        self._backend_window(lambda: self.backend_windows.announced(values.get(fr.Setting.INITIAL_WINDOW_SIZE)))
+
+    def backend_settings_acknowledged(self) -> None:
+        """The client's ACK of the backend's oldest SETTINGS goes to the backend."""
+        self.backend_frames.acknowledged()
+        self._backend_window(self.backend_windows.acknowledged)
+
+    def _backend_window(self, change: Callable[[], None]) -> None:
+        # A larger window counts once the backend has the ACK ahead of the DATA
+        # sent under it: C-core resets a stream (PROTOCOL_ERROR) whose DATA
+        # overflows the window it knows acknowledged. A smaller one counts at once.
+        before = self.backend_windows.send
+        change()
+        delta = self.backend_windows.send - before
+        if delta:
+            for call in self.hooked.values():
+                call.window += delta
+                call.opened.set()
 
     def credit_client(self, amount: int) -> None:
         """The client's DATA, consumed: its connection window (ours, see inbound.py) grows again."""

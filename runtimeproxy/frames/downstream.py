@@ -244,15 +244,9 @@ class BackendSide:
 
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn
-        conn.backend_frames.announced(values.get(Setting.MAX_FRAME_SIZE))
+        conn.backend_settings(values)
         if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
             conn.client_side.headers.allow_table_size(values[Setting.HEADER_TABLE_SIZE])
-        if Setting.INITIAL_WINDOW_SIZE in values:
-            size = values[Setting.INITIAL_WINDOW_SIZE]
-            delta, conn.backend_initial_window = size - conn.backend_initial_window, size
-            for call in conn.hooked.values():
-                call.window += delta
-                call.opened.set()
         # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
         limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
         if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:

@@ -70,20 +70,21 @@ class FrameError(Exception):
         self.code = code
 
 
-class FrameSizes:
-    """One peer's SETTINGS_MAX_FRAME_SIZE as it changes. A value it announces
-    applies once it is acknowledged (RFC 9113 section 6.5.3), and the ACK comes
-    from the other side of the proxy: so frames the proxy makes for this peer
-    are at most every value still in play (``send``), while frames relayed to
-    it may be as large as any of them (``relay``)."""
+class AckedSetting:
+    """One peer's setting as it changes (MAX_FRAME_SIZE, INITIAL_WINDOW_SIZE).
+    A value it announces applies once it is acknowledged (RFC 9113 section
+    6.5.3), and the ACK comes from the other side of the proxy: so what the
+    proxy sends this peer itself keeps within every value still in play
+    (``send``: frame sizes, the window of its own DATA), while frames relayed
+    to it may reach any of them (``relay``)."""
 
-    def __init__(self) -> None:
-        self._acked = DEFAULT_MAX_FRAME
+    def __init__(self, initial: int) -> None:
+        self._acked = initial
         self._announced: deque[int | None] = deque()  # one per SETTINGS not acknowledged yet
-        self.send = self.relay = DEFAULT_MAX_FRAME
+        self.send = self.relay = initial
 
     def announced(self, size: int | None) -> None:
-        """The peer sent SETTINGS (with MAX_FRAME_SIZE ``size``, or without it: None)."""
+        """The peer sent SETTINGS (with this setting at ``size``, or without it: None)."""
         self._announced.append(size)
         self._update()
 

@@ -193,7 +193,7 @@ class ClientSide:
                 out.append(raw)
             else:  # behind DATA queued for the backend's window, framed under the settings it acknowledges
                 self._ordered(raw, out)
-                self.conn.backend_frames.acknowledged()
+                self.conn.backend_settings_acknowledged()
             if not self.granted:  # after the client's first SETTINGS, as the preface requires
                 self.granted = True
                 out.append(fr.window_update(0, BACKEND_GRANT))
@@ -285,7 +285,7 @@ class ClientSide:
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes | memoryview]) -> None:
         self._ordered(b"".join(_without_end_stream(raws)), out)  # the request follows, from the stages
-        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_initial_window)
+        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send)
         self.conn.start_timing(sid, path)
         if end_stream:
             call.ended.set()

@@ -1,4 +1,4 @@
-"""SETTINGS across the proxy (frames/frame.py FrameSizes, downstream.py,
+"""SETTINGS across the proxy (frames/frame.py AckedSetting, downstream.py,
 upstream.py): a peer's new MAX_FRAME_SIZE applies once acknowledged, and
 that acknowledgement comes from the other side of the proxy. So the proxy
 frames what it makes under every value still in play, and an ACK never
@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import Flag, FrameSizes, FrameType, Setting
+from runtimeproxy.frames.frame import AckedSetting, Flag, FrameType, Setting
 
 from .test_connection import VERSION, _client_frames, _data, _Transport
 from .test_relayed_frames import OK, _connection
@@ -30,7 +30,7 @@ def _frames(written: list[bytes]) -> list[fr.Frame]:
 
 
 def test_a_new_max_frame_size_is_used_once_acknowledged_and_taken_from_the_moment_it_is_announced() -> None:
-    sizes = FrameSizes()
+    sizes = AckedSetting(fr.DEFAULT_MAX_FRAME)
     sizes.announced(1 << 20)  # larger: the peer still takes only 16 KiB until its ACK
     assert (sizes.send, sizes.relay) == (16_384, 1 << 20)
     sizes.announced(None)  # a SETTINGS without it
@@ -84,3 +84,24 @@ async def test_the_clients_ack_stays_behind_data_queued_for_the_runtimes_window(
     conn.backend_data(fr.window_update(0, 1 << 20))
     kinds = [f.type for f in _frames(backend.written) if f.type in (FrameType.DATA, FrameType.SETTINGS)]
     assert kinds[-1] == FrameType.SETTINGS and kinds.count(FrameType.DATA) > 1
+
+
+async def test_a_larger_runtime_window_counts_for_the_proxys_own_data_once_the_client_acknowledged_it() -> None:
+    """C-core resets a stream (PROTOCOL_ERROR) whose DATA overflows the window it
+    knows acknowledged, and the ACK of its SETTINGS comes from the client: the
+    proxy's own DATA (a hooked request) waits for that ACK to use a larger
+    window; a smaller one counts at once."""
+    from runtimeproxy.frames import hooked
+
+    conn, _, _, _, _ = _connection()
+    conn.client_data(ACK)  # of the runtime's first SETTINGS
+    call = hooked.Hooked(1, "/p", [], (), window=conn.backend_windows.send)
+    conn.hooked[1] = call
+    conn.backend_data(_settings(INITIAL_WINDOW_SIZE=1 << 22))  # larger, on its way to the client
+    assert conn.backend_windows.send == call.window == fr.DEFAULT_WINDOW
+    conn.client_data(ACK)  # the client acknowledges it; the ACK goes to the runtime first
+    assert conn.backend_windows.send == call.window == 1 << 22
+    conn.backend_data(_settings(INITIAL_WINDOW_SIZE=1 << 16))  # smaller: at once
+    assert conn.backend_windows.send == call.window == 1 << 16
+    conn.client_data(ACK)
+    assert conn.backend_windows.send == call.window == 1 << 16
