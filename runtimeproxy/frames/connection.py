@@ -43,7 +43,7 @@ from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
-from .inbound import Corked, Inbound
+from .inbound import CREDIT_BATCH, Corked, Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
 from .pings import DelayedAcks
@@ -52,7 +52,6 @@ from .upstream import ClientSide
 log = logging.getLogger(__name__)
 
 ENDED_KEPT = 4096  # streams the proxy ended, remembered per connection
-CREDIT_BATCH = 256 * 1024  # window given back at once, at least (see credit_backend)
 
 
 class Routes(Protocol):
@@ -114,7 +113,6 @@ class FrameConnection:
         self.backend_frames = fr.AckedSetting(fr.DEFAULT_MAX_FRAME)  # what the backend accepts
         # The backend's INITIAL_WINDOW_SIZE: the stream window of the proxy's own DATA (hooked requests).
         self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
-        self._uncredited = 0
         self._client_uncredited = 0
         self.stopping = False
         self.backend_lost = False
@@ -270,20 +268,22 @@ class FrameConnection:
 
     def backend_settings(self, values: dict[int, int]) -> None:
         """The backend sent SETTINGS (on their way to the client, which acknowledges them)."""
+        before = self.backend_windows.send
         self.backend_frames.announced(values.get(fr.Setting.MAX_FRAME_SIZE))
-        self._backend_window(lambda: self.backend_windows.announced(values.get(fr.Setting.INITIAL_WINDOW_SIZE)))
+        self.backend_windows.announced(values.get(fr.Setting.INITIAL_WINDOW_SIZE))
+        self._hooked_windows_moved(before)
 
     def backend_settings_acknowledged(self) -> None:
         """The client's ACK of the backend's oldest SETTINGS goes to the backend."""
+        before = self.backend_windows.send
         self.backend_frames.acknowledged()
-        self._backend_window(self.backend_windows.acknowledged)
+        self.backend_windows.acknowledged()
+        self._hooked_windows_moved(before)
 
-    def _backend_window(self, change: Callable[[], None]) -> None:
+    def _hooked_windows_moved(self, before: int) -> None:
         # A larger window counts once the backend has the ACK ahead of the DATA
         # sent under it: C-core resets a stream (PROTOCOL_ERROR) whose DATA
         # overflows the window it knows acknowledged. A smaller one counts at once.
-        before = self.backend_windows.send
-        change()
         delta = self.backend_windows.send - before
         if delta:
             for call in self.hooked.values():
@@ -298,13 +298,9 @@ class FrameConnection:
             self._client_uncredited = 0
 
     def credit_backend(self, amount: int) -> None:
-        # Batched, and sent with the next request (inbound.Corked.credit): the
-        # backend still has BACKEND_GRANT - CREDIT_URGENT of window at least,
-        # and a small call costs no extra frame, nor a write of its own.
-        self._uncredited += amount
-        if self._uncredited >= CREDIT_BATCH:
-            self.backend.credit(self._uncredited)
-            self._uncredited = 0
+        """The backend's DATA, gone to the client: its connection window grows
+        again, with the next request (inbound.Corked.credit)."""
+        self.backend.credit(amount)
 
     def check_idle(self) -> None:
         if not self.unary_open and not self.diverted and not self.hooked:

@@ -117,10 +117,6 @@ class HeaderReader:
         self._source = source  # for errors: "" or " from the backend"
         self._seen: dict[frozenset[bytes], dict[bytes, dict[bytes, bytes]]] = {}
 
-    @property
-    def decoder(self) -> hpack.Decoder:
-        return self._decoder
-
     def allow_table_size(self, size: int) -> None:
         """The peer's encoder may use ``size`` bytes of table (the other side's SETTINGS)."""
         self._decoder.max_allowed_table_size = size

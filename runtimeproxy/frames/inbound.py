@@ -24,6 +24,7 @@ from .window import QueuedData, WindowQueue
 CLIENT_GRANT = 4 * 1024 * 1024  # extra connection window given to the client (bounds this queue)
 
 
+CREDIT_BATCH = 256 * 1024  # window given back at once, at least: a small call costs no extra frame
 CREDIT_URGENT = 1024 * 1024  # window owed to the backend that goes at once, without waiting for a write
 
 
@@ -46,14 +47,15 @@ class Corked:
             self._held.append(data)
 
     def credit(self, increment: int) -> None:
-        """Window for the backend's DATA: sent with the next write, or now once
-        CREDIT_URGENT is owed (the backend still has BACKEND_GRANT less that)."""
+        """Window for the backend's DATA, given back: it rides with the next
+        write once CREDIT_BATCH is owed, and goes alone once CREDIT_URGENT is
+        (the backend still has BACKEND_GRANT less that)."""
         self._owed += increment
         if self._owed >= CREDIT_URGENT and self._held is None and not self._transport.is_closing():
             self._send(b"")
 
     def _send(self, data: bytes | memoryview) -> None:
-        if self._owed:
+        if self._owed >= CREDIT_BATCH:
             update, self._owed = fr.window_update(0, self._owed), 0
             if len(data) > 65536:  # not worth a copy of the data
                 self._transport.write(update)

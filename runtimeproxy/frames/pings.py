@@ -40,9 +40,7 @@ class DelayedAcks:
 
     def flush(self) -> None:
         """Every held answer goes now, in the order the pings came."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._cancel_timer()
         if self._held:
             held, self._held = self._held, []
             self._write(b"".join(held))
@@ -56,10 +54,13 @@ class DelayedAcks:
 
     def close(self) -> None:
         """The connection is over: nothing more goes out."""
+        self._cancel_timer()
+        self._held.clear()
+
+    def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._held.clear()
 
     @property
     def held(self) -> int:

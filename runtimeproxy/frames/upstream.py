@@ -96,16 +96,15 @@ class ClientSide:
                         self._refuse_size(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt
                     continue
-                if kind == FrameType.WINDOW_UPDATE and size == 4 and (sid == 0 or sid in relayed):
-                    increment = _INCREMENT(buf, pos + fr.HEADER_LEN)[0] & 0x7FFFFFFF
-                    if increment and sid:
+                if (kind == FrameType.WINDOW_UPDATE and size == 4 and (sid == 0 or sid in relayed)
+                        and (increment := _INCREMENT(buf, pos + fr.HEADER_LEN)[0] & 0x7FFFFFFF)):
+                    if sid:
                         pos = nxt  # a relayed stream's window is end to end
                         continue
-                    if increment:  # the response direction's connection window is ours (outbound.py)
-                        out.append(view[run:pos])
-                        conn.out.grow(increment)
-                        run = pos = nxt
-                        continue
+                    out.append(view[run:pos])  # the response direction's connection window is ours (outbound.py)
+                    conn.out.grow(increment)
+                    run = pos = nxt
+                    continue
                 if kind not in _CLIENT_SPECIAL:
                     pos = nxt
                     continue

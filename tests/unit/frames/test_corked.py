@@ -158,14 +158,19 @@ async def test_window_owed_during_a_hold_goes_with_the_release_even_with_nothing
 
 
 async def test_window_owed_rides_with_held_writes_and_large_data_is_not_copied_for_it() -> None:
+    from runtimeproxy.frames.inbound import CREDIT_BATCH
+
     transport = _Transport()
     corked = Corked(transport)  # type: ignore[arg-type]
+    corked.credit(CREDIT_BATCH - 1)  # too little to cost a frame
+    corked.write(b"first")
+    assert transport.written == [b"first"]
     corked.hold()
     corked.write(b"block")
-    corked.credit(1000)
+    corked.credit(1)
     await _turns(1)
-    assert transport.written == [fr.window_update(0, 1000) + b"block"]
-    corked.credit(2000)
+    assert transport.written[1:] == [fr.window_update(0, CREDIT_BATCH) + b"block"]
+    corked.credit(CREDIT_BATCH)
     large = b"x" * 70_000
     corked.write(large)
-    assert transport.written[1:] == [fr.window_update(0, 2000), large]
+    assert transport.written[2:] == [fr.window_update(0, CREDIT_BATCH), large]
