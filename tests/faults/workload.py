@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,10 @@ class Ledger:
     # Pod uid -> (pod id, container id, pod config) of what a worker created.
     ids: dict[str, tuple[str, str, v1.PodSandboxConfig]] = field(default_factory=dict)
     succeeded: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set by a test that must know when a failure came: ``moment()`` is called
+    # as each failure is recorded, and ``moments`` holds what it said, by status.
+    moment: Callable[[], str] | None = None
+    moments: dict[str, set[str]] = field(default_factory=dict)
 
     def codes(self) -> set[str]:
         return {code for (_, code) in self.outcomes if code != "OK"}
@@ -98,7 +103,10 @@ class Worker:
         except aio.AioRpcError as exc:
             self.ledger.outcomes[(method, exc.code().name)] += 1
             if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                self.ledger.failures.append(f"{self.name} {method}: {exc.code().name}: {exc.details()}")
+                status = f"{exc.code().name}: {exc.details()}"
+                self.ledger.failures.append(f"{self.name} {method}: {status}")
+                if self.ledger.moment is not None:
+                    self.ledger.moments.setdefault(status, set()).add(self.ledger.moment())
             await asyncio.sleep(RETRY_PAUSE)
             return None
         self.ledger.outcomes[(method, "OK")] += 1
