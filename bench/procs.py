@@ -78,6 +78,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of proc(5)
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(idle, total) clock ticks of all CPUs since boot, from /proc/stat (idle includes iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
 class Child:
     """One child process, started with ``start()`` and ended with ``stop()``."""
 

@@ -179,16 +179,20 @@ def render(results: dict[str, Any]) -> str:
             + f"; {opts['rounds']} interleaved rounds x {opts['duration']:g}s per target and case; "
             "latencies pooled over rounds")
         add(f"{'call':<15}{'conc':>5}  {'target':<11}{'calls':>9}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-            f"{'errors':>8}{'proxy CPU ms/call':>19}")
+            f"{'errors':>8}   CPU ms/call: {'own':>6}{'runtime':>8}{'client':>7}{'idle':>7}")
         for e in unary:
             for target in ("direct", "proxy", UNARY_REFERENCE):
                 if target not in e:
                     continue
                 t = e[target]
-                cpu = _f(t.get("proxy_cpu_ms_per_call", math.nan)) if target == "proxy" else ""
+                own = t.get("proxy_cpu_ms_per_call", t.get("relay_cpu_ms_per_call"))
+                idle = t.get("idle_percent", math.nan)
                 add(f"{e['method']:<15}{e['concurrency']:>5}  {target:<11}{t['calls']:>9}"
                     f"{_f(t['calls_per_s'], '{:.0f}'):>10}{_f(t['p50_ms']):>9}{_f(t['p99_ms']):>9}"
-                    f"{t['errors']:>8}{cpu:>19}")
+                    f"{t['errors']:>8}{'':>16}{'' if own is None else _f(own):>6}"
+                    f"{_f(t.get('runtime_cpu_ms_per_call', math.nan)):>8}"
+                    f"{_f(t.get('client_cpu_ms_per_call', math.nan)):>7}"
+                    f"{'n/a' if math.isnan(idle) else f'{idle:.0f}%':>7}")
             r = e["ratios"]
             add(f"{'':<22}proxy/direct: p50 {_x(r['p50'])}  p99 {_x(r['p99'])}  throughput {_x(r['throughput'])}"
                 f"  (per round {_f(r['throughput_round_min'], '{:.2f}')}..{_f(r['throughput_round_max'], '{:.2f}')})")

@@ -30,6 +30,7 @@ from .procs import (
     RelayChild,
     cpu_seconds,
     free_tcp_port,
+    machine_ticks,
     memory_mib,
     say,
     wait_cri_version,
@@ -146,7 +147,11 @@ class Bench:
             await self._sanity(targets | {"proxy+hook": hooked.listen}
                                | {name: relay.listen for name, relay in relays.items()})
 
-            await self._unary(loadgen, targets, plain)
+            # Whose CPU time each unary round samples: the runtime and the client in every
+            # round, the process in the middle (proxy, byte relay) in its own target's.
+            pids = {"runtime": ctd.pid, "client": loadgen.pid, "proxy": plain.pid,
+                    UNARY_REFERENCE: relays[UNARY_REFERENCE].pid}
+            await self._unary(loadgen, targets, pids)
             await self._hook_rtt(loadgen, hook_sock, logs)
             await self._sparse(loadgen, hook_sock, targets, logs)
 
@@ -212,7 +217,7 @@ class Bench:
 
     # ------------------------------------------------------------------ phase 1
 
-    async def _unary(self, loadgen: LoadGenChild, targets: dict[str, Path], plain: ProxyChild) -> None:
+    async def _unary(self, loadgen: LoadGenChild, targets: dict[str, Path], pids: dict[str, int | None]) -> None:
         opts = self.opts
         list_bytes = v1.ListContainersRequest().SerializeToString()
         cases = [(m, c) for m in ("Version", "ListContainers") for c in opts.concurrencies]
@@ -221,7 +226,8 @@ class Bench:
             f"(~{opts.rounds * per_round:.0f}s)")
         raw: dict[tuple[str, int], dict[str, dict[str, Any]]] = {
             case: {t: {"lat": [], "calls": 0, "elapsed": 0.0, "errors": 0, "samples": [], "rounds": [],
-                       "cpu": 0.0, "all_calls": 0}
+                       "cpu": {"runtime": 0.0, "client": 0.0, "middle": 0.0}, "idle": 0, "ticks": 0,
+                       "all_calls": 0}
                    for t in targets}
             for case in cases}
         for r in range(opts.rounds):
@@ -233,11 +239,17 @@ class Bench:
                            "request": base64.b64encode(list_bytes if method == "ListContainers" else b"").decode(),
                            "concurrency": conc, "duration": opts.duration, "warmup": opts.warmup,
                            "timeout": 10.0, "codec": "raw"}
-                    cpu0 = cpu_seconds(plain.pid) if target == "proxy" else 0.0
+                    watched = {who: pid for who, pid in (("runtime", pids["runtime"]), ("client", pids["client"]),
+                                                         ("middle", pids.get(target))) if pid is not None}
+                    cpu0 = {who: cpu_seconds(pid) for who, pid in watched.items()}
+                    ticks0 = machine_ticks()
                     ans = await loadgen.request(cmd, timeout=opts.duration + opts.warmup + 60)
+                    ticks1 = machine_ticks()
                     acc = raw[case][target]
-                    if target == "proxy":
-                        acc["cpu"] += cpu_seconds(plain.pid) - cpu0
+                    for who, before in cpu0.items():
+                        acc["cpu"][who] += cpu_seconds(watched[who]) - before
+                    acc["idle"] += ticks1[0] - ticks0[0]
+                    acc["ticks"] += ticks1[1] - ticks0[1]
                     acc["lat"].extend(ans["latencies_ns"])
                     acc["calls"] += ans["calls"]
                     acc["all_calls"] += ans["calls"] + ans["warmup_calls"]
@@ -264,10 +276,15 @@ class Bench:
             entry["ratios"] = _ratios(entry["direct"], entry["proxy"])
             if UNARY_REFERENCE in entry:
                 entry[UNARY_REFERENCE_RATIOS] = _ratios(entry["direct"], entry[UNARY_REFERENCE])
-            # The proxy's CPU time was sampled around warm-up and recorded phase: divide by all their calls.
-            all_calls = by_target["proxy"]["all_calls"]
-            entry["proxy"]["proxy_cpu_ms_per_call"] = (by_target["proxy"]["cpu"] * 1000 / all_calls
-                                                      if all_calls else math.nan)
+            # CPU time was sampled around warm-up and recorded phase: divided by all their calls.
+            for target, acc in by_target.items():
+                per_call = {who: seconds * 1000 / acc["all_calls"] if acc["all_calls"] else math.nan
+                            for who, seconds in acc["cpu"].items()}
+                entry[target]["runtime_cpu_ms_per_call"] = per_call["runtime"]
+                entry[target]["client_cpu_ms_per_call"] = per_call["client"]
+                entry[target]["idle_percent"] = 100 * acc["idle"] / acc["ticks"] if acc["ticks"] else math.nan
+                if target != "direct":
+                    entry[target][f"{'proxy' if target == 'proxy' else 'relay'}_cpu_ms_per_call"] = per_call["middle"]
             out.append(entry)
         self.results["unary"] = out
 

@@ -28,6 +28,8 @@ def _case(method: str, conc: int, *, p50: float, throughput: float, cpu: float) 
     proxy = _target(1000.0 * throughput, 0.2 * p50, [1000.0 * throughput])
     proxy["proxy_cpu_ms_per_call"] = cpu
     relay = _target(950.0, 0.204, [950.0])
+    relay.update(relay_cpu_ms_per_call=0.05, runtime_cpu_ms_per_call=0.31, client_cpu_ms_per_call=0.17,
+                 idle_percent=14.6)
     return {"method": method, "concurrency": conc, "direct": direct, "proxy": proxy, "byte-relay": relay,
             "ratios": _ratios(direct, proxy), "ratios_byte_relay": _ratios(direct, relay)}
 
@@ -181,7 +183,10 @@ def test_render_prints_the_reference_relay_and_every_target() -> None:
     results = _results(version_p50=1.6, rss=61.0)
     text = render(results)
     lines = text.splitlines()
-    assert any(re.fullmatch(r"Version\s+1\s+byte-relay\s+950\s+950\s+0\.204\s+0\.612\s+0\s*", ln) for ln in lines)
+    assert any(re.fullmatch(r"Version\s+1\s+byte-relay\s+950\s+950\s+0\.204\s+0\.612\s+0"
+                            r"\s+0\.050\s+0\.310\s+0\.170\s+15%", ln) for ln in lines)
+    # A run that sampled no CPU (figures from an older JSON): its columns say so.
+    assert any(re.fullmatch(r"Version\s+1\s+direct(\s+[0-9.]+){4}\s+0\s+n/a\s+n/a\s+n/a", ln) for ln in lines)
     assert sum("byte-relay/direct: p50 1.02x  throughput 0.95x  (reference, not judged)" in ln
                for ln in lines) == 4
     assert "floor of any Python relay" in text
