@@ -4,7 +4,9 @@ The router wraps each handler once, when its table is built, so the hot path
 pays a clock read, a gauge step and one counter increment per call; nothing
 is decoded. The status code is what the handler ended the call with: OK,
 the code it aborted with (the backend's, a hook's, a refusal's), CANCELLED
-when the client left, UNKNOWN for an unexpected exception (what grpc sends).
+when the client left (also when it left while the handler's status was being
+sent: grpc raises ExecuteBatchError for that send), UNKNOWN for an unexpected
+exception (what grpc sends).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 from grpc import aio
+from grpc._cython import cygrpc
 
 from .methods import MethodRef
 
@@ -57,7 +60,7 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
             except aio.AbortError:
                 code = _code(context, "UNKNOWN")
                 raise
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, cygrpc.ExecuteBatchError):
                 code = "CANCELLED"
                 raise
             finally:
@@ -77,7 +80,7 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
             except aio.AbortError:
                 code = _code(context, "UNKNOWN")
                 raise
-            except (asyncio.CancelledError, GeneratorExit):
+            except (asyncio.CancelledError, GeneratorExit, cygrpc.ExecuteBatchError):
                 code = "CANCELLED"
                 raise
             finally:
