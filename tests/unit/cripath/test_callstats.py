@@ -11,29 +11,25 @@ import grpc
 import pytest
 from grpc import aio
 from grpc._cython import cygrpc
+from prometheus_client import CollectorRegistry
 
 from runtimeproxy.cripath.callstats import measured
 from runtimeproxy.cripath.methods import parse_method
+from runtimeproxy.metrics import CriCallMetrics
 
 REF = parse_method("/runtime.v1.RuntimeService/ContainerStatus")
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.active = 0
-        self.codes: list[str] = []
-
-    def started(self) -> None:
-        self.active += 1
-
-    def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        assert (method, version) == ("ContainerStatus", "v1")
-
-        def record(code: str, seconds: float) -> None:
-            self.active -= 1
-            self.codes.append(code)
-
-        return record
+def counts(metrics: CriCallMetrics, registry: CollectorRegistry) -> tuple[dict[str, float], int]:
+    """The ContainerStatus calls counted by code, and the calls still in flight."""
+    codes = {
+        sample.labels["code"]: sample.value
+        for family in registry.collect()
+        if family.name == "runtime_proxy_cri_calls"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["method"] == "ContainerStatus"
+    }
+    return codes, metrics.active
 
 
 class Context:
@@ -71,15 +67,16 @@ def _unary_ending(exc: BaseException | None) -> Callable[..., Any]:
 async def test_unary_counted_with_how_it_ended(
     raised: BaseException | None, context_code: grpc.StatusCode | None, counted: str
 ) -> None:
-    sink = Sink()
-    handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(raised)), REF, sink)
+    registry = CollectorRegistry()
+    metrics = CriCallMetrics(registry)
+    handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(raised)), REF, metrics)
     call = handler.unary_unary(b"", Context(context_code))
     if raised is None:
         assert await call == b"ok"
     else:
         with pytest.raises(type(raised)):
             await call
-    assert (sink.codes, sink.active) == ([counted], 0)
+    assert counts(metrics, registry) == ({counted: 1.0}, 0)
 
 
 @pytest.mark.parametrize(
@@ -97,8 +94,9 @@ async def test_stream_counted_with_how_it_ended(raised: BaseException | None, co
         if raised is not None:
             raise raised
 
-    sink = Sink()
-    stream = measured(grpc.unary_stream_rpc_method_handler(handler), REF, sink).unary_stream(b"", Context())
+    registry = CollectorRegistry()
+    metrics = CriCallMetrics(registry)
+    stream = measured(grpc.unary_stream_rpc_method_handler(handler), REF, metrics).unary_stream(b"", Context())
     got: list[bytes] = []
     if raised is None:
         got = [m async for m in stream]
@@ -106,4 +104,4 @@ async def test_stream_counted_with_how_it_ended(raised: BaseException | None, co
         with pytest.raises(type(raised)):
             async for m in stream:
                 got.append(m)
-    assert (got, sink.codes, sink.active) == ([b"one"], [counted], 0)
+    assert (got, counts(metrics, registry)) == ([b"one"], ({counted: 1.0}, 0))
