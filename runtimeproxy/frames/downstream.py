@@ -28,6 +28,9 @@ _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 _FRAME_HEADER = fr.HEADER.unpack_from
+# Plain ints for the run loop (an IntEnum member costs a lookup each time).
+_HEADER_LEN, _DATA, _HEADERS = fr.HEADER_LEN, int(FrameType.DATA), int(FrameType.HEADERS)
+_PADDED, _END_STREAM = Flag.PADDED, Flag.END_STREAM
 _WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY  # of these, END_HEADERS alone: a plain whole block
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
@@ -42,7 +45,7 @@ log = logging.getLogger(__name__)
 class BackendSide:
     def __init__(self, conn: FrameConnection) -> None:
         self.conn = conn
-        self.buf = b""  # an incomplete frame carried to the next read
+        self.buf = bytearray()  # an incomplete frame carried to the next read
         self.block: list[bytes] = []  # an open header block, sent once complete
         self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
@@ -54,125 +57,205 @@ class BackendSide:
         self._unread: list[tuple[int, bytes, bool]] = []
 
     def feed(self, chunk: bytes) -> None:
+        start = self._carried(chunk) if self.buf else 0
+        if start < 0:
+            return
+        pos = self._frames(chunk, start)
+        if pos < len(chunk):
+            self.buf = bytearray(memoryview(chunk)[pos:])
+        self.conn.out.flush()
+        self._settle()
+
+    def _carried(self, chunk: bytes) -> int:
+        """The frame begun in an earlier read, completed from ``chunk`` and
+        handled alone: one frame is copied, never the whole read. Where the
+        rest of ``chunk`` begins; -1 if the frame is still incomplete."""
+        buf, view = self.buf, memoryview(chunk)
+        used = 0
+        if len(buf) < fr.HEADER_LEN:
+            used = min(fr.HEADER_LEN - len(buf), len(chunk))
+            buf += view[:used]
+            if len(buf) < fr.HEADER_LEN:
+                return -1
+        size = int.from_bytes(buf[:3], "big")
+        max_frame = self.conn.client_frames.relay
+        if size > max_frame:
+            raise fr.oversized(size, max_frame)
+        take = min(fr.HEADER_LEN + size - len(buf), len(chunk) - used)
+        buf += view[used : used + take]
+        used += take
+        if len(buf) < fr.HEADER_LEN + size:
+            return -1
+        self.buf = bytearray()
+        self._frames(bytes(buf), 0)
+        return used
+
+    def _frames(self, buf: bytes, pos: int) -> int:
+        """Handle the whole frames of ``buf`` from ``pos``; where the first incomplete one begins.
+
+        A relayed call's DATA and single-frame header blocks pass in verbatim
+        runs, written as one view of the read (nearly everything a runtime
+        sends); every other frame goes through ``_frame``."""
         conn = self.conn
         out = conn.out
-        buf = self.buf + chunk if self.buf else chunk
-        view = memoryview(buf)  # frames passed on are views of what was read: no copy per frame
-        block = self.block
+        relayed, sizes_out = conn.relayed, conn.sizes_out
+        view = memoryview(buf)
         max_frame = conn.client_frames.relay
         end_buf = len(buf)
-        pos = 0
-        while end_buf - pos >= fr.HEADER_LEN:
-            hi, lo, t, flags, sid = _FRAME_HEADER(buf, pos)  # no Frame for what passes verbatim
+        run = pos
+        while end_buf - pos >= _HEADER_LEN:
+            hi, lo, t, flags, sid = _FRAME_HEADER(buf, pos)
             size = (hi << 16) | lo
             if size > max_frame:
                 raise fr.oversized(size, max_frame)
-            nxt = pos + fr.HEADER_LEN + size
+            nxt = pos + _HEADER_LEN + size
             if nxt > end_buf:
                 break
             sid &= 0x7FFFFFFF
-            raw = view[pos:nxt]
-            payload = view[pos + fr.HEADER_LEN : nxt]
-            pos = nxt
-            if t == FrameType.DATA:
-                if sid in conn.diverted or sid in conn.ended:
-                    conn.credit_backend(size)
-                    continue
-                body = fr.unpadded(fr.Frame(t, flags, sid, payload)) if flags & Flag.PADDED else payload
-                sizes = conn.sizes_out.get(sid)
-                if sizes is not None:
-                    too_long = sizes.feed(body)
-                    if too_long is not None:
-                        message = f"Received message larger than max ({too_long} vs. {conn.max_response})"
-                        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
-                        conn.inbound.ordered(conn.end_locally(sid, 8, message))
-                        conn.credit_backend(size)
+            if sid in relayed:
+                sizes = sizes_out.get(sid)
+                if t == _DATA and not flags & _PADDED and sizes is not None:
+                    if sizes.remaining >= size:  # within one message's body
+                        sizes.remaining -= size
+                        too_long = None
+                    else:
+                        too_long = sizes.feed(view[pos + _HEADER_LEN : nxt])
+                    if too_long is None and out.take(size):
+                        pos = nxt
+                        if flags & _END_STREAM:
+                            conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
                         continue
-                end = bool(flags & Flag.END_STREAM)
+                    if run < pos:
+                        out.frames(view[run:pos])
+                    if too_long is None:  # the client's window is closed: queued, in order
+                        out.data(sid, view[pos + _HEADER_LEN : nxt], bool(flags & _END_STREAM), credit=size)
+                        if flags & _END_STREAM:
+                            conn.stream_done(sid, "UNKNOWN")
+                    else:
+                        self._too_long(sid, too_long, size)
+                    run = pos = nxt
+                    continue
+                if t == _HEADERS and flags & _WHOLE_PLAIN == Flag.END_HEADERS and not self.block and out.flowing:
+                    # A relayed answer's block in one frame (nearly all of them): passed
+                    # on as it came; what it says (the status) is read once this read's
+                    # frames are written (_settle), off the answer's path.
+                    conn.responded.add(sid)
+                    self._unread.append((sid, bytes(view[pos + _HEADER_LEN : nxt]), bool(flags & _END_STREAM)))
+                    pos = nxt
+                    continue
+            if run < pos:
+                out.frames(view[run:pos])
+            self._frame(t, flags, sid, view[pos:nxt], view[pos + _HEADER_LEN : nxt])
+            run = pos = nxt
+        if run < pos:
+            out.frames(view[run:pos])
+        return pos
+
+    def _too_long(self, sid: int, length: int, size: int) -> None:
+        conn = self.conn
+        message = f"Received message larger than max ({length} vs. {conn.max_response})"
+        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+        conn.inbound.ordered(conn.end_locally(sid, 8, message))
+        conn.credit_backend(size)
+
+    def _frame(self, t: int, flags: int, sid: int, raw: memoryview, payload: memoryview) -> None:
+        """One frame that is not part of a verbatim run."""
+        conn = self.conn
+        out = conn.out
+        block = self.block
+        size = len(payload)
+        if t == FrameType.DATA:
+            if sid in conn.diverted or sid in conn.ended:
+                conn.credit_backend(size)
+                return
+            body = fr.unpadded(fr.Frame(t, flags, sid, payload)) if flags & Flag.PADDED else payload
+            sizes = conn.sizes_out.get(sid)
+            if sizes is not None:
+                too_long = sizes.feed(body)
+                if too_long is not None:
+                    self._too_long(sid, too_long, size)
+                    return
+            end = bool(flags & Flag.END_STREAM)
+            call = conn.hooked.get(sid)
+            if call is not None:
+                call.reply += body
+                if end:
+                    call.answer(2, "the runtime ended the call without a status")
+            if flags & Flag.PADDED:
+                out.data(sid, bytes(body), end, credit=size)
+            else:
+                out.data(sid, payload, end, credit=size, raw=raw)
+            if end:
+                conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
+        elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
+            if t == FrameType.HEADERS:
+                if (flags & _WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
+                        and sid not in conn.hooked):
+                    # As in _frames' run, behind the DATA queued for the client's window.
+                    conn.responded.add(sid)
+                    out.frames(raw)
+                    self._unread.append((sid, bytes(payload), bool(flags & Flag.END_STREAM)))
+                    return
+                block[:] = [raw]
+                if flags & (Flag.PADDED | Flag.PRIORITY):
+                    payload = fr.unpadded(fr.Frame(t, flags, sid, payload))
+                self.fragments[:] = [bytes(payload)]
+                self.block_sid = sid
+                self.block_ends = bool(flags & Flag.END_STREAM)
+                if sid in conn.relayed or sid in conn.hooked:
+                    conn.responded.add(sid)
+            else:
+                if not block or sid != self.block_sid:
+                    raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
+                block.append(raw)
+                self.fragments.append(bytes(payload))
+            if flags & Flag.END_HEADERS:
+                self._header_block()
+        elif sid in conn.diverted or sid in conn.ended:
+            # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
+            # header blocks, above, still go out: the client decodes and drops them.)
+            return
+        else:
+            self._settle()  # the streams these frames may end are up to date
+            f = fr.Frame(t, flags, sid, payload)
+            if t == FrameType.SETTINGS:
+                if f.has(Flag.ACK):
+                    # Behind the DATA queued for the client's window: that DATA
+                    # was framed under the settings this acknowledges (a client
+                    # lowering its MAX_FRAME_SIZE takes larger frames until then).
+                    out.frames(raw)
+                    conn.client_frames.acknowledged()
+                else:
+                    self._settings(fr.settings(f.payload), raw)
+                return
+            if t == FrameType.WINDOW_UPDATE:
+                if self._window_update(sid, fr.window_increment(f)):
+                    return
+            elif t == FrameType.GOAWAY:
+                if len(f.payload) < 8:
+                    raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
+                conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
+                return
+            elif t == FrameType.PING:
+                if len(f.payload) != 8 or sid != 0:
+                    raise FrameError(ErrorCode.PROTOCOL_ERROR, "malformed PING from the backend")
+                if not flags & Flag.ACK:
+                    # Answered here, per hop, as the client's are (upstream.py): the
+                    # runtime pings as requests arrive (grpc-go's BDP estimate), and what
+                    # it sizes is its connection to the proxy, whose windows the proxy
+                    # owns (inbound.py). Relayed, each call cost a client a ping to
+                    # answer ahead of its answer, and the proxy two more frames to pass.
+                    # Answered a little later (pings.py): one ping per delay, not per call.
+                    conn.backend_pings.ping(bytes(f.payload))
+                return  # an ACK: the proxy sends the runtime no ping, nor does any client reach it
+            elif t == FrameType.RST_STREAM:
                 call = conn.hooked.get(sid)
                 if call is not None:
-                    call.reply += body
-                    if end:
-                        call.answer(2, "the runtime ended the call without a status")
-                if flags & Flag.PADDED:
-                    out.data(sid, bytes(body), end, credit=size)
-                else:
-                    out.data(sid, payload, end, credit=size, raw=raw)
-                if end:
-                    conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
-            elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
-                if t == FrameType.HEADERS:
-                    if (flags & _WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
-                            and sid not in conn.hooked):
-                        # A relayed answer's block in one frame (nearly all of them):
-                        # as _header_block passes it on, without assembling it.
-                        conn.responded.add(sid)
-                        out.frames(raw)
-                        self._unread.append((sid, bytes(payload), bool(flags & Flag.END_STREAM)))
-                        continue
-                    block[:] = [raw]
-                    if flags & (Flag.PADDED | Flag.PRIORITY):
-                        payload = fr.unpadded(fr.Frame(t, flags, sid, payload))
-                    self.fragments[:] = [bytes(payload)]
-                    self.block_sid = sid
-                    self.block_ends = bool(flags & Flag.END_STREAM)
-                    if sid in conn.relayed or sid in conn.hooked:
-                        conn.responded.add(sid)
-                else:
-                    if not block or sid != self.block_sid:
-                        raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
-                    block.append(raw)
-                    self.fragments.append(bytes(payload))
-                if flags & Flag.END_HEADERS:
-                    self._header_block()
-            elif sid in conn.diverted or sid in conn.ended:
-                # RST_STREAM/WINDOW_UPDATE for a stream the backend no longer has. (Its
-                # header blocks, above, still go out: the client decodes and drops them.)
-                continue
-            else:
-                self._settle()  # the streams these frames may end are up to date
-                f = fr.Frame(t, flags, sid, payload)
-                if t == FrameType.SETTINGS:
-                    if f.has(Flag.ACK):
-                        # Behind the DATA queued for the client's window: that DATA
-                        # was framed under the settings this acknowledges (a client
-                        # lowering its MAX_FRAME_SIZE takes larger frames until then).
-                        out.frames(raw)
-                        conn.client_frames.acknowledged()
-                    else:
-                        self._settings(fr.settings(f.payload), raw)
-                    continue
-                if t == FrameType.WINDOW_UPDATE:
-                    if self._window_update(sid, fr.window_increment(f)):
-                        continue
-                elif t == FrameType.GOAWAY:
-                    if len(f.payload) < 8:
-                        raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
-                    conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
-                    continue
-                elif t == FrameType.PING:
-                    if len(f.payload) != 8 or sid != 0:
-                        raise FrameError(ErrorCode.PROTOCOL_ERROR, "malformed PING from the backend")
-                    if not flags & Flag.ACK:
-                        # Answered here, per hop, as the client's are (upstream.py): the
-                        # runtime pings as requests arrive (grpc-go's BDP estimate), and what
-                        # it sizes is its connection to the proxy, whose windows the proxy
-                        # owns (inbound.py). Relayed, each call cost a client a ping to
-                        # answer ahead of its answer, and the proxy two more frames to pass.
-                        # Answered a little later (pings.py): one ping per delay, not per call.
-                        conn.backend_pings.ping(bytes(f.payload))
-                    continue  # an ACK: the proxy sends the runtime no ping, nor does any client reach it
-                elif t == FrameType.RST_STREAM:
-                    call = conn.hooked.get(sid)
-                    if call is not None:
-                        call.answer(-1, "reset by the runtime")
-                    conn.stream_done(sid, _RESET_AS.get(int.from_bytes(f.payload[:4], "big"), "INTERNAL"))
-                    out.frames(raw)  # after the stream's queued DATA
-                    continue
-                out.control(raw)
-        self.buf = buf[pos:]
-        out.flush()
-        self._settle()
+                    call.answer(-1, "reset by the runtime")
+                conn.stream_done(sid, _RESET_AS.get(int.from_bytes(f.payload[:4], "big"), "INTERNAL"))
+                out.frames(raw)  # after the stream's queued DATA
+                return
+            out.control(raw)
 
     def _header_block(self) -> None:
         conn, sid = self.conn, self.block_sid

@@ -94,12 +94,14 @@ class Inbound:
         self._credit_client = credit_client
         self._queue = WindowQueue("backend")
 
-    def fits(self, size: int) -> bool:
-        """A DATA frame of ``size`` may go now, verbatim (the caller then calls ``spend``)."""
-        return not self._queue.items and size <= self._queue.window
-
-    def spend(self, size: int) -> None:
-        self._queue.window -= size
+    def take(self, size: int) -> bool:
+        """A DATA frame of ``size`` may go now, verbatim, in the caller's run of
+        frames: its window is spent."""
+        queue = self._queue
+        if queue.items or size > queue.window:
+            return False
+        queue.window -= size
+        return True
 
     def data(self, stream_id: int, payload: bytes, end_stream: bool, credit: int = 0) -> None:
         """One DATA frame's payload, now if the window allows, else queued.

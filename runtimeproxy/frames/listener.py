@@ -118,6 +118,14 @@ class FramesListener:
             self._splice(client, backend)
             return
         assert self._channel is not None and backend.transport is not None
+        if client.gone or client.transport.is_closing():
+            # The client left while the runtime was dialled: what the runtime sent
+            # meanwhile (its SETTINGS) has nowhere to go, and uvloop refuses a
+            # write to a closed transport.
+            backend.transport.close()
+            client.transport.close()
+            self._transports.discard(client.transport)
+            return
         self._transports.add(backend.transport)
         conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel, self._limits)
         self._connections.add(conn)

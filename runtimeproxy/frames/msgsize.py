@@ -10,24 +10,26 @@ from __future__ import annotations
 
 
 class MessageSizes:
-    __slots__ = ("_limit", "_remaining", "_prefix")
+    __slots__ = ("_limit", "remaining", "_prefix")
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._remaining = 0  # bytes left of the current message body
+        # Bytes left of the current message body; the relay's loops skip a
+        # frame within it themselves (downstream.py), without a call here.
+        self.remaining = 0
         self._prefix = b""  # an incomplete prefix carried to the next frame
 
     def feed(self, data: bytes | memoryview) -> int | None:
         """The length of a message over the limit that starts in ``data``, else None."""
         n = len(data)
-        if self._remaining >= n:  # within one message's body: most DATA frames of a large answer
-            self._remaining -= n
+        if self.remaining >= n:  # within one message's body: most DATA frames of a large answer
+            self.remaining -= n
             return None
         i = 0
         while i < n:
-            if self._remaining:
-                step = min(self._remaining, n - i)
-                self._remaining -= step
+            if self.remaining:
+                step = min(self.remaining, n - i)
+                self.remaining -= step
                 i += step
                 continue
             need = 5 - len(self._prefix)
@@ -39,5 +41,5 @@ class MessageSizes:
             self._prefix = b""
             if length > self._limit:
                 return length
-            self._remaining = length
+            self.remaining = length
         return None

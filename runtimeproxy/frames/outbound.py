@@ -53,6 +53,21 @@ class Outbound:
         self._queue.items.append(gate)
         return gate
 
+    def take(self, size: int) -> bool:
+        """A relayed DATA frame of ``size`` may go now, in the caller's run of
+        verbatim frames (passed to ``frames`` once it ends): its window is spent."""
+        queue = self._queue
+        if queue.items or size > queue.window:
+            return False
+        queue.window -= size
+        self._credit += size
+        return True
+
+    @property
+    def flowing(self) -> bool:
+        """Nothing waits for the window: a run of whole frames goes as it is."""
+        return not self._queue.items
+
     def data(self, stream_id: int, payload: bytes | memoryview, end_stream: bool, credit: int = 0,
              raw: bytes | memoryview | None = None) -> None:
         """One DATA frame's payload; ``raw`` is the frame as received, sent as is when it fits."""
@@ -68,7 +83,10 @@ class Outbound:
     def flush(self) -> None:
         pending = self._pending
         if pending:
-            self._writer.write(detached(pending[0]) if len(pending) == 1 else b"".join(pending))
+            # uvloop closes a transport on a socket error and tells the protocol a
+            # turn later; a write meanwhile would raise (asyncio's drops it).
+            if not self._writer.is_closing():
+                self._writer.write(detached(pending[0]) if len(pending) == 1 else b"".join(pending))
             pending.clear()
         if self._credit:
             credit, self._credit = self._credit, 0

@@ -82,9 +82,13 @@ class ClientSide:
                     payload = view[pos + fr.HEADER_LEN : nxt]
                     if flags & Flag.PADDED:
                         payload = fr.unpadded(fr.Frame(kind, flags, sid, payload))
-                    too_long = sizes.feed(payload)
-                    if too_long is None and inbound.fits(size):
-                        inbound.spend(size)
+                        too_long = sizes.feed(payload)
+                    elif sizes.remaining >= size:  # within one message's body
+                        sizes.remaining -= size
+                        too_long = None
+                    else:
+                        too_long = sizes.feed(payload)
+                    if too_long is None and inbound.take(size):
                         conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
                         continue
@@ -140,7 +144,7 @@ class ClientSide:
             if sum(map(len, block[2])) > MAX_HEADER_BLOCK:
                 raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "header block too long")
             if f.has(Flag.END_HEADERS):
-                self._header_block(block, out)
+                self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
             return
         if f.type == FrameType.HEADERS:
@@ -149,9 +153,12 @@ class ClientSide:
             if (sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted
                     and sid not in self.conn.hooked):
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
+            if f.flags & _WHOLE_PLAIN == Flag.END_HEADERS:  # a block in one frame (nearly all of them)
+                self._header_block(sid, [raw], bytes(f.payload), f.has(Flag.END_STREAM), out)
+                return
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
             if f.has(Flag.END_HEADERS):
-                self._header_block(block, out)
+                self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
         elif f.type == FrameType.CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
@@ -227,9 +234,9 @@ class ClientSide:
                 call.window += delta
                 call.opened.set()
 
-    def _header_block(self, block: list, out: list[bytes | memoryview]) -> None:
-        sid, raws, fragments, end_stream = block
-        data = b"".join(fragments)
+    def _header_block(self, sid: int, raws: list[bytes], data: bytes, end_stream: bool,
+                      out: list[bytes | memoryview]) -> None:
+        """A complete header block: ``raws`` its frames as received, ``data`` the block."""
         peeked = self.headers.peek(data, _PATH)
         headers = self.headers.decode(data) if peeked is None else None  # None: the table is as it was
         if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
@@ -272,7 +279,7 @@ class ClientSide:
             else:
                 self._divert(sid, path, headers, raws, end_stream, out)
             return
-        self._ordered(b"".join(raws), out)
+        self._ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
         self.conn.relayed.add(sid)
         self.conn.start_timing(sid, path)
         self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
@@ -368,6 +375,7 @@ def _without_end_stream(raws: list[bytes]) -> list[bytes]:
 
 
 _PATH = frozenset({b":path"})
+_WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY  # of these, END_HEADERS alone: a plain whole block
 _FRAME_HEADER = fr.HEADER.unpack_from
 _INCREMENT = fr.INCREMENT.unpack_from
 

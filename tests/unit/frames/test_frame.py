@@ -109,6 +109,9 @@ class _Writer:
     def write(self, data: bytes) -> None:
         self.written += data
 
+    def is_closing(self) -> bool:
+        return False
+
 
 def _frames(data: bytes) -> list[fr.Frame]:
     out, pos = [], 0

@@ -5,7 +5,13 @@ and no bookkeeping, and the blocks are still read in the order they came."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import struct
+
 import hpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
@@ -133,3 +139,100 @@ async def test_a_relayed_answers_padded_or_prioritised_block_is_read_without_its
     assert not conn.closed.done()
     assert [code for code, _ in routes.ends] == ["OK", "OK"]
     assert padded + prioritised in b"".join(map(bytes, client.written))
+
+
+def _runtime_answers(seed: int, calls: int) -> bytes:
+    """What a runtime might send for ``calls`` relayed calls on streams 1, 3, ...:
+    each answer's headers, one message in DATA frames of random sizes (its
+    prefix too may be cut), and trailers, the streams' frames interleaved, a
+    connection WINDOW_UPDATE and a PING among them. Some messages are over the
+    proxy's limit (``_split_connection``) and some answers exceed the client's
+    connection window."""
+    rng = random.Random(seed)
+    encoder = hpack.Encoder()
+    pending = {}
+    for i in range(calls):
+        sid = 2 * i + 1
+        message = struct.pack(">BI", 0, n := rng.choice([0, 7, 3_000, 30_000, 70_000])) + bytes([i]) * n
+        cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
+        parts = [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+        # Header blocks are encoded as they are sent (HPACK: in the order the peer decodes them).
+        pending[sid] = [(Flag.END_HEADERS, OK[:2]),
+                        *(f for part in parts for f in fr.data_frames(sid, part, 16_384, False)),
+                        (Flag.END_HEADERS | Flag.END_STREAM, [("grpc-status", "0")])]
+    out = []
+    while pending:
+        sid = rng.choice(sorted(pending))
+        item = pending[sid].pop(0)
+        if isinstance(item, tuple):
+            item = fr.serialize(FrameType.HEADERS, item[0], sid, encoder.encode(item[1]))
+        out.append(item)
+        if not pending[sid]:
+            del pending[sid]
+        if rng.random() < 0.1:
+            out.append(rng.choice([fr.window_update(0, 1_000), fr.serialize(FrameType.PING, 0, 0, b"12345678")]))
+    return b"".join(out)
+
+
+def _split_connection(chunks: list[bytes], calls: int) -> tuple[bytes, list[str]]:
+    """The client's bytes and the calls' ends when the runtime's bytes come in ``chunks``."""
+
+    async def run() -> tuple[bytes, list[str]]:
+        client, backend = _Transport(), _Transport()
+        routes = _Measured(client)
+        conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(40_000))  # type: ignore[arg-type]
+        conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+        to_backend = hpack.Encoder()
+        conn.client_data(b"".join(_request(to_backend, 2 * i + 1, VERSION) for i in range(calls)))
+        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+        for chunk in chunks:
+            conn.backend_data(chunk)
+        conn.client_data(fr.window_update(0, 1 << 24))  # what waited for the client's window goes
+        assert not conn.closed.done() and not conn.out.queued
+        conn.lost()
+        # Sorted: a status is read once its read's frames are written (_settle), so the
+        # order in which ends are recorded follows the reads; what each call ends with does not.
+        return b"".join(map(bytes, client.written)), sorted(code for code, _ in routes.ends)
+
+    return asyncio.run(run())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 1 << 30), st.integers(1, 6), st.lists(st.integers(1, 40_000), min_size=1, max_size=30))
+def test_the_client_gets_the_same_bytes_however_the_runtimes_reads_are_cut(seed, calls, cuts) -> None:  # type: ignore[no-untyped-def]
+    """A runtime's bytes relayed in one read, or cut anywhere (inside frame
+    headers too, as a socket may): the client is written the same bytes, in the
+    same order, and every call ends the same way (RESOURCE_EXHAUSTED for an
+    answer over the limit, OK for the others)."""
+    stream = _runtime_answers(seed, calls)
+    chunks, pos, i = [], 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)] if i % 3 else cuts[i % len(cuts)] % 11 + 1  # some cuts of a few bytes
+        chunks.append(stream[pos : pos + step])
+        pos += step
+        i += 1
+    whole = _split_connection([stream], calls)
+    assert len(whole[1]) == calls and set(whole[1]) <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert _split_connection(chunks, calls) == whole
+
+
+class _UvloopLike(_Transport):
+    """A transport that raises on a write once closed, as uvloop's does."""
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            raise RuntimeError("unable to perform operation on <UnixTransport closed=True>; the handler is closed")
+        super().write(data)
+
+
+async def test_an_answer_read_after_uvloop_closed_the_clients_transport_is_dropped() -> None:
+    """uvloop closes a transport on a socket error and tells its protocol a turn
+    later: the runtime's answer read in between goes nowhere, and raises nothing."""
+    client, backend = _UvloopLike(), _Transport()
+    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(100))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + _request(hpack.Encoder(), 1, VERSION))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    written = len(client.written)
+    client.closed = True
+    conn.backend_data(_answer(hpack.Encoder(), 1, OK))
+    assert len(client.written) == written and not conn.closed.done()

@@ -48,11 +48,11 @@ async def test_a_gate_opens_by_itself_after_its_limit() -> None:
 def test_inbound_queues_data_over_the_backends_window_and_keeps_a_reset_behind_it() -> None:
     writer, credits = _Writer(), []
     inbound = Inbound(writer, credits.append)  # type: ignore[arg-type]
-    assert inbound.fits(65_535) and not inbound.fits(65_536)
-    inbound.spend(60_000)
+    assert not inbound.take(65_536)  # more than the window: nothing spent
+    assert inbound.take(60_000)
     inbound.data(5, b"a" * 10_000, True, credit=10_000)  # 5,535 now, the rest waits
     inbound.ordered(fr.rst_stream(5, ErrorCode.CANCEL))  # behind the queued DATA
-    assert not inbound.fits(1)
+    assert not inbound.take(1)  # DATA waits: nothing may overtake it
     sent = _frames(writer.written)
     assert [(f.type, len(f.payload)) for f in sent] == [(FrameType.DATA, 5_535)]
     assert credits == []  # the client's window comes back once all of it has gone
@@ -61,4 +61,4 @@ def test_inbound_queues_data_over_the_backends_window_and_keeps_a_reset_behind_i
     assert [(f.type, len(f.payload), f.has(Flag.END_STREAM)) for f in rest] == [
         (FrameType.DATA, 4_465, True), (FrameType.RST_STREAM, 4, False),
     ]
-    assert credits == [10_000] and inbound.queued == 0 and inbound.fits(1)
+    assert credits == [10_000] and inbound.queued == 0 and inbound.take(1)
