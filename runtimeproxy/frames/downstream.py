@@ -112,7 +112,7 @@ class BackendSide:
             if nxt > end_buf:
                 break
             sid &= 0x7FFFFFFF
-            if sid in relayed:
+            if sid in relayed:  # never hooked or diverted too (upstream._header_block)
                 sizes = sizes_out.get(sid)
                 if t == _DATA and not flags & _PADDED and sizes is not None:
                     if sizes.remaining >= size:  # within one message's body
