@@ -31,7 +31,6 @@ _FRAME_HEADER = fr.HEADER.unpack_from
 # Plain ints for the run loop (an IntEnum member costs a lookup each time).
 _HEADER_LEN, _DATA, _HEADERS = fr.HEADER_LEN, int(FrameType.DATA), int(FrameType.HEADERS)
 _PADDED, _END_STREAM = Flag.PADDED, Flag.END_STREAM
-_WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY  # of these, END_HEADERS alone: a plain whole block
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -135,7 +134,7 @@ class BackendSide:
                         self._too_long(sid, too_long, size)
                     run = pos = nxt
                     continue
-                if t == _HEADERS and flags & _WHOLE_PLAIN == Flag.END_HEADERS and not self.block and out.flowing:
+                if t == _HEADERS and flags & fr.WHOLE_PLAIN == Flag.END_HEADERS and not self.block and out.flowing:
                     # A relayed answer's block in one frame (nearly all of them): passed
                     # on as it came; what it says (the status) is read once this read's
                     # frames are written (_settle), off the answer's path.
@@ -189,7 +188,7 @@ class BackendSide:
                 conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
         elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
             if t == FrameType.HEADERS:
-                if (flags & _WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
+                if (flags & fr.WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
                         and sid not in conn.hooked):
                     # As in _frames' run, behind the DATA queued for the client's window.
                     conn.responded.add(sid)

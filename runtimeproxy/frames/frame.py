@@ -125,6 +125,9 @@ class Frame:
 # that passes verbatim.
 HEADER = struct.Struct(">BHBBI")
 INCREMENT = struct.Struct(">I")  # a WINDOW_UPDATE's payload
+# Of these flags, END_HEADERS alone: a header block whole in one frame, no
+# padding or priority to strip (nearly every block a gRPC peer sends).
+WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY
 
 
 def serialize(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:

@@ -82,12 +82,7 @@ class ClientSide:
                     payload = view[pos + fr.HEADER_LEN : nxt]
                     if flags & Flag.PADDED:
                         payload = fr.unpadded(fr.Frame(kind, flags, sid, payload))
-                        too_long = sizes.feed(payload)
-                    elif sizes.remaining >= size:  # within one message's body
-                        sizes.remaining -= size
-                        too_long = None
-                    else:
-                        too_long = sizes.feed(payload)
+                    too_long = sizes.feed(payload)
                     if too_long is None and inbound.take(size):
                         conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
@@ -153,7 +148,7 @@ class ClientSide:
             if (sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted
                     and sid not in self.conn.hooked):
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
-            if f.flags & _WHOLE_PLAIN == Flag.END_HEADERS:  # a block in one frame (nearly all of them)
+            if f.flags & fr.WHOLE_PLAIN == Flag.END_HEADERS:  # a block in one frame (nearly all of them)
                 self._header_block(sid, [raw], bytes(f.payload), f.has(Flag.END_STREAM), out)
                 return
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
@@ -375,7 +370,6 @@ def _without_end_stream(raws: list[bytes]) -> list[bytes]:
 
 
 _PATH = frozenset({b":path"})
-_WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY  # of these, END_HEADERS alone: a plain whole block
 _FRAME_HEADER = fr.HEADER.unpack_from
 _INCREMENT = fr.INCREMENT.unpack_from
 
