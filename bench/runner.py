@@ -39,7 +39,7 @@ from .procs import (
 )
 from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
 from .report import UNARY_REFERENCE, UNARY_REFERENCE_RATIOS
-from .stats import median, ratio, summarize
+from .stats import correlation, median, median_interval, ratio, summarize
 
 CRI = "/runtime.v1.RuntimeService/"
 HOOK_METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
@@ -55,7 +55,7 @@ class Options:
     duration: float = 2.5  # seconds per unary round and target
     warmup: float = 0.3  # seconds before each recorded round (not recorded)
     concurrencies: tuple[int, ...] = (1, 16)
-    lifecycles: int = 30  # recorded lifecycles per mode
+    lifecycles: int = 60  # recorded lifecycles per mode
     containers: int = 100
     pods: int = 2
     hook_rounds: int = 3
@@ -396,6 +396,9 @@ class Bench:
             # The modes of one iteration run back to back: the median of their ratios cancels slow drifts.
             paired = [it[mode] / it["direct"] for it in by_iteration if mode in it and "direct" in it]
             m["paired_median_ratio"] = median(paired)
+            m["paired_interval90"] = median_interval(paired)
+            both = [(it["direct"], it[mode]) for it in by_iteration if mode in it and "direct" in it]
+            m["direct_correlation"] = correlation([d for d, _ in both], [x for _, x in both])
         out["proxy_metrics"] = hook_metrics(self.problems, before, after,
                                             len(results["proxy+hook"]) + len(failures["proxy+hook"]))
         self.results["lifecycle"] = out

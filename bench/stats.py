@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Sequence
 
 
@@ -45,3 +46,27 @@ def ratio(a: float, b: float) -> float:
 
 def median(values: Iterable[float]) -> float:
     return percentile(sorted(values), 50)
+
+
+def median_interval(values: Sequence[float], level: float = 0.9, resamples: int = 2000) -> tuple[float, float]:
+    """A bootstrap interval for the median of ``values`` (percentile method, a fixed
+    seed: the same sample always gives the same interval). NaNs when empty."""
+    if not values:
+        return math.nan, math.nan
+    draw = random.Random(0)
+    n = len(values)
+    medians = sorted(median(draw.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return percentile(medians, tail), percentile(medians, 100 - tail)
+
+
+def correlation(a: Sequence[float], b: Sequence[float]) -> float:
+    """Pearson's r of two equally long samples; NaN when either does not vary."""
+    n = len(a)
+    if n != len(b) or n < 2:
+        return math.nan
+    ma, mb = sum(a) / n, sum(b) / n
+    sab = sum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True))
+    saa = sum((x - ma) ** 2 for x in a)
+    sbb = sum((y - mb) ** 2 for y in b)
+    return sab / math.sqrt(saa * sbb) if saa > 0 and sbb > 0 else math.nan

@@ -74,8 +74,8 @@ ALL_TARGETS = [
     "Version c16 throughput >= 0.60x direct",
     "ListContainers (100) c1 p50 <= 1.30x direct",
     "ListContainers (100) c16 p50 <= 1.30x direct",
-    "lifecycle without hooks median <= 1.02x direct",
-    "hooked lifecycle median <= 1.05x direct",
+    "lifecycle without hooks paired median <= 1.02x direct",
+    "hooked lifecycle paired median <= 1.05x direct",
     "hook round trip p50 < 2 ms",
     "proxy CPU per Version call c1 <= 0.37 ms (grpc path 1.11 ms / 3)",
     "proxy RSS at the end <= 59.9 MiB (grpc path)",
@@ -93,7 +93,7 @@ def test_every_target_of_issue_14_is_judged() -> None:
     shown = {v["target"]: v["shown"] for v in got}
     assert shown["Version c1 p50 <= 1.50x direct"] == "1.40x"
     assert shown["Version c16 throughput >= 0.60x direct"] == "0.70x"
-    assert shown["lifecycle without hooks median <= 1.02x direct"] == "1.01x"
+    assert shown["lifecycle without hooks paired median <= 1.02x direct"] == "1.01x"
     assert shown[ALL_TARGETS[7]] == "0.300 ms"
     assert shown[ALL_TARGETS[8]] == "55.7 MiB"
 
@@ -101,8 +101,8 @@ def test_every_target_of_issue_14_is_judged() -> None:
 @pytest.mark.parametrize(("over", "target"), [
     ({"version_p50": 1.6}, "Version c1 p50 <= 1.50x direct"),
     ({"version_tput": 0.5}, "Version c16 throughput >= 0.60x direct"),
-    ({"plain": 103.0}, "lifecycle without hooks median <= 1.02x direct"),
-    ({"hooked": 106.0}, "hooked lifecycle median <= 1.05x direct"),
+    ({"plain": 103.0}, "lifecycle without hooks paired median <= 1.02x direct"),
+    ({"hooked": 106.0}, "hooked lifecycle paired median <= 1.05x direct"),
     ({"rtt": 2.0}, "hook round trip p50 < 2 ms"),
     ({"cpu_c1": 0.4}, ALL_TARGETS[7]),
     ({"rss": 60.0}, ALL_TARGETS[8]),
@@ -131,14 +131,25 @@ def test_limits_themselves_pass() -> None:
     assert all(v["pass"] for t, v in got.items()), got
 
 
+def test_lifecycles_are_judged_on_the_paired_median_with_its_interval_shown() -> None:
+    # A drifting machine: the ratio of the two medians says 1.10x, each iteration's pair 1.01x.
+    results = _results()
+    proxy = results["lifecycle"]["modes"]["proxy"]
+    proxy.update(median_ratio=1.10, paired_median_ratio=1.01, paired_interval90=[0.996, 1.024])
+    got = _by_target(results)["lifecycle without hooks paired median <= 1.02x direct"]
+    assert (got["value"], got["pass"], got["shown"]) == (1.01, True, "1.01x (90% interval 1.00-1.02)")
+    proxy.update(median_ratio=1.00, paired_median_ratio=1.03)
+    assert _by_target(results)["lifecycle without hooks paired median <= 1.02x direct"]["pass"] is False
+
+
 def test_a_measured_figure_that_is_nan_fails() -> None:
     results = _results()
     results["unary"][0]["ratios"]["p50"] = math.nan  # e.g. every call through the proxy failed
-    results["lifecycle"]["modes"]["proxy"]["median_ratio"] = None  # NaN as the JSON writes it
+    results["lifecycle"]["modes"]["proxy"]["paired_median_ratio"] = None  # NaN as the JSON writes it
     got = _by_target(results)
     assert (got["Version c1 p50 <= 1.50x direct"]["shown"], got["Version c1 p50 <= 1.50x direct"]["pass"]) == \
         ("n/a", False)
-    assert got["lifecycle without hooks median <= 1.02x direct"]["pass"] is False
+    assert got["lifecycle without hooks paired median <= 1.02x direct"]["pass"] is False
 
 
 def test_missing_data_gives_no_verdict_for_its_targets() -> None:
@@ -154,7 +165,7 @@ def test_missing_data_gives_no_verdict_for_its_targets() -> None:
     for key in ("unary", "hook_rtt", "memory"):
         del results[key]
     del results["lifecycle"]["modes"]["proxy"]
-    assert [v["target"] for v in verdicts(results)] == ["hooked lifecycle median <= 1.05x direct"]
+    assert [v["target"] for v in verdicts(results)] == ["hooked lifecycle paired median <= 1.05x direct"]
     assert verdicts({"options": {}}) == []
     assert unjudged({"options": {}}) == []
 
