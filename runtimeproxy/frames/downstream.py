@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class BackendSide:
     def __init__(self, conn: FrameConnection) -> None:
         self.conn = conn
-        self.buf = bytearray()  # an incomplete frame carried to the next read
+        self.carry = fr.Carry()  # an incomplete frame, completed from the next read
         self.block: list[bytes] = []  # an open header block, sent once complete
         self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
@@ -56,38 +56,17 @@ class BackendSide:
         self._unread: list[tuple[int, bytes, bool]] = []
 
     def feed(self, chunk: bytes) -> None:
-        start = self._carried(chunk) if self.buf else 0
-        if start < 0:
-            return
+        start = 0
+        if self.carry:
+            frame, start = self.carry.complete(chunk, self.conn.client_frames.relay)
+            if frame is None:
+                return
+            self._frames(frame, 0)
         pos = self._frames(chunk, start)
         if pos < len(chunk):
-            self.buf = bytearray(memoryview(chunk)[pos:])
+            self.carry.keep(memoryview(chunk)[pos:])
         self.conn.out.flush()
         self._settle()
-
-    def _carried(self, chunk: bytes) -> int:
-        """The frame begun in an earlier read, completed from ``chunk`` and
-        handled alone: one frame is copied, never the whole read. Where the
-        rest of ``chunk`` begins; -1 if the frame is still incomplete."""
-        buf, view = self.buf, memoryview(chunk)
-        used = 0
-        if len(buf) < fr.HEADER_LEN:
-            used = min(fr.HEADER_LEN - len(buf), len(chunk))
-            buf += view[:used]
-            if len(buf) < fr.HEADER_LEN:
-                return -1
-        size = int.from_bytes(buf[:3], "big")
-        max_frame = self.conn.client_frames.relay
-        if size > max_frame:
-            raise fr.oversized(size, max_frame)
-        take = min(fr.HEADER_LEN + size - len(buf), len(chunk) - used)
-        buf += view[used : used + take]
-        used += take
-        if len(buf) < fr.HEADER_LEN + size:
-            return -1
-        self.buf = bytearray()
-        self._frames(bytes(buf), 0)
-        return used
 
     def _frames(self, buf: bytes, pos: int) -> int:
         """Handle the whole frames of ``buf`` from ``pos``; where the first incomplete one begins.

@@ -155,6 +155,42 @@ def oversized(length: int, max_frame: int) -> FrameError:
     return FrameError(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes exceeds {max_frame}")
 
 
+class Carry:
+    """A frame begun in one read and completed from the next ones: only that
+    frame is copied, never the read it is completed from."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def __bool__(self) -> bool:
+        return bool(self.buf)
+
+    def keep(self, rest: memoryview) -> None:
+        """The end of a read, which holds no complete frame."""
+        self.buf = bytearray(rest)
+
+    def complete(self, chunk: bytes, max_frame: int) -> tuple[bytes | None, int]:
+        """The carried frame, completed from ``chunk`` (None while it still is
+        not), and how many bytes of ``chunk`` that took."""
+        buf, view = self.buf, memoryview(chunk)
+        used = 0
+        if len(buf) < HEADER_LEN:
+            used = min(HEADER_LEN - len(buf), len(chunk))
+            buf += view[:used]
+            if len(buf) < HEADER_LEN:
+                return None, used
+        size = int.from_bytes(buf[:3], "big")
+        if size > max_frame:
+            raise oversized(size, max_frame)
+        take = min(HEADER_LEN + size - len(buf), len(chunk) - used)
+        buf += view[used : used + take]
+        used += take
+        if len(buf) < HEADER_LEN + size:
+            return None, used
+        self.buf = bytearray()
+        return bytes(buf), used
+
+
 def unpadded(frame: Frame) -> memoryview | bytes:
     """A DATA/HEADERS payload without padding (and HEADERS' priority fields)."""
     body = frame.payload

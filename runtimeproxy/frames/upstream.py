@@ -37,7 +37,8 @@ MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
 class ClientSide:
     def __init__(self, conn: FrameConnection) -> None:
         self.conn = conn
-        self.buf = b""  # an incomplete frame (or preface) carried to the next read
+        self.preface = b""  # the client's preface, while incomplete
+        self.carry = fr.Carry()  # an incomplete frame, completed from the next read
         self.block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
         self.prefaced = False
         self.granted = False  # the backend's extra window (BACKEND_GRANT) was given
@@ -46,24 +47,39 @@ class ClientSide:
 
     def feed(self, chunk: bytes) -> None:
         if not self.prefaced:
-            self.buf += chunk
-            if len(self.buf) < len(fr.PREFACE):
+            self.preface += chunk
+            if len(self.preface) < len(fr.PREFACE):
                 return
-            if not self.buf.startswith(fr.PREFACE):
-                log.info("frames: not an HTTP/2 client", extra={"preface": self.buf[:16].hex()})
+            if not self.preface.startswith(fr.PREFACE):
+                log.info("frames: not an HTTP/2 client", extra={"preface": self.preface[:16].hex()})
                 self.conn.lost()
                 return
             self.prefaced = True
             self.conn.backend.write(fr.PREFACE)
-            chunk, self.buf = self.buf[len(fr.PREFACE) :], b""
-        buf = self.buf + chunk if self.buf else chunk
+            chunk, self.preface = self.preface[len(fr.PREFACE) :], b""
+        out: list[bytes | memoryview] = []
+        start = 0
+        if self.carry:
+            frame, start = self.carry.complete(chunk, self.conn.backend_frames.relay)
+            if frame is None:
+                return
+            self._frames(frame, 0, out)
+        pos = self._frames(chunk, start, out)
+        if pos < len(chunk):
+            self.carry.keep(memoryview(chunk)[pos:])
+        self._write_backend(out)
+        self.conn.out.flush()
+
+    def _frames(self, buf: bytes, pos: int, out: list[bytes | memoryview]) -> int:
+        """Handle the whole frames of ``buf`` from ``pos``, adding what goes to
+        the backend to ``out``; where the first incomplete one begins."""
         view = memoryview(buf)  # verbatim runs are views of what was read: written without a copy
         block = self.block
         conn = self.conn
         inbound, relayed = conn.inbound, conn.relayed
         max_frame = conn.backend_frames.relay
         end = len(buf)
-        pos, run, out = 0, 0, []
+        run = pos
         # Frames that pass verbatim (a relayed stream's DATA and WINDOW_UPDATE,
         # PRIORITY, unknown types) stay in the run, read from their header
         # alone; the others are parsed and handled by _client_frame.
@@ -111,9 +127,7 @@ class ClientSide:
             self._client_frame(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), buf[pos:nxt], out, block)
             run = pos = nxt
         out.append(view[run:pos])
-        self.buf = buf[pos:]
-        self._write_backend(out)
-        self.conn.out.flush()
+        return pos
 
     def _write_backend(self, out: list[bytes | memoryview]) -> None:
         data = detached(out[0]) if len(out) == 1 else b"".join(out)

@@ -32,6 +32,24 @@ def test_oversized_frame_is_a_frame_size_error() -> None:
     assert err.value.code == ErrorCode.FRAME_SIZE_ERROR
 
 
+def test_a_carried_frame_is_completed_from_later_reads_and_leaves_the_rest() -> None:
+    frame = fr.serialize(FrameType.DATA, 0, 1, b"x" * 20)
+    carry = fr.Carry()
+    carry.keep(memoryview(frame[:4]))  # cut inside the frame header
+    assert carry.complete(frame[4:10], 100) == (None, 6)
+    assert carry.complete(frame[10:] + b"next", 100) == (frame, len(frame) - 10)
+    assert not carry
+
+
+def test_a_carried_frame_over_the_max_frame_size_is_refused_once_its_header_is_complete() -> None:
+    frame = fr.serialize(FrameType.DATA, 0, 1, b"x" * 200)
+    carry = fr.Carry()
+    carry.keep(memoryview(frame[:2]))
+    with pytest.raises(FrameError) as err:
+        carry.complete(frame[2:12], 100)  # before its payload is there
+    assert err.value.code == ErrorCode.FRAME_SIZE_ERROR
+
+
 def test_reserved_bit_of_the_stream_id_is_ignored() -> None:
     raw = bytearray(fr.serialize(FrameType.PING, 0, 0, b"\x00" * 8))
     raw[5] |= 0x80

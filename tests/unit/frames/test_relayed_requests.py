@@ -1,0 +1,107 @@
+"""A client's frames reach the runtime as they were read, however the reads are
+cut (frames/upstream.py): a frame begun in one read is completed from the next
+on its own (``frame.Carry``), and the calls end as with whole reads."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+
+import hpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.connection import FrameConnection, Limits
+from runtimeproxy.frames.frame import Flag, FrameType
+
+from .test_connection import VERSION, _answer, _HeldAnswer, _Transport
+from .test_relayed_frames import OK, _Measured
+
+LIMIT = 40_000  # the proxy's request size limit in these tests
+
+REQUEST_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
+                   ("content-type", "application/grpc"), ("te", "trailers")]
+
+
+def _client_requests(seed: int, calls: int) -> bytes:
+    """What a client might send for ``calls`` relayed calls on streams 1, 3, ...:
+    each request's headers and one message in DATA frames of random sizes (its
+    prefix too may be cut), the last with END_STREAM, the streams' frames
+    interleaved, a connection WINDOW_UPDATE and a PING among them. Some messages
+    are over the proxy's limit, and together they exceed the runtime's window."""
+    rng = random.Random(seed)
+    encoder = hpack.Encoder()
+    pending = {}
+    for i in range(calls):
+        sid = 2 * i + 1
+        message = struct.pack(">BI", 0, n := rng.choice([0, 9, 3_000, 30_000, 50_000])) + bytes([i]) * n
+        cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
+        parts = [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+        frames = [f for part in parts for f in fr.data_frames(sid, part, 16_384, False)]
+        frames[-1] = fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, frames[-1][fr.HEADER_LEN:])
+        pending[sid] = ["headers", *frames]
+    out = []
+    while pending:
+        # A client opens its streams in order: only the lowest unopened one may start.
+        opened = [sid for sid in pending if pending[sid][0] != "headers"]
+        sid = rng.choice(sorted(opened + [min(s for s in pending if s not in opened)]
+                                if len(opened) < len(pending) else opened))
+        item = pending[sid].pop(0)
+        if item == "headers":  # encoded as sent: HPACK is in the order the peer decodes
+            item = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, encoder.encode(REQUEST_HEADERS))
+        out.append(item)
+        if not pending[sid]:
+            del pending[sid]
+        if rng.random() < 0.1:
+            out.append(rng.choice([fr.window_update(0, 1_000), fr.serialize(FrameType.PING, 0, 0, b"12345678")]))
+    return b"".join(out)
+
+
+def _relay(chunks: list[bytes], calls: int) -> tuple[bytes, bytes, list[str]]:
+    """The runtime's bytes, the client's and the calls' ends when the client's bytes come in ``chunks``."""
+
+    async def run() -> tuple[bytes, bytes, list[str]]:
+        client, backend = _Transport(), _Transport()
+        routes = _Measured(client)
+        conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(LIMIT))  # type: ignore[arg-type]
+        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+        conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+        for chunk in chunks:
+            conn.client_data(chunk)
+        conn.backend_data(fr.window_update(0, 1 << 24))  # what waited for the runtime's window goes
+        assert not conn.closed.done() and not conn.inbound.queued
+        encoder = hpack.Encoder()
+        conn.backend_data(b"".join(_answer(encoder, 2 * i + 1, OK) for i in range(calls)))
+        conn.lost()
+        return (b"".join(map(bytes, backend.written)), b"".join(map(bytes, client.written)),
+                sorted(code for code, _ in routes.ends))
+
+    return asyncio.run(run())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 1 << 30), st.integers(1, 6), st.lists(st.integers(1, 40_000), min_size=1, max_size=30))
+def test_the_runtime_gets_the_same_bytes_however_the_clients_reads_are_cut(seed, calls, cuts) -> None:  # type: ignore[no-untyped-def]
+    """A client's bytes in one read, or cut anywhere (inside frame headers too):
+    the runtime is written the same bytes in the same order, the client gets the
+    same answers, and every call ends the same way (RESOURCE_EXHAUSTED for a
+    request over the limit, OK for the others)."""
+    stream = _client_requests(seed, calls)
+    chunks, pos, i = [], 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)] if i % 3 else cuts[i % len(cuts)] % 11 + 1  # some cuts of a few bytes
+        chunks.append(stream[pos : pos + step])
+        pos += step
+        i += 1
+    whole = _relay([stream], calls)
+    assert len(whole[2]) == calls and set(whole[2]) <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert _relay(chunks, calls) == whole
+
+
+def test_a_request_cut_in_its_frame_header_reaches_the_runtime_whole() -> None:
+    stream = _client_requests(7, 3)
+    whole = _relay([stream], 3)
+    assert _relay([stream[:4], stream[4:13], stream[13:]], 3) == whole
+    assert _relay([stream[i : i + 1] for i in range(len(stream))], 3) == whole
