@@ -26,7 +26,7 @@ VERSION_THROUGHPUT_CONCURRENCY = 16
 LIST_P50_TARGET = 1.3  # ListContainers p50 at every concurrency measured
 # Judged on the paired median (per iteration, mode / direct): the machine drifts by
 # a third within a run, and a mode's lifecycles follow that drift with direct's
-# (correlation about 0.8), which the ratio of two medians does not cancel.
+# (correlation 0.4-0.9 here), which the ratio of two medians does not cancel.
 PLAIN_LIFECYCLE_TARGET = 1.02  # lifecycle without hooks (mode "proxy")
 LIFECYCLE_TARGET = 1.05  # hooked lifecycle at most 1.05x direct
 HOOK_RTT_TARGET_MS = 2.0  # hook round trip p50 below 2 ms
@@ -295,13 +295,14 @@ def render(results: dict[str, Any]) -> str:
 
     add("")
     add("Targets:")
-    for v in verdicts(results):
-        add(f"   {v['target']:<64} {v['shown']:>10}   {'PASS' if v['pass'] else 'FAIL'}")
-    figures = unjudged(results)
+    judged, figures = verdicts(results), unjudged(results)
+    width = max([10, *(len(row["shown"]) for row in judged + figures)])
+    for v in judged:
+        add(f"   {v['target']:<64} {v['shown']:>{width}}   {'PASS' if v['pass'] else 'FAIL'}")
     if figures:
         add("   no recorded baseline of today's figure, so not judged:")
         for u in figures:
-            add(f"   {u['figure']:<64} {u['shown']:>10}")
+            add(f"   {u['figure']:<64} {u['shown']:>{width}}")
     problems = results.get("problems") or []
     add("")
     add("Problems: " + ("none" if not problems else ""))

@@ -64,6 +64,7 @@ class ClientSide:
             if frame is None:
                 return
             self._frames(frame, 0, out)
+            self._write_backend(out)  # the rest of the read may then go as a view of it, uncopied
         pos = self._frames(chunk, start, out)
         if pos < len(chunk):
             self.carry.keep(memoryview(chunk)[pos:])
@@ -125,6 +126,8 @@ class ClientSide:
                     continue
             out.append(view[run:pos])
             self._client_frame(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), buf[pos:nxt], out, block)
+            if kind == FrameType.SETTINGS:  # an ACK may have put a new frame size in force
+                max_frame = conn.backend_frames.relay
             run = pos = nxt
         out.append(view[run:pos])
         return pos

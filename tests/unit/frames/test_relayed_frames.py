@@ -236,3 +236,31 @@ async def test_an_answer_read_after_uvloop_closed_the_clients_transport_is_dropp
     client.closed = True
     conn.backend_data(_answer(hpack.Encoder(), 1, OK))
     assert len(client.written) == written and not conn.closed.done()
+
+
+def _client_lowered_its_frame_size_and(reads: list[bytes]) -> bool:
+    """Whether the connection ended, once the client lowered its max frame size
+    (1 MiB, then 16 KiB), the runtime acknowledged the first, and ``reads`` came."""
+
+    async def run() -> bool:
+        client, backend = _Transport(), _Transport()
+        conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+        big = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 1 << 20))
+        small = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 16_384))
+        conn.client_data(fr.PREFACE + big + small + _request(hpack.Encoder(), 1, VERSION))
+        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+        for read in reads:
+            conn.backend_data(read)
+        return conn.closed.done()
+
+    return asyncio.run(run())
+
+
+def test_a_frame_over_the_size_an_ack_put_in_force_is_refused_however_the_runtimes_reads_are_cut() -> None:
+    ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)  # the ACK of the 16 KiB SETTINGS
+    answer = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(OK[:2]))
+    data = fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 30_000) + b"q" * 30_000)
+    assert not _client_lowered_its_frame_size_and([answer])
+    assert _client_lowered_its_frame_size_and([answer + ack + data])
+    assert _client_lowered_its_frame_size_and([answer + ack[:5], ack[5:] + data])
+    assert _client_lowered_its_frame_size_and([answer + ack, data])

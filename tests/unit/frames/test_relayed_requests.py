@@ -27,7 +27,7 @@ REQUEST_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", VERSION),
 
 def _client_requests(seed: int, calls: int) -> bytes:
     """What a client might send for ``calls`` relayed calls on streams 1, 3, ...:
-    each request's headers and one message in DATA frames of random sizes (its
+    each request's headers (some in HEADERS and CONTINUATION) and one message in DATA frames of random sizes (its
     prefix too may be cut), the last with END_STREAM, the streams' frames
     interleaved, a connection WINDOW_UPDATE and a PING among them. Some messages
     are over the proxy's limit, and together they exceed the runtime's window."""
@@ -50,7 +50,13 @@ def _client_requests(seed: int, calls: int) -> bytes:
                                 if len(opened) < len(pending) else opened))
         item = pending[sid].pop(0)
         if item == "headers":  # encoded as sent: HPACK is in the order the peer decodes
-            item = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, encoder.encode(REQUEST_HEADERS))
+            block = encoder.encode(REQUEST_HEADERS)
+            if rng.random() < 0.3:  # a block in HEADERS and CONTINUATION, back to back
+                cut = rng.randrange(1, len(block))
+                item = (fr.serialize(FrameType.HEADERS, 0, sid, block[:cut])
+                        + fr.serialize(FrameType.CONTINUATION, Flag.END_HEADERS, sid, block[cut:]))
+            else:
+                item = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block)
         out.append(item)
         if not pending[sid]:
             del pending[sid]
@@ -105,3 +111,48 @@ def test_a_request_cut_in_its_frame_header_reaches_the_runtime_whole() -> None:
     whole = _relay([stream], 3)
     assert _relay([stream[:4], stream[4:13], stream[13:]], 3) == whole
     assert _relay([stream[i : i + 1] for i in range(len(stream))], 3) == whole
+
+
+async def test_the_rest_of_a_read_that_completes_a_carried_frame_goes_to_the_runtime_uncopied() -> None:
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + headers)
+    body = b"".join(fr.data_frames(1, struct.pack(">BI", 0, 48_000) + b"z" * 48_000, 16_384, True))
+    conn.client_data(body[:10_000])  # the first DATA frame, cut
+    written = len(backend.written)
+    rest = body[10_000:]
+    conn.client_data(rest)
+    # The carried frame, completed alone; then the rest as a view of the read itself.
+    assert len(backend.written) == written + 2
+    assert isinstance(backend.written[-1], memoryview) and backend.written[-1].obj is rest
+    assert b"".join(map(bytes, backend.written))[-len(body):] == body
+
+
+def _after_a_smaller_frame_size(reads: list[bytes]) -> bool:
+    """Whether the client's connection ended, once the runtime lowered its max
+    frame size (1 MiB, then 16 KiB) and the client's ``reads`` came."""
+
+    async def run() -> bool:
+        client, backend = _Transport(), _Transport()
+        conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+        big = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 1 << 20))
+        small = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 16_384))
+        conn.backend_data(big + small)
+        headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
+        ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
+        conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + ack + headers)
+        for read in reads:
+            conn.client_data(read)
+        return conn.closed.done()
+
+    return asyncio.run(run())
+
+
+def test_a_frame_over_the_size_an_ack_put_in_force_is_refused_however_the_reads_are_cut() -> None:
+    ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)  # the ACK of the 16 KiB SETTINGS
+    data = fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 30_000) + b"q" * 30_000)
+    assert _after_a_smaller_frame_size([ack + data])
+    assert _after_a_smaller_frame_size([ack[:5], ack[5:] + data])
+    assert _after_a_smaller_frame_size([ack, data])
