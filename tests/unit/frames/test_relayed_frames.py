@@ -141,6 +141,14 @@ async def test_a_relayed_answers_padded_or_prioritised_block_is_read_without_its
     assert padded + prioritised in b"".join(map(bytes, client.written))
 
 
+def message_parts(rng: random.Random, fill: int, sizes: list[int]) -> list[bytes]:
+    """A gRPC message of one of ``sizes`` (bytes ``fill``), cut in up to five
+    parts at random places, its 5-byte prefix included."""
+    message = struct.pack(">BI", 0, n := rng.choice(sizes)) + bytes([fill]) * n
+    cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
+    return [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+
+
 def _runtime_answers(seed: int, calls: int) -> bytes:
     """What a runtime might send for ``calls`` relayed calls on streams 1, 3, ...:
     each answer's headers, one message in DATA frames of random sizes (its
@@ -153,9 +161,7 @@ def _runtime_answers(seed: int, calls: int) -> bytes:
     pending = {}
     for i in range(calls):
         sid = 2 * i + 1
-        message = struct.pack(">BI", 0, n := rng.choice([0, 7, 3_000, 30_000, 70_000])) + bytes([i]) * n
-        cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
-        parts = [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+        parts = message_parts(rng, i, [0, 7, 3_000, 30_000, 70_000])
         # Header blocks are encoded as they are sent (HPACK: in the order the peer decodes them).
         pending[sid] = [(Flag.END_HEADERS, OK[:2]),
                         *(f for part in parts for f in fr.data_frames(sid, part, 16_384, False)),
@@ -197,6 +203,24 @@ def _split_connection(chunks: list[bytes], calls: int) -> tuple[bytes, list[str]
     return asyncio.run(run())
 
 
+def cut_reads(stream: bytes, cuts: list[int]) -> list[bytes]:
+    """``stream`` as a socket might deliver it: reads of the sizes in ``cuts``
+    (in turn), every third one cut to a few bytes."""
+    chunks, pos, i = [], 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)] if i % 3 else cuts[i % len(cuts)] % 11 + 1
+        chunks.append(stream[pos : pos + step])
+        pos += step
+        i += 1
+    return chunks
+
+
+def max_frame_settings(*sizes: int) -> bytes:
+    """SETTINGS frames, one per size, each setting MAX_FRAME_SIZE."""
+    return b"".join(fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, size))
+                    for size in sizes)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 1 << 30), st.integers(1, 6), st.lists(st.integers(1, 40_000), min_size=1, max_size=30))
 def test_the_client_gets_the_same_bytes_however_the_runtimes_reads_are_cut(seed, calls, cuts) -> None:  # type: ignore[no-untyped-def]
@@ -205,12 +229,7 @@ def test_the_client_gets_the_same_bytes_however_the_runtimes_reads_are_cut(seed,
     same order, and every call ends the same way (RESOURCE_EXHAUSTED for an
     answer over the limit, OK for the others)."""
     stream = _runtime_answers(seed, calls)
-    chunks, pos, i = [], 0, 0
-    while pos < len(stream):
-        step = cuts[i % len(cuts)] if i % 3 else cuts[i % len(cuts)] % 11 + 1  # some cuts of a few bytes
-        chunks.append(stream[pos : pos + step])
-        pos += step
-        i += 1
+    chunks = cut_reads(stream, cuts)
     whole = _split_connection([stream], calls)
     assert len(whole[1]) == calls and set(whole[1]) <= {"OK", "RESOURCE_EXHAUSTED"}
     assert _split_connection(chunks, calls) == whole
@@ -245,9 +264,7 @@ def _client_lowered_its_frame_size_and(reads: list[bytes]) -> bool:
     async def run() -> bool:
         client, backend = _Transport(), _Transport()
         conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
-        big = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 1 << 20))
-        small = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 16_384))
-        conn.client_data(fr.PREFACE + big + small + _request(hpack.Encoder(), 1, VERSION))
+        conn.client_data(fr.PREFACE + max_frame_settings(1 << 20, 16_384) + _request(hpack.Encoder(), 1, VERSION))
         conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
         for read in reads:
             conn.backend_data(read)

@@ -17,7 +17,7 @@ from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 
 from .test_connection import VERSION, _answer, _HeldAnswer, _Transport
-from .test_relayed_frames import OK, _Measured
+from .test_relayed_frames import OK, _Measured, cut_reads, max_frame_settings, message_parts
 
 LIMIT = 40_000  # the proxy's request size limit in these tests
 
@@ -27,18 +27,17 @@ REQUEST_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", VERSION),
 
 def _client_requests(seed: int, calls: int) -> bytes:
     """What a client might send for ``calls`` relayed calls on streams 1, 3, ...:
-    each request's headers (some in HEADERS and CONTINUATION) and one message in DATA frames of random sizes (its
-    prefix too may be cut), the last with END_STREAM, the streams' frames
-    interleaved, a connection WINDOW_UPDATE and a PING among them. Some messages
-    are over the proxy's limit, and together they exceed the runtime's window."""
+    each request's headers (some in HEADERS and CONTINUATION) and one message
+    in DATA frames of random sizes (its prefix too may be cut), the last with
+    END_STREAM, the streams' frames interleaved, a connection WINDOW_UPDATE and
+    a PING among them. Some messages are over the proxy's limit, and together
+    they exceed the runtime's window."""
     rng = random.Random(seed)
     encoder = hpack.Encoder()
     pending = {}
     for i in range(calls):
         sid = 2 * i + 1
-        message = struct.pack(">BI", 0, n := rng.choice([0, 9, 3_000, 30_000, 50_000])) + bytes([i]) * n
-        cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
-        parts = [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+        parts = message_parts(rng, i, [0, 9, 3_000, 30_000, 50_000])
         frames = [f for part in parts for f in fr.data_frames(sid, part, 16_384, False)]
         frames[-1] = fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, frames[-1][fr.HEADER_LEN:])
         pending[sid] = ["headers", *frames]
@@ -95,12 +94,7 @@ def test_the_runtime_gets_the_same_bytes_however_the_clients_reads_are_cut(seed,
     same answers, and every call ends the same way (RESOURCE_EXHAUSTED for a
     request over the limit, OK for the others)."""
     stream = _client_requests(seed, calls)
-    chunks, pos, i = [], 0, 0
-    while pos < len(stream):
-        step = cuts[i % len(cuts)] if i % 3 else cuts[i % len(cuts)] % 11 + 1  # some cuts of a few bytes
-        chunks.append(stream[pos : pos + step])
-        pos += step
-        i += 1
+    chunks = cut_reads(stream, cuts)
     whole = _relay([stream], calls)
     assert len(whole[2]) == calls and set(whole[2]) <= {"OK", "RESOURCE_EXHAUSTED"}
     assert _relay(chunks, calls) == whole
@@ -137,9 +131,7 @@ def _after_a_smaller_frame_size(reads: list[bytes]) -> bool:
     async def run() -> bool:
         client, backend = _Transport(), _Transport()
         conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
-        big = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 1 << 20))
-        small = fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.MAX_FRAME_SIZE, 16_384))
-        conn.backend_data(big + small)
+        conn.backend_data(max_frame_settings(1 << 20, 16_384))
         headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
         ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
         conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + ack + headers)
