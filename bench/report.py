@@ -236,7 +236,8 @@ def render(results: dict[str, Any]) -> str:
         drift = [f"{mode} {_f(m['direct_correlation'], '{:.2f}')}" for mode, m in modes.items()
                  if "direct_correlation" in m and mode != "direct"]
         if drift:
-            add("   drift: correlation of each mode's lifecycle with direct's of the same iteration: " + ", ".join(drift))
+            add("   drift: correlation of each mode's lifecycle with direct's of the same iteration: "
+                + ", ".join(drift))
         if REFERENCE_MODES & modes.keys():
             add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")
             add("    of the proxy's stack; byte-relay = a socket splice that never reads HTTP/2, the floor of any")

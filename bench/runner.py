@@ -394,10 +394,10 @@ class Bench:
             m["median_ratio"] = ratio(m["median_ms"], base["median_ms"])
             m["p90_ratio"] = ratio(m["p90_ms"], base["p90_ms"])
             # The modes of one iteration run back to back: the median of their ratios cancels slow drifts.
-            paired = [it[mode] / it["direct"] for it in by_iteration if mode in it and "direct" in it]
+            both = [(it["direct"], it[mode]) for it in by_iteration if mode in it and "direct" in it]
+            paired = [x / d for d, x in both]
             m["paired_median_ratio"] = median(paired)
             m["paired_interval90"] = median_interval(paired)
-            both = [(it["direct"], it[mode]) for it in by_iteration if mode in it and "direct" in it]
             m["direct_correlation"] = correlation([d for d, _ in both], [x for _, x in both])
         out["proxy_metrics"] = hook_metrics(self.problems, before, after,
                                             len(results["proxy+hook"]) + len(failures["proxy+hook"]))

@@ -29,7 +29,8 @@ GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at m
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 _FRAME_HEADER = fr.HEADER.unpack_from
 # Plain ints for the run loop (an IntEnum member costs a lookup each time).
-_HEADER_LEN, _DATA, _HEADERS, _SETTINGS = fr.HEADER_LEN, int(FrameType.DATA), int(FrameType.HEADERS), int(FrameType.SETTINGS)
+_HEADER_LEN, _DATA, _HEADERS = fr.HEADER_LEN, int(FrameType.DATA), int(FrameType.HEADERS)
+_SETTINGS = int(FrameType.SETTINGS)
 _PADDED, _END_STREAM = Flag.PADDED, Flag.END_STREAM
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
