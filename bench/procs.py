@@ -188,13 +188,20 @@ class ReadyChild(Child):
             raise self.died() if not self.alive else BenchError(f"{self.name} said {line!r}")
 
 
-class HookServerChild(ReadyChild):
-    """``python -m hooks.testserver --config '{}'``: every hook answers an empty response."""
+# The no-op hook servers: every hook answers an empty response.
+HOOK_SERVERS = {
+    "sdk": ["-m", "hooks.testserver", "--config", "{}", "--socket"],  # the SDK's, on grpc.aio
+    "lean": ["-m", "bench.leanhook"],  # raw HTTP/2 frames, a fraction of the SDK's CPU (bench/leanhook.py)
+}
 
-    def __init__(self, sock: Path, log_path: Path) -> None:
-        super().__init__("hook server", [sys.executable, "-m", "hooks.testserver", "--socket", str(sock),
-                                         "--config", "{}"], log_path)
+
+class HookServerChild(ReadyChild):
+    """A no-op hook server (``kind`` in :data:`HOOK_SERVERS`) listening on ``sock``."""
+
+    def __init__(self, sock: Path, log_path: Path, kind: str = "sdk") -> None:
+        super().__init__(f"{kind} hook server", [sys.executable, *HOOK_SERVERS[kind], str(sock)], log_path)
         self.sock = sock
+        self.kind = kind
 
 
 class RelayChild(ReadyChild):

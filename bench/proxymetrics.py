@@ -31,7 +31,7 @@ async def fetch_metrics(problems: list[str], port: int) -> Samples:
     try:
         text = await asyncio.to_thread(fetch)
     except OSError as exc:
-        problems.append(f"cannot fetch the hooked proxy's /metrics on 127.0.0.1:{port}: {exc}")
+        problems.append(f"cannot fetch a hooked proxy's /metrics on 127.0.0.1:{port}: {exc}")
         return {}
     samples: Samples = {}
     for family in text_string_to_metric_families(text):
@@ -40,8 +40,10 @@ async def fetch_metrics(problems: list[str], port: int) -> Samples:
     return samples
 
 
-def hook_metrics(problems: list[str], before: Samples, after: Samples, hooked_lifecycles: int) -> dict[str, Any]:
-    """Hook calls made by the proxy during the recorded lifecycles: count and mean per hook point."""
+def hook_metrics(problems: list[str], before: Samples, after: Samples, hooked_lifecycles: int,
+                 proxy: str = "proxy+hook") -> dict[str, Any]:
+    """Hook calls made by the proxy (lifecycle mode ``proxy``) during the recorded lifecycles:
+    count and mean per hook point."""
 
     def delta(name: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -65,10 +67,10 @@ def hook_metrics(problems: list[str], before: Samples, after: Samples, hooked_li
                     for m in hcounts}
     bad = {k: v for k, v in outcomes.items() if k != "ok" and v}
     if bad:
-        problems.append(f"the proxy's hook calls did not all succeed: {bad}")
+        problems.append(f"{proxy}: the proxy's hook calls did not all succeed: {bad}")
     expected = hooked_lifecycles * HOOK_CALLS_PER_LIFECYCLE
     if total_count != expected:
-        problems.append(f"the hooked proxy made {int(total_count)} hook calls during "
+        problems.append(f"{proxy}: the hooked proxy made {int(total_count)} hook calls during "
                         f"{hooked_lifecycles} recorded lifecycles, expected {expected}")
     return {"hook_calls": int(total_count), "hook_mean_ms": ratio(total_sum * 1000, total_count),
             "per_hook": per_hook, "outcomes": outcomes, "hooked_calls": hooked_calls}

@@ -28,7 +28,9 @@ LIST_P50_TARGET = 1.3  # ListContainers p50 at every concurrency measured
 # a third within a run, and a mode's lifecycles follow that drift with direct's
 # (correlation 0.4-0.9 here), which the ratio of two medians does not cancel.
 PLAIN_LIFECYCLE_TARGET = 1.02  # lifecycle without hooks (mode "proxy")
-LIFECYCLE_TARGET = 1.05  # hooked lifecycle at most 1.05x direct
+LIFECYCLE_TARGET = 1.05  # hooked lifecycle at most 1.05x direct, with either no-op hook server:
+# the SDK's (mode "proxy+hook"), and the lean one (mode "proxy+leanhook", bench/leanhook.py) whose own
+# CPU per call is a fraction of the SDK's, as a compiled hook server's is
 HOOK_RTT_TARGET_MS = 2.0  # hook round trip p50 below 2 ms
 CPU_DIVISOR = 3  # proxy CPU per relayed call at most a third of today's; RSS no higher than today's
 
@@ -53,6 +55,7 @@ class Baseline:
 GRPC_PATH = Baseline("grpc path", cpu_ms_per_call=(("Version", 1, 1.11),), rss_mib=(("proxy", 59.9),))
 
 _ABSENT = object()
+_STEP_COLUMN = 16  # "+proxy+leanhook" and a space
 
 
 def _f(value: float | None, fmt: str = "{:.3f}") -> str:
@@ -111,7 +114,8 @@ def _unary_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
 def _lifecycle_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for mode, what, limit in (("proxy", "lifecycle without hooks", PLAIN_LIFECYCLE_TARGET),
-                              ("proxy+hook", "hooked lifecycle", LIFECYCLE_TARGET)):
+                              ("proxy+hook", "hooked lifecycle (SDK hook server)", LIFECYCLE_TARGET),
+                              ("proxy+leanhook", "hooked lifecycle (lean hook server)", LIFECYCLE_TARGET)):
         value = _dig(results, "lifecycle", "modes", mode, "paired_median_ratio")
         if value is not _ABSENT:
             shown = _x(value)
@@ -165,6 +169,22 @@ def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
 def unjudged(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Figures of a target measured against today's whose baseline was never recorded: shown, not judged."""
     return _baseline_figures(results, GRPC_PATH)[1]
+
+
+def _proxy_metrics(add: Callable[[str], None], mode: str, pm: dict[str, Any]) -> None:
+    add(f"   {mode}, as seen inside the proxy (runtime_proxy_hook_duration_seconds _sum/_count over the recorded "
+        "hooked lifecycles):")
+    add(f"   all hooks: {pm['hook_calls']} calls, mean {_f(pm['hook_mean_ms'])} ms; outcomes "
+        f"{ {k: int(v) for k, v in pm['outcomes'].items()} }")
+    per = [f"{h} {v['count']}x {_f(v['mean_ms'])} ms" for h, v in pm["per_hook"].items() if v["count"]]
+    for i in range(0, len(per), 3):
+        add("     " + "; ".join(per[i:i + 3]))
+    hc = pm.get("hooked_calls", {})
+    if hc:
+        add("   hooked CRI calls end to end inside the proxy (runtime_proxy_hooked_call_duration_seconds, mean):")
+        items = [f"{m} {_f(v['mean_ms'], '{:.2f}')} ms" for m, v in hc.items()]
+        for i in range(0, len(items), 4):
+            add("     " + "; ".join(items[i:i + 4]))
 
 
 def render(results: dict[str, Any]) -> str:
@@ -223,10 +243,10 @@ def render(results: dict[str, Any]) -> str:
         add("2. Pod lifecycle (RunPodSandbox, CreateContainer, StartContainer, StopContainer, RemoveContainer, "
             "StopPodSandbox, RemovePodSandbox),")
         add(f"   wall time per lifecycle; {opts['lifecycles']} interleaved iterations per mode after 1 warm-up each")
-        add(f"{'mode':<12}{'n':>4}{'median ms':>11}{'p90 ms':>9}{'mean ms':>9}{'min ms':>9}{'max ms':>9}"
+        add(f"{'mode':<15}{'n':>4}{'median ms':>11}{'p90 ms':>9}{'mean ms':>9}{'min ms':>9}{'max ms':>9}"
             f"{'median/direct':>15}{'p90/direct':>12}{'paired':>8}{'90% interval':>14}{'failed':>8}")
         for mode, m in modes.items():
-            add(f"{mode:<12}{m['n']:>4}{_f(m['median_ms'], '{:.1f}'):>11}{_f(m['p90_ms'], '{:.1f}'):>9}"
+            add(f"{mode:<15}{m['n']:>4}{_f(m['median_ms'], '{:.1f}'):>11}{_f(m['p90_ms'], '{:.1f}'):>9}"
                 f"{_f(m['mean_ms'], '{:.1f}'):>9}{_f(m['min_ms'], '{:.1f}'):>9}{_f(m['max_ms'], '{:.1f}'):>9}"
                 f"{_x(m['median_ratio']):>15}{_x(m['p90_ratio']):>12}{_x(m['paired_median_ratio']):>8}"
                 f"{_interval(m.get('paired_interval90') or (None, None)):>14}"
@@ -238,72 +258,71 @@ def render(results: dict[str, Any]) -> str:
         if drift:
             add("   drift: correlation of each mode's lifecycle with direct's of the same iteration: "
                 + ", ".join(drift))
+        if "proxy+leanhook" in modes:
+            add("   (proxy+hook = hooks answered by the SDK's grpc.aio no-op server, hooks.testserver;")
+            add("    proxy+leanhook = by bench/leanhook.py on raw HTTP/2, whose own CPU per call is a fraction")
+            add("    of the SDK's, as a compiled hook server's is; the proxies are the same)")
         if REFERENCE_MODES & modes.keys():
             add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")
             add("    of the proxy's stack; byte-relay = a socket splice that never reads HTTP/2, the floor of any")
             add("    Python relay; see bench/relays.py)")
-        add("   median per call (ms):")
+        add("   median per call (ms): direct's, and what each mode adds to it")
         others = [mode for mode in modes if mode != "direct"]
-        add(f"   {'call':<18}" + "".join(f"{mode:>12}" for mode in modes)
-            + "".join(f"{'+' + mode:>12}" for mode in others))
+        add(f"   {'call':<18}{'direct':>{_STEP_COLUMN}}"
+            + "".join(f"{'+' + mode:>{_STEP_COLUMN}}" for mode in others))
         for step in STEPS:
-            vals = [modes[mode]["step_median_ms"][step] for mode in modes]
-            diffs = [modes[mode]["step_median_ms"][step] - modes["direct"]["step_median_ms"][step] for mode in others]
-            add(f"   {step:<18}" + "".join(f"{_f(v, '{:.2f}'):>12}" for v in vals)
-                + "".join(f"{_f(d, '{:+.2f}'):>12}" for d in diffs))
+            base = modes["direct"]["step_median_ms"][step]
+            diffs = [modes[mode]["step_median_ms"][step] - base for mode in others]
+            add(f"   {step:<18}{_f(base, '{:.2f}'):>{_STEP_COLUMN}}"
+                + "".join(f"{_f(d, '{:+.2f}'):>{_STEP_COLUMN}}" for d in diffs))
 
     rtt = results.get("hook_rtt")
     if rtt:
         add("")
         add(f"3. Hook round trip: grpc.aio unary PreCreateContainerHook ({rtt['request_bytes']} byte "
-            f"ContainerResourceHookRequest) to the no-op hook server, concurrency 1")
-        add(f"   calls {rtt['calls']}  p50 {_f(rtt['p50_ms'])} ms  p90 {_f(rtt['p90_ms'])} ms  "
-            f"p99 {_f(rtt['p99_ms'])} ms  mean {_f(rtt['mean_ms'])} ms  ({_f(rtt['calls_per_s'], '{:.0f}')} calls/s)"
-            f"  errors {rtt['errors']}")
+            f"ContainerResourceHookRequest) to a no-op hook server, concurrency 1")
+    for key, server in (("hook_rtt", "SDK"), ("hook_rtt_lean", "lean")):
+        r = results.get(key)
+        if r:
+            add(f"   {server + ':':<6}calls {r['calls']}  p50 {_f(r['p50_ms'])} ms  p90 {_f(r['p90_ms'])} ms  "
+                f"p99 {_f(r['p99_ms'])} ms  mean {_f(r['mean_ms'])} ms  ({_f(r['calls_per_s'], '{:.0f}')} calls/s)"
+                f"  errors {r['errors']}")
     sparse = results.get("sparse")
     if sparse:
         add(f"   sparse, one call every {sparse['gap_ms']:g} ms as in a pod lifecycle (the processes sleep in "
             f"between; back-to-back rounds above do not show this):")
-        hook = sparse.get("hook")
-        if hook:
-            add(f"     hook round trip p50 {_f(hook['p50_ms'])} ms  p90 {_f(hook['p90_ms'])} ms  ({hook['calls']} calls)")
+        for key, server in (("hook", "SDK"), ("lean hook", "lean")):
+            hook = sparse.get(key)
+            if hook:
+                add(f"     hook round trip ({server}) p50 {_f(hook['p50_ms'])} ms  p90 {_f(hook['p90_ms'])} ms  "
+                    f"({hook['calls']} calls)")
         direct, proxy = sparse.get("Version direct"), sparse.get("Version proxy")
         if direct and proxy:
             add(f"     Version direct p50 {_f(direct['p50_ms'])} ms, through the proxy {_f(proxy['p50_ms'])} ms "
                 f"({_x(ratio(proxy['p50_ms'], direct['p50_ms']))}, +{_f(proxy['p50_ms'] - direct['p50_ms'])} ms)")
-    pm = (lcy or {}).get("proxy_metrics")
-    if pm:
-        add("   as seen inside the proxy (runtime_proxy_hook_duration_seconds _sum/_count over the recorded "
-            "hooked lifecycles):")
-        add(f"   all hooks: {pm['hook_calls']} calls, mean {_f(pm['hook_mean_ms'])} ms; outcomes "
-            f"{ {k: int(v) for k, v in pm['outcomes'].items()} }")
-        per = [f"{h} {v['count']}x {_f(v['mean_ms'])} ms" for h, v in pm["per_hook"].items() if v["count"]]
-        for i in range(0, len(per), 3):
-            add("     " + "; ".join(per[i:i + 3]))
-        hc = pm.get("hooked_calls", {})
-        if hc:
-            add("   hooked CRI calls end to end inside the proxy (runtime_proxy_hooked_call_duration_seconds, mean):")
-            items = [f"{m} {_f(v['mean_ms'], '{:.2f}')} ms" for m, v in hc.items()]
-            for i in range(0, len(items), 4):
-                add("     " + "; ".join(items[i:i + 4]))
+    for key, mode in (("proxy_metrics", "proxy+hook"), ("proxy_metrics_lean", "proxy+leanhook")):
+        pm = (lcy or {}).get(key)
+        if pm:
+            _proxy_metrics(add, mode, pm)
 
     memory = results.get("memory") or {}
     if memory:
         add("")
         add("4. Proxy memory at the end of the run (after all of the above)")
         for name, m in memory.items():
-            add(f"   {name:<12} RSS {m['rss_mib']:.1f} MiB  (peak {m['peak_mib']:.1f} MiB)")
+            add(f"   {name:<15} RSS {m['rss_mib']:.1f} MiB  (peak {m['peak_mib']:.1f} MiB)")
 
     add("")
     add("Targets:")
     judged, figures = verdicts(results), unjudged(results)
     width = max([10, *(len(row["shown"]) for row in judged + figures)])
+    label = max([40, *(len(v["target"]) for v in judged), *(len(u["figure"]) for u in figures)])
     for v in judged:
-        add(f"   {v['target']:<64} {v['shown']:>{width}}   {'PASS' if v['pass'] else 'FAIL'}")
+        add(f"   {v['target']:<{label}} {v['shown']:>{width}}   {'PASS' if v['pass'] else 'FAIL'}")
     if figures:
         add("   no recorded baseline of today's figure, so not judged:")
         for u in figures:
-            add(f"   {u['figure']:<64} {u['shown']:>{width}}")
+            add(f"   {u['figure']:<{label}} {u['shown']:>{width}}")
     problems = results.get("problems") or []
     add("")
     add("Problems: " + ("none" if not problems else ""))

@@ -19,9 +19,9 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
-from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host.containerd import LocalContainerd
 
+from . import hookcalls
 from . import lifecycle as lc
 from .procs import (
     HookServerChild,
@@ -41,12 +41,12 @@ from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
 from .report import UNARY_REFERENCE, UNARY_REFERENCE_RATIOS
 from .stats import correlation, median, median_interval, ratio, summarize
 
-CRI = "/runtime.v1.RuntimeService/"
-HOOK_METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
+CRI = hookcalls.CRI
+
 # Lifecycle modes that are not the proxy: what relaying alone costs (see bench/relays.py).
 REFERENCE_RELAYS = {"grpc-relay": "grpc", "byte-relay": "bytes"}
-# A pod lifecycle's calls are tens of milliseconds apart: the sparse measurement's pause between calls.
-SPARSE_GAP_S = 0.02
+# The hooked proxies' lifecycle modes -> the no-op hook server each calls (bench/procs.py HOOK_SERVERS).
+HOOKED_MODES = {"proxy+hook": "sdk", "proxy+leanhook": "lean"}
 
 
 @dataclass(frozen=True)
@@ -105,35 +105,40 @@ class Bench:
             await lc.populate(direct, logs, pods=opts.pods, containers=opts.containers)
             say(f"  done in {time.monotonic() - t0:.1f}s")
 
-            # Hook server and the two proxies (plain: empty hook dir; hooked: the no-op server on every hook).
-            hook_sock = work / "hook.sock"
-            hook_server = HookServerChild(hook_sock, work / "hookserver.log")
-            await hook_server.start()
-            stack.push_async_callback(hook_server.stop)
-            await hook_server.wait_ready()
+            # The no-op hook servers and the proxies: plain (an empty hook dir), and one per hook server
+            # with it on every hook point.
+            hook_servers: dict[str, HookServerChild] = {}
+            for kind in HOOKED_MODES.values():
+                server = HookServerChild(work / f"hook-{kind}.sock", work / f"hookserver-{kind}.log", kind)
+                await server.start()
+                stack.push_async_callback(server.stop)
+                await server.wait_ready()
+                hook_servers[kind] = server
 
-            plain_dir, hooked_dir = work / "hooks-none", work / "hooks-noop"
-            for d in (plain_dir, hooked_dir):
-                d.mkdir(mode=0o755)
-                os.chmod(d, 0o755)
-            write_hook_config(hooked_dir, "noop", hook_sock, ALL_HOOKS, failure_policy="Ignore")
-
-            metrics_port = free_tcp_port()
             paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop}
+            plain_dir = self._hook_dir("hooks-none")
             plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
                                **paths)
-            hooked = ProxyChild("proxy (no-op hook)", work / "proxyh.sock", direct_sock, hooked_dir,
-                                work / "proxyh.log", metrics_port=metrics_port, **paths)
-            for proxy in (plain, hooked):
+            hooked: dict[str, ProxyChild] = {}
+            metrics_ports: dict[str, int] = {}
+            for mode, kind in HOOKED_MODES.items():
+                hook_dir = self._hook_dir(f"hooks-{kind}")
+                write_hook_config(hook_dir, "noop", hook_servers[kind].sock, ALL_HOOKS, failure_policy="Ignore")
+                metrics_ports[mode] = free_tcp_port()
+                hooked[mode] = ProxyChild(f"proxy ({kind} no-op hook)", work / f"proxy-{kind}.sock", direct_sock,
+                                          hook_dir, work / f"proxy-{kind}.log", metrics_port=metrics_ports[mode],
+                                          **paths)
+            proxies = {"proxy": plain, **hooked}
+            for proxy in proxies.values():
                 await proxy.start()
                 stack.push_async_callback(proxy.stop)
-            for proxy in (plain, hooked):
+            for proxy in proxies.values():
                 await wait_cri_version(proxy.listen, proxy)
             # Each proxy reads every pod and container once at start-up: let that finish first.
-            waited = await asyncio.gather(wait_idle(plain.pid), wait_idle(hooked.pid))
+            waited = await asyncio.gather(*(wait_idle(proxy.pid) for proxy in proxies.values()))
             say(f"proxies ready (start-up state rebuild settled after {max(waited):.1f}s)")
-            self.proxies = {"proxy": plain, "proxy+hook": hooked}
-            await self._check_hooks_registered(metrics_port)
+            for mode, port in metrics_ports.items():
+                await self._check_hooks_registered(mode, port)
 
             loadgen = LoadGenChild(work / "loadgen.log")
             await loadgen.start()
@@ -144,7 +149,7 @@ class Bench:
             # both are lifecycle modes and idle in the phases between.
             relays = await self._start_relays(stack, direct_sock)
             targets = {"direct": direct_sock, "proxy": plain.listen, UNARY_REFERENCE: relays[UNARY_REFERENCE].listen}
-            await self._sanity(targets | {"proxy+hook": hooked.listen}
+            await self._sanity(targets | {mode: proxy.listen for mode, proxy in hooked.items()}
                                | {name: relay.listen for name, relay in relays.items()})
 
             # Whose CPU time each unary round samples: the runtime and the client in every
@@ -152,20 +157,17 @@ class Bench:
             pids = {"runtime": ctd.pid, "client": loadgen.pid, "proxy": plain.pid,
                     UNARY_REFERENCE: relays[UNARY_REFERENCE].pid}
             await self._unary(loadgen, targets, pids)
-            await self._hook_rtt(loadgen, hook_sock, logs)
-            await self._sparse(loadgen, hook_sock, targets, logs)
+            await self._hook_calls(loadgen, hook_servers, targets, logs)
 
             chans = {"direct": direct_channel}
-            listeners = {"proxy": plain.listen, "proxy+hook": hooked.listen} | {
+            listeners = {mode: proxy.listen for mode, proxy in proxies.items()} | {
                 name: relay.listen for name, relay in relays.items()}
             for name, listen in listeners.items():
                 chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{listen}"))
             await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
-                                   metrics_port)
-            self.results["memory"] = {
-                name: memory_mib(proxy.pid) for name, proxy in (("proxy", plain), ("proxy+hook", hooked)) if proxy.alive
-            }
-            for proxy in (plain, hooked):
+                                   metrics_ports)
+            self.results["memory"] = {name: memory_mib(proxy.pid) for name, proxy in proxies.items() if proxy.alive}
+            for proxy in proxies.values():
                 if not proxy.alive:
                     self.problems.append(f"{proxy.name} died during the run: see {proxy.log_path}")
             say("cleaning up")
@@ -197,11 +199,17 @@ class Bench:
             "kernel": platform.release(),
         }
 
-    async def _check_hooks_registered(self, port: int) -> None:
+    def _hook_dir(self, name: str) -> Path:
+        path = self.work / name
+        path.mkdir(mode=0o755)
+        os.chmod(path, 0o755)
+        return path
+
+    async def _check_hooks_registered(self, mode: str, port: int) -> None:
         families = await fetch_metrics(self.problems, port)
         servers = families.get("runtime_proxy_hook_servers", {}).get((), math.nan)
         if servers != 1:
-            self.problems.append(f"hooked proxy reports runtime_proxy_hook_servers={servers}, expected 1")
+            self.problems.append(f"{mode} reports runtime_proxy_hook_servers={servers}, expected 1")
 
     async def _sanity(self, targets: dict[str, Path]) -> None:
         """Each target lists the same containers (so the proxies really relay)."""
@@ -290,58 +298,22 @@ class Bench:
 
     # ------------------------------------------------------------------ phase 3
 
-    async def _hook_rtt(self, loadgen: LoadGenChild, hook_sock: Path, logs: Path) -> None:
+    async def _hook_calls(self, loadgen: LoadGenChild, servers: dict[str, HookServerChild],
+                          targets: dict[str, Path], logs: Path) -> None:
         opts = self.opts
-        request = lc.hook_request(logs).SerializeToString()
-        say(f"hook round trip: {opts.hook_rounds} x {opts.hook_duration}s of PreCreateContainerHook "
-            f"({len(request)} byte request) to the no-op hook server")
-        lat: list[int] = []
-        calls = errors = 0
-        elapsed = 0.0
-        samples: list[str] = []
-        for _ in range(opts.hook_rounds):
-            ans = await loadgen.request({
-                "op": "run", "socket": str(hook_sock), "method": HOOK_METHOD,
-                "request": base64.b64encode(request).decode(), "concurrency": 1,
-                "duration": opts.hook_duration, "warmup": opts.warmup, "timeout": 2.0,
-                "codec": "hook-container"}, timeout=opts.hook_duration + opts.warmup + 60)
-            lat += ans["latencies_ns"]
-            calls += ans["calls"]
-            errors += ans["errors"]
-            elapsed += ans["elapsed"]
-            samples += ans["error_samples"]
-        s = summarize(x / 1e6 for x in lat)
-        self.results["hook_rtt"] = {"calls": calls, "errors": errors, "error_samples": samples[:5],
-                                    "request_bytes": len(request), "p50_ms": s["p50"], "p90_ms": s["p90"],
-                                    "p99_ms": s["p99"], "mean_ms": s["mean"],
-                                    "calls_per_s": calls / elapsed if elapsed else math.nan}
-        if errors:
-            self.problems.append(f"hook server calls failed {errors} times, e.g. {samples[:2]}")
-
-    async def _sparse(self, loadgen: LoadGenChild, hook_sock: Path, targets: dict[str, Path], logs: Path) -> None:
-        """Calls as sparse as a pod lifecycle's (every process sleeps in between): what each
-        hook call and each hop costs there, which back-to-back rounds do not show."""
-        opts = self.opts
-        duration = opts.hook_rounds * opts.hook_duration
-        say(f"sparse calls: one every {SPARSE_GAP_S * 1000:g} ms for {duration:g}s to the hook server, and Version")
-        runs = {"hook": (hook_sock, HOOK_METHOD, lc.hook_request(logs).SerializeToString(), "hook-container"),
-                **{f"Version {t}": (sock, CRI + "Version", b"", "raw") for t, sock in targets.items()}}
-        out: dict[str, Any] = {"gap_ms": SPARSE_GAP_S * 1000}
-        for name, (sock, method, request, codec) in runs.items():
-            ans = await loadgen.request({
-                "op": "run", "socket": str(sock), "method": method, "request": base64.b64encode(request).decode(),
-                "concurrency": 1, "duration": duration, "warmup": opts.warmup, "timeout": 5.0, "codec": codec,
-                "gap": SPARSE_GAP_S}, timeout=duration + opts.warmup + 60)
-            s = summarize(x / 1e6 for x in ans["latencies_ns"])
-            out[name] = {"calls": ans["calls"], "errors": ans["errors"], "p50_ms": s["p50"], "p90_ms": s["p90"]}
-            if ans["errors"]:
-                self.problems.append(f"sparse {name} calls failed {ans['errors']} times, e.g. {ans['error_samples'][:2]}")
-        self.results["sparse"] = out
+        for kind, server in servers.items():
+            self.results["hook_rtt" if kind == "sdk" else f"hook_rtt_{kind}"] = await hookcalls.round_trip(
+                loadgen, server.sock, logs, rounds=opts.hook_rounds, duration=opts.hook_duration,
+                warmup=opts.warmup, problems=self.problems, server=kind)
+        hook_socks = {"hook" if kind == "sdk" else f"{kind} hook": server.sock for kind, server in servers.items()}
+        self.results["sparse"] = await hookcalls.sparse(
+            loadgen, hook_socks, targets, logs, duration=opts.hook_rounds * opts.hook_duration, warmup=opts.warmup,
+            problems=self.problems)
 
     # ------------------------------------------------------------------ phase 2
 
     async def _lifecycles(self, stubs: dict[str, v1_grpc.RuntimeServiceStub], direct: v1_grpc.RuntimeServiceStub,
-                          logs: Path, metrics_port: int) -> None:
+                          logs: Path, metrics_ports: dict[str, int]) -> None:
         opts = self.opts
         modes = list(stubs)
         say(f"pod lifecycles: 1 warm-up + {opts.lifecycles} recorded per mode, interleaved ({', '.join(modes)})")
@@ -361,7 +333,7 @@ class Bench:
         for mode in modes:  # warm-up failures are failures too, but not timings
             if failures[mode]:
                 self.problems.append(f"lifecycle via {mode} failed during warm-up: {failures[mode][0]}")
-        before = await fetch_metrics(self.problems, metrics_port)
+        before = {mode: await fetch_metrics(self.problems, port) for mode, port in metrics_ports.items()}
         for i in range(opts.lifecycles):
             rotated = modes[i % len(modes):] + modes[:i % len(modes)]
             iteration: dict[str, float] = {}
@@ -373,7 +345,7 @@ class Bench:
             by_iteration.append(iteration)
             if (i + 1) % 5 == 0 or i + 1 == opts.lifecycles:
                 say(f"  {i + 1}/{opts.lifecycles} iterations done")
-        after = await fetch_metrics(self.problems, metrics_port)
+        after = {mode: await fetch_metrics(self.problems, port) for mode, port in metrics_ports.items()}
 
         out: dict[str, Any] = {"modes": {}}
         for mode in modes:
@@ -399,8 +371,10 @@ class Bench:
             m["paired_median_ratio"] = median(paired)
             m["paired_interval90"] = median_interval(paired)
             m["direct_correlation"] = correlation([d for d, _ in both], [x for _, x in both])
-        out["proxy_metrics"] = hook_metrics(self.problems, before, after,
-                                            len(results["proxy+hook"]) + len(failures["proxy+hook"]))
+        for mode in metrics_ports:
+            key = "proxy_metrics" if mode == "proxy+hook" else f"proxy_metrics_{HOOKED_MODES[mode]}"
+            out[key] = hook_metrics(self.problems, before[mode], after[mode],
+                                    len(results[mode]) + len(failures[mode]), mode)
         self.results["lifecycle"] = out
 
 

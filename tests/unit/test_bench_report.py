@@ -45,7 +45,7 @@ def _mode(median_ms: float) -> dict[str, Any]:
 def _results(**over: Any) -> dict[str, Any]:
     """A run where every target passes, unless `over` says otherwise."""
     figures = {"version_p50": 1.4, "version_tput": 0.7, "list_p50": 1.2, "plain": 101.0, "hooked": 104.0,
-               "rtt": 0.8, "cpu_c1": 0.3, "rss": 55.7, "concurrencies": (1, 16)} | over
+               "lean": 102.5, "rtt": 0.8, "cpu_c1": 0.3, "rss": 55.7, "concurrencies": (1, 16)} | over
     unary = [_case(m, c, p50=figures["version_p50"] if m == "Version" else figures["list_p50"],
                    throughput=figures["version_tput"] if m == "Version" else 0.8,
                    cpu=figures["cpu_c1"] if (m, c) == ("Version", 1) else 0.125)
@@ -58,12 +58,16 @@ def _results(**over: Any) -> dict[str, Any]:
         "list_containers_count": {"direct": 100, "proxy": 100},
         "unary": unary,
         "lifecycle": {"modes": {"direct": _mode(100.0), "proxy": _mode(figures["plain"]),
-                                "proxy+hook": _mode(figures["hooked"]), "grpc-relay": _mode(103.0),
+                                "proxy+hook": _mode(figures["hooked"]),
+                                "proxy+leanhook": _mode(figures["lean"]), "grpc-relay": _mode(103.0),
                                 "byte-relay": _mode(101.0)}},
         "hook_rtt": {"calls": 500, "errors": 0, "request_bytes": 700, "p50_ms": figures["rtt"], "p90_ms": 1.0,
                      "p99_ms": 1.5, "mean_ms": 0.9, "calls_per_s": 1100.0},
+        "hook_rtt_lean": {"calls": 900, "errors": 0, "request_bytes": 700, "p50_ms": 0.42, "p90_ms": 0.5,
+                          "p99_ms": 0.7, "mean_ms": 0.43, "calls_per_s": 2300.0},
         "memory": {"proxy": {"rss_mib": figures["rss"], "peak_mib": 60.0},
-                   "proxy+hook": {"rss_mib": 56.9, "peak_mib": 61.0}},
+                   "proxy+hook": {"rss_mib": 56.9, "peak_mib": 61.0},
+                   "proxy+leanhook": {"rss_mib": 57.1, "peak_mib": 61.2}},
         "problems": [],
         "wall_seconds": 70.0,
     }
@@ -75,7 +79,8 @@ ALL_TARGETS = [
     "ListContainers (100) c1 p50 <= 1.30x direct",
     "ListContainers (100) c16 p50 <= 1.30x direct",
     "lifecycle without hooks paired median <= 1.02x direct",
-    "hooked lifecycle paired median <= 1.05x direct",
+    "hooked lifecycle (SDK hook server) paired median <= 1.05x direct",
+    "hooked lifecycle (lean hook server) paired median <= 1.05x direct",
     "hook round trip p50 < 2 ms",
     "proxy CPU per Version call c1 <= 0.37 ms (grpc path 1.11 ms / 3)",
     "proxy RSS at the end <= 59.9 MiB (grpc path)",
@@ -94,18 +99,19 @@ def test_every_target_of_issue_14_is_judged() -> None:
     assert shown["Version c1 p50 <= 1.50x direct"] == "1.40x"
     assert shown["Version c16 throughput >= 0.60x direct"] == "0.70x"
     assert shown["lifecycle without hooks paired median <= 1.02x direct"] == "1.01x"
-    assert shown[ALL_TARGETS[7]] == "0.300 ms"
-    assert shown[ALL_TARGETS[8]] == "55.7 MiB"
+    assert shown[ALL_TARGETS[8]] == "0.300 ms"
+    assert shown[ALL_TARGETS[9]] == "55.7 MiB"
 
 
 @pytest.mark.parametrize(("over", "target"), [
     ({"version_p50": 1.6}, "Version c1 p50 <= 1.50x direct"),
     ({"version_tput": 0.5}, "Version c16 throughput >= 0.60x direct"),
     ({"plain": 103.0}, "lifecycle without hooks paired median <= 1.02x direct"),
-    ({"hooked": 106.0}, "hooked lifecycle paired median <= 1.05x direct"),
+    ({"hooked": 106.0}, "hooked lifecycle (SDK hook server) paired median <= 1.05x direct"),
+    ({"lean": 105.5}, "hooked lifecycle (lean hook server) paired median <= 1.05x direct"),
     ({"rtt": 2.0}, "hook round trip p50 < 2 ms"),
-    ({"cpu_c1": 0.4}, ALL_TARGETS[7]),
-    ({"rss": 60.0}, ALL_TARGETS[8]),
+    ({"cpu_c1": 0.4}, ALL_TARGETS[8]),
+    ({"rss": 60.0}, ALL_TARGETS[9]),
 ])
 def test_a_missed_target_fails_alone(over: dict[str, float], target: str) -> None:
     got = _by_target(_results(**over))
@@ -123,7 +129,7 @@ def test_listcontainers_is_judged_at_every_concurrency() -> None:
 
 
 def test_limits_themselves_pass() -> None:
-    results = _results(plain=102.0, hooked=105.0, cpu_c1=1.11 / 3, rss=59.9)
+    results = _results(plain=102.0, hooked=105.0, lean=105.0, cpu_c1=1.11 / 3, rss=59.9)
     for e in results["unary"]:  # the limits exactly, not as a quotient of two latencies
         e["ratios"]["p50"] = 1.5 if e["method"] == "Version" else 1.3
         e["ratios"]["throughput"] = 0.6
@@ -158,14 +164,14 @@ def test_missing_data_gives_no_verdict_for_its_targets() -> None:
                                                "ListContainers (100) c16 p50 <= 1.30x direct"}
     only_c16 = _by_target(_results(concurrencies=(16,)))
     assert "Version c1 p50 <= 1.50x direct" not in only_c16
-    assert ALL_TARGETS[7] not in only_c16  # no Version c1 CPU figure: nothing to compare with the baseline
+    assert ALL_TARGETS[8] not in only_c16  # no Version c1 CPU figure: nothing to compare with the baseline
     assert "Version c16 throughput >= 0.60x direct" in only_c16
 
     results = _results()
     for key in ("unary", "hook_rtt", "memory"):
         del results[key]
     del results["lifecycle"]["modes"]["proxy"]
-    assert [v["target"] for v in verdicts(results)] == ["hooked lifecycle paired median <= 1.05x direct"]
+    assert [v["target"] for v in verdicts(results)] == ALL_TARGETS[5:7]
     assert verdicts({"options": {}}) == []
     assert unjudged({"options": {}}) == []
 
@@ -175,8 +181,9 @@ def test_figures_without_a_recorded_baseline_are_listed_unjudged() -> None:
     assert got == {"proxy CPU per Version call c16": "0.125 ms",
                    "proxy CPU per ListContainers call c1": "0.125 ms",
                    "proxy CPU per ListContainers call c16": "0.125 ms",
-                   "proxy+hook RSS at the end": "56.9 MiB"}
-    assert not any(v["target"].startswith(("proxy CPU per ListContainers", "proxy+hook RSS"))
+                   "proxy+hook RSS at the end": "56.9 MiB",
+                   "proxy+leanhook RSS at the end": "57.1 MiB"}
+    assert not any(v["target"].startswith(("proxy CPU per ListContainers", "proxy+hook RSS", "proxy+leanhook RSS"))
                    for v in verdicts(_results()))
 
 
@@ -235,7 +242,7 @@ def test_json_carries_the_reference_and_both_lists(tmp_path: Path) -> None:
     assert entry["ratios_byte_relay"]["throughput"] == pytest.approx(0.95)
     assert [t["target"] for t in doc["targets"]] == ALL_TARGETS
     assert doc["targets"][0]["value"] is None and doc["targets"][0]["pass"] is False
-    assert len(doc["unjudged"]) == 4
+    assert len(doc["unjudged"]) == 5
 
 
 def test_reference_ratios_are_computed_as_the_proxy_ones() -> None:
@@ -253,9 +260,31 @@ def test_render_shows_sparse_calls_when_measured() -> None:
     results = _results()
     assert "sparse" not in render(results)
     results["sparse"] = {"gap_ms": 20.0, "hook": {"calls": 120, "errors": 0, "p50_ms": 1.9, "p90_ms": 2.4},
+                         "lean hook": {"calls": 121, "errors": 0, "p50_ms": 0.8, "p90_ms": 0.9},
                          "Version direct": {"calls": 130, "errors": 0, "p50_ms": 1.5, "p90_ms": 1.8},
                          "Version proxy": {"calls": 125, "errors": 0, "p50_ms": 2.1, "p90_ms": 2.6}}
     text = render(results)
     assert "one call every 20 ms" in text
-    assert "hook round trip p50 1.900 ms" in text
+    assert "hook round trip (SDK) p50 1.900 ms" in text
+    assert "hook round trip (lean) p50 0.800 ms" in text
     assert "Version direct p50 1.500 ms, through the proxy 2.100 ms (1.40x, +0.600 ms)" in text
+
+
+def test_render_shows_both_hook_servers_and_what_each_proxy_saw_of_them() -> None:
+    results = _results()
+    per_hook = {"PreCreateContainer": {"count": 3, "mean_ms": 1.25}}
+    for key, mean in (("proxy_metrics", 1.7), ("proxy_metrics_lean", 0.9)):
+        results["lifecycle"][key] = {"hook_calls": 18, "hook_mean_ms": mean, "outcomes": {"ok": 18.0},
+                                     "per_hook": per_hook, "hooked_calls": {}}
+    lines = render(results).splitlines()
+    assert any(re.fullmatch(r"\s+SDK:\s+calls 500\s+p50 0\.800 ms.*errors 0", ln) for ln in lines)
+    assert any(re.fullmatch(r"\s+lean:\s+calls 900\s+p50 0\.420 ms.*errors 0", ln) for ln in lines)
+    assert any(re.fullmatch(r"proxy\+leanhook\s+3(\s+102\.5){5}\s+1\.02x\s+1\.02x\s+1\.02x.*0", ln) for ln in lines)
+    seen = [ln for ln in lines if "as seen inside the proxy" in ln]
+    assert [ln.split(",")[0].strip() for ln in seen] == ["proxy+hook", "proxy+leanhook"]
+    assert "all hooks: 18 calls, mean 1.700 ms" in "\n".join(lines)
+    assert "all hooks: 18 calls, mean 0.900 ms" in "\n".join(lines)
+    # Per call: direct's time, then what each mode adds (102.5 ms / 7 calls against 100 / 7).
+    header = next(ln for ln in lines if ln.split()[:2] == ["call", "direct"])
+    assert header.split()[2:] == ["+proxy", "+proxy+hook", "+proxy+leanhook", "+grpc-relay", "+byte-relay"]
+    assert any(ln.split() == ["RunPodSandbox", "14.29", "+0.14", "+0.57", "+0.36", "+0.43", "+0.14"] for ln in lines)

@@ -1,0 +1,179 @@
+"""bench/leanhook.py, the benchmark's lean no-op hook server: a gRPC client sees a correct hook server,
+and its HTTP/2 keeps the peer's flow control and answers protocol errors with a GOAWAY."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import struct
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import hpack
+import pytest
+from grpc import aio
+
+from bench import leanhook
+from bench.procs import PROJECT_ROOT
+from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.frames.frame import ErrorCode
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+
+from .rawh2 import ACK, DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, frame, grpc_call
+
+PING, GOAWAY, WINDOW_UPDATE = 0x6, 0x7, 0x8
+PRE_CREATE = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER]
+
+
+@pytest.fixture
+async def lean(sock_dir: Path) -> AsyncIterator[Path]:
+    path = sock_dir / "lean.sock"
+    server = await leanhook.start(path)
+    yield path
+    server.close()
+    await server.wait_closed()
+
+
+def _request(point_hook: HookType, size: int = 0) -> bytes:
+    point = HOOK_POINTS[point_hook]
+    if point.request_type is hookapi.PodSandboxHookRequest:
+        msg = point.request_type(pod_meta=hookapi.PodSandboxMetadata(name="web", namespace="default", uid="u1"))
+    else:
+        msg = point.request_type(container_meta=hookapi.ContainerMetadata(name="c", attempt=1),
+                                 container_annotations={"pad": "x" * size} if size else {})
+    return msg.SerializeToString()
+
+
+@pytest.mark.parametrize("hook", list(HookType), ids=lambda h: h.value)
+async def test_every_hook_method_answers_an_empty_response(lean: Path, hook: HookType) -> None:
+    point = HOOK_POINTS[hook]
+    async with aio.insecure_channel(f"unix://{lean}") as channel:
+        call = channel.unary_unary(point.full_method, response_deserializer=point.response_type.FromString)
+        answer = await call(_request(hook), timeout=5)
+    assert answer == point.response_type()
+
+
+async def test_any_other_method_is_unimplemented(lean: Path) -> None:
+    async with aio.insecure_channel(f"unix://{lean}") as channel:
+        with pytest.raises(aio.AioRpcError) as err:
+            await channel.unary_unary("/runtime.v1alpha1.RuntimeHookService/NoSuchHook")(b"", timeout=5)
+        # The connection stays good for the next call.
+        assert await channel.unary_unary(PRE_CREATE.full_method)(b"", timeout=5) == b""
+    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "not a hook method")
+
+
+async def test_more_than_its_receive_window_flows_on_one_connection(lean: Path) -> None:
+    # 24 MiB in all, over a 16 MiB window: only WINDOW_UPDATEs for what it received let this finish.
+    big = _request(HookType.PRE_CREATE_CONTAINER, size=4 * 1024 * 1024)
+    async with aio.insecure_channel(f"unix://{lean}") as channel:
+        call = channel.unary_unary(PRE_CREATE.full_method)
+        for _ in range(6):
+            assert await call(big, timeout=10) == b""
+        answers = await asyncio.gather(*(call(_request(HookType.PRE_CREATE_CONTAINER), timeout=10)
+                                         for _ in range(100)))
+    assert answers == [b""] * 100
+
+
+class RawPeer:
+    """A hand-driven HTTP/2 client: what grpc's own never sends."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.decoder = hpack.Decoder()
+
+    @classmethod
+    async def connect(cls, path: Path, preface: bytes = PREFACE) -> RawPeer:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(preface)
+        return cls(reader, writer)
+
+    async def read(self) -> tuple[int, int, int, bytes] | None:
+        """The next frame (type, flags, stream, payload), or None at EOF."""
+        async with asyncio.timeout(10):
+            try:
+                head = await self.reader.readexactly(9)
+            except asyncio.IncompleteReadError:
+                return None
+            payload = await self.reader.readexactly(int.from_bytes(head[:3], "big"))
+        return head[3], head[4], struct.unpack(">I", head[5:])[0] & 0x7FFFFFFF, payload
+
+    async def until(self, kind: int, stream: int | None = None) -> list[tuple[int, int, int, bytes]]:
+        """Frames read up to and including the first of ``kind`` (on ``stream``)."""
+        seen = []
+        while (f := await self.read()) is not None:
+            seen.append(f)
+            if f[0] == kind and stream in (None, f[2]):
+                return seen
+        raise AssertionError(f"connection closed before a frame of type {kind}; saw {seen}")
+
+    async def goaway_code(self) -> int:
+        """Read to the GOAWAY and the connection's end; the GOAWAY's error code."""
+        goaway = (await self.until(GOAWAY))[-1]
+        assert await self.read() is None  # and the connection is closed
+        return struct.unpack(">II", goaway[3][:8])[1]
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def test_its_message_waits_for_the_peers_stream_window(lean: Path) -> None:
+    peer = await RawPeer.connect(lean)
+    peer.writer.write(frame(SETTINGS, 0, 0, struct.pack(">HI", 0x4, 0)))  # INITIAL_WINDOW_SIZE = 0
+    await peer.until(SETTINGS)  # the server's own
+    peer.writer.write(frame(SETTINGS, ACK, 0, b"") + grpc_call(1, PRE_CREATE.full_method))
+    headers = await peer.until(HEADERS, 1)
+    assert dict(peer.decoder.decode(headers[-1][3]))[":status"] == "200"
+    # A PING's ACK comes after anything the server wrote before it: no DATA while the window is 0.
+    peer.writer.write(frame(PING, 0, 0, b"12345678"))
+    before_ack = await peer.until(PING)
+    assert before_ack[-1][1:] == (ACK, 0, b"12345678")
+    assert not [f for f in before_ack if f[0] == DATA]
+    peer.writer.write(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 5)))
+    rest = await peer.until(HEADERS, 1)
+    assert [(f[0], f[3]) for f in rest if f[2] == 1] == [(DATA, b"\x00" * 5), (HEADERS, rest[-1][3])]
+    assert rest[-1][1] & END_STREAM
+    assert dict(peer.decoder.decode(rest[-1][3])) == {"grpc-status": "0"}
+    await peer.close()
+
+
+@pytest.mark.parametrize(("send", "code"), [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(SETTINGS, 0, 0, b"") + frame(DATA, 0, 1, b"x" * 16_385), ErrorCode.FRAME_SIZE_ERROR),
+    (PREFACE + frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\xff\xff\xff\xff"), ErrorCode.COMPRESSION_ERROR),
+    (PREFACE + grpc_call(3, PRE_CREATE.full_method) + grpc_call(1, PRE_CREATE.full_method),
+     ErrorCode.PROTOCOL_ERROR),  # a stream id below one already used
+    (PREFACE + frame(HEADERS, 0, 1, b"") + frame(DATA, END_STREAM, 1, b""), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(HEADERS, 0, 1, b"") + frame(0x9, 0, 1, b"\x00" * 16_000) * 5, ErrorCode.ENHANCE_YOUR_CALM),
+    (PREFACE + frame(SETTINGS, 0, 0, b"\x00\x04"), ErrorCode.FRAME_SIZE_ERROR),
+])
+async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(lean: Path, send: bytes,
+                                                                       code: ErrorCode) -> None:
+    async with aio.insecure_channel(f"unix://{lean}") as channel:
+        call = channel.unary_unary(PRE_CREATE.full_method)
+        assert await call(b"", timeout=5) == b""
+        peer = RawPeer(*await asyncio.open_unix_connection(str(lean)))
+        peer.writer.write(send)
+        assert await peer.goaway_code() == code
+        await peer.close()
+        assert await call(b"", timeout=5) == b""  # the other connection lives on
+
+
+async def test_the_process_says_ready_and_leaves_no_socket_behind(sock_dir: Path) -> None:
+    path = sock_dir / "proc.sock"
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.leanhook", str(path),
+                                                cwd=PROJECT_ROOT, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+        async with aio.insecure_channel(f"unix://{path}") as channel:
+            assert await channel.unary_unary(PRE_CREATE.full_method)(b"", timeout=5) == b""
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+        assert not path.exists()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
