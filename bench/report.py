@@ -276,7 +276,7 @@ def render(results: dict[str, Any]) -> str:
             add(f"   {step:<18}{_f(base, '{:.2f}'):>{_STEP_COLUMN}}"
                 + "".join(f"{_f(d, '{:+.2f}'):>{_STEP_COLUMN}}" for d in diffs))
 
-    rtt = results.get("hook_rtt")
+    rtt = results.get("hook_rtt") or results.get("hook_rtt_lean")
     if rtt:
         add("")
         add(f"3. Hook round trip: grpc.aio unary PreCreateContainerHook ({rtt['request_bytes']} byte "

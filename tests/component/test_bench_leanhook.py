@@ -64,8 +64,11 @@ async def test_any_other_method_is_unimplemented(lean: Path) -> None:
     assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "not a hook method")
 
 
-async def test_more_than_its_receive_window_flows_on_one_connection(lean: Path) -> None:
-    # 24 MiB in all, over a 16 MiB window: only WINDOW_UPDATEs for what it received let this finish.
+async def test_more_than_its_receive_windows_flows_on_one_connection_and_one_stream(lean: Path) -> None:
+    # One 20 MiB message, over the 16 MiB a stream may send before a WINDOW_UPDATE of that stream.
+    async with aio.insecure_channel(f"unix://{lean}") as channel:
+        assert await channel.unary_unary(PRE_CREATE.full_method)(b"\x00" * (20 << 20), timeout=20) == b""
+    # 24 MiB in all, over the connection's 16 MiB window: only its WINDOW_UPDATEs let this finish.
     big = _request(HookType.PRE_CREATE_CONTAINER, size=4 * 1024 * 1024)
     async with aio.insecure_channel(f"unix://{lean}") as channel:
         call = channel.unary_unary(PRE_CREATE.full_method)
@@ -139,6 +142,85 @@ async def test_its_message_waits_for_the_peers_stream_window(lean: Path) -> None
     await peer.close()
 
 
+async def _raw_with_settings(path: Path, *settings: tuple[int, int]) -> RawPeer:
+    """A raw peer past the SETTINGS exchange, having announced ``settings`` (id, value)."""
+    peer = await RawPeer.connect(path)
+    peer.writer.write(frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in settings)))
+    await peer.until(SETTINGS)  # the server's own
+    peer.writer.write(frame(SETTINGS, ACK, 0, b""))
+    return peer
+
+
+def _open_call(stream: int, path: str = PRE_CREATE.full_method) -> bytes:
+    """A call's HEADERS, the request to follow in DATA."""
+    call = grpc_call(stream, path)
+    return call[: 9 + int.from_bytes(call[:3], "big")]
+
+
+async def test_a_stream_window_granted_before_the_answer_counts(lean: Path) -> None:
+    peer = await _raw_with_settings(lean, (0x4, 0))  # INITIAL_WINDOW_SIZE = 0
+    peer.writer.write(_open_call(1) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 5))
+                      + frame(DATA, END_STREAM, 1, b"\x00" * 5))
+    answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
+    assert [f[0] for f in answer if f[2] == 1] == [HEADERS, DATA, HEADERS]
+    assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
+    await peer.close()
+
+
+async def test_a_new_initial_window_opens_a_waiting_message(lean: Path) -> None:
+    peer = await _raw_with_settings(lean, (0x4, 0))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method))
+    await peer.until(HEADERS, 1)
+    peer.writer.write(frame(SETTINGS, 0, 0, struct.pack(">HI", 0x4, 5)))
+    rest = await peer.until(HEADERS, 1)
+    assert [f[0] for f in rest if f[2] == 1] == [DATA, HEADERS] and rest[-1][1] & END_STREAM
+    await peer.close()
+
+
+async def test_a_request_in_several_reads_gets_its_stream_window_back(lean: Path) -> None:
+    peer = await _raw_with_settings(lean)
+    peer.writer.write(_open_call(1) + frame(DATA, 0, 1, b"\x00" * 16_000))
+    update = (await peer.until(WINDOW_UPDATE, 1))[-1]
+    assert struct.unpack(">I", update[3])[0] == 16_000
+    peer.writer.write(frame(DATA, END_STREAM, 1, b""))
+    assert (await peer.until(HEADERS, 1))[-1][2] == 1
+    await peer.close()
+
+
+async def test_the_peers_header_table_size_is_kept(lean: Path) -> None:
+    # A peer that keeps no HPACK table: every answer must decode without one.
+    peer = await _raw_with_settings(lean, (0x1, 0))
+    peer.decoder.header_table_size = 0
+    peer.decoder.max_allowed_table_size = 0
+    for stream in (1, 3, 5):
+        peer.writer.write(grpc_call(stream, PRE_CREATE.full_method))
+        answer = await peer.until(HEADERS, stream) + await peer.until(HEADERS, stream)
+        blocks = [dict(peer.decoder.decode(f[3])) for f in answer if f[0] == HEADERS]
+        assert blocks == [{":status": "200", "content-type": "application/grpc"}, {"grpc-status": "0"}]
+    await peer.close()
+
+
+async def test_a_peers_goaway_lets_its_open_call_finish_then_closes(lean: Path) -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        peer = await _raw_with_settings(lean)
+        peer.writer.write(_open_call(1) + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 0))
+                          + frame(PING, 0, 0, b"goaway.."))
+        await peer.until(PING)  # the GOAWAY was read, the connection stays for the open call
+        peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" * 5))  # its request, after the GOAWAY
+        answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
+        assert [f[0] for f in answer if f[2] == 1] == [HEADERS, DATA, HEADERS]
+        assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
+        assert await peer.read() is None  # then the server closes
+        await peer.close()
+    finally:
+        loop.set_exception_handler(previous)
+    assert errors == []
+
+
 @pytest.mark.parametrize(("send", "code"), [
     (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", ErrorCode.PROTOCOL_ERROR),
     (PREFACE + frame(SETTINGS, 0, 0, b"") + frame(DATA, 0, 1, b"x" * 16_385), ErrorCode.FRAME_SIZE_ERROR),
@@ -148,6 +230,9 @@ async def test_its_message_waits_for_the_peers_stream_window(lean: Path) -> None
     (PREFACE + frame(HEADERS, 0, 1, b"") + frame(DATA, END_STREAM, 1, b""), ErrorCode.PROTOCOL_ERROR),
     (PREFACE + frame(HEADERS, 0, 1, b"") + frame(0x9, 0, 1, b"\x00" * 16_000) * 5, ErrorCode.ENHANCE_YOUR_CALM),
     (PREFACE + frame(SETTINGS, 0, 0, b"\x00\x04"), ErrorCode.FRAME_SIZE_ERROR),
+    (PREFACE + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7FFFFFFF)), ErrorCode.FLOW_CONTROL_ERROR),
+    (PREFACE + frame(PING, 0, 0, b"1234567"), ErrorCode.FRAME_SIZE_ERROR),
 ])
 async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(lean: Path, send: bytes,
                                                                        code: ErrorCode) -> None:
