@@ -190,8 +190,8 @@ class ReadyChild(Child):
 
 # The no-op hook servers: every hook answers an empty response.
 HOOK_SERVERS = {
-    "sdk": ["-m", "hooks.testserver", "--config", "{}", "--socket"],  # the SDK's, on grpc.aio
-    "lean": ["-m", "bench.leanhook"],  # raw HTTP/2 frames, a fraction of the SDK's CPU (bench/leanhook.py)
+    "sdk": ["-m", "hooks.testserver", "--config", "{}", "--socket"],  # the SDK's, on its frames transport
+    "lean": ["-m", "bench.leanhook"],  # the same transport, no decode or handler (bench/leanhook.py)
 }
 
 

@@ -30,7 +30,7 @@ LIST_P50_TARGET = 1.3  # ListContainers p50 at every concurrency measured
 PLAIN_LIFECYCLE_TARGET = 1.02  # lifecycle without hooks (mode "proxy")
 LIFECYCLE_TARGET = 1.05  # hooked lifecycle at most 1.05x direct, with either no-op hook server:
 # the SDK's (mode "proxy+hook"), and the lean one (mode "proxy+leanhook", bench/leanhook.py) whose own
-# CPU per call is a fraction of the SDK's, as a compiled hook server's is
+# CPU per call is below the SDK's, as a compiled hook server's is
 HOOK_RTT_TARGET_MS = 2.0  # hook round trip p50 below 2 ms
 CPU_DIVISOR = 3  # proxy CPU per relayed call at most a third of today's; RSS no higher than today's
 
@@ -259,9 +259,9 @@ def render(results: dict[str, Any]) -> str:
             add("   drift: correlation of each mode's lifecycle with direct's of the same iteration: "
                 + ", ".join(drift))
         if "proxy+leanhook" in modes:
-            add("   (proxy+hook = hooks answered by the SDK's grpc.aio no-op server, hooks.testserver;")
-            add("    proxy+leanhook = by bench/leanhook.py on raw HTTP/2, whose own CPU per call is a fraction")
-            add("    of the SDK's, as a compiled hook server's is; the proxies are the same)")
+            add("   (proxy+hook = hooks answered by an SDK no-op server, hooks.testserver, on the SDK's frames")
+            add("    transport; proxy+leanhook = by bench/leanhook.py, the same transport answering at once with")
+            add("    no task, decode or handler, cheaper per call as a compiled hook server is; the proxies are the same)")
         if REFERENCE_MODES & modes.keys():
             add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")
             add("    of the proxy's stack; byte-relay = a socket splice that never reads HTTP/2, the floor of any")

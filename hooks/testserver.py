@@ -1,7 +1,8 @@
 """A scriptable hook server process for tests.
 
     python -m hooks.testserver --socket PATH --config JSON_STRING_OR_FILE [--record PATH]
-                               [--grace SECONDS] [--socket-mode OCTAL] [--log-level LEVEL]
+                               [--grace SECONDS] [--socket-mode OCTAL] [--transport frames|grpc]
+                               [--log-level LEVEL]
 
 ``--config`` is a JSON object (inline if it starts with ``{``, else a file
 path) mapping a hook name -- the Koordinator name ("PreCreateContainer") or
@@ -70,7 +71,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from hooks.sdk import HookAbort, HookServer, HookServerError
+from hooks.sdk import TRANSPORTS, HookAbort, HookServer, HookServerError
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 __all__ = ["BEHAVIOURS", "ConfigError", "HookScript", "Recorder", "ScriptedHookServer", "load_config", "main", "parse_config"]
@@ -234,6 +235,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record", default=None, help="append one JSON line per received request to this file")
     parser.add_argument("--grace", type=float, default=0.5, help="seconds in-flight calls get on SIGTERM")
     parser.add_argument("--socket-mode", type=lambda v: int(v, 8), default=0o660, help="socket file mode (octal)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="frames",
+                        help="frames: the SDK's own HTTP/2 transport (default); grpc: grpc.aio")
     parser.add_argument("--log-level", default="WARNING")
     return parser.parse_args(argv)
 
@@ -272,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             server = ScriptedHookServer(
-                args.socket, scripts, recorder, socket_mode=args.socket_mode, grace=args.grace
+                args.socket, scripts, recorder, socket_mode=args.socket_mode, grace=args.grace,
+                transport=args.transport,
             )
         except ValueError as exc:  # e.g. socket path too long
             print(f"testserver: {exc}", file=sys.stderr, flush=True)

@@ -13,8 +13,10 @@ import asyncio
 import struct
 from pathlib import Path
 
+import hpack
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, SETTINGS = 0x0, 0x1, 0x4
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x8
 END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 
@@ -89,3 +91,61 @@ class SlowReader:
             await self._writer.wait_closed()
         except (ConnectionError, OSError):
             pass  # the server may have closed first
+
+
+class RawPeer:
+    """A hand-driven HTTP/2 client: what grpc's own never sends."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.decoder = hpack.Decoder()
+
+    @classmethod
+    async def connect(cls, path: Path, preface: bytes = PREFACE) -> RawPeer:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(preface)
+        return cls(reader, writer)
+
+    async def read(self) -> tuple[int, int, int, bytes] | None:
+        """The next frame (type, flags, stream, payload), or None at EOF."""
+        async with asyncio.timeout(10):
+            try:
+                head = await self.reader.readexactly(9)
+            except asyncio.IncompleteReadError:
+                return None
+            payload = await self.reader.readexactly(int.from_bytes(head[:3], "big"))
+        return head[3], head[4], struct.unpack(">I", head[5:])[0] & 0x7FFFFFFF, payload
+
+    async def until(self, kind: int, stream: int | None = None) -> list[tuple[int, int, int, bytes]]:
+        """Frames read up to and including the first of ``kind`` (on ``stream``)."""
+        seen = []
+        while (f := await self.read()) is not None:
+            seen.append(f)
+            if f[0] == kind and stream in (None, f[2]):
+                return seen
+        raise AssertionError(f"connection closed before a frame of type {kind}; saw {seen}")
+
+    async def goaway_code(self) -> int:
+        """Read to the GOAWAY and the connection's end; the GOAWAY's error code."""
+        goaway = (await self.until(GOAWAY))[-1]
+        assert await self.read() is None  # and the connection is closed
+        return struct.unpack(">II", goaway[3][:8])[1]
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def raw_with_settings(path: Path, *settings: tuple[int, int]) -> RawPeer:
+    """A raw peer past the SETTINGS exchange, having announced ``settings`` (id, value)."""
+    peer = await RawPeer.connect(path)
+    peer.writer.write(frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in settings)))
+    await peer.until(SETTINGS)  # the server's own
+    peer.writer.write(frame(SETTINGS, ACK, 0, b""))
+    return peer
+
+
+def open_call(stream: int, path: str) -> bytes:
+    """A call's HEADERS, the request to follow in DATA."""
+    call = grpc_call(stream, path)
+    return call[: 9 + int.from_bytes(call[:3], "big")]

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-import hpack
 import pytest
 from grpc import aio
 
@@ -21,9 +20,11 @@ from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.frames.frame import ErrorCode
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
-from .rawh2 import ACK, DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, frame, grpc_call
+from .rawh2 import (
+    ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, SETTINGS, WINDOW_UPDATE, RawPeer, frame,
+    grpc_call, open_call, raw_with_settings,
+)
 
-PING, GOAWAY, WINDOW_UPDATE = 0x6, 0x7, 0x8
 PRE_CREATE = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER]
 
 
@@ -61,7 +62,7 @@ async def test_any_other_method_is_unimplemented(lean: Path) -> None:
             await channel.unary_unary("/runtime.v1alpha1.RuntimeHookService/NoSuchHook")(b"", timeout=5)
         # The connection stays good for the next call.
         assert await channel.unary_unary(PRE_CREATE.full_method)(b"", timeout=5) == b""
-    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "not a hook method")
+    assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "unknown hook method")
 
 
 async def test_more_than_its_receive_windows_flows_on_one_connection_and_one_stream(lean: Path) -> None:
@@ -77,49 +78,6 @@ async def test_more_than_its_receive_windows_flows_on_one_connection_and_one_str
         answers = await asyncio.gather(*(call(_request(HookType.PRE_CREATE_CONTAINER), timeout=10)
                                          for _ in range(100)))
     assert answers == [b""] * 100
-
-
-class RawPeer:
-    """A hand-driven HTTP/2 client: what grpc's own never sends."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.decoder = hpack.Decoder()
-
-    @classmethod
-    async def connect(cls, path: Path, preface: bytes = PREFACE) -> RawPeer:
-        reader, writer = await asyncio.open_unix_connection(str(path))
-        writer.write(preface)
-        return cls(reader, writer)
-
-    async def read(self) -> tuple[int, int, int, bytes] | None:
-        """The next frame (type, flags, stream, payload), or None at EOF."""
-        async with asyncio.timeout(10):
-            try:
-                head = await self.reader.readexactly(9)
-            except asyncio.IncompleteReadError:
-                return None
-            payload = await self.reader.readexactly(int.from_bytes(head[:3], "big"))
-        return head[3], head[4], struct.unpack(">I", head[5:])[0] & 0x7FFFFFFF, payload
-
-    async def until(self, kind: int, stream: int | None = None) -> list[tuple[int, int, int, bytes]]:
-        """Frames read up to and including the first of ``kind`` (on ``stream``)."""
-        seen = []
-        while (f := await self.read()) is not None:
-            seen.append(f)
-            if f[0] == kind and stream in (None, f[2]):
-                return seen
-        raise AssertionError(f"connection closed before a frame of type {kind}; saw {seen}")
-
-    async def goaway_code(self) -> int:
-        """Read to the GOAWAY and the connection's end; the GOAWAY's error code."""
-        goaway = (await self.until(GOAWAY))[-1]
-        assert await self.read() is None  # and the connection is closed
-        return struct.unpack(">II", goaway[3][:8])[1]
-
-    async def close(self) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
 
 
 async def test_its_message_waits_for_the_peers_stream_window(lean: Path) -> None:
@@ -142,24 +100,9 @@ async def test_its_message_waits_for_the_peers_stream_window(lean: Path) -> None
     await peer.close()
 
 
-async def _raw_with_settings(path: Path, *settings: tuple[int, int]) -> RawPeer:
-    """A raw peer past the SETTINGS exchange, having announced ``settings`` (id, value)."""
-    peer = await RawPeer.connect(path)
-    peer.writer.write(frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in settings)))
-    await peer.until(SETTINGS)  # the server's own
-    peer.writer.write(frame(SETTINGS, ACK, 0, b""))
-    return peer
-
-
-def _open_call(stream: int, path: str = PRE_CREATE.full_method) -> bytes:
-    """A call's HEADERS, the request to follow in DATA."""
-    call = grpc_call(stream, path)
-    return call[: 9 + int.from_bytes(call[:3], "big")]
-
-
 async def test_a_stream_window_granted_before_the_answer_counts(lean: Path) -> None:
-    peer = await _raw_with_settings(lean, (0x4, 0))  # INITIAL_WINDOW_SIZE = 0
-    peer.writer.write(_open_call(1) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 5))
+    peer = await raw_with_settings(lean, (0x4, 0))  # INITIAL_WINDOW_SIZE = 0
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 5))
                       + frame(DATA, END_STREAM, 1, b"\x00" * 5))
     answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
     assert [f[0] for f in answer if f[2] == 1] == [HEADERS, DATA, HEADERS]
@@ -168,7 +111,7 @@ async def test_a_stream_window_granted_before_the_answer_counts(lean: Path) -> N
 
 
 async def test_a_new_initial_window_opens_a_waiting_message(lean: Path) -> None:
-    peer = await _raw_with_settings(lean, (0x4, 0))
+    peer = await raw_with_settings(lean, (0x4, 0))
     peer.writer.write(grpc_call(1, PRE_CREATE.full_method))
     await peer.until(HEADERS, 1)
     peer.writer.write(frame(SETTINGS, 0, 0, struct.pack(">HI", 0x4, 5)))
@@ -178,8 +121,8 @@ async def test_a_new_initial_window_opens_a_waiting_message(lean: Path) -> None:
 
 
 async def test_a_request_in_several_reads_gets_its_stream_window_back(lean: Path) -> None:
-    peer = await _raw_with_settings(lean)
-    peer.writer.write(_open_call(1) + frame(DATA, 0, 1, b"\x00" * 16_000))
+    peer = await raw_with_settings(lean)
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(DATA, 0, 1, b"\x00" * 16_000))
     update = (await peer.until(WINDOW_UPDATE, 1))[-1]
     assert struct.unpack(">I", update[3])[0] == 16_000
     peer.writer.write(frame(DATA, END_STREAM, 1, b""))
@@ -189,7 +132,7 @@ async def test_a_request_in_several_reads_gets_its_stream_window_back(lean: Path
 
 async def test_the_peers_header_table_size_is_kept(lean: Path) -> None:
     # A peer that keeps no HPACK table: every answer must decode without one.
-    peer = await _raw_with_settings(lean, (0x1, 0))
+    peer = await raw_with_settings(lean, (0x1, 0))
     peer.decoder.header_table_size = 0
     peer.decoder.max_allowed_table_size = 0
     for stream in (1, 3, 5):
@@ -206,8 +149,8 @@ async def test_a_peers_goaway_lets_its_open_call_finish_then_closes(lean: Path) 
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
     try:
-        peer = await _raw_with_settings(lean)
-        peer.writer.write(_open_call(1) + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 0))
+        peer = await raw_with_settings(lean)
+        peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 0))
                           + frame(PING, 0, 0, b"goaway.."))
         await peer.until(PING)  # the GOAWAY was read, the connection stays for the open call
         peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" * 5))  # its request, after the GOAWAY

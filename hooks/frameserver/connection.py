@@ -1,0 +1,406 @@
+"""One client connection of the frames transport: HTTP/2 as a gRPC server of unary calls.
+
+HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
+
+- SETTINGS are acknowledged; the peer's INITIAL_WINDOW_SIZE (open streams'
+  windows move with it), MAX_FRAME_SIZE and HEADER_TABLE_SIZE are followed;
+- flow control both ways: what arrives is given back in WINDOW_UPDATEs after
+  each read (the connection, and each stream still sending its request);
+  what goes out waits for the peer's connection and stream windows, and for
+  the transport's buffer (``pause_writing``); a stream whose window is shut
+  does not hold up the others;
+- PING is acknowledged; RST_STREAM cancels the call's handler; a peer's
+  GOAWAY lets the open calls finish, then the connection closes;
+- a protocol error ends the connection with a GOAWAY carrying its code, and
+  only that connection.
+
+gRPC: one uncompressed message each way, ``grpc-timeout`` (the handler is
+cancelled at the deadline: DEADLINE_EXCEEDED), message size limits
+(RESOURCE_EXHAUSTED, the request refused as soon as it grows past the limit),
+unknown methods (UNIMPLEMENTED) and the handler's own status (CallError).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import cast
+
+import grpc
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.divert import parse_timeout, percent_encode
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType, Setting
+
+from .calls import PREFIX, Call, CallError, Limits, Route, one_message
+
+log = logging.getLogger(__name__)
+
+
+# Granted to each stream (SETTINGS) and to the connection, and given back
+# after every read: a 16 MiB hook request flows without a round trip per window.
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 16 << 20
+MAX_STREAMS = 256  # SETTINGS_MAX_CONCURRENT_STREAMS: a hook client needs a handful
+MAX_HEADER_LIST = 64 * 1024  # SETTINGS_MAX_HEADER_LIST_SIZE, and what the decoder accepts
+_HPACK_DEFAULT_TABLE = 4096
+_OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, routes: Mapping[bytes, Route], limits: Limits, closed: Callable[[Connection], None]) -> None:
+        self._routes = routes
+        self._limits = limits
+        self._closed = closed
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._preface = False
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._encoder = hpack.Encoder()
+        self._block: tuple[int, bytearray, bool] | None = None  # a header block awaiting CONTINUATION
+        self._calls: dict[int, Call] = {}
+        self._last_stream = 0
+        self._unacked = 0  # DATA bytes read and not yet given back, connection
+        self._stream_unacked: dict[int, int] = {}  # the same per stream, within one read
+        self._peer_initial_window = fr.DEFAULT_WINDOW
+        self._peer_max_frame = fr.DEFAULT_MAX_FRAME
+        self._conn_window = fr.DEFAULT_WINDOW  # the peer's, for what this side sends
+        self._sending: deque[Call] = deque()  # answered calls whose DATA is not all out
+        self._paused = False  # the transport's buffer is full
+        self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
+        self._out: list[bytes] = []
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        settings = b"".join(
+            struct.pack(">HI", key, value)
+            for key, value in (
+                (Setting.MAX_CONCURRENT_STREAMS, MAX_STREAMS),
+                (Setting.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+                (Setting.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
+            )
+        )
+        self._transport.write(fr.serialize(FrameType.SETTINGS, 0, 0, settings)
+                              + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        try:
+            self._parse()
+        except FrameError as exc:
+            self._fail(exc.code, str(exc))
+            return
+        except hpack.HPACKError as exc:
+            self._fail(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}")
+            return
+        if self._unacked:
+            self._out.append(fr.window_update(0, self._unacked))
+            self._unacked = 0
+        for sid, count in self._stream_unacked.items():
+            call = self._calls.get(sid)
+            if call is not None and call.receiving:
+                self._out.append(fr.window_update(sid, count))
+        self._stream_unacked.clear()
+        self._pump()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._pump()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        for call in self._calls.values():
+            if call.task is not None:
+                call.task.cancel()  # nobody is left to answer
+        self._calls.clear()
+        self._sending.clear()
+        self._closed(self)
+
+    # -- the server's controls -------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return not self._calls
+
+    def go_away(self) -> None:
+        """Shutdown: refuse new calls, finish the open ones, then close."""
+        if self._transport is None or self._going_away:
+            return
+        self._going_away = True
+        self._out.append(fr.goaway(self._last_stream, ErrorCode.NO_ERROR, b"server stopping"))
+        self._pump()
+
+    def abort(self) -> None:
+        """The grace is over: cancel the open calls and close, unsent data or not."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- reading -------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        if not self._preface:
+            if len(self._buf) < len(fr.PREFACE):
+                if not fr.PREFACE.startswith(bytes(self._buf)):
+                    raise FrameError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return
+            if bytes(self._buf[: len(fr.PREFACE)]) != fr.PREFACE:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            del self._buf[: len(fr.PREFACE)]
+            self._preface = True
+        pos = 0
+        while self._transport is not None:
+            frame, end = fr.parse(self._buf, pos, fr.DEFAULT_MAX_FRAME)
+            if frame is None:
+                break
+            self._on_frame(frame)
+            pos = end
+        frame = None  # its payload is a view of the buffer, which cannot shrink while it lives
+        del self._buf[:pos]
+
+    def _on_frame(self, frame: fr.Frame) -> None:
+        kind, sid = frame.type, frame.stream_id
+        if self._block is not None and kind != FrameType.CONTINUATION:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+        if kind == FrameType.DATA:
+            self._data(frame)
+        elif kind == FrameType.HEADERS:
+            if sid == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
+            self._block = (sid, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
+            self._header_fragment(frame)
+        elif kind == FrameType.CONTINUATION:
+            if self._block is None or self._block[0] != sid:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+            self._block[1].extend(frame.payload)
+            self._header_fragment(frame)
+        elif kind == FrameType.SETTINGS:
+            if not frame.has(Flag.ACK):
+                self._settings(fr.settings(frame.payload))
+                self._out.append(fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+        elif kind == FrameType.WINDOW_UPDATE:
+            increment = fr.window_increment(frame)
+            if increment == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE of 0 on stream {sid}")
+            if sid == 0:
+                self._conn_window = _grown(self._conn_window, increment)
+            elif (call := self._calls.get(sid)) is not None:
+                call.window = _grown(call.window, increment)
+        elif kind == FrameType.PING:
+            if len(frame.payload) != 8 or sid != 0:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR if sid == 0 else ErrorCode.PROTOCOL_ERROR, "bad PING")
+            if not frame.has(Flag.ACK):
+                self._out.append(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(frame.payload)))
+        elif kind == FrameType.RST_STREAM:
+            self._drop(sid)
+        elif kind == FrameType.GOAWAY:
+            self._going_away = True  # no new calls come; the open ones finish
+        elif kind == FrameType.PUSH_PROMISE:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        # PRIORITY and unknown frame types carry nothing a unary call needs (section 5.5).
+
+    def _data(self, frame: fr.Frame) -> None:
+        sid = frame.stream_id
+        self._unacked += len(frame.payload)  # padding included: it counts against the window
+        call = self._calls.get(sid)
+        if call is None or not call.receiving:
+            if sid == 0 or sid > self._last_stream:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on stream {sid}, never opened")
+            return  # a stream this side answered or reset: the peer may not know yet
+        call.body += fr.unpadded(frame)
+        if len(call.body) > self._limits.max_receive + PREFIX.size:
+            # Answered at once; _close_stream asks the client to stop sending (section 8.1).
+            self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"request larger than the hook server's limit of {self._limits.max_receive} bytes")
+            return
+        if frame.has(Flag.END_STREAM):
+            self._complete(call)
+        elif frame.payload:
+            self._stream_unacked[sid] = self._stream_unacked.get(sid, 0) + len(frame.payload)
+
+    def _header_fragment(self, frame: fr.Frame) -> None:
+        assert self._block is not None
+        sid, block, end_stream = self._block
+        if len(block) > MAX_HEADER_LIST:
+            raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_LIST} bytes")
+        if not frame.has(Flag.END_HEADERS):
+            return
+        self._block = None
+        headers = self._decoder.decode(bytes(block), raw=True)  # always decoded: HPACK state must follow
+        call = self._calls.get(sid)
+        if call is not None:  # a second block: the request's trailers
+            if not (call.receiving and end_stream):
+                self._reset(call, ErrorCode.PROTOCOL_ERROR)
+            else:
+                self._complete(call)
+            return
+        if sid % 2 == 0 or sid <= self._last_stream:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, not a new client stream")
+        self._last_stream = sid
+        if self._going_away or len(self._calls) >= MAX_STREAMS:
+            self._out.append(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))  # the client may retry it elsewhere
+            return
+        self._open(sid, dict(cast(list[tuple[bytes, bytes]], headers)), end_stream)
+
+    def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
+        timeout = headers.get(b"grpc-timeout")
+        call = Call(sid, self._routes.get(headers.get(b":path", b"")),
+                     parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer_initial_window)
+        call.receiving = not end_stream
+        self._calls[sid] = call
+        if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
+            # Not a gRPC call: an HTTP answer (gRPC over HTTP/2, "Responses").
+            status = b"405" if headers.get(b":method") != b"POST" else b"415"
+            self._out.extend(fr.header_frames(sid, self._encoder.encode([(b":status", status)]),
+                                              self._peer_max_frame, True))
+            self._close_stream(call)
+            return
+        if end_stream:
+            self._complete(call)  # no message: refused there
+
+    def _settings(self, values: dict[int, int]) -> None:
+        table = values.get(Setting.HEADER_TABLE_SIZE)
+        if table is not None:  # the peer's decoder holds this much: the encoder stays within it
+            self._encoder.header_table_size = min(table, _HPACK_DEFAULT_TABLE)
+        max_frame = values.get(Setting.MAX_FRAME_SIZE)
+        if max_frame is not None:
+            if not fr.DEFAULT_MAX_FRAME <= max_frame <= fr.MAX_FRAME_LIMIT:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {max_frame} out of range")
+            self._peer_max_frame = max_frame
+        window = values.get(Setting.INITIAL_WINDOW_SIZE)
+        if window is not None:
+            if window > fr.MAX_WINDOW:
+                raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"INITIAL_WINDOW_SIZE {window} over 2^31-1")
+            delta, self._peer_initial_window = window - self._peer_initial_window, window
+            for call in self._calls.values():  # section 6.9.2: open streams' windows move with it
+                call.window = _grown(call.window, delta)
+
+    # -- calls ---------------------------------------------------------------------
+
+    def _complete(self, call: Call) -> None:
+        """The request has ended: run its route."""
+        call.receiving = False
+        body = call.body
+        call.body = bytearray()
+        if call.route is None:
+            self._end(call, grpc.StatusCode.UNIMPLEMENTED, "unknown hook method")
+            return
+        message = one_message(body)
+        if isinstance(message, CallError):
+            self._end(call, message.code, message.details)
+        else:
+            self._dispatch(call, message)
+
+    def _dispatch(self, call: Call, request: bytes) -> None:
+        """Run the call's route on its request message; its answer goes when it is done."""
+        call.task = asyncio.ensure_future(self._run(call, request))
+
+    async def _run(self, call: Call, request: bytes) -> None:
+        assert call.route is not None
+        try:
+            async with asyncio.timeout(call.timeout):  # in this task: wait_for would start another
+                response = await call.route(request)
+        except CallError as err:
+            self._end(call, err.code, err.details)
+        except TimeoutError:
+            self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        except Exception as exc:  # a route's own bug: its call fails, the server lives on
+            log.exception("hook call failed", extra={"stream": call.sid})
+            self._end(call, grpc.StatusCode.INTERNAL, f"hook server error: {exc}")
+        else:
+            self._reply(call, response)
+        self._pump()
+
+    def _reply(self, call: Call, response: bytes) -> None:
+        if call.sid not in self._calls:
+            return  # reset meanwhile
+        if len(response) > self._limits.max_send:
+            self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
+            return
+        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_HEADERS), self._peer_max_frame, False))
+        call.out = memoryview(PREFIX.pack(0, len(response)) + response)
+        self._sending.append(call)
+
+    def _end(self, call: Call, code: grpc.StatusCode, details: str) -> None:
+        """A trailers-only answer: the call ends without a message."""
+        if call.sid not in self._calls:
+            return
+        ending = [*_OK_HEADERS, (b"grpc-status", str(code.value[0]).encode())]
+        if details:
+            ending.append((b"grpc-message", percent_encode(details).encode()))
+        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(ending), self._peer_max_frame, True))
+        self._close_stream(call)
+
+    def _close_stream(self, call: Call) -> None:
+        """This side's END_STREAM is queued: the stream is over for the server."""
+        if call.receiving:  # answered before the request ended: it is reset, nothing more is read
+            call.receiving = False
+            self._out.append(fr.rst_stream(call.sid, ErrorCode.NO_ERROR))
+        self._calls.pop(call.sid, None)
+
+    def _reset(self, call: Call, code: ErrorCode) -> None:
+        self._out.append(fr.rst_stream(call.sid, code))
+        self._drop(call.sid)
+
+    def _drop(self, sid: int) -> None:
+        call = self._calls.pop(sid, None)
+        if call is None:
+            return
+        if call.task is not None:
+            call.task.cancel()
+        if call in self._sending:
+            self._sending.remove(call)
+
+    # -- writing -------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Send what the windows allow, in answer order, then write it all at once."""
+        if not self._paused:
+            still: deque[Call] = deque()
+            for call in self._sending:
+                if call.sid not in self._calls:
+                    continue
+                out = call.out
+                assert out is not None
+                while out and call.window > 0 and self._conn_window > 0:
+                    n = min(len(out), call.window, self._conn_window, self._peer_max_frame)
+                    self._out.append(fr.serialize(FrameType.DATA, 0, call.sid, bytes(out[:n])))
+                    call.window -= n
+                    self._conn_window -= n
+                    out = out[n:]
+                call.out = out
+                if out:
+                    still.append(call)
+                    continue
+                self._out.extend(fr.header_frames(call.sid, self._encoder.encode([(b"grpc-status", b"0")]),
+                                                  self._peer_max_frame, True))
+                self._close_stream(call)
+            self._sending = still
+        if self._out and self._transport is not None:
+            self._transport.write(b"".join(self._out))
+        self._out.clear()
+        if self._going_away and not self._calls and self._transport is not None:
+            self._transport.close()
+
+    def _fail(self, code: ErrorCode, message: str) -> None:
+        log.warning("hook client connection closed on a protocol error", extra={"code": code.name, "error": message})
+        if self._transport is not None:
+            self._transport.write(fr.goaway(self._last_stream, code, message.encode()[:256]))
+            self._transport.close()
+
+
+def _grown(window: int, delta: int) -> int:
+    """A send window after a WINDOW_UPDATE or a SETTINGS change; past 2^31-1 is the peer's error."""
+    window += delta
+    if window > fr.MAX_WINDOW:
+        raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"flow-control window past 2^31-1 ({window})")
+    return window

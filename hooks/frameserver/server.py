@@ -1,0 +1,69 @@
+"""The frames transport's listener: unix socket, connections, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+from .calls import Limits, Route
+from .connection import Connection
+
+
+class FrameServer:
+    """Serves ``routes`` (``:path`` -> handler) on a unix socket, as grpc.aio's server does."""
+
+    def __init__(self, routes: Mapping[bytes, Route], *, max_receive: int, max_send: int) -> None:
+        self._routes = dict(routes)
+        self._limits = Limits(max_receive=max_receive, max_send=max_send)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[Connection] = set()
+        self._idle = asyncio.Event()  # set while no connection is open
+        self._idle.set()
+        self._terminated = asyncio.Event()
+
+    async def start(self, path: Path) -> None:
+        """Listen on ``path`` (the caller has prepared it: see ``unixsocket.prepare``)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._connection, str(path))
+
+    def _connection(self) -> Connection:
+        conn = Connection(self._routes, self._limits, self._lost)
+        self._connections.add(conn)
+        self._idle.clear()
+        return conn
+
+    def _lost(self, conn: Connection) -> None:
+        self._connections.discard(conn)
+        if not self._connections:
+            self._idle.set()
+
+    async def stop(self, grace: float | None) -> None:
+        """No new connections or calls; the open calls get ``grace`` seconds
+        (None: as long as they take), then are cancelled."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for conn in list(self._connections):
+            conn.go_away()  # each closes once its last call is answered
+        if grace is None:
+            await self._idle.wait()
+        elif grace > 0:
+            try:
+                await asyncio.wait_for(self._idle.wait(), grace)
+            except TimeoutError:
+                pass
+        for conn in list(self._connections):
+            conn.abort()
+        await self._idle.wait()  # connection_lost has run for each: their handlers are cancelled
+        await server.wait_closed()
+        self._terminated.set()
+
+    async def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Until ``stop`` has finished; True if ``timeout`` passed first (as grpc.aio's)."""
+        try:
+            await asyncio.wait_for(self._terminated.wait(), timeout)
+        except TimeoutError:
+            return True
+        return False

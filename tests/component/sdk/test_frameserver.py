@@ -1,0 +1,286 @@
+"""The SDK's frames transport (hooks.frameserver) against grpc.aio clients and hand-driven HTTP/2 peers.
+
+The differential test runs one set of calls on both transports: a grpc
+client must not tell them apart, except in the wording of the errors grpc
+itself writes (limits), where only the code is compared, and in the code of
+an undecodable request (grpc.aio: UNKNOWN; frames: INTERNAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+from grpc import aio
+
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookAbort, HookServer
+from runtimeproxy.frames.frame import ErrorCode
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+
+from ..rawh2 import (
+    DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE, RawPeer,
+    frame, grpc_call, literal_headers, open_call, raw_with_settings,
+)
+
+PRE_CREATE = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER]
+PRE_RUN = HOOK_POINTS[HookType.PRE_RUN_POD_SANDBOX]
+LIMIT = 1 << 20  # both transports' message limit in these tests
+
+
+class Scripted(HookServer):
+    """Behaves as the container's name says."""
+
+    def __init__(self, path: Path, transport: str) -> None:
+        super().__init__(path, transport=transport, grace=0.5,
+                         options=[("grpc.max_receive_message_length", LIMIT), ("grpc.max_send_message_length", LIMIT)])
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle(self, hook: HookType, request: Message) -> Message | None:
+        if hook is HookType.PRE_RUN_POD_SANDBOX:
+            return hookapi.PodSandboxHookResponse(labels={"pod": request.pod_meta.name})  # type: ignore[attr-defined]
+        what = request.container_meta.name  # type: ignore[attr-defined]
+        if what == "none":
+            return None
+        if what == "abort":
+            raise HookAbort(grpc.StatusCode.PERMISSION_DENIED, "nein: ü 100% \n done")
+        if what == "abort-bare":
+            raise HookAbort(grpc.StatusCode.FAILED_PRECONDITION)
+        if what == "boom":
+            raise ValueError("boom")
+        if what == "wrong":
+            return hookapi.PodSandboxHookResponse()
+        if what == "big":
+            return hookapi.ContainerResourceHookResponse(container_annotations={"big": "x" * (LIMIT + 10)})
+        if what == "wait":
+            self.started.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        size = int(what) if what.isdigit() else 0
+        return hookapi.ContainerResourceHookResponse(container_annotations={"echo": "y" * size, "n": what})
+
+
+@pytest.fixture(params=["frames", "grpc"])
+async def server(request: pytest.FixtureRequest, sock_dir: Path) -> AsyncIterator[Scripted]:
+    hook_server = Scripted(sock_dir / f"{request.param}.sock", request.param)
+    async with hook_server:
+        yield hook_server
+
+
+@pytest.fixture
+async def frames(sock_dir: Path) -> AsyncIterator[Scripted]:
+    hook_server = Scripted(sock_dir / "f.sock", "frames")
+    async with hook_server:
+        yield hook_server
+
+
+def _container(name: str, pad: int = 0) -> bytes:
+    return hookapi.ContainerResourceHookRequest(
+        container_meta=hookapi.ContainerMetadata(name=name),
+        container_annotations={"pad": "p" * pad} if pad else {},
+    ).SerializeToString()
+
+
+async def _outcome(channel: aio.Channel, method: str, body: bytes, timeout: float = 10) -> tuple[str, str, bytes]:
+    try:
+        return "OK", "", await channel.unary_unary(method)(body, timeout=timeout)
+    except aio.AioRpcError as err:
+        return err.code().name, err.details() or "", b""
+
+
+CASES = [
+    ("answer", PRE_CREATE.full_method, _container("12"), True),
+    ("none", PRE_CREATE.full_method, _container("none"), True),
+    ("pod", PRE_RUN.full_method, hookapi.PodSandboxHookRequest(
+        pod_meta=hookapi.PodSandboxMetadata(name="web")).SerializeToString(), True),
+    ("abort", PRE_CREATE.full_method, _container("abort"), True),
+    ("abort-bare", PRE_CREATE.full_method, _container("abort-bare"), True),
+    ("handler-raises", PRE_CREATE.full_method, _container("boom"), True),
+    ("wrong-type", PRE_CREATE.full_method, _container("wrong"), True),
+    ("unknown-method", "/runtime.v1alpha1.RuntimeHookService/NoSuchHook", b"", False),
+    ("undecodable", PRE_CREATE.full_method, b"\xff\xff\xff", False),
+    ("request-over-limit", PRE_CREATE.full_method, _container("1", pad=LIMIT), False),
+    ("response-over-limit", PRE_CREATE.full_method, _container("big"), False),
+    ("large-both-ways", PRE_CREATE.full_method, _container(str(LIMIT - 100), pad=LIMIT - 100), True),
+]
+
+
+@pytest.mark.parametrize(("case", "method", "body", "same_details"), CASES, ids=[c[0] for c in CASES])
+async def test_a_grpc_client_sees_the_same_on_both_transports(
+    sock_dir: Path, case: str, method: str, body: bytes, same_details: bool
+) -> None:
+    seen = {}
+    for transport in ("frames", "grpc"):
+        async with Scripted(sock_dir / f"d-{transport}.sock", transport) as hook_server:
+            async with aio.insecure_channel(hook_server.target) as channel:
+                seen[transport] = await _outcome(channel, method, body)
+                # The connection serves the next call after any of these.
+                assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+    frames, grpc_ = seen["frames"], seen["grpc"]
+    if case == "undecodable":
+        # The one difference: grpc.aio reports its deserializer's exception as
+        # UNKNOWN; the frames transport says what it is, INTERNAL.
+        assert (frames[0], grpc_[0]) == ("INTERNAL", "UNKNOWN")
+        assert "cannot decode the PreCreateContainerHook request" in frames[1]
+        return
+    if same_details:
+        assert frames == grpc_
+    else:
+        assert (frames[0], frames[2]) == (grpc_[0], grpc_[2])
+    assert frames[0] != "UNKNOWN"
+
+
+async def test_deadline_cancels_the_handler(server: Scripted) -> None:
+    async with aio.insecure_channel(server.target) as channel:
+        code, _, _ = await _outcome(channel, PRE_CREATE.full_method, _container("wait"), timeout=0.3)
+        await asyncio.wait_for(server.cancelled.wait(), 5)
+    assert code == "DEADLINE_EXCEEDED"
+
+
+async def test_a_client_that_cancels_cancels_the_handler(server: Scripted) -> None:
+    async with aio.insecure_channel(server.target) as channel:
+        call = channel.unary_unary(PRE_CREATE.full_method)(_container("wait"), timeout=10)
+        await asyncio.wait_for(server.started.wait(), 5)
+        call.cancel()
+        await asyncio.wait_for(server.cancelled.wait(), 5)
+
+
+async def test_stop_lets_open_calls_finish_within_grace_and_refuses_new_ones(server: Scripted) -> None:
+    async with aio.insecure_channel(server.target) as channel:
+        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        await asyncio.wait_for(server.started.wait(), 5)
+        stopping = asyncio.ensure_future(server.stop(5))
+        await asyncio.sleep(0)  # stop has begun: the socket is closed to new callers
+        server.release.set()
+        assert (await call)[0] == "OK"
+        await asyncio.wait_for(stopping, 5)
+        assert await server.wait_for_termination(0) is False
+        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none"), timeout=2))[0] in (
+            "UNAVAILABLE", "DEADLINE_EXCEEDED")
+    assert not Path(server.socket_path).exists()
+
+
+async def test_stop_cancels_what_outlives_the_grace(server: Scripted) -> None:
+    async with aio.insecure_channel(server.target) as channel:
+        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        await asyncio.wait_for(server.started.wait(), 5)
+        await asyncio.wait_for(server.stop(0.2), 5)
+        assert server.cancelled.is_set()
+        assert (await call)[0] in ("UNAVAILABLE", "CANCELLED", "INTERNAL")
+
+
+async def test_many_large_calls_at_once_on_one_connection(frames: Scripted) -> None:
+    size = LIMIT // 2
+    async with aio.insecure_channel(frames.target) as channel:
+        method = channel.unary_unary(PRE_CREATE.full_method, response_deserializer=hookapi.ContainerResourceHookResponse.FromString)
+        answers = await asyncio.gather(*(method(_container(str(size), pad=size), timeout=30) for _ in range(24)),
+                                       *(method(_container("3"), timeout=30) for _ in range(50)))
+    assert [len(a.container_annotations["echo"]) for a in answers] == [size] * 24 + [3] * 50
+
+
+async def test_a_shut_stream_window_holds_only_its_own_answer(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path), (0x4, 0))  # INITIAL_WINDOW_SIZE = 0
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("5"))
+                      + grpc_call(3, PRE_CREATE.full_method, _container("6")))
+    await peer.until(HEADERS, 3)  # both answers' headers come; their DATA waits
+    peer.writer.write(frame(WINDOW_UPDATE, 0, 3, struct.pack(">I", 1 << 16)))
+    seen = await peer.until(HEADERS, 3)  # stream 3's trailers
+    assert not [f for f in seen if f[0] == DATA and f[2] == 1]
+    assert dict(peer.decoder.decode(seen[-1][3])) == {"grpc-status": "0"}
+    peer.writer.write(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1 << 16)))
+    rest = await peer.until(HEADERS, 1)
+    body = b"".join(f[3] for f in rest if f[0] == DATA and f[2] == 1)
+    answer = hookapi.ContainerResourceHookResponse.FromString(body[5:])
+    assert answer.container_annotations["echo"] == "yyyyy"
+    await peer.close()
+
+
+async def test_answers_are_framed_at_the_peers_max_frame_size(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path), (0x5, 40_000))  # MAX_FRAME_SIZE
+    peer.writer.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)))
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1 << 20)))
+    message = _container("100000")
+    peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" + struct.pack(">I", len(message)) + message))
+    frames_seen = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
+    sizes = [len(f[3]) for f in frames_seen if f[0] == DATA]
+    assert max(sizes) == 40_000 and sum(sizes) > 100_000
+    await peer.close()
+
+
+async def test_a_reset_stream_cancels_its_handler_and_the_connection_lives(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("wait")))
+    await asyncio.wait_for(frames.started.wait(), 5)
+    peer.writer.write(frame(RST_STREAM, 0, 1, struct.pack(">I", ErrorCode.CANCEL)))
+    await asyncio.wait_for(frames.cancelled.wait(), 5)
+    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, _container("none")))
+    assert (await peer.until(HEADERS, 3))[-1][2] == 3
+    await peer.close()
+
+
+async def test_a_request_over_the_limit_is_refused_before_it_has_all_come(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(DATA, 0, 1, b"\x00" + struct.pack(">I", 2 * LIMIT)))
+    for _ in range(LIMIT // 16_000 + 1):
+        peer.writer.write(frame(DATA, 0, 1, b"\x00" * 16_000))
+    seen = await peer.until(RST_STREAM, 1)
+    trailers = [f for f in seen if f[0] == HEADERS and f[2] == 1][-1]
+    assert trailers[1] & END_STREAM
+    assert dict(peer.decoder.decode(trailers[3]))["grpc-status"] == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+    assert struct.unpack(">I", seen[-1][3])[0] == ErrorCode.NO_ERROR
+    await peer.close()
+
+
+async def test_a_request_that_is_not_grpc_gets_an_http_status(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", PRE_CREATE.full_method),
+                             (":authority", "x"), ("content-type", "text/plain")])
+    peer.writer.write(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+    answer = (await peer.until(HEADERS, 1))[-1]
+    assert answer[1] & END_STREAM and dict(peer.decoder.decode(answer[3])) == {":status": "415"}
+    await peer.close()
+
+
+@pytest.mark.parametrize(("send", "code"), [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(SETTINGS, 0, 0, b"") + frame(DATA, 0, 1, b"x" * 16_385), ErrorCode.FRAME_SIZE_ERROR),
+    (PREFACE + frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\xff\xff\xff\xff"), ErrorCode.COMPRESSION_ERROR),
+    (PREFACE + grpc_call(3, PRE_CREATE.full_method) + grpc_call(1, PRE_CREATE.full_method), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(HEADERS, 0, 1, b"") + frame(DATA, END_STREAM, 1, b""), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(HEADERS, 0, 1, b"") + frame(0x9, 0, 1, b"\x00" * 16_000) * 5, ErrorCode.ENHANCE_YOUR_CALM),
+    (PREFACE + frame(DATA, 0, 7, b"x"), ErrorCode.PROTOCOL_ERROR),  # a stream never opened
+    (PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 0x5, 100)), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7FFFFFFF)), ErrorCode.FLOW_CONTROL_ERROR),
+    (PREFACE + frame(PING, 0, 0, b"1234567"), ErrorCode.FRAME_SIZE_ERROR),
+    (PREFACE + frame(0x5, END_HEADERS, 1, b"\x00" * 8), ErrorCode.PROTOCOL_ERROR),  # PUSH_PROMISE
+])
+async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(frames: Scripted, send: bytes,
+                                                                       code: ErrorCode) -> None:
+    async with aio.insecure_channel(frames.target) as channel:
+        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+        peer = RawPeer(*await asyncio.open_unix_connection(frames.socket_path))
+        peer.writer.write(send)
+        assert await peer.goaway_code() == code
+        await peer.close()
+        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+
+
+async def test_a_peers_goaway_lets_its_open_call_finish_then_closes(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 0)))
+    message = _container("2")
+    peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" + struct.pack(">I", len(message)) + message))
+    answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
+    assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
+    assert await peer.read() is None
+    await peer.close()
