@@ -41,7 +41,7 @@ from .builtin import (
     describe_builtins,
     load_builtin,
 )
-from .sdk import HookServerError, write_hook_config
+from .sdk import TRANSPORTS, HookServerError, write_hook_config
 
 log = logging.getLogger("hooks.run")
 
@@ -124,6 +124,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML settings of the hook. [default: none]")
 @click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
 @click.option("--event-loop", type=click.Choice(eventloop.EVENT_LOOPS), default="auto", show_default=True, help="auto: uvloop when installed, else asyncio's own.")
+@click.option("--transport", type=click.Choice(TRANSPORTS), default="frames", show_default=True, help="frames: the SDK's own HTTP/2 transport, about half grpc.aio's CPU per call; grpc: grpc.aio.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def run(
@@ -136,6 +137,7 @@ def run(
     config_file: Path | None,
     drain: float,
     event_loop: str,
+    transport: str,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -149,7 +151,8 @@ def run(
     except eventloop.EventLoopError as exc:
         raise SetupError(str(exc)) from exc
     try:
-        serving = _serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file)
+        serving = _serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file,
+                         transport)
         code = eventloop.run(serving, loop)
     except SetupError:
         raise
@@ -196,7 +199,7 @@ def _load(name: str) -> type[BuiltinHook]:
 
 async def _serve(
     cls: type[BuiltinHook], socket_path: Path, config: Mapping[str, Any], registration: Registration, drain: float,
-    config_file: Path | None = None,
+    config_file: Path | None = None, transport: str = "frames",
 ) -> int:
     from runtimeproxy.cripath.server import stop_on_signals
 
@@ -207,6 +210,7 @@ async def _serve(
     except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
         raise SetupError(f"hook {cls.NAME}: {exc}") from exc
     server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
+    server.transport = transport
     fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     try:
         await server.start()

@@ -142,9 +142,8 @@ class HookServer:
         options: Sequence[tuple[str, Any]] | None = None,
         transport: str = "frames",
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
-        self._transport = transport
+        self._server: grpc.aio.Server | FrameServer | None = None
+        self.transport = transport  # checked there
         self._socket_path = Path(socket_path).absolute()
         unixsocket.check_path_length(self._socket_path)  # a ValueError
         self._socket_mode = socket_mode
@@ -152,7 +151,6 @@ class HookServer:
         # Later options win: the caller's replace the defaults. The frames
         # transport reads the two message limits of them; the rest are grpc's.
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
-        self._server: grpc.aio.Server | FrameServer | None = None
         self._socket_identity: unixsocket.SocketIdentity | None = None
 
     # -- handlers: override the ones you need ----------------------------------
@@ -205,6 +203,19 @@ class HookServer:
     def target(self) -> str:
         """The gRPC target to dial this server: ``unix:///path``."""
         return f"unix://{self._socket_path}"
+
+    @property
+    def transport(self) -> str:
+        """``frames`` or ``grpc``; settable until the server starts."""
+        return self._transport
+
+    @transport.setter
+    def transport(self, value: str) -> None:
+        if value not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {value!r}")
+        if self._server is not None:
+            raise HookServerError("the transport of a serving hook server cannot change")
+        self._transport = value
 
     @property
     def serving(self) -> bool:

@@ -34,14 +34,19 @@ def hook_calls(running: RunningProxy, server: str, hook: str, outcome: str = "ok
     return running.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) or 0.0
 
 
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
 async def test_noop_is_registered_called_and_deregistered_before_it_stops(
-    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path, hook_run: StartHook
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path, hook_run: StartHook,
+    transport: str,
 ) -> None:
     sock = sock_dir / "noop.sock"
     run = await hook_run(
         "noop", "--socket", str(sock), "--hook-dir", str(hook_dir), "--failure-policy", "Fail",
         "--timeout", "1s", "--priority", "7", "--drain", "2", "--log-format", "json", "--log-level", "debug",
+        "--transport", transport,
     )
+    listening = json.loads(await run.wait_for('"msg": "hook server listening on'))
+    assert listening["transport"] == transport
     registered_line = json.loads(await run.wait_for('"msg": "hook registered"'))
     assert registered_line["hook"] == "noop" and registered_line["hook_file"] == str(hook_dir / "noop.json")
 
