@@ -301,7 +301,11 @@ class HookServer:
         point = HOOK_POINTS[hook]
         try:
             response = await self.handle(hook, request)
-        except (HookAbort, asyncio.CancelledError):
+        except HookAbort as exc:
+            if exc.code is grpc.StatusCode.OK:  # an abort that is no error: grpc.aio would never answer it
+                raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook aborted with status OK") from exc
+            raise
+        except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.exception("%s hook handler failed", hook.value, extra={"hook": hook.value})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -11,6 +12,9 @@ import grpc
 
 Route = Callable[[bytes], Awaitable[bytes]]  # a method's handler: request message -> response message
 PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
+# What a compressed request may use (grpc-encoding), and zlib's wbits for it.
+_DECOMPRESS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
 
 
 class CallError(Exception):
@@ -36,17 +40,31 @@ class Call:
     window: int  # the peer's window for what this side sends on the stream
     body: bytearray = field(default_factory=bytearray)
     receiving: bool = True  # the request has not ended yet
+    encoding: bytes = b"identity"  # the request's grpc-encoding
     out: memoryview | None = None  # the framed response message, as far as it is not sent
     task: asyncio.Task[None] | None = None
 
 
-def one_message(body: bytearray) -> bytes | CallError:
-    """A unary request's one uncompressed message, or why there is none."""
+def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | CallError:
+    """A unary request's one message, decompressed, or why there is none."""
     if len(body) < PREFIX.size:
         return CallError(grpc.StatusCode.INTERNAL, "no request message")
     compressed, length = PREFIX.unpack_from(body)
-    if compressed:
-        return CallError(grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not served; send identity")
     if length != len(body) - PREFIX.size:
         return CallError(grpc.StatusCode.INTERNAL, "request is not one whole gRPC message")
-    return bytes(memoryview(body)[PREFIX.size:])
+    message = bytes(memoryview(body)[PREFIX.size:])
+    if not compressed:
+        return message
+    wbits = _DECOMPRESS.get(encoding)
+    if wbits is None:
+        return CallError(grpc.StatusCode.UNIMPLEMENTED,
+                         f"grpc-encoding {encoding.decode('latin-1')!r} is not served; use identity, deflate or gzip")
+    inflate = zlib.decompressobj(wbits)
+    try:
+        plain = inflate.decompress(message, max_size + 1)  # bounded: a small bomb cannot fill memory
+    except zlib.error as exc:
+        return CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the request ({encoding.decode()}): {exc}")
+    if len(plain) > max_size:
+        return CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"request larger than the hook server's limit of {max_size} bytes once decompressed")
+    return plain

@@ -2,29 +2,27 @@
 
 HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
 
-- SETTINGS are acknowledged; the peer's INITIAL_WINDOW_SIZE (open streams'
-  windows move with it), MAX_FRAME_SIZE and HEADER_TABLE_SIZE are followed;
+- SETTINGS are acknowledged and the peer's followed (settings.py);
 - flow control both ways: what arrives is given back in WINDOW_UPDATEs after
   each read (the connection, and each stream still sending its request);
   what goes out waits for the peer's connection and stream windows, and for
-  the transport's buffer (``pause_writing``); a stream whose window is shut
-  does not hold up the others;
+  the transport's buffer (``pause_writing``, which also stops reading); a
+  stream whose window is shut does not hold up the others;
 - PING is acknowledged; RST_STREAM cancels the call's handler; a peer's
   GOAWAY lets the open calls finish, then the connection closes;
-- a protocol error ends the connection with a GOAWAY carrying its code, and
-  only that connection.
+- a stream error resets its stream; a connection error ends the connection
+  with a GOAWAY carrying its code, and only that connection.
 
-gRPC: one uncompressed message each way, ``grpc-timeout`` (the handler is
-cancelled at the deadline: DEADLINE_EXCEEDED), message size limits
-(RESOURCE_EXHAUSTED, the request refused as soon as it grows past the limit),
-unknown methods (UNIMPLEMENTED) and the handler's own status (CallError).
+gRPC: one message each way (a request may be gzip or deflate), ``grpc-timeout``
+(the handler is cancelled at the deadline: DEADLINE_EXCEEDED), message size
+limits (RESOURCE_EXHAUSTED, a request refused as soon as it grows past the
+limit), unknown methods (UNIMPLEMENTED) and the handler's own status (CallError).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -34,21 +32,17 @@ import hpack
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.divert import parse_timeout, percent_encode
-from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 
-from .calls import PREFIX, Call, CallError, Limits, Route, one_message
+from .calls import ACCEPTED_ENCODINGS, PREFIX, Call, CallError, Limits, Route, one_message
+from .settings import MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
 
 log = logging.getLogger(__name__)
 
 
-# Granted to each stream (SETTINGS) and to the connection, and given back
-# after every read: a 16 MiB hook request flows without a round trip per window.
-STREAM_WINDOW = 1 << 20
-CONNECTION_WINDOW = 16 << 20
-MAX_STREAMS = 256  # SETTINGS_MAX_CONCURRENT_STREAMS: a hook client needs a handful
-MAX_HEADER_LIST = 64 * 1024  # SETTINGS_MAX_HEADER_LIST_SIZE, and what the decoder accepts
-_HPACK_DEFAULT_TABLE = 4096
-_OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+RESET_MEMORY = 64  # streams answered early whose late frames are ignored
+_OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
+               (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
 
 
 class Connection(asyncio.Protocol):
@@ -66,28 +60,27 @@ class Connection(asyncio.Protocol):
         self._last_stream = 0
         self._unacked = 0  # DATA bytes read and not yet given back, connection
         self._stream_unacked: dict[int, int] = {}  # the same per stream, within one read
-        self._peer_initial_window = fr.DEFAULT_WINDOW
-        self._peer_max_frame = fr.DEFAULT_MAX_FRAME
+        self._peer = PeerSettings()
         self._conn_window = fr.DEFAULT_WINDOW  # the peer's, for what this side sends
         self._sending: deque[Call] = deque()  # answered calls whose DATA is not all out
         self._paused = False  # the transport's buffer is full
         self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
+        self._told: str | None = None  # "go away" or "abort", asked before connection_made
+        # Streams this side answered while their request was still coming: their
+        # late frames are read (HPACK) and dropped (section 5.1), not errors.
+        self._reset_early: deque[int] = deque(maxlen=RESET_MEMORY)
         self._out: list[bytes] = []
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        settings = b"".join(
-            struct.pack(">HI", key, value)
-            for key, value in (
-                (Setting.MAX_CONCURRENT_STREAMS, MAX_STREAMS),
-                (Setting.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
-                (Setting.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
-            )
-        )
-        self._transport.write(fr.serialize(FrameType.SETTINGS, 0, 0, settings)
-                              + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))
+        self._transport.write(announcement())
+        # The server may have stopped between making this protocol and the loop connecting it.
+        if self._told == "abort":
+            self._transport.abort()
+        elif self._told == "go away":
+            self.go_away()
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -110,10 +103,16 @@ class Connection(asyncio.Protocol):
         self._pump()
 
     def pause_writing(self) -> None:
+        # A peer that does not read is not read either: what it sends (PINGs,
+        # SETTINGS) is answered, and those answers would pile up here.
         self._paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if self._transport is not None:
+            self._transport.resume_reading()
         self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -133,7 +132,10 @@ class Connection(asyncio.Protocol):
 
     def go_away(self) -> None:
         """Shutdown: refuse new calls, finish the open ones, then close."""
-        if self._transport is None or self._going_away:
+        if self._transport is None:
+            self._told = self._told or "go away"
+            return
+        if self._going_away:
             return
         self._going_away = True
         self._out.append(fr.goaway(self._last_stream, ErrorCode.NO_ERROR, b"server stopping"))
@@ -141,7 +143,9 @@ class Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         """The grace is over: cancel the open calls and close, unsent data or not."""
-        if self._transport is not None:
+        if self._transport is None:
+            self._told = "abort"
+        else:
             self._transport.abort()
 
     # -- reading -------------------------------------------------------------------
@@ -183,38 +187,66 @@ class Connection(asyncio.Protocol):
             self._block[1].extend(frame.payload)
             self._header_fragment(frame)
         elif kind == FrameType.SETTINGS:
+            if sid != 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS on stream {sid}")
             if not frame.has(Flag.ACK):
                 self._settings(fr.settings(frame.payload))
                 self._out.append(fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+            elif frame.payload:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
         elif kind == FrameType.WINDOW_UPDATE:
-            increment = fr.window_increment(frame)
-            if increment == 0:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"WINDOW_UPDATE of 0 on stream {sid}")
-            if sid == 0:
-                self._conn_window = _grown(self._conn_window, increment)
-            elif (call := self._calls.get(sid)) is not None:
-                call.window = _grown(call.window, increment)
+            self._window_update(sid, fr.window_increment(frame))
         elif kind == FrameType.PING:
             if len(frame.payload) != 8 or sid != 0:
                 raise FrameError(ErrorCode.FRAME_SIZE_ERROR if sid == 0 else ErrorCode.PROTOCOL_ERROR, "bad PING")
             if not frame.has(Flag.ACK):
                 self._out.append(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(frame.payload)))
         elif kind == FrameType.RST_STREAM:
+            if len(frame.payload) != 4:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM length not 4")
+            self._idle_is_an_error(sid, "RST_STREAM")
             self._drop(sid)
         elif kind == FrameType.GOAWAY:
+            if sid != 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"GOAWAY on stream {sid}")
             self._going_away = True  # no new calls come; the open ones finish
         elif kind == FrameType.PUSH_PROMISE:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        elif kind == FrameType.PRIORITY and len(frame.payload) != 5 and (call := self._calls.get(sid)) is not None:
+            self._reset(call, ErrorCode.FRAME_SIZE_ERROR)  # a stream error (section 6.3)
         # PRIORITY and unknown frame types carry nothing a unary call needs (section 5.5).
+
+    def _idle_is_an_error(self, sid: int, what: str) -> None:
+        if sid == 0 or sid > self._last_stream:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"{what} on stream {sid}, never opened")
+
+    def _window_update(self, sid: int, increment: int) -> None:
+        if sid == 0:
+            if increment == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
+            self._conn_window = grown(self._conn_window, increment)
+            return
+        self._idle_is_an_error(sid, "WINDOW_UPDATE")
+        call = self._calls.get(sid)
+        if call is None:
+            return  # a closed stream: the peer may not know yet
+        if increment == 0:  # stream errors (section 6.9): the other calls go on
+            self._reset(call, ErrorCode.PROTOCOL_ERROR)
+        elif call.window + increment > fr.MAX_WINDOW:
+            self._reset(call, ErrorCode.FLOW_CONTROL_ERROR)
+        else:
+            call.window += increment
 
     def _data(self, frame: fr.Frame) -> None:
         sid = frame.stream_id
         self._unacked += len(frame.payload)  # padding included: it counts against the window
         call = self._calls.get(sid)
-        if call is None or not call.receiving:
-            if sid == 0 or sid > self._last_stream:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on stream {sid}, never opened")
+        if call is None:
+            self._idle_is_an_error(sid, "DATA")
             return  # a stream this side answered or reset: the peer may not know yet
+        if not call.receiving:  # its request has ended (section 5.1, half-closed remote)
+            self._reset(call, ErrorCode.STREAM_CLOSED)
+            return
         call.body += fr.unpadded(frame)
         if len(call.body) > self._limits.max_receive + PREFIX.size:
             # Answered at once; _close_stream asks the client to stop sending (section 8.1).
@@ -242,6 +274,8 @@ class Connection(asyncio.Protocol):
             else:
                 self._complete(call)
             return
+        if sid in self._reset_early:
+            return  # the late trailers of a request answered early
         if sid % 2 == 0 or sid <= self._last_stream:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, not a new client stream")
         self._last_stream = sid
@@ -253,35 +287,25 @@ class Connection(asyncio.Protocol):
     def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
         timeout = headers.get(b"grpc-timeout")
         call = Call(sid, self._routes.get(headers.get(b":path", b"")),
-                     parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer_initial_window)
+                     parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer.initial_window)
         call.receiving = not end_stream
+        call.encoding = headers.get(b"grpc-encoding", b"identity")
         self._calls[sid] = call
         if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
             # Not a gRPC call: an HTTP answer (gRPC over HTTP/2, "Responses").
             status = b"405" if headers.get(b":method") != b"POST" else b"415"
             self._out.extend(fr.header_frames(sid, self._encoder.encode([(b":status", status)]),
-                                              self._peer_max_frame, True))
+                                              self._peer.max_frame, True))
             self._close_stream(call)
             return
         if end_stream:
             self._complete(call)  # no message: refused there
 
     def _settings(self, values: dict[int, int]) -> None:
-        table = values.get(Setting.HEADER_TABLE_SIZE)
-        if table is not None:  # the peer's decoder holds this much: the encoder stays within it
-            self._encoder.header_table_size = min(table, _HPACK_DEFAULT_TABLE)
-        max_frame = values.get(Setting.MAX_FRAME_SIZE)
-        if max_frame is not None:
-            if not fr.DEFAULT_MAX_FRAME <= max_frame <= fr.MAX_FRAME_LIMIT:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {max_frame} out of range")
-            self._peer_max_frame = max_frame
-        window = values.get(Setting.INITIAL_WINDOW_SIZE)
-        if window is not None:
-            if window > fr.MAX_WINDOW:
-                raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"INITIAL_WINDOW_SIZE {window} over 2^31-1")
-            delta, self._peer_initial_window = window - self._peer_initial_window, window
-            for call in self._calls.values():  # section 6.9.2: open streams' windows move with it
-                call.window = _grown(call.window, delta)
+        delta = self._peer.apply(values, self._encoder)
+        if delta:
+            for call in self._calls.values():
+                call.window = grown(call.window, delta)
 
     # -- calls ---------------------------------------------------------------------
 
@@ -293,7 +317,7 @@ class Connection(asyncio.Protocol):
         if call.route is None:
             self._end(call, grpc.StatusCode.UNIMPLEMENTED, "unknown hook method")
             return
-        message = one_message(body)
+        message = one_message(body, call.encoding, self._limits.max_receive)
         if isinstance(message, CallError):
             self._end(call, message.code, message.details)
         else:
@@ -326,7 +350,7 @@ class Connection(asyncio.Protocol):
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
             return
-        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_HEADERS), self._peer_max_frame, False))
+        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_HEADERS), self._peer.max_frame, False))
         call.out = memoryview(PREFIX.pack(0, len(response)) + response)
         self._sending.append(call)
 
@@ -337,7 +361,7 @@ class Connection(asyncio.Protocol):
         ending = [*_OK_HEADERS, (b"grpc-status", str(code.value[0]).encode())]
         if details:
             ending.append((b"grpc-message", percent_encode(details).encode()))
-        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(ending), self._peer_max_frame, True))
+        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(ending), self._peer.max_frame, True))
         self._close_stream(call)
 
     def _close_stream(self, call: Call) -> None:
@@ -345,6 +369,7 @@ class Connection(asyncio.Protocol):
         if call.receiving:  # answered before the request ended: it is reset, nothing more is read
             call.receiving = False
             self._out.append(fr.rst_stream(call.sid, ErrorCode.NO_ERROR))
+            self._reset_early.append(call.sid)
         self._calls.pop(call.sid, None)
 
     def _reset(self, call: Call, code: ErrorCode) -> None:
@@ -372,7 +397,7 @@ class Connection(asyncio.Protocol):
                 out = call.out
                 assert out is not None
                 while out and call.window > 0 and self._conn_window > 0:
-                    n = min(len(out), call.window, self._conn_window, self._peer_max_frame)
+                    n = min(len(out), call.window, self._conn_window, self._peer.max_frame)
                     self._out.append(fr.serialize(FrameType.DATA, 0, call.sid, bytes(out[:n])))
                     call.window -= n
                     self._conn_window -= n
@@ -382,7 +407,7 @@ class Connection(asyncio.Protocol):
                     still.append(call)
                     continue
                 self._out.extend(fr.header_frames(call.sid, self._encoder.encode([(b"grpc-status", b"0")]),
-                                                  self._peer_max_frame, True))
+                                                  self._peer.max_frame, True))
                 self._close_stream(call)
             self._sending = still
         if self._out and self._transport is not None:
@@ -397,10 +422,3 @@ class Connection(asyncio.Protocol):
             self._transport.write(fr.goaway(self._last_stream, code, message.encode()[:256]))
             self._transport.close()
 
-
-def _grown(window: int, delta: int) -> int:
-    """A send window after a WINDOW_UPDATE or a SETTINGS change; past 2^31-1 is the peer's error."""
-    window += delta
-    if window > fr.MAX_WINDOW:
-        raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"flow-control window past 2^31-1 ({window})")
-    return window

@@ -39,17 +39,15 @@ class FrameServer:
             self._idle.set()
 
     async def stop(self, grace: float | None) -> None:
-        """No new connections or calls; the open calls get ``grace`` seconds
-        (None: as long as they take), then are cancelled."""
+        """No new connections or calls; the open calls get ``grace`` seconds,
+        then are cancelled (None: at once, as grpc.aio's ``stop(None)``)."""
         server, self._server = self._server, None
         if server is None:
             return
         server.close()
         for conn in list(self._connections):
             conn.go_away()  # each closes once its last call is answered
-        if grace is None:
-            await self._idle.wait()
-        elif grace > 0:
+        if grace:
             try:
                 await asyncio.wait_for(self._idle.wait(), grace)
             except TimeoutError:

@@ -38,9 +38,11 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 
 def parse_timeout(value: str) -> float | None:
     """grpc-timeout (e.g. ``"4999910u"``) in seconds; None if malformed."""
-    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not value[:-1].isdigit():
+    digits = value[:-1]
+    # isascii: str.isdigit also takes digits int() refuses (a superscript two).
+    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not (digits.isascii() and digits.isdigit()):
         return None
-    return int(value[:-1]) * _TIMEOUT_UNITS[value[-1]]
+    return int(digits) * _TIMEOUT_UNITS[value[-1]]
 
 
 def encode_headers(headers: list[tuple[str, str | bytes]]) -> bytes:

@@ -9,6 +9,7 @@ an undecodable request (grpc.aio: UNKNOWN; frames: INTERNAL).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,12 +20,13 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
+from hooks.frameserver import FrameServer
 from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.frames.frame import ErrorCode
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 from ..rawh2 import (
-    DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE, RawPeer,
+    ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE, RawPeer,
     frame, grpc_call, literal_headers, open_call, raw_with_settings,
 )
 
@@ -51,6 +53,8 @@ class Scripted(HookServer):
             return None
         if what == "abort":
             raise HookAbort(grpc.StatusCode.PERMISSION_DENIED, "nein: ü 100% \n done")
+        if what == "abort-ok":
+            raise HookAbort(grpc.StatusCode.OK)
         if what == "abort-bare":
             raise HookAbort(grpc.StatusCode.FAILED_PRECONDITION)
         if what == "boom":
@@ -105,6 +109,7 @@ CASES = [
         pod_meta=hookapi.PodSandboxMetadata(name="web")).SerializeToString(), True),
     ("abort", PRE_CREATE.full_method, _container("abort"), True),
     ("abort-bare", PRE_CREATE.full_method, _container("abort-bare"), True),
+    ("abort-with-ok", PRE_CREATE.full_method, _container("abort-ok"), True),
     ("handler-raises", PRE_CREATE.full_method, _container("boom"), True),
     ("wrong-type", PRE_CREATE.full_method, _container("wrong"), True),
     ("unknown-method", "/runtime.v1alpha1.RuntimeHookService/NoSuchHook", b"", False),
@@ -263,6 +268,13 @@ async def test_a_request_that_is_not_grpc_gets_an_http_status(frames: Scripted) 
     (PREFACE + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0x7FFFFFFF)), ErrorCode.FLOW_CONTROL_ERROR),
     (PREFACE + frame(PING, 0, 0, b"1234567"), ErrorCode.FRAME_SIZE_ERROR),
     (PREFACE + frame(0x5, END_HEADERS, 1, b"\x00" * 8), ErrorCode.PROTOCOL_ERROR),  # PUSH_PROMISE
+    (PREFACE + frame(SETTINGS, 0, 1, b""), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(SETTINGS, ACK, 0, b"\x00" * 6), ErrorCode.FRAME_SIZE_ERROR),
+    (PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 0x2, 2)), ErrorCode.PROTOCOL_ERROR),  # ENABLE_PUSH=2
+    (PREFACE + frame(RST_STREAM, 0, 9, struct.pack(">I", 8)), ErrorCode.PROTOCOL_ERROR),  # an idle stream
+    (PREFACE + frame(RST_STREAM, 0, 0, struct.pack(">I", 8)), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(WINDOW_UPDATE, 0, 9, struct.pack(">I", 1)), ErrorCode.PROTOCOL_ERROR),  # an idle stream
+    (PREFACE + frame(GOAWAY, 0, 1, struct.pack(">II", 0, 0)), ErrorCode.PROTOCOL_ERROR),
 ])
 async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(frames: Scripted, send: bytes,
                                                                        code: ErrorCode) -> None:
@@ -283,4 +295,100 @@ async def test_a_peers_goaway_lets_its_open_call_finish_then_closes(frames: Scri
     answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
     assert await peer.read() is None
+    await peer.close()
+
+
+async def test_gzip_requests_are_served_as_on_grpc(sock_dir: Path) -> None:
+    seen = {}
+    for transport in ("frames", "grpc"):
+        async with Scripted(sock_dir / f"z-{transport}.sock", transport) as hook_server:
+            async with aio.insecure_channel(hook_server.target, compression=grpc.Compression.Gzip) as channel:
+                seen[transport] = await _outcome(channel, PRE_CREATE.full_method, _container("40", pad=50_000))
+    assert seen["frames"] == seen["grpc"] and seen["frames"][0] == "OK"
+
+
+async def test_a_compressed_request_over_the_limit_once_inflated_is_refused(frames: Scripted) -> None:
+    bomb = gzip.compress(b"\x00" * (2 * LIMIT))  # a few KiB on the wire
+    peer = await raw_with_settings(Path(frames.socket_path))
+    block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", PRE_CREATE.full_method),
+                             (":authority", "x"), ("content-type", "application/grpc"), ("grpc-encoding", "gzip")])
+    peer.writer.write(frame(HEADERS, END_HEADERS, 1, block)
+                      + frame(DATA, END_STREAM, 1, b"\x01" + struct.pack(">I", len(bomb)) + bomb))
+    answer = (await peer.until(HEADERS, 1))[-1]
+    assert dict(peer.decoder.decode(answer[3]))["grpc-status"] == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+    await peer.close()
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_stop_with_no_grace_cancels_at_once(sock_dir: Path, transport: str) -> None:
+    hook_server = Scripted(sock_dir / f"n-{transport}.sock", transport)
+    hook_server._grace = None  # grpc.aio's meaning: abort every call now
+    await hook_server.start()
+    async with aio.insecure_channel(hook_server.target) as channel:
+        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        await asyncio.wait_for(hook_server.started.wait(), 5)
+        await asyncio.wait_for(hook_server.stop(), 5)
+        assert hook_server.cancelled.is_set()
+        assert (await call)[0] != "OK"
+
+
+async def test_a_connection_accepted_as_the_server_stops_is_closed_too(sock_dir: Path) -> None:
+    path = sock_dir / "race.sock"
+    server = FrameServer({}, max_receive=LIMIT, max_send=LIMIT)
+    stopping: list[asyncio.Task[None]] = []
+    accepted = asyncio.Event()
+    make = server._connection
+
+    def accept_while_stopping():  # type: ignore[no-untyped-def]
+        conn = make()
+        stopping.append(asyncio.ensure_future(server.stop(0)))  # before the loop has connected it
+        accepted.set()
+        return conn
+
+    server._connection = accept_while_stopping  # type: ignore[method-assign]
+    await server.start(path)
+    peer = RawPeer(*await asyncio.open_unix_connection(str(path)))
+    await asyncio.wait_for(accepted.wait(), 5)
+    await asyncio.wait_for(stopping[0], 5)
+    while (f := await peer.read()) is not None:  # whatever came before, the connection ends
+        assert f[0] != HEADERS
+    peer.writer.transport.abort()
+
+
+async def test_a_peer_that_does_not_read_is_not_read_either(frames: Scripted, sock_dir: Path) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    pings = frame(PING, 0, 0, b"12345678") * 65_536  # 1.1 MiB of PINGs, each answered by an ACK
+    with pytest.raises(TimeoutError):
+        for _ in range(64):
+            peer.writer.write(pings)
+            await asyncio.wait_for(peer.writer.drain(), 2)
+    (conn,) = frames._server._connections  # type: ignore[union-attr]
+    assert conn._transport.get_write_buffer_size() < 1 << 20  # its ACKs wait in the socket, not here
+    peer.writer.transport.abort()
+
+
+async def test_late_trailers_of_a_request_answered_early_are_ignored(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(DATA, 0, 1, b"\x00" + struct.pack(">I", 2 * LIMIT)))
+    for _ in range(LIMIT // 16_000 + 1):
+        peer.writer.write(frame(DATA, 0, 1, b"\x00" * 16_000))
+    for f in await peer.until(RST_STREAM, 1):
+        if f[0] == HEADERS:
+            peer.decoder.decode(f[3])  # HPACK: every block, in order
+    peer.writer.write(frame(HEADERS, END_HEADERS | END_STREAM, 1, literal_headers([("grpc-status", "0")]))
+                      + grpc_call(3, PRE_CREATE.full_method, _container("none")))
+    answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
+    assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
+    assert GOAWAY not in [f[0] for f in answer]
+    await peer.close()
+
+
+async def test_a_stream_error_resets_only_its_stream(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0)))
+    reset = (await peer.until(RST_STREAM, 1))[-1]
+    assert struct.unpack(">I", reset[3])[0] == ErrorCode.PROTOCOL_ERROR
+    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, _container("none")))
+    answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
+    assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
     await peer.close()

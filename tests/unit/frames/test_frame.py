@@ -108,7 +108,8 @@ def test_message_sizes_across_frames() -> None:
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("5S", 5.0), ("250m", 0.25), ("7u", 7e-6), ("1H", 3600.0),
-                                                ("x", None), ("12", None), ("S", None)])
+                                                ("x", None), ("12", None), ("S", None),
+                                                ("\u00b2S", None), ("1\u0663m", None)])  # digits int() refuses
 def test_grpc_timeout(value: str, seconds: float | None) -> None:
     assert parse_timeout(value) == seconds
 
