@@ -55,6 +55,8 @@ def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | Call
     message = bytes(memoryview(body)[PREFIX.size:])
     if not compressed:
         return message
+    if encoding == b"identity":
+        return CallError(grpc.StatusCode.INTERNAL, "a compressed message without a grpc-encoding")
     wbits = _DECOMPRESS.get(encoding)
     if wbits is None:
         return CallError(grpc.StatusCode.UNIMPLEMENTED,
@@ -67,4 +69,7 @@ def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | Call
     if len(plain) > max_size:
         return CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"request larger than the hook server's limit of {max_size} bytes once decompressed")
+    if not inflate.eof or inflate.unused_data:  # a cut stream inflates to a shorter, valid-looking request
+        return CallError(grpc.StatusCode.INTERNAL,
+                         f"cannot decompress the request ({encoding.decode()}): truncated, or data after its end")
     return plain

@@ -40,7 +40,10 @@ from .settings import MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, 
 log = logging.getLogger(__name__)
 
 
-RESET_MEMORY = 64  # streams answered early whose late frames are ignored
+# Control frames answered (PING and SETTINGS ACKs) while the peer does not
+# read: past this many unsent bytes it is not read either.
+CONTROL_BACKLOG = 1 << 20
+CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 _OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
                (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
 
@@ -66,9 +69,11 @@ class Connection(asyncio.Protocol):
         self._paused = False  # the transport's buffer is full
         self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
         self._told: str | None = None  # "go away" or "abort", asked before connection_made
-        # Streams this side answered while their request was still coming: their
-        # late frames are read (HPACK) and dropped (section 5.1), not errors.
-        self._reset_early: deque[int] = deque(maxlen=RESET_MEMORY)
+        self._reading_paused = False  # see CONTROL_BACKLOG
+        # Streams opened and since closed or reset: their late frames (request
+        # trailers, say) are read for HPACK and dropped (section 5.1). A lower
+        # stream id never opened is the peer's error.
+        self._closed_streams: deque[int] = deque(maxlen=CLOSED_MEMORY)
         self._out: list[bytes] = []
 
     # -- asyncio.Protocol ----------------------------------------------------------
@@ -103,15 +108,12 @@ class Connection(asyncio.Protocol):
         self._pump()
 
     def pause_writing(self) -> None:
-        # A peer that does not read is not read either: what it sends (PINGs,
-        # SETTINGS) is answered, and those answers would pile up here.
-        self._paused = True
-        if self._transport is not None:
-            self._transport.pause_reading()
+        self._paused = True  # no DATA goes out; control answers still do, up to CONTROL_BACKLOG
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._transport is not None:
+        if self._reading_paused and self._transport is not None:
+            self._reading_paused = False
             self._transport.resume_reading()
         self._pump()
 
@@ -274,13 +276,14 @@ class Connection(asyncio.Protocol):
             else:
                 self._complete(call)
             return
-        if sid in self._reset_early:
-            return  # the late trailers of a request answered early
+        if sid in self._closed_streams:
+            return
         if sid % 2 == 0 or sid <= self._last_stream:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, not a new client stream")
         self._last_stream = sid
         if self._going_away or len(self._calls) >= MAX_STREAMS:
             self._out.append(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))  # the client may retry it elsewhere
+            self._closed_streams.append(sid)
             return
         self._open(sid, dict(cast(list[tuple[bytes, bytes]], headers)), end_stream)
 
@@ -369,8 +372,8 @@ class Connection(asyncio.Protocol):
         if call.receiving:  # answered before the request ended: it is reset, nothing more is read
             call.receiving = False
             self._out.append(fr.rst_stream(call.sid, ErrorCode.NO_ERROR))
-            self._reset_early.append(call.sid)
         self._calls.pop(call.sid, None)
+        self._closed_streams.append(call.sid)
 
     def _reset(self, call: Call, code: ErrorCode) -> None:
         self._out.append(fr.rst_stream(call.sid, code))
@@ -380,6 +383,7 @@ class Connection(asyncio.Protocol):
         call = self._calls.pop(sid, None)
         if call is None:
             return
+        self._closed_streams.append(sid)
         if call.task is not None:
             call.task.cancel()
         if call in self._sending:
@@ -412,6 +416,11 @@ class Connection(asyncio.Protocol):
             self._sending = still
         if self._out and self._transport is not None:
             self._transport.write(b"".join(self._out))
+            if self._paused and not self._reading_paused and self._transport.get_write_buffer_size() > CONTROL_BACKLOG:
+                # A peer that does not read is not read either: its PINGs'
+                # answers would pile up here without end.
+                self._reading_paused = True
+                self._transport.pause_reading()
         self._out.clear()
         if self._going_away and not self._calls and self._transport is not None:
             self._transport.close()

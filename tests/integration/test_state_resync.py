@@ -35,9 +35,12 @@ async def test_resync_forgets_a_pod_removed_past_the_proxy(
 
         monkeypatch.setattr(StateStore, "forget_unlisted", counted)
         running, _ = await launcher.start(state_resync_interval=0.1)
-        # The start-up rebuild read the pod back (hooks of its containers need it);
-        # resyncs keep it while containerd has it.
-        assert await asyncio.wait_for(resynced.get(), 30) is True
+        # The start-up rebuild reads the pod back (hooks of its containers need
+        # it); a resync may run before the rebuild has (a loaded machine), and
+        # once it has, resyncs keep it while containerd has it.
+        async with asyncio.timeout(30):
+            while not await resynced.get():
+                pass
         assert running.store.pods[pod_id].pod_meta.uid == config.metadata.uid
 
         await direct.StopPodSandbox(v1.StopPodSandboxRequest(pod_sandbox_id=pod_id), timeout=60)

@@ -307,15 +307,24 @@ async def test_gzip_requests_are_served_as_on_grpc(sock_dir: Path) -> None:
     assert seen["frames"] == seen["grpc"] and seen["frames"][0] == "OK"
 
 
-async def test_a_compressed_request_over_the_limit_once_inflated_is_refused(frames: Scripted) -> None:
-    bomb = gzip.compress(b"\x00" * (2 * LIMIT))  # a few KiB on the wire
+_GZIPPED = gzip.compress(_container("none"))
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    (gzip.compress(b"\x00" * (2 * LIMIT)), grpc.StatusCode.RESOURCE_EXHAUSTED),  # a few KiB on the wire
+    (_GZIPPED[:-8], grpc.StatusCode.INTERNAL),  # its trailer cut off
+    (_GZIPPED + b"junk", grpc.StatusCode.INTERNAL),
+    (b"not gzip at all", grpc.StatusCode.INTERNAL),
+], ids=["bomb", "truncated", "trailing-data", "garbage"])
+async def test_a_bad_compressed_request_is_refused(frames: Scripted, message: bytes, code: grpc.StatusCode) -> None:
     peer = await raw_with_settings(Path(frames.socket_path))
     block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", PRE_CREATE.full_method),
                              (":authority", "x"), ("content-type", "application/grpc"), ("grpc-encoding", "gzip")])
     peer.writer.write(frame(HEADERS, END_HEADERS, 1, block)
-                      + frame(DATA, END_STREAM, 1, b"\x01" + struct.pack(">I", len(bomb)) + bomb))
+                      + frame(DATA, END_STREAM, 1, b"\x01" + struct.pack(">I", len(message)) + message))
     answer = (await peer.until(HEADERS, 1))[-1]
-    assert dict(peer.decoder.decode(answer[3]))["grpc-status"] == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+    assert dict(peer.decoder.decode(answer[3]))["grpc-status"] == str(code.value[0])
+    assert not frames.started.is_set()
     await peer.close()
 
 
@@ -363,8 +372,25 @@ async def test_a_peer_that_does_not_read_is_not_read_either(frames: Scripted, so
             peer.writer.write(pings)
             await asyncio.wait_for(peer.writer.drain(), 2)
     (conn,) = frames._server._connections  # type: ignore[union-attr]
-    assert conn._transport.get_write_buffer_size() < 1 << 20  # its ACKs wait in the socket, not here
+    assert conn._transport.get_write_buffer_size() < 2 << 20  # its ACKs wait in the socket, not here
     peer.writer.transport.abort()
+
+
+async def test_late_trailers_of_a_refused_stream_are_ignored(frames: Scripted) -> None:
+    # The server is going away: a new stream is refused, and its client's trailers must not end the connection.
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("wait")))
+    await asyncio.wait_for(frames.started.wait(), 5)
+    stopping = asyncio.ensure_future(frames.stop(10))
+    await peer.until(GOAWAY)
+    peer.writer.write(open_call(3, PRE_CREATE.full_method))
+    assert (await peer.until(RST_STREAM, 3))[-1][2] == 3
+    peer.writer.write(frame(HEADERS, END_HEADERS | END_STREAM, 3, literal_headers([("grpc-status", "0")])))
+    frames.release.set()  # stream 1, let finish by the graceful stop, is still answered
+    seen = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
+    blocks = [dict(peer.decoder.decode(f[3])) for f in seen if f[0] == HEADERS]
+    assert blocks[-1] == {"grpc-status": "0"}
+    await asyncio.wait_for(stopping, 5)
 
 
 async def test_late_trailers_of_a_request_answered_early_are_ignored(frames: Scripted) -> None:
