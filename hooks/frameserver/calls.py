@@ -53,7 +53,7 @@ def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | Call
     if length != len(body) - PREFIX.size:
         return CallError(grpc.StatusCode.INTERNAL, "request is not one whole gRPC message")
     message = bytes(memoryview(body)[PREFIX.size:])
-    if not compressed:
+    if not compressed or not message:  # an empty message needs no inflating (as grpc reads it)
         return message
     if encoding == b"identity":
         return CallError(grpc.StatusCode.INTERNAL, "a compressed message without a grpc-encoding")

@@ -70,6 +70,7 @@ class Connection(asyncio.Protocol):
         self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
         self._told: str | None = None  # "go away" or "abort", asked before connection_made
         self._reading_paused = False  # see CONTROL_BACKLOG
+        self._backlog = 0  # bytes written while the transport's buffer was full
         # Streams opened and since closed or reset: their late frames (request
         # trailers, say) are read for HPACK and dropped (section 5.1). A lower
         # stream id never opened is the peer's error.
@@ -112,6 +113,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
+        self._backlog = 0
         if self._reading_paused and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
@@ -415,12 +417,15 @@ class Connection(asyncio.Protocol):
                 self._close_stream(call)
             self._sending = still
         if self._out and self._transport is not None:
-            self._transport.write(b"".join(self._out))
-            if self._paused and not self._reading_paused and self._transport.get_write_buffer_size() > CONTROL_BACKLOG:
-                # A peer that does not read is not read either: its PINGs'
-                # answers would pile up here without end.
-                self._reading_paused = True
-                self._transport.pause_reading()
+            data, paused = b"".join(self._out), self._paused
+            self._transport.write(data)  # may pause writing, now
+            if paused:  # paused before this write: it held no DATA, only control frames and headers
+                self._backlog += len(data)
+                if self._backlog > CONTROL_BACKLOG and not self._reading_paused:
+                    # A peer that does not read is not read either: its
+                    # PINGs' answers would pile up here without end.
+                    self._reading_paused = True
+                    self._transport.pause_reading()
         self._out.clear()
         if self._going_away and not self._calls and self._transport is not None:
             self._transport.close()

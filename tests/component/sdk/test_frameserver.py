@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
-from hooks.frameserver import FrameServer
+from hooks.frameserver import FrameServer, connection
 from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.frames.frame import ErrorCode
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
@@ -418,3 +418,39 @@ async def test_a_stream_error_resets_only_its_stream(frames: Scripted) -> None:
     answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
     await peer.close()
+
+
+async def test_a_peer_that_writes_before_it_reads_is_still_read(frames: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An answer fills the server's write buffer while the client, reading later, sends its next request:
+    # that answer's DATA is not control backlog, and the request must still be read.
+    monkeypatch.setattr(connection, "CONTROL_BACKLOG", 100_000)
+    paused = asyncio.Event()
+    pause_writing = connection.Connection.pause_writing
+
+    def note_pause(self: connection.Connection) -> None:
+        pause_writing(self)
+        paused.set()
+
+    monkeypatch.setattr(connection.Connection, "pause_writing", note_pause)
+    peer = await raw_with_settings(Path(frames.socket_path), (0x4, 32 << 20))
+    peer.writer.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 32 << 20))
+                      + grpc_call(1, PRE_CREATE.full_method, _container(str(LIMIT - 200))))
+    await asyncio.wait_for(paused.wait(), 5)
+    message = _container("1", pad=900_000)
+    body = b"\x00" + struct.pack(">I", len(message)) + message
+    chunks = [body[i:i + 16_000] for i in range(0, len(body), 16_000)]
+    peer.writer.write(open_call(3, PRE_CREATE.full_method)
+                      + b"".join(frame(DATA, END_STREAM if i == len(chunks) - 1 else 0, 3, c) for i, c in enumerate(chunks)))
+    await asyncio.wait_for(peer.writer.drain(), 5)
+    answers = {1: b"", 3: b""}
+    while True:
+        f = await peer.read()
+        assert f is not None
+        if f[0] == DATA:
+            answers[f[2]] += f[3]
+        elif f[0] == HEADERS:
+            peer.decoder.decode(f[3])
+            if f[1] & END_STREAM and f[2] == 3:
+                break
+    assert len(hookapi.ContainerResourceHookResponse.FromString(answers[3][5:]).container_annotations["echo"]) == 1
+    peer.writer.transport.abort()
