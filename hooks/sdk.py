@@ -25,7 +25,7 @@ status; any other exception answers ``INTERNAL`` with the exception text.
 To handle every hook generically, override :meth:`HookServer.handle` instead.
 
 The server speaks gRPC on the SDK's own HTTP/2 transport (``hooks.frameserver``,
-``transport="frames"``, the default): about a third of grpc.aio's CPU per
+``transport="frames"``, the default): about half of grpc.aio's CPU per
 call, which on a small node is taken from the runtime while pods start.
 ``transport="grpc"`` serves on grpc.aio instead; handlers see no difference.
 """

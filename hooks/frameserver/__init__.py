@@ -3,9 +3,9 @@
 grpc.aio's server spends about 0.8-0.9 ms of CPU on each hook call when the
 calls are sparse, as they are in a pod lifecycle (six per pod), and on a
 small node that CPU is taken from the runtime while the pod starts. A hook
-call needs little of gRPC: unary calls, uncompressed messages, a deadline
+call needs little of gRPC: unary calls, one message each way, a deadline
 and a status. This transport speaks exactly that (connection.py) on a unix
-socket (server.py), for about a third of grpc.aio's CPU per call, and is
+socket (server.py), for about half of grpc.aio's CPU per call, and is
 ``HookServer``'s default; ``transport="grpc"`` keeps grpc.aio.
 """
 

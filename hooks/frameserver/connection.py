@@ -6,8 +6,9 @@ HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
 - flow control both ways: what arrives is given back in WINDOW_UPDATEs after
   each read (the connection, and each stream still sending its request);
   what goes out waits for the peer's connection and stream windows, and for
-  the transport's buffer (``pause_writing``, which also stops reading); a
-  stream whose window is shut does not hold up the others;
+  the transport's buffer (``pause_writing``; a peer that does not read is
+  not read either once CONTROL_BACKLOG of answers to it waits); a stream
+  whose window is shut does not hold up the others;
 - PING is acknowledged; RST_STREAM cancels the call's handler; a peer's
   GOAWAY lets the open calls finish, then the connection closes;
 - a stream error resets its stream; a connection error ends the connection
@@ -278,7 +279,7 @@ class Connection(asyncio.Protocol):
             else:
                 self._complete(call)
             return
-        if sid in self._closed_streams:
+        if sid <= self._last_stream and sid in self._closed_streams:  # never scanned for a new stream
             return
         if sid % 2 == 0 or sid <= self._last_stream:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, not a new client stream")
@@ -292,9 +293,8 @@ class Connection(asyncio.Protocol):
     def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
         timeout = headers.get(b"grpc-timeout")
         call = Call(sid, self._routes.get(headers.get(b":path", b"")),
-                     parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer.initial_window)
-        call.receiving = not end_stream
-        call.encoding = headers.get(b"grpc-encoding", b"identity")
+                    parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer.initial_window,
+                    receiving=not end_stream, encoding=headers.get(b"grpc-encoding", b"identity"))
         self._calls[sid] = call
         if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
             # Not a gRPC call: an HTTP answer (gRPC over HTTP/2, "Responses").
