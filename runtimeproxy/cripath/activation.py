@@ -5,7 +5,8 @@ as fd 3 (``LISTEN_FDS``/``LISTEN_PID``, see sd_listen_fds(3)). It keeps its
 own copy across proxy restarts, so kubelet's connection attempts meanwhile
 wait in the backlog instead of failing on a missing socket.
 
-grpc cannot serve on a socket it did not bind: the Python API takes only
+The frames data path serves the inherited socket itself (frames/listener.py).
+On the grpc path, grpc cannot serve on a socket it did not bind: the Python API takes only
 addresses, and grpc core's own systemd support (adopting a pre-bound fd of
 the same path) is compiled in only with libsystemd, which the grpcio wheels
 lack. So the proxy accepts on the inherited socket itself and relays each

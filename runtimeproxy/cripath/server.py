@@ -95,8 +95,9 @@ class Proxy:
         # Keeps routing and health current; restarted if it dies (a restart
         # probes again, so routing and health are brought up to date).
         self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
-        if self._listener is not None:
-            self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(self._listener), critical=True)
+        accepting = self._listener if self._listener is not None else self._frames if self._activated else None
+        if accepting is not None:
+            self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
         # What a client that never read its answers held is freed when its
         # connection closes; this gives it back to the system (limits.py).
         self.tasks.spawn(TaskName.MEMORY, give_back_freed_memory())
@@ -115,9 +116,12 @@ class Proxy:
             )
         public = Path(address)
         clean_private_dir(public)
+        if self._frames is not None:  # it serves the socket itself, no relay in front (frames/path.py)
+            await self._frames.start(self.server, public, self._activated)
+            log.info("listening", extra={"socket": address, "from_systemd": True})
+            return
         await self._bind(private_socket_path(public))
-        # The frames path refuses calls crossing its shutdown itself (frames/upstream.py).
-        self._listener = ActivatedListener(self._activated, self._bound, hand_over=self._frames is None)
+        self._listener = ActivatedListener(self._activated, self._bound, hand_over=True)
 
     async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)
@@ -136,7 +140,7 @@ class Proxy:
         self._socket = unixsocket.SocketIdentity.of(path)
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
 
-    async def _accept_when_probed(self, listener: ActivatedListener) -> None:
+    async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
         """Connections wait in the backlog until the backend answered (at
         most ACCEPT_HOLD_S): calls then find a proxy that can forward them."""
         try:
@@ -185,7 +189,7 @@ class Proxy:
         """
         # With socket activation the held calls are served, not refused.
         listener = self._listener
-        held = self.router.hold_new_calls(serve=listener is not None)
+        held = self.router.hold_new_calls(serve=self._activated is not None)
         loop = asyncio.get_running_loop()
         began = loop.time()
         if listener is None:
@@ -216,7 +220,7 @@ class Proxy:
             await self._stop_accepting(grace)
         else:  # no grace: calls in flight are cancelled anyway
             await self.server.stop(0)
-        if self._frames is not None:  # before the activation relay closes: it carries these connections
+        if self._frames is not None:
             await self._frames.drain(grace)
         if self._listener is not None:
             await self._listener.close()

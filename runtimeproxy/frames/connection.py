@@ -115,10 +115,14 @@ class FrameConnection:
         self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
         self._client_uncredited = 0
         self.stopping = False
+        # The runtime's first SETTINGS, the client's server preface, went out: a
+        # GOAWAY before it is a protocol error to the client (begin_stop).
+        self.prefaced = False
+        self.goaway_owed = False
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
-        self.idle = asyncio.Event()  # no unary or diverted call left (shutdown waits)
+        self.idle = asyncio.Event()  # no unary or diverted call left, no GOAWAY owed (shutdown waits)
         self.idle.set()
 
     # -- running ---------------------------------------------------------
@@ -221,12 +225,24 @@ class FrameConnection:
     def begin_stop(self) -> None:
         """Shutdown: no new stream is relayed; the client is told to go away."""
         self.stopping = True
-        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        if self.prefaced:
+            self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        else:  # sent behind the runtime's SETTINGS (server_prefaced); the drain waits for it
+            self.goaway_owed = True
+            self.check_idle()
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
         # unary calls get the grace period.
         for sid in sorted(self.relayed - self.unary_open):
             self.inbound.ordered(self.end_locally(sid, 14, "runtime-proxy is shutting down"))
         self.out.flush()
+
+    def server_prefaced(self) -> None:
+        """The runtime's first SETTINGS are queued for the client."""
+        self.prefaced = True
+        if self.goaway_owed:
+            self.goaway_owed = False
+            self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+            self.check_idle()
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
@@ -303,7 +319,7 @@ class FrameConnection:
         self.backend.credit(amount)
 
     def check_idle(self) -> None:
-        if not self.unary_open and not self.diverted and not self.hooked:
+        if not self.unary_open and not self.diverted and not self.hooked and not self.goaway_owed:
             self.idle.set()
         else:
             self.idle.clear()

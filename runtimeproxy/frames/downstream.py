@@ -320,6 +320,7 @@ class BackendSide:
         if not self._granted:  # the client's connection window is the proxy's: open it wide
             self._granted = True
             conn.out.control(fr.window_update(0, CLIENT_GRANT))
+            conn.server_prefaced()
 
     def _window_update(self, sid: int, increment: int) -> bool:
         """True if the update is the proxy's own (not for the client)."""

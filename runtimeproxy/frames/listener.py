@@ -1,4 +1,4 @@
-"""The frames data path's listener: the proxy's socket, one relay per connection.
+"""The frames data path's listener: the proxy's socket (or systemd's), one relay per connection.
 
 Each client connection gets its own backend connection (connection.py). A
 connection that comes while the backend is not reachable or its versions
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,12 +87,29 @@ class FramesListener:
         self._channel: aio.Channel | None = None
         self._connections: set[FrameConnection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        # Accepted, their runtime connection not made yet: the drain waits for
+        # them too, since each is owed a server preface and a GOAWAY.
+        self._setting_up: set[asyncio.Future[None]] = set()
         self._transports: set[asyncio.BaseTransport] = set()
+        self._stopping = False
+        self._systemd: str | None = None  # the address of a socket from systemd
 
-    async def start(self) -> None:
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Listen on ``_listen``, or on ``sock``, a listening socket from
+        systemd (cripath/activation.py): then connections are accepted only
+        from ``start_accepting`` on, and wait in its backlog until then."""
         self._channel = aio.insecure_channel(f"unix://{self._internal}", options=self._options)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._accept, path=str(self._listen))
+        if sock is None:
+            self._server = await loop.create_unix_server(self._accept, path=str(self._listen))
+        else:
+            self._systemd = sock.getsockname()
+            self._server = await loop.create_unix_server(self._accept, sock=sock, start_serving=False)
+
+    async def start_accepting(self) -> None:
+        if self._server is not None and not self._stopping:
+            await self._server.start_serving()
+            log.info("accepting on the socket from systemd", extra={"socket": self._systemd})
 
     def _accept(self) -> _Side:
         side = _Side()
@@ -101,6 +119,16 @@ class FramesListener:
         return side
 
     async def _serve(self, client: _Side) -> None:
+        set_up = asyncio.get_running_loop().create_future()
+        self._setting_up.add(set_up)
+        try:
+            await self._relay(client, set_up)
+        finally:
+            self._setting_up.discard(set_up)
+            if not set_up.done():
+                set_up.set_result(None)
+
+    async def _relay(self, client: _Side, set_up: asyncio.Future[None]) -> None:
         await asyncio.sleep(0)  # connection_made has run
         assert client.transport is not None
         self._transports.add(client.transport)
@@ -131,6 +159,9 @@ class FramesListener:
         self._connections.add(conn)
         backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
         client.attach(conn.client_data, conn.lost, conn.client_writable)
+        if self._stopping:  # accepted just before the shutdown began: told to go away at once
+            conn.begin_stop()
+        set_up.set_result(None)
         await conn.closed
         self._connections.discard(conn)
         self._transports.discard(client.transport)
@@ -151,17 +182,26 @@ class FramesListener:
         a.attach(tb.write, close)
 
     def stop_accepting(self) -> None:
-        """Shutdown, step 1: no new connection, no new relayed call."""
+        """Shutdown, step 1: no new connection, no new relayed call. A socket
+        from systemd keeps what waits in its backlog for the next instance."""
+        self._stopping = True
         if self._server is not None:
-            self._server.close()
+            self._server.close()  # a socket from systemd: closes our copy of it, systemd keeps its own
+            if self._systemd is not None:
+                log.info("stopped accepting; new connections wait in the backlog", extra={"socket": self._systemd})
         for conn in list(self._connections):
             conn.begin_stop()
 
     async def drain(self, grace: float) -> None:
-        """Shutdown, step 2: unary calls finish within ``grace``; then every connection ends."""
+        """Shutdown, step 2: unary calls finish within ``grace``, and every
+        connection has had its GOAWAY; then every connection ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        if self._setting_up and grace > 0:
+            await asyncio.wait(list(self._setting_up), timeout=grace)
         waits = [_idle_or_closed(conn) for conn in self._connections]
-        if waits and grace > 0:
-            await asyncio.wait(waits, timeout=grace)
+        if waits and deadline > loop.time():
+            await asyncio.wait(waits, timeout=deadline - loop.time())
         for wait in waits:
             wait.cancel()
         for conn in list(self._connections):

@@ -2,12 +2,16 @@
 
 The proxy's grpc.aio server moves to a private socket and keeps serving
 every call the frames connections divert (hooks, health, refusals); the
-proxy's own socket gets the frames listener.
+proxy's own socket gets the frames listener. So does a socket from systemd,
+with no relay in front (cripath/activation.py's is for the grpc path): what
+waits in its backlog when the proxy stops stays there for the next instance,
+and a connection it accepted gets its server preface and a GOAWAY.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -29,12 +33,16 @@ class FramesPath:
             Path(), backend, self.internal, RouterRoutes(router, image_apart), channel_options, limits
         )
 
-    async def start(self, server: aio.Server, listen: Path) -> None:
+    async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
+        """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""
         if server.add_insecure_port(f"unix://{self.internal}") == 0:
             raise OSError(f"cannot listen on {self.internal}")
         await server.start()
         self.listener._listen = listen  # noqa: SLF001 - known only at start
-        await self.listener.start()
+        await self.listener.start(sock)
+
+    async def start_accepting(self) -> None:
+        await self.listener.start_accepting()
 
     def stop_accepting(self) -> None:
         self.listener.stop_accepting()

@@ -51,8 +51,8 @@ async def frames_proxy(fake: FakeBackend, listen: Path, listen_socket: socket.so
 async def test_a_call_in_flight_is_answered_through_the_socket_from_systemd(
     fake: FakeBackend, sock_dir: Path, draining: asyncio.Event
 ) -> None:
-    """The activation relay (cripath/activation.py) carries the frames connections:
-    it must outlive their drain, as it outlives grpc's on the grpc path."""
+    """The frames listener serves systemd's socket itself (no activation relay
+    in front): its drain gives the call its grace there too."""
     public = sock_dir / "proxy.sock"
     held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     held.bind(str(public))

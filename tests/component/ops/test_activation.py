@@ -64,33 +64,41 @@ def serve_argv(held: HeldSocket, fake: FakeBackend, sock_dir: Path, *flags: str)
 
 # uvloop starts reading an accepted connection right after connection_made,
 # whatever connection_made asked for: bytes can arrive before the relay is linked.
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize(("loop", "data_path"), [("asyncio", "grpc"), ("uvloop", "grpc"), ("asyncio", "frames"),
+                                                 ("uvloop", "frames")])
 async def test_serves_on_the_inherited_socket_and_leaves_it_to_systemd(
-    fake: FakeBackend, sock_dir: Path, held: HeldSocket, loop: str
+    fake: FakeBackend, sock_dir: Path, held: HeldSocket, loop: str, data_path: str
 ) -> None:
-    argv = serve_argv(held, fake, sock_dir, "--event-loop", loop)
+    """On the grpc path a relay feeds grpc on a private socket (cripath/activation.py);
+    the frames path serves the socket itself, with no relay and no private socket."""
+    argv = serve_argv(held, fake, sock_dir, "--event-loop", loop, "--data-path", data_path)
     proxy = ServeProcess(argv, held.pass_fds, sock_dir / "proxy.log")
     await proxy.start()
+    private = sock_dir / ".proxy.sock.private"
     try:
         async with aio.insecure_channel(f"unix://{held.path}") as channel:
             await channel.unary_unary(LIST_PODS)(b"", timeout=20)  # waits in the backlog until the proxy accepts
-        private = sock_dir / ".proxy.sock.private"
-        assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
-        assert [p.name for p in private.iterdir()] == [f"{proxy.process.pid}.sock"]  # type: ignore[union-attr]
+        if data_path == "grpc":
+            assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+            assert [p.name for p in private.iterdir()] == [f"{proxy.process.pid}.sock"]  # type: ignore[union-attr]
+        else:
+            assert not private.exists()
     finally:
         assert await proxy.stop() == 0
     assert stat.S_ISSOCK(os.lstat(held.path).st_mode)  # systemd's socket stays
-    assert list(private.iterdir()) == []  # its own private one is gone
+    assert not private.exists() or list(private.iterdir()) == []  # a private one is gone
     log = proxy.log.read_text()
     assert '"msg": "accepting on the socket from systemd"' in log
+    assert '"msg": "stopped accepting; new connections wait in the backlog"' in log
     assert '"level": "warning"' not in log, log
 
 
-async def test_a_restart_costs_no_call(fake: FakeBackend, sock_dir: Path, held: HeldSocket) -> None:
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_restart_costs_no_call(fake: FakeBackend, sock_dir: Path, held: HeldSocket, data_path: str) -> None:
     """Calls go on at a steady pace over one channel while the proxy is
     restarted: each is answered OK (the backlog holds the new connection
     until the next instance accepts it, once its backend is probed)."""
-    argv = serve_argv(held, fake, sock_dir)
+    argv = serve_argv(held, fake, sock_dir, "--data-path", data_path)
     first = ServeProcess(argv, held.pass_fds, sock_dir / "first.log")
     second = ServeProcess(argv, held.pass_fds, sock_dir / "second.log")
     await first.start()

@@ -165,8 +165,26 @@ async def test_a_ping_held_when_the_connection_ends_is_never_answered() -> None:
     assert len(backend.written) == written and b"bdp-ping" not in b"".join(map(bytes, backend.written))
 
 
+async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None:
+    """A connection accepted just before the shutdown: the client's first frame
+    must be the server's SETTINGS (the runtime's), so the GOAWAY waits for
+    them, and the drain waits for the GOAWAY."""
+    conn, client, _, _ = _connection()
+    conn.begin_stop()
+    await _turns()
+    assert _client_frames(client) == [] and not conn.idle.is_set()
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    await _turns()
+    assert [f.type for f in _client_frames(client)] == [FrameType.SETTINGS, FrameType.WINDOW_UPDATE, FrameType.GOAWAY]
+    assert conn.idle.is_set() and not conn.closed.done()
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))  # later SETTINGS owe nothing more
+    await _turns()
+    assert [f.type for f in _client_frames(client)].count(FrameType.GOAWAY) == 1
+
+
 async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_goaway_names_it() -> None:
     conn, client, backend, encoder = _connection()
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.begin_stop()
     conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 0), end=True))
     conn.backend_data(fr.goaway(0, ErrorCode.NO_ERROR))  # the runtime goes away too: a second GOAWAY
