@@ -216,8 +216,11 @@ class Backend:
         state = self.runtime_channel.get_state(try_to_connect=True)
         while True:
             await self.runtime_channel.wait_for_state_change(state)
-            previous, state = state, self.runtime_channel.get_state(try_to_connect=True)
-            if state == grpc.ChannelConnectivity.READY and previous != grpc.ChannelConnectivity.READY:
+            state = self.runtime_channel.get_state(try_to_connect=True)
+            # READY after a change, even from READY: a channel can leave READY and
+            # come back before this task looks (a call of the proxy's own, made
+            # meanwhile, reconnects it), and that is a reconnect too.
+            if state == grpc.ChannelConnectivity.READY:
                 await self._reconnected()
             elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 self._lost("connection failed")

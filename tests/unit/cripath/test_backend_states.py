@@ -79,6 +79,13 @@ async def test_a_quick_restart_without_a_failure_state_is_a_loss_until_probed() 
     assert await run_through([S.READY, S.IDLE, S.CONNECTING, S.READY]) == ["probed", "lost", "probed"]
 
 
+async def test_a_reconnect_over_before_the_monitor_looks_is_still_seen() -> None:
+    """Woken as the channel left READY, the monitor finds it READY again (a
+    call of the proxy's own reconnected it meanwhile): the runtime may be a
+    new one, so it is probed again."""
+    assert await run_through([S.READY, S.READY]) == ["probed", "lost", "probed"]
+
+
 async def test_a_failed_connection_is_one_loss() -> None:
     states = [S.READY, S.IDLE, S.TRANSIENT_FAILURE, S.CONNECTING, S.TRANSIENT_FAILURE, S.CONNECTING, S.READY]
     assert await run_through(states) == ["probed", "lost", "probed"]
