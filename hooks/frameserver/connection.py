@@ -7,7 +7,7 @@ HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
   each read (the connection, and each stream still sending its request);
   what goes out waits for the peer's connection and stream windows, and for
   the transport's buffer (``pause_writing``; a peer that does not read is
-  not read either once CONTROL_BACKLOG of answers to it waits); a stream
+  not read either once CONTROL_BACKLOG of answers to it waits, sending.py); a stream
   whose window is shut does not hold up the others;
 - PING is acknowledged; RST_STREAM cancels the call's handler; a peer's
   GOAWAY lets the open calls finish, then the connection closes;
@@ -36,14 +36,12 @@ from runtimeproxy.frames.divert import parse_timeout, percent_encode
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 
 from .calls import ACCEPTED_ENCODINGS, PREFIX, Call, CallError, Limits, Route, one_message
+from .sending import Sender
 from .settings import MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
 
 log = logging.getLogger(__name__)
 
 
-# Control frames answered (PING and SETTINGS ACKs) while the peer does not
-# read: past this many unsent bytes it is not read either.
-CONTROL_BACKLOG = 1 << 20
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 _OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
                (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
@@ -65,23 +63,19 @@ class Connection(asyncio.Protocol):
         self._unacked = 0  # DATA bytes read and not yet given back, connection
         self._stream_unacked: dict[int, int] = {}  # the same per stream, within one read
         self._peer = PeerSettings()
-        self._conn_window = fr.DEFAULT_WINDOW  # the peer's, for what this side sends
-        self._sending: deque[Call] = deque()  # answered calls whose DATA is not all out
-        self._paused = False  # the transport's buffer is full
+        self._send = Sender(self._peer, self._encoder, self._calls.__contains__, self._close_stream)
+        self._out = self._send.out  # frames queued this turn (sending.py writes them)
         self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
         self._told: str | None = None  # "go away" or "abort", asked before connection_made
-        self._reading_paused = False  # see CONTROL_BACKLOG
-        self._backlog = 0  # bytes written while the transport's buffer was full
         # Streams opened and since closed or reset: their late frames (request
         # trailers, say) are read for HPACK and dropped (section 5.1). A lower
         # stream id never opened is the peer's error.
         self._closed_streams: deque[int] = deque(maxlen=CLOSED_MEMORY)
-        self._out: list[bytes] = []
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport = self._send.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport.write(announcement())
         # The server may have stopped between making this protocol and the loop connecting it.
         if self._told == "abort":
@@ -110,23 +104,19 @@ class Connection(asyncio.Protocol):
         self._pump()
 
     def pause_writing(self) -> None:
-        self._paused = True  # no DATA goes out; control answers still do, up to CONTROL_BACKLOG
+        self._send.pause()
 
     def resume_writing(self) -> None:
-        self._paused = False
-        self._backlog = 0
-        if self._reading_paused and self._transport is not None:
-            self._reading_paused = False
-            self._transport.resume_reading()
-        self._pump()
+        self._send.resume()
+        self._close_if_done()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
+        self._transport = self._send.transport = None
         for call in self._calls.values():
             if call.task is not None:
                 call.task.cancel()  # nobody is left to answer
         self._calls.clear()
-        self._sending.clear()
+        self._send.clear()
         self._closed(self)
 
     # -- the server's controls -------------------------------------------------------
@@ -217,19 +207,23 @@ class Connection(asyncio.Protocol):
             self._going_away = True  # no new calls come; the open ones finish
         elif kind == FrameType.PUSH_PROMISE:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-        elif kind == FrameType.PRIORITY and len(frame.payload) != 5 and (call := self._calls.get(sid)) is not None:
-            self._reset(call, ErrorCode.FRAME_SIZE_ERROR)  # a stream error (section 6.3)
+        elif kind == FrameType.PRIORITY:
+            if sid == 0:
+                raise FrameError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+            if len(frame.payload) != 5 and (call := self._calls.get(sid)) is not None:
+                self._reset(call, ErrorCode.FRAME_SIZE_ERROR)  # a stream error (section 6.3)
         # PRIORITY and unknown frame types carry nothing a unary call needs (section 5.5).
 
     def _idle_is_an_error(self, sid: int, what: str) -> None:
-        if sid == 0 or sid > self._last_stream:
+        # Even ids are the server's, and it opens none (no push): all idle.
+        if sid == 0 or sid > self._last_stream or sid % 2 == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"{what} on stream {sid}, never opened")
 
     def _window_update(self, sid: int, increment: int) -> None:
         if sid == 0:
             if increment == 0:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
-            self._conn_window = grown(self._conn_window, increment)
+            self._send.window = grown(self._send.window, increment)
             return
         self._idle_is_an_error(sid, "WINDOW_UPDATE")
         call = self._calls.get(sid)
@@ -357,7 +351,7 @@ class Connection(asyncio.Protocol):
             return
         self._out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_HEADERS), self._peer.max_frame, False))
         call.out = memoryview(PREFIX.pack(0, len(response)) + response)
-        self._sending.append(call)
+        self._send.answer(call)
 
     def _end(self, call: Call, code: grpc.StatusCode, details: str) -> None:
         """A trailers-only answer: the call ends without a message."""
@@ -388,45 +382,15 @@ class Connection(asyncio.Protocol):
         self._closed_streams.append(sid)
         if call.task is not None:
             call.task.cancel()
-        if call in self._sending:
-            self._sending.remove(call)
+        self._send.forget(call)
 
     # -- writing -------------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Send what the windows allow, in answer order, then write it all at once."""
-        if not self._paused:
-            still: deque[Call] = deque()
-            for call in self._sending:
-                if call.sid not in self._calls:
-                    continue
-                out = call.out
-                assert out is not None
-                while out and call.window > 0 and self._conn_window > 0:
-                    n = min(len(out), call.window, self._conn_window, self._peer.max_frame)
-                    self._out.append(fr.serialize(FrameType.DATA, 0, call.sid, bytes(out[:n])))
-                    call.window -= n
-                    self._conn_window -= n
-                    out = out[n:]
-                call.out = out
-                if out:
-                    still.append(call)
-                    continue
-                self._out.extend(fr.header_frames(call.sid, self._encoder.encode([(b"grpc-status", b"0")]),
-                                                  self._peer.max_frame, True))
-                self._close_stream(call)
-            self._sending = still
-        if self._out and self._transport is not None:
-            data, paused = b"".join(self._out), self._paused
-            self._transport.write(data)  # may pause writing, now
-            if paused:  # paused before this write: it held no DATA, only control frames and headers
-                self._backlog += len(data)
-                if self._backlog > CONTROL_BACKLOG and not self._reading_paused:
-                    # A peer that does not read is not read either: its
-                    # PINGs' answers would pile up here without end.
-                    self._reading_paused = True
-                    self._transport.pause_reading()
-        self._out.clear()
+        self._send.pump()
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
         if self._going_away and not self._calls and self._transport is not None:
             self._transport.close()
 

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
-from hooks.frameserver import FrameServer, connection
+from hooks.frameserver import FrameServer, connection, sending
 from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.frames.frame import ErrorCode
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
@@ -275,6 +275,12 @@ async def test_a_request_that_is_not_grpc_gets_an_http_status(frames: Scripted) 
     (PREFACE + frame(RST_STREAM, 0, 0, struct.pack(">I", 8)), ErrorCode.PROTOCOL_ERROR),
     (PREFACE + frame(WINDOW_UPDATE, 0, 9, struct.pack(">I", 1)), ErrorCode.PROTOCOL_ERROR),  # an idle stream
     (PREFACE + frame(GOAWAY, 0, 1, struct.pack(">II", 0, 0)), ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + frame(0x2, 0, 0, b"\x00" * 5), ErrorCode.PROTOCOL_ERROR),  # PRIORITY on stream 0
+    # Even ids are the server's, and it opens none: below the last stream, still idle.
+    (PREFACE + grpc_call(3, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 2, struct.pack(">I", 1)),
+     ErrorCode.PROTOCOL_ERROR),
+    (PREFACE + grpc_call(3, PRE_CREATE.full_method) + frame(RST_STREAM, 0, 2, struct.pack(">I", 8)),
+     ErrorCode.PROTOCOL_ERROR),
 ])
 async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(frames: Scripted, send: bytes,
                                                                        code: ErrorCode) -> None:
@@ -423,7 +429,7 @@ async def test_a_stream_error_resets_only_its_stream(frames: Scripted) -> None:
 async def test_a_peer_that_writes_before_it_reads_is_still_read(frames: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
     # An answer fills the server's write buffer while the client, reading later, sends its next request:
     # that answer's DATA is not control backlog, and the request must still be read.
-    monkeypatch.setattr(connection, "CONTROL_BACKLOG", 100_000)
+    monkeypatch.setattr(sending, "CONTROL_BACKLOG", 100_000)
     paused = asyncio.Event()
     pause_writing = connection.Connection.pause_writing
 

@@ -1,0 +1,97 @@
+"""What a frames connection sends: answers' DATA within the peer's windows,
+and all of it in one write per turn, bounded for a peer that does not read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.frame import FrameType
+
+from .calls import Call
+from .settings import PeerSettings
+
+# Control frames answered (PING and SETTINGS ACKs) while the peer does not
+# read: past this many unsent bytes it is not read either.
+CONTROL_BACKLOG = 1 << 20
+_OK_TRAILERS = [(b"grpc-status", b"0")]
+
+
+class Sender:
+    def __init__(self, peer: PeerSettings, encoder: hpack.Encoder, is_open: Callable[[int], bool],
+                 finished: Callable[[Call], None]) -> None:
+        """``finished(call)``: a call's END_STREAM is queued; ``is_open(sid)``: it is still the server's to answer."""
+        self.out: list[bytes] = []  # frames queued this turn, written by ``pump``
+        self.window = fr.DEFAULT_WINDOW  # the peer's connection window, for what this side sends
+        self.transport: asyncio.Transport | None = None
+        self._peer = peer
+        self._encoder = encoder
+        self._is_open = is_open
+        self._finished = finished
+        self._answers: deque[Call] = deque()  # answered calls whose DATA is not all out
+        self._paused = False  # the transport's buffer is full
+        self._reading_paused = False  # see CONTROL_BACKLOG
+        self._backlog = 0  # bytes written while the transport's buffer was full
+
+    def answer(self, call: Call) -> None:
+        """``call.out`` goes out as the windows allow, behind earlier answers."""
+        self._answers.append(call)
+
+    def forget(self, call: Call) -> None:
+        if call in self._answers:
+            self._answers.remove(call)
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+    def pause(self) -> None:
+        self._paused = True  # no DATA goes out; control answers still do, up to CONTROL_BACKLOG
+
+    def resume(self) -> None:
+        self._paused = False
+        self._backlog = 0
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        self.pump()
+
+    def pump(self) -> None:
+        """Send what the windows allow, in answer order, then write it all at once."""
+        if not self._paused:
+            self._answer_data()
+        if self.out and self.transport is not None:
+            data, paused = b"".join(self.out), self._paused
+            self.transport.write(data)  # may pause writing, now
+            if paused:  # paused before this write: it held no DATA, only control frames and headers
+                self._backlog += len(data)
+                if self._backlog > CONTROL_BACKLOG and not self._reading_paused:
+                    # A peer that does not read is not read either: its
+                    # PINGs' answers would pile up here without end.
+                    self._reading_paused = True
+                    self.transport.pause_reading()
+        self.out.clear()
+
+    def _answer_data(self) -> None:
+        still: deque[Call] = deque()
+        for call in self._answers:
+            if not self._is_open(call.sid):
+                continue
+            out = call.out
+            assert out is not None
+            while out and call.window > 0 and self.window > 0:
+                n = min(len(out), call.window, self.window, self._peer.max_frame)
+                self.out.append(fr.serialize(FrameType.DATA, 0, call.sid, bytes(out[:n])))
+                call.window -= n
+                self.window -= n
+                out = out[n:]
+            call.out = out
+            if out:
+                still.append(call)
+                continue
+            self.out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_TRAILERS), self._peer.max_frame, True))
+            self._finished(call)
+        self._answers = still
