@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host import unixsocket
+from ..host.acceptor import Acceptor
 from ..frames.frame import ErrorCode, rst_stream, window_update
 from .handover import ClientStreams, ServerFrames
 
@@ -194,22 +195,33 @@ class ActivatedListener:
         self.cut = False
         self._clients: set[_Client] = set()  # open client connections, linked to grpc or not yet
         self._all_closed: asyncio.Future[None] | None = None  # close() waits for the last of them
-        self._sock = sock
+        self._acceptor = Acceptor(sock, self._accepted)
         self._upstream = upstream
-        self._server: asyncio.Server | None = None
         self._stopped = False
-        self._pending: set[asyncio.Task[None]] = set()
+        self._accepting = False
+        self._pending: set[asyncio.Task[None]] = set()  # accepted connections being linked to grpc
         self.address = sock.getsockname()
 
     async def start_accepting(self) -> None:
         if self._stopped:  # stopped before the backend was ever probed
             return
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._accepted, sock=self._sock)
+        self._acceptor.start()
+        self._accepting = True
         log.info("accepting on the socket from systemd", extra={"socket": self.address})
 
-    def _accepted(self) -> _Half:
-        return _Client(self)
+    def _accepted(self, conn: socket.socket) -> None:
+        task = asyncio.get_running_loop().create_task(self._connect_accepted(conn), name="activation-relay-accept")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _connect_accepted(self, conn: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: _Client(self), sock=conn)
+        except OSError:  # the client is gone already
+            conn.close()
+        except asyncio.CancelledError:
+            conn.close()
+            raise
 
     def _link(self, client: _Client) -> None:
         task = asyncio.get_running_loop().create_task(self._connect(client), name="activation-relay-connect")
@@ -243,12 +255,10 @@ class ActivatedListener:
     def stop_accepting(self) -> None:
         """New connections wait in the backlog (for the next instance)."""
         self._stopped = True
-        if self._server is not None:
-            self._server.close()  # closes our copy of the fd; systemd keeps its own
-            self._server = None
+        self._acceptor.close()  # closes our copy of the fd; systemd keeps its own
+        if self._accepting:
+            self._accepting = False
             log.info("stopped accepting; new connections wait in the backlog", extra={"socket": self.address})
-        else:
-            self._sock.close()
 
     async def close(self, wait: float = CLOSE_WAIT_S) -> None:
         """After grpc stopped: each connection ends once grpc has closed its

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grpc import aio
 
+from ..host.acceptor import Acceptor, bound_socket
 from .connection import FrameConnection, Limits, Routes
 from .routes import RouterRoutes
 
@@ -83,7 +84,7 @@ class FramesListener:
         self._routes = routes
         self._options = channel_options
         self._limits = limits
-        self._server: asyncio.AbstractServer | None = None
+        self._acceptor: Acceptor | None = None
         self._channel: aio.Channel | None = None
         self._connections: set[FrameConnection] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -99,29 +100,36 @@ class FramesListener:
         systemd (cripath/activation.py): then connections are accepted only
         from ``start_accepting`` on, and wait in its backlog until then."""
         self._channel = aio.insecure_channel(f"unix://{self._internal}", options=self._options)
-        loop = asyncio.get_running_loop()
         if sock is None:
-            self._server = await loop.create_unix_server(self._accept, path=str(self._listen))
+            self._acceptor = Acceptor(bound_socket(str(self._listen)), self._accepted)
+            self._acceptor.start()
         else:
             self._systemd = sock.getsockname()
-            self._server = await loop.create_unix_server(self._accept, sock=sock, start_serving=False)
+            self._acceptor = Acceptor(sock, self._accepted)
 
     async def start_accepting(self) -> None:
-        if self._server is not None and not self._stopping:
-            await self._server.start_serving()
+        if self._acceptor is not None and not self._stopping:
+            self._acceptor.start()
             log.info("accepting on the socket from systemd", extra={"socket": self._systemd})
 
-    def _accept(self) -> _Side:
-        side = _Side()
-        task = asyncio.ensure_future(self._serve(side))
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
-        return side
-
-    async def _serve(self, client: _Side) -> None:
+    def _accepted(self, conn: socket.socket) -> None:
         set_up = asyncio.get_running_loop().create_future()
         self._setting_up.add(set_up)
+        task = asyncio.ensure_future(self._serve(conn, set_up))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _serve(self, conn: socket.socket, set_up: asyncio.Future[None]) -> None:
+        loop = asyncio.get_running_loop()
         try:
+            try:
+                _, client = await loop.connect_accepted_socket(_Side, sock=conn)
+            except OSError:  # the client is gone already
+                conn.close()
+                return
+            except asyncio.CancelledError:  # the drain ended it first
+                conn.close()
+                raise
             await self._relay(client, set_up)
         finally:
             self._setting_up.discard(set_up)
@@ -129,7 +137,7 @@ class FramesListener:
                 set_up.set_result(None)
 
     async def _relay(self, client: _Side, set_up: asyncio.Future[None]) -> None:
-        await asyncio.sleep(0)  # connection_made has run
+        """Relay ``client``'s connection; ``set_up`` is done once its runtime connection is made."""
         assert client.transport is not None
         self._transports.add(client.transport)
         loop = asyncio.get_running_loop()
@@ -185,8 +193,8 @@ class FramesListener:
         """Shutdown, step 1: no new connection, no new relayed call. A socket
         from systemd keeps what waits in its backlog for the next instance."""
         self._stopping = True
-        if self._server is not None:
-            self._server.close()  # a socket from systemd: closes our copy of it, systemd keeps its own
+        if self._acceptor is not None:
+            self._acceptor.close()  # a socket from systemd: closes our copy of it, systemd keeps its own
             if self._systemd is not None:
                 log.info("stopped accepting; new connections wait in the backlog", extra={"socket": self._systemd})
         for conn in list(self._connections):

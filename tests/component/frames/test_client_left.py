@@ -59,7 +59,8 @@ async def test_the_runtime_connection_of_a_client_that_left_meanwhile_is_closed(
     client.connection_made(transport)  # type: ignore[arg-type]
     client.connection_lost(None)  # the client left before the runtime answered the dial
     try:
-        await asyncio.wait_for(listener._serve(client), 5)  # noqa: SLF001 - the accept path, one connection
+        set_up = asyncio.get_running_loop().create_future()
+        await asyncio.wait_for(listener._relay(client, set_up), 5)  # noqa: SLF001 - the accept path, one connection
         reader = await asyncio.wait_for(accepted, 5)
         assert await asyncio.wait_for(_ended(reader), 5)  # the runtime sees its connection end
         assert transport.closes >= 1

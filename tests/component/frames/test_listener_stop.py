@@ -6,6 +6,9 @@ the GOAWAY, and the drain waits for both (the flake of stop 30: kubelet saw
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -114,3 +117,43 @@ async def test_a_runtime_that_never_speaks_is_bounded_by_the_grace(
     await asyncio.wait_for(listener.drain(0.2), 5)
     assert await peer.read() is None  # closed at the grace's end, never sent a GOAWAY before SETTINGS
     await peer.close()
+
+
+async def test_a_connection_accepted_in_the_turn_the_stop_comes_is_still_served(
+    sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]]
+) -> None:
+    """asyncio's own server made an accepted connection's transport a turn
+    after the accept, and not at all once closed meanwhile: the client was
+    dropped unanswered, and, out of systemd's backlog, lost to the next
+    instance too. The stop here runs in the very turn of the accept."""
+    path, accepted = runtimes
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # systemd's copy
+    held.bind(str(sock_dir / "proxy.sock"))
+    held.listen(16)
+    listener = _listener(sock_dir, path)
+    await listener.start(socket.socket(fileno=os.dup(held.fileno())))
+    await listener.start_accepting()
+    loop = asyncio.get_running_loop()
+    wake, woken = os.pipe()
+
+    def stop_now() -> None:  # ready after the listening socket in the same poll: runs right after the accept
+        loop.remove_reader(wake)
+        listener.stop_accepting()
+
+    loop.add_reader(wake, stop_now)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(sock_dir / "proxy.sock"))  # in the backlog at once: no turn of the loop in between
+    client.sendall(fr.PREFACE + rawh2.frame(rawh2.SETTINGS, 0, 0, b""))
+    os.write(woken, b"x")
+    peer = rawh2.RawPeer(*await asyncio.open_unix_connection(sock=client))
+    runtime = await asyncio.wait_for(accepted.get(), 5)
+    draining = asyncio.ensure_future(listener.drain(10))
+    runtime.speak()
+    kinds = [f[0] for f in await peer.until(rawh2.GOAWAY)]
+    assert kinds[0] == rawh2.SETTINGS
+    await asyncio.wait_for(draining, 5)
+    await peer.close()
+    os.close(wake)
+    os.close(woken)
+    assert stat.S_ISSOCK(os.lstat(sock_dir / "proxy.sock").st_mode)  # systemd's path stays
+    held.close()
