@@ -115,14 +115,13 @@ class FrameConnection:
         self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
         self._client_uncredited = 0
         self.stopping = False
-        # The runtime's first SETTINGS, the client's server preface, went out: a
-        # GOAWAY before it is a protocol error to the client (begin_stop).
+        # The runtime's first SETTINGS, the client's server preface, are queued;
+        # before them nothing goes out to the client (outbound.py).
         self.prefaced = False
-        self.goaway_owed = False
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
-        self.idle = asyncio.Event()  # no unary or diverted call left, no GOAWAY owed (shutdown waits)
+        self.idle = asyncio.Event()  # no unary or diverted call left, the GOAWAY sent (shutdown waits)
         self.idle.set()
 
     # -- running ---------------------------------------------------------
@@ -155,7 +154,7 @@ class FrameConnection:
         opens a new connection (and so a new runtime connection) for new calls."""
         if self.closed.done():
             return
-        if not self.diverted:
+        if not self.diverted or not self.prefaced:  # (before its SETTINGS, the client can be told nothing)
             if self.relayed or self.hooked:  # what the client sees as its connection closed
                 log.warning("frames: runtime connection closed with calls in flight; closing the client's",
                             extra={"relayed": len(self.relayed), "hooked": len(self.hooked)})
@@ -208,6 +207,7 @@ class FrameConnection:
             log.warning("frames: connection error, %s side: %s", side, exc,
                         extra={"side": side, "code": code.name, "error": str(exc)})
             self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
+            self.out.release()
             self.out.flush()
             self.lost()
 
@@ -225,24 +225,19 @@ class FrameConnection:
     def begin_stop(self) -> None:
         """Shutdown: no new stream is relayed; the client is told to go away."""
         self.stopping = True
-        if self.prefaced:
-            self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
-        else:  # sent behind the runtime's SETTINGS (server_prefaced); the drain waits for it
-            self.goaway_owed = True
-            self.check_idle()
+        # Before the runtime's SETTINGS this waits for them (outbound.py), and the drain for it.
+        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
         # unary calls get the grace period.
         for sid in sorted(self.relayed - self.unary_open):
             self.inbound.ordered(self.end_locally(sid, 14, "runtime-proxy is shutting down"))
         self.out.flush()
+        self.check_idle()
 
     def server_prefaced(self) -> None:
         """The runtime's first SETTINGS are queued for the client."""
         self.prefaced = True
-        if self.goaway_owed:
-            self.goaway_owed = False
-            self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
-            self.check_idle()
+        self.check_idle()
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
@@ -319,7 +314,7 @@ class FrameConnection:
         self.backend.credit(amount)
 
     def check_idle(self) -> None:
-        if not self.unary_open and not self.diverted and not self.hooked and not self.goaway_owed:
+        if not self.unary_open and not self.diverted and not self.hooked and (self.prefaced or not self.stopping):
             self.idle.set()
         else:
             self.idle.clear()

@@ -316,10 +316,11 @@ class BackendSide:
         if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:
             values[Setting.MAX_CONCURRENT_STREAMS] = limit
             raw = fr.serialize(FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in values.items()))
-        conn.out.control(raw)
-        if not self._granted:  # the client's connection window is the proxy's: open it wide
+        if self._granted:
+            conn.out.control(raw)
+        else:  # the client's server preface; its connection window is the proxy's: open it wide
             self._granted = True
-            conn.out.control(fr.window_update(0, CLIENT_GRANT))
+            conn.out.preface(raw + fr.window_update(0, CLIENT_GRANT))
             conn.server_prefaced()
 
     def _window_update(self, sid: int, increment: int) -> bool:

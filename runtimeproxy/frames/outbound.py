@@ -9,6 +9,10 @@ gate: a hooked call's first answer block, held until the hook stage has
 recorded the call (see hooked.py). The gate holds what follows it too, since
 header blocks must reach the client in the order the backend encoded them
 (HPACK). The backend's connection window is given back as its DATA leaves.
+
+Nothing goes out before the runtime's first SETTINGS, the client's server
+preface (RFC 9113, section 3.4): what the proxy says before them (a PING's
+answer, a GOAWAY at shutdown, its own answers) waits, and follows them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,16 @@ class Outbound:
         self._queue = WindowQueue("client")
         self._pending: list[bytes | memoryview] = []  # views of what was read, mostly (downstream.py)
         self._credit = 0
+        self._held = True  # until ``preface``
+
+    def preface(self, raw: bytes) -> None:
+        """The server preface: it goes first, then what waited for it."""
+        self._pending.insert(0, raw)
+        self._held = False
+
+    def release(self) -> None:
+        """A connection error before the preface: its GOAWAY goes as it is."""
+        self._held = False
 
     def frames(self, raw: bytes | memoryview) -> None:
         """Whole frames that cost no window (written in order at the next flush)."""
@@ -82,7 +96,7 @@ class Outbound:
 
     def flush(self) -> None:
         pending = self._pending
-        if pending:
+        if pending and not self._held:
             # uvloop closes a transport on a socket error and tells the protocol a
             # turn later; a write meanwhile would raise (asyncio's drops it).
             if not self._writer.is_closing():

@@ -54,10 +54,13 @@ class _Routes:
         return None
 
 
-def _connection() -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
+def _connection(prefaced: bool = True) -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
+    """``prefaced``: the runtime's SETTINGS have come (before them the client is sent nothing)."""
     client, backend = _Transport(), _Transport()
     conn = FrameConnection(client, backend, _Routes(), None, Limits(max_message=100))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    if prefaced:
+        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     return conn, client, backend, hpack.Encoder()
 
 
@@ -169,13 +172,16 @@ async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None
     """A connection accepted just before the shutdown: the client's first frame
     must be the server's SETTINGS (the runtime's), so the GOAWAY waits for
     them, and the drain waits for the GOAWAY."""
-    conn, client, _, _ = _connection()
+    conn, client, _, _ = _connection(prefaced=False)
+    conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # the proxy's answer waits too
     conn.begin_stop()
     await _turns()
     assert _client_frames(client) == [] and not conn.idle.is_set()
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     await _turns()
-    assert [f.type for f in _client_frames(client)] == [FrameType.SETTINGS, FrameType.WINDOW_UPDATE, FrameType.GOAWAY]
+    kinds = [f.type for f in _client_frames(client)]
+    assert kinds[:2] == [FrameType.SETTINGS, FrameType.WINDOW_UPDATE] and FrameType.GOAWAY in kinds
+    assert FrameType.PING in kinds
     assert conn.idle.is_set() and not conn.closed.done()
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))  # later SETTINGS owe nothing more
     await _turns()
@@ -184,7 +190,6 @@ async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None
 
 async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_goaway_names_it() -> None:
     conn, client, backend, encoder = _connection()
-    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.begin_stop()
     conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 0), end=True))
     conn.backend_data(fr.goaway(0, ErrorCode.NO_ERROR))  # the runtime goes away too: a second GOAWAY

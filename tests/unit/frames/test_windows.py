@@ -16,6 +16,7 @@ from .test_frame import _frames, _Writer
 async def test_a_gate_holds_what_follows_it_until_opened() -> None:
     writer = _Writer()
     out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    out.preface(b"")  # the server preface is out: nothing is held
     trailers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88")
     gate = out.gate(trailers, limit=60)
     out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, b"\x88"))  # another stream's answer
@@ -32,6 +33,7 @@ async def test_a_gate_holds_what_follows_it_until_opened() -> None:
 async def test_a_gate_opens_by_itself_after_its_limit() -> None:
     writer = _Writer()
     out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    out.preface(b"")  # the server preface is out: nothing is held
     gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=0.01)
     opened = asyncio.get_running_loop().create_future()
     real_open = gate._on_open  # noqa: SLF001 - observe the timer's open
