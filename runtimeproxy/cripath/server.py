@@ -37,6 +37,7 @@ SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
 QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
 HOLD_LIMIT_S = 1.0
+DRAIN_FLOOR_S = 0.5  # shutdown: the frames drain's least time, however much of the grace is spent
 ACCEPT_TASK = "activation-accept"
 
 
@@ -203,12 +204,14 @@ class Proxy:
         await asyncio.sleep(0)  # the shutdown has begun: no new call reaches the router
         held.release()
         await stopping
-        log.info("calls drained", extra={"held_calls": held.count, "held_served": listener is not None,
+        log.info("calls drained", extra={"held_calls": held.count, "held_served": self._activated is not None,
                                          "quiet_after_s": round(quiet_after, 3)})
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace  # one grace for the whole drain, whichever path carries the calls
         # 1. Stop accepting and drain the calls: unary calls get the grace
         #    period, streams end now (UNAVAILABLE, kubelet retries).
         if self._listener is not None:  # kubelet's next connections wait for the next instance
@@ -221,7 +224,9 @@ class Proxy:
         else:  # no grace: calls in flight are cancelled anyway
             await self.server.stop(0)
         if self._frames is not None:
-            await self._frames.drain(grace)
+            # What is left of the grace; a connection accepted at the last moment
+            # still gets its server preface and GOAWAY (DRAIN_FLOOR_S).
+            await self._frames.drain(max(deadline - loop.time(), min(grace, DRAIN_FLOOR_S)))
         if self._listener is not None:
             await self._listener.close()
         # 2. Finish recording the calls the runtime answered (this reads the

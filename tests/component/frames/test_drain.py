@@ -13,7 +13,7 @@ import pytest
 from grpc import aio
 
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.cripath.server import Proxy
+from runtimeproxy.cripath.server import DRAIN_FLOOR_S, HOLD_LIMIT_S, Proxy
 from runtimeproxy.frames.listener import FramesListener
 
 from ..fakes import FakeBackend
@@ -84,3 +84,28 @@ async def test_a_connection_closed_while_draining_ends_the_wait(
         await slow.close()
         await asyncio.wait_for(stopping, GRACE / 2)
         fake.scripts[HANG].release.set()
+
+
+async def test_one_grace_bounds_the_whole_drain(sock_dir: Path) -> None:
+    """A call the proxy's grpc server carries (translated) and one relayed
+    share the grace: the frames drain gets what is left of it, not a grace
+    of its own (before, a stop could take both, past systemd's TimeoutStopSec)."""
+    grace = 3.0
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        fake.script(HANG, hang=True)
+        proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames",
+                                  serve_versions="v1,v1alpha2"))
+        await proxy.start()
+        await proxy.wait_ready(10)
+        async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as client:
+            calls = [asyncio.ensure_future(client.unary_unary(path)(b"", timeout=30))
+                     for path in (HANG, HANG.replace("runtime.v1.", "runtime.v1alpha2."))]
+            await fake.wait_calls(HANG, 2)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            await proxy.stop(grace)
+            took = loop.time() - began
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+            fake.scripts[HANG].release.set()
+    assert all(isinstance(o, aio.AioRpcError) for o in outcomes), outcomes  # neither was answered in time
+    assert grace <= took < grace + HOLD_LIMIT_S + DRAIN_FLOOR_S + 0.5, took  # one grace, not two
