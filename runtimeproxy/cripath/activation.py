@@ -212,16 +212,19 @@ class ActivatedListener:
     def _accepted(self, conn: socket.socket) -> None:
         task = asyncio.get_running_loop().create_task(self._connect_accepted(conn), name="activation-relay-accept")
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._pending.discard(task)
+            if task.cancelled():  # maybe before its first step: the socket is still ours to close
+                conn.close()
+
+        task.add_done_callback(done)
 
     async def _connect_accepted(self, conn: socket.socket) -> None:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(lambda: _Client(self), sock=conn)
         except OSError:  # the client is gone already
             conn.close()
-        except asyncio.CancelledError:
-            conn.close()
-            raise
 
     def _link(self, client: _Client) -> None:
         task = asyncio.get_running_loop().create_task(self._connect(client), name="activation-relay-connect")
@@ -239,11 +242,14 @@ class ActivatedListener:
                 client.transport.close()
             return
         client.link(upstream)
+        assert upstream.transport is not None
         if client.transport is None or client.transport.is_closing():
-            assert upstream.transport is not None
             upstream.transport.close()
             return
-        client.transport.resume_reading()
+        try:
+            client.transport.resume_reading()
+        except RuntimeError:  # uvloop: closed under us (close() cancelled its accept), not yet "closing"
+            upstream.transport.close()
 
     def refuse_new_streams(self) -> None:
         """grpc shuts down now: streams clients open from here on are refused (handover.py)."""
@@ -265,10 +271,10 @@ class ActivatedListener:
         side and the relay has passed on all grpc said (the answers of the
         last calls may still be on their way), at most ``wait`` seconds;
         what is left then is closed."""
-        for task in list(self._pending):
-            task.cancel()
-        if self._pending:
-            await asyncio.wait(self._pending)
+        while self._pending:  # a cancelled accept can still start its link to grpc
+            for task in list(self._pending):
+                task.cancel()
+            await asyncio.wait(list(self._pending))
         # A connection never linked to grpc has nothing of grpc's to pass on.
         for client in [c for c in self._clients if c.peer is None and c.transport is not None]:
             client.transport.close()  # type: ignore[union-attr]

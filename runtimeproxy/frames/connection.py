@@ -206,8 +206,8 @@ class FrameConnection:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
             log.warning("frames: connection error, %s side: %s", side, exc,
                         extra={"side": side, "code": code.name, "error": str(exc)})
-            self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.release()
+            self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.flush()
             self.lost()
 

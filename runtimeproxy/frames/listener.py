@@ -117,7 +117,14 @@ class FramesListener:
         self._setting_up.add(set_up)
         task = asyncio.ensure_future(self._serve(conn, set_up))
         self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._handlers.discard(task)
+            self._setting_up.discard(set_up)
+            if task.cancelled():  # maybe before its first step: the socket is still ours to close
+                conn.close()
+
+        task.add_done_callback(done)
 
     async def _serve(self, conn: socket.socket, set_up: asyncio.Future[None]) -> None:
         loop = asyncio.get_running_loop()
@@ -127,9 +134,6 @@ class FramesListener:
             except OSError:  # the client is gone already
                 conn.close()
                 return
-            except asyncio.CancelledError:  # the drain ended it first
-                conn.close()
-                raise
             await self._relay(client, set_up)
         finally:
             self._setting_up.discard(set_up)

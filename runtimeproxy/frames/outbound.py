@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from . import frame as fr
+from .frame import FrameType
 from .window import Gate, QueuedData, WindowQueue, detached
 
 
@@ -38,8 +40,17 @@ class Outbound:
         self._held = False
 
     def release(self) -> None:
-        """A connection error before the preface: its GOAWAY goes as it is."""
-        self._held = False
+        """A connection error before the preface: what waited for it is dropped,
+        and the GOAWAY queued next follows an empty SETTINGS, a valid preface."""
+        if self._held:
+            self._held = False
+            self._pending[:] = [fr.serialize(FrameType.SETTINGS, 0, 0)]
+            self._queue.items.clear()
+
+    @property
+    def held(self) -> int:
+        """Bytes waiting for the preface (the client's side bounds them, upstream.py)."""
+        return sum(len(raw) for raw in self._pending) if self._held else 0
 
     def frames(self, raw: bytes | memoryview) -> None:
         """Whole frames that cost no window (written in order at the next flush)."""

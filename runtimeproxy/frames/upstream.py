@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend (bounds our queue)
 MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
+MAX_HELD = 1 << 20  # what may wait for the runtime's SETTINGS (outbound.py)
 
 
 class ClientSide:
@@ -70,6 +71,10 @@ class ClientSide:
             self.carry.keep(memoryview(chunk)[pos:])
         self._write_backend(out)
         self.conn.out.flush()
+        if not self.conn.prefaced and self.conn.out.held > MAX_HELD:
+            # The runtime has not spoken (a backlog it never accepts), and this
+            # client's answers (PINGs, say) pile up for it.
+            raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "too much to answer before the runtime's SETTINGS")
 
     def _frames(self, buf: bytes, pos: int, out: list[bytes | memoryview]) -> int:
         """Handle the whole frames of ``buf`` from ``pos``, adding what goes to

@@ -93,10 +93,12 @@ class Acceptor:
             except OSError as exc:
                 if exc.errno == errno.ECONNABORTED:  # the client left while it waited: the next one
                     continue
-                log.warning("cannot accept a connection", extra={"socket": self.address, "error": str(exc)})
-                if exc.errno in _EXHAUSTED and self._loop is not None:
-                    # Left in the backlog until descriptors or memory are freed.
-                    self._pause()
+                log.warning("cannot accept a connection; retrying in %gs", RETRY_S,
+                            extra={"socket": self.address, "error": str(exc), "exhausted": exc.errno in _EXHAUSTED})
+                # Left in the backlog until descriptors or memory are freed (or
+                # whatever else failed passes): the loop is not spun meanwhile.
+                self._pause()
+                if self._loop is not None:
                     self._retry = self._loop.call_later(RETRY_S, self._resume)
                 return
             conn.setblocking(False)

@@ -343,3 +343,27 @@ async def test_a_clients_connection_window_update_grows_the_window_the_proxy_sen
     conn.client_data(fr.window_update(0, 1000))
     assert conn.out.window == before + 1000
     assert fr.window_update(0, 1000) not in b"".join(map(bytes, backend.written))  # per hop: not the runtime's
+
+
+async def test_a_connection_error_before_the_runtimes_settings_sends_a_preface_and_the_goaway_only() -> None:
+    conn, client, _, _ = _connection(prefaced=False)
+    conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # its answer waits for the preface
+    conn.client_data(fr.serialize(FrameType.DATA, 0, 1, b"x" * 16_385))  # over the frame size: a connection error
+    await _turns()
+    frames = _client_frames(client)
+    assert [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
+    assert frames[0].payload == b"" and conn.closed.done()
+
+
+async def test_what_waits_for_the_runtimes_settings_is_bounded() -> None:
+    from runtimeproxy.frames.upstream import MAX_HELD
+
+    conn, client, _, _ = _connection(prefaced=False)
+    pings = fr.serialize(FrameType.PING, 0, 0, b"12345678") * 1000
+    for _ in range(MAX_HELD // len(pings) + 2):
+        conn.client_data(pings)
+        if conn.closed.done():
+            break
+    frames = _client_frames(client)
+    assert conn.closed.done() and [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
+    assert int.from_bytes(frames[1].payload[4:8], "big") == ErrorCode.ENHANCE_YOUR_CALM
