@@ -25,7 +25,9 @@ class Sender:
     def __init__(self, peer: PeerSettings, encoder: hpack.Encoder, is_open: Callable[[int], bool],
                  finished: Callable[[Call], None]) -> None:
         """``finished(call)``: a call's END_STREAM is queued; ``is_open(sid)``: it is still the server's to answer."""
-        self.out: list[bytes] = []  # frames queued this turn, written by ``pump``
+        # Frames queued this turn, written by ``pump``; emptied in place, never
+        # replaced: the connection queues into this same list (connection.py).
+        self.out: list[bytes] = []
         self.window = fr.DEFAULT_WINDOW  # the peer's connection window, for what this side sends
         self.transport: asyncio.Transport | None = None
         self._peer = peer

@@ -211,19 +211,43 @@ class Backend:
             self._tell(listener, "backend probed", info)
 
     async def run(self) -> None:
-        """Probe, then check the runtime each time the channel comes back to READY."""
+        """Probe, then check the runtime each time the channel comes back to READY.
+
+        The channel is watched apart (``_watch``), so that what it does while a
+        reconnect is being checked (a probe takes a while) is seen too."""
         await self.probe()
+        changes: asyncio.Queue[grpc.ChannelConnectivity] = asyncio.Queue()
+        watch = asyncio.create_task(self._watch(changes), name="backend-channel-watch")  # owned here
+        change: asyncio.Task[grpc.ChannelConnectivity] | None = None
+        try:
+            while True:
+                change = asyncio.ensure_future(changes.get())
+                await asyncio.wait((change, watch), return_when=asyncio.FIRST_COMPLETED)
+                if not change.done():  # the watch failed: so does the monitor (the supervisor restarts it)
+                    watch.result()
+                    raise RuntimeError("the channel watch ended")  # it never returns
+                seen = [change.result()]
+                while not changes.empty():  # what came while the last reconnect was checked: checked once
+                    seen.append(changes.get_nowait())
+                if grpc.ChannelConnectivity.TRANSIENT_FAILURE in seen:
+                    self._lost("connection failed")
+                if grpc.ChannelConnectivity.READY in seen:
+                    await self._reconnected()
+        finally:
+            if change is not None:
+                change.cancel()
+            watch.cancel()
+            await asyncio.wait([watch])  # ended; its failure, if any, was raised above
+
+    async def _watch(self, changes: asyncio.Queue[grpc.ChannelConnectivity]) -> None:
+        """Each state the channel is in after a change. READY after READY is
+        a change too: a channel can leave READY and come back before this
+        task looks (a call of the proxy's own, made meanwhile, reconnects it)."""
         state = self.runtime_channel.get_state(try_to_connect=True)
         while True:
             await self.runtime_channel.wait_for_state_change(state)
             state = self.runtime_channel.get_state(try_to_connect=True)
-            # READY after a change, even from READY: a channel can leave READY and
-            # come back before this task looks (a call of the proxy's own, made
-            # meanwhile, reconnects it), and that is a reconnect too.
-            if state == grpc.ChannelConnectivity.READY:
-                await self._reconnected()
-            elif state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                self._lost("connection failed")
+            changes.put_nowait(state)
 
     async def _reconnected(self) -> None:
         instance = runtime_instance(self.runtime_socket)

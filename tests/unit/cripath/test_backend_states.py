@@ -118,3 +118,77 @@ async def test_idle_reconnect_with_a_changed_answer_is_a_new_runtime(tmp_path: P
     upgraded = BackendInfo(frozenset({ApiVersion.V1}), "fake", "2")
     events = await run_through(IDLE_RECONNECT, socket, answers=(INFO, upgraded))
     assert events == ["probed", "lost", "probed"]
+
+
+class LiveChannel:
+    """A channel whose state the test sets at any time, as grpc's changes on its own."""
+
+    def __init__(self) -> None:
+        self.state = S.READY
+        self._changed = asyncio.Condition()
+        self._version = 0
+
+    def set(self, state: grpc.ChannelConnectivity) -> None:
+        self.state = state
+        self._version += 1
+        asyncio.ensure_future(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self.state
+
+    async def wait_for_state_change(self, last: grpc.ChannelConnectivity) -> None:
+        if self.state != last:
+            return
+        version = self._version
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._version != version)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_restart_while_a_reconnect_is_being_checked_is_seen() -> None:
+    """The runtime restarts again while the proxy probes the first restart:
+    the second is probed too (a lone watch of the channel missed it: it was
+    READY again once the probe returned)."""
+    backend = Backend(Path("/nonexistent.sock"), None, [])
+    channel = LiveChannel()
+    backend.runtime_channel = backend.image_channel = channel  # type: ignore[assignment]
+    probing, go_on = asyncio.Event(), asyncio.Event()
+    probes = 0
+
+    async def probe_once() -> BackendInfo:
+        nonlocal probes
+        probes += 1
+        if probes == 2:  # the first restart's probe: the runtime restarts meanwhile
+            probing.set()
+            await go_on.wait()
+        return INFO
+
+    backend.probe_once = probe_once  # type: ignore[method-assign]
+    restarts: list[bool] = []
+    both = asyncio.Event()
+
+    def reconnected(restarted: bool) -> None:
+        restarts.append(restarted)
+        if len(restarts) == 2:
+            both.set()
+
+    backend.on_reconnect(reconnected)
+    task = asyncio.create_task(backend.run())
+    try:
+        await asyncio.wait_for(backend.ready.wait(), 5)
+        channel.set(S.IDLE)
+        channel.set(S.READY)
+        await asyncio.wait_for(probing.wait(), 5)
+        channel.set(S.IDLE)  # and back, before the probe returns
+        channel.set(S.READY)
+        go_on.set()
+        await asyncio.wait_for(both.wait(), 5)
+        assert restarts == [True, True] and probes == 3
+    finally:
+        task.cancel()
