@@ -187,7 +187,7 @@ class _Upstream(_Half):
 class ActivatedListener:
     """Accepts on the inherited socket and relays each connection to ``upstream``."""
 
-    def __init__(self, sock: socket.socket, upstream: Path, hand_over: bool = False) -> None:
+    def __init__(self, sock: socket.socket, upstream: Path, hand_over: bool = True) -> None:
         """``hand_over``: ``upstream`` is grpc's server, whose calls crossing
         the shutdown are refused for a retry (``refuse_new_streams``)."""
         self.traffic = Traffic()

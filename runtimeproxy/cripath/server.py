@@ -96,7 +96,7 @@ class Proxy:
         # Keeps routing and health current; restarted if it dies (a restart
         # probes again, so routing and health are brought up to date).
         self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
-        accepting = self._listener if self._listener is not None else self._frames if self._activated else None
+        accepting = self._listener or (self._frames if self._activated else None)
         if accepting is not None:
             self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
         # What a client that never read its answers held is freed when its
@@ -122,7 +122,7 @@ class Proxy:
             log.info("listening", extra={"socket": address, "from_systemd": True})
             return
         await self._bind(private_socket_path(public))
-        self._listener = ActivatedListener(self._activated, self._bound, hand_over=True)
+        self._listener = ActivatedListener(self._activated, self._bound)
 
     async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)

@@ -115,9 +115,6 @@ class FrameConnection:
         self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
         self._client_uncredited = 0
         self.stopping = False
-        # The runtime's first SETTINGS, the client's server preface, are queued;
-        # before them nothing goes out to the client (outbound.py).
-        self.prefaced = False
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
@@ -234,9 +231,14 @@ class FrameConnection:
         self.out.flush()
         self.check_idle()
 
+    @property
+    def prefaced(self) -> bool:
+        """The runtime's first SETTINGS, the client's server preface, are queued;
+        before them nothing goes out to the client (outbound.py)."""
+        return self.out.prefaced
+
     def server_prefaced(self) -> None:
-        """The runtime's first SETTINGS are queued for the client."""
-        self.prefaced = True
+        """The runtime's first SETTINGS are queued for the client: a stop's GOAWAY is on its way."""
         self.check_idle()
 
     def end_locally(self, sid: int, status: int, message: str) -> bytes:

@@ -121,24 +121,20 @@ class FramesListener:
         def done(task: asyncio.Task[None]) -> None:
             self._handlers.discard(task)
             self._setting_up.discard(set_up)
+            if not set_up.done():  # it ended before its runtime connection was made
+                set_up.set_result(None)
             if task.cancelled():  # maybe before its first step: the socket is still ours to close
                 conn.close()
 
         task.add_done_callback(done)
 
     async def _serve(self, conn: socket.socket, set_up: asyncio.Future[None]) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            try:
-                _, client = await loop.connect_accepted_socket(_Side, sock=conn)
-            except OSError:  # the client is gone already
-                conn.close()
-                return
-            await self._relay(client, set_up)
-        finally:
-            self._setting_up.discard(set_up)
-            if not set_up.done():
-                set_up.set_result(None)
+            _, client = await asyncio.get_running_loop().connect_accepted_socket(_Side, sock=conn)
+        except OSError:  # the client is gone already
+            conn.close()
+            return
+        await self._relay(client, set_up)
 
     async def _relay(self, client: _Side, set_up: asyncio.Future[None]) -> None:
         """Relay ``client``'s connection; ``set_up`` is done once its runtime connection is made."""

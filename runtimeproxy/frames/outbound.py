@@ -48,6 +48,11 @@ class Outbound:
             self._queue.items.clear()
 
     @property
+    def prefaced(self) -> bool:
+        """The server preface is out (or a connection error's GOAWAY let what waited go)."""
+        return not self._held
+
+    @property
     def held(self) -> int:
         """Bytes waiting for the preface (the client's side bounds them, upstream.py)."""
         return sum(len(raw) for raw in self._pending) if self._held else 0

@@ -71,7 +71,7 @@ class ClientSide:
             self.carry.keep(memoryview(chunk)[pos:])
         self._write_backend(out)
         self.conn.out.flush()
-        if not self.conn.prefaced and self.conn.out.held > MAX_HELD:
+        if self.conn.out.held > MAX_HELD:
             # The runtime has not spoken (a backlog it never accepts), and this
             # client's answers (PINGs, say) pile up for it.
             raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "too much to answer before the runtime's SETTINGS")

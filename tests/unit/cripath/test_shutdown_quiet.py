@@ -66,7 +66,7 @@ async def relayed(sockets: tuple[Path, Path], grpc_side: Callable[[asyncio.Strea
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(public))
     sock.listen()
-    listener = ActivatedListener(sock, private)
+    listener = ActivatedListener(sock, private, hand_over=False)  # the fake grpc side speaks no HTTP/2
     await listener.start_accepting()
     try:
         yield listener
