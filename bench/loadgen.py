@@ -43,7 +43,7 @@ from typing import Any
 
 from grpc import aio
 
-from runtimeproxy.hookpath.dispatch import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
+from runtimeproxy.hookclient.grpcaio import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint
 
 _MIB = 1024 * 1024

@@ -14,6 +14,7 @@ from .config import ProxyConfig
 from .cripath.backend import BackendInfo
 from .cripath.fieldcheck import V1OnlyFieldCheck
 from .cripath.server import Proxy
+from .hookclient.transport import transport_for
 from .hookpath.dispatch import Dispatcher
 from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
@@ -47,7 +48,8 @@ async def build_proxy(
     registry = HookRegistry(config.hook_dir, metrics=metrics.hook_config)
     registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
     registry.reload()
-    dispatcher = Dispatcher(registry, metrics, node=read_node_facts())
+    # The data path's HTTP/2 stack calls the hook servers too: frames, the proxy's own; grpc, grpc.aio.
+    dispatcher = Dispatcher(registry, metrics, node=read_node_facts(), transport=transport_for(config.data_path))
     stack.push_async_callback(dispatcher.close)  # after the proxy stopped: post hooks use it until then
     store = StateStore()
     hooks = HookStage(dispatcher, store, metrics, tasks)

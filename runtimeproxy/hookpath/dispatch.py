@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from grpc import aio
 
+from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .outages import OutageLog
@@ -22,21 +22,7 @@ from .validate import NodeFacts, invalid_resources
 
 log = logging.getLogger(__name__)
 
-MAX_HOOK_MESSAGE_BYTES = 16 << 20
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
-CHANNEL_OPTIONS = [
-    # A hook server that restarts is reachable again within a second.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # grpc also uses this as the deadline of one connection attempt, the
-    # HTTP/2 handshake included. Connecting is part of the hook call, which
-    # its own timeout bounds: never fail a slow-starting server earlier.
-    ("grpc.min_reconnect_backoff_ms", int(MAX_TIMEOUT * 1000)),
-    # A hook answer may be as large as the CRI request it changes (kubelet
-    # sends up to 16 MiB); grpc's 4 MiB default would fail it.
-    ("grpc.max_receive_message_length", MAX_HOOK_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_HOOK_MESSAGE_BYTES),
-]
 
 
 class HookError(Exception):
@@ -91,14 +77,13 @@ class Dispatcher:
         *,
         node: NodeFacts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        transport: HookTransport | None = None,
     ) -> None:
         self.registry = registry
         self._metrics = metrics
         self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, clock=clock)
-        self._channels: dict[str, aio.Channel] = {}
-        self._methods: dict[tuple[str, HookType], aio.UnaryUnaryMultiCallable] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self.transport = transport or transport_for("frames")
         registry.on_change(self._forget_removed)
 
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
@@ -108,38 +93,14 @@ class Dispatcher:
         """Whether any hook server is registered, for any hook point."""
         return len(self.registry.snapshot) > 0
 
-    def _method(self, endpoint: str, hook: HookType) -> aio.UnaryUnaryMultiCallable:
-        method = self._methods.get((endpoint, hook))
-        if method is None:
-            channel = self._channels.get(endpoint)
-            if channel is None:
-                channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
-            point = HOOK_POINTS[hook]
-            method = self._methods[endpoint, hook] = channel.unary_unary(
-                point.full_method,
-                request_serializer=point.request_type.SerializeToString,
-                # The answer is decoded by call(): grpc's own decoding failure
-                # logs an ERROR with a traceback on top of our line.
-                response_deserializer=None,
-            )
-        return method
-
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
         self._outages.keep_only(snapshot.servers)
         # Calls already under way on a removed server finish (each is bounded
-        # by its timeout); the channel closes after them.
-        for endpoint in set(self._channels) - set(snapshot.endpoints):
-            channel = self._channels.pop(endpoint)
-            self._methods = {key: m for key, m in self._methods.items() if key[0] != endpoint}
-            task = asyncio.get_running_loop().create_task(channel.close(grace=CLOSE_GRACE))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+        # by its timeout); its connection closes after them.
+        self.transport.keep_only(snapshot.endpoints, CLOSE_GRACE)
 
     async def close(self) -> None:
-        channels, self._channels, self._methods = list(self._channels.values()), {}, {}
-        for channel in channels:
-            await channel.close(grace=CLOSE_GRACE)
-        await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.transport.close(CLOSE_GRACE)
 
     async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
         """One hook call; raises ``_Failure`` with a readable cause."""
@@ -151,12 +112,10 @@ class Dispatcher:
             if untrusted is not None:
                 outcome = "untrusted_endpoint"
                 raise _Failure(untrusted)
-            method = self._method(server.endpoint, hook)
-            # The grpc deadline bounds a hang; asyncio.timeout is the backstop
-            # should the deadline itself not fire.
-            async with asyncio.timeout(server.timeout + 1.0):
-                raw = await method(request, timeout=server.timeout)
             point = HOOK_POINTS[hook]
+            raw = await self.transport.call(
+                server.endpoint, point.full_method, request.SerializeToString(), server.timeout
+            )
             try:
                 answer = point.response_type.FromString(raw)
             except Exception as err:  # DecodeError, or not bytes at all
@@ -169,20 +128,17 @@ class Dispatcher:
                 outcome = "invalid_value"
                 raise _Failure(f"answer carries values the kernel would refuse: {'; '.join(refused)}")
             return answer
-        except aio.AioRpcError as err:
-            outcome = err.code().name.lower()
-            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        except CallFailed as err:
+            outcome = err.code.name.lower()
+            if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise _Failure(f"no answer within {server.timeout:g}s") from err
-            raise _Failure(f"{err.code().name}: {err.details()}") from err
-        except TimeoutError as err:
-            outcome = "deadline_exceeded"
-            raise _Failure(f"no answer within {server.timeout:g}s") from err
+            raise _Failure(f"{err.code.name}: {err.details}") from err
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # our caller is being cancelled: not the hook's failure
-            outcome = "cancelled"  # the channel was closed under the call
-            raise _Failure("hook call cancelled (its channel was closed)") from None
+            outcome = "cancelled"
+            raise _Failure("hook call cancelled (its connection was closed)") from None
         except _Failure:
             raise
         except Exception as err:  # whatever goes wrong with one hook call is that hook's failure

@@ -10,6 +10,7 @@ from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookServer
+from runtimeproxy.hookclient.transport import transport_for
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
@@ -32,9 +33,24 @@ class OneServer:
         pass
 
 
-def unusable(policy: FailurePolicy) -> HookServerConfig:
-    # A lone surrogate cannot be encoded: creating the channel itself fails.
-    return HookServerConfig("odd.json", "/run/\udc80.sock", policy, frozenset({HOOK}), timeout=1.0)
+def server(policy: FailurePolicy) -> HookServerConfig:
+    return HookServerConfig("odd.json", "/run/odd.sock", policy, frozenset({HOOK}), timeout=1.0)
+
+
+class BrokenTransport:
+    """A transport that fails in a way no hook call should (a bug, a library's surprise)."""
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        raise UnicodeEncodeError("utf-8", endpoint, 5, 6, "surrogates not allowed")
+
+    def keep_only(self, endpoints: object, grace: float) -> None:
+        pass
+
+    def endpoints(self) -> frozenset[str]:
+        return frozenset()
+
+    async def close(self, grace: float) -> None:
+        pass
 
 
 async def build() -> hookapi.ContainerResourceHookRequest:
@@ -42,7 +58,7 @@ async def build() -> hookapi.ContainerResourceHookRequest:
 
 
 async def test_unexpected_error_is_the_hooks_failure_under_fail() -> None:
-    dispatcher = Dispatcher(OneServer(unusable(FailurePolicy.FAIL)))  # type: ignore[arg-type]
+    dispatcher = Dispatcher(OneServer(server(FailurePolicy.FAIL)), transport=BrokenTransport())  # type: ignore[arg-type]
     with pytest.raises(HookError) as excinfo:
         await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
     assert "UnicodeEncodeError" in excinfo.value.cause
@@ -51,12 +67,15 @@ async def test_unexpected_error_is_the_hooks_failure_under_fail() -> None:
 
 
 async def test_unexpected_error_is_skipped_under_ignore() -> None:
-    dispatcher = Dispatcher(OneServer(unusable(FailurePolicy.IGNORE)))  # type: ignore[arg-type]
+    dispatcher = Dispatcher(OneServer(server(FailurePolicy.IGNORE)), transport=BrokenTransport())  # type: ignore[arg-type]
     assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
     await dispatcher.close()
 
 
-async def test_every_hook_point_is_called_with_its_rpc_and_classes(tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_every_hook_point_is_called_with_its_rpc_and_classes(
+    tmp_path_factory: pytest.TempPathFactory, transport: str
+) -> None:
     """The dispatcher calls each hook point's RPC with its request class and
     decodes its response class (an in-process SDK server records what came)."""
     seen: list[tuple[HookType, type]] = []
@@ -70,7 +89,8 @@ async def test_every_hook_point_is_called_with_its_rpc_and_classes(tmp_path_fact
 
     path = tmp_path_factory.mktemp("d", numbered=True) / "h.sock"
     async with Recording(path):
-        dispatcher = Dispatcher(OneServer(HookServerConfig("h.json", str(path), FailurePolicy.FAIL, frozenset(HookType))))  # type: ignore[arg-type]
+        config = HookServerConfig("h.json", str(path), FailurePolicy.FAIL, frozenset(HookType))
+        dispatcher = Dispatcher(OneServer(config), transport=transport_for(transport))  # type: ignore[arg-type]
         try:
             for hook, point in HOOK_POINTS.items():
                 answer = await dispatcher.call(dispatcher.servers(hook)[0], hook, request_for(hook))
@@ -93,8 +113,9 @@ async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         writer.close()
 
 
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
 async def test_a_slow_handshake_is_bounded_by_the_hook_timeout_not_by_grpc(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, transport: str
 ) -> None:
     """A hook server that sends its first SETTINGS frame late (a busy node, a
     server starting up) is still called: connecting is part of the hook call,
@@ -111,7 +132,7 @@ async def test_a_slow_handshake_is_bounded_by_the_hook_timeout_not_by_grpc(
     relay = await asyncio.start_unix_server(late, path=str(slow))
     async with HookServer(real), relay:
         server = HookServerConfig("slow.json", str(slow), FailurePolicy.FAIL, frozenset({HOOK}), timeout=5.0)
-        dispatcher = Dispatcher(OneServer(server))  # type: ignore[arg-type]
+        dispatcher = Dispatcher(OneServer(server), transport=transport_for(transport))  # type: ignore[arg-type]
         try:
             answer = await dispatcher.call(server, HOOK, request_for(HOOK))
             assert type(answer) is hookapi.ContainerResourceHookResponse

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookServer
+from runtimeproxy.hookclient.connection import ClientConnection
+from runtimeproxy.hookclient.grpcaio import GrpcTransport
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import HookTransport, transport_for
 from runtimeproxy.hookpath import registry as registry_module
 from runtimeproxy.hookpath.dispatch import Dispatcher
 from runtimeproxy.hookpath.hookfile import HookServerConfig
@@ -467,80 +471,85 @@ async def test_watch_can_be_cancelled(hook_dir: Path) -> None:
 # --------------------------------------------------------------------------- the registry's thread
 
 POST_HOOK = HookType.POST_STOP_CONTAINER
-POST_DOC = valid_doc("/run/absent/post-hook.sock", **{"runtime-hooks": [POST_HOOK.value]})
 
 
-class SpyChannel:
-    """A real grpc.aio channel whose closing can be awaited."""
+class Held:
+    """The connection (channel) a transport holds to an endpoint now."""
 
-    def __init__(self, channel: aio.Channel) -> None:
-        self.channel = channel
-        self.closed = asyncio.Event()
+    def __init__(self, transport: HookTransport, endpoint: str) -> None:
+        if isinstance(transport, FramesTransport):
+            self._conn: ClientConnection | None = transport._connections[endpoint]
+        else:
+            assert isinstance(transport, GrpcTransport)
+            self._conn, self._channel = None, transport._channels[endpoint]
 
-    def unary_unary(self, *args: object, **kwargs: object) -> aio.UnaryUnaryMultiCallable:
-        return self.channel.unary_unary(*args, **kwargs)  # type: ignore[arg-type]
+    def is_closed(self) -> bool:
+        if self._conn is not None:
+            return self._conn.lost.done()
+        return self._channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
 
-    async def close(self, grace: float | None = None) -> None:
-        await self.channel.close(grace)
-        self.closed.set()
-
-
-@pytest.fixture
-def spy_channels(monkeypatch: pytest.MonkeyPatch) -> list[SpyChannel]:
-    """Every channel the dispatcher opens, in order."""
-    opened: list[SpyChannel] = []
-    real = aio.insecure_channel
-
-    def insecure_channel(target: str, *args: object, **kwargs: object) -> SpyChannel:
-        opened.append(SpyChannel(real(target, *args, **kwargs)))  # type: ignore[arg-type]
-        return opened[-1]
-
-    monkeypatch.setattr(aio, "insecure_channel", insecure_channel)
-    return opened
+    async def wait_closed(self) -> None:
+        if self._conn is not None:
+            await asyncio.shield(self._conn.lost)
+            return
+        while (state := self._channel.get_state()) is not grpc.ChannelConnectivity.SHUTDOWN:
+            await self._channel.wait_for_state_change(state)
 
 
-async def dispatcher_with_open_channel(hook_dir: Path, spy_channels: list[SpyChannel]) -> tuple[HookRegistry, Dispatcher]:
-    """A registry with one post hook server and a dispatcher that has called it once (nothing listens)."""
-    write(hook_dir, "post.json", POST_DOC)
+async def call_post(registry: HookRegistry, dispatcher: Dispatcher) -> None:
+    """One successful post hook call (``run_post`` would swallow a failure)."""
+    (server,) = registry.servers_for(POST_HOOK)
+    await dispatcher.call(server, POST_HOOK, hookapi.ContainerResourceHookRequest())
+
+
+@pytest.fixture(params=["frames", "grpc"])
+async def dispatcher_with_open_connection(
+    request: pytest.FixtureRequest, hook_dir: Path, tmp_path: Path
+) -> AsyncIterator[tuple[HookRegistry, Dispatcher, str]]:
+    """A registry with one post hook server and a dispatcher (on each
+    transport) that has called it once, so holds a connection to it."""
+    endpoint = str(tmp_path / "post-hook.sock")
+    write(hook_dir, "post.json", valid_doc(endpoint, **{"runtime-hooks": [POST_HOOK.value]}))
     registry = HookRegistry(hook_dir)
     registry.reload()
-    dispatcher = Dispatcher(registry)
-    await dispatcher.run_post(POST_HOOK, hookapi.ContainerResourceHookRequest(), {})
-    assert len(spy_channels) == 1
-    return registry, dispatcher
+    dispatcher = Dispatcher(registry, transport=transport_for(request.param))
+    async with HookServer(endpoint):
+        await call_post(registry, dispatcher)
+        assert dispatcher.transport.endpoints() == {endpoint}
+        try:
+            yield registry, dispatcher, endpoint
+        finally:
+            await dispatcher.close()
 
 
-async def test_reload_that_removes_a_server_closes_its_channel(hook_dir: Path, spy_channels: list[SpyChannel]) -> None:
-    registry, dispatcher = await dispatcher_with_open_channel(hook_dir, spy_channels)
-    try:
-        (spy,) = spy_channels
-        (hook_dir / "post.json").unlink()
-        assert registry.reload().removed == ("post.json",)
-        await asyncio.wait_for(spy.closed.wait(), 5)
-        assert spy.channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
-    finally:
-        await dispatcher.close()
+async def test_reload_that_removes_a_server_closes_its_connection(
+    hook_dir: Path, dispatcher_with_open_connection: tuple[HookRegistry, Dispatcher, str]
+) -> None:
+    registry, dispatcher, endpoint = dispatcher_with_open_connection
+    held = Held(dispatcher.transport, endpoint)
+    (hook_dir / "post.json").unlink()
+    assert registry.reload().removed == ("post.json",)
+    assert dispatcher.transport.endpoints() == frozenset()
+    await asyncio.wait_for(held.wait_closed(), 5)
 
 
 async def test_reload_from_another_thread_is_refused_and_changes_nothing(
-    hook_dir: Path, spy_channels: list[SpyChannel]
+    hook_dir: Path, dispatcher_with_open_connection: tuple[HookRegistry, Dispatcher, str]
 ) -> None:
     """A reload elsewhere than on the loop's thread used to run the callbacks there: the
     dispatcher forgot the removed server's channel but could not close it (no loop)."""
-    registry, dispatcher = await dispatcher_with_open_channel(hook_dir, spy_channels)
-    try:
-        (spy,) = spy_channels
-        (hook_dir / "post.json").unlink()
-        with pytest.raises(RuntimeError, match=r"HookRegistry\.reload\(\) called from thread .* belongs to thread"):
-            await asyncio.to_thread(registry.reload)
-        # Nothing happened: the server is still registered (readable from any
-        # thread), and the dispatcher still holds and uses its one channel.
-        assert [s.name for s in await asyncio.to_thread(registry.servers_for, POST_HOOK)] == ["post.json"]
-        await dispatcher.run_post(POST_HOOK, hookapi.ContainerResourceHookRequest(), {})
-        assert spy_channels == [spy] and not spy.closed.is_set()
-        assert spy.channel.get_state() is not grpc.ChannelConnectivity.SHUTDOWN
-    finally:
-        await dispatcher.close()
+    registry, dispatcher, endpoint = dispatcher_with_open_connection
+    held = Held(dispatcher.transport, endpoint)
+    (hook_dir / "post.json").unlink()
+    with pytest.raises(RuntimeError, match=r"HookRegistry\.reload\(\) called from thread .* belongs to thread"):
+        await asyncio.to_thread(registry.reload)
+    # Nothing happened: the server is still registered (readable from any
+    # thread), and the dispatcher still holds and uses its one connection.
+    assert [s.name for s in await asyncio.to_thread(registry.servers_for, POST_HOOK)] == ["post.json"]
+    await call_post(registry, dispatcher)
+    assert dispatcher.transport.endpoints() == {endpoint}
+    assert Held(dispatcher.transport, endpoint).__dict__ == held.__dict__  # the same connection
+    assert not held.is_closed()
 
 
 async def test_on_change_and_watch_refuse_another_thread(hook_dir: Path) -> None:

@@ -1,0 +1,449 @@
+"""One HTTP/2 connection to a hook server, carrying unary gRPC calls.
+
+The proxy's side of a hook call, without grpc.aio: no poller thread to wake
+and hand the answer over, no call object and metadata to build. What it keeps
+of HTTP/2 (RFC 9113) is what a client must: the peer's SETTINGS, windows in
+both directions (a 16 MiB request waits for the server's credit, an answer
+gets ours back as it is read), PING answers, GOAWAY and RST_STREAM, and an
+HPACK decoder in step with the server's encoder. A connection error sends a
+GOAWAY and fails the calls on it; it never reaches the proxy's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+
+import grpc
+
+from ..frames import frame as fr
+from ..frames.frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from ..frames.hpackpeek import HeaderReader
+from .headers import WANTED, http_failure
+from .peer import ServerLimits
+from .stream import Stream, Unprocessed
+from .transport import CallFailed
+
+log = logging.getLogger(__name__)
+
+STREAM_WINDOW = 1 << 20  # what a server may send on one call before our WINDOW_UPDATE
+CONNECTION_WINDOW = 16 << 20
+MAX_HEADER_BLOCK = 64 << 10  # grpc's own limit on metadata is 8 KiB
+MAX_HEADER_LIST = 16 << 10
+LAST_STREAM_ID = (1 << 31) - 1
+MAX_QUEUED_CONTROL = 1000  # frames answered while the socket's buffer is full, then ENHANCE_YOUR_CALM
+MAX_BLOCK_FRAMES = 64  # CONTINUATIONs of one header block (an empty one adds nothing to its size)
+FLUSH_S = 1.0  # how long a closed connection may take to write what it has buffered
+
+_OUR_SETTINGS = fr.serialize(
+    FrameType.SETTINGS, 0, 0,
+    struct.pack(">HIHIHI", Setting.ENABLE_PUSH, 0, Setting.INITIAL_WINDOW_SIZE, STREAM_WINDOW,
+                Setting.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
+)
+_SETTINGS_ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
+
+
+class ClientConnection(asyncio.Protocol):
+    """A connection's calls share its windows; ``call`` is all a user needs."""
+
+    def __init__(self, endpoint: str, max_message: int, on_closed: Callable[[ClientConnection], None]) -> None:
+        self.endpoint = endpoint
+        self._max_message = max_message
+        self._on_closed = on_closed
+        self._transport: asyncio.Transport | None = None
+        self._reader = HeaderReader(MAX_HEADER_LIST, " from the hook server")
+        self._rest = b""  # the start of a frame that the next read completes
+        self._prefaced = False  # the server's SETTINGS came
+        self._streams: dict[int, Stream] = {}
+        self._next_id = 1
+        # A header block in CONTINUATIONs: stream, END_STREAM, bytes, frames.
+        self._block: tuple[int, bool, bytearray, int] | None = None
+        self._server = ServerLimits()
+        self._handlers: dict[int, Callable[[fr.Frame], None]] = {
+            FrameType.DATA: self._data, FrameType.HEADERS: self._headers, FrameType.CONTINUATION: self._continuation,
+            FrameType.SETTINGS: self._settings, FrameType.WINDOW_UPDATE: self._window_update, FrameType.PING: self._ping,
+            FrameType.RST_STREAM: self._rst_stream, FrameType.GOAWAY: self._goaway,
+        }
+        self._recv_window = CONNECTION_WINDOW  # what the server may still send us
+        self._recv_unacked = 0
+        self._waiters: list[asyncio.Future[None]] = []  # calls waiting for window, a stream slot or the socket
+        self._paused = False  # the socket's buffer is full (pause_writing)
+        self._going_away = False  # GOAWAY sent or received: no new calls
+        self._control_queued = 0  # control frames answered while the socket's buffer is full
+        self.closed = False
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done at connection_lost
+        self._closed_error: tuple[grpc.StatusCode, str] | None = None  # why calls on it fail, once closing
+        self._table_update = False  # the server shrank HPACK's table: say ours is empty, in the next block
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
+        transport.write(fr.PREFACE + _OUR_SETTINGS + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._closed_error is None:
+            self._closed_error = (
+                grpc.StatusCode.UNAVAILABLE, f"hook server closed the connection{f': {exc}' if exc else ''}"
+            )
+        self._fail_all()
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self._on_closed(self)
+
+    def _fail_all(self) -> None:
+        assert self._closed_error is not None
+        for stream in self._streams.values():
+            stream.fail(CallFailed(*self._closed_error))
+        self._streams.clear()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._control_queued = 0
+        self._wake()
+
+    def data_received(self, data: bytes) -> None:
+        if self._rest:
+            data = self._rest + data  # only a frame begun in the last read is copied
+        pos = 0
+        try:
+            while True:
+                frame, end = fr.parse(data, pos, fr.DEFAULT_MAX_FRAME)
+                if frame is None:
+                    break
+                pos = end
+                self._frame(frame)
+                if self.closed or self._transport is None or self._transport.is_closing():
+                    return
+        except FrameError as err:
+            self._connection_error(err.code, str(err))
+            return
+        except Exception as err:  # noqa: BLE001 - whatever a server sends must not reach the loop
+            self._connection_error(ErrorCode.PROTOCOL_ERROR, f"unreadable frame ({type(err).__name__}: {err})")
+            return
+        finally:
+            # Bytes, never a bytearray cut in place: payloads handed on are views of it.
+            self._rest = data[pos:] if pos < len(data) else b""
+
+    # -- calls
+
+    @property
+    def usable(self) -> bool:
+        """New calls may start here."""
+        return not (self.closed or self._going_away) and self._next_id < LAST_STREAM_ID
+
+    async def call(self, block: bytes, message: bytes) -> bytes:
+        """One call: ``block`` its request headers (``headers.with_timeout``),
+        ``message`` its request; the answer's message. The caller's cancel (its
+        deadline) resets the stream."""
+        while self._server.full(len(self._streams)) and self.usable:
+            await self._wait()
+        if not self.usable:
+            raise Unprocessed(grpc.StatusCode.UNAVAILABLE, "hook server connection is closing")
+        sid = self._next_id
+        self._next_id += 2
+        stream = Stream(sid, self._server.stream_window, asyncio.get_running_loop().create_future(), self._max_message)
+        self._streams[sid] = stream
+        try:
+            await self._send(stream, block, struct.pack(">BI", 0, len(message)) + message)
+            return await stream.answer
+        except asyncio.CancelledError:
+            if sid in self._streams:
+                self._finished(stream, remote_closed=False)  # reset: the server stops
+            raise
+        finally:
+            if not stream.answer.done():
+                stream.answer.cancel()
+            elif not stream.answer.cancelled():
+                stream.answer.exception()  # retrieved: a failure after a cancel is not "never retrieved"
+
+    async def _send(self, stream: Stream, block: bytes, payload: bytes) -> None:
+        """Headers, then the message within both windows, in as few writes as the windows allow."""
+        if self._table_update:
+            block = b"\x20" + block  # a dynamic table size update to 0 (RFC 7541 section 6.3)
+            self._table_update = False
+        out = fr.header_frames(stream.id, block, self._server.max_frame, end_stream=False)
+        view = memoryview(payload)
+        while True:
+            if stream.answer.done():
+                return  # answered (or reset) before all was sent: the rest is not wanted
+            # A window may be below 0 (the server lowered INITIAL_WINDOW_SIZE): nothing may go then.
+            n = 0 if self._paused else max(0, min(len(view), stream.window, self._server.send_window))
+            if n or not view:
+                stream.window -= n
+                self._server.send_window -= n
+                last = n == len(view)
+                out += fr.data_frames(stream.id, bytes(view[:n]), self._server.max_frame, end_stream=last)
+                view = view[n:]
+                if last:
+                    self._write(b"".join(out))
+                    stream.request_sent = True
+                    return
+            if out:
+                self._write(b"".join(out))
+                out = []
+            await self._wait()
+
+    async def _wait(self) -> None:
+        """Until a window grows, a stream ends, the socket drains (resume_writing) or the connection closes."""
+        if self.closed:
+            raise CallFailed(*(self._closed_error or (grpc.StatusCode.UNAVAILABLE, "hook server connection closed")))
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _control(self, data: bytes) -> None:
+        """A frame the server's own frames call for (ACKs, resets): a server
+        that sends them without reading ours is cut off, not buffered for."""
+        if self._paused:
+            self._control_queued += 1
+            if self._control_queued > MAX_QUEUED_CONTROL:
+                self._connection_error(ErrorCode.ENHANCE_YOUR_CALM, "too many frames to answer while not reading ours")
+                return
+        self._write(data)
+
+    def _finished(self, stream: Stream, *, remote_closed: bool, code: ErrorCode = ErrorCode.CANCEL) -> None:
+        """The stream is over for us (answered, failed or reset). Unless both
+        sides have ended it (our END_STREAM sent, the server's come), the server
+        is told with a RST_STREAM: an upload it answered early stops, an answer
+        we gave up on is not sent."""
+        if self._streams.pop(stream.id, None) is not None:
+            if not (remote_closed and stream.request_sent):
+                self._control(fr.rst_stream(stream.id, code))
+            self._wake()
+        if self._going_away and not self._streams:
+            self.close()
+
+    # -- closing
+
+    def go_away(self) -> None:
+        """No new calls; the connection closes once the last one is answered."""
+        if not self._going_away:
+            self._going_away = True
+            self._write(fr.goaway(0, ErrorCode.NO_ERROR))
+        if not self._streams:
+            self.close()
+
+    def close(self, error: tuple[grpc.StatusCode, str] | None = None, *, abort: bool = False) -> None:
+        """Close now: calls still under way fail at once with ``error``
+        (CANCELLED by default). What is buffered is still written (a GOAWAY)
+        unless ``abort``, and for at most ``FLUSH_S``: a server that stopped
+        reading does not keep the socket open."""
+        self._going_away = True
+        if self._closed_error is None:
+            self._closed_error = error or (grpc.StatusCode.CANCELLED, "hook connection closed by the proxy")
+        self._fail_all()
+        transport = self._transport
+        if transport is None or self.closed or (transport.is_closing() and not abort):
+            return
+        if abort:
+            transport.abort()
+            return
+        transport.close()
+        asyncio.get_running_loop().call_later(FLUSH_S, lambda: None if self.closed else transport.abort())
+
+    def _connection_error(self, code: ErrorCode, message: str) -> None:
+        log.warning("hook server broke HTTP/2; connection closed",
+                    extra={"endpoint": self.endpoint, "error": message, "code": code.name})
+        self._write(fr.goaway(0, code, message.encode()[:256]))
+        self.close((grpc.StatusCode.UNAVAILABLE, f"hook server connection error ({code.name}): {message}"))
+
+    # -- frames from the server
+
+    def _frame(self, frame: fr.Frame) -> None:
+        kind = frame.type
+        if self._block is not None and kind != FrameType.CONTINUATION:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted by another frame")
+        if not self._prefaced and kind != FrameType.SETTINGS:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"server preface is not SETTINGS (frame type {kind})")
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            handler(frame)
+        elif kind == FrameType.PUSH_PROMISE:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
+        elif kind == FrameType.PRIORITY and frame.stream_id == 0:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+        # PRIORITY otherwise, and frame types we do not know, are ignored (RFC 9113 section 4.1).
+
+    def _ping(self, frame: fr.Frame) -> None:
+        if frame.stream_id or len(frame.payload) != 8:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR if frame.stream_id else ErrorCode.FRAME_SIZE_ERROR, "bad PING")
+        if not frame.has(Flag.ACK):
+            self._control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(frame.payload)))
+
+    def _server_stream(self, frame: fr.Frame) -> Stream | None:
+        """The call a frame belongs to; None for a stream already closed on our side."""
+        sid = frame.stream_id
+        if sid == 0 or sid % 2 == 0 or sid >= self._next_id:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"frame type {frame.type} on stream {sid}, which we never opened")
+        return self._streams.get(sid)
+
+    def _data(self, frame: fr.Frame) -> None:
+        size = len(frame.payload)  # padding included: it counts against the window
+        if size > self._recv_window:
+            raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+        self._recv_window -= size
+        self._recv_unacked += size
+        if self._recv_unacked >= CONNECTION_WINDOW // 2:
+            self._write(fr.window_update(0, self._recv_unacked))
+            self._recv_window += self._recv_unacked
+            self._recv_unacked = 0
+        stream = self._server_stream(frame)
+        if stream is None:
+            return
+        if stream.headers is None:
+            self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, "DATA before the answer's headers")
+            return
+        stream.received += size
+        if stream.received > STREAM_WINDOW:
+            self._stream_error(stream, ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the stream window")
+            return
+        if not stream.take(fr.unpadded(frame)):
+            self._finished(stream, remote_closed=frame.has(Flag.END_STREAM))
+            return
+        if frame.has(Flag.END_STREAM):
+            stream.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook server ended the call without trailers"))
+            self._finished(stream, remote_closed=True)
+        elif stream.received >= STREAM_WINDOW // 2:
+            self._write(fr.window_update(stream.id, stream.received))
+            stream.received = 0
+
+    def _headers(self, frame: fr.Frame) -> None:
+        self._server_stream(frame)  # a connection error for a stream we never opened
+        block = bytes(fr.unpadded(frame))
+        end_stream = frame.has(Flag.END_STREAM)
+        if frame.has(Flag.END_HEADERS):
+            self._header_block(frame.stream_id, end_stream, block)
+        else:
+            self._block = (frame.stream_id, end_stream, bytearray(block), 1)
+
+    def _continuation(self, frame: fr.Frame) -> None:
+        if self._block is None or self._block[0] != frame.stream_id:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        sid, end_stream, block, frames = self._block
+        block += frame.payload
+        self._block = (sid, end_stream, block, frames + 1)
+        if len(block) > MAX_HEADER_BLOCK or frames + 1 > MAX_BLOCK_FRAMES:
+            raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_BLOCK} bytes or {MAX_BLOCK_FRAMES} frames")
+        if frame.has(Flag.END_HEADERS):
+            self._block = None
+            self._header_block(sid, end_stream, bytes(block))
+
+    def _header_block(self, sid: int, end_stream: bool, block: bytes) -> None:
+        # Decoded even for a stream we closed: the decoder must stay in step.
+        headers = self._reader.peek(block, WANTED)
+        if headers is None:
+            headers = dict(self._reader.decode(block))
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
+        if stream.headers is None:
+            stream.headers = headers
+            failure = http_failure(headers)
+            if failure is not None:
+                stream.fail(CallFailed(*failure))
+                self._finished(stream, remote_closed=end_stream)
+                return
+            if not end_stream:
+                return
+        elif not end_stream:
+            self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, "a second header block that does not end the call")
+            return
+        stream.finish(headers)
+        self._finished(stream, remote_closed=True)
+
+    def _stream_error(self, stream: Stream, code: ErrorCode, message: str) -> None:
+        stream.fail(CallFailed(grpc.StatusCode.INTERNAL, f"hook server broke the call ({code.name}): {message}"))
+        self._finished(stream, remote_closed=False, code=code)
+
+    def _settings(self, frame: fr.Frame) -> None:
+        if frame.stream_id:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if frame.has(Flag.ACK):
+            if frame.payload:
+                raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        values = self._server.settings(frame.payload, self._streams.values())
+        if Setting.HEADER_TABLE_SIZE in values and values[Setting.HEADER_TABLE_SIZE] < 4096:
+            self._table_update = True
+        self._prefaced = True
+        self._control(_SETTINGS_ACK)
+        self._wake()
+
+    def _window_update(self, frame: fr.Frame) -> None:
+        increment = fr.window_increment(frame)
+        if frame.stream_id == 0:
+            self._server.grow(increment)
+        else:
+            stream = self._server_stream(frame)
+            if stream is None:
+                return
+            if increment == 0:
+                self._stream_error(stream, ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                return
+            stream.window += increment
+            if stream.window > fr.MAX_WINDOW:
+                self._stream_error(stream, ErrorCode.FLOW_CONTROL_ERROR, "stream window over 2^31-1")
+                return
+        self._wake()
+
+    def _rst_stream(self, frame: fr.Frame) -> None:
+        if len(frame.payload) != 4:
+            raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM length not 4")
+        stream = self._server_stream(frame)
+        if stream is None:
+            return
+        code = int.from_bytes(frame.payload, "big")
+        if code == ErrorCode.REFUSED_STREAM:
+            stream.fail(Unprocessed(grpc.StatusCode.UNAVAILABLE, "hook server refused the call (REFUSED_STREAM)"))
+        elif code == ErrorCode.CANCEL:
+            stream.fail(CallFailed(grpc.StatusCode.CANCELLED, "hook server cancelled the call"))
+        else:
+            stream.fail(CallFailed(grpc.StatusCode.INTERNAL, f"hook server reset the call ({_error_name(code)})"))
+        stream.request_sent = True  # nothing more is sent on a reset stream
+        self._finished(stream, remote_closed=True)
+
+    def _goaway(self, frame: fr.Frame) -> None:
+        if frame.stream_id or len(frame.payload) < 8:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "bad GOAWAY")
+        last, code = struct.unpack_from(">II", frame.payload)
+        last &= LAST_STREAM_ID
+        self._going_away = True
+        for stream in [s for s in self._streams.values() if s.id > last]:
+            stream.fail(Unprocessed(grpc.StatusCode.UNAVAILABLE, "hook server is going away (GOAWAY)"))
+            stream.request_sent = True  # the server ignores the stream: no RST_STREAM
+            self._finished(stream, remote_closed=True)
+        if code != ErrorCode.NO_ERROR:
+            log.warning("hook server sent GOAWAY with an error", extra={
+                "endpoint": self.endpoint, "code": code, "debug": bytes(frame.payload[8:]).decode("latin-1")[:200]})
+        if not self._streams:
+            self.close()
+        self._wake()
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"{code:#x}"

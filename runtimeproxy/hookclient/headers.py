@@ -1,0 +1,108 @@
+"""The header blocks of a hook call: the request's, and the answer's status.
+
+The request's block uses only HPACK's static table and literals that are
+never added to the dynamic one, so it carries no state between calls: it is
+built once per method, and only ``grpc-timeout`` changes from call to call.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import grpc
+
+USER_AGENT = b"runtime-proxy"
+AUTHORITY = b"localhost"  # what grpc sends for a unix socket
+
+
+def _integer(value: int, prefix_bits: int, first: int) -> bytes:
+    """RFC 7541 section 5.1."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = bytearray([first | limit])
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(data: bytes) -> bytes:
+    return _integer(len(data), 7, 0) + data  # not Huffman coded
+
+
+def _literal(name_index: int, value: bytes) -> bytes:
+    """A literal without indexing (RFC 7541 section 6.2.2), its name from the static table."""
+    return _integer(name_index, 4, 0) + _string(value)
+
+
+def _literal_new(name: bytes, value: bytes) -> bytes:
+    return b"\x00" + _string(name) + _string(value)
+
+
+# Static table indices (RFC 7541 appendix A).
+_METHOD_POST, _SCHEME_HTTP, _PATH, _AUTHORITY, _CONTENT_TYPE, _USER_AGENT = 3, 6, 4, 1, 31, 58
+
+
+def request_block_prefix(path: str) -> bytes:
+    """Everything of a call's block but its timeout (``with_timeout``)."""
+    return b"".join((
+        _integer(_METHOD_POST, 7, 0x80),
+        _integer(_SCHEME_HTTP, 7, 0x80),
+        _literal(_PATH, path.encode()),
+        _literal(_AUTHORITY, AUTHORITY),
+        _literal(_CONTENT_TYPE, b"application/grpc"),
+        _literal_new(b"te", b"trailers"),
+        _literal(_USER_AGENT, USER_AGENT),
+    ))
+
+
+def with_timeout(prefix: bytes, seconds: float) -> bytes:
+    """The whole block, with ``grpc-timeout`` (gRPC over HTTP/2: at most 8 digits and a unit)."""
+    millis = max(1, int(seconds * 1000))
+    value = b"%dm" % millis if millis < 100_000_000 else b"%dS" % min(99_999_999, int(seconds))
+    return prefix + _literal_new(b"grpc-timeout", value)
+
+
+# gRPC's mapping of an HTTP status other than 200 (doc/http-grpc-status-mapping.md).
+_HTTP_TO_GRPC = {
+    400: grpc.StatusCode.INTERNAL,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.UNIMPLEMENTED,
+    429: grpc.StatusCode.UNAVAILABLE,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.UNAVAILABLE,
+}
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+WANTED = frozenset({b":status", b"content-type", b"grpc-status", b"grpc-message"})
+
+
+def http_failure(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str] | None:
+    """Why a response's first header block is not a gRPC answer, or None."""
+    status = headers.get(b":status", b"")
+    if status != b"200":
+        text = status.decode("latin-1") or "none"
+        valid = len(status) == 3 and status.isdigit()
+        code = _HTTP_TO_GRPC.get(int(status), grpc.StatusCode.UNKNOWN) if valid else grpc.StatusCode.INTERNAL
+        return code, f"hook server answered HTTP status {text[:16]}, not 200"
+    content_type = headers.get(b"content-type", b"")
+    if not content_type.startswith(b"application/grpc"):
+        return grpc.StatusCode.UNKNOWN, f"hook server answered content-type {content_type.decode('latin-1')[:64]!r}, not gRPC"
+    return None
+
+
+def grpc_status(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
+    """A final header block's status; UNKNOWN if it has none (as grpc reports it)."""
+    raw = headers.get(b"grpc-status")
+    if raw is None:
+        return grpc.StatusCode.UNKNOWN, "hook server ended the call without a grpc-status"
+    code = _CODES.get(int(raw)) if raw.isdigit() and len(raw) <= 3 else None
+    message = unquote(headers.get(b"grpc-message", b"").decode("latin-1"), errors="replace")
+    if code is None:
+        return grpc.StatusCode.UNKNOWN, f"hook server sent grpc-status {raw.decode('latin-1')[:16]!r}; {message}"
+    return code, message

@@ -1,0 +1,147 @@
+"""Hook calls on the proxy's own HTTP/2 connections (the frames data path's transport)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+
+import grpc
+
+from .connection import ClientConnection
+from .stream import Unprocessed
+from .headers import request_block_prefix, with_timeout
+from .transport import MAX_MESSAGE_BYTES, CallFailed
+
+ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
+
+
+class FramesTransport:
+    """One connection per endpoint, opened at the first call and again after
+    it closed. A server that is down costs each call one failed connect,
+    which on a unix socket is immediate: there is no backoff to wait out once
+    it is back."""
+
+    def __init__(self, max_message: int = MAX_MESSAGE_BYTES) -> None:
+        self._max_message = max_message
+        self._connections: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Task[ClientConnection]] = {}
+        self._blocks: dict[str, bytes] = {}  # a method's request headers but the timeout
+        self._closers: set[asyncio.Task[None]] = set()
+        # Connects under way to an endpoint that was removed, and the grace their calls get.
+        self._forgotten: set[asyncio.Task[ClientConnection]] = set()
+        self._forgotten_grace = 0.0
+        self._live: set[ClientConnection] = set()  # every open connection, the replaced ones included
+        self._retiring: set[ClientConnection] = set()  # each has its task in _closers
+        self._kept: set[str] | None = None  # the endpoints of the last keep_only (None: any)
+        self._closing = False
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        if len(request) > self._max_message:
+            raise CallFailed(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"hook request of {len(request)} bytes is over the limit of {self._max_message}",
+            )
+        prefix = self._blocks.get(method)
+        if prefix is None:
+            prefix = self._blocks[method] = request_block_prefix(method)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                for attempt in range(1, ATTEMPTS + 1):
+                    conn = await self._connection(endpoint)
+                    try:
+                        return await conn.call(with_timeout(prefix, deadline - loop.time()), request)
+                    except Unprocessed:
+                        if attempt == ATTEMPTS:
+                            raise
+        except TimeoutError as err:
+            raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from err
+        raise AssertionError("unreachable")
+
+    async def _connection(self, endpoint: str) -> ClientConnection:
+        if self._closing:
+            raise CallFailed(grpc.StatusCode.CANCELLED, "hook connections are closing (the proxy is stopping)")
+        if self._kept is not None and endpoint not in self._kept:
+            # A call that began before its server was removed, and lost its connection to that.
+            raise CallFailed(grpc.StatusCode.CANCELLED, "hook server was removed while the call was under way")
+        conn = self._connections.get(endpoint)
+        if conn is not None and conn.usable:
+            return conn
+        task = self._connecting.get(endpoint)
+        if task is None:
+            task = self._connecting[endpoint] = asyncio.get_running_loop().create_task(self._connect(endpoint))
+            task.add_done_callback(lambda done: self._connected(endpoint, done))
+        try:
+            # Shielded: one caller's deadline does not fail the others' connect.
+            return await asyncio.shield(task)
+        except CallFailed as err:  # one exception per caller: each raise adds to its traceback
+            raise CallFailed(err.code, err.details) from None
+
+    async def _connect(self, endpoint: str) -> ClientConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await loop.create_unix_connection(
+                lambda: ClientConnection(endpoint, self._max_message, self._lost), endpoint
+            )
+        except OSError as err:
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err
+        return conn
+
+    def _connected(self, endpoint: str, task: asyncio.Task[ClientConnection]) -> None:
+        current = self._connecting.get(endpoint) is task
+        if current:
+            del self._connecting[endpoint]
+        self._forgotten.discard(task)
+        if task.cancelled() or task.exception() is not None:  # read: not "never retrieved" if nobody waits
+            return
+        conn = task.result()
+        self._live.add(conn)
+        if current:
+            # One it replaces is going away: it closes itself after its last
+            # call (each bounded by its timeout), or in close() at the latest.
+            self._connections[endpoint] = conn
+        else:  # its endpoint was removed while it connected
+            self._retire(conn, self._forgotten_grace)
+
+    def _lost(self, conn: ClientConnection) -> None:
+        if self._connections.get(conn.endpoint) is conn:
+            del self._connections[conn.endpoint]
+        self._live.discard(conn)
+        self._retiring.discard(conn)
+
+    def endpoints(self) -> frozenset[str]:
+        return frozenset(self._connections)
+
+    def keep_only(self, endpoints: Collection[str], grace: float) -> None:
+        keep = self._kept = set(endpoints)
+        for endpoint in [e for e in self._connections if e not in keep]:
+            self._retire(self._connections.pop(endpoint), grace)
+        for endpoint in [e for e in self._connecting if e not in keep]:
+            self._forgotten.add(self._connecting.pop(endpoint))  # retired once connected (_connected)
+        self._forgotten_grace = grace
+
+    def _retire(self, conn: ClientConnection, grace: float) -> None:
+        """Calls under way finish within ``grace``; then the connection closes."""
+        conn.go_away()  # closes it once its last call is answered
+        if conn.closed or conn in self._retiring:
+            return
+        self._retiring.add(conn)
+
+        async def bounded() -> None:
+            lost = asyncio.shield(conn.lost)  # a cancelled close() leaves the connection's own future alone
+            await asyncio.wait([lost], timeout=grace)
+            conn.close(abort=True)  # what is still buffered is for calls that just failed
+            await lost
+
+        task = asyncio.get_running_loop().create_task(bounded())
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    async def close(self, grace: float) -> None:
+        self._closing = True
+        self.keep_only((), grace)
+        for conn in list(self._live):  # replaced ones too, still finishing their calls
+            self._retire(conn, grace)
+        await asyncio.gather(*self._forgotten, return_exceptions=True)
+        await asyncio.gather(*self._closers, return_exceptions=True)

@@ -1,0 +1,55 @@
+"""One hook call on a connection: what it may still send, and its answer as it arrives."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import grpc
+
+from .headers import grpc_status
+from .transport import CallFailed
+
+
+class Unprocessed(CallFailed):
+    """The server did not process the call (REFUSED_STREAM, or past a GOAWAY's
+    last stream): sending it again, on another connection, is safe."""
+
+
+@dataclass(eq=False)
+class Stream:
+    id: int
+    window: int  # what we may still send on it (the server's credit)
+    answer: asyncio.Future[bytes]
+    max_message: int
+    received: int = 0  # window the server has used up and we have not given back
+    body: bytearray = field(default_factory=bytearray)
+    headers: dict[bytes, bytes] | None = None  # the answer's first header block
+    request_sent: bool = False  # our END_STREAM went (or nothing more will: a reset)
+
+    def fail(self, error: CallFailed) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(error)
+
+    def take(self, chunk: bytes | memoryview) -> bool:
+        """A DATA payload of the answer; False (and failed) once it is over the limit."""
+        self.body += chunk
+        if len(self.body) <= self.max_message + 5:
+            return True
+        self.fail(CallFailed(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, f"hook answer larger than the limit of {self.max_message} bytes"
+        ))
+        return False
+
+    def finish(self, trailers: dict[bytes, bytes]) -> None:
+        """The server ended the call: its status, or its one message."""
+        code, message = grpc_status(trailers)
+        body = self.body
+        if code is not grpc.StatusCode.OK:
+            self.fail(CallFailed(code, message))
+        elif len(body) < 5 or body[0] not in (0, 1) or int.from_bytes(body[1:5], "big") != len(body) - 5:
+            self.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook answer is not one gRPC message"))
+        elif body[0]:
+            self.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook answer is compressed, which was not asked for"))
+        elif not self.answer.done():
+            self.answer.set_result(bytes(memoryview(body)[5:]))

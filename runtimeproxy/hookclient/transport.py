@@ -1,0 +1,49 @@
+"""What the dispatcher needs of a way to call hook servers."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+import grpc
+
+MAX_MESSAGE_BYTES = 16 << 20  # a hook answer may be as large as the CRI request it changes (kubelet sends up to 16 MiB)
+
+
+class CallFailed(Exception):
+    """A hook call that ended without an answer, with the status grpc would report."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(code, details)
+        self.code, self.details = code, details
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.details}"
+
+
+class HookTransport(Protocol):
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        """One unary call to the unix socket ``endpoint``: the answer's bytes,
+        or ``CallFailed``. Connecting is part of the call, bounded by ``timeout``."""
+
+    def keep_only(self, endpoints: Collection[str], grace: float) -> None:
+        """Close the connections to every other endpoint; calls under way on them get ``grace`` seconds."""
+
+    def endpoints(self) -> frozenset[str]:
+        """The endpoints it holds a connection (or channel) to."""
+
+    async def close(self, grace: float) -> None:
+        """Close everything; calls under way get ``grace`` seconds, then fail as CANCELLED."""
+
+
+def transport_for(kind: str) -> HookTransport:
+    """The transport of a data path: ``frames`` (the proxy's own HTTP/2) or ``grpc`` (grpc.aio)."""
+    if kind == "frames":
+        from .pool import FramesTransport
+
+        return FramesTransport()
+    if kind == "grpc":
+        from .grpcaio import GrpcTransport
+
+        return GrpcTransport()
+    raise ValueError(f"unknown hook transport {kind!r} (frames or grpc)")

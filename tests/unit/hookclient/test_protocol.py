@@ -1,0 +1,564 @@
+"""The proxy's HTTP/2 hook client against a server written frame by frame."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from pathlib import Path
+
+import grpc
+import pytest
+
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType, Setting
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import CallFailed
+
+from .h2server import Peer, serving
+
+METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "hook.sock"
+
+
+async def call(transport: FramesTransport, sock: Path, message: bytes = b"req", timeout: float = 5.0) -> bytes:
+    return await transport.call(str(sock), METHOD, message, timeout)
+
+
+async def failed(transport: FramesTransport, sock: Path, timeout: float = 5.0) -> CallFailed:
+    with pytest.raises(CallFailed) as err:
+        await call(transport, sock, timeout=timeout)
+    return err.value
+
+
+async def test_request_headers_are_grpcs_and_the_answer_is_the_message(sock: Path) -> None:
+    async def answer(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        assert got.message == b"req"
+        peer.answer(got.stream_id, b"the answer")
+        await peer.call()  # a second call on the same connection
+        peer.answer(3, b"again")
+
+    transport = FramesTransport()
+    async with serving(sock, answer) as peers:
+        assert await call(transport, sock) == b"the answer"
+        assert await call(transport, sock, timeout=2.5) == b"again"
+        assert len(peers) == 1
+        first = peers[0]
+        headers = [p for kind, _, _, p in first.seen if kind == FrameType.HEADERS]
+        assert len(headers) == 2
+    await transport.close(1)
+
+
+async def test_tiny_windows_and_frames_are_kept_and_a_big_request_arrives_whole(sock: Path) -> None:
+    """The server allows 16 bytes per stream and gives 100 more after each
+    DATA frame: the client never sends beyond that."""
+    message = bytes(range(256)) * 40  # 10 KiB
+
+    async def stingy(peer: Peer) -> None:
+        await peer.handshake({Setting.INITIAL_WINDOW_SIZE: 16, Setting.MAX_FRAME_SIZE: 16_384})
+        first = await peer.call()  # sent before our SETTINGS came: within the default window
+        peer.answer(first.stream_id, b"first")
+        got = await peer.call(grant=lambda n: 100)
+        assert got.message == message
+        peer.answer(got.stream_id, b"ok")
+
+    transport = FramesTransport()
+    async with serving(sock, stingy) as peers:
+        assert await call(transport, sock) == b"first"
+        assert await call(transport, sock, message) == b"ok"
+        sizes = [len(p) for kind, _, sid, p in peers[0].seen if kind == FrameType.DATA and sid == 3]
+        assert sizes[0] == 16 and max(sizes) <= 100 and sum(sizes) == len(message) + 5
+    await transport.close(1)
+
+
+async def test_a_large_answer_is_read_with_window_updates(sock: Path) -> None:
+    answer = b"x" * (3 << 20)  # over the stream window (1 MiB): needs our WINDOW_UPDATEs
+
+    async def big(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        # The client's SETTINGS gave each stream 1 MiB; send within what it grants.
+        stream_window = 1 << 20
+        payload = struct.pack(">BI", 0, len(answer)) + answer
+        peer.answer_headers(got.stream_id)
+        view = memoryview(payload)
+        while view:
+            n = min(16_384, len(view), stream_window, peer.window)
+            if n == 0:
+                kind, _, sid, p = await peer.until(FrameType.WINDOW_UPDATE)
+                if sid == got.stream_id:
+                    stream_window += int.from_bytes(p, "big")
+                continue
+            peer.send(FrameType.DATA, 0, got.stream_id, bytes(view[:n]))
+            view, stream_window, peer.window = view[n:], stream_window - n, peer.window - n
+        peer.trailers(got.stream_id)
+
+    transport = FramesTransport()
+    async with serving(sock, big):
+        assert await call(transport, sock) == answer
+    await transport.close(1)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code", "details"),
+    [
+        (9, "not now", grpc.StatusCode.FAILED_PRECONDITION, "not now"),
+        (13, "a%20b%25", grpc.StatusCode.INTERNAL, "a b%"),  # percent-decoded, as grpc does
+        (77, "", grpc.StatusCode.UNKNOWN, "hook server sent grpc-status '77'; "),
+    ],
+)
+async def test_a_trailers_only_answer_is_its_status(
+    sock: Path, status: int, message: str, code: grpc.StatusCode, details: str
+) -> None:
+    async def refuse(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer_headers(got.stream_id, [("grpc-status", str(status)), ("grpc-message", message)], end=True)
+
+    transport = FramesTransport()
+    async with serving(sock, refuse):
+        err = await failed(transport, sock)
+        assert (err.code, err.details) == (code, details)
+    await transport.close(1)
+
+
+@pytest.mark.parametrize(("http", "code"), [("503", grpc.StatusCode.UNAVAILABLE), ("404", grpc.StatusCode.UNIMPLEMENTED),
+                                             ("418", grpc.StatusCode.UNKNOWN)])
+async def test_an_http_error_maps_as_grpc_maps_it(sock: Path, http: str, code: grpc.StatusCode) -> None:
+    async def not_grpc(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        block = peer.encoder.encode([(":status", http)])
+        peer.send(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, got.stream_id, block)
+
+    transport = FramesTransport()
+    async with serving(sock, not_grpc):
+        err = await failed(transport, sock)
+        assert err.code == code and http in err.details
+    await transport.close(1)
+
+
+async def test_goaway_before_the_call_is_sent_again_on_a_new_connection(sock: Path) -> None:
+    async def leaving(peer: Peer) -> None:
+        await peer.handshake()
+        await peer.call()
+        peer.send(FrameType.GOAWAY, 0, 0, struct.pack(">II", 0, ErrorCode.NO_ERROR))  # stream 1 not processed
+
+    async def fine(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer(got.stream_id, b"second connection")
+
+    transport = FramesTransport()
+    async with serving(sock, leaving, fine) as peers:
+        assert await call(transport, sock) == b"second connection"
+        assert len(peers) == 2
+    await transport.close(1)
+
+
+async def test_refused_stream_is_sent_again_once_and_then_fails(sock: Path) -> None:
+    async def refusing(peer: Peer) -> None:
+        await peer.handshake()
+        while True:
+            got = await peer.call()
+            peer.send(FrameType.RST_STREAM, 0, got.stream_id, struct.pack(">I", ErrorCode.REFUSED_STREAM))
+
+    transport = FramesTransport()
+    async with serving(sock, refusing) as peers:
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.UNAVAILABLE and "REFUSED_STREAM" in err.details
+        calls = [sid for peer in peers for kind, _, sid, _ in peer.seen if kind == FrameType.HEADERS]
+        assert calls == [1, 3]  # twice, on the one connection (it stays usable)
+    await transport.close(1)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(ErrorCode.CANCEL, grpc.StatusCode.CANCELLED), (ErrorCode.INTERNAL_ERROR, grpc.StatusCode.INTERNAL)],
+)
+async def test_a_reset_stream_fails_the_call(sock: Path, code: ErrorCode, expected: grpc.StatusCode) -> None:
+    async def reset(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.send(FrameType.RST_STREAM, 0, got.stream_id, struct.pack(">I", code))
+
+    transport = FramesTransport()
+    async with serving(sock, reset):
+        assert (await failed(transport, sock)).code == expected
+    await transport.close(1)
+
+
+async def test_continuation_padding_and_pings_are_understood(sock: Path) -> None:
+    async def odd(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.send(FrameType.PING, 0, 0, b"12345678")
+        block = peer.encoder.encode([(":status", "200"), ("content-type", "application/grpc+proto"),
+                                     ("x-long", "v" * 100)])
+        peer.send(FrameType.HEADERS, 0, got.stream_id, block[:10])
+        peer.send(FrameType.CONTINUATION, 0, got.stream_id, block[10:20])
+        peer.send(FrameType.CONTINUATION, Flag.END_HEADERS, got.stream_id, block[20:])
+        body = struct.pack(">BI", 0, 5) + b"hello"
+        peer.send(FrameType.DATA, Flag.PADDED, got.stream_id, bytes([3]) + body + b"\0\0\0")
+        peer.send(0x42, 0, 0, b"an unknown frame type is ignored")
+        peer.trailers(got.stream_id)
+        kind, flags, _, payload = await peer.until(FrameType.PING)
+        assert flags & Flag.ACK and payload == b"12345678"
+
+    transport = FramesTransport()
+    async with serving(sock, odd) as peers:
+        assert await call(transport, sock) == b"hello"
+        await asyncio.wait_for(peers[0].finished.wait(), 5)  # it got the PING's ACK
+    await transport.close(1)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(lambda peer, sid: peer.send(FrameType.DATA, 0, 7, b"x"), id="frame-on-an-unopened-stream"),
+        pytest.param(lambda peer, sid: peer.send(FrameType.PUSH_PROMISE, Flag.END_HEADERS, sid, b"\0\0\0\2"), id="push"),
+        pytest.param(lambda peer, sid: peer.writer.write(b"\0\0\4\1\4\0\0\0\1\xff\xff\xff\xff"), id="bad-hpack"),
+        pytest.param(lambda peer, sid: peer.send(FrameType.DATA, 0, sid, b"x" * 20_000), id="oversized-frame"),
+        pytest.param(
+            lambda peer, sid: (peer.send(FrameType.HEADERS, 0, sid, b""), peer.send(FrameType.PING, 0, 0, b"8 bytes!")),
+            id="interrupted-header-block",
+        ),
+        pytest.param(lambda peer, sid: peer.send(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)), id="zero-window"),
+        pytest.param(lambda peer, sid: peer.send(FrameType.SETTINGS, 0, 0, b"\0\5\0\0\0\1"), id="bad-max-frame"),
+        pytest.param(lambda peer, sid: peer.send(FrameType.SETTINGS, 0, 0, b"\0\2\0\0\0\1"), id="push-enabled"),
+        pytest.param(
+            lambda peer, sid: [peer.send(FrameType.HEADERS, 0, sid, b"")]
+            + [peer.send(FrameType.CONTINUATION, 0, sid, b"") for _ in range(100)],
+            id="continuation-flood",
+        ),
+    ],
+)
+async def test_a_broken_server_gets_a_goaway_and_the_next_call_a_new_connection(sock: Path, broken) -> None:  # type: ignore[no-untyped-def]
+    async def breaks(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        broken(peer, got.stream_id)
+        await peer.until(FrameType.GOAWAY)
+        await peer.reader.read()  # until the client closes
+
+    async def fine(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer(got.stream_id, b"fine")
+
+    transport = FramesTransport()
+    async with serving(sock, breaks, fine) as peers:
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.UNAVAILABLE and "connection error" in err.details
+        await asyncio.wait_for(peers[0].finished.wait(), 5)  # it read the GOAWAY and saw the close
+        goaway = [p for kind, _, _, p in peers[0].seen if kind == FrameType.GOAWAY]
+        assert len(goaway) == 1 and struct.unpack(">I", goaway[0][4:8])[0] != ErrorCode.NO_ERROR
+        assert await call(transport, sock) == b"fine"
+    await transport.close(1)
+
+
+async def test_data_ended_without_trailers_is_internal(sock: Path) -> None:
+    async def no_trailers(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer_headers(got.stream_id)
+        peer.send(FrameType.DATA, Flag.END_STREAM, got.stream_id, struct.pack(">BI", 0, 0))
+
+    transport = FramesTransport()
+    async with serving(sock, no_trailers):
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.INTERNAL and "trailers" in err.details
+    await transport.close(1)
+
+
+async def test_an_answer_over_the_limit_is_resource_exhausted_and_reset(sock: Path) -> None:
+    async def flood(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer_headers(got.stream_id)
+        peer.send(FrameType.DATA, 0, got.stream_id, struct.pack(">BI", 0, 5000) + b"y" * 5000)
+        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
+
+    transport = FramesTransport(max_message=1000)
+    async with serving(sock, flood):
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(CallFailed) as too_big:
+            await call(transport, sock, b"z" * 1001)
+        assert too_big.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await transport.close(1)
+
+
+async def test_a_server_that_never_answers_is_bounded_by_the_timeout_and_reset(sock: Path) -> None:
+    async def silent(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        timeout = got.headers["grpc-timeout"]
+        assert timeout.endswith("m") and 250 <= int(timeout[:-1]) <= 300  # what is left of the 300 ms
+        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
+
+    transport = FramesTransport()
+    async with serving(sock, silent) as peers:
+        err = await failed(transport, sock, timeout=0.3)
+        assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        await asyncio.wait_for(peers[0].finished.wait(), 5)  # it saw the RST_STREAM
+    await transport.close(1)
+
+
+async def test_a_server_that_never_speaks_http2_is_bounded_by_the_timeout(sock: Path) -> None:
+    async def mute(peer: Peer) -> None:
+        await peer.reader.read()
+
+    transport = FramesTransport()
+    async with serving(sock, mute):
+        assert (await failed(transport, sock, timeout=0.3)).code == grpc.StatusCode.DEADLINE_EXCEEDED
+    await transport.close(1)
+
+
+async def test_max_concurrent_streams_queues_calls_beyond_it(sock: Path) -> None:
+    async def one_at_a_time(peer: Peer) -> None:
+        await peer.handshake({Setting.MAX_CONCURRENT_STREAMS: 1})
+        for _ in range(3):
+            got = await peer.call()
+            peer.answer(got.stream_id, str(got.stream_id).encode())
+
+    transport = FramesTransport()
+    async with serving(sock, one_at_a_time):
+        # Sent one after another: the server reads each call only after it answered the one before.
+        answers = await asyncio.gather(*(call(transport, sock) for _ in range(3)))
+        assert sorted(answers) == [b"1", b"3", b"5"]
+    await transport.close(1)
+
+
+async def test_close_fails_a_call_still_under_way_after_the_grace(sock: Path) -> None:
+    received = asyncio.Event()
+
+    async def slow(peer: Peer) -> None:
+        await peer.handshake()
+        await peer.call()
+        received.set()
+        await peer.reader.read()
+
+    transport = FramesTransport()
+    async with serving(sock, slow):
+        pending = asyncio.create_task(call(transport, sock, timeout=30))
+        await asyncio.wait_for(received.wait(), 5)
+        started = asyncio.get_running_loop().time()
+        await transport.close(0.2)
+        with pytest.raises(CallFailed) as err:
+            await pending
+        assert err.value.code == grpc.StatusCode.CANCELLED
+        assert asyncio.get_running_loop().time() - started < 5
+        assert transport.endpoints() == frozenset()
+        # Closed is closed: no new connection is made.
+        assert (await failed(transport, sock)).code == grpc.StatusCode.CANCELLED
+
+
+async def test_a_window_lowered_below_zero_mid_upload_sends_nothing_until_it_is_positive(sock: Path) -> None:
+    """RFC 9113 section 6.9.2: a smaller INITIAL_WINDOW_SIZE can take an open
+    stream's window below 0; the client then waits for WINDOW_UPDATEs."""
+    message = b"m" * 100_000
+    lowered = asyncio.Event()
+
+    async def lowers(peer: Peer) -> None:
+        await peer.handshake()
+        peer.send(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20))  # the connection does not bound it
+        first = await peer.call()
+        peer.answer(first.stream_id, b"warm")
+        # The next call sends 65535 bytes (the default window), then waits.
+        sent = 0
+        while sent < 65_535:
+            kind, _, sid, payload = await peer.frame()
+            if kind == FrameType.DATA:
+                sent += len(payload)
+        peer.send(FrameType.SETTINGS, 0, 0, struct.pack(">HI", Setting.INITIAL_WINDOW_SIZE, 1000))
+        await peer.until(FrameType.SETTINGS)  # the ACK: the client has applied it
+        lowered.set()
+        before = len(peer.seen)
+        # Window now 1000 - 65535 < 0; 64535 + 100 more makes it 100.
+        peer.send(FrameType.WINDOW_UPDATE, 0, 3, struct.pack(">I", 64_635))
+        kind, _, sid, payload = await peer.until(FrameType.DATA)
+        assert len(payload) == 100 and all(k != FrameType.DATA for k, _, _, _ in peer.seen[before:-1])
+        total = sent + len(payload)
+        while total < len(message) + 5:
+            peer.send(FrameType.WINDOW_UPDATE, 0, 3, struct.pack(">I", 10_000))
+            kind, _, sid, payload = await peer.until(FrameType.DATA)
+            assert len(payload) <= 10_000
+            total += len(payload)
+        peer.answer(3, b"done")
+
+    transport = FramesTransport()
+    async with serving(sock, lowers):
+        assert await call(transport, sock) == b"warm"
+        assert await call(transport, sock, message) == b"done"
+        assert lowered.is_set()
+    await transport.close(1)
+
+
+async def test_close_is_bounded_when_the_server_stops_reading(sock: Path) -> None:
+    """A server that grants a large window and then reads nothing leaves our
+    write buffer full: close(grace) still returns within the grace and a second."""
+    async def stops_reading(peer: Peer) -> None:
+        await peer.handshake({Setting.INITIAL_WINDOW_SIZE: fr_max_window()})
+        peer.send(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", fr_max_window() - 65_535))
+        await asyncio.Event().wait()  # never reads again; cancelled when the test ends
+
+    transport = FramesTransport()
+    async with serving(sock, stops_reading):
+        with pytest.raises(CallFailed):
+            await call(transport, sock, b"u" * (15 << 20), timeout=0.5)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(transport.close(0.2), 5)
+        assert loop.time() - started < 2.0
+
+
+def fr_max_window() -> int:
+    return (1 << 31) - 1
+
+
+async def test_a_cancelled_caller_resets_its_stream_and_the_connection_goes_on(sock: Path) -> None:
+    reset = asyncio.Event()
+
+    async def late(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
+        reset.set()
+        # Answered anyway, after the reset: its header block still changes the
+        # client's HPACK table (a literal with indexing), which must stay in step.
+        peer.answer_headers(got.stream_id, [("x-table", "grows")])
+        peer.trailers(got.stream_id)
+        second = await peer.call()
+        peer.answer_headers(second.stream_id, [("x-table", "grows")])
+        peer.send(FrameType.DATA, 0, second.stream_id, struct.pack(">BI", 0, 2) + b"ok")
+        peer.trailers(second.stream_id)
+
+    transport = FramesTransport()
+    async with serving(sock, late):
+        task = asyncio.create_task(call(transport, sock))
+        async with asyncio.timeout(5):
+            while not transport.endpoints():
+                await asyncio.sleep(0)
+        await asyncio.sleep(0.05)  # let the request reach the server; its reset is what is awaited
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(reset.wait(), 5)
+        assert await call(transport, sock) == b"ok"
+    await transport.close(1)
+
+
+async def test_a_graceful_goaway_lets_the_call_finish_then_the_next_goes_on_a_new_connection(sock: Path) -> None:
+    async def drains(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.send(FrameType.GOAWAY, 0, 0, struct.pack(">II", got.stream_id, ErrorCode.NO_ERROR))
+        peer.answer(got.stream_id, b"finished here")
+        await peer.reader.read()  # the client closes it once the call is over
+
+    async def fine(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer(got.stream_id, b"new connection")
+
+    transport = FramesTransport()
+    async with serving(sock, drains, fine) as peers:
+        assert await call(transport, sock) == b"finished here"
+        await asyncio.wait_for(peers[0].finished.wait(), 5)  # closed by the client
+        assert await call(transport, sock) == b"new connection"
+        assert len(peers) == 2
+    await transport.close(1)
+
+
+@pytest.mark.parametrize("header", [":status", "grpc-status"])
+async def test_absurd_status_digits_fail_the_call_not_the_loop(
+    sock: Path, header: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def absurd(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        pairs = [(":status", "2" * 5000)] if header == ":status" else [
+            (":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "1" * 5000)]
+        peer.send(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, got.stream_id, peer.encoder.encode(pairs))
+
+    transport = FramesTransport()
+    async with serving(sock, absurd):
+        err = await failed(transport, sock)
+        assert err.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and len(err.details) < 200
+    await transport.close(1)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_smaller_header_table_is_acknowledged_in_the_next_block(sock: Path) -> None:
+    async def strict(peer: Peer) -> None:
+        await peer.handshake({Setting.HEADER_TABLE_SIZE: 0})
+        first = await peer.call()
+        peer.answer(first.stream_id, b"one")
+        peer.decoder.max_allowed_table_size = 0  # now applied: a block must say so first
+        second = await peer.call()
+        assert second.headers[":path"] == METHOD
+        peer.answer(second.stream_id, b"two")
+
+    transport = FramesTransport()
+    async with serving(sock, strict) as peers:
+        assert await call(transport, sock) == b"one"
+        assert await call(transport, sock) == b"two"
+        blocks = [p for kind, _, sid, p in peers[0].seen if kind == FrameType.HEADERS]
+        assert blocks[1][:1] == b"\x20" and blocks[0][:1] != b"\x20"
+    await transport.close(1)
+
+
+async def test_keep_only_lets_a_call_under_way_finish_then_closes(sock: Path) -> None:
+    received = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def slow(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        received.set()
+        await answer.wait()
+        peer.answer(got.stream_id, b"late but fine")
+        await peer.reader.read()
+
+    transport = FramesTransport()
+    async with serving(sock, slow) as peers:
+        pending = asyncio.create_task(call(transport, sock, timeout=10))
+        await asyncio.wait_for(received.wait(), 5)
+        transport.keep_only((), grace=10)
+        assert transport.endpoints() == frozenset()
+        answer.set()
+        assert await pending == b"late but fine"
+        await asyncio.wait_for(peers[0].finished.wait(), 5)  # then the client closed it
+        with pytest.raises(CallFailed) as err:  # removed: not connected again
+            await call(transport, sock)
+        assert err.value.code == grpc.StatusCode.CANCELLED
+    await transport.close(1)
+
+
+async def test_a_ping_flood_while_we_cannot_write_is_cut_off(sock: Path) -> None:
+    async def floods(peer: Peer) -> None:
+        await peer.handshake({Setting.INITIAL_WINDOW_SIZE: fr_max_window()})
+        peer.send(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", fr_max_window() - 65_535))
+        await peer.writer.drain()
+        await asyncio.sleep(0.2)  # the client's upload fills its buffer meanwhile: nothing to await from here
+        for _ in range(1500):
+            peer.send(FrameType.PING, 0, 0, b"12345678")
+        await peer.writer.drain()
+        await asyncio.Event().wait()
+
+    transport = FramesTransport()
+    async with serving(sock, floods):
+        with pytest.raises(CallFailed) as raised:
+            await call(transport, sock, b"u" * (15 << 20), timeout=5)
+        err = raised.value
+        assert err.code == grpc.StatusCode.UNAVAILABLE and "ENHANCE_YOUR_CALM" in err.details
+    await transport.close(1)

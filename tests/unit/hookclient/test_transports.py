@@ -1,0 +1,112 @@
+"""Both hook transports against real hook servers: the same answers and the same failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookAbort, HookServer
+from runtimeproxy.hookclient.transport import CallFailed, HookTransport, transport_for
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+
+POINT = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER]
+
+
+class Echo(HookServer):
+    """Answers with the request's annotations; some annotations make it misbehave."""
+
+    def __init__(self, path: Path, transport: str) -> None:
+        super().__init__(path, transport=transport)
+        self.release = asyncio.Event()
+
+    async def pre_create_container(
+        self, request: hookapi.ContainerResourceHookRequest
+    ) -> hookapi.ContainerResourceHookResponse:
+        if "refuse" in request.container_annotations:
+            raise HookAbort(grpc.StatusCode.FAILED_PRECONDITION, request.container_annotations["refuse"])
+        if "hang" in request.container_annotations:
+            await self.release.wait()
+        return hookapi.ContainerResourceHookResponse(container_annotations=request.container_annotations)
+
+
+@pytest.fixture(params=["frames", "grpc"], ids=lambda t: f"server-{t}")
+async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Echo]:
+    async with Echo(tmp_path / "echo.sock", request.param) as echo:
+        yield echo
+
+
+@pytest.fixture(params=["frames", "grpc"], ids=lambda t: f"client-{t}")
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[HookTransport]:
+    transport = transport_for(request.param)
+    yield transport
+    await transport.close(1)
+
+
+def annotated(**annotations: str) -> bytes:
+    return hookapi.ContainerResourceHookRequest(container_annotations=annotations).SerializeToString()
+
+
+async def test_a_15_mib_request_and_answer(server: Echo, client: HookTransport) -> None:
+    big = "x" * (15 << 20)
+    raw = await client.call(server.socket_path, POINT.full_method, annotated(big=big), 30)
+    assert hookapi.ContainerResourceHookResponse.FromString(raw).container_annotations["big"] == big
+
+
+async def test_concurrent_calls_share_one_connection(server: Echo, client: HookTransport) -> None:
+    answers = await asyncio.gather(
+        *(client.call(server.socket_path, POINT.full_method, annotated(n=str(i) * 1000), 10) for i in range(32))
+    )
+    assert [hookapi.ContainerResourceHookResponse.FromString(a).container_annotations["n"] for a in answers] == [
+        str(i) * 1000 for i in range(32)
+    ]
+    assert client.endpoints() == {server.socket_path}
+
+
+async def test_a_refusal_reaches_the_caller_with_its_code_and_details(server: Echo, client: HookTransport) -> None:
+    with pytest.raises(CallFailed) as err:
+        await client.call(server.socket_path, POINT.full_method, annotated(refuse="not on this node"), 5)
+    assert (err.value.code, err.value.details) == (grpc.StatusCode.FAILED_PRECONDITION, "not on this node")
+
+
+async def test_an_unknown_method_is_unimplemented(server: Echo, client: HookTransport) -> None:
+    with pytest.raises(CallFailed) as err:
+        await client.call(server.socket_path, "/runtime.v1alpha1.RuntimeHookService/NoSuchHook", b"", 5)
+    assert err.value.code == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_a_hanging_hook_is_bounded_by_the_timeout(server: Echo, client: HookTransport) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(CallFailed) as err:
+        await client.call(server.socket_path, POINT.full_method, annotated(hang=""), 0.5)
+    assert err.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert loop.time() - started < 2.5
+    server.release.set()
+    # The connection is still good for the next call.
+    assert await client.call(server.socket_path, POINT.full_method, annotated(), 5) == b""
+
+
+async def test_no_server_is_unavailable_and_a_restarted_one_is_called_again(tmp_path: Path, client: HookTransport) -> None:
+    path = tmp_path / "restart.sock"
+    with pytest.raises(CallFailed) as err:
+        await client.call(str(path), POINT.full_method, annotated(), 2)
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    for transport in ("frames", "grpc"):  # the server restarts, on the other transport
+        async with Echo(path, transport):
+            raw = await asyncio.wait_for(_until_answered(client, str(path)), 10)
+            assert hookapi.ContainerResourceHookResponse.FromString(raw).container_annotations["k"] == "v"
+
+
+async def _until_answered(client: HookTransport, path: str) -> bytes:
+    """grpc's channel may still be in its reconnect backoff (at most 1 s) when the server is back."""
+    while True:
+        try:
+            return await client.call(path, POINT.full_method, annotated(k="v"), 2)
+        except CallFailed as err:
+            assert err.code == grpc.StatusCode.UNAVAILABLE
+            await asyncio.sleep(0.05)  # a retry pace, as grpc's backoff: nothing to await
