@@ -10,11 +10,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hpack
+import pytest
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import Flag, FrameType
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import CallFailed
 
 PREFACE = fr.PREFACE
+METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+
+
+async def call(transport: FramesTransport, sock: Path, message: bytes = b"req", timeout: float = 5.0) -> bytes:
+    return await transport.call(str(sock), METHOD, message, timeout)
+
+
+async def failed(transport: FramesTransport, sock: Path, timeout: float = 5.0) -> CallFailed:
+    with pytest.raises(CallFailed) as err:
+        await call(transport, sock, timeout=timeout)
+    return err.value
+
+
 
 
 @dataclass
@@ -97,6 +113,17 @@ class Peer:
 
 
 Handler = Callable[[Peer], Awaitable[None]]
+
+
+def answering(message: bytes) -> Handler:
+    """A well-behaved server's connection: one call, answered with ``message``."""
+
+    async def handler(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer(got.stream_id, message)
+
+    return handler
 
 
 @contextlib.asynccontextmanager
