@@ -24,7 +24,7 @@ from typing import Any
 import click
 import yaml
 
-from runtimeproxy import eventloop, logs
+from runtimeproxy import eventloop, gcpolicy, logs
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_HOOK_DIR,
     MAX_TIMEOUT,
@@ -212,6 +212,7 @@ async def _serve(
     server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
     server.transport = transport
     fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
+    gcpolicy.before_serving()
     try:
         await server.start()
     except HookServerError as exc:

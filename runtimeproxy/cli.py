@@ -15,7 +15,7 @@ from click.core import ParameterSource
 
 from hooks.cli import hook as hook_commands
 
-from . import eventloop, logs
+from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
 from .nri.cli import nri as nri_command
@@ -135,6 +135,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
                 err=True,
             )
+        gcpolicy.before_serving()
         running = await build_proxy(config, stack, listen_socket)
         failed = running.tasks.failed
         await _first(stop.wait(), failed.wait())

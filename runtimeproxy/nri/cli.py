@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .. import eventloop, logs
+from .. import eventloop, gcpolicy, logs
 from ..config import ProxyConfig, choices
 from .app import (
     DEFAULT_INDEX,
@@ -71,4 +71,6 @@ async def _run(settings: NriSettings) -> None:
     from ..cripath.server import stop_on_signals
 
     stop = stop_on_signals()
-    await NriPlugin(settings).run(stop)
+    plugin = NriPlugin(settings)
+    gcpolicy.before_serving()
+    await plugin.run(stop)
