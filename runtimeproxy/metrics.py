@@ -8,44 +8,43 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    start_http_server,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from .loopmetrics import CounterFamily, HistogramFamily
+
+DEFAULT_BUCKETS = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))  # prometheus-client's
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._hook_calls = Counter(
+        # Updated on every call: the event loop's own families (loopmetrics.py).
+        self._hook_calls = CounterFamily(
             "runtime_proxy_hook_calls",
             "Calls to hook servers, by server, hook point and outcome (ok or a gRPC code).",
             ["server", "hook", "outcome"],
-            registry=self.registry,
+            self.registry,
         )
-        self._hook_seconds = Histogram(
+        self._hook_seconds = HistogramFamily(
             "runtime_proxy_hook_duration_seconds",
             "Round trip of one hook call.",
             ["hook"],
+            self.registry,
             buckets=HOOK_BUCKETS,
-            registry=self.registry,
         )
-        self._hooked = Counter(
+        self._hooked = CounterFamily(
             "runtime_proxy_hooked_calls",
             "CRI calls that went through hooks, by method and outcome.",
             ["method", "outcome"],
-            registry=self.registry,
+            self.registry,
         )
-        self._hooked_seconds = Histogram(
+        self._hooked_seconds = HistogramFamily(
             "runtime_proxy_hooked_call_duration_seconds",
             "CRI calls that went through hooks, end to end (hooks and backend).",
             ["method"],
-            registry=self.registry,
+            self.registry,
+            buckets=DEFAULT_BUCKETS,
         )
         self.backend_up = Gauge(
             "runtime_proxy_backend_ready",
@@ -61,7 +60,10 @@ class Metrics:
 
     def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
         self._hook_calls.labels(server, hook, outcome).inc()
-        self.hook_stats.setdefault(server, HookServerStats()).count(hook, outcome)
+        stats = self.hook_stats.get(server)
+        if stats is None:
+            stats = self.hook_stats[server] = HookServerStats()
+        stats.count(hook, outcome)
         self._hook_seconds.labels(hook).observe(seconds)
 
     def hooked_call(self, method: str, outcome: str, seconds: float) -> None:
@@ -110,18 +112,18 @@ class CriCallMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._calls = Counter(
+        self._calls = CounterFamily(
             "runtime_proxy_cri_calls",
             "CRI calls served, by method, client CRI version and gRPC status code.",
             ["method", "version", "code"],
-            registry=registry,
+            registry,
         )
-        self._seconds = Histogram(
+        self._seconds = HistogramFamily(
             "runtime_proxy_cri_call_duration_seconds",
             "CRI calls end to end as the proxy serves them (hooks, runtime, streams until they end).",
             ["method", "version"],
+            registry,
             buckets=CRI_BUCKETS,
-            registry=registry,
         )
         self.in_flight = Gauge(
             "runtime_proxy_cri_calls_in_flight", "CRI calls being served right now.", registry=registry
