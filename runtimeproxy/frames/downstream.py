@@ -14,6 +14,7 @@ of hooked streams.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 from typing import TYPE_CHECKING
@@ -58,12 +59,19 @@ class BackendSide:
 
     def feed(self, chunk: bytes) -> None:
         start = 0
-        if self.carry:
-            frame, start = self.carry.complete(chunk, self.conn.client_frames.relay)
-            if frame is None:
-                return
-            self._frames(frame, 0)
-        pos = self._frames(chunk, start)
+        try:
+            if self.carry:
+                frame, start = self.carry.complete(chunk, self.conn.client_frames.relay)
+                if frame is None:
+                    return
+                self._frames(frame, 0)
+            pos = self._frames(chunk, start)
+        except FrameError:
+            # The answers read before the bad frame still go out (with the
+            # GOAWAY, connection.py): their calls ended as they were read.
+            with contextlib.suppress(FrameError):
+                self._settle()
+            raise
         if pos < len(chunk):
             self.carry.keep(memoryview(chunk)[pos:])
         self.conn.out.flush()
@@ -197,7 +205,11 @@ class BackendSide:
             # header blocks, above, still go out: the client decodes and drops them.)
             return
         else:
-            self._settle()  # the streams these frames may end are up to date
+            if t == FrameType.RST_STREAM or t == FrameType.GOAWAY:
+                # What they end must be up to date. Not so for a PING or a
+                # WINDOW_UPDATE read with an answer: its blocks are read after
+                # the answer went (feed), off its path.
+                self._settle()
             f = fr.Frame(t, flags, sid, payload)
             if t == FrameType.SETTINGS:
                 if f.has(Flag.ACK):

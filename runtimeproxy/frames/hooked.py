@@ -87,10 +87,7 @@ class FramesContext:
 
     def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         self._headers = headers
-        timeout = dict(headers).get(b"grpc-timeout")
-        seconds = parse_timeout(timeout.decode("latin-1")) if timeout else None
-        loop = asyncio.get_running_loop()
-        self._deadline = None if seconds is None else loop.time() + seconds
+        self._started = asyncio.get_running_loop().time()  # the deadline is read from here, when asked
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
         raise Aborted(code, details)
@@ -99,9 +96,11 @@ class FramesContext:
         return call_metadata(self._headers)
 
     def time_remaining(self) -> float | None:
-        if self._deadline is None:
+        timeout = dict(self._headers).get(b"grpc-timeout")
+        seconds = parse_timeout(timeout.decode("latin-1")) if timeout else None
+        if seconds is None:
             return None
-        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+        return max(0.0, self._started + seconds - asyncio.get_running_loop().time())
 
     def cancelled(self) -> bool:
         return False
@@ -162,6 +161,8 @@ def finish(conn: FrameConnection, call: Hooked) -> None:
     """The call is over for the proxy: its answer goes, its slot is freed. Run
     at the end of ``run``, and again (a no-op then) as its task's done
     callback (upstream.py), which covers a task cancelled before its first step."""
+    if call.finished:
+        return
     call.finished = True
     if call.gate is not None:
         call.gate.open()

@@ -70,6 +70,25 @@ async def test_a_relayed_answer_is_written_before_its_status_is_read() -> None:
     assert conn.relayed == set() and conn.idle.is_set()
 
 
+async def test_a_ping_or_window_update_read_with_a_relayed_answer_does_not_hold_the_answer() -> None:
+    """A runtime's PING (grpc-go's BDP probe) or connection WINDOW_UPDATE in the
+    same read as an answer: the answer is still written before its status is read."""
+    for extra in (fr.serialize(FrameType.PING, 0, 0, b"12345678"), fr.window_update(0, 1000)):
+        conn, _, routes, to_backend, backend_encoder = _connection()
+        conn.client_data(_request(to_backend, 1, VERSION))
+        conn.backend_data(_answer(backend_encoder, 1, OK) + extra)
+        assert routes.ends == [("OK", [(1, b"0")])]
+        assert not conn.closed.done()
+
+
+async def test_an_answer_read_before_a_bad_frame_ends_its_call_as_read() -> None:
+    conn, _, routes, to_backend, backend_encoder = _connection()
+    conn.client_data(_request(to_backend, 1, VERSION))
+    conn.backend_data(_answer(backend_encoder, 1, OK) + fr.serialize(FrameType.PING, 0, 0, b"short"))
+    assert conn.closed.done()  # a connection error
+    assert [code for code, _ in routes.ends] == ["OK"]
+
+
 async def test_blocks_are_read_in_order_when_a_relayed_answer_and_a_stray_one_share_a_read() -> None:
     conn, client, routes, to_backend, backend_encoder = _connection()
     conn.client_data(_request(to_backend, 1, VERSION) + _request(to_backend, 3, UNKNOWN_TO_RUNTIME))
