@@ -66,8 +66,10 @@ class Executor:
         """Merge one hook's answer into the CRI request; True if it changed."""
         return False
 
-    async def record(self, req: Any, resp: Any, store: StateStore) -> None:
-        """After a successful backend call."""
+    async def record(self, req: Any, resp: Any, store: StateStore, seen: HookRequest | None = None) -> None:
+        """After a successful backend call. ``seen``: the hook request a pre
+        hook was sent, if the call is still what it was built from (the
+        executor's to keep: nothing else holds it)."""
 
     async def unsure(self, req: Any, store: StateStore) -> None:
         """After a backend call whose outcome the proxy did not see (its client
@@ -112,8 +114,13 @@ class RunPodSandbox(Executor):
             changed = merge_resources(config.linux.resources, answer.resources) or changed
         return changed
 
-    async def record(self, req: v1.RunPodSandboxRequest, resp: v1.RunPodSandboxResponse, store: StateStore) -> None:
-        store.put_pod(resp.pod_sandbox_id, pod_record(req.config, req.runtime_handler))
+    async def record(
+        self, req: v1.RunPodSandboxRequest, resp: v1.RunPodSandboxResponse, store: StateStore,
+        seen: HookRequest | None = None,
+    ) -> None:
+        if not isinstance(seen, hookapi.PodSandboxHookRequest):
+            seen = pod_record(req.config, req.runtime_handler)
+        store.put_pod(resp.pod_sandbox_id, seen)
 
 
 class StopPodSandbox(Executor):
@@ -137,7 +144,7 @@ class RemovePodSandbox(Executor):
     def key(self, req: v1.RemovePodSandboxRequest) -> str:
         return req.pod_sandbox_id
 
-    async def record(self, req: v1.RemovePodSandboxRequest, resp: Any, store: StateStore) -> None:
+    async def record(self, req: v1.RemovePodSandboxRequest, resp: Any, store: StateStore, seen: Any = None) -> None:
         store.drop_pod(req.pod_sandbox_id)
 
     async def unsure(self, req: v1.RemovePodSandboxRequest, store: StateStore) -> None:
@@ -180,8 +187,16 @@ class CreateContainer(Executor):
             changed = True
         return merge_env(config.envs, answer.container_envs) or changed
 
-    async def record(self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore) -> None:
-        store.put_container(resp.container_id, req.pod_sandbox_id, await self._record(req, store, resp.container_id))
+    async def record(
+        self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore,
+        seen: HookRequest | None = None,
+    ) -> None:
+        if isinstance(seen, hookapi.ContainerResourceHookRequest):
+            seen.container_meta.id = resp.container_id
+            record = seen
+        else:
+            record = await self._record(req, store, resp.container_id)
+        store.put_container(resp.container_id, req.pod_sandbox_id, record)
 
 
 class StartContainer(_ContainerById):
@@ -202,7 +217,7 @@ class RemoveContainer(_ContainerById):
     async def skip(self, req: Any, store: StateStore) -> bool:
         return False
 
-    async def record(self, req: v1.RemoveContainerRequest, resp: Any, store: StateStore) -> None:
+    async def record(self, req: v1.RemoveContainerRequest, resp: Any, store: StateStore, seen: Any = None) -> None:
         store.drop_container(req.container_id)
 
     async def unsure(self, req: v1.RemoveContainerRequest, store: StateStore) -> None:
@@ -227,7 +242,9 @@ class UpdateContainerResources(_ContainerById):
             changed = merge_resources(req.linux, answer.container_resources) or changed
         return changed
 
-    async def record(self, req: v1.UpdateContainerResourcesRequest, resp: Any, store: StateStore) -> None:
+    async def record(
+        self, req: v1.UpdateContainerResourcesRequest, resp: Any, store: StateStore, seen: Any = None
+    ) -> None:
         store.changed(req.container_id)
         record = store.containers.get(req.container_id)
         if record is None:  # read on demand later, updates included (runtime spec)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import os
@@ -122,7 +123,13 @@ class HookServerConfig:
             f"timeout={format_duration(self.timeout)} priority={self.priority}"
         )
 
-    def log_fields(self) -> dict[str, object]:
+    def log_fields(self) -> Mapping[str, object]:
+        """The registration as log fields (shared: read, not changed)."""
+        return self._log_fields
+
+    @functools.cached_property
+    def _log_fields(self) -> dict[str, object]:
+        # Made once: every hook call's log fields start from it.
         return {
             "hook_file": self.name,
             "hook_endpoint": self.endpoint,

@@ -176,15 +176,24 @@ class HookStage(StageProvider):
                 log.debug("pod opted out of hooks", extra=fields)
                 pre_hook = post_hook = None
             changed = False
+            # The hook request the last pre hook was sent, while the call is
+            # still what it was built from: the record need not be built again.
+            seen: list[Any] = []
             if pre_hook is not None:
                 await self._post_hooks_done(key)
+
+                async def build() -> Any:
+                    seen[:] = [await ex.hook_request(req, self.store)]
+                    return seen[0]
+
+                def apply(answer: Any) -> bool:
+                    if not ex.apply(req, answer):
+                        return False
+                    seen.clear()
+                    return True
+
                 try:
-                    changed = await self.dispatcher.run_pre(
-                        pre_hook,
-                        build=lambda: ex.hook_request(req, self.store),
-                        apply=lambda answer: ex.apply(req, answer),
-                        log_fields=fields,
-                    )
+                    changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields)
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             outgoing = req.SerializeToString() if changed else request
@@ -211,8 +220,9 @@ class HookStage(StageProvider):
                 return reply
             self._recording += 1
             self._recorded.clear()
+            record_from = seen[0] if seen else None
             try:
-                await self._succeeded(ex, req, response, key, post_hook, fields)
+                await self._succeeded(ex, req, response, key, post_hook, fields, record_from)
             except asyncio.CancelledError:
                 # The runtime answered and only then the client left (a
                 # deadline, a cancel), while the state was read back. The
@@ -220,7 +230,9 @@ class HookStage(StageProvider):
                 # the background, still in order with the next call on this
                 # object. (A client that leaves before the runtime answered
                 # cancels the runtime call, as it would without the proxy.)
-                self._finish_in_background(self._succeeded(ex, req, response, key, post_hook, fields), release, fields)
+                self._finish_in_background(
+                    self._succeeded(ex, req, response, key, post_hook, fields, record_from), release, fields
+                )
                 release = None
                 raise
             finally:
@@ -234,12 +246,12 @@ class HookStage(StageProvider):
 
     async def _succeeded(
         self, ex: Executor, req: Message, response: Message | None, key: str, post_hook: HookType | None,
-        fields: dict[str, object],
+        fields: dict[str, object], seen: Any = None,
     ) -> None:
         """Record a successful call and start its post hooks. Safe to run again
         after a cancel: records are put, not added, and post hooks start last,
         after the final await."""
-        await ex.record(req, response, self.store)
+        await ex.record(req, response, self.store, seen)
         if post_hook is not None:
             post_request = await ex.hook_request(req, self.store)
             if post_request is not None:

@@ -536,6 +536,31 @@ async def test_chain_sees_pod_cgroup_parent_set_by_earlier_hook(running, fake, c
     assert running.store.containers["ctr-1"].pod_cgroup_parent == "/kubepods/besteffort/moved"
 
 
+async def test_records_are_what_the_last_pre_hook_saw_when_it_changed_nothing(
+    running, fake, client, sock_dir, hook_dir
+) -> None:
+    """The record a pre hook was sent is kept, not built again, unless its answer changed the call."""
+    from google.protobuf import json_format
+
+    from cri_api.hookapi import api_pb2 as hookapi
+
+    changer = {"PreCreateContainer": {"container_annotations": {"hooked-by": "a"}}}
+    async with hook_server(sock_dir, "a", changer) as a, hook_server(sock_dir, "b", {}) as b:
+        a.register(hook_dir, ["PreCreateContainer"], priority=1)
+        b.register(hook_dir, ["PreRunPodSandbox", "PreCreateContainer"], priority=2)
+        await registered(running, 2)
+        await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString())
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        seen_pod = json_format.ParseDict(b.requests("PreRunPodSandbox")[0], hookapi.PodSandboxHookRequest())
+        seen_container = json_format.ParseDict(
+            b.requests("PreCreateContainer")[0], hookapi.ContainerResourceHookRequest()
+        )
+    assert running.store.pods["pod-1"] == seen_pod
+    assert seen_container.container_annotations["hooked-by"] == "a"  # a's change, which b saw
+    seen_container.container_meta.id = "ctr-1"
+    assert running.store.containers["ctr-1"] == seen_container
+
+
 async def test_metrics_endpoint(fake, sock_dir, hook_dir) -> None:
     import socket
     import urllib.request
