@@ -3,8 +3,9 @@
 HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
 
 - SETTINGS are acknowledged and the peer's followed (settings.py);
-- flow control both ways: what arrives is given back in WINDOW_UPDATEs after
-  each read (the connection, and each stream still sending its request);
+- flow control both ways: what arrives is given back in WINDOW_UPDATEs (after
+  each read to each stream still sending its request, to the connection in
+  batches: settings.py);
   what goes out waits for the peer's connection and stream windows, and for
   the transport's buffer (``pause_writing``; a peer that does not read is
   not read either once CONTROL_BACKLOG of answers to it waits, sending.py); a stream
@@ -34,10 +35,12 @@ import hpack
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.divert import parse_timeout, percent_encode
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
+from runtimeproxy.frames.hpackpeek import HeaderReader
+from runtimeproxy.frames.hpackstatic import stateless_block
 
 from .calls import ACCEPTED_ENCODINGS, PREFIX, Call, CallError, Limits, Route, one_message
 from .sending import Sender
-from .settings import MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
+from .settings import CREDIT_BATCH, MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 _OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
                (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
+_OK_HEADERS_BLOCK = stateless_block(_OK_HEADERS)  # every answer's first block: no encoder work
 
 
 class Connection(asyncio.Protocol):
@@ -55,7 +59,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = False
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._headers = HeaderReader(MAX_HEADER_LIST, "")  # the proxy's blocks are read without a full decode
         self._encoder = hpack.Encoder()
         self._block: tuple[int, bytearray, bool] | None = None  # a header block awaiting CONTINUATION
         self._calls: dict[int, Call] = {}
@@ -87,13 +91,10 @@ class Connection(asyncio.Protocol):
         self._buf += data
         try:
             self._parse()
-        except FrameError as exc:
+        except FrameError as exc:  # a bad header block too (COMPRESSION_ERROR, hpackpeek.HeaderReader)
             self._fail(exc.code, str(exc))
             return
-        except hpack.HPACKError as exc:
-            self._fail(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}")
-            return
-        if self._unacked:
+        if self._unacked >= CREDIT_BATCH:  # not per read: a small call's answer then goes alone, one write
             self._out.append(fr.window_update(0, self._unacked))
             self._unacked = 0
         for sid, count in self._stream_unacked.items():
@@ -265,7 +266,8 @@ class Connection(asyncio.Protocol):
         if not frame.has(Flag.END_HEADERS):
             return
         self._block = None
-        headers = self._decoder.decode(bytes(block), raw=True)  # always decoded: HPACK state must follow
+        data = bytes(block)
+        headers = self._headers.peek_all(data) or self._headers.decode(data)  # always read: HPACK state must follow
         call = self._calls.get(sid)
         if call is not None:  # a second block: the request's trailers
             if not (call.receiving and end_stream):
@@ -349,7 +351,8 @@ class Connection(asyncio.Protocol):
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
             return
-        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_HEADERS), self._peer.max_frame, False))
+        block = self._send.block(_OK_HEADERS, _OK_HEADERS_BLOCK)
+        self._out.extend(fr.header_frames(call.sid, block, self._peer.max_frame, False))
         call.out = memoryview(PREFIX.pack(0, len(response)) + response)
         self._send.answer(call)
 

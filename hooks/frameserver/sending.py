@@ -11,6 +11,7 @@ import hpack
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import FrameType
+from runtimeproxy.frames.hpackstatic import stateless_block
 
 from .calls import Call
 from .settings import PeerSettings
@@ -19,6 +20,7 @@ from .settings import PeerSettings
 # read: past this many unsent bytes it is not read either.
 CONTROL_BACKLOG = 1 << 20
 _OK_TRAILERS = [(b"grpc-status", b"0")]
+_OK_TRAILERS_BLOCK = stateless_block(_OK_TRAILERS)
 
 
 class Sender:
@@ -38,6 +40,12 @@ class Sender:
         self._paused = False  # the transport's buffer is full
         self._reading_paused = False  # see CONTROL_BACKLOG
         self._backlog = 0  # bytes written while the transport's buffer was full
+
+    def block(self, headers: list[tuple[bytes, bytes]], stateless: bytes) -> bytes:
+        """``headers`` as a header block: ``stateless``, their block made once
+        (hpackstatic.py), unless the encoder owes the peer a table size update,
+        which must open the next block it sends (RFC 7541 section 4.2)."""
+        return self._encoder.encode(headers) if self._encoder.header_table.resized else stateless
 
     def answer(self, call: Call) -> None:
         """``call.out`` goes out as the windows allow, behind earlier answers."""
@@ -94,6 +102,7 @@ class Sender:
             if out:
                 still.append(call)
                 continue
-            self.out.extend(fr.header_frames(call.sid, self._encoder.encode(_OK_TRAILERS), self._peer.max_frame, True))
+            self.out.extend(fr.header_frames(call.sid, self.block(_OK_TRAILERS, _OK_TRAILERS_BLOCK),
+                                             self._peer.max_frame, True))
             self._finished(call)
         self._answers = still

@@ -10,10 +10,14 @@ import hpack
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, FrameError, FrameType, Setting
 
-# Granted to each stream (SETTINGS) and to the connection, and given back
-# after every read: a 16 MiB hook request flows without a round trip per window.
+# Granted to each stream (SETTINGS) and to the connection: a 16 MiB hook
+# request flows without a round trip per window. A stream still sending gets
+# its window back after every read; the connection once CREDIT_BATCH of it
+# is used (a WINDOW_UPDATE per small call would be a write, and a wake-up of
+# the proxy, of its own).
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 16 << 20
+CREDIT_BATCH = CONNECTION_WINDOW // 4
 MAX_STREAMS = 256  # SETTINGS_MAX_CONCURRENT_STREAMS: a hook client needs a handful
 MAX_HEADER_LIST = 64 * 1024  # SETTINGS_MAX_HEADER_LIST_SIZE, and what the decoder accepts
 _HPACK_DEFAULT_TABLE = 4096

@@ -11,51 +11,22 @@ from urllib.parse import unquote
 
 import grpc
 
+from ..frames.hpackstatic import field, stateless_block
+
 USER_AGENT = b"runtime-proxy"
 AUTHORITY = b"localhost"  # what grpc sends for a unix socket
 
 
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    """RFC 7541 section 5.1."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = bytearray([first | limit])
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _string(data: bytes) -> bytes:
-    return _integer(len(data), 7, 0) + data  # not Huffman coded
-
-
-def _literal(name_index: int, value: bytes) -> bytes:
-    """A literal without indexing (RFC 7541 section 6.2.2), its name from the static table."""
-    return _integer(name_index, 4, 0) + _string(value)
-
-
-def _literal_new(name: bytes, value: bytes) -> bytes:
-    return b"\x00" + _string(name) + _string(value)
-
-
-# Static table indices (RFC 7541 appendix A).
-_METHOD_POST, _SCHEME_HTTP, _PATH, _AUTHORITY, _CONTENT_TYPE, _USER_AGENT = 3, 6, 4, 1, 31, 58
-
-
 def request_block_prefix(path: str) -> bytes:
     """Everything of a call's block but its timeout (``with_timeout``)."""
-    return b"".join((
-        _integer(_METHOD_POST, 7, 0x80),
-        _integer(_SCHEME_HTTP, 7, 0x80),
-        _literal(_PATH, path.encode()),
-        _literal(_AUTHORITY, AUTHORITY),
-        _literal(_CONTENT_TYPE, b"application/grpc"),
-        _literal_new(b"te", b"trailers"),
-        _literal(_USER_AGENT, USER_AGENT),
+    return stateless_block((
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", path.encode()),
+        (b":authority", AUTHORITY),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"user-agent", USER_AGENT),
     ))
 
 
@@ -63,7 +34,7 @@ def with_timeout(prefix: bytes, seconds: float) -> bytes:
     """The whole block, with ``grpc-timeout`` (gRPC over HTTP/2: at most 8 digits and a unit)."""
     millis = max(1, int(seconds * 1000))
     value = b"%dm" % millis if millis < 100_000_000 else b"%dS" % min(99_999_999, int(seconds))
-    return prefix + _literal_new(b"grpc-timeout", value)
+    return prefix + field(b"grpc-timeout", value)
 
 
 # gRPC's mapping of an HTTP status other than 200 (doc/http-grpc-status-mapping.md).

@@ -210,6 +210,31 @@ async def test_a_shut_stream_window_holds_only_its_own_answer(frames: Scripted) 
     await peer.close()
 
 
+async def test_the_connection_window_comes_back_in_batches_not_per_small_call(frames: Scripted) -> None:
+    """A small call's answer is all the server writes for it (no WINDOW_UPDATE to wake the
+    client for); the connection's window comes back once CREDIT_BATCH of it was used."""
+    from hooks.frameserver.settings import CREDIT_BATCH
+
+    peer = await raw_with_settings(Path(frames.socket_path))
+    for stream in (1, 3):  # the first answer follows the server's SETTINGS and window grant
+        peer.writer.write(grpc_call(stream, PRE_CREATE.full_method, _container("5")))
+        seen = await peer.until(HEADERS, stream) + await peer.until(HEADERS, stream)
+    assert [f[0] for f in seen] == [HEADERS, DATA, HEADERS]
+    message = _container("none", pad=CREDIT_BATCH // 8)  # a large request, an empty answer
+    body = b"\x00" + struct.pack(">I", len(message)) + message
+    chunks = [body[i:i + 16384] for i in range(0, len(body), 16384)]
+    stream, updates = 5, []
+    while not updates:  # calls until CREDIT_BATCH of the window is used
+        peer.writer.write(open_call(stream, PRE_CREATE.full_method) + b"".join(
+            frame(DATA, END_STREAM if chunk is chunks[-1] else 0, stream, chunk) for chunk in chunks))
+        seen = await peer.until(HEADERS, stream) + await peer.until(HEADERS, stream)
+        updates = [f for f in seen if f[0] == WINDOW_UPDATE and f[2] == 0]
+        stream += 2
+        assert stream < 40
+    assert struct.unpack(">I", updates[0][3])[0] >= CREDIT_BATCH
+    await peer.close()
+
+
 async def test_answers_are_framed_at_the_peers_max_frame_size(frames: Scripted) -> None:
     peer = await raw_with_settings(Path(frames.socket_path), (0x5, 40_000))  # MAX_FRAME_SIZE
     peer.writer.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)))
