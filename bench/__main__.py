@@ -39,13 +39,15 @@ def _parse(argv: list[str] | None) -> Options:
                    help="the proxies' --data-path [not passed: their default]")
     p.add_argument("--event-loop", choices=EVENT_LOOPS, default=d.event_loop,
                    help="the proxies' --event-loop [not passed: the proxies' default]")
+    p.add_argument("--proxy-nice", type=int, default=d.proxy_nice,
+                   help="the proxies' and reference relays' niceness [the Nice= of systemd/runtime-proxy.service]")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.duration <= 0 or a.lifecycles < 1 or a.containers < 0:
         p.error("--rounds and --lifecycles must be >= 1, --duration > 0, --containers >= 0")
     opts = Options(rounds=a.rounds, duration=a.duration, lifecycles=a.lifecycles, containers=a.containers,
                    concurrencies=a.concurrency, json_path=a.json, keep=a.keep, data_path=a.data_path,
-                   event_loop=a.event_loop)
+                   event_loop=a.event_loop, proxy_nice=a.proxy_nice)
     return quick_options(opts) if a.quick else opts
 
 

@@ -85,13 +85,23 @@ def machine_ticks() -> tuple[int, int]:
     return ticks[3] + ticks[4], sum(ticks)
 
 
+def unit_nice(unit: Path = PROJECT_ROOT / "systemd" / "runtime-proxy.service") -> int:
+    """The ``Nice=`` the proxy's systemd unit runs it at (0 if it sets none)."""
+    for line in unit.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "Nice":
+            return int(value)
+    return 0
+
+
 class Child:
-    """One child process, started with ``start()`` and ended with ``stop()``."""
+    """One child process, started with ``start()`` and ended with ``stop()``;
+    ``nice``: its scheduling niceness, as ``nice -n`` sets it."""
 
     def __init__(self, name: str, argv: list[str], log_path: Path, *, stdin_pipe: bool = False,
-                 stdout_pipe: bool = False) -> None:
+                 stdout_pipe: bool = False, nice: int = 0) -> None:
         self.name = name
-        self.argv = argv
+        self.argv = ["nice", "-n", str(nice), *argv] if nice else argv
         self.log_path = log_path
         self._stdin_pipe = stdin_pipe
         self._stdout_pipe = stdout_pipe
@@ -174,8 +184,8 @@ async def wait_idle(pid: int, *, quiet_for: float = 0.6, step: float = 0.2, time
 class ReadyChild(Child):
     """A child that prints ``ready`` on stdout once it serves."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
-        super().__init__(name, argv, log_path, stdout_pipe=True)
+    def __init__(self, name: str, argv: list[str], log_path: Path, nice: int = 0) -> None:
+        super().__init__(name, argv, log_path, stdout_pipe=True, nice=nice)
 
     async def wait_ready(self, timeout: float = 20.0) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -207,15 +217,16 @@ class HookServerChild(ReadyChild):
 class RelayChild(ReadyChild):
     """A reference relay (:mod:`bench.relays`) in front of the same containerd."""
 
-    def __init__(self, kind: str, listen: Path, backend: Path, log_path: Path) -> None:
+    def __init__(self, kind: str, listen: Path, backend: Path, log_path: Path, nice: int = 0) -> None:
         super().__init__(f"{kind} relay", [sys.executable, "-m", "bench.relays", kind, str(listen), str(backend)],
-                         log_path)
+                         log_path, nice=nice)
         self.listen = listen
 
 
 class ProxyChild(Child):
     def __init__(self, name: str, listen: Path, backend: Path, hook_dir: Path, log_path: Path,
-                 metrics_port: int | None = None, data_path: str | None = None, event_loop: str | None = None) -> None:
+                 metrics_port: int | None = None, data_path: str | None = None, event_loop: str | None = None,
+                 nice: int = 0) -> None:
         # The console script's entry point, called directly: it does not depend on a `__main__`
         # guard in runtimeproxy/cli.py (older checkouts had none, and `-m` then exited doing nothing).
         argv = [sys.executable, "-c", _CLI_ENTRY, "serve", "--listen", str(listen),
@@ -226,7 +237,7 @@ class ProxyChild(Child):
             argv += ["--data-path", data_path]
         if event_loop is not None:  # only when asked for: older checkouts have no --event-loop
             argv += ["--event-loop", event_loop]
-        super().__init__(name, argv, log_path)
+        super().__init__(name, argv, log_path, nice=nice)
         self.listen = listen
         self.metrics_port = metrics_port
 

@@ -198,7 +198,8 @@ def render(results: dict[str, Any]) -> str:
         f"grpcio {env.get('grpcio', '?')}; load average at start "
         + " ".join(f"{x:.2f}" for x in env.get("loadavg_at_start", ())))
     add(f"proxies: --data-path {opts.get('data_path') or '(not passed: their default)'}, "
-        f"--event-loop {opts.get('event_loop') or '(not passed: their default)'}")
+        f"--event-loop {opts.get('event_loop') or '(not passed: their default)'}; "
+        f"proxies and reference relays at nice {env.get('proxy_nice', 0)}, hook servers and containerd at 0")
     add(f"ListContainers sees {results.get('list_containers_count', {})} containers "
         f"({opts['pods']} pods, {opts['containers']} created containers)")
 

@@ -33,6 +33,7 @@ from .procs import (
     machine_ticks,
     memory_mib,
     say,
+    unit_nice,
     wait_cri_version,
     wait_idle,
     work_dir,
@@ -65,6 +66,8 @@ class Options:
     quick: bool = False
     data_path: str | None = None  # the proxies' --data-path; None: not passed (their default)
     event_loop: str | None = None  # the proxies' --event-loop; None: not passed (their default)
+    # The proxies' and reference relays' niceness; None: what systemd/runtime-proxy.service sets.
+    proxy_nice: int | None = None
 
 
 def quick_options(base: Options) -> Options:
@@ -115,7 +118,8 @@ class Bench:
                 await server.wait_ready()
                 hook_servers[kind] = server
 
-            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop}
+            nice = self._nice()
+            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop, "nice": nice}
             plain_dir = self._hook_dir("hooks-none")
             plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
                                **paths)
@@ -177,7 +181,8 @@ class Bench:
 
     async def _start_relays(self, stack: contextlib.AsyncExitStack, backend: Path) -> dict[str, RelayChild]:
         work = self.work
-        relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", backend, work / f"{kind}-relay.log")
+        relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", backend, work / f"{kind}-relay.log",
+                                   nice=self._nice())
                   for name, kind in REFERENCE_RELAYS.items()}
         for relay in relays.values():
             await relay.start()
@@ -197,7 +202,12 @@ class Bench:
             "grpcio": grpc.__version__,
             "runtime": f"{version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})",
             "kernel": platform.release(),
+            "proxy_nice": self._nice(),
         }
+
+    def _nice(self) -> int:
+        """The proxies run as their unit runs them, and the reference relays as the proxies."""
+        return unit_nice() if self.opts.proxy_nice is None else self.opts.proxy_nice
 
     def _hook_dir(self, name: str) -> Path:
         path = self.work / name

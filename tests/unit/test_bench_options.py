@@ -32,3 +32,18 @@ def test_the_event_loop_reaches_the_proxies_only_when_asked_for() -> None:
     assert argv(data_path="grpc")[-2:] == ["--data-path", "grpc"]
     assert argv(event_loop="uvloop")[-2:] == ["--event-loop", "uvloop"]
     assert argv(data_path="frames", event_loop="asyncio")[-4:] == ["--data-path", "frames", "--event-loop", "asyncio"]
+
+
+def test_the_proxies_run_at_the_niceness_their_unit_gives_them(tmp_path: Path) -> None:
+    from bench.procs import RelayChild, unit_nice
+
+    assert unit_nice() == -10  # systemd/runtime-proxy.service
+    bare = tmp_path / "bare.service"
+    bare.write_text("[Service]\nExecStart=/bin/true\n")
+    assert unit_nice(bare) == 0
+    assert _parse([]).proxy_nice is None  # the run uses unit_nice()
+    assert _parse(["--proxy-nice", "0"]).proxy_nice == 0
+    proxy = ProxyChild("proxy", Path("/p.sock"), Path("/b.sock"), Path("/h.d"), Path("/p.log"), nice=-10)
+    assert proxy.argv[:3] == ["nice", "-n", "-10"] and "serve" in proxy.argv
+    assert ProxyChild("proxy", Path("/p.sock"), Path("/b.sock"), Path("/h.d"), Path("/p.log")).argv[0] != "nice"
+    assert RelayChild("bytes", Path("/r.sock"), Path("/b.sock"), Path("/r.log"), nice=-10).argv[:3] == ["nice", "-n", "-10"]
