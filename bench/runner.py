@@ -83,6 +83,8 @@ class Bench:
         self.results: dict[str, Any] = {"options": {k: (str(v) if isinstance(v, Path) else v)
                                                     for k, v in opts.__dict__.items()}}
         self.problems: list[str] = []
+        # The proxies run as their unit runs them, and the reference relays as the proxies.
+        self.nice = unit_nice() if opts.proxy_nice is None else opts.proxy_nice
 
     # ------------------------------------------------------------------ setup
 
@@ -118,8 +120,7 @@ class Bench:
                 await server.wait_ready()
                 hook_servers[kind] = server
 
-            nice = self._nice()
-            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop, "nice": nice}
+            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop, "nice": self.nice}
             plain_dir = self._hook_dir("hooks-none")
             plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
                                **paths)
@@ -182,7 +183,7 @@ class Bench:
     async def _start_relays(self, stack: contextlib.AsyncExitStack, backend: Path) -> dict[str, RelayChild]:
         work = self.work
         relays = {name: RelayChild(kind, work / f"{kind}-relay.sock", backend, work / f"{kind}-relay.log",
-                                   nice=self._nice())
+                                   nice=self.nice)
                   for name, kind in REFERENCE_RELAYS.items()}
         for relay in relays.values():
             await relay.start()
@@ -202,12 +203,8 @@ class Bench:
             "grpcio": grpc.__version__,
             "runtime": f"{version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})",
             "kernel": platform.release(),
-            "proxy_nice": self._nice(),
+            "proxy_nice": self.nice,
         }
-
-    def _nice(self) -> int:
-        """The proxies run as their unit runs them, and the reference relays as the proxies."""
-        return unit_nice() if self.opts.proxy_nice is None else self.opts.proxy_nice
 
     def _hook_dir(self, name: str) -> Path:
         path = self.work / name

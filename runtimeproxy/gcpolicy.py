@@ -5,10 +5,10 @@ whichever call that happens: measured in a proxy over its start-up and 41
 pod lifecycles, a young collection took 0.14 ms (39 of them), a middle one
 0.9 ms (4) and a full one 18 ms, most of it walking the objects start-up
 made (grpc, protobuf, the CRI modules, the config) that live as long as the
-process. Once the process serves they are
-frozen out of the collector's reach, and collections come less often; the
-memory they leave for later is what reference cycles hold, which is little
-(the proxy's calls free their objects by reference counting).
+process. Once the process serves they are frozen out of the collector's
+reach, and collections come less often; the memory they leave for later is
+what reference cycles hold, which is little (the proxy's calls free their
+objects by reference counting).
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ class HistogramFamily(_Family):
         buckets: Sequence[float],
     ) -> None:
         super().__init__(name, documentation, labelnames, registry)
-        self.bounds = tuple(float(b) for b in buckets)
+        # +Inf is always the last bucket; a list that names it (prometheus-client's own) is taken too.
+        self.bounds = tuple(float(b) for b in buckets if b != float("inf"))
         if list(self.bounds) != sorted(set(self.bounds)) or not self.bounds:
             raise ValueError(f"{name}: buckets must be distinct and sorted")
         self._names = [floatToGoString(b) for b in self.bounds] + ["+Inf"]

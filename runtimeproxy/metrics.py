@@ -6,13 +6,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .loopmetrics import CounterFamily, HistogramFamily
 
-DEFAULT_BUCKETS = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))  # prometheus-client's
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 
 
@@ -44,7 +42,7 @@ class Metrics:
             "CRI calls that went through hooks, end to end (hooks and backend).",
             ["method"],
             self.registry,
-            buckets=DEFAULT_BUCKETS,
+            buckets=Histogram.DEFAULT_BUCKETS,
         )
         self.backend_up = Gauge(
             "runtime_proxy_backend_ready",
@@ -150,19 +148,13 @@ class CriCallMetrics:
         self.active += 1
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        counters: dict[str, Any] = {}
-        histogram: list[Any] = []
+        calls, seconds_by = self._calls.labels, self._seconds.labels
 
         def record(code: str, seconds: float) -> None:
             self.active -= 1
             self.served += 1
-            counter = counters.get(code)
-            if counter is None:
-                counter = counters[code] = self._calls.labels(method, version, code)
-            counter.inc()
-            if not histogram:
-                histogram.append(self._seconds.labels(method, version))
-            histogram[0].observe(seconds)
+            calls(method, version, code).inc()
+            seconds_by(method, version).observe(seconds)
 
         return record
 
