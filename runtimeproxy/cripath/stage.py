@@ -18,6 +18,12 @@ Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
 Unary = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
 
 
+def request_sent(context: aio.ServicerContext) -> bool:
+    """Whether the call's request already went to the runtime as the client
+    sent it (``StageProvider.sends_unchanged``); never so on the grpc path."""
+    return getattr(context, "request_sent", False)
+
+
 def compose(stages: Sequence[Stage], last: Unary) -> Unary:
     """``stages`` in order, each sending on to the next, the last to ``last``
     (the backend call of whichever data path carries the call)."""
@@ -47,6 +53,16 @@ class StageProvider:
         it. The grpc path relays through a task that a later call may
         overtake; there only the stages keep that order."""
         return True
+
+    def sends_unchanged(self, method: str) -> bool:
+        """Whether a call of ``method`` starting now would reach the runtime
+        exactly as the client sent it, with nothing to wait for first (asked
+        for methods it gave a stage, once ``needed`` said yes). The frames
+        path then writes the request as it reads it, and runs the stage beside
+        the runtime's work, its context's ``request_sent`` set: the stage
+        still sees the call and its answer, and must send the request as it
+        came. False unless a provider knows better."""
+        return False
 
     async def settle(self) -> None:
         """Shutdown, once no call is left: finish work that still needs the backend."""

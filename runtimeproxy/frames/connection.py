@@ -64,6 +64,9 @@ class Routes(Protocol):
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call run in place (hooked.py), or None."""
 
+    def sends_unchanged(self, path: str) -> bool:
+        """True if a call hooked in place may go to the runtime as it is read (hooked.py)."""
+
     def measure(self, path: str) -> Callable[[str, float], None] | None:
         """A call on ``path`` starts: the function that records its end, or None."""
 

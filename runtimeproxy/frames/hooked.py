@@ -10,6 +10,10 @@ natively stays on the client's own backend connection (connection.py):
   merge, ordering, store, post hooks; the same code, not a copy);
 - what the stages send on is re-framed at the backend's max frame size under
   the backend's stream and connection windows;
+- unless no stage may change it (``Routes.sends_unchanged``: no pre hook, no
+  lock to keep it behind): then the request goes on as it was read, once
+  complete (upstream.py), and the stages run beside the runtime's work, told
+  so by ``FramesContext.request_sent``;
 - the answer is teed for the stages and relayed to the client verbatim, held
   from its first header block (outbound.Gate) until the stages are done, so
   the client never sees an answer the proxy has not recorded yet, as on the
@@ -72,7 +76,9 @@ class Hooked:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )  # grpc-status and -message once the backend ended the stream
     gate: Gate | None = None
+    as_read: bool = False  # its request may go as it was read (upstream.py)
     sent: bool = False
+    sent_as_read: bool = False  # it went so, before the stages ran
     finished: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -85,8 +91,9 @@ class Hooked:
 class FramesContext:
     """What stages use of grpc's ServicerContext, for a call on the frames path."""
 
-    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, headers: list[tuple[bytes, bytes]], request_sent: bool = False) -> None:
         self._headers = headers
+        self.request_sent = request_sent  # see cripath.stage.request_sent
         self._started = asyncio.get_running_loop().time()  # the deadline is read from here, when asked
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
@@ -130,10 +137,18 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
             conn.end_hooked(call.stream_id, grpc.StatusCode.INTERNAL, f"runtime-proxy: {text}")
             return
 
+        message = messages[0]
+
         async def send(request: bytes, context: Any) -> bytes:
+            if call.sent_as_read:
+                if request != message:
+                    raise RuntimeError("a stage changed a request the runtime already has")
+                call.sent_as_read = False
+                return await _answer(call)
             return await _send(conn, call, request)
 
-        await compose(call.stages, send)(messages[0], FramesContext(call.headers))  # type: ignore[arg-type]
+        context = FramesContext(call.headers, request_sent=call.sent_as_read)
+        await compose(call.stages, send)(message, context)  # type: ignore[arg-type]
     except Aborted as refusal:
         if not call.sent:
             conn.end_hooked(call.stream_id, refusal.code, refusal.details)
@@ -197,6 +212,11 @@ async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
         call.window -= n
         conn.inbound.data(call.stream_id, bytes(view[:n]), n == len(view))
         view = view[n:]
+    return await _answer(call)
+
+
+async def _answer(call: Hooked) -> bytes:
+    """The backend's one answer message, once its request is sent."""
     notify = call_issued.get()
     if notify is not None:
         notify()  # later calls on this connection reach the runtime after it

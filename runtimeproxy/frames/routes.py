@@ -35,6 +35,10 @@ class Staged:
         """Whether a call starting now has work in any of the stages."""
         return any(provider.needed(self.method) for provider in self.providers)
 
+    def sends_unchanged(self) -> bool:
+        """Whether a call starting now may go to the runtime as it is read (its stages run beside)."""
+        return all(provider.sends_unchanged(self.method) for provider in self.providers)
+
 
 def plan_paths(
     plan: VersionPlan, providers: Sequence[StageProvider], image_apart: bool
@@ -108,6 +112,12 @@ class RouterRoutes:
         """The stages of a call hooked in place, or None."""
         staged = self._hooked.get(path) if self._current() is not None else None
         return None if staged is None else staged.stages
+
+    def sends_unchanged(self, path: str) -> bool:
+        """Whether a hooked call's request may go to the runtime as it is
+        read, its stages running beside the runtime's work."""
+        staged = self._hooked.get(path)
+        return staged is not None and staged.sends_unchanged()
 
     def fast(self, path: str) -> bool:
         plan = self._current()

@@ -307,8 +307,10 @@ class ClientSide:
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes | memoryview]) -> None:
-        self._ordered(b"".join(_without_end_stream(raws)), out)  # the request follows, from the stages
-        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send)
+        as_read = not end_stream and self.conn.routes.sends_unchanged(path)
+        # The request follows, from the stages (or as it is read: _send_as_read).
+        self._ordered(b"".join(raws if as_read else _without_end_stream(raws)), out)
+        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send, as_read=as_read)
         self.conn.start_timing(sid, path)
         if end_stream:
             call.ended.set()
@@ -319,7 +321,8 @@ class ClientSide:
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))
         call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
-        self.conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
+        if not as_read:
+            self.conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
 
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes | memoryview]) -> None:
         # A backend handler must never see a complete (empty) request.
@@ -374,7 +377,23 @@ class ClientSide:
             self._refuse_size(f, too_long, out)
             return
         call.body += payload
+        if call.as_read and f.has(Flag.END_STREAM):
+            self._send_as_read(call, out)
         self._consumed(call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
+
+    def _send_as_read(self, call: hooked.Hooked, out: list[bytes | memoryview]) -> None:
+        """A complete request no stage may change goes on now, with this read's
+        frames, if it is one uncompressed message and the backend's windows
+        take it whole; else the call's task sends it, as any hooked call's."""
+        body = call.body
+        size = len(body)
+        if size < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != size - 5:
+            return
+        if size > call.window or not self.conn.inbound.take(size):
+            return
+        call.window -= size
+        call.sent = call.sent_as_read = True
+        out.extend(fr.data_frames(call.stream_id, bytes(body), self.conn.backend_frames.send, True))
 
     def _consumed(self, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
         """DATA the proxy took, never seen by the backend: it credits the client itself."""

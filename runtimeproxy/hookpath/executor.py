@@ -71,6 +71,12 @@ class Executor:
         hook was sent, if the call is still what it was built from (the
         executor's to keep: nothing else holds it)."""
 
+    def early_seen(self, req: Any, store: StateStore) -> HookRequest | None:
+        """What ``record`` takes as ``seen``, built while the runtime works on
+        a call no pre hook saw; None where the record needs nothing built or
+        would read the runtime (that waits for the answer)."""
+        return None
+
     async def unsure(self, req: Any, store: StateStore) -> None:
         """After a backend call whose outcome the proxy did not see (its client
         left, the runtime failed or went away): make the records true again."""
@@ -101,6 +107,9 @@ class RunPodSandbox(Executor):
         return _skips(req.config.labels)
 
     async def hook_request(self, req: v1.RunPodSandboxRequest, store: StateStore) -> HookRequest:
+        return pod_record(req.config, req.runtime_handler)
+
+    def early_seen(self, req: v1.RunPodSandboxRequest, store: StateStore) -> HookRequest:
         return pod_record(req.config, req.runtime_handler)
 
     def apply(self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse) -> bool:
@@ -165,16 +174,16 @@ class CreateContainer(Executor):
         self, req: v1.CreateContainerRequest, store: StateStore, container_id: str = ""
     ) -> hookapi.ContainerResourceHookRequest:
         # The pod as the runtime has it (with what PreRunPodSandbox hooks
-        # changed), not kubelet's copy of its config; but the cgroup parent
-        # the runtime will use for this container is the request's.
+        # changed), not kubelet's copy of its config.
         pod = await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
-        record = container_record(pod, req.config, container_id)
-        if req.sandbox_config.linux.cgroup_parent:
-            record.pod_cgroup_parent = req.sandbox_config.linux.cgroup_parent
-        return record
+        return _container_record(req, pod, container_id)
 
     async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
         return await self._record(req, store)
+
+    def early_seen(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest | None:
+        pod = store.pods.get(req.pod_sandbox_id)
+        return None if pod is None else _container_record(req, pod)
 
     def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
         config = req.config
@@ -197,6 +206,15 @@ class CreateContainer(Executor):
         else:
             record = await self._record(req, store, resp.container_id)
         store.put_container(resp.container_id, req.pod_sandbox_id, record)
+
+
+def _container_record(
+    req: v1.CreateContainerRequest, pod: hookapi.PodSandboxHookRequest, container_id: str = ""
+) -> hookapi.ContainerResourceHookRequest:
+    record = container_record(pod, req.config, container_id)
+    if req.sandbox_config.linux.cgroup_parent:  # the cgroup parent the runtime will use for this container
+        record.pod_cgroup_parent = req.sandbox_config.linux.cgroup_parent
+    return record
 
 
 class StartContainer(_ContainerById):

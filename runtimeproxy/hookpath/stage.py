@@ -16,7 +16,7 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 
 from ..cripath.forward import call_issued
-from ..cripath.stage import Send, Stage, StageProvider
+from ..cripath.stage import Send, Stage, StageProvider, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
@@ -107,6 +107,20 @@ class HookStage(StageProvider):
         point = HOOKED_METHODS.get(method)
         return point is not None and (point.keeps_state or self.dispatcher.has_servers() or len(self.locks) > 0)
 
+    def sends_unchanged(self, method: str) -> bool:
+        """No pre hook can change the call, no call holds or awaits a lock it
+        could pass, and no Fail hook must see it before it goes (a request
+        the proxy cannot decode is refused then): the runtime may have it at
+        once, while the call is decoded and its record built."""
+        point = HOOKED_METHODS.get(method)
+        if point is None or len(self.locks) > 0:
+            return False
+        if point.pre is not None and self.dispatcher.servers(point.pre):
+            return False
+        return point.post is None or all(
+            server.failure_policy is not FailurePolicy.FAIL for server in self.dispatcher.servers(point.post)
+        )
+
     async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()
         outcome: str | None = "error"
@@ -168,9 +182,12 @@ class HookStage(StageProvider):
             return await self._undecodable(point, request, exc, context, send)
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
+        sent = request_sent(context)
         release: Callable[[], None] | None = await self.locks.acquire(key)
         try:
-            pre_hook = point.pre if point.pre is not None and self.dispatcher.servers(point.pre) else None
+            # A request the runtime has already: pre hooks are too late for it
+            # (a server registered since it was read sees the next call).
+            pre_hook = point.pre if point.pre is not None and not sent and self.dispatcher.servers(point.pre) else None
             post_hook = point.post if point.post is not None and self.dispatcher.servers(point.post) else None
             if (pre_hook or post_hook) and await ex.skip(req, self.store):
                 log.debug("pod opted out of hooks", extra=fields)
@@ -196,6 +213,8 @@ class HookStage(StageProvider):
                     changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields)
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
+            elif sent and (early := ex.early_seen(req, self.store)) is not None:
+                seen[:] = [early]  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
             try:
                 if ex.ordered_until_issued:

@@ -35,6 +35,9 @@ class _Routes:
     def hooked(self, path: str) -> None:
         return None
 
+    def sends_unchanged(self, path: str) -> bool:
+        return False
+
     def measure(self, path: str) -> None:
         return None
 

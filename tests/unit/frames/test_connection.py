@@ -50,6 +50,9 @@ class _Routes:
     def hooked(self, path: str):  # type: ignore[no-untyped-def]
         return (_pass_on,)
 
+    def sends_unchanged(self, path: str) -> bool:
+        return False
+
     def measure(self, path: str) -> None:
         return None
 

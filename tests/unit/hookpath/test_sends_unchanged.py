@@ -1,0 +1,121 @@
+"""When the hook stage lets a call go to the runtime as it was read
+(``HookStage.sends_unchanged``), and what it does with such a call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.hookpath import executor
+from runtimeproxy.hookpath.dispatch import Dispatcher
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookSnapshot
+from runtimeproxy.hookpath.stage import HookStage
+from runtimeproxy.hookpath.store import StateStore
+
+
+class Servers:
+    """A registry holding the given hook servers."""
+
+    def __init__(self, *servers: HookServerConfig) -> None:
+        self.servers = servers
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        return tuple(s for s in self.servers if hook in s.hooks)
+
+    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
+        pass
+
+
+def _server(policy: FailurePolicy, *hooks: HookType) -> HookServerConfig:
+    return HookServerConfig("h.json", "/run/h.sock", policy, frozenset(hooks), timeout=1.0)
+
+
+def _stage(*servers: HookServerConfig) -> HookStage:
+    return HookStage(Dispatcher(Servers(*servers)), StateStore())  # type: ignore[arg-type]
+
+
+IGNORE, FAIL = FailurePolicy.IGNORE, FailurePolicy.FAIL
+
+
+@pytest.mark.parametrize(
+    ("servers", "method", "unchanged"),
+    [
+        ((), "RunPodSandbox", True),
+        ((), "RemoveContainer", True),
+        ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "RunPodSandbox", False),  # a pre hook may change it
+        ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "CreateContainer", True),  # not this method's
+        ((_server(IGNORE, HookType.POST_STOP_CONTAINER),), "StopContainer", True),  # post hooks come after
+        ((_server(FAIL, HookType.POST_STOP_CONTAINER),), "StopContainer", False),  # must see it decoded first
+        ((_server(IGNORE, HookType.PRE_START_CONTAINER, HookType.POST_START_CONTAINER),), "StartContainer", False),
+        ((), "Version", False),  # not the hook stage's
+    ],
+)
+def test_a_call_goes_as_read_only_when_no_hook_must_come_first(
+    servers: tuple[HookServerConfig, ...], method: str, unchanged: bool
+) -> None:
+    assert _stage(*servers).sends_unchanged(method) is unchanged
+
+
+async def test_a_call_waiting_behind_a_lock_keeps_its_place() -> None:
+    stage = _stage()
+    release = await stage.locks.acquire("pod-1")  # a call on some object is under way
+    assert not stage.sends_unchanged("RemovePodSandbox")  # it may be on that object: not passed
+    release()
+    assert stage.sends_unchanged("RemovePodSandbox")
+
+
+class _Context:
+    def __init__(self, request_sent: bool) -> None:
+        self.request_sent = request_sent
+
+    async def abort(self, code: Any, details: str = "") -> None:
+        raise AssertionError(f"aborted: {code} {details}")
+
+
+async def test_a_call_the_runtime_has_is_recorded_from_what_was_built_while_it_worked(monkeypatch) -> None:
+    stage = _stage()
+    config = v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="p", uid="u1", namespace="ns"), labels={"a": "b"})
+    request = v1.RunPodSandboxRequest(config=config).SerializeToString()
+    events: list[str] = []
+    built = executor.RunPodSandbox.early_seen
+
+    def early_seen(self, req, store):  # type: ignore[no-untyped-def]
+        events.append("built")
+        return built(self, req, store)
+
+    monkeypatch.setattr(executor.RunPodSandbox, "early_seen", early_seen)
+
+    async def send(data: bytes) -> bytes:
+        assert data == request  # sent as it came
+        events.append("stored" if "pod-1" in stage.store.pods else "answered")
+        return v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString()
+
+    stage_fn = stage.stage_for("RunPodSandbox", "v1", "v1")
+    assert stage_fn is not None
+    await stage_fn(request, _Context(request_sent=True), send)  # type: ignore[arg-type]
+    assert events == ["built", "answered"]
+    record = stage.store.pods["pod-1"]
+    assert (record.pod_meta.uid, dict(record.labels)) == ("u1", {"a": "b"})
+
+
+async def test_pre_hooks_are_not_asked_about_a_call_the_runtime_has() -> None:
+    """A server registered after the call was sent as read sees the next call, not this one."""
+    stage = _stage(_server(FAIL, HookType.PRE_RUN_POD_SANDBOX))  # unreachable: asking it would refuse the call
+    config = v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="p", uid="u2", namespace="ns"))
+    request = v1.RunPodSandboxRequest(config=config).SerializeToString()
+
+    async def send(data: bytes) -> bytes:
+        return v1.RunPodSandboxResponse(pod_sandbox_id="pod-2").SerializeToString()
+
+    stage_fn = stage.stage_for("RunPodSandbox", "v1", "v1")
+    assert stage_fn is not None
+    await stage_fn(request, _Context(request_sent=True), send)  # type: ignore[arg-type]
+    assert stage.store.pods["pod-2"].pod_meta.uid == "u2"
+    with pytest.raises(AssertionError, match="aborted"):  # told nothing, the same call asks it (and fails)
+        await stage_fn(request, _Context(request_sent=False), send)  # type: ignore[arg-type]
+    await stage.dispatcher.close()
