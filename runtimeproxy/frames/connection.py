@@ -170,8 +170,7 @@ class FrameConnection:
             if sid not in self.ended:
                 self.end_locally(sid, 14, "runtime-proxy: the runtime closed the connection")
         for call in self.hooked.values():
-            if call.task is not None:
-                call.task.cancel()
+            call.cancel("the runtime closed the connection")
         self.out.flush()
 
     def backend_goaway(self, last: int) -> None:
@@ -192,9 +191,11 @@ class FrameConnection:
 
     def lost(self) -> None:
         """Either side closed: so does the other; the proxy's own answers stop."""
-        for call in [*self.diverted.values(), *self.hooked.values()]:
+        for call in self.diverted.values():
             if call.task is not None:
                 call.task.cancel()
+        for hooked_call in self.hooked.values():
+            hooked_call.cancel("the connection was lost")
         self._close()
 
     def _guard(self, feed: Callable[[bytes], None], chunk: bytes, side: str) -> None:

@@ -11,9 +11,11 @@ natively stays on the client's own backend connection (connection.py):
 - what the stages send on is re-framed at the backend's max frame size under
   the backend's stream and connection windows;
 - unless no stage may change it (``Routes.sends_unchanged``: no pre hook, no
-  lock to keep it behind): then the request goes on as it was read, once
-  complete (upstream.py), and the stages run beside the runtime's work, told
-  so by ``FramesContext.request_sent``;
+  earlier call to keep it behind): then the request goes on as it was read,
+  once complete (``as_read_frames``), and the stages run beside the
+  runtime's work, told so by ``FramesContext.request_sent``; a client or
+  connection that leaves before they asked for the answer ends it as
+  CANCELLED for them (``Hooked.cancel``), so they re-check what the runtime did;
 - the answer is teed for the stages and relayed to the client verbatim, held
   from its first header block (outbound.Gate) until the stages are done, so
   the client never sees an answer the proxy has not recorded yet, as on the
@@ -76,7 +78,7 @@ class Hooked:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )  # grpc-status and -message once the backend ended the stream
     gate: Gate | None = None
-    as_read: bool = False  # its request may go as it was read (upstream.py)
+    as_read: bool = False  # its request may go as it was read (as_read_frames)
     sent: bool = False
     sent_as_read: bool = False  # it went so, before the stages ran
     finished: bool = False
@@ -86,6 +88,16 @@ class Hooked:
         if not self.answered.done():
             self.answered.set_result((status, message))
             self.opened.set()  # a request still waiting for window: the stream is over
+
+    def cancel(self, message: str) -> None:
+        """The call is over for the proxy (the client or a connection left).
+        Its task is cancelled, unless the runtime has its request and the
+        stages have not asked for the answer yet: they then get it as
+        CANCELLED, and re-check what the runtime did (hook stage)."""
+        if self.sent_as_read:
+            self.answer(1, message)
+        elif self.task is not None:
+            self.task.cancel()
 
 
 class FramesContext:
@@ -182,6 +194,22 @@ def finish(conn: FrameConnection, call: Hooked) -> None:
     if call.gate is not None:
         call.gate.open()
     conn.hooked_done(call)
+
+
+def as_read_frames(conn: FrameConnection, call: Hooked) -> list[bytes]:
+    """The DATA frames of a complete request no stage may change
+    (``Hooked.as_read``), its windows spent: if it is one uncompressed
+    message and the backend's windows take it whole; else none, and the
+    call's task sends it, as any hooked call's."""
+    body = call.body
+    size = len(body)
+    if size < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != size - 5:
+        return []
+    if size > call.window or not conn.inbound.take(size):
+        return []
+    call.window -= size
+    call.sent = call.sent_as_read = True
+    return fr.data_frames(call.stream_id, bytes(body), conn.backend_frames.send, True)
 
 
 async def _request_complete(call: Hooked) -> bool:

@@ -206,8 +206,7 @@ class ClientSide:
             if held is not None:  # the backend has the stream: it ends there too
                 self.conn.mark_ended(sid)
                 held.answer(8, "cancelled by the client")
-                if held.task is not None:
-                    held.task.cancel()
+                held.cancel("cancelled by the client")
             self.conn.stream_done(sid, "CANCELLED")
             self._ordered(raw, out)
         elif f.type == FrameType.SETTINGS:
@@ -307,8 +306,10 @@ class ClientSide:
 
     def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
               end_stream: bool, out: list[bytes | memoryview]) -> None:
-        as_read = not end_stream and self.conn.routes.sends_unchanged(path)
-        # The request follows, from the stages (or as it is read: _send_as_read).
+        # Not while an earlier hooked call of this connection is in its stage:
+        # it may be on the same object, and take its lock only later.
+        as_read = not end_stream and not self.conn.hooked and self.conn.routes.sends_unchanged(path)
+        # The request follows, from the stages (or as it is read: hooked.as_read_frames).
         self._ordered(b"".join(raws if as_read else _without_end_stream(raws)), out)
         call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send, as_read=as_read)
         self.conn.start_timing(sid, path)
@@ -378,22 +379,8 @@ class ClientSide:
             return
         call.body += payload
         if call.as_read and f.has(Flag.END_STREAM):
-            self._send_as_read(call, out)
+            out.extend(hooked.as_read_frames(self.conn, call))  # with this read's frames
         self._consumed(call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
-
-    def _send_as_read(self, call: hooked.Hooked, out: list[bytes | memoryview]) -> None:
-        """A complete request no stage may change goes on now, with this read's
-        frames, if it is one uncompressed message and the backend's windows
-        take it whole; else the call's task sends it, as any hooked call's."""
-        body = call.body
-        size = len(body)
-        if size < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != size - 5:
-            return
-        if size > call.window or not self.conn.inbound.take(size):
-            return
-        call.window -= size
-        call.sent = call.sent_as_read = True
-        out.extend(fr.data_frames(call.stream_id, bytes(body), self.conn.backend_frames.send, True))
 
     def _consumed(self, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
         """DATA the proxy took, never seen by the backend: it credits the client itself."""

@@ -164,14 +164,14 @@ class HookStage(StageProvider):
         servers = [s for hook in (point.pre, point.post) if hook is not None for s in self.dispatcher.servers(hook)]
         failing = [s.name for s in servers if s.failure_policy is FailurePolicy.FAIL]
         fields = {"method": point.method, "error": str(exc), "hook_servers": [s.name for s in servers]}
-        if failing:
+        if failing and not request_sent(context):  # (sent: the Fail server came after the runtime had it)
             log.warning("undecodable request refused: a Fail hook must see it", extra={**fields, "fail_hooks": failing})
             raise _Undecodable(
                 f"runtime-proxy: cannot decode the {point.method} request ({exc}), and hook server(s) "
                 f"{', '.join(failing)} with failure-policy Fail must see it; the call was not sent to the runtime"
             )
         if servers:
-            log.warning("undecodable request sent on without hooks (only Ignore hooks registered)", extra=fields)
+            log.warning("undecodable request sent on without hooks", extra={**fields, "fail_hooks": failing})
         return await send(request)  # nobody must see it: the runtime judges it, as without the proxy
 
     async def _hooked(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
@@ -183,7 +183,16 @@ class HookStage(StageProvider):
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
         sent = request_sent(context)
-        release: Callable[[], None] | None = await self.locks.acquire(key)
+        # A call the runtime has already takes its lock all the same (free: no
+        # call held or awaited one when it was read), so that the calls on its
+        # object that come after it wait for it, as they would for any call.
+        sending = False
+        try:
+            release: Callable[[], None] | None = await self.locks.acquire(key)
+        except BaseException:
+            if sent:  # cancelled while it waited: the runtime may have acted
+                self._recheck(ex, req, fields)
+            raise
         try:
             # A request the runtime has already: pre hooks are too late for it
             # (a server registered since it was read sees the next call).
@@ -216,6 +225,7 @@ class HookStage(StageProvider):
             elif sent and (early := ex.early_seen(req, self.store)) is not None:
                 seen[:] = [early]  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
+            sending = True
             try:
                 if ex.ordered_until_issued:
                     # A stop waits out the grace period kubelet chose; the next
@@ -259,6 +269,10 @@ class HookStage(StageProvider):
                 if not self._recording:
                     self._recorded.set()
             return reply
+        except BaseException:
+            if sent and not sending:  # failed or cancelled before it asked for the answer: the runtime may have acted
+                self._recheck(ex, req, fields)
+            raise
         finally:
             if release is not None:
                 release()

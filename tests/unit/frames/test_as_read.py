@@ -20,12 +20,14 @@ MESSAGE = struct.pack(">BI", 0, 3) + b"abc"
 
 
 class _Beside(_Routes):
-    """Stages that may not change the request: each records what it was told,
-    and waits for ``go`` before it sends on (a decode, a record being built)."""
+    """Stages that may not change the request: each records what it was told
+    and how its call ended, and waits for ``go`` before it sends on (a
+    decode, a record being built)."""
 
     def __init__(self, change: bool = False) -> None:
         self.go = asyncio.Event()
         self.told: list[bool] = []
+        self.ended: list[str] = []
         self.change = change
 
     def sends_unchanged(self, path: str) -> bool:
@@ -34,8 +36,17 @@ class _Beside(_Routes):
     def hooked(self, path: str):  # type: ignore[no-untyped-def]
         async def stage(request, context, send):  # type: ignore[no-untyped-def]
             self.told.append(context.request_sent)
-            await self.go.wait()
-            return await send(request + b"!" if self.change else request)
+            try:
+                await self.go.wait()
+                reply = await send(request + b"!" if self.change else request)
+            except asyncio.CancelledError:
+                self.ended.append("cancelled")
+                raise
+            except Exception as err:
+                self.ended.append(type(err).__name__)
+                raise
+            self.ended.append("answered")
+            return reply
 
         return (stage,)
 
@@ -46,6 +57,7 @@ def _connection(routes: _Routes, backend_window: int | None = None) -> tuple[Fra
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     settings = b"" if backend_window is None else struct.pack(">HI", 4, backend_window)
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0, settings))
+    conn.client_data(fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))  # the runtime's stream window is in force
     backend.written.clear()
     return conn, client, backend
 
@@ -128,6 +140,57 @@ async def test_a_stage_that_changes_a_request_the_runtime_has_fails_the_call() -
     assert b"!" not in _sent(backend)
     assert conn.hooked == {}
     assert any(f.stream_id == 1 for f in _client_frames(client))  # the client learns the call failed
+
+
+async def test_a_call_behind_an_earlier_hooked_call_in_its_stage_is_not_sent_as_read() -> None:
+    """The earlier one may be on the same object and take its lock only later: arrival order holds."""
+    routes = _Beside()
+    conn, client, backend = _connection(routes)
+    encoder = hpack.Encoder()
+    first = _headers(encoder, 1) + _data(1, MESSAGE, end=True)
+    second = _headers(encoder, 3)
+    conn.client_data(first + second + _data(3, MESSAGE, end=True))
+    await _turns()
+    assert _sent(backend) == first + second  # the first as read; the second's request waits for its stage
+    assert routes.told == [True, False]
+    routes.go.set()
+    await _turns()
+    assert _sent(backend).count(MESSAGE) == 2
+
+
+async def test_a_client_leaving_after_its_call_went_as_read_is_told_to_the_stages() -> None:
+    """The runtime may have acted: the stages learn the call failed (and re-check), they are not cancelled."""
+    routes = _Beside()
+    conn, client, backend = _connection(routes)
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True)
+                     + fr.rst_stream(1, fr.ErrorCode.CANCEL))
+    routes.go.set()
+    await _turns()
+    assert routes.ended == ["BackendFailed"]
+    assert conn.hooked == {} and conn.idle.is_set()
+    assert fr.rst_stream(1, fr.ErrorCode.CANCEL) in b"".join(map(bytes, backend.written))
+
+
+async def test_a_request_over_the_runtimes_connection_window_is_sent_by_its_stages() -> None:
+    routes = _Beside()
+    conn, client, backend = _connection(routes, backend_window=1 << 20)  # a stream window it fits
+    body = struct.pack(">BI", 0, 70_000) + b"x" * 70_000  # over the connection's initial 65,535
+    headers = _headers(hpack.Encoder(), 1)
+    frames = fr.data_frames(1, body, fr.DEFAULT_MAX_FRAME, True)
+    conn.client_data(headers + b"".join(frames))
+    assert _sent(backend) == headers
+    routes.go.set()
+    await _turns()
+    conn.backend_data(fr.window_update(0, 1 << 20))
+    await _turns()
+    assert routes.told == [False]
+    sent = _sent(backend)
+    data, pos = b"", 0
+    while (parsed := fr.parse(sent, pos, fr.MAX_FRAME_LIMIT))[0] is not None:
+        f, pos = parsed
+        if f.type == FrameType.DATA:
+            data += bytes(f.payload)
+    assert len(data) == len(body) and data == body, (len(data), len(body))
 
 
 def _client_frames(client: _Transport) -> list[fr.Frame]:

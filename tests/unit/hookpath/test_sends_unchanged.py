@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -82,17 +83,19 @@ async def test_a_call_the_runtime_has_is_recorded_from_what_was_built_while_it_w
     config = v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="p", uid="u1", namespace="ns"), labels={"a": "b"})
     request = v1.RunPodSandboxRequest(config=config).SerializeToString()
     events: list[str] = []
-    built = executor.RunPodSandbox.early_seen
+    built: list[Any] = []
+    build = executor.RunPodSandbox.early_seen
 
     def early_seen(self, req, store):  # type: ignore[no-untyped-def]
         events.append("built")
-        return built(self, req, store)
+        built.append(build(self, req, store))
+        return built[-1]
 
     monkeypatch.setattr(executor.RunPodSandbox, "early_seen", early_seen)
 
     async def send(data: bytes) -> bytes:
         assert data == request  # sent as it came
-        events.append("stored" if "pod-1" in stage.store.pods else "answered")
+        events.append("answered")
         return v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString()
 
     stage_fn = stage.stage_for("RunPodSandbox", "v1", "v1")
@@ -100,7 +103,33 @@ async def test_a_call_the_runtime_has_is_recorded_from_what_was_built_while_it_w
     await stage_fn(request, _Context(request_sent=True), send)  # type: ignore[arg-type]
     assert events == ["built", "answered"]
     record = stage.store.pods["pod-1"]
+    assert record is built[0]  # not built again once the runtime answered
     assert (record.pod_meta.uid, dict(record.labels)) == ("u1", {"a": "b"})
+
+
+async def test_a_call_the_runtime_has_is_rechecked_when_its_stage_fails_before_the_answer(monkeypatch) -> None:
+    rechecked: list[str] = []
+
+    async def unsure(self, req, store):  # type: ignore[no-untyped-def]
+        rechecked.append(req.container_id)
+
+    async def failing_skip(self, req, store):  # type: ignore[no-untyped-def]
+        raise asyncio.CancelledError  # its client left while the pod was read back, say
+
+    monkeypatch.setattr(executor.StopContainer, "unsure", unsure)
+    monkeypatch.setattr(executor.StopContainer, "skip", failing_skip)
+    stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))  # a post hook, so the opt-out is read
+
+    async def send(data: bytes) -> bytes:
+        raise AssertionError("not reached")
+
+    stage_fn = stage.stage_for("StopContainer", "v1", "v1")
+    assert stage_fn is not None
+    request = v1.StopContainerRequest(container_id="ctr-2").SerializeToString()
+    with pytest.raises(asyncio.CancelledError):
+        await stage_fn(request, _Context(request_sent=True), send)  # type: ignore[arg-type]
+    await stage.rechecked()
+    assert rechecked == ["ctr-2"]
 
 
 async def test_pre_hooks_are_not_asked_about_a_call_the_runtime_has() -> None:
