@@ -261,7 +261,7 @@ def render(results: dict[str, Any]) -> str:
                 + ", ".join(drift))
         if "proxy+leanhook" in modes:
             add("   (proxy+hook = hooks answered by an SDK no-op server, hooks.testserver, on the SDK's frames")
-            add("    transport; proxy+leanhook = by bench/leanhook.py, the same transport answering at once with")
+            add("    transport and uvloop; proxy+leanhook = by bench/leanhook.py, the same answering at once with")
             add("    no task, decode or handler, cheaper per call as a compiled hook server is; the proxies are the same)")
         if REFERENCE_MODES & modes.keys():
             add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")

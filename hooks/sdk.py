@@ -19,6 +19,8 @@ about; every other hook answers an empty response, which means "no change"::
                               ["PreCreateContainer"], failure_policy="Fail", timeout="1s")
             await server.wait_for_termination()
 
+    run(main())  # on uvloop when it is installed, as the proxy; asyncio.run(main()) works too
+
 Handlers are ``async def name(self, request) -> Response | None``; ``None``
 means an empty response.  Raise :class:`HookAbort` to answer a specific gRPC
 status; any other exception answers ``INTERNAL`` with the exception text.
@@ -35,9 +37,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -46,6 +48,7 @@ from cri_api.hookapi import api_pb2
 from hooks.frameserver import CallError, FrameServer, Route
 from hooks.registration import write_hook_config
 from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
+from runtimeproxy import eventloop
 from runtimeproxy.host import unixsocket
 
 __all__ = [
@@ -54,9 +57,12 @@ __all__ = [
     "HookServerError",
     "TRANSPORTS",
     "frame_routes",
+    "run",
     "service_handlers",
     "write_hook_config",
 ]
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +332,13 @@ class HookServer:
                 f"expected {point.response_type.__name__}",
             )
         return response
+
+
+def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
+    """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
+    auto, asyncio or uvloop): a hook call then costs the server about a third
+    less CPU, taken from the runtime while pods start."""
+    return eventloop.run(main, event_loop)
 
 
 def _limit(value: object) -> int:

@@ -72,6 +72,8 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from hooks.sdk import TRANSPORTS, HookAbort, HookServer, HookServerError
+from hooks.sdk import run as sdk_run
+from runtimeproxy import eventloop
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 __all__ = ["BEHAVIOURS", "ConfigError", "HookScript", "Recorder", "ScriptedHookServer", "load_config", "main", "parse_config"]
@@ -237,6 +239,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--socket-mode", type=lambda v: int(v, 8), default=0o660, help="socket file mode (octal)")
     parser.add_argument("--transport", choices=TRANSPORTS, default="frames",
                         help="frames: the SDK's own HTTP/2 transport (default); grpc: grpc.aio")
+    parser.add_argument("--event-loop", choices=eventloop.EVENT_LOOPS, default="auto",
+                        help="auto: uvloop when installed (as the SDK's run), else asyncio's own")
     parser.add_argument("--log-level", default="WARNING")
     return parser.parse_args(argv)
 
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:  # e.g. socket path too long
             print(f"testserver: {exc}", file=sys.stderr, flush=True)
             return 2
-        return asyncio.run(_serve(server, args.grace))
+        return sdk_run(_serve(server, args.grace), args.event_loop)
     finally:
         recorder.close()
 

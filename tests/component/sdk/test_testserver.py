@@ -133,8 +133,11 @@ FULL_CONFIG = {
 }
 
 
-async def test_testserver_answers_every_hook_and_records_requests(sock_dir: Path, servers: list[RunningServer]) -> None:
-    server = await start_testserver(sock_dir, FULL_CONFIG)
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])  # auto: uvloop, the SDK's run
+async def test_testserver_answers_every_hook_and_records_requests(
+    sock_dir: Path, servers: list[RunningServer], loop: str
+) -> None:
+    server = await start_testserver(sock_dir, FULL_CONFIG, "--event-loop", loop)
     servers.append(server)
     assert stat.S_IMODE(os.stat(server.socket_path).st_mode) == 0o660
 

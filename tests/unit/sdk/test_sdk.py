@@ -207,3 +207,14 @@ async def test_registered_sdk_server_is_reachable_through_registry(sock_dir: Pat
             stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
             response = await stub.PreCreateContainerHook(container_request(), timeout=cfg.timeout)
         assert response.container_resources.cpu_shares == 512
+
+
+def test_run_serves_on_uvloop_when_installed_and_on_asyncio_when_asked() -> None:
+    from hooks.sdk import run
+    from runtimeproxy import eventloop
+
+    async def loop_name() -> str:
+        return eventloop.running_loop_name()
+
+    assert run(loop_name()) == "uvloop"  # a dependency of the package: installed
+    assert run(loop_name(), "asyncio") == "asyncio"
