@@ -47,8 +47,8 @@ from google.protobuf.message import DecodeError, Message
 from cri_api.hookapi import api_pb2
 from hooks.frameserver import CallError, FrameServer, Route
 from hooks.registration import write_hook_config
-from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
 from runtimeproxy import eventloop
+from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
 from runtimeproxy.host import unixsocket
 
 __all__ = [
@@ -336,7 +336,7 @@ class HookServer:
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
-    auto, asyncio or uvloop): a hook call then costs the server about a third
+    auto, asyncio or uvloop): a hook call then costs the server about a quarter
     less CPU, taken from the runtime while pods start."""
     return eventloop.run(main, event_loop)
 
