@@ -285,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:  # e.g. socket path too long
             print(f"testserver: {exc}", file=sys.stderr, flush=True)
             return 2
-        return sdk_run(_serve(server, args.grace), args.event_loop)
+        try:
+            loop = eventloop.resolve(args.event_loop)
+        except eventloop.EventLoopError as exc:
+            print(f"testserver: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return sdk_run(_serve(server, args.grace), loop)
     finally:
         recorder.close()
 

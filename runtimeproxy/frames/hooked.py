@@ -71,7 +71,7 @@ class Hooked:
     stages: tuple[Stage, ...]
     window: int  # the backend's receive window for this stream
     body: bytearray = field(default_factory=bytearray)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the client's request is complete
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the client's request is complete, or cut short
     opened: asyncio.Event = field(default_factory=asyncio.Event)  # the backend's stream window grew
     reply: bytearray = field(default_factory=bytearray)  # the backend's DATA, teed
     answered: asyncio.Future[tuple[int, str]] = field(
@@ -81,6 +81,7 @@ class Hooked:
     as_read: bool = False  # its request may go as it was read (as_read_frames)
     sent: bool = False
     sent_as_read: bool = False  # it went so, before the stages ran
+    cut_short: bool = False  # the runtime ended the stream before the request was complete
     finished: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -88,12 +89,16 @@ class Hooked:
         if not self.answered.done():
             self.answered.set_result((status, message))
             self.opened.set()  # a request still waiting for window: the stream is over
+            if not self.ended.is_set():  # before the request was complete: it never will be
+                self.cut_short = True
+                self.ended.set()
 
     def cancel(self, message: str) -> None:
         """The call is over for the proxy (the client or a connection left).
         Its task is cancelled, unless the runtime has its request and the
-        stages have not asked for the answer yet: they then get it as
-        CANCELLED, and re-check what the runtime did (hook stage)."""
+        stages have not asked for the answer yet: they then get it as failed
+        (``message``, unless it was answered already), and re-check what the
+        runtime did (hook stage)."""
         if self.sent_as_read:
             self.answer(1, message)
         elif self.task is not None:
@@ -203,6 +208,8 @@ def as_read_frames(conn: FrameConnection, call: Hooked) -> list[bytes]:
     call's task sends it, as any hooked call's."""
     body = call.body
     size = len(body)
+    if call.answered.done():  # the stream is over at the runtime
+        return []
     if size < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != size - 5:
         return []
     if size > call.window or not conn.inbound.take(size):
@@ -213,15 +220,13 @@ def as_read_frames(conn: FrameConnection, call: Hooked) -> list[bytes]:
 
 
 async def _request_complete(call: Hooked) -> bool:
-    """Until the client's request is complete (True) or the runtime ended the stream (False)."""
-    if call.ended.is_set():
-        return True
-    waiter = asyncio.ensure_future(call.ended.wait())
-    try:
-        await asyncio.wait({waiter, call.answered}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-    return call.ended.is_set()
+    """Until the client's request is complete (True) or the runtime ended the stream (False).
+
+    Awaited directly (``answer`` sets ``ended`` too): the task then wakes in
+    the loop turn after the read that completed its request, ahead of the
+    calls read after it, so it takes its object's lock before they do."""
+    await call.ended.wait()
+    return not call.cut_short
 
 
 async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:

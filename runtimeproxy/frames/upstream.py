@@ -373,8 +373,7 @@ class ClientSide:
         if too_long is None and len(call.body) + len(payload) > self.conn.max_message + 5:
             too_long = len(call.body) + len(payload)  # a unary request is one message
         if too_long is not None:
-            if call.task is not None:
-                call.task.cancel()
+            call.cancel("request too long")
             self._refuse_size(f, too_long, out)
             return
         call.body += payload

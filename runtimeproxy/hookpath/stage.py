@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import grpc
@@ -125,7 +126,11 @@ class HookStage(StageProvider):
         started = time.perf_counter()
         outcome: str | None = "error"
         try:
-            reply = await self._hooked(point, request, context, send)
+            if request_sent(context):  # the runtime has it: shutdown's settle waits for it, as for a record
+                with self._settled_later():
+                    reply = await self._hooked(point, request, context, send)
+            else:
+                reply = await self._hooked(point, request, context, send)
             outcome = "ok"
             return reply
         except _Undecodable as refusal:
@@ -247,11 +252,10 @@ class HookStage(StageProvider):
             except DecodeError:  # the runtime did the work: answer, just remember less
                 log.warning("runtime answer does not decode; state not recorded", extra=fields)
                 return reply
-            self._recording += 1
-            self._recorded.clear()
             record_from = seen[0] if seen else None
             try:
-                await self._succeeded(ex, req, response, key, post_hook, fields, record_from)
+                with self._settled_later():
+                    await self._succeeded(ex, req, response, key, post_hook, fields, record_from)
             except asyncio.CancelledError:
                 # The runtime answered and only then the client left (a
                 # deadline, a cancel), while the state was read back. The
@@ -264,10 +268,6 @@ class HookStage(StageProvider):
                 )
                 release = None
                 raise
-            finally:
-                self._recording -= 1
-                if not self._recording:
-                    self._recorded.set()
             return reply
         except BaseException:
             if sent and not sending:  # failed or cancelled before it asked for the answer: the runtime may have acted
@@ -276,6 +276,18 @@ class HookStage(StageProvider):
         finally:
             if release is not None:
                 release()
+
+    @contextlib.contextmanager
+    def _settled_later(self) -> Iterator[None]:
+        """Work that ``settle`` waits for: a call being recorded, or one the runtime already has."""
+        self._recording += 1
+        self._recorded.clear()
+        try:
+            yield
+        finally:
+            self._recording -= 1
+            if not self._recording:
+                self._recorded.set()
 
     async def _succeeded(
         self, ex: Executor, req: Message, response: Message | None, key: str, post_hook: HookType | None,

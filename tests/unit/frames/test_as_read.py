@@ -27,6 +27,7 @@ class _Beside(_Routes):
     def __init__(self, change: bool = False) -> None:
         self.go = asyncio.Event()
         self.told: list[bool] = []
+        self.seen: list[bytes] = []
         self.ended: list[str] = []
         self.change = change
 
@@ -36,6 +37,7 @@ class _Beside(_Routes):
     def hooked(self, path: str):  # type: ignore[no-untyped-def]
         async def stage(request, context, send):  # type: ignore[no-untyped-def]
             self.told.append(context.request_sent)
+            self.seen.append(request)
             try:
                 await self.go.wait()
                 reply = await send(request + b"!" if self.change else request)
@@ -156,6 +158,21 @@ async def test_a_call_behind_an_earlier_hooked_call_in_its_stage_is_not_sent_as_
     routes.go.set()
     await _turns()
     assert _sent(backend).count(MESSAGE) == 2
+
+
+async def test_a_call_sent_as_read_reaches_its_stages_before_a_call_read_after_it() -> None:
+    """Its request completed in the same read as the next call's: its stage starts first (and takes
+    its object's lock first, as the runtime got it first), although its task was already waiting."""
+    routes = _Beside()
+    conn, client, backend = _connection(routes)
+    encoder = hpack.Encoder()
+    conn.client_data(_headers(encoder, 1))
+    await _turns()  # its task waits for the request
+    later = struct.pack(">BI", 0, 3) + b"xyz"
+    conn.client_data(_data(1, MESSAGE, end=True) + _headers(encoder, 3) + _data(3, later, end=True))
+    await _turns()
+    assert routes.seen == [MESSAGE[5:], later[5:]]
+    assert routes.told == [True, False]
 
 
 async def test_a_client_leaving_after_its_call_went_as_read_is_told_to_the_stages() -> None:

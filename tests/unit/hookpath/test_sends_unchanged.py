@@ -148,3 +148,32 @@ async def test_pre_hooks_are_not_asked_about_a_call_the_runtime_has() -> None:
     with pytest.raises(AssertionError, match="aborted"):  # told nothing, the same call asks it (and fails)
         await stage_fn(request, _Context(request_sent=False), send)  # type: ignore[arg-type]
     await stage.dispatcher.close()
+
+
+async def test_shutdown_settles_a_call_the_runtime_has_before_it_stops_what_reads_the_backend(monkeypatch) -> None:
+    """Its stage may still read the runtime (an opt-out read back) or re-check it: settle waits for it."""
+    opened = asyncio.Event()
+
+    async def slow_skip(self, req, store):  # type: ignore[no-untyped-def]
+        await opened.wait()
+        return False
+
+    monkeypatch.setattr(executor.StopContainer, "skip", slow_skip)
+    stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))
+
+    async def send(data: bytes) -> bytes:
+        return v1.StopContainerResponse().SerializeToString()
+
+    stage_fn = stage.stage_for("StopContainer", "v1", "v1")
+    assert stage_fn is not None
+    request = v1.StopContainerRequest(container_id="ctr-3").SerializeToString()
+    call = asyncio.ensure_future(stage_fn(request, _Context(request_sent=True), send))  # type: ignore[arg-type]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    settling = asyncio.ensure_future(stage.settle())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not settling.done()
+    opened.set()
+    await asyncio.wait_for(asyncio.gather(call, settling), 5)
+    await stage.dispatcher.close()
