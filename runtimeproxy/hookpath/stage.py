@@ -126,10 +126,8 @@ class HookStage(StageProvider):
         started = time.perf_counter()
         outcome: str | None = "error"
         try:
-            if request_sent(context):  # the runtime has it: shutdown's settle waits for it, as for a record
-                with self._settled_later():
-                    reply = await self._hooked(point, request, context, send)
-            else:
+            # A call the runtime has already: shutdown's settle waits for it, as for a record.
+            with self._settled_later() if request_sent(context) else contextlib.nullcontext():
                 reply = await self._hooked(point, request, context, send)
             outcome = "ok"
             return reply
@@ -192,13 +190,9 @@ class HookStage(StageProvider):
         # call held or awaited one when it was read), so that the calls on its
         # object that come after it wait for it, as they would for any call.
         sending = False
+        release: Callable[[], None] | None = None
         try:
-            release: Callable[[], None] | None = await self.locks.acquire(key)
-        except BaseException:
-            if sent:  # cancelled while it waited: the runtime may have acted
-                self._recheck(ex, req, fields)
-            raise
-        try:
+            release = await self.locks.acquire(key)
             # A request the runtime has already: pre hooks are too late for it
             # (a server registered since it was read sees the next call).
             pre_hook = point.pre if point.pre is not None and not sent and self.dispatcher.servers(point.pre) else None
@@ -270,7 +264,9 @@ class HookStage(StageProvider):
                 raise
             return reply
         except BaseException:
-            if sent and not sending:  # failed or cancelled before it asked for the answer: the runtime may have acted
+            # Failed or cancelled (waiting for its lock, say) before it asked
+            # for the answer: the runtime may have acted.
+            if sent and not sending:
                 self._recheck(ex, req, fields)
             raise
         finally:
