@@ -24,6 +24,18 @@ def request_sent(context: aio.ServicerContext) -> bool:
     return getattr(context, "request_sent", False)
 
 
+def answer_at_once(context: aio.ServicerContext) -> None:
+    """Tell the data path that the runtime's successful answer may go to the
+    client as it arrives: what the stage does after it (recording, starting
+    post hooks) neither changes the answer nor lets the client wait on the
+    runtime again. Stages never change a successful answer, so one stage may
+    say this for the chain. The frames path holds a hooked call's answer
+    until its stages are done otherwise; the grpc path always does."""
+    release = getattr(context, "answer_at_once", None)
+    if release is not None:
+        release()
+
+
 def compose(stages: Sequence[Stage], last: Unary) -> Unary:
     """``stages`` in order, each sending on to the next, the last to ``last``
     (the backend call of whichever data path carries the call)."""

@@ -19,7 +19,10 @@ natively stays on the client's own backend connection (connection.py):
 - the answer is teed for the stages and relayed to the client verbatim, held
   from its first header block (outbound.Gate) until the stages are done, so
   the client never sees an answer the proxy has not recorded yet, as on the
-  grpc path, and gets it in one write.
+  grpc path, and gets it in one write; unless the stages said a success may
+  go as it comes (``FramesContext.answer_at_once``: recording it reads
+  nothing from the runtime), then it goes in the read that completes it,
+  and they finish in the next loop turn, before anything else is read.
 
 A stage that refuses before anything was sent (a Fail hook) gets the stream
 reset at the backend and its status answered to the client by the proxy.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -82,6 +86,7 @@ class Hooked:
     sent: bool = False
     sent_as_read: bool = False  # it went so, before the stages ran
     cut_short: bool = False  # the runtime ended the stream before the request was complete
+    at_once: bool = False  # a successful answer goes as it arrives (``release_at_answer``)
     finished: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -92,6 +97,18 @@ class Hooked:
             if not self.ended.is_set():  # before the request was complete: it never will be
                 self.cut_short = True
                 self.ended.set()
+            if status == 0 and self.at_once and self.gate is not None:
+                self.gate.open()
+
+    def release_at_answer(self) -> None:
+        """The stages need not hold a successful answer (``cripath.stage.answer_at_once``):
+        it goes in the read that completes it, not a loop turn or more later,
+        once they are done. Their work after it still runs in the next turn,
+        before the proxy reads anything else, so a client's next call finds
+        the state this one recorded."""
+        self.at_once = True
+        if self.answered.done() and self.answered.result()[0] == 0 and self.gate is not None:
+            self.gate.open()
 
     def cancel(self, message: str) -> None:
         """The call is over for the proxy (the client or a connection left).
@@ -108,9 +125,11 @@ class Hooked:
 class FramesContext:
     """What stages use of grpc's ServicerContext, for a call on the frames path."""
 
-    def __init__(self, headers: list[tuple[bytes, bytes]], request_sent: bool = False) -> None:
+    def __init__(self, headers: list[tuple[bytes, bytes]], request_sent: bool = False,
+                 answer_at_once: Callable[[], None] | None = None) -> None:
         self._headers = headers
         self.request_sent = request_sent  # see cripath.stage.request_sent
+        self.answer_at_once = answer_at_once  # see cripath.stage.answer_at_once
         self._started = asyncio.get_running_loop().time()  # the deadline is read from here, when asked
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
@@ -164,7 +183,7 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
                 return await _answer(call)
             return await _send(conn, call, request)
 
-        context = FramesContext(call.headers, request_sent=call.sent_as_read)
+        context = FramesContext(call.headers, request_sent=call.sent_as_read, answer_at_once=call.release_at_answer)
         await compose(call.stages, send)(message, context)  # type: ignore[arg-type]
     except Aborted as refusal:
         if not call.sent:
@@ -176,7 +195,9 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
         pass  # the runtime's status reaches the client verbatim
     except Exception:
         log.exception("frames: hooked call failed", extra={"method": call.path})
-        if call.gate is not None:
+        if call.gate is not None and call.gate.is_open:
+            pass  # the runtime's successful answer went as it came (release_at_answer): it stands
+        elif call.gate is not None:
             # The runtime's answer is held and must still go (HPACK), so the
             # client learns first, from a reset, that the call failed.
             conn.out.control(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))

@@ -71,6 +71,11 @@ class Executor:
         hook was sent, if the call is still what it was built from (the
         executor's to keep: nothing else holds it)."""
 
+    def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
+        """Whether ``record``, and ``hook_request`` for a post hook (``post``),
+        end without reading the runtime: the client's answer need not wait for them."""
+        return True
+
     def early_seen(self, req: Any, store: StateStore) -> HookRequest | None:
         """What ``record`` takes as ``seen``, built while the runtime works on
         a call no pre hook saw; None where the record needs nothing built or
@@ -94,6 +99,9 @@ class _ContainerById(Executor):
 
     async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
         return _copy(await store.container(req.container_id))
+
+    def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
+        return not post or req.container_id in store.containers
 
 
 class RunPodSandbox(Executor):
@@ -146,6 +154,9 @@ class StopPodSandbox(Executor):
     async def hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
         return _copy(await store.pod(req.pod_sandbox_id))
 
+    def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
+        return not post or req.pod_sandbox_id in store.pods
+
 
 class RemovePodSandbox(Executor):
     request, response = v1.RemovePodSandboxRequest, v1.RemovePodSandboxResponse
@@ -180,6 +191,9 @@ class CreateContainer(Executor):
 
     async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
         return await self._record(req, store)
+
+    def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
+        return isinstance(seen, hookapi.ContainerResourceHookRequest) or req.pod_sandbox_id in store.pods
 
     def early_seen(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest | None:
         pod = store.pods.get(req.pod_sandbox_id)

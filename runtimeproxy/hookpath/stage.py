@@ -17,7 +17,7 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 
 from ..cripath.forward import call_issued
-from ..cripath.stage import Send, Stage, StageProvider, request_sent
+from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
@@ -224,6 +224,8 @@ class HookStage(StageProvider):
             elif sent and (early := ex.early_seen(req, self.store)) is not None:
                 seen[:] = [early]  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
+            if ex.records_at_once(req, self.store, seen[0] if seen else None, post=post_hook is not None):
+                answer_at_once(context)  # nothing below can change the answer or wait on the runtime
             sending = True
             try:
                 if ex.ordered_until_issued:

@@ -1,0 +1,108 @@
+"""A hooked call's answer goes in the read that completes it when its stages
+say it may (``cripath.stage.answer_at_once``), while they finish their work
+after it; otherwise it is held until they are done (frames/hooked.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import hpack
+
+from runtimeproxy.cripath.stage import answer_at_once
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.frame import Flag, FrameType
+
+from .test_as_read import _answer, _client_frames, _connection
+from .test_connection import _data, _headers, _Routes, _turns
+from .test_hooked_answer import _writes_on
+
+MESSAGE = struct.pack(">BI", 0, 3) + b"abc"
+ANSWER_FRAMES = [FrameType.HEADERS, FrameType.DATA, FrameType.HEADERS]
+
+
+class _Recording(_Routes):
+    """A stage that says its answer may go at once (before or after the
+    runtime answered, ``early``), then records: it waits for ``recorded``
+    after the answer, and fails there if ``fail``."""
+
+    def __init__(self, early: bool = True, fail: bool = False) -> None:
+        self.early = early
+        self.fail = fail
+        self.recorded = asyncio.Event()
+        self.answered = asyncio.Event()
+        self.done: list[str] = []
+
+    def hooked(self, path: str):  # type: ignore[no-untyped-def]
+        async def stage(request, context, send):  # type: ignore[no-untyped-def]
+            if self.early:
+                answer_at_once(context)
+            reply = await send(request)
+            if not self.early:
+                await self.answered.wait()  # the runtime's answer is in by now
+                answer_at_once(context)
+            await self.recorded.wait()
+            if self.fail:
+                raise RuntimeError("recording failed")
+            self.done.append("recorded")
+            return reply
+
+        return (stage,)
+
+
+async def test_an_answer_the_stages_let_go_reaches_the_client_before_they_are_done() -> None:
+    routes = _Recording()
+    conn, client, backend = _connection(routes)
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    conn.backend_data(_answer(1))
+    assert _writes_on(client, 1) == [ANSWER_FRAMES]  # whole, in this read's own write
+    assert routes.done == []  # the stage records after it
+    routes.recorded.set()
+    await _turns()
+    assert routes.done == ["recorded"]
+    assert _writes_on(client, 1) == [ANSWER_FRAMES]  # nothing more on the stream
+    assert conn.hooked == {} and conn.idle.is_set()
+
+
+async def test_an_answer_already_in_goes_when_the_stages_let_it() -> None:
+    routes = _Recording(early=False)
+    conn, client, backend = _connection(routes)
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    conn.backend_data(_answer(1))
+    await _turns()
+    assert _writes_on(client, 1) == []  # held: the stage has not said it may go
+    routes.answered.set()
+    await _turns()
+    assert _writes_on(client, 1) == [ANSWER_FRAMES]
+    assert routes.done == []
+    routes.recorded.set()
+    await _turns()
+    assert routes.done == ["recorded"] and conn.hooked == {}
+
+
+async def test_a_failed_answer_is_held_until_the_stages_are_done() -> None:
+    routes = _Recording()
+    conn, client, backend = _connection(routes)
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    block = hpack.Encoder().encode([(":status", "200"), ("grpc-status", "13")])
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, block))
+    assert _writes_on(client, 1) == []  # only a success goes at once: a failure is the stages' to see first
+    await _turns()
+    assert _writes_on(client, 1) == [[FrameType.HEADERS]]  # the runtime's status, verbatim
+    assert routes.done == [] and conn.hooked == {}
+
+
+async def test_a_stage_failing_after_its_answer_went_resets_nothing() -> None:
+    routes = _Recording(fail=True)
+    conn, client, backend = _connection(routes)
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    conn.backend_data(_answer(1))
+    routes.recorded.set()
+    await _turns()
+    kinds = [f.type for f in _client_frames(client) if f.stream_id == 1]
+    assert kinds == ANSWER_FRAMES  # the runtime's answer stands: no RST_STREAM after it
+    assert conn.hooked == {} and conn.idle.is_set()
