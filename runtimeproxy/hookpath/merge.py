@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from google.protobuf.message import Message
+
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
@@ -29,12 +31,20 @@ _RESOURCE_STRINGS = ("cpuset_cpus", "cpuset_mems")
 
 def hook_resources(resources: v1.LinuxContainerResources) -> hookapi.LinuxContainerResources:
     out = hookapi.LinuxContainerResources()
-    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
-        setattr(out, name, getattr(resources, name))
-    for limit in resources.hugepage_limits:
-        out.hugepage_limits.add(page_size=limit.page_size, limit=limit.limit)
-    out.unified.update(resources.unified)
+    copy_as_wire(out, resources)
     return out
+
+
+def copy_as_wire(target: Message, source: Message) -> None:
+    """``source`` into the empty ``target``, which is then present even if
+    empty: for CRI and hook messages with the same fields under the same
+    numbers (resources, pod metadata; tests/unit/hookpath/test_records.py
+    holds them to it). Copied as wire bytes, in C, not field by field in
+    Python: pod and container records are built on a call's path. Fields
+    the hook API does not know are dropped."""
+    target.MergeFromString(source.SerializeToString())
+    target.SetInParent()
+    target.DiscardUnknownFields()
 
 
 def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> bool:

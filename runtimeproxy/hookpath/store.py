@@ -28,7 +28,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import env_map, hook_resources, merge_resources
+from .merge import copy_as_wire, env_map, merge_resources
 
 log = logging.getLogger(__name__)
 
@@ -42,34 +42,34 @@ BackendCall = Callable[[str, bytes], Awaitable[bytes]]
 
 
 def pod_record(config: v1.PodSandboxConfig, runtime_handler: str = "") -> hookapi.PodSandboxHookRequest:
-    meta = config.metadata
-    return hookapi.PodSandboxHookRequest(
-        pod_meta=hookapi.PodSandboxMetadata(name=meta.name, uid=meta.uid, namespace=meta.namespace, attempt=meta.attempt),
-        runtime_handler=runtime_handler,
-        labels=dict(config.labels),
-        annotations=dict(config.annotations),
-        cgroup_parent=config.linux.cgroup_parent,
-        overhead=hook_resources(config.linux.overhead),
-        resources=hook_resources(config.linux.resources),
-    )
+    linux = config.linux
+    record = hookapi.PodSandboxHookRequest(runtime_handler=runtime_handler, cgroup_parent=linux.cgroup_parent)
+    copy_as_wire(record.pod_meta, config.metadata)
+    record.labels.update(config.labels)
+    record.annotations.update(config.annotations)
+    copy_as_wire(record.overhead, linux.overhead)
+    copy_as_wire(record.resources, linux.resources)
+    return record
 
 
 def container_record(
     pod: hookapi.PodSandboxHookRequest, config: v1.ContainerConfig, container_id: str = ""
 ) -> hookapi.ContainerResourceHookRequest:
-    return hookapi.ContainerResourceHookRequest(
-        pod_meta=pod.pod_meta,
-        container_meta=hookapi.ContainerMetadata(
-            name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
-        ),
-        container_annotations=dict(config.annotations),
-        container_resources=hook_resources(config.linux.resources),
-        pod_resources=pod.resources,
-        pod_annotations=dict(pod.annotations),
-        pod_labels=dict(pod.labels),
+    meta = config.metadata
+    record = hookapi.ContainerResourceHookRequest(
+        container_meta=hookapi.ContainerMetadata(name=meta.name, attempt=meta.attempt, id=container_id),
         pod_cgroup_parent=pod.cgroup_parent,
         container_envs=env_map(config.envs),
     )
+    record.pod_meta.CopyFrom(pod.pod_meta)
+    record.pod_meta.SetInParent()
+    record.container_annotations.update(config.annotations)
+    copy_as_wire(record.container_resources, config.linux.resources)
+    record.pod_resources.CopyFrom(pod.resources)
+    record.pod_resources.SetInParent()
+    record.pod_annotations.update(pod.annotations)
+    record.pod_labels.update(pod.labels)
+    return record
 
 
 @dataclass
