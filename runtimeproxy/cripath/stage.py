@@ -24,16 +24,17 @@ def request_sent(context: aio.ServicerContext) -> bool:
     return getattr(context, "request_sent", False)
 
 
-def answer_at_once(context: aio.ServicerContext) -> None:
+def answer_at_once(context: aio.ServicerContext, ready: Callable[[], bool]) -> None:
     """Tell the data path that the runtime's successful answer may go to the
-    client as it arrives: what the stage does after it (recording, starting
-    post hooks) neither changes the answer nor lets the client wait on the
-    runtime again. Stages never change a successful answer, so one stage may
-    say this for the chain. The frames path holds a hooked call's answer
-    until its stages are done otherwise; the grpc path always does."""
+    client as it arrives if ``ready()`` says so then: what the stage does
+    after it (recording, starting post hooks) then neither changes the answer
+    nor waits on the runtime, and is not cancelled when the client leaves.
+    Stages never change a successful answer, so one stage may say this for
+    the chain. The frames path holds a hooked call's answer until its stages
+    are done otherwise; the grpc path always does."""
     release = getattr(context, "answer_at_once", None)
     if release is not None:
-        release()
+        release(ready)
 
 
 def compose(stages: Sequence[Stage], last: Unary) -> Unary:

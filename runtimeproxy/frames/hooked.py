@@ -86,7 +86,8 @@ class Hooked:
     sent: bool = False
     sent_as_read: bool = False  # it went so, before the stages ran
     cut_short: bool = False  # the runtime ended the stream before the request was complete
-    at_once: bool = False  # a successful answer goes as it arrives (``release_at_answer``)
+    at_once: Callable[[], bool] | None = None  # whether a success may go as it arrives (``release_at_answer``)
+    went_at_once: bool = False  # it did: the client has it, the stages finish what they record
     finished: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -97,17 +98,23 @@ class Hooked:
             if not self.ended.is_set():  # before the request was complete: it never will be
                 self.cut_short = True
                 self.ended.set()
-            if status == 0 and self.at_once and self.gate is not None:
-                self.gate.open()
+            self._release_at_once()
 
-    def release_at_answer(self) -> None:
-        """The stages need not hold a successful answer (``cripath.stage.answer_at_once``):
-        it goes in the read that completes it, not a loop turn or more later,
-        once they are done. Their work after it still runs in the next turn,
-        before the proxy reads anything else, so a client's next call finds
-        the state this one recorded."""
-        self.at_once = True
-        if self.answered.done() and self.answered.result()[0] == 0 and self.gate is not None:
+    def release_at_answer(self, ready: Callable[[], bool]) -> None:
+        """The stages need not hold a successful answer if ``ready()`` says so
+        when it comes (``cripath.stage.answer_at_once``): it goes in the read
+        that completes it, not a loop turn or more later, once they are done.
+        Their work after it runs in the next turns, queued before any call read
+        after it, so a client's next call finds the state this one recorded."""
+        self.at_once = ready
+        if self.answered.done():
+            self._release_at_once()
+
+    def _release_at_once(self) -> None:
+        if self.at_once is None or self.gate is None or self.gate.is_open or self.answered.result()[0] != 0:
+            return
+        if self.at_once():
+            self.went_at_once = True
             self.gate.open()
 
     def cancel(self, message: str) -> None:
@@ -115,7 +122,10 @@ class Hooked:
         Its task is cancelled, unless the runtime has its request and the
         stages have not asked for the answer yet: they then get it as failed
         (``message``, unless it was answered already), and re-check what the
-        runtime did (hook stage)."""
+        runtime did (hook stage); or unless its success went as it came: the
+        stages then finish recording it."""
+        if self.went_at_once:
+            return  # the client has its success: the stages record it, as they would had it stayed
         if self.sent_as_read:
             self.answer(1, message)
         elif self.task is not None:
@@ -126,7 +136,7 @@ class FramesContext:
     """What stages use of grpc's ServicerContext, for a call on the frames path."""
 
     def __init__(self, headers: list[tuple[bytes, bytes]], request_sent: bool = False,
-                 answer_at_once: Callable[[], None] | None = None) -> None:
+                 answer_at_once: Callable[[Callable[[], bool]], None] | None = None) -> None:
         self._headers = headers
         self.request_sent = request_sent  # see cripath.stage.request_sent
         self.answer_at_once = answer_at_once  # see cripath.stage.answer_at_once
@@ -196,7 +206,7 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
     except Exception:
         log.exception("frames: hooked call failed", extra={"method": call.path})
         if call.gate is not None and call.gate.is_open:
-            pass  # the runtime's successful answer went as it came (release_at_answer): it stands
+            pass  # the runtime's answer went (as it came, or at the gate's limit): it stands
         elif call.gate is not None:
             # The runtime's answer is held and must still go (HPACK), so the
             # client learns first, from a reset, that the call failed.

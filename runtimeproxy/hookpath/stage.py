@@ -224,8 +224,10 @@ class HookStage(StageProvider):
             elif sent and (early := ex.early_seen(req, self.store)) is not None:
                 seen[:] = [early]  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
-            if ex.records_at_once(req, self.store, seen[0] if seen else None, post=post_hook is not None):
-                answer_at_once(context)  # nothing below can change the answer or wait on the runtime
+            # Asked when the answer comes (a stop may take its grace period):
+            # then nothing below can change the answer or wait on the runtime.
+            record_from = seen[0] if seen else None
+            answer_at_once(context, lambda: ex.records_at_once(req, self.store, record_from, post_hook is not None))
             sending = True
             try:
                 if ex.ordered_until_issued:
@@ -248,7 +250,6 @@ class HookStage(StageProvider):
             except DecodeError:  # the runtime did the work: answer, just remember less
                 log.warning("runtime answer does not decode; state not recorded", extra=fields)
                 return reply
-            record_from = seen[0] if seen else None
             try:
                 with self._settled_later():
                     await self._succeeded(ex, req, response, key, post_hook, fields, record_from)

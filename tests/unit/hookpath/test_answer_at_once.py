@@ -25,8 +25,12 @@ class _Context:
         self.request_sent = request_sent
         self.events: list[str] = []
 
-    def answer_at_once(self) -> None:
-        self.events.append("at once")
+    def answer_at_once(self, ready: Any) -> None:
+        self.ready = ready
+
+    def at_once(self) -> bool:
+        """What the data path would do once the runtime answered."""
+        return self.ready()
 
     async def abort(self, code: Any, details: str = "") -> None:
         raise AssertionError(f"aborted: {code} {details}")
@@ -71,15 +75,43 @@ async def test_the_answer_goes_at_once_only_when_nothing_after_it_reads_the_runt
 ) -> None:
     stage = _stage(*servers)
     _stored(stage, pod, container)
+    reads: list[str] = []
+
+    async def read_backend(method: str, request: bytes) -> bytes:
+        reads.append(method)
+        raise RuntimeError("no runtime here")
+
+    stage.store.read_backend = read_backend
     request, response = REQUESTS[method]
     context = _Context(request_sent=True)
 
     async def send(data: bytes) -> bytes:
-        context.events.append("send")
+        context.events.append("at once" if context.at_once() else "held")
         return response.SerializeToString()
 
     stage_fn = stage.stage_for(method, "v1", "v1")
     assert stage_fn is not None
     await stage_fn(request.SerializeToString(), context, send)  # type: ignore[arg-type]
-    assert context.events == (["at once", "send"] if at_once else ["send"])
+    assert context.events == (["at once"] if at_once else ["held"])
+    if at_once:
+        assert reads == []  # nothing after the answer read the runtime, as promised
     await stage.drain()  # post hooks started (and failing on no socket) end here
+
+
+async def test_a_stop_whose_record_went_while_it_ran_keeps_its_answer_held() -> None:
+    # Asked when the answer comes, not when the stop was sent: a stop takes
+    # its grace period, and a removal of its pod drops the record meanwhile.
+    stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))
+    _stored(stage, pod=True, container=True)
+    context = _Context(request_sent=True)
+
+    async def send(data: bytes) -> bytes:
+        stage.store.drop_pod(POD)
+        context.events.append("at once" if context.at_once() else "held")
+        return b""
+
+    stage_fn = stage.stage_for("StopContainer", "v1", "v1")
+    assert stage_fn is not None
+    await stage_fn(v1.StopContainerRequest(container_id=CONTAINER).SerializeToString(), context, send)  # type: ignore[arg-type]
+    assert context.events == ["held"]
+    await stage.drain()
