@@ -22,7 +22,8 @@ natively stays on the client's own backend connection (connection.py):
   grpc path, and gets it in one write; unless the stages said a success may
   go as it comes (``FramesContext.answer_at_once``: recording it reads
   nothing from the runtime), then it goes in the read that completes it,
-  and they finish in the next loop turn, before anything else is read.
+  and they finish in the loop turns that follow, ahead of any call read
+  after it.
 
 A stage that refuses before anything was sent (a Fail hook) gets the stream
 reset at the backend and its status answered to the client by the proxy.
