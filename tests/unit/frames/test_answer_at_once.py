@@ -56,11 +56,17 @@ class _Recording(_Routes):
         return (stage,)
 
 
-async def test_an_answer_the_stages_let_go_reaches_the_client_before_they_are_done() -> None:
-    routes = _Recording()
-    conn, client, backend = _connection(routes)
+async def _started(routes: _Recording) -> tuple[Any, Any]:
+    """A connection whose one hooked call is complete and at the runtime: the connection and its client."""
+    conn, client, _ = _connection(routes)
     conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
     await _turns()
+    return conn, client
+
+
+async def test_an_answer_the_stages_let_go_reaches_the_client_before_they_are_done() -> None:
+    routes = _Recording()
+    conn, client = await _started(routes)
     conn.backend_data(_answer(1))
     assert _writes_on(client, 1) == [ANSWER_FRAMES]  # whole, in this read's own write
     assert routes.done == []  # the stage records after it
@@ -73,9 +79,7 @@ async def test_an_answer_the_stages_let_go_reaches_the_client_before_they_are_do
 
 async def test_an_answer_already_in_goes_when_the_stages_let_it() -> None:
     routes = _Recording(early=False)
-    conn, client, backend = _connection(routes)
-    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
-    await _turns()
+    conn, client = await _started(routes)
     conn.backend_data(_answer(1))
     await _turns()
     assert _writes_on(client, 1) == []  # held: the stage has not said it may go
@@ -90,9 +94,7 @@ async def test_an_answer_already_in_goes_when_the_stages_let_it() -> None:
 
 async def test_a_failed_answer_is_held_until_the_stages_are_done() -> None:
     routes = _Recording()
-    conn, client, backend = _connection(routes)
-    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
-    await _turns()
+    conn, client = await _started(routes)
     block = hpack.Encoder().encode([(":status", "200"), ("grpc-status", "13")])
     conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, block))
     assert _writes_on(client, 1) == []  # only a success goes at once: a failure is the stages' to see first
@@ -103,9 +105,7 @@ async def test_a_failed_answer_is_held_until_the_stages_are_done() -> None:
 
 async def test_a_stage_failing_after_its_answer_went_resets_nothing() -> None:
     routes = _Recording(fail=True)
-    conn, client, backend = _connection(routes)
-    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
-    await _turns()
+    conn, client = await _started(routes)
     conn.backend_data(_answer(1))
     routes.recorded.set()
     await _turns()
