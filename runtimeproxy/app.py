@@ -65,7 +65,7 @@ async def build_proxy(
         metrics.backend_up.set(1)
         plan = proxy.router.plan  # the router heard this probe first
         metrics.cri.serving(plan.routes if plan else {})
-        tasks.spawn(TaskName.REBUILD, _rebuild(store))
+        tasks.spawn(TaskName.REBUILD, store.rebuild_quietly())
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
@@ -93,10 +93,3 @@ async def build_proxy(
 
 def _count_servers(metrics: Metrics, snapshot: HookSnapshot) -> None:
     metrics.hook_servers.set(len(snapshot))
-
-
-async def _rebuild(store: StateStore) -> None:
-    try:
-        await store.rebuild()
-    except Exception as exc:  # the store also reads on demand; this only warms it
-        log.warning("state rebuild failed; records will be read on demand", extra={"error": str(exc)})

@@ -25,6 +25,7 @@ from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .hookfile import FailurePolicy
 from .locks import KeyedLocks
 from .points import HookType
+from .registry import HookSnapshot
 from .store import StateStore
 
 log = logging.getLogger(__name__)
@@ -53,19 +54,42 @@ class HookStage(StageProvider):
         self._recorded.set()
         self._finishing: set[asyncio.Task[None]] = set()
         self._rechecks: set[asyncio.Task[None]] = set()  # removals whose outcome is being asked again
+        # A call that keeps state went by unrecorded (``needed``): the records
+        # are read again from the runtime when a hook server next comes.
+        self._unrecorded = False  # (only ever set while no hook server is registered)
+        self._serving = False
+        dispatcher.registry.on_change(self._servers_changed)
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
         point = HOOKED_METHODS.get(method)
         return None if point is None else functools.partial(self._run, point)
 
     def needed(self, method: str) -> bool:
-        """A call whose method records nothing has work here only while a hook
-        server is registered (for any point: the calls held for hooks keep the
-        calls on their object behind them), or while a call holds or awaits
-        an object's lock: this call may be on that object, and must not pass
-        the calls waiting there."""
+        """A call has work here only while a hook server is registered (for
+        any point: the calls held for hooks keep the calls on their object
+        behind them), or while a call holds or awaits an object's lock: this
+        call may be on that object, and must not pass the calls waiting
+        there. Else even a call that keeps state (a creation, a removal) is
+        relayed as it is, unrecorded: nobody needs the records until a hook
+        server comes, and they are read again from the runtime then."""
         point = HOOKED_METHODS.get(method)
-        return point is not None and (point.keeps_state or self.dispatcher.has_servers() or len(self.locks) > 0)
+        if point is None:
+            return False
+        if self.dispatcher.has_servers() or len(self.locks) > 0:
+            return True
+        self._unrecorded = self._unrecorded or point.keeps_state
+        return False
+
+    def _servers_changed(self, snapshot: HookSnapshot) -> None:
+        serving = len(snapshot) > 0
+        if serving and not self._serving and self._unrecorded:
+            # Calls went by unrecorded while no hook server was registered:
+            # every record may be out of date. Read them again, as at start-up.
+            self._unrecorded = False
+            self.store.forget_all()
+            self._tasks.spawn(TaskName.REBUILD, self.store.rebuild_quietly())
+            log.info("a hook server came after calls went unrecorded: state is read again from the runtime")
+        self._serving = serving
 
     def sends_unchanged(self, method: str) -> bool:
         """No pre hook can change the call, no call holds or awaits a lock it

@@ -115,6 +115,24 @@ class StateStore:
         for cid in [c for c, p in self.container_pod.items() if p == pod_id]:
             self.drop_container(cid)
 
+    def forget_all(self) -> None:
+        """Drop every record (they may be out of date): each is read back from
+        the backend when next needed, or by a rebuild. Reads under way are
+        older than this, and are dropped when they end."""
+        self._stale_reads.update(self._reading)
+        for touched in self._listings:
+            touched.update(self.pods, self.containers)
+        self.pods.clear()
+        self.containers.clear()
+        self.container_pod.clear()
+
+    async def rebuild_quietly(self) -> None:
+        """``rebuild``, logging a failure instead of raising it: the store also reads on demand."""
+        try:
+            await self.rebuild()
+        except Exception as exc:
+            log.warning("state rebuild failed; records will be read on demand", extra={"error": str(exc)})
+
     async def pod(self, pod_id: str) -> hookapi.PodSandboxHookRequest | None:
         record = self.pods.get(pod_id)
         if record is None and self.read_backend is not None:

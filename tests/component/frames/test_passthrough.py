@@ -1,12 +1,14 @@
 """On the frames path, a call whose stages have no work for it is relayed
 verbatim (routes.py, ``StageProvider.needed``): with no hook server
-registered, the start and stop calls, of which the proxy records nothing.
+registered, every call of a hooked method, the ones that keep state too;
+its records are read again from the runtime when a hook server comes.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.app import RunningProxy
 
@@ -17,6 +19,10 @@ START = "/runtime.v1.RuntimeService/StartContainer"
 STOP = "/runtime.v1.RuntimeService/StopContainer"
 STOP_POD = "/runtime.v1.RuntimeService/StopPodSandbox"
 REMOVE = "/runtime.v1.RuntimeService/RemoveContainer"
+RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
+CREATE = "/runtime.v1.RuntimeService/CreateContainer"
+REMOVE_POD = "/runtime.v1.RuntimeService/RemovePodSandbox"
+LIST_PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 UNKNOWN_FIELD = b"\xba\x3e\x01z"  # field 999, which no CRI message has
 
 
@@ -28,20 +34,52 @@ def staged(running: RunningProxy, method: str) -> float:
     return value or 0.0
 
 
-async def test_without_hook_servers_start_and_stop_calls_skip_the_stage(running, fake: FakeBackend, client) -> None:
+async def test_without_hook_servers_every_call_skips_the_stage(running, fake: FakeBackend, client) -> None:
     calls = [
+        (RUN_POD, v1.RunPodSandboxRequest(config=v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(uid="u-1")))),
+        (CREATE, v1.CreateContainerRequest(pod_sandbox_id="pod-1")),
         (START, v1.StartContainerRequest(container_id="ctr-1")),
         (STOP, v1.StopContainerRequest(container_id="ctr-1", timeout=5)),
+        (REMOVE, v1.RemoveContainerRequest(container_id="ctr-1")),
         (STOP_POD, v1.StopPodSandboxRequest(pod_sandbox_id="pod-1")),
+        (REMOVE_POD, v1.RemovePodSandboxRequest(pod_sandbox_id="pod-1")),
     ]
     for path, request in calls:
         raw = request.SerializeToString() + UNKNOWN_FIELD
         await client.unary_unary(path)(raw, timeout=10)
-        assert fake.calls(path)[0].requests == [raw]
-    assert [staged(running, path.rsplit("/", 1)[1]) for path, _ in calls] == [0, 0, 0]
-    # A call the proxy records still takes the stage.
-    await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
-    assert staged(running, "RemoveContainer") == 1
+        assert fake.calls(path)[0].requests == [raw]  # as it came: not decoded and encoded again
+    assert [staged(running, path.rsplit("/", 1)[1]) for path, _ in calls] == [0] * len(calls)
+    assert running.hooks.store.pods == {} and running.hooks.store.containers == {}  # nothing recorded
+
+
+async def test_records_are_read_again_when_a_hook_server_comes_after_unrecorded_calls(
+    running, fake: FakeBackend, client, sock_dir, hook_dir
+) -> None:
+    store = running.hooks.store
+    store.put_pod("pod-old", hookapi.PodSandboxHookRequest())  # a record from before, now out of date
+    await client.unary_unary(REMOVE_POD)(v1.RemovePodSandboxRequest(pod_sandbox_id="pod-old").SerializeToString(),
+                                         timeout=10)
+    assert "pod-old" in store.pods  # the removal went by unrecorded
+    rebuilt = len(fake.calls(LIST_PODS))
+    async with hook_server(sock_dir, "create", {"PreCreateContainer": {}}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        assert store.pods == {}  # forgotten at once: each is read back when needed
+        async with asyncio.timeout(5):
+            while len(fake.calls(LIST_PODS)) == rebuilt:  # and all of them read again, as at start-up
+                await asyncio.sleep(0.01)
+
+
+async def test_a_hook_server_that_comes_after_recorded_calls_only_keeps_the_records(
+    running, fake: FakeBackend, client, sock_dir, hook_dir
+) -> None:
+    store = running.hooks.store
+    store.put_pod("pod-1", hookapi.PodSandboxHookRequest())
+    await client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
+    async with hook_server(sock_dir, "create", {"PreCreateContainer": {}}) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+    assert "pod-1" in store.pods  # a start records nothing: no record went out of date
 
 
 async def test_a_hook_server_for_any_point_puts_them_back_on_the_stage(
@@ -54,14 +92,22 @@ async def test_a_hook_server_for_any_point_puts_them_back_on_the_stage(
     assert staged(running, "StartContainer") == 1
 
 
-async def test_a_start_behind_a_call_in_the_stage_waits_its_turn(running, fake: FakeBackend, client) -> None:
+async def test_a_start_behind_a_call_in_the_stage_waits_its_turn(
+    running, fake: FakeBackend, client, sock_dir, hook_dir
+) -> None:
     """A removal at the runtime holds its container: a start for it that
-    arrives meanwhile takes the stage and reaches the runtime after it."""
+    arrives meanwhile, once the last hook server has gone, takes the stage
+    all the same and reaches the runtime after it."""
     fake.script(REMOVE, hang=True)
-    removing = asyncio.ensure_future(
-        client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
-    )
-    await fake.wait_calls(REMOVE)
+    async with hook_server(sock_dir, "create", {"PreCreateContainer": {}}) as hook:
+        registration = hook.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 1)
+        removing = asyncio.ensure_future(
+            client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
+        )
+        await fake.wait_calls(REMOVE)
+        registration.unlink()
+        await registered(running, 0)
     starting = asyncio.ensure_future(
         client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
     )

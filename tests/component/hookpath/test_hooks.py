@@ -305,7 +305,20 @@ async def test_client_cancel_of_a_hooked_call_reaches_the_runtime(running, fake,
             await asyncio.sleep(0.01)
 
 
-async def test_a_call_whose_client_left_while_its_state_was_read_is_still_recorded(running, fake, client) -> None:
+
+@contextlib.asynccontextmanager
+async def records_kept(running, sock_dir: Path, hook_dir: Path):  # type: ignore[no-untyped-def]
+    """A hook server on a point these calls never reach: the proxy records
+    calls only while some hook server is registered (with none, the frames
+    path relays them unrecorded)."""
+    async with hook_server(sock_dir, "elsewhere", {"PreUpdateContainerResources": {}}) as hook:
+        hook.register(hook_dir, ["PreUpdateContainerResources"])
+        await registered(running, 1)
+        yield
+
+async def test_a_call_whose_client_left_while_its_state_was_read_is_still_recorded(
+    running, fake, client, sock_dir, hook_dir
+) -> None:
     """The runtime created a container in a pod the proxy had no record of (run while it was
     down), and the client's deadline passed while the proxy read that pod back: the container's
     record is still kept, with the pod as the runtime has it, because the container exists."""
@@ -314,20 +327,21 @@ async def test_a_call_whose_client_left_while_its_state_was_read_is_still_record
     fake.script(POD_STATUS, response=status, hang=True)
     request = create_request()
     request.pod_sandbox_id = "pod-7"
-    with pytest.raises(aio.AioRpcError) as err:
-        await client.unary_unary(CREATE)(request.SerializeToString(), timeout=0.5)
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert len(fake.calls(CREATE)) == 1  # the runtime got it and answered
-    await asyncio.wait_for(fake.cancel_seen.wait(), 5)
-    assert fake.cancelled == [POD_STATUS]  # the read under way ended with the client's call
-    await fake.wait_calls(POD_STATUS, 2)  # and was started again, in the background
-    fake.scripts[POD_STATUS].release.set()
-    await running.hooks.drain()
-    record = running.store.containers["ctr-1"]
-    assert (record.container_meta.name, record.container_meta.id) == ("app", "ctr-1")
-    assert (record.pod_meta.uid, dict(record.pod_labels)) == ("uid-7", {"tier": "batch"})
-    assert running.store.container_pod["ctr-1"] == "pod-7"
-    assert len(running.hooks.locks) == 0
+    async with records_kept(running, sock_dir, hook_dir):
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(CREATE)(request.SerializeToString(), timeout=0.5)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert len(fake.calls(CREATE)) == 1  # the runtime got it and answered
+        await asyncio.wait_for(fake.cancel_seen.wait(), 5)
+        assert fake.cancelled == [POD_STATUS]  # the read under way ended with the client's call
+        await fake.wait_calls(POD_STATUS, 2)  # and was started again, in the background
+        fake.scripts[POD_STATUS].release.set()
+        await running.hooks.drain()
+        record = running.store.containers["ctr-1"]
+        assert (record.container_meta.name, record.container_meta.id) == ("app", "ctr-1")
+        assert (record.pod_meta.uid, dict(record.pod_labels)) == ("uid-7", {"tier": "batch"})
+        assert running.store.container_pod["ctr-1"] == "pod-7"
+        assert len(running.hooks.locks) == 0
 
 
 async def test_shutdown_finishes_recording_a_call_the_runtime_answered(fake, sock_dir, hook_dir) -> None:
@@ -344,6 +358,7 @@ async def test_shutdown_finishes_recording_a_call_the_runtime_answered(fake, soc
     running = await build_proxy(config, stack)
     try:
         await running.proxy.wait_ready(10)
+        await stack.enter_async_context(records_kept(running, sock_dir, hook_dir))  # (stops after the proxy)
         async with aio.insecure_channel(f"unix://{config.listen}") as channel:
             call = channel.unary_unary(CREATE)(request.SerializeToString(), timeout=30)
             await fake.wait_calls(POD_STATUS)  # the runtime answered; the proxy reads the pod back
@@ -598,7 +613,7 @@ async def test_metrics_endpoint(fake, sock_dir, hook_dir) -> None:
 
 
 async def test_a_removal_whose_client_left_is_checked_with_the_runtime(
-    running, fake, client, monkeypatch: pytest.MonkeyPatch
+    running, fake, client, sock_dir, hook_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The client gives up on RemovePodSandbox while the runtime is still at it:
     the proxy never sees the answer, asks the runtime again, and forgets the pod
@@ -607,19 +622,20 @@ async def test_a_removal_whose_client_left_is_checked_with_the_runtime(
 
     monkeypatch.setattr(store_module, "RECHECK_DELAYS_S", (0.05, 0.05))
     remove_pod = "/runtime.v1.RuntimeService/RemovePodSandbox"
-    await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString())
-    assert "pod-1" in running.hooks.store.pods
-    fake.script(remove_pod, hang=True)
-    fake.script(POD_STATUS, code=grpc.StatusCode.NOT_FOUND, details="no such sandbox")
-    with pytest.raises(aio.AioRpcError) as err:
-        await client.unary_unary(remove_pod)(
-            v1.RemovePodSandboxRequest(pod_sandbox_id="pod-1").SerializeToString(), timeout=0.3
-        )
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    await fake.wait_calls(remove_pod)
-    async with asyncio.timeout(10):
-        while not running.hooks._rechecks:  # noqa: SLF001 - the handler notices the client left
-            await asyncio.sleep(0.01)
-        await running.hooks.rechecked()
-    assert "pod-1" not in running.hooks.store.pods
-    fake.scripts[remove_pod].release.set()
+    async with records_kept(running, sock_dir, hook_dir):
+        await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString())
+        assert "pod-1" in running.hooks.store.pods
+        fake.script(remove_pod, hang=True)
+        fake.script(POD_STATUS, code=grpc.StatusCode.NOT_FOUND, details="no such sandbox")
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(remove_pod)(
+                v1.RemovePodSandboxRequest(pod_sandbox_id="pod-1").SerializeToString(), timeout=0.3
+            )
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await fake.wait_calls(remove_pod)
+        async with asyncio.timeout(10):
+            while not running.hooks._rechecks:  # noqa: SLF001 - the handler notices the client left
+                await asyncio.sleep(0.01)
+            await running.hooks.rechecked()
+        assert "pod-1" not in running.hooks.store.pods
+        fake.scripts[remove_pod].release.set()

@@ -87,6 +87,19 @@ async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
     assert await store.pod("p1") is not None  # a later read is honoured
 
 
+async def test_forgetting_everything_drops_the_records_and_the_reads_under_way() -> None:
+    """A hook server came after calls went by unrecorded: what the store held,
+    and what it was reading back then, may be out of date."""
+    backend, store, reading = await read_held("pod", "p1")
+    store.put_pod("p2", hookapi.PodSandboxHookRequest())
+    store.put_container("c2", "p2", hookapi.ContainerResourceHookRequest())
+    store.forget_all()
+    assert (store.pods, store.containers, store.container_pod) == ({}, {}, {})
+    backend.gate.set()
+    assert await reading is None and store.pods == {}  # the older read is not kept
+    assert await store.pod("p1") is not None  # a read after it is
+
+
 async def test_a_read_older_than_a_write_does_not_overwrite_it() -> None:
     """Start-up rebuild reads a pod while RunPodSandbox's own record lands: the call's record wins."""
     backend, store, reading = await read_held("pod", "p1")
