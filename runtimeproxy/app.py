@@ -65,7 +65,7 @@ async def build_proxy(
         metrics.backend_up.set(1)
         plan = proxy.router.plan  # the router heard this probe first
         metrics.cri.serving(plan.routes if plan else {})
-        tasks.spawn(TaskName.REBUILD, store.rebuild_quietly())
+        hooks.refresh_records()
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))

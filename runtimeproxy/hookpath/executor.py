@@ -51,6 +51,11 @@ class Executor:
     # these, which can take a whole grace period: the next call is issued
     # after them, but does not wait for them to end.
     ordered_until_issued: ClassVar[bool] = False
+    # Recorded even while no hook server is registered, when the other calls
+    # that keep state go by unrecorded: what it records (the resources) is
+    # read back from the runtime only as its spec says, and a read under way
+    # when it lands must be told it is stale.
+    recorded_without_hooks: ClassVar[bool] = False
 
     def key(self, req: Any) -> str:
         raise NotImplementedError
@@ -258,6 +263,7 @@ class RemoveContainer(_ContainerById):
 
 class UpdateContainerResources(_ContainerById):
     request, response = v1.UpdateContainerResourcesRequest, v1.UpdateContainerResourcesResponse
+    recorded_without_hooks = True
 
     async def hook_request(self, req: v1.UpdateContainerResourcesRequest, store: StateStore) -> HookRequest | None:
         out = await super().hook_request(req, store)
@@ -294,7 +300,7 @@ class HookedMethod:
     executor: Executor
     pre: HookType | None
     post: HookType | None
-    keeps_state: bool  # its executor records calls (or re-checks them): the stage runs with no hook server too
+    keeps_state: bool  # its executor records calls (or re-checks them)
 
 
 def _hooked(*executors: Executor) -> Mapping[str, HookedMethod]:

@@ -55,7 +55,7 @@ class HookStage(StageProvider):
         self._finishing: set[asyncio.Task[None]] = set()
         self._rechecks: set[asyncio.Task[None]] = set()  # removals whose outcome is being asked again
         # A call that keeps state went by unrecorded (``needed``): the records
-        # are read again from the runtime when a hook server next comes.
+        # are dropped, and read again from the runtime when a hook server next comes.
         self._unrecorded = False  # (only ever set while no hook server is registered)
         self._serving = False
         dispatcher.registry.on_change(self._servers_changed)
@@ -75,16 +75,28 @@ class HookStage(StageProvider):
         point = HOOKED_METHODS.get(method)
         if point is None:
             return False
-        if self.dispatcher.has_servers() or len(self.locks) > 0:
+        if self.dispatcher.has_servers() or len(self.locks) > 0 or point.executor.recorded_without_hooks:
             return True
-        self._unrecorded = self._unrecorded or point.keeps_state
+        if point.keeps_state and not self._unrecorded:
+            # From now on the records would go out of date: none are kept.
+            self._unrecorded = True
+            self.store.forget_all()
         return False
+
+    def refresh_records(self) -> None:
+        """The runtime (re)connected: read the records again from it, unless
+        none are kept (calls went by unrecorded): a hook server's coming reads
+        them then."""
+        if not self._unrecorded:
+            self._tasks.spawn(TaskName.REBUILD, self.store.rebuild_quietly())
 
     def _servers_changed(self, snapshot: HookSnapshot) -> None:
         serving = len(snapshot) > 0
         if serving and not self._serving and self._unrecorded:
             # Calls went by unrecorded while no hook server was registered:
-            # every record may be out of date. Read them again, as at start-up.
+            # read the records again, as at start-up (what a hook needs first
+            # is read back on demand). A removal still at the runtime may be
+            # read as alive: its record goes at the next resync.
             self._unrecorded = False
             self.store.forget_all()
             self._tasks.spawn(TaskName.REBUILD, self.store.rebuild_quietly())

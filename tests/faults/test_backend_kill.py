@@ -19,6 +19,7 @@ from runtimeproxy.cripath.backend import channel_options
 from runtimeproxy.hookpath import store as store_module
 from runtimeproxy.host.containerd import LocalContainerd
 
+from ..hookprocs import hook_server, registered
 from ..integration.proxyfixtures import ProxyLauncher
 from .workload import Ledger, listed, load, mismatches, progress
 
@@ -76,6 +77,12 @@ async def test_backend_sigkill_twice_under_load(
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)
         running, _ = await launcher.start(probe_max_interval=0.5)
+        # A hook server, on a point the load never reaches: the proxy records
+        # calls (and asks again of removals it did not see end) only while one
+        # is registered.
+        hook = await stack.enter_async_context(hook_server(launcher.dir, "kept", {"PreUpdateContainerResources": {}}))
+        hook.register(launcher.hook_dir, ["PreUpdateContainerResources"])
+        await registered(running, 1)
         channel = await stack.enter_async_context(launcher.channel())
         health = await stack.enter_async_context(watching(channel))
         await health.until(SERVING)

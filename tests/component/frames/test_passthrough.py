@@ -7,6 +7,7 @@ its records are read again from the runtime when a hook server comes.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
@@ -23,6 +24,9 @@ RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 REMOVE_POD = "/runtime.v1.RuntimeService/RemovePodSandbox"
 LIST_PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
+UPDATE = "/runtime.v1.RuntimeService/UpdateContainerResources"
+POD_STATUS = "/runtime.v1.RuntimeService/PodSandboxStatus"
+CTR_STATUS = "/runtime.v1.RuntimeService/ContainerStatus"
 UNKNOWN_FIELD = b"\xba\x3e\x01z"  # field 999, which no CRI message has
 
 
@@ -50,24 +54,32 @@ async def test_without_hook_servers_every_call_skips_the_stage(running, fake: Fa
         assert fake.calls(path)[0].requests == [raw]  # as it came: not decoded and encoded again
     assert [staged(running, path.rsplit("/", 1)[1]) for path, _ in calls] == [0] * len(calls)
     assert running.hooks.store.pods == {} and running.hooks.store.containers == {}  # nothing recorded
+    # But a resource update, which later hook requests carry: it is recorded
+    # whatever comes (a read back under way is told it is stale).
+    await client.unary_unary(UPDATE)(v1.UpdateContainerResourcesRequest(container_id="ctr-1").SerializeToString(),
+                                     timeout=10)
+    assert staged(running, "UpdateContainerResources") == 1
 
 
 async def test_records_are_read_again_when_a_hook_server_comes_after_unrecorded_calls(
     running, fake: FakeBackend, client, sock_dir, hook_dir
 ) -> None:
     store = running.hooks.store
-    store.put_pod("pod-old", hookapi.PodSandboxHookRequest())  # a record from before, now out of date
+    store.put_pod("pod-old", hookapi.PodSandboxHookRequest())  # a record from before (start-up's rebuild)
     await client.unary_unary(REMOVE_POD)(v1.RemovePodSandboxRequest(pod_sandbox_id="pod-old").SerializeToString(),
                                          timeout=10)
-    assert "pod-old" in store.pods  # the removal went by unrecorded
+    assert store.pods == {}  # the removal went by unrecorded: no record is kept from then on
     rebuilt = len(fake.calls(LIST_PODS))
+    running.hooks.refresh_records()  # the runtime reconnects: nothing is read while none are kept
     async with hook_server(sock_dir, "create", {"PreCreateContainer": {}}) as hook:
+        store.put_pod("pod-stale", hookapi.PodSandboxHookRequest())  # (as if a call in the stage wrote it meanwhile)
         hook.register(hook_dir, ["PreCreateContainer"])
         await registered(running, 1)
-        assert store.pods == {}  # forgotten at once: each is read back when needed
+        assert store.pods == {}  # forgotten when the server came: each is read back when needed
         async with asyncio.timeout(5):
             while len(fake.calls(LIST_PODS)) == rebuilt:  # and all of them read again, as at start-up
                 await asyncio.sleep(0.01)
+        assert len(fake.calls(LIST_PODS)) == rebuilt + 1
 
 
 async def test_a_hook_server_that_comes_after_recorded_calls_only_keeps_the_records(
@@ -119,3 +131,26 @@ async def test_a_start_behind_a_call_in_the_stage_waits_its_turn(
     await asyncio.wait_for(asyncio.gather(removing, starting), 10)
     assert [r.path for r in fake.received if r.path in (REMOVE, START)] == [REMOVE, START]
     assert staged(running, "StartContainer") == 1
+
+
+async def test_a_hook_after_unrecorded_calls_sees_the_object_as_the_runtime_has_it(
+    running, fake: FakeBackend, client, sock_dir, hook_dir
+) -> None:
+    """A pod and its container created while no hook server was registered: the
+    first hook on that container gets its record read back from the runtime."""
+    pod_info = {"config": {"metadata": {"name": "web", "uid": "u-1", "namespace": "ns"}, "labels": {"app": "web"}}}
+    ctr_info = {"sandboxID": "pod-1", "config": {"metadata": {"name": "app", "attempt": 1}, "annotations": {"a": "1"}},
+                "runtimeSpec": {"linux": {"resources": {"cpu": {"shares": 512}}}}}
+    fake.script(POD_STATUS, response=v1.PodSandboxStatusResponse(info={"info": json.dumps(pod_info)}).SerializeToString())
+    fake.script(CTR_STATUS, response=v1.ContainerStatusResponse(info={"info": json.dumps(ctr_info)}).SerializeToString())
+    config = v1.PodSandboxConfig(metadata=v1.PodSandboxMetadata(name="web", uid="u-1", namespace="ns"))
+    await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=config).SerializeToString(), timeout=10)
+    await client.unary_unary(CREATE)(v1.CreateContainerRequest(pod_sandbox_id="pod-1").SerializeToString(), timeout=10)
+    async with hook_server(sock_dir, "start", {"PreStartContainer": {}}) as hook:
+        hook.register(hook_dir, ["PreStartContainer"])
+        await registered(running, 1)
+        await client.unary_unary(START)(v1.StartContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
+    [seen] = hook.requests("PreStartContainer")
+    assert seen["container_meta"] == {"name": "app", "attempt": 1, "id": "ctr-1"}
+    assert (seen["pod_meta"]["uid"], seen["pod_labels"], seen["container_annotations"]) == ("u-1", {"app": "web"}, {"a": "1"})
+    assert seen["container_resources"]["cpu_shares"] == "512"

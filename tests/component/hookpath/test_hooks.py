@@ -358,7 +358,9 @@ async def test_shutdown_finishes_recording_a_call_the_runtime_answered(fake, soc
     running = await build_proxy(config, stack)
     try:
         await running.proxy.wait_ready(10)
-        await stack.enter_async_context(records_kept(running, sock_dir, hook_dir))  # (stops after the proxy)
+        # Its server stops before the proxy (the stack unwinds in reverse); its
+        # registration stays, so the calls are recorded to the end.
+        await stack.enter_async_context(records_kept(running, sock_dir, hook_dir))
         async with aio.insecure_channel(f"unix://{config.listen}") as channel:
             call = channel.unary_unary(CREATE)(request.SerializeToString(), timeout=30)
             await fake.wait_calls(POD_STATUS)  # the runtime answered; the proxy reads the pod back
