@@ -71,7 +71,9 @@ class HookStage(StageProvider):
         call may be on that object, and must not pass the calls waiting
         there. Else even a call that keeps state (a creation, a removal) is
         relayed as it is, unrecorded: nobody needs the records until a hook
-        server comes, and they are read again from the runtime then."""
+        server comes, and they are read again from the runtime then. But a
+        resource update, which a read back under way when a server comes
+        must be told of (``Executor.recorded_without_hooks``)."""
         point = HOOKED_METHODS.get(method)
         if point is None:
             return False
@@ -216,13 +218,14 @@ class HookStage(StageProvider):
                     changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields)
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
-            elif sent and (early := ex.early_seen(req, self.store)) is not None:
+            elif sent and not self._unrecorded and (early := ex.early_seen(req, self.store)) is not None:
                 seen[:] = [early]  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
             # Asked when the answer comes (a stop may take its grace period):
             # then nothing below can change the answer or wait on the runtime.
             record_from = seen[0] if seen else None
-            answer_at_once(context, lambda: ex.records_at_once(req, self.store, record_from, post_hook is not None))
+            post = post_hook is not None
+            answer_at_once(context, lambda: self._unrecorded or ex.records_at_once(req, self.store, record_from, post))
             sending = True
             try:
                 if ex.ordered_until_issued:
@@ -289,7 +292,9 @@ class HookStage(StageProvider):
     ) -> None:
         """Record a successful call and start its post hooks. Safe to run again
         after a cancel: records are put, not added, and post hooks start last,
-        after the final await."""
+        after the final await. None are kept while calls go by unrecorded."""
+        if self._unrecorded:
+            return  # (no hook server either: no post hook)
         await ex.record(req, response, self.store, seen)
         if post_hook is not None:
             post_request = await ex.hook_request(req, self.store)

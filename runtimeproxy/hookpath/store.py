@@ -86,6 +86,7 @@ class StateStore:
     # Per listing under way (rebuild, resync): the ids written or dropped
     # since it began, which its (older) listing must not judge.
     _listings: list[set[str]] = field(default_factory=list)
+    _forgotten: int = 0  # how many times every record was dropped (``forget_all``)
 
     def changed(self, object_id: str) -> None:
         """A call changed this object: reads under way for it are out of date."""
@@ -120,6 +121,7 @@ class StateStore:
         the backend when next needed, or by a rebuild. Reads under way are
         older than this, and are dropped when they end."""
         self._stale_reads.update(self._reading)
+        self._forgotten += 1  # a rebuild under way reads no more
         for touched in self._listings:
             touched.update(self.pods, self.containers)
         self.pods.clear()
@@ -185,10 +187,16 @@ class StateStore:
         answer was lost when the runtime died), unless a call wrote them
         since the rebuild began."""
 
+        forgotten = self._forgotten
+
         async def read_all(pod_ids: list[str], container_ids: list[str]) -> None:
             for pod_id in pod_ids:
+                if self._forgotten != forgotten:
+                    return
                 await self.pod(pod_id)
             for container_id in container_ids:
+                if self._forgotten != forgotten:
+                    return
                 await self.container(container_id)
 
         pod_ids, container_ids, gone_pods, gone_containers = await self._listing(read_all)

@@ -1,7 +1,8 @@
 """On the frames path, a call whose stages have no work for it is relayed
 verbatim (routes.py, ``StageProvider.needed``): with no hook server
-registered, every call of a hooked method, the ones that keep state too;
-its records are read again from the runtime when a hook server comes.
+registered, every call of a hooked method, the ones that keep state too,
+but a resource update; its records are read again from the runtime when a
+hook server comes.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.app import RunningProxy
+from runtimeproxy.supervisor import TaskName
 
 from ...hookprocs import hook_server, registered
 from ..fakes import FakeBackend
@@ -62,24 +66,50 @@ async def test_without_hook_servers_every_call_skips_the_stage(running, fake: Fa
 
 
 async def test_records_are_read_again_when_a_hook_server_comes_after_unrecorded_calls(
-    running, fake: FakeBackend, client, sock_dir, hook_dir
+    running, fake: FakeBackend, client, sock_dir, hook_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = running.hooks.store
     store.put_pod("pod-old", hookapi.PodSandboxHookRequest())  # a record from before (start-up's rebuild)
     await client.unary_unary(REMOVE_POD)(v1.RemovePodSandboxRequest(pod_sandbox_id="pod-old").SerializeToString(),
                                          timeout=10)
     assert store.pods == {}  # the removal went by unrecorded: no record is kept from then on
-    rebuilt = len(fake.calls(LIST_PODS))
+    rebuilds: list[str] = []
+
+    async def rebuild_quietly() -> None:
+        rebuilds.append("rebuild")
+
+    monkeypatch.setattr(store, "rebuild_quietly", rebuild_quietly)
+    await asyncio.gather(*running.tasks.running(TaskName.REBUILD))  # start-up's, if still under way
     running.hooks.refresh_records()  # the runtime reconnects: nothing is read while none are kept
+    assert running.tasks.running(TaskName.REBUILD) == []
     async with hook_server(sock_dir, "create", {"PreCreateContainer": {}}) as hook:
-        store.put_pod("pod-stale", hookapi.PodSandboxHookRequest())  # (as if a call in the stage wrote it meanwhile)
+        store.put_pod("pod-stale", hookapi.PodSandboxHookRequest())  # (as if a read had just ended)
         hook.register(hook_dir, ["PreCreateContainer"])
         await registered(running, 1)
         assert store.pods == {}  # forgotten when the server came: each is read back when needed
-        async with asyncio.timeout(5):
-            while len(fake.calls(LIST_PODS)) == rebuilt:  # and all of them read again, as at start-up
-                await asyncio.sleep(0.01)
-        assert len(fake.calls(LIST_PODS)) == rebuilt + 1
+        await asyncio.gather(*running.tasks.running(TaskName.REBUILD))
+        assert rebuilds == ["rebuild"]  # and all of them read again, as at start-up
+
+
+async def test_with_no_hook_server_a_call_in_the_stage_neither_records_nor_reads_back(
+    running, fake: FakeBackend, client
+) -> None:
+    """A resource update holds its container at the runtime (it takes the stage
+    whatever comes), so a creation that arrives meanwhile takes it too: once
+    calls went by unrecorded, it is answered as it comes, reads no pod back
+    and records nothing."""
+    await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-0").SerializeToString(), timeout=10)
+    fake.script(UPDATE, hang=True)
+    updating = asyncio.ensure_future(client.unary_unary(UPDATE)(
+        v1.UpdateContainerResourcesRequest(container_id="ctr-9").SerializeToString(), timeout=10))
+    await fake.wait_calls(UPDATE)
+    fake.script(POD_STATUS, hang=True)  # a read back would hold the answer
+    create = v1.CreateContainerRequest(pod_sandbox_id="pod-1").SerializeToString()
+    await client.unary_unary(CREATE)(create, timeout=5)
+    assert staged(running, "CreateContainer") == 1 and fake.calls(POD_STATUS) == []
+    assert running.hooks.store.containers == {}
+    fake.scripts[UPDATE].release.set()
+    await updating
 
 
 async def test_a_hook_server_that_comes_after_recorded_calls_only_keeps_the_records(

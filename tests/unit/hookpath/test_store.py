@@ -100,6 +100,26 @@ async def test_forgetting_everything_drops_the_records_and_the_reads_under_way()
     assert await store.pod("p1") is not None  # a read after it is
 
 
+async def test_a_rebuild_under_way_when_everything_is_forgotten_reads_no_more() -> None:
+    backend = Backend()
+    pod_read = asyncio.Event()
+
+    async def pod_held(method: str, request: bytes) -> bytes:
+        if method == "PodSandboxStatus" and not pod_read.is_set():  # the first read only
+            backend.gate.clear()
+            pod_read.set()
+        return await backend(method, request)
+
+    store = StateStore(read_backend=pod_held)
+    rebuilding = asyncio.ensure_future(store.rebuild())
+    await pod_read.wait()  # listed, and reading the pod
+    store.forget_all()
+    backend.gate.set()
+    await asyncio.wait_for(rebuilding, 5)
+    assert "ContainerStatus" not in backend.calls  # the container was not read after it
+    assert (store.pods, store.containers) == ({}, {})
+
+
 async def test_a_read_older_than_a_write_does_not_overwrite_it() -> None:
     """Start-up rebuild reads a pod while RunPodSandbox's own record lands: the call's record wins."""
     backend, store, reading = await read_held("pod", "p1")
