@@ -57,7 +57,6 @@ class HookStage(StageProvider):
         # A call that keeps state went by unrecorded (``needed``): the records
         # are dropped, and read again from the runtime when a hook server next comes.
         self._unrecorded = False  # (only ever set while no hook server is registered)
-        self._serving = False
         dispatcher.registry.on_change(self._servers_changed)
 
     def stage_for(self, method: str, client_version: str, backend_version: str) -> Stage | None:
@@ -93,8 +92,9 @@ class HookStage(StageProvider):
             self._tasks.spawn(TaskName.REBUILD, self.store.rebuild_quietly())
 
     def _servers_changed(self, snapshot: HookSnapshot) -> None:
-        serving = len(snapshot) > 0
-        if serving and not self._serving and self._unrecorded:
+        # (``_unrecorded`` is set only while no server is registered: a server
+        # here with it set is the first since.)
+        if len(snapshot) > 0 and self._unrecorded:
             # Calls went by unrecorded while no hook server was registered:
             # read the records again, as at start-up (what a hook needs first
             # is read back on demand). A removal still at the runtime may be
@@ -103,7 +103,6 @@ class HookStage(StageProvider):
             self.store.forget_all()
             self._tasks.spawn(TaskName.REBUILD, self.store.rebuild_quietly())
             log.info("a hook server came after calls went unrecorded: state is read again from the runtime")
-        self._serving = serving
 
     def sends_unchanged(self, method: str) -> bool:
         """No pre hook can change the call, no call holds or awaits a lock it

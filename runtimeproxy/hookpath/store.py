@@ -57,16 +57,14 @@ def container_record(
 ) -> hookapi.ContainerResourceHookRequest:
     meta = config.metadata
     record = hookapi.ContainerResourceHookRequest(
+        pod_meta=pod.pod_meta,
         container_meta=hookapi.ContainerMetadata(name=meta.name, attempt=meta.attempt, id=container_id),
+        pod_resources=pod.resources,
         pod_cgroup_parent=pod.cgroup_parent,
         container_envs=env_map(config.envs),
     )
-    record.pod_meta.CopyFrom(pod.pod_meta)
-    record.pod_meta.SetInParent()
     record.container_annotations.update(config.annotations)
     copy_as_wire(record.container_resources, config.linux.resources)
-    record.pod_resources.CopyFrom(pod.resources)
-    record.pod_resources.SetInParent()
     record.pod_annotations.update(pod.annotations)
     record.pod_labels.update(pod.labels)
     return record
