@@ -104,6 +104,8 @@ class LocalContainerd:
     nri: bool = False
     request_timeout: float = 2.0  # NRI plugin_request_timeout, seconds
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    # What start-up is waiting for, told when it gives up (the log may not say).
+    _waiting_for: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
@@ -184,7 +186,8 @@ class LocalContainerd:
             await self._shutdown(grace=5.0)
             if isinstance(exc, TimeoutError):
                 raise LocalRuntimeError(
-                    f"containerd not ready within {timeout}s; log tail:\n{self.log_tail()}") from None
+                    f"containerd not ready within {timeout}s (waiting for {self._waiting_for}); "
+                    f"log tail:\n{self.log_tail()}") from None
             raise
         log.info("containerd started", extra={"pid": self._proc.pid, "address": self.address,
                                                 "snapshotter": self.snapshotter})
@@ -260,6 +263,7 @@ class LocalContainerd:
     async def _wait_ready(self) -> None:
         """Poll CRI Version until it answers: containerd offers no readiness event."""
         assert self._proc is not None
+        self._waiting_for = "its socket"
         exited = asyncio.ensure_future(self._proc.wait())
         try:
             while True:
@@ -282,6 +286,7 @@ class LocalContainerd:
                 await v1_grpc.RuntimeServiceStub(channel).Version(v1.VersionRequest(), timeout=1.0)
                 return True
             except aio.AioRpcError as exc:
+                self._waiting_for = f"CRI Version, last answered {exc.code().name}: {exc.details()}"
                 if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                     # containerd serves, but its CRI plugin failed to load: waiting will not help.
                     raise LocalRuntimeError(
@@ -296,6 +301,7 @@ class LocalContainerd:
         Waits until the CRI plugin lists them: it learns about imports from
         containerd events, so ctr returning is not enough.
         """
+        self._waiting_for = "the image imports"
         archives = build_test_images(self.base / "images")
         async with asyncio.timeout(timeout):
             for ref, archive in archives.items():
