@@ -20,7 +20,10 @@ import struct
 from typing import TYPE_CHECKING
 
 from . import frame as fr
-from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .frame import (
+    F_END_HEADERS, F_END_STREAM, F_PADDED, F_WHOLE_PLAIN, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, ErrorCode, Flag,
+    FrameError, FrameType, Setting,
+)
 from .hooked import grpc_status, status_name
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
@@ -29,10 +32,6 @@ _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 _FRAME_HEADER = fr.HEADER.unpack_from
-# Plain ints for the run loop (an IntEnum member costs a lookup each time).
-_HEADER_LEN, _DATA, _HEADERS = fr.HEADER_LEN, int(FrameType.DATA), int(FrameType.HEADERS)
-_SETTINGS = int(FrameType.SETTINGS)
-_PADDED, _END_STREAM = Flag.PADDED, Flag.END_STREAM
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
 _RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
@@ -90,50 +89,50 @@ class BackendSide:
         max_frame = conn.client_frames.relay
         end_buf = len(buf)
         run = pos
-        while end_buf - pos >= _HEADER_LEN:
+        while end_buf - pos >= HEADER_LEN:
             hi, lo, t, flags, sid = _FRAME_HEADER(buf, pos)
             size = (hi << 16) | lo
             if size > max_frame:
                 raise fr.oversized(size, max_frame)
-            nxt = pos + _HEADER_LEN + size
+            nxt = pos + HEADER_LEN + size
             if nxt > end_buf:
                 break
             sid &= 0x7FFFFFFF
             if sid in relayed:  # never hooked or diverted too (upstream._header_block)
                 sizes = sizes_out.get(sid)
-                if t == _DATA and not flags & _PADDED and sizes is not None:
+                if t == T_DATA and not flags & F_PADDED and sizes is not None:
                     if sizes.remaining >= size:  # within one message's body
                         sizes.remaining -= size
                         too_long = None
                     else:
-                        too_long = sizes.feed(view[pos + _HEADER_LEN : nxt])
+                        too_long = sizes.feed(view[pos + HEADER_LEN : nxt])
                     if too_long is None and out.take(size):
                         pos = nxt
-                        if flags & _END_STREAM:
+                        if flags & F_END_STREAM:
                             conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
                         continue
                     if run < pos:
                         out.frames(view[run:pos])
                     if too_long is None:  # the client's window is closed: queued, in order
-                        out.data(sid, view[pos + _HEADER_LEN : nxt], bool(flags & _END_STREAM), credit=size)
-                        if flags & _END_STREAM:
+                        out.data(sid, view[pos + HEADER_LEN : nxt], bool(flags & F_END_STREAM), credit=size)
+                        if flags & F_END_STREAM:
                             conn.stream_done(sid, "UNKNOWN")
                     else:
                         self._too_long(sid, too_long, size)
                     run = pos = nxt
                     continue
-                if t == _HEADERS and flags & fr.WHOLE_PLAIN == Flag.END_HEADERS and not self.block and out.flowing:
+                if t == T_HEADERS and flags & F_WHOLE_PLAIN == F_END_HEADERS and not self.block and out.flowing:
                     # A relayed answer's block in one frame (nearly all of them): passed
                     # on as it came; what it says (the status) is read once this read's
                     # frames are written (_settle), off the answer's path.
                     conn.responded.add(sid)
-                    self._unread.append((sid, bytes(view[pos + _HEADER_LEN : nxt]), bool(flags & _END_STREAM)))
+                    self._unread.append((sid, bytes(view[pos + HEADER_LEN : nxt]), bool(flags & F_END_STREAM)))
                     pos = nxt
                     continue
             if run < pos:
                 out.frames(view[run:pos])
-            self._frame(t, flags, sid, view[pos:nxt], view[pos + _HEADER_LEN : nxt])
-            if t == _SETTINGS:  # an ACK may have put a new frame size in force
+            self._frame(t, flags, sid, view[pos:nxt], view[pos + HEADER_LEN : nxt])
+            if t == T_SETTINGS:  # an ACK may have put a new frame size in force
                 max_frame = conn.client_frames.relay
             run = pos = nxt
         if run < pos:

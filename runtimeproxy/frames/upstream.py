@@ -20,7 +20,10 @@ from ..cripath.stage import Stage
 from . import divert, hooked
 from . import frame as fr
 from .divert import Diverted
-from .frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from .frame import (
+    F_END_HEADERS, F_END_STREAM, F_PADDED, F_WHOLE_PLAIN, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE,
+    ErrorCode, Flag, FrameError, FrameType, Setting,
+)
 from .hpackpeek import HeaderReader
 from .msgsize import MessageSizes
 from .window import detached
@@ -88,21 +91,22 @@ class ClientSide:
         run = pos
         # Frames that pass verbatim (a relayed stream's DATA and WINDOW_UPDATE,
         # PRIORITY, unknown types) stay in the run, read from their header
-        # alone; the others are parsed and handled by _client_frame.
-        while end - pos >= fr.HEADER_LEN:
+        # alone; a header block in one frame goes to _header_block; the others
+        # are parsed and handled by _client_frame.
+        while end - pos >= HEADER_LEN:
             hi, lo, kind, flags, sid = _FRAME_HEADER(buf, pos)
             size = (hi << 16) | lo
             if size > max_frame:
                 raise fr.oversized(size, max_frame)
-            nxt = pos + fr.HEADER_LEN + size
+            nxt = pos + HEADER_LEN + size
             if nxt > end:
                 break
             sid &= 0x7FFFFFFF
             if not block:
-                if kind == FrameType.DATA and sid in relayed:
+                if kind == T_DATA and sid in relayed:
                     sizes = conn.sizes_in[sid]
-                    payload = view[pos + fr.HEADER_LEN : nxt]
-                    if flags & Flag.PADDED:
+                    payload = view[pos + HEADER_LEN : nxt]
+                    if flags & F_PADDED:
                         payload = fr.unpadded(fr.Frame(kind, flags, sid, payload))
                     too_long = sizes.feed(payload)
                     if too_long is None and inbound.take(size):
@@ -112,13 +116,20 @@ class ClientSide:
                     out.append(view[run:pos])
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
-                        inbound.data(sid, bytes(payload), bool(flags & Flag.END_STREAM), credit=size)
+                        inbound.data(sid, bytes(payload), bool(flags & F_END_STREAM), credit=size)
                     else:
-                        self._refuse_size(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), too_long, out)
+                        self._refuse_size(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt
                     continue
-                if (kind == FrameType.WINDOW_UPDATE and size == 4 and (sid == 0 or sid in relayed)
-                        and (increment := _INCREMENT(buf, pos + fr.HEADER_LEN)[0] & 0x7FFFFFFF)):
+                if kind == T_HEADERS and flags & F_WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
+                    out.append(view[run:pos])
+                    self._new_stream(sid)
+                    self._header_block(sid, [buf[pos:nxt]], bytes(view[pos + HEADER_LEN : nxt]),
+                                       bool(flags & F_END_STREAM), out)
+                    run = pos = nxt
+                    continue
+                if (kind == T_WINDOW_UPDATE and size == 4 and (sid == 0 or sid in relayed)
+                        and (increment := _INCREMENT(buf, pos + HEADER_LEN)[0] & 0x7FFFFFFF)):
                     if sid:
                         pos = nxt  # a relayed stream's window is end to end
                         continue
@@ -130,8 +141,8 @@ class ClientSide:
                     pos = nxt
                     continue
             out.append(view[run:pos])
-            self._client_frame(fr.Frame(kind, flags, sid, view[pos + fr.HEADER_LEN : nxt]), buf[pos:nxt], out, block)
-            if kind == FrameType.SETTINGS:  # an ACK may have put a new frame size in force
+            self._client_frame(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), buf[pos:nxt], out, block)
+            if kind == T_SETTINGS:  # an ACK may have put a new frame size in force
                 max_frame = conn.backend_frames.relay
             run = pos = nxt
         out.append(view[run:pos])
@@ -164,15 +175,8 @@ class ClientSide:
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
             return
-        if f.type == FrameType.HEADERS:
-            if sid == 0 or sid % 2 == 0:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
-            if (sid <= self.conn.last_stream and sid not in self.conn.relayed and sid not in self.conn.diverted
-                    and sid not in self.conn.hooked):
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
-            if f.flags & fr.WHOLE_PLAIN == Flag.END_HEADERS:  # a block in one frame (nearly all of them)
-                self._header_block(sid, [raw], bytes(f.payload), f.has(Flag.END_STREAM), out)
-                return
+        if f.type == FrameType.HEADERS:  # (a block in one plain frame is _frames')
+            self._new_stream(sid)
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
             if f.has(Flag.END_HEADERS):
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
@@ -233,6 +237,14 @@ class ClientSide:
                 self.conn.out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _new_stream(self, sid: int) -> None:
+        """HEADERS on ``sid``: refused on a stream a client cannot open, or one used and ended."""
+        if sid == 0 or sid % 2 == 0:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+        conn = self.conn
+        if sid <= conn.last_stream and sid not in conn.relayed and sid not in conn.diverted and sid not in conn.hooked:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
 
     def _client_settings(self, values: dict[int, int]) -> None:
         if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
