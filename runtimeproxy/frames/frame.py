@@ -137,6 +137,13 @@ F_PADDED, F_END_STREAM, F_END_HEADERS, F_WHOLE_PLAIN = (
     int(Flag.PADDED), int(Flag.END_STREAM), int(Flag.END_HEADERS), int(WHOLE_PLAIN))
 
 
+def without_end_stream(raws: list[bytes]) -> list[bytes]:
+    """A header block's frames as received, with END_STREAM cleared on the first (the HEADERS)."""
+    first = bytearray(raws[0])
+    first[4] &= ~Flag.END_STREAM
+    return [bytes(first), *raws[1:]]
+
+
 def serialize(type_: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     n = len(payload)
     return HEADER.pack(n >> 16, n & 0xFFFF, type_, flags, stream_id & 0x7FFFFFFF) + payload

@@ -167,6 +167,12 @@ def status_name(status: int) -> str:
     return _STATUS_NAMES.get(status, "UNKNOWN")
 
 
+def compressed(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A request's headers name a grpc-encoding other than identity."""
+    encoding = next((v for k, v in headers if k == b"grpc-encoding"), b"identity")
+    return encoding != b"identity"
+
+
 def grpc_status(values: dict[bytes, bytes]) -> tuple[int, str]:
     """A final header block's status (UNKNOWN if it has none)."""
     raw = values.get(b"grpc-status", b"2")

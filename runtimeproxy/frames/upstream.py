@@ -85,14 +85,14 @@ class ClientSide:
         view = memoryview(buf)  # verbatim runs are views of what was read: written without a copy
         block = self.block
         conn = self.conn
-        inbound, relayed = conn.inbound, conn.relayed
+        inbound, relayed, diverted = conn.inbound, conn.relayed, conn.diverted
         max_frame = conn.backend_frames.relay
         end = len(buf)
         run = pos
-        # Frames that pass verbatim (a relayed stream's DATA and WINDOW_UPDATE,
-        # PRIORITY, unknown types) stay in the run, read from their header
-        # alone; a header block in one frame goes to _header_block; the others
-        # are parsed and handled by _client_frame.
+        # Frames that pass verbatim (a relayed stream's DATA, a WINDOW_UPDATE
+        # of any stream but a diverted one, PRIORITY, unknown types) stay in
+        # the run, read from their header alone; a header block in one frame
+        # goes to _header_block; the others are parsed by _client_frame.
         while end - pos >= HEADER_LEN:
             hi, lo, kind, flags, sid = _FRAME_HEADER(buf, pos)
             size = (hi << 16) | lo
@@ -128,10 +128,13 @@ class ClientSide:
                                        bool(flags & F_END_STREAM), out)
                     run = pos = nxt
                     continue
-                if (kind == T_WINDOW_UPDATE and size == 4 and (sid == 0 or sid in relayed)
+                if (kind == T_WINDOW_UPDATE and size == 4 and sid not in diverted
                         and (increment := _INCREMENT(buf, pos + HEADER_LEN)[0] & 0x7FFFFFFF)):
                     if sid:
-                        pos = nxt  # a relayed stream's window is end to end
+                        # A stream's window is end to end (the proxy answers only
+                        # diverted calls): so for one that ended, whose updates a
+                        # gRPC client sends as it reads the answer, after the end.
+                        pos = nxt
                         continue
                     out.append(view[run:pos])  # the response direction's connection window is ours (outbound.py)
                     conn.out.grow(increment)
@@ -273,7 +276,7 @@ class ClientSide:
                 self.conn.diverted[sid].ended.set()
             return
         if sid in self.conn.hooked:  # gRPC clients send no request trailers; nor may anyone here
-            out.extend(_without_end_stream(raws))
+            out.extend(fr.without_end_stream(raws))
             self._write_backend(out)
             self.conn.end_hooked(sid, grpc.StatusCode.INTERNAL, "runtime-proxy: request trailers on a hooked call")
             return
@@ -293,7 +296,7 @@ class ClientSide:
             conn.last_stream = sid
         if told_to_go or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
             if not conn.backend_lost:
-                self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
+                self._ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.mark_ended(sid)
             return
@@ -302,7 +305,7 @@ class ClientSide:
             if headers is None:  # all of them, for the proxy's own call; the table is as it was
                 headers = self.headers.peek_all(data) or self.headers.decode(data)
             stages = self.conn.routes.hooked(path)
-            if stages is not None and not _compressed(headers):
+            if stages is not None and not hooked.compressed(headers):
                 self._hook(sid, path, headers, stages, raws, end_stream, out)
             else:
                 self._divert(sid, path, headers, raws, end_stream, out)
@@ -322,7 +325,7 @@ class ClientSide:
         # it may be on the same object, and take its lock only later.
         as_read = not end_stream and not self.conn.hooked and self.conn.routes.sends_unchanged(path)
         # The request follows, from the stages (or as it is read: hooked.as_read_frames).
-        self._ordered(b"".join(raws if as_read else _without_end_stream(raws)), out)
+        self._ordered(b"".join(raws if as_read else fr.without_end_stream(raws)), out)
         call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send, as_read=as_read)
         self.conn.start_timing(sid, path)
         if end_stream:
@@ -339,7 +342,7 @@ class ClientSide:
 
     def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes | memoryview]) -> None:
         # A backend handler must never see a complete (empty) request.
-        self._ordered(b"".join(_without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
+        self._ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
         call = Diverted(sid, path, headers, window=self.initial_window)
         if end_stream:
             call.ended.set()
@@ -402,22 +405,9 @@ class ClientSide:
             self.conn.out.control(fr.window_update(sid, size))
 
 
-def _without_end_stream(raws: list[bytes]) -> list[bytes]:
-    first = bytearray(raws[0])
-    first[4] &= ~Flag.END_STREAM
-    return [bytes(first), *raws[1:]]
-
-
 _PATH = frozenset({b":path"})
 _FRAME_HEADER = fr.HEADER.unpack_from
 _INCREMENT = fr.INCREMENT.unpack_from
-
-
-def _compressed(headers: list[tuple[bytes, bytes]]) -> bool:
-    encoding = next((v for k, v in headers if k == b"grpc-encoding"), b"identity")
-    return encoding != b"identity"
-
-
 _CLIENT_SPECIAL = frozenset({
     FrameType.HEADERS, FrameType.DATA, FrameType.WINDOW_UPDATE, FrameType.RST_STREAM,
     FrameType.SETTINGS, FrameType.CONTINUATION, FrameType.PUSH_PROMISE, FrameType.PING,

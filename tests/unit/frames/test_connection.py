@@ -258,12 +258,20 @@ class _HeldAnswer:
 
 
 def _diverting_connection() -> tuple[FrameConnection, _Transport, hpack.Encoder, hpack.Encoder, _HeldAnswer]:
+    conn, client, _, to_backend, backend_encoder, local = _diverting_connection_and_runtime()
+    return conn, client, to_backend, backend_encoder, local
+
+
+def _diverting_connection_and_runtime() -> tuple[
+    FrameConnection, _Transport, _Transport, hpack.Encoder, hpack.Encoder, _HeldAnswer
+]:
+    """The connection, the client's and the runtime's transports, the client's and the runtime's encoders."""
     client, backend = _Transport(), _Transport()
     local = _HeldAnswer()
     conn = FrameConnection(client, backend, _Diverting(), local, Limits(max_message=100))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
-    return conn, client, hpack.Encoder(), hpack.Encoder(), local
+    return conn, client, backend, hpack.Encoder(), hpack.Encoder(), local
 
 
 def _request(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
@@ -346,6 +354,29 @@ async def test_a_clients_connection_window_update_grows_the_window_the_proxy_sen
     conn.client_data(fr.window_update(0, 1000))
     assert conn.out.window == before + 1000
     assert fr.window_update(0, 1000) not in b"".join(map(bytes, backend.written))  # per hop: not the runtime's
+
+
+async def test_a_clients_stream_window_updates_reach_the_runtime_as_they_came_but_a_diverted_calls() -> None:
+    """A gRPC client sends a stream's WINDOW_UPDATEs as it reads the answer,
+    often after the stream ended: they pass in the relay's verbatim run, in
+    order with what came around them. Only a diverted call's (the proxy
+    answers it) are the proxy's."""
+    conn, _, runtime, to_backend, backend_encoder, local = _diverting_connection_and_runtime()
+    conn.client_data(_request(to_backend, 1, VERSION))
+    conn.backend_data(_answer(backend_encoder, 1, [*UNIMPLEMENTED[:2], ("grpc-status", "0")]))  # stream 1 ends
+    assert 1 not in conn.relayed
+    conn.client_data(_request(to_backend, 3, UNKNOWN_TO_RUNTIME))  # diverted
+    await _turns()
+    sent = len(b"".join(map(bytes, runtime.written)))
+    after_end, diverted = fr.window_update(1, 700), fr.window_update(3, 900)
+    window = conn.diverted[3].window
+    conn.client_data(after_end + diverted + fr.window_update(1, 300))
+    passed = b"".join(map(bytes, runtime.written))[sent:]
+    assert passed == after_end + fr.window_update(1, 300)
+    assert conn.diverted[3].window == window + 900
+    assert not conn.closed.done()
+    local.release.set()
+    await _turns(10)
 
 
 async def test_a_connection_error_before_the_runtimes_settings_sends_a_preface_and_the_goaway_only() -> None:
