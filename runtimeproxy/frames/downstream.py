@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from . import frame as fr
 from .frame import (
-    F_END_HEADERS, F_END_STREAM, F_PADDED, F_WHOLE_PLAIN, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, ErrorCode, Flag,
+    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, WHOLE_PLAIN, ErrorCode, Flag,
     FrameError, FrameType, Setting,
 )
 from .hooked import grpc_status, status_name
@@ -121,7 +121,7 @@ class BackendSide:
                         self._too_long(sid, too_long, size)
                     run = pos = nxt
                     continue
-                if t == T_HEADERS and flags & F_WHOLE_PLAIN == F_END_HEADERS and not self.block and out.flowing:
+                if t == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS and not self.block and out.flowing:
                     # A relayed answer's block in one frame (nearly all of them): passed
                     # on as it came; what it says (the status) is read once this read's
                     # frames are written (_settle), off the answer's path.
@@ -177,7 +177,7 @@ class BackendSide:
                 conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
         elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
             if t == FrameType.HEADERS:
-                if (flags & fr.WHOLE_PLAIN == Flag.END_HEADERS and not block and sid in conn.relayed
+                if (flags & WHOLE_PLAIN == F_END_HEADERS and not block and sid in conn.relayed
                         and sid not in conn.hooked):
                     # As in _frames' run, behind the DATA queued for the client's window.
                     conn.responded.add(sid)

@@ -21,7 +21,7 @@ from . import divert, hooked
 from . import frame as fr
 from .divert import Diverted
 from .frame import (
-    F_END_HEADERS, F_END_STREAM, F_PADDED, F_WHOLE_PLAIN, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE,
+    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN,
     ErrorCode, Flag, FrameError, FrameType, Setting,
 )
 from .hpackpeek import HeaderReader
@@ -121,7 +121,7 @@ class ClientSide:
                         self._refuse_size(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt
                     continue
-                if kind == T_HEADERS and flags & F_WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
+                if kind == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
                     out.append(view[run:pos])
                     self._new_stream(sid)
                     self._header_block(sid, [buf[pos:nxt]], bytes(view[pos + HEADER_LEN : nxt]),
