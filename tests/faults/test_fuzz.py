@@ -27,7 +27,7 @@ from runtimeproxy.app import RunningProxy
 from runtimeproxy.hookpath.executor import HOOKED_METHODS
 from runtimeproxy.hookpath.points import HOOK_POINTS
 
-from ..component.hookpath.test_hooks import create_request, sandbox_config
+from ..component.hookpath.crirequests import create_request, sandbox_config
 from ..hookprocs import hook_server, registered
 
 EXAMPLES = int(os.environ.get("RUNTIME_PROXY_FUZZ_EXAMPLES", "0")) or None

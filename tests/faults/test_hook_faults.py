@@ -25,7 +25,7 @@ from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 from runtimeproxy.hookpath.validate import read_node_facts
 
-from ..component.hookpath.test_hooks import CREATE, backend_request, create_request
+from ..component.hookpath.crirequests import CREATE, backend_request, create_request
 from ..hookprocs import hook_server, registered
 from ..unit.hookpath.test_dispatch import _splice
 

@@ -13,7 +13,7 @@ import pytest
 
 from cri_api.v1 import api_pb2 as v1
 
-from ..hookpath.test_hooks import STOP, UPDATE
+from ..hookpath.crirequests import STOP, UPDATE
 
 
 async def test_a_stop_reaches_the_runtime_before_the_next_call_on_its_container(
