@@ -1,7 +1,7 @@
 """Tests of runtimeproxy.hookpath.hookfile: the hook-file format (durations, parsing, permission safety).
 
 Real files in tmp_path.  The registry that reads a directory of them is tested
-in test_registry.py.
+in test_registry_*.py.
 """
 
 from __future__ import annotations

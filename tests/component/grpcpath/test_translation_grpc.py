@@ -1,3 +1,0 @@
-"""tests/component/cripath/test_translation.py on the grpc data path (see conftest.py)."""
-
-from ..cripath.test_translation import *  # noqa: F403 - the same tests, another start_proxy
