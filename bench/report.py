@@ -13,6 +13,10 @@ from .lifecycle import STEPS
 from .stats import ratio
 
 REFERENCE_MODES = {"grpc-relay", "byte-relay"}
+# A second channel straight to containerd, run as a lifecycle mode of its own: an A/A control. With no
+# noise its paired ratio would be 1.00x; how far it lands from that is how far the lifecycle measure
+# moves by itself in a run (runc, containerd, the kernel), which no relay or proxy adds. Never judged.
+CONTROL_MODE = "direct-again"
 # The unary phase's third target beside direct and proxy (bench/relays.py "bytes"): the floor of any
 # Python relay on this machine, shown for reference and never judged.
 UNARY_REFERENCE = "byte-relay"
@@ -166,6 +170,19 @@ def verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out + _baseline_figures(results, GRPC_PATH)[0]
 
 
+def control(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The A/A control's paired median (CONTROL_MODE), shown beside the lifecycle verdicts; None if not run."""
+    value = _dig(results, "lifecycle", "modes", CONTROL_MODE, "paired_median_ratio")
+    if value is _ABSENT:
+        return None
+    shown = _x(value)
+    interval = _dig(results, "lifecycle", "modes", CONTROL_MODE, "paired_interval90")
+    if interval is not _ABSENT:
+        shown += f" (90% interval {_interval(interval)})"
+    return {"figure": f"{CONTROL_MODE}: direct again, paired median (1.00x if the measure had no noise)",
+            "value": value, "shown": shown}
+
+
 def unjudged(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Figures of a target measured against today's whose baseline was never recorded: shown, not judged."""
     return _baseline_figures(results, GRPC_PATH)[1]
@@ -263,6 +280,9 @@ def render(results: dict[str, Any]) -> str:
             add("   (proxy+hook = hooks answered by an SDK no-op server, hooks.testserver, on the SDK's frames")
             add("    transport and uvloop; proxy+leanhook = by bench/leanhook.py, the same answering at once with")
             add("    no task, decode or handler, cheaper per call as a compiled hook server is; the proxies are the same)")
+        if CONTROL_MODE in modes:
+            add(f"   ({CONTROL_MODE} = a second channel straight to containerd, an A/A control: its distance from")
+            add("    1.00x is how far this run's lifecycle figures move by themselves)")
         if REFERENCE_MODES & modes.keys():
             add("   (reference relays, not the proxy: grpc-relay = a bare grpc.aio relay with no proxy code, the floor")
             add("    of the proxy's stack; byte-relay = a socket splice that never reads HTTP/2, the floor of any")
@@ -315,11 +335,15 @@ def render(results: dict[str, Any]) -> str:
 
     add("")
     add("Targets:")
-    judged, figures = verdicts(results), unjudged(results)
-    width = max([10, *(len(row["shown"]) for row in judged + figures)])
-    label = max([40, *(len(v["target"]) for v in judged), *(len(u["figure"]) for u in figures)])
+    judged, figures, aa = verdicts(results), unjudged(results), control(results)
+    shown_rows = figures + ([aa] if aa else [])
+    width = max([10, *(len(row["shown"]) for row in judged + shown_rows)])
+    label = max([40, *(len(v["target"]) for v in judged), *(len(u["figure"]) for u in shown_rows)])
     for v in judged:
         add(f"   {v['target']:<{label}} {v['shown']:>{width}}   {'PASS' if v['pass'] else 'FAIL'}")
+    if aa:
+        add("   the lifecycle measure's own spread in this run (an A/A control, not judged):")
+        add(f"   {aa['figure']:<{label}} {aa['shown']:>{width}}")
     if figures:
         add("   no recorded baseline of today's figure, so not judged:")
         for u in figures:
@@ -350,4 +374,5 @@ def write_json(results: dict[str, Any], path: Path) -> None:
     doc = dict(results)
     doc["targets"] = verdicts(results)
     doc["unjudged"] = unjudged(results)
+    doc["control"] = control(results)
     path.write_text(json.dumps(_clean(doc), indent=2, sort_keys=True) + "\n")

@@ -39,7 +39,7 @@ from .procs import (
     work_dir,
 )
 from .proxymetrics import ALL_HOOKS, fetch_metrics, hook_metrics
-from .report import UNARY_REFERENCE, UNARY_REFERENCE_RATIOS
+from .report import CONTROL_MODE, UNARY_REFERENCE, UNARY_REFERENCE_RATIOS
 from .stats import correlation, median, median_interval, ratio, summarize
 
 CRI = hookcalls.CRI
@@ -169,6 +169,7 @@ class Bench:
                 name: relay.listen for name, relay in relays.items()}
             for name, listen in listeners.items():
                 chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{listen}"))
+            chans[CONTROL_MODE] = await stack.enter_async_context(aio.insecure_channel(ctd.address))
             await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
                                    metrics_ports)
             self.results["memory"] = {name: memory_mib(proxy.pid) for name, proxy in proxies.items() if proxy.alive}

@@ -245,6 +245,22 @@ def test_json_carries_the_reference_and_both_lists(tmp_path: Path) -> None:
     assert len(doc["unjudged"]) == 5
 
 
+def test_the_aa_control_is_shown_beside_the_lifecycle_verdicts_and_never_judged(tmp_path: Path) -> None:
+    results = _results()
+    assert "A/A control" not in render(results)  # a run without it (an older JSON) shows nothing
+    before = verdicts(results)
+    results["lifecycle"]["modes"]["direct-again"] = _mode(101.5) | {"paired_interval90": (0.97, 1.04)}
+    assert verdicts(results) == before
+    lines = render(results).splitlines()
+    heading = lines.index("   the lifecycle measure's own spread in this run (an A/A control, not judged):")
+    assert lines[heading + 1].split()[-4:] == ["1.01x", "(90%", "interval", "0.97-1.04)"]
+    assert lines[heading + 1].split()[0] == "direct-again:"
+    assert any(ln.split()[:1] == ["direct-again"] and ln.split()[-1] == "0" for ln in lines)  # its row in the table
+    write_json(results, tmp_path / "r.json")
+    control = json.loads((tmp_path / "r.json").read_text())["control"]
+    assert control["value"] == pytest.approx(1.015)
+
+
 def test_reference_ratios_are_computed_as_the_proxy_ones() -> None:
     direct = _target(1000.0, 0.2, [900.0, 1100.0])
     other = _target(600.0, 0.3, [450.0, 770.0])
