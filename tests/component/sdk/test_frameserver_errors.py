@@ -37,11 +37,16 @@ async def test_a_reset_stream_cancels_its_handler_and_the_connection_lives(frame
     await peer.close()
 
 
-async def test_a_request_over_the_limit_is_refused_before_it_has_all_come(frames: Scripted) -> None:
-    peer = await raw_with_settings(Path(frames.socket_path))
+def send_over_limit(peer: RawPeer) -> None:
+    """Stream 1: a request that says it is twice the limit, and more than the limit of it."""
     peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(DATA, 0, 1, b"\x00" + struct.pack(">I", 2 * LIMIT)))
     for _ in range(LIMIT // 16_000 + 1):
         peer.writer.write(frame(DATA, 0, 1, b"\x00" * 16_000))
+
+
+async def test_a_request_over_the_limit_is_refused_before_it_has_all_come(frames: Scripted) -> None:
+    peer = await raw_with_settings(Path(frames.socket_path))
+    send_over_limit(peer)
     seen = await peer.until(RST_STREAM, 1)
     trailers = [f for f in seen if f[0] == HEADERS and f[2] == 1][-1]
     assert trailers[1] & END_STREAM
@@ -120,9 +125,7 @@ async def test_a_bad_compressed_request_is_refused(frames: Scripted, message: by
 
 async def test_late_trailers_of_a_request_answered_early_are_ignored(frames: Scripted) -> None:
     peer = await raw_with_settings(Path(frames.socket_path))
-    peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(DATA, 0, 1, b"\x00" + struct.pack(">I", 2 * LIMIT)))
-    for _ in range(LIMIT // 16_000 + 1):
-        peer.writer.write(frame(DATA, 0, 1, b"\x00" * 16_000))
+    send_over_limit(peer)
     for f in await peer.until(RST_STREAM, 1):
         if f[0] == HEADERS:
             peer.decoder.decode(f[3])  # HPACK: every block, in order
