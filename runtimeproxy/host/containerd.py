@@ -49,6 +49,18 @@ class LocalRuntimeError(HostProcessError):
     """The private containerd could not be started or used."""
 
 
+# containerd 1.7.13 (NRI v0.4.0) closes the socket pair of a plugin it starts
+# from plugin_path twice (containerd/nri#66, fixed in containerd 1.7.14): the
+# second close may hit a listener opened meanwhile. It then boots and refuses
+# every connection, or exits on a bad file descriptor; about one start in a
+# hundred here. Such a start is made once more.
+_BOOTED = b"containerd successfully booted"
+
+
+class _ListenerLost(LocalRuntimeError):
+    """containerd lost one of its own listening sockets while starting (see _BOOTED)."""
+
+
 async def overlayfs_works(directory: Path) -> bool:
     """Try an overlay mount in `directory`; containerd needs it on its root's filesystem."""
     probe = directory / "overlay-probe"
@@ -106,6 +118,7 @@ class LocalContainerd:
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
     # What start-up is waiting for, told when it gives up (the log may not say).
     _waiting_for: str = field(default="", init=False, repr=False)
+    _log_start: int = field(default=0, init=False, repr=False)  # where this start's log begins
 
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
@@ -171,6 +184,17 @@ class LocalContainerd:
         if self.snapshotter is None:
             self.snapshotter = "overlayfs" if await overlayfs_works(self.base) else "native"
         self.config_path.write_text(self._config())
+        try:
+            await self._start_once(timeout, images)
+        except _ListenerLost as lost:
+            log.warning("containerd lost a listening socket while starting NRI plugins (containerd/nri#66, "
+                        "fixed in containerd 1.7.14); starting it again", extra={"error": str(lost)})
+            await self._start_once(timeout, images)
+        log.info("containerd started", extra={"pid": self.pid, "address": self.address,
+                                                "snapshotter": self.snapshotter})
+
+    async def _start_once(self, timeout: float, images: bool) -> None:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as logfile:
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
@@ -189,8 +213,6 @@ class LocalContainerd:
                     f"containerd not ready within {timeout}s (waiting for {self._waiting_for}); "
                     f"log tail:\n{self.log_tail()}") from None
             raise
-        log.info("containerd started", extra={"pid": self._proc.pid, "address": self.address,
-                                                "snapshotter": self.snapshotter})
 
     def _config(self) -> str:
         b = self.base
@@ -272,6 +294,8 @@ class LocalContainerd:
                 # Sleep one interval, but wake at once if containerd dies.
                 await asyncio.wait({exited}, timeout=_POLL_INTERVAL)
                 if exited.done():
+                    if self.nri and b"bad file descriptor" in self._this_start_log():
+                        raise _ListenerLost(f"containerd exited on a closed socket; log tail:\n{self.log_tail()}")
                     raise LocalRuntimeError(
                         f"containerd exited with status {exited.result()} during start-up; "
                         f"log tail:\n{self.log_tail()}")
@@ -281,7 +305,9 @@ class LocalContainerd:
     async def _version_answers(self) -> bool:
         if not self.socket.exists():
             return False
-        async with aio.insecure_channel(self.address) as channel:
+        # A subchannel of its own: one shared with the last try could answer with
+        # that try's connection error (it waits out its backoff), not a new one.
+        async with aio.insecure_channel(self.address, options=(("grpc.use_local_subchannel_pool", 1),)) as channel:
             try:
                 await v1_grpc.RuntimeServiceStub(channel).Version(v1.VersionRequest(), timeout=1.0)
                 return True
@@ -291,7 +317,17 @@ class LocalContainerd:
                     # containerd serves, but its CRI plugin failed to load: waiting will not help.
                     raise LocalRuntimeError(
                         f"containerd has no CRI service; log tail:\n{self.log_tail()}") from None
+                if (self.nri and exc.code() == grpc.StatusCode.UNAVAILABLE
+                        and "connection refused" in (exc.details() or "").lower() and _BOOTED in self._this_start_log()):
+                    # Refused after it said it serves: the listener is gone.
+                    raise _ListenerLost(f"containerd booted, then refused connections on {self.socket}; "
+                                        f"log tail:\n{self.log_tail()}") from None
                 return False  # not listening yet, or the CRI plugin is still initialising
+
+    def _this_start_log(self) -> bytes:
+        with open(self.log_path, "rb") as logfile:
+            logfile.seek(self._log_start)
+            return logfile.read()
 
     # ---- images ---------------------------------------------------------
 
