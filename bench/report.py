@@ -122,13 +122,16 @@ def _lifecycle_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
                               ("proxy+leanhook", "hooked lifecycle (lean hook server)", LIFECYCLE_TARGET)):
         value = _dig(results, "lifecycle", "modes", mode, "paired_median_ratio")
         if value is not _ABSENT:
-            shown = _x(value)
-            interval = _dig(results, "lifecycle", "modes", mode, "paired_interval90")
-            if interval is not _ABSENT:
-                shown += f" (90% interval {_interval(interval)})"
-            out.append(_verdict(f"{what} paired median <= {limit:.2f}x direct", value, shown,
+            out.append(_verdict(f"{what} paired median <= {limit:.2f}x direct", value, _paired(results, mode),
                                 lambda v, limit=limit: v <= limit))
     return out
+
+
+def _paired(results: dict[str, Any], mode: str) -> str:
+    """A lifecycle mode's paired median as shown, with its 90% interval when measured."""
+    shown = _x(_dig(results, "lifecycle", "modes", mode, "paired_median_ratio"))
+    interval = _dig(results, "lifecycle", "modes", mode, "paired_interval90")
+    return shown if interval is _ABSENT else f"{shown} (90% interval {_interval(interval)})"
 
 
 def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list[dict[str, Any]],
@@ -175,12 +178,8 @@ def control(results: dict[str, Any]) -> dict[str, Any] | None:
     value = _dig(results, "lifecycle", "modes", CONTROL_MODE, "paired_median_ratio")
     if value is _ABSENT:
         return None
-    shown = _x(value)
-    interval = _dig(results, "lifecycle", "modes", CONTROL_MODE, "paired_interval90")
-    if interval is not _ABSENT:
-        shown += f" (90% interval {_interval(interval)})"
     return {"figure": f"{CONTROL_MODE}: direct again, paired median (1.00x if the measure had no noise)",
-            "value": value, "shown": shown}
+            "value": value, "shown": _paired(results, CONTROL_MODE)}
 
 
 def unjudged(results: dict[str, Any]) -> list[dict[str, Any]]:

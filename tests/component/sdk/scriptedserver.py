@@ -76,14 +76,16 @@ async def frames(sock_dir: Path) -> AsyncIterator[Scripted]:
         yield hook_server
 
 
-def _container(name: str, pad: int = 0) -> bytes:
+def hook_request_bytes(name: str, pad: int = 0) -> bytes:
+    """A container hook request for Scripted: `name` says how it behaves; `pad` bytes of annotation make it large."""
     return hookapi.ContainerResourceHookRequest(
         container_meta=hookapi.ContainerMetadata(name=name),
         container_annotations={"pad": "p" * pad} if pad else {},
     ).SerializeToString()
 
 
-async def _outcome(channel: aio.Channel, method: str, body: bytes, timeout: float = 10) -> tuple[str, str, bytes]:
+async def call_outcome(channel: aio.Channel, method: str, body: bytes, timeout: float = 10) -> tuple[str, str, bytes]:
+    """A unary call's status name, details and answer (empty unless OK)."""
     try:
         return "OK", "", await channel.unary_unary(method)(body, timeout=timeout)
     except aio.AioRpcError as err:

@@ -21,18 +21,18 @@ from ..rawh2 import (
     frame, grpc_call, literal_headers, open_call, raw_with_settings,
 )
 from . import scriptedserver
-from .scriptedserver import LIMIT, PRE_CREATE, Scripted, _container, _outcome
+from .scriptedserver import LIMIT, PRE_CREATE, Scripted, call_outcome, hook_request_bytes
 
 frames = scriptedserver.frames  # the fixture, here for pytest to find
 
 
 async def test_a_reset_stream_cancels_its_handler_and_the_connection_lives(frames: Scripted) -> None:
     peer = await raw_with_settings(Path(frames.socket_path))
-    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("wait")))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, hook_request_bytes("wait")))
     await asyncio.wait_for(frames.started.wait(), 5)
     peer.writer.write(frame(RST_STREAM, 0, 1, struct.pack(">I", ErrorCode.CANCEL)))
     await asyncio.wait_for(frames.cancelled.wait(), 5)
-    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, _container("none")))
+    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, hook_request_bytes("none")))
     assert (await peer.until(HEADERS, 3))[-1][2] == 3
     await peer.close()
 
@@ -94,15 +94,15 @@ async def test_a_request_that_is_not_grpc_gets_an_http_status(frames: Scripted) 
 async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(frames: Scripted, send: bytes,
                                                                        code: ErrorCode) -> None:
     async with aio.insecure_channel(frames.target) as channel:
-        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+        assert (await call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("none")))[0] == "OK"
         peer = RawPeer(*await asyncio.open_unix_connection(frames.socket_path))
         peer.writer.write(send)
         assert await peer.goaway_code() == code
         await peer.close()
-        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+        assert (await call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("none")))[0] == "OK"
 
 
-_GZIPPED = gzip.compress(_container("none"))
+_GZIPPED = gzip.compress(hook_request_bytes("none"))
 
 
 @pytest.mark.parametrize(("message", "code"), [
@@ -130,7 +130,7 @@ async def test_late_trailers_of_a_request_answered_early_are_ignored(frames: Scr
         if f[0] == HEADERS:
             peer.decoder.decode(f[3])  # HPACK: every block, in order
     peer.writer.write(frame(HEADERS, END_HEADERS | END_STREAM, 1, literal_headers([("grpc-status", "0")]))
-                      + grpc_call(3, PRE_CREATE.full_method, _container("none")))
+                      + grpc_call(3, PRE_CREATE.full_method, hook_request_bytes("none")))
     answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
     assert GOAWAY not in [f[0] for f in answer]
@@ -142,7 +142,7 @@ async def test_a_stream_error_resets_only_its_stream(frames: Scripted) -> None:
     peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0)))
     reset = (await peer.until(RST_STREAM, 1))[-1]
     assert struct.unpack(">I", reset[3])[0] == ErrorCode.PROTOCOL_ERROR
-    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, _container("none")))
+    peer.writer.write(grpc_call(3, PRE_CREATE.full_method, hook_request_bytes("none")))
     answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
     await peer.close()

@@ -18,15 +18,15 @@ from ..rawh2 import (
     DATA, END_STREAM, HEADERS, PING, WINDOW_UPDATE, frame, grpc_call, open_call, raw_with_settings,
 )
 from . import scriptedserver
-from .scriptedserver import LIMIT, PRE_CREATE, Scripted, _container
+from .scriptedserver import LIMIT, PRE_CREATE, Scripted, hook_request_bytes
 
 frames = scriptedserver.frames  # the fixture, here for pytest to find
 
 
 async def test_a_shut_stream_window_holds_only_its_own_answer(frames: Scripted) -> None:
     peer = await raw_with_settings(Path(frames.socket_path), (0x4, 0))  # INITIAL_WINDOW_SIZE = 0
-    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("5"))
-                      + grpc_call(3, PRE_CREATE.full_method, _container("6")))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, hook_request_bytes("5"))
+                      + grpc_call(3, PRE_CREATE.full_method, hook_request_bytes("6")))
     await peer.until(HEADERS, 3)  # both answers' headers come; their DATA waits
     peer.writer.write(frame(WINDOW_UPDATE, 0, 3, struct.pack(">I", 1 << 16)))
     seen = await peer.until(HEADERS, 3)  # stream 3's trailers
@@ -47,10 +47,10 @@ async def test_the_connection_window_comes_back_in_batches_not_per_small_call(fr
 
     peer = await raw_with_settings(Path(frames.socket_path))
     for stream in (1, 3):  # the first answer follows the server's SETTINGS and window grant
-        peer.writer.write(grpc_call(stream, PRE_CREATE.full_method, _container("5")))
+        peer.writer.write(grpc_call(stream, PRE_CREATE.full_method, hook_request_bytes("5")))
         seen = await peer.until(HEADERS, stream) + await peer.until(HEADERS, stream)
     assert [f[0] for f in seen] == [HEADERS, DATA, HEADERS]
-    message = _container("none", pad=CREDIT_BATCH // 8)  # a large request, an empty answer
+    message = hook_request_bytes("none", pad=CREDIT_BATCH // 8)  # a large request, an empty answer
     body = b"\x00" + struct.pack(">I", len(message)) + message
     chunks = [body[i:i + 16384] for i in range(0, len(body), 16384)]
     stream, updates = 5, []
@@ -69,7 +69,7 @@ async def test_answers_are_framed_at_the_peers_max_frame_size(frames: Scripted) 
     peer = await raw_with_settings(Path(frames.socket_path), (0x5, 40_000))  # MAX_FRAME_SIZE
     peer.writer.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)))
     peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1 << 20)))
-    message = _container("100000")
+    message = hook_request_bytes("100000")
     peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" + struct.pack(">I", len(message)) + message))
     frames_seen = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
     sizes = [len(f[3]) for f in frames_seen if f[0] == DATA]
@@ -103,9 +103,9 @@ async def test_a_peer_that_writes_before_it_reads_is_still_read(frames: Scripted
     monkeypatch.setattr(connection.Connection, "pause_writing", note_pause)
     peer = await raw_with_settings(Path(frames.socket_path), (0x4, 32 << 20))
     peer.writer.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 32 << 20))
-                      + grpc_call(1, PRE_CREATE.full_method, _container(str(LIMIT - 200))))
+                      + grpc_call(1, PRE_CREATE.full_method, hook_request_bytes(str(LIMIT - 200))))
     await asyncio.wait_for(paused.wait(), 5)
-    message = _container("1", pad=900_000)
+    message = hook_request_bytes("1", pad=900_000)
     body = b"\x00" + struct.pack(">I", len(message)) + message
     chunks = [body[i:i + 16_000] for i in range(0, len(body), 16_000)]
     peer.writer.write(open_call(3, PRE_CREATE.full_method)

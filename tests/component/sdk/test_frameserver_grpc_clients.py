@@ -19,27 +19,27 @@ from grpc import aio
 from cri_api.hookapi import api_pb2 as hookapi
 
 from . import scriptedserver
-from .scriptedserver import LIMIT, PRE_CREATE, PRE_RUN, Scripted, _container, _outcome
+from .scriptedserver import LIMIT, PRE_CREATE, PRE_RUN, Scripted, call_outcome, hook_request_bytes
 
 frames = scriptedserver.frames  # the fixtures, here for pytest to find
 server = scriptedserver.server
 
 
 CASES = [
-    ("answer", PRE_CREATE.full_method, _container("12"), True),
-    ("none", PRE_CREATE.full_method, _container("none"), True),
+    ("answer", PRE_CREATE.full_method, hook_request_bytes("12"), True),
+    ("none", PRE_CREATE.full_method, hook_request_bytes("none"), True),
     ("pod", PRE_RUN.full_method, hookapi.PodSandboxHookRequest(
         pod_meta=hookapi.PodSandboxMetadata(name="web")).SerializeToString(), True),
-    ("abort", PRE_CREATE.full_method, _container("abort"), True),
-    ("abort-bare", PRE_CREATE.full_method, _container("abort-bare"), True),
-    ("abort-with-ok", PRE_CREATE.full_method, _container("abort-ok"), True),
-    ("handler-raises", PRE_CREATE.full_method, _container("boom"), True),
-    ("wrong-type", PRE_CREATE.full_method, _container("wrong"), True),
+    ("abort", PRE_CREATE.full_method, hook_request_bytes("abort"), True),
+    ("abort-bare", PRE_CREATE.full_method, hook_request_bytes("abort-bare"), True),
+    ("abort-with-ok", PRE_CREATE.full_method, hook_request_bytes("abort-ok"), True),
+    ("handler-raises", PRE_CREATE.full_method, hook_request_bytes("boom"), True),
+    ("wrong-type", PRE_CREATE.full_method, hook_request_bytes("wrong"), True),
     ("unknown-method", "/runtime.v1alpha1.RuntimeHookService/NoSuchHook", b"", False),
     ("undecodable", PRE_CREATE.full_method, b"\xff\xff\xff", False),
-    ("request-over-limit", PRE_CREATE.full_method, _container("1", pad=LIMIT), False),
-    ("response-over-limit", PRE_CREATE.full_method, _container("big"), False),
-    ("large-both-ways", PRE_CREATE.full_method, _container(str(LIMIT - 100), pad=LIMIT - 100), True),
+    ("request-over-limit", PRE_CREATE.full_method, hook_request_bytes("1", pad=LIMIT), False),
+    ("response-over-limit", PRE_CREATE.full_method, hook_request_bytes("big"), False),
+    ("large-both-ways", PRE_CREATE.full_method, hook_request_bytes(str(LIMIT - 100), pad=LIMIT - 100), True),
 ]
 
 
@@ -51,9 +51,9 @@ async def test_a_grpc_client_sees_the_same_on_both_transports(
     for transport in ("frames", "grpc"):
         async with Scripted(sock_dir / f"d-{transport}.sock", transport) as hook_server:
             async with aio.insecure_channel(hook_server.target) as channel:
-                seen[transport] = await _outcome(channel, method, body)
+                seen[transport] = await call_outcome(channel, method, body)
                 # The connection serves the next call after any of these.
-                assert (await _outcome(channel, PRE_CREATE.full_method, _container("none")))[0] == "OK"
+                assert (await call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("none")))[0] == "OK"
     frames, grpc_ = seen["frames"], seen["grpc"]
     if case == "undecodable":
         # The one difference: grpc.aio reports its deserializer's exception as
@@ -70,14 +70,14 @@ async def test_a_grpc_client_sees_the_same_on_both_transports(
 
 async def test_deadline_cancels_the_handler(server: Scripted) -> None:
     async with aio.insecure_channel(server.target) as channel:
-        code, _, _ = await _outcome(channel, PRE_CREATE.full_method, _container("wait"), timeout=0.3)
+        code, _, _ = await call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("wait"), timeout=0.3)
         await asyncio.wait_for(server.cancelled.wait(), 5)
     assert code == "DEADLINE_EXCEEDED"
 
 
 async def test_a_client_that_cancels_cancels_the_handler(server: Scripted) -> None:
     async with aio.insecure_channel(server.target) as channel:
-        call = channel.unary_unary(PRE_CREATE.full_method)(_container("wait"), timeout=10)
+        call = channel.unary_unary(PRE_CREATE.full_method)(hook_request_bytes("wait"), timeout=10)
         await asyncio.wait_for(server.started.wait(), 5)
         call.cancel()
         await asyncio.wait_for(server.cancelled.wait(), 5)
@@ -87,8 +87,9 @@ async def test_many_large_calls_at_once_on_one_connection(frames: Scripted) -> N
     size = LIMIT // 2
     async with aio.insecure_channel(frames.target) as channel:
         method = channel.unary_unary(PRE_CREATE.full_method, response_deserializer=hookapi.ContainerResourceHookResponse.FromString)
-        answers = await asyncio.gather(*(method(_container(str(size), pad=size), timeout=30) for _ in range(24)),
-                                       *(method(_container("3"), timeout=30) for _ in range(50)))
+        large, small = hook_request_bytes(str(size), pad=size), hook_request_bytes("3")
+        answers = await asyncio.gather(*(method(large, timeout=30) for _ in range(24)),
+                                       *(method(small, timeout=30) for _ in range(50)))
     assert [len(a.container_annotations["echo"]) for a in answers] == [size] * 24 + [3] * 50
 
 
@@ -97,5 +98,6 @@ async def test_gzip_requests_are_served_as_on_grpc(sock_dir: Path) -> None:
     for transport in ("frames", "grpc"):
         async with Scripted(sock_dir / f"z-{transport}.sock", transport) as hook_server:
             async with aio.insecure_channel(hook_server.target, compression=grpc.Compression.Gzip) as channel:
-                seen[transport] = await _outcome(channel, PRE_CREATE.full_method, _container("40", pad=50_000))
+                body = hook_request_bytes("40", pad=50_000)
+                seen[transport] = await call_outcome(channel, PRE_CREATE.full_method, body)
     assert seen["frames"] == seen["grpc"] and seen["frames"][0] == "OK"

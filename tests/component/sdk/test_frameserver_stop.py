@@ -22,7 +22,7 @@ from ..rawh2 import (
     raw_with_settings,
 )
 from . import scriptedserver
-from .scriptedserver import LIMIT, PRE_CREATE, Scripted, _container, _outcome
+from .scriptedserver import LIMIT, PRE_CREATE, Scripted, call_outcome, hook_request_bytes
 
 frames = scriptedserver.frames  # the fixtures, here for pytest to find
 server = scriptedserver.server
@@ -30,7 +30,7 @@ server = scriptedserver.server
 
 async def test_stop_lets_open_calls_finish_within_grace_and_refuses_new_ones(server: Scripted) -> None:
     async with aio.insecure_channel(server.target) as channel:
-        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        call = asyncio.ensure_future(call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("wait")))
         await asyncio.wait_for(server.started.wait(), 5)
         stopping = asyncio.ensure_future(server.stop(5))
         await asyncio.sleep(0)  # stop has begun: the socket is closed to new callers
@@ -38,14 +38,14 @@ async def test_stop_lets_open_calls_finish_within_grace_and_refuses_new_ones(ser
         assert (await call)[0] == "OK"
         await asyncio.wait_for(stopping, 5)
         assert await server.wait_for_termination(0) is False
-        assert (await _outcome(channel, PRE_CREATE.full_method, _container("none"), timeout=2))[0] in (
+        assert (await call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("none"), timeout=2))[0] in (
             "UNAVAILABLE", "DEADLINE_EXCEEDED")
     assert not Path(server.socket_path).exists()
 
 
 async def test_stop_cancels_what_outlives_the_grace(server: Scripted) -> None:
     async with aio.insecure_channel(server.target) as channel:
-        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        call = asyncio.ensure_future(call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("wait")))
         await asyncio.wait_for(server.started.wait(), 5)
         await asyncio.wait_for(server.stop(0.2), 5)
         assert server.cancelled.is_set()
@@ -58,7 +58,7 @@ async def test_stop_with_no_grace_cancels_at_once(sock_dir: Path, transport: str
     hook_server._grace = None  # grpc.aio's meaning: abort every call now
     await hook_server.start()
     async with aio.insecure_channel(hook_server.target) as channel:
-        call = asyncio.ensure_future(_outcome(channel, PRE_CREATE.full_method, _container("wait")))
+        call = asyncio.ensure_future(call_outcome(channel, PRE_CREATE.full_method, hook_request_bytes("wait")))
         await asyncio.wait_for(hook_server.started.wait(), 5)
         await asyncio.wait_for(hook_server.stop(), 5)
         assert hook_server.cancelled.is_set()
@@ -91,7 +91,7 @@ async def test_a_connection_accepted_as_the_server_stops_is_closed_too(sock_dir:
 async def test_late_trailers_of_a_refused_stream_are_ignored(frames: Scripted) -> None:
     # The server is going away: a new stream is refused, and its client's trailers must not end the connection.
     peer = await raw_with_settings(Path(frames.socket_path))
-    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, _container("wait")))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, hook_request_bytes("wait")))
     await asyncio.wait_for(frames.started.wait(), 5)
     stopping = asyncio.ensure_future(frames.stop(10))
     await peer.until(GOAWAY)
@@ -108,7 +108,7 @@ async def test_late_trailers_of_a_refused_stream_are_ignored(frames: Scripted) -
 async def test_a_peers_goaway_lets_its_open_call_finish_then_closes(frames: Scripted) -> None:
     peer = await raw_with_settings(Path(frames.socket_path))
     peer.writer.write(open_call(1, PRE_CREATE.full_method) + frame(GOAWAY, 0, 0, struct.pack(">II", 1, 0)))
-    message = _container("2")
+    message = hook_request_bytes("2")
     peer.writer.write(frame(DATA, END_STREAM, 1, b"\x00" + struct.pack(">I", len(message)) + message))
     answer = await peer.until(HEADERS, 1) + await peer.until(HEADERS, 1)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
