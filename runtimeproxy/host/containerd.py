@@ -10,7 +10,6 @@ because no public registry is reachable.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -23,7 +22,8 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 
-from .images import PAUSE_IMAGE, build_test_images
+from .containerdconf import ContainerdConfig, check_loopback
+from .images import build_test_images
 from .process import (
     LOG_TAIL_LINES,
     HostProcessError,
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 K8S_NAMESPACE = "k8s.io"  # the containerd namespace of the CRI plugin
 
-_CNI_BIN_DIR = Path("/usr/lib/cni")
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
 _CALL_TIMEOUT = 5.0
 _POLL_INTERVAL = 0.05
@@ -79,27 +78,6 @@ async def overlayfs_works(directory: Path) -> bool:
         shutil.rmtree(probe, ignore_errors=True)
 
 
-def _toml_str(value: str) -> str:
-    return json.dumps(value)  # JSON string escapes are valid TOML basic strings
-
-
-def _check_loopback(host: str) -> None:
-    """Registries here are private test fixtures: only ever talk to one on the loopback."""
-    address, _, port = host.rpartition(":")
-    if address != "127.0.0.1" or not port.isdigit():
-        raise ValueError(f"not a 127.0.0.1:<port> registry: {host!r}")
-
-
-_DISABLED_PLUGINS = (
-    "io.containerd.snapshotter.v1.aufs",
-    "io.containerd.snapshotter.v1.btrfs",
-    "io.containerd.snapshotter.v1.devmapper",
-    "io.containerd.snapshotter.v1.zfs",
-    "io.containerd.internal.v1.tracing",
-    "io.containerd.tracing.processor.v1.otlp",
-)
-
-
 @dataclass
 class LocalContainerd:
     """A containerd whose whole state lives below `base` (a temporary directory)."""
@@ -123,7 +101,7 @@ class LocalContainerd:
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
         for host in self.plain_http_registries:
-            _check_loopback(host)
+            check_loopback(host)
 
     @property
     def socket(self) -> Path:
@@ -215,72 +193,12 @@ class LocalContainerd:
             raise
 
     def _config(self) -> str:
-        b = self.base
-        q = _toml_str
-        cri = '[plugins."io.containerd.grpc.v1.cri"'
-        return "\n".join([
-            "version = 2",
-            f"root = {q(str(b / 'root'))}",
-            f"state = {q(str(b / 'state'))}",
-            "oom_score = 0",
-            "disabled_plugins = [" + ", ".join(q(p) for p in _DISABLED_PLUGINS) + "]",
-            "",
-            "[grpc]",
-            f"  address = {q(str(self.socket))}",
-            "[ttrpc]",
-            f"  address = {q(str(self.socket) + '.ttrpc')}",
-            "[debug]",
-            '  address = ""',  # no debug socket: nothing reads it
-            f"  level = {q(self.log_level)}",
-            "[metrics]",
-            '  address = ""',
-            "",
-            '[plugins."io.containerd.internal.v1.opt"]',
-            f"  path = {q(str(b / 'opt'))}",
-            f"{cri}]",
-            f"  sandbox_image = {q(PAUSE_IMAGE)}",
-            # The VM forbids lowering oom_score_adj below our own; runc fails otherwise.
-            "  restrict_oom_score_adj = true",
-            "  disable_apparmor = true",
-            "  disable_tcp_service = true",
-            '  stream_server_address = "127.0.0.1"',
-            '  stream_server_port = "0"',
-            # Should a pod get a netns anyway, its bind mount is below base, where stop() unmounts.
-            "  netns_mounts_under_state_dir = true",
-            f"{cri}.containerd]",
-            f"  snapshotter = {q(self.snapshotter or 'overlayfs')}",
-            '  default_runtime_name = "runc"',
-            f"{cri}.containerd.runtimes.runc]",
-            '  runtime_type = "io.containerd.runc.v2"',
-            f"{cri}.containerd.runtimes.runc.options]",
-            f"  Root = {q(str(self.runc_root))}",
-            "  SystemdCgroup = false",
-            # Pods must use the host network: no CNI config, and the host's is kept out.
-            f"{cri}.cni]",
-            f"  bin_dir = {q(str(_CNI_BIN_DIR))}",
-            f"  conf_dir = {q(str(self.cni_conf_dir))}",
-            f"{cri}.registry]",
-            '  config_path = ""',
-            *(line for host in self.plain_http_registries for line in (
-                f"{cri}.registry.mirrors.{q(host)}]",
-                f"  endpoint = [{q('http://' + host)}]",
-            )),
-            *(self._nri_config() if self.nri else ()),
-            "",
-        ])
-
-    def _nri_config(self) -> list[str]:
-        q = _toml_str
-        return [
-            '[plugins."io.containerd.nri.v1.nri"]',
-            "  disable = false",
-            "  disable_connections = false",  # plugins connect to the socket themselves
-            f"  socket_path = {q(str(self.nri_socket))}",
-            f"  plugin_path = {q(str(self.base / 'nri-plugins'))}",
-            f"  plugin_config_path = {q(str(self.base / 'nri-conf'))}",
-            '  plugin_registration_timeout = "5s"',
-            f"  plugin_request_timeout = {q(f'{self.request_timeout:g}s')}",
-        ]
+        return ContainerdConfig(
+            base=self.base, socket=self.socket, runc_root=self.runc_root, cni_conf_dir=self.cni_conf_dir,
+            log_level=self.log_level, snapshotter=self.snapshotter or "overlayfs",
+            plain_http_registries=self.plain_http_registries,
+            nri_socket=self.nri_socket if self.nri else None, nri_request_timeout=self.request_timeout,
+        ).toml()
 
     async def _wait_ready(self) -> None:
         """Poll CRI Version until it answers: containerd offers no readiness event."""
