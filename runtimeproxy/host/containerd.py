@@ -235,8 +235,9 @@ class LocalContainerd:
                     # containerd serves, but its CRI plugin failed to load: waiting will not help.
                     raise LocalRuntimeError(
                         f"containerd has no CRI service; log tail:\n{self.log_tail()}") from None
-                if (self.nri and exc.code() == grpc.StatusCode.UNAVAILABLE
-                        and "connection refused" in (exc.details() or "").lower() and _BOOTED in self._this_start_log()):
+                details = (exc.details() or "").lower()
+                refused = exc.code() == grpc.StatusCode.UNAVAILABLE and "connection refused" in details
+                if self.nri and refused and _BOOTED in self._this_start_log():
                     # Refused after it said it serves: the listener is gone.
                     raise _ListenerLost(f"containerd booted, then refused connections on {self.socket}; "
                                         f"log tail:\n{self.log_tail()}") from None

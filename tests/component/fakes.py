@@ -43,6 +43,8 @@ class Script:
     release: asyncio.Event = field(default_factory=asyncio.Event)
     echo: bool = False  # answer with the request bytes
     stream_forever: bool = False  # keep streaming until cancelled
+    read_after_release: bool = False  # read the request only once ``release`` is set: a runtime that stops reading
+    holding: asyncio.Event = field(default_factory=asyncio.Event)  # set once such a call waits, unread
 
 
 # What the proxy's backend probe calls (cripath/backend.py): Version in each
@@ -65,6 +67,7 @@ class FakeBackend:
     socket: Path
     versions: frozenset[str] = frozenset({"v1", "v1alpha2"})
     scripts: dict[str, Script] = field(default_factory=dict)
+    options: tuple[tuple[str, int], ...] = ()  # more grpc server options (e.g. tiny flow-control windows)
     received: list[Received] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -92,6 +95,7 @@ class FakeBackend:
                 # as containerd (Go grpc): 16 MiB of headers
                 ("grpc.max_metadata_size", 16 << 20),
                 ("grpc.absolute_max_metadata_size", 16 << 20),
+                *self.options,
             ]
         )
         self._server.add_generic_rpc_handlers((_Handler(self),))
@@ -119,6 +123,10 @@ class FakeBackend:
     async def handle(self, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> AsyncIterator[bytes]:
         if not self._serves(path):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {path}")
+        held = self.scripts.get(path)
+        if held is not None and held.read_after_release:
+            held.holding.set()
+            await held.release.wait()  # the request's flow-control window fills meanwhile
         collected = [r async for r in requests]
         if not collected and _unary(path):
             # No request message (on the frames path, a hooked call whose

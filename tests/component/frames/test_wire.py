@@ -1,7 +1,8 @@
 """The frames relay against malformed clients, and under flow-control pressure.
 
 Malformed frames end the client's connection with a GOAWAY carrying the
-right error code; the proxy and its other connections live on. Many large
+right error code; the proxy and its other connections live on, a call under
+way on one of them included. Many large
 messages on relayed and diverted streams of one connection, with small
 windows, all arrive intact.
 """
@@ -69,6 +70,9 @@ MALFORMED = {
     "stream-id-reuse": (_headers(5, request_block(V1_VERSION), Flag.END_HEADERS | Flag.END_STREAM)
                         + fr.rst_stream(5, ErrorCode.CANCEL)
                         + _headers(3, request_block(V1_VERSION)), ErrorCode.PROTOCOL_ERROR),
+    "same-stream-id-after-reset": (_headers(1, request_block(V1_VERSION), Flag.END_HEADERS | Flag.END_STREAM)
+                                   + fr.rst_stream(1, ErrorCode.CANCEL)
+                                   + _headers(1, request_block(V1_VERSION)), ErrorCode.PROTOCOL_ERROR),
     "continuation-flood": (_headers(1, request_block(V1_VERSION)[:3], 0)
                            + b"".join(fr.serialize(FrameType.CONTINUATION, 0, 1, b"\x00" * 16_000)
                                       for _ in range(40)), ErrorCode.ENHANCE_YOUR_CALM),
@@ -88,14 +92,19 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 async def test_malformed_client_gets_goaway_and_the_proxy_lives_on(fake, start_proxy, client, sock_dir, case) -> None:
     fake.script(V1_LIST, echo=True)
+    fake.script(V1_PODS, response=b"slow", hang=True)
     await start_proxy(fake.socket)
     assert await client.unary_unary(V1_LIST)(b"before") == b"before"  # a connection open before
+    in_flight = asyncio.ensure_future(client.unary_unary(V1_PODS)(b"", timeout=10))  # a call under way on it
+    await fake.wait_calls(V1_PODS)
     reader, writer = await asyncio.open_unix_connection(str(sock_dir / "proxy.sock"))
     bad, code = MALFORMED[case]
     writer.write(fr.PREFACE + settings_frame() + bad)
     assert await goaway_code(reader) == code
     writer.close()
-    # The other connection, and new ones, are served.
+    # The call under way on the other connection finishes; that connection, and new ones, are served.
+    fake.scripts[V1_PODS].release.set()
+    assert await in_flight == b"slow"
     assert await client.unary_unary(V1_LIST)(b"after") == b"after"
     async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as fresh:
         assert await fresh.unary_unary(V1_LIST)(b"fresh") == b"fresh"
