@@ -115,7 +115,8 @@ class FramesListener:
     def _accepted(self, conn: socket.socket) -> None:
         set_up = asyncio.get_running_loop().create_future()
         self._setting_up.add(set_up)
-        task = asyncio.ensure_future(self._serve(conn, set_up))
+        taken: list[bool] = []  # not empty once a transport owns the socket
+        task = asyncio.ensure_future(self._serve(conn, set_up, taken))
         self._handlers.add(task)
 
         def done(task: asyncio.Task[None]) -> None:
@@ -123,17 +124,23 @@ class FramesListener:
             self._setting_up.discard(set_up)
             if not set_up.done():  # it ended before its runtime connection was made
                 set_up.set_result(None)
-            if task.cancelled():  # maybe before its first step: the socket is still ours to close
+            if task.cancelled() and not taken:
+                # Cancelled before its transport took the socket (maybe before its
+                # first step): still ours to close. Once taken, only the transport
+                # closes it: closed under a transport that still has writes
+                # pending, its descriptor stays in the loop's selector, and the
+                # next socket given that number could not be watched.
                 conn.close()
 
         task.add_done_callback(done)
 
-    async def _serve(self, conn: socket.socket, set_up: asyncio.Future[None]) -> None:
+    async def _serve(self, conn: socket.socket, set_up: asyncio.Future[None], taken: list[bool]) -> None:
         try:
             _, client = await asyncio.get_running_loop().connect_accepted_socket(_Side, sock=conn)
         except OSError:  # the client is gone already
             conn.close()
             return
+        taken.append(True)
         await self._relay(client, set_up)
 
     async def _relay(self, client: _Side, set_up: asyncio.Future[None]) -> None:
