@@ -47,7 +47,7 @@ from .inbound import CREDIT_BATCH, Corked, Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
 from .pings import DelayedAcks
-from .upstream import ClientSide
+from .upstream import BACKEND_GRANT, ClientSide
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class FrameConnection:
         self.sizes_out: dict[int, MessageSizes] = {}
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
-        self.out = Outbound(self._client_writer, self.credit_backend)
+        self.out = Outbound(self._client_writer, self.credit_backend, hold_limit=BACKEND_GRANT // 2)
         self.inbound = Inbound(self.backend, self.credit_client)
         self.backend_pings = DelayedAcks(lambda data: self.backend.write(data))
         self.last_stream = 0

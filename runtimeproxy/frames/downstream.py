@@ -173,6 +173,13 @@ class BackendSide:
                 out.data(sid, bytes(body), end, credit=size)
             else:
                 out.data(sid, payload, end, credit=size, raw=raw)
+            if call is not None and call.gate is not None and not call.gate.is_open:
+                call.held += size
+                if call.held >= conn.client_side.initial_window:
+                    # The runtime may send no more of this answer until the client
+                    # reads some (the stream's window is end to end), and the stages
+                    # wait for all of it: it goes now, as at the gate's time limit.
+                    call.gate.open()
             if end:
                 conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
         elif t in (FrameType.HEADERS, FrameType.CONTINUATION):

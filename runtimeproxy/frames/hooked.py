@@ -79,6 +79,7 @@ class Hooked:
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # the client's request is complete, or cut short
     opened: asyncio.Event = field(default_factory=asyncio.Event)  # the backend's stream window grew
     reply: bytearray = field(default_factory=bytearray)  # the backend's DATA, teed
+    held: int = 0  # of its DATA, what waits behind the closed gate (flow-controlled bytes)
     answered: asyncio.Future[tuple[int, str]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )  # grpc-status and -message once the backend ended the stream

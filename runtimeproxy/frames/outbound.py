@@ -8,7 +8,10 @@ split), one stream's DATA, split when the window is smaller than it, or a
 gate: a hooked call's first answer block, held until the hook stage has
 recorded the call (see hooked.py). The gate holds what follows it too, since
 header blocks must reach the client in the order the backend encoded them
-(HPACK). The backend's connection window is given back as its DATA leaves.
+(HPACK). The backend's connection window is given back as its DATA leaves:
+so a closed gate opens early once the DATA held behind it nears what that
+window allows (``hold_limit``), or the backend could send nothing more, the
+gated call's own answer included, which its stages wait for.
 
 Nothing goes out before the runtime's first SETTINGS, the client's server
 preface (RFC 9113, section 3.4): what the proxy says before them (a PING's
@@ -26,12 +29,14 @@ from .window import Gate, QueuedData, WindowQueue, detached
 
 
 class Outbound:
-    def __init__(self, writer: asyncio.Transport, credit_backend: Callable[[int], None]) -> None:
+    def __init__(self, writer: asyncio.Transport, credit_backend: Callable[[int], None], hold_limit: int) -> None:
         self._writer = writer
         self._credit_backend = credit_backend
         self._queue = WindowQueue("client")
         self._pending: list[bytes | memoryview] = []  # views of what was read, mostly (downstream.py)
         self._credit = 0
+        self._queued_credit = 0  # the backend's window owed for the DATA in the queue
+        self._hold_limit = hold_limit  # how much of it a closed gate may hold back
         self._held = True  # until ``preface``
 
     def preface(self, raw: bytes) -> None:
@@ -108,6 +113,7 @@ class Outbound:
             self._credit += credit
             return
         queue.items.append(QueuedData(stream_id, bytes(payload), end_stream, credit))
+        self._queued_credit += credit
         self.pump()
 
     def flush(self) -> None:
@@ -127,7 +133,13 @@ class Outbound:
         self.pump()
 
     def pump(self) -> None:
-        self._credit += self._queue.drain(self._pending)
+        freed = self._queue.drain(self._pending)
+        self._credit += freed
+        self._queued_credit -= freed
+        if self._queued_credit >= self._hold_limit:
+            items = self._queue.items
+            if items and isinstance(items[0], Gate) and not items[0].is_open:
+                items[0].open()  # as at its time limit (its opening pumps again)
 
     @property
     def window(self) -> int:

@@ -1,17 +1,24 @@
-"""Flow control against the runtime's side of the proxy, on both data paths
-(tests/component/grpcpath/): a runtime that stops reading one call's large
-request holds up no other call on the client's connection, relayed or
-staged; a runtime advertising tiny windows gets large messages whole, in
-frames and windows it accepts (grpc core answers anything else with a
-connection error, which would fail every call under way)."""
+"""Flow control under pressure, on both data paths (tests/component/grpcpath/).
+
+Many 1-15 MiB messages on relayed and staged streams of one connection
+arrive whole, with the client's windows wide or tiny; a client that stops
+reading one stream holds up no other; a runtime that stops reading one
+call's large request holds up no other call on the client's connection; a
+runtime advertising tiny windows gets large messages whole, in frames and
+windows it accepts (grpc core answers anything else with a connection
+error, which would fail every call under way); a staged call's large answer
+is not held for its stages, which wait for all of it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from grpc import aio
 
 from runtimeproxy.cripath.stage import StageProvider
+from runtimeproxy.frames import downstream
 
 from ..fakes import FakeBackend
 
@@ -85,3 +92,68 @@ async def test_a_runtime_with_tiny_windows_gets_large_messages_whole(sock_dir, s
             async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
                 await asyncio.wait_for(_echoes(channel, [1, 4, 15, 2], timeout=90), 120)
         assert staged.seen == 4
+
+
+SIZES_MIB = [1, 15, 4, 9, 2, 12, 7, 3]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        [],
+        # A peer with tiny windows and frames: no BDP growth, 16 KiB frames.
+        [*TINY_WINDOWS, ("grpc.http2.max_frame_size", 16384)],
+    ],
+    ids=["default-windows", "tiny-windows"],
+)
+async def test_many_large_messages_on_relayed_and_staged_streams_of_one_connection(
+    fake, start_proxy, sock_dir, options
+) -> None:
+    fake.script(V1_LIST, echo=True)
+    fake.script(V1_PODS, echo=True)
+    staged = Staged()
+    await start_proxy(fake.socket, stages=(staged,))
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=[*WIDE, *options]) as channel:
+        await asyncio.wait_for(_echoes(channel, SIZES_MIB + SIZES_MIB[::-1], timeout=60), 120)
+    assert staged.seen == len(SIZES_MIB)
+
+
+async def test_a_client_that_stops_reading_one_stream_holds_up_no_other(fake, start_proxy, sock_dir) -> None:
+    """A server stream whose client does not read holds only its own window."""
+    events = "/runtime.v1.RuntimeService/GetContainerEvents"
+    fake.script(events, stream=[b"\x0a" + b"e" * MIB] * 8)
+    fake.script(V1_LIST, echo=True)
+    await start_proxy(fake.socket)
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=WIDE) as channel:
+        stream = channel.unary_stream(events)(b"")
+        first = await stream.read()  # then never read on: its window fills
+        assert len(first) == MIB + 1
+        for i in range(20):
+            assert await channel.unary_unary(V1_LIST)(bytes([i]) * 100_000, timeout=10) == bytes([i]) * 100_000
+        stream.cancel()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16 * MIB)],
+     [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65535)]],
+    ids=["16-mib-windows", "64-kib-windows"],  # the latter as grpc-go's (kubelet's) to start with
+)
+async def test_a_staged_calls_large_answer_is_not_held_for_its_stages(
+    fake, start_proxy, sock_dir, monkeypatch, options
+) -> None:
+    """The frames path holds a staged call's answer until its stages are done, and
+    they wait for all of it: an answer over the client's stream window (64 KiB
+    case), or holding back half the runtime's connection window (16 MiB case),
+    must go as it comes. The proxy's own limit on that hold is put out of reach
+    here, so any such hold fails the call's deadline."""
+    monkeypatch.setattr(downstream, "GATE_LIMIT_S", 600.0)
+    fake.script(V1_PODS, echo=True)
+    staged = Staged()
+    await start_proxy(fake.socket, stages=(staged,))
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=[*WIDE, *options]) as channel:
+        for mib in (6, 1):
+            body = _body(mib, mib)
+            assert await channel.unary_unary(V1_PODS)(body, timeout=20) == body
+        assert await channel.unary_unary(V1_PODS)(b"small", timeout=20) == b"small"
+    assert staged.seen == 3

@@ -143,7 +143,7 @@ def _frames(data: bytes) -> list[fr.Frame]:
 
 def test_outbound_keeps_the_client_window_and_order() -> None:
     writer, credits = _Writer(), []
-    out = Outbound(writer, credits.append)  # type: ignore[arg-type]
+    out = Outbound(writer, credits.append, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
     out.data(1, b"a" * 60_000, False, credit=60_000)
     out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, b"\x88"))
@@ -168,7 +168,7 @@ def test_outbound_keeps_the_client_window_and_order() -> None:
 
 def test_outbound_sends_nothing_before_the_server_preface_and_it_first() -> None:
     writer = _Writer()
-    out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, b"12345678"))
     out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88"))
     out.flush()
@@ -179,7 +179,7 @@ def test_outbound_sends_nothing_before_the_server_preface_and_it_first() -> None
 
 
 def test_outbound_window_overflow_is_a_flow_control_error() -> None:
-    out = Outbound(_Writer(), lambda n: None)  # type: ignore[arg-type]
+    out = Outbound(_Writer(), lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
     with pytest.raises(FrameError) as err:
         out.grow(fr.MAX_WINDOW)

@@ -15,7 +15,7 @@ from .test_frame import _frames, _Writer
 
 async def test_a_gate_holds_what_follows_it_until_opened() -> None:
     writer = _Writer()
-    out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
     trailers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88")
     gate = out.gate(trailers, limit=60)
@@ -32,7 +32,7 @@ async def test_a_gate_holds_what_follows_it_until_opened() -> None:
 
 async def test_a_gate_opens_by_itself_after_its_limit() -> None:
     writer = _Writer()
-    out = Outbound(writer, lambda n: None)  # type: ignore[arg-type]
+    out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
     gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=0.01)
     opened = asyncio.get_running_loop().create_future()
@@ -45,6 +45,28 @@ async def test_a_gate_opens_by_itself_after_its_limit() -> None:
     gate._on_open = on_open  # noqa: SLF001
     await asyncio.wait_for(opened, 5)
     assert gate.is_open and len(_frames(writer.written)) == 1
+
+
+async def test_a_gate_opens_once_the_backends_data_behind_it_reaches_the_hold_limit() -> None:
+    """The backend's window comes back only as its DATA leaves: held further, the
+    backend could send nothing more, the gated call's own answer included."""
+    writer, credits = _Writer(), []
+    out = Outbound(writer, credits.append, hold_limit=100)  # type: ignore[arg-type]
+    out.preface(b"")  # the server preface is out: nothing is held
+    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=60)
+    out.data(3, b"x" * 60, False, credit=60)
+    out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 5, b"\x88"))  # costs the backend no window
+    out.data(1, b"y" * 39, False, credit=39)
+    out.flush()
+    assert not gate.is_open and writer.written == b"" and credits == []
+    out.data(1, b"z", False, credit=1)  # 100 owed to the backend, all behind the gate
+    out.flush()
+    assert gate.is_open
+    assert [(f.type, f.stream_id, len(f.payload)) for f in _frames(writer.written)] == [
+        (FrameType.HEADERS, 1, 1), (FrameType.DATA, 3, 60), (FrameType.HEADERS, 5, 1), (FrameType.DATA, 1, 39),
+        (FrameType.DATA, 1, 1),
+    ]
+    assert sum(credits) == 100
 
 
 def test_inbound_queues_data_over_the_backends_window_and_keeps_a_reset_behind_it() -> None:
