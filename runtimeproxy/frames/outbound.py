@@ -51,6 +51,7 @@ class Outbound:
             self._held = False
             self._pending[:] = [fr.serialize(FrameType.SETTINGS, 0, 0)]
             self._queue.items.clear()
+            self._queued_credit = 0
 
     @property
     def prefaced(self) -> bool:
