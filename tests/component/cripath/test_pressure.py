@@ -13,6 +13,8 @@ is not held for its stages, which wait for all of it.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from grpc import aio
@@ -29,6 +31,17 @@ MIB = 1024 * 1024
 WIDE = [("grpc.max_receive_message_length", 64 * MIB), ("grpc.max_send_message_length", 64 * MIB)]
 # What grpc core advertises with these: 1 KiB stream windows that never grow.
 TINY_WINDOWS = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024))
+
+
+@pytest.fixture(autouse=True)
+def no_connection_error(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No protocol or flow-control error on either hop, read from the proxy's own
+    log (a connection error there is a warning), beside every call succeeding."""
+    caplog.set_level(logging.WARNING, logger="runtimeproxy")
+    yield
+    warned = [r.getMessage() for r in caplog.get_records("call")
+              if r.name.startswith("runtimeproxy") and r.levelno >= logging.WARNING]
+    assert warned == []
 
 
 class Staged(StageProvider):
@@ -81,17 +94,23 @@ async def test_a_runtime_that_stops_reading_one_call_holds_up_no_other(fake, sta
     assert fake.calls(V1_STATUS)[0].requests == [held_body]
 
 
-async def test_a_runtime_with_tiny_windows_gets_large_messages_whole(sock_dir, start_proxy) -> None:
-    async with FakeBackend(sock_dir / "tiny.sock", options=TINY_WINDOWS) as tiny:
-        tiny.script(V1_LIST, echo=True)
-        tiny.script(V1_PODS, echo=True)
-        staged = Staged()
-        await start_proxy(tiny.socket, stages=(staged,))
-        client_tiny = [*WIDE, *TINY_WINDOWS, ("grpc.http2.max_frame_size", 16384)]
-        for options in (WIDE, client_tiny):  # the client's windows wide, then tiny too
-            async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
-                await asyncio.wait_for(_echoes(channel, [1, 4, 15, 2], timeout=90), 120)
-        assert staged.seen == 4
+@pytest.fixture
+async def tiny(sock_dir) -> AsyncIterator[FakeBackend]:  # type: ignore[no-untyped-def]
+    """A runtime advertising 1 KiB windows (up until the proxy in front of it has stopped)."""
+    async with FakeBackend(sock_dir / "tiny.sock", options=TINY_WINDOWS) as backend:
+        yield backend
+
+
+async def test_a_runtime_with_tiny_windows_gets_large_messages_whole(tiny, start_proxy, sock_dir) -> None:
+    tiny.script(V1_LIST, echo=True)
+    tiny.script(V1_PODS, echo=True)
+    staged = Staged()
+    await start_proxy(tiny.socket, stages=(staged,))
+    client_tiny = [*WIDE, *TINY_WINDOWS, ("grpc.http2.max_frame_size", 16384)]
+    for options in (WIDE, client_tiny):  # the client's windows wide, then tiny too
+        async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
+            await asyncio.wait_for(_echoes(channel, [1, 4, 15, 2], timeout=90), 120)
+    assert staged.seen == 4
 
 
 SIZES_MIB = [1, 15, 4, 9, 2, 12, 7, 3]
