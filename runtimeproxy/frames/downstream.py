@@ -175,11 +175,7 @@ class BackendSide:
                 out.data(sid, payload, end, credit=size, raw=raw)
             if call is not None and call.gate is not None and not call.gate.is_open:
                 call.held += size
-                if call.held >= conn.client_side.initial_window:
-                    # The runtime may send no more of this answer until the client
-                    # reads some (the stream's window is end to end), and the stages
-                    # wait for all of it: it goes now, as at the gate's time limit.
-                    call.gate.open()
+                call.release_if_stalled(conn.client_side.initial_window)
             if end:
                 conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
         elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
@@ -281,7 +277,7 @@ class BackendSide:
             # write. The gate holds every answer behind it on this connection
             # (HPACK order): a stage slow to record (a runtime read-back) holds
             # them GATE_LIMIT_S at most.
-            call.gate = conn.out.gate(raw, GATE_LIMIT_S)
+            call.gate = conn.out.gate(raw, GATE_LIMIT_S, call.wants_data)
         else:
             conn.out.frames(raw)  # behind the gate, if its call has one
         if not self.block_ends:

@@ -93,6 +93,21 @@ class Hooked:
     finished: bool = False
     task: asyncio.Task[None] | None = None
 
+    def wants_data(self) -> bool:
+        """Whether its answer still needs DATA from the runtime: not ended, and
+        its one message not whole yet (the trailers cost no window). Only then
+        can holding it keep the runtime from sending what its stages wait for."""
+        reply = self.reply
+        return not self.answered.done() and (len(reply) < 5 or len(reply) < 5 + int.from_bytes(reply[1:5], "big"))
+
+    def release_if_stalled(self, window: int) -> None:
+        """Its held answer goes now, as at its gate's time limit, once the
+        runtime may send no more of it until the client reads some (the
+        stream's window is end to end: ``window`` is the client's initial one)
+        while the stages still wait for more of it."""
+        if self.gate is not None and not self.gate.is_open and self.held >= window and self.wants_data():
+            self.gate.open()
+
     def answer(self, status: int, message: str) -> None:
         if not self.answered.done():
             self.answered.set_result((status, message))

@@ -9,9 +9,10 @@ gate: a hooked call's first answer block, held until the hook stage has
 recorded the call (see hooked.py). The gate holds what follows it too, since
 header blocks must reach the client in the order the backend encoded them
 (HPACK). The backend's connection window is given back as its DATA leaves:
-so a closed gate opens early once the DATA held behind it nears what that
-window allows (``hold_limit``), or the backend could send nothing more, the
-gated call's own answer included, which its stages wait for.
+so a closed gate whose call still needs the backend's DATA opens early once
+the DATA held behind it nears what that window allows (``hold_limit``), or
+the backend could send nothing more, that call's answer included, which its
+stages wait for.
 
 Nothing goes out before the runtime's first SETTINGS, the client's server
 preface (RFC 9113, section 3.4): what the proxy says before them (a PING's
@@ -75,16 +76,16 @@ class Outbound:
         they go out at the next flush even while DATA waits for the window."""
         self._pending.append(raw)
 
-    def gate(self, raw: bytes, limit: float) -> Gate:
+    def gate(self, raw: bytes, limit: float, stalls: Callable[[], bool] = lambda: True) -> Gate:
         """``raw`` (whole frames), and everything queued after it, wait for
-        ``Gate.open``, or ``limit`` seconds at most."""
+        ``Gate.open``, or ``limit`` seconds at most (see ``Gate.stalls``)."""
 
         def opened() -> None:
             timer.cancel()
             self.pump()
             self.flush()
 
-        gate = Gate(raw, opened)
+        gate = Gate(raw, opened, stalls)
         timer = asyncio.get_running_loop().call_later(limit, gate.open)
         self._queue.items.append(gate)
         return gate
@@ -139,8 +140,9 @@ class Outbound:
         self._queued_credit -= freed
         if self._queued_credit >= self._hold_limit:
             items = self._queue.items
-            if items and isinstance(items[0], Gate) and not items[0].is_open:
-                items[0].open()  # as at its time limit (its opening pumps again)
+            head = items[0] if items else None
+            if isinstance(head, Gate) and not head.is_open and head.stalls():
+                head.open()  # as at its time limit (its opening pumps again)
 
     @property
     def window(self) -> int:

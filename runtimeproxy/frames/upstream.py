@@ -264,6 +264,8 @@ class ClientSide:
             for call in self.conn.diverted.values():
                 call.window += delta
                 call.opened.set()
+            for held in list(self.conn.hooked.values()):  # a smaller window may stop a held answer
+                held.release_if_stalled(size)
 
     def _header_block(self, sid: int, raws: list[bytes], data: bytes, end_stream: bool,
                       out: list[bytes | memoryview]) -> None:

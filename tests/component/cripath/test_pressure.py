@@ -176,3 +176,64 @@ async def test_a_staged_calls_large_answer_is_not_held_for_its_stages(
             assert await channel.unary_unary(V1_PODS)(body, timeout=20) == body
         assert await channel.unary_unary(V1_PODS)(b"small", timeout=20) == b"small"
     assert staged.seen == 3
+
+
+class Recording(StageProvider):
+    """A stage on ListPodSandbox that takes a while to record the call once the runtime answered."""
+
+    RECORDING_S = 0.5  # time the proxy has to (wrongly) let the answer go meanwhile
+
+    def __init__(self) -> None:
+        self.recorded = False
+        self.answered = asyncio.Event()
+
+    def stage_for(self, method, client_version, backend_version):  # type: ignore[no-untyped-def]
+        if method != "ListPodSandbox":
+            return None
+
+        async def stage(request, context, send):  # type: ignore[no-untyped-def]
+            reply = await send(request)
+            self.answered.set()
+            await asyncio.sleep(self.RECORDING_S)  # the work of recording, not a wait for an event
+            self.recorded = True
+            return reply
+
+        return stage
+
+
+async def test_a_small_answer_stays_held_for_its_stages_while_others_pile_up_behind_it(
+    fake, start_proxy, sock_dir, monkeypatch
+) -> None:
+    """The early release is for answers the runtime cannot finish sending: a
+    whole one stays held until its stages have recorded it, however much of
+    other calls' answers waits behind it."""
+    monkeypatch.setattr(downstream, "GATE_LIMIT_S", 600.0)
+    fake.script(V1_PODS, response=b"\x0a\x03pod")
+    fake.script(V1_LIST, echo=True)
+    recording = Recording()
+    await start_proxy(fake.socket, stages=(recording,))
+    options = [*WIDE, ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16 * MIB)]
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
+        hooked = asyncio.ensure_future(channel.unary_unary(V1_PODS)(b"", timeout=20))
+        await asyncio.wait_for(recording.answered.wait(), 10)
+        big = _body(3, 7)
+        relayed = asyncio.ensure_future(channel.unary_unary(V1_LIST)(big, timeout=20))
+        assert await hooked == b"\x0a\x03pod"
+        assert recording.recorded, "the client had the answer before its stages recorded it"
+        assert await relayed == big
+
+
+async def test_an_answer_of_exactly_the_clients_stream_window_stays_held_for_its_stages(
+    fake, start_proxy, sock_dir, monkeypatch
+) -> None:
+    """Whole at the proxy when it fills the window: only its trailers are to
+    come, which cost no window, so it needs no early release."""
+    monkeypatch.setattr(downstream, "GATE_LIMIT_S", 600.0)
+    message = b"\x0a\xf6\xff\x03" + b"p" * (65529 - 4)  # with its 5-byte prefix: 65534 bytes of DATA
+    fake.script(V1_PODS, response=message)
+    recording = Recording()
+    await start_proxy(fake.socket, stages=(recording,))
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65534)]
+    async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
+        assert await channel.unary_unary(V1_PODS)(b"", timeout=20) == message
+    assert recording.recorded, "the client had the answer before its stages recorded it"
