@@ -67,3 +67,34 @@ async def test_a_hooked_answer_reaches_the_client_whole_once_the_stages_are_done
     await _turns()
     assert _writes_on(client, 1) == [[FrameType.HEADERS, FrameType.DATA, FrameType.HEADERS]]
     assert conn.hooked == {} and conn.idle.is_set()
+
+
+def _settings(**values: int) -> bytes:
+    ids = {"initial_window": fr.Setting.INITIAL_WINDOW_SIZE}
+    return fr.serialize(FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", ids[k], v) for k, v in values.items()))
+
+
+async def test_a_held_answer_goes_once_the_client_lowers_its_window_below_what_is_held() -> None:
+    """The runtime may send a stream no more than the client's window: lowered
+    below what the proxy holds of an unfinished answer, the runtime stops,
+    and the stages would wait for the rest until the gate's time limit."""
+    routes = _Recording()
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, routes, None, Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + _settings(initial_window=65_535))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True))
+    await _turns()
+    part = struct.pack(">BI", 0, 100_000) + b"x" * (40_000 - 5)  # 40,000 bytes of a 100,005-byte answer
+    encoder = hpack.Encoder()
+    conn.backend_data(
+        fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, encoder.encode([(":status", "200")]))
+        + b"".join(_data(1, part[i : i + 16_384]) for i in range(0, len(part), 16_384))
+    )
+    await _turns()
+    assert _writes_on(client, 1) == []  # held: under the window, the runtime may send on
+    conn.client_data(_settings(initial_window=16_384))
+    await _turns()
+    assert _writes_on(client, 1) == [[FrameType.HEADERS, FrameType.DATA, FrameType.DATA, FrameType.DATA]]
+    routes.go.set()  # the stages finish recording beside it
+    await _turns()
