@@ -34,7 +34,7 @@ class Gate:
     """Whole frames held in the queue until ``open``; ``stalls``: whether its call
     still needs DATA from the backend (holding it may then stall that DATA)."""
 
-    def __init__(self, raw: bytes, on_open: Callable[[], None], stalls: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, raw: bytes, on_open: Callable[[], None], stalls: Callable[[], bool]) -> None:
         self.raw = raw
         self.is_open = False
         self._on_open = on_open

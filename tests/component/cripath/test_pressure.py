@@ -45,10 +45,15 @@ def no_connection_error(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 
 class Staged(StageProvider):
-    """A stage with work on every ListPodSandbox: those calls take the proxy's own path."""
+    """A stage with work on every ListPodSandbox: those calls take the proxy's own
+    path. With ``recording_s``, it takes that long to record a call once the
+    runtime answered (time the proxy has to, wrongly, let the answer go meanwhile)."""
 
-    def __init__(self) -> None:
+    def __init__(self, recording_s: float = 0.0) -> None:
+        self.recording_s = recording_s
         self.seen = 0
+        self.answered = asyncio.Event()
+        self.recorded = False
 
     def stage_for(self, method, client_version, backend_version):  # type: ignore[no-untyped-def]
         if method != "ListPodSandbox":
@@ -56,7 +61,12 @@ class Staged(StageProvider):
 
         async def stage(request, context, send):  # type: ignore[no-untyped-def]
             self.seen += 1
-            return await send(request)
+            reply = await send(request)
+            self.answered.set()
+            if self.recording_s:
+                await asyncio.sleep(self.recording_s)  # the work of recording, not a wait for an event
+            self.recorded = True
+            return reply
 
         return stage
 
@@ -178,29 +188,6 @@ async def test_a_staged_calls_large_answer_is_not_held_for_its_stages(
     assert staged.seen == 3
 
 
-class Recording(StageProvider):
-    """A stage on ListPodSandbox that takes a while to record the call once the runtime answered."""
-
-    RECORDING_S = 0.5  # time the proxy has to (wrongly) let the answer go meanwhile
-
-    def __init__(self) -> None:
-        self.recorded = False
-        self.answered = asyncio.Event()
-
-    def stage_for(self, method, client_version, backend_version):  # type: ignore[no-untyped-def]
-        if method != "ListPodSandbox":
-            return None
-
-        async def stage(request, context, send):  # type: ignore[no-untyped-def]
-            reply = await send(request)
-            self.answered.set()
-            await asyncio.sleep(self.RECORDING_S)  # the work of recording, not a wait for an event
-            self.recorded = True
-            return reply
-
-        return stage
-
-
 async def test_a_small_answer_stays_held_for_its_stages_while_others_pile_up_behind_it(
     fake, start_proxy, sock_dir, monkeypatch
 ) -> None:
@@ -210,7 +197,7 @@ async def test_a_small_answer_stays_held_for_its_stages_while_others_pile_up_beh
     monkeypatch.setattr(downstream, "GATE_LIMIT_S", 600.0)
     fake.script(V1_PODS, response=b"\x0a\x03pod")
     fake.script(V1_LIST, echo=True)
-    recording = Recording()
+    recording = Staged(recording_s=0.5)
     await start_proxy(fake.socket, stages=(recording,))
     options = [*WIDE, ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16 * MIB)]
     async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
@@ -231,7 +218,7 @@ async def test_an_answer_of_exactly_the_clients_stream_window_stays_held_for_its
     monkeypatch.setattr(downstream, "GATE_LIMIT_S", 600.0)
     message = b"\x0a\xf6\xff\x03" + b"p" * (65529 - 4)  # with its 5-byte prefix: 65534 bytes of DATA
     fake.script(V1_PODS, response=message)
-    recording = Recording()
+    recording = Staged(recording_s=0.5)
     await start_proxy(fake.socket, stages=(recording,))
     options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65534)]
     async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}", options=options) as channel:
