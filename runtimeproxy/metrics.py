@@ -148,13 +148,19 @@ class CriCallMetrics:
         self.active += 1
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        calls, seconds_by = self._calls.labels, self._seconds.labels
+        # The label children are looked up once (labels() locks and builds a
+        # key each time: most of a record's cost, and it runs per call).
+        seconds = self._seconds.labels(method, version)
+        counts: dict[str, Counter] = {}
 
-        def record(code: str, seconds: float) -> None:
+        def record(code: str, elapsed: float) -> None:
             self.active -= 1
             self.served += 1
-            calls(method, version, code).inc()
-            seconds_by(method, version).observe(seconds)
+            count = counts.get(code)
+            if count is None:
+                count = counts[code] = self._calls.labels(method, version, code)
+            count.inc()
+            seconds.observe(elapsed)
 
         return record
 
