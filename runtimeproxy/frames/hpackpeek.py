@@ -3,50 +3,91 @@
 The relay needs one or two headers of each block (``:path`` of a request,
 ``grpc-status`` of an answer), and a full decode is a large part of what a
 relayed call costs. Most blocks after the first few calls on a connection
-only refer to the dynamic table or add literals that are not indexed (gRPC's
-``grpc-timeout``), and leave the table as it was: for those the wanted
-headers are read here and the rest skipped. A block that changes the table
-(a literal with incremental indexing, a size update), or anything this reader
-does not take, returns None: the caller then decodes it in full, which keeps
-the table in step and reports malformed blocks. ``peek_all`` reads every
-header the same way, for the calls the proxy handles itself. ``HeaderReader``
-is one direction's decoder read that way, with what it found remembered.
+only refer to the dynamic table or add literals that are not indexed
+(grpc-core's ``grpc-timeout``): for those the wanted headers are read here and
+the rest skipped. A block that adds literals to the table (grpc-go indexes
+every ``grpc-timeout`` it sends, so each of kubelet's calls adds one) is read
+in full here, and its entries added once the whole block has read well,
+exactly as the full decoder adds them. A block this reader does not take (a
+size update, an index into the table after an entry this block adds,
+anything malformed) returns None and leaves the table as it was: the caller
+then decodes it in full, which keeps the table in step and reports malformed
+blocks. ``peek_all`` reads every header the same way, for the calls the proxy
+handles itself. ``HeaderReader`` is one direction's decoder read that way,
+with what it found remembered while the table stays as it was.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import hpack
 from hpack.hpack import decode_integer
 from hpack.huffman_table import decode_huffman
+from hpack.table import HeaderTable
 
 from .frame import ErrorCode, FrameError
 
 
 def peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
-    """The ``wanted`` headers of ``block`` (the last of each name), or None (decode it in full)."""
-    try:
-        found = _peek(decoder, block, wanted)
-    except Exception:  # noqa: BLE001 - whatever this reader cannot take, the full decoder judges
-        return None
-    return None if found is None else dict(found)
+    """The ``wanted`` headers of ``block`` (the last of each name), or None
+    (decode it in full; the table is as it was)."""
+    read = _read(decoder, block, wanted)
+    return None if read is None else {name: value for name, value in read[0] if name in wanted}
 
 
 def peek_all(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]] | None:
     """Every header of ``block``, in order, as ``decoder.decode(block, raw=True)``
-    gives them; or None (decode it in full), also when the list is longer than
-    the decoder's ``max_header_list_size``, so that the full decoder refuses it."""
+    gives them (with the table changed as it would change it); or None (decode
+    it in full), also when the list is longer than the decoder's
+    ``max_header_list_size``, so that the full decoder refuses it."""
+    read = _read(decoder, block, None)
+    return None if read is None else read[0]
+
+
+def _read(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None) -> tuple[list[_Header], bool] | None:
+    """The headers read (the wanted ones and perhaps others; every one when
+    ``wanted`` is None or the block adds to the table, which the caller then
+    may not read again) and whether the table changed; None: decode it in full."""
     try:
-        return _peek(decoder, block, None)
-    except Exception:  # noqa: BLE001 - as in peek
+        try:
+            found = _peek(decoder, block, wanted)
+        except _AddsToTable:  # read again in full: its headers can be read only once
+            found = _peek(decoder, block, None)
+    except Exception:  # noqa: BLE001 - whatever this reader cannot take, the full decoder judges
         return None
+    if found is None:
+        return None
+    headers, added = found
+    for name, value in added:  # only now: a block read halfway leaves the table as it was
+        decoder.header_table.add(name, value)
+    return headers, bool(added)
 
 
-def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None) -> list[tuple[bytes, bytes]] | None:
-    """The wanted headers (all of them if ``wanted`` is None), or None."""
+class _AddsToTable(Exception):
+    """A block read for some of its headers adds to the table, and a value was
+    skipped: read it again for all of them."""
+
+
+_Header = tuple[bytes, bytes]
+_STATIC_TABLE = HeaderTable.STATIC_TABLE
+_STATIC = len(_STATIC_TABLE)  # 61: a higher index is the dynamic table's
+
+
+def _peek(decoder: hpack.Decoder, block: bytes,
+          wanted: frozenset[bytes] | None) -> tuple[list[_Header], list[_Header]] | None:
+    """The headers read and the entries the block adds to the table, or None.
+
+    With ``wanted``, the values of other literals are skipped (the headers
+    then hold the wanted ones, and perhaps others) until the block adds an
+    entry: from there every header is read, as with ``wanted`` None, or
+    _AddsToTable is raised if a value was skipped already."""
     if decoder.header_table_size > decoder.max_allowed_table_size:
         return None  # the peer had to shrink its table first: the full decoder refuses the block
-    table = decoder.header_table
-    found: list[tuple[bytes, bytes]] = []
+    static, dynamic = _STATIC_TABLE, decoder.header_table.dynamic_entries  # (an index past either: IndexError)
+    found: list[_Header] = []
+    added: list[_Header] = []
+    skipped = False
     room = decoder.max_header_list_size  # RFC 7541's size: name, value and 32 octets each
     view = memoryview(block)
     i, n = 0, len(block)
@@ -61,14 +102,35 @@ def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None)
                 i += used
             if index == 0:
                 return None
-            name, value = table.get_by_index(index)
-        elif first & 0xC0 == 0x40 or first & 0xE0 == 0x20:  # adds to the table, or resizes it
+            if index <= _STATIC:
+                name, value = static[index - 1]
+            elif added:
+                return None  # an index into the table as this block changes it: the full decoder's
+            else:
+                name, value = dynamic[index - _STATIC - 1]
+        elif first & 0xC0 == 0x40:  # a literal added to the table
+            if wanted is not None:  # (grpc-go's grpc-timeout, after fields that refer to the table)
+                if skipped:
+                    raise _AddsToTable
+                wanted = None
+                room -= sum(len(name) + len(value) + 32 for name, value in found)
+                if room < 0:
+                    return None
+            index, used = decode_integer(view[i:], 6)
+            i += used
+            if index:
+                name = _name(static, dynamic, index, added)
+            else:
+                name, i = _string(block, view, i)
+            value, i = _string(block, view, i)
+            added.append((name, value))
+        elif first & 0xE0 == 0x20:  # resizes the table
             return None
         else:  # a literal without indexing (0000xxxx) or never indexed (0001xxxx)
             index, used = decode_integer(view[i:], 4)
             i += used
             if index:
-                name = table.get_by_index(index)[0]
+                name = _name(static, dynamic, index, added)
             else:
                 name, i = _string(block, view, i)
             if wanted is not None and name not in wanted:  # its value is skipped, not decoded
@@ -76,16 +138,23 @@ def _peek(decoder: hpack.Decoder, block: bytes, wanted: frozenset[bytes] | None)
                 i += used + length
                 if i > n:
                     return None
+                skipped = True
                 continue
             value, i = _string(block, view, i)
         if wanted is None:
             room -= len(name) + len(value) + 32
             if room < 0:
                 return None
-            found.append((name, value))
-        elif name in wanted:
-            found.append((name, value))
-    return found
+        found.append((name, value))
+    return found, added
+
+
+def _name(static: tuple[_Header, ...], dynamic: deque[_Header], index: int, added: list[_Header]) -> bytes:
+    if index <= _STATIC:
+        return static[index - 1][0]
+    if added:
+        raise LookupError("an index into the table as this block changes it")  # the full decoder's
+    return dynamic[index - _STATIC - 1][0]
 
 
 def _string(block: bytes, view: memoryview, i: int) -> tuple[bytes, int]:
@@ -108,14 +177,17 @@ class HeaderReader:
 
     A gRPC peer sends the same bytes for the same headers once its dynamic
     table holds them (each call's block of a method, each answer's status):
-    what ``peek`` found in a block is remembered until the table changes, which
-    only a full decode (``decode``) or a new size limit can do."""
+    what ``peek`` found in a block is remembered until the table changes
+    (a block that adds to it, a full ``decode``, a new size limit)."""
 
     def __init__(self, max_header_list_size: int, source: str) -> None:
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = max_header_list_size
         self._source = source  # for errors: "" or " from the backend"
         self._seen: dict[frozenset[bytes], dict[bytes, dict[bytes, bytes]]] = {}
+        # Every header of the block the last peek read, when reading it
+        # changed the table (it cannot be read again); else None.
+        self.every: list[tuple[bytes, bytes]] | None = None
 
     def allow_table_size(self, size: int) -> None:
         """The peer's encoder may use ``size`` bytes of table (the other side's SETTINGS)."""
@@ -123,21 +195,34 @@ class HeaderReader:
         self._seen.clear()
 
     def peek(self, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
-        """As ``peek``; the answer is shared, not to be changed."""
+        """As ``peek`` (with ``every`` set); the answer is shared, not to be changed."""
+        self.every = None
         seen = self._seen.get(wanted)
         if seen is None:
             seen = self._seen[wanted] = {}
         found = seen.get(block)
         if found is None:
-            found = peek(self._decoder, block, wanted)
-            if found is not None and len(block) <= CACHED_BLOCK_BYTES:
+            read = _read(self._decoder, block, wanted)
+            if read is None:
+                return None
+            headers, changed = read
+            found = {name: value for name, value in headers if name in wanted}
+            if changed:  # what was remembered may now read otherwise
+                self._seen.clear()
+                self.every = headers
+            elif len(block) <= CACHED_BLOCK_BYTES:
                 if len(seen) >= CACHED_BLOCKS:
                     seen.clear()
                 seen[block] = found
         return found
 
     def peek_all(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
-        return peek_all(self._decoder, block)
+        read = _read(self._decoder, block, None)
+        if read is None:
+            return None
+        if read[1]:
+            self._seen.clear()
+        return read[0]
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """Every header, with the table updated; a bad block is a connection error."""

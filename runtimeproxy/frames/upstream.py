@@ -271,7 +271,8 @@ class ClientSide:
                       out: list[bytes | memoryview]) -> None:
         """A complete header block: ``raws`` its frames as received, ``data`` the block."""
         peeked = self.headers.peek(data, _PATH)
-        headers = self.headers.decode(data) if peeked is None else None  # None: the table is as it was
+        # None: the table is as it was before the block, which may be read again.
+        headers = self.headers.decode(data) if peeked is None else self.headers.every
         if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
             out.extend(raws)
             if end_stream:

@@ -401,3 +401,57 @@ async def test_what_waits_for_the_runtimes_settings_is_bounded() -> None:
     frames = _client_frames(client)
     assert conn.closed.done() and [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
     assert int.from_bytes(frames[1].payload[4:8], "big") == ErrorCode.ENHANCE_YOUR_CALM
+
+
+class _Recording(_Routes):
+    """Every call hooked, its stage recording what the call's context says."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[tuple[tuple[str, str | bytes], ...], float | None]] = []
+
+    def hooked(self, path: str):  # type: ignore[no-untyped-def]
+        async def record(request, context, send):  # type: ignore[no-untyped-def]
+            self.seen.append((context.invocation_metadata(), context.time_remaining()))
+            return await send(request)
+        return (record,)
+
+
+async def test_a_hooked_calls_block_that_adds_to_the_table_is_read_once_and_whole() -> None:
+    """grpc-go indexes every grpc-timeout it sends: each of kubelet's blocks
+    adds one. The proxy's reader takes such a block itself (hpackpeek), so the
+    call's metadata and deadline come from that one reading, and the table
+    stays in step for the blocks after it."""
+    client, backend = _Transport(), _Transport()
+    routes = _Recording()
+    conn = FrameConnection(client, backend, routes, None, Limits(max_message=100))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    backend.written.clear()  # the preface and SETTINGS
+    encoder, runtime_decoder = hpack.Encoder(), hpack.Decoder()
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", PODS), (":authority", "x"),
+              ("content-type", "application/grpc"), ("te", "trailers"), ("x-request", "kubelet")]
+    for sid, timeout in ((1, "119999000u"), (3, "20S"), (5, "7M")):
+        block = encoder.encode([*fields, ("grpc-timeout", timeout)])
+        if sid > 1:  # refers to the table for the fields, then adds its grpc-timeout
+            assert all(b & 0x80 for b in block[:len(fields)]) and block[len(fields)] & 0xC0 == 0x40
+        conn.client_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block)
+                         + _data(sid, b"\0\0\0\0\0", end=True))
+        await _turns()
+        sent = b"".join(backend.written)
+        backend.written.clear()
+        blocks = [f for f in _frames(sent) if f.type == FrameType.HEADERS]
+        assert [dict(runtime_decoder.decode(bytes(f.payload), raw=True))[b"grpc-timeout"] for f in blocks] == [
+            timeout.encode()]  # the runtime's decoder, in step with the client's encoder
+    assert [metadata for metadata, _ in routes.seen] == [(("x-request", "kubelet"),)] * 3
+    assert [round(remaining or 0) for _, remaining in routes.seen] == [120, 20, 420]
+    proxy_table = conn.client_side.headers._decoder.header_table.dynamic_entries
+    assert list(proxy_table) == list(runtime_decoder.header_table.dynamic_entries)  # each block added once
+
+
+def _frames(data: bytes) -> list[fr.Frame]:
+    out, pos = [], 0
+    while True:
+        f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
+        if f is None:
+            return out
+        out.append(f)

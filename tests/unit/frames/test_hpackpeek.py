@@ -28,20 +28,55 @@ def _field(name: str, value: str, how: str) -> tuple[str, str]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(FIELD, max_size=8), min_size=1, max_size=12), st.booleans())
 def test_peek_and_peek_all_agree_with_the_full_decoder(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+    """Each reads the block once, as the relay does, on its own decoder: the
+    headers are the full decoder's, and so is the table after each block,
+    whether the reader took the block or left it to the full decoder."""
     encoder = hpack.Encoder()
-    full, peeking = hpack.Decoder(), hpack.Decoder()
+    full, peeking, peeking_all = hpack.Decoder(), hpack.Decoder(), hpack.Decoder()
     for fields in blocks:
         block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
         expected = [(bytes(k), bytes(v)) for k, v in full.decode(block, raw=True)]
         seen = peek(peeking, block, WANTED)
-        every = peek_all(peeking, block)
-        assert (seen is None) == (every is None)  # both read what the table holds, and only that
-        if seen is None:  # the block changes the table: decoded in full, as the relay does then
-            every = [(bytes(k), bytes(v)) for k, v in peeking.decode(block, raw=True)]
-            seen = {k: v for k, v in every if k in WANTED}
+        if seen is None:  # as the relay does then
+            seen = {bytes(k): bytes(v) for k, v in peeking.decode(block, raw=True) if k in WANTED}
+        every = peek_all(peeking_all, block)
+        if every is None:
+            every = [(bytes(k), bytes(v)) for k, v in peeking_all.decode(block, raw=True)]
         assert seen == {k: v for k, v in expected if k in WANTED}  # the last of each name
         assert every == expected  # every header, in order, repeats included
-        assert list(peeking.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+        for reader in (peeking, peeking_all):
+            assert list(reader.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+            assert reader.header_table._current_size == full.header_table._current_size
+
+
+def test_a_block_that_adds_to_the_table_is_read_in_full_and_added_once() -> None:
+    """grpc-go indexes every grpc-timeout it sends: each of kubelet's calls adds one."""
+    encoder = hpack.Encoder()
+    full, decoder = hpack.Decoder(), hpack.Decoder()
+    fields = [(":method", "POST"), (":path", "/runtime.v1.RuntimeService/ListContainers"), ("te", "trailers")]
+    read_here = 0
+    for call in range(400):  # past the 4 KiB table: older entries are evicted, and added again
+        block = encoder.encode([*fields, ("grpc-timeout", f"{119999000 + call}u")])
+        expected = {k: v for k, v in full.decode(block, raw=True) if k in WANTED}
+        assert any(b & 0xC0 == 0x40 for b in block)  # a literal with incremental indexing (its first byte)
+        seen = peek(decoder, block, WANTED)
+        if seen is None:  # re-adds an evicted entry, then refers to the table: as the relay does then
+            seen = {k: v for k, v in decoder.decode(block, raw=True) if k in WANTED}
+        else:
+            read_here += 1
+        assert seen == expected == {b":path": b"/runtime.v1.RuntimeService/ListContainers"}
+        assert list(decoder.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+    assert read_here >= 390  # all but those that re-add an evicted entry before a reference
+
+
+def test_a_block_that_refers_to_an_entry_it_adds_is_left_to_the_full_decoder() -> None:
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    block = encoder.encode([("x-a", "1"), ("x-a", "1")])  # adds x-a, then refers to it (index 62)
+    assert block[-1] == 0x80 | 62
+    before = list(decoder.header_table.dynamic_entries)
+    assert peek(decoder, block, WANTED) is None and peek_all(decoder, block) is None
+    assert list(decoder.header_table.dynamic_entries) == before  # nothing added by a read left halfway
+    assert decoder.decode(block, raw=True) == [(b"x-a", b"1"), (b"x-a", b"1")]
 
 
 def test_peek_all_leaves_a_header_list_over_the_limit_to_the_full_decoder() -> None:
@@ -57,13 +92,14 @@ def test_peek_all_leaves_a_header_list_over_the_limit_to_the_full_decoder() -> N
         decoder.decode(block, raw=True)
 
 
-def test_a_block_that_changes_the_table_is_left_to_the_full_decoder() -> None:
+def test_a_block_that_resizes_the_table_is_left_to_the_full_decoder() -> None:
     encoder, decoder = hpack.Encoder(), hpack.Decoder()
-    first = encoder.encode([(":path", "/a")])  # adds :path to the table
-    assert peek(decoder, first, WANTED) is None
-    decoder.decode(first)
-    again = encoder.encode([(":path", "/a")])  # now only refers to it
-    assert peek(decoder, again, WANTED) == {b":path": b"/a"}
+    decoder.decode(encoder.encode([(":path", "/a")]))
+    encoder.header_table_size = 256  # announced in the next block
+    block = encoder.encode([(":path", "/a")])
+    assert block[0] & 0xE0 == 0x20
+    assert peek(decoder, block, WANTED) is None and peek_all(decoder, block) is None
+    assert decoder.decode(block, raw=True) == [(b":path", b"/a")]
 
 
 def test_malformed_blocks_are_left_to_the_full_decoder() -> None:
