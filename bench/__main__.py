@@ -1,7 +1,9 @@
 """``python -m bench``: run the benchmark, print the table, optionally write JSON.
 
 ``python -m bench soak [...]`` runs the soak instead (see bench/soak.py);
-``python -m bench fuzz [...]`` the long fuzz run (see bench/fuzz.py)."""
+``python -m bench fuzz [...]`` the long fuzz run (see bench/fuzz.py);
+``python -m bench headers [...]`` what reading a request's header block
+costs (see bench/headers.py)."""
 
 from __future__ import annotations
 
@@ -60,10 +62,14 @@ async def _main(opts: Options) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["headers"]:  # in-process, no runtime: needs no root
+        from .headers import main as headers_main
+
+        return headers_main(args[1:])
     if os.geteuid() != 0:
         print("bench: needs root (it runs containerd and runc)", file=sys.stderr)
         return 2
-    args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["node"]:  # the kubelet-at-rest report (bench/node.py)
         from .node import main as node_main
 

@@ -417,10 +417,11 @@ class _Recording(_Routes):
 
 
 async def test_a_hooked_calls_block_that_adds_to_the_table_is_read_once_and_whole() -> None:
-    """grpc-go indexes every grpc-timeout it sends: each of kubelet's blocks
-    adds one. The proxy's reader takes such a block itself (hpackpeek), so the
-    call's metadata and deadline come from that one reading, and the table
-    stays in step for the blocks after it."""
+    """gRPC clients index each new grpc-timeout value they send (grpc-go a
+    deadline under 100 s in microseconds: a new value each call). The proxy's
+    reader takes such a block itself (hpackpeek), so the call's metadata and
+    deadline come from that one reading, and the table stays in step for the
+    blocks after it."""
     client, backend = _Transport(), _Transport()
     routes = _Recording()
     conn = FrameConnection(client, backend, routes, None, Limits(max_message=100))  # type: ignore[arg-type]

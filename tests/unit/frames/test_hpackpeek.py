@@ -26,12 +26,16 @@ def _field(name: str, value: str, how: str) -> tuple[str, str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(FIELD, max_size=8), min_size=1, max_size=12), st.booleans())
-def test_peek_and_peek_all_agree_with_the_full_decoder(blocks, huffman) -> None:  # type: ignore[no-untyped-def]
+@given(st.lists(st.lists(FIELD, max_size=8), min_size=1, max_size=12), st.booleans(),
+       st.sampled_from([4096, 256, 120, 60]))
+def test_peek_and_peek_all_agree_with_the_full_decoder(blocks, huffman, table_size) -> None:  # type: ignore[no-untyped-def]
     """Each reads the block once, as the relay does, on its own decoder: the
     headers are the full decoder's, and so is the table after each block,
-    whether the reader took the block or left it to the full decoder."""
+    whether the reader took the block or left it to the full decoder. Small
+    tables evict at nearly every entry a block adds, and 60 bytes are less
+    than some entries (which empty the table)."""
     encoder = hpack.Encoder()
+    encoder.header_table_size = table_size  # announced at the start of the first block
     full, peeking, peeking_all = hpack.Decoder(), hpack.Decoder(), hpack.Decoder()
     for fields in blocks:
         block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
@@ -49,8 +53,17 @@ def test_peek_and_peek_all_agree_with_the_full_decoder(blocks, huffman) -> None:
             assert reader.header_table._current_size == full.header_table._current_size
 
 
+def test_hpacks_table_keeps_the_size_count_the_reader_reads() -> None:
+    """hpackpeek._after_adds reads HeaderTable._current_size (without it, it
+    leaves such blocks to the full decoder: slower, still right)."""
+    table = hpack.Decoder().header_table
+    assert table._current_size == 0
+    table.add(b"x-a", b"1")
+    assert table._current_size == 32 + 3 + 1
+
+
 def test_a_block_that_adds_to_the_table_is_read_in_full_and_added_once() -> None:
-    """grpc-go indexes every grpc-timeout it sends: each of kubelet's calls adds one."""
+    """grpc-go writes a deadline under 100 s in microseconds, and indexes each new value: each call adds one."""
     encoder = hpack.Encoder()
     full, decoder = hpack.Decoder(), hpack.Decoder()
     fields = [(":method", "POST"), (":path", "/runtime.v1.RuntimeService/ListContainers"), ("te", "trailers")]
@@ -69,14 +82,29 @@ def test_a_block_that_adds_to_the_table_is_read_in_full_and_added_once() -> None
     assert read_here >= 390  # all but those that re-add an evicted entry before a reference
 
 
-def test_a_block_that_refers_to_an_entry_it_adds_is_left_to_the_full_decoder() -> None:
-    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+def test_a_block_that_refers_to_an_entry_it_adds_reads_it_as_the_full_decoder() -> None:
+    encoder, full, decoder = hpack.Encoder(), hpack.Decoder(), hpack.Decoder()
     block = encoder.encode([("x-a", "1"), ("x-a", "1")])  # adds x-a, then refers to it (index 62)
     assert block[-1] == 0x80 | 62
+    assert peek_all(decoder, block) == full.decode(block, raw=True) == [(b"x-a", b"1"), (b"x-a", b"1")]
+    assert list(decoder.header_table.dynamic_entries) == list(full.header_table.dynamic_entries)
+
+
+def test_an_index_to_an_entry_the_block_evicted_is_left_to_the_full_decoder() -> None:
+    encoder, decoder = hpack.Encoder(), hpack.Decoder()
+    encoder.header_table_size = 100
+    first = encoder.encode([("x-a", "1" * 30)])  # the size, then x-a: 65 of 100 bytes
+    decoder.decode(first, raw=True)
+    literal = b"\x40\x03x-b\x1e" + b"2" * 30  # adds x-b (65 bytes): x-a is evicted
+    block = literal + bytes([0x80 | 63])  # ... and then named as it was numbered before: gone
     before = list(decoder.header_table.dynamic_entries)
     assert peek(decoder, block, WANTED) is None and peek_all(decoder, block) is None
     assert list(decoder.header_table.dynamic_entries) == before  # nothing added by a read left halfway
-    assert decoder.decode(block, raw=True) == [(b"x-a", b"1"), (b"x-a", b"1")]
+    with pytest.raises(hpack.InvalidTableIndex):  # as the relay then does (COMPRESSION_ERROR)
+        decoder.decode(block, raw=True)
+    again = hpack.Decoder()
+    again.decode(first, raw=True)
+    assert peek_all(again, literal + bytes([0x80 | 62])) == [(b"x-b", b"2" * 30)] * 2  # x-b, which it added
 
 
 def test_peek_all_leaves_a_header_list_over_the_limit_to_the_full_decoder() -> None:
