@@ -22,6 +22,8 @@ times it).
 
 from __future__ import annotations
 
+from collections import deque
+
 import hpack
 from hpack.hpack import decode_integer
 from hpack.huffman_table import decode_huffman
@@ -87,7 +89,7 @@ def _peek(decoder: hpack.Decoder, block: bytes,
         return None  # the peer had to shrink its table first: the full decoder refuses the block
     static, dynamic = _STATIC_TABLE, decoder.header_table.dynamic_entries  # (an index past either: IndexError)
     found: list[_Header] = []
-    added: list[_Header] = []
+    pending: _Pending | None = None  # what the block adds, from its first add
     skipped = False
     room = decoder.max_header_list_size  # RFC 7541's size: name, value and 32 octets each
     view = memoryview(block)
@@ -105,10 +107,10 @@ def _peek(decoder: hpack.Decoder, block: bytes,
                 return None
             if index <= _STATIC:
                 name, value = static[index - 1]
-            elif added:  # (grpc-core's user-agent, after a new grpc-timeout)
-                name, value = _after_adds(decoder.header_table, added, index - _STATIC - 1)
-            else:
+            elif pending is None:
                 name, value = dynamic[index - _STATIC - 1]
+            else:  # (grpc-core's user-agent, after a new grpc-timeout)
+                name, value = pending.entry(index)
         elif first & 0xC0 == 0x40:  # a literal added to the table
             if wanted is not None:  # (a new grpc-timeout, after fields that refer to the table)
                 if skipped:
@@ -120,18 +122,20 @@ def _peek(decoder: hpack.Decoder, block: bytes,
             index, used = decode_integer(view[i:], 6)
             i += used
             if index:
-                name = _name(decoder.header_table, index, added)
+                name = _name(dynamic, pending, index)
             else:
                 name, i = _string(block, view, i)
             value, i = _string(block, view, i)
-            added.append((name, value))
+            if pending is None:
+                pending = _Pending(decoder.header_table)
+            pending.add(name, value)
         elif first & 0xE0 == 0x20:  # resizes the table
             return None
         else:  # a literal without indexing (0000xxxx) or never indexed (0001xxxx)
             index, used = decode_integer(view[i:], 4)
             i += used
             if index:
-                name = _name(decoder.header_table, index, added)
+                name = _name(dynamic, pending, index)
             else:
                 name, i = _string(block, view, i)
             if wanted is not None and name not in wanted:  # its value is skipped, not decoded
@@ -147,46 +151,49 @@ def _peek(decoder: hpack.Decoder, block: bytes,
             if room < 0:
                 return None
         found.append((name, value))
-    return found, added
+    return found, ([] if pending is None else pending.entries)
 
 
-def _name(table: HeaderTable, index: int, added: list[_Header]) -> bytes:
+def _name(dynamic: deque[_Header], pending: _Pending | None, index: int) -> bytes:
     if index <= _STATIC:
         return _STATIC_TABLE[index - 1][0]
-    if added:
-        return _after_adds(table, added, index - _STATIC - 1)[0]
-    return table.dynamic_entries[index - _STATIC - 1][0]
+    if pending is None:
+        return dynamic[index - _STATIC - 1][0]
+    return pending.entry(index)[0]
 
 
-def _after_adds(table: HeaderTable, added: list[_Header], position: int) -> _Header:
-    """Entry ``position`` (0: the newest) of the dynamic table as the entries
-    this block added so far (still to be added to ``table``) leave it, the
-    oldest evicted first as HeaderTable.add does; LookupError if there is none,
-    as the full decoder then finds none."""
-    size = getattr(table, "_current_size", None)  # hpack's own count (tests/unit/frames/test_hpackpeek.py)
-    if size is None or any(_size(entry) > table.maxsize for entry in added):
-        raise LookupError("left to the full decoder")  # (an entry larger than the table empties it)
-    total = size + sum(map(_size, added))
-    dynamic = table.dynamic_entries
-    kept = len(dynamic)
-    while total > table.maxsize and kept:
-        kept -= 1
-        total -= _size(dynamic[kept])
-    first_kept = 0  # of those added, once the table is all evicted
-    while total > table.maxsize:
-        total -= _size(added[first_kept])
-        first_kept += 1
-    if position < len(added):
-        if len(added) - 1 - position < first_kept:
-            raise LookupError("evicted")
-        return added[len(added) - 1 - position]
-    if position - len(added) >= kept:
-        raise LookupError("evicted, or past the table")
-    return dynamic[position - len(added)]
+class _Pending:
+    """The entries a block adds, in order: the decoder's table gets them only
+    once the whole block has read well. An index into the table after one of
+    them is read in a copy of the table with them added (made at the first
+    such index, then added to as the block goes): a block costs what its
+    length does, however it interleaves adds and indexes."""
 
+    __slots__ = ("table", "entries", "_after")
 
-def _size(entry: _Header) -> int:
-    return 32 + len(entry[0]) + len(entry[1])  # RFC 7541, 4.1
+    def __init__(self, table: HeaderTable) -> None:
+        self.table = table
+        self.entries: list[_Header] = []
+        self._after: HeaderTable | None = None
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.entries.append((name, value))
+        if self._after is not None:
+            self._after.add(name, value)
+
+    def entry(self, index: int) -> _Header:
+        """Dynamic entry ``index`` (an HPACK index, past the static table) as the adds so far leave the table."""
+        after = self._after
+        if after is None:
+            after = self._after = HeaderTable()
+            after.maxsize = self.table.maxsize
+            after.dynamic_entries = deque(self.table.dynamic_entries)
+            # hpack's own count, which its add evicts by (tests/unit/frames/test_hpackpeek.py);
+            # without it, AttributeError: the block is left to the full decoder.
+            after._current_size = self.table._current_size
+            for name, value in self.entries:
+                after.add(name, value)
+        return after.dynamic_entries[index - _STATIC - 1]
 
 
 def _string(block: bytes, view: memoryview, i: int) -> tuple[bytes, int]:

@@ -54,8 +54,8 @@ def test_peek_and_peek_all_agree_with_the_full_decoder(blocks, huffman, table_si
 
 
 def test_hpacks_table_keeps_the_size_count_the_reader_reads() -> None:
-    """hpackpeek._after_adds reads HeaderTable._current_size (without it, it
-    leaves such blocks to the full decoder: slower, still right)."""
+    """hpackpeek._Pending.entry copies HeaderTable._current_size (without it,
+    it leaves such blocks to the full decoder: slower, still right)."""
     table = hpack.Decoder().header_table
     assert table._current_size == 0
     table.add(b"x-a", b"1")
@@ -118,6 +118,32 @@ def test_peek_all_leaves_a_header_list_over_the_limit_to_the_full_decoder() -> N
     assert peek_all(decoder, block) is None
     with pytest.raises(hpack.OversizedHeaderListError):  # as the relay then does (COMPRESSION_ERROR)
         decoder.decode(block, raw=True)
+
+
+def test_a_block_that_interleaves_adds_and_indexes_costs_what_its_length_does() -> None:
+    """A client's block of 2,000 adds, each followed by an index to the newest
+    entry (8 KB, inside the 256 KiB header list the proxy allows): the reader
+    does a bounded amount of work per field, counted in Python calls, not one
+    that grows with the adds before it (the event loop waits on this)."""
+    import sys
+
+    from runtimeproxy.frames.hpackpeek import HeaderReader
+
+    block = b"\x40\x00\x00\xbe" * 2000  # adds ("", "") and then names it (index 62), 2000 times
+    reader = HeaderReader(256 * 1024, "")
+    calls = 0
+
+    def count(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        seen = reader.peek(block, WANTED)
+    finally:
+        sys.setprofile(None)
+    assert seen == {} and reader.every == [(b"", b"")] * 4000
+    assert calls < 40 * 4000  # about 23 a field (hpack's add, twice); a rescan of the adds at each index: millions
 
 
 def test_a_block_that_resizes_the_table_is_left_to_the_full_decoder() -> None:
