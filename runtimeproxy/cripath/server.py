@@ -119,7 +119,7 @@ class Proxy:
         clean_private_dir(public)
         if self._frames is not None:  # it serves the socket itself, no relay in front (frames/path.py)
             await self._frames.start(self.server, public, self._activated)
-            log.info("listening", extra={"socket": address, "from_systemd": True})
+            log.info("listening", extra={"socket": address, "from_systemd": True, "data_path": self.config.data_path})
             return
         await self._bind(private_socket_path(public))
         self._listener = ActivatedListener(self._activated, self._bound)
@@ -139,7 +139,7 @@ class Proxy:
         os.chmod(path, SOCKET_MODE)
         self._bound = path
         self._socket = unixsocket.SocketIdentity.of(path)
-        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE)})
+        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self.config.data_path})
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
         """Connections wait in the backlog until the backend answered (at

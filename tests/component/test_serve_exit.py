@@ -24,11 +24,17 @@ main()
 
 
 async def test_a_task_that_keeps_failing_ends_serve_with_a_non_zero_exit(fake: FakeBackend, sock_dir: Path) -> None:
+    await serve_ends_when_a_task_keeps_failing(fake, sock_dir)
+
+
+async def serve_ends_when_a_task_keeps_failing(fake: FakeBackend, sock_dir: Path, *options: str) -> None:
+    """(``options``: more of serve's, e.g. the data path; the script is no ``-m runtimeproxy serve``
+    that datapath.on_data_path would find.)"""
     listen = sock_dir / "proxy.sock"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c", BROKEN_WATCHER,
         "--listen", str(listen), "--backend", str(fake.socket), "--hook-dir", str(sock_dir / "hooks"),
-        "--log-format", "json", stderr=asyncio.subprocess.PIPE,
+        "--log-format", "json", *options, stderr=asyncio.subprocess.PIPE,
     )
     try:
         # Five restarts with backoff (0.1 s doubling: about 3 s), then an orderly stop.
@@ -43,3 +49,5 @@ async def test_a_task_that_keeps_failing_ends_serve_with_a_non_zero_exit(fake: F
     assert '"msg": "background task keeps failing; the proxy cannot go on without it"' in log
     assert '"msg": "stopped"' in log
     assert not listen.exists()
+    path = options[options.index("--data-path") + 1] if "--data-path" in options else "frames"
+    assert f'"data_path": "{path}"' in log  # in its "listening" line
