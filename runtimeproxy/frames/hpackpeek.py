@@ -119,12 +119,7 @@ def _peek(decoder: hpack.Decoder, block: bytes,
                 room -= sum(len(name) + len(value) + 32 for name, value in found)
                 if room < 0:
                     return None
-            index, used = decode_integer(view[i:], 6)
-            i += used
-            if index:
-                name = _name(dynamic, pending, index)
-            else:
-                name, i = _string(block, view, i)
+            name, i = _literal_name(block, view, i, 6, dynamic, pending)
             value, i = _string(block, view, i)
             if pending is None:
                 pending = _Pending(decoder.header_table)
@@ -132,12 +127,7 @@ def _peek(decoder: hpack.Decoder, block: bytes,
         elif first & 0xE0 == 0x20:  # resizes the table
             return None
         else:  # a literal without indexing (0000xxxx) or never indexed (0001xxxx)
-            index, used = decode_integer(view[i:], 4)
-            i += used
-            if index:
-                name = _name(dynamic, pending, index)
-            else:
-                name, i = _string(block, view, i)
+            name, i = _literal_name(block, view, i, 4, dynamic, pending)
             if wanted is not None and name not in wanted:  # its value is skipped, not decoded
                 length, used = decode_integer(view[i:], 7)
                 i += used + length
@@ -152,6 +142,16 @@ def _peek(decoder: hpack.Decoder, block: bytes,
                 return None
         found.append((name, value))
     return found, ([] if pending is None else pending.entries)
+
+
+def _literal_name(block: bytes, view: memoryview, i: int, prefix: int, dynamic: deque[_Header],
+                  pending: _Pending | None) -> tuple[bytes, int]:
+    """A literal field's name (an index in the first ``prefix`` bits, or a
+    string after them), and where its value begins."""
+    index, used = decode_integer(view[i:], prefix)
+    if index:
+        return _name(dynamic, pending, index), i + used
+    return _string(block, view, i + used)
 
 
 def _name(dynamic: deque[_Header], pending: _Pending | None, index: int) -> bytes:

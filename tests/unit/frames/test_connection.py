@@ -82,8 +82,8 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-def _client_frames(client: _Transport) -> list[fr.Frame]:
-    data, out, pos = b"".join(client.written), [], 0
+def _written_frames(transport: _Transport) -> list[fr.Frame]:
+    data, out, pos = b"".join(transport.written), [], 0
     while True:
         f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
         if f is None:
@@ -97,7 +97,7 @@ async def test_a_hooked_call_refused_before_its_task_ran_frees_its_slot() -> Non
     conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 1000) + b"x" * 10))
     await _turns()
     assert conn.hooked == {} and conn.idle.is_set()
-    assert any(f.type == FrameType.HEADERS and f.stream_id == 1 for f in _client_frames(client))
+    assert any(f.type == FrameType.HEADERS and f.stream_id == 1 for f in _written_frames(client))
 
 
 async def test_a_hooked_request_cut_short_by_the_runtime_ends_its_call() -> None:
@@ -116,7 +116,7 @@ async def test_a_unary_request_is_one_message_at_most() -> None:
     conn.client_data(_headers(encoder, 1) + _data(1, small) + _data(1, small))
     await _turns()
     assert conn.hooked == {}
-    ending = [f for f in _client_frames(client) if f.type == FrameType.HEADERS and f.stream_id == 1]
+    ending = [f for f in _written_frames(client) if f.type == FrameType.HEADERS and f.stream_id == 1]
     assert ending and b"grpc-status" in b"".join(
         k for k, _ in hpack.Decoder().decode(bytes(ending[-1].payload), raw=True)
     )
@@ -144,7 +144,7 @@ async def test_the_runtimes_pings_are_answered_by_the_proxy_within_the_delay() -
     assert ack not in b"".join(map(bytes, backend.written))
     await asyncio.sleep(ACK_DELAY_S * 1.5)
     assert b"".join(map(bytes, backend.written)).count(ack) == 1
-    assert not [f for f in _client_frames(client) if f.type == FrameType.PING]
+    assert not [f for f in _written_frames(client) if f.type == FrameType.PING]
     conn.client_data(fr.serialize(FrameType.PING, Flag.ACK, 0, b"stray-ak"))  # answers no ping: dropped
     assert b"stray-ak" not in b"".join(map(bytes, backend.written)) and not conn.closed.done()
 
@@ -179,16 +179,16 @@ async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None
     conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # the proxy's answer waits too
     conn.begin_stop()
     await _turns()
-    assert _client_frames(client) == [] and not conn.idle.is_set()
+    assert _written_frames(client) == [] and not conn.idle.is_set()
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     await _turns()
-    kinds = [f.type for f in _client_frames(client)]
+    kinds = [f.type for f in _written_frames(client)]
     assert kinds[:2] == [FrameType.SETTINGS, FrameType.WINDOW_UPDATE] and FrameType.GOAWAY in kinds
     assert FrameType.PING in kinds
     assert conn.idle.is_set() and not conn.closed.done()
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))  # later SETTINGS owe nothing more
     await _turns()
-    assert [f.type for f in _client_frames(client)].count(FrameType.GOAWAY) == 1
+    assert [f.type for f in _written_frames(client)].count(FrameType.GOAWAY) == 1
 
 
 async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_goaway_names_it() -> None:
@@ -197,7 +197,7 @@ async def test_a_stream_opened_after_the_proxys_goaway_is_refused_and_no_later_g
     conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 0), end=True))
     conn.backend_data(fr.goaway(0, ErrorCode.NO_ERROR))  # the runtime goes away too: a second GOAWAY
     await _turns()
-    frames = _client_frames(client)
+    frames = _written_frames(client)
     refused = [f for f in frames if f.type == FrameType.RST_STREAM and f.stream_id == 1]
     assert [int.from_bytes(f.payload, "big") for f in refused] == [ErrorCode.REFUSED_STREAM]
     assert [int.from_bytes(f.payload[:4], "big") for f in frames if f.type == FrameType.GOAWAY] == [0, 0]
@@ -292,7 +292,7 @@ def _answer(encoder: hpack.Encoder, sid: int, headers: list[tuple[str, str]]) ->
 def _client_view(client: _Transport) -> list[tuple[int, int, dict[bytes, bytes]]]:
     """Header blocks as the client decodes them, in order: (stream, flags, headers)."""
     decoder, out = hpack.Decoder(), []
-    for f in _client_frames(client):
+    for f in _written_frames(client):
         if f.type == FrameType.HEADERS:
             assert f.has(Flag.END_HEADERS)  # small blocks: one frame each
             out.append((f.stream_id, f.flags, dict(decoder.decode(bytes(f.payload), raw=True))))
@@ -319,7 +319,7 @@ async def test_a_runtimes_answer_to_a_diverted_first_stream_goes_on_a_stream_no_
     await _turns(10)
     on_1 = [hdrs for sid, _, hdrs in _client_view(client) if sid == 1]
     assert [h.get(b"grpc-status") for h in on_1] == [None, b"0"]  # only the proxy's answer, never the runtime's
-    assert not any(f.type == FrameType.GOAWAY for f in _client_frames(client))
+    assert not any(f.type == FrameType.GOAWAY for f in _written_frames(client))
 
 
 async def test_a_runtimes_answer_to_a_diverted_stream_goes_at_once_on_a_stream_closed_at_the_client() -> None:
@@ -344,7 +344,7 @@ async def test_a_bad_connection_window_update_from_the_client_still_ends_the_con
                           (struct.pack(">I", 1) + b"\x00", ErrorCode.FRAME_SIZE_ERROR)):
         conn, client, _, _ = _connection()
         conn.client_data(fr.serialize(FrameType.WINDOW_UPDATE, 0, 0, payload))
-        goaways = [f for f in _client_frames(client) if f.type == FrameType.GOAWAY]
+        goaways = [f for f in _written_frames(client) if f.type == FrameType.GOAWAY]
         assert conn.closed.done() and [int.from_bytes(bytes(f.payload[4:8]), "big") for f in goaways] == [code]
 
 
@@ -384,7 +384,7 @@ async def test_a_connection_error_before_the_runtimes_settings_sends_a_preface_a
     conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # its answer waits for the preface
     conn.client_data(fr.serialize(FrameType.DATA, 0, 1, b"x" * 16_385))  # over the frame size: a connection error
     await _turns()
-    frames = _client_frames(client)
+    frames = _written_frames(client)
     assert [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
     assert frames[0].payload == b"" and conn.closed.done()
 
@@ -398,7 +398,7 @@ async def test_what_waits_for_the_runtimes_settings_is_bounded() -> None:
         conn.client_data(pings)
         if conn.closed.done():
             break
-    frames = _client_frames(client)
+    frames = _written_frames(client)
     assert conn.closed.done() and [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
     assert int.from_bytes(frames[1].payload[4:8], "big") == ErrorCode.ENHANCE_YOUR_CALM
 
@@ -438,21 +438,11 @@ async def test_a_hooked_calls_block_that_adds_to_the_table_is_read_once_and_whol
         conn.client_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block)
                          + _data(sid, b"\0\0\0\0\0", end=True))
         await _turns()
-        sent = b"".join(backend.written)
+        blocks = [f for f in _written_frames(backend) if f.type == FrameType.HEADERS]
         backend.written.clear()
-        blocks = [f for f in _frames(sent) if f.type == FrameType.HEADERS]
         assert [dict(runtime_decoder.decode(bytes(f.payload), raw=True))[b"grpc-timeout"] for f in blocks] == [
             timeout.encode()]  # the runtime's decoder, in step with the client's encoder
     assert [metadata for metadata, _ in routes.seen] == [(("x-request", "kubelet"),)] * 3
     assert [round(remaining or 0) for _, remaining in routes.seen] == [120, 20, 420]
     proxy_table = conn.client_side.headers._decoder.header_table.dynamic_entries
     assert list(proxy_table) == list(runtime_decoder.header_table.dynamic_entries)  # each block added once
-
-
-def _frames(data: bytes) -> list[fr.Frame]:
-    out, pos = [], 0
-    while True:
-        f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
-        if f is None:
-            return out
-        out.append(f)

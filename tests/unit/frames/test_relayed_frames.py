@@ -22,7 +22,7 @@ from .test_connection import (
     UNKNOWN_TO_RUNTIME,
     VERSION,
     _answer,
-    _client_frames,
+    _written_frames,
     _client_view,
     _Diverting,
     _HeldAnswer,
@@ -110,7 +110,7 @@ async def test_a_relayed_answers_status_is_read_before_a_goaway_in_the_same_read
     conn.backend_data(_answer(backend_encoder, 1, OK) + fr.goaway(1, ErrorCode.NO_ERROR))
     # Stream 1 ended OK (not refused); stream 3 is refused, for the client to retry.
     assert [code for code, _ in routes.ends] == ["OK", "UNAVAILABLE"]
-    resets = [f for f in _client_frames(client) if f.type == FrameType.RST_STREAM]
+    resets = [f for f in _written_frames(client) if f.type == FrameType.RST_STREAM]
     assert [f.stream_id for f in resets] == [3]
 
 
@@ -121,7 +121,7 @@ async def test_a_bad_block_on_a_relayed_stream_still_ends_the_connection() -> No
     # too) when the proxy reads it; the connection ends, its call UNAVAILABLE.
     conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\xbf"))
     assert conn.closed.done() and [code for code, _ in routes.ends] == ["UNAVAILABLE"]
-    goaway = [f for f in _client_frames(client) if f.type == FrameType.GOAWAY]
+    goaway = [f for f in _written_frames(client) if f.type == FrameType.GOAWAY]
     assert goaway and int.from_bytes(goaway[-1].payload[4:8], "big") == ErrorCode.INTERNAL_ERROR
 
 
@@ -136,10 +136,10 @@ async def test_frames_read_behind_data_waiting_for_the_clients_window_leave_afte
     conn.backend_data(fr.rst_stream(1, ErrorCode.CANCEL) + fr.serialize(FrameType.PING, 0, 0, b"12345678"))
     conn.client_data(fr.window_update(0, 1 << 20))
     assert not conn.out.queued and not conn.closed.done()
-    frames = [(f.type, f.stream_id) for f in _client_frames(client) if f.type != FrameType.SETTINGS
+    frames = [(f.type, f.stream_id) for f in _written_frames(client) if f.type != FrameType.SETTINGS
               and f.type != FrameType.WINDOW_UPDATE]
     assert frames[-1] == (FrameType.RST_STREAM, 1)
-    assert sum(len(f.payload) for f in _client_frames(client) if f.type == FrameType.DATA) == big + 5
+    assert sum(len(f.payload) for f in _written_frames(client) if f.type == FrameType.DATA) == big + 5
     assert [code for code, _ in routes.ends] == ["CANCELLED"]
 
 

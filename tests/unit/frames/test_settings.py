@@ -11,7 +11,7 @@ import struct
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import AckedSetting, Flag, FrameType, Setting
 
-from .test_connection import VERSION, _client_frames, _data, _Transport
+from .test_connection import VERSION, _written_frames, _data, _Transport
 from .test_relayed_frames import OK, _connection
 
 ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
@@ -66,7 +66,7 @@ async def test_the_runtimes_ack_stays_behind_data_queued_for_the_clients_window(
     assert conn.out.queued
     conn.backend_data(ACK)  # the client may take smaller frames only from here on
     conn.client_data(fr.window_update(0, 1 << 20))
-    kinds = [f.type for f in _client_frames(client) if f.type in (FrameType.DATA, FrameType.SETTINGS)]
+    kinds = [f.type for f in _written_frames(client) if f.type in (FrameType.DATA, FrameType.SETTINGS)]
     assert kinds[-1] == FrameType.SETTINGS and kinds.count(FrameType.DATA) > 1  # all the DATA, then the ACK
 
 
