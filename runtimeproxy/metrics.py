@@ -148,19 +148,19 @@ class CriCallMetrics:
         self.active += 1
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        # The label children are looked up once (labels() locks and builds a
-        # key each time: most of a record's cost, and it runs per call).
-        seconds = self._seconds.labels(method, version)
-        counts: dict[str, Counter] = {}
+        # The label children are looked up once, at a code's first call
+        # (labels() locks and builds a key each time: most of a record's cost,
+        # and it runs per call; and a series appears only once called).
+        children: dict[str, tuple[Counter, Histogram]] = {}
 
         def record(code: str, elapsed: float) -> None:
             self.active -= 1
             self.served += 1
-            count = counts.get(code)
-            if count is None:
-                count = counts[code] = self._calls.labels(method, version, code)
-            count.inc()
-            seconds.observe(elapsed)
+            pair = children.get(code)
+            if pair is None:
+                pair = children[code] = (self._calls.labels(method, version, code), self._seconds.labels(method, version))
+            pair[0].inc()
+            pair[1].observe(elapsed)
 
         return record
 

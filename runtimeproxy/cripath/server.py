@@ -119,10 +119,15 @@ class Proxy:
         clean_private_dir(public)
         if self._frames is not None:  # it serves the socket itself, no relay in front (frames/path.py)
             await self._frames.start(self.server, public, self._activated)
-            log.info("listening", extra={"socket": address, "from_systemd": True, "data_path": self.config.data_path})
+            log.info("listening", extra={"socket": address, "from_systemd": True, "data_path": self._data_path})
             return
         await self._bind(private_socket_path(public))
         self._listener = ActivatedListener(self._activated, self._bound)
+
+    @property
+    def _data_path(self) -> str:
+        """The data path serving, as the logs name it (what _frames_path chose)."""
+        return "frames" if self._frames is not None else "grpc"
 
     async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)
@@ -139,7 +144,7 @@ class Proxy:
         os.chmod(path, SOCKET_MODE)
         self._bound = path
         self._socket = unixsocket.SocketIdentity.of(path)
-        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self.config.data_path})
+        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
         """Connections wait in the backlog until the backend answered (at

@@ -105,3 +105,26 @@ async def test_stream_counted_with_how_it_ended(raised: BaseException | None, co
             async for m in stream:
                 got.append(m)
     assert (got, counts(metrics, registry)) == ([b"one"], ({counted: 1.0}, 0))
+
+
+def test_a_method_has_series_only_once_called() -> None:
+    """The grpc path builds a recorder for every method of each routing table:
+    none of them exports a series before its method is called (the recorder
+    keeps the label children it looks up, from the first call on)."""
+    registry = CollectorRegistry()
+    metrics = CriCallMetrics(registry)
+    record = metrics.recorder("ContainerStatus", "v1")
+
+    def series() -> list[tuple[str, str]]:
+        return [(sample.name, sample.labels.get("code", "")) for family in registry.collect()
+                if family.name.startswith("runtime_proxy_cri_call") for sample in family.samples
+                if sample.name.endswith(("_total", "_count"))]
+
+    assert series() == []
+    metrics.started()
+    record("OK", 0.01)
+    metrics.started()
+    record("NOT_FOUND", 0.02)
+    assert sorted(series()) == [("runtime_proxy_cri_call_duration_seconds_count", ""),
+                                ("runtime_proxy_cri_calls_total", "NOT_FOUND"), ("runtime_proxy_cri_calls_total", "OK")]
+    assert counts(metrics, registry) == ({"OK": 1.0, "NOT_FOUND": 1.0}, 0)
