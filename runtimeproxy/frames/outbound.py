@@ -76,7 +76,7 @@ class Outbound:
         they go out at the next flush even while DATA waits for the window."""
         self._pending.append(raw)
 
-    def gate(self, raw: bytes, limit: float, stalls: Callable[[], bool] = lambda: True) -> Gate:
+    def gate(self, raw: bytes, limit: float, stalls: Callable[[], bool]) -> Gate:
         """``raw`` (whole frames), and everything queued after it, wait for
         ``Gate.open``, or ``limit`` seconds at most (see ``Gate.stalls``)."""
 

@@ -18,7 +18,7 @@ async def test_a_gate_holds_what_follows_it_until_opened() -> None:
     out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
     trailers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, b"\x88")
-    gate = out.gate(trailers, limit=60)
+    gate = out.gate(trailers, limit=60, stalls=lambda: True)
     out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, b"\x88"))  # another stream's answer
     out.data(3, b"x" * 10, False, raw=fr.serialize(FrameType.DATA, 0, 3, b"x" * 10))
     out.control(fr.window_update(0, 7))  # not held
@@ -34,7 +34,7 @@ async def test_a_gate_opens_by_itself_after_its_limit() -> None:
     writer = _Writer()
     out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
-    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=0.01)
+    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=0.01, stalls=lambda: True)
     opened = asyncio.get_running_loop().create_future()
     real_open = gate._on_open  # noqa: SLF001 - observe the timer's open
 
@@ -53,7 +53,7 @@ async def test_a_gate_opens_once_the_backends_data_behind_it_reaches_the_hold_li
     writer, credits = _Writer(), []
     out = Outbound(writer, credits.append, hold_limit=100)  # type: ignore[arg-type]
     out.preface(b"")  # the server preface is out: nothing is held
-    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=60)
+    gate = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, b"\x88"), limit=60, stalls=lambda: True)
     out.data(3, b"x" * 60, False, credit=60)
     out.frames(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 5, b"\x88"))  # costs the backend no window
     out.data(1, b"y" * 39, False, credit=39)
