@@ -288,7 +288,9 @@ class UpdateContainerResources(_ContainerById):
         if record is None:  # read on demand later, updates included (runtime spec)
             return
         if req.HasField("linux"):
-            record.container_resources.CopyFrom(hook_resources(req.linux))
+            # The runtime applies only what an update sets (a CPU manager's
+            # cpuset-only update keeps the limits), as the read-back does.
+            merge_resources(record.container_resources, hook_resources(req.linux))
         record.container_annotations.update(req.annotations)
 
 

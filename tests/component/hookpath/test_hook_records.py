@@ -22,6 +22,7 @@ from .crirequests import (
     REMOVE,
     RUN_POD,
     START,
+    STOP,
     UPDATE,
     create_request,
     records_kept,
@@ -50,6 +51,24 @@ async def test_state_flows_from_create_to_later_hooks_and_is_dropped(running, fa
         assert "ctr-1" in running.store.containers
         await client.unary_unary(REMOVE)(v1.RemoveContainerRequest(container_id="ctr-1").SerializeToString())
         assert "ctr-1" not in running.store.containers
+
+
+async def test_an_update_changes_only_what_it_sets_in_the_record(running, fake, client, sock_dir, hook_dir) -> None:
+    """kubelet's CPU manager updates the cpuset alone: the runtime keeps the
+    container's limits, so later hooks are told of them too."""
+    watcher = {"PreUpdateContainerResources": {}, "PostStopContainer": {}}
+    async with hook_server(sock_dir, "watcher", watcher) as hook:
+        hook.register(hook_dir, ["PreUpdateContainerResources", "PostStopContainer"])
+        await registered(running, 1)
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpuset_cpus="0"))
+        await client.unary_unary(UPDATE)(update.SerializeToString())
+        await client.unary_unary(STOP)(v1.StopContainerRequest(container_id="ctr-1").SerializeToString())
+        await running.hooks.drain()
+        stopped = hook.requests("PostStopContainer")[0]["container_resources"]
+    assert stopped == {"cpuset_cpus": "0", "cpu_shares": "256", "memory_limit_in_bytes": str(1 << 30)}
+    res = running.store.containers["ctr-1"].container_resources
+    assert (res.cpuset_cpus, res.cpu_shares, res.memory_limit_in_bytes) == ("0", 256, 1 << 30)
 
 
 async def test_records_are_what_the_last_pre_hook_saw_when_it_changed_nothing(
