@@ -18,7 +18,7 @@ from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .outages import OutageLog
 from .points import HOOK_POINTS, HookPoint, HookType, Kind, Phase
 from .registry import HookRegistry, HookSnapshot
-from .validate import NodeFacts, invalid_resources
+from .validate import NodeFacts, invalid_answer
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
-            refused = self._kernel_would_refuse(point, answer)
+            refused = self._kernel_would_refuse(point, request, answer)
             if refused:
                 # Sent on, such a value fails the container deep in runc,
                 # naming neither the hook nor the field: name both here.
@@ -149,11 +149,12 @@ class Dispatcher:
             if self._metrics is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
 
-    def _kernel_would_refuse(self, point: HookPoint, answer: Any) -> list[str]:
+    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any) -> list[str]:
         if self._node is None or point.phase is not Phase.PRE:
             return []  # a post hook's answer is never applied
-        resources = answer.resources if point.kind is Kind.POD else answer.container_resources
-        return invalid_resources(resources, self._node)
+        if point.kind is Kind.POD:
+            return invalid_answer(request.resources, answer.resources, self._node)
+        return invalid_answer(request.container_resources, answer.container_resources, self._node)
 
     async def run_pre(
         self,

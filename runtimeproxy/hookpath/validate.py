@@ -1,11 +1,14 @@
-"""Values the kernel (or runc on its behalf) would refuse in a hook's merged resources.
+"""Values the kernel (or runc on its behalf) would refuse in a hook's answer,
+and in the resources that answer leaves once merged into the call.
 
 A hook answer that decodes fine can still carry a value no cgroup takes: a
 negative quota other than -1, a cpuset naming CPUs this node does not have,
-a memory limit above the node's memory. Sent on, such a value fails the
-container start deep in runc with an error that names neither the hook nor
-the field. `invalid_resources` names them up front, so the hook path can
-refuse the answer (Fail) or drop it (Ignore) with a clear reason.
+a swap limit below the memory limit it is merged with. Sent on, such a value
+fails the container start deep in runc with an error that names neither the
+hook nor the field. `invalid_resources` names them up front, so the hook path
+can refuse the answer (Fail) or drop it (Ignore) with a clear reason. Limits
+the kernel takes are not judged: a memory limit above the node's memory is
+one (limits overcommit, and kubelet sends such limits itself).
 
 Pure: the node's facts come in as `NodeFacts` (`read_node_facts()` reads
 this node's; tests build their own).
@@ -19,7 +22,9 @@ from pathlib import Path
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-__all__ = ["NodeFacts", "invalid_resources", "parse_id_list", "read_node_facts"]
+from .merge import merge_resources
+
+__all__ = ["NodeFacts", "invalid_answer", "invalid_resources", "parse_id_list", "read_node_facts"]
 
 # Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
 CFS_PERIOD_MIN_US = 1_000
@@ -30,8 +35,9 @@ CPU_SHARES_MAX = 262_144
 OOM_SCORE_ADJ_MIN = -1_000
 OOM_SCORE_ADJ_MAX = 1_000
 UNLIMITED = -1
-# A cgroup v2 file name as `unified` keys must be: "<controller>.<file>", nothing that walks paths.
-_UNIFIED_KEY = re.compile(r"^[a-z][a-z0-9_]*\.[a-z0-9_.]+$")
+# A cgroup v2 file name as `unified` keys must be: "<controller>.<file>", nothing that walks
+# paths (the file part may have capitals: hugetlb.2MB.max).
+_UNIFIED_KEY = re.compile(r"^[a-z][a-z0-9_]*\.[A-Za-z0-9_.]+$")
 _HUGEPAGE_SIZE = re.compile(r"^[0-9]+[KMG]B$")
 _ID_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
 # A cpuset of more ids than this is not a node's: refuse instead of building a huge set.
@@ -40,11 +46,10 @@ _MAX_IDS = 1 << 16
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the node has: online CPU and memory-node ids, and its memory in bytes."""
+    """What the node has: online CPU and memory-node ids."""
 
     online_cpus: frozenset[int]
     online_mems: frozenset[int]
-    memory_bytes: int
 
 
 def parse_id_list(text: str) -> frozenset[int]:
@@ -65,19 +70,12 @@ def parse_id_list(text: str) -> frozenset[int]:
 
 
 def read_node_facts(root: Path = Path("/")) -> NodeFacts:
-    """This node's facts, from /sys and /proc under ``root``."""
+    """This node's facts, from /sys under ``root``."""
     cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
     nodes = root / "sys/devices/system/node/online"
     # Without NUMA support there is no node directory, and memory node 0 is the only one.
     mems = parse_id_list(nodes.read_text()) if nodes.exists() else frozenset({0})
-    memory = 0
-    for line in (root / "proc/meminfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key == "MemTotal":
-            amount, _, unit = value.strip().partition(" ")
-            memory = int(amount) * (1024 if unit.strip() == "kB" else 1)
-            break
-    return NodeFacts(online_cpus=cpus, online_mems=mems, memory_bytes=memory)
+    return NodeFacts(online_cpus=cpus, online_mems=mems)
 
 
 def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
@@ -94,7 +92,7 @@ def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFact
         reasons.append(f"cpu_quota {r.cpu_quota} is {what}")
     if r.cpu_shares and not CPU_SHARES_MIN <= r.cpu_shares <= CPU_SHARES_MAX:
         reasons.append(f"cpu_shares {r.cpu_shares} is outside {CPU_SHARES_MIN}..{CPU_SHARES_MAX}")
-    reasons += _memory_reasons(r, node)
+    reasons += _memory_reasons(r)
     if not OOM_SCORE_ADJ_MIN <= r.oom_score_adj <= OOM_SCORE_ADJ_MAX:
         reasons.append(f"oom_score_adj {r.oom_score_adj} is outside {OOM_SCORE_ADJ_MIN}..{OOM_SCORE_ADJ_MAX}")
     reasons += _set_reasons("cpuset_cpus", r.cpuset_cpus, node.online_cpus, "CPUs")
@@ -108,15 +106,30 @@ def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFact
     return reasons
 
 
-def _memory_reasons(r: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
+def invalid_answer(
+    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, node: NodeFacts
+) -> list[str]:
+    """Why the kernel would refuse a hook's ``answer``, alone or merged into the
+    resources the hook was ``shown`` (a swap limit below a memory limit the
+    answer left alone); what ``shown`` already had is not the answer's doing."""
+    reasons = invalid_resources(answer, node)
+    if reasons:
+        return reasons
+    merged = hookapi.LinuxContainerResources()
+    merged.CopyFrom(shown)
+    if not merge_resources(merged, answer):
+        return []
+    before = set(invalid_resources(shown, node))
+    return [f"{reason}, once merged" for reason in invalid_resources(merged, node) if reason not in before]
+
+
+def _memory_reasons(r: hookapi.LinuxContainerResources) -> list[str]:
     reasons = []
     for name in ("memory_limit_in_bytes", "memory_swap_limit_in_bytes"):
         value = getattr(r, name)
         if value < 0 and value != UNLIMITED:
             reasons.append(f"{name} {value} is negative and not -1 (unlimited)")
     memory = r.memory_limit_in_bytes
-    if node.memory_bytes and memory > node.memory_bytes:
-        reasons.append(f"memory_limit_in_bytes {memory} is above the node's {node.memory_bytes} bytes")
     swap = r.memory_swap_limit_in_bytes
     if swap > 0 and memory > 0 and swap < memory:
         # runc: memory+swap must be at least memory.

@@ -176,7 +176,8 @@ async def test_a_hook_answer_above_4_mib_is_applied(running, fake, client, sock_
 NODE = read_node_facts()
 ABSURD = {
     "negative-quota": {"cpu_period": 100000, "cpu_quota": -5},
-    "memory-above-the-node": {"memory_limit_in_bytes": NODE.memory_bytes * 4},
+    # create_request's limit is 1 GiB: swap below it once merged, though fine alone.
+    "swap-below-the-merged-memory": {"memory_swap_limit_in_bytes": 512 << 20},
     "cpus-that-do-not-exist": {"cpuset_cpus": f"0-{max(NODE.online_cpus) + 64}"},
     "period-below-1ms": {"cpu_period": 10},
 }
@@ -200,6 +201,19 @@ async def test_values_the_kernel_would_refuse_are_refused_or_dropped(running, fa
         else:
             await call
             assert fake.calls(CREATE)[0].requests == [original]  # the whole answer dropped
+
+
+async def test_values_the_kernel_takes_pass_a_fail_hook(running, fake, client, sock_dir, hook_dir) -> None:
+    """Not judged absurd: a memory limit far above the node's (limits overcommit;
+    kubelet sends such limits itself) and cgroup v2 files with capitals."""
+    big = 1 << 50
+    answer = {"container_resources": {"memory_limit_in_bytes": big, "memory_swap_limit_in_bytes": big,
+                                      "unified": {"hugetlb.2MB.max": "0"}}}
+    async with absurd_hook(sock_dir, hook_dir, running, "Fail", answer):
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+    sent = backend_request(fake).config.linux.resources
+    assert (sent.memory_limit_in_bytes, sent.memory_swap_limit_in_bytes) == (big, big)
+    assert dict(sent.unified) == {"hugetlb.2MB.max": "0"}
 
 
 @pytest.mark.parametrize("size", [1 << 20, 6 << 20])
