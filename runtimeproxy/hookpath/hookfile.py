@@ -90,11 +90,14 @@ class FailurePolicy(enum.Enum):
 
 
 class HookConfigError(Exception):
-    """A hook file was rejected; ``reason`` says why, ``path`` names the file."""
+    """A hook file was rejected; ``reason`` says why, ``path`` names the file;
+    ``transient``: the file could not be read now (EMFILE, EIO...), which says
+    nothing of what it holds."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
+    def __init__(self, path: Path | str, reason: str, transient: bool = False) -> None:
         self.path = Path(path)
         self.reason = reason
+        self.transient = transient
         super().__init__(f"hook config {self.path}: {reason}")
 
 
@@ -183,7 +186,7 @@ def _read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
             raise HookConfigError(path, "file does not exist") from exc
         raise HookConfigError(path, f"dangling symlink (target {target!r} does not exist)") from exc
     except OSError as exc:
-        raise HookConfigError(path, f"cannot open: {exc.strerror or exc}") from exc
+        raise HookConfigError(path, f"cannot open: {exc.strerror or exc}", transient=True) from exc
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -208,7 +211,7 @@ def _read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
             raise HookConfigError(path, f"file too large (> {MAX_HOOK_FILE_SIZE} bytes)")
         return data, st.st_uid
     except OSError as exc:
-        raise HookConfigError(path, f"cannot read: {exc.strerror or exc}") from exc
+        raise HookConfigError(path, f"cannot read: {exc.strerror or exc}", transient=True) from exc
     finally:
         os.close(fd)
 

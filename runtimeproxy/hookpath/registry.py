@@ -6,12 +6,16 @@ lock files) and sub-directories are skipped.  Each file is read and checked by
 :mod:`.hookfile`.  A directory that turns unsafe (group/other-writable, not
 owned by root) is not read at all: the last good hook set stays in force (none
 at start-up), an error is logged on each rescan and ``runtime_proxy_hook_dir_refused``
-is 1 until the directory is safe again.
+is 1 until the directory is safe again. So does one that cannot be stat'ed or
+listed for a moment (EMFILE, EIO): dropping its hooks would let calls pass
+their Fail hooks. A missing directory means no hooks.
 
 Rescans cost what changed: a file whose stat identity (inode, mtime, size,
 mode, owner; for a symlink also its target) is unchanged since the last scan
 is not read again, unless the watcher named it in a change event or
-:meth:`HookRegistry.reload` (which re-reads everything) is called.
+:meth:`HookRegistry.reload` (which re-reads everything) is called; a file that
+could not be read (as opposed to one read and found bad) is read again at
+every rescan.
 
 Threading: a registry belongs to the thread that creates it, in the proxy the
 event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
@@ -25,6 +29,7 @@ replaced in one assignment.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import stat
@@ -79,6 +84,15 @@ class HookSnapshot:
         return len(self.servers)
 
 
+class _Directory(enum.Enum):
+    """The hook directory as a rescan finds it."""
+
+    USABLE = "usable"
+    GONE = "gone"  # missing or not a directory: no hooks at all
+    UNREADABLE = "unreadable"  # cannot be stat'ed or listed now: the last good set stays
+    UNSAFE = "unsafe"  # writable by others: the last good set stays
+
+
 @dataclass(frozen=True)
 class ReloadResult:
     """What one :meth:`HookRegistry.reload` did.
@@ -86,8 +100,8 @@ class ReloadResult:
     ``rejected`` maps every file currently rejected (invalid or unsafe) to the
     reason; those also in ``kept`` still have their last good version in effect.
     ``directory_error`` is set when the directory itself is unusable: missing
-    or not a directory (no hooks at all), or unsafe (``directory_unsafe``:
-    nothing is read, the last good snapshot stays in force).
+    or not a directory (no hooks at all), unsafe (``directory_unsafe``) or not
+    readable now (nothing is read, the last good snapshot stays in force).
     """
 
     added: tuple[str, ...] = ()
@@ -215,23 +229,24 @@ class HookRegistry:
                     )
         return result
 
-    def _directory_problem(self) -> tuple[str | None, int, bool]:
-        """(why the directory is unusable or None, log level for it, whether it is unsafe)."""
+    def _directory_problem(self) -> tuple[str | None, int, _Directory]:
+        """(why the directory is unusable or None, log level for it, what that means)."""
         directory = self._directory
         try:
             st = os.stat(directory)
         except FileNotFoundError:
             # Normal before the first hook server registers: not an error.
-            return f"hook directory {directory} does not exist", logging.WARNING, False
-        except OSError as exc:
-            return f"cannot stat hook directory {directory}: {exc.strerror or exc}", logging.ERROR, False
+            return f"hook directory {directory} does not exist", logging.WARNING, _Directory.GONE
+        except OSError as exc:  # EACCES, EIO, ENOMEM...: says nothing of what it holds
+            problem = f"cannot stat hook directory {directory}: {exc.strerror or exc}"
+            return problem, logging.ERROR, _Directory.UNREADABLE
         if not stat.S_ISDIR(st.st_mode):
-            return f"hook directory {directory} is not a directory", logging.ERROR, False
+            return f"hook directory {directory} is not a directory", logging.ERROR, _Directory.GONE
         if self._check_permissions:
             reason = unsafe_reason(st, f"hook directory {directory}")
             if reason is not None:
-                return f"refusing to load any hook: {reason}", logging.ERROR, True
-        return None, logging.INFO, False
+                return f"refusing to load any hook: {reason}", logging.ERROR, _Directory.UNSAFE
+        return None, logging.INFO, _Directory.USABLE
 
     def _list_candidates(self) -> list[Path]:
         candidates = []
@@ -252,21 +267,24 @@ class HookRegistry:
 
     def _rescan(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         old = self._snapshot
-        problem, problem_level, unsafe = self._directory_problem()
+        problem, problem_level, state = self._directory_problem()
+        unsafe = state is _Directory.UNSAFE
         if self._metrics is not None:
             self._metrics.dir_refused.set(1 if unsafe else 0)
-        if unsafe:
-            # Whoever can write the directory could have put anything in it:
-            # read nothing, keep what was loaded while it was safe.
-            self._note_unsafe_directory(problem or "", periodic)
-            return ReloadResult(directory_error=problem, directory_unsafe=True, snapshot=old)
         candidates: list[Path] = []
-        if problem is None:
+        if state is _Directory.USABLE:
             try:
                 candidates = self._list_candidates()
-            except OSError as exc:
+            except OSError as exc:  # EMFILE, EIO...: the files are still there
                 problem = f"cannot list hook directory {self._directory}: {exc.strerror or exc}"
-                problem_level = logging.ERROR
+                state = _Directory.UNREADABLE
+        if state in (_Directory.UNSAFE, _Directory.UNREADABLE):
+            # Unsafe: whoever can write the directory could have put anything
+            # in it. Unreadable: nothing says its files changed, and dropping
+            # them would let calls pass their Fail hooks. Either way, read
+            # nothing and keep what was loaded last.
+            self._note_kept_directory(problem or "", periodic, "it is safe again" if unsafe else "it can be read again")
+            return ReloadResult(directory_error=problem, directory_unsafe=unsafe, snapshot=old)
         self._note_directory_problem(problem, problem_level)
 
         new_servers: dict[str, HookServerConfig] = {}
@@ -282,9 +300,11 @@ class HookRegistry:
             if cached and last is not None:
                 _, config, reason = last  # unchanged since its last parse: not read again
             else:
-                config, reason = self._parse(path)
+                config, reason, transient = self._parse(path)
                 if config is None and reason is None:
                     continue  # deleted since the directory was listed: it is simply gone
+                if transient:
+                    identity = None  # not remembered: read again at the next rescan
             if identity is not None:
                 parsed[name] = (identity, config, reason)
             if config is None:
@@ -337,20 +357,21 @@ class HookRegistry:
             directory_error=problem, snapshot=snapshot,
         )
 
-    def _parse(self, path: Path) -> tuple[HookServerConfig | None, str | None]:
-        """(config, None), (None, why it is rejected), or (None, None) when it is gone."""
+    def _parse(self, path: Path) -> tuple[HookServerConfig | None, str | None, bool]:
+        """(config, None, False), (None, why it is rejected, whether that may
+        pass by itself), or (None, None, False) when it is gone."""
         try:
-            return parse_hook_file(path, check_permissions=self._check_permissions), None
+            return parse_hook_file(path, check_permissions=self._check_permissions), None, False
         except Exception as exc:  # one odd file must never stop the others from loading
             if not os.path.lexists(path):
-                return None, None
+                return None, None, False
             if isinstance(exc, HookConfigError):
-                return None, exc.reason
+                return None, exc.reason, exc.transient
             logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": path.name})
-            return None, f"cannot be read: {type(exc).__name__}: {exc}"
+            return None, f"cannot be read: {type(exc).__name__}: {exc}", True
 
-    def _note_unsafe_directory(self, problem: str, periodic: bool) -> None:
-        """Log an unsafe directory on every rescan (the periodic one: when it changed)."""
+    def _note_kept_directory(self, problem: str, periodic: bool, until: str) -> None:
+        """Log a directory whose last good hook set stays on every rescan (the periodic one: when it changed)."""
         if not periodic or problem != self._last_directory_error:
             kept = self._snapshot.servers
             if kept:
@@ -358,7 +379,7 @@ class HookRegistry:
             else:
                 what = "no hooks are active"
             logger.error(
-                "%s; %s and loading no change from it until it is safe again", problem, what,
+                "%s; %s and loading no change from it until %s", problem, what, until,
                 extra={"hook_dir": str(self._directory), "reason": problem, "hook_kept_files": sorted(kept)},
             )
         self._last_directory_error = problem

@@ -195,3 +195,65 @@ def test_rescan_follows_a_symlink_swap_without_an_event(hook_dir: Path, tmp_path
     os.replace(hook_dir / "..data_tmp", hook_dir / "..data")
     assert registry.rescan().changed == ("hook.json",)
     assert registry.snapshot.servers["hook.json"].endpoint == "/run/v2.sock"
+
+
+# ------------------------------------------------------- a directory or file unreadable for a moment
+
+
+def _failing_for(monkeypatch: pytest.MonkeyPatch, name: str, target: Path, err: int) -> Callable[[], None]:
+    """``os.<name>`` on ``target`` fails with ``err`` until the returned function is called."""
+    real = getattr(os, name)
+
+    def failing(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if Path(os.fsdecode(path)) == target:
+            raise OSError(err, os.strerror(err))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(registry_module.os, name, failing)
+    return lambda: monkeypatch.setattr(registry_module.os, name, real)
+
+
+@pytest.mark.parametrize(("call", "errno_", "shown"), [
+    ("scandir", 24, "cannot list hook directory"),  # EMFILE: the proxy is out of descriptors
+    ("stat", 5, "cannot stat hook directory"),  # EIO
+])
+def test_a_directory_unreadable_for_a_moment_keeps_the_last_good_set(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, call: str, errno_: int,
+    shown: str,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    metrics = Metrics()
+    registry = HookRegistry(hook_dir, metrics=metrics.hook_config)
+    registry.reload()
+    kept = registry.servers_for(HookType.PRE_CREATE_CONTAINER)
+    seen: list[object] = []
+    registry.on_change(seen.append)
+
+    heal = _failing_for(monkeypatch, call, hook_dir, errno_)
+    result = registry.rescan()
+    assert result.directory_error is not None and shown in result.directory_error
+    assert not result.directory_unsafe and not result.modified and result.snapshot is registry.snapshot
+    assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == kept and seen == []
+    assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 0  # not a refusal: nothing says it is unsafe
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert shown in error.getMessage()
+    assert "keeping the last good hook set of 1 server(s) (fail.json)" in error.getMessage()
+    assert "until it can be read again" in error.getMessage()
+
+    heal()
+    assert not registry.rescan().modified and list(registry.snapshot.servers) == ["fail.json"]
+
+
+def test_a_file_unreadable_for_a_moment_is_read_again_at_the_next_rescan(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    write(hook_dir, "new.json", valid_doc("/run/new.sock"))
+    heal = _failing_for(monkeypatch, "open", hook_dir / "new.json", 24)  # EMFILE
+    result = registry.rescan()
+    assert "cannot open" in result.rejected["new.json"] and len(registry.snapshot) == 0
+    heal()
+    # Unchanged on disk, so a file read and found bad would be remembered; this one was not read.
+    assert registry.rescan().added == ("new.json",)
