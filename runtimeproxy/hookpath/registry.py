@@ -29,10 +29,8 @@ replaced in one assignment.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,13 +39,8 @@ from types import MappingProxyType
 
 from ..metrics import HookConfigMetrics
 from .dirwatch import WatchSettings, file_identity, watch_directory
-from .hookfile import (
-    DEFAULT_HOOK_DIR,
-    HookConfigError,
-    HookServerConfig,
-    parse_hook_file,
-    unsafe_reason,
-)
+from .hookdir import DirectoryState, Inspection, inspect_directory, list_hook_files
+from .hookfile import DEFAULT_HOOK_DIR, HookConfigError, HookServerConfig, parse_hook_file
 from .points import HookType
 
 __all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
@@ -82,15 +75,6 @@ class HookSnapshot:
 
     def __len__(self) -> int:
         return len(self.servers)
-
-
-class _Directory(enum.Enum):
-    """The hook directory as a rescan finds it."""
-
-    USABLE = "usable"
-    GONE = "gone"  # missing or not a directory: no hooks at all
-    UNREADABLE = "unreadable"  # cannot be stat'ed or listed now: the last good set stays
-    UNSAFE = "unsafe"  # writable by others: the last good set stays
 
 
 @dataclass(frozen=True)
@@ -229,63 +213,28 @@ class HookRegistry:
                     )
         return result
 
-    def _directory_problem(self) -> tuple[str | None, int, _Directory]:
-        """(why the directory is unusable or None, log level for it, what that means)."""
-        directory = self._directory
-        try:
-            st = os.stat(directory)
-        except FileNotFoundError:
-            # Normal before the first hook server registers: not an error.
-            return f"hook directory {directory} does not exist", logging.WARNING, _Directory.GONE
-        except OSError as exc:  # EACCES, EIO, ENOMEM...: says nothing of what it holds
-            problem = f"cannot stat hook directory {directory}: {exc.strerror or exc}"
-            return problem, logging.ERROR, _Directory.UNREADABLE
-        if not stat.S_ISDIR(st.st_mode):
-            return f"hook directory {directory} is not a directory", logging.ERROR, _Directory.GONE
-        if self._check_permissions:
-            reason = unsafe_reason(st, f"hook directory {directory}")
-            if reason is not None:
-                return f"refusing to load any hook: {reason}", logging.ERROR, _Directory.UNSAFE
-        return None, logging.INFO, _Directory.USABLE
-
-    def _list_candidates(self) -> list[Path]:
-        candidates = []
-        with os.scandir(self._directory) as it:
-            for entry in it:
-                if not entry.name.endswith(".json"):
-                    continue
-                if entry.name.startswith("."):
-                    logger.debug("skipping hidden hook file %s", entry.name, extra={"hook_file": entry.name})
-                    continue
-                try:
-                    if entry.is_dir():  # follows symlinks
-                        continue
-                except OSError:
-                    pass
-                candidates.append(Path(entry.path))
-        return sorted(candidates, key=lambda p: p.name)
-
     def _rescan(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         old = self._snapshot
-        problem, problem_level, state = self._directory_problem()
-        unsafe = state is _Directory.UNSAFE
+        found = inspect_directory(self._directory, self._check_permissions)
+        unsafe = found.state is DirectoryState.UNSAFE
         if self._metrics is not None:
             self._metrics.dir_refused.set(1 if unsafe else 0)
         candidates: list[Path] = []
-        if state is _Directory.USABLE:
+        if found.state is DirectoryState.USABLE:
             try:
-                candidates = self._list_candidates()
+                candidates = list_hook_files(self._directory)
             except OSError as exc:  # EMFILE, EIO...: the files are still there
                 problem = f"cannot list hook directory {self._directory}: {exc.strerror or exc}"
-                state = _Directory.UNREADABLE
-        if state in (_Directory.UNSAFE, _Directory.UNREADABLE):
+                found = Inspection(DirectoryState.UNREADABLE, problem, logging.ERROR)
+        problem = found.problem
+        if found.keeps_last_good:
             # Unsafe: whoever can write the directory could have put anything
             # in it. Unreadable: nothing says its files changed, and dropping
             # them would let calls pass their Fail hooks. Either way, read
             # nothing and keep what was loaded last.
             self._note_kept_directory(problem or "", periodic, "it is safe again" if unsafe else "it can be read again")
             return ReloadResult(directory_error=problem, directory_unsafe=unsafe, snapshot=old)
-        self._note_directory_problem(problem, problem_level)
+        self._note_directory_problem(problem, found.level)
 
         new_servers: dict[str, HookServerConfig] = {}
         rejected: dict[str, str] = {}
