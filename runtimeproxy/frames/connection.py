@@ -150,26 +150,32 @@ class FrameConnection:
     def backend_gone(self) -> None:
         """The runtime closed its connection: the calls it carried end UNAVAILABLE
         (kubelet retries), while the proxy's own answers on this connection (a
-        health Watch) go on, as on the grpc path; the client, told to go away,
-        opens a new connection (and so a new runtime connection) for new calls."""
+        health Watch) go on, as on the grpc path, and so do the hooked calls it
+        had answered whole; the client, told to go away, opens a new
+        connection (and so a new runtime connection) for new calls."""
         if self.closed.done():
             return
-        if not self.diverted or not self.prefaced:  # (before its SETTINGS, the client can be told nothing)
+        # A hooked call the runtime answered whole is not cut short: its
+        # answer, held while its stages record it, still goes, once.
+        unanswered = [call for call in self.hooked.values() if not call.answered.done()]
+        if (len(unanswered) == len(self.hooked) and not self.diverted) or not self.prefaced:
+            # (before its SETTINGS, the client can be told nothing)
             if self.relayed or self.hooked:  # what the client sees as its connection closed
                 log.warning("frames: runtime connection closed with calls in flight; closing the client's",
                             extra={"relayed": len(self.relayed), "hooked": len(self.hooked)})
             self.lost()
             return
-        log.info("frames: runtime connection closed; the proxy's own calls go on", extra={"calls": len(self.diverted)})
+        log.info("frames: runtime connection closed; the proxy's own calls and answered hooked ones go on",
+                 extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered)})
         self.backend_lost = True
         self.backend.close()
         self.backend_pings.close()
         self.backend = self.inbound.writer = _GONE  # type: ignore[assignment]
         self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
-        for sid in sorted(self.relayed | set(self.hooked)):
+        for sid in sorted(self.relayed | {call.stream_id for call in unanswered}):
             if sid not in self.ended:
                 self.end_locally(sid, 14, "runtime-proxy: the runtime closed the connection")
-        for call in self.hooked.values():
+        for call in unanswered:
             call.cancel("the runtime closed the connection")
         self.out.flush()
 
@@ -324,8 +330,8 @@ class FrameConnection:
             self.idle.set()
         else:
             self.idle.clear()
-        if self.backend_lost and not self.diverted and not self.closed.done():
-            self._close()  # the proxy's own calls are done too
+        if self.backend_lost and not self.diverted and not self.hooked and not self.closed.done():
+            self._close()  # the proxy's own calls, and the answered hooked ones, are done too
 
     def start_timing(self, sid: int, path: str) -> None:
         record = self.routes.measure(path)
