@@ -52,6 +52,10 @@ from .upstream import BACKEND_GRANT, ClientSide
 log = logging.getLogger(__name__)
 
 ENDED_KEPT = 4096  # streams the proxy ended, remembered per connection
+# Unsent to a client that is not reading: past this, its reads wait until it
+# reads (a slow reader's frames only wait). Without it a client that writes and
+# never reads (PINGs, streams over its limit) has its answers buffered without end.
+CLIENT_BACKLOG = 4 << 20
 
 
 class Routes(Protocol):
@@ -92,6 +96,7 @@ class FrameConnection:
         self.closed = asyncio.get_running_loop().create_future()
         self.client_can_write = asyncio.Event()
         self.client_can_write.set()
+        self._client_reads_held: set[str] = set()  # why the client's reads wait ("runtime", "backlog")
         self.routes = routes
         self.local = local
         self.max_message = limits.max_message
@@ -128,6 +133,10 @@ class FrameConnection:
 
     def client_data(self, chunk: bytes) -> None:
         self._guard(self.client_side.feed, chunk, "client")
+        if not self.client_can_write.is_set() and self._client_writer.get_write_buffer_size() > CLIENT_BACKLOG:
+            # A client that reads nothing while it writes (PINGs, streams over
+            # its limit) would have the proxy buffer its answers without end.
+            self._hold_client_reads("backlog", True)
 
     def backend_data(self, chunk: bytes) -> None:
         self._guard(self.backend_side.feed, chunk, "backend")
@@ -137,15 +146,25 @@ class FrameConnection:
         if writable:
             self.client_can_write.set()
             self.backend.resume_reading()
+            self._hold_client_reads("backlog", False)
         else:
             self.client_can_write.clear()
             self.backend.pause_reading()
 
     def backend_writable(self, writable: bool) -> None:
-        if writable:
-            self._client_writer.resume_reading()
+        self._hold_client_reads("runtime", not writable)
+
+    def _hold_client_reads(self, reason: str, hold: bool) -> None:
+        """The client's reads wait while any reason holds them (the runtime's
+        transport full, or the client's own, see ``client_data``)."""
+        held = self._client_reads_held
+        before = bool(held)
+        if hold:
+            held.add(reason)
         else:
-            self._client_writer.pause_reading()
+            held.discard(reason)
+        if bool(held) != before:
+            (self._client_writer.pause_reading if held else self._client_writer.resume_reading)()
 
     def backend_gone(self) -> None:
         """The runtime closed its connection: the calls it carried end UNAVAILABLE
