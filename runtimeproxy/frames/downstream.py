@@ -171,6 +171,10 @@ class BackendSide:
                     call.answer(2, "the runtime ended the call without a status")
             if flags & Flag.PADDED:
                 out.data(sid, bytes(body), end, credit=size)
+                if not end and size > len(body):
+                    # Padding costs stream window, which is end to end: the
+                    # client never sees this, so never gives it back.
+                    conn.backend.write(fr.window_update(sid, size - len(body)))
             else:
                 out.data(sid, payload, end, credit=size, raw=raw)
             if call is not None and call.gate is not None and not call.gate.is_open:

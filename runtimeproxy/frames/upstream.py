@@ -117,6 +117,10 @@ class ClientSide:
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
                         inbound.data(sid, bytes(payload), bool(flags & F_END_STREAM), credit=size)
+                        if flags & F_PADDED and not flags & F_END_STREAM:
+                            # Queued without its padding, whose stream window
+                            # (end to end) the runtime never gives back.
+                            conn.out.control(fr.window_update(sid, size - len(payload)))
                     else:
                         self._refuse_size(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt

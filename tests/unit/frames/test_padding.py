@@ -1,0 +1,55 @@
+"""Padding counts against flow control (RFC 9113, 6.1), and stream windows are
+end to end: where the proxy passes a padded DATA frame on without its padding,
+it gives that stream window back to the sender itself, or a long stream would
+stall once the lost window adds up."""
+
+from __future__ import annotations
+
+import struct
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.frame import Flag, FrameType
+
+from .test_connection import VERSION, _Transport, _written_frames
+from .test_relayed_frames import OK, _connection
+
+PAD = 200
+
+
+def _padded(sid: int, body: bytes) -> bytes:
+    return fr.serialize(FrameType.DATA, Flag.PADDED, sid, bytes([PAD]) + body + b"\0" * PAD)
+
+
+def _stream_updates(transport: _Transport, sid: int) -> list[int]:
+    written = b"".join(transport.written).removeprefix(fr.PREFACE)  # (the client's, passed to the runtime)
+    frames, pos = [], 0
+    while (parsed := fr.parse(written, pos, fr.MAX_FRAME_LIMIT))[0] is not None:
+        frame, pos = parsed
+        frames.append(frame)
+    return [fr.window_increment(f) for f in frames if f.type == FrameType.WINDOW_UPDATE and f.stream_id == sid]
+
+
+async def test_an_answers_padding_is_given_back_to_the_runtime() -> None:
+    conn, client, _, to_backend, from_backend = _connection(max_message=1 << 20)
+    backend = conn.backend._transport  # type: ignore[union-attr]  # noqa: SLF001 - what the runtime was sent
+    head = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, to_backend.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
+         ("content-type", "application/grpc"), ("te", "trailers")]))
+    conn.client_data(head + fr.serialize(FrameType.DATA, Flag.END_STREAM, 1, b"\0\0\0\0\0"))
+    body = struct.pack(">BI", 0, 1000) + b"x" * 1000
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, from_backend.encode(OK[:2]))
+                      + _padded(1, body))
+    got = b"".join(bytes(f.payload) for f in _written_frames(client) if f.type == FrameType.DATA)
+    assert got == body  # the client has the message, unpadded
+    assert _stream_updates(backend, 1) == [1 + PAD]  # and the runtime its window: pad length and padding
+
+
+async def test_a_requests_padding_queued_for_the_runtime_is_given_back_to_the_client() -> None:
+    conn, client, _, to_backend, _ = _connection(max_message=1 << 20)
+    head = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, to_backend.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
+         ("content-type", "application/grpc"), ("te", "trailers")]))
+    message = struct.pack(">BI", 0, 100_000) + b"x" * 99_995  # 100,000 bytes with its prefix
+    fill = b"".join(fr.data_frames(1, message[:65_535], 16_384, False))  # the runtime's connection window, spent
+    conn.client_data(head + fill + _padded(1, message[65_535:66_535]))
+    assert _stream_updates(client, 1) == [1 + PAD]  # queued without its padding: that window comes back now
