@@ -121,6 +121,10 @@ class FrameConnection:
         self.backend_frames = fr.AckedSetting(fr.DEFAULT_MAX_FRAME)  # what the backend accepts
         # The backend's INITIAL_WINDOW_SIZE: the stream window of the proxy's own DATA (hooked requests).
         self.backend_windows = fr.AckedSetting(fr.DEFAULT_WINDOW)
+        # Each side's HEADER_TABLE_SIZE: how large a table the other's encoder may keep (``relay``:
+        # a smaller one holds once acknowledged), so how large the proxy's reader of its blocks allows.
+        self.client_tables = fr.AckedSetting(fr.DEFAULT_HEADER_TABLE)
+        self.backend_tables = fr.AckedSetting(fr.DEFAULT_HEADER_TABLE)
         self._client_uncredited = 0
         self.stopping = False
         self.backend_lost = False
@@ -320,6 +324,8 @@ class FrameConnection:
         before = self.backend_windows.send
         self.backend_frames.acknowledged()
         self.backend_windows.acknowledged()
+        self.backend_tables.acknowledged()
+        self.client_side.headers.allow_table_size(self.backend_tables.relay)
         self._hooked_windows_moved(before)
 
     def _hooked_windows_moved(self, before: int) -> None:

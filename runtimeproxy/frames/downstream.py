@@ -211,10 +211,11 @@ class BackendSide:
             # header blocks, above, still go out: the client decodes and drops them.)
             return
         else:
-            if t == FrameType.RST_STREAM or t == FrameType.GOAWAY:
-                # What they end must be up to date. Not so for a PING or a
-                # WINDOW_UPDATE read with an answer: its blocks are read after
-                # the answer went (feed), off its path.
+            if t == FrameType.RST_STREAM or t == FrameType.GOAWAY or t == FrameType.SETTINGS:
+                # What they end must be up to date, and the blocks before a
+                # SETTINGS ACK read under the table size it ends. Not so for a
+                # PING or a WINDOW_UPDATE read with an answer: its blocks are
+                # read after the answer went (feed), off its path.
                 self._settle()
             f = fr.Frame(t, flags, sid, payload)
             if t == FrameType.SETTINGS:
@@ -224,6 +225,8 @@ class BackendSide:
                     # lowering its MAX_FRAME_SIZE takes larger frames until then).
                     out.frames(raw)
                     conn.client_frames.acknowledged()
+                    conn.client_tables.acknowledged()  # the blocks after it keep to the client's table size
+                    self.headers.allow_table_size(conn.client_tables.relay)
                 else:
                     self._settings(fr.settings(f.payload), raw)
                 return
@@ -327,8 +330,8 @@ class BackendSide:
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn
         conn.backend_settings(values)
-        if Setting.HEADER_TABLE_SIZE in values:  # the client's encoder may use that much
-            conn.client_side.headers.allow_table_size(values[Setting.HEADER_TABLE_SIZE])
+        conn.backend_tables.announced(values.get(Setting.HEADER_TABLE_SIZE))  # (acknowledged: connection.py)
+        conn.client_side.headers.allow_table_size(conn.backend_tables.relay)
         # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
         limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
         if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:

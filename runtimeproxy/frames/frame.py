@@ -14,6 +14,7 @@ from enum import IntEnum
 HEADER_LEN = 9
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DEFAULT_MAX_FRAME = 16_384
+DEFAULT_HEADER_TABLE = 4_096  # SETTINGS_HEADER_TABLE_SIZE's initial value
 MAX_FRAME_LIMIT = (1 << 24) - 1
 DEFAULT_WINDOW = 65_535
 MAX_WINDOW = (1 << 31) - 1
@@ -71,7 +72,7 @@ class FrameError(Exception):
 
 
 class AckedSetting:
-    """One peer's setting as it changes (MAX_FRAME_SIZE, INITIAL_WINDOW_SIZE).
+    """One peer's setting as it changes (MAX_FRAME_SIZE, INITIAL_WINDOW_SIZE, HEADER_TABLE_SIZE).
     A value it announces applies once it is acknowledged (RFC 9113 section
     6.5.3), and the ACK comes from the other side of the proxy: so what the
     proxy sends this peer itself keeps within every value still in play

@@ -230,8 +230,9 @@ class HeaderReader:
 
     def allow_table_size(self, size: int) -> None:
         """The peer's encoder may use ``size`` bytes of table (the other side's SETTINGS)."""
-        self._decoder.max_allowed_table_size = size
-        self._seen.clear()
+        if size != self._decoder.max_allowed_table_size:
+            self._decoder.max_allowed_table_size = size
+            self._seen.clear()
 
     def peek(self, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
         """As ``peek`` (with ``every`` set); the answer is shared, not to be changed."""

@@ -254,8 +254,9 @@ class ClientSide:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
 
     def _client_settings(self, values: dict[int, int]) -> None:
-        if Setting.HEADER_TABLE_SIZE in values:  # the backend's encoder may use that much
-            self.conn.backend_side.headers.allow_table_size(values[Setting.HEADER_TABLE_SIZE])
+        tables = self.conn.client_tables  # the backend's encoder keeps to a smaller one once it acknowledges it
+        tables.announced(values.get(Setting.HEADER_TABLE_SIZE))
+        self.conn.backend_side.headers.allow_table_size(tables.relay)
         size = values.get(Setting.MAX_FRAME_SIZE)
         if size is not None and not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
