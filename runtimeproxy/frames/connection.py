@@ -191,6 +191,7 @@ class FrameConnection:
         log.info("frames: runtime connection closed; the proxy's own calls and answered hooked ones go on",
                  extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered)})
         self.backend_lost = True
+        self._hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
         self.backend.close()
         self.backend_pings.close()
         self.backend = self.inbound.writer = _GONE  # type: ignore[assignment]

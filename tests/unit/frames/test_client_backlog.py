@@ -3,6 +3,7 @@ only up to a bound: past it, its reads wait until it reads again."""
 
 from __future__ import annotations
 
+import hpack
 import pytest
 
 from runtimeproxy.frames import connection as connection_module
@@ -10,7 +11,9 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import FrameType
 
-from .test_connection import _Routes, _Transport
+from .test_connection import _Diverting, _HeldAnswer, _request, _Routes, _Transport, _turns
+
+STATUS = "/runtime.v1.RuntimeService/Status"
 
 PINGS = fr.serialize(FrameType.PING, 0, 0, b"12345678") * 4096  # 68 KiB of PINGs, as one read
 BACKLOG = 1 << 18  # the bound, lowered: 4 MiB of PINGs take seconds to answer here
@@ -77,4 +80,20 @@ async def test_its_reads_wait_while_any_reason_holds_them() -> None:
     assert client.reading
     conn.backend_writable(False)
     conn.backend_writable(True)
+    assert client.reading
+
+
+async def test_reads_held_for_a_runtime_that_is_gone_go_on() -> None:
+    """A diverted call keeps the client's connection once the runtime's is
+    gone: the client is read again, whatever the runtime's full transport held."""
+    client = _Unread()
+    conn = FrameConnection(client, _Transport(), _Diverting(), _HeldAnswer(), Limits(max_message=100))
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.client_data(_request(hpack.Encoder(), 1, STATUS))  # diverted: the proxy answers it
+    await _turns()
+    conn.backend_writable(False)
+    assert not client.reading
+    conn.backend_gone()
+    assert not conn.closed.done() and conn.diverted
     assert client.reading
