@@ -37,7 +37,7 @@ class Inspection:
 def inspect_directory(directory: Path, check_permissions: bool) -> Inspection:
     try:
         st = os.stat(directory)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         # Normal before the first hook server registers: not an error.
         return Inspection(DirectoryState.GONE, f"hook directory {directory} does not exist", logging.WARNING)
     except OSError as exc:  # EACCES, EIO, ENOMEM...: says nothing of what it holds

@@ -111,15 +111,18 @@ def invalid_answer(
 ) -> list[str]:
     """Why the kernel would refuse a hook's ``answer``, alone or merged into the
     resources the hook was ``shown`` (a swap limit below a memory limit the
-    answer left alone); what ``shown`` already had is not the answer's doing."""
-    reasons = invalid_resources(answer, node)
-    if reasons:
-        return reasons
+    answer left alone); what ``shown`` already had, echoed or not, is not the
+    answer's doing."""
+    alone = invalid_resources(answer, node)
     merged = hookapi.LinuxContainerResources()
     merged.CopyFrom(shown)
-    if not merge_resources(merged, answer):
+    changed = merge_resources(merged, answer)
+    if not alone and not changed:
         return []
     before = set(invalid_resources(shown, node))
+    reasons = [reason for reason in alone if reason not in before]
+    if reasons or not changed:
+        return reasons
     return [f"{reason}, once merged" for reason in invalid_resources(merged, node) if reason not in before]
 
 

@@ -257,3 +257,15 @@ def test_a_file_unreadable_for_a_moment_is_read_again_at_the_next_rescan(
     heal()
     # Unchanged on disk, so a file read and found bad would be remembered; this one was not read.
     assert registry.rescan().added == ("new.json",)
+
+
+def test_a_directory_under_a_file_is_gone_not_unreadable(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    _failing_for(monkeypatch, "stat", hook_dir, 20)  # ENOTDIR: a path component became a file
+    result = registry.rescan()
+    assert result.removed == ("fail.json",) and len(registry.snapshot) == 0
+    assert result.directory_error is not None and "does not exist" in result.directory_error

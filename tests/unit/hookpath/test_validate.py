@@ -132,3 +132,10 @@ def test_what_the_hook_was_shown_is_not_the_answers_fault() -> None:
     shown = resources(memory_limit_in_bytes=GIB, memory_swap_limit_in_bytes=GIB // 2, cpuset_cpus="9")
     assert invalid_answer(shown, resources(cpu_quota=20_000), NODE) == []
     assert invalid_answer(shown, resources(), NODE) == []  # changes nothing
+
+
+def test_a_value_the_hook_was_shown_is_not_its_fault_echoed_either() -> None:
+    shown = resources(cpuset_cpus="0-5", memory_limit_in_bytes=GIB)  # CPUs 4 and 5 went offline since
+    assert invalid_answer(shown, resources(cpuset_cpus="0-5", cpu_quota=20_000), NODE) == []
+    (reason,) = invalid_answer(shown, resources(cpuset_cpus="0-6"), NODE)
+    assert "(4,5,6)" in reason  # a cpuset of its own is the hook's
