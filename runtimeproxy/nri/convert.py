@@ -60,6 +60,8 @@ def container_config(container: nri.Container) -> v1.ContainerConfig:
         key, _, value = entry.partition("=")
         config.envs.add(key=key, value=value.encode())
     config.linux.resources.CopyFrom(cri_resources(container.linux.resources))
+    if container.linux.HasField("oom_score_adj"):  # kubelet's, as hooks see it behind the CRI proxy
+        config.linux.resources.oom_score_adj = container.linux.oom_score_adj.value
     return config
 
 

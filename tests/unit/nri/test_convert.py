@@ -22,6 +22,7 @@ def container() -> nri.Container:
         id="c1", name="app", env=["A=1", "B=x=y"], annotations={"k": "v"},
         linux=nri.LinuxContainer(
             cgroups_path="/kubepods/pod1/c1",
+            oom_score_adj=nri.OptionalInt(value=-997),
             resources=nri.LinuxResources(
                 cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=2), cpus="0-1"),
                 memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=100)),
@@ -36,6 +37,7 @@ def test_container_as_cri_config() -> None:
     assert [(kv.key, kv.value) for kv in config.envs] == [("A", b"1"), ("B", b"x=y")]
     r = config.linux.resources
     assert (r.cpu_shares, r.cpuset_cpus, r.memory_limit_in_bytes, dict(r.unified)) == (2, "0-1", 100, {"memory.high": "90"})
+    assert r.oom_score_adj == -997  # kubelet's, as hooks see it behind the CRI proxy
 
 
 def test_adjustment_carries_only_what_hooks_changed() -> None:
