@@ -29,6 +29,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
 from .merge import copy_as_wire, env_map, merge_resources
+from .runtimespec import cgroup_parent_from_spec, resources_from_spec
 
 log = logging.getLogger(__name__)
 
@@ -310,9 +311,12 @@ class StateStore:
             )
             return None
         record = container_record(pod, config, container_id)
+        spec = info.get("runtimeSpec")
         # The config is as created; the runtime spec has what later
-        # UpdateContainerResources calls made of it.
-        merge_resources(record.container_resources, _resources_from_spec(info.get("runtimeSpec")))
+        # UpdateContainerResources calls made of it, and the cgroup parent a
+        # PreCreateContainer hook may have moved the container to.
+        merge_resources(record.container_resources, resources_from_spec(spec))
+        record.pod_cgroup_parent = cgroup_parent_from_spec(spec, container_id, pod.cgroup_parent)
         return pod_id, record
 
 
@@ -345,36 +349,6 @@ def _raw_id(item: bytes) -> str:
         if entry.field_number == 1 and entry.wire_type == WIRE_LENGTH_DELIMITED:
             return entry.data.decode("utf-8", "replace")
     return ""
-
-
-def _resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:
-    """The CRI view of an OCI runtime spec's Linux resources (what is set)."""
-    out = hookapi.LinuxContainerResources()
-    if not isinstance(spec, dict):
-        return out
-    resources = (spec.get("linux") or {}).get("resources") or {}
-    cpu, memory = resources.get("cpu") or {}, resources.get("memory") or {}
-    numbers = {
-        "cpu_period": cpu.get("period"),
-        "cpu_quota": cpu.get("quota"),
-        "cpu_shares": cpu.get("shares"),
-        "memory_limit_in_bytes": memory.get("limit"),
-        "memory_swap_limit_in_bytes": memory.get("swap"),
-        "oom_score_adj": (spec.get("process") or {}).get("oomScoreAdj"),
-    }
-    for name, value in numbers.items():
-        if isinstance(value, int) and value > 0 or (name == "oom_score_adj" and isinstance(value, int)):
-            setattr(out, name, value)
-    for name, key in (("cpuset_cpus", "cpus"), ("cpuset_mems", "mems")):
-        if isinstance(cpu.get(key), str):
-            setattr(out, name, cpu[key])
-    for limit in resources.get("hugepageLimits") or []:
-        if isinstance(limit, dict) and isinstance(limit.get("limit"), int):
-            out.hugepage_limits.add(page_size=str(limit.get("pageSize", "")), limit=limit["limit"])
-    unified = resources.get("unified")
-    if isinstance(unified, dict):
-        out.unified.update({str(k): str(v) for k, v in unified.items()})
-    return out
 
 
 def _verbose_info(info: Any) -> dict[str, Any] | None:

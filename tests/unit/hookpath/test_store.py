@@ -12,7 +12,8 @@ import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
-from runtimeproxy.hookpath.store import StateStore, _resources_from_spec
+from runtimeproxy.hookpath.runtimespec import cgroup_parent_from_spec, resources_from_spec
+from runtimeproxy.hookpath.store import StateStore
 
 
 def pod_status(pod_id: str) -> bytes:
@@ -22,29 +23,30 @@ def pod_status(pod_id: str) -> bytes:
     return v1.PodSandboxStatusResponse(status=v1.PodSandboxStatus(id=pod_id), info={"info": json.dumps(info)}).SerializeToString()
 
 
-def container_status(container_id: str, pod_id: str) -> bytes:
+def container_status(container_id: str, pod_id: str, parent: str = "/kubepods/pod-u1") -> bytes:
     config = {"metadata": {"name": "app", "attempt": 2}, "envs": [{"key": "A", "value": "1"}],
               "linux": {"resources": {"cpu_shares": 512, "memory_limit_in_bytes": 1024}}}
     spec = {"process": {"oomScoreAdj": 5},
-            "linux": {"resources": {"cpu": {"shares": 512, "quota": 40000, "period": 100000, "cpus": "0-1"},
+            "linux": {"cgroupsPath": f"{parent}/{container_id}",
+                      "resources": {"cpu": {"shares": 512, "quota": 40000, "period": 100000, "cpus": "0-1"},
                                     "memory": {"limit": 2048, "swap": 2048}}}}
     info = {"sandboxID": pod_id, "config": config, "runtimeSpec": spec}
     return v1.ContainerStatusResponse(info={"info": json.dumps(info)}).SerializeToString()
 
 
 class Backend:
-    def __init__(self) -> None:
+    def __init__(self, parent: str = "/kubepods/pod-u1") -> None:
         self.gate = asyncio.Event()
         self.gate.set()
         self.calls: list[str] = []
-
+        self.parent = parent  # where the runtime put the container
     async def __call__(self, method: str, request: bytes) -> bytes:
         self.calls.append(method)
         await self.gate.wait()
         if method == "PodSandboxStatus":
             return pod_status(v1.PodSandboxStatusRequest.FromString(request).pod_sandbox_id)
         if method == "ContainerStatus":
-            return container_status(v1.ContainerStatusRequest.FromString(request).container_id, "p1")
+            return container_status(v1.ContainerStatusRequest.FromString(request).container_id, "p1", self.parent)
         if method == "ListPodSandbox":
             return v1.ListPodSandboxResponse(items=[v1.PodSandbox(id="p1")]).SerializeToString()
         return v1.ListContainersResponse(containers=[v1.Container(id="c1")]).SerializeToString()
@@ -76,6 +78,33 @@ async def test_rebuild_reads_config_and_current_resources() -> None:
     assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.cpuset_cpus) == (512, 40000, 100000, "0-1")
     assert (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes, r.oom_score_adj) == (2048, 2048, 5)
     assert store.container_pod["c1"] == "p1"
+
+
+async def test_a_rebuilt_container_is_under_the_cgroup_parent_the_runtime_put_it() -> None:
+    """A PreCreateContainer hook moved it (pod_cgroup_parent): the runtime's spec says where."""
+    store = StateStore(read_backend=Backend(parent="/kubepods/besteffort/pod-u1"))
+    await store.rebuild()
+    assert store.pods["p1"].cgroup_parent == "/kubepods/pod-u1"  # the pod's own stays
+    assert store.containers["c1"].pod_cgroup_parent == "/kubepods/besteffort/pod-u1"
+
+
+@pytest.mark.parametrize(("path", "pod_parent", "expected"), [
+    ("/kubepods/pod1/c1", "/kubepods/pod1", "/kubepods/pod1"),
+    ("/kubepods/besteffort/pod1/c1", "/kubepods/pod1", "/kubepods/besteffort/pod1"),
+    ("/kubepods/pod1/c1", "/kubepods/pod1/", "/kubepods/pod1/"),  # the same parent, as kubelet wrote it
+    ("kubepods-pod1.slice:cri-containerd:c1", "kubepods-pod1.slice", "kubepods-pod1.slice"),
+    ("kubepods-pod1.slice:cri-containerd:c1", "/kubepods.slice/kubepods-pod1.slice", "/kubepods.slice/kubepods-pod1.slice"),
+    ("kubepods-besteffort-pod1.slice:cri-containerd:c1", "kubepods-pod1.slice", "kubepods-besteffort-pod1.slice"),
+    ("/elsewhere/other-name", "/kubepods/pod1", "/kubepods/pod1"),  # not the runtime's form: not read
+    ("", "/kubepods/pod1", "/kubepods/pod1"),
+])
+def test_cgroup_parent_from_spec(path: str, pod_parent: str, expected: str) -> None:
+    assert cgroup_parent_from_spec({"linux": {"cgroupsPath": path}}, "c1", pod_parent) == expected
+
+
+def test_cgroup_parent_from_a_malformed_spec_is_the_pods() -> None:
+    for spec in (None, {}, {"linux": None}, {"linux": {"cgroupsPath": 7}}):
+        assert cgroup_parent_from_spec(spec, "c1", "/kubepods/pod1") == "/kubepods/pod1"
 
 
 async def test_a_read_finishing_after_removal_does_not_resurrect() -> None:
@@ -154,8 +183,8 @@ async def test_garbled_answers_mean_no_record() -> None:
 
 
 def test_resources_from_spec_ignores_what_is_unset_or_malformed() -> None:
-    assert _resources_from_spec(None) == _resources_from_spec({})
-    out = _resources_from_spec({"linux": {"resources": {"cpu": {"quota": -1, "cpus": 7}, "memory": {"limit": "x"}}}})
+    assert resources_from_spec(None) == resources_from_spec({})
+    out = resources_from_spec({"linux": {"resources": {"cpu": {"quota": -1, "cpus": 7}, "memory": {"limit": "x"}}}})
     assert (out.cpu_quota, out.cpuset_cpus, out.memory_limit_in_bytes) == (0, "", 0)
 
 
