@@ -20,7 +20,7 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.hookpath.merge import merge_resources
-from runtimeproxy.hookpath.store import _resources_from_spec
+from runtimeproxy.hookpath.runtimespec import resources_from_spec
 
 from .config import PodContext
 from .pool import ContainerKey
@@ -113,7 +113,7 @@ class RuntimeClient:
         """Move a container to ``cpus``/``mems``, keeping its other resources as they are
         (read back from its spec, so that other hooks and the proxy's records see them whole)."""
         resources = v1.LinuxContainerResources()
-        merge_resources(resources, _resources_from_spec(await self._spec(container_id)))
+        merge_resources(resources, resources_from_spec(await self._spec(container_id)))
         resources.cpuset_cpus = cpus
         if mems:
             resources.cpuset_mems = mems
