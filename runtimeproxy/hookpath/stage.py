@@ -35,11 +35,18 @@ class _Undecodable(Exception):
     """A request no hook could see, refused because a Fail hook must see it."""
 
 
+# How long a pre hook may wait for the post hooks of its object still running
+# (seconds; None: until they end, each bounded by its own timeout).
+OrderWait = Callable[[HookType], "float | None"]
+
+
 class HookStage(StageProvider):
     def __init__(
-        self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None
+        self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None,
+        order_wait: OrderWait | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self._order_wait = order_wait
         self._tasks = tasks or Supervisor()
         self.store = store
         self._metrics = metrics
@@ -201,7 +208,7 @@ class HookStage(StageProvider):
             # still what it was built from: the record need not be built again.
             seen: list[Any] = []
             if pre_hook is not None:
-                await self._post_hooks_done(key)
+                await self._post_hooks_done(key, pre_hook, fields)
 
                 async def build() -> Any:
                     seen[:] = [await ex.hook_request(req, self.store)]
@@ -338,10 +345,17 @@ class HookStage(StageProvider):
 
         task.add_done_callback(forget)
 
-    async def _post_hooks_done(self, key: str) -> None:
+    async def _post_hooks_done(self, key: str, hook: HookType, fields: dict[str, object]) -> None:
         pending = self._post_hooks.get(key)
-        if pending is not None:
-            await asyncio.wait([pending])
+        if pending is None:
+            return
+        limit = self._order_wait(hook) if self._order_wait is not None else None
+        done, _ = await asyncio.wait([pending], timeout=limit)
+        if not done:
+            # Under NRI the event's time is fixed: the pre hook, which changes
+            # the container, goes first rather than lose its answer to the wait.
+            log.info("pre hook sent before an earlier post hook of its object ended: no time left to wait",
+                     extra={**fields, "hook": hook.value, "waited_s": limit})
 
     async def settle(self) -> None:
         """Shutdown, after the server stopped: finish recording the calls the

@@ -23,7 +23,7 @@ from ..hookpath.store import StateStore
 from ..hookpath.validate import read_node_facts
 from ..metrics import Metrics
 from .adapter import HookAdapter
-from .limits import ClampedRegistry, ObservingDispatcher
+from .limits import ClampedRegistry, ObservingDispatcher, order_wait
 from .plugin import Identity, PluginConnection
 from .ttrpc import TtrpcError
 
@@ -80,11 +80,10 @@ class NriPlugin:
         self.registry = HookRegistry(settings.hook_dir)
         self.registry.on_change(lambda snapshot: self.metrics.hook_servers.set(len(snapshot)))
         self.registry.reload()
-        self.dispatcher = ObservingDispatcher(
-            ClampedRegistry(self.registry, settings.budget), self.metrics, node=read_node_facts()
-        )
+        clamped = ClampedRegistry(self.registry, settings.budget)
+        self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=read_node_facts())
         self.store = StateStore()
-        self.stage = HookStage(self.dispatcher, self.store, self.metrics)
+        self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped))
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)
         self.connection: PluginConnection | None = None
         self.connected = asyncio.Event()  # set while a connection is synchronized

@@ -63,6 +63,21 @@ class _Chain(tuple[HookServerConfig, ...]):
             yield server
 
 
+def order_wait(registry: ClampedRegistry) -> Callable[[HookType], float | None]:
+    """How long a pre hook may wait for the post hooks of its object still
+    running (``HookStage``): what the event's time leaves once its servers
+    have theirs. Without a deadline (a post hook's own task): until they end."""
+
+    def limit(hook: HookType) -> float | None:
+        deadline = HOOK_DEADLINE.get()
+        if deadline is None:
+            return None
+        servers = sum(server.timeout for server in tuple.__iter__(registry.servers_for(hook)))
+        return max(0.0, deadline - asyncio.get_running_loop().time() - servers)
+
+    return limit
+
+
 class ClampedRegistry:
     """The hook registry as the dispatcher sees it under NRI: no server's
     timeout is longer than ``limit`` (logged once per server)."""

@@ -85,3 +85,23 @@ async def test_a_chain_longer_than_the_runtime_waits(connect, sock_dir, hook_dir
     assert refused.value.code == FAILED_PRECONDITION
     assert "hook server b" in refused.value.message and "answer within" in refused.value.message
     assert len(a.requests()) == len(b.requests()) == 1
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_post_hook_still_running_costs_the_next_pre_hook_none_of_its_time(
+    connect, sock_dir, hook_dir, policy: str
+) -> None:
+    """The pod's first container's PostStartContainer hangs; the next
+    container's PreCreateContainer, which orders after it (same pod), goes
+    rather than wait out the runtime's time and lose its answer."""
+    quota = {"PreCreateContainer": {**QUOTA, "delay": 0.2}}
+    async with (hook_server(sock_dir, "watch", {"PostStartContainer": "hang"}) as watch,
+                hook_server(sock_dir, "quota", quota) as limiter):
+        watch.register(hook_dir, ["PostStartContainer"], failure_policy="Ignore", timeout="10s")
+        limiter.register(hook_dir, ["PreCreateContainer"], failure_policy=policy)
+        first = container("ctr-1")
+        _, link = await connect([pod()], [first])
+        await link.state_change(nri.Event.START_CONTAINER, pod(), first)
+        await link.state_change(nri.Event.POST_START_CONTAINER, pod(), first)
+        answer = await link.create_container(pod(), container("ctr-2"))
+    assert answer.adjust.linux.resources.cpu.quota.value == 20000
