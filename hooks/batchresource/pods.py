@@ -61,13 +61,23 @@ class KnownPods:
     def remember(self, record: PodRecord) -> None:
         if self._pods.get(record.uid) == record:
             return
-        self._state.save(record)
         self._pods[record.uid] = record
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
+        try:
+            self._state.save(record)
+        except OSError as exc:  # tracked all the same: only a restart of the hook forgets it
+            log.warning(
+                "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
+                extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},
+            )
 
     def forget(self, uid: str, reason: str) -> None:
         record = self._pods.pop(uid, None)
-        self._state.remove(uid)
+        try:
+            self._state.remove(uid)
+        except OSError as exc:
+            log.warning("batchresource could not remove a pod from its state directory",
+                        extra={"uid": uid, "reason": str(exc)})
         if record is not None:
             log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
 

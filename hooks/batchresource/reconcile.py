@@ -23,7 +23,14 @@ def reconcile_once(pods: KnownPods) -> int:
     """One pass; returns how many values it corrected."""
     corrected = 0
     for record in pods.records():
-        files = pods.cgroups.pod(record.cgroup_parent)
+        try:
+            files = pods.cgroups.pod(record.cgroup_parent)
+        except ValueError as exc:  # (saved by an older version): it can never be written
+            log.warning("batchresource reconcile cannot map a pod's cgroup parent; forgetting it",
+                        extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent,
+                               "reason": str(exc)})
+            pods.forget(record.uid, "cgroup parent maps to no cgroup")
+            continue
         if not files.exists():
             pods.forget(record.uid, "pod cgroup is gone")
             continue

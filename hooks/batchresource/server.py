@@ -111,7 +111,15 @@ class BatchResourceHook(BuiltinHook):
 
     def _write_pod(self, record: PodRecord, *, raise_only: bool) -> None:
         try:
-            self.pods.remember(record)
+            self.pods.cgroups.pod(record.cgroup_parent)
+        except ValueError as exc:  # never writable: not tracked, or reconcile would fail on it every pass
+            log.warning(
+                "batchresource cannot map the pod's cgroup parent to a cgroup; the pod is not tracked",
+                extra={"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc)},
+            )
+            return
+        self.pods.remember(record)  # first: the reconcile loop retries what fails below
+        try:
             changes = self.pods.apply(record, raise_only=raise_only)
         except (OSError, ValueError) as exc:  # the pod still runs; the reconcile loop retries
             log.warning(

@@ -1,4 +1,5 @@
 import asyncio
+import dataclasses
 import logging
 import shutil
 from pathlib import Path, PurePosixPath
@@ -135,3 +136,35 @@ def test_lowering_memory_checks_usage_first(tmp_path: Path) -> None:
     write(tmp_path, 1, "p", "memory.usage_in_bytes", str(100 * MIB))
     with pytest.raises(MemoryBelowUsage):
         apply_values(files, CgroupValues(cpu_shares=1024, cpu_quota=UNLIMITED, memory_limit=50 * MIB))
+
+
+async def test_a_pod_whose_cgroup_parent_maps_to_no_cgroup_stops_no_other(tmp_path: Path) -> None:
+    hook = await started(tmp_path)  # uid-1, under POD_PARENT
+    root = tmp_path / "cgroup"
+    await hook.pre_run_pod_sandbox(pod_request(BE, ONE, cgroup_parent="kubepods--odd.slice", uid="uid-0"))
+    assert "uid-0" not in hook.pods  # never tracked: it could never be written
+    write(root, 1, POD_PARENT, "cpu.cfs_quota_us", "-1")
+    assert reconcile_once(hook.pods) == 1
+    assert read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
+
+
+async def test_a_saved_pod_whose_cgroup_parent_maps_to_no_cgroup_is_forgotten(tmp_path: Path) -> None:
+    hook = await started(tmp_path)
+    odd = dataclasses.replace(hook.pods.records()[0], uid="uid-0", cgroup_parent="kubepods--odd.slice")
+    hook.pods._pods["uid-0"] = odd  # noqa: SLF001 - as an older version left it in its state
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, "cpu.cfs_quota_us", "-1")
+    assert reconcile_once(hook.pods) == 1
+    assert "uid-0" not in hook.pods and read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
+
+
+async def test_a_state_directory_that_cannot_be_written_loses_no_cgroup_write(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("a file, not a directory")
+    hook = make_hook(tmp_path, 1)
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
+    await hook.pre_run_pod_sandbox(pod_request(BE, ONE))
+    assert read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
+    write(root, 1, POD_PARENT, "cpu.cfs_quota_us", "-1")
+    assert reconcile_once(hook.pods) == 1  # and it is tracked: the reconcile loop restores it
+    assert read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
