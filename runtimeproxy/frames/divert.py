@@ -39,8 +39,10 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 def parse_timeout(value: str) -> float | None:
     """grpc-timeout (e.g. ``"4999910u"``) in seconds; None if malformed."""
     digits = value[:-1]
-    # isascii: str.isdigit also takes digits int() refuses (a superscript two).
-    if len(value) < 2 or value[-1] not in _TIMEOUT_UNITS or not (digits.isascii() and digits.isdigit()):
+    # isascii: str.isdigit also takes digits int() refuses (a superscript two);
+    # at most 8 digits (the gRPC spec): more overflow a float, or int() itself.
+    if (not 2 <= len(value) <= 9 or value[-1] not in _TIMEOUT_UNITS
+            or not (digits.isascii() and digits.isdigit())):
         return None
     return int(digits) * _TIMEOUT_UNITS[value[-1]]
 

@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import grpc
+import hpack
 import pytest
 from grpc import aio
 
@@ -145,4 +146,22 @@ async def test_a_stream_error_resets_only_its_stream(frames: Scripted) -> None:
     peer.writer.write(grpc_call(3, PRE_CREATE.full_method, hook_request_bytes("none")))
     answer = await peer.until(HEADERS, 3) + await peer.until(HEADERS, 3)
     assert dict(peer.decoder.decode(answer[-1][3])) == {"grpc-status": "0"}
+    await peer.close()
+
+
+async def test_a_malformed_grpc_timeout_costs_no_other_call(frames: Scripted) -> None:
+    """More digits than gRPC allows (8) once overflowed a float and aborted the connection."""
+    peer = await raw_with_settings(Path(frames.socket_path))
+    peer.writer.write(grpc_call(1, PRE_CREATE.full_method, hook_request_bytes("wait")))
+    await asyncio.wait_for(frames.started.wait(), 5)
+    block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(k, v) for k, v in (
+        (":method", "POST"), (":scheme", "http"), (":path", PRE_CREATE.full_method),
+        ("content-type", "application/grpc"), ("grpc-timeout", "9" * 400 + "S"))])
+    body = hook_request_bytes("none")
+    peer.writer.write(frame(HEADERS, END_HEADERS, 3, block)
+                      + frame(DATA, END_STREAM, 3, b"\0" + struct.pack(">I", len(body)) + body))
+    assert (await peer.until(HEADERS, 3))[-1][2] == 3  # answered, as a call with no deadline
+    assert not frames.cancelled.is_set()
+    frames.release.set()
+    assert (await peer.until(HEADERS, 1))[-1][2] == 1
     await peer.close()

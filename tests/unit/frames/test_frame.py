@@ -109,7 +109,9 @@ def test_message_sizes_across_frames() -> None:
 
 @pytest.mark.parametrize(("value", "seconds"), [("5S", 5.0), ("250m", 0.25), ("7u", 7e-6), ("1H", 3600.0),
                                                 ("x", None), ("12", None), ("S", None),
-                                                ("\u00b2S", None), ("1\u0663m", None)])  # digits int() refuses
+                                                ("\u00b2S", None), ("1\u0663m", None),  # digits int() refuses
+                                                ("99999999H", 99999999 * 3600.0), ("999999999H", None),
+                                                ("9" * 400 + "S", None), ("9" * 5000 + "S", None)])  # over 8 digits
 def test_grpc_timeout(value: str, seconds: float | None) -> None:
     assert parse_timeout(value) == seconds
 
