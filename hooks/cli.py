@@ -181,8 +181,10 @@ def _load_config(path: Path | None) -> Mapping[str, Any]:
         return {}
     try:
         doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SetupError(f"cannot read hook config {path}: {exc}") from exc
+    except RecursionError:
+        raise SetupError(f"cannot read hook config {path}: YAML nested too deeply") from None
     if doc is None:  # an empty file: no settings
         return {}
     if not isinstance(doc, dict):

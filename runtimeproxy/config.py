@@ -120,7 +120,9 @@ def load(path: Path | None) -> ProxyConfig:
     try:
         text = path.read_text()
         doc = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except RecursionError:
+        raise ConfigError(f"cannot read config file {path}: YAML nested too deeply") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(f"cannot read config file {path}: {exc}", line=line) from exc

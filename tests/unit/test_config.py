@@ -130,6 +130,14 @@ def test_invalid_yaml_is_an_error(tmp_path: Path) -> None:
         load(write(tmp_path, "listen: [unclosed\n"))
 
 
+@pytest.mark.parametrize("content", ["a: " + "[" * 3000 + "]" * 3000 + "\n", "listen: \udcff\n"])
+def test_yaml_nested_too_deeply_or_not_utf8_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(path)
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [

@@ -169,6 +169,7 @@ SETUP_ERRORS = {
     "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, watchful)"),
     "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: hook noop takes no config; got keys ['cpu']"),
     "config not YAML": (["noop"], "cpu: [2\n", "cannot read hook config"),
+    "config nested too deeply": (["noop"], "a: " + "[" * 3000 + "]" * 3000 + "\n", "YAML nested too deeply"),
     "config not a mapping": (["noop"], "- 1\n", "expected a mapping of settings at the top level, got list"),
     "hook refuses config": (["watchful"], "record: /x\n", "hook watchful: missing keys ['registration']"),
     "bad timeout": (["noop", "--timeout", "5"], None, "invalid duration '5'"),

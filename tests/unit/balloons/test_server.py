@@ -170,6 +170,17 @@ async def test_reload_keeps_the_last_good_config(tmp_path) -> None:
     assert runtime.updates == [("c-a", "1-2", "0")]
 
 
+@pytest.mark.parametrize("content", [b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n", b"reservedResources: \xff\n"])
+async def test_reload_of_yaml_nested_too_deeply_or_not_utf8_keeps_the_last_good_config(tmp_path, content: bytes) -> None:
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    hook, _ = await started(tmp_path, config_path=path)
+    await hook.pre_create_container(request("a", "app"))
+    path.write_bytes(content)
+    assert not await hook.reload(path)  # logged; the hook lives on
+    assert hook.state.pool.balloon_of(("a", "app")).name == "work[0]"
+
+
 async def test_status_socket_answers_the_live_balloons(tmp_path) -> None:
     hook, _ = await started(tmp_path)
     async with hook:
