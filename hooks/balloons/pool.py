@@ -297,15 +297,18 @@ class Pool:
             self.balloons.remove(balloon)
         return balloon
 
-    def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon:
+    def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload).
 
-        It rejoins the balloon of its type that holds its pod or shares its
-        CPUs (only its pod, for preferNewBalloons types); a container on the
-        reserved CPUs alone was in a balloon without CPUs. Otherwise it gets a
-        new balloon made of its CPUs that no other balloon owns, or, when its
-        type has no room for another balloon, shares one. :meth:`settle` then
-        resizes everything.
+        It rejoins the balloon of its type that holds its pod, or that shares
+        its CPUs and has room for it (only its pod, for preferNewBalloons
+        types); a container on the reserved CPUs alone was in a balloon
+        without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame
+        every container runs on the same idle ones. Otherwise it gets a new
+        balloon made of its CPUs that no other balloon owns; when its type has
+        no room for another balloon, None: it is placed anew, as a container
+        not pinned yet (it may have run on the fallback balloon). :meth:`settle`
+        then resizes everything.
         """
         if btype.name == RESERVED:
             return self.assign(member, btype)
@@ -314,14 +317,14 @@ class Pool:
         def together(balloon: Balloon) -> bool:
             if balloon.has_pod(member.pod_uid):
                 return True
-            if btype.prefer_new_balloons and balloon.members:
+            if btype.prefer_new_balloons and balloon.members or not balloon.fits(member.milli):
                 return False
             return bool(balloon.cpus & own) if own else not balloon.cpus
 
         existing = self.of_type(btype.name)
         match = next((b for b in existing if together(b)), None)
         if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
-            match = max(existing, key=lambda b: len(b.cpus & own))
+            return None
         if match is None:
             match = self._new_balloon(btype, 0)
             assert match is not None  # no CPUs asked, and there is room for another balloon

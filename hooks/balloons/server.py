@@ -101,6 +101,9 @@ class BalloonsHook(BuiltinHook):
         self._runtime = runtime or RuntimeClient(config.runtime_endpoint)
         self._reconcile_interval = reconcile_interval
         self._lock = asyncio.Lock()
+        # Hook events that changed membership: reconcile acts on a listing only
+        # if none came while it was taken (a stop, or a restart, since then).
+        self._events = 0
         self._ready = asyncio.Event()
         self._moves_due = asyncio.Event()
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
@@ -191,6 +194,7 @@ class BalloonsHook(BuiltinHook):
     async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
         await self._wait_ready()
         async with self._lock:
+            self._events += 1
             cpuset = self._place(request, milli_from_shares(request.container_resources.cpu_shares))
         self._moves_due.set()  # the balloon may have grown: its other containers move
         return _answer(cpuset)
@@ -199,6 +203,7 @@ class BalloonsHook(BuiltinHook):
         await self._wait_ready()
         key = (request.pod_meta.uid, request.container_meta.name)
         async with self._lock:
+            self._events += 1
             balloon = self._state.pool.balloon_of(key)
             if balloon is None:  # created while this hook was not there: pinned once it starts
                 self._place(request, milli_from_shares(request.container_resources.cpu_shares))
@@ -215,6 +220,7 @@ class BalloonsHook(BuiltinHook):
         key = (request.pod_meta.uid, request.container_meta.name)
         shares = request.container_resources.cpu_shares
         async with self._lock:
+            self._events += 1
             balloon = self._state.pool.balloon_of(key)
             if balloon is None:
                 cpuset = self._place(request, milli_from_shares(shares))
@@ -240,11 +246,13 @@ class BalloonsHook(BuiltinHook):
 
     async def post_stop_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
         async with self._lock:
+            self._events += 1
             self._state.release((request.pod_meta.uid, request.container_meta.name), request.container_meta.id)
         self._moves_due.set()
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> None:
         async with self._lock:
+            self._events += 1
             self._state.release_pod(request.pod_meta.uid)
         self._moves_due.set()
 
@@ -284,9 +292,15 @@ class BalloonsHook(BuiltinHook):
     async def reconcile(self) -> None:
         """Release containers the runtime no longer runs (a stop the hook did not see, an
         exit), learn ids, and place live containers the hook does not know."""
+        events = self._events
         found = {f.key: f for f in await self._runtime.list_live()}
         now = time.monotonic()
         async with self._lock:
+            if self._events != events:
+                # A container stopped, or restarted, since the listing: it would
+                # be adopted again, or given its predecessor's id. Next pass.
+                log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
+                return
             state = self._state
             for _, member in list(state.pool.members()):
                 live = found.get(member.key)

@@ -161,6 +161,9 @@ class Assignments:
                 fresh.append(item)
                 continue
             balloon = pool.restore(item.member, btype, item.cpus)
+            if balloon is None:  # its type has no room left: placed anew, below
+                fresh.append(item)
+                continue
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
             state.applied[key] = (format_cpuset(item.cpus) if config.pin_cpu else "", item.mems if config.pin_memory else "")

@@ -211,10 +211,13 @@ def test_containers_of_a_cpu_less_balloon_restore_into_one_balloon() -> None:
     assert len(p.of_type("t")) == 1
 
 
-def test_restore_beyond_max_balloons_shares_a_balloon() -> None:
+def test_restore_beyond_max_balloons_leaves_the_container_to_be_placed_anew() -> None:
+    """(Assignments.rebuild then places it as a container not pinned yet: in a
+    balloon with room, or on the fallback one.)"""
     p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 1})
     p.restore(member("a"), p.types["t"], frozenset({1}))
-    balloon = p.restore(member("b"), p.types["t"], frozenset({5}))
-    assert len(p.of_type("t")) == 1 and balloon.cpus == {1, 5}
+    assert p.restore(member("b"), p.types["t"], frozenset({5})) is None
+    balloon = p.assign(member("b"), p.types["t"])
+    assert len(p.of_type("t")) == 1 and balloon.has_pod(member("b").pod_uid)
     assert p.settle() == []
     assert len(balloon.cpus) == 2

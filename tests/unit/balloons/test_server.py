@@ -237,3 +237,88 @@ async def test_pin_flags_choose_what_the_answer_sets(tmp_path) -> None:
     assert answer.container_resources.cpu_shares == 0  # only the cpuset: the request keeps the rest
     hook, _ = await started(tmp_path / "none", {**CONFIG, "pinMemory": False, "pinCPU": False})
     assert await hook.pre_create_container(request("a", "app")) is None
+
+
+SHARED_IDLE = {
+    "reservedResources": {"cpu": "cpuset:0"},
+    "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2, "shareIdleCPUsInSame": "system"}],
+}
+
+
+async def _reloaded(tmp_path, config: dict, pods: list[tuple[str, int]]) -> BalloonsHook:
+    """``pods`` (uid, CPU shares) created and started under ``config``, then the config file touched."""
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(config))
+    hook, _ = await started(tmp_path, config, config_path=path)
+    for uid, shares in pods:
+        await hook.pre_create_container(request(uid, "app", shares=shares))
+        await hook.pre_start_container(request(uid, "app", shares=shares, cid=f"c-{uid}"))
+    path.write_text(yaml.safe_dump(config) + "# touched\n")
+    assert await hook.reload(path)
+    return hook
+
+
+async def test_a_reload_keeps_balloons_that_share_idle_cpus_apart(tmp_path) -> None:
+    """With shareIdleCPUsInSame every container runs on the same idle CPUs as
+    well as its balloon's: those alone do not put two containers together."""
+    hook = await _reloaded(tmp_path, SHARED_IDLE, [("a", 2048), ("b", 2048)])
+    pool = hook.state.pool
+    a, b = pool.balloon_of(("a", "app")), pool.balloon_of(("b", "app"))
+    assert a is not b and len(a.cpus) == len(b.cpus) == 2 and not a.cpus & b.cpus
+
+
+async def test_a_reload_leaves_a_container_on_the_fallback_balloon_if_its_type_is_full(tmp_path) -> None:
+    hook = await _reloaded(tmp_path, {**CONFIG, "onExhausted": "Ignore"}, [("a", 3072), ("b", 1024)])
+    pool = hook.state.pool
+    a, b = pool.balloon_of(("a", "app")), pool.balloon_of(("b", "app"))
+    assert a.name == "work[0]" and b.name == "default[0]"
+    assert a.requested_milli == 3000 and len(a.cpus) == 3
+
+
+class _RacyRuntime(FakeRuntime):
+    """Lists what runs, then lets hook events happen before answering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_list = None
+
+    async def list_live(self) -> list[FoundContainer]:
+        listed = list(self.live)
+        if self.during_list is not None:
+            during, self.during_list = self.during_list, None
+            await during()
+        return listed
+
+
+async def test_a_pod_stopped_while_the_runtime_was_listed_is_not_adopted_again(tmp_path) -> None:
+    runtime = _RacyRuntime()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    await hook.pre_create_container(request("a", "app", shares=2048))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+
+    async def stopped() -> None:
+        runtime.live = []
+        await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="a")))
+
+    runtime.during_list = stopped
+    await hook.reconcile()
+    assert hook.state.pool.balloon_of(("a", "app")) is None
+
+
+async def test_a_container_restarted_while_the_runtime_was_listed_keeps_its_new_id(tmp_path) -> None:
+    runtime = _RacyRuntime()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    await hook.pre_create_container(request("a", "app", shares=2048))
+    await hook.pre_start_container(request("a", "app", cid="c1"))
+    runtime.live = [FoundContainer("c1", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+
+    async def restarted() -> None:
+        await hook.post_stop_container(request("a", "app", cid="c1"))
+        await hook.pre_create_container(request("a", "app", shares=2048))
+        await hook.pre_start_container(request("a", "app", cid="c2"))
+
+    runtime.during_list = restarted
+    await hook.reconcile()
+    (member,) = [m for _, m in hook.state.pool.members() if m.key == ("a", "app")]
+    assert member.container_id == "c2"
