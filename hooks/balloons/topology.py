@@ -16,6 +16,9 @@ class TopologyError(RuntimeError):
     """sysfs does not describe a usable CPU topology."""
 
 
+MAX_CPU_ID = 1 << 16  # past any machine's CPU ids (the kernel's NR_CPUS tops out at 8192)
+
+
 def parse_cpuset(text: str) -> frozenset[int]:
     """'0-3,8' -> {0, 1, 2, 3, 8}; '' -> {}. ValueError on anything else."""
     out: set[int] = set()
@@ -27,6 +30,8 @@ def parse_cpuset(text: str) -> frozenset[int]:
         start, end = int(lo), int(hi) if sep else int(lo)
         if start < 0 or end < start:
             raise ValueError(f"bad cpuset range {part!r}")
+        if end >= MAX_CPU_ID:  # a typo, not a machine: refused before a set of billions is built
+            raise ValueError(f"cpuset range {part!r} names CPUs past {MAX_CPU_ID - 1}")
         out.update(range(start, end + 1))
     return frozenset(out)
 

@@ -33,6 +33,9 @@ def test_cpuset_format_both_ways() -> None:
     assert parse_cpuset("") == frozenset() and format_cpuset([]) == ""
     with pytest.raises(ValueError):
         parse_cpuset("3-1")
+    with pytest.raises(ValueError, match="past 65535"):
+        parse_cpuset("0-4000000000")  # a typo: refused at once, not a set of four billion
+    assert len(parse_cpuset("0-65535")) == 1 << 16
 
 
 @pytest.mark.parametrize("name", SHAPES)
