@@ -290,12 +290,18 @@ class _RacyRuntime(FakeRuntime):
         return listed
 
 
-async def test_a_pod_stopped_while_the_runtime_was_listed_is_not_adopted_again(tmp_path) -> None:
+async def _running(tmp_path, cid: str) -> tuple[BalloonsHook, _RacyRuntime]:
+    """Pod a's container started as ``cid``, and listed so by the runtime."""
     runtime = _RacyRuntime()
     hook, _ = await started(tmp_path, runtime=runtime)
     await hook.pre_create_container(request("a", "app", shares=2048))
-    await hook.pre_start_container(request("a", "app", cid="c-a"))
-    runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+    await hook.pre_start_container(request("a", "app", cid=cid))
+    runtime.live = [FoundContainer(cid, ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+    return hook, runtime
+
+
+async def test_a_pod_stopped_while_the_runtime_was_listed_is_not_adopted_again(tmp_path) -> None:
+    hook, runtime = await _running(tmp_path, "c-a")
 
     async def stopped() -> None:
         runtime.live = []
@@ -307,11 +313,7 @@ async def test_a_pod_stopped_while_the_runtime_was_listed_is_not_adopted_again(t
 
 
 async def test_a_container_restarted_while_the_runtime_was_listed_keeps_its_new_id(tmp_path) -> None:
-    runtime = _RacyRuntime()
-    hook, _ = await started(tmp_path, runtime=runtime)
-    await hook.pre_create_container(request("a", "app", shares=2048))
-    await hook.pre_start_container(request("a", "app", cid="c1"))
-    runtime.live = [FoundContainer("c1", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+    hook, runtime = await _running(tmp_path, "c1")
 
     async def restarted() -> None:
         await hook.post_stop_container(request("a", "app", cid="c1"))
