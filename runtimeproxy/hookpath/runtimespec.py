@@ -44,11 +44,12 @@ def resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:
 def cgroup_parent_from_spec(spec: Any, container_id: str, pod_parent: str) -> str:
     """The pod cgroup parent the runtime put the container under, read from its
     ``cgroupsPath`` (containerd's ``slice:cri-containerd:<id>`` with systemd,
-    ``<parent>/<id>`` with cgroupfs); ``pod_parent`` unless that says otherwise."""
+    ``<parent>/<id>`` with cgroupfs); ``pod_parent`` unless that says otherwise,
+    and always when the pod has none."""
     linux = spec.get("linux") if isinstance(spec, dict) else None
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    if not isinstance(path, str) or not path:
-        return pod_parent
+    if not isinstance(path, str) or not path or not pod_parent:
+        return pod_parent  # (a pod with none gets the runtime's own default, "/k8s.io": not a hook's doing)
     if ":" in path:  # systemd: containerd keeps only the parent's last slice
         parent_slice = path.split(":", 1)[0]
         same = posixpath.basename(pod_parent.rstrip("/")) == parent_slice

@@ -97,6 +97,7 @@ async def test_a_rebuilt_container_is_under_the_cgroup_parent_the_runtime_put_it
     ("kubepods-besteffort-pod1.slice:cri-containerd:c1", "kubepods-pod1.slice", "kubepods-besteffort-pod1.slice"),
     ("/elsewhere/other-name", "/kubepods/pod1", "/kubepods/pod1"),  # not the runtime's form: not read
     ("", "/kubepods/pod1", "/kubepods/pod1"),
+    ("/k8s.io/c1", "", ""),  # no parent from kubelet: containerd's default, kept out of the record
 ])
 def test_cgroup_parent_from_spec(path: str, pod_parent: str, expected: str) -> None:
     assert cgroup_parent_from_spec({"linux": {"cgroupsPath": path}}, "c1", pod_parent) == expected
