@@ -318,6 +318,8 @@ class FrameConnection:
         before = self.backend_windows.send
         self.backend_frames.announced(values.get(fr.Setting.MAX_FRAME_SIZE))
         self.backend_windows.announced(values.get(fr.Setting.INITIAL_WINDOW_SIZE))
+        self.backend_tables.announced(values.get(fr.Setting.HEADER_TABLE_SIZE))
+        self.client_side.headers.allow_table_size(self.backend_tables.relay)
         self._hooked_windows_moved(before)
 
     def backend_settings_acknowledged(self) -> None:

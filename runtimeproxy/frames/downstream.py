@@ -171,7 +171,7 @@ class BackendSide:
                     call.answer(2, "the runtime ended the call without a status")
             if flags & Flag.PADDED:
                 out.data(sid, bytes(body), end, credit=size)
-                if not end and size > len(body):
+                if not end:
                     # Padding costs stream window, which is end to end: the
                     # client never sees this, so never gives it back.
                     conn.backend.write(fr.window_update(sid, size - len(body)))
@@ -330,8 +330,6 @@ class BackendSide:
     def _settings(self, values: dict[int, int], raw: bytes) -> None:
         conn = self.conn
         conn.backend_settings(values)
-        conn.backend_tables.announced(values.get(Setting.HEADER_TABLE_SIZE))  # (acknowledged: connection.py)
-        conn.client_side.headers.allow_table_size(conn.backend_tables.relay)
         # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
         limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
         if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:

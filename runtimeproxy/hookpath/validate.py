@@ -113,6 +113,8 @@ def invalid_answer(
     resources the hook was ``shown`` (a swap limit below a memory limit the
     answer left alone); what ``shown`` already had, echoed or not, is not the
     answer's doing."""
+    if not answer.ListFields():  # most answers set no resources: nothing to judge
+        return []
     alone = invalid_resources(answer, node)
     merged = hookapi.LinuxContainerResources()
     merged.CopyFrom(shown)
