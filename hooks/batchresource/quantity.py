@@ -36,6 +36,9 @@ _NUMBER = r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
 _SUFFIX = r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)"
 _QUANTITY = re.compile(rf"{_NUMBER}{_SUFFIX}")
 _MAX_EXPONENT = 30  # beyond any resource; stops "1e999999999" from building a giant integer
+# Digits beyond any resource, too: Python refuses to convert integers of more
+# than 4300 digits (a ValueError that is not a QuantityError).
+_MAX_NUMBER_CHARS = 100
 
 
 def parse_quantity(text: object) -> Fraction:
@@ -45,6 +48,8 @@ def parse_quantity(text: object) -> Fraction:
     match = _QUANTITY.fullmatch(text.strip())
     if match is None or not text.strip():
         raise QuantityError(f"{text!r} is not a quantity")
+    if len(match["number"]) > _MAX_NUMBER_CHARS:
+        raise QuantityError(f"{text[:20]!r}...: a number of {len(match['number'])} characters is no resource quantity")
     number, suffix = Fraction(match["number"]), match["suffix"]
     if suffix in _BINARY:
         return number * _BINARY[suffix]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .spec import ContainerBatch, PodBatchSpec
+from .spec import MAX_MEMORY_BYTES, MAX_MILLI_CPU, ContainerBatch, PodBatchSpec
 
 __all__ = [
     "CFS_PERIOD",
@@ -92,12 +92,22 @@ def _effective(app: int | None, init: Iterable[int | None], limits: bool) -> int
 
 
 def pod_totals(spec: PodBatchSpec) -> ContainerBatch:
+    """The pod's effective values, each capped at a container's maximum: a sum of
+    many huge containers must still fit the hook API's int64 (and a cgroup file);
+    the cap is still above every container, and no node has that much."""
     app, init = list(spec.containers.values()), list(spec.init_containers.values())
+
+    def total(kind: str, maximum: int) -> int | None:
+        limits = kind.endswith("limit")
+        summed = (_sum_limits if limits else _sum_requests)(getattr(c, kind) for c in app)
+        value = _effective(summed, (getattr(c, kind) for c in init), limits=limits)
+        return None if value is None else min(value, maximum)
+
     return ContainerBatch(
-        cpu_request=_effective(_sum_requests(c.cpu_request for c in app), (c.cpu_request for c in init), limits=False),
-        cpu_limit=_effective(_sum_limits(c.cpu_limit for c in app), (c.cpu_limit for c in init), limits=True),
-        memory_request=_effective(_sum_requests(c.memory_request for c in app), (c.memory_request for c in init), limits=False),
-        memory_limit=_effective(_sum_limits(c.memory_limit for c in app), (c.memory_limit for c in init), limits=True),
+        cpu_request=total("cpu_request", MAX_MILLI_CPU),
+        cpu_limit=total("cpu_limit", MAX_MILLI_CPU),
+        memory_request=total("memory_request", MAX_MEMORY_BYTES),
+        memory_limit=total("memory_limit", MAX_MEMORY_BYTES),
     )
 
 

@@ -58,6 +58,17 @@ def test_invalid(text: str) -> None:
         parse_quantity(text)
 
 
+@pytest.mark.parametrize("text", ["9" * 5000, "0." + "0" * 5000 + "1", "1" * 101 + "Mi"])
+def test_too_many_digits(text: str) -> None:
+    # A ValueError from Python's int conversion limit would escape as a hook failure.
+    with pytest.raises(QuantityError, match="no resource quantity"):
+        parse_quantity(text)
+
+
+def test_a_long_but_plausible_number_is_read() -> None:
+    assert parse_quantity("0." + "0" * 90 + "5") == Fraction(5, 10**91)
+
+
 @pytest.mark.parametrize("value", [500, 1.5, None, ["1"], {"a": 1}])
 def test_not_a_string(value: object) -> None:
     with pytest.raises(QuantityError, match="must be a string"):

@@ -13,6 +13,7 @@ from hooks.batchresource.resources import (
 )
 from hooks.batchresource.spec import (
     ANNOTATION_SPEC,
+    MAX_MEMORY_BYTES,
     MAX_MILLI_CPU,
     ContainerBatch,
     parse_spec,
@@ -97,6 +98,13 @@ def test_without_init_section_every_listed_container_is_summed() -> None:
     # Koordinator's annotation cannot mark init containers: the sum is an upper bound.
     spec = spec_of({"setup": container("3k", None, "4k"), "a": container("500", None, "500")})
     assert pod_values(spec).cpu_quota == 450000
+
+
+def test_pod_totals_are_capped_so_they_fit_int64() -> None:
+    spec = spec_of({f"c{i}": container("1G", "1Ei", "1G", "1Ei") for i in range(16)}, init={"setup": container("1G", "1Ei", "1G", "1Ei")})
+    assert pod_totals(spec) == ContainerBatch(
+        cpu_request=MAX_MILLI_CPU, cpu_limit=MAX_MILLI_CPU, memory_request=MAX_MEMORY_BYTES, memory_limit=MAX_MEMORY_BYTES)
+    assert pod_values(spec).memory_limit == MAX_MEMORY_BYTES < 2**63
 
 
 def test_pod_never_below_a_container() -> None:

@@ -110,6 +110,8 @@ MALFORMED = [
     (annotation({"main": container(limit_cpu="lots")}), "main", "is not a quantity"),
     (annotation({"main": container(limit_memory="-1Gi")}), "main", "negative"),
     (annotation({"main": container(limit_cpu="1e12")}), "main", "absurdly large"),
+    # past Python's 4300-digit int conversion limit: the same warning, not a hook failure
+    (annotation({"main": container(limit_memory="9" * 5000)}), "main", "no resource quantity"),
     (ONE, "sidecar", "'sidecar' is not in"),
 ]
 
@@ -128,6 +130,17 @@ async def test_malformed_specs_leave_the_pod_unchanged_and_are_logged(
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.cfs_quota_us") == "-1"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings and all(r.pod == "team-a/batch-job" and reason in r.reason for r in warnings)
+
+
+async def test_a_pod_summing_past_int64_still_gets_its_answer(tmp_path: Path) -> None:
+    # 16 containers of 1 EiB each sum to 2**64, which the hook API's int64 cannot hold.
+    huge = annotation({f"c{i}": container("1G", "1Ei", "1G", "1Ei") for i in range(16)})
+    hook = make_hook(tmp_path)
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    answer = await hook.pre_run_pod_sandbox(pod_request(BE, huge))
+    assert answer is not None and answer.resources.memory_limit_in_bytes == 2**60
+    assert answer.resources.cpu_quota == 1_000_000 * 1000 * 100  # a million cores, the cap
+    assert read(tmp_path / "cgroup", 1, POD_PARENT, "memory.limit_in_bytes") == str(2**60)
 
 
 async def test_memory_limit_below_usage_leaves_the_container_unchanged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
