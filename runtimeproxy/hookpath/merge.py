@@ -2,7 +2,7 @@
 
 Only these can change through a hook: labels, annotations, cgroup parent,
 Linux resources and env. A value a hook leaves unset (zero, empty) keeps the
-original; maps merge by key; env keeps its order, a hook's variable replaces
+original; maps merge by key, and so do hugepage limits by page size; env keeps its order, a hook's variable replaces
 one of the same name or is appended. Nothing else of a request is reachable
 from here, so no hook can grant privileges, mounts, devices or namespaces.
 """
@@ -55,14 +55,25 @@ def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> boo
         if value and getattr(target, name) != value:
             setattr(target, name, value)
             changed = True
-    if update.hugepage_limits:
-        wanted = [(h.page_size, h.limit) for h in update.hugepage_limits]
-        if [(h.page_size, h.limit) for h in target.hugepage_limits] != wanted:
-            del target.hugepage_limits[:]
-            for page_size, limit in wanted:
-                target.hugepage_limits.add(page_size=page_size, limit=limit)
-            changed = True
+    changed = merge_hugepages(target.hugepage_limits, update.hugepage_limits) or changed
     return merge_map(target.unified, update.unified) or changed
+
+
+def merge_hugepages(target: Any, update: Any) -> bool:
+    """By page size, like a map: a limit for a page size replaces that size's, a
+    new size is appended, sizes the update does not name keep theirs. (Where
+    containerd applies an update, it appends to the spec's list, and runc writes
+    each in turn, so the last for a size is what holds: the same outcome.)"""
+    changed = False
+    for wanted in update:
+        current = next((h for h in target if h.page_size == wanted.page_size), None)
+        if current is None:
+            target.add(page_size=wanted.page_size, limit=wanted.limit)
+            changed = True
+        elif current.limit != wanted.limit:
+            current.limit = wanted.limit
+            changed = True
+    return changed
 
 
 def merge_map(target: MutableMapping[str, str], update: Mapping[str, str]) -> bool:

@@ -95,18 +95,21 @@ def test_unset_values_in_update_keep_original_while_others_override() -> None:
     assert target.unified == {"memory.high": "900M", "pids.max": "100"}
 
 
-def test_hugepages_are_replaced_as_a_whole() -> None:
-    target = original_resources()
+def test_hugepages_merge_by_page_size() -> None:
+    target = original_resources()  # 2MB: 1 << 21
     update = hookapi.LinuxContainerResources(
         hugepage_limits=[hookapi.HugepageLimit(page_size="1GB", limit=1 << 30)]
     )
     assert merge_resources(target, update) is True
-    assert [(h.page_size, h.limit) for h in target.hugepage_limits] == [("1GB", 1 << 30)]
-    # The same list again is no change.
+    # A size the hook does not name keeps kubelet's limit; a new one is appended.
+    assert [(h.page_size, h.limit) for h in target.hugepage_limits] == [("2MB", 1 << 21), ("1GB", 1 << 30)]
     assert merge_resources(target, update) is False
+    lowered = hookapi.LinuxContainerResources(hugepage_limits=[hookapi.HugepageLimit(page_size="2MB", limit=1 << 20)])
+    assert merge_resources(target, lowered) is True
+    assert [(h.page_size, h.limit) for h in target.hugepage_limits] == [("2MB", 1 << 20), ("1GB", 1 << 30)]
 
 
-def test_hugepages_order_matters_and_empty_keeps() -> None:
+def test_hugepages_order_is_no_change_and_empty_keeps() -> None:
     target = v1.LinuxContainerResources(
         hugepage_limits=[v1.HugepageLimit(page_size="2MB", limit=1), v1.HugepageLimit(page_size="1GB", limit=2)]
     )
@@ -115,8 +118,8 @@ def test_hugepages_order_matters_and_empty_keeps() -> None:
     reordered = hookapi.LinuxContainerResources(
         hugepage_limits=[hookapi.HugepageLimit(page_size="1GB", limit=2), hookapi.HugepageLimit(page_size="2MB", limit=1)]
     )
-    assert merge_resources(target, reordered) is True
-    assert [h.page_size for h in target.hugepage_limits] == ["1GB", "2MB"]
+    assert merge_resources(target, reordered) is False
+    assert [h.page_size for h in target.hugepage_limits] == ["2MB", "1GB"]
 
 
 def test_unified_merges_by_key() -> None:
