@@ -1,6 +1,8 @@
 """What the balloons hook asks of the runtime (CRI v1): which containers run
-where (to rebuild assignments after a restart), and moving a running
-container to its balloon's new CPUs.
+where (to rebuild assignments after a restart), which have exited (kubelet
+keeps an exited container, e.g. a finished init container, until its pod
+goes: no stop event comes for it), and moving a running container to its
+balloon's new CPUs.
 
 The endpoint is usually the proxy's own socket: an UpdateContainerResources
 sent there passes through this hook's PreUpdateContainerResources, which
@@ -45,6 +47,23 @@ class FoundContainer:
     shares: int
 
 
+@dataclass(frozen=True)
+class ExitedContainer:
+    """A container the runtime lists as exited (its pod still there)."""
+
+    container_id: str
+    key: ContainerKey
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One ListPodSandbox + ListContainers round trip: the live containers
+    (with their specs) and the exited ones (ids only, no ContainerStatus)."""
+
+    live: list[FoundContainer]
+    exited: list[ExitedContainer]
+
+
 class RuntimeClient:
     def __init__(self, endpoint: str, timeout: float = 10.0) -> None:
         self.endpoint = endpoint
@@ -62,15 +81,22 @@ class RuntimeClient:
             await channel.close()
 
     async def list_live(self) -> list[FoundContainer]:
+        return (await self.list_containers()).live
+
+    async def list_containers(self) -> Listing:
         stub = self._stub()
         pods = {p.id: p for p in (await stub.ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)).items}
         listed = await stub.ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         found = []
+        exited = []
         for container in listed.containers:
             pod = pods.get(container.pod_sandbox_id)
-            if container.state not in LIVE_STATES or pod is None:
+            if pod is None or pod.labels.get(SKIP_LABEL, "").lower() == "true":
                 continue
-            if pod.labels.get(SKIP_LABEL, "").lower() == "true":
+            if container.state == v1.CONTAINER_EXITED:
+                exited.append(ExitedContainer(container.id, (pod.metadata.uid, container.metadata.name)))
+                continue
+            if container.state not in LIVE_STATES:
                 continue
             try:
                 spec = await self._spec(container.id)
@@ -96,7 +122,7 @@ class RuntimeClient:
                     shares=shares if isinstance(shares, int) else 0,
                 )
             )
-        return found
+        return Listing(found, exited)
 
     async def _spec(self, container_id: str) -> dict[str, Any]:
         status = await self._stub().ContainerStatus(

@@ -36,7 +36,7 @@ from .config import (
     load_config_file,
     parse_config,
 )
-from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
+from .pool import ContainerKey, Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
 from .runtime import RuntimeClient
 from .state import Assignments, Cpuset, Restored
 from .status import StatusServer, status_socket_for
@@ -49,6 +49,7 @@ RETRY_DELAY = 5.0  # after a failed move or rebuild
 RECONCILE_INTERVAL = 30.0
 # A container placed at PreCreateContainer is not in the runtime's list until
 # CreateContainer returns: do not take it for gone before kubelet's deadline.
+# (One the runtime lists as exited, with the id the hook knows, goes at once.)
 CREATE_GRACE = 150.0
 
 
@@ -291,9 +292,19 @@ class BalloonsHook(BuiltinHook):
 
     async def reconcile(self) -> None:
         """Release containers the runtime no longer runs (a stop the hook did not see, an
-        exit), learn ids, and place live containers the hook does not know."""
+        exit), learn ids, and place live containers the hook does not know.
+
+        An exited container (an init container that finished, a crash waiting
+        for its restart: kubelet keeps it, no stop event comes) is released at
+        once if it is the member's known container and nothing of its key is
+        live. A member whose id is unknown or another one is being re-created
+        (a new PreCreateContainer placed it): only the grace releases it."""
         events = self._events
-        found = {f.key: f for f in await self._runtime.list_live()}
+        listing = await self._runtime.list_containers()
+        found = {f.key: f for f in listing.live}
+        exited: dict[ContainerKey, set[str]] = {}
+        for gone in listing.exited:
+            exited.setdefault(gone.key, set()).add(gone.container_id)
         now = time.monotonic()
         async with self._lock:
             if self._events != events:
@@ -305,8 +316,10 @@ class BalloonsHook(BuiltinHook):
             for _, member in list(state.pool.members()):
                 live = found.get(member.key)
                 if live is None:
-                    if now - state.placed_at.get(member.key, 0.0) > CREATE_GRACE:
-                        state.release(member.key)
+                    if member.container_id and member.container_id in exited.get(member.key, ()):
+                        state.release(member.key, member.container_id, why="it exited")
+                    elif now - state.placed_at.get(member.key, 0.0) > CREATE_GRACE:
+                        state.release(member.key, why="the runtime does not list it")
                 elif member.container_id != live.container_id:
                     member.container_id = live.container_id
             for key, live in found.items():

@@ -97,7 +97,7 @@ class Assignments:
     def given(self, key: ContainerKey, cpuset: Cpuset) -> None:
         self.applied[key] = cpuset
 
-    def release(self, key: ContainerKey, container_id: str = "") -> Balloon | None:
+    def release(self, key: ContainerKey, container_id: str = "", why: str = "") -> Balloon | None:
         balloon = self.pool.balloon_of(key)
         if balloon is None:
             return None
@@ -109,10 +109,12 @@ class Assignments:
         for table in (self.pods, self.applied, self.placed_at):
             table.pop(key, None)
         log.info(
-            "releasing container %s from balloon %s",
+            "releasing container %s from balloon %s%s",
             member.label,
             balloon.name,
-            extra={"container": member.label, "container_id": member.container_id, "balloon": balloon.name},
+            f" ({why})" if why else "",
+            extra={"container": member.label, "container_id": member.container_id, "balloon": balloon.name,
+                   **({"reason": why} if why else {})},
         )
         self._log_resizes(before)
         return balloon

@@ -24,6 +24,7 @@ import yaml
 from grpc import aio
 
 from runtimeproxy.host.containerd import terminate_process
+from hooks.balloons.runtime import ExitedContainer, RuntimeClient
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 from ..hookprocs import registered
@@ -260,4 +261,38 @@ async def test_config_reloads_and_exhausted_policy(launcher, pod_log_dir, tmp_pa
     finally:
         async with launcher.channel() as channel:
             for pod_id in pods:
+                await remove_pod_quietly(V1, channel, pod_id)
+
+
+async def test_the_runtime_listing_reports_an_exited_init_container(launcher, pod_log_dir) -> None:
+    """What reconcile releases at once: kubelet keeps a finished init container
+    (EXITED) until its pod goes, so no stop event comes for it. One
+    ListPodSandbox + ListContainers gives it with its key, next to the live one."""
+    await launcher.start()
+    runtime = RuntimeClient(str(launcher.socket))
+    pod_id = ""
+    try:
+        async with launcher.channel() as channel:
+            rt = V1.runtime(channel)
+            pod_config = pod_sandbox_config(pb, pod_log_dir, namespace=WORK_NS)
+            uid = pod_config.metadata.uid
+            pod_id = (await rt.RunPodSandbox(pb.RunPodSandboxRequest(config=pod_config), timeout=60)).pod_sandbox_id
+            ids = {}
+            for name, command in (("init", ("true",)), ("sleeper", ("sleep", "3600"))):
+                config = container_config(pb, name=name, command=command)
+                ids[name] = (await rt.CreateContainer(
+                    pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config), timeout=60
+                )).container_id
+                await rt.StartContainer(pb.StartContainerRequest(container_id=ids[name]), timeout=60)
+            async with asyncio.timeout(20):
+                request = pb.ContainerStatusRequest(container_id=ids["init"])
+                while (await rt.ContainerStatus(request, timeout=10)).status.state != pb.CONTAINER_EXITED:
+                    await asyncio.sleep(0.1)
+            listing = await runtime.list_containers()
+            assert ExitedContainer(ids["init"], (uid, "init")) in listing.exited
+            assert {(f.key, f.container_id) for f in listing.live if f.pod_uid == uid} == {((uid, "sleeper"), ids["sleeper"])}
+    finally:
+        await runtime.close()
+        if pod_id:
+            async with launcher.channel() as channel:
                 await remove_pod_quietly(V1, channel, pod_id)

@@ -14,7 +14,7 @@ import yaml
 
 from cri_api.hookapi import api_pb2
 from hooks.balloons.config import PodContext, parse_config
-from hooks.balloons.runtime import FoundContainer
+from hooks.balloons.runtime import ExitedContainer, FoundContainer, Listing
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.status import read_status, render
 from hooks.balloons.topology import Topology, parse_cpuset
@@ -32,11 +32,15 @@ class FakeRuntime:
 
     def __init__(self) -> None:
         self.live: list[FoundContainer] = []
+        self.exited: list[ExitedContainer] = []
         self.updates: list[tuple[str, str, str]] = []
         self.fail_with: grpc.StatusCode | None = None
 
     async def list_live(self) -> list[FoundContainer]:
         return list(self.live)
+
+    async def list_containers(self) -> Listing:
+        return Listing(list(self.live), list(self.exited))
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
         if self.fail_with is not None:
@@ -282,8 +286,8 @@ class _RacyRuntime(FakeRuntime):
         super().__init__()
         self.during_list = None
 
-    async def list_live(self) -> list[FoundContainer]:
-        listed = list(self.live)
+    async def list_containers(self) -> Listing:
+        listed = Listing(list(self.live), list(self.exited))
         if self.during_list is not None:
             during, self.during_list = self.during_list, None
             await during()
@@ -324,3 +328,68 @@ async def test_a_container_restarted_while_the_runtime_was_listed_keeps_its_new_
     await hook.reconcile()
     (member,) = [m for _, m in hook.state.pool.members() if m.key == ("a", "app")]
     assert member.container_id == "c2"
+
+
+def _exited_only(runtime: FakeRuntime, cid: str) -> None:
+    """The runtime lists pod a's container ``cid`` as exited, nothing of it live."""
+    runtime.live = []
+    runtime.exited = [ExitedContainer(cid, ("a", "app"))]
+
+
+async def test_an_exited_container_is_released_at_the_next_reconcile_not_after_the_grace(tmp_path, caplog) -> None:
+    """An init container that finished (or a crashed one waiting for its restart):
+    kubelet keeps it, no PostStopContainer comes; its CPUs go back at once."""
+    hook, runtime = await _running(tmp_path, "c-a")
+    await hook.pre_create_container(request("b", "app", shares=1024))
+    assert len(hook.state.pool.balloon_of(("a", "app")).cpus) == 3
+    _exited_only(runtime, "c-a")
+    runtime.live = [FoundContainer("c-b", ("b", "app"), PodContext("apps", "pod-b", "app"), "b", frozenset(), "", 1024)]
+    with caplog.at_level("INFO", logger="hooks.balloons"):
+        await hook.reconcile()  # well within CREATE_GRACE of its placement
+    pool = hook.state.pool
+    assert pool.balloon_of(("a", "app")) is None
+    assert len(pool.balloon_of(("b", "app")).cpus) == 1  # the balloon shrank to b's request
+    assert "releasing container apps/pod-a/app from balloon work[0] (it exited)" in caplog.text
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-b", "1", "0")]
+
+
+async def test_an_exited_attempt_does_not_release_its_live_successor(tmp_path) -> None:
+    hook, runtime = await _running(tmp_path, "c1")
+    await hook.pre_create_container(request("a", "app", shares=2048))  # the restart: attempt 1
+    runtime.exited = [ExitedContainer("c1", ("a", "app"))]
+    runtime.live = [FoundContainer("c2", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset({1, 2}), "0", 2048)]
+    await hook.reconcile()
+    assert hook.state.pool.balloon_of(("a", "app")).members[("a", "app")].container_id == "c2"
+
+
+@pytest.mark.parametrize("new_id", ["", "c2"])
+async def test_an_exited_container_whose_key_was_placed_again_waits_for_the_grace(tmp_path, monkeypatch, new_id) -> None:
+    """kubelet restarts it: a new PreCreateContainer placed a fresh member (id not known
+    yet, or already another one) whose container the runtime may not list yet."""
+    hook, runtime = await _running(tmp_path, "c1")
+    await hook.pre_create_container(request("a", "app", shares=2048))
+    if new_id:
+        await hook.pre_start_container(request("a", "app", cid=new_id))
+    _exited_only(runtime, "c1")
+    await hook.reconcile()
+    balloon = hook.state.pool.balloon_of(("a", "app"))
+    assert balloon is not None and len(balloon.cpus) == 2
+    assert balloon.members[("a", "app")].container_id == new_id
+    monkeypatch.setattr("hooks.balloons.server.CREATE_GRACE", -1.0)  # the grace still applies
+    await hook.reconcile()
+    assert hook.state.pool.balloon_of(("a", "app")) is None
+
+
+async def test_an_exit_listed_while_a_hook_event_came_waits_for_the_next_pass(tmp_path) -> None:
+    hook, runtime = await _running(tmp_path, "c1")
+    _exited_only(runtime, "c1")
+
+    async def updated() -> None:  # any hook event; the member keeps its id, so only the guard holds it
+        await hook.pre_update_container_resources(request("a", "app", shares=0, cid="c1"))
+
+    runtime.during_list = updated
+    await hook.reconcile()
+    assert hook.state.pool.balloon_of(("a", "app")).members[("a", "app")].container_id == "c1"
+    await hook.reconcile()  # no event this time: the listing stands
+    assert hook.state.pool.balloon_of(("a", "app")) is None
