@@ -3,7 +3,8 @@
 A v1 request sent on to a v1alpha2-only runtime keeps its bytes; fields that
 v1alpha2 does not know would be silently ignored there, and some of them are
 security settings (supplemental groups policy, recursive read-only mounts).
-Such a request is refused with INVALID_ARGUMENT naming the fields.
+Such a request is refused with INVALID_ARGUMENT naming the fields, also when
+a string in it is not UTF-8 (parsed then as :mod:`.lenient`'s twin of v1).
 
 So is, by default, a request carrying what even our v1 schema lacks (a
 kubelet newer than the proxy): v1alpha2 cannot know it either. An operator who
@@ -21,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
-from . import methods, schemadiff
+from . import lenient, methods, schemadiff
 from .methods import ApiVersion
 from .stage import Send, Stage, StageProvider
 
@@ -75,9 +76,9 @@ class V1OnlyFieldCheck(StageProvider):
         may_carry_v1_only = schemadiff.request_needs_check(method)
 
         async def check(request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
-            try:
-                msg = request_type.FromString(request)
-            except DecodeError:  # not a valid request: let the backend judge the bytes
+            try:  # a non-UTF-8 string is no reason to skip the check: parsed as the lenient twin
+                msg = lenient.parse(request_type, request)
+            except DecodeError:  # not a valid request at all: let the backend judge the bytes
                 return await send(request)
             fields = summarize(refused_fields(schemadiff.v1_only_fields(msg))) if may_carry_v1_only else []
             if fields:

@@ -13,14 +13,17 @@ surrogates) cannot be assigned.  ``KeyValue.value`` (container env values) is
 ``bytes`` in v1 but ``string`` in v1alpha2, so v1 bytes with a non-UTF-8 env
 value parse fine as v1 but *fail* as v1alpha2.  Hence the proxy never parses
 bytes as v1alpha2 objects: everything here inspects the v1 object and the
-descriptors only.
+descriptors only.  Bytes that fail to parse as v1 (a non-UTF-8 ``string``,
+e.g. a label value) are inspected as the v1 schema's lenient twin instead
+(:mod:`.lenient`: every ``string`` a ``bytes``, same full names and numbers),
+which everything here reads exactly like a v1 object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from google.protobuf.descriptor import (
     Descriptor,
@@ -31,6 +34,7 @@ from google.protobuf.descriptor import (
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from .lenient import is_map_entry
 from .methods import FILES, METHODS, V1, V1ALPHA2
 
 # --------------------------------------------------------------------------- descriptors
@@ -54,6 +58,20 @@ def walk_enums(file: FileDescriptor) -> Iterator[EnumDescriptor]:
     yield from file.enum_types_by_name.values()
     for desc in walk_messages(file):
         yield from desc.enum_types
+
+
+def map_items(value: Any) -> list[tuple[object, object]]:
+    """(key, value) pairs of a map field's value, by key, for a v1 map and for
+    its lenient twin's repeated entries alike (the last entry of a key wins,
+    as in a map; a ``bytes`` key reads as the ``str`` it is in v1, invalid
+    UTF-8 as backslash escapes)."""
+    if isinstance(value, Mapping):  # a map container
+        return [(key, value[key]) for key in sorted(value)]
+    entries = {entry.key: entry.value for entry in value}
+    return [
+        (key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key, entries[key])
+        for key in sorted(entries)  # UTF-8 byte order is code point order, as in sorted(str)
+    ]
 
 
 # --------------------------------------------------------------------------- schema diff
@@ -148,10 +166,10 @@ class SchemaDiff:
                 found.append(path)  # reported as a whole, not looked into
             elif not self._may_carry_field(field):
                 continue
-            elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            elif field.message_type is not None and is_map_entry(field.message_type):
                 value_field = field.message_type.fields_by_name["value"]
-                for key in sorted(value):
-                    self._collect_value(value_field, value[key], f"{path}[{key!r}]", found)
+                for key, item in map_items(value):
+                    self._collect_value(value_field, item, f"{path}[{key!r}]", found)
             elif field.is_repeated:
                 for i, item in enumerate(value):
                     self._collect_value(field, item, f"{path}[{i}]", found)
@@ -188,10 +206,10 @@ def _collect_unknown(msg: Message, prefix: str, found: list[str]) -> None:
     found.extend(f"{prefix}#{f.field_number}" for f in UnknownFieldSet(msg))
     for field, value in msg.ListFields():
         path = prefix + field.name
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        if field.message_type is not None and is_map_entry(field.message_type):
             value_field = field.message_type.fields_by_name["value"]
-            for key in sorted(value):
-                _collect_unknown_value(value_field, value[key], f"{path}[{key!r}]", found)
+            for key, item in map_items(value):
+                _collect_unknown_value(value_field, item, f"{path}[{key!r}]", found)
         elif field.is_repeated:
             for i, item in enumerate(value):
                 _collect_unknown_value(field, item, f"{path}[{i}]", found)

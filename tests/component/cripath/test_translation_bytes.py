@@ -1,6 +1,7 @@
 """Issue: CRI v1alpha2 <-> v1 translation: the bytes of a request survive it
 (non-UTF-8 values; unknown fields, forwarded when told), and fields unknown to
-the proxy are refused for a v1alpha2 runtime otherwise."""
+the proxy are refused for a v1alpha2 runtime otherwise; a non-UTF-8 string
+(which v1 cannot parse) skips neither that nor the v1-only field check."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
@@ -19,6 +21,7 @@ from .translationcases import (
     UNKNOWN_FIELD,
     backend_paths,
     common_create,
+    create_with,
     path,
 )
 
@@ -88,3 +91,83 @@ async def test_fields_unknown_to_the_proxy_are_refused_for_a_v1alpha2_runtime(pr
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "filter.state.state=9" in err.value.details()
     assert backend_paths(fake) == []
+
+
+PLACEHOLDER = b"PLACEHOLDER"
+NOT_UTF8 = b"\xff\xfe" + b"\x80" * (len(PLACEHOLDER) - 2)  # same length: the framing stays valid
+
+
+def with_non_utf8_labels(request: v1.CreateContainerRequest | v1.RunPodSandboxRequest) -> bytes:
+    """``request``'s bytes with a label key and value and an annotation value that are not UTF-8."""
+    request.config.labels[PLACEHOLDER.decode()] = PLACEHOLDER.decode()
+    request.config.annotations["a"] = PLACEHOLDER.decode()
+    raw = request.SerializeToString().replace(PLACEHOLDER, NOT_UTF8)
+    with pytest.raises(DecodeError):
+        type(request).FromString(raw)  # upb: "String field had bad UTF-8"
+    return raw
+
+
+NON_UTF8_REFUSED = [
+    (
+        "CreateContainer",
+        create_with(
+            linux=v1.LinuxContainerConfig(
+                security_context=v1.LinuxContainerSecurityContext(supplemental_groups_policy=v1.Strict)
+            )
+        ),
+        "cannot carry config.linux.security_context.supplemental_groups_policy;",
+    ),
+    (
+        "CreateContainer",
+        create_with(mounts=[v1.Mount(container_path="/ro", host_path="/h", readonly=True, recursive_read_only=True)]),
+        "cannot carry config.mounts[1].recursive_read_only;",
+    ),
+    (
+        "RunPodSandbox",
+        v1.RunPodSandboxRequest(
+            config=v1.PodSandboxConfig(
+                metadata=v1.PodSandboxMetadata(name="web", uid="u", namespace="default"),
+                linux=v1.LinuxPodSandboxConfig(
+                    security_context=v1.LinuxSandboxSecurityContext(supplemental_groups_policy=v1.Strict)
+                ),
+            )
+        ),
+        "cannot carry config.linux.security_context.supplemental_groups_policy;",
+    ),
+    ("CreateContainer", create_with(stop_signal=v1.Signal.SIGTERM), "cannot carry config.stop_signal;"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "request_", "named"), NON_UTF8_REFUSED, ids=["supplemental-groups", "rro", "sandbox", "stop-signal"]
+)
+async def test_a_non_utf8_string_does_not_skip_the_v1_only_field_check(proxy_for, client, method, request_, named) -> None:
+    """v1 cannot parse the bytes (a string is not UTF-8); the check reads them as v1's lenient twin."""
+    fake, _ = await proxy_for(ONLY_V1ALPHA2, serve_versions="v1,v1alpha2")
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(path("v1", method))(with_non_utf8_labels(request_))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(f"{method}: the backend speaks CRI v1alpha2, which ")
+    assert named in err.value.details()
+    assert backend_paths(fake) == []
+
+
+async def test_a_non_utf8_string_does_not_skip_the_unknown_field_check(proxy_for, client) -> None:
+    fake, _ = await proxy_for(ONLY_V1ALPHA2, serve_versions="v1,v1alpha2")
+    raw = with_non_utf8_labels(common_create("v1")) + UNKNOWN_FIELD
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(path("v1", "CreateContainer"))(raw)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "carries #999, unknown to runtime-proxy's CRI v1 schema" in err.value.details()
+    assert backend_paths(fake) == []
+
+
+async def test_a_non_utf8_request_without_v1_only_fields_is_forwarded_byte_identically(proxy_for, client) -> None:
+    fake, _ = await proxy_for(ONLY_V1ALPHA2, serve_versions="v1,v1alpha2")
+    # advisory fields are forwarded, as without the non-UTF-8 strings
+    request = common_create("v1")
+    request.config.image.user_specified_image = "busybox"
+    raw = with_non_utf8_labels(request)
+    fake.script(path("v1alpha2", "CreateContainer"), echo=True)
+    assert await client.unary_unary(path("v1", "CreateContainer"))(raw) == raw
+    assert fake.calls(path("v1alpha2", "CreateContainer"))[0].requests == [raw]
