@@ -56,9 +56,19 @@ class Executor:
     # read back from the runtime only as its spec says, and a read under way
     # when it lands must be told it is stale.
     recorded_without_hooks: ClassVar[bool] = False
+    # The hook point whose answers ``carry`` brings into this call: while a
+    # server is registered for it, the call is decoded before it is sent.
+    carries_from: ClassVar[HookType | None] = None
 
     def key(self, req: Any) -> str:
         raise NotImplementedError
+
+    def carry(self, req: Any, store: StateStore) -> bool:
+        """Bring into the call what earlier hooks changed on its object that the
+        client's copy lacks; True if it changed. Before this call's own hooks,
+        from the records in memory only (never a read back: the object's lock is
+        held; a restart's rebuild has read them back)."""
+        return False
 
     async def skip(self, req: Any, store: StateStore) -> bool:
         return False
@@ -179,6 +189,19 @@ class RemovePodSandbox(Executor):
 class CreateContainer(Executor):
     request, response = v1.CreateContainerRequest, v1.CreateContainerResponse
     reads_response = True
+    carries_from = HookType.PRE_RUN_POD_SANDBOX
+
+    def carry(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
+        # containerd puts a container's cgroup under the cgroup parent of the
+        # call's sandbox_config, kubelet's copy of the pod config: a pod that a
+        # PreRunPodSandbox hook moved would have its containers left behind,
+        # outside its pod-level limits. (Koordinator leaves them there.)
+        pod = store.pods.get(req.pod_sandbox_id)
+        linux = req.sandbox_config.linux
+        if pod is None or not pod.cgroup_parent or pod.cgroup_parent == linux.cgroup_parent:
+            return False
+        linux.cgroup_parent = pod.cgroup_parent
+        return True
 
     def key(self, req: v1.CreateContainerRequest) -> str:
         return req.pod_sandbox_id

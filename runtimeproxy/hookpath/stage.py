@@ -112,14 +112,15 @@ class HookStage(StageProvider):
             log.info("a hook server came after calls went unrecorded: state is read again from the runtime")
 
     def sends_unchanged(self, method: str) -> bool:
-        """No pre hook can change the call, no call holds or awaits a lock it
+        """No pre hook can change the call (nor one's answer on its object be
+        carried into it: ``Executor.carry``), no call holds or awaits a lock it
         could pass, and no Fail hook must see it before it goes (a request
         the proxy cannot decode is refused then): the runtime may have it at
         once, while the call is decoded and its record built."""
         point = HOOKED_METHODS.get(method)
         if point is None or len(self.locks) > 0:
             return False
-        if point.pre is not None and self.dispatcher.servers(point.pre):
+        if any(p is not None and self.dispatcher.servers(p) for p in (point.pre, point.executor.carries_from)):
             return False
         return point.post is None or all(
             server.failure_policy is not FailurePolicy.FAIL for server in self.dispatcher.servers(point.post)
@@ -203,7 +204,7 @@ class HookStage(StageProvider):
             if (pre_hook or post_hook) and await ex.skip(req, self.store):
                 log.debug("pod opted out of hooks", extra=fields)
                 pre_hook = post_hook = None
-            changed = False
+            changed = not sent and ex.carry(req, self.store)
             # The hook request the last pre hook was sent, while the call is
             # still what it was built from: the record need not be built again.
             seen: list[Any] = []
@@ -221,7 +222,7 @@ class HookStage(StageProvider):
                     return True
 
                 try:
-                    changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields)
+                    changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields) or changed
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             elif sent and not self._unrecorded and (early := ex.early_seen(req, self.store)) is not None:

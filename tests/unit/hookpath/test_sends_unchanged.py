@@ -49,7 +49,10 @@ IGNORE, FAIL = FailurePolicy.IGNORE, FailurePolicy.FAIL
         ((), "RunPodSandbox", True),
         ((), "RemoveContainer", True),
         ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "RunPodSandbox", False),  # a pre hook may change it
-        ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "CreateContainer", True),  # not this method's
+        ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "StartContainer", True),  # not this method's
+        # its pod's cgroup parent, if a PreRunPodSandbox hook moved it, is carried into the call
+        ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "CreateContainer", False),
+        ((_server(IGNORE, HookType.POST_START_CONTAINER),), "CreateContainer", True),
         ((_server(IGNORE, HookType.POST_STOP_CONTAINER),), "StopContainer", True),  # post hooks come after
         ((_server(FAIL, HookType.POST_STOP_CONTAINER),), "StopContainer", False),  # must see it decoded first
         ((_server(IGNORE, HookType.PRE_START_CONTAINER, HookType.POST_START_CONTAINER),), "StartContainer", False),
