@@ -33,7 +33,7 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 _NUMBER = r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-_SUFFIX = r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)"
+_SUFFIX = r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d{1,9}|[numkMGTPE]?)"  # (9 digits: an int, then range-checked)
 _QUANTITY = re.compile(rf"{_NUMBER}{_SUFFIX}")
 _MAX_EXPONENT = 30  # beyond any resource; stops "1e999999999" from building a giant integer
 # Digits beyond any resource, too: Python refuses to convert integers of more

@@ -19,6 +19,8 @@ import grpc
 from grpc import aio
 from grpc._cython import cygrpc
 
+from .stage import Send
+
 log = logging.getLogger(__name__)
 
 # Headers that belong to one HTTP/2 hop or that grpc sets itself; the rest of
@@ -88,6 +90,33 @@ async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: s
 call_issued: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "runtimeproxy_call_issued", default=None
 )
+
+
+async def issue(send: Send, request: bytes) -> asyncio.Task[bytes]:
+    """Start the backend call and return once the relay has sent its request
+    (``forward.call_issued``), or once it ended without getting there
+    (refused, failed): whatever is sent on this object next reaches the
+    runtime after it."""
+    loop = asyncio.get_running_loop()
+    issued: asyncio.Future[None] = loop.create_future()
+
+    def notify() -> None:
+        if not issued.done():
+            issued.set_result(None)
+
+    token = call_issued.set(notify)
+    try:
+        backend_call = asyncio.ensure_future(send(request))  # the task sees ``notify``
+    finally:
+        call_issued.reset(token)
+    try:
+        await asyncio.wait([backend_call, issued], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        backend_call.cancel()  # the client left before the stop was issued
+        raise
+    finally:
+        issued.cancel()
+    return backend_call
 
 
 class Relay(Protocol):

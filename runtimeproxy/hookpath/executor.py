@@ -57,17 +57,16 @@ class Executor:
     # when it lands must be told it is stale.
     recorded_without_hooks: ClassVar[bool] = False
     # The hook point whose answers ``carry`` brings into this call: while a
-    # server is registered for it, the call is decoded before it is sent.
+    # server is registered for it (only then), the call is decoded and
+    # carried before it is sent, on either data path.
     carries_from: ClassVar[HookType | None] = None
 
     def key(self, req: Any) -> str:
         raise NotImplementedError
 
-    def carry(self, req: Any, store: StateStore) -> bool:
+    async def carry(self, req: Any, store: StateStore) -> bool:
         """Bring into the call what earlier hooks changed on its object that the
-        client's copy lacks; True if it changed. Before this call's own hooks,
-        from the records in memory only (never a read back: the object's lock is
-        held; a restart's rebuild has read them back)."""
+        client's copy lacks; True if it changed. Before this call's own hooks."""
         return False
 
     async def skip(self, req: Any, store: StateStore) -> bool:
@@ -191,12 +190,12 @@ class CreateContainer(Executor):
     reads_response = True
     carries_from = HookType.PRE_RUN_POD_SANDBOX
 
-    def carry(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
+    async def carry(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
         # containerd puts a container's cgroup under the cgroup parent of the
         # call's sandbox_config, kubelet's copy of the pod config: a pod that a
         # PreRunPodSandbox hook moved would have its containers left behind,
         # outside its pod-level limits. (Koordinator leaves them there.)
-        pod = store.pods.get(req.pod_sandbox_id)
+        pod = await store.pod(req.pod_sandbox_id)  # read back if need be, as hook_request would
         linux = req.sandbox_config.linux
         if pod is None or not pod.cgroup_parent or pod.cgroup_parent == linux.cgroup_parent:
             return False

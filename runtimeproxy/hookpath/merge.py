@@ -66,13 +66,16 @@ def merge_hugepages(target: Any, update: Any) -> bool:
     each in turn, so the last for a size is what holds: the same outcome.)"""
     changed = False
     for wanted in update:
-        current = next((h for h in target if h.page_size == wanted.page_size), None)
-        if current is None:
+        # Every entry of the size: a list echoed from a spec containerd
+        # appended to may name one twice, and runc's last write would win.
+        current = [h for h in target if h.page_size == wanted.page_size]
+        if not current:
             target.add(page_size=wanted.page_size, limit=wanted.limit)
             changed = True
-        elif current.limit != wanted.limit:
-            current.limit = wanted.limit
-            changed = True
+        for entry in current:
+            if entry.limit != wanted.limit:
+                entry.limit = wanted.limit
+                changed = True
     return changed
 
 

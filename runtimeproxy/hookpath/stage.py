@@ -16,7 +16,7 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from ..cripath.forward import call_issued
+from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
@@ -43,9 +43,12 @@ OrderWait = Callable[[HookType], "float | None"]
 class HookStage(StageProvider):
     def __init__(
         self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None,
-        order_wait: OrderWait | None = None,
+        order_wait: OrderWait | None = None, carries: bool = True,
     ) -> None:
         self.dispatcher = dispatcher
+        # Whether calls carry earlier hooks' changes (Executor.carry); not
+        # under NRI, which never applies a PreRunPodSandbox answer.
+        self._carries = carries
         self._order_wait = order_wait
         self._tasks = tasks or Supervisor()
         self.store = store
@@ -120,11 +123,15 @@ class HookStage(StageProvider):
         point = HOOKED_METHODS.get(method)
         if point is None or len(self.locks) > 0:
             return False
-        if any(p is not None and self.dispatcher.servers(p) for p in (point.pre, point.executor.carries_from)):
+        if (point.pre is not None and self.dispatcher.servers(point.pre)) or self._carrying(point.executor):
             return False
         return point.post is None or all(
             server.failure_policy is not FailurePolicy.FAIL for server in self.dispatcher.servers(point.post)
         )
+
+    def _carrying(self, ex: Executor) -> bool:
+        """The same answer for both data paths, whatever else is in flight."""
+        return self._carries and ex.carries_from is not None and bool(self.dispatcher.servers(ex.carries_from))
 
     async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()
@@ -204,7 +211,7 @@ class HookStage(StageProvider):
             if (pre_hook or post_hook) and await ex.skip(req, self.store):
                 log.debug("pod opted out of hooks", extra=fields)
                 pre_hook = post_hook = None
-            changed = not sent and ex.carry(req, self.store)
+            changed = not sent and self._carrying(ex) and await ex.carry(req, self.store)
             # The hook request the last pre hook was sent, while the call is
             # still what it was built from: the record need not be built again.
             seen: list[Any] = []
@@ -241,7 +248,7 @@ class HookStage(StageProvider):
                     # the stop's request has been written to the runtime's
                     # connection (so it reaches the runtime first), without
                     # waiting for the stop to end.
-                    backend_call = await _issue(send, outgoing)
+                    backend_call = await issue(send, outgoing)
                     release()
                     release = None
                     reply = await backend_call
@@ -373,33 +380,6 @@ class HookStage(StageProvider):
         await self.settle()  # these may start post hooks
         if self._post_hooks:
             await asyncio.wait(set(self._post_hooks.values()))
-
-
-async def _issue(send: Send, request: bytes) -> asyncio.Task[bytes]:
-    """Start the backend call and return once the relay has sent its request
-    (``forward.call_issued``), or once it ended without getting there
-    (refused, failed): whatever is sent on this object next reaches the
-    runtime after it."""
-    loop = asyncio.get_running_loop()
-    issued: asyncio.Future[None] = loop.create_future()
-
-    def notify() -> None:
-        if not issued.done():
-            issued.set_result(None)
-
-    token = call_issued.set(notify)
-    try:
-        backend_call = asyncio.ensure_future(send(request))  # the task sees ``notify``
-    finally:
-        call_issued.reset(token)
-    try:
-        await asyncio.wait([backend_call, issued], return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        backend_call.cancel()  # the client left before the stop was issued
-        raise
-    finally:
-        issued.cancel()
-    return backend_call
 
 
 def _event_keys(key: str, request: object, store: StateStore) -> tuple[str, ...]:

@@ -83,7 +83,7 @@ class NriPlugin:
         clamped = ClampedRegistry(self.registry, settings.budget)
         self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=read_node_facts())
         self.store = StateStore()
-        self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped))
+        self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped), carries=False)
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)
         self.connection: PluginConnection | None = None
         self.connected = asyncio.Event()  # set while a connection is synchronized

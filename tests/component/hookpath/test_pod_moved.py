@@ -5,10 +5,14 @@ so the proxy carries the moved parent into each CreateContainer."""
 
 from __future__ import annotations
 
+import json
+
+from google.protobuf import json_format
+
 from cri_api.v1 import api_pb2 as v1
 
 from ...hookprocs import hook_server, registered
-from .crirequests import CREATE, RUN_POD, backend_request, create_request, sandbox_config
+from .crirequests import CREATE, POD_STATUS, RUN_POD, backend_request, create_request, sandbox_config
 
 MOVED = "/kubepods/besteffort/moved"
 KUBELETS = "/kubepods/burstable/poduid-1"  # sandbox_config()'s
@@ -68,7 +72,58 @@ async def test_a_pod_left_where_it_was_sends_its_containers_as_they_came(
         await registered(running, 1)
         fake.script(RUN_POD, response=v1.RunPodSandboxResponse(pod_sandbox_id="pod-1").SerializeToString())
         await client.unary_unary(RUN_POD)(v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString())
-        raw = create_request().SerializeToString() + b"\xba\x3e\x01z"  # plus an unknown field
+        raw = noncanonical_create()
         await client.unary_unary(CREATE)(raw)
     assert fake.calls(CREATE)[0].requests == [raw]
     assert running.store.containers["ctr-1"].pod_cgroup_parent == KUBELETS
+
+
+async def test_a_pod_read_back_after_a_restart_is_carried_too(running, fake, client, sock_dir, hook_dir) -> None:
+    # The proxy restarted and its rebuild has not reached the pod: the record is
+    # read back from the runtime, which keeps the config it was sent (moved).
+    config = sandbox_config()
+    config.linux.cgroup_parent = MOVED
+    info = json.dumps({"config": json_format.MessageToDict(config, preserving_proto_field_name=True)})
+    fake.script(POD_STATUS, response=v1.PodSandboxStatusResponse(info={"info": info}).SerializeToString())
+    async with hook_server(sock_dir, "mover", MOVER) as mover, hook_server(sock_dir, "seer", {"PreCreateContainer": {}}) as seer:
+        mover.register(hook_dir, ["PreRunPodSandbox"])
+        seer.register(hook_dir, ["PreCreateContainer"])
+        await registered(running, 2)
+        assert "pod-1" not in running.store.pods
+        await client.unary_unary(CREATE)(create_request().SerializeToString())
+        assert seer.requests("PreCreateContainer")[0]["pod_cgroup_parent"] == MOVED
+    assert backend_request(fake).sandbox_config.linux.cgroup_parent == MOVED
+
+
+async def test_without_a_pod_hook_left_nothing_is_carried_on_either_path(
+    running, fake, client, sock_dir, hook_dir
+) -> None:
+    # The mover's file is gone, another server stays: whether the call is
+    # carried must not depend on the data path or on what else is in flight.
+    async with hook_server(sock_dir, "mover", MOVER) as mover, hook_server(sock_dir, "other", {"PostStartContainer": {}}) as other:
+        path = mover.register(hook_dir, ["PreRunPodSandbox"])
+        other.register(hook_dir, ["PostStartContainer"])
+        await registered(running, 2)
+        await run_pod(fake, client)
+        path.unlink()
+        await registered(running, 1)
+        raw = noncanonical_create()
+        await client.unary_unary(CREATE)(raw)
+    assert fake.calls(CREATE)[0].requests == [raw]
+
+
+def noncanonical_create() -> bytes:
+    """create_request()'s bytes with its fields in reverse order: a request the
+    proxy decoded and encoded again would reach the runtime reordered."""
+    request = create_request()
+    parts = []
+    for field, _ in reversed(request.ListFields()):
+        single = v1.CreateContainerRequest()
+        single.MergeFrom(request)
+        for other, _ in request.ListFields():
+            if other is not field:
+                single.ClearField(other.name)
+        parts.append(single.SerializeToString())
+    raw = b"".join(parts)
+    assert raw != request.SerializeToString() and v1.CreateContainerRequest.FromString(raw) == request
+    return raw

@@ -65,6 +65,18 @@ def test_too_many_digits(text: str) -> None:
         parse_quantity(text)
 
 
+@pytest.mark.parametrize("text", ["1e" + "9" * 5000, "1e1234567890"])
+def test_an_exponent_of_many_digits_is_no_quantity(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "1e-31"])
+def test_an_exponent_out_of_range(text: str) -> None:
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity(text)
+
+
 def test_a_long_but_plausible_number_is_read() -> None:
     assert parse_quantity("0." + "0" * 90 + "5") == Fraction(5, 10**91)
 

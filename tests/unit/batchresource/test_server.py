@@ -112,6 +112,7 @@ MALFORMED = [
     (annotation({"main": container(limit_cpu="1e12")}), "main", "absurdly large"),
     # past Python's 4300-digit int conversion limit: the same warning, not a hook failure
     (annotation({"main": container(limit_memory="9" * 5000)}), "main", "no resource quantity"),
+    ({ANNOTATION_SPEC: '{"containers": {"main": {"limits": {"kubernetes.io/batch-cpu": ' + "9" * 5000 + "}}}}"}, "main", "not valid JSON"),
     (ONE, "sidecar", "'sidecar' is not in"),
 ]
 

@@ -109,6 +109,17 @@ def test_hugepages_merge_by_page_size() -> None:
     assert [(h.page_size, h.limit) for h in target.hugepage_limits] == [("2MB", 1 << 20), ("1GB", 1 << 30)]
 
 
+def test_hugepages_a_size_listed_twice_gets_the_limit_in_every_entry() -> None:
+    # containerd appends an update's limits to the spec's: a list echoed from
+    # it may name a size twice, and runc writes them in turn (the last wins).
+    target = v1.LinuxContainerResources(
+        hugepage_limits=[v1.HugepageLimit(page_size="2MB", limit=0), v1.HugepageLimit(page_size="2MB", limit=2)]
+    )
+    update = hookapi.LinuxContainerResources(hugepage_limits=[hookapi.HugepageLimit(page_size="2MB", limit=8)])
+    assert merge_resources(target, update) is True
+    assert [(h.page_size, h.limit) for h in target.hugepage_limits] == [("2MB", 8), ("2MB", 8)]
+
+
 def test_hugepages_order_is_no_change_and_empty_keeps() -> None:
     target = v1.LinuxContainerResources(
         hugepage_limits=[v1.HugepageLimit(page_size="2MB", limit=1), v1.HugepageLimit(page_size="1GB", limit=2)]

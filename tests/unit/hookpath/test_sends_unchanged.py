@@ -180,3 +180,27 @@ async def test_shutdown_settles_a_call_the_runtime_has_before_it_stops_what_read
     opened.set()
     await asyncio.wait_for(asyncio.gather(call, settling), 5)
     await stage.dispatcher.close()
+
+
+@pytest.mark.parametrize(("carries", "parent"), [(True, "/moved"), (False, "/kubelets")])
+async def test_a_creation_carries_its_moved_pod_unless_the_stage_must_not(carries: bool, parent: str) -> None:
+    # NRI builds its stage with carries=False: it never applies a
+    # PreRunPodSandbox answer, so a record saying otherwise must move nothing.
+    stage = HookStage(
+        Dispatcher(Servers(_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX))), StateStore(), carries=carries  # type: ignore[arg-type]
+    )
+    stage.store.put_pod("pod-1", executor.pod_record(v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/moved"))))
+    assert stage.sends_unchanged("CreateContainer") is not carries
+    request = v1.CreateContainerRequest(
+        pod_sandbox_id="pod-1", sandbox_config=v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/kubelets"))
+    )
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> bytes:
+        sent.append(data)
+        return v1.CreateContainerResponse(container_id="c1").SerializeToString()
+
+    stage_fn = stage.stage_for("CreateContainer", "v1", "v1")
+    assert stage_fn is not None
+    await stage_fn(request.SerializeToString(), _Context(request_sent=False), send)  # type: ignore[arg-type]
+    assert v1.CreateContainerRequest.FromString(sent[0]).sandbox_config.linux.cgroup_parent == parent
