@@ -2,11 +2,12 @@
 # Set up a fresh Debian machine (as root) to run and test runtime-proxy:
 # containerd + runc (the real backend), busybox-static (test images),
 # docker-registry + skopeo (a loopback registry so PullImage is real),
-# systemd (systemd-analyze checks the unit files), and a virtualenv with the project installed. Safe to run again.
+# systemd (systemd-analyze checks the unit files), python3 with venv, and a
+# virtualenv with the project installed. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(containerd runc busybox-static docker-registry skopeo systemd)
+packages=(python3 python3-venv containerd runc busybox-static docker-registry skopeo systemd)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,8 +23,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
+# A venv made before python3-venv was there has python but no pip: make it again.
+if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/pip ]; then
+    python3 -m venv --clear .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
 echo "setup: ready (.venv)" >&2

@@ -49,7 +49,8 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 
 def test_service_settings() -> None:
     service = parse(SYSTEMD / "runtime-proxy.service")["Service"]
-    assert (service["Type"], service["Restart"]) == ("notify", "on-failure")
+    # always: a clean exit (a stray SIGTERM or SIGHUP) still leaves kubelet without a runtime.
+    assert (service["Type"], service["Restart"]) == ("notify", "always")
     assert 10 <= int(service["WatchdogSec"]) <= 120
     assert service["NoNewPrivileges"] == "yes" and service["ProtectSystem"] == "strict"
     assert service["ProtectHome"] == "yes" and service["PrivateTmp"] == "yes"
@@ -57,6 +58,12 @@ def test_service_settings() -> None:
     listen = Path(yaml.safe_load((SYSTEMD / "config.yaml").read_text())["listen"])
     writable = [Path(p.lstrip("-")) for p in service["ReadWritePaths"].split()]
     assert any(Path(os.path.realpath(listen.parent)) == Path(os.path.realpath(p)) for p in writable), writable
+
+
+def test_the_proxy_and_the_nri_plugin_never_run_together() -> None:
+    # Both serve the same hook directory: with both, every hook would run twice.
+    assert parse(SYSTEMD / "runtime-proxy.service")["Unit"]["Conflicts"] == "runtime-proxy-nri.service"
+    assert parse(SYSTEMD / "runtime-proxy-nri.service")["Unit"]["Conflicts"] == "runtime-proxy.service"
 
 
 def test_socket_is_the_endpoint_kubelet_and_the_proxy_use() -> None:
