@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ProxyConfig:
     listen: Path = Path("/var/run/runtime-proxy/runtime-proxy.sock")
-    # None: no backend given, so the CLI starts a private local containerd.
+    # None only as built in code before a backend is known (the loader refuses
+    # null: serve cannot run without one; --local-containerd sets its own).
     backend: Path | None = Path("/run/containerd/containerd.sock")
     image_backend: Path | None = None  # None: same as backend
     hook_dir: Path = Path("/etc/runtime/hookserver.d")
@@ -65,6 +68,9 @@ class ProxyConfig:
 
 
 _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
+# The settings whose None means something (see the fields); any other null
+# would reach code that needs a value and fail only once serve runs.
+_NULLABLE = {"image_backend", "backend_version", "metrics_listen"}
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
 # setting -> the values it accepts, declared once on the field (the CLI offers the same)
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -72,13 +78,47 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
 _POSITIVE_COUNTS = {"max_concurrent_streams"}
-_NON_NEGATIVE_NUMBERS = {"grace_period", "probe_max_interval", "state_resync_interval"}
+# Seconds: 0 means something for these (no grace, never resync)...
+_NON_NEGATIVE_NUMBERS = {"grace_period", "state_resync_interval"}
+# ...and for this one a busy loop (probes without a pause).
+_POSITIVE_NUMBERS = {"probe_max_interval"}
 MIN_RESYNC_INTERVAL = 1.0  # each resync lists every pod and container
 
 
 def choices(setting: str) -> tuple[str, ...]:
     """The values a setting accepts; empty when it is not a choice."""
     return _CHOICES.get(setting, ())
+
+
+def parse_host_port(address: str, setting: str = "metrics-listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT``; no host: 127.0.0.1) as (host, port), or a
+    ConfigError naming ``setting``; what serve binds is what this accepted."""
+    key = setting.replace("-", "_")
+    host, colon, port = address.rpartition(":")
+    if not colon or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise ConfigError(
+            f"{setting} {address!r}: expected HOST:PORT with a port from 1 to 65535 (':PORT' for 127.0.0.1)", key=key
+        )
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:  # an IPv6 address unbracketed: where it ends is a guess
+        raise ConfigError(f"{setting} {address!r}: an IPv6 address goes in brackets, [ADDR]:PORT", key=key)
+    return host or "127.0.0.1", int(port)
+
+
+def _seconds(value: Any, positive: bool) -> bool:
+    """A finite number of seconds (inf or nan would pass a plain comparison)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value > 0 if positive else value >= 0
+
+
+def _path(name: str, key: str, value: Any) -> Path:
+    # An empty path would be ".", a NUL fails only when serve opens it.
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ConfigError(f"{name} {value!r}: expected a path", key=key)
+    return Path(text)
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -90,20 +130,28 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"unknown setting {key!r}", key=key)
         name = key.replace("_", "-")
         if value is None:
+            if key not in _NULLABLE:
+                raise ConfigError(f"{name} is null: expected a value (leave the key out for the default)", key=key)
             out[key] = None
             continue
         if key in _PATHS:
-            value = Path(value)
+            value = _path(name, key, value)
         elif key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}", key=key)
         elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{name} {value!r}: expected a positive number of bytes", key=key)
         elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{name} {value!r}: expected a positive number", key=key)
-        elif key in _NON_NEGATIVE_NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigError(f"{name} {value!r}: expected a number of seconds", key=key)
+        elif key in _NON_NEGATIVE_NUMBERS and not _seconds(value, positive=False):
+            raise ConfigError(f"{name} {value!r}: expected a number of seconds (finite, 0 or more)", key=key)
+        elif key in _POSITIVE_NUMBERS and not _seconds(value, positive=True):
+            raise ConfigError(f"{name} {value!r}: expected a number of seconds (finite, more than 0)", key=key)
         elif key == "state_resync_interval" and 0 < value < MIN_RESYNC_INTERVAL:
             raise ConfigError(f"{name} {value!r}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
+        elif key == "metrics_listen":
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} {value!r}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
+            parse_host_port(value, name)
         elif key == "serve_versions":
             try:
                 parse_serve_versions(str(value))
@@ -130,7 +178,8 @@ def load(path: Path | None) -> ProxyConfig:
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
     values = {str(k).replace("-", "_"): v for k, v in doc.items()}
     if isinstance(values.get("serve_versions"), list):
-        values["serve_versions"] = ",".join(values["serve_versions"])
+        # str(): a list of numbers is a bad value for the check below, not a crash here.
+        values["serve_versions"] = ",".join(map(str, values["serve_versions"]))
     try:
         return dataclasses.replace(ProxyConfig(), **_coerce(values))
     except ConfigError as exc:

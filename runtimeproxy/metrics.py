@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from .config import parse_host_port
+from .cripath.methods import METHOD_NAMES, UNKNOWN_METHOD, ApiVersion
 from .loopmetrics import CounterFamily, HistogramFamily
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
@@ -71,8 +73,8 @@ class Metrics:
     def serve(self, address: str) -> Callable[[], None]:
         """Serve /metrics on host:port in a background thread; returns the
         stop function, which does not wait for that thread."""
-        host, _, port = address.rpartition(":")
-        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        host, port = parse_host_port(address)  # the form config.load checked
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
 
         def shut_down() -> None:
             server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval
@@ -99,6 +101,8 @@ class HookServerStats:
             self.last_error = {"outcome": outcome, "hook": hook, "at": time.time()}
 
 
+_VERSIONS = frozenset(v.value for v in ApiVersion)
+UNKNOWN_VERSION = "unknown"
 CRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -107,6 +111,9 @@ class CriCallMetrics:
 
     Children are bound on first use and kept, so a call costs a dict lookup,
     not a label resolution; series appear only for methods that were called.
+    Labels are bounded: a method no CRI schema we carry has is counted as
+    ``unknown`` (and so is a version we do not know), since clients may call
+    any name and every name would otherwise stay a series for good.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -139,6 +146,9 @@ class CriCallMetrics:
             ["kind"],
             registry=registry,
         )
+        # By bounded label pair: one recorder (and its children) per pair,
+        # shared by every path labelled so (all invented names among them).
+        self._recorders: dict[tuple[str, str], Callable[[str, float], None]] = {}
         self.served = 0  # calls finished, and
         self.active = 0  # calls in flight, for `runtime-proxy status`
         # Read at scrape time: no locked update per call.
@@ -148,6 +158,14 @@ class CriCallMetrics:
         self.active += 1
 
     def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
+        method = method if method in METHOD_NAMES else UNKNOWN_METHOD
+        version = version if version in _VERSIONS else UNKNOWN_VERSION
+        record = self._recorders.get((method, version))
+        if record is None:
+            record = self._recorders[method, version] = self._new_recorder(method, version)
+        return record
+
+    def _new_recorder(self, method: str, version: str) -> Callable[[str, float], None]:
         # The label children are looked up once, at a code's first call
         # (labels() locks and builds a key each time: most of a record's cost,
         # and it runs per call; and a series appears only once called).

@@ -136,3 +136,19 @@ def _qualified_names(version: ApiVersion) -> frozenset[str]:
 # Service-qualified names (``RuntimeService/CheckpointContainer``), matching
 # MethodRef.qualified_name: calls a v1alpha2-only backend cannot serve.
 V1_ONLY_METHODS: Final = _qualified_names(V1) - _qualified_names(V1ALPHA2)
+
+
+# --------------------------------------------------------------------------- metric labels
+
+# What a metric's method label says for a method our schemas lack: any client
+# can invent method names (each one is still forwarded), and a label per name
+# would grow the metrics without bound.
+UNKNOWN_METHOD: Final = "unknown"
+KNOWN_METHODS: Final = _qualified_names(V1) | _qualified_names(V1ALPHA2)
+METHOD_NAMES: Final = frozenset(name.partition("/")[2] for name in KNOWN_METHODS)
+
+
+def metric_ref(ref: MethodRef) -> MethodRef:
+    """``ref`` as the per-call metrics label it: its method when a schema we
+    carry has it under that service (in either version), else UNKNOWN_METHOD."""
+    return ref if ref.qualified_name in KNOWN_METHODS else dataclasses.replace(ref, method=UNKNOWN_METHOD)

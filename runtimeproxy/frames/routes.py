@@ -101,10 +101,10 @@ class RouterRoutes:
             ref = methods.parse_method(path)
             if ref is None:
                 return None
-            if len(self._recorders) < 1024:  # a client inventing paths does not grow this
-                record = self._recorders[path] = sink.recorder(ref.method, ref.version.value)
-            else:
-                record = sink.recorder(ref.method, ref.version.value)
+            label = methods.metric_ref(ref)  # invented names: one "unknown" label
+            record = sink.recorder(label.method, label.version.value)
+            if label is ref:  # a known method: cached by path, a bounded set (invented paths are not)
+                self._recorders[path] = record
         sink.started()
         return record
 

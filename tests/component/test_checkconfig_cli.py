@@ -126,6 +126,40 @@ def test_bad_config_exits_1_with_its_line(node: Path, text: str, line: int, reas
     assert "koordlet.json: valid" in result.stdout
 
 
+def serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtimeproxy.cli", "serve", *map(str, args)],
+        cwd=REPO, capture_output=True, text=True, timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
+        ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 1 to 65535"),
+        ("backend: null\n", "backend is null: expected a value"),
+        ("hook-dir: null\n", "hook-dir is null: expected a value"),
+        ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
+        ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
+    ],
+)
+def test_what_serve_cannot_run_with_fails_both_the_same_way(node: Path, text: str, reason: str) -> None:
+    """Each of these once passed check-config (0 errors), then serve died
+    with a traceback (or, for the grace period, would never stop in time)."""
+    config = node / "bad.yaml"
+    config.write_text(f"listen: {node / 'proxy.sock'}\n{text}")
+    checked = check_config("--config", config, "--hook-dir", node / "hookserver.d")
+    assert checked.returncode == 1, checked.stdout
+    (error,) = [line for line in checked.stdout.splitlines() if line.startswith("error:")]
+    assert error.startswith(f"error: {config}:2: config file {config}: {reason}")
+    served = serve("--config", config, "--hook-dir", node / "hookserver.d")
+    assert served.returncode == 1, served.stderr
+    # One line, the same message, nothing started.
+    assert served.stderr == f"Error: {error.split(': ', 2)[2]}\n"
+    assert not (node / "proxy.sock").exists()
+
+
 def test_hook_dir_flag_overrides_the_config(node: Path) -> None:
     other = node / "other.d"
     other.mkdir()

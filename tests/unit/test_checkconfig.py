@@ -143,6 +143,35 @@ def test_bad_values_are_errors_with_their_line(tmp_path: Path, text: str, line: 
     assert fragment in finding.reason
 
 
+# Once passed with 0 errors, then serve failed with a traceback.
+SERVE_CRASHERS = [
+    ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
+    ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 1 to 65535"),
+    ("backend: null\n", "backend is null: expected a value"),
+    ("hook-dir: null\n", "hook-dir is null: expected a value"),
+    ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
+    ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
+    ("serve-versions: [1, 2]\n", "serve-versions '1,2'"),  # this one crashed check-config itself
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), SERVE_CRASHERS)
+def test_what_serve_cannot_run_with_is_an_error_as_serve_reports_it(
+    tmp_path: Path, hook_dir: Path, text: str, fragment: str
+) -> None:
+    path = config_file(tmp_path, "log-level: info\n" + text)
+    # With --hook-dir, as a null hook-dir once slipped through: the directory is still checked.
+    report = check(path, hook_dir)
+    (finding,) = report.findings
+    assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 2)
+    assert fragment in finding.reason
+    with pytest.raises(ConfigError) as err:
+        load(path)  # serve's loader: the same words
+    assert finding.reason == str(err.value)
+    assert not report.ok and report.config is None and report.hook_dir == hook_dir
+    assert list(report.lines())[-1] == "1 error(s), 0 warning(s)"
+
+
 def test_config_error_line_is_what_serve_reports(tmp_path: Path) -> None:
     # The checker calls serve's loader: the same error, the same words.
     path = config_file(tmp_path, "listen: /tmp/p.sock\nserve-versions: v3\n")

@@ -18,6 +18,7 @@ from runtimeproxy.config import (
     ProxyConfig,
     choices,
     load,
+    parse_host_port,
 )
 from runtimeproxy.cripath.versions import parse_serve_versions
 
@@ -80,8 +81,60 @@ def test_serve_versions_as_a_list(tmp_path: Path) -> None:
     assert load(write(tmp_path, "serve_versions:\n  - v1alpha2\n", "b.yaml")).serve_versions == "v1alpha2"
 
 
-def test_null_backend_means_no_backend(tmp_path: Path) -> None:
-    assert load(write(tmp_path, "backend: null\n")).backend is None
+# Each of these was once loaded, then made serve fail with a traceback.
+BAD_VALUES = [
+    ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT as a string"),
+    ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 1 to 65535"),
+    ('metrics-listen: "127.0.0.1:0"\n', "metrics-listen '127.0.0.1:0': expected HOST:PORT"),
+    ('metrics-listen: ":65536"\n', "metrics-listen ':65536': expected HOST:PORT"),
+    ('metrics-listen: "::1:9464"\n', "metrics-listen '::1:9464': an IPv6 address goes in brackets"),
+    ("metrics-listen: true\n", "metrics-listen True: expected HOST:PORT as a string"),
+    ("backend: null\n", "backend is null: expected a value"),
+    ("hook-dir: null\n", "hook-dir is null: expected a value"),
+    ("listen: ~\n", "listen is null: expected a value"),
+    ("grace-period: null\n", "grace-period is null: expected a value"),
+    ("listen: 5\n", "listen 5: expected a path"),
+    ('listen: ""\n', "listen '': expected a path"),
+    ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
+    ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
+    ("state-resync-interval: .inf\n", "state-resync-interval inf: expected a number of seconds"),
+    ("probe-max-interval: 0\n", "probe-max-interval 0: expected a number of seconds (finite, more than 0)"),
+    ("serve-versions: [1, 2]\n", "serve-versions '1,2'"),
+]
+
+
+@pytest.mark.parametrize(("text", "reason"), BAD_VALUES)
+def test_values_serve_cannot_run_with_are_errors_naming_key_and_line(tmp_path: Path, text: str, reason: str) -> None:
+    path = write(tmp_path, "log-level: info\n" + text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert f"config file {path}: {reason}" in str(err.value)
+    assert str(err.value).endswith("(line 2)") and err.value.line == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "setting", "value"),
+    [
+        ('metrics-listen: "0.0.0.0:9464"\n', "metrics_listen", "0.0.0.0:9464"),
+        ('metrics-listen: ":9464"\n', "metrics_listen", ":9464"),
+        ('metrics-listen: "[::1]:9464"\n', "metrics_listen", "[::1]:9464"),
+        ("metrics-listen: null\n", "metrics_listen", None),
+        ("image-backend: null\n", "image_backend", None),
+        ("backend-version: null\n", "backend_version", None),
+        ("grace-period: 0\n", "grace_period", 0),
+    ],
+)
+def test_values_that_mean_something_still_load(tmp_path: Path, text: str, setting: str, value: object) -> None:
+    assert getattr(load(write(tmp_path, text)), setting) == value
+
+
+@pytest.mark.parametrize(
+    ("address", "bound"),
+    [(":9464", ("127.0.0.1", 9464)), ("0.0.0.0:1", ("0.0.0.0", 1)), ("[::1]:65535", ("::1", 65535)),
+     ("node.example:80", ("node.example", 80))],
+)
+def test_parse_host_port_is_what_serve_binds(address: str, bound: tuple[str, int]) -> None:
+    assert parse_host_port(address) == bound
 
 
 def test_the_example_config_loads() -> None:
@@ -271,6 +324,34 @@ def test_invalid_config_file_is_a_clear_error_and_starts_nothing(
     assert "Error:" in result.output
     assert fragment in result.output
     assert "Traceback" not in result.output
+    assert started == []
+
+
+@pytest.mark.parametrize(("text", "reason"), BAD_VALUES)
+def test_serve_refuses_what_serve_cannot_run_with_in_one_line(
+    tmp_path: Path, started: list[Any], text: str, reason: str
+) -> None:
+    path = write(tmp_path, text)
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(path), "--hook-dir", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: config file {path}: {reason}")
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert started == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        (["--metrics-listen", "localhost"], "metrics-listen 'localhost': expected HOST:PORT"),
+        (["--metrics-listen", "127.0.0.1:99999"], "metrics-listen '127.0.0.1:99999': expected HOST:PORT"),
+        (["--grace-period", "inf"], "grace-period inf: expected a number of seconds"),
+        (["--grace-period", "nan"], "grace-period nan: expected a number of seconds"),
+    ],
+)
+def test_serve_refuses_such_flags_too(started: list[Any], flags: list[str], reason: str) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", *flags])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {reason}") and "Traceback" not in result.output
     assert started == []
 
 

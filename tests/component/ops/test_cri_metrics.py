@@ -16,8 +16,9 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from hooks.sdk import write_hook_config
-from runtimeproxy.app import build_proxy
+from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath import methods
 
 from ...hookprocs import hook_server, registered
 from ..fakes import FakeBackend
@@ -150,3 +151,50 @@ async def test_translated_versions_and_reconnects(sock_dir: Path) -> None:
     assert samples['runtime_proxy_served_versions{mode="native",version="v1"}'] == 1
     assert samples['runtime_proxy_served_versions{mode="translated",version="v1alpha2"}'] == 1
     assert samples['runtime_proxy_backend_reconnects_total{kind="restarted"}'] == 1
+
+
+INVENTED = 300  # each distinct name used to add a counter and a histogram series
+
+
+def cri_series(running: RunningProxy) -> list[dict[str, str]]:
+    """The label sets of every sample of the per-call CRI families."""
+    return [
+        sample.labels
+        for family in running.metrics.registry.collect()
+        if family.name in ("runtime_proxy_cri_calls", "runtime_proxy_cri_call_duration_seconds")
+        for sample in family.samples
+    ]
+
+
+async def test_invented_methods_are_forwarded_but_counted_under_one_label(fake: FakeBackend, sock_dir: Path) -> None:
+    config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=sock_dir / "no-hooks")
+    invented = [f"{V1}Bogus{i}" for i in range(INVENTED)] + [f"/runtime.v1alpha2.ImageService/Bogus{i}" for i in range(INVENTED)]
+    # A known name under the service that lacks it is no known method either.
+    invented.append("/runtime.v1.ImageService/RunPodSandbox")
+    async with contextlib.AsyncExitStack() as stack:
+        running = await build_proxy(config, stack)
+        await running.proxy.wait_ready(10)
+        async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:
+            await channel.unary_unary(V1 + "Version")(b"")
+            for path in invented:
+                await channel.unary_unary(path)(b"x")
+        series = cri_series(running)
+    # Still forwarded unchanged, every one of them.
+    assert [r.path for r in fake.received if r.path in set(invented)] == invented
+    assert all(r.requests == [b"x"] for r in fake.received if r.path in set(invented))
+    known = {info.name for table in methods.METHODS.values() for info in table.values()}
+    assert {labels["method"] for labels in series} <= known | {"unknown"}
+    assert {labels["version"] for labels in series} <= {"v1", "v1alpha2"}
+    totals = {
+        (labels["method"], labels["version"]): sample.value
+        for family in running.metrics.registry.collect()
+        if family.name == "runtime_proxy_cri_calls"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+        for labels in [sample.labels]
+    }
+    assert totals[("unknown", "v1")] == INVENTED + 1
+    assert totals[("unknown", "v1alpha2")] == INVENTED
+    assert totals[("Version", "v1")] == 1
+    # Two methods (Version, unknown) in two versions: a few dozen samples, not thousands.
+    assert len(series) < 100, len(series)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from grpc._cython import cygrpc
 from prometheus_client import CollectorRegistry
 
 from runtimeproxy.cripath.callstats import measured
-from runtimeproxy.cripath.methods import parse_method
+from runtimeproxy.cripath.methods import metric_ref, parse_method
 from runtimeproxy.metrics import CriCallMetrics
 
 REF = parse_method("/runtime.v1.RuntimeService/ContainerStatus")
@@ -128,3 +129,33 @@ def test_a_method_has_series_only_once_called() -> None:
     assert sorted(series()) == [("runtime_proxy_cri_call_duration_seconds_count", ""),
                                 ("runtime_proxy_cri_calls_total", "NOT_FOUND"), ("runtime_proxy_cri_calls_total", "OK")]
     assert counts(metrics, registry) == ({"OK": 1.0, "NOT_FOUND": 1.0}, 0)
+
+
+async def test_labels_stay_bounded_whatever_the_names() -> None:
+    """A client can call any method name; the registry holds series only for
+    the names our schemas have, the rest under ``unknown``."""
+    registry = CollectorRegistry()
+    metrics = CriCallMetrics(registry)
+    for i in range(500):
+        ref = parse_method(f"/runtime.v1.RuntimeService/Bogus{i}")
+        assert ref is not None
+        handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(None)), metric_ref(ref), metrics)
+        await handler.unary_unary(b"", Context())
+        metrics.recorder(f"Bogus{i}", f"version{i}")("OK", 0.001)  # the sink's own guard, for any caller
+    metrics.recorder("ContainerStatus", "v1")("OK", 0.001)
+    labels = {
+        (sample.labels["method"], sample.labels["version"])
+        for family in registry.collect()
+        if family.name == "runtime_proxy_cri_calls"
+        for sample in family.samples
+    }
+    assert labels == {("unknown", "v1"), ("unknown", "unknown"), ("ContainerStatus", "v1")}
+
+
+def test_metric_ref_keeps_known_methods_only() -> None:
+    known = parse_method("/runtime.v1alpha2.RuntimeService/CheckpointContainer")  # v1's, asked in v1alpha2
+    assert known is not None and metric_ref(known) is known
+    for path in ("/runtime.v1.RuntimeService/Bogus", "/runtime.v1.ImageService/RunPodSandbox"):
+        ref = parse_method(path)
+        assert ref is not None
+        assert metric_ref(ref) == dataclasses.replace(ref, method="unknown")
