@@ -105,10 +105,15 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
+    from .host.containerd import LocalRuntimeError
+
     try:
         eventloop.run(_serve(config, local_containerd), loop)
     except KeyboardInterrupt:
         pass
+    except LocalRuntimeError as exc:  # the local runtime's own message says it all: no traceback
+        log.error("fatal", extra={"error": str(exc)})
+        sys.exit(1)
     except Exception as exc:
         log.exception("fatal", extra={"error": str(exc)})
         sys.exit(1)
@@ -142,7 +147,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
         if failed.is_set():
             log.error("shutting down: a background task the proxy needs kept failing")
         else:
-            log.info("signal received, shutting down")
+            log.info("signal received, shutting down", extra={"signal": stop.received})
     if running.tasks.error is not None:
         raise running.tasks.error  # after the orderly stop: exit non-zero
 

@@ -258,11 +258,36 @@ def _frames_path(config: ProxyConfig, router: Router, options: list) -> FramesPa
     return FramesPath(router, config.backend, config.image_backend, options, limits)
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (installed before start-up, so that
-    a signal during start-up also ends in an orderly shutdown)."""
-    stop = asyncio.Event()
+# Each ends every serving command (serve, nri, hook run) in its orderly stop.
+# SIGHUP too: a closed terminal or `kill -HUP` would otherwise end the process
+# at once, with no clean-up (sockets, registrations, a --local-containerd and
+# its shims, which run in a session of their own and never see the hangup).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopSignal(asyncio.Event):
+    """Set by the first stop signal; ``received`` names it (None: none yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: str | None = None
+
+
+def stop_on_signals() -> StopSignal:
+    """An event set by SIGTERM, SIGINT or SIGHUP (installed before start-up, so
+    that a signal during start-up also ends in an orderly shutdown)."""
+    stop = StopSignal()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, _on_stop_signal, stop, sig)
     return stop
+
+
+def _on_stop_signal(stop: StopSignal, sig: signal.Signals) -> None:
+    # Logged here, for every command that uses these handlers; a second signal
+    # during the shutdown is logged too, and changes nothing.
+    reason = (signal.strsignal(sig) or sig.name).lower()
+    log.info("stop signal received", extra={"signal": sig.name, "reason": reason})
+    if stop.received is None:
+        stop.received = sig.name
+    stop.set()

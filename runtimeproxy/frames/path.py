@@ -10,6 +10,7 @@ and a connection it accepted gets its server preface and a GOAWAY.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import tempfile
@@ -22,31 +23,58 @@ from .connection import Limits
 from .listener import FramesListener
 from .routes import RouterRoutes
 
+log = logging.getLogger(__name__)
+
 
 class FramesPath:
+    """Nothing exists on disk until ``start``; a failed start removes what it made
+    (the proxy is stopped only once started: app.py)."""
+
     def __init__(self, router: Router, backend: Path, image_backend: Path | None,
                  channel_options: list, limits: Limits) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-"))  # 0700: only the proxy
-        self.internal = self._dir / "grpc.sock"
-        image_apart = image_backend is not None and image_backend != backend
-        self.listener = FramesListener(
-            Path(), backend, self.internal, RouterRoutes(router, image_apart), channel_options, limits
-        )
+        self._backend = backend
+        self._routes = RouterRoutes(router, image_backend is not None and image_backend != backend)
+        self._channel_options = channel_options
+        self._limits = limits
+        self._dir: Path | None = None  # the internal socket's private directory, made by start
+        self.listener: FramesListener | None = None
 
     async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
         """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""
-        if server.add_insecure_port(f"unix://{self.internal}") == 0:
-            raise OSError(f"cannot listen on {self.internal}")
-        await server.start()
-        self.listener._listen = listen  # noqa: SLF001 - known only at start
-        await self.listener.start(sock)
+        self._dir = Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-"))  # 0700: only the proxy
+        internal = self._dir / "grpc.sock"
+        self.listener = FramesListener(
+            listen, self._backend, internal, self._routes, self._channel_options, self._limits)
+        serving = False
+        try:
+            if server.add_insecure_port(f"unix://{internal}") == 0:
+                raise OSError(f"cannot listen on {internal}")
+            await server.start()
+            serving = True
+            await self.listener.start(sock)
+        except BaseException as exc:
+            log.info("frames path not started; removing what it made",
+                     extra={"dir": str(self._dir), "error": str(exc)})
+            if serving:
+                await server.stop(0)
+            await self.listener.drain(0)  # closes its channel to the internal socket
+            self._remove_dir()
+            raise
 
     async def start_accepting(self) -> None:
-        await self.listener.start_accepting()
+        if self.listener is not None:
+            await self.listener.start_accepting()
 
     def stop_accepting(self) -> None:
-        self.listener.stop_accepting()
+        if self.listener is not None:
+            self.listener.stop_accepting()
 
     async def drain(self, grace: float) -> None:
-        await self.listener.drain(grace)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self.listener is not None:
+            await self.listener.drain(grace)
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None

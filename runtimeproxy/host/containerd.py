@@ -5,6 +5,10 @@ root under one base directory, so it never touches a system containerd and
 everything it leaves behind can be cleaned up by `stop()`. Its images are
 built from the host's static busybox (`images`) and imported with `ctr`,
 because no public registry is reachable.
+
+The base directory has one owner at a time (`dirlock`): a second instance on
+it fails at once and touches nothing, and `stop()` acts only on what this
+instance's own successful `start()` set up.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 
+from . import unixsocket
 from .containerdconf import ContainerdConfig, check_loopback
+from .dirlock import DirectoryInUse, DirectoryLock
 from .images import build_test_images
 from .process import (
     LOG_TAIL_LINES,
@@ -97,6 +103,10 @@ class LocalContainerd:
     # What start-up is waiting for, told when it gives up (the log may not say).
     _waiting_for: str = field(default="", init=False, repr=False)
     _log_start: int = field(default=0, init=False, repr=False)  # where this start's log begins
+    # Held from start() until stop() (or a failed start): base is ours alone meanwhile.
+    _lock: DirectoryLock | None = field(default=None, init=False, repr=False)
+    # start() succeeded and stop() has not run: only then has stop() anything of ours to stop.
+    _started: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
@@ -154,22 +164,60 @@ class LocalContainerd:
     # ---- start ----------------------------------------------------------
 
     async def start(self, timeout: float = 30.0, *, images: bool = True) -> None:
+        """Start containerd (again, after it died: the lock is still held then)."""
         if self.pid is not None:
             raise LocalRuntimeError("containerd is already running")
         if len(str(self.socket)) + len(".ttrpc") > _SOCKET_PATH_MAX:
             raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}")
         self.base.mkdir(parents=True, exist_ok=True)
-        if self.snapshotter is None:
-            self.snapshotter = "overlayfs" if await overlayfs_works(self.base) else "native"
-        self.config_path.write_text(self._config())
+        self._take_base()  # before anything else reads or writes under base
+        self._started = False
         try:
-            await self._start_once(timeout, images)
-        except _ListenerLost as lost:
-            log.warning("containerd lost a listening socket while starting NRI plugins (containerd/nri#66, "
-                        "fixed in containerd 1.7.14); starting it again", extra={"error": str(lost)})
-            await self._start_once(timeout, images)
+            self._check_socket_free()
+            if self.snapshotter is None:
+                self.snapshotter = "overlayfs" if await overlayfs_works(self.base) else "native"
+            self.config_path.write_text(self._config())
+            try:
+                await self._start_once(timeout, images)
+            except _ListenerLost as lost:
+                log.warning("containerd lost a listening socket while starting NRI plugins (containerd/nri#66, "
+                            "fixed in containerd 1.7.14); starting it again", extra={"error": str(lost)})
+                await self._start_once(timeout, images)
+        except BaseException:
+            self._release_base()  # _start_once cleaned up what it started
+            raise
+        self._started = True
         log.info("containerd started", extra={"pid": self.pid, "address": self.address,
                                                 "snapshotter": self.snapshotter})
+
+    def _take_base(self) -> None:
+        if self._lock is not None:  # a start after containerd died: base is still ours
+            return
+        try:
+            self._lock = DirectoryLock.acquire(self.base)
+        except DirectoryInUse as exc:
+            raise LocalRuntimeError(str(exc)) from None
+
+    def _release_base(self) -> None:
+        self._started = False
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _check_socket_free(self) -> None:
+        """Refuse a socket someone serves: a containerd of a run that was killed
+        (containerd runs in a session of its own and outlives it), or one started
+        by hand. Start-up would take its answers for our containerd's."""
+        if not self.socket.exists():
+            return
+        try:
+            stale = unixsocket.is_stale(self.socket)
+        except unixsocket.UnixSocketError as exc:
+            raise LocalRuntimeError(str(exc)) from None
+        if not stale:
+            raise LocalRuntimeError(
+                f"{self.socket} is served by a containerd this run did not start (left by a run that was "
+                "killed?); stop it first, or choose another directory")
 
     async def _start_once(self, timeout: float, images: bool) -> None:
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -282,13 +330,21 @@ class LocalContainerd:
         """Remove all pods, stop containerd and clean up shims, containers and mounts.
 
         Best effort and idempotent: it also cleans up after a containerd that died.
+        Only after this instance's own successful start: the socket, shims and
+        mounts under base may otherwise belong to another run.
         """
-        if self.pid is not None:
-            try:
-                await asyncio.wait_for(self._remove_all_sandboxes(), timeout / 2)
-            except Exception as exc:  # the rest of the clean-up must run regardless
-                log.warning("could not remove pod sandboxes", extra={"error": str(exc)})
-        await self._shutdown(grace=max(timeout / 6, 1.0))
+        if not self._started:
+            log.debug("containerd not started here: nothing to stop", extra={"base": str(self.base)})
+            return
+        try:
+            if self.pid is not None:  # our own containerd answers on the socket
+                try:
+                    await asyncio.wait_for(self._remove_all_sandboxes(), timeout / 2)
+                except Exception as exc:  # the rest of the clean-up must run regardless
+                    log.warning("could not remove pod sandboxes", extra={"error": str(exc)})
+            await self._shutdown(grace=max(timeout / 6, 1.0))
+        finally:
+            self._release_base()
         log.info("containerd stopped", extra={"base": str(self.base)})
 
     async def _remove_all_sandboxes(self) -> None:

@@ -62,3 +62,29 @@ async def test_bad_config_file_is_a_clear_error(sock_dir: Path) -> None:
     _, err = await asyncio.wait_for(process.communicate(), 20)
     assert process.returncode != 0
     assert str(bad) in err.decode()
+
+
+async def test_sighup_shuts_serve_down_as_sigterm_does(fake: FakeBackend, sock_dir: Path) -> None:
+    """A closed terminal (or `kill -HUP`): the default action would end the proxy
+    with no clean-up, leaving its socket (and a private containerd) behind."""
+    listen = sock_dir / "proxy.sock"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy.cli", "serve",
+        "--listen", str(listen), "--backend", str(fake.socket), "--hook-dir", str(sock_dir / "hooks"),
+        "--log-format", "json", stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)")
+        assert listen.exists()
+        process.send_signal(signal.SIGHUP)
+        rest = (await asyncio.wait_for(process.stderr.read(), 20)).decode()
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+        assert '"msg": "stop signal received", "signal": "SIGHUP", "reason": "hangup"' in rest
+        assert '"msg": "signal received, shutting down", "signal": "SIGHUP"' in rest
+        assert '"msg": "stopped"' in rest
+        assert not listen.exists()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from grpc import aio
 
 from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
@@ -16,10 +17,13 @@ from runtimeproxy.host.process import mounts_under, shim_pids, terminate_process
 
 from ..component.test_process import wait_for_line
 from .conftest import require_local_containerd
-from .crihelpers import APIS
+from .crihelpers import APIS, V1
+from .test_localruntime import start_sleeper
 
 
-async def test_serve_with_local_containerd() -> None:
+# SIGHUP as well: a closed terminal must not leave the private containerd behind.
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+async def test_serve_with_local_containerd(stop_signal: signal.Signals) -> None:
     require_local_containerd()
     base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
     listen = base / "proxy.sock"
@@ -38,14 +42,56 @@ async def test_serve_with_local_containerd() -> None:
                 assert (version.runtime_name, version.runtime_api_version) == ("containerd", api.version)
                 listed = await api.images(channel).ListImages(api.pb.ListImagesRequest(), timeout=10)
                 assert {BUSYBOX_IMAGE, PAUSE_IMAGE} <= {tag for image in listed.images for tag in image.repo_tags}
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.stderr.read(), 60)
+        process.send_signal(stop_signal)
+        rest = (await asyncio.wait_for(process.stderr.read(), 60)).decode()
         assert await asyncio.wait_for(process.wait(), 60) == 0
+        assert f"signal={stop_signal.name}" in rest and "containerd stopped" in rest
         assert not listen.exists()
         containerd_socket = base / "containerd" / "containerd.sock"
+        assert not containerd_socket.exists()  # containerd shut down, not orphaned
         assert shim_pids(containerd_socket) == []
         assert mounts_under(base) == []
     finally:
         # SIGTERM first: the proxy stops its private containerd then (SIGKILL would orphan it).
         await terminate_process(process, 60, "runtime-proxy serve")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_second_serve_on_the_same_directory_fails_and_leaves_the_first_alone() -> None:
+    """The same command twice (say, in two terminals): the second must fail at
+    once, never reach the first's containerd nor stop its pods on the way out."""
+    require_local_containerd()
+    base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
+    listen = base / "proxy.sock"
+    argv = (sys.executable, "-m", "runtimeproxy", "serve", "--local-containerd", str(base / "containerd"),
+            "--listen", str(listen), "--hook-dir", str(base / "hooks"))
+    first = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+    second: asyncio.subprocess.Process | None = None
+    try:
+        assert first.stderr is not None
+        await wait_for_line(first.stderr, "serving v1 (native), v1alpha2 (native)", timeout=90)
+        containerd_socket = base / "containerd" / "containerd.sock"
+        async with aio.insecure_channel(f"unix://{listen}") as channel:
+            pod_id, _ = await start_sleeper(V1, channel, base / "pod-logs")
+            shims = sorted(shim_pids(containerd_socket))
+            second = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+            _, err = await asyncio.wait_for(second.communicate(), 30)
+            assert second.returncode == 1, err.decode()
+            assert f"{base / 'containerd'} is in use by another runtime-proxy (pid {first.pid}," in err.decode()
+            assert "containerd started" not in err.decode()
+            assert "Traceback" not in err.decode()  # an operator's mistake, said in one line
+            status = await V1.runtime(channel).PodSandboxStatus(
+                V1.pb.PodSandboxStatusRequest(pod_sandbox_id=pod_id), timeout=10)
+            assert status.status.state == V1.pb.SANDBOX_READY
+            assert sorted(shim_pids(containerd_socket)) == shims
+        assert listen.exists()  # the first still serves
+        first.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(first.stderr.read(), 60)
+        assert await asyncio.wait_for(first.wait(), 60) == 0
+        assert shim_pids(containerd_socket) == []  # the first stopped its own pods
+        assert mounts_under(base) == []
+    finally:
+        if second is not None:
+            await terminate_process(second, 60, "second runtime-proxy serve")
+        await terminate_process(first, 60, "runtime-proxy serve")
         shutil.rmtree(base, ignore_errors=True)

@@ -213,3 +213,45 @@ async def test_start_fails_fast_with_the_log_tail(own_containerd: LocalContainer
     with pytest.raises(LocalRuntimeError, match="exited with status") as failure:
         await own_containerd.start(timeout=30)
     assert "no-such-level" in str(failure.value)
+
+
+async def test_a_second_start_on_the_same_directory_leaves_the_first_alone(
+        own_containerd: LocalContainerd, pod_log_dir: Path) -> None:
+    """Two runs on one directory would share one containerd socket: the second
+    must stop at once, before it starts a containerd, imports images or stops pods."""
+    second = LocalContainerd(own_containerd.base)
+    async with own_containerd, aio.insecure_channel(own_containerd.address) as channel:
+        pod_id, _ = await start_sleeper(V1, channel, pod_log_dir)
+        shims = sorted(shim_pids(own_containerd.socket))
+        try:
+            with pytest.raises(LocalRuntimeError) as failure:
+                await second.start(timeout=30)
+            assert f"{own_containerd.base} is in use by another runtime-proxy (pid {os.getpid()}," in str(failure.value)
+            assert second.pid is None
+        finally:
+            await second.stop()  # nothing of it is its own: the first's pods, shims and mounts stay
+        status = await V1.runtime(channel).PodSandboxStatus(
+            V1.pb.PodSandboxStatusRequest(pod_sandbox_id=pod_id), timeout=10)
+        assert status.status.state == V1.pb.SANDBOX_READY
+        assert sorted(shim_pids(own_containerd.socket)) == shims
+        assert (await V1.runtime(channel).Version(V1.pb.VersionRequest(), timeout=10)).runtime_name == "containerd"
+    assert shim_pids(own_containerd.socket) == []  # the first's stop still cleans up its own
+
+
+async def test_the_directory_stays_locked_across_a_restart_and_is_freed_by_stop(
+        own_containerd: LocalContainerd) -> None:
+    """A containerd that died is started again by the same instance (the fault
+    tests do): its directory is still its own, and no other instance's meanwhile."""
+    await own_containerd.start(images=False)
+    assert own_containerd.pid is not None
+    os.kill(own_containerd.pid, signal.SIGKILL)
+    await own_containerd._proc.wait()  # type: ignore[union-attr]
+    with pytest.raises(LocalRuntimeError, match="in use by another runtime-proxy"):
+        await LocalContainerd(own_containerd.base).start(images=False)
+    await own_containerd.start(images=False)
+    await own_containerd.stop()
+    await own_containerd.start(images=False)  # stopped, then started again
+    await own_containerd.stop()
+    after = LocalContainerd(own_containerd.base)
+    await after.start(images=False)  # stop() gave the directory up
+    await after.stop()

@@ -2,12 +2,18 @@
 CRI plugin never gets ready (the error says what start-up was waiting for,
 since containerd's own log may end at "successfully booted"), and one that
 loses its listener on the first start, as containerd 1.7.13 may while it
-starts NRI plugins (started once more)."""
+starts NRI plugins (started once more). And a base directory that is not
+ours (another run holds it, or a containerd we did not start serves its
+socket): start() refuses at once and stop() leaves it alone."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -127,3 +133,96 @@ async def test_without_nri_a_refusing_containerd_is_not_started_again(tmp_path: 
     assert "waiting for CRI Version, last answered UNAVAILABLE" in str(failure.value)
     assert "Connection refused" in str(failure.value)
     assert (runtime.base / "starts").read_text() == "x"
+
+
+# Stands in for a containerd that must not be started: it leaves a mark.
+MUST_NOT_RUN = """\
+import sys
+from pathlib import Path
+(Path(sys.argv[2]).parent / "ran").write_text("containerd was started")
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+async def foreign_shim(tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process that looks like a shim of a containerd on ``tmp_path/c/containerd.sock``
+    (shim_pids finds shims by their name and ``-address``): one another run started."""
+    socket_path = tmp_path / "c" / "containerd.sock"
+    shim = await asyncio.create_subprocess_exec(
+        "bash", "-c", 'exec -a containerd-shim-runc-v2 "$0" -c "import time; time.sleep(120)" -address "$1"',
+        sys.executable, str(socket_path))
+    try:
+        yield shim
+    finally:
+        if shim.returncode is None:
+            shim.kill()
+        await shim.wait()
+
+
+async def _still_running(proc: asyncio.subprocess.Process) -> bool:
+    await asyncio.sleep(0.2)  # what stop() sent it would have ended it by now
+    return proc.returncode is None
+
+
+async def test_stop_of_a_runtime_that_never_started_touches_nothing(
+    tmp_path: Path, foreign_shim: asyncio.subprocess.Process
+) -> None:
+    from runtimeproxy.host.process import shim_pids
+
+    runtime = LocalContainerd(tmp_path / "c", snapshotter="native")
+    assert shim_pids(runtime.socket) == [foreign_shim.pid]
+    await runtime.stop()
+    assert await _still_running(foreign_shim)
+
+
+async def test_a_directory_another_run_holds_is_refused_before_anything_starts(
+    tmp_path: Path, foreign_shim: asyncio.subprocess.Process
+) -> None:
+    from runtimeproxy.host.dirlock import DirectoryLock
+
+    base = tmp_path / "c"
+    base.mkdir()
+    held = DirectoryLock.acquire(base)  # the other run (here: this process, another open file)
+    try:
+        runtime = LocalContainerd(base, bin_dir=_fake_containerd(tmp_path, MUST_NOT_RUN), snapshotter="native")
+        with pytest.raises(LocalRuntimeError) as failure:
+            await runtime.start(timeout=5.0, images=False)
+        assert f"{base} is in use by another runtime-proxy (pid {os.getpid()}," in str(failure.value)
+        assert not (base / "ran").exists()
+        assert not runtime.config_path.exists()  # nothing under base was written
+        await runtime.stop()  # nothing of it is ours
+        assert await _still_running(foreign_shim)
+    finally:
+        held.release()
+
+
+async def test_a_containerd_we_did_not_start_on_the_socket_is_refused(
+    tmp_path: Path, foreign_shim: asyncio.subprocess.Process
+) -> None:
+    base = tmp_path / "c"
+    base.mkdir()
+    # Left by a run that was killed with SIGKILL: its containerd (a new session) serves on.
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(str(base / "containerd.sock"))
+        left.listen()
+        runtime = LocalContainerd(base, bin_dir=_fake_containerd(tmp_path, MUST_NOT_RUN), snapshotter="native")
+        with pytest.raises(LocalRuntimeError) as failure:
+            await runtime.start(timeout=5.0, images=False)
+        assert f"{base / 'containerd.sock'} is served by a containerd this run did not start" in str(failure.value)
+        assert not (base / "ran").exists()
+        await runtime.stop()
+        assert await _still_running(foreign_shim)
+    # The lock went with the failed start: the directory is free for the next run.
+    from runtimeproxy.host.dirlock import DirectoryLock
+
+    DirectoryLock.acquire(base).release()
+
+
+async def test_a_failed_start_releases_the_directory(tmp_path: Path) -> None:
+    runtime = LocalContainerd(tmp_path / "c", bin_dir=_fake_containerd(tmp_path, MUST_NOT_RUN), snapshotter="native")
+    with pytest.raises(LocalRuntimeError, match="exited with status 3"):
+        await runtime.start(timeout=5.0, images=False)
+    from runtimeproxy.host.dirlock import DirectoryLock
+
+    DirectoryLock.acquire(runtime.base).release()

@@ -1,0 +1,67 @@
+"""A proxy whose start fails leaves nothing on disk: the frames path's private
+directory (for its internal grpc socket) is made only by a start, and removed
+when that start fails; the proxy is stopped only once started (app.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.app import build_proxy
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath.server import ListenError, Proxy
+from runtimeproxy.frames.listener import FramesListener
+
+from ..fakes import FakeBackend
+
+
+@pytest.fixture
+def temp_root(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """mkdtemp's directory for this test alone: other runs share /tmp."""
+    root = sock_dir / "t"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+async def test_a_listen_path_in_use_leaves_no_temp_dir(fake: FakeBackend, sock_dir: Path, temp_root: Path) -> None:
+    listen = sock_dir / "proxy.sock"
+    with socket.socket(socket.AF_UNIX) as other:  # another proxy serves there
+        other.bind(str(listen))
+        other.listen()
+        config = ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path="frames")
+        with pytest.raises(ListenError, match="in use"):
+            async with contextlib.AsyncExitStack() as stack:
+                await build_proxy(config, stack)
+    assert list(temp_root.iterdir()) == []
+
+
+async def test_a_listener_that_cannot_start_leaves_no_temp_dir_nor_server(
+    fake: FakeBackend, sock_dir: Path, temp_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def cannot_start(self: FramesListener, sock: socket.socket | None = None) -> None:
+        raise OSError("injected: cannot listen")
+
+    monkeypatch.setattr(FramesListener, "start", cannot_start)
+    proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames"))
+    with pytest.raises(OSError, match="injected"):
+        await proxy.start()
+    assert list(temp_root.iterdir()) == []
+    # Its grpc server, started first on the internal socket, was stopped (False: did not time out).
+    assert await proxy.server.wait_for_termination(5) is False
+
+
+async def test_a_started_proxy_removes_its_temp_dir_when_it_stops(
+    fake: FakeBackend, sock_dir: Path, temp_root: Path
+) -> None:
+    proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames"))
+    assert list(temp_root.iterdir()) == []  # nothing before a start
+    await proxy.start()
+    (made,) = temp_root.iterdir()
+    assert made.name.startswith("runtime-proxy-frames-") and (made / "grpc.sock").exists()
+    await proxy.stop(0)
+    assert list(temp_root.iterdir()) == []
