@@ -95,9 +95,9 @@ def parse_host_port(address: str, setting: str = "metrics-listen") -> tuple[str,
     ConfigError naming ``setting``; what serve binds is what this accepted."""
     key = setting.replace("-", "_")
     host, colon, port = address.rpartition(":")
-    if not colon or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(
-            f"{setting} {address!r}: expected HOST:PORT with a port from 1 to 65535 (':PORT' for 127.0.0.1)", key=key
+            f"{setting} {address!r}: expected HOST:PORT with a port from 0 to 65535 (':PORT' for 127.0.0.1)", key=key
         )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

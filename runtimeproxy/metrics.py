@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,6 +15,8 @@ from .cripath.methods import METHOD_NAMES, UNKNOWN_METHOD, ApiVersion
 from .loopmetrics import CounterFamily, HistogramFamily
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -75,6 +78,7 @@ class Metrics:
         stop function, which does not wait for that thread."""
         host, port = parse_host_port(address)  # the form config.load checked
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
 
         def shut_down() -> None:
             server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval

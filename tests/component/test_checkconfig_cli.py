@@ -137,7 +137,7 @@ def serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
     ("text", "reason"),
     [
         ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
-        ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 1 to 65535"),
+        ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 0 to 65535"),
         ("backend: null\n", "backend is null: expected a value"),
         ("hook-dir: null\n", "hook-dir is null: expected a value"),
         ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
