@@ -165,6 +165,10 @@ class Supervisor:
         tasks += [t for t, info in self._oneshots.items() if info.name == name]
         return tasks
 
+    def draining(self) -> list[str]:
+        """The names of the one-shot tasks ``drain`` still waits for."""
+        return sorted(info.name for info in self._oneshots.values() if info.drain)
+
     async def drain(self) -> None:
         """Wait for the one-shot tasks marked ``drain`` (those may start more)."""
         while pending := [t for t, info in self._oneshots.items() if info.drain]:

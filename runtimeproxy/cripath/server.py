@@ -38,6 +38,7 @@ READ_TIMEOUT = 10.0
 QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
 HOLD_LIMIT_S = 1.0
 DRAIN_FLOOR_S = 0.5  # shutdown: the frames drain's least time, however much of the grace is spent
+SETTLE_AFTER_GRACE_S = 5.0  # shutdown: records and post hooks may go on this long past the grace
 ACCEPT_TASK = "activation-accept"
 
 
@@ -235,10 +236,20 @@ class Proxy:
         if self._listener is not None:
             await self._listener.close()
         # 2. Finish recording the calls the runtime answered (this reads the
-        #    backend), and let their post hooks finish.
-        for stage in self.router.stages:
-            await stage.settle()
-        await self.tasks.drain()
+        #    backend), and let their post hooks finish: until the grace's end
+        #    and SETTLE_AFTER_GRACE_S more at most, as chained hooks' timeouts
+        #    (up to 120 s each) could outlast the unit's stop timeout (20 s),
+        #    and a SIGKILL would lose the rest of this stop too.
+        try:
+            async with asyncio.timeout_at(max(deadline, loop.time()) + SETTLE_AFTER_GRACE_S):
+                for stage in self.router.stages:
+                    await stage.settle()
+                await self.tasks.drain()
+        except TimeoutError:
+            log.warning(
+                "post hooks or records still running at shutdown; cancelled (hook servers see the rest at their next reconcile)",
+                extra={"after_grace_s": SETTLE_AFTER_GRACE_S, "tasks": self.tasks.draining()},
+            )
         # 3. Stop what watches or reads the backend (STOP_ORDER)...
         await self.tasks.stop(STOP_ORDER)
         await self.tasks.close()

@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 from grpc import aio
 
+from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.app import build_proxy
+from runtimeproxy.cripath import server
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.hookpath.registry import HookRegistry
 
+from ..hookprocs import hook_server, registered
 from .fakes import FakeBackend
 from .test_process import wait_for_line
 
@@ -168,3 +172,32 @@ async def test_a_stop_with_metrics_does_not_wait_for_the_metrics_server(
     started = time.monotonic()
     await stack.aclose()
     assert time.monotonic() - started < 10
+
+
+async def test_a_hanging_post_hook_holds_the_stop_only_briefly_past_the_grace(
+    fake, sock_dir, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A post hook may take its whole timeout (up to 120 s, more when chained);
+    # the unit's stop timeout (20 s) would SIGKILL the rest of the stop.
+    monkeypatch.setattr(server, "SETTLE_AFTER_GRACE_S", 0.5)
+    caplog.set_level(logging.INFO, logger="runtimeproxy")
+    config = proxy_config(sock_dir, fake, grace_period=0.2)
+    async with hook_server(sock_dir, "slow", {"PostStartContainer": {"delay": 60}}) as hook:
+        hook.register(config.hook_dir, ["PostStartContainer"], failure_policy="Ignore", timeout="60s")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            await registered(running, 1)
+            store = running.hooks.store  # a container the proxy knows, as if it had seen its creation
+            store.put_pod("pod-1", hookapi.PodSandboxHookRequest())
+            store.put_container("ctr-1", "pod-1", hookapi.ContainerResourceHookRequest())
+            async with aio.insecure_channel(f"unix://{config.listen}") as channel:
+                await channel.unary_unary("/runtime.v1.RuntimeService/StartContainer")(
+                    v1.StartContainerRequest(container_id="ctr-1").SerializeToString(), timeout=10)
+            await hook.received("PostStartContainer")  # the post hook is under way, and hangs
+            stopping = time.monotonic()
+        took = time.monotonic() - stopping
+    assert took < 0.2 + 0.5 + 2.0, took  # not the hook's 60 s
+    warned = [r for r in caplog.records if r.getMessage().startswith("post hooks or records still running at shutdown")]
+    assert len(warned) == 1 and warned[0].tasks, caplog.text
+    assert "stopped" in [r.getMessage() for r in caplog.records]
