@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,12 @@ class HookProcess:
 async def registered(running: RunningProxy, count: int) -> None:
     """Until the proxy's hook registry holds ``count`` hook servers (awaits the
     registry's change event; a reload makes it independent of watcher timing)."""
+    await reloaded_until(running, lambda: len(running.registry.snapshot) == count)
+
+
+async def reloaded_until(running: RunningProxy, done: Callable[[], bool]) -> None:
+    """Until ``done()`` holds after a reload of the proxy's hook registry (its
+    change event awaited between reloads)."""
     changed = asyncio.Event()
     unsubscribe = running.registry.on_change(lambda snapshot: changed.set())
     try:
@@ -69,7 +75,7 @@ async def registered(running: RunningProxy, count: int) -> None:
             while True:
                 changed.clear()
                 running.registry.reload()
-                if len(running.registry.snapshot) == count:
+                if done():
                     return
                 await changed.wait()
     finally:

@@ -14,7 +14,7 @@ from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.hookpath.points import HookType
 
-from ...hookprocs import hook_server, registered
+from ...hookprocs import hook_server, registered, reloaded_until
 from .crirequests import CREATE, QUOTA_HOOK, backend_request, create_request
 
 
@@ -26,9 +26,7 @@ async def test_live_add_change_delete(running, fake, client, sock_dir, hook_dir)
         assert backend_request(fake).config.linux.resources.cpu_quota == 20000
         # Change: it no longer registers for PreCreateContainer.
         hook.register(hook_dir, ["PreStartContainer"])
-        async with asyncio.timeout(5):
-            while running.registry.servers_for(HookType.PRE_CREATE_CONTAINER):
-                await asyncio.sleep(0.05)
+        await reloaded_until(running, lambda: not running.registry.servers_for(HookType.PRE_CREATE_CONTAINER))
         await client.unary_unary(CREATE)(create_request().SerializeToString())
         assert backend_request(fake).config.linux.resources.cpu_quota == 0
         path.unlink()
@@ -41,9 +39,7 @@ async def test_removing_a_hook_mid_call_does_not_hang_the_call(running, fake, cl
         path = hook.register(hook_dir, ["PreCreateContainer"], "Ignore", timeout="2s")
         await registered(running, 1)
         call = asyncio.ensure_future(client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10))
-        async with asyncio.timeout(5):
-            while not hook.requests("PreCreateContainer"):
-                await asyncio.sleep(0.02)  # the record file has no change event to await
+        await hook.received("PreCreateContainer")
         path.unlink()
         await registered(running, 0)
         started = time.monotonic()
