@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import eventloop, gcpolicy, logs
-from ..config import ProxyConfig, choices
+from ..config import ProxyConfig, choices, parse_host_port
 from .app import (
     DEFAULT_INDEX,
     DEFAULT_NAME,
@@ -52,6 +52,8 @@ def nri(
             request_timeout=request_timeout, metrics_listen=metrics_listen,
         ))
         Identity(settings.name, settings.index)
+        if metrics_listen:  # as serve does, before anything starts (empty: off)
+            parse_host_port(metrics_listen, "--metrics-listen")
         loop = eventloop.resolve(event_loop)
     except (ValueError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc
