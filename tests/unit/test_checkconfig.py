@@ -146,7 +146,7 @@ def test_bad_values_are_errors_with_their_line(tmp_path: Path, text: str, line: 
 # Once passed with 0 errors, then serve failed with a traceback.
 SERVE_CRASHERS = [
     ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
-    ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 1 to 65535"),
+    ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 0 to 65535"),
     ("backend: null\n", "backend is null: expected a value"),
     ("hook-dir: null\n", "hook-dir is null: expected a value"),
     ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
