@@ -56,11 +56,11 @@ async def start(socket_path: Path) -> asyncio.AbstractServer:
 
 
 async def serve(socket_path: Path) -> None:
-    """Serve until SIGTERM or SIGINT; "ready" is printed once listening."""
+    """Serve until SIGTERM, SIGINT or SIGHUP; "ready" is printed once listening."""
     server = await start(socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     identity = unixsocket.SocketIdentity.of(socket_path)
     print("ready", flush=True)

@@ -48,7 +48,7 @@ preserving_proto_field_name=True)`` (so int64 fields are strings, and fields
 with default values are omitted).
 
 "ready" is printed (and flushed) on stdout once the socket is listening.
-SIGTERM/SIGINT stop the server (in-flight calls get ``--grace`` seconds) and
+SIGTERM/SIGINT/SIGHUP stop the server (in-flight calls get ``--grace`` seconds) and
 exit 0.  Config errors exit 2, start failures exit 1.
 """
 
@@ -248,7 +248,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(server: ScriptedHookServer, grace: float) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
