@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ..configcases import SERVE_CRASHERS
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -133,17 +135,7 @@ def serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("text", "reason"),
-    [
-        ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
-        ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 0 to 65535"),
-        ("backend: null\n", "backend is null: expected a value"),
-        ("hook-dir: null\n", "hook-dir is null: expected a value"),
-        ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
-        ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
-    ],
-)
+@pytest.mark.parametrize(("text", "reason"), SERVE_CRASHERS)
 def test_what_serve_cannot_run_with_fails_both_the_same_way(node: Path, text: str, reason: str) -> None:
     """Each of these once passed check-config (0 errors), then serve died
     with a traceback (or, for the grace period, would never stop in time)."""

@@ -17,6 +17,8 @@ from runtimeproxy.checkconfig import Finding, Severity, check
 from runtimeproxy.config import ConfigError, load
 from runtimeproxy.hookpath.points import HookType
 
+from ..configcases import SERVE_CRASHERS
+
 
 @pytest.fixture
 def sock_dir() -> Iterator[Path]:
@@ -141,18 +143,6 @@ def test_bad_values_are_errors_with_their_line(tmp_path: Path, text: str, line: 
     (finding,) = check(path).findings
     assert (finding.severity, finding.line) == (Severity.ERROR, line)
     assert fragment in finding.reason
-
-
-# Once passed with 0 errors, then serve failed with a traceback.
-SERVE_CRASHERS = [
-    ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
-    ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 0 to 65535"),
-    ("backend: null\n", "backend is null: expected a value"),
-    ("hook-dir: null\n", "hook-dir is null: expected a value"),
-    ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
-    ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
-    ("serve-versions: [1, 2]\n", "serve-versions '1,2'"),  # this one crashed check-config itself
-]
 
 
 @pytest.mark.parametrize(("text", "fragment"), SERVE_CRASHERS)
