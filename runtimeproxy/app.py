@@ -79,8 +79,7 @@ async def build_proxy(
             lambda: store.resync_every(config.state_resync_interval, lambda: proxy.backend.connected),
         )
     if config.metrics_listen:  # stopped after the proxy: scraped until the end
-        stack.callback(metrics.serve(config.metrics_listen))
-        log.info("serving metrics", extra={"address": config.metrics_listen})
+        stack.callback(metrics.serve(config.metrics_listen))  # logs the address it serves on
     status = StatusSource(proxy, registry, metrics, time.time(), time.monotonic())
     proxy.server.add_generic_rpc_handlers((AdminService(status.document),))  # before the server starts
     await proxy.start()

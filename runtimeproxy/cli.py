@@ -111,7 +111,7 @@ def serve(
         eventloop.run(_serve(config, local_containerd), loop)
     except KeyboardInterrupt:
         pass
-    except LocalRuntimeError as exc:  # the local runtime's own message says it all: no traceback
+    except (LocalRuntimeError, ConfigError) as exc:  # their message says it all: no traceback
         log.error("fatal", extra={"error": str(exc)})
         sys.exit(1)
     except Exception as exc:

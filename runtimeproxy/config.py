@@ -68,9 +68,6 @@ class ProxyConfig:
 
 
 _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
-# The settings whose None means something (see the fields); any other null
-# would reach code that needs a value and fail only once serve runs.
-_NULLABLE = {"image_backend", "backend_version", "metrics_listen"}
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
 # setting -> the values it accepts, declared once on the field (the CLI offers the same)
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -91,11 +88,12 @@ def choices(setting: str) -> tuple[str, ...]:
 
 
 def parse_host_port(address: str, setting: str = "metrics-listen") -> tuple[str, int]:
-    """``HOST:PORT`` (``[V6]:PORT``; no host: 127.0.0.1) as (host, port), or a
-    ConfigError naming ``setting``; what serve binds is what this accepted."""
+    """``HOST:PORT`` (``[V6]:PORT``; no host, or a bare port: 127.0.0.1) as
+    (host, port), or a ConfigError naming ``setting``; what serve binds is what
+    this accepted."""
     key = setting.replace("-", "_")
-    host, colon, port = address.rpartition(":")
-    if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
+    host, _colon, port = address.rpartition(":")
+    if not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(
             f"{setting} {address!r}: expected HOST:PORT with a port from 0 to 65535 (':PORT' for 127.0.0.1)", key=key
         )
@@ -129,10 +127,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         if key not in _KEYS:
             raise ConfigError(f"unknown setting {key!r}", key=key)
         name = key.replace("_", "-")
-        if value is None:
-            if key not in _NULLABLE:
-                raise ConfigError(f"{name} is null: expected a value (leave the key out for the default)", key=key)
-            out[key] = None
+        if value is None:  # `key:` with nothing after it, or `null`: the default, as if left out
             continue
         if key in _PATHS:
             value = _path(name, key, value)
@@ -151,7 +146,10 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         elif key == "metrics_listen":
             if not isinstance(value, str):
                 raise ConfigError(f"{name} {value!r}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
-            parse_host_port(value, name)
+            if not value:  # off, as for `runtime-proxy nri`
+                value = None
+            else:
+                parse_host_port(value, name)
         elif key == "serve_versions":
             try:
                 parse_serve_versions(str(value))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from .config import parse_host_port
+from .config import ConfigError, parse_host_port
 from .cripath.methods import METHOD_NAMES, UNKNOWN_METHOD, ApiVersion
 from .loopmetrics import CounterFamily, HistogramFamily
 
@@ -77,7 +77,10 @@ class Metrics:
         """Serve /metrics on host:port in a background thread; returns the
         stop function, which does not wait for that thread."""
         host, port = parse_host_port(address)  # the form config.load checked
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:  # a host that does not resolve, a port in use: the setting's fault
+            raise ConfigError(f"metrics-listen {address!r}: cannot serve there: {exc}", key="metrics_listen") from exc
         log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
 
         def shut_down() -> None:

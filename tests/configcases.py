@@ -7,8 +7,6 @@ from __future__ import annotations
 SERVE_CRASHERS = [
     ("metrics-listen: 9464\n", "metrics-listen 9464: expected HOST:PORT"),
     ('metrics-listen: "localhost"\n', "metrics-listen 'localhost': expected HOST:PORT with a port from 0 to 65535"),
-    ("backend: null\n", "backend is null: expected a value"),
-    ("hook-dir: null\n", "hook-dir is null: expected a value"),
     ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
     ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
     ("serve-versions: [1, 2]\n", "serve-versions '1,2'"),  # this one crashed check-config itself

@@ -142,9 +142,14 @@ class Proxy:
                 await self.server.start()
         finally:
             os.umask(old)
-        os.chmod(path, SOCKET_MODE)
+        try:
+            os.chmod(path, SOCKET_MODE)
+            self._socket = unixsocket.SocketIdentity.of(path)
+        except BaseException as exc:
+            if self._frames is not None:  # started above: its temp dir and server must not outlive this
+                await self._frames.abandon(self.server, exc)
+            raise
         self._bound = path
-        self._socket = unixsocket.SocketIdentity.of(path)
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
@@ -286,10 +291,13 @@ class StopSignal(asyncio.Event):
 
 def stop_on_signals() -> StopSignal:
     """An event set by SIGTERM, SIGINT or SIGHUP (installed before start-up, so
-    that a signal during start-up also ends in an orderly shutdown)."""
+    that a signal during start-up also ends in an orderly shutdown); SIGHUP not
+    when the process was started with it ignored (``nohup``)."""
     stop = StopSignal()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
+        if sig is signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # started under nohup: the hangup is meant to pass it by
         loop.add_signal_handler(sig, _on_stop_signal, stop, sig)
     return stop
 

@@ -53,13 +53,17 @@ class FramesPath:
             serving = True
             await self.listener.start(sock)
         except BaseException as exc:
-            log.info("frames path not started; removing what it made",
-                     extra={"dir": str(self._dir), "error": str(exc)})
-            if serving:
-                await server.stop(0)
-            await self.listener.drain(0)  # closes its channel to the internal socket
-            self._remove_dir()
+            await self.abandon(server if serving else None, exc)
             raise
+
+    async def abandon(self, server: aio.Server | None, error: BaseException) -> None:
+        """Undo a start that failed, here or in the proxy's own steps after it."""
+        log.info("frames path not started; removing what it made", extra={"dir": str(self._dir), "error": str(error)})
+        if server is not None:
+            await server.stop(0)
+        if self.listener is not None:
+            await self.listener.drain(0)  # closes its channel to the internal socket
+        self._remove_dir()
 
     async def start_accepting(self) -> None:
         if self.listener is not None:

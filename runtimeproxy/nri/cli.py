@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import eventloop, gcpolicy, logs
-from ..config import ProxyConfig, choices, parse_host_port
+from ..config import ConfigError, ProxyConfig, choices, parse_host_port
 from .app import (
     DEFAULT_INDEX,
     DEFAULT_NAME,
@@ -64,6 +64,9 @@ def nri(
         eventloop.run(_run(settings), loop)
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:  # its message says it all (a metrics address it cannot serve on): no traceback
+        log.error("fatal", extra={"error": str(exc)})
+        sys.exit(1)
     except Exception as exc:
         log.exception("fatal", extra={"error": str(exc)})
         sys.exit(1)

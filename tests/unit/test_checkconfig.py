@@ -150,7 +150,7 @@ def test_what_serve_cannot_run_with_is_an_error_as_serve_reports_it(
     tmp_path: Path, hook_dir: Path, text: str, fragment: str
 ) -> None:
     path = config_file(tmp_path, "log-level: info\n" + text)
-    # With --hook-dir, as a null hook-dir once slipped through: the directory is still checked.
+    # With --hook-dir: the directory is checked as well, and the file still judged.
     report = check(path, hook_dir)
     (finding,) = report.findings
     assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 2)

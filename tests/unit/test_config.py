@@ -88,10 +88,6 @@ BAD_VALUES = [
     ('metrics-listen: ":65536"\n', "metrics-listen ':65536': expected HOST:PORT"),
     ('metrics-listen: "::1:9464"\n', "metrics-listen '::1:9464': an IPv6 address goes in brackets"),
     ("metrics-listen: true\n", "metrics-listen True: expected HOST:PORT as a string"),
-    ("backend: null\n", "backend is null: expected a value"),
-    ("hook-dir: null\n", "hook-dir is null: expected a value"),
-    ("listen: ~\n", "listen is null: expected a value"),
-    ("grace-period: null\n", "grace-period is null: expected a value"),
     ("listen: 5\n", "listen 5: expected a path"),
     ('listen: ""\n', "listen '': expected a path"),
     ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
@@ -117,14 +113,28 @@ def test_values_serve_cannot_run_with_are_errors_naming_key_and_line(tmp_path: P
         ('metrics-listen: "0.0.0.0:9464"\n', "metrics_listen", "0.0.0.0:9464"),
         ('metrics-listen: ":9464"\n', "metrics_listen", ":9464"),
         ('metrics-listen: "[::1]:9464"\n', "metrics_listen", "[::1]:9464"),
+        ('metrics-listen: "9464"\n', "metrics_listen", "9464"),  # a bare port: 127.0.0.1, as before
+        ('metrics-listen: ""\n', "metrics_listen", None),  # off, as for `runtime-proxy nri`
         ("metrics-listen: null\n", "metrics_listen", None),
         ("image-backend: null\n", "image_backend", None),
         ("backend-version: null\n", "backend_version", None),
         ("grace-period: 0\n", "grace_period", 0),
+        # null (or a key with nothing after it) is the default, as if the key were left out
+        ("backend: null\n", "backend", ProxyConfig().backend),
+        ("hook-dir:\n", "hook_dir", ProxyConfig().hook_dir),
+        ("listen: ~\n", "listen", ProxyConfig().listen),
+        ("grace-period: null\n", "grace_period", ProxyConfig().grace_period),
     ],
 )
 def test_values_that_mean_something_still_load(tmp_path: Path, text: str, setting: str, value: object) -> None:
     assert getattr(load(write(tmp_path, text)), setting) == value
+
+
+def test_a_flag_still_wins_over_a_null_in_the_file(tmp_path: Path) -> None:
+    config = load(write(tmp_path, "backend: null\nmetrics-listen: \"\"\n")).with_overrides(
+        backend="/run/other.sock", metrics_listen=":9464")
+    assert (config.backend, config.metrics_listen) == (Path("/run/other.sock"), ":9464")
+    assert load(write(tmp_path, 'metrics-listen: ":9464"\n', "b.yaml")).with_overrides(metrics_listen="").metrics_listen is None
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 
 from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath import server as server_module
 from runtimeproxy.cripath.server import ListenError, Proxy
 from runtimeproxy.frames.listener import FramesListener
 
@@ -65,3 +66,18 @@ async def test_a_started_proxy_removes_its_temp_dir_when_it_stops(
     assert made.name.startswith("runtime-proxy-frames-") and (made / "grpc.sock").exists()
     await proxy.stop(0)
     assert list(temp_root.iterdir()) == []
+
+
+async def test_a_step_failing_after_the_frames_path_started_leaves_no_temp_dir_nor_server(
+    fake: FakeBackend, sock_dir: Path, temp_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The socket's mode is set after the frames path started on it.
+    def cannot_chmod(path: object, mode: int) -> None:
+        raise PermissionError("injected: cannot chmod")
+
+    monkeypatch.setattr(server_module.os, "chmod", cannot_chmod)
+    proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames"))
+    with pytest.raises(PermissionError, match="injected"):
+        await proxy.start()
+    assert list(temp_root.iterdir()) == []
+    assert await proxy.server.wait_for_termination(5) is False
