@@ -31,8 +31,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ProxyConfig:
     listen: Path = Path("/var/run/runtime-proxy/runtime-proxy.sock")
-    # None only as built in code before a backend is known (the loader refuses
-    # null: serve cannot run without one; --local-containerd sets its own).
+    # None only as built in code before a backend is known (a null in the file
+    # is this default; --local-containerd sets its own).
     backend: Path | None = Path("/run/containerd/containerd.sock")
     image_backend: Path | None = None  # None: same as backend
     hook_dir: Path = Path("/etc/runtime/hookserver.d")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from .config import ConfigError, parse_host_port
-from .cripath.methods import METHOD_NAMES, UNKNOWN_METHOD, ApiVersion
+from .cripath.methods import MethodRef, metric_ref
 from .loopmetrics import CounterFamily, HistogramFamily
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
@@ -108,8 +108,6 @@ class HookServerStats:
             self.last_error = {"outcome": outcome, "hook": hook, "at": time.time()}
 
 
-_VERSIONS = frozenset(v.value for v in ApiVersion)
-UNKNOWN_VERSION = "unknown"
 CRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -118,9 +116,9 @@ class CriCallMetrics:
 
     Children are bound on first use and kept, so a call costs a dict lookup,
     not a label resolution; series appear only for methods that were called.
-    Labels are bounded: a method no CRI schema we carry has is counted as
-    ``unknown`` (and so is a version we do not know), since clients may call
-    any name and every name would otherwise stay a series for good.
+    Labels are bounded (``methods.metric_ref``): a method no CRI schema we
+    carry has is counted as ``unknown``, since clients may call any name and
+    every name would otherwise stay a series for good.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -164,12 +162,12 @@ class CriCallMetrics:
     def started(self) -> None:
         self.active += 1
 
-    def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        method = method if method in METHOD_NAMES else UNKNOWN_METHOD
-        version = version if version in _VERSIONS else UNKNOWN_VERSION
-        record = self._recorders.get((method, version))
+    def recorder(self, ref: MethodRef) -> Callable[[str, float], None]:
+        label = metric_ref(ref)
+        key = (label.method, label.version.value)
+        record = self._recorders.get(key)
         if record is None:
-            record = self._recorders[method, version] = self._new_recorder(method, version)
+            record = self._recorders[key] = self._new_recorder(*key)
         return record
 
     def _new_recorder(self, method: str, version: str) -> Callable[[str, float], None]:

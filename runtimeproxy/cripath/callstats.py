@@ -28,9 +28,10 @@ class CallSink(Protocol):
 
     def started(self) -> None: ...
 
-    def recorder(self, method: str, version: str) -> Callable[[str, float], None]:
-        """A function ``(code, seconds)`` for one method and client version,
-        bound once per routing table (label lookups stay off the hot path)."""
+    def recorder(self, ref: MethodRef) -> Callable[[str, float], None]:
+        """A function ``(code, seconds)`` for one method and client version
+        (labelled as ``methods.metric_ref`` says), bound once per routing
+        table (label lookups stay off the hot path)."""
         ...
 
 
@@ -43,7 +44,7 @@ def _code(context: aio.ServicerContext, default: str) -> str:
 
 def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> grpc.RpcMethodHandler:
     """``handler`` with every call counted by method, version and code."""
-    record = sink.recorder(ref.method, ref.version.value)
+    record = sink.recorder(ref)
     started = sink.started
 
     if handler.unary_unary is not None:

@@ -145,7 +145,6 @@ V1_ONLY_METHODS: Final = _qualified_names(V1) - _qualified_names(V1ALPHA2)
 # would grow the metrics without bound.
 UNKNOWN_METHOD: Final = "unknown"
 KNOWN_METHODS: Final = _qualified_names(V1) | _qualified_names(V1ALPHA2)
-METHOD_NAMES: Final = frozenset(name.partition("/")[2] for name in KNOWN_METHODS)
 
 
 def metric_ref(ref: MethodRef) -> MethodRef:

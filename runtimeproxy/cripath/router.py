@@ -169,8 +169,7 @@ class Router(grpc.GenericRpcHandler):
     def _measure(self, ref: methods.MethodRef, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         # Wrapped once per table entry; calls the table does not know are
         # wrapped per call (rare: a newer client's methods, or no backend yet).
-        # Labelled as the metrics may: a method our schemas lack as "unknown".
-        return handler if self._calls is None else measured(handler, methods.metric_ref(ref), self._calls)
+        return handler if self._calls is None else measured(handler, ref, self._calls)
 
     def _unknown(self, ref: methods.MethodRef, p: VersionPlan, info: BackendInfo) -> grpc.RpcMethodHandler:
         target = p.routes.get(ref.version)

@@ -101,9 +101,8 @@ class RouterRoutes:
             ref = methods.parse_method(path)
             if ref is None:
                 return None
-            label = methods.metric_ref(ref)  # invented names: one "unknown" label
-            record = sink.recorder(label.method, label.version.value)
-            if label is ref:  # a known method: cached by path, a bounded set (invented paths are not)
+            record = sink.recorder(ref)  # invented names share the "unknown" one
+            if ref.qualified_name in methods.KNOWN_METHODS:  # cached by path: a bounded set (invented paths are not)
                 self._recorders[path] = record
         sink.started()
         return record

@@ -114,7 +114,8 @@ def test_a_method_has_series_only_once_called() -> None:
     keeps the label children it looks up, from the first call on)."""
     registry = CollectorRegistry()
     metrics = CriCallMetrics(registry)
-    record = metrics.recorder("ContainerStatus", "v1")
+    assert REF is not None
+    record = metrics.recorder(REF)
 
     def series() -> list[tuple[str, str]]:
         return [(sample.name, sample.labels.get("code", "")) for family in registry.collect()
@@ -139,17 +140,20 @@ async def test_labels_stay_bounded_whatever_the_names() -> None:
     for i in range(500):
         ref = parse_method(f"/runtime.v1.RuntimeService/Bogus{i}")
         assert ref is not None
-        handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(None)), metric_ref(ref), metrics)
+        handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(None)), ref, metrics)
         await handler.unary_unary(b"", Context())
-        metrics.recorder(f"Bogus{i}", f"version{i}")("OK", 0.001)  # the sink's own guard, for any caller
-    metrics.recorder("ContainerStatus", "v1")("OK", 0.001)
+        v1alpha2 = parse_method(f"/runtime.v1alpha2.ImageService/Bogus{i}")
+        assert v1alpha2 is not None
+        metrics.recorder(v1alpha2)("OK", 0.001)
+    assert REF is not None
+    metrics.recorder(REF)("OK", 0.001)
     labels = {
         (sample.labels["method"], sample.labels["version"])
         for family in registry.collect()
         if family.name == "runtime_proxy_cri_calls"
         for sample in family.samples
     }
-    assert labels == {("unknown", "v1"), ("unknown", "unknown"), ("ContainerStatus", "v1")}
+    assert labels == {("unknown", "v1"), ("unknown", "v1alpha2"), ("ContainerStatus", "v1")}
 
 
 def test_metric_ref_keeps_known_methods_only() -> None:
