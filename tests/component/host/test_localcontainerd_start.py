@@ -150,9 +150,12 @@ async def foreign_shim(tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Proce
     (shim_pids finds shims by their name and ``-address``): one another run started."""
     socket_path = tmp_path / "c" / "containerd.sock"
     shim = await asyncio.create_subprocess_exec(
-        "bash", "-c", 'exec -a containerd-shim-runc-v2 "$0" -c "import time; time.sleep(120)" -address "$1"',
-        sys.executable, str(socket_path))
+        "bash", "-c",
+        'exec -a containerd-shim-runc-v2 "$0" -c "import time; print(flush=True); time.sleep(120)" -address "$1"',
+        sys.executable, str(socket_path), stdout=asyncio.subprocess.PIPE)
     try:
+        assert shim.stdout is not None
+        await asyncio.wait_for(shim.stdout.readline(), 10)  # exec-ed: it has the shim's name now
         yield shim
     finally:
         if shim.returncode is None:
