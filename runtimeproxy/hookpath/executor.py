@@ -56,9 +56,10 @@ class Executor:
     # read back from the runtime only as its spec says, and a read under way
     # when it lands must be told it is stale.
     recorded_without_hooks: ClassVar[bool] = False
-    # The hook point whose answers ``carry`` brings into this call: while a
-    # server is registered for it (only then), the call is decoded and
-    # carried before it is sent, on either data path.
+    # The hook point whose answers ``carry`` brings into this call: while any
+    # hook server is registered (a pod moved by a server since removed still
+    # takes its containers along), the call is decoded and carried before it
+    # is sent, on either data path. With none, calls go as they came.
     carries_from: ClassVar[HookType | None] = None
 
     def key(self, req: Any) -> str:

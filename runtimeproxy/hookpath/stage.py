@@ -130,8 +130,12 @@ class HookStage(StageProvider):
         )
 
     def _carrying(self, ex: Executor) -> bool:
-        """The same answer for both data paths, whatever else is in flight."""
-        return self._carries and ex.carries_from is not None and bool(self.dispatcher.servers(ex.carries_from))
+        """The same answer for both data paths, whatever else is in flight.
+
+        While any hook server is registered (records are kept only then), not
+        only one for ``carries_from``: a pod that a server since removed (or one
+        before a restart) moved still has its containers follow it."""
+        return self._carries and ex.carries_from is not None and self.dispatcher.has_servers()
 
     async def _run(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         started = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from google.protobuf import json_format
 
 from cri_api.v1 import api_pb2 as v1
@@ -78,28 +79,35 @@ async def test_a_pod_left_where_it_was_sends_its_containers_as_they_came(
     assert running.store.containers["ctr-1"].pod_cgroup_parent == KUBELETS
 
 
-async def test_a_pod_read_back_after_a_restart_is_carried_too(running, fake, client, sock_dir, hook_dir) -> None:
+@pytest.mark.parametrize("mover_left", [True, False], ids=["mover-registered", "mover-gone"])
+async def test_a_pod_read_back_after_a_restart_is_carried_too(
+    running, fake, client, sock_dir, hook_dir, mover_left: bool
+) -> None:
     # The proxy restarted and its rebuild has not reached the pod: the record is
-    # read back from the runtime, which keeps the config it was sent (moved).
+    # read back from the runtime, which keeps the config it was sent (moved),
+    # whether or not the server that moved it is still there.
     config = sandbox_config()
     config.linux.cgroup_parent = MOVED
     info = json.dumps({"config": json_format.MessageToDict(config, preserving_proto_field_name=True)})
     fake.script(POD_STATUS, response=v1.PodSandboxStatusResponse(info={"info": info}).SerializeToString())
     async with hook_server(sock_dir, "mover", MOVER) as mover, hook_server(sock_dir, "seer", {"PreCreateContainer": {}}) as seer:
-        mover.register(hook_dir, ["PreRunPodSandbox"])
+        if mover_left:
+            mover.register(hook_dir, ["PreRunPodSandbox"])
         seer.register(hook_dir, ["PreCreateContainer"])
-        await registered(running, 2)
+        await registered(running, 2 if mover_left else 1)
         assert "pod-1" not in running.store.pods
         await client.unary_unary(CREATE)(create_request().SerializeToString())
         assert seer.requests("PreCreateContainer")[0]["pod_cgroup_parent"] == MOVED
     assert backend_request(fake).sandbox_config.linux.cgroup_parent == MOVED
 
 
-async def test_without_a_pod_hook_left_nothing_is_carried_on_either_path(
+async def test_a_pod_whose_mover_is_gone_still_takes_its_containers_on_either_path(
     running, fake, client, sock_dir, hook_dir
 ) -> None:
-    # The mover's file is gone, another server stays: whether the call is
-    # carried must not depend on the data path or on what else is in flight.
+    # The mover's file is gone, another server (no pre hook of its own for
+    # CreateContainer) stays: the pod is still under the moved parent, and a
+    # container (a restarted one, say) left under kubelet's would escape its
+    # limits. The same on both data paths, whatever else is in flight.
     async with hook_server(sock_dir, "mover", MOVER) as mover, hook_server(sock_dir, "other", {"PostStartContainer": {}}) as other:
         path = mover.register(hook_dir, ["PreRunPodSandbox"])
         other.register(hook_dir, ["PostStartContainer"])
@@ -107,6 +115,22 @@ async def test_without_a_pod_hook_left_nothing_is_carried_on_either_path(
         await run_pod(fake, client)
         path.unlink()
         await registered(running, 1)
+        await client.unary_unary(CREATE)(noncanonical_create())
+    sent = backend_request(fake)
+    expected = create_request()
+    expected.sandbox_config.linux.cgroup_parent = MOVED
+    assert sent == expected
+
+
+async def test_with_no_hook_server_left_calls_go_as_they_came(running, fake, client, sock_dir, hook_dir) -> None:
+    # Without any hook server the proxy keeps no records and changes nothing,
+    # as if it were not there.
+    async with hook_server(sock_dir, "mover", MOVER) as mover:
+        path = mover.register(hook_dir, ["PreRunPodSandbox"])
+        await registered(running, 1)
+        await run_pod(fake, client)
+        path.unlink()
+        await registered(running, 0)
         raw = noncanonical_create()
         await client.unary_unary(CREATE)(raw)
     assert fake.calls(CREATE)[0].requests == [raw]

@@ -24,6 +24,7 @@ class Servers:
 
     def __init__(self, *servers: HookServerConfig) -> None:
         self.servers = servers
+        self.snapshot = servers  # (only its length is read)
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return tuple(s for s in self.servers if hook in s.hooks)
@@ -50,9 +51,11 @@ IGNORE, FAIL = FailurePolicy.IGNORE, FailurePolicy.FAIL
         ((), "RemoveContainer", True),
         ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "RunPodSandbox", False),  # a pre hook may change it
         ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "StartContainer", True),  # not this method's
-        # its pod's cgroup parent, if a PreRunPodSandbox hook moved it, is carried into the call
+        # its pod's cgroup parent, if a PreRunPodSandbox hook moved it (even a
+        # server since removed), is carried into the call while any server is registered
         ((_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX),), "CreateContainer", False),
-        ((_server(IGNORE, HookType.POST_START_CONTAINER),), "CreateContainer", True),
+        ((_server(IGNORE, HookType.POST_START_CONTAINER),), "CreateContainer", False),
+        ((), "CreateContainer", True),
         ((_server(IGNORE, HookType.POST_STOP_CONTAINER),), "StopContainer", True),  # post hooks come after
         ((_server(FAIL, HookType.POST_STOP_CONTAINER),), "StopContainer", False),  # must see it decoded first
         ((_server(IGNORE, HookType.PRE_START_CONTAINER, HookType.POST_START_CONTAINER),), "StartContainer", False),
