@@ -161,7 +161,10 @@ class Pool:
                     f"define (types: {', '.join(sorted(self.types))})"
                 )
             return self.types[wanted]
-        if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.config.reserved_pool_namespaces):
+        # kube-system always, as in NRI's balloons: the key adds namespaces to it.
+        if pod.namespace == "kube-system" or any(
+            fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.config.reserved_pool_namespaces
+        ):
             return self.types[RESERVED]
         for btype in self.config.balloon_types:
             if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in btype.namespaces):

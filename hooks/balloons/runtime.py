@@ -75,6 +75,11 @@ class RuntimeClient:
             self._channel = aio.insecure_channel(f"unix://{self.endpoint}")
         return v1_grpc.RuntimeServiceStub(self._channel)
 
+    async def retarget(self, endpoint: str) -> None:
+        """Talk to ``endpoint`` from the next call on (a reloaded config's)."""
+        self.endpoint = endpoint
+        await self.close()
+
     async def close(self) -> None:
         channel, self._channel = self._channel, None
         if channel is not None:

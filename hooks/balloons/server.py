@@ -166,8 +166,10 @@ class BalloonsHook(BuiltinHook):
         except TimeoutError:
             raise HookAbort(grpc.StatusCode.UNAVAILABLE, f"balloons: {self._not_ready_reason}") from None
 
-    def _place(self, request: api_pb2.ContainerResourceHookRequest, milli: int) -> Cpuset | None:
-        """Under the lock: assign the container and return what it runs on."""
+    def _place(self, request: api_pb2.ContainerResourceHookRequest, milli: int, answered: bool = True) -> Cpuset | None:
+        """Under the lock: assign the container and return what it runs on
+        (``answered``: the proxy applies this hook point's answer, so the
+        runtime will have it; else it is moved there like a running one)."""
         pod = _pod(request)
         key = (request.pod_meta.uid, request.container_meta.name)
         member = Member(key, pod.namespace, pod.pod_name, milli, request.container_meta.id)
@@ -181,7 +183,8 @@ class BalloonsHook(BuiltinHook):
             raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {exc}") from None
         cpuset = self._state.target(key)
         assert cpuset is not None
-        self._state.given(key, cpuset)
+        if answered:
+            self._state.given(key, cpuset)
         log.info(
             "assigning container %s to balloon %s%s",
             member.label,
@@ -206,8 +209,11 @@ class BalloonsHook(BuiltinHook):
         async with self._lock:
             self._events += 1
             balloon = self._state.pool.balloon_of(key)
-            if balloon is None:  # created while this hook was not there: pinned once it starts
-                self._place(request, milli_from_shares(request.container_resources.cpu_shares))
+            if balloon is None:
+                # Created while this hook was not there (or its PreCreateContainer
+                # failed under Ignore): a PreStartContainer answer is never applied,
+                # so it is moved to its balloon once it starts, as a running one.
+                self._place(request, milli_from_shares(request.container_resources.cpu_shares), answered=False)
             else:
                 balloon.members[key].container_id = request.container_meta.id
         # Its balloon may have changed between create and start: then it moves after the start.
@@ -390,7 +396,11 @@ class BalloonsHook(BuiltinHook):
             config = load_config_file(path)
             async with self._lock:
                 state = Assignments.rebuild(config, self._topology, self._state.restored())
-                self._state = state
+                endpoint_was, self._state = self._state.config.runtime_endpoint, state
+                if config.runtime_endpoint != endpoint_was:
+                    log.info("moving containers through %s from now on (runtimeEndpoint changed)",
+                             config.runtime_endpoint, extra={"runtime_endpoint": config.runtime_endpoint})
+                    await self._runtime.retarget(config.runtime_endpoint)
         except (ConfigError, PoolError) as exc:
             log.error("config reload failed, keeping the last good config: %s", exc, extra={"config": str(path)})
             return False

@@ -65,7 +65,7 @@ class KnownPods:
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
         try:
             self._state.save(record)
-        except OSError as exc:  # tracked all the same: only a restart of the hook forgets it
+        except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same: only a restart of the hook forgets it
             log.warning(
                 "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
                 extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},
@@ -75,7 +75,7 @@ class KnownPods:
         record = self._pods.pop(uid, None)
         try:
             self._state.remove(uid)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             log.warning("batchresource could not remove a pod from its state directory",
                         extra={"uid": uid, "reason": str(exc)})
         if record is not None:

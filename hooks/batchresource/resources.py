@@ -19,6 +19,7 @@ from .spec import MAX_MEMORY_BYTES, MAX_MILLI_CPU, ContainerBatch, PodBatchSpec
 __all__ = [
     "CFS_PERIOD",
     "MIN_QUOTA",
+    "MAX_SHARES",
     "MIN_SHARES",
     "UNLIMITED",
     "CgroupValues",
@@ -30,6 +31,7 @@ __all__ = [
 
 CFS_PERIOD = 100_000
 MIN_SHARES = 2
+MAX_SHARES = 262144  # the kernel's (and kubelet's) cap: above it a written value reads back lower
 MIN_QUOTA = 1000
 UNLIMITED = -1
 
@@ -45,7 +47,7 @@ class CgroupValues:
 
 
 def shares(request_milli: int | None) -> int:
-    return max((request_milli or 0) * 1024 // 1000, MIN_SHARES)
+    return min(max((request_milli or 0) * 1024 // 1000, MIN_SHARES), MAX_SHARES)
 
 
 def quota(limit_milli: int | None, cfs_quota_enabled: bool = True) -> int:

@@ -47,6 +47,9 @@ class FakeRuntime:
             raise grpc.aio.AioRpcError(self.fail_with, grpc.aio.Metadata(), grpc.aio.Metadata(), "fake")
         self.updates.append((container_id, cpus, mems))
 
+    async def retarget(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
     async def close(self) -> None:
         pass
 
@@ -95,6 +98,32 @@ async def test_containers_get_their_balloon_cpus_and_running_ones_move_when_it_g
     await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
     await hook.apply_moves()
     assert runtime.updates[-1] == ("c-a", "1", "0")
+
+
+async def test_a_container_first_seen_at_its_start_is_moved_to_its_balloon(tmp_path) -> None:
+    # Its PreCreateContainer never reached the hook (down, or failed under
+    # Ignore); the proxy applies no PreStartContainer answer.
+    hook, runtime = await started(tmp_path)
+    assert await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a")) is None
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1", "0")]
+    assert await hook.apply_moves() and len(runtime.updates) == 1  # once
+
+
+async def test_kube_system_stays_reserved_when_other_namespaces_are_named(tmp_path) -> None:
+    hook, _ = await started(tmp_path, {**CONFIG, "reservedPoolNamespaces": ["monitoring"]})
+    for ns in ("kube-system", "monitoring"):
+        answer = await hook.pre_create_container(request(f"p-{ns}", "c", ns=ns, shares=8192))
+        assert answer.container_resources.cpuset_cpus == "0"
+
+
+async def test_a_reload_moves_containers_through_a_changed_runtime_endpoint(tmp_path) -> None:
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    hook, runtime = await started(tmp_path, CONFIG, config_path=path)
+    path.write_text(yaml.safe_dump({**CONFIG, "runtimeEndpoint": "/run/other.sock"}))
+    assert await hook.reload(path)
+    assert runtime.endpoint == "/run/other.sock"
 
 
 async def test_kubelet_cannot_move_a_container_out_of_its_balloon(tmp_path) -> None:

@@ -28,7 +28,7 @@ def spec_of(containers: dict, init: dict | None = None):
 
 @pytest.mark.parametrize(
     ("milli", "expected"),
-    [(None, 2), (0, 2), (1, 2), (2, 2), (3, 3), (500, 512), (1000, 1024), (1001, 1025), (2500, 2560), (MAX_MILLI_CPU, MAX_MILLI_CPU * 1024 // 1000)],
+    [(None, 2), (0, 2), (1, 2), (2, 2), (3, 3), (500, 512), (1000, 1024), (1001, 1025), (2500, 2560), (256000, 262144), (256001, 262144), (MAX_MILLI_CPU, 262144)],
 )
 def test_shares(milli, expected) -> None:
     assert shares(milli) == expected
