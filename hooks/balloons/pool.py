@@ -75,8 +75,15 @@ class Balloon:
     def requested_milli(self) -> int:
         return sum(m.milli for m in self.members.values())
 
-    def target_size(self, extra_milli: int = 0) -> int:
-        size = max(math.ceil((self.requested_milli + extra_milli) / 1000), self.btype.min_cpus)
+    def target_size(self, extra_milli: int = 0, joining: bool = False) -> int:
+        """CPUs for its members' requests (``joining``: and one more member's,
+        ``extra_milli``). A balloon with members has at least one CPU, even if
+        they request none (BestEffort), as in NRI's balloons: with none they
+        would run on the reserved CPUs."""
+        requested = self.requested_milli + extra_milli
+        if self.members or joining:
+            requested = max(requested, 1)
+        size = max(math.ceil(requested / 1000), self.btype.min_cpus)
         return min(size, self.btype.max_cpus) if self.btype.max_cpus else size
 
     def fits(self, milli: int) -> bool:
@@ -87,6 +94,11 @@ class Balloon:
 
     def has_pod(self, pod_uid: str) -> bool:
         return any(m.pod_uid == pod_uid for m in self.members.values())
+
+
+def _cpus_for(milli: int) -> int:
+    """A new balloon's CPUs for its first member: at least one (see target_size)."""
+    return max(math.ceil(milli / 1000), 1)
 
 
 def milli_from_shares(shares: int) -> int:
@@ -212,11 +224,11 @@ class Pool:
         self.balloons.append(balloon)
         return balloon
 
-    def resize(self, balloon: Balloon, extra_milli: int = 0) -> bool:
+    def resize(self, balloon: Balloon, extra_milli: int = 0, joining: bool = False) -> bool:
         """Bring the balloon to its target size; False (and no change) if it cannot grow that far."""
         if balloon.fixed:
             return True
-        target = balloon.target_size(extra_milli)
+        target = balloon.target_size(extra_milli, joining)
         have = len(balloon.cpus)
         if target > have:
             more = allocator.take(self.topology, self.free, target - have, near=balloon.cpus)
@@ -228,7 +240,7 @@ class Pool:
         return True
 
     def _try_join(self, balloon: Balloon, member: Member) -> bool:
-        if not balloon.fits(member.milli) or not self.resize(balloon, member.milli):
+        if not balloon.fits(member.milli) or not self.resize(balloon, member.milli, joining=True):
             return False
         balloon.members[member.key] = member
         return True
@@ -246,7 +258,7 @@ class Pool:
             raise Exhausted(self._why(btype, member, same_pod[0]))
         existing = self.of_type(btype.name)
         empty = [b for b in existing if not b.members]
-        spare = [b for b in existing if b.members and b.target_size(member.milli) <= len(b.cpus) and b.fits(member.milli)]
+        spare = [b for b in existing if b.members and b.target_size(member.milli, True) <= len(b.cpus) and b.fits(member.milli)]
         growable = [b for b in existing if b.members and b not in spare]
         if btype.prefer_new_balloons:
             order: list[Balloon | None] = [*empty, None, *spare, *growable]
@@ -256,7 +268,7 @@ class Pool:
             if candidate is None:
                 if btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
                     continue
-                size = max(math.ceil(member.milli / 1000), btype.min_cpus)
+                size = max(_cpus_for(member.milli), btype.min_cpus)
                 candidate = self._new_balloon(btype, size)
                 if candidate is None:
                     continue
@@ -270,10 +282,10 @@ class Pool:
         """Under onExhausted: Ignore, the default balloon takes the container, grown if it can be."""
         btype = self.types[DEFAULT]
         for balloon in self.of_type(DEFAULT):
-            self.resize(balloon, member.milli)  # best effort: it may stay smaller than asked
+            self.resize(balloon, member.milli, joining=True)  # best effort: it may stay smaller than asked
             balloon.members[member.key] = member
             return balloon
-        balloon = self._new_balloon(btype, max(math.ceil(member.milli / 1000), btype.min_cpus)) or self._new_balloon(btype, 0)
+        balloon = self._new_balloon(btype, max(_cpus_for(member.milli), btype.min_cpus)) or self._new_balloon(btype, 0)
         if balloon is None:  # maxBalloons: 0 balloons allowed would be odd, but do not lose the container
             balloon = Balloon(btype, len(self.of_type(DEFAULT)), frozenset())
             self.balloons.append(balloon)
@@ -301,7 +313,8 @@ class Pool:
         return balloon
 
     def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon | None:
-        """Put back a container found running on ``cpus`` (after a restart or a config reload).
+        """Put back a container found running on ``cpus`` (after a restart or a config reload;
+        idle CPUs it shares with other balloons' containers taken out, state.py).
 
         It rejoins the balloon of its type that holds its pod, or that shares
         its CPUs and has room for it (only its pod, for preferNewBalloons
@@ -340,6 +353,12 @@ class Pool:
         problems = []
         for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
             if not self.resize(balloon):
+                # Running containers cannot be refused: the balloon takes what is free.
+                for count in range(min(balloon.target_size() - len(balloon.cpus), len(self.free)), 0, -1):
+                    more = allocator.take(self.topology, self.free, count, near=balloon.cpus)
+                    if more is not None:
+                        balloon.cpus = balloon.cpus | more
+                        break
                 problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
         return problems
 

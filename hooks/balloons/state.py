@@ -151,6 +151,8 @@ class Assignments:
         state = cls(config, topology)
         pool = state.pool
         fresh: list[Restored] = []
+        found = list(found)
+        shared = _shared_cpus(item.cpus for item in found)
         for item in found:
             key = item.member.key
             try:
@@ -162,7 +164,7 @@ class Assignments:
             if not pinned:
                 fresh.append(item)
                 continue
-            balloon = pool.restore(item.member, btype, item.cpus)
+            balloon = pool.restore(item.member, btype, item.cpus - shared)
             if balloon is None:  # its type has no room left: placed anew, below
                 fresh.append(item)
                 continue
@@ -227,3 +229,19 @@ class Assignments:
         for name in before:
             if name not in names:
                 log.info("balloon %s removed (empty)", name, extra={"balloon": name})
+
+
+def _shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:
+    """CPUs that two cpusets have in common while each has CPUs the other
+    lacks: idle CPUs shared by shareIdleCPUsInSame, which no balloon owns.
+    Counted as owned, they would join balloons on a rebuild. (The containers
+    of one balloon run on the same cpuset, or, while a move is under way,
+    one within the other.)"""
+    distinct = list(set(cpusets))
+    shared: set[int] = set()
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1:]:
+            common = a & b
+            if common and common != a and common != b:
+                shared |= common
+    return frozenset(shared)

@@ -202,6 +202,26 @@ def test_settle_shrinks_before_it_grows() -> None:
     check_invariants(p)
 
 
+def test_settle_gives_a_balloon_it_cannot_size_what_is_free() -> None:
+    # Running containers cannot be refused: each asks 3 CPUs of the 3 there
+    # are; the one CPU free goes to one of them rather than to nobody.
+    p = pool(Topology.synthetic(1, 1, 4, 1), {"name": "t", "namespaces": ["*"]})
+    a = p.restore(member("a", milli=3000), p.types["t"], frozenset({1}))
+    b = p.restore(member("b", milli=3000), p.types["t"], frozenset({2}))
+    assert len(p.settle()) == 2
+    assert not p.free and sorted([len(a.cpus), len(b.cpus)]) == [1, 2] and not a.cpus & b.cpus
+
+
+def test_a_besteffort_member_gets_one_cpu_and_joins_without_growing_a_balloon() -> None:
+    p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"]})
+    be = p.assign(member("a", milli=0), p.types["t"])
+    assert len(be.cpus) == 1
+    assert p.assign(member("a", "c2", milli=0), p.types["t"]) is be and len(be.cpus) == 1
+    full = p.assign(member("b", milli=1000), p.types["t"])
+    assert full is not be or len(full.cpus) == 1
+    check_invariants(p)
+
+
 def test_containers_of_a_cpu_less_balloon_restore_into_one_balloon() -> None:
     # Both ran on the reserved CPU because their balloon had no CPU of its own.
     p = pool(Topology.synthetic(1, 1, 4, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 1})

@@ -126,6 +126,16 @@ async def test_a_reload_moves_containers_through_a_changed_runtime_endpoint(tmp_
     assert runtime.endpoint == "/run/other.sock"
 
 
+async def test_a_besteffort_container_gets_a_cpu_of_its_own_not_the_reserved_ones(tmp_path) -> None:
+    hook, _ = await started(tmp_path)
+    answer = await hook.pre_create_container(request("be", "app", shares=2))
+    assert answer.container_resources.cpuset_cpus == "1"
+    second = await hook.pre_create_container(request("be", "side", shares=2))  # the same pod: no more CPUs
+    assert second.container_resources.cpuset_cpus == "1"
+    await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="be")))
+    assert not hook.state.pool.of_type("work") or not hook.state.pool.of_type("work")[0].cpus  # given back
+
+
 async def test_kubelet_cannot_move_a_container_out_of_its_balloon(tmp_path) -> None:
     hook, _ = await started(tmp_path)
     await hook.pre_create_container(request("a", "app", shares=1024))
@@ -298,6 +308,46 @@ async def test_a_reload_keeps_balloons_that_share_idle_cpus_apart(tmp_path) -> N
     pool = hook.state.pool
     a, b = pool.balloon_of(("a", "app")), pool.balloon_of(("b", "app"))
     assert a is not b and len(a.cpus) == len(b.cpus) == 2 and not a.cpus & b.cpus
+
+
+@pytest.mark.parametrize("how", ["restart", "reload"])
+async def test_balloons_that_share_idle_cpus_with_room_to_merge_stay_apart(tmp_path, how: str) -> None:
+    """Two balloons that could hold each other's containers (maxCPUs 3) and
+    share their NUMA node's idle CPUs: a rebuild puts them back as they were,
+    and moves nothing (before, the first restored took the idle CPUs as its
+    own, and the other's container joined it)."""
+    config = {**SHARED_IDLE, "balloonTypes": [{**SHARED_IDLE["balloonTypes"][0], "maxCPUs": 3, "shareIdleCPUsInSame": "numa"}]}
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(config))
+    runtime = FakeRuntime()
+    options = {"topology": Topology.synthetic(1, 2, 4, 2), "runtime": runtime, "config_path": path}
+    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(config), **options)
+    await hook.rebuild()
+    for uid in ("a", "b", "x", "c"):
+        await hook.pre_create_container(request(uid, "app", shares=1024))
+        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="x")))
+    await hook.apply_moves()
+
+    def layout(h: BalloonsHook) -> dict[str, tuple[frozenset[int], frozenset[str]]]:
+        return {b.name: (frozenset(b.cpus), frozenset(m.pod_uid for m in b.members.values())) for b in h.state.pool.balloons}
+
+    before = layout(hook)
+    assert {pods for _, pods in before.values()} == {frozenset(), frozenset({"a", "b"}), frozenset({"c"})}
+    runtime.updates.clear()
+    if how == "restart":
+        runtime.live = [
+            FoundContainer(m.container_id, m.key, hook.state.pods[m.key], m.pod_uid, parse_cpuset(hook.state.target(m.key)[0]),
+                           hook.state.target(m.key)[1], 1024)
+            for _, m in hook.state.pool.members()
+        ]
+        hook = BalloonsHook(str(tmp_path / "again.sock"), parse_config(config), **options)
+        await hook.rebuild()
+    else:
+        path.write_text(yaml.safe_dump(config) + "# touched\n")
+        assert await hook.reload(path)
+    assert layout(hook) == before
+    assert await hook.apply_moves() and runtime.updates == []
 
 
 async def test_a_reload_leaves_a_container_on_the_fallback_balloon_if_its_type_is_full(tmp_path) -> None:
