@@ -36,7 +36,7 @@ from .config import (
     load_config_file,
     parse_config,
 )
-from .pool import ContainerKey, Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
+from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
 from .runtime import RuntimeClient
 from .state import Assignments, Cpuset, Restored
 from .status import StatusServer, status_socket_for
@@ -197,11 +197,31 @@ class BalloonsHook(BuiltinHook):
 
     async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
         await self._wait_ready()
+        milli = milli_from_shares(request.container_resources.cpu_shares)
         async with self._lock:
             self._events += 1
-            cpuset = self._place(request, milli_from_shares(request.container_resources.cpu_shares))
+            try:
+                cpuset = self._place(request, milli)
+            except HookAbort as refusal:
+                # The pod's init containers that finished still count (no stop
+                # event comes for them) until reconcile sees them exited: kubelet
+                # creates the next container at once. Ask the runtime now.
+                if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED or not await self._release_exited(request.pod_meta.uid):
+                    raise
+                cpuset = self._place(request, milli)
         self._moves_due.set()  # the balloon may have grown: its other containers move
         return _answer(cpuset)
+
+    async def _release_exited(self, pod_uid: str) -> bool:
+        """Under the lock: release the pod's members the runtime lists as exited; True if any was."""
+        if not any(m.container_id for m in self._state.members_of_pod(pod_uid)):
+            return False
+        try:
+            listing = await self._runtime.list_containers()
+        except grpc.aio.AioRpcError as err:
+            log.warning("cannot list the runtime's containers to free a pod's exited ones: %s", err.code().name)
+            return False
+        return self._state.release_exited(listing, pod_uid)
 
     async def pre_start_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
         await self._wait_ready()
@@ -307,10 +327,6 @@ class BalloonsHook(BuiltinHook):
         (a new PreCreateContainer placed it): only the grace releases it."""
         events = self._events
         listing = await self._runtime.list_containers()
-        found = {f.key: f for f in listing.live}
-        exited: dict[ContainerKey, set[str]] = {}
-        for gone in listing.exited:
-            exited.setdefault(gone.key, set()).add(gone.container_id)
         now = time.monotonic()
         async with self._lock:
             if self._events != events:
@@ -318,26 +334,7 @@ class BalloonsHook(BuiltinHook):
                 # be adopted again, or given its predecessor's id. Next pass.
                 log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
                 return
-            state = self._state
-            for _, member in list(state.pool.members()):
-                live = found.get(member.key)
-                if live is None:
-                    if member.container_id and member.container_id in exited.get(member.key, ()):
-                        state.release(member.key, member.container_id, why="it exited")
-                    elif now - state.placed_at.get(member.key, 0.0) > CREATE_GRACE:
-                        state.release(member.key, why="the runtime does not list it")
-                elif member.container_id != live.container_id:
-                    member.container_id = live.container_id
-            for key, live in found.items():
-                if state.pool.balloon_of(key) is None:
-                    member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
-                    try:
-                        balloon, _ = state.place(member, live.pod)
-                    except (Exhausted, UnknownBalloonType):
-                        balloon = state.pool.assign_fallback(member)
-                        state.pods[key] = live.pod
-                    log.info("adopting running container %s into balloon %s", member.label, state.pool.describe(balloon),
-                             extra={"container": member.label, "balloon": balloon.name})
+            self._state.reconcile(listing, now, CREATE_GRACE)
         self._moves_due.set()
 
     async def _move_containers(self) -> None:

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .config import DEFAULT, BalloonsConfig, PodContext
-from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, UnknownBalloonType
+from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, UnknownBalloonType, milli_from_shares
+from .runtime import Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 
 log = logging.getLogger("hooks.balloons")
@@ -138,6 +139,47 @@ class Assignments:
             return False
         self._log_resizes(before)
         return True
+
+    def release_exited(self, listing: Listing, pod_uid: str | None = None) -> bool:
+        """Release the members (only ``pod_uid``'s, if given) whose known
+        container the runtime lists as exited with nothing live under their
+        name: an init container that finished, a crash waiting for its
+        restart (kubelet keeps them, no stop event comes). A member whose id
+        is unknown or another one is being re-created. True if any was."""
+        live = {f.key for f in listing.live}
+        exited = {(gone.key, gone.container_id) for gone in listing.exited}
+        released = False
+        for _, member in list(self.pool.members()):
+            if pod_uid is not None and member.pod_uid != pod_uid:
+                continue
+            if member.container_id and member.key not in live and (member.key, member.container_id) in exited:
+                self.release(member.key, member.container_id, why="it exited")
+                released = True
+        return released
+
+    def reconcile(self, listing: Listing, now: float, grace: float) -> None:
+        """Release what the runtime no longer runs (exited at once, unlisted
+        after ``grace`` since placement), learn ids, adopt live containers
+        this state does not know."""
+        self.release_exited(listing)
+        found = {f.key: f for f in listing.live}
+        for _, member in list(self.pool.members()):
+            live = found.get(member.key)
+            if live is None:
+                if now - self.placed_at.get(member.key, 0.0) > grace:
+                    self.release(member.key, why="the runtime does not list it")
+            elif member.container_id != live.container_id:
+                member.container_id = live.container_id
+        for key, live in found.items():
+            if self.pool.balloon_of(key) is None:
+                member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
+                try:
+                    balloon, _ = self.place(member, live.pod)
+                except (Exhausted, UnknownBalloonType):
+                    balloon = self.pool.assign_fallback(member)
+                    self.pods[key] = live.pod
+                log.info("adopting running container %s into balloon %s", member.label, self.pool.describe(balloon),
+                         extra={"container": member.label, "balloon": balloon.name})
 
     def members_of_pod(self, pod_uid: str) -> list[Member]:
         return [m for _, m in self.pool.members() if m.pod_uid == pod_uid]

@@ -136,6 +136,25 @@ async def test_a_besteffort_container_gets_a_cpu_of_its_own_not_the_reserved_one
     assert not hook.state.pool.of_type("work") or not hook.state.pool.of_type("work")[0].cpus  # given back
 
 
+async def test_a_pods_finished_init_container_makes_room_for_its_app_container(tmp_path) -> None:
+    # maxCPUs 3: init (2 CPUs) and app (2 CPUs) fit only one after the other,
+    # as Kubernetes counts them. No stop event comes for a finished init container.
+    hook, runtime = await started(tmp_path)
+    await hook.pre_create_container(request("a", "init", shares=2048))
+    await hook.pre_start_container(request("a", "init", shares=2048, cid="c-init"))
+    runtime.exited = [ExitedContainer("c-init", ("a", "init"))]
+    answer = await hook.pre_create_container(request("a", "app", shares=2048))
+    assert answer.container_resources.cpuset_cpus == "1-2"
+    assert hook.state.pool.balloon_of(("a", "init")) is None
+    # Still running (not listed as exited): the app container is refused.
+    hook, runtime = await started(tmp_path / "again")
+    await hook.pre_create_container(request("a", "init", shares=2048))
+    await hook.pre_start_container(request("a", "init", shares=2048, cid="c-init"))
+    with pytest.raises(HookAbort) as info:
+        await hook.pre_create_container(request("a", "app", shares=2048))
+    assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 async def test_kubelet_cannot_move_a_container_out_of_its_balloon(tmp_path) -> None:
     hook, _ = await started(tmp_path)
     await hook.pre_create_container(request("a", "app", shares=1024))
