@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend (bounds our queue)
-MAX_HEADER_BLOCK = 256 * 1024  # a longer header block is a CONTINUATION flood
+MAX_HEADER_BLOCK = 256 * 1024  # a longer header block (frame headers counted) is a CONTINUATION flood
+MAX_BLOCK_FRAMES = 128  # so is one in more frames (empty CONTINUATIONs cost a frame header each)
 MAX_HELD = 1 << 20  # what may wait for the runtime's SETTINGS (outbound.py)
 
 
@@ -43,7 +44,7 @@ class ClientSide:
         self.conn = conn
         self.preface = b""  # the client's preface, while incomplete
         self.carry = fr.Carry()  # an incomplete frame, completed from the next read
-        self.block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream]
+        self.block: list = []  # an open header block: [stream_id, raw frames, fragments, end_stream, bytes so far]
         self.prefaced = False
         self.granted = False  # the backend's extra window (BACKEND_GRANT) was given
         self.initial_window = fr.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
@@ -176,7 +177,8 @@ class ClientSide:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
             block[1].append(raw)
             block[2].append(bytes(f.payload))
-            if sum(map(len, block[2])) > MAX_HEADER_BLOCK:
+            block[4] += len(raw)
+            if block[4] > MAX_HEADER_BLOCK or len(block[1]) > MAX_BLOCK_FRAMES:
                 raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, "header block too long")
             if f.has(Flag.END_HEADERS):
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
@@ -184,7 +186,7 @@ class ClientSide:
             return
         if f.type == FrameType.HEADERS:  # (a block in one plain frame is _frames')
             self._new_stream(sid)
-            block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM)])
+            block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM), len(raw)])
             if f.has(Flag.END_HEADERS):
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
@@ -195,7 +197,10 @@ class ClientSide:
         elif f.type == FrameType.WINDOW_UPDATE:
             increment = fr.window_increment(f)
             if increment == 0:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                if sid == 0 or sid > self.conn.last_stream:
+                    raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                self._stream_error(sid, out)  # on a stream, it ends that stream only (RFC 9113 6.9)
+                return
             if sid == 0:
                 self.conn.out.grow(increment)  # the response direction's window is ours
             elif sid in self.conn.diverted:
@@ -244,6 +249,18 @@ class ClientSide:
                 self.conn.out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _stream_error(self, sid: int, out: list[bytes | memoryview]) -> None:
+        """The client broke the protocol on one stream: it is reset
+        (PROTOCOL_ERROR) and ended at the runtime as if the client reset it."""
+        conn = self.conn
+        if sid in conn.ended or not (sid in conn.relayed or sid in conn.hooked or sid in conn.diverted):
+            return  # closed already: nothing left to end
+        log.info("frames: stream reset for a protocol error of the client's", extra={"stream": sid})
+        cancel = fr.rst_stream(sid, ErrorCode.CANCEL)
+        self._client_frame(fr.Frame(FrameType.RST_STREAM, 0, sid, memoryview(cancel)[HEADER_LEN:]), cancel, out, [])
+        conn.out.frames(fr.rst_stream(sid, ErrorCode.PROTOCOL_ERROR))
+        conn.mark_ended(sid)
 
     def _new_stream(self, sid: int) -> None:
         """HEADERS on ``sid``: refused on a stream a client cannot open, or one used and ended."""

@@ -7,6 +7,7 @@ import asyncio
 import struct
 
 import hpack
+import pytest
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
@@ -401,6 +402,49 @@ async def test_what_waits_for_the_runtimes_settings_is_bounded() -> None:
     frames = _written_frames(client)
     assert conn.closed.done() and [f.type for f in frames] == [FrameType.SETTINGS, FrameType.GOAWAY]
     assert int.from_bytes(frames[1].payload[4:8], "big") == ErrorCode.ENHANCE_YOUR_CALM
+
+
+@pytest.mark.parametrize("fragment", [b"", b"x"], ids=["empty", "one-byte"])
+async def test_a_continuation_flood_ends_the_connection_at_once(fragment: bytes) -> None:
+    """Empty CONTINUATIONs add nothing to a block's fragments: counted by
+    frame (and header bytes) all the same, in constant time per frame."""
+    from runtimeproxy.frames.upstream import MAX_BLOCK_FRAMES
+
+    conn, client, _, _ = _connection()
+    conn.client_data(fr.serialize(FrameType.HEADERS, 0, 1, b""))  # no END_HEADERS
+    conn.client_data(fr.serialize(FrameType.CONTINUATION, 0, 1, fragment) * 50_000)
+    await _turns()
+    assert conn.closed.done()
+    goaway = [f for f in _written_frames(client) if f.type == FrameType.GOAWAY]
+    assert int.from_bytes(goaway[0].payload[4:8], "big") == ErrorCode.ENHANCE_YOUR_CALM
+    assert MAX_BLOCK_FRAMES < 50_000
+
+
+async def test_a_window_update_of_0_on_a_stream_resets_that_stream_only() -> None:
+    conn, client, backend, enc = _connection()
+    conn.client_data(_headers(enc, 1) + _headers(enc, 3) + fr.window_update(1, 0))
+    await _turns()
+    assert not conn.closed.done() and 3 in conn.hooked and 1 not in conn.hooked
+    conn.client_data(_data(3, b"\0" * 5, end=True))  # 3's stage sends it: what waited for it goes too
+    await _turns()
+    resets = [f for f in _written_frames(client) if f.type == FrameType.RST_STREAM]
+    assert [(f.stream_id, int.from_bytes(f.payload, "big")) for f in resets] == [(1, ErrorCode.PROTOCOL_ERROR)]
+    backend.written[0] = bytes(backend.written[0])[len(fr.PREFACE):]
+    assert [f.stream_id for f in _written_frames(backend) if f.type == FrameType.RST_STREAM] == [1]
+    conn.client_data(fr.window_update(0, 0))  # on the connection: a connection error
+    assert conn.closed.done()
+
+
+async def test_a_window_update_of_0_from_the_runtime_ends_that_call_only() -> None:
+    conn, client, backend, enc = _connection()
+    conn.client_data(_headers(enc, 1) + _headers(enc, 3))
+    await _turns()
+    conn.backend_data(fr.window_update(1, 0))
+    await _turns()
+    assert not conn.closed.done() and 1 in conn.ended and 3 in conn.hooked
+    ends = [f for f in _written_frames(client) if f.stream_id == 1]
+    assert ends and ends[-1].flags & Flag.END_STREAM
+    assert dict(hpack.Decoder().decode(bytes(ends[-1].payload), raw=True))[b"grpc-status"] == b"13"
 
 
 class _Recording(_Routes):
