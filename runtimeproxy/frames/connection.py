@@ -106,7 +106,8 @@ class FrameConnection:
         self.sizes_out: dict[int, MessageSizes] = {}
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
-        self.out = Outbound(self._client_writer, self.credit_backend, hold_limit=BACKEND_GRANT // 2)
+        self.out = Outbound(self._client_writer, self.credit_backend, hold_limit=BACKEND_GRANT // 2,
+                            drained=self.check_idle)
         self.inbound = Inbound(self.backend, self.credit_client)
         self.backend_pings = DelayedAcks(lambda data: self.backend.write(data))
         self.last_stream = 0
@@ -181,15 +182,18 @@ class FrameConnection:
         # A hooked call the runtime answered whole is not cut short: its
         # answer, held while its stages record it, still goes, once.
         unanswered = [call for call in self.hooked.values() if not call.answered.done()]
-        if (len(unanswered) == len(self.hooked) and not self.diverted) or not self.prefaced:
+        # Answers the runtime gave whole may still wait for the client's
+        # window, or behind a hooked call's gate: they go before the close.
+        if (len(unanswered) == len(self.hooked) and not self.diverted and not self.out.queued) or not self.prefaced:
             # (before its SETTINGS, the client can be told nothing)
             if self.relayed or self.hooked:  # what the client sees as its connection closed
                 log.warning("frames: runtime connection closed with calls in flight; closing the client's",
                             extra={"relayed": len(self.relayed), "hooked": len(self.hooked)})
             self.lost()
             return
-        log.info("frames: runtime connection closed; the proxy's own calls and answered hooked ones go on",
-                 extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered)})
+        log.info("frames: runtime connection closed; the proxy's own calls and the answers it gave go on",
+                 extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered),
+                        "queued": self.out.queued})
         self.backend_lost = True
         self._hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
         self.backend.close()
@@ -354,12 +358,16 @@ class FrameConnection:
         self.backend.credit(amount)
 
     def check_idle(self) -> None:
-        if not self.unary_open and not self.diverted and not self.hooked and (self.prefaced or not self.stopping):
+        """Idle once no call is left to finish and what answered them has been
+        written (not waiting for the client's window, nor behind a gate):
+        told again as the window queue empties (outbound.py)."""
+        done = not self.diverted and not self.hooked and not self.out.queued
+        if done and not self.unary_open and (self.prefaced or not self.stopping):
             self.idle.set()
         else:
             self.idle.clear()
-        if self.backend_lost and not self.diverted and not self.hooked and not self.closed.done():
-            self._close()  # the proxy's own calls, and the answered hooked ones, are done too
+        if self.backend_lost and done and not self.closed.done():
+            self._close()  # the proxy's own calls, and the answers given, are done too
 
     def start_timing(self, sid: int, path: str) -> None:
         record = self.routes.measure(path)

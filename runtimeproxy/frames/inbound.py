@@ -93,6 +93,7 @@ class Inbound:
         self.writer = writer
         self._credit_client = credit_client
         self._queue = WindowQueue("backend")
+        self.owed = 0  # the client's window its queued DATA took, given back as it leaves
 
     def take(self, size: int) -> bool:
         """A DATA frame of ``size`` may go now, verbatim, in the caller's run of
@@ -108,6 +109,7 @@ class Inbound:
 
         The caller has written everything that must precede it."""
         self._queue.items.append(QueuedData(stream_id, bytes(payload), end_stream, credit))
+        self.owed += credit
         self.pump()
 
     def ordered(self, raw: bytes) -> None:
@@ -127,6 +129,7 @@ class Inbound:
         if out:
             self.writer.write(b"".join(out))
         if credit:
+            self.owed -= credit
             self._credit_client(credit)
 
     @property

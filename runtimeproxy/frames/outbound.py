@@ -30,8 +30,13 @@ from .window import Gate, QueuedData, WindowQueue, detached
 
 
 class Outbound:
-    def __init__(self, writer: asyncio.Transport, credit_backend: Callable[[int], None], hold_limit: int) -> None:
+    def __init__(
+        self, writer: asyncio.Transport, credit_backend: Callable[[int], None], hold_limit: int,
+        drained: Callable[[], None] = lambda: None,
+    ) -> None:
         self._writer = writer
+        self._drained = drained  # told once what waited in the queue has been written (check_idle)
+        self._emptied = False
         self._credit_backend = credit_backend
         self._queue = WindowQueue("client")
         self._pending: list[bytes | memoryview] = []  # views of what was read, mostly (downstream.py)
@@ -126,6 +131,9 @@ class Outbound:
             if not self._writer.is_closing():
                 self._writer.write(detached(pending[0]) if len(pending) == 1 else b"".join(pending))
             pending.clear()
+        if self._emptied:
+            self._emptied = False
+            self._drained()
         if self._credit:
             credit, self._credit = self._credit, 0
             self._credit_backend(credit)
@@ -135,7 +143,10 @@ class Outbound:
         self.pump()
 
     def pump(self) -> None:
+        waited = bool(self._queue.items)
         freed = self._queue.drain(self._pending)
+        if waited and not self._queue.items:
+            self._emptied = True  # said at the next flush, once written
         self._credit += freed
         self._queued_credit -= freed
         if self._queued_credit >= self._hold_limit:

@@ -25,6 +25,7 @@ from .frame import (
     ErrorCode, Flag, FrameError, FrameType, Setting,
 )
 from .hpackpeek import HeaderReader
+from .inbound import CLIENT_GRANT
 from .msgsize import MessageSizes
 from .window import detached
 
@@ -37,6 +38,7 @@ BACKEND_GRANT = 4 * 1024 * 1024  # extra connection window given to the backend 
 MAX_HEADER_BLOCK = 256 * 1024  # a longer header block (frame headers counted) is a CONTINUATION flood
 MAX_BLOCK_FRAMES = 128  # so is one in more frames (empty CONTINUATIONs cost a frame header each)
 MAX_HELD = 1 << 20  # what may wait for the runtime's SETTINGS (outbound.py)
+CLIENT_WINDOW = fr.DEFAULT_WINDOW + CLIENT_GRANT  # the most a client may have sent and not been given back
 
 
 class ClientSide:
@@ -118,6 +120,8 @@ class ClientSide:
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
                         inbound.data(sid, bytes(payload), bool(flags & F_END_STREAM), credit=size)
+                        if inbound.owed > CLIENT_WINDOW:  # RFC 9113 6.9.1: what bounds this queue
+                            raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, "DATA past the connection window")
                         if flags & F_PADDED and not flags & F_END_STREAM:
                             # Queued without its padding, whose stream window
                             # (end to end) the runtime never gives back.

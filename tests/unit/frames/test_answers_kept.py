@@ -1,0 +1,102 @@
+"""Answers the runtime gave whole are written before a connection ends: at
+shutdown (the drain waits for the client's window) and when the runtime
+closes its connection (what waits for the window, or behind a hooked call's
+gate, still goes)."""
+
+from __future__ import annotations
+
+import struct
+
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.connection import FrameConnection, Limits
+from runtimeproxy.frames.frame import Flag, FrameType
+
+from .test_connection import _pass_on, _Transport, _turns, _written_frames
+
+HOOKED, RELAYED = "/runtime.v1.RuntimeService/StartContainer", "/runtime.v1.RuntimeService/ListContainers"
+HEAD = [(":status", "200"), ("content-type", "application/grpc")]
+BODY = struct.pack(">BI", 0, 100_000) + b"x" * 100_000  # over a client's first connection window (65,535)
+
+
+class _Mixed:
+    def fast(self, path: str) -> bool:
+        return path == RELAYED
+
+    def unary(self, path: str) -> bool:
+        return True
+
+    def hooked(self, path: str):  # type: ignore[no-untyped-def]
+        return (_pass_on,) if path == HOOKED else None
+
+    def sends_unchanged(self, path: str) -> bool:
+        return False
+
+    def measure(self, path: str) -> None:
+        return None
+
+
+def _connection() -> tuple[FrameConnection, _Transport]:
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Mixed(), None, Limits(max_message=1 << 22))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    return conn, client
+
+
+def _request(encoder: hpack.Encoder, sid: int, path: str = RELAYED) -> bytes:
+    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
+                            ("content-type", "application/grpc"), ("te", "trailers")])
+    return fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block) + fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, b"\0" * 5)
+
+
+def _answer(encoder: hpack.Encoder, sid: int, body: bytes = BODY) -> bytes:
+    return (fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, encoder.encode(HEAD))
+            + b"".join(fr.data_frames(sid, body, 16384, False))
+            + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, sid, encoder.encode([("grpc-status", "0")])))
+
+
+def _received(client: _Transport, sid: int) -> tuple[int, bool]:
+    """DATA bytes the client got on ``sid``, and whether the stream ended there."""
+    frames = [f for f in _written_frames(client) if f.stream_id == sid]
+    return sum(len(f.payload) for f in frames if f.type == FrameType.DATA), any(f.has(Flag.END_STREAM) for f in frames)
+
+
+async def test_a_stopping_connection_is_idle_only_once_its_answers_are_written() -> None:
+    conn, client = _connection()
+    conn.client_data(_request(hpack.Encoder(), 1))
+    conn.begin_stop()
+    conn.backend_data(_answer(hpack.Encoder(), 1))
+    await _turns()
+    assert 1 not in conn.unary_open and not conn.idle.is_set()  # answered at the proxy, not at the client
+    conn.client_data(fr.window_update(0, 1 << 20))
+    assert conn.idle.is_set() and _received(client, 1) == (len(BODY), True)
+
+
+async def test_an_answer_waiting_for_the_window_goes_after_the_runtime_closed() -> None:
+    conn, client = _connection()
+    conn.client_data(_request(hpack.Encoder(), 1))
+    conn.backend_data(_answer(hpack.Encoder(), 1))
+    conn.backend_gone()  # the runtime answered in full, then closed (a restart)
+    assert not conn.closed.done()
+    conn.client_data(fr.window_update(0, 1 << 20))
+    assert _received(client, 1) == (len(BODY), True)
+    assert conn.closed.done() and client.closed
+
+
+async def test_an_answer_behind_a_hooked_calls_gate_goes_after_the_runtime_closed() -> None:
+    conn, client = _connection()
+    requests, answers = hpack.Encoder(), hpack.Encoder()
+    conn.client_data(_request(requests, 1, HOOKED) + _request(requests, 3))
+    await _turns()
+    # The hooked call's answer began (its gate holds what follows); the relayed one came whole.
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, answers.encode(HEAD))
+                      + fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 10) + b"abc"))
+    conn.backend_data(_answer(answers, 3, b"\0" * 5))
+    assert _received(client, 3) == (0, False)
+    conn.backend_gone()
+    await _turns()
+    assert _received(client, 3) == (5, True)
+    assert _received(client, 1)[1]  # the hooked call ends UNAVAILABLE
+    assert conn.closed.done() and client.closed
