@@ -38,7 +38,7 @@ from grpc import aio
 
 from ..cripath.stage import Stage
 from . import frame as fr
-from . import hooked
+from . import hooked, hpackstatic
 from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
@@ -127,6 +127,7 @@ class FrameConnection:
         self.client_tables = fr.AckedSetting(fr.DEFAULT_HEADER_TABLE)
         self.backend_tables = fr.AckedSetting(fr.DEFAULT_HEADER_TABLE)
         self._client_uncredited = 0
+        self.client_table_shrunk = False  # see table_update
         self.stopping = False
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
@@ -279,10 +280,17 @@ class FrameConnection:
         """The runtime's first SETTINGS are queued for the client: a stop's GOAWAY is on its way."""
         self.check_idle()
 
+    def table_update(self) -> bytes:
+        """What a header block of the proxy's own starts with: once the client
+        lowered its HEADER_TABLE_SIZE, the first block it gets after that must
+        say the table shrank (RFC 7541 4.2), and it may be the proxy's. To the
+        size in force, never below what the runtime's encoder may use."""
+        return hpackstatic.integer(self.client_tables.acked, 5, 0x20) if self.client_table_shrunk else b""
+
     def end_locally(self, sid: int, status: int, message: str) -> bytes:
         """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
         self.out.frames(status_frames(sid, status, message, self.client_frames.send,
-                                      trailers_only=sid not in self.responded))
+                                      trailers_only=sid not in self.responded, table_update=self.table_update()))
         self.mark_ended(sid)
         self.stream_done(sid, status_name(status))
         call = self.hooked.get(sid)

@@ -132,7 +132,8 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
             await conn.client_can_write.wait()
 
     try:
-        await answer(call, conn.local, lambda: conn.client_frames.send, send_frames, send_data, conn.max_message)
+        await answer(call, conn.local, lambda: conn.client_frames.send, send_frames, send_data, conn.max_message,
+                     conn.table_update)
     except asyncio.CancelledError:
         pass
     except Exception:
@@ -145,14 +146,16 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
 
 async def answer(
     call: Diverted, channel: aio.Channel, max_frame: Callable[[], int], send: Send, send_data: SendData,
-    max_message: int,
+    max_message: int, table_update: Callable[[], bytes] = lambda: b"",
 ) -> None:
-    """Issue ``call`` on the proxy's own server and frame its answer back."""
+    """Issue ``call`` on the proxy's own server and frame its answer back
+    (``table_update``: what each of its header blocks starts with, see
+    FrameConnection.table_update)."""
     status, details, trailers = grpc.StatusCode.OK, "", ()
     started = False
 
     def head(metadata: tuple[tuple[str, str | bytes], ...], end: bool) -> None:
-        block = encode_headers([(":status", "200"), ("content-type", "application/grpc"), *metadata])
+        block = table_update() + encode_headers([(":status", "200"), ("content-type", "application/grpc"), *metadata])
         send(b"".join(header_frames(call.stream_id, block, max_frame(), end)))
 
     await call.ended.wait()
@@ -193,12 +196,12 @@ async def answer(
         finally:
             sender.cancel()
     send(status_frames(call.stream_id, status.value[0], details, max_frame(), trailers_only=not started,
-                       trailers=trailers))
+                       trailers=trailers, table_update=table_update()))
 
 
 def status_frames(
     stream_id: int, status: int, message: str, max_frame: int, trailers_only: bool,
-    trailers: tuple[tuple[str, str | bytes], ...] = (),
+    trailers: tuple[tuple[str, str | bytes], ...] = (), table_update: bytes = b"",
 ) -> bytes:
     """The header block that ends a call the proxy answers: its trailers, or,
     before any answer headers went out, a trailers-only response."""
@@ -206,7 +209,7 @@ def status_frames(
               *trailers]
     if trailers_only:
         ending = [(":status", "200"), ("content-type", "application/grpc"), *ending]
-    return b"".join(header_frames(stream_id, encode_headers(ending), max_frame, True))
+    return b"".join(header_frames(stream_id, table_update + encode_headers(ending), max_frame, True))
 
 
 async def _iterate(messages: list[bytes]) -> AsyncIterator[bytes]:

@@ -197,8 +197,6 @@ class BackendSide:
                 self.fragments[:] = [bytes(payload)]
                 self.block_sid = sid
                 self.block_ends = bool(flags & Flag.END_STREAM)
-                if sid in conn.relayed or sid in conn.hooked:
-                    conn.responded.add(sid)
             else:
                 if not block or sid != self.block_sid:
                     raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
@@ -225,7 +223,10 @@ class BackendSide:
                     # lowering its MAX_FRAME_SIZE takes larger frames until then).
                     out.frames(raw)
                     conn.client_frames.acknowledged()
+                    table_was = conn.client_tables.acked
                     conn.client_tables.acknowledged()  # the blocks after it keep to the client's table size
+                    if conn.client_tables.acked < table_was:
+                        conn.client_table_shrunk = True
                     self.headers.allow_table_size(conn.client_tables.relay)
                 else:
                     self._settings(fr.settings(f.payload), raw)
@@ -268,14 +269,18 @@ class BackendSide:
             # A relayed call's block goes out as it came, with this read's
             # other frames; what it says (the status) is read after they are
             # written, off the answer's path.
+            conn.responded.add(sid)  # (only now: an end of the proxy's before it carries :status)
             conn.out.frames(raw)
             self._unread.append((sid, data, self.block_ends))
             return
         self._settle()  # HPACK: blocks are read in the order they came
         headers = self._read(data)
-        if sid in conn.diverted:
+        if sid in conn.diverted or sid in conn.ended:
+            # (ended by the proxy before its block was complete: the client has its end)
             self._stray(sid, data)
             return
+        if sid in conn.hooked:
+            conn.responded.add(sid)
         call = conn.hooked.get(sid)
         held = call is not None and not call.finished and sid not in conn.ended
         if held and call.gate is None:
@@ -312,7 +317,8 @@ class BackendSide:
     def _stray(self, sid: int, block: bytes) -> None:
         """The backend answered a stream the proxy answers itself (diverted),
         before it read the stream's RST_STREAM: grpc-go answers an unknown
-        method (a v1 call to a v1alpha2-only runtime) at once.
+        method (a v1 call to a v1alpha2-only runtime) at once. Or one the
+        proxy ended (shutdown, a refusal) before the block was complete.
 
         The client's HPACK decoder must read the block all the same (the
         backend's encoder may have indexed its headers), on a stream where it
@@ -322,8 +328,8 @@ class BackendSide:
         header blocks on such streams and drop them."""
         conn = self.conn
         # Debug: with a v1alpha2-only runtime, any translated call may race so.
-        log.debug("runtime answered a call the proxy answers itself; its header block is passed on a closed stream",
-                  extra={"stream": sid, "method": conn.diverted[sid].path})
+        log.debug("runtime answered a call the proxy answers or ended itself; its header block is passed on a closed stream",
+                  extra={"stream": sid, "method": conn.diverted[sid].path if sid in conn.diverted else ""})
         target = conn.closed_at_client or NEVER_OPENED
         conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_frames.send, False)))
 

@@ -89,6 +89,11 @@ class AckedSetting:
         self._announced.append(size)
         self._update()
 
+    @property
+    def acked(self) -> int:
+        """The value in force (acknowledged)."""
+        return self._acked
+
     def acknowledged(self) -> None:
         """Its oldest SETTINGS not acknowledged yet was (ACKs come in order)."""
         if self._announced:

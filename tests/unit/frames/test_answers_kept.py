@@ -1,7 +1,8 @@
 """Answers the runtime gave whole are written before a connection ends: at
 shutdown (the drain waits for the client's window) and when the runtime
 closes its connection (what waits for the window, or behind a hooked call's
-gate, still goes)."""
+gate, still goes). And an end of the proxy's is a whole gRPC answer when the
+runtime's began but had not reached the client."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .test_connection import _pass_on, _Transport, _turns, _written_frames
 
 HOOKED, RELAYED = "/runtime.v1.RuntimeService/StartContainer", "/runtime.v1.RuntimeService/ListContainers"
 HEAD = [(":status", "200"), ("content-type", "application/grpc")]
+HEAD_RAW = [(k.encode(), v.encode()) for k, v in HEAD]
 BODY = struct.pack(">BI", 0, 100_000) + b"x" * 100_000  # over a client's first connection window (65,535)
 
 
@@ -100,3 +102,38 @@ async def test_an_answer_behind_a_hooked_calls_gate_goes_after_the_runtime_close
     assert _received(client, 3) == (5, True)
     assert _received(client, 1)[1]  # the hooked call ends UNAVAILABLE
     assert conn.closed.done() and client.closed
+
+
+def _blocks(client: _Transport) -> list[tuple[int, bool, dict[bytes, bytes]]]:
+    """Header blocks as the client decodes them: (stream, END_STREAM, headers)."""
+    decoder, out, block = hpack.Decoder(), [], None
+    for f in _written_frames(client):
+        if f.type == FrameType.HEADERS:
+            block = [f.stream_id, f.has(Flag.END_STREAM), bytes(f.payload)]
+        elif f.type == FrameType.CONTINUATION:
+            block[2] += bytes(f.payload)
+        else:
+            continue
+        if f.has(Flag.END_HEADERS):
+            out.append((block[0], block[1], dict(decoder.decode(block[2], raw=True))))
+    return out
+
+
+async def test_a_stop_between_the_runtimes_headers_and_continuation_ends_the_call_whole() -> None:
+    class _Streaming(_Mixed):
+        def unary(self, path: str) -> bool:
+            return False  # a stream: ended at once when the proxy stops
+
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Streaming(), None, Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
+    conn.client_data(_request(hpack.Encoder(), 1))
+    head = hpack.Encoder().encode(HEAD)
+    conn.backend_data(fr.serialize(FrameType.HEADERS, 0, 1, head[:2]))  # no END_HEADERS yet
+    conn.begin_stop()
+    conn.backend_data(fr.serialize(FrameType.CONTINUATION, Flag.END_HEADERS, 1, head[2:]))
+    blocks = _blocks(client)
+    ended = blocks[0]
+    assert ended[:2] == (1, True) and ended[2][b":status"] == b"200" and ended[2][b"grpc-status"] == b"14"
+    assert blocks[1][1:] == (False, dict(HEAD_RAW))  # decoded by the client, on a stream it has closed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+import grpc
 import hpack
 import pytest
 
@@ -445,6 +446,25 @@ async def test_a_window_update_of_0_from_the_runtime_ends_that_call_only() -> No
     ends = [f for f in _written_frames(client) if f.stream_id == 1]
     assert ends and ends[-1].flags & Flag.END_STREAM
     assert dict(hpack.Decoder().decode(bytes(ends[-1].payload), raw=True))[b"grpc-status"] == b"13"
+
+
+@pytest.mark.parametrize("table", [0, 1000])
+async def test_the_proxys_own_block_after_the_client_shrank_its_table_says_so(table: int) -> None:
+    """RFC 7541 4.2: the first block after the ACK of a smaller
+    HEADER_TABLE_SIZE starts with a size update, and it may be the proxy's."""
+    client, backend = _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Routes(), None, Limits(max_message=100))  # type: ignore[arg-type]
+    conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0, struct.pack(">HI", fr.Setting.HEADER_TABLE_SIZE, table)))
+    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+    encoder = hpack.Encoder()
+    conn.client_data(_headers(encoder, 1) + _headers(encoder, 3))
+    await _turns()
+    conn.end_hooked(1, grpc.StatusCode.INTERNAL, "refused")  # a block of the proxy's own
+    conn.end_hooked(3, grpc.StatusCode.INTERNAL, "refused")  # and another: each may come first
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = table  # as the client applies it, once acknowledged
+    blocks = [f for f in _written_frames(client) if f.type == FrameType.HEADERS]
+    assert [dict(decoder.decode(bytes(f.payload), raw=True))[b"grpc-status"] for f in blocks] == [b"13", b"13"]
 
 
 class _Recording(_Routes):
