@@ -31,6 +31,7 @@ from .topology import parse_cpuset
 log = logging.getLogger(__name__)
 
 SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"  # pods the proxy never hooks
+POD_UID_LABEL = "io.kubernetes.pod.uid"  # kubelet's label on each container
 LIVE_STATES = (v1.CONTAINER_CREATED, v1.CONTAINER_RUNNING)
 
 
@@ -84,6 +85,22 @@ class RuntimeClient:
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
+
+    async def pod_containers(self, pod_uid: str, timeout: float) -> tuple[set[ContainerKey], list[ExitedContainer]]:
+        """One pod's containers, by kubelet's label: the keys of the live ones
+        and the exited ones. One ListContainers, no spec read."""
+        stub = self._stub()
+        request = v1.ListContainersRequest(filter=v1.ContainerFilter(label_selector={POD_UID_LABEL: pod_uid}))
+        listed = await stub.ListContainers(request, timeout=timeout)
+        live: set[ContainerKey] = set()
+        exited = []
+        for container in listed.containers:
+            key = (pod_uid, container.metadata.name)
+            if container.state == v1.CONTAINER_EXITED:
+                exited.append(ExitedContainer(container.id, key))
+            elif container.state in LIVE_STATES:
+                live.add(key)
+        return live, exited
 
     async def list_live(self) -> list[FoundContainer]:
         return (await self.list_containers()).live

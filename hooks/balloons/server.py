@@ -47,6 +47,7 @@ log = logging.getLogger("hooks.balloons")
 READY_WAIT = 1.5  # how long a hook call waits for the start-up rebuild
 RETRY_DELAY = 5.0  # after a failed move or rebuild
 RECONCILE_INTERVAL = 30.0
+POD_LIST_TIMEOUT = 0.5  # a refused container's pod, listed under the lock (see pre_create_container)
 # A container placed at PreCreateContainer is not in the runtime's list until
 # CreateContainer returns: do not take it for gone before kubelet's deadline.
 # (One the runtime lists as exited, with the id the hook knows, goes at once.)
@@ -217,11 +218,13 @@ class BalloonsHook(BuiltinHook):
         if not any(m.container_id for m in self._state.members_of_pod(pod_uid)):
             return False
         try:
-            listing = await self._runtime.list_containers()
+            # Just this pod's, quickly: every hook event of the node waits on the lock.
+            live, exited = await self._runtime.pod_containers(pod_uid, POD_LIST_TIMEOUT)
         except grpc.aio.AioRpcError as err:
-            log.warning("cannot list the runtime's containers to free a pod's exited ones: %s", err.code().name)
+            log.warning("cannot list a pod's containers to free its exited ones: %s", err.code().name,
+                        extra={"pod_uid": pod_uid})
             return False
-        return self._state.release_exited(listing, pod_uid)
+        return self._state.release_exited(live, exited, pod_uid)
 
     async def pre_start_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
         await self._wait_ready()

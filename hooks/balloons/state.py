@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .config import DEFAULT, BalloonsConfig, PodContext
 from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, UnknownBalloonType, milli_from_shares
-from .runtime import Listing
+from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 
 log = logging.getLogger("hooks.balloons")
@@ -140,19 +140,21 @@ class Assignments:
         self._log_resizes(before)
         return True
 
-    def release_exited(self, listing: Listing, pod_uid: str | None = None) -> bool:
+    def release_exited(
+        self, live: Iterable[ContainerKey], exited: Iterable[ExitedContainer], pod_uid: str | None = None
+    ) -> bool:
         """Release the members (only ``pod_uid``'s, if given) whose known
         container the runtime lists as exited with nothing live under their
         name: an init container that finished, a crash waiting for its
         restart (kubelet keeps them, no stop event comes). A member whose id
         is unknown or another one is being re-created. True if any was."""
-        live = {f.key for f in listing.live}
-        exited = {(gone.key, gone.container_id) for gone in listing.exited}
+        live = set(live)
+        gone = {(container.key, container.container_id) for container in exited}
         released = False
         for _, member in list(self.pool.members()):
             if pod_uid is not None and member.pod_uid != pod_uid:
                 continue
-            if member.container_id and member.key not in live and (member.key, member.container_id) in exited:
+            if member.container_id and member.key not in live and (member.key, member.container_id) in gone:
                 self.release(member.key, member.container_id, why="it exited")
                 released = True
         return released
@@ -161,8 +163,8 @@ class Assignments:
         """Release what the runtime no longer runs (exited at once, unlisted
         after ``grace`` since placement), learn ids, adopt live containers
         this state does not know."""
-        self.release_exited(listing)
         found = {f.key: f for f in listing.live}
+        self.release_exited(found, listing.exited)
         for _, member in list(self.pool.members()):
             live = found.get(member.key)
             if live is None:

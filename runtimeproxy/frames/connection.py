@@ -56,6 +56,9 @@ ENDED_KEPT = 4096  # streams the proxy ended, remembered per connection
 # reads (a slow reader's frames only wait). Without it a client that writes and
 # never reads (PINGs, streams over its limit) has its answers buffered without end.
 CLIENT_BACKLOG = 4 << 20
+# After the runtime left, how long answers may wait for a client that reads
+# none of them (its window stays closed) before its connection is closed.
+UNREAD_LINGER_S = 30.0
 
 
 class Routes(Protocol):
@@ -196,6 +199,7 @@ class FrameConnection:
                  extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered),
                         "queued": self.out.queued})
         self.backend_lost = True
+        asyncio.get_running_loop().call_later(UNREAD_LINGER_S, self._unread_too_long)
         self._hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
         self.backend.close()
         self.backend_pings.close()
@@ -207,6 +211,12 @@ class FrameConnection:
         for call in unanswered:
             call.cancel("the runtime closed the connection")
         self.out.flush()
+
+    def _unread_too_long(self) -> None:
+        if not self.closed.done() and not self.diverted and not self.hooked and self.out.queued:
+            log.warning("frames: closing a client that read none of its answers since the runtime left",
+                        extra={"queued": self.out.queued, "seconds": UNREAD_LINGER_S})
+            self.lost()
 
     def backend_goaway(self, last: int) -> None:
         """The runtime goes away: streams it will not process are refused to the

@@ -65,9 +65,11 @@ class Executor:
     def key(self, req: Any) -> str:
         raise NotImplementedError
 
-    async def carry(self, req: Any, store: StateStore) -> bool:
+    async def carry(self, req: Any, store: StateStore, read_back: bool) -> bool:
         """Bring into the call what earlier hooks changed on its object that the
-        client's copy lacks; True if it changed. Before this call's own hooks."""
+        client's copy lacks; True if it changed. Before this call's own hooks.
+        ``read_back``: an object the records lack may be read from the runtime
+        (else only the records count, and the call is not held for a read)."""
         return False
 
     async def skip(self, req: Any, store: StateStore) -> bool:
@@ -191,12 +193,12 @@ class CreateContainer(Executor):
     reads_response = True
     carries_from = HookType.PRE_RUN_POD_SANDBOX
 
-    async def carry(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
+    async def carry(self, req: v1.CreateContainerRequest, store: StateStore, read_back: bool) -> bool:
         # containerd puts a container's cgroup under the cgroup parent of the
         # call's sandbox_config, kubelet's copy of the pod config: a pod that a
         # PreRunPodSandbox hook moved would have its containers left behind,
         # outside its pod-level limits. (Koordinator leaves them there.)
-        pod = await store.pod(req.pod_sandbox_id)  # read back if need be, as hook_request would
+        pod = await store.pod(req.pod_sandbox_id) if read_back else store.pods.get(req.pod_sandbox_id)
         linux = req.sandbox_config.linux
         if pod is None or not pod.cgroup_parent or pod.cgroup_parent == linux.cgroup_parent:
             return False

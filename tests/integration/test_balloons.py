@@ -24,7 +24,7 @@ import yaml
 from grpc import aio
 
 from runtimeproxy.host.containerd import terminate_process
-from hooks.balloons.runtime import ExitedContainer, RuntimeClient
+from hooks.balloons.runtime import POD_UID_LABEL, ExitedContainer, RuntimeClient
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 from ..hookprocs import registered
@@ -165,15 +165,16 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                 assert await cpuset_of(channel, system) == "0"
                 line = await hook.logged("assigning container kube-system/")
                 assert '/sleeper to balloon reserved[0]{cpus:"0", mems:"0"}' in line
-                # A best-effort container in the empty work balloon runs on the reserved CPU...
+                # A best-effort container gets a CPU of its own in the work balloon
+                # (as in NRI's balloons: not the reserved one)...
                 light_pod, light = await run_pod(channel, pod_log_dir, WORK_NS, 2)
                 pods.append(light_pod)
-                assert await cpuset_of(channel, light) == "0"
-                # ... until a container asking for a CPU grows the balloon: both run on CPU 1.
+                assert await cpuset_of(channel, light) == "1"
+                # ... which a container asking for one CPU joins: both run on CPU 1.
                 heavy_pod, heavy = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
                 pods.append(heavy_pod)
                 assert await cpuset_of(channel, heavy) == "1"
-                await lands_on(channel, light, "1")
+                assert await cpuset_of(channel, light) == "1"
                 before = placements(json.loads(await hook.status("--json")))
                 text = await hook.status()
                 assert 'work[0]{cpus:"1", mems:"0"}' in text and heavy[:13] in text
@@ -190,21 +191,29 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                     await run_pod(channel, pod_log_dir, WORK_NS, 1024)
                 assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
                 assert "no balloon can take container" in refused.value.details()
-                # Shrink: the heavy container stops, the balloon gives CPU 1 back.
+                # The heavy container stops: the light one keeps the balloon's CPU.
                 await V1.runtime(channel).StopContainer(pb.StopContainerRequest(container_id=heavy, timeout=5), timeout=30)
-                await lands_on(channel, light, "0")
+                await hook.logged(f"releasing container {WORK_NS}/")
 
                 # The proxy restarts under the running hook: its calls still reach the same assignments.
                 await proxy_stack.aclose()
                 running, proxy_stack = await launcher.start()
                 await registered(running, 1)
                 after = placements(json.loads(await hook.status("--json")))
-                assert after == {system: ("reserved[0]", "0"), light: ("work[0]", "0")}
+                assert after == {system: ("reserved[0]", "0"), light: ("work[0]", "1")}
                 async with launcher.channel() as channel2:
                     again_pod, again = await run_pod(channel2, pod_log_dir, WORK_NS, 1024)
                     pods.append(again_pod)
                     assert await cpuset_of(channel2, again) == "1"
-                    await lands_on(channel2, light, "1")
+                    # Shrink: both stop, and the empty balloon gives CPU 1 back.
+                    released = sum("releasing container" in line for line in hook.lines)
+                    for cid in (light, again):
+                        await V1.runtime(channel2).StopContainer(pb.StopContainerRequest(container_id=cid, timeout=5), timeout=30)
+                    async with asyncio.timeout(20):
+                        while sum("releasing container" in line for line in hook.lines) < released + 2:
+                            await hook.more(len(hook.lines))
+                    status = json.loads(await hook.status("--json"))
+                    assert [b["cpus"] for b in status["balloons"] if b["type"] == "work"] in ([], [""])
                     assert await cpuset_of(channel2, system) == "0"
     finally:
         async with launcher.channel() as channel:
@@ -267,7 +276,9 @@ async def test_config_reloads_and_exhausted_policy(launcher, pod_log_dir, tmp_pa
 async def test_the_runtime_listing_reports_an_exited_init_container(launcher, pod_log_dir) -> None:
     """What reconcile releases at once: kubelet keeps a finished init container
     (EXITED) until its pod goes, so no stop event comes for it. One
-    ListPodSandbox + ListContainers gives it with its key, next to the live one."""
+    ListPodSandbox + ListContainers gives it with its key, next to the live one;
+    and so does the one-pod listing of a refused container's pod (by kubelet's
+    pod uid label)."""
     await launcher.start()
     runtime = RuntimeClient(str(launcher.socket))
     pod_id = ""
@@ -279,7 +290,7 @@ async def test_the_runtime_listing_reports_an_exited_init_container(launcher, po
             pod_id = (await rt.RunPodSandbox(pb.RunPodSandboxRequest(config=pod_config), timeout=60)).pod_sandbox_id
             ids = {}
             for name, command in (("init", ("true",)), ("sleeper", ("sleep", "3600"))):
-                config = container_config(pb, name=name, command=command)
+                config = container_config(pb, name=name, command=command, labels={POD_UID_LABEL: uid})
                 ids[name] = (await rt.CreateContainer(
                     pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config, sandbox_config=pod_config), timeout=60
                 )).container_id
@@ -291,6 +302,8 @@ async def test_the_runtime_listing_reports_an_exited_init_container(launcher, po
             listing = await runtime.list_containers()
             assert ExitedContainer(ids["init"], (uid, "init")) in listing.exited
             assert {(f.key, f.container_id) for f in listing.live if f.pod_uid == uid} == {((uid, "sleeper"), ids["sleeper"])}
+            assert await runtime.pod_containers(uid, 5) == ({(uid, "sleeper")}, [ExitedContainer(ids["init"], (uid, "init"))])
+            assert await runtime.pod_containers("another-uid", 5) == (set(), [])
     finally:
         await runtime.close()
         if pod_id:

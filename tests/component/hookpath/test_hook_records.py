@@ -97,14 +97,11 @@ async def test_records_are_what_the_last_pre_hook_saw_when_it_changed_nothing(
 
 
 async def test_a_call_whose_client_left_while_its_state_was_read_is_still_recorded(
-    running, fake, client, sock_dir, hook_dir, monkeypatch: pytest.MonkeyPatch
+    running, fake, client, sock_dir, hook_dir
 ) -> None:
     """The runtime created a container in a pod the proxy had no record of (run while it was
     down), and the client's deadline passed while the proxy read that pod back: the container's
     record is still kept, with the pod as the runtime has it, because the container exists."""
-    # No pod cgroup parent carried (as under NRI), which would read the pod
-    # back before the call goes: here it is read once the runtime answered.
-    monkeypatch.setattr(running.hooks, "_carries", False)
     info = {"config": {"metadata": {"name": "old", "uid": "uid-7", "namespace": "default"}, "labels": {"tier": "batch"}}}
     status = v1.PodSandboxStatusResponse(info={"info": json.dumps(info)}).SerializeToString()
     fake.script(POD_STATUS, response=status, hang=True)
@@ -139,7 +136,6 @@ async def test_shutdown_finishes_recording_a_call_the_runtime_answered(fake, soc
     config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, hook_dir=hook_dir, grace_period=0.3)
     stack = contextlib.AsyncExitStack()
     running = await build_proxy(config, stack)
-    running.hooks._carries = False  # the pod is read back once the runtime answered (see above)
     try:
         await running.proxy.wait_ready(10)
         # Its server stops before the proxy (the stack unwinds in reverse); its

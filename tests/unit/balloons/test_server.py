@@ -35,12 +35,17 @@ class FakeRuntime:
         self.exited: list[ExitedContainer] = []
         self.updates: list[tuple[str, str, str]] = []
         self.fail_with: grpc.StatusCode | None = None
+        self.pod_listings: list[str] = []
 
     async def list_live(self) -> list[FoundContainer]:
         return list(self.live)
 
     async def list_containers(self) -> Listing:
         return Listing(list(self.live), list(self.exited))
+
+    async def pod_containers(self, pod_uid: str, timeout: float) -> tuple[set, list[ExitedContainer]]:
+        self.pod_listings.append(pod_uid)
+        return {f.key for f in self.live if f.pod_uid == pod_uid}, [e for e in self.exited if e.key[0] == pod_uid]
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
         if self.fail_with is not None:
@@ -144,7 +149,7 @@ async def test_a_pods_finished_init_container_makes_room_for_its_app_container(t
     await hook.pre_start_container(request("a", "init", shares=2048, cid="c-init"))
     runtime.exited = [ExitedContainer("c-init", ("a", "init"))]
     answer = await hook.pre_create_container(request("a", "app", shares=2048))
-    assert answer.container_resources.cpuset_cpus == "1-2"
+    assert answer.container_resources.cpuset_cpus == "1-2" and runtime.pod_listings == ["a"]
     assert hook.state.pool.balloon_of(("a", "init")) is None
     # Still running (not listed as exited): the app container is refused.
     hook, runtime = await started(tmp_path / "again")

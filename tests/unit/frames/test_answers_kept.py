@@ -6,6 +6,7 @@ runtime's began but had not reached the client."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 import hpack
@@ -85,6 +86,17 @@ async def test_an_answer_waiting_for_the_window_goes_after_the_runtime_closed() 
     conn.client_data(fr.window_update(0, 1 << 20))
     assert _received(client, 1) == (len(BODY), True)
     assert conn.closed.done() and client.closed
+
+
+async def test_a_client_that_reads_none_of_them_is_closed_in_the_end(monkeypatch) -> None:
+    monkeypatch.setattr("runtimeproxy.frames.connection.UNREAD_LINGER_S", 0.05)
+    conn, client = _connection()
+    conn.client_data(_request(hpack.Encoder(), 1))
+    conn.backend_data(_answer(hpack.Encoder(), 1))
+    conn.backend_gone()
+    assert not conn.closed.done()
+    await asyncio.wait_for(conn.closed, 5)
+    assert client.closed and _received(client, 1)[1] is False
 
 
 async def test_an_answer_behind_a_hooked_calls_gate_goes_after_the_runtime_closed() -> None:
