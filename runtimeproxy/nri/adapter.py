@@ -30,7 +30,7 @@ from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
 from .limits import HOOK_DEADLINE
-from .ttrpc import FAILED_PRECONDITION, TtrpcError
+from .ttrpc import FAILED_PRECONDITION, REQUEST_DEADLINE, TtrpcError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ SUBSCRIBED = (
 # before giving up its post hooks (the start failed and nothing else came).
 START_WAIT = 60.0
 BACKSTOP = 0.1  # past the hooks' deadline, still within the runtime's timeout
+# Part of the runtime's timeout kept for the answer's way back and our own
+# work (on a loaded node); the hooks of one event get the rest, together.
+ANSWER_MARGIN = 0.5
 
 
 class HookRefused(Exception):
@@ -200,15 +203,19 @@ class HookAdapter:
             return reply.SerializeToString()
 
         loop = asyncio.get_running_loop()
+        budget = self.budget
+        deadline = REQUEST_DEADLINE.get()
+        if deadline is not None:  # the runtime's own timeout for this request, if shorter
+            budget = min(budget, max(deadline - loop.time() - ANSWER_MARGIN, 0.1))
         context = contextvars.copy_context()
-        context.run(HOOK_DEADLINE.set, loop.time() + self.budget)
+        context.run(HOOK_DEADLINE.set, loop.time() + budget)
         task = loop.create_task(
             stage(request.SerializeToString(), self._context, send), name=f"nri-{method}", context=context
         )
         self._tasks.add(task)
         task.add_done_callback(self._forget)
         # The hooks keep to the deadline themselves; this is the backstop.
-        await asyncio.wait({issued, task}, timeout=self.budget + BACKSTOP, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({issued, task}, timeout=budget + BACKSTOP, return_when=asyncio.FIRST_COMPLETED)
         if issued.done():
             if recorded:
                 await asyncio.wait({task})
@@ -220,9 +227,9 @@ class HookAdapter:
             if error is not None:
                 raise error
             return request
-        return self._late(method, request, task)
+        return self._late(method, request, task, budget)
 
-    def _late(self, method: str, request: R, task: asyncio.Task[bytes]) -> R:
+    def _late(self, method: str, request: R, task: asyncio.Task[bytes], budget: float) -> R:
         """The hooks took longer than the runtime waits: refuse if a Fail
         hook has not answered, else go on without their changes."""
         hook = HOOKED_METHODS[method].pre
@@ -233,12 +240,12 @@ class HookAdapter:
             # The same refusal as a Fail hook's own timeout (the proxy's code for it).
             raise TtrpcError(
                 FAILED_PRECONDITION,
-                f"runtime-proxy: {hook} hooks did not answer within {self.budget:g}s, the time NRI allows; "
+                f"runtime-proxy: {hook} hooks did not answer within {budget:g}s, the time NRI allows; "
                 f"hook server {', '.join(strict)} has failure-policy Fail, so the call was refused",
             )
         log.warning(
             "hooks did not answer in the time NRI allows; going on without their changes",
-            extra={"method": method, "budget": self.budget},
+            extra={"method": method, "budget": budget},
         )
         return request
 

@@ -22,7 +22,7 @@ from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore
 from ..hookpath.validate import read_node_facts
 from ..metrics import Metrics
-from .adapter import HookAdapter
+from .adapter import ANSWER_MARGIN, HookAdapter
 from .limits import ClampedRegistry, ObservingDispatcher, order_wait
 from .plugin import Identity, PluginConnection
 from .ttrpc import TtrpcError
@@ -33,9 +33,6 @@ DEFAULT_SOCKET = Path("/var/run/nri/nri.sock")
 DEFAULT_NAME = "runtime-proxy"
 DEFAULT_INDEX = "50"
 DEFAULT_REQUEST_TIMEOUT = 2.0  # containerd's plugin_request_timeout default
-# Part of the runtime's timeout kept for the answer's way back and our own
-# work (on a loaded node); the hooks of one event get the rest, together.
-ANSWER_MARGIN = 0.5
 
 
 @dataclass(frozen=True)

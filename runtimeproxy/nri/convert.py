@@ -16,6 +16,12 @@ from cri_api.v1 import api_pb2 as v1
 
 def cri_resources(resources: nri.LinuxResources) -> v1.LinuxContainerResources:
     cpu, memory = resources.cpu, resources.memory
+    # containerd sets the swap limit to the memory limit whenever kubelet sets
+    # none (kubelet's request has 0): shown to hooks as kubelet sent it, or a
+    # hook that raises the memory limit would be refused for a swap below it.
+    swap = memory.swap.value
+    if swap and swap == memory.limit.value:
+        swap = 0
     out = v1.LinuxContainerResources(
         cpu_period=cpu.period.value,
         cpu_quota=cpu.quota.value,
@@ -23,7 +29,7 @@ def cri_resources(resources: nri.LinuxResources) -> v1.LinuxContainerResources:
         cpuset_cpus=cpu.cpus,
         cpuset_mems=cpu.mems,
         memory_limit_in_bytes=memory.limit.value,
-        memory_swap_limit_in_bytes=memory.swap.value,
+        memory_swap_limit_in_bytes=swap,
     )
     for limit in resources.hugepage_limits:
         out.hugepage_limits.add(page_size=limit.page_size, limit=limit.limit)
@@ -107,6 +113,10 @@ def resources_diff(before: v1.LinuxContainerResources, after: v1.LinuxContainerR
         out.memory.limit.value = after.memory_limit_in_bytes
     if changed("memory_swap_limit_in_bytes"):
         out.memory.swap.value = after.memory_swap_limit_in_bytes
+    elif out.memory.HasField("limit") and not after.memory_swap_limit_in_bytes and after.memory_limit_in_bytes > 0:
+        # containerd's rule for a swap kubelet left unset (see cri_resources), which an
+        # update must keep: runc refuses a memory limit above the swap limit.
+        out.memory.swap.value = after.memory_limit_in_bytes
     if before.hugepage_limits != after.hugepage_limits:
         diff.changed = True
         for limit in after.hugepage_limits:
@@ -119,12 +129,19 @@ def resources_diff(before: v1.LinuxContainerResources, after: v1.LinuxContainerR
 
 
 def cgroups_path_under(path: str, parent: str) -> str:
-    """The container's cgroups path moved under another pod cgroup parent:
-    ``slice:prefix:name`` (systemd) or ``/parent/name`` (cgroupfs)."""
+    """The container's cgroups path moved under another pod cgroup parent, by
+    containerd's rule (getCgroupsPath): under a parent whose last element is
+    a ``.slice``, ``<that slice>:<prefix>:<id>`` (systemd: kubelet sends the
+    expanded parent, ``/kubepods.slice/.../pod.slice``, and runc refuses a
+    slice name with a "/"), else ``<parent>/<id>``."""
     if ":" in path:
         _, prefix, name = path.split(":", 2)
-        return f"{parent}:{prefix}:{name}"
-    return f"{parent.rstrip('/')}/{path.rstrip('/').rsplit('/', 1)[-1]}"
+    else:
+        prefix, name = "cri-containerd", path.rstrip("/").rsplit("/", 1)[-1]
+    base = parent.rstrip("/").rsplit("/", 1)[-1]
+    if base.endswith(".slice"):
+        return f"{base}:{prefix}:{name}"
+    return f"{parent.rstrip('/')}/{name}"
 
 
 def container_adjustment(

@@ -37,8 +37,13 @@ APPLIED: dict[HookType, frozenset[str]] = {
     HookType.PRE_RUN_POD_SANDBOX: frozenset(),  # NRI reports the pod once it runs
     HookType.PRE_START_CONTAINER: frozenset(),  # the container is created: nothing left to adjust
 }
-# Never applicable: an NRI adjustment or update has no OOM score.
-NEVER_APPLIED_RESOURCES = frozenset({"oom_score_adj"})
+# Never applicable: an NRI adjustment or update has no OOM score; and NRI's
+# AdjustResources sets the swap limit to the memory limit, whatever the
+# adjustment's swap says (an update's swap is applied).
+NEVER_APPLIED_RESOURCES: dict[HookType, frozenset[str]] = {
+    HookType.PRE_CREATE_CONTAINER: frozenset({"oom_score_adj", "memory_swap_limit_in_bytes"}),
+    HookType.PRE_UPDATE_CONTAINER_RESOURCES: frozenset({"oom_score_adj"}),
+}
 
 
 # When the hooks of the event under way must have answered (loop time). Set
@@ -140,7 +145,7 @@ def unapplied(hook: HookType, request: Message, answer: Message) -> list[str]:
         if isinstance(value, Message):
             for sub, sub_value in value.ListFields():
                 differs = mine is None or _plain(getattr(mine, sub.name)) != _plain(sub_value)
-                if differs and (name not in applied or sub.name in NEVER_APPLIED_RESOURCES):
+                if differs and (name not in applied or sub.name in NEVER_APPLIED_RESOURCES.get(hook, ())):
                     out.append(f"{name}.{sub.name}")
         elif name not in applied and (
             hasattr(value, "items") and any(_plain(mine).get(k) != v for k, v in value.items())

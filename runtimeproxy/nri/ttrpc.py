@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import struct
@@ -31,6 +32,11 @@ TYPE_REQUEST, TYPE_RESPONSE, TYPE_DATA = 1, 2, 3
 
 # gRPC status codes, as ttrpc uses them.
 UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, FAILED_PRECONDITION, UNIMPLEMENTED, UNAVAILABLE = 2, 3, 4, 9, 12, 14
+RESOURCE_EXHAUSTED = 8
+
+# When the peer stops waiting for the request being answered (loop time), from
+# its timeout_nano; None if it sent none. Set in each request's own task.
+REQUEST_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("ttrpc_request_deadline", default=None)
 
 M = TypeVar("M", bound=Message)
 Handler = Callable[[bytes], Awaitable[bytes]]
@@ -98,6 +104,8 @@ class Server:
         response = ttrpc_pb.Response()
         try:
             request = ttrpc_pb.Request.FromString(frame.body)
+            if request.timeout_nano > 0:
+                REQUEST_DEADLINE.set(asyncio.get_running_loop().time() + request.timeout_nano / 1e9)
             handler = self._handlers.get((request.service, request.method))
             if handler is None:
                 raise TtrpcError(UNIMPLEMENTED, f"{request.service}/{request.method} is not served")
@@ -109,8 +117,15 @@ class Server:
         except Exception as err:  # one failed call is that call's answer, never the connection's end
             log.exception("NRI request handler failed", extra={"stream": frame.stream_id})
             response.status.code, response.status.message = UNKNOWN, f"{type(err).__name__}: {err}"
+        try:
+            data = encode_frame(frame.stream_id, TYPE_RESPONSE, response.SerializeToString())
+        except TtrpcError as err:  # an answer over ttrpc's limit: the runtime gets why, not silence
+            log.error("NRI answer too large to send", extra={"stream": frame.stream_id, "error": err.message})
+            failed = ttrpc_pb.Response()
+            failed.status.code, failed.status.message = RESOURCE_EXHAUSTED, f"runtime-proxy: {err.message}"
+            data = encode_frame(frame.stream_id, TYPE_RESPONSE, failed.SerializeToString())
         with contextlib.suppress(ConnectionError):
-            await self._conn.send(encode_frame(frame.stream_id, TYPE_RESPONSE, response.SerializeToString()))
+            await self._conn.send(data)
 
 
 class Client:

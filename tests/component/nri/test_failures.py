@@ -60,6 +60,26 @@ async def test_ignore_hook_that_hangs_is_given_up_in_time(connect, sock_dir, hoo
     assert not link.closed.is_set()
 
 
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_runtime_waiting_less_than_the_flag_says_is_answered_in_its_time(
+    connect, sock_dir, hook_dir, policy: str
+) -> None:
+    """containerd sets each request's timeout_nano from its own
+    plugin_request_timeout: 1 s here, while --request-timeout says 2 s."""
+    async with hook_server(sock_dir, "slow", {"PreCreateContainer": {**QUOTA, "delay": 1.2}}) as slow:
+        slow.register(hook_dir, ["PreCreateContainer"], failure_policy=policy, timeout="10s")
+        _, link = await connect([pod()])
+        request = nri.CreateContainerRequest(pod=pod(), container=container())
+        if policy == "Fail":
+            with pytest.raises(Refused) as refused:
+                await link.call("CreateContainer", request, nri.CreateContainerResponse, timeout=1.0)
+            assert refused.value.code == FAILED_PRECONDITION
+        else:
+            answer = await link.call("CreateContainer", request, nri.CreateContainerResponse, timeout=1.0)
+            assert answer.adjust == nri.ContainerAdjustment()  # in time, without the late hook's change
+    assert not link.closed.is_set()
+
+
 async def test_long_hook_timeouts_are_clamped_and_logged(start_plugin, sock_dir, hook_dir, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="runtimeproxy.nri")
     async with hook_server(sock_dir, "slow", {}) as hook:

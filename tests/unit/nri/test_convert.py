@@ -75,10 +75,31 @@ def test_unchanged_means_no_adjustment_and_no_update() -> None:
         ("/kubepods/pod1/c1", "/kubepods/besteffort/pod1", "/kubepods/besteffort/pod1/c1"),
         ("kubepods-pod1.slice:cri-containerd:c1", "kubepods-besteffort-pod1.slice",
          "kubepods-besteffort-pod1.slice:cri-containerd:c1"),
+        # kubelet's systemd parent, expanded: containerd (and runc) take its last slice
+        ("kubepods-burstable-pod1.slice:cri-containerd:c1",
+         "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+         "kubepods-besteffort-pod1.slice:cri-containerd:c1"),
+        ("/kubepods/pod1/c1", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+         "kubepods-besteffort-pod1.slice:cri-containerd:c1"),
+        ("kubepods-pod1.slice:cri-containerd:c1", "/custom/pod1", "/custom/pod1/c1"),
     ],
 )
 def test_cgroups_path_under_another_parent(path: str, parent: str, expected: str) -> None:
     assert convert.cgroups_path_under(path, parent) == expected
+
+
+def test_containerds_default_swap_is_shown_as_kubelet_sent_it_and_kept_by_updates() -> None:
+    # containerd sets swap = limit when kubelet sets none: a hook raising the
+    # limit must not be refused for a swap below it, and an update keeps the rule.
+    limited = nri.LinuxResources(memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=1 << 30), swap=nri.OptionalInt64(value=1 << 30)))
+    assert convert.cri_resources(limited).memory_swap_limit_in_bytes == 0
+    own = nri.LinuxResources(memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=1 << 30), swap=nri.OptionalInt64(value=2 << 30)))
+    assert convert.cri_resources(own).memory_swap_limit_in_bytes == 2 << 30
+    before = convert.update_request(container(), limited)
+    after = convert.update_request(container(), limited)
+    after.linux.memory_limit_in_bytes = 2 << 30
+    memory = convert.container_update(before, after)[0].linux.resources.memory
+    assert (memory.limit.value, memory.swap.value) == (2 << 30, 2 << 30)
 
 
 def test_unapplied_answers_per_hook_point() -> None:
@@ -93,6 +114,9 @@ def test_unapplied_answers_per_hook_point() -> None:
         "container_annotations", "container_resources.cpu_quota", "container_resources.oom_score_adj"
     ]
     assert unapplied(HookType.PRE_CREATE_CONTAINER, request, answer) == ["container_resources.oom_score_adj"]
+    swap = hookapi.ContainerResourceHookResponse(container_resources=hookapi.LinuxContainerResources(memory_swap_limit_in_bytes=-1))
+    assert unapplied(HookType.PRE_CREATE_CONTAINER, request, swap) == ["container_resources.memory_swap_limit_in_bytes"]
+    assert unapplied(HookType.PRE_UPDATE_CONTAINER_RESOURCES, request, swap) == []  # an update's swap is applied
     assert unapplied(HookType.PRE_UPDATE_CONTAINER_RESOURCES, request, answer) == [
         "container_annotations", "container_resources.oom_score_adj"
     ]

@@ -149,3 +149,22 @@ async def test_client_call_status_timeout_and_closed_connection() -> None:
     with pytest.raises(ConnectionError):
         await pending
     await asyncio.gather(*tasks)
+
+
+async def test_an_answer_over_the_ttrpc_limit_is_an_error_status_not_silence() -> None:
+    reader, sink = asyncio.StreamReader(), _Sink()
+    mux = Mux(reader, sink)
+
+    async def big(payload: bytes) -> bytes:
+        return b"x" * (ttrpc.MAX_BODY + 1)
+
+    server = ttrpc.Server(mux.open(1), {("svc", "Big"): big})
+    tasks = [asyncio.create_task(mux.run()), asyncio.create_task(server.serve())]
+    body = ttrpc_pb.Request(service="svc", method="Big").SerializeToString()
+    reader.feed_data(encode_frames(1, ttrpc.encode_frame(1, ttrpc.TYPE_REQUEST, body)))
+    _, frame = await asyncio.wait_for(sink.frame(), 5)
+    response = ttrpc_pb.Response.FromString(frame.body)
+    assert (frame.stream_id, response.status.code) == (1, ttrpc.RESOURCE_EXHAUSTED)
+    assert "runtime-proxy" in response.status.message
+    reader.feed_eof()
+    await asyncio.gather(*tasks)
