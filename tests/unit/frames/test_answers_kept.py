@@ -15,6 +15,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 
+from .routes import Routes
 from .test_connection import _pass_on, _Transport, _turns, _written_frames
 
 HOOKED, RELAYED = "/runtime.v1.RuntimeService/StartContainer", "/runtime.v1.RuntimeService/ListContainers"
@@ -23,26 +24,14 @@ HEAD_RAW = [(k.encode(), v.encode()) for k, v in HEAD]
 BODY = struct.pack(">BI", 0, 100_000) + b"x" * 100_000  # over a client's first connection window (65,535)
 
 
-class _Mixed:
-    def fast(self, path: str) -> bool:
-        return path == RELAYED
-
-    def unary(self, path: str) -> bool:
-        return True
-
-    def hooked(self, path: str):  # type: ignore[no-untyped-def]
-        return (_pass_on,) if path == HOOKED else None
-
-    def sends_unchanged(self, path: str) -> bool:
-        return False
-
-    def measure(self, path: str) -> None:
-        return None
+def _mixed(unary: bool = True) -> Routes:
+    """Calls on RELAYED pass verbatim; HOOKED ones are hooked in place."""
+    return Routes(relayed=lambda path: path == RELAYED, stages=(_pass_on,), unary=unary)
 
 
 def _connection() -> tuple[FrameConnection, _Transport]:
     client, backend = _Transport(), _Transport()
-    conn = FrameConnection(client, backend, _Mixed(), None, Limits(max_message=1 << 22))  # type: ignore[arg-type]
+    conn = FrameConnection(client, backend, _mixed(), None, Limits(max_message=1 << 22))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     return conn, client
@@ -132,12 +121,8 @@ def _blocks(client: _Transport) -> list[tuple[int, bool, dict[bytes, bytes]]]:
 
 
 async def test_a_stop_between_the_runtimes_headers_and_continuation_ends_the_call_whole() -> None:
-    class _Streaming(_Mixed):
-        def unary(self, path: str) -> bool:
-            return False  # a stream: ended at once when the proxy stops
-
-    client, backend = _Transport(), _Transport()
-    conn = FrameConnection(client, backend, _Streaming(), None, Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    client, backend = _Transport(), _Transport()  # a stream: ended at once when the proxy stops
+    conn = FrameConnection(client, backend, _mixed(unary=False), None, Limits(max_message=1 << 20))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.client_data(_request(hpack.Encoder(), 1))

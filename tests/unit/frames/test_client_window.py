@@ -14,30 +14,14 @@ from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 from runtimeproxy.frames.upstream import CLIENT_WINDOW
 
+from .routes import Routes
 from .test_connection import _Transport, _written_frames
-
-
-class _Streams:
-    def fast(self, path: str) -> bool:
-        return True
-
-    def unary(self, path: str) -> bool:
-        return False
-
-    def hooked(self, path: str) -> None:
-        return None
-
-    def sends_unchanged(self, path: str) -> bool:
-        return False
-
-    def measure(self, path: str) -> None:
-        return None
 
 
 def _upload() -> tuple[FrameConnection, _Transport]:
     """A client-streaming call to a runtime that gives no window back."""
     client, backend = _Transport(), _Transport()
-    conn = FrameConnection(client, backend, _Streams(), None, Limits(max_message=1 << 30))  # type: ignore[arg-type]
+    conn = FrameConnection(client, backend, Routes(unary=False), None, Limits(max_message=1 << 30))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     block = hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", "/runtime.v1.ImageService/Upload"),

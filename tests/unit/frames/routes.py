@@ -1,0 +1,35 @@
+"""What a frames connection is told of each path, for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Routes:
+    """Calls on ``relayed`` paths pass verbatim (every path, by default); the
+    rest are hooked in place with ``stages``. ``unary``: whether calls are
+    waited for on shutdown (False: streams, ended at once)."""
+
+    def __init__(
+        self, relayed: Callable[[str], bool] = lambda path: True, stages: tuple[Any, ...] = (), unary: bool = True
+    ) -> None:
+        self._relayed, self._stages, self._unary = relayed, stages, unary
+
+    def ready(self) -> bool:
+        return True
+
+    def fast(self, path: str) -> bool:
+        return self._relayed(path)
+
+    def unary(self, path: str) -> bool:
+        return self._unary
+
+    def hooked(self, path: str) -> tuple[Any, ...] | None:
+        return None if self._relayed(path) else self._stages
+
+    def sends_unchanged(self, path: str) -> bool:
+        return False
+
+    def measure(self, path: str) -> None:
+        return None
