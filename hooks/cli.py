@@ -25,6 +25,7 @@ import click
 import yaml
 
 from runtimeproxy import eventloop, gcpolicy, logs
+from runtimeproxy.clipath import PATH
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_HOOK_DIR,
     MAX_TIMEOUT,
@@ -116,12 +117,12 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 
 @hook.command()
 @click.argument("name")
-@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help=f"Unix socket to serve on. [default: {SOCKET_DIR}/NAME.sock]")
-@click.option("--hook-dir", type=click.Path(path_type=Path), default=DEFAULT_HOOK_DIR, show_default=True, help="Where the registration file NAME.json goes (the proxy's --hook-dir).")
+@click.option("--socket", "socket_path", type=PATH, help=f"Unix socket to serve on. [default: {SOCKET_DIR}/NAME.sock]")
+@click.option("--hook-dir", type=PATH, default=DEFAULT_HOOK_DIR, show_default=True, help="Where the registration file NAME.json goes (the proxy's --hook-dir).")
 @click.option("--failure-policy", type=click.Choice([p.value for p in FailurePolicy]), default=FailurePolicy.IGNORE.value, show_default=True, help="What the proxy does when this hook fails.")
 @click.option("--timeout", callback=_timeout, help="Bound of one hook call, e.g. 500ms. [default: the proxy's]")
 @click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the proxy's]")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML settings of the hook. [default: none]")
+@click.option("--config", "config_file", type=PATH, help="YAML settings of the hook. [default: none]")
 @click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
 @click.option("--event-loop", type=click.Choice(eventloop.EVENT_LOOPS), default="auto", show_default=True, help="auto: uvloop when installed, else asyncio's own.")
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="frames", show_default=True, help="frames: the SDK's own HTTP/2 transport, about half grpc.aio's CPU per call; grpc: grpc.aio.")

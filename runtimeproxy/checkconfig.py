@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from .clipath import PATH
 from .config import ConfigError, ProxyConfig, load
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
@@ -175,9 +176,9 @@ def _keys(path: Path) -> set[str]:
 
 
 @click.command("check-config")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config file, as for serve.")
+@click.option("--config", "config_file", type=PATH, help="YAML config file, as for serve.")
 @click.option(
-    "--hook-dir", type=click.Path(path_type=Path), help="Hook directory to check. [default: the config's hook-dir]"
+    "--hook-dir", type=PATH, help="Hook directory to check. [default: the config's hook-dir]"
 )
 def check_config_command(config_file: Path | None, hook_dir: Path | None) -> None:
     """Check a config file and a hook directory with serve's rules.

@@ -17,6 +17,7 @@ from hooks.cli import hook as hook_commands
 
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
+from .clipath import PATH
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
 from .nri.cli import nri as nri_command
 
@@ -29,7 +30,7 @@ def main() -> None:
     """A transparent CRI proxy that calls resource hooks around lifecycle calls."""
 
 
-_path = click.Path(path_type=Path)
+_path = PATH
 _DEFAULTS = ProxyConfig()
 
 

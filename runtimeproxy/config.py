@@ -75,6 +75,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE_INTS = {"max_recv_message_bytes", "max_send_message_bytes"}
 _POSITIVE_COUNTS = {"max_concurrent_streams"}
+INT32_MAX = 2**31 - 1  # grpc's (C-core's) limit for these three
 # Seconds: 0 means something for these (no grace, never resync)...
 _NON_NEGATIVE_NUMBERS = {"grace_period", "state_resync_interval"}
 # ...and for this one a busy loop (probes without a pause).
@@ -133,10 +134,10 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             value = _path(name, key, value)
         elif key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}", key=key)
-        elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes", key=key)
-        elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ConfigError(f"{name} {value!r}: expected a positive number", key=key)
+        elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
+            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes, at most {INT32_MAX}", key=key)
+        elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
+            raise ConfigError(f"{name} {value!r}: expected a positive number, at most {INT32_MAX}", key=key)
         elif key in _NON_NEGATIVE_NUMBERS and not _seconds(value, positive=False):
             raise ConfigError(f"{name} {value!r}: expected a number of seconds (finite, 0 or more)", key=key)
         elif key in _POSITIVE_NUMBERS and not _seconds(value, positive=True):

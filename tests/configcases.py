@@ -10,4 +10,6 @@ SERVE_CRASHERS = [
     ("grace-period: .inf\n", "grace-period inf: expected a number of seconds"),
     ("grace-period: .nan\n", "grace-period nan: expected a number of seconds"),
     ("serve-versions: [1, 2]\n", "serve-versions '1,2'"),  # this one crashed check-config itself
+    ("max-concurrent-streams: 4294967296\n", "max-concurrent-streams 4294967296: expected a positive number, at most 2147483647"),
+    ("max-recv-message-bytes: 2147483648\n", "max-recv-message-bytes 2147483648: expected a positive number of bytes, at most"),
 ]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grpc import aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
 from ..frames.path import FramesPath, Limits
@@ -26,6 +26,7 @@ from .activation import (
 from .backend import Backend, BackendInfo, channel_options
 from .callstats import CallSink
 from .forward import GrpcRelay, Relay
+from .health import HealthServicer
 from .limits import give_back_freed_memory, server_options
 from .methods import ApiVersion
 from .router import Router
@@ -76,7 +77,7 @@ class Proxy:
         self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
         self.relay = relay or GrpcRelay()
         self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages, calls)
-        self.health = health.aio.HealthServicer()
+        self.health = HealthServicer()
         self.server = aio.server(options=server_options(options, config.max_concurrent_streams))
         self.server.add_generic_rpc_handlers((self.router,))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -228,6 +229,7 @@ class Proxy:
         if self._listener is not None:  # kubelet's next connections wait for the next instance
             self._listener.stop_accepting()
         self.relay.end_streams()
+        await self.health.end_watches()
         if self._frames is not None:
             self._frames.stop_accepting()
         if grace > 0:

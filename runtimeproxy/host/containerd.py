@@ -33,7 +33,7 @@ from .images import build_test_images
 from .process import (
     LOG_TAIL_LINES,
     HostProcessError,
-    mounts_under,
+    mount_ids_under,
     run_command,
     shim_pids,
     tail,
@@ -107,6 +107,8 @@ class LocalContainerd:
     _lock: DirectoryLock | None = field(default=None, init=False, repr=False)
     # start() succeeded and stop() has not run: only then has stop() anything of ours to stop.
     _started: bool = field(default=False, init=False, repr=False)
+    # Mounts below base before containerd started (an operator's, another run's): never unmounted.
+    _mounts_before: frozenset[int] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.base = Path(self.base).resolve()
@@ -197,6 +199,7 @@ class LocalContainerd:
             self._lock = DirectoryLock.acquire(self.base)
         except DirectoryInUse as exc:
             raise LocalRuntimeError(str(exc)) from None
+        self._mounts_before = frozenset(mount_ids_under(self.base))
 
     def _release_base(self) -> None:
         self._started = False
@@ -384,8 +387,15 @@ class LocalContainerd:
                     log.warning("runc delete failed", extra={"id": cid, "error": out.strip()})
 
     async def _unmount_all(self) -> None:
+        """What containerd mounted: below its own directories, and not there
+        before it started (base itself, or an operator's mount below it, or
+        another run's in a directory nested in base, is left alone)."""
+        own = (self.base / "root", self.base / "state", self.runc_root)
+        mounts = mount_ids_under(self.base)
+        ours = [target for mount_id, target in mounts.items() if mount_id not in self._mounts_before
+                and any(target == top or top in target.parents for top in own)]
         # Innermost first; lazy so a busy mount cannot block removing the directory.
-        for target in reversed(mounts_under(self.base)):
+        for target in reversed(ours):
             rc, out = await run_command("umount", "-l", str(target))
             if rc != 0:
                 log.warning("umount failed", extra={"target": str(target), "error": out.strip()})

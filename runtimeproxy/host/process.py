@@ -110,6 +110,20 @@ def mounts_under(base: Path) -> list[Path]:
     return found
 
 
+def mount_ids_under(base: Path) -> dict[int, Path]:
+    """Mounts strictly below `base`, by mount id (/proc/self/mountinfo), in mount order."""
+    base = base.resolve()
+    found = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        target = Path(_decode_mount_field(fields[4]))
+        if base in target.parents:
+            found[int(fields[0])] = target
+    return found
+
+
 def shim_pids(socket: Path) -> list[int]:
     """PIDs of containerd shims started by the containerd listening on `socket`.
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import eventloop, gcpolicy, logs
+from ..clipath import PATH
 from ..config import ConfigError, ProxyConfig, choices, parse_host_port
 from .app import (
     DEFAULT_INDEX,
@@ -22,7 +23,7 @@ from .plugin import Identity
 
 log = logging.getLogger("runtimeproxy.nri")
 _DEFAULTS = ProxyConfig()
-_path = click.Path(path_type=Path)
+_path = PATH
 
 
 @click.command("nri")

@@ -14,7 +14,7 @@ from grpc import aio
 from runtimeproxy.host.containerd import LocalContainerd, LocalRuntimeError
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from runtimeproxy.host.process import mounts_under, shim_pids
+from runtimeproxy.host.process import mounts_under, run_command, shim_pids
 
 from .crihelpers import APIS, V1, CriApi, cgroup_of, verbose_info
 from .registry import LoopbackRegistry
@@ -206,6 +206,29 @@ async def test_stop_cleans_up_after_containerd_died(own_containerd: LocalContain
     os.kill(own_containerd.pid, signal.SIGKILL)
     await own_containerd.stop()
     assert_cleaned_up(own_containerd, pids)
+
+
+async def test_stop_unmounts_only_what_containerd_mounted(own_containerd: LocalContainerd, tmp_path: Path) -> None:
+    """An operator's tmpfs at DIR, and one below it, were there before: the
+    stop leaves them, with what they hold (a lazy unmount of a tmpfs frees it)."""
+    base = own_containerd.base
+    keep = base / "keep"
+    mounted: list[Path] = []
+    try:
+        for target in (base, keep):
+            target.mkdir(parents=True, exist_ok=True)
+            rc, out = await run_command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(target))
+            assert rc == 0, out
+            mounted.append(target)
+            (target / "data.txt").write_text("the operator's")
+        async with own_containerd:
+            pids = await running_pod_processes(own_containerd, tmp_path / "logs")
+        assert shim_pids(own_containerd.socket) == [] and [pid for pid in pids if process_alive(pid)] == []
+        assert mounts_under(base) == [base, keep]
+        assert (base / "data.txt").read_text() == (keep / "data.txt").read_text() == "the operator's"
+    finally:
+        for target in reversed(mounted):
+            await run_command("umount", "-l", str(target))
 
 
 async def test_start_fails_fast_with_the_log_tail(own_containerd: LocalContainerd) -> None:

@@ -484,3 +484,26 @@ def test_flags_left_out_leave_the_config_file_in_charge(tmp_path: Path, started:
     assert (config.log_level, config.unknown_fields, config.grace_period) == ("debug", "forward", 3)
     assert (config.max_recv_message_bytes, config.max_send_message_bytes) == (16 * MIB, 100)
     assert config.log_format == "json"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--backend", ""],
+        ["--listen", ""],
+        ["--local-containerd", ""],  # `--local-containerd "$DIR"` with DIR unset: not the current directory
+        ["--config", ""],
+    ],
+)
+def test_an_empty_path_on_the_command_line_is_refused_and_starts_nothing(started: list[Any], args: list[str]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", *args])
+    assert result.exit_code == 2
+    assert "an empty path (an unset variable?)" in result.output and args[0] in result.output
+    assert started == []
+
+
+def test_a_count_over_grpcs_int32_on_the_command_line_is_refused(started: list[Any]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--max-message-size", str(2**31)])
+    assert result.exit_code != 0
+    assert "at most 2147483647" in result.output
+    assert started == []
