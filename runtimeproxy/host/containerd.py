@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -366,10 +367,18 @@ class LocalContainerd:
                                         extra={"sandbox": sandbox.id, "error": exc.details()})
 
     async def _shutdown(self, grace: float) -> None:
-        await self._terminate(grace)
-        await self._delete_runc_containers()
-        await terminate_pids(shim_pids(self.socket), grace)
-        await self._unmount_all()
+        steps: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
+            ("stop containerd", lambda: self._terminate(grace)),
+            ("delete runc containers", self._delete_runc_containers),
+            ("stop shims", lambda: terminate_pids(shim_pids(self.socket), grace)),
+            ("unmount", self._unmount_all),
+        )
+        for name, step in steps:
+            try:
+                await step()
+            except Exception as exc:  # (runc missing or hung, say) the later steps still clean up
+                log.warning("local containerd clean-up step failed; going on with the rest",
+                            extra={"step": name, "error": str(exc) or type(exc).__name__})
 
     async def _terminate(self, grace: float) -> None:
         if self._proc is not None:

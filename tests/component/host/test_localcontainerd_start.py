@@ -229,3 +229,26 @@ async def test_a_failed_start_releases_the_directory(tmp_path: Path) -> None:
     from runtimeproxy.host.dirlock import DirectoryLock
 
     DirectoryLock.acquire(runtime.base).release()
+
+
+async def test_a_failed_clean_up_step_does_not_skip_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """runc missing or hung: the shims are still stopped and the mounts still unmounted."""
+    runtime = LocalContainerd(tmp_path / "c", snapshotter="native")
+    done: list[str] = []
+
+    async def fails() -> None:
+        raise FileNotFoundError("runc")
+
+    async def unmount() -> None:
+        done.append("unmount")
+
+    async def shims(pids: list[int], grace: float) -> None:
+        done.append("shims")
+
+    monkeypatch.setattr(runtime, "_delete_runc_containers", fails)
+    monkeypatch.setattr(runtime, "_unmount_all", unmount)
+    monkeypatch.setattr("runtimeproxy.host.containerd.terminate_pids", shims)
+    await runtime._shutdown(grace=0.1)
+    assert done == ["shims", "unmount"]
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("local containerd clean-up step failed")]
+    assert failed.step == "delete runc containers" and "runc" in failed.error
