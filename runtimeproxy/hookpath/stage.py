@@ -215,10 +215,12 @@ class HookStage(StageProvider):
             if (pre_hook or post_hook) and await ex.skip(req, self.store):
                 log.debug("pod opted out of hooks", extra=fields)
                 pre_hook = post_hook = None
-            # Read back a pod the records lack only if a hook may move pods now, or
-            # a pre hook reads it anyway: else the call is not held for the runtime.
-            read_back = pre_hook is not None or bool(ex.carries_from and self.dispatcher.servers(ex.carries_from))
-            changed = not sent and self._carrying(ex) and await ex.carry(req, self.store, read_back)
+            changed = False
+            if not sent and self._carrying(ex):
+                # Read back a pod the records lack only if a hook may move pods now, or
+                # a pre hook reads it anyway: else the call is not held for the runtime.
+                read_back = pre_hook is not None or bool(self.dispatcher.servers(ex.carries_from))
+                changed = await ex.carry(req, self.store, read_back)
             # The hook request the last pre hook was sent, while the call is
             # still what it was built from: the record need not be built again.
             seen: list[Any] = []

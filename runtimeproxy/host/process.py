@@ -90,38 +90,32 @@ async def terminate_pids(pids: list[int], grace: float) -> None:
 
 
 def _decode_mount_field(value: str) -> str:
-    # /proc/self/mounts escapes space, tab, newline and backslash as octal.
+    # /proc/self/mountinfo (as /proc/self/mounts) escapes space, tab, newline and backslash as octal.
     for esc, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         value = value.replace(esc, ch)
     return value
 
 
+def _mounts() -> list[tuple[int, Path]]:
+    """Every mount of this process's namespace, (mount id, mount point), in mount order."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5:
+            found.append((int(fields[0]), Path(_decode_mount_field(fields[4]))))
+    return found
+
+
 def mounts_under(base: Path) -> list[Path]:
     """Mount points at or below `base`, in mount order."""
     base = base.resolve()
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) < 2:
-            continue
-        target = Path(_decode_mount_field(fields[1]))
-        if target == base or base in target.parents:
-            found.append(target)
-    return found
+    return [target for _, target in _mounts() if target == base or base in target.parents]
 
 
 def mount_ids_under(base: Path) -> dict[int, Path]:
-    """Mounts strictly below `base`, by mount id (/proc/self/mountinfo), in mount order."""
+    """Mounts strictly below `base`, by mount id, in mount order."""
     base = base.resolve()
-    found = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if len(fields) < 5:
-            continue
-        target = Path(_decode_mount_field(fields[4]))
-        if base in target.parents:
-            found[int(fields[0])] = target
-    return found
+    return {mount_id: target for mount_id, target in _mounts() if base in target.parents}
 
 
 def shim_pids(socket: Path) -> list[int]:
