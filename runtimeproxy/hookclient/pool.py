@@ -96,6 +96,8 @@ class FramesTransport:
         if task.cancelled() or task.exception() is not None:  # read: not "never retrieved" if nobody waits
             return
         conn = task.result()
+        if conn.closed:  # lost before this ran: _lost had nothing to take it out of
+            return
         self._live.add(conn)
         if current:
             # One it replaces is going away: it closes itself after its last

@@ -331,3 +331,25 @@ async def test_close_fails_a_call_still_under_way_after_the_grace(sock: Path) ->
         assert transport.endpoints() == frozenset()
         # Closed is closed: no new connection is made.
         assert (await failed(transport, sock)).code == grpc.StatusCode.CANCELLED
+
+
+async def test_a_connection_lost_before_it_is_taken_in_is_not_kept(sock: Path) -> None:
+    """The server closes at once, and the loss is seen before the connect's
+    done callback: the dead connection must not become the endpoint's."""
+    transport = FramesTransport()
+    connect = transport._connect
+
+    async def lost_at_once(endpoint: str):  # type: ignore[no-untyped-def]
+        conn = await connect(endpoint)
+        conn.connection_lost(None)
+        return conn
+
+    transport._connect = lost_at_once  # type: ignore[method-assign]
+    async with serving(sock, answering(b"fine")):
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.UNAVAILABLE
+        assert transport.endpoints() == frozenset()
+        transport._connect = connect  # type: ignore[method-assign]
+        assert await call(transport, sock) == b"fine"
+        assert transport.endpoints() == frozenset({str(sock)})
+    await asyncio.wait_for(transport.close(1), 5)
