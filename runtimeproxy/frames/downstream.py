@@ -30,6 +30,11 @@ from .inbound import CLIENT_GRANT
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
+# The runtime's header blocks are bounded as its HPACK decoder bounds their
+# headers (the client's own limit, 16 MiB), and in frames, so that a runtime
+# gone wrong (an endless CONTINUATION run) costs bounded memory.
+MAX_RUNTIME_BLOCK = (1 << 24) + 64 * 1024
+MAX_RUNTIME_BLOCK_FRAMES = 4096
 NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (see _stray)
 _FRAME_HEADER = fr.HEADER.unpack_from
 
@@ -50,6 +55,7 @@ class BackendSide:
         self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
         self.block_ends = False
+        self.block_bytes = 0  # frame headers included
         self.headers = HeaderReader(1 << 24, " from the backend")  # the list's size: the client's limit to enforce
         self._granted = False
         # Header blocks of relayed calls, passed on but not read yet: read
@@ -192,6 +198,7 @@ class BackendSide:
                     self._unread.append((sid, bytes(payload), bool(flags & Flag.END_STREAM)))
                     return
                 block[:] = [raw]
+                self.block_bytes = len(raw)
                 if flags & (Flag.PADDED | Flag.PRIORITY):
                     payload = fr.unpadded(fr.Frame(t, flags, sid, payload))
                 self.fragments[:] = [bytes(payload)]
@@ -202,6 +209,10 @@ class BackendSide:
                     raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION outside a header block")
                 block.append(raw)
                 self.fragments.append(bytes(payload))
+                self.block_bytes += len(raw)
+                if self.block_bytes > MAX_RUNTIME_BLOCK or len(block) > MAX_RUNTIME_BLOCK_FRAMES:
+                    raise FrameError(ErrorCode.ENHANCE_YOUR_CALM,
+                                     f"header block from the backend over {len(block)} frames, {self.block_bytes} bytes")
             if flags & Flag.END_HEADERS:
                 self._header_block()
         elif sid in conn.diverted or sid in conn.ended:

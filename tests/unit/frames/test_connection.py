@@ -421,6 +421,34 @@ async def test_a_continuation_flood_ends_the_connection_at_once(fragment: bytes)
     assert MAX_BLOCK_FRAMES < 50_000
 
 
+async def test_the_runtimes_continuation_flood_ends_the_connection_and_a_long_block_passes() -> None:
+    """The runtime is bounded too (in frames and bytes), far above any block
+    it sends: a block in 300 CONTINUATIONs still reaches the client."""
+    from runtimeproxy.frames.downstream import MAX_RUNTIME_BLOCK_FRAMES
+
+    conn, client, _, enc = _connection()
+    conn.client_data(_headers(enc, 1) + _data(1, b"\0" * 5, end=True))
+    await _turns()
+    runtime = hpack.Encoder()
+    block = runtime.encode([(":status", "200"), ("content-type", "application/grpc")])
+    trailers = runtime.encode([("grpc-status", "0")])
+    conn.backend_data(fr.serialize(FrameType.HEADERS, 0, 1, b"")
+                      + fr.serialize(FrameType.CONTINUATION, 0, 1, b"") * 300
+                      + fr.serialize(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block)
+                      + _data(1, b"\0" * 5)
+                      + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, trailers))
+    await _turns(20)
+    assert not conn.closed.done()
+    assert [f.type for f in _written_frames(client)].count(FrameType.CONTINUATION) == 301
+    conn.backend_data(fr.serialize(FrameType.HEADERS, 0, 1, b"")
+                      + fr.serialize(FrameType.CONTINUATION, 0, 1, b"") * (MAX_RUNTIME_BLOCK_FRAMES + 1))
+    await _turns()
+    assert conn.closed.done()
+    goaway = [f for f in _written_frames(client) if f.type == FrameType.GOAWAY]
+    assert int.from_bytes(goaway[0].payload[4:8], "big") == ErrorCode.INTERNAL_ERROR
+    assert b"header block from the backend" in bytes(goaway[0].payload[8:])
+
+
 async def test_a_window_update_of_0_on_a_stream_resets_that_stream_only() -> None:
     conn, client, backend, enc = _connection()
     conn.client_data(_headers(enc, 1) + _headers(enc, 3) + fr.window_update(1, 0))
