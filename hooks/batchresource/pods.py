@@ -44,7 +44,8 @@ class Cgroups:
 
 
 class KnownPods:
-    """Running BE pods by uid, as PreRunPodSandbox (or a later container hook) told the hook."""
+    """Running BE pods by key (``state.pod_key``: the uid), as PreRunPodSandbox
+    (or a later container hook) told the hook."""
 
     def __init__(self, config: BatchResourceConfig) -> None:
         self._config = config
@@ -52,16 +53,16 @@ class KnownPods:
         self._pods: dict[str, PodRecord] = self._state.load()
         self.cgroups = Cgroups(config)
 
-    def __contains__(self, uid: str) -> bool:
-        return uid in self._pods
+    def __contains__(self, key: str) -> bool:
+        return key in self._pods
 
     def records(self) -> list[PodRecord]:
         return list(self._pods.values())
 
     def remember(self, record: PodRecord) -> None:
-        if self._pods.get(record.uid) == record:
+        if self._pods.get(record.key) == record:
             return
-        self._pods[record.uid] = record
+        self._pods[record.key] = record
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
         try:
             self._state.save(record)
@@ -71,13 +72,15 @@ class KnownPods:
                 extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},
             )
 
-    def forget(self, uid: str, reason: str) -> None:
-        record = self._pods.pop(uid, None)
-        try:
-            self._state.remove(uid)
-        except (OSError, ValueError) as exc:
-            log.warning("batchresource could not remove a pod from its state directory",
-                        extra={"uid": uid, "reason": str(exc)})
+    def forget(self, key: str, reason: str) -> None:
+        record = self._pods.pop(key, None)
+        uid = key if record is None else record.uid
+        if uid:  # a pod with no uid never had a state file
+            try:
+                self._state.remove(uid)
+            except (OSError, ValueError) as exc:
+                log.warning("batchresource could not remove a pod from its state directory",
+                            extra={"uid": uid, "reason": str(exc)})
         if record is not None:
             log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
 

@@ -29,10 +29,10 @@ def reconcile_once(pods: KnownPods) -> int:
             log.warning("batchresource reconcile cannot map a pod's cgroup parent; forgetting it",
                         extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent,
                                "reason": str(exc)})
-            pods.forget(record.uid, "cgroup parent maps to no cgroup")
+            pods.forget(record.key, "cgroup parent maps to no cgroup")
             continue
         if not files.exists():
-            pods.forget(record.uid, "pod cgroup is gone")
+            pods.forget(record.key, "pod cgroup is gone")
             continue
         try:
             changes = pods.apply(record)

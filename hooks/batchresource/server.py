@@ -24,7 +24,7 @@ from .pods import KnownPods
 from .reconcile import reconcile_loop
 from .resources import CgroupValues, container_values, pod_values
 from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
-from .state import PodRecord
+from .state import PodRecord, pod_key
 
 __all__ = ["BatchResourceHook"]
 
@@ -134,8 +134,10 @@ class BatchResourceHook(BuiltinHook):
             )
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
-        if request.pod_meta.uid in self.pods:
-            self.pods.forget(request.pod_meta.uid, "PostStopPodSandbox")
+        meta = request.pod_meta
+        key = pod_key(meta.uid, meta.namespace, meta.name)
+        if key in self.pods:
+            self.pods.forget(key, "PostStopPodSandbox")
         return None
 
     # -- containers ----------------------------------------------------------------

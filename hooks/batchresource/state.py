@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["PodRecord", "StateDir"]
+__all__ = ["PodRecord", "StateDir", "pod_key"]
 
 log = logging.getLogger(__name__)
 _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -33,6 +33,18 @@ class PodRecord:
     @property
     def pod(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> str:
+        return pod_key(self.uid, self.namespace, self.name)
+
+
+def pod_key(uid: str, namespace: str, name: str) -> str:
+    """What the hook tells a pod by: its uid, or, for a pod with none (CRI
+    allows it: ``crictl runp`` without one), its namespace and name, which the
+    runtime keeps unique among pods with one uid. The NUL keeps that key apart
+    from every uid a state file can be named after."""
+    return uid if uid else f"\0{namespace}/{name}"
 
 
 class StateDir:

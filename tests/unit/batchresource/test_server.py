@@ -175,16 +175,26 @@ async def test_post_stop_forgets_the_pod(tmp_path: Path) -> None:
     assert "uid-1" not in make_hook(tmp_path).pods
 
 
-async def test_a_pod_with_no_uid_is_still_tracked_in_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_pods_with_no_uid_are_tracked_in_memory_each_by_its_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # CRI allows an empty uid (crictl runp with no uid); no state file can be named after it.
     hook = make_hook(tmp_path)
+    other = "/kubepods/besteffort/podother"
     make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, other)
     answer = await hook.pre_run_pod_sandbox(pod_request(BE, ONE, uid=""))
+    second = pod_request(BE, ONE, cgroup_parent=other, uid="")
+    second.pod_meta.name = "other-job"
+    await hook.pre_run_pod_sandbox(second)
     assert answer.resources.cpu_shares == 512
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
-    assert "" in hook.pods and any("tracked until the hook restarts" in r.getMessage() for r in caplog.records)
-    await hook.post_stop_pod_sandbox(pod_request(BE, ONE, uid=""))
-    assert "" not in hook.pods
+    assert any("tracked until the hook restarts" in r.getMessage() for r in caplog.records)
+    assert sorted(r.cgroup_parent for r in hook.pods.records()) == sorted([POD_PARENT, other])
+    caplog.clear()
+    await hook.post_stop_pod_sandbox(pod_request(BE, ONE, uid=""))  # the first stops: the second is still kept
+    assert [r.cgroup_parent for r in hook.pods.records()] == [other]
+    assert not any("could not remove" in r.getMessage() for r in caplog.records)
+    await hook.post_stop_pod_sandbox(second)
+    assert hook.pods.records() == []
 
 
 async def test_an_unexpected_error_answers_no_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
