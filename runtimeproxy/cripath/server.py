@@ -133,16 +133,17 @@ class Proxy:
 
     async def _bind(self, path: Path) -> None:
         prepare_socket_path(path)
-        old = os.umask(0o117)  # the socket is created 0660, never briefly wider
-        try:
-            if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
-                await self._frames.start(self.server, path)
-            else:
-                if self.server.add_insecure_port(f"unix://{path}") == 0:
-                    raise ListenError(f"cannot listen on {path}")
-                await self.server.start()
-        finally:
-            os.umask(old)
+        # The socket is created 0660, never briefly wider: under the umask
+        # for its bind alone (the frames listener's bound_socket, grpc's
+        # add_insecure_port, which binds and listens), not across an await.
+        if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
+            await self._frames.start(self.server, path)
+        else:
+            with unixsocket.socket_umask():
+                port = self.server.add_insecure_port(f"unix://{path}")
+            if port == 0:
+                raise ListenError(f"cannot listen on {path}")
+            await self.server.start()
         try:
             os.chmod(path, SOCKET_MODE)
             self._socket = unixsocket.SocketIdentity.of(path)

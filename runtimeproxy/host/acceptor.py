@@ -18,6 +18,8 @@ import logging
 import socket
 from collections.abc import Callable
 
+from .unixsocket import socket_umask
+
 log = logging.getLogger(__name__)
 
 BACKLOG = 128  # for a socket the proxy binds itself
@@ -27,10 +29,11 @@ _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 def bound_socket(path: str) -> socket.socket:
-    """A unix socket listening on ``path`` (the caller sets the umask and removes a stale one)."""
+    """A unix socket listening on ``path``, 0660 from its creation (the caller removes a stale one)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(path)
+        with socket_umask():
+            sock.bind(path)
         sock.listen(BACKLOG)
     except OSError:
         sock.close()

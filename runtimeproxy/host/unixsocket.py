@@ -14,12 +14,14 @@ one we bound (same st_dev/st_ino): a newer instance may have replaced it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import select
 import socket
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,21 @@ _HINTS = {
     errno.EAGAIN: "its listen backlog is full: a server that is alive but not accepting",
     errno.ETIMEDOUT: "no answer in time",
 }
+
+
+SOCKET_UMASK = 0o117  # a socket bound under it is 0660: never, even briefly, open to others
+
+
+@contextlib.contextmanager
+def socket_umask() -> Iterator[None]:
+    """The umask for a socket's bind. It is the whole process's: hold it
+    around the bind alone, never across an await, or a file another task
+    creates meanwhile gets it too (a directory without its x bits)."""
+    old = os.umask(SOCKET_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 class UnixSocketError(RuntimeError):

@@ -286,6 +286,33 @@ async def test_socket_mode_and_stale_socket(fake, start_proxy, sock_dir) -> None
     assert stat.S_IMODE(mode) == 0o660
 
 
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_the_sockets_umask_is_never_held_across_an_await(fake, start_proxy, sock_dir, monkeypatch, data_path) -> None:
+    """The umask is the whole process's: what another task creates while the
+    proxy starts (awaiting grpc's server start) gets the operator's umask."""
+    import os
+
+    from grpc.aio import _server
+
+    seen: list[int] = []
+    real_start = _server.Server.start
+
+    async def start(self):  # type: ignore[no-untyped-def]
+        mask = os.umask(0o022)
+        os.umask(mask)
+        seen.append(mask)
+        await real_start(self)
+
+    monkeypatch.setattr(_server.Server, "start", start)
+    before = os.umask(0o022)
+    try:
+        await start_proxy(fake.socket, data_path=data_path)
+    finally:
+        os.umask(before)
+    assert seen and set(seen) == {0o022}
+    assert stat.S_IMODE((sock_dir / "proxy.sock").stat().st_mode) == 0o660
+
+
 async def test_refuses_to_remove_a_non_socket(fake, sock_dir) -> None:
     from runtimeproxy.config import ProxyConfig
     from runtimeproxy.cripath.server import ListenError, Proxy
