@@ -54,6 +54,8 @@ BACKSTOP = 0.1  # past the hooks' deadline, still within the runtime's timeout
 # Part of the runtime's timeout kept for the answer's way back and our own
 # work (on a loaded node); the hooks of one event get the rest, together.
 ANSWER_MARGIN = 0.5
+# Events whose answer is the request as the pre hooks changed it: what the runtime applies.
+_APPLIED_FROM_REQUEST = frozenset({"CreateContainer", "UpdateContainerResources"})
 
 
 class HookRefused(Exception):
@@ -247,6 +249,13 @@ class HookAdapter:
             "hooks did not answer in the time NRI allows; going on without their changes",
             extra={"method": method, "budget": budget},
         )
+        if method in _APPLIED_FROM_REQUEST:
+            # The runtime goes on without the hooks' changes: answered later,
+            # they must not be recorded as applied. The container's record is
+            # made again from the runtime's data at its next event (_ensure).
+            task.cancel()
+            if isinstance(request, v1.UpdateContainerResourcesRequest):
+                self.store.drop_container(request.container_id)
         return request
 
     def _forget(self, task: asyncio.Task[bytes]) -> None:
@@ -257,11 +266,15 @@ class HookAdapter:
         if error is not None and not isinstance(error, (HookRefused, _StartFailed, TimeoutError)):
             log.error("hooked NRI event failed", extra={"task": task.get_name(), "error": repr(error)})
 
+    async def idle(self) -> None:
+        """Until the events' stage tasks started so far are done."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
     async def close(self) -> None:
         """Shutdown: pending starts give up; started post hooks finish."""
         self.disconnected()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        await self.idle()
         await self.stage.drain()
 
 

@@ -8,6 +8,7 @@ rather than the wall clock, keeps the check fair on a loaded machine."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -125,3 +126,41 @@ async def test_a_post_hook_still_running_costs_the_next_pre_hook_none_of_its_tim
         await link.state_change(nri.Event.POST_START_CONTAINER, pod(), first)
         answer = await link.create_container(pod(), container("ctr-2"))
     assert answer.adjust.linux.resources.cpu.quota.value == 20000
+
+
+@pytest.mark.parametrize("event", ["create", "update"])
+async def test_a_change_made_after_nri_went_on_is_not_recorded_as_applied(
+    connect, sock_dir, hook_dir, monkeypatch, event: str
+) -> None:
+    """The hook answered in time, but the stage was held past the runtime's
+    time after it (a stalled node): NRI went on without the change, so the
+    store must not record a quota the container never got."""
+    hook = {"create": "PreCreateContainer", "update": "PreUpdateContainerResources"}[event]
+    async with hook_server(sock_dir, "quota", {hook: QUOTA}) as limiter:
+        limiter.register(hook_dir, [hook], failure_policy="Ignore")
+        plugin, link = await connect([pod()], [container()] if event == "update" else [])
+        run_pre, release = plugin.dispatcher.run_pre, asyncio.Event()
+
+        async def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
+            changed = await run_pre(*args, **kwargs)
+            await release.wait()
+            return changed
+
+        monkeypatch.setattr(plugin.dispatcher, "run_pre", stalled)
+        if event == "create":
+            request = nri.CreateContainerRequest(pod=pod(), container=container())
+            answer = await link.call("CreateContainer", request, nri.CreateContainerResponse, timeout=1.0)
+            assert answer.adjust == nri.ContainerAdjustment()
+        else:
+            wanted = nri.LinuxResources(cpu=nri.LinuxCPU(quota=nri.OptionalInt64(value=50000)))
+            request = nri.UpdateContainerRequest(pod=pod(), container=container(), linux_resources=wanted)
+            answer = await link.call("UpdateContainer", request, nri.UpdateContainerResponse, timeout=1.0)
+            assert not any(u.linux.resources.cpu.quota.value == 20000 for u in answer.update)
+        assert len(limiter.requests(hook)) == 1  # it answered: the change was made
+        release.set()
+        await plugin.adapter.idle()
+    record = plugin.store.containers.get("ctr-1")
+    assert record is None or record.container_resources.cpu_quota != 20000
+    # The container's next event records it from the runtime's data.
+    await link.state_change(nri.Event.START_CONTAINER, pod(), container())
+    assert "ctr-1" in plugin.store.containers
