@@ -147,6 +147,8 @@ def _hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list
 
 
 def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:
+    for name in sorted(server.uncalled_hooks):
+        yield Finding(Severity.WARNING, path, f"hook point {name} is never called (nor by koord-runtime-proxy); ignored")
     if not server.hooks:
         yield Finding(Severity.WARNING, path, "registers no runtime hooks; it will never be called")
     for hook in sorted(server.hooks, key=lambda h: h.value):

@@ -114,6 +114,8 @@ class HookServerConfig:
     # uid owning the hook file (None: not read from a file); its endpoint's
     # socket must be owned by root, the proxy's euid or this uid.
     owner_uid: int | None = None
+    # Koordinator hook points it lists that no runtime proxy calls (NEVER_CALLED_HOOKS).
+    uncalled_hooks: frozenset[str] = frozenset()
 
     @property
     def sort_key(self) -> tuple[int, str]:
@@ -254,6 +256,12 @@ def _failure_policy(value: object) -> FailurePolicy:
         raise _Invalid(f'unknown "{KEY_FAILURE_POLICY}" {value!r} (allowed: {allowed})') from None
 
 
+# Hook points Koordinator declares and koord-runtime-proxy never calls; koordlet
+# lists them (PreRemoveRunPodSandbox, for its resctrl and GPU plugins). Accepted,
+# so that koordlet's file registers its other hooks, and never called, as there.
+NEVER_CALLED_HOOKS = frozenset({"PreRemoveRunPodSandbox"})
+
+
 def _runtime_hooks(value: object) -> frozenset[HookType]:
     if value is None:  # Koordinator accepts a server registered for nothing
         return frozenset()
@@ -263,6 +271,8 @@ def _runtime_hooks(value: object) -> frozenset[HookType]:
     for item in value:
         if not isinstance(item, str):
             raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {_json_type(item)}')
+        if item in NEVER_CALLED_HOOKS:
+            continue
         try:
             hooks.add(HookType(item))
         except ValueError:
@@ -347,6 +357,8 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
             unknown,
             extra={"hook_file": path.name, "hook_unknown_keys": unknown},
         )
+    listed = doc.get(KEY_RUNTIME_HOOKS) or ()
+    values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # (valid: read above)
     return HookServerConfig(name=path.name, **values)  # type: ignore[arg-type]
 
 

@@ -266,6 +266,11 @@ class HookRegistry:
                 if not cached:  # an unchanged bad file was logged when it was read
                     self._log_rejection(path, reason, previous)
                 continue
+            if config.uncalled_hooks and old.servers.get(name) != config:
+                logger.warning(
+                    "hook config %s lists hook points no runtime proxy calls; they are ignored", name,
+                    extra={**config.log_fields(), "ignored_hooks": sorted(config.uncalled_hooks)},
+                )
             if not config.hooks and old.servers.get(name) != config:
                 logger.warning(
                     "hook config %s registers no runtime hooks; it will never be called", name, extra=config.log_fields()

@@ -216,7 +216,7 @@ def test_bad_json_names_the_file_and_the_line(tmp_path: Path, live: Path, hook_d
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        ({"runtime-hooks": ["PreRemoveRunPodSandbox"]}, "unknown runtime hook 'PreRemoveRunPodSandbox'"),
+        ({"runtime-hooks": ["PreStopContainer"]}, "unknown runtime hook 'PreStopContainer'"),
         ({"timeout": "2 seconds"}, 'bad "timeout"'),
         ({"timeout": "0s"}, "must be greater than zero"),
         ({"timeout": "5m"}, "more than the limit"),
@@ -305,6 +305,14 @@ def test_hook_file_registering_nothing_is_a_warning(tmp_path: Path, live: Path, 
     hook_file(hook_dir, "a.json", valid_hook(live, **{"runtime-hooks": []}))
     (finding,) = check(good_config(tmp_path, live, hook_dir)).findings
     assert finding.severity is Severity.WARNING and "registers no runtime hooks" in finding.reason
+
+
+def test_koordlets_never_called_hook_point_is_a_warning(tmp_path: Path, live: Path, hook_dir: Path) -> None:
+    hook_file(hook_dir, "koordlet.json", valid_hook(live, **{"runtime-hooks": ["PreCreateContainer", "PreRemoveRunPodSandbox"]}))
+    report = check(good_config(tmp_path, live, hook_dir))
+    (finding,) = report.findings
+    assert finding.severity is Severity.WARNING and "PreRemoveRunPodSandbox is never called" in finding.reason
+    assert report.ok
 
 
 def test_unknown_hook_file_key_is_a_warning(tmp_path: Path, live: Path, hook_dir: Path) -> None:

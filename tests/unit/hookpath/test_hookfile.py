@@ -198,6 +198,15 @@ def test_unknown_keys_ignored_with_debug_log(hook_dir: Path, caplog: pytest.LogC
     assert records[0].hook_file == "extra.json"  # type: ignore[attr-defined]
 
 
+def test_koordlets_never_called_hook_point_is_accepted_and_ignored(hook_dir: Path) -> None:
+    """koordlet lists PreRemoveRunPodSandbox, which koord-runtime-proxy never
+    calls: its file still registers its other hook points."""
+    doc = valid_doc(**{"runtime-hooks": ["PreRunPodSandbox", "PreRemoveRunPodSandbox", "PreCreateContainer"]})
+    config = parse_hook_file(write(hook_dir, "koordlet.json", doc))
+    assert config.hooks == frozenset({HookType.PRE_RUN_POD_SANDBOX, HookType.PRE_CREATE_CONTAINER})
+    assert config.uncalled_hooks == frozenset({"PreRemoveRunPodSandbox"})
+
+
 def test_duplicate_hook_names_are_collapsed(hook_dir: Path) -> None:
     doc = valid_doc()
     doc["runtime-hooks"] = ["PreCreateContainer", "PreCreateContainer"]
@@ -209,7 +218,7 @@ INVALID_CASES: dict[str, tuple[object, str]] = {
     "empty.json": ("", "file is empty"),
     "array.json": ([valid_doc()], "must be an object, got array"),
     "string.json": ('"hello"', "must be an object, got string"),
-    "unknown-hook.json": (valid_doc(**{"runtime-hooks": ["PreCreateContainer", "PreRemoveRunPodSandbox"]}), "unknown runtime hook 'PreRemoveRunPodSandbox'"),
+    "unknown-hook.json": (valid_doc(**{"runtime-hooks": ["PreCreateContainer", "PreStopContainer"]}), "unknown runtime hook 'PreStopContainer'"),
     "unknown-hook-case.json": (valid_doc(**{"runtime-hooks": ["precreatecontainer"]}), "unknown runtime hook 'precreatecontainer'"),
     "hooks-not-list.json": (valid_doc(**{"runtime-hooks": "PreCreateContainer"}), '"runtime-hooks" must be a list'),
     "hook-not-string.json": (valid_doc(**{"runtime-hooks": [1]}), "entries must be strings"),

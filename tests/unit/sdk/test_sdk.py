@@ -178,7 +178,7 @@ def test_write_hook_config_optional_keys_and_overwrite(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"hooks": ["PreRemoveRunPodSandbox"]}, "unknown runtime hook"),
+        ({"hooks": ["PreStopContainer"]}, "unknown runtime hook"),
         ({"failure_policy": "Sometimes"}, "unknown failure policy"),
         ({"endpoint": "relative.sock"}, "absolute"),
         ({"timeout": "2"}, "timeout"),
