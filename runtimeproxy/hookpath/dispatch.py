@@ -16,13 +16,18 @@ from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .outages import OutageLog
-from .points import HOOK_POINTS, HookPoint, HookType, Kind, Phase
+from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
 from .validate import NodeFacts, invalid_answer
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
+
+
+class Unbuilt(Exception):
+    """The hook request could not be built: no record of the object and
+    none read from the runtime (a failed or undecodable read)."""
 
 
 class HookError(Exception):
@@ -150,8 +155,8 @@ class Dispatcher:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
 
     def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any) -> list[str]:
-        if self._node is None or point.phase is not Phase.PRE:
-            return []  # a post hook's answer is never applied
+        if self._node is None or not point.answer_applied:
+            return []  # an answer never applied cannot fail the container
         if point.kind is Kind.POD:
             return invalid_answer(request.resources, answer.resources, self._node)
         return invalid_answer(request.container_resources, answer.container_resources, self._node)
@@ -166,10 +171,17 @@ class Dispatcher:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it. Returns whether any answer changed the call."""
         changed = False
-        for server in self.servers(hook):
-            request = await build()
-            if request is None:
+        servers = self.servers(hook)
+        for index, server in enumerate(servers):
+            try:
+                request = await build()
+            except Unbuilt:
+                self._unbuilt(hook, servers[index:], log_fields)
                 return changed
+            if request is None:  # nothing to hook: an object the runtime does not have (it refuses the call)
+                return changed
+            if self._removed(server, hook):
+                continue
             fields = {**log_fields, **server.log_fields()}
             try:
                 answer = await self.call(server, hook, request)
@@ -190,6 +202,8 @@ class Dispatcher:
     async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
         """Post hooks inform; their failures are logged, never returned."""
         for server in self.servers(hook):
+            if self._removed(server, hook):
+                continue
             fields = {**log_fields, **server.log_fields()}
             try:
                 await self.call(server, hook, request)
@@ -199,6 +213,27 @@ class Dispatcher:
                 )
                 continue
             self._outages.succeeded(server.name, fields)
+
+    def _removed(self, server: HookServerConfig, hook: HookType) -> bool:
+        """Whether ``server`` left the chain since it began (its file removed
+        or changed while an earlier hook answered): not called then, rather
+        than failing the call for a server the operator took out."""
+        if server in self.servers(hook):
+            return False
+        log.info("hook server removed while a call was in its chain; not called",
+                 extra={"hook": hook.value, **server.log_fields()})
+        return True
+
+    def _unbuilt(self, hook: HookType, servers: tuple[HookServerConfig, ...], log_fields: dict[str, object]) -> None:
+        """The hook request could not be built (no record of the object, and
+        the runtime could not be read): a Fail server still to be asked
+        refuses the call, as if it had not answered; Ignore ones are skipped."""
+        strict = [server for server in servers if server.failure_policy is FailurePolicy.FAIL]
+        cause = "the proxy has no record of the pod or container and could not read it from the runtime"
+        if strict:
+            log.error("hook request not built, refusing call", extra={**log_fields, **strict[0].log_fields(), "error": cause})
+            raise HookError(strict[0], hook, cause)
+        log.warning("hook request not built; its hooks are skipped", extra={**log_fields, "hook": hook.value, "error": cause})
 
 
 class _Failure(Exception):

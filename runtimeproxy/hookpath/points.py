@@ -90,6 +90,12 @@ class HookPoint:
         return f"/{SERVICE_NAME}/{self.rpc_name}"
 
     @property
+    def answer_applied(self) -> bool:
+        """Whether its answer can change the call: a pre hook's, except
+        PreStartContainer's (StartContainerRequest carries nothing to change)."""
+        return self.phase is Phase.PRE and self.hook is not HookType.PRE_START_CONTAINER
+
+    @property
     def request_type(self) -> type[Message]:
         return hookapi.PodSandboxHookRequest if self.kind is Kind.POD else hookapi.ContainerResourceHookRequest
 

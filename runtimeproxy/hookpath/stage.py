@@ -20,7 +20,7 @@ from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
-from .dispatch import Dispatcher, HookError
+from .dispatch import Dispatcher, HookError, Unbuilt
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .hookfile import FailurePolicy
 from .locks import KeyedLocks
@@ -228,8 +228,11 @@ class HookStage(StageProvider):
                 await self._post_hooks_done(key, pre_hook, fields)
 
                 async def build() -> Any:
-                    seen[:] = [await ex.hook_request(req, self.store)]
-                    return seen[0]
+                    built = await ex.hook_request(req, self.store)
+                    if built is None and not self.store.said_absent(key):
+                        raise Unbuilt(key)  # a Fail hook is not bypassed for want of a record
+                    seen[:] = [built]
+                    return built
 
                 def apply(answer: Any) -> bool:
                     if not ex.apply(req, answer):

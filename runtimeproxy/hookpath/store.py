@@ -37,6 +37,7 @@ WIRE_LENGTH_DELIMITED = 2
 # When the proxy did not see how a removal ended, the runtime is asked again
 # after each of these delays (seconds) until it says the object is gone.
 RECHECK_DELAYS_S = (0.5, 2.0, 10.0)
+ABSENT_KEPT = 1024  # ids the runtime said it lacks, remembered (see said_absent)
 
 # Calls a RuntimeService method on the backend: (method name, request) -> response bytes.
 BackendCall = Callable[[str, bytes], Awaitable[bytes]]
@@ -86,9 +87,13 @@ class StateStore:
     # since it began, which its (older) listing must not judge.
     _listings: list[set[str]] = field(default_factory=list)
     _forgotten: int = 0  # how many times every record was dropped (``forget_all``)
+    # Ids the runtime last said it does not have (NOT_FOUND on a read back),
+    # the oldest forgotten past ABSENT_KEPT: a call on one is the runtime's to refuse.
+    _absent: dict[str, None] = field(default_factory=dict)
 
     def changed(self, object_id: str) -> None:
         """A call changed this object: reads under way for it are out of date."""
+        self._absent.pop(object_id, None)
         if object_id in self._reading:
             self._stale_reads.add(object_id)
         for touched in self._listings:
@@ -153,6 +158,10 @@ class StateStore:
             self.put_container(container_id, pod_id, record)
         return record
 
+    def said_absent(self, object_id: str) -> bool:
+        """Whether the runtime, read back, last said it has no such object."""
+        return object_id in self._absent
+
     async def _read(self, reader: Callable[[str], Awaitable[Any]], object_id: str) -> Any:
         """A record read back from the backend, or None. Unknown ids are the
         backend's to report (on the call itself); a failed read only means
@@ -162,6 +171,10 @@ class StateStore:
             result = await reader(object_id)
         except grpc.aio.AioRpcError as err:
             log.info("cannot read state from backend", extra={"id": object_id, "code": err.code().name})
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                self._absent[object_id] = None
+                if len(self._absent) > ABSENT_KEPT:
+                    del self._absent[next(iter(self._absent))]
             result = None
         except Exception as exc:  # a garbled answer must not fail the client's call
             log.warning("cannot read state from backend", extra={"id": object_id, "error": repr(exc)})

@@ -74,8 +74,13 @@ METHOD_PATHS = st.sampled_from([f"/runtime.{version}.RuntimeService/{method}"
 
 
 @pytest.fixture
-async def hooked(running: RunningProxy, sock_dir, hook_dir):
-    """The proxy with a no-op Fail hook on every hook point."""
+async def hooked(running: RunningProxy, fake, sock_dir, hook_dir):
+    """The proxy with a no-op Fail hook on every hook point. The fake has no
+    pod or container: a read back of one is NOT_FOUND, as from a real runtime
+    (an unreadable one refuses the call under Fail)."""
+    for version in ("v1", "v1alpha2"):
+        for status in ("PodSandboxStatus", "ContainerStatus"):
+            fake.script(f"/runtime.{version}.RuntimeService/{status}", code=grpc.StatusCode.NOT_FOUND)
     async with hook_server(sock_dir, "noop", {}) as hook:
         hook.register(hook_dir, [h.value for h in HOOK_POINTS], "Fail", timeout="2s")
         await registered(running, 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from cri_api.v1 import api_pb2 as v1
 
 from ...hookprocs import hook_server, registered
@@ -91,7 +93,7 @@ async def test_calls_on_one_container_keep_their_order(running, fake, client, so
     """StartContainer then RemoveContainer for a container the proxy must first
     read back from the runtime: the runtime still sees them in that order."""
     status = "/runtime.v1.RuntimeService/ContainerStatus"
-    fake.script(status, hang=True)
+    fake.script(status, hang=True, code=grpc.StatusCode.NOT_FOUND)  # (a container the fake does not have)
     async with hook_server(sock_dir, "start", {"PreStartContainer": {}}) as hook:
         hook.register(hook_dir, ["PreStartContainer"])
         await registered(running, 1)

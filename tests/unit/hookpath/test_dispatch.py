@@ -11,7 +11,7 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookServer
 from runtimeproxy.hookclient.transport import transport_for
-from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError, Unbuilt
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
 from runtimeproxy.hookpath.registry import HookSnapshot
@@ -138,3 +138,100 @@ async def test_a_slow_handshake_is_bounded_by_the_hook_timeout_not_by_grpc(
             assert type(answer) is hookapi.ContainerResourceHookResponse
         finally:
             await dispatcher.close()
+
+
+class Chain:
+    """A registry whose servers can be removed while a call goes down their chain."""
+
+    def __init__(self, *servers: HookServerConfig) -> None:
+        self.servers = list(servers)
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+        return tuple(s for s in self.servers if hook in s.hooks)
+
+    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
+        pass
+
+
+class Answering:
+    """Answers every call with ``answer``; runs ``on_call`` with the endpoint first."""
+
+    def __init__(self, answer: Message, on_call: Callable[[str], None] = lambda endpoint: None) -> None:
+        self.answer, self.on_call, self.called = answer, on_call, []
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        self.called.append(endpoint)
+        self.on_call(endpoint)
+        return self.answer.SerializeToString()
+
+    def keep_only(self, endpoints: object, grace: float) -> None:
+        pass
+
+    def endpoints(self) -> frozenset[str]:
+        return frozenset()
+
+    async def close(self, grace: float) -> None:
+        pass
+
+
+def named(name: str, policy: FailurePolicy, *hooks: HookType) -> HookServerConfig:
+    return HookServerConfig(f"{name}.json", f"/run/{name}.sock", policy, frozenset(hooks or {HOOK}), timeout=1.0)
+
+
+@pytest.mark.parametrize("phase", ["pre", "post"])
+async def test_a_server_removed_while_the_chain_runs_is_not_called(phase: str) -> None:
+    """An operator removes a Fail server's file while an earlier hook answers:
+    the call goes on without it, not refused for a server taken out."""
+    hook = HOOK if phase == "pre" else HookType.POST_START_CONTAINER
+    first, second = named("first", FailurePolicy.IGNORE, hook), named("second", FailurePolicy.FAIL, hook)
+    registry = Chain(first, second)
+    transport = Answering(hookapi.ContainerResourceHookResponse(), lambda endpoint: registry.servers.remove(second))
+    dispatcher = Dispatcher(registry, transport=transport)  # type: ignore[arg-type]
+    if phase == "pre":
+        assert await dispatcher.run_pre(hook, build, lambda answer: False, {}) is False
+    else:
+        await dispatcher.run_post(hook, hookapi.ContainerResourceHookRequest(), {})
+    assert transport.called == [first.endpoint]
+    await dispatcher.close()
+
+
+async def unbuildable() -> None:
+    raise Unbuilt("ctr-1")
+
+
+async def absent() -> None:
+    return None  # the runtime said it has no such container: its to refuse
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.FAIL, FailurePolicy.IGNORE])
+async def test_a_hook_request_that_cannot_be_built_refuses_under_fail(policy: FailurePolicy) -> None:
+    """No record of the container and none read from the runtime: a Fail
+    server is not bypassed (the call is refused, as if it had not answered)."""
+    transport = Answering(hookapi.ContainerResourceHookResponse())
+    dispatcher = Dispatcher(Chain(named("lax", FailurePolicy.IGNORE), named("strict", policy)), transport=transport)  # type: ignore[arg-type]
+    if policy is FailurePolicy.FAIL:
+        with pytest.raises(HookError) as refused:
+            await dispatcher.run_pre(HOOK, unbuildable, lambda answer: False, {})
+        assert refused.value.server.name == "strict.json" and "could not read it from the runtime" in str(refused.value)
+    else:
+        assert await dispatcher.run_pre(HOOK, unbuildable, lambda answer: False, {}) is False
+    assert await dispatcher.run_pre(HOOK, absent, lambda answer: False, {}) is False
+    assert transport.called == []
+    await dispatcher.close()
+
+
+async def test_a_pre_start_answer_is_not_judged_by_the_kernels_rules_since_it_is_never_applied() -> None:
+    from runtimeproxy.hookpath.dispatch import _Failure
+    from runtimeproxy.hookpath.validate import NodeFacts
+
+    absurd = hookapi.ContainerResourceHookResponse(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0-511"))
+    start, create = HookType.PRE_START_CONTAINER, HookType.PRE_CREATE_CONTAINER
+    dispatcher = Dispatcher(
+        Chain(named("s", FailurePolicy.FAIL, start, create)), transport=Answering(absurd),  # type: ignore[arg-type]
+        node=NodeFacts(online_cpus=frozenset(range(8)), online_mems=frozenset({0})),
+    )
+    [server] = dispatcher.servers(start)
+    assert await dispatcher.call(server, start, request_for(start)) == absurd
+    with pytest.raises(_Failure, match="cpuset_cpus"):
+        await dispatcher.call(server, create, request_for(create))
+    await dispatcher.close()
