@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import hook_resources, merge_env, merge_map, merge_resources
+from .merge import changed_from, hook_resources, merge_env, merge_map, merge_resources
 from .points import HookType, Phase, hook_for
 from .store import StateStore, container_record, pod_record
 
@@ -79,8 +79,9 @@ class Executor:
         """The request hooks see, or None when there is nothing to hook."""
         return None
 
-    def apply(self, req: Any, answer: Any) -> bool:
-        """Merge one hook's answer into the CRI request; True if it changed."""
+    def apply(self, req: Any, answer: Any, shown: Any = None) -> bool:
+        """Merge one hook's answer into the CRI request; True if it changed.
+        ``shown``: the hook request it answered, if known."""
         return False
 
     async def record(self, req: Any, resp: Any, store: StateStore, seen: HookRequest | None = None) -> None:
@@ -137,7 +138,7 @@ class RunPodSandbox(Executor):
     def early_seen(self, req: v1.RunPodSandboxRequest, store: StateStore) -> HookRequest:
         return pod_record(req.config, req.runtime_handler)
 
-    def apply(self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse) -> bool:
+    def apply(self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse, shown: Any = None) -> bool:
         config = req.config
         changed = merge_map(config.labels, answer.labels)
         changed = merge_map(config.annotations, answer.annotations) or changed
@@ -229,7 +230,7 @@ class CreateContainer(Executor):
         pod = store.pods.get(req.pod_sandbox_id)
         return None if pod is None else _container_record(req, pod)
 
-    def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
+    def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None) -> bool:
         config = req.config
         changed = merge_map(config.annotations, answer.container_annotations)
         if answer.HasField("container_resources"):
@@ -295,14 +296,23 @@ class UpdateContainerResources(_ContainerById):
         if out is None:
             return None
         if req.HasField("linux"):
-            out.container_resources.CopyFrom(hook_resources(req.linux))
+            # As Koordinator shows it: the container's resources as they are
+            # once the update applies (it sets only what it names).
+            merge_resources(out.container_resources, hook_resources(req.linux))
         out.container_annotations.update(req.annotations)
         return out
 
-    def apply(self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse) -> bool:
+    def apply(
+        self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None
+    ) -> bool:
         changed = merge_map(req.annotations, answer.container_annotations)
         if answer.HasField("container_resources"):
-            changed = merge_resources(req.linux, answer.container_resources) or changed
+            update = answer.container_resources
+            if isinstance(shown, hookapi.ContainerResourceHookRequest):
+                # Only its changes: the values it was shown (the container's
+                # own, say its swap limit) stay out of the update, as kubelet sent it.
+                update = changed_from(shown.container_resources, update)
+            changed = merge_resources(req.linux, update) or changed
         return changed
 
     async def record(

@@ -59,6 +59,24 @@ def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> boo
     return merge_map(target.unified, update.unified) or changed
 
 
+def changed_from(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> hookapi.LinuxContainerResources:
+    """What ``answer`` sets that differs from what the hook was ``shown``: a
+    value it echoed is not its change (an update that carried the container's
+    other values along could fail where the update alone would not)."""
+    out = hookapi.LinuxContainerResources()
+    out.CopyFrom(answer)
+    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
+        if getattr(out, name) == getattr(shown, name):
+            out.ClearField(name)
+    seen = {(h.page_size, h.limit) for h in shown.hugepage_limits}
+    kept = [h for h in out.hugepage_limits if (h.page_size, h.limit) not in seen]
+    del out.hugepage_limits[:]
+    out.hugepage_limits.extend(kept)
+    for key in [k for k, v in out.unified.items() if shown.unified.get(k) == v]:
+        del out.unified[key]
+    return out
+
+
 def merge_hugepages(target: Any, update: Any) -> bool:
     """By page size, like a map: a limit for a page size replaces that size's, a
     new size is appended, sizes the update does not name keep theirs. (Where

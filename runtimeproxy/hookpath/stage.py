@@ -235,7 +235,7 @@ class HookStage(StageProvider):
                     return built
 
                 def apply(answer: Any) -> bool:
-                    if not ex.apply(req, answer):
+                    if not ex.apply(req, answer, seen[0] if seen else None):
                         return False
                     seen.clear()
                     return True

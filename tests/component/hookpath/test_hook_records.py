@@ -182,3 +182,29 @@ async def test_a_removal_whose_client_left_is_checked_with_the_runtime(
             await running.hooks.rechecked()
         assert "pod-1" not in running.hooks.store.pods
         fake.scripts[remove_pod].release.set()
+
+
+async def test_pre_update_shows_the_container_as_updated_and_applies_only_what_the_hook_changed(
+    running, fake, client, sock_dir, hook_dir
+) -> None:
+    """As Koordinator: the hook sees the container's resources with the
+    update's merged in (a CPU manager's cpuset-only update still shows the
+    limits). What it echoes stays out of the update: the container's swap
+    carried into an update raising its memory limit would fail in runc."""
+    answer = {"container_resources": {"memory_swap_limit_in_bytes": 2 << 30, "cpu_quota": 5000}}
+    async with hook_server(sock_dir, "update", {"PreUpdateContainerResources": answer}) as hook:
+        hook.register(hook_dir, ["PreUpdateContainerResources"])
+        await registered(running, 1)
+        create = create_request()
+        create.config.linux.resources.memory_swap_limit_in_bytes = 2 << 30
+        await client.unary_unary(CREATE)(create.SerializeToString())
+        update = v1.UpdateContainerResourcesRequest(container_id="ctr-1", linux=v1.LinuxContainerResources(cpuset_cpus="2-3"))
+        await client.unary_unary(UPDATE)(update.SerializeToString(), timeout=5)
+        (seen,) = hook.requests("PreUpdateContainerResources")
+    shown = seen["container_resources"]
+    assert shown["cpuset_cpus"] == "2-3" and shown["cpu_shares"] == "256"
+    assert (shown["memory_limit_in_bytes"], shown["memory_swap_limit_in_bytes"]) == (str(1 << 30), str(2 << 30))
+    sent = v1.UpdateContainerResourcesRequest.FromString(fake.calls(UPDATE)[0].requests[0])
+    assert sent.linux == v1.LinuxContainerResources(cpuset_cpus="2-3", cpu_quota=5000)
+    record = running.store.containers["ctr-1"].container_resources
+    assert (record.cpuset_cpus, record.cpu_quota, record.memory_swap_limit_in_bytes) == ("2-3", 5000, 2 << 30)
