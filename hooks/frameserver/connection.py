@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
+# A status message's encoded bytes at most: well within grpc's 8 KiB of
+# metadata (a longer one fails the call at the client, or its connection).
+MAX_STATUS_MESSAGE = 4096
 _OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
                (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
 _OK_HEADERS_BLOCK = stateless_block(_OK_HEADERS)  # every answer's first block: no encoder work
@@ -362,7 +365,7 @@ class Connection(asyncio.Protocol):
             return
         ending = [*_OK_HEADERS, (b"grpc-status", str(code.value[0]).encode())]
         if details:
-            ending.append((b"grpc-message", percent_encode(details).encode()))
+            ending.append((b"grpc-message", _status_message(details)))
         self._out.extend(fr.header_frames(call.sid, self._encoder.encode(ending), self._peer.max_frame, True))
         self._close_stream(call)
 
@@ -402,4 +405,20 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(fr.goaway(self._last_stream, code, message.encode()[:256]))
             self._transport.close()
+
+
+def _status_message(details: str) -> bytes:
+    """``details`` as a grpc-message value, cut to MAX_STATUS_MESSAGE bytes."""
+    encoded = percent_encode(details).encode()
+    if len(encoded) <= MAX_STATUS_MESSAGE:
+        return encoded
+    suffix = b" ...(cut)"
+    out, size = [], len(suffix)
+    for char in details:  # whole characters: a cut never splits a %XX escape
+        piece = percent_encode(char).encode()
+        if size + len(piece) > MAX_STATUS_MESSAGE:
+            break
+        out.append(piece)
+        size += len(piece)
+    return b"".join(out) + suffix
 

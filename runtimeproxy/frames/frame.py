@@ -52,6 +52,7 @@ class ErrorCode(IntEnum):
     CANCEL = 0x8
     COMPRESSION_ERROR = 0x9
     ENHANCE_YOUR_CALM = 0xB
+    INADEQUATE_SECURITY = 0xC
 
 
 class Setting(IntEnum):

@@ -22,13 +22,12 @@ from ..frames import frame as fr
 from ..frames.frame import ErrorCode, FrameError, FrameType, Setting
 from ..frames.hpackpeek import HeaderReader
 from .peer import ServerLimits
-from .receive import CONNECTION_WINDOW, LAST_STREAM_ID, STREAM_WINDOW, ServerFrames
+from .receive import CONNECTION_WINDOW, LAST_STREAM_ID, MAX_DECODED_HEADERS, MAX_HEADER_LIST, STREAM_WINDOW, ServerFrames
 from .stream import Stream, Unprocessed
 from .transport import CallFailed
 
 log = logging.getLogger(__name__)
 
-MAX_HEADER_LIST = 16 << 10
 MAX_QUEUED_CONTROL = 1000  # frames answered while the socket's buffer is full, then ENHANCE_YOUR_CALM
 FLUSH_S = 1.0  # how long a closed connection may take to write what it has buffered
 
@@ -47,7 +46,7 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
         self._max_message = max_message
         self._on_closed = on_closed
         self._transport: asyncio.Transport | None = None
-        self._reader = HeaderReader(MAX_HEADER_LIST, " from the hook server")
+        self._reader = HeaderReader(MAX_DECODED_HEADERS, " from the hook server")
         self._rest = b""  # the start of a frame that the next read completes
         self._prefaced = False  # the server's SETTINGS came
         self._streams: dict[int, Stream] = {}

@@ -53,8 +53,10 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 WANTED = frozenset({b":status", b"content-type", b"grpc-status", b"grpc-message"})
 
 
-def http_failure(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str] | None:
-    """Why a response's first header block is not a gRPC answer, or None."""
+def http_failure(headers: dict[bytes, bytes], ends: bool = False) -> tuple[grpc.StatusCode, str] | None:
+    """Why a response's first header block is not a gRPC answer, or None.
+    ``ends``: it ends the call (trailers-only): then a grpc-status in it is
+    the answer, with or without a content-type, as grpc reads it."""
     status = headers.get(b":status", b"")
     if status != b"200":
         text = status.decode("latin-1") or "none"
@@ -62,6 +64,8 @@ def http_failure(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str] | N
         code = _HTTP_TO_GRPC.get(int(status), grpc.StatusCode.UNKNOWN) if valid else grpc.StatusCode.INTERNAL
         return code, f"hook server answered HTTP status {text[:16]}, not 200"
     content_type = headers.get(b"content-type", b"")
+    if ends and b"grpc-status" in headers:
+        return None
     if not content_type.startswith(b"application/grpc"):
         return grpc.StatusCode.UNKNOWN, f"hook server answered content-type {content_type.decode('latin-1')[:64]!r}, not gRPC"
     return None

@@ -26,10 +26,17 @@ log = logging.getLogger(__name__)
 
 STREAM_WINDOW = 1 << 20  # what a server may send on one call before our WINDOW_UPDATE
 CONNECTION_WINDOW = 16 << 20
-MAX_HEADER_BLOCK = 64 << 10  # grpc's own limit on metadata is 8 KiB
-MAX_BLOCK_FRAMES = 64  # CONTINUATIONs of one header block (an empty one adds nothing to its size)
+MAX_HEADER_BLOCK = 1 << 20  # as MAX_DECODED_HEADERS (below): a longer one ends the connection
+MAX_BLOCK_FRAMES = 128  # CONTINUATIONs of one header block (an empty one adds nothing to its size)
 LAST_STREAM_ID = (1 << 31) - 1
 _SETTINGS_ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
+_RESET_AS = {ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
+             ErrorCode.INADEQUATE_SECURITY: grpc.StatusCode.PERMISSION_DENIED}
+# Decoded header lists are bounded here (beyond it the HPACK state cannot be
+# trusted: the connection ends); over MAX_HEADER_LIST, what we advertise,
+# only that call fails, RESOURCE_EXHAUSTED, as in grpc.
+MAX_DECODED_HEADERS = 1 << 20
+MAX_HEADER_LIST = 16 << 10
 
 
 class ServerFrames:
@@ -147,9 +154,15 @@ class ServerFrames:
         stream = self._streams.get(sid)
         if stream is None:
             return
+        size = sum(len(name) + len(value) + 32 for name, value in headers.items())
+        if size > MAX_HEADER_LIST:
+            stream.fail(CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   f"hook server sent {size} bytes of metadata, over the limit of {MAX_HEADER_LIST}"))
+            self._finished(stream, remote_closed=end_stream)
+            return
         if stream.headers is None:
             stream.headers = headers
-            failure = http_failure(headers)
+            failure = http_failure(headers, end_stream)
             if failure is not None:
                 stream.fail(CallFailed(*failure))
                 self._finished(stream, remote_closed=end_stream)
@@ -208,8 +221,9 @@ class ServerFrames:
             stream.fail(Unprocessed(grpc.StatusCode.UNAVAILABLE, "hook server refused the call (REFUSED_STREAM)"))
         elif code == ErrorCode.CANCEL:
             stream.fail(CallFailed(grpc.StatusCode.CANCELLED, "hook server cancelled the call"))
-        else:
-            stream.fail(CallFailed(grpc.StatusCode.INTERNAL, f"hook server reset the call ({_error_name(code)})"))
+        else:  # as grpc maps a reset (its HTTP/2 spec)
+            status = _RESET_AS.get(code, grpc.StatusCode.INTERNAL)
+            stream.fail(CallFailed(status, f"hook server reset the call ({_error_name(code)})"))
         stream.request_sent = True  # nothing more is sent on a reset stream
         self._finished(stream, remote_closed=True)
 

@@ -156,7 +156,9 @@ async def test_refused_stream_is_sent_again_once_and_then_fails(sock: Path) -> N
 
 @pytest.mark.parametrize(
     ("code", "expected"),
-    [(ErrorCode.CANCEL, grpc.StatusCode.CANCELLED), (ErrorCode.INTERNAL_ERROR, grpc.StatusCode.INTERNAL)],
+    [(ErrorCode.CANCEL, grpc.StatusCode.CANCELLED), (ErrorCode.INTERNAL_ERROR, grpc.StatusCode.INTERNAL),
+     (ErrorCode.ENHANCE_YOUR_CALM, grpc.StatusCode.RESOURCE_EXHAUSTED),  # as grpc maps them
+     (ErrorCode.INADEQUATE_SECURITY, grpc.StatusCode.PERMISSION_DENIED)],
 )
 async def test_a_reset_stream_fails_the_call(sock: Path, code: ErrorCode, expected: grpc.StatusCode) -> None:
     async def reset(peer: Peer) -> None:
@@ -210,7 +212,7 @@ async def test_continuation_padding_and_pings_are_understood(sock: Path) -> None
         pytest.param(lambda peer, sid: peer.send(FrameType.SETTINGS, 0, 0, b"\0\2\0\0\0\1"), id="push-enabled"),
         pytest.param(
             lambda peer, sid: [peer.send(FrameType.HEADERS, 0, sid, b"")]
-            + [peer.send(FrameType.CONTINUATION, 0, sid, b"") for _ in range(100)],
+            + [peer.send(FrameType.CONTINUATION, 0, sid, b"") for _ in range(200)],
             id="continuation-flood",
         ),
     ],
@@ -353,3 +355,47 @@ async def test_a_connection_lost_before_it_is_taken_in_is_not_kept(sock: Path) -
         assert await call(transport, sock) == b"fine"
         assert transport.endpoints() == frozenset({str(sock)})
     await asyncio.wait_for(transport.close(1), 5)
+
+
+async def test_metadata_over_the_limit_fails_its_call_only(sock: Path) -> None:
+    """A status message over the 16 KiB we advertise (a hook's long error)
+    fails that call, RESOURCE_EXHAUSTED as grpc does; the other call on the
+    connection is answered, and the connection stays."""
+    async def long_error(peer: Peer) -> None:
+        await peer.handshake()
+        calls = [await peer.call(), await peer.call()]
+        second = next(c for c in calls if c.message == b"long")
+        first = next(c for c in calls if c.message != b"long")
+        block = peer.encoder.encode([(":status", "200"), ("content-type", "application/grpc"),
+                                     ("grpc-status", "9"), ("grpc-message", "x" * 20_000)])
+        peer.send(FrameType.HEADERS, Flag.END_STREAM, second.stream_id, block[:16_000])
+        peer.send(FrameType.CONTINUATION, Flag.END_HEADERS, second.stream_id, block[16_000:])
+        peer.answer(first.stream_id, b"fine")
+        third = await peer.call()
+        peer.answer(third.stream_id, b"still")
+
+    transport = FramesTransport()
+    async with serving(sock, long_error) as peers:
+        first = asyncio.ensure_future(call(transport, sock))
+        with pytest.raises(CallFailed) as failure:
+            await call(transport, sock, b"long")
+        err = failure.value
+        assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "over the limit of 16384" in err.details
+        assert await first == b"fine"
+        assert await call(transport, sock) == b"still"
+        assert len(peers) == 1
+    await transport.close(1)
+
+
+async def test_a_trailers_only_answer_without_content_type_is_its_status(sock: Path) -> None:
+    async def bare(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        block = peer.encoder.encode([(":status", "200"), ("grpc-status", "5"), ("grpc-message", "nf")])
+        peer.send(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, got.stream_id, block)
+
+    transport = FramesTransport()
+    async with serving(sock, bare):
+        err = await failed(transport, sock)
+        assert (err.code, err.details) == (grpc.StatusCode.NOT_FOUND, "nf")
+    await transport.close(1)

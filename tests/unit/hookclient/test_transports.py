@@ -110,3 +110,19 @@ async def _until_answered(client: HookTransport, path: str) -> bytes:
         except CallFailed as err:
             assert err.code == grpc.StatusCode.UNAVAILABLE
             await asyncio.sleep(0.05)  # a retry pace, as grpc's backoff: nothing to await
+
+
+async def test_a_very_long_refusal_reaches_the_caller_cut_and_the_connection_lives(
+    server: Echo, client: HookTransport
+) -> None:
+    """A hook's error of 100 kB: the caller gets its code and (at least) the
+    start of its text; a call in flight beside it is answered."""
+    hang = asyncio.ensure_future(client.call(server.socket_path, POINT.full_method, annotated(hang="1"), 5))
+    with pytest.raises(CallFailed) as err:
+        await client.call(server.socket_path, POINT.full_method, annotated(refuse="é" + "x" * 100_000), 5)
+    assert err.value.code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    if err.value.code == grpc.StatusCode.FAILED_PRECONDITION:
+        assert err.value.details.startswith("éxxx") and len(err.value.details) < 10_000
+    server.release.set()
+    answer = hookapi.ContainerResourceHookResponse.FromString(await hang)
+    assert answer.container_annotations == {"hang": "1"}
