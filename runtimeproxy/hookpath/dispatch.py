@@ -186,6 +186,8 @@ class Dispatcher:
             try:
                 answer = await self.call(server, hook, request)
             except _Failure as failure:
+                if self._removed(server, hook):  # removed while it was called (its connect cancelled, say)
+                    continue
                 if server.failure_policy is FailurePolicy.FAIL:
                     # Every refused CRI call is logged: it is what kubelet sees.
                     log.error("hook failed, refusing call", extra={**fields, "error": failure.cause})

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import grpc
 import pytest
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookServer
-from runtimeproxy.hookclient.transport import transport_for
+from runtimeproxy.hookclient.transport import CallFailed, transport_for
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError, Unbuilt
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
@@ -234,4 +235,27 @@ async def test_a_pre_start_answer_is_not_judged_by_the_kernels_rules_since_it_is
     assert await dispatcher.call(server, start, request_for(start)) == absurd
     with pytest.raises(_Failure, match="cpuset_cpus"):
         await dispatcher.call(server, create, request_for(create))
+    await dispatcher.close()
+
+
+class RemovedWhileCalled(Answering):
+    """The server's file is removed while its call is under way: the call fails as the transport fails it."""
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        self.called.append(endpoint)
+        self.on_call(endpoint)
+        raise CallFailed(grpc.StatusCode.CANCELLED, "hook server was removed while the call was under way")
+
+
+async def test_a_fail_server_removed_while_it_is_called_does_not_refuse_the_call() -> None:
+    strict = named("strict", FailurePolicy.FAIL)
+    registry = Chain(strict)
+    transport = RemovedWhileCalled(hookapi.ContainerResourceHookResponse(), lambda endpoint: registry.servers.clear())
+    dispatcher = Dispatcher(registry, transport=transport)  # type: ignore[arg-type]
+    assert await dispatcher.run_pre(HOOK, build, lambda answer: False, {}) is False
+    assert transport.called == [strict.endpoint]
+    registry.servers.append(strict)  # still registered: its failure refuses the call
+    transport.on_call = lambda endpoint: None
+    with pytest.raises(HookError):
+        await dispatcher.run_pre(HOOK, build, lambda answer: False, {})
     await dispatcher.close()
