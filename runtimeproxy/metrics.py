@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -68,6 +68,13 @@ class Metrics:
             stats = self.hook_stats[server] = HookServerStats()
         stats.count(hook, outcome)
         self._hook_seconds.labels(hook).observe(seconds)
+
+    def keep_hook_stats(self, names: Iterable[str]) -> None:
+        """Forget the stats of hook files no longer registered: one added again
+        under the same name starts clean (no last error of its predecessor)."""
+        keep = set(names)
+        for name in [n for n in self.hook_stats if n not in keep]:
+            del self.hook_stats[name]
 
     def hooked_call(self, method: str, outcome: str, seconds: float) -> None:
         self._hooked.labels(method, outcome).inc()

@@ -100,6 +100,8 @@ class Dispatcher:
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
         self._outages.keep_only(snapshot.servers)
+        if self._metrics is not None:
+            self._metrics.keep_hook_stats(snapshot.servers)
         # Calls already under way on a removed server finish (each is bounded
         # by its timeout); its connection closes after them.
         self.transport.keep_only(snapshot.endpoints, CLOSE_GRACE)

@@ -259,3 +259,23 @@ async def test_a_fail_server_removed_while_it_is_called_does_not_refuse_the_call
     with pytest.raises(HookError):
         await dispatcher.run_pre(HOOK, build, lambda answer: False, {})
     await dispatcher.close()
+
+
+async def test_a_removed_servers_stats_are_forgotten() -> None:
+    """A file removed and added again under its name starts with no last error."""
+    from runtimeproxy.metrics import Metrics
+
+    changed: list[Callable[[HookSnapshot], None]] = []
+
+    class Watched(Chain):
+        def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
+            changed.append(callback)
+
+    metrics = Metrics()
+    kept = named("kept", FailurePolicy.IGNORE)
+    dispatcher = Dispatcher(Watched(kept), metrics, transport=Answering(hookapi.ContainerResourceHookResponse()))  # type: ignore[arg-type]
+    metrics.hook_call("kept.json", HOOK.value, "ok", 0.001)
+    metrics.hook_call("gone.json", HOOK.value, "unavailable", 0.001)
+    changed[0](HookSnapshot(servers={"kept.json": kept}))
+    assert set(metrics.hook_stats) == {"kept.json"}
+    await dispatcher.close()
