@@ -7,7 +7,7 @@ the proxy stops calling a server that is about to go.
 
 Exit codes: 0 after an orderly stop; 1 when the server cannot serve or its
 background work failed; 2 when the hook or its settings are wrong (an unknown
-name, a bad config), which no restart can cure.
+name, a bad config, a socket path nothing can listen at), which no restart can cure.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from .builtin import (
     describe_builtins,
     load_builtin,
 )
-from .sdk import TRANSPORTS, HookServerError, write_hook_config
+from .sdk import TRANSPORTS, HookServerError, SocketPathError, write_hook_config
 
 log = logging.getLogger("hooks.run")
 
@@ -218,6 +218,8 @@ async def _serve(
     gcpolicy.before_serving()
     try:
         await server.start()
+    except SocketPathError as exc:  # exit 2: a unit restarting on failure would retry it forever
+        raise SetupError(f"hook {server.NAME}: {exc}") from exc
     except HookServerError as exc:
         log.error("cannot serve", extra={**fields, "error": str(exc)})
         return EXIT_FAILED

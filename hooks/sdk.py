@@ -55,6 +55,7 @@ __all__ = [
     "HookAbort",
     "HookServer",
     "HookServerError",
+    "SocketPathError",
     "TRANSPORTS",
     "frame_routes",
     "run",
@@ -78,6 +79,11 @@ class HookAbort(Exception):
 
 class HookServerError(RuntimeError):
     """The hook server could not start (socket in use, bad path...)."""
+
+
+class SocketPathError(HookServerError):
+    """Nothing can listen at the socket path as the disk stands (a file in
+    the way of its directory, not a socket there): a restart will not help."""
 
 
 def service_handlers(server: HookServer) -> dict[str, grpc.RpcMethodHandler]:
@@ -233,6 +239,8 @@ class HookServer:
         path = self._socket_path
         try:
             unixsocket.prepare(path)
+        except unixsocket.UnusablePath as exc:
+            raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
 

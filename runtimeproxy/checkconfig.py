@@ -29,6 +29,7 @@ from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
 from .hookpath.points import HOOK_POINTS, HookType
 from .hookpath.registry import HookRegistry
+from .host import unixsocket
 
 __all__ = ["Finding", "Report", "Severity", "check", "check_config_command"]
 
@@ -107,11 +108,11 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
 def _backend_sockets(config: ProxyConfig) -> list[Finding]:
     sockets = {"backend": config.backend, "image-backend": config.image_backend}
     findings = [f for name, path in sockets.items() if path is not None for f in _endpoint(path, name)]
-    # serve refuses to bind over anything that is not a socket (host.unixsocket.prepare).
-    if config.listen.exists() and not config.listen.is_socket():
-        findings.append(
-            Finding(Severity.ERROR, config.listen, "listen: exists and is not a unix socket; serve refuses to replace it")
-        )
+    # serve's own rules for the socket it binds (host.unixsocket.prepare), checked without changing anything.
+    try:
+        unixsocket.check_bindable(config.listen)
+    except unixsocket.UnixSocketError as exc:
+        findings.append(Finding(Severity.ERROR, config.listen, f"listen: {exc}"))
     return findings
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -18,7 +19,7 @@ from hooks.cli import hook as hook_commands
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH
-from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, load
+from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, given_in, load
 from .nri.cli import nri as nri_command
 
 log = logging.getLogger("runtimeproxy")
@@ -101,23 +102,46 @@ def serve(
             max_recv_message_bytes=max_message_size,
             max_send_message_bytes=max_message_size,
         )
+        if local_containerd is not None:
+            _refuse_other_backends(config_file, flags)
         loop = eventloop.resolve(config.event_loop)
     except (ConfigError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
-    from .host.containerd import LocalRuntimeError
-
     try:
         eventloop.run(_serve(config, local_containerd), loop)
     except KeyboardInterrupt:
         pass
-    except (LocalRuntimeError, ConfigError) as exc:  # their message says it all: no traceback
+    except _operator_errors() as exc:  # their message says it all: no traceback
         log.error("fatal", extra={"error": str(exc)})
         sys.exit(1)
     except Exception as exc:
         log.exception("fatal", extra={"error": str(exc)})
         sys.exit(1)
+
+
+def _refuse_other_backends(config_file: Path | None, flags: dict[str, object]) -> None:
+    """--local-containerd serves runtime and images alike: a backend named
+    elsewhere would split them between two containerds, or be dropped unseen."""
+    given = [f"--{name.replace('_', '-')}" for name in ("backend", "image_backend") if flags.get(name) is not None]
+    in_file = sorted(given_in(config_file) & {"backend", "image_backend"})
+    given += [f"{name.replace('_', '-')} in {config_file}" for name in in_file]
+    if given:
+        raise click.UsageError(
+            f"--local-containerd serves runtime and images from its own containerd; remove {', '.join(given)}"
+        )
+
+
+def _operator_errors() -> tuple[type[Exception], ...]:
+    """Errors whose message tells the operator all there is (a path, a
+    directory, a socket from systemd): logged in one line, no traceback."""
+    from .cripath.activation import ActivationError
+    from .cripath.server import ListenError
+    from .host.containerd import LocalRuntimeError
+    from .host.unixsocket import UnixSocketError
+
+    return (LocalRuntimeError, ConfigError, ListenError, ActivationError, UnixSocketError)
 
 
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
@@ -133,7 +157,8 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir))
-            config = config.with_overrides(backend=runtime.socket)
+            # replace, not with_overrides: None (images from the backend) must clear a value
+            config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
             click.echo(
                 f"private containerd at {runtime.socket}\n"
                 f"point clients at the proxy:\n"

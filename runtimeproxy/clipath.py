@@ -1,6 +1,7 @@
 """The command lines' path type: click's, refusing an empty value, which
 click (and pathlib) would read as the current directory; typically an
-unset variable (``--local-containerd "$DIR"``)."""
+unset variable (``--local-containerd "$DIR"``). A path given is made
+absolute as the config file's are (:func:`.config.absolute_path`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ from typing import Any
 
 import click
 
+from .config import absolute_path
+
 
 class NonEmptyPath(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path (an unset variable?)", param, ctx)
-        return super().convert(value, param, ctx)
+        path = super().convert(value, param, ctx)
+        try:
+            return absolute_path(path)
+        except RuntimeError:  # ~user of no such user, or no HOME
+            self.fail(f"{value!r}: cannot expand ~ (no such user, or no home directory)", param, ctx)
 
 
 PATH = NonEmptyPath(path_type=Path)

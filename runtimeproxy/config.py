@@ -117,7 +117,17 @@ def _path(name: str, key: str, value: Any) -> Path:
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str) or not text or "\0" in text:
         raise ConfigError(f"{name} {value!r}: expected a path", key=key)
-    return Path(text)
+    try:
+        return absolute_path(text)
+    except RuntimeError:  # ~user of no such user, or no HOME
+        raise ConfigError(f"{name} {value!r}: cannot expand ~ (no such user, or no home directory)", key=key) from None
+
+
+def absolute_path(text: str | os.PathLike[str]) -> Path:
+    """``~`` expanded, then absolute from the current directory: grpc reads a
+    relative ``unix:NAME`` as ``/NAME``, and the proxy's own code from where
+    it happens to run. Symlinks and ``..`` are kept, for the kernel to follow."""
+    return Path(text).expanduser().absolute()
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +174,28 @@ def load(path: Path | None) -> ProxyConfig:
     """The settings in a YAML file (keys as the flags, with - or _)."""
     if path is None:
         return ProxyConfig()
+    text, values = _read(path)
+    try:
+        return dataclasses.replace(ProxyConfig(), **_coerce(values))
+    except ConfigError as exc:
+        line = _key_line(text, exc.key)
+        where = f" (line {line})" if line is not None else ""
+        raise ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line) from exc
+    except TypeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def given_in(path: Path | None) -> frozenset[str]:
+    """The settings the YAML file gives a value (a null is the default, as if
+    left out): what a flag that replaces them must not silently drop."""
+    if path is None:
+        return frozenset()
+    _text, values = _read(path)
+    return frozenset(key for key, value in values.items() if value is not None)
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """The file's text and its values by setting name (- read as _), unchecked."""
     try:
         text = path.read_text()
         doc = yaml.safe_load(text) or {}
@@ -179,14 +211,7 @@ def load(path: Path | None) -> ProxyConfig:
     if isinstance(values.get("serve_versions"), list):
         # str(): a list of numbers is a bad value for the check below, not a crash here.
         values["serve_versions"] = ",".join(map(str, values["serve_versions"]))
-    try:
-        return dataclasses.replace(ProxyConfig(), **_coerce(values))
-    except ConfigError as exc:
-        line = _key_line(text, exc.key)
-        where = f" (line {line})" if line is not None else ""
-        raise ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line) from exc
-    except TypeError as exc:
-        raise ConfigError(f"config file {path}: {exc}") from exc
+    return text, values
 
 
 def _key_line(text: str, key: str | None) -> int | None:

@@ -172,8 +172,11 @@ class LocalContainerd:
             raise LocalRuntimeError("containerd is already running")
         if len(str(self.socket)) + len(".ttrpc") > _SOCKET_PATH_MAX:
             raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}")
-        self.base.mkdir(parents=True, exist_ok=True)
-        self._take_base()  # before anything else reads or writes under base
+        try:
+            self.base.mkdir(parents=True, exist_ok=True)
+            self._take_base()  # before anything else reads or writes under base
+        except OSError as exc:  # a file in the way, a read-only or foreign parent: the operator's to fix
+            raise LocalRuntimeError(f"cannot use {self.base} as containerd's directory: {exc.strerror or exc}") from exc
         self._started = False
         try:
             self._check_socket_free()

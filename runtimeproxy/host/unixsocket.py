@@ -6,7 +6,8 @@ someone answers on is refused, a socket nobody listens on (ECONNREFUSED, or
 gone) is stale and removed. Any other answer (EACCES, EAGAIN from a full
 backlog, a timeout...) does not tell whether the owner is alive, so the path
 is refused too, naming the errno: unlinking a live socket silently cuts its
-server off from every new client.
+server off from every new client. :func:`check_bindable` applies the rules
+that need no connect, changing nothing (``check-config``).
 
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.
@@ -63,6 +64,12 @@ class PathTooLong(UnixSocketError, ValueError):
     pass
 
 
+class UnusablePath(UnixSocketError):
+    """Nothing can ever listen at the path as the disk stands (no directory
+    can hold it, or another kind of file is there): waiting or restarting
+    will not help, unlike a socket another process serves."""
+
+
 @dataclass(frozen=True)
 class SocketIdentity:
     """Which file a socket path pointed to when we bound it (``of`` right after bind)."""
@@ -115,18 +122,65 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     """Make ``path`` ready to bind: create its directory, remove a stale
     socket, refuse anything else that is there."""
     check_path_length(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # EEXIST or ENOTDIR (a file in the way), EROFS, EACCES
+        _check_directory(path)  # names the file in the way, when that is the cause
+        raise UnusablePath(f"cannot create the directory of {path}: {exc.strerror or exc}") from exc
+    st = _lstat(path)
+    if st is None:
         return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise UnixSocketError(f"{path} exists and is not a unix socket; refusing to replace it")
+    _refuse_non_socket(path, st)
     if not is_stale(path, timeout):
         raise UnixSocketError(f"{path} is in use by another process; refusing to take it over")
     # Unlink only the socket we found stale, not one bound there meanwhile.
     if remove_own(path, SocketIdentity(st.st_dev, st.st_ino)):
         log.info("removed stale socket", extra={"path": str(path)})
+
+
+def check_bindable(path: Path) -> None:
+    """Raise what :func:`prepare` would for ``path`` whoever runs: too long,
+    no directory possible, not a socket. Changes nothing on disk and asks no
+    server: a live socket there may well be this proxy's own (check-config)."""
+    check_path_length(path)
+    _check_directory(path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # nothing there, or no right to look (serve may run with more)
+    _refuse_non_socket(path, st)
+
+
+def _check_directory(path: Path) -> None:
+    """The nearest existing ancestor of ``path`` must be a directory, or mkdir fails."""
+    for ancestor in path.parents:
+        try:
+            st = os.stat(ancestor)  # followed, as mkdir follows a symlink to a directory
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # made by prepare, or below a file found further up
+        except OSError:
+            return  # EACCES and the like: cannot tell without the rights serve runs with
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnusablePath(f"cannot create the directory of {path}: {ancestor} is not a directory")
+        return
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """``path``'s own status (a symlink is not followed), None when nothing is there."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnusablePath(f"cannot inspect {path}: {exc.strerror or exc}") from exc
+
+
+def _refuse_non_socket(path: Path, st: os.stat_result) -> None:
+    # lstat: a symlink, even to a socket, is refused (the stale check would follow it, the unlink not).
+    if stat.S_ISLNK(st.st_mode):
+        raise UnusablePath(f"{path} is a symbolic link, not a unix socket; refusing to replace it")
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UnusablePath(f"{path} exists and is not a unix socket; refusing to replace it")
 
 
 def remove_own(path: Path, identity: SocketIdentity | None) -> bool:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .fakes import FakeBackend
+
+REPO = Path(__file__).resolve().parents[2]
 
 # serve, with a hook-directory watcher that dies every time it is started.
 BROKEN_WATCHER = """
@@ -51,3 +58,39 @@ async def serve_ends_when_a_task_keeps_failing(fake: FakeBackend, sock_dir: Path
     assert not listen.exists()
     path = options[options.index("--data-path") + 1] if "--data-path" in options else "frames"
     assert f'"data_path": "{path}"' in log  # in its "listening" line
+
+
+# What an operator got wrong, each with the one line serve logs for it: no traceback.
+UNUSABLE = {
+    "listen is a regular file": (["--listen", "{d}/file"], "{d}/file exists and is not a unix socket; refusing to replace it"),
+    "listen below a regular file": (
+        ["--listen", "{d}/file/p.sock"], "cannot create the directory of {d}/file/p.sock: {d}/file is not a directory"),
+    "listen is a symlink to a socket": (["--listen", "{d}/link.sock"], "{d}/link.sock is a symbolic link, not a unix socket"),
+    "--local-containerd is a regular file": (
+        ["--local-containerd", "{d}/file"], "cannot use {d}/file as containerd's directory: File exists"),
+    "LISTEN_FDS from systemd not a number": (["--listen-fds", "many"], "LISTEN_FDS='many' is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", UNUSABLE, ids=list(UNUSABLE))
+def test_what_the_operator_must_fix_ends_serve_in_one_line(sock_dir: Path, case: str) -> None:
+    args, expected = ([a.format(d=sock_dir) for a in UNUSABLE[case][0]], UNUSABLE[case][1].format(d=sock_dir))
+    (sock_dir / "file").write_text("precious")
+    (sock_dir / "link.sock").symlink_to(sock_dir / "elsewhere.sock")
+    env = dict(os.environ)
+    if args[0] == "--listen-fds":  # for this process: LISTEN_PID is the pid sh execs python with
+        env["LISTEN_FDS"] = args.pop(1)
+        args = ["--listen", str(sock_dir / "p.sock")]
+    if args[0] != "--local-containerd":  # it refuses a backend named besides
+        args += ["--backend", str(sock_dir / "none.sock")]
+    served = subprocess.run(
+        ["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", sys.executable, "-m", "runtimeproxy.cli", "serve",
+         *args, "--hook-dir", str(sock_dir / "hooks"), "--log-format", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert served.returncode == 1, served.stderr
+    assert "Traceback" not in served.stderr
+    lines = [json.loads(line) for line in served.stderr.splitlines()]  # each a log line, none a traceback's
+    (fatal,) = [line for line in lines if line["msg"] == "fatal"]
+    assert fatal["error"].startswith(expected) and "exception" not in fatal
+    assert (sock_dir / "file").read_text() == "precious"

@@ -201,6 +201,45 @@ def test_listen_path_that_is_not_a_socket_is_an_error(tmp_path: Path, live: Path
     assert (finding.severity, finding.subject) == (Severity.ERROR, tmp_path / "proxy.sock")
 
 
+def listen_config(tmp_path: Path, listen: Path, backend: Path, hook_dir: Path) -> Path:
+    return config_file(tmp_path, f"listen: {listen}\nbackend: {backend}\nhook-dir: {hook_dir}\n")
+
+
+LISTEN_REFUSED = {
+    "longer than sun_path": (lambda d, live: d / ("x" * 120) / "p.sock", "unix socket path too long"),
+    "below a regular file": (lambda d, live: d / "file" / "sub" / "p.sock", "is not a directory"),
+    "a symlink to a live socket": (lambda d, live: d / "link.sock", "is a symbolic link, not a unix socket"),
+}
+
+
+@pytest.mark.parametrize("case", LISTEN_REFUSED, ids=list(LISTEN_REFUSED))
+def test_a_listen_path_serve_refuses_is_an_error_naming_it(
+    tmp_path: Path, live: Path, hook_dir: Path, case: str
+) -> None:
+    (tmp_path / "file").write_text("precious")
+    (tmp_path / "link.sock").symlink_to(live)
+    make, reason = LISTEN_REFUSED[case]
+    listen = make(tmp_path, live)
+    report = check(listen_config(tmp_path, listen, live, hook_dir))
+    (finding,) = report.findings
+    assert (finding.severity, finding.subject) == (Severity.ERROR, listen)
+    assert finding.reason.startswith("listen: ") and str(listen) in finding.reason and reason in finding.reason
+    assert not report.ok
+    # Checked, not prepared: nothing made, nothing removed.
+    assert (tmp_path / "file").read_text() == "precious" and (tmp_path / "link.sock").is_symlink()
+    assert not (tmp_path / ("x" * 120)).exists()
+
+
+def test_a_listen_path_serve_can_use_changes_nothing_on_disk(sock_dir: Path, live: Path, hook_dir: Path) -> None:
+    stale = sock_dir / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+        gone.bind(str(stale))
+    for listen in (sock_dir / "new" / "proxy.sock", stale, live):  # live: the running proxy's own
+        report = check(listen_config(sock_dir, listen, live, hook_dir))
+        assert report.findings == (), listen
+    assert not (sock_dir / "new").exists() and stale.is_socket()  # serve would make the one, remove the other
+
+
 # --------------------------------------------------------------------------- hook files
 
 

@@ -165,6 +165,26 @@ async def test_socket_in_use_exits_1_without_registering(sock_dir: Path, hook_di
     assert stat.S_ISSOCK(sock.lstat().st_mode)  # the first one's socket is left alone
 
 
+@pytest.mark.parametrize("socket_at", ["file/h.sock", "file"], ids=["below a regular file", "a regular file"])
+async def test_a_socket_path_nothing_can_listen_at_exits_2_in_one_line(
+    socket_at: str, sock_dir: Path, hook_dir: Path, hook_run: StartHook
+) -> None:
+    """Exit 2: the unit's RestartPreventExitStatus, or it would restart forever."""
+    (sock_dir / "file").write_text("precious")
+    run = await hook_run("noop", "--socket", str(sock_dir / socket_at), "--hook-dir", str(hook_dir), "--log-format", "json")
+    code, err = await run.finish()
+    assert code == 2, err
+    (error,) = [line for line in err.splitlines() if not line.startswith("{")]  # the rest are log lines
+    file = sock_dir / "file"
+    reason = {
+        "file/h.sock": f"cannot create the directory of {file / 'h.sock'}: {file} is not a directory",
+        "file": f"{file} exists and is not a unix socket; refusing to replace it",
+    }[socket_at]
+    assert error == f"Error: hook noop: {reason}"
+    assert "Traceback" not in err
+    assert list(hook_dir.iterdir()) == [] and (sock_dir / "file").read_text() == "precious"
+
+
 SETUP_ERRORS = {
     "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, watchful)"),
     "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: hook noop takes no config; got keys ['cpu']"),

@@ -222,6 +222,17 @@ async def test_a_containerd_we_did_not_start_on_the_socket_is_refused(
     DirectoryLock.acquire(base).release()
 
 
+@pytest.mark.parametrize("base", ["file", "file/c"], ids=["a regular file", "below a regular file"])
+async def test_a_directory_that_cannot_be_made_is_one_line_of_error(tmp_path: Path, base: str) -> None:
+    """serve logs a LocalRuntimeError in one line; an OSError came with a traceback."""
+    (tmp_path / "file").write_text("precious")
+    runtime = LocalContainerd(tmp_path / base, bin_dir=_fake_containerd(tmp_path, MUST_NOT_RUN), snapshotter="native")
+    with pytest.raises(LocalRuntimeError, match=f"^cannot use {tmp_path / base} as containerd's directory: "):
+        await runtime.start(timeout=5.0, images=False)
+    assert (tmp_path / "file").read_text() == "precious"
+    await runtime.stop()  # nothing of it is ours
+
+
 async def test_a_failed_start_releases_the_directory(tmp_path: Path) -> None:
     runtime = LocalContainerd(tmp_path / "c", bin_dir=_fake_containerd(tmp_path, MUST_NOT_RUN), snapshotter="native")
     with pytest.raises(LocalRuntimeError, match="exited with status 3"):

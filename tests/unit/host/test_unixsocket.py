@@ -118,6 +118,63 @@ def test_live_socket_is_refused(sock_dir: Path) -> None:
     assert path.exists()
 
 
+@pytest.mark.parametrize("below", ["file/s.sock", "file/a/b/s.sock"])
+def test_a_file_in_the_way_of_the_directory_is_refused_naming_it(sock_dir: Path, below: str) -> None:
+    (sock_dir / "file").write_text("precious")
+    with pytest.raises(unixsocket.UnusablePath, match=f"^cannot create the directory of {sock_dir / below}: "
+                                                      f"{sock_dir / 'file'} is not a directory$"):
+        unixsocket.prepare(sock_dir / below)
+    assert (sock_dir / "file").read_text() == "precious"
+
+
+def test_a_directory_that_cannot_be_made_is_refused_without_a_raw_oserror(sock_dir: Path) -> None:
+    # EROFS and EACCES come to the same place (root cannot get EACCES here).
+    with pytest.raises(unixsocket.UnusablePath, match="cannot create the directory of /proc/runtime-proxy/s.sock: "):
+        unixsocket.prepare(Path("/proc/runtime-proxy/s.sock"))
+
+
+def test_a_symlink_to_a_socket_is_refused_and_kept(sock_dir: Path) -> None:
+    target = sock_dir / "real.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(target))
+        link = sock_dir / "link.sock"
+        link.symlink_to(target)
+        with pytest.raises(unixsocket.UnusablePath, match=f"^{link} is a symbolic link, not a unix socket"):
+            unixsocket.prepare(link)
+    assert link.is_symlink() and target.exists()
+
+
+@pytest.mark.parametrize(
+    ("setup", "listen", "message"),
+    [
+        (lambda d: None, "x" * 120 + ".sock", "too long"),
+        (lambda d: (d / "file").write_text(""), "file/a/s.sock", "file is not a directory"),
+        (lambda d: (d / "s.sock").mkdir(), "s.sock", "exists and is not a unix socket"),
+        (lambda d: (d / "s.sock").symlink_to(d / "elsewhere.sock"), "s.sock", "is a symbolic link"),
+    ],
+)
+def test_check_bindable_refuses_what_prepare_refuses(
+    sock_dir: Path, setup: Callable[[Path], object], listen: str, message: str
+) -> None:
+    setup(sock_dir)
+    with pytest.raises(UnixSocketError, match=message):
+        unixsocket.check_bindable(sock_dir / listen)
+    with pytest.raises(UnixSocketError, match=message):
+        unixsocket.prepare(sock_dir / listen)
+
+
+def test_check_bindable_changes_nothing_and_asks_no_server(sock_dir: Path) -> None:
+    unixsocket.check_bindable(sock_dir / "a" / "b" / "s.sock")
+    assert not (sock_dir / "a").exists()  # prepare would make it
+    stale_socket(sock_dir / "stale.sock")
+    unixsocket.check_bindable(sock_dir / "stale.sock")
+    assert (sock_dir / "stale.sock").is_socket()  # prepare would remove it
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(sock_dir / "live.sock"))
+        listener.listen()
+        unixsocket.check_bindable(sock_dir / "live.sock")  # the proxy's own, likely
+
+
 @pytest.mark.parametrize("err", [errno.EACCES, errno.EAGAIN, errno.EPERM, errno.ECONNRESET])
 def test_any_other_connect_error_is_refused_not_unlinked(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch, err: int

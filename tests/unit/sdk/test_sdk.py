@@ -22,6 +22,7 @@ from hooks.sdk import (
     HookAbort,
     HookServer,
     HookServerError,
+    SocketPathError,
     write_hook_config,
 )
 from runtimeproxy.hookpath.hookfile import FailurePolicy, parse_hook_file
@@ -143,6 +144,20 @@ async def test_sdk_socket_safety(sock_dir: Path) -> None:
 
     with pytest.raises(ValueError, match="too long"):
         HookServer(sock_dir / ("x" * 120 + ".sock"))
+
+
+async def test_sdk_a_path_nothing_can_listen_at_is_told_from_one_in_use(sock_dir: Path) -> None:
+    """``hook run`` exits 2 (no restart) on the first kind, 1 on the second."""
+    (sock_dir / "file").write_text("precious")
+    with pytest.raises(SocketPathError, match=f"{sock_dir / 'file'} is not a directory"):
+        await HookServer(sock_dir / "file" / "h.sock").start()
+    with pytest.raises(SocketPathError, match="not a unix socket"):
+        await HookServer(sock_dir / "file").start()
+    async with HookServer(sock_dir / "live.sock"):
+        with pytest.raises(HookServerError, match="in use") as in_use:
+            await HookServer(sock_dir / "live.sock").start()
+    assert not isinstance(in_use.value, SocketPathError)
+    assert (sock_dir / "file").read_text() == "precious"
 
 
 # --------------------------------------------------------------------------- write_hook_config
