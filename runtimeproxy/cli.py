@@ -156,7 +156,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
 
-            runtime = await stack.enter_async_context(LocalContainerd(local_dir))
+            runtime = await stack.enter_async_context(LocalContainerd(local_dir, die_with_parent=True))
             # replace, not with_overrides: None (images from the backend) must clear a value
             config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
             click.echo(

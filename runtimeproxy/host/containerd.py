@@ -34,12 +34,15 @@ from .images import build_test_images
 from .process import (
     LOG_TAIL_LINES,
     HostProcessError,
+    delete_runc_containers,
+    dying_with_parent,
     mount_ids_under,
     run_command,
     shim_pids,
     tail,
     terminate_pids,
     terminate_process,
+    unmount_new_under,
 )
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,10 @@ class LocalContainerd:
     # Serve NRI on `nri_socket` (containerd 1.7+; plugins may connect).
     nri: bool = False
     request_timeout: float = 2.0  # NRI plugin_request_timeout, seconds
+    # containerd is sent SIGTERM when the thread that started it ends (setpriv
+    # --pdeathsig): a proxy killed outright leaves no containerd serving on.
+    # The CLI's choice; not for a loop in a worker thread, which ends first.
+    die_with_parent: bool = False
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
     # What start-up is waiting for, told when it gives up (the log may not say).
     _waiting_for: str = field(default="", init=False, repr=False)
@@ -231,7 +238,8 @@ class LocalContainerd:
         with open(self.log_path, "ab") as logfile:
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
-                self._tool("containerd"), "--config", str(self.config_path),
+                *(dying_with_parent() if self.die_with_parent else ()), self._tool("containerd"),
+                "--config", str(self.config_path),
                 stdin=asyncio.subprocess.DEVNULL, stdout=logfile, stderr=logfile,
                 start_new_session=True, env=self._environment())
         try:
@@ -372,9 +380,12 @@ class LocalContainerd:
     async def _shutdown(self, grace: float) -> None:
         steps: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
             ("stop containerd", lambda: self._terminate(grace)),
-            ("delete runc containers", self._delete_runc_containers),
+            # Containers whose shim outlived containerd, so they do not leak.
+            ("delete runc containers", lambda: delete_runc_containers(self.runc_root)),
             ("stop shims", lambda: terminate_pids(shim_pids(self.socket), grace)),
-            ("unmount", self._unmount_all),
+            # What containerd mounted below its own directories since it started.
+            ("unmount", lambda: unmount_new_under(
+                self.base, (self.base / "root", self.base / "state", self.runc_root), self._mounts_before)),
         )
         for name, step in steps:
             try:
@@ -386,31 +397,6 @@ class LocalContainerd:
     async def _terminate(self, grace: float) -> None:
         if self._proc is not None:
             await terminate_process(self._proc, grace, "containerd")
-
-    async def _delete_runc_containers(self) -> None:
-        """Kill containers whose shim outlived containerd, so they do not leak."""
-        if not self.runc_root.is_dir():
-            return
-        for ns_root in self.runc_root.iterdir():
-            rc, out = await run_command("runc", "--root", str(ns_root), "list", "-q")
-            for cid in out.split() if rc == 0 else ():
-                rc, out = await run_command("runc", "--root", str(ns_root), "delete", "--force", cid)
-                if rc != 0:
-                    log.warning("runc delete failed", extra={"id": cid, "error": out.strip()})
-
-    async def _unmount_all(self) -> None:
-        """What containerd mounted: below its own directories, and not there
-        before it started (base itself, or an operator's mount below it, or
-        another run's in a directory nested in base, is left alone)."""
-        own = (self.base / "root", self.base / "state", self.runc_root)
-        mounts = mount_ids_under(self.base)
-        ours = [target for mount_id, target in mounts.items() if mount_id not in self._mounts_before
-                and any(target == top or top in target.parents for top in own)]
-        # Innermost first; lazy so a busy mount cannot block removing the directory.
-        for target in reversed(ours):
-            rc, out = await run_command("umount", "-l", str(target))
-            if rc != 0:
-                log.warning("umount failed", extra={"target": str(target), "error": out.strip()})
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return tail(self.log_path, lines)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -143,3 +144,40 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"({path} not readable)"
+
+
+def dying_with_parent() -> tuple[str, ...]:
+    """A command prefix: the command gets SIGTERM when the thread that started
+    it ends (setpriv --pdeathsig; util-linux, on every Debian), () without setpriv."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        log.warning("setpriv not found: a child process outlives a parent killed outright")
+        return ()
+    return (setpriv, "--pdeathsig", "TERM")
+
+
+async def delete_runc_containers(runc_root: Path) -> None:
+    """runc's containers under each namespace root of ``runc_root``, killed and deleted."""
+    if not runc_root.is_dir():
+        return
+    for ns_root in runc_root.iterdir():
+        rc, out = await run_command("runc", "--root", str(ns_root), "list", "-q")
+        for cid in out.split() if rc == 0 else ():
+            rc, out = await run_command("runc", "--root", str(ns_root), "delete", "--force", cid)
+            if rc != 0:
+                log.warning("runc delete failed", extra={"id": cid, "error": out.strip()})
+
+
+async def unmount_new_under(base: Path, own: tuple[Path, ...], before: frozenset[int]) -> None:
+    """Unmount what is mounted at or below one of ``own`` (inside ``base``)
+    and was not mounted before (mount ids ``before``): base itself, an
+    operator's mount below it, or another run's nested in it, is left alone."""
+    mounts = mount_ids_under(base)
+    ours = [target for mount_id, target in mounts.items() if mount_id not in before
+            and any(target == top or top in target.parents for top in own)]
+    # Innermost first; lazy so a busy mount cannot block removing the directory.
+    for target in reversed(ours):
+        rc, out = await run_command("umount", "-l", str(target))
+        if rc != 0:
+            log.warning("umount failed", extra={"target": str(target), "error": out.strip()})
+

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -13,7 +15,7 @@ import pytest
 from grpc import aio
 
 from runtimeproxy.host.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from runtimeproxy.host.process import mounts_under, shim_pids, terminate_process
+from runtimeproxy.host.process import _wait_pid_gone, mounts_under, shim_pids, terminate_process
 
 from ..component.test_process import wait_for_line
 from .conftest import require_local_containerd
@@ -55,6 +57,41 @@ async def test_serve_with_local_containerd(stop_signal: signal.Signals) -> None:
         # SIGTERM first: the proxy stops its private containerd then (SIGKILL would orphan it).
         await terminate_process(process, 60, "runtime-proxy serve")
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_proxy_killed_outright_takes_its_private_containerd_with_it() -> None:
+    """SIGKILL leaves the proxy no chance to stop containerd: the kernel sends
+    containerd SIGTERM (setpriv --pdeathsig) rather than leave it serving."""
+    require_local_containerd()
+    base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy", "serve", "--local-containerd", str(base / "containerd"),
+        "--listen", str(base / "proxy.sock"), "--hook-dir", str(base / "hooks"), stderr=asyncio.subprocess.PIPE)
+    try:
+        assert process.stderr is not None
+        await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)", timeout=90)
+        config = str(base / "containerd" / "containerd.toml")
+        [containerd] = [pid for pid in _pids() if config in _cmdline(pid) and "setpriv" not in _cmdline(pid)]
+        process.kill()
+        await process.wait()
+        assert await _wait_pid_gone(containerd, 30), "the private containerd outlived its proxy"
+    finally:
+        await terminate_process(process, 60, "runtime-proxy serve")
+        for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:  # what a failure left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 async def test_a_second_serve_on_the_same_directory_fails_and_leaves_the_first_alone() -> None:

@@ -247,17 +247,17 @@ async def test_a_failed_clean_up_step_does_not_skip_the_rest(tmp_path: Path, mon
     runtime = LocalContainerd(tmp_path / "c", snapshotter="native")
     done: list[str] = []
 
-    async def fails() -> None:
+    async def fails(runc_root: Path) -> None:
         raise FileNotFoundError("runc")
 
-    async def unmount() -> None:
+    async def unmount(base: Path, own: tuple[Path, ...], before: frozenset[int]) -> None:
         done.append("unmount")
 
     async def shims(pids: list[int], grace: float) -> None:
         done.append("shims")
 
-    monkeypatch.setattr(runtime, "_delete_runc_containers", fails)
-    monkeypatch.setattr(runtime, "_unmount_all", unmount)
+    monkeypatch.setattr("runtimeproxy.host.containerd.delete_runc_containers", fails)
+    monkeypatch.setattr("runtimeproxy.host.containerd.unmount_new_under", unmount)
     monkeypatch.setattr("runtimeproxy.host.containerd.terminate_pids", shims)
     await runtime._shutdown(grace=0.1)
     assert done == ["shims", "unmount"]
