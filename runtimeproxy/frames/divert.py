@@ -1,6 +1,7 @@
 """Calls the proxy answers itself on a frames connection.
 
-Health, refusals, translated versions, compressed hooked requests: every call
+Health, refusals, translated versions, compressed hooked requests (inflated
+here, messages.py, and passed on uncompressed): every call
 the relay neither passes on verbatim nor hooks in place (routes.py) is
 re-issued as a byte-level gRPC call to the proxy's own grpc.aio server (the
 same router, stages and hooks as on the grpc data path: not a copy) and its
@@ -27,6 +28,7 @@ from grpc import aio
 from ..cripath.forward import HOP_BY_HOP, send_requests
 from . import frame as fr
 from .frame import DEFAULT_MAX_FRAME, DEFAULT_WINDOW, ErrorCode, header_frames
+from .messages import BadMessages, split_messages
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -73,22 +75,6 @@ def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | 
         else:
             out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
     return tuple(out)
-
-
-def split_messages(body: bytes) -> list[bytes] | str:
-    """gRPC length-prefixed messages; an error text if malformed or compressed."""
-    out, i = [], 0
-    while i < len(body):
-        if len(body) - i < 5:
-            return "truncated gRPC message"
-        compressed, length = struct.unpack_from(">BI", body, i)
-        if compressed:
-            return "compressed requests are not served on the frames data path"
-        out.append(body[i + 5 : i + 5 + length])
-        if len(out[-1]) != length:
-            return "truncated gRPC message"
-        i += 5 + length
-    return out
 
 
 @dataclass
@@ -159,12 +145,13 @@ async def answer(
         send(b"".join(header_frames(call.stream_id, block, max_frame(), end)))
 
     await call.ended.wait()
-    messages = split_messages(bytes(call.body)) if len(call.body) <= max_message + 5 else "request too large"
-    if isinstance(messages, str):
-        status, details = (
-            (grpc.StatusCode.RESOURCE_EXHAUSTED, messages) if messages == "request too large"
-            else (grpc.StatusCode.INTERNAL if "truncated" in messages else grpc.StatusCode.UNIMPLEMENTED, messages)
-        )
+    encoding = dict(call.headers).get(b"grpc-encoding", b"identity")
+    messages = (
+        split_messages(bytes(call.body), encoding, max_message) if len(call.body) <= max_message + 5
+        else BadMessages("request too large", grpc.StatusCode.RESOURCE_EXHAUSTED)
+    )
+    if isinstance(messages, BadMessages):
+        status, details = messages.code, str(messages)
     else:
         metadata = call_metadata(call.headers)
         timeout = dict(call.headers).get(b"grpc-timeout")

@@ -43,7 +43,8 @@ import grpc
 from ..cripath.forward import call_issued
 from ..cripath.stage import Stage, compose
 from . import frame as fr
-from .divert import call_metadata, parse_timeout, split_messages
+from .divert import call_metadata, parse_timeout
+from .messages import split_messages
 from .frame import ErrorCode
 from .window import Gate
 

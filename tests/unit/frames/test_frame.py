@@ -5,12 +5,14 @@ from __future__ import annotations
 import struct
 
 import hpack
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.divert import encode_headers, parse_timeout, split_messages
+from runtimeproxy.frames.divert import encode_headers, parse_timeout
+from runtimeproxy.frames.messages import split_messages
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 from runtimeproxy.frames.msgsize import MessageSizes
 from runtimeproxy.frames.outbound import Outbound
@@ -204,3 +206,31 @@ def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_
         i += 1
         found = sizes.feed(memoryview(chunk))
     assert found == first_over
+
+
+def test_compressed_messages_are_inflated_within_the_limit() -> None:
+    import zlib
+
+    from runtimeproxy.frames.messages import BadMessages
+
+    def framed(payload: bytes, flag: int = 1) -> bytes:
+        return struct.pack(">BI", flag, len(payload)) + payload
+
+    text = b"x" * 1000
+    gzipped = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    gz = gzipped.compress(text) + gzipped.flush()
+    deflated = zlib.compress(text)
+    assert split_messages(framed(gz) + framed(b"plain", 0), b"gzip", 1000) == [text, b"plain"]
+    assert split_messages(framed(deflated), b"deflate", 1000) == [text]
+    cases = {
+        "over": (split_messages(framed(gz), b"gzip", 999), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        "unknown": (split_messages(framed(gz), b"snappy", 1000), grpc.StatusCode.UNIMPLEMENTED),
+        "flag-without-encoding": (split_messages(framed(gz), b"identity", 1000), grpc.StatusCode.INTERNAL),
+        "garbage": (split_messages(framed(b"not gzip"), b"gzip", 1000), grpc.StatusCode.INTERNAL),
+        "cut": (split_messages(framed(gz[:-12]), b"gzip", 1000), grpc.StatusCode.INTERNAL),
+        "not-read": (split_messages(framed(gz)), grpc.StatusCode.UNIMPLEMENTED),
+    }
+    for name, (bad, code) in cases.items():
+        assert isinstance(bad, BadMessages) and bad.code == code, name
+    bomb = zlib.compress(b"\0" * (64 << 20))  # 64 MiB of zeros in ~64 kB: refused at the limit, not inflated whole
+    assert split_messages(framed(bomb), b"deflate", 16 << 20).code == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[union-attr]

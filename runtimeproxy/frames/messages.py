@@ -1,0 +1,73 @@
+"""gRPC's length-prefixed messages in a call's body, for the calls the proxy reads.
+
+A compressed message is inflated here (gzip and deflate, what grpc offers),
+bounded by the message size limit as it is inflated: a few kB of gzip must
+not become gigabytes in the proxy.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import grpc
+
+_PREFIX = struct.Struct(">BI")
+# zlib's wbits for each grpc-encoding (gzip's header and trailer, or zlib's).
+_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+
+
+class BadMessages(str):
+    """Why a body is no valid sequence of messages (its text), and the status
+    grpc answers that with (``code``)."""
+
+    code: grpc.StatusCode
+
+    def __new__(cls, text: str, code: grpc.StatusCode = grpc.StatusCode.INTERNAL) -> BadMessages:
+        bad = super().__new__(cls, text)
+        bad.code = code
+        return bad
+
+
+def split_messages(body: bytes, encoding: bytes | None = None, limit: int | None = None) -> list[bytes] | BadMessages:
+    """The messages of ``body``, inflated per the call's ``encoding`` (its
+    grpc-encoding header; None: a compressed one is refused), each at most
+    ``limit`` bytes once inflated."""
+    out, i = [], 0
+    while i < len(body):
+        if len(body) - i < 5:
+            return BadMessages("truncated gRPC message")
+        compressed, length = _PREFIX.unpack_from(body, i)
+        message = body[i + 5 : i + 5 + length]
+        if len(message) != length:
+            return BadMessages("truncated gRPC message")
+        if compressed:
+            inflated = _inflate(message, encoding, limit)
+            if isinstance(inflated, BadMessages):
+                return inflated
+            message = inflated
+        out.append(message)
+        i += 5 + length
+    return out
+
+
+def _inflate(message: bytes, encoding: bytes | None, limit: int | None) -> bytes | BadMessages:
+    if encoding is None:
+        return BadMessages("compressed message, not read here", grpc.StatusCode.UNIMPLEMENTED)
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        text = "compressed message without grpc-encoding" if encoding == b"identity" else (
+            f"grpc-encoding {encoding.decode('latin-1')[:32]!r} is not supported (gzip, deflate)")
+        return BadMessages(text, grpc.StatusCode.INTERNAL if encoding == b"identity" else grpc.StatusCode.UNIMPLEMENTED)
+    inflater = zlib.decompressobj(wbits)
+    try:
+        # One byte over the limit tells "too large" from "exactly the limit".
+        out = inflater.decompress(message, limit + 1 if limit is not None else 0)
+    except zlib.error as exc:
+        return BadMessages(f"cannot inflate a {encoding.decode()} message: {exc}")
+    if limit is not None and (len(out) > limit or inflater.unconsumed_tail):
+        return BadMessages(f"request message over the limit of {limit} bytes once inflated",
+                           grpc.StatusCode.RESOURCE_EXHAUSTED)
+    if not inflater.eof:
+        return BadMessages(f"truncated {encoding.decode()} message")
+    return out
