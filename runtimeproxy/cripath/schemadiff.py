@@ -37,6 +37,36 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from .lenient import is_map_entry
 from .methods import FILES, METHODS, V1, V1ALPHA2
 
+# The walks below run on the event loop, on a request up to 16 MiB: bounded,
+# so that one hostile request cannot hold every other call for seconds.
+MAX_VISITS: Final = 50_000  # messages and unknown fields looked at, per request
+MAX_FINDINGS: Final = 10_000  # distinct findings kept (named in a summary, fieldcheck.summarize)
+MAX_UNKNOWN_NAMED: Final = 64 << 10  # unknown bytes beyond which they are counted, not named
+TOO_MANY: Final = f"(over {MAX_VISITS} values: more than runtime-proxy checks)"
+
+
+class _Enough(Exception):
+    """The walk has found enough, or looked long enough."""
+
+
+class _Walk:
+    __slots__ = ("found", "visits", "unknown")
+
+    def __init__(self, unknown: bool = True) -> None:
+        self.found: dict[str, None] = {}  # ordered, each once
+        self.visits = 0
+        self.unknown = unknown  # whether to read unknown fields (there are some)
+
+    def visit(self) -> None:
+        self.visits += 1
+        if self.visits > MAX_VISITS:
+            raise _Enough
+
+    def add(self, path: str) -> None:
+        self.found[path] = None
+        if len(self.found) >= MAX_FINDINGS:
+            raise _Enough
+
 # --------------------------------------------------------------------------- descriptors
 
 
@@ -149,21 +179,27 @@ class SchemaDiff:
         return self._may_carry[desc.full_name]
 
     def new_fields(self, msg: Message) -> list[str]:
-        """Dotted paths of set fields / enum values the old schema lacks."""
-        found: list[str] = []
-        self._collect(msg, "", found)
-        return found
+        """Dotted paths of set fields / enum values the old schema lacks
+        (at most MAX_FINDINGS; TOO_MANY alone if the walk ran out first)."""
+        walk = _Walk()
+        try:
+            self._collect(msg, "", walk)
+        except _Enough:
+            if not walk.found:
+                return [TOO_MANY]
+        return list(walk.found)
 
-    def _collect(self, msg: Message, prefix: str, found: list[str]) -> None:
+    def _collect(self, msg: Message, prefix: str, found: _Walk) -> None:
         desc = msg.DESCRIPTOR
         if not self._may_carry[desc.full_name]:
             return
+        found.visit()
         unknown = self._unknown_fields[desc.full_name]
         # ListFields gives exactly the set fields under proto3 presence.
         for field, value in msg.ListFields():
             path = prefix + field.name
             if field.number in unknown:
-                found.append(path)  # reported as a whole, not looked into
+                found.add(path)  # reported as a whole, not looked into
             elif not self._may_carry_field(field):
                 continue
             elif field.message_type is not None and is_map_entry(field.message_type):
@@ -181,13 +217,14 @@ class SchemaDiff:
             return self._may_carry[field.message_type.full_name]
         return field.enum_type is not None and bool(self._unknown_values[field.enum_type.full_name])
 
-    def _collect_value(self, field: FieldDescriptor, value: object, path: str, found: list[str]) -> None:
+    def _collect_value(self, field: FieldDescriptor, value: object, path: str, found: _Walk) -> None:
+        found.visit()
         if field.message_type is not None:
             assert isinstance(value, Message)
             self._collect(value, path + ".", found)
         elif field.enum_type is not None and value in self._unknown_values[field.enum_type.full_name]:
             assert isinstance(value, int)
-            found.append(f"{path}={field.enum_type.values_by_number[value].name}")
+            found.add(f"{path}={field.enum_type.values_by_number[value].name}")
 
 
 _V1_DIFF: Final = SchemaDiff(FILES[V1], FILES[V1ALPHA2])
@@ -196,14 +233,29 @@ _V1_DIFF: Final = SchemaDiff(FILES[V1], FILES[V1ALPHA2])
 def unknown_to_schema(msg: Message) -> list[str]:
     """Dotted paths of what ``msg`` carries that its own schema lacks: fields
     by number (``config.linux.#99``) and enum values (``protocol=7``), i.e.
-    what a client newer than this copy of the proto set."""
-    found: list[str] = []
-    _collect_unknown(msg, "", found)
-    return list(dict.fromkeys(found))  # a repeated unknown field is one finding
+    what a client newer than this copy of the proto set. Many unknown bytes
+    are counted rather than named (naming them parses every one)."""
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    bare.DiscardUnknownFields()  # in C: how many unknown bytes there are, without naming them
+    unknown = msg.ByteSize() - bare.ByteSize()
+    if unknown > MAX_UNKNOWN_NAMED:
+        return [f"{unknown} bytes of fields"]
+    walk = _Walk(unknown=unknown > 0)
+    try:
+        _collect_unknown(msg, "", walk)
+    except _Enough:
+        if not walk.found and unknown:
+            return [f"{unknown} bytes of fields"]
+    return list(walk.found)  # a repeated unknown field is one finding
 
 
-def _collect_unknown(msg: Message, prefix: str, found: list[str]) -> None:
-    found.extend(f"{prefix}#{f.field_number}" for f in UnknownFieldSet(msg))
+def _collect_unknown(msg: Message, prefix: str, found: _Walk) -> None:
+    found.visit()
+    if found.unknown:
+        for f in UnknownFieldSet(msg):
+            found.visit()
+            found.add(f"{prefix}#{f.field_number}")
     for field, value in msg.ListFields():
         path = prefix + field.name
         if field.message_type is not None and is_map_entry(field.message_type):
@@ -217,12 +269,13 @@ def _collect_unknown(msg: Message, prefix: str, found: list[str]) -> None:
             _collect_unknown_value(field, value, path, found)
 
 
-def _collect_unknown_value(field: FieldDescriptor, value: object, path: str, found: list[str]) -> None:
+def _collect_unknown_value(field: FieldDescriptor, value: object, path: str, found: _Walk) -> None:
+    found.visit()
     if field.message_type is not None:
         assert isinstance(value, Message)
         _collect_unknown(value, path + ".", found)
     elif field.enum_type is not None and value not in field.enum_type.values_by_number:
-        found.append(f"{path}={value}")
+        found.add(f"{path}={value}")
 
 
 def may_carry_v1_only(desc: Descriptor) -> bool:

@@ -244,3 +244,20 @@ def test_schema_diff_on_a_recursive_schema_with_new_enum_values() -> None:
         "retyped",  # same number, incompatible type
     ]
     assert diff.new_fields(node_cls(name="n", modes=[0, 1])) == []
+
+
+def test_the_walks_are_bounded_on_a_hostile_request() -> None:
+    """They run on the event loop: millions of values are not each looked at
+    (nor each named): unknown bytes are counted, the walk stops at its budget."""
+    from cri_api.v1 import api_pb2 as v1
+    from runtimeproxy.cripath import schemadiff
+
+    unknown = v1.ListContainersRequest.FromString(b"\xb8\x3e\x00" * 1_000_000)  # field 999, a million times
+    assert schemadiff.unknown_to_schema(unknown) == ["3000000 bytes of fields"]
+    flagged = v1.CreateContainerRequest(config=v1.ContainerConfig(
+        mounts=[v1.Mount(recursive_read_only=True)] * (schemadiff.MAX_VISITS * 2)))
+    found = schemadiff.v1_only_fields(flagged)
+    assert found[0] == "config.mounts[0].recursive_read_only" and len(found) <= schemadiff.MAX_FINDINGS
+    plain = v1.CreateContainerRequest(config=v1.ContainerConfig(mounts=[v1.Mount(readonly=True)] * (schemadiff.MAX_VISITS * 2)))
+    assert schemadiff.v1_only_fields(plain) == [schemadiff.TOO_MANY]  # refused: more than is checked
+    assert schemadiff.unknown_to_schema(plain) == []  # no unknown bytes at all: nothing to name
