@@ -119,7 +119,7 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
 
     try:
         await answer(call, conn.local, lambda: conn.client_frames.send, send_frames, send_data, conn.max_message,
-                     conn.table_update)
+                     conn.table_update, unary=conn.routes.unary(call.path))
     except asyncio.CancelledError:
         pass
     except Exception:
@@ -132,7 +132,7 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
 
 async def answer(
     call: Diverted, channel: aio.Channel, max_frame: Callable[[], int], send: Send, send_data: SendData,
-    max_message: int, table_update: Callable[[], bytes] = lambda: b"",
+    max_message: int, table_update: Callable[[], bytes] = lambda: b"", *, unary: bool = False,
 ) -> None:
     """Issue ``call`` on the proxy's own server and frame its answer back
     (``table_update``: what each of its header blocks starts with, see
@@ -150,6 +150,10 @@ async def answer(
         split_messages(bytes(call.body), encoding, max_message) if len(call.body) <= max_message + 5
         else BadMessages("request too large", grpc.StatusCode.RESOURCE_EXHAUSTED)
     )
+    if not isinstance(messages, BadMessages) and unary and len(messages) != 1:
+        # As the hooked path and grpc-go answer it: grpc.aio's server would
+        # answer none, a call without its message hanging until the client's deadline.
+        messages = BadMessages(f"{len(messages)} request messages for a unary call")
     if isinstance(messages, BadMessages):
         status, details = messages.code, str(messages)
     else:
