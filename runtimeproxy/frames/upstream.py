@@ -209,6 +209,9 @@ class ClientSide:
                 self.conn.out.grow(increment)  # the response direction's window is ours
             elif sid in self.conn.diverted:
                 call = self.conn.diverted[sid]
+                if call.window + increment > fr.MAX_WINDOW:  # RFC 9113 6.9.1: that stream's error
+                    self._stream_error(sid, out, ErrorCode.FLOW_CONTROL_ERROR)
+                    return
                 call.window += increment
                 call.opened.set()
             else:
@@ -254,16 +257,16 @@ class ClientSide:
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
-    def _stream_error(self, sid: int, out: list[bytes | memoryview]) -> None:
+    def _stream_error(self, sid: int, out: list[bytes | memoryview], code: ErrorCode = ErrorCode.PROTOCOL_ERROR) -> None:
         """The client broke the protocol on one stream: it is reset
-        (PROTOCOL_ERROR) and ended at the runtime as if the client reset it."""
+        (``code``) and ended at the runtime as if the client reset it."""
         conn = self.conn
         if sid in conn.ended or not (sid in conn.relayed or sid in conn.hooked or sid in conn.diverted):
             return  # closed already: nothing left to end
         log.info("frames: stream reset for a protocol error of the client's", extra={"stream": sid})
         cancel = fr.rst_stream(sid, ErrorCode.CANCEL)
         self._client_frame(fr.Frame(FrameType.RST_STREAM, 0, sid, memoryview(cancel)[HEADER_LEN:]), cancel, out, [])
-        conn.out.frames(fr.rst_stream(sid, ErrorCode.PROTOCOL_ERROR))
+        conn.out.frames(fr.rst_stream(sid, code))
         conn.mark_ended(sid)
 
     def _new_stream(self, sid: int) -> None:

@@ -84,6 +84,15 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+def _written_frames_from(transport: _Transport, start: int) -> list[fr.Frame]:
+    data, out, pos = b"".join(transport.written)[start:], [], 0
+    while True:
+        f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
+        if f is None:
+            return out
+        out.append(f)
+
+
 def _written_frames(transport: _Transport) -> list[fr.Frame]:
     data, out, pos = b"".join(transport.written), [], 0
     while True:
@@ -376,6 +385,12 @@ async def test_a_clients_stream_window_updates_reach_the_runtime_as_they_came_bu
     passed = b"".join(map(bytes, runtime.written))[sent:]
     assert passed == after_end + fr.window_update(1, 300)
     assert conn.diverted[3].window == window + 900
+    assert not conn.closed.done()
+    client_sent = len(b"".join(map(bytes, conn._client_writer.written)))  # type: ignore[attr-defined]
+    conn.client_data(fr.window_update(3, fr.MAX_WINDOW))  # over 2^31-1: that stream's error (RFC 9113 6.9.1)
+    assert 3 not in conn.diverted or 3 in conn.ended
+    resets = [f for f in _written_frames_from(conn._client_writer, client_sent) if f.type == FrameType.RST_STREAM]  # type: ignore[attr-defined]
+    assert [(f.stream_id, int.from_bytes(f.payload, "big")) for f in resets] == [(3, ErrorCode.FLOW_CONTROL_ERROR)]
     assert not conn.closed.done()
     local.release.set()
     await _turns(10)
