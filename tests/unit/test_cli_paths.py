@@ -152,8 +152,9 @@ def test_local_containerd_with_a_null_backend_in_the_file_starts(tmp_path: Path,
 class FakeContainerd:
     """LocalContainerd without a containerd: only its socket is read."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, die_with_parent: bool = False) -> None:
         self.socket = Path(base) / "containerd.sock"
+        self.die_with_parent = die_with_parent
 
     async def __aenter__(self) -> FakeContainerd:
         return self
