@@ -59,20 +59,23 @@ class Metrics:
         )
         self.hook_config = HookConfigMetrics(self.registry)
         self.hook_stats: dict[str, HookServerStats] = {}  # by hook file name, for `runtime-proxy status`
+        self._registered: frozenset[str] | None = None  # the hook files registered (None: not told yet)
         self.cri = CriCallMetrics(self.registry)
 
     def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
         self._hook_calls.labels(server, hook, outcome).inc()
+        self._hook_seconds.labels(hook).observe(seconds)
         stats = self.hook_stats.get(server)
         if stats is None:
+            if self._registered is not None and server not in self._registered:
+                return  # a call that outlived its file's removal: its stats are gone with it
             stats = self.hook_stats[server] = HookServerStats()
         stats.count(hook, outcome)
-        self._hook_seconds.labels(hook).observe(seconds)
 
     def keep_hook_stats(self, names: Iterable[str]) -> None:
         """Forget the stats of hook files no longer registered: one added again
         under the same name starts clean (no last error of its predecessor)."""
-        keep = set(names)
+        keep = self._registered = frozenset(names)
         for name in [n for n in self.hook_stats if n not in keep]:
             del self.hook_stats[name]
 

@@ -141,10 +141,10 @@ class Dispatcher:
                 raise _Failure(f"no answer within {server.timeout:g}s") from err
             raise _Failure(f"{err.code.name}: {err.details}") from err
         except asyncio.CancelledError:
+            outcome = "cancelled"  # counted either way: not an answer
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # our caller is being cancelled: not the hook's failure
-            outcome = "cancelled"
             raise _Failure("hook call cancelled (its connection was closed)") from None
         except _Failure:
             raise
@@ -234,7 +234,7 @@ class Dispatcher:
         """The hook request could not be built (no record of the object, and
         the runtime could not be read): a Fail server still to be asked
         refuses the call, as if it had not answered; Ignore ones are skipped."""
-        strict = [server for server in servers if server.failure_policy is FailurePolicy.FAIL]
+        strict = [s for s in servers if s.failure_policy is FailurePolicy.FAIL and not self._removed(s, hook)]
         cause = "the proxy has no record of the pod or container and could not read it from the runtime"
         if strict:
             log.error("hook request not built, refusing call", extra={**log_fields, **strict[0].log_fields(), "error": cause})

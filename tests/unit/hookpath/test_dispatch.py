@@ -279,3 +279,77 @@ async def test_a_removed_servers_stats_are_forgotten() -> None:
     changed[0](HookSnapshot(servers={"kept.json": kept}))
     assert set(metrics.hook_stats) == {"kept.json"}
     await dispatcher.close()
+
+
+async def test_a_fail_server_removed_while_the_request_is_read_back_does_not_refuse() -> None:
+    strict = named("strict", FailurePolicy.FAIL)
+    registry = Chain(strict)
+    dispatcher = Dispatcher(registry, transport=Answering(hookapi.ContainerResourceHookResponse()))  # type: ignore[arg-type]
+
+    async def read_back_fails_meanwhile() -> None:
+        registry.servers.remove(strict)  # its file removed while the runtime is read
+        raise Unbuilt("ctr-1")
+
+    assert await dispatcher.run_pre(HOOK, read_back_fails_meanwhile, lambda answer: False, {}) is False
+    await dispatcher.close()
+
+
+class Live(Chain):
+    """A registry that tells the dispatcher of each removal, as the real one does."""
+
+    def __init__(self, *servers: HookServerConfig) -> None:
+        super().__init__(*servers)
+        self.callbacks: list[Callable[[HookSnapshot], None]] = []
+
+    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
+        self.callbacks.append(callback)
+
+    def remove(self, server: HookServerConfig) -> None:
+        self.servers.remove(server)
+        for callback in self.callbacks:
+            callback(HookSnapshot(servers={s.name: s for s in self.servers}))
+
+
+class Hanging(Answering):
+    """A server that never answers; ``started`` is set once a call reached it."""
+
+    def __init__(self) -> None:
+        super().__init__(hookapi.ContainerResourceHookResponse())
+        self.started = asyncio.Event()
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        self.started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_call_that_outlives_its_files_removal_leaves_no_stats_behind() -> None:
+    from runtimeproxy.metrics import Metrics
+
+    server = named("slow", FailurePolicy.IGNORE, HookType.POST_START_CONTAINER)
+    registry, metrics, transport = Live(server), Metrics(), Hanging()
+    dispatcher = Dispatcher(registry, metrics, transport=transport)  # type: ignore[arg-type]
+    call = asyncio.ensure_future(dispatcher.run_post(HookType.POST_START_CONTAINER, hookapi.ContainerResourceHookRequest(), {}))
+    await transport.started.wait()
+    registry.remove(server)
+    call.cancel()  # (its connection closed after the grace: the call ends)
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert "slow.json" not in metrics.hook_stats
+    await dispatcher.close()
+
+
+async def test_a_hook_call_cancelled_with_its_caller_is_counted_cancelled() -> None:
+    """NRI gives up on a late event by cancelling its stage: the hook call in
+    flight is not an answer, and must not be counted as one."""
+    from runtimeproxy.metrics import Metrics
+
+    server, metrics, transport = named("slow", FailurePolicy.IGNORE), Metrics(), Hanging()
+    dispatcher = Dispatcher(Chain(server), metrics, transport=transport)  # type: ignore[arg-type]
+    chain = asyncio.ensure_future(dispatcher.run_pre(HOOK, build, lambda answer: False, {}))
+    await transport.started.wait()
+    chain.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await chain
+    assert metrics.hook_stats["slow.json"].calls == {"cancelled": 1}
+    await dispatcher.close()
