@@ -37,6 +37,7 @@ _RESET_AS = {ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
 # only that call fails, RESOURCE_EXHAUSTED, as in grpc.
 MAX_DECODED_HEADERS = 1 << 20
 MAX_HEADER_LIST = 16 << 10
+PEEKED_BLOCK = 1024  # header blocks up to this long are peeked (see _header_block)
 
 
 class ServerFrames:
@@ -148,13 +149,17 @@ class ServerFrames:
 
     def _header_block(self, sid: int, end_stream: bool, block: bytes) -> None:
         # Decoded even for a stream we closed: the decoder must stay in step.
-        headers = self._reader.peek(block, WANTED)
+        # A long block is decoded whole, to size all its metadata; a short
+        # one (every answer's) is peeked for what we read, and sized by that.
+        every = None if len(block) <= PEEKED_BLOCK else self._reader.decode(block)
+        headers = self._reader.peek(block, WANTED) if every is None else None
         if headers is None:
-            headers = dict(self._reader.decode(block))
+            every = every if every is not None else self._reader.decode(block)
+            headers = dict(every)
         stream = self._streams.get(sid)
         if stream is None:
             return
-        size = sum(len(name) + len(value) + 32 for name, value in headers.items())
+        size = sum(len(name) + len(value) + 32 for name, value in (every if every is not None else headers.items()))
         if size > MAX_HEADER_LIST:
             stream.fail(CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"hook server sent {size} bytes of metadata, over the limit of {MAX_HEADER_LIST}"))

@@ -387,6 +387,27 @@ async def test_metadata_over_the_limit_fails_its_call_only(sock: Path) -> None:
     await transport.close(1)
 
 
+@pytest.mark.parametrize("where", ["grpc-message", "custom"])
+async def test_all_of_the_metadata_counts_toward_the_limit(sock: Path, where: str) -> None:
+    """A long custom header counts as a long status message does (grpc
+    counts the whole list): the call fails RESOURCE_EXHAUSTED."""
+    big = [("grpc-message", "x" * 40_000)] if where == "grpc-message" else [("x-big", "x" * 40_000), ("grpc-message", "m")]
+
+    async def long_metadata(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        block = peer.encoder.encode([(":status", "200"), ("content-type", "application/grpc"), *big, ("grpc-status", "9")])
+        peer.send(FrameType.HEADERS, Flag.END_STREAM, got.stream_id, block[:16_000])
+        peer.send(FrameType.CONTINUATION, 0, got.stream_id, block[16_000:32_000])
+        peer.send(FrameType.CONTINUATION, Flag.END_HEADERS, got.stream_id, block[32_000:])
+
+    transport = FramesTransport()
+    async with serving(sock, long_metadata):
+        err = await failed(transport, sock)
+        assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await transport.close(1)
+
+
 async def test_a_trailers_only_answer_without_content_type_is_its_status(sock: Path) -> None:
     async def bare(peer: Peer) -> None:
         await peer.handshake()
