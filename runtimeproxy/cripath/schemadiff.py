@@ -180,13 +180,14 @@ class SchemaDiff:
 
     def new_fields(self, msg: Message) -> list[str]:
         """Dotted paths of set fields / enum values the old schema lacks
-        (at most MAX_FINDINGS; TOO_MANY alone if the walk ran out first)."""
+        (at most MAX_FINDINGS; TOO_MANY among them if the walk ran out
+        first, so that what it did not reach is never taken as checked)."""
         walk = _Walk()
         try:
             self._collect(msg, "", walk)
         except _Enough:
-            if not walk.found:
-                return [TOO_MANY]
+            if walk.visits > MAX_VISITS:
+                walk.found[TOO_MANY] = None
         return list(walk.found)
 
     def _collect(self, msg: Message, prefix: str, found: _Walk) -> None:
@@ -245,9 +246,35 @@ def unknown_to_schema(msg: Message) -> list[str]:
     try:
         _collect_unknown(msg, "", walk)
     except _Enough:
-        if not walk.found and unknown:
-            return [f"{unknown} bytes of fields"]
+        if walk.visits > MAX_VISITS:  # what the walk did not reach is not taken as known
+            if unknown and not walk.found:
+                return [f"{unknown} bytes of fields"]
+            walk.found[TOO_MANY] = None
     return list(walk.found)  # a repeated unknown field is one finding
+
+
+def _enum_holders(file: FileDescriptor) -> Mapping[str, bool]:
+    """Per message type (full name): whether it can hold an enum value, at any depth."""
+    holds: dict[str, bool] = {}
+
+    def holds_enum(desc: Descriptor) -> bool:
+        if desc.full_name not in holds:
+            holds[desc.full_name] = False  # (a recursive type: what it holds is what its other fields hold)
+            holds[desc.full_name] = any(
+                f.enum_type is not None or (f.message_type is not None and holds_enum(f.message_type))
+                for f in desc.fields)
+        return holds[desc.full_name]
+
+    for desc in walk_messages(file):
+        holds_enum(desc)
+    return MappingProxyType(holds)
+
+
+_ENUM_HOLDERS: Final = _enum_holders(FILES[V1])  # the lenient twin shares v1's full names
+
+
+def _holds_enum(desc: Descriptor) -> bool:
+    return _ENUM_HOLDERS.get(desc.full_name, True)  # a type of another schema: looked into
 
 
 def _collect_unknown(msg: Message, prefix: str, found: _Walk) -> None:
@@ -257,6 +284,9 @@ def _collect_unknown(msg: Message, prefix: str, found: _Walk) -> None:
             found.visit()
             found.add(f"{prefix}#{f.field_number}")
     for field, value in msg.ListFields():
+        if not found.unknown and field.enum_type is None and (
+                field.message_type is None or not _holds_enum(field.message_type)):
+            continue  # no unknown bytes anywhere: only enum values can be unknown, and none is below
         path = prefix + field.name
         if field.message_type is not None and is_map_entry(field.message_type):
             value_field = field.message_type.fields_by_name["value"]

@@ -260,4 +260,22 @@ def test_the_walks_are_bounded_on_a_hostile_request() -> None:
     assert found[0] == "config.mounts[0].recursive_read_only" and len(found) <= schemadiff.MAX_FINDINGS
     plain = v1.CreateContainerRequest(config=v1.ContainerConfig(mounts=[v1.Mount(readonly=True)] * (schemadiff.MAX_VISITS * 2)))
     assert schemadiff.v1_only_fields(plain) == [schemadiff.TOO_MANY]  # refused: more than is checked
-    assert schemadiff.unknown_to_schema(plain) == []  # no unknown bytes at all: nothing to name
+    assert schemadiff.unknown_to_schema(plain) == [schemadiff.TOO_MANY]  # (mounts hold an enum: not all looked at)
+    # An advisory finding first (kubelet's user_specified_image) does not let the rest through unchecked.
+    advised = v1.CreateContainerRequest(config=v1.ContainerConfig(
+        image=v1.ImageSpec(user_specified_image="busybox"),
+        mounts=[v1.Mount()] * schemadiff.MAX_VISITS + [v1.Mount(recursive_read_only=True)]))
+    assert schemadiff.TOO_MANY in schemadiff.v1_only_fields(advised)
+
+
+def test_a_legitimately_large_request_is_checked_whole_for_unknown_enum_values() -> None:
+    """Thousands of env vars (service links) hold no enum: they are not walked,
+    and an unknown enum value elsewhere is still found."""
+    from cri_api.v1 import api_pb2 as v1
+    from runtimeproxy.cripath import schemadiff
+
+    request = v1.CreateContainerRequest(config=v1.ContainerConfig(
+        envs=[v1.KeyValue(key=f"SVC_{i}", value=b"10.0.0.1") for i in range(30_000)],
+        annotations={f"a{i}": "v" for i in range(30_000)}))
+    request.config.linux.security_context.namespace_options.network = 99
+    assert schemadiff.unknown_to_schema(request) == ["config.linux.security_context.namespace_options.network=99"]
