@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn, TypeVar, cast
 
 from google.protobuf.message import Message
@@ -26,6 +26,7 @@ from cri_api.v1 import api_pb2 as v1
 
 from ..hookpath.executor import HOOKED_METHODS
 from ..hookpath.hookfile import FailurePolicy
+from ..hookpath.merge import hook_resources, merge_resources
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
@@ -139,7 +140,15 @@ class HookAdapter:
     ) -> list[nri.ContainerUpdate]:
         self._ensure(pod, container)
         before = convert.update_request(container, resources)
-        after = await self._through_stage("UpdateContainerResources", before, v1.UpdateContainerResourcesResponse())
+
+        def unhooked() -> None:
+            # NRI applies kubelet's update without the hooks' changes: so does the record.
+            self._put_container(pod, container)
+            if before.HasField("linux"):
+                merge_resources(self.store.containers[container.id].container_resources, hook_resources(before.linux))
+
+        after = await self._through_stage(
+            "UpdateContainerResources", before, v1.UpdateContainerResourcesResponse(), late=unhooked)
         return convert.container_update(before, after)
 
     async def stop_container(self, pod: nri.PodSandbox, container: nri.Container) -> None:
@@ -188,7 +197,8 @@ class HookAdapter:
     # ---- through the hook stage -----------------------------------------
 
     async def _through_stage(
-        self, method: str, request: R, reply: Message, until: Awaitable[None] | None = None, recorded: bool = False
+        self, method: str, request: R, reply: Message, until: Awaitable[None] | None = None, recorded: bool = False,
+        late: Callable[[], None] | None = None,
     ) -> R:
         """Run ``request`` through the hook stage; the request as the pre
         hooks left it (the stage records it and runs post hooks after; with
@@ -229,9 +239,11 @@ class HookAdapter:
             if error is not None:
                 raise error
             return request
-        return self._late(method, request, task, budget)
+        return self._late(method, request, task, budget, late)
 
-    def _late(self, method: str, request: R, task: asyncio.Task[bytes], budget: float) -> R:
+    def _late(
+        self, method: str, request: R, task: asyncio.Task[bytes], budget: float, recorded: Callable[[], None] | None,
+    ) -> R:
         """The hooks took longer than the runtime waits: refuse if a Fail
         hook has not answered, else go on without their changes."""
         hook = HOOKED_METHODS[method].pre
@@ -251,11 +263,12 @@ class HookAdapter:
         )
         if method in _APPLIED_FROM_REQUEST:
             # The runtime goes on without the hooks' changes: answered later,
-            # they must not be recorded as applied. The container's record is
-            # made again from the runtime's data at its next event (_ensure).
+            # they must not be recorded as applied; ``recorded`` records the
+            # call as the runtime applies it (a created container is recorded
+            # at its next event, _ensure).
             task.cancel()
-            if isinstance(request, v1.UpdateContainerResourcesRequest):
-                self.store.drop_container(request.container_id)
+            if recorded is not None:
+                recorded()
         return request
 
     def _forget(self, task: asyncio.Task[bytes]) -> None:
