@@ -18,6 +18,8 @@ from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
 from runtimeproxy.hookpath.registry import HookSnapshot
 from tests.hookrequests import request_for
 
+from .dispatchfakes import Chain, NoConnections
+
 HOOK = HookType.PRE_CREATE_CONTAINER
 
 
@@ -38,20 +40,11 @@ def server(policy: FailurePolicy) -> HookServerConfig:
     return HookServerConfig("odd.json", "/run/odd.sock", policy, frozenset({HOOK}), timeout=1.0)
 
 
-class BrokenTransport:
+class BrokenTransport(NoConnections):
     """A transport that fails in a way no hook call should (a bug, a library's surprise)."""
 
     async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
         raise UnicodeEncodeError("utf-8", endpoint, 5, 6, "surrogates not allowed")
-
-    def keep_only(self, endpoints: object, grace: float) -> None:
-        pass
-
-    def endpoints(self) -> frozenset[str]:
-        return frozenset()
-
-    async def close(self, grace: float) -> None:
-        pass
 
 
 async def build() -> hookapi.ContainerResourceHookRequest:
@@ -141,20 +134,7 @@ async def test_a_slow_handshake_is_bounded_by_the_hook_timeout_not_by_grpc(
             await dispatcher.close()
 
 
-class Chain:
-    """A registry whose servers can be removed while a call goes down their chain."""
-
-    def __init__(self, *servers: HookServerConfig) -> None:
-        self.servers = list(servers)
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return tuple(s for s in self.servers if hook in s.hooks)
-
-    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
-        pass
-
-
-class Answering:
+class Answering(NoConnections):
     """Answers every call with ``answer``; runs ``on_call`` with the endpoint first."""
 
     def __init__(self, answer: Message, on_call: Callable[[str], None] = lambda endpoint: None) -> None:
@@ -164,15 +144,6 @@ class Answering:
         self.called.append(endpoint)
         self.on_call(endpoint)
         return self.answer.SerializeToString()
-
-    def keep_only(self, endpoints: object, grace: float) -> None:
-        pass
-
-    def endpoints(self) -> frozenset[str]:
-        return frozenset()
-
-    async def close(self, grace: float) -> None:
-        pass
 
 
 def named(name: str, policy: FailurePolicy, *hooks: HookType) -> HookServerConfig:

@@ -17,21 +17,12 @@ from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.stage import HookStage
 from runtimeproxy.hookpath.store import StateStore
 
+from .dispatchfakes import Chain, NoConnections
+
 HOOK = HookType.PRE_UPDATE_CONTAINER_RESOURCES
 
 
-class Registry:
-    def __init__(self, server: HookServerConfig) -> None:
-        self.server = server
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return (self.server,) if hook in self.server.hooks else ()
-
-    def on_change(self, callback: object) -> None:
-        pass
-
-
-class Down:
+class Down(NoConnections):
     """A hook server that is down."""
 
     def __init__(self) -> None:
@@ -40,15 +31,6 @@ class Down:
     async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
         self.calls += 1
         raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")
-
-    def keep_only(self, endpoints: object, grace: float) -> None:
-        pass
-
-    def endpoints(self) -> frozenset[str]:
-        return frozenset()
-
-    async def close(self, grace: float) -> None:
-        pass
 
 
 class Refused(Exception):
@@ -85,7 +67,7 @@ def runtime(kind: str):  # type: ignore[no-untyped-def]
 async def test_an_unbuilt_hook_request_refuses_only_under_fail(kind: str, policy: FailurePolicy) -> None:
     server = HookServerConfig("policy.json", "/run/policy.sock", policy, frozenset({HOOK}))
     transport = Down()
-    stage = HookStage(Dispatcher(Registry(server), transport=transport), StateStore(read_backend=runtime(kind)))  # type: ignore[arg-type]
+    stage = HookStage(Dispatcher(Chain(server), transport=transport), StateStore(read_backend=runtime(kind)))  # type: ignore[arg-type]
     sent: list[bytes] = []
 
     async def send(data: bytes) -> bytes:
