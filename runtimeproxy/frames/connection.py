@@ -82,8 +82,8 @@ class Routes(Protocol):
 class Limits:
     """The proxy's own limits, applied per hop as on the grpc path."""
 
-    max_message: int  # a request, as --max-recv-message-bytes
-    max_send: int | None = None  # an answer, as --max-send-message-bytes (None: as max_message)
+    max_message: int  # --max-recv-message-bytes
+    max_send: int | None = None  # --max-send-message-bytes (None: as max_message)
     max_streams: int = 1000  # --max-concurrent-streams, per client connection
 
 
@@ -102,8 +102,10 @@ class FrameConnection:
         self._client_reads_held: set[str] = set()  # why the client's reads wait ("runtime", "backlog")
         self.routes = routes
         self.local = local
-        self.max_message = limits.max_message
-        self.max_response = min(limits.max_message, limits.max_send or limits.max_message)
+        # Every message is received on one hop and sent on the other: it must
+        # fit both limits, requests and answers alike (the grpc path's server
+        # receives and its channel sends, and the other way round).
+        self.max_message = self.max_response = min(limits.max_message, limits.max_send or limits.max_message)
         self.max_streams = limits.max_streams
         self.sizes_in: dict[int, MessageSizes] = {}
         self.sizes_out: dict[int, MessageSizes] = {}

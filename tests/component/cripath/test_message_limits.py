@@ -66,6 +66,23 @@ async def test_a_request_over_the_limit_never_reaches_the_runtime(fake, start_pr
     assert [call.requests for call in fake.calls(V1_LIST)] == [[b"\x02" * 1000]]
 
 
+async def test_with_a_smaller_send_limit_a_message_must_fit_both(fake, start_proxy, client) -> None:
+    """Each message is received on one side and sent on the other: a request
+    within the receive limit but over the send limit never reaches the runtime,
+    and an answer so is RESOURCE_EXHAUSTED, on both data paths alike."""
+    await start_proxy(fake.socket, max_recv_message_bytes=4096, max_send_message_bytes=1024)
+    fake.script(V1_LIST, echo=True)
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(V1_LIST)(b"\x01" * 2000)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert fake.calls(V1_LIST) == []
+    assert await client.unary_unary(V1_LIST)(b"\x02" * 1000) == b"\x02" * 1000
+    fake.script(V1_LIST, response=b"\x00" * 2000)
+    with pytest.raises(aio.AioRpcError) as err:
+        await client.unary_unary(V1_LIST)(b"")
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 async def test_image_calls_reach_the_image_backend_unchanged(fake, start_proxy, client, sock_dir) -> None:
     reply = v1.ListImagesResponse(images=[v1.Image(id="sha256:1", size=7)]).SerializeToString() + b"\xba\x3e\x01z"
     request = v1.ListImagesRequest(filter=v1.ImageFilter(image=v1.ImageSpec(image="busybox"))).SerializeToString()
