@@ -75,14 +75,22 @@ def inherited_socket(environ: MutableMapping[str, str] | None = None) -> socket.
     if count > 1:
         log.warning("systemd passed several sockets; serving on the first", extra={"listen_fds": count})
     fd = SD_LISTEN_FDS_START
-    os.set_inheritable(fd, False)
-    sock = socket.socket(fileno=fd)
+    try:
+        os.set_inheritable(fd, False)
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:  # closed, or a file: not what systemd passes
+        raise ActivationError(f"fd {fd} from systemd is not a socket: {exc.strerror or exc}") from None
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
         sock.detach()
         raise ActivationError(f"fd {fd} from systemd is not a unix stream socket (ListenStream= a path)")
     if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         sock.detach()
         raise ActivationError(f"fd {fd} from systemd is not listening")
+    address = sock.getsockname()
+    if not isinstance(address, str) or not address.startswith("/"):  # abstract (bytes) or unnamed ("")
+        sock.detach()
+        raise ActivationError(
+            f"fd {fd} from systemd is not bound to a path ({address!r}); ListenStream= an absolute path")
     sock.setblocking(False)
     return sock
 

@@ -123,7 +123,11 @@ class Proxy:
             await self._frames.start(self.server, public, self._activated)
             log.info("listening", extra={"socket": address, "from_systemd": True, "data_path": self._data_path})
             return
-        await self._bind(private_socket_path(public))
+        try:
+            private = private_socket_path(public)
+        except OSError as exc:
+            raise ListenError(f"cannot make the private directory beside {public}: {exc.strerror or exc}") from exc
+        await self._bind(private)
         self._listener = ActivatedListener(self._activated, self._bound)
 
     @property
@@ -136,14 +140,20 @@ class Proxy:
         # The socket is created 0660, never briefly wider: under the umask
         # for its bind alone (the frames listener's bound_socket, grpc's
         # add_insecure_port, which binds and listens), not across an await.
-        if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
-            await self._frames.start(self.server, path)
-        else:
-            with unixsocket.socket_umask():
-                port = self.server.add_insecure_port(f"unix://{path}")
-            if port == 0:
-                raise ListenError(f"cannot listen on {path}")
-            await self.server.start()
+        try:
+            if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
+                await self._frames.start(self.server, path)
+            else:
+                with unixsocket.socket_umask():
+                    try:
+                        port = self.server.add_insecure_port(f"unix://{path}")
+                    except RuntimeError:  # grpc.aio's "Failed to bind" (its reason only in grpc's own log)
+                        port = 0
+                if port == 0:
+                    raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
+                await self.server.start()
+        except OSError as exc:  # the bind itself (EPERM, EROFS...): the path's fault, said in one line
+            raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         try:
             os.chmod(path, SOCKET_MODE)
             self._socket = unixsocket.SocketIdentity.of(path)
