@@ -27,6 +27,7 @@ from cri_api.v1 import api_pb2 as v1
 from ..hookpath.executor import HOOKED_METHODS
 from ..hookpath.hookfile import FailurePolicy
 from ..hookpath.merge import hook_resources, merge_resources
+from ..hookpath.points import HOOK_POINTS
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
@@ -55,8 +56,6 @@ BACKSTOP = 0.1  # past the hooks' deadline, still within the runtime's timeout
 # Part of the runtime's timeout kept for the answer's way back and our own
 # work (on a loaded node); the hooks of one event get the rest, together.
 ANSWER_MARGIN = 0.5
-# Events whose answer is the request as the pre hooks changed it: what the runtime applies.
-_APPLIED_FROM_REQUEST = frozenset({"CreateContainer", "UpdateContainerResources"})
 
 
 class HookRefused(Exception):
@@ -148,7 +147,7 @@ class HookAdapter:
                 merge_resources(self.store.containers[container.id].container_resources, hook_resources(before.linux))
 
         after = await self._through_stage(
-            "UpdateContainerResources", before, v1.UpdateContainerResourcesResponse(), late=unhooked)
+            "UpdateContainerResources", before, v1.UpdateContainerResourcesResponse(), late_record=unhooked)
         return convert.container_update(before, after)
 
     async def stop_container(self, pod: nri.PodSandbox, container: nri.Container) -> None:
@@ -198,7 +197,7 @@ class HookAdapter:
 
     async def _through_stage(
         self, method: str, request: R, reply: Message, until: Awaitable[None] | None = None, recorded: bool = False,
-        late: Callable[[], None] | None = None,
+        late_record: Callable[[], None] | None = None,
     ) -> R:
         """Run ``request`` through the hook stage; the request as the pre
         hooks left it (the stage records it and runs post hooks after; with
@@ -239,10 +238,10 @@ class HookAdapter:
             if error is not None:
                 raise error
             return request
-        return self._late(method, request, task, budget, late)
+        return self._late(method, request, task, budget, late_record)
 
     def _late(
-        self, method: str, request: R, task: asyncio.Task[bytes], budget: float, recorded: Callable[[], None] | None,
+        self, method: str, request: R, task: asyncio.Task[bytes], budget: float, late_record: Callable[[], None] | None,
     ) -> R:
         """The hooks took longer than the runtime waits: refuse if a Fail
         hook has not answered, else go on without their changes."""
@@ -261,14 +260,16 @@ class HookAdapter:
             "hooks did not answer in the time NRI allows; going on without their changes",
             extra={"method": method, "budget": budget},
         )
-        if method in _APPLIED_FROM_REQUEST:
+        if hook is not None and HOOK_POINTS[hook].answer_applied:
             # The runtime goes on without the hooks' changes: answered later,
-            # they must not be recorded as applied; ``recorded`` records the
-            # call as the runtime applies it (a created container is recorded
-            # at its next event, _ensure).
+            # they must not be recorded as applied (a StartContainer's task
+            # goes on: it has no change to apply, and its post hooks to run).
+            # ``late_record`` records the call as the runtime applies it; a
+            # created container is recorded at its next event (_ensure), a
+            # pod by state_change.
             task.cancel()
-            if recorded is not None:
-                recorded()
+            if late_record is not None:
+                late_record()
         return request
 
     def _forget(self, task: asyncio.Task[bytes]) -> None:

@@ -128,6 +128,28 @@ async def test_a_post_hook_still_running_costs_the_next_pre_hook_none_of_its_tim
     assert answer.adjust.linux.resources.cpu.quota.value == 20000
 
 
+async def test_a_pod_hook_answered_after_nri_went_on_is_not_recorded(connect, sock_dir, hook_dir, monkeypatch) -> None:
+    """RunPodSandbox: the pod runs as the runtime made it; a PreRunPodSandbox
+    answer the stage gets after the event's time must not reach its record."""
+    async with hook_server(sock_dir, "labels", {"PreRunPodSandbox": {"labels": {"late": "yes"}}}) as labeller:
+        labeller.register(hook_dir, ["PreRunPodSandbox"], failure_policy="Ignore")
+        plugin, link = await connect([])
+        run_pre, release = plugin.dispatcher.run_pre, asyncio.Event()
+
+        async def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
+            changed = await run_pre(*args, **kwargs)
+            await release.wait()
+            return changed
+
+        monkeypatch.setattr(plugin.dispatcher, "run_pre", stalled)
+        event = nri.StateChangeEvent(event=nri.Event.RUN_POD_SANDBOX, pod=pod())
+        await link.call("StateChange", event, nri.Empty, timeout=1.0)
+        assert len(labeller.requests("PreRunPodSandbox")) == 1
+        release.set()
+        await plugin.adapter.idle()
+    assert "late" not in plugin.store.pods["pod-1"].labels
+
+
 @pytest.mark.parametrize("event", ["create", "update"])
 async def test_a_change_made_after_nri_went_on_is_not_recorded_as_applied(
     connect, sock_dir, hook_dir, monkeypatch, event: str
