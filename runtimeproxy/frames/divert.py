@@ -145,9 +145,10 @@ async def answer(
         send(b"".join(header_frames(call.stream_id, block, max_frame(), end)))
 
     await call.ended.wait()
-    encoding = dict(call.headers).get(b"grpc-encoding", b"identity")
+    headers = dict(call.headers)
     messages = (
-        split_messages(bytes(call.body), encoding, max_message) if len(call.body) <= max_message + 5
+        split_messages(bytes(call.body), headers.get(b"grpc-encoding", b"identity"), max_message)
+        if len(call.body) <= max_message + 5
         else BadMessages("request too large", grpc.StatusCode.RESOURCE_EXHAUSTED)
     )
     if not isinstance(messages, BadMessages) and unary and len(messages) != 1:
@@ -158,7 +159,7 @@ async def answer(
         status, details = messages.code, str(messages)
     else:
         metadata = call_metadata(call.headers)
-        timeout = dict(call.headers).get(b"grpc-timeout")
+        timeout = headers.get(b"grpc-timeout")
         rpc = channel.stream_stream(call.path)(
             metadata=metadata, timeout=parse_timeout(timeout.decode()) if timeout else None
         )

@@ -44,8 +44,8 @@ from ..cripath.forward import call_issued
 from ..cripath.stage import Stage, compose
 from . import frame as fr
 from .divert import call_metadata, parse_timeout
-from .messages import split_messages
 from .frame import ErrorCode
+from .messages import split_messages
 from .window import Gate
 
 if TYPE_CHECKING:

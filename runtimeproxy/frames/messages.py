@@ -54,11 +54,12 @@ def split_messages(body: bytes, encoding: bytes | None = None, limit: int | None
 def _inflate(message: bytes, encoding: bytes | None, limit: int | None) -> bytes | BadMessages:
     if encoding is None:
         return BadMessages("compressed message, not read here", grpc.StatusCode.UNIMPLEMENTED)
+    if encoding == b"identity":
+        return BadMessages("compressed message without grpc-encoding")
     wbits = _WBITS.get(encoding)
     if wbits is None:
-        text = "compressed message without grpc-encoding" if encoding == b"identity" else (
-            f"grpc-encoding {encoding.decode('latin-1')[:32]!r} is not supported (gzip, deflate)")
-        return BadMessages(text, grpc.StatusCode.INTERNAL if encoding == b"identity" else grpc.StatusCode.UNIMPLEMENTED)
+        return BadMessages(f"grpc-encoding {encoding.decode('latin-1')[:32]!r} is not supported (gzip, deflate)",
+                           grpc.StatusCode.UNIMPLEMENTED)
     inflater = zlib.decompressobj(wbits)
     try:
         # One byte over the limit tells "too large" from "exactly the limit".

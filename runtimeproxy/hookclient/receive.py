@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 
@@ -151,15 +151,13 @@ class ServerFrames:
         # Decoded even for a stream we closed: the decoder must stay in step.
         # A long block is decoded whole, to size all its metadata; a short
         # one (every answer's) is peeked for what we read, and sized by that.
-        every = None if len(block) <= PEEKED_BLOCK else self._reader.decode(block)
-        headers = self._reader.peek(block, WANTED) if every is None else None
-        if headers is None:
-            every = every if every is not None else self._reader.decode(block)
-            headers = dict(every)
+        peeked = self._reader.peek(block, WANTED) if len(block) <= PEEKED_BLOCK else None
+        every: Iterable[tuple[bytes, bytes]] = peeked.items() if peeked is not None else self._reader.decode(block)
+        headers = peeked if peeked is not None else dict(every)
         stream = self._streams.get(sid)
         if stream is None:
             return
-        size = sum(len(name) + len(value) + 32 for name, value in (every if every is not None else headers.items()))
+        size = sum(len(name) + len(value) + 32 for name, value in every)
         if size > MAX_HEADER_LIST:
             stream.fail(CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"hook server sent {size} bytes of metadata, over the limit of {MAX_HEADER_LIST}"))
