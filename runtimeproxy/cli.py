@@ -31,7 +31,6 @@ def main() -> None:
     """A transparent CRI proxy that calls resource hooks around lifecycle calls."""
 
 
-_path = PATH
 _DEFAULTS = ProxyConfig()
 
 
@@ -51,17 +50,17 @@ def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) ->
 
 
 @main.command()
-@click.option("--config", "config_file", type=_path, help="YAML file with the same settings; flags win.")
-@_setting("--listen", "Unix socket kubelet connects to.", type=_path)
-@_setting("--backend", "containerd's CRI socket.", type=_path)
-@_setting("--image-backend", "Socket for the ImageService, when not the backend's.", type=_path)
+@click.option("--config", "config_file", type=PATH, help="YAML file with the same settings; flags win.")
+@_setting("--listen", "Unix socket kubelet connects to.", type=PATH)
+@_setting("--backend", "containerd's CRI socket.", type=PATH)
+@_setting("--image-backend", "Socket for the ImageService, when not the backend's.", type=PATH)
 @click.option(
     "--local-containerd",
-    type=_path,
+    type=PATH,
     help="Start a private containerd with its state under this directory and use it as the backend "
     "(for trying the proxy out; production nodes use --backend).",
 )
-@_setting("--hook-dir", "Directory of hook server registrations.", type=_path)
+@_setting("--hook-dir", "Directory of hook server registrations.", type=PATH)
 @_setting("--serve-versions", " | ".join(SERVE_VERSIONS_FORMS))
 @_setting("--backend-version", "Force the CRI version spoken to the backend.")
 @_setting(
@@ -189,7 +188,7 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
 
 
 @main.command()
-@click.option("--listen", type=_path, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
+@click.option("--listen", type=PATH, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
 @click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON document.")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the answer.")
 def status(listen: Path, as_json: bool, timeout: float) -> None:
