@@ -128,20 +128,27 @@ async def test_a_post_hook_still_running_costs_the_next_pre_hook_none_of_its_tim
     assert answer.adjust.linux.resources.cpu.quota.value == 20000
 
 
+def stall_after_pre_hooks(plugin, monkeypatch) -> asyncio.Event:  # type: ignore[no-untyped-def]
+    """The stage is held, once its pre hooks answered, until the event is set
+    (a stalled node): NRI's time runs out with the hooks' change made."""
+    run_pre, release = plugin.dispatcher.run_pre, asyncio.Event()
+
+    async def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
+        changed = await run_pre(*args, **kwargs)
+        await release.wait()
+        return changed
+
+    monkeypatch.setattr(plugin.dispatcher, "run_pre", stalled)
+    return release
+
+
 async def test_a_pod_hook_answered_after_nri_went_on_is_not_recorded(connect, sock_dir, hook_dir, monkeypatch) -> None:
     """RunPodSandbox: the pod runs as the runtime made it; a PreRunPodSandbox
     answer the stage gets after the event's time must not reach its record."""
     async with hook_server(sock_dir, "labels", {"PreRunPodSandbox": {"labels": {"late": "yes"}}}) as labeller:
         labeller.register(hook_dir, ["PreRunPodSandbox"], failure_policy="Ignore")
         plugin, link = await connect([])
-        run_pre, release = plugin.dispatcher.run_pre, asyncio.Event()
-
-        async def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
-            changed = await run_pre(*args, **kwargs)
-            await release.wait()
-            return changed
-
-        monkeypatch.setattr(plugin.dispatcher, "run_pre", stalled)
+        release = stall_after_pre_hooks(plugin, monkeypatch)
         event = nri.StateChangeEvent(event=nri.Event.RUN_POD_SANDBOX, pod=pod())
         await link.call("StateChange", event, nri.Empty, timeout=1.0)
         assert len(labeller.requests("PreRunPodSandbox")) == 1
@@ -161,14 +168,7 @@ async def test_a_change_made_after_nri_went_on_is_not_recorded_as_applied(
     async with hook_server(sock_dir, "quota", {hook: QUOTA}) as limiter:
         limiter.register(hook_dir, [hook], failure_policy="Ignore")
         plugin, link = await connect([pod()], [container()] if event == "update" else [])
-        run_pre, release = plugin.dispatcher.run_pre, asyncio.Event()
-
-        async def stalled(*args, **kwargs):  # type: ignore[no-untyped-def]
-            changed = await run_pre(*args, **kwargs)
-            await release.wait()
-            return changed
-
-        monkeypatch.setattr(plugin.dispatcher, "run_pre", stalled)
+        release = stall_after_pre_hooks(plugin, monkeypatch)
         if event == "create":
             request = nri.CreateContainerRequest(pod=pod(), container=container())
             answer = await link.call("CreateContainer", request, nri.CreateContainerResponse, timeout=1.0)
