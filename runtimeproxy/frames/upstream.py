@@ -50,6 +50,9 @@ class ClientSide:
         self.prefaced = False
         self.granted = False  # the backend's extra window (BACKEND_GRANT) was given
         self.initial_window = fr.DEFAULT_WINDOW  # the client's SETTINGS_INITIAL_WINDOW_SIZE
+        # The latest stream the client opened, refused ones too: those above are
+        # idle. (Not the GOAWAY's last stream id, which stays put once one went.)
+        self.opened = 0
         self.headers = HeaderReader(MAX_HEADER_BLOCK, "")
 
     def feed(self, chunk: bytes) -> None:
@@ -201,7 +204,7 @@ class ClientSide:
         elif f.type == FrameType.WINDOW_UPDATE:
             increment = fr.window_increment(f)
             if increment == 0:
-                if sid == 0 or sid > self.conn.last_stream:
+                if sid == 0 or sid > self.opened:
                     raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
                 self._stream_error(sid, out)  # on a stream, it ends that stream only (RFC 9113 6.9)
                 return
@@ -324,6 +327,7 @@ class ClientSide:
         # GOAWAY the last stream id stays as it said: a later one (the
         # connection's end) may not name a higher one.
         told_to_go = conn.backend_lost or conn.backend_going or conn.stopping
+        self.opened = max(self.opened, sid)
         if not told_to_go:
             conn.last_stream = sid
         if told_to_go or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
@@ -399,7 +403,7 @@ class ClientSide:
             self._hooked_data(held, f, out)
             return
         if call is None:
-            if sid == 0 or sid > self.conn.last_stream:
+            if sid == 0 or sid > self.opened:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             # A stream the backend has ended: what the client still sends on it
             # goes nowhere (the backend would only reset it), and is credited.

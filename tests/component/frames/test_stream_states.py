@@ -1,0 +1,48 @@
+"""Stream states on the frames relay (RFC 9113 section 5.1), on the wire:
+frames for streams that ended, were refused or are not the proxy's to
+pass, between a raw client and a raw runtime (rawrelay.py)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.frames import connection as connection_module
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.frame import ErrorCode, FrameType
+
+from .. import rawh2
+from .rawrelay import RELAYED, message, raw_relay
+
+
+def _errors(frames: list[tuple[int, int, int, bytes]]) -> list[tuple[int, int, int]]:
+    """The GOAWAYs (with their code) and RST_STREAMs among ``frames``."""
+    out = []
+    for kind, _, sid, payload in frames:
+        if kind == rawh2.GOAWAY:
+            out.append((kind, sid, struct.unpack(">II", payload[:8])[1]))
+        elif kind == rawh2.RST_STREAM:
+            out.append((kind, sid, struct.unpack(">I", payload)[0]))
+    return out
+
+
+async def test_a_late_frame_on_a_stream_refused_after_the_runtimes_goaway_is_ignored(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams opened after the runtime's GOAWAY are refused (and the client's
+    GOAWAY names none of them): once the record of ended streams forgot one,
+    a late DATA on it is still on a closed stream, not an idle one."""
+    monkeypatch.setattr(connection_module, "ENDED_KEPT", 4)
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.runtime.writer.write(fr.goaway(0, ErrorCode.NO_ERROR))
+        await pair.client.until(rawh2.GOAWAY)
+        streams = range(1, 17, 2)
+        pair.client.writer.write(b"".join(pair.request(sid, RELAYED, body=None, end=False) for sid in streams))
+        seen = await pair.pinged()
+        assert _errors(seen) == [(rawh2.RST_STREAM, sid, ErrorCode.REFUSED_STREAM) for sid in streams]
+        pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, message(b"late"))
+                                 + fr.window_update(1, 0))
+        assert _errors(await pair.pinged(b"pingpon2")) == []  # the connection goes on
