@@ -91,6 +91,7 @@ class BackendSide:
         conn = self.conn
         out = conn.out
         relayed, sizes_out = conn.relayed, conn.sizes_out
+        block = self.block  # (changed in place)
         view = memoryview(buf)
         max_frame = conn.client_frames.relay
         end_buf = len(buf)
@@ -104,7 +105,7 @@ class BackendSide:
             if nxt > end_buf:
                 break
             sid &= 0x7FFFFFFF
-            if sid in relayed:  # never hooked or diverted too (upstream._header_block)
+            if sid in relayed and not block:  # never hooked or diverted too (upstream._header_block)
                 sizes = sizes_out.get(sid)
                 if t == T_DATA and not flags & F_PADDED and sizes is not None:
                     if sizes.remaining >= size:  # within one message's body
@@ -127,7 +128,7 @@ class BackendSide:
                         self._too_long(sid, too_long, size)
                     run = pos = nxt
                     continue
-                if t == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS and not self.block and out.flowing:
+                if t == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS and out.flowing:
                     # A relayed answer's block in one frame (nearly all of them): passed
                     # on as it came; what it says (the status) is read once this read's
                     # frames are written (_settle), off the answer's path.
@@ -158,6 +159,8 @@ class BackendSide:
         out = conn.out
         block = self.block
         size = len(payload)
+        if block and t != FrameType.CONTINUATION:  # RFC 9113 6.10: only its CONTINUATIONs may follow
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block from the backend interrupted")
         if t == FrameType.DATA:
             if sid in conn.diverted or sid in conn.ended:
                 conn.credit_backend(size)

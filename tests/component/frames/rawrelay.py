@@ -117,6 +117,7 @@ class RawRelay:
         runtime.writer.write(fr.serialize(FrameType.SETTINGS, 0, 0,
                                           b"".join(struct.pack(">HI", k, v) for k, v in settings)))
         await client.until(rawh2.SETTINGS)
+        await client.until(rawh2.WINDOW_UPDATE)  # the rest of its server preface: the proxy's grant
         client.writer.write(fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
         return Pair(client, runtime, hpack.Encoder(), hpack.Encoder())
 

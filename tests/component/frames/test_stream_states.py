@@ -11,7 +11,7 @@ import pytest
 
 from runtimeproxy.frames import connection as connection_module
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import ErrorCode, FrameType
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 
 from .. import rawh2
 from .rawrelay import RELAYED, message, raw_relay
@@ -46,3 +46,29 @@ async def test_a_late_frame_on_a_stream_refused_after_the_runtimes_goaway_is_ign
         pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, message(b"late"))
                                  + fr.window_update(1, 0))
         assert _errors(await pair.pinged(b"pingpon2")) == []  # the connection goes on
+
+
+@pytest.mark.parametrize("interloper", ["data", "data-other-stream", "headers-other-stream", "ping", "rst"])
+async def test_a_frame_inside_the_runtimes_open_header_block_ends_the_connection(
+    sock_dir: Path, interloper: str
+) -> None:
+    """RFC 9113 6.10: a header block is followed by its CONTINUATIONs and
+    nothing else; anything else is a connection error, never passed on."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED) + pair.request(3, RELAYED))
+        await pair.runtime.until(rawh2.DATA, 3)
+        block = pair.runtime_encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        frames = {
+            "data": fr.serialize(FrameType.DATA, 0, 1, message(b"x")),
+            "data-other-stream": fr.serialize(FrameType.DATA, 0, 3, message(b"x")),
+            "headers-other-stream": fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 3, block),
+            "ping": fr.serialize(FrameType.PING, 0, 0, b"12345678"),
+            "rst": fr.rst_stream(3, ErrorCode.CANCEL),
+        }
+        pair.runtime.writer.write(fr.serialize(FrameType.HEADERS, 0, 1, block[:2]) + frames[interloper])
+        seen = []
+        while (f := await pair.client.read()) is not None:
+            seen.append(f)
+        assert [f[0] for f in seen] == [rawh2.GOAWAY]  # nothing of the block's nor the interloper's
+        assert _errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.INTERNAL_ERROR)]
