@@ -11,7 +11,7 @@ import pytest
 
 from runtimeproxy.frames import connection as connection_module
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType, Setting
 
 from .. import rawh2
 from .rawrelay import RELAYED, message, raw_relay
@@ -72,3 +72,20 @@ async def test_a_frame_inside_the_runtimes_open_header_block_ends_the_connection
             seen.append(f)
         assert [f[0] for f in seen] == [rawh2.GOAWAY]  # nothing of the block's nor the interloper's
         assert _errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.INTERNAL_ERROR)]
+
+
+async def test_request_trailers_wait_behind_the_requests_data_queued_for_the_runtimes_window(sock_dir: Path) -> None:
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair((Setting.INITIAL_WINDOW_SIZE, 1 << 20))  # its connection window stays 65535
+        body = b"z" * 100_000
+        trailers = pair.encoder.encode([("x-trailer", "1")])
+        pair.client.writer.write(
+            pair.request(1, RELAYED, body=None, end=False)
+            + b"".join(fr.data_frames(1, message(body), fr.DEFAULT_MAX_FRAME, False))
+            + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, trailers))
+        await pair.pinged()  # the proxy has read it all, and queued what the window does not take
+        pair.runtime.writer.write(fr.window_update(0, 1 << 20))
+        await pair.runtime.until(rawh2.HEADERS, 1)  # the request's header block
+        seen = await pair.runtime.until(rawh2.HEADERS, 1)  # then its trailers
+        assert sum(len(p) for kind, _, sid, p in seen if kind == rawh2.DATA and sid == 1) == len(message(body))
+        assert seen[-1][1] & Flag.END_STREAM
