@@ -186,11 +186,13 @@ class FrameConnection:
         if self.closed.done():
             return
         # A hooked call the runtime answered whole is not cut short: its
-        # answer, held while its stages record it, still goes, once.
+        # answer, held while its stages record it, still goes, once. One reset,
+        # or ended by the proxy, has its end queued already: it keeps nothing.
+        kept = {sid for sid, call in self.hooked.items() if call.answered_whole and sid not in self.ended}
         unanswered = [call for call in self.hooked.values() if not call.answered.done()]
         # Answers the runtime gave whole may still wait for the client's
         # window, or behind a hooked call's gate: they go before the close.
-        if (len(unanswered) == len(self.hooked) and not self.diverted and not self.out.queued) or not self.prefaced:
+        if (not kept and not self.diverted and not self.out.queued) or not self.prefaced:
             # (before its SETTINGS, the client can be told nothing)
             if self.relayed or self.hooked:  # what the client sees as its connection closed
                 log.warning("frames: runtime connection closed with calls in flight; closing the client's",
@@ -198,7 +200,7 @@ class FrameConnection:
             self.lost()
             return
         log.info("frames: runtime connection closed; the proxy's own calls and the answers it gave go on",
-                 extra={"calls": len(self.diverted), "hooked": len(self.hooked) - len(unanswered),
+                 extra={"calls": len(self.diverted), "hooked": len(kept),
                         "queued": self.out.queued})
         self.backend_lost = True
         asyncio.get_running_loop().call_later(UNREAD_LINGER_S, self._unread_too_long)
@@ -210,7 +212,7 @@ class FrameConnection:
         for sid in sorted(self.relayed | {call.stream_id for call in unanswered}):
             if sid not in self.ended:
                 self.end_locally(sid, 14, "runtime-proxy: the runtime closed the connection")
-        for call in unanswered:
+        for call in [call for sid, call in self.hooked.items() if sid not in kept]:
             call.cancel("the runtime closed the connection")
         self.out.flush()
 

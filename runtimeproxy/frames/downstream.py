@@ -24,7 +24,7 @@ from .frame import (
     F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, WHOLE_PLAIN, ErrorCode, Flag,
     FrameError, FrameType, Setting,
 )
-from .hooked import grpc_status, status_name
+from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
 
@@ -268,7 +268,7 @@ class BackendSide:
             elif t == FrameType.RST_STREAM:
                 call = conn.hooked.get(sid)
                 if call is not None:
-                    call.answer(-1, "reset by the runtime")
+                    call.answer(RESET, "reset by the runtime")
                 conn.stream_done(sid, _RESET_AS.get(int.from_bytes(f.payload[:4], "big"), "INTERNAL"))
                 out.frames(raw)  # after the stream's queued DATA
                 return

@@ -63,6 +63,9 @@ class Aborted(Exception):
         self.details = details
 
 
+RESET = -1  # a call's "status" when the runtime reset its stream: it gave no answer
+
+
 class BackendFailed(Exception):
     """The runtime's answer was not OK; it reaches the client as it came."""
 
@@ -100,6 +103,12 @@ class Hooked:
         can holding it keep the runtime from sending what its stages wait for."""
         reply = self.reply
         return not self.answered.done() and (len(reply) < 5 or len(reply) < 5 + int.from_bytes(reply[1:5], "big"))
+
+    @property
+    def answered_whole(self) -> bool:
+        """Answered, not reset by the runtime: an answer the client is owed,
+        unless the proxy ended the stream itself (FrameConnection.ended)."""
+        return self.answered.done() and self.answered.result()[0] != RESET
 
     def release_if_stalled(self, window: int) -> None:
         """Its held answer goes now, as at its gate's time limit, once the

@@ -4,7 +4,9 @@ pass, between a raw client and a raw runtime (rawrelay.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType, Setting
 
 from .. import rawh2
-from .rawrelay import RELAYED, message, raw_relay
+from .rawrelay import HOOKED, RELAYED, message, raw_relay
 
 
 def _errors(frames: list[tuple[int, int, int, bytes]]) -> list[tuple[int, int, int]]:
@@ -89,3 +91,41 @@ async def test_request_trailers_wait_behind_the_requests_data_queued_for_the_run
         seen = await pair.runtime.until(rawh2.HEADERS, 1)  # then its trailers
         assert sum(len(p) for kind, _, sid, p in seen if kind == rawh2.DATA and sid == 1) == len(message(body))
         assert seen[-1][1] & Flag.END_STREAM
+
+
+class _Held:
+    """A stage that waits to be released before it sends the request on."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self, request: bytes, context: object, send: Callable[[bytes], Awaitable[bytes]]) -> bytes:
+        self.entered.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return await send(request)
+
+
+async def test_a_hooked_call_the_runtime_reset_keeps_no_client_once_the_runtime_left(sock_dir: Path) -> None:
+    """Only a hooked call the runtime answered whole keeps the client's
+    connection after the runtime closed its own (for its answer to go); one
+    it reset has nothing more to give: its stage is cancelled, as an
+    unanswered call's, and the client's connection closed."""
+    stage = _Held()
+    async with raw_relay(sock_dir, stages=(stage,)) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, HOOKED, b"\x0a\x01x"))
+        await pair.runtime.until(rawh2.HEADERS, 1)
+        await stage.entered.wait()
+        pair.runtime.writer.write(fr.rst_stream(1, ErrorCode.CANCEL))
+        await pair.client.until(rawh2.RST_STREAM, 1)
+        pair.runtime.writer.close()
+        while await pair.client.read() is not None:  # to the client connection's end
+            pass
+        assert not stage.release.is_set()
+        await asyncio.wait_for(stage.cancelled.wait(), 5)
