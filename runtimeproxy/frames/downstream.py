@@ -363,7 +363,7 @@ class BackendSide:
             conn.server_prefaced()
 
     def _window_update(self, sid: int, increment: int) -> bool:
-        """True if the update is the proxy's own (not for the client)."""
+        """True if the update is not for the client (the proxy's own, or no one's)."""
         conn = self.conn
         if increment == 0:
             if sid == 0:
@@ -374,9 +374,13 @@ class BackendSide:
         if sid == 0:
             conn.inbound.grow(increment)
             return True
+        if sid in conn.relayed:
+            return False  # a relayed stream's window is end to end
+        # A hooked call's is the proxy's (it sends the request), to its end and
+        # after; once a stream is over at the runtime (answered or reset), so
+        # is its call for a gRPC client, which sends nothing more on it.
         call = conn.hooked.get(sid)
-        if call is None:
-            return False
-        call.window += increment
-        call.opened.set()
+        if call is not None:
+            call.window += increment
+            call.opened.set()
         return True

@@ -129,3 +129,23 @@ async def test_a_hooked_call_the_runtime_reset_keeps_no_client_once_the_runtime_
             pass
         assert not stage.release.is_set()
         await asyncio.wait_for(stage.cancelled.wait(), 5)
+
+
+async def test_the_runtimes_window_updates_for_a_hooked_call_stay_with_the_proxy(sock_dir: Path) -> None:
+    """The runtime's stream window for a hooked call is the proxy's (it sends
+    the request), while the call runs and after: the client never sees it."""
+
+    async def stage(request: bytes, context: object, send: Callable[[bytes], Awaitable[bytes]]) -> bytes:
+        return await send(request)
+
+    async with raw_relay(sock_dir, stages=(stage,)) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, HOOKED, b"\x0a\x01x"))
+        await pair.runtime.until(rawh2.DATA, 1)
+        pair.runtime.writer.write(fr.window_update(1, 1000) + pair.answer(1, b"ok"))
+        seen = await pair.client.until(rawh2.HEADERS, 1)
+        seen += await pair.client.until(rawh2.HEADERS, 1)  # its trailers: the call is over
+        assert seen[-1][1] & Flag.END_STREAM
+        pair.runtime.writer.write(fr.window_update(1, 1000) + fr.serialize(FrameType.SETTINGS, 0, 0))
+        seen += await pair.client.until(rawh2.SETTINGS)  # (the runtime's frames that reach the client keep their order)
+        assert [f for f in seen if f[0] == rawh2.WINDOW_UPDATE] == []
