@@ -399,6 +399,11 @@ class ClientSide:
             self.conn.credit_client(len(f.payload))
             return
         held = self.conn.hooked.get(sid)
+        if call.ended.is_set() if call is not None else held is not None and held.ended.is_set() and not held.cut_short:
+            # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
+            self.conn.credit_client(len(f.payload))
+            self._stream_error(sid, out, ErrorCode.STREAM_CLOSED)
+            return
         if held is not None:
             self._hooked_data(held, f, out)
             return

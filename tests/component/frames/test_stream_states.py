@@ -16,7 +16,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType, Setting
 
 from .. import rawh2
-from .rawrelay import HOOKED, RELAYED, message, raw_relay
+from .rawrelay import DIVERTED, HOOKED, RELAYED, message, raw_relay
 
 
 def _errors(frames: list[tuple[int, int, int, bytes]]) -> list[tuple[int, int, int]]:
@@ -149,3 +149,42 @@ async def test_the_runtimes_window_updates_for_a_hooked_call_stay_with_the_proxy
         pair.runtime.writer.write(fr.window_update(1, 1000) + fr.serialize(FrameType.SETTINGS, 0, 0))
         seen += await pair.client.until(rawh2.SETTINGS)  # (the runtime's frames that reach the client keep their order)
         assert [f for f in seen if f[0] == rawh2.WINDOW_UPDATE] == []
+
+
+@pytest.mark.parametrize("path", [DIVERTED, HOOKED])
+async def test_data_after_the_clients_end_of_stream_on_a_call_the_proxy_takes_is_stream_closed(
+    sock_dir: Path, path: str
+) -> None:
+    """RFC 9113 6.1: DATA on a stream half-closed (remote) is a stream error
+    STREAM_CLOSED; it is never read as more of the request."""
+
+    async def stage(request: bytes, context: object, send: Callable[[bytes], Awaitable[bytes]]) -> bytes:
+        return await send(request)
+
+    async with raw_relay(sock_dir, stages=(stage,)) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, path, b"hi") + fr.serialize(FrameType.DATA, 0, 1, message(b""))
+                                 + pair.request(3, DIVERTED, b"next"))
+        seen = []
+        while not (seen and seen[-1][0] == rawh2.HEADERS and seen[-1][2] == 3 and seen[-1][1] & Flag.END_STREAM):
+            seen += await pair.client.until(rawh2.HEADERS, 3)  # the next call is answered
+        assert _errors(seen) == [(rawh2.RST_STREAM, 1, ErrorCode.STREAM_CLOSED)]
+        assert [f for f in seen if f[2] == 1 and f[0] != rawh2.RST_STREAM] == []  # and the call no answer
+
+
+async def test_data_after_a_diverted_call_was_answered_is_ignored(sock_dir: Path) -> None:
+    """The stream is closed both ways: the late DATA is dropped (credited), as
+    grpc-go drops DATA on a stream it closed, and the connection goes on."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, DIVERTED, b"hi"))
+        seen = []
+        while not (seen and seen[-1][1] & Flag.END_STREAM):
+            seen += await pair.client.until(rawh2.HEADERS, 1)
+        pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, message(b"late")))
+        assert _errors(await pair.pinged()) == []
+        pair.client.writer.write(pair.request(3, DIVERTED, b"next"))
+        seen = []
+        while not (seen and seen[-1][1] & Flag.END_STREAM):
+            seen += await pair.client.until(rawh2.HEADERS, 3)
+        assert pair.client.decoder.decode(seen[-1][3]) == [("grpc-status", "0")]
