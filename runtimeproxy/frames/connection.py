@@ -43,7 +43,7 @@ from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
-from .inbound import CREDIT_BATCH, Corked, Inbound
+from .inbound import CREDIT_BATCH, GONE, Corked, Gone, Inbound
 from .msgsize import MessageSizes
 from .outbound import Outbound
 from .pings import DelayedAcks
@@ -93,7 +93,7 @@ class FrameConnection:
     ) -> None:
         # Transports, fed by protocols (listener.py): no task switch per read.
         self._client_writer = client
-        self.backend: Corked | _Gone = Corked(backend)
+        self.backend: Corked | Gone = Corked(backend)
         self.backend_side = BackendSide(self)
         self.client_side = ClientSide(self)
         self.closed = asyncio.get_running_loop().create_future()
@@ -207,7 +207,7 @@ class FrameConnection:
         self._hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
         self.backend.close()
         self.backend_pings.close()
-        self.backend = self.inbound.writer = _GONE  # type: ignore[assignment]
+        self.backend = self.inbound.writer = GONE  # type: ignore[assignment]
         self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
         for sid in sorted(self.relayed | {call.stream_id for call in unanswered}):
             if sid not in self.ended:
@@ -409,28 +409,3 @@ class FrameConnection:
         if sid in self.unary_open:
             self.unary_open.discard(sid)
             self.check_idle()
-
-
-class _Gone:
-    """The runtime's side once it closed: what is still sent to it goes nowhere."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def hold(self) -> None:
-        pass
-
-    def credit(self, increment: int) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-_GONE = _Gone()

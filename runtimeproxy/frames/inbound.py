@@ -88,6 +88,31 @@ class Corked:
         self._transport.resume_reading()
 
 
+class Gone:
+    """The runtime's side once it closed: what is still sent to it goes nowhere."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def hold(self) -> None:
+        pass
+
+    def credit(self, increment: int) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+GONE = Gone()
+
+
 class Inbound:
     def __init__(self, writer: asyncio.Transport | Corked, credit_client: Callable[[int], None]) -> None:
         self.writer = writer

@@ -5,7 +5,7 @@ the backend's connection window (inbound.py); the client's header blocks are
 decoded only to read ``:path``, which says how the call is carried
 (routes.py): relayed, hooked in place (hooked.py) or diverted to the proxy's
 own grpc.aio server (divert.py). DATA the proxy takes itself (hooked and
-diverted requests) is credited to the client by the proxy.
+diverted requests, taken.py) is credited to the client by the proxy.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from ..cripath.stage import Stage
-from . import divert, hooked
+from . import divert, hooked, taken
 from . import frame as fr
 from .divert import Diverted
 from .frame import (
@@ -130,7 +130,7 @@ class ClientSide:
                             # (end to end) the runtime never gives back.
                             conn.out.control(fr.window_update(sid, size - len(payload)))
                     else:
-                        self._refuse_size(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), too_long, out)
+                        self.refuse_size(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), too_long, out)
                     run = pos = nxt
                     continue
                 if kind == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
@@ -200,20 +200,20 @@ class ClientSide:
         elif f.type == FrameType.CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
         elif f.type == FrameType.DATA:
-            self._client_data(f, raw, out)
+            taken.client_data(self, f, out)
         elif f.type == FrameType.WINDOW_UPDATE:
             increment = fr.window_increment(f)
             if increment == 0:
                 if sid == 0 or sid > self.opened:
                     raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-                self._stream_error(sid, out)  # on a stream, it ends that stream only (RFC 9113 6.9)
+                self.stream_error(sid, out)  # on a stream, it ends that stream only (RFC 9113 6.9)
                 return
             if sid == 0:
                 self.conn.out.grow(increment)  # the response direction's window is ours
             elif sid in self.conn.diverted:
                 call = self.conn.diverted[sid]
                 if call.window + increment > fr.MAX_WINDOW:  # RFC 9113 6.9.1: that stream's error
-                    self._stream_error(sid, out, ErrorCode.FLOW_CONTROL_ERROR)
+                    self.stream_error(sid, out, ErrorCode.FLOW_CONTROL_ERROR)
                     return
                 call.window += increment
                 call.opened.set()
@@ -260,7 +260,7 @@ class ClientSide:
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
-    def _stream_error(self, sid: int, out: list[bytes | memoryview], code: ErrorCode = ErrorCode.PROTOCOL_ERROR) -> None:
+    def stream_error(self, sid: int, out: list[bytes | memoryview], code: ErrorCode = ErrorCode.PROTOCOL_ERROR) -> None:
         """The client broke the protocol on one stream: it is reset
         (``code``) and ended at the runtime as if the client reset it."""
         conn = self.conn
@@ -386,64 +386,12 @@ class ClientSide:
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(divert.serve(self.conn, call))
 
-    def _refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
+    def refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
+        """A request message over the limit: the call ends RESOURCE_EXHAUSTED, its DATA dropped."""
         message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
         self._ordered(self.conn.end_locally(f.stream_id, 8, message), out)
         self.conn.credit_client(len(f.payload))  # dropped, never seen by the backend
-
-    def _client_data(self, f: fr.Frame, raw: bytes, out: list[bytes | memoryview]) -> None:
-        sid = f.stream_id
-        call = self.conn.diverted.get(sid)
-        if sid in self.conn.ended:  # the proxy ended it: the backend never sees the rest
-            self.conn.credit_client(len(f.payload))
-            return
-        held = self.conn.hooked.get(sid)
-        if call.ended.is_set() if call is not None else held is not None and held.ended.is_set() and not held.cut_short:
-            # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
-            self.conn.credit_client(len(f.payload))
-            self._stream_error(sid, out, ErrorCode.STREAM_CLOSED)
-            return
-        if held is not None:
-            self._hooked_data(held, f, out)
-            return
-        if call is None:
-            if sid == 0 or sid > self.opened:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-            # A stream the backend has ended: what the client still sends on it
-            # goes nowhere (the backend would only reset it), and is credited.
-            self.conn.credit_client(len(f.payload))
-            return
-        size = len(f.payload)
-        if len(call.body) <= self.conn.max_message + 5:
-            call.body += fr.unpadded(f)
-        self._consumed(sid, size, f.has(Flag.END_STREAM), call.ended)
-
-    def _hooked_data(self, call: hooked.Hooked, f: fr.Frame, out: list[bytes | memoryview]) -> None:
-        payload = fr.unpadded(f)
-        sizes = self.conn.sizes_in.get(call.stream_id)
-        if sizes is None:  # the backend ended the stream meanwhile: the rest goes nowhere
-            self.conn.credit_client(len(f.payload))
-            return
-        too_long = sizes.feed(payload)
-        if too_long is None and len(call.body) + len(payload) > self.conn.max_message + 5:
-            too_long = len(call.body) + len(payload)  # a unary request is one message
-        if too_long is not None:
-            call.cancel("request too long")
-            self._refuse_size(f, too_long, out)
-            return
-        call.body += payload
-        if call.as_read and f.has(Flag.END_STREAM):
-            out.extend(hooked.as_read_frames(self.conn, call))  # with this read's frames
-        self._consumed(call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
-
-    def _consumed(self, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
-        """DATA the proxy took, never seen by the backend: it credits the client itself."""
-        self.conn.credit_client(size)
-        if end_stream:
-            ended.set()
-        elif size:
-            self.conn.out.control(fr.window_update(sid, size))
 
 
 _PATH = frozenset({b":path"})

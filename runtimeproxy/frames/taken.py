@@ -1,0 +1,76 @@
+"""The client's DATA on streams a frames connection does not relay (upstream.py):
+the requests the proxy takes itself, a diverted call's (divert.py) or a
+hooked one's (hooked.py), and what still comes on streams that are over.
+None of it reaches the backend: the proxy gives the client its window back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from . import frame as fr
+from . import hooked
+from .frame import ErrorCode, Flag, FrameError
+
+if TYPE_CHECKING:
+    from .upstream import ClientSide
+
+
+def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) -> None:
+    """A DATA frame on a stream that is not relayed (``out``: what goes to the backend)."""
+    conn = side.conn
+    sid = f.stream_id
+    call = conn.diverted.get(sid)
+    if sid in conn.ended:  # the proxy ended it: the backend never sees the rest
+        conn.credit_client(len(f.payload))
+        return
+    held = conn.hooked.get(sid)
+    if call.ended.is_set() if call is not None else held is not None and held.ended.is_set() and not held.cut_short:
+        # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
+        conn.credit_client(len(f.payload))
+        side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
+        return
+    if held is not None:
+        _hooked_data(side, held, f, out)
+        return
+    if call is None:
+        if sid == 0 or sid > side.opened:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+        # A stream the backend has ended: what the client still sends on it
+        # goes nowhere (the backend would only reset it), and is credited.
+        conn.credit_client(len(f.payload))
+        return
+    size = len(f.payload)
+    if len(call.body) <= conn.max_message + 5:
+        call.body += fr.unpadded(f)
+    _consumed(side, sid, size, f.has(Flag.END_STREAM), call.ended)
+
+
+def _hooked_data(side: ClientSide, call: hooked.Hooked, f: fr.Frame, out: list[bytes | memoryview]) -> None:
+    conn = side.conn
+    payload = fr.unpadded(f)
+    sizes = conn.sizes_in.get(call.stream_id)
+    if sizes is None:  # the backend ended the stream meanwhile: the rest goes nowhere
+        conn.credit_client(len(f.payload))
+        return
+    too_long = sizes.feed(payload)
+    if too_long is None and len(call.body) + len(payload) > conn.max_message + 5:
+        too_long = len(call.body) + len(payload)  # a unary request is one message
+    if too_long is not None:
+        call.cancel("request too long")
+        side.refuse_size(f, too_long, out)
+        return
+    call.body += payload
+    if call.as_read and f.has(Flag.END_STREAM):
+        out.extend(hooked.as_read_frames(conn, call))  # with this read's frames
+    _consumed(side, call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
+
+
+def _consumed(side: ClientSide, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
+    """DATA the proxy took, never seen by the backend: it credits the client itself."""
+    side.conn.credit_client(size)
+    if end_stream:
+        ended.set()
+    elif size:
+        side.conn.out.control(fr.window_update(sid, size))
