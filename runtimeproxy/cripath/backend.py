@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 from tenacity import (
     AsyncRetrying,
@@ -28,6 +28,7 @@ from tenacity import (
 
 from cri_api.v1 import api_pb2 as v1
 
+from . import lenient
 from .methods import ApiVersion
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,13 @@ def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]
     ]
 
 
+def _text(answer: Message, name: str) -> str:
+    """A Version answer's string field as text: read as bytes when it is not
+    UTF-8 (lenient.py), its odd bytes escaped, the same at every probe."""
+    value: str | bytes = getattr(answer, name)
+    return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")
+
+
 class Backend:
     """Channels to the runtime (and image) service, and what they speak."""
 
@@ -129,7 +137,7 @@ class Backend:
         """Ask Version in every CRI version (UNIMPLEMENTED means 'not served'),
         then whether the runtime serves calls yet."""
         versions: set[ApiVersion] = set()
-        answer = v1.VersionResponse()
+        answer: Message = v1.VersionResponse()
         for version in CRI_VERSIONS:
             path = f"/{version.package}.RuntimeService/Version"
             try:
@@ -139,8 +147,9 @@ class Backend:
                     continue
                 raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
             try:
-                # Same field numbers in both versions: the v1 class reads either.
-                answer = v1.VersionResponse.FromString(raw)
+                # Same field numbers in both versions: the v1 class reads either;
+                # a string that is not UTF-8 is read as bytes (it only names the runtime).
+                answer = lenient.parse(v1.VersionResponse, raw)
             except DecodeError as err:
                 raise BackendUnavailable(f"{path}: answer is not a VersionResponse") from err
             versions.add(version)
@@ -148,7 +157,7 @@ class Backend:
             known = ", ".join(CRI_VERSIONS)
             raise BackendUnavailable(f"{self.runtime_socket} answers no CRI version ({known})")
         await self._check_initialised(min(versions, key=CRI_VERSIONS.index))
-        return BackendInfo(frozenset(versions), answer.runtime_name, answer.runtime_version)
+        return BackendInfo(frozenset(versions), _text(answer, "runtime_name"), _text(answer, "runtime_version"))
 
     async def _check_initialised(self, version: ApiVersion) -> None:
         """Raise unless the runtime's CRI service is initialised, not only up.
