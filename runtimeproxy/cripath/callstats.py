@@ -47,8 +47,10 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
     record = sink.recorder(ref)
     started = sink.started
 
-    if handler.unary_unary is not None:
-        inner = handler.unary_unary
+    # One answer: unary, or the router's unary methods (it reads their request stream itself).
+    single = handler.unary_unary or handler.stream_unary
+    if single is not None:
+        inner = single
 
         async def unary(request: Any, context: aio.ServicerContext) -> Any:
             started()
@@ -67,7 +69,9 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
             finally:
                 record(code, time.perf_counter() - begin)
 
-        return grpc.unary_unary_rpc_method_handler(unary)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(unary)
+        return grpc.stream_unary_rpc_method_handler(unary)
 
     def wrap_stream(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
         async def stream(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
@@ -93,4 +97,4 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
         return grpc.unary_stream_rpc_method_handler(wrap_stream(handler.unary_stream))
     if handler.stream_stream is not None:
         return grpc.stream_stream_rpc_method_handler(wrap_stream(handler.stream_stream))
-    return handler  # stream-unary: the router makes none
+    return handler  # none of the four: nothing to measure

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -23,7 +23,7 @@ from . import methods
 from .backend import CRI_VERSIONS, Backend, BackendInfo
 from .callstats import CallSink, measured
 from .forward import Relay
-from .stage import Stage, StageProvider, compose
+from .stage import Stage, StageProvider, Unary, compose
 from .versions import VersionPlan, VersionPlanError, plan
 
 log = logging.getLogger(__name__)
@@ -227,20 +227,43 @@ class Router(grpc.GenericRpcHandler):
             async def unary(request: bytes, context: aio.ServicerContext) -> bytes:
                 return await relay.unary(channel, path, request, context)
 
-            return grpc.unary_unary_rpc_method_handler(unary)
-        return grpc.unary_unary_rpc_method_handler(_chain(stages, relay, channel, path))
+            return _one_request(unary)
+        return _one_request(_chain(stages, relay, channel, path))
+
+
+def _one_request(unary: Unary) -> grpc.RpcMethodHandler:
+    """A unary method's handler that reads the request stream itself.
+
+    grpc.aio's unary handler takes the first of two request messages and
+    waits for a missing one until the client's deadline; grpc-go (containerd,
+    kubelet's runtimes) and grpc-java answer either INTERNAL, before the
+    method runs. So does this, as the frames path does (divert.py, hooked.py).
+    """
+
+    async def handle(requests: AsyncIterator[bytes], context: aio.ServicerContext) -> bytes:
+        request: bytes | None = None
+        async for message in requests:
+            if request is not None:  # no need to read on: the call is refused
+                await context.abort(grpc.StatusCode.INTERNAL, "more than one request message for a unary call")
+            request = message
+        if request is None:
+            await context.abort(grpc.StatusCode.INTERNAL, "0 request messages for a unary call")
+        return await unary(request, context)
+
+    return grpc.stream_unary_rpc_method_handler(handle)
 
 
 def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """``handler``, starting once ``event`` is set."""
-    if handler.unary_unary is not None:
-        unary = handler.unary_unary
-
+    single = handler.unary_unary or handler.stream_unary
+    if single is not None:
         async def later(request: Any, context: aio.ServicerContext) -> Any:
             await event.wait()
-            return await unary(request, context)
+            return await single(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(later)
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(later)
+        return grpc.stream_unary_rpc_method_handler(later)
 
     def stream(inner: Callable[..., Any]) -> Callable[..., Any]:
         async def later_stream(request: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]

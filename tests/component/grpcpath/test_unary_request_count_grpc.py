@@ -1,0 +1,68 @@
+"""A unary call whose request stream holds two messages, or none, on the grpc
+data path: answered INTERNAL at once, as grpc-go (containerd) and grpc-java
+answer it, and not passed on to the runtime (grpc.aio's unary handler would
+pass the first message on, or wait for a missing one until the deadline).
+The frames path's own: tests/component/frames/test_diverted_unary.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import hpack
+import pytest
+
+from ..fakes import FakeBackend
+from ..rawh2 import DATA, END_HEADERS, END_STREAM, HEADERS, frame, open_call, raw_with_settings
+
+V1 = "/runtime.v1.RuntimeService/ListContainers"
+A2 = "/runtime.v1alpha2.RuntimeService/ListContainers"
+
+
+def message(body: bytes) -> bytes:
+    return struct.pack(">BI", 0, len(body)) + body
+
+
+BODIES = {
+    "no-message": lambda block: block[:3] + bytes([HEADERS, END_HEADERS | END_STREAM]) + block[5:],
+    "two-messages": lambda block: block + frame(DATA, END_STREAM, 1, message(b"") + message(b"")),
+    "two-frames": lambda block: block + frame(DATA, 0, 1, message(b"")) + frame(DATA, END_STREAM, 1, message(b"")),
+}
+
+
+async def status_of(socket, call: bytes) -> str | None:
+    peer = await raw_with_settings(socket)
+    try:
+        peer.writer.write(call)
+        decoder = hpack.Decoder()
+        async with asyncio.timeout(5):
+            while True:
+                got = await peer.read()
+                assert got is not None, "the proxy closed the connection"
+                kind, flags, sid, payload = got
+                if kind == HEADERS and sid == 1:
+                    headers = dict(decoder.decode(payload))
+                    if flags & END_STREAM:
+                        return headers.get("grpc-status")
+    finally:
+        await peer.close()
+
+
+@pytest.mark.parametrize("body", list(BODIES))
+@pytest.mark.parametrize("backend_versions", [{"v1"}, {"v1alpha2"}], ids=["native", "translated"])
+async def test_a_unary_call_without_its_one_message_is_answered_internal(
+    sock_dir, start_proxy, body, backend_versions
+) -> None:
+    async with FakeBackend(sock_dir / "b.sock", versions=frozenset(backend_versions)) as fake:
+        await start_proxy(fake.socket, serve_versions="v1")
+        assert await status_of(sock_dir / "proxy.sock", BODIES[body](open_call(1, V1))) == "13"  # INTERNAL
+        assert fake.calls(V1) == fake.calls(A2) == []
+
+
+async def test_a_unary_call_whose_end_of_stream_comes_apart_is_served(sock_dir, start_proxy) -> None:
+    """One message, then END_STREAM in an empty DATA frame of its own: one request."""
+    async with FakeBackend(sock_dir / "b.sock", versions=frozenset({"v1"})) as fake:
+        await start_proxy(fake.socket)
+        call = open_call(1, V1) + frame(DATA, 0, 1, message(b"\x0a\x00")) + frame(DATA, END_STREAM, 1, b"")
+        assert await status_of(sock_dir / "proxy.sock", call) == "0"
+        assert [call.requests for call in fake.calls(V1)] == [[b"\x0a\x00"]]
