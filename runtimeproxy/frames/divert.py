@@ -119,7 +119,7 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
 
     try:
         await answer(call, conn.local, lambda: conn.client_frames.send, send_frames, send_data, conn.max_message,
-                     conn.table_update, unary=conn.routes.unary(call.path))
+                     conn.table_update)
     except asyncio.CancelledError:
         pass
     except Exception:
@@ -132,11 +132,13 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
 
 async def answer(
     call: Diverted, channel: aio.Channel, max_frame: Callable[[], int], send: Send, send_data: SendData,
-    max_message: int, table_update: Callable[[], bytes] = lambda: b"", *, unary: bool = False,
+    max_message: int, table_update: Callable[[], bytes] = lambda: b"",
 ) -> None:
     """Issue ``call`` on the proxy's own server and frame its answer back
     (``table_update``: what each of its header blocks starts with, see
-    FrameConnection.table_update)."""
+    FrameConnection.table_update). A unary call without its one request
+    message is the server's to answer too: INTERNAL if its method is served
+    (router._one_request), else the refusal, which no message count changes."""
     status, details, trailers = grpc.StatusCode.OK, "", ()
     started = False
 
@@ -151,10 +153,6 @@ async def answer(
         if len(call.body) <= max_message + 5
         else BadMessages("request too large", grpc.StatusCode.RESOURCE_EXHAUSTED)
     )
-    if not isinstance(messages, BadMessages) and unary and len(messages) != 1:
-        # As the hooked path and grpc-go answer it: grpc.aio's server would
-        # answer none, a call without its message hanging until the client's deadline.
-        messages = BadMessages(f"{len(messages)} request messages for a unary call")
     if isinstance(messages, BadMessages):
         status, details = messages.code, str(messages)
     else:
