@@ -130,6 +130,12 @@ class Backend:
         for the runtime it left (an idle channel reconnecting)."""
         self._reconnect_listeners.append(listener)
 
+    def unprobed(self) -> bool:
+        """Whether the runtime was lost (its connection failed, a probe failed,
+        or a new one answers) and is not probed again yet: what it serves is
+        not known, so its routing may be stale."""
+        return not self.connected
+
     def channel_for(self, service: str) -> aio.Channel:
         return self.image_channel if service == "ImageService" else self.runtime_channel
 

@@ -82,6 +82,24 @@ async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: s
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
+async def _pass_runtime_error(
+    context: aio.ServicerContext, err: aio.AioRpcError, path: str, unprobed: Callable[[], bool]
+) -> NoReturn:
+    """``pass_error``, but UNIMPLEMENTED from a runtime lost and not probed
+    again is UNAVAILABLE: a restarted runtime may no longer serve the CRI
+    version the call is routed in (the re-probe routes it anew), and kubelet
+    retries UNAVAILABLE. A probed runtime's UNIMPLEMENTED (a method it lacks)
+    is passed on as it is."""
+    if err.code() == grpc.StatusCode.UNIMPLEMENTED and unprobed():
+        log.info("call failed", extra={"method": path, "code": err.code().name, "error": err.details(),
+                                       "answered": "UNAVAILABLE, the runtime is not probed since it was lost"})
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"runtime-proxy: the runtime is not probed since it was lost, and answered UNIMPLEMENTED: {err.details()}",
+        )
+    await pass_error(context, err, path)
+
+
 # Set by a caller that must know when its unary backend call has been sent,
 # not just scheduled (the hook path releases a stop's per-object order then).
 # The relay calls it, in the task that makes the call, once grpc has written
@@ -136,7 +154,9 @@ class Relay(Protocol):
 class GrpcRelay:
     """Re-issues each call on a grpc.aio channel with identity (de)serializers."""
 
-    def __init__(self) -> None:
+    def __init__(self, unprobed: Callable[[], bool] = lambda: False) -> None:
+        """``unprobed``: whether the runtime was lost and is not probed again yet (Backend.unprobed)."""
+        self._unprobed = unprobed
         # Open backend streams, so that shutdown can end them instead of
         # waiting out the grace period on calls that never finish.
         self._streams: set[aio.Call] = set()
@@ -158,7 +178,7 @@ class GrpcRelay:
         async def answer() -> bytes:
             return await call
 
-        return await _unary_answer(call, answer(), path, context)
+        return await _unary_answer(call, answer(), path, context, self._unprobed)
 
     async def _unary_telling_sent(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
@@ -184,7 +204,7 @@ class GrpcRelay:
                 )
             return responses[0]
 
-        return await _unary_answer(call, answer(), path, context)
+        return await _unary_answer(call, answer(), path, context, self._unprobed)
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -219,7 +239,7 @@ class GrpcRelay:
         except aio.AioRpcError as err:
             if self._closing and err.code() == grpc.StatusCode.CANCELLED:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
-            await pass_error(context, err, path)
+            await _pass_runtime_error(context, err, path, self._unprobed)
         except asyncio.CancelledError:
             # end_streams cancelled the backend call (grpc.aio raises
             # CancelledError for a locally cancelled call): tell the client to
@@ -265,14 +285,15 @@ async def send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[byte
 
 
 async def _unary_answer(
-    call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext
+    call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext,
+    unprobed: Callable[[], bool],
 ) -> bytes:
     """The backend's one answer, with its metadata, or its status passed on."""
     try:
         response = await answer
     except aio.AioRpcError as err:
         await _pass_initial_metadata(call, context)
-        await pass_error(context, err, path)
+        await _pass_runtime_error(context, err, path, unprobed)
     except asyncio.CancelledError:
         call.cancel()  # the client went away: so does the backend call
         raise

@@ -3,7 +3,8 @@
 A call is relayed verbatim only when the grpc data path would itself relay
 it unchanged to the runtime socket: a version the backend serves natively, no
 stage (hooks, field checks) on the method or none with work for this call
-(``StageProvider.needed``), the runtime (not a separate image) backend. A
+(``StageProvider.needed``), the runtime (not a separate image) backend,
+and that runtime the one probed (not lost since: router.runtime_known). A
 unary call in a native version whose method has stages with work is *hooked*
 in place (hooked.py): the same stages, on the same backend connection.
 Everything else, health, refusals and translated versions included, is
@@ -109,7 +110,9 @@ class RouterRoutes:
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call hooked in place, or None."""
-        staged = self._hooked.get(path) if self._current() is not None else None
+        if self._current() is None or not self._router.runtime_known():
+            return None
+        staged = self._hooked.get(path)
         return None if staged is None else staged.stages
 
     def sends_unchanged(self, path: str) -> bool:
@@ -120,7 +123,7 @@ class RouterRoutes:
 
     def fast(self, path: str) -> bool:
         plan = self._current()
-        if plan is None:
+        if plan is None or not self._router.runtime_known():  # diverted: the router's relay judges its answer
             return False
         if path in self._fast:
             return True
