@@ -366,6 +366,8 @@ class BalloonsHook(BuiltinHook):
                     move.label, cpus, exc.code().name, exc.details(),
                     extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
                 )
+                async with self._lock:
+                    self._state.not_moved(move)
                 ok = False
                 continue
             async with self._lock:

@@ -42,6 +42,7 @@ class Move:
     label: str
     balloon: str
     cpuset: Cpuset
+    was: Cpuset | None  # what it was given before: what it still runs on if the move fails
 
 
 class Assignments:
@@ -69,8 +70,20 @@ class Assignments:
         for balloon, member in self.pool.members():
             target = self.target(member.key)
             if member.container_id and target != self.applied.get(member.key) and target != ("", ""):
-                out.append(Move(member.key, member.container_id, member.label, balloon.name, target))
+                out.append(Move(member.key, member.container_id, member.label, balloon.name, target, self.applied.get(member.key)))
         return out
+
+    def not_moved(self, move: Move) -> None:
+        """The runtime refused ``move``: the container still runs on what it had.
+        Through the proxy this hook's PreUpdateContainerResources took the move
+        for given before the runtime failed it; left so, no retry would move it."""
+        balloon = self.pool.balloon_of(move.key)
+        if balloon is None or balloon.members[move.key].container_id != move.container_id:
+            return  # gone, or another attempt of it now
+        if move.was is None:
+            self.applied.pop(move.key, None)
+        else:
+            self.applied[move.key] = move.was
 
     # -- changes ----------------------------------------------------------------------
 

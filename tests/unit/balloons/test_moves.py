@@ -1,0 +1,66 @@
+"""Moves of running containers whose balloon changed, when the runtime fails one.
+
+The hook moves a container through the proxy (runtimeEndpoint): the move's
+UpdateContainerResources passes this hook's PreUpdateContainerResources
+before the runtime is called, so the hook has answered the new cpuset
+before it can know whether the runtime applies it.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from hooks.balloons.server import BalloonsHook
+
+from .test_server import FakeRuntime, request, started
+
+
+class ProxiedRuntime(FakeRuntime):
+    """A move goes through the hook's PreUpdateContainerResources (as the proxy
+    sends it, with the container's spec shares), then reaches the runtime,
+    which fails it while ``fail_with`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: BalloonsHook | None = None
+        self.pod_of: dict[str, tuple[str, str]] = {}  # container id -> (pod uid, name)
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        assert self.hook is not None
+        uid, name = self.pod_of[container_id]
+        answer = await self.hook.pre_update_container_resources(request(uid, name, shares=1024, cid=container_id))
+        assert answer.container_resources.cpuset_cpus == cpus  # the proxy would send the hook's answer
+        await super().update_cpuset(container_id, cpus, mems)
+
+
+async def test_a_move_the_runtime_failed_is_retried(tmp_path) -> None:
+    runtime = ProxiedRuntime()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    runtime.hook = hook
+    runtime.pod_of = {"c-a": ("a", "app")}
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    runtime.fail_with = grpc.StatusCode.UNKNOWN  # e.g. runc failed the update
+    assert not await hook.apply_moves()
+    assert runtime.updates == []  # c-a still runs on "1"
+    runtime.fail_with = None
+    assert await hook.apply_moves()  # the retry, RETRY_DELAY later
+    assert runtime.updates == [("c-a", "1-2", "0")]
+    assert await hook.apply_moves() and len(runtime.updates) == 1  # and then it is done
+
+
+async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a_reload(tmp_path) -> None:
+    """First seen at its start (no answer applied): a failed move leaves it as it
+    was, not pinned, so a rebuild places it anew rather than from a cpuset it never had."""
+    runtime = ProxiedRuntime()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    runtime.hook = hook
+    runtime.pod_of = {"c-a": ("a", "app")}
+    await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a"))
+    runtime.fail_with = grpc.StatusCode.UNAVAILABLE
+    assert not await hook.apply_moves()
+    (restored,) = hook.state.restored()
+    assert restored.cpus == frozenset()
+    runtime.fail_with = None
+    assert await hook.apply_moves() and runtime.updates == [("c-a", "1", "0")]
