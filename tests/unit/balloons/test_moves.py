@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from hooks.balloons.server import BalloonsHook
+from hooks.balloons.topology import parse_cpuset
 
 from .test_server import FakeRuntime, request, started
 
@@ -64,3 +65,22 @@ async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a
     assert restored.cpus == frozenset()
     runtime.fail_with = None
     assert await hook.apply_moves() and runtime.updates == [("c-a", "1", "0")]
+
+
+async def test_a_neighbours_growth_moves_containers_off_the_idle_cpus_it_took(tmp_path) -> None:
+    """With shareIdleCPUsInSame a balloon's containers run on the idle CPUs too:
+    when another balloon takes some, they are moved off them, not left sharing."""
+    config = {
+        "reservedResources": {"cpu": "cpuset:0"},
+        "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2, "shareIdleCPUsInSame": "system"}],
+    }
+    hook, runtime = await started(tmp_path, config)
+    first = await hook.pre_create_container(request("a", "app", shares=1024))
+    assert first.container_resources.cpuset_cpus == "1-7"  # its CPU and the idle ones
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    second = await hook.pre_create_container(request("b", "app", shares=2048))  # a new balloon: two idle CPUs go
+    b_cpus = hook.state.pool.balloon_of(("b", "app")).cpus
+    assert second.container_resources.cpuset_cpus and len(b_cpus) == 2
+    assert await hook.apply_moves()
+    ((cid, cpus, _),) = runtime.updates
+    assert cid == "c-a" and not parse_cpuset(cpus) & b_cpus
