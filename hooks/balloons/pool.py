@@ -204,7 +204,7 @@ class Pool:
         return frozenset(cpus) if cpus else self.reserved
 
     def effective_mems(self, balloon: Balloon) -> frozenset[int]:
-        return self.topology.nodes_of(self.effective_cpus(balloon))
+        return self.topology.mems_of(self.effective_cpus(balloon))
 
     def describe(self, balloon: Balloon) -> str:
         return f'{balloon.name}{{cpus:"{format_cpuset(self.effective_cpus(balloon))}", mems:"{format_cpuset(self.effective_mems(balloon))}"}}'

@@ -61,6 +61,10 @@ class Cpu:
 @dataclass(frozen=True)
 class Topology:
     cpus: dict[int, Cpu]
+    # NUMA nodes with memory (sysfs "has_memory"); None: every node has some.
+    memory_nodes: frozenset[int] | None = None
+    # node -> {node: NUMA distance}, from each node's "distance" file
+    distances: dict[int, dict[int, int]] = field(default_factory=dict)
     # derived lookups, built once
     core_cpus: dict[int, frozenset[int]] = field(init=False, repr=False)
     node_cpus: dict[int, frozenset[int]] = field(init=False, repr=False)
@@ -86,6 +90,25 @@ class Topology:
 
     def nodes_of(self, cpus: Iterable[int]) -> frozenset[int]:
         return frozenset(self.cpus[c].node for c in cpus)
+
+    def mems_of(self, cpus: Iterable[int]) -> frozenset[int]:
+        """The memory nodes for a cpuset: its CPUs' nodes that have memory; for
+        CPUs on memory-less nodes only, the nearest nodes with memory (where the
+        kernel takes their memory from). A cpuset.mems naming a node without
+        memory is refused by the kernel (EINVAL), so the container would not start."""
+        nodes = self.nodes_of(cpus)
+        if self.memory_nodes is None or nodes <= self.memory_nodes:
+            return nodes
+        if nodes & self.memory_nodes or not self.memory_nodes:
+            return nodes & self.memory_nodes
+        nearest: set[int] = set()
+        for node in nodes:
+            known = {m: d for m, d in self.distances.get(node, {}).items() if m in self.memory_nodes}
+            if not known:
+                return self.memory_nodes  # no distances: any node with memory is as good
+            closest = min(known.values())
+            nearest.update(m for m, d in known.items() if d == closest)
+        return frozenset(nearest)
 
     @classmethod
     def synthetic(cls, packages: int, nodes_per_package: int, cores_per_node: int, threads: int) -> Topology:
@@ -114,6 +137,7 @@ class Topology:
                     node_of[cpu] = int(path.name[4:])
             except (OSError, ValueError) as exc:
                 raise TopologyError(f"cannot read {path / 'cpulist'}: {exc}") from exc
+        memory_nodes, distances = _read_memory_nodes(node_dir)
         core_ids: dict[tuple[int, int, int], int] = {}
         cpus: dict[int, Cpu] = {}
         for cpu_id in sorted(online):
@@ -129,7 +153,26 @@ class Topology:
             cpus[cpu_id] = Cpu(cpu_id, package=package, node=node_of.get(cpu_id, 0), core=core)
         if not cpus:
             raise TopologyError(f"no online CPUs under {base / 'cpu'}")
-        return cls(cpus)
+        return cls(cpus, memory_nodes, distances)
+
+
+def _read_memory_nodes(node_dir: Path) -> tuple[frozenset[int] | None, dict[int, dict[int, int]]]:
+    """Which NUMA nodes have memory, and the distances between nodes; (None, {})
+    where sysfs does not say (no NUMA support): every node then counts as having memory."""
+    try:
+        memory = parse_cpuset((node_dir / "has_memory").read_text())
+        online = sorted(parse_cpuset((node_dir / "online").read_text()))
+    except (OSError, ValueError):
+        return None, {}
+    distances: dict[int, dict[int, int]] = {}
+    for node in online:
+        try:  # one number per online node, in node order
+            row = [int(d) for d in (node_dir / f"node{node}" / "distance").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        if len(row) == len(online):
+            distances[node] = dict(zip(online, row, strict=True))
+    return memory, distances
 
 
 def write_synthetic_sysfs(root: Path, topology: Topology) -> None:
@@ -144,7 +187,13 @@ def write_synthetic_sysfs(root: Path, topology: Topology) -> None:
         (topo / "core_id").write_text(f"{cpu.core}\n")
         (topo / "die_id").write_text("0\n")
         (topo / "thread_siblings_list").write_text(format_cpuset(topology.siblings(cpu.id)) + "\n")
-    for node, members in topology.node_cpus.items():
+    nodes = sorted(set(topology.node_cpus) | (topology.memory_nodes or set()))
+    for node in nodes:
         path = base / "node" / f"node{node}"
         path.mkdir(parents=True, exist_ok=True)
-        (path / "cpulist").write_text(format_cpuset(members) + "\n")
+        (path / "cpulist").write_text(format_cpuset(topology.node_cpus.get(node, ())) + "\n")
+        row = topology.distances.get(node, {})
+        (path / "distance").write_text(" ".join(str(row.get(n, 10 if n == node else 20)) for n in nodes) + "\n")
+    (base / "node" / "online").write_text(format_cpuset(nodes) + "\n")
+    memory = topology.memory_nodes if topology.memory_nodes is not None else nodes
+    (base / "node" / "has_memory").write_text(format_cpuset(memory) + "\n")
