@@ -36,6 +36,7 @@ class BuiltinHook(HookServer):
     NAME: ClassVar[str]
     SUMMARY: ClassVar[str]  # one line, for ``hook list``
     HOOKS: ClassVar[tuple[HookType, ...]]  # the hook points it registers for
+    PRIORITY: ClassVar[int | None] = None  # registered with, without --priority (None: the proxy's default)
 
     @classmethod
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BuiltinHook:

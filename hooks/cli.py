@@ -74,6 +74,8 @@ class Registration:
 
     def write(self, hook: BuiltinHook) -> None:
         """Write (or replace a stale) registration naming ``hook``'s socket and hook points."""
+        if self.priority is None:
+            self.priority = hook.PRIORITY
         path = write_hook_config(
             self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority
         )
@@ -121,7 +123,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--hook-dir", type=PATH, default=DEFAULT_HOOK_DIR, show_default=True, help="Where the registration file NAME.json goes (the proxy's --hook-dir).")
 @click.option("--failure-policy", type=click.Choice([p.value for p in FailurePolicy]), default=FailurePolicy.IGNORE.value, show_default=True, help="What the proxy does when this hook fails.")
 @click.option("--timeout", callback=_timeout, help="Bound of one hook call, e.g. 500ms. [default: the proxy's]")
-@click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the proxy's]")
+@click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the hook's own (balloons: 100), else the proxy's]")
 @click.option("--config", "config_file", type=PATH, help="YAML settings of the hook. [default: none]")
 @click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
 @click.option("--event-loop", type=click.Choice(eventloop.EVENT_LOOPS), default="auto", show_default=True, help="auto: uvloop when installed, else asyncio's own.")

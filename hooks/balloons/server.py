@@ -83,6 +83,10 @@ class BalloonsHook(BuiltinHook):
         HookType.POST_STOP_CONTAINER,
         HookType.POST_STOP_POD_SANDBOX,
     )
+    # After the hooks at the default priority: a balloon is sized by the
+    # cpu_shares it is shown, which must be those the runtime applies (and
+    # later updates show), after e.g. batchresource's for BE pods.
+    PRIORITY = 100
 
     def __init__(
         self,
