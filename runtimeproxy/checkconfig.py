@@ -144,7 +144,32 @@ def _hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list
     servers = tuple(result.snapshot.servers.values())
     for server in servers:
         findings += _suspicious(directory / server.name, server)
+    findings += _balloons_order(directory, servers)
     return servers, findings
+
+
+BALLOONS_FILE = "balloons.json"  # what ``hook run balloons`` writes
+SIZING_HOOKS = (HookType.PRE_CREATE_CONTAINER, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
+
+
+def _balloons_order(directory: Path, servers: Iterable[HookServerConfig]) -> Iterable[Finding]:
+    """balloons sizes a container by the cpu_shares it is shown: a server called
+    after it at the same hook point may set others (batchresource, koordlet for
+    BE pods), which the container's later updates show it (docs/hook-balloons.md)."""
+    by_name = {s.name: s for s in servers}
+    balloons = by_name.get(BALLOONS_FILE)
+    if balloons is None:
+        return
+    later = sorted(
+        s.name for s in by_name.values()
+        if s.sort_key > balloons.sort_key and any(h in s.hooks and h in balloons.hooks for h in SIZING_HOOKS)
+    )
+    if later:
+        yield Finding(
+            Severity.WARNING, directory / BALLOONS_FILE,
+            f"called before {', '.join(later)}, whose cpu_shares it would not see: balloons are sized by the "
+            f"shares shown, so one may grow at a container's first update; give it a higher priority",
+        )
 
 
 def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:

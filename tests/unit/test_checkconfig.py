@@ -382,3 +382,16 @@ def test_finding_text_names_file_and_line() -> None:
     finding = Finding(Severity.ERROR, Path("/etc/c.yaml"), "bad", 4)
     assert str(finding) == "error: /etc/c.yaml:4: bad"
     assert str(Finding(Severity.WARNING, Path("/d"), "odd")) == "warning: /d: odd"
+
+
+def test_balloons_called_before_another_container_hook_is_a_warning(tmp_path: Path, live: Path, hook_dir: Path) -> None:
+    """balloons sizes by the cpu_shares it is shown; batchresource after it sets others."""
+    hooks = {"runtime-hooks": ["PreCreateContainer", "PreUpdateContainerResources"]}
+    hook_file(hook_dir, "balloons.json", valid_hook(live, **hooks))
+    hook_file(hook_dir, "batchresource.json", valid_hook(live, **hooks))
+    hook_file(hook_dir, "pods.json", valid_hook(live, **{"runtime-hooks": ["PreRunPodSandbox"]}))  # no container hook
+    (finding,) = check(good_config(tmp_path, live, hook_dir)).findings
+    assert finding.severity is Severity.WARNING and finding.subject == hook_dir / "balloons.json"
+    assert "called before batchresource.json" in finding.reason
+    hook_file(hook_dir, "balloons.json", valid_hook(live, priority=100, **hooks))  # as `hook run balloons` writes it
+    assert check(good_config(tmp_path, live, hook_dir)).findings == ()
