@@ -46,7 +46,7 @@ _MAX_IDS = 1 << 16
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the node has: online CPU and memory-node ids."""
+    """What the node has: online CPU ids and the ids of nodes with memory."""
 
     online_cpus: frozenset[int]
     online_mems: frozenset[int]
@@ -72,9 +72,12 @@ def parse_id_list(text: str) -> frozenset[int]:
 def read_node_facts(root: Path = Path("/")) -> NodeFacts:
     """This node's facts, from /sys under ``root``."""
     cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
-    nodes = root / "sys/devices/system/node/online"
+    node_dir = root / "sys/devices/system/node"
+    # The nodes with memory: the kernel refuses a cpuset.mems naming an online
+    # node without (EINVAL). Older kernels lack has_memory: the online nodes.
     # Without NUMA support there is no node directory, and memory node 0 is the only one.
-    mems = parse_id_list(nodes.read_text()) if nodes.exists() else frozenset({0})
+    nodes = next((p for p in (node_dir / "has_memory", node_dir / "online") if p.exists()), None)
+    mems = parse_id_list(nodes.read_text()) if nodes is not None else frozenset({0})
     return NodeFacts(online_cpus=cpus, online_mems=mems)
 
 

@@ -101,6 +101,16 @@ def test_read_node_facts_from_sys_and_proc(tmp_path: Path) -> None:
     assert read_node_facts(root) == NodeFacts(frozenset({0, 1, 2, 3, 4, 5, 7}), frozenset({0, 1}))
 
 
+def test_memory_nodes_are_the_nodes_with_memory_not_every_online_one(tmp_path: Path) -> None:
+    """Node 1 has CPUs and no memory: the kernel refuses it in cpuset.mems."""
+    root = fake_root(tmp_path, cpus="0-3\n", nodes="0-1\n")
+    (root / "sys/devices/system/node/has_memory").write_text("0\n")
+    node = read_node_facts(root)
+    assert node.online_mems == frozenset({0})
+    reasons = invalid_resources(hookapi.LinuxContainerResources(cpuset_cpus="2", cpuset_mems="1"), node)
+    assert reasons and "cpuset_mems" in reasons[0]
+
+
 def test_without_numa_memory_node_0_is_the_only_one(tmp_path: Path) -> None:
     root = fake_root(tmp_path, cpus="0\n", nodes=None)
     assert read_node_facts(root).online_mems == frozenset({0})
