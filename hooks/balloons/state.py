@@ -183,8 +183,14 @@ class Assignments:
             if live is None:
                 if now - self.placed_at.get(member.key, 0.0) > grace:
                     self.release(member.key, why="the runtime does not list it")
-            elif member.container_id != live.container_id:
+            else:
                 member.container_id = live.container_id
+                # What it runs on, as the runtime says: an answer the proxy dropped
+                # (a timeout under Ignore) or a failed move leaves it elsewhere
+                # than it was given; recorded so, moves() moves it again.
+                running = (format_cpuset(live.cpus) if self.config.pin_cpu else "", live.mems if self.config.pin_memory else "")
+                if member.key in self.applied and self.applied[member.key] != running:
+                    self.applied[member.key] = running
         for key, live in found.items():
             if self.pool.balloon_of(key) is None:
                 member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import grpc
 
+from hooks.balloons.config import PodContext
+from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import parse_cpuset
 
@@ -84,3 +86,21 @@ async def test_a_neighbours_growth_moves_containers_off_the_idle_cpus_it_took(tm
     assert await hook.apply_moves()
     ((cid, cpus, _),) = runtime.updates
     assert cid == "c-a" and not parse_cpuset(cpus) & b_cpus
+
+
+async def test_reconcile_moves_a_container_the_runtime_runs_elsewhere_than_it_was_given(tmp_path) -> None:
+    """Its answer was dropped on the way (a timeout under the Ignore policy: kubelet's
+    update went through with kubelet's cpuset), so the hook's record of what it gave is wrong."""
+    hook, runtime = await started(tmp_path)
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    answer = await hook.pre_update_container_resources(request("a", "app", shares=0, cid="c-a"))
+    assert answer.container_resources.cpuset_cpus == "1"
+    assert await hook.apply_moves() and runtime.updates == []  # as far as the hook knows, it runs on 1
+    runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", parse_cpuset("0-7"), "0", 1024)]
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1", "0")]
+    runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", parse_cpuset("1"), "0", 1024)]
+    await hook.reconcile()
+    assert await hook.apply_moves() and len(runtime.updates) == 1  # where it should be: nothing to do
