@@ -5,9 +5,11 @@ it, register it in the hook directory, run its background work beside it, and
 on SIGTERM/SIGINT take the registration away *before* the server stops, so
 the proxy stops calling a server that is about to go.
 
-Exit codes: 0 after an orderly stop; 1 when the server cannot serve or its
-background work failed; 2 when the hook or its settings are wrong (an unknown
-name, a bad config, a socket path nothing can listen at), which no restart can cure.
+Exit codes: 0 after an orderly stop; 1 when the server cannot serve (its
+socket in use, its directory read-only or not writable for now) or its
+background work failed, which a restart may cure; 2 when the hook or its
+settings are wrong (an unknown name, a bad config, a socket path nothing can
+listen at), which no restart can cure.
 """
 
 from __future__ import annotations

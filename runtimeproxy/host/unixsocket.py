@@ -70,6 +70,19 @@ class UnusablePath(UnixSocketError):
     will not help, unlike a socket another process serves."""
 
 
+# The errnos of a failed mkdir or lstat that say what the path itself is (a
+# file in the way, a name the kernel refuses). Any other (EACCES, EROFS,
+# EPERM, ENOSPC...) is the system's state at that moment, which a restart may
+# find changed: at boot /run may still be read-only, or a directory another
+# unit makes may not have its owner or mode yet.
+_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def _path_error(message: str, exc: OSError) -> UnixSocketError:
+    kind = UnusablePath if exc.errno in _PATH_ERRNOS else UnixSocketError
+    return kind(f"{message}: {exc.strerror or exc}")
+
+
 @dataclass(frozen=True)
 class SocketIdentity:
     """Which file a socket path pointed to when we bound it (``of`` right after bind)."""
@@ -126,7 +139,7 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # EEXIST or ENOTDIR (a file in the way), EROFS, EACCES
         _check_directory(path)  # names the file in the way, when that is the cause
-        raise UnusablePath(f"cannot create the directory of {path}: {exc.strerror or exc}") from exc
+        raise _path_error(f"cannot create the directory of {path}", exc) from exc
     st = _lstat(path)
     if st is None:
         return
@@ -172,7 +185,7 @@ def _lstat(path: Path) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise UnusablePath(f"cannot inspect {path}: {exc.strerror or exc}") from exc
+        raise _path_error(f"cannot inspect {path}", exc) from exc
 
 
 def _refuse_non_socket(path: Path, st: os.stat_result) -> None:

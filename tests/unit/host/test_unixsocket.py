@@ -128,9 +128,28 @@ def test_a_file_in_the_way_of_the_directory_is_refused_naming_it(sock_dir: Path,
 
 
 def test_a_directory_that_cannot_be_made_is_refused_without_a_raw_oserror(sock_dir: Path) -> None:
-    # EROFS and EACCES come to the same place (root cannot get EACCES here).
-    with pytest.raises(unixsocket.UnusablePath, match="cannot create the directory of /proc/runtime-proxy/s.sock: "):
+    with pytest.raises(unixsocket.UnixSocketError, match="cannot create the directory of /proc/runtime-proxy/s.sock: "):
         unixsocket.prepare(Path("/proc/runtime-proxy/s.sock"))
+
+
+@pytest.mark.parametrize(
+    ("err", "for_good"),
+    [(errno.EROFS, False), (errno.EACCES, False), (errno.EPERM, False), (errno.ENOSPC, False),
+     (errno.ENAMETOOLONG, True), (errno.ELOOP, True)],
+    ids=lambda value: errno.errorcode[value] if isinstance(value, int) and not isinstance(value, bool) else str(value),
+)
+def test_only_a_directory_refused_for_what_the_path_is_is_unusable_for_good(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, err: int, for_good: bool
+) -> None:
+    # A read-only /run early at boot, a directory another unit has not given
+    # its mode yet: a restart may succeed (hook run exits 1 for those, 2 for UnusablePath).
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(unixsocket.UnixSocketError, match=f": {os.strerror(err)}$") as raised:
+        unixsocket.prepare(sock_dir / "sub" / "s.sock")
+    assert isinstance(raised.value, unixsocket.UnusablePath) is for_good
 
 
 def test_a_symlink_to_a_socket_is_refused_and_kept(sock_dir: Path) -> None:
