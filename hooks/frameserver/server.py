@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
+from runtimeproxy.host.acceptor import bound_socket
+
 from .calls import Limits, Route
 from .connection import Connection
 
@@ -25,7 +27,14 @@ class FrameServer:
     async def start(self, path: Path) -> None:
         """Listen on ``path`` (the caller has prepared it: see ``unixsocket.prepare``)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._connection, str(path))
+        # Bound here: asyncio's own bind first removes any socket at the path,
+        # a live one bound there since the caller's prepare too; this one fails EADDRINUSE.
+        sock = bound_socket(str(path))
+        try:
+            self._server = await loop.create_unix_server(self._connection, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     def _connection(self) -> Connection:
         conn = Connection(self._routes, self._limits, self._lost)

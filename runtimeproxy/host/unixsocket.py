@@ -9,6 +9,10 @@ is refused too, naming the errno: unlinking a live socket silently cuts its
 server off from every new client. :func:`check_bindable` applies the rules
 that need no connect, changing nothing (``check-config``).
 
+A bind that would itself replace a socket (grpc's) binds at
+:func:`staging_path` and is given its name by :func:`link_into_place`, which
+fails where someone bound the path since :func:`prepare`, as a plain bind does.
+
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.
 """
@@ -149,6 +153,27 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     # Unlink only the socket we found stale, not one bound there meanwhile.
     if remove_own(path, SocketIdentity(st.st_dev, st.st_ino)):
         log.info("removed stale socket", extra={"path": str(path)})
+
+
+def staging_path(path: Path) -> Path:
+    """Where a bind that would replace what is at its path (grpc's unlinks
+    first) goes instead, before :func:`link_into_place`: beside ``path``, so
+    on its filesystem."""
+    return path.parent / f".{os.getpid()}.sock"
+
+
+def link_into_place(staged: Path, path: Path) -> None:
+    """Give the socket bound at ``staged`` the name ``path``, then drop
+    ``staged``. link(2) never replaces: a socket another process bound at
+    ``path`` since :func:`prepare` keeps it, and this fails EADDRINUSE as a
+    plain bind would."""
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE), str(path)) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()
 
 
 def check_bindable(path: Path) -> None:

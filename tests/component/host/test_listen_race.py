@@ -1,0 +1,72 @@
+"""Two proxies (or hook servers) starting on one socket path: the one that binds
+second fails in one line and leaves the first's socket alone, on both data
+paths (transports). The race
+is between the stale-socket check (unixsocket.prepare) and the bind: a
+second proxy can find the path free and another bind it right after."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from hooks.sdk import TRANSPORTS, HookServer, HookServerError
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.cripath import server
+from runtimeproxy.cripath.server import ListenError, Proxy
+from runtimeproxy.host import unixsocket
+
+from ..fakes import FakeBackend
+
+
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_proxy_that_loses_the_bind_race_fails_and_leaves_the_winners_socket(
+    fake: FakeBackend, sock_dir: Path, monkeypatch: pytest.MonkeyPatch, data_path: str
+) -> None:
+    listen = sock_dir / "proxy.sock"
+    winner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    prepare = server.prepare_socket_path
+
+    def first_binds_meanwhile(path: Path) -> None:
+        prepare(path)  # finds the path free...
+        if path != listen:
+            return  # (the grpc path's staging name, see unixsocket.staging_path)
+        winner.bind(str(path))  # ...and the first proxy binds it just then
+        winner.listen()
+        winner.settimeout(5)  # the accept below fails, rather than hangs, if the client reached another socket
+
+    monkeypatch.setattr(server, "prepare_socket_path", first_binds_meanwhile)
+    with winner:
+        proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
+        with pytest.raises(ListenError, match=f"^cannot listen on {listen}: Address already in use$"):
+            await proxy.start()
+        # The winner's socket is still at the path, and still the one clients reach.
+        assert unixsocket.SocketIdentity.of(listen) == unixsocket.SocketIdentity.of(Path(winner.getsockname()))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(listen))
+            accepted, _ = winner.accept()
+            accepted.close()
+    assert sorted(p.name for p in sock_dir.iterdir()) == ["backend.sock", "proxy.sock"]  # nothing left behind
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_hook_server_that_loses_the_bind_race_fails_and_leaves_the_winners_socket(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    path = sock_dir / "hook.sock"
+    winner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    prepare = unixsocket.prepare
+
+    def first_binds_meanwhile(at: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> None:
+        prepare(at, timeout)
+        if at == path:
+            winner.bind(str(at))
+            winner.listen()
+
+    monkeypatch.setattr(unixsocket, "prepare", first_binds_meanwhile)
+    with winner:
+        with pytest.raises(HookServerError, match=f"^cannot listen on {path}: Address already in use$"):
+            await HookServer(path, transport=transport).start()
+        assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(winner.getsockname()))
+    assert sorted(p.name for p in sock_dir.iterdir()) == ["hook.sock"]
