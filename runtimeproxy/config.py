@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
+import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +105,33 @@ def parse_host_port(address: str, setting: str = "metrics-listen") -> tuple[str,
         host = host[1:-1]
     elif ":" in host:  # an IPv6 address unbracketed: where it ends is a guess
         raise ConfigError(f"{setting} {address!r}: an IPv6 address goes in brackets, [ADDR]:PORT", key=key)
+    if host and not _may_be_host(host):
+        raise ConfigError(
+            f"{setting} {address!r}: {host!r} is not an IP address or a host name (0.0.0.0 or [::] for every address)",
+            key=key,
+        )
     return host or "127.0.0.1", int(port)
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_-]{1,63}")  # RFC 1123's, and _ as /etc/hosts may have it
+
+
+def _may_be_host(host: str) -> bool:
+    """Whether ``host`` could be bound, as far as its spelling tells: only
+    resolving tells the rest, which serve does as it binds (metrics.py)."""
+    if re.fullmatch(r"[0-9.]+", host):  # no resolver knows such a name: an IPv4 address or nothing
+        try:
+            socket.inet_aton(host)  # the forms getaddrinfo reads (127.1 too)
+        except OSError:
+            return False
+        return True
+    try:
+        ipaddress.IPv6Address(host)  # [fe80::1%eth0] too
+        return True
+    except ValueError:
+        pass
+    labels = host.removesuffix(".").split(".")
+    return len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
 
 
 def _seconds(value: Any, positive: bool) -> bool:

@@ -90,7 +90,8 @@ class Metrics:
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:  # a host that does not resolve, a port in use: the setting's fault
-            raise ConfigError(f"metrics-listen {address!r}: cannot serve there: {exc}", key="metrics_listen") from exc
+            reason = exc.strerror or exc  # "Address already in use", "Name or service not known"
+            raise ConfigError(f"metrics-listen {address!r}: cannot serve there: {reason}", key="metrics_listen") from exc
         log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
 
         def shut_down() -> None:

@@ -13,3 +13,12 @@ SERVE_CRASHERS = [
     ("max-concurrent-streams: 4294967296\n", "max-concurrent-streams 4294967296: expected a positive number, at most 2147483647"),
     ("max-recv-message-bytes: 2147483648\n", "max-recv-message-bytes 2147483648: expected a positive number of bytes, at most"),
 ]
+
+# Metrics hosts no resolver knows, by their spelling alone: check-config passed
+# them, and serve found them only at the metrics bind, with the proxy half started.
+BAD_METRICS_HOSTS = [
+    ('metrics-listen: "bad host!:9464"\n', "metrics-listen 'bad host!:9464': 'bad host!' is not an IP address or a host name"),
+    ('metrics-listen: "999.0.0.1:9464"\n', "metrics-listen '999.0.0.1:9464': '999.0.0.1' is not an IP address or a host name"),
+    ('metrics-listen: "*:9464"\n', "metrics-listen '*:9464': '*' is not an IP address or a host name (0.0.0.0 or [::]"),
+    ('metrics-listen: "[a b]:9464"\n', "metrics-listen '[a b]:9464': 'a b' is not an IP address or a host name"),
+]

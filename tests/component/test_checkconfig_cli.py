@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..configcases import SERVE_CRASHERS
+from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,10 +135,11 @@ def serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(("text", "reason"), SERVE_CRASHERS)
+@pytest.mark.parametrize(("text", "reason"), SERVE_CRASHERS + BAD_METRICS_HOSTS)
 def test_what_serve_cannot_run_with_fails_both_the_same_way(node: Path, text: str, reason: str) -> None:
     """Each of these once passed check-config (0 errors), then serve died
-    with a traceback (or, for the grace period, would never stop in time)."""
+    with a traceback (or, for the grace period, would never stop in time;
+    for a metrics host, failed only once half started)."""
     config = node / "bad.yaml"
     config.write_text(f"listen: {node / 'proxy.sock'}\n{text}")
     checked = check_config("--config", config, "--hook-dir", node / "hookserver.d")

@@ -17,7 +17,7 @@ from runtimeproxy.checkconfig import Finding, Severity, check
 from runtimeproxy.config import ConfigError, load
 from runtimeproxy.hookpath.points import HookType
 
-from ..configcases import SERVE_CRASHERS
+from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_bad_values_are_errors_with_their_line(tmp_path: Path, text: str, line: 
     assert fragment in finding.reason
 
 
-@pytest.mark.parametrize(("text", "fragment"), SERVE_CRASHERS)
+@pytest.mark.parametrize(("text", "fragment"), SERVE_CRASHERS + BAD_METRICS_HOSTS)
 def test_what_serve_cannot_run_with_is_an_error_as_serve_reports_it(
     tmp_path: Path, hook_dir: Path, text: str, fragment: str
 ) -> None:

@@ -113,6 +113,11 @@ def test_values_serve_cannot_run_with_are_errors_naming_key_and_line(tmp_path: P
         ('metrics-listen: "0.0.0.0:9464"\n', "metrics_listen", "0.0.0.0:9464"),
         ('metrics-listen: ":9464"\n', "metrics_listen", ":9464"),
         ('metrics-listen: "[::1]:9464"\n', "metrics_listen", "[::1]:9464"),
+        # Spellings getaddrinfo reads, kept: a name (one /etc/hosts may hold), 127.1, a link-local scope.
+        ('metrics-listen: "node-1.example.:9464"\n', "metrics_listen", "node-1.example.:9464"),
+        ('metrics-listen: "my_host:9464"\n', "metrics_listen", "my_host:9464"),
+        ('metrics-listen: "127.1:9464"\n', "metrics_listen", "127.1:9464"),
+        ('metrics-listen: "[fe80::1%eth0]:9464"\n', "metrics_listen", "[fe80::1%eth0]:9464"),
         ('metrics-listen: "9464"\n', "metrics_listen", "9464"),  # a bare port: 127.0.0.1, as before
         ('metrics-listen: ""\n', "metrics_listen", None),  # off, as for `runtime-proxy nri`
         ("metrics-listen: null\n", "metrics_listen", None),
@@ -353,6 +358,7 @@ def test_serve_refuses_what_serve_cannot_run_with_in_one_line(
     [
         (["--metrics-listen", "localhost"], "metrics-listen 'localhost': expected HOST:PORT"),
         (["--metrics-listen", "127.0.0.1:99999"], "metrics-listen '127.0.0.1:99999': expected HOST:PORT"),
+        (["--metrics-listen", "no such host:9464"], "metrics-listen 'no such host:9464': 'no such host' is not an IP address"),
         (["--grace-period", "inf"], "grace-period inf: expected a number of seconds"),
         (["--grace-period", "nan"], "grace-period nan: expected a number of seconds"),
     ],

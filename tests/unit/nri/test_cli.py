@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from runtimeproxy import cli
 
 
-@pytest.mark.parametrize("address", ["localhost", "::1:9464", "host:70000", "host:"])
+@pytest.mark.parametrize("address", ["localhost", "::1:9464", "host:70000", "host:", "*:9464"])
 def test_a_bad_metrics_address_is_one_clear_line(tmp_path: Path, address: str) -> None:
     result = CliRunner().invoke(
         cli.main, ["nri", "--hook-dir", str(tmp_path), "--nri-socket", str(tmp_path / "nri.sock"), "--metrics-listen", address]
