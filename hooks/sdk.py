@@ -257,8 +257,9 @@ class HookServer:
     async def _start_grpc(self, path: Path) -> grpc.aio.Server:
         server = grpc.aio.server(options=self._options)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(self)),))
-        # grpc unlinks whatever is at the path it binds, a live socket bound
-        # there since start's prepare too: it binds beside it and is linked into place.
+        # grpc unlinks whatever is at the path it binds (a live socket bound
+        # since start's prepare too) and again as it stops: it binds beside
+        # the path, is linked into place, and that name is removed at once.
         staged = unixsocket.staging_path(path)
         try:
             unixsocket.prepare(staged)  # what a crashed process of this pid left

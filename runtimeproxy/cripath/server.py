@@ -158,9 +158,10 @@ class Proxy:
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
 
     async def _start_grpc(self, path: Path) -> None:
-        # grpc unlinks whatever is at the path it binds, so a live socket
-        # another proxy bound since prepare_socket_path too: it binds a name
-        # of its own beside it, linked into place, which never replaces.
+        # grpc unlinks whatever is at the path it binds (a live socket another
+        # proxy bound since prepare_socket_path too), and again as it stops (a
+        # newer proxy's by then): it binds a name of its own beside the path,
+        # linked into place (which never replaces) and removed at once.
         staged = unixsocket.staging_path(path)
         prepare_socket_path(staged)  # what a crashed process of this pid left
         with unixsocket.socket_umask():

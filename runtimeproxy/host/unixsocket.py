@@ -9,9 +9,10 @@ is refused too, naming the errno: unlinking a live socket silently cuts its
 server off from every new client. :func:`check_bindable` applies the rules
 that need no connect, changing nothing (``check-config``).
 
-A bind that would itself replace a socket (grpc's) binds at
-:func:`staging_path` and is given its name by :func:`link_into_place`, which
-fails where someone bound the path since :func:`prepare`, as a plain bind does.
+A bind that would itself replace a socket (grpc's, which also unlinks its
+path as it stops) binds at :func:`staging_path` and is given its name by
+:func:`link_into_place`, which fails where someone bound the path since
+:func:`prepare`, as a plain bind does.
 
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.

@@ -70,3 +70,30 @@ async def test_a_hook_server_that_loses_the_bind_race_fails_and_leaves_the_winne
             await HookServer(path, transport=transport).start()
         assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(winner.getsockname()))
     assert sorted(p.name for p in sock_dir.iterdir()) == ["hook.sock"]
+
+
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_proxy_that_stops_leaves_a_newer_proxys_socket(fake: FakeBackend, sock_dir: Path, data_path: str) -> None:
+    # grpc unlinks the path it bound as it stops, whoever's socket is there by then.
+    listen = sock_dir / "proxy.sock"
+    proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
+    await proxy.start()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as newer:
+        listen.unlink()  # a newer instance took the path over (its stale check met an old proxy stuck)
+        newer.bind(str(listen))
+        newer.listen()
+        await proxy.stop(0)
+        assert unixsocket.SocketIdentity.of(listen) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_hook_server_that_stops_leaves_a_newer_servers_socket(sock_dir: Path, transport: str) -> None:
+    path = sock_dir / "hook.sock"
+    server = HookServer(path, transport=transport)
+    await server.start()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as newer:
+        path.unlink()
+        newer.bind(str(path))
+        newer.listen()
+        await server.stop(0)
+        assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
