@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ...prerequisites import fail_or_skip
 from .conftest import REPO
 
 # Each runs `hook run` with the rest of the command line ("$@") where the
@@ -41,7 +42,7 @@ async def test_a_socket_directory_refused_for_now_exits_1_in_one_line(case: str,
     parent = sock_dir / "run"
     parent.mkdir(mode=0o555)
     if not _usable(prefix, parent):
-        pytest.skip(f"{prefix[0]} cannot set up the refusal here")
+        fail_or_skip(f"{prefix[0]} cannot set up the refusal here")
     sock, hook_dir = parent / "hooks" / "h.sock", sock_dir / "hooks.d"
     process = await asyncio.create_subprocess_exec(
         *prefix, str(parent), sys.executable, "-m", "runtimeproxy", "hook", "run", "noop",
