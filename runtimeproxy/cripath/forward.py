@@ -89,7 +89,8 @@ async def _pass_runtime_error(
     again is UNAVAILABLE: a restarted runtime may no longer serve the CRI
     version the call is routed in (the re-probe routes it anew), and kubelet
     retries UNAVAILABLE. A probed runtime's UNIMPLEMENTED (a method it lacks)
-    is passed on as it is."""
+    is passed on as it is. Only calls this relay re-issues: on the frames
+    path a call relayed verbatim gets the runtime's own answer (routes.py)."""
     if err.code() == grpc.StatusCode.UNIMPLEMENTED and unprobed():
         log.info("call failed", extra={"method": path, "code": err.code().name, "error": err.details(),
                                        "answered": "UNAVAILABLE, the runtime is not probed since it was lost"})

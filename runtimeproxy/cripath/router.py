@@ -123,12 +123,6 @@ class Router(grpc.GenericRpcHandler):
     def calls(self) -> CallSink | None:
         return self._calls
 
-    def runtime_known(self) -> bool:
-        """Whether the runtime is the one probed (not lost since): else the
-        frames path hands every call to the router (GrpcRelay then answers
-        such a runtime's UNIMPLEMENTED UNAVAILABLE, forward.py)."""
-        return not self._backend.unprobed()
-
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if self._held is not None:

@@ -3,13 +3,19 @@
 A call is relayed verbatim only when the grpc data path would itself relay
 it unchanged to the runtime socket: a version the backend serves natively, no
 stage (hooks, field checks) on the method or none with work for this call
-(``StageProvider.needed``), the runtime (not a separate image) backend,
-and that runtime the one probed (not lost since: router.runtime_known). A
+(``StageProvider.needed``), the runtime (not a separate image) backend. A
 unary call in a native version whose method has stages with work is *hooked*
 in place (hooked.py): the same stages, on the same backend connection.
 Everything else, health, refusals and translated versions included, is
 diverted to the proxy's own grpc.aio server, so it behaves exactly as on the
 grpc path.
+
+The routes stay while the runtime is lost and not probed again: its calls
+are relayed on each connection's fresh runtime connection as before, served
+as soon as it listens. The router's channel may sit in its reconnect backoff
+then (UNAVAILABLE at once, up to 2.4 s), and a relayed call's UNIMPLEMENTED
+(a version the restarted runtime dropped) cannot be rewritten here anyway:
+its trailers are HPACK-coded for the client's decoder as they are.
 """
 
 from __future__ import annotations
@@ -110,9 +116,7 @@ class RouterRoutes:
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
         """The stages of a call hooked in place, or None."""
-        if self._current() is None or not self._router.runtime_known():
-            return None
-        staged = self._hooked.get(path)
+        staged = self._hooked.get(path) if self._current() is not None else None
         return None if staged is None else staged.stages
 
     def sends_unchanged(self, path: str) -> bool:
@@ -123,7 +127,7 @@ class RouterRoutes:
 
     def fast(self, path: str) -> bool:
         plan = self._current()
-        if plan is None or not self._router.runtime_known():  # diverted: the router's relay judges its answer
+        if plan is None:
             return False
         if path in self._fast:
             return True
