@@ -273,11 +273,11 @@ class ClientSide:
         conn.mark_ended(sid)
 
     def _new_stream(self, sid: int) -> None:
-        """HEADERS on ``sid``: refused on a stream a client cannot open, or one used and ended."""
+        """HEADERS on ``sid``: refused on a stream a client cannot open, or one it opened (self.opened) and ended."""
         if sid == 0 or sid % 2 == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
         conn = self.conn
-        if sid <= conn.last_stream and sid not in conn.relayed and sid not in conn.diverted and sid not in conn.hooked:
+        if sid <= self.opened and sid not in conn.relayed and sid not in conn.diverted and sid not in conn.hooked:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
 
     def _client_settings(self, values: dict[int, int]) -> None:

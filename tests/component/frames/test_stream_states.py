@@ -50,6 +50,59 @@ async def test_a_late_frame_on_a_stream_refused_after_the_runtimes_goaway_is_ign
         assert _errors(await pair.pinged(b"pingpon2")) == []  # the connection goes on
 
 
+async def _to_the_end_or(peer: rawh2.RawPeer, kind: int, sid: int) -> list[tuple[int, int, int, bytes]]:
+    """What ``peer`` reads up to the connection's end, or up to a frame
+    ``kind`` on ``sid`` (the connection went on: fails at once). Nothing is
+    written meanwhile: data unread at a close would reset the connection,
+    and the frames read before it with it."""
+    seen = []
+    while (f := await peer.read()) is not None:
+        seen.append(f)
+        if f[0] == kind and f[2] == sid:
+            break
+    return seen
+
+
+@pytest.mark.parametrize("again", [3, 7], ids=["a-lower-id", "the-refused-id"])
+async def test_a_stream_id_not_above_one_refused_after_the_runtimes_goaway_is_a_protocol_error(
+    sock_dir: Path, again: int
+) -> None:
+    """RFC 9113 5.1.1: a client's new stream id must exceed every one it
+    opened, refused ones too, although the GOAWAY's last stream id stays put
+    once one went."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.runtime.writer.write(fr.goaway(0, ErrorCode.NO_ERROR))
+        await pair.client.until(rawh2.GOAWAY)
+        pair.client.writer.write(pair.request(7, RELAYED, body=None, end=False))
+        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
+        pair.client.writer.write(pair.request(again, RELAYED, body=None, end=False))
+        seen = await _to_the_end_or(pair.client, rawh2.RST_STREAM, again)
+        assert _errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
+
+
+async def test_a_lower_stream_id_after_the_runtimes_goaway_never_reaches_the_runtime(sock_dir: Path) -> None:
+    """A refused stream's HEADERS still go on to the runtime (for its HPACK
+    decoder); a lower id after it would be a connection error there too
+    (grpc-go: 'received an illegal stream id'), so it never goes: the relay
+    ends the connection itself, the call in flight with it."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))  # in flight, below the GOAWAY's id
+        await pair.runtime.until(rawh2.HEADERS, 1)
+        pair.runtime.writer.write(fr.goaway(1, ErrorCode.NO_ERROR))
+        await pair.client.until(rawh2.GOAWAY)
+        pair.client.writer.write(pair.request(7, RELAYED, body=None, end=False))
+        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
+        pair.client.writer.write(pair.request(3, RELAYED, body=None, end=False))
+        runtime_saw = await _to_the_end_or(pair.runtime, rawh2.HEADERS, 3)
+        assert [sid for kind, _, sid, _ in runtime_saw if kind == rawh2.HEADERS] == [7]  # (1 was read above)
+        client_saw = await _to_the_end_or(pair.client, rawh2.RST_STREAM, 3)
+        assert _errors(client_saw) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
+        goaway = client_saw[-1][3]
+        assert struct.unpack(">I", goaway[:4])[0] == 1  # the call in flight may have been processed
+
+
 @pytest.mark.parametrize("interloper", ["data", "data-other-stream", "headers-other-stream", "ping", "rst"])
 async def test_a_frame_inside_the_runtimes_open_header_block_ends_the_connection(
     sock_dir: Path, interloper: str
