@@ -5,7 +5,7 @@ there at PreUpdateContainerResources (kubelet's CPU manager or a resize
 cannot move it out); PreStartContainer tells the hook the container's id,
 PostStopContainer and PostStopPodSandbox release it. When a balloon's CPUs
 change, the containers already in it are moved with UpdateContainerResources
-on the runtime endpoint (see :mod:`.runtime`). At start the assignments are
+on the runtime endpoint (see :mod:`.sync`). At start the assignments are
 rebuilt from what the running containers are pinned to; until then hook
 calls wait briefly and are refused (UNAVAILABLE) rather than answered
 without knowing which CPUs are taken.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,20 +37,15 @@ from .config import (
 )
 from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
 from .runtime import RuntimeClient
-from .state import Assignments, Cpuset, Restored
+from .state import Assignments, Cpuset
 from .status import StatusServer, status_socket_for
+from .sync import RECONCILE_INTERVAL, RuntimeSync
 from .topology import Topology, TopologyError, format_cpuset
 
 log = logging.getLogger("hooks.balloons")
 
 READY_WAIT = 1.5  # how long a hook call waits for the start-up rebuild
-RETRY_DELAY = 5.0  # after a failed move or rebuild
-RECONCILE_INTERVAL = 30.0
 POD_LIST_TIMEOUT = 0.5  # a refused container's pod, listed under the lock (see pre_create_container)
-# A container placed at PreCreateContainer is not in the runtime's list until
-# CreateContainer returns: do not take it for gone before kubelet's deadline.
-# (One the runtime lists as exited, with the id the hook knows, goes at once.)
-CREATE_GRACE = 150.0
 
 
 def _pod(request: api_pb2.ContainerResourceHookRequest) -> PodContext:
@@ -73,7 +67,7 @@ def _answer(cpuset: Cpuset | None) -> api_pb2.ContainerResourceHookResponse | No
     )
 
 
-class BalloonsHook(BuiltinHook):
+class BalloonsHook(RuntimeSync, BuiltinHook):
     NAME = "balloons"
     SUMMARY = "pins containers to pools of CPUs (balloons); NRI balloons policy config"
     HOOKS = (
@@ -107,9 +101,7 @@ class BalloonsHook(BuiltinHook):
         self._runtime = runtime or RuntimeClient(config.runtime_endpoint)
         self._reconcile_interval = reconcile_interval
         self._lock = asyncio.Lock()
-        # Hook events that changed membership: reconcile acts on a listing only
-        # if none came while it was taken (a stop, or a restart, since then).
-        self._events = 0
+        self._events = 0  # see RuntimeSync
         self._ready = asyncio.Event()
         self._moves_due = asyncio.Event()
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
@@ -290,99 +282,7 @@ class BalloonsHook(BuiltinHook):
             self._state.release_pod(request.pod_meta.uid)
         self._moves_due.set()
 
-    # -- background work -------------------------------------------------------------------
-
-    async def _rebuild_then_reconcile(self) -> None:
-        while not self._ready.is_set():
-            try:
-                await self.rebuild()
-            except grpc.aio.AioRpcError as exc:
-                self._not_ready_reason = (
-                    f"cannot rebuild assignments: runtime {self._runtime.endpoint} answered "
-                    f"{exc.code().name}: {exc.details()}"
-                )
-                log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
-                await asyncio.sleep(RETRY_DELAY)
-        while True:
-            await asyncio.sleep(self._reconcile_interval)
-            try:
-                await self.reconcile()
-            except grpc.aio.AioRpcError as exc:
-                log.warning("reconcile with the runtime failed: %s: %s", exc.code().name, exc.details())
-
-    async def rebuild(self) -> None:
-        """Assignments from the containers that run now (start-up)."""
-        found = await self._runtime.list_live()
-        restored = [
-            Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
-            for f in found
-        ]
-        async with self._lock:
-            self._state = Assignments.rebuild(self._state.config, self._topology, restored)
-            self._ready.set()
-        log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
-        self._moves_due.set()
-
-    async def reconcile(self) -> None:
-        """Release containers the runtime no longer runs (a stop the hook did not see, an
-        exit), learn ids, and place live containers the hook does not know.
-
-        An exited container (an init container that finished, a crash waiting
-        for its restart: kubelet keeps it, no stop event comes) is released at
-        once if it is the member's known container and nothing of its key is
-        live. A member whose id is unknown or another one is being re-created
-        (a new PreCreateContainer placed it): only the grace releases it."""
-        events = self._events
-        listing = await self._runtime.list_containers()
-        now = time.monotonic()
-        async with self._lock:
-            if self._events != events:
-                # A container stopped, or restarted, since the listing: it would
-                # be adopted again, or given its predecessor's id. Next pass.
-                log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
-                return
-            self._state.reconcile(listing, now, CREATE_GRACE)
-        self._moves_due.set()
-
-    async def _move_containers(self) -> None:
-        while True:
-            await self._moves_due.wait()
-            self._moves_due.clear()
-            if not await self.apply_moves():
-                asyncio.get_running_loop().call_later(RETRY_DELAY, self._moves_due.set)
-
-    async def apply_moves(self) -> bool:
-        """Move every container whose balloon changed; False if some move failed (retried later)."""
-        async with self._lock:
-            moves = self._state.moves()
-        ok = True
-        for move in moves:
-            cpus, mems = move.cpuset
-            try:
-                await self._runtime.update_cpuset(move.container_id, cpus, mems)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.NOT_FOUND:
-                    async with self._lock:
-                        self._state.release(move.key, move.container_id)
-                    continue
-                log.warning(
-                    "cannot move container %s to cpus %s: %s: %s",
-                    move.label, cpus, exc.code().name, exc.details(),
-                    extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
-                )
-                async with self._lock:
-                    self._state.not_moved(move)
-                ok = False
-                continue
-            async with self._lock:
-                if self._state.target(move.key) == move.cpuset:
-                    self._state.given(move.key, move.cpuset)
-            log.info(
-                'moving container %s to the new cpus of its balloon %s{cpus:"%s", mems:"%s"}',
-                move.label, move.balloon, cpus, mems,
-                extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon, "cpus": cpus, "mems": mems},
-            )
-        return ok
+    # -- config reload ---------------------------------------------------------------------
 
     async def _watch_config(self, path: Path) -> None:
         # The directory, not the file: editors and ConfigMaps replace files by rename.

@@ -214,7 +214,7 @@ async def test_a_restart_restores_assignments_from_running_cpusets(tmp_path) -> 
 async def test_reconcile_releases_vanished_containers_and_adopts_unknown_ones(tmp_path, monkeypatch) -> None:
     hook, runtime = await started(tmp_path)
     await hook.pre_create_container(request("a", "app"))
-    monkeypatch.setattr("hooks.balloons.server.CREATE_GRACE", -1.0)
+    monkeypatch.setattr("hooks.balloons.sync.CREATE_GRACE", -1.0)
     runtime.live = [FoundContainer("c-z", ("z", "app"), PodContext("apps", "pod-z", "app"), "z", frozenset(), "", 1024)]
     await hook.reconcile()
     assert hook.state.pool.balloon_of(("a", "app")) is None
@@ -479,7 +479,7 @@ async def test_an_exited_container_whose_key_was_placed_again_waits_for_the_grac
     balloon = hook.state.pool.balloon_of(("a", "app"))
     assert balloon is not None and len(balloon.cpus) == 2
     assert balloon.members[("a", "app")].container_id == new_id
-    monkeypatch.setattr("hooks.balloons.server.CREATE_GRACE", -1.0)  # the grace still applies
+    monkeypatch.setattr("hooks.balloons.sync.CREATE_GRACE", -1.0)  # the grace still applies
     await hook.reconcile()
     assert hook.state.pool.balloon_of(("a", "app")) is None
 

@@ -1,0 +1,139 @@
+"""The balloons hook's work with the runtime, beside the hook calls: the
+start-up rebuild of the assignments from what the running containers are
+pinned to, the periodic reconcile with the runtime's listing, and the moves
+of running containers whose balloon changed (UpdateContainerResources on the
+runtime endpoint, see :mod:`.runtime`).
+
+A mixin of :class:`~.server.BalloonsHook`: it shares the hook's state, lock
+and event count with the hook handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from .pool import Member, milli_from_shares
+from .runtime import RuntimeClient
+from .state import Assignments, Restored
+from .topology import Topology
+
+log = logging.getLogger("hooks.balloons")
+
+RETRY_DELAY = 5.0  # after a failed move or rebuild
+RECONCILE_INTERVAL = 30.0
+# A container placed at PreCreateContainer is not in the runtime's list until
+# CreateContainer returns: do not take it for gone before kubelet's deadline.
+# (One the runtime lists as exited, with the id the hook knows, goes at once.)
+CREATE_GRACE = 150.0
+
+
+class RuntimeSync:
+    """Rebuild, reconcile and moves; the hook's ``__init__`` sets these."""
+
+    _state: Assignments
+    _topology: Topology
+    _runtime: RuntimeClient
+    _reconcile_interval: float
+    _lock: asyncio.Lock
+    # Hook events that changed membership: reconcile acts on a listing only
+    # if none came while it was taken (a stop, or a restart, since then).
+    _events: int
+    _ready: asyncio.Event
+    _moves_due: asyncio.Event
+    _not_ready_reason: str
+
+    async def _rebuild_then_reconcile(self) -> None:
+        while not self._ready.is_set():
+            try:
+                await self.rebuild()
+            except grpc.aio.AioRpcError as exc:
+                self._not_ready_reason = (
+                    f"cannot rebuild assignments: runtime {self._runtime.endpoint} answered "
+                    f"{exc.code().name}: {exc.details()}"
+                )
+                log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
+                await asyncio.sleep(RETRY_DELAY)
+        while True:
+            await asyncio.sleep(self._reconcile_interval)
+            try:
+                await self.reconcile()
+            except grpc.aio.AioRpcError as exc:
+                log.warning("reconcile with the runtime failed: %s: %s", exc.code().name, exc.details())
+
+    async def rebuild(self) -> None:
+        """Assignments from the containers that run now (start-up)."""
+        found = await self._runtime.list_live()
+        restored = [
+            Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
+            for f in found
+        ]
+        async with self._lock:
+            self._state = Assignments.rebuild(self._state.config, self._topology, restored)
+            self._ready.set()
+        log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
+        self._moves_due.set()
+
+    async def reconcile(self) -> None:
+        """Release containers the runtime no longer runs (a stop the hook did not see, an
+        exit), learn ids, and place live containers the hook does not know.
+
+        An exited container (an init container that finished, a crash waiting
+        for its restart: kubelet keeps it, no stop event comes) is released at
+        once if it is the member's known container and nothing of its key is
+        live. A member whose id is unknown or another one is being re-created
+        (a new PreCreateContainer placed it): only the grace releases it."""
+        events = self._events
+        listing = await self._runtime.list_containers()
+        now = time.monotonic()
+        async with self._lock:
+            if self._events != events:
+                # A container stopped, or restarted, since the listing: it would
+                # be adopted again, or given its predecessor's id. Next pass.
+                log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
+                return
+            self._state.reconcile(listing, now, CREATE_GRACE)
+        self._moves_due.set()
+
+    async def _move_containers(self) -> None:
+        while True:
+            await self._moves_due.wait()
+            self._moves_due.clear()
+            if not await self.apply_moves():
+                asyncio.get_running_loop().call_later(RETRY_DELAY, self._moves_due.set)
+
+    async def apply_moves(self) -> bool:
+        """Move every container whose balloon changed; False if some move failed (retried later)."""
+        async with self._lock:
+            moves = self._state.moves()
+        ok = True
+        for move in moves:
+            cpus, mems = move.cpuset
+            try:
+                await self._runtime.update_cpuset(move.container_id, cpus, mems)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    async with self._lock:
+                        self._state.release(move.key, move.container_id)
+                    continue
+                log.warning(
+                    "cannot move container %s to cpus %s: %s: %s",
+                    move.label, cpus, exc.code().name, exc.details(),
+                    extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
+                )
+                async with self._lock:
+                    self._state.not_moved(move)
+                ok = False
+                continue
+            async with self._lock:
+                if self._state.target(move.key) == move.cpuset:
+                    self._state.given(move.key, move.cpuset)
+            log.info(
+                'moving container %s to the new cpus of its balloon %s{cpus:"%s", mems:"%s"}',
+                move.label, move.balloon, cpus, mems,
+                extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon, "cpus": cpus, "mems": mems},
+            )
+        return ok
