@@ -43,9 +43,12 @@ class FoundContainer:
     key: ContainerKey
     pod: PodContext
     pod_uid: str
-    cpus: frozenset[int]  # its cpuset now; empty if not pinned
+    cpus: frozenset[int]  # its cpuset now; empty if not pinned (or spec not known)
     mems: str
     shares: int
+    # False if the runtime shows no spec (cri-dockerd has no runtimeSpec in its
+    # ContainerStatus info): then cpus/mems say nothing of what it runs on.
+    spec_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class RuntimeClient:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     continue  # removed meanwhile
                 raise
-            cpu = ((spec.get("linux") or {}).get("resources") or {}).get("cpu") or {}
+            cpu = (((spec or {}).get("linux") or {}).get("resources") or {}).get("cpu") or {}
             try:
                 cpus = parse_cpuset(str(cpu.get("cpus") or ""))
             except ValueError:
@@ -142,26 +145,28 @@ class RuntimeClient:
                     cpus=cpus,
                     mems=str(cpu.get("mems") or ""),
                     shares=shares if isinstance(shares, int) else 0,
+                    spec_known=spec is not None,
                 )
             )
         return Listing(found, exited)
 
-    async def _spec(self, container_id: str) -> dict[str, Any]:
+    async def _spec(self, container_id: str) -> dict[str, Any] | None:
+        """The container's OCI spec from its verbose status; None if the runtime shows none."""
         status = await self._stub().ContainerStatus(
             v1.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=self.timeout
         )
         try:
             info = json.loads(status.info.get("info", "") or "{}")
         except ValueError:
-            return {}
+            return None
         spec = info.get("runtimeSpec") if isinstance(info, dict) else None
-        return spec if isinstance(spec, dict) else {}
+        return spec if isinstance(spec, dict) else None
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
         """Move a container to ``cpus``/``mems``, keeping its other resources as they are
         (read back from its spec, so that other hooks and the proxy's records see them whole)."""
         resources = v1.LinuxContainerResources()
-        merge_resources(resources, resources_from_spec(await self._spec(container_id)))
+        merge_resources(resources, resources_from_spec(await self._spec(container_id) or {}))
         resources.cpuset_cpus = cpus
         if mems:
             resources.cpuset_mems = mems

@@ -187,8 +187,12 @@ class Assignments:
                 member.container_id = live.container_id
                 # What it runs on, as the runtime says: an answer the proxy dropped
                 # (a timeout under Ignore) or a failed move leaves it elsewhere
-                # than it was given; recorded so, moves() moves it again.
-                running = (format_cpuset(live.cpus) if self.config.pin_cpu else "", live.mems if self.config.pin_memory else "")
+                # than it was given; recorded so, moves() moves it again. Without
+                # a spec the runtime does not say: the record stands (taken for
+                # "not pinned", it would be moved at every pass).
+                if not live.spec_known:
+                    continue
+                running = self._running(live.cpus, live.mems)
                 if member.key in self.applied and self.applied[member.key] != running:
                     self.applied[member.key] = running
         for key, live in found.items():
@@ -201,6 +205,15 @@ class Assignments:
                     self.pods[key] = live.pod
                 log.info("adopting running container %s into balloon %s", member.label, self.pool.describe(balloon),
                          extra={"container": member.label, "balloon": balloon.name})
+
+    def _running(self, cpus: frozenset[int], mems: str) -> Cpuset:
+        """A cpuset read from a container's spec, as target() writes it (the
+        spec may say "0,1" for "0-1"), so that only a real difference moves it."""
+        try:
+            mems = format_cpuset(parse_cpuset(mems))
+        except ValueError:
+            pass  # compared as it is: a move writes a valid one
+        return (format_cpuset(cpus) if self.config.pin_cpu else "", mems if self.config.pin_memory else "")
 
     def members_of_pod(self, pod_uid: str) -> list[Member]:
         return [m for _, m in self.pool.members() if m.pod_uid == pod_uid]
@@ -233,7 +246,7 @@ class Assignments:
                 continue
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
-            state.applied[key] = (format_cpuset(item.cpus) if config.pin_cpu else "", item.mems if config.pin_memory else "")
+            state.applied[key] = state._running(item.cpus, item.mems)
             log.info(
                 "restoring container %s to balloon %s (it runs on cpus %s)",
                 item.member.label,

@@ -1,4 +1,5 @@
-"""Moves of running containers whose balloon changed, when the runtime fails one.
+"""Moves of running containers whose balloon changed, when the runtime fails
+one, and moves after a reconcile read what the containers run on.
 
 The hook moves a container through the proxy (runtimeEndpoint): the move's
 UpdateContainerResources passes this hook's PreUpdateContainerResources
@@ -8,14 +9,17 @@ before it can know whether the runtime applies it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
-from hooks.balloons.config import PodContext
-from hooks.balloons.runtime import FoundContainer
+from cri_api.v1 import api_pb2 as v1
+from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.runtime import FoundContainer, RuntimeClient
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.topology import parse_cpuset
+from hooks.balloons.topology import Topology, parse_cpuset
 
-from .test_server import FakeRuntime, request, started
+from .test_server import CONFIG, FakeRuntime, request, started
 
 
 class ProxiedRuntime(FakeRuntime):
@@ -104,3 +108,64 @@ async def test_reconcile_moves_a_container_the_runtime_runs_elsewhere_than_it_wa
     runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", parse_cpuset("1"), "0", 1024)]
     await hook.reconcile()
     assert await hook.apply_moves() and len(runtime.updates) == 1  # where it should be: nothing to do
+
+
+class SpeclessStub:
+    """A CRI runtime whose ContainerStatus verbose info has no runtimeSpec
+    (cri-dockerd): one running container, c-a of pod a."""
+
+    def __init__(self) -> None:
+        self.updates: list[str] = []
+
+    async def ListPodSandbox(self, request: v1.ListPodSandboxRequest, timeout: float | None = None) -> v1.ListPodSandboxResponse:
+        meta = v1.PodSandboxMetadata(name="pod-a", uid="a", namespace="apps")
+        return v1.ListPodSandboxResponse(items=[v1.PodSandbox(id="p-a", metadata=meta, state=v1.SANDBOX_READY)])
+
+    async def ListContainers(self, request: v1.ListContainersRequest, timeout: float | None = None) -> v1.ListContainersResponse:
+        c = v1.Container(id="c-a", pod_sandbox_id="p-a", metadata=v1.ContainerMetadata(name="app"), state=v1.CONTAINER_RUNNING)
+        return v1.ListContainersResponse(containers=[c])
+
+    async def ContainerStatus(self, request: v1.ContainerStatusRequest, timeout: float | None = None) -> v1.ContainerStatusResponse:
+        return v1.ContainerStatusResponse(status=v1.ContainerStatus(id=request.container_id))  # no info
+
+    async def UpdateContainerResources(
+        self, request: v1.UpdateContainerResourcesRequest, timeout: float | None = None
+    ) -> v1.UpdateContainerResourcesResponse:
+        self.updates.append(request.linux.cpuset_cpus)
+        return v1.UpdateContainerResourcesResponse()
+
+
+class SpeclessClient(RuntimeClient):
+    def __init__(self) -> None:
+        super().__init__("/fake")
+        self.stub = SpeclessStub()
+
+    def _stub(self) -> Any:
+        return self.stub
+
+
+async def test_a_container_whose_runtime_shows_no_spec_is_moved_once_not_at_every_reconcile(tmp_path) -> None:
+    client = SpeclessClient()
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(CONFIG), topology=Topology.synthetic(1, 1, 8, 1), runtime=client)
+    await hook.rebuild()
+    assert await hook.apply_moves()
+    assert client.stub.updates == ["1"]  # not known to be pinned: placed and moved once
+    for _ in range(3):  # three reconcile passes, nothing changed on the node
+        await hook.reconcile()
+        assert await hook.apply_moves()
+    assert client.stub.updates == ["1"]
+
+
+async def test_mems_written_otherwise_in_the_spec_are_no_move(tmp_path) -> None:
+    """The spec says "0,1" where the hook gave "0-1": the same nodes."""
+    config = {"reservedResources": {"cpu": "cpuset:0"},
+              "balloonTypes": [{"name": "work", "namespaces": ["*"], "shareIdleCPUsInSame": "system"}]}
+    runtime = FakeRuntime()
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(config), topology=Topology.synthetic(1, 2, 4, 1), runtime=runtime)
+    await hook.rebuild()
+    answer = await hook.pre_create_container(request("a", "app", shares=1024))
+    assert (answer.container_resources.cpuset_cpus, answer.container_resources.cpuset_mems) == ("1-7", "0-1")
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", parse_cpuset("1-7"), "0,1", 1024)]
+    await hook.reconcile()
+    assert await hook.apply_moves() and runtime.updates == []
