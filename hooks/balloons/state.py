@@ -52,6 +52,10 @@ class Assignments:
         self.pool = Pool(config, topology)
         self.pods: dict[ContainerKey, PodContext] = {}
         self.applied: dict[ContainerKey, Cpuset] = {}  # what each container was last given
+        # Containers whose last move ended without an answer (a timeout, a lost
+        # connection): the runtime may have applied it or not, so what they run
+        # on is not known until a move succeeds (sent again at every retry).
+        self.unsure: set[ContainerKey] = set()
         self.placed_at: dict[ContainerKey, float] = {}
 
     # -- what a container should run on -----------------------------------------------
@@ -65,25 +69,46 @@ class Assignments:
         return cpus, mems
 
     def moves(self) -> list[Move]:
-        """Containers with an id whose balloon's CPUs are no longer what they were given."""
+        """Containers with an id whose balloon's CPUs are no longer what they were
+        given, or whose last move's outcome is unknown."""
         out = []
         for balloon, member in self.pool.members():
             target = self.target(member.key)
-            if member.container_id and target != self.applied.get(member.key) and target != ("", ""):
+            due = target != self.applied.get(member.key) or member.key in self.unsure
+            if member.container_id and due and target != ("", ""):
                 out.append(Move(member.key, member.container_id, member.label, balloon.name, target, self.applied.get(member.key)))
         return out
+
+    def _current(self, move: Move) -> bool:
+        """``move``'s container is still the member's (not gone, not another attempt now)."""
+        balloon = self.pool.balloon_of(move.key)
+        return balloon is not None and balloon.members[move.key].container_id == move.container_id
+
+    def moved(self, move: Move) -> None:
+        """The runtime applied ``move``."""
+        if not self._current(move):
+            return
+        self.unsure.discard(move.key)
+        if self.target(move.key) == move.cpuset:
+            self.given(move.key, move.cpuset)
 
     def not_moved(self, move: Move) -> None:
         """The runtime refused ``move``: the container still runs on what it had.
         Through the proxy this hook's PreUpdateContainerResources took the move
-        for given before the runtime failed it; left so, no retry would move it."""
-        balloon = self.pool.balloon_of(move.key)
-        if balloon is None or balloon.members[move.key].container_id != move.container_id:
-            return  # gone, or another attempt of it now
+        for given before the runtime failed it; left so, no retry would move it.
+        (One already unsure stays so: ``was`` is not known to be what it runs on.)"""
+        if not self._current(move) or move.key in self.unsure:
+            return
         if move.was is None:
             self.applied.pop(move.key, None)
         else:
             self.applied[move.key] = move.was
+
+    def maybe_moved(self, move: Move) -> None:
+        """``move`` ended without an answer: the runtime may have applied it, so
+        ``was`` is not restored; moves() sends it again until one succeeds."""
+        if self._current(move):
+            self.unsure.add(move.key)
 
     # -- changes ----------------------------------------------------------------------
 
@@ -94,6 +119,7 @@ class Assignments:
         previous = self.pool.balloon_of(member.key)
         if previous is not None:  # a new attempt of a container whose stop we did not see
             self.pool.release(member.key)
+            self.unsure.discard(member.key)
         btype = self.pool.choose_type(pod)
         before = self._sizes()
         fallback = False
@@ -122,6 +148,7 @@ class Assignments:
         self.pool.release(key)
         for table in (self.pods, self.applied, self.placed_at):
             table.pop(key, None)
+        self.unsure.discard(key)
         log.info(
             "releasing container %s from balloon %s%s",
             member.label,
@@ -274,10 +301,11 @@ class Assignments:
         return state
 
     def restored(self) -> list[Restored]:
-        """Every container as it runs now, to rebuild with another config."""
+        """Every container as it runs now, to rebuild with another config (one
+        whose move is unsure as not pinned: the rebuild places and moves it)."""
         out = []
         for _, member in self.pool.members():
-            cpus, mems = self.applied.get(member.key, ("", ""))
+            cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
             out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems))
         return out

@@ -29,6 +29,9 @@ RECONCILE_INTERVAL = 30.0
 # CreateContainer returns: do not take it for gone before kubelet's deadline.
 # (One the runtime lists as exited, with the id the hook knows, goes at once.)
 CREATE_GRACE = 150.0
+# A move that ended so may have been applied by the runtime all the same (a
+# slow runtime past the deadline, a connection lost after the request went).
+UNSURE_OUTCOME = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE})
 
 
 class RuntimeSync:
@@ -125,12 +128,14 @@ class RuntimeSync:
                     extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
                 )
                 async with self._lock:
-                    self._state.not_moved(move)
+                    if exc.code() in UNSURE_OUTCOME:
+                        self._state.maybe_moved(move)
+                    else:
+                        self._state.not_moved(move)
                 ok = False
                 continue
             async with self._lock:
-                if self._state.target(move.key) == move.cpuset:
-                    self._state.given(move.key, move.cpuset)
+                self._state.moved(move)
             log.info(
                 'moving container %s to the new cpus of its balloon %s{cpus:"%s", mems:"%s"}',
                 move.label, move.balloon, cpus, mems,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 
+from cri_api.hookapi import api_pb2
 from cri_api.v1 import api_pb2 as v1
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.runtime import FoundContainer, RuntimeClient
@@ -57,20 +59,69 @@ async def test_a_move_the_runtime_failed_is_retried(tmp_path) -> None:
     assert await hook.apply_moves() and len(runtime.updates) == 1  # and then it is done
 
 
-async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a_reload(tmp_path) -> None:
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE])
+async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a_reload(tmp_path, code) -> None:
     """First seen at its start (no answer applied): a failed move leaves it as it
-    was, not pinned, so a rebuild places it anew rather than from a cpuset it never had."""
+    was, not pinned, so a rebuild places it anew rather than from a cpuset it never
+    had; as does one that may have been applied (UNAVAILABLE: not known where it runs)."""
     runtime = ProxiedRuntime()
     hook, _ = await started(tmp_path, runtime=runtime)
     runtime.hook = hook
     runtime.pod_of = {"c-a": ("a", "app")}
     await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a"))
-    runtime.fail_with = grpc.StatusCode.UNAVAILABLE
+    runtime.fail_with = code
     assert not await hook.apply_moves()
     (restored,) = hook.state.restored()
     assert restored.cpus == frozenset()
     runtime.fail_with = None
     assert await hook.apply_moves() and runtime.updates == [("c-a", "1", "0")]
+
+
+class AppliedButTimedOut(ProxiedRuntime):
+    """The runtime applies the move, but the call ends DEADLINE_EXCEEDED (a slow
+    runtime, past the hook's timeout) while ``time_out`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.time_out = False
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        await super().update_cpuset(container_id, cpus, mems)
+        if self.time_out:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(), "deadline")
+
+
+async def _timed_out_growth(tmp_path) -> tuple[BalloonsHook, AppliedButTimedOut]:
+    """a's balloon grew to 1-2 for b; a's move there was applied but timed out."""
+    runtime = AppliedButTimedOut()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    runtime.hook = hook
+    runtime.pod_of = {"c-a": ("a", "app")}
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    await hook.pre_create_container(request("b", "app", shares=1024))
+    runtime.time_out = True
+    assert not await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0")]  # it runs on 1-2 now
+    runtime.time_out = False
+    return hook, runtime
+
+
+async def test_a_move_applied_but_timed_out_is_moved_back_when_its_balloon_shrinks(tmp_path) -> None:
+    """Taken for refused, the hook would record it on 1 still, and leave it on 1-2
+    when the balloon shrinks back to 1."""
+    hook, runtime = await _timed_out_growth(tmp_path)
+    await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
+    assert await hook.apply_moves()
+    assert runtime.updates[-1] == ("c-a", "1", "0")
+    assert await hook.apply_moves() and len(runtime.updates) == 2  # known where it runs again: done
+
+
+async def test_a_move_that_timed_out_is_sent_again_at_the_retry(tmp_path) -> None:
+    hook, runtime = await _timed_out_growth(tmp_path)
+    assert await hook.apply_moves()  # the retry, RETRY_DELAY later: the same target
+    assert runtime.updates == [("c-a", "1-2", "0")] * 2
+    assert await hook.apply_moves() and len(runtime.updates) == 2
 
 
 async def test_a_neighbours_growth_moves_containers_off_the_idle_cpus_it_took(tmp_path) -> None:
