@@ -34,6 +34,16 @@ CREATE_GRACE = 150.0
 UNSURE_OUTCOME = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE})
 
 
+def _call_cancelled() -> bool:
+    """In an ``except asyncio.CancelledError``: True if it is not this task's
+    cancellation but a runtime call's. grpc raises it for a call cancelled on
+    this side, as when a reload that changes runtimeEndpoint closes the channel
+    under it; let through, it would end the loop for good (a TaskGroup takes a
+    child that ends cancelled for one that was cancelled, and says nothing)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
+
+
 class RuntimeSync:
     """Rebuild, reconcile and moves; the hook's ``__init__`` sets these."""
 
@@ -58,14 +68,24 @@ class RuntimeSync:
                     f"cannot rebuild assignments: runtime {self._runtime.endpoint} answered "
                     f"{exc.code().name}: {exc.details()}"
                 )
-                log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
-                await asyncio.sleep(RETRY_DELAY)
+            except asyncio.CancelledError:
+                if not _call_cancelled():
+                    raise
+                self._not_ready_reason = "cannot rebuild assignments: the call to the runtime was cancelled (its channel closed)"
+            else:
+                continue
+            log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
+            await asyncio.sleep(RETRY_DELAY)
         while True:
             await asyncio.sleep(self._reconcile_interval)
             try:
                 await self.reconcile()
             except grpc.aio.AioRpcError as exc:
                 log.warning("reconcile with the runtime failed: %s: %s", exc.code().name, exc.details())
+            except asyncio.CancelledError:
+                if not _call_cancelled():
+                    raise
+                log.warning("reconcile with the runtime failed: the call was cancelled (its channel closed)")
 
     async def rebuild(self) -> None:
         """Assignments from the containers that run now (start-up)."""
@@ -117,6 +137,19 @@ class RuntimeSync:
             cpus, mems = move.cpuset
             try:
                 await self._runtime.update_cpuset(move.container_id, cpus, mems)
+            except asyncio.CancelledError:
+                if not _call_cancelled():
+                    raise
+                log.warning(
+                    "cannot move container %s to cpus %s: the call was cancelled (the runtime channel closed)",
+                    move.label, cpus,
+                    extra={"container": move.label, "container_id": move.container_id, "balloon": move.balloon},
+                )
+                async with self._lock:
+                    self._state.maybe_moved(move)  # it may have reached the runtime
+                # The rest wait for the retry: a call now would open a channel
+                # again, maybe to a closing hook's runtime.
+                return False
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     async with self._lock:
