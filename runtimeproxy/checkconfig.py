@@ -167,7 +167,7 @@ def _balloons_order(directory: Path, servers: Iterable[HookServerConfig]) -> Ite
     if later:
         yield Finding(
             Severity.WARNING, directory / BALLOONS_FILE,
-            f"called before {', '.join(later)}, whose cpu_shares it would not see: balloons are sized by the "
+            f"called before {', '.join(later)}, which may set cpu_shares balloons would not see: balloons are sized by the "
             f"shares shown, so one may grow at a container's first update; give it a higher priority",
         )
 

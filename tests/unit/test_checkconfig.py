@@ -392,6 +392,6 @@ def test_balloons_called_before_another_container_hook_is_a_warning(tmp_path: Pa
     hook_file(hook_dir, "pods.json", valid_hook(live, **{"runtime-hooks": ["PreRunPodSandbox"]}))  # no container hook
     (finding,) = check(good_config(tmp_path, live, hook_dir)).findings
     assert finding.severity is Severity.WARNING and finding.subject == hook_dir / "balloons.json"
-    assert "called before batchresource.json" in finding.reason
+    assert "called before batchresource.json, which may set cpu_shares balloons would not see" in finding.reason
     hook_file(hook_dir, "balloons.json", valid_hook(live, priority=100, **hooks))  # as `hook run balloons` writes it
     assert check(good_config(tmp_path, live, hook_dir)).findings == ()
