@@ -149,3 +149,34 @@ def open_call(stream: int, path: str) -> bytes:
     """A call's HEADERS, the request to follow in DATA."""
     call = grpc_call(stream, path)
     return call[: 9 + int.from_bytes(call[:3], "big")]
+
+
+def message(body: bytes) -> bytes:
+    """One gRPC length-prefixed message, uncompressed."""
+    return struct.pack(">BI", 0, len(body)) + body
+
+
+def without_request(block: bytes) -> bytes:
+    """``open_call``'s HEADERS ending the stream: a call with no request message."""
+    return block[:3] + bytes([HEADERS, END_HEADERS | END_STREAM]) + block[5:]
+
+
+async def final_status(path: Path, call: bytes, timeout: float = 5) -> str | None:
+    """Write ``call`` (stream 1) on a new connection and return the
+    grpc-status of its last HEADERS; a reset of the stream fails the test."""
+    peer = await raw_with_settings(path)
+    try:
+        peer.writer.write(call)
+        decoder = hpack.Decoder()
+        async with asyncio.timeout(timeout):
+            while True:
+                got = await peer.read()
+                assert got is not None, "the proxy closed the connection"
+                kind, flags, sid, payload = got
+                assert not (kind == RST_STREAM and sid == 1), "the call was reset"
+                if kind == HEADERS and sid == 1:
+                    headers = dict(decoder.decode(payload))
+                    if flags & END_STREAM:
+                        return headers.get("grpc-status")
+    finally:
+        await peer.close()

@@ -8,24 +8,15 @@ message count is never what it answers. On both data paths
 
 from __future__ import annotations
 
-import asyncio
-import struct
-from pathlib import Path
 from typing import Any
 
-import hpack
 import pytest
 
 from ..fakes import FakeBackend
-from ..rawh2 import DATA, END_HEADERS, END_STREAM, HEADERS, frame, open_call, raw_with_settings
-
-
-def message(body: bytes) -> bytes:
-    return struct.pack(">BI", 0, len(body)) + body
-
+from ..rawh2 import DATA, END_STREAM, final_status, frame, message, open_call, without_request
 
 BODIES = {
-    "no-message": lambda block: block[:3] + bytes([HEADERS, END_HEADERS | END_STREAM]) + block[5:],
+    "no-message": without_request,
     "one-message": lambda block: block + frame(DATA, END_STREAM, 1, message(b"")),
     "two-messages": lambda block: block + frame(DATA, END_STREAM, 1, message(b"") + message(b"")),
 }
@@ -43,24 +34,6 @@ REFUSALS: dict[str, tuple[frozenset[str] | None, dict[str, Any], str, str]] = {
 }
 
 
-async def status_of(socket: Path, call: bytes) -> str | None:
-    peer = await raw_with_settings(socket)
-    try:
-        peer.writer.write(call)
-        decoder = hpack.Decoder()
-        async with asyncio.timeout(5):
-            while True:
-                got = await peer.read()
-                assert got is not None, "the proxy closed the connection"
-                kind, flags, sid, payload = got
-                if kind == HEADERS and sid == 1:
-                    headers = dict(decoder.decode(payload))
-                    if flags & END_STREAM:
-                        return headers.get("grpc-status")
-    finally:
-        await peer.close()
-
-
 @pytest.mark.parametrize("body", list(BODIES))
 @pytest.mark.parametrize("refusal", list(REFUSALS))
 async def test_a_refused_unary_call_gets_the_refusal_whatever_its_messages(sock_dir, start_proxy, refusal, body) -> None:
@@ -71,5 +44,5 @@ async def test_a_refused_unary_call_gets_the_refusal_whatever_its_messages(sock_
             await start_proxy(fake.socket, wait=False, **settings)
         else:
             await start_proxy(fake.socket, **settings)
-        assert await status_of(sock_dir / "proxy.sock", BODIES[body](open_call(1, path))) == status
+        assert await final_status(sock_dir / "proxy.sock", BODIES[body](open_call(1, path))) == status
         assert [r.path for r in fake.received if not r.path.endswith(("/Version", "/Status"))] == []

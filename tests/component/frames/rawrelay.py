@@ -27,6 +27,7 @@ from runtimeproxy.frames.frame import Flag, FrameType
 from runtimeproxy.frames.listener import FramesListener
 
 from .. import rawh2
+from ..rawh2 import message
 
 RELAYED = "/runtime.v1.RuntimeService/ListContainers"
 HOOKED = "/runtime.v1.RuntimeService/StartContainer"
@@ -59,10 +60,6 @@ class _Routes:
 def request_block(encoder: hpack.Encoder, path: str) -> bytes:
     return encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost"),
                            ("content-type", "application/grpc"), ("te", "trailers")])
-
-
-def message(body: bytes) -> bytes:
-    return struct.pack(">BI", 0, len(body)) + body
 
 
 @dataclass

@@ -6,46 +6,20 @@ The frames path's own: tests/component/frames/test_diverted_unary.py."""
 
 from __future__ import annotations
 
-import asyncio
-import struct
-
-import hpack
 import pytest
 
 from ..fakes import FakeBackend
-from ..rawh2 import DATA, END_HEADERS, END_STREAM, HEADERS, frame, open_call, raw_with_settings
+from ..rawh2 import DATA, END_STREAM, final_status, frame, message, open_call, without_request
 
 V1 = "/runtime.v1.RuntimeService/ListContainers"
 A2 = "/runtime.v1alpha2.RuntimeService/ListContainers"
 
 
-def message(body: bytes) -> bytes:
-    return struct.pack(">BI", 0, len(body)) + body
-
-
 BODIES = {
-    "no-message": lambda block: block[:3] + bytes([HEADERS, END_HEADERS | END_STREAM]) + block[5:],
+    "no-message": without_request,
     "two-messages": lambda block: block + frame(DATA, END_STREAM, 1, message(b"") + message(b"")),
     "two-frames": lambda block: block + frame(DATA, 0, 1, message(b"")) + frame(DATA, END_STREAM, 1, message(b"")),
 }
-
-
-async def status_of(socket, call: bytes) -> str | None:
-    peer = await raw_with_settings(socket)
-    try:
-        peer.writer.write(call)
-        decoder = hpack.Decoder()
-        async with asyncio.timeout(5):
-            while True:
-                got = await peer.read()
-                assert got is not None, "the proxy closed the connection"
-                kind, flags, sid, payload = got
-                if kind == HEADERS and sid == 1:
-                    headers = dict(decoder.decode(payload))
-                    if flags & END_STREAM:
-                        return headers.get("grpc-status")
-    finally:
-        await peer.close()
 
 
 @pytest.mark.parametrize("body", list(BODIES))
@@ -55,7 +29,7 @@ async def test_a_unary_call_without_its_one_message_is_answered_internal(
 ) -> None:
     async with FakeBackend(sock_dir / "b.sock", versions=frozenset(backend_versions)) as fake:
         await start_proxy(fake.socket, serve_versions="v1")
-        assert await status_of(sock_dir / "proxy.sock", BODIES[body](open_call(1, V1))) == "13"  # INTERNAL
+        assert await final_status(sock_dir / "proxy.sock", BODIES[body](open_call(1, V1))) == "13"  # INTERNAL
         assert fake.calls(V1) == fake.calls(A2) == []
 
 
@@ -64,5 +38,5 @@ async def test_a_unary_call_whose_end_of_stream_comes_apart_is_served(sock_dir, 
     async with FakeBackend(sock_dir / "b.sock", versions=frozenset({"v1"})) as fake:
         await start_proxy(fake.socket)
         call = open_call(1, V1) + frame(DATA, 0, 1, message(b"\x0a\x00")) + frame(DATA, END_STREAM, 1, b"")
-        assert await status_of(sock_dir / "proxy.sock", call) == "0"
+        assert await final_status(sock_dir / "proxy.sock", call) == "0"
         assert [call.requests for call in fake.calls(V1)] == [[b"\x0a\x00"]]

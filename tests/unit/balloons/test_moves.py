@@ -42,11 +42,17 @@ class ProxiedRuntime(FakeRuntime):
         await super().update_cpuset(container_id, cpus, mems)
 
 
-async def test_a_move_the_runtime_failed_is_retried(tmp_path) -> None:
-    runtime = ProxiedRuntime()
+async def proxied(tmp_path, runtime: ProxiedRuntime) -> BalloonsHook:
+    """A started hook whose moves of container c-a (pod a's "app") go through ``runtime``."""
     hook, _ = await started(tmp_path, runtime=runtime)
     runtime.hook = hook
     runtime.pod_of = {"c-a": ("a", "app")}
+    return hook
+
+
+async def test_a_move_the_runtime_failed_is_retried(tmp_path) -> None:
+    runtime = ProxiedRuntime()
+    hook = await proxied(tmp_path, runtime)
     await hook.pre_create_container(request("a", "app", shares=1024))
     await hook.pre_start_container(request("a", "app", cid="c-a"))
     await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
@@ -65,9 +71,7 @@ async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a
     was, not pinned, so a rebuild places it anew rather than from a cpuset it never
     had; as does one that may have been applied (UNAVAILABLE: not known where it runs)."""
     runtime = ProxiedRuntime()
-    hook, _ = await started(tmp_path, runtime=runtime)
-    runtime.hook = hook
-    runtime.pod_of = {"c-a": ("a", "app")}
+    hook = await proxied(tmp_path, runtime)
     await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a"))
     runtime.fail_with = code
     assert not await hook.apply_moves()
@@ -94,9 +98,7 @@ class AppliedButTimedOut(ProxiedRuntime):
 async def _timed_out_growth(tmp_path) -> tuple[BalloonsHook, AppliedButTimedOut]:
     """a's balloon grew to 1-2 for b; a's move there was applied but timed out."""
     runtime = AppliedButTimedOut()
-    hook, _ = await started(tmp_path, runtime=runtime)
-    runtime.hook = hook
-    runtime.pod_of = {"c-a": ("a", "app")}
+    hook = await proxied(tmp_path, runtime)
     await hook.pre_create_container(request("a", "app", shares=1024))
     await hook.pre_start_container(request("a", "app", cid="c-a"))
     await hook.pre_create_container(request("b", "app", shares=1024))
