@@ -262,16 +262,16 @@ class HookServer:
         # the path, is linked into place, and that name is removed at once.
         staged = unixsocket.staging_path(path)
         try:
-            unixsocket.prepare(staged)  # what a crashed process of this pid left
-            if server.add_insecure_port(f"unix://{staged}") == 0:  # older grpcio signal failure this way
+            if server.add_insecure_port(f"unix://{staged or path}") == 0:  # older grpcio signal failure this way
                 raise RuntimeError("bind failed")
-        except (RuntimeError, unixsocket.UnixSocketError) as exc:
+        except RuntimeError as exc:
             raise HookServerError(f"cannot listen on {path}: {exc}") from exc
-        try:
-            unixsocket.link_into_place(staged, path)
-        except OSError as exc:
-            await server.stop(None)
-            raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        if staged is not None:
+            try:
+                unixsocket.link_into_place(staged, path)
+            except OSError as exc:
+                await server.stop(None)
+                raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         await server.start()
         return server
 

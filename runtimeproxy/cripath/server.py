@@ -161,21 +161,22 @@ class Proxy:
         # grpc unlinks whatever is at the path it binds (a live socket another
         # proxy bound since prepare_socket_path too), and again as it stops (a
         # newer proxy's by then): it binds a name of its own beside the path,
-        # linked into place (which never replaces) and removed at once.
+        # linked into place (which never replaces) and removed at once
+        # (a name too short for that is bound in place: unixsocket.staging_path).
         staged = unixsocket.staging_path(path)
-        prepare_socket_path(staged)  # what a crashed process of this pid left
         with unixsocket.socket_umask():
             try:
-                port = self.server.add_insecure_port(f"unix://{staged}")
+                port = self.server.add_insecure_port(f"unix://{staged or path}")
             except RuntimeError:  # grpc.aio's "Failed to bind" (its reason only in grpc's own log)
                 port = 0
         if port == 0:
             raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
-        try:
-            unixsocket.link_into_place(staged, path)
-        except BaseException:
-            await self.server.stop(None)  # its listener, on a name just removed
-            raise
+        if staged is not None:
+            try:
+                unixsocket.link_into_place(staged, path)
+            except BaseException:
+                await self.server.stop(None)  # its listener, on a name just removed
+                raise
         await self.server.start()
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:

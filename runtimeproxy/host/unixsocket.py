@@ -12,7 +12,8 @@ that need no connect, changing nothing (``check-config``).
 A bind that would itself replace a socket (grpc's, which also unlinks its
 path as it stops) binds at :func:`staging_path` and is given its name by
 :func:`link_into_place`, which fails where someone bound the path since
-:func:`prepare`, as a plain bind does.
+:func:`prepare`, as a plain bind does (a socket name under five bytes is
+bound in place, with that race, so that no path that fits fails).
 
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.
@@ -24,6 +25,7 @@ import contextlib
 import errno
 import logging
 import os
+import secrets
 import select
 import socket
 import stat
@@ -156,11 +158,23 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
         log.info("removed stale socket", extra={"path": str(path)})
 
 
-def staging_path(path: Path) -> Path:
+STAGED_NAME_BYTES = 5  # "." and four hex digits
+
+
+def staging_path(path: Path) -> Path | None:
     """Where a bind that would replace what is at its path (grpc's unlinks
     first) goes instead, before :func:`link_into_place`: beside ``path``, so
-    on its filesystem."""
-    return path.parent / f".{os.getpid()}.sock"
+    on its filesystem, under a random free name (a pid is not unique across
+    pid namespaces sharing a directory). None, for a bind at ``path`` itself
+    as before, when ``path``'s own name is shorter than that: a path that
+    fits the kernel's (and grpc's) limit must fit staged too."""
+    if len(os.fsencode(path.name)) < STAGED_NAME_BYTES:
+        return None
+    for _ in range(8):
+        staged = path.parent / f".{secrets.token_hex(2)}"
+        if not os.path.lexists(staged):  # grpc would unlink it
+            return staged
+    return None
 
 
 def link_into_place(staged: Path, path: Path) -> None:

@@ -49,6 +49,7 @@ def exec_start(instance: str, config_dir: Path, runner: Path) -> list[str]:
 def test_unit_settings() -> None:
     parsed = unit()
     assert parsed["Unit"]["Before"] == "runtime-proxy.service"
+    assert parsed["Unit"]["StartLimitIntervalSec"] == "0"  # exit 1 restarted as long as it lasts
     service = parsed["Service"]
     assert (service["Type"], service["Restart"], service["RestartPreventExitStatus"]) == ("notify", "on-failure", "2")
 

@@ -30,8 +30,6 @@ async def test_a_proxy_that_loses_the_bind_race_fails_and_leaves_the_winners_soc
 
     def first_binds_meanwhile(path: Path) -> None:
         prepare(path)  # finds the path free...
-        if path != listen:
-            return  # (the grpc path's staging name, see unixsocket.staging_path)
         winner.bind(str(path))  # ...and the first proxy binds it just then
         winner.listen()
         winner.settimeout(5)  # the accept below fails, rather than hangs, if the client reached another socket
@@ -97,3 +95,53 @@ async def test_a_hook_server_that_stops_leaves_a_newer_servers_socket(sock_dir: 
         newer.listen()
         await server.stop(0)
         assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
+
+
+GRPC_MAX = 105  # the longest unix path grpcio binds (106 and 107 fail "grpc could not bind it")
+
+
+def _longest(base: Path, name: str) -> Path:
+    """``base``/ddd.../``name``, GRPC_MAX bytes long (the directory made)."""
+    room = GRPC_MAX - len(bytes(base)) - 2 - len(name)
+    path = base / ("d" * room) / name
+    path.parent.mkdir()
+    assert len(bytes(path)) == GRPC_MAX
+    return path
+
+
+@pytest.mark.parametrize("name", ["p.sock", "p"], ids=["staged", "in-place"])
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_listen_path_at_grpcs_limit_serves(fake: FakeBackend, sock_dir: Path, data_path: str, name: str) -> None:
+    # The staged name must never make a path that fits too long: one with a
+    # name shorter than it is bound in place.
+    listen = _longest(sock_dir, name)
+    unixsocket.check_bindable(listen)  # what check-config says
+    proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
+    await proxy.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(listen))
+    finally:
+        await proxy.stop(0)
+    assert sorted(p.name for p in listen.parent.iterdir()) == []  # removed at stop, no staged name left
+
+
+@pytest.mark.parametrize("name", ["h.sock", "h"], ids=["staged", "in-place"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_hook_socket_at_grpcs_limit_serves(sock_dir: Path, transport: str, name: str) -> None:
+    path = _longest(sock_dir, name)
+    server = HookServer(path, transport=transport)
+    await server.start()
+    try:
+        assert path.is_socket()
+    finally:
+        await server.stop(0)
+
+
+def test_the_staged_name_is_free_random_and_never_longer_than_the_paths_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert unixsocket.staging_path(tmp_path / "s.so") is None  # shorter than ".xxxx": bound in place
+    names = iter(["abcd", "abcd", "ef01"])
+    monkeypatch.setattr(unixsocket.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".abcd").write_text("someone's")  # grpc's bind would unlink it
+    assert unixsocket.staging_path(tmp_path / "proxy.sock") == tmp_path / ".ef01"
+    assert (tmp_path / ".abcd").read_text() == "someone's"
