@@ -109,9 +109,9 @@ class RuntimeClient:
         return (await self.list_containers()).live
 
     async def list_containers(self) -> Listing:
-        stub = self._stub()
-        pods = {p.id: p for p in (await stub.ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)).items}
-        listed = await stub.ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
+        # A stub per call: a reload may retarget (close the channel) between the two.
+        pods = {p.id: p for p in (await self._stub().ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)).items}
+        listed = await self._stub().ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         found = []
         exited = []
         for container in listed.containers:

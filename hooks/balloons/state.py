@@ -89,7 +89,10 @@ class Assignments:
         if not self._current(move):
             return
         self.unsure.discard(move.key)
-        if self.target(move.key) == move.cpuset:
+        if self.applied.get(move.key) == move.was:
+            # No PreUpdate answered for it meanwhile (the runtime was called
+            # straight, not through the proxy): it runs on what was sent, the
+            # target or not, so a balloon that changed back moves it again.
             self.given(move.key, move.cpuset)
 
     def not_moved(self, move: Move) -> None:

@@ -222,3 +222,32 @@ async def test_mems_written_otherwise_in_the_spec_are_no_move(tmp_path) -> None:
     runtime.live = [FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", parse_cpuset("1-7"), "0,1", 1024)]
     await hook.reconcile()
     assert await hook.apply_moves() and runtime.updates == []
+
+
+class ShrinksDuringTheMove(FakeRuntime):
+    """runtimeEndpoint straight at the runtime (no proxy, so no PreUpdate
+    answer): while a's move to 1-2 is applied, b's pod stops and a's balloon
+    shrinks back to 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: BalloonsHook | None = None
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        await super().update_cpuset(container_id, cpus, mems)  # applied: a runs on `cpus`
+        if cpus == "1-2":
+            assert self.hook is not None
+            await self.hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
+
+
+async def test_a_move_applied_while_its_balloon_shrank_back_is_moved_back(tmp_path) -> None:
+    runtime = ShrinksDuringTheMove()
+    hook, _ = await started(tmp_path, runtime=runtime)
+    runtime.hook = hook
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0")]  # a runs on 1-2; its balloon is 1 again
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0"), ("c-a", "1", "0")]  # moved back off CPU 2

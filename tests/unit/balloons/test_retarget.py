@@ -144,3 +144,38 @@ async def test_the_hooks_shutdown_still_ends_its_loops_during_a_runtime_call(tmp
         background.cancel()
         await asyncio.wait({background}, timeout=5)
         assert background.cancelled()
+
+
+async def test_a_reload_between_the_listings_two_calls_does_not_end_the_reconciles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both tasks ready in one loop turn: the retarget's close lands after
+    # ListPodSandbox answered, before ListContainers goes (a gate orders them).
+    runtime = HoldingRuntime("none", hold=0)
+    gate, answered = asyncio.Event(), asyncio.Event()
+    real_init = v1_grpc.RuntimeServiceStub.__init__
+    listings = 0
+
+    def held_after_the_pods(stub: v1_grpc.RuntimeServiceStub, channel: aio.Channel) -> None:
+        real_init(stub, channel)
+        list_pods = stub.ListPodSandbox
+
+        async def held(*args: Any, **kwargs: Any) -> v1.ListPodSandboxResponse:
+            nonlocal listings
+            response = await list_pods(*args, **kwargs)
+            listings += 1
+            if listings == 2:  # the first reconcile's (the rebuild's went)
+                answered.set()
+                await gate.wait()
+            return response
+
+        stub.ListPodSandbox = held
+
+    monkeypatch.setattr(v1_grpc.RuntimeServiceStub, "__init__", held_after_the_pods)
+    async with hook_running(tmp_path, runtime) as (hook, background):
+        async with asyncio.timeout(10):
+            await answered.wait()
+            await _retarget(tmp_path, hook)  # closes the channel of the listing under way
+            gate.set()
+            await runtime.wait_calls("ListPodSandbox", 3)  # the reconciles go on
+        assert not background.done()
