@@ -70,10 +70,11 @@ async def test_a_hook_server_that_loses_the_bind_race_fails_and_leaves_the_winne
     assert sorted(p.name for p in sock_dir.iterdir()) == ["hook.sock"]
 
 
+@pytest.mark.parametrize("name", ["proxy.sock", "p1"])
 @pytest.mark.parametrize("data_path", ["frames", "grpc"])
-async def test_a_proxy_that_stops_leaves_a_newer_proxys_socket(fake: FakeBackend, sock_dir: Path, data_path: str) -> None:
+async def test_a_proxy_that_stops_leaves_a_newer_proxys_socket(fake: FakeBackend, sock_dir: Path, data_path: str, name: str) -> None:
     # grpc unlinks the path it bound as it stops, whoever's socket is there by then.
-    listen = sock_dir / "proxy.sock"
+    listen = sock_dir / name
     proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
     await proxy.start()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as newer:
@@ -109,7 +110,7 @@ def _longest(base: Path, name: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["p.sock", "p"], ids=["staged", "in-place"])
+@pytest.mark.parametrize("name", ["p.sock", "p1", "p"], ids=["staged", "staged-short", "in-place"])
 @pytest.mark.parametrize("data_path", ["frames", "grpc"])
 async def test_a_listen_path_at_grpcs_limit_serves(fake: FakeBackend, sock_dir: Path, data_path: str, name: str) -> None:
     # The staged name must never make a path that fits too long: one with a
@@ -126,7 +127,7 @@ async def test_a_listen_path_at_grpcs_limit_serves(fake: FakeBackend, sock_dir: 
     assert sorted(p.name for p in listen.parent.iterdir()) == []  # removed at stop, no staged name left
 
 
-@pytest.mark.parametrize("name", ["h.sock", "h"], ids=["staged", "in-place"])
+@pytest.mark.parametrize("name", ["h.sock", "h1", "h"], ids=["staged", "staged-short", "in-place"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_hook_socket_at_grpcs_limit_serves(sock_dir: Path, transport: str, name: str) -> None:
     path = _longest(sock_dir, name)
@@ -139,7 +140,8 @@ async def test_a_hook_socket_at_grpcs_limit_serves(sock_dir: Path, transport: st
 
 
 def test_the_staged_name_is_free_random_and_never_longer_than_the_paths_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert unixsocket.staging_path(tmp_path / "s.so") is None  # shorter than ".xxxx": bound in place
+    assert unixsocket.staging_path(tmp_path / "p") is None  # no shorter name: bound in place
+    assert len(unixsocket.staging_path(tmp_path / "p1").name) == 2  # type: ignore[union-attr]
     names = iter(["abcd", "abcd", "ef01"])
     monkeypatch.setattr(unixsocket.secrets, "token_hex", lambda n: next(names))
     (tmp_path / ".abcd").write_text("someone's")  # grpc's bind would unlink it
