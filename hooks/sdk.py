@@ -257,21 +257,11 @@ class HookServer:
     async def _start_grpc(self, path: Path) -> grpc.aio.Server:
         server = grpc.aio.server(options=self._options)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(self)),))
-        # grpc unlinks whatever is at the path it binds (a live socket bound
-        # since start's prepare too) and again as it stops: it binds beside
-        # the path, is linked into place, and that name is removed at once.
-        staged = unixsocket.staging_path(path)
         try:
-            if server.add_insecure_port(f"unix://{staged or path}") == 0:  # older grpcio signal failure this way
+            if server.add_insecure_port(self.target) == 0:  # older grpcio signal failure this way
                 raise RuntimeError("bind failed")
         except RuntimeError as exc:
             raise HookServerError(f"cannot listen on {path}: {exc}") from exc
-        if staged is not None:
-            try:
-                unixsocket.link_into_place(staged, path)
-            except OSError as exc:
-                await server.stop(None)
-                raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         await server.start()
         return server
 

@@ -144,7 +144,14 @@ class Proxy:
             if self._frames is not None:  # --data-path frames: see runtimeproxy/frames/path.py
                 await self._frames.start(self.server, path)
             else:
-                await self._start_grpc(path)
+                with unixsocket.socket_umask():
+                    try:
+                        port = self.server.add_insecure_port(f"unix://{path}")
+                    except RuntimeError:  # grpc.aio's "Failed to bind" (its reason only in grpc's own log)
+                        port = 0
+                if port == 0:
+                    raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
+                await self.server.start()
         except OSError as exc:  # the bind itself (EPERM, EROFS...): the path's fault, said in one line
             raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         try:
@@ -156,28 +163,6 @@ class Proxy:
             raise
         self._bound = path
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
-
-    async def _start_grpc(self, path: Path) -> None:
-        # grpc unlinks whatever is at the path it binds (a live socket another
-        # proxy bound since prepare_socket_path too), and again as it stops (a
-        # newer proxy's by then): it binds a name of its own beside the path,
-        # linked into place (which never replaces) and removed at once
-        # (a name too short for that is bound in place: unixsocket.staging_path).
-        staged = unixsocket.staging_path(path)
-        with unixsocket.socket_umask():
-            try:
-                port = self.server.add_insecure_port(f"unix://{staged or path}")
-            except RuntimeError:  # grpc.aio's "Failed to bind" (its reason only in grpc's own log)
-                port = 0
-        if port == 0:
-            raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
-        if staged is not None:
-            try:
-                unixsocket.link_into_place(staged, path)
-            except BaseException:
-                await self.server.stop(None)  # its listener, on a name just removed
-                raise
-        await self.server.start()
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
         """Connections wait in the backlog until the backend answered (at

@@ -9,12 +9,6 @@ is refused too, naming the errno: unlinking a live socket silently cuts its
 server off from every new client. :func:`check_bindable` applies the rules
 that need no connect, changing nothing (``check-config``).
 
-A bind that would itself replace a socket (grpc's, which also unlinks its
-path as it stops) binds at :func:`staging_path` and is given its name by
-:func:`link_into_place`, which fails where someone bound the path since
-:func:`prepare`, as a plain bind does (a one-byte socket name is bound in
-place, with that race, so that no path that fits fails).
-
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.
 """
@@ -25,7 +19,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import select
 import socket
 import stat
@@ -156,42 +149,6 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     # Unlink only the socket we found stale, not one bound there meanwhile.
     if remove_own(path, SocketIdentity(st.st_dev, st.st_ino)):
         log.info("removed stale socket", extra={"path": str(path)})
-
-
-STAGED_NAME_BYTES = 5  # at most "." and four hex digits
-
-
-def staging_path(path: Path) -> Path | None:
-    """Where a bind that would replace what is at its path (grpc's unlinks
-    first) goes instead, before :func:`link_into_place`: beside ``path``, so
-    on its filesystem, under a random free name (a pid is not unique across
-    pid namespaces sharing a directory) no longer than ``path``'s own, so a
-    path that fits the kernel's (and grpc's) limit fits staged too. None, for
-    a bind at ``path`` itself as before, for a one-byte name."""
-    # As long as the name, up to STAGED_NAME_BYTES: ".x" for "p1".
-    digits = min(len(os.fsencode(path.name)), STAGED_NAME_BYTES) - 1
-    if digits < 1:
-        return None
-    for _ in range(8):
-        staged = path.parent / f".{secrets.token_hex(2)[:digits]}"
-        if not os.path.lexists(staged):  # grpc would unlink it
-            return staged
-    log.warning("no free staging name beside the socket; binding it in place", extra={"path": str(path)})
-    return None
-
-
-def link_into_place(staged: Path, path: Path) -> None:
-    """Give the socket bound at ``staged`` the name ``path``, then drop
-    ``staged``. link(2) never replaces: a socket another process bound at
-    ``path`` since :func:`prepare` keeps it, and this fails EADDRINUSE as a
-    plain bind would."""
-    try:
-        os.link(staged, path)
-    except FileExistsError:
-        raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE), str(path)) from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            staged.unlink()
 
 
 def check_bindable(path: Path) -> None:
