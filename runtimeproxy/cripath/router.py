@@ -212,11 +212,12 @@ class Router(grpc.GenericRpcHandler):
         if method.client_streaming:
             return self._stream_stream(channel, path)
         if method.server_streaming:
-            async def server_stream(request: bytes, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async def server_stream(requests: AsyncIterator[bytes], context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+                request = await _only_request(requests, context, "server-streaming")
                 async for message in relay.server_stream(channel, path, request, context):
                     yield message
 
-            return grpc.unary_stream_rpc_method_handler(server_stream)
+            return grpc.stream_stream_rpc_method_handler(server_stream)
 
         stages = [
             stage
@@ -231,24 +232,30 @@ class Router(grpc.GenericRpcHandler):
         return _one_request(_chain(stages, relay, channel, path))
 
 
-def _one_request(unary: Unary) -> grpc.RpcMethodHandler:
-    """A unary method's handler that reads the request stream itself.
+async def _only_request(requests: AsyncIterator[bytes], context: aio.ServicerContext, kind: str) -> bytes:
+    """The one request message of a call whose client does not stream.
 
-    grpc.aio's unary handler takes the first of two request messages and
-    waits for a missing one until the client's deadline; grpc-go (containerd,
-    kubelet's runtimes) and grpc-java answer either INTERNAL, before the
-    method runs. So does this, as the frames path does (divert.py, hooked.py).
+    grpc.aio's unary (and server-streaming) handler takes the first of two
+    request messages and waits for a missing one until the client's
+    deadline; grpc-go (containerd, kubelet's runtimes) and grpc-java answer
+    either INTERNAL, before the method runs. So does this, as the frames
+    path does (divert.py, hooked.py).
     """
+    request: bytes | None = None
+    async for message in requests:
+        if request is not None:  # no need to read on: the call is refused
+            await context.abort(grpc.StatusCode.INTERNAL, f"more than one request message for a {kind} call")
+        request = message
+    if request is None:
+        await context.abort(grpc.StatusCode.INTERNAL, f"0 request messages for a {kind} call")
+    return request
+
+
+def _one_request(unary: Unary) -> grpc.RpcMethodHandler:
+    """A unary method's handler that reads the request stream itself (``_only_request``)."""
 
     async def handle(requests: AsyncIterator[bytes], context: aio.ServicerContext) -> bytes:
-        request: bytes | None = None
-        async for message in requests:
-            if request is not None:  # no need to read on: the call is refused
-                await context.abort(grpc.StatusCode.INTERNAL, "more than one request message for a unary call")
-            request = message
-        if request is None:
-            await context.abort(grpc.StatusCode.INTERNAL, "0 request messages for a unary call")
-        return await unary(request, context)
+        return await unary(await _only_request(requests, context, "unary"), context)
 
     return grpc.stream_unary_rpc_method_handler(handle)
 
