@@ -43,6 +43,7 @@ class Move:
     balloon: str
     cpuset: Cpuset
     was: Cpuset | None  # what it was given before: what it still runs on if the move fails
+    answers: int = 0  # how many cpusets the hook had given the container when the move was planned
 
 
 class Assignments:
@@ -57,6 +58,9 @@ class Assignments:
         # on is not known until a move succeeds (sent again at every retry).
         self.unsure: set[ContainerKey] = set()
         self.placed_at: dict[ContainerKey, float] = {}
+        # How many cpusets each container was given (``given``): a move whose
+        # count changed meanwhile went through a PreUpdate that answered for it.
+        self.answers: dict[ContainerKey, int] = {}
 
     # -- what a container should run on -----------------------------------------------
 
@@ -76,7 +80,10 @@ class Assignments:
             target = self.target(member.key)
             due = target != self.applied.get(member.key) or member.key in self.unsure
             if member.container_id and due and target != ("", ""):
-                out.append(Move(member.key, member.container_id, member.label, balloon.name, target, self.applied.get(member.key)))
+                out.append(Move(
+                    member.key, member.container_id, member.label, balloon.name, target,
+                    self.applied.get(member.key), self.answers.get(member.key, 0),
+                ))
         return out
 
     def _current(self, move: Move) -> bool:
@@ -89,10 +96,11 @@ class Assignments:
         if not self._current(move):
             return
         self.unsure.discard(move.key)
-        if self.applied.get(move.key) == move.was:
+        if self.answers.get(move.key, 0) == move.answers:
             # No PreUpdate answered for it meanwhile (the runtime was called
             # straight, not through the proxy): it runs on what was sent, the
             # target or not, so a balloon that changed back moves it again.
+            # (Through the proxy it runs on what PreUpdate answered, recorded then.)
             self.given(move.key, move.cpuset)
 
     def not_moved(self, move: Move) -> None:
@@ -139,6 +147,7 @@ class Assignments:
 
     def given(self, key: ContainerKey, cpuset: Cpuset) -> None:
         self.applied[key] = cpuset
+        self.answers[key] = self.answers.get(key, 0) + 1
 
     def release(self, key: ContainerKey, container_id: str = "", why: str = "") -> Balloon | None:
         balloon = self.pool.balloon_of(key)
@@ -149,7 +158,7 @@ class Assignments:
             return None  # an older attempt's stop: the key belongs to its successor now
         before = self._sizes()
         self.pool.release(key)
-        for table in (self.pods, self.applied, self.placed_at):
+        for table in (self.pods, self.applied, self.placed_at, self.answers):
             table.pop(key, None)
         self.unsure.discard(key)
         log.info(

@@ -251,3 +251,30 @@ async def test_a_move_applied_while_its_balloon_shrank_back_is_moved_back(tmp_pa
     assert runtime.updates == [("c-a", "1-2", "0")]  # a runs on 1-2; its balloon is 1 again
     await hook.apply_moves()
     assert runtime.updates == [("c-a", "1-2", "0"), ("c-a", "1", "0")]  # moved back off CPU 2
+
+
+class ShrinksBeforePreUpdate(ProxiedRuntime):
+    """Through the proxy: b's pod stops while a's move to 1-2 is on its way, so
+    PreUpdate answers a's old cpuset, and the proxy sends that to the runtime."""
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        assert self.hook is not None
+        if cpus == "1-2":
+            await self.hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
+        uid, name = self.pod_of[container_id]
+        answer = await self.hook.pre_update_container_resources(request(uid, name, shares=1024, cid=container_id))
+        resources = answer.container_resources
+        await FakeRuntime.update_cpuset(self, container_id, resources.cpuset_cpus, resources.cpuset_mems)
+
+
+async def test_a_move_whose_preupdate_answered_its_old_cpuset_is_recorded_as_answered(tmp_path) -> None:
+    runtime = ShrinksBeforePreUpdate()
+    hook = await proxied(tmp_path, runtime)
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1", "0")]  # the runtime applied PreUpdate's answer
+    assert hook.state.applied[("a", "app")] == ("1", "0")  # what it runs on
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1", "0")]  # no move left to make
