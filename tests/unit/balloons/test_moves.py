@@ -34,11 +34,15 @@ class ProxiedRuntime(FakeRuntime):
         self.hook: BalloonsHook | None = None
         self.pod_of: dict[str, tuple[str, str]] = {}  # container id -> (pod uid, name)
 
-    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+    async def pre_update(self, container_id: str) -> api_pb2.LinuxContainerResources:
+        """The hook's PreUpdateContainerResources answer, which the proxy sends on."""
         assert self.hook is not None
         uid, name = self.pod_of[container_id]
         answer = await self.hook.pre_update_container_resources(request(uid, name, shares=1024, cid=container_id))
-        assert answer.container_resources.cpuset_cpus == cpus  # the proxy would send the hook's answer
+        return answer.container_resources
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        assert (await self.pre_update(container_id)).cpuset_cpus == cpus  # the proxy would send the hook's answer
         await super().update_cpuset(container_id, cpus, mems)
 
 
@@ -50,12 +54,17 @@ async def proxied(tmp_path, runtime: ProxiedRuntime) -> BalloonsHook:
     return hook
 
 
+async def grow_as_balloon(hook: BalloonsHook) -> None:
+    """Pod a's container c-a placed and started, then pod b placed: a's balloon grows to 1-2."""
+    await hook.pre_create_container(request("a", "app", shares=1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    await hook.pre_create_container(request("b", "app", shares=1024))
+
+
 async def test_a_move_the_runtime_failed_is_retried(tmp_path) -> None:
     runtime = ProxiedRuntime()
     hook = await proxied(tmp_path, runtime)
-    await hook.pre_create_container(request("a", "app", shares=1024))
-    await hook.pre_start_container(request("a", "app", cid="c-a"))
-    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    await grow_as_balloon(hook)
     runtime.fail_with = grpc.StatusCode.UNKNOWN  # e.g. runc failed the update
     assert not await hook.apply_moves()
     assert runtime.updates == []  # c-a still runs on "1"
@@ -99,9 +108,7 @@ async def _timed_out_growth(tmp_path) -> tuple[BalloonsHook, AppliedButTimedOut]
     """a's balloon grew to 1-2 for b; a's move there was applied but timed out."""
     runtime = AppliedButTimedOut()
     hook = await proxied(tmp_path, runtime)
-    await hook.pre_create_container(request("a", "app", shares=1024))
-    await hook.pre_start_container(request("a", "app", cid="c-a"))
-    await hook.pre_create_container(request("b", "app", shares=1024))
+    await grow_as_balloon(hook)
     runtime.time_out = True
     assert not await hook.apply_moves()
     assert runtime.updates == [("c-a", "1-2", "0")]  # it runs on 1-2 now
@@ -244,9 +251,7 @@ async def test_a_move_applied_while_its_balloon_shrank_back_is_moved_back(tmp_pa
     runtime = ShrinksDuringTheMove()
     hook, _ = await started(tmp_path, runtime=runtime)
     runtime.hook = hook
-    await hook.pre_create_container(request("a", "app", shares=1024))
-    await hook.pre_start_container(request("a", "app", cid="c-a"))
-    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    await grow_as_balloon(hook)
     await hook.apply_moves()
     assert runtime.updates == [("c-a", "1-2", "0")]  # a runs on 1-2; its balloon is 1 again
     await hook.apply_moves()
@@ -261,18 +266,14 @@ class ShrinksBeforePreUpdate(ProxiedRuntime):
         assert self.hook is not None
         if cpus == "1-2":
             await self.hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
-        uid, name = self.pod_of[container_id]
-        answer = await self.hook.pre_update_container_resources(request(uid, name, shares=1024, cid=container_id))
-        resources = answer.container_resources
+        resources = await self.pre_update(container_id)
         await FakeRuntime.update_cpuset(self, container_id, resources.cpuset_cpus, resources.cpuset_mems)
 
 
 async def test_a_move_whose_preupdate_answered_its_old_cpuset_is_recorded_as_answered(tmp_path) -> None:
     runtime = ShrinksBeforePreUpdate()
     hook = await proxied(tmp_path, runtime)
-    await hook.pre_create_container(request("a", "app", shares=1024))
-    await hook.pre_start_container(request("a", "app", cid="c-a"))
-    await hook.pre_create_container(request("b", "app", shares=1024))  # a's balloon grows to 1-2
+    await grow_as_balloon(hook)
     await hook.apply_moves()
     assert runtime.updates == [("c-a", "1", "0")]  # the runtime applied PreUpdate's answer
     assert hook.state.applied[("a", "app")] == ("1", "0")  # what it runs on
