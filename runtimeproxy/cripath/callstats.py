@@ -47,10 +47,10 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
     record = sink.recorder(ref)
     started = sink.started
 
-    # One answer: unary, or the router's unary methods (it reads their request stream itself).
-    single = handler.unary_unary or handler.stream_unary
-    if single is not None:
-        inner = single
+    # The router's handlers are stream-unary (its unary methods: it reads their
+    # request stream itself) or stream-stream (the rest, refusals included).
+    if handler.stream_unary is not None:
+        inner = handler.stream_unary
 
         async def unary(request: Any, context: aio.ServicerContext) -> Any:
             started()
@@ -69,8 +69,6 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
             finally:
                 record(code, time.perf_counter() - begin)
 
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(unary)
         return grpc.stream_unary_rpc_method_handler(unary)
 
     def wrap_stream(inner: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
@@ -93,8 +91,4 @@ def measured(handler: grpc.RpcMethodHandler, ref: MethodRef, sink: CallSink) -> 
 
         return stream
 
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(wrap_stream(handler.unary_stream))
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(wrap_stream(handler.stream_stream))
-    return handler  # none of the four: nothing to measure
+    return grpc.stream_stream_rpc_method_handler(wrap_stream(handler.stream_stream))

@@ -261,28 +261,23 @@ def _one_request(unary: Unary) -> grpc.RpcMethodHandler:
 
 
 def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """``handler``, starting once ``event`` is set."""
-    single = handler.unary_unary or handler.stream_unary
+    """``handler`` (one the router makes: stream-unary or stream-stream), starting once ``event`` is set."""
+    single = handler.stream_unary
     if single is not None:
-        async def later(request: Any, context: aio.ServicerContext) -> Any:
+        async def later(requests: Any, context: aio.ServicerContext) -> Any:
             await event.wait()
-            return await single(request, context)
+            return await single(requests, context)
 
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(later)
         return grpc.stream_unary_rpc_method_handler(later)
 
-    def stream(inner: Callable[..., Any]) -> Callable[..., Any]:
-        async def later_stream(request: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
-            await event.wait()
-            async for message in inner(request, context):
-                yield message
+    inner = handler.stream_stream
 
-        return later_stream
+    async def later_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        await event.wait()
+        async for message in inner(requests, context):
+            yield message
 
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(stream(handler.unary_stream))
-    return grpc.stream_stream_rpc_method_handler(stream(handler.stream_stream))
+    return grpc.stream_stream_rpc_method_handler(later_stream)
 
 
 def _chain(stages: list[Stage], relay: Relay, channel: aio.Channel, path: str) -> Callable[..., Awaitable[bytes]]:

@@ -26,7 +26,9 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
         conn.credit_client(len(f.payload))
         return
     held = conn.hooked.get(sid)
-    if call.ended.is_set() if call is not None else held is not None and held.ended.is_set() and not held.cut_short:
+    # The request's end, as the client sent it (a hooked call the runtime cut short has none to keep).
+    request_end = call.ended if call is not None else held.ended if held is not None and not held.cut_short else None
+    if request_end is not None and request_end.is_set():
         # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
         conn.credit_client(len(f.payload))
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)

@@ -70,8 +70,8 @@ async def test_unary_counted_with_how_it_ended(
 ) -> None:
     registry = CollectorRegistry()
     metrics = CriCallMetrics(registry)
-    handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(raised)), REF, metrics)
-    call = handler.unary_unary(b"", Context(context_code))
+    handler = measured(grpc.stream_unary_rpc_method_handler(_unary_ending(raised)), REF, metrics)
+    call = handler.stream_unary(b"", Context(context_code))
     if raised is None:
         assert await call == b"ok"
     else:
@@ -97,7 +97,7 @@ async def test_stream_counted_with_how_it_ended(raised: BaseException | None, co
 
     registry = CollectorRegistry()
     metrics = CriCallMetrics(registry)
-    stream = measured(grpc.unary_stream_rpc_method_handler(handler), REF, metrics).unary_stream(b"", Context())
+    stream = measured(grpc.stream_stream_rpc_method_handler(handler), REF, metrics).stream_stream(b"", Context())
     got: list[bytes] = []
     if raised is None:
         got = [m async for m in stream]
@@ -140,8 +140,8 @@ async def test_labels_stay_bounded_whatever_the_names() -> None:
     for i in range(500):
         ref = parse_method(f"/runtime.v1.RuntimeService/Bogus{i}")
         assert ref is not None
-        handler = measured(grpc.unary_unary_rpc_method_handler(_unary_ending(None)), ref, metrics)
-        await handler.unary_unary(b"", Context())
+        handler = measured(grpc.stream_unary_rpc_method_handler(_unary_ending(None)), ref, metrics)
+        await handler.stream_unary(b"", Context())
         v1alpha2 = parse_method(f"/runtime.v1alpha2.ImageService/Bogus{i}")
         assert v1alpha2 is not None
         metrics.recorder(v1alpha2)("OK", 0.001)
