@@ -232,7 +232,7 @@ class Assignments:
                 if not live.spec_known:
                     continue
                 running = self._running(live.cpus, live.mems)
-                if member.key in self.applied and self.applied[member.key] != running:
+                if member.key in self.applied:
                     self.applied[member.key] = running
         for key, live in found.items():
             if self.pool.balloon_of(key) is None:
