@@ -46,10 +46,12 @@ _MAX_IDS = 1 << 16
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the node has: online CPU ids and the ids of nodes with memory."""
+    """What the node has: online CPU ids, and the node ids cpuset.mems takes
+    (``memory_nodes``; ``beyond_memory_nodes`` says what the others are, for the reason)."""
 
     online_cpus: frozenset[int]
-    online_mems: frozenset[int]
+    memory_nodes: frozenset[int]
+    beyond_memory_nodes: str = "without memory"
 
 
 def parse_id_list(text: str) -> frozenset[int]:
@@ -70,15 +72,23 @@ def parse_id_list(text: str) -> frozenset[int]:
 
 
 def read_node_facts(root: Path = Path("/")) -> NodeFacts:
-    """This node's facts, from /sys under ``root``."""
+    """This node's facts, from /sys and /proc under ``root``."""
     cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
+    mems, beyond = _memory_nodes(root)
+    return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond)
+
+
+def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
+    """The nodes cpuset.mems takes, and what the others are: the nodes with
+    memory (the kernel refuses an online node without, EINVAL). Older kernels
+    lack has_memory: the online nodes. Without NUMA support there is no node
+    directory, and node 0 is the only one."""
     node_dir = root / "sys/devices/system/node"
-    # The nodes with memory: the kernel refuses a cpuset.mems naming an online
-    # node without (EINVAL). Older kernels lack has_memory: the online nodes.
-    # Without NUMA support there is no node directory, and memory node 0 is the only one.
-    nodes = next((p for p in (node_dir / "has_memory", node_dir / "online") if p.exists()), None)
-    mems = parse_id_list(nodes.read_text()) if nodes is not None else frozenset({0})
-    return NodeFacts(online_cpus=cpus, online_mems=mems)
+    if (node_dir / "has_memory").exists():
+        return parse_id_list((node_dir / "has_memory").read_text()), "without memory"
+    if (node_dir / "online").exists():
+        return parse_id_list((node_dir / "online").read_text()), "this node does not have online"
+    return frozenset({0}), "other than 0 (no NUMA)"
 
 
 def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
@@ -98,8 +108,8 @@ def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFact
     reasons += _memory_reasons(r)
     if not OOM_SCORE_ADJ_MIN <= r.oom_score_adj <= OOM_SCORE_ADJ_MAX:
         reasons.append(f"oom_score_adj {r.oom_score_adj} is outside {OOM_SCORE_ADJ_MIN}..{OOM_SCORE_ADJ_MAX}")
-    reasons += _set_reasons("cpuset_cpus", r.cpuset_cpus, node.online_cpus, "CPUs")
-    reasons += _set_reasons("cpuset_mems", r.cpuset_mems, node.online_mems, "memory nodes")
+    reasons += _set_reasons("cpuset_cpus", r.cpuset_cpus, node.online_cpus, "CPUs this node does not have online")
+    reasons += _set_reasons("cpuset_mems", r.cpuset_mems, node.memory_nodes, f"memory nodes {node.beyond_memory_nodes}")
     for limit in r.hugepage_limits:
         if not _HUGEPAGE_SIZE.match(limit.page_size):
             reasons.append(f"hugepage_limits page_size {limit.page_size!r} is not a size like 2MB or 1GB")
@@ -145,15 +155,15 @@ def _memory_reasons(r: hookapi.LinuxContainerResources) -> list[str]:
     return reasons
 
 
-def _set_reasons(name: str, text: str, online: frozenset[int], what: str) -> list[str]:
+def _set_reasons(name: str, text: str, allowed: frozenset[int], what: str) -> list[str]:
     if not text:
         return []
     try:
         ids = parse_id_list(text)
     except ValueError as exc:
         return [f"{name} {text[:64]!r} is not a list of ids: {exc}"]
-    missing = sorted(ids - online)
+    missing = sorted(ids - allowed)
     if missing:
         shown = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
-        return [f"{name} {text[:64]!r} names {what} this node does not have online ({shown})"]
+        return [f"{name} {text[:64]!r} names {what} ({shown})"]
     return []

@@ -200,7 +200,7 @@ async def test_a_pre_start_answer_is_not_judged_by_the_kernels_rules_since_it_is
     start, create = HookType.PRE_START_CONTAINER, HookType.PRE_CREATE_CONTAINER
     dispatcher = Dispatcher(
         Chain(named("s", FailurePolicy.FAIL, start, create)), transport=Answering(absurd),  # type: ignore[arg-type]
-        node=NodeFacts(online_cpus=frozenset(range(8)), online_mems=frozenset({0})),
+        node=NodeFacts(online_cpus=frozenset(range(8)), memory_nodes=frozenset({0})),
     )
     [server] = dispatcher.servers(start)
     assert await dispatcher.call(server, start, request_for(start)) == absurd

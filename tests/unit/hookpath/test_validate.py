@@ -16,7 +16,7 @@ from runtimeproxy.hookpath.validate import (
 )
 
 GIB = 1 << 30
-NODE = NodeFacts(online_cpus=frozenset({0, 1, 2, 3}), online_mems=frozenset({0}))
+NODE = NodeFacts(online_cpus=frozenset({0, 1, 2, 3}), memory_nodes=frozenset({0}))
 
 
 def reasons(**fields) -> list[str]:
@@ -56,7 +56,7 @@ def test_what_kubelet_sends_is_valid() -> None:
     ({"cpuset_cpus": "1-0"}, "runs backwards"),
     ({"cpuset_cpus": "zero"}, "is not a list of ids"),
     ({"cpuset_cpus": "0-4294967295"}, "more than"),
-    ({"cpuset_mems": "1"}, "names memory nodes this node does not have online (1)"),
+    ({"cpuset_mems": "1"}, "cpuset_mems '1' names memory nodes without memory (1)"),
     ({"hugepage_limits": [hookapi.HugepageLimit(page_size="huge", limit=1)]}, "page_size 'huge'"),
     ({"unified": {"../../cpu.max": "1"}}, "unified key '../../cpu.max'"),
 ])
@@ -96,24 +96,35 @@ def fake_root(tmp_path: Path, *, cpus: str, nodes: str | None) -> Path:
     return tmp_path
 
 
-def test_read_node_facts_from_sys_and_proc(tmp_path: Path) -> None:
-    root = fake_root(tmp_path, cpus="0-5,7\n", nodes="0-1\n")
-    assert read_node_facts(root) == NodeFacts(frozenset({0, 1, 2, 3, 4, 5, 7}), frozenset({0, 1}))
-
-
-def test_memory_nodes_are_the_nodes_with_memory_not_every_online_one(tmp_path: Path) -> None:
-    """Node 1 has CPUs and no memory: the kernel refuses it in cpuset.mems."""
+def memoryless_node_1(tmp_path: Path, *, cgroup_controllers: str | None, kernel: str = "6.8.0-45-generic\n") -> Path:
+    """Nodes 0-1 online, node 1 with CPUs and no memory, nodes 0-3 possible (2-3 may be hot-added)."""
     root = fake_root(tmp_path, cpus="0-3\n", nodes="0-1\n")
     (root / "sys/devices/system/node/has_memory").write_text("0\n")
-    node = read_node_facts(root)
-    assert node.online_mems == frozenset({0})
-    reasons = invalid_resources(hookapi.LinuxContainerResources(cpuset_cpus="2", cpuset_mems="1"), node)
-    assert reasons and "cpuset_mems" in reasons[0]
+    (root / "sys/devices/system/node/possible").write_text("0-3\n")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/osrelease").write_text(kernel)
+    (root / "sys/fs/cgroup").mkdir(parents=True)
+    if cgroup_controllers is not None:  # cgroup v2 mounted at /sys/fs/cgroup; v1 and hybrid: a tmpfs there
+        (root / "sys/fs/cgroup/cgroup.controllers").write_text(cgroup_controllers)
+    return root
+
+
+def test_read_node_facts_from_sys_and_proc(tmp_path: Path) -> None:
+    root = fake_root(tmp_path, cpus="0-5,7\n", nodes="0-1\n")
+    assert read_node_facts(root) == NodeFacts(frozenset({0, 1, 2, 3, 4, 5, 7}), frozenset({0, 1}), "this node does not have online")
+
+
+def test_on_cgroup_v1_memory_nodes_are_the_nodes_with_memory_not_every_online_one(tmp_path: Path) -> None:
+    """Node 1 has CPUs and no memory: cgroup v1 refuses it in cpuset.mems (EINVAL)."""
+    node = read_node_facts(memoryless_node_1(tmp_path, cgroup_controllers=None))
+    assert node.memory_nodes == frozenset({0})
+    (reason,) = invalid_resources(hookapi.LinuxContainerResources(cpuset_cpus="2", cpuset_mems="1"), node)
+    assert reason == "cpuset_mems '1' names memory nodes without memory (1)"
 
 
 def test_without_numa_memory_node_0_is_the_only_one(tmp_path: Path) -> None:
     root = fake_root(tmp_path, cpus="0\n", nodes=None)
-    assert read_node_facts(root).online_mems == frozenset({0})
+    assert read_node_facts(root).memory_nodes == frozenset({0})
 
 
 def test_this_node_reads() -> None:
