@@ -79,16 +79,44 @@ def read_node_facts(root: Path = Path("/")) -> NodeFacts:
 
 
 def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
-    """The nodes cpuset.mems takes, and what the others are: the nodes with
-    memory (the kernel refuses an online node without, EINVAL). Older kernels
-    lack has_memory: the online nodes. Without NUMA support there is no node
-    directory, and node 0 is the only one."""
+    """The nodes cpuset.mems takes (kernel/cgroup/cpuset.c, update_nodemask: a
+    subset of top_cpuset.mems_allowed, else EINVAL), and what the others are.
+
+    cgroup v1: top_cpuset.mems_allowed is the nodes with memory (N_MEMORY,
+    has_memory; older kernels lack the file: the online nodes). cgroup v2:
+    cpuset_bind sets it to every possible node; before 5.18 (commit
+    2685027fca38) cpuset_init_smp then put N_MEMORY back at boot. Stable
+    kernels got that fix too, but a release string cannot show a backport, so
+    on v2 a kernel older than 5.18 keeps the v1 rule: never looser than the
+    kernel. Without NUMA support there is no node directory: node 0 only.
+    """
     node_dir = root / "sys/devices/system/node"
+    if _cpuset_on_v2(root) and _kernel_at_least(root, (5, 18)) and (node_dir / "possible").exists():
+        return parse_id_list((node_dir / "possible").read_text()), "this node cannot have"
     if (node_dir / "has_memory").exists():
         return parse_id_list((node_dir / "has_memory").read_text()), "without memory"
     if (node_dir / "online").exists():
         return parse_id_list((node_dir / "online").read_text()), "this node does not have online"
     return frozenset({0}), "other than 0 (no NUMA)"
+
+
+def _cpuset_on_v2(root: Path) -> bool:
+    """Whether the cpuset controller is on the unified hierarchy: the v2 root
+    lists the controllers no v1 hierarchy holds (hybrid mode has no such file
+    at /sys/fs/cgroup; in a cgroup namespace, those given to it). Unreadable
+    or not listed: False, the stricter rule."""
+    try:
+        return "cpuset" in (root / "sys/fs/cgroup/cgroup.controllers").read_text().split()
+    except OSError:
+        return False
+
+
+def _kernel_at_least(root: Path, version: tuple[int, int]) -> bool:
+    try:
+        match = re.match(r"(\d+)\.(\d+)", (root / "proc/sys/kernel/osrelease").read_text())
+    except OSError:
+        return False
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= version
 
 
 def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:

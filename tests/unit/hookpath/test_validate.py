@@ -122,9 +122,33 @@ def test_on_cgroup_v1_memory_nodes_are_the_nodes_with_memory_not_every_online_on
     assert reason == "cpuset_mems '1' names memory nodes without memory (1)"
 
 
+def test_on_cgroup_v2_any_possible_node_is_taken(tmp_path: Path) -> None:
+    """cgroup v2 takes any possible node in cpuset.mems (a memoryless one grants nothing: the
+    effective set is what is left with memory, or the parent's), so the proxy refuses only the others."""
+    node = read_node_facts(memoryless_node_1(tmp_path, cgroup_controllers="cpuset cpu io memory pids\n"))
+    assert node.memory_nodes == frozenset({0, 1, 2, 3})
+    assert invalid_resources(hookapi.LinuxContainerResources(cpuset_cpus="2", cpuset_mems="1"), node) == []
+    assert invalid_resources(hookapi.LinuxContainerResources(cpuset_mems="0-3"), node) == []
+    (reason,) = invalid_resources(hookapi.LinuxContainerResources(cpuset_mems="1,4-5"), node)
+    assert reason == "cpuset_mems '1,4-5' names memory nodes this node cannot have (4,5)"
+
+
+@pytest.mark.parametrize(("controllers", "kernel"), [
+    ("cpu io memory pids\n", "6.8.0\n"),  # unified, but cpuset is on a v1 hierarchy (or not given to this cgroup)
+    ("cpuset cpu io memory pids\n", "5.15.0-105-generic\n"),  # v2 on a kernel that may predate 2685027fca38
+    ("cpuset cpu io memory pids\n", "not a release\n"),
+])
+def test_cgroup_v2_without_its_rule_for_sure_keeps_the_nodes_with_memory(tmp_path: Path, controllers, kernel) -> None:
+    node = read_node_facts(memoryless_node_1(tmp_path, cgroup_controllers=controllers, kernel=kernel))
+    assert node.memory_nodes == frozenset({0})
+
+
 def test_without_numa_memory_node_0_is_the_only_one(tmp_path: Path) -> None:
     root = fake_root(tmp_path, cpus="0\n", nodes=None)
     assert read_node_facts(root).memory_nodes == frozenset({0})
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset memory\n")
+    assert read_node_facts(root).memory_nodes == frozenset({0})  # on cgroup v2 too
 
 
 def test_this_node_reads() -> None:
