@@ -95,7 +95,9 @@ class Topology:
         """The memory nodes for a cpuset: its CPUs' nodes that have memory; for
         CPUs on memory-less nodes only, the nearest nodes with memory (where the
         kernel takes their memory from). A cpuset.mems naming a node without
-        memory is refused by the kernel (EINVAL), so the container would not start."""
+        memory is refused on cgroup v1 (EINVAL), so the container would not start;
+        cgroup v2 takes it but grants nothing from it (the parent's nodes, if no
+        node named has memory)."""
         nodes = self.nodes_of(cpus)
         if self.memory_nodes is None or nodes <= self.memory_nodes:
             return nodes

@@ -1,9 +1,10 @@
 """cpuset.mems on machines whose NUMA nodes do not all have memory.
 
 A node may have CPUs and no memory (its memory taken from the nearest node),
-or memory and no CPUs. The kernel refuses a cpuset.mems naming a node
+or memory and no CPUs. cgroup v1 refuses a cpuset.mems naming a node
 without memory (EINVAL: not in the root cpuset's mems), so runc would fail
-the container. Machines are faked as sysfs trees, read as on a node.
+the container; cgroup v2 takes it and grants no memory from it. Machines are
+faked as sysfs trees, read as on a node.
 """
 
 from __future__ import annotations
