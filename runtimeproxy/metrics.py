@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from .config import ConfigError, parse_host_port
 from .cripath.methods import MethodRef, metric_ref
 from .loopmetrics import CounterFamily, HistogramFamily
+from .tcplisten import error_text
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 
@@ -90,7 +91,7 @@ class Metrics:
         try:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:  # a host that does not resolve, a port in use: the setting's fault
-            reason = exc.strerror or exc  # "Address already in use", "Name or service not known"
+            reason = error_text(exc)  # "Address already in use (EADDRINUSE)", "Name or service not known (EAI_NONAME)"
             raise ConfigError(f"metrics-listen {address!r}: cannot serve there: {reason}", key="metrics_listen") from exc
         log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
 

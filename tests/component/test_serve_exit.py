@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,23 @@ def test_what_the_operator_must_fix_ends_serve_in_one_line(sock_dir: Path, case:
     (fatal,) = [line for line in lines if line["msg"] == "fatal"]
     assert fatal["error"].startswith(expected) and "exception" not in fatal
     assert (sock_dir / "file").read_text() == "precious"
+
+
+def test_a_metrics_port_in_use_ends_serve_in_one_line_naming_the_address_and_the_error(sock_dir: Path) -> None:
+    """Found only at the bind: before the proxy listens, nothing left behind."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        served = subprocess.run(
+            [sys.executable, "-m", "runtimeproxy.cli", "serve", "--listen", str(sock_dir / "p.sock"),
+             "--backend", str(sock_dir / "none.sock"), "--hook-dir", str(sock_dir / "hooks"),
+             "--metrics-listen", address, "--log-format", "json"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+    assert served.returncode == 1, served.stderr
+    assert "Traceback" not in served.stderr
+    (fatal,) = [line for line in map(json.loads, served.stderr.splitlines()) if line["msg"] == "fatal"]
+    assert fatal["error"] == f"metrics-listen '{address}': cannot serve there: Address already in use (EADDRINUSE)"
+    assert "exception" not in fatal
+    assert not (sock_dir / "p.sock").exists()

@@ -1,6 +1,6 @@
 """What only the metrics bind can find (a host that does not resolve, a port
-in use) is a ConfigError naming metrics-listen in one line: serve logs it as
-such (cli._operator_errors), without a traceback."""
+in use) is a ConfigError naming metrics-listen and the error's code in one
+line: serve logs it as such (cli._operator_errors), without a traceback."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_a_host_that_does_not_resolve_is_one_line_naming_the_setting(monkeypatch
     monkeypatch.setattr(socket, "getaddrinfo", unknown)  # no resolver asked: the answer a missing name gets
     with pytest.raises(ConfigError) as raised:
         Metrics().serve("node-9.invalid:0")
-    assert str(raised.value) == "metrics-listen 'node-9.invalid:0': cannot serve there: Name or service not known"
+    assert str(raised.value) == "metrics-listen 'node-9.invalid:0': cannot serve there: Name or service not known (EAI_NONAME)"
     assert raised.value.key == "metrics_listen"
 
 
@@ -30,4 +30,4 @@ def test_a_port_in_use_is_one_line_naming_the_setting() -> None:
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         with pytest.raises(ConfigError) as raised:
             Metrics().serve(address)
-    assert str(raised.value) == f"metrics-listen '{address}': cannot serve there: Address already in use"
+    assert str(raised.value) == f"metrics-listen '{address}': cannot serve there: Address already in use (EADDRINUSE)"
