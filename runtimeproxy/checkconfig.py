@@ -6,7 +6,8 @@ What ``serve`` would refuse is an *error*. What ``serve`` accepts but is likely
 a mistake is a *warning*: a socket that does not exist right now (its server
 may simply not be up yet), a hook file that registers nothing, a hook point
 the proxy never calls, a key a hook file carries that nothing reads (a typo
-of ``timeout`` would silently leave the default in force).
+of ``timeout`` would silently leave the default in force), a metrics host
+whose lookup gave no answer.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from pathlib import Path
 import click
 
 from .clipath import PATH
-from .config import ConfigError, ProxyConfig, load
+from .config import ConfigError, ProxyConfig, key_line, load, parse_host_port
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
 from .hookpath.points import HOOK_POINTS, HookType
 from .hookpath.registry import HookRegistry
 from .host import unixsocket
+from .tcplisten import check_listen
 
 __all__ = ["Finding", "Report", "Severity", "check", "check_config_command"]
 
@@ -97,6 +99,7 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
         findings.append(Finding(Severity.ERROR, config_file or Path("."), str(exc), exc.line))
     if config is not None:
         findings += _backend_sockets(config)
+        findings += _metrics_listen(config, config_file)
     directory = hook_dir or (config.hook_dir if config is not None else None)
     servers: tuple[HookServerConfig, ...] = ()
     if directory is not None:
@@ -114,6 +117,19 @@ def _backend_sockets(config: ProxyConfig) -> list[Finding]:
     except unixsocket.UnixSocketError as exc:
         findings.append(Finding(Severity.ERROR, config.listen, f"listen: {exc}"))
     return findings
+
+
+def _metrics_listen(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
+    """Its host looked up and its address tried on port 0, as serve's bind
+    would find them (tcplisten.py); its port is not tried."""
+    if not config.metrics_listen or config_file is None:  # only a file sets it here
+        return []
+    problem = check_listen(*parse_host_port(config.metrics_listen))  # the form load checked
+    if problem is None:
+        return []
+    severity = Severity.ERROR if problem.certain else Severity.WARNING
+    reason = f"metrics-listen {config.metrics_listen!r}: {problem.reason}"
+    return [Finding(severity, config_file, reason, key_line(config_file, "metrics_listen"))]
 
 
 def _endpoint(path: Path, what: str) -> list[Finding]:

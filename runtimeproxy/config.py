@@ -223,6 +223,12 @@ def given_in(path: Path | None) -> frozenset[str]:
     return frozenset(key for key, value in values.items() if value is not None)
 
 
+def key_line(path: Path, key: str) -> int | None:
+    """The line (1-based) where the config file at ``path`` sets ``key``."""
+    text, _values = _read(path)
+    return _key_line(text, key)
+
+
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
     """The file's text and its values by setting name (- read as _), unchecked."""
     try:

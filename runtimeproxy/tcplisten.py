@@ -1,16 +1,58 @@
-"""The words for what binding a TCP address the proxy serves on
-(``metrics-listen``) met: the error's message and its code's name.
+"""A TCP address the proxy serves on (``metrics-listen``), judged before
+anything binds it, and the words for what its bind met.
+
+``check-config`` looks the host up as the bind will (the first address
+``getaddrinfo`` gives is the one prometheus_client binds), bounded in time,
+then binds that address on port 0: whether it is this host's. The port
+itself is not tried: the running proxy holds its own, and from outside
+nothing tells it from another process's.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["error_text"]
+__all__ = ["LOOKUP_SECONDS", "ListenProblem", "check_listen", "error_text"]
 
+AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
+
+LOOKUP_SECONDS = 2.0  # a resolver this slow at start is a finding of its own
 # getaddrinfo's codes (negative on Linux) are not errno values: their own names.
 _EAI_NAMES = {getattr(socket, name): name for name in dir(socket) if name.startswith("EAI_")}
+
+
+@dataclass(frozen=True)
+class ListenProblem:
+    certain: bool  # serve would fail there; False: the lookup could not say (no answer in time, a resolver down)
+    reason: str
+
+
+def check_listen(host: str, port: int, lookup_seconds: float | None = None) -> ListenProblem | None:
+    """What is wrong with serving on ``host``:``port``, as far as can be told
+    without taking the port; None: nothing found."""
+    lookup_seconds = LOOKUP_SECONDS if lookup_seconds is None else lookup_seconds
+    try:
+        infos = _lookup(host, port, lookup_seconds)
+    except TimeoutError:
+        return ListenProblem(False, f"looking up {host!r} gave no answer within {lookup_seconds:g}s (a lookup, "
+                                    f"as serve makes at start, there without a bound)")
+    except socket.gaierror as exc:
+        # EAI_AGAIN: the resolver did not answer (down, or no network yet), not that the name is unknown.
+        return ListenProblem(exc.errno != socket.EAI_AGAIN, f"{host!r} does not resolve (a lookup): {error_text(exc)}")
+    except UnicodeError as exc:  # a name the resolver is never asked (IDNA refuses it)
+        return ListenProblem(True, f"{host!r} does not resolve: {exc}")
+    family, _type, _proto, _name, sockaddr = infos[0]
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((sockaddr[0], 0))  # port 0: whoever holds the port, the proxy included, is left alone
+    except OSError as exc:
+        shown = host if sockaddr[0] == host else f"{host!r} ({sockaddr[0]})"
+        return ListenProblem(True, f"cannot bind {shown}: {error_text(exc)}")
+    return None
 
 
 def error_text(exc: OSError) -> str:
@@ -20,3 +62,25 @@ def error_text(exc: OSError) -> str:
     name = _EAI_NAMES.get(code) if isinstance(exc, socket.gaierror) else errno.errorcode.get(code or 0)
     text = exc.strerror or str(exc)
     return f"{text} ({name})" if name else text
+
+
+def _lookup(host: str, port: int, seconds: float) -> list[AddrInfo]:
+    """getaddrinfo as prometheus_client calls it, given ``seconds``: it has no
+    timeout of its own, and a daemon thread left waiting does not hold up exit."""
+    answer: list[list[AddrInfo] | OSError | UnicodeError] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+        except (OSError, UnicodeError) as exc:
+            answer.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=look_up, name="metrics-listen lookup", daemon=True).start()
+    if not done.wait(seconds):
+        raise TimeoutError
+    if isinstance(answer[0], (OSError, UnicodeError)):
+        raise answer[0]
+    return answer[0]

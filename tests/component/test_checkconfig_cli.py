@@ -153,6 +153,23 @@ def test_what_serve_cannot_run_with_fails_both_the_same_way(node: Path, text: st
     assert not (node / "proxy.sock").exists()
 
 
+def test_a_metrics_address_not_of_this_host_fails_both_at_once(node: Path) -> None:
+    """check-config binds the address serve would (on port 0): its error is the
+    one serve stops with, in one line, before it listens."""
+    config = node / "bad.yaml"
+    config.write_text(f'listen: {node / "proxy.sock"}\nmetrics-listen: "192.0.2.1:9464"\n')  # TEST-NET-1: on no host
+    checked = check_config("--config", config, "--hook-dir", node / "hookserver.d")
+    assert checked.returncode == 1, checked.stdout
+    (error,) = [line for line in checked.stdout.splitlines() if line.startswith("error:")]
+    cause = "Cannot assign requested address (EADDRNOTAVAIL)"
+    assert error == f"error: {config}:2: metrics-listen '192.0.2.1:9464': cannot bind 192.0.2.1: {cause}"
+    served = serve("--config", config, "--hook-dir", node / "hookserver.d", "--log-format", "json")
+    assert served.returncode == 1, served.stderr
+    (fatal,) = [line for line in map(json.loads, served.stderr.splitlines()) if line["msg"] == "fatal"]
+    assert fatal["error"] == f"metrics-listen '192.0.2.1:9464': cannot serve there: {cause}"
+    assert not (node / "proxy.sock").exists()
+
+
 def test_hook_dir_flag_overrides_the_config(node: Path) -> None:
     other = node / "other.d"
     other.mkdir()

@@ -1,0 +1,85 @@
+"""check-config on metrics-listen: the host looked up and the address tried
+on port 0, as serve's bind would meet them (tcplisten.py); the port is not."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy import tcplisten
+from runtimeproxy.checkconfig import Finding, Severity, check
+
+
+def metrics_config(tmp_path: Path, address: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"listen: {tmp_path / 'p.sock'}\nlog-level: info\nmetrics-listen: \"{address}\"\n")
+    return path
+
+
+def metrics_findings(path: Path) -> list[Finding]:
+    return [f for f in check(path, path.parent).findings if "metrics-listen" in f.reason]
+
+
+def answer_with(monkeypatch: pytest.MonkeyPatch, code: int, message: str) -> None:
+    def lookup(*args: object, **kwargs: object) -> object:
+        raise socket.gaierror(code, message)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)  # no resolver asked: the answer it would give
+
+
+def test_a_name_that_does_not_resolve_is_an_error_at_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer_with(monkeypatch, socket.EAI_NONAME, "Name or service not known")
+    path = metrics_config(tmp_path, "node-9.invalid:9464")
+    (finding,) = metrics_findings(path)
+    assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 3)
+    assert finding.reason == ("metrics-listen 'node-9.invalid:9464': 'node-9.invalid' does not resolve (a lookup): "
+                              "Name or service not known (EAI_NONAME)")
+    assert not check(path, path.parent).ok
+
+
+def test_a_resolver_that_fails_for_now_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    answer_with(monkeypatch, socket.EAI_AGAIN, "Temporary failure in name resolution")
+    (finding,) = metrics_findings(metrics_config(tmp_path, "metrics.node.example:9464"))
+    assert finding.severity is Severity.WARNING
+    assert finding.reason.endswith("Temporary failure in name resolution (EAI_AGAIN)")
+
+
+@pytest.fixture
+def unanswered(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """A resolver that answers only once the test is over."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def lookup(*args: object, **kwargs: object) -> object:
+        release.wait()
+        return real("127.0.0.1", 0)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(tcplisten, "LOOKUP_SECONDS", 0.05)
+    yield release
+    release.set()
+
+
+def test_a_lookup_without_an_answer_in_time_is_a_warning(tmp_path: Path, unanswered: threading.Event) -> None:
+    (finding,) = metrics_findings(metrics_config(tmp_path, "metrics.node.example:9464"))
+    assert finding.severity is Severity.WARNING
+    assert "looking up 'metrics.node.example' gave no answer within 0.05s" in finding.reason
+
+
+def test_an_address_not_of_this_host_is_an_error(tmp_path: Path) -> None:
+    (finding,) = metrics_findings(metrics_config(tmp_path, "192.0.2.1:9464"))  # TEST-NET-1: on no host
+    assert finding.severity is Severity.ERROR
+    assert finding.reason == "metrics-listen '192.0.2.1:9464': cannot bind 192.0.2.1: Cannot assign requested address (EADDRNOTAVAIL)"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "0.0.0.0", ""])
+def test_an_address_of_this_host_has_no_finding_whoever_holds_its_port(tmp_path: Path, host: str) -> None:
+    """The port is not tried: the running proxy holds its own, and nothing tells it from another process."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert metrics_findings(metrics_config(tmp_path, f"{host}:{taken.getsockname()[1]}")) == []
