@@ -50,7 +50,7 @@ def check_listen(host: str, port: int, lookup_seconds: float | None = None) -> L
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.bind((sockaddr[0], 0))  # port 0: whoever holds the port, the proxy included, is left alone
     except OSError as exc:
-        shown = host if sockaddr[0] == host else f"{host!r} ({sockaddr[0]})"
+        shown = repr(host) if sockaddr[0] == host else f"{host!r} ({sockaddr[0]})"
         return ListenProblem(True, f"cannot bind {shown}: {error_text(exc)}")
     return None
 

@@ -96,8 +96,8 @@ class Topology:
         CPUs on memory-less nodes only, the nearest nodes with memory (where the
         kernel takes their memory from). A cpuset.mems naming a node without
         memory is refused on cgroup v1 (EINVAL), so the container would not start;
-        cgroup v2 takes it but grants nothing from it (the parent's nodes, if no
-        node named has memory)."""
+        cgroup v2 from kernel 5.18 takes it but grants nothing from it (the
+        parent's nodes, if no node named has memory); older v2 kernels refuse it too."""
         nodes = self.nodes_of(cpus)
         if self.memory_nodes is None or nodes <= self.memory_nodes:
             return nodes

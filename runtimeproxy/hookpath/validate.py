@@ -85,10 +85,14 @@ def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
     cgroup v1: top_cpuset.mems_allowed is the nodes with memory (N_MEMORY,
     has_memory; older kernels lack the file: the online nodes). cgroup v2:
     cpuset_bind sets it to every possible node; before 5.18 (commit
-    2685027fca38) cpuset_init_smp then put N_MEMORY back at boot. Stable
-    kernels got that fix too, but a release string cannot show a backport, so
-    on v2 a kernel older than 5.18 keeps the v1 rule: never looser than the
-    kernel. Without NUMA support there is no node directory: node 0 only.
+    2685027fca38, merged after 5.18-rc5) cpuset_init_smp then put N_MEMORY
+    back at boot. Stable kernels got that fix too, but a release string
+    cannot show a backport, so on v2 a kernel older than 5.18-rc6 keeps the
+    v1 rule: never looser than the kernel at boot (there, a memory node
+    hot-added later is still refused by the kernel: v2 hotplug leaves
+    mems_allowed alone). v1 mounted with cpuset_v2_mode gets the v1 rule:
+    stricter, so safe. Without NUMA support there is no node directory: node
+    0 only.
     """
     node_dir = root / "sys/devices/system/node"
     if _cpuset_on_v2(root) and _kernel_at_least(root, (5, 18)) and (node_dir / "possible").exists():
@@ -98,6 +102,9 @@ def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
     if (node_dir / "online").exists():
         return parse_id_list((node_dir / "online").read_text()), "this node does not have online"
     return frozenset({0}), "other than 0 (no NUMA)"
+
+
+_FIX_RC = 6  # 2685027fca38 reached mainline between 5.18-rc5 and -rc6
 
 
 def _cpuset_on_v2(root: Path) -> bool:
@@ -112,11 +119,19 @@ def _cpuset_on_v2(root: Path) -> bool:
 
 
 def _kernel_at_least(root: Path, version: tuple[int, int]) -> bool:
+    """Whether the running kernel is ``version`` or later; a release
+    candidate of ``version`` itself counts only from rc6 (see _memory_nodes)."""
     try:
-        match = re.match(r"(\d+)\.(\d+)", (root / "proc/sys/kernel/osrelease").read_text())
+        release = (root / "proc/sys/kernel/osrelease").read_text()
     except OSError:
         return False
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= version
+    match = re.match(r"(\d+)\.(\d+)(?:\.\d+)?(?:-rc(\d+))?", release)
+    if match is None:
+        return False
+    found = (int(match.group(1)), int(match.group(2)))
+    if found == version and match.group(3) is not None:
+        return int(match.group(3)) >= _FIX_RC
+    return found >= version
 
 
 def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
+from ..prerequisites import foreign_address
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,16 +158,17 @@ def test_a_metrics_address_not_of_this_host_fails_both_at_once(node: Path) -> No
     """check-config binds the address serve would (on port 0): its error is the
     one serve stops with, in one line, before it listens."""
     config = node / "bad.yaml"
-    config.write_text(f'listen: {node / "proxy.sock"}\nmetrics-listen: "192.0.2.1:9464"\n')  # TEST-NET-1: on no host
+    address = foreign_address()
+    config.write_text(f'listen: {node / "proxy.sock"}\nmetrics-listen: "{address}:9464"\n')
     checked = check_config("--config", config, "--hook-dir", node / "hookserver.d")
     assert checked.returncode == 1, checked.stdout
     (error,) = [line for line in checked.stdout.splitlines() if line.startswith("error:")]
     cause = "Cannot assign requested address (EADDRNOTAVAIL)"
-    assert error == f"error: {config}:2: metrics-listen '192.0.2.1:9464': cannot bind 192.0.2.1: {cause}"
+    assert error == f"error: {config}:2: metrics-listen '{address}:9464': cannot bind '{address}': {cause}"
     served = serve("--config", config, "--hook-dir", node / "hookserver.d", "--log-format", "json")
     assert served.returncode == 1, served.stderr
     (fatal,) = [line for line in map(json.loads, served.stderr.splitlines()) if line["msg"] == "fatal"]
-    assert fatal["error"] == f"metrics-listen '192.0.2.1:9464': cannot serve there: {cause}"
+    assert fatal["error"] == f"metrics-listen '{address}:9464': cannot serve there: {cause}"
     assert not (node / "proxy.sock").exists()
 
 

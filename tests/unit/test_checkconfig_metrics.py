@@ -12,6 +12,7 @@ import pytest
 
 from runtimeproxy import tcplisten
 from runtimeproxy.checkconfig import Finding, Severity, check
+from ..prerequisites import foreign_address
 
 
 def metrics_config(tmp_path: Path, address: str) -> Path:
@@ -71,12 +72,14 @@ def test_a_lookup_without_an_answer_in_time_is_a_warning(tmp_path: Path, unanswe
 
 
 def test_an_address_not_of_this_host_is_an_error(tmp_path: Path) -> None:
-    (finding,) = metrics_findings(metrics_config(tmp_path, "192.0.2.1:9464"))  # TEST-NET-1: on no host
+    address = foreign_address()
+    (finding,) = metrics_findings(metrics_config(tmp_path, f"{address}:9464"))
     assert finding.severity is Severity.ERROR
-    assert finding.reason == "metrics-listen '192.0.2.1:9464': cannot bind 192.0.2.1: Cannot assign requested address (EADDRNOTAVAIL)"
+    assert finding.reason == (f"metrics-listen '{address}:9464': cannot bind '{address}': "
+                              "Cannot assign requested address (EADDRNOTAVAIL)")
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "0.0.0.0", ""])
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "0.0.0.0", "[::]", "[::1]"])
 def test_an_address_of_this_host_has_no_finding_whoever_holds_its_port(tmp_path: Path, host: str) -> None:
     """The port is not tried: the running proxy holds its own, and nothing tells it from another process."""
     with socket.socket() as taken:

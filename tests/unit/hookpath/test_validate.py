@@ -137,10 +137,19 @@ def test_on_cgroup_v2_any_possible_node_is_taken(tmp_path: Path) -> None:
     ("cpu io memory pids\n", "6.8.0\n"),  # unified, but cpuset is on a v1 hierarchy (or not given to this cgroup)
     ("cpuset cpu io memory pids\n", "5.15.0-105-generic\n"),  # v2 on a kernel that may predate 2685027fca38
     ("cpuset cpu io memory pids\n", "not a release\n"),
+    ("cpuset cpu io memory pids\n", "5.18.0-rc5\n"),  # the fix came after rc5
+    ("cpuset cpu io memory pids\n", "5.9.0\n"),  # 9 < 18: compared as numbers, not strings
+    ("cpuset cpu io memory pids\n", "4.19.0+\n"),
 ])
 def test_cgroup_v2_without_its_rule_for_sure_keeps_the_nodes_with_memory(tmp_path: Path, controllers, kernel) -> None:
     node = read_node_facts(memoryless_node_1(tmp_path, cgroup_controllers=controllers, kernel=kernel))
     assert node.memory_nodes == frozenset({0})
+
+
+@pytest.mark.parametrize("kernel", ["5.18.0\n", "5.18.0-rc6\n", "6.1.0-13-amd64\n", "10.0\n"])
+def test_cgroup_v2_from_the_fix_on_takes_any_possible_node(tmp_path: Path, kernel: str) -> None:
+    node = read_node_facts(memoryless_node_1(tmp_path, cgroup_controllers="cpuset cpu io memory pids\n", kernel=kernel))
+    assert node.memory_nodes == frozenset({0, 1, 2, 3})
 
 
 def test_without_numa_memory_node_0_is_the_only_one(tmp_path: Path) -> None:
