@@ -14,6 +14,7 @@ from runtimeproxy.hookpath.validate import (
     parse_id_list,
     read_node_facts,
 )
+from tests.fakesysfs import fake_root
 
 GIB = 1 << 30
 NODE = NodeFacts(online_cpus=frozenset({0, 1, 2, 3}), memory_nodes=frozenset({0}))
@@ -85,15 +86,6 @@ def test_parse_id_list(text, ids) -> None:
 def test_parse_id_list_refuses(text) -> None:
     with pytest.raises(ValueError):
         parse_id_list(text)
-
-
-def fake_root(tmp_path: Path, *, cpus: str, nodes: str | None) -> Path:
-    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
-    (tmp_path / "sys/devices/system/cpu/online").write_text(cpus)
-    if nodes is not None:
-        (tmp_path / "sys/devices/system/node").mkdir(parents=True)
-        (tmp_path / "sys/devices/system/node/online").write_text(nodes)
-    return tmp_path
 
 
 def memoryless_node_1(tmp_path: Path, *, cgroup_controllers: str | None, kernel: str = "6.8.0-45-generic\n") -> Path:

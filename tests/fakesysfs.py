@@ -1,0 +1,16 @@
+"""A fake /sys (and /proc) tree for the node facts the proxy reads; tests change it between calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def fake_root(tmp_path: Path, *, cpus: str, nodes: str | None) -> Path:
+    """Online CPUs ``cpus``; online NUMA nodes ``nodes`` (None: no NUMA, no node directory)."""
+    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/online").write_text(cpus)
+    if nodes is not None:
+        (tmp_path / "sys/devices/system/node").mkdir(parents=True)
+        (tmp_path / "sys/devices/system/node/online").write_text(nodes)
+    return tmp_path
+
