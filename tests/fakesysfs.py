@@ -14,3 +14,12 @@ def fake_root(tmp_path: Path, *, cpus: str, nodes: str | None) -> Path:
         (tmp_path / "sys/devices/system/node/online").write_text(nodes)
     return tmp_path
 
+
+def set_online_cpus(root: Path, cpus: str) -> None:
+    """CPU hotplug, as sysfs shows it."""
+    (root / "sys/devices/system/cpu/online").write_text(cpus)
+
+
+def set_nodes_with_memory(root: Path, nodes: str) -> None:
+    """Memory hotplug (a node gained or lost its memory), as sysfs shows it."""
+    (root / "sys/devices/system/node/has_memory").write_text(nodes)

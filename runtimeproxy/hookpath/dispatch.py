@@ -15,10 +15,10 @@ import grpc
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
+from .nodefacts import NodeFactsSource
 from .outages import OutageLog
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
-from .validate import NodeFacts, invalid_answer
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Dispatcher:
         registry: HookRegistry,
         metrics: Metrics | None = None,
         *,
-        node: NodeFacts | None = None,
+        node: NodeFactsSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         transport: HookTransport | None = None,
     ) -> None:
@@ -160,8 +160,8 @@ class Dispatcher:
         if self._node is None or not point.answer_applied:
             return []  # an answer never applied cannot fail the container
         if point.kind is Kind.POD:
-            return invalid_answer(request.resources, answer.resources, self._node)
-        return invalid_answer(request.container_resources, answer.container_resources, self._node)
+            return self._node.invalid_answer(request.resources, answer.resources)
+        return self._node.invalid_answer(request.container_resources, answer.container_resources)
 
     async def run_pre(
         self,

@@ -11,7 +11,7 @@ the kernel takes are not judged: a memory limit above the node's memory is
 one (limits overcommit, and kubelet sends such limits itself).
 
 Pure: the node's facts come in as `NodeFacts` (`read_node_facts()` reads
-this node's; tests build their own).
+this node's, `nodefacts.py` keeps them current; tests build their own).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from google.protobuf.message import Message
 
 from ..hookpath.dispatch import Dispatcher
 from ..hookpath.hookfile import HookServerConfig
+from ..hookpath.nodefacts import NodeFactsSource
 from ..hookpath.points import HOOK_POINTS, HookType, Phase
 from ..hookpath.registry import HookRegistry, HookSnapshot
-from ..hookpath.validate import NodeFacts
 from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class ObservingDispatcher(Dispatcher):
     """The proxy's dispatcher; it also logs, once per server, hook point and
     field, the answers NRI cannot apply."""
 
-    def __init__(self, registry: Any, metrics: Metrics | None = None, node: NodeFacts | None = None) -> None:
+    def __init__(self, registry: Any, metrics: Metrics | None = None, node: NodeFactsSource | None = None) -> None:
         super().__init__(registry, metrics, node=node)
         self._logged: set[tuple[str, HookType, str]] = set()
 

@@ -4,9 +4,14 @@ event through the proxy's hook path, with real hook-server processes."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+
+import pytest
 
 from cri_api.nri import api_pb2 as nri
+from runtimeproxy.hookpath.validate import read_node_facts
 from runtimeproxy.nri.adapter import SUBSCRIBED
+from tests.fakesysfs import fake_root, set_online_cpus
 
 from ...hookprocs import hook_server
 from .conftest import container, pod
@@ -57,6 +62,20 @@ async def test_create_container_becomes_the_adjustment(connect, sock_dir, hook_d
     assert seen["pod_cgroup_parent"] == "/kubepods/burstable/poduid-1"
     assert seen["container_envs"] == {"PATH": "/bin", "KEEP": "original"}
     assert seen["container_resources"]["cpu_shares"] == "256"
+
+
+async def test_a_cpu_brought_online_after_start_may_be_handed_out(
+    connect, sock_dir, hook_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
+    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    script = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "4"}}}
+    async with hook_server(sock_dir, "pin", script) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
+        _, link = await connect([pod()])  # the plugin reads the node's facts: CPUs 0-3
+        set_online_cpus(root, "0-4\n")
+        answer = await link.create_container(pod(), container())
+    assert answer.adjust.linux.resources.cpu.cpus == "4"
 
 
 async def test_cgroup_parent_becomes_the_cgroups_path(connect, sock_dir, hook_dir) -> None:

@@ -194,13 +194,14 @@ async def test_a_hook_request_that_cannot_be_built_refuses_under_fail(policy: Fa
 
 async def test_a_pre_start_answer_is_not_judged_by_the_kernels_rules_since_it_is_never_applied() -> None:
     from runtimeproxy.hookpath.dispatch import _Failure
+    from runtimeproxy.hookpath.nodefacts import NodeFactsSource
     from runtimeproxy.hookpath.validate import NodeFacts
 
     absurd = hookapi.ContainerResourceHookResponse(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0-511"))
     start, create = HookType.PRE_START_CONTAINER, HookType.PRE_CREATE_CONTAINER
     dispatcher = Dispatcher(
         Chain(named("s", FailurePolicy.FAIL, start, create)), transport=Answering(absurd),  # type: ignore[arg-type]
-        node=NodeFacts(online_cpus=frozenset(range(8)), memory_nodes=frozenset({0})),
+        node=NodeFactsSource(lambda: NodeFacts(online_cpus=frozenset(range(8)), memory_nodes=frozenset({0}))),
     )
     [server] = dispatcher.servers(start)
     assert await dispatcher.call(server, start, request_for(start)) == absurd

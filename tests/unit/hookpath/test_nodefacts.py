@@ -1,0 +1,185 @@
+"""nodefacts.py: hook answers are judged by the node's facts as they are now
+(CPU and memory hotplug after start), read again only when they may be stale."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.nodefacts import HOLD_OFF, MAX_AGE, NodeFactsSource, format_id_list
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.validate import NodeFacts, parse_id_list, read_node_facts
+from tests.fakesysfs import fake_root, set_nodes_with_memory, set_online_cpus
+
+from .dispatchfakes import Chain, NoConnections
+
+HOOK = HookType.PRE_CREATE_CONTAINER
+STRICT = HookServerConfig("strict.json", "/run/strict.sock", FailurePolicy.FAIL, frozenset({HOOK}), timeout=1.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counted:
+    """The node's facts from a fake root, counting the reads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.reads = root, 0
+
+    def __call__(self) -> NodeFacts:
+        self.reads += 1
+        return read_node_facts(self.root)
+
+
+class Answers(NoConnections):
+    """Answers every call with the resources of the moment."""
+
+    def __init__(self, **resources: object) -> None:
+        self.resources = hookapi.LinuxContainerResources(**resources)
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        return hookapi.ContainerResourceHookResponse(container_resources=self.resources).SerializeToString()
+
+
+class Node:
+    """A dispatcher with one Fail server, judging by a fake sysfs tree read through ``reader``."""
+
+    def __init__(self, root: Path, transport: Answers) -> None:
+        self.root, self.clock, self.reader = root, Clock(), Counted(root)
+        self.source = NodeFactsSource(self.reader, clock=self.clock)
+        self.dispatcher = Dispatcher(Chain(STRICT), node=self.source, transport=transport)  # type: ignore[arg-type]
+
+    async def taken(self) -> bool:
+        """Whether the hook's answer goes on to the runtime (False: refused as the kernel would)."""
+        applied: list[object] = []
+
+        async def build() -> hookapi.ContainerResourceHookRequest:
+            return hookapi.ContainerResourceHookRequest()
+
+        try:
+            await self.dispatcher.run_pre(HOOK, build, lambda answer: applied.append(answer) is None, {})
+        except HookError as refused:
+            assert "kernel would refuse" in refused.cause
+            return False
+        return applied != []
+
+
+def four_cpus(tmp_path: Path) -> Path:
+    """CPUs 0-3 and node 0 with memory; node 1 online without memory (cgroup v1 rule)."""
+    root = fake_root(tmp_path, cpus="0-3\n", nodes="0-1\n")
+    set_nodes_with_memory(root, "0\n")
+    return root
+
+
+@pytest.mark.parametrize(("answer", "hotplug", "logged"), [
+    ({"cpuset_cpus": "2-4"}, lambda root: set_online_cpus(root, "0-4\n"), ("online_cpus", "0-3", "0-4")),
+    ({"cpuset_cpus": "1", "cpuset_mems": "1"}, lambda root: set_nodes_with_memory(root, "0-1\n"), ("memory_nodes", "0", "0-1")),
+])
+async def test_a_cpu_or_memory_node_brought_online_after_start_is_taken(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, answer: dict[str, str], hotplug: Callable[[Path], None],
+    logged: tuple[str, str, str],
+) -> None:
+    node = Node(four_cpus(tmp_path), Answers(**answer))
+    hotplug(node.root)
+    caplog.set_level(logging.INFO, logger="runtimeproxy.hookpath.nodefacts")
+    assert await node.taken()
+    assert node.reader.reads == 2  # at start, and once for the answer the old facts refused
+    assert await node.taken()
+    assert node.reader.reads == 2  # the fresh facts are kept
+    (changed,) = [r for r in caplog.records if r.getMessage() == "node facts changed"]
+    field, before, after = logged
+    assert changed.levelno == logging.INFO
+    assert (getattr(changed, f"{field}_before"), getattr(changed, field)) == (before, after)
+
+
+async def test_hotplugs_in_a_row_are_each_taken_at_once(tmp_path: Path) -> None:
+    """A re-read that found a change holds no later one off."""
+    transport = Answers(cpuset_cpus="4")
+    node = Node(four_cpus(tmp_path), transport)
+    set_online_cpus(node.root, "0-4\n")
+    assert await node.taken()
+    set_online_cpus(node.root, "0-5\n")
+    transport.resources.cpuset_cpus = "5"
+    assert await node.taken()
+    assert node.reader.reads == 3
+
+
+async def test_a_hook_naming_cpus_the_node_lacks_costs_a_read_per_hold_off_not_per_call(tmp_path: Path) -> None:
+    node = Node(four_cpus(tmp_path), Answers(cpuset_cpus="64"))
+    for _ in range(5):
+        assert not await node.taken()
+    assert node.reader.reads == 2  # at start, and once for the first refused answer: it found nothing new
+    node.clock.now = HOLD_OFF * 0.99
+    assert not await node.taken()
+    assert node.reader.reads == 2
+    node.clock.now = HOLD_OFF
+    assert not await node.taken()
+    assert node.reader.reads == 3
+
+
+async def test_the_bound_a_cpu_brought_online_just_after_a_fruitless_read_waits_out_the_hold_off(tmp_path: Path) -> None:
+    """Documented: after a re-read that found nothing new, an answer naming a CPU
+    that came online since is refused until ``HOLD_OFF`` has passed."""
+    transport = Answers(cpuset_cpus="64")
+    node = Node(four_cpus(tmp_path), transport)
+    assert not await node.taken()  # a fruitless re-read
+    set_online_cpus(node.root, "0-4\n")
+    transport.resources.cpuset_cpus = "4"
+    node.clock.now = HOLD_OFF / 2
+    assert not await node.taken()
+    node.clock.now = HOLD_OFF
+    assert await node.taken()
+
+
+async def test_a_cpu_gone_offline_is_refused_once_the_facts_are_max_age_old(tmp_path: Path) -> None:
+    node = Node(four_cpus(tmp_path), Answers(cpuset_cpus="3"))
+    assert await node.taken()
+    set_online_cpus(node.root, "0-2\n")
+    node.clock.now = MAX_AGE * 0.99
+    assert await node.taken()  # valid against the facts of the moment: no read
+    assert node.reader.reads == 1
+    node.clock.now = MAX_AGE
+    assert not await node.taken()
+    assert node.reader.reads == 2
+    set_online_cpus(node.root, "0-3\n")
+    node.clock.now = MAX_AGE * 1.99
+    assert await node.taken()  # back online: the refused answer's re-read finds it
+    assert node.reader.reads == 3
+
+
+async def test_answers_without_cpusets_never_read_the_facts(tmp_path: Path) -> None:
+    node = Node(four_cpus(tmp_path), Answers(cpu_quota=-5))
+    node.clock.now = MAX_AGE * 3
+    for _ in range(3):
+        assert not await node.taken()
+    assert node.reader.reads == 1
+
+
+def test_a_failed_read_keeps_the_last_facts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = four_cpus(tmp_path)
+    source = NodeFactsSource(lambda: read_node_facts(root))
+    (root / "sys/devices/system/cpu/online").unlink()
+    assert source.refresh() is False
+    assert source.current.online_cpus == frozenset(range(4))
+    assert "node facts not read again; the last ones stand" in caplog.messages
+
+
+@pytest.mark.parametrize("ids", [{0}, {0, 1, 2, 3}, {0, 2, 3, 4, 8, 10, 11}])
+def test_format_id_list_is_what_parse_id_list_reads(ids: set[int]) -> None:
+    assert parse_id_list(format_id_list(ids)) == frozenset(ids)
+
+
+def test_format_id_list_joins_runs() -> None:
+    assert format_id_list({8, 0, 2, 3, 4}) == "0,2-4,8"
+    assert format_id_list(set()) == ""
