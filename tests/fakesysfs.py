@@ -23,3 +23,11 @@ def set_online_cpus(root: Path, cpus: str) -> None:
 def set_nodes_with_memory(root: Path, nodes: str) -> None:
     """Memory hotplug (a node gained or lost its memory), as sysfs shows it."""
     (root / "sys/devices/system/node/has_memory").write_text(nodes)
+
+
+def on_cgroup_v2(root: Path, kernel: str) -> None:
+    """The cpuset controller on the unified hierarchy, under kernel release ``kernel``."""
+    (root / "sys/fs/cgroup").mkdir(parents=True, exist_ok=True)
+    (root / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "proc/sys/kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc/sys/kernel/osrelease").write_text(kernel)

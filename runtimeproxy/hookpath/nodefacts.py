@@ -19,6 +19,11 @@ Read at start and then only when they may have changed, never once per call:
    in both the proxy and the NRI plugin, and no read while no hook names a
    cpuset.
 
+On cgroup v2 with a kernel before 5.18 the nodes cpuset.mems takes were fixed
+at boot (``NodeFacts.memory_nodes_fixed_at_boot``): a node that gains memory
+later is still refused by the kernel, so there a re-read may shrink
+``memory_nodes`` but never widens them beyond the first read's.
+
 The re-read happens on the event loop. It is not a few µs: ``read_node_facts``
 took about 115 µs on a 2-CPU test VM (four small sysfs and proc files, pathlib
 included), but it comes at most once per ``hold_off``, once per ``max_age``
@@ -28,6 +33,7 @@ its hand-over to that call and spare the others only those 115 µs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -61,6 +67,7 @@ class NodeFactsSource:
         self._hold_off = hold_off
         self._max_age = max_age
         self._current = read()  # at start, a failed read stops the start
+        self._first_memory_nodes = self._current.memory_nodes
         self._read_at = clock()
         self._fruitless_at: float | None = None  # when a re-read for a refused answer last found nothing new
 
@@ -76,6 +83,8 @@ class NodeFactsSource:
         except (OSError, ValueError) as err:
             log.warning("node facts not read again; the last ones stand", extra={"error": str(err)})
             return False
+        if fresh.memory_nodes_fixed_at_boot:  # the kernel adds no node after boot
+            fresh = dataclasses.replace(fresh, memory_nodes=fresh.memory_nodes & self._first_memory_nodes)
         old, self._current = self._current, fresh
         if fresh == old:
             return False

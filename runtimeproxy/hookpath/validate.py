@@ -47,11 +47,16 @@ _MAX_IDS = 1 << 16
 @dataclass(frozen=True)
 class NodeFacts:
     """What the node has: online CPU ids, and the node ids cpuset.mems takes
-    (``memory_nodes``; ``beyond_memory_nodes`` says what the others are, for the reason)."""
+    (``memory_nodes``; ``beyond_memory_nodes`` says what the others are, for the reason).
+    ``memory_nodes_fixed_at_boot``: the kernel took its set at boot and hotplug
+    adds no node to it (cgroup v2 before 5.18, see _memory_nodes), so a later
+    read must not widen ``memory_nodes`` (nodefacts.py keeps them within the
+    first read's)."""
 
     online_cpus: frozenset[int]
     memory_nodes: frozenset[int]
     beyond_memory_nodes: str = "without memory"
+    memory_nodes_fixed_at_boot: bool = False
 
 
 def parse_id_list(text: str) -> frozenset[int]:
@@ -74,13 +79,14 @@ def parse_id_list(text: str) -> frozenset[int]:
 def read_node_facts(root: Path = Path("/")) -> NodeFacts:
     """This node's facts, from /sys and /proc under ``root``."""
     cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
-    mems, beyond = _memory_nodes(root)
-    return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond)
+    mems, beyond, fixed = _memory_nodes(root)
+    return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond, memory_nodes_fixed_at_boot=fixed)
 
 
-def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
+def _memory_nodes(root: Path) -> tuple[frozenset[int], str, bool]:
     """The nodes cpuset.mems takes (kernel/cgroup/cpuset.c, update_nodemask: a
-    subset of top_cpuset.mems_allowed, else EINVAL), and what the others are.
+    subset of top_cpuset.mems_allowed, else EINVAL), what the others are, and
+    whether the kernel fixed that set at boot.
 
     cgroup v1: top_cpuset.mems_allowed is the nodes with memory (N_MEMORY,
     has_memory; older kernels lack the file: the online nodes). cgroup v2:
@@ -90,18 +96,21 @@ def _memory_nodes(root: Path) -> tuple[frozenset[int], str]:
     cannot show a backport, so on v2 a kernel older than 5.18-rc6 keeps the
     v1 rule: never looser than the kernel at boot (there, a memory node
     hot-added later is still refused by the kernel: v2 hotplug leaves
-    mems_allowed alone). v1 mounted with cpuset_v2_mode gets the v1 rule:
-    stricter, so safe. Without NUMA support there is no node directory: node
-    0 only.
+    mems_allowed alone, hence the flag). v1 mounted with cpuset_v2_mode gets
+    the v1 rule: stricter, so safe. Without NUMA support there is no node
+    directory: node 0 only.
     """
     node_dir = root / "sys/devices/system/node"
-    if _cpuset_on_v2(root) and _kernel_at_least(root, (5, 18)) and (node_dir / "possible").exists():
-        return parse_id_list((node_dir / "possible").read_text()), "this node cannot have"
+    on_v2 = _cpuset_on_v2(root)
+    fixed = on_v2 and not _kernel_at_least(root, (5, 18))
+    if on_v2 and not fixed and (node_dir / "possible").exists():
+        return parse_id_list((node_dir / "possible").read_text()), "this node cannot have", False
     if (node_dir / "has_memory").exists():
-        return parse_id_list((node_dir / "has_memory").read_text()), "without memory"
+        beyond = "without memory now or at start (cgroup v2 before Linux 5.18)" if fixed else "without memory"
+        return parse_id_list((node_dir / "has_memory").read_text()), beyond, fixed
     if (node_dir / "online").exists():
-        return parse_id_list((node_dir / "online").read_text()), "this node does not have online"
-    return frozenset({0}), "other than 0 (no NUMA)"
+        return parse_id_list((node_dir / "online").read_text()), "this node does not have online", fixed
+    return frozenset({0}), "other than 0 (no NUMA)", False
 
 
 _FIX_RC = 6  # 2685027fca38 reached mainline between 5.18-rc5 and -rc6

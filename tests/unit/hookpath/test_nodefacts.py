@@ -15,7 +15,7 @@ from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.nodefacts import HOLD_OFF, MAX_AGE, NodeFactsSource, format_id_list
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.validate import NodeFacts, parse_id_list, read_node_facts
-from tests.fakesysfs import fake_root, set_nodes_with_memory, set_online_cpus
+from tests.fakesysfs import fake_root, on_cgroup_v2, set_nodes_with_memory, set_online_cpus
 
 from .dispatchfakes import Chain, NoConnections
 
@@ -59,9 +59,10 @@ class Node:
         self.root, self.clock, self.reader = root, Clock(), Counted(root)
         self.source = NodeFactsSource(self.reader, clock=self.clock)
         self.dispatcher = Dispatcher(Chain(STRICT), node=self.source, transport=transport)  # type: ignore[arg-type]
+        self.error = ""
 
     async def taken(self) -> bool:
-        """Whether the hook's answer goes on to the runtime (False: refused as the kernel would)."""
+        """Whether the hook's answer goes on to the runtime (False: refused as the kernel would, ``error`` says why)."""
         applied: list[object] = []
 
         async def build() -> hookapi.ContainerResourceHookRequest:
@@ -71,6 +72,7 @@ class Node:
             await self.dispatcher.run_pre(HOOK, build, lambda answer: applied.append(answer) is None, {})
         except HookError as refused:
             assert "kernel would refuse" in refused.cause
+            self.error = refused.cause
             return False
         return applied != []
 
@@ -101,6 +103,32 @@ async def test_a_cpu_or_memory_node_brought_online_after_start_is_taken(
     field, before, after = logged
     assert changed.levelno == logging.INFO
     assert (getattr(changed, f"{field}_before"), getattr(changed, field)) == (before, after)
+
+
+async def test_on_cgroup_v2_before_5_18_a_node_that_gained_memory_after_start_stays_refused(tmp_path: Path) -> None:
+    """There the kernel fixed the nodes cpuset.mems takes at boot (v2 hotplug adds none): runc would fail."""
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    node = Node(root, Answers(cpuset_mems="1"))
+    set_nodes_with_memory(root, "0-1\n")
+    assert not await node.taken()
+    assert node.reader.reads == 2  # read again: node 1 has memory now, and is kept out
+    assert node.source.current.memory_nodes == frozenset({0})
+    assert "memory nodes without memory now or at start (cgroup v2 before Linux 5.18) (1)" in node.error
+
+
+async def test_on_cgroup_v2_before_5_18_memory_nodes_may_shrink_and_come_back_within_the_first_read(tmp_path: Path) -> None:
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    set_nodes_with_memory(root, "0-1\n")
+    node = Node(root, Answers(cpuset_mems="1"))
+    assert await node.taken()
+    set_nodes_with_memory(root, "0\n")
+    node.clock.now = MAX_AGE
+    assert not await node.taken()  # node 1 lost its memory: refused, the stricter side
+    set_nodes_with_memory(root, "0-1\n")
+    node.clock.now = MAX_AGE + HOLD_OFF
+    assert await node.taken()  # back within the set the kernel took at boot
 
 
 async def test_hotplugs_in_a_row_are_each_taken_at_once(tmp_path: Path) -> None:
