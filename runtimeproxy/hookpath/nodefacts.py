@@ -2,15 +2,17 @@
 across CPU and memory-node hotplug.
 
 Read at start and then only when they may have changed, never once per call:
- * an answer naming cpusets that the facts refuse is judged again against
-   facts read afresh (a CPU brought online, a node that gained memory, after
-   start). A re-read that finds nothing new holds the next one off for
-   ``hold_off`` seconds, so a hook that keeps naming CPUs this node does not
-   have costs a read per second at most, not one per call. The price: an
-   answer naming a CPU that came online after such a fruitless re-read, and
-   within ``hold_off`` of it, is refused (by its server's failure policy)
-   until ``hold_off`` has passed. A re-read that found a change holds nothing
-   off: hotplugs in a row are each seen at the first answer naming them.
+ * an answer the facts refuse for its cpusets is judged again against facts
+   read afresh (a CPU brought online, a node that gained memory, after
+   start); one refused only for other fields (a negative quota beside a
+   valid cpuset) is not, no read could change that. A re-read that finds
+   nothing new holds the next one off for ``hold_off`` seconds, so a hook
+   that keeps naming CPUs this node does not have costs a read per second at
+   most, not one per call. The price: an answer naming a CPU that came
+   online after such a fruitless re-read, and within ``hold_off`` of it, is
+   refused (by its server's failure policy) until ``hold_off`` has passed.
+   A re-read that found a change holds nothing off: hotplugs in a row are
+   each seen at the first answer naming them.
  * facts older than ``max_age`` are read again before an answer naming
    cpusets is judged, so a CPU gone offline is refused at most ``max_age``
    after it went (until then such an answer goes on, and runc fails the
@@ -40,7 +42,7 @@ from collections.abc import Callable, Iterable
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .validate import NodeFacts, invalid_answer, read_node_facts
+from .validate import NODE_FIELDS, NodeFacts, Reason, invalid_answer, read_node_facts
 
 __all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]
 
@@ -101,16 +103,16 @@ class NodeFactsSource:
 
     def invalid_answer(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources
-    ) -> list[str]:
+    ) -> list[Reason]:
         """``validate.invalid_answer`` against facts read again where they may be stale."""
-        if not (answer.cpuset_cpus or answer.cpuset_mems):
+        if not any(getattr(answer, field) for field in NODE_FIELDS):
             return invalid_answer(shown, answer, self._current)  # judged by no fact: never a read
         if self._clock() - self._read_at >= self._max_age:
             self.refresh()  # a CPU gone offline since
             return invalid_answer(shown, answer, self._current)  # nothing fresher to judge by
         reasons = invalid_answer(shown, answer, self._current)
-        if not reasons or self._held_off():
-            return reasons
+        if not any(reason.field in NODE_FIELDS for reason in reasons) or self._held_off():
+            return reasons  # taken, or refused for what no read can change
         if self.refresh():  # a CPU come online since, say
             return invalid_answer(shown, answer, self._current)
         self._fruitless_at = self._read_at

@@ -24,7 +24,9 @@ from cri_api.hookapi import api_pb2 as hookapi
 
 from .merge import merge_resources
 
-__all__ = ["NodeFacts", "invalid_answer", "invalid_resources", "parse_id_list", "read_node_facts"]
+__all__ = [
+    "NODE_FIELDS", "NodeFacts", "Reason", "invalid_answer", "invalid_resources", "parse_id_list", "read_node_facts",
+]
 
 # Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
 CFS_PERIOD_MIN_US = 1_000
@@ -42,6 +44,23 @@ _HUGEPAGE_SIZE = re.compile(r"^[0-9]+[KMG]B$")
 _ID_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
 # A cpuset of more ids than this is not a node's: refuse instead of building a huge set.
 _MAX_IDS = 1 << 16
+# The fields judged by the node's facts: a fresh read can change only reasons about these.
+NODE_FIELDS = frozenset({"cpuset_cpus", "cpuset_mems"})
+
+
+class Reason(str):
+    """Why the kernel would refuse a value, a str ("cpu_quota -5 is ...") that
+    also names the ``field`` of LinuxContainerResources it is about."""
+
+    field: str
+
+    def __new__(cls, field: str, what: str) -> Reason:
+        reason = super().__new__(cls, f"{field} {what}")
+        reason.field = field
+        return reason
+
+    def once_merged(self) -> Reason:
+        return Reason(self.field, f"{self[len(self.field) + 1:]}, once merged")
 
 
 @dataclass(frozen=True)
@@ -143,37 +162,38 @@ def _kernel_at_least(root: Path, version: tuple[int, int]) -> bool:
     return found >= version
 
 
-def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[str]:
+def invalid_resources(resources: hookapi.LinuxContainerResources, node: NodeFacts) -> list[Reason]:
     """Why the kernel would refuse these resources; empty if it would take them.
 
     Zero means "unset" in CRI, and -1 "unlimited" where the kernel has it.
     """
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     r = resources
     if r.cpu_period and not CFS_PERIOD_MIN_US <= r.cpu_period <= CFS_PERIOD_MAX_US:
-        reasons.append(f"cpu_period {r.cpu_period} is outside {CFS_PERIOD_MIN_US}..{CFS_PERIOD_MAX_US} µs")
+        reasons.append(Reason("cpu_period", f"{r.cpu_period} is outside {CFS_PERIOD_MIN_US}..{CFS_PERIOD_MAX_US} µs"))
     if r.cpu_quota and r.cpu_quota != UNLIMITED and r.cpu_quota < CFS_QUOTA_MIN_US:
         what = "negative and not -1 (unlimited)" if r.cpu_quota < 0 else f"below the kernel's {CFS_QUOTA_MIN_US} µs"
-        reasons.append(f"cpu_quota {r.cpu_quota} is {what}")
+        reasons.append(Reason("cpu_quota", f"{r.cpu_quota} is {what}"))
     if r.cpu_shares and not CPU_SHARES_MIN <= r.cpu_shares <= CPU_SHARES_MAX:
-        reasons.append(f"cpu_shares {r.cpu_shares} is outside {CPU_SHARES_MIN}..{CPU_SHARES_MAX}")
+        reasons.append(Reason("cpu_shares", f"{r.cpu_shares} is outside {CPU_SHARES_MIN}..{CPU_SHARES_MAX}"))
     reasons += _memory_reasons(r)
     if not OOM_SCORE_ADJ_MIN <= r.oom_score_adj <= OOM_SCORE_ADJ_MAX:
-        reasons.append(f"oom_score_adj {r.oom_score_adj} is outside {OOM_SCORE_ADJ_MIN}..{OOM_SCORE_ADJ_MAX}")
+        bounds = f"{OOM_SCORE_ADJ_MIN}..{OOM_SCORE_ADJ_MAX}"
+        reasons.append(Reason("oom_score_adj", f"{r.oom_score_adj} is outside {bounds}"))
     reasons += _set_reasons("cpuset_cpus", r.cpuset_cpus, node.online_cpus, "CPUs this node does not have online")
     reasons += _set_reasons("cpuset_mems", r.cpuset_mems, node.memory_nodes, f"memory nodes {node.beyond_memory_nodes}")
     for limit in r.hugepage_limits:
         if not _HUGEPAGE_SIZE.match(limit.page_size):
-            reasons.append(f"hugepage_limits page_size {limit.page_size!r} is not a size like 2MB or 1GB")
+            reasons.append(Reason("hugepage_limits", f"page_size {limit.page_size!r} is not a size like 2MB or 1GB"))
     for key in r.unified:
         if not _UNIFIED_KEY.match(key):
-            reasons.append(f"unified key {key!r} is not a cgroup file name like memory.high")
+            reasons.append(Reason("unified", f"key {key!r} is not a cgroup file name like memory.high"))
     return reasons
 
 
 def invalid_answer(
     shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, node: NodeFacts
-) -> list[str]:
+) -> list[Reason]:
     """Why the kernel would refuse a hook's ``answer``, alone or merged into the
     resources the hook was ``shown`` (a swap limit below a memory limit the
     answer left alone); what ``shown`` already had, echoed or not, is not the
@@ -190,32 +210,32 @@ def invalid_answer(
     reasons = [reason for reason in alone if reason not in before]
     if reasons or not changed:
         return reasons
-    return [f"{reason}, once merged" for reason in invalid_resources(merged, node) if reason not in before]
+    return [reason.once_merged() for reason in invalid_resources(merged, node) if reason not in before]
 
 
-def _memory_reasons(r: hookapi.LinuxContainerResources) -> list[str]:
+def _memory_reasons(r: hookapi.LinuxContainerResources) -> list[Reason]:
     reasons = []
     for name in ("memory_limit_in_bytes", "memory_swap_limit_in_bytes"):
         value = getattr(r, name)
         if value < 0 and value != UNLIMITED:
-            reasons.append(f"{name} {value} is negative and not -1 (unlimited)")
+            reasons.append(Reason(name, f"{value} is negative and not -1 (unlimited)"))
     memory = r.memory_limit_in_bytes
     swap = r.memory_swap_limit_in_bytes
     if swap > 0 and memory > 0 and swap < memory:
         # runc: memory+swap must be at least memory.
-        reasons.append(f"memory_swap_limit_in_bytes {swap} is below memory_limit_in_bytes {memory}")
+        reasons.append(Reason("memory_swap_limit_in_bytes", f"{swap} is below memory_limit_in_bytes {memory}"))
     return reasons
 
 
-def _set_reasons(name: str, text: str, allowed: frozenset[int], what: str) -> list[str]:
+def _set_reasons(name: str, text: str, allowed: frozenset[int], what: str) -> list[Reason]:
     if not text:
         return []
     try:
         ids = parse_id_list(text)
     except ValueError as exc:
-        return [f"{name} {text[:64]!r} is not a list of ids: {exc}"]
+        return [Reason(name, f"{text[:64]!r} is not a list of ids: {exc}")]
     missing = sorted(ids - allowed)
     if missing:
         shown = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
-        return [f"{name} {text[:64]!r} names {what} ({shown})"]
+        return [Reason(name, f"{text[:64]!r} names {what} ({shown})")]
     return []

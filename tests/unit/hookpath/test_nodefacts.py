@@ -194,6 +194,15 @@ async def test_answers_without_cpusets_never_read_the_facts(tmp_path: Path) -> N
     assert node.reader.reads == 1
 
 
+async def test_an_answer_refused_for_other_fields_than_cpusets_reads_nothing(tmp_path: Path) -> None:
+    """A negative quota beside a valid cpuset: no read of the node can make it taken."""
+    node = Node(four_cpus(tmp_path), Answers(cpuset_cpus="1", cpu_quota=-5))
+    for second in range(5):
+        node.clock.now = second * HOLD_OFF
+        assert not await node.taken()
+    assert node.reader.reads == 1  # at start only
+
+
 def test_a_failed_read_keeps_the_last_facts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = four_cpus(tmp_path)
     source = NodeFactsSource(lambda: read_node_facts(root))

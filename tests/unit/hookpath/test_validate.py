@@ -66,9 +66,10 @@ def test_values_the_kernel_refuses_are_named(fields, expected) -> None:
     assert len(found) == 1 and expected in found[0], found
 
 
-def test_every_bad_value_is_reported_at_once() -> None:
-    found = reasons(cpu_quota=-3, cpuset_cpus="9", memory_limit_in_bytes=-5)
-    assert [r.split()[0] for r in found] == ["cpu_quota", "memory_limit_in_bytes", "cpuset_cpus"]
+def test_every_bad_value_is_reported_at_once_each_naming_its_field() -> None:
+    found = reasons(cpu_quota=-3, cpuset_cpus="9", memory_limit_in_bytes=-5, unified={"x": "1"})
+    assert [r.field for r in found] == ["cpu_quota", "memory_limit_in_bytes", "cpuset_cpus", "unified"]
+    assert [r.split()[0] for r in found] == [r.field for r in found]
 
 
 def test_many_missing_cpus_are_summarised() -> None:
@@ -166,6 +167,7 @@ def test_an_answer_is_judged_merged_into_what_the_hook_was_shown() -> None:
     shown = resources(memory_limit_in_bytes=GIB, memory_swap_limit_in_bytes=GIB)  # kubelet's NoSwap
     (reason,) = invalid_answer(shown, resources(memory_limit_in_bytes=2 * GIB), NODE)
     assert reason == f"memory_swap_limit_in_bytes {GIB} is below memory_limit_in_bytes {2 * GIB}, once merged"
+    assert reason.field == "memory_swap_limit_in_bytes"
     assert invalid_answer(shown, resources(memory_limit_in_bytes=2 * GIB, memory_swap_limit_in_bytes=2 * GIB), NODE) == []
     assert invalid_answer(shown, resources(memory_limit_in_bytes=GIB // 2), NODE) == []
 
