@@ -16,7 +16,9 @@ Read at start and then only when they may have changed, never once per call:
  * facts older than ``max_age`` are read again before an answer naming
    cpusets is judged, so a CPU gone offline is refused at most ``max_age``
    after it went (until then such an answer goes on, and runc fails the
-   container with an error naming neither the hook nor the field). This is
+   container with an error naming neither the hook nor the field). Such a
+   read that finds nothing new, for an answer still refused for its
+   cpusets, holds the next one off as above. This is
    done on the hooked path, not by a background task: nothing to own and stop
    in both the proxy and the NRI plugin, and no read while no hook names a
    cpuset.
@@ -107,15 +109,17 @@ class NodeFactsSource:
         """``validate.invalid_answer`` against facts read again where they may be stale."""
         if not any(getattr(answer, field) for field in NODE_FIELDS):
             return invalid_answer(shown, answer, self._current)  # judged by no fact: never a read
-        if self._clock() - self._read_at >= self._max_age:
-            self.refresh()  # a CPU gone offline since
-            return invalid_answer(shown, answer, self._current)  # nothing fresher to judge by
+        read = self._clock() - self._read_at >= self._max_age
+        changed = read and self.refresh()  # a CPU gone offline since
         reasons = invalid_answer(shown, answer, self._current)
-        if not any(reason.field in NODE_FIELDS for reason in reasons) or self._held_off():
+        if not any(reason.field in NODE_FIELDS for reason in reasons):
             return reasons  # taken, or refused for what no read can change
-        if self.refresh():  # a CPU come online since, say
-            return invalid_answer(shown, answer, self._current)
-        self._fruitless_at = self._read_at
+        if not read and not self._held_off():
+            read, changed = True, self.refresh()  # a CPU come online since, say
+            if changed:
+                return invalid_answer(shown, answer, self._current)
+        if read and not changed:
+            self._fruitless_at = self._read_at  # still refused, and read for nothing
         return reasons
 
     def _held_off(self) -> bool:

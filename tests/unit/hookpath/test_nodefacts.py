@@ -186,6 +186,20 @@ async def test_a_cpu_gone_offline_is_refused_once_the_facts_are_max_age_old(tmp_
     assert node.reader.reads == 3
 
 
+async def test_a_read_for_age_that_finds_nothing_new_holds_the_next_off_too(tmp_path: Path) -> None:
+    """Not two reads back to back: one for age, then one more for the same refused answer."""
+    node = Node(four_cpus(tmp_path), Answers(cpuset_cpus="64"))
+    node.clock.now = MAX_AGE
+    assert not await node.taken()
+    assert node.reader.reads == 2  # for age: nothing new, still refused
+    node.clock.now = MAX_AGE + HOLD_OFF * 0.99
+    assert not await node.taken()
+    assert node.reader.reads == 2
+    node.clock.now = MAX_AGE + HOLD_OFF
+    assert not await node.taken()
+    assert node.reader.reads == 3
+
+
 async def test_answers_without_cpusets_never_read_the_facts(tmp_path: Path) -> None:
     node = Node(four_cpus(tmp_path), Answers(cpu_quota=-5))
     node.clock.now = MAX_AGE * 3
