@@ -28,6 +28,10 @@ at boot (``NodeFacts.memory_nodes_fixed_at_boot``): a node that gains memory
 later is still refused by the kernel, so there a re-read may shrink
 ``memory_nodes`` but never widens them beyond the first read's.
 
+A re-read that fails keeps the facts that stand and counts as one that found
+nothing new; it is warned once per failure in a row (with the facts that
+stand) and noted at info when reads work again.
+
 The re-read happens on the event loop. It is not a few µs: ``read_node_facts``
 took about 115 µs on a 2-CPU test VM (four small sysfs and proc files, pathlib
 included), but it comes at most once per ``hold_off``, once per ``max_age``
@@ -74,19 +78,25 @@ class NodeFactsSource:
         self._first_memory_nodes = self._current.memory_nodes
         self._read_at = clock()
         self._fruitless_at: float | None = None  # when a re-read for a refused answer last found nothing new
+        self._failure: str | None = None  # what the last read failed with; None: it worked
 
     @property
     def current(self) -> NodeFacts:
         return self._current
 
     def refresh(self) -> bool:
-        """Read the facts again now; whether they changed. A failed read keeps the last ones."""
+        """Read the facts again now; whether they changed. A failed read keeps
+        the last ones and raises nothing: whatever it is, it is not the failure
+        of the hook whose answer is being judged."""
         self._read_at = self._clock()
         try:
             fresh = self._read()
-        except (OSError, ValueError) as err:
-            log.warning("node facts not read again; the last ones stand", extra={"error": str(err)})
+        except Exception as err:
+            self._read_failed(err)
             return False
+        if self._failure is not None:
+            log.info("node facts read again", extra={"error_before": self._failure})
+            self._failure = None
         if fresh.memory_nodes_fixed_at_boot:  # the kernel adds no node after boot
             fresh = dataclasses.replace(fresh, memory_nodes=fresh.memory_nodes & self._first_memory_nodes)
         old, self._current = self._current, fresh
@@ -102,6 +112,25 @@ class NodeFactsSource:
             },
         )
         return True
+
+    def _read_failed(self, err: Exception) -> None:
+        """Warned once per failure in a row (a hook naming absent CPUs brings a
+        failing read every ``hold_off``), naming the facts that stand; the
+        traceback with the first of an unforeseen kind (not OSError, ValueError)."""
+        failure = f"{type(err).__name__}: {err}"
+        if failure == self._failure:
+            log.debug("node facts not read again, as before", extra={"error": failure})
+            return
+        self._failure = failure
+        log.warning(
+            "node facts not read again; the last ones stand",
+            exc_info=not isinstance(err, (OSError, ValueError)),
+            extra={
+                "error": failure,
+                "online_cpus": format_id_list(self._current.online_cpus),
+                "memory_nodes": format_id_list(self._current.memory_nodes),
+            },
+        )
 
     def invalid_answer(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources

@@ -226,6 +226,52 @@ def test_a_failed_read_keeps_the_last_facts(tmp_path: Path, caplog: pytest.LogCa
     assert "node facts not read again; the last ones stand" in caplog.messages
 
 
+class Failing:
+    """CPUs 0-3 and node 0, until ``error`` is set: then each read raises it."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.error: Exception | None = None
+
+    def __call__(self) -> NodeFacts:
+        self.reads += 1
+        if self.error is not None:
+            raise self.error
+        return NodeFacts(online_cpus=frozenset(range(4)), memory_nodes=frozenset({0}))
+
+
+def test_a_failing_read_raises_nothing_holds_off_and_is_warned_once_per_failure(caplog: pytest.LogCaptureFixture) -> None:
+    reader, clock = Failing(), Clock()
+    source = NodeFactsSource(reader, clock=clock)
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.hookpath.nodefacts")
+    shown, answer = hookapi.LinuxContainerResources(), hookapi.LinuxContainerResources(cpuset_cpus="64")
+
+    def judge_for(seconds: int) -> None:
+        for _ in range(seconds):
+            for _ in range(3):  # calls within one hold-off
+                (reason,) = source.invalid_answer(shown, answer)  # nothing raised: the facts that stand refuse it
+                assert "(64)" in reason
+            clock.now += HOLD_OFF
+
+    reader.error = RuntimeError("not a sysfs we know")  # not OSError nor ValueError: unforeseen
+    judge_for(3)
+    assert reader.reads == 1 + 3  # at start, then once per hold-off
+    reader.error = OSError(5, "Input/output error")
+    judge_for(2)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [(w.getMessage(), w.error) for w in warnings] == [
+        ("node facts not read again; the last ones stand", "RuntimeError: not a sysfs we know"),
+        ("node facts not read again; the last ones stand", "OSError: [Errno 5] Input/output error"),
+    ]
+    assert [(w.online_cpus, w.memory_nodes) for w in warnings] == [("0-3", "0")] * 2  # the facts that stand
+    assert [bool(w.exc_info) for w in warnings] == [True, False]  # a traceback for the unforeseen one
+    reader.error = None
+    judge_for(1)
+    assert [(r.getMessage(), r.error_before) for r in caplog.records if r.levelno == logging.INFO] == [
+        ("node facts read again", "OSError: [Errno 5] Input/output error"),
+    ]
+
+
 @pytest.mark.parametrize("ids", [{0}, {0, 1, 2, 3}, {0, 2, 3, 4, 8, 10, 11}])
 def test_format_id_list_is_what_parse_id_list_reads(ids: set[int]) -> None:
     assert parse_id_list(format_id_list(ids)) == frozenset(ids)
