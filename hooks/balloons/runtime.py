@@ -7,6 +7,10 @@ balloon's new CPUs.
 The endpoint is usually the proxy's own socket: an UpdateContainerResources
 sent there passes through this hook's PreUpdateContainerResources, which
 answers the same cpuset, so the proxy's merge keeps it.
+
+A listing's calls, and a move's, all go through one channel: a reload that
+retargets the client meanwhile ends them with :class:`EndpointChanged`
+rather than sending the rest to another runtime.
 """
 
 from __future__ import annotations
@@ -68,31 +72,59 @@ class Listing:
     exited: list[ExitedContainer]
 
 
+class EndpointChanged(Exception):
+    """A reload changed runtimeEndpoint (or the hook closed the client) during a
+    listing or a move. The calls made so far went to the old endpoint; the rest
+    are not sent to the new one: a listing would pair one runtime's pods with
+    another's containers, a move carry one's resources to the other."""
+
+
+@dataclass(frozen=True)
+class _Connection:
+    """One endpoint's channel; every call of one listing or move goes through one."""
+
+    endpoint: str
+    channel: aio.Channel
+    stub: v1_grpc.RuntimeServiceStub
+
+
 class RuntimeClient:
     def __init__(self, endpoint: str, timeout: float = 10.0) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        self._channel: aio.Channel | None = None
+        self._connection: _Connection | None = None
 
-    def _stub(self) -> v1_grpc.RuntimeServiceStub:
-        if self._channel is None:
-            self._channel = aio.insecure_channel(f"unix://{self.endpoint}")
-        return v1_grpc.RuntimeServiceStub(self._channel)
+    def _connect(self) -> _Connection:
+        if self._connection is None:
+            channel = aio.insecure_channel(f"unix://{self.endpoint}")
+            self._connection = _Connection(self.endpoint, channel, self._new_stub(channel))
+        return self._connection
+
+    def _new_stub(self, channel: aio.Channel) -> v1_grpc.RuntimeServiceStub:
+        return v1_grpc.RuntimeServiceStub(channel)  # (tests answer with a stub of their own)
+
+    def _on(self, connection: _Connection) -> v1_grpc.RuntimeServiceStub:
+        """``connection``'s stub while it is the client's; EndpointChanged once retargeted or closed."""
+        if connection is not self._connection:
+            if connection.endpoint == self.endpoint:
+                raise EndpointChanged(f"the channel to {connection.endpoint} was closed")
+            raise EndpointChanged(f"runtimeEndpoint changed from {connection.endpoint} to {self.endpoint}")
+        return connection.stub
 
     async def retarget(self, endpoint: str) -> None:
-        """Talk to ``endpoint`` from the next call on (a reloaded config's)."""
+        """Talk to ``endpoint`` from the next listing or move on (a reloaded config's)."""
         self.endpoint = endpoint
         await self.close()
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
-        if channel is not None:
-            await channel.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.channel.close()
 
     async def pod_containers(self, pod_uid: str, timeout: float) -> tuple[set[ContainerKey], list[ExitedContainer]]:
         """One pod's containers, by kubelet's label: the keys of the live ones
         and the exited ones. One ListContainers, no spec read."""
-        stub = self._stub()
+        stub = self._connect().stub
         request = v1.ListContainersRequest(filter=v1.ContainerFilter(label_selector={POD_UID_LABEL: pod_uid}))
         listed = await stub.ListContainers(request, timeout=timeout)
         live: set[ContainerKey] = set()
@@ -109,9 +141,11 @@ class RuntimeClient:
         return (await self.list_containers()).live
 
     async def list_containers(self) -> Listing:
-        # A stub per call: a reload may retarget (close the channel) between the two.
-        pods = {p.id: p for p in (await self._stub().ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)).items}
-        listed = await self._stub().ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
+        """Every call on one endpoint: EndpointChanged if a reload retargets meanwhile."""
+        connection = self._connect()
+        answer = await self._on(connection).ListPodSandbox(v1.ListPodSandboxRequest(), timeout=self.timeout)
+        pods = {p.id: p for p in answer.items}
+        listed = await self._on(connection).ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         found = []
         exited = []
         for container in listed.containers:
@@ -124,7 +158,7 @@ class RuntimeClient:
             if container.state not in LIVE_STATES:
                 continue
             try:
-                spec = await self._spec(container.id)
+                spec = await self._spec(connection, container.id)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     continue  # removed meanwhile
@@ -150,9 +184,9 @@ class RuntimeClient:
             )
         return Listing(found, exited)
 
-    async def _spec(self, container_id: str) -> dict[str, Any] | None:
+    async def _spec(self, connection: _Connection, container_id: str) -> dict[str, Any] | None:
         """The container's OCI spec from its verbose status; None if the runtime shows none."""
-        status = await self._stub().ContainerStatus(
+        status = await self._on(connection).ContainerStatus(
             v1.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=self.timeout
         )
         try:
@@ -164,12 +198,15 @@ class RuntimeClient:
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
         """Move a container to ``cpus``/``mems``, keeping its other resources as they are
-        (read back from its spec, so that other hooks and the proxy's records see them whole)."""
+        (read back from its spec, so that other hooks and the proxy's records see them whole).
+        The spec is read from the endpoint the update goes to: EndpointChanged, unsent, if a
+        reload retargets between the two."""
+        connection = self._connect()
         resources = v1.LinuxContainerResources()
-        merge_resources(resources, resources_from_spec(await self._spec(container_id) or {}))
+        merge_resources(resources, resources_from_spec(await self._spec(connection, container_id) or {}))
         resources.cpuset_cpus = cpus
         if mems:
             resources.cpuset_mems = mems
-        await self._stub().UpdateContainerResources(
+        await self._on(connection).UpdateContainerResources(
             v1.UpdateContainerResourcesRequest(container_id=container_id, linux=resources), timeout=self.timeout
         )

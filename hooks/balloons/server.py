@@ -102,6 +102,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         self._reconcile_interval = reconcile_interval
         self._lock = asyncio.Lock()
         self._events = 0  # see RuntimeSync
+        self._retargets = 0
         self._ready = asyncio.Event()
         self._moves_due = asyncio.Event()
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
@@ -304,6 +305,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 state = Assignments.rebuild(config, self._topology, self._state.restored())
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 if config.runtime_endpoint != endpoint_was:
+                    self._retargets += 1
                     log.info("moving containers through %s from now on (runtimeEndpoint changed)",
                              config.runtime_endpoint, extra={"runtime_endpoint": config.runtime_endpoint})
                     await self._runtime.retarget(config.runtime_endpoint)

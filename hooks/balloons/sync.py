@@ -17,7 +17,7 @@ import time
 import grpc
 
 from .pool import Member, milli_from_shares
-from .runtime import RuntimeClient
+from .runtime import EndpointChanged, RuntimeClient
 from .state import Assignments, Restored
 from .topology import Topology
 
@@ -55,6 +55,9 @@ class RuntimeSync:
     # Hook events that changed membership: reconcile acts on a listing only
     # if none came while it was taken (a stop, or a restart, since then).
     _events: int
+    # Reloads that changed runtimeEndpoint: a listing taken before one
+    # describes the old endpoint's runtime, not the configured one.
+    _retargets: int
     _ready: asyncio.Event
     _moves_due: asyncio.Event
     _not_ready_reason: str
@@ -72,6 +75,9 @@ class RuntimeSync:
                 if not _call_cancelled():
                     raise
                 self._not_ready_reason = "cannot rebuild assignments: the call to the runtime was cancelled (its channel closed)"
+            except EndpointChanged as exc:
+                log.info("rebuilding the assignments again: %s while the runtime was listed", exc)
+                continue  # at once, from the new endpoint
             else:
                 continue
             log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
@@ -86,15 +92,20 @@ class RuntimeSync:
                 if not _call_cancelled():
                     raise
                 log.warning("reconcile with the runtime failed: the call was cancelled (its channel closed)")
+            except EndpointChanged as exc:
+                log.info("reconcile waits for the next pass: %s while the runtime was listed", exc)
 
     async def rebuild(self) -> None:
         """Assignments from the containers that run now (start-up)."""
+        retargets = self._retargets
         found = await self._runtime.list_live()
         restored = [
             Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
             for f in found
         ]
         async with self._lock:
+            if self._retargets != retargets:
+                raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             self._state = Assignments.rebuild(self._state.config, self._topology, restored)
             self._ready.set()
         log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
@@ -109,10 +120,12 @@ class RuntimeSync:
         once if it is the member's known container and nothing of its key is
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
-        events = self._events
+        events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
         now = time.monotonic()
         async with self._lock:
+            if self._retargets != retargets:
+                raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             if self._events != events:
                 # A container stopped, or restarted, since the listing: it would
                 # be adopted again, or given its predecessor's id. Next pass.
@@ -149,6 +162,12 @@ class RuntimeSync:
                     self._state.maybe_moved(move)  # it may have reached the runtime
                 # The rest wait for the retry: a call now would open a channel
                 # again, maybe to a closing hook's runtime.
+                return False
+            except EndpointChanged as exc:
+                # Not sent: still due. The reload that retargeted asked for moves
+                # again, which go to the new endpoint.
+                log.info("moves wait for the next pass: %s while container %s was being moved", exc, move.label,
+                         extra={"container": move.label, "container_id": move.container_id})
                 return False
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:

@@ -200,7 +200,7 @@ class SpeclessClient(RuntimeClient):
         super().__init__("/fake")
         self.stub = SpeclessStub()
 
-    def _stub(self) -> Any:
+    def _new_stub(self, channel: Any) -> Any:
         return self.stub
 
 
