@@ -35,6 +35,7 @@ from .config import (
     load_config_file,
     parse_config,
 )
+from .hotplug import HotplugWatch
 from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
 from .runtime import RuntimeClient
 from .state import Assignments, Cpuset
@@ -96,6 +97,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
     ) -> None:
         super().__init__(socket_path, **server_options)
         self._topology = topology or Topology.from_sysfs(sysfs_root)
+        # Hotplug is followed on a machine read from sysfs, not on a given topology.
+        self._hotplug = HotplugWatch(sysfs_root, self._topology) if topology is None else None
+        self._topology_problem: str | None = None  # see RuntimeSync
         self._state = Assignments(config, self._topology)
         self._config_path = Path(config_path) if config_path else None
         self._runtime = runtime or RuntimeClient(config.runtime_endpoint)
@@ -198,6 +202,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         milli = milli_from_shares(request.container_resources.cpu_shares)
         async with self._lock:
             self._events += 1
+            self._follow_hotplug()  # not to give a CPU gone offline
             try:
                 cpuset = self._place(request, milli)
             except HookAbort as refusal:
@@ -302,8 +307,10 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         try:
             config = load_config_file(path)
             async with self._lock:
+                # On the machine as it is now: a config that did not fit it after hotplug may now.
                 state = Assignments.rebuild(config, self._topology, self._state.restored())
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
+                self._topology_problem = None
                 if config.runtime_endpoint != endpoint_was:
                     self._retargets += 1
                     log.info("moving containers through %s from now on (runtimeEndpoint changed)",
@@ -324,6 +331,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         pool = self._state.pool
         return {
             "ready": self._ready.is_set(),
+            "online_cpus": format_cpuset(self._topology.all_cpus),
+            # Set while the balloons are planned on CPUs that are no longer all online.
+            "topology_problem": self._topology_problem,
             "reserved_cpus": format_cpuset(pool.reserved),
             "available_cpus": format_cpuset(pool.available),
             "free_cpus": format_cpuset(pool.free),

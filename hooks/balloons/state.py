@@ -267,19 +267,23 @@ class Assignments:
         pool = state.pool
         fresh: list[Restored] = []
         found = list(found)
-        shared = _shared_cpus(item.cpus for item in found)
+        # Only the CPUs online now: a container on a CPU gone offline (hotplug)
+        # keeps the rest of its balloon; applied (below) keeps what it was given.
+        online = {item.member.key: item.cpus & topology.all_cpus for item in found}
+        shared = _shared_cpus(online.values())
         for item in found:
             key = item.member.key
+            cpus = online[key]
             try:
                 btype = pool.choose_type(item.pod)
             except UnknownBalloonType as exc:
                 log.warning("%s; placing %s in the default balloon", exc, item.member.label)
                 btype = pool.types[DEFAULT]
-            pinned = bool(item.cpus) and item.cpus != topology.all_cpus and item.cpus <= pool.available
+            pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if not pinned:
                 fresh.append(item)
                 continue
-            balloon = pool.restore(item.member, btype, item.cpus - shared)
+            balloon = pool.restore(item.member, btype, cpus - shared)
             if balloon is None:  # its type has no room left: placed anew, below
                 fresh.append(item)
                 continue

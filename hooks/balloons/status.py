@@ -79,6 +79,8 @@ async def read_status(path: Path, timeout: float = 5.0) -> dict[str, Any]:
 def render(doc: dict[str, Any]) -> str:
     """The status as an operator reads it."""
     lines = [f"reserved cpus {doc['reserved_cpus']}, free cpus {doc['free_cpus'] or '-'}, ready: {doc['ready']}"]
+    if doc.get("topology_problem"):
+        lines.append(f"cpus online {doc['online_cpus']}; balloons stay as planned before: {doc['topology_problem']}")
     for balloon in doc["balloons"]:
         lines.append(
             f'{balloon["name"]}{{cpus:"{balloon["effective_cpus"]}", mems:"{balloon["mems"]}"}} '

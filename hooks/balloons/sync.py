@@ -1,8 +1,9 @@
 """The balloons hook's work with the runtime, beside the hook calls: the
 start-up rebuild of the assignments from what the running containers are
-pinned to, the periodic reconcile with the runtime's listing, and the moves
-of running containers whose balloon changed (UpdateContainerResources on the
-runtime endpoint, see :mod:`.runtime`).
+pinned to, the periodic reconcile with the runtime's listing, the re-plan
+after CPU or memory hotplug (:mod:`.hotplug`), and the moves of running
+containers whose balloon changed (UpdateContainerResources on the runtime
+endpoint, see :mod:`.runtime`).
 
 A mixin of :class:`~.server.BalloonsHook`: it shares the hook's state, lock
 and event count with the hook handlers.
@@ -16,10 +17,11 @@ import time
 
 import grpc
 
-from .pool import Member, milli_from_shares
+from .hotplug import HotplugWatch
+from .pool import Member, PoolError, milli_from_shares
 from .runtime import EndpointChanged, RuntimeClient
 from .state import Assignments, Restored
-from .topology import Topology
+from .topology import Topology, format_cpuset
 
 log = logging.getLogger("hooks.balloons")
 
@@ -48,7 +50,11 @@ class RuntimeSync:
     """Rebuild, reconcile and moves; the hook's ``__init__`` sets these."""
 
     _state: Assignments
+    # The machine as last read; the plan (``_state.topology``) is another one
+    # only while the config does not fit it (``_topology_problem`` says why).
     _topology: Topology
+    _hotplug: HotplugWatch | None  # None: a topology given, not read from sysfs
+    _topology_problem: str | None
     _runtime: RuntimeClient
     _reconcile_interval: float
     _lock: asyncio.Lock
@@ -106,7 +112,7 @@ class RuntimeSync:
         async with self._lock:
             if self._retargets != retargets:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
-            self._state = Assignments.rebuild(self._state.config, self._topology, restored)
+            self._state = Assignments.rebuild(self._state.config, self._state.topology, restored)
             self._ready.set()
         log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
         self._moves_due.set()
@@ -120,6 +126,8 @@ class RuntimeSync:
         once if it is the member's known container and nothing of its key is
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
+        async with self._lock:
+            self._follow_hotplug()
         events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
         now = time.monotonic()
@@ -132,6 +140,28 @@ class RuntimeSync:
                 log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
                 return
             self._state.reconcile(listing, now, CREATE_GRACE)
+        self._moves_due.set()
+
+    def _follow_hotplug(self) -> None:
+        """Under the lock: after CPU or memory hotplug, re-plan the balloons on
+        the machine as it is now, as a config reload does: each keeps its
+        containers and its CPUs still online and grows back from the free ones;
+        the containers whose cpuset changed are moved. A config the machine no
+        longer fits (reserved or available CPUs offline, minBalloons) keeps
+        the plan as it was, logged and in the status, until it fits again."""
+        topology = self._hotplug.changed() if self._hotplug is not None else None
+        if topology is None:
+            return
+        self._topology = topology
+        try:
+            state = Assignments.rebuild(self._state.config, topology, self._state.restored())
+        except PoolError as exc:
+            self._topology_problem = f"the config does not fit the CPUs online now: {exc}"
+            log.error("balloons stay as they were planned: %s; bring the CPUs back or change the config",
+                      self._topology_problem, extra={"reason": str(exc)})
+            return
+        self._state, self._topology_problem = state, None
+        log.info("balloons re-planned on the CPUs online now", extra={"online_cpus": format_cpuset(topology.all_cpus)})
         self._moves_due.set()
 
     async def _move_containers(self) -> None:

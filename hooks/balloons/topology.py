@@ -51,6 +51,19 @@ def format_cpuset(cpus: Iterable[int]) -> str:
 
 
 @dataclass(frozen=True)
+class Online:
+    """What CPU and memory hotplug change: the online CPUs, the NUMA nodes with
+    memory (None where sysfs does not say)."""
+
+    cpus: frozenset[int]
+    memory_nodes: frozenset[int] | None
+
+    def describe(self) -> str:
+        memory = "unknown" if self.memory_nodes is None else format_cpuset(self.memory_nodes)
+        return f'cpus "{format_cpuset(self.cpus)}", memory nodes "{memory}"'
+
+
+@dataclass(frozen=True)
 class Cpu:
     id: int
     package: int
@@ -84,6 +97,10 @@ class Topology:
     @property
     def all_cpus(self) -> frozenset[int]:
         return frozenset(self.cpus)
+
+    @property
+    def online(self) -> Online:
+        return Online(self.all_cpus, self.memory_nodes)
 
     def siblings(self, cpu: int) -> frozenset[int]:
         return self.core_cpus[self.cpus[cpu].core]
@@ -127,10 +144,7 @@ class Topology:
     @classmethod
     def from_sysfs(cls, root: str | Path = "/sys") -> Topology:
         base = Path(root) / "devices" / "system"
-        try:
-            online = parse_cpuset((base / "cpu" / "online").read_text())
-        except (OSError, ValueError) as exc:
-            raise TopologyError(f"cannot read online CPUs under {base / 'cpu'}: {exc}") from exc
+        online = _online_cpus(base / "cpu")
         node_of: dict[int, int] = {}
         node_dir = base / "node"
         for path in sorted(node_dir.glob("node[0-9]*")):
@@ -158,14 +172,36 @@ class Topology:
         return cls(cpus, memory_nodes, distances)
 
 
+def read_online(root: str | Path = "/sys") -> Online:
+    """The online CPUs and memory nodes alone: three small files, cheap enough
+    to read at every hook call that places a container (hotplug is noticed so)."""
+    base = Path(root) / "devices" / "system"
+    nodes = _memory_and_online_nodes(base / "node")
+    return Online(_online_cpus(base / "cpu"), nodes[0] if nodes else None)
+
+
+def _online_cpus(cpu_dir: Path) -> frozenset[int]:
+    try:
+        return parse_cpuset((cpu_dir / "online").read_text())
+    except (OSError, ValueError) as exc:
+        raise TopologyError(f"cannot read online CPUs under {cpu_dir}: {exc}") from exc
+
+
+def _memory_and_online_nodes(node_dir: Path) -> tuple[frozenset[int], list[int]] | None:
+    """The nodes with memory and the online nodes; None where sysfs does not say (no NUMA support)."""
+    try:
+        return parse_cpuset((node_dir / "has_memory").read_text()), sorted(parse_cpuset((node_dir / "online").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def _read_memory_nodes(node_dir: Path) -> tuple[frozenset[int] | None, dict[int, dict[int, int]]]:
     """Which NUMA nodes have memory, and the distances between nodes; (None, {})
     where sysfs does not say (no NUMA support): every node then counts as having memory."""
-    try:
-        memory = parse_cpuset((node_dir / "has_memory").read_text())
-        online = sorted(parse_cpuset((node_dir / "online").read_text()))
-    except (OSError, ValueError):
+    nodes = _memory_and_online_nodes(node_dir)
+    if nodes is None:
         return None, {}
+    memory, online = nodes
     distances: dict[int, dict[int, int]] = {}
     for node in online:
         try:  # one number per online node, in node order

@@ -1,0 +1,145 @@
+"""CPU and memory hotplug: the hook re-plans its balloons on the CPUs and
+memory nodes online now, noticed at the next reconcile pass or container
+placement. Machines are faked as sysfs trees; a CPU goes offline as the
+kernel shows it, in ``cpu/online`` (its ``cpuN`` directory stays).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.server import BalloonsHook
+from hooks.balloons.status import render
+from hooks.balloons.topology import Topology, write_synthetic_sysfs
+
+from .test_server import FakeRuntime, request
+
+# Two NUMA nodes with memory: CPUs 0-3 on node 0, 4-7 on node 1.
+WORK = {
+    "reservedResources": {"cpu": "cpuset:0"},
+    "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 2, "preferNewBalloons": True}],
+}
+
+
+def set_online(root: Path, cpus: str) -> None:
+    (root / "devices" / "system" / "cpu" / "online").write_text(cpus + "\n")
+
+
+def set_memory_nodes(root: Path, nodes: str) -> None:
+    (root / "devices" / "system" / "node" / "has_memory").write_text(nodes + "\n")
+
+
+async def hook_on_sysfs(
+    tmp_path: Path, config: dict[str, Any] = WORK, shape: Topology | None = None
+) -> tuple[BalloonsHook, FakeRuntime, Path]:
+    root = tmp_path / "sys"
+    write_synthetic_sysfs(root, shape or Topology.synthetic(1, 2, 4, 1))
+    runtime = FakeRuntime()
+    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    await hook.rebuild()
+    return hook, runtime, root
+
+
+async def two_pods(hook: BalloonsHook) -> None:
+    """Pod a's container c-a on node 0's CPUs 1-2, pod b's c-b on node 1's 4-5, both running."""
+    for uid, cpus, mems in (("a", "1-2", "0"), ("b", "4-5", "1")):
+        answer = await hook.pre_create_container(request(uid, "app", shares=2048))
+        assert (answer.container_resources.cpuset_cpus, answer.container_resources.cpuset_mems) == (cpus, mems)
+        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    assert await hook.apply_moves()
+
+
+async def test_a_balloon_whose_cpu_went_offline_keeps_the_rest_and_grows_back(tmp_path, caplog) -> None:
+    hook, runtime, root = await hook_on_sysfs(tmp_path)
+    await two_pods(hook)
+    set_online(root, "0-4,6-7")  # CPU 5, one of b's, goes offline
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await hook.reconcile()  # the next pass notices
+        assert await hook.apply_moves()
+    # b keeps CPU 4 and takes 6 next to it on node 1, not a fresh pair elsewhere; a stays as it was.
+    assert runtime.updates == [("c-b", "4,6", "1")]
+    assert "CPU topology changed (hotplug)" in caplog.text and 'cpus "0-4,6-7"' in caplog.text
+    status = hook.status()
+    assert (status["online_cpus"], status["free_cpus"], status["topology_problem"]) == ("0-4,6-7", "3,7", None)
+
+    set_online(root, "0-7")  # back online: free for any balloon again
+    await hook.reconcile()
+    assert await hook.apply_moves() and len(runtime.updates) == 1  # no balloon needed it: nothing moves
+    assert hook.status()["free_cpus"] == "3,5,7"
+
+
+async def test_a_container_keeps_the_cpus_of_its_balloon_that_stay_online(tmp_path) -> None:
+    """Hyperthreads: cores {0,4} {1,5} {2,6} {3,7}. Placed anew, b would take
+    the whole free core 3-7 and leave CPU 2, which it runs on."""
+    hook, runtime, root = await hook_on_sysfs(tmp_path, shape=Topology.synthetic(1, 1, 4, 2))
+    for uid, cpus in (("a", "1,5"), ("b", "2,6")):  # a whole core each
+        answer = await hook.pre_create_container(request(uid, "app", shares=2048))
+        assert answer.container_resources.cpuset_cpus == cpus
+        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    set_online(root, "0-5,7")
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-b", "2,4", "0")]
+
+
+async def test_a_new_container_is_not_given_a_cpu_gone_offline(tmp_path) -> None:
+    hook, _, root = await hook_on_sysfs(tmp_path)
+    set_online(root, "0,2-7")  # before any reconcile pass
+    answer = await hook.pre_create_container(request("a", "app", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "2"
+
+
+async def test_a_node_that_lost_its_memory_is_no_longer_in_any_cpuset_mems(tmp_path) -> None:
+    hook, runtime, root = await hook_on_sysfs(tmp_path)
+    await two_pods(hook)
+    set_memory_nodes(root, "0")  # node 1's memory goes offline: its CPUs take node 0's
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-b", "4-5", "0")]
+
+
+async def test_a_config_the_cpus_online_no_longer_fit_keeps_the_plan_and_says_so(tmp_path, caplog) -> None:
+    config = {**WORK, "reservedResources": {"cpu": "cpuset:0-1"}}
+    hook, runtime, root = await hook_on_sysfs(tmp_path, config)
+    await hook.pre_create_container(request("k", "dns", ns="kube-system"))
+    set_online(root, "0,2-7")  # a reserved CPU goes offline
+    with caplog.at_level(logging.ERROR, logger="hooks.balloons"):
+        await hook.reconcile()
+    assert "balloons stay as they were planned" in caplog.text and "reservedResources.cpu" in caplog.text
+    status = hook.status()
+    assert status["reserved_cpus"] == "0-1" and "reservedResources.cpu" in status["topology_problem"]
+    assert "balloons stay as planned before" in render(status)
+    # Not tried again at every call (nor logged again) until the CPUs change again.
+    caplog.clear()
+    await hook.pre_create_container(request("k", "proxy", ns="kube-system"))
+    assert caplog.text == ""
+
+    set_online(root, "0-7")  # back: the config fits again
+    await hook.reconcile()
+    assert hook.status()["topology_problem"] is None
+
+    # Or a reload that fits the machine as it is now.
+    set_online(root, "0,2-7")
+    await hook.reconcile()
+    assert hook.status()["topology_problem"] is not None
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump({**WORK, "reservedResources": {"cpu": "cpuset:0"}}))
+    assert await hook.reload(path)
+    status = hook.status()
+    assert (status["reserved_cpus"], status["topology_problem"]) == ("0", None)
+    assert await hook.apply_moves()
+    assert runtime.updates == []  # the kube-system containers have no id yet: placed, not moved
+
+
+async def test_a_topology_given_rather_than_read_is_not_watched(tmp_path) -> None:
+    """Tests give the hook a synthetic machine: it must not compare it with the host's /sys."""
+    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(WORK), topology=Topology.synthetic(1, 1, 64, 1),
+                        runtime=FakeRuntime())
+    await hook.rebuild()
+    await hook.reconcile()
+    assert hook.status()["online_cpus"] == "0-63"
