@@ -92,6 +92,24 @@ def take(topology: Topology, free: Iterable[int], count: int, near: Iterable[int
     return frozenset(chosen)
 
 
+def reserve(
+    topology: Topology, available: Iterable[int], count: int, keep: Iterable[int] = (), avoid: Iterable[int] = ()
+) -> frozenset[int] | None:
+    """``count`` reserved CPUs out of ``available``; None if too few. On a
+    re-plan (hotplug, a reload) ``keep`` is the reserved set before: the part
+    still available stays, topped up near it, from CPUs outside ``avoid``
+    (those running containers) while enough are. Neither: a compact fresh pick."""
+    available = frozenset(available)
+    kept = frozenset(keep) & available
+    if len(kept) > count:
+        kept -= give_back(topology, kept, len(kept) - count)
+    rest = available - kept
+    more = take(topology, rest - frozenset(avoid), count - len(kept), near=kept)
+    if more is None:
+        more = take(topology, rest, count - len(kept), near=kept)
+    return None if more is None else kept | more
+
+
 def give_back(topology: Topology, owned: Iterable[int], count: int) -> frozenset[int]:
     """The ``count`` CPUs of ``owned`` to release so that what stays is most compact."""
     keep = set(owned)

@@ -110,7 +110,12 @@ def milli_from_shares(shares: int) -> int:
 
 
 class Pool:
-    def __init__(self, config: BalloonsConfig, topology: Topology) -> None:
+    def __init__(
+        self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(),
+    ) -> None:
+        """``keep_reserved``, ``avoid``: a re-plan's reserved CPUs before and CPUs
+        containers run on, for reserved CPUs given as a quantity (allocator.reserve)."""
         self.config = config
         self.topology = topology
         available = topology.all_cpus if config.available_cpuset is None else config.available_cpuset & topology.all_cpus
@@ -123,7 +128,7 @@ class Pool:
             reserved = config.reserved_cpuset
         else:
             count = math.ceil(config.reserved_milli / 1000)
-            picked = allocator.take(topology, available, count)
+            picked = allocator.reserve(topology, available, count, keep_reserved, avoid)
             if picked is None or len(available) - count < 1:
                 raise PoolError(f"reservedResources.cpu: {count} CPUs reserved, but only {len(available)} are available")
             reserved = picked

@@ -47,10 +47,13 @@ class Move:
 
 
 class Assignments:
-    def __init__(self, config: BalloonsConfig, topology: Topology) -> None:
+    def __init__(
+        self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(),
+    ) -> None:
         self.config = config
         self.topology = topology
-        self.pool = Pool(config, topology)
+        self.pool = Pool(config, topology, keep_reserved, avoid)
         self.pods: dict[ContainerKey, PodContext] = {}
         self.applied: dict[ContainerKey, Cpuset] = {}  # what each container was last given
         # Containers whose last move ended without an answer (a timeout, a lost
@@ -260,16 +263,23 @@ class Assignments:
     # -- rebuild -------------------------------------------------------------------------
 
     @classmethod
-    def rebuild(cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored]) -> Assignments:
+    def rebuild(
+        cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored], reserved: frozenset[int] | None = None
+    ) -> Assignments:
         """Assignments for containers that already run: each rejoins a balloon of its
-        type made of the CPUs it runs on; containers not pinned yet are placed anew."""
-        state = cls(config, topology)
-        pool = state.pool
-        fresh: list[Restored] = []
+        type made of the CPUs it runs on; containers not pinned yet are placed anew.
+        ``reserved``: the reserved CPUs before a re-plan (hotplug, a reload), kept
+        where still online when the config gives a quantity, as balloons keep theirs."""
         found = list(found)
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
         online = {item.member.key: item.cpus & topology.all_cpus for item in found}
+        busy: set[int] = set()
+        if reserved is not None:  # reserved CPUs topped up from CPUs no balloon's container runs on
+            busy.update(*(cpus for cpus in online.values() if cpus != topology.all_cpus))
+        state = cls(config, topology, reserved or frozenset(), frozenset(busy) - (reserved or frozenset()))
+        pool = state.pool
+        fresh: list[Restored] = []
         shared = _shared_cpus(online.values())
         for item in found:
             key = item.member.key

@@ -154,7 +154,7 @@ class RuntimeSync:
             return
         self._topology = topology
         try:
-            state = Assignments.rebuild(self._state.config, topology, self._state.restored())
+            state = Assignments.rebuild(self._state.config, topology, self._state.restored(), self._state.pool.reserved)
         except PoolError as exc:
             self._topology_problem = f"the config does not fit the CPUs online now: {exc}"
             log.error("balloons stay as they were planned: %s; bring the CPUs back or change the config",

@@ -143,3 +143,52 @@ async def test_a_topology_given_rather_than_read_is_not_watched(tmp_path) -> Non
     await hook.rebuild()
     await hook.reconcile()
     assert hook.status()["online_cpus"] == "0-63"
+
+
+QUANTITY = {**WORK, "reservedResources": {"cpu": "1000m"}}
+
+
+async def three_pods(hook: BalloonsHook) -> None:
+    """Pods a and b as in two_pods, and kube-system's c-k on the reserved CPU 0."""
+    answer = await hook.pre_create_container(request("k", "dns", ns="kube-system"))
+    assert answer.container_resources.cpuset_cpus == "0"
+    await hook.pre_start_container(request("k", "dns", ns="kube-system", cid="c-k"))
+    await two_pods(hook)
+
+
+async def test_reserved_cpus_given_as_a_quantity_stay_where_they_are_after_hotplug(tmp_path) -> None:
+    """Picked afresh on the new CPUs, the reserved CPU went to 4 and took it from b."""
+    hook, runtime, root = await hook_on_sysfs(tmp_path, QUANTITY)
+    await three_pods(hook)
+    set_online(root, "0-5,7")  # CPU 6, free, goes offline
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert runtime.updates == []
+    status = hook.status()
+    assert (status["reserved_cpus"], status["free_cpus"]) == ("0", "3,7")
+
+
+async def test_a_reserved_cpu_gone_offline_is_replaced_by_a_cpu_no_container_runs_on(tmp_path) -> None:
+    hook, runtime, root = await hook_on_sysfs(tmp_path, QUANTITY)
+    await three_pods(hook)
+    set_online(root, "1-7")  # the reserved CPU 0 goes offline: a's 1-2 and b's 4-5 stay theirs
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert runtime.updates == [("c-k", "3", "0")]
+    assert hook.status()["reserved_cpus"] == "3"
+
+
+async def test_a_reload_keeps_the_reserved_cpus_of_a_quantity(tmp_path) -> None:
+    """Same config: the same CPU as before. More CPUs reserved: the old ones
+    and the nearest no container runs on (not a's CPU 1)."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, QUANTITY)
+    await three_pods(hook)
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(QUANTITY))
+    assert await hook.reload(path)
+    assert await hook.apply_moves()
+    assert (hook.status()["reserved_cpus"], runtime.updates) == ("0", [])
+    path.write_text(yaml.safe_dump({**QUANTITY, "reservedResources": {"cpu": "2"}}))
+    assert await hook.reload(path)
+    assert await hook.apply_moves()
+    assert (hook.status()["reserved_cpus"], runtime.updates) == ("0,3", [("c-k", "0,3", "0")])
