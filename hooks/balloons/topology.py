@@ -173,11 +173,12 @@ class Topology:
 
 
 def read_online(root: str | Path = "/sys") -> Online:
-    """The online CPUs and memory nodes alone: three small files, cheap enough
-    to read at every hook call that places a container (hotplug is noticed so)."""
+    """The online CPUs and the nodes with memory alone (``cpu/online`` and
+    ``node/has_memory``, two small files): cheap enough to read at every hook
+    call that places a container (hotplug is noticed so). The same as
+    :meth:`Topology.from_sysfs` gives for them (``Topology.online``)."""
     base = Path(root) / "devices" / "system"
-    nodes = _memory_and_online_nodes(base / "node")
-    return Online(_online_cpus(base / "cpu"), nodes[0] if nodes else None)
+    return Online(_online_cpus(base / "cpu"), _memory_nodes(base / "node"))
 
 
 def _online_cpus(cpu_dir: Path) -> frozenset[int]:
@@ -187,21 +188,25 @@ def _online_cpus(cpu_dir: Path) -> frozenset[int]:
         raise TopologyError(f"cannot read online CPUs under {cpu_dir}: {exc}") from exc
 
 
-def _memory_and_online_nodes(node_dir: Path) -> tuple[frozenset[int], list[int]] | None:
-    """The nodes with memory and the online nodes; None where sysfs does not say (no NUMA support)."""
+def _memory_nodes(node_dir: Path) -> frozenset[int] | None:
+    """The nodes with memory; None where sysfs does not say (no NUMA support)."""
     try:
-        return parse_cpuset((node_dir / "has_memory").read_text()), sorted(parse_cpuset((node_dir / "online").read_text()))
+        return parse_cpuset((node_dir / "has_memory").read_text())
     except (OSError, ValueError):
         return None
 
 
 def _read_memory_nodes(node_dir: Path) -> tuple[frozenset[int] | None, dict[int, dict[int, int]]]:
-    """Which NUMA nodes have memory, and the distances between nodes; (None, {})
-    where sysfs does not say (no NUMA support): every node then counts as having memory."""
-    nodes = _memory_and_online_nodes(node_dir)
-    if nodes is None:
+    """Which NUMA nodes have memory (None where sysfs does not say, no NUMA
+    support: every node then counts as having memory), and the distances
+    between the online nodes ({} where ``node/online`` does not say)."""
+    memory = _memory_nodes(node_dir)
+    if memory is None:
         return None, {}
-    memory, online = nodes
+    try:
+        online = sorted(parse_cpuset((node_dir / "online").read_text()))
+    except (OSError, ValueError):
+        return memory, {}
     distances: dict[int, dict[int, int]] = {}
     for node in online:
         try:  # one number per online node, in node order

@@ -34,6 +34,19 @@ def set_memory_nodes(root: Path, nodes: str) -> None:
     (root / "devices" / "system" / "node" / "has_memory").write_text(nodes + "\n")
 
 
+def full_reads(monkeypatch) -> list[Path]:
+    """The roots Topology.from_sysfs reads from now on (still read)."""
+    reads: list[Path] = []
+    real = Topology.from_sysfs.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[Topology], root: Path) -> Topology:
+        reads.append(root)
+        return real(cls, root)
+
+    monkeypatch.setattr(Topology, "from_sysfs", classmethod(spy))
+    return reads
+
+
 async def hook_on_sysfs(
     tmp_path: Path, config: dict[str, Any] = WORK, shape: Topology | None = None
 ) -> tuple[BalloonsHook, FakeRuntime, Path]:
@@ -192,3 +205,15 @@ async def test_a_reload_keeps_the_reserved_cpus_of_a_quantity(tmp_path) -> None:
     assert await hook.reload(path)
     assert await hook.apply_moves()
     assert (hook.status()["reserved_cpus"], runtime.updates) == ("0,3", [("c-k", "0,3", "0")])
+
+
+async def test_an_unreadable_node_online_file_is_no_hotplug(tmp_path, caplog, monkeypatch) -> None:
+    """Only cpu/online and node/has_memory are compared: node/online (read for
+    the NUMA distances alone) going missing changes nothing."""
+    hook, _, root = await hook_on_sysfs(tmp_path)
+    (root / "devices" / "system" / "node" / "online").unlink()
+    reads = full_reads(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await hook.reconcile()
+        await hook.pre_create_container(request("a", "app"))
+    assert reads == [] and "hotplug" not in caplog.text
