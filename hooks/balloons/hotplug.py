@@ -5,7 +5,8 @@ online), or a node losing or gaining memory, changes what balloons may use.
 The online CPUs and the nodes with memory are small files, read again at
 every reconcile pass and every PreCreateContainer; when they differ from
 what was last acted on, the whole topology is read again for the hook to
-re-plan its balloons (:meth:`~.sync.RuntimeSync._follow_hotplug`).
+re-plan its balloons (:meth:`~.sync.RuntimeSync._follow_hotplug`). A sysfs
+that cannot be read is warned once per distinct failure.
 """
 
 from __future__ import annotations
@@ -23,19 +24,34 @@ class HotplugWatch:
     def __init__(self, sysfs_root: str | os.PathLike[str], topology: Topology) -> None:
         self.root = Path(sysfs_root)
         self._seen: Online = topology.online  # what was last acted on
+        # The last failure, warned once: the online CPUs and memory nodes read
+        # (None: unreadable) and why. Not retried for the same input but by
+        # a reconcile pass (``retry``).
+        self._failed: tuple[Online | None, str] | None = None
 
-    def changed(self) -> Topology | None:
+    def changed(self, retry: bool = False) -> Topology | None:
         """The topology read again if the online CPUs or memory nodes changed
         since the last call that returned one; None otherwise, and when sysfs
-        cannot be read (e.g. halfway through a change: the next call tries again)."""
+        cannot be read. A failure is warned once; the full read (tens of ms on
+        large machines) is not taken again for the same online CPUs and memory
+        nodes, except with ``retry`` (reconcile passes: a failure halfway
+        through a change may heal with nothing more changing)."""
         try:
             online = read_online(self.root)
-            if online == self._seen:
-                return None
+        except TopologyError as exc:
+            self._failure(None, exc)
+            return None
+        if online == self._seen:
+            self._failed = None
+            return None
+        if not retry and self._failed is not None and self._failed[0] == online:
+            return None
+        try:
             topology = Topology.from_sysfs(self.root)
         except TopologyError as exc:
-            log.warning("cannot read the CPU topology to check for hotplug: %s", exc)
+            self._failure(online, exc)
             return None
+        self._failed = None
         log.warning(
             "CPU topology changed (hotplug): %s, was %s",
             topology.online.describe(), self._seen.describe(),
@@ -43,3 +59,10 @@ class HotplugWatch:
         )
         self._seen = topology.online
         return topology
+
+    def _failure(self, online: Online | None, exc: TopologyError) -> None:
+        failed = (online, str(exc))
+        if failed != self._failed:
+            log.warning("cannot read the CPU topology to check for hotplug: %s (warned once; the last topology "
+                        "read stays)", exc, extra={"reason": str(exc)})
+        self._failed = failed

@@ -127,7 +127,7 @@ class RuntimeSync:
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
         async with self._lock:
-            self._follow_hotplug()
+            self._follow_hotplug(retry=True)
         events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
         now = time.monotonic()
@@ -142,14 +142,16 @@ class RuntimeSync:
             self._state.reconcile(listing, now, CREATE_GRACE)
         self._moves_due.set()
 
-    def _follow_hotplug(self) -> None:
+    def _follow_hotplug(self, retry: bool = False) -> None:
         """Under the lock: after CPU or memory hotplug, re-plan the balloons on
         the machine as it is now, as a config reload does: each keeps its
         containers and its CPUs still online and grows back from the free ones;
         the containers whose cpuset changed are moved. A config the machine no
         longer fits (reserved or available CPUs offline, minBalloons) keeps
-        the plan as it was, logged and in the status, until it fits again."""
-        topology = self._hotplug.changed() if self._hotplug is not None else None
+        the plan as it was, logged and in the status, until it fits again.
+        ``retry``: a topology that could not be read is read again even if the
+        online CPUs and memory nodes are the same (reconcile passes only)."""
+        topology = self._hotplug.changed(retry) if self._hotplug is not None else None
         if topology is None:
             return
         self._topology = topology

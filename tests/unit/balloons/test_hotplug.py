@@ -217,3 +217,44 @@ async def test_an_unreadable_node_online_file_is_no_hotplug(tmp_path, caplog, mo
         await hook.reconcile()
         await hook.pre_create_container(request("a", "app"))
     assert reads == [] and "hotplug" not in caplog.text
+
+
+def warnings_in(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+async def test_unreadable_or_malformed_online_cpus_are_warned_once_each(tmp_path, caplog) -> None:
+    hook, _, root = await hook_on_sysfs(tmp_path)
+    online = root / "devices" / "system" / "cpu" / "online"
+    online.unlink()
+    with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
+        await hook.reconcile()
+        await hook.pre_create_container(request("a", "app"))
+        await hook.pre_create_container(request("b", "app"))
+        assert len(warnings_in(caplog)) == 1 and "cannot read online CPUs" in caplog.text
+        online.write_text("0-3,x\n")  # another failure: warned too, once
+        await hook.pre_create_container(request("c", "app"))
+        await hook.reconcile()
+        assert len(warnings_in(caplog)) == 2 and "'x'" in warnings_in(caplog)[1]
+        online.write_text("0-7\n")  # readable again, as it was: no change
+        await hook.reconcile()
+    assert len(warnings_in(caplog)) == 2 and hook.status()["online_cpus"] == "0-7"
+
+
+async def test_an_online_cpu_without_its_topology_is_read_once_until_the_input_changes(tmp_path, caplog, monkeypatch) -> None:
+    """CPU 8 is online but has no topology directory: the full read fails. Not
+    done again (~50 ms for 256 CPUs, under the hook's lock) at every
+    PreCreateContainer for the same cpu/online; a reconcile pass tries again."""
+    hook, _, root = await hook_on_sysfs(tmp_path)
+    reads = full_reads(monkeypatch)
+    set_online(root, "0-8")
+    with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
+        for uid in "abc":
+            await hook.pre_create_container(request(uid, "app"))
+        assert len(reads) == 1
+        assert len(warnings_in(caplog)) == 1 and "cannot read the topology of cpu8" in caplog.text
+        await hook.reconcile()  # tried again, not warned again
+        assert (len(reads), len(warnings_in(caplog))) == (2, 1)
+        set_online(root, "0-6")  # then CPU 7 goes offline and 8 is gone: read, and followed
+        await hook.pre_create_container(request("d", "app"))
+    assert len(reads) == 3 and hook.status()["online_cpus"] == "0-6"
