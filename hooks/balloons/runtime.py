@@ -10,7 +10,8 @@ answers the same cpuset, so the proxy's merge keeps it.
 
 A listing's calls, and a move's, all go through one channel: a reload that
 retargets the client meanwhile ends them with :class:`EndpointChanged`
-rather than sending the rest to another runtime.
+rather than sending the rest to another runtime; the hook's stop, with
+:class:`ClientClosed`.
 """
 
 from __future__ import annotations
@@ -73,10 +74,15 @@ class Listing:
 
 
 class EndpointChanged(Exception):
-    """A reload changed runtimeEndpoint (or the hook closed the client) during a
-    listing or a move. The calls made so far went to the old endpoint; the rest
-    are not sent to the new one: a listing would pair one runtime's pods with
-    another's containers, a move carry one's resources to the other."""
+    """A reload changed runtimeEndpoint during a listing or a move. The calls
+    made so far went to the old endpoint; the rest are not sent to the new
+    one: a listing would pair one runtime's pods with another's containers, a
+    move carry one's resources to the other."""
+
+
+class ClientClosed(Exception):
+    """The hook closed the client (it is stopping): no call is sent, and no
+    channel opened again (it would never be closed)."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,11 @@ class RuntimeClient:
         self.endpoint = endpoint
         self.timeout = timeout
         self._connection: _Connection | None = None
+        self._closed = False
 
     def _connect(self) -> _Connection:
+        if self._closed:
+            raise ClientClosed(f"the client of {self.endpoint} is closed")
         if self._connection is None:
             channel = aio.insecure_channel(f"unix://{self.endpoint}")
             self._connection = _Connection(self.endpoint, channel, self._new_stub(channel))
@@ -104,19 +113,25 @@ class RuntimeClient:
         return v1_grpc.RuntimeServiceStub(channel)  # (tests answer with a stub of their own)
 
     def _on(self, connection: _Connection) -> v1_grpc.RuntimeServiceStub:
-        """``connection``'s stub while it is the client's; EndpointChanged once retargeted or closed."""
+        """``connection``'s stub while it is the client's; EndpointChanged once
+        retargeted, ClientClosed once closed."""
         if connection is not self._connection:
-            if connection.endpoint == self.endpoint:
-                raise EndpointChanged(f"the channel to {connection.endpoint} was closed")
+            if self._closed:
+                raise ClientClosed(f"the client of {connection.endpoint} was closed")
             raise EndpointChanged(f"runtimeEndpoint changed from {connection.endpoint} to {self.endpoint}")
         return connection.stub
 
     async def retarget(self, endpoint: str) -> None:
         """Talk to ``endpoint`` from the next listing or move on (a reloaded config's)."""
         self.endpoint = endpoint
-        await self.close()
+        await self._drop()
 
     async def close(self) -> None:
+        """For good (the hook stops): every call from now on raises ClientClosed."""
+        self._closed = True
+        await self._drop()
+
+    async def _drop(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.channel.close()

@@ -19,7 +19,7 @@ import grpc
 
 from .hotplug import HotplugWatch
 from .pool import Member, PoolError, milli_from_shares
-from .runtime import EndpointChanged, RuntimeClient
+from .runtime import ClientClosed, EndpointChanged, RuntimeClient
 from .state import Assignments, Restored
 from .topology import Topology, format_cpuset
 
@@ -84,6 +84,8 @@ class RuntimeSync:
             except EndpointChanged as exc:
                 log.info("rebuilding the assignments again: %s while the runtime was listed", exc)
                 continue  # at once, from the new endpoint
+            except ClientClosed:
+                return  # the hook is stopping
             else:
                 continue
             log.warning("%s; retrying in %.0fs", self._not_ready_reason, RETRY_DELAY)
@@ -100,6 +102,8 @@ class RuntimeSync:
                 log.warning("reconcile with the runtime failed: the call was cancelled (its channel closed)")
             except EndpointChanged as exc:
                 log.info("reconcile waits for the next pass: %s while the runtime was listed", exc)
+            except ClientClosed:
+                return
 
     async def rebuild(self) -> None:
         """Assignments from the containers that run now (start-up)."""
@@ -170,7 +174,11 @@ class RuntimeSync:
         while True:
             await self._moves_due.wait()
             self._moves_due.clear()
-            if not await self.apply_moves():
+            try:
+                ok = await self.apply_moves()
+            except ClientClosed:
+                return  # the hook is stopping: the moves left are not sent
+            if not ok:
                 asyncio.get_running_loop().call_later(RETRY_DELAY, self._moves_due.set)
 
     async def apply_moves(self) -> bool:

@@ -9,6 +9,7 @@ is configured. Two fake runtimes, both with a sandbox "s1", on two sockets.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -147,3 +148,42 @@ async def test_a_move_reads_the_spec_from_the_endpoint_it_updates(tmp_path: Path
         assert old.updates == []
         assert [(u.container_id, u.linux.cpuset_cpus, u.linux.memory_limit_in_bytes) for u in new.updates] == [("c1", "1", 222)]
         assert not first_pass  # its move was not sent: still due, sent by the next pass
+
+
+async def test_a_hook_stopped_during_the_start_up_listing_ends_its_rebuild_and_opens_no_channel_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken for a retarget, the closed channel was listed again at once on a
+    new channel opened after close(), never closed."""
+    after_pods = AfterAnswer(monkeypatch, "ListPodSandbox")
+    runtime, sock = OnePodRuntime("p", "app", "c1", 111), tmp_path / "old.sock"
+    async with serving(runtime, sock):  # type: ignore[arg-type]
+        hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config({**CONFIG, "runtimeEndpoint": str(sock)}),
+                            topology=Topology.synthetic(1, 1, 8, 1), runtime=RuntimeClient(str(sock)),
+                            reconcile_interval=3600)
+        after_pods.action = lambda: hook.stop(0)  # the pods answered, then the hook stops
+        async with asyncio.timeout(5):  # bounds a loop that goes on
+            await hook._rebuild_then_reconcile()  # ends: the hook is stopping
+        assert (runtime.listed_containers, hook._ready.is_set()) == (0, False)
+        assert hook._runtime._connection is None  # type: ignore[attr-defined]
+
+
+async def test_a_closed_client_ends_the_moves_and_sends_none(tmp_path: Path) -> None:
+    old, new = OnePodRuntime("p", "app", "c1", 111), OnePodRuntime("p", "app", "c1", 222)
+    async with hook_on(tmp_path, old, new) as hook:  # c1 ran on every CPU: placed anew, to be moved
+        await hook._runtime.close()  # type: ignore[attr-defined]  # as the hook's stop() does
+        hook._moves_due.set()
+        async with asyncio.timeout(5):
+            await hook._move_containers()  # ends rather than retrying
+        assert old.updates == [] and hook._runtime._connection is None  # type: ignore[attr-defined]
+
+
+async def test_a_closed_client_ends_the_reconciles(tmp_path: Path) -> None:
+    old, new = OnePodRuntime("p", "app", "c1", 111), OnePodRuntime("p", "app", "c1", 222)
+    async with hook_on(tmp_path, old, new) as hook:  # rebuilt: the reconcile loop comes next
+        hook._reconcile_interval = 0
+        listed = old.listed_containers
+        await hook._runtime.close()  # type: ignore[attr-defined]
+        async with asyncio.timeout(5):
+            await hook._rebuild_then_reconcile()  # ends, neither raising nor listing again
+        assert old.listed_containers == listed and hook._runtime._connection is None  # type: ignore[attr-defined]
