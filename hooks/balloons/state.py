@@ -31,6 +31,9 @@ class Restored:
     pod: PodContext
     cpus: frozenset[int]
     mems: str = ""
+    # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
+    # under way across the re-plan is then taken for applied, as it is.
+    answers: int = 0
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,8 @@ class Assignments:
         for item in found:
             key = item.member.key
             cpus = online[key]
+            if item.answers:
+                state.answers[key] = item.answers
             try:
                 btype = pool.choose_type(item.pod)
             except UnknownBalloonType as exc:
@@ -333,7 +338,7 @@ class Assignments:
         for _, member in self.pool.members():
             cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
-            out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems))
+            out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems, self.answers.get(member.key, 0)))
         return out
 
     # -- logging -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 
 from cri_api.hookapi import api_pb2
 from cri_api.v1 import api_pb2 as v1
@@ -254,6 +255,36 @@ async def test_a_move_applied_while_its_balloon_shrank_back_is_moved_back(tmp_pa
     await grow_as_balloon(hook)
     await hook.apply_moves()
     assert runtime.updates == [("c-a", "1-2", "0")]  # a runs on 1-2; its balloon is 1 again
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0"), ("c-a", "1", "0")]  # moved back off CPU 2
+
+
+class ReplansDuringTheMove(ShrinksDuringTheMove):
+    """As ShrinksDuringTheMove, then a config reload (or a hotplug) re-plans
+    the balloons before the move's answer is taken: the new plan has a on 1,
+    the cpuset it was given before the move."""
+
+    def __init__(self, config_path) -> None:
+        super().__init__()
+        self.config_path = config_path
+
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
+        await super().update_cpuset(container_id, cpus, mems)
+        if cpus == "1-2":
+            assert self.hook is not None and await self.hook.reload(self.config_path)
+
+
+async def test_a_move_applied_while_a_replan_put_its_container_back_is_moved_back(tmp_path) -> None:
+    """The re-plan did not carry how many cpusets a had been given: the move's
+    answer was taken for one PreUpdate made instead, and a stayed on 1-2."""
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    runtime = ReplansDuringTheMove(path)
+    hook, _ = await started(tmp_path, runtime=runtime)
+    runtime.hook = hook
+    await grow_as_balloon(hook)
+    await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-2", "0")]
     await hook.apply_moves()
     assert runtime.updates == [("c-a", "1-2", "0"), ("c-a", "1", "0")]  # moved back off CPU 2
 
