@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,15 @@ import pytest
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
-from hooks.balloons.config import parse_config
+from hooks.balloons import sync
+from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.pool import ContainerKey
-from hooks.balloons.runtime import EndpointChanged, RuntimeClient
+from hooks.balloons.runtime import EndpointChanged, FoundContainer, RuntimeClient
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
 
 from .test_retarget import _retarget, serving
-from .test_server import CONFIG
+from .test_server import CONFIG, FakeRuntime
 
 
 class OnePodRuntime(v1_grpc.RuntimeServiceServicer):
@@ -114,7 +116,7 @@ async def test_a_reload_between_the_listings_two_calls_pairs_no_pod_with_another
     async with hook_on(tmp_path, old, new) as hook:
         assert members(hook) == {("old-pod", "old-ctr"): "c-old"}
         after_pods.action = lambda: _retarget(tmp_path, hook)  # old's pods answered, then new.sock
-        with contextlib.suppress(EndpointChanged):  # the pass is abandoned
+        with pytest.raises(EndpointChanged):  # the pass is abandoned
             await hook.reconcile()
         # Not new's container c-new taken for a container of old's pod.
         assert members(hook) == {("old-pod", "old-ctr"): "c-old"}
@@ -131,7 +133,7 @@ async def test_a_listing_of_the_old_endpoint_is_not_applied_after_a_reload_chang
     async with hook_on(tmp_path, old, new) as hook:
         old.state = v1.CONTAINER_EXITED  # old shows c1 exited (no spec read: the listing is done), new runs it
         after_containers.action = lambda: _retarget(tmp_path, hook)
-        with contextlib.suppress(EndpointChanged):  # the pass is abandoned
+        with pytest.raises(EndpointChanged):  # the pass is abandoned
             await hook.reconcile()
         assert members(hook) == {("p", "app"): "c1"}  # not released for the old runtime's exit
         await hook.reconcile()
@@ -187,3 +189,55 @@ async def test_a_closed_client_ends_the_reconciles(tmp_path: Path) -> None:
         async with asyncio.timeout(5):
             await hook._rebuild_then_reconcile()  # ends, neither raising nor listing again
         assert old.listed_containers == listed and hook._runtime._connection is None  # type: ignore[attr-defined]
+
+
+class ListedOnce(FakeRuntime):
+    """Runs pod p's container c1 on CPU 1; ``during_listing`` runs (once)
+    while the start-up listing is under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = [FoundContainer("c1", ("p", "app"), PodContext("apps", "pod-p", "app", {}, {}), "p", frozenset({1}), "0", 1024)]
+        self.during_listing: Callable[[], Awaitable[None]] | None = None
+
+    async def list_live(self) -> list[FoundContainer]:
+        found = await super().list_live()
+        action, self.during_listing = self.during_listing, None
+        if action is not None:
+            await action()
+        return found
+
+
+async def test_a_start_up_listing_of_the_old_endpoint_is_not_rebuilt_from_after_a_reload_changed_it(tmp_path: Path) -> None:
+    runtime = ListedOnce()
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(CONFIG), topology=Topology.synthetic(1, 1, 8, 1), runtime=runtime)
+    runtime.during_listing = lambda: _retarget(tmp_path, hook)
+    with pytest.raises(EndpointChanged, match="new.sock"):
+        await hook.rebuild()
+    assert (members(hook), hook._ready.is_set()) == ({}, False)
+    await hook.rebuild()  # again, from the new endpoint
+    assert (members(hook), hook._ready.is_set()) == ({("p", "app"): "c1"}, True)
+
+
+async def test_the_start_up_rebuild_is_taken_again_at_once_after_an_endpoint_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sync, "RETRY_DELAY", 3600)  # not after the delay of a failure
+
+    async def retargeted() -> None:
+        raise EndpointChanged("runtimeEndpoint changed from /old to /new")
+
+    runtime = ListedOnce()
+    runtime.during_listing = retargeted
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(CONFIG), topology=Topology.synthetic(1, 1, 8, 1),
+                        runtime=runtime, reconcile_interval=3600)
+    loop = asyncio.create_task(hook._rebuild_then_reconcile())
+    try:
+        with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+            async with asyncio.timeout(5):  # bounds a loop that ended, or waits RETRY_DELAY
+                await hook._ready.wait()
+    finally:
+        loop.cancel()
+        await asyncio.wait({loop})
+    assert members(hook) == {("p", "app"): "c1"}
+    assert "rebuilding the assignments again: runtimeEndpoint changed from /old to /new" in caplog.text
