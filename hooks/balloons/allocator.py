@@ -96,17 +96,23 @@ def reserve(
     topology: Topology, available: Iterable[int], count: int, keep: Iterable[int] = (), avoid: Iterable[int] = ()
 ) -> frozenset[int] | None:
     """``count`` reserved CPUs out of ``available``; None if too few. On a
-    re-plan (hotplug, a reload) ``keep`` is the reserved set before: the part
-    still available stays, topped up near it, from CPUs outside ``avoid``
-    (those running containers) while enough are. Neither: a compact fresh pick."""
+    re-plan (hotplug, a reload, a restart) ``keep`` is the reserved set
+    before: the part still available stays (its most compact ``count`` if
+    more), topped up near it from CPUs outside ``avoid`` (those running
+    containers); when these fall short, all of them and the fewest of
+    ``avoid`` needed. Neither: a compact fresh pick."""
     available = frozenset(available)
     kept = frozenset(keep) & available
     if len(kept) > count:
         kept -= give_back(topology, kept, len(kept) - count)
     rest = available - kept
-    more = take(topology, rest - frozenset(avoid), count - len(kept), near=kept)
-    if more is None:
-        more = take(topology, rest, count - len(kept), near=kept)
+    idle = rest - frozenset(avoid)
+    need = count - len(kept)
+    if len(idle) >= need:
+        more = take(topology, idle, need, near=kept)
+    else:
+        busy = take(topology, rest - idle, need - len(idle), near=kept | idle)
+        more = None if busy is None else idle | busy
     return None if more is None else kept | more
 
 

@@ -107,6 +107,41 @@ def test_give_back_releases_lone_threads_and_the_least_used_node_first() -> None
     assert len(kept) == 2 and len({topo.cpus[c].core for c in kept}) == 1
 
 
+# Reserved CPUs given as a quantity: node 0 is CPUs 0-3, node 1 is 4-7.
+# Containers run on 1-2 and 4-6 (``avoid``); 3 and 7 are idle.
+BUSY = frozenset({1, 2, 4, 5, 6})
+
+
+def test_reserve_without_a_set_before_is_a_compact_fresh_pick() -> None:
+    topo = Topology.synthetic(1, 2, 4, 1)
+    assert allocator.reserve(topo, topo.all_cpus, 2) == allocator.take(topo, topo.all_cpus, 2) == {0, 1}
+    assert allocator.reserve(topo, {0, 1}, 3) is None
+
+
+def test_reserve_keeps_the_set_before_and_tops_it_up_from_idle_cpus() -> None:
+    topo = Topology.synthetic(1, 2, 4, 1)
+    assert allocator.reserve(topo, topo.all_cpus, 1, keep={0}, avoid=BUSY) == {0}
+    # CPU 8 is not available (offline): dropped; 3 and 7 are the idle ones.
+    assert allocator.reserve(topo, topo.all_cpus, 3, keep={0, 8}, avoid=BUSY) == {0, 3, 7}
+
+
+def test_reserve_keeps_the_most_compact_part_of_a_larger_set_before() -> None:
+    topo = Topology.synthetic(1, 2, 4, 1)
+    # Fewer reserved now: the lone CPU on node 1 goes, busy or not.
+    assert allocator.reserve(topo, topo.all_cpus, 2, keep={0, 1, 5}, avoid=BUSY) == {0, 1}
+
+
+def test_reserve_takes_every_idle_cpu_then_the_fewest_busy_ones() -> None:
+    """One idle CPU short: all the idle ones and one busy one, nearest the
+    kept CPUs (node 0), not a compact pick among every CPU (1 and 2 both busy)."""
+    topo = Topology.synthetic(1, 2, 4, 1)
+    got = allocator.reserve(topo, topo.all_cpus, 4, keep={0}, avoid=BUSY)
+    assert got == {0, 1, 3, 7}
+    # No set before: the idle 6-7 and a busy CPU next to them.
+    assert allocator.reserve(topo, topo.all_cpus, 3, avoid={0, 1, 2, 3, 4, 5}) == {4, 6, 7}
+    assert allocator.reserve(topo, topo.all_cpus, 9, keep={0}, avoid=BUSY) is None
+
+
 @pytest.mark.parametrize("name", SHAPES)
 def test_repeated_takes_never_hand_out_a_cpu_twice(name) -> None:
     topo = shape(name)
