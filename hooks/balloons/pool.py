@@ -10,14 +10,12 @@ containers on the reserved CPUs (a container always needs somewhere to run).
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from . import allocator
+from . import allocator, planning
 from .config import (
-    BALLOON_ANNOTATION,
     DEFAULT,
     RESERVED,
     BalloonsConfig,
@@ -33,10 +31,6 @@ class PoolError(RuntimeError):
 
 class Exhausted(RuntimeError):
     """No balloon can take the container."""
-
-
-class UnknownBalloonType(ValueError):
-    """A pod annotation names a balloon type the config does not define."""
 
 
 ContainerKey = tuple[str, str]  # (pod uid, container name)
@@ -165,31 +159,8 @@ class Pool:
         return [b for b in self.balloons if b.btype.name == name]
 
     def choose_type(self, pod: PodContext) -> BalloonType:
-        """NRI's order: the pod annotation, the reserved namespaces, the first type by
-        namespace, the first type by matchExpressions, default."""
-        annotations = pod.pod_annotations
-        wanted = annotations.get(f"{BALLOON_ANNOTATION}/container.{pod.container_name}") or annotations.get(
-            f"{BALLOON_ANNOTATION}/pod"
-        ) or annotations.get(BALLOON_ANNOTATION)
-        if wanted:
-            if wanted not in self.types:
-                raise UnknownBalloonType(
-                    f"pod annotation {BALLOON_ANNOTATION} names balloon type {wanted!r}, which the config does not "
-                    f"define (types: {', '.join(sorted(self.types))})"
-                )
-            return self.types[wanted]
-        # kube-system always, as in NRI's balloons: the key adds namespaces to it.
-        if pod.namespace == "kube-system" or any(
-            fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in self.config.reserved_pool_namespaces
-        ):
-            return self.types[RESERVED]
-        for btype in self.config.balloon_types:
-            if any(fnmatch.fnmatchcase(pod.namespace, pattern) for pattern in btype.namespaces):
-                return btype
-        for btype in self.config.balloon_types:
-            if btype.match_expressions and all(e.matches(pod) for e in btype.match_expressions):
-                return btype
-        return self.types[DEFAULT]
+        """The pod's container's balloon type (planning.choose_type); UnknownBalloonType."""
+        return planning.choose_type(self.config, pod)
 
     # -- CPUs a container runs on --------------------------------------------------
 

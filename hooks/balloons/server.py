@@ -36,7 +36,8 @@ from .config import (
     parse_config,
 )
 from .hotplug import HotplugWatch
-from .pool import Exhausted, Member, PoolError, UnknownBalloonType, milli_from_shares
+from .planning import UnknownBalloonType
+from .pool import Exhausted, Member, PoolError, milli_from_shares
 from .runtime import RuntimeClient
 from .state import Assignments, Cpuset
 from .status import StatusServer, status_socket_for

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .config import DEFAULT, BalloonsConfig, PodContext
-from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, UnknownBalloonType, milli_from_shares
+from . import planning
+from .planning import UnknownBalloonType
+from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, milli_from_shares
 from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 
@@ -283,7 +285,7 @@ class Assignments:
         state = cls(config, topology, reserved or frozenset(), frozenset(busy) - (reserved or frozenset()))
         pool = state.pool
         fresh: list[Restored] = []
-        shared = _shared_cpus(online.values())
+        shared = planning.shared_cpus(online.values())
         for item in found:
             key = item.member.key
             cpus = online[key]
@@ -364,19 +366,3 @@ class Assignments:
         for name in before:
             if name not in names:
                 log.info("balloon %s removed (empty)", name, extra={"balloon": name})
-
-
-def _shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:
-    """CPUs that two cpusets have in common while each has CPUs the other
-    lacks: idle CPUs shared by shareIdleCPUsInSame, which no balloon owns.
-    Counted as owned, they would join balloons on a rebuild. (The containers
-    of one balloon run on the same cpuset, or, while a move is under way,
-    one within the other.)"""
-    distinct = list(set(cpusets))
-    shared: set[int] = set()
-    for i, a in enumerate(distinct):
-        for b in distinct[i + 1:]:
-            common = a & b
-            if common and common != a and common != b:
-                shared |= common
-    return frozenset(shared)

@@ -12,9 +12,9 @@ from hooks.balloons.pool import (
     Member,
     Pool,
     PoolError,
-    UnknownBalloonType,
     milli_from_shares,
 )
+from hooks.balloons.planning import UnknownBalloonType
 from hooks.balloons.topology import Topology
 
 from .test_allocator import SHAPES, shape
