@@ -309,7 +309,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             config = load_config_file(path)
             async with self._lock:
                 # On the machine as it is now: a config that did not fit it after hotplug may now.
-                state = Assignments.rebuild(config, self._topology, self._state.restored(), self._state.pool.reserved)
+                state = self._state.replan(config, self._topology)
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 self._topology_problem = None
                 if config.runtime_endpoint != endpoint_was:

@@ -333,6 +333,11 @@ class Assignments:
             )
         return state
 
+    def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
+        """These containers, as they run now, on another config (a reload) or
+        machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError."""
+        return Assignments.rebuild(config, topology, self.restored(), self.pool.reserved)
+
     def restored(self) -> list[Restored]:
         """Every container as it runs now, to rebuild with another config (one
         whose move is unsure as not pinned: the rebuild places and moves it)."""

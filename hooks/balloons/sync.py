@@ -160,7 +160,7 @@ class RuntimeSync:
             return
         self._topology = topology
         try:
-            state = Assignments.rebuild(self._state.config, topology, self._state.restored(), self._state.pool.reserved)
+            state = self._state.replan(self._state.config, topology)
         except PoolError as exc:
             self._topology_problem = f"the config does not fit the CPUs online now: {exc}"
             log.error("balloons stay as they were planned: %s; bring the CPUs back or change the config",
