@@ -293,8 +293,10 @@ class Pool:
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
         It rejoins the balloon of its type that holds its pod, or that shares
-        its CPUs and has room for it (only its pod, for preferNewBalloons
-        types); a container on the reserved CPUs alone was in a balloon
+        its CPUs and has room for it (for preferNewBalloons types, another
+        pod's only if it cannot have a balloon of its own: its type has no
+        room for one, or no balloon is left to hold its CPUs: assign() put it
+        there so); a container on the reserved CPUs alone was in a balloon
         without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame
         every container runs on the same idle ones. Otherwise it gets a new
         balloon made of its CPUs that no other balloon owns; when its type has
@@ -305,15 +307,17 @@ class Pool:
         if btype.name == RESERVED:
             return self.assign(member, btype)
         own = cpus - self.reserved
+        existing = self.of_type(btype.name)
+        room = not btype.max_balloons or len(existing) < btype.max_balloons
+        alone = btype.prefer_new_balloons and room and (not own or bool(own & self.free))
 
         def together(balloon: Balloon) -> bool:
             if balloon.has_pod(member.pod_uid):
                 return True
-            if btype.prefer_new_balloons and balloon.members or not balloon.fits(member.milli):
+            if alone and balloon.members or not balloon.fits(member.milli):
                 return False
             return bool(balloon.cpus & own) if own else not balloon.cpus
 
-        existing = self.of_type(btype.name)
         match = next((b for b in existing if together(b)), None)
         if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
             return None

@@ -241,3 +241,16 @@ def test_restore_beyond_max_balloons_leaves_the_container_to_be_placed_anew() ->
     assert len(p.of_type("t")) == 1 and balloon.has_pod(member("b").pod_uid)
     assert p.settle() == []
     assert len(balloon.cpus) == 2
+
+
+def test_prefer_new_balloons_restore_keeps_pods_that_shared_a_balloon() -> None:
+    """c ran in a's balloon: assign() put it there (no new balloon could be
+    made). d's CPU 3 is a's, but 6 is no balloon's yet (a move under way):
+    with room for a balloon, d gets its own."""
+    p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 3, "preferNewBalloons": True})
+    t = p.types["t"]
+    a = p.restore(member("a"), t, frozenset({1, 2, 3}))
+    assert p.restore(member("c"), t, frozenset({1, 2, 3})) is a
+    b = p.restore(member("b"), t, frozenset({4, 5}))
+    d = p.restore(member("d"), t, frozenset({3, 6}))
+    assert len({id(a), id(b), id(d)}) == 3 and (a.cpus, b.cpus, d.cpus) == ({1, 2, 3}, {4, 5}, {6})
