@@ -1,6 +1,7 @@
 """What placement and a rebuild go by besides the pool: each container's
-balloon type, chosen from the config alone, and the idle CPUs found shared
-between containers (which no balloon owns).
+balloon type, chosen from the config alone, the idle CPUs found shared
+between containers (which no balloon owns), and, for reserved CPUs given as a
+quantity, which to keep.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import fnmatch
 from collections.abc import Iterable
 
 from .config import BALLOON_ANNOTATION, DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext
+from .topology import Topology
 
 
 class UnknownBalloonType(ValueError):
@@ -58,3 +60,34 @@ def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:
             if common and common != a and common != b:
                 shared |= common
     return frozenset(shared)
+
+
+def reserved_to_keep(
+    config: BalloonsConfig, topology: Topology, running: Iterable[tuple[PodContext, frozenset[int]]],
+    before: frozenset[int] | None,
+) -> tuple[frozenset[int], frozenset[int]]:
+    """For reserved CPUs given as a quantity (allocator.reserve): the reserved
+    CPUs to keep, and the CPUs containers run on, to avoid when topping them
+    up. ``running``: each container's pod and the CPUs it runs on (none, or
+    every CPU: not pinned). ``before``: the reserved CPUs of the plan a
+    re-plan replaces. None at start-up: the CPUs the reserved type's
+    containers run on, not a fresh pick: a reload or hotplug may have kept
+    others, which a fresh pick would take from the balloons holding them now."""
+    pinned = [(pod, cpus) for pod, cpus in running if cpus and cpus != topology.all_cpus]
+    if before is not None:
+        return before, frozenset().union(*(cpus for _, cpus in pinned)) - before
+    shared = shared_cpus(cpus for _, cpus in pinned)
+    keep: set[int] = set()
+    others = []
+    for pod, cpus in pinned:
+        try:
+            reserved = choose_type(config, pod).name == RESERVED
+        except UnknownBalloonType:
+            reserved = False
+        if reserved:
+            keep |= cpus - shared
+        else:
+            others.append(cpus - shared)
+    # A balloon without CPUs runs its containers on the reserved CPUs: not busy.
+    busy = frozenset().union(*(cpus for cpus in others if not cpus <= keep))
+    return frozenset(keep) - busy, busy

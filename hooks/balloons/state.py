@@ -274,15 +274,16 @@ class Assignments:
         """Assignments for containers that already run: each rejoins a balloon of its
         type made of the CPUs it runs on; containers not pinned yet are placed anew.
         ``reserved``: the reserved CPUs before a re-plan (hotplug, a reload), kept
-        where still online when the config gives a quantity, as balloons keep theirs."""
+        where still online when the config gives a quantity, as balloons keep
+        theirs; None at start-up: those the reserved type's containers run on."""
         found = list(found)
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
         online = {item.member.key: item.cpus & topology.all_cpus for item in found}
-        busy: set[int] = set()
-        if reserved is not None:  # reserved CPUs topped up from CPUs no balloon's container runs on
-            busy.update(*(cpus for cpus in online.values() if cpus != topology.all_cpus))
-        state = cls(config, topology, reserved or frozenset(), frozenset(busy) - (reserved or frozenset()))
+        keep, avoid = planning.reserved_to_keep(
+            config, topology, ((item.pod, online[item.member.key]) for item in found), reserved
+        )
+        state = cls(config, topology, keep, avoid)
         pool = state.pool
         fresh: list[Restored] = []
         shared = planning.shared_cpus(online.values())

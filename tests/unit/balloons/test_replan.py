@@ -9,12 +9,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hooks.balloons.config import parse_config
+import yaml
+
+from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
+from hooks.balloons.planning import reserved_to_keep
 from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.topology import parse_cpuset
+from hooks.balloons.topology import Topology, parse_cpuset
 
-from .test_hotplug import WORK, hook_on_sysfs, set_online
+from .test_hotplug import QUANTITY, WORK, hook_on_sysfs, set_online, three_pods
 from .test_server import FakeRuntime, request
 
 
@@ -71,3 +74,61 @@ async def test_a_pod_put_in_another_pods_balloon_stays_there_after_a_restart(tmp
     again, runtime = await restarted(hook, tmp_path, root, WORK)
     assert runtime.updates == []
     assert balloons(again) == balloons(hook)
+
+
+async def test_reserved_cpus_a_reload_kept_stay_reserved_after_a_restart(tmp_path) -> None:
+    """Two reserved CPUs rather than one: the reload kept 0 and took 3; a fresh
+    pick at the restart took 0-1, CPU 1 from a's balloon, and moved a and c-k."""
+    hook, _, root = await hook_on_sysfs(tmp_path, QUANTITY)
+    await three_pods(hook)
+    config = {**QUANTITY, "reservedResources": {"cpu": "2"}}
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert await hook.reload(path)
+    assert await hook.apply_moves()
+    assert hook.status()["reserved_cpus"] == "0,3"
+    again, runtime = await restarted(hook, tmp_path, root, config)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("0,3", [])
+    assert balloons(again) == balloons(hook)
+
+
+async def test_reserved_cpus_hotplug_replaced_stay_reserved_after_a_restart(tmp_path) -> None:
+    hook, _, root = await hook_on_sysfs(tmp_path, QUANTITY)
+    await three_pods(hook)
+    set_online(root, "1-7")  # the reserved CPU 0 goes offline: 3 replaces it
+    await hook.reconcile()
+    set_online(root, "0-7")  # back, free
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert hook.status()["reserved_cpus"] == "3"
+    again, runtime = await restarted(hook, tmp_path, root, QUANTITY)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("3", [])
+    assert balloons(again) == balloons(hook)
+
+
+async def test_reserved_cpus_picked_at_a_restart_avoid_the_cpus_containers_run_on(tmp_path) -> None:
+    """No container of the reserved type runs: a fresh pick, but not of CPU
+    0, which a's balloon holds (the reserved CPUs were elsewhere before)."""
+    hook, _, root = await hook_on_sysfs(tmp_path, {**QUANTITY, "reservedResources": {"cpu": "cpuset:3"}})
+    await hook.pre_create_container(request("a", "app", shares=2048))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    assert await hook.apply_moves()
+    assert balloons(hook)[1:] == [("work[0]", "0-1", ["c-a"])]
+    again, runtime = await restarted(hook, tmp_path, root, QUANTITY)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("2", [])
+
+
+def test_the_reserved_cpus_kept_at_start_up_are_those_the_reserved_types_containers_run_on() -> None:
+    config = parse_config(QUANTITY)
+    topology = Topology.synthetic(1, 2, 4, 1)
+    apps = PodContext("apps", "web", "app")
+    running = [
+        (PodContext("kube-system", "dns", "dns"), frozenset({0, 3})),
+        (apps, frozenset({0, 3})),  # a balloon without CPUs: on the reserved ones, not busy
+        (apps, frozenset({1, 2})),
+        (apps, topology.all_cpus),  # not pinned
+        (PodContext("apps", "x", "app", {}, {BALLOON_ANNOTATION: "nope"}), frozenset({5})),  # an unknown type
+    ]
+    assert reserved_to_keep(config, topology, running, None) == ({0, 3}, {1, 2, 5})
+    # A re-plan keeps the reserved CPUs of the plan before; every other CPU a container runs on is avoided.
+    assert reserved_to_keep(config, topology, running, frozenset({3})) == ({3}, {0, 1, 2, 5})
