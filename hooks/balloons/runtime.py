@@ -101,6 +101,11 @@ class RuntimeClient:
         self._connection: _Connection | None = None
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """close() was called: a call it cancelled is the hook stopping, not a failure."""
+        return self._closed
+
     def _connect(self) -> _Connection:
         if self._closed:
             raise ClientClosed(f"the client of {self.endpoint} is closed")

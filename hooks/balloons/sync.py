@@ -80,6 +80,8 @@ class RuntimeSync:
             except asyncio.CancelledError:
                 if not _call_cancelled():
                     raise
+                if self._runtime.closed:
+                    return  # the hook is stopping: its close() cancelled the listing
                 self._not_ready_reason = "cannot rebuild assignments: the call to the runtime was cancelled (its channel closed)"
             except EndpointChanged as exc:
                 log.info("rebuilding the assignments again: %s while the runtime was listed", exc)
@@ -99,6 +101,8 @@ class RuntimeSync:
             except asyncio.CancelledError:
                 if not _call_cancelled():
                     raise
+                if self._runtime.closed:
+                    return
                 log.warning("reconcile with the runtime failed: the call was cancelled (its channel closed)")
             except EndpointChanged as exc:
                 log.info("reconcile waits for the next pass: %s while the runtime was listed", exc)
@@ -182,7 +186,8 @@ class RuntimeSync:
                 asyncio.get_running_loop().call_later(RETRY_DELAY, self._moves_due.set)
 
     async def apply_moves(self) -> bool:
-        """Move every container whose balloon changed; False if some move failed (retried later)."""
+        """Move every container whose balloon changed; False if some move failed
+        (retried later); ClientClosed once the hook is stopping."""
         async with self._lock:
             moves = self._state.moves()
         ok = True
@@ -193,6 +198,8 @@ class RuntimeSync:
             except asyncio.CancelledError:
                 if not _call_cancelled():
                     raise
+                if self._runtime.closed:
+                    raise ClientClosed("the hook is stopping") from None
                 log.warning(
                     "cannot move container %s to cpus %s: the call was cancelled (the runtime channel closed)",
                     move.label, cpus,

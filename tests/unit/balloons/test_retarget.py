@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
+from hooks.balloons import sync
 from hooks.balloons.config import parse_config
 from hooks.balloons.runtime import RuntimeClient
 from hooks.balloons.server import BalloonsHook
@@ -179,3 +181,29 @@ async def test_a_reload_between_the_listings_two_calls_does_not_end_the_reconcil
             gate.set()
             await runtime.wait_calls("ListPodSandbox", 3)  # the reconciles go on
         assert not background.done()
+
+
+@pytest.mark.parametrize("held", ["rebuild", "reconcile", "move"])
+async def test_a_runtime_call_the_hooks_stop_cancels_is_not_warned_of(tmp_path, caplog, monkeypatch, held: str) -> None:
+    """stop() closes the runtime channel, cancelling the call under way: the
+    loop ends quietly, without 'cannot rebuild assignments ... retrying in 5s',
+    'reconcile ... cancelled' or 'cannot move container ... cancelled'."""
+    monkeypatch.setattr(sync, "RETRY_DELAY", 0)  # (a loop that retries does so at once)
+    method, hold = {"rebuild": ("ListPodSandbox", 1), "reconcile": ("ListPodSandbox", 2),
+                    "move": ("UpdateContainerResources", 1)}[held]
+    runtime, sock = HoldingRuntime(method, hold), tmp_path / "old.sock"
+    async with serving(runtime, sock):
+        hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config({**CONFIG, "runtimeEndpoint": str(sock)}),
+                            topology=Topology.synthetic(1, 1, 8, 1), runtime=RuntimeClient(str(sock)), reconcile_interval=0)
+        if held == "move":
+            await hook.rebuild()
+            await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a"))  # to be moved to its balloon
+            task = asyncio.create_task(hook._move_containers())
+        else:
+            task = asyncio.create_task(hook._rebuild_then_reconcile())
+        with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
+            async with asyncio.timeout(10):
+                await runtime.holding.wait()
+                await hook.stop(0)
+                await task  # ends: the hook is stopping
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("hooks.balloons")] == []

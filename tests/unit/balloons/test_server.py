@@ -29,6 +29,7 @@ CONFIG = {
 
 class FakeRuntime:
     endpoint = "/fake"
+    closed = False
 
     def __init__(self) -> None:
         self.live: list[FoundContainer] = []
