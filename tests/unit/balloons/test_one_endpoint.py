@@ -24,7 +24,7 @@ from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.balloons import sync
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.pool import ContainerKey
-from hooks.balloons.runtime import EndpointChanged, FoundContainer, RuntimeClient
+from hooks.balloons.runtime import ClientClosed, EndpointChanged, FoundContainer, RuntimeClient
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
 
@@ -108,6 +108,14 @@ def members(hook: BalloonsHook) -> dict[ContainerKey, str]:
     return {m.key: m.container_id for _, m in hook.state.pool.members()}
 
 
+async def reconcile_retargeted(after: AfterAnswer, tmp_path: Path, hook: BalloonsHook) -> None:
+    """A reconcile pass during which ``after``'s call is answered, then a
+    reload names new.sock: the pass is abandoned."""
+    after.action = lambda: _retarget(tmp_path, hook)
+    with pytest.raises(EndpointChanged):
+        await hook.reconcile()
+
+
 async def test_a_reload_between_the_listings_two_calls_pairs_no_pod_with_another_runtimes_container(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,9 +123,7 @@ async def test_a_reload_between_the_listings_two_calls_pairs_no_pod_with_another
     old, new = OnePodRuntime("old-pod", "old-ctr", "c-old", 111), OnePodRuntime("new-pod", "new-ctr", "c-new", 222)
     async with hook_on(tmp_path, old, new) as hook:
         assert members(hook) == {("old-pod", "old-ctr"): "c-old"}
-        after_pods.action = lambda: _retarget(tmp_path, hook)  # old's pods answered, then new.sock
-        with pytest.raises(EndpointChanged):  # the pass is abandoned
-            await hook.reconcile()
+        await reconcile_retargeted(after_pods, tmp_path, hook)  # old's pods answered, then new.sock
         # Not new's container c-new taken for a container of old's pod.
         assert members(hook) == {("old-pod", "old-ctr"): "c-old"}
         assert new.listed_containers == 0
@@ -132,9 +138,7 @@ async def test_a_listing_of_the_old_endpoint_is_not_applied_after_a_reload_chang
     old, new = OnePodRuntime("p", "app", "c1", 111), OnePodRuntime("p", "app", "c1", 222)
     async with hook_on(tmp_path, old, new) as hook:
         old.state = v1.CONTAINER_EXITED  # old shows c1 exited (no spec read: the listing is done), new runs it
-        after_containers.action = lambda: _retarget(tmp_path, hook)
-        with pytest.raises(EndpointChanged):  # the pass is abandoned
-            await hook.reconcile()
+        await reconcile_retargeted(after_containers, tmp_path, hook)
         assert members(hook) == {("p", "app"): "c1"}  # not released for the old runtime's exit
         await hook.reconcile()
         assert members(hook) == {("p", "app"): "c1"}
@@ -178,6 +182,21 @@ async def test_a_closed_client_ends_the_moves_and_sends_none(tmp_path: Path) -> 
         async with asyncio.timeout(5):
             await hook._move_containers()  # ends rather than retrying
         assert old.updates == [] and hook._runtime._connection is None  # type: ignore[attr-defined]
+
+
+async def test_a_reload_after_the_client_closed_opens_no_channel(tmp_path: Path) -> None:
+    """A config change seen while the hook stops: retarget() after close()
+    keeps the client closed (a channel opened now would never be closed)."""
+    old, new = OnePodRuntime("p", "app", "c1", 111), OnePodRuntime("p", "app", "c1", 222)
+    async with hook_on(tmp_path, old, new) as hook:
+        await hook._runtime.close()  # type: ignore[attr-defined]  # as the hook's stop() does
+        await _retarget(tmp_path, hook)
+        with pytest.raises(ClientClosed):
+            await hook.reconcile()
+        with pytest.raises(ClientClosed):
+            await hook.apply_moves()  # c1 ran on every CPU: a move is due
+        assert hook._runtime._connection is None  # type: ignore[attr-defined]
+        assert (new.listed_containers, new.updates) == (0, [])
 
 
 async def test_a_closed_client_ends_the_reconciles(tmp_path: Path) -> None:
