@@ -100,9 +100,18 @@ def reserve(
     before: the part still available stays (its most compact ``count`` if
     more), topped up near it from CPUs outside ``avoid`` (those running
     containers); when these fall short, all of them and the fewest of
-    ``avoid`` needed. Neither: a compact fresh pick."""
+    ``avoid`` needed. Neither: a compact fresh pick.
+
+    The fresh pick, the set a first start takes, comes first when it is
+    within ``keep`` (a restart's ``keep`` holds the idle CPUs too when the
+    reserved type shares them: its most compact part need not be the
+    reserved set) or, with nothing kept, outside ``avoid`` (a pick made
+    around the busy CPUs would prefer a core whose other thread is busy)."""
     available = frozenset(available)
     kept = frozenset(keep) & available
+    fresh = take(topology, available, count)
+    if fresh is not None and (fresh <= kept if kept else not fresh & frozenset(avoid)):
+        return fresh
     if len(kept) > count:
         kept -= give_back(topology, kept, len(kept) - count)
     rest = available - kept

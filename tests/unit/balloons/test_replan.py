@@ -132,3 +132,45 @@ def test_the_reserved_cpus_kept_at_start_up_are_those_the_reserved_types_contain
     assert reserved_to_keep(config, topology, running, None) == ({0, 3}, {1, 2, 5})
     # A re-plan keeps the reserved CPUs of the plan before; every other CPU a container runs on is avoided.
     assert reserved_to_keep(config, topology, running, frozenset({3})) == ({3}, {0, 1, 2, 5})
+
+
+
+# One NUMA node, four cores of two threads: CPU n and n+4 are one core's.
+SMT = Topology.synthetic(1, 1, 4, 2)
+SHARING = {
+    "reservedResources": {"cpu": "1"},
+    "balloonTypes": [{"name": "work", "namespaces": ["apps"], "preferNewBalloons": True, "shareIdleCPUsInSame": "system"}],
+}
+
+
+async def test_with_no_reserved_container_a_restart_keeps_a_first_starts_reserved_cpus(tmp_path) -> None:
+    """A pick around the busy CPUs 1,2,6 would take 5, CPU 1's idle sibling,
+    for 0: b and c, on their CPUs and the idle ones, would move."""
+    hook, _, root = await hook_on_sysfs(tmp_path, SHARING, SMT)
+    for uid, shares in (("a", 1024), ("b", 1024), ("c", 2048)):
+        await hook.pre_create_container(request(uid, "app", shares=shares))
+        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    await hook.post_stop_container(request("a", "app", cid="c-a"))
+    assert await hook.apply_moves()
+    assert (hook.status()["reserved_cpus"], balloons(hook)[1:]) == ("0", [("work[1]", "1", ["c-b"]), ("work[2]", "2,6", ["c-c"])])
+    again, runtime = await restarted(hook, tmp_path, root, SHARING)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("0", [])
+    assert [b[1:] for b in balloons(again)] == [b[1:] for b in balloons(hook)]
+
+
+async def test_a_restart_keeps_the_reserved_cpus_of_a_reserved_type_sharing_idle_cpus(tmp_path) -> None:
+    """Its containers run on the reserved CPU and the idle ones, 0-3,5-7: not
+    the most compact of these, 1, is reserved, but the first start's 0."""
+    config = {
+        "reservedResources": {"cpu": "1"},
+        "balloonTypes": [{"name": "work", "namespaces": ["apps"]}, {"name": "reserved", "shareIdleCPUsInSame": "system"}],
+    }
+    hook, _, root = await hook_on_sysfs(tmp_path, config, SMT)
+    for uid, ns in (("a", "apps"), ("dns", "kube-system")):
+        await hook.pre_create_container(request(uid, "app", ns=ns, shares=1024))
+        await hook.pre_start_container(request(uid, "app", ns=ns, cid=f"c-{uid}"))
+    assert await hook.apply_moves()
+    assert balloons(hook) == [("reserved[0]", "0", ["c-dns"]), ("work[0]", "4", ["c-a"])]
+    again, runtime = await restarted(hook, tmp_path, root, config)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("0", [])
+    assert balloons(again) == balloons(hook)
