@@ -106,10 +106,13 @@ def milli_from_shares(shares: int) -> int:
 class Pool:
     def __init__(
         self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
-        avoid: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(), min_balloons: bool = True,
     ) -> None:
         """``keep_reserved``, ``avoid``: a re-plan's reserved CPUs before and CPUs
-        containers run on, for reserved CPUs given as a quantity (allocator.reserve)."""
+        containers run on, for reserved CPUs given as a quantity (allocator.reserve).
+        ``min_balloons`` False: the minBalloons balloons are made later
+        (:meth:`add_min_balloons`), after a rebuild restored the containers:
+        made first, they would hold CPUs containers run on."""
         self.config = config
         self.topology = topology
         available = topology.all_cpus if config.available_cpuset is None else config.available_cpuset & topology.all_cpus
@@ -130,15 +133,24 @@ class Pool:
         self.reserved = frozenset(reserved)
         self.types = {t.name: t for t in config.all_types}
         self.balloons: list[Balloon] = [Balloon(self.types[RESERVED], 0, self.reserved, fixed=True)]
+        left = len(self.available - self.reserved)
         for btype in config.all_types:
-            if btype.name == RESERVED:
-                continue
-            for _ in range(btype.min_balloons):
-                if self._new_balloon(btype, btype.min_cpus) is None:
-                    raise PoolError(
-                        f"balloonTypes[{btype.name}]: minBalloons {btype.min_balloons} of minCPUs {btype.min_cpus} "
-                        f"do not fit in the {len(self.available - self.reserved)} CPUs outside the reserved set"
-                    )
+            left -= 0 if btype.name == RESERVED else btype.min_balloons * btype.min_cpus
+            if left < 0:
+                raise PoolError(
+                    f"balloonTypes[{btype.name}]: minBalloons {btype.min_balloons} of minCPUs {btype.min_cpus} "
+                    f"do not fit in the {len(self.available - self.reserved)} CPUs outside the reserved set"
+                )
+        if min_balloons:
+            self.add_min_balloons()
+
+    def add_min_balloons(self) -> None:
+        """Balloons up to each type's minBalloons, of minCPUs each (fewer if
+        fewer are free: :meth:`settle` grows them or tells)."""
+        for btype in self.config.all_types:
+            while btype.name != RESERVED and len(self.of_type(btype.name)) < btype.min_balloons:
+                made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)))
+                assert made is not None  # maxBalloons is at least minBalloons (config.py)
 
     # -- lookups ------------------------------------------------------------------
 

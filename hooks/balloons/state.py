@@ -54,11 +54,11 @@ class Move:
 class Assignments:
     def __init__(
         self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
-        avoid: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(), min_balloons: bool = True,
     ) -> None:
         self.config = config
         self.topology = topology
-        self.pool = Pool(config, topology, keep_reserved, avoid)
+        self.pool = Pool(config, topology, keep_reserved, avoid, min_balloons)
         self.pods: dict[ContainerKey, PodContext] = {}
         self.applied: dict[ContainerKey, Cpuset] = {}  # what each container was last given
         # Containers whose last move ended without an answer (a timeout, a lost
@@ -283,7 +283,10 @@ class Assignments:
         keep, avoid = planning.reserved_to_keep(
             config, topology, ((item.pod, online[item.member.key]) for item in found), reserved
         )
-        state = cls(config, topology, keep, avoid)
+        # The minBalloons balloons come after the containers are restored: made
+        # first, they could hold CPUs containers run on, take them in and merge
+        # pods, or use up maxBalloons (the containers then placed anew).
+        state = cls(config, topology, keep, avoid, min_balloons=False)
         pool = state.pool
         fresh: list[Restored] = []
         shared = planning.shared_cpus(online.values())
@@ -315,6 +318,7 @@ class Assignments:
                 format_cpuset(item.cpus),
                 extra={"container": item.member.label, "balloon": balloon.name},
             )
+        pool.add_min_balloons()
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
         for item in fresh:
