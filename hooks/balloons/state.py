@@ -330,6 +330,8 @@ class Assignments:
                 balloon = pool.assign_fallback(item.member)
             state.pods[item.member.key] = item.pod
             state.placed_at[item.member.key] = time.monotonic()
+            if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ
+                state.applied[item.member.key] = state._running(item.cpus, item.mems)
             log.info(
                 "assigning running container %s to balloon %s",
                 item.member.label,

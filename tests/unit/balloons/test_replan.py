@@ -216,3 +216,16 @@ async def test_a_pod_keeps_its_cpus_when_a_reload_adds_a_min_balloon_up_to_max_b
     assert await hook.apply_moves()
     assert (balloons(hook)[1:], runtime.updates[moved:]) == ([("work[0]", "2", ["c-b"])], [])
     assert "cannot be sized" not in caplog.text
+
+
+async def test_a_container_placed_anew_on_the_cpus_it_runs_on_is_not_moved(tmp_path) -> None:
+    """The reserved type shares the idle CPUs, and there is no other balloon:
+    dns runs on every CPU, taken for not pinned, placed anew, and was moved
+    to the same CPUs."""
+    config = {"reservedResources": {"cpu": "1"}, "balloonTypes": [{"name": "reserved", "shareIdleCPUsInSame": "system"}]}
+    hook, _, root = await hook_on_sysfs(tmp_path, config)
+    await hook.pre_create_container(request("dns", "dns", ns="kube-system", shares=1024))
+    await hook.pre_start_container(request("dns", "dns", ns="kube-system", cid="c-dns"))
+    assert [(c.container_id, c.cpus) for c in running(hook)] == [("c-dns", frozenset(range(8)))]
+    again, runtime = await restarted(hook, tmp_path, root, config)
+    assert (again.status()["reserved_cpus"], runtime.updates) == ("0", [])
