@@ -144,12 +144,14 @@ class Pool:
         if min_balloons:
             self.add_min_balloons()
 
-    def add_min_balloons(self) -> None:
+    def add_min_balloons(self, avoid: frozenset[int] = frozenset()) -> None:
         """Balloons up to each type's minBalloons, of minCPUs each (fewer if
-        fewer are free: :meth:`settle` grows them or tells)."""
+        fewer are free: :meth:`settle` grows them or tells). ``avoid``: the
+        CPUs containers run on (a rebuild's), taken last: an empty balloon's
+        were none of them, and idle ones taken move the containers sharing them."""
         for btype in self.config.all_types:
             while btype.name != RESERVED and len(self.of_type(btype.name)) < btype.min_balloons:
-                made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)))
+                made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)), avoid)
                 assert made is not None  # maxBalloons is at least minBalloons (config.py)
 
     # -- lookups ------------------------------------------------------------------
@@ -199,11 +201,13 @@ class Pool:
 
     # -- changes ------------------------------------------------------------------
 
-    def _new_balloon(self, btype: BalloonType, size: int) -> Balloon | None:
+    def _new_balloon(self, btype: BalloonType, size: int, avoid: frozenset[int] = frozenset()) -> Balloon | None:
         existing = self.of_type(btype.name)
         if btype.max_balloons and len(existing) >= btype.max_balloons:
             return None
-        cpus = allocator.take(self.topology, self.free, size)
+        cpus = allocator.take(self.topology, self.free - avoid, size) if avoid else None
+        if cpus is None:
+            cpus = allocator.take(self.topology, self.free, size)
         if cpus is None:
             return None
         used = {b.index for b in existing}

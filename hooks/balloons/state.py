@@ -318,7 +318,7 @@ class Assignments:
                 format_cpuset(item.cpus),
                 extra={"container": item.member.label, "balloon": balloon.name},
             )
-        pool.add_min_balloons()
+        pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)))
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
         for item in fresh:

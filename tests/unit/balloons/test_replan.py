@@ -229,3 +229,26 @@ async def test_a_container_placed_anew_on_the_cpus_it_runs_on_is_not_moved(tmp_p
     assert [(c.container_id, c.cpus) for c in running(hook)] == [("c-dns", frozenset(range(8)))]
     again, runtime = await restarted(hook, tmp_path, root, config)
     assert (again.status()["reserved_cpus"], runtime.updates) == ("0", [])
+
+
+async def test_a_min_balloon_made_at_a_restart_takes_cpus_no_container_runs_on(tmp_path) -> None:
+    """Left empty on 2,6 (a's balloon went first), it took the fresh pick 1,5
+    instead, idle CPUs dns ran on: dns moved."""
+    config = {
+        "reservedResources": {"cpu": "1"},
+        "balloonTypes": [
+            {"name": "work", "namespaces": ["apps"], "preferNewBalloons": True, "minBalloons": 1, "minCPUs": 2},
+            {"name": "reserved", "shareIdleCPUsInSame": "system"},
+        ],
+    }
+    hook, _, root = await hook_on_sysfs(tmp_path, config, SMT)
+    for uid, ns in (("dns", "kube-system"), ("a", "apps"), ("b", "apps")):
+        await hook.pre_create_container(request(uid, "app", ns=ns, shares=2048))
+        await hook.pre_start_container(request(uid, "app", ns=ns, cid=f"c-{uid}"))
+    for uid in "ab":
+        await hook.post_stop_container(request(uid, "app", cid=f"c-{uid}"))
+    assert await hook.apply_moves()
+    assert balloons(hook) == [("reserved[0]", "0", ["c-dns"]), ("work[1]", "2,6", [])]
+    assert [c.cpus for c in running(hook)] == [parse_cpuset("0-1,3-5,7")]
+    again, runtime = await restarted(hook, tmp_path, root, config)
+    assert ([b[1:] for b in balloons(again)], runtime.updates) == ([("0", ["c-dns"]), ("2,6", [])], [])
