@@ -4,8 +4,7 @@ A node may have CPUs and no memory (its memory taken from the nearest node),
 or memory and no CPUs. cgroup v1 refuses a cpuset.mems naming a node
 without memory (EINVAL: not in the root cpuset's mems), so runc would fail
 the container; cgroup v2 from kernel 5.18 takes it and grants no memory
-from it. Machines are
-faked as sysfs trees, read as on a node.
+from it. Machines are faked as sysfs trees, read as on a node.
 """
 
 from __future__ import annotations
