@@ -347,10 +347,14 @@ class Assignments:
 
     def restored(self) -> list[Restored]:
         """Every container as it runs now, to rebuild with another config (one
-        whose move is unsure as not pinned: the rebuild places and moves it)."""
+        whose move is unsure as not pinned: the rebuild places and moves it).
+        One on every CPU of this plan's machine is not pinned either (as at a
+        restart): after CPUs came online that would no longer be every CPU."""
         out = []
         for _, member in self.pool.members():
             cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
+            if cpus and self.topology.all_cpus <= parse_cpuset(cpus):
+                cpus = ""
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
             out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems, self.answers.get(member.key, 0)))
         return out

@@ -13,9 +13,11 @@ import yaml
 
 from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
 from hooks.balloons.planning import reserved_to_keep
+from hooks.balloons.pool import Member
 from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.topology import Topology, parse_cpuset
+from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import QUANTITY, WORK, hook_on_sysfs, set_online, three_pods
 from .test_server import FakeRuntime, request
@@ -252,3 +254,24 @@ async def test_a_min_balloon_made_at_a_restart_takes_cpus_no_container_runs_on(t
     assert [c.cpus for c in running(hook)] == [parse_cpuset("0-1,3-5,7")]
     again, runtime = await restarted(hook, tmp_path, root, config)
     assert ([b[1:] for b in balloons(again)], runtime.updates) == ([("0", ["c-dns"]), ("2,6", [])], [])
+
+
+def placed(uid: str, cpus: frozenset[int]) -> Restored:
+    return Restored(Member((uid, "app"), "apps", uid, 1000, f"c-{uid}"), PodContext("apps", uid, "app"), cpus, "0")
+
+
+def test_a_container_on_every_cpu_is_not_taken_for_pinned_after_cpus_came_online() -> None:
+    """a and b, found on every CPU (kubelet's shared pool), got 1 and 2; a's
+    move was refused. With 4-5 online, 0-3 was taken for a's own CPUs: its
+    balloon took all those free, b's 2 too, b joined it, and both moved."""
+    config = parse_config({"reservedResources": {"cpu": "1"},
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "preferNewBalloons": True}]})
+    four = Topology.synthetic(1, 1, 4, 1)
+    state = Assignments.rebuild(config, four, [placed("a", four.all_cpus), placed("b", four.all_cpus)])
+    for move in state.moves():
+        (state.not_moved if move.key[0] == "a" else state.moved)(move)
+    assert (state.applied[("a", "app")], state.applied[("b", "app")]) == (("0-3", "0"), ("2", "0"))
+    again = state.replan(config, Topology.synthetic(1, 1, 6, 1))
+    layout = [(format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons]
+    assert sorted(layout) == [("0", []), ("1", ["a"]), ("2", ["b"])]
+    assert [(m.key[0], m.cpuset) for m in again.moves()] == [("a", ("1", "0"))]
