@@ -284,6 +284,23 @@ class Pool:
         balloon.members[member.key] = member
         return balloon
 
+    def assign_running(self, member: Member, btype: BalloonType) -> Balloon:
+        """A running container (a rebuild's), which cannot be refused: when no
+        balloon of its type can take it in full, its pod's, else an empty one
+        (a minBalloons balloon left without CPUs), takes it, grown if it can
+        be, rather than the default balloon (assign_fallback)."""
+        try:
+            return self.assign(member, btype)
+        except Exhausted:
+            pass
+        room = [b for b in self.of_type(btype.name) if b.fits(member.milli)]
+        home = next((b for b in room if b.has_pod(member.pod_uid)), None) or next((b for b in room if not b.members), None)
+        if home is None:
+            return self.assign_fallback(member)
+        self.resize(home, member.milli, joining=True)  # best effort, as assign_fallback
+        home.members[member.key] = member
+        return home
+
     def _why(self, btype: BalloonType, member: Member, balloon: Balloon | None) -> str:
         count = len(self.of_type(btype.name))
         limit = f"maxCPUs {btype.max_cpus}" if btype.max_cpus else "no maxCPUs"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import DEFAULT, BalloonsConfig, PodContext
+from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from . import planning
 from .planning import UnknownBalloonType
 from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, milli_from_shares
@@ -288,7 +288,7 @@ class Assignments:
         # pods, or use up maxBalloons (the containers then placed anew).
         state = cls(config, topology, keep, avoid, min_balloons=False)
         pool = state.pool
-        fresh: list[Restored] = []
+        fresh: list[tuple[Restored, BalloonType]] = []
         shared = planning.shared_cpus(online.values())
         for item in found:
             key = item.member.key
@@ -302,11 +302,11 @@ class Assignments:
                 btype = pool.types[DEFAULT]
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if not pinned:
-                fresh.append(item)
+                fresh.append((item, btype))
                 continue
             balloon = pool.restore(item.member, btype, cpus - shared)
             if balloon is None:  # its type has no room left: placed anew, below
-                fresh.append(item)
+                fresh.append((item, btype))
                 continue
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
@@ -321,13 +321,11 @@ class Assignments:
         pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)))
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
-        for item in fresh:
-            # A container that already runs cannot be refused: if its type is
-            # exhausted it goes to the default balloon whatever onExhausted says.
-            try:
-                balloon = pool.assign(item.member, pool.choose_type(item.pod))
-            except (Exhausted, UnknownBalloonType):
-                balloon = pool.assign_fallback(item.member)
+        for item, btype in fresh:
+            # A container that already runs cannot be refused, whatever
+            # onExhausted says: if its type is exhausted it joins a balloon of
+            # its type as it can, or goes to the default balloon.
+            balloon = pool.assign_running(item.member, btype)
             state.pods[item.member.key] = item.pod
             state.placed_at[item.member.key] = time.monotonic()
             if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ

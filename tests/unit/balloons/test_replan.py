@@ -275,3 +275,32 @@ def test_a_container_on_every_cpu_is_not_taken_for_pinned_after_cpus_came_online
     layout = [(format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons]
     assert sorted(layout) == [("0", []), ("1", ["a"]), ("2", ["b"])]
     assert [(m.key[0], m.cpuset) for m in again.moves()] == [("a", ("1", "0"))]
+
+
+def test_a_container_whose_cpus_went_offline_joins_its_types_empty_balloon() -> None:
+    """b's 4 went offline and a kept 1-3: the minBalloons balloon made for b's
+    type got no CPU, b could not grow it, and went to the default balloon."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [
+        {"name": "work", "namespaces": ["*"], "minBalloons": 2, "preferNewBalloons": True}]})
+    six = Topology.synthetic(1, 1, 6, 1)
+    state = Assignments(config, six)
+    for uid, milli in (("a", 3000), ("b", 1000)):
+        state.place(Member((uid, "app"), "apps", uid, milli, f"c-{uid}"), PodContext("apps", uid, "app"))
+        state.given((uid, "app"), state.target((uid, "app")))
+    assert [state.target((uid, "app")) for uid in "ab"] == [("1-3", "0"), ("4", "0")]
+    again = state.replan(config, Topology({cpu: info for cpu, info in six.cpus.items() if cpu < 4}))
+    layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons]
+    assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["a"]), ("work[1]", "", ["b"])]
+
+
+def test_running_containers_their_type_cannot_take_join_their_pods_balloon_else_an_empty_one() -> None:
+    """No CPU free after a's first container took 1-3: the others went to the
+    default balloon."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"},
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "minBalloons": 2}]})
+    four = Topology.synthetic(1, 1, 4, 1)
+    first = Restored(Member(("a", "one"), "apps", "a", 3000, "c-a1"), PodContext("apps", "a", "one"), frozenset({1, 2, 3}))
+    state = Assignments.rebuild(config, four, [first, placed("a", four.all_cpus), *(placed(uid, four.all_cpus) for uid in "bc")])
+    layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] + "/" + k[1] for k in b.members)) for b in state.pool.balloons]
+    assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["a/app", "a/one"]), ("work[1]", "", ["b/app"]),
+                      ("default[0]", "", ["c/app"])]
