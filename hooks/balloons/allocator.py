@@ -103,8 +103,9 @@ def reserve(
     ``avoid`` needed. Neither: a compact fresh pick.
 
     The fresh pick, the set a first start takes, comes first when it is
-    within ``keep`` (a restart's ``keep`` holds the idle CPUs too when the
-    reserved type shares them: its most compact part need not be the
+    within ``keep`` (a smaller ``count`` at a reload or hotplug, rather than
+    the most compact part; a restart's ``keep`` holds the idle CPUs too when
+    the reserved type shares them: its most compact part need not be the
     reserved set) or, with nothing kept, outside ``avoid`` (a pick made
     around the busy CPUs would prefer a core whose other thread is busy)."""
     available = frozenset(available)

@@ -131,6 +131,15 @@ def test_reserve_keeps_the_most_compact_part_of_a_larger_set_before() -> None:
     assert allocator.reserve(topo, topo.all_cpus, 2, keep={0, 1, 5}, avoid=BUSY) == {0, 1}
 
 
+def test_reserve_of_fewer_keeps_the_fresh_pick_when_within_the_set_before() -> None:
+    """A reload from 4 reserved to 2, CPU 7 not available: the fresh pick,
+    4-5 (node 1 fits 2 most tightly), not the most compact part, 0-1."""
+    topo = Topology.synthetic(1, 2, 4, 1)
+    keep = frozenset({0, 1, 4, 5})
+    assert keep - allocator.give_back(topo, keep, 2) == {0, 1}
+    assert allocator.reserve(topo, range(7), 2, keep=keep) == allocator.take(topo, range(7), 2) == {4, 5}
+
+
 def test_reserve_takes_every_idle_cpu_then_the_fewest_busy_ones() -> None:
     """One idle CPU short: all the idle ones and one busy one, nearest the
     kept CPUs (node 0), not a compact pick among every CPU (1 and 2 both busy)."""
