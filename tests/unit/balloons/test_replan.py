@@ -78,6 +78,18 @@ async def test_a_pod_put_in_another_pods_balloon_stays_there_after_a_restart(tmp
     assert balloons(again) == balloons(hook)
 
 
+async def reserved_kept_after_a_restart(
+    hook: BalloonsHook, tmp_path: Path, root: Path, config: dict[str, Any], reserved: str
+) -> None:
+    """Once ``hook``'s moves are done its reserved CPUs are ``reserved``; a
+    restart keeps them, moves nothing and restores the same balloons."""
+    assert await hook.apply_moves()
+    assert hook.status()["reserved_cpus"] == reserved
+    again, runtime = await restarted(hook, tmp_path, root, config)
+    assert (again.status()["reserved_cpus"], runtime.updates) == (reserved, [])
+    assert balloons(again) == balloons(hook)
+
+
 async def test_reserved_cpus_a_reload_kept_stay_reserved_after_a_restart(tmp_path) -> None:
     """Two reserved CPUs rather than one: the reload kept 0 and took 3; a fresh
     pick at the restart took 0-1, CPU 1 from a's balloon, and moved a and c-k."""
@@ -87,11 +99,7 @@ async def test_reserved_cpus_a_reload_kept_stay_reserved_after_a_restart(tmp_pat
     path = tmp_path / "balloons.yaml"
     path.write_text(yaml.safe_dump(config))
     assert await hook.reload(path)
-    assert await hook.apply_moves()
-    assert hook.status()["reserved_cpus"] == "0,3"
-    again, runtime = await restarted(hook, tmp_path, root, config)
-    assert (again.status()["reserved_cpus"], runtime.updates) == ("0,3", [])
-    assert balloons(again) == balloons(hook)
+    await reserved_kept_after_a_restart(hook, tmp_path, root, config, "0,3")
 
 
 async def test_reserved_cpus_hotplug_replaced_stay_reserved_after_a_restart(tmp_path) -> None:
@@ -101,11 +109,7 @@ async def test_reserved_cpus_hotplug_replaced_stay_reserved_after_a_restart(tmp_
     await hook.reconcile()
     set_online(root, "0-7")  # back, free
     await hook.reconcile()
-    assert await hook.apply_moves()
-    assert hook.status()["reserved_cpus"] == "3"
-    again, runtime = await restarted(hook, tmp_path, root, QUANTITY)
-    assert (again.status()["reserved_cpus"], runtime.updates) == ("3", [])
-    assert balloons(again) == balloons(hook)
+    await reserved_kept_after_a_restart(hook, tmp_path, root, QUANTITY, "3")
 
 
 async def test_reserved_cpus_picked_at_a_restart_avoid_the_cpus_containers_run_on(tmp_path) -> None:
