@@ -19,7 +19,7 @@ restarts here move (numa 3, core 2).
 from __future__ import annotations
 
 import random
-from collections.abc import Set
+from collections.abc import Iterator, Set
 
 from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
 from hooks.balloons.pool import Exhausted, Member, PoolError
@@ -147,6 +147,15 @@ def ambiguous(config: BalloonsConfig, topology: Topology) -> bool:
     )
 
 
+def workloads(offline: int = 0) -> Iterator[tuple[int, dict, Topology, Assignments]]:
+    """Each seed of ``SEEDS`` with its workload (see ``workload``), the seeds
+    whose config does not fit their machine left out."""
+    for seed in SEEDS:
+        made = workload(seed, offline)
+        if made is not None:
+            yield seed, *made
+
+
 def pinned_moves(before: Assignments, after: Assignments, fresh: set[tuple[str, str]]) -> bool:
     """Moves of pinned containers whose balloon held none placed anew
     (``fresh``) before or after, where no type shares idle CPUs (those
@@ -165,11 +174,7 @@ KINDS = ("a CPU in two balloons", "reserved CPUs changed", "pods regrouped", "in
 def test_a_restart_keeps_the_reserved_cpus_and_the_balloons_and_moves_nothing() -> None:
     problems: dict[str, list[int]] = {kind: [] for kind in KINDS}
     runs = moved = 0
-    for seed in SEEDS:
-        made = workload(seed)
-        if made is None:
-            continue
-        doc, topology, state = made
+    for seed, doc, topology, state in workloads():
         config = parse_config(doc)
         again = Assignments.rebuild(config, topology, found(state), None)
         check(seed, state, again, problems)
@@ -192,11 +197,7 @@ def test_a_reload_adding_a_min_balloon_keeps_the_reserved_cpus_and_the_pods_apar
     CPUs of two preferNewBalloons pods, which it then merged."""
     problems: dict[str, list[int]] = {kind: [] for kind in KINDS}
     runs = 0
-    for seed in SEEDS:
-        made = workload(seed)
-        if made is None:
-            continue
-        doc, topology, state = made
+    for seed, doc, topology, state in workloads():
         work = next(t for t in doc["balloonTypes"] if t["name"] == "work")
         work.update(minBalloons=max(work.get("minBalloons", 0), 1), minCPUs=2)
         try:
@@ -215,11 +216,7 @@ def test_cpus_coming_online_after_a_restart_keep_the_pods_apart() -> None:
     took every free CPU, and pods sharing them joined it."""
     problems: dict[str, list[int]] = {kind: [] for kind in KINDS}
     runs = 0
-    for seed in SEEDS:
-        made = workload(seed, offline=2)
-        if made is None:
-            continue
-        doc, topology, state = made
+    for seed, doc, topology, state in workloads(offline=2):
         config = parse_config(doc)
         fresh = unpinned(seed, state)
         restarted = Assignments.rebuild(config, state.topology, found(state, fresh), None)
@@ -242,11 +239,7 @@ def test_cpus_going_offline_leave_no_container_in_the_default_balloon_beside_an_
     when the balloon of its type made for minBalloons got no CPU."""
     problems: dict[str, list[int]] = {kind: [] for kind in KINDS}
     runs = 0
-    for seed in SEEDS:
-        made = workload(seed)
-        if made is None:
-            continue
-        doc, topology, state = made
+    for seed, doc, topology, state in workloads():
         gone = random.Random(seed).sample(sorted(topology.all_cpus), 2)
         try:
             fewer = state.replan(parse_config(doc), Topology({cpu: info for cpu, info in topology.cpus.items() if cpu not in gone}))
