@@ -258,7 +258,7 @@ class HookServer:
         server = grpc.aio.server(options=self._options)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(self)),))
         try:
-            if server.add_insecure_port(self.target) == 0:  # older grpcio signal failure this way
+            if server.add_insecure_port(unixsocket.grpc_address(path)) == 0:  # older grpcio signal failure this way
                 raise RuntimeError("bind failed")
         except RuntimeError as exc:
             raise HookServerError(f"cannot listen on {path}: {exc}") from exc

@@ -146,7 +146,7 @@ class Proxy:
             else:
                 with unixsocket.socket_umask():
                     try:
-                        port = self.server.add_insecure_port(f"unix://{path}")
+                        port = self.server.add_insecure_port(unixsocket.grpc_address(path))
                     except RuntimeError:  # grpc.aio's "Failed to bind" (its reason only in grpc's own log)
                         port = 0
                 if port == 0:

@@ -19,6 +19,7 @@ from pathlib import Path
 from grpc import aio
 
 from ..cripath.router import Router
+from ..host import unixsocket
 from .connection import Limits
 from .listener import FramesListener
 from .routes import RouterRoutes
@@ -47,7 +48,7 @@ class FramesPath:
             listen, self._backend, internal, self._routes, self._channel_options, self._limits)
         serving = False
         try:
-            if server.add_insecure_port(f"unix://{internal}") == 0:
+            if server.add_insecure_port(unixsocket.grpc_address(internal)) == 0:
                 raise OSError(f"cannot listen on {internal}")
             await server.start()
             serving = True

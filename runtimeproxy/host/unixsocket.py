@@ -102,6 +102,14 @@ def check_path_length(path: Path) -> None:
         raise PathTooLong(f"unix socket path too long ({length} > {MAX_PATH} bytes): {path}")
 
 
+def grpc_address(path: Path) -> str:
+    """The address that makes grpc's server bind ``path`` itself. Not
+    ``unix://PATH``: grpc's bind takes all after ``unix:`` as the path, so it
+    would bind ``///run/...`` (the same file, but two bytes longer, limiting
+    paths to 105 bytes, and shown so by ss and /proc/net/unix)."""
+    return f"unix:{path}"
+
+
 def _connect_errno(path: Path, timeout: float) -> int:
     """The errno of a non-blocking connect to ``path`` (0: someone accepted),
     waiting at most ``timeout`` seconds (ETIMEDOUT past it)."""

@@ -99,26 +99,33 @@ async def test_a_hook_server_that_stops_leaves_a_newer_servers_socket(sock_dir: 
         assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
 
 
-GRPC_MAX = 105  # the longest unix path grpcio binds (106 and 107 fail "grpc could not bind it")
-
-
 def _longest(base: Path, name: str) -> Path:
-    """``base``/ddd.../``name``, GRPC_MAX bytes long (the directory made)."""
-    room = GRPC_MAX - len(bytes(base)) - 2 - len(name)
+    """``base``/ddd.../``name``, MAX_PATH bytes long (the directory made)."""
+    room = unixsocket.MAX_PATH - len(bytes(base)) - 2 - len(name)
     path = base / ("d" * room) / name
     path.parent.mkdir()
-    assert len(bytes(path)) == GRPC_MAX
+    assert len(bytes(path)) == unixsocket.MAX_PATH
     return path
 
 
+def _bound_names() -> set[str]:
+    """The names unix sockets are bound to, as ss -xl and /proc/net/unix show them."""
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return {fields[7] for fields in (line.split() for line in lines) if len(fields) > 7}
+
+
+# grpc's bind of unix://PATH took "//PATH" for the path (105 bytes at most): the address is unix:PATH now.
 @pytest.mark.parametrize("name", ["p.sock", "p"])
 @pytest.mark.parametrize("data_path", ["frames", "grpc"])
-async def test_a_listen_path_at_grpcs_limit_serves(fake: FakeBackend, sock_dir: Path, data_path: str, name: str) -> None:
+async def test_a_listen_path_at_the_kernels_limit_serves_under_its_own_name(
+    fake: FakeBackend, sock_dir: Path, data_path: str, name: str
+) -> None:
     listen = _longest(sock_dir, name)
     unixsocket.check_bindable(listen)  # what check-config says
     proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
     await proxy.start()
     try:
+        assert str(listen) in _bound_names()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(listen))
     finally:
@@ -128,12 +135,14 @@ async def test_a_listen_path_at_grpcs_limit_serves(fake: FakeBackend, sock_dir: 
 
 @pytest.mark.parametrize("name", ["h.sock", "h"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_hook_socket_at_grpcs_limit_serves(sock_dir: Path, transport: str, name: str) -> None:
+async def test_a_hook_socket_at_the_kernels_limit_serves_under_its_own_name(
+    sock_dir: Path, transport: str, name: str
+) -> None:
     path = _longest(sock_dir, name)
     server = HookServer(path, transport=transport)
     await server.start()
     try:
-        assert path.is_socket()
+        assert path.is_socket() and str(path) in _bound_names()
     finally:
         await server.stop(0)
-
+    assert sorted(p.name for p in path.parent.iterdir()) == []
