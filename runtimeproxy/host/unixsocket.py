@@ -11,6 +11,10 @@ that need no connect, changing nothing (``check-config``).
 
 After stopping, :func:`remove_own` removes the socket only if it is still the
 one we bound (same st_dev/st_ino): a newer instance may have replaced it.
+
+The probe cannot see another instance that has not bound yet, nor keep a
+stopping grpc server from unlinking its path: every instance binding a path
+takes its lock first (socketlock.py, whose ``claim`` calls :func:`prepare`).
 """
 
 from __future__ import annotations
@@ -143,11 +147,7 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     """Make ``path`` ready to bind: create its directory, remove a stale
     socket, refuse anything else that is there."""
     check_path_length(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # EEXIST or ENOTDIR (a file in the way), EROFS, EACCES
-        _check_directory(path)  # names the file in the way, when that is the cause
-        raise _path_error(f"cannot create the directory of {path}", exc) from exc
+    make_directory(path)
     st = _lstat(path)
     if st is None:
         return
@@ -157,6 +157,15 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     # Unlink only the socket we found stale, not one bound there meanwhile.
     if remove_own(path, SocketIdentity(st.st_dev, st.st_ino)):
         log.info("removed stale socket", extra={"path": str(path)})
+
+
+def make_directory(path: Path) -> None:
+    """Create the directory of the socket ``path`` (and its parents)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # EEXIST or ENOTDIR (a file in the way), EROFS, EACCES
+        _check_directory(path)  # names the file in the way, when that is the cause
+        raise _path_error(f"cannot create the directory of {path}", exc) from exc
 
 
 def check_bindable(path: Path) -> None:

@@ -1,0 +1,211 @@
+"""One instance at a time on a unix socket path: a lock beside the socket.
+
+The connect probe of :func:`unixsocket.prepare` cannot see another instance
+that has not bound yet: two starting at once both find the path free, and on
+grpc (whose bind first unlinks what is at the path) the later bind replaces
+the earlier's socket, which then serves a name nobody can reach. So every
+instance that binds a socket path (the proxy on both data paths, the SDK's
+hook servers, balloons' status socket) first takes an exclusive flock on
+``DIR/.NAME.lock``, and holds it through its stale check, its bind and its
+whole life, until its server has stopped (grpc's stop unlinks the path it
+bound) and its socket is removed. The socket keeps its own name: ss and
+/proc/net/unix show the bound name, which must be the path kubelet dials.
+
+A second instance meets the lock held and probes the socket: a holder that
+serves it (the socket answers) refuses it at once, naming the holder's pid
+(written into the file). A holder that does not serve it is starting (it
+binds within moments: then refused as above) or stopping (its stop lets go
+of the lock): the second waits for it, up to ``LOCK_WAIT_S``, which is more
+than the units' TimeoutStopSec, past which systemd kills a stop and with it
+the lock. Waiting, not refusing: a hook server's new instance started while
+the old one drains (a DaemonSet's rolling update) then serves as soon as it
+can, instead of failing into a restart backoff. Under systemd's Restart= the
+old process has exited before the new one starts, so the lock is free.
+
+The kernel drops a flock with its holder's last descriptor, however the
+holder dies: no lock outlives its process. The holder removes the file as it
+lets go; a crashed holder's file stays, harmless (the next taker locks it,
+then removes it in turn). Because the file may be removed, a taker checks
+after its flock that the path still names the file it locked, else locks
+the new one. A lock file that cannot be used (a directory this process may
+not write, a file of another user it may not open, a symlink or anything
+but a regular file at its name) leaves the probe alone guarding the path,
+as before this lock, with a warning. Programs that take no lock are still
+met by the probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import unixsocket
+
+log = logging.getLogger(__name__)
+
+LOCK_WAIT_S = 30.0  # more than TimeoutStopSec of runtime-proxy.service (20 s) and the hook unit (10 s)
+POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
+
+
+def lock_path(socket_path: Path) -> Path:
+    """The lock file of ``socket_path``: hidden, beside it, named after it."""
+    return socket_path.parent / f".{socket_path.name}.lock"
+
+
+class SocketInUse(unixsocket.UnixSocketError):
+    """Another instance holds the socket path's lock."""
+
+    def __init__(self, message: str, holder: int | None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+@dataclass
+class SocketLock:
+    """The lock of one socket path; ``held`` is False when the lock file could
+    not be used (the path is then guarded by the probe alone)."""
+
+    path: Path  # the lock file
+    _fd: int | None = field(default=None, repr=False)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Remove the lock file and let go; idempotent. Call it only once the
+        socket is stopped and removed: a waiting instance binds right after."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):  # gone, or a directory we may no longer write: harmless
+            if _same_file(self.path, os.fstat(fd)):
+                self.path.unlink()
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Held:
+    holder: int | None
+
+
+@dataclass(frozen=True)
+class _Unusable:
+    reason: str
+
+
+async def claim(path: Path, wait_s: float = LOCK_WAIT_S) -> SocketLock:
+    """Lock ``path`` for this instance, then :func:`unixsocket.prepare` it.
+
+    Raises :class:`SocketInUse` when another instance holds it, and what
+    ``prepare`` raises; the lock is let go on any failure. The caller binds,
+    and releases the lock after its server's stop and ``remove_own``."""
+    unixsocket.check_path_length(path)
+    unixsocket.make_directory(path)  # the lock file goes in it
+    lock = await _lock(path, wait_s)
+    try:
+        unixsocket.prepare(path)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+async def _lock(path: Path, wait_s: float) -> SocketLock:
+    lockfile = lock_path(path)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    waited = False
+    while True:
+        got = _try_lock(lockfile)
+        if isinstance(got, SocketLock):
+            if waited:
+                log.info("socket path free again; taking it", extra={"path": str(path), "lock": str(lockfile)})
+            return got
+        if isinstance(got, _Unusable):
+            log.warning(
+                "cannot lock the socket path; binding without the lock: another instance starting at this "
+                "moment could take the path over (make the lock file's directory writable, or remove what is there)",
+                extra={"path": str(path), "lock": str(lockfile), "error": got.reason},
+            )
+            return SocketLock(lockfile)
+        who = f"pid {got.holder}" if got.holder is not None else "pid unknown"
+        if not unixsocket.is_stale(path):
+            raise SocketInUse(
+                f"{path} is in use by another process ({who}, holding {lockfile}); refusing to take it over",
+                got.holder)
+        if loop.time() >= deadline:
+            raise SocketInUse(
+                f"{path} is held by another process ({who}, holding {lockfile}) that has neither served it "
+                f"nor let it go for {wait_s:g} s; refusing to take it over: stop that process first", got.holder)
+        if not waited:
+            waited = True
+            log.info("socket path held by another instance that does not serve it (starting or stopping); waiting",
+                     extra={"path": str(path), "lock": str(lockfile), "holder_pid": got.holder, "wait_s": wait_s})
+        await asyncio.sleep(POLL_S)
+
+
+def _try_lock(lockfile: Path) -> SocketLock | _Held | _Unusable:
+    """One try, never waiting."""
+    while True:
+        try:
+            fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
+        except OSError as exc:  # EACCES, EROFS, ELOOP (a symlink)...
+            return _Unusable(f"cannot open it: {exc.strerror or exc}")
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                return _Unusable("it is not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                return _Held(holder)
+            except OSError as exc:  # ENOLCK: a file system without flock
+                os.close(fd)
+                return _Unusable(f"cannot lock it: {exc.strerror or exc}")
+            if not _same_file(lockfile, st):
+                os.close(fd)  # its holder removed it as it let go: lock the file there now
+                continue
+            _write_pid(fd, st)
+            return SocketLock(lockfile, fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+
+def _same_file(path: Path, st: os.stat_result) -> bool:
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _write_pid(fd: int, st: os.stat_result) -> None:
+    """Only to name the holder in a refusal; the pid as this process's
+    namespace sees it. Not into a file with other names (a hard link someone
+    made to another file must not be overwritten)."""
+    if st.st_nlink != 1:
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None  # not written yet (between its flock and its write), or not a pid
+
