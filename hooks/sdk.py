@@ -49,7 +49,7 @@ from hooks.frameserver import CallError, FrameServer, Route
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop
 from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
-from runtimeproxy.host import unixsocket
+from runtimeproxy.host import socketlock, unixsocket
 
 __all__ = [
     "HookAbort",
@@ -142,7 +142,10 @@ class HookServer:
     the proxy's socket rules (``runtimeproxy.host.unixsocket``): it removes a
     stale socket file (one nobody listens on) but refuses a live socket, one
     whose state a connect cannot tell, or a non-socket file; the socket is
-    chmod-ed to ``socket_mode``.
+    chmod-ed to ``socket_mode``. From ``start`` to the end of ``stop`` it
+    holds the path's lock (``runtimeproxy.host.socketlock``): another server
+    starting on the path is refused naming this one's pid, or, while this one
+    stops, waits for it.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class HookServer:
         # transport reads the two message limits of them; the rest are grpc's.
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
         self._socket_identity: unixsocket.SocketIdentity | None = None
+        self._path_lock: socketlock.SocketLock | None = None
 
     # -- handlers: override the ones you need ----------------------------------
 
@@ -238,19 +242,23 @@ class HookServer:
             raise HookServerError("hook server already started")
         path = self._socket_path
         try:
-            unixsocket.prepare(path)
+            lock = await socketlock.claim(path)
         except unixsocket.UnusablePath as exc:
             raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
-
-        server = await (self._start_frames(path) if self._transport == "frames" else self._start_grpc(path))
         try:
-            os.chmod(path, self._socket_mode)
-            self._socket_identity = unixsocket.SocketIdentity.of(path)
-        except OSError:
-            await server.stop(None)
+            server = await (self._start_frames(path) if self._transport == "frames" else self._start_grpc(path))
+            try:
+                os.chmod(path, self._socket_mode)
+                self._socket_identity = unixsocket.SocketIdentity.of(path)
+            except OSError:
+                await server.stop(None)
+                raise
+        except BaseException:
+            lock.release()
             raise
+        self._path_lock = lock
         self._server = server
         logger.info("hook server listening on %s", path, extra={"socket": str(path), "transport": self._transport})
 
@@ -287,6 +295,10 @@ class HookServer:
         # Remove our socket, unless someone else has replaced it meanwhile.
         unixsocket.remove_own(self._socket_path, self._socket_identity)
         self._socket_identity = None
+        # Last (grpc unlinked the path it bound as it stopped): a server waiting on the lock binds now.
+        lock, self._path_lock = self._path_lock, None
+        if lock is not None:
+            lock.release()
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Wait until the server stops; returns True on timeout (like grpc)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hooks.sdk import HookServerError
-from runtimeproxy.host import unixsocket  # the same socket rules as the hook socket
+from runtimeproxy.host import socketlock, unixsocket  # the same socket rules as the hook socket
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +37,21 @@ class StatusServer:
         self._mode = mode
         self._server: asyncio.AbstractServer | None = None
         self._identity: unixsocket.SocketIdentity | None = None
+        self._path_lock: socketlock.SocketLock | None = None
 
     async def start(self) -> None:
         try:
-            unixsocket.prepare(self.path)
+            # Locked as the hook socket is: asyncio's bind too first removes a socket at the path.
+            self._path_lock = await socketlock.claim(self.path)
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
-        self._server = await asyncio.start_unix_server(self._answer, path=str(self.path))
-        os.chmod(self.path, self._mode)
-        self._identity = unixsocket.SocketIdentity.of(self.path)
+        try:
+            self._server = await asyncio.start_unix_server(self._answer, path=str(self.path))
+            os.chmod(self.path, self._mode)
+            self._identity = unixsocket.SocketIdentity.of(self.path)
+        except BaseException:
+            await self.stop()
+            raise
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -58,11 +64,13 @@ class StatusServer:
 
     async def stop(self) -> None:
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await server.wait_closed()
-        unixsocket.remove_own(self.path, self._identity)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+            unixsocket.remove_own(self.path, self._identity)
+        lock, self._path_lock = self._path_lock, None
+        if lock is not None:
+            lock.release()
 
 
 async def read_status(path: Path, timeout: float = 5.0) -> dict[str, Any]:

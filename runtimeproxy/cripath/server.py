@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
 from ..frames.path import FramesPath, Limits
-from ..host import unixsocket
+from ..host import socketlock, unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
     ACCEPT_HOLD_S,
@@ -56,6 +56,15 @@ def prepare_socket_path(path: Path) -> None:
         raise ListenError(str(exc)) from exc
 
 
+async def claim_socket_path(path: Path) -> socketlock.SocketLock:
+    """The same rules under the path's lock (host/socketlock.py), held until
+    the proxy has stopped: another proxy on the path is refused, naming its pid."""
+    try:
+        return await socketlock.claim(path)
+    except unixsocket.UnixSocketError as exc:
+        raise ListenError(str(exc)) from exc
+
+
 class Proxy:
     """One running proxy. ``await start()``, then ``await stop()``."""
 
@@ -83,6 +92,7 @@ class Proxy:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.tasks = tasks or Supervisor()
         self._socket: unixsocket.SocketIdentity | None = None
+        self._path_lock: socketlock.SocketLock | None = None  # --listen's, from its bind until the end of stop
         self._bound: Path = config.listen  # the socket grpc listens on
         self._activated = listen_socket
         self._listener: ActivatedListener | None = None
@@ -127,7 +137,7 @@ class Proxy:
             private = private_socket_path(public)
         except OSError as exc:
             raise ListenError(f"cannot make the private directory beside {public}: {exc.strerror or exc}") from exc
-        await self._bind(private)
+        await self._bind(private, public=public)
         self._listener = ActivatedListener(self._activated, self._bound)
 
     @property
@@ -135,8 +145,28 @@ class Proxy:
         """The data path serving, as the logs name it (what _frames_path chose)."""
         return "frames" if self._frames is not None else "grpc"
 
-    async def _bind(self, path: Path) -> None:
-        prepare_socket_path(path)
+    async def _bind(self, path: Path, public: Path | None = None) -> None:
+        """Listen on ``path``: --listen under its lock; or, with ``public`` (a
+        socket from systemd), on its private socket, named by this process's
+        pid in a 0700 directory: no other live proxy has that name to bind
+        (in one pid namespace), so it takes no lock, and leaves no lock files
+        there (clean_private_dir removes crashed instances' sockets)."""
+        if public is not None:
+            prepare_socket_path(path)
+        else:
+            self._path_lock = await claim_socket_path(path)
+        try:
+            await self._bind_prepared(path)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        lock, self._path_lock = self._path_lock, None
+        if lock is not None:
+            lock.release()
+
+    async def _bind_prepared(self, path: Path) -> None:
         # The socket is created 0660, never briefly wider: under the umask
         # for its bind alone (the frames listener's bound_socket, grpc's
         # add_insecure_port, which binds and listens), not across an await.
@@ -275,6 +305,9 @@ class Proxy:
         await self.backend.close()
         # Only our own socket: a newer instance may already have replaced it.
         unixsocket.remove_own(self._bound, self._socket)
+        # Last: grpc unlinked the path it bound as it stopped (above), so the
+        # next instance, waiting on the lock, binds only now.
+        self._release_lock()
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
 

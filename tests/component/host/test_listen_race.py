@@ -1,11 +1,15 @@
-"""Two proxies (or hook servers) starting on one socket path: the one that binds
-second fails in one line and leaves the first's socket alone, on the frames
-data path (transport). The race is between the stale-socket check
-(unixsocket.prepare) and the bind: a second proxy can find the path free and
-another bind it right after. grpc's own bind unlinks what is at the path, and
-its stop the path it bound, so on the grpc path that race is left
-(docs/configuration.md): staging its bind under another name and linking it
-into place closed it, but made ss and /proc/net/unix show that other name."""
+"""Two proxies (or hook servers) on one socket path.
+
+The stale-socket check (unixsocket.prepare) cannot see an instance between its
+own check and its bind; grpc's bind first unlinks what is at the path, and its
+stop the path it bound. So each instance holds the path's lock
+(host/socketlock.py) from before its check until after its stop: two starting
+at once, one serves and the other is refused naming the first's pid; one
+starting while another stops waits for that stop to end. A program that takes
+no lock is still met by the check, and on the frames path by its bind
+(EADDRINUSE); grpc's bind and stop still unlink such a program's socket
+(docs/configuration.md). The socket keeps its name: ss and /proc/net/unix show
+the bound name."""
 
 from __future__ import annotations
 
@@ -24,20 +28,20 @@ from ..fakes import FakeBackend
 
 
 @pytest.mark.parametrize("data_path", ["frames"])  # grpc's own bind unlinks what is there (docs/configuration.md)
-async def test_a_proxy_that_loses_the_bind_race_fails_and_leaves_the_winners_socket(
+async def test_a_proxy_losing_the_bind_to_a_program_without_the_lock_fails_and_leaves_its_socket(
     fake: FakeBackend, sock_dir: Path, monkeypatch: pytest.MonkeyPatch, data_path: str
 ) -> None:
     listen = sock_dir / "proxy.sock"
     winner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    prepare = server.prepare_socket_path
+    prepare = unixsocket.prepare
 
-    def first_binds_meanwhile(path: Path) -> None:
-        prepare(path)  # finds the path free...
-        winner.bind(str(path))  # ...and the first proxy binds it just then
+    def first_binds_meanwhile(path: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> None:
+        prepare(path, timeout)  # finds the path free...
+        winner.bind(str(path))  # ...and a program that takes no lock binds it just then
         winner.listen()
         winner.settimeout(5)  # the accept below fails, rather than hangs, if the client reached another socket
 
-    monkeypatch.setattr(server, "prepare_socket_path", first_binds_meanwhile)
+    monkeypatch.setattr(unixsocket, "prepare", first_binds_meanwhile)
     with winner:
         proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
         with pytest.raises(ListenError, match=f"^cannot listen on {listen}: Address already in use$"):
@@ -52,7 +56,7 @@ async def test_a_proxy_that_loses_the_bind_race_fails_and_leaves_the_winners_soc
 
 
 @pytest.mark.parametrize("transport", ["frames"])  # as above, grpc's own bind
-async def test_a_hook_server_that_loses_the_bind_race_fails_and_leaves_the_winners_socket(
+async def test_a_hook_server_losing_the_bind_to_a_program_without_the_lock_fails_and_leaves_its_socket(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     path = sock_dir / "hook.sock"
@@ -73,8 +77,9 @@ async def test_a_hook_server_that_loses_the_bind_race_fails_and_leaves_the_winne
     assert sorted(p.name for p in sock_dir.iterdir()) == ["hook.sock"]
 
 
-@pytest.mark.parametrize("data_path", ["frames"])  # grpc unlinks the path it bound as it stops, whoever's it is then
-async def test_a_proxy_that_stops_leaves_a_newer_proxys_socket(fake: FakeBackend, sock_dir: Path, data_path: str) -> None:
+# A newer program that takes no lock: grpc unlinks the path it bound as it stops, whoever's it is then.
+@pytest.mark.parametrize("data_path", ["frames"])
+async def test_a_proxy_that_stops_leaves_a_newer_programs_socket(fake: FakeBackend, sock_dir: Path, data_path: str) -> None:
     listen = sock_dir / "proxy.sock"
     proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
     await proxy.start()
@@ -87,7 +92,7 @@ async def test_a_proxy_that_stops_leaves_a_newer_proxys_socket(fake: FakeBackend
 
 
 @pytest.mark.parametrize("transport", ["frames"])  # as above
-async def test_a_hook_server_that_stops_leaves_a_newer_servers_socket(sock_dir: Path, transport: str) -> None:
+async def test_a_hook_server_that_stops_leaves_a_newer_programs_socket(sock_dir: Path, transport: str) -> None:
     path = sock_dir / "hook.sock"
     server = HookServer(path, transport=transport)
     await server.start()
@@ -130,7 +135,7 @@ async def test_a_listen_path_at_the_kernels_limit_serves_under_its_own_name(
             client.connect(str(listen))
     finally:
         await proxy.stop(0)
-    assert sorted(p.name for p in listen.parent.iterdir()) == []  # removed at stop
+    assert sorted(p.name for p in listen.parent.iterdir()) == []  # removed at stop, and its lock
 
 
 @pytest.mark.parametrize("name", ["h.sock", "h"])
