@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc import aio
 
+from runtimeproxy.host.unixsocket import grpc_address
+
 _Unary = Callable[..., Awaitable[bytes]]
 
 
@@ -49,7 +51,7 @@ async def grpc_relay(listen: str, backend: str) -> None:
     async with aio.insecure_channel(f"unix://{backend}") as channel:
         server = aio.server()
         server.add_generic_rpc_handlers([_ForwardEverything(channel)])
-        server.add_insecure_port(f"unix://{listen}")
+        server.add_insecure_port(grpc_address(listen))
         await server.start()
         print("ready", flush=True)
         try:

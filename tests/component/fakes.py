@@ -19,6 +19,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.cripath import methods
+from runtimeproxy.host.unixsocket import grpc_address
 
 
 @dataclass
@@ -99,7 +100,7 @@ class FakeBackend:
             ]
         )
         self._server.add_generic_rpc_handlers((_Handler(self),))
-        self._server.add_insecure_port(f"unix://{self.socket}")
+        self._server.add_insecure_port(grpc_address(self.socket))
         await self._server.start()
 
     async def stop(self) -> None:

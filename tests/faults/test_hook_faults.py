@@ -24,6 +24,7 @@ from cri_api.v1 import api_pb2 as v1
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 from runtimeproxy.hookpath.validate import read_node_facts
+from runtimeproxy.host.unixsocket import grpc_address
 
 from ..component.hookpath.crirequests import CREATE, backend_request, create_request
 from ..hookprocs import hook_server, registered
@@ -49,7 +50,7 @@ class RawAnswerServer:
                 return grpc.unary_unary_rpc_method_handler(reply)
 
         self.server.add_generic_rpc_handlers((Handler(),))
-        self.server.add_insecure_port(f"unix://{socket}")
+        self.server.add_insecure_port(grpc_address(socket))
 
     async def __aenter__(self) -> RawAnswerServer:
         await self.server.start()

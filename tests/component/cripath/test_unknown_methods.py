@@ -14,6 +14,8 @@ import grpc
 import pytest
 from grpc import aio
 
+from runtimeproxy.host.unixsocket import grpc_address
+
 from ..fakes import version_response
 
 NO_SUCH = "/runtime.v1.RuntimeService/NoSuchMethod"
@@ -50,7 +52,7 @@ async def backend(request: pytest.FixtureRequest, sock_dir: Path) -> AsyncIterat
     server = aio.server()
     server.add_generic_rpc_handlers((ContainerdLike(request.param == "ok"),))
     socket = sock_dir / "backend.sock"
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(grpc_address(socket))
     await server.start()
     yield socket, EXPECTED[request.param]
     await server.stop(0)

@@ -25,6 +25,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 from runtimeproxy.frames.listener import FramesListener
+from runtimeproxy.host.unixsocket import grpc_address
 
 from .. import rawh2
 from ..rawh2 import message
@@ -134,7 +135,7 @@ async def raw_relay(sock_dir: Path, stages: tuple[Stage, ...] = ()) -> AsyncIter
     own = aio.server()
     own.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         "test.Own", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)})])
-    own.add_insecure_port(f"unix://{sock_dir / 'own.sock'}")
+    own.add_insecure_port(grpc_address(sock_dir / 'own.sock'))
     await own.start()
     listener = FramesListener(relay.listen, sock_dir / "runtime.sock", sock_dir / "own.sock", _Routes(stages), [],
                               Limits(max_message=1 << 20))

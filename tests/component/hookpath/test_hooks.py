@@ -15,6 +15,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
+from runtimeproxy.host.unixsocket import grpc_address
 
 from ...hookprocs import hook_server, registered
 from .crirequests import CREATE, QUOTA_HOOK, REMOVE, START, STOP, backend_request, create_request
@@ -180,7 +181,7 @@ class GarbageHookServer:
                 return grpc.unary_unary_rpc_method_handler(answer)
 
         self.server.add_generic_rpc_handlers((Handler(),))
-        self.server.add_insecure_port(f"unix://{socket}")
+        self.server.add_insecure_port(grpc_address(socket))
 
 
 @pytest.mark.parametrize("policy", ["Fail", "Ignore"])

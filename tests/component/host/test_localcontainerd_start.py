@@ -39,7 +39,7 @@ async def main():
     socket = Path(sys.argv[2]).parent / "containerd.sock"
     server = aio.server()
     server.add_generic_rpc_handlers((NotInitialised(),))
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(f"unix:{socket}")  # not unix://: grpc would bind ///PATH
     await server.start()
     await server.wait_for_termination()
 
@@ -90,7 +90,7 @@ async def main():
         await asyncio.Event().wait()
     server = aio.server()
     server.add_generic_rpc_handlers((Answers(),))
-    server.add_insecure_port(f"unix://{path}")
+    server.add_insecure_port(f"unix:{path}")  # as above
     await server.start()
     print("msg=\\"containerd successfully booted in 0.1s\\"", flush=True)
     await server.wait_for_termination()

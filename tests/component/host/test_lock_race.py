@@ -213,8 +213,7 @@ def shut_listener(path: Path) -> None:
         except OSError:
             continue  # not a socket, or gone
         with sock:
-            # normpath: grpc bound "///PATH" for unix://PATH, before unixsocket.grpc_address
-            if (sock.family == socket.AF_UNIX and os.path.normpath(sock.getsockname()) == str(path)
+            if (sock.family == socket.AF_UNIX and sock.getsockname() == str(path)
                     and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
                 sock.shutdown(socket.SHUT_RD)  # for a unix listener: refuse every connect from now on
                 return

@@ -25,6 +25,7 @@ from hooks.balloons.config import parse_config
 from hooks.balloons.runtime import RuntimeClient
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
+from runtimeproxy.host.unixsocket import grpc_address
 
 from .test_server import CONFIG, request
 
@@ -78,7 +79,7 @@ async def serving(runtime: HoldingRuntime, *sockets: Path) -> AsyncIterator[None
     server = aio.server()
     v1_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
     for socket in sockets:
-        server.add_insecure_port(f"unix://{socket}")
+        server.add_insecure_port(grpc_address(socket))
     await server.start()
     try:
         yield

@@ -23,6 +23,7 @@ from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.outages import OutageLog
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookSnapshot
+from runtimeproxy.host.unixsocket import grpc_address
 from runtimeproxy.metrics import Metrics
 
 HOOK = HookType.PRE_CREATE_CONTAINER
@@ -77,7 +78,7 @@ async def test_undecodable_answer_is_one_line_of_ours_without_grpc_traceback(
 
     server = aio.server()
     server.add_generic_rpc_handlers((AnyMethod(),))
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(grpc_address(socket))
     await server.start()
     metrics = Metrics()
     dispatcher = Dispatcher(Servers([config("garbage.json", socket, policy)]), metrics)  # type: ignore[arg-type]
