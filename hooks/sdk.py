@@ -270,7 +270,11 @@ class HookServer:
                 raise RuntimeError("bind failed")
         except RuntimeError as exc:
             raise HookServerError(f"cannot listen on {path}: {exc}") from exc
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:  # a start cancelled: its listener must not outlive it (nor grpc's unlink at its end)
+            await server.stop(None)
+            raise
         return server
 
     async def _start_frames(self, path: Path) -> FrameServer:
@@ -291,14 +295,14 @@ class HookServer:
         server, self._server = self._server, None
         if server is None:
             return
-        await server.stop(self._grace if grace is None else grace)
-        # Remove our socket, unless someone else has replaced it meanwhile.
-        unixsocket.remove_own(self._socket_path, self._socket_identity)
-        self._socket_identity = None
-        # Last (grpc unlinked the path it bound as it stopped): a server waiting on the lock binds now.
-        lock, self._path_lock = self._path_lock, None
-        if lock is not None:
-            lock.release()
+        try:
+            await server.stop(self._grace if grace is None else grace)
+        finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop does nothing
+            # Remove our socket, unless someone else has replaced it meanwhile.
+            unixsocket.remove_own(self._socket_path, self._socket_identity)
+            self._socket_identity = None
+            # Last (grpc unlinked the path it bound as it stopped): a server waiting on the lock binds now.
+            socketlock.release(self._path_lock)
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Wait until the server stops; returns True on timeout (like grpc)."""

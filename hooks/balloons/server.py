@@ -150,9 +150,13 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             raise
 
     async def stop(self, grace: float | None = None) -> None:
-        await self._status.stop()
-        await super().stop(grace)
-        await self._runtime.close()
+        try:
+            await self._status.stop()
+        finally:  # each stop runs whatever the one before did: the hook socket's lock goes too
+            try:
+                await super().stop(grace)
+            finally:
+                await self._runtime.close()
 
     async def background(self) -> None:
         async with asyncio.TaskGroup() as tasks:

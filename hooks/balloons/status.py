@@ -64,13 +64,14 @@ class StatusServer:
 
     async def stop(self) -> None:
         server, self._server = self._server, None
-        if server is not None:
-            server.close()
-            await server.wait_closed()
+        try:
+            if server is not None:
+                server.close()
+                await server.wait_closed()
+        finally:  # a stop that failed or was cut short too: neither the socket nor the lock outlives it
             unixsocket.remove_own(self.path, self._identity)
-        lock, self._path_lock = self._path_lock, None
-        if lock is not None:
-            lock.release()
+            self._identity = None
+            socketlock.release(self._path_lock)
 
 
 async def read_status(path: Path, timeout: float = 5.0) -> dict[str, Any]:

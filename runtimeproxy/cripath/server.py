@@ -101,19 +101,28 @@ class Proxy:
         self._frames = _frames_path(config, self.router, options)
 
     async def start(self) -> None:
-        """Listen at once; the backend is probed in the background."""
-        await self._listen()
-        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        log.info("probing backend", extra={"backend": str(self.config.backend)})
-        # Keeps routing and health current; restarted if it dies (a restart
-        # probes again, so routing and health are brought up to date).
-        self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
-        accepting = self._listener or (self._frames if self._activated else None)
-        if accepting is not None:
-            self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
-        # What a client that never read its answers held is freed when its
-        # connection closes; this gives it back to the system (limits.py).
-        self.tasks.spawn(TaskName.MEMORY, give_back_freed_memory())
+        """Listen at once; the backend is probed in the background. A start
+        that fails or is cancelled leaves nothing serving and the path's lock
+        free: its caller has no proxy to stop (app.py stops only a started one)."""
+        await self._listen()  # undoes its own steps when it fails
+        try:
+            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+            log.info("probing backend", extra={"backend": str(self.config.backend)})
+            # Keeps routing and health current; restarted if it dies (a restart
+            # probes again, so routing and health are brought up to date).
+            self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
+            accepting = self._listener or (self._frames if self._activated else None)
+            if accepting is not None:
+                self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
+            # What a client that never read its answers held is freed when its
+            # connection closes; this gives it back to the system (limits.py).
+            self.tasks.spawn(TaskName.MEMORY, give_back_freed_memory())
+        except BaseException:
+            try:
+                await self.stop(0)
+            except Exception:  # the start's own failure is the one to raise
+                log.warning("stopping after a failed start failed", exc_info=True)
+            raise
 
     async def _listen(self) -> None:
         """grpc listens on --listen, or, with a socket from systemd, on a
@@ -158,13 +167,8 @@ class Proxy:
         try:
             await self._bind_prepared(path)
         except BaseException:
-            self._release_lock()
+            socketlock.release(self._path_lock)  # _bind_prepared stopped what it started
             raise
-
-    def _release_lock(self) -> None:
-        lock, self._path_lock = self._path_lock, None
-        if lock is not None:
-            lock.release()
 
     async def _bind_prepared(self, path: Path) -> None:
         # The socket is created 0660, never briefly wider: under the umask
@@ -181,7 +185,11 @@ class Proxy:
                         port = 0
                 if port == 0:
                     raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
-                await self.server.start()
+                try:
+                    await self.server.start()
+                except BaseException:  # cancelled: its listener must not outlive the lock
+                    await self.server.stop(None)
+                    raise
         except OSError as exc:  # the bind itself (EPERM, EROFS...): the path's fault, said in one line
             raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         try:
@@ -190,6 +198,8 @@ class Proxy:
         except BaseException as exc:
             if self._frames is not None:  # started above: its temp dir and server must not outlive this
                 await self._frames.abandon(self.server, exc)
+            else:
+                await self.server.stop(None)
             raise
         self._bound = path
         log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
@@ -263,6 +273,18 @@ class Proxy:
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
+        try:
+            await self._stop(grace)
+        finally:  # a stop that failed or was cut short too: the socket and the lock must not outlive it
+            # Only our own socket: a newer instance may already have replaced it.
+            unixsocket.remove_own(self._bound, self._socket)
+            self._socket = None
+            # Last: grpc unlinked the path it bound as it stopped (in _stop), so
+            # the next instance, waiting on the lock, binds only now.
+            socketlock.release(self._path_lock)
+        log.info("stopped", extra={"socket": str(self.config.listen)})
+
+    async def _stop(self, grace: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace  # one grace for the whole drain, whichever path carries the calls
         # 1. Stop accepting and drain the calls: unary calls get the grace
@@ -303,12 +325,6 @@ class Proxy:
         await self.tasks.close()
         # 4. ...and only then close its channels.
         await self.backend.close()
-        # Only our own socket: a newer instance may already have replaced it.
-        unixsocket.remove_own(self._bound, self._socket)
-        # Last: grpc unlinked the path it bound as it stopped (above), so the
-        # next instance, waiting on the lock, binds only now.
-        self._release_lock()
-        log.info("stopped", extra={"socket": str(self.config.listen)})
 
 
 def _frames_path(config: ProxyConfig, router: Router, options: list) -> FramesPath | None:

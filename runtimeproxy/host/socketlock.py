@@ -91,6 +91,13 @@ class SocketLock:
         os.close(fd)
 
 
+def release(lock: SocketLock | None) -> None:
+    """Let go of an owner's ``lock``, if it took one; idempotent, so the owner
+    calls it in its stop's ``finally`` whatever state the stop ended in."""
+    if lock is not None:
+        lock.release()
+
+
 @dataclass(frozen=True)
 class _Held:
     holder: int | None
