@@ -221,7 +221,7 @@ async def _serve(
     fields = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     gcpolicy.before_serving()
     try:
-        await server.start()
+        await stop.unless_signalled(server.start())  # a signal in its wait for the path's lock ends it
     except SocketPathError as exc:  # exit 2: a unit restarting on failure would retry it forever
         raise SetupError(f"hook {server.NAME}: {exc}") from exc
     except HookServerError as exc:

@@ -166,7 +166,10 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 err=True,
             )
         gcpolicy.before_serving()
-        running = await build_proxy(config, stack, listen_socket)
+        running = await stop.unless_signalled(build_proxy(config, stack, listen_socket))
+        if running is None:  # a signal while it started (waiting for the path's lock): nothing serves
+            log.info("signal received, shutting down", extra={"signal": stop.received})
+            return
         failed = running.tasks.failed
         await _first(stop.wait(), failed.wait())
         if failed.is_set():

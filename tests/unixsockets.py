@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from runtimeproxy.host.unixsocket import SocketIdentity
@@ -41,3 +43,38 @@ def full_backlog(path: Path) -> Iterator[socket.socket]:
         for client in queued:
             client.close()
         listener.close()
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# Takes the lock of the path given (host/socketlock.py) and leaves a stale
+# socket there, as an instance stopping (or stuck starting) does; says "held"
+# and holds both until its stdin closes.
+STALE_HOLDER = """\
+import asyncio, socket, sys
+from pathlib import Path
+from runtimeproxy.host.socketlock import claim
+path = Path(sys.argv[1])
+lock = asyncio.run(claim(path))
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+    s.bind(str(path))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.asynccontextmanager
+async def stale_lock_holder(path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Another process holding ``path``'s lock without serving it: a new
+    instance on the path waits for it (up to socketlock.LOCK_WAIT_S)."""
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STALE_HOLDER, str(path), cwd=PROJECT_ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert await asyncio.wait_for(holder.stdout.readline(), 20) == b"held\n"
+        yield holder
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+        await holder.wait()

@@ -7,8 +7,9 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,6 +34,7 @@ from .router import Router
 from .stage import StageProvider
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
@@ -349,6 +351,24 @@ class StopSignal(asyncio.Event):
     def __init__(self) -> None:
         super().__init__()
         self.received: str | None = None
+
+    async def unless_signalled(self, start: Awaitable[T]) -> T | None:
+        """``start``'s result; None if a stop signal came first, ``start``
+        then cancelled (it undoes its own steps): a start-up that waits, as
+        for a socket path's lock, must not outlast the unit's stop timeout."""
+        task = asyncio.ensure_future(start)
+        signalled = asyncio.ensure_future(self.wait())
+        try:
+            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signalled.cancel()
+            task.cancel()  # nothing once it is done
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                return None  # cancelled above, not this caller
+            raise
 
 
 def stop_on_signals() -> StopSignal:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ..unixsockets import stale_lock_holder
 from .fakes import FakeBackend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +61,34 @@ async def serve_ends_when_a_task_keeps_failing(fake: FakeBackend, sock_dir: Path
     assert not listen.exists()
     path = options[options.index("--data-path") + 1] if "--data-path" in options else "frames"
     assert f'"data_path": "{path}"' in log  # in its "listening" line
+
+
+@pytest.mark.parametrize("data_path", ["frames", "grpc"])
+async def test_a_stop_signal_while_waiting_for_the_sockets_lock_ends_serve_at_once(sock_dir: Path, data_path: str) -> None:
+    # --listen's lock held by an instance that does not serve it: serve waits
+    # (up to 30 s, more than the unit's TimeoutStopSec): a signal ends the wait.
+    listen = sock_dir / "proxy.sock"
+    async with stale_lock_holder(listen):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runtimeproxy.cli", "serve", "--listen", str(listen),
+            "--backend", str(sock_dir / "none.sock"), "--hook-dir", str(sock_dir / "hooks"),
+            "--data-path", data_path, "--log-format", "json", cwd=REPO, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+        try:
+            assert process.stderr is not None
+            async with asyncio.timeout(20):
+                async for line in process.stderr:
+                    if b'"msg": "socket path held by another instance' in line:
+                        break
+                else:
+                    pytest.fail(f"serve ended (exit {await process.wait()}) before it waited for the lock")
+            process.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(process.communicate(), 20)  # far less than the lock's wait
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, err.decode()
+    assert '"msg": "signal received, shutting down"' in err.decode()
 
 
 # What an operator got wrong, each with the one line serve logs for it: no traceback.

@@ -23,6 +23,7 @@ from runtimeproxy.app import RunningProxy
 from runtimeproxy.hookpath.points import HookType
 
 from ...hookprocs import registered
+from ...unixsockets import stale_lock_holder
 from ..fakes import FakeBackend
 from .conftest import CREATE, REPO, StartHook, create_request
 
@@ -151,6 +152,24 @@ async def test_ready_and_stopping_are_told_to_systemd(sock_dir: Path, hook_dir: 
         assert code == 0, rest
     finally:
         notify.close()
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_stop_signal_while_waiting_for_the_sockets_lock_ends_it_at_once_unregistered(
+    sock_dir: Path, hook_dir: Path, hook_run: StartHook, transport: str
+) -> None:
+    # The socket's lock held by an instance that does not serve it: this one
+    # waits (up to 30 s, more than the unit's TimeoutStopSec): a signal ends the wait.
+    sock = sock_dir / "held.sock"
+    async with stale_lock_holder(sock):
+        run = await hook_run("noop", "--socket", str(sock), "--hook-dir", str(hook_dir), "--log-format", "json",
+                             "--transport", transport)
+        await run.wait_for('"msg": "socket path held by another instance')
+        run.process.send_signal(signal.SIGTERM)
+        code, rest = await run.finish()
+    assert code == 0, rest
+    assert '"msg": "signal received, shutting down"' in rest and "neither served it" not in rest
+    assert list(hook_dir.iterdir()) == []
 
 
 async def test_socket_in_use_exits_1_without_registering(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
