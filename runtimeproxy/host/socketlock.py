@@ -11,9 +11,11 @@ whole life, until its server has stopped (grpc's stop unlinks the path it
 bound) and its socket is removed. The socket keeps its own name: ss and
 /proc/net/unix show the bound name, which must be the path kubelet dials.
 
-A second instance meets the lock held and probes the socket: a holder that
-serves it (the socket answers) refuses it at once, naming the holder's pid
-(written into the file). A holder that does not serve it is starting (it
+A second instance meets the lock held. Anything but a socket at the path
+(which no holder's stop removes) is refused at once, as
+:func:`unixsocket.prepare` refuses it. Else it probes the socket: a holder
+that serves it (the socket answers) refuses it at once, naming the holder's
+pid (written into the file). A holder that does not serve it is starting (it
 binds within moments: then refused as above) or stopping (its stop lets go
 of the lock): the second waits for it, up to ``LOCK_WAIT_S``, which is more
 than the units' TimeoutStopSec, past which systemd kills a stop and with it
@@ -144,6 +146,9 @@ async def _lock(path: Path, wait_s: float) -> SocketLock:
             )
             return SocketLock(lockfile)
         who = f"pid {got.holder}" if got.holder is not None else "pid unknown"
+        # What no holder's stop removes is refused now, as prepare would: a
+        # file the probe finds stale (ECONNREFUSED) or a symlink it follows.
+        unixsocket.refuse_non_socket(path)
         if not unixsocket.is_stale(path):
             raise SocketInUse(
                 f"{path} is in use by another process ({who}, holding {lockfile}); refusing to take it over",

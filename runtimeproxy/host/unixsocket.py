@@ -205,6 +205,14 @@ def _lstat(path: Path) -> os.stat_result | None:
         raise _path_error(f"cannot inspect {path}", exc) from exc
 
 
+def refuse_non_socket(path: Path) -> None:
+    """Raise :class:`UnusablePath` if anything but a socket is at ``path``
+    (the rule :func:`prepare` applies before its probe); nothing there is fine."""
+    st = _lstat(path)
+    if st is not None:
+        _refuse_non_socket(path, st)
+
+
 def _refuse_non_socket(path: Path, st: os.stat_result) -> None:
     # lstat: a symlink, even to a socket, is refused (the stale check would follow it, the unlink not).
     if stat.S_ISLNK(st.st_mode):

@@ -139,6 +139,28 @@ async def test_a_holder_that_neither_serves_nor_lets_go_is_refused_after_the_wai
         lock.release()
 
 
+@pytest.mark.parametrize(("kind", "refusal"), [
+    ("file", "exists and is not a unix socket"),  # the probe finds it stale (ECONNREFUSED)
+    ("symlink", "is a symbolic link, not a unix socket"),  # the probe follows it to a live socket
+], ids=["file", "symlink"])  # fmt: skip
+async def test_a_non_socket_at_a_held_path_is_refused_at_once_not_waited_on(
+    sock_dir: Path, kind: str, refusal: str
+) -> None:
+    path = sock_dir / "s.sock"
+    lock = await claim(path)
+    try:
+        with listening(sock_dir / "live.sock"):
+            if kind == "file":
+                path.write_text("precious")
+            else:
+                path.symlink_to(sock_dir / "live.sock")
+            with pytest.raises(unixsocket.UnusablePath, match=f"^{path} {refusal}; refusing to replace it$"):
+                await claim(path, wait_s=0)  # not "neither served it nor let it go", after the wait
+    finally:
+        lock.release()
+    assert os.path.lexists(path)
+
+
 async def test_a_failed_prepare_lets_the_lock_go(sock_dir: Path) -> None:
     path = sock_dir / "s.sock"
     path.write_text("precious")
