@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+from runtimeproxy.host import socketlock
 from runtimeproxy.host.unixsocket import SocketIdentity
 
 
@@ -78,3 +80,34 @@ async def stale_lock_holder(path: Path) -> AsyncIterator[asyncio.subprocess.Proc
         if holder.returncode is None:
             holder.kill()
         await holder.wait()
+
+
+class LockWaits(asyncio.Event):
+    """Set once a claim logs that it waits for the path's holder; ``records``: those lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+
+@contextlib.contextmanager
+def lock_waits() -> Iterator[LockWaits]:
+    """socketlock's "waiting" log lines, in this process, as they come."""
+    waits = LockWaits()
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("socket path held by another instance"):
+                waits.records.append(record)
+                waits.set()
+
+    handler = Handler()
+    logger = logging.getLogger(socketlock.__name__)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield waits
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

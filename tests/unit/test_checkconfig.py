@@ -4,9 +4,7 @@ directory, every bad file named with its reason (and line), warnings apart."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,14 +16,6 @@ from runtimeproxy.config import ConfigError, load
 from runtimeproxy.hookpath.points import HookType
 
 from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="cc", dir="/tmp"))
-    yield path
-    shutil.rmtree(path)
 
 
 @pytest.fixture

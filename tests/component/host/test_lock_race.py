@@ -20,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,8 +31,9 @@ import pytest
 from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import Proxy
-from runtimeproxy.host import socketlock
 from runtimeproxy.host.socketlock import lock_path
+
+from ...unixsockets import lock_waits
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -181,28 +181,6 @@ async def test_two_instances_starting_at_once_one_serves_the_other_is_refused_na
     assert sorted(p.name for p in sock_dir.iterdir()) == []  # its socket and its lock went with it
 
 
-@contextlib.contextmanager
-def lock_waits() -> Iterator[asyncio.Event]:
-    """Set once a claim logs that it waits for the path's holder."""
-    event = asyncio.Event()
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith("socket path held by another instance"):
-                event.set()
-
-    handler = Handler()
-    logger = logging.getLogger(socketlock.__name__)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield event
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
 def shut_listener(path: Path) -> None:
     """Make the socket this process listens on at ``path`` refuse connections
     (ECONNREFUSED), its file left in place: grpc's stop at the moment its
@@ -240,7 +218,8 @@ async def test_an_old_instance_stopping_does_not_unlink_a_newer_ones_socket(
         waited = asyncio.ensure_future(waiting.wait())
         try:
             # The lock makes the new one wait; without it, it takes the path now.
-            await asyncio.wait([starting, waited], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([starting, waited], timeout=CHILD_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+            assert done, f"the new instance neither waited nor started within {CHILD_TIMEOUT}s"
             await old.stop(0)  # grpc unlinks the path it bound
             await starting
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import pytest
 from runtimeproxy.host import socketlock, unixsocket
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import stale_socket
+from tests.unixsockets import lock_waits, stale_socket
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -41,38 +39,9 @@ sys.stdin.read()
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="sl-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-class Waiting(logging.Handler):
-    """Set once a claim logs that it waits for the holder."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.event = asyncio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("socket path held by another instance"):
-            self.event.set()
-
-
-@pytest.fixture
 def waiting() -> Iterator[asyncio.Event]:
-    handler = Waiting()
-    logger = logging.getLogger(socketlock.__name__)
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.event
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with lock_waits() as waits:
+        yield waits
 
 
 def listening(path: Path) -> socket.socket:

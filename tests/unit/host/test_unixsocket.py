@@ -12,11 +12,9 @@ import asyncio
 import errno
 import os
 import select
-import shutil
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,15 +30,6 @@ from runtimeproxy.host.unixsocket import (
     UnixSocketError,
 )
 from tests.unixsockets import full_backlog, stale_socket
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="us-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class FailingProbe:

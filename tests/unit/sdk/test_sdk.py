@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -29,16 +26,6 @@ from runtimeproxy.hookpath.hookfile import FailurePolicy, parse_hook_file
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
 from runtimeproxy.hookpath.registry import HookRegistry
 from tests.hookrequests import container_request, pod_request, request_for
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory for unix sockets (tmp_path may exceed the 107-byte sun_path limit)."""
-    d = Path(tempfile.mkdtemp(prefix="hk-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- in-process SDK
