@@ -42,6 +42,9 @@ QUIET_S = 0.05  # shutdown: no new call for this long, see Proxy._stop_accepting
 HOLD_LIMIT_S = 1.0
 DRAIN_FLOOR_S = 0.5  # shutdown: the frames drain's least time, however much of the grace is spent
 SETTLE_AFTER_GRACE_S = 5.0  # shutdown: records and post hooks may go on this long past the grace
+# A stop takes up to the grace period and about this much more (held calls,
+# the frames drain's floor, records and post hooks, closing).
+STOP_PAST_GRACE_S = HOLD_LIMIT_S + DRAIN_FLOOR_S + SETTLE_AFTER_GRACE_S + 1.0
 ACCEPT_TASK = "activation-accept"
 
 
@@ -58,11 +61,12 @@ def prepare_socket_path(path: Path) -> None:
         raise ListenError(str(exc)) from exc
 
 
-async def claim_socket_path(path: Path) -> socketlock.SocketLock:
+async def claim_socket_path(path: Path, grace: float) -> socketlock.SocketLock:
     """The same rules under the path's lock (host/socketlock.py), held until
-    the proxy has stopped: another proxy on the path is refused, naming its pid."""
+    the proxy has stopped: another proxy on the path is refused, naming its
+    pid; or, stopping, waited for as long as a stop with ``grace`` may take."""
     try:
-        return await socketlock.claim(path)
+        return await socketlock.claim(path, max(socketlock.LOCK_WAIT_S, grace + STOP_PAST_GRACE_S))
     except unixsocket.UnixSocketError as exc:
         raise ListenError(str(exc)) from exc
 
@@ -165,7 +169,7 @@ class Proxy:
         if public is not None:
             prepare_socket_path(path)
         else:
-            self._path_lock = await claim_socket_path(path)
+            self._path_lock = await claim_socket_path(path, self.config.grace_period)
         try:
             await self._bind_prepared(path)
         except BaseException:

@@ -17,12 +17,21 @@ A second instance meets the lock held. Anything but a socket at the path
 that serves it (the socket answers) refuses it at once, naming the holder's
 pid (written into the file). A holder that does not serve it is starting (it
 binds within moments: then refused as above) or stopping (its stop lets go
-of the lock): the second waits for it, up to ``LOCK_WAIT_S``, which is more
-than the units' TimeoutStopSec, past which systemd kills a stop and with it
-the lock. Waiting, not refusing: a hook server's new instance started while
-the old one drains (a DaemonSet's rolling update) then serves as soon as it
-can, instead of failing into a restart backoff. Under systemd's Restart= the
-old process has exited before the new one starts, so the lock is free.
+of the lock): the second waits for it, up to ``wait_s``: ``LOCK_WAIT_S``,
+more than the units' TimeoutStopSec, past which systemd kills a stop and
+with it the lock; the proxy passes more when its grace period makes a stop
+longer (cripath/server.py). Waiting, not refusing: a hook server's new
+instance started while the old one stops (a DaemonSet's rolling update with
+a surge) then serves as soon as it can, instead of failing into a restart
+backoff. Under systemd's Restart= the old process has exited before the new
+one starts, so the lock is free.
+
+Stopping is told from serving by the probe alone, so a holder whose socket
+still answers in its stop refuses a second instance as if it served: the
+proxy on the grpc data path while its stop holds new calls (at most 1 s,
+HOLD_LIMIT_S, before grpc's shutdown closes the listener), ``hook run``
+while it answers for ``--drain`` after removing its registration. The
+frames data path closes its listener as its stop begins.
 
 The kernel drops a flock with its holder's last descriptor, however the
 holder dies: no lock outlives its process. The holder removes the file as it

@@ -30,10 +30,11 @@ import pytest
 
 from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.cripath.server import Proxy
+from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, Proxy
+from runtimeproxy.host import socketlock
 from runtimeproxy.host.socketlock import lock_path
 
-from ...unixsockets import lock_waits
+from ...unixsockets import lock_waits, stale_socket
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -226,6 +227,32 @@ async def test_an_old_instance_stopping_does_not_unlink_a_newer_ones_socket(
                 client.connect(str(path))  # the new one serves at the path
         finally:
             waited.cancel()
+            await new.stop(0)
+
+
+@pytest.mark.parametrize("grace", [10.0, 40.0])
+async def test_a_proxy_waits_for_a_stopping_one_as_long_as_a_stop_with_its_grace_period_takes(
+    fake_backend_path: Path, sock_dir: Path, grace: float
+) -> None:
+    # A stop takes up to the grace period, its held calls' time and the post
+    # hooks' past the grace, and more: with a long grace period, more than
+    # socketlock's own wait.
+    path = sock_dir / "s.sock"
+    old = await socketlock.claim(path)
+    stale_socket(path)  # the old one stopping: not serving, its lock held
+    new = Proxy(ProxyConfig(listen=path, backend=fake_backend_path, hook_dir=sock_dir / "hooks", grace_period=grace))
+    with lock_waits() as waiting:
+        starting = asyncio.ensure_future(new.start())
+        try:
+            await asyncio.wait_for(waiting.wait(), CHILD_TIMEOUT)
+            (record,) = waiting.records
+            assert record.wait_s >= max(socketlock.LOCK_WAIT_S, grace + HOLD_LIMIT_S + SETTLE_AFTER_GRACE_S)
+            old.release()
+            await starting
+        finally:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            old.release()
             await new.stop(0)
 
 
