@@ -35,6 +35,7 @@ from runtimeproxy.hookpath.hookfile import (
     parse_duration,
 )
 from runtimeproxy.host import sdnotify
+from runtimeproxy.stopsignal import stop_on_signals
 
 from .balloons.cli import balloons as balloons_commands
 from .builtin import (
@@ -208,8 +209,6 @@ async def _serve(
     cls: type[BuiltinHook], socket_path: Path, config: Mapping[str, Any], registration: Registration, drain: float,
     config_file: Path | None = None, transport: str = "frames",
 ) -> int:
-    from runtimeproxy.cripath.server import stop_on_signals
-
     stop = stop_on_signals()
     try:
         # Built in the loop: a hook may make loop-bound objects (channels, events) as it is built.

@@ -146,7 +146,7 @@ def _operator_errors() -> tuple[type[Exception], ...]:
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
     from .cripath.activation import inherited_socket
-    from .cripath.server import stop_on_signals
+    from .stopsignal import stop_on_signals
 
     log.info("event loop running", extra={"event_loop": eventloop.running_loop_name(), "setting": config.event_loop})
     stop = stop_on_signals()

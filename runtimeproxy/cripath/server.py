@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
-from ..frames.path import FramesPath, Limits
+from ..frames.path import FramesPath
 from ..host import socketlock, unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
@@ -34,7 +32,6 @@ from .router import Router
 from .stage import StageProvider
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 SOCKET_MODE = 0o660
 READ_TIMEOUT = 10.0
@@ -104,7 +101,7 @@ class Proxy:
         self._listener: ActivatedListener | None = None
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
-        self._frames = _frames_path(config, self.router, options)
+        self._frames = FramesPath.from_config(config, self.router, options)
 
     async def start(self) -> None:
         """Listen at once; the backend is probed in the background. A start
@@ -157,7 +154,7 @@ class Proxy:
 
     @property
     def _data_path(self) -> str:
-        """The data path serving, as the logs name it (what _frames_path chose)."""
+        """The data path serving, as the logs name it (what FramesPath.from_config chose)."""
         return "frames" if self._frames is not None else "grpc"
 
     async def _bind(self, path: Path, public: Path | None = None) -> None:
@@ -332,67 +329,3 @@ class Proxy:
         # 4. ...and only then close its channels.
         await self.backend.close()
 
-
-def _frames_path(config: ProxyConfig, router: Router, options: list) -> FramesPath | None:
-    """The frames data path, or None for the grpc one (``--data-path``)."""
-    if config.data_path != "frames":
-        return None
-    assert config.backend is not None
-    limits = Limits(config.max_recv_message_bytes, config.max_send_message_bytes, config.max_concurrent_streams)
-    return FramesPath(router, config.backend, config.image_backend, options, limits)
-
-
-# Each ends every serving command (serve, nri, hook run) in its orderly stop.
-# SIGHUP too: a closed terminal or `kill -HUP` would otherwise end the process
-# at once, with no clean-up (sockets, registrations, a --local-containerd and
-# its shims, which run in a session of their own and never see the hangup).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class StopSignal(asyncio.Event):
-    """Set by the first stop signal; ``received`` names it (None: none yet)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.received: str | None = None
-
-    async def unless_signalled(self, start: Awaitable[T]) -> T | None:
-        """``start``'s result; None if a stop signal came first, ``start``
-        then cancelled (it undoes its own steps): a start-up that waits, as
-        for a socket path's lock, must not outlast the unit's stop timeout."""
-        task = asyncio.ensure_future(start)
-        signalled = asyncio.ensure_future(self.wait())
-        try:
-            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            signalled.cancel()
-            task.cancel()  # nothing once it is done
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                return None  # cancelled above, not this caller
-            raise
-
-
-def stop_on_signals() -> StopSignal:
-    """An event set by SIGTERM, SIGINT or SIGHUP (installed before start-up, so
-    that a signal during start-up also ends in an orderly shutdown); SIGHUP not
-    when the process was started with it ignored (``nohup``)."""
-    stop = StopSignal()
-    loop = asyncio.get_running_loop()
-    for sig in STOP_SIGNALS:
-        if sig is signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
-            continue  # started under nohup: the hangup is meant to pass it by
-        loop.add_signal_handler(sig, _on_stop_signal, stop, sig)
-    return stop
-
-
-def _on_stop_signal(stop: StopSignal, sig: signal.Signals) -> None:
-    # Logged here, for every command that uses these handlers; a second signal
-    # during the shutdown is logged too, and changes nothing.
-    reason = (signal.strsignal(sig) or sig.name).lower()
-    log.info("stop signal received", extra={"signal": sig.name, "reason": reason})
-    if stop.received is None:
-        stop.received = sig.name
-    stop.set()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpc import aio
 
+from ..config import ProxyConfig
 from ..cripath.router import Router
 from ..host import unixsocket
 from .connection import Limits
@@ -39,6 +40,15 @@ class FramesPath:
         self._limits = limits
         self._dir: Path | None = None  # the internal socket's private directory, made by start
         self.listener: FramesListener | None = None
+
+    @classmethod
+    def from_config(cls, config: ProxyConfig, router: Router, options: list) -> FramesPath | None:
+        """The frames data path, or None for the grpc one (``--data-path``)."""
+        if config.data_path != "frames":
+            return None
+        assert config.backend is not None
+        limits = Limits(config.max_recv_message_bytes, config.max_send_message_bytes, config.max_concurrent_streams)
+        return cls(router, config.backend, config.image_backend, options, limits)
 
     async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
         """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""

@@ -74,7 +74,7 @@ def nri(
 
 
 async def _run(settings: NriSettings) -> None:
-    from ..cripath.server import stop_on_signals
+    from ..stopsignal import stop_on_signals
 
     stop = stop_on_signals()
     plugin = NriPlugin(settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtimeproxy.cripath import server
+from runtimeproxy.frames.path import FramesPath
 
 
 def with_data_path(argv: tuple[str, ...], path: str) -> tuple[str, ...]:
@@ -30,12 +30,12 @@ def with_data_path(argv: tuple[str, ...], path: str) -> tuple[str, ...]:
 
 
 def on_data_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    choose = server._frames_path
+    choose = FramesPath.from_config.__func__  # type: ignore[attr-defined]
 
-    def chosen(config: Any, *args: Any) -> Any:
-        return choose(dataclasses.replace(config, data_path=path), *args)
+    def chosen(cls: type[FramesPath], config: Any, *args: Any) -> Any:
+        return choose(cls, dataclasses.replace(config, data_path=path), *args)
 
-    monkeypatch.setattr(server, "_frames_path", chosen)
+    monkeypatch.setattr(FramesPath, "from_config", classmethod(chosen))
     spawn = asyncio.create_subprocess_exec
 
     async def spawn_on_path(*argv: Any, **kwargs: Any) -> asyncio.subprocess.Process:

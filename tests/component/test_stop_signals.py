@@ -13,7 +13,7 @@ import pytest
 SIGNALLED = """\
 import asyncio, json, os, signal, sys
 from runtimeproxy import logs
-from runtimeproxy.cripath.server import stop_on_signals
+from runtimeproxy.stopsignal import stop_on_signals
 
 async def main():
     stop = stop_on_signals()

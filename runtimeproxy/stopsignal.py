@@ -1,0 +1,67 @@
+"""The stop signals every serving command (serve, nri, hook run) ends on in
+its orderly stop, and the start-ups a stop signal cuts short."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# SIGHUP too: a closed terminal or `kill -HUP` would otherwise end the process
+# at once, with no clean-up (sockets, registrations, a --local-containerd and
+# its shims, which run in a session of their own and never see the hangup).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopSignal(asyncio.Event):
+    """Set by the first stop signal; ``received`` names it (None: none yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: str | None = None
+
+    async def unless_signalled(self, start: Awaitable[T]) -> T | None:
+        """``start``'s result; None if a stop signal came first, ``start``
+        then cancelled (it undoes its own steps): a start-up that waits, as
+        for a socket path's lock, must not outlast the unit's stop timeout."""
+        task = asyncio.ensure_future(start)
+        signalled = asyncio.ensure_future(self.wait())
+        try:
+            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signalled.cancel()
+            task.cancel()  # nothing once it is done
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                return None  # cancelled above, not this caller
+            raise
+
+
+def stop_on_signals() -> StopSignal:
+    """An event set by SIGTERM, SIGINT or SIGHUP (installed before start-up, so
+    that a signal during start-up also ends in an orderly shutdown); SIGHUP not
+    when the process was started with it ignored (``nohup``)."""
+    stop = StopSignal()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        if sig is signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # started under nohup: the hangup is meant to pass it by
+        loop.add_signal_handler(sig, _on_stop_signal, stop, sig)
+    return stop
+
+
+def _on_stop_signal(stop: StopSignal, sig: signal.Signals) -> None:
+    # Logged here, for every command that uses these handlers; a second signal
+    # during the shutdown is logged too, and changes nothing.
+    reason = (signal.strsignal(sig) or sig.name).lower()
+    log.info("stop signal received", extra={"signal": sig.name, "reason": reason})
+    if stop.received is None:
+        stop.received = sig.name
+    stop.set()
