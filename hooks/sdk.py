@@ -48,6 +48,7 @@ from cri_api.hookapi import api_pb2
 from hooks.frameserver import CallError, FrameServer, Route
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop
+from runtimeproxy.grpcstart import start_server
 from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
 from runtimeproxy.host import socketlock, unixsocket
 
@@ -270,11 +271,8 @@ class HookServer:
                 raise RuntimeError("bind failed")
         except RuntimeError as exc:
             raise HookServerError(f"cannot listen on {path}: {exc}") from exc
-        try:
-            await server.start()
-        except BaseException:  # a start cancelled: its listener must not outlive it (nor grpc's unlink at its end)
-            await server.stop(None)
-            raise
+        # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
+        await start_server(server)
         return server
 
     async def _start_frames(self, path: Path) -> FrameServer:

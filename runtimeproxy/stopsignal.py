@@ -28,20 +28,28 @@ class StopSignal(asyncio.Event):
     async def unless_signalled(self, start: Awaitable[T]) -> T | None:
         """``start``'s result; None if a stop signal came first, ``start``
         then cancelled (it undoes its own steps): a start-up that waits, as
-        for a socket path's lock, must not outlast the unit's stop timeout."""
+        for a socket path's lock, must not outlast the unit's stop timeout.
+        A start so cancelled that fails as it undoes its steps is logged (a
+        warning), and None returned all the same: the stop goes on."""
         task = asyncio.ensure_future(start)
         signalled = asyncio.ensure_future(self.wait())
         try:
             await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             signalled.cancel()
-            task.cancel()  # nothing once it is done
+            cut_short = task.cancel()  # False once it is done
         try:
             return await task
         except asyncio.CancelledError:
             if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 return None  # cancelled above, not this caller
             raise
+        except Exception as exc:
+            if not cut_short:  # it failed on its own
+                raise
+            log.warning("start-up cut short by a stop signal failed as it ended", exc_info=True,
+                        extra={"signal": self.received, "error": str(exc)})
+            return None
 
 
 def stop_on_signals() -> StopSignal:

@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..config import ProxyConfig
 from ..frames.path import FramesPath
+from ..grpcstart import start_server
 from ..host import socketlock, unixsocket
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
@@ -188,11 +189,7 @@ class Proxy:
                         port = 0
                 if port == 0:
                     raise ListenError(f"cannot listen on {path} (grpc could not bind it)")
-                try:
-                    await self.server.start()
-                except BaseException:  # cancelled: its listener must not outlive the lock
-                    await self.server.stop(None)
-                    raise
+                await start_server(self.server)  # stopped if cut short: its listener must not outlive the lock
         except OSError as exc:  # the bind itself (EPERM, EROFS...): the path's fault, said in one line
             raise ListenError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         try:

@@ -2,7 +2,8 @@
 ends: a stop that raises or is cut short (a caller's timeout), a start that
 fails or is cancelled once it listens. Else the lock stayed held until the
 process exited: a second stop did nothing (the server was gone), and a new
-instance on the path waited, then failed naming this process's pid."""
+instance on the path waited, then failed naming this process's pid. A start
+cancelled as grpc starts: test_cancelled_start.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from hooks.balloons.config import parse_config
@@ -90,17 +90,6 @@ async def test_a_proxy_start_failing_after_its_bind_stops_it_and_lets_the_path_g
     await assert_path_free(path)
 
 
-async def test_a_proxy_start_cancelled_as_grpc_starts_stops_its_server_before_letting_the_path_go(
-    sock_dir: Path,
-) -> None:
-    path = sock_dir / "p.sock"
-    proxy = proxy_at(path, "grpc")
-    entered = asyncio.Event()
-    proxy.server.start = cut_short(proxy.server.start, "cancelled", entered)  # type: ignore[method-assign]
-    await end(asyncio.ensure_future(proxy.start()), "cancelled", entered)
-    await assert_path_free(path)  # grpc's bind listens: not stopped, it would still answer at the path
-
-
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("transport", ["grpc", "frames"])
 async def test_a_hook_server_stop_cut_short_lets_the_path_go(sock_dir: Path, transport: str, ending: str) -> None:
@@ -112,23 +101,6 @@ async def test_a_hook_server_stop_cut_short_lets_the_path_go(sock_dir: Path, tra
     await end(asyncio.ensure_future(hook.stop(5)), ending, entered)
     await assert_path_free(path)
     await hook.stop()  # a second stop: nothing left to do
-
-
-async def test_a_hook_server_start_cancelled_as_grpc_starts_stops_its_server_before_letting_the_path_go(
-    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = sock_dir / "h.sock"
-    entered = asyncio.Event()
-    make = grpc.aio.server
-
-    def server(**options: Any) -> grpc.aio.Server:
-        made = make(**options)
-        made.start = cut_short(made.start, "cancelled", entered)  # type: ignore[method-assign]
-        return made
-
-    monkeypatch.setattr(grpc.aio, "server", server)
-    await end(asyncio.ensure_future(HookServer(path, transport="grpc").start()), "cancelled", entered)
-    await assert_path_free(path)
 
 
 @pytest.mark.parametrize("ending", ENDINGS)

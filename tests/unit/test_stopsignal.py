@@ -1,0 +1,42 @@
+"""StopSignal.unless_signalled: a start-up a stop signal cuts short."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from runtimeproxy.stopsignal import StopSignal
+
+
+async def test_a_start_that_fails_as_the_signal_cancels_it_is_logged_and_ends_as_signalled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stop = StopSignal()
+    entered = asyncio.Event()
+
+    async def start() -> str:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("injected: undoing the start failed") from None
+        return "started"
+
+    waiting = asyncio.ensure_future(stop.unless_signalled(start()))
+    await entered.wait()
+    stop.received = "SIGTERM"
+    stop.set()
+    with caplog.at_level(logging.WARNING, "runtimeproxy.stopsignal"):
+        assert await waiting is None  # the stop goes on, as after any signal during start-up
+    (record,) = [r for r in caplog.records if r.name == "runtimeproxy.stopsignal"]
+    assert record.levelno == logging.WARNING and "injected" in record.error  # type: ignore[attr-defined]
+
+
+async def test_a_start_that_fails_on_its_own_raises() -> None:
+    async def start() -> None:
+        raise RuntimeError("injected")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        await StopSignal().unless_signalled(start())
