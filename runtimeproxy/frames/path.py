@@ -20,6 +20,7 @@ from grpc import aio
 
 from ..config import ProxyConfig
 from ..cripath.router import Router
+from ..grpcstart import start_server
 from ..host import unixsocket
 from .connection import Limits
 from .listener import FramesListener
@@ -60,8 +61,8 @@ class FramesPath:
         try:
             if server.add_insecure_port(unixsocket.grpc_address(internal)) == 0:
                 raise OSError(f"cannot listen on {internal}")
-            await server.start()
-            serving = True
+            serving = True  # from here on abandon stops it: a cancel in its start leaves it RUNNING
+            await start_server(server)
             await self.listener.start(sock)
         except BaseException as exc:
             await self.abandon(server if serving else None, exc)

@@ -4,6 +4,7 @@ when that start fails; the proxy is stopped only once started (app.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import tempfile
@@ -17,6 +18,7 @@ from runtimeproxy.cripath import server as server_module
 from runtimeproxy.cripath.server import ListenError, Proxy
 from runtimeproxy.frames.listener import FramesListener
 
+from ...grpcstarts import cancelling_as_grpc_starts
 from ..fakes import FakeBackend
 
 
@@ -81,3 +83,18 @@ async def test_a_step_failing_after_the_frames_path_started_leaves_no_temp_dir_n
         await proxy.start()
     assert list(temp_root.iterdir()) == []
     assert await proxy.server.wait_for_termination(5) is False
+
+
+async def test_a_start_cancelled_as_its_internal_grpc_server_starts_leaves_no_temp_dir_nor_server(
+    fake: FakeBackend, sock_dir: Path, temp_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames"))
+    task = asyncio.ensure_future(proxy.start())
+    with cancelling_as_grpc_starts(task) as fired:  # at grpc's one await in its start
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert fired == [True]
+    assert list(temp_root.iterdir()) == []
+    # Stopped before the start ended (False: did not time out), and no grpc crash to raise.
+    assert await proxy.server.wait_for_termination(0) is False
+    assert "InvalidStateError" not in caplog.text
