@@ -35,9 +35,13 @@ class StopSignal(asyncio.Event):
         signalled = asyncio.ensure_future(self.wait())
         try:
             await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
+        except BaseException:  # this caller cancelled: the start undoes its steps before it ends
             signalled.cancel()
-            cut_short = task.cancel()  # False once it is done
+            task.cancel()
+            await asyncio.gather(task, signalled, return_exceptions=True)
+            raise
+        signalled.cancel()
+        cut_short = task.cancel()  # False once it is done
         try:
             return await task
         except asyncio.CancelledError:

@@ -40,3 +40,24 @@ async def test_a_start_that_fails_on_its_own_raises() -> None:
 
     with pytest.raises(RuntimeError, match="injected"):
         await StopSignal().unless_signalled(start())
+
+
+async def test_a_caller_cancelled_while_it_waits_ends_once_the_start_has_undone_its_steps() -> None:
+    entered = asyncio.Event()
+    undone: list[bool] = []
+
+    async def start() -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        finally:  # undoing takes loop turns (a server's stop, say)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            undone.append(True)
+
+    waiting = asyncio.ensure_future(StopSignal().unless_signalled(start()))
+    await entered.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert undone == [True]
