@@ -296,11 +296,12 @@ class HookServer:
         try:
             await server.stop(self._grace if grace is None else grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop does nothing
-            # Remove our socket, unless someone else has replaced it meanwhile.
-            unixsocket.remove_own(self._socket_path, self._socket_identity)
+            # The server stopped for sure (grpc unlinks the path it bound as it
+            # stops), then our socket removed, unless someone else has replaced
+            # it, last the lock: a server waiting on it binds now.
+            await socketlock.release_once_stopped(
+                lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity)
             self._socket_identity = None
-            # Last (grpc unlinked the path it bound as it stopped): a server waiting on the lock binds now.
-            socketlock.release(self._path_lock)
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Wait until the server stops; returns True on timeout (like grpc)."""

@@ -276,12 +276,12 @@ class Proxy:
         try:
             await self._stop(grace)
         finally:  # a stop that failed or was cut short too: the socket and the lock must not outlive it
-            # Only our own socket: a newer instance may already have replaced it.
-            unixsocket.remove_own(self._bound, self._socket)
+            # grpc's server stopped first (it unlinks the path it bound), then
+            # only our own socket removed (a newer instance may have replaced
+            # it), last the lock: the next instance, waiting on it, binds now.
+            await socketlock.release_once_stopped(
+                lambda: self.server.stop(None), self._path_lock, self._bound, self._socket)
             self._socket = None
-            # Last: grpc unlinked the path it bound as it stopped (in _stop), so
-            # the next instance, waiting on the lock, binds only now.
-            socketlock.release(self._path_lock)
         log.info("stopped", extra={"socket": str(self.config.listen)})
 
     async def _stop(self, grace: float) -> None:

@@ -53,6 +53,7 @@ import fcntl
 import logging
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +108,31 @@ def release(lock: SocketLock | None) -> None:
     calls it in its stop's ``finally`` whatever state the stop ended in."""
     if lock is not None:
         lock.release()
+
+
+async def release_once_stopped(
+    stop: Callable[[], Awaitable[object]], lock: SocketLock | None, path: Path,
+    identity: unixsocket.SocketIdentity | None,
+) -> None:
+    """The end of an owner's stop, however its stop went (call it in the
+    stop's ``finally``): ``stop()`` once more (grpc.aio's ``stop(None)``
+    returns at once after a stop that finished, and waits for one under
+    way), then the owner's socket removed and the lock let go. A stop cut
+    short before grpc's own left the server RUNNING, and its shutdown, when
+    it comes (a second stop, the server's ``__del__``), unlinks the path it
+    bound by name: once the lock went, a newer instance's socket. If this
+    stop fails too, socket and lock stay (the kernel drops the lock as the
+    process exits), logged."""
+    try:
+        await stop()
+    except BaseException as exc:
+        log.error("server not stopped; its socket path stays locked until this process exits",
+                  extra={"path": str(path), "lock": str(lock.path) if lock else None, "error": repr(exc)})
+        if not isinstance(exc, Exception):  # a cancel goes on
+            raise
+        return
+    unixsocket.remove_own(path, identity)
+    release(lock)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from hooks.balloons.topology import Topology
 from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import Proxy
-from runtimeproxy.host.socketlock import claim, lock_path
+from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 
 from ...unit.balloons.test_server import CONFIG, FakeRuntime
 
@@ -31,11 +31,20 @@ class Failed(Exception):
     """What a step made to fail raises."""
 
 
-def cut_short(real: Callable[..., Awaitable[Any]], ending: str, entered: asyncio.Event) -> Callable[..., Awaitable[Any]]:
-    """``real``, then: never done (cancelled by the test), or raising."""
+def cut_short(
+    real: Callable[..., Awaitable[Any]], ending: str, entered: asyncio.Event, before: bool = False
+) -> Callable[..., Awaitable[Any]]:
+    """``real`` (not with ``before``), then: never done (cancelled by the
+    test), or raising; on its first call: the calls after it are ``real``'s."""
+    calls = 0
 
     async def step(*args: Any) -> Any:
-        await real(*args)
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return await real(*args)
+        if not before:
+            await real(*args)
         entered.set()
         if ending == "raising":
             raise Failed
@@ -60,6 +69,11 @@ async def assert_path_free(*paths: Path) -> None:
         (await claim(path, wait_s=0)).release()
 
 
+async def assert_serves(path: Path) -> None:
+    _, writer = await asyncio.open_unix_connection(str(path))
+    writer.close()
+
+
 def proxy_at(path: Path, data_path: str) -> Proxy:
     # A backend nobody answers on: the proxy starts all the same (it probes in the background).
     return Proxy(ProxyConfig(listen=path, backend=path.with_name("backend.sock"), hook_dir=path.with_name("hooks"),
@@ -76,6 +90,29 @@ async def test_a_proxy_stop_cut_short_lets_the_path_go(sock_dir: Path, data_path
     proxy.backend.close = cut_short(proxy.backend.close, ending, entered)  # type: ignore[method-assign]  # its last step
     await end(asyncio.ensure_future(proxy.stop(0)), ending, entered)
     await assert_path_free(path)
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_a_proxy_stop_cut_short_before_grpcs_stop_stops_grpc_before_letting_the_path_go(
+    sock_dir: Path, ending: str
+) -> None:
+    # Else grpc's server ran on; its shutdown, when it came (a second stop, its
+    # __del__), unlinked the path by name: the socket of the proxy after it.
+    path = sock_dir / "p.sock"
+    proxy = proxy_at(path, "grpc")
+    await proxy.start()
+    entered = asyncio.Event()
+    proxy.health.end_watches = cut_short(proxy.health.end_watches, ending, entered)  # type: ignore[method-assign]
+    await end(asyncio.ensure_future(proxy.stop(0)), ending, entered)
+    await assert_path_free(path)
+    newer = proxy_at(path, "grpc")
+    await newer.start()
+    try:
+        await proxy.server.stop(None)  # the first's shutdown, however late it comes
+        await assert_serves(path)
+    finally:
+        await newer.stop(0)
+        await proxy.stop(0)  # the rest of the first's stop (its tasks, its backend channels)
 
 
 @pytest.mark.parametrize("data_path", ["grpc", "frames"])
@@ -101,6 +138,51 @@ async def test_a_hook_server_stop_cut_short_lets_the_path_go(sock_dir: Path, tra
     await end(asyncio.ensure_future(hook.stop(5)), ending, entered)
     await assert_path_free(path)
     await hook.stop()  # a second stop: nothing left to do
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_a_hook_server_stop_cut_short_before_grpcs_stop_stops_grpc_before_letting_the_path_go(
+    sock_dir: Path, ending: str
+) -> None:
+    path = sock_dir / "h.sock"
+    hook = HookServer(path, transport="grpc")
+    await hook.start()
+    server = hook._server
+    assert server is not None
+    entered = asyncio.Event()
+    real_stop = server.stop
+    server.stop = cut_short(real_stop, ending, entered, before=True)  # type: ignore[method-assign]
+    await end(asyncio.ensure_future(hook.stop(5)), ending, entered)
+    await assert_path_free(path)
+    async with HookServer(path, transport="grpc"):
+        await real_stop(None)  # the first's shutdown, however late it comes
+        await assert_serves(path)
+
+
+async def test_a_hook_server_that_cannot_stop_keeps_its_path_locked(
+    sock_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = sock_dir / "h.sock"
+    hook = HookServer(path, transport="grpc")
+    await hook.start()
+    server, lock = hook._server, hook._path_lock
+    assert server is not None and lock is not None
+    real_stop = server.stop
+
+    async def cannot_stop(grace: float | None) -> None:
+        raise Failed
+
+    server.stop = cannot_stop  # type: ignore[method-assign]
+    with pytest.raises(Failed):
+        await hook.stop()
+    try:
+        assert "server not stopped; its socket path stays locked" in caplog.text
+        with pytest.raises(SocketInUse, match="in use by another process"):  # its server still answers
+            await claim(path, wait_s=0)
+    finally:
+        await real_stop(None)
+        lock.release()
+    await assert_path_free(path)
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
