@@ -21,6 +21,7 @@ from typing import Any
 
 from hooks.sdk import HookServerError
 from runtimeproxy.host import socketlock, unixsocket  # the same socket rules as the hook socket
+from runtimeproxy.host.acceptor import bound_socket
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,24 @@ class StatusServer:
 
     async def start(self) -> None:
         try:
-            # Locked as the hook socket is: asyncio's bind too first removes a socket at the path.
+            # Locked as the hook socket is, from before its stale check until its stop is over.
             self._path_lock = await socketlock.claim(self.path)
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
         try:
-            self._server = await asyncio.start_unix_server(self._answer, path=str(self.path))
-            os.chmod(self.path, self._mode)
-            self._identity = unixsocket.SocketIdentity.of(self.path)
+            # Bound here, under the socket umask (never briefly wider than 0660),
+            # its identity kept at once and the server set before it serves: a
+            # cancel at its one await (a stop signal while hook run starts)
+            # finds a server for stop to close and a socket it may remove.
+            sock = bound_socket(str(self.path))
+            try:
+                self._identity = unixsocket.SocketIdentity.of(self.path)
+                os.chmod(self.path, self._mode)
+                self._server = await asyncio.start_unix_server(self._answer, sock=sock, start_serving=False)
+            except BaseException:
+                sock.close()
+                raise
+            await self._server.start_serving()
         except BaseException:
             await self.stop()
             raise

@@ -3,11 +3,15 @@ task it has just created has not taken its first step) ends cancelled, its
 server stopped and its socket path free. Cancelled in the caller's task,
 grpc's start had the future it awaits cancelled: the serving task's
 set_result raised InvalidStateError, which the stop that followed re-raised
-in place of the CancelledError (serve: "fatal", exit 1 instead of 0)."""
+in place of the CancelledError (serve: "fatal", exit 1 instead of 0).
+And balloons' status socket (asyncio's server), cancelled as it starts serving."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+from asyncio import base_events
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from hooks.balloons.status import StatusServer
 from hooks.sdk import HookServer
 
 from ...grpcstarts import cancelling_as_grpc_starts
@@ -59,3 +64,46 @@ async def test_a_start_cancelled_at_grpcs_start_ends_cancelled_its_server_stoppe
     assert await server.wait_for_termination(0) is False  # stopped, and no crash for it to raise
     assert "InvalidStateError" not in caplog.text
     await assert_path_free(path)
+
+
+async def test_the_status_socket_cancelled_as_it_starts_serving_lets_its_path_go(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Else its listener went on answering, unknown to its stop, the lock let go.
+    path = sock_dir / "b.status.sock"
+    status = StatusServer(path, lambda: {})
+    task = asyncio.ensure_future(status.start())
+    real = base_events.Server._start_serving
+    fired: list[bool] = []
+
+    def start_serving(server: base_events.Server) -> None:
+        real(server)  # listening and accepting: cancelled at the await after it
+        fired.append(task.cancel())
+
+    monkeypatch.setattr(base_events.Server, "_start_serving", start_serving)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fired == [True]
+    await assert_path_free(path)
+
+
+async def test_the_status_socket_is_never_wider_than_0660(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = sock_dir / "b.status.sock"
+    status = StatusServer(path, lambda: {})
+    modes: list[int] = []
+    chmod = os.chmod
+
+    def recording_chmod(where: Any, mode: int) -> None:
+        modes.append(stat.S_IMODE(os.lstat(where).st_mode))  # as bound
+        chmod(where, mode)
+
+    monkeypatch.setattr(os, "chmod", recording_chmod)
+    umask = os.umask(0o022)  # a usual one: a socket bound under it is 0755
+    try:
+        await status.start()
+    finally:
+        os.umask(umask)
+    try:
+        assert modes == [0o660]
+    finally:
+        await status.stop()
