@@ -206,3 +206,16 @@ def test_run_and_test_come_first() -> None:
     assert sections[:2] == ["Run it", "Test it"]
     assert "scripts/setup.sh && .venv/bin/python -m pytest -ra" in (REPO / ".ci" / "run").read_text()
     assert "\nscripts/setup.sh && .venv/bin/python -m pytest -ra\n" in README.read_text()
+
+
+def test_the_stop_time_past_the_grace_period_is_the_one_the_docs_give() -> None:
+    from runtimeproxy.cripath.server import DRAIN_FLOOR_S, STOP_PAST_GRACE_S
+
+    unit = (REPO / "systemd" / "runtime-proxy.service").read_text()
+    match = re.search(r"^TimeoutStopSec=(\d+)$", unit, re.MULTILINE)  # plain seconds
+    assert match is not None
+    past, limit = STOP_PAST_GRACE_S, float(match.group(1)) - STOP_PAST_GRACE_S
+    for page in (README, DOCS / "configuration.md", DOCS / "troubleshooting.md"):
+        text = " ".join(page.read_text().split())
+        for said in (f"plus {past:g} s", f"{limit:g} s", f"drain's floor of {DRAIN_FLOOR_S:g} s"):
+            assert said in text, (page.name, said)
