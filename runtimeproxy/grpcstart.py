@@ -8,7 +8,9 @@ InvalidStateError, grpc logs it as a crash and shuts the server down, and a
 logged "fatal" and exited 1, not 0). So the start runs in a task of its own,
 shielded from the caller's cancel: a start cancelled or failed waits for it,
 then stops the server (its listener must not outlive its socket path's lock)
-and raises.
+and raises. The wait never cancels the start, however often the caller is
+cancelled meanwhile (``gather`` would pass a second cancel on to it): the
+start ends one loop step later anyway.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ async def start_server(server: aio.Server) -> None:
     try:
         await asyncio.shield(starting)
     except BaseException:
-        await asyncio.gather(starting, return_exceptions=True)
+        while not starting.done():
+            try:
+                await asyncio.wait({starting})
+            except asyncio.CancelledError:
+                continue  # cancelled again: the first cancel is the one raised below
         await server.stop(None)
         raise

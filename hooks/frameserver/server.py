@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
+from runtimeproxy.host import unixsocket
 from runtimeproxy.host.acceptor import bound_socket
 
 from .calls import Limits, Route
@@ -30,10 +31,19 @@ class FrameServer:
         # Bound here: asyncio's own bind first removes any socket at the path,
         # a live one bound there since the caller's prepare too; this one fails EADDRINUSE.
         sock = bound_socket(str(path))
+        identity = unixsocket.SocketIdentity.of(path)
         try:
-            self._server = await loop.create_unix_server(self._connection, sock=sock)
+            server = self._server = await loop.create_unix_server(self._connection, sock=sock, start_serving=False)
+            await server.start_serving()
         except BaseException:
-            sock.close()
+            # A cancel at the one await that serves (a stop signal while hook
+            # run starts): no listener may outlive the start, nor our socket.
+            if self._server is None:
+                sock.close()
+            else:
+                self._server.close()
+                self._server = None
+            unixsocket.remove_own(path, identity)
             raise
 
     def _connection(self) -> Connection:

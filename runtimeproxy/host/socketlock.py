@@ -115,9 +115,11 @@ async def release_once_stopped(
     identity: unixsocket.SocketIdentity | None,
 ) -> None:
     """The end of an owner's stop, however its stop went (call it in the
-    stop's ``finally``): ``stop()`` once more (grpc.aio's ``stop(None)``
-    returns at once after a stop that finished, and waits for one under
-    way), then the owner's socket removed and the lock let go. A stop cut
+    stop's ``finally``, once the owner's own stop returned or raised):
+    ``stop()`` once more (grpc.aio's ``stop(None)`` returns at once after a
+    stop that finished; on one cut short it cancels the calls left, whose
+    caller was cancelled anyway), then the owner's socket removed and the
+    lock let go. A stop cut
     short before grpc's own left the server RUNNING, and its shutdown, when
     it comes (a second stop, the server's ``__del__``), unlinks the path it
     bound by name: once the lock went, a newer instance's socket. If this

@@ -66,6 +66,65 @@ async def test_a_start_cancelled_at_grpcs_start_ends_cancelled_its_server_stoppe
     await assert_path_free(path)
 
 
+class CancelledTwice:
+    """A task to cancel as grpc starts, and once more a loop step later: as
+    the start waits for grpc's, a second cancel must not reach grpc's start
+    (gather would pass it on, and its InvalidStateError came back)."""
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+
+    def cancel(self) -> bool:
+        cancelled = self.task.cancel()  # its wake-up is queued first: the second finds it waiting
+        asyncio.get_running_loop().call_soon(self.task.cancel)
+        return cancelled
+
+
+@pytest.mark.parametrize("what", STARTS)
+async def test_a_start_cancelled_twice_at_grpcs_start_still_ends_cancelled_its_server_stopped(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    path = sock_dir / "s.sock"
+    servers: list[grpc.aio.Server] = []
+    task = asyncio.ensure_future(STARTS[what](path, servers, monkeypatch))
+    with cancelling_as_grpc_starts(CancelledTwice(task)) as fired:  # type: ignore[arg-type]
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert fired == [True]
+    (server,) = servers
+    assert await server.wait_for_termination(0) is False
+    assert "InvalidStateError" not in caplog.text
+    await assert_path_free(path)
+
+
+def cancelling_as_asyncio_serves(monkeypatch: pytest.MonkeyPatch, task: asyncio.Task[Any]) -> list[bool]:
+    """Cancel ``task`` as an asyncio server starts serving: listening and
+    accepting, at the await after it."""
+    real = base_events.Server._start_serving
+    fired: list[bool] = []
+
+    def start_serving(server: base_events.Server) -> None:
+        real(server)
+        fired.append(task.cancel())
+
+    monkeypatch.setattr(base_events.Server, "_start_serving", start_serving)
+    return fired
+
+
+async def test_a_frames_hook_server_cancelled_as_it_starts_serving_lets_its_path_go(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # hook run's default transport: its listener was left with the asyncio
+    # server, unknown to its stop, and a socket file with no identity kept.
+    path = sock_dir / "h.sock"
+    task = asyncio.ensure_future(HookServer(path).start())
+    fired = cancelling_as_asyncio_serves(monkeypatch, task)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fired == [True]
+    await assert_path_free(path)
+
+
 async def test_the_status_socket_cancelled_as_it_starts_serving_lets_its_path_go(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -73,14 +132,7 @@ async def test_the_status_socket_cancelled_as_it_starts_serving_lets_its_path_go
     path = sock_dir / "b.status.sock"
     status = StatusServer(path, lambda: {})
     task = asyncio.ensure_future(status.start())
-    real = base_events.Server._start_serving
-    fired: list[bool] = []
-
-    def start_serving(server: base_events.Server) -> None:
-        real(server)  # listening and accepting: cancelled at the await after it
-        fired.append(task.cancel())
-
-    monkeypatch.setattr(base_events.Server, "_start_serving", start_serving)
+    fired = cancelling_as_asyncio_serves(monkeypatch, task)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert fired == [True]
