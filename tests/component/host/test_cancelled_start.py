@@ -49,23 +49,6 @@ STARTS: dict[str, Callable[..., Awaitable[None]]] = {
 }
 
 
-@pytest.mark.parametrize("what", STARTS)
-async def test_a_start_cancelled_at_grpcs_start_ends_cancelled_its_server_stopped_and_the_path_free(
-    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
-) -> None:
-    path = sock_dir / "s.sock"
-    servers: list[grpc.aio.Server] = []
-    task = asyncio.ensure_future(STARTS[what](path, servers, monkeypatch))
-    with cancelling_as_grpc_starts(task) as fired:
-        with pytest.raises(asyncio.CancelledError):  # not grpc's InvalidStateError
-            await task
-    assert fired == [True]
-    (server,) = servers
-    assert await server.wait_for_termination(0) is False  # stopped, and no crash for it to raise
-    assert "InvalidStateError" not in caplog.text
-    await assert_path_free(path)
-
-
 class CancelledTwice:
     """A task to cancel as grpc starts, and once more a loop step later: as
     the start waits for grpc's, a second cancel must not reach grpc's start
@@ -80,19 +63,20 @@ class CancelledTwice:
         return cancelled
 
 
+@pytest.mark.parametrize("twice", [False, True], ids=["cancelled once", "cancelled twice"])
 @pytest.mark.parametrize("what", STARTS)
-async def test_a_start_cancelled_twice_at_grpcs_start_still_ends_cancelled_its_server_stopped(
-    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str
+async def test_a_start_cancelled_at_grpcs_start_ends_cancelled_its_server_stopped_and_the_path_free(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, what: str, twice: bool
 ) -> None:
     path = sock_dir / "s.sock"
     servers: list[grpc.aio.Server] = []
     task = asyncio.ensure_future(STARTS[what](path, servers, monkeypatch))
-    with cancelling_as_grpc_starts(CancelledTwice(task)) as fired:  # type: ignore[arg-type]
-        with pytest.raises(asyncio.CancelledError):
+    with cancelling_as_grpc_starts(CancelledTwice(task) if twice else task) as fired:  # type: ignore[arg-type]
+        with pytest.raises(asyncio.CancelledError):  # not grpc's InvalidStateError
             await task
     assert fired == [True]
     (server,) = servers
-    assert await server.wait_for_termination(0) is False
+    assert await server.wait_for_termination(0) is False  # stopped, and no crash for it to raise
     assert "InvalidStateError" not in caplog.text
     await assert_path_free(path)
 
