@@ -182,22 +182,33 @@ async def test_a_restart_keeps_the_reserved_cpus_of_a_reserved_type_sharing_idle
     assert balloons(again) == balloons(hook)
 
 
-async def test_pods_on_cpus_a_min_balloon_would_take_keep_a_balloon_each_on_a_reload(tmp_path) -> None:
-    """a on 1 and b on 2, then minBalloons 1 of minCPUs 2: a balloon made for
-    it before the containers were restored took 1-2, a joined it, and b,
-    none of its CPUs left to others, joined a."""
+async def pods_a_and_b_in_new_balloons(tmp_path: Path) -> tuple[BalloonsHook, FakeRuntime, dict[str, Any]]:
+    """Pods a and b, each in a balloon of its own (preferNewBalloons), on 1 and 2 of 8 CPUs."""
     config = {"reservedResources": {"cpu": "cpuset:0"},
               "balloonTypes": [{"name": "work", "namespaces": ["*"], "preferNewBalloons": True}]}
-    hook, _, _ = await hook_on_sysfs(tmp_path, config, Topology.synthetic(1, 1, 8, 1))
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, config, Topology.synthetic(1, 1, 8, 1))
     for uid in "ab":
         await hook.pre_create_container(request(uid, "app", shares=1024))
         await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
-    assert balloons(hook)[1:] == [("work[0]", "1", ["c-a"]), ("work[1]", "2", ["c-b"])]
-    config["balloonTypes"][0].update(minBalloons=1, minCPUs=2)
+    return hook, runtime, config
+
+
+async def reloaded_with(hook: BalloonsHook, tmp_path: Path, config: dict[str, Any], **work: Any) -> None:
+    """The config reloaded with ``work`` set on its work type, and the moves it asks made."""
+    config["balloonTypes"][0].update(work)
     path = tmp_path / "balloons.yaml"
     path.write_text(yaml.safe_dump(config))
     assert await hook.reload(path)
     assert await hook.apply_moves()
+
+
+async def test_pods_on_cpus_a_min_balloon_would_take_keep_a_balloon_each_on_a_reload(tmp_path) -> None:
+    """a on 1 and b on 2, then minBalloons 1 of minCPUs 2: a balloon made for
+    it before the containers were restored took 1-2, a joined it, and b,
+    none of its CPUs left to others, joined a."""
+    hook, _, config = await pods_a_and_b_in_new_balloons(tmp_path)
+    assert balloons(hook)[1:] == [("work[0]", "1", ["c-a"]), ("work[1]", "2", ["c-b"])]
+    await reloaded_with(hook, tmp_path, config, minBalloons=1, minCPUs=2)
     assert [(cpus, ids) for _, cpus, ids in balloons(hook)[1:]] == [("1,3", ["c-a"]), ("2,4", ["c-b"])]
 
 
@@ -205,21 +216,12 @@ async def test_a_pod_keeps_its_cpus_when_a_reload_adds_a_min_balloon_up_to_max_b
     """b on 2, then minBalloons and maxBalloons 1: a balloon made for it
     before b was restored took 1, the only one the type may have, and b,
     placed anew, was moved there."""
-    config = {"reservedResources": {"cpu": "cpuset:0"},
-              "balloonTypes": [{"name": "work", "namespaces": ["*"], "preferNewBalloons": True}]}
-    hook, runtime, _ = await hook_on_sysfs(tmp_path, config, Topology.synthetic(1, 1, 8, 1))
-    for uid in "ab":
-        await hook.pre_create_container(request(uid, "app", shares=1024))
-        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    hook, runtime, config = await pods_a_and_b_in_new_balloons(tmp_path)
     await hook.post_stop_container(request("a", "app", cid="c-a"))
     assert await hook.apply_moves()
     assert balloons(hook)[1:] == [("work[1]", "2", ["c-b"])]
-    config["balloonTypes"][0].update(minBalloons=1, maxBalloons=1)
-    path = tmp_path / "balloons.yaml"
-    path.write_text(yaml.safe_dump(config))
     moved = len(runtime.updates)
-    assert await hook.reload(path)
-    assert await hook.apply_moves()
+    await reloaded_with(hook, tmp_path, config, minBalloons=1, maxBalloons=1)
     assert (balloons(hook)[1:], runtime.updates[moved:]) == ([("work[0]", "2", ["c-b"])], [])
     assert "cannot be sized" not in caplog.text
 
