@@ -52,12 +52,13 @@ class HotplugWatch:
             self._failure(online, exc)
             return None
         self._failed = None
+        now = topology.online
         log.warning(
             "CPU topology changed (hotplug): %s, was %s",
-            topology.online.describe(), self._seen.describe(),
-            extra={"online_cpus": format_cpuset(topology.online.cpus), "previous_online_cpus": format_cpuset(self._seen.cpus)},
+            now.describe(), self._seen.describe(),
+            extra={"online_cpus": format_cpuset(now.cpus), "previous_online_cpus": format_cpuset(self._seen.cpus)},
         )
-        self._seen = topology.online
+        self._seen = now
         return topology
 
     def _failure(self, online: Online | None, exc: TopologyError) -> None:

@@ -351,10 +351,11 @@ class Assignments:
         out = []
         for _, member in self.pool.members():
             cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
-            if cpus and self.topology.all_cpus <= parse_cpuset(cpus):
-                cpus = ""
+            pinned = parse_cpuset(cpus)
+            if self.topology.all_cpus <= pinned:
+                pinned = frozenset()
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
-            out.append(Restored(fresh, self.pods[member.key], parse_cpuset(cpus), mems, self.answers.get(member.key, 0)))
+            out.append(Restored(fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0)))
         return out
 
     # -- logging -------------------------------------------------------------------------

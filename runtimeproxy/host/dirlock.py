@@ -60,7 +60,7 @@ class DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_pid(fd)
+            holder = read_pid(fd)
             os.close(fd)
             raise DirectoryInUse(directory, holder) from None
         except BaseException:
@@ -87,7 +87,8 @@ class DirectoryLock:
         os.close(fd)  # closing the last descriptor of the open file drops the flock
 
 
-def _read_pid(fd: int) -> int | None:
+def read_pid(fd: int) -> int | None:
+    """The pid a lock's holder wrote into its lock file (also socketlock's)."""
     try:
         return int(os.pread(fd, 32, 0).decode().strip())
     except (OSError, ValueError):

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import unixsocket
+from .dirlock import read_pid
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ def _try_lock(lockfile: Path) -> SocketLock | _Held | _Unusable:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _read_pid(fd)
+                holder = read_pid(fd)
                 os.close(fd)
                 return _Held(holder)
             except OSError as exc:  # ENOLCK: a file system without flock
@@ -250,11 +251,4 @@ def _write_pid(fd: int, st: os.stat_result) -> None:
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        return int(os.pread(fd, 32, 0).decode().strip())
-    except (OSError, ValueError):
-        return None  # not written yet (between its flock and its write), or not a pid
 
