@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .config import ConfigError, parse_host_port
 from .cripath.methods import MethodRef, metric_ref
 from .loopmetrics import CounterFamily, HistogramFamily
-from .tcplisten import error_text
+from .metricshttp import MetricsListener, serve
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
-
-log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -84,27 +79,12 @@ class Metrics:
         self._hooked.labels(method, outcome).inc()
         self._hooked_seconds.labels(method).observe(seconds)
 
-    def serve(self, address: str) -> Callable[[], None]:
-        """Serve /metrics on host:port in a background thread; returns the
-        stop function, which does not wait for that thread."""
-        host, port = parse_host_port(address)  # the form config.load checked
-        try:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:  # a host that does not resolve, a port in use: the setting's fault
-            reason = error_text(exc)  # "Address already in use (EADDRINUSE)", "Name or service not known (EAI_NONAME)"
-            raise ConfigError(f"metrics-listen {address!r}: cannot serve there: {reason}", key="metrics_listen") from exc
-        log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
-
-        def shut_down() -> None:
-            server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval
-            server.server_close()
-
-        def stop() -> None:
-            # Called on the event loop: waiting out the poll there would
-            # hold up the proxy's stop (and every call) for up to 0.5 s.
-            threading.Thread(target=shut_down, name="metrics-shutdown", daemon=True).start()
-
-        return stop
+    def serve(self, address: str) -> MetricsListener:
+        """Serve /metrics on HOST:PORT from a background thread (metricshttp.py:
+        a ConfigError for a name that does not resolve or a port in use, a
+        warning and metrics later when the resolver does not answer); the
+        listener's stop does not wait for that thread."""
+        return serve(self.registry, address)
 
 
 @dataclass

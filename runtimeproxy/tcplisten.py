@@ -1,11 +1,11 @@
 """A TCP address the proxy serves on (``metrics-listen``), judged before
 anything binds it, and the words for what its bind met.
 
-``check-config`` looks the host up as the bind will (the first address
-``getaddrinfo`` gives is the one prometheus_client binds), bounded in time,
-then binds that address on port 0: whether it is this host's. The port
-itself is not tried: the running proxy holds its own, and from outside
-nothing tells it from another process's.
+``check-config`` looks the host up as the bind will (``resolve``: the first
+address ``getaddrinfo`` gives is the one serve binds), bounded in time, then
+binds that address on port 0: whether it is this host's. The port itself is
+not tried: the running proxy holds its own, and from outside nothing tells
+it from another process's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOOKUP_SECONDS", "ListenProblem", "check_listen", "error_text"]
+__all__ = ["LOOKUP_SECONDS", "AddrInfo", "ListenProblem", "check_listen", "error_text", "lookup_error_text", "on_port",
+           "resolve"]
 
 AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
 
@@ -38,8 +39,8 @@ def check_listen(host: str, port: int, lookup_seconds: float | None = None) -> L
     try:
         infos = _lookup(host, port, lookup_seconds)
     except TimeoutError:
-        return ListenProblem(False, f"looking up {host!r} gave no answer within {lookup_seconds:g}s (a lookup, "
-                                    f"as serve makes at start, there without a bound)")
+        return ListenProblem(False, f"looking up {host!r} gave no answer within {lookup_seconds:g}s (serve "
+                                    f"starts without metrics then, and serves them once the name resolves)")
     except socket.gaierror as exc:
         # EAI_AGAIN: the resolver did not answer (down, or no network yet), not that the name is unknown.
         return ListenProblem(exc.errno != socket.EAI_AGAIN, f"{host!r} does not resolve (a lookup): {error_text(exc)}")
@@ -64,15 +65,39 @@ def error_text(exc: OSError) -> str:
     return f"{text} ({name})" if name else text
 
 
+def lookup_error_text(host: str, exc: socket.gaierror) -> str:
+    """``error_text``, and for a scoped IPv6 address whose interface does not
+    exist, that (getaddrinfo says only EAI_NONAME)."""
+    text = error_text(exc)
+    _address, percent, scope = host.partition("%")
+    if percent and exc.errno == socket.EAI_NONAME and not scope.isdigit():
+        try:
+            socket.if_nametoindex(scope)
+        except OSError:
+            return f"{text}: no interface {scope!r} on this host"
+    return text
+
+
+def resolve(host: str, port: int) -> list[AddrInfo]:
+    """getaddrinfo as serve's bind takes it: the first address is the one bound."""
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+
+
+def on_port(sockaddr: tuple[Any, ...], port: int) -> tuple[Any, ...]:
+    """``sockaddr`` with ``port``; an IPv6 one keeps its flow info and scope id
+    (without the scope a link-local address cannot be bound: EINVAL)."""
+    return (sockaddr[0], port, *sockaddr[2:])
+
+
 def _lookup(host: str, port: int, seconds: float) -> list[AddrInfo]:
-    """getaddrinfo as prometheus_client calls it, given ``seconds``: it has no
+    """``resolve``, given ``seconds``: getaddrinfo has no
     timeout of its own, and a daemon thread left waiting does not hold up exit."""
     answer: list[list[AddrInfo] | OSError | UnicodeError] = []
     done = threading.Event()
 
     def look_up() -> None:
         try:
-            answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
+            answer.append(resolve(host, port))
         except (OSError, UnicodeError) as exc:
             answer.append(exc)
         finally:

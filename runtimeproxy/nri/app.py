@@ -92,7 +92,7 @@ class NriPlugin:
             stack.push_async_callback(self.dispatcher.close)
             stack.push_async_callback(self.adapter.close)
             if self.settings.metrics_listen:
-                stack.callback(self.metrics.serve(self.settings.metrics_listen))
+                stack.callback(self.metrics.serve(self.settings.metrics_listen).stop)
             watch_stop = asyncio.Event()
             watch = asyncio.create_task(self.registry.watch(watch_stop), name="hook-dir-watch")
             serving = asyncio.create_task(self._serve(), name="nri-connection")

@@ -31,3 +31,10 @@ def test_a_port_in_use_is_one_line_naming_the_setting() -> None:
         with pytest.raises(ConfigError) as raised:
             Metrics().serve(address)
     assert str(raised.value) == f"metrics-listen '{address}': cannot serve there: Address already in use (EADDRINUSE)"
+
+
+def test_a_scope_naming_no_interface_says_so() -> None:
+    with pytest.raises(ConfigError) as raised:
+        Metrics().serve("[fe80::1%nosuchif0]:0")
+    assert str(raised.value) == ("metrics-listen '[fe80::1%nosuchif0]:0': cannot serve there: "
+                                 "Name or service not known (EAI_NONAME): no interface 'nosuchif0' on this host")

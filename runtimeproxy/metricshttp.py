@@ -1,0 +1,191 @@
+"""Serving /metrics over HTTP (``metrics-listen``) without a lookup that
+holds up the proxy's start.
+
+prometheus_client's ``start_http_server`` looks the host up with no time
+limit, binds the address without the scope id of a link-local IPv6 one
+(EINVAL: never servable), and its server's bind asks ``socket.getfqdn`` for
+the address's name, a reverse lookup with no time limit either, for a name
+nothing reads. Its WSGI app and server class are kept; the lookup, the bind
+and the server's thread are ours:
+
+* the host is looked up in that thread; start waits ``LOOKUP_SECONDS`` for
+  the answer. A name that does not resolve (EAI_NONAME) or a bind that fails
+  (a port in use) in that time is a ConfigError, as before: the setting's
+  fault, which ends ``serve`` before it listens.
+* no answer in time, or EAI_AGAIN (the resolver is down, not the name
+  unknown): a warning, and the proxy starts without metrics; kubelet needs
+  the CRI socket more than a scraper needs /metrics. The thread keeps asking,
+  with backoff, and serves once the name resolves (logged), until stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+from wsgiref.simple_server import WSGIRequestHandler
+
+from . import tcplisten
+from .config import ConfigError, parse_host_port
+
+__all__ = ["RETRY_FIRST_SECONDS", "RETRY_MAX_SECONDS", "MetricsListener", "serve"]
+
+RETRY_FIRST_SECONDS = 1.0  # the wait after a lookup the resolver did not answer, doubled each time
+RETRY_MAX_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
+
+class MetricsServer(ThreadingWSGIServer):
+    """prometheus_client's server (a thread per scrape, daemon threads) on
+    the address family and sockaddr the lookup gave."""
+
+    def __init__(self, family: socket.AddressFamily, sockaddr: tuple[Any, ...], app: Callable[..., Any]) -> None:
+        self.address_family = family  # read by TCPServer.__init__: [::] and the like need AF_INET6
+        super().__init__(sockaddr, _QuietHandler)
+        self.set_app(app)
+
+    def server_bind(self) -> None:
+        # Not HTTPServer.server_bind: its socket.getfqdn(host) is a reverse
+        # lookup without a bound, on the address just bound, for SERVER_NAME.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[0], self.server_address[1]
+        self.setup_environ()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """A line on stderr per scrape is noise (prometheus_client's choice too)."""
+
+
+class MetricsListener:
+    """The thread that looks the host up, binds and serves; ``stop`` ends it
+    wherever it is, without waiting for it."""
+
+    def __init__(self, address: str, app: Callable[..., Any]) -> None:
+        self.address = address
+        self.host, self.port = parse_host_port(address)  # the form config.load checked
+        self._app = app
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._detached = False  # start stopped waiting: later outcomes are the thread's to log
+        self._outcome: MetricsServer | ConfigError | str | None = None  # the first try's, for start
+        self._answered = threading.Event()  # the first try ended
+        self._wake = threading.Event()  # stop, ending a backoff's wait
+        self.server: MetricsServer | None = None
+        self.serving = threading.Event()  # bound and about to serve
+        self.done = threading.Event()  # the thread ended: stopped, or nothing to serve
+
+    def start(self, lookup_seconds: float) -> None:
+        """Start the thread and wait up to ``lookup_seconds`` for its first try;
+        a ConfigError if that found the setting at fault."""
+        threading.Thread(target=self._run, name="metrics-http", daemon=True).start()
+        self._answered.wait(lookup_seconds)
+        with self._lock:
+            outcome = self._outcome
+            self._detached = True
+        if outcome is None:
+            log.warning("metrics-listen: looking up its host gave no answer in time; starting without metrics, "
+                        "served once it resolves", extra={"address": self.address, "lookup_s": lookup_seconds})
+        elif isinstance(outcome, ConfigError):
+            raise outcome
+        elif isinstance(outcome, str):
+            log.warning("metrics-listen: the resolver failed for now; starting without metrics, served once "
+                        "the host resolves", extra={"address": self.address, "error": outcome,
+                                                    "retry_in_s": RETRY_FIRST_SECONDS})
+        else:
+            self._log_serving(outcome)
+
+    def stop(self) -> None:
+        """Returns at once: the server's thread notices a shutdown only at its
+        next poll (0.5 s), which the event loop must not wait out."""
+        with self._lock:
+            self._stopped = True
+            server = self.server
+        self._wake.set()
+        if server is not None:
+            threading.Thread(target=_shut_down, args=(server,), name="metrics-shutdown", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.done.set()
+
+    def _serve(self) -> None:
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            outcome = self._try()
+            with self._lock:
+                if self._stopped:
+                    if isinstance(outcome, MetricsServer):
+                        outcome.server_close()
+                    return
+                told = not self._detached  # start is waiting: it reports this outcome
+                if told:
+                    self._outcome = outcome
+                    self._answered.set()
+                if isinstance(outcome, MetricsServer):
+                    self.server = outcome
+            if isinstance(outcome, MetricsServer):
+                if not told:
+                    self._log_serving(outcome)
+                self.serving.set()
+                outcome.serve_forever()
+                return
+            if isinstance(outcome, ConfigError):
+                if not told:  # the start is over: the proxy serves on, without metrics
+                    log.error("metrics not served: the setting's fault; fix it and restart",
+                              extra={"address": self.address, "error": str(outcome)})
+                return
+            if not told:
+                log.debug("metrics-listen: the resolver failed again",
+                          extra={"address": self.address, "error": outcome, "retry_in_s": delay})
+            if self._wake.wait(delay):
+                return
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def _try(self) -> MetricsServer | ConfigError | str:
+        """One lookup (no bound: this thread is the one waiting) and bind."""
+        try:
+            family, _type, _proto, _name, sockaddr = tcplisten.resolve(self.host, self.port)[0]
+        except socket.gaierror as exc:
+            if exc.errno == socket.EAI_AGAIN:  # the resolver is down, not the name unknown
+                return tcplisten.error_text(exc)
+            return self._refused(tcplisten.lookup_error_text(self.host, exc), exc)
+        except OSError as exc:
+            return self._refused(tcplisten.error_text(exc), exc)
+        except UnicodeError as exc:  # a name the resolver is never asked (IDNA refuses it)
+            return self._refused(str(exc), exc)
+        try:
+            return MetricsServer(family, sockaddr, self._app)
+        except OSError as exc:  # a port in use, an address not of this host: the setting's fault
+            return self._refused(tcplisten.error_text(exc), exc)
+
+    def _refused(self, reason: str, cause: BaseException) -> ConfigError:
+        # "Address already in use (EADDRINUSE)", "Name or service not known (EAI_NONAME)"
+        error = ConfigError(f"metrics-listen {self.address!r}: cannot serve there: {reason}", key="metrics_listen")
+        error.__cause__ = cause
+        return error
+
+    def _log_serving(self, server: MetricsServer) -> None:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
+
+
+def serve(registry: CollectorRegistry, address: str, lookup_seconds: float | None = None) -> MetricsListener:
+    """Serve ``registry`` on ``address`` (HOST:PORT) from a daemon thread;
+    waits at most ``lookup_seconds`` (tcplisten.LOOKUP_SECONDS) for the host."""
+    listener = MetricsListener(address, make_wsgi_app(registry))
+    listener.start(tcplisten.LOOKUP_SECONDS if lookup_seconds is None else lookup_seconds)
+    return listener
+
+
+def _shut_down(server: MetricsServer) -> None:
+    server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval
+    server.server_close()
