@@ -2,10 +2,10 @@
 anything binds it, and the words for what its bind met.
 
 ``check-config`` looks the host up as the bind will (``resolve``: the first
-address ``getaddrinfo`` gives is the one serve binds), bounded in time, then
-binds that address on port 0: whether it is this host's. The port itself is
-not tried: the running proxy holds its own, and from outside nothing tells
-it from another process's.
+address ``getaddrinfo`` gives is the one serve binds, a link-local IPv6
+one with its scope id), bounded in time, then binds that address on port 0:
+whether it is this host's. The port itself is not tried: the running proxy
+holds its own, and from outside nothing tells it from another process's.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ def check_listen(host: str, port: int, lookup_seconds: float | None = None) -> L
                                     f"starts without metrics then, and serves them once the name resolves)")
     except socket.gaierror as exc:
         # EAI_AGAIN: the resolver did not answer (down, or no network yet), not that the name is unknown.
-        return ListenProblem(exc.errno != socket.EAI_AGAIN, f"{host!r} does not resolve (a lookup): {error_text(exc)}")
+        reason = f"{host!r} does not resolve (a lookup): {lookup_error_text(host, exc)}"
+        return ListenProblem(exc.errno != socket.EAI_AGAIN, reason)
     except UnicodeError as exc:  # a name the resolver is never asked (IDNA refuses it)
         return ListenProblem(True, f"{host!r} does not resolve: {exc}")
     family, _type, _proto, _name, sockaddr = infos[0]
     try:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((sockaddr[0], 0))  # port 0: whoever holds the port, the proxy included, is left alone
+            probe.bind(on_port(sockaddr, 0))  # port 0: whoever holds the port, the proxy included, is left alone
     except OSError as exc:
         shown = repr(host) if sockaddr[0] == host else f"{host!r} ({sockaddr[0]})"
         return ListenProblem(True, f"cannot bind {shown}: {error_text(exc)}")

@@ -12,7 +12,7 @@ import pytest
 
 from runtimeproxy import tcplisten
 from runtimeproxy.checkconfig import Finding, Severity, check
-from ..prerequisites import foreign_address
+from ..prerequisites import foreign_address, link_local_address
 
 
 def metrics_config(tmp_path: Path, address: str) -> Path:
@@ -86,3 +86,17 @@ def test_an_address_of_this_host_has_no_finding_whoever_holds_its_port(tmp_path:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         assert metrics_findings(metrics_config(tmp_path, f"{host}:{taken.getsockname()[1]}")) == []
+
+
+def test_a_scoped_link_local_address_of_this_host_has_no_finding(tmp_path: Path) -> None:
+    """serve binds the scope id getaddrinfo gives (an error before: prometheus_client dropped it, EINVAL)."""
+    address, interface = link_local_address()
+    assert metrics_findings(metrics_config(tmp_path, f"[{address}%{interface}]:9464")) == []
+
+
+def test_a_scope_naming_no_interface_is_an_error_that_says_so(tmp_path: Path) -> None:
+    (finding,) = metrics_findings(metrics_config(tmp_path, "[fe80::1%nosuchif0]:9464"))
+    assert finding.severity is Severity.ERROR
+    assert finding.reason == ("metrics-listen '[fe80::1%nosuchif0]:9464': 'fe80::1%nosuchif0' does not resolve "
+                              "(a lookup): Name or service not known (EAI_NONAME): "
+                              "no interface 'nosuchif0' on this host")
