@@ -16,6 +16,11 @@ and the server's thread are ours:
   unknown): a warning, and the proxy starts without metrics; kubelet needs
   the CRI socket more than a scraper needs /metrics. The thread keeps asking,
   with backoff, and serves once the name resolves (logged), until stopped.
+  If the answer then is the setting's fault, that is logged as an error and
+  the proxy serves on without metrics: its start is over.
+
+``stop`` (the app's exit stack calls it after the CRI server stopped) ends
+the retries or the server without waiting for the thread.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import socketserver
 import threading
 from collections.abc import Callable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
-from wsgiref.simple_server import WSGIRequestHandler
 
 from . import tcplisten
 from .config import ConfigError, parse_host_port
