@@ -127,9 +127,10 @@ def _may_be_host(host: str) -> bool:
         return True
     try:
         ipaddress.IPv6Address(host)  # [fe80::1%eth0] too
-        return True
     except ValueError:
         pass
+    else:  # an interface's name has no control character (ipaddress takes any scope: a NUL fails the lookup)
+        return not any(ord(char) < 0x20 or ord(char) == 0x7F for char in host.partition("%")[2])
     labels = host.removesuffix(".").split(".")
     return len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
 

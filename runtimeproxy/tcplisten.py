@@ -74,7 +74,7 @@ def lookup_error_text(host: str, exc: socket.gaierror) -> str:
     if percent and exc.errno == socket.EAI_NONAME and not scope.isdigit():
         try:
             socket.if_nametoindex(scope)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the name, which names no interface either
             return f"{text}: no interface {scope!r} on this host"
     return text
 

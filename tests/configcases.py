@@ -21,4 +21,7 @@ BAD_METRICS_HOSTS = [
     ('metrics-listen: "999.0.0.1:9464"\n', "metrics-listen '999.0.0.1:9464': '999.0.0.1' is not an IP address or a host name"),
     ('metrics-listen: "*:9464"\n', "metrics-listen '*:9464': '*' is not an IP address or a host name (0.0.0.0 or [::]"),
     ('metrics-listen: "[a b]:9464"\n', "metrics-listen '[a b]:9464': 'a b' is not an IP address or a host name"),
+    # A NUL in the scope: the bind's lookup failed, and naming the scope's interface raised ValueError.
+    ('metrics-listen: "[fe80::1%\\0]:9464"\n',
+     "metrics-listen '[fe80::1%\\x00]:9464': 'fe80::1%\\x00' is not an IP address or a host name"),
 ]
