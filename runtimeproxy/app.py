@@ -82,7 +82,7 @@ async def build_proxy(
             lambda: store.resync_every(config.state_resync_interval, lambda: proxy.backend.connected),
         )
     if config.metrics_listen:  # stopped after the proxy: scraped until the end
-        stack.callback(metrics.serve(config.metrics_listen).stop)  # logs where it serves, or why not yet
+        await metrics.serve(config.metrics_listen, stack)  # logs where it serves, or why not yet
     status = StatusSource(proxy, registry, metrics, time.time(), time.monotonic())
     proxy.server.add_generic_rpc_handlers((AdminService(status.document),))  # before the server starts
     await proxy.start()

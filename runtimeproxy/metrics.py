@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -79,12 +80,12 @@ class Metrics:
         self._hooked.labels(method, outcome).inc()
         self._hooked_seconds.labels(method).observe(seconds)
 
-    def serve(self, address: str) -> MetricsListener:
+    async def serve(self, address: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack) -> MetricsListener:
         """Serve /metrics on HOST:PORT from a background thread (metricshttp.py:
         a ConfigError for a name that does not resolve or a port in use, a
-        warning and metrics later when the resolver does not answer); the
-        listener's stop does not wait for that thread."""
-        return serve(self.registry, address)
+        warning and metrics later when the resolver does not answer); ``stack``
+        stops the listener, without waiting for that thread."""
+        return await serve(self.registry, address, stack)
 
 
 @dataclass

@@ -8,8 +8,9 @@ the address's name, a reverse lookup with no time limit either, for a name
 nothing reads. Its WSGI app and server class are kept; the lookup, the bind
 and the server's thread are ours:
 
-* the host is looked up in that thread; start waits ``LOOKUP_SECONDS`` for
-  the answer. A name that does not resolve (EAI_NONAME) or a bind that fails
+* the host is looked up in that thread; start awaits the answer for
+  ``LOOKUP_SECONDS``, the event loop free meanwhile (a stop signal cancels
+  the wait, and the stop already on the caller's exit stack ends the thread). A name that does not resolve (EAI_NONAME) or a bind that fails
   (a port in use) in that time is a ConfigError, as before: the setting's
   fault, which ends ``serve`` before it listens.
 * no answer in time, or EAI_AGAIN (the resolver is down, not the name
@@ -18,6 +19,11 @@ and the server's thread are ours:
   with backoff, and serves once the name resolves (logged), until stopped.
   If the answer then is the setting's fault, that is logged as an error and
   the proxy serves on without metrics: its start is over.
+* the first address of the lookup's is bound (as prometheus_client did),
+  ``[::]`` dual-stack whatever net.ipv6.bindv6only says; ``serving metrics``
+  logs it (``bound``).
+* an exception no try foresaw is logged with its traceback; it ends the
+  start as a ConfigError if start still waits.
 
 ``stop`` (the app's exit stack calls it after the CRI server stopped) ends
 the retries or the server without waiting for the thread.
@@ -25,6 +31,10 @@ the retries or the server without waiting for the thread.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import ipaddress
 import logging
 import socket
 import socketserver
@@ -58,9 +68,26 @@ class MetricsServer(ThreadingWSGIServer):
     def server_bind(self) -> None:
         # Not HTTPServer.server_bind: its socket.getfqdn(host) is a reverse
         # lookup without a bound, on the address just bound, for SERVER_NAME.
+        if self.address_family == socket.AF_INET6 and ipaddress.IPv6Address(self.server_address[0]).is_unspecified:
+            # [::] is every address, IPv4 ones too, whatever net.ipv6.bindv6only says.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[0], self.server_address[1]
         self.setup_environ()
+
+    def bound(self) -> str:
+        """The address bound, as HOST:PORT: the first of the lookup's, an IPv6
+        one in brackets, a link-local one with its interface ([fe80::1%eth0]:9464)."""
+        host, port, *rest = self.server_address
+        if self.address_family != socket.AF_INET6:
+            return f"{host}:{port}"
+        scope_id = rest[1] if len(rest) > 1 else 0
+        if scope_id and "%" not in host:
+            try:
+                host = f"{host}%{socket.if_indextoname(scope_id)}"
+            except OSError:  # the interface went away since
+                host = f"{host}%{scope_id}"
+        return f"[{host}]:{port}"
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -79,21 +106,28 @@ class MetricsListener:
         self._lock = threading.Lock()
         self._stopped = False
         self._detached = False  # start stopped waiting: later outcomes are the thread's to log
-        self._outcome: MetricsServer | ConfigError | str | None = None  # the first try's, for start
-        self._answered = threading.Event()  # the first try ended
-        self._wake = threading.Event()  # stop, ending a backoff's wait
+        self._first: concurrent.futures.Future[MetricsServer | ConfigError | str] = concurrent.futures.Future()
+        self._wake = threading.Event()  # stopped: ends a backoff's wait
         self.server: MetricsServer | None = None
         self.serving = threading.Event()  # bound and about to serve
         self.done = threading.Event()  # the thread ended: stopped, or nothing to serve
 
-    def start(self, lookup_seconds: float) -> None:
-        """Start the thread and wait up to ``lookup_seconds`` for its first try;
-        a ConfigError if that found the setting at fault."""
+    def start(self) -> None:
+        """Start the thread: the lookup, the bind, then the server or the retries."""
         threading.Thread(target=self._run, name="metrics-http", daemon=True).start()
-        self._answered.wait(lookup_seconds)
-        with self._lock:
-            outcome = self._outcome
-            self._detached = True
+
+    async def started(self, lookup_seconds: float) -> None:
+        """Wait up to ``lookup_seconds`` for the thread's first try, without
+        holding up the event loop; a ConfigError if that found the setting at
+        fault. A cancel ends the wait at once: the caller's stop ends the thread."""
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._first)), lookup_seconds)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                outcome = self._first.result() if self._first.done() else None
+                self._detached = True
         if outcome is None:
             log.warning("metrics-listen: looking up its host gave no answer in time; starting without metrics, "
                         "served once it resolves", extra={"address": self.address, "lookup_s": lookup_seconds})
@@ -110,15 +144,22 @@ class MetricsListener:
         """Returns at once: the server's thread notices a shutdown only at its
         next poll (0.5 s), which the event loop must not wait out."""
         with self._lock:
+            if self._stopped:
+                return
             self._stopped = True
             server = self.server
-        self._wake.set()
+        self._wake.set()  # ends a backoff's wait
         if server is not None:
-            threading.Thread(target=_shut_down, args=(server,), name="metrics-shutdown", daemon=True).start()
+            threading.Thread(target=server.shutdown, name="metrics-shutdown", daemon=True).start()
 
     def _run(self) -> None:
         try:
             self._serve()
+        except Exception as exc:  # a bug, or an error no try foresaw: said once, not a thread's bare traceback
+            log.exception("metrics not served: the metrics thread failed", extra={"address": self.address})
+            with self._lock:
+                if not self._detached and not self._first.done():  # start is waiting: it ends with this
+                    self._first.set_result(self._refused(f"the metrics thread failed: {exc!r}", exc))
         finally:
             self.done.set()
 
@@ -131,17 +172,21 @@ class MetricsListener:
                     if isinstance(outcome, MetricsServer):
                         outcome.server_close()
                     return
-                told = not self._detached  # start is waiting: it reports this outcome
+                # Start is waiting, and for the first try: it reports this outcome (a later
+                # try, before start read the first, is the thread's to log).
+                told = not self._detached and not self._first.done()
                 if told:
-                    self._outcome = outcome
-                    self._answered.set()
+                    self._first.set_result(outcome)
                 if isinstance(outcome, MetricsServer):
                     self.server = outcome
             if isinstance(outcome, MetricsServer):
                 if not told:
                     self._log_serving(outcome)
                 self.serving.set()
-                outcome.serve_forever()
+                try:
+                    outcome.serve_forever()  # until stop's shutdown
+                finally:
+                    outcome.server_close()  # before done: nothing listens once the thread is over
                 return
             if isinstance(outcome, ConfigError):
                 if not told:  # the start is over: the proxy serves on, without metrics
@@ -180,17 +225,20 @@ class MetricsListener:
 
     def _log_serving(self, server: MetricsServer) -> None:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "path": "/metrics"})
+        log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "bound": server.bound(),
+                                           "path": "/metrics"})
 
 
-def serve(registry: CollectorRegistry, address: str, lookup_seconds: float | None = None) -> MetricsListener:
-    """Serve ``registry`` on ``address`` (HOST:PORT) from a daemon thread;
-    waits at most ``lookup_seconds`` (tcplisten.LOOKUP_SECONDS) for the host."""
+async def serve(
+    registry: CollectorRegistry, address: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack,
+    lookup_seconds: float | None = None,
+) -> MetricsListener:
+    """Serve ``registry`` on ``address`` (HOST:PORT) from a daemon thread that
+    ``stack`` stops; waits at most ``lookup_seconds`` (tcplisten.LOOKUP_SECONDS)
+    for the host. The stop is on ``stack`` before the wait: a start cut short
+    there (a stop signal) stops the thread too."""
     listener = MetricsListener(address, make_wsgi_app(registry))
-    listener.start(tcplisten.LOOKUP_SECONDS if lookup_seconds is None else lookup_seconds)
+    listener.start()
+    stack.callback(listener.stop)
+    await listener.started(tcplisten.LOOKUP_SECONDS if lookup_seconds is None else lookup_seconds)
     return listener
-
-
-def _shut_down(server: MetricsServer) -> None:
-    server.shutdown()  # returns once serve_forever noticed: up to its 0.5 s poll interval
-    server.server_close()

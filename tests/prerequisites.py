@@ -8,8 +8,12 @@ into a failure.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -37,17 +41,37 @@ def foreign_address() -> str:
     fail_or_skip(f"this host binds {FOREIGN_ADDRESS} (net.ipv4.ip_nonlocal_bind=1?)")
 
 
-def link_local_address() -> tuple[str, str]:
-    """A link-local IPv6 address of this host and its interface's name, for
-    the tests of a scoped address (fe80::...%IF); a skip where there is none
-    (IPv6 off, a network namespace with only lo): not a prerequisite CI sets up."""
-    try:
-        with open("/proc/net/if_inet6") as table:  # address, ifindex, prefix length, scope, flags, name
-            rows = [line.split() for line in table]
-    except OSError:
-        rows = []
-    for hexaddr, _index, _prefix, scope, flags, name in rows:
-        if int(scope, 16) == 0x20 and not int(flags, 16) & 0x48:  # link scope; not tentative, DAD not failed
-            address = ":".join(hexaddr[i:i + 4] for i in range(0, 32, 4))
-            return socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, address)), name
-    pytest.skip("no link-local IPv6 address on this host")
+LINK_LOCAL_ADDRESS = "fe80::1"  # of LINK_LOCAL_INTERFACE in in_network_namespace's namespace
+LINK_LOCAL_INTERFACE = "d0"
+_ROOT = Path(__file__).resolve().parent.parent  # this checkout: runtimeproxy and tests importable
+
+# lo up; d0 a dummy interface, or a veth where the kernel has no dummy; the
+# address without duplicate detection (else tentative for a while: no bind).
+_NAMESPACE_SETUP = (
+    "ip link set lo up"
+    f" && {{ ip link add {LINK_LOCAL_INTERFACE} type dummy 2>/dev/null"
+    f" || ip link add {LINK_LOCAL_INTERFACE} type veth peer name {LINK_LOCAL_INTERFACE}peer; }}"
+    f" && ip addr add {LINK_LOCAL_ADDRESS}/64 dev {LINK_LOCAL_INTERFACE} nodad"
+    f" && ip link set {LINK_LOCAL_INTERFACE} up"
+)
+
+
+def in_network_namespace(code: str, setup: str = "", args: Sequence[str] = ()) -> str:
+    """Run the Python ``code`` in a network namespace of its own, the host's
+    network left alone: lo up, ``LINK_LOCAL_ADDRESS`` on ``LINK_LOCAL_INTERFACE``
+    (for the tests of a scoped address, fe80::1%d0), then the shell commands
+    ``setup`` (a sysctl of that namespace's); returns what ``code`` printed
+    (``args`` its sys.argv[1:]).
+    Needs ``unshare`` and ``ip``, and root (CI runs as root) or user namespaces."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        fail_or_skip("a test in a network namespace of its own needs `unshare` (util-linux) and `ip` (iproute2)")
+    script = _NAMESPACE_SETUP + (f" && {setup}" if setup else "") + ' && echo ready && exec "$@"'
+    unshare = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--net"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([*unshare, "sh", "-c", script, "sh", sys.executable, "-c", code, *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+    ready, _newline, printed = done.stdout.partition("\n")
+    if ready != "ready":
+        fail_or_skip(f"no network namespace with a link-local address here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    return printed

@@ -91,11 +91,9 @@ class NriPlugin:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.dispatcher.close)
             stack.push_async_callback(self.adapter.close)
-            if self.settings.metrics_listen:
-                stack.callback(self.metrics.serve(self.settings.metrics_listen).stop)
             watch_stop = asyncio.Event()
             watch = asyncio.create_task(self.registry.watch(watch_stop), name="hook-dir-watch")
-            serving = asyncio.create_task(self._serve(), name="nri-connection")
+            serving = asyncio.create_task(self._serve(stack), name="nri-connection")
             stopped = asyncio.create_task(stop.wait())
             try:
                 await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -107,7 +105,9 @@ class NriPlugin:
             if serving.done() and not serving.cancelled() and serving.exception() is not None:
                 raise serving.exception()  # type: ignore[misc]
 
-    async def _serve(self) -> None:
+    async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
+        if self.settings.metrics_listen:  # in this task: a stop ends the wait for its host's lookup at once
+            await self.metrics.serve(self.settings.metrics_listen, stack)
         if self.settings.socket_fd is not None:
             sock = socket.socket(fileno=self.settings.socket_fd)
             reader, writer = await asyncio.open_unix_connection(sock=sock)

@@ -3,6 +3,7 @@ on port 0, as serve's bind would meet them (tcplisten.py); the port is not."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 
 from runtimeproxy import tcplisten
 from runtimeproxy.checkconfig import Finding, Severity, check
-from ..prerequisites import foreign_address, link_local_address
+from ..prerequisites import LINK_LOCAL_ADDRESS, LINK_LOCAL_INTERFACE, foreign_address, in_network_namespace
 
 
 def metrics_config(tmp_path: Path, address: str) -> Path:
@@ -88,10 +89,26 @@ def test_an_address_of_this_host_has_no_finding_whoever_holds_its_port(tmp_path:
         assert metrics_findings(metrics_config(tmp_path, f"{host}:{taken.getsockname()[1]}")) == []
 
 
-def test_a_scoped_link_local_address_of_this_host_has_no_finding(tmp_path: Path) -> None:
+# Run in a network namespace of its own: prints the findings' reasons, as JSON.
+CHECK_THERE = """
+import json, sys, tempfile
+from pathlib import Path
+from runtimeproxy.checkconfig import check
+
+with tempfile.TemporaryDirectory() as tmp:
+    path = Path(tmp) / "config.yaml"
+    path.write_text(f"listen: {tmp}/p.sock\\nmetrics-listen: \\"{sys.argv[1]}\\"\\n")
+    print(json.dumps([f.reason for f in check(path, path.parent).findings if "metrics-listen" in f.reason]))
+"""
+
+
+def test_a_scoped_link_local_address_of_this_host_has_no_finding() -> None:
     """serve binds the scope id getaddrinfo gives (an error before: prometheus_client dropped it, EINVAL)."""
-    address, interface = link_local_address()
-    assert metrics_findings(metrics_config(tmp_path, f"[{address}%{interface}]:9464")) == []
+    address = f"[{LINK_LOCAL_ADDRESS}%{LINK_LOCAL_INTERFACE}]:9464"
+    assert json.loads(in_network_namespace(CHECK_THERE, args=[address])) == []
+    assert json.loads(in_network_namespace(CHECK_THERE, args=[f"[{LINK_LOCAL_ADDRESS}]:9464"])) == [
+        f"metrics-listen '[{LINK_LOCAL_ADDRESS}]:9464': cannot bind '{LINK_LOCAL_ADDRESS}': "
+        "Invalid argument (EINVAL)"]  # the same address without its scope: what check-config met before
 
 
 def test_a_scope_naming_no_interface_is_an_error_that_says_so(tmp_path: Path) -> None:
@@ -100,3 +117,13 @@ def test_a_scope_naming_no_interface_is_an_error_that_says_so(tmp_path: Path) ->
     assert finding.reason == ("metrics-listen '[fe80::1%nosuchif0]:9464': 'fe80::1%nosuchif0' does not resolve "
                               "(a lookup): Name or service not known (EAI_NONAME): "
                               "no interface 'nosuchif0' on this host")
+
+
+def test_a_scope_with_a_nul_names_no_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form refuses it (config.py); the lookup's words no longer raise
+    ValueError naming its interface (check-config crashed)."""
+    answer_with(monkeypatch, socket.EAI_NONAME, "Name or service not known")
+    problem = tcplisten.check_listen("fe80::1%\0", 9464)
+    assert problem == tcplisten.ListenProblem(
+        True, "'fe80::1%\\x00' does not resolve (a lookup): Name or service not known (EAI_NONAME): "
+              "no interface '\\x00' on this host")
