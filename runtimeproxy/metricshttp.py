@@ -10,7 +10,8 @@ and the server's thread are ours:
 
 * the host is looked up in that thread; start awaits the answer for
   ``LOOKUP_SECONDS``, the event loop free meanwhile (a stop signal cancels
-  the wait, and the stop already on the caller's exit stack ends the thread). A name that does not resolve (EAI_NONAME) or a bind that fails
+  the wait, and the stop already on the caller's exit stack ends the
+  thread). A name that does not resolve (EAI_NONAME) or a bind that fails
   (a port in use) in that time is a ConfigError, as before: the setting's
   fault, which ends ``serve`` before it listens.
 * no answer in time, or EAI_AGAIN (the resolver is down, not the name
@@ -25,8 +26,9 @@ and the server's thread are ours:
 * an exception no try foresaw is logged with its traceback; it ends the
   start as a ConfigError if start still waits.
 
-``stop`` (the app's exit stack calls it after the CRI server stopped) ends
-the retries or the server without waiting for the thread.
+``stop`` ends the retries or the server without waiting for the thread.
+The caller's exit stack calls it: ``serve``'s once the CRI server stopped,
+``nri``'s once the connection task ended.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ RETRY_FIRST_SECONDS = 1.0  # the wait after a lookup the resolver did not answer
 RETRY_MAX_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
+
 
 class MetricsServer(ThreadingWSGIServer):
     """prometheus_client's server (a thread per scrape, daemon threads) on
