@@ -124,7 +124,9 @@ class MetricsListener:
         holding up the event loop; a ConfigError if that found the setting at
         fault. A cancel ends the wait at once: the caller's stop ends the thread."""
         try:
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._first)), lookup_seconds)
+            # Not wait_for: Python 3.11's swallows a cancel that comes as the answer does.
+            async with asyncio.timeout(lookup_seconds):
+                await asyncio.shield(asyncio.wrap_future(self._first))
         except TimeoutError:
             pass
         finally:

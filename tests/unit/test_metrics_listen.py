@@ -192,6 +192,23 @@ async def test_a_cancel_while_the_lookup_waits_ends_the_start_at_once_and_stops_
     assert listener.server is None and not listener.serving.is_set()
 
 
+@pytest.mark.parametrize("steps", range(5))
+async def test_a_cancel_as_the_first_answer_comes_ends_the_start_cancelled(steps: int) -> None:
+    """asyncio.wait_for (Python 3.11) returned the answer instead: serve went
+    on to bind, nri to register, while its run waited for a task never to end."""
+    listener = MetricsListener("metrics.node.example:0", make_wsgi_app(Metrics().registry))  # no thread: the test answers
+    start = asyncio.ensure_future(listener.started(WAIT))
+    for _ in range(2):
+        await asyncio.sleep(0)
+    with listener._lock:
+        listener._first.set_result("Temporary failure in name resolution (EAI_AGAIN)")  # as the thread does
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    if start.cancel():  # not over yet (it returns once the answer reached it)
+        await asyncio.wait([start], timeout=WAIT)
+        assert start.cancelled()
+
+
 async def test_a_stop_of_the_nri_plugin_while_the_lookup_waits_ends_its_run_at_once(
     resolver: Resolver, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
