@@ -112,6 +112,7 @@ class MetricsListener:
         self._first: concurrent.futures.Future[MetricsServer | ConfigError | str] = concurrent.futures.Future()
         self._wake = threading.Event()  # stopped: ends a backoff's wait
         self.server: MetricsServer | None = None
+        self._shutdown_ends_it = False  # serve_forever runs, or is about to: only it ends a shutdown's wait
         self.serving = threading.Event()  # bound and about to serve
         self.done = threading.Event()  # the thread ended: stopped, or nothing to serve
 
@@ -152,7 +153,7 @@ class MetricsListener:
             if self._stopped:
                 return
             self._stopped = True
-            server = self.server
+            server = self.server if self._shutdown_ends_it else None  # else the thread closes it, or did
         self._wake.set()  # ends a backoff's wait
         if server is not None:
             threading.Thread(target=server.shutdown, name="metrics-shutdown", daemon=True).start()
@@ -185,10 +186,14 @@ class MetricsListener:
                 if isinstance(outcome, MetricsServer):
                     self.server = outcome
             if isinstance(outcome, MetricsServer):
-                if not told:
-                    self._log_serving(outcome)
-                self.serving.set()
                 try:
+                    if not told:
+                        self._log_serving(outcome)
+                    self.serving.set()
+                    with self._lock:
+                        if self._stopped:
+                            return
+                        self._shutdown_ends_it = True  # stop's shutdown waits for serve_forever: it runs now
                     outcome.serve_forever()  # until stop's shutdown
                 finally:
                     outcome.server_close()  # before done: nothing listens once the thread is over

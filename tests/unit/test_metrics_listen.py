@@ -171,6 +171,27 @@ async def test_a_stop_while_serving_closes_the_listener(stack: contextlib.ExitSt
         socket.create_connection(("127.0.0.1", port), timeout=WAIT).close()
 
 
+async def test_a_failure_after_the_bind_closes_the_listener_and_a_stop_does_not_wait_for_it(
+    resolver: Resolver, stack: contextlib.ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket stayed open, and stop's shutdown waited for ever for a
+    serve_forever that never ran."""
+    def failing_log(self: MetricsListener, server: metricshttp.MetricsServer) -> None:
+        raise RuntimeError("a log that fails")
+
+    shutdowns: list[metricshttp.MetricsServer] = []
+    monkeypatch.setattr(MetricsListener, "_log_serving", failing_log)
+    monkeypatch.setattr(metricshttp.MetricsServer, "shutdown", lambda self: shutdowns.append(self))
+    listener = await Metrics().serve("metrics.node.example:0", stack)  # the lookup's answer comes after the start
+    resolver.release.set()
+    assert listener.done.wait(WAIT)  # the thread bound, then its log raised
+    assert listener.server is not None
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", listener.server.server_port), timeout=WAIT).close()
+    listener.stop()
+    assert shutdowns == []
+
+
 async def test_a_cancel_while_the_lookup_waits_ends_the_start_at_once_and_stops_the_thread(
     resolver: Resolver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
