@@ -17,7 +17,8 @@ and the server's thread are ours:
 * no answer in time, or EAI_AGAIN (the resolver is down, not the name
   unknown): a warning, and the proxy starts without metrics; kubelet needs
   the CRI socket more than a scraper needs /metrics. The thread keeps asking,
-  with backoff, and serves once the name resolves (logged), until stopped.
+  with backoff (once start logged its warning: the log's order is true),
+  and serves once the name resolves (logged), until stopped.
   If the answer then is the setting's fault, that is logged as an error and
   the proxy serves on without metrics: its start is over.
 * the first address of the lookup's is bound (as prometheus_client did),
@@ -111,6 +112,7 @@ class MetricsListener:
         self._detached = False  # start stopped waiting: later outcomes are the thread's to log
         self._first: concurrent.futures.Future[MetricsServer | ConfigError | str] = concurrent.futures.Future()
         self._wake = threading.Event()  # stopped: ends a backoff's wait
+        self._taken = threading.Event()  # start took (and logged) the first outcome, or stopped waiting; or a stop
         self.server: MetricsServer | None = None
         self._shutdown_ends_it = False  # serve_forever runs, or is about to: only it ends a shutdown's wait
         self.serving = threading.Event()  # bound and about to serve
@@ -124,26 +126,33 @@ class MetricsListener:
         """Wait up to ``lookup_seconds`` for the thread's first try, without
         holding up the event loop; a ConfigError if that found the setting at
         fault. A cancel ends the wait at once: the caller's stop ends the thread."""
+        waited = False  # stays so on a cancel: nothing to report
         try:
             # Not wait_for: Python 3.11's swallows a cancel that comes as the answer does.
             async with asyncio.timeout(lookup_seconds):
                 await asyncio.shield(asyncio.wrap_future(self._first))
+            waited = True
         except TimeoutError:
-            pass
+            waited = True
         finally:
-            with self._lock:
+            with self._lock:  # logged before the thread's next outcome is: the log's order is true
                 outcome = self._first.result() if self._first.done() else None
                 self._detached = True
+                if waited:
+                    self._report(outcome, lookup_seconds)
+            self._taken.set()
+        if isinstance(outcome, ConfigError):
+            raise outcome
+
+    def _report(self, outcome: MetricsServer | ConfigError | str | None, lookup_seconds: float) -> None:
         if outcome is None:
             log.warning("metrics-listen: looking up its host gave no answer in time; starting without metrics, "
                         "served once it resolves", extra={"address": self.address, "lookup_s": lookup_seconds})
-        elif isinstance(outcome, ConfigError):
-            raise outcome
         elif isinstance(outcome, str):
             log.warning("metrics-listen: the resolver failed for now; starting without metrics, served once "
                         "the host resolves", extra={"address": self.address, "error": outcome,
                                                     "retry_in_s": RETRY_FIRST_SECONDS})
-        else:
+        elif isinstance(outcome, MetricsServer):
             self._log_serving(outcome)
 
     def stop(self) -> None:
@@ -155,6 +164,7 @@ class MetricsListener:
             self._stopped = True
             server = self.server if self._shutdown_ends_it else None  # else the thread closes it, or did
         self._wake.set()  # ends a backoff's wait
+        self._taken.set()  # and the wait for start to log the first outcome
         if server is not None:
             threading.Thread(target=server.shutdown, name="metrics-shutdown", daemon=True).start()
 
@@ -203,7 +213,9 @@ class MetricsListener:
                     log.error("metrics not served: the setting's fault; fix it and restart",
                               extra={"address": self.address, "error": str(outcome)})
                 return
-            if not told:
+            if told:
+                self._taken.wait()  # start logs its warning before the next try can log a later outcome
+            else:
                 log.debug("metrics-listen: the resolver failed again",
                           extra={"address": self.address, "error": outcome, "retry_in_s": delay})
             if self._wake.wait(delay):
