@@ -45,12 +45,12 @@ LINK_LOCAL_ADDRESS = "fe80::1"  # of LINK_LOCAL_INTERFACE in in_network_namespac
 LINK_LOCAL_INTERFACE = "d0"
 _ROOT = Path(__file__).resolve().parent.parent  # this checkout: runtimeproxy and tests importable
 
-# lo up; d0 a dummy interface, or a veth where the kernel has no dummy; the
+# lo up; d0 a veth, not a dummy: on a modular kernel `type dummy` loads
+# dummy.ko, which makes dummy0 in the host's namespace (numdummies=1); the
 # address without duplicate detection (else tentative for a while: no bind).
 _NAMESPACE_SETUP = (
     "ip link set lo up"
-    f" && {{ ip link add {LINK_LOCAL_INTERFACE} type dummy 2>/dev/null"
-    f" || ip link add {LINK_LOCAL_INTERFACE} type veth peer name {LINK_LOCAL_INTERFACE}peer; }}"
+    f" && ip link add {LINK_LOCAL_INTERFACE} type veth peer name {LINK_LOCAL_INTERFACE}peer"
     f" && ip addr add {LINK_LOCAL_ADDRESS}/64 dev {LINK_LOCAL_INTERFACE} nodad"
     f" && ip link set {LINK_LOCAL_INTERFACE} up"
 )

@@ -1,10 +1,15 @@
-"""fail_or_skip: a missing prerequisite skips, except under CI where it fails."""
+"""fail_or_skip: a missing prerequisite skips, except under CI where it
+fails; in_network_namespace leaves the host's network alone."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
-from ..prerequisites import fail_or_skip
+from ..prerequisites import LINK_LOCAL_INTERFACE, fail_or_skip, in_network_namespace
 
 
 @pytest.mark.parametrize("value", ["true", "1"])
@@ -26,3 +31,20 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
         fail_or_skip("no tool")
+
+
+def test_the_namespace_s_interface_is_a_veth_never_a_dummy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ip link add ... type dummy` loads dummy.ko on a modular kernel, which
+    makes dummy0 in the host's namespace (numdummies=1): a machine others share."""
+    real_ip = shutil.which("ip")
+    if real_ip is None:
+        fail_or_skip("a test in a network namespace of its own needs `ip` (iproute2)")
+    calls = tmp_path / "calls"
+    recording = tmp_path / "ip"
+    recording.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real_ip} "$@"\n')
+    recording.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    printed = in_network_namespace(f"import socket; print(socket.if_nametoindex({LINK_LOCAL_INTERFACE!r}))")
+    assert int(printed) > 0
+    made = [call for call in calls.read_text().splitlines() if call.startswith("link add")]
+    assert made == [f"link add {LINK_LOCAL_INTERFACE} type veth peer name {LINK_LOCAL_INTERFACE}peer"]
