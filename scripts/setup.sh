@@ -2,12 +2,14 @@
 # Set up a fresh Debian machine (as root) to run and test runtime-proxy:
 # containerd + runc (the real backend), busybox-static (test images),
 # docker-registry + skopeo (a loopback registry so PullImage is real),
-# systemd (systemd-analyze checks the unit files), python3 with venv, and a
-# virtualenv with the project installed. Safe to run again.
+# systemd (systemd-analyze checks the unit files), iproute2 (`ip`: the
+# metrics tests' network namespace; `unshare` is util-linux's, essential),
+# python3 with venv, and a virtualenv with the project installed. Safe to
+# run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(python3 python3-venv containerd runc busybox-static docker-registry skopeo systemd)
+packages=(python3 python3-venv containerd runc busybox-static docker-registry skopeo systemd iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

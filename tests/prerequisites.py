@@ -60,8 +60,8 @@ def in_network_namespace(code: str, setup: str = "", args: Sequence[str] = ()) -
     """Run the Python ``code`` in a network namespace of its own, the host's
     network left alone: lo up, ``LINK_LOCAL_ADDRESS`` on ``LINK_LOCAL_INTERFACE``
     (for the tests of a scoped address, fe80::1%d0), then the shell commands
-    ``setup`` (a sysctl of that namespace's); returns what ``code`` printed
-    (``args`` its sys.argv[1:]).
+    ``setup`` (a sysctl of that namespace's, written to /proc/sys/net: no
+    procps); returns what ``code`` printed (``args`` its sys.argv[1:]).
     Needs ``unshare`` and ``ip``, and root (CI runs as root) or user namespaces."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         fail_or_skip("a test in a network namespace of its own needs `unshare` (util-linux) and `ip` (iproute2)")
