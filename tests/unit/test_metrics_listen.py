@@ -219,7 +219,8 @@ async def test_a_cancel_while_the_lookup_waits_ends_the_start_at_once_and_stops_
 async def test_a_cancel_as_the_first_answer_comes_ends_the_start_cancelled(steps: int) -> None:
     """asyncio.wait_for (Python 3.11) returned the answer instead: serve went
     on to bind, nri to register, while its run waited for a task never to end."""
-    listener = MetricsListener("metrics.node.example:0", make_wsgi_app(Metrics().registry))  # no thread: the test answers
+    # Not started: no thread, the test answers for it.
+    listener = MetricsListener("metrics.node.example:0", make_wsgi_app(Metrics().registry))
     start = asyncio.ensure_future(listener.started(WAIT))
     for _ in range(2):
         await asyncio.sleep(0)
