@@ -44,13 +44,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .validate import NODE_FIELDS, NodeFacts, Reason, invalid_answer, read_node_facts
+from .validate import NODE_FIELDS, NodeFacts, Reason, format_id_list, invalid_answer, read_node_facts
 
-__all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]
+__all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]  # format_id_list: validate's
 
 log = logging.getLogger(__name__)
 
@@ -153,14 +153,3 @@ class NodeFactsSource:
 
     def _held_off(self) -> bool:
         return self._fruitless_at is not None and self._clock() - self._fruitless_at < self._hold_off
-
-
-def format_id_list(ids: Iterable[int]) -> str:
-    """A kernel id list ("0-3,8"), the form ``parse_id_list`` reads."""
-    runs: list[list[int]] = []
-    for i in sorted(ids):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -11,12 +11,15 @@ the kernel takes are not judged: a memory limit above the node's memory is
 one (limits overcommit, and kubelet sends such limits itself).
 
 Pure: the node's facts come in as `NodeFacts` (`read_node_facts()` reads
-this node's, `nodefacts.py` keeps them current; tests build their own).
+this node's, `nodefacts.py` keeps them current; tests build their own), and
+a container's parent cgroup's cpuset as `ParentCpuset` (`parentcpuset.py`
+reads it, cgroup v1 only).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,8 @@ from cri_api.hookapi import api_pb2 as hookapi
 from .merge import merge_resources
 
 __all__ = [
-    "NODE_FIELDS", "NodeFacts", "Reason", "invalid_answer", "invalid_resources", "parse_id_list", "read_node_facts",
+    "NODE_FIELDS", "NodeFacts", "ParentCpuset", "ParentSet", "Reason", "format_id_list", "invalid_answer",
+    "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts",
 ]
 
 # Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
@@ -76,6 +80,28 @@ class NodeFacts:
     memory_nodes: frozenset[int]
     beyond_memory_nodes: str = "without memory"
     memory_nodes_fixed_at_boot: bool = False
+
+
+@dataclass(frozen=True)
+class ParentSet:
+    """The ids in a parent cgroup's cpuset file, and the cgroup they were read
+    at: the parent itself, or its nearest ancestor when the parent does not
+    exist yet or has the file empty (runc copies such a cgroup's from its own
+    parent before it writes the container's)."""
+
+    ids: frozenset[int]
+    read_at: str
+
+
+@dataclass(frozen=True)
+class ParentCpuset:
+    """The cpuset of the cgroup a container's cgroup is made under, on cgroup
+    v1: ``cgroup`` its path in the cpuset hierarchy, ``cpus`` and ``mems``
+    from its cpuset.cpus and cpuset.mems (None: not read, not judged)."""
+
+    cgroup: str
+    cpus: ParentSet | None
+    mems: ParentSet | None
 
 
 def parse_id_list(text: str) -> frozenset[int]:
@@ -211,6 +237,48 @@ def invalid_answer(
     if reasons or not changed:
         return reasons
     return [reason.once_merged() for reason in invalid_resources(merged, node) if reason not in before]
+
+
+def outside_parent(
+    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, parent: ParentCpuset,
+    moved: bool = False,
+) -> list[Reason]:
+    """Why the kernel would refuse the cpusets of ``answer``, merged into what
+    the hook was ``shown``, under ``parent``: on cgroup v1 a cpuset must be a
+    subset of its parent's (kernel/cgroup/cpuset.c, the legacy validate_change:
+    EACCES). A cpuset the hook was shown and left as it was is not its doing,
+    unless the answer ``moved`` the container to ``parent``. A cpuset that is
+    no list of ids is ``invalid_resources``' to name."""
+    reasons: list[Reason] = []
+    for name, allowed, what in (("cpuset_cpus", parent.cpus, "CPUs"), ("cpuset_mems", parent.mems, "memory nodes")):
+        before = getattr(shown, name)
+        text = getattr(answer, name) or before
+        if allowed is None or not text or (text == before and not moved):
+            continue
+        try:
+            ids = parse_id_list(text)
+        except ValueError:
+            continue
+        missing = sorted(ids - allowed.ids)
+        if missing:
+            shown_ids = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
+            has = format_id_list(allowed.ids) or "none"
+            has = f"it has {has}" if allowed.read_at == parent.cgroup else f"it will have {has}, from {allowed.read_at}"
+            reasons.append(Reason(
+                name, f"{text[:64]!r} names {what} outside the parent cgroup {parent.cgroup} ({shown_ids}; {has})"
+            ))
+    return reasons
+
+
+def format_id_list(ids: Iterable[int]) -> str:
+    """A kernel id list ("0-3,8"), the form ``parse_id_list`` reads."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _memory_reasons(r: hookapi.LinuxContainerResources) -> list[Reason]:

@@ -9,8 +9,11 @@ import pytest
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookpath.validate import (
     NodeFacts,
+    ParentCpuset,
+    ParentSet,
     invalid_answer,
     invalid_resources,
+    outside_parent,
     parse_id_list,
     read_node_facts,
 )
@@ -187,3 +190,35 @@ def test_a_value_the_hook_was_shown_is_not_its_fault_echoed_either() -> None:
     assert invalid_answer(shown, resources(cpuset_cpus="0-5", cpu_quota=20_000), NODE) == []
     (reason,) = invalid_answer(shown, resources(cpuset_cpus="0-6"), NODE)
     assert "(4,5,6)" in reason  # a cpuset of its own is the hook's
+
+
+POD = "/kubepods/burstable/podx"
+PARENT = ParentCpuset(POD, ParentSet(frozenset({0, 1}), POD), ParentSet(frozenset({0}), POD))
+
+
+def test_a_cpuset_outside_the_parent_cgroups_is_named_with_the_parent() -> None:
+    """cgroup v1: a cpuset must lie within its parent's (EACCES)."""
+    (reason,) = outside_parent(resources(), resources(cpuset_cpus="0-3"), PARENT)
+    assert reason == f"cpuset_cpus '0-3' names CPUs outside the parent cgroup {POD} (2,3; it has 0-1)"
+    assert reason.field == "cpuset_cpus"
+    (reason,) = outside_parent(resources(), resources(cpuset_cpus="1", cpuset_mems="0-1"), PARENT)
+    assert reason == f"cpuset_mems '0-1' names memory nodes outside the parent cgroup {POD} (1; it has 0)"
+    assert outside_parent(resources(), resources(cpuset_cpus="0-1", cpuset_mems="0"), PARENT) == []
+
+
+def test_a_parent_not_made_yet_is_named_with_the_ancestor_it_will_copy() -> None:
+    parent = ParentCpuset(POD, ParentSet(frozenset({0, 1}), "/kubepods/burstable"), None)
+    (reason,) = outside_parent(resources(), resources(cpuset_cpus="2", cpuset_mems="5"), parent)
+    assert reason == f"cpuset_cpus '2' names CPUs outside the parent cgroup {POD} (2; it will have 0-1, from /kubepods/burstable)"
+
+
+def test_a_cpuset_the_hook_was_shown_is_its_own_only_when_it_moved_the_container() -> None:
+    shown = resources(cpuset_cpus="3")  # kubelet's, say, from before the parent shrank
+    assert outside_parent(shown, resources(cpu_quota=20_000), PARENT) == []
+    assert outside_parent(shown, resources(cpuset_cpus="3"), PARENT) == []  # echoed
+    (reason,) = outside_parent(shown, resources(), PARENT, moved=True)
+    assert reason.startswith("cpuset_cpus '3' names CPUs outside")
+
+
+def test_a_cpuset_that_is_no_list_is_left_to_invalid_resources() -> None:
+    assert outside_parent(resources(), resources(cpuset_cpus="0-x"), PARENT) == []

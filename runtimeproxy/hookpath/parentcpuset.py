@@ -1,0 +1,148 @@
+"""The cpuset of the cgroup a container's cgroup is made under, read from the
+cgroup v1 cpuset hierarchy, so that a hook answer naming CPUs or memory nodes
+outside it is refused up front (validate.outside_parent) rather than by
+runc's write of cpuset.cpus (EACCES on the legacy hierarchy).
+
+Where the parent is: a pod cgroup parent as kubelet's cgroupfs driver names
+it (``/kubepods/burstable/pod<uid>``) is that path in the hierarchy; a
+systemd slice name (``kubepods-burstable-pod<uid>.slice``) is expanded as
+runc's systemd driver does (``/kubepods.slice/kubepods-burstable.slice/...``).
+Anything else (a relative path: runc puts it under its own cgroup) is not
+judged.
+
+Not judged either, the kernel having no such rule there:
+ * cgroup v2 (cpuset on the unified hierarchy, or no v1 cpuset mount): a
+   child's cpuset.cpus is not bounded by its parent's when written; the
+   kernel intersects its effective set instead.
+ * v1 mounted with ``cpuset_v2_mode``: the subset check is the legacy
+   hierarchy's only outside that mode (is_in_v2_mode).
+
+The mount is found once, at start; the parent's files are read only for an
+answer that sets a cpuset (or moves its container with one), each time, so a
+parent that kubelet or an operator widened since is seen at once. A parent
+that does not exist yet, or whose file is empty, is judged by its nearest
+ancestor that has one: runc makes missing cpuset cgroups by copying their
+parent's sets. One that cannot be read at all is not judged.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from pathlib import Path
+
+from .validate import ParentCpuset, ParentSet, parse_id_list
+
+__all__ = ["ParentCpusets", "cgroup_path", "expand_slice"]
+
+log = logging.getLogger(__name__)
+
+SLICE = ".slice"
+
+
+def expand_slice(name: str) -> str | None:
+    """A systemd slice's path in a cgroup hierarchy, as runc's ExpandSlice makes
+    it ("a-b.slice" -> "/a.slice/a-b.slice", "-.slice" -> "/"); None if
+    ``name`` is no slice name."""
+    if not name.endswith(SLICE) or name == SLICE or "/" in name:
+        return None
+    stem = name[: -len(SLICE)]
+    if stem == "-":
+        return "/"
+    path, prefix = "", ""
+    for part in stem.split("-"):
+        if not part:  # "a--b.slice", "-a.slice": systemd refuses them
+            return None
+        path += f"/{prefix}{part}{SLICE}"
+        prefix += f"{part}-"
+    return path
+
+
+def cgroup_path(cgroup_parent: str) -> str | None:
+    """The pod cgroup parent's path in the cpuset hierarchy; None if it is
+    neither an absolute path (cgroupfs) nor a slice name (systemd)."""
+    if cgroup_parent.startswith("/"):
+        return posixpath.normpath(cgroup_parent)  # no ".." gets above the hierarchy's root
+    return expand_slice(cgroup_parent)
+
+
+class ParentCpusets:
+    """Reads parent cgroups' cpusets on this node's v1 cpuset hierarchy
+    (``mount``: where it is mounted; None: cgroup v2 or not found, nothing read)."""
+
+    def __init__(self, mount: Path | None) -> None:
+        self._mount = mount
+
+    @classmethod
+    def of_host(cls, root: Path = Path("/")) -> ParentCpusets:
+        """This node's, from /proc/self/mountinfo under ``root`` (a fake tree in tests)."""
+        try:
+            mountinfo = (root / "proc/self/mountinfo").read_text()
+        except OSError as err:
+            log.info("parent cgroups' cpusets not judged: mounts unreadable", extra={"error": str(err)})
+            return cls(None)
+        found = _cpuset_mount(mountinfo)
+        if found is None:
+            log.debug("parent cgroups' cpusets not judged: no cgroup v1 cpuset hierarchy outside cpuset_v2_mode")
+            return cls(None)
+        return cls(root / found.lstrip("/"))
+
+    @property
+    def judged(self) -> bool:
+        return self._mount is not None
+
+    def read(self, cgroup_parent: str) -> ParentCpuset | None:
+        """The cpuset of ``cgroup_parent`` as the kernel will judge a child's by;
+        None when nothing is read (not judged)."""
+        if self._mount is None or not cgroup_parent:
+            return None
+        path = cgroup_path(cgroup_parent)
+        if path is None:
+            log.debug("parent cgroup's cpuset not judged: not a path or a slice", extra={"cgroup_parent": cgroup_parent})
+            return None
+        cpus, mems = self._nearest(path, "cpuset.cpus"), self._nearest(path, "cpuset.mems")
+        if cpus is None and mems is None:
+            log.debug("parent cgroup's cpuset not judged: unreadable", extra={"cgroup_parent": cgroup_parent, "cgroup": path})
+            return None
+        return ParentCpuset(path, cpus, mems)
+
+    def _nearest(self, path: str, name: str) -> ParentSet | None:
+        """The ids in ``name`` of ``path`` or, where that is missing, unreadable or
+        empty, of its nearest ancestor that has some (never tighter than the
+        parent's: on v1 a child's set lies within its parent's)."""
+        assert self._mount is not None
+        at = path
+        while True:
+            try:
+                text = (self._mount / at.lstrip("/") / name).read_text().strip()
+                if text:
+                    return ParentSet(parse_id_list(text), at)
+            except (OSError, ValueError):
+                pass
+            if at == "/":
+                return None
+            at = posixpath.dirname(at)
+
+
+def _cpuset_mount(mountinfo: str) -> str | None:
+    """Where the v1 cpuset hierarchy's root is mounted (proc(5) mountinfo:
+    root field "/"), unless it is mounted with cpuset_v2_mode."""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        dash = fields.index("-")
+        if len(fields) < dash + 4 or dash < 5 or fields[dash + 1] != "cgroup":
+            continue
+        options = fields[dash + 3].split(",")
+        if "cpuset" not in options or fields[3] != "/":
+            continue
+        return None if "cpuset_v2_mode" in options else _unescape(fields[4])
+    return None
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field
