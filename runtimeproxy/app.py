@@ -17,6 +17,7 @@ from .cripath.server import Proxy
 from .hookclient.transport import transport_for
 from .hookpath.dispatch import Dispatcher
 from .hookpath.nodefacts import NodeFactsSource
+from .hookpath.parentcpuset import ParentCpusets
 from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
@@ -50,8 +51,9 @@ async def build_proxy(
     registry.on_change(lambda snapshot: _count_servers(metrics, snapshot))
     registry.reload()
     # The data path's HTTP/2 stack calls the hook servers too: frames, the proxy's own; grpc, grpc.aio.
-    # The node's facts are read now and again after CPU or memory hotplug (nodefacts.py).
-    node = NodeFactsSource(read_node_facts)
+    # The node's facts are read now and again after CPU or memory hotplug (nodefacts.py);
+    # parent cgroups' cpusets (cgroup v1) for each answer naming a cpuset.
+    node = NodeFactsSource(read_node_facts, parents=ParentCpusets.of_host())
     dispatcher = Dispatcher(registry, metrics, node=node, transport=transport_for(config.data_path))
     stack.push_async_callback(dispatcher.close)  # after the proxy stopped: post hooks use it until then
     store = StateStore()

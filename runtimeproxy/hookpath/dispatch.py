@@ -160,8 +160,15 @@ class Dispatcher:
         if self._node is None or not point.answer_applied:
             return []  # an answer never applied cannot fail the container
         if point.kind is Kind.POD:
+            # Not judged by the parent cgroup's cpuset: containerd passes a
+            # pod's resources on as annotations, to no cgroup.
             return self._node.invalid_answer(request.resources, answer.resources)
-        return self._node.invalid_answer(request.container_resources, answer.container_resources)
+        parent = request.pod_cgroup_parent
+        # Only CreateContainer takes a new pod cgroup parent (its container is made under it).
+        moved = point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent not in ("", parent)
+        if moved:
+            parent = answer.pod_cgroup_parent
+        return self._node.invalid_answer(request.container_resources, answer.container_resources, parent, moved=moved)
 
     async def run_pre(
         self,

@@ -32,6 +32,13 @@ A re-read that fails keeps the facts that stand and counts as one that found
 nothing new; it is warned once per failure in a row (with the facts that
 stand) and noted at info when reads work again.
 
+On cgroup v1 a container's cpusets must also lie within those of its pod's
+cgroup parent (``parents``, see parentcpuset.py): read for each answer that
+sets a cpuset, or moves its container along with one, never otherwise. Not
+cached, so there is nothing to re-read: a parent kubelet or an operator
+widened is seen at the next answer (two small cgroup files, and a walk up
+while the parent does not exist yet).
+
 The re-read happens on the event loop. It is not a few µs: ``read_node_facts``
 took about 115 µs on a 2-CPU test VM (four small sysfs and proc files, pathlib
 included), but it comes at most once per ``hold_off``, once per ``max_age``
@@ -48,7 +55,8 @@ from collections.abc import Callable
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .validate import NODE_FIELDS, NodeFacts, Reason, format_id_list, invalid_answer, read_node_facts
+from .parentcpuset import ParentCpusets
+from .validate import NODE_FIELDS, NodeFacts, Reason, format_id_list, invalid_answer, outside_parent, read_node_facts
 
 __all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]  # format_id_list: validate's
 
@@ -66,11 +74,13 @@ class NodeFactsSource:
         self,
         read: Callable[[], NodeFacts] = read_node_facts,
         *,
+        parents: ParentCpusets | None = None,
         clock: Callable[[], float] = time.monotonic,
         hold_off: float = HOLD_OFF,
         max_age: float = MAX_AGE,
     ) -> None:
         self._read = read
+        self._parents = parents  # None: parent cgroups' cpusets are not judged
         self._clock = clock
         self._hold_off = hold_off
         self._max_age = max_age
@@ -133,6 +143,28 @@ class NodeFactsSource:
         )
 
     def invalid_answer(
+        self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
+        cgroup_parent: str = "", *, moved: bool = False,
+    ) -> list[Reason]:
+        """``validate.invalid_answer`` against facts read again where they may
+        be stale; then, for a container under ``cgroup_parent`` (the one
+        the answer ``moved`` it to, if it did), ``validate.outside_parent``
+        against that parent's cpuset read now. A cpuset already refused by the
+        node's facts is not judged again: one reason per field."""
+        reasons = self._by_node(shown, answer)
+        if self._parents is None or not cgroup_parent:
+            return reasons
+        refused = {reason.field for reason in reasons}
+        judged = {field for field in NODE_FIELDS if moved or getattr(answer, field)} - refused
+        if not judged:
+            return reasons  # sets no cpuset (never a read), or the node refused those it sets
+        parent = self._parents.read(cgroup_parent)
+        if parent is None:
+            return reasons
+        # Read for every answer naming a cpuset: a parent widened since is taken at once.
+        return reasons + [r for r in outside_parent(shown, answer, parent, moved) if r.field in judged]
+
+    def _by_node(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources
     ) -> list[Reason]:
         """``validate.invalid_answer`` against facts read again where they may be stale."""

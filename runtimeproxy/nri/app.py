@@ -18,6 +18,7 @@ from tenacity import (
 )
 
 from ..hookpath.nodefacts import NodeFactsSource
+from ..hookpath.parentcpuset import ParentCpusets
 from ..hookpath.registry import HookRegistry
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore
@@ -79,7 +80,8 @@ class NriPlugin:
         self.registry.on_change(lambda snapshot: self.metrics.hook_servers.set(len(snapshot)))
         self.registry.reload()
         clamped = ClampedRegistry(self.registry, settings.budget)
-        self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=NodeFactsSource(read_node_facts))
+        node = NodeFactsSource(read_node_facts, parents=ParentCpusets.of_host())
+        self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=node)
         self.store = StateStore()
         self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped), carries=False)
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)

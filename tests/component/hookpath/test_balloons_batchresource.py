@@ -26,6 +26,7 @@ from hooks.batchresource.config import BatchResourceConfig
 from hooks.batchresource.server import BatchResourceHook
 from hooks.cli import Registration
 from runtimeproxy.hookpath.validate import NodeFacts
+from tests.fakesysfs import cgroup_v1_cpuset, parent_cpusets_of
 
 from ...hookprocs import registered
 from .crirequests import CREATE, UPDATE
@@ -52,9 +53,13 @@ class NoContainers:
 
 
 @pytest.fixture(autouse=True)
-def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The proxy checks answers against the node's online CPUs: as many as the hook's machine."""
+def eight_cpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The proxy checks answers against the node's online CPUs, and on cgroup v1
+    the pod cgroup parent's: as many as the hook's machine (no pod cgroup made:
+    the root's)."""
     monkeypatch.setattr("runtimeproxy.app.read_node_facts", lambda: NodeFacts(frozenset(range(8)), frozenset({0})))
+    cgroup_v1_cpuset(tmp_path, {"/": ("0-7", "0")})
+    monkeypatch.setattr("runtimeproxy.app.ParentCpusets", parent_cpusets_of(tmp_path))
 
 
 @pytest.fixture

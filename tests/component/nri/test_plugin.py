@@ -11,10 +11,11 @@ import pytest
 from cri_api.nri import api_pb2 as nri
 from runtimeproxy.hookpath.validate import read_node_facts
 from runtimeproxy.nri.adapter import SUBSCRIBED
-from tests.fakesysfs import fake_root, set_online_cpus
+from tests.fakesysfs import cgroup_v1_cpuset, fake_root, parent_cpusets_of, set_online_cpus
 
 from ...hookprocs import hook_server
 from .conftest import container, pod
+from .fakeruntime import Refused
 
 E = nri.Event
 QUOTA_HOOK = {
@@ -69,6 +70,7 @@ async def test_a_cpu_brought_online_after_start_may_be_handed_out(
 ) -> None:
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
     monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))  # no cpuset hierarchy: not judged
     script = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "4"}}}
     async with hook_server(sock_dir, "pin", script) as hook:
         hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
@@ -76,6 +78,25 @@ async def test_a_cpu_brought_online_after_start_may_be_handed_out(
         set_online_cpus(root, "0-4\n")
         answer = await link.create_container(pod(), container())
     assert answer.adjust.linux.resources.cpu.cpus == "4"
+
+
+async def test_on_cgroup_v1_cpus_outside_the_pods_parent_refuse_the_container(
+    connect, sock_dir, hook_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused by the hook's failure policy, naming the parent, not by runc's EACCES."""
+    root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
+    cgroup_v1_cpuset(root, {"/": ("0-3", "0"), pod().linux.cgroup_parent: ("0-1", "0")})
+    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))
+    script = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "3"}}}
+    async with hook_server(sock_dir, "pin", script) as hook:
+        hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
+        _, link = await connect([pod()])
+        with pytest.raises(Refused) as refused:
+            await link.create_container(pod(), container())
+    assert "cpuset_cpus '3' names CPUs outside the parent cgroup /kubepods/burstable/poduid-1 (3; it has 0-1)" in (
+        refused.value.message
+    )
 
 
 async def test_cgroup_parent_becomes_the_cgroups_path(connect, sock_dir, hook_dir) -> None:

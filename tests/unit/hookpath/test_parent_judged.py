@@ -1,0 +1,151 @@
+"""On cgroup v1 a hook's cpusets are judged by the pod cgroup parent's too:
+refused (Fail) or dropped (Ignore) with the parent named, read afresh for
+each answer naming a cpuset and never for others (a fake tree stands for
+this node's sysfs and cpuset hierarchy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.nodefacts import NodeFactsSource
+from runtimeproxy.hookpath.parentcpuset import ParentCpusets
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.validate import NodeFacts, ParentCpuset, read_node_facts
+from runtimeproxy.metrics import Metrics
+from tests.fakesysfs import CPUSET_MOUNT, cgroup_v1_cpuset, fake_root, set_cgroup_cpuset
+
+from .dispatchfakes import Chain, NoConnections
+
+CREATE, UPDATE = HookType.PRE_CREATE_CONTAINER, HookType.PRE_UPDATE_CONTAINER_RESOURCES
+POD = "/kubepods/burstable/podx"
+NARROW = "/kubepods/besteffort/pody"
+
+
+class Answers(NoConnections):
+    def __init__(self, answer: hookapi.ContainerResourceHookResponse) -> None:
+        self.answer = answer
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        return self.answer.SerializeToString()
+
+
+class Counted(ParentCpusets):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / CPUSET_MOUNT)
+        self.reads = 0
+
+    def read(self, cgroup_parent: str) -> ParentCpuset | None:
+        self.reads += 1
+        return super().read(cgroup_parent)
+
+
+class Node:
+    """CPUs 0-3 online; the pod's parent on 0-1 (node 0), another on CPU 0."""
+
+    def __init__(self, tmp_path: Path, policy: FailurePolicy = FailurePolicy.FAIL, **answer: object) -> None:
+        self.root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
+        cgroup_v1_cpuset(self.root, {"/": ("0-3", "0"), POD: ("0-1", "0"), NARROW: ("0", "0")})
+        self.node_reads = 0
+        self.parents = Counted(self.root)
+        self.metrics = Metrics()
+        self.server = HookServerConfig("pin.json", "/run/pin.sock", policy, frozenset({CREATE, UPDATE}), timeout=1.0)
+        self.transport = Answers(hookapi.ContainerResourceHookResponse(**answer))  # type: ignore[arg-type]
+        source = NodeFactsSource(self._read_node, parents=self.parents)
+        self.dispatcher = Dispatcher(
+            Chain(self.server), self.metrics, node=source, transport=self.transport  # type: ignore[arg-type]
+        )
+
+    def _read_node(self) -> NodeFacts:
+        self.node_reads += 1
+        return read_node_facts(self.root)
+
+    async def taken(self, hook: HookType = CREATE, **request: object) -> bool:
+        """Whether the answer goes on (False: dropped under Ignore); HookError when refused under Fail."""
+        applied: list[object] = []
+
+        async def build() -> hookapi.ContainerResourceHookRequest:
+            return hookapi.ContainerResourceHookRequest(**{"pod_cgroup_parent": POD, **request})  # type: ignore[arg-type]
+
+        await self.dispatcher.run_pre(hook, build, lambda answer: applied.append(answer) is None, {})
+        return applied != []
+
+    def outcome(self, hook: HookType = CREATE) -> float:
+        labels = {"server": "pin.json", "hook": hook.value, "outcome": "invalid_value"}
+        return self.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) or 0.0
+
+
+def pinned(cpus: str = "", mems: str = "", parent: str = "") -> dict[str, object]:
+    return {"container_resources": hookapi.LinuxContainerResources(cpuset_cpus=cpus, cpuset_mems=mems),
+            "pod_cgroup_parent": parent}
+
+
+@pytest.mark.parametrize("hook", [CREATE, UPDATE])
+async def test_cpus_outside_the_parents_are_refused_under_fail_naming_the_parent(tmp_path: Path, hook: HookType) -> None:
+    node = Node(tmp_path, **pinned("2-3"))
+    with pytest.raises(HookError) as refused:
+        await node.taken(hook)
+    assert refused.value.cause == (
+        "answer carries values the kernel would refuse: "
+        f"cpuset_cpus '2-3' names CPUs outside the parent cgroup {POD} (2,3; it has 0-1)"
+    )
+    assert node.outcome(hook) == 1
+    assert node.node_reads == 1  # a parent's refusal is no reason to read the node's facts again
+
+
+async def test_under_ignore_the_answer_is_dropped(tmp_path: Path) -> None:
+    node = Node(tmp_path, FailurePolicy.IGNORE, **pinned("1", "0"))
+    assert await node.taken()
+    node.transport.answer.container_resources.cpuset_cpus = "3"
+    assert not await node.taken()
+    assert node.outcome() == 1
+
+
+async def test_a_parent_widened_since_is_taken_at_once(tmp_path: Path) -> None:
+    node = Node(tmp_path, **pinned("2"))
+    with pytest.raises(HookError):
+        await node.taken()
+    set_cgroup_cpuset(node.root, POD, "0-3", "0")  # kubelet's CPU manager gave the pod more
+    assert await node.taken()
+    assert node.parents.reads == 2
+
+
+async def test_an_answer_naming_no_cpuset_reads_no_parent(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.transport.answer.container_resources.cpu_quota = 20_000
+    assert await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="3"))
+    assert node.parents.reads == 0
+
+
+async def test_a_cpuset_the_node_refuses_is_named_once_by_the_node(tmp_path: Path) -> None:
+    node = Node(tmp_path, **pinned("7"))
+    with pytest.raises(HookError) as refused:
+        await node.taken()
+    assert refused.value.cause.endswith("cpuset_cpus '7' names CPUs this node does not have online (7)")
+    assert node.parents.reads == 0
+
+
+async def test_a_container_moved_at_create_is_judged_by_its_new_parent(tmp_path: Path) -> None:
+    """Its cpuset, kubelet's or the hook's, is written under the parent the answer chose."""
+    node = Node(tmp_path, **pinned(parent=NARROW))
+    with pytest.raises(HookError) as refused:
+        await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="1"))
+    assert refused.value.cause.endswith(f"cpuset_cpus '1' names CPUs outside the parent cgroup {NARROW} (1; it has 0)")
+    assert await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0"))
+
+
+async def test_an_update_is_judged_by_the_parent_it_has(tmp_path: Path) -> None:
+    """UpdateContainerResources applies no cgroup parent: an answer's is not the container's."""
+    node = Node(tmp_path, **pinned("1", parent=NARROW))
+    assert await node.taken(UPDATE)
+
+
+async def test_a_pod_without_cgroup_parent_is_not_judged(tmp_path: Path) -> None:
+    """The runtime's own default parent (containerd's /k8s.io) is not a hook's doing."""
+    node = Node(tmp_path, **pinned("3"))
+    assert await node.taken(pod_cgroup_parent="")
+    assert node.parents.reads == 0
