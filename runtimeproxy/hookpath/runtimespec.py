@@ -8,7 +8,7 @@ from typing import Any
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-__all__ = ["cgroup_parent_from_spec", "resources_from_spec"]
+__all__ = ["cgroup_parent_from_path", "cgroup_parent_from_spec", "resources_from_spec"]
 
 
 def resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:
@@ -43,12 +43,18 @@ def resources_from_spec(spec: Any) -> hookapi.LinuxContainerResources:
 
 def cgroup_parent_from_spec(spec: Any, container_id: str, pod_parent: str) -> str:
     """The pod cgroup parent the runtime put the container under, read from its
-    ``cgroupsPath`` (containerd's ``slice:cri-containerd:<id>`` with systemd,
-    ``<parent>/<id>`` with cgroupfs); ``pod_parent`` unless that says otherwise,
-    and always when the pod has none."""
+    OCI spec's ``cgroupsPath`` (``cgroup_parent_from_path``)."""
     linux = spec.get("linux") if isinstance(spec, dict) else None
     path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    if not isinstance(path, str) or not path or not pod_parent:
+    return cgroup_parent_from_path(path if isinstance(path, str) else "", container_id, pod_parent)
+
+
+def cgroup_parent_from_path(path: str, container_id: str, pod_parent: str) -> str:
+    """The pod cgroup parent the runtime put the container under, read from its
+    cgroups path (containerd's ``slice:cri-containerd:<id>`` with systemd,
+    ``<parent>/<id>`` with cgroupfs); ``pod_parent`` unless that says otherwise,
+    and always when the pod has none."""
+    if not path or not pod_parent:
         return pod_parent  # (a pod with none gets the runtime's own default, "/k8s.io": not a hook's doing)
     if ":" in path:  # systemd: containerd keeps only the parent's last slice
         parent_slice = path.split(":", 1)[0]

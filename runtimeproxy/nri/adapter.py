@@ -28,6 +28,7 @@ from ..hookpath.executor import HOOKED_METHODS
 from ..hookpath.hookfile import FailurePolicy
 from ..hookpath.merge import hook_resources, merge_resources
 from ..hookpath.points import HOOK_POINTS
+from ..hookpath.runtimespec import cgroup_parent_from_path
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore, container_record, pod_record
 from . import convert
@@ -111,6 +112,11 @@ class HookAdapter:
 
     def _put_container(self, pod: nri.PodSandbox, container: nri.Container) -> None:
         record = container_record(self.store.pods[pod.id], convert.container_config(container), container.id)
+        # Where the container is: a PreCreateContainer hook may have moved it
+        # from the pod's parent (as the CRI path reads it from the runtime spec).
+        record.pod_cgroup_parent = cgroup_parent_from_path(
+            container.linux.cgroups_path, container.id, record.pod_cgroup_parent
+        )
         self.store.put_container(container.id, pod.id, record)
 
     def _ensure(self, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:

@@ -99,6 +99,32 @@ async def test_on_cgroup_v1_cpus_outside_the_pods_parent_refuse_the_container(
     )
 
 
+async def test_after_a_resynchronize_a_moved_container_is_judged_by_the_parent_it_is_under(
+    connect, sock_dir, hook_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PreCreateContainer hook moved it to /kubepods/isolated (CPUs 2-3, the
+    pod's parent has 0-1); containerd restarted and synchronized it back."""
+    root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
+    cgroup_v1_cpuset(root, {"/": ("0-3", "0"), pod().linux.cgroup_parent: ("0-1", "0"), "/kubepods/isolated": ("2-3", "0")})
+    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))
+    moved = container()
+    moved.linux.cgroups_path = "/kubepods/isolated/ctr-1"
+    script = {"PreUpdateContainerResources": {"container_resources": {"cpuset_cpus": "2-3"}}}
+    async with hook_server(sock_dir, "pin", script) as hook:
+        hook.register(hook_dir, ["PreUpdateContainerResources"], failure_policy="Fail")
+        _, link = await connect([pod()], [moved])
+        wanted = nri.LinuxResources(cpu=nri.LinuxCPU(quota=nri.OptionalInt64(value=50000)))
+        answer = await link.call(
+            "UpdateContainer",
+            nri.UpdateContainerRequest(pod=pod(), container=moved, linux_resources=wanted),
+            nri.UpdateContainerResponse,
+        )
+    [update] = answer.update
+    assert update.linux.resources.cpu.cpus == "2-3"
+    assert hook.requests("PreUpdateContainerResources")[0]["pod_cgroup_parent"] == "/kubepods/isolated"
+
+
 async def test_cgroup_parent_becomes_the_cgroups_path(connect, sock_dir, hook_dir) -> None:
     script = {"PreCreateContainer": {"pod_cgroup_parent": "/kubepods/besteffort/poduid-1"}}
     async with hook_server(sock_dir, "parent", script) as hook:
