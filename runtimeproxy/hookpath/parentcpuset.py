@@ -5,10 +5,10 @@ runc's write of cpuset.cpus (EACCES on the legacy hierarchy).
 
 Where the parent is: a pod cgroup parent as kubelet's cgroupfs driver names
 it (``/kubepods/burstable/pod<uid>``) is that path in the hierarchy; a
-systemd slice name (``kubepods-burstable-pod<uid>.slice``) is expanded as
-runc's systemd driver does (``/kubepods.slice/kubepods-burstable.slice/...``).
-Anything else (a relative path: runc puts it under its own cgroup) is not
-judged.
+systemd slice name (``kubepods-burstable-pod<uid>.slice``), or a path ending
+in one, has that last slice expanded as runc's systemd driver does
+(``/kubepods.slice/kubepods-burstable.slice/...``). Anything else (a relative
+path: runc puts it under its own cgroup) is not judged.
 
 Not judged either, the kernel having no such rule there:
  * cgroup v2 (cpuset on the unified hierarchy, or no v1 cpuset mount): a
@@ -60,10 +60,17 @@ def expand_slice(name: str) -> str | None:
 
 def cgroup_path(cgroup_parent: str) -> str | None:
     """The pod cgroup parent's path in the cpuset hierarchy; None if it is
-    neither an absolute path (cgroupfs) nor a slice name (systemd)."""
+    neither an absolute path (cgroupfs) nor ends in a slice name (systemd).
+    A parent whose last element is a slice is that slice expanded, whatever
+    comes before it: containerd keeps only that element (``<slice>:<prefix>:<id>``,
+    as convert.cgroups_path_under and runtimespec read it) and runc expands it
+    alone, so ``/system.slice/rt.slice`` is ``/rt.slice``."""
+    base = posixpath.basename(cgroup_parent.rstrip("/"))
+    if base.endswith(SLICE):
+        return expand_slice(base)
     if cgroup_parent.startswith("/"):
         return posixpath.normpath(cgroup_parent)  # no ".." gets above the hierarchy's root
-    return expand_slice(cgroup_parent)
+    return None
 
 
 class ParentCpusets:

@@ -36,6 +36,12 @@ def test_a_slice_expands_as_runcs_systemd_driver_does(name: str, path: str | Non
     ("/kubepods/burstable/poduid-1/", POD),
     ("/kubepods/../../etc", "/etc"),  # never above the hierarchy's root
     (SLICE, SLICE_PATH),
+    # A path ending in a slice: containerd keeps only that slice, and runc expands it alone.
+    (SLICE_PATH, SLICE_PATH),
+    ("/system.slice/rt.slice", "/rt.slice"),
+    ("/system.slice/rt.slice/", "/rt.slice"),
+    ("system.slice/rt.slice", "/rt.slice"),
+    ("/kubepods/a--b.slice", None),  # a slice runc refuses
     ("kubepods/burstable", None),  # relative: runc puts it under its own cgroup, not judged
 ])
 def test_a_pod_cgroup_parent_is_a_cgroupfs_path_or_a_systemd_slice(parent: str, path: str | None) -> None:
