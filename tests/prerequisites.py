@@ -75,3 +75,17 @@ def in_network_namespace(code: str, setup: str = "", args: Sequence[str] = ()) -
         fail_or_skip(f"no network namespace with a link-local address here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     return printed
+
+
+def cgroup_v1_cpuset_mounted(mountinfo: Path = Path("/proc/self/mountinfo")) -> bool:
+    """Whether this host mounts the cgroup v1 cpuset controller (at its root,
+    without cpuset_v2_mode): where the parent cgroup's cpuset rule holds. Read
+    here apart from parentcpuset.py, so a test can hold it to what it finds."""
+    for line in mountinfo.read_text().splitlines():
+        before, _, after = line.partition(" - ")
+        fields, super_fields = before.split(), after.split()
+        if len(fields) > 4 and len(super_fields) > 2 and super_fields[0] == "cgroup":
+            options = super_fields[2].split(",")
+            if "cpuset" in options and "cpuset_v2_mode" not in options and fields[3] == "/":
+                return True
+    return False

@@ -22,7 +22,11 @@ answer that sets a cpuset (or moves its container with one), each time, so a
 parent that kubelet or an operator widened since is seen at once. A parent
 that does not exist yet, or whose file is empty, is judged by its nearest
 ancestor that has one: runc makes missing cpuset cgroups by copying their
-parent's sets. One that cannot be read at all is not judged.
+parent's sets. One that cannot be read at all is not judged, nor one whose
+walk up reaches the hierarchy's root: what is mounted there may not be the
+node's root (a private cgroup namespace, a shadowed mount) but the proxy's
+own cgroup, and the node's root has all active CPUs and memory nodes, which
+the node's facts judge already.
 """
 
 from __future__ import annotations
@@ -98,6 +102,11 @@ class ParentCpusets:
     def judged(self) -> bool:
         return self._mount is not None
 
+    @property
+    def mount(self) -> Path | None:
+        """Where the v1 cpuset hierarchy is mounted (None: not judged)."""
+        return self._mount
+
     def read(self, cgroup_parent: str) -> ParentCpuset | None:
         """The cpuset of ``cgroup_parent`` as the kernel will judge a child's by;
         None when nothing is read (not judged)."""
@@ -115,20 +124,20 @@ class ParentCpusets:
 
     def _nearest(self, path: str, name: str) -> ParentSet | None:
         """The ids in ``name`` of ``path`` or, where that is missing, unreadable or
-        empty, of its nearest ancestor that has some (never tighter than the
-        parent's: on v1 a child's set lies within its parent's)."""
+        empty, of its nearest ancestor below the root that has some (never
+        tighter than the parent's: on v1 a child's set lies within its
+        parent's); None if none has."""
         assert self._mount is not None
         at = path
-        while True:
+        while at != "/":  # the root's is not read: see the module's docstring
             try:
                 text = (self._mount / at.lstrip("/") / name).read_text().strip()
                 if text:
                     return ParentSet(parse_id_list(text), at)
             except (OSError, ValueError):
                 pass
-            if at == "/":
-                return None
             at = posixpath.dirname(at)
+        return None
 
 
 def _cpuset_mount(mountinfo: str) -> str | None:

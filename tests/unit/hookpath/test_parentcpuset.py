@@ -4,13 +4,15 @@ hierarchy, and what its cpuset is (a fake tree stands for this node's)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
 
 from runtimeproxy.hookpath.parentcpuset import ParentCpusets, cgroup_path, expand_slice
-from runtimeproxy.hookpath.validate import ParentCpuset, ParentSet
+from runtimeproxy.hookpath.validate import ParentCpuset, ParentSet, parse_id_list
 from tests.fakesysfs import CPUSET_MOUNT, cgroup_v1_cpuset
+from tests.prerequisites import cgroup_v1_cpuset_mounted, fail_or_skip
 
 POD = "/kubepods/burstable/poduid-1"
 SLICE = "kubepods-burstable-poduid_1.slice"
@@ -140,10 +142,30 @@ def test_a_mount_point_with_a_space_is_found(tmp_path: Path) -> None:
     assert parent is not None and parent.cpus == ParentSet(frozenset({3}), "/kubepods")
 
 
+def test_the_hierarchys_root_is_never_read(tmp_path: Path) -> None:
+    """What is mounted there may be the proxy's own cgroup (a private cgroup
+    namespace), pinned to fewer CPUs than the node's root has."""
+    cgroup_v1_cpuset(tmp_path, {"/": ("0", "0"), "/kubepods": ("", "")})
+    readers = ParentCpusets.of_host(tmp_path)
+    assert readers.read(POD) is None
+    assert readers.read("/") is None
+    assert readers.read("-.slice") is None
+
+
 def test_this_node_reads() -> None:
-    """This VM: cgroup v1, or v2 where nothing is judged."""
+    """This node: with a v1 cpuset hierarchy mounted, it is found (CI fails
+    otherwise) and a cgroup in it is read where it is; without one nothing is judged."""
     readers = ParentCpusets.of_host()
-    parent = readers.read("/kubepods/burstable/pod-that-does-not-exist")
-    assert (parent is not None) == readers.judged
-    if parent is not None:
-        assert parent.cpus is not None and 0 in parent.cpus.ids
+    if readers.mount is None:
+        if cgroup_v1_cpuset_mounted():
+            fail_or_skip("a cgroup v1 cpuset hierarchy is mounted, yet the proxy judges nothing by it")
+        assert readers.read("/kubepods") is None
+        return
+    assert readers.read(f"/rp-unit-{uuid.uuid4().hex[:8]}/pod") is None  # nothing made below the root
+    cgroups = [d for d in readers.mount.iterdir() if d.is_dir() and (d / "cpuset.cpus").read_text().strip()]
+    if not cgroups:
+        fail_or_skip(f"no cgroup with a cpuset under {readers.mount} to read")
+    made = f"/{cgroups[0].name}/rp-unit-not-made"
+    parent = readers.read(made)
+    assert parent is not None and parent.cpus is not None
+    assert parent.cpus == ParentSet(parse_id_list((cgroups[0] / "cpuset.cpus").read_text()), f"/{cgroups[0].name}")
