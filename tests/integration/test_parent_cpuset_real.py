@@ -17,15 +17,36 @@ from runtimeproxy.hookpath.validate import parse_id_list
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
 from ..hookprocs import hook_server, registered
+from ..prerequisites import cgroup_v1_cpuset_mounted, fail_or_skip
 from .batchhelpers import PodCgroup
 from .crihelpers import V1, cgroup_of
 from .test_hooks_real import container_pid
 from .test_localruntime import remove_pod_quietly
 
 ONLINE = sorted(parse_id_list(Path("/sys/devices/system/cpu/online").read_text()))
-pytestmark = pytest.mark.skipif(
-    len(ONLINE) < 2 or not ParentCpusets.of_host().judged, reason="needs cgroup v1's cpuset rule and two CPUs"
-)
+
+
+@pytest.fixture(autouse=True)
+def legacy_cpuset_rule() -> None:
+    """Two CPUs and cgroup v1's cpuset hierarchy (a skip elsewhere, a failure in CI)."""
+    if len(ONLINE) < 2:
+        fail_or_skip("needs two online CPUs")
+    if not ParentCpusets.of_host().judged:
+        mounted = cgroup_v1_cpuset_mounted()
+        fail_or_skip("a cgroup v1 cpuset hierarchy is mounted, yet not found" if mounted
+                     else "needs a cgroup v1 cpuset hierarchy (without cpuset_v2_mode)")
+
+
+def refused_by_the_kernel(parent: Path, cpu: int) -> None:
+    """The premise: under the narrowed parent the kernel refuses ``cpu`` with
+    EACCES, as it refuses runc's write of the container's cpuset."""
+    child = parent / f"rp-premise-{os.getpid()}"
+    child.mkdir()
+    try:
+        with pytest.raises(PermissionError):
+            (child / "cpuset.cpus").write_text(str(cpu))
+    finally:
+        child.rmdir()
 
 
 @pytest.mark.parametrize("policy", ["Fail", "Ignore"])
@@ -40,6 +61,7 @@ async def test_a_cpu_outside_the_pods_parent_is_the_hooks_failure(cri_channel, l
     running, _ = await launcher.start()
     pod_id = ""
     try:
+        refused_by_the_kernel(pod.path("cpuset"), outside)
         pin = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": str(outside)}}}
         async with hook_server(launcher.dir, "pin", pin) as hook, launcher.channel() as channel:
             hook.register(launcher.hook_dir, ["PreCreateContainer"], policy)
