@@ -5,6 +5,7 @@ this node's sysfs and cpuset hierarchy)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,15 @@ class Counted(ParentCpusets):
     def __init__(self, root: Path) -> None:
         super().__init__(root / CPUSET_MOUNT)
         self.reads = 0
+        self.files: list[str] = []
 
-    def read(self, cgroup_parent: str) -> ParentCpuset | None:
+    def read(self, cgroup_parent: str, *fields: Collection[str]) -> ParentCpuset | None:
         self.reads += 1
-        return super().read(cgroup_parent)
+        return super().read(cgroup_parent, *fields)
+
+    def _read_text(self, path: str) -> str:
+        self.files.append(path.removeprefix(str(self._mount)))
+        return super()._read_text(path)
 
 
 class Node:
@@ -149,3 +155,28 @@ async def test_a_pod_without_cgroup_parent_is_not_judged(tmp_path: Path) -> None
     node = Node(tmp_path, **pinned("3"))
     assert await node.taken(pod_cgroup_parent="")
     assert node.parents.reads == 0
+
+
+async def test_an_echo_of_the_cpuset_shown_reads_nothing(tmp_path: Path) -> None:
+    """Koordinator-style hooks answer with the full resources: kubelet's cpuset
+    (outside the parent since it shrank, say) is not theirs, nor read for."""
+    node = Node(tmp_path, **pinned("3", "0"))
+    node.transport.answer.container_resources.cpu_quota = 20_000
+    assert await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="3", cpuset_mems="0"))
+    assert node.parents.reads == 0
+
+
+async def test_a_move_with_no_cpuset_reads_nothing(tmp_path: Path) -> None:
+    node = Node(tmp_path, **pinned(parent=NARROW))
+    assert await node.taken()
+    assert node.parents.reads == 0
+
+
+async def test_only_the_files_of_the_fields_set_are_read_in_one_walk(tmp_path: Path) -> None:
+    node = Node(tmp_path, **pinned("1", "0"))
+    assert await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_mems="0"))
+    assert node.parents.files == [f"{POD}/cpuset.cpus"]  # the mems are echoed
+    node.parents.files.clear()
+    assert await node.taken(pod_cgroup_parent=f"{POD}/not-made")
+    # The parent not made: one failed open there, then both files at the pod's.
+    assert node.parents.files == [f"{POD}/not-made/cpuset.cpus", f"{POD}/cpuset.cpus", f"{POD}/cpuset.mems"]
