@@ -17,6 +17,7 @@ from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .outages import OutageLog
+from .parentcpuset import same_cgroup
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
 
@@ -165,7 +166,9 @@ class Dispatcher:
             return self._node.invalid_answer(request.resources, answer.resources)
         parent = request.pod_cgroup_parent
         # Only CreateContainer takes a new pod cgroup parent (its container is made under it).
-        moved = point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent not in ("", parent)
+        moved = point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent != "" and not same_cgroup(
+            answer.pod_cgroup_parent, parent
+        )  # "/kubepods/x/" is "/kubepods/x", a slice name its expanded path: no move
         if moved:
             parent = answer.pod_cgroup_parent
         return self._node.invalid_answer(request.container_resources, answer.container_resources, parent, moved=moved)

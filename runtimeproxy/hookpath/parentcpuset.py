@@ -39,7 +39,7 @@ from pathlib import Path
 
 from .validate import ParentCpuset, ParentSet, parse_id_list
 
-__all__ = ["ParentCpusets", "cgroup_path", "expand_slice"]
+__all__ = ["ParentCpusets", "cgroup_path", "expand_slice", "same_cgroup"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,16 @@ def cgroup_path(cgroup_parent: str) -> str | None:
     if cgroup_parent.startswith("/"):
         return posixpath.normpath(cgroup_parent)  # no ".." gets above the hierarchy's root
     return None
+
+
+def same_cgroup(parent: str, other: str) -> bool:
+    """Whether two pod cgroup parents name the same cgroup: the same string, or
+    the same ``cgroup_path`` (``/kubepods/x/`` and ``/kubepods/x``, a slice name
+    and its expanded path)."""
+    if parent == other:
+        return True
+    path = cgroup_path(parent)
+    return path is not None and path == cgroup_path(other)
 
 
 class ParentCpusets:

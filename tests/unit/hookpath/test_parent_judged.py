@@ -25,6 +25,8 @@ from .dispatchfakes import Chain, NoConnections
 CREATE, UPDATE = HookType.PRE_CREATE_CONTAINER, HookType.PRE_UPDATE_CONTAINER_RESOURCES
 POD = "/kubepods/burstable/podx"
 NARROW = "/kubepods/besteffort/pody"
+SLICE = "kubepods-burstable-podx.slice"
+SLICE_PATH = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice"
 
 
 class Answers(NoConnections):
@@ -180,3 +182,17 @@ async def test_only_the_files_of_the_fields_set_are_read_in_one_walk(tmp_path: P
     assert await node.taken(pod_cgroup_parent=f"{POD}/not-made")
     # The parent not made: one failed open there, then both files at the pod's.
     assert node.parents.files == [f"{POD}/not-made/cpuset.cpus", f"{POD}/cpuset.cpus", f"{POD}/cpuset.mems"]
+
+
+@pytest.mark.parametrize(("parent", "answered"), [
+    (POD, f"{POD}/"),
+    (SLICE_PATH, SLICE),
+    (SLICE, SLICE_PATH),
+])
+async def test_an_answer_naming_the_same_parent_otherwise_moves_nothing(tmp_path: Path, parent: str, answered: str) -> None:
+    """kubelet's cpuset (CPU 3, outside the parent since it shrank) stays not the hook's."""
+    node = Node(tmp_path, **pinned(parent=answered))
+    set_cgroup_cpuset(node.root, SLICE_PATH, "0-1", "0")
+    shown = hookapi.LinuxContainerResources(cpuset_cpus="3")
+    assert await node.taken(pod_cgroup_parent=parent, container_resources=shown)
+    assert node.parents.reads == 0
