@@ -13,6 +13,13 @@ Read at start and then only when they may have changed, never once per call:
    refused (by its server's failure policy) until ``hold_off`` has passed.
    A re-read that found a change holds nothing off: hotplugs in a row are
    each seen at the first answer naming them.
+ * on cgroup v1, an answer about to be refused for a cpuset outside its
+   parent cgroup's (see below) has them read again first, unless read for it
+   already or held off as above: a CPU taken offline leaves every cpuset at
+   once, so the node's reason is named, not the parent's (widening that
+   parent, as its reason suggests, would fail). A read that finds nothing new
+   holds the next off as above, so a hook that keeps naming CPUs outside its
+   parent costs a read per ``hold_off``.
  * facts older than ``max_age`` are read again before an answer naming
    cpusets is judged, so a CPU gone offline is refused at most ``max_age``
    after it went (until then such an answer goes on, and runc fails the
@@ -153,38 +160,54 @@ class NodeFactsSource:
         be stale; then, for a container under ``cgroup_parent`` (the one
         the answer ``moved`` it to, if it did), ``validate.outside_parent``
         against that parent's cpuset read now. A cpuset already refused by the
-        node's facts is not judged again: one reason per field."""
-        reasons = self._by_node(shown, answer)
+        node's facts is not judged again: one reason per field. Before a
+        parent is named, facts not read for this answer are read again (unless
+        held off): a CPU taken offline leaves every cpuset at once on v1, the
+        parent's too, and is the node's reason, not the parent's."""
+        reasons, read = self._by_node(shown, answer)
         if self._parents is None or not cgroup_parent:
             return reasons
-        refused = {reason.field for reason in reasons}
-        judged = _set_by_answer(shown, answer, moved) - refused
+        outside = self._by_parent(shown, answer, cgroup_parent, moved, reasons)
+        if outside and not read and not self._held_off():
+            if self.refresh():
+                reasons = invalid_answer(shown, answer, self._current)
+                return reasons + self._by_parent(shown, answer, cgroup_parent, moved, reasons)
+            self._fruitless_at = self._read_at  # the parent's own: no read per answer that names it
+        return reasons + outside
+
+    def _by_parent(
+        self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
+        cgroup_parent: str, moved: bool, reasons: list[Reason],
+    ) -> list[Reason]:
+        assert self._parents is not None
+        judged = _set_by_answer(shown, answer, moved) - {reason.field for reason in reasons}
         if not judged:
-            return reasons  # sets no cpuset of its own (never a read), or the node refused those it sets
+            return []  # sets no cpuset of its own (never a read), or the node refused those it sets
         parent = self._parents.read(cgroup_parent, judged)
         if parent is None:
-            return reasons
+            return []
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
-        return reasons + [r for r in outside_parent(shown, answer, parent, moved) if r.field in judged]
+        return [r for r in outside_parent(shown, answer, parent, moved) if r.field in judged]
 
     def _by_node(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources
-    ) -> list[Reason]:
-        """``validate.invalid_answer`` against facts read again where they may be stale."""
+    ) -> tuple[list[Reason], bool]:
+        """``validate.invalid_answer`` against facts read again where they may be
+        stale; whether they were read for it."""
         if not any(getattr(answer, field) for field in NODE_FIELDS):
-            return invalid_answer(shown, answer, self._current)  # judged by no fact: never a read
+            return invalid_answer(shown, answer, self._current), False  # judged by no fact: never a read
         read = self._clock() - self._read_at >= self._max_age
         changed = read and self.refresh()  # a CPU gone offline since
         reasons = invalid_answer(shown, answer, self._current)
         if not any(reason.field in NODE_FIELDS for reason in reasons):
-            return reasons  # taken, or refused for what no read can change
+            return reasons, read  # taken, or refused for what no read can change
         if not read and not self._held_off():
             read, changed = True, self.refresh()  # a CPU come online since, say
             if changed:
-                return invalid_answer(shown, answer, self._current)
+                return invalid_answer(shown, answer, self._current), read
         if read and not changed:
             self._fruitless_at = self._read_at  # still refused, and read for nothing
-        return reasons
+        return reasons, read
 
     def _held_off(self) -> bool:
         return self._fruitless_at is not None and self._clock() - self._fruitless_at < self._hold_off

@@ -18,7 +18,7 @@ from runtimeproxy.hookpath.parentcpuset import ParentCpusets
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.validate import NodeFacts, ParentCpuset, read_node_facts
 from runtimeproxy.metrics import Metrics
-from tests.fakesysfs import CPUSET_MOUNT, cgroup_v1_cpuset, fake_root, set_cgroup_cpuset
+from tests.fakesysfs import CPUSET_MOUNT, cgroup_v1_cpuset, fake_root, set_cgroup_cpuset, set_online_cpus
 
 from .dispatchfakes import Chain, NoConnections
 
@@ -102,7 +102,10 @@ async def test_cpus_outside_the_parents_are_refused_under_fail_naming_the_parent
         f"cpuset_cpus '2-3' names CPUs outside the parent cgroup {POD} (2,3; it has 0-1)"
     )
     assert node.outcome(hook) == 1
-    assert node.node_reads == 1  # a parent's refusal is no reason to read the node's facts again
+    assert node.node_reads == 2  # read again before the parent is named (a CPU gone offline is the node's)
+    with pytest.raises(HookError):
+        await node.taken(hook)
+    assert node.node_reads == 2  # and that read found nothing new: the next held off
 
 
 async def test_under_ignore_the_answer_is_dropped(tmp_path: Path) -> None:
@@ -196,3 +199,16 @@ async def test_an_answer_naming_the_same_parent_otherwise_moves_nothing(tmp_path
     shown = hookapi.LinuxContainerResources(cpuset_cpus="3")
     assert await node.taken(pod_cgroup_parent=parent, container_resources=shown)
     assert node.parents.reads == 0
+
+
+async def test_a_cpu_taken_offline_is_the_nodes_reason_not_the_parents(tmp_path: Path) -> None:
+    """The kernel drops it from every cpuset at once; the node's facts are not
+    that old (max_age), and widening the parent would fail (EINVAL)."""
+    node = Node(tmp_path, **pinned("3"))
+    set_cgroup_cpuset(node.root, POD, "0-3", "0")
+    set_online_cpus(node.root, "0-2\n")
+    set_cgroup_cpuset(node.root, POD, "0-2", "0")
+    with pytest.raises(HookError) as refused:
+        await node.taken()
+    assert refused.value.cause.endswith("cpuset_cpus '3' names CPUs this node does not have online (3)")
+    assert node.node_reads == 2
