@@ -17,16 +17,17 @@ Not judged either, the kernel having no such rule there:
  * v1 mounted with ``cpuset_v2_mode``: the subset check is the legacy
    hierarchy's only outside that mode (is_in_v2_mode).
 
-The mount is found once, at start; the parent's files are read only for an
+The mount is found once, at start, and logged at info (``cpuset_mount``:
+troubleshooting points there); the parent's files are read only for an
 answer that sets a cpuset (or moves its container with one), each time, so a
 parent that kubelet or an operator widened since is seen at once. A parent
-that does not exist yet, or whose file is empty, is judged by its nearest
-ancestor that has one: runc makes missing cpuset cgroups by copying their
-parent's sets. One that cannot be read at all is not judged, nor one whose
-walk up reaches the hierarchy's root: what is mounted there may not be the
-node's root (a private cgroup namespace, a shadowed mount) but the proxy's
-own cgroup, and the node's root has all active CPUs and memory nodes, which
-the node's facts judge already.
+that does not exist yet, or whose file is empty, unreadable or no list of
+ids, is judged by its nearest ancestor that has one: runc makes missing
+cpuset cgroups by copying their parent's sets. One that cannot be read at
+all is not judged, nor one whose walk up reaches the hierarchy's root: what
+is mounted there may not be the node's root (a private cgroup namespace, a
+shadowed mount) but the proxy's own cgroup, and the node's root has all
+active CPUs and memory nodes, which the node's facts judge already.
 """
 
 from __future__ import annotations
@@ -109,7 +110,11 @@ class ParentCpusets:
         if found is None:
             log.debug("parent cgroups' cpusets not judged: no cgroup v1 cpuset hierarchy outside cpuset_v2_mode")
             return cls(None)
-        return cls(root / found.lstrip("/"))
+        mount = root / found.lstrip("/")
+        # Once, at start: where an operator finds the parents named (not always
+        # /sys/fs/cgroup/cpuset: cpu and cpuset may be mounted together).
+        log.info("parent cgroups' cpusets judged", extra={"cpuset_mount": str(mount)})
+        return cls(mount)
 
     @property
     def judged(self) -> bool:

@@ -132,6 +132,15 @@ def test_unreadable_mounts_judge_nothing(tmp_path: Path) -> None:
     assert not ParentCpusets.of_host(tmp_path).judged
 
 
+def test_the_mount_found_is_logged_at_info(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Troubleshooting points at it: cpu and cpuset may be mounted together, elsewhere."""
+    cgroup_v1_cpuset(tmp_path, {}, options="rw,cpu,cpuset")
+    caplog.set_level(logging.INFO, logger="runtimeproxy.hookpath.parentcpuset")
+    ParentCpusets.of_host(tmp_path)
+    (record,) = [r for r in caplog.records if r.getMessage() == "parent cgroups' cpusets judged"]
+    assert (record.levelno, record.cpuset_mount) == (logging.INFO, str(tmp_path / CPUSET_MOUNT))
+
+
 def test_a_mount_point_with_a_space_is_found(tmp_path: Path) -> None:
     mount = tmp_path / "cg roups/cpuset"
     (mount / "kubepods").mkdir(parents=True)
