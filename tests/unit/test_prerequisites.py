@@ -1,5 +1,6 @@
 """fail_or_skip: a missing prerequisite skips, except under CI where it
-fails; in_network_namespace leaves the host's network alone."""
+fails; in_network_namespace leaves the host's network alone;
+cgroup_v1_cpuset_mounted: where the parent cgroup's cpuset rule holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..prerequisites import LINK_LOCAL_INTERFACE, fail_or_skip, in_network_namespace
+from ..prerequisites import LINK_LOCAL_INTERFACE, cgroup_v1_cpuset_mounted, fail_or_skip, in_network_namespace
 
 
 @pytest.mark.parametrize("value", ["true", "1"])
@@ -48,3 +49,17 @@ def test_the_namespace_s_interface_is_a_veth_never_a_dummy(tmp_path: Path, monke
     assert int(printed) > 0
     made = [call for call in calls.read_text().splitlines() if call.startswith("link add")]
     assert made == [f"link add {LINK_LOCAL_INTERFACE} type veth peer name {LINK_LOCAL_INTERFACE}peer"]
+
+
+@pytest.mark.parametrize(("mount", "mounted"), [
+    ("34 31 0:31 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset", True),
+    ("34 31 0:31 / /sys/fs/cgroup/cpu,cpuset rw shared:9 - cgroup cgroup rw,cpu,cpuset", True),
+    ("34 31 0:31 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset,cpuset_v2_mode", False),
+    ("34 31 0:31 /kubepods /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset", False),
+    ("30 22 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate", False),
+    ("32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu", False),
+])
+def test_a_cgroup_v1_cpuset_mount_is_found(tmp_path: Path, mount: str, mounted: bool) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"22 1 0:21 / / rw - ext4 /dev/vda1 rw\n{mount}\n")
+    assert cgroup_v1_cpuset_mounted(mountinfo) is mounted
