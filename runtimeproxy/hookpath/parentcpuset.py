@@ -77,8 +77,15 @@ def cgroup_path(cgroup_parent: str) -> str | None:
     if base.endswith(SLICE):
         return expand_slice(base)
     if cgroup_parent.startswith("/"):
-        return posixpath.normpath(cgroup_parent)  # no ".." gets above the hierarchy's root
+        return _clean(cgroup_parent)
     return None
+
+
+def _clean(path: str) -> str:
+    """An absolute path as runc's CleanPath makes it: no ".." gets above the
+    hierarchy's root, and a leading "//" is "/" (normpath keeps it: POSIX
+    leaves it to the system, Linux takes it as "/")."""
+    return "/" + posixpath.normpath(path).lstrip("/")
 
 
 def same_cgroup(parent: str, other: str) -> bool:
@@ -150,7 +157,9 @@ class ParentCpusets:
         root = str(self._mount)
         found: dict[str, ParentSet] = {}
         at = path
-        while at != "/" and len(found) < len(names):  # the root's is not read: see the module's docstring
+        # The root's is not read (see the module's docstring), however spelt:
+        # "//" is its own dirname too, and the walk ends there.
+        while posixpath.dirname(at) != at and len(found) < len(names):
             for name in names:
                 if name in found:
                     continue

@@ -37,6 +37,8 @@ def test_a_slice_expands_as_runcs_systemd_driver_does(name: str, path: str | Non
     (POD, POD),
     ("/kubepods/burstable/poduid-1/", POD),
     ("/kubepods/../../etc", "/etc"),  # never above the hierarchy's root
+    ("//kubepods/burstable/poduid-1", POD),  # Linux takes "//" as "/" (normpath keeps it)
+    ("///kubepods//burstable/poduid-1", POD),
     (SLICE, SLICE_PATH),
     # A path ending in a slice: containerd keeps only that slice, and runc expands it alone.
     (SLICE_PATH, SLICE_PATH),
@@ -159,6 +161,35 @@ def test_the_hierarchys_root_is_never_read(tmp_path: Path) -> None:
     assert readers.read(POD) is None
     assert readers.read("/") is None
     assert readers.read("-.slice") is None
+
+
+class Bounded(ParentCpusets):
+    """Counts the files it reads, and stops a walk that never ends."""
+
+    def __init__(self, mount: Path) -> None:
+        super().__init__(mount)
+        self.files: list[str] = []
+
+    def _read_text(self, path: str) -> str:
+        self.files.append(path.removeprefix(str(self._mount)))
+        assert len(self.files) < 50, "the walk up went on past the root"
+        return super()._read_text(path)
+
+
+def test_a_parent_spelt_with_a_leading_double_slash_never_reads_the_root(tmp_path: Path) -> None:
+    """"//" is the root too: the walk up from "//kubepods/x" stops below it."""
+    readers = Bounded(cgroup_v1_cpuset(tmp_path, {"/": ("0", "0")}))
+    assert readers.read("//kubepods/x") is None
+    assert readers.files == ["/kubepods/x/cpuset.cpus", "/kubepods/cpuset.cpus"]
+
+
+def test_a_walk_up_ends_at_a_root_however_spelt(tmp_path: Path) -> None:
+    """"//" is its own dirname: the walk stops there (it ran for ever on the
+    event loop where the root's files were missing), never reading it."""
+    readers = Bounded(cgroup_v1_cpuset(tmp_path, {}))
+    (tmp_path / CPUSET_MOUNT).mkdir(parents=True)  # mounted, no file anywhere
+    assert readers._nearest("//kubepods/x", ["cpuset.cpus", "cpuset.mems"]) == {}
+    assert readers.files == ["//kubepods/x/cpuset.cpus", "//kubepods/cpuset.cpus"]
 
 
 def test_this_node_reads() -> None:
