@@ -24,7 +24,8 @@ parent that kubelet or an operator widened since is seen at once. A parent
 that does not exist yet, or whose file is empty, unreadable or no list of
 ids, is judged by its nearest ancestor that has one: runc makes missing
 cpuset cgroups by copying their parent's sets. One that cannot be read at
-all is not judged, nor one whose walk up reaches the hierarchy's root: what
+all is not judged, nor one no cgroup can be (a NUL in its path) or with a
+file that is no text, nor one whose walk up reaches the hierarchy's root: what
 is mounted there may not be the node's root (a private cgroup namespace, a
 shadowed mount) but the proxy's own cgroup, and the node's root has all
 active CPUs and memory nodes, which the node's facts judge already.
@@ -152,7 +153,9 @@ class ParentCpusets:
         """The ids in each file of ``names`` in ``path`` or, where that is missing,
         unreadable, empty or no id list, in its nearest ancestor below the root
         that has some (never tighter than the parent's: on v1 a child's set lies
-        within its parent's); one walk up for all, a file found nowhere left out."""
+        within its parent's); one walk up for all, a file found nowhere left out.
+        Nothing at all where a path cannot be opened (a NUL in it) or a file is
+        not text: the kernel has no such cgroup, or that is not a cpuset file."""
         assert self._mount is not None
         root = str(self._mount)
         found: dict[str, ParentSet] = {}
@@ -169,6 +172,8 @@ class ParentCpusets:
                     break  # no such cgroup (not made yet): nor the other file
                 except OSError:
                     continue
+                except ValueError:  # a NUL in the path (the hook's), bytes that are no text: not judged
+                    return {}
                 try:
                     if text:
                         found[name] = ParentSet(parse_id_list(text), at)

@@ -212,3 +212,11 @@ async def test_a_cpu_taken_offline_is_the_nodes_reason_not_the_parents(tmp_path:
         await node.taken()
     assert refused.value.cause.endswith("cpuset_cpus '3' names CPUs this node does not have online (3)")
     assert node.node_reads == 2
+
+
+async def test_a_parent_with_a_nul_is_not_judged(tmp_path: Path) -> None:
+    """No cgroup has one (os.open raises ValueError): not the hook call's error."""
+    node = Node(tmp_path, **pinned("3", parent="/kubepods/x\0y"))
+    assert await node.taken()
+    labels = {"server": "pin.json", "hook": CREATE.value, "outcome": "ok"}
+    assert node.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) == 1

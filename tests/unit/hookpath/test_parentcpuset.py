@@ -107,6 +107,17 @@ def test_nothing_readable_is_not_judged(tmp_path: Path, caplog: pytest.LogCaptur
     assert (record.levelno, record.cgroup_parent) == (logging.DEBUG, POD)
 
 
+def test_a_parent_with_a_nul_or_a_file_that_is_no_text_is_not_judged(tmp_path: Path) -> None:
+    """os.open refuses a NUL (ValueError), as decode refuses bytes that are no
+    UTF-8: neither is an error of the hook call, nor judged."""
+    root = node(tmp_path)
+    readers = ParentCpusets.of_host(root)
+    assert readers.read("/kubepods/burstable/pod\0x") is None
+    cgroup_v1_cpuset(root, {POD: ("0", "0")})
+    (root / CPUSET_MOUNT / POD.lstrip("/") / "cpuset.cpus").write_bytes(b"\xff\n")
+    assert readers.read(POD) is None
+
+
 def test_a_parent_that_is_no_path_or_slice_is_not_judged(tmp_path: Path) -> None:
     readers = ParentCpusets.of_host(node(tmp_path))
     assert readers.judged
