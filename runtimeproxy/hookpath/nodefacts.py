@@ -18,8 +18,10 @@ Read at start and then only when they may have changed, never once per call:
    already or held off as above: a CPU taken offline leaves every cpuset at
    once, so the node's reason is named, not the parent's (widening that
    parent, as its reason suggests, would fail). A read that finds nothing new
-   holds the next off as above, so a hook that keeps naming CPUs outside its
-   parent costs a read per ``hold_off``.
+   holds the next such read off for ``hold_off``, so a hook that keeps naming
+   CPUs outside its parent costs a read per ``hold_off``; it holds off no read
+   for an answer the node's facts refuse (a CPU brought online just after is
+   taken at once).
  * facts older than ``max_age`` are read again before an answer naming
    cpusets is judged, so a CPU gone offline is refused at most ``max_age``
    after it went (until then such an answer goes on, and runc fails the
@@ -98,6 +100,9 @@ class NodeFactsSource:
         self._first_memory_nodes = self._current.memory_nodes
         self._read_at = clock()
         self._fruitless_at: float | None = None  # when a re-read for a refused answer last found nothing new
+        # The same for an answer refused by its parent's cpuset: held apart, as
+        # it holds off only the next such read (not one for a CPU come online).
+        self._parent_fruitless_at: float | None = None
         self._failure: str | None = None  # what the last read failed with; None: it worked
 
     @property
@@ -168,11 +173,11 @@ class NodeFactsSource:
         if self._parents is None or not cgroup_parent:
             return reasons
         outside = self._by_parent(shown, answer, cgroup_parent, moved, reasons)
-        if outside and not read and not self._held_off():
+        if outside and not read and not self._held_off(self._parent_fruitless_at, self._fruitless_at):
             if self.refresh():
                 reasons = invalid_answer(shown, answer, self._current)
                 return reasons + self._by_parent(shown, answer, cgroup_parent, moved, reasons)
-            self._fruitless_at = self._read_at  # the parent's own: no read per answer that names it
+            self._parent_fruitless_at = self._read_at  # no read per answer that names the parent
         return reasons + outside
 
     def _by_parent(
@@ -201,7 +206,7 @@ class NodeFactsSource:
         reasons = invalid_answer(shown, answer, self._current)
         if not any(reason.field in NODE_FIELDS for reason in reasons):
             return reasons, read  # taken, or refused for what no read can change
-        if not read and not self._held_off():
+        if not read and not self._held_off(self._fruitless_at):
             read, changed = True, self.refresh()  # a CPU come online since, say
             if changed:
                 return invalid_answer(shown, answer, self._current), read
@@ -209,8 +214,10 @@ class NodeFactsSource:
             self._fruitless_at = self._read_at  # still refused, and read for nothing
         return reasons, read
 
-    def _held_off(self) -> bool:
-        return self._fruitless_at is not None and self._clock() - self._fruitless_at < self._hold_off
+    def _held_off(self, *fruitless_at: float | None) -> bool:
+        """Whether any of these fruitless re-reads was within ``hold_off``."""
+        now = self._clock()
+        return any(at is not None and now - at < self._hold_off for at in fruitless_at)
 
 
 def _set_by_answer(

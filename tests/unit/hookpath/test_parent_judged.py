@@ -56,6 +56,7 @@ class Node:
     """CPUs 0-3 online; the pod's parent on 0-1 (node 0), another on CPU 0."""
 
     def __init__(self, tmp_path: Path, policy: FailurePolicy = FailurePolicy.FAIL, **answer: object) -> None:
+        self.now = 100.0
         self.root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
         cgroup_v1_cpuset(self.root, {"/": ("0-3", "0"), POD: ("0-1", "0"), NARROW: ("0", "0")})
         self.node_reads = 0
@@ -63,7 +64,7 @@ class Node:
         self.metrics = Metrics()
         self.server = HookServerConfig("pin.json", "/run/pin.sock", policy, frozenset({CREATE, UPDATE}), timeout=1.0)
         self.transport = Answers(hookapi.ContainerResourceHookResponse(**answer))  # type: ignore[arg-type]
-        source = NodeFactsSource(self._read_node, parents=self.parents)
+        source = NodeFactsSource(self._read_node, parents=self.parents, clock=lambda: self.now)
         self.dispatcher = Dispatcher(
             Chain(self.server), self.metrics, node=source, transport=self.transport  # type: ignore[arg-type]
         )
@@ -220,3 +221,18 @@ async def test_a_parent_with_a_nul_is_not_judged(tmp_path: Path) -> None:
     assert await node.taken()
     labels = {"server": "pin.json", "hook": CREATE.value, "outcome": "ok"}
     assert node.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) == 1
+
+
+async def test_a_parents_fruitless_read_holds_off_no_read_for_a_cpu_come_online(tmp_path: Path) -> None:
+    """The node's facts read in vain before a parent's refusal do not hold off
+    the read for another answer naming a CPU brought online since."""
+    node = Node(tmp_path, **pinned("2-3"))
+    with pytest.raises(HookError):
+        await node.taken()  # t=100.0: outside the parent, the facts read in vain
+    node.now = 100.3
+    set_online_cpus(node.root, "0-4\n")
+    set_cgroup_cpuset(node.root, POD, "0-4", "0")
+    node.now = 100.5
+    node.transport.answer.container_resources.cpuset_cpus = "4"
+    assert await node.taken()
+    assert node.node_reads == 3
