@@ -17,7 +17,6 @@ from ..metrics import Metrics
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .outages import OutageLog
-from .parentcpuset import same_cgroup
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
 
@@ -164,14 +163,14 @@ class Dispatcher:
             # Not judged by the parent cgroup's cpuset: containerd passes a
             # pod's resources on as annotations, to no cgroup.
             return self._node.invalid_answer(request.resources, answer.resources)
+        # The cpusets this answer sets are judged by the parent in effect after
+        # it: only CreateContainer takes a new one (its container is made under
+        # it). Those it leaves (kubelet's, an earlier hook's) are not judged: a
+        # later hook in the chain may still set them, or move the container.
         parent = request.pod_cgroup_parent
-        # Only CreateContainer takes a new pod cgroup parent (its container is made under it).
-        moved = point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent != "" and not same_cgroup(
-            answer.pod_cgroup_parent, parent
-        )  # "/kubepods/x/" is "/kubepods/x", a slice name its expanded path: no move
-        if moved:
+        if point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent:
             parent = answer.pod_cgroup_parent
-        return self._node.invalid_answer(request.container_resources, answer.container_resources, parent, moved=moved)
+        return self._node.invalid_answer(request.container_resources, answer.container_resources, parent)
 
     async def run_pre(
         self,

@@ -44,9 +44,12 @@ stand) and noted at info when reads work again.
 On cgroup v1 a container's cpusets must also lie within those of its pod's
 cgroup parent (``parents``, see parentcpuset.py): read for each answer that
 sets a cpuset to other than it was shown (an echo of the shown one, as hooks
-answering with the full resources send, is not read for), or moves its
-container along with one, never otherwise, and only the files of the fields
-so judged. Not cached, so there is nothing to re-read: a parent kubelet or an
+answering with the full resources send, is not read for), never otherwise,
+and only the files of the fields so judged: the parent is the one in effect
+after the answer (one a PreCreateContainer answer moves its container to),
+and a cpuset the answer leaves is not judged, even on a move (in a chain a
+later hook may still set it; left outside, runc fails the container as it
+would without the proxy). Not cached, so there is nothing to re-read: a parent kubelet or an
 operator widened is seen at the next answer. Also on the event loop: one
 file about 20 µs, both about 40 µs, about 60 µs with a walk three levels up
 for a parent not made yet (one walk for both files), on a 2-CPU test VM.
@@ -159,11 +162,11 @@ class NodeFactsSource:
 
     def invalid_answer(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str = "", *, moved: bool = False,
+        cgroup_parent: str = "",
     ) -> list[Reason]:
         """``validate.invalid_answer`` against facts read again where they may
-        be stale; then, for a container under ``cgroup_parent`` (the one
-        the answer ``moved`` it to, if it did), ``validate.outside_parent``
+        be stale; then, for a container under ``cgroup_parent`` (the one in
+        effect after the answer), ``validate.outside_parent``
         against that parent's cpuset read now. A cpuset already refused by the
         node's facts is not judged again: one reason per field. Before a
         parent is named, facts not read for this answer are read again (unless
@@ -172,27 +175,27 @@ class NodeFactsSource:
         reasons, read = self._by_node(shown, answer)
         if self._parents is None or not cgroup_parent:
             return reasons
-        outside = self._by_parent(shown, answer, cgroup_parent, moved, reasons)
+        outside = self._by_parent(shown, answer, cgroup_parent, reasons)
         if outside and not read and not self._held_off(self._parent_fruitless_at, self._fruitless_at):
             if self.refresh():
                 reasons = invalid_answer(shown, answer, self._current)
-                return reasons + self._by_parent(shown, answer, cgroup_parent, moved, reasons)
+                return reasons + self._by_parent(shown, answer, cgroup_parent, reasons)
             self._parent_fruitless_at = self._read_at  # no read per answer that names the parent
         return reasons + outside
 
     def _by_parent(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str, moved: bool, reasons: list[Reason],
+        cgroup_parent: str, reasons: list[Reason],
     ) -> list[Reason]:
         assert self._parents is not None
-        judged = _set_by_answer(shown, answer, moved) - {reason.field for reason in reasons}
+        judged = _set_by_answer(shown, answer) - {reason.field for reason in reasons}
         if not judged:
             return []  # sets no cpuset of its own (never a read), or the node refused those it sets
         parent = self._parents.read(cgroup_parent, judged)
         if parent is None:
             return []
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
-        return [r for r in outside_parent(shown, answer, parent, moved) if r.field in judged]
+        return [r for r in outside_parent(shown, answer, parent) if r.field in judged]
 
     def _by_node(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources
@@ -220,16 +223,8 @@ class NodeFactsSource:
         return any(at is not None and now - at < self._hold_off for at in fruitless_at)
 
 
-def _set_by_answer(
-    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, moved: bool
-) -> set[str]:
-    """The cpuset fields the answer is answerable for: one it sets to other than
-    it was shown (an echo of the shown value, as Koordinator-style hooks send
-    the full resources back, is not), or, when it ``moved`` the container, any
-    the container will have. An empty one never: the runtime writes no cpuset."""
-    fields = set()
-    for field in NODE_FIELDS:
-        before, after = getattr(shown, field), getattr(answer, field)
-        if (after or before) and (moved or after not in ("", before)):
-            fields.add(field)
-    return fields
+def _set_by_answer(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> set[str]:
+    """The cpuset fields the answer is answerable for: those it sets to other
+    than it was shown (an echo of the shown value, as Koordinator-style hooks
+    send the full resources back, is not; nor one it leaves, even on a move)."""
+    return {field for field in NODE_FIELDS if getattr(answer, field) not in ("", getattr(shown, field))}

@@ -19,8 +19,9 @@ Not judged either, the kernel having no such rule there:
 
 The mount is found once, at start, and logged at info (``cpuset_mount``:
 troubleshooting points there); the parent's files are read only for an
-answer that sets a cpuset (or moves its container with one), each time, so a
-parent that kubelet or an operator widened since is seen at once. A parent
+answer that sets a cpuset to other than it was shown (a move alone reads
+nothing), each time, so a parent that kubelet or an operator widened since
+is seen at once. A parent
 that does not exist yet, or whose file is empty, unreadable or no list of
 ids, is judged by its nearest ancestor that has one: runc makes missing
 cpuset cgroups by copying their parent's sets. One that cannot be read at
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from .validate import ParentCpuset, ParentSet, parse_id_list
 
-__all__ = ["ParentCpusets", "cgroup_path", "expand_slice", "same_cgroup"]
+__all__ = ["ParentCpusets", "cgroup_path", "expand_slice"]
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +88,6 @@ def _clean(path: str) -> str:
     hierarchy's root, and a leading "//" is "/" (normpath keeps it: POSIX
     leaves it to the system, Linux takes it as "/")."""
     return "/" + posixpath.normpath(path).lstrip("/")
-
-
-def same_cgroup(parent: str, other: str) -> bool:
-    """Whether two pod cgroup parents name the same cgroup: the same string, or
-    the same ``cgroup_path`` (``/kubepods/x/`` and ``/kubepods/x``, a slice name
-    and its expanded path)."""
-    if parent == other:
-        return True
-    path = cgroup_path(parent)
-    return path is not None and path == cgroup_path(other)
 
 
 class ParentCpusets:

@@ -241,19 +241,18 @@ def invalid_answer(
 
 def outside_parent(
     shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, parent: ParentCpuset,
-    moved: bool = False,
 ) -> list[Reason]:
     """Why the kernel would refuse the cpusets of ``answer``, merged into what
     the hook was ``shown``, under ``parent``: on cgroup v1 a cpuset must be a
     subset of its parent's (kernel/cgroup/cpuset.c, the legacy validate_change:
-    EACCES). A cpuset the hook was shown and left as it was is not its doing,
-    unless the answer ``moved`` the container to ``parent``. A cpuset that is
-    no list of ids is ``invalid_resources``' to name."""
+    EACCES). Only the cpusets the answer sets to other than it was shown are
+    its doing: one it left (or echoed) is not judged, even under a parent the
+    answer moved the container to. A cpuset that is no list of ids is
+    ``invalid_resources``' to name."""
     reasons: list[Reason] = []
     for name, allowed, what in (("cpuset_cpus", parent.cpus, "CPUs"), ("cpuset_mems", parent.mems, "memory nodes")):
-        before = getattr(shown, name)
-        text = getattr(answer, name) or before
-        if allowed is None or not text or (text == before and not moved):
+        text = getattr(answer, name)
+        if allowed is None or not text or text == getattr(shown, name):
             continue
         try:
             ids = parse_id_list(text)

@@ -64,9 +64,9 @@ class Node:
         self.metrics = Metrics()
         self.server = HookServerConfig("pin.json", "/run/pin.sock", policy, frozenset({CREATE, UPDATE}), timeout=1.0)
         self.transport = Answers(hookapi.ContainerResourceHookResponse(**answer))  # type: ignore[arg-type]
-        source = NodeFactsSource(self._read_node, parents=self.parents, clock=lambda: self.now)
+        self.source = NodeFactsSource(self._read_node, parents=self.parents, clock=lambda: self.now)
         self.dispatcher = Dispatcher(
-            Chain(self.server), self.metrics, node=source, transport=self.transport  # type: ignore[arg-type]
+            Chain(self.server), self.metrics, node=self.source, transport=self.transport  # type: ignore[arg-type]
         )
 
     def _read_node(self) -> NodeFacts:
@@ -141,13 +141,13 @@ async def test_a_cpuset_the_node_refuses_is_named_once_by_the_node(tmp_path: Pat
     assert node.parents.reads == 0
 
 
-async def test_a_container_moved_at_create_is_judged_by_its_new_parent(tmp_path: Path) -> None:
-    """Its cpuset, kubelet's or the hook's, is written under the parent the answer chose."""
-    node = Node(tmp_path, **pinned(parent=NARROW))
+async def test_a_cpuset_set_with_a_move_at_create_is_judged_by_the_new_parent(tmp_path: Path) -> None:
+    node = Node(tmp_path, **pinned("1", parent=NARROW))
     with pytest.raises(HookError) as refused:
-        await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="1"))
+        await node.taken()
     assert refused.value.cause.endswith(f"cpuset_cpus '1' names CPUs outside the parent cgroup {NARROW} (1; it has 0)")
-    assert await node.taken(container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0"))
+    node.transport.answer.container_resources.cpuset_cpus = "0"
+    assert await node.taken()
 
 
 async def test_an_update_is_judged_by_the_parent_it_has(tmp_path: Path) -> None:
@@ -172,9 +172,20 @@ async def test_an_echo_of_the_cpuset_shown_reads_nothing(tmp_path: Path) -> None
     assert node.parents.reads == 0
 
 
-async def test_a_move_with_no_cpuset_reads_nothing(tmp_path: Path) -> None:
-    node = Node(tmp_path, **pinned(parent=NARROW))
-    assert await node.taken()
+@pytest.mark.parametrize(("parent", "answered"), [
+    (POD, NARROW),
+    (POD, f"{POD}/"),
+    (SLICE_PATH, SLICE),
+    (SLICE, SLICE_PATH),
+])
+async def test_a_move_leaves_the_cpuset_it_does_not_set_unjudged(tmp_path: Path, parent: str, answered: str) -> None:
+    """kubelet's cpuset (CPU 1, or 3 since the parent shrank) is not the hook's,
+    whatever parent it chose: in a chain, a later hook may still set it (if
+    none does, runc fails the container as it would without the proxy)."""
+    node = Node(tmp_path, **pinned(parent=answered))
+    set_cgroup_cpuset(node.root, SLICE_PATH, "0-1", "0")
+    for cpus in ("", "1", "3"):
+        assert await node.taken(pod_cgroup_parent=parent, container_resources=hookapi.LinuxContainerResources(cpuset_cpus=cpus))
     assert node.parents.reads == 0
 
 
@@ -186,20 +197,6 @@ async def test_only_the_files_of_the_fields_set_are_read_in_one_walk(tmp_path: P
     assert await node.taken(pod_cgroup_parent=f"{POD}/not-made")
     # The parent not made: one failed open there, then both files at the pod's.
     assert node.parents.files == [f"{POD}/not-made/cpuset.cpus", f"{POD}/cpuset.cpus", f"{POD}/cpuset.mems"]
-
-
-@pytest.mark.parametrize(("parent", "answered"), [
-    (POD, f"{POD}/"),
-    (SLICE_PATH, SLICE),
-    (SLICE, SLICE_PATH),
-])
-async def test_an_answer_naming_the_same_parent_otherwise_moves_nothing(tmp_path: Path, parent: str, answered: str) -> None:
-    """kubelet's cpuset (CPU 3, outside the parent since it shrank) stays not the hook's."""
-    node = Node(tmp_path, **pinned(parent=answered))
-    set_cgroup_cpuset(node.root, SLICE_PATH, "0-1", "0")
-    shown = hookapi.LinuxContainerResources(cpuset_cpus="3")
-    assert await node.taken(pod_cgroup_parent=parent, container_resources=shown)
-    assert node.parents.reads == 0
 
 
 async def test_a_cpu_taken_offline_is_the_nodes_reason_not_the_parents(tmp_path: Path) -> None:
@@ -236,3 +233,57 @@ async def test_a_parents_fruitless_read_holds_off_no_read_for_a_cpu_come_online(
     node.transport.answer.container_resources.cpuset_cpus = "4"
     assert await node.taken()
     assert node.node_reads == 3
+
+
+class ByEndpoint(NoConnections):
+    def __init__(self, answers: dict[str, hookapi.ContainerResourceHookResponse]) -> None:
+        self.answers = answers
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        return self.answers[endpoint].SerializeToString()
+
+
+ISO = "/kubepods/isolated"
+
+
+async def chain(tmp_path: Path, second: dict[str, object]) -> hookapi.ContainerResourceHookRequest:
+    """Hook a moves the container (kubelet's cpuset 0-1) to ISO, CPUs 2-3, and
+    sets no cpuset; hook b answers ``second``. The request as the chain leaves it."""
+    node = Node(tmp_path)
+    set_cgroup_cpuset(node.root, ISO, "2-3", "0")
+    servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", FailurePolicy.FAIL, frozenset({CREATE}), timeout=1.0)
+               for n in ("a", "b")]
+    transport = ByEndpoint({
+        "/run/a.sock": hookapi.ContainerResourceHookResponse(pod_cgroup_parent=ISO),
+        "/run/b.sock": hookapi.ContainerResourceHookResponse(**second),  # type: ignore[arg-type]
+    })
+    dispatcher = Dispatcher(Chain(*servers), node.metrics, node=node.source, transport=transport)  # type: ignore[arg-type]
+    request = hookapi.ContainerResourceHookRequest(
+        pod_cgroup_parent=POD, container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0-1")
+    )
+
+    async def build() -> hookapi.ContainerResourceHookRequest:
+        return hookapi.ContainerResourceHookRequest.FromString(request.SerializeToString())
+
+    def apply(answer: hookapi.ContainerResourceHookResponse) -> bool:
+        request.pod_cgroup_parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
+        request.container_resources.cpuset_cpus = answer.container_resources.cpuset_cpus or request.container_resources.cpuset_cpus
+        return True
+
+    await dispatcher.run_pre(CREATE, build, apply, {})
+    return request
+
+
+async def test_a_chain_is_judged_answer_by_answer_by_the_parent_each_leaves(tmp_path: Path) -> None:
+    """a's move leaves kubelet's cpuset to b, which narrows it within ISO: the
+    request the chain leaves is one the kernel takes (a was refused for
+    kubelet's 0-1 judged against ISO)."""
+    request = await chain(tmp_path, {"container_resources": hookapi.LinuxContainerResources(cpuset_cpus="2-3")})
+    assert (request.pod_cgroup_parent, request.container_resources.cpuset_cpus) == (ISO, "2-3")
+
+
+async def test_a_later_hooks_cpuset_is_judged_by_the_parent_an_earlier_one_moved_to(tmp_path: Path) -> None:
+    with pytest.raises(HookError) as refused:
+        await chain(tmp_path, {"container_resources": hookapi.LinuxContainerResources(cpuset_cpus="1-2")})
+    assert refused.value.server.name == "b.json"
+    assert refused.value.cause.endswith(f"cpuset_cpus '1-2' names CPUs outside the parent cgroup {ISO} (1; it has 2-3)")
