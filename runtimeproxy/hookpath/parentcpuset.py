@@ -5,10 +5,14 @@ runc's write of cpuset.cpus (EACCES on the legacy hierarchy).
 
 Where the parent is: a pod cgroup parent as kubelet's cgroupfs driver names
 it (``/kubepods/burstable/pod<uid>``) is that path in the hierarchy; a
-systemd slice name (``kubepods-burstable-pod<uid>.slice``), or a path ending
-in one, has that last slice expanded as runc's systemd driver does
-(``/kubepods.slice/kubepods-burstable.slice/...``). Anything else (a relative
-path: runc puts it under its own cgroup) is not judged.
+systemd slice name (``kubepods-burstable-pod<uid>.slice``) is expanded as
+runc's systemd driver does (``/kubepods.slice/kubepods-burstable.slice/...``),
+and so is the path kubelet's systemd driver sends, which is that expansion
+itself. Not judged, the cgroup depending on a driver the proxy does not know:
+a path ending in a slice that is not its last slice expanded
+(``/system.slice/rt.slice``: ``/rt.slice`` under systemd, containerd keeping
+only the last slice; that path, or one under runc's own cgroup, under
+cgroupfs), and a relative one (runc puts it under its own cgroup).
 
 Not judged either, the kernel having no such rule there:
  * cgroup v2 (cpuset on the unified hierarchy, or no v1 cpuset mount): a
@@ -69,15 +73,23 @@ def expand_slice(name: str) -> str | None:
 
 
 def cgroup_path(cgroup_parent: str) -> str | None:
-    """The pod cgroup parent's path in the cpuset hierarchy; None if it is
-    neither an absolute path (cgroupfs) nor ends in a slice name (systemd).
-    A parent whose last element is a slice is that slice expanded, whatever
-    comes before it: containerd keeps only that element (``<slice>:<prefix>:<id>``,
+    """The pod cgroup parent's path in the cpuset hierarchy; None where that
+    is not known. An absolute path is that path (cgroupfs), a slice name
+    expanded (systemd). One whose last element is a slice is that path only
+    where it is that slice expanded (as kubelet's systemd driver sends it):
+    under systemd containerd keeps only the last slice (``<slice>:<prefix>:<id>``,
     as convert.cgroups_path_under and runtimespec read it) and runc expands it
-    alone, so ``/system.slice/rt.slice`` is ``/rt.slice``."""
-    base = posixpath.basename(cgroup_parent.rstrip("/"))
+    alone, so ``/system.slice/rt.slice`` is ``/rt.slice``, but under cgroupfs
+    it is not, and the driver is not known here."""
+    trimmed = cgroup_parent.rstrip("/")
+    base = posixpath.basename(trimmed)
     if base.endswith(SLICE):
-        return expand_slice(base)
+        expanded = expand_slice(base)
+        if trimmed == base:
+            return expanded  # a slice name: systemd's form (cgroupfs's are paths)
+        if cgroup_parent.startswith("/") and _clean(cgroup_parent) == expanded:
+            return expanded  # the same cgroup under either driver
+        return None
     if cgroup_parent.startswith("/"):
         return _clean(cgroup_parent)
     return None

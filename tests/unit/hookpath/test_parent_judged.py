@@ -287,3 +287,13 @@ async def test_a_later_hooks_cpuset_is_judged_by_the_parent_an_earlier_one_moved
         await chain(tmp_path, {"container_resources": hookapi.LinuxContainerResources(cpuset_cpus="1-2")})
     assert refused.value.server.name == "b.json"
     assert refused.value.cause.endswith(f"cpuset_cpus '1-2' names CPUs outside the parent cgroup {ISO} (1; it has 2-3)")
+
+
+async def test_a_move_to_a_path_whose_slice_depends_on_the_driver_is_not_judged(tmp_path: Path) -> None:
+    """Under cgroupfs the container goes under /a/rt.slice, CPUs 0-3; only
+    under systemd would it go under /rt.slice, CPU 0 (the driver is not known)."""
+    node = Node(tmp_path, **pinned("2-3", parent="/a/rt.slice"))
+    set_cgroup_cpuset(node.root, "/a/rt.slice", "0-3", "0")
+    set_cgroup_cpuset(node.root, "/rt.slice", "0", "0")
+    assert await node.taken()
+    assert node.parents.reads == 1 and node.parents.files == []

@@ -40,11 +40,18 @@ def test_a_slice_expands_as_runcs_systemd_driver_does(name: str, path: str | Non
     ("//kubepods/burstable/poduid-1", POD),  # Linux takes "//" as "/" (normpath keeps it)
     ("///kubepods//burstable/poduid-1", POD),
     (SLICE, SLICE_PATH),
-    # A path ending in a slice: containerd keeps only that slice, and runc expands it alone.
+    (f"{SLICE}/", SLICE_PATH),
+    # A path ending in a slice, as kubelet's systemd driver sends it: the same
+    # cgroup under either driver (containerd keeps only the last slice under
+    # systemd, and runc expands it alone).
     (SLICE_PATH, SLICE_PATH),
-    ("/system.slice/rt.slice", "/rt.slice"),
-    ("/system.slice/rt.slice/", "/rt.slice"),
-    ("system.slice/rt.slice", "/rt.slice"),
+    (f"/{SLICE_PATH}/", SLICE_PATH),
+    ("/rt.slice", "/rt.slice"),
+    # Otherwise the cgroup depends on the driver: /rt.slice under systemd, this path under cgroupfs.
+    ("/system.slice/rt.slice", None),
+    ("/system.slice/rt.slice/", None),
+    ("/a-b.slice", None),
+    ("system.slice/rt.slice", None),
     ("/kubepods/a--b.slice", None),  # a slice runc refuses
     ("kubepods/burstable", None),  # relative: runc puts it under its own cgroup, not judged
 ])
@@ -72,6 +79,14 @@ def test_a_systemd_parent_is_read_at_its_expanded_slice(tmp_path: Path) -> None:
     assert (parent.cgroup, parent.cpus, parent.mems) == (
         SLICE_PATH, ParentSet(frozenset({2, 3}), SLICE_PATH), ParentSet(frozenset({1}), SLICE_PATH)
     )
+
+
+def test_a_path_ending_in_a_slice_that_depends_on_the_driver_is_not_judged(tmp_path: Path) -> None:
+    """Under cgroupfs /system.slice/rt.slice is that cgroup, not /rt.slice,
+    the one systemd's driver would make it under (with another cpuset)."""
+    root = node(tmp_path)
+    cgroup_v1_cpuset(root, {"/system.slice/rt.slice": ("0-3", "0"), "/rt.slice": ("0", "0")})
+    assert ParentCpusets.of_host(root).read("/system.slice/rt.slice") is None
 
 
 def test_a_parent_not_made_yet_has_its_nearest_ancestors_sets(tmp_path: Path) -> None:
