@@ -50,9 +50,10 @@ after the answer (one a PreCreateContainer answer moves its container to),
 and a cpuset the answer leaves is not judged, even on a move (in a chain a
 later hook may still set it; left outside, runc fails the container as it
 would without the proxy). Not cached, so there is nothing to re-read: a parent kubelet or an
-operator widened is seen at the next answer. Also on the event loop: one
-file about 20 µs, both about 40 µs, about 60 µs with a walk three levels up
-for a parent not made yet (one walk for both files), on a 2-CPU test VM.
+operator widened is seen at the next answer. Also on the event loop, on a
+2-CPU test VM: a read of one file about 20 µs all told (its os.read about 10
+of it, pathlib's read_text took 35-40), both files about 35 µs, about 60 µs
+with a walk three levels up for a parent not made yet (one walk for both).
 
 The re-read happens on the event loop. It is not a few µs: ``read_node_facts``
 took about 115 µs on a 2-CPU test VM (four small sysfs and proc files, pathlib

@@ -87,7 +87,9 @@ class ParentSet:
     """The ids in a parent cgroup's cpuset file, and the cgroup they were read
     at: the parent itself, or its nearest ancestor when the parent does not
     exist yet or has the file empty (runc copies such a cgroup's from its own
-    parent before it writes the container's)."""
+    parent before it writes the container's), unreadable or no list of ids
+    (never tighter than the parent's: on v1 a child's set lies within its
+    parent's)."""
 
     ids: frozenset[int]
     read_at: str
