@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 
 from .clipath import PATH
-from .config import ConfigError, ProxyConfig, key_line, load, parse_host_port
+from .config import ConfigError, ProxyConfig, distinct_sockets, key_line, load, parse_host_port
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
 from .hookpath.points import HOOK_POINTS, HookType
@@ -98,6 +98,7 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
         config = None
         findings.append(Finding(Severity.ERROR, config_file or Path("."), str(exc), exc.line))
     if config is not None:
+        findings += _distinct_sockets(config, config_file)
         findings += _backend_sockets(config)
         findings += _metrics_listen(config, config_file)
     directory = hook_dir or (config.hook_dir if config is not None else None)
@@ -117,6 +118,15 @@ def _backend_sockets(config: ProxyConfig) -> list[Finding]:
     except unixsocket.UnixSocketError as exc:
         findings.append(Finding(Severity.ERROR, config.listen, f"listen: {exc}"))
     return findings
+
+
+def _distinct_sockets(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
+    try:
+        distinct_sockets(config)
+    except ConfigError as exc:
+        line = key_line(config_file, exc.key) if config_file is not None and exc.key else None
+        return [Finding(Severity.ERROR, config_file or config.listen, str(exc), line)]
+    return []
 
 
 def _metrics_listen(config: ProxyConfig, config_file: Path | None) -> list[Finding]:

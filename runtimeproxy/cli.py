@@ -19,7 +19,7 @@ from hooks.cli import hook as hook_commands
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH
-from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, given_in, load
+from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load
 from .nri.cli import nri as nri_command
 
 log = logging.getLogger("runtimeproxy")
@@ -103,6 +103,8 @@ def serve(
         )
         if local_containerd is not None:
             _refuse_other_backends(config_file, flags)
+        else:
+            distinct_sockets(config)
         loop = eventloop.resolve(config.event_loop)
     except (ConfigError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -147,10 +148,40 @@ def _path(name: str, key: str, value: Any) -> Path:
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str) or not text or "\0" in text:
         raise ConfigError(f"{name} {value!r}: expected a path", key=key)
+    if (path := url_spelt_path(text)) is not None:
+        raise ConfigError(f"{name} {value!r}: {not_a_url(path)}", key=key)
     try:
         return absolute_path(text)
     except RuntimeError:  # ~user of no such user, or no HOME
         raise ConfigError(f"{name} {value!r}: cannot expand ~ (no such user, or no home directory)", key=key) from None
+
+
+def url_spelt_path(text: str) -> str | None:
+    """The path an endpoint URL (``unix:///run/x.sock``, ``unix:/run/x.sock``)
+    names, when ``text`` is one: kubelet's and crictl's endpoints are spelt so,
+    and read as a path it would be a relative one, under the current directory."""
+    if not text.startswith("unix:"):
+        return None
+    return "/" + text.removeprefix("unix:").lstrip("/")
+
+
+def not_a_url(path: str) -> str:
+    return f"a path, not an endpoint URL: write {path}"
+
+
+def distinct_sockets(config: ProxyConfig) -> None:
+    """A ConfigError when ``listen`` is the backend's (or image backend's)
+    socket: every call would come back to the proxy, which would answer
+    UNAVAILABLE while it probes itself for ever."""
+    listen = os.path.realpath(config.listen)  # /var/run is /run
+    for key, path in (("backend", config.backend), ("image_backend", config.image_backend)):
+        if path is not None and os.path.realpath(path) == listen:
+            name = key.replace("_", "-")
+            raise ConfigError(
+                f"listen and {name} are the same socket, {config.listen}: the proxy would forward every call "
+                f"to itself; {name} is the runtime's socket (containerd's: {ProxyConfig.backend})",
+                key=key,
+            )
 
 
 def absolute_path(text: str | os.PathLike[str]) -> Path:
@@ -160,13 +191,14 @@ def absolute_path(text: str | os.PathLike[str]) -> Path:
     return Path(text).expanduser().absolute()
 
 
-def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+def _coerce(values: dict[str, Any], spelt: dict[str, str] | None = None) -> dict[str, Any]:
     """Check and convert settings, so that a bad value stops start-up with a
-    clear message instead of failing every call later."""
+    clear message instead of failing every call later. ``spelt``: each key as
+    the file wrote it (- or _), for the messages."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _KEYS:
-            raise ConfigError(f"unknown setting {key!r}", key=key)
+            raise ConfigError(f"unknown setting {(spelt or {}).get(key, key)!r}{_did_you_mean(key)}", key=key)
         name = key.replace("_", "-")
         if value is None:  # `key:` with nothing after it, or `null`: the default, as if left out
             continue
@@ -200,13 +232,19 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _did_you_mean(key: str) -> str:
+    """The closest setting to an unknown key (a typo), spelt as the docs' table does."""
+    close = difflib.get_close_matches(key, sorted(_KEYS), n=1)
+    return f" (did you mean {close[0].replace('_', '-')!r}?)" if close else ""
+
+
 def load(path: Path | None) -> ProxyConfig:
     """The settings in a YAML file (keys as the flags, with - or _)."""
     if path is None:
         return ProxyConfig()
     text, values = _read(path)
     try:
-        return dataclasses.replace(ProxyConfig(), **_coerce(values))
+        return dataclasses.replace(ProxyConfig(), **_coerce(values, _spelt(text)))
     except ConfigError as exc:
         line = _key_line(text, exc.key)
         where = f" (line {line})" if line is not None else ""
@@ -243,6 +281,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"cannot read config file {path}: {exc}", line=line) from exc
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
+    _refuse_repeated_keys(path, text)
     values = {str(k).replace("-", "_"): v for k, v in doc.items()}
     if isinstance(values.get("serve_versions"), list):
         # str(): a list of numbers is a bad value for the check below, not a crash here.
@@ -250,14 +289,35 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     return text, values
 
 
+def _top_keys(text: str) -> list[tuple[str, int]]:
+    """Each top-level key of a YAML mapping as written, with its line (1-based)."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    return [(str(key_node.value), int(key_node.start_mark.line) + 1) for key_node, _value in node.value]
+
+
+def _spelt(text: str) -> dict[str, str]:
+    return {written.replace("-", "_"): written for written, _line in _top_keys(text)}
+
+
+def _refuse_repeated_keys(path: Path, text: str) -> None:
+    """A setting given twice (``grace-period`` twice, or ``hook-dir`` and
+    ``hook_dir``): YAML keeps the last without a word, so an edit near the top
+    of the file would be silently overridden further down."""
+    seen: dict[str, tuple[str, int]] = {}
+    for written, line in _top_keys(text):
+        key = written.replace("-", "_")
+        if key in seen:
+            first, first_line = seen[key]
+            again = f"is set twice (lines {first_line} and {line})" if first == written else (
+                f"(line {first_line}) is set again as {written!r} (line {line})")
+            raise ConfigError(f"config file {path}: {first!r} {again}; keep one", key=key, line=line)
+        seen[key] = (written, line)
+
+
 def _key_line(text: str, key: str | None) -> int | None:
     """The line (1-based) of a top-level key of a YAML document, read - or _."""
     if key is None:
         return None
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
-    if not isinstance(node, yaml.MappingNode):
-        return None
-    for key_node, _value in node.value:
-        if str(key_node.value).replace("-", "_") == key:
-            return int(key_node.start_mark.line) + 1
-    return None
+    return next((line for written, line in _top_keys(text) if written.replace("-", "_") == key), None)

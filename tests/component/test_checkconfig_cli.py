@@ -114,7 +114,7 @@ def test_non_socket_endpoint_exits_1(node: Path) -> None:
     ("text", "line", "reason"),
     [
         ("listen: /tmp/x.sock\nbackend: {unclosed\n", 3, "cannot read config file"),
-        ("listen: /tmp/x.sock\nhook-dirs: /etc/hooks\n", 2, "unknown setting 'hook_dirs' (line 2)"),
+        ("listen: /tmp/x.sock\nhook-dirs: /etc/hooks\n", 2, "unknown setting 'hook-dirs' (did you mean 'hook-dir'?) (line 2)"),
         ("serve-versions: v1beta1\n", 1, "serve-versions 'v1beta1'"),
     ],
 )

@@ -116,7 +116,7 @@ def test_unknown_yaml_key_is_an_error_with_its_line(tmp_path: Path) -> None:
     path = config_file(tmp_path, "listen: /tmp/p.sock\n\nbackends: /tmp/typo.sock\n")
     (finding,) = check(path).findings
     assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 3)
-    assert "unknown setting 'backends' (line 3)" in finding.reason
+    assert "unknown setting 'backends' (did you mean 'backend'?) (line 3)" in finding.reason
 
 
 @pytest.mark.parametrize(
@@ -211,7 +211,8 @@ def test_a_listen_path_serve_refuses_is_an_error_naming_it(
     make, reason = LISTEN_REFUSED[case]
     listen = make(tmp_path, live)
     report = check(listen_config(tmp_path, listen, live, hook_dir))
-    (finding,) = report.findings
+    # (the symlink is to the backend's socket: also an error of its own, at the config file)
+    (finding,) = [f for f in report.findings if f.subject == listen]
     assert (finding.severity, finding.subject) == (Severity.ERROR, listen)
     assert finding.reason.startswith("listen: ") and str(listen) in finding.reason and reason in finding.reason
     assert not report.ok
@@ -224,9 +225,11 @@ def test_a_listen_path_serve_can_use_changes_nothing_on_disk(sock_dir: Path, liv
     stale = sock_dir / "stale.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
         gone.bind(str(stale))
-    for listen in (sock_dir / "new" / "proxy.sock", stale, live):  # live: the running proxy's own
-        report = check(listen_config(sock_dir, listen, live, hook_dir))
-        assert report.findings == (), listen
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runtime:
+        runtime.bind(str(sock_dir / "runtime.sock"))
+        for listen in (sock_dir / "new" / "proxy.sock", stale, live):  # live: the running proxy's own
+            report = check(listen_config(sock_dir, listen, sock_dir / "runtime.sock", hook_dir))
+            assert report.findings == (), listen
     assert not (sock_dir / "new").exists() and stale.is_socket()  # serve would make the one, remove the other
 
 

@@ -323,7 +323,7 @@ def test_top_level_help_lists_serve() -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("listen: /tmp/x.sock\nbogus-key: 1\n", "unknown setting 'bogus_key'"),
+        ("listen: /tmp/x.sock\nbogus-key: 1\n", "unknown setting 'bogus-key'"),
         ("- a\n- b\n", "expected a mapping at the top level"),
         ("listen: [unclosed\n", "cannot read config file"),
         ("serve-versions: v3\n", "serve-versions 'v3'"),
