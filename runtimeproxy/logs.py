@@ -49,7 +49,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def _text(value: object) -> str:
-    s = str(value)
+    # A list as its items, comma-separated (as messages write them): Python's
+    # "['A', 'B']" is neither a key=value value nor greppable.
+    s = ",".join(map(str, value)) if isinstance(value, (list, tuple, set, frozenset)) else str(value)
     return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
 
 

@@ -202,7 +202,7 @@ class Proxy:
                 await self.server.stop(None)
             raise
         self._bound = path
-        log.info("listening", extra={"socket": str(path), "mode": oct(SOCKET_MODE), "data_path": self._data_path})
+        log.info("listening", extra={"socket": str(path), "mode": f"{SOCKET_MODE:04o}", "data_path": self._data_path})
 
     async def _accept_when_probed(self, listener: ActivatedListener | FramesPath) -> None:
         """Connections wait in the backlog until the backend answered (at

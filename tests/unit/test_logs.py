@@ -57,6 +57,9 @@ def test_text_timestamp_is_utc_iso() -> None:
         (None, "None"),
         (3.5, "3.5"),
         (Path("/run/x.sock"), "/run/x.sock"),
+        (["PreRunPodSandbox", "PostStopPodSandbox"], "PreRunPodSandbox,PostStopPodSandbox"),
+        (("a b", "c"), '"a b,c"'),
+        ([], '""'),
     ],
 )
 def test_text_field_values_are_quoted_when_needed(value: object, shown: str) -> None:
