@@ -82,6 +82,10 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     root.setLevel(level.upper())
     # grpc's own debug lines drown ours; its warnings still show.
     logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))
+    # watchfiles says "N changes detected" at info for every write in the hook
+    # directory; the registry's own line says what changed. Shown at debug.
+    quiet = logging.DEBUG if root.level <= logging.DEBUG else max(logging.WARNING, root.level)
+    logging.getLogger("watchfiles").setLevel(quiet)
     core = logging.getLogger("grpc._cython.cygrpc")
     if not any(isinstance(f, AnswerToAGoneClient) for f in core.filters):
         core.addFilter(AnswerToAGoneClient())

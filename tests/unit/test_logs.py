@@ -131,6 +131,7 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     grpc_level = logging.getLogger("grpc").level
+    watchfiles_level = logging.getLogger("watchfiles").level
     core_filters = logging.getLogger("grpc._cython.cygrpc").filters[:]
     try:
         yield
@@ -139,6 +140,7 @@ def restore_logging() -> Iterator[None]:
         root.handlers[:] = handlers
         root.setLevel(level)
         logging.getLogger("grpc").setLevel(grpc_level)
+        logging.getLogger("watchfiles").setLevel(watchfiles_level)
 
 
 def test_setup_json_writes_one_json_line_per_record(restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,6 +168,18 @@ def test_setup_text_and_level(restore_logging: None, capsys: pytest.CaptureFixtu
     assert len(logging.getLogger().handlers) == 1
     assert isinstance(logging.getLogger().handlers[0].formatter, TextFormatter)
     assert logging.getLogger("grpc").level == logging.WARNING
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
+def test_watchfiles_change_counts_show_at_debug_only(
+    restore_logging: None, capsys: pytest.CaptureFixture[str], level: str, shown: bool
+) -> None:
+    logs.setup("text", level)
+    logging.getLogger("watchfiles.main").info("%d changes detected", 3)  # as watchfiles logs each batch
+    logging.getLogger("watchfiles.main").warning("still shown")
+    lines = capsys.readouterr().err.splitlines()
+    assert any("changes detected" in line for line in lines) is shown
+    assert any("still shown" in line for line in lines)
 
 
 class ExecuteBatchError(Exception):
