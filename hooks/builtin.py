@@ -43,7 +43,7 @@ class BuiltinHook(HookServer):
         """Build the server from its YAML config (``{}`` when none is given);
         raise :class:`HookConfigInvalid` for a bad one."""
         if config:
-            raise HookConfigInvalid(f"hook {cls.NAME} takes no config; got keys {sorted(config)}")
+            raise HookConfigInvalid(f"this hook takes no settings, got {', '.join(sorted(map(str, config)))}")
         return cls(socket_path)
 
     async def background(self) -> None:

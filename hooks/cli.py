@@ -213,7 +213,9 @@ async def _serve(
     try:
         # Built in the loop: a hook may make loop-bound objects (channels, events) as it is built.
         server = cls.from_config(str(socket_path), config)
-    except (HookConfigInvalid, ValueError) as exc:  # ValueError: e.g. a socket path too long
+    except HookConfigInvalid as exc:  # the file to fix, as a unit passes it only when it exists
+        raise SetupError(f"hook {cls.NAME}: config {config_file or '{}'}: {exc}") from exc
+    except ValueError as exc:  # e.g. a socket path too long
         raise SetupError(f"hook {cls.NAME}: {exc}") from exc
     server.config_file = config_file  # a hook that reloads its config (balloons) watches this file
     server.transport = transport

@@ -206,11 +206,11 @@ async def test_a_socket_path_nothing_can_listen_at_exits_2_in_one_line(
 
 SETUP_ERRORS = {
     "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, watchful)"),
-    "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: hook noop takes no config; got keys ['cpu']"),
+    "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: config {config}: this hook takes no settings, got cpu"),
     "config not YAML": (["noop"], "cpu: [2\n", "cannot read hook config"),
     "config nested too deeply": (["noop"], "a: " + "[" * 3000 + "]" * 3000 + "\n", "YAML nested too deeply"),
     "config not a mapping": (["noop"], "- 1\n", "expected a mapping of settings at the top level, got list"),
-    "hook refuses config": (["watchful"], "record: /x\n", "hook watchful: missing keys ['registration']"),
+    "hook refuses config": (["watchful"], "record: /x\n", "hook watchful: config {config}: missing keys ['registration']"),
     "bad timeout": (["noop", "--timeout", "5"], None, "invalid duration '5'"),
     "timeout over the limit": (["noop", "--timeout", "3m"], None, "at most 120s"),
 }
@@ -226,7 +226,7 @@ async def test_setup_errors_exit_2_with_a_clear_message(case: str, sock_dir: Pat
         extra += ["--config", str(sock_dir / "hook.yaml")]
     code, err = await (await hook_run(*args, *extra)).finish()
     assert code == 2, err
-    assert message in err
+    assert message.format(config=sock_dir / "hook.yaml") in err  # a bad config names its file
     assert list(hook_dir.iterdir()) == [] and not sock.exists()
 
 
