@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ...prerequisites import fail_or_skip
@@ -58,6 +59,23 @@ def test_service_settings() -> None:
     listen = Path(yaml.safe_load((SYSTEMD / "config.yaml").read_text())["listen"])
     writable = [Path(p.lstrip("-")) for p in service["ReadWritePaths"].split()]
     assert any(Path(os.path.realpath(listen.parent)) == Path(os.path.realpath(p)) for p in writable), writable
+
+
+# systemd's DefaultStartLimitIntervalSec and DefaultStartLimitBurst.
+DEFAULT_START_LIMIT = (10.0, 5)
+
+
+@pytest.mark.parametrize("unit", ["runtime-proxy.service", "runtime-proxy-nri.service"])
+def test_restart_always_is_never_given_up(unit: str) -> None:
+    # systemd stops restarting a unit started `burst` times within `interval`
+    # ("start request repeated too quickly"): a proxy exiting at once for a
+    # few seconds would stay down, kubelet without a runtime.
+    parsed = parse(SYSTEMD / unit)
+    assert parsed["Service"]["Restart"] == "always"
+    interval = float(parsed["Unit"].get("StartLimitIntervalSec", DEFAULT_START_LIMIT[0]))
+    burst = int(parsed["Unit"].get("StartLimitBurst", DEFAULT_START_LIMIT[1]))
+    restart_every = float(parsed["Service"]["RestartSec"])
+    assert interval == 0 or burst * restart_every > interval, (interval, burst, restart_every)
 
 
 def test_the_proxy_and_the_nri_plugin_never_run_together() -> None:
