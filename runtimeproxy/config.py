@@ -232,8 +232,18 @@ def _coerce(values: dict[str, Any], spelt: dict[str, str] | None = None) -> dict
     return out
 
 
+# Flags of serve that are no YAML key: what the file says instead.
+_FLAG_ONLY = {
+    "max_message_size": "max-recv-message-bytes and max-send-message-bytes, one each",
+    "local_containerd": "none: it is the flag --local-containerd only",
+    "config": "none: it is the flag --config only",
+}
+
+
 def _did_you_mean(key: str) -> str:
     """The closest setting to an unknown key (a typo), spelt as the docs' table does."""
+    if key in _FLAG_ONLY:
+        return f" (in YAML: {_FLAG_ONLY[key]})"
     close = difflib.get_close_matches(key, sorted(_KEYS), n=1)
     return f" (did you mean {close[0].replace('_', '-')!r}?)" if close else ""
 

@@ -103,6 +103,20 @@ def test_an_unknown_key_is_named_as_written_with_the_setting_meant(tmp_path: Pat
     assert str(err.value) == f"config file {config}: unknown setting 'grace-perod' (did you mean 'grace-period'?) (line 2)"
 
 
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("max-message-size", "(in YAML: max-recv-message-bytes and max-send-message-bytes, one each)"),
+        ("local-containerd", "(in YAML: none: it is the flag --local-containerd only)"),
+    ],
+)
+def test_a_flag_that_is_no_yaml_key_says_what_the_file_takes(tmp_path: Path, key: str, hint: str) -> None:
+    config = write(tmp_path, f"{key}: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load(config)
+    assert str(err.value) == f"config file {config}: unknown setting '{key}' {hint} (line 1)"
+
+
 def test_an_unknown_key_like_no_setting_gets_no_guess(tmp_path: Path) -> None:
     config = write(tmp_path, "zzz: 1\n")
     with pytest.raises(ConfigError) as err:
