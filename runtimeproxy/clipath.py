@@ -1,8 +1,9 @@
 """The command lines' path type: click's, refusing an empty value, which
 click (and pathlib) would read as the current directory; typically an
-unset variable (``--local-containerd "$DIR"``), and an endpoint URL
-(``unix:///run/x.sock``), which would be a relative path. A path given is
-made absolute as the config file's are (:func:`.config.absolute_path`)."""
+unset variable (``--local-containerd "$DIR"``). An endpoint URL as kubelet
+and crictl take it (``unix:///run/x.sock``) is its path; any other URL is
+refused, as it would be a relative path. A path given is made absolute as
+the config file's are (:func:`.config.absolute_path`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from typing import Any
 
 import click
 
-from .config import absolute_path, not_a_url, url_spelt_path
+from .config import EndpointURLError, absolute_path, endpoint_path
 
 
 class NonEmptyPath(click.Path):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path (an unset variable?)", param, ctx)
-        if isinstance(value, str) and (url_path := url_spelt_path(value)) is not None:
-            self.fail(f"{value!r}: {not_a_url(url_path)}", param, ctx)
+        if isinstance(value, str):
+            try:
+                value = endpoint_path(value)
+            except EndpointURLError as exc:
+                self.fail(f"{value!r}: {exc}", param, ctx)
         path = super().convert(value, param, ctx)
         try:
             return absolute_path(path)

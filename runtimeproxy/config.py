@@ -148,25 +148,39 @@ def _path(name: str, key: str, value: Any) -> Path:
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str) or not text or "\0" in text:
         raise ConfigError(f"{name} {value!r}: expected a path", key=key)
-    if (path := url_spelt_path(text)) is not None:
-        raise ConfigError(f"{name} {value!r}: {not_a_url(path)}", key=key)
     try:
-        return absolute_path(text)
+        return absolute_path(endpoint_path(text))
+    except EndpointURLError as exc:
+        raise ConfigError(f"{name} {value!r}: {exc}", key=key) from None
     except RuntimeError:  # ~user of no such user, or no HOME
         raise ConfigError(f"{name} {value!r}: cannot expand ~ (no such user, or no home directory)", key=key) from None
 
 
-def url_spelt_path(text: str) -> str | None:
-    """The path an endpoint URL (``unix:///run/x.sock``, ``unix:/run/x.sock``)
-    names, when ``text`` is one: kubelet's and crictl's endpoints are spelt so,
-    and read as a path it would be a relative one, under the current directory."""
-    if not text.startswith("unix:"):
-        return None
-    return "/" + text.removeprefix("unix:").lstrip("/")
+class EndpointURLError(ValueError):
+    """A path written as a URL that names no absolute unix socket path."""
 
 
-def not_a_url(path: str) -> str:
-    return f"a path, not an endpoint URL: write {path}"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def endpoint_path(text: str) -> str:
+    """``text`` as a path: an endpoint URL as kubelet and crictl take it
+    (``unix:///run/x.sock``, ``unix:/run/x.sock``, the scheme in any case) is
+    the path it names. An EndpointURLError for any other URL: read as a path it
+    would be a relative one, under the current directory (``/`` under systemd)."""
+    found = _SCHEME.match(text)
+    if found is None:
+        return text
+    scheme, rest = found.group(1), text[found.end():]
+    if scheme.lower() != "unix":
+        raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
+    if rest.startswith("//"):
+        if not rest[2:].startswith("/"):
+            raise EndpointURLError(f"{scheme}://HOST/... (a host in the URL) names no socket path: write {scheme}:///PATH or the path")
+        return rest[2:]
+    if not rest.startswith("/"):
+        raise EndpointURLError(f"{scheme}:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path")
+    return rest
 
 
 def distinct_sockets(config: ProxyConfig) -> None:

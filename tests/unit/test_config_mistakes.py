@@ -33,34 +33,70 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-# kubelet's and crictl's endpoints are URLs; read as paths they were relative
-# ones, under the current directory (/ under systemd: /unix:/run/...).
-@pytest.mark.parametrize(
-    ("written", "path"),
-    [("unix:///run/containerd/containerd.sock", "/run/containerd/containerd.sock"), ("unix:/run/x.sock", "/run/x.sock")],
-)
-def test_an_endpoint_url_in_the_file_is_refused_naming_the_path_to_write(
-    tmp_path: Path, written: str, path: str
+# kubelet's and crictl's endpoints are URLs, and operators copy them: the
+# path they name is read (refusing them under Restart=always left a node
+# without a runtime over a spelling).
+ACCEPTED_URLS = [
+    ("unix:///run/containerd/containerd.sock", "/run/containerd/containerd.sock"),
+    ("unix:/run/x.sock", "/run/x.sock"),
+    ("UNIX:///run/x.sock", "/run/x.sock"),
+]
+
+
+@pytest.mark.parametrize(("written", "path"), ACCEPTED_URLS)
+def test_an_endpoint_url_in_the_file_is_read_as_its_path(tmp_path: Path, written: str, path: str) -> None:
+    config = write(tmp_path, f"listen: /run/p.sock\nbackend: {written}\nimage-backend: {written}\n")
+    assert (load(config).backend, load(config).image_backend) == (Path(path), Path(path))
+
+
+@pytest.mark.parametrize(("written", "path"), ACCEPTED_URLS)
+@pytest.mark.parametrize("flag", ["--backend", "--listen", "--image-backend"])
+def test_an_endpoint_url_as_a_flag_is_read_as_its_path(
+    started: list[ProxyConfig], flag: str, written: str, path: str
 ) -> None:
+    other = "/run/other.sock"  # listen and backend stay apart
+    args = ["--backend", other] if flag == "--listen" else ["--listen", other]
+    result = CliRunner().invoke(cli.main, ["serve", flag, written, *args])
+    assert result.exit_code == 0, result.output
+    (config,) = started
+    assert getattr(config, flag.removeprefix("--").replace("-", "_")) == Path(path)
+
+
+def test_check_config_reads_an_endpoint_url_as_serve_does(tmp_path: Path) -> None:
+    config = write(tmp_path, "listen: unix:///run/runtime-proxy/p.sock\n")
+    report = check(config, tmp_path)
+    assert report.ok and report.config is not None
+    assert report.config.listen == Path("/run/runtime-proxy/p.sock")
+
+
+# What names no absolute socket path is refused, with no path to write
+# guessed: grpc reads unix:NAME as relative, a host has no place in a unix
+# URL, and the proxy speaks to unix sockets only.
+REFUSED_URLS = {
+    "unix:run/x.sock": "unix:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path",
+    "unix://host/run/x.sock": "unix://HOST/... (a host in the URL) names no socket path: write unix:///PATH or the path",
+    "unix-abstract:proxy": "expected a unix socket path, not a unix-abstract: endpoint",
+    "tcp://127.0.0.1:2376": "expected a unix socket path, not a tcp: endpoint",
+    "dns:localhost": "expected a unix socket path, not a dns: endpoint",
+}
+
+
+@pytest.mark.parametrize("written", sorted(REFUSED_URLS))
+def test_an_url_naming_no_socket_path_is_refused_in_the_file(tmp_path: Path, written: str) -> None:
     config = write(tmp_path, f"listen: /run/p.sock\nbackend: {written}\n")
     with pytest.raises(ConfigError) as err:
         load(config)
-    assert f"backend '{written}': a path, not an endpoint URL: write {path} (line 2)" in str(err.value)
+    assert str(err.value) == f"config file {config}: backend '{written}': {REFUSED_URLS[written]} (line 2)"
+    (finding,) = check(config, tmp_path).findings
+    assert (finding.severity, finding.line) == (Severity.ERROR, 2)
 
 
-@pytest.mark.parametrize("flag", ["--backend", "--listen", "--image-backend"])
-def test_an_endpoint_url_as_a_flag_is_refused_and_starts_nothing(started: list[ProxyConfig], flag: str) -> None:
-    result = CliRunner().invoke(cli.main, ["serve", flag, "unix:///run/containerd/containerd.sock"])
-    assert result.exit_code != 0
-    assert "a path, not an endpoint URL: write /run/containerd/containerd.sock" in result.output
+@pytest.mark.parametrize("written", sorted(REFUSED_URLS))
+def test_an_url_naming_no_socket_path_is_refused_as_a_flag(started: list[ProxyConfig], written: str) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--backend", written])
+    assert result.exit_code == 2
+    assert f"'{written}': {REFUSED_URLS[written]}" in " ".join(result.output.split())
     assert started == []
-
-
-def test_check_config_refuses_an_endpoint_url_as_serve_does(tmp_path: Path) -> None:
-    config = write(tmp_path, "listen: unix:///run/runtime-proxy/p.sock\n")
-    report = check(config, tmp_path)
-    assert not report.ok
-    assert "write /run/runtime-proxy/p.sock" in report.findings[0].reason
 
 
 # The proxy would forward each call to itself and probe itself for ever.
