@@ -122,10 +122,9 @@ def _backend_sockets(config: ProxyConfig) -> list[Finding]:
 
 def _distinct_sockets(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
     try:
-        distinct_sockets(config)
+        distinct_sockets(config, config_file)
     except ConfigError as exc:
-        line = key_line(config_file, exc.key) if config_file is not None and exc.key else None
-        return [Finding(Severity.ERROR, config_file or config.listen, str(exc), line)]
+        return [Finding(Severity.ERROR, config_file or config.listen, str(exc), exc.line)]
     return []
 
 

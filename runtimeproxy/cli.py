@@ -104,7 +104,7 @@ def serve(
         if local_containerd is not None:
             _refuse_other_backends(config_file, flags)
         else:
-            distinct_sockets(config)
+            distinct_sockets(config, config_file, {name for name, value in flags.items() if value is not None})
         loop = eventloop.resolve(config.event_loop)
     except (ConfigError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc

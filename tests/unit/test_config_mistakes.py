@@ -116,7 +116,9 @@ def test_serve_refuses_to_listen_on_its_backends_socket(
     config = write(tmp_path, text.format(d=tmp_path))
     result = CliRunner().invoke(cli.main, ["serve", "--config", str(config)])
     assert result.exit_code == 1, result.output
-    assert f"Error: listen and {setting} are the same socket" in result.output
+    # the file and the line, as for any setting the file gives
+    assert f"Error: config file {config}: listen and {setting} are the same socket" in result.output
+    assert result.output.rstrip().endswith("(line 2)")
     assert started == []
     report = check(config, tmp_path)
     errors = [f for f in report.findings if f.severity is Severity.ERROR]
@@ -126,10 +128,46 @@ def test_serve_refuses_to_listen_on_its_backends_socket(
 
 def test_listen_on_the_backends_socket_by_flag_is_refused(tmp_path: Path, started: list[ProxyConfig]) -> None:
     sock = str(tmp_path / "p.sock")
-    result = CliRunner().invoke(cli.main, ["serve", "--listen", sock, "--backend", sock])
+    config = write(tmp_path, f"listen: {sock}\nbackend: {tmp_path / 'other.sock'}\n")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(config), "--backend", sock])
     assert result.exit_code == 1
-    assert "listen and backend are the same socket" in result.output
+    assert "Error: listen and backend are the same socket" in result.output  # the flag's, not the file's
+    assert "line" not in result.output
     assert started == []
+
+
+# backend left at its default: listen is the setting written, and the mistake.
+def test_listen_on_the_default_backends_socket_blames_listen(tmp_path: Path, started: list[ProxyConfig]) -> None:
+    config = write(tmp_path, f"hook-dir: {tmp_path}\nlisten: {ProxyConfig.backend}\n")
+    blame = (
+        f"listen {ProxyConfig.backend} is the runtime's own socket (backend, by default): the proxy would forward "
+        "every call to itself; give the proxy another path and point kubelet at it"
+    )
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(config)])
+    assert result.exit_code == 1
+    assert f"Error: config file {config}: {blame} (line 2)" in " ".join(result.output.split())
+    assert started == []
+    report = check(config)
+    errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    assert [(f.subject, f.line, f.reason) for f in errors] == [(config, 2, f"config file {config}: {blame} (line 2)")]
+    result = CliRunner().invoke(cli.main, ["serve", "--listen", str(ProxyConfig.backend)])
+    assert result.exit_code == 1 and f"Error: {blame}" in " ".join(result.output.split())
+
+
+def test_an_image_backend_equal_to_the_backend_is_accepted(tmp_path: Path, started: list[ProxyConfig]) -> None:
+    config = write(tmp_path, f"listen: {tmp_path}/p.sock\nbackend: {tmp_path}/c.sock\nimage-backend: {tmp_path}/c.sock\n")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert [c.image_backend for c in started] == [tmp_path / "c.sock"]
+
+
+def test_local_containerd_with_a_listen_path_is_accepted(tmp_path: Path, started: list[ProxyConfig]) -> None:
+    # its backend is made at start, under the directory: the default backend's path is free to listen on
+    result = CliRunner().invoke(
+        cli.main, ["serve", "--local-containerd", str(tmp_path / "c"), "--listen", str(ProxyConfig.backend)]
+    )
+    assert result.exit_code == 0, result.output
+    assert [c.listen for c in started] == [ProxyConfig.backend]
 
 
 def test_an_unknown_key_is_named_as_written_with_the_setting_meant(tmp_path: Path) -> None:
