@@ -3,7 +3,8 @@ by the very code ``serve`` runs (:func:`.config.load`, the hook registry's
 reload with its directory and permission rules, :func:`.hookfile.parse_hook_file`).
 
 What ``serve`` would refuse is an *error*. What ``serve`` accepts but is likely
-a mistake is a *warning*: a socket that does not exist right now (its server
+a mistake is a *warning*: a config key given twice with the same value, a
+socket that does not exist right now (its server
 may simply not be up yet), a hook file that registers nothing, a hook point
 the proxy never calls, a key a hook file carries that nothing reads (a typo
 of ``timeout`` would silently leave the default in force), a metrics host
@@ -25,7 +26,7 @@ from pathlib import Path
 import click
 
 from .clipath import PATH
-from .config import ConfigError, ProxyConfig, distinct_sockets, key_line, load, parse_host_port
+from .config import ConfigError, ProxyConfig, distinct_sockets, key_line, load_checked, parse_host_port
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
 from .hookpath.points import HOOK_POINTS, HookType
@@ -93,7 +94,9 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
     would read them."""
     findings: list[Finding] = []
     try:
-        config: ProxyConfig | None = load(config_file)
+        config: ProxyConfig | None
+        config, warnings = load_checked(config_file)
+        findings += [Finding(Severity.WARNING, config_file or Path("."), w.message, w.line) for w in warnings]
     except ConfigError as exc:
         config = None
         findings.append(Finding(Severity.ERROR, config_file or Path("."), str(exc), exc.line))

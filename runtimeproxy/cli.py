@@ -19,7 +19,7 @@ from hooks.cli import hook as hook_commands
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH
-from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load
+from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
 from .nri.cli import nri as nri_command
 
 log = logging.getLogger("runtimeproxy")
@@ -96,7 +96,8 @@ def serve(
 ) -> None:
     """Serve CRI on --listen, forwarding to --backend."""
     try:
-        config = load(config_file).with_overrides(
+        loaded, warnings = load_checked(config_file)
+        config = loaded.with_overrides(
             **flags,
             max_recv_message_bytes=max_message_size,
             max_send_message_bytes=max_message_size,
@@ -110,6 +111,10 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
+    for warning in warnings:  # accepted, but likely a slip
+        log.warning(
+            "config file warning", extra={"config_file": str(config_file), "line": warning.line, "warning": warning.message}
+        )
     try:
         eventloop.run(_serve(config, local_containerd), loop)
     except KeyboardInterrupt:

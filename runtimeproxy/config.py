@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from .cripath.versions import VersionPlanError, parse_serve_versions
+from . import yamlkeys
 from .eventloop import EVENT_LOOPS
 
 MIB = 1024 * 1024
@@ -278,19 +279,34 @@ def _did_you_mean(key: str) -> str:
     return f" (did you mean {close[0].replace('_', '-')!r}?)" if close else ""
 
 
+@dataclass(frozen=True)
+class ConfigWarning:
+    """What serve accepts in a config file but likely is a slip (a key given
+    twice, with the same value): logged at start, a check-config warning."""
+
+    message: str
+    line: int | None = None
+
+
 def load(path: Path | None) -> ProxyConfig:
     """The settings in a YAML file (keys as the flags, with - or _)."""
+    return load_checked(path)[0]
+
+
+def load_checked(path: Path | None) -> tuple[ProxyConfig, tuple[ConfigWarning, ...]]:
+    """:func:`load`, with what the file says that is accepted but likely a slip."""
     if path is None:
-        return ProxyConfig()
-    text, values = _read(path)
+        return ProxyConfig(), ()
+    read = _read(path)
     try:
-        return dataclasses.replace(ProxyConfig(), **_coerce(values, _spelt(text)))
+        config = dataclasses.replace(ProxyConfig(), **_coerce(read.values, read.written))
     except ConfigError as exc:
-        line = _key_line(text, exc.key)
+        line = read.lines.get(exc.key or "")
         where = f" (line {line})" if line is not None else ""
         raise ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line) from exc
     except TypeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+    return config, read.warnings
 
 
 def given_in(path: Path | None) -> frozenset[str]:
@@ -298,66 +314,51 @@ def given_in(path: Path | None) -> frozenset[str]:
     left out): what a flag that replaces them must not silently drop."""
     if path is None:
         return frozenset()
-    _text, values = _read(path)
-    return frozenset(key for key, value in values.items() if value is not None)
+    return frozenset(key for key, value in _read(path).values.items() if value is not None)
 
 
 def key_line(path: Path, key: str) -> int | None:
     """The line (1-based) where the config file at ``path`` sets ``key``."""
-    text, _values = _read(path)
-    return _key_line(text, key)
+    return _read(path).lines.get(key)
 
 
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    """The file's text and its values by setting name (- read as _), unchecked."""
+@dataclass(frozen=True)
+class _File:
+    """A config file as written, unchecked; keys by setting name (- read as _)."""
+
+    values: dict[str, Any]
+    written: dict[str, str]  # each key as the file spells it, for the messages
+    lines: dict[str, int]
+    warnings: tuple[ConfigWarning, ...]
+
+
+def _read(path: Path) -> _File:
+    """The file's keys and values, read from the same YAML nodes: a key that
+    YAML 1.1 reads as no string (``on:``, ``1:``) is named as written."""
     try:
-        text = path.read_text()
-        doc = yaml.safe_load(text) or {}
+        doc = yamlkeys.Document(path.read_text())
+        top = doc.value()
+        pairs = doc.top_pairs()
     except RecursionError:
         raise ConfigError(f"cannot read config file {path}: YAML nested too deeply") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(f"cannot read config file {path}: {exc}", line=line) from exc
-    if not isinstance(doc, dict):
+    if top is not None and not isinstance(top, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
-    _refuse_repeated_keys(path, text)
-    values = {str(k).replace("-", "_"): v for k, v in doc.items()}
+    warnings = []
+    for repeat in doc.repeats(same_key=lambda written: written.replace("-", "_")):
+        if not repeat.same:
+            raise ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line)
+        warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line))
+    values: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for name, line, value in pairs:  # merged keys first: the mapping's own win, as in YAML
+        key = name.replace("-", "_")
+        values[key], written[key], lines[key] = value, name, line
     if isinstance(values.get("serve_versions"), list):
         # str(): a list of numbers is a bad value for the check below, not a crash here.
         values["serve_versions"] = ",".join(map(str, values["serve_versions"]))
-    return text, values
-
-
-def _top_keys(text: str) -> list[tuple[str, int]]:
-    """Each top-level key of a YAML mapping as written, with its line (1-based)."""
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
-    if not isinstance(node, yaml.MappingNode):
-        return []
-    return [(str(key_node.value), int(key_node.start_mark.line) + 1) for key_node, _value in node.value]
-
-
-def _spelt(text: str) -> dict[str, str]:
-    return {written.replace("-", "_"): written for written, _line in _top_keys(text)}
-
-
-def _refuse_repeated_keys(path: Path, text: str) -> None:
-    """A setting given twice (``grace-period`` twice, or ``hook-dir`` and
-    ``hook_dir``): YAML keeps the last without a word, so an edit near the top
-    of the file would be silently overridden further down."""
-    seen: dict[str, tuple[str, int]] = {}
-    for written, line in _top_keys(text):
-        key = written.replace("-", "_")
-        if key in seen:
-            first, first_line = seen[key]
-            again = f"is set twice (lines {first_line} and {line})" if first == written else (
-                f"(line {first_line}) is set again as {written!r} (line {line})")
-            raise ConfigError(f"config file {path}: {first!r} {again}; keep one", key=key, line=line)
-        seen[key] = (written, line)
-
-
-def _key_line(text: str, key: str | None) -> int | None:
-    """The line (1-based) of a top-level key of a YAML document, read - or _."""
-    if key is None:
-        return None
-    return next((line for written, line in _top_keys(text) if written.replace("-", "_") == key), None)
+    return _File(values, written, lines, tuple(warnings))

@@ -3,6 +3,7 @@ check-config alike, with a message naming the setting and the fix."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,47 @@ def test_check_config_reports_a_setting_given_twice_at_its_second_line(tmp_path:
     config = write(tmp_path, "log-level: info\nlog-level: debug\n")
     report = check(config, tmp_path)
     assert [(f.severity, f.line) for f in report.findings] == [(Severity.ERROR, 2)]
+
+
+# The same value twice used to load: refusing it now would leave a unit that
+# loaded yesterday restarting for ever (StartLimitIntervalSec=0).
+SAME_TWICE = "log-level: info\nlisten: /run/p.sock\nlog_level: info\n"
+SAME_TWICE_SAID = "'log-level' (line 1) is set again as 'log_level' (line 3), to the same value; keep one"
+
+
+def test_a_setting_given_twice_with_the_same_value_loads_with_a_warning(
+    tmp_path: Path, started: list[ProxyConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = write(tmp_path, SAME_TWICE)
+    caplog.set_level(logging.WARNING, logger="runtimeproxy")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert [c.listen for c in started] == [Path("/run/p.sock")]
+    (record,) = [r for r in caplog.records if r.getMessage() == "config file warning"]
+    assert (record.line, record.warning) == (3, f"config file {config}: {SAME_TWICE_SAID}")
+    report = check(config, tmp_path)
+    assert [(f.severity, f.subject, f.line, f.reason) for f in report.findings if f.subject == config] == [
+        (Severity.WARNING, config, 3, f"config file {config}: {SAME_TWICE_SAID}")
+    ]
+    assert report.ok
+
+
+def test_merge_keys_are_no_setting_given_twice(tmp_path: Path) -> None:
+    config = write(tmp_path, "<<: {grace-period: 5, log-level: info}\n<<: {log-level: debug}\nlog-level: warning\n")
+    report = check(config, tmp_path)
+    assert [f for f in report.findings if f.subject == config] == []
+    assert report.config is not None
+    assert (report.config.grace_period, report.config.log_level) == (5, "warning")  # the mapping's own key wins
+
+
+# YAML 1.1 reads these keys as a boolean, a number: named as written, with their line.
+@pytest.mark.parametrize("key", ["on", "yes", "1", "null"])
+def test_a_key_yaml_reads_as_no_string_is_named_as_written(tmp_path: Path, key: str) -> None:
+    config = write(tmp_path, f"listen: /run/p.sock\n{key}: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load(config)
+    assert str(err.value) == f"config file {config}: unknown setting '{key}' (line 2)"
+    assert err.value.line == 2
 
 
 def test_keys_given_once_each_still_load(tmp_path: Path) -> None:
