@@ -26,7 +26,7 @@ from typing import Any
 import click
 import yaml
 
-from runtimeproxy import eventloop, gcpolicy, logs
+from runtimeproxy import eventloop, gcpolicy, logs, yamlkeys
 from runtimeproxy.clipath import PATH
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_HOOK_DIR,
@@ -186,7 +186,9 @@ def _load_config(path: Path | None) -> Mapping[str, Any]:
     if path is None:
         return {}
     try:
-        doc = yaml.safe_load(path.read_text())
+        parsed = yamlkeys.Document(path.read_text())
+        doc = parsed.value()
+        repeats = parsed.repeats()
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SetupError(f"cannot read hook config {path}: {exc}") from exc
     except RecursionError:
@@ -195,6 +197,11 @@ def _load_config(path: Path | None) -> Mapping[str, Any]:
         return {}
     if not isinstance(doc, dict):
         raise SetupError(f"hook config {path}: expected a mapping of settings at the top level, got {type(doc).__name__}")
+    # A key given twice: YAML keeps the last without a word (as for the proxy's config).
+    for repeat in repeats:
+        if not repeat.same:
+            raise SetupError(f"hook config {path}: {repeat}")
+        log.warning("hook config warning", extra={"config_file": str(path), "line": repeat.line, "warning": str(repeat)})
     return doc
 
 
@@ -214,7 +221,7 @@ async def _serve(
         # Built in the loop: a hook may make loop-bound objects (channels, events) as it is built.
         server = cls.from_config(str(socket_path), config)
     except HookConfigInvalid as exc:  # the file to fix, as a unit passes it only when it exists
-        raise SetupError(f"hook {cls.NAME}: config {config_file or '{}'}: {exc}") from exc
+        raise SetupError(f"hook {cls.NAME}: config {config_file or '(no --config given)'}: {exc}") from exc
     except ValueError as exc:  # e.g. a socket path too long
         raise SetupError(f"hook {cls.NAME}: {exc}") from exc
     server.config_file = config_file  # a hook that reloads its config (balloons) watches this file

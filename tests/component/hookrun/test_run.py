@@ -211,6 +211,11 @@ SETUP_ERRORS = {
     "config nested too deeply": (["noop"], "a: " + "[" * 3000 + "]" * 3000 + "\n", "YAML nested too deeply"),
     "config not a mapping": (["noop"], "- 1\n", "expected a mapping of settings at the top level, got list"),
     "hook refuses config": (["watchful"], "record: /x\n", "hook watchful: config {config}: missing keys ['registration']"),
+    "hook refuses no config": (["watchful"], None, "hook watchful: config (no --config given): missing keys ['record', 'registration']"),
+    "config key twice": (
+        ["noop"], "a:\n  b: 1\n  b: 2\n",
+        "hook config {config}: 'a.b' is set twice (lines 2 and 3), to different values (YAML keeps the last); keep one",
+    ),
     "bad timeout": (["noop", "--timeout", "5"], None, "invalid duration '5'"),
     "timeout over the limit": (["noop", "--timeout", "3m"], None, "at most 120s"),
 }
