@@ -27,7 +27,8 @@ def _timestamp(record: logging.LogRecord) -> str:
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         parts = [_timestamp(record), record.levelname.lower(), record.name, repr(record.getMessage())]
-        parts += [f"{k}={_text(v)}" for k, v in _fields(record).items()]
+        # A field with no value (None: no config file, no timeout) is left out; JSON keeps it, as null.
+        parts += [f"{k}={_text(v)}" for k, v in _fields(record).items() if v is not None]
         line = " ".join(parts)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -50,8 +51,14 @@ class JsonFormatter(logging.Formatter):
 
 def _text(value: object) -> str:
     # A list as its items, comma-separated (as messages write them): Python's
-    # "['A', 'B']" is neither a key=value value nor greppable.
-    s = ",".join(map(str, value)) if isinstance(value, (list, tuple, set, frozenset)) else str(value)
+    # "['A', 'B']" is neither a key=value value nor greppable. A set's sorted,
+    # not in hash order, which changes from one run to the next.
+    if isinstance(value, (set, frozenset)):
+        try:
+            value = sorted(value)
+        except TypeError:  # items of different kinds
+            value = sorted(value, key=str)
+    s = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
 
 

@@ -54,18 +54,29 @@ def test_text_timestamp_is_utc_iso() -> None:
         ("a=b", '"a=b"'),
         ("tab\there", '"tab\\there"'),
         ("line\nbreak", '"line\\nbreak"'),
-        (None, "None"),
         (3.5, "3.5"),
         (Path("/run/x.sock"), "/run/x.sock"),
         (["PreRunPodSandbox", "PostStopPodSandbox"], "PreRunPodSandbox,PostStopPodSandbox"),
         (("a b", "c"), '"a b,c"'),
         ([], '""'),
+        ({"b", "c", "a"}, "a,b,c"),  # sorted, not in hash order
+        (frozenset({3, 10, 2}), "2,3,10"),
     ],
 )
 def test_text_field_values_are_quoted_when_needed(value: object, shown: str) -> None:
     line = TextFormatter().format(record(field=value))
     assert line.endswith(f" field={shown}")
     assert "\n" not in line
+
+
+def test_text_leaves_out_a_field_with_no_value() -> None:
+    line = TextFormatter().format(record("starting", config_file=None, timeout=None, priority=5))
+    assert line.endswith("'starting' priority=5")
+
+
+def test_json_keeps_a_field_with_no_value_as_null() -> None:
+    doc = json.loads(JsonFormatter().format(record("starting", config_file=None)))
+    assert doc["config_file"] is None
 
 
 def test_text_without_extra_has_no_fields() -> None:
