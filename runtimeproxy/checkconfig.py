@@ -4,7 +4,8 @@ reload with its directory and permission rules, :func:`.hookfile.parse_hook_file
 
 What ``serve`` would refuse is an *error*. What ``serve`` accepts but is likely
 a mistake is a *warning*: a config key given twice with the same value, a
-socket that does not exist right now (its server
+grace period the shipped unit's stop timeout cuts short, a socket that does
+not exist right now (its server
 may simply not be up yet), a hook file that registers nothing, a hook point
 the proxy never calls, a key a hook file carries that nothing reads (a typo
 of ``timeout`` would silently leave the default in force), a metrics host
@@ -101,6 +102,7 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
         config = None
         findings.append(Finding(Severity.ERROR, config_file or Path("."), str(exc), exc.line))
     if config is not None:
+        findings += _grace_period(config, config_file)
         findings += _distinct_sockets(config, config_file)
         findings += _backend_sockets(config)
         findings += _metrics_listen(config, config_file)
@@ -121,6 +123,25 @@ def _backend_sockets(config: ProxyConfig) -> list[Finding]:
     except unixsocket.UnixSocketError as exc:
         findings.append(Finding(Severity.ERROR, config.listen, f"listen: {exc}"))
     return findings
+
+
+UNIT_TIMEOUT_STOP_S = 20.0  # TimeoutStopSec of systemd/runtime-proxy.service
+
+
+def _grace_period(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
+    """A stop outlasting the unit's TimeoutStopSec is killed: its records and
+    post hooks cut short, its socket and lock left behind."""
+    from .cripath.server import STOP_PAST_GRACE_S
+
+    allowed = UNIT_TIMEOUT_STOP_S - STOP_PAST_GRACE_S
+    if config_file is None or config.grace_period <= allowed:
+        return []
+    reason = (
+        f"grace-period {config.grace_period:g}: a stop takes the grace period plus {STOP_PAST_GRACE_S:g} s; "
+        f"the shipped unit's TimeoutStopSec={UNIT_TIMEOUT_STOP_S:g} allows at most {allowed:g} s: raise "
+        f"TimeoutStopSec in a drop-in (to {config.grace_period + STOP_PAST_GRACE_S:g} at least)"
+    )
+    return [Finding(Severity.WARNING, config_file, reason, key_line(config_file, "grace_period"))]
 
 
 def _distinct_sockets(config: ProxyConfig, config_file: Path | None) -> list[Finding]:

@@ -387,3 +387,28 @@ def test_balloons_called_before_another_container_hook_is_a_warning(tmp_path: Pa
     assert "called before batchresource.json, which may set cpu_shares balloons would not see" in finding.reason
     hook_file(hook_dir, "balloons.json", valid_hook(live, priority=100, **hooks))  # as `hook run balloons` writes it
     assert check(good_config(tmp_path, live, hook_dir)).findings == ()
+
+
+# A stop takes the grace period plus STOP_PAST_GRACE_S: past the unit's
+# TimeoutStopSec systemd kills it.
+@pytest.mark.parametrize(("grace", "warned"), [(12.5, False), (13, True)])
+def test_a_grace_period_the_units_stop_timeout_cuts_short_is_a_warning(
+    tmp_path: Path, live: Path, hook_dir: Path, grace: float, warned: bool
+) -> None:
+    path = config_file(tmp_path, f"listen: {tmp_path}/proxy.sock\nbackend: {live}\nhook-dir: {hook_dir}\ngrace-period: {grace}\n")
+    report = check(path)
+    expected = [
+        Finding(
+            Severity.WARNING, path,
+            "grace-period 13: a stop takes the grace period plus 7.5 s; the shipped unit's TimeoutStopSec=20 allows "
+            "at most 12.5 s: raise TimeoutStopSec in a drop-in (to 20.5 at least)",
+            4,
+        )
+    ]
+    assert list(report.findings) == (expected if warned else [])
+    assert report.ok
+
+
+def test_the_stop_timeout_checked_is_the_units() -> None:
+    unit = (Path(__file__).parents[2] / "systemd" / "runtime-proxy.service").read_text()
+    assert f"\nTimeoutStopSec={checkconfig.UNIT_TIMEOUT_STOP_S:g}\n" in unit
