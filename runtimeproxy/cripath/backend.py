@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from tenacity import (
 
 from cri_api.v1 import api_pb2 as v1
 
+from ..hookpath.outages import SUMMARY_INTERVAL
 from . import lenient
 from .methods import ApiVersion
 
@@ -98,6 +100,7 @@ class Backend:
         image_socket: Path | None,
         options: list[tuple[str, int | str]],
         probe_max_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runtime_socket = runtime_socket
         self.image_socket = image_socket or runtime_socket
@@ -108,6 +111,8 @@ class Backend:
             else aio.insecure_channel(f"unix://{self.image_socket}", options=options)
         )
         self._probe_max_interval = probe_max_interval
+        self._clock = clock
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # between probes (tests: none)
         self.info: BackendInfo | None = None
         self.ready = asyncio.Event()
         self._listeners: list[Callable[[BackendInfo], None]] = []
@@ -186,28 +191,57 @@ class Backend:
     async def probe(self) -> BackendInfo:
         """Probe until the backend answers, with exponential backoff."""
 
+        # As hook server outages are logged (hookpath/outages.py): the first
+        # failure in full, then a summary at most once per SUMMARY_INTERVAL,
+        # and one line when the backend answers again.
+        outage: list[float] = []  # [started, summary window's start], once a probe failed
+        fields = {"backend": str(self.runtime_socket)}
+
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
-            log.warning(
-                "backend not ready, retrying",
-                extra={
-                    "backend": str(self.runtime_socket),
-                    "attempt": state.attempt_number,
-                    "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
-                    "error": str(exc),
-                },
-            )
+            now = self._clock()
+            if not outage:
+                outage[:] = [now, now]
+                log.warning(
+                    "backend not ready, retrying",
+                    extra={
+                        **fields,
+                        "attempt": state.attempt_number,
+                        "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
+                        "error": str(exc),
+                        "backend_outage": "started",
+                    },
+                )
+            elif now - outage[1] >= SUMMARY_INTERVAL:
+                outage[1] = now
+                log.warning(
+                    "backend still not ready",
+                    extra={
+                        **fields, "backend_outage": "ongoing", "backend_failures": state.attempt_number,
+                        "backend_outage_seconds": round(now - outage[0], 1), "error": str(exc),
+                    },
+                )
 
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(BackendUnavailable),
             wait=wait_exponential(multiplier=0.1, max=self._probe_max_interval),
             before_sleep=before_sleep,
+            sleep=self._sleep,
             reraise=True,
         ):
             with attempt:
                 instance = runtime_instance(self.runtime_socket)  # before the answer: never newer than it
                 info = await self.probe_once()
+        if outage:
+            seconds = self._clock() - outage[0]
+            log.info(
+                "backend ready again after %.1fs and %d failed probes", seconds, attempt.retry_state.attempt_number - 1,
+                extra={
+                    **fields, "backend_outage": "ended", "backend_failures": attempt.retry_state.attempt_number - 1,
+                    "backend_outage_seconds": round(seconds, 1),
+                },
+            )
         self._instance = instance
         self._set(info)
         return info
