@@ -11,6 +11,7 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
@@ -46,7 +47,22 @@ class JsonFormatter(logging.Formatter):
         doc.update(_fields(record))
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
+        return json.dumps(doc, default=_json_value)
+
+
+def _json_value(value: object) -> object:
+    # A set as a list, sorted (as a text line writes it): str() of a set is
+    # "{'b', 'a'}", in hash order, which changes from one run to the next.
+    if isinstance(value, (set, frozenset)):
+        return _sorted(value)
+    return str(value)
+
+
+def _sorted(items: set[Any] | frozenset[Any]) -> list[Any]:
+    try:
+        return sorted(items)
+    except TypeError:  # items of different kinds
+        return sorted(items, key=str)
 
 
 def _text(value: object) -> str:
@@ -54,10 +70,7 @@ def _text(value: object) -> str:
     # "['A', 'B']" is neither a key=value value nor greppable. A set's sorted,
     # not in hash order, which changes from one run to the next.
     if isinstance(value, (set, frozenset)):
-        try:
-            value = sorted(value)
-        except TypeError:  # items of different kinds
-            value = sorted(value, key=str)
+        value = _sorted(value)
     s = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return json.dumps(s) if (not s or any(c.isspace() or c in '"=' for c in s)) else s
 

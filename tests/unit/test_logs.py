@@ -117,7 +117,14 @@ def test_json_is_one_valid_line_with_extra_fields() -> None:
 def test_json_non_serializable_values_become_strings() -> None:
     doc = json.loads(JsonFormatter().format(record(path=Path("/run/x.sock"), versions=frozenset({"v1"}))))
     assert doc["path"] == "/run/x.sock"
-    assert doc["versions"] == "frozenset({'v1'})"
+    assert doc["versions"] == ["v1"]
+
+
+def test_json_writes_a_set_as_a_sorted_list_not_in_hash_order() -> None:
+    doc = json.loads(JsonFormatter().format(record(
+        hooks={"b", "a", "c"}, points=frozenset({3, 10, 2}), mixed={1, "a"}, nested=[Path("/x")],
+    )))
+    assert (doc["hooks"], doc["points"], doc["mixed"], doc["nested"]) == (["a", "b", "c"], [2, 3, 10], [1, "a"], ["/x"])
 
 
 def test_json_exception_stays_on_one_line() -> None:
