@@ -339,6 +339,7 @@ def _read(path: Path) -> _File:
         doc = yamlkeys.Document(path.read_text())
         top = doc.value()
         pairs = doc.top_pairs()
+        repeats = doc.repeats(same_key=lambda written: written.replace("-", "_"))
     except RecursionError:
         raise ConfigError(f"cannot read config file {path}: YAML nested too deeply") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -348,7 +349,7 @@ def _read(path: Path) -> _File:
     if top is not None and not isinstance(top, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
     warnings = []
-    for repeat in doc.repeats(same_key=lambda written: written.replace("-", "_")):
+    for repeat in repeats:
         if not repeat.same:
             raise ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line)
         warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line))

@@ -12,6 +12,7 @@ overridden by design.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,7 @@ class Document:
         # keys into it, in place.
         self._pairs: dict[int, list[tuple[yaml.Node, yaml.Node]]] = {}
         self._record(self.node)
+        self._flattened: dict[int, list[tuple[yaml.Node, yaml.Node]]] = {}
 
     def _record(self, node: yaml.Node | None) -> None:
         stack = [node]
@@ -80,21 +82,24 @@ class Document:
 
     def repeats(self, same_key: Callable[[str], str] | None = None) -> list[Repeat]:
         """Every key given twice in a mapping of the document, nested ones
-        too. ``same_key``: what makes two top-level keys one (as written);
-        by default, and below the top level, being the same YAML value."""
+        too. ``same_key``: what makes two top-level keys one (as written),
+        in the mappings merged into the top level too; by default, and below
+        the top level, being one key of the mapping ``safe_load`` builds (1
+        and 1.0 are one). Values are compared as nodes, never built: an alias
+        of an alias (a billion laughs) is walked once, a recursive one ends."""
         found: list[Repeat] = []
-        seen: set[int] = set()  # a node reached again through an alias
-        for where, node in self._mappings(self.node, "", seen):
+        top = self._merged_into(self.node)
+        for where, node in self._mappings():
             keys: dict[Any, tuple[str, int, yaml.Node]] = {}
             for key_node, value_node in self._pairs[id(node)]:
                 if key_node.tag == MERGE_TAG:
                     continue
                 written = self._written(key_node)
-                key = same_key(written) if same_key is not None and node is self.node else self._key(key_node)
+                key = same_key(written) if same_key is not None and id(node) in top else self._key(key_node)
                 line = int(key_node.start_mark.line) + 1
                 if key in keys:
                     first, first_line, first_value = keys[key]
-                    same = _same(self.value(first_value), self.value(value_node))
+                    same = self._same_node(first_value, value_node)
                     found.append(Repeat(first, written, first_line, line, same, where))
                 else:
                     keys[key] = (written, line, value_node)
@@ -118,30 +123,117 @@ class Document:
         return str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else str(self.value(key_node))
 
     def _key(self, key_node: yaml.Node) -> Any:
+        """The key as the built mapping holds it: 1 and 1.0 (on and 1) are
+        one key there, as they are here."""
         key = self.value(key_node)
         try:
             hash(key)
-        except TypeError:  # a list as a key: safe_load refuses it
-            return repr(key)
-        return (type(key), key)
+        except TypeError:  # a list as a key: safe_load refuses it (never repr'd: it may be a billion laughs)
+            return _Unhashable()
+        return key
 
-    def _mappings(self, node: yaml.Node | None, where: str, seen: set[int]) -> Iterator[tuple[str, yaml.MappingNode]]:
-        if node is None or id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            yield where, node
-            for key_node, value_node in self._pairs[id(node)]:
-                inner = where if key_node.tag == MERGE_TAG else _join(where, self._written(key_node))
-                yield from self._mappings(value_node, inner, seen)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                yield from self._mappings(item, f"{where}[{i}]", seen)
+    def _merged_into(self, node: yaml.Node | None) -> set[int]:
+        """``node`` and the mappings merged into it (``<<: {...}``, ``<<: [*a, *b]``),
+        theirs too: the mappings whose keys are ``node``'s."""
+        found: set[int] = set()
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, yaml.SequenceNode):
+                stack += node.value
+            elif isinstance(node, yaml.MappingNode) and id(node) not in found:
+                found.add(id(node))
+                stack += [value for key, value in self._pairs[id(node)] if key.tag == MERGE_TAG]
+        return found
+
+    def _mappings(self) -> Iterator[tuple[str, yaml.MappingNode]]:
+        """Each mapping of the document once, in document order, with its
+        place; a loop, not a recursion: as deep as safe_load reads."""
+        seen: set[int] = set()  # a node reached again through an alias
+        stack: list[tuple[yaml.Node | None, str]] = [(self.node, "")]
+        while stack:
+            node, where = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                yield where, node
+                inner = [
+                    (value_node, where if key_node.tag == MERGE_TAG else _join(where, self._written(key_node)))
+                    for key_node, value_node in self._pairs[id(node)]
+                ]
+                stack += reversed(inner)
+            elif isinstance(node, yaml.SequenceNode):
+                stack += reversed([(item, f"{where}[{i}]") for i, item in enumerate(node.value)])
+
+    def _same_node(self, a: yaml.Node, b: yaml.Node) -> bool:
+        """Whether two nodes are the same YAML value: the same kind and tag,
+        scalars of the same text or building equal, the same items, the same
+        keys (merges applied) to the same values. Each pair of nodes is
+        looked at once: a pair met again (an alias, a loop) is taken as
+        same, its first look decides."""
+        memo: set[tuple[int, int]] = set()
+        stack = [(a, b)]
+        while stack:
+            a, b = stack.pop()
+            if a is b or (id(a), id(b)) in memo:
+                continue
+            memo.add((id(a), id(b)))
+            if type(a) is not type(b) or a.tag != b.tag:
+                return False  # 1 and 1.0: an int and a float
+            if isinstance(a, yaml.ScalarNode):
+                if a.value != b.value and not _same_scalar(self.value(a), self.value(b)):
+                    return False
+            elif isinstance(a, yaml.SequenceNode):
+                if len(a.value) != len(b.value):
+                    return False
+                stack += zip(a.value, b.value)
+            else:
+                pairs = self._entries(a), self._entries(b)
+                if pairs[0] is None or pairs[1] is None:  # a key that is no scalar: as written, in order
+                    flat = self._flat(a), self._flat(b)
+                    if len(flat[0]) != len(flat[1]):
+                        return False
+                    stack += [pair for ab in zip(*flat) for pair in zip(*ab)]
+                    continue
+                if pairs[0].keys() != pairs[1].keys():
+                    return False
+                stack += [(pairs[0][key], pairs[1][key]) for key in pairs[0]]
+        return True
+
+    def _flat(self, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
+        """A mapping's pairs, merge keys applied (merged pairs first)."""
+        flat = self._flattened.get(id(node))
+        if flat is None:
+            copy = yaml.MappingNode(node.tag, list(self._pairs[id(node)]), node.start_mark, node.end_mark)
+            self._loader.flatten_mapping(copy)
+            flat = self._flattened[id(node)] = copy.value
+        return flat
+
+    def _entries(self, node: yaml.MappingNode) -> dict[Any, yaml.Node] | None:
+        """The mapping as built: each key (a later one wins) to its value's
+        node; None when a key is no scalar."""
+        entries: dict[Any, yaml.Node] = {}
+        for key_node, value_node in self._flat(node):
+            if not isinstance(key_node, yaml.ScalarNode):
+                return None
+            key = self._key(key_node)
+            if isinstance(key, _Unhashable):
+                return None
+            entries[key] = value_node
+        return entries
+
+
+class _Unhashable:
+    """A key no mapping can hold: equal to no other."""
 
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same_scalar(a: Any, b: Any) -> bool:
+    """Built scalars of one tag: equal, nan too (.nan and .NaN)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
     return type(a) is type(b) and a == b
