@@ -27,7 +27,7 @@ import click
 import yaml
 
 from runtimeproxy import eventloop, gcpolicy, logs, yamlkeys
-from runtimeproxy.clipath import PATH
+from runtimeproxy.clipath import PATH, SOCKET
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_HOOK_DIR,
     MAX_TIMEOUT,
@@ -122,7 +122,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 
 @hook.command()
 @click.argument("name")
-@click.option("--socket", "socket_path", type=PATH, help=f"Unix socket to serve on. [default: {SOCKET_DIR}/NAME.sock]")
+@click.option("--socket", "socket_path", type=SOCKET, help=f"Unix socket to serve on. [default: {SOCKET_DIR}/NAME.sock]")
 @click.option("--hook-dir", type=PATH, default=DEFAULT_HOOK_DIR, show_default=True, help="Where the registration file NAME.json goes (the proxy's --hook-dir).")
 @click.option("--failure-policy", type=click.Choice([p.value for p in FailurePolicy]), default=FailurePolicy.IGNORE.value, show_default=True, help="What the proxy does when this hook fails.")
 @click.option("--timeout", callback=_timeout, help="Bound of one hook call, e.g. 500ms. [default: the proxy's]")

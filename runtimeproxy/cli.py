@@ -18,7 +18,7 @@ from hooks.cli import hook as hook_commands
 
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
-from .clipath import PATH
+from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
 from .nri.cli import nri as nri_command
 
@@ -51,9 +51,9 @@ def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) ->
 
 @main.command()
 @click.option("--config", "config_file", type=PATH, help="YAML file with the same settings; flags win.")
-@_setting("--listen", "Unix socket kubelet connects to.", type=PATH)
-@_setting("--backend", "containerd's CRI socket.", type=PATH)
-@_setting("--image-backend", "Socket for the ImageService, when not the backend's.", type=PATH)
+@_setting("--listen", "Unix socket kubelet connects to.", type=SOCKET)
+@_setting("--backend", "containerd's CRI socket.", type=SOCKET)
+@_setting("--image-backend", "Socket for the ImageService, when not the backend's.", type=SOCKET)
 @click.option(
     "--local-containerd",
     type=PATH,
@@ -198,7 +198,7 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
 
 
 @main.command()
-@click.option("--listen", type=PATH, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
+@click.option("--listen", type=SOCKET, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
 @click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON document.")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the answer.")
 def status(listen: Path, as_json: bool, timeout: float) -> None:

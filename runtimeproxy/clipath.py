@@ -1,9 +1,12 @@
-"""The command lines' path type: click's, refusing an empty value, which
+"""The command lines' path types: click's, refusing an empty value, which
 click (and pathlib) would read as the current directory; typically an
-unset variable (``--local-containerd "$DIR"``). An endpoint URL as kubelet
-and crictl take it (``unix:///run/x.sock``) is its path; any other URL is
-refused, as it would be a relative path. A path given is made absolute as
-the config file's are (:func:`.config.absolute_path`)."""
+unset variable (``--local-containerd "$DIR"``). A path given is made
+absolute as the config file's are (:func:`.config.absolute_path`).
+
+``SOCKET`` is a socket's: an endpoint URL as kubelet and crictl take it
+(``unix:///run/x.sock``) is its path, any other URL is refused, as it
+would be a relative path (:func:`.config.endpoint_path`). ``PATH`` is any
+other file's or directory's, as written (``--config c:fg.yaml``)."""
 
 from __future__ import annotations
 
@@ -16,10 +19,14 @@ from .config import EndpointURLError, absolute_path, endpoint_path
 
 
 class NonEmptyPath(click.Path):
+    def __init__(self, *, endpoint: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.endpoint = endpoint  # a socket: an endpoint URL names its path
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path (an unset variable?)", param, ctx)
-        if isinstance(value, str):
+        if self.endpoint and isinstance(value, str):
             try:
                 value = endpoint_path(value)
             except EndpointURLError as exc:
@@ -32,3 +39,4 @@ class NonEmptyPath(click.Path):
 
 
 PATH = NonEmptyPath(path_type=Path)
+SOCKET = NonEmptyPath(path_type=Path, endpoint=True)

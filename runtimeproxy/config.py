@@ -74,6 +74,7 @@ class ProxyConfig:
 
 
 _PATHS = {"listen", "backend", "image_backend", "hook_dir"}
+_SOCKETS = {"listen", "backend", "image_backend"}  # may be written as endpoint URLs
 _KEYS = {f.name for f in dataclasses.fields(ProxyConfig)} - {"extra"}
 # setting -> the values it accepts, declared once on the field (the CLI offers the same)
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -151,7 +152,7 @@ def _path(name: str, key: str, value: Any) -> Path:
     if not isinstance(text, str) or not text or "\0" in text:
         raise ConfigError(f"{name} {value!r}: expected a path", key=key)
     try:
-        return absolute_path(endpoint_path(text))
+        return absolute_path(endpoint_path(text) if key in _SOCKETS else text)
     except EndpointURLError as exc:
         raise ConfigError(f"{name} {value!r}: {exc}", key=key) from None
     except RuntimeError:  # ~user of no such user, or no HOME
@@ -159,30 +160,43 @@ def _path(name: str, key: str, value: Any) -> Path:
 
 
 class EndpointURLError(ValueError):
-    """A path written as a URL that names no absolute unix socket path."""
+    """A socket written as a URL that names no absolute unix socket path."""
 
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+# A URL: unix: (kubelet's and crictl's endpoints, any case) or SCHEME://...;
+# anything else is a path (c:fg.yaml, proxy:v2.sock).
+_URL = re.compile(r"(unix):|([A-Za-z][A-Za-z0-9+.-]*)://", re.IGNORECASE)
 
 
 def endpoint_path(text: str) -> str:
-    """``text`` as a path: an endpoint URL as kubelet and crictl take it
-    (``unix:///run/x.sock``, ``unix:/run/x.sock``, the scheme in any case) is
-    the path it names. An EndpointURLError for any other URL: read as a path it
-    would be a relative one, under the current directory (``/`` under systemd)."""
-    found = _SCHEME.match(text)
+    """A socket setting as a path: an endpoint URL as kubelet and crictl take
+    it (``unix:///run/x.sock``, ``unix:/run/x.sock``, the scheme in any case)
+    is the path it names; anything but a URL is a path as written. An
+    EndpointURLError for a URL naming no absolute path, or not surely the one
+    kubelet and grpc would name: read as a path it would be a relative one,
+    under the current directory (``/`` under systemd)."""
+    found = _URL.match(text)
     if found is None:
         return text
-    scheme, rest = found.group(1), text[found.end():]
-    if scheme.lower() != "unix":
-        raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
+    scheme, rest = found.group(1) or found.group(2), text[found.end():]
+    if found.group(2) is not None:
+        if scheme.lower() != "unix":
+            raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
+        rest = "//" + rest
+    if any(c in text for c in "%?#"):
+        raise EndpointURLError(
+            f"a {scheme}: URL with %, ? or # names another socket to kubelet and grpc (they decode %XX and cut "
+            "?query and #fragment): write the socket's path"
+        )
     if rest.startswith("//"):
-        if not rest[2:].startswith("/"):
+        rest = rest[2:]
+        if rest and not rest.startswith("/"):
             raise EndpointURLError(f"{scheme}://HOST/... (a host in the URL) names no socket path: write {scheme}:///PATH or the path")
-        return rest[2:]
-    if not rest.startswith("/"):
+    elif rest and not rest.startswith("/"):
         raise EndpointURLError(f"{scheme}:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path")
-    return rest
+    if not rest.strip("/"):
+        raise EndpointURLError(f"names no socket path (/ alone is the root directory): write {scheme}:///PATH or the path")
+    return "/" + rest.lstrip("/")  # unix:////run/x.sock: /run/x.sock
 
 
 def distinct_sockets(config: ProxyConfig, config_file: Path | None = None, flags: Collection[str] = ()) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from runtimeproxy.clipath import PATH
+from runtimeproxy.clipath import SOCKET
 
 from .status import read_status, render, status_socket_for
 
@@ -19,7 +19,7 @@ def balloons() -> None:
 
 
 @balloons.command()
-@click.option("--socket", "socket_path", type=PATH,
+@click.option("--socket", "socket_path", type=SOCKET,
               help="The hook's socket, as given to 'hook run balloons'. [default: /run/runtime-proxy/hooks/balloons.sock]")
 @click.option("--json", "as_json", is_flag=True, help="The status as JSON.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True, help="Seconds to wait for the answer.")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import eventloop, gcpolicy, logs
-from ..clipath import PATH
+from ..clipath import PATH, SOCKET
 from ..config import ConfigError, ProxyConfig, choices, parse_host_port
 from .app import (
     DEFAULT_INDEX,
@@ -29,7 +29,7 @@ _path = PATH
 @click.command("nri")
 @click.option("--hook-dir", type=_path, default=_DEFAULTS.hook_dir, show_default=True,
               help="Directory of hook server registrations (the same as for `serve`).")
-@click.option("--nri-socket", type=_path, default=DEFAULT_SOCKET, show_default=True,
+@click.option("--nri-socket", type=SOCKET, default=DEFAULT_SOCKET, show_default=True,
               help="The runtime's NRI socket (ignored when the runtime started the plugin: NRI_PLUGIN_SOCKET).")
 @click.option("--name", default=DEFAULT_NAME, show_default=True, help="Plugin name registered with the runtime.")
 @click.option("--index", default=DEFAULT_INDEX, show_default=True,

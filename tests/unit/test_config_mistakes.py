@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from runtimeproxy import cli
 from runtimeproxy.checkconfig import Severity, check
+from runtimeproxy.clipath import PATH, SOCKET
 from runtimeproxy.config import ConfigError, ProxyConfig, load
 
 
@@ -43,6 +45,7 @@ ACCEPTED_URLS = [
     ("unix:///run/containerd/containerd.sock", "/run/containerd/containerd.sock"),
     ("unix:/run/x.sock", "/run/x.sock"),
     ("UNIX:///run/x.sock", "/run/x.sock"),
+    ("unix:////run/x.sock", "/run/x.sock"),
 ]
 
 
@@ -78,15 +81,22 @@ def test_check_config_reads_an_endpoint_url_as_serve_does(tmp_path: Path) -> Non
 REFUSED_URLS = {
     "unix:run/x.sock": "unix:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path",
     "unix://host/run/x.sock": "unix://HOST/... (a host in the URL) names no socket path: write unix:///PATH or the path",
-    "unix-abstract:proxy": "expected a unix socket path, not a unix-abstract: endpoint",
     "tcp://127.0.0.1:2376": "expected a unix socket path, not a tcp: endpoint",
-    "dns:localhost": "expected a unix socket path, not a dns: endpoint",
+    "unix:///": "names no socket path (/ alone is the root directory): write unix:///PATH or the path",
+    "unix:/": "names no socket path (/ alone is the root directory): write unix:///PATH or the path",
+    "UNIX:": "names no socket path (/ alone is the root directory): write UNIX:///PATH or the path",
+    "unix://": "names no socket path (/ alone is the root directory): write unix:///PATH or the path",
+    **dict.fromkeys(
+        ["unix:///run/a%20b.sock", "unix:///run/x.sock?x=1", "unix:/run/x.sock#f"],
+        "a unix: URL with %, ? or # names another socket to kubelet and grpc (they decode %XX and cut "
+        "?query and #fragment): write the socket's path",
+    ),
 }
 
 
 @pytest.mark.parametrize("written", sorted(REFUSED_URLS))
 def test_an_url_naming_no_socket_path_is_refused_in_the_file(tmp_path: Path, written: str) -> None:
-    config = write(tmp_path, f"listen: /run/p.sock\nbackend: {written}\n")
+    config = write(tmp_path, f"listen: /run/p.sock\nbackend: '{written}'\n")
     with pytest.raises(ConfigError) as err:
         load(config)
     assert str(err.value) == f"config file {config}: backend '{written}': {REFUSED_URLS[written]} (line 2)"
@@ -100,6 +110,56 @@ def test_an_url_naming_no_socket_path_is_refused_as_a_flag(started: list[ProxyCo
     assert result.exit_code == 2
     assert f"'{written}': {REFUSED_URLS[written]}" in " ".join(result.output.split())
     assert started == []
+
+
+# Only unix: and SCHEME:// are URLs: a socket named proxy:v2.sock is a path;
+# a file or directory is never a URL (c:fg.yaml, unix:///etc/x.yaml as written).
+def test_a_socket_that_is_no_url_is_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = write(tmp_path, "listen: proxy:v2.sock\nbackend: unix-abstract:ctr\nhook-dir: unix:///h\n")
+    loaded = load(config)
+    assert (loaded.listen, loaded.backend, loaded.hook_dir) == (
+        tmp_path / "proxy:v2.sock", tmp_path / "unix-abstract:ctr", tmp_path / "unix:/h"
+    )
+
+
+def test_a_config_file_is_a_path_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c:fg.yaml").write_text("listen: /run/p.sock\n")
+    result = CliRunner().invoke(cli.main, ["check-config", "--config", "c:fg.yaml", "--hook-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli.main, ["check-config", "--config", "unix:///etc/x.yaml"])
+    assert result.exit_code == 1 and f"{tmp_path}/unix:/etc/x.yaml" in result.output, result.output
+
+
+def test_a_directory_flag_is_a_path_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: list[ProxyConfig]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.main, ["serve", "--hook-dir", "unix:///h"])
+    assert result.exit_code == 0, result.output
+    assert started[0].hook_dir == tmp_path / "unix:/h"
+
+
+# Each command line's sockets, and only those, take an endpoint URL.
+SOCKET_FLAGS = {
+    ("serve",): {"listen", "backend", "image_backend"},
+    ("status",): {"listen"},
+    ("hook", "run"): {"socket_path"},
+    ("hook", "balloons", "status"): {"socket_path"},
+    ("nri",): {"nri_socket"},
+    ("check-config",): set(),
+}
+
+
+@pytest.mark.parametrize("command", sorted(SOCKET_FLAGS))
+def test_only_socket_flags_read_an_endpoint_url(command: tuple[str, ...]) -> None:
+    group: Any = cli.main
+    for name in command:
+        group = group.commands[name]
+    paths = {p.name: p.type for p in group.params if isinstance(p.type, click.Path)}
+    assert paths and {name for name, kind in paths.items() if kind is SOCKET} == SOCKET_FLAGS[command]
+    assert all(kind is PATH for name, kind in paths.items() if name not in SOCKET_FLAGS[command])
 
 
 # The proxy would forward each call to itself and probe itself for ever.
