@@ -13,11 +13,13 @@ import difflib
 import fnmatch
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from runtimeproxy import yamlkeys
 
 from .topology import parse_cpuset
 
@@ -331,9 +333,17 @@ def load_config_file(path: str | Path) -> BalloonsConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     try:
-        doc = yaml.safe_load(text)
+        parsed = yamlkeys.Document(text)
+        doc = parsed.value()
+        repeats = parsed.repeats()
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
-    return parse_config(doc)
+    # A key given twice, as hook run's start reads it (hooks/cli.py): a reload
+    # taking what the next start refuses would leave the hook down after a reboot.
+    for repeat in repeats:
+        if not repeat.same:
+            raise ConfigError(f"{path}: {repeat}")
+    config = parse_config(doc)
+    return replace(config, warnings=(*(str(r) for r in repeats), *config.warnings))

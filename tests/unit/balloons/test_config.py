@@ -126,3 +126,23 @@ def test_bad_yaml_names_the_file(tmp_path) -> None:
     path.write_text("reservedResources: [\n")
     with pytest.raises(ConfigError, match="b.yaml: not valid YAML"):
         load_config_file(path)
+
+
+# As hook run's start reads the file (hooks/cli.py): a reload that took what
+# the next start refuses would leave the hook down after a reboot.
+def test_a_key_given_twice_with_different_values_is_refused_on_reload(tmp_path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("reservedResources:\n  cpu: cpuset:0\n  cpu: cpuset:1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config_file(path)
+    assert str(info.value) == (
+        f"{path}: 'reservedResources.cpu' is set twice (lines 2 and 3), to different values (YAML keeps the last); keep one"
+    )
+
+
+def test_a_key_given_twice_with_the_same_value_is_a_warning_on_reload(tmp_path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("reservedResources:\n  cpu: cpuset:0\n  cpu: cpuset:0\n")
+    config = load_config_file(path)
+    assert config.reserved_cpuset == {0}
+    assert config.warnings[0] == "'reservedResources.cpu' is set twice (lines 2 and 3), to the same value; keep one"

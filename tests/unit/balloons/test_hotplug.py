@@ -207,6 +207,15 @@ async def test_a_reload_keeps_the_reserved_cpus_of_a_quantity(tmp_path) -> None:
     assert (hook.status()["reserved_cpus"], runtime.updates) == ("0,3", [("c-k", "0,3", "0")])
 
 
+async def test_a_reload_with_a_key_given_twice_with_different_values_keeps_the_last_good_config(tmp_path, caplog) -> None:
+    hook, _, _ = await hook_on_sysfs(tmp_path, QUANTITY)
+    path = tmp_path / "balloons.yaml"
+    path.write_text("reservedResources:\n  cpu: '1'\n  cpu: '2'\n")
+    assert not await hook.reload(path)
+    assert hook.status()["reserved_cpus"] == "0"
+    assert "config reload failed, keeping the last good config" in caplog.text and "to different values" in caplog.text
+
+
 async def test_an_unreadable_node_online_file_is_no_hotplug(tmp_path, caplog, monkeypatch) -> None:
     """Only cpu/online and node/has_memory are compared: node/online (read for
     the NUMA distances alone) going missing changes nothing."""
