@@ -91,6 +91,15 @@ def _text(answer: Message, name: str) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")
 
 
+@dataclass
+class _Outage:
+    """A time the backend did not answer, until a probe succeeds."""
+
+    started: float  # the clock's
+    failures: int = 0  # failed probes
+    summary_at: float | None = None  # the last line logged about it; None: none yet
+
+
 class Backend:
     """Channels to the runtime (and image) service, and what they speak."""
 
@@ -120,6 +129,7 @@ class Backend:
         self._reconnect_listeners: list[Callable[[bool], None]] = []
         self.connected = False  # answered a probe, and its connection has not failed since
         self._instance: RuntimeInstance | None = None  # the runtime last probed
+        self._outage: _Outage | None = None  # since the backend was lost, or a first probe failed
 
     def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
         """Called after every successful probe (at start and after each reconnect)."""
@@ -193,16 +203,21 @@ class Backend:
 
         # As hook server outages are logged (hookpath/outages.py): the first
         # failure in full, then a summary at most once per SUMMARY_INTERVAL,
-        # and one line when the backend answers again.
-        outage: list[float] = []  # [started, summary window's start], once a probe failed
+        # and one line when the backend answers (_set). The outage is the
+        # Backend's, not this call's: it starts when the backend is lost (or
+        # at the first failed probe, at boot) and may end at a first probe.
         fields = {"backend": str(self.runtime_socket)}
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
             now = self._clock()
-            if not outage:
-                outage[:] = [now, now]
+            outage = self._outage
+            if outage is None:  # at boot: not ready yet
+                outage = self._outage = _Outage(now)
+            outage.failures += 1
+            if outage.summary_at is None:
+                outage.summary_at = now
                 log.warning(
                     "backend not ready, retrying",
                     extra={
@@ -213,13 +228,13 @@ class Backend:
                         "backend_outage": "started",
                     },
                 )
-            elif now - outage[1] >= SUMMARY_INTERVAL:
-                outage[1] = now
+            elif now - outage.summary_at >= SUMMARY_INTERVAL:
+                outage.summary_at = now
                 log.warning(
                     "backend still not ready",
                     extra={
-                        **fields, "backend_outage": "ongoing", "backend_failures": state.attempt_number,
-                        "backend_outage_seconds": round(now - outage[0], 1), "error": str(exc),
+                        **fields, "backend_outage": "ongoing", "backend_failures": outage.failures,
+                        "backend_outage_seconds": round(now - outage.started, 1), "error": str(exc),
                     },
                 )
 
@@ -233,15 +248,6 @@ class Backend:
             with attempt:
                 instance = runtime_instance(self.runtime_socket)  # before the answer: never newer than it
                 info = await self.probe_once()
-        if outage:
-            seconds = self._clock() - outage[0]
-            log.info(
-                "backend ready again after %.1fs and %d failed probes", seconds, attempt.retry_state.attempt_number - 1,
-                extra={
-                    **fields, "backend_outage": "ended", "backend_failures": attempt.retry_state.attempt_number - 1,
-                    "backend_outage_seconds": round(seconds, 1),
-                },
-            )
         self._instance = instance
         self._set(info)
         return info
@@ -250,9 +256,21 @@ class Backend:
         # Listeners hear every successful probe, changed or not: after a
         # runtime restart the routing stays, but its state must be re-read.
         changed = info != self.info
+        was_ready = self.info is not None
         self.info = info
         self.connected = True
         self.ready.set()
+        outage, self._outage = self._outage, None
+        if outage is not None:
+            seconds = self._clock() - outage.started
+            log.info(
+                "backend ready again after %.1fs (%d failed probes)" if was_ready else "backend ready after %.1fs (%d failed probes)",
+                seconds, outage.failures,
+                extra={
+                    "backend": str(self.runtime_socket), "backend_outage": "ended",
+                    "backend_failures": outage.failures, "backend_outage_seconds": round(seconds, 1),
+                },
+            )
         (log.info if changed else log.debug)(
             "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
         )
@@ -337,6 +355,8 @@ class Backend:
         if not self.connected:
             return
         self.connected = False
+        if self._outage is None:
+            self._outage = _Outage(self._clock())
         log.warning("backend unavailable", extra={"backend": str(self.runtime_socket), "reason": reason})
         for listener in self._lost_listeners:
             self._tell(listener, "backend unavailable")

@@ -16,26 +16,34 @@ from runtimeproxy.hookpath.outages import SUMMARY_INTERVAL
 INFO = BackendInfo(frozenset({ApiVersion.V1}), "fake", "1")
 
 
-async def probe_through(failures: int) -> tuple[Backend, float]:
-    """Probe a backend that fails ``failures`` probes, then answers; each
+class Runtime:
+    """A backend whose probes fail ``failures`` times, then answer; each
     wait between probes moves the clock on instead of sleeping."""
-    now = [0.0]
-    backend = Backend(Path("/nonexistent.sock"), None, [], clock=lambda: now[0])
-    left = [failures]
 
-    async def probe_once() -> BackendInfo:
-        if left[0]:
-            left[0] -= 1
-            raise BackendUnavailable(f"connection refused, {left[0]} to go")
-        return INFO
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.failures = 0
+        self.backend = Backend(Path("/nonexistent.sock"), None, [], clock=lambda: self.now)
 
-    async def wait(seconds: float) -> None:
-        now[0] += seconds
+        async def probe_once() -> BackendInfo:
+            if self.failures:
+                self.failures -= 1
+                raise BackendUnavailable(f"connection refused, {self.failures} to go")
+            return INFO
 
-    backend.probe_once = probe_once  # type: ignore[method-assign]
-    backend._sleep = wait
-    assert await backend.probe() == INFO
-    return backend, now[0]
+        async def wait(seconds: float) -> None:
+            self.now += seconds
+
+        self.backend.probe_once = probe_once  # type: ignore[method-assign]
+        self.backend._sleep = wait
+
+
+async def probe_through(failures: int) -> tuple[Backend, float]:
+    """Probe a backend that fails ``failures`` probes, then answers."""
+    runtime = Runtime()
+    runtime.failures = failures
+    assert await runtime.backend.probe() == INFO
+    return runtime.backend, runtime.now
 
 
 async def test_an_outage_is_logged_when_it_starts_each_minute_and_when_it_ends(caplog: pytest.LogCaptureFixture) -> None:
@@ -47,7 +55,7 @@ async def test_an_outage_is_logged_when_it_starts_each_minute_and_when_it_ends(c
         (logging.WARNING, "backend not ready, retrying"),
         (logging.WARNING, "backend still not ready"),
         (logging.WARNING, "backend still not ready"),
-        (logging.INFO, "backend ready again"),
+        (logging.INFO, "backend ready"),
     ]
     first, *summaries, ended = (fields for _, _, fields in lines)
     assert (first["backend_outage"], first["attempt"], first["error"]) == ("started", 1, "connection refused, 39 to go")
@@ -56,10 +64,62 @@ async def test_an_outage_is_logged_when_it_starts_each_minute_and_when_it_ends(c
     assert [s["backend_failures"] for s in summaries] == sorted(s["backend_failures"] for s in summaries)
     assert summaries[-1]["error"].startswith("connection refused")
     assert (ended["backend_outage"], ended["backend_failures"], ended["backend_outage_seconds"]) == ("ended", 40, round(took, 1))
-    assert caplog.records[-2].getMessage() == f"backend ready again after {took:.1f}s and 40 failed probes"
+    # at boot: never ready before, so not "again"
+    assert caplog.records[-2].getMessage() == f"backend ready after {took:.1f}s (40 failed probes)"
 
 
 async def test_a_backend_that_answers_at_once_logs_no_outage(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
     await probe_through(0)
     assert [r.getMessage() for r in caplog.records] == ["backend probed"]
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage() != "backend probed"]
+
+
+async def test_boot_with_the_runtime_absent_then_present_says_ready_not_ready_again(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    runtime = Runtime()
+    runtime.failures = 3  # waits of 0.1, 0.2, 0.4 s
+    await runtime.backend.probe()
+    assert outage_lines(caplog) == ["backend not ready, retrying", "backend ready after 0.7s (3 failed probes)"]
+    assert caplog.records[-2].backend_outage_seconds == 0.7
+
+
+async def test_each_outage_of_a_ready_backend_ends_with_ready_again_and_its_length(caplog: pytest.LogCaptureFixture) -> None:
+    """containerd stops (the channel fails), comes back (the channel is READY
+    again): the first probe after it succeeds, and the line says how long the
+    runtime was away, from when it was lost; twice."""
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    runtime = Runtime()
+    await runtime.backend.probe()
+    for away in (42.0, 7.5):
+        caplog.clear()
+        runtime.backend._lost("connection failed")
+        runtime.now += away
+        await runtime.backend._reconnected()  # a new socket file? the same here: probed as _same_runtime says no
+        assert outage_lines(caplog) == [
+            "backend unavailable",
+            "backend connection re-established, probing again",
+            f"backend ready again after {away:.1f}s (0 failed probes)",
+        ]
+        ended = next(r for r in caplog.records if r.getMessage().startswith("backend ready again"))
+        assert (ended.backend_outage, ended.backend_failures, ended.backend_outage_seconds) == ("ended", 0, away)
+
+
+async def test_an_outage_with_failed_probes_counts_them_from_when_the_backend_was_lost(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    runtime = Runtime()
+    await runtime.backend.probe()
+    caplog.clear()
+    runtime.backend._lost("connection failed")
+    runtime.now += 10.0
+    runtime.failures = 2  # back, its CRI plugin not ready yet: waits of 0.1 and 0.2 s
+    await runtime.backend._reconnected()
+    assert outage_lines(caplog) == [
+        "backend unavailable",
+        "backend connection re-established, probing again",
+        "backend not ready, retrying",
+        "backend ready again after 10.3s (2 failed probes)",
+    ]
