@@ -16,9 +16,11 @@ from typing import Any
 
 import yaml
 
+from .cripath.backend import CRI_VERSIONS
 from .cripath.versions import VersionPlanError, parse_serve_versions
 from . import yamlkeys
 from .eventloop import EVENT_LOOPS
+from .shown import shown
 
 MIB = 1024 * 1024
 # How serve_versions is written (checked by cripath.versions.parse_serve_versions).
@@ -103,15 +105,15 @@ def parse_host_port(address: str, setting: str = "metrics-listen") -> tuple[str,
     host, _colon, port = address.rpartition(":")
     if not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(
-            f"{setting} {address!r}: expected HOST:PORT with a port from 0 to 65535 (':PORT' for 127.0.0.1)", key=key
+            f"{setting} {shown(address)}: expected HOST:PORT with a port from 0 to 65535 (':PORT' for 127.0.0.1)", key=key
         )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:  # an IPv6 address unbracketed: where it ends is a guess
-        raise ConfigError(f"{setting} {address!r}: an IPv6 address goes in brackets, [ADDR]:PORT", key=key)
+        raise ConfigError(f"{setting} {shown(address)}: an IPv6 address goes in brackets, [ADDR]:PORT", key=key)
     if host and not _may_be_host(host):
         raise ConfigError(
-            f"{setting} {address!r}: {host!r} is not an IP address or a host name (0.0.0.0 or [::] for every address)",
+            f"{setting} {shown(address)}: {host!r} is not an IP address or a host name (0.0.0.0 or [::] for every address)",
             key=key,
         )
     return host or "127.0.0.1", int(port)
@@ -150,13 +152,13 @@ def _path(name: str, key: str, value: Any) -> Path:
     # An empty path would be ".", a NUL fails only when serve opens it.
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str) or not text or "\0" in text:
-        raise ConfigError(f"{name} {value!r}: expected a path", key=key)
+        raise ConfigError(f"{name} {shown(value)}: expected a path", key=key)
     try:
         return absolute_path(endpoint_path(text) if key in _SOCKETS else text)
     except EndpointURLError as exc:
-        raise ConfigError(f"{name} {value!r}: {exc}", key=key) from None
+        raise ConfigError(f"{name} {shown(value)}: {exc}", key=key) from None
     except RuntimeError:  # ~user of no such user, or no HOME
-        raise ConfigError(f"{name} {value!r}: cannot expand ~ (no such user, or no home directory)", key=key) from None
+        raise ConfigError(f"{name} {shown(value)}: cannot expand ~ (no such user, or no home directory)", key=key) from None
 
 
 class EndpointURLError(ValueError):
@@ -250,25 +252,27 @@ def _coerce(values: dict[str, Any], spelt: dict[str, str] | None = None) -> dict
         if key in _PATHS:
             value = _path(name, key, value)
         elif key in _CHOICES and value not in _CHOICES[key]:
-            raise ConfigError(f"{name} {value!r}: expected one of {', '.join(_CHOICES[key])}", key=key)
+            raise ConfigError(f"{name} {shown(value)}: expected one of {', '.join(_CHOICES[key])}", key=key)
         elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
-            raise ConfigError(f"{name} {value!r}: expected a positive number of bytes, at most {INT32_MAX}", key=key)
+            raise ConfigError(f"{name} {shown(value)}: expected a positive number of bytes, at most {INT32_MAX}", key=key)
         elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
-            raise ConfigError(f"{name} {value!r}: expected a positive number, at most {INT32_MAX}", key=key)
+            raise ConfigError(f"{name} {shown(value)}: expected a positive number, at most {INT32_MAX}", key=key)
         elif key in _NON_NEGATIVE_NUMBERS and not _seconds(value, positive=False):
-            raise ConfigError(f"{name} {value!r}: expected a number of seconds (finite, 0 or more)", key=key)
+            raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, 0 or more)", key=key)
         elif key in _POSITIVE_NUMBERS and not _seconds(value, positive=True):
-            raise ConfigError(f"{name} {value!r}: expected a number of seconds (finite, more than 0)", key=key)
+            raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, more than 0)", key=key)
         elif key == "state_resync_interval" and 0 < value < MIN_RESYNC_INTERVAL:
-            raise ConfigError(f"{name} {value!r}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
+            raise ConfigError(f"{name} {shown(value)}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
         elif key == "metrics_listen":
             if not isinstance(value, str):
-                raise ConfigError(f"{name} {value!r}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
+                raise ConfigError(f"{name} {shown(value)}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
             if not value:  # off, as for `runtime-proxy nri`
                 value = None
             else:
                 parse_host_port(value, name)
         elif key == "serve_versions":
+            if not isinstance(value, (str, int, float)):  # never str(): a list may be a billion laughs
+                raise ConfigError(f"{name} {shown(value)}: expected auto or a list of {', '.join(CRI_VERSIONS)}", key=key)
             try:
                 parse_serve_versions(str(value))
             except VersionPlanError as exc:
@@ -373,7 +377,10 @@ def _read(path: Path) -> _File:
     for name, line, value in pairs:  # merged keys first: the mapping's own win, as in YAML
         key = name.replace("-", "_")
         values[key], written[key], lines[key] = value, name, line
-    if isinstance(values.get("serve_versions"), list):
-        # str(): a list of numbers is a bad value for the check below, not a crash here.
-        values["serve_versions"] = ",".join(map(str, values["serve_versions"]))
+    versions = values.get("serve_versions")
+    if isinstance(versions, list) and len(versions) <= 8 and all(isinstance(v, (str, int, float)) for v in versions):
+        # str(): a list of numbers is a bad value for the check below, not a crash here. A list
+        # of lists, or of many aliases of one long string, is never joined (a billion laughs,
+        # or one squared): left for the check to refuse, shown cut short.
+        values["serve_versions"] = ",".join(map(str, versions))
     return _File(values, written, lines, tuple(warnings))

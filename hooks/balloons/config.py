@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from runtimeproxy import yamlkeys
+from runtimeproxy.shown import shown
 
 from .topology import parse_cpuset
 
@@ -153,7 +154,7 @@ class BalloonsConfig:
 def _unknown(where: str, key: str, known: set[str]) -> ConfigError:
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ConfigError(f"{where}: unknown key {key!r}{hint}")
+    return ConfigError(f"{where}: unknown key {shown(key)}{hint}")
 
 
 def _check_keys(where: str, doc: Mapping[str, Any], known: set[str], ignored: set[str], warnings: list[str]) -> None:
@@ -166,19 +167,19 @@ def _check_keys(where: str, doc: Mapping[str, Any], known: set[str], ignored: se
 
 def _int(where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}: expected a whole number >= 0, got {value!r}")
+        raise ConfigError(f"{where}: expected a whole number >= 0, got {shown(value)}")
     return value
 
 
 def _bool(where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {shown(value)}")
     return value
 
 
 def _strings(where: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        raise ConfigError(f"{where}: expected a list of strings, got {shown(value)}")
     return tuple(value)
 
 
@@ -186,7 +187,7 @@ def _cpuset(where: str, value: str) -> frozenset[int]:
     try:
         cpus = parse_cpuset(value)
     except ValueError as exc:
-        raise ConfigError(f"{where}: bad cpuset {value!r}: {exc}") from None
+        raise ConfigError(f"{where}: bad cpuset {shown(value)}: {exc}") from None
     if not cpus:
         raise ConfigError(f"{where}: empty cpuset")
     return cpus
@@ -194,15 +195,15 @@ def _cpuset(where: str, value: str) -> frozenset[int]:
 
 def parse_milli_cpus(where: str, value: Any) -> int:
     """A CPU quantity ('1000m', '1.5', 2) in milli-CPUs."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected a CPU quantity, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # never str() a list: a billion laughs
+        raise ConfigError(f"{where}: expected a CPU quantity, got {shown(value)}")
     text = str(value).strip()
     try:
         milli = float(text[:-1]) if text.endswith("m") else float(text) * 1000
     except ValueError:
-        raise ConfigError(f"{where}: expected 'cpuset:LIST' or a CPU quantity like '1000m' or '2', got {value!r}") from None
+        raise ConfigError(f"{where}: expected 'cpuset:LIST' or a CPU quantity like '1000m' or '2', got {shown(value)}") from None
     if not math.isfinite(milli) or milli <= 0:
-        raise ConfigError(f"{where}: expected a positive CPU quantity, got {value!r}")
+        raise ConfigError(f"{where}: expected a positive CPU quantity, got {shown(value)}")
     return math.ceil(milli)
 
 
@@ -216,9 +217,9 @@ def _expression(where: str, doc: Any) -> MatchExpression:
     if not isinstance(key, str) or not key:
         raise ConfigError(f"{where}.key: required, a string")
     if key.startswith("pod/") and not (key in ("pod/name", "pod/namespace") or key.startswith("pod/labels/")):
-        raise ConfigError(f"{where}.key: {key!r} is not supported (pod/name, pod/namespace, pod/labels/KEY, name, namespace, labels/KEY)")
-    if op not in OPERATORS:
-        raise ConfigError(f"{where}.operator: {op!r} is not one of {', '.join(sorted(OPERATORS))}")
+        raise ConfigError(f"{where}.key: {shown(key)} is not supported (pod/name, pod/namespace, pod/labels/KEY, name, namespace, labels/KEY)")
+    if not isinstance(op, str) or op not in OPERATORS:  # a list is no set member: a TypeError
+        raise ConfigError(f"{where}.operator: {shown(op)} is not one of {', '.join(sorted(OPERATORS))}")
     values = _strings(f"{where}.values", doc.get("values", []))
     if op in ("Equals", "NotEqual") and len(values) != 1:
         raise ConfigError(f"{where}.values: {op} takes exactly one value")
@@ -233,14 +234,14 @@ def _balloon_type(where: str, doc: Any, warnings: list[str]) -> BalloonType:
     _check_keys(f"{where}.", doc, TYPE_KEYS, NRI_TYPE_KEYS_IGNORED, warnings)
     name = doc.get("name")
     if not isinstance(name, str) or not name or any(c in name for c in "[]{}/ "):
-        raise ConfigError(f"{where}.name: required, a name without spaces, brackets or slashes; got {name!r}")
+        raise ConfigError(f"{where}.name: required, a name without spaces, brackets or slashes; got {shown(name)}")
     where = f"balloonTypes[{name}]"
     exprs = doc.get("matchExpressions", [])
     if not isinstance(exprs, list):
         raise ConfigError(f"{where}.matchExpressions: expected a list")
     scope = doc.get("shareIdleCPUsInSame", "")
     if scope not in ("", *SHARE_SCOPES):
-        raise ConfigError(f"{where}.shareIdleCPUsInSame: {scope!r} is not supported (one of {', '.join(SHARE_SCOPES)})")
+        raise ConfigError(f"{where}.shareIdleCPUsInSame: {shown(scope)} is not supported (one of {', '.join(SHARE_SCOPES)})")
     btype = BalloonType(
         name=name,
         namespaces=_strings(f"{where}.namespaces", doc.get("namespaces", [])),
@@ -292,7 +293,7 @@ def parse_config(doc: Any) -> BalloonsConfig:
                 raise _unknown("availableResources", str(key), {"cpu"})
         value = available_doc.get("cpu")
         if not (isinstance(value, str) and value.startswith("cpuset:")):
-            raise ConfigError(f"availableResources.cpu: expected 'cpuset:LIST', got {value!r}")
+            raise ConfigError(f"availableResources.cpu: expected 'cpuset:LIST', got {shown(value)}")
         available = _cpuset("availableResources.cpu", value.removeprefix("cpuset:"))
         if reserved_cpuset is not None and not reserved_cpuset <= available:
             raise ConfigError("reservedResources.cpu: reserved CPUs must be among availableResources.cpu")
@@ -304,15 +305,15 @@ def parse_config(doc: Any) -> BalloonsConfig:
     seen: set[str] = set()
     for btype in types:
         if btype.name in seen:
-            raise ConfigError(f"balloonTypes: the name {btype.name!r} is used twice")
+            raise ConfigError(f"balloonTypes: the name {shown(btype.name)} is used twice")
         seen.add(btype.name)
 
     endpoint = doc.get("runtimeEndpoint", DEFAULT_RUNTIME_ENDPOINT)
     if not isinstance(endpoint, str) or not endpoint:
-        raise ConfigError(f"runtimeEndpoint: expected a socket path, got {endpoint!r}")
+        raise ConfigError(f"runtimeEndpoint: expected a socket path, got {shown(endpoint)}")
     on_exhausted = doc.get("onExhausted", "Fail")
     if on_exhausted not in EXHAUSTED_POLICIES:
-        raise ConfigError(f"onExhausted: expected Fail or Ignore, got {on_exhausted!r}")
+        raise ConfigError(f"onExhausted: expected Fail or Ignore, got {shown(on_exhausted)}")
     return BalloonsConfig(
         reserved_cpuset=reserved_cpuset,
         reserved_milli=reserved_milli,

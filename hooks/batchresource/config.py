@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimeproxy.hookpath.duration import parse_duration
+from runtimeproxy.shown import shown
 
 from ..builtin import HookConfigInvalid
 from .cgroups import CgroupDriver
@@ -36,25 +37,25 @@ class BatchResourceConfig:
         for key in ("cgroup_root", "state_dir"):
             if key in raw:
                 if not isinstance(raw[key], str) or not raw[key].startswith("/"):
-                    raise HookConfigInvalid(f"batchresource: {key} must be an absolute path, got {raw[key]!r}")
+                    raise HookConfigInvalid(f"batchresource: {key} must be an absolute path, got {shown(raw[key])}")
                 values[key] = Path(raw[key])
         if "cgroup_driver" in raw:
-            try:
-                values["cgroup_driver"] = CgroupDriver(raw["cgroup_driver"])
+            try:  # a string alone: Enum's own ValueError would repr the value in full (a billion laughs)
+                values["cgroup_driver"] = CgroupDriver(raw["cgroup_driver"] if isinstance(raw["cgroup_driver"], str) else None)
             except ValueError:
                 raise HookConfigInvalid(
-                    f"batchresource: cgroup_driver must be auto, cgroupfs or systemd, got {raw['cgroup_driver']!r}"
+                    f"batchresource: cgroup_driver must be auto, cgroupfs or systemd, got {shown(raw['cgroup_driver'])}"
                 ) from None
         if "cgroup_version" in raw:
             version = raw["cgroup_version"]
             if version not in ("auto", 1, 2):
-                raise HookConfigInvalid(f"batchresource: cgroup_version must be auto, 1 or 2, got {version!r}")
+                raise HookConfigInvalid(f"batchresource: cgroup_version must be auto, 1 or 2, got {shown(version)}")
             values["cgroup_version"] = None if version == "auto" else version
         if "reconcile_interval" in raw:
             values["reconcile_interval"] = _interval(raw["reconcile_interval"])
         if "cfs_quota_enabled" in raw:
             if not isinstance(raw["cfs_quota_enabled"], bool):
-                raise HookConfigInvalid(f"batchresource: cfs_quota_enabled must be true or false, got {raw['cfs_quota_enabled']!r}")
+                raise HookConfigInvalid(f"batchresource: cfs_quota_enabled must be true or false, got {shown(raw['cfs_quota_enabled'])}")
             values["cfs_quota_enabled"] = raw["cfs_quota_enabled"]
         return cls(**values)
 
@@ -67,9 +68,9 @@ def _interval(value: object) -> float:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
         else:
-            raise ValueError(f"{value!r} is neither a number of seconds nor a duration")
+            raise ValueError(f"{shown(value)} is neither a number of seconds nor a duration")
     except ValueError as exc:
         raise HookConfigInvalid(f"batchresource: reconcile_interval: {exc}") from None
     if not (math.isfinite(seconds) and seconds > 0):
-        raise HookConfigInvalid(f"batchresource: reconcile_interval must be positive, got {value!r}")
+        raise HookConfigInvalid(f"batchresource: reconcile_interval must be positive, got {shown(value)}")
     return seconds

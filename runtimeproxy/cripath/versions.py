@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from ..shown import shown
 from .backend import CRI_VERSIONS
 from .methods import ApiVersion
 
@@ -51,7 +52,7 @@ def parse_serve_versions(value: str) -> frozenset[ApiVersion] | None:
     unknown = versions - set(CRI_VERSIONS)
     if not versions or unknown:
         raise VersionPlanError(
-            f"serve-versions {value!r}: expected auto or a list of {', '.join(CRI_VERSIONS)}"
+            f"serve-versions {shown(value)}: expected auto or a list of {', '.join(CRI_VERSIONS)}"
         )
     return frozenset(ApiVersion(v) for v in versions)
 

@@ -366,7 +366,7 @@ def test_a_recursive_value_given_twice_is_refused_as_a_value_not_a_crash(
     config = write(tmp_path, RECURSIVE)
     with pytest.raises(ConfigError) as err:
         load(config)
-    assert str(err.value) == f"config file {config}: grace-period [[...]]: expected a number of seconds (finite, 0 or more) (line 2)"
+    assert str(err.value) == f"config file {config}: grace-period [[[...]]]: expected a number of seconds (finite, 0 or more) (line 2)"
     result = CliRunner().invoke(cli.main, ["serve", "--config", str(config)])
     assert result.exit_code == 1 and "expected a number of seconds" in result.output and "Traceback" not in result.output
     assert [(f.severity, f.line) for f in check(config, tmp_path).findings if f.subject == config] == [(Severity.ERROR, 2)]
@@ -389,3 +389,37 @@ def test_a_billion_laughs_given_twice_is_compared_without_being_built(tmp_path: 
     # A hang guard, not a speed target: built out, the comparison took 9 s at 10 levels, 12 minutes at 12.
     done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60)
     assert done.stdout == f"config file {config}: unknown setting 'anchors' (line 1)\n", done.stderr
+
+
+def inline_laughs(levels: int) -> str:
+    """A flow list of anchors, each of nine aliases of the one before,
+    ``levels`` deep: a few hundred bytes, 9**levels strings printed out."""
+    items = ['&a0 ["x","x","x","x","x","x","x","x","x"]']
+    items += [f"&a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return f"[{', '.join(items)}]"
+
+
+# Cut short by shown(): two levels, four items a level.
+LAUGHS_SHOWN = "[['x', 'x', 'x', 'x', ...], [[...], [...], [...], [...], ...], [[...], [...], [...], [...], ...], " \
+    "[[...], [...], [...], [...], ...], ...]"
+
+
+def test_a_billion_laughs_in_a_settings_value_is_shown_cut_short(tmp_path: Path) -> None:
+    keys = ["listen", "serve-versions", "grace-period", "metrics-listen", "log-format", "max-recv-message-bytes"]
+    for key in keys:
+        (tmp_path / key).mkdir()
+        write(tmp_path / key, f"{key}: {inline_laughs(7)}\n")
+    script = (
+        "import sys; from pathlib import Path; from runtimeproxy.config import load, ConfigError\n"
+        "for name in sys.argv[1:]:\n"
+        "    try: load(Path(name))\n"
+        "    except ConfigError as e: print(e)\n"
+    )
+    configs = [str(tmp_path / key / "config.yaml") for key in keys]
+    # A hang guard: printed out, each message was 28 MB at 7 levels (8: 254 MB, 7 s; 10: out of memory).
+    done = subprocess.run([sys.executable, "-c", script, *configs], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(keys), done.stderr[-2000:]
+    for line, config, key in zip(lines, configs, keys):
+        assert line.startswith(f"config file {config}: {key} {LAUGHS_SHOWN}: expected "), line[:300]
+        assert line.endswith(" (line 1)") and len(line) < 400, line[:300]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from hooks.balloons.config import (
@@ -14,6 +17,8 @@ from hooks.balloons.config import (
 )
 from hooks.balloons.pool import Pool
 from hooks.balloons.topology import Topology
+
+from ..test_config_mistakes import LAUGHS_SHOWN, inline_laughs
 
 FULL = """
 reservedResources:
@@ -146,3 +151,38 @@ def test_a_key_given_twice_with_the_same_value_is_a_warning_on_reload(tmp_path) 
     config = load_config_file(path)
     assert config.reserved_cpuset == {0}
     assert config.warnings[0] == "'reservedResources.cpu' is set twice (lines 2 and 3), to the same value; keep one"
+
+
+# A ConfigMap's config, reloaded in the hook's event loop: each value it refuses shown cut short.
+LAUGHS = {
+    "reservedResources.cpu": "reservedResources: {{cpu: {}}}",
+    "availableResources.cpu": "reservedResources: {{cpu: 1}}\navailableResources: {{cpu: {}}}",
+    "reservedPoolNamespaces": "reservedResources: {{cpu: 1}}\nreservedPoolNamespaces: {}",
+    "pinCPU": "reservedResources: {{cpu: 1}}\npinCPU: {}",
+    "runtimeEndpoint": "reservedResources: {{cpu: 1}}\nruntimeEndpoint: {}",
+    "onExhausted": "reservedResources: {{cpu: 1}}\nonExhausted: {}",
+    "balloonTypes[0].name": "reservedResources: {{cpu: 1}}\nballoonTypes: [{{name: {}}}]",
+    "balloonTypes[a].minCPUs": "reservedResources: {{cpu: 1}}\nballoonTypes: [{{name: a, minCPUs: {}}}]",
+    "balloonTypes[a].shareIdleCPUsInSame": "reservedResources: {{cpu: 1}}\nballoonTypes: [{{name: a, shareIdleCPUsInSame: {}}}]",
+    "balloonTypes[a].matchExpressions[0].operator":
+        "reservedResources: {{cpu: 1}}\nballoonTypes: [{{name: a, matchExpressions: [{{key: k, operator: {}}}]}}]",
+}
+
+
+def test_a_billion_laughs_in_a_value_is_shown_cut_short(tmp_path) -> None:
+    paths = []
+    for i, text in enumerate(LAUGHS.values()):
+        paths.append(tmp_path / f"{i}.yaml")
+        paths[-1].write_text(text.format(inline_laughs(7)) + "\n")
+    script = (
+        "import sys; from hooks.balloons.config import ConfigError, load_config_file\n"
+        "for name in sys.argv[1:]:\n"
+        "    try: load_config_file(name)\n"
+        "    except ConfigError as e: print(e)\n"
+    )
+    # A hang guard: printed out, each message was 28 MB at 7 levels.
+    done = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(LAUGHS), done.stderr[-2000:]
+    for line, where in zip(lines, LAUGHS):
+        assert line.startswith(f"{where}: ") and LAUGHS_SHOWN in line and len(line) < 400, line[:300]

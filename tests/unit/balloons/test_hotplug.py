@@ -17,6 +17,7 @@ from hooks.balloons.server import BalloonsHook
 from hooks.balloons.status import render
 from hooks.balloons.topology import Topology, write_synthetic_sysfs
 
+from ..test_config_mistakes import LAUGHS_SHOWN, inline_laughs
 from .test_server import FakeRuntime, request
 
 # Two NUMA nodes with memory: CPUs 0-3 on node 0, 4-7 on node 1.
@@ -214,6 +215,16 @@ async def test_a_reload_with_a_key_given_twice_with_different_values_keeps_the_l
     assert not await hook.reload(path)
     assert hook.status()["reserved_cpus"] == "0"
     assert "config reload failed, keeping the last good config" in caplog.text and "to different values" in caplog.text
+
+
+async def test_a_reload_shows_a_billion_laughs_cut_short(tmp_path, caplog) -> None:
+    hook, _, _ = await hook_on_sysfs(tmp_path, QUANTITY)
+    path = tmp_path / "balloons.yaml"
+    path.write_text(f"reservedResources: {{cpu: 1}}\nreservedPoolNamespaces: {inline_laughs(6)}\n")
+    assert not await hook.reload(path)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    message = record.getMessage()
+    assert LAUGHS_SHOWN in message and len(message) < 400, message[:300]
 
 
 async def test_an_unreadable_node_online_file_is_no_hotplug(tmp_path, caplog, monkeypatch) -> None:

@@ -74,3 +74,21 @@ def test_config_values() -> None:
 def test_config_invalid(raw: dict, message: str) -> None:
     with pytest.raises(HookConfigInvalid, match=message):
         BatchResourceConfig.from_mapping(raw)
+
+
+def laughs(levels: int) -> list:
+    """What YAML builds of a billion laughs: nine references to the list before, ``levels`` deep."""
+    value: list = ["x"] * 9
+    for _ in range(levels):
+        value = [value] * 9
+    return value
+
+
+@pytest.mark.parametrize("key", ["cgroup_root", "state_dir", "cgroup_driver", "cgroup_version", "reconcile_interval", "cfs_quota_enabled"])
+def test_a_billion_laughs_in_a_value_is_shown_cut_short(key: str) -> None:
+    # Printed out, the message was 28 MB at 7 levels (a ConfigMap's few hundred bytes).
+    with pytest.raises(HookConfigInvalid) as err:
+        BatchResourceConfig.from_mapping({key: laughs(7)})
+    message = str(err.value)
+    assert "got [[[...], [...], [...], [...], ...], [[" in message or ": [[[...], [...], [...], [...], ...], [[" in message
+    assert len(message) < 400, message[:300]
