@@ -45,6 +45,7 @@ from grpc import aio
 
 from runtimeproxy.hookclient.grpcaio import CHANNEL_OPTIONS as HOOK_CHANNEL_OPTIONS
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint
+from runtimeproxy.host.unixsocket import grpc_target
 
 _MIB = 1024 * 1024
 CRI_CHANNEL_OPTIONS = [
@@ -75,7 +76,7 @@ class LoadGen:
         channel = self._channels.get((socket, codec))
         if channel is None:
             options = HOOK_CHANNEL_OPTIONS if codec == "hook-container" else CRI_CHANNEL_OPTIONS
-            channel = self._channels[(socket, codec)] = aio.insecure_channel(f"unix://{socket}", options=options)
+            channel = self._channels[(socket, codec)] = aio.insecure_channel(grpc_target(socket), options=options)
         if codec == "hook-container":
             point = hook_point(method)
             call = channel.unary_unary(

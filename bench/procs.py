@@ -25,6 +25,7 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.host.process import tail, terminate_process
+from runtimeproxy.host.unixsocket import grpc_target
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -155,7 +156,7 @@ async def wait_cri_version(sock: Path, child: Child | None, timeout: float = 30.
         if child is not None and not child.alive:
             raise child.died()
         if sock.exists():
-            async with aio.insecure_channel(f"unix://{sock}") as channel:
+            async with aio.insecure_channel(grpc_target(sock)) as channel:
                 try:
                     return await v1_grpc.RuntimeServiceStub(channel).Version(v1.VersionRequest(), timeout=1.0)
                 except aio.AioRpcError as err:

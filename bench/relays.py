@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc import aio
 
-from runtimeproxy.host.unixsocket import grpc_address
+from runtimeproxy.host.unixsocket import grpc_address, grpc_target
 
 _Unary = Callable[..., Awaitable[bytes]]
 
@@ -48,7 +48,7 @@ class _ForwardEverything(grpc.GenericRpcHandler):
 
 
 async def grpc_relay(listen: str, backend: str) -> None:
-    async with aio.insecure_channel(f"unix://{backend}") as channel:
+    async with aio.insecure_channel(grpc_target(backend)) as channel:
         server = aio.server()
         server.add_generic_rpc_handlers([_ForwardEverything(channel)])
         server.add_insecure_port(grpc_address(listen))

@@ -20,6 +20,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.unixsocket import grpc_target
 
 from . import hookcalls
 from . import lifecycle as lc
@@ -168,7 +169,7 @@ class Bench:
             listeners = {mode: proxy.listen for mode, proxy in proxies.items()} | {
                 name: relay.listen for name, relay in relays.items()}
             for name, listen in listeners.items():
-                chans[name] = await stack.enter_async_context(aio.insecure_channel(f"unix://{listen}"))
+                chans[name] = await stack.enter_async_context(aio.insecure_channel(grpc_target(listen)))
             chans[CONTROL_MODE] = await stack.enter_async_context(aio.insecure_channel(ctd.address))
             await self._lifecycles({n: v1_grpc.RuntimeServiceStub(c) for n, c in chans.items()}, direct, logs,
                                    metrics_ports)
@@ -223,7 +224,7 @@ class Bench:
         """Each target lists the same containers (so the proxies really relay)."""
         counts = {}
         for name, sock in targets.items():
-            async with aio.insecure_channel(f"unix://{sock}") as ch:
+            async with aio.insecure_channel(grpc_target(sock)) as ch:
                 resp = await v1_grpc.RuntimeServiceStub(ch).ListContainers(v1.ListContainersRequest(), timeout=10)
                 counts[name] = len(resp.containers)
         self.results["list_containers_count"] = counts

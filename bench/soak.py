@@ -35,6 +35,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.sdk import write_hook_config
 from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.unixsocket import grpc_target
 
 from . import lifecycle as lc
 from .procs import (
@@ -247,7 +248,7 @@ async def soak(opts: SoakOptions) -> dict[str, Any]:
             await wait_cri_version(proxy.listen, proxy)
 
             direct_channel = await stack.enter_async_context(aio.insecure_channel(ctd.address))
-            proxy_channel = await stack.enter_async_context(aio.insecure_channel(f"unix://{proxy.listen}"))
+            proxy_channel = await stack.enter_async_context(aio.insecure_channel(grpc_target(proxy.listen)))
             direct = v1_grpc.RuntimeServiceStub(direct_channel)
             logs = work / "podlogs"
             pods, containers = await fixture(direct, logs)

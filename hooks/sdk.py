@@ -219,7 +219,7 @@ class HookServer:
     @property
     def target(self) -> str:
         """The gRPC target to dial this server: ``unix:///path``."""
-        return f"unix://{self._socket_path}"
+        return unixsocket.grpc_target(self._socket_path)
 
     @property
     def transport(self) -> str:

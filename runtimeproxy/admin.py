@@ -26,6 +26,7 @@ from grpc import aio
 from .cripath.backend import CRI_VERSIONS
 from .cripath.server import Proxy
 from .hookpath.registry import HookRegistry
+from .host.unixsocket import grpc_target
 from .metrics import Metrics
 
 SERVICE = "runtimeproxy.admin.v1.Admin"
@@ -97,7 +98,7 @@ class AdminService(grpc.GenericRpcHandler):
 
 async def fetch_status(socket: Path, timeout: float = 5.0) -> dict[str, Any]:
     """Ask the proxy listening on ``socket``; raises aio.AioRpcError."""
-    async with aio.insecure_channel(f"unix://{socket}") as channel:
+    async with aio.insecure_channel(grpc_target(socket)) as channel:
         raw = await channel.unary_unary(STATUS)(empty_pb2.Empty().SerializeToString(), timeout=timeout)
     return json.loads(wrappers_pb2.BytesValue.FromString(raw).value)
 

@@ -28,6 +28,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.hookpath.merge import merge_resources
 from runtimeproxy.hookpath.runtimespec import resources_from_spec
+from runtimeproxy.host.unixsocket import grpc_target
 
 from .config import PodContext
 from .pool import ContainerKey
@@ -110,7 +111,7 @@ class RuntimeClient:
         if self._closed:
             raise ClientClosed(f"the client of {self.endpoint} is closed")
         if self._connection is None:
-            channel = aio.insecure_channel(f"unix://{self.endpoint}")
+            channel = aio.insecure_channel(grpc_target(self.endpoint))
             self._connection = _Connection(self.endpoint, channel, self._new_stub(channel))
         return self._connection
 

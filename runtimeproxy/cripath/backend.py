@@ -30,6 +30,7 @@ from tenacity import (
 from cri_api.v1 import api_pb2 as v1
 
 from ..hookpath.outages import SUMMARY_INTERVAL
+from ..host.unixsocket import grpc_target
 from . import lenient
 from .methods import ApiVersion
 
@@ -113,11 +114,11 @@ class Backend:
     ) -> None:
         self.runtime_socket = runtime_socket
         self.image_socket = image_socket or runtime_socket
-        self.runtime_channel = aio.insecure_channel(f"unix://{runtime_socket}", options=options)
+        self.runtime_channel = aio.insecure_channel(grpc_target(runtime_socket), options=options)
         self.image_channel = (
             self.runtime_channel
             if self.image_socket == runtime_socket
-            else aio.insecure_channel(f"unix://{self.image_socket}", options=options)
+            else aio.insecure_channel(grpc_target(self.image_socket), options=options)
         )
         self._probe_max_interval = probe_max_interval
         self._clock = clock

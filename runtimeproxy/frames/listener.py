@@ -18,6 +18,7 @@ from pathlib import Path
 from grpc import aio
 
 from ..host.acceptor import Acceptor, bound_socket
+from ..host.unixsocket import grpc_target
 from .connection import FrameConnection, Limits, Routes
 from .routes import RouterRoutes
 
@@ -99,7 +100,7 @@ class FramesListener:
         """Listen on ``_listen``, or on ``sock``, a listening socket from
         systemd (cripath/activation.py): then connections are accepted only
         from ``start_accepting`` on, and wait in its backlog until then."""
-        self._channel = aio.insecure_channel(f"unix://{self._internal}", options=self._options)
+        self._channel = aio.insecure_channel(grpc_target(self._internal), options=self._options)
         if sock is None:
             self._acceptor = Acceptor(bound_socket(str(self._listen)), self._accepted)
             self._acceptor.start()

@@ -9,6 +9,7 @@ import grpc
 from grpc import aio
 
 from ..hookpath.hookfile import MAX_TIMEOUT
+from ..host.unixsocket import grpc_target
 from .transport import MAX_MESSAGE_BYTES, CallFailed
 
 CHANNEL_OPTIONS = [
@@ -38,7 +39,7 @@ class GrpcTransport:
         if callable_ is None:
             channel = self._channels.get(endpoint)
             if channel is None:
-                channel = self._channels[endpoint] = aio.insecure_channel(f"unix://{endpoint}", options=CHANNEL_OPTIONS)
+                channel = self._channels[endpoint] = aio.insecure_channel(grpc_target(endpoint), options=CHANNEL_OPTIONS)
             # Bytes in and out: the dispatcher encodes and decodes (grpc's own
             # decoding failure logs an ERROR with a traceback on top of ours).
             callable_ = self._methods[endpoint, method] = channel.unary_unary(method)

@@ -129,7 +129,7 @@ class LocalContainerd:
 
     @property
     def address(self) -> str:
-        return f"unix://{self.socket}"
+        return unixsocket.grpc_target(self.socket)
 
     @property
     def config_path(self) -> Path:

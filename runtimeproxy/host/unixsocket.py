@@ -26,6 +26,7 @@ import os
 import select
 import socket
 import stat
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,12 +107,21 @@ def check_path_length(path: Path) -> None:
         raise PathTooLong(f"unix socket path too long ({length} > {MAX_PATH} bytes): {path}")
 
 
-def grpc_address(path: Path) -> str:
+def grpc_address(path: str | os.PathLike[str]) -> str:
     """The address that makes grpc's server bind ``path`` itself. Not
     ``unix://PATH``: grpc's bind takes all after ``unix:`` as the path, so it
     would bind ``///run/...`` (the same file, but two bytes longer, limiting
-    paths to 105 bytes, and shown so by ss and /proc/net/unix)."""
-    return f"unix:{path}"
+    paths to 105 bytes, and shown so by ss and /proc/net/unix). Quoted, as
+    grpc decodes it: ``%41`` would bind ``A``, and ``#`` or ``?`` cut the path."""
+    return "unix:" + urllib.parse.quote(os.fsencode(path))
+
+
+def grpc_target(path: str | os.PathLike[str]) -> str:
+    """The target that makes a grpc channel dial ``path`` (absolute from the
+    current directory), quoted as :func:`grpc_address`: ``/x/cri#1.sock``
+    unquoted dials ``/x/cri``. A comma grpc reads as a second address, even
+    quoted: such a path cannot be dialled."""
+    return "unix://" + urllib.parse.quote(os.fsencode(os.path.abspath(path)))
 
 
 def _connect_errno(path: Path, timeout: float) -> int:

@@ -15,6 +15,7 @@ from grpc import aio
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.unixsocket import grpc_target
 
 
 class ProxyLauncher:
@@ -40,7 +41,7 @@ class ProxyLauncher:
         return running, own
 
     def channel(self) -> aio.Channel:
-        return aio.insecure_channel(f"unix://{self.socket}")
+        return aio.insecure_channel(grpc_target(self.socket))
 
 
 @pytest_asyncio.fixture

@@ -35,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.procs import free_tcp_port
 from runtimeproxy.host.process import tail, terminate_process
+from runtimeproxy.host.unixsocket import grpc_target
 
 from .cgroups import CgroupRoot
 
@@ -162,7 +163,7 @@ class Kubelet:
     def argv(self) -> list[str]:
         """unshare + a shell that prepares the mount namespace, then execs kubelet."""
         script = "set -e; " + "; ".join(self._namespace_setup()) + '; exec "$0" "$@"'
-        socket = f"unix://{self.endpoint}"
+        socket = grpc_target(self.endpoint)  # kubelet decodes %XX as grpc does
         return [
             "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script,
             str(self.binary),

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.procs import Child, free_tcp_port
 from runtimeproxy.host.process import tail
+from runtimeproxy.host.unixsocket import grpc_target
 
 from .kubelet import Samples, http_get, parse_metrics
 
@@ -62,7 +63,7 @@ class ProxyProcess:
         """Until the standard health service says SERVING: the backend is connected and probed."""
         last = "no answer"
         try:
-            async with asyncio.timeout(timeout), aio.insecure_channel(f"unix://{self.socket}") as channel:
+            async with asyncio.timeout(timeout), aio.insecure_channel(grpc_target(self.socket)) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     if not self._child.alive:

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from hooks.sdk import HookServer, HookServerError
 from runtimeproxy.config import ProxyConfig
@@ -28,6 +30,8 @@ from runtimeproxy.host.unixsocket import (
     PathTooLong,
     SocketIdentity,
     UnixSocketError,
+    grpc_address,
+    grpc_target,
 )
 from tests.unixsockets import full_backlog, stale_socket
 
@@ -289,3 +293,22 @@ async def test_proxy_and_sdk_refuse_a_full_backlog(sock_dir: Path) -> None:
         with pytest.raises(ListenError, match="EAGAIN"):
             await asyncio.wait_for(asyncio.to_thread(prepare_socket_path, path), 5)
         assert SocketIdentity.of(path) == identity
+
+
+# grpc decodes %XX in a unix address and target and cuts ?query and #fragment:
+# unquoted, a#b.sock was dialled as a, x%41y.sock bound as xAy.sock.
+@pytest.mark.parametrize("name", ["a#b.sock", "c?d.sock", "x%41y.sock", "s p.sock", "é.sock"])
+async def test_a_socket_path_is_bound_and_dialled_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    server = aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    assert server.add_insecure_port(grpc_address(tmp_path / name)) != 0
+    await server.start()
+    try:
+        assert [p.name for p in tmp_path.iterdir()] == [name]
+        monkeypatch.chdir(tmp_path)
+        for path in (tmp_path / name, Path(name)):  # a relative path from the current directory
+            async with aio.insecure_channel(grpc_target(path)) as channel:
+                answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await server.stop(None)
