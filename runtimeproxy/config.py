@@ -165,9 +165,10 @@ class EndpointURLError(ValueError):
     """A socket written as a URL that names no absolute unix socket path."""
 
 
-# A URL: unix: (kubelet's and crictl's endpoints, any case) or SCHEME://...;
+# A URL: unix: (kubelet's and crictl's endpoints, any case), grpc's other
+# schemes with no // (unix-abstract:NAME, dns:HOST, ...) or SCHEME://...;
 # anything else is a path (c:fg.yaml, proxy:v2.sock).
-_URL = re.compile(r"(unix):|([A-Za-z][A-Za-z0-9+.-]*)://", re.IGNORECASE)
+_URL = re.compile(r"(unix|unix-abstract|dns|vsock|ipv4|ipv6|npipe):|([A-Za-z][A-Za-z0-9+.-]*)://", re.IGNORECASE)
 
 
 def endpoint_path(text: str) -> str:
@@ -181,10 +182,8 @@ def endpoint_path(text: str) -> str:
     if found is None:
         return text
     scheme, rest = found.group(1) or found.group(2), text[found.end():]
-    if found.group(2) is not None:
-        if scheme.lower() != "unix":
-            raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
-        rest = "//" + rest
+    if scheme.lower() != "unix":  # unix:// is unix: and //
+        raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
     if any(c in text for c in "%?#"):
         raise EndpointURLError(
             f"a {scheme}: URL with %, ? or # names another socket to kubelet and grpc (they decode %XX and cut "

@@ -82,6 +82,10 @@ REFUSED_URLS = {
     "unix:run/x.sock": "unix:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path",
     "unix://host/run/x.sock": "unix://HOST/... (a host in the URL) names no socket path: write unix:///PATH or the path",
     "tcp://127.0.0.1:2376": "expected a unix socket path, not a tcp: endpoint",
+    # grpc's and kubelet's schemes with no //: read as a path, under systemd /unix-abstract:ctr, probed for ever
+    **{url: f"expected a unix socket path, not a {url.partition(':')[0]}: endpoint" for url in (
+        "unix-abstract:ctr", "UNIX-ABSTRACT:ctr", "dns:localhost:1", "vsock:3:1024", "ipv4:127.0.0.1:1",
+        "ipv6:[::1]:1", "npipe:////./pipe/ctr")},
     "unix:///": "names no socket path (/ alone is the root directory): write unix:///PATH or the path",
     "unix:/": "names no socket path (/ alone is the root directory): write unix:///PATH or the path",
     "UNIX:": "names no socket path (/ alone is the root directory): write UNIX:///PATH or the path",
@@ -112,14 +116,15 @@ def test_an_url_naming_no_socket_path_is_refused_as_a_flag(started: list[ProxyCo
     assert started == []
 
 
-# Only unix: and SCHEME:// are URLs: a socket named proxy:v2.sock is a path;
-# a file or directory is never a URL (c:fg.yaml, unix:///etc/x.yaml as written).
+# Only unix:, grpc's other schemes and SCHEME:// are URLs: a socket named
+# proxy:v2.sock or dnsx:ctr is a path; a file or directory is never a URL
+# (c:fg.yaml, unix:///etc/x.yaml as written).
 def test_a_socket_that_is_no_url_is_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    config = write(tmp_path, "listen: proxy:v2.sock\nbackend: unix-abstract:ctr\nhook-dir: unix:///h\n")
+    config = write(tmp_path, "listen: proxy:v2.sock\nbackend: dnsx:ctr\nhook-dir: unix:///h\n")
     loaded = load(config)
     assert (loaded.listen, loaded.backend, loaded.hook_dir) == (
-        tmp_path / "proxy:v2.sock", tmp_path / "unix-abstract:ctr", tmp_path / "unix:/h"
+        tmp_path / "proxy:v2.sock", tmp_path / "dnsx:ctr", tmp_path / "unix:/h"
     )
 
 
