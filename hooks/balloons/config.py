@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from runtimeproxy import yamlkeys
+from runtimeproxy.config import EndpointURLError, endpoint_path
 from runtimeproxy.shown import shown
 
 from .topology import parse_cpuset
@@ -308,9 +309,7 @@ def parse_config(doc: Any) -> BalloonsConfig:
             raise ConfigError(f"balloonTypes: the name {shown(btype.name)} is used twice")
         seen.add(btype.name)
 
-    endpoint = doc.get("runtimeEndpoint", DEFAULT_RUNTIME_ENDPOINT)
-    if not isinstance(endpoint, str) or not endpoint:
-        raise ConfigError(f"runtimeEndpoint: expected a socket path, got {shown(endpoint)}")
+    endpoint = _endpoint(doc.get("runtimeEndpoint", DEFAULT_RUNTIME_ENDPOINT))
     on_exhausted = doc.get("onExhausted", "Fail")
     if on_exhausted not in EXHAUSTED_POLICIES:
         raise ConfigError(f"onExhausted: expected Fail or Ignore, got {shown(on_exhausted)}")
@@ -322,10 +321,24 @@ def parse_config(doc: Any) -> BalloonsConfig:
         balloon_types=types,
         pin_cpu=_bool("pinCPU", doc.get("pinCPU", True)),
         pin_memory=_bool("pinMemory", doc.get("pinMemory", True)),
-        runtime_endpoint=endpoint.removeprefix("unix://"),
+        runtime_endpoint=endpoint,
         on_exhausted=on_exhausted,
         warnings=tuple(warnings),
     )
+
+
+def _endpoint(value: Any) -> str:
+    """runtimeEndpoint as the absolute path it names: a path, or an endpoint
+    URL as kubelet takes it (unix:///run/x.sock, unix:/run/x.sock, any case)."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(f"runtimeEndpoint: expected a socket path, got {shown(value)}")
+    try:
+        path = endpoint_path(value)
+    except EndpointURLError as exc:
+        raise ConfigError(f"runtimeEndpoint {shown(value)}: {exc}") from None
+    if not path.startswith("/"):  # relative to wherever the hook runs (/ under systemd)
+        raise ConfigError(f"runtimeEndpoint {shown(value)}: expected an absolute socket path (/PATH or unix:///PATH)")
+    return path
 
 
 def load_config_file(path: str | Path) -> BalloonsConfig:

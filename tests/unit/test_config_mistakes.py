@@ -157,14 +157,22 @@ SOCKET_FLAGS = {
 }
 
 
-@pytest.mark.parametrize("command", sorted(SOCKET_FLAGS))
-def test_only_socket_flags_read_an_endpoint_url(command: tuple[str, ...]) -> None:
-    group: Any = cli.main
-    for name in command:
-        group = group.commands[name]
-    paths = {p.name: p.type for p in group.params if isinstance(p.type, click.Path)}
-    assert paths and {name for name, kind in paths.items() if kind is SOCKET} == SOCKET_FLAGS[command]
-    assert all(kind is PATH for name, kind in paths.items() if name not in SOCKET_FLAGS[command])
+def commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Any:
+    """Every command under ``group``, groups too, with its words."""
+    for name, command in group.commands.items():
+        yield (*prefix, name), command
+        if isinstance(command, click.Group):
+            yield from commands(command, (*prefix, name))
+
+
+def test_only_socket_flags_read_an_endpoint_url() -> None:
+    sockets: dict[tuple[str, ...], set[str]] = {}
+    for words, command in commands(cli.main):
+        paths = {p.name: p.type for p in command.params if isinstance(p.type, click.Path)}
+        assert all(kind is PATH or kind is SOCKET for kind in paths.values()), (words, paths)
+        sockets[words] = {name for name, kind in paths.items() if kind is SOCKET}
+        assert sockets[words] == SOCKET_FLAGS.get(words, set()), words
+    assert set(SOCKET_FLAGS) <= set(sockets)
 
 
 # The proxy would forward each call to itself and probe itself for ever.

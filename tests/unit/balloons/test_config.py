@@ -186,3 +186,32 @@ def test_a_billion_laughs_in_a_value_is_shown_cut_short(tmp_path) -> None:
     assert len(lines) == len(LAUGHS), done.stderr[-2000:]
     for line, where in zip(lines, LAUGHS):
         assert line.startswith(f"{where}: ") and LAUGHS_SHOWN in line and len(line) < 400, line[:300]
+
+
+# runtimeEndpoint is a socket as the proxy's are: an endpoint URL is its path,
+# anything naming no absolute path is refused (every listing failed at run time).
+@pytest.mark.parametrize(
+    ("written", "path"),
+    [("/run/x.sock", "/run/x.sock"), ("unix:///run/x.sock", "/run/x.sock"), ("unix:/run/x.sock", "/run/x.sock"),
+     ("UNIX:///run/x.sock", "/run/x.sock"), ("/run/a#b.sock", "/run/a#b.sock")],
+)
+def test_a_runtime_endpoint_is_the_path_it_names(written: str, path: str) -> None:
+    config = parse_config({"reservedResources": {"cpu": 1}, "runtimeEndpoint": written})
+    assert config.runtime_endpoint == path
+
+
+@pytest.mark.parametrize(
+    ("written", "reason"),
+    [
+        ("run/x.sock", "expected an absolute socket path (/PATH or unix:///PATH)"),
+        ("unix:run/x.sock", "unix:NAME is a path relative to the current directory"),
+        ("tcp://1.2.3.4:1", "expected a unix socket path, not a tcp: endpoint"),
+        ("unix-abstract:ctr", "expected a unix socket path, not a unix-abstract: endpoint"),
+        ("unix:///run/x.sock#f", "a unix: URL with %, ? or # names another socket"),
+        ("unix:///", "names no socket path"),
+    ],
+)
+def test_a_runtime_endpoint_naming_no_absolute_path_is_refused(written: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"reservedResources": {"cpu": 1}, "runtimeEndpoint": written})
+    assert str(info.value).startswith(f"runtimeEndpoint {written!r}: {reason}")
