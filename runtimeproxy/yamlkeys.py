@@ -169,7 +169,7 @@ class Document:
     def _same_node(self, a: yaml.Node, b: yaml.Node) -> bool:
         """Whether two nodes are the same YAML value: the same kind and tag,
         scalars of the same text or building equal, the same items, the same
-        keys (merges applied) to the same values. Each pair of nodes is
+        keys (merges applied; each compared as a scalar value is) to the same values. Each pair of nodes is
         looked at once: a pair met again (an alias, a loop) is taken as
         same, its first look decides."""
         memo: set[tuple[int, int]] = set()
@@ -198,7 +198,8 @@ class Document:
                     continue
                 if pairs[0].keys() != pairs[1].keys():
                     return False
-                stack += [(pairs[0][key], pairs[1][key]) for key in pairs[0]]
+                # The keys' nodes too, as scalars are compared: {1: a} and {1.0: a} differ, as [1] and [1.0] do.
+                stack += [pair for key in pairs[0] for pair in zip(pairs[0][key], pairs[1][key])]
         return True
 
     def _flat(self, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
@@ -210,17 +211,17 @@ class Document:
             flat = self._flattened[id(node)] = copy.value
         return flat
 
-    def _entries(self, node: yaml.MappingNode) -> dict[Any, yaml.Node] | None:
-        """The mapping as built: each key (a later one wins) to its value's
-        node; None when a key is no scalar."""
-        entries: dict[Any, yaml.Node] = {}
+    def _entries(self, node: yaml.MappingNode) -> dict[Any, tuple[yaml.Node, yaml.Node]] | None:
+        """The mapping as built: each key (a later one wins) to its key's and
+        value's nodes; None when a key is no scalar."""
+        entries: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in self._flat(node):
             if not isinstance(key_node, yaml.ScalarNode):
                 return None
             key = self._key(key_node)
             if isinstance(key, _Unhashable):
                 return None
-            entries[key] = value_node
+            entries[key] = key_node, value_node
         return entries
 
 

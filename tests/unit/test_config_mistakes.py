@@ -357,10 +357,12 @@ def test_a_setting_given_twice_in_an_inline_merge_is_one_setting(tmp_path: Path)
     )
 
 
-# Values are compared as YAML nodes: 5 and 5.0 are an int and a float, 0x5 is 5.
+# Values are compared as YAML nodes: 5 and 5.0 are an int and a float, 0x5 is 5;
+# a mapping's keys too.
 @pytest.mark.parametrize(
     ("text", "same"),
     [("grace-period: 5\ngrace-period: 5.0\n", False), ("listen: [1]\nlisten: [1.0]\n", False),
+     ("listen: {1: a}\nlisten: {1.0: a}\n", False),
      ("grace-period: 0x5\ngrace_period: 5\n", True), ("hook-dir: !!str /h\nhook-dir: /h\n", True)],
 )
 def test_values_given_twice_are_the_same_as_yaml_reads_them(tmp_path: Path, text: str, same: bool) -> None:

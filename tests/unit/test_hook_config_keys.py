@@ -65,6 +65,9 @@ def test_a_recursive_value_given_twice_is_the_same_value(tmp_path: Path, caplog:
         ("x: [1]\nx: [1.0]\n", "'x' is set twice (lines 1 and 2), to different values"),
         ("x: .nan\nx: .nan\n", "'x' is set twice (lines 1 and 2), to the same value"),
         ("x: {a: 1, b: [2]}\nx: {b: [2], a: 1}\n", "'x' is set twice (lines 1 and 2), to the same value"),
+        # a mapping's keys compared as scalars are: an int and a float differ, 0x1 is 1
+        ("x: {1: a}\nx: {1.0: a}\n", "'x' is set twice (lines 1 and 2), to different values"),
+        ("x: {0x1: a}\nx: {1: a}\n", "'x' is set twice (lines 1 and 2), to the same value"),
         ("x: {<<: {a: 1}, b: 2}\nx: {a: 1, b: 2}\n", "'x' is set twice (lines 1 and 2), to the same value"),
     ],
 )
