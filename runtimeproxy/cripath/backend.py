@@ -213,7 +213,7 @@ class Backend:
             exc = state.outcome.exception() if state.outcome else None
             self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
             now = self._clock()
-            outage = self._outage
+            outage, started = self._outage, self._outage is None  # else started at the loss, logged then
             if outage is None:  # at boot: not ready yet
                 outage = self._outage = _Outage(now)
             outage.failures += 1
@@ -226,7 +226,7 @@ class Backend:
                         "attempt": state.attempt_number,
                         "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
                         "error": str(exc),
-                        "backend_outage": "started",
+                        "backend_outage": "started" if started else "ongoing",
                     },
                 )
             elif now - outage.summary_at >= SUMMARY_INTERVAL:
@@ -345,6 +345,9 @@ class Backend:
         try:
             return await self.probe_once() == self.info
         except BackendUnavailable:
+            self._lost("probe failed")
+            if self._outage is not None:
+                self._outage.failures += 1  # a failed probe of the outage as any other
             return False
 
     def _notify_reconnect(self, restarted: bool) -> None:
@@ -356,9 +359,11 @@ class Backend:
         if not self.connected:
             return
         self.connected = False
-        if self._outage is None:
+        fields = {"backend": str(self.runtime_socket), "reason": reason}
+        if self._outage is None:  # the outage starts at the loss: its line pairs with ended
             self._outage = _Outage(self._clock())
-        log.warning("backend unavailable", extra={"backend": str(self.runtime_socket), "reason": reason})
+            fields["backend_outage"] = "started"
+        log.warning("backend unavailable", extra=fields)
         for listener in self._lost_listeners:
             self._tell(listener, "backend unavailable")
 

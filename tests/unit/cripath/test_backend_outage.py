@@ -1,6 +1,6 @@
-"""While the runtime is away the probe retries for ever: its log says so once,
-then at most once a minute, then once when the runtime answers (as hook
-server outages are logged), not a line per attempt."""
+"""While the runtime is away the probe retries for ever: its log says so when
+it is lost, then at a failed probe at most once a minute, then once when the
+runtime answers (as hook server outages are logged), not a line per attempt."""
 
 from __future__ import annotations
 
@@ -104,7 +104,9 @@ async def test_each_outage_of_a_ready_backend_ends_with_ready_again_and_its_leng
             "backend connection re-established, probing again",
             f"backend ready again after {away:.1f}s (0 failed probes)",
         ]
+        started = next(r for r in caplog.records if r.getMessage() == "backend unavailable")
         ended = next(r for r in caplog.records if r.getMessage().startswith("backend ready again"))
+        assert started.backend_outage == "started"  # the pair's first line, though no probe failed
         assert (ended.backend_outage, ended.backend_failures, ended.backend_outage_seconds) == ("ended", 0, away)
 
 
@@ -123,3 +125,37 @@ async def test_an_outage_with_failed_probes_counts_them_from_when_the_backend_wa
         "backend not ready, retrying",
         "backend ready again after 10.3s (2 failed probes)",
     ]
+    outage = [getattr(r, "backend_outage", None) for r in caplog.records if r.getMessage() != "backend probed"]
+    assert outage == ["started", None, "ongoing", "ended"]  # one outage, started at the loss
+
+
+@pytest.fixture
+def same_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's socket file stays the one it was (no restart seen)."""
+    monkeypatch.setattr("runtimeproxy.cripath.backend.runtime_instance", lambda path: (1, 2, 3))
+
+
+async def test_an_idle_reconnect_to_the_same_runtime_logs_no_outage(caplog: pytest.LogCaptureFixture, same_socket: None) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    runtime = Runtime()
+    await runtime.backend.probe()
+    caplog.clear()
+    await runtime.backend._reconnected()  # grpc's idle timeout closed the connection; it came back
+    assert outage_lines(caplog) == [] and runtime.backend.connected
+
+
+async def test_a_failed_quiet_probe_after_a_reconnect_is_a_failed_probe_of_the_outage(
+    caplog: pytest.LogCaptureFixture, same_socket: None
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    runtime = Runtime()
+    await runtime.backend.probe()
+    caplog.clear()
+    runtime.failures = 1  # the quiet probe of _same_runtime; the re-probe answers
+    await runtime.backend._reconnected()
+    assert outage_lines(caplog) == [
+        "backend unavailable",
+        "backend connection re-established, probing again",
+        "backend ready again after 0.0s (1 failed probes)",
+    ]
+    assert caplog.records[0].reason == "probe failed" and caplog.records[0].backend_outage == "started"
