@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from . import allocator, planning
+from .balloon import Balloon, ContainerKey, Member, cpus_for
 from .config import (
     DEFAULT,
     RESERVED,
@@ -31,76 +31,6 @@ class PoolError(RuntimeError):
 
 class Exhausted(RuntimeError):
     """No balloon can take the container."""
-
-
-ContainerKey = tuple[str, str]  # (pod uid, container name)
-
-
-@dataclass
-class Member:
-    key: ContainerKey
-    namespace: str
-    pod_name: str
-    milli: int
-    container_id: str = ""
-
-    @property
-    def pod_uid(self) -> str:
-        return self.key[0]
-
-    @property
-    def label(self) -> str:
-        return f"{self.namespace}/{self.pod_name}/{self.key[1]}"
-
-
-@dataclass
-class Balloon:
-    btype: BalloonType
-    index: int
-    cpus: frozenset[int]
-    members: dict[ContainerKey, Member] = field(default_factory=dict)
-    fixed: bool = False  # the reserved balloon: its CPUs never change
-
-    @property
-    def name(self) -> str:
-        return f"{self.btype.name}[{self.index}]"
-
-    @property
-    def requested_milli(self) -> int:
-        return sum(m.milli for m in self.members.values())
-
-    def target_size(self, extra_milli: int = 0, joining: bool = False) -> int:
-        """CPUs for its members' requests (``joining``: and one more member's,
-        ``extra_milli``). A balloon with members has at least one CPU, even if
-        they request none (BestEffort), as in NRI's balloons: with none they
-        would run on the reserved CPUs."""
-        requested = self.requested_milli + extra_milli
-        if self.members or joining:
-            requested = max(requested, 1)
-        size = max(math.ceil(requested / 1000), self.btype.min_cpus)
-        return min(size, self.btype.max_cpus) if self.btype.max_cpus else size
-
-    def fits(self, milli: int) -> bool:
-        """Within maxCPUs with ``milli`` more."""
-        if self.fixed or not self.btype.max_cpus:
-            return True
-        return math.ceil((self.requested_milli + milli) / 1000) <= self.btype.max_cpus
-
-    def has_pod(self, pod_uid: str) -> bool:
-        return any(m.pod_uid == pod_uid for m in self.members.values())
-
-
-def _cpus_for(milli: int) -> int:
-    """A new balloon's CPUs for its first member: at least one (see target_size)."""
-    return max(math.ceil(milli / 1000), 1)
-
-
-def milli_from_shares(shares: int) -> int:
-    """The CPU request behind a CRI cpu_shares value (kubelet: shares = milli*1024/1000, at least 2).
-    2 (kubelet's minimum, a BestEffort container) and unset count as no request."""
-    if shares <= 2:
-        return 0
-    return math.ceil(shares * 1000 / 1024)
 
 
 class Pool:
@@ -260,7 +190,7 @@ class Pool:
             if candidate is None:
                 if btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
                     continue
-                size = max(_cpus_for(member.milli), btype.min_cpus)
+                size = max(cpus_for(member.milli), btype.min_cpus)
                 candidate = self._new_balloon(btype, size)
                 if candidate is None:
                     continue
@@ -277,7 +207,7 @@ class Pool:
             self.resize(balloon, member.milli, joining=True)  # best effort: it may stay smaller than asked
             balloon.members[member.key] = member
             return balloon
-        balloon = self._new_balloon(btype, max(_cpus_for(member.milli), btype.min_cpus)) or self._new_balloon(btype, 0)
+        balloon = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus)) or self._new_balloon(btype, 0)
         if balloon is None:  # maxBalloons: 0 balloons allowed would be odd, but do not lose the container
             balloon = Balloon(btype, len(self.of_type(DEFAULT)), frozenset())
             self.balloons.append(balloon)

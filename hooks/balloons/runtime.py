@@ -30,8 +30,8 @@ from runtimeproxy.hookpath.merge import merge_resources
 from runtimeproxy.hookpath.runtimespec import resources_from_spec
 from runtimeproxy.host.unixsocket import grpc_target
 
+from .balloon import ContainerKey
 from .config import PodContext
-from .pool import ContainerKey
 from .topology import parse_cpuset
 
 log = logging.getLogger(__name__)

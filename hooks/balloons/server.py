@@ -28,6 +28,7 @@ from hooks.builtin import BuiltinHook, HookConfigInvalid
 from hooks.sdk import HookAbort
 from runtimeproxy.hookpath.points import HookType
 
+from .balloon import Member, milli_from_shares
 from .config import (
     BalloonsConfig,
     ConfigError,
@@ -37,7 +38,7 @@ from .config import (
 )
 from .hotplug import HotplugWatch
 from .planning import UnknownBalloonType
-from .pool import Exhausted, Member, PoolError, milli_from_shares
+from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
 from .state import Assignments, Cpuset
 from .status import StatusServer, status_socket_for

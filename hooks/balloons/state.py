@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from . import planning
+from .balloon import Balloon, ContainerKey, Member, milli_from_shares
+from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from .planning import UnknownBalloonType
-from .pool import Balloon, ContainerKey, Exhausted, Member, Pool, milli_from_shares
+from .pool import Exhausted, Pool
 from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 

@@ -17,8 +17,9 @@ import time
 
 import grpc
 
+from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
-from .pool import Member, PoolError, milli_from_shares
+from .pool import PoolError
 from .runtime import ClientClosed, EndpointChanged, RuntimeClient
 from .state import Assignments, Restored
 from .topology import Topology, format_cpuset

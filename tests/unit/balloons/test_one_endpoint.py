@@ -23,7 +23,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.balloons import sync
 from hooks.balloons.config import PodContext, parse_config
-from hooks.balloons.pool import ContainerKey
+from hooks.balloons.balloon import ContainerKey
 from hooks.balloons.runtime import ClientClosed, EndpointChanged, FoundContainer, RuntimeClient
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology

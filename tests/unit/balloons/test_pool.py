@@ -7,13 +7,8 @@ import random
 import pytest
 
 from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
-from hooks.balloons.pool import (
-    Exhausted,
-    Member,
-    Pool,
-    PoolError,
-    milli_from_shares,
-)
+from hooks.balloons.balloon import Member, milli_from_shares
+from hooks.balloons.pool import Exhausted, Pool, PoolError
 from hooks.balloons.planning import UnknownBalloonType
 from hooks.balloons.topology import Topology
 

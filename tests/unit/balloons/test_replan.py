@@ -13,7 +13,7 @@ import yaml
 
 from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
 from hooks.balloons.planning import reserved_to_keep
-from hooks.balloons.pool import Member
+from hooks.balloons.balloon import Member
 from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments, Restored

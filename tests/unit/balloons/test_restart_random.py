@@ -22,7 +22,8 @@ import random
 from collections.abc import Iterator, Set
 
 from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
-from hooks.balloons.pool import Exhausted, Member, PoolError
+from hooks.balloons.balloon import Member
+from hooks.balloons.pool import Exhausted, PoolError
 from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, parse_cpuset
 
