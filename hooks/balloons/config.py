@@ -14,7 +14,9 @@ import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -138,9 +140,10 @@ class BalloonsConfig:
     warnings: tuple[str, ...] = ()
 
     def type_named(self, name: str) -> BalloonType | None:
-        return next((t for t in self.all_types if t.name == name), None)
+        return self.types_by_name.get(name)
 
-    @property
+    # Cached (a frozen config does not change): every placement looks types up.
+    @cached_property
     def all_types(self) -> tuple[BalloonType, ...]:
         """The configured types plus the built-in reserved and default ones when not overridden."""
         names = {t.name for t in self.balloon_types}
@@ -150,6 +153,10 @@ class BalloonsConfig:
         if DEFAULT not in names:
             out.append(BalloonType(DEFAULT, max_balloons=1))
         return tuple(out)
+
+    @cached_property
+    def types_by_name(self) -> Mapping[str, BalloonType]:
+        return MappingProxyType({t.name: t for t in self.all_types})
 
 
 def _unknown(where: str, key: str, known: set[str]) -> ConfigError:

@@ -24,7 +24,7 @@ def choose_type(config: BalloonsConfig, pod: PodContext) -> BalloonType:
     wanted = annotations.get(f"{BALLOON_ANNOTATION}/container.{pod.container_name}") or annotations.get(
         f"{BALLOON_ANNOTATION}/pod"
     ) or annotations.get(BALLOON_ANNOTATION)
-    types = {t.name: t for t in config.all_types}
+    types = config.types_by_name
     if wanted:
         if wanted not in types:
             raise UnknownBalloonType(

@@ -61,7 +61,7 @@ class Pool:
             reserved = picked
         self.available = frozenset(available)
         self.reserved = frozenset(reserved)
-        self.types = {t.name: t for t in config.all_types}
+        self.types = config.types_by_name
         self.balloons: list[Balloon] = [Balloon(self.types[RESERVED], 0, self.reserved, fixed=True)]
         left = len(self.available - self.reserved)
         for btype in config.all_types:
