@@ -297,13 +297,31 @@ class Pool:
         for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
             if not self.resize(balloon):
                 # Running containers cannot be refused: the balloon takes what is free.
-                for count in range(min(balloon.target_size() - len(balloon.cpus), len(self.free)), 0, -1):
-                    more = allocator.take(self.topology, self.free, count, near=balloon.cpus)
-                    if more is not None:
-                        balloon.cpus = balloon.cpus | more
-                        break
+                self._take_free(balloon)
                 problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
         return problems
+
+    def _take_free(self, balloon: Balloon) -> None:
+        """Grow ``balloon`` towards its target with as many free CPUs as there are."""
+        count = min(balloon.target_size() - len(balloon.cpus), len(self.free))
+        more = allocator.take(self.topology, self.free, count, near=balloon.cpus) if count > 0 else None
+        if more:  # None only if fewer than count were free, which they are not
+            balloon.cpus = balloon.cpus | more
+
+    def grow_short(self) -> list[Balloon]:
+        """Grow the balloons whose containers hold fewer CPUs than they request
+        (none was free when they were placed or re-planned) from the CPUs free
+        now, those without any CPU first: their containers run on the reserved
+        ones. Otherwise only a change of their members would grow them. The
+        balloons grown."""
+        short = [b for b in self.balloons if b.members and not b.fixed and len(b.cpus) < b.target_size()]
+        grown = []
+        for balloon in sorted(short, key=lambda b: (bool(b.cpus), b.target_size() - len(b.cpus))):
+            if not self.free:
+                break
+            self._take_free(balloon)
+            grown.append(balloon)
+        return grown
 
     def snapshot(self) -> list[dict[str, object]]:
         out = []

@@ -149,6 +149,9 @@ class Assignments:
             if self.config.on_exhausted == "Fail":
                 raise
             balloon, fallback = self.pool.assign_fallback(member), True
+        finally:
+            if previous is not None:  # after the new attempt took what it needs of its CPUs
+                self._grow_short()
         self.pods[member.key] = pod
         self.placed_at[member.key] = time.monotonic()
         self._log_resizes(before)
@@ -178,6 +181,7 @@ class Assignments:
             extra={"container": member.label, "container_id": member.container_id, "balloon": balloon.name,
                    **({"reason": why} if why else {})},
         )
+        self._grow_short()
         self._log_resizes(before)
         return balloon
 
@@ -198,6 +202,8 @@ class Assignments:
         if not balloon.fits(0) or not self.pool.resize(balloon):
             member.milli = old
             return False
+        if milli < old:
+            self._grow_short()
         self._log_resizes(before)
         return True
 
@@ -253,6 +259,10 @@ class Assignments:
                     self.pods[key] = live.pod
                 log.info("adopting running container %s into balloon %s", member.label, self.pool.describe(balloon),
                          extra={"container": member.label, "balloon": balloon.name})
+        # Every release and shrink grows them already; a pass makes sure.
+        before = self._sizes()
+        self._grow_short()
+        self._log_resizes(before)
 
     def _running(self, cpus: frozenset[int], mems: str) -> Cpuset:
         """A cpuset read from a container's spec, as target() writes it (the
@@ -358,6 +368,16 @@ class Assignments:
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
             out.append(Restored(fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0)))
         return out
+
+    def _grow_short(self) -> None:
+        """CPUs were freed: balloons left short of them grow (Pool.grow_short),
+        their running containers moved by moves()."""
+        for balloon in self.pool.grow_short():
+            log.info(
+                "balloon %s grows from the CPUs free now to %d of the %d CPUs its containers request",
+                self.pool.describe(balloon), len(balloon.cpus), balloon.target_size(),
+                extra={"balloon": balloon.name, "cpus": format_cpuset(balloon.cpus), "target_cpus": balloon.target_size()},
+            )
 
     # -- logging -------------------------------------------------------------------------
 
