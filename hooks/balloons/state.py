@@ -37,6 +37,10 @@ class Restored:
     # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
     # under way across the re-plan is then taken for applied, as it is.
     answers: int = 0
+    # A re-plan's: its balloon's own CPUs, where it goes when it is not known
+    # to run on them (``cpus`` empty: its move refused or unsure), rather
+    # than placed anew, which would move the containers of that balloon.
+    planned: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -312,23 +316,24 @@ class Assignments:
                 log.warning("%s; placing %s in the default balloon", exc, item.member.label)
                 btype = pool.types[DEFAULT]
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
-            if not pinned:
-                fresh.append((item, btype))
-                continue
-            balloon = pool.restore(item.member, btype, cpus - shared)
-            if balloon is None:  # its type has no room left: placed anew, below
+            if pinned:
+                cpus -= shared
+            else:  # its balloon's CPUs still there, if it had one; else placed anew, below
+                cpus = item.planned & pool.available
+            balloon = pool.restore(item.member, btype, cpus) if cpus else None
+            if balloon is None:  # not pinned, or its type has no room left
                 fresh.append((item, btype))
                 continue
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
-            state.applied[key] = state._running(item.cpus, item.mems)
-            log.info(
-                "restoring container %s to balloon %s (it runs on cpus %s)",
-                item.member.label,
-                balloon.name,
-                format_cpuset(item.cpus),
-                extra={"container": item.member.label, "balloon": balloon.name},
+            if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ
+                state.applied[key] = state._running(item.cpus, item.mems)
+            where = (
+                f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else
+                f"its balloon had cpus {format_cpuset(item.planned)}; its move there was refused or may not have been applied"
             )
+            log.info("restoring container %s to balloon %s (%s)", item.member.label, balloon.name, where,
+                     extra={"container": item.member.label, "balloon": balloon.name})
         pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)))
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
@@ -356,17 +361,20 @@ class Assignments:
 
     def restored(self) -> list[Restored]:
         """Every container as it runs now, to rebuild with another config (one
-        whose move is unsure as not pinned: the rebuild places and moves it).
-        One on every CPU of this plan's machine is not pinned either (as at a
-        restart): after CPUs came online that would no longer be every CPU."""
+        whose move is unsure as not pinned). One on every CPU of this plan's
+        machine is not pinned either: after CPUs came online that would no
+        longer be every CPU. Unlike a restart's, these go back to the balloon
+        they were given (``planned``), which the rebuild moves them to."""
         out = []
-        for _, member in self.pool.members():
+        for balloon, member in self.pool.members():
             cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
             pinned = parse_cpuset(cpus)
             if self.topology.all_cpus <= pinned:
                 pinned = frozenset()
             fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
-            out.append(Restored(fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0)))
+            out.append(Restored(
+                fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0), balloon.cpus - self.pool.reserved,
+            ))
         return out
 
     def _grow_short(self) -> None:

@@ -5,6 +5,7 @@ as in test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,34 @@ async def test_a_pod_put_in_another_pods_balloon_stays_there_after_a_restart(tmp
     again, runtime = await restarted(hook, tmp_path, root, WORK)
     assert runtime.updates == []
     assert balloons(again) == balloons(hook)
+
+
+async def test_a_container_whose_move_was_refused_keeps_its_balloon_after_hotplug(tmp_path, caplog) -> None:
+    """c, first seen at its start, joined a's balloon (one of its own needed
+    minCPUs 2, and one CPU was free), but its move there was refused: it runs
+    on every CPU. Placed anew when CPUs came online, it took a balloon of its
+    own, and a's shrank back to a's request: a moved."""
+    config = {**WORK, "balloonTypes": [{"name": "work", "namespaces": ["*"], "minCPUs": 2, "preferNewBalloons": True}]}
+    hook, runtime, root = await hook_on_sysfs(tmp_path, config)
+    set_online(root, "0-3")
+    await hook.reconcile()
+    await hook.pre_create_container(request("a", "app", shares=2048))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    runtime.refused.add("c-c")
+    await hook.pre_start_container(request("c", "app", shares=1024, cid="c-c"))
+    assert not await hook.apply_moves()
+    assert runtime.updates == [("c-a", "1-3", "0")]
+    planned = balloons(hook)
+    assert planned[1:] == [("work[0]", "1-3", ["c-a", "c-c"])]
+    set_online(root, "0-7")
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await hook.reconcile()
+    assert balloons(hook) == planned
+    assert "restoring container apps/pod-c/app to balloon work[0] (its balloon had cpus 1-3; its move there was " \
+        "refused" in caplog.text
+    runtime.refused.clear()
+    assert await hook.apply_moves()
+    assert runtime.updates[1:] == [("c-c", "1-3", "0")]
 
 
 async def reserved_kept_after_a_restart(

@@ -36,6 +36,7 @@ class FakeRuntime:
         self.exited: list[ExitedContainer] = []
         self.updates: list[tuple[str, str, str]] = []
         self.fail_with: grpc.StatusCode | None = None
+        self.refused: set[str] = set()  # container ids whose moves fail (FAILED_PRECONDITION)
         self.pod_listings: list[str] = []
 
     async def list_live(self) -> list[FoundContainer]:
@@ -49,8 +50,9 @@ class FakeRuntime:
         return {f.key for f in self.live if f.pod_uid == pod_uid}, [e for e in self.exited if e.key[0] == pod_uid]
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
-        if self.fail_with is not None:
-            raise grpc.aio.AioRpcError(self.fail_with, grpc.aio.Metadata(), grpc.aio.Metadata(), "fake")
+        if self.fail_with is not None or container_id in self.refused:
+            code = self.fail_with or grpc.StatusCode.FAILED_PRECONDITION
+            raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "fake")
         self.updates.append((container_id, cpus, mems))
 
     async def retarget(self, endpoint: str) -> None:
