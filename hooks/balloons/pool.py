@@ -201,7 +201,8 @@ class Pool:
         raise Exhausted(self._why(btype, member, None))
 
     def assign_fallback(self, member: Member) -> Balloon:
-        """Under onExhausted: Ignore, the default balloon takes the container, grown if it can be."""
+        """The default balloon takes a container that is not refused and that
+        no balloon of its type can hold (assign_anyway), grown if it can be."""
         btype = self.types[DEFAULT]
         for balloon in self.of_type(DEFAULT):
             self.resize(balloon, member.milli, joining=True)  # best effort: it may stay smaller than asked
@@ -214,11 +215,14 @@ class Pool:
         balloon.members[member.key] = member
         return balloon
 
-    def assign_running(self, member: Member, btype: BalloonType) -> Balloon:
-        """A running container (a rebuild's), which cannot be refused: when no
-        balloon of its type can take it in full, its pod's, else an empty one
-        (a minBalloons balloon left without CPUs), takes it, grown if it can
-        be, rather than the default balloon (assign_fallback)."""
+    def assign_anyway(self, member: Member, btype: BalloonType) -> Balloon:
+        """A container that is not refused: a running one (a rebuild's, one
+        reconcile adopts), or any under onExhausted: Ignore. When no balloon
+        of its type can take it in full (:meth:`assign`), its pod's, else an
+        empty one (a minBalloons balloon left without CPUs), takes it, grown
+        if it can be (later too: :meth:`grow_short`), rather than the
+        default balloon (assign_fallback): a pod's containers stay together,
+        on CPUs of their type."""
         try:
             return self.assign(member, btype)
         except Exhausted:

@@ -197,7 +197,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             "assigning container %s to balloon %s%s",
             member.label,
             self._state.pool.describe(balloon),
-            " (its own balloon type is exhausted; onExhausted: Ignore)" if fallback else "",
+            " (its balloon type cannot take it in full; onExhausted: Ignore)" if fallback else "",
             extra={"container": member.label, "balloon": balloon.name, "cpus": cpuset[0], "mems": cpuset[1],
                    "milli_cpus": milli, "fallback": fallback},
         )

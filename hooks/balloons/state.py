@@ -136,23 +136,32 @@ class Assignments:
 
     # -- changes ----------------------------------------------------------------------
 
-    def place(self, member: Member, pod: PodContext) -> tuple[Balloon, bool]:
-        """Assign a container; (balloon, True) when it only landed in the default
-        balloon because its own type was exhausted (onExhausted: Ignore).
-        Raises Exhausted (onExhausted: Fail) or UnknownBalloonType."""
+    def place(self, member: Member, pod: PodContext, running: bool = False) -> tuple[Balloon, bool]:
+        """Assign a container; (balloon, True) when its type could not take it
+        in full, under onExhausted: Ignore or ``running`` (a container found
+        running, which cannot be refused): in its pod's or an empty balloon of
+        its type, short of CPUs, or else in the default balloon (Pool.assign_anyway).
+        Raises Exhausted (onExhausted: Fail) or UnknownBalloonType (not ``running``:
+        then the default balloon's type)."""
         previous = self.pool.balloon_of(member.key)
         if previous is not None:  # a new attempt of a container whose stop we did not see
             self.pool.release(member.key)
             self.unsure.discard(member.key)
-        btype = self.pool.choose_type(pod)
+        try:
+            btype = self.pool.choose_type(pod)
+        except UnknownBalloonType as exc:
+            if not running:
+                raise
+            log.warning("%s; placing %s in the default balloon", exc, member.label, extra={"container": member.label})
+            btype = self.pool.types[DEFAULT]
         before = self._sizes()
         fallback = False
         try:
             balloon = self.pool.assign(member, btype)
         except Exhausted:
-            if self.config.on_exhausted == "Fail":
+            if self.config.on_exhausted == "Fail" and not running:
                 raise
-            balloon, fallback = self.pool.assign_fallback(member), True
+            balloon, fallback = self.pool.assign_anyway(member, btype), True
         finally:
             if previous is not None:  # after the new attempt took what it needs of its CPUs
                 self._grow_short()
@@ -255,14 +264,14 @@ class Assignments:
                     self.applied[member.key] = running
         for key, live in found.items():
             if self.pool.balloon_of(key) is None:
+                # Placed by its type as a restart places one not pinned: not refused.
                 member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
-                try:
-                    balloon, _ = self.place(member, live.pod)
-                except (Exhausted, UnknownBalloonType):
-                    balloon = self.pool.assign_fallback(member)
-                    self.pods[key] = live.pod
-                log.info("adopting running container %s into balloon %s", member.label, self.pool.describe(balloon),
-                         extra={"container": member.label, "balloon": balloon.name})
+                balloon, short = self.place(member, live.pod, running=True)
+                if live.spec_known and live.cpus:  # moved only if not on its balloon's CPUs already
+                    self.applied[key] = self._running(live.cpus, live.mems)
+                log.info("adopting running container %s into balloon %s%s", member.label, self.pool.describe(balloon),
+                         " (its balloon type cannot take it in full)" if short else "",
+                         extra={"container": member.label, "balloon": balloon.name, "fallback": short})
         # Every release and shrink grows them already; a pass makes sure.
         before = self._sizes()
         self._grow_short()
@@ -341,7 +350,7 @@ class Assignments:
             # A container that already runs cannot be refused, whatever
             # onExhausted says: if its type is exhausted it joins a balloon of
             # its type as it can, or goes to the default balloon.
-            balloon = pool.assign_running(item.member, btype)
+            balloon = pool.assign_anyway(item.member, btype)
             state.pods[item.member.key] = item.pod
             state.placed_at[item.member.key] = time.monotonic()
             if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ

@@ -1,6 +1,9 @@
-"""A balloon left with fewer CPUs than its containers request (none was free
-for it) grows as soon as CPUs are free again: not only when its members
-change. Machines as in test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
+"""Balloons short of the CPUs their containers request (none was free for
+them): a container its type cannot take in full and that is not refused (a
+running one reconcile adopts, any under onExhausted: Ignore) joins its pod's
+balloon of its type rather than the default one, and a short balloon grows
+as soon as CPUs are free again, not only when its members change. Machines
+as in test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
 """
 
 from __future__ import annotations
@@ -8,10 +11,15 @@ from __future__ import annotations
 import logging
 
 from cri_api.hookapi import api_pb2
+from hooks.balloons.config import PodContext
+from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
 
 from .test_hotplug import hook_on_sysfs, set_online
 from .test_server import FakeRuntime, request
+
+# One balloon of work, no maxCPUs: pod a's 7 CPUs fill the machine.
+ONE = {"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1}]}
 
 
 def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
@@ -54,3 +62,35 @@ async def test_a_balloon_left_without_cpus_grows_when_another_one_shrinks(tmp_pa
     assert await hook.apply_moves()
     assert balloons(hook)[1:] == [("work[0]", "1", ["c-a"]), ("default[0]", "2-3", ["c-b"])]
     assert runtime.updates[-1] == ("c-b", "2-3", "0")
+
+
+async def test_a_running_container_reconcile_adopts_joins_its_pods_balloon_though_it_cannot_grow(tmp_path, caplog) -> None:
+    """Refused under onExhausted: Fail, it went to the default balloon (no
+    CPU of its own: the reserved one) and was moved there, away from its pod."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, ONE)
+    await hook.pre_create_container(request("a", "app", shares=7 * 1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    runtime.live = [
+        FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset(range(1, 8)), "0-1", 7 * 1024),
+        FoundContainer("c-s", ("a", "side"), PodContext("apps", "pod-a", "side"), "a", frozenset(range(1, 8)), "0-1", 1024),
+    ]
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await hook.reconcile()
+    assert balloons(hook)[1:] == [("work[0]", "1-7", ["c-a", "c-s"])]
+    assert "adopting running container apps/pod-a/side into balloon work[0]" in caplog.text
+    assert "(its balloon type cannot take it in full)" in caplog.text
+    assert await hook.apply_moves() and runtime.updates == []  # it runs on its balloon's CPUs already
+
+
+async def test_a_pods_container_its_balloon_cannot_grow_for_joins_it_under_ignore(tmp_path) -> None:
+    """Rather than the default balloon, without any CPU (the reserved one),
+    apart from its pod."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, {**ONE, "onExhausted": "Ignore"})
+    await hook.pre_create_container(request("a", "app", shares=7 * 1024))
+    answer = await hook.pre_create_container(request("a", "side", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "1-7"
+    assert balloons(hook)[1:] == [("work[0]", "1-7", ["", ""])]
+    # Another pod still goes to the default balloon: work has no room for a balloon of its own.
+    answer = await hook.pre_create_container(request("b", "app", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "0"
+    assert balloons(hook)[2][0] == "default[0]"
