@@ -40,7 +40,8 @@ from .hotplug import HotplugWatch
 from .planning import UnknownBalloonType
 from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
-from .state import Assignments, Cpuset
+from .moves import Cpuset
+from .state import Assignments
 from .status import StatusServer, status_socket_for
 from .sync import RECONCILE_INTERVAL, RuntimeSync
 from .topology import Topology, TopologyError, format_cpuset
