@@ -219,6 +219,11 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED or not await self._release_exited(request.pod_meta.uid):
                     raise
                 cpuset = self._place(request, milli)
+            finally:
+                # What a refused attempt released (a previous attempt of the
+                # container, the pod's exited ones) went to no balloon short
+                # of CPUs: the retry came first. What it left goes now.
+                self._state.grow_short()
         self._moves_due.set()  # the balloon may have grown: its other containers move
         return _answer(cpuset)
 
@@ -233,7 +238,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             log.warning("cannot list a pod's containers to free its exited ones: %s", err.code().name,
                         extra={"pod_uid": pod_uid})
             return False
-        return self._state.release_exited(live, exited, pod_uid)
+        return self._state.release_exited(live, exited, pod_uid, grow=False)  # the retry comes first
 
     async def pre_start_container(self, request: api_pb2.ContainerResourceHookRequest) -> api_pb2.ContainerResourceHookResponse | None:
         await self._wait_ready()

@@ -82,17 +82,18 @@ class Assignments(MoveBook):
             balloon = self.pool.assign(member, btype)
         except Exhausted:
             if self.config.on_exhausted == "Fail" and not running:
-                raise
+                raise  # the previous attempt's CPUs stay free: the caller may retry (server.py)
             balloon, fallback = self.pool.assign_anyway(member, btype), True
-        finally:
-            if previous is not None:  # after the new attempt took what it needs of its CPUs
-                self._grow_short()
+        if previous is not None:  # after the new attempt took what it needs of its CPUs
+            self._grow_short()
         self.pods[member.key] = pod
         self.placed_at[member.key] = time.monotonic()
         self._log_resizes(before)
         return balloon, fallback
 
-    def release(self, key: ContainerKey, container_id: str = "", why: str = "") -> Balloon | None:
+    def release(self, key: ContainerKey, container_id: str = "", why: str = "", grow: bool = True) -> Balloon | None:
+        """``grow`` False: the CPUs freed stay free (for a placement retried
+        next, which then calls :meth:`grow_short`), short balloons do not grow."""
         balloon = self.pool.balloon_of(key)
         if balloon is None:
             return None
@@ -112,7 +113,8 @@ class Assignments(MoveBook):
             extra={"container": member.label, "container_id": member.container_id, "balloon": balloon.name,
                    **({"reason": why} if why else {})},
         )
-        self._grow_short()
+        if grow:
+            self._grow_short()
         self._log_resizes(before)
         return balloon
 
@@ -139,13 +141,15 @@ class Assignments(MoveBook):
         return True
 
     def release_exited(
-        self, live: Iterable[ContainerKey], exited: Iterable[ExitedContainer], pod_uid: str | None = None
+        self, live: Iterable[ContainerKey], exited: Iterable[ExitedContainer], pod_uid: str | None = None,
+        grow: bool = True,
     ) -> bool:
         """Release the members (only ``pod_uid``'s, if given) whose known
         container the runtime lists as exited with nothing live under their
         name: an init container that finished, a crash waiting for its
         restart (kubelet keeps them, no stop event comes). A member whose id
-        is unknown or another one is being re-created. True if any was."""
+        is unknown or another one is being re-created. True if any was.
+        ``grow``: as :meth:`release`'s."""
         live = set(live)
         gone = {(container.key, container.container_id) for container in exited}
         released = False
@@ -153,7 +157,7 @@ class Assignments(MoveBook):
             if pod_uid is not None and member.pod_uid != pod_uid:
                 continue
             if member.container_id and member.key not in live and (member.key, member.container_id) in gone:
-                self.release(member.key, member.container_id, why="it exited")
+                self.release(member.key, member.container_id, why="it exited", grow=grow)
                 released = True
         return released
 
@@ -303,6 +307,13 @@ class Assignments(MoveBook):
                 fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0), balloon.cpus - self.pool.reserved,
             ))
         return out
+
+    def grow_short(self) -> None:
+        """:meth:`_grow_short`, logged: after a placement retried on CPUs
+        released with ``grow`` False (server.py)."""
+        before = self._sizes()
+        self._grow_short()
+        self._log_resizes(before)
 
     def _grow_short(self) -> None:
         """CPUs were freed: balloons left short of them grow (Pool.grow_short),

@@ -12,7 +12,7 @@ import logging
 
 from cri_api.hookapi import api_pb2
 from hooks.balloons.config import PodContext
-from hooks.balloons.runtime import FoundContainer
+from hooks.balloons.runtime import ExitedContainer, FoundContainer
 from hooks.balloons.server import BalloonsHook
 
 from .test_hotplug import hook_on_sysfs, set_online
@@ -94,3 +94,62 @@ async def test_a_pods_container_its_balloon_cannot_grow_for_joins_it_under_ignor
     answer = await hook.pre_create_container(request("b", "app", shares=1024))
     assert answer.container_resources.cpuset_cpus == "0"
     assert balloons(hook)[2][0] == "default[0]"
+
+
+# -- a refused PreCreateContainer, retried once the pod's exited containers are released
+
+
+async def y_short_x_init(hook: BalloonsHook, runtime: FakeRuntime) -> None:
+    """Pod x's init container on work[0] 1-2, pod y's app on work[1] 3-7,
+    and y's side container, adopted, in y's balloon: one CPU short."""
+    await hook.pre_create_container(request("x", "init", shares=2 * 1024))
+    await hook.pre_start_container(request("x", "init", cid="c-xi"))
+    await hook.pre_create_container(request("y", "app", shares=5 * 1024))
+    await hook.pre_start_container(request("y", "app", cid="c-ya"))
+    pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
+    runtime.live = [
+        FoundContainer("c-xi", ("x", "init"), pod("x", "init"), "x", frozenset({1, 2}), "0", 2 * 1024),
+        FoundContainer("c-ya", ("y", "app"), pod("y", "app"), "y", frozenset(range(3, 8)), "0-1", 5 * 1024),
+        FoundContainer("c-ys", ("y", "side"), pod("y", "side"), "y", frozenset(range(1, 8)), "0-1", 1024),
+    ]
+    await hook.reconcile()
+    assert balloons(hook)[1:] == [("work[0]", "1-2", ["c-xi"]), ("work[1]", "3-7", ["c-ya", "c-ys"])]
+    runtime.live = runtime.live[1:]  # x's init container exits
+    runtime.exited = [ExitedContainer("c-xi", ("x", "init"))]
+
+
+async def test_a_refused_container_is_placed_on_retry_though_a_balloon_is_short(tmp_path) -> None:
+    """x's app, refused while x's exited init container still counts, is
+    placed on its CPUs once it is released; the CPU it leaves goes to y's
+    balloon after. The release gave both to y's balloon first: the retry
+    was refused again."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path)
+    await y_short_x_init(hook, runtime)
+    answer = await hook.pre_create_container(request("x", "app", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "1"
+    assert balloons(hook)[1:] == [("work[1]", "2-7", ["c-ya", "c-ys"]), ("work[0]", "1", [""])]
+
+
+async def test_a_new_attempt_refused_leaves_its_previous_attempts_cpus_to_the_retry(tmp_path) -> None:
+    """x's app was created (its stop unseen) with 1 CPU next to x's init
+    container: work[0] 1-3. A new attempt of it asks for 3: refused at
+    first, placed on 1-3 once the init container is released. Its previous
+    attempt's CPU went to y's short balloon before the refusal: too few left."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path)
+    await hook.pre_create_container(request("x", "init", shares=2 * 1024))
+    await hook.pre_start_container(request("x", "init", cid="c-xi"))
+    await hook.pre_create_container(request("x", "app", shares=1024))
+    await hook.pre_create_container(request("y", "app", shares=4 * 1024))
+    await hook.pre_start_container(request("y", "app", cid="c-ya"))
+    pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
+    runtime.live = [
+        FoundContainer("c-xi", ("x", "init"), pod("x", "init"), "x", frozenset({1, 2, 3}), "0", 2 * 1024),
+        FoundContainer("c-ya", ("y", "app"), pod("y", "app"), "y", frozenset(range(4, 8)), "1", 4 * 1024),
+        FoundContainer("c-ys", ("y", "side"), pod("y", "side"), "y", frozenset(range(1, 8)), "0-1", 1024),
+    ]
+    await hook.reconcile()
+    assert balloons(hook)[1:] == [("work[0]", "1-3", ["", "c-xi"]), ("work[1]", "4-7", ["c-ya", "c-ys"])]
+    runtime.live = runtime.live[1:]  # x's init container exits
+    runtime.exited = [ExitedContainer("c-xi", ("x", "init"))]
+    answer = await hook.pre_create_container(request("x", "app", shares=3 * 1024))
+    assert answer.container_resources.cpuset_cpus == "1-3"
