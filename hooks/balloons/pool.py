@@ -202,17 +202,16 @@ class Pool:
 
     def assign_fallback(self, member: Member) -> Balloon:
         """The default balloon takes a container that is not refused and that
-        no balloon of its type can hold (assign_anyway), grown if it can be."""
+        no balloon of its type can hold (assign_anyway), grown as far as CPUs
+        are free."""
         btype = self.types[DEFAULT]
-        for balloon in self.of_type(DEFAULT):
-            self.resize(balloon, member.milli, joining=True)  # best effort: it may stay smaller than asked
-            balloon.members[member.key] = member
-            return balloon
-        balloon = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus)) or self._new_balloon(btype, 0)
+        balloon = next(iter(self.of_type(DEFAULT)), None)
+        if balloon is None:
+            balloon = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus)) or self._new_balloon(btype, 0)
         if balloon is None:  # maxBalloons: 0 balloons allowed would be odd, but do not lose the container
             balloon = Balloon(btype, len(self.of_type(DEFAULT)), frozenset())
             self.balloons.append(balloon)
-        balloon.members[member.key] = member
+        self._join_short(balloon, member)
         return balloon
 
     def assign_anyway(self, member: Member, btype: BalloonType) -> Balloon:
@@ -220,9 +219,9 @@ class Pool:
         reconcile adopts), or any under onExhausted: Ignore. When no balloon
         of its type can take it in full (:meth:`assign`), its pod's, else an
         empty one (a minBalloons balloon left without CPUs), takes it, grown
-        if it can be (later too: :meth:`grow_short`), rather than the
-        default balloon (assign_fallback): a pod's containers stay together,
-        on CPUs of their type."""
+        as far as CPUs are free (later too: :meth:`grow_short`), rather than
+        the default balloon (assign_fallback): a pod's containers stay
+        together, on CPUs of their type."""
         try:
             return self.assign(member, btype)
         except Exhausted:
@@ -231,9 +230,18 @@ class Pool:
         home = next((b for b in room if b.has_pod(member.pod_uid)), None) or next((b for b in room if not b.members), None)
         if home is None:
             return self.assign_fallback(member)
-        self.resize(home, member.milli, joining=True)  # best effort, as assign_fallback
-        home.members[member.key] = member
+        self._join_short(home, member)
         return home
+
+    def _join_short(self, balloon: Balloon, member: Member) -> None:
+        """``member`` joins ``balloon``, which grows to its target, or as far as CPUs are free."""
+        balloon.members[member.key] = member
+        self.resize_short(balloon)
+
+    def resize_short(self, balloon: Balloon) -> None:
+        """Bring the balloon to its target size, or grow it as far as CPUs are free."""
+        if not self.resize(balloon):
+            self._take_free(balloon)
 
     def _why(self, btype: BalloonType, member: Member, balloon: Balloon | None) -> str:
         count = len(self.of_type(btype.name))
@@ -314,10 +322,9 @@ class Pool:
 
     def grow_short(self) -> list[Balloon]:
         """Grow the balloons whose containers hold fewer CPUs than they request
-        (none was free when they were placed or re-planned) from the CPUs free
-        now, those without any CPU first: their containers run on the reserved
-        ones. Otherwise only a change of their members would grow them. The
-        balloons grown."""
+        (too few were free when they were placed or re-planned, and they took
+        those) from the CPUs freed since, those without any CPU first: their
+        containers run on the reserved ones. The balloons grown."""
         short = [b for b in self.balloons if b.members and not b.fixed and len(b.cpus) < b.target_size()]
         grown = []
         for balloon in sorted(short, key=lambda b: (bool(b.cpus), b.target_size() - len(b.cpus))):

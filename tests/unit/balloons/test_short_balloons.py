@@ -153,3 +153,34 @@ async def test_a_new_attempt_refused_leaves_its_previous_attempts_cpus_to_the_re
     runtime.exited = [ExitedContainer("c-xi", ("x", "init"))]
     answer = await hook.pre_create_container(request("x", "app", shares=3 * 1024))
     assert answer.container_resources.cpuset_cpus == "1-3"
+
+
+# -- as far as CPUs are free: a balloon takes those there are, not all or none
+
+
+async def test_a_pods_container_joining_a_short_balloon_takes_the_cpus_free(tmp_path) -> None:
+    """a's 5 CPUs leave 2-3 free; a's side container asks for 3 more: its
+    balloon takes 2-3 rather than staying on 1,4-7 (and moving both
+    containers at the next grow)."""
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ONE, "onExhausted": "Ignore"})
+    answer = await hook.pre_create_container(request("a", "app", shares=5 * 1024))
+    assert answer.container_resources.cpuset_cpus == "1,4-7"
+    answer = await hook.pre_create_container(request("a", "side", shares=3 * 1024))
+    assert answer.container_resources.cpuset_cpus == "1-7"
+
+
+async def test_the_default_balloon_takes_the_cpus_free_for_a_container_its_type_cannot_take(tmp_path) -> None:
+    """Made for b (3 CPUs asked, 2 free) it gets those 2, not none (the
+    reserved CPU); joined by c it grows by as many as are free."""
+    config = {**ONE, "onExhausted": "Ignore"}
+    hook, _, _ = await hook_on_sysfs(tmp_path, config)
+    await hook.pre_create_container(request("a", "app", shares=5 * 1024))
+    answer = await hook.pre_create_container(request("b", "app", shares=3 * 1024))
+    assert answer.container_resources.cpuset_cpus == "2-3"
+    assert balloons(hook)[2] == ("default[0]", "2-3", [""])
+    hook, _, _ = await hook_on_sysfs(tmp_path / "joined", {**config, "balloonTypes": [{**ONE["balloonTypes"][0], "maxCPUs": 4}]})
+    await hook.pre_create_container(request("a", "app", shares=4 * 1024))
+    answer = await hook.pre_create_container(request("b", "app", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "1"
+    answer = await hook.pre_create_container(request("c", "app", shares=3 * 1024))
+    assert answer.container_resources.cpuset_cpus == "1-3"
