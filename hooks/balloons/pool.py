@@ -218,16 +218,19 @@ class Pool:
         """A container that is not refused: a running one (a rebuild's, one
         reconcile adopts), or any under onExhausted: Ignore. When no balloon
         of its type can take it in full (:meth:`assign`), its pod's, else an
-        empty one (a minBalloons balloon left without CPUs), takes it, grown
-        as far as CPUs are free (later too: :meth:`grow_short`), rather than
-        the default balloon (assign_fallback): a pod's containers stay
-        together, on CPUs of their type."""
+        empty one (a minBalloons balloon left without CPUs), else a new one
+        if its type has room for it, takes it, grown as far as CPUs are free
+        (later too: :meth:`grow_short`), rather than the default balloon
+        (assign_fallback): a pod's containers stay together, on CPUs of
+        their type. All within maxCPUs."""
         try:
             return self.assign(member, btype)
         except Exhausted:
             pass
         room = [b for b in self.of_type(btype.name) if b.fits(member.milli)]
         home = next((b for b in room if b.has_pod(member.pod_uid)), None) or next((b for b in room if not b.members), None)
+        if home is None and (not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus):
+            home = self._new_balloon(btype, 0)  # None when its type has no room for another
         if home is None:
             return self.assign_fallback(member)
         self._join_short(home, member)

@@ -330,9 +330,9 @@ def test_a_container_whose_cpus_went_offline_joins_its_types_empty_balloon() -> 
 
 def test_running_containers_their_type_cannot_take_join_their_pods_balloon_else_an_empty_one() -> None:
     """No CPU free after a's first container took 1-3: the others went to the
-    default balloon."""
+    default balloon. c still does: work has no room for a third balloon."""
     config = parse_config({"reservedResources": {"cpu": "cpuset:0"},
-                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "minBalloons": 2}]})
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "minBalloons": 2, "maxBalloons": 2}]})
     four = Topology.synthetic(1, 1, 4, 1)
     first = Restored(Member(("a", "one"), "apps", "a", 3000, "c-a1"), PodContext("apps", "a", "one"), frozenset({1, 2, 3}))
     state = Assignments.rebuild(config, four, [first, placed("a", four.all_cpus), *(placed(uid, four.all_cpus) for uid in "bc")])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from cri_api.hookapi import api_pb2
 from hooks.balloons.config import PodContext
 from hooks.balloons.runtime import ExitedContainer, FoundContainer
@@ -28,8 +30,9 @@ def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
 
 async def b_left_without_cpus(hook: BalloonsHook, runtime: FakeRuntime, root) -> None:
     """Pod a on 1-3, pod b on 4-7; 4-7 go offline: b, placed anew, finds no
-    CPU free and lands in the default balloon, which gets none (b runs on
-    the reserved CPU 0)."""
+    CPU free and takes a balloon of its type that gets none (b runs on the
+    reserved CPU 0): work has room for a second balloon (it went to the
+    default balloon, away from its type)."""
     for uid, shares in (("a", 3 * 1024), ("b", 4 * 1024)):
         await hook.pre_create_container(request(uid, "app", shares=shares))
         await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
@@ -38,7 +41,7 @@ async def b_left_without_cpus(hook: BalloonsHook, runtime: FakeRuntime, root) ->
     set_online(root, "0-3")
     await hook.reconcile()
     assert await hook.apply_moves()
-    assert balloons(hook)[1:] == [("work[0]", "1-3", ["c-a"]), ("default[0]", "", ["c-b"])]
+    assert balloons(hook)[1:] == [("work[0]", "1-3", ["c-a"]), ("work[1]", "", ["c-b"])]
     assert runtime.updates[-1] == ("c-b", "0", "0")
 
 
@@ -49,9 +52,9 @@ async def test_a_balloon_left_without_cpus_grows_when_another_balloon_goes(tmp_p
         await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="a")))
         assert await hook.apply_moves()
     # As far as CPUs are free: 3 of the 4 b requests.
-    assert balloons(hook)[1:] == [("default[0]", "1-3", ["c-b"])]
+    assert balloons(hook)[1:] == [("work[1]", "1-3", ["c-b"])]
     assert runtime.updates[-1] == ("c-b", "1-3", "0")
-    assert "balloon default[0]" in caplog.text and "grows from the CPUs free now to 3 of the 4 CPUs" in caplog.text
+    assert "balloon work[1]" in caplog.text and "grows from the CPUs free now to 3 of the 4 CPUs" in caplog.text
 
 
 async def test_a_balloon_left_without_cpus_grows_when_another_one_shrinks(tmp_path) -> None:
@@ -60,7 +63,7 @@ async def test_a_balloon_left_without_cpus_grows_when_another_one_shrinks(tmp_pa
     await b_left_without_cpus(hook, runtime, root)
     await hook.pre_update_container_resources(request("a", "app", shares=1024, cid="c-a"))
     assert await hook.apply_moves()
-    assert balloons(hook)[1:] == [("work[0]", "1", ["c-a"]), ("default[0]", "2-3", ["c-b"])]
+    assert balloons(hook)[1:] == [("work[0]", "1", ["c-a"]), ("work[1]", "2-3", ["c-b"])]
     assert runtime.updates[-1] == ("c-b", "2-3", "0")
 
 
@@ -184,3 +187,20 @@ async def test_the_default_balloon_takes_the_cpus_free_for_a_container_its_type_
     assert answer.container_resources.cpuset_cpus == "1"
     answer = await hook.pre_create_container(request("c", "app", shares=3 * 1024))
     assert answer.container_resources.cpuset_cpus == "1-3"
+
+
+# -- within maxCPUs
+
+
+@pytest.mark.parametrize("max_balloons, uid, name, shares", [(1, "a", "side", 1024), (2, "b", "app", 3 * 1024)])
+async def test_a_container_its_type_cannot_take_within_max_cpus_goes_to_the_default_balloon(
+    tmp_path, max_balloons: int, uid: str, name: str, shares: int
+) -> None:
+    """a's side container does not fit in a's balloon (maxCPUs 2) and work
+    has no room for another balloon; b's 3 CPUs fit in no balloon of work:
+    the default balloon takes them, not a balloon of work beyond maxCPUs."""
+    work = {"name": "work", "namespaces": ["*"], "maxBalloons": max_balloons, "maxCPUs": 2}
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ONE, "onExhausted": "Ignore", "balloonTypes": [work]})
+    await hook.pre_create_container(request("a", "app", shares=2 * 1024, cid="c-a"))
+    await hook.pre_create_container(request(uid, name, shares=shares, cid="c-x"))
+    assert [(name, ids) for name, _, ids in balloons(hook)] == [("reserved[0]", []), ("work[0]", ["c-a"]), ("default[0]", ["c-x"])]
