@@ -132,11 +132,15 @@ class Assignments(MoveBook):
         old = member.milli
         before = self._sizes()
         member.milli = milli
-        if not balloon.fits(0) or not self.pool.resize(balloon):
+        if milli < old:
+            # Always taken: a balloon short of CPUs may still be short of the
+            # lower request; it shrinks, or takes what is free, and the CPUs
+            # it gives back go to the balloons short of them.
+            self.pool.resize_short(balloon)
+            self._grow_short()
+        elif not balloon.fits(0) or not self.pool.resize(balloon):
             member.milli = old
             return False
-        if milli < old:
-            self._grow_short()
         self._log_resizes(before)
         return True
 

@@ -16,6 +16,7 @@ from cri_api.hookapi import api_pb2
 from hooks.balloons.config import PodContext
 from hooks.balloons.runtime import ExitedContainer, FoundContainer
 from hooks.balloons.server import BalloonsHook
+from hooks.balloons.topology import parse_cpuset
 
 from .test_hotplug import hook_on_sysfs, set_online
 from .test_server import FakeRuntime, request
@@ -204,3 +205,27 @@ async def test_a_container_its_type_cannot_take_within_max_cpus_goes_to_the_defa
     await hook.pre_create_container(request("a", "app", shares=2 * 1024, cid="c-a"))
     await hook.pre_create_container(request(uid, name, shares=shares, cid="c-x"))
     assert [(name, ids) for name, _, ids in balloons(hook)] == [("reserved[0]", []), ("work[0]", ["c-a"]), ("default[0]", ["c-x"])]
+
+
+# -- requests lowered, CPUs freed
+
+
+async def test_a_container_in_a_short_balloon_lowers_its_request(tmp_path) -> None:
+    """a's balloon holds 7 of the 9 CPUs a's containers request. The side
+    container's lower request was refused (its balloon could not reach the
+    lower target either) and the old one kept; now it is taken, and a
+    request below what the balloon holds shrinks it."""
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, ONE)
+    await hook.pre_create_container(request("a", "app", shares=6 * 1024))
+    await hook.pre_start_container(request("a", "app", cid="c-a"))
+    runtime.live = [
+        FoundContainer("c-a", ("a", "app"), PodContext("apps", "pod-a", "app"), "a", frozenset(range(1, 7)), "0-1", 6 * 1024),
+        FoundContainer("c-s", ("a", "side"), PodContext("apps", "pod-a", "side"), "a", frozenset(range(1, 8)), "0-1", 3 * 1024),
+    ]
+    await hook.reconcile()
+    assert balloons(hook)[1:] == [("work[0]", "1-7", ["c-a", "c-s"])]
+    answer = await hook.pre_update_container_resources(request("a", "side", shares=2 * 1024, cid="c-s"))
+    assert answer.container_resources.cpuset_cpus == "1-7"
+    assert hook.status()["balloons"][1]["requested_milli_cpus"] == 8000
+    answer = await hook.pre_update_container_resources(request("a", "app", shares=4 * 1024, cid="c-a"))
+    assert len(parse_cpuset(answer.container_resources.cpuset_cpus)) == 6
