@@ -36,10 +36,11 @@ class Restored:
     # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
     # under way across the re-plan is then taken for applied, as it is.
     answers: int = 0
-    # A re-plan's: its balloon's own CPUs, where it goes when it is not known
-    # to run on them (``cpus`` empty: its move refused or unsure), rather
+    # A re-plan's, set only for a container not known to run on the balloon
+    # it was given (its move there refused, or unsure): that balloon's type
+    # and own CPUs. It goes back there if its type is still that one, rather
     # than placed anew, which would move the containers of that balloon.
-    planned: frozenset[int] = frozenset()
+    planned: tuple[str, frozenset[int]] | None = None
 
 
 class Assignments(MoveBook):
@@ -253,8 +254,10 @@ class Assignments(MoveBook):
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if pinned:
                 cpus -= shared
-            else:  # its balloon's CPUs still there, if it had one; else placed anew, below
-                cpus = item.planned & pool.available
+            elif item.planned and item.planned[0] == btype.name:  # its balloon's CPUs still there
+                cpus = item.planned[1] & pool.available
+            else:  # placed anew, below
+                cpus = frozenset()
             balloon = pool.restore(item.member, btype, cpus) if cpus else None
             if balloon is None:  # not pinned, or its type has no room left
                 fresh.append((item, btype))
@@ -265,7 +268,8 @@ class Assignments(MoveBook):
                 state.applied[key] = state._running(item.cpus, item.mems)
             where = (
                 f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else
-                f"its balloon had cpus {format_cpuset(item.planned)}; its move there was refused or may not have been applied"
+                f"its balloon had cpus {format_cpuset(item.planned[1] if item.planned else frozenset())}; "
+                "its move there was refused or may not have been applied"
             )
             log.info("restoring container %s to balloon %s (%s)", item.member.label, balloon.name, where,
                      extra={"container": item.member.label, "balloon": balloon.name})
@@ -298,17 +302,26 @@ class Assignments(MoveBook):
         """Every container as it runs now, to rebuild with another config (one
         whose move is unsure as not pinned). One on every CPU of this plan's
         machine is not pinned either: after CPUs came online that would no
-        longer be every CPU. Unlike a restart's, these go back to the balloon
-        they were given (``planned``), which the rebuild moves them to."""
+        longer be every CPU. Unlike a restart's, one not known to run on the
+        balloon it was given (its move refused or unsure) goes back to it
+        (``planned``), which the rebuild moves it to."""
         out = []
         for balloon, member in self.pool.members():
-            cpus, mems = self.applied.get(member.key, ("", "")) if member.key not in self.unsure else ("", "")
+            key = member.key
+            cpus, mems = self.applied.get(key, ("", "")) if key not in self.unsure else ("", "")
             pinned = parse_cpuset(cpus)
             if self.topology.all_cpus <= pinned:
                 pinned = frozenset()
-            fresh = Member(member.key, member.namespace, member.pod_name, member.milli, member.container_id)
+            # Not known to run on its balloon: its move unsure, no cpuset given
+            # (a first move refused), or with pinCPU on every CPU. A cpuset
+            # without CPUs says nothing under pinCPU: false, which names none.
+            astray = key in self.unsure or (
+                key not in self.applied and self.target(key) != ("", "")
+            ) or (self.config.pin_cpu and not pinned)
+            fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
             out.append(Restored(
-                fresh, self.pods[member.key], pinned, mems, self.answers.get(member.key, 0), balloon.cpus - self.pool.reserved,
+                fresh, self.pods[key], pinned, mems, self.answers.get(key, 0),
+                (balloon.btype.name, balloon.cpus - self.pool.reserved) if astray else None,
             ))
         return out
 

@@ -107,6 +107,44 @@ async def test_a_container_whose_move_was_refused_keeps_its_balloon_after_hotplu
     assert runtime.updates[1:] == [("c-c", "1-3", "0")]
 
 
+def test_a_container_refused_its_move_is_placed_anew_when_a_reload_changed_its_type(caplog) -> None:
+    """b's side container (first seen at its start) was refused its move to
+    default[0], then b's app joined it: 1-3. A reload gives side containers
+    a type of their own: side is placed anew there, and app keeps its CPUs.
+    Taken for its old balloon's, they made side[0], and app, restored after,
+    got what was left (2-3, not the 1-2 it keeps now)."""
+    base = {"reservedResources": {"cpu": "cpuset:0"}}
+    side = {"name": "side", "matchExpressions": [{"key": "name", "operator": "In", "values": ["side"]}]}
+    topology = Topology.synthetic(1, 2, 4, 1)
+    state = Assignments(parse_config(base), topology)
+    pod = lambda name: PodContext("apps", "pod-b", name)  # noqa: E731
+    state.place(Member(("b", "side"), "apps", "pod-b", 1000, "c-s"), pod("side"))
+    state.place(Member(("b", "app"), "apps", "pod-b", 2000, "c-a"), pod("app"))
+    state.given(("b", "app"), ("1-3", "0"))
+    [move] = state.moves()
+    state.not_moved(move)
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        again = state.replan(parse_config({**base, "balloonTypes": [side]}), topology)
+    assert {b.name: format_cpuset(b.cpus) for b in again.pool.balloons} == {"reserved[0]": "0", "default[0]": "1-2", "side[0]": "3"}
+    assert "assigning running container apps/pod-b/side to balloon side[0]" in caplog.text
+    assert "refused" not in caplog.text
+
+
+def test_a_reload_with_pin_cpu_false_does_not_take_containers_for_refused_their_move(caplog) -> None:
+    """With pinCPU: false no cpuset names CPUs: every container was logged as
+    one whose move was refused, at every reload and hotplug."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"]}]})
+    topology = Topology.synthetic(1, 2, 4, 1)
+    state = Assignments(config, topology)
+    state.place(Member(("a", "app"), "apps", "pod-a", 1000, "c-a"), PodContext("apps", "pod-a", "app"))
+    state.given(("a", "app"), state.target(("a", "app")))
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        state.replan(config, topology)
+    assert "assigning running container apps/pod-a/app to balloon work[0]" in caplog.text
+    assert "refused" not in caplog.text
+
+
 async def reserved_kept_after_a_restart(
     hook: BalloonsHook, tmp_path: Path, root: Path, config: dict[str, Any], reserved: str
 ) -> None:
