@@ -199,10 +199,6 @@ class Assignments(MoveBook):
                 log.info("adopting running container %s into balloon %s%s", member.label, self.pool.describe(balloon),
                          " (its balloon type cannot take it in full)" if short else "",
                          extra={"container": member.label, "balloon": balloon.name, "fallback": short})
-        # Every release and shrink grows them already; a pass makes sure.
-        before = self._sizes()
-        self._grow_short()
-        self._log_resizes(before)
 
     def _running(self, cpus: frozenset[int], mems: str) -> Cpuset:
         """A cpuset read from a container's spec, as target() writes it (the

@@ -125,12 +125,16 @@ def check(seed: int, before: Assignments, after: Assignments, problems: dict[str
 
 
 def check_balloons(seed: int, state: Assignments, problems: dict[str, list[int]]) -> None:
-    """No CPU in two balloons; none in the default balloon that an empty one of its type could hold."""
+    """No CPU in two balloons; none in the default balloon that an empty one of
+    its type could hold; no balloon short of CPUs while some are free (a
+    rebuild's end needs no grow_short)."""
     owned: set[int] = set()
     for balloon in state.pool.balloons:
         if balloon.cpus & owned:
             problems["a CPU in two balloons"].append(seed)
         owned |= balloon.cpus
+        if state.pool.free and balloon.members and not balloon.fixed and len(balloon.cpus) < balloon.target_size():
+            problems["short beside free CPUs"].append(seed)
     for balloon in state.pool.of_type(DEFAULT):
         for key, member in balloon.members.items():
             btype = state.pool.choose_type(state.pods[key])
@@ -169,7 +173,8 @@ def pinned_moves(before: Assignments, after: Assignments, fresh: set[tuple[str, 
     )
 
 
-KINDS = ("a CPU in two balloons", "reserved CPUs changed", "pods regrouped", "in default, its type's balloon empty", "moves")
+KINDS = ("a CPU in two balloons", "reserved CPUs changed", "pods regrouped", "in default, its type's balloon empty", "moves",
+         "short beside free CPUs")
 
 
 def test_a_restart_keeps_the_reserved_cpus_and_the_balloons_and_moves_nothing() -> None:
