@@ -13,12 +13,15 @@ import logging
 import pytest
 
 from cri_api.hookapi import api_pb2
-from hooks.balloons.config import PodContext
+from hooks.balloons.balloon import Member
+from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.pool import Pool
 from hooks.balloons.runtime import ExitedContainer, FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.topology import parse_cpuset
+from hooks.balloons.state import Assignments
+from hooks.balloons.topology import Topology, parse_cpuset
 
-from .test_hotplug import hook_on_sysfs, set_online
+from .test_hotplug import WORK, hook_on_sysfs, set_online
 from .test_server import FakeRuntime, request
 
 # One balloon of work, no maxCPUs: pod a's 7 CPUs fill the machine.
@@ -229,3 +232,31 @@ async def test_a_container_in_a_short_balloon_lowers_its_request(tmp_path) -> No
     assert hook.status()["balloons"][1]["requested_milli_cpus"] == 8000
     answer = await hook.pre_update_container_resources(request("a", "app", shares=4 * 1024, cid="c-a"))
     assert len(parse_cpuset(answer.container_resources.cpuset_cpus)) == 6
+
+
+def test_a_new_attempt_that_needs_fewer_cpus_leaves_the_rest_to_a_short_balloon() -> None:
+    """a's app (3 CPUs) is created again, its stop unseen, asking for 1: the
+    2 CPUs its previous attempt held go to b's balloon, short of one."""
+    config = parse_config({**ONE, "onExhausted": "Ignore", "balloonTypes": [WORK["balloonTypes"][0]]})
+    state = Assignments(config, Topology.synthetic(1, 2, 4, 1))
+    pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
+    for uid, name, milli in (("a", "app", 3000), ("b", "app", 4000), ("b", "side", 1000)):
+        state.place(Member((uid, name), "apps", f"pod-{uid}", milli), pod(uid, name))
+    assert [len(b.cpus) for b in state.pool.balloons] == [1, 3, 4]
+    state.place(Member(("a", "app"), "apps", "pod-a", 1000), pod("a", "app"))
+    assert {b.name: (len(b.cpus), b.target_size()) for b in state.pool.balloons} == {
+        "reserved[0]": (1, 0), "work[0]": (1, 1), "work[1]": (5, 5)
+    }
+
+
+def test_cpus_freed_go_first_to_short_balloons_without_any() -> None:
+    """Their containers run on the reserved CPUs; a balloon short of as many
+    but with CPUs of its own waits."""
+    pool = Pool(parse_config(ONE | {"balloonTypes": [{"name": "work", "namespaces": ["*"]}]}), Topology.synthetic(1, 2, 4, 1))
+    work = pool.types["work"]
+    some, none, full = (pool._new_balloon(work, size) for size in (1, 0, 5))
+    for balloon, milli in ((some, 3000), (none, 2000), (full, 5000)):
+        balloon.members[("x", balloon.name)] = Member(("x", balloon.name), "apps", "pod-x", milli)
+    assert len(pool.free) == 1
+    assert pool.grow_short() == [none]
+    assert (len(some.cpus), len(none.cpus)) == (1, 1)
