@@ -36,11 +36,14 @@ class Restored:
     # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
     # under way across the re-plan is then taken for applied, as it is.
     answers: int = 0
-    # A re-plan's, set only for a container not known to run on the balloon
-    # it was given (its move there refused, or unsure): that balloon's type
-    # and own CPUs. It goes back there if its type is still that one, rather
-    # than placed anew, which would move the containers of that balloon.
+    # A re-plan's, set for a container whose cpuset does not tell its
+    # balloon (under pinCPU: false, which names no CPUs, or ``astray``): that
+    # balloon's type and own CPUs. It goes back there if its type is still
+    # that one, rather than placed anew, which would move it (its memory too)
+    # and the containers of that balloon.
     planned: tuple[str, frozenset[int]] | None = None
+    # Not known to run on the balloon it was given: its move there refused, or unsure.
+    astray: bool = False
 
 
 class Assignments(MoveBook):
@@ -260,12 +263,10 @@ class Assignments(MoveBook):
                 continue
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
-            if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ
-                state.applied[key] = state._running(item.cpus, item.mems)
-            where = (
-                f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else
-                f"its balloon had cpus {format_cpuset(item.planned[1] if item.planned else frozenset())}; "
-                "its move there was refused or may not have been applied"
+            state._record_running(item)
+            where = f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else (
+                f"its balloon had cpus {format_cpuset(item.planned[1] if item.planned else frozenset())}"
+                + ("; its move there was refused or may not have been applied" if item.astray else "")
             )
             log.info("restoring container %s to balloon %s (%s)", item.member.label, balloon.name, where,
                      extra={"container": item.member.label, "balloon": balloon.name})
@@ -279,8 +280,7 @@ class Assignments(MoveBook):
             balloon = pool.assign_anyway(item.member, btype)
             state.pods[item.member.key] = item.pod
             state.placed_at[item.member.key] = time.monotonic()
-            if item.cpus:  # what it runs on, when known: moved only if its balloon's CPUs differ
-                state.applied[item.member.key] = state._running(item.cpus, item.mems)
+            state._record_running(item)
             log.info(
                 "assigning running container %s to balloon %s",
                 item.member.label,
@@ -288,6 +288,11 @@ class Assignments(MoveBook):
                 extra={"container": item.member.label, "balloon": balloon.name},
             )
         return state
+
+    def _record_running(self, item: Restored) -> None:
+        """What ``item`` runs on, when known: it is moved only if its balloon's cpuset differs."""
+        if item.cpus:
+            self.applied[item.member.key] = self._running(item.cpus, item.mems)
 
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
         """These containers, as they run now, on another config (a reload) or
@@ -300,7 +305,8 @@ class Assignments(MoveBook):
         machine is not pinned either: after CPUs came online that would no
         longer be every CPU. Unlike a restart's, one not known to run on the
         balloon it was given (its move refused or unsure) goes back to it
-        (``planned``), which the rebuild moves it to."""
+        (``planned``), which the rebuild moves it to; so does every one under
+        pinCPU: false, whose cpuset names no CPUs to find its balloon by."""
         out = []
         for balloon, member in self.pool.members():
             key = member.key
@@ -314,10 +320,11 @@ class Assignments(MoveBook):
             astray = key in self.unsure or (
                 key not in self.applied and self.target(key) != ("", "")
             ) or (self.config.pin_cpu and not pinned)
+            back = astray or not self.config.pin_cpu
             fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
             out.append(Restored(
                 fresh, self.pods[key], pinned, mems, self.answers.get(key, 0),
-                (balloon.btype.name, balloon.cpus - self.pool.reserved) if astray else None,
+                (balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray,
             ))
         return out
 

@@ -130,21 +130,6 @@ def test_a_container_refused_its_move_is_placed_anew_when_a_reload_changed_its_t
     assert "refused" not in caplog.text
 
 
-def test_a_reload_with_pin_cpu_false_does_not_take_containers_for_refused_their_move(caplog) -> None:
-    """With pinCPU: false no cpuset names CPUs: every container was logged as
-    one whose move was refused, at every reload and hotplug."""
-    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
-                           "balloonTypes": [{"name": "work", "namespaces": ["*"]}]})
-    topology = Topology.synthetic(1, 2, 4, 1)
-    state = Assignments(config, topology)
-    state.place(Member(("a", "app"), "apps", "pod-a", 1000, "c-a"), PodContext("apps", "pod-a", "app"))
-    state.given(("a", "app"), state.target(("a", "app")))
-    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
-        state.replan(config, topology)
-    assert "assigning running container apps/pod-a/app to balloon work[0]" in caplog.text
-    assert "refused" not in caplog.text
-
-
 async def reserved_kept_after_a_restart(
     hook: BalloonsHook, tmp_path: Path, root: Path, config: dict[str, Any], reserved: str
 ) -> None:

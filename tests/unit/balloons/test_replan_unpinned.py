@@ -1,0 +1,58 @@
+"""A re-plan (hotplug, a reload) under pinCPU: false: no cpuset names CPUs,
+so none tells which balloon a container runs on. Each goes back to the
+balloon it was given, and is moved only if that balloon's memory nodes
+changed. Machines as in test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hooks.balloons.balloon import Member
+from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.state import Assignments
+from hooks.balloons.topology import Topology, format_cpuset
+
+TWO_NODES = Topology.synthetic(1, 2, 4, 1)
+
+
+def unpinned(**work: object) -> Assignments:
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], **work}]})
+    return Assignments(config, TWO_NODES)
+
+
+def place(state: Assignments, uid: str, milli: int) -> None:
+    key = (uid, "app")
+    state.place(Member(key, "apps", f"pod-{uid}", milli, f"c-{uid}"), PodContext("apps", f"pod-{uid}", "app"))
+    state.given(key, state.target(key))
+
+
+def layout(state: Assignments) -> list[tuple[str, str, list[str]]]:
+    return [(b.name, format_cpuset(b.cpus), [k[0] for k in b.members]) for b in state.pool.balloons]
+
+
+def test_a_reload_keeps_each_container_in_its_balloon_on_its_numa_node() -> None:
+    """a's balloon went, and b's stayed on node 1 (4-5). Placed anew, b took
+    a balloon on node 0, where the free CPUs fit it most tightly: its memory
+    moved from node 1 to node 0, at every reload and hotplug after such a
+    release."""
+    state = unpinned(preferNewBalloons=True)
+    place(state, "a", 3000)
+    place(state, "b", 2000)
+    state.release(("a", "app"))
+    assert layout(state)[1:] == [("work[1]", "4-5", ["b"])]
+    again = state.replan(state.config, TWO_NODES)
+    assert [cpus for _, cpus, _ in layout(again)] == ["0", "4-5"]
+    assert again.target(("b", "app")) == ("", "1")
+
+
+def test_a_reload_under_pin_cpu_false_does_not_take_containers_for_refused_their_move(caplog) -> None:
+    """No cpuset names CPUs: every container was logged as one whose move
+    was refused, at every reload and hotplug."""
+    state = unpinned()
+    place(state, "a", 1000)
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        state.replan(state.config, TWO_NODES)
+    assert "restoring container apps/pod-a/app to balloon work[0] (its balloon had cpus 1)" in caplog.text
+    assert "refused" not in caplog.text
