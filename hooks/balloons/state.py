@@ -290,8 +290,10 @@ class Assignments(MoveBook):
         return state
 
     def _record_running(self, item: Restored) -> None:
-        """What ``item`` runs on, when known: it is moved only if its balloon's cpuset differs."""
-        if item.cpus:
+        """What ``item`` runs on, when known: it is moved only if its balloon's
+        cpuset differs. Under pinCPU: false a cpuset names no CPUs, and its
+        memory nodes alone say it (else every re-plan moved every container)."""
+        if item.cpus or (not self.config.pin_cpu and item.mems):
             self.applied[item.member.key] = self._running(item.cpus, item.mems)
 
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:

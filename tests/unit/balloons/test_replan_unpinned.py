@@ -47,6 +47,17 @@ def test_a_reload_keeps_each_container_in_its_balloon_on_its_numa_node() -> None
     assert again.target(("b", "app")) == ("", "1")
 
 
+def test_a_reload_with_the_same_config_moves_no_container() -> None:
+    """Each was recorded as running on nothing known (its cpuset names no
+    CPUs): the re-plan sent every container a move to what it had."""
+    state = unpinned()
+    for uid in "ab":
+        place(state, uid, 1000)
+    again = state.replan(state.config, TWO_NODES)
+    assert layout(again) == layout(state)
+    assert again.moves() == []
+
+
 def test_a_reload_under_pin_cpu_false_does_not_take_containers_for_refused_their_move(caplog) -> None:
     """No cpuset names CPUs: every container was logged as one whose move
     was refused, at every reload and hotplug."""
