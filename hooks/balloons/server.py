@@ -190,6 +190,11 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         except Exhausted as exc:
             log.error("refusing container %s: %s", member.label, exc, extra={"container": member.label})
             raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {exc}") from None
+        # What a refused attempt released (a previous attempt of the container,
+        # the pod's exited ones, see pre_create_container) and this one left
+        # goes to the balloons short of CPUs now, before the answer: with
+        # shareIdleCPUsInSame it would name idle CPUs they take.
+        self._state.grow_short()
         cpuset = self._state.target(key)
         assert cpuset is not None
         if answered:
@@ -211,19 +216,21 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             self._events += 1
             self._follow_hotplug()  # not to give a CPU gone offline
             try:
-                cpuset = self._place(request, milli)
-            except HookAbort as refusal:
-                # The pod's init containers that finished still count (no stop
-                # event comes for them) until reconcile sees them exited: kubelet
-                # creates the next container at once. Ask the runtime now.
-                if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED or not await self._release_exited(request.pod_meta.uid):
-                    raise
-                cpuset = self._place(request, milli)
-            finally:
+                try:
+                    cpuset = self._place(request, milli)
+                except HookAbort as refusal:
+                    # The pod's init containers that finished still count (no stop
+                    # event comes for them) until reconcile sees them exited: kubelet
+                    # creates the next container at once. Ask the runtime now.
+                    if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED or not await self._release_exited(request.pod_meta.uid):
+                        raise
+                    cpuset = self._place(request, milli)
+            except BaseException:
                 # What a refused attempt released (a previous attempt of the
                 # container, the pod's exited ones) went to no balloon short
-                # of CPUs: the retry came first. What it left goes now.
+                # of CPUs: the retry came first. Refused, it goes now.
                 self._state.grow_short()
+                raise
         self._moves_due.set()  # the balloon may have grown: its other containers move
         return _answer(cpuset)
 

@@ -162,6 +162,32 @@ async def test_a_new_attempt_refused_leaves_its_previous_attempts_cpus_to_the_re
     assert answer.container_resources.cpuset_cpus == "1-3"
 
 
+async def test_a_retried_container_is_answered_what_it_runs_on_after_short_balloons_grew(tmp_path) -> None:
+    """x's app, refused while x's exited init container (1-3) still counts,
+    takes 1 on retry, and shares the idle 2-3 (shareIdleCPUsInSame). It was
+    answered those before y's short balloon took 2 from them: its answer
+    named a CPU y's balloon owns."""
+    work = {"name": "work", "namespaces": ["*"], "shareIdleCPUsInSame": "system", "preferNewBalloons": True}
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, {**ONE, "balloonTypes": [work]})
+    await hook.pre_create_container(request("x", "init", shares=3 * 1024))
+    await hook.pre_start_container(request("x", "init", cid="c-xi"))
+    await hook.pre_create_container(request("y", "app", shares=4 * 1024))
+    await hook.pre_start_container(request("y", "app", cid="c-ya"))
+    pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
+    runtime.live = [
+        FoundContainer("c-xi", ("x", "init"), pod("x", "init"), "x", frozenset({1, 2, 3}), "0", 3 * 1024),
+        FoundContainer("c-ya", ("y", "app"), pod("y", "app"), "y", frozenset(range(4, 8)), "1", 4 * 1024),
+        FoundContainer("c-ys", ("y", "side"), pod("y", "side"), "y", frozenset(range(1, 8)), "0-1", 1024),
+    ]
+    await hook.reconcile()
+    assert balloons(hook)[1:] == [("work[0]", "1-3", ["c-xi"]), ("work[1]", "4-7", ["c-ya", "c-ys"])]
+    runtime.live = runtime.live[1:]  # x's init container exits
+    runtime.exited = [ExitedContainer("c-xi", ("x", "init"))]
+    answer = await hook.pre_create_container(request("x", "app", shares=1024))
+    assert balloons(hook)[1:] == [("work[1]", "2,4-7", ["c-ya", "c-ys"]), ("work[0]", "1", [""])]
+    assert answer.container_resources.cpuset_cpus == "1,3"
+
+
 # -- as far as CPUs are free: a balloon takes those there are, not all or none
 
 
