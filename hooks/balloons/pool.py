@@ -271,15 +271,16 @@ class Pool:
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
         It rejoins the balloon of its type that holds its pod, or that shares
-        its CPUs and has room for it (for preferNewBalloons types, another
+        its CPUs, if it has room for it (maxCPUs; for preferNewBalloons types, another
         pod's only if it cannot have a balloon of its own: its type has no
         room for one, or no balloon is left to hold its CPUs: assign() put it
         there so); a container on the reserved CPUs alone was in a balloon
         without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame
         every container runs on the same idle ones. Otherwise it gets a new
         balloon made of its CPUs that no other balloon owns; when its type has
-        no room for another balloon, None: it is placed anew, as a container
-        not pinned yet (it may have run on the fallback balloon). :meth:`settle`
+        no room for another balloon, or it asks more than maxCPUs, None: it is
+        placed anew, as a container not pinned yet (it may have run on the
+        fallback balloon, or apart from its pod: assign_anyway). :meth:`settle`
         then resizes everything.
         """
         if btype.name == RESERVED:
@@ -290,15 +291,19 @@ class Pool:
         alone = btype.prefer_new_balloons and room and (not own or bool(own & self.free))
 
         def together(balloon: Balloon) -> bool:
+            if not balloon.fits(member.milli):
+                return False
             if balloon.has_pod(member.pod_uid):
                 return True
-            if alone and balloon.members or not balloon.fits(member.milli):
+            if alone and balloon.members:
                 return False
             return bool(balloon.cpus & own) if own else not balloon.cpus
 
         match = next((b for b in existing if together(b)), None)
         if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
             return None
+        if match is None and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
+            return None  # no balloon of its type can hold it (assign_anyway: the default one)
         if match is None:
             match = self._new_balloon(btype, 0)
             assert match is not None  # no CPUs asked, and there is room for another balloon

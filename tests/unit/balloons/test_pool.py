@@ -249,3 +249,16 @@ def test_prefer_new_balloons_restore_keeps_pods_that_shared_a_balloon() -> None:
     b = p.restore(member("b"), t, frozenset({4, 5}))
     d = p.restore(member("d"), t, frozenset({3, 6}))
     assert len({id(a), id(b), id(d)}) == 3 and (a.cpus, b.cpus, d.cpus) == ({1, 2, 3}, {4, 5}, {6})
+
+
+def test_restore_keeps_a_balloon_within_max_cpus() -> None:
+    """b ran in a balloon of its own: its pod's, at maxCPUs, had no room for
+    it (onExhausted: Ignore, or adopted). It joined its pod's all the same,
+    beyond maxCPUs, and moved; a container asking more than maxCPUs (it ran
+    on the default balloon) got a new balloon of its type, capped there."""
+    p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"], "maxCPUs": 2})
+    t = p.types["t"]
+    a = p.restore(member("P", "a", 2000), t, frozenset({1, 2}))
+    b = p.restore(member("P", "b", 1000), t, frozenset({3}))
+    assert b is not a and (a.cpus, b.cpus) == ({1, 2}, {3})
+    assert p.restore(member("Q", milli=3000), t, frozenset({4, 5, 6})) is None

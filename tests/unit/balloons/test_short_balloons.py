@@ -13,13 +13,13 @@ import logging
 import pytest
 
 from cri_api.hookapi import api_pb2
-from hooks.balloons.balloon import Member
+from hooks.balloons.balloon import Member, milli_from_shares
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.pool import Pool
 from hooks.balloons.runtime import ExitedContainer, FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.state import Assignments
-from hooks.balloons.topology import Topology, parse_cpuset
+from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import WORK, hook_on_sysfs, set_online
 from .test_server import FakeRuntime, request
@@ -234,6 +234,31 @@ async def test_a_container_its_type_cannot_take_within_max_cpus_goes_to_the_defa
     await hook.pre_create_container(request("a", "app", shares=2 * 1024, cid="c-a"))
     await hook.pre_create_container(request(uid, name, shares=shares, cid="c-x"))
     assert [(name, ids) for name, _, ids in balloons(hook)] == [("reserved[0]", []), ("work[0]", ["c-a"]), ("default[0]", ["c-x"])]
+
+
+@pytest.mark.parametrize("uid, name, shares", [("a", "side", 1024), ("b", "app", 3 * 1024)])
+def test_a_container_placed_beyond_its_types_max_cpus_stays_where_it_is_at_a_restart_and_a_reload(
+    uid: str, name: str, shares: int
+) -> None:
+    """a's side container took a balloon of its own (a's, at maxCPUs 2, had
+    no room); b's 3 CPUs took the default balloon. Restored, side joined a's
+    balloon beyond maxCPUs and b took a new balloon of work: both moved."""
+    config = parse_config({**ONE, "onExhausted": "Ignore", "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2}]})
+    topology = Topology.synthetic(1, 2, 4, 1)
+    state = Assignments(config, topology)
+    pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
+    for key, milli in ((("a", "app"), 2000), ((uid, name), milli_from_shares(shares))):
+        state.place(Member(key, "apps", f"pod-{key[0]}", milli, f"c-{key[0]}-{key[1]}"), pod(*key))
+        state.given(key, state.target(key))
+    planned = {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons}
+    restart = Assignments.rebuild(config, topology, [
+        Restored(Member(m.key, m.namespace, m.pod_name, m.milli, m.container_id), state.pods[m.key],
+                 parse_cpuset(state.applied[m.key][0]), state.applied[m.key][1])
+        for _, m in state.pool.members()
+    ])
+    for again in (restart, state.replan(config, topology)):
+        assert {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons} == planned
+        assert again.moves() == []
 
 
 # -- requests lowered, CPUs freed
