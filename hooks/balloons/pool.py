@@ -219,7 +219,8 @@ class Pool:
         reconcile adopts), or any under onExhausted: Ignore. When no balloon
         of its type can take it in full (:meth:`assign`), its pod's, else an
         empty one (a minBalloons balloon left without CPUs), else a new one
-        if its type has room for it, takes it, grown as far as CPUs are free
+        if its type has room for it and a CPU is free (or the default balloon
+        has none either), takes it, grown as far as CPUs are free
         (later too: :meth:`grow_short`), rather than the default balloon
         (assign_fallback): a pod's containers stay together, on CPUs of
         their type. All within maxCPUs."""
@@ -229,7 +230,10 @@ class Pool:
             pass
         room = [b for b in self.of_type(btype.name) if b.fits(member.milli)]
         home = next((b for b in room if b.has_pod(member.pod_uid)), None) or next((b for b in room if not b.members), None)
-        if home is None and (not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus):
+        within = not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus
+        # A new balloon without a CPU would run it on the reserved ones, where
+        # the default balloon has some (and count against maxBalloons).
+        if home is None and within and (self.free or not any(b.cpus for b in self.of_type(DEFAULT))):
             home = self._new_balloon(btype, 0)  # None when its type has no room for another
         if home is None:
             return self.assign_fallback(member)
@@ -278,9 +282,10 @@ class Pool:
         without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame
         every container runs on the same idle ones. Otherwise it gets a new
         balloon made of its CPUs that no other balloon owns; when its type has
-        no room for another balloon, or it asks more than maxCPUs, None: it is
-        placed anew, as a container not pinned yet (it may have run on the
-        fallback balloon, or apart from its pod: assign_anyway). :meth:`settle`
+        no room for another balloon, or it asks more than maxCPUs, or other
+        balloons own all its CPUs, None: it is placed anew, as a container not
+        pinned yet (it may have run on the fallback balloon, or apart from its
+        pod: assign_anyway). :meth:`settle`
         then resizes everything.
         """
         if btype.name == RESERVED:
@@ -304,6 +309,8 @@ class Pool:
             return None
         if match is None and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
             return None  # no balloon of its type can hold it (assign_anyway: the default one)
+        if match is None and own and not own & self.free:
+            return None  # its CPUs are another balloon's (it ran on the default one): none would be its
         if match is None:
             match = self._new_balloon(btype, 0)
             assert match is not None  # no CPUs asked, and there is room for another balloon

@@ -261,6 +261,31 @@ def test_a_container_placed_beyond_its_types_max_cpus_stays_where_it_is_at_a_res
         assert again.moves() == []
 
 
+def test_with_no_cpu_free_a_container_its_type_cannot_take_goes_to_the_default_balloons_cpus() -> None:
+    """Under Ignore, b (work) finds no CPU free: a's balloon fills node 1 and
+    d's default one 1-3. It took a new balloon of work, with no CPU (the
+    reserved one, beside kube-system's), each such pod another balloon
+    against maxBalloons; at a restart or reload, where it ran on the default
+    balloon's CPUs, it now stays."""
+    config = parse_config({**ONE, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["apps"], "preferNewBalloons": True}]})
+    topology = Topology.synthetic(1, 2, 4, 1)
+    state = Assignments(config, topology)
+    for uid, ns, milli in (("d", "other", 3000), ("a", "apps", 4000), ("b", "apps", 2000)):
+        state.place(Member((uid, "c"), ns, f"pod-{uid}", milli, f"c-{uid}"), PodContext(ns, f"pod-{uid}", "c"))
+        state.given((uid, "c"), state.target((uid, "c")))
+    layout = {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons}
+    assert layout == {"reserved[0]": ("0", []), "default[0]": ("1-3", ["b", "d"]), "work[0]": ("4-7", ["a"])}
+    restart = Assignments.rebuild(config, topology, [
+        Restored(Member(m.key, m.namespace, m.pod_name, m.milli, m.container_id), state.pods[m.key],
+                 parse_cpuset(state.applied[m.key][0]), state.applied[m.key][1])
+        for _, m in state.pool.members()
+    ])
+    for again in (restart, state.replan(config, topology)):
+        assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
+        assert again.moves() == []
+
+
 # -- requests lowered, CPUs freed
 
 
