@@ -288,7 +288,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                     if self._state.config.on_exhausted == "Fail":
                         log.error("refusing update: %s", message, extra={"container": member.label})
                         raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {message}")
-                    log.warning("%s; it stays in its balloon as it is", message, extra={"container": member.label})
+                    taken = member.milli == milli_from_shares(shares)
+                    log.warning("%s; %s", message, "its balloon takes the CPUs free, and more as they are freed" if taken
+                                else "it stays in its balloon as it is", extra={"container": member.label})
                 cpuset = self._state.target(key)
                 assert cpuset is not None
                 self._state.given(key, cpuset)

@@ -128,25 +128,33 @@ class Assignments(MoveBook):
                 self.release(member.key)
 
     def resize(self, key: ContainerKey, milli: int) -> bool:
-        """A container's request changed (in-place resize); False if its balloon cannot grow to it."""
+        """A container's request changed (in-place resize); False if its balloon
+        cannot grow to it: then the request stands as it was, except under
+        onExhausted: Ignore within maxCPUs, where it is taken and the balloon
+        takes the CPUs free (growing later as a short balloon does)."""
         balloon = self.pool.balloon_of(key)
         if balloon is None or balloon.members[key].milli == milli:
             return True
         member = balloon.members[key]
-        old = member.milli
+        old, target = member.milli, balloon.target_size()
         before = self._sizes()
         member.milli = milli
-        if milli < old:
-            # Always taken: a balloon short of CPUs may still be short of the
-            # lower request; it shrinks, or takes what is free, and the CPUs
+        met = True
+        if milli < old or balloon.target_size() <= target:
+            # Always taken: a lower request, or a higher one that needs no more
+            # CPUs than the balloon's target (a balloon short of CPUs may still
+            # be short of it: it shrinks, or takes what is free), and the CPUs
             # it gives back go to the balloons short of them.
             self.pool.resize_short(balloon)
             self._grow_short()
         elif not balloon.fits(0) or not self.pool.resize(balloon):
-            member.milli = old
-            return False
+            met = False
+            if self.config.on_exhausted == "Ignore" and balloon.fits(0):
+                self.pool.resize_short(balloon)
+            else:
+                member.milli = old
         self._log_resizes(before)
-        return True
+        return met
 
     def release_exited(
         self, live: Iterable[ContainerKey], exited: Iterable[ExitedContainer], pod_uid: str | None = None,
