@@ -67,3 +67,23 @@ def test_a_reload_under_pin_cpu_false_does_not_take_containers_for_refused_their
         state.replan(state.config, TWO_NODES)
     assert "restoring container apps/pod-a/app to balloon work[0] (its balloon had cpus 1)" in caplog.text
     assert "refused" not in caplog.text
+
+
+def test_a_reload_logs_a_container_whose_move_is_unsure_or_never_given_as_such(caplog) -> None:
+    """b joined a's balloon, which grew onto node 1: a's move to memory
+    nodes 0-1 ended without an answer; c, first seen at its start, was
+    never given a cpuset. Both go back to their balloon, logged as not
+    known to run on it; b, given its cpuset, is not."""
+    state = unpinned()
+    place(state, "a", 3000)
+    place(state, "b", 2000)
+    [move] = state.moves()
+    assert move.key == ("a", "app") and move.cpuset == ("", "0-1")
+    state.maybe_moved(move)
+    state.place(Member(("c", "app"), "apps", "pod-c", 1000, "c-c"), PodContext("apps", "pod-c", "app"))
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        again = state.replan(state.config, TWO_NODES)
+    assert layout(again) == layout(state)
+    astray = "; its move there was refused or may not have been applied"
+    for uid, why in (("a", astray), ("b", ""), ("c", astray)):
+        assert f"restoring container apps/pod-{uid}/app to balloon work[0] (its balloon had cpus 1-6{why})" in caplog.text
