@@ -222,7 +222,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                     # The pod's init containers that finished still count (no stop
                     # event comes for them) until reconcile sees them exited: kubelet
                     # creates the next container at once. Ask the runtime now.
-                    if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED or not await self._release_exited(request.pod_meta.uid):
+                    if refusal.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    if not await self._release_exited(request.pod_meta.uid):
                         raise
                     cpuset = self._place(request, milli)
             except BaseException:
@@ -289,8 +291,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                         log.error("refusing update: %s", message, extra={"container": member.label})
                         raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {message}")
                     taken = member.milli == milli_from_shares(shares)
-                    log.warning("%s; %s", message, "its balloon takes the CPUs free, and more as they are freed" if taken
-                                else "it stays in its balloon as it is", extra={"container": member.label})
+                    outcome = "its balloon takes the CPUs free, and more as they are freed" if taken else \
+                        "it stays in its balloon as it is"
+                    log.warning("%s; %s", message, outcome, extra={"container": member.label})
                 cpuset = self._state.target(key)
                 assert cpuset is not None
                 self._state.given(key, cpuset)

@@ -86,4 +86,5 @@ def test_a_reload_logs_a_container_whose_move_is_unsure_or_never_given_as_such(c
     assert layout(again) == layout(state)
     astray = "; its move there was refused or may not have been applied"
     for uid, why in (("a", astray), ("b", ""), ("c", astray)):
-        assert f"restoring container apps/pod-{uid}/app to balloon work[0] (its balloon had cpus 1-6{why})" in caplog.text
+        line = f"restoring container apps/pod-{uid}/app to balloon work[0] (its balloon had cpus 1-6{why})"
+        assert line in caplog.text

@@ -243,7 +243,8 @@ def test_a_container_placed_beyond_its_types_max_cpus_stays_where_it_is_at_a_res
     """a's side container took a balloon of its own (a's, at maxCPUs 2, had
     no room); b's 3 CPUs took the default balloon. Restored, side joined a's
     balloon beyond maxCPUs and b took a new balloon of work: both moved."""
-    config = parse_config({**ONE, "onExhausted": "Ignore", "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2}]})
+    work = {"name": "work", "namespaces": ["*"], "maxCPUs": 2}
+    config = parse_config({**ONE, "onExhausted": "Ignore", "balloonTypes": [work]})
     topology = Topology.synthetic(1, 2, 4, 1)
     state = Assignments(config, topology)
     pod = lambda uid, name: PodContext("apps", f"pod-{uid}", name)  # noqa: E731
