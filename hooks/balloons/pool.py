@@ -336,13 +336,15 @@ class Pool:
             balloon.cpus = balloon.cpus | more
 
     def grow_short(self) -> list[Balloon]:
-        """Grow the balloons whose containers hold fewer CPUs than they request
-        (too few were free when they were placed or re-planned, and they took
-        those) from the CPUs freed since, those without any CPU first: their
-        containers run on the reserved ones. The balloons grown."""
-        short = [b for b in self.balloons if b.members and not b.fixed and len(b.cpus) < b.target_size()]
+        """Grow the balloons short of CPUs from those freed since: first those
+        whose containers hold fewer than they request (too few were free when
+        they were placed or re-planned, and they took those), then empty ones
+        below minCPUs (a minBalloons balloon made with too few free, as after a
+        restart); in each, those without any CPU first (their containers run
+        on the reserved ones). All within maxCPUs. The balloons grown."""
+        short = [b for b in self.balloons if not b.fixed and len(b.cpus) < b.target_size()]
         grown = []
-        for balloon in sorted(short, key=lambda b: (bool(b.cpus), b.target_size() - len(b.cpus))):
+        for balloon in sorted(short, key=lambda b: (not b.members, bool(b.cpus), b.target_size() - len(b.cpus))):
             if not self.free:
                 break
             self._take_free(balloon)

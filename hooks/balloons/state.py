@@ -339,8 +339,7 @@ class Assignments(MoveBook):
         return out
 
     def grow_short(self) -> None:
-        """:meth:`_grow_short`, logged: after a placement retried on CPUs
-        released with ``grow`` False (server.py)."""
+        """:meth:`_grow_short`, logged: after a placement retried (server.py)."""
         before = self._sizes()
         self._grow_short()
         self._log_resizes(before)
@@ -350,8 +349,9 @@ class Assignments(MoveBook):
         their running containers moved by moves()."""
         for balloon in self.pool.grow_short():
             log.info(
-                "balloon %s grows from the CPUs free now to %d of the %d CPUs its containers request",
+                "balloon %s grows from the CPUs free now to %d of the %d CPUs %s",
                 self.pool.describe(balloon), len(balloon.cpus), balloon.target_size(),
+                "its containers request" if balloon.members else "of its minCPUs",
                 extra={"balloon": balloon.name, "cpus": format_cpuset(balloon.cpus), "target_cpus": balloon.target_size()},
             )
 

@@ -337,3 +337,40 @@ def test_cpus_freed_go_first_to_short_balloons_without_any() -> None:
     assert len(pool.free) == 1
     assert pool.grow_short() == [none]
     assert (len(some.cpus), len(none.cpus)) == (1, 1)
+
+
+def test_a_min_balloons_balloon_made_without_cpus_at_a_restart_grows_when_cpus_are_freed(caplog) -> None:
+    """At the restart a's containers run on every CPU but the reserved one:
+    batch's minBalloons balloon is made with none. When a's side container
+    goes, the CPUs it frees bring batch[0] to its minCPUs (it grew only
+    with members)."""
+    config = parse_config({**ONE, "balloonTypes": [
+        {"name": "batch", "namespaces": ["batch"], "minBalloons": 1, "minCPUs": 2},
+        {"name": "work", "namespaces": ["apps"]},
+    ]})
+    topology = Topology.synthetic(1, 2, 4, 1)
+    found = [
+        Restored(Member(("a", name), "apps", "pod-a", milli, f"c-{name}"), PodContext("apps", "pod-a", name),
+                 frozenset(range(1, 8)), "0-1")
+        for name, milli in (("app", 4000), ("side", 3000))
+    ]
+    state = Assignments.rebuild(config, topology, found)
+    assert {b.name: len(b.cpus) for b in state.pool.balloons} == {"reserved[0]": 1, "work[0]": 7, "batch[0]": 0}
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        state.release(("a", "side"))
+    assert {b.name: len(b.cpus) for b in state.pool.balloons} == {"reserved[0]": 1, "work[0]": 4, "batch[0]": 2}
+    assert "batch[0]" in caplog.text and "grows from the CPUs free now to 2 of the 2 CPUs of its minCPUs" in caplog.text
+
+
+def test_cpus_freed_go_to_balloons_short_for_their_containers_before_empty_ones_below_min_cpus() -> None:
+    pool = Pool(parse_config(ONE | {"balloonTypes": [{"name": "work", "namespaces": ["*"], "minCPUs": 2}]}),
+                Topology.synthetic(1, 2, 4, 1))
+    work = pool.types["work"]
+    empty, some, full = (pool._new_balloon(work, size) for size in (0, 1, 5))
+    for balloon, milli in ((some, 3000), (full, 5000)):
+        balloon.members[("x", balloon.name)] = Member(("x", balloon.name), "apps", "pod-x", milli)
+    assert len(pool.free) == 1
+    assert pool.grow_short() == [some] and not empty.cpus
+    pool.release(("x", full.name))
+    assert pool.grow_short() == [some, empty]
+    assert (len(some.cpus), len(empty.cpus)) == (3, 2)
