@@ -318,6 +318,21 @@ class Pool:
         match.members[member.key] = member
         return match
 
+    def rehome(self, key: ContainerKey, btype: BalloonType) -> Balloon:
+        """A container a re-plan put back in the default balloon that its type
+        ``btype`` could not take: a balloon of its type takes it if it can in
+        full now (:meth:`assign`, from the CPUs free), else it stays. Its balloon."""
+        balloon = self.balloon_of(key)
+        assert balloon is not None
+        member = balloon.members.pop(key)
+        try:
+            home = self.assign(member, btype)
+        except Exhausted:
+            balloon.members[key] = member
+            return balloon
+        self.resize(balloon)
+        return home
+
     def settle(self) -> list[str]:
         """Resize every balloon to its target (shrinks first, so growth finds the CPUs); problems found."""
         problems = []

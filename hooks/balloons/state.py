@@ -44,6 +44,9 @@ class Restored:
     planned: tuple[str, frozenset[int]] | None = None
     # Not known to run on the balloon it was given: its move there refused, or unsure.
     astray: bool = False
+    # In the default balloon, the type its pod chose having no room for it:
+    # that type, which a rebuild gives it if it now can (Pool.rehome).
+    fallback: str = ""
 
 
 class Assignments(MoveBook):
@@ -247,6 +250,7 @@ class Assignments(MoveBook):
         state = cls(config, topology, keep, avoid, min_balloons=False)
         pool = state.pool
         fresh: list[tuple[Restored, BalloonType]] = []
+        fallbacks: list[tuple[ContainerKey, BalloonType]] = []
         shared = planning.shared_cpus(online.values())
         for item in found:
             key = item.member.key
@@ -261,8 +265,11 @@ class Assignments(MoveBook):
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if pinned:
                 cpus -= shared
-            elif item.planned and item.planned[0] == btype.name:  # its balloon's CPUs still there
+            elif item.planned and btype.name in (item.planned[0], item.fallback):  # its balloon's CPUs still there
                 cpus = item.planned[1] & pool.available
+                if item.planned[0] != btype.name:  # the default one, its type could not take it: see rehome
+                    fallbacks.append((key, btype))
+                    btype = pool.types[DEFAULT]
             else:  # placed anew, below
                 cpus = frozenset()
             balloon = pool.restore(item.member, btype, cpus) if cpus else None
@@ -281,6 +288,12 @@ class Assignments(MoveBook):
         pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)))
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
+        for key, btype in fallbacks:
+            if pool.balloon_of(key) is not None and pool.rehome(key, btype).btype is btype:
+                label = pool.balloon_of(key).members[key].label
+                log.info("moving container %s from the default balloon to balloon %s: its type has room for it now",
+                         label, pool.balloon_of(key).name, extra={"container": label})
+        pool.grow_short()
         for item, btype in fresh:
             # A container that already runs cannot be refused, whatever
             # onExhausted says: if its type is exhausted it joins a balloon of
@@ -332,9 +345,14 @@ class Assignments(MoveBook):
             ) or (self.config.pin_cpu and not pinned)
             back = astray or not self.config.pin_cpu
             fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
+            try:
+                chosen = self.pool.choose_type(self.pods[key]).name
+            except UnknownBalloonType:
+                chosen = DEFAULT
             out.append(Restored(
                 fresh, self.pods[key], pinned, mems, self.answers.get(key, 0),
                 (balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray,
+                chosen if balloon.btype.name == DEFAULT != chosen else "",
             ))
         return out
 

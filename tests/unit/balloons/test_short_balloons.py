@@ -374,3 +374,29 @@ def test_cpus_freed_go_to_balloons_short_for_their_containers_before_empty_ones_
     pool.release(("x", full.name))
     assert pool.grow_short() == [some, empty]
     assert (len(some.cpus), len(empty.cpus)) == (3, 2)
+
+
+def test_under_pin_cpu_false_a_reload_keeps_a_container_its_type_could_not_take_in_the_default_balloon() -> None:
+    """As with pinCPU: true, a (work, 3 CPUs: work[0], its only balloon, is
+    b's) stays in the default balloon at a reload while its type has no room
+    for it. It was placed anew (its balloon's type not its own) after the
+    default balloon shrank without it, which then grew elsewhere: a and d moved."""
+    config = parse_config({**ONE, "onExhausted": "Ignore", "pinCPU": False,
+                           "balloonTypes": [{"name": "work", "namespaces": ["apps"], "maxBalloons": 1, "maxCPUs": 3}]})
+    topology = Topology.synthetic(1, 2, 4, 1)
+    state = Assignments(config, topology)
+    for uid, ns, milli in (("d", "other", 1000), ("b", "apps", 2000), ("a", "apps", 3000)):
+        state.place(Member((uid, "c"), ns, f"pod-{uid}", milli, f"c-{uid}"), PodContext(ns, f"pod-{uid}", "c"))
+    for uid in "dba":
+        state.given((uid, "c"), state.target((uid, "c")))
+    layout = {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons}
+    assert layout == {"reserved[0]": ("0", []), "default[0]": ("1,4-6", ["a", "d"]), "work[0]": ("2-3", ["b"])}
+    again = state.replan(config, topology)
+    assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
+    assert again.moves() == []
+    # b gone, its type has room: a moves into a balloon of its own type.
+    state.release(("b", "c"))
+    again = state.replan(config, topology)
+    assert {b.name: sorted(k[0] for k in b.members) for b in again.pool.balloons} == {
+        "reserved[0]": [], "default[0]": ["d"], "work[0]": ["a"]
+    }
