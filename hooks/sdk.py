@@ -125,6 +125,11 @@ def frame_routes(server: HookServer) -> dict[bytes, Route]:
 
 TRANSPORTS = ("frames", "grpc")
 
+# A stop takes its grace and at most about this much more (closing the
+# connections, then the listener); ``hook run``'s --drain comes before it,
+# while the socket still answers (a new server is refused then, not waiting).
+STOP_PAST_GRACE_S = 1.0
+
 
 # A hook request is as large as the CRI call it comes from, and kubelet sends
 # up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
@@ -146,7 +151,8 @@ class HookServer:
     chmod-ed to ``socket_mode``. From ``start`` to the end of ``stop`` it
     holds the path's lock (``runtimeproxy.host.socketlock``): another server
     starting on the path is refused naming this one's pid, or, while this one
-    stops, waits for it.
+    stops, waits for it: as long as a stop with the constructor's ``grace``
+    may take (recorded in the lock file), when that is longer than its own wait.
     """
 
     def __init__(
@@ -243,7 +249,7 @@ class HookServer:
             raise HookServerError("hook server already started")
         path = self._socket_path
         try:
-            lock = await socketlock.claim(path)
+            lock = await socketlock.claim(path, stop_s=(self._grace or 0.0) + STOP_PAST_GRACE_S)
         except unixsocket.UnusablePath as exc:
             raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:

@@ -49,15 +49,16 @@ def full_backlog(path: Path) -> Iterator[socket.socket]:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-# Takes the lock of the path given (host/socketlock.py) and leaves a stale
-# socket there, as an instance stopping (or stuck starting) does; says "held"
-# and holds both until its stdin closes.
+# Takes the lock of the path given (host/socketlock.py), recording the stop
+# bound given after it if any, and leaves a stale socket there, as an instance
+# stopping (or stuck starting) does; says "held" and holds both until its
+# stdin closes.
 STALE_HOLDER = """\
 import asyncio, socket, sys
 from pathlib import Path
 from runtimeproxy.host.socketlock import claim
 path = Path(sys.argv[1])
-lock = asyncio.run(claim(path))
+lock = asyncio.run(claim(path, stop_s=float(sys.argv[2]) if len(sys.argv) > 2 else None))
 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
     s.bind(str(path))
 print("held", flush=True)
@@ -66,11 +67,12 @@ sys.stdin.read()
 
 
 @contextlib.asynccontextmanager
-async def stale_lock_holder(path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    """Another process holding ``path``'s lock without serving it: a new
-    instance on the path waits for it (up to socketlock.LOCK_WAIT_S)."""
+async def stale_lock_holder(path: Path, stop_s: float | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Another process holding ``path``'s lock without serving it, its stop
+    recorded as ``stop_s``: a new instance on the path waits for it (up to
+    socketlock.LOCK_WAIT_S, or as long as ``stop_s`` says)."""
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", STALE_HOLDER, str(path), cwd=PROJECT_ROOT,
+        sys.executable, "-c", STALE_HOLDER, str(path), *([] if stop_s is None else [str(stop_s)]), cwd=PROJECT_ROOT,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)  # fmt: skip
     try:
         assert holder.stdout is not None

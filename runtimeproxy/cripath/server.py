@@ -62,9 +62,11 @@ def prepare_socket_path(path: Path) -> None:
 async def claim_socket_path(path: Path, grace: float) -> socketlock.SocketLock:
     """The same rules under the path's lock (host/socketlock.py), held until
     the proxy has stopped: another proxy on the path is refused, naming its
-    pid; or, stopping, waited for as long as a stop with ``grace`` may take."""
+    pid; or, stopping, waited for as long as a stop with ``grace`` may take,
+    or its own stop, recorded in its lock file, when that is longer."""
+    stop_s = grace + STOP_PAST_GRACE_S
     try:
-        return await socketlock.claim(path, max(socketlock.LOCK_WAIT_S, grace + STOP_PAST_GRACE_S))
+        return await socketlock.claim(path, max(socketlock.LOCK_WAIT_S, stop_s), stop_s=stop_s)
     except unixsocket.UnixSocketError as exc:
         raise ListenError(str(exc)) from exc
 

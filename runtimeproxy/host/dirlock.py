@@ -88,8 +88,16 @@ class DirectoryLock:
 
 
 def read_pid(fd: int) -> int | None:
-    """The pid a lock's holder wrote into its lock file (also socketlock's)."""
+    """The pid a lock's holder wrote into its lock file."""
     try:
-        return int(os.pread(fd, 32, 0).decode().strip())
+        return parse_pid(os.pread(fd, 32, 0).decode())
     except (OSError, ValueError):
+        return None  # not ours
+
+
+def parse_pid(text: str) -> int | None:
+    """The pid on the first line of a lock file (socketlock's has more lines)."""
+    try:
+        return int(text.split("\n", 1)[0].strip())
+    except ValueError:
         return None  # not written yet (between its flock and its write), or not ours

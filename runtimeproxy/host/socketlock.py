@@ -20,7 +20,13 @@ binds within moments: then refused as above) or stopping (its stop lets go
 of the lock): the second waits for it, up to ``wait_s``: ``LOCK_WAIT_S``,
 more than the units' TimeoutStopSec, past which systemd kills a stop and
 with it the lock; the proxy passes more when its grace period makes a stop
-longer (cripath/server.py). Waiting, not refusing: a hook server's new
+longer (cripath/server.py). A holder that may stop for longer still (a
+longer grace than the waiter's) says so: it records ``stop_s``, how long its
+stop may take, beside its pid (lockholder.py), and the waiter waits that
+long and ``HOLDER_MARGIN_S`` more when it is longer than its own
+``wait_s``, at most ``MAX_WAIT_S`` (a garbled number must not hang a
+start). A file without it (an older holder's, or one not written yet)
+leaves ``wait_s``. Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
 backoff. Under systemd's Restart= the old process has exited before the new
@@ -58,11 +64,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import unixsocket
-from .dirlock import read_pid
+from .lockholder import Holder, read_holder, write_holder
 
 log = logging.getLogger(__name__)
 
 LOCK_WAIT_S = 30.0  # more than TimeoutStopSec of runtime-proxy.service (20 s) and the hook unit (10 s)
+HOLDER_MARGIN_S = 1.0  # past the holder's recorded stop: its lock file's removal and close
+MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait
 POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
 
@@ -140,7 +148,28 @@ async def release_once_stopped(
 
 @dataclass(frozen=True)
 class _Held:
-    holder: int | None
+    holder: Holder
+
+
+@dataclass(frozen=True)
+class WaitBound:
+    """How long a claim waits for a holder that does not serve, and why."""
+
+    seconds: float
+    source: str  # "own", "holder", "holder, capped"
+
+
+def wait_bound(wait_s: float, holder: Holder) -> WaitBound:
+    """``wait_s``, or the holder's recorded stop and a margin when longer
+    (at most ``MAX_WAIT_S``)."""
+    if holder.stop_s is None:
+        return WaitBound(wait_s, "own")
+    theirs = holder.stop_s + HOLDER_MARGIN_S
+    if theirs <= wait_s:
+        return WaitBound(wait_s, "own")
+    if theirs > MAX_WAIT_S:
+        return WaitBound(max(wait_s, MAX_WAIT_S), "holder, capped")
+    return WaitBound(theirs, "holder")
 
 
 @dataclass(frozen=True)
@@ -148,15 +177,17 @@ class _Unusable:
     reason: str
 
 
-async def claim(path: Path, wait_s: float = LOCK_WAIT_S) -> SocketLock:
+async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = None) -> SocketLock:
     """Lock ``path`` for this instance, then :func:`unixsocket.prepare` it.
 
+    ``stop_s``: how long this instance's stop may take once it no longer
+    serves, recorded for an instance that waits for it (None: not known).
     Raises :class:`SocketInUse` when another instance holds it, and what
     ``prepare`` raises; the lock is let go on any failure. The caller binds,
     and releases the lock after its server's stop and ``remove_own``."""
     unixsocket.check_path_length(path)
     unixsocket.make_directory(path)  # the lock file goes in it
-    lock = await _lock(path, wait_s)
+    lock = await _lock(path, wait_s, stop_s)
     try:
         unixsocket.prepare(path)
     except BaseException:
@@ -165,15 +196,15 @@ async def claim(path: Path, wait_s: float = LOCK_WAIT_S) -> SocketLock:
     return lock
 
 
-async def _lock(path: Path, wait_s: float) -> SocketLock:
+async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     lockfile = lock_path(path)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    waited = False
+    since = loop.time()  # the wait is counted from here, whatever bound it ends up with
+    waiting: WaitBound | None = None  # the bound logged, once waiting
     while True:
-        got = _try_lock(lockfile)
+        got = _try_lock(lockfile, stop_s)
         if isinstance(got, SocketLock):
-            if waited:
+            if waiting is not None:
                 log.info("socket path free again; taking it", extra={"path": str(path), "lock": str(lockfile)})
             return got
         if isinstance(got, _Unusable):
@@ -183,26 +214,31 @@ async def _lock(path: Path, wait_s: float) -> SocketLock:
                 extra={"path": str(path), "lock": str(lockfile), "error": got.reason},
             )
             return SocketLock(lockfile)
-        who = f"pid {got.holder}" if got.holder is not None else "pid unknown"
+        pid = got.holder.pid
+        who = f"pid {pid}" if pid is not None else "pid unknown"
         # What no holder's stop removes is refused now, as prepare would: a
         # file the probe finds stale (ECONNREFUSED) or a symlink it follows.
         unixsocket.refuse_non_socket(path)
         if not unixsocket.is_stale(path):
             raise SocketInUse(
                 f"{path} is in use by another process ({who}, holding {lockfile}); refusing to take it over",
-                got.holder)
-        if loop.time() >= deadline:
+                pid)
+        # Read at each try: the holder writes it just after its flock.
+        bound = wait_bound(wait_s, got.holder)
+        if loop.time() - since >= bound.seconds:
             raise SocketInUse(
                 f"{path} is held by another process ({who}, holding {lockfile}) that has neither served it "
-                f"nor let it go for {wait_s:g} s; refusing to take it over: stop that process first", got.holder)
-        if not waited:
-            waited = True
-            log.info("socket path held by another instance that does not serve it (starting or stopping); waiting",
-                     extra={"path": str(path), "lock": str(lockfile), "holder_pid": got.holder, "wait_s": wait_s})
+                f"nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first", pid)
+        if waiting != bound:
+            log.info("socket path held by another instance that does not serve it (starting or stopping); waiting"
+                     if waiting is None else "waiting on for the socket path's holder, with a new bound",
+                     extra={"path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
+                            "wait_from": bound.source, "holder_stop_s": got.holder.stop_s, "own_wait_s": wait_s})
+            waiting = bound
         await asyncio.sleep(POLL_S)
 
 
-def _try_lock(lockfile: Path) -> SocketLock | _Held | _Unusable:
+def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
     """One try, never waiting."""
     while True:
         try:
@@ -217,7 +253,7 @@ def _try_lock(lockfile: Path) -> SocketLock | _Held | _Unusable:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = read_pid(fd)
+                holder = read_holder(fd)
                 os.close(fd)
                 return _Held(holder)
             except OSError as exc:  # ENOLCK: a file system without flock
@@ -226,7 +262,7 @@ def _try_lock(lockfile: Path) -> SocketLock | _Held | _Unusable:
             if not _same_file(lockfile, st):
                 os.close(fd)  # its holder removed it as it let go: lock the file there now
                 continue
-            _write_pid(fd, st)
+            write_holder(fd, st, stop_s)
             return SocketLock(lockfile, fd)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -240,15 +276,3 @@ def _same_file(path: Path, st: os.stat_result) -> bool:
     except FileNotFoundError:
         return False
     return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _write_pid(fd: int, st: os.stat_result) -> None:
-    """Only to name the holder in a refusal; the pid as this process's
-    namespace sees it. Not into a file with other names (a hard link someone
-    made to another file must not be overwritten)."""
-    if st.st_nlink != 1:
-        return
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-

@@ -28,13 +28,14 @@ from pathlib import Path
 
 import pytest
 
+from hooks import sdk
 from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, Proxy
+from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, STOP_PAST_GRACE_S, Proxy
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.socketlock import lock_path
 
-from ...unixsockets import lock_waits, stale_socket
+from ...unixsockets import lock_waits, stale_lock_holder, stale_socket
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -172,7 +173,9 @@ async def test_two_instances_starting_at_once_one_serves_the_other_is_refused_na
         assert refusal["refused"] == error
         assert refusal["message"] == (f"{path} is in use by another process (pid {winner.pid}, holding "
                                       f"{lock_path(path)}); refusing to take it over")
-        assert lock_path(path).read_text() == f"{winner.pid}\n"
+        # Its pid, and how long its stop may take for one that waits for it.
+        stop_s = ProxyConfig().grace_period + STOP_PAST_GRACE_S if which == "proxy" else 1.0 + sdk.STOP_PAST_GRACE_S
+        assert lock_path(path).read_text() == f"{winner.pid}\nstop_s={stop_s:g}\n"
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(path))  # the winner's socket, still at the path
 
@@ -254,6 +257,37 @@ async def test_a_proxy_waits_for_a_stopping_one_as_long_as_a_stop_with_its_grace
             await asyncio.gather(starting, return_exceptions=True)
             old.release()
             await new.stop(0)
+
+
+async def test_a_proxy_waits_for_a_stopping_one_with_a_longer_grace_period_as_long_as_its_stop_takes(
+    fake_backend_path: Path, sock_dir: Path
+) -> None:
+    # The old proxy (another process) has a grace period of 40 s, the new one
+    # 10 s: the new one waits as long as the old one's stop may take, which
+    # it recorded in its lock file; without that, 30 s, the old one still
+    # stopping, and the new one failed.
+    path = sock_dir / "s.sock"
+    new = Proxy(ProxyConfig(listen=path, backend=fake_backend_path, hook_dir=sock_dir / "hooks", grace_period=10))
+    async with stale_lock_holder(path, 40 + STOP_PAST_GRACE_S) as old:
+        with lock_waits() as waiting:
+            starting = asyncio.ensure_future(new.start())
+            try:
+                done, _ = await asyncio.wait([starting, asyncio.ensure_future(waiting.wait())], timeout=CHILD_TIMEOUT,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                assert done and not starting.done(), starting.exception() if starting.done() else "no wait"
+                (record,) = waiting.records
+                assert (record.holder_pid, record.wait_from, record.own_wait_s) == (
+                    old.pid, "holder", socketlock.LOCK_WAIT_S)
+                assert record.wait_s == 40 + STOP_PAST_GRACE_S + socketlock.HOLDER_MARGIN_S
+                assert old.stdin is not None
+                old.stdin.close()  # its stop is over: it exits, and its lock goes
+                await asyncio.wait_for(starting, CHILD_TIMEOUT)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                    client.connect(str(path))  # the new one serves at the path
+            finally:
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                await new.stop(0)
 
 
 @pytest.fixture

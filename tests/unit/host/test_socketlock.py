@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.host import socketlock, unixsocket
+from runtimeproxy.host.lockholder import Holder
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import lock_waits, stale_socket
+from tests.unixsockets import STALE_HOLDER, lock_waits, stale_socket
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -232,3 +233,140 @@ print("held" if lock.held else "unlocked", flush=True)
     assert done.stdout == "unlocked\n"
     assert "cannot lock the socket path; binding without the lock" in done.stderr
     assert name.read_text() == "1\n"
+
+
+# -- the holder's recorded stop: a waiter waits as long as the holder's stop may take
+
+
+async def test_a_holder_records_how_long_its_stop_may_take_beside_its_pid(sock_dir: Path) -> None:
+    lock = await claim(sock_dir / "s.sock", stop_s=47.5)
+    try:
+        assert lock.path.read_text() == f"{os.getpid()}\nstop_s=47.5\n"
+    finally:
+        lock.release()
+
+
+@pytest.fixture
+def probes(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
+    """Set, in turn, as a waiting claim probes the held path: the first, the second..."""
+    events = [asyncio.Event() for _ in range(3)]
+    count = 0
+    is_stale = unixsocket.is_stale
+
+    def counted(path: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> bool:
+        nonlocal count
+        stale = is_stale(path, timeout)
+        if count < len(events):
+            events[count].set()
+        count += 1
+        return stale
+
+    monkeypatch.setattr(unixsocket, "is_stale", counted)
+    return events
+
+
+async def test_a_claim_waits_past_its_own_bound_while_the_holder_recorded_a_longer_stop(
+    sock_dir: Path, waiting: asyncio.Event, probes: list[asyncio.Event]
+) -> None:
+    # A proxy with a longer grace than the waiting one's: without its record
+    # the wait ended at the waiter's own bound, the holder still stopping.
+    path = sock_dir / "s.sock"
+    old = await claim(path, stop_s=300)
+    stale_socket(path)  # stopping: not serving, its lock held
+    new = asyncio.ensure_future(claim(path, wait_s=0))  # its own bound: none
+    try:
+        await asyncio.wait([new, asyncio.ensure_future(probes[-1].wait())], return_when=asyncio.FIRST_COMPLETED)
+        assert not new.done(), new.exception()  # polled three times, past its own bound of 0 s
+        (record,) = waiting.records
+        assert (record.wait_s, record.wait_from, record.holder_stop_s, record.own_wait_s) == (
+            300 + socketlock.HOLDER_MARGIN_S, "holder", 300, 0)
+        assert record.holder_pid == os.getpid()
+        old.release()
+        lock = await new
+    finally:
+        old.release()
+        if not new.done():
+            new.cancel()
+    try:
+        assert lock.held and not path.exists()
+        assert lock.path.read_text() == f"{os.getpid()}\n"  # the new holder's own record
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize("content", ["{pid}\n", "{pid}\nstop_s=soon\n", "{pid}\nstop_s=-5\n", "{pid}\nstop_s=nan\n",
+                                     "{pid}\nstop_s=\n", "{pid}"])
+async def test_a_lock_file_without_a_readable_stop_leaves_the_waiters_own_bound(sock_dir: Path, content: str) -> None:
+    # An older holder's (its pid alone), or garbled: the holder is still named.
+    path = sock_dir / "s.sock"
+    lock = await claim(path, stop_s=3600)
+    try:
+        lock.path.write_text(content.format(pid=os.getpid()))
+        stale_socket(path)
+        with pytest.raises(SocketInUse, match=f"pid {os.getpid()}, .* neither served it nor let it go for 0 s;") as refused:
+            await claim(path, wait_s=0)
+        assert refused.value.holder == os.getpid()
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize("recorded", ["1e12", "inf"])
+async def test_a_holders_garbage_stop_is_capped(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, waiting: asyncio.Event, recorded: str
+) -> None:
+    monkeypatch.setattr(socketlock, "MAX_WAIT_S", 0.2)  # short, to see the wait end
+    path = sock_dir / "s.sock"
+    lock = await claim(path)
+    try:
+        lock.path.write_text(f"{os.getpid()}\nstop_s={recorded}\n")
+        stale_socket(path)
+        with pytest.raises(SocketInUse, match="neither served it nor let it go for 0.2 s;"):
+            await claim(path, wait_s=0)
+        (record,) = waiting.records
+        assert (record.wait_s, record.wait_from) == (0.2, "holder, capped")
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize(("wait_s", "stop_s", "bound"), [
+    (30, None, socketlock.WaitBound(30, "own")),
+    (30, 10, socketlock.WaitBound(30, "own")),  # shorter than the waiter's own
+    (30, 29, socketlock.WaitBound(30, "own")),  # with the margin, as long
+    (30, 40, socketlock.WaitBound(41, "holder")),
+    (30, 1e9, socketlock.WaitBound(socketlock.MAX_WAIT_S, "holder, capped")),
+    (900, 1e9, socketlock.WaitBound(900, "holder, capped")),  # the cap never shortens the waiter's own
+])  # fmt: skip
+def test_the_wait_bound_is_the_longer_of_the_waiters_and_the_holders_stop(
+    wait_s: float, stop_s: float | None, bound: socketlock.WaitBound
+) -> None:
+    assert socketlock.wait_bound(wait_s, Holder(os.getpid(), stop_s)) == bound
+
+
+def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_lets_go(
+    sock_dir: Path, waiting: asyncio.Event
+) -> None:
+    path = sock_dir / "s.sock"
+    holder = subprocess.Popen([sys.executable, "-c", STALE_HOLDER, str(path), "300"], cwd=PROJECT_ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    async def wait_then_take() -> socketlock.SocketLock:
+        new = asyncio.ensure_future(claim(path, wait_s=0))
+        await asyncio.wait([new, asyncio.ensure_future(waiting.wait())], return_when=asyncio.FIRST_COMPLETED)
+        assert not new.done(), new.exception()
+        assert holder.stdin is not None
+        holder.stdin.close()  # its stop is over: it exits, the kernel drops its lock
+        return await new
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        lock = asyncio.run(wait_then_take())
+    finally:
+        holder.kill()
+        holder.wait()
+    try:
+        (record,) = waiting.records
+        assert (record.holder_pid, record.wait_s, record.wait_from) == (
+            holder.pid, 300 + socketlock.HOLDER_MARGIN_S, "holder")
+        assert lock.held and lock.path.read_text() == f"{os.getpid()}\n"
+    finally:
+        lock.release()
