@@ -178,7 +178,9 @@ class _Unusable:
 
 
 async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = None) -> SocketLock:
-    """Lock ``path`` for this instance, then :func:`unixsocket.prepare` it.
+    """Lock ``path`` for this instance, then :func:`unixsocket.prepare` it:
+    its length checked and its directory made before the lock, its stale
+    socket removed after it (what is there may change while it waits).
 
     ``stop_s``: how long this instance's stop may take once it no longer
     serves, recorded for an instance that waits for it (None: not known).
@@ -189,7 +191,7 @@ async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = 
     unixsocket.make_directory(path)  # the lock file goes in it
     lock = await _lock(path, wait_s, stop_s)
     try:
-        unixsocket.prepare(path)
+        unixsocket.remove_stale(path)
     except BaseException:
         lock.release()
         raise

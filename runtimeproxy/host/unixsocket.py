@@ -14,7 +14,8 @@ one we bound (same st_dev/st_ino): a newer instance may have replaced it.
 
 The probe cannot see another instance that has not bound yet, nor keep a
 stopping grpc server from unlinking its path: every instance binding a path
-takes its lock first (socketlock.py, whose ``claim`` calls :func:`prepare`).
+takes its lock first (socketlock.py, whose ``claim`` applies :func:`prepare`'s
+rules around it: :func:`remove_stale` once it holds it).
 """
 
 from __future__ import annotations
@@ -158,6 +159,13 @@ def prepare(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
     socket, refuse anything else that is there."""
     check_path_length(path)
     make_directory(path)
+    remove_stale(path, timeout)
+
+
+def remove_stale(path: Path, timeout: float = PROBE_TIMEOUT) -> None:
+    """:func:`prepare` once the path's length is checked and its directory
+    made (socketlock's ``claim`` does both before it takes its lock, whose
+    file goes in that directory, and this after it)."""
     st = _lstat(path)
     if st is None:
         return

@@ -1,7 +1,7 @@
 """Two proxies (or hook servers) on one socket path.
 
-The stale-socket check (unixsocket.prepare) cannot see an instance between its
-own check and its bind; grpc's bind first unlinks what is at the path, and its
+The stale-socket check (unixsocket.prepare; remove_stale under the lock)
+cannot see an instance between its own check and its bind; grpc's bind first unlinks what is at the path, and its
 stop the path it bound. So each instance holds the path's lock
 (host/socketlock.py) from before its check until after its stop: two starting
 at once, one serves and the other is refused naming the first's pid; one
@@ -33,15 +33,15 @@ async def test_a_proxy_losing_the_bind_to_a_program_without_the_lock_fails_and_l
 ) -> None:
     listen = sock_dir / "proxy.sock"
     winner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    prepare = unixsocket.prepare
+    remove_stale = unixsocket.remove_stale
 
     def first_binds_meanwhile(path: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> None:
-        prepare(path, timeout)  # finds the path free...
+        remove_stale(path, timeout)  # finds the path free...
         winner.bind(str(path))  # ...and a program that takes no lock binds it just then
         winner.listen()
         winner.settimeout(5)  # the accept below fails, rather than hangs, if the client reached another socket
 
-    monkeypatch.setattr(unixsocket, "prepare", first_binds_meanwhile)
+    monkeypatch.setattr(unixsocket, "remove_stale", first_binds_meanwhile)
     with winner:
         proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks", data_path=data_path))
         with pytest.raises(ListenError, match=f"^cannot listen on {listen}: Address already in use$"):
@@ -61,15 +61,15 @@ async def test_a_hook_server_losing_the_bind_to_a_program_without_the_lock_fails
 ) -> None:
     path = sock_dir / "hook.sock"
     winner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    prepare = unixsocket.prepare
+    remove_stale = unixsocket.remove_stale
 
     def first_binds_meanwhile(at: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> None:
-        prepare(at, timeout)
+        remove_stale(at, timeout)
         if at == path:
             winner.bind(str(at))
             winner.listen()
 
-    monkeypatch.setattr(unixsocket, "prepare", first_binds_meanwhile)
+    monkeypatch.setattr(unixsocket, "remove_stale", first_binds_meanwhile)
     with winner:
         with pytest.raises(HookServerError, match=f"^cannot listen on {path}: Address already in use$"):
             await HookServer(path, transport=transport).start()

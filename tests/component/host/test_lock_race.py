@@ -64,14 +64,14 @@ lock_log = logging.getLogger("runtimeproxy.host.socketlock")
 lock_log.addHandler(Waiting())
 lock_log.setLevel(logging.INFO)
 
-prepare = unixsocket.prepare
+remove_stale = unixsocket.remove_stale  # the stale check, under the lock
 
 def prepare_then_hold(at, timeout=unixsocket.PROBE_TIMEOUT):
-    prepare(at, timeout)
+    remove_stale(at, timeout)
     say(prepared=True)
     sys.stdin.readline()  # "bind"
 
-unixsocket.prepare = prepare_then_hold
+unixsocket.remove_stale = prepare_then_hold
 
 async def main():
     if which == "proxy":
