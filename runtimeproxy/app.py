@@ -21,7 +21,7 @@ from .hookpath.parentcpuset import ParentCpusets
 from .hookpath.registry import HookRegistry, HookSnapshot
 from .hookpath.stage import HookStage
 from .hookpath.store import StateStore
-from .hookpath.validate import read_node_facts
+from .hookpath.validate import NodeFactsReader
 from .metrics import Metrics
 from .readiness import SystemdNotifier
 from .supervisor import Supervisor, TaskName
@@ -53,7 +53,7 @@ async def build_proxy(
     # The data path's HTTP/2 stack calls the hook servers too: frames, the proxy's own; grpc, grpc.aio.
     # The node's facts are read now and again after CPU or memory hotplug (nodefacts.py);
     # parent cgroups' cpusets (cgroup v1) for each answer naming a cpuset.
-    node = NodeFactsSource(read_node_facts, parents=ParentCpusets.of_host())
+    node = NodeFactsSource(NodeFactsReader(), parents=ParentCpusets.of_host())
     dispatcher = Dispatcher(registry, metrics, node=node, transport=transport_for(config.data_path))
     stack.push_async_callback(dispatcher.close)  # after the proxy stopped: post hooks use it until then
     store = StateStore()

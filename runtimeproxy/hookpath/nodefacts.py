@@ -57,9 +57,11 @@ with a walk three levels up for a parent not made yet (one walk for both).
 
 The re-read happens on the event loop. It is not a few µs: ``read_node_facts``
 took about 115 µs on a 2-CPU test VM (four small sysfs and proc files, pathlib
-included), but it comes at most once per ``hold_off``, once per ``max_age``
-and once per change, and the call waits for it either way: a thread would add
-its hand-over to that call and spare the others only those 115 µs.
+included; a re-read reads two of them, ``NodeFactsReader`` having read the
+cgroup mode and the kernel release, which no hotplug changes, once), but it
+comes at most once per ``hold_off``, once per ``max_age`` and once per
+change, and the call waits for it either way: a thread would add its
+hand-over to that call and spare the others only those 115 µs.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ from collections.abc import Callable
 from cri_api.hookapi import api_pb2 as hookapi
 
 from .parentcpuset import ParentCpusets
-from .validate import NODE_FIELDS, NodeFacts, Reason, format_id_list, invalid_answer, outside_parent, read_node_facts
+from .validate import NODE_FIELDS, NodeFacts, NodeFactsReader, Reason, format_id_list, invalid_answer, outside_parent
 
 __all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]  # format_id_list: validate's
 
@@ -84,23 +86,25 @@ MAX_AGE = 10.0  # seconds: older facts are re-read before a cpuset is judged
 
 class NodeFactsSource:
     """One dispatcher's node facts (not shared: no global state); ``read``
-    and ``clock`` are injectable for tests (a fake sysfs root, a fake clock)."""
+    (default: a ``NodeFactsReader`` of this node, which reads its cgroup mode
+    and kernel release once) and ``clock`` are injectable for tests (a fake
+    sysfs root, a fake clock)."""
 
     def __init__(
         self,
-        read: Callable[[], NodeFacts] = read_node_facts,
+        read: Callable[[], NodeFacts] | None = None,
         *,
         parents: ParentCpusets | None = None,
         clock: Callable[[], float] = time.monotonic,
         hold_off: float = HOLD_OFF,
         max_age: float = MAX_AGE,
     ) -> None:
-        self._read = read
+        self._read = read or NodeFactsReader()
         self._parents = parents  # None: parent cgroups' cpusets are not judged
         self._clock = clock
         self._hold_off = hold_off
         self._max_age = max_age
-        self._current = read()  # at start, a failed read stops the start
+        self._current = self._read()  # at start, a failed read stops the start
         self._first_memory_nodes = self._current.memory_nodes
         self._read_at = clock()
         self._fruitless_at: float | None = None  # when a re-read for a refused answer last found nothing new

@@ -11,9 +11,9 @@ the kernel takes are not judged: a memory limit above the node's memory is
 one (limits overcommit, and kubelet sends such limits itself).
 
 Pure: the node's facts come in as `NodeFacts` (`read_node_facts()` reads
-this node's, `nodefacts.py` keeps them current; tests build their own), and
-a container's parent cgroup's cpuset as `ParentCpuset` (`parentcpuset.py`
-reads it, cgroup v1 only).
+this node's, a `NodeFactsReader` again and again, `nodefacts.py` keeps them
+current; tests build their own), and a container's parent cgroup's cpuset as
+`ParentCpuset` (`parentcpuset.py` reads it, cgroup v1 only).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cri_api.hookapi import api_pb2 as hookapi
 from .merge import merge_resources
 
 __all__ = [
-    "NODE_FIELDS", "NodeFacts", "ParentCpuset", "ParentSet", "Reason", "format_id_list", "invalid_answer",
-    "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts",
+    "NODE_FIELDS", "NodeFacts", "NodeFactsReader", "ParentCpuset", "ParentSet", "Reason", "format_id_list",
+    "invalid_answer", "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts",
 ]
 
 # Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
@@ -125,12 +125,27 @@ def parse_id_list(text: str) -> frozenset[int]:
 
 def read_node_facts(root: Path = Path("/")) -> NodeFacts:
     """This node's facts, from /sys and /proc under ``root``."""
-    cpus = parse_id_list((root / "sys/devices/system/cpu/online").read_text())
-    mems, beyond, fixed = _memory_nodes(root)
-    return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond, memory_nodes_fixed_at_boot=fixed)
+    return NodeFactsReader(root)()
 
 
-def _memory_nodes(root: Path) -> tuple[frozenset[int], str, bool]:
+class NodeFactsReader:
+    """Reads this node's facts under ``root`` each time it is called; what
+    no hotplug changes while the process runs (whether cpuset is on cgroup
+    v2, the kernel release) is read once, as it is made."""
+
+    def __init__(self, root: Path = Path("/")) -> None:
+        self.root = root
+        self.cpuset_on_v2 = _cpuset_on_v2(root)
+        self.since_5_18 = _kernel_at_least(root, (5, 18))
+
+    def __call__(self) -> NodeFacts:
+        cpus = parse_id_list((self.root / "sys/devices/system/cpu/online").read_text())
+        mems, beyond, fixed = _memory_nodes(self.root, self.cpuset_on_v2, self.since_5_18)
+        return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond,
+                         memory_nodes_fixed_at_boot=fixed)
+
+
+def _memory_nodes(root: Path, on_v2: bool, since_5_18: bool) -> tuple[frozenset[int], str, bool]:
     """The nodes cpuset.mems takes (kernel/cgroup/cpuset.c, update_nodemask: a
     subset of top_cpuset.mems_allowed, else EINVAL), what the others are, and
     whether the kernel fixed that set at boot.
@@ -148,8 +163,7 @@ def _memory_nodes(root: Path) -> tuple[frozenset[int], str, bool]:
     directory: node 0 only.
     """
     node_dir = root / "sys/devices/system/node"
-    on_v2 = _cpuset_on_v2(root)
-    fixed = on_v2 and not _kernel_at_least(root, (5, 18))
+    fixed = on_v2 and not since_5_18
     if on_v2 and not fixed and (node_dir / "possible").exists():
         return parse_id_list((node_dir / "possible").read_text()), "this node cannot have", False
     if (node_dir / "has_memory").exists():

@@ -22,7 +22,7 @@ from ..hookpath.parentcpuset import ParentCpusets
 from ..hookpath.registry import HookRegistry
 from ..hookpath.stage import HookStage
 from ..hookpath.store import StateStore
-from ..hookpath.validate import read_node_facts
+from ..hookpath.validate import NodeFactsReader
 from ..metrics import Metrics
 from .adapter import ANSWER_MARGIN, HookAdapter
 from .limits import ClampedRegistry, ObservingDispatcher, order_wait
@@ -80,7 +80,7 @@ class NriPlugin:
         self.registry.on_change(lambda snapshot: self.metrics.hook_servers.set(len(snapshot)))
         self.registry.reload()
         clamped = ClampedRegistry(self.registry, settings.budget)
-        node = NodeFactsSource(read_node_facts, parents=ParentCpusets.of_host())
+        node = NodeFactsSource(NodeFactsReader(), parents=ParentCpusets.of_host())
         self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=node)
         self.store = StateStore()
         self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped), carries=False)

@@ -57,7 +57,7 @@ def eight_cpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The proxy checks answers against the node's online CPUs, and on cgroup v1
     the pod cgroup parent's: as many as the hook's machine (no pod cgroup made:
     the root's)."""
-    monkeypatch.setattr("runtimeproxy.app.read_node_facts", lambda: NodeFacts(frozenset(range(8)), frozenset({0})))
+    monkeypatch.setattr("runtimeproxy.app.NodeFactsReader", lambda: lambda: NodeFacts(frozenset(range(8)), frozenset({0})))
     cgroup_v1_cpuset(tmp_path, {"/": ("0-7", "0")})
     monkeypatch.setattr("runtimeproxy.app.ParentCpusets", parent_cpusets_of(tmp_path))
 

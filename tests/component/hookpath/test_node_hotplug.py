@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.hookpath.validate import read_node_facts
+from runtimeproxy.hookpath.validate import NodeFactsReader
 from tests.fakesysfs import fake_root, parent_cpusets_of, set_online_cpus
 
 from ...hookprocs import hook_server, registered
@@ -21,7 +21,7 @@ PIN_TO_CPU_4 = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "4
 def node_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Four CPUs online when the proxy starts (autouse: before ``running`` reads them)."""
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
-    monkeypatch.setattr("runtimeproxy.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.app.ParentCpusets", parent_cpusets_of(root))  # no cpuset hierarchy: not judged
     return root
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.hookpath.validate import read_node_facts
+from runtimeproxy.hookpath.validate import NodeFactsReader
 from tests.fakesysfs import cgroup_v1_cpuset, fake_root, parent_cpusets_of
 
 from ...hookprocs import hook_server, registered
@@ -26,7 +26,7 @@ def node_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
     parent = sandbox_config().linux.cgroup_parent
     cgroup_v1_cpuset(root, {"/": ("0-3", "0"), parent: ("0-1", "0")})
-    monkeypatch.setattr("runtimeproxy.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.app.ParentCpusets", parent_cpusets_of(root))
     return root
 

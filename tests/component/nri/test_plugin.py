@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cri_api.nri import api_pb2 as nri
-from runtimeproxy.hookpath.validate import read_node_facts
+from runtimeproxy.hookpath.validate import NodeFactsReader
 from runtimeproxy.nri.adapter import SUBSCRIBED
 from tests.fakesysfs import cgroup_v1_cpuset, fake_root, parent_cpusets_of, set_online_cpus
 
@@ -69,7 +69,7 @@ async def test_a_cpu_brought_online_after_start_may_be_handed_out(
     connect, sock_dir, hook_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
-    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))  # no cpuset hierarchy: not judged
     script = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "4"}}}
     async with hook_server(sock_dir, "pin", script) as hook:
@@ -86,7 +86,7 @@ async def test_on_cgroup_v1_cpus_outside_the_pods_parent_refuse_the_container(
     """Refused by the hook's failure policy, naming the parent, not by runc's EACCES."""
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
     cgroup_v1_cpuset(root, {"/": ("0-3", "0"), pod().linux.cgroup_parent: ("0-1", "0")})
-    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))
     script = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "3"}}}
     async with hook_server(sock_dir, "pin", script) as hook:
@@ -106,7 +106,7 @@ async def test_after_a_resynchronize_a_moved_container_is_judged_by_the_parent_i
     pod's parent has 0-1); containerd restarted and synchronized it back."""
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
     cgroup_v1_cpuset(root, {"/": ("0-3", "0"), pod().linux.cgroup_parent: ("0-1", "0"), "/kubepods/isolated": ("2-3", "0")})
-    monkeypatch.setattr("runtimeproxy.nri.app.read_node_facts", lambda: read_node_facts(root))
+    monkeypatch.setattr("runtimeproxy.nri.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.nri.app.ParentCpusets", parent_cpusets_of(root))
     moved = container()
     moved.linux.cgroups_path = "/kubepods/isolated/ctr-1"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.nodefacts import HOLD_OFF, MAX_AGE, NodeFactsSource, format_id_list
 from runtimeproxy.hookpath.points import HookType
-from runtimeproxy.hookpath.validate import NodeFacts, parse_id_list, read_node_facts
+from runtimeproxy.hookpath.validate import NodeFacts, NodeFactsReader, parse_id_list, read_node_facts
 from tests.fakesysfs import fake_root, on_cgroup_v2, set_nodes_with_memory, set_online_cpus
 
 from .dispatchfakes import Chain, NoConnections
@@ -280,3 +281,18 @@ def test_format_id_list_is_what_parse_id_list_reads(ids: set[int]) -> None:
 def test_format_id_list_joins_runs() -> None:
     assert format_id_list({8, 0, 2, 3, 4}) == "0,2-4,8"
     assert format_id_list(set()) == ""
+
+
+def test_the_cgroup_mode_and_kernel_release_are_read_once_not_at_each_re_read(tmp_path: Path) -> None:
+    """No hotplug changes them while the process runs: a re-read reads the CPUs and nodes alone."""
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    source = NodeFactsSource(NodeFactsReader(root))
+    first = source.current
+    assert first.memory_nodes_fixed_at_boot
+    # Gone: read again, they would give cgroup v1's rule (and no kernel to judge).
+    (root / "sys/fs/cgroup/cgroup.controllers").unlink()
+    (root / "proc/sys/kernel/osrelease").unlink()
+    set_online_cpus(root, "0-4\n")
+    assert source.refresh()  # read again: the CPUs changed
+    assert source.current == dataclasses.replace(first, online_cpus=frozenset(range(5)))  # the v2 rule stands
