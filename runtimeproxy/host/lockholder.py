@@ -3,21 +3,26 @@
 Two lines: the holder's pid, to name it in a refusal, and ``stop_s=S``, how
 long its stop may take once it stops serving, so that an instance waiting
 for that stop waits as long as the holder's grace makes it, not as long as
-its own. A file of an older holder has the pid alone; one without a
-readable ``stop_s`` (not written yet, garbled, another program's) gives
-None, and the waiter counts with its own bound.
+its own. The pid's line is padded with spaces to ``PID_LINE_BYTES``: an
+older version read the first 32 bytes as the pid alone (``int(pread(32).strip())``),
+and still names this holder after a rollback. A file of an older holder has
+the pid alone; one without a readable ``stop_s`` (not written yet, garbled,
+not finite, another program's) gives None, and the waiter counts with its
+own bound.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 
 from .dirlock import parse_pid
 
 STOP_KEY = "stop_s"
-_READ_BYTES = 128  # a pid and one number: far less
+PID_LINE_BYTES = 32  # what an older version's reader reads (dirlock.read_pid's pread)
+_READ_BYTES = 128  # a pid's line and one number: far less
 
 
 @dataclass(frozen=True)
@@ -32,10 +37,15 @@ def write_holder(fd: int, st: os.stat_result, stop_s: float | None) -> None:
     another file must not be overwritten)."""
     if st.st_nlink != 1:
         return
-    text = f"{os.getpid()}\n" + (f"{STOP_KEY}={stop_s:g}\n" if stop_s is not None else "")
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, text.encode(), 0)
+    data = holder_text(os.getpid(), stop_s).encode()
+    with contextlib.suppress(OSError):  # written over, then cut: a reader never meets an empty file
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+
+
+def holder_text(pid: int, stop_s: float | None) -> str:
+    """The pid's line, ``PID_LINE_BYTES`` long, then ``stop_s`` when known."""
+    return f"{pid:<{PID_LINE_BYTES - 1}}\n" + (f"{STOP_KEY}={stop_s:g}\n" if stop_s is not None else "")
 
 
 def read_holder(fd: int) -> Holder:
@@ -54,5 +64,6 @@ def _stop_s(text: str) -> float | None:
                 seconds = float(value)
             except ValueError:
                 return None
-            return seconds if seconds >= 0 else None  # NaN too; infinity is capped by the waiter
+            # Not NaN nor infinity: the waiter logs the number, and JSON has neither.
+            return seconds if math.isfinite(seconds) and seconds >= 0 else None
     return None

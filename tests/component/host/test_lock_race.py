@@ -33,6 +33,7 @@ from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, STOP_PAST_GRACE_S, Proxy
 from runtimeproxy.host import socketlock
+from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import lock_path
 
 from ...unixsockets import lock_waits, stale_lock_holder, stale_socket
@@ -175,7 +176,7 @@ async def test_two_instances_starting_at_once_one_serves_the_other_is_refused_na
                                       f"{lock_path(path)}); refusing to take it over")
         # Its pid, and how long its stop may take for one that waits for it.
         stop_s = ProxyConfig().grace_period + STOP_PAST_GRACE_S if which == "proxy" else 1.0 + sdk.STOP_PAST_GRACE_S
-        assert lock_path(path).read_text() == f"{winner.pid}\nstop_s={stop_s:g}\n"
+        assert lock_path(path).read_text() == holder_text(winner.pid, stop_s)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(path))  # the winner's socket, still at the path
 

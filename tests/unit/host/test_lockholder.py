@@ -1,0 +1,54 @@
+"""What a socket path's lock file says of its holder (host/lockholder.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.host.lockholder import Holder, read_holder, write_holder
+
+
+def written(path: Path, stop_s: float | None) -> bytes:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        write_holder(fd, os.fstat(fd), stop_s)
+    finally:
+        os.close(fd)
+    return path.read_bytes()
+
+
+def read(path: Path) -> Holder:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return read_holder(fd)
+    finally:
+        os.close(fd)
+
+
+def test_an_older_versions_reader_finds_the_pid_in_the_first_32_bytes(tmp_path: Path) -> None:
+    # Its reader (dirlock.read_pid before stop_s): a rollback still names the holder.
+    data = written(tmp_path / "lock", 17.5)
+    assert data[32:] == b"stop_s=17.5\n"
+    assert int(data[:32].decode().strip()) == os.getpid()
+    assert read(tmp_path / "lock") == Holder(os.getpid(), 17.5)
+
+
+def test_a_shorter_record_written_over_a_longer_one_leaves_nothing_of_it(tmp_path: Path) -> None:
+    (tmp_path / "lock").write_text("1\nstop_s=1234567.25\ngarbage, a crashed holder's or another program's\n")
+    written(tmp_path / "lock", None)
+    assert read(tmp_path / "lock") == Holder(os.getpid(), None)
+    assert len((tmp_path / "lock").read_bytes()) == 32
+
+
+def test_an_older_holders_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / "lock").write_text("123\n")
+    assert read(tmp_path / "lock") == Holder(123, None)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "Infinity", "nan", "1e400"])
+def test_a_stop_that_is_no_finite_number_is_not_read(tmp_path: Path, value: str) -> None:
+    # It would be logged as the holder's stop: JSON has no Infinity nor NaN.
+    (tmp_path / "lock").write_text(f"123\nstop_s={value}\n")
+    assert read(tmp_path / "lock") == Holder(123, None)
