@@ -84,8 +84,18 @@ async def stale_lock_holder(path: Path, stop_s: float | None = None) -> AsyncIte
         await holder.wait()
 
 
+# socketlock's lines as it begins to wait, for a holder that took the lock
+# meanwhile, and with a new bound (the holder's record read).
+WAIT_MESSAGES = (
+    "socket path held by another instance",
+    "socket path taken meanwhile by another instance",
+    "the socket path's holder recorded how long its stop may take",
+)
+
+
 class LockWaits(asyncio.Event):
-    """Set once a claim logs that it waits for the path's holder; ``records``: those lines."""
+    """Set once a claim logs that it waits for the path's holder; ``records``: those lines
+    (``clear`` it to await the next)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,7 +109,7 @@ def lock_waits() -> Iterator[LockWaits]:
 
     class Handler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith("socket path held by another instance"):
+            if record.getMessage().startswith(WAIT_MESSAGES):
                 waits.records.append(record)
                 waits.set()
 

@@ -26,7 +26,13 @@ stop may take, beside its pid (lockholder.py), and the waiter waits that
 long and ``HOLDER_MARGIN_S`` more when it is longer than its own
 ``wait_s``, at most ``MAX_WAIT_S`` (a garbled number must not hang a
 start). A file without it (an older holder's, or one not written yet)
-leaves ``wait_s``. Waiting, not refusing: a hook server's new
+leaves ``wait_s``. The holder may change during the wait: it lets go and
+another instance takes the lock before the waiter's next try (a lock file
+of another st_dev/st_ino, or of another pid). The new holder's stop is
+waited for from then, by its own record, as the first's was; the whole wait
+across holders ends after ``MAX_WAIT_S`` (``wait_s`` when longer), so that
+a chain of instances each starting as the last stops cannot hang a start
+for ever. Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
 backoff. Under systemd's Restart= the old process has exited before the new
@@ -70,7 +76,7 @@ log = logging.getLogger(__name__)
 
 LOCK_WAIT_S = 30.0  # more than TimeoutStopSec of runtime-proxy.service (20 s) and the hook unit (10 s)
 HOLDER_MARGIN_S = 1.0  # past the holder's recorded stop: its lock file's removal and close
-MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait
+MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait, and a whole wait across holders
 POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
 
@@ -149,6 +155,7 @@ async def release_once_stopped(
 @dataclass(frozen=True)
 class _Held:
     holder: Holder
+    file: tuple[int, int]  # the lock file's st_dev, st_ino: a new holder may have made a new one
 
 
 @dataclass(frozen=True)
@@ -161,14 +168,14 @@ class WaitBound:
 
 def wait_bound(wait_s: float, holder: Holder) -> WaitBound:
     """``wait_s``, or the holder's recorded stop and a margin when longer
-    (at most ``MAX_WAIT_S``)."""
+    (at most ``MAX_WAIT_S``, which never shortens ``wait_s``)."""
     if holder.stop_s is None:
         return WaitBound(wait_s, "own")
     theirs = holder.stop_s + HOLDER_MARGIN_S
     if theirs <= wait_s:
         return WaitBound(wait_s, "own")
     if theirs > MAX_WAIT_S:
-        return WaitBound(max(wait_s, MAX_WAIT_S), "holder, capped")
+        return WaitBound(wait_s, "own") if wait_s >= MAX_WAIT_S else WaitBound(MAX_WAIT_S, "holder, capped")
     return WaitBound(theirs, "holder")
 
 
@@ -201,12 +208,15 @@ async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = 
 async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     lockfile = lock_path(path)
     loop = asyncio.get_running_loop()
-    since = loop.time()  # the wait is counted from here, whatever bound it ends up with
-    waiting: WaitBound | None = None  # the bound logged, once waiting
+    started: float | None = None  # when the wait began, for its ceiling across holders
+    since = 0.0  # when the wait for this holder began: its bound counts from there
+    waiting: WaitBound | None = None  # the bound logged for this holder
+    file: tuple[int, int] | None = None  # this holder's lock file
+    pid: int | None = None  # this holder's pid, once read
     while True:
         got = _try_lock(lockfile, stop_s)
         if isinstance(got, SocketLock):
-            if waiting is not None:
+            if started is not None:
                 log.info("socket path free again; taking it", extra={"path": str(path), "lock": str(lockfile)})
             return got
         if isinstance(got, _Unusable):
@@ -216,28 +226,55 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 extra={"path": str(path), "lock": str(lockfile), "error": got.reason},
             )
             return SocketLock(lockfile)
-        pid = got.holder.pid
-        who = f"pid {pid}" if pid is not None else "pid unknown"
         # What no holder's stop removes is refused now, as prepare would: a
         # file the probe finds stale (ECONNREFUSED) or a symlink it follows.
         unixsocket.refuse_non_socket(path)
         if not unixsocket.is_stale(path):
             raise SocketInUse(
-                f"{path} is in use by another process ({who}, holding {lockfile}); refusing to take it over",
-                pid)
-        # Read at each try: the holder writes it just after its flock.
+                f"{path} is in use by another process ({_who(got.holder.pid)}, holding {lockfile}); "
+                "refusing to take it over", got.holder.pid)
+        now = loop.time()
+        # Another holder: the first let go and another instance took the
+        # lock before this one's next try (its own lock file, or the same
+        # one, a crashed holder's, with another pid in it). Its stop is
+        # waited for from now, as the first's was, under the ceiling.
+        new_holder = got.file != file or (None not in (pid, got.holder.pid) and got.holder.pid != pid)
+        if new_holder:
+            since, waiting, file, pid = now, None, got.file, None
+        pid = got.holder.pid if got.holder.pid is not None else pid
+        if started is None:
+            started = now
+        # Read at each try: the holder writes it just after its flock, and again
+        # when its stop is to take longer (SocketLock.record_stop).
         bound = wait_bound(wait_s, got.holder)
-        if loop.time() - since >= bound.seconds:
+        if now - since >= bound.seconds:
             raise SocketInUse(
-                f"{path} is held by another process ({who}, holding {lockfile}) that has neither served it "
+                f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served it "
                 f"nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first", pid)
+        # A chain of holders, each let go of as the next takes the lock, ends too.
+        ceiling = max(wait_s, MAX_WAIT_S)
+        if now - started >= ceiling:
+            raise SocketInUse(
+                f"{path} has been held by other processes one after another ({_who(pid)} last, holding {lockfile}), "
+                f"none serving it, for {ceiling:g} s; refusing to take it over: stop them first", pid)
         if waiting != bound:
-            log.info("socket path held by another instance that does not serve it (starting or stopping); waiting"
-                     if waiting is None else "waiting on for the socket path's holder, with a new bound",
-                     extra={"path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
-                            "wait_from": bound.source, "holder_stop_s": got.holder.stop_s, "own_wait_s": wait_s})
+            if waiting is None and since == started:
+                message = "socket path held by another instance that does not serve it (starting or stopping); waiting"
+            elif waiting is None:
+                message = ("socket path taken meanwhile by another instance that does not serve it "
+                           "(starting or stopping); waiting for that one")
+            else:
+                message = "the socket path's holder recorded how long its stop may take; waiting with the new bound"
+            log.info(message, extra={
+                "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
+                "wait_from": bound.source, "holder_stop_s": got.holder.stop_s, "own_wait_s": wait_s,
+                "waited_s": round(now - started, 3)})
             waiting = bound
         await asyncio.sleep(POLL_S)
+
+
+def _who(pid: int | None) -> str:
+    return f"pid {pid}" if pid is not None else "pid unknown"
 
 
 def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
@@ -257,7 +294,7 @@ def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unu
             except BlockingIOError:
                 holder = read_holder(fd)
                 os.close(fd)
-                return _Held(holder)
+                return _Held(holder, (st.st_dev, st.st_ino))
             except OSError as exc:  # ENOLCK: a file system without flock
                 os.close(fd)
                 return _Unusable(f"cannot lock it: {exc.strerror or exc}")

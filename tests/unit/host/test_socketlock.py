@@ -23,7 +23,7 @@ from runtimeproxy.host import socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, lock_waits, stale_socket
+from tests.unixsockets import STALE_HOLDER, LockWaits, lock_waits, stale_socket
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -334,7 +334,7 @@ async def test_a_holders_garbage_stop_is_capped(
     (30, 29, socketlock.WaitBound(30, "own")),  # with the margin, as long
     (30, 40, socketlock.WaitBound(41, "holder")),
     (30, 1e9, socketlock.WaitBound(socketlock.MAX_WAIT_S, "holder, capped")),
-    (900, 1e9, socketlock.WaitBound(900, "holder, capped")),  # the cap never shortens the waiter's own
+    (900, 1e9, socketlock.WaitBound(900, "own")),  # the cap never shortens the waiter's own, which it is then
 ])  # fmt: skip
 def test_the_wait_bound_is_the_longer_of_the_waiters_and_the_holders_stop(
     wait_s: float, stop_s: float | None, bound: socketlock.WaitBound
@@ -370,3 +370,145 @@ def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_l
         assert lock.held and lock.path.read_text() == holder_text(os.getpid(), None)
     finally:
         lock.release()
+
+
+class Clock:
+    """The event loop's clock, moved on at will: a wait of minutes in no
+    time (timers already set then are due at once: only the waiter's poll)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+
+@pytest.fixture
+async def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    loop = asyncio.get_running_loop()
+    time = loop.time
+    monkeypatch.setattr(loop, "time", lambda: time() + clock.ahead)
+    return clock
+
+
+async def next_wait(waiting: asyncio.Event, claiming: asyncio.Future[socketlock.SocketLock]) -> None:
+    """The claim's next "waiting" line; failing, should the claim end first."""
+    logged = asyncio.ensure_future(waiting.wait())
+    try:
+        await asyncio.wait([logged, claiming], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        logged.cancel()
+        await asyncio.gather(logged, return_exceptions=True)
+    assert not claiming.done(), claiming.exception()
+    assert waiting.is_set(), "no wait logged"
+    waiting.clear()
+
+
+async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
+    sock_dir: Path, waiting: LockWaits, clock: Clock
+) -> None:
+    # A (a stop of 300 s) lets go after 100 s, B takes the lock before the
+    # waiter's next try, and is starting, its record not written (the
+    # waiter's own bound, 30 s): that wait counts from B's taking, not from
+    # A's, which was over it already.
+    path = sock_dir / "s.sock"
+    old = await claim(path, stop_s=300)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    other: socketlock.SocketLock | None = None
+    try:
+        await next_wait(waiting, new)
+        clock.ahead = 100
+        old.release()
+        other = await claim(path)  # no await between its try and its hold: before the waiter's next try
+        # B's record (another process's pid: the file may have A's inode
+        # number, freed and used again), its pid alone, its stop_s not written yet.
+        other.path.write_text(f"{os.getppid()}\n")
+        await next_wait(waiting, new)
+        assert not new.done(), new.exception()
+        first, second = waiting.records
+        assert (first.wait_s, first.wait_from) == (300 + socketlock.HOLDER_MARGIN_S, "holder")
+        assert second.getMessage() == ("socket path taken meanwhile by another instance that does not serve it "
+                                       "(starting or stopping); waiting for that one")
+        assert (second.wait_s, second.wait_from, second.holder_stop_s, second.waited_s) == (
+            socketlock.LOCK_WAIT_S, "own", None, pytest.approx(100, abs=5))
+        other.release()
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        socketlock.release(other)
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    assert lock.held
+    lock.release()
+
+
+async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
+    sock_dir: Path, waiting: LockWaits, clock: Clock
+) -> None:
+    path = sock_dir / "s.sock"
+    holder = await claim(path, stop_s=500)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    try:
+        await next_wait(waiting, new)
+        clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
+        holder.release()
+        holder = await claim(path, stop_s=500)
+        holder.path.write_text(holder_text(os.getppid(), 500))  # another process's, as it would be
+        await next_wait(waiting, new)
+        assert not new.done(), new.exception()
+        clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
+        with pytest.raises(SocketInUse, match=f"^{path} has been held by other processes one after another "
+                                              f"\\(pid {os.getppid()} last, .*\\), none serving it, for 600 s;"):
+            await asyncio.wait_for(new, 10)
+    finally:
+        holder.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+
+
+@pytest.fixture
+def tried(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set at each probe of a held path (a waiting claim's try): clear it, await the next."""
+    event = asyncio.Event()
+    is_stale = unixsocket.is_stale
+
+    def probed(path: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> bool:
+        event.set()
+        return is_stale(path, timeout)
+
+    monkeypatch.setattr(unixsocket, "is_stale", probed)
+    return event
+
+
+async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_bound(
+    sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
+) -> None:
+    path = sock_dir / "s.sock"
+    old = await claim(path)  # its record not written yet: its pid alone
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    try:
+        await next_wait(waiting, new)
+        old.path.write_text(holder_text(os.getpid(), 300))
+        await next_wait(waiting, new)
+        first, second = waiting.records
+        assert (first.wait_s, first.wait_from) == (socketlock.LOCK_WAIT_S, "own")
+        assert second.getMessage() == (
+            "the socket path's holder recorded how long its stop may take; waiting with the new bound")
+        assert (second.wait_s, second.wait_from, second.holder_stop_s) == (
+            300 + socketlock.HOLDER_MARGIN_S, "holder", 300)
+        clock.ahead = 100  # past its own bound: waiting on
+        tried.clear()
+        await asyncio.wait_for(tried.wait(), 10)
+        await asyncio.wait_for(tried.wait(), 10)  # a try past the probe, and the next
+        tried.clear()
+        await asyncio.wait_for(tried.wait(), 10)
+        assert not new.done(), new.exception()
+        old.release()
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    assert lock.held
+    lock.release()
