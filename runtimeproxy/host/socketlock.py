@@ -78,6 +78,7 @@ LOCK_WAIT_S = 30.0  # more than TimeoutStopSec of runtime-proxy.service (20 s) a
 HOLDER_MARGIN_S = 1.0  # past the holder's recorded stop: its lock file's removal and close
 MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait, and a whole wait across holders
 POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
+_REMAKE_TRIES = 3  # the lock file's directory, removed again and again as it is made: given up
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
 
 
@@ -279,9 +280,18 @@ def _who(pid: int | None) -> str:
 
 def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
     """One try, never waiting."""
+    remade = 0
     while True:
         try:
             fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
+        except FileNotFoundError as exc:
+            # Its directory was removed (while this one waited, say): made
+            # again, as prepare would (the bind needs it too), then locked.
+            if remade == _REMAKE_TRIES:
+                return _Unusable(f"cannot open it: {exc.strerror or exc}")
+            remade += 1
+            unixsocket.make_directory(lockfile)
+            continue
         except OSError as exc:  # EACCES, EROFS, ELOOP (a symlink)...
             return _Unusable(f"cannot open it: {exc.strerror or exc}")
         try:

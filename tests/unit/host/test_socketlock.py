@@ -512,3 +512,27 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
         await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
+
+
+async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_locked(
+    sock_dir: Path, waiting: LockWaits
+) -> None:
+    path = sock_dir / "d" / "s.sock"
+    old = await claim(path)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    try:
+        await next_wait(waiting, new)
+        old.release()
+        path.unlink()
+        path.parent.rmdir()  # an operator's clean-up, say
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    try:
+        assert lock.held and path.parent.is_dir()  # not "binding without the lock", nor a bind without its directory
+        assert lock.path.read_text() == holder_text(os.getpid(), None)
+    finally:
+        lock.release()
