@@ -152,7 +152,8 @@ class HookServer:
     holds the path's lock (``runtimeproxy.host.socketlock``): another server
     starting on the path is refused naming this one's pid, or, while this one
     stops, waits for it: as long as a stop with the constructor's ``grace``
-    may take (recorded in the lock file), when that is longer than its own wait.
+    may take (recorded in the lock file, and again by a ``stop`` passed a
+    longer one), when that is longer than its own wait.
     """
 
     def __init__(
@@ -299,8 +300,11 @@ class HookServer:
         server, self._server = self._server, None
         if server is None:
             return
+        grace = self._grace if grace is None else grace
+        if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
+            self._path_lock.record_longer_stop((grace or 0.0) + STOP_PAST_GRACE_S)
         try:
-            await server.stop(self._grace if grace is None else grace)
+            await server.stop(grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop does nothing
             # The server stopped for sure (grpc unlinks the path it bound as it
             # stops), then our socket removed, unless someone else has replaced

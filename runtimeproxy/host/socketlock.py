@@ -102,10 +102,27 @@ class SocketLock:
 
     path: Path  # the lock file
     _fd: int | None = field(default=None, repr=False)
+    stop_s: float | None = None  # the stop recorded in it, for an instance that waits for this one
 
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def record_stop(self, stop_s: float) -> None:
+        """Record that this holder's stop may take ``stop_s`` (a stop with a
+        longer grace than the one it claimed with): an instance waiting for
+        it reads it at its next try."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):  # gone: the lock is as good, the record is for the waiter's log
+            write_holder(self._fd, os.fstat(self._fd), stop_s)
+        self.stop_s = stop_s
+
+    def record_longer_stop(self, stop_s: float) -> None:
+        """:meth:`record_stop`, if longer than the stop recorded (a stop's
+        caller passing a grace of its own calls it as its stop begins)."""
+        if self.stop_s is None or stop_s > self.stop_s:
+            self.record_stop(stop_s)
 
     def release(self) -> None:
         """Remove the lock file and let go; idempotent. Call it only once the
@@ -312,7 +329,7 @@ def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unu
                 os.close(fd)  # its holder removed it as it let go: lock the file there now
                 continue
             write_holder(fd, st, stop_s)
-            return SocketLock(lockfile, fd)
+            return SocketLock(lockfile, fd, stop_s)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -295,3 +295,57 @@ async def test_a_proxy_waits_for_a_stopping_one_with_a_longer_grace_period_as_lo
 def fake_backend_path(sock_dir: Path) -> Path:
     """A backend nobody answers on: the proxy starts all the same (it probes in the background)."""
     return sock_dir / "backend.sock"
+
+
+@pytest.mark.parametrize(("grace", "recorded"), [(50, 50 + sdk.STOP_PAST_GRACE_S), (0, 1 + sdk.STOP_PAST_GRACE_S)])
+async def test_a_hook_servers_stop_with_a_longer_grace_records_how_long_it_may_take(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, grace: float, recorded: float
+) -> None:
+    # A server waiting for this one's stop waits by that record: the
+    # constructor's grace (1 s) would let it give up 49 s early.
+    path = sock_dir / "h.sock"
+    server = HookServer(path, grace=1)
+    await server.start()
+    inner = server._server
+    assert inner is not None
+    stop = inner.stop
+    begun, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_stop(grace: float | None) -> None:
+        begun.set()
+        await go_on.wait()
+        await stop(grace)
+
+    monkeypatch.setattr(inner, "stop", held_stop)
+    stopping = asyncio.ensure_future(server.stop(grace))
+    try:
+        await asyncio.wait_for(begun.wait(), CHILD_TIMEOUT)
+        assert lock_path(path).read_text() == holder_text(os.getpid(), recorded)
+    finally:
+        go_on.set()
+        await asyncio.wait_for(stopping, CHILD_TIMEOUT)
+    assert not lock_path(path).exists()
+
+
+async def test_a_proxys_stop_with_a_longer_grace_than_its_configured_one_records_how_long_it_may_take(
+    fake_backend_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = sock_dir / "s.sock"
+    proxy = Proxy(ProxyConfig(listen=path, backend=fake_backend_path, hook_dir=sock_dir / "hooks", grace_period=10))
+    await proxy.start()
+    stop = proxy._stop
+    begun, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_stop(grace: float) -> None:
+        begun.set()
+        await go_on.wait()
+        await stop(grace)
+
+    monkeypatch.setattr(proxy, "_stop", held_stop)
+    stopping = asyncio.ensure_future(proxy.stop(40))
+    try:
+        await asyncio.wait_for(begun.wait(), CHILD_TIMEOUT)
+        assert lock_path(path).read_text() == holder_text(os.getpid(), 40 + STOP_PAST_GRACE_S)
+    finally:
+        go_on.set()
+        await asyncio.wait_for(stopping, CHILD_TIMEOUT)

@@ -246,6 +246,18 @@ async def test_a_holder_records_how_long_its_stop_may_take_beside_its_pid(sock_d
         lock.release()
 
 
+async def test_a_holder_records_a_longer_stop_over_its_first(sock_dir: Path) -> None:
+    lock = await claim(sock_dir / "s.sock", stop_s=2)
+    try:
+        lock.record_longer_stop(1)  # shorter: left as it is
+        assert lock.path.read_text() == holder_text(os.getpid(), 2)
+        lock.record_longer_stop(51)
+        assert lock.path.read_text() == holder_text(os.getpid(), 51)
+        assert lock.stop_s == 51
+    finally:
+        lock.release()
+
+
 @pytest.fixture
 def probes(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
     """Set, in turn, as a waiting claim probes the held path: the first, the second..."""
