@@ -69,7 +69,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import unixsocket
+from . import sdnotify, unixsocket
 from .lockholder import Holder, read_holder, write_holder
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ log = logging.getLogger(__name__)
 LOCK_WAIT_S = 30.0  # more than TimeoutStopSec of runtime-proxy.service (20 s) and the hook unit (10 s)
 HOLDER_MARGIN_S = 1.0  # past the holder's recorded stop: its lock file's removal and close
 MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait, and a whole wait across holders
+EXTEND_MARGIN_S = 30.0  # systemd's start timeout, past the wait: the start goes on after it
 POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
 _REMAKE_TRIES = 3  # the lock file's directory, removed again and again as it is made: given up
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
@@ -236,6 +237,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
         if isinstance(got, SocketLock):
             if started is not None:
                 log.info("socket path free again; taking it", extra={"path": str(path), "lock": str(lockfile)})
+                _notify_systemd("STATUS=")  # what follows says its own, if anything
             return got
         if isinstance(got, _Unusable):
             log.warning(
@@ -288,11 +290,23 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 "wait_from": bound.source, "holder_stop_s": got.holder.stop_s, "own_wait_s": wait_s,
                 "waited_s": round(now - started, 3)})
             waiting = bound
+            # Under systemd a start that waits must not be killed for its
+            # TimeoutStartSec (the hook unit's is systemd's default, 90 s):
+            # the start's timeout is extended by what is left of the wait,
+            # and a margin for what the start does after it.
+            left = min(since + bound.seconds, started + ceiling) - now
+            _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
+                            f"STATUS=waiting for {_who(pid)} to let go of {path}")
         await asyncio.sleep(POLL_S)
 
 
 def _who(pid: int | None) -> str:
     return f"pid {pid}" if pid is not None else "pid unknown"
+
+
+def _notify_systemd(state: str) -> None:
+    """sd_notify, for a ``Type=notify`` unit's start; nothing outside systemd."""
+    sdnotify.notify(state)
 
 
 def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
