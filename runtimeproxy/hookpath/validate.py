@@ -131,16 +131,26 @@ def read_node_facts(root: Path = Path("/")) -> NodeFacts:
 class NodeFactsReader:
     """Reads this node's facts under ``root`` each time it is called; what
     no hotplug changes while the process runs (whether cpuset is on cgroup
-    v2, the kernel release) is read once, as it is made."""
+    v2, the kernel release) is read once, as it is made, and kept once read:
+    a read that failed (EMFILE, say) gives the stricter rule for now and is
+    tried again at the next call, not kept for the process's life."""
 
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
-        self.cpuset_on_v2 = _cpuset_on_v2(root)
-        self.since_5_18 = _kernel_at_least(root, (5, 18))
+        self.cpuset_on_v2: bool | None = None  # None: not read yet
+        self.since_5_18: bool | None = None
+        self._read_fixed()
+
+    def _read_fixed(self) -> None:
+        if self.cpuset_on_v2 is None:
+            self.cpuset_on_v2 = _cpuset_on_v2(self.root)
+        if self.since_5_18 is None:
+            self.since_5_18 = _kernel_at_least(self.root, (5, 18))
 
     def __call__(self) -> NodeFacts:
+        self._read_fixed()
         cpus = parse_id_list((self.root / "sys/devices/system/cpu/online").read_text())
-        mems, beyond, fixed = _memory_nodes(self.root, self.cpuset_on_v2, self.since_5_18)
+        mems, beyond, fixed = _memory_nodes(self.root, bool(self.cpuset_on_v2), bool(self.since_5_18))
         return NodeFacts(online_cpus=cpus, memory_nodes=mems, beyond_memory_nodes=beyond,
                          memory_nodes_fixed_at_boot=fixed)
 
@@ -177,24 +187,30 @@ def _memory_nodes(root: Path, on_v2: bool, since_5_18: bool) -> tuple[frozenset[
 _FIX_RC = 6  # 2685027fca38 reached mainline between 5.18-rc5 and -rc6
 
 
-def _cpuset_on_v2(root: Path) -> bool:
+def _cpuset_on_v2(root: Path) -> bool | None:
     """Whether the cpuset controller is on the unified hierarchy: the v2 root
     lists the controllers no v1 hierarchy holds (hybrid mode has no such file
-    at /sys/fs/cgroup; in a cgroup namespace, those given to it). Unreadable
-    or not listed: False, the stricter rule."""
+    at /sys/fs/cgroup; in a cgroup namespace, those given to it). Not there
+    or not listed: False, the stricter rule; None when it could not be read
+    (EMFILE, EACCES...), which its caller takes as False for now."""
     try:
         return "cpuset" in (root / "sys/fs/cgroup/cgroup.controllers").read_text().split()
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return None
 
 
-def _kernel_at_least(root: Path, version: tuple[int, int]) -> bool:
+def _kernel_at_least(root: Path, version: tuple[int, int]) -> bool | None:
     """Whether the running kernel is ``version`` or later; a release
-    candidate of ``version`` itself counts only from rc6 (see _memory_nodes)."""
+    candidate of ``version`` itself counts only from rc6 (see _memory_nodes).
+    None when the release could not be read (not there: False)."""
     try:
         release = (root / "proc/sys/kernel/osrelease").read_text()
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return None
     match = re.match(r"(\d+)\.(\d+)(?:\.\d+)?(?:-rc(\d+))?", release)
     if match is None:
         return False

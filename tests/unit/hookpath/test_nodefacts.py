@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -296,3 +297,26 @@ def test_the_cgroup_mode_and_kernel_release_are_read_once_not_at_each_re_read(tm
     set_online_cpus(root, "0-4\n")
     assert source.refresh()  # read again: the CPUs changed
     assert source.current == dataclasses.replace(first, online_cpus=frozenset(range(5)))  # the v2 rule stands
+
+
+def test_a_cgroup_mode_or_kernel_release_that_could_not_be_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A momentary failure (EMFILE as the process starts) gives the stricter
+    rule for now, not for the process's life."""
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    read_text = Path.read_text
+
+    def emfile(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name in ("cgroup.controllers", "osrelease"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", emfile)
+    reader = NodeFactsReader(root)
+    assert not reader().memory_nodes_fixed_at_boot  # v1's rule, for now
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert reader().memory_nodes_fixed_at_boot  # read: cgroup v2 before 5.18
+    (root / "sys/fs/cgroup/cgroup.controllers").unlink()
+    assert reader().memory_nodes_fixed_at_boot  # and kept
