@@ -8,6 +8,7 @@ import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from pathlib import Path
 
 from runtimeproxy.host import socketlock
@@ -100,6 +101,21 @@ class LockWaits(asyncio.Event):
     def __init__(self) -> None:
         super().__init__()
         self.records: list[logging.LogRecord] = []
+
+
+async def until_waiting(waits: LockWaits, starting: asyncio.Future[Any], timeout: float = 10.0) -> None:
+    """Until a claim logs its next wait (``waits`` is cleared then, for the
+    one after); fails should ``starting``, what claims, end first, or
+    neither come within ``timeout`` s."""
+    logged = asyncio.ensure_future(waits.wait())
+    try:
+        await asyncio.wait([logged, starting], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        logged.cancel()
+        await asyncio.gather(logged, return_exceptions=True)
+    assert not starting.done(), starting.exception() if not starting.cancelled() else "cancelled"
+    assert waits.is_set(), f"no wait logged within {timeout} s"
+    waits.clear()
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import lock_path
 
-from ...unixsockets import lock_waits, stale_lock_holder, stale_socket
+from ...unixsockets import lock_waits, stale_lock_holder, stale_socket, until_waiting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -231,6 +231,7 @@ async def test_an_old_instance_stopping_does_not_unlink_a_newer_ones_socket(
                 client.connect(str(path))  # the new one serves at the path
         finally:
             waited.cancel()
+            await asyncio.gather(waited, return_exceptions=True)
             await new.stop(0)
 
 
@@ -273,9 +274,7 @@ async def test_a_proxy_waits_for_a_stopping_one_with_a_longer_grace_period_as_lo
         with lock_waits() as waiting:
             starting = asyncio.ensure_future(new.start())
             try:
-                done, _ = await asyncio.wait([starting, asyncio.ensure_future(waiting.wait())], timeout=CHILD_TIMEOUT,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                assert done and not starting.done(), starting.exception() if starting.done() else "no wait"
+                await until_waiting(waiting, starting, CHILD_TIMEOUT)
                 (record,) = waiting.records
                 assert (record.holder_pid, record.wait_from, record.own_wait_s) == (
                     old.pid, "holder", socketlock.LOCK_WAIT_S)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import socket
 import stat
 import subprocess
@@ -23,7 +24,7 @@ from runtimeproxy.host import socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, LockWaits, lock_waits, stale_socket
+from tests.unixsockets import STALE_HOLDER, LockWaits, lock_waits, stale_socket, until_waiting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -37,6 +38,14 @@ lock = asyncio.run(claim(Path(sys.argv[1])))
 print("held", flush=True)
 sys.stdin.read()
 """
+
+
+def read_line(process: subprocess.Popen[str], timeout: float = 10.0) -> str:
+    """The child's next line, failing after ``timeout`` s rather than waiting for ever."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], timeout)
+    assert readable, f"no line from the child within {timeout} s"
+    return process.stdout.readline()
 
 
 @pytest.fixture
@@ -145,7 +154,7 @@ def test_a_holder_in_another_process_is_named_and_its_death_frees_the_path(sock_
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=PROJECT_ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert read_line(holder) == "held\n"
         with pytest.raises(SocketInUse, match=f"pid {holder.pid}") as refused:
             asyncio.run(claim(path, wait_s=0))
         assert refused.value.holder == holder.pid
@@ -286,19 +295,22 @@ async def test_a_claim_waits_past_its_own_bound_while_the_holder_recorded_a_long
     old = await claim(path, stop_s=300)
     stale_socket(path)  # stopping: not serving, its lock held
     new = asyncio.ensure_future(claim(path, wait_s=0))  # its own bound: none
+    probed = asyncio.ensure_future(probes[-1].wait())
     try:
-        await asyncio.wait([new, asyncio.ensure_future(probes[-1].wait())], return_when=asyncio.FIRST_COMPLETED)
-        assert not new.done(), new.exception()  # polled three times, past its own bound of 0 s
+        await asyncio.wait([new, probed], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        assert not new.done(), new.exception()
+        assert probed.done(), "not polled three times"  # past its own bound of 0 s
         (record,) = waiting.records
         assert (record.wait_s, record.wait_from, record.holder_stop_s, record.own_wait_s) == (
             300 + socketlock.HOLDER_MARGIN_S, "holder", 300, 0)
         assert record.holder_pid == os.getpid()
         old.release()
-        lock = await new
+        lock = await asyncio.wait_for(new, 10)
     finally:
         old.release()
-        if not new.done():
-            new.cancel()
+        for task in (new, probed):
+            task.cancel()
+        await asyncio.gather(new, probed, return_exceptions=True)
     try:
         assert lock.held and not path.exists()
         assert lock.path.read_text() == holder_text(os.getpid(), None)  # the new holder's own record
@@ -316,7 +328,7 @@ async def test_a_lock_file_without_a_readable_stop_leaves_the_waiters_own_bound(
         lock.path.write_text(content.format(pid=os.getpid()))
         stale_socket(path)
         with pytest.raises(SocketInUse, match=f"pid {os.getpid()}, .* neither served it nor let it go for 0 s;") as refused:
-            await claim(path, wait_s=0)
+            await asyncio.wait_for(claim(path, wait_s=0), 10)  # read as 3600 s, a timeout
         assert refused.value.holder == os.getpid()
     finally:
         lock.release()
@@ -333,7 +345,7 @@ async def test_a_holders_garbage_stop_is_capped(
         lock.path.write_text(f"{os.getpid()}\nstop_s={recorded}\n")
         stale_socket(path)
         with pytest.raises(SocketInUse, match="neither served it nor let it go for 0.2 s;"):
-            await claim(path, wait_s=0)
+            await asyncio.wait_for(claim(path, wait_s=0), 10)  # not capped, a timeout
         (record,) = waiting.records
         assert (record.wait_s, record.wait_from) == (0.2, "holder, capped")
     finally:
@@ -363,14 +375,17 @@ def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_l
 
     async def wait_then_take() -> socketlock.SocketLock:
         new = asyncio.ensure_future(claim(path, wait_s=0))
-        await asyncio.wait([new, asyncio.ensure_future(waiting.wait())], return_when=asyncio.FIRST_COMPLETED)
-        assert not new.done(), new.exception()
-        assert holder.stdin is not None
-        holder.stdin.close()  # its stop is over: it exits, the kernel drops its lock
-        return await new
+        try:
+            await until_waiting(waiting, new)
+            assert holder.stdin is not None
+            holder.stdin.close()  # its stop is over: it exits, the kernel drops its lock
+            return await asyncio.wait_for(new, 10)
+        finally:
+            new.cancel()
+            await asyncio.gather(new, return_exceptions=True)
 
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert read_line(holder) == "held\n"
         lock = asyncio.run(wait_then_take())
     finally:
         holder.kill()
@@ -401,19 +416,6 @@ async def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return clock
 
 
-async def next_wait(waiting: asyncio.Event, claiming: asyncio.Future[socketlock.SocketLock]) -> None:
-    """The claim's next "waiting" line; failing, should the claim end first."""
-    logged = asyncio.ensure_future(waiting.wait())
-    try:
-        await asyncio.wait([logged, claiming], timeout=10, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        logged.cancel()
-        await asyncio.gather(logged, return_exceptions=True)
-    assert not claiming.done(), claiming.exception()
-    assert waiting.is_set(), "no wait logged"
-    waiting.clear()
-
-
 async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
     sock_dir: Path, waiting: LockWaits, clock: Clock
 ) -> None:
@@ -427,14 +429,14 @@ async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_fro
     new = asyncio.ensure_future(claim(path))
     other: socketlock.SocketLock | None = None
     try:
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         clock.ahead = 100
         old.release()
         other = await claim(path)  # no await between its try and its hold: before the waiter's next try
         # B's record (another process's pid: the file may have A's inode
         # number, freed and used again), its pid alone, its stop_s not written yet.
         other.path.write_text(f"{os.getppid()}\n")
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         assert not new.done(), new.exception()
         first, second = waiting.records
         assert (first.wait_s, first.wait_from) == (300 + socketlock.HOLDER_MARGIN_S, "holder")
@@ -461,12 +463,12 @@ async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
     stale_socket(path)
     new = asyncio.ensure_future(claim(path))
     try:
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
         holder.release()
         holder = await claim(path, stop_s=500)
         holder.path.write_text(holder_text(os.getppid(), 500))  # another process's, as it would be
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         assert not new.done(), new.exception()
         clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
         with pytest.raises(SocketInUse, match=f"^{path} has been held by other processes one after another "
@@ -500,9 +502,9 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
     stale_socket(path)
     new = asyncio.ensure_future(claim(path))
     try:
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         old.path.write_text(holder_text(os.getpid(), 300))
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         first, second = waiting.records
         assert (first.wait_s, first.wait_from) == (socketlock.LOCK_WAIT_S, "own")
         assert second.getMessage() == (
@@ -534,7 +536,7 @@ async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_lock
     stale_socket(path)
     new = asyncio.ensure_future(claim(path))
     try:
-        await next_wait(waiting, new)
+        await until_waiting(waiting, new)
         old.release()
         path.unlink()
         path.parent.rmdir()  # an operator's clean-up, say
@@ -564,7 +566,7 @@ async def test_under_systemd_a_waiting_start_extends_its_start_timeout_and_says_
         stale_socket(path)
         new = asyncio.ensure_future(claim(path, wait_s=0))
         try:
-            await next_wait(waiting, new)
+            await until_waiting(waiting, new)
             loop = asyncio.get_running_loop()
             extend, status = (await asyncio.wait_for(loop.sock_recv(systemd, 4096), 10)).decode().split("\n")
             assert status == f"STATUS=waiting for pid {os.getpid()} to let go of {path}"
