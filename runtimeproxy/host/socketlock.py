@@ -32,7 +32,10 @@ of another st_dev/st_ino, or of another pid). The new holder's stop is
 waited for from then, by its own record, as the first's was; the whole wait
 across holders ends after ``MAX_WAIT_S`` (``wait_s`` when longer), so that
 a chain of instances each starting as the last stops cannot hang a start
-for ever. Waiting, not refusing: a hook server's new
+for ever. A holder whose stop is given a longer grace than it claimed with
+records that (``SocketLock.record_stop``). Under systemd the waiter extends
+its unit's start timeout by what is left of its wait (EXTEND_TIMEOUT_USEC)
+and says whom it waits for (STATUS=). Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
 backoff. Under systemd's Restart= the old process has exited before the new
