@@ -8,8 +8,8 @@ import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.unixsocket import SocketIdentity
@@ -139,3 +139,11 @@ def lock_waits() -> Iterator[LockWaits]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+class Clock:
+    """The event loop's clock, moved on at will: a wait of minutes in no
+    time (timers already set then are due at once: only the waiter's poll)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0

@@ -15,7 +15,6 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from runtimeproxy.host import socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, LockWaits, lock_waits, stale_socket, until_waiting
+from tests.unixsockets import STALE_HOLDER, LockWaits, stale_socket, until_waiting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -46,12 +45,6 @@ def read_line(process: subprocess.Popen[str], timeout: float = 10.0) -> str:
     readable, _, _ = select.select([process.stdout], [], [], timeout)
     assert readable, f"no line from the child within {timeout} s"
     return process.stdout.readline()
-
-
-@pytest.fixture
-def waiting() -> Iterator[asyncio.Event]:
-    with lock_waits() as waits:
-        yield waits
 
 
 def listening(path: Path) -> socket.socket:
@@ -399,135 +392,6 @@ def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_l
         lock.release()
 
 
-class Clock:
-    """The event loop's clock, moved on at will: a wait of minutes in no
-    time (timers already set then are due at once: only the waiter's poll)."""
-
-    def __init__(self) -> None:
-        self.ahead = 0.0
-
-
-@pytest.fixture
-async def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    loop = asyncio.get_running_loop()
-    time = loop.time
-    monkeypatch.setattr(loop, "time", lambda: time() + clock.ahead)
-    return clock
-
-
-async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
-    sock_dir: Path, waiting: LockWaits, clock: Clock
-) -> None:
-    # A (a stop of 300 s) lets go after 100 s, B takes the lock before the
-    # waiter's next try, and is starting, its record not written (the
-    # waiter's own bound, 30 s): that wait counts from B's taking, not from
-    # A's, which was over it already.
-    path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    other: socketlock.SocketLock | None = None
-    try:
-        await until_waiting(waiting, new)
-        clock.ahead = 100
-        old.release()
-        other = await claim(path)  # no await between its try and its hold: before the waiter's next try
-        # B's record (another process's pid: the file may have A's inode
-        # number, freed and used again), its pid alone, its stop_s not written yet.
-        other.path.write_text(f"{os.getppid()}\n")
-        await until_waiting(waiting, new)
-        assert not new.done(), new.exception()
-        first, second = waiting.records
-        assert (first.wait_s, first.wait_from) == (300 + socketlock.HOLDER_MARGIN_S, "holder")
-        assert second.getMessage() == ("socket path taken meanwhile by another instance that does not serve it "
-                                       "(starting or stopping); waiting for that one")
-        assert (second.wait_s, second.wait_from, second.holder_stop_s, second.waited_s) == (
-            socketlock.LOCK_WAIT_S, "own", None, pytest.approx(100, abs=5))
-        other.release()
-        lock = await asyncio.wait_for(new, 10)
-    finally:
-        socketlock.release(other)
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
-    assert lock.held
-    lock.release()
-
-
-async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
-    sock_dir: Path, waiting: LockWaits, clock: Clock
-) -> None:
-    path = sock_dir / "s.sock"
-    holder = await claim(path, stop_s=500)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    try:
-        await until_waiting(waiting, new)
-        clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
-        holder.release()
-        holder = await claim(path, stop_s=500)
-        holder.path.write_text(holder_text(os.getppid(), 500))  # another process's, as it would be
-        await until_waiting(waiting, new)
-        assert not new.done(), new.exception()
-        clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
-        with pytest.raises(SocketInUse, match=f"^{path} has been held by other processes one after another "
-                                              f"\\(pid {os.getppid()} last, .*\\), none serving it, for 600 s;"):
-            await asyncio.wait_for(new, 10)
-    finally:
-        holder.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
-
-
-@pytest.fixture
-def tried(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Set at each probe of a held path (a waiting claim's try): clear it, await the next."""
-    event = asyncio.Event()
-    is_stale = unixsocket.is_stale
-
-    def probed(path: Path, timeout: float = unixsocket.PROBE_TIMEOUT) -> bool:
-        event.set()
-        return is_stale(path, timeout)
-
-    monkeypatch.setattr(unixsocket, "is_stale", probed)
-    return event
-
-
-async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_bound(
-    sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
-) -> None:
-    path = sock_dir / "s.sock"
-    old = await claim(path)  # its record not written yet: its pid alone
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    try:
-        await until_waiting(waiting, new)
-        old.path.write_text(holder_text(os.getpid(), 300))
-        await until_waiting(waiting, new)
-        first, second = waiting.records
-        assert (first.wait_s, first.wait_from) == (socketlock.LOCK_WAIT_S, "own")
-        assert second.getMessage() == (
-            "the socket path's holder recorded how long its stop may take; waiting with the new bound")
-        assert (second.wait_s, second.wait_from, second.holder_stop_s) == (
-            300 + socketlock.HOLDER_MARGIN_S, "holder", 300)
-        clock.ahead = 100  # past its own bound: waiting on
-        tried.clear()
-        await asyncio.wait_for(tried.wait(), 10)
-        await asyncio.wait_for(tried.wait(), 10)  # a try past the probe, and the next
-        tried.clear()
-        await asyncio.wait_for(tried.wait(), 10)
-        assert not new.done(), new.exception()
-        old.release()
-        lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
-    assert lock.held
-    lock.release()
-
-
 async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_locked(
     sock_dir: Path, waiting: LockWaits
 ) -> None:
@@ -550,34 +414,3 @@ async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_lock
         assert lock.path.read_text() == holder_text(os.getpid(), None)
     finally:
         lock.release()
-
-
-async def test_under_systemd_a_waiting_start_extends_its_start_timeout_and_says_why(
-    sock_dir: Path, waiting: LockWaits, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The hook unit has systemd's default TimeoutStartSec (90 s): a wait of
-    # 301 s would be killed as a failed start.
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
-        systemd.bind(str(sock_dir / "notify.sock"))
-        systemd.setblocking(False)
-        monkeypatch.setenv("NOTIFY_SOCKET", str(sock_dir / "notify.sock"))
-        path = sock_dir / "s.sock"
-        old = await claim(path, stop_s=300)
-        stale_socket(path)
-        new = asyncio.ensure_future(claim(path, wait_s=0))
-        try:
-            await until_waiting(waiting, new)
-            loop = asyncio.get_running_loop()
-            extend, status = (await asyncio.wait_for(loop.sock_recv(systemd, 4096), 10)).decode().split("\n")
-            assert status == f"STATUS=waiting for pid {os.getpid()} to let go of {path}"
-            key, _, usec = extend.partition("=")
-            assert key == "EXTEND_TIMEOUT_USEC"
-            assert 300 + socketlock.HOLDER_MARGIN_S < int(usec) / 1e6 <= 301 + socketlock.EXTEND_MARGIN_S
-            old.release()
-            lock = await asyncio.wait_for(new, 10)
-            lock.release()
-            assert (await asyncio.wait_for(loop.sock_recv(systemd, 4096), 10)) == b"STATUS="  # said no more
-        finally:
-            old.release()
-            new.cancel()
-            await asyncio.gather(new, return_exceptions=True)
