@@ -235,6 +235,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     waiting: WaitBound | None = None  # the bound logged for this holder
     file: tuple[int, int] | None = None  # this holder's lock file
     pid: int | None = None  # this holder's pid, once read
+    most: float | None = None  # the longest stop this holder recorded: a torn read may show less
     while True:
         got = _try_lock(lockfile, stop_s)
         if isinstance(got, SocketLock):
@@ -263,13 +264,18 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
         # waited for from now, as the first's was, under the ceiling.
         new_holder = got.file != file or (None not in (pid, got.holder.pid) and got.holder.pid != pid)
         if new_holder:
-            since, waiting, file, pid = now, None, got.file, None
+            since, waiting, file, pid, most = now, None, got.file, None, None
         pid = got.holder.pid if got.holder.pid is not None else pid
+        if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
+            most = got.holder.stop_s
         if started is None:
             started = now
         # Read at each try: the holder writes it just after its flock, and again
-        # when its stop is to take longer (SocketLock.record_stop).
-        bound = wait_bound(wait_s, got.holder)
+        # when its stop is to take longer (SocketLock.record_stop). The longest
+        # read counts: a read as the holder writes may meet part of the old
+        # record and part of the new (pread is not atomic against pwrite: 41
+        # written over 101 read as 11).
+        bound = wait_bound(wait_s, Holder(pid, most))
         if now - since >= bound.seconds:
             raise SocketInUse(
                 f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served it "
@@ -290,7 +296,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 message = "the socket path's holder recorded how long its stop may take; waiting with the new bound"
             log.info(message, extra={
                 "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
-                "wait_from": bound.source, "holder_stop_s": got.holder.stop_s, "own_wait_s": wait_s,
+                "wait_from": bound.source, "holder_stop_s": most, "own_wait_s": wait_s,
                 "waited_s": round(now - started, 3)})
             waiting = bound
             # Under systemd a start that waits must not be killed for its

@@ -52,3 +52,13 @@ def test_a_stop_that_is_no_finite_number_is_not_read(tmp_path: Path, value: str)
     # It would be logged as the holder's stop: JSON has no Infinity nor NaN.
     (tmp_path / "lock").write_text(f"123\nstop_s={value}\n")
     assert read(tmp_path / "lock") == Holder(123, None)
+
+
+def test_the_record_is_written_over_then_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cut first, a reader could meet an empty file (no pid, no stop) between the two.
+    calls: list[str] = []
+    pwrite, ftruncate = os.pwrite, os.ftruncate
+    monkeypatch.setattr(os, "pwrite", lambda *args: calls.append("pwrite") or pwrite(*args))
+    monkeypatch.setattr(os, "ftruncate", lambda *args: calls.append("ftruncate") or ftruncate(*args))
+    written(tmp_path / "lock", 17.5)
+    assert calls == ["pwrite", "ftruncate"]

@@ -15,6 +15,19 @@ from runtimeproxy.host.socketlock import SocketInUse, claim
 from tests.unixsockets import Clock, LockWaits, stale_socket, until_waiting
 
 
+async def next_tries(tried: asyncio.Event, claiming: asyncio.Future[object], count: int) -> None:
+    """Until a waiting claim tried ``count`` times more; fails should the claim end first."""
+    for _ in range(count):
+        tried.clear()
+        probed = asyncio.ensure_future(tried.wait())
+        try:
+            await asyncio.wait([probed, claiming], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            probed.cancel()
+        assert not claiming.done(), claiming.exception() if not claiming.cancelled() else "cancelled"
+        assert tried.is_set(), "no try within 10 s"
+
+
 async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
     sock_dir: Path, waiting: LockWaits, clock: Clock
 ) -> None:
@@ -103,6 +116,32 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
         tried.clear()
         await asyncio.wait_for(tried.wait(), 10)
         assert not new.done(), new.exception()
+        old.release()
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    assert lock.held
+    lock.release()
+
+
+async def test_a_shorter_stop_read_from_the_same_holder_leaves_the_longest_bound(
+    sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
+) -> None:
+    # A read as the holder writes its record again may meet part of the
+    # old and part of the new: 41 written over 101 read as 11. The waiter
+    # gave up at once, 100 s into a wait of 102 s.
+    path = sock_dir / "s.sock"
+    old = await claim(path, stop_s=101)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    try:
+        await until_waiting(waiting, new)
+        clock.ahead = 100
+        old.path.write_text(holder_text(os.getpid(), 11))  # the torn read, as it would read
+        await next_tries(tried, new, 2)  # a try past the probe, and the next
+        assert [record.wait_s for record in waiting.records] == [101 + socketlock.HOLDER_MARGIN_S]
         old.release()
         lock = await asyncio.wait_for(new, 10)
     finally:
