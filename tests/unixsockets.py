@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -12,7 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from runtimeproxy.host import socketlock
+from runtimeproxy.host.lockholder import read_holder
 from runtimeproxy.host.unixsocket import SocketIdentity
+
+
+def recorded(lock_file: Path) -> tuple[int | None, float | None]:
+    """The pid and the stop a socket path's lock file records (its nonce aside)."""
+    fd = os.open(lock_file, os.O_RDONLY)
+    try:
+        holder = read_holder(fd)
+    finally:
+        os.close(fd)
+    return holder.pid, holder.stop_s
 
 
 def stale_socket(path: Path) -> SocketIdentity:

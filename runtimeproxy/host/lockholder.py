@@ -1,14 +1,18 @@
 """What a socket path's lock file says of its holder (socketlock.py).
 
-Two lines: the holder's pid, to name it in a refusal, and ``stop_s=S``, how
-long its stop may take once it stops serving, so that an instance waiting
-for that stop waits as long as the holder's grace makes it, not as long as
-its own. The pid's line is padded with spaces to ``PID_LINE_BYTES``: an
+Three lines: the holder's pid, to name it in a refusal; ``holder=N``, 16
+hex digits drawn at random as it takes the lock, which tell one holder from
+the next (a pid may be any other process's in another pid namespace, two
+containerised hook servers both pid 1, and a lock file's inode number is
+used again at once); and ``stop_s=S``, how long its stop may take once it
+stops serving, so that an instance waiting for that stop waits as long as
+the holder's grace makes it, not as long as its own. The pid's line is padded with spaces to ``PID_LINE_BYTES``: an
 older version read the first 32 bytes as the pid alone (``int(pread(32).strip())``),
 and still names this holder after a rollback. A file of an older holder has
 the pid alone; one without a readable ``stop_s`` (not written yet, garbled,
 not finite, another program's) gives None, and the waiter counts with its
-own bound.
+own bound. A ``holder=`` that is not 16 hex digits (a record read as it is
+written) makes the whole record unread: nothing of it is taken.
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
+import secrets
 from dataclasses import dataclass
 
 from .dirlock import parse_pid
 
 STOP_KEY = "stop_s"
+HOLDER_KEY = "holder"
+_NONCE = re.compile(r"[0-9a-f]{16}")
 PID_LINE_BYTES = 32  # what an older version's reader reads (dirlock.read_pid's pread)
 _READ_BYTES = 128  # a pid's line and one number: far less
 
@@ -29,23 +37,29 @@ _READ_BYTES = 128  # a pid's line and one number: far less
 class Holder:
     pid: int | None
     stop_s: float | None  # None: not recorded, or not a number of seconds
+    nonce: str | None = None  # None: an older holder's file, or not written yet
 
 
-def write_holder(fd: int, st: os.stat_result, stop_s: float | None) -> None:
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def write_holder(fd: int, st: os.stat_result, stop_s: float | None, nonce: str) -> None:
     """The pid as this process's namespace sees it, and ``stop_s`` when
     known. Not into a file with other names (a hard link someone made to
     another file must not be overwritten)."""
     if st.st_nlink != 1:
         return
-    data = holder_text(os.getpid(), stop_s).encode()
+    data = holder_text(os.getpid(), stop_s, nonce).encode()
     with contextlib.suppress(OSError):  # written over, then cut: a reader never meets an empty file
         os.pwrite(fd, data, 0)
         os.ftruncate(fd, len(data))
 
 
-def holder_text(pid: int, stop_s: float | None) -> str:
-    """The pid's line, ``PID_LINE_BYTES`` long, then ``stop_s`` when known."""
-    return f"{pid:<{PID_LINE_BYTES - 1}}\n" + (f"{STOP_KEY}={stop_s:g}\n" if stop_s is not None else "")
+def holder_text(pid: int, stop_s: float | None, nonce: str) -> str:
+    """The pid's line, ``PID_LINE_BYTES`` long, the nonce, then ``stop_s`` when known."""
+    return (f"{pid:<{PID_LINE_BYTES - 1}}\n{HOLDER_KEY}={nonce}\n"
+            + (f"{STOP_KEY}={stop_s:g}\n" if stop_s is not None else ""))
 
 
 def read_holder(fd: int) -> Holder:
@@ -53,17 +67,23 @@ def read_holder(fd: int) -> Holder:
         text = os.pread(fd, _READ_BYTES, 0).decode()
     except (OSError, UnicodeDecodeError):
         return Holder(None, None)
-    return Holder(parse_pid(text), _stop_s(text))
-
-
-def _stop_s(text: str) -> float | None:
+    fields: dict[str, str] = {}
     for line in text.splitlines()[1:]:
         key, sep, value = line.partition("=")
-        if sep and key.strip() == STOP_KEY:
-            try:
-                seconds = float(value)
-            except ValueError:
-                return None
-            # Not NaN nor infinity: the waiter logs the number, and JSON has neither.
-            return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    return None
+        if sep:
+            fields.setdefault(key.strip(), value)
+    nonce = fields.get(HOLDER_KEY)
+    if nonce is not None and not _NONCE.fullmatch(nonce):
+        return Holder(None, None)  # being written (torn), or garbled
+    return Holder(parse_pid(text), _stop_s(fields.get(STOP_KEY)), nonce)
+
+
+def _stop_s(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    # Not NaN nor infinity: the waiter logs the number, and JSON has neither.
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

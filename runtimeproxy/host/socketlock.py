@@ -23,19 +23,21 @@ with it the lock; the proxy passes more when its grace period makes a stop
 longer (cripath/server.py). A holder that may stop for longer still (a
 longer grace than the waiter's) says so: it records ``stop_s``, how long its
 stop may take, beside its pid (lockholder.py), and the waiter waits that
-long and ``HOLDER_MARGIN_S`` more when it is longer than its own
-``wait_s``, at most ``MAX_WAIT_S`` (a garbled number must not hang a
-start). A file without it (an older holder's, or one not written yet)
-leaves ``wait_s``. The holder may change during the wait: it lets go and
-another instance takes the lock before the waiter's next try (a lock file
-of another st_dev/st_ino, or of another pid). The new holder's stop is
-waited for from then, by its own record, as the first's was; the whole wait
-across holders ends after ``MAX_WAIT_S`` (``wait_s`` when longer), so that
-a chain of instances each starting as the last stops cannot hang a start
-for ever. A holder whose stop is given a longer grace than it claimed with
-records that (``SocketLock.record_stop``). Under systemd the waiter extends
-its unit's start timeout by what is left of its wait (EXTEND_TIMEOUT_USEC)
-and says whom it waits for (STATUS=). Waiting, not refusing: a hook server's new
+long (the longest it read of this holder) and ``HOLDER_MARGIN_S`` more when
+it is longer than its own ``wait_s``, at most ``MAX_WAIT_S`` (a garbled
+number must not hang a start). A file without it (an older holder's, or one
+not written yet) leaves ``wait_s``. The holder may change during the wait:
+it lets go and another instance takes the lock before the waiter's next try
+(a record of another nonce, which each holder draws as it takes the lock: an
+older holder's record, without one, by its file and pid; a record not
+written yet is no change). The new holder's stop is waited for from then, by
+its own record, as the first's was; the whole wait across holders ends after
+``MAX_WAIT_S`` (``wait_s`` when longer), so that a chain of instances each
+starting as the last stops cannot hang a start for ever. A holder whose stop
+is given a longer grace than it claimed with records that
+(``SocketLock.record_stop``). Under systemd the waiter extends its unit's
+start timeout by what is left of its wait (EXTEND_TIMEOUT_USEC) and says
+whom it waits for (STATUS=). Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
 backoff. Under systemd's Restart= the old process has exited before the new
@@ -73,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import sdnotify, unixsocket
-from .lockholder import Holder, read_holder, write_holder
+from .lockholder import Holder, new_nonce, read_holder, write_holder
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class SocketLock:
     path: Path  # the lock file
     _fd: int | None = field(default=None, repr=False)
     stop_s: float | None = None  # the stop recorded in it, for an instance that waits for this one
+    nonce: str = ""  # this holder's, in its record (lockholder.py)
 
     @property
     def held(self) -> bool:
@@ -119,7 +122,7 @@ class SocketLock:
         if self._fd is None:
             return
         with contextlib.suppress(OSError):  # gone: the lock is as good, the record is for the waiter's log
-            write_holder(self._fd, os.fstat(self._fd), stop_s)
+            write_holder(self._fd, os.fstat(self._fd), stop_s, self.nonce)
         self.stop_s = stop_s
 
     def record_longer_stop(self, stop_s: float) -> None:
@@ -177,7 +180,7 @@ async def release_once_stopped(
 @dataclass(frozen=True)
 class _Held:
     holder: Holder
-    file: tuple[int, int]  # the lock file's st_dev, st_ino: a new holder may have made a new one
+    identity: object  # which holder: its nonce (an older one's: file and pid); None: no record read yet
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     started: float | None = None  # when the wait began, for its ceiling across holders
     since = 0.0  # when the wait for this holder began: its bound counts from there
     waiting: WaitBound | None = None  # the bound logged for this holder
-    file: tuple[int, int] | None = None  # this holder's lock file
+    identity: object = None  # this holder's (_Held.identity), once read
     pid: int | None = None  # this holder's pid, once read
     most: float | None = None  # the longest stop this holder recorded: a torn read may show less
     while True:
@@ -258,18 +261,20 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 f"{path} is in use by another process ({_who(got.holder.pid)}, holding {lockfile}); "
                 "refusing to take it over", got.holder.pid)
         now = loop.time()
+        if started is None:
+            started = since = now
         # Another holder: the first let go and another instance took the
-        # lock before this one's next try (its own lock file, or the same
-        # one, a crashed holder's, with another pid in it). Its stop is
-        # waited for from now, as the first's was, under the ceiling.
-        new_holder = got.file != file or (None not in (pid, got.holder.pid) and got.holder.pid != pid)
-        if new_holder:
-            since, waiting, file, pid, most = now, None, got.file, None, None
+        # lock before this one's next try (its record says another nonce).
+        # Its stop is waited for from now, as the first's was, under the
+        # ceiling. A record not read yet (the new holder has not written
+        # it) is no change: the holder so far stands until it is read.
+        if got.identity is not None and got.identity != identity:
+            if identity is not None:
+                since, waiting, pid, most = now, None, None, None
+            identity = got.identity
         pid = got.holder.pid if got.holder.pid is not None else pid
         if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
             most = got.holder.stop_s
-        if started is None:
-            started = now
         # Read at each try: the holder writes it just after its flock, and again
         # when its stop is to take longer (SocketLock.record_stop). The longest
         # read counts: a read as the holder writes may meet part of the old
@@ -344,15 +349,18 @@ def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unu
             except BlockingIOError:
                 holder = read_holder(fd)
                 os.close(fd)
-                return _Held(holder, (st.st_dev, st.st_ino))
+                # An older holder's record has no nonce: its file and pid tell it.
+                old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
+                return _Held(holder, holder.nonce or old)
             except OSError as exc:  # ENOLCK: a file system without flock
                 os.close(fd)
                 return _Unusable(f"cannot lock it: {exc.strerror or exc}")
             if not _same_file(lockfile, st):
                 os.close(fd)  # its holder removed it as it let go: lock the file there now
                 continue
-            write_holder(fd, st, stop_s)
-            return SocketLock(lockfile, fd, stop_s)
+            nonce = new_nonce()
+            write_holder(fd, st, stop_s, nonce)
+            return SocketLock(lockfile, fd, stop_s, nonce)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -33,10 +33,9 @@ from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, STOP_PAST_GRACE_S, Proxy
 from runtimeproxy.host import socketlock
-from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import lock_path
 
-from ...unixsockets import lock_waits, stale_lock_holder, stale_socket, until_waiting
+from ...unixsockets import lock_waits, recorded, stale_lock_holder, stale_socket, until_waiting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -176,7 +175,7 @@ async def test_two_instances_starting_at_once_one_serves_the_other_is_refused_na
                                       f"{lock_path(path)}); refusing to take it over")
         # Its pid, and how long its stop may take for one that waits for it.
         stop_s = ProxyConfig().grace_period + STOP_PAST_GRACE_S if which == "proxy" else 1.0 + sdk.STOP_PAST_GRACE_S
-        assert lock_path(path).read_text() == holder_text(winner.pid, stop_s)
+        assert recorded(lock_path(path)) == (winner.pid, stop_s)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(path))  # the winner's socket, still at the path
 
@@ -296,9 +295,9 @@ def fake_backend_path(sock_dir: Path) -> Path:
     return sock_dir / "backend.sock"
 
 
-@pytest.mark.parametrize(("grace", "recorded"), [(50, 50 + sdk.STOP_PAST_GRACE_S), (0, 1 + sdk.STOP_PAST_GRACE_S)])
+@pytest.mark.parametrize(("grace", "stop_s"), [(50, 50 + sdk.STOP_PAST_GRACE_S), (0, 1 + sdk.STOP_PAST_GRACE_S)])
 async def test_a_hook_servers_stop_with_a_longer_grace_records_how_long_it_may_take(
-    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, grace: float, recorded: float
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, grace: float, stop_s: float
 ) -> None:
     # A server waiting for this one's stop waits by that record: the
     # constructor's grace (1 s) would let it give up 49 s early.
@@ -319,7 +318,7 @@ async def test_a_hook_servers_stop_with_a_longer_grace_records_how_long_it_may_t
     stopping = asyncio.ensure_future(server.stop(grace))
     try:
         await asyncio.wait_for(begun.wait(), CHILD_TIMEOUT)
-        assert lock_path(path).read_text() == holder_text(os.getpid(), recorded)
+        assert recorded(lock_path(path)) == (os.getpid(), stop_s)
     finally:
         go_on.set()
         await asyncio.wait_for(stopping, CHILD_TIMEOUT)
@@ -344,7 +343,7 @@ async def test_a_proxys_stop_with_a_longer_grace_than_its_configured_one_records
     stopping = asyncio.ensure_future(proxy.stop(40))
     try:
         await asyncio.wait_for(begun.wait(), CHILD_TIMEOUT)
-        assert lock_path(path).read_text() == holder_text(os.getpid(), 40 + STOP_PAST_GRACE_S)
+        assert recorded(lock_path(path)) == (os.getpid(), 40 + STOP_PAST_GRACE_S)
     finally:
         go_on.set()
         await asyncio.wait_for(stopping, CHILD_TIMEOUT)

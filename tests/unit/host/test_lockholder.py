@@ -10,10 +10,13 @@ import pytest
 from runtimeproxy.host.lockholder import Holder, read_holder, write_holder
 
 
+NONCE = "0123456789abcdef"
+
+
 def written(path: Path, stop_s: float | None) -> bytes:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        write_holder(fd, os.fstat(fd), stop_s)
+        write_holder(fd, os.fstat(fd), stop_s, NONCE)
     finally:
         os.close(fd)
     return path.read_bytes()
@@ -30,21 +33,29 @@ def read(path: Path) -> Holder:
 def test_an_older_versions_reader_finds_the_pid_in_the_first_32_bytes(tmp_path: Path) -> None:
     # Its reader (dirlock.read_pid before stop_s): a rollback still names the holder.
     data = written(tmp_path / "lock", 17.5)
-    assert data[32:] == b"stop_s=17.5\n"
+    assert data[32:] == f"holder={NONCE}\nstop_s=17.5\n".encode()
     assert int(data[:32].decode().strip()) == os.getpid()
-    assert read(tmp_path / "lock") == Holder(os.getpid(), 17.5)
+    assert read(tmp_path / "lock") == Holder(os.getpid(), 17.5, NONCE)
 
 
 def test_a_shorter_record_written_over_a_longer_one_leaves_nothing_of_it(tmp_path: Path) -> None:
     (tmp_path / "lock").write_text("1\nstop_s=1234567.25\ngarbage, a crashed holder's or another program's\n")
     written(tmp_path / "lock", None)
-    assert read(tmp_path / "lock") == Holder(os.getpid(), None)
-    assert len((tmp_path / "lock").read_bytes()) == 32
+    assert read(tmp_path / "lock") == Holder(os.getpid(), None, NONCE)
+    assert len((tmp_path / "lock").read_bytes()) == 32 + len(f"holder={NONCE}\n")
 
 
 def test_an_older_holders_file_is_read(tmp_path: Path) -> None:
     (tmp_path / "lock").write_text("123\n")
     assert read(tmp_path / "lock") == Holder(123, None)
+
+
+@pytest.mark.parametrize("nonce", ["", "0123", "0123456789abcdeX", "0123456789abcdef0"])
+def test_a_record_whose_nonce_is_not_whole_is_not_read_at_all(tmp_path: Path, nonce: str) -> None:
+    # Read as it is written (pread is not atomic against pwrite): the waiter
+    # keeps the holder it knew rather than take a half-written one for another.
+    (tmp_path / "lock").write_text(f"123\nholder={nonce}\nstop_s=5\n")
+    assert read(tmp_path / "lock") == Holder(None, None)
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "Infinity", "nan", "1e400"])

@@ -23,7 +23,7 @@ from runtimeproxy.host import socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, LockWaits, stale_socket, until_waiting
+from tests.unixsockets import STALE_HOLDER, LockWaits, recorded, stale_socket, until_waiting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -60,7 +60,7 @@ async def test_the_lock_is_beside_the_socket_names_its_holder_and_goes_with_it(s
     assert lock.held and lock.path == sock_dir / "a" / ".s.sock.lock" == lock_path(path)
     st = os.lstat(lock.path)
     assert stat.S_IMODE(st.st_mode) == 0o600 and stat.S_ISREG(st.st_mode)
-    assert lock.path.read_text() == holder_text(os.getpid(), None)
+    assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
     lock.release()
     assert not lock.path.exists()
     lock.release()  # idempotent
@@ -78,7 +78,7 @@ async def test_a_second_claim_on_a_served_path_is_refused_at_once_naming_the_hol
                 await claim(path, wait_s=3600)  # serving: no wait
             assert refused.value.holder == os.getpid()
             assert unixsocket.SocketIdentity.of(path) == identity
-            assert lock.path.read_text() == holder_text(os.getpid(), None)  # the refused claim left it as it was
+            assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)  # the refused claim left it as it was
     finally:
         lock.release()
 
@@ -96,7 +96,7 @@ async def test_a_claim_waits_for_a_holder_that_does_not_serve_then_takes_the_pat
     lock = await new
     try:
         assert lock.held and not path.exists()  # the stale socket went through the rules as usual
-        assert lock.path.read_text() == holder_text(os.getpid(), None)
+        assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
     finally:
         lock.release()
 
@@ -154,10 +154,10 @@ def test_a_holder_in_another_process_is_named_and_its_death_frees_the_path(sock_
     finally:
         holder.kill()  # no release: the kernel drops the lock with the process
         holder.wait()
-    assert lock_path(path).read_text() == holder_text(holder.pid, None)  # its file stays, naming it
+    assert recorded(lock_path(path)) == (holder.pid, None)  # its file stays, naming it
     lock = asyncio.run(claim(path, wait_s=0))  # and blocks nothing
     try:
-        assert lock.path.read_text() == holder_text(os.getpid(), None)
+        assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
     finally:
         lock.release()
     assert not lock_path(path).exists()
@@ -243,7 +243,7 @@ print("held" if lock.held else "unlocked", flush=True)
 async def test_a_holder_records_how_long_its_stop_may_take_beside_its_pid(sock_dir: Path) -> None:
     lock = await claim(sock_dir / "s.sock", stop_s=47.5)
     try:
-        assert lock.path.read_text() == holder_text(os.getpid(), 47.5)
+        assert lock.path.read_text() == holder_text(os.getpid(), 47.5, lock.nonce)
     finally:
         lock.release()
 
@@ -252,9 +252,9 @@ async def test_a_holder_records_a_longer_stop_over_its_first(sock_dir: Path) -> 
     lock = await claim(sock_dir / "s.sock", stop_s=2)
     try:
         lock.record_longer_stop(1)  # shorter: left as it is
-        assert lock.path.read_text() == holder_text(os.getpid(), 2)
+        assert lock.path.read_text() == holder_text(os.getpid(), 2, lock.nonce)
         lock.record_longer_stop(51)
-        assert lock.path.read_text() == holder_text(os.getpid(), 51)
+        assert lock.path.read_text() == holder_text(os.getpid(), 51, lock.nonce)
         assert lock.stop_s == 51
     finally:
         lock.release()
@@ -306,7 +306,7 @@ async def test_a_claim_waits_past_its_own_bound_while_the_holder_recorded_a_long
         await asyncio.gather(new, probed, return_exceptions=True)
     try:
         assert lock.held and not path.exists()
-        assert lock.path.read_text() == holder_text(os.getpid(), None)  # the new holder's own record
+        assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)  # the new holder's own record
     finally:
         lock.release()
 
@@ -387,7 +387,7 @@ def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_l
         (record,) = waiting.records
         assert (record.holder_pid, record.wait_s, record.wait_from) == (
             holder.pid, 300 + socketlock.HOLDER_MARGIN_S, "holder")
-        assert lock.held and lock.path.read_text() == holder_text(os.getpid(), None)
+        assert lock.held and lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
     finally:
         lock.release()
 
@@ -411,6 +411,6 @@ async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_lock
         await asyncio.gather(new, return_exceptions=True)
     try:
         assert lock.held and path.parent.is_dir()  # not "binding without the lock", nor a bind without its directory
-        assert lock.path.read_text() == holder_text(os.getpid(), None)
+        assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
     finally:
         lock.release()

@@ -4,6 +4,7 @@ on a clock moved on at will: a wait of minutes in no time."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import holder_text
-from runtimeproxy.host.socketlock import SocketInUse, claim
+from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.unixsockets import Clock, LockWaits, stale_socket, until_waiting
 
 
@@ -44,10 +45,10 @@ async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_fro
         await until_waiting(waiting, new)
         clock.ahead = 100
         old.release()
-        other = await claim(path)  # no await between its try and its hold: before the waiter's next try
-        # B's record (another process's pid: the file may have A's inode
-        # number, freed and used again), its pid alone, its stop_s not written yet.
-        other.path.write_text(f"{os.getppid()}\n")
+        # No await between its try and its hold: before the waiter's next try.
+        # Its record: the pid of A's (one process here), maybe A's inode
+        # number, freed and used again: its nonce alone tells it from A.
+        other = await claim(path)
         await until_waiting(waiting, new)
         assert not new.done(), new.exception()
         first, second = waiting.records
@@ -79,7 +80,7 @@ async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
         clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
         holder.release()
         holder = await claim(path, stop_s=500)
-        holder.path.write_text(holder_text(os.getppid(), 500))  # another process's, as it would be
+        holder.path.write_text(holder_text(os.getppid(), 500, holder.nonce))  # another process's, as it would be
         await until_waiting(waiting, new)
         assert not new.done(), new.exception()
         clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
@@ -101,7 +102,7 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
     new = asyncio.ensure_future(claim(path))
     try:
         await until_waiting(waiting, new)
-        old.path.write_text(holder_text(os.getpid(), 300))
+        old.path.write_text(holder_text(os.getpid(), 300, old.nonce))
         await until_waiting(waiting, new)
         first, second = waiting.records
         assert (first.wait_s, first.wait_from) == (socketlock.LOCK_WAIT_S, "own")
@@ -139,12 +140,86 @@ async def test_a_shorter_stop_read_from_the_same_holder_leaves_the_longest_bound
     try:
         await until_waiting(waiting, new)
         clock.ahead = 100
-        old.path.write_text(holder_text(os.getpid(), 11))  # the torn read, as it would read
+        old.path.write_text(holder_text(os.getpid(), 11, old.nonce))  # the torn read, as it would read
         await next_tries(tried, new, 2)  # a try past the probe, and the next
         assert [record.wait_s for record in waiting.records] == [101 + socketlock.HOLDER_MARGIN_S]
         old.release()
         lock = await asyncio.wait_for(new, 10)
     finally:
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    assert lock.held
+    lock.release()
+
+
+async def test_a_holder_taking_a_crashed_holders_file_in_the_same_pid_is_another_holder(
+    sock_dir: Path, waiting: LockWaits, clock: Clock
+) -> None:
+    # The same lock file (st_dev, st_ino), the same pid (two containerised
+    # hook servers are both pid 1): only the nonce tells B from A. Taken for
+    # A, B's wait counted from A's start, under A's record.
+    path = sock_dir / "s.sock"
+    old = await claim(path, stop_s=300)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    other: socketlock.SocketLock | None = None
+    try:
+        await until_waiting(waiting, new)
+        clock.ahead = 100
+        file = os.stat(old.path)
+        os.close(old._fd)  # A killed: its file stays
+        old._fd = None
+        other = await claim(path, stop_s=500)
+        assert (os.stat(other.path).st_ino, os.stat(other.path).st_dev) == (file.st_ino, file.st_dev)
+        await until_waiting(waiting, new)
+        second = waiting.records[-1]
+        assert second.getMessage().startswith("socket path taken meanwhile by another instance")
+        assert (second.wait_s, second.holder_pid, second.waited_s) == (
+            500 + socketlock.HOLDER_MARGIN_S, os.getpid(), pytest.approx(100, abs=5))
+        other.release()
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        socketlock.release(other)
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+    assert lock.held
+    lock.release()
+
+
+async def test_a_new_holder_not_written_yet_is_no_change_until_it_writes(
+    sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
+) -> None:
+    # B has made its file and taken its flock, its record not written yet:
+    # the waiter keeps A's (and its bound) until B's is read, then counts
+    # B's from there, once: not a change to nobody and another to B.
+    path = sock_dir / "s.sock"
+    old = await claim(path, stop_s=300)
+    stale_socket(path)
+    new = asyncio.ensure_future(claim(path))
+    fd: int | None = None
+    try:
+        await until_waiting(waiting, new)
+        clock.ahead = 100
+        old.release()
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        await next_tries(tried, new, 2)
+        assert len(waiting.records) == 1  # nothing new: A's 301 s stand
+        os.pwrite(fd, holder_text(os.getpid(), None, "0123456789abcdef").encode(), 0)
+        await until_waiting(waiting, new)
+        clock.ahead = 100 + socketlock.LOCK_WAIT_S - 1
+        await next_tries(tried, new, 2)
+        second, = waiting.records[1:]
+        assert second.getMessage().startswith("socket path taken meanwhile by another instance")
+        assert (second.wait_s, second.waited_s) == (socketlock.LOCK_WAIT_S, pytest.approx(100, abs=5))
+        os.unlink(lock_path(path))
+        os.close(fd)
+        fd = None
+        lock = await asyncio.wait_for(new, 10)
+    finally:
+        if fd is not None:
+            os.close(fd)
         old.release()
         new.cancel()
         await asyncio.gather(new, return_exceptions=True)
