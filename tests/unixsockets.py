@@ -130,6 +130,19 @@ async def until_waiting(waits: LockWaits, starting: asyncio.Future[Any], timeout
     waits.clear()
 
 
+async def next_tries(tried: asyncio.Event, claiming: asyncio.Future[Any], count: int) -> None:
+    """Until a waiting claim tried ``count`` times more; fails should the claim end first."""
+    for _ in range(count):
+        tried.clear()
+        probed = asyncio.ensure_future(tried.wait())
+        try:
+            await asyncio.wait([probed, claiming], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            probed.cancel()
+        assert not claiming.done(), claiming.exception() if not claiming.cancelled() else "cancelled"
+        assert tried.is_set(), "no try within 10 s"
+
+
 @contextlib.contextmanager
 def lock_waits() -> Iterator[LockWaits]:
     """socketlock's "waiting" log lines, in this process, as they come."""

@@ -55,7 +55,10 @@ holder dies: no lock outlives its process. The holder removes the file as it
 lets go; a crashed holder's file stays, harmless (the next taker locks it,
 then removes it in turn). Because the file may be removed, a taker checks
 after its flock that the path still names the file it locked, else locks
-the new one. A lock file that cannot be used (a directory this process may
+the new one. A socket directory removed while a claim waits is made again,
+and the lock taken in it, only once the holder waited for has let go of its
+file, nameless by then (the waiter keeps it open to tell): that holder's
+stop would unlink the new socket by name. A lock file that cannot be used (a directory this process may
 not write, a file of another user it may not open, a symlink or anything
 but a regular file at its name) leaves the probe alone guarding the path,
 as before this lock, with a warning. Programs that take no lock are still
@@ -181,6 +184,7 @@ async def release_once_stopped(
 class _Held:
     holder: Holder
     identity: object  # which holder: its nonce (an older one's: file and pid); None: no record read yet
+    fd: int  # the lock file held, kept open by the waiter: its name may go while its holder lives
 
 
 @dataclass(frozen=True)
@@ -239,79 +243,94 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     identity: object = None  # this holder's (_Held.identity), once read
     pid: int | None = None  # this holder's pid, once read
     most: float | None = None  # the longest stop this holder recorded: a torn read may show less
-    while True:
-        got = _try_lock(lockfile, stop_s)
-        if isinstance(got, SocketLock):
-            if started is not None:
-                log.info("socket path free again; taking it", extra={"path": str(path), "lock": str(lockfile)})
-                _notify_systemd("STATUS=")  # what follows says its own, if anything
-            return got
-        if isinstance(got, _Unusable):
-            log.warning(
-                "cannot lock the socket path; binding without the lock: another instance starting at this "
-                "moment could take the path over (make the lock file's directory writable, or remove what is there)",
-                extra={"path": str(path), "lock": str(lockfile), "error": got.reason},
-            )
-            return SocketLock(lockfile)
-        # What no holder's stop removes is refused now, as prepare would: a
-        # file the probe finds stale (ECONNREFUSED) or a symlink it follows.
-        unixsocket.refuse_non_socket(path)
-        if not unixsocket.is_stale(path):
-            raise SocketInUse(
-                f"{path} is in use by another process ({_who(got.holder.pid)}, holding {lockfile}); "
-                "refusing to take it over", got.holder.pid)
-        now = loop.time()
-        if started is None:
-            started = since = now
-        # Another holder: the first let go and another instance took the
-        # lock before this one's next try (its record says another nonce).
-        # Its stop is waited for from now, as the first's was, under the
-        # ceiling. A record not read yet (the new holder has not written
-        # it) is no change: the holder so far stands until it is read.
-        if got.identity is not None and got.identity != identity:
-            if identity is not None:
-                since, waiting, pid, most = now, None, None, None
-            identity = got.identity
-        pid = got.holder.pid if got.holder.pid is not None else pid
-        if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
-            most = got.holder.stop_s
-        # Read at each try: the holder writes it just after its flock, and again
-        # when its stop is to take longer (SocketLock.record_stop). The longest
-        # read counts: a read as the holder writes may meet part of the old
-        # record and part of the new (pread is not atomic against pwrite: 41
-        # written over 101 read as 11).
-        bound = wait_bound(wait_s, Holder(pid, most))
-        if now - since >= bound.seconds:
-            raise SocketInUse(
-                f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served it "
-                f"nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first", pid)
-        # A chain of holders, each let go of as the next takes the lock, ends too.
-        ceiling = max(wait_s, MAX_WAIT_S)
-        if now - started >= ceiling:
-            raise SocketInUse(
-                f"{path} has been held by other processes one after another ({_who(pid)} last, holding {lockfile}), "
-                f"none serving it, for {ceiling:g} s; refusing to take it over: stop them first", pid)
-        if waiting != bound:
-            if waiting is None and since == started:
-                message = "socket path held by another instance that does not serve it (starting or stopping); waiting"
-            elif waiting is None:
-                message = ("socket path taken meanwhile by another instance that does not serve it "
-                           "(starting or stopping); waiting for that one")
-            else:
-                message = "the socket path's holder recorded how long its stop may take; waiting with the new bound"
-            log.info(message, extra={
-                "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
-                "wait_from": bound.source, "holder_stop_s": most, "own_wait_s": wait_s,
-                "waited_s": round(now - started, 3)})
-            waiting = bound
-            # Under systemd a start that waits must not be killed for its
-            # TimeoutStartSec (the hook unit's is systemd's default, 90 s):
-            # the start's timeout is extended by what is left of the wait,
-            # and a margin for what the start does after it.
-            left = min(since + bound.seconds, started + ceiling) - now
-            _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
-                            f"STATUS=waiting for {_who(pid)} to let go of {path}")
-        await asyncio.sleep(POLL_S)
+    held: int | None = None  # the lock file last met held (_Held.fd)
+    try:
+        while True:
+            got = _try_lock(lockfile, stop_s, held)
+            if isinstance(got, _Held) and got.fd != held:
+                if held is not None:
+                    os.close(held)
+                held = got.fd
+            if isinstance(got, SocketLock):
+                if started is not None:
+                    log.info("socket path free again; taking it",
+                             extra={"path": str(path), "lock": str(lockfile)})
+                    _notify_systemd("STATUS=")  # what follows says its own, if anything
+                return got
+            if isinstance(got, _Unusable):
+                log.warning(
+                    "cannot lock the socket path; binding without the lock: another instance starting at this "
+                    "moment could take the path over (make the lock file's directory writable, or remove what "
+                    "is there)",
+                    extra={"path": str(path), "lock": str(lockfile), "error": got.reason},
+                )
+                return SocketLock(lockfile)
+            # What no holder's stop removes is refused now, as prepare would: a
+            # file the probe finds stale (ECONNREFUSED) or a symlink it follows.
+            unixsocket.refuse_non_socket(path)
+            if not unixsocket.is_stale(path):
+                raise SocketInUse(
+                    f"{path} is in use by another process ({_who(got.holder.pid)}, holding {lockfile}); "
+                    "refusing to take it over", got.holder.pid)
+            now = loop.time()
+            if started is None:
+                started = since = now
+            # Another holder: the first let go and another instance took the
+            # lock before this one's next try (its record says another nonce).
+            # Its stop is waited for from now, as the first's was, under the
+            # ceiling. A record not read yet (the new holder has not written
+            # it) is no change: the holder so far stands until it is read.
+            if got.identity is not None and got.identity != identity:
+                if identity is not None:
+                    since, waiting, pid, most = now, None, None, None
+                identity = got.identity
+            pid = got.holder.pid if got.holder.pid is not None else pid
+            if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
+                most = got.holder.stop_s
+            # Read at each try: the holder writes it just after its flock, and again
+            # when its stop is to take longer (SocketLock.record_stop). The longest
+            # read counts: a read as the holder writes may meet part of the old
+            # record and part of the new (pread is not atomic against pwrite: 41
+            # written over 101 read as 11).
+            bound = wait_bound(wait_s, Holder(pid, most))
+            if now - since >= bound.seconds:
+                raise SocketInUse(
+                    f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served "
+                    f"it nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first",
+                    pid)
+            # A chain of holders, each let go of as the next takes the lock, ends too.
+            ceiling = max(wait_s, MAX_WAIT_S)
+            if now - started >= ceiling:
+                raise SocketInUse(
+                    f"{path} has been held by other processes one after another ({_who(pid)} last, holding "
+                    f"{lockfile}), none serving it, for {ceiling:g} s; refusing to take it over: stop them first",
+                    pid)
+            if waiting != bound:
+                if waiting is None and since == started:
+                    message = ("socket path held by another instance that does not serve it (starting or "
+                               "stopping); waiting")
+                elif waiting is None:
+                    message = ("socket path taken meanwhile by another instance that does not serve it "
+                               "(starting or stopping); waiting for that one")
+                else:
+                    message = ("the socket path's holder recorded how long its stop may take; waiting with the "
+                               "new bound")
+                log.info(message, extra={
+                    "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
+                    "wait_from": bound.source, "holder_stop_s": most, "own_wait_s": wait_s,
+                    "waited_s": round(now - started, 3)})
+                waiting = bound
+                # Under systemd a start that waits must not be killed for its
+                # TimeoutStartSec (the hook unit's is systemd's default, 90 s):
+                # the start's timeout is extended by what is left of the wait,
+                # and a margin for what the start does after it.
+                left = min(since + bound.seconds, started + ceiling) - now
+                _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
+                                f"STATUS=waiting for {_who(pid)} to let go of {path}")
+            await asyncio.sleep(POLL_S)
+    finally:
+        if held is not None:
+            os.close(held)
 
 
 def _who(pid: int | None) -> str:
@@ -323,15 +342,24 @@ def _notify_systemd(state: str) -> None:
     sdnotify.notify(state)
 
 
-def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
-    """One try, never waiting."""
+def _try_lock(lockfile: Path, stop_s: float | None, held: int | None) -> SocketLock | _Held | _Unusable:
+    """One try, never waiting; ``held``: the lock file last met held."""
     remade = 0
     while True:
         try:
             fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
         except FileNotFoundError as exc:
-            # Its directory was removed (while this one waited, say): made
-            # again, as prepare would (the bind needs it too), then locked.
+            # Its directory was removed (while this one waited, say). Its
+            # holder, if alive, still holds its file, nameless now, and its
+            # stop unlinks the socket path by name: waited for as before.
+            if held is not None and remade == 0:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return _held(held, os.fstat(held))
+                fcntl.flock(held, fcntl.LOCK_UN)
+            # Let go: the directory is made again, as prepare would (the
+            # bind needs it too), and the lock taken in it.
             if remade == _REMAKE_TRIES:
                 return _Unusable(f"cannot open it: {exc.strerror or exc}")
             remade += 1
@@ -347,11 +375,7 @@ def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unu
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = read_holder(fd)
-                os.close(fd)
-                # An older holder's record has no nonce: its file and pid tell it.
-                old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
-                return _Held(holder, holder.nonce or old)
+                return _held(fd, st)
             except OSError as exc:  # ENOLCK: a file system without flock
                 os.close(fd)
                 return _Unusable(f"cannot lock it: {exc.strerror or exc}")
@@ -365,6 +389,13 @@ def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unu
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
+
+
+def _held(fd: int, st: os.stat_result) -> _Held:
+    holder = read_holder(fd)
+    # An older holder's record has no nonce: its file and pid tell it.
+    old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
+    return _Held(holder, holder.nonce or old, fd)
 
 
 def _same_file(path: Path, st: os.stat_result) -> bool:

@@ -13,27 +13,14 @@ import pytest
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
-from tests.unixsockets import Clock, LockWaits, stale_socket, until_waiting
-
-
-async def next_tries(tried: asyncio.Event, claiming: asyncio.Future[object], count: int) -> None:
-    """Until a waiting claim tried ``count`` times more; fails should the claim end first."""
-    for _ in range(count):
-        tried.clear()
-        probed = asyncio.ensure_future(tried.wait())
-        try:
-            await asyncio.wait([probed, claiming], timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            probed.cancel()
-        assert not claiming.done(), claiming.exception() if not claiming.cancelled() else "cancelled"
-        assert tried.is_set(), "no try within 10 s"
+from tests.unixsockets import Clock, LockWaits, next_tries, stale_socket, until_waiting
 
 
 async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
     sock_dir: Path, waiting: LockWaits, clock: Clock
 ) -> None:
     # A (a stop of 300 s) lets go after 100 s, B takes the lock before the
-    # waiter's next try, and is starting, its record not written (the
+    # waiter's next try, and is starting, its record without a stop (the
     # waiter's own bound, 30 s): that wait counts from B's taking, not from
     # A's, which was over it already.
     path = sock_dir / "s.sock"
