@@ -35,9 +35,13 @@ its own record, as the first's was; the whole wait across holders ends after
 ``MAX_WAIT_S`` (``wait_s`` when longer), so that a chain of instances each
 starting as the last stops cannot hang a start for ever. A holder whose stop
 is given a longer grace than it claimed with records that
-(``SocketLock.record_stop``). Under systemd the waiter extends its unit's
-start timeout by what is left of its wait (EXTEND_TIMEOUT_USEC) and says
-whom it waits for (STATUS=). Waiting, not refusing: a hook server's new
+(``SocketLock.record_stop``). Under systemd the waiter sends
+EXTEND_TIMEOUT_USEC, what is left of its wait (at most MAX_WAIT_S) and
+EXTEND_MARGIN_S, as it begins to wait for a holder or for a new bound:
+systemd fails the start only once it has run past its TimeoutStartSec and
+that long has passed since the message, so the start's deadline is at least
+then, never earlier than its own. It says whom it waits for (STATUS=),
+cleared however the wait ends. Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
 backoff. Under systemd's Restart= the old process has exited before the new
@@ -244,6 +248,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     pid: int | None = None  # this holder's pid, once read
     most: float | None = None  # the longest stop this holder recorded: a torn read may show less
     held: int | None = None  # the lock file last met held (_Held.fd)
+    told = False  # whether systemd was told of the wait (STATUS=)
     try:
         while True:
             got = _try_lock(lockfile, stop_s, held)
@@ -255,7 +260,6 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 if started is not None:
                     log.info("socket path free again; taking it",
                              extra={"path": str(path), "lock": str(lockfile)})
-                    _notify_systemd("STATUS=")  # what follows says its own, if anything
                 return got
             if isinstance(got, _Unusable):
                 log.warning(
@@ -322,15 +326,22 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 waiting = bound
                 # Under systemd a start that waits must not be killed for its
                 # TimeoutStartSec (the hook unit's is systemd's default, 90 s):
-                # the start's timeout is extended by what is left of the wait,
-                # and a margin for what the start does after it.
-                left = min(since + bound.seconds, started + ceiling) - now
+                # the start's timeout is extended to what is left of the wait
+                # and a margin for what the start does after it (what is left
+                # at most MAX_WAIT_S: a waiter's own bound may be any number).
+                # A stop signal cancels the wait at its next await: a try run
+                # between the two may still send this, which then extends the
+                # stop's timeout; not guarded (the signal is not seen here).
+                left = min(since + bound.seconds, started + ceiling, now + MAX_WAIT_S) - now
                 _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
                                 f"STATUS=waiting for {_who(pid)} to let go of {path}")
+                told = True
             await asyncio.sleep(POLL_S)
     finally:
         if held is not None:
             os.close(held)
+        if told:
+            _notify_systemd("STATUS=")  # however the wait ended: what follows says its own, if anything
 
 
 def _who(pid: int | None) -> str:
