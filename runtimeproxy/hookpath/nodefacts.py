@@ -118,7 +118,9 @@ class NodeFactsSource:
         return self._current
 
     def refresh(self) -> bool:
-        """Read the facts again now; whether they changed. A failed read keeps
+        """Read the facts again now; whether they changed (by a hotplug, or
+        by the rule a cgroup mode or kernel release read at last gives, which
+        is logged as that, not as a node's change). A failed read keeps
         the last ones and raises nothing: whatever it is, it is not the failure
         of the hook whose answer is being judged."""
         self._read_at = self._clock()
@@ -133,10 +135,18 @@ class NodeFactsSource:
         if fresh.memory_nodes_fixed_at_boot:  # the kernel adds no node after boot
             fresh = dataclasses.replace(fresh, memory_nodes=fresh.memory_nodes & self._first_memory_nodes)
         old, self._current = self._current, fresh
-        if fresh == old:
+        # A NodeFactsReader's cgroup mode or kernel release, not read before
+        # (EMFILE at start, say): the facts may change with no hotplug, by
+        # the rule now known. Changed all the same: judged again by them.
+        at_last = getattr(self._read, "read_at_last", ())
+        unread = getattr(self._read, "unread", ())
+        if unread:
+            log.debug("node facts read under the stricter rule: not read yet", extra={"unread": list(unread)})
+        if fresh == old and not at_last:
             return False
+        message = f"{' and '.join(at_last)} read at last (no hotplug); node facts under the rule now known"
         log.info(
-            "node facts changed",
+            message if at_last else "node facts changed",
             extra={
                 "online_cpus_before": format_id_list(old.online_cpus),
                 "online_cpus": format_id_list(fresh.online_cpus),
@@ -144,7 +154,7 @@ class NodeFactsSource:
                 "memory_nodes": format_id_list(fresh.memory_nodes),
             },
         )
-        return True
+        return fresh != old
 
     def _read_failed(self, err: Exception) -> None:
         """Warned once per failure in a row (a hook naming absent CPUs brings a

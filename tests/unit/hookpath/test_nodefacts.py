@@ -320,3 +320,32 @@ def test_a_cgroup_mode_or_kernel_release_that_could_not_be_read_is_read_again(
     assert reader().memory_nodes_fixed_at_boot  # read: cgroup v2 before 5.18
     (root / "sys/fs/cgroup/cgroup.controllers").unlink()
     assert reader().memory_nodes_fixed_at_boot  # and kept
+
+
+def test_a_cgroup_mode_read_at_last_is_logged_as_that_not_as_a_node_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    read_text = Path.read_text
+
+    def emfile(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name in ("cgroup.controllers", "osrelease"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", emfile)
+    source = NodeFactsSource(NodeFactsReader(root))
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.hookpath.nodefacts")
+    assert not source.refresh()
+    assert [r.getMessage() for r in caplog.records] == ["node facts read under the stricter rule: not read yet"]
+    assert caplog.records[0].unread == ["cgroup mode", "kernel release"]
+    caplog.clear()
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert source.refresh()  # judged again under cgroup v2's rule before 5.18
+    assert source.current.memory_nodes_fixed_at_boot
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "cgroup mode and kernel release read at last (no hotplug); node facts under the rule now known")]
+    caplog.clear()
+    assert not source.refresh()
+    assert caplog.records == []
