@@ -60,9 +60,11 @@ lets go; a crashed holder's file stays, harmless (the next taker locks it,
 then removes it in turn). Because the file may be removed, a taker checks
 after its flock that the path still names the file it locked, else locks
 the new one. A socket directory removed while a claim waits is made again,
-and the lock taken in it, only once the holder waited for has let go of its
-file, nameless by then (the waiter keeps it open to tell): that holder's
-stop would unlink the new socket by name. A lock file that cannot be used (a directory this process may
+and the lock taken in it, as :func:`unixsocket.prepare` would make it (the
+bind needs it too). Not guarded: a holder whose directory was removed (an
+operator's ``rm -rf`` of it during a stop) still holds its lock file,
+nameless, so the next instance takes the lock at once, and that holder's
+stop can still unlink the new socket by name. A lock file that cannot be used (a directory this process may
 not write, a file of another user it may not open, a symlink or anything
 but a regular file at its name) leaves the probe alone guarding the path,
 as before this lock, with a warning. Programs that take no lock are still
@@ -188,7 +190,6 @@ async def release_once_stopped(
 class _Held:
     holder: Holder
     identity: object  # which holder: its nonce (an older one's: file and pid); None: no record read yet
-    fd: int  # the lock file held, kept open by the waiter: its name may go while its holder lives
 
 
 @dataclass(frozen=True)
@@ -247,15 +248,10 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     identity: object = None  # this holder's (_Held.identity), once read
     pid: int | None = None  # this holder's pid, once read
     most: float | None = None  # the longest stop this holder recorded: a torn read may show less
-    held: int | None = None  # the lock file last met held (_Held.fd)
     told = False  # whether systemd was told of the wait (STATUS=)
     try:
         while True:
-            got = _try_lock(lockfile, stop_s, held)
-            if isinstance(got, _Held) and got.fd != held:
-                if held is not None:
-                    os.close(held)
-                held = got.fd
+            got = _try_lock(lockfile, stop_s)
             if isinstance(got, SocketLock):
                 if started is not None:
                     log.info("socket path free again; taking it",
@@ -338,8 +334,6 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                 told = True
             await asyncio.sleep(POLL_S)
     finally:
-        if held is not None:
-            os.close(held)
         if told:
             _notify_systemd("STATUS=")  # however the wait ended: what follows says its own, if anything
 
@@ -353,24 +347,15 @@ def _notify_systemd(state: str) -> None:
     sdnotify.notify(state)
 
 
-def _try_lock(lockfile: Path, stop_s: float | None, held: int | None) -> SocketLock | _Held | _Unusable:
-    """One try, never waiting; ``held``: the lock file last met held."""
+def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
+    """One try, never waiting."""
     remade = 0
     while True:
         try:
             fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
         except FileNotFoundError as exc:
-            # Its directory was removed (while this one waited, say). Its
-            # holder, if alive, still holds its file, nameless now, and its
-            # stop unlinks the socket path by name: waited for as before.
-            if held is not None and remade == 0:
-                try:
-                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return _held(held, os.fstat(held))
-                fcntl.flock(held, fcntl.LOCK_UN)
-            # Let go: the directory is made again, as prepare would (the
-            # bind needs it too), and the lock taken in it.
+            # Its directory was removed (while this one waited, say): made
+            # again, as prepare would (the bind needs it too), then locked.
             if remade == _REMAKE_TRIES:
                 return _Unusable(f"cannot open it: {exc.strerror or exc}")
             remade += 1
@@ -386,7 +371,9 @@ def _try_lock(lockfile: Path, stop_s: float | None, held: int | None) -> SocketL
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return _held(fd, st)
+                held = _held(fd, st)
+                os.close(fd)
+                return held
             except OSError as exc:  # ENOLCK: a file system without flock
                 os.close(fd)
                 return _Unusable(f"cannot lock it: {exc.strerror or exc}")
@@ -406,7 +393,7 @@ def _held(fd: int, st: os.stat_result) -> _Held:
     holder = read_holder(fd)
     # An older holder's record has no nonce: its file and pid tell it.
     old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
-    return _Held(holder, holder.nonce or old, fd)
+    return _Held(holder, holder.nonce or old)
 
 
 def _same_file(path: Path, st: os.stat_result) -> bool:
