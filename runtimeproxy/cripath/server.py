@@ -275,8 +275,6 @@ class Proxy:
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace_period if grace is None else grace
         log.info("shutting down", extra={"grace_s": grace})
-        if self._path_lock is not None:  # a longer grace than the configured one: a waiting proxy waits as long
-            self._path_lock.record_longer_stop(grace + STOP_PAST_GRACE_S)
         try:
             await self._stop(grace)
         finally:  # a stop that failed or was cut short too: the socket and the lock must not outlive it

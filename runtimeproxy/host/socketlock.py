@@ -35,7 +35,7 @@ its own record, as the first's was; the whole wait across holders ends after
 ``MAX_WAIT_S`` (``wait_s`` when longer), so that a chain of instances each
 starting as the last stops cannot hang a start for ever. A holder whose stop
 is given a longer grace than it claimed with records that
-(``SocketLock.record_stop``). Under systemd the waiter sends
+(``SocketLock.record_longer_stop``). Under systemd the waiter sends
 EXTEND_TIMEOUT_USEC, what is left of its wait (at most MAX_WAIT_S) and
 EXTEND_MARGIN_S, as it begins to wait for a holder or for a new bound:
 systemd fails the start only once it has run past its TimeoutStartSec and
@@ -124,21 +124,16 @@ class SocketLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def record_stop(self, stop_s: float) -> None:
-        """Record that this holder's stop may take ``stop_s`` (a stop with a
-        longer grace than the one it claimed with): an instance waiting for
-        it reads it at its next try."""
-        if self._fd is None:
+    def record_longer_stop(self, stop_s: float) -> None:
+        """Record that this holder's stop may take ``stop_s``, if longer than
+        the stop recorded (a stop passed a longer grace than the one it
+        claimed with calls it as it begins): an instance waiting for it reads
+        it at its next try."""
+        if self._fd is None or (self.stop_s is not None and stop_s <= self.stop_s):
             return
         with contextlib.suppress(OSError):  # gone: the lock is as good, the record is for the waiter's log
             write_holder(self._fd, os.fstat(self._fd), stop_s, self.nonce)
         self.stop_s = stop_s
-
-    def record_longer_stop(self, stop_s: float) -> None:
-        """:meth:`record_stop`, if longer than the stop recorded (a stop's
-        caller passing a grace of its own calls it as its stop begins)."""
-        if self.stop_s is None or stop_s > self.stop_s:
-            self.record_stop(stop_s)
 
     def release(self) -> None:
         """Remove the lock file and let go; idempotent. Call it only once the
@@ -288,7 +283,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
             if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
                 most = got.holder.stop_s
             # Read at each try: the holder writes it just after its flock, and again
-            # when its stop is to take longer (SocketLock.record_stop). The longest
+            # when its stop is to take longer (SocketLock.record_longer_stop). The longest
             # read counts: a read as the holder writes may meet part of the old
             # record and part of the new (pread is not atomic against pwrite: 41
             # written over 101 read as 11).

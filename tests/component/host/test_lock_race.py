@@ -323,27 +323,3 @@ async def test_a_hook_servers_stop_with_a_longer_grace_records_how_long_it_may_t
         go_on.set()
         await asyncio.wait_for(stopping, CHILD_TIMEOUT)
     assert not lock_path(path).exists()
-
-
-async def test_a_proxys_stop_with_a_longer_grace_than_its_configured_one_records_how_long_it_may_take(
-    fake_backend_path: Path, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = sock_dir / "s.sock"
-    proxy = Proxy(ProxyConfig(listen=path, backend=fake_backend_path, hook_dir=sock_dir / "hooks", grace_period=10))
-    await proxy.start()
-    stop = proxy._stop
-    begun, go_on = asyncio.Event(), asyncio.Event()
-
-    async def held_stop(grace: float) -> None:
-        begun.set()
-        await go_on.wait()
-        await stop(grace)
-
-    monkeypatch.setattr(proxy, "_stop", held_stop)
-    stopping = asyncio.ensure_future(proxy.stop(40))
-    try:
-        await asyncio.wait_for(begun.wait(), CHILD_TIMEOUT)
-        assert recorded(lock_path(path)) == (os.getpid(), 40 + STOP_PAST_GRACE_S)
-    finally:
-        go_on.set()
-        await asyncio.wait_for(stopping, CHILD_TIMEOUT)
