@@ -47,8 +47,9 @@ def new_nonce() -> str:
 def write_holder(fd: int, st: os.stat_result, stop_s: float | None, nonce: str) -> None:
     """The pid as this process's namespace sees it, and ``stop_s`` when
     known. Not into a file with other names (a hard link someone made to
-    another file must not be overwritten)."""
-    if st.st_nlink != 1:
+    another file must not be overwritten); a file with none (its directory
+    removed) is written: it has no other name to overwrite."""
+    if st.st_nlink > 1:
         return
     data = holder_text(os.getpid(), stop_s, nonce).encode()
     with contextlib.suppress(OSError):  # written over, then cut: a reader never meets an empty file

@@ -73,3 +73,11 @@ def test_the_record_is_written_over_then_cut(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(os, "ftruncate", lambda *args: calls.append("ftruncate") or ftruncate(*args))
     written(tmp_path / "lock", 17.5)
     assert calls == ["pwrite", "ftruncate"]
+
+
+def test_a_file_with_another_name_is_not_written(tmp_path: Path) -> None:
+    # A hard link someone made to another file: that file must not be overwritten.
+    (tmp_path / "other").write_text("someone's\n")
+    os.link(tmp_path / "other", tmp_path / "lock")
+    written(tmp_path / "lock", 17.5)
+    assert (tmp_path / "other").read_text() == "someone's\n"

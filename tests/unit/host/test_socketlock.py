@@ -261,6 +261,20 @@ async def test_a_holder_records_a_longer_stop_over_its_first(sock_dir: Path) -> 
         lock.release()
 
 
+async def test_a_longer_stop_is_recorded_in_a_lock_file_whose_directory_was_removed(sock_dir: Path) -> None:
+    # Nameless, the file has no other name a write could reach (a hard link's
+    # is refused); its record is still read through a descriptor (/proc/PID/fd).
+    path = sock_dir / "d" / "s.sock"
+    lock = await claim(path, stop_s=2)
+    try:
+        shutil.rmtree(path.parent)
+        lock.record_longer_stop(51)
+        assert lock._fd is not None
+        assert os.pread(lock._fd, 128, 0).decode() == holder_text(os.getpid(), 51, lock.nonce)
+    finally:
+        lock.release()
+
+
 @pytest.fixture
 def probes(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
     """Set, in turn, as a waiting claim probes the held path: the first, the second..."""
