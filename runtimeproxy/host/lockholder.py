@@ -11,8 +11,20 @@ older version read the first 32 bytes as the pid alone (``int(pread(32).strip())
 and still names this holder after a rollback. A file of an older holder has
 the pid alone; one without a readable ``stop_s`` (not written yet, garbled,
 not finite, another program's) gives None, and the waiter counts with its
-own bound. A ``holder=`` that is not 16 hex digits (a record read as it is
-written) makes the whole record unread: nothing of it is taken.
+own bound. A ``holder=`` that is not 16 hex digits (garbled) makes the
+whole record unread: nothing of it is taken.
+
+pread is not atomic against the holder's pwrite: a read as it writes may
+meet part of the old record and part of the new (two holders' nonces mixed,
+the pid line alone, as an older holder's file reads, a stop's digits of
+both, more than either). So a record is taken only when two reads in a row
+give the same bytes, else it is unread for this try. What holds: a record
+taken was whole, unless a write stood still part-way through its copy
+across both reads. Between the write and the cut that follows it, a longer
+record written before shows its end after the new one: of the same
+holder's (a longer stop, SocketLock.record_longer_stop), the end of its
+stop's line, no field; of a crashed holder's file, its ``stop_s`` where the
+new holder records none, gone at the next read after the cut.
 """
 
 from __future__ import annotations
@@ -64,8 +76,13 @@ def holder_text(pid: int, stop_s: float | None, nonce: str) -> str:
 
 
 def read_holder(fd: int) -> Holder:
+    """The record, or ``Holder(None, None)`` when there is none to take:
+    not written yet, garbled, or read as it is written (two reads differ)."""
     try:
-        text = os.pread(fd, _READ_BYTES, 0).decode()
+        data = os.pread(fd, _READ_BYTES, 0)
+        if os.pread(fd, _READ_BYTES, 0) != data:
+            return Holder(None, None)
+        text = data.decode()
     except (OSError, UnicodeDecodeError):
         return Holder(None, None)
     fields: dict[str, str] = {}
@@ -75,7 +92,7 @@ def read_holder(fd: int) -> Holder:
             fields.setdefault(key.strip(), value)
     nonce = fields.get(HOLDER_KEY)
     if nonce is not None and not _NONCE.fullmatch(nonce):
-        return Holder(None, None)  # being written (torn), or garbled
+        return Holder(None, None)  # garbled
     return Holder(parse_pid(text), _stop_s(fields.get(STOP_KEY)), nonce)
 
 

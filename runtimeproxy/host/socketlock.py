@@ -23,14 +23,14 @@ with it the lock; the proxy passes more when its grace period makes a stop
 longer (cripath/server.py). A holder that may stop for longer still (a
 longer grace than the waiter's) says so: it records ``stop_s``, how long its
 stop may take, beside its pid (lockholder.py), and the waiter waits that
-long (the longest it read of this holder) and ``HOLDER_MARGIN_S`` more when
+long (its record as last read) and ``HOLDER_MARGIN_S`` more when
 it is longer than its own ``wait_s``, at most ``MAX_WAIT_S`` (a garbled
 number must not hang a start). A file without it (an older holder's, or one
 not written yet) leaves ``wait_s``. The holder may change during the wait:
 it lets go and another instance takes the lock before the waiter's next try
 (a record of another nonce, which each holder draws as it takes the lock: an
 older holder's record, without one, by its file and pid; a record not
-written yet is no change). The new holder's stop is waited for from then, by
+written yet, or read as it is written, is no change). The new holder's stop is waited for from then, by
 its own record, as the first's was; the whole wait across holders ends after
 ``MAX_WAIT_S`` (``wait_s`` when longer), so that a chain of instances each
 starting as the last stops cannot hang a start for ever. A holder whose stop
@@ -241,8 +241,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     since = 0.0  # when the wait for this holder began: its bound counts from there
     waiting: WaitBound | None = None  # the bound logged for this holder
     identity: object = None  # this holder's (_Held.identity), once read
-    pid: int | None = None  # this holder's pid, once read
-    most: float | None = None  # the longest stop this holder recorded: a torn read may show less
+    holder = Holder(None, None)  # this holder's record, the last read
     told = False  # whether systemd was told of the wait (STATUS=)
     try:
         while True:
@@ -275,19 +274,14 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
             # Its stop is waited for from now, as the first's was, under the
             # ceiling. A record not read yet (the new holder has not written
             # it) is no change: the holder so far stands until it is read.
-            if got.identity is not None and got.identity != identity:
-                if identity is not None:
-                    since, waiting, pid, most = now, None, None, None
-                identity = got.identity
-            pid = got.holder.pid if got.holder.pid is not None else pid
-            if got.holder.stop_s is not None and (most is None or got.holder.stop_s > most):
-                most = got.holder.stop_s
-            # Read at each try: the holder writes it just after its flock, and again
-            # when its stop is to take longer (SocketLock.record_longer_stop). The longest
-            # read counts: a read as the holder writes may meet part of the old
-            # record and part of the new (pread is not atomic against pwrite: 41
-            # written over 101 read as 11).
-            bound = wait_bound(wait_s, Holder(pid, most))
+            # Read at each try: the holder writes it just after its flock, and
+            # again when its stop is to take longer (record_longer_stop).
+            if got.identity is not None:
+                if identity is not None and got.identity != identity:
+                    since, waiting = now, None
+                identity, holder = got.identity, got.holder
+            pid = holder.pid
+            bound = wait_bound(wait_s, holder)
             if now - since >= bound.seconds:
                 raise SocketInUse(
                     f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served "
@@ -312,7 +306,7 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                                "new bound")
                 log.info(message, extra={
                     "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
-                    "wait_from": bound.source, "holder_stop_s": most, "own_wait_s": wait_s,
+                    "wait_from": bound.source, "holder_stop_s": holder.stop_s, "own_wait_s": wait_s,
                     "waited_s": round(now - started, 3)})
                 waiting = bound
                 # Under systemd a start that waits must not be killed for its

@@ -81,3 +81,15 @@ def test_a_file_with_another_name_is_not_written(tmp_path: Path) -> None:
     os.link(tmp_path / "other", tmp_path / "lock")
     written(tmp_path / "lock", 17.5)
     assert (tmp_path / "other").read_text() == "someone's\n"
+
+
+def test_a_record_is_taken_only_when_two_reads_in_a_row_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first read meets the record as it is written: the pid line alone.
+    written(tmp_path / "lock", 17.5)
+    reads = [(tmp_path / "lock").read_bytes()[:32]]
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *args: reads.pop(0) if reads else pread(*args))
+    assert read(tmp_path / "lock") == Holder(None, None)
+    assert read(tmp_path / "lock") == Holder(os.getpid(), 17.5, NONCE)

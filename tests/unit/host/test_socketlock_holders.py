@@ -114,22 +114,44 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
     lock.release()
 
 
-async def test_a_shorter_stop_read_from_the_same_holder_leaves_the_longest_bound(
-    sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
+def torn_reads(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the next preads read instead of the file, one each (a read as the holder writes)."""
+    pending: list[bytes] = []
+    pread = os.pread
+
+    def torn(fd: int, size: int, offset: int) -> bytes:
+        return pending.pop(0) if pending else pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", torn)
+    return pending
+
+
+@pytest.mark.parametrize("tear", ["pid line alone", "nonces mixed", "stop digits mixed", "stop shorter"])
+async def test_a_record_read_as_it_is_written_is_not_taken(
+    sock_dir: Path, waiting: LockWaits, tried: asyncio.Event, monkeypatch: pytest.MonkeyPatch, tear: str
 ) -> None:
-    # A read as the holder writes its record again may meet part of the
-    # old and part of the new: 41 written over 101 read as 11. The waiter
-    # gave up at once, 100 s into a wait of 102 s.
+    # pread is not atomic against pwrite: the pid line alone read as an older
+    # holder's file, or a nonce half another's, invented a new holder; 101
+    # written over 19 read as 191 (more than either) gave a new bound, kept
+    # as the longest read. A shorter one (11) must not count either.
     path = sock_dir / "s.sock"
     old = await claim(path, stop_s=101)
     stale_socket(path)
     new = asyncio.ensure_future(claim(path))
+    pending = torn_reads(monkeypatch)
     try:
         await until_waiting(waiting, new)
-        clock.ahead = 100
-        old.path.write_text(holder_text(os.getpid(), 11, old.nonce))  # the torn read, as it would read
-        await next_tries(tried, new, 2)  # a try past the probe, and the next
-        assert [record.wait_s for record in waiting.records] == [101 + socketlock.HOLDER_MARGIN_S]
+        whole = holder_text(os.getpid(), 101, old.nonce).encode()
+        pending.append({
+            "pid line alone": whole[:32],
+            "nonces mixed": holder_text(os.getpid(), 101, "fedcba98" + old.nonce[8:]).encode(),
+            "stop digits mixed": holder_text(os.getpid(), 191, old.nonce).encode(),
+            "stop shorter": holder_text(os.getpid(), 11, old.nonce).encode(),
+        }[tear])
+        await next_tries(tried, new, 3)
+        assert not pending
+        (record,) = waiting.records  # no other holder, no new bound
+        assert (record.wait_s, record.holder_stop_s) == (101 + socketlock.HOLDER_MARGIN_S, 101)
         old.release()
         lock = await asyncio.wait_for(new, 10)
     finally:
