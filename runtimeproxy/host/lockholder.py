@@ -1,4 +1,5 @@
-"""What a socket path's lock file says of its holder (socketlock.py).
+"""A socket path's lock file (socketlock.py): one try at taking it, and
+what it says of its holder.
 
 Three lines: the holder's pid, to name it in a refusal; ``holder=N``, 16
 hex digits drawn at random as it takes the lock, which tell one holder from
@@ -30,12 +31,16 @@ new holder records none, gone at the next read after the cut.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
+from . import unixsocket
 from .dirlock import parse_pid
 
 STOP_KEY = "stop_s"
@@ -43,6 +48,8 @@ HOLDER_KEY = "holder"
 _NONCE = re.compile(r"[0-9a-f]{16}")
 PID_LINE_BYTES = 32  # what an older version's reader reads (dirlock.read_pid's pread)
 _READ_BYTES = 128  # a pid's line and one number: far less
+_REMAKE_TRIES = 3  # the lock file's directory, removed again and again as it is made: given up
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,23 @@ class Holder:
     pid: int | None
     stop_s: float | None  # None: not recorded, or not a number of seconds
     nonce: str | None = None  # None: an older holder's file, or not written yet
+
+
+@dataclass(frozen=True)
+class Taken:
+    fd: int  # the lock file, flocked, this holder's record written
+    nonce: str
+
+
+@dataclass(frozen=True)
+class Held:
+    holder: Holder
+    identity: object  # which holder: its nonce (an older one's: file and pid); None: no record read
+
+
+@dataclass(frozen=True)
+class Unusable:
+    reason: str
 
 
 def new_nonce() -> str:
@@ -105,3 +129,58 @@ def _stop_s(value: str | None) -> float | None:
         return None
     # Not NaN nor infinity: the waiter logs the number, and JSON has neither.
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def try_lock(lockfile: Path, stop_s: float | None) -> Taken | Held | Unusable:
+    """One try at the lock file, never waiting: taken (this holder's record
+    written), held by another (its record read), or not usable."""
+    remade = 0
+    while True:
+        try:
+            fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
+        except FileNotFoundError as exc:
+            # Its directory was removed (while this one waited, say): made
+            # again, as prepare would (the bind needs it too), then locked.
+            if remade == _REMAKE_TRIES:
+                return Unusable(f"cannot open it: {exc.strerror or exc}")
+            remade += 1
+            unixsocket.make_directory(lockfile)
+            continue
+        except OSError as exc:  # EACCES, EROFS, ELOOP (a symlink)...
+            return Unusable(f"cannot open it: {exc.strerror or exc}")
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                return Unusable("it is not a regular file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = read_holder(fd)
+                os.close(fd)
+                # An older holder's record has no nonce: its file and pid tell it.
+                old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
+                return Held(holder, holder.nonce or old)
+            except OSError as exc:  # ENOLCK: a file system without flock
+                os.close(fd)
+                return Unusable(f"cannot lock it: {exc.strerror or exc}")
+            if not same_file(lockfile, st):
+                os.close(fd)  # its holder removed it as it let go: lock the file there now
+                continue
+            nonce = new_nonce()
+            write_holder(fd, st, stop_s, nonce)
+            return Taken(fd, nonce)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+
+def same_file(path: Path, st: os.stat_result) -> bool:
+    """Whether ``path`` still names the file ``st`` is of (its holder may
+    have removed it as it let go)."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)

@@ -59,32 +59,30 @@ holder dies: no lock outlives its process. The holder removes the file as it
 lets go; a crashed holder's file stays, harmless (the next taker locks it,
 then removes it in turn). Because the file may be removed, a taker checks
 after its flock that the path still names the file it locked, else locks
-the new one. A socket directory removed while a claim waits is made again,
-and the lock taken in it, as :func:`unixsocket.prepare` would make it (the
-bind needs it too). Not guarded: a holder whose directory was removed (an
-operator's ``rm -rf`` of it during a stop) still holds its lock file,
-nameless, so the next instance takes the lock at once, and that holder's
-stop can still unlink the new socket by name. A lock file that cannot be used (a directory this process may
-not write, a file of another user it may not open, a symlink or anything
-but a regular file at its name) leaves the probe alone guarding the path,
-as before this lock, with a warning. Programs that take no lock are still
-met by the probe.
+the new one (lockholder.try_lock). A socket directory removed while a claim
+waits is made again, and the lock taken in it, as :func:`unixsocket.prepare`
+would make it (the bind needs it too). Not guarded: a holder whose directory
+was removed (an operator's ``rm -rf`` of it during a stop) still holds its
+lock file, nameless, so the next instance takes the lock at once, and that
+holder's stop can still unlink the new socket by name. A lock file that
+cannot be used (a directory this process may not write, a file of another
+user it may not open, a symlink or anything but a regular file at its name)
+leaves the probe alone guarding the path, as before this lock, with a
+warning. Programs that take no lock are still met by the probe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
-import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import sdnotify, unixsocket
-from .lockholder import Holder, new_nonce, read_holder, write_holder
+from .lockholder import Held, Holder, Taken, Unusable, same_file, try_lock, write_holder
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +91,6 @@ HOLDER_MARGIN_S = 1.0  # past the holder's recorded stop: its lock file's remova
 MAX_WAIT_S = 600.0  # the most a holder's record makes anyone wait, and a whole wait across holders
 EXTEND_MARGIN_S = 30.0  # systemd's start timeout, past the wait: the start goes on after it
 POLL_S = 0.05  # flock has no timed or async wait; the holder's socket is probed between tries anyway
-_REMAKE_TRIES = 3  # the lock file's directory, removed again and again as it is made: given up
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there
 
 
 def lock_path(socket_path: Path) -> Path:
@@ -142,7 +138,7 @@ class SocketLock:
         if fd is None:
             return
         with contextlib.suppress(OSError):  # gone, or a directory we may no longer write: harmless
-            if _same_file(self.path, os.fstat(fd)):
+            if same_file(self.path, os.fstat(fd)):
                 self.path.unlink()
         os.close(fd)
 
@@ -182,12 +178,6 @@ async def release_once_stopped(
 
 
 @dataclass(frozen=True)
-class _Held:
-    holder: Holder
-    identity: object  # which holder: its nonce (an older one's: file and pid); None: no record read yet
-
-
-@dataclass(frozen=True)
 class WaitBound:
     """How long a claim waits for a holder that does not serve, and why."""
 
@@ -206,11 +196,6 @@ def wait_bound(wait_s: float, holder: Holder) -> WaitBound:
     if theirs > MAX_WAIT_S:
         return WaitBound(wait_s, "own") if wait_s >= MAX_WAIT_S else WaitBound(MAX_WAIT_S, "holder, capped")
     return WaitBound(theirs, "holder")
-
-
-@dataclass(frozen=True)
-class _Unusable:
-    reason: str
 
 
 async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = None) -> SocketLock:
@@ -234,24 +219,31 @@ async def claim(path: Path, wait_s: float = LOCK_WAIT_S, stop_s: float | None = 
     return lock
 
 
+@dataclass
+class _Waited:
+    """The holder a claim waits for, replaced whole when another takes the lock."""
+
+    since: float  # when the wait for it began: its bound counts from there
+    identity: object = None  # Held.identity, once a record of it is read
+    holder: Holder = Holder(None, None)  # its record, the last read
+    logged: WaitBound | None = None  # the bound logged for it
+
+
 async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
     lockfile = lock_path(path)
     loop = asyncio.get_running_loop()
-    started: float | None = None  # when the wait began, for its ceiling across holders
-    since = 0.0  # when the wait for this holder began: its bound counts from there
-    waiting: WaitBound | None = None  # the bound logged for this holder
-    identity: object = None  # this holder's (_Held.identity), once read
-    holder = Holder(None, None)  # this holder's record, the last read
+    started = 0.0  # when the wait began, for its ceiling across holders
+    waited: _Waited | None = None
     told = False  # whether systemd was told of the wait (STATUS=)
     try:
         while True:
-            got = _try_lock(lockfile, stop_s)
-            if isinstance(got, SocketLock):
-                if started is not None:
+            got = try_lock(lockfile, stop_s)
+            if isinstance(got, Taken):
+                if waited is not None:
                     log.info("socket path free again; taking it",
                              extra={"path": str(path), "lock": str(lockfile)})
-                return got
-            if isinstance(got, _Unusable):
+                return SocketLock(lockfile, got.fd, stop_s, got.nonce)
+            if isinstance(got, Unusable):
                 log.warning(
                     "cannot lock the socket path; binding without the lock: another instance starting at this "
                     "moment could take the path over (make the lock file's directory writable, or remove what "
@@ -267,64 +259,73 @@ async def _lock(path: Path, wait_s: float, stop_s: float | None) -> SocketLock:
                     f"{path} is in use by another process ({_who(got.holder.pid)}, holding {lockfile}); "
                     "refusing to take it over", got.holder.pid)
             now = loop.time()
-            if started is None:
-                started = since = now
-            # Another holder: the first let go and another instance took the
-            # lock before this one's next try (its record says another nonce).
-            # Its stop is waited for from now, as the first's was, under the
-            # ceiling. A record not read yet (the new holder has not written
-            # it) is no change: the holder so far stands until it is read.
-            # Read at each try: the holder writes it just after its flock, and
-            # again when its stop is to take longer (record_longer_stop).
-            if got.identity is not None:
-                if identity is not None and got.identity != identity:
-                    since, waiting = now, None
-                identity, holder = got.identity, got.holder
-            pid = holder.pid
-            bound = wait_bound(wait_s, holder)
-            if now - since >= bound.seconds:
-                raise SocketInUse(
-                    f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served "
-                    f"it nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first",
-                    pid)
-            # A chain of holders, each let go of as the next takes the lock, ends too.
-            ceiling = max(wait_s, MAX_WAIT_S)
-            if now - started >= ceiling:
-                raise SocketInUse(
-                    f"{path} has been held by other processes one after another ({_who(pid)} last, holding "
-                    f"{lockfile}), none serving it, for {ceiling:g} s; refusing to take it over: stop them first",
-                    pid)
-            if waiting != bound:
-                if waiting is None and since == started:
-                    message = ("socket path held by another instance that does not serve it (starting or "
-                               "stopping); waiting")
-                elif waiting is None:
-                    message = ("socket path taken meanwhile by another instance that does not serve it "
-                               "(starting or stopping); waiting for that one")
-                else:
-                    message = ("the socket path's holder recorded how long its stop may take; waiting with the "
-                               "new bound")
-                log.info(message, extra={
-                    "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
-                    "wait_from": bound.source, "holder_stop_s": holder.stop_s, "own_wait_s": wait_s,
-                    "waited_s": round(now - started, 3)})
-                waiting = bound
-                # Under systemd a start that waits must not be killed for its
-                # TimeoutStartSec (the hook unit's is systemd's default, 90 s):
-                # the start's timeout is extended to what is left of the wait
-                # and a margin for what the start does after it (what is left
-                # at most MAX_WAIT_S: a waiter's own bound may be any number).
-                # A stop signal cancels the wait at its next await: a try run
-                # between the two may still send this, which then extends the
-                # stop's timeout; not guarded (the signal is not seen here).
-                left = min(since + bound.seconds, started + ceiling, now + MAX_WAIT_S) - now
-                _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
-                                f"STATUS=waiting for {_who(pid)} to let go of {path}")
-                told = True
+            if waited is None:
+                started, waited = now, _Waited(now)
+            waited = _read(waited, got, now)
+            _wait_on(path, lockfile, wait_s, started, waited, now)
+            told = True  # its first call that returns has told systemd
             await asyncio.sleep(POLL_S)
     finally:
         if told:
             _notify_systemd("STATUS=")  # however the wait ended: what follows says its own, if anything
+
+
+def _read(waited: _Waited, got: Held, now: float) -> _Waited:
+    """The holder after this try's read of the record. Another holder: the
+    first let go and another instance took the lock before this try (its
+    record says another nonce): its stop is waited for from now, as the
+    first's was, under the ceiling. A record not read (not written yet, or
+    read as it is written) is no change: the holder so far stands."""
+    if got.identity is None:
+        return waited
+    if waited.identity not in (None, got.identity):
+        waited = _Waited(now)
+    # Read at each try: the holder writes it just after its flock, and again
+    # when its stop is to take longer (record_longer_stop).
+    waited.identity, waited.holder = got.identity, got.holder
+    return waited
+
+
+def _wait_on(path: Path, lockfile: Path, wait_s: float, started: float, waited: _Waited, now: float) -> None:
+    """Raise :class:`SocketInUse` when the wait is over, else log a new
+    bound, and tell systemd."""
+    pid = waited.holder.pid
+    bound = wait_bound(wait_s, waited.holder)
+    if now - waited.since >= bound.seconds:
+        raise SocketInUse(
+            f"{path} is held by another process ({_who(pid)}, holding {lockfile}) that has neither served "
+            f"it nor let it go for {bound.seconds:g} s; refusing to take it over: stop that process first", pid)
+    # A chain of holders, each let go of as the next takes the lock, ends too.
+    ceiling = max(wait_s, MAX_WAIT_S)
+    if now - started >= ceiling:
+        raise SocketInUse(
+            f"{path} has been held by other processes one after another ({_who(pid)} last, holding "
+            f"{lockfile}), none serving it, for {ceiling:g} s; refusing to take it over: stop them first", pid)
+    if waited.logged == bound:
+        return
+    if waited.logged is None and waited.since == started:
+        message = "socket path held by another instance that does not serve it (starting or stopping); waiting"
+    elif waited.logged is None:
+        message = ("socket path taken meanwhile by another instance that does not serve it "
+                   "(starting or stopping); waiting for that one")
+    else:
+        message = "the socket path's holder recorded how long its stop may take; waiting with the new bound"
+    log.info(message, extra={
+        "path": str(path), "lock": str(lockfile), "holder_pid": pid, "wait_s": bound.seconds,
+        "wait_from": bound.source, "holder_stop_s": waited.holder.stop_s, "own_wait_s": wait_s,
+        "waited_s": round(now - started, 3)})
+    waited.logged = bound
+    # Under systemd a start that waits must not be killed for its
+    # TimeoutStartSec (the hook unit's is systemd's default, 90 s): the
+    # start's timeout is extended to what is left of the wait and a margin
+    # for what the start does after it (what is left at most MAX_WAIT_S: a
+    # waiter's own bound may be any number). A stop signal cancels the wait
+    # at its next await: a try run between the two may still send this,
+    # which then extends the stop's timeout; not guarded (the signal is not
+    # seen here).
+    left = min(waited.since + bound.seconds, started + ceiling, now + MAX_WAIT_S) - now
+    _notify_systemd(f"EXTEND_TIMEOUT_USEC={int((left + EXTEND_MARGIN_S) * 1e6)}\n"
+                    f"STATUS=waiting for {_who(pid)} to let go of {path}")
 
 
 def _who(pid: int | None) -> str:
@@ -334,60 +335,3 @@ def _who(pid: int | None) -> str:
 def _notify_systemd(state: str) -> None:
     """sd_notify, for a ``Type=notify`` unit's start; nothing outside systemd."""
     sdnotify.notify(state)
-
-
-def _try_lock(lockfile: Path, stop_s: float | None) -> SocketLock | _Held | _Unusable:
-    """One try, never waiting."""
-    remade = 0
-    while True:
-        try:
-            fd = os.open(lockfile, _OPEN_FLAGS, 0o600)
-        except FileNotFoundError as exc:
-            # Its directory was removed (while this one waited, say): made
-            # again, as prepare would (the bind needs it too), then locked.
-            if remade == _REMAKE_TRIES:
-                return _Unusable(f"cannot open it: {exc.strerror or exc}")
-            remade += 1
-            unixsocket.make_directory(lockfile)
-            continue
-        except OSError as exc:  # EACCES, EROFS, ELOOP (a symlink)...
-            return _Unusable(f"cannot open it: {exc.strerror or exc}")
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                os.close(fd)
-                return _Unusable("it is not a regular file")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                held = _held(fd, st)
-                os.close(fd)
-                return held
-            except OSError as exc:  # ENOLCK: a file system without flock
-                os.close(fd)
-                return _Unusable(f"cannot lock it: {exc.strerror or exc}")
-            if not _same_file(lockfile, st):
-                os.close(fd)  # its holder removed it as it let go: lock the file there now
-                continue
-            nonce = new_nonce()
-            write_holder(fd, st, stop_s, nonce)
-            return SocketLock(lockfile, fd, stop_s, nonce)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            raise
-
-
-def _held(fd: int, st: os.stat_result) -> _Held:
-    holder = read_holder(fd)
-    # An older holder's record has no nonce: its file and pid tell it.
-    old = (st.st_dev, st.st_ino, holder.pid) if holder.pid is not None else None
-    return _Held(holder, holder.nonce or old)
-
-
-def _same_file(path: Path, st: os.stat_result) -> bool:
-    try:
-        now = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)

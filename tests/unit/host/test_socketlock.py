@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.host import socketlock, unixsocket
+from runtimeproxy.host import lockholder, socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
@@ -171,14 +171,14 @@ async def test_a_lock_file_removed_by_its_holder_meanwhile_is_not_the_one_held(
     # its flock: the flock it gets is on a file nobody else will open.
     path = sock_dir / "s.sock"
     stale_lock = await claim(path)
-    flock = socketlock.fcntl.flock
+    flock = lockholder.fcntl.flock
 
     def released_meanwhile(fd: int, op: int) -> None:
         if stale_lock.held:
             stale_lock.release()
         flock(fd, op)
 
-    monkeypatch.setattr(socketlock.fcntl, "flock", released_meanwhile)
+    monkeypatch.setattr(lockholder.fcntl, "flock", released_meanwhile)
     lock = await claim(path, wait_s=0)
     monkeypatch.undo()
     try:
