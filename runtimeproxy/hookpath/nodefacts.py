@@ -105,6 +105,10 @@ class NodeFactsSource:
         self._hold_off = hold_off
         self._max_age = max_age
         self._current = self._read()  # at start, a failed read stops the start
+        # A NodeFactsReader's cgroup mode or kernel release not read yet, as
+        # of the last read whose facts were taken: one that reads them and
+        # then fails still leaves them to be logged as read at last.
+        self._unread: tuple[str, ...] = getattr(self._read, "unread", ())
         self._first_memory_nodes = self._current.memory_nodes
         self._read_at = clock()
         self._fruitless_at: float | None = None  # when a re-read for a refused answer last found nothing new
@@ -138,8 +142,9 @@ class NodeFactsSource:
         # A NodeFactsReader's cgroup mode or kernel release, not read before
         # (EMFILE at start, say): the facts may change with no hotplug, by
         # the rule now known. Changed all the same: judged again by them.
-        at_last = getattr(self._read, "read_at_last", ())
         unread = getattr(self._read, "unread", ())
+        at_last = tuple(name for name in self._unread if name not in unread)
+        self._unread = unread
         if unread:
             log.debug("node facts read under the stricter rule: not read yet", extra={"unread": list(unread)})
         if fresh == old and not at_last:

@@ -137,28 +137,25 @@ class NodeFactsReader:
     v2, the kernel release) is read once, as it is made, and kept once read:
     a read that failed (EMFILE, say) gives the stricter rule for now and is
     tried again at the next call, not kept for the process's life.
-    ``read_at_last``: what the last call read after failing before (the
-    facts may change then with no hotplug: nodefacts.py says so);
-    ``unread``: what is still not read."""
+    ``unread``: what is still not read (nodefacts.py says what a read
+    whose facts it took read at last: they may change then with no
+    hotplug)."""
 
     def __init__(self, root: Path = Path("/")) -> None:
         self.root = root
         self.cpuset_on_v2: bool | None = None  # None: not read yet
         self.since_5_18: bool | None = None
         self._read_fixed()
-        self.read_at_last: tuple[str, ...] = ()  # at its start, not "at last"
 
     @property
     def unread(self) -> tuple[str, ...]:
         return tuple(name for name, value in zip(_FIXED, (self.cpuset_on_v2, self.since_5_18)) if value is None)
 
     def _read_fixed(self) -> None:
-        unread = self.unread
         if self.cpuset_on_v2 is None:
             self.cpuset_on_v2 = _cpuset_on_v2(self.root)
         if self.since_5_18 is None:
             self.since_5_18 = _kernel_at_least(self.root, (5, 18))
-        self.read_at_last = tuple(name for name in unread if name not in self.unread)
 
     def __call__(self) -> NodeFacts:
         self._read_fixed()

@@ -349,3 +349,31 @@ def test_a_cgroup_mode_read_at_last_is_logged_as_that_not_as_a_node_change(
     caplog.clear()
     assert not source.refresh()
     assert caplog.records == []
+
+
+def test_a_cgroup_mode_read_by_a_read_that_failed_after_it_is_still_logged_as_read_at_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The re-read reads the cgroup mode and kernel release, then fails on the
+    # CPU list: the next one that works is what took them.
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    read_text = Path.read_text
+    failing = {"cgroup.controllers", "osrelease"}
+
+    def emfile(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name in failing:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", emfile)
+    source = NodeFactsSource(NodeFactsReader(root))
+    failing = {"online"}
+    assert not source.refresh()
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="runtimeproxy.hookpath.nodefacts")
+    failing = set()
+    assert source.refresh()
+    assert [r.getMessage() for r in caplog.records] == [
+        "node facts read again",
+        "cgroup mode and kernel release read at last (no hotplug); node facts under the rule now known"]
