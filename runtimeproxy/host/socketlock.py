@@ -38,9 +38,9 @@ is given a longer grace than it claimed with records that
 (``SocketLock.record_longer_stop``). Under systemd the waiter sends
 EXTEND_TIMEOUT_USEC, what is left of its wait (at most MAX_WAIT_S) and
 EXTEND_MARGIN_S, as it begins to wait for a holder or for a new bound:
-systemd fails the start only once it has run past its TimeoutStartSec and
-that long has passed since the message, so the start's deadline is at least
-then, never earlier than its own. It says whom it waits for (STATUS=),
+systemd moves the start's deadline to that long after the message when
+that is later, and keeps the latest deadline any such message set (never
+earlier than its TimeoutStartSec's). It says whom it waits for (STATUS=),
 cleared however the wait ends. Waiting, not refusing: a hook server's new
 instance started while the old one stops (a DaemonSet's rolling update with
 a surge) then serves as soon as it can, instead of failing into a restart
