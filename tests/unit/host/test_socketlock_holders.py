@@ -33,8 +33,9 @@ async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_fro
         clock.ahead = 100
         old.release()
         # No await between its try and its hold: before the waiter's next try.
-        # Its record: the pid of A's (one process here), maybe A's inode
-        # number, freed and used again: its nonce alone tells it from A.
+        # Its record: A's pid (one process here), and its file may have A's
+        # inode number (A's file removed and closed, the number free again):
+        # its nonce alone tells it from A.
         other = await claim(path)
         await until_waiting(waiting, new)
         assert not new.done(), new.exception()
@@ -98,12 +99,7 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
         assert (second.wait_s, second.wait_from, second.holder_stop_s) == (
             300 + socketlock.HOLDER_MARGIN_S, "holder", 300)
         clock.ahead = 100  # past its own bound: waiting on
-        tried.clear()
-        await asyncio.wait_for(tried.wait(), 10)
-        await asyncio.wait_for(tried.wait(), 10)  # a try past the probe, and the next
-        tried.clear()
-        await asyncio.wait_for(tried.wait(), 10)
-        assert not new.done(), new.exception()
+        await next_tries(tried, new, 2)  # a try past the probe, and the next
         old.release()
         lock = await asyncio.wait_for(new, 10)
     finally:
@@ -217,7 +213,7 @@ async def test_a_new_holder_not_written_yet_is_no_change_until_it_writes(
         assert len(waiting.records) == 1  # nothing new: A's 301 s stand
         os.pwrite(fd, holder_text(os.getpid(), None, "0123456789abcdef").encode(), 0)
         await until_waiting(waiting, new)
-        clock.ahead = 100 + socketlock.LOCK_WAIT_S - 1
+        clock.ahead = 100 + socketlock.LOCK_WAIT_S - 10  # B's own bound counted from 100 s: 10 s left
         await next_tries(tried, new, 2)
         second, = waiting.records[1:]
         assert second.getMessage().startswith("socket path taken meanwhile by another instance")
