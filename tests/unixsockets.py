@@ -143,6 +143,26 @@ async def next_tries(tried: asyncio.Event, claiming: asyncio.Future[Any], count:
         assert tried.is_set(), "no try within 10 s"
 
 
+@contextlib.asynccontextmanager
+async def waiting_claim(
+    path: Path, waits: LockWaits, stop_s: float | None = None, wait_s: float = socketlock.LOCK_WAIT_S
+) -> AsyncIterator[tuple[socketlock.SocketLock, asyncio.Future[socketlock.SocketLock]]]:
+    """A holder in this process (its stop recorded as ``stop_s``) leaving a
+    stale socket on ``path``, and a claim (its own bound ``wait_s``) waiting
+    for it: both, once the claim logs its wait. After: the holder let go, the
+    claim cancelled should it still wait."""
+    old = await socketlock.claim(path, stop_s=stop_s)
+    stale_socket(path)
+    new = asyncio.ensure_future(socketlock.claim(path, wait_s=wait_s))
+    try:
+        await until_waiting(waits, new)
+        yield old, new
+    finally:
+        old.release()
+        new.cancel()
+        await asyncio.gather(new, return_exceptions=True)
+
+
 @contextlib.contextmanager
 def lock_waits() -> Iterator[LockWaits]:
     """socketlock's "waiting" log lines, in this process, as they come."""

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.host import socketlock
-from runtimeproxy.host.socketlock import SocketInUse, claim
-from tests.unixsockets import Clock, LockWaits, stale_socket, until_waiting
+from runtimeproxy.host.socketlock import SocketInUse
+from tests.unixsockets import Clock, LockWaits, waiting_claim
 
 
 @pytest.fixture
@@ -43,11 +43,7 @@ async def test_under_systemd_a_waiting_start_extends_its_start_timeout_and_says_
     # The hook unit has systemd's default TimeoutStartSec (90 s): a wait of
     # 301 s would be killed as a failed start.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path, wait_s=0))
-    try:
-        await until_waiting(waiting, new)
+    async with waiting_claim(path, waiting, stop_s=300, wait_s=0) as (old, new):
         extend, status = await told(systemd)
         assert status == f"STATUS=waiting for pid {os.getpid()} to let go of {path}"
         assert 300 + socketlock.HOLDER_MARGIN_S < extended_s(extend) <= 301 + socketlock.EXTEND_MARGIN_S
@@ -55,10 +51,6 @@ async def test_under_systemd_a_waiting_start_extends_its_start_timeout_and_says_
         lock = await asyncio.wait_for(new, 10)
         lock.release()
         assert await told(systemd) == ["STATUS="]  # said no more
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
 
 
 @pytest.mark.parametrize("end", ["cancelled", "refused"])
@@ -68,11 +60,7 @@ async def test_a_wait_ended_otherwise_clears_its_status(
     # A stop signal cancels it, or the holder outlasts it: `systemctl status`
     # went on saying it waited.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path, wait_s=0))
-    try:
-        await until_waiting(waiting, new)
+    async with waiting_claim(path, waiting, stop_s=300, wait_s=0) as (_, new):
         assert (await told(systemd))[1].startswith("STATUS=waiting for")
         if end == "cancelled":
             new.cancel()
@@ -81,10 +69,6 @@ async def test_a_wait_ended_otherwise_clears_its_status(
         with pytest.raises(asyncio.CancelledError if end == "cancelled" else SocketInUse):
             await asyncio.wait_for(new, 10)
         assert await told(systemd) == ["STATUS="]
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
 
 
 async def test_a_waiters_own_bound_of_any_length_extends_the_start_timeout_by_at_most_the_ceiling(
@@ -92,15 +76,6 @@ async def test_a_waiters_own_bound_of_any_length_extends_the_start_timeout_by_at
 ) -> None:
     # A grace period of 1e300 s: (1e300 + 30) * 1e6 µs, far past what
     # systemd reads (an unsigned 64-bit number), and no start takes so long.
-    path = sock_dir / "s.sock"
-    old = await claim(path)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path, wait_s=1e300))
-    try:
-        await until_waiting(waiting, new)
+    async with waiting_claim(sock_dir / "s.sock", waiting, wait_s=1e300):
         extend, _ = await told(systemd)
         assert extended_s(extend) == pytest.approx(socketlock.MAX_WAIT_S + socketlock.EXTEND_MARGIN_S, abs=0.001)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
