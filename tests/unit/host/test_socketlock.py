@@ -24,7 +24,7 @@ from runtimeproxy.host import lockholder, socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, LockWaits, recorded, stale_socket, until_waiting
+from tests.unixsockets import STALE_HOLDER, LockWaits, recorded, stale_socket, until_waiting, waiting_claim
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -411,19 +411,11 @@ async def test_a_socket_directory_removed_during_the_wait_is_made_again_and_lock
     sock_dir: Path, waiting: LockWaits
 ) -> None:
     path = sock_dir / "d" / "s.sock"
-    old = await claim(path)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    try:
-        await until_waiting(waiting, new)
+    async with waiting_claim(path, waiting) as (old, new):
         old.release()
         path.unlink()
         path.parent.rmdir()  # an operator's clean-up, say
         lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     try:
         assert lock.held and path.parent.is_dir()  # not "binding without the lock", nor a bind without its directory
         assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
@@ -437,17 +429,9 @@ async def test_a_socket_directory_removed_while_its_holder_lives_is_made_again_a
     # Not guarded (socketlock's docstring): the holder still holds its lock
     # file, nameless now, and its stop can still unlink the new socket.
     path = sock_dir / "d" / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    try:
-        await until_waiting(waiting, new)
+    async with waiting_claim(path, waiting, stop_s=300) as (_, new):
         shutil.rmtree(path.parent)  # an operator's clean-up, say
         lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     try:
         assert lock.held and path.parent.is_dir()
         assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
