@@ -13,7 +13,7 @@ import pytest
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
-from tests.unixsockets import Clock, LockWaits, next_tries, stale_socket, until_waiting
+from tests.unixsockets import Clock, LockWaits, next_tries, stale_socket, until_waiting, waiting_claim
 
 
 async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
@@ -24,34 +24,28 @@ async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_fro
     # waiter's own bound, 30 s): that wait counts from B's taking, not from
     # A's, which was over it already.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
     other: socketlock.SocketLock | None = None
     try:
-        await until_waiting(waiting, new)
-        clock.ahead = 100
-        old.release()
-        # No await between its try and its hold: before the waiter's next try.
-        # Its record: A's pid (one process here), and its file may have A's
-        # inode number (A's file removed and closed, the number free again):
-        # its nonce alone tells it from A.
-        other = await claim(path)
-        await until_waiting(waiting, new)
-        assert not new.done(), new.exception()
-        first, second = waiting.records
-        assert (first.wait_s, first.wait_from) == (300 + socketlock.HOLDER_MARGIN_S, "holder")
-        assert second.getMessage() == ("socket path taken meanwhile by another instance that does not serve it "
-                                       "(starting or stopping); waiting for that one")
-        assert (second.wait_s, second.wait_from, second.holder_stop_s, second.waited_s) == (
-            socketlock.LOCK_WAIT_S, "own", None, pytest.approx(100, abs=5))
-        other.release()
-        lock = await asyncio.wait_for(new, 10)
+        async with waiting_claim(path, waiting, stop_s=300) as (old, new):
+            clock.ahead = 100
+            old.release()
+            # No await between its try and its hold: before the waiter's next try.
+            # Its record: A's pid (one process here), and its file may have A's
+            # inode number (A's file removed and closed, the number free again):
+            # its nonce alone tells it from A.
+            other = await claim(path)
+            await until_waiting(waiting, new)
+            assert not new.done(), new.exception()
+            first, second = waiting.records
+            assert (first.wait_s, first.wait_from) == (300 + socketlock.HOLDER_MARGIN_S, "holder")
+            assert second.getMessage() == ("socket path taken meanwhile by another instance that does not serve it "
+                                           "(starting or stopping); waiting for that one")
+            assert (second.wait_s, second.wait_from, second.holder_stop_s, second.waited_s) == (
+                socketlock.LOCK_WAIT_S, "own", None, pytest.approx(100, abs=5))
+            other.release()
+            lock = await asyncio.wait_for(new, 10)
     finally:
         socketlock.release(other)
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
 
@@ -84,12 +78,8 @@ async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
 async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_bound(
     sock_dir: Path, waiting: LockWaits, clock: Clock, tried: asyncio.Event
 ) -> None:
-    path = sock_dir / "s.sock"
-    old = await claim(path)  # its record not written yet: its pid alone
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    try:
-        await until_waiting(waiting, new)
+    # The holder's record not written yet: its pid alone.
+    async with waiting_claim(sock_dir / "s.sock", waiting) as (old, new):
         old.path.write_text(holder_text(os.getpid(), 300, old.nonce))
         await until_waiting(waiting, new)
         first, second = waiting.records
@@ -102,10 +92,6 @@ async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_b
         await next_tries(tried, new, 2)  # a try past the probe, and the next
         old.release()
         lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
 
@@ -130,13 +116,8 @@ async def test_a_record_read_as_it_is_written_is_not_taken(
     # holder's file, or a nonce half another's, invented a new holder; 101
     # written over 19 read as 191 (more than either) gave a new bound, kept
     # as the longest read. A shorter one (11) must not count either.
-    path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=101)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
-    pending = torn_reads(monkeypatch)
-    try:
-        await until_waiting(waiting, new)
+    pending = torn_reads(monkeypatch)  # none yet: the claims read the file
+    async with waiting_claim(sock_dir / "s.sock", waiting, stop_s=101) as (old, new):
         whole = holder_text(os.getpid(), 101, old.nonce).encode()
         pending.append({
             "pid line alone": whole[:32],
@@ -150,10 +131,6 @@ async def test_a_record_read_as_it_is_written_is_not_taken(
         assert (record.wait_s, record.holder_stop_s) == (101 + socketlock.HOLDER_MARGIN_S, 101)
         old.release()
         lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
 
@@ -165,29 +142,24 @@ async def test_a_holder_taking_a_crashed_holders_file_in_the_same_pid_is_another
     # hook servers are both pid 1): only the nonce tells B from A. Taken for
     # A, B's wait counted from A's start, under A's record.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
     other: socketlock.SocketLock | None = None
     try:
-        await until_waiting(waiting, new)
-        clock.ahead = 100
-        file = os.stat(old.path)
-        os.close(old._fd)  # A killed: its file stays
-        old._fd = None
-        other = await claim(path, stop_s=500)
-        assert (os.stat(other.path).st_ino, os.stat(other.path).st_dev) == (file.st_ino, file.st_dev)
-        await until_waiting(waiting, new)
-        second = waiting.records[-1]
-        assert second.getMessage().startswith("socket path taken meanwhile by another instance")
-        assert (second.wait_s, second.holder_pid, second.waited_s) == (
-            500 + socketlock.HOLDER_MARGIN_S, os.getpid(), pytest.approx(100, abs=5))
-        other.release()
-        lock = await asyncio.wait_for(new, 10)
+        async with waiting_claim(path, waiting, stop_s=300) as (old, new):
+            clock.ahead = 100
+            file = os.stat(old.path)
+            os.close(old._fd)  # A killed: its file stays; its release() does nothing now
+            old._fd = None
+            other = await claim(path, stop_s=500)
+            assert (os.stat(other.path).st_ino, os.stat(other.path).st_dev) == (file.st_ino, file.st_dev)
+            await until_waiting(waiting, new)
+            second = waiting.records[-1]
+            assert second.getMessage().startswith("socket path taken meanwhile by another instance")
+            assert (second.wait_s, second.holder_pid, second.waited_s) == (
+                500 + socketlock.HOLDER_MARGIN_S, os.getpid(), pytest.approx(100, abs=5))
+            other.release()
+            lock = await asyncio.wait_for(new, 10)
     finally:
         socketlock.release(other)
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
 
@@ -199,34 +171,28 @@ async def test_a_new_holder_not_written_yet_is_no_change_until_it_writes(
     # the waiter keeps A's (and its bound) until B's is read, then counts
     # B's from there, once: not a change to nobody and another to B.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
     fd: int | None = None
     try:
-        await until_waiting(waiting, new)
-        clock.ahead = 100
-        old.release()
-        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        await next_tries(tried, new, 2)
-        assert len(waiting.records) == 1  # nothing new: A's 301 s stand
-        os.pwrite(fd, holder_text(os.getpid(), None, "0123456789abcdef").encode(), 0)
-        await until_waiting(waiting, new)
-        clock.ahead = 100 + socketlock.LOCK_WAIT_S - 10  # B's own bound counted from 100 s: 10 s left
-        await next_tries(tried, new, 2)
-        second, = waiting.records[1:]
-        assert second.getMessage().startswith("socket path taken meanwhile by another instance")
-        assert (second.wait_s, second.waited_s) == (socketlock.LOCK_WAIT_S, pytest.approx(100, abs=5))
-        os.unlink(lock_path(path))
-        os.close(fd)
-        fd = None
-        lock = await asyncio.wait_for(new, 10)
+        async with waiting_claim(path, waiting, stop_s=300) as (old, new):
+            clock.ahead = 100
+            old.release()
+            fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            await next_tries(tried, new, 2)
+            assert len(waiting.records) == 1  # nothing new: A's 301 s stand
+            os.pwrite(fd, holder_text(os.getpid(), None, "0123456789abcdef").encode(), 0)
+            await until_waiting(waiting, new)
+            clock.ahead = 100 + socketlock.LOCK_WAIT_S - 10  # B's own bound counted from 100 s: 10 s left
+            await next_tries(tried, new, 2)
+            second, = waiting.records[1:]
+            assert second.getMessage().startswith("socket path taken meanwhile by another instance")
+            assert (second.wait_s, second.waited_s) == (socketlock.LOCK_WAIT_S, pytest.approx(100, abs=5))
+            os.unlink(lock_path(path))
+            os.close(fd)
+            fd = None
+            lock = await asyncio.wait_for(new, 10)
     finally:
         if fd is not None:
             os.close(fd)
-        old.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
     assert lock.held
     lock.release()
