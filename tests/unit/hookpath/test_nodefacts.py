@@ -86,6 +86,22 @@ def four_cpus(tmp_path: Path) -> Path:
     return root
 
 
+def unreadable(monkeypatch: pytest.MonkeyPatch, *names: str) -> set[str]:
+    """The names of the files that Path.read_text fails to read from now
+    (EMFILE, a momentary failure): change the set in place to change which
+    (empty: all read)."""
+    failing = set(names)
+    read_text = Path.read_text
+
+    def emfile(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name in failing:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", emfile)
+    return failing
+
+
 @pytest.mark.parametrize(("answer", "hotplug", "logged"), [
     ({"cpuset_cpus": "2-4"}, lambda root: set_online_cpus(root, "0-4\n"), ("online_cpus", "0-3", "0-4")),
     ({"cpuset_cpus": "1", "cpuset_mems": "1"}, lambda root: set_nodes_with_memory(root, "0-1\n"), ("memory_nodes", "0", "0-1")),
@@ -306,17 +322,10 @@ def test_a_cgroup_mode_or_kernel_release_that_could_not_be_read_is_read_again(
     rule for now, not for the process's life."""
     root = four_cpus(tmp_path)
     on_cgroup_v2(root, "5.15.0-105-generic\n")
-    read_text = Path.read_text
-
-    def emfile(path: Path, *args: object, **kwargs: object) -> str:
-        if path.name in ("cgroup.controllers", "osrelease"):
-            raise OSError(errno.EMFILE, "Too many open files")
-        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Path, "read_text", emfile)
+    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
     reader = NodeFactsReader(root)
     assert not reader().memory_nodes_fixed_at_boot  # v1's rule, for now
-    monkeypatch.setattr(Path, "read_text", read_text)
+    failing.clear()
     assert reader().memory_nodes_fixed_at_boot  # read: cgroup v2 before 5.18
     (root / "sys/fs/cgroup/cgroup.controllers").unlink()
     assert reader().memory_nodes_fixed_at_boot  # and kept
@@ -327,21 +336,14 @@ def test_a_cgroup_mode_read_at_last_is_logged_as_that_not_as_a_node_change(
 ) -> None:
     root = four_cpus(tmp_path)
     on_cgroup_v2(root, "5.15.0-105-generic\n")
-    read_text = Path.read_text
-
-    def emfile(path: Path, *args: object, **kwargs: object) -> str:
-        if path.name in ("cgroup.controllers", "osrelease"):
-            raise OSError(errno.EMFILE, "Too many open files")
-        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Path, "read_text", emfile)
+    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
     source = NodeFactsSource(NodeFactsReader(root))
     caplog.set_level(logging.DEBUG, logger="runtimeproxy.hookpath.nodefacts")
     assert not source.refresh()
     assert [r.getMessage() for r in caplog.records] == ["node facts read under the stricter rule: not read yet"]
     assert caplog.records[0].unread == ["cgroup mode", "kernel release"]
     caplog.clear()
-    monkeypatch.setattr(Path, "read_text", read_text)
+    failing.clear()
     assert source.refresh()  # judged again under cgroup v2's rule before 5.18
     assert source.current.memory_nodes_fixed_at_boot
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
@@ -358,21 +360,14 @@ def test_a_cgroup_mode_read_by_a_read_that_failed_after_it_is_still_logged_as_re
     # CPU list: the next one that works is what took them.
     root = four_cpus(tmp_path)
     on_cgroup_v2(root, "5.15.0-105-generic\n")
-    read_text = Path.read_text
-    failing = {"cgroup.controllers", "osrelease"}
-
-    def emfile(path: Path, *args: object, **kwargs: object) -> str:
-        if path.name in failing:
-            raise OSError(errno.EMFILE, "Too many open files")
-        return read_text(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Path, "read_text", emfile)
+    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
     source = NodeFactsSource(NodeFactsReader(root))
-    failing = {"online"}
+    failing.clear()
+    failing.add("online")
     assert not source.refresh()
     caplog.clear()
     caplog.set_level(logging.INFO, logger="runtimeproxy.hookpath.nodefacts")
-    failing = set()
+    failing.clear()
     assert source.refresh()
     assert [r.getMessage() for r in caplog.records] == [
         "node facts read again",
