@@ -143,11 +143,11 @@ class Assignments(MoveBook):
         before = self._sizes()
         member.milli = milli
         met = True
-        if milli < old or balloon.target_size() <= target:
-            # Always taken: a lower request, or a higher one that needs no more
-            # CPUs than the balloon's target (a balloon short of CPUs may still
-            # be short of it: it shrinks, or takes what is free), and the CPUs
-            # it gives back go to the balloons short of them.
+        if milli < old or (balloon.fits(0) and balloon.target_size() <= target):
+            # Always taken: a lower request, or a higher one within maxCPUs that
+            # needs no more CPUs than the balloon's target (capped at maxCPUs)
+            # (a balloon short of CPUs may still be short of it: it shrinks, or
+            # takes what is free); the CPUs it gives back go to those short.
             self.pool.resize_short(balloon)
             self._grow_short()
         elif not balloon.fits(0) or not self.pool.resize(balloon):

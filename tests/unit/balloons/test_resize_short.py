@@ -48,3 +48,21 @@ async def test_a_raise_no_cpu_is_free_for_is_taken_under_ignore_and_met_when_cpu
     await hook.post_stop_pod_sandbox(api_pb2.PodSandboxHookRequest(pod_meta=api_pb2.PodSandboxMetadata(uid="b")))
     [_, a] = hook.status()["balloons"]
     assert (a["name"], a["cpus"], a["requested_milli_cpus"]) == ("work[0]", "1-3", 3000)
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_a_raise_beyond_max_cpus_of_a_balloon_at_max_cpus_is_refused_and_the_old_request_stands(policy: str) -> None:
+    """a's balloon is at maxCPUs 2; 2000m -> 4000m was taken (its target,
+    capped at maxCPUs, did not grow), and the next reload moved a to the
+    default balloon (its requests no longer fit its type)."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": policy,
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2}]})
+    topology = Topology.synthetic(1, 1, 8, 1)
+    state = Assignments(config, topology)
+    key = ("a", "c")
+    state.place(Member(key, "apps", "a", 2000, "id-a"), PodContext("apps", "a", "c"))
+    state.given(key, state.target(key))
+    assert not state.resize(key, 4000)
+    balloon = state.pool.balloon_of(key)
+    assert (balloon.name, balloon.members[key].milli, len(balloon.cpus)) == ("work[0]", 2000, 2)
+    assert state.replan(config, topology).pool.balloon_of(key).name == "work[0]"
