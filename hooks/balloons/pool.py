@@ -275,14 +275,16 @@ class Pool:
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
         It rejoins the balloon of its type that holds its pod, or that shares
-        its CPUs, if it has room for it (maxCPUs; for preferNewBalloons types, another
-        pod's only if it cannot have a balloon of its own: its type has no
-        room for one, or no balloon is left to hold its CPUs: assign() put it
-        there so); a container on the reserved CPUs alone was in a balloon
-        without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame
-        every container runs on the same idle ones. Otherwise it gets a new
-        balloon made of its CPUs that no other balloon owns; when its type has
-        no room for another balloon, or it asks more than maxCPUs, or other
+        its CPUs, if it has room for it (maxCPUs, but in the default balloon,
+        which holds fallbacks beyond them: assign_fallback; for
+        preferNewBalloons types, another pod's only if it cannot have a
+        balloon of its own: its type has no room for one, or no balloon is
+        left to hold its CPUs: assign() put it there so); a container on the
+        reserved CPUs alone was in a balloon without CPUs. Shared CPUs alone
+        say little: with shareIdleCPUsInSame every container runs on the same
+        idle ones. Otherwise it gets a new balloon made of its CPUs that no
+        other balloon owns; when its type has no room for another balloon, or
+        it asks more than maxCPUs (but in the default type), or other
         balloons own all its CPUs, None: it is placed anew, as a container not
         pinned yet (it may have run on the fallback balloon, or apart from its
         pod: assign_anyway). :meth:`settle`
@@ -294,9 +296,10 @@ class Pool:
         existing = self.of_type(btype.name)
         room = not btype.max_balloons or len(existing) < btype.max_balloons
         alone = btype.prefer_new_balloons and room and (not own or bool(own & self.free))
+        bounded = btype.name != DEFAULT
 
         def together(balloon: Balloon) -> bool:
-            if not balloon.fits(member.milli):
+            if bounded and not balloon.fits(member.milli):
                 return False
             if balloon.has_pod(member.pod_uid):
                 return True
@@ -307,7 +310,7 @@ class Pool:
         match = next((b for b in existing if together(b)), None)
         if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
             return None
-        if match is None and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
+        if match is None and bounded and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
             return None  # no balloon of its type can hold it (assign_anyway: the default one)
         if match is None and own and not own & self.free:
             return None  # its CPUs are another balloon's (it ran on the default one): none would be its

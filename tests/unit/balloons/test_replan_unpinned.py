@@ -88,3 +88,22 @@ def test_a_reload_logs_a_container_whose_move_is_unsure_or_never_given_as_such(c
     for uid, why in (("a", astray), ("b", ""), ("c", astray)):
         line = f"restoring container apps/pod-{uid}/app to balloon work[0] (its balloon had cpus 1-6{why})"
         assert line in caplog.text
+
+
+def test_a_reload_keeps_fallbacks_beyond_the_default_balloons_max_cpus_in_it() -> None:
+    """work's one balloon is full: b and c fall back to the default balloon,
+    whose maxCPUs 1 they pass (a fallback is never refused). The reload's
+    restore refused c there (maxCPUs), and c, placed anew as of the default
+    type, got a new default balloon: its memory moved."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1},
+                                            {"name": "default", "maxCPUs": 1}]})
+    state = Assignments(config, TWO_NODES)
+    for uid in "abc":
+        place(state, uid, 1000)
+    before = layout(state)
+    assert [(name, members) for name, _, members in before] == [
+        ("reserved[0]", []), ("work[0]", ["a"]), ("default[0]", ["b", "c"])]
+    after = state.replan(config, TWO_NODES)
+    assert layout(after) == before
+    assert after.moves() == []
