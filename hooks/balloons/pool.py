@@ -76,7 +76,8 @@ class Pool:
 
     def add_min_balloons(self, avoid: frozenset[int] = frozenset()) -> None:
         """Balloons up to each type's minBalloons, of minCPUs each (fewer if
-        fewer are free: :meth:`settle` grows them or tells). ``avoid``: the
+        fewer are free: :meth:`grow_short` grows them, after a rebuild's
+        containers are placed). ``avoid``: the
         CPUs containers run on (a rebuild's), taken last: an empty balloon's
         were none of them, and idle ones taken move the containers sharing them."""
         for btype in self.config.all_types:
@@ -337,9 +338,13 @@ class Pool:
         return home
 
     def settle(self) -> list[str]:
-        """Resize every balloon to its target (shrinks first, so growth finds the CPUs); problems found."""
+        """Resize every balloon to its target (shrinks first, so growth finds
+        the CPUs), but an empty one short of minCPUs, which a rebuild grows only
+        after it placed its containers (:meth:`grow_short`); problems found."""
         problems = []
         for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
+            if not balloon.members and len(balloon.cpus) < balloon.target_size():
+                continue
             if not self.resize(balloon):
                 # Running containers cannot be refused: the balloon takes what is free.
                 self._take_free(balloon)
@@ -353,14 +358,15 @@ class Pool:
         if more:  # None only if fewer than count were free, which they are not
             balloon.cpus = balloon.cpus | more
 
-    def grow_short(self) -> list[Balloon]:
+    def grow_short(self, empty: bool = True) -> list[Balloon]:
         """Grow the balloons short of CPUs from those freed since: first those
         whose containers hold fewer than they request (too few were free when
         they were placed or re-planned, and they took those), then empty ones
         below minCPUs (a minBalloons balloon made with too few free, as after a
         restart); in each, those without any CPU first (their containers run
-        on the reserved ones). All within maxCPUs. The balloons grown."""
-        short = [b for b in self.balloons if not b.fixed and len(b.cpus) < b.target_size()]
+        on the reserved ones). All within maxCPUs. ``empty`` False: empty ones
+        do not grow. The balloons grown."""
+        short = [b for b in self.balloons if not b.fixed and len(b.cpus) < b.target_size() and (empty or b.members)]
         grown = []
         for balloon in sorted(short, key=lambda b: (not b.members, bool(b.cpus), b.target_size() - len(b.cpus))):
             if not self.free:

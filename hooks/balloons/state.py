@@ -293,7 +293,7 @@ class Assignments(MoveBook):
                 label = pool.balloon_of(key).members[key].label
                 log.info("moving container %s from the default balloon to balloon %s: its type has room for it now",
                          label, pool.balloon_of(key).name, extra={"container": label})
-        pool.grow_short()
+        pool.grow_short(empty=False)  # empty balloons grow once running containers have their CPUs, below
         for item, btype in fresh:
             # A container that already runs cannot be refused, whatever
             # onExhausted says: if its type is exhausted it joins a balloon of
@@ -308,6 +308,7 @@ class Assignments(MoveBook):
                 pool.describe(balloon),
                 extra={"container": item.member.label, "balloon": balloon.name},
             )
+        pool.grow_short()
         return state
 
     def _record_running(self, item: Restored) -> None:

@@ -362,3 +362,16 @@ def test_running_containers_their_type_cannot_take_join_their_pods_balloon_else_
     layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] + "/" + k[1] for k in b.members)) for b in state.pool.balloons]
     assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["a/app", "a/one"]), ("work[1]", "", ["b/app"]),
                       ("default[0]", "", ["c/app"])]
+
+
+def test_running_containers_placed_anew_get_cpus_before_an_empty_min_balloon_grows_to_min_cpus() -> None:
+    """idle's minBalloons balloon, made of 4 alone (1-3 w1's), grew to 2,4
+    when w1's balloon shrank, before w2, never pinned, was placed: w2's
+    2 CPUs got only 3."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [
+        {"name": "idle", "namespaces": ["idle"], "minBalloons": 1, "minCPUs": 2}, {"name": "work", "namespaces": ["*"]}]})
+    five = Topology.synthetic(1, 1, 5, 1)
+    w2 = Restored(Member(("w2", "app"), "apps", "w2", 2000, "c-w2"), PodContext("apps", "w2", "app"), five.all_cpus)
+    state = Assignments.rebuild(config, five, [placed("w1", frozenset({1, 2, 3})), w2])
+    layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons]
+    assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["w1", "w2"]), ("idle[0]", "4", [])]
