@@ -100,7 +100,8 @@ class NodeFactsSource:
         max_age: float = MAX_AGE,
     ) -> None:
         self._read = read or NodeFactsReader()
-        self._parents = parents  # None: parent cgroups' cpusets are not judged
+        # None: parent cgroups' cpusets are not judged (also where no v1 cpuset hierarchy is found)
+        self._parents = parents if parents is not None and parents.judged else None
         self._clock = clock
         self._hold_off = hold_off
         self._max_age = max_age
@@ -215,7 +216,7 @@ class NodeFactsSource:
         if parent is None:
             return []
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
-        return [r for r in outside_parent(shown, answer, parent) if r.field in judged]
+        return outside_parent(shown, answer, parent)  # its fields not read are None: not judged
 
     def _by_node(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources

@@ -302,7 +302,7 @@ def outside_parent(
             continue
         missing = sorted(ids - allowed.ids)
         if missing:
-            shown_ids = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
+            shown_ids = _first_ids(missing)
             has = format_id_list(allowed.ids) or "none"
             has = f"it has {has}" if allowed.read_at == parent.cgroup else f"it will have {has}, from {allowed.read_at}"
             reasons.append(Reason(
@@ -314,7 +314,7 @@ def outside_parent(
 def format_id_list(ids: Iterable[int]) -> str:
     """A kernel id list ("0-3,8"), the form ``parse_id_list`` reads."""
     runs: list[list[int]] = []
-    for i in sorted(ids):
+    for i in sorted(set(ids)):
         if runs and i == runs[-1][1] + 1:
             runs[-1][1] = i
         else:
@@ -345,6 +345,10 @@ def _set_reasons(name: str, text: str, allowed: frozenset[int], what: str) -> li
         return [Reason(name, f"{text[:64]!r} is not a list of ids: {exc}")]
     missing = sorted(ids - allowed)
     if missing:
-        shown = ",".join(map(str, missing[:8])) + (",..." if len(missing) > 8 else "")
-        return [Reason(name, f"{text[:64]!r} names {what} ({shown})")]
+        return [Reason(name, f"{text[:64]!r} names {what} ({_first_ids(missing)})")]
     return []
+
+
+def _first_ids(ids: list[int]) -> str:
+    """The first eight of sorted ``ids`` a reason names, then "..." for more."""
+    return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
