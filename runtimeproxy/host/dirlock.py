@@ -60,7 +60,7 @@ class DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = read_pid(fd)
+            holder = _read_pid(fd)
             os.close(fd)
             raise DirectoryInUse(directory, holder) from None
         except BaseException:
@@ -87,7 +87,7 @@ class DirectoryLock:
         os.close(fd)  # closing the last descriptor of the open file drops the flock
 
 
-def read_pid(fd: int) -> int | None:
+def _read_pid(fd: int) -> int | None:
     """The pid a lock's holder wrote into its lock file."""
     try:
         return parse_pid(os.pread(fd, 32, 0).decode())

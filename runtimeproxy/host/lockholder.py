@@ -46,7 +46,7 @@ from .dirlock import parse_pid
 STOP_KEY = "stop_s"
 HOLDER_KEY = "holder"
 _NONCE = re.compile(r"[0-9a-f]{16}")
-PID_LINE_BYTES = 32  # what an older version's reader reads (dirlock.read_pid's pread)
+PID_LINE_BYTES = 32  # what an older version's reader reads (dirlock's pid reader: a pread of 32 bytes)
 _READ_BYTES = 128  # a pid's line and one number: far less
 _REMAKE_TRIES = 3  # the lock file's directory, removed again and again as it is made: given up
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a FIFO put there

@@ -31,7 +31,7 @@ def read(path: Path) -> Holder:
 
 
 def test_an_older_versions_reader_finds_the_pid_in_the_first_32_bytes(tmp_path: Path) -> None:
-    # Its reader (dirlock.read_pid before stop_s): a rollback still names the holder.
+    # Its reader (dirlock's pid reader before stop_s): a rollback still names the holder.
     data = written(tmp_path / "lock", 17.5)
     assert data[32:] == f"holder={NONCE}\nstop_s=17.5\n".encode()
     assert int(data[:32].decode().strip()) == os.getpid()
