@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtimeproxy.hookpath.validate import format_id_list
+
 
 class TopologyError(RuntimeError):
     """sysfs does not describe a usable CPU topology."""
@@ -37,17 +39,8 @@ def parse_cpuset(text: str) -> frozenset[int]:
 
 
 def format_cpuset(cpus: Iterable[int]) -> str:
-    """{0, 1, 2, 3, 8} -> '0-3,8' (the kernel's list format)."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """{0, 1, 2, 3, 8} -> '0-3,8' (the kernel's list format, as the proxy writes it)."""
+    return format_id_list(cpus)
 
 
 @dataclass(frozen=True)
