@@ -208,11 +208,11 @@ def distinct_sockets(config: ProxyConfig, config_file: Path | None = None, flags
     ``config_file``), with the file and line when the file gave it."""
     # /var/run is /run; a symlink at listen itself is the bind's to refuse (unixsocket.prepare).
     listen = os.path.join(os.path.realpath(config.listen.parent), config.listen.name)
-    in_file = given_in(config_file)
     for key, path in (("backend", config.backend), ("image_backend", config.image_backend)):
         if path is None or os.path.realpath(path) != listen:
             continue
         name = key.replace("_", "-")
+        in_file = given_in(config_file)  # read again only for a refusal
         if key in in_file or key in flags:
             blamed, message = key, (
                 f"listen and {name} are the same socket, {config.listen}: the proxy would forward every call "

@@ -111,11 +111,9 @@ class Document:
         override them); empty when the document is no mapping."""
         if not isinstance(self.node, yaml.MappingNode):
             return []
-        node = yaml.MappingNode(self.node.tag, list(self._pairs[id(self.node)]), self.node.start_mark, self.node.end_mark)
-        self._loader.flatten_mapping(node)
         return [
             (self._written(key_node), int(key_node.start_mark.line) + 1, self.value(value_node))
-            for key_node, value_node in node.value
+            for key_node, value_node in self._flat(self.node)
         ]
 
     def _written(self, key_node: yaml.Node) -> str:
