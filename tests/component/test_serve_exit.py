@@ -15,6 +15,7 @@ import pytest
 
 from ..unixsockets import stale_lock_holder
 from .fakes import FakeBackend
+from .test_process import wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,12 +76,7 @@ async def test_a_stop_signal_while_waiting_for_the_sockets_lock_ends_serve_at_on
             "--data-path", data_path, "--log-format", "json", cwd=REPO, stderr=asyncio.subprocess.PIPE)  # fmt: skip
         try:
             assert process.stderr is not None
-            async with asyncio.timeout(20):
-                async for line in process.stderr:
-                    if b'"msg": "socket path held by another instance' in line:
-                        break
-                else:
-                    pytest.fail(f"serve ended (exit {await process.wait()}) before it waited for the lock")
+            await wait_for_line(process.stderr, '"msg": "socket path held by another instance')
             process.send_signal(signal.SIGTERM)
             _, err = await asyncio.wait_for(process.communicate(), 20)  # far less than the lock's wait
         finally:

@@ -22,14 +22,12 @@ from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import WORK, hook_on_sysfs, set_online
+from .test_replan import balloons
+from .test_restart_random import found
 from .test_server import FakeRuntime, request
 
 # One balloon of work, no maxCPUs: pod a's 7 CPUs fill the machine.
 ONE = {"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1}]}
-
-
-def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
-    return [(b["name"], b["cpus"], [c["id"] for c in b["containers"]]) for b in hook.status()["balloons"]]
 
 
 async def b_left_without_cpus(hook: BalloonsHook, runtime: FakeRuntime, root) -> None:
@@ -252,11 +250,7 @@ def test_a_container_placed_beyond_its_types_max_cpus_stays_where_it_is_at_a_res
         state.place(Member(key, "apps", f"pod-{key[0]}", milli, f"c-{key[0]}-{key[1]}"), pod(*key))
         state.given(key, state.target(key))
     planned = {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons}
-    restart = Assignments.rebuild(config, topology, [
-        Restored(Member(m.key, m.namespace, m.pod_name, m.milli, m.container_id), state.pods[m.key],
-                 parse_cpuset(state.applied[m.key][0]), state.applied[m.key][1])
-        for _, m in state.pool.members()
-    ])
+    restart = Assignments.rebuild(config, topology, found(state))
     for again in (restart, state.replan(config, topology)):
         assert {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons} == planned
         assert again.moves() == []
@@ -277,11 +271,7 @@ def test_with_no_cpu_free_a_container_its_type_cannot_take_goes_to_the_default_b
         state.given((uid, "c"), state.target((uid, "c")))
     layout = {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons}
     assert layout == {"reserved[0]": ("0", []), "default[0]": ("1-3", ["b", "d"]), "work[0]": ("4-7", ["a"])}
-    restart = Assignments.rebuild(config, topology, [
-        Restored(Member(m.key, m.namespace, m.pod_name, m.milli, m.container_id), state.pods[m.key],
-                 parse_cpuset(state.applied[m.key][0]), state.applied[m.key][1])
-        for _, m in state.pool.members()
-    ])
+    restart = Assignments.rebuild(config, topology, found(state))
     for again in (restart, state.replan(config, topology)):
         assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
         assert again.moves() == []
