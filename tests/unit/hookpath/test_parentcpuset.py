@@ -228,10 +228,14 @@ def test_this_node_reads() -> None:
         assert readers.read("/kubepods") is None
         return
     assert readers.read(f"/rp-unit-{uuid.uuid4().hex[:8]}/pod") is None  # nothing made below the root
-    cgroups = [d for d in readers.mount.iterdir() if d.is_dir() and (d / "cpuset.cpus").read_text().strip()]
-    if not cgroups:
-        fail_or_skip(f"no cgroup with a cpuset under {readers.mount} to read")
-    made = f"/{cgroups[0].name}/rp-unit-not-made"
-    parent = readers.read(made)
-    assert parent is not None and parent.cpus is not None
-    assert parent.cpus == ParentSet(parse_id_list((cgroups[0] / "cpuset.cpus").read_text()), f"/{cgroups[0].name}")
+    # A cgroup of its own: a fresh machine (CI) may have none below the root yet.
+    own = readers.mount / f"rp-unit-{uuid.uuid4().hex[:8]}"
+    own.mkdir()
+    try:
+        # A v1 cpuset child starts empty: give it the root's, as runc gives a parent it makes.
+        (own / "cpuset.cpus").write_text((readers.mount / "cpuset.cpus").read_text())
+        parent = readers.read(f"/{own.name}/rp-unit-not-made")
+        assert parent is not None and parent.cpus is not None
+        assert parent.cpus == ParentSet(parse_id_list((own / "cpuset.cpus").read_text()), f"/{own.name}")
+    finally:
+        own.rmdir()
