@@ -1,14 +1,17 @@
 """What placement and a rebuild go by besides the pool: each container's
-balloon type, chosen from the config alone, the idle CPUs found shared
-between containers (which no balloon owns), and, for reserved CPUs given as a
-quantity, which to keep.
+balloon type, chosen from the config alone, the containers a rebuild puts
+back (:class:`Restored`), the idle CPUs found shared between containers
+(which no balloon owns), and, for reserved CPUs given as a quantity, which
+to keep.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from .balloon import Member
 from .config import BALLOON_ANNOTATION, DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext
 from .topology import Topology
 
@@ -44,6 +47,30 @@ def choose_type(config: BalloonsConfig, pod: PodContext) -> BalloonType:
         if btype.match_expressions and all(e.matches(pod) for e in btype.match_expressions):
             return btype
     return types[DEFAULT]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A container to put back: what it is and what it runs on now."""
+
+    member: Member
+    pod: PodContext
+    cpus: frozenset[int]
+    mems: str = ""
+    # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
+    # under way across the re-plan is then taken for applied, as it is.
+    answers: int = 0
+    # A re-plan's, set for a container whose cpuset does not tell its
+    # balloon (under pinCPU: false, which names no CPUs, or ``astray``): that
+    # balloon's type and own CPUs. It goes back there if its type is still
+    # that one, rather than placed anew, which would move it (its memory too)
+    # and the containers of that balloon.
+    planned: tuple[str, frozenset[int]] | None = None
+    # Not known to run on the balloon it was given: its move there refused, or unsure.
+    astray: bool = False
+    # In the default balloon, the type its pod chose having no room for it:
+    # that type, which a rebuild gives it if it now can (Pool.rehome).
+    fallback: str = ""
 
 
 def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:

@@ -11,42 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from . import planning
 from .balloon import Balloon, ContainerKey, Member, milli_from_shares
 from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from .moves import Cpuset, MoveBook
-from .planning import UnknownBalloonType
+from .planning import Restored, UnknownBalloonType
 from .pool import Exhausted, Pool
 from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 
 log = logging.getLogger("hooks.balloons")
-
-
-@dataclass(frozen=True)
-class Restored:
-    """A container to put back: what it is and what it runs on now."""
-
-    member: Member
-    pod: PodContext
-    cpus: frozenset[int]
-    mems: str = ""
-    # Cpusets the hook gave it so far (a re-plan's, see Move.answers): a move
-    # under way across the re-plan is then taken for applied, as it is.
-    answers: int = 0
-    # A re-plan's, set for a container whose cpuset does not tell its
-    # balloon (under pinCPU: false, which names no CPUs, or ``astray``): that
-    # balloon's type and own CPUs. It goes back there if its type is still
-    # that one, rather than placed anew, which would move it (its memory too)
-    # and the containers of that balloon.
-    planned: tuple[str, frozenset[int]] | None = None
-    # Not known to run on the balloon it was given: its move there refused, or unsure.
-    astray: bool = False
-    # In the default balloon, the type its pod chose having no room for it:
-    # that type, which a rebuild gives it if it now can (Pool.rehome).
-    fallback: str = ""
 
 
 class Assignments(MoveBook):
