@@ -71,6 +71,10 @@ class Restored:
     # In the default balloon, the type its pod chose having no room for it:
     # that type, which a rebuild gives it if it now can (Pool.rehome).
     fallback: str = ""
+    # A re-plan's, for one on every CPU of its plan's machine (then not
+    # pinned, ``cpus`` empty): those CPUs, what it runs on, recorded so that it
+    # is moved only if its balloon's cpuset differs (one sharing every idle CPU).
+    everywhere: frozenset[int] = frozenset()
 
 
 def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:

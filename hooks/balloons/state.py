@@ -290,8 +290,9 @@ class Assignments(MoveBook):
         """What ``item`` runs on, when known: it is moved only if its balloon's
         cpuset differs. Under pinCPU: false a cpuset names no CPUs, and its
         memory nodes alone say it (else every re-plan moved every container)."""
-        if item.cpus or (not self.config.pin_cpu and item.mems):
-            self.applied[item.member.key] = self._running(item.cpus, item.mems)
+        cpus = item.cpus or item.everywhere
+        if cpus or (not self.config.pin_cpu and item.mems):
+            self.applied[item.member.key] = self._running(cpus, item.mems)
 
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
         """These containers, as they run now, on another config (a reload) or
@@ -302,24 +303,28 @@ class Assignments(MoveBook):
         """Every container as it runs now, to rebuild with another config (one
         whose move is unsure as not pinned). One on every CPU of this plan's
         machine is not pinned either: after CPUs came online that would no
-        longer be every CPU. Unlike a restart's, one not known to run on the
-        balloon it was given (its move refused or unsure) goes back to it
-        (``planned``), which the rebuild moves it to; so does every one under
+        longer be every CPU (what it runs on is still recorded: its balloon's
+        cpuset may be every CPU, given again it would be moved to it). Unlike
+        a restart's, one not known to run on the balloon it was given (its
+        move refused or unsure) goes back to it (``planned``), which the
+        rebuild moves it to; so do one on every CPU and every one under
         pinCPU: false, whose cpuset names no CPUs to find its balloon by."""
         out = []
         for balloon, member in self.pool.members():
             key = member.key
             cpus, mems = self.applied.get(key, ("", "")) if key not in self.unsure else ("", "")
-            pinned = parse_cpuset(cpus)
+            pinned = everywhere = parse_cpuset(cpus)
             if self.topology.all_cpus <= pinned:
                 pinned = frozenset()
+            home = key not in self.unsure and self.applied.get(key) == self.target(key)
             # Not known to run on its balloon: its move unsure, no cpuset given
-            # (a first move refused), or with pinCPU on every CPU. A cpuset
-            # without CPUs says nothing under pinCPU: false, which names none.
+            # (a first move refused), or with pinCPU on every CPU but its
+            # balloon's cpuset. A cpuset without CPUs says nothing under
+            # pinCPU: false, which names none.
             astray = key in self.unsure or (
                 key not in self.applied and self.target(key) != ("", "")
-            ) or (self.config.pin_cpu and not pinned)
-            back = astray or not self.config.pin_cpu
+            ) or (self.config.pin_cpu and not pinned and not home)
+            back = astray or not self.config.pin_cpu or not pinned
             fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
             try:
                 chosen = self.pool.choose_type(self.pods[key]).name
@@ -328,7 +333,7 @@ class Assignments(MoveBook):
             out.append(Restored(
                 fresh, self.pods[key], pinned, mems, self.answers.get(key, 0),
                 (balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray,
-                chosen if balloon.btype.name == DEFAULT != chosen else "",
+                chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere - pinned,
             ))
         return out
 
