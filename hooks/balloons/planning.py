@@ -61,10 +61,12 @@ class Restored:
     # under way across the re-plan is then taken for applied, as it is.
     answers: int = 0
     # A re-plan's, set for a container whose cpuset does not tell its
-    # balloon (under pinCPU: false, which names no CPUs, or ``astray``): that
-    # balloon's type and own CPUs. It goes back there if its type is still
-    # that one, rather than placed anew, which would move it (its memory too)
-    # and the containers of that balloon.
+    # balloon (under pinCPU: false, which names no CPUs, or ``astray``) or
+    # that balloon's own CPUs (one on its balloon's cpuset, which may hold
+    # idle CPUs: shareIdleCPUsInSame): that balloon's type and own CPUs. It
+    # goes back there if its type is still that one, rather than placed anew
+    # or on a guess, which would move it (its memory too) and the containers
+    # of that balloon.
     planned: tuple[str, frozenset[int]] | None = None
     # Not known to run on the balloon it was given: its move there refused, or unsure.
     astray: bool = False

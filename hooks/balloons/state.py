@@ -239,7 +239,10 @@ class Assignments(MoveBook):
                 btype = pool.types[DEFAULT]
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if pinned:
-                cpus -= shared
+                # Its balloon's own CPUs, if a re-plan's and within what it runs on;
+                # else those it shares with no other cpuset (shared_cpus).
+                own = item.planned[1] & cpus if item.planned and item.planned[0] == btype.name else frozenset()
+                cpus = own or cpus - shared
             elif item.planned and btype.name in (item.planned[0], item.fallback):  # its balloon's CPUs still there
                 cpus = item.planned[1] & pool.available
                 if item.planned[0] != btype.name:  # the default one, its type could not take it: see rehome
@@ -324,7 +327,10 @@ class Assignments(MoveBook):
             astray = key in self.unsure or (
                 key not in self.applied and self.target(key) != ("", "")
             ) or (self.config.pin_cpu and not pinned and not home)
-            back = astray or not self.config.pin_cpu or not pinned
+            # On its balloon's cpuset it goes back to that balloon's own CPUs
+            # too: with the idle CPUs of a package, NUMA node or core shared,
+            # a cpuset does not tell which they are (a restart's settle guesses).
+            back = astray or not self.config.pin_cpu or home
             fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
             try:
                 chosen = self.pool.choose_type(self.pods[key]).name

@@ -1,19 +1,86 @@
 """A reload of the same config moves no pinned container: an operator who
 touches the config file must not see workloads migrate between CPUs, nor
-the runtime be asked to give a container the cpuset it has.
+the runtime be asked to give a container the cpuset it has. On the random
+workloads of test_restart_random (fixed seeds: a failure names its seed),
+straight, and after a restart that found about one container in five on
+every CPU (not pinned yet, as in kubelet's shared pool) and whose moves of
+these the runtime refused.
+
+Unlike a restart, a reload knows each balloon's own CPUs: the ambiguity of
+shareIdleCPUsInSame at package, NUMA node or core scope (test_restart_random)
+does not arise. The one exclusion: the containers on every CPU whose move
+was refused are moved again, as they were due to be (in 228 of the 582 runs
+after a restart here). Where to is where they were to go before the reload
+but in 1 run of 2000 seeds (seed 1469, none here): an empty minBalloons
+balloon, made anew, avoids the CPUs pinned containers run on, not those a
+container on every CPU would get.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hooks.balloons.config import parse_config
 from hooks.balloons.server import BalloonsHook
+from hooks.balloons.state import Assignments
+from hooks.balloons.topology import Topology
 
 from .test_hotplug import hook_on_sysfs
+from .test_replan import balloons
+from .test_restart_random import found, unpinned, workloads
 from .test_server import request
+
+
+def moved(before: Assignments, after: Assignments, leave_out: Set[tuple[str, str]] = frozenset()) -> list[tuple[str, str]]:
+    """The containers, but those in ``leave_out``, that ``after`` gives
+    another cpuset than ``before`` did, or moves at all."""
+    changed = {m.key for _, m in before.pool.members() if before.target(m.key) != after.target(m.key)}
+    return sorted((changed | {move.key for move in after.moves()}) - leave_out)
+
+
+def test_a_reload_of_the_same_config_moves_no_pinned_container() -> None:
+    """Before, 19 of these runs moved containers (66 of 2000 seeds): those
+    their balloon gave every CPU (a reserved type sharing every idle CPU),
+    taken for not pinned and recorded on nothing, were given it again (14;
+    50 of 2000); sharing idle CPUs in a package, NUMA node or core, a
+    balloon kept the most compact part of its containers' cpuset as its own,
+    as a restart does, not the CPUs it had (5; 16 of 2000)."""
+    problems: dict[int, list[tuple[str, str]]] = {}
+    runs = 0
+    for seed, doc, topology, state in workloads():
+        again = state.replan(parse_config(doc), topology)
+        runs += 1
+        if moves := moved(state, again):
+            problems[seed] = moves
+    assert problems == {}
+    assert runs > 500
+
+
+def test_a_reload_after_a_restart_moves_no_pinned_container() -> None:
+    """Before, 13 of these runs moved a pinned container (41 of 2000 seeds),
+    each one its balloon gave every CPU, as in the test above."""
+    problems: dict[int, list[tuple[str, str]]] = {}
+    retargeted: list[int] = []
+    runs = due = 0
+    for seed, doc, topology, state in workloads():
+        config = parse_config(doc)
+        fresh = unpinned(seed, state)
+        restarted = Assignments.rebuild(config, topology, found(state, fresh), None)
+        for move in restarted.moves():
+            (restarted.not_moved if move.key in fresh else restarted.moved)(move)
+        again = restarted.replan(config, topology)
+        runs += 1
+        due += bool(moved(restarted, again, set(state.applied) - fresh))
+        if any(restarted.target(key) != again.target(key) for key in fresh):
+            retargeted.append(seed)
+        if moves := moved(restarted, again, fresh):
+            problems[seed] = moves
+    assert (problems, retargeted) == ({}, [])
+    assert runs > 500 and due == 228
 
 
 async def reloaded(hook: BalloonsHook, tmp_path: Path, config: dict[str, Any]) -> None:
@@ -35,3 +102,22 @@ async def test_a_container_given_every_cpu_is_not_moved_by_a_reload(tmp_path) ->
     assert await hook.apply_moves()
     await reloaded(hook, tmp_path, config)
     assert runtime.updates == []
+
+
+async def test_a_balloon_sharing_idle_cpus_in_its_numa_node_keeps_its_own_cpus_at_a_reload(tmp_path) -> None:
+    """CPUs 0-1 on node 0, 2-3 on node 1. Pod a's balloon holds 1 and 2, and
+    runs on 1-3 with node 1's idle 3: taken for its own, 1-3 shrank to their
+    most compact part, 2-3, and a moved off node 0."""
+    config = {"reservedResources": {"cpu": "cpuset:0"},
+              "balloonTypes": [{"name": "work", "namespaces": ["*"], "shareIdleCPUsInSame": "numa"}]}
+    hook, runtime, _ = await hook_on_sysfs(tmp_path, config, Topology.synthetic(2, 1, 2, 1))
+    for name in ("app", "side"):
+        await hook.pre_create_container(request("a", name, shares=1024))
+        await hook.pre_start_container(request("a", name, cid=f"c-{name}"))
+    assert await hook.apply_moves()
+    assert balloons(hook) == [("reserved[0]", "0", []), ("work[0]", "1-2", ["c-app", "c-side"])]
+    assert hook.status()["balloons"][1]["effective_cpus"] == "1-3"
+    updates = list(runtime.updates)
+    await reloaded(hook, tmp_path, config)
+    assert runtime.updates == updates
+    assert balloons(hook) == [("reserved[0]", "0", []), ("work[0]", "1-2", ["c-app", "c-side"])]
