@@ -239,9 +239,16 @@ class Assignments(MoveBook):
                 btype = pool.types[DEFAULT]
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if pinned:
-                # Its balloon's own CPUs, if a re-plan's and within what it runs on;
-                # else those it shares with no other cpuset (shared_cpus).
-                own = item.planned[1] & cpus if item.planned and item.planned[0] == btype.name else frozenset()
+                # Its balloon's own CPUs, if a re-plan's, within what it runs on
+                # and not reserved now (a reload raising the reserved CPUs, or
+                # hotplug topping them up: restore() takes those out, and the
+                # balloon, left with none, took any free CPU, maybe a
+                # neighbour's idle one); else those it shares with no other
+                # cpuset (shared_cpus).
+                own = (
+                    item.planned[1] & cpus - pool.reserved
+                    if item.planned and item.planned[0] == btype.name else frozenset()
+                )
                 cpus = own or cpus - shared
             elif item.planned and btype.name in (item.planned[0], item.fallback):  # its balloon's CPUs still there
                 cpus = item.planned[1] & pool.available

@@ -31,7 +31,7 @@ from hooks.balloons.topology import Topology
 
 from .test_hotplug import hook_on_sysfs
 from .test_replan import balloons
-from .test_restart_random import found, unpinned, workloads
+from .test_restart_random import found, unpinned, workload, workloads
 from .test_server import request
 
 
@@ -81,6 +81,23 @@ def test_a_reload_after_a_restart_moves_no_pinned_container() -> None:
             problems[seed] = moves
     assert (problems, retargeted) == ({}, [])
     assert runs > 500 and due == 228
+
+
+def test_a_balloon_whose_own_cpu_a_reload_reserves_takes_no_other_balloons_idle_cpu() -> None:
+    """Seed 778: 12 CPUs, CPU 0 reserved; work's p0/c0 shares every idle CPU
+    (2-11) with its own CPU 6, batch's p6/c1 its core's idle CPU 7 with its
+    own CPU 1. Reserving two CPUs reserves 6: work's own CPU, still within
+    what p0/c0 runs on, was given back, taken out as reserved, and work,
+    left with none, took idle CPU 7, moving p6/c1 from 1,7 to 1."""
+    made = workload(778)
+    assert made is not None
+    doc, topology, state = made
+    batch = ("p6", "c1")
+    assert state.target(batch)[0] == "1,7"
+    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "2"}}), topology)
+    assert again.pool.reserved == {0, 6}
+    assert again.target(batch) == state.target(batch)
+    assert moved(state, again) == [("p0", "c0")]  # off CPU 6, reserved now
 
 
 async def reloaded(hook: BalloonsHook, tmp_path: Path, config: dict[str, Any]) -> None:
