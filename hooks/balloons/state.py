@@ -244,7 +244,10 @@ class Assignments(MoveBook):
                 # hotplug topping them up: restore() takes those out, and the
                 # balloon, left with none, took any free CPU, maybe a
                 # neighbour's idle one); else those it shares with no other
-                # cpuset (shared_cpus).
+                # cpuset (shared_cpus). Its own CPUs all offline, that may
+                # claim an idle CPU it shared with another balloon, moving
+                # that balloon's containers (hotplug); placed anew it moved
+                # more.
                 own = (
                     item.planned[1] & cpus - pool.reserved
                     if item.planned and item.planned[0] == btype.name else frozenset()
