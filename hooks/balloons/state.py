@@ -347,9 +347,9 @@ class Assignments(MoveBook):
             except UnknownBalloonType:
                 chosen = DEFAULT
             out.append(Restored(
-                fresh, self.pods[key], pinned, mems, self.answers.get(key, 0),
-                (balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray,
-                chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere - pinned,
+                member=fresh, pod=self.pods[key], cpus=pinned, mems=mems, answers=self.answers.get(key, 0),
+                planned=(balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray=astray,
+                fallback=chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere=everywhere - pinned,
             ))
         return out
 
