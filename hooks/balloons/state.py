@@ -320,8 +320,9 @@ class Assignments(MoveBook):
         cpuset may be every CPU, given again it would be moved to it). Unlike
         a restart's, one not known to run on the balloon it was given (its
         move refused or unsure) goes back to it (``planned``), which the
-        rebuild moves it to; so do one on every CPU and every one under
-        pinCPU: false, whose cpuset names no CPUs to find its balloon by."""
+        rebuild moves it to; so do one on every CPU that is its balloon's
+        cpuset and every one under pinCPU: false, whose cpuset names no CPUs
+        to find its balloon by."""
         out = []
         for balloon, member in self.pool.members():
             key = member.key
