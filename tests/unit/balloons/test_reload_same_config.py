@@ -10,10 +10,11 @@ Unlike a restart, a reload knows each balloon's own CPUs: the ambiguity of
 shareIdleCPUsInSame at package, NUMA node or core scope (test_restart_random)
 does not arise. The one exclusion: the containers on every CPU whose move
 was refused are moved again, as they were due to be (in 228 of the 582 runs
-after a restart here). Where to is where they were to go before the reload
-but in 1 run of 2000 seeds (seed 1469, none here): an empty minBalloons
-balloon, made anew, avoids the CPUs pinned containers run on, not those a
-container on every CPU would get.
+after a restart here, when written). Where to is where they were to go
+before the reload but, measured once over seeds 0-1999 during the fix, in
+seed 1469 (none here): an empty minBalloons balloon, made anew, avoids the
+CPUs pinned containers run on, not those a container on every CPU would
+get.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def moved(before: Assignments, after: Assignments, leave_out: Set[tuple[str, str
 
 
 def test_a_reload_of_the_same_config_moves_no_pinned_container() -> None:
-    """Before, 19 of these runs moved containers (66 of 2000 seeds): those
-    their balloon gave every CPU (a reserved type sharing every idle CPU),
-    taken for not pinned and recorded on nothing, were given it again (14;
-    50 of 2000); sharing idle CPUs in a package, NUMA node or core, a
-    balloon kept the most compact part of its containers' cpuset as its own,
-    as a restart does, not the CPUs it had (5; 16 of 2000)."""
+    """Before, 19 of these runs moved containers (over seeds 0-1999,
+    measured once during the fix: 66): those their balloon gave every CPU (a
+    reserved type sharing every idle CPU), taken for not pinned and recorded
+    on nothing, were given it again (14; 50); sharing idle CPUs in a
+    package, NUMA node or core, a balloon kept the most compact part of its
+    containers' cpuset as its own, as a restart does, not the CPUs it had
+    (5; 16)."""
     problems: dict[int, list[tuple[str, str]]] = {}
     runs = 0
     for seed, doc, topology, state in workloads():
@@ -61,26 +63,38 @@ def test_a_reload_of_the_same_config_moves_no_pinned_container() -> None:
 
 
 def test_a_reload_after_a_restart_moves_no_pinned_container() -> None:
-    """Before, 13 of these runs moved a pinned container (41 of 2000 seeds),
-    each one its balloon gave every CPU, as in the test above."""
+    """Before, 13 of these runs moved a pinned container (over seeds
+    0-1999, measured once during the fix: 41), each one its balloon gave
+    every CPU, as in the test above. The containers on every CPU whose move
+    was refused are moved again, and only they."""
     problems: dict[int, list[tuple[str, str]]] = {}
     retargeted: list[int] = []
+    undue: dict[int, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {}
     runs = due = 0
     for seed, doc, topology, state in workloads():
         config = parse_config(doc)
         fresh = unpinned(seed, state)
         restarted = Assignments.rebuild(config, topology, found(state, fresh), None)
+        refused: set[tuple[str, str]] = set()
         for move in restarted.moves():
-            (restarted.not_moved if move.key in fresh else restarted.moved)(move)
+            if move.key in fresh:
+                restarted.not_moved(move)
+                refused.add(move.key)
+            else:
+                restarted.moved(move)
         again = restarted.replan(config, topology)
         runs += 1
-        due += bool(moved(restarted, again, set(state.applied) - fresh))
+        # Moved again: exactly those whose move was refused, still due.
+        if (again_moved := moved(restarted, again, set(state.applied) - fresh)) != sorted(refused):
+            undue[seed] = (again_moved, sorted(refused))
+        due += bool(refused)
         if any(restarted.target(key) != again.target(key) for key in fresh):
             retargeted.append(seed)
         if moves := moved(restarted, again, fresh):
             problems[seed] = moves
-    assert (problems, retargeted) == ({}, [])
-    assert runs > 500 and due == 228
+    assert (problems, retargeted, undue) == ({}, [], {})
+    # Runs with a move refused, for the check above to check (228 of 582 when written).
+    assert runs > 500 and due > 100, due
 
 
 def test_a_balloon_whose_own_cpu_a_reload_reserves_takes_no_other_balloons_idle_cpu() -> None:
