@@ -29,8 +29,8 @@ from tenacity import (
 
 from cri_api.v1 import api_pb2 as v1
 
-from ..hookpath.outages import SUMMARY_INTERVAL
 from ..host.unixsocket import grpc_target
+from ..outages import BACKEND, OutageLog
 from . import lenient
 from .methods import ApiVersion
 
@@ -92,15 +92,6 @@ def _text(answer: Message, name: str) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")
 
 
-@dataclass
-class _Outage:
-    """A time the backend did not answer, until a probe succeeds."""
-
-    started: float  # the clock's
-    failures: int = 0  # failed probes
-    summary_at: float | None = None  # the last line logged about it; None: none yet
-
-
 class Backend:
     """Channels to the runtime (and image) service, and what they speak."""
 
@@ -121,7 +112,6 @@ class Backend:
             else aio.insecure_channel(grpc_target(self.image_socket), options=options)
         )
         self._probe_max_interval = probe_max_interval
-        self._clock = clock
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # between probes (tests: none)
         self.info: BackendInfo | None = None
         self.ready = asyncio.Event()
@@ -130,7 +120,9 @@ class Backend:
         self._reconnect_listeners: list[Callable[[bool], None]] = []
         self.connected = False  # answered a probe, and its connection has not failed since
         self._instance: RuntimeInstance | None = None  # the runtime last probed
-        self._outage: _Outage | None = None  # since the backend was lost, or a first probe failed
+        # The backend's outage: from its loss, or at start its first failed
+        # probe, to the probe that answers (keyed by its socket).
+        self._outages = OutageLog(log, BACKEND, clock=clock)
 
     def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
         """Called after every successful probe (at start and after each reconnect)."""
@@ -202,42 +194,23 @@ class Backend:
     async def probe(self) -> BackendInfo:
         """Probe until the backend answers, with exponential backoff."""
 
-        # As hook server outages are logged (hookpath/outages.py): the first
-        # failure in full, then a summary at most once per SUMMARY_INTERVAL,
-        # and one line when the backend answers (_set). The outage is the
-        # Backend's, not this call's: it starts when the backend is lost (or
-        # at the first failed probe, at boot) and may end at a first probe.
-        fields = {"backend": str(self.runtime_socket)}
+        # As hook server outages are logged (outages.py): the outage's first
+        # failed probe in full, then a summary at most once a minute, and one
+        # line when the backend answers (_set). The outage is the Backend's,
+        # not this call's: it starts when the backend is lost (or at the
+        # first failed probe, at boot) and may end at a first probe.
+        name = str(self.runtime_socket)
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
-            now = self._clock()
-            outage, started = self._outage, self._outage is None  # else started at the loss, logged then
-            if outage is None:  # at boot: not ready yet
-                outage = self._outage = _Outage(now)
-            outage.failures += 1
-            if outage.summary_at is None:
-                outage.summary_at = now
-                log.warning(
-                    "backend not ready, retrying",
-                    extra={
-                        **fields,
-                        "attempt": state.attempt_number,
-                        "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
-                        "error": str(exc),
-                        "backend_outage": "started" if started else "ongoing",
-                    },
-                )
-            elif now - outage.summary_at >= SUMMARY_INTERVAL:
-                outage.summary_at = now
-                log.warning(
-                    "backend still not ready",
-                    extra={
-                        **fields, "backend_outage": "ongoing", "backend_failures": outage.failures,
-                        "backend_outage_seconds": round(now - outage.started, 1), "error": str(exc),
-                    },
-                )
+            self._outages.failed(
+                name, logging.WARNING, "backend not ready, retrying", {"backend": name, "error": str(exc)},
+                detail={
+                    "attempt": state.attempt_number,
+                    "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
+                },
+            )
 
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(BackendUnavailable),
@@ -261,17 +234,8 @@ class Backend:
         self.info = info
         self.connected = True
         self.ready.set()
-        outage, self._outage = self._outage, None
-        if outage is not None:
-            seconds = self._clock() - outage.started
-            log.info(
-                "backend ready again after %.1fs (%d failed probes)" if was_ready else "backend ready after %.1fs (%d failed probes)",
-                seconds, outage.failures,
-                extra={
-                    "backend": str(self.runtime_socket), "backend_outage": "ended",
-                    "backend_failures": outage.failures, "backend_outage_seconds": round(seconds, 1),
-                },
-            )
+        name = str(self.runtime_socket)
+        self._outages.succeeded(name, {"backend": name}, first=not was_ready)
         (log.info if changed else log.debug)(
             "backend probed", extra={"backend": str(self.runtime_socket), "runtime": info.describe()}
         )
@@ -346,8 +310,7 @@ class Backend:
             return await self.probe_once() == self.info
         except BackendUnavailable:
             self._lost("probe failed")
-            if self._outage is not None:
-                self._outage.failures += 1  # a failed probe of the outage as any other
+            self._outages.counted(str(self.runtime_socket))  # a failed probe of the outage as any other
             return False
 
     def _notify_reconnect(self, restarted: bool) -> None:
@@ -359,11 +322,9 @@ class Backend:
         if not self.connected:
             return
         self.connected = False
-        fields = {"backend": str(self.runtime_socket), "reason": reason}
-        if self._outage is None:  # the outage starts at the loss: its line pairs with ended
-            self._outage = _Outage(self._clock())
-            fields["backend_outage"] = "started"
-        log.warning("backend unavailable", extra=fields)
+        # The outage starts at the loss: this line pairs with its end.
+        name = str(self.runtime_socket)
+        self._outages.began(name, logging.WARNING, "backend unavailable", {"backend": name, "reason": reason})
         for listener in self._lost_listeners:
             self._tell(listener, "backend unavailable")
 

@@ -14,9 +14,9 @@ import grpc
 
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
+from ..outages import HOOK_SERVER, OutageLog
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
-from .outages import OutageLog
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
 
@@ -87,7 +87,7 @@ class Dispatcher:
         self.registry = registry
         self._metrics = metrics
         self._node = node  # None: pre-hook answers are not checked against the node
-        self._outages = OutageLog(log, clock=clock)
+        self._outages = OutageLog(log, HOOK_SERVER, clock=clock)
         self.transport = transport or transport_for("frames")
         registry.on_change(self._forget_removed)
 

@@ -11,7 +11,7 @@ import pytest
 
 from runtimeproxy.cripath.backend import Backend, BackendInfo, BackendUnavailable
 from runtimeproxy.cripath.methods import ApiVersion
-from runtimeproxy.hookpath.outages import SUMMARY_INTERVAL
+from runtimeproxy.outages import SUMMARY_INTERVAL
 
 INFO = BackendInfo(frozenset({ApiVersion.V1}), "fake", "1")
 

@@ -20,7 +20,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
-from runtimeproxy.hookpath.outages import OutageLog
+from runtimeproxy.outages import OutageLog
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.host.unixsocket import grpc_address
