@@ -198,10 +198,13 @@ def _load_config(path: Path | None) -> Mapping[str, Any]:
     if not isinstance(doc, dict):
         raise SetupError(f"hook config {path}: expected a mapping of settings at the top level, got {type(doc).__name__}")
     # A key given twice: YAML keeps the last without a word (as for the proxy's config).
-    for repeat in repeats:
-        if not repeat.same:
-            raise SetupError(f"hook config {path}: {repeat}")
-        log.warning("hook config warning", extra={"config_file": str(path), "line": repeat.line, "warning": str(repeat)})
+    yamlkeys.check_repeats(
+        repeats,
+        lambda repeat: SetupError(f"hook config {path}: {repeat}"),
+        lambda repeat: log.warning(
+            "hook config warning", extra={"config_file": str(path), "line": repeat.line, "warning": str(repeat)}
+        ),
+    )
     return doc
 
 

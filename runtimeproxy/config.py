@@ -365,11 +365,12 @@ def _read(path: Path) -> _File:
         raise ConfigError(f"cannot read config file {path}: {exc}", line=line) from exc
     if top is not None and not isinstance(top, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
-    warnings = []
-    for repeat in repeats:
-        if not repeat.same:
-            raise ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line)
-        warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line))
+    warnings: list[ConfigWarning] = []
+    yamlkeys.check_repeats(
+        repeats,
+        lambda repeat: ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line),
+        lambda repeat: warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line)),
+    )
     values: dict[str, Any] = {}
     written: dict[str, str] = {}
     lines: dict[str, int] = {}

@@ -13,13 +13,13 @@ overridden by design.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-__all__ = ["Document", "Repeat"]
+__all__ = ["Document", "Repeat", "check_repeats"]
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -44,6 +44,17 @@ class Repeat:
         if self.same:
             return f"{said}, to the same value; keep one"
         return f"{said}, to different values (YAML keeps the last); keep one"
+
+
+def check_repeats(
+    repeats: Iterable[Repeat], error: Callable[[Repeat], Exception], warn: Callable[[Repeat], object]
+) -> None:
+    """Each reader's rule for keys given twice: ``warn`` of one set to the
+    same value, raise ``error`` of the first set to different values."""
+    for repeat in repeats:
+        if not repeat.same:
+            raise error(repeat)
+        warn(repeat)
 
 
 class Document:

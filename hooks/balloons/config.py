@@ -363,8 +363,7 @@ def load_config_file(path: str | Path) -> BalloonsConfig:
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     # A key given twice, as hook run's start reads it (hooks/cli.py): a reload
     # taking what the next start refuses would leave the hook down after a reboot.
-    for repeat in repeats:
-        if not repeat.same:
-            raise ConfigError(f"{path}: {repeat}")
+    warnings: list[str] = []
+    yamlkeys.check_repeats(repeats, lambda repeat: ConfigError(f"{path}: {repeat}"), lambda repeat: warnings.append(str(repeat)))
     config = parse_config(doc)
-    return replace(config, warnings=(*(str(r) for r in repeats), *config.warnings))
+    return replace(config, warnings=(*warnings, *config.warnings))
