@@ -36,6 +36,7 @@ from runtimeproxy.host import socketlock
 from runtimeproxy.host.socketlock import lock_path
 
 from ...unixsockets import lock_waits, recorded, stale_lock_holder, stale_socket, until_waiting
+from .test_lock_release import proxy_at
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CHILD_TIMEOUT = 20.0
@@ -203,16 +204,11 @@ def shut_listener(path: Path) -> None:
 
 
 @pytest.mark.parametrize("which", ["proxy", "sdk"])
-async def test_an_old_instance_stopping_does_not_unlink_a_newer_ones_socket(
-    fake_backend_path: Path, sock_dir: Path, which: str
-) -> None:
+async def test_an_old_instance_stopping_does_not_unlink_a_newer_ones_socket(sock_dir: Path, which: str) -> None:
     path = sock_dir / "s.sock"
 
     def make() -> Proxy | HookServer:
-        if which == "proxy":
-            return Proxy(ProxyConfig(listen=path, backend=fake_backend_path, hook_dir=sock_dir / "hooks",
-                                     data_path="grpc"))
-        return HookServer(path, transport="grpc")
+        return proxy_at(path, "grpc") if which == "proxy" else HookServer(path, transport="grpc")
 
     old, new = make(), make()
     await old.start()

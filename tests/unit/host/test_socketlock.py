@@ -24,7 +24,7 @@ from runtimeproxy.host import lockholder, socketlock, unixsocket
 from runtimeproxy.host.lockholder import Holder, holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
 from tests.prerequisites import fail_or_skip
-from tests.unixsockets import STALE_HOLDER, LockWaits, recorded, stale_socket, until_waiting, waiting_claim
+from tests.unixsockets import LockWaits, recorded, stale_lock_holder, stale_socket, until_waiting, waiting_claim
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -85,16 +85,14 @@ async def test_a_second_claim_on_a_served_path_is_refused_at_once_naming_the_hol
 
 
 async def test_a_claim_waits_for_a_holder_that_does_not_serve_then_takes_the_path(
-    sock_dir: Path, waiting: asyncio.Event
+    sock_dir: Path, waiting: LockWaits
 ) -> None:
     path = sock_dir / "s.sock"
-    old = await claim(path)
-    stale_socket(path)  # the old instance stopped serving; its stop is not over
-    new = asyncio.ensure_future(claim(path))
-    await waiting.wait()
-    assert not new.done() and path.exists()
-    old.release()
-    lock = await new
+    # The old instance stopped serving (a stale socket); its stop is not over.
+    async with waiting_claim(path, waiting) as (old, new):
+        assert not new.done() and path.exists()
+        old.release()
+        lock = await new
     try:
         assert lock.held and not path.exists()  # the stale socket went through the rules as usual
         assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)
@@ -295,30 +293,27 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
 
 
 async def test_a_claim_waits_past_its_own_bound_while_the_holder_recorded_a_longer_stop(
-    sock_dir: Path, waiting: asyncio.Event, probes: list[asyncio.Event]
+    sock_dir: Path, waiting: LockWaits, probes: list[asyncio.Event]
 ) -> None:
     # A proxy with a longer grace than the waiting one's: without its record
     # the wait ended at the waiter's own bound, the holder still stopping.
     path = sock_dir / "s.sock"
-    old = await claim(path, stop_s=300)
-    stale_socket(path)  # stopping: not serving, its lock held
-    new = asyncio.ensure_future(claim(path, wait_s=0))  # its own bound: none
-    probed = asyncio.ensure_future(probes[-1].wait())
-    try:
-        await asyncio.wait([new, probed], timeout=10, return_when=asyncio.FIRST_COMPLETED)
-        assert not new.done(), new.exception()
-        assert probed.done(), "not polled three times"  # past its own bound of 0 s
+    # The holder stopping (not serving, its lock held); the claim's own bound: none.
+    async with waiting_claim(path, waiting, stop_s=300, wait_s=0) as (old, new):
+        probed = asyncio.ensure_future(probes[-1].wait())
+        try:
+            await asyncio.wait([new, probed], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            assert not new.done(), new.exception()
+            assert probed.done(), "not polled three times"  # past its own bound of 0 s
+        finally:
+            probed.cancel()
+            await asyncio.gather(probed, return_exceptions=True)
         (record,) = waiting.records
         assert (record.wait_s, record.wait_from, record.holder_stop_s, record.own_wait_s) == (
             300 + socketlock.HOLDER_MARGIN_S, "holder", 300, 0)
         assert record.holder_pid == os.getpid()
         old.release()
         lock = await asyncio.wait_for(new, 10)
-    finally:
-        old.release()
-        for task in (new, probed):
-            task.cancel()
-        await asyncio.gather(new, probed, return_exceptions=True)
     try:
         assert lock.held and not path.exists()
         assert lock.path.read_text() == holder_text(os.getpid(), None, lock.nonce)  # the new holder's own record
@@ -374,30 +369,20 @@ def test_the_wait_bound_is_the_longer_of_the_waiters_and_the_holders_stop(
     assert socketlock.wait_bound(wait_s, Holder(os.getpid(), stop_s)) == bound
 
 
-def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_lets_go(
-    sock_dir: Path, waiting: asyncio.Event
+async def test_a_holder_in_another_process_with_a_longer_stop_is_waited_for_until_it_lets_go(
+    sock_dir: Path, waiting: LockWaits
 ) -> None:
     path = sock_dir / "s.sock"
-    holder = subprocess.Popen([sys.executable, "-c", STALE_HOLDER, str(path), "300"], cwd=PROJECT_ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    async def wait_then_take() -> socketlock.SocketLock:
+    async with stale_lock_holder(path, 300) as holder:
         new = asyncio.ensure_future(claim(path, wait_s=0))
         try:
             await until_waiting(waiting, new)
             assert holder.stdin is not None
             holder.stdin.close()  # its stop is over: it exits, the kernel drops its lock
-            return await asyncio.wait_for(new, 10)
+            lock = await asyncio.wait_for(new, 10)
         finally:
             new.cancel()
             await asyncio.gather(new, return_exceptions=True)
-
-    try:
-        assert read_line(holder) == "held\n"
-        lock = asyncio.run(wait_then_take())
-    finally:
-        holder.kill()
-        holder.wait()
     try:
         (record,) = waiting.records
         assert (record.holder_pid, record.wait_s, record.wait_from) == (

@@ -13,7 +13,7 @@ import pytest
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import holder_text
 from runtimeproxy.host.socketlock import SocketInUse, claim, lock_path
-from tests.unixsockets import Clock, LockWaits, next_tries, stale_socket, until_waiting, waiting_claim
+from tests.unixsockets import Clock, LockWaits, next_tries, until_waiting, waiting_claim
 
 
 async def test_a_holder_that_takes_the_lock_as_another_lets_go_is_waited_for_from_then(
@@ -54,25 +54,21 @@ async def test_a_chain_of_holders_is_waited_for_at_most_max_wait_s_in_all(
     sock_dir: Path, waiting: LockWaits, clock: Clock
 ) -> None:
     path = sock_dir / "s.sock"
-    holder = await claim(path, stop_s=500)
-    stale_socket(path)
-    new = asyncio.ensure_future(claim(path))
+    other: socketlock.SocketLock | None = None
     try:
-        await until_waiting(waiting, new)
-        clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
-        holder.release()
-        holder = await claim(path, stop_s=500)
-        holder.path.write_text(holder_text(os.getppid(), 500, holder.nonce))  # another process's, as it would be
-        await until_waiting(waiting, new)
-        assert not new.done(), new.exception()
-        clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
-        with pytest.raises(SocketInUse, match=f"^{path} has been held by other processes one after another "
-                                              f"\\(pid {os.getppid()} last, .*\\), none serving it, for 600 s;"):
-            await asyncio.wait_for(new, 10)
+        async with waiting_claim(path, waiting, stop_s=500) as (old, new):
+            clock.ahead = 400  # the first lets go within its 501 s, the next takes the lock at once
+            old.release()
+            other = await claim(path, stop_s=500)
+            other.path.write_text(holder_text(os.getppid(), 500, other.nonce))  # another process's, as it would be
+            await until_waiting(waiting, new)
+            assert not new.done(), new.exception()
+            clock.ahead = socketlock.MAX_WAIT_S  # 200 s into the second's 501 s, 600 s in all
+            with pytest.raises(SocketInUse, match=f"^{path} has been held by other processes one after another "
+                                                  f"\\(pid {os.getppid()} last, .*\\), none serving it, for 600 s;"):
+                await asyncio.wait_for(new, 10)
     finally:
-        holder.release()
-        new.cancel()
-        await asyncio.gather(new, return_exceptions=True)
+        socketlock.release(other)
 
 
 async def test_a_record_written_after_the_waiters_first_try_gives_the_wait_its_bound(
