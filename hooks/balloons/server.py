@@ -175,10 +175,14 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         except TimeoutError:
             raise HookAbort(grpc.StatusCode.UNAVAILABLE, f"balloons: {self._not_ready_reason}") from None
 
-    def _place(self, request: api_pb2.ContainerResourceHookRequest, milli: int, answered: bool = True) -> Cpuset | None:
+    def _place(
+        self, request: api_pb2.ContainerResourceHookRequest, milli: int, answered: bool = True, retried: bool = False
+    ) -> Cpuset | None:
         """Under the lock: assign the container and return what it runs on
         (``answered``: the proxy applies this hook point's answer, so the
-        runtime will have it; else it is moved there like a running one)."""
+        runtime will have it; else it is moved there like a running one;
+        ``retried``: a PreCreate placed again after its pod's exited
+        containers were released)."""
         pod = _pod(request)
         key = (request.pod_meta.uid, request.container_meta.name)
         member = Member(key, pod.namespace, pod.pod_name, milli, request.container_meta.id)
@@ -191,10 +195,12 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             log.error("refusing container %s: %s", member.label, exc, extra={"container": member.label})
             raise HookAbort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"balloons: {exc}") from None
         # What a refused attempt released (a previous attempt of the container,
-        # the pod's exited ones, see pre_create_container) and this one left
+        # the pod's exited ones, see pre_create_container) and this retry left
         # goes to the balloons short of CPUs now, before the answer: with
-        # shareIdleCPUsInSame it would name idle CPUs they take.
-        self._state.grow_short()
+        # shareIdleCPUsInSame it would name idle CPUs they take. (A first
+        # attempt's previous one: state.place grows them itself.)
+        if retried:
+            self._state.grow_short()
         cpuset = self._state.target(key)
         assert cpuset is not None
         if answered:
@@ -226,7 +232,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                         raise
                     if not await self._release_exited(request.pod_meta.uid):
                         raise
-                    cpuset = self._place(request, milli)
+                    cpuset = self._place(request, milli, retried=True)
             except BaseException:
                 # What a refused attempt released (a previous attempt of the
                 # container, the pod's exited ones) went to no balloon short
