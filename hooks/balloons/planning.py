@@ -113,14 +113,20 @@ def reserved_to_keep(
     keep: set[int] = set()
     others = []
     for pod, cpus in pinned:
-        try:
-            reserved = choose_type(config, pod).name == RESERVED
-        except UnknownBalloonType:
-            reserved = False
-        if reserved:
+        if type_or_default(config, pod)[0].name == RESERVED:
             keep |= cpus - shared
         else:
             others.append(cpus - shared)
     # A balloon without CPUs runs its containers on the reserved CPUs: not busy.
     busy = frozenset().union(*(cpus for cpus in others if not cpus <= keep))
     return frozenset(keep) - busy, busy
+
+
+def type_or_default(config: BalloonsConfig, pod: PodContext) -> tuple[BalloonType, UnknownBalloonType | None]:
+    """The pod's container's balloon type (:func:`choose_type`) and None; or,
+    when its annotation names a type the config does not define, the default
+    type and that error (a container already running cannot be refused)."""
+    try:
+        return choose_type(config, pod), None
+    except UnknownBalloonType as exc:
+        return config.types_by_name[DEFAULT], exc

@@ -51,13 +51,11 @@ class Assignments(MoveBook):
         if previous is not None:  # a new attempt of a container whose stop we did not see
             self.pool.release(member.key)
             self.unsure.discard(member.key)
-        try:
-            btype = self.pool.choose_type(pod)
-        except UnknownBalloonType as exc:
+        btype, unknown = planning.type_or_default(self.config, pod)
+        if unknown is not None:
             if not running:
-                raise
-            log.warning("%s; placing %s in the default balloon", exc, member.label, extra={"container": member.label})
-            btype = self.pool.types[DEFAULT]
+                raise unknown
+            log.warning("%s; placing %s in the default balloon", unknown, member.label, extra={"container": member.label})
         before = self._sizes()
         fallback = False
         try:
@@ -232,11 +230,9 @@ class Assignments(MoveBook):
             cpus = online[key]
             if item.answers:
                 state.answers[key] = item.answers
-            try:
-                btype = pool.choose_type(item.pod)
-            except UnknownBalloonType as exc:
-                log.warning("%s; placing %s in the default balloon", exc, item.member.label)
-                btype = pool.types[DEFAULT]
+            btype, unknown = planning.type_or_default(config, item.pod)
+            if unknown is not None:
+                log.warning("%s; placing %s in the default balloon", unknown, item.member.label)
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
             if pinned:
                 # Its balloon's own CPUs, if a re-plan's, within what it runs on
@@ -343,10 +339,7 @@ class Assignments(MoveBook):
             # a cpuset does not tell which they are (a restart's settle guesses).
             back = astray or not self.config.pin_cpu or home
             fresh = Member(key, member.namespace, member.pod_name, member.milli, member.container_id)
-            try:
-                chosen = self.pool.choose_type(self.pods[key]).name
-            except UnknownBalloonType:
-                chosen = DEFAULT
+            chosen = planning.type_or_default(self.config, self.pods[key])[0].name
             out.append(Restored(
                 member=fresh, pod=self.pods[key], cpus=pinned, mems=mems, answers=self.answers.get(key, 0),
                 planned=(balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray=astray,
