@@ -249,7 +249,7 @@ class Pool:
     def resize_short(self, balloon: Balloon) -> None:
         """Bring the balloon to its target size, or grow it as far as CPUs are free."""
         if not self.resize(balloon):
-            self._take_free(balloon)
+            self.take_free(balloon)
 
     def _why(self, btype: BalloonType, member: Member, balloon: Balloon | None) -> str:
         count = len(self.of_type(btype.name))
@@ -347,11 +347,11 @@ class Pool:
                 continue
             if not self.resize(balloon):
                 # Running containers cannot be refused: the balloon takes what is free.
-                self._take_free(balloon)
+                self.take_free(balloon)
                 problems.append(f"{balloon.name} needs {balloon.target_size()} CPUs but holds {len(balloon.cpus)}: too few free")
         return problems
 
-    def _take_free(self, balloon: Balloon) -> None:
+    def take_free(self, balloon: Balloon) -> None:
         """Grow ``balloon`` towards its target with as many free CPUs as there are."""
         count = min(balloon.target_size() - len(balloon.cpus), len(self.free))
         more = allocator.take(self.topology, self.free, count, near=balloon.cpus) if count > 0 else None
@@ -371,7 +371,7 @@ class Pool:
         for balloon in sorted(short, key=lambda b: (not b.members, bool(b.cpus), b.target_size() - len(b.cpus))):
             if not self.free:
                 break
-            self._take_free(balloon)
+            self.take_free(balloon)
             grown.append(balloon)
         return grown
 

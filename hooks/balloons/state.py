@@ -126,7 +126,7 @@ class Assignments(MoveBook):
         elif not balloon.fits(0) or not self.pool.resize(balloon):
             met = False
             if self.config.on_exhausted == "Ignore" and balloon.fits(0):
-                self.pool.resize_short(balloon)
+                self.pool.take_free(balloon)  # the resize above failed, changing nothing: no retry of it
             else:
                 member.milli = old
         self._log_resizes(before)
