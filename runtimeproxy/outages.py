@@ -24,29 +24,36 @@ SUMMARY_INTERVAL = 60.0  # seconds
 class OutageWords:
     """What one kind of outage's summary and end lines say.
 
-    Messages are %-formats over a mapping: ``name`` (what is down),
-    ``failures`` (so far), ``seconds`` (since the outage began),
-    ``window_failures`` and ``window_seconds`` (since the last line)."""
+    Messages are %-formats over the values their ``*_args`` name, in order:
+    ``name`` (what is down), ``failures`` (so far), ``seconds`` (since the
+    outage began), ``window_failures`` and ``window_seconds`` (since the last
+    line)."""
 
     stem: str  # the fields STEM_outage (started, ongoing, ended), STEM_failures, STEM_outage_seconds
     ongoing: str
+    ongoing_args: tuple[str, ...]
     ended: str
+    ended_args: tuple[str, ...]
     window_counts: bool  # a summary's STEM_failures: since the last line; else since the outage began
     ended_first: str | None = None  # ended, of something never up before (at start); None: ended
 
 
 HOOK_SERVER = OutageWords(
     stem="hook",
-    ongoing="hook server %(name)s still failing: %(window_failures)d failures in the last %(window_seconds)ds",
-    ended="hook server %(name)s recovered after %(seconds).1fs and %(failures)d failed calls",
+    ongoing="hook server %s still failing: %d failures in the last %ds",
+    ongoing_args=("name", "window_failures", "window_seconds"),
+    ended="hook server %s recovered after %.1fs and %d failed calls",
+    ended_args=("name", "seconds", "failures"),
     window_counts=True,
 )
 BACKEND = OutageWords(
     stem="backend",
     ongoing="backend still not ready",
-    ended="backend ready again after %(seconds).1fs (%(failures)d failed probes)",
+    ongoing_args=(),
+    ended="backend ready again after %.1fs (%d failed probes)",
+    ended_args=("seconds", "failures"),
     window_counts=False,
-    ended_first="backend ready after %(seconds).1fs (%(failures)d failed probes)",
+    ended_first="backend ready after %.1fs (%d failed probes)",
 )
 
 
@@ -87,11 +94,13 @@ class OutageLog:
 
     def failed(
         self, name: str, level: int, message: str, fields: Mapping[str, object],
-        detail: Mapping[str, object] | None = None,
+        detail: Mapping[str, object] | None = None, trailing: Mapping[str, object] | None = None,
     ) -> None:
-        """A call to ``name`` failed: log ``message`` (with ``fields`` and
-        ``detail``) if it is the outage's first failure, else count it and
-        summarise (with ``fields``) once the window is over."""
+        """A call to ``name`` failed. The outage's first failure logs
+        ``message`` with ``fields``, ``detail``, ``trailing`` and the outage's
+        state, in that order; later ones are counted, and summarised once the
+        window is over with ``fields``, the outage's state and counts, and
+        ``trailing``."""
         now, stem = self._clock(), self._words.stem
         outage = self._outages.get(name)
         if outage is None or outage.window_start is None:
@@ -100,19 +109,20 @@ class OutageLog:
                 outage = self._outages[name] = _Outage(started=now, window_start=None)
             outage.window_start, outage.repeats = now, 0
             outage.failures += 1
-            self._log.log(level, message, extra={**fields, **(detail or {}), f"{stem}_outage": state})
+            extra = {**fields, **(detail or {}), **(trailing or {}), f"{stem}_outage": state}
+            self._log.log(level, message, extra=extra)
             return
         outage.repeats += 1
         outage.failures += 1
         elapsed = now - outage.window_start
         if elapsed >= self._interval:
+            values = {"name": name, "failures": outage.failures, "seconds": now - outage.started,
+                      "window_failures": outage.repeats, "window_seconds": round(elapsed)}
             self._log.log(
-                level, self._words.ongoing,
-                {"name": name, "failures": outage.failures, "seconds": now - outage.started,
-                 "window_failures": outage.repeats, "window_seconds": round(elapsed)},
+                level, self._words.ongoing, *(values[arg] for arg in self._words.ongoing_args),
                 extra={**fields, f"{stem}_outage": "ongoing",
                        f"{stem}_failures": outage.repeats if self._words.window_counts else outage.failures,
-                       f"{stem}_outage_seconds": round(now - outage.started, 1)},
+                       f"{stem}_outage_seconds": round(now - outage.started, 1), **(trailing or {})},
             )
             outage.window_start, outage.repeats = now, 0
 
@@ -129,9 +139,10 @@ class OutageLog:
         outage = self._outages.pop(name, None)
         if outage is not None:
             seconds, stem = self._clock() - outage.started, self._words.stem
+            values = {"name": name, "failures": outage.failures, "seconds": seconds}
             self._log.info(
                 (first and self._words.ended_first) or self._words.ended,
-                {"name": name, "failures": outage.failures, "seconds": seconds},
+                *(values[arg] for arg in self._words.ended_args),
                 extra={**fields, f"{stem}_outage": "ended", f"{stem}_failures": outage.failures,
                        f"{stem}_outage_seconds": round(seconds, 1)},
             )

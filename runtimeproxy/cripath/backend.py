@@ -205,11 +205,12 @@ class Backend:
             exc = state.outcome.exception() if state.outcome else None
             self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
             self._outages.failed(
-                name, logging.WARNING, "backend not ready, retrying", {"backend": name, "error": str(exc)},
+                name, logging.WARNING, "backend not ready, retrying", {"backend": name},
                 detail={
                     "attempt": state.attempt_number,
                     "retry_in_s": round(state.next_action.sleep if state.next_action else 0, 2),
                 },
+                trailing={"error": str(exc)},
             )
 
         async for attempt in AsyncRetrying(
