@@ -11,6 +11,7 @@ import pytest
 
 from runtimeproxy.cripath.backend import Backend, BackendInfo, BackendUnavailable
 from runtimeproxy.cripath.methods import ApiVersion
+from runtimeproxy.logs import TextFormatter
 from runtimeproxy.outages import SUMMARY_INTERVAL
 
 INFO = BackendInfo(frozenset({ApiVersion.V1}), "fake", "1")
@@ -66,6 +67,25 @@ async def test_an_outage_is_logged_when_it_starts_each_minute_and_when_it_ends(c
     assert (ended["backend_outage"], ended["backend_failures"], ended["backend_outage_seconds"]) == ("ended", 40, round(took, 1))
     # at boot: never ready before, so not "again"
     assert caplog.records[-2].getMessage() == f"backend ready after {took:.1f}s (40 failed probes)"
+
+
+async def test_the_outage_lines_keep_their_fields_in_order(caplog: pytest.LogCaptureFixture) -> None:
+    """A text line prints its fields in the order logged: the error after a
+    first line's attempt and wait, and after a summary's counts (as they were
+    when the backend had an outage log of its own)."""
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cripath.backend")
+    await probe_through(40)
+    lines = [TextFormatter().format(r).split(" ", 1)[1] for r in caplog.records if r.getMessage() != "backend probed"]
+    assert lines[:2] == [
+        "warning runtimeproxy.cripath.backend 'backend not ready, retrying' backend=/nonexistent.sock"
+        ' attempt=1 retry_in_s=0.1 error="connection refused, 39 to go" backend_outage=started',
+        "warning runtimeproxy.cripath.backend 'backend still not ready' backend=/nonexistent.sock"
+        ' backend_outage=ongoing backend_failures=18 backend_outage_seconds=61.3 error="connection refused, 22 to go"',
+    ]
+    assert lines[-1] == (
+        "info runtimeproxy.cripath.backend 'backend ready after 176.3s (40 failed probes)' backend=/nonexistent.sock"
+        " backend_outage=ended backend_failures=40 backend_outage_seconds=176.3"
+    )
 
 
 async def test_a_backend_that_answers_at_once_logs_no_outage(caplog: pytest.LogCaptureFixture) -> None:
