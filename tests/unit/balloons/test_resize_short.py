@@ -35,6 +35,20 @@ def test_a_raise_that_needs_no_more_cpus_than_a_short_balloons_target_is_taken(p
     assert balloon.members[("a", "side")].milli == 2900
 
 
+def test_a_raise_too_few_cpus_are_free_for_under_ignore_takes_those_free() -> None:
+    """a asks 6 CPUs rather than 1 while b's 4 leave 2 free: not met, but
+    taken, a's balloon growing by the 2 free at once (not only when more are
+    freed)."""
+    config = parse_config({**WORK, "onExhausted": "Ignore"})
+    state = Assignments(config, Topology.synthetic(1, 2, 4, 1))
+    state.place(Member(("a", "app"), "apps", "pod-a", 1000, "c-a"), PodContext("apps", "pod-a", "app"))
+    state.place(Member(("b", "app"), "apps", "pod-b", 4000, "c-b"), PodContext("apps", "pod-b", "app"))
+    balloon = state.pool.balloon_of(("a", "app"))
+    assert (len(balloon.cpus), len(state.pool.free)) == (1, 2)
+    assert not state.resize(("a", "app"), 6000)
+    assert (balloon.members[("a", "app")].milli, len(balloon.cpus), state.pool.free) == (6000, 3, frozenset())
+
+
 async def test_a_raise_no_cpu_is_free_for_is_taken_under_ignore_and_met_when_cpus_are_freed(tmp_path, caplog) -> None:
     """a asks 3 CPUs rather than 1 while b's 6 leave none free: its request
     was dropped (a's balloon stayed at 1 CPU when b's went)."""
