@@ -16,7 +16,7 @@ from . import planning
 from .balloon import Balloon, ContainerKey, Member, milli_from_shares
 from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from .moves import Cpuset, MoveBook
-from .planning import Restored, UnknownBalloonType
+from .planning import Restored
 from .pool import Exhausted, Pool
 from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
