@@ -13,14 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from . import allocator, planning
+from . import allocator
 from .balloon import Balloon, ContainerKey, Member, cpus_for
 from .config import (
     DEFAULT,
     RESERVED,
     BalloonsConfig,
     BalloonType,
-    PodContext,
 )
 from .topology import Topology, format_cpuset
 
@@ -102,10 +101,6 @@ class Pool:
 
     def of_type(self, name: str) -> list[Balloon]:
         return [b for b in self.balloons if b.btype.name == name]
-
-    def choose_type(self, pod: PodContext) -> BalloonType:
-        """The pod's container's balloon type (planning.choose_type); UnknownBalloonType."""
-        return planning.choose_type(self.config, pod)
 
     # -- CPUs a container runs on --------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 
@@ -15,8 +16,7 @@ from hooks.balloons.config import (
     load_config_file,
     parse_config,
 )
-from hooks.balloons.pool import Pool
-from hooks.balloons.topology import Topology
+from hooks.balloons.planning import choose_type
 
 from ..test_config_mistakes import LAUGHS_SHOWN, inline_laughs
 
@@ -63,7 +63,7 @@ def test_every_key_is_read(tmp_path) -> None:
     assert [t.name for t in config.all_types] == ["latency", "batch", RESERVED, DEFAULT]
     assert config.warnings == ()
 
-    choose = Pool(config, Topology.synthetic(1, 1, 16, 1)).choose_type
+    choose = partial(choose_type, config)
     assert choose(PodContext("rt-audio", "mixer-1", "mixer", {"tier": "batch"})).name == "latency"
     assert choose(PodContext("x", "p", "mixer", {"tier": "batch"})).name == "default"  # container name is not work*
     assert choose(PodContext("x", "p", "worker", {"tier": "bulk"})).name == "batch"

@@ -9,7 +9,7 @@ import pytest
 from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
 from hooks.balloons.balloon import Member, milli_from_shares
 from hooks.balloons.pool import Exhausted, Pool, PoolError
-from hooks.balloons.planning import UnknownBalloonType
+from hooks.balloons.planning import UnknownBalloonType, choose_type
 from hooks.balloons.topology import Topology
 
 from .test_allocator import SHAPES, shape
@@ -67,7 +67,7 @@ def test_random_churn_keeps_balloons_exclusive_and_sized(name) -> None:
             ns = rng.choice(["small", "big", "shared", "kube-system", "other"])
             m = member(f"p{step}", milli=rng.choice([0, 250, 500, 1000, 1500, 2000]), ns=ns)
             try:
-                p.assign(m, p.choose_type(PodContext(ns, m.pod_name, "c")))
+                p.assign(m, choose_type(p.config, PodContext(ns, m.pod_name, "c")))
                 live.append(m)
             except Exhausted:
                 exhausted += 1
@@ -141,16 +141,16 @@ def test_type_choice_follows_nri_order() -> None:
         {"name": "lbl", "matchExpressions": [{"key": "pod/labels/app", "operator": "Equals", "values": ["db"]}]},
         {"name": "ns", "namespaces": ["team-*"]},
     )
-    assert p.choose_type(PodContext("kube-system", "p", "c")).name == "reserved"
+    assert choose_type(p.config, PodContext("kube-system", "p", "c")).name == "reserved"
     # a namespace match wins over an earlier type's matchExpressions (NRI's order)
-    assert p.choose_type(PodContext("team-b", "p", "c", {"app": "db"})).name == "ns"
-    assert p.choose_type(PodContext("team-a", "p", "c", {"app": "db"})).name == "ns"
-    assert p.choose_type(PodContext("x", "p", "c", {"app": "db"})).name == "lbl"
-    assert p.choose_type(PodContext("x", "p", "c")).name == "default"
-    assert p.choose_type(PodContext("kube-system", "p", "c", {}, {BALLOON_ANNOTATION: "lbl"})).name == "lbl"
-    assert p.choose_type(PodContext("x", "p", "c", {}, {f"{BALLOON_ANNOTATION}/container.c": "ns"})).name == "ns"
+    assert choose_type(p.config, PodContext("team-b", "p", "c", {"app": "db"})).name == "ns"
+    assert choose_type(p.config, PodContext("team-a", "p", "c", {"app": "db"})).name == "ns"
+    assert choose_type(p.config, PodContext("x", "p", "c", {"app": "db"})).name == "lbl"
+    assert choose_type(p.config, PodContext("x", "p", "c")).name == "default"
+    assert choose_type(p.config, PodContext("kube-system", "p", "c", {}, {BALLOON_ANNOTATION: "lbl"})).name == "lbl"
+    assert choose_type(p.config, PodContext("x", "p", "c", {}, {f"{BALLOON_ANNOTATION}/container.c": "ns"})).name == "ns"
     with pytest.raises(UnknownBalloonType, match="'nope'"):
-        p.choose_type(PodContext("x", "p", "c", {}, {BALLOON_ANNOTATION: "nope"}))
+        choose_type(p.config, PodContext("x", "p", "c", {}, {BALLOON_ANNOTATION: "nope"}))
 
 
 def test_reserved_from_a_quantity_and_min_balloons_that_do_not_fit() -> None:

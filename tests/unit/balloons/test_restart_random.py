@@ -23,6 +23,7 @@ from collections.abc import Iterator, Set
 
 from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
 from hooks.balloons.balloon import Member
+from hooks.balloons.planning import type_or_default
 from hooks.balloons.pool import Exhausted, PoolError
 from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, parse_cpuset
@@ -137,7 +138,7 @@ def check_balloons(seed: int, state: Assignments, problems: dict[str, list[int]]
             problems["short beside free CPUs"].append(seed)
     for balloon in state.pool.of_type(DEFAULT):
         for key, member in balloon.members.items():
-            btype = state.pool.choose_type(state.pods[key])
+            btype, _ = type_or_default(state.config, state.pods[key])
             if any(not b.members and b.fits(member.milli) for b in state.pool.of_type(btype.name) if b is not balloon):
                 problems["in default, its type's balloon empty"].append(seed)
 
