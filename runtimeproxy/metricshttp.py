@@ -27,6 +27,11 @@ and the server's thread are ours:
 * an exception no try foresaw is logged with its traceback; it ends the
   start as a ConfigError if start still waits.
 
+Only ``/metrics`` answers the metrics (prometheus_client's app answers them on
+any path, so a scrape of a mistyped path looked fine); ``/`` answers a line
+pointing there, any other path 404, a method other than GET or HEAD 405
+(``metrics_only``).
+
 ``stop`` ends the retries or the server without waiting for the thread.
 The caller's exit stack calls it: ``serve``'s once the CRI server stopped,
 ``nri``'s once the connection task ended.
@@ -42,7 +47,7 @@ import logging
 import socket
 import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler
 
@@ -52,7 +57,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from . import tcplisten
 from .config import ConfigError, parse_host_port
 
-__all__ = ["RETRY_FIRST_SECONDS", "RETRY_MAX_SECONDS", "MetricsListener", "serve"]
+__all__ = ["METRICS_PATH", "RETRY_FIRST_SECONDS", "RETRY_MAX_SECONDS", "MetricsListener", "metrics_only", "serve"]
 
 RETRY_FIRST_SECONDS = 1.0  # the wait after a lookup the resolver did not answer, doubled each time
 RETRY_MAX_SECONDS = 60.0
@@ -97,6 +102,48 @@ class MetricsServer(ThreadingWSGIServer):
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """A line on stderr per scrape is noise (prometheus_client's choice too)."""
+
+
+METRICS_PATH = "/metrics"
+# Not a comment line (#...): a scraper pointed at / fails to parse it instead
+# of scraping an empty set without a word.
+POINTER = b"runtime-proxy: Prometheus metrics are on /metrics\n"
+NOT_FOUND = b"404 not found: metrics are on /metrics\n"
+NOT_ALLOWED = b"405 method not allowed: GET or HEAD\n"
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def metrics_only(app: WsgiApp) -> WsgiApp:
+    """``app`` (prometheus_client's, which answers the metrics on any path and
+    405 to HEAD) on ``/metrics`` only, with its query (``name[]=``) and Accept
+    handling; ``/`` a 200 pointer to it, as node exporters' landing page (a
+    ``curl`` of the bare port learns where to look rather than a 404 that says
+    the port is wrong); any other path 404; GET and HEAD only."""
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+        if method not in ("GET", "HEAD"):
+            return _plain(start_response, "405 Method Not Allowed", NOT_ALLOWED, method, [("Allow", "GET, HEAD")])
+        if path == METRICS_PATH:
+            if method == "GET":
+                return app(environ, start_response)
+            # HEAD: the headers a GET gets, its Content-Length too, without the body.
+            status: list[tuple[str, list[tuple[str, str]]]] = []
+            body = b"".join(app({**environ, "REQUEST_METHOD": "GET"}, lambda s, h, *_: status.append((s, h))))
+            ((code, headers),) = status
+            start_response(code, [*headers, ("Content-Length", str(len(body)))])
+            return []
+        if path == "/":
+            return _plain(start_response, "200 OK", POINTER, method)
+        return _plain(start_response, "404 Not Found", NOT_FOUND, method)
+
+    return answer
+
+
+def _plain(start_response: Callable[..., Any], status: str, body: bytes, method: str,
+           headers: list[tuple[str, str]] | None = None) -> list[bytes]:
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
+                            *(headers or [])])
+    return [] if method == "HEAD" else [body]
 
 
 class MetricsListener:
@@ -248,18 +295,18 @@ class MetricsListener:
     def _log_serving(self, server: MetricsServer) -> None:
         host = f"[{self.host}]" if ":" in self.host else self.host
         log.info("serving metrics", extra={"address": f"{host}:{server.server_port}", "bound": server.bound(),
-                                           "path": "/metrics"})
+                                           "path": METRICS_PATH})
 
 
 async def serve(
     registry: CollectorRegistry, address: str, stack: contextlib.ExitStack | contextlib.AsyncExitStack,
     lookup_seconds: float | None = None,
 ) -> MetricsListener:
-    """Serve ``registry`` on ``address`` (HOST:PORT) from a daemon thread that
-    ``stack`` stops; waits at most ``lookup_seconds`` (tcplisten.LOOKUP_SECONDS)
+    """Serve ``registry`` on ``address`` (HOST:PORT), path /metrics, from a
+    daemon thread that ``stack`` stops; waits at most ``lookup_seconds`` (tcplisten.LOOKUP_SECONDS)
     for the host. The stop is on ``stack`` before the wait: a start cut short
     there (a stop signal) stops the thread too."""
-    listener = MetricsListener(address, make_wsgi_app(registry))
+    listener = MetricsListener(address, metrics_only(make_wsgi_app(registry)))
     listener.start()
     stack.callback(listener.stop)
     await listener.started(tcplisten.LOOKUP_SECONDS if lookup_seconds is None else lookup_seconds)
