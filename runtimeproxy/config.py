@@ -19,6 +19,7 @@ import yaml
 from .cripath.backend import CRI_VERSIONS
 from .cripath.versions import VersionPlanError, parse_serve_versions
 from . import yamlkeys
+from .host import unixsocket
 from .eventloop import EVENT_LOOPS
 from .shown import shown
 
@@ -154,11 +155,15 @@ def _path(name: str, key: str, value: Any) -> Path:
     if not isinstance(text, str) or not text or "\0" in text:
         raise ConfigError(f"{name} {shown(value)}: expected a path", key=key)
     try:
-        return absolute_path(endpoint_path(text) if key in _SOCKETS else text)
+        path = absolute_path(endpoint_path(text) if key in _SOCKETS else text)
     except EndpointURLError as exc:
         raise ConfigError(f"{name} {shown(value)}: {exc}", key=key) from None
     except RuntimeError:  # ~user of no such user, or no HOME
         raise ConfigError(f"{name} {shown(value)}: cannot expand ~ (no such user, or no home directory)", key=key) from None
+    problem = unixsocket.dial_problem(path) if key in _SOCKETS else None
+    if problem is not None:  # the proxy dials each of them (listen too: status, the frames path)
+        raise ConfigError(f"{name} {shown(text)}: {problem}", key=key)
+    return path
 
 
 class EndpointURLError(ValueError):

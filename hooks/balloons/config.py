@@ -23,6 +23,7 @@ import yaml
 
 from runtimeproxy import yamlkeys
 from runtimeproxy.config import EndpointURLError, endpoint_path
+from runtimeproxy.host.unixsocket import dial_problem
 from runtimeproxy.shown import shown
 
 from .topology import parse_cpuset
@@ -345,6 +346,8 @@ def _endpoint(value: Any) -> str:
         raise ConfigError(f"runtimeEndpoint {shown(value)}: {exc}") from None
     if not path.startswith("/"):  # relative to wherever the hook runs (/ under systemd)
         raise ConfigError(f"runtimeEndpoint {shown(value)}: expected an absolute socket path (/PATH or unix:///PATH)")
+    if (problem := dial_problem(path)) is not None:  # the hook dials it
+        raise ConfigError(f"runtimeEndpoint {shown(value)}: {problem}")
     return path
 
 

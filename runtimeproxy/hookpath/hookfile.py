@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
+from ..host.unixsocket import dial_problem
 from .duration import format_duration, parse_duration
 from .points import HookType
 
@@ -240,6 +241,9 @@ def _endpoint(value: object) -> str:
         raise _Invalid(f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {value!r}') from None
     if len(encoded) > MAX_SOCKET_PATH:
         raise _Invalid(f'"{KEY_ENDPOINT}" is {len(encoded)} bytes long; a unix socket path has at most {MAX_SOCKET_PATH}')
+    problem = dial_problem(value)
+    if problem is not None:
+        raise _Invalid(f'"{KEY_ENDPOINT}" {value!r}: {problem}')
     return value
 
 

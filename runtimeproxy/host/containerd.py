@@ -179,6 +179,8 @@ class LocalContainerd:
             raise LocalRuntimeError("containerd is already running")
         if len(str(self.socket)) + len(".ttrpc") > _SOCKET_PATH_MAX:
             raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}")
+        if (problem := unixsocket.dial_problem(self.socket)) is not None:  # the proxy dials it
+            raise LocalRuntimeError(f"cannot use {self.base} as containerd's directory: {problem}")
         try:
             self.base.mkdir(parents=True, exist_ok=True)
             self._take_base()  # before anything else reads or writes under base

@@ -108,6 +108,23 @@ def check_path_length(path: Path) -> None:
         raise PathTooLong(f"unix socket path too long ({length} > {MAX_PATH} bytes): {path}")
 
 
+# grpc splits a unix: target's path at each comma, after decoding it (%2C
+# too): it dials /run/a then b.sock (relative to the current directory), never
+# /run/a,b.sock. Its bind takes the whole path, but the proxy dials what it
+# binds too (status, the frames path), and a hook server is dialled.
+COMMA_REASON = ("a comma in a unix socket path: grpc reads it as a separator between two addresses "
+                "(even written %2C) and cannot dial it; choose a path without one")
+
+
+class UndialablePath(UnusablePath, ValueError):
+    """A path grpc cannot dial (a comma)."""
+
+
+def dial_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why grpc cannot dial ``path`` (None: it can)."""
+    return COMMA_REASON if b"," in os.fsencode(path) else None
+
+
 def grpc_address(path: str | os.PathLike[str]) -> str:
     """The address that makes grpc's server bind ``path`` itself. Not
     ``unix://PATH``: grpc's bind takes all after ``unix:`` as the path, so it
@@ -120,9 +137,14 @@ def grpc_address(path: str | os.PathLike[str]) -> str:
 def grpc_target(path: str | os.PathLike[str]) -> str:
     """The target that makes a grpc channel dial ``path`` (absolute from the
     current directory), quoted as :func:`grpc_address`: ``/x/cri#1.sock``
-    unquoted dials ``/x/cri``. A comma grpc reads as a second address, even
-    quoted: such a path cannot be dialled."""
-    return "unix://" + urllib.parse.quote(os.fsencode(os.path.abspath(path)))
+    unquoted dials ``/x/cri``. An UndialablePath for a comma (grpc reads it
+    as a second address, even quoted): never a target that dials elsewhere;
+    settings and hook files refuse such a path before it comes here."""
+    absolute = os.path.abspath(path)
+    problem = dial_problem(absolute)
+    if problem is not None:
+        raise UndialablePath(f"{problem}: {absolute}")
+    return "unix://" + urllib.parse.quote(os.fsencode(absolute))
 
 
 def _connect_errno(path: Path, timeout: float) -> int:

@@ -209,6 +209,8 @@ def test_a_runtime_endpoint_is_the_path_it_names(written: str, path: str) -> Non
         ("unix-abstract:ctr", "expected a unix socket path, not a unix-abstract: endpoint"),
         ("unix:///run/x.sock#f", "a unix: URL with %, ? or # names another socket"),
         ("unix:///", "names no socket path"),
+        ("/run/a,b.sock", "a comma in a unix socket path: grpc reads it as a separator"),  # dialled elsewhere
+        ("unix:///run/a,b.sock", "a comma in a unix socket path: grpc reads it as a separator"),
     ],
 )
 def test_a_runtime_endpoint_naming_no_absolute_path_is_refused(written: str, reason: str) -> None:
