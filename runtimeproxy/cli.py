@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -21,6 +21,9 @@ from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
 from .nri.cli import nri as nri_command
+
+if TYPE_CHECKING:
+    from .host.containerd import LocalContainerd
 
 log = logging.getLogger("runtimeproxy")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -158,11 +161,15 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     log.info("event loop running", extra={"event_loop": eventloop.running_loop_name(), "setting": config.event_loop})
     stop = stop_on_signals()
     listen_socket = inherited_socket()  # first: a child started below must not see LISTEN_FDS
+    died: list[Exception] = []  # the private containerd's exit, if it is why serve ends
+    runtime: LocalContainerd | None = None
+    containerd_pid: int | None = None
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir, die_with_parent=True))
+            containerd_pid = runtime.pid  # now: once it exited, pid is None
             # replace, not with_overrides: None (images from the backend) must clear a value
             config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
             click.echo(
@@ -178,13 +185,35 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             log.info("signal received, shutting down", extra={"signal": stop.received})
             return
         failed = running.tasks.failed
-        await _first(stop.wait(), failed.wait())
-        if failed.is_set():
+        # The private containerd's exit too: its error is raised once the stack stopped the proxy, then it.
+        await _first(stop.wait(), failed.wait(), *([_private_containerd_exit(runtime, containerd_pid, died)] if runtime else []))
+        if died:  # logged as it came
+            pass
+        elif failed.is_set():
             log.error("shutting down: a background task the proxy needs kept failing")
         else:
             log.info("signal received, shutting down", extra={"signal": stop.received})
+    if died:
+        raise died[0]  # after the orderly stop: exit non-zero, for systemd or the operator to restart both
     if running.tasks.error is not None:
         raise running.tasks.error  # after the orderly stop: exit non-zero
+
+
+async def _private_containerd_exit(runtime: LocalContainerd, pid: int | None, died: list[Exception]) -> None:
+    """Return once the private containerd exited, its error in ``died``: the
+    proxy owns it and does not restart it, so serving on would only answer
+    UNAVAILABLE; serve stops in order instead (the proxy, then the clean-up
+    of what containerd left: shims, mounts)."""
+    from .host.containerd import LocalRuntimeError
+    from .host.process import exit_status
+
+    status = exit_status(await runtime.wait_exit())
+    tail = runtime.log_tail()  # before the clean-up adds to it
+    log.error("shutting down: the private containerd exited", extra={"pid": pid, "status": status,
+                                                                      "log": str(runtime.log_path)})
+    died.append(LocalRuntimeError(
+        f"the private containerd (pid {pid}) exited: {status}; it is not restarted, restart runtime-proxy serve "
+        f"(its log {runtime.log_path} ends:\n{tail})"))
 
 
 async def _first(*waits: Coroutine[Any, Any, Any]) -> None:

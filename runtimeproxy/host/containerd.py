@@ -164,6 +164,11 @@ class LocalContainerd:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
 
+    async def wait_exit(self) -> int:
+        """Wait for the containerd start() started to exit; its returncode (-N: signal N)."""
+        assert self._proc is not None, "not started"
+        return await self._proc.wait()
+
     async def __aenter__(self) -> LocalContainerd:
         await self.start()
         return self

@@ -146,6 +146,16 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return f"({path} not readable)"
 
 
+def exit_status(returncode: int) -> str:
+    """How a process ended, from asyncio's returncode (-N: killed by signal N)."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
 def dying_with_parent() -> tuple[str, ...]:
     """A command prefix: the command gets SIGTERM when the thread that started
     it ends (setpriv --pdeathsig; util-linux, on every Debian), () without setpriv."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -75,6 +76,50 @@ async def test_a_proxy_killed_outright_takes_its_private_containerd_with_it() ->
         process.kill()
         await process.wait()
         assert await _wait_pid_gone(containerd, 30), "the private containerd outlived its proxy"
+    finally:
+        await terminate_process(process, 60, "runtime-proxy serve")
+        for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:  # what a failure left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_private_containerd_killed_ends_serve_in_order_with_its_signal_and_log() -> None:
+    """The proxy owns that containerd and does not restart it: before, it
+    served on, logging `backend unavailable` for ever."""
+    require_local_containerd()
+    base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
+    listen = base / "proxy.sock"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy", "serve", "--local-containerd", str(base / "containerd"),
+        "--listen", str(listen), "--hook-dir", str(base / "hooks"), "--log-format", "json",
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        assert process.stderr is not None
+        await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)", timeout=90)
+        containerd_socket = base / "containerd" / "containerd.sock"
+        async with aio.insecure_channel(f"unix://{listen}") as channel:
+            await start_sleeper(V1, channel, base / "pod-logs")  # a shim for the clean-up to stop
+        assert shim_pids(containerd_socket) != []
+        config = str(base / "containerd" / "containerd.toml")
+        [containerd] = [pid for pid in _pids() if config in _cmdline(pid) and "setpriv" not in _cmdline(pid)]
+        os.kill(containerd, signal.SIGKILL)
+        rest = (await asyncio.wait_for(process.stderr.read(), 60)).decode()
+        assert await asyncio.wait_for(process.wait(), 60) == 1, rest
+        lines = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+        messages = [line["msg"] for line in lines]
+        exited = messages.index("shutting down: the private containerd exited")
+        assert (lines[exited]["pid"], lines[exited]["status"]) == (containerd, "killed by SIGKILL")
+        # the proxy stops serving, then the containerd's clean-up runs
+        assert exited < messages.index("stopped") < messages.index("containerd stopped")
+        (fatal,) = [line["error"] for line in lines if line["msg"] == "fatal"]
+        assert fatal.startswith(f"the private containerd (pid {containerd}) exited: killed by SIGKILL; "
+                                "it is not restarted, restart runtime-proxy serve")
+        assert "level=" in fatal.partition("containerd.log ends:\n")[2]  # containerd's own last lines
+        assert "Traceback" not in rest
+        assert not listen.exists()
+        assert shim_pids(containerd_socket) == []  # the shims it left are stopped
+        assert mounts_under(base) == []
     finally:
         await terminate_process(process, 60, "runtime-proxy serve")
         for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:  # what a failure left behind

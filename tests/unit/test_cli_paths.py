@@ -155,6 +155,7 @@ class FakeContainerd:
     def __init__(self, base: Path, die_with_parent: bool = False) -> None:
         self.socket = Path(base) / "containerd.sock"
         self.die_with_parent = die_with_parent
+        self.pid: int | None = None  # none to watch: _serve ends before it would
 
     async def __aenter__(self) -> FakeContainerd:
         return self
