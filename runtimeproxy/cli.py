@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -156,6 +156,7 @@ def _operator_errors() -> tuple[type[Exception], ...]:
 async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     from .app import build_proxy
     from .cripath.activation import inherited_socket
+    from .host.process import exit_status
     from .stopsignal import stop_on_signals
 
     log.info("event loop running", extra={"event_loop": eventloop.running_loop_name(), "setting": config.event_loop})
@@ -185,38 +186,44 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             log.info("signal received, shutting down", extra={"signal": stop.received})
             return
         failed = running.tasks.failed
-        # The private containerd's exit too: its error is raised once the stack stopped the proxy, then it.
-        await _first(stop.wait(), failed.wait(), *([_private_containerd_exit(runtime, containerd_pid, died)] if runtime else []))
-        if died:  # logged as it came
-            pass
+        exited = asyncio.ensure_future(runtime.wait_exit()) if runtime is not None else None
+        await _first(stop.wait(), failed.wait(), *([exited] if exited is not None else []))
+        returncode = exited.result() if exited is not None and exited.done() and not exited.cancelled() else None
+        if stop.is_set():  # first: `systemctl stop` (KillMode=control-group) signals containerd too, at once
+            if returncode is not None:
+                log.info("the private containerd exited with the stop signal",
+                         extra={"pid": containerd_pid, "status": exit_status(returncode)})
+            log.info("signal received, shutting down", extra={"signal": stop.received})
+        elif returncode is not None:
+            assert runtime is not None
+            # Its error is raised once the stack stopped the proxy, then it.
+            died.append(_private_containerd_died(runtime, containerd_pid, returncode))
         elif failed.is_set():
             log.error("shutting down: a background task the proxy needs kept failing")
-        else:
-            log.info("signal received, shutting down", extra={"signal": stop.received})
     if died:
         raise died[0]  # after the orderly stop: exit non-zero, for systemd or the operator to restart both
     if running.tasks.error is not None:
         raise running.tasks.error  # after the orderly stop: exit non-zero
 
 
-async def _private_containerd_exit(runtime: LocalContainerd, pid: int | None, died: list[Exception]) -> None:
-    """Return once the private containerd exited, its error in ``died``: the
-    proxy owns it and does not restart it, so serving on would only answer
-    UNAVAILABLE; serve stops in order instead (the proxy, then the clean-up
-    of what containerd left: shims, mounts)."""
+def _private_containerd_died(runtime: LocalContainerd, pid: int | None, returncode: int) -> Exception:
+    """The error serve ends with once the private containerd exited (logged
+    now): the proxy owns it and does not restart it, so serving on would only
+    answer UNAVAILABLE; serve stops in order instead (the proxy, then the
+    clean-up of what containerd left: shims, mounts)."""
     from .host.containerd import LocalRuntimeError
     from .host.process import exit_status
 
-    status = exit_status(await runtime.wait_exit())
+    status = exit_status(returncode)
     tail = runtime.log_tail()  # before the clean-up adds to it
     log.error("shutting down: the private containerd exited", extra={"pid": pid, "status": status,
                                                                       "log": str(runtime.log_path)})
-    died.append(LocalRuntimeError(
+    return LocalRuntimeError(
         f"the private containerd (pid {pid}) exited: {status}; it is not restarted, restart runtime-proxy serve "
-        f"(its log {runtime.log_path} ends:\n{tail})"))
+        f"(its log {runtime.log_path} ends:\n{tail})")
 
 
-async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+async def _first(*waits: Awaitable[Any]) -> None:
     """Return when the first of ``waits`` is done; the others are cancelled."""
     tasks = [asyncio.ensure_future(wait) for wait in waits]
     try:

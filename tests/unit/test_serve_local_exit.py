@@ -1,0 +1,103 @@
+"""serve --local-containerd's end, in process: a stop signal is a stop
+signal, exit 0, even when containerd's exit comes with it (systemd's
+KillMode=control-group signals both on `systemctl stop`); containerd's exit
+alone ends serve with its error."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from runtimeproxy import app, cli, stopsignal
+from runtimeproxy.config import ProxyConfig
+from runtimeproxy.host import containerd
+from runtimeproxy.host.containerd import LocalRuntimeError
+
+
+class GoneContainerd:
+    """LocalContainerd without a containerd: it exits when the test says so."""
+
+    exited: asyncio.Future[int]
+
+    def __init__(self, base: Path, die_with_parent: bool = False) -> None:
+        self.socket = Path(base) / "containerd.sock"
+        self.log_path = Path(base) / "containerd.log"
+        self.pid: int | None = 4242
+
+    async def __aenter__(self) -> GoneContainerd:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def wait_exit(self) -> int:
+        return await self.exited
+
+    def log_tail(self) -> str:
+        return "level=fatal msg=gone"
+
+
+@pytest.fixture
+def serving(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """_serve with a fake containerd, a fake proxy and a stop signal the test sets."""
+    state = SimpleNamespace(stop=stopsignal.StopSignal(), built=asyncio.Event(),
+                            tasks=SimpleNamespace(failed=asyncio.Event(), error=None))
+
+    async def fake_build(config: ProxyConfig, stack: object, sock: object = None) -> SimpleNamespace:
+        state.built.set()
+        return SimpleNamespace(tasks=state.tasks)
+
+    monkeypatch.setattr(containerd, "LocalContainerd", GoneContainerd)
+    monkeypatch.setattr(app, "build_proxy", fake_build)
+    monkeypatch.setattr(stopsignal, "stop_on_signals", lambda: state.stop)
+    monkeypatch.setattr(cli.gcpolicy, "before_serving", lambda: None)  # no gc.freeze in the test process
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        monkeypatch.delenv(name, raising=False)
+    return state
+
+
+async def _serving(state: SimpleNamespace, tmp_path: Path) -> asyncio.Task[None]:
+    GoneContainerd.exited = state.exited = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(cli._serve(ProxyConfig(listen=tmp_path / "p.sock"), tmp_path / "local"))
+    await state.built.wait()
+    for _ in range(5):  # into its wait for the first end
+        await asyncio.sleep(0)
+    assert not task.done()
+    return task
+
+
+@pytest.mark.parametrize("exit_first", [True, False])
+async def test_a_stop_signal_that_comes_with_containerd_s_exit_is_a_signal_stop(
+    serving: SimpleNamespace, tmp_path: Path, caplog: pytest.LogCaptureFixture, exit_first: bool,
+) -> None:
+    """Before: both pending at once, containerd's exit won (exit 1, `the private containerd exited`)."""
+    task = await _serving(serving, tmp_path)
+    with caplog.at_level(logging.INFO, "runtimeproxy"):
+        # in one loop turn, as systemd signals the whole control group
+        if exit_first:
+            serving.exited.set_result(-15)
+        serving.stop.received = "SIGTERM"
+        serving.stop.set()
+        if not exit_first:
+            serving.exited.set_result(-15)
+        await asyncio.wait_for(task, 5)  # no error: exit 0
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "runtimeproxy"]
+    assert ("INFO", "the private containerd exited with the stop signal") in messages
+    assert ("INFO", "signal received, shutting down") in messages
+    assert not [m for level, m in messages if level == "ERROR"]
+
+
+async def test_containerd_s_exit_alone_ends_serve_with_its_error(
+    serving: SimpleNamespace, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = await _serving(serving, tmp_path)
+    with caplog.at_level(logging.INFO, "runtimeproxy"):
+        serving.exited.set_result(-9)
+        with pytest.raises(LocalRuntimeError, match=r"pid 4242\) exited: killed by SIGKILL; it is not restarted"):
+            await asyncio.wait_for(task, 5)
+    assert ("ERROR", "shutting down: the private containerd exited") in [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "runtimeproxy"]
