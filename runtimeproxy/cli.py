@@ -224,13 +224,18 @@ def _private_containerd_died(runtime: LocalContainerd, pid: int | None, returnco
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
-    """Return when the first of ``waits`` is done; the others are cancelled."""
+    """Return when the first of ``waits`` is done; the others are cancelled.
+    A wait that ended in an error raises it (a watcher's bug must not pass
+    for a stop, exit 0)."""
     tasks = [asyncio.ensure_future(wait) for wait in waits]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
+    for task in done:
+        if not task.cancelled():
+            task.result()
 
 
 @main.command()

@@ -101,3 +101,23 @@ async def test_containerd_s_exit_alone_ends_serve_with_its_error(
             await asyncio.wait_for(task, 5)
     assert ("ERROR", "shutting down: the private containerd exited") in [
         (r.levelname, r.getMessage()) for r in caplog.records if r.name == "runtimeproxy"]
+
+
+async def test_first_raises_the_error_of_the_wait_that_ended_it() -> None:
+    """Before: the error was never read: serve ended as if stopped (exit 0),
+    asyncio logging `Task exception was never retrieved`."""
+    async def watcher() -> None:
+        raise RuntimeError("injected: the watcher failed")
+
+    pending = asyncio.Event()
+    with pytest.raises(RuntimeError, match="injected"):
+        await cli._first(pending.wait(), watcher())
+
+
+async def test_first_returns_when_one_wait_is_done_and_cancels_the_others() -> None:
+    done, pending = asyncio.Event(), asyncio.Event()
+    done.set()
+    other = asyncio.ensure_future(pending.wait())
+    await cli._first(done.wait(), other)
+    await asyncio.sleep(0)
+    assert other.cancelled()
