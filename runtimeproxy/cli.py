@@ -165,12 +165,16 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     died: list[Exception] = []  # the private containerd's exit, if it is why serve ends
     runtime: LocalContainerd | None = None
     containerd_pid: int | None = None
+    exited: asyncio.Future[int] | None = None  # the private containerd's exit
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir, die_with_parent=True))
             containerd_pid = runtime.pid  # now: once it exited, pid is None
+            # Watched from now: an exit while the proxy starts (a wait for the path's lock, say) ends serve too.
+            exited = asyncio.ensure_future(runtime.wait_exit())
+            stack.callback(exited.cancel)  # before containerd's stop, on every way out
             # replace, not with_overrides: None (images from the backend) must clear a value
             config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
             click.echo(
@@ -181,13 +185,9 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
                 err=True,
             )
         gcpolicy.before_serving()
-        running = await stop.unless_signalled(build_proxy(config, stack, listen_socket))
-        if running is None:  # a signal while it started (waiting for the path's lock): nothing serves
-            log.info("signal received, shutting down", extra={"signal": stop.received})
-            return
-        failed = running.tasks.failed
-        exited = asyncio.ensure_future(runtime.wait_exit()) if runtime is not None else None
-        await _first(stop.wait(), failed.wait(), *([exited] if exited is not None else []))
+        running = await stop.unless_signalled(build_proxy(config, stack, listen_socket), exited)
+        if running is not None:  # None: a signal, or containerd's exit, while it started: nothing serves
+            await _first(stop.wait(), running.tasks.failed.wait(), *([exited] if exited is not None else []))
         returncode = exited.result() if exited is not None and exited.done() and not exited.cancelled() else None
         if stop.is_set():  # first: `systemctl stop` (KillMode=control-group) signals containerd too, at once
             if returncode is not None:
@@ -198,11 +198,11 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             assert runtime is not None
             # Its error is raised once the stack stopped the proxy, then it.
             died.append(_private_containerd_died(runtime, containerd_pid, returncode))
-        elif failed.is_set():
+        elif running is not None and running.tasks.failed.is_set():
             log.error("shutting down: a background task the proxy needs kept failing")
     if died:
         raise died[0]  # after the orderly stop: exit non-zero, for systemd or the operator to restart both
-    if running.tasks.error is not None:
+    if running is not None and running.tasks.error is not None:
         raise running.tasks.error  # after the orderly stop: exit non-zero
 
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -25,8 +25,10 @@ class StopSignal(asyncio.Event):
         super().__init__()
         self.received: str | None = None
 
-    async def unless_signalled(self, start: Awaitable[T]) -> T | None:
-        """``start``'s result; None if a stop signal came first, ``start``
+    async def unless_signalled(self, start: Awaitable[T], until: asyncio.Future[Any] | None = None) -> T | None:
+        """``start``'s result; None if a stop signal came first, or the end of
+        ``until`` (what ends serving besides a signal, as a private
+        containerd's exit; not cancelled here, the caller reads it), ``start``
         then cancelled (it undoes its own steps): a start-up that waits, as
         for a socket path's lock, must not outlast the unit's stop timeout.
         A start so cancelled that fails as it undoes its steps is logged (a
@@ -34,7 +36,8 @@ class StopSignal(asyncio.Event):
         task = asyncio.ensure_future(start)
         signalled = asyncio.ensure_future(self.wait())
         try:
-            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, signalled, *([until] if until is not None else [])},
+                               return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this caller cancelled: the start undoes its steps before it ends
             signalled.cancel()
             task.cancel()
@@ -51,7 +54,7 @@ class StopSignal(asyncio.Event):
         except Exception as exc:
             if not cut_short:  # it failed on its own
                 raise
-            log.warning("start-up cut short by a stop signal failed as it ended", exc_info=True,
+            log.warning("start-up cut short failed as it ended", exc_info=True,
                         extra={"signal": self.received, "error": str(exc)})
             return None
 

@@ -5,6 +5,7 @@ for runtime and images alike."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,10 +156,14 @@ class FakeContainerd:
     def __init__(self, base: Path, die_with_parent: bool = False) -> None:
         self.socket = Path(base) / "containerd.sock"
         self.die_with_parent = die_with_parent
-        self.pid: int | None = None  # none to watch: _serve ends before it would
+        self.pid: int | None = None
 
     async def __aenter__(self) -> FakeContainerd:
         return self
+
+    async def wait_exit(self) -> int:  # it never exits: _serve ends before
+        await asyncio.Event().wait()
+        return 0
 
     async def __aexit__(self, *exc: object) -> None:
         return None

@@ -47,8 +47,17 @@ def serving(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     state = SimpleNamespace(stop=stopsignal.StopSignal(), built=asyncio.Event(),
                             tasks=SimpleNamespace(failed=asyncio.Event(), error=None))
 
+    state.starting = False  # True: the build waits (for the path's lock, say) until cancelled
+    state.cancelled = False
+
     async def fake_build(config: ProxyConfig, stack: object, sock: object = None) -> SimpleNamespace:
         state.built.set()
+        if state.starting:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                state.cancelled = True
+                raise
         return SimpleNamespace(tasks=state.tasks)
 
     monkeypatch.setattr(containerd, "LocalContainerd", GoneContainerd)
@@ -121,3 +130,26 @@ async def test_first_returns_when_one_wait_is_done_and_cancels_the_others() -> N
     await cli._first(done.wait(), other)
     await asyncio.sleep(0)
     assert other.cancelled()
+
+
+async def test_containerd_s_exit_while_the_proxy_starts_ends_the_start_and_serve_with_its_error(
+    serving: SimpleNamespace, tmp_path: Path,
+) -> None:
+    """Before: noticed only once serving, after a start that may wait up to 600 s for the path's lock."""
+    serving.starting = True
+    task = await _serving(serving, tmp_path)
+    serving.exited.set_result(1)
+    with pytest.raises(LocalRuntimeError, match=r"pid 4242\) exited: exit code 1; it is not restarted"):
+        await asyncio.wait_for(task, 5)
+    assert serving.cancelled  # the start undid its steps
+
+
+async def test_a_stop_signal_while_the_proxy_starts_still_ends_it_with_exit_0(
+    serving: SimpleNamespace, tmp_path: Path,
+) -> None:
+    serving.starting = True
+    task = await _serving(serving, tmp_path)
+    serving.stop.received = "SIGTERM"
+    serving.stop.set()
+    await asyncio.wait_for(task, 5)
+    assert serving.cancelled

@@ -61,3 +61,23 @@ async def test_a_caller_cancelled_while_it_waits_ends_once_the_start_has_undone_
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert undone == [True]
+
+
+async def test_a_start_ends_as_cut_short_when_what_it_waits_with_ends_first() -> None:
+    """A private containerd's exit while the proxy starts: ``until``."""
+    until: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    entered, undone = asyncio.Event(), []
+
+    async def start() -> str:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            undone.append(True)
+        return "started"
+
+    waiting = asyncio.ensure_future(StopSignal().unless_signalled(start(), until))
+    await entered.wait()
+    until.set_result(1)
+    assert await waiting is None
+    assert undone == [True] and until.result() == 1  # left for the caller to read
