@@ -18,6 +18,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+_TAIL_BYTES = 64 * 1024  # what ``tail`` reads: 40 lines of containerd's log fit many times over
 _SHIM_PREFIX = b"containerd-shim"
 
 
@@ -139,11 +140,20 @@ def shim_pids(socket: Path) -> list[int]:
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a process's log file, for error messages."""
+    """The last lines of a process's log file, for error messages: read from
+    its last ``_TAIL_BYTES`` only (containerd.log is appended to by every run
+    on its directory, never rotated)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as logfile:
+            size = logfile.seek(0, os.SEEK_END)
+            logfile.seek(max(size - _TAIL_BYTES, 0))
+            text = logfile.read().decode(errors="replace")
     except OSError:
         return f"({path} not readable)"
+    kept = text.splitlines()
+    if size > _TAIL_BYTES:
+        kept = kept[1:]  # the first line is cut: it began before the bytes read
+    return "\n".join(kept[-lines:])
 
 
 def exit_status(returncode: int) -> str:
