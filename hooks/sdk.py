@@ -169,6 +169,8 @@ class HookServer:
         self.transport = transport  # checked there
         self._socket_path = Path(socket_path).absolute()
         unixsocket.check_path_length(self._socket_path)  # a ValueError
+        if (problem := unixsocket.dial_problem(self._socket_path)) is not None:  # the proxy dials it: now, not once bound
+            raise unixsocket.UndialablePath(f"cannot serve hooks at {self._socket_path}: {problem}")
         self._socket_mode = socket_mode
         self._grace = grace
         # Later options win: the caller's replace the defaults. The frames

@@ -279,3 +279,12 @@ async def test_unwritable_hook_dir_exits_1_and_stops_serving(sock_dir: Path, hoo
     assert code == 1, err
     assert '"msg": "cannot register"' in err and "File exists" in err
     assert not sock.exists()
+
+
+async def test_socket_path_with_a_comma_exits_2_before_binding(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
+    """Before: bound and served, then refused at registration."""
+    sock = sock_dir / "h,k.sock"
+    code, err = await (await hook_run("noop", "--socket", str(sock), "--hook-dir", str(hook_dir))).finish()
+    assert code == 2, err
+    assert f"hook noop: cannot serve hooks at {sock}: a comma in a unix socket path" in err
+    assert "hook registered" not in err and not sock.exists()

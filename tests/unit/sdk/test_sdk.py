@@ -133,6 +133,14 @@ async def test_sdk_socket_safety(sock_dir: Path) -> None:
         HookServer(sock_dir / ("x" * 120 + ".sock"))
 
 
+def test_sdk_a_path_with_a_comma_is_refused_before_anything_is_bound(sock_dir: Path) -> None:
+    """The proxy dials it through grpc, which splits it at the comma. Before:
+    bound, then refused at registration (`hook run` served a moment first)."""
+    with pytest.raises(ValueError, match=r"cannot serve hooks at .*/h,k\.sock: a comma in a unix socket path"):
+        HookServer(sock_dir / "h,k.sock")
+    assert list(sock_dir.iterdir()) == []
+
+
 async def test_sdk_a_path_nothing_can_listen_at_is_told_from_one_in_use(sock_dir: Path) -> None:
     """``hook run`` exits 2 (no restart) on the first kind, 1 on the second."""
     (sock_dir / "file").write_text("precious")
