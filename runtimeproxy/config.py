@@ -161,7 +161,7 @@ def _path(name: str, key: str, value: Any) -> Path:
     except RuntimeError:  # ~user of no such user, or no HOME
         raise ConfigError(f"{name} {shown(value)}: cannot expand ~ (no such user, or no home directory)", key=key) from None
     problem = unixsocket.dial_problem(path) if key in _SOCKETS else None
-    if problem is not None:  # the proxy dials each of them (listen too: status, the frames path)
+    if problem is not None:  # the proxy dials the backends; listen is dialled by `runtime-proxy status`, the bench
         raise ConfigError(f"{name} {shown(text)}: {problem}", key=key)
     return path
 

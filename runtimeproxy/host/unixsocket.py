@@ -110,8 +110,9 @@ def check_path_length(path: Path) -> None:
 
 # grpc splits a unix: target's path at each comma, after decoding it (%2C
 # too): it dials /run/a then b.sock (relative to the current directory), never
-# /run/a,b.sock. Its bind takes the whole path, but the proxy dials what it
-# binds too (status, the frames path), and a hook server is dialled.
+# /run/a,b.sock. Its bind takes the whole path, but what the proxy binds is
+# dialled through grpc too (`listen` by `runtime-proxy status` and the bench),
+# and the proxy dials the backends and each hook server.
 COMMA_REASON = ("a comma in a unix socket path: grpc reads it as a separator between two addresses "
                 "(even written %2C) and cannot dial it; choose a path without one")
 
