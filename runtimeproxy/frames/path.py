@@ -28,6 +28,22 @@ from .routes import RouterRoutes
 
 log = logging.getLogger(__name__)
 
+# Where the internal socket's directory goes when TMPDIR's path has a comma.
+COMMA_FREE_BASE = Path("/tmp")
+
+
+def _private_dir() -> Path:
+    """A new directory for the internal socket (0700: only the proxy), in
+    TMPDIR; in ``COMMA_FREE_BASE`` when TMPDIR's path has a comma: grpc could
+    not dial the socket there, and the start would fail on a path the operator
+    never named."""
+    base = Path(tempfile.gettempdir())
+    if unixsocket.dial_problem(base) is not None:
+        log.info("the temporary directory's path has a comma: the frames path's internal socket goes below "
+                 f"{COMMA_FREE_BASE}", extra={"tmpdir": str(base)})
+        base = COMMA_FREE_BASE
+    return Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-", dir=base))
+
 
 class FramesPath:
     """Nothing exists on disk until ``start``; a failed start removes what it made
@@ -53,7 +69,7 @@ class FramesPath:
 
     async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
         """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""
-        self._dir = Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-"))  # 0700: only the proxy
+        self._dir = _private_dir()
         internal = self._dir / "grpc.sock"
         self.listener = FramesListener(
             listen, self._backend, internal, self._routes, self._channel_options, self._limits)

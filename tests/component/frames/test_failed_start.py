@@ -16,6 +16,7 @@ from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath import server as server_module
 from runtimeproxy.cripath.server import ListenError, Proxy
+from runtimeproxy.frames import path as frames_path
 from runtimeproxy.frames.listener import FramesListener
 
 from ...grpcstarts import cancelling_as_grpc_starts
@@ -98,3 +99,22 @@ async def test_a_start_cancelled_as_its_internal_grpc_server_starts_leaves_no_te
     # Stopped before the start ended (False: did not time out), and no grpc crash to raise.
     assert await proxy.server.wait_for_termination(0) is False
     assert "InvalidStateError" not in caplog.text
+
+
+async def test_a_tmpdir_with_a_comma_puts_the_internal_socket_below_a_base_without_one(
+    fake: FakeBackend, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the start failed dialling TMPDIR/runtime-proxy-frames-*/grpc.sock
+    (grpc splits a path at a comma), a path the operator never named."""
+    with_comma, base = sock_dir / "t,mp", sock_dir / "base"
+    with_comma.mkdir()
+    base.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(with_comma))
+    monkeypatch.setattr(frames_path, "COMMA_FREE_BASE", base)  # /tmp, not for a test
+    proxy = Proxy(ProxyConfig(listen=sock_dir / "proxy.sock", backend=fake.socket, data_path="frames"))
+    await proxy.start()
+    (made,) = base.iterdir()
+    assert made.name.startswith("runtime-proxy-frames-") and (made / "grpc.sock").exists()
+    assert list(with_comma.iterdir()) == []
+    await proxy.stop(0)
+    assert list(base.iterdir()) == []
