@@ -114,3 +114,21 @@ async def test_openmetrics_and_gzip_on_metrics_are_prometheus_client_s(client: C
     assert answer.headers["content-encoding"] == "gzip"
     text = gzip.decompress(answer.body).decode()
     assert "\nruntime_proxy_hook_servers 3.0\n" in text and text.endswith("# EOF\n")
+
+
+async def test_head_of_metrics_with_gzip_has_the_gzip_get_s_headers_and_no_body(client: Client) -> None:
+    gzipped = {"Accept-Encoding": "gzip"}
+    got, head = await client.ask("GET", "/metrics", gzipped), await client.ask("HEAD", "/metrics", gzipped)
+    assert got.headers["content-encoding"] == "gzip"
+    assert (head.status, head.body) == (200, b"")
+    assert head.headers["content-encoding"] == "gzip"
+    assert int(head.headers["content-length"]) == len(got.body)
+
+
+@pytest.mark.parametrize("path", ["//metrics", "/%6Detrics", "/%6d%65trics"])
+async def test_a_leading_double_slash_and_percent_encoded_forms_of_metrics_serve_the_metrics(
+    client: Client, path: str,
+) -> None:
+    """As docs/metrics.md says: http.server collapses a leading // and the path is percent-decoded."""
+    answer = await client.ask("GET", path)
+    assert answer.status == 200 and b"\nruntime_proxy_hook_servers 3.0\n" in answer.body
