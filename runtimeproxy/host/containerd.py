@@ -3,8 +3,8 @@
 `LocalContainerd` runs `containerd` with its own root, state, sockets and runc
 root under one base directory, so it never touches a system containerd and
 everything it leaves behind can be cleaned up by `stop()`. Its images are
-built from the host's static busybox (`images`) and imported with `ctr`,
-because no public registry is reachable.
+built from the host's static busybox (`images`) and imported with `ctr`
+(`imageimport`), because no public registry is reachable.
 
 The base directory has one owner at a time (`dirlock`): a second instance on
 it fails at once and touches nothing, and `stop()` acts only on what this
@@ -30,7 +30,7 @@ from cri_api.v1 import api_pb2_grpc as v1_grpc
 from . import unixsocket
 from .containerdconf import ContainerdConfig, check_loopback
 from .dirlock import DirectoryInUse, DirectoryLock
-from .images import build_test_images
+from .imageimport import ImageImportFailed, import_test_images
 from .process import (
     LOG_TAIL_LINES,
     HostProcessError,
@@ -46,8 +46,6 @@ from .process import (
 )
 
 log = logging.getLogger(__name__)
-
-K8S_NAMESPACE = "k8s.io"  # the containerd namespace of the CRI plugin
 
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
 _CALL_TIMEOUT = 5.0
@@ -253,9 +251,13 @@ class LocalContainerd:
             async with asyncio.timeout(timeout):
                 await self._wait_ready()
                 if images:
-                    await self.import_images()
+                    self._waiting_for = "the image imports"
+                    await import_test_images(self._tool("ctr"), self.socket, self.snapshotter or "overlayfs",
+                                             self.base / "images", timeout)
         except BaseException as exc:
             await self._shutdown(grace=5.0)
+            if isinstance(exc, ImageImportFailed):
+                raise LocalRuntimeError(str(exc)) from None
             if isinstance(exc, TimeoutError):
                 raise LocalRuntimeError(
                     f"containerd not ready within {timeout}s (waiting for {self._waiting_for}); "
@@ -317,34 +319,6 @@ class LocalContainerd:
         with open(self.log_path, "rb") as logfile:
             logfile.seek(self._log_start)
             return logfile.read()
-
-    # ---- images ---------------------------------------------------------
-
-    async def import_images(self, timeout: float = 30.0) -> None:
-        """Import the busybox and pause images into the CRI namespace.
-
-        Waits until the CRI plugin lists them: it learns about imports from
-        containerd events, so ctr returning is not enough.
-        """
-        self._waiting_for = "the image imports"
-        archives = build_test_images(self.base / "images")
-        async with asyncio.timeout(timeout):
-            for ref, archive in archives.items():
-                rc, out = await run_command(
-                    self._tool("ctr"), "--address", str(self.socket), "-n", K8S_NAMESPACE, "images", "import",
-                    "--base-name", ref.rsplit(":", 1)[0], "--snapshotter", self.snapshotter or "overlayfs",
-                    str(archive), timeout=timeout)
-                if rc != 0:
-                    raise LocalRuntimeError(f"ctr images import {archive} failed: {out.strip()}")
-            async with aio.insecure_channel(self.address) as channel:
-                stub = v1_grpc.ImageServiceStub(channel)
-                for ref in archives:
-                    # Bounded by the timeout above; CRI offers no event for images appearing.
-                    while not (await stub.ImageStatus(
-                            v1.ImageStatusRequest(image=v1.ImageSpec(image=ref)),
-                            timeout=_CALL_TIMEOUT)).HasField("image"):
-                        await asyncio.sleep(_POLL_INTERVAL)
-        log.info("images imported", extra={"images": sorted(archives)})
 
     # ---- stop -----------------------------------------------------------
 
