@@ -9,7 +9,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hookfile import unsafe_reason
+from .filesafety import unsafe_reason
 
 __all__ = ["DirectoryState", "Inspection", "inspect_directory", "list_hook_files"]
 

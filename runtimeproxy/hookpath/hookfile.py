@@ -33,7 +33,7 @@ container on the node, so a hook directory, or a hook file (for a symlink: its
 resolved target and the target's directory), that is writable by group or
 others or is not owned by root / the current euid is refused.  An unsafe
 directory means no hooks at all; an unsafe file is rejected like an invalid
-one.
+one (:mod:`.filesafety`).
 
 Which files of the directory are read, and when, is :mod:`.registry`'s job.
 """
@@ -46,7 +46,6 @@ import functools
 import json
 import logging
 import os
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ from pathlib import Path
 from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
 from ..host.unixsocket import dial_problem
 from .duration import format_duration, parse_duration
+from .filesafety import HookConfigError, check_path_safety, read_hook_file, unsafe_reason
 from .points import HookType
 
 __all__ = [
@@ -71,7 +71,6 @@ DEFAULT_PRIORITY = 0
 # A pre hook holds up kubelet's call, and kubelet gives up on a runtime call
 # after 2 minutes by default: a longer hook timeout only hides a hung server.
 MAX_TIMEOUT = 120.0
-MAX_HOOK_FILE_SIZE = 1 << 20  # a hook file is a few hundred bytes; refuse absurd ones
 
 KEY_ENDPOINT = "remote-endpoint"
 KEY_FAILURE_POLICY = "failure-policy"
@@ -88,18 +87,6 @@ class FailurePolicy(enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class HookConfigError(Exception):
-    """A hook file was rejected; ``reason`` says why, ``path`` names the file;
-    ``transient``: the file could not be read now (EMFILE, EIO...), which says
-    nothing of what it holds."""
-
-    def __init__(self, path: Path | str, reason: str, transient: bool = False) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        self.transient = transient
-        super().__init__(f"hook config {self.path}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -144,79 +131,6 @@ class HookServerConfig:
             "hook_timeout": self.timeout,
             "hook_priority": self.priority,
         }
-
-
-# --------------------------------------------------------------------------- permissions
-
-
-def unsafe_reason(st: os.stat_result, what: str) -> str | None:
-    """Why a stat result is not trusted, or None if it is."""
-    euid = os.geteuid()
-    if st.st_uid not in (0, euid):
-        return f"{what} is owned by uid {st.st_uid}, not root or the current euid {euid}"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
-        who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if mode & bit)
-        return f"{what} is writable by {who} (mode {mode:04o}); it must not be group/other-writable"
-    return None
-
-
-def check_path_safety(path: Path, what: str = "path") -> str | None:
-    """Return why ``path`` (followed if a symlink) is not trusted, or None if it is safe.
-
-    Missing paths and stat errors are reported as reasons too.
-    """
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return f"cannot stat {what} {path}: {exc.strerror or exc}"
-    return unsafe_reason(st, f"{what} {path}")
-
-
-def _read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
-    """Open ``path`` (following symlinks), check the opened inode and return (its content, its owner uid).
-
-    The permission check is done on the opened file descriptor so that what is
-    checked is what is read.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError as exc:
-        try:
-            target = os.readlink(path)
-        except OSError:  # not a symlink, or removed meanwhile
-            raise HookConfigError(path, "file does not exist") from exc
-        raise HookConfigError(path, f"dangling symlink (target {target!r} does not exist)") from exc
-    except OSError as exc:
-        raise HookConfigError(path, f"cannot open: {exc.strerror or exc}", transient=True) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise HookConfigError(path, "not a regular file")
-        if check_permissions:
-            target = Path(os.path.realpath(path))
-            real_dir = Path(os.path.realpath(path.parent))
-            what = "file" if target == real_dir / path.name else f"symlink target {target}"
-            reason = unsafe_reason(st, what)
-            if reason is None and target.parent != real_dir:
-                # A symlink into another directory: whoever can write that
-                # directory can replace the target.
-                reason = check_path_safety(target.parent, "symlink target directory")
-            if reason is not None:
-                raise HookConfigError(path, f"refused: {reason}")
-        if st.st_size > MAX_HOOK_FILE_SIZE:
-            raise HookConfigError(path, f"file too large ({st.st_size} bytes > {MAX_HOOK_FILE_SIZE})")
-        data = b""  # the size may change under us: read at most one byte past the limit
-        while len(data) <= MAX_HOOK_FILE_SIZE and (chunk := os.read(fd, MAX_HOOK_FILE_SIZE + 1 - len(data))):
-            data += chunk
-        if len(data) > MAX_HOOK_FILE_SIZE:
-            raise HookConfigError(path, f"file too large (> {MAX_HOOK_FILE_SIZE} bytes)")
-        return data, st.st_uid
-    except OSError as exc:
-        raise HookConfigError(path, f"cannot read: {exc.strerror or exc}", transient=True) from exc
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -384,7 +298,7 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
     directory's own safety is checked by the registry, not here.
     """
     path = Path(path)
-    data, owner_uid = _read_hook_file(path, check_permissions)
+    data, owner_uid = read_hook_file(path, check_permissions)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
