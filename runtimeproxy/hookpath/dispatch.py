@@ -15,10 +15,12 @@ import grpc
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
+from .chaincpuset import ChainCpusets, Deferred
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
+from .validate import OutsideParent, Reason
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +111,14 @@ class Dispatcher:
     async def close(self) -> None:
         await self.transport.close(CLOSE_GRACE)
 
-    async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
-        """One hook call; raises ``_Failure`` with a readable cause."""
+    async def call(
+        self, server: HookServerConfig, hook: HookType, request: Any, chain: ChainCpusets | None = None
+    ) -> Any:
+        """One hook call; raises ``_Failure`` with a readable cause. In a
+        PreCreateContainer ``chain``, an answer refused only by its parent may
+        be taken until the chain's end (chaincpuset.py), and counted then."""
         started = time.perf_counter()
-        outcome = "ok"
+        outcome: str | None = "ok"
         try:
             # At call time: the socket may have been replaced since the file was read.
             untrusted = untrusted_reason(server)
@@ -128,7 +134,11 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
-            refused = self._kernel_would_refuse(point, request, answer)
+            refused = self._kernel_would_refuse(point, request, answer, chain)
+            if chain is not None and chain.defers(server, refused):
+                outcome = None
+                chain.defer(server, request, answer, refused, time.perf_counter() - started)
+                return answer
             if refused:
                 # Sent on, such a value fails the container deep in runc,
                 # naming neither the hook nor the field: name both here.
@@ -153,10 +163,10 @@ class Dispatcher:
             log.debug("unexpected error calling hook", exc_info=True, extra=server.log_fields())
             raise _Failure(f"{type(err).__name__}: {err}") from err
         finally:
-            if self._metrics is not None:
+            if self._metrics is not None and outcome is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
 
-    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any) -> list[str]:
+    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, chain: ChainCpusets | None) -> list[Reason]:
         if self._node is None or not point.answer_applied:
             return []  # an answer never applied cannot fail the container
         if point.kind is Kind.POD:
@@ -165,12 +175,22 @@ class Dispatcher:
             return self._node.invalid_answer(request.resources, answer.resources)
         # The cpusets this answer sets are judged by the parent in effect after
         # it: only CreateContainer takes a new one (its container is made under
-        # it). Those it leaves (kubelet's, an earlier hook's) are not judged: a
-        # later hook in the chain may still set them, or move the container.
+        # it). Those it leaves are not, but for an earlier hook's that its move
+        # takes along (chaincpuset.py): kubelet's is not a hook's doing, and a
+        # later hook in the chain may still set it, or move the container.
         parent = request.pod_cgroup_parent
+        along: dict[str, str] = {}
         if point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent:
             parent = answer.pod_cgroup_parent
-        return self._node.invalid_answer(request.container_resources, answer.container_resources, parent)
+            along = chain.taken_along(request, answer) if chain is not None else {}
+        reasons = self._node.invalid_answer(
+            request.container_resources, answer.container_resources, parent, frozenset(along)
+        )
+        return [
+            r.noted(f", set by {along[r.field]} earlier in the chain and taken along by this answer's move")
+            if isinstance(r, OutsideParent) and r.field in along else r
+            for r in reasons
+        ]
 
     async def run_pre(
         self,
@@ -181,6 +201,21 @@ class Dispatcher:
     ) -> bool:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it. Returns whether any answer changed the call."""
+        # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
+        chain = ChainCpusets() if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
+        try:
+            changed = await self._chain(hook, build, apply, log_fields, chain)
+            if chain is not None and chain.deferred:
+                self._judge_chain(hook, chain, log_fields)
+            return changed
+        finally:
+            if chain is not None:  # cut short (another hook's refusal, a cancel): refused as judged
+                self._count_deferred(hook, chain.deferred, "invalid_value")
+
+    async def _chain(
+        self, hook: HookType, build: Callable[[], Awaitable[Any]], apply: Callable[[Any], bool],
+        log_fields: dict[str, object], chain: ChainCpusets | None,
+    ) -> bool:
         changed = False
         servers = self.servers(hook)
         for index, server in enumerate(servers):
@@ -194,8 +229,10 @@ class Dispatcher:
             if self._removed(server, hook):
                 continue
             fields = {**log_fields, **server.log_fields()}
+            if chain is not None:
+                chain.later = index < len(servers) - 1
             try:
-                answer = await self.call(server, hook, request)
+                answer = await self.call(server, hook, request, chain)
             except _Failure as failure:
                 if self._removed(server, hook):  # removed while it was called (its connect cancelled, say)
                     continue
@@ -210,7 +247,34 @@ class Dispatcher:
                 continue
             self._outages.succeeded(server.name, fields)
             changed = apply(answer) or changed
+            if chain is not None:
+                chain.taken(server, request, answer)
         return changed
+
+    def _judge_chain(self, hook: HookType, chain: ChainCpusets, log_fields: dict[str, object]) -> None:
+        """The answers taken though refused by their parent, judged by the call
+        as the chain left it; the last that stands fails the call (each is Fail)."""
+        assert self._node is not None
+        standing = chain.standing(self._node)
+        cleared = [entry for entry in chain.deferred if entry not in standing]
+        for entry in cleared:
+            log.debug("answer outside its parent cgroup taken: later hooks left it within theirs",
+                      extra={**log_fields, **entry.server.log_fields()})
+        self._count_deferred(hook, cleared, "ok")  # the standing ones as refused, by run_pre
+        if standing:
+            blamed = standing[-1]  # the later hook, whose answer completed the refused pair
+            cause = f"answer carries values the kernel would refuse: {'; '.join(blamed.reasons)}"
+            log.error("hook failed, refusing call", extra={**log_fields, **blamed.server.log_fields(), "error": cause})
+            raise HookError(blamed.server, hook, cause)
+
+    def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str) -> None:
+        """Count each deferred answer's call once, with ``outcome``."""
+        for entry in entries:
+            if entry.counted:
+                continue
+            entry.counted = True
+            if self._metrics is not None:
+                self._metrics.hook_call(entry.server.name, hook.value, outcome, entry.seconds)
 
     async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
         """Post hooks inform; their failures are logged, never returned."""

@@ -48,8 +48,9 @@ answering with the full resources send, is not read for), never otherwise,
 and only the files of the fields so judged: the parent is the one in effect
 after the answer (one a PreCreateContainer answer moves its container to),
 and a cpuset the answer leaves is not judged, even on a move (in a chain a
-later hook may still set it; left outside, runc fails the container as it
-would without the proxy). Not cached, so there is nothing to re-read: a parent kubelet or an
+later hook may still set it; left outside, runc fails the container), but
+for one an earlier hook of the chain set, which the move takes along
+(``left``, chaincpuset.py). Not cached, so there is nothing to re-read: a parent kubelet or an
 operator widened is seen at the next answer. Also on the event loop, on a
 2-CPU test VM: a read of one file about 20 µs all told (its os.read about 10
 of it, pathlib's read_text took 35-40), both files about 35 µs, about 60 µs
@@ -183,12 +184,14 @@ class NodeFactsSource:
 
     def invalid_answer(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str = "",
+        cgroup_parent: str = "", left: frozenset[str] = frozenset(),
     ) -> list[Reason]:
         """``validate.invalid_answer`` against facts read again where they may
         be stale; then, for a container under ``cgroup_parent`` (the one in
         effect after the answer), ``validate.outside_parent``
-        against that parent's cpuset read now. A cpuset already refused by the
+        against that parent's cpuset read now: the cpusets the answer sets,
+        and those of ``left`` it leaves as shown (an earlier hook's, which
+        its move takes along). A cpuset already refused by the
         node's facts is not judged again: one reason per field. Before a
         parent is named, facts not read for this answer are read again (unless
         held off): a CPU taken offline leaves every cpuset at once on v1, the
@@ -196,25 +199,41 @@ class NodeFactsSource:
         reasons, read = self._by_node(shown, answer)
         if self._parents is None or not cgroup_parent:
             return reasons
-        outside = self._by_parent(shown, answer, cgroup_parent, reasons)
+        outside = self._by_parent(shown, answer, cgroup_parent, reasons, left)
         if outside and not read and not self._held_off(self._parent_fruitless_at, self._fruitless_at):
             if self.refresh():
                 reasons = invalid_answer(shown, answer, self._current)
-                return reasons + self._by_parent(shown, answer, cgroup_parent, reasons)
+                return reasons + self._by_parent(shown, answer, cgroup_parent, reasons, left)
             self._parent_fruitless_at = self._read_at  # no read per answer that names the parent
         return reasons + outside
 
+    def outside(self, cgroup_parent: str, values: dict[str, str]) -> list[Reason]:
+        """Why these cpusets (field: value) would be refused under
+        ``cgroup_parent``, read now: the chain's end judges its request so
+        (chaincpuset.py); the node's facts judged each value when it came."""
+        if self._parents is None or not cgroup_parent:
+            return []
+        parent = self._parents.read(cgroup_parent, set(values))
+        if parent is None:
+            return []
+        return outside_parent(hookapi.LinuxContainerResources(), hookapi.LinuxContainerResources(**values), parent)
+
     def _by_parent(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str, reasons: list[Reason],
+        cgroup_parent: str, reasons: list[Reason], left: frozenset[str] = frozenset(),
     ) -> list[Reason]:
         assert self._parents is not None
-        judged = _set_by_answer(shown, answer) - {reason.field for reason in reasons}
+        sets = _set_by_answer(shown, answer)
+        judged = (sets | left) - {reason.field for reason in reasons}
         if not judged:
             return []  # sets no cpuset of its own (never a read), or the node refused those it sets
         parent = self._parents.read(cgroup_parent, judged)
         if parent is None:
             return []
+        if left - sets:
+            # Judged as if the answer set them: outside_parent judges only
+            # what an answer sets to other than it was shown.
+            shown, answer = _taking_along(shown, answer, left - sets)
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
         return outside_parent(shown, answer, parent)  # its fields not read are None: not judged
 
@@ -249,3 +268,17 @@ def _set_by_answer(shown: hookapi.LinuxContainerResources, answer: hookapi.Linux
     than it was shown (an echo of the shown value, as Koordinator-style hooks
     send the full resources back, is not; nor one it leaves, even on a move)."""
     return {field for field in NODE_FIELDS if getattr(answer, field) not in ("", getattr(shown, field))}
+
+
+def _taking_along(
+    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, fields: set[str],
+) -> tuple[hookapi.LinuxContainerResources, hookapi.LinuxContainerResources]:
+    """``shown`` and ``answer`` as if the answer set ``fields`` to the values it
+    was shown (copies: a move judged for the cpusets it takes along)."""
+    before, after = hookapi.LinuxContainerResources(), hookapi.LinuxContainerResources()
+    before.CopyFrom(shown)
+    after.CopyFrom(answer)
+    for field in fields:
+        setattr(after, field, getattr(shown, field))
+        before.ClearField(field)
+    return before, after

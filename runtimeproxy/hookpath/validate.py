@@ -28,7 +28,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from .merge import merge_resources
 
 __all__ = [
-    "NODE_FIELDS", "NodeFacts", "NodeFactsReader", "ParentCpuset", "ParentSet", "Reason", "format_id_list",
+    "NODE_FIELDS", "NodeFacts", "NodeFactsReader", "OutsideParent", "ParentCpuset", "ParentSet", "Reason", "format_id_list",
     "invalid_answer", "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts",
 ]
 
@@ -65,6 +65,16 @@ class Reason(str):
 
     def once_merged(self) -> Reason:
         return Reason(self.field, f"{self[len(self.field) + 1:]}, once merged")
+
+    def noted(self, note: str) -> Reason:
+        """The same reason, of the same kind, with ``note`` appended."""
+        return type(self)(self.field, f"{self[len(self.field) + 1:]}{note}")
+
+
+class OutsideParent(Reason):
+    """A cpuset outside the parent cgroup's (``outside_parent``): the one reason
+    a later PreCreateContainer hook in the chain can still undo, by moving the
+    container or setting the cpuset again (chaincpuset.py)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +315,7 @@ def outside_parent(
             shown_ids = _first_ids(missing)
             has = format_id_list(allowed.ids) or "none"
             has = f"it has {has}" if allowed.read_at == parent.cgroup else f"it will have {has}, from {allowed.read_at}"
-            reasons.append(Reason(
+            reasons.append(OutsideParent(
                 name, f"{text[:64]!r} names {what} outside the parent cgroup {parent.cgroup} ({shown_ids}; {has})"
             ))
     return reasons

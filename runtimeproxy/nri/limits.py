@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from ..hookpath.chaincpuset import ChainCpusets
 from ..hookpath.dispatch import Dispatcher
 from ..hookpath.hookfile import HookServerConfig
 from ..hookpath.nodefacts import NodeFactsSource
@@ -163,8 +164,8 @@ class ObservingDispatcher(Dispatcher):
         super().__init__(registry, metrics, node=node)
         self._logged: set[tuple[str, HookType, str]] = set()
 
-    async def call(self, server: HookServerConfig, hook: HookType, request: Any) -> Any:
-        answer = await super().call(server, hook, request)
+    async def call(self, server: HookServerConfig, hook: HookType, request: Any, chain: ChainCpusets | None = None) -> Any:
+        answer = await super().call(server, hook, request, chain)
         for name in unapplied(hook, request, answer):
             if (server.name, hook, name) not in self._logged:
                 self._logged.add((server.name, hook, name))

@@ -1,0 +1,110 @@
+"""A chain of PreCreateContainer hooks judged by the pod cgroup parent's
+cpuset (cgroup v1, validate.outside_parent) as the call leaves the chain, not
+only answer by answer.
+
+Each answer is still judged as it comes, by the parent in effect after it
+(the one it moves the container to, else the one the call has). Two rules
+make that the chain's judgment:
+
+ * A move is judged for the cpusets earlier hooks of the chain set, which it
+   leaves as they are and takes along to its parent: it completes that
+   pair. (kubelet's own cpuset is still not judged on a move, see README.)
+ * A Fail hook's answer refused only by its parent, while a later hook may
+   still move the container or set that cpuset again, is taken for now and
+   judged again once the chain has run, by the parent and cpusets the call
+   then has. Refused still, the call fails naming the last answer so
+   deferred that stands: of the hooks that set the cpuset and moved the
+   container, the later, whose answer completed the pair.
+
+Ignore answers are not deferred: dropped as they come, as before. Dropping
+one after later hooks ran would take out of the call what those hooks saw,
+and what they answered on: a hook that moved the container because of that
+cpuset, one answering with the full resources (as Koordinator-style hooks
+do) that echoed it back, another whose swap limit was judged merged with
+its memory limit. Undoing it soundly means replaying and judging again every
+later answer; a Fail refusal fails the call and undoes nothing. The price:
+an Ignore answer whose cpuset only a later hook's move makes fit is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .hookfile import FailurePolicy, HookServerConfig
+from .nodefacts import NodeFactsSource
+from .validate import NODE_FIELDS, OutsideParent, Reason
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)  # each its own answer: matched by identity
+class Deferred:
+    """A Fail answer refused only by its parent, taken until the chain's end."""
+
+    server: HookServerConfig
+    reasons: list[Reason]
+    parent: str  # the parent it was judged under
+    values: dict[str, str]  # the cpusets refused, as judged (field: value)
+    seconds: float  # its call's time: counted, with its outcome, at the chain's end
+    counted: bool = False
+
+
+class ChainCpusets:
+    """One PreCreateContainer chain's cpusets and parent, as its answers leave them."""
+
+    def __init__(self) -> None:
+        self.later = False  # a server comes after the one being called: its refusal may wait
+        self.deferred: list[Deferred] = []
+        self._set_by: dict[str, str] = {}  # cpuset field: the hook file that last set it in this chain
+        self._values: dict[str, str] = {}
+        self._parent = ""
+
+    def taken_along(self, request: Any, answer: Any) -> dict[str, str]:
+        """The cpusets earlier hooks set (field: hook file) that ``answer``
+        leaves, moving the container: judged by its new parent."""
+        if not answer.pod_cgroup_parent or answer.pod_cgroup_parent == request.pod_cgroup_parent:
+            return {}
+        shown, answered = request.container_resources, answer.container_resources
+        return {
+            field: name for field, name in self._set_by.items()
+            if getattr(answered, field) in ("", getattr(shown, field))
+        }
+
+    def taken(self, server: HookServerConfig, request: Any, answer: Any) -> None:
+        """``answer`` was merged into the call (as merge_resources does: a value set wins)."""
+        shown, answered = request.container_resources, answer.container_resources
+        for field in NODE_FIELDS:
+            value = getattr(answered, field)
+            if value and value != getattr(shown, field):  # an echo is not the hook's doing
+                self._set_by[field] = server.name
+            self._values[field] = value or getattr(shown, field)
+        self._parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
+
+    def defers(self, server: HookServerConfig, reasons: list[Reason]) -> bool:
+        return (
+            self.later and server.failure_policy is FailurePolicy.FAIL and bool(reasons)
+            and all(isinstance(reason, OutsideParent) for reason in reasons)
+        )
+
+    def defer(self, server: HookServerConfig, request: Any, answer: Any, reasons: list[Reason], seconds: float) -> None:
+        shown, answered = request.container_resources, answer.container_resources
+        values = {r.field: getattr(answered, r.field) or getattr(shown, r.field) for r in reasons}
+        parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
+        self.deferred.append(Deferred(server, reasons, parent, values, seconds))
+        log.debug("answer outside its parent cgroup taken until the chain's end: a later hook may move the container",
+                  extra={**server.log_fields(), "error": "; ".join(reasons)})
+
+    def standing(self, node: NodeFactsSource) -> list[Deferred]:
+        """The deferred refusals that stand by the call as the chain left it, in
+        chain order: one whose parent and cpusets are still as judged stands as
+        it was (nothing read); another is judged again, its parent read now."""
+        out = []
+        for entry in self.deferred:
+            values = {field: self._values[field] for field in entry.values}
+            if (self._parent, values) != (entry.parent, entry.values):
+                entry.reasons = node.outside(self._parent, values)
+            if entry.reasons:
+                out.append(entry)
+        return out
