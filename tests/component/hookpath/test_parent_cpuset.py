@@ -18,6 +18,8 @@ from ...hookprocs import hook_server, registered
 from .crirequests import CREATE, backend_request, create_request, sandbox_config
 
 PIN_TO_CPU_2 = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "2"}}}
+ISO = "/kubepods/isolated"  # CPUs 2-3
+MOVE_TO_ISO = {"PreCreateContainer": {"pod_cgroup_parent": ISO}}
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +27,7 @@ def node_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Four CPUs online; the pod's cgroup parent has CPUs 0-1 (autouse: before ``running`` starts)."""
     root = fake_root(tmp_path, cpus="0-3\n", nodes=None)
     parent = sandbox_config().linux.cgroup_parent
-    cgroup_v1_cpuset(root, {"/": ("0-3", "0"), parent: ("0-1", "0")})
+    cgroup_v1_cpuset(root, {"/": ("0-3", "0"), parent: ("0-1", "0"), ISO: ("2-3", "0")})
     monkeypatch.setattr("runtimeproxy.app.NodeFactsReader", lambda: NodeFactsReader(root))
     monkeypatch.setattr("runtimeproxy.app.ParentCpusets", parent_cpusets_of(root))
     return root
@@ -53,3 +55,48 @@ async def test_under_ignore_the_call_goes_on_without_the_answer(running, fake, c
         await registered(running, 1)
         await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
     assert backend_request(fake).config.linux.resources.cpuset_cpus == ""
+
+
+async def test_a_cpuset_a_later_hooks_move_makes_fit_goes_on(running, fake, client, sock_dir: Path, hook_dir: Path) -> None:
+    """pin's CPU 2 is outside the pod's parent, but iso then moves the container
+    to a parent that has it: the chain's call is one the kernel takes."""
+    async with hook_server(sock_dir, "pin", PIN_TO_CPU_2) as pin, hook_server(sock_dir, "iso", MOVE_TO_ISO) as iso:
+        pin.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=1)
+        iso.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
+        await registered(running, 2)
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+    sent = backend_request(fake)
+    assert (sent.sandbox_config.linux.cgroup_parent, sent.config.linux.resources.cpuset_cpus) == (ISO, "2")
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_later_move_taking_a_cpuset_outside_its_parent_is_the_movers_failure(
+    running, fake, client, sock_dir: Path, hook_dir: Path, policy: str,
+) -> None:
+    """pin's CPU 1 fits the pod's parent, not the one iso moves the container
+    to: iso is refused by its policy, naming pin's cpuset (runc failed the
+    container, EACCES, naming neither hook)."""
+    pin_to_1 = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "1"}}}
+    async with hook_server(sock_dir, "pin", pin_to_1) as pin, hook_server(sock_dir, "iso", MOVE_TO_ISO) as iso:
+        pin.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=1)
+        iso.register(hook_dir, ["PreCreateContainer"], failure_policy=policy, priority=2)
+        await registered(running, 2)
+        call = client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        if policy == "Fail":
+            with pytest.raises(aio.AioRpcError) as err:
+                await call
+        else:
+            await call
+    labels = {"server": "iso.json", "hook": "PreCreateContainer", "outcome": "invalid_value"}
+    assert running.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) == 1
+    if policy == "Fail":
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert err.value.details().startswith("runtime-proxy: hook server iso.json")
+        reason = f"cpuset_cpus '1' names CPUs outside the parent cgroup {ISO} (1; it has 2-3), set by pin.json"
+        assert reason in err.value.details()
+        assert fake.calls(CREATE) == []
+    else:
+        sent = backend_request(fake)
+        assert (sent.sandbox_config.linux.cgroup_parent, sent.config.linux.resources.cpuset_cpus) == (
+            sandbox_config().linux.cgroup_parent, "1"
+        )

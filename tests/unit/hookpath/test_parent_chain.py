@@ -1,0 +1,132 @@
+"""A PreCreateContainer chain is judged by the parent cgroup's cpuset as it
+leaves the call (chaincpuset.py): a cpuset a later hook's move makes fit is
+taken, and a move that takes an earlier hook's cpuset outside its new parent
+is that move's failure, by its failure policy (a fake tree stands for this
+node's sysfs and cpuset hierarchy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from tests.fakesysfs import set_cgroup_cpuset
+
+from .dispatchfakes import Chain
+from .test_parent_judged import CREATE, NARROW, POD, ByEndpoint, Node
+
+FAIL, IGNORE = FailurePolicy.FAIL, FailurePolicy.IGNORE
+ISO = "/kubepods/isolated"  # CPUs 2-3; the pod's parent has 0-1, NARROW 0
+
+
+def pin(cpus: str) -> hookapi.ContainerResourceHookResponse:
+    return hookapi.ContainerResourceHookResponse(container_resources=hookapi.LinuxContainerResources(cpuset_cpus=cpus))
+
+
+def move(parent: str) -> hookapi.ContainerResourceHookResponse:
+    return hookapi.ContainerResourceHookResponse(pod_cgroup_parent=parent)
+
+
+class Run:
+    """Hooks answering in chain order (name, policy, answer) on a container of
+    the pod's parent (kubelet's cpuset 0-1); ``request`` as the chain leaves it."""
+
+    def __init__(self, tmp_path: Path, *hooks: tuple[str, FailurePolicy, hookapi.ContainerResourceHookResponse]) -> None:
+        self.node = Node(tmp_path)
+        set_cgroup_cpuset(self.node.root, ISO, "2-3", "0")
+        servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0) for n, p, _ in hooks]
+        transport = ByEndpoint({f"/run/{n}.sock": answer for n, _, answer in hooks})
+        self.dispatcher = Dispatcher(
+            Chain(*servers), self.node.metrics, node=self.node.source, transport=transport  # type: ignore[arg-type]
+        )
+        self.request = hookapi.ContainerResourceHookRequest(
+            pod_cgroup_parent=POD, container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0-1")
+        )
+
+    async def run(self) -> tuple[str, str]:
+        async def build() -> hookapi.ContainerResourceHookRequest:
+            return hookapi.ContainerResourceHookRequest.FromString(self.request.SerializeToString())
+
+        def apply(answer: hookapi.ContainerResourceHookResponse) -> bool:
+            self.request.pod_cgroup_parent = answer.pod_cgroup_parent or self.request.pod_cgroup_parent
+            cpus = answer.container_resources.cpuset_cpus
+            self.request.container_resources.cpuset_cpus = cpus or self.request.container_resources.cpuset_cpus
+            return True
+
+        await self.dispatcher.run_pre(CREATE, build, apply, {})
+        return self.request.pod_cgroup_parent, self.request.container_resources.cpuset_cpus
+
+    def counted(self, name: str, outcome: str) -> float:
+        labels = {"server": f"{name}.json", "hook": CREATE.value, "outcome": outcome}
+        return self.node.metrics.registry.get_sample_value("runtime_proxy_hook_calls_total", labels) or 0.0
+
+
+async def test_a_cpuset_a_later_move_makes_fit_is_taken(tmp_path: Path) -> None:
+    """b pins to CPUs 2-3, outside the pod's parent; a then moves the container
+    to ISO, which has them: the call the chain leaves is one the kernel takes
+    (b was refused, judged by the parent it had)."""
+    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("a", FAIL, move(ISO)))
+    assert await run.run() == (ISO, "2-3")
+    assert (run.counted("b", "ok"), run.counted("b", "invalid_value")) == (1, 0)
+    # b's parent; ISO for the cpuset a's move takes along; ISO again at the chain's end, for b
+    assert run.node.parents.reads == 3
+
+
+async def test_a_move_taking_an_earlier_cpuset_outside_its_parent_fails_under_fail(tmp_path: Path) -> None:
+    """b pins to CPU 1, within the pod's parent; a moves the container to ISO,
+    which lacks it: a's answer completed the pair, and is named, with b
+    (runc failed the container, EACCES, naming neither)."""
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("a", FAIL, move(ISO)))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "a.json"
+    assert refused.value.cause == (
+        f"answer carries values the kernel would refuse: cpuset_cpus '1' names CPUs outside the parent cgroup {ISO} "
+        "(1; it has 2-3), set by b.json earlier in the chain and taken along by this answer's move"
+    )
+    assert (run.counted("a", "invalid_value"), run.counted("b", "ok")) == (1, 1)
+
+
+async def test_a_move_taking_an_earlier_cpuset_outside_its_parent_is_dropped_under_ignore(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("a", IGNORE, move(ISO)), ("c", FAIL, hookapi.ContainerResourceHookResponse()))
+    assert await run.run() == (POD, "1")  # b's pin stays, under the parent it fits
+    assert run.counted("a", "invalid_value") == 1
+
+
+async def test_a_move_refused_is_taken_when_a_later_hook_sets_a_cpuset_that_fits(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("a", FAIL, move(ISO)), ("c", FAIL, pin("3")))
+    assert await run.run() == (ISO, "3")
+    assert (run.counted("a", "ok"), run.counted("a", "invalid_value")) == (1, 0)
+
+
+async def test_a_pair_outside_both_parents_is_blamed_on_the_later_hook(tmp_path: Path) -> None:
+    """b's CPU 3 is outside the pod's parent, and a moves it to NARROW (CPU 0):
+    refused at the chain's end, after c, naming a, whose move completed the
+    pair; b's call is counted refused too."""
+    run = Run(tmp_path, ("b", FAIL, pin("3")), ("a", FAIL, move(NARROW)), ("c", FAIL, hookapi.ContainerResourceHookResponse()))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "a.json"
+    assert refused.value.cause.endswith(f"outside the parent cgroup {NARROW} (3; it has 0), set by b.json earlier "
+                                        "in the chain and taken along by this answer's move")
+    assert (run.counted("a", "invalid_value"), run.counted("b", "invalid_value"), run.counted("c", "ok")) == (1, 1, 1)
+
+
+async def test_a_deferred_refusal_stands_when_a_later_hook_fails(tmp_path: Path) -> None:
+    """The chain cut short by c's refusal: b's answer, still outside, is counted refused."""
+    run = Run(tmp_path, ("b", FAIL, pin("3")), ("c", FAIL, pin("7")))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "c.json"
+    assert run.counted("b", "invalid_value") == 1
+
+
+async def test_an_ignore_answer_is_judged_as_it_comes(tmp_path: Path) -> None:
+    """Not deferred: dropping it once later hooks saw it would undo what they
+    answered on (chaincpuset.py), so a later move that would make it fit comes too late."""
+    run = Run(tmp_path, ("b", IGNORE, pin("2-3")), ("a", FAIL, move(ISO)))
+    assert await run.run() == (ISO, "0-1")
+    assert run.counted("b", "invalid_value") == 1
