@@ -9,6 +9,9 @@ make that the chain's judgment:
  * A move is judged for the cpusets earlier hooks of the chain set, which it
    leaves as they are and takes along to its parent: it completes that
    pair. (kubelet's own cpuset is still not judged on a move, see README.)
+   Not an Ignore move with hooks still to come: dropped, it would be for a
+   cpuset a later hook may set again, that hook then judged by the parent
+   the move left; such a cpuset no later hook sets reaches runc, as before.
  * A Fail hook's answer refused only by its parent, while a later hook may
    still move the container or set that cpuset again, is taken for now and
    judged again once the chain has run, by the parent and cpusets the call
@@ -39,6 +42,16 @@ from .validate import NODE_FIELDS, OutsideParent, Reason
 log = logging.getLogger(__name__)
 
 
+def noted(reasons: list[Reason], along: dict[str, str]) -> list[Reason]:
+    """``reasons`` with those about a cpuset an earlier hook set, which this
+    answer's move takes along (``along``, field: hook file), naming that hook."""
+    return [
+        r.noted(f", set by {along[r.field]} earlier in the chain and taken along by this answer's move")
+        if isinstance(r, OutsideParent) and r.field in along else r
+        for r in reasons
+    ]
+
+
 @dataclass(eq=False)  # each its own answer: matched by identity
 class Deferred:
     """A Fail answer refused only by its parent, taken until the chain's end."""
@@ -61,10 +74,15 @@ class ChainCpusets:
         self._values: dict[str, str] = {}
         self._parent = ""
 
-    def taken_along(self, request: Any, answer: Any) -> dict[str, str]:
+    def taken_along(self, server: HookServerConfig, request: Any, answer: Any) -> dict[str, str]:
         """The cpusets earlier hooks set (field: hook file) that ``answer``
-        leaves, moving the container: judged by its new parent."""
+        leaves, moving the container: judged by its new parent. Not an Ignore
+        answer's with hooks still to come: dropped then, it would be for a
+        cpuset a later hook may still set again (the chain's end judges the
+        deferred answers by the parent it leaves)."""
         if not answer.pod_cgroup_parent or answer.pod_cgroup_parent == request.pod_cgroup_parent:
+            return {}
+        if self.later and server.failure_policy is FailurePolicy.IGNORE:
             return {}
         shown, answered = request.container_resources, answer.container_resources
         return {

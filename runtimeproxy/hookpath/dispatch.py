@@ -15,12 +15,12 @@ import grpc
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
-from .chaincpuset import ChainCpusets, Deferred
+from .chaincpuset import ChainCpusets, Deferred, noted
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .points import HOOK_POINTS, HookPoint, HookType, Kind
 from .registry import HookRegistry, HookSnapshot
-from .validate import OutsideParent, Reason
+from .validate import Reason
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,8 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
-            refused = self._kernel_would_refuse(point, request, answer, chain)
+            along = chain.taken_along(server, request, answer) if chain is not None else {}
+            refused = self._kernel_would_refuse(point, request, answer, along)
             if chain is not None and chain.defers(server, refused):
                 outcome = None
                 chain.defer(server, request, answer, refused, time.perf_counter() - started)
@@ -166,7 +167,7 @@ class Dispatcher:
             if self._metrics is not None and outcome is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
 
-    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, chain: ChainCpusets | None) -> list[Reason]:
+    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, along: dict[str, str]) -> list[Reason]:
         if self._node is None or not point.answer_applied:
             return []  # an answer never applied cannot fail the container
         if point.kind is Kind.POD:
@@ -176,21 +177,15 @@ class Dispatcher:
         # The cpusets this answer sets are judged by the parent in effect after
         # it: only CreateContainer takes a new one (its container is made under
         # it). Those it leaves are not, but for an earlier hook's that its move
-        # takes along (chaincpuset.py): kubelet's is not a hook's doing, and a
-        # later hook in the chain may still set it, or move the container.
+        # takes along (``along``, chaincpuset.py): kubelet's is not a hook's
+        # doing, and a later hook in the chain may still set it, or move the container.
         parent = request.pod_cgroup_parent
-        along: dict[str, str] = {}
         if point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent:
             parent = answer.pod_cgroup_parent
-            along = chain.taken_along(request, answer) if chain is not None else {}
         reasons = self._node.invalid_answer(
             request.container_resources, answer.container_resources, parent, frozenset(along)
         )
-        return [
-            r.noted(f", set by {along[r.field]} earlier in the chain and taken along by this answer's move")
-            if isinstance(r, OutsideParent) and r.field in along else r
-            for r in reasons
-        ]
+        return noted(reasons, along)
 
     async def run_pre(
         self,
