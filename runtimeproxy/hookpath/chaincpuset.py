@@ -14,10 +14,10 @@ make that the chain's judgment:
    the move left; such a cpuset no later hook sets reaches runc, as before.
  * A Fail hook's answer refused only by its parent, while a later hook may
    still move the container or set that cpuset again, is taken for now and
-   judged again once the chain has run, by the parent and cpusets the call
-   then has. Refused still, the call fails naming the last answer so
-   deferred that stands: of the hooks that set the cpuset and moved the
-   container, the later, whose answer completed the pair.
+   judged again once the chain has run, by the cpusets the call then has
+   and its parent read again. Refused still, the call fails naming the
+   last answer so deferred that stands (of a pin and a Fail move taking it
+   along, the move, whose answer completed the pair).
 
 Ignore answers are not deferred: dropped as they come, as before. Dropping
 one after later hooks ran would take out of the call what those hooks saw,
@@ -58,8 +58,8 @@ class Deferred:
 
     server: HookServerConfig
     reasons: list[Reason]
-    parent: str  # the parent it was judged under
-    values: dict[str, str]  # the cpusets refused, as judged (field: value)
+    fields: frozenset[str]  # the cpusets refused: judged again at the end, as the call has them then
+    along: dict[str, str]  # those of them an earlier hook set that its move took along (field: hook file)
     seconds: float  # its call's time: counted, with its outcome, at the chain's end
     counted: bool = False
 
@@ -106,23 +106,21 @@ class ChainCpusets:
             and all(isinstance(reason, OutsideParent) for reason in reasons)
         )
 
-    def defer(self, server: HookServerConfig, request: Any, answer: Any, reasons: list[Reason], seconds: float) -> None:
-        shown, answered = request.container_resources, answer.container_resources
-        values = {r.field: getattr(answered, r.field) or getattr(shown, r.field) for r in reasons}
-        parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
-        self.deferred.append(Deferred(server, reasons, parent, values, seconds))
+    def defer(self, server: HookServerConfig, reasons: list[Reason], along: dict[str, str], seconds: float) -> None:
+        fields = frozenset(r.field for r in reasons)
+        self.deferred.append(Deferred(server, reasons, fields, {f: along[f] for f in fields & along.keys()}, seconds))
         log.debug("answer outside its parent cgroup taken until the chain's end: a later hook may move the container",
                   extra={**server.log_fields(), "error": "; ".join(reasons)})
 
     def standing(self, node: NodeFactsSource) -> list[Deferred]:
         """The deferred refusals that stand by the call as the chain left it, in
-        chain order: one whose parent and cpusets are still as judged stands as
-        it was (nothing read); another is judged again, its parent read now."""
+        chain order: each judged again, by its cpusets as the call has them
+        and the parent read now (one widened during the chain is taken)."""
         out = []
         for entry in self.deferred:
-            values = {field: self._values[field] for field in entry.values}
-            if (self._parent, values) != (entry.parent, entry.values):
-                entry.reasons = node.outside(self._parent, values)
+            values = {field: self._values[field] for field in entry.fields}
+            along = {f: name for f, name in entry.along.items() if self._set_by.get(f) == name}  # not set again since
+            entry.reasons = noted(node.outside(self._parent, values), along)
             if entry.reasons:
                 out.append(entry)
         return out

@@ -138,7 +138,7 @@ class Dispatcher:
             refused = self._kernel_would_refuse(point, request, answer, along)
             if chain is not None and chain.defers(server, refused):
                 outcome = None
-                chain.defer(server, request, answer, refused, time.perf_counter() - started)
+                chain.defer(server, refused, along, time.perf_counter() - started)
                 return answer
             if refused:
                 # Sent on, such a value fails the container deep in runc,
