@@ -250,7 +250,14 @@ class Dispatcher:
         """The answers taken though refused by their parent, judged by the call
         as the chain left it; the last that stands fails the call (each is Fail)."""
         assert self._node is not None
-        standing = chain.standing(self._node)
+        try:
+            standing = chain.standing(self._node)
+        except Exception as err:  # a read gone wrong is the last deferred answer's failure: the proxy goes on
+            blamed, cause = chain.deferred[-1], f"{type(err).__name__}: {err}"
+            log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=blamed.server.log_fields())
+            log.error("hook failed, refusing call", extra={**log_fields, **blamed.server.log_fields(), "error": cause})
+            self._count_deferred(hook, chain.deferred, "error")
+            raise HookError(blamed.server, hook, cause) from err
         cleared = [entry for entry in chain.deferred if entry not in standing]
         for entry in cleared:
             log.debug("answer outside its parent cgroup taken: later hooks left it within theirs",
