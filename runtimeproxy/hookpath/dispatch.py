@@ -203,8 +203,12 @@ class Dispatcher:
             if chain is not None and chain.deferred:
                 self._judge_chain(hook, chain, log_fields)
             return changed
+        except asyncio.CancelledError:
+            if chain is not None:  # the call cancelled: its deferred answers were never judged
+                self._count_deferred(hook, chain.deferred, "cancelled")
+            raise
         finally:
-            if chain is not None:  # cut short (another hook's refusal, a cancel): refused as judged
+            if chain is not None:  # cut short by another hook's refusal: refused as judged
                 self._count_deferred(hook, chain.deferred, "invalid_value")
 
     async def _chain(
