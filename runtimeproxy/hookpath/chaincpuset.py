@@ -67,7 +67,8 @@ class Deferred:
 class ChainCpusets:
     """One PreCreateContainer chain's cpusets and parent, as its answers leave them."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_fields: dict[str, object]) -> None:
+        self.log_fields = log_fields  # the call's (method, pod or container)
         self.later = False  # a server comes after the one being called: its refusal may wait
         self.deferred: list[Deferred] = []
         self._set_by: dict[str, str] = {}  # cpuset field: the hook file that last set it in this chain
@@ -110,7 +111,7 @@ class ChainCpusets:
         fields = frozenset(r.field for r in reasons)
         self.deferred.append(Deferred(server, reasons, fields, {f: along[f] for f in fields & along.keys()}, seconds))
         log.debug("answer outside its parent cgroup taken until the chain's end: a later hook may move the container",
-                  extra={**server.log_fields(), "error": "; ".join(reasons)})
+                  extra={**self.log_fields, **server.log_fields(), "error": "; ".join(reasons)})
 
     def standing(self, node: NodeFactsSource) -> list[Deferred]:
         """The deferred refusals that stand by the call as the chain left it, in

@@ -197,7 +197,7 @@ class Dispatcher:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it. Returns whether any answer changed the call."""
         # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
-        chain = ChainCpusets() if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
+        chain = ChainCpusets(log_fields) if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
         try:
             changed = await self._chain(hook, build, apply, log_fields, chain)
             if chain is not None and chain.deferred:
