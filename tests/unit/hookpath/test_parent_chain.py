@@ -6,14 +6,19 @@ node's sysfs and cpuset hierarchy)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+import grpc
+
 from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.hookclient.transport import CallFailed
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
-from tests.fakesysfs import set_cgroup_cpuset
+from tests.fakesysfs import set_cgroup_cpuset, set_nodes_with_memory
 
 from .dispatchfakes import Chain
 from .test_parent_judged import CREATE, NARROW, POD, ByEndpoint, Node
@@ -30,15 +35,38 @@ def move(parent: str) -> hookapi.ContainerResourceHookResponse:
     return hookapi.ContainerResourceHookResponse(pod_cgroup_parent=parent)
 
 
+NOTHING = hookapi.ContainerResourceHookResponse()
+
+
+class Awaiting(ByEndpoint):
+    """Each endpoint of ``first`` awaits its coroutine before it answers."""
+
+    def __init__(self, answers: dict[str, hookapi.ContainerResourceHookResponse],
+                 first: dict[str, Callable[[], Awaitable[None]]]) -> None:
+        super().__init__(answers)
+        self.first = first
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        if endpoint in self.first:
+            await self.first[endpoint]()
+        return await super().call(endpoint, method, request, timeout)
+
+
 class Run:
     """Hooks answering in chain order (name, policy, answer) on a container of
     the pod's parent (kubelet's cpuset 0-1); ``request`` as the chain leaves it."""
 
-    def __init__(self, tmp_path: Path, *hooks: tuple[str, FailurePolicy, hookapi.ContainerResourceHookResponse]) -> None:
+    def __init__(
+        self, tmp_path: Path, *hooks: tuple[str, FailurePolicy, hookapi.ContainerResourceHookResponse],
+        first: dict[str, Callable[[], Awaitable[None]]] | None = None,
+    ) -> None:
         self.node = Node(tmp_path)
         set_cgroup_cpuset(self.node.root, ISO, "2-3", "0")
         servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0) for n, p, _ in hooks]
-        transport = ByEndpoint({f"/run/{n}.sock": answer for n, _, answer in hooks})
+        transport = Awaiting(
+            {f"/run/{n}.sock": answer for n, _, answer in hooks},
+            {f"/run/{n}.sock": wait for n, wait in (first or {}).items()},
+        )
         self.dispatcher = Dispatcher(
             Chain(*servers), self.node.metrics, node=self.node.source, transport=transport  # type: ignore[arg-type]
         )
@@ -52,8 +80,9 @@ class Run:
 
         def apply(answer: hookapi.ContainerResourceHookResponse) -> bool:
             self.request.pod_cgroup_parent = answer.pod_cgroup_parent or self.request.pod_cgroup_parent
-            cpus = answer.container_resources.cpuset_cpus
-            self.request.container_resources.cpuset_cpus = cpus or self.request.container_resources.cpuset_cpus
+            for field in ("cpuset_cpus", "cpuset_mems"):
+                value = getattr(answer.container_resources, field)
+                setattr(self.request.container_resources, field, value or getattr(self.request.container_resources, field))
             return True
 
         await self.dispatcher.run_pre(CREATE, build, apply, {})
@@ -90,10 +119,19 @@ async def test_a_move_taking_an_earlier_cpuset_outside_its_parent_fails_under_fa
     assert (run.counted("a", "invalid_value"), run.counted("b", "ok")) == (1, 1)
 
 
-async def test_a_move_taking_an_earlier_cpuset_outside_its_parent_is_dropped_under_ignore(tmp_path: Path) -> None:
-    run = Run(tmp_path, ("b", FAIL, pin("1")), ("a", IGNORE, move(ISO)), ("c", FAIL, hookapi.ContainerResourceHookResponse()))
+async def test_a_last_move_taking_an_earlier_cpuset_outside_its_parent_is_dropped_under_ignore(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("a", IGNORE, move(ISO)))
     assert await run.run() == (POD, "1")  # b's pin stays, under the parent it fits
     assert run.counted("a", "invalid_value") == 1
+
+
+async def test_an_ignore_move_with_hooks_after_it_is_not_judged_for_the_cpusets_it_takes_along(tmp_path: Path) -> None:
+    """b's move takes b's CPU 0 outside ISO, but c then pins the container to
+    CPU 2, which ISO has: the call goes on as the chain left it (b's move was
+    dropped for a cpuset c set again, and c judged by the pod's parent)."""
+    run = Run(tmp_path, ("a", FAIL, pin("0")), ("b", IGNORE, move(ISO)), ("c", FAIL, pin("2")))
+    assert await run.run() == (ISO, "2")
+    assert (run.counted("b", "ok"), run.counted("c", "ok")) == (1, 1)
 
 
 async def test_a_move_refused_is_taken_when_a_later_hook_sets_a_cpuset_that_fits(tmp_path: Path) -> None:
@@ -122,6 +160,72 @@ async def test_a_deferred_refusal_stands_when_a_later_hook_fails(tmp_path: Path)
         await run.run()
     assert refused.value.server.name == "c.json"
     assert run.counted("b", "invalid_value") == 1
+
+
+async def test_a_deferred_refusal_a_later_hook_sets_again_within_the_parent_is_cleared(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, pin("1")))
+    assert await run.run() == (POD, "1")
+    assert (run.counted("a", "ok"), run.counted("a", "invalid_value")) == (1, 0)
+
+
+async def test_a_deferred_cpuset_mems_a_later_move_makes_fit_is_taken(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("a", FAIL, hookapi.ContainerResourceHookResponse(
+        container_resources=hookapi.LinuxContainerResources(cpuset_mems="1"))), ("b", FAIL, move(ISO)), ("c", FAIL, NOTHING))
+    (run.node.root / "sys/devices/system/node").mkdir()
+    (run.node.root / "sys/devices/system/node/online").write_text("0-1\n")
+    set_nodes_with_memory(run.node.root, "0-1\n")
+    set_cgroup_cpuset(run.node.root, ISO, "2-3", "0-1")  # the pod's parent has node 0
+    assert await run.run() == (ISO, "0-1")
+    assert run.request.container_resources.cpuset_mems == "1"
+    assert run.counted("a", "ok") == 1
+
+
+async def test_a_parent_widened_during_the_chain_is_read_at_its_end(tmp_path: Path) -> None:
+    """a's CPU 2 is outside the pod's parent as a answers; the parent is
+    widened to it while b answers: the chain's end reads it again."""
+    async def widen() -> None:
+        set_cgroup_cpuset(run.node.root, POD, "0-3", "0")
+
+    run = Run(tmp_path, ("a", FAIL, pin("2")), ("b", FAIL, NOTHING), first={"b": widen})
+    assert await run.run() == (POD, "2")
+    assert run.counted("a", "ok") == 1
+
+
+async def test_a_deferred_answer_is_counted_cancelled_when_the_call_is(tmp_path: Path) -> None:
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING), first={"b": asyncio.Event().wait})
+    chain = asyncio.ensure_future(run.run())
+    while run.counted("b", "cancelled") == 0 and not chain.done():
+        await asyncio.sleep(0.01)
+        chain.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await chain
+    assert (run.counted("a", "cancelled"), run.counted("a", "invalid_value"), run.counted("b", "cancelled")) == (1, 0, 1)
+
+
+async def test_a_deferred_refusal_stands_when_a_later_hook_times_out(tmp_path: Path) -> None:
+    async def hang() -> None:
+        await asyncio.sleep(0.01)
+        raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "")
+
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING), first={"b": hang})
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "b.json"
+    assert (run.counted("a", "invalid_value"), run.counted("b", "deadline_exceeded")) == (1, 1)
+
+
+async def test_an_error_judging_the_chains_end_refuses_the_call_naming_the_last_deferred_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("cannot read")
+
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, pin("2")), ("c", FAIL, NOTHING))
+    monkeypatch.setattr(run.node.source, "outside", broken)
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert (refused.value.server.name, refused.value.cause) == ("b.json", "RuntimeError: cannot read")
+    assert (run.counted("a", "error"), run.counted("b", "error"), run.counted("c", "ok")) == (1, 1, 1)
 
 
 async def test_an_ignore_answer_is_judged_as_it_comes(tmp_path: Path) -> None:
