@@ -91,3 +91,40 @@ async def test_a_cpu_outside_the_pods_parent_is_the_hooks_failure(cri_channel, l
         if pod_id:
             await remove_pod_quietly(V1, cri_channel, pod_id)
         await pod.remove()
+
+
+async def test_a_pin_a_later_hooks_move_makes_fit_goes_on(cri_channel, launcher, pod_log_dir) -> None:
+    """pin's CPU is outside the pod's parent, and iso then moves the container
+    to a parent that has it: the chain's call is taken, and runc starts the
+    container there (pin alone was refused, judged by the pod's parent)."""
+    pb = V1.pb
+    config = pod_sandbox_config(pb, pod_log_dir, name="moved")
+    pod, iso = PodCgroup.new(config.metadata.uid), PodCgroup.new(f"{config.metadata.uid}-iso")
+    config.linux.cgroup_parent = pod.parent
+    kept, outside = ONLINE[0], ONLINE[1]
+    for cgroup, cpu in ((pod, kept), (iso, outside)):
+        cgroup.make()
+        (cgroup.path("cpuset") / "cpuset.cpus").write_text(str(cpu))
+    running, _ = await launcher.start()
+    pod_id = ""
+    try:
+        pin = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": str(outside)}}}
+        move = {"PreCreateContainer": {"pod_cgroup_parent": iso.parent}}
+        async with hook_server(launcher.dir, "pin", pin) as first, hook_server(launcher.dir, "iso", move) as second, \
+                launcher.channel() as channel:
+            first.register(launcher.hook_dir, ["PreCreateContainer"], "Fail", priority=1)
+            second.register(launcher.hook_dir, ["PreCreateContainer"], "Fail", priority=2)
+            await registered(running, 2)
+            rt = V1.runtime(channel)
+            pod_id = (await rt.RunPodSandbox(pb.RunPodSandboxRequest(config=config), timeout=60)).pod_sandbox_id
+            create = pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=container_config(pb), sandbox_config=config)
+            cid = (await rt.CreateContainer(create, timeout=60)).container_id
+            await rt.StartContainer(pb.StartContainerRequest(container_id=cid), timeout=60)
+            pid = await container_pid(V1, channel, cid)
+            assert cgroup_of(pid, "cpuset") == iso.path("cpuset") / cid
+            assert os.sched_getaffinity(pid) == {outside}
+    finally:
+        if pod_id:
+            await remove_pod_quietly(V1, cri_channel, pod_id)
+        await pod.remove()
+        await iso.remove()
