@@ -102,6 +102,9 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     root.setLevel(level.upper())
     # grpc's own debug lines drown ours; its warnings still show.
     logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))
+    # hpack (the frames path's and the hook SDK's header codec) logs every
+    # header it decodes at debug: hundreds of lines per pod, none ours.
+    logging.getLogger("hpack").setLevel(max(logging.INFO, root.level))
     # watchfiles says "N changes detected" at info for every write in the hook
     # directory; the registry's own line says what changed. Shown at debug.
     quiet = logging.DEBUG if root.level <= logging.DEBUG else max(logging.WARNING, root.level)

@@ -150,6 +150,7 @@ def restore_logging() -> Iterator[None]:
     handlers, level = root.handlers[:], root.level
     grpc_level = logging.getLogger("grpc").level
     watchfiles_level = logging.getLogger("watchfiles").level
+    hpack_level = logging.getLogger("hpack").level
     core_filters = logging.getLogger("grpc._cython.cygrpc").filters[:]
     try:
         yield
@@ -159,6 +160,7 @@ def restore_logging() -> Iterator[None]:
         root.setLevel(level)
         logging.getLogger("grpc").setLevel(grpc_level)
         logging.getLogger("watchfiles").setLevel(watchfiles_level)
+        logging.getLogger("hpack").setLevel(hpack_level)
 
 
 def test_setup_json_writes_one_json_line_per_record(restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,6 +188,17 @@ def test_setup_text_and_level(restore_logging: None, capsys: pytest.CaptureFixtu
     assert len(logging.getLogger().handlers) == 1
     assert isinstance(logging.getLogger().handlers[0].formatter, TextFormatter)
     assert logging.getLogger("grpc").level == logging.WARNING
+
+
+def test_debug_shows_our_lines_not_hpacks_per_header_ones(restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """At --log-level debug, hpack logged each header it decoded: 117 of a pod's 137 lines."""
+    logs.setup("text", "debug")
+    logging.getLogger("hpack.hpack").debug("Decoded %d, consumed %d bytes", 13, 1)  # as hpack logs each header
+    logging.getLogger("hpack.table").debug("Adding (b':path', b'/x') to the header table")
+    logging.getLogger("hpack.hpack").warning("still shown")
+    logging.getLogger("runtimeproxy.test.setup").debug("ours")
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.rsplit(" ", 1)[-1] for line in lines] == ["shown'", "'ours'"]
 
 
 @pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
