@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -101,6 +102,32 @@ async def fetch_status(socket: Path, timeout: float = 5.0) -> dict[str, Any]:
     async with aio.insecure_channel(grpc_target(socket)) as channel:
         raw = await channel.unary_unary(STATUS)(empty_pb2.Empty().SerializeToString(), timeout=timeout)
     return json.loads(wrappers_pb2.BytesValue.FromString(raw).value)
+
+
+def unreachable(socket: Path, exc: aio.AioRpcError, timeout: float) -> str:
+    """Why ``status`` got no answer from ``socket``, and what to do about it."""
+    code, details = exc.code(), exc.details() or ""
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return (f"{socket} answers gRPC but has no runtime-proxy status service: it is not a runtime-proxy's "
+                "socket (a runtime's own?), or that runtime-proxy predates `status`; give the proxy's --listen")
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"the proxy at {socket} did not answer within {timeout:g}s (--timeout); is it stuck? its log says more"
+    raw = f"{code.name}: {details}"
+    try:
+        mode = socket.stat().st_mode
+    except FileNotFoundError:
+        return (f"no socket at {socket}: no proxy is running there (`systemctl status runtime-proxy`), "
+                "or it listens elsewhere: give --listen PATH, its config's `listen`")
+    except OSError as err:
+        return f"cannot look at {socket}: {err.strerror} ({raw})"
+    if not stat.S_ISSOCK(mode):
+        return f"{socket} is not a unix socket: give the proxy's --listen PATH"
+    if "Permission denied" in details:
+        return f"no permission to connect to {socket}: the proxy's socket is for root and its group; run as root"
+    if "Connection refused" in details:
+        return (f"nothing listens on {socket}: a socket left behind by a proxy that was killed, "
+                "or one still starting (`systemctl status runtime-proxy`)")
+    return f"cannot get the status from the proxy at {socket}: {raw}"
 
 
 def render(doc: Mapping[str, Any]) -> str:

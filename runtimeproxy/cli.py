@@ -248,13 +248,13 @@ def status(listen: Path, as_json: bool, timeout: float) -> None:
 
     from grpc import aio
 
-    from .admin import fetch_status, render
+    from .admin import fetch_status, render, unreachable
     from .host.unixsocket import UnixSocketError
 
     try:
         doc = asyncio.run(fetch_status(listen, timeout))
     except aio.AioRpcError as exc:
-        raise click.ClickException(f"cannot get the status from the proxy at {listen}: {exc.code().name}: {exc.details()}") from None
+        raise click.ClickException(unreachable(listen, exc, timeout)) from None
     except UnixSocketError as exc:  # a path grpc cannot dial (a comma)
         raise click.ClickException(f"cannot get the status from the proxy at {listen}: {exc}") from None
     click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else render(doc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -78,10 +79,36 @@ async def test_status_json_with_hooks_registered(sock_dir: Path) -> None:
     assert "last error: unavailable on PreRunPodSandbox" in text
 
 
-async def test_status_without_a_proxy_fails_with_the_reason(sock_dir: Path) -> None:
+async def test_status_without_a_proxy_says_none_runs_there(sock_dir: Path) -> None:
+    """It printed grpc's UNAVAILABLE: failed to connect to all addresses... (No such file or directory)."""
     code, _, err = await status_command("--listen", str(sock_dir / "nothing.sock"), "--timeout", "1")
     assert code == 1
-    assert "cannot get the status from the proxy at" in err and "UNAVAILABLE" in err
+    assert f"no socket at {sock_dir / 'nothing.sock'}: no proxy is running there" in err
+    assert "give --listen PATH" in err and "UNAVAILABLE" not in err
+
+
+async def test_status_on_a_socket_nobody_listens_on_says_it_was_left_behind(sock_dir: Path) -> None:
+    left = sock_dir / "left.sock"
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(left))  # bound, never listening: what a killed proxy leaves
+        code, _, err = await status_command("--listen", str(left), "--timeout", "1")
+    assert code == 1
+    assert f"nothing listens on {left}: a socket left behind by a proxy that was killed" in err
+
+
+async def test_status_on_a_regular_file_says_it_is_no_socket(sock_dir: Path) -> None:
+    regular = sock_dir / "config.yaml"
+    regular.write_text("listen: /run/p.sock\n")
+    code, _, err = await status_command("--listen", str(regular), "--timeout", "1")
+    assert code == 1
+    assert f"{regular} is not a unix socket: give the proxy's --listen PATH" in err
+
+
+async def test_status_on_a_runtime_socket_says_it_is_not_the_proxy(fake: FakeBackend) -> None:
+    """It printed UNIMPLEMENTED: unknown service runtimeproxy.admin.v1.Admin (containerd's socket given)."""
+    code, _, err = await status_command("--listen", str(fake.socket), "--timeout", "5")
+    assert code == 1
+    assert f"{fake.socket} answers gRPC but has no runtime-proxy status service" in err
 
 
 async def test_the_router_leaves_admin_calls_alone(fake: FakeBackend, start_proxy, sock_dir: Path) -> None:
