@@ -48,6 +48,7 @@ class StatusSource:
         backend = self.proxy.backend
         info = backend.info
         plan = self.proxy.router.plan
+        last = self.registry.last_reload
         return {
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started_monotonic, 1),
@@ -68,6 +69,9 @@ class StatusSource:
             },
             "calls": {"served": self.metrics.cri.served, "in_flight": self.metrics.cri.active},
             "hook_servers": [self._hook_server(name) for name in self.registry.snapshot.servers],
+            "hook_dir": str(self.registry.directory),
+            "hook_dir_problem": last.directory_error,
+            "hook_files_rejected": dict(sorted(last.rejected.items())),
         }
 
     def _hook_server(self, name: str) -> dict[str, Any]:
@@ -142,8 +146,10 @@ def render(doc: Mapping[str, Any]) -> str:
         f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}",
         f"serving: CRI {served}",
         f"calls served: {doc['calls']['served']} ({doc['calls']['in_flight']} in flight)",
-        f"hook servers: {len(doc['hook_servers'])}",
+        f"hook servers: {len(doc['hook_servers'])}, from {doc.get('hook_dir', '?')}",
     ]
+    if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
+        lines.append(f"  hook directory: {doc['hook_dir_problem']}")
     for server in doc["hook_servers"]:
         calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"
         lines.append(
@@ -156,6 +162,13 @@ def render(doc: Mapping[str, Any]) -> str:
         if error:
             at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["at"]))
             lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}")
+    rejected = doc.get("hook_files_rejected") or {}
+    if rejected:
+        lines.append(f"hook files rejected: {len(rejected)} (fix or remove them; `runtime-proxy check-config`)")
+    served = {server["name"] for server in doc["hook_servers"]}
+    for name, reason in rejected.items():
+        kept = "; its last good version, above, stays in force" if name in served else ""
+        lines.append(f"  {name}: {reason}{kept}")
     return "\n".join(lines)
 
 

@@ -129,6 +129,7 @@ class HookRegistry:
         self._check_permissions = check_permissions
         self._watch_settings = WatchSettings(debounce_ms, step_ms, resync_interval, dir_poll_interval, error_backoff)
         self._snapshot = HookSnapshot()
+        self._last_reload = ReloadResult()
         self._owner = threading.current_thread()
         self._callbacks: list[ChangeCallback] = []
         # Log de-duplication: report a rejection / directory problem once until it changes.
@@ -157,6 +158,11 @@ class HookRegistry:
     @property
     def snapshot(self) -> HookSnapshot:
         return self._snapshot
+
+    @property
+    def last_reload(self) -> ReloadResult:
+        """What the latest rescan found (files rejected, a directory problem): for `status`."""
+        return self._last_reload
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         """Hook servers registered for ``hook``, ordered by (priority, file name)."""
@@ -202,7 +208,7 @@ class HookRegistry:
 
     def _reload(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         """Rescan; re-read the files named in ``reread`` (all when None) and the changed ones."""
-        result = self._rescan(reread, periodic)
+        result = self._last_reload = self._rescan(reread, periodic)
         if result.modified:
             for callback in list(self._callbacks):  # a callback may unsubscribe
                 try:

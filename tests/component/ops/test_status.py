@@ -118,3 +118,38 @@ async def test_the_router_leaves_admin_calls_alone(fake: FakeBackend, start_prox
         with pytest.raises(aio.AioRpcError) as err:
             await channel.unary_unary("/runtimeproxy.admin.v1.Admin/Status")(b"")
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_status_names_the_hook_directory_and_its_rejected_files(sock_dir: Path) -> None:
+    """A bad hook file showed nowhere in `status` ("hook servers: 0"): only in the log."""
+    hook_dir = sock_dir / "hooks.d"
+    hook_dir.mkdir(mode=0o755)
+    (hook_dir / "broken.json").write_text('{"remote-endpoint": "/run/x.sock",\n')
+    listen = sock_dir / "proxy.sock"
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        config = ProxyConfig(listen=listen, backend=fake.socket, hook_dir=hook_dir)
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            code, out, err = await status_command("--listen", str(listen), "--json")
+            _, text, _ = await status_command("--listen", str(listen))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["hook_dir"], doc["hook_dir_problem"]) == (str(hook_dir), None)
+    assert list(doc["hook_files_rejected"]) == ["broken.json"]
+    assert doc["hook_files_rejected"]["broken.json"].startswith("invalid JSON: ")
+    assert f"hook servers: 0, from {hook_dir}" in text
+    assert "hook files rejected: 1" in text and "  broken.json: invalid JSON: " in text
+
+
+async def test_status_says_when_the_hook_directory_is_missing(sock_dir: Path) -> None:
+    listen = sock_dir / "proxy.sock"
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        config = ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "typo.d")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            code, text, err = await status_command("--listen", str(listen))
+    assert code == 0, err
+    assert f"hook servers: 0, from {sock_dir / 'typo.d'}" in text
+    assert f"  hook directory: hook directory {sock_dir / 'typo.d'} does not exist" in text
