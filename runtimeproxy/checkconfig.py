@@ -18,6 +18,7 @@ import enum
 import json
 import logging
 import os
+import socket
 import stat
 import sys
 from collections.abc import Iterable, Iterator
@@ -176,7 +177,24 @@ def _endpoint(path: Path, what: str) -> list[Finding]:
         return [Finding(Severity.WARNING, path, f"{what}: cannot stat: {exc.strerror or exc}")]
     if not stat.S_ISSOCK(mode):
         return [Finding(Severity.ERROR, path, f"{what}: exists and is not a unix socket")]
+    if _refused(path):
+        return [Finding(Severity.WARNING, path, f"{what}: nobody listens on this socket (left behind by a "
+                        "server that was killed or stopped?); calls fail until its server is started again")]
     return []
+
+
+def _refused(path: Path) -> bool:
+    """Whether connecting is refused: a socket file with no listener. Other
+    failures (a path too long, no permission) say nothing either way."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
 
 
 def _hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list[Finding]]:

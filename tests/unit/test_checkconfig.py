@@ -226,6 +226,7 @@ def test_a_listen_path_serve_can_use_changes_nothing_on_disk(sock_dir: Path, liv
         gone.bind(str(stale))
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as runtime:
         runtime.bind(str(sock_dir / "runtime.sock"))
+        runtime.listen()  # a runtime nobody listens on is a warning of its own
         for listen in (sock_dir / "new" / "proxy.sock", stale, live):  # live: the running proxy's own
             report = check(listen_config(sock_dir, listen, sock_dir / "runtime.sock", hook_dir))
             assert report.findings == (), listen
@@ -319,6 +320,21 @@ def test_missing_hook_endpoint_is_a_warning(tmp_path: Path, live: Path, hook_dir
     assert (finding.severity, finding.subject) == (Severity.WARNING, path)
     assert "socket does not exist" in finding.reason and str(tmp_path / "down.sock") in finding.reason
     assert report.ok
+
+
+def test_hook_endpoint_nobody_listens_on_is_a_warning(tmp_path: Path, live: Path, hook_dir: Path) -> None:
+    """A killed hook server leaves its socket: check-config said the file was valid, while a
+    Fail hook refused every pod's containers with `Connection refused`."""
+    left = tmp_path / "left.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(left))  # bound, not listening: what a killed server leaves
+        path = hook_file(hook_dir, "a.json", valid_hook(left))
+        report = check(good_config(tmp_path, live, hook_dir))
+    (finding,) = report.findings
+    assert (finding.severity, finding.subject) == (Severity.WARNING, path)
+    assert "remote-endpoint: nobody listens on this socket (left behind by a server" in finding.reason
+    assert str(left) in finding.reason
+    assert report.ok and [s.name for s in report.servers] == ["a.json"]
 
 
 def test_hook_endpoint_that_is_not_a_socket_is_an_error(tmp_path: Path, live: Path, hook_dir: Path) -> None:
