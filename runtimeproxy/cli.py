@@ -177,13 +177,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             stack.callback(exited.cancel)  # before containerd's stop, on every way out
             # replace, not with_overrides: None (images from the backend) must clear a value
             config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
-            click.echo(
-                f"private containerd at {runtime.socket}\n"
-                f"point clients at the proxy:\n"
-                f"  crictl --runtime-endpoint unix://{config.listen} --image-endpoint unix://{config.listen} version\n"
-                f"  kubelet --container-runtime-endpoint=unix://{config.listen}",
-                err=True,
-            )
+            _tell_local_usage(config, runtime.socket)
         gcpolicy.before_serving()
         running = await stop.unless_signalled(build_proxy(config, stack, listen_socket), exited)
         if running is not None:  # None: a signal, or containerd's exit, while it started: nothing serves
@@ -221,6 +215,28 @@ def _private_containerd_died(runtime: LocalContainerd, pid: int | None, returnco
     return LocalRuntimeError(
         f"the private containerd (pid {pid}) exited: {status}; it is not restarted, restart runtime-proxy serve "
         f"(its log {runtime.log_path} ends:\n{tail})")
+
+
+def _tell_local_usage(config: ProxyConfig, containerd: Path) -> None:
+    """How to use a --local-containerd run: for a person, or one JSON line (stderr is the log's)."""
+    endpoint = f"unix://{config.listen}"
+    crictl = f"crictl --runtime-endpoint {endpoint} --image-endpoint {endpoint} version"
+    status = f"runtime-proxy status --listen {config.listen}"
+    if config.log_format == "json":
+        log.info("private containerd ready; point clients at the proxy", extra={
+            "containerd": str(containerd), "endpoint": endpoint, "hook_dir": str(config.hook_dir),
+            "crictl": crictl, "status": status,
+        })
+        return
+    click.echo(
+        f"private containerd at {containerd}\n"
+        f"point clients at the proxy:\n"
+        f"  crictl --runtime-endpoint {endpoint} --image-endpoint {endpoint} version\n"
+        f"  kubelet --container-runtime-endpoint={endpoint}\n"
+        f"hook servers register in {config.hook_dir} (--hook-dir); what it serves and calls:\n"
+        f"  {status}",
+        err=True,
+    )
 
 
 async def _first(*waits: Awaitable[Any]) -> None:

@@ -1,0 +1,54 @@
+"""What `serve --local-containerd` tells its user once containerd is up."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy import logs
+from runtimeproxy.cli import _tell_local_usage
+from runtimeproxy.config import ProxyConfig
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    saved = {name: logging.getLogger(name).level for name in ("grpc", "watchfiles", "hpack")}
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, saved_level in saved.items():
+            logging.getLogger(name).setLevel(saved_level)
+
+
+def test_text_names_the_endpoint_the_hook_dir_and_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = ProxyConfig(listen=tmp_path / "proxy.sock", hook_dir=tmp_path / "hooks")
+    _tell_local_usage(config, tmp_path / "containerd.sock")
+    err = capsys.readouterr().err
+    assert f"private containerd at {tmp_path / 'containerd.sock'}" in err
+    assert f"  kubelet --container-runtime-endpoint=unix://{tmp_path / 'proxy.sock'}" in err
+    assert f"hook servers register in {tmp_path / 'hooks'} (--hook-dir)" in err
+    assert f"  runtime-proxy status --listen {tmp_path / 'proxy.sock'}" in err
+
+
+def test_json_logs_keep_stderr_one_json_document_a_line(
+    tmp_path: Path, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under --log-format json it wrote four plain lines among the JSON ones on stderr."""
+    logs.setup("json", "info")
+    config = ProxyConfig(listen=tmp_path / "proxy.sock", hook_dir=tmp_path / "hooks", log_format="json")
+    _tell_local_usage(config, tmp_path / "containerd.sock")
+    captured = capsys.readouterr()
+    (doc,) = [json.loads(line) for line in captured.err.splitlines()]
+    assert doc["msg"] == "private containerd ready; point clients at the proxy"
+    assert (doc["containerd"], doc["endpoint"]) == (str(tmp_path / "containerd.sock"), f"unix://{tmp_path / 'proxy.sock'}")
+    assert doc["hook_dir"] == str(tmp_path / "hooks")
+    assert doc["status"] == f"runtime-proxy status --listen {tmp_path / 'proxy.sock'}"
+    assert captured.out == ""
