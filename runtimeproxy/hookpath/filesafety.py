@@ -11,6 +11,8 @@ import os
 import stat
 from pathlib import Path
 
+from ..shown import shown
+
 __all__ = ["MAX_HOOK_FILE_SIZE", "HookConfigError", "check_path_safety", "read_hook_file", "unsafe_reason"]
 
 MAX_HOOK_FILE_SIZE = 1 << 20  # a hook file is a few hundred bytes; refuse absurd ones
@@ -66,7 +68,7 @@ def read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
             target = os.readlink(path)
         except OSError:  # not a symlink, or removed meanwhile
             raise HookConfigError(path, "file does not exist") from exc
-        raise HookConfigError(path, f"dangling symlink (target {target!r} does not exist)") from exc
+        raise HookConfigError(path, f"dangling symlink (target {shown(target)} does not exist)") from exc
     except OSError as exc:
         raise HookConfigError(path, f"cannot open: {exc.strerror or exc}", transient=True) from exc
     try:

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
 from ..host.unixsocket import dial_problem
+from ..shown import shown
 from .duration import format_duration, parse_duration
 from .filesafety import HookConfigError, check_path_safety, read_hook_file, unsafe_reason
 from .points import HookType
@@ -146,18 +147,18 @@ def _endpoint(value: object) -> str:
     if not value.strip():
         raise _Invalid(f'"{KEY_ENDPOINT}" is empty')
     if not os.path.isabs(value):
-        raise _Invalid(f'"{KEY_ENDPOINT}" must be an absolute socket path, got {value!r}')
+        raise _Invalid(f'"{KEY_ENDPOINT}" must be an absolute socket path, got {shown(value)}')
     if "\x00" in value:
         raise _Invalid(f'"{KEY_ENDPOINT}" contains a NUL byte')
     try:
         encoded = value.encode()
     except UnicodeEncodeError:
-        raise _Invalid(f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {value!r}') from None
+        raise _Invalid(f'"{KEY_ENDPOINT}" is not a valid UTF-8 path: {shown(value)}') from None
     if len(encoded) > MAX_SOCKET_PATH:
         raise _Invalid(f'"{KEY_ENDPOINT}" is {len(encoded)} bytes long; a unix socket path has at most {MAX_SOCKET_PATH}')
     problem = dial_problem(value)
     if problem is not None:
-        raise _Invalid(f'"{KEY_ENDPOINT}" {value!r}: {problem}')
+        raise _Invalid(f'"{KEY_ENDPOINT}" {shown(value)}: {problem}')
     return value
 
 
@@ -171,7 +172,7 @@ def _failure_policy(value: object) -> FailurePolicy:
         return FailurePolicy(value)
     except ValueError:
         allowed = ", ".join(repr(p.value) for p in FailurePolicy)
-        raise _Invalid(f'unknown "{KEY_FAILURE_POLICY}" {value!r} (allowed: {allowed})') from None
+        raise _Invalid(f'unknown "{KEY_FAILURE_POLICY}" {shown(value)} (allowed: {allowed})') from None
 
 
 # Hook points Koordinator declares and koord-runtime-proxy never calls; koordlet
@@ -195,7 +196,7 @@ def _runtime_hooks(value: object) -> frozenset[HookType]:
             hooks.add(HookType(item))
         except ValueError:
             allowed = ", ".join(h.value for h in HookType)
-            raise _Invalid(f"unknown runtime hook {item!r} (allowed: {allowed})") from None
+            raise _Invalid(f"unknown runtime hook {shown(item)} (allowed: {allowed})") from None
     return frozenset(hooks)
 
 
@@ -207,16 +208,16 @@ def _timeout(value: object) -> float:
     except ValueError as exc:
         raise _Invalid(f'bad "{KEY_TIMEOUT}": {exc}') from None
     if seconds <= 0:
-        raise _Invalid(f'bad "{KEY_TIMEOUT}": {value!r} must be greater than zero')
+        raise _Invalid(f'bad "{KEY_TIMEOUT}": {shown(value)} must be greater than zero')
     if seconds > MAX_TIMEOUT:
-        raise _Invalid(f'bad "{KEY_TIMEOUT}": {value!r} is more than the limit of {MAX_TIMEOUT:g}s')
+        raise _Invalid(f'bad "{KEY_TIMEOUT}": {shown(value)} is more than the limit of {MAX_TIMEOUT:g}s')
     return seconds
 
 
 def _priority(value: object) -> int:
     # bool is an int subclass in Python; JSON true/false is not a priority.
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _Invalid(f'"{KEY_PRIORITY}" must be an integer, got {_json_type(value)} {value!r}')
+        raise _Invalid(f'"{KEY_PRIORITY}" must be an integer, got {_json_type(value)} {shown(value)}')
     return value
 
 

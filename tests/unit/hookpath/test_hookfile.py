@@ -257,6 +257,24 @@ def test_invalid_file_rejected_with_reason_naming_file(hook_dir: Path, name: str
     assert name in str(excinfo.value)
 
 
+HUGE = "x" * 900_000  # a hook file may be 1 MiB: each reason quoting a value must stay short (status sends them all)
+
+
+@pytest.mark.parametrize("doc", [
+    valid_doc(endpoint="run/" + HUGE),
+    valid_doc(endpoint="/run/" + HUGE + "\udc80"),
+    valid_doc(**{"failure-policy": HUGE}),
+    valid_doc(**{"runtime-hooks": [HUGE]}),
+    valid_doc(priority=[HUGE[:300_000]] * 3),
+], ids=["relative-endpoint", "surrogate-endpoint", "policy", "hook", "priority"])
+def test_a_huge_value_is_shown_cut_short_in_the_reason(hook_dir: Path, doc: dict[str, object]) -> None:
+    """A 900 kB "remote-endpoint" gave a 900,057-character reason, sent whole by `status`."""
+    with pytest.raises(HookConfigError) as excinfo:
+        parse_hook_file(write(hook_dir, "huge.json", doc))
+    assert len(excinfo.value.reason) < 400, excinfo.value.reason[:200]
+    assert "..." in excinfo.value.reason
+
+
 def test_non_utf8_rejected(hook_dir: Path) -> None:
     path = hook_dir / "latin1.json"
     path.write_bytes(b'{"remote-endpoint": "/run/\xe9.sock"}')
