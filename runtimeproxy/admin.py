@@ -32,6 +32,9 @@ from .metrics import Metrics
 
 SERVICE = "runtimeproxy.admin.v1.Admin"
 STATUS = f"/{SERVICE}/Status"
+# A reason quotes values through shown(), so it is short; this cap keeps one
+# that does not (a bug) from pushing the answer past grpc's 4 MiB message limit.
+MAX_REASON = 1000
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class StatusSource:
             "hook_servers": [self._hook_server(name) for name in self.registry.snapshot.servers],
             "hook_dir": str(self.registry.directory),
             "hook_dir_problem": last.directory_error,
-            "hook_files_rejected": dict(sorted(last.rejected.items())),
+            "hook_files_rejected": {name: _cut(reason) for name, reason in sorted(last.rejected.items())},
         }
 
     def _hook_server(self, name: str) -> dict[str, Any]:
@@ -87,6 +90,12 @@ class StatusSource:
             "calls": dict(sorted(stats.calls.items())) if stats else {},
             "last_error": stats.last_error if stats else None,
         }
+
+
+def _cut(reason: str) -> str:
+    if len(reason) <= MAX_REASON:
+        return reason
+    return f"{reason[:MAX_REASON]}... ({len(reason)} characters, cut; the proxy's log has it whole)"
 
 
 class AdminService(grpc.GenericRpcHandler):

@@ -1,0 +1,30 @@
+"""The status document and its text (`runtime-proxy status`), without a proxy: stand-ins for what it reads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from runtimeproxy.admin import MAX_REASON, StatusSource
+from runtimeproxy.hookpath.registry import HookSnapshot, ReloadResult
+
+
+def source(last: ReloadResult, directory: Path = Path("/etc/runtime/hookserver.d")) -> StatusSource:
+    backend = SimpleNamespace(info=None, runtime_socket=Path("/run/c.sock"), image_socket=Path("/run/c.sock"),
+                              connected=False)
+    proxy: Any = SimpleNamespace(backend=backend, router=SimpleNamespace(plan=None),
+                                 config=SimpleNamespace(listen=Path("/run/p.sock")))
+    registry: Any = SimpleNamespace(snapshot=HookSnapshot(), directory=directory, last_reload=last)
+    metrics: Any = SimpleNamespace(cri=SimpleNamespace(served=0, active=0), hook_stats={})
+    return StatusSource(proxy, registry, metrics, time.time(), time.monotonic())
+
+
+def test_a_huge_rejection_reason_is_cut_in_the_document() -> None:
+    """Reasons were sent whole: a few 900 kB ones passed grpc's 4 MiB limit and `status` got nothing."""
+    doc = source(ReloadResult(rejected={"huge.json": "x" * 900_000, "small.json": "file is empty"})).document()
+    rejected = doc["hook_files_rejected"]
+    assert rejected["small.json"] == "file is empty"
+    assert len(rejected["huge.json"]) < MAX_REASON + 100
+    assert rejected["huge.json"].endswith("... (900000 characters, cut; the proxy's log has it whole)")
