@@ -158,11 +158,11 @@ def render(doc: Mapping[str, Any]) -> str:
         f"hook servers: {len(doc['hook_servers'])}, from {doc.get('hook_dir', '?')}",
     ]
     if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
-        lines.append(f"  hook directory: {doc['hook_dir_problem']}")
+        lines.append(f"  hook directory: {_plain(doc['hook_dir_problem'])}")
     for server in doc["hook_servers"]:
         calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"
         lines.append(
-            f"  {server['name']}: {server['endpoint']}, policy {server['failure_policy']}, "
+            f"  {_plain(server['name'])}: {_plain(server['endpoint'])}, policy {server['failure_policy']}, "
             f"timeout {server['timeout_s']:g}s, priority {server['priority']}"
         )
         lines.append(f"    hooks: {', '.join(server['hooks'])}")
@@ -177,8 +177,14 @@ def render(doc: Mapping[str, Any]) -> str:
     served = {server["name"] for server in doc["hook_servers"]}
     for name, reason in rejected.items():
         kept = "; its last good version, above, stays in force" if name in served else ""
-        lines.append(f"  {name}: {reason}{kept}")
+        lines.append(f"  {_plain(name)}: {_plain(reason)}{kept}")
     return "\n".join(lines)
+
+
+def _plain(text: str) -> str:
+    """``text`` as is, or quoted if it has a newline or another unprintable
+    character: a hook file's name is anyone's, and must not print a line of its own."""
+    return text if text.isprintable() else repr(text)
 
 
 def _duration(seconds: float) -> str:

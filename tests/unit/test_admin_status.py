@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from runtimeproxy.admin import MAX_REASON, StatusSource
+from runtimeproxy.admin import MAX_REASON, StatusSource, render
 from runtimeproxy.hookpath.registry import HookSnapshot, ReloadResult
 
 
@@ -28,3 +28,20 @@ def test_a_huge_rejection_reason_is_cut_in_the_document() -> None:
     assert rejected["small.json"] == "file is empty"
     assert len(rejected["huge.json"]) < MAX_REASON + 100
     assert rejected["huge.json"].endswith("... (900000 characters, cut; the proxy's log has it whole)")
+
+
+def document(**hooks: Any) -> dict[str, Any]:
+    """A status document as a proxy sends it, with the hook keys given (none: a proxy older than them)."""
+    doc = source(ReloadResult()).document()
+    for key in ("hook_dir", "hook_dir_problem", "hook_dir_unsafe", "hook_files_rejected"):
+        doc.pop(key, None)
+    return {**doc, **hooks}
+
+
+def test_a_hook_file_name_with_a_newline_prints_no_line_of_its_own() -> None:
+    """A file named "a.json\\nhook servers: 9" printed a fake line in `status`."""
+    name = "a.json\nhook servers: 9, from /etc/elsewhere"
+    text = render(document(hook_dir="/h", hook_files_rejected={name: "invalid JSON: x\ny"}))
+    assert "\nhook servers: 9" not in text
+    assert f"  {name!r}: 'invalid JSON: x\\ny'" in text
+    assert len(text.splitlines()) == 7
