@@ -155,7 +155,7 @@ def render(doc: Mapping[str, Any]) -> str:
         f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}",
         f"serving: CRI {served}",
         f"calls served: {doc['calls']['served']} ({doc['calls']['in_flight']} in flight)",
-        f"hook servers: {len(doc['hook_servers'])}, from {doc.get('hook_dir', '?')}",
+        f"hook servers: {len(doc['hook_servers'])}" + (f", from {_plain(doc['hook_dir'])}" if "hook_dir" in doc else ""),
     ]
     if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
         lines.append(f"  hook directory: {_plain(doc['hook_dir_problem'])}")

@@ -45,3 +45,10 @@ def test_a_hook_file_name_with_a_newline_prints_no_line_of_its_own() -> None:
     assert "\nhook servers: 9" not in text
     assert f"  {name!r}: 'invalid JSON: x\\ny'" in text
     assert len(text.splitlines()) == 7
+
+
+def test_a_proxy_older_than_the_hook_dir_key_gets_no_from() -> None:
+    """It printed `hook servers: 0, from ?`."""
+    assert "hook servers: 0\n" in render(document()) + "\n"
+    assert "hook servers: 0, from /h\n" in render(document(hook_dir="/h")) + "\n"
+
