@@ -74,6 +74,7 @@ class StatusSource:
             "hook_servers": [self._hook_server(name) for name in self.registry.snapshot.servers],
             "hook_dir": str(self.registry.directory),
             "hook_dir_problem": last.directory_error,
+            "hook_dir_unsafe": last.directory_unsafe,  # refused: the hooks loaded before stay in force
             "hook_files_rejected": {name: _cut(reason) for name, reason in sorted(last.rejected.items())},
         }
 
@@ -158,7 +159,8 @@ def render(doc: Mapping[str, Any]) -> str:
         f"hook servers: {len(doc['hook_servers'])}" + (f", from {_plain(doc['hook_dir'])}" if "hook_dir" in doc else ""),
     ]
     if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
-        lines.append(f"  hook directory: {_plain(doc['hook_dir_problem'])}")
+        kept = " (the hooks loaded before stay in force)" if doc.get("hook_dir_unsafe") else ""
+        lines.append(f"  hook directory: {_plain(doc['hook_dir_problem'])}{kept}")
     for server in doc["hook_servers"]:
         calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"
         lines.append(

@@ -52,3 +52,13 @@ def test_a_proxy_older_than_the_hook_dir_key_gets_no_from() -> None:
     assert "hook servers: 0\n" in render(document()) + "\n"
     assert "hook servers: 0, from /h\n" in render(document(hook_dir="/h")) + "\n"
 
+
+def test_an_unsafe_hook_directory_says_the_hooks_loaded_before_stay() -> None:
+    """It said `refusing to load any hook` while the hooks loaded before were still called."""
+    problem = "refusing to load any hook: hook directory /h is writable by others (mode 0777)"
+    doc = source(ReloadResult(directory_error=problem, directory_unsafe=True), Path("/h")).document()
+    assert doc["hook_dir_unsafe"] is True
+    assert f"  hook directory: {problem} (the hooks loaded before stay in force)" in render(doc)
+    missing = source(ReloadResult(directory_error="hook directory /h does not exist"), Path("/h")).document()
+    assert missing["hook_dir_unsafe"] is False
+    assert render(missing).endswith("  hook directory: hook directory /h does not exist")
