@@ -39,4 +39,4 @@ class NonEmptyPath(click.Path):
 
 
 PATH = NonEmptyPath(path_type=Path)
-SOCKET = NonEmptyPath(path_type=Path, endpoint=True)
+SOCKET = NonEmptyPath(path_type=Path, endpoint=True, readable=False)  # connect needs write, not read

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shutil
 import socket
 import sys
 import time
@@ -20,15 +22,16 @@ from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 
 from ...hookprocs import hook_server, registered
+from ...prerequisites import fail_or_skip
 from ..fakes import FakeBackend
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
 RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
 
 
-async def status_command(*args: str) -> tuple[int, str, str]:
+async def status_command(*args: str, prefix: tuple[str, ...] = ()) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtimeproxy", "status", *args,
+        *prefix, sys.executable, "-m", "runtimeproxy", "status", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 30)
@@ -102,6 +105,32 @@ async def test_status_on_a_regular_file_says_it_is_no_socket(sock_dir: Path) -> 
     code, _, err = await status_command("--listen", str(regular), "--timeout", "1")
     assert code == 1
     assert f"{regular} is not a unix socket: give the proxy's --listen PATH" in err
+
+
+async def test_status_on_a_socket_that_never_answers_says_so(sock_dir: Path) -> None:
+    stuck = sock_dir / "stuck.sock"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(stuck))
+        listening.listen()  # connections wait in the backlog: never accepted, never answered
+        code, _, err = await status_command("--listen", str(stuck), "--timeout", "1")
+    assert code == 1
+    assert f"the proxy at {stuck} did not answer within 1s (--timeout); is it stuck?" in err
+
+
+async def test_status_without_permission_on_the_socket_says_so(sock_dir: Path) -> None:
+    """As root without capabilities (setpriv), on a socket of another uid, mode 0600: connect gets EACCES."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        fail_or_skip("needs root and setpriv, to connect without CAP_DAC_OVERRIDE (CI runs as root)")
+    foreign = sock_dir / "foreign.sock"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(foreign))
+        listening.listen()
+        os.chown(foreign, 12345, 12345)
+        os.chmod(foreign, 0o600)
+        without_caps = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
+        code, _, err = await status_command("--listen", str(foreign), "--timeout", "5", prefix=without_caps)
+    assert code == 1
+    assert f"no permission to connect to {foreign}: the proxy's socket is for root and its group" in err
 
 
 async def test_status_on_a_runtime_socket_says_it_is_not_the_proxy(fake: FakeBackend) -> None:
