@@ -27,7 +27,7 @@ from grpc import aio
 from .cripath.backend import CRI_VERSIONS
 from .cripath.server import Proxy
 from .hookpath.registry import HookRegistry
-from .host.unixsocket import grpc_target
+from .host.unixsocket import check_path_length, grpc_target
 from .metrics import Metrics
 
 SERVICE = "runtimeproxy.admin.v1.Admin"
@@ -112,7 +112,9 @@ class AdminService(grpc.GenericRpcHandler):
 
 
 async def fetch_status(socket: Path, timeout: float = 5.0) -> dict[str, Any]:
-    """Ask the proxy listening on ``socket``; raises aio.AioRpcError."""
+    """Ask the proxy listening on ``socket``; raises aio.AioRpcError, or
+    UnixSocketError for a path no socket can have or grpc cannot dial."""
+    check_path_length(socket)  # else grpc logs parse_address errors to stderr, then UNAVAILABLE
     async with aio.insecure_channel(grpc_target(socket)) as channel:
         raw = await channel.unary_unary(STATUS)(empty_pb2.Empty().SerializeToString(), timeout=timeout)
     return json.loads(wrappers_pb2.BytesValue.FromString(raw).value)

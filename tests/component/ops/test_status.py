@@ -133,6 +133,15 @@ async def test_status_without_permission_on_the_socket_says_so(sock_dir: Path) -
     assert f"no permission to connect to {foreign}: the proxy's socket is for root and its group" in err
 
 
+async def test_status_on_a_path_too_long_for_a_socket_says_so(sock_dir: Path) -> None:
+    """grpc printed `E... parse_address.cc` lines, then a generic UNAVAILABLE message."""
+    long = sock_dir / ("x" * (110 - len(str(sock_dir)))) / "p.sock"
+    code, _, err = await status_command("--listen", str(long), "--timeout", "1")
+    assert code == 1
+    assert f"unix socket path too long ({len(str(long))} > 107 bytes): {long}" in err
+    assert "parse_address" not in err and "UNAVAILABLE" not in err
+
+
 async def test_status_on_a_runtime_socket_says_it_is_not_the_proxy(fake: FakeBackend) -> None:
     """It printed UNIMPLEMENTED: unknown service runtimeproxy.admin.v1.Admin (containerd's socket given)."""
     code, _, err = await status_command("--listen", str(fake.socket), "--timeout", "5")
