@@ -15,10 +15,10 @@ whose lookup gave no answer.
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import logging
 import os
-import socket
 import stat
 import sys
 from collections.abc import Iterable, Iterator
@@ -177,24 +177,15 @@ def _endpoint(path: Path, what: str) -> list[Finding]:
         return [Finding(Severity.WARNING, path, f"{what}: cannot stat: {exc.strerror or exc}")]
     if not stat.S_ISSOCK(mode):
         return [Finding(Severity.ERROR, path, f"{what}: exists and is not a unix socket")]
-    if _refused(path):
+    failure = unixsocket.connect_failure(path)
+    if failure is None:
+        return []
+    err, hint = failure
+    if err in (errno.ECONNREFUSED, errno.ENOENT):  # ENOENT: removed since the stat
         return [Finding(Severity.WARNING, path, f"{what}: nobody listens on this socket (left behind by a "
                         "server that was killed or stopped?); calls fail until its server is started again")]
-    return []
-
-
-def _refused(path: Path) -> bool:
-    """Whether connecting is refused: a socket file with no listener. Other
-    failures (a path too long, no permission) say nothing either way."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except ConnectionRefusedError:
-            return True
-        except OSError:
-            return False
-    return False
+    # EACCES: check-config's user may not connect, the proxy's (root) may; EAGAIN: a server not accepting
+    return [Finding(Severity.WARNING, path, f"{what}: cannot connect: {hint}")]
 
 
 def _hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list[Finding]]:

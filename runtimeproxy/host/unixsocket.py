@@ -162,6 +162,13 @@ def _connect_errno(path: Path, timeout: float) -> int:
         return err
 
 
+def connect_failure(path: Path, timeout: float = PROBE_TIMEOUT) -> tuple[int, str] | None:
+    """None if someone accepts a connect to ``path``; else its errno and what
+    that most likely means, for the operator."""
+    err = _connect_errno(path, timeout)
+    return None if err == 0 else (err, _HINTS.get(err, os.strerror(err)))
+
+
 def is_stale(path: Path, timeout: float = PROBE_TIMEOUT) -> bool:
     """Whether nobody listens on the socket at ``path``: True if stale, False
     if live; raises :class:`UnixSocketError` when the answer does not tell."""

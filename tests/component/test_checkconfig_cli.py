@@ -4,6 +4,7 @@ output and its exit code, for valid and broken configs and hook directories."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -15,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
-from ..prerequisites import foreign_address
+from ..prerequisites import fail_or_skip, foreign_address
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def check_config(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def check_config(*args: str | Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runtimeproxy.cli", "check-config", *map(str, args)],
+        [*prefix, sys.executable, "-m", "runtimeproxy.cli", "check-config", *map(str, args)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
 
@@ -78,6 +79,25 @@ def test_warnings_alone_exit_0(node: Path) -> None:
     assert f"warning: {later}: registers no runtime hooks" in result.stdout
     assert f"warning: {later}: remote-endpoint: socket does not exist" in result.stdout
     assert "0 error(s), 2 warning(s)" in result.stdout
+
+
+def test_a_hook_endpoint_it_may_not_connect_to_is_a_warning_saying_so(node: Path) -> None:
+    """As root without capabilities (setpriv), on a socket of another uid, mode 0600: EACCES
+    passed for a live socket, and the file was reported valid."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        fail_or_skip("needs root and setpriv, to connect without CAP_DAC_OVERRIDE (CI runs as root)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(node / "theirs.sock"))
+        listener.listen()
+        os.chown(node / "theirs.sock", 12345, 12345)
+        (node / "theirs.sock").chmod(0o600)
+        write_hook(node, "theirs.json", {"remote-endpoint": str(node / "theirs.sock"), "runtime-hooks": ["PreStartContainer"]})
+        result = check_config("--config", node / "config.yaml", prefix=("setpriv", "--bounding-set=-all", "--inh-caps=-all"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    theirs = node / "hookserver.d" / "theirs.json"
+    assert (f"warning: {theirs}: remote-endpoint: cannot connect: no permission to connect: "
+            "the socket may belong to a server of another user") in result.stdout
+    assert "0 error(s), 1 warning(s)" in result.stdout
 
 
 @pytest.mark.parametrize(
