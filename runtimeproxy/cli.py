@@ -222,17 +222,16 @@ def _tell_local_usage(config: ProxyConfig, containerd: Path) -> None:
     endpoint = f"unix://{config.listen}"
     crictl = f"crictl --runtime-endpoint {endpoint} --image-endpoint {endpoint} version"
     status = f"runtime-proxy status --listen {config.listen}"
-    if config.log_format == "json":
-        log.info("private containerd ready; point clients at the proxy", extra={
-            "containerd": str(containerd), "endpoint": endpoint, "hook_dir": str(config.hook_dir),
-            "crictl": crictl, "status": status,
-        })
+    kubelet = f"kubelet --container-runtime-endpoint={endpoint}"
+    if config.log_format == "json":  # at any --log-level, as the text
+        logs.always(log, "private containerd ready; point clients at the proxy", containerd=str(containerd),
+                    endpoint=endpoint, hook_dir=str(config.hook_dir), crictl=crictl, kubelet=kubelet, status=status)
         return
     click.echo(
         f"private containerd at {containerd}\n"
         f"point clients at the proxy:\n"
-        f"  crictl --runtime-endpoint {endpoint} --image-endpoint {endpoint} version\n"
-        f"  kubelet --container-runtime-endpoint={endpoint}\n"
+        f"  {crictl}\n"
+        f"  {kubelet}\n"
         f"hook servers register in {config.hook_dir} (--hook-dir); what it serves and calls:\n"
         f"  {status}",
         err=True,

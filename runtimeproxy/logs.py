@@ -112,3 +112,12 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     core = logging.getLogger("grpc._cython.cygrpc")
     if not any(isinstance(f, AnswerToAGoneClient) for f in core.filters):
         core.addFilter(AnswerToAGoneClient())
+
+
+def always(logger: logging.Logger, msg: str, **fields: object) -> None:
+    """An info line written whatever --log-level is, by the handlers setup()
+    made: what a person asked to be told (--local-containerd's hint, which
+    text output prints at any level), not an event to filter."""
+    record = logger.makeRecord(logger.name, logging.INFO, "(always)", 0, msg, (), None, extra=fields)
+    for handler in logging.getLogger().handlers:
+        handler.handle(record)

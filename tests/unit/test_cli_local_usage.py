@@ -51,4 +51,22 @@ def test_json_logs_keep_stderr_one_json_document_a_line(
     assert (doc["containerd"], doc["endpoint"]) == (str(tmp_path / "containerd.sock"), f"unix://{tmp_path / 'proxy.sock'}")
     assert doc["hook_dir"] == str(tmp_path / "hooks")
     assert doc["status"] == f"runtime-proxy status --listen {tmp_path / 'proxy.sock'}"
+    assert doc["kubelet"] == f"kubelet --container-runtime-endpoint=unix://{tmp_path / 'proxy.sock'}"
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_hint_shows_at_every_log_level(
+    fmt: str, tmp_path: Path, restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under --log-format json it was an info line, hidden by --log-level warning; the text always printed."""
+    logs.setup(fmt, "error")
+    config = ProxyConfig(listen=tmp_path / "proxy.sock", hook_dir=tmp_path / "hooks", log_format=fmt)
+    logging.getLogger("runtimeproxy").info("an info line --log-level error hides")
+    _tell_local_usage(config, tmp_path / "containerd.sock")
+    err = capsys.readouterr().err
+    assert "hides" not in err
+    assert f"kubelet --container-runtime-endpoint=unix://{tmp_path / 'proxy.sock'}" in err
+    if fmt == "json":
+        (doc,) = [json.loads(line) for line in err.splitlines()]
+        assert (doc["level"], doc["logger"]) == ("info", "runtimeproxy")
