@@ -142,17 +142,25 @@ def shim_pids(socket: Path) -> list[int]:
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of a process's log file, for error messages: read from
     its last ``_TAIL_BYTES`` only (containerd.log is appended to by every run
-    on its directory, never rotated)."""
+    on its directory, never rotated), and the byte before them, which tells
+    whether the first line read is whole. A cut first line is left out, unless
+    it is all there is (one line longer than what is read): it comes marked
+    with a leading "…" then."""
     try:
         with open(path, "rb") as logfile:
-            size = logfile.seek(0, os.SEEK_END)
-            logfile.seek(max(size - _TAIL_BYTES, 0))
-            text = logfile.read().decode(errors="replace")
+            start = max(logfile.seek(0, os.SEEK_END) - _TAIL_BYTES - 1, 0)
+            logfile.seek(start)
+            data = logfile.read(_TAIL_BYTES + 1)  # no further: the log may grow as it is read
     except OSError:
         return f"({path} not readable)"
-    kept = text.splitlines()
-    if size > _TAIL_BYTES:
-        kept = kept[1:]  # the first line is cut: it began before the bytes read
+    cut = start > 0 and data[:1] != b"\n"
+    if start > 0:
+        data = data[1:]  # the byte before the last _TAIL_BYTES: a line's end, or part of the cut line
+    kept = data.decode(errors="replace").splitlines()
+    if cut and len(kept) > 1:
+        kept = kept[1:]  # it began before the bytes read
+    elif cut and kept:
+        kept = ["…" + kept[0]]
     return "\n".join(kept[-lines:])
 
 

@@ -44,3 +44,58 @@ def test_a_short_log_comes_whole_and_a_missing_one_is_named(tmp_path: Path) -> N
     log.write_text("one\ntwo\n")
     assert tail(log) == "one\ntwo"
     assert tail(tmp_path / "gone.log") == f"({tmp_path / 'gone.log'} not readable)"
+
+
+def test_a_line_that_starts_where_the_bytes_read_start_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the first line was left out whenever the file was larger than
+    the bytes read, whole or not."""
+    monkeypatch.setattr(process, "_TAIL_BYTES", 13)
+    log = tmp_path / "containerd.log"
+    log.write_text("first line\nsecond\nthird\n")  # the last 13 bytes: "second\nthird\n"
+    assert tail(log, 10) == "second\nthird"
+
+
+@pytest.mark.parametrize("content", [b"level=info msg=starting\n" + b"x" * 50 + b"\n", b"x" * 50],
+                         ids=["a long last line", "no newline at all"])
+def test_a_cut_line_that_is_all_there_is_comes_marked_as_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes,
+) -> None:
+    """Before: nothing came (`its log ... ends:` and no line)."""
+    monkeypatch.setattr(process, "_TAIL_BYTES", 20)
+    log = tmp_path / "containerd.log"
+    log.write_bytes(content)
+    assert tail(log) == "…" + "x" * (20 - content.endswith(b"\n"))
+
+
+def test_a_log_that_grows_as_it_is_read_is_read_no_further_than_its_size_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: it was read to its end, however far containerd wrote meanwhile."""
+    monkeypatch.setattr(process, "_TAIL_BYTES", 20)
+    log = tmp_path / "containerd.log"
+    log.write_text("first line\nsecond line\nthird line\n")
+
+    class Growing:  # containerd writes more right after the size is taken
+        def __init__(self, path: Path, mode: str) -> None:
+            self.file = open(path, mode)  # noqa: SIM115
+
+        def __enter__(self) -> Growing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.close()
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            at = self.file.seek(offset, whence)
+            if whence == 2:
+                with open(log, "ab") as out:
+                    out.write(b"later line\n" * 1000)
+            return at
+
+        def read(self, size: int = -1) -> bytes:
+            return self.file.read(size)
+
+    monkeypatch.setattr(process, "open", Growing, raising=False)
+    assert tail(log, 10) == "third line"
