@@ -37,12 +37,19 @@ def _private_dir() -> Path:
     TMPDIR; in ``COMMA_FREE_BASE`` when TMPDIR's path has a comma: grpc could
     not dial the socket there, and the start would fail on a path the operator
     never named."""
-    base = Path(tempfile.gettempdir())
+    tmpdir = base = Path(tempfile.gettempdir())
     if unixsocket.dial_problem(base) is not None:
         log.info("the temporary directory's path has a comma: the frames path's internal socket goes below "
                  f"{COMMA_FREE_BASE}", extra={"tmpdir": str(base)})
         base = COMMA_FREE_BASE
-    return Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-", dir=base))
+    try:
+        return Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-", dir=base))
+    except OSError as exc:  # named here: the bind's handler would name the listen path, which is not at fault
+        from ..cripath.server import ListenError  # here: that module imports this one
+
+        why = f" (TMPDIR {tmpdir} has a comma)" if base != tmpdir else ""
+        raise ListenError(f"cannot make the frames path's private directory in {base}{why}: "
+                          f"{exc.strerror or exc}") from exc
 
 
 class FramesPath:

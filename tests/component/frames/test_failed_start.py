@@ -118,3 +118,20 @@ async def test_a_tmpdir_with_a_comma_puts_the_internal_socket_below_a_base_witho
     assert list(with_comma.iterdir()) == []
     await proxy.stop(0)
     assert list(base.iterdir()) == []
+
+
+async def test_a_private_directory_that_cannot_be_made_names_its_base_and_tmpdir_not_listen(
+    fake: FakeBackend, sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `cannot listen on <listen>: No such file or directory`, naming a path that was fine."""
+    with_comma, base = sock_dir / "t,mp", sock_dir / "gone"
+    with_comma.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(with_comma))
+    monkeypatch.setattr(frames_path, "COMMA_FREE_BASE", base)  # as a /tmp that cannot be used
+    listen = sock_dir / "proxy.sock"
+    proxy = Proxy(ProxyConfig(listen=listen, backend=fake.socket, data_path="frames"))
+    with pytest.raises(ListenError) as failed:
+        await proxy.start()
+    assert str(failed.value) == (f"cannot make the frames path's private directory in {base} "
+                                 f"(TMPDIR {with_comma} has a comma): No such file or directory")
+    assert not listen.exists()
