@@ -1,5 +1,6 @@
 """The stop signals every serving command (serve, nri, hook run) ends on in
-its orderly stop, and the start-ups a stop signal cuts short."""
+its orderly stop, and the start-ups a stop signal cuts short (or, for serve
+--local-containerd, its private containerd's exit)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class StopSignal(asyncio.Event):
         then cancelled (it undoes its own steps): a start-up that waits, as
         for a socket path's lock, must not outlast the unit's stop timeout.
         A start so cancelled that fails as it undoes its steps is logged (a
-        warning), and None returned all the same: the stop goes on."""
+        warning, ``cut_by`` saying which), and None returned all the same:
+        the stop goes on."""
         task = asyncio.ensure_future(start)
         signalled = asyncio.ensure_future(self.wait())
         try:
@@ -54,8 +56,9 @@ class StopSignal(asyncio.Event):
         except Exception as exc:
             if not cut_short:  # it failed on its own
                 raise
-            log.warning("start-up cut short failed as it ended", exc_info=True,
-                        extra={"signal": self.received, "error": str(exc)})
+            cut_by = f"signal {self.received}" if self.is_set() else "private containerd exited"
+            log.warning("start-up cut short (stop signal or private containerd's exit); undoing it failed",
+                        exc_info=True, extra={"cut_by": cut_by, "error": str(exc)})
             return None
 
 

@@ -32,6 +32,32 @@ async def test_a_start_that_fails_as_the_signal_cancels_it_is_logged_and_ends_as
         assert await waiting is None  # the stop goes on, as after any signal during start-up
     (record,) = [r for r in caplog.records if r.name == "runtimeproxy.stopsignal"]
     assert record.levelno == logging.WARNING and "injected" in record.error  # type: ignore[attr-defined]
+    assert record.getMessage() == "start-up cut short (stop signal or private containerd's exit); undoing it failed"
+    assert record.cut_by == "signal SIGTERM"  # type: ignore[attr-defined]
+
+
+async def test_a_start_that_fails_as_what_it_waits_with_cancels_it_is_logged_as_cut_by_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: logged with `signal: None` (a private containerd's exit cut it short)."""
+    until: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    entered = asyncio.Event()
+
+    async def start() -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("injected: undoing the start failed") from None
+
+    waiting = asyncio.ensure_future(StopSignal().unless_signalled(start(), until))
+    await entered.wait()
+    until.set_result(1)
+    with caplog.at_level(logging.WARNING, "runtimeproxy.stopsignal"):
+        assert await waiting is None
+    (record,) = [r for r in caplog.records if r.name == "runtimeproxy.stopsignal"]
+    assert record.cut_by == "private containerd exited"  # type: ignore[attr-defined]
+    assert not hasattr(record, "signal")
 
 
 async def test_a_start_that_fails_on_its_own_raises() -> None:
