@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -44,7 +46,7 @@ class GoneContainerd:
 @pytest.fixture
 def serving(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     """_serve with a fake containerd, a fake proxy and a stop signal the test sets."""
-    state = SimpleNamespace(stop=stopsignal.StopSignal(), built=asyncio.Event(),
+    state = SimpleNamespace(stop=stopsignal.StopSignal(), built=asyncio.Event(), waiting=asyncio.Event(),
                             tasks=SimpleNamespace(failed=asyncio.Event(), error=None))
 
     state.starting = False  # True: the build waits (for the path's lock, say) until cancelled
@@ -60,6 +62,13 @@ def serving(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
                 raise
         return SimpleNamespace(tasks=state.tasks)
 
+    first = cli._first
+
+    async def waiting_first(*waits: Awaitable[Any]) -> None:
+        state.waiting.set()  # serving: in its wait for the first end, from the next loop turn
+        await first(*waits)
+
+    monkeypatch.setattr(cli, "_first", waiting_first)
     monkeypatch.setattr(containerd, "LocalContainerd", GoneContainerd)
     monkeypatch.setattr(app, "build_proxy", fake_build)
     monkeypatch.setattr(stopsignal, "stop_on_signals", lambda: state.stop)
@@ -72,9 +81,8 @@ def serving(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
 async def _serving(state: SimpleNamespace, tmp_path: Path) -> asyncio.Task[None]:
     GoneContainerd.exited = state.exited = asyncio.get_running_loop().create_future()
     task = asyncio.ensure_future(cli._serve(ProxyConfig(listen=tmp_path / "p.sock"), tmp_path / "local"))
-    await state.built.wait()
-    for _ in range(5):  # into its wait for the first end
-        await asyncio.sleep(0)
+    # a start that waits is in unless_signalled's wait once the build runs (it runs in that wait)
+    await (state.built if state.starting else state.waiting).wait()
     assert not task.done()
     return task
 
