@@ -171,7 +171,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir, die_with_parent=True))
-            containerd_pid = runtime.pid  # now: once it exited, pid is None
+            containerd_pid = runtime.started_pid  # not pid: None once it exited, as it may have already
             # Watched from now: an exit while the proxy starts (a wait for the path's lock, say) ends serve too.
             exited = asyncio.ensure_future(runtime.wait_exit())
             stack.callback(exited.cancel)  # before containerd's stop, on every way out

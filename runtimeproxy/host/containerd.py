@@ -162,6 +162,11 @@ class LocalContainerd:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
 
+    @property
+    def started_pid(self) -> int | None:
+        """The pid of the containerd start() started, also once it exited (``pid`` is None then)."""
+        return self._proc.pid if self._proc is not None else None
+
     async def wait_exit(self) -> int:
         """Wait for the containerd start() started to exit; its returncode (-N: signal N)."""
         assert self._proc is not None, "not started"

@@ -44,6 +44,10 @@ class StandIn:
     def pid(self):
         return self.proc.pid if self.proc.returncode is None else None
 
+    @property
+    def started_pid(self):
+        return self.proc.pid
+
     async def wait_exit(self):
         return await self.proc.wait()
 

@@ -157,6 +157,7 @@ class FakeContainerd:
         self.socket = Path(base) / "containerd.sock"
         self.die_with_parent = die_with_parent
         self.pid: int | None = None
+        self.started_pid: int | None = None
 
     async def __aenter__(self) -> FakeContainerd:
         return self

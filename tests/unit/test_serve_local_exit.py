@@ -28,7 +28,11 @@ class GoneContainerd:
     def __init__(self, base: Path, die_with_parent: bool = False) -> None:
         self.socket = Path(base) / "containerd.sock"
         self.log_path = Path(base) / "containerd.log"
-        self.pid: int | None = 4242
+        self.started_pid = 4242
+
+    @property
+    def pid(self) -> int | None:  # as LocalContainerd's: None once it exited
+        return None if self.exited.done() else self.started_pid
 
     async def __aenter__(self) -> GoneContainerd:
         return self
@@ -161,3 +165,13 @@ async def test_a_stop_signal_while_the_proxy_starts_still_ends_it_with_exit_0(
     serving.stop.set()
     await asyncio.wait_for(task, 5)
     assert serving.cancelled
+
+
+async def test_containerd_s_exit_before_serve_took_its_pid_names_the_pid_it_started_with(
+    serving: SimpleNamespace, tmp_path: Path,
+) -> None:
+    """Before: `the private containerd (pid None) exited`."""
+    GoneContainerd.exited = asyncio.get_running_loop().create_future()
+    GoneContainerd.exited.set_result(1)  # between its start and serve's look at it
+    with pytest.raises(LocalRuntimeError, match=r"pid 4242\) exited: exit code 1; it is not restarted"):
+        await asyncio.wait_for(cli._serve(ProxyConfig(listen=tmp_path / "p.sock"), tmp_path / "local"), 5)
