@@ -240,8 +240,7 @@ async def _serve(
         return EXIT_FAILED
     background: asyncio.Task[None] | None = None
     try:
-        if stop.is_set():  # a signal during start-up: do not register at all
-            log.info("signal received, shutting down", extra=fields)
+        if stop.is_set():  # a signal during start-up (logged as it came, stopsignal.py): do not register at all
             return 0
         try:
             registration.write(server)
@@ -291,8 +290,7 @@ async def _until_stopped(stop: asyncio.Event, background: asyncio.Task[None], fi
         if error is not None:
             log.error("background work failed; shutting down", exc_info=error, extra={**fields, "error": repr(error)})
             return EXIT_FAILED
-    log.info("signal received, shutting down", extra=fields)
-    return 0
+    return 0  # a stop signal: logged as it came (stopsignal.py)
 
 
 def _notify_systemd(state: str) -> None:

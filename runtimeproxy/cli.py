@@ -184,10 +184,9 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
             await _first(stop.wait(), running.tasks.failed.wait(), *([exited] if exited is not None else []))
         returncode = exited.result() if exited is not None and exited.done() and not exited.cancelled() else None
         if stop.is_set():  # first: `systemctl stop` (KillMode=control-group) signals containerd too, at once
-            if returncode is not None:
+            if returncode is not None:  # the signal itself was logged as it came (stopsignal.py)
                 log.info("the private containerd exited with the stop signal",
                          extra={"pid": containerd_pid, "status": exit_status(returncode)})
-            log.info("signal received, shutting down", extra={"signal": stop.received})
         elif returncode is not None:
             assert runtime is not None
             # Its error is raised once the stack stopped the proxy, then it.

@@ -76,10 +76,13 @@ def stop_on_signals() -> StopSignal:
 
 
 def _on_stop_signal(stop: StopSignal, sig: signal.Signals) -> None:
-    # Logged here, for every command that uses these handlers; a second signal
-    # during the shutdown is logged too, and changes nothing.
+    # Logged here, in one line, for every command that uses these handlers (they
+    # log none of their own); a second signal during the shutdown is logged
+    # too, and changes nothing.
     reason = (signal.strsignal(sig) or sig.name).lower()
-    log.info("stop signal received", extra={"signal": sig.name, "reason": reason})
     if stop.received is None:
         stop.received = sig.name
+        log.info("signal received, shutting down", extra={"signal": sig.name, "reason": reason})
+    else:
+        log.info("signal received, already shutting down", extra={"signal": sig.name, "reason": reason})
     stop.set()

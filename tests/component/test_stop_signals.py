@@ -1,5 +1,6 @@
 """stop_on_signals, which every serving command shares (`serve`, `nri`, `hook run`):
-SIGTERM, SIGINT and SIGHUP each end in the orderly stop, logged with the signal."""
+SIGTERM, SIGINT and SIGHUP each end in the orderly stop, logged with the signal
+in one line (the commands log none of their own)."""
 
 from __future__ import annotations
 
@@ -36,4 +37,4 @@ async def test_each_stop_signal_sets_the_event_and_is_logged(name: str, reason: 
     assert process.returncode == 0, (process.returncode, err.decode())
     assert json.loads(out) == {"received": name}
     (logged,) = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
-    assert (logged["msg"], logged["signal"], logged["reason"]) == ("stop signal received", name, reason)
+    assert (logged["msg"], logged["signal"], logged["reason"]) == ("signal received, shutting down", name, reason)

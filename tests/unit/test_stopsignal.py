@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 
 import pytest
 
-from runtimeproxy.stopsignal import StopSignal
+from runtimeproxy.stopsignal import StopSignal, _on_stop_signal
 
 
 async def test_a_start_that_fails_as_the_signal_cancels_it_is_logged_and_ends_as_signalled(
@@ -107,3 +108,15 @@ async def test_a_start_ends_as_cut_short_when_what_it_waits_with_ends_first() ->
     until.set_result(1)
     assert await waiting is None
     assert undone == [True] and until.result() == 1  # left for the caller to read
+
+
+def test_a_stop_signal_is_logged_in_one_line_and_a_second_one_as_such(caplog: pytest.LogCaptureFixture) -> None:
+    """Before: `stop signal received` for each, then serve and hook run logged
+    `signal received, shutting down` of their own."""
+    stop = StopSignal()
+    with caplog.at_level(logging.INFO, "runtimeproxy.stopsignal"):
+        _on_stop_signal(stop, signal.SIGTERM)
+        _on_stop_signal(stop, signal.SIGINT)
+    assert [(r.getMessage(), r.signal) for r in caplog.records] == [  # type: ignore[attr-defined]
+        ("signal received, shutting down", "SIGTERM"), ("signal received, already shutting down", "SIGINT")]
+    assert stop.is_set() and stop.received == "SIGTERM"

@@ -132,6 +132,9 @@ async def test_sigterm_cancels_background_after_deregistering_and_stopping(
     code, rest = await run.finish()
     assert code == 0, rest
     assert json.loads(record.read_text()) == {"registration": False, "socket": False}
+    # the signal in one line (before, two: `stop signal received`, then hook run's own)
+    (signalled,) = [line for line in rest.splitlines() if "signal received" in line]
+    assert "'signal received, shutting down' signal=SIGTERM" in signalled
 
 
 async def test_ready_and_stopping_are_told_to_systemd(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
@@ -168,7 +171,7 @@ async def test_a_stop_signal_while_waiting_for_the_sockets_lock_ends_it_at_once_
         run.process.send_signal(signal.SIGTERM)
         code, rest = await run.finish()
     assert code == 0, rest
-    assert '"msg": "signal received, shutting down"' in rest and "neither served it" not in rest
+    assert rest.count('"msg": "signal received, shutting down"') == 1 and "neither served it" not in rest
     assert list(hook_dir.iterdir()) == []
 
 
