@@ -60,6 +60,36 @@ async def test_serve_with_local_containerd(stop_signal: signal.Signals) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+async def test_a_stop_with_pods_to_clean_up_writes_only_log_lines_to_stderr() -> None:
+    """uvloop starts each child (the clean-up's runc and umount) with fork(),
+    which ran grpc's fork handlers: with grpc's threads busy they wrote
+    `fork_posix.cc:71] Other threads are currently calling into gRPC, skipping
+    fork() handlers` to stderr, a line that is not JSON."""
+    require_local_containerd()
+    base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
+    listen = base / "proxy.sock"
+    # Not this process's value (it imported runtimeproxy): serve's own.
+    env = {name: value for name, value in os.environ.items() if name != "GRPC_ENABLE_FORK_SUPPORT"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtimeproxy", "serve", "--local-containerd", str(base / "containerd"),
+        "--listen", str(listen), "--hook-dir", str(base / "hooks"), "--log-format", "json", "--event-loop", "uvloop",
+        stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        assert process.stderr is not None
+        await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)", timeout=90)
+        async with aio.insecure_channel(f"unix://{listen}") as channel:
+            for _ in range(3):  # runc containers and mounts for the stop to clean up
+                await start_sleeper(V1, channel, base / "pod-logs")
+        process.send_signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(process.stderr.read(), 60)).decode()
+        assert await asyncio.wait_for(process.wait(), 60) == 0, rest
+        assert [line for line in rest.splitlines() if not line.startswith("{")] == []
+        assert [json.loads(line)["msg"] for line in rest.splitlines()][-1] == "containerd stopped"
+    finally:
+        await terminate_process(process, 60, "runtime-proxy serve")
+        shutil.rmtree(base, ignore_errors=True)
+
+
 async def test_a_proxy_killed_outright_takes_its_private_containerd_with_it() -> None:
     """SIGKILL leaves the proxy no chance to stop containerd: the kernel sends
     containerd SIGTERM (setpriv --pdeathsig) rather than leave it serving."""
