@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import changed_from, hook_resources, merge_env, merge_map, merge_resources
+from .merge import changed_from, cleared_cpusets, hook_resources, merge_env, merge_map, merge_resources
 from .points import HookType, Phase, hook_for
 from .store import StateStore, container_record, pod_record
 
@@ -235,6 +235,7 @@ class CreateContainer(Executor):
         changed = merge_map(config.annotations, answer.container_annotations)
         if answer.HasField("container_resources"):
             changed = merge_resources(config.linux.resources, answer.container_resources) or changed
+            changed = _clear(config.linux.resources, shown, answer) or changed
         if answer.pod_cgroup_parent and answer.pod_cgroup_parent != req.sandbox_config.linux.cgroup_parent:
             # containerd places the container's cgroup under this parent.
             req.sandbox_config.linux.cgroup_parent = answer.pod_cgroup_parent
@@ -260,6 +261,17 @@ def _container_record(
     if req.sandbox_config.linux.cgroup_parent:  # the cgroup parent the runtime will use for this container
         record.pod_cgroup_parent = req.sandbox_config.linux.cgroup_parent
     return record
+
+
+def _clear(target: Any, shown: Any, answer: hookapi.ContainerResourceHookResponse) -> bool:
+    """Empty the cpusets of ``target`` that an answer read whole clears
+    (merge.cleared_cpusets); True if one was set."""
+    if not isinstance(shown, hookapi.ContainerResourceHookRequest):
+        return False
+    cleared = [n for n in cleared_cpusets(shown.container_resources, answer.container_resources) if getattr(target, n)]
+    for name in cleared:
+        setattr(target, name, "")
+    return bool(cleared)
 
 
 class StartContainer(_ContainerById):
@@ -313,6 +325,9 @@ class UpdateContainerResources(_ContainerById):
                 # own, say its swap limit) stay out of the update, as kubelet sent it.
                 update = changed_from(shown.container_resources, update)
             changed = merge_resources(req.linux, update) or changed
+            # The runtime keeps a cpuset an update leaves empty: what
+            # koord-runtime-proxy's whole answer, its cpuset empty, did too.
+            changed = _clear(req.linux, shown, answer) or changed
         return changed
 
     async def record(
