@@ -152,6 +152,29 @@ def test_koordinator_format_loads_with_defaults(hook_dir: Path) -> None:
     assert cfg.timeout == 2.0 and cfg.priority == 0
 
 
+# koordlet's Register(): json.MarshalIndent(config, "", "\t") of every stage
+# with hooks (map order), and with every stage disabled (omitempty drops the list).
+KOORDLET_BYTES = (
+    '{\n\t"remote-endpoint": "/var/run/koordlet/koordlet.sock",\n\t"failure-policy": "Ignore",\n'
+    '\t"runtime-hooks": [\n\t\t"PreUpdateContainerResources",\n\t\t"PreRemoveRunPodSandbox",\n'
+    '\t\t"PreRunPodSandbox",\n\t\t"PreCreateContainer",\n\t\t"PostStopPodSandbox",\n'
+    '\t\t"PreStartContainer",\n\t\t"PostStartContainer",\n\t\t"PostStopContainer"\n\t]\n}'
+)
+KOORDLET_NO_STAGES = '{\n\t"remote-endpoint": "/var/run/koordlet//koordlet.sock",\n\t"failure-policy": "Fail"\n}'
+
+
+def test_koordlets_own_bytes_load(hook_dir: Path) -> None:
+    every = parse_hook_file(write(hook_dir, "koordlet.json", KOORDLET_BYTES))
+    assert (every.endpoint, every.failure_policy, every.hooks) == (
+        "/var/run/koordlet/koordlet.sock", FailurePolicy.IGNORE, frozenset(HookType)
+    )
+    assert every.uncalled_hooks == frozenset({"PreRemoveRunPodSandbox"})
+    none = parse_hook_file(write(hook_dir, "koordlet.json", KOORDLET_NO_STAGES))
+    assert (none.endpoint, none.failure_policy, none.hooks) == (
+        "/var/run/koordlet//koordlet.sock", FailurePolicy.FAIL, frozenset()
+    )
+
+
 def test_all_seven_hook_names_and_optional_keys(hook_dir: Path) -> None:
     doc = valid_doc(timeout="1.5s", priority=-3)
     doc["runtime-hooks"] = [h.value for h in HookType]
