@@ -20,6 +20,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
+from .koordflags import koord_flags, refuse_koord_flags
 from .nri.cli import nri as nri_command
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ def _setting(flag: str, help: str, setting: str | None = None, **kwargs: Any) ->
 @_setting("--metrics-listen", "host:port to serve Prometheus metrics on. [default: off]", show_default=False)
 @_setting("--log-format", "Log line format.")
 @_setting("--log-level", "Lowest level logged.")
+@koord_flags
 def serve(
     config_file: Path | None,
     local_containerd: Path | None,
@@ -98,6 +100,7 @@ def serve(
     **flags: object,
 ) -> None:
     """Serve CRI on --listen, forwarding to --backend."""
+    refuse_koord_flags(click.get_current_context())
     try:
         loaded, warnings = load_checked(config_file)
         config = loaded.with_overrides(
