@@ -18,6 +18,12 @@ plus two optional keys of ours:
 ``priority``
     an integer; hook servers registered for the same hook point are called in
     ascending ``(priority, file name)`` order; default ``0``.
+``answers``
+    ``"changes"`` (an answer's empty cpuset keeps the call's) or ``"whole"``
+    (its ``cpuset_cpus``/``cpuset_mems`` are taken whole, as
+    koord-runtime-proxy applies them: empty clears); default ``"changes"``,
+    but ``"whole"`` for a file named ``koordlet.json`` (koordlet writes that
+    file itself at each start, with no room for a key of ours).
 
 Leniency follows Koordinator exactly where Koordinator is lenient:
 ``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
@@ -58,9 +64,9 @@ from .filesafety import HookConfigError, check_path_safety, read_hook_file, unsa
 from .points import HookType
 
 __all__ = [
-    "DEFAULT_HOOK_DIR", "DEFAULT_PRIORITY", "DEFAULT_TIMEOUT",
-    "KEY_ENDPOINT", "KEY_FAILURE_POLICY", "KEY_PRIORITY", "KEY_RUNTIME_HOOKS", "KEY_TIMEOUT",
-    "FailurePolicy", "HookConfigError", "HookServerConfig",
+    "DEFAULT_HOOK_DIR", "DEFAULT_PRIORITY", "DEFAULT_TIMEOUT", "WHOLE_BY_DEFAULT",
+    "KEY_ANSWERS", "KEY_ENDPOINT", "KEY_FAILURE_POLICY", "KEY_PRIORITY", "KEY_RUNTIME_HOOKS", "KEY_TIMEOUT",
+    "Answers", "FailurePolicy", "HookConfigError", "HookServerConfig",
     "check_path_safety", "format_duration", "parse_duration", "parse_hook_document", "parse_hook_file", "unsafe_reason",
 ]
 
@@ -78,6 +84,7 @@ KEY_FAILURE_POLICY = "failure-policy"
 KEY_RUNTIME_HOOKS = "runtime-hooks"
 KEY_TIMEOUT = "timeout"
 KEY_PRIORITY = "priority"
+KEY_ANSWERS = "answers"
 
 
 class FailurePolicy(enum.Enum):
@@ -90,6 +97,26 @@ class FailurePolicy(enum.Enum):
         return self.value
 
 
+class Answers(enum.Enum):
+    """How a hook server's answers read: what an empty cpuset in them means."""
+
+    CHANGES = "changes"  # only what it sets counts: an empty cpuset keeps the call's
+    WHOLE = "whole"  # whole resources, as koord-runtime-proxy applies them: an empty cpuset clears
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Hook files whose server answers whole when the file does not say: koordlet
+# writes and rewrites its own at each start (Register()), as
+# koord-runtime-proxy, which takes every answer's cpusets whole, reads it.
+WHOLE_BY_DEFAULT = frozenset({"koordlet.json"})
+
+
+def default_answers(file_name: str) -> Answers:
+    return Answers.WHOLE if file_name in WHOLE_BY_DEFAULT else Answers.CHANGES
+
+
 @dataclass(frozen=True)
 class HookServerConfig:
     """One hook server registration (one valid hook file)."""
@@ -100,6 +127,7 @@ class HookServerConfig:
     hooks: frozenset[HookType]
     timeout: float = DEFAULT_TIMEOUT  # seconds
     priority: int = DEFAULT_PRIORITY
+    answers: Answers = Answers.CHANGES
     # uid owning the hook file (None: not read from a file); its endpoint's
     # socket must be owned by root, the proxy's euid or this uid.
     owner_uid: int | None = None
@@ -114,7 +142,7 @@ class HookServerConfig:
         hooks = ",".join(sorted(h.value for h in self.hooks)) or "-"
         return (
             f"endpoint={self.endpoint} hooks=[{hooks}] failure_policy={self.failure_policy.value} "
-            f"timeout={format_duration(self.timeout)} priority={self.priority}"
+            f"timeout={format_duration(self.timeout)} priority={self.priority} answers={self.answers.value}"
         )
 
     def log_fields(self) -> Mapping[str, object]:
@@ -131,6 +159,7 @@ class HookServerConfig:
             "hook_failure_policy": self.failure_policy.value,
             "hook_timeout": self.timeout,
             "hook_priority": self.priority,
+            "hook_answers": self.answers.value,
         }
 
 
@@ -221,6 +250,16 @@ def _priority(value: object) -> int:
     return value
 
 
+def _answers(value: object) -> Answers:
+    if not isinstance(value, str):
+        raise _Invalid(f'"{KEY_ANSWERS}" must be a string, got {_json_type(value)}')
+    try:
+        return Answers(value)
+    except ValueError:
+        allowed = ", ".join(repr(a.value) for a in Answers)
+        raise _Invalid(f'unknown "{KEY_ANSWERS}" {value!r} (allowed: {allowed})') from None
+
+
 @dataclass(frozen=True)
 class _Key:
     """One key of a hook file and the :class:`HookServerConfig` field it fills."""
@@ -248,6 +287,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key(KEY_RUNTIME_HOOKS, "hooks", _runtime_hooks, default=frozenset()),
     _Key(KEY_TIMEOUT, "timeout", _timeout, default=DEFAULT_TIMEOUT),
     _Key(KEY_PRIORITY, "priority", _priority, default=DEFAULT_PRIORITY),
+    _Key(KEY_ANSWERS, "answers", _answers),  # absent: default_answers(file name)
 )
 KNOWN_KEYS = frozenset(key.name for key in _KEYS)
 
@@ -276,6 +316,8 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
             unknown,
             extra={"hook_file": path.name, "hook_unknown_keys": unknown},
         )
+    if values["answers"] is None:
+        values["answers"] = default_answers(path.name)
     listed = doc.get(KEY_RUNTIME_HOOKS) or ()
     values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # (valid: read above)
     return HookServerConfig(name=path.name, **values)  # type: ignore[arg-type]

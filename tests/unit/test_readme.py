@@ -127,6 +127,10 @@ def test_hook_file_keys_and_defaults() -> None:
     assert code(rows[hookfile.KEY_TIMEOUT]["default"]) == [hookfile.format_duration(hookfile.DEFAULT_TIMEOUT)]
     assert literal(rows[hookfile.KEY_PRIORITY]["default"]) == hookfile.DEFAULT_PRIORITY
     assert code(rows[hookfile.KEY_FAILURE_POLICY]["default"]) == [hookfile.FailurePolicy.IGNORE.value]
+    # The default, then the files whose server answers whole by default.
+    assert code(rows[hookfile.KEY_ANSWERS]["default"]) == [
+        hookfile.Answers.CHANGES.value, hookfile.Answers.WHOLE.value, *sorted(hookfile.WHOLE_BY_DEFAULT)
+    ]
     assert f"`{hookfile.format_duration(hookfile.MAX_TIMEOUT)}`" in rows[hookfile.KEY_TIMEOUT]["what"]
 
 

@@ -16,6 +16,7 @@ import pytest
 from runtimeproxy.hookpath.hookfile import (
     DEFAULT_PRIORITY,
     DEFAULT_TIMEOUT,
+    Answers,
     FailurePolicy,
     HookConfigError,
     HookServerConfig,
@@ -147,6 +148,7 @@ def test_koordinator_format_loads_with_defaults(hook_dir: Path) -> None:
         ),
         timeout=DEFAULT_TIMEOUT,
         priority=DEFAULT_PRIORITY,
+        answers=Answers.WHOLE,  # koordlet.json: as koord-runtime-proxy read koordlet's answers
         owner_uid=os.stat(path).st_uid,  # kept to check its endpoint's owner at call time
     )
     assert cfg.timeout == 2.0 and cfg.priority == 0
@@ -184,6 +186,18 @@ def test_all_seven_hook_names_and_optional_keys(hook_dir: Path) -> None:
     assert cfg.failure_policy is FailurePolicy.FAIL
     assert cfg.timeout == 1.5
     assert cfg.priority == -3
+
+
+def test_answers_default_to_changes_and_to_whole_for_koordlet_json(hook_dir: Path) -> None:
+    assert parse_hook_file(write(hook_dir, "lean.json", valid_doc())).answers is Answers.CHANGES
+    assert parse_hook_file(write(hook_dir, "koordlet.json", valid_doc())).answers is Answers.WHOLE
+    # The file's key wins, either way.
+    assert parse_hook_file(write(hook_dir, "lean.json", valid_doc(answers="whole"))).answers is Answers.WHOLE
+    assert parse_hook_file(write(hook_dir, "koordlet.json", valid_doc(answers="changes"))).answers is Answers.CHANGES
+    # Only that exact name: a copy or a differently named koordlet file says so itself.
+    assert parse_hook_file(write(hook_dir, "koordlet-2.json", valid_doc())).answers is Answers.CHANGES
+    cfg = parse_hook_file(write(hook_dir, "koordlet.json", valid_doc()))
+    assert "answers=whole" in cfg.describe() and cfg.log_fields()["hook_answers"] == "whole"
 
 
 def test_hook_type_rpc_names_match_the_service() -> None:
@@ -266,6 +280,10 @@ INVALID_CASES: dict[str, tuple[object, str]] = {
     "priority-float.json": (valid_doc(priority=1.5), '"priority" must be an integer'),
     "priority-string.json": (valid_doc(priority="1"), '"priority" must be an integer'),
     "priority-bool.json": (valid_doc(priority=True), '"priority" must be an integer'),
+    "answers-unknown.json": (valid_doc(answers="all"), "unknown \"answers\" 'all' (allowed: 'changes', 'whole')"),
+    "answers-case.json": (valid_doc(answers="Whole"), "unknown \"answers\" 'Whole'"),
+    "answers-bool.json": (valid_doc(answers=True), '"answers" must be a string, got boolean'),
+    "answers-null.json": (valid_doc(answers=None), '"answers" must be a string, got null'),
 }
 
 
