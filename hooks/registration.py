@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runtimeproxy.hookpath.hookfile import (
+    KEY_ANSWERS,
     KEY_ENDPOINT,
     KEY_FAILURE_POLICY,
     KEY_PRIORITY,
@@ -35,11 +36,13 @@ def write_hook_config(
     failure_policy: FailurePolicy | str = "Ignore",
     timeout: str | float | None = None,
     priority: int | None = None,
+    answers: str | None = None,
 ) -> Path:
     """Atomically write a Koordinator-format hook file ``directory/name[.json]``; returns its path.
 
     ``timeout`` is a duration string ("500ms") or seconds (0.5 -> "500ms");
-    ``None`` omits the key (the proxy's default applies), as does ``priority=None``.
+    ``None`` omits the key (the proxy's default applies), as do ``priority=None``
+    and ``answers=None`` (``"changes"`` or ``"whole"``: docs/hook-files.md).
     The document is validated like the proxy would before anything is written
     (``ValueError`` otherwise).  The file is written to a temporary file in the
     same directory, fsync-ed, chmod-ed 0644 and renamed into place, so the
@@ -75,6 +78,8 @@ def write_hook_config(
         doc[KEY_TIMEOUT] = timeout if isinstance(timeout, str) else format_duration(timeout)
     if priority is not None:
         doc[KEY_PRIORITY] = priority
+    if answers is not None:
+        doc[KEY_ANSWERS] = answers
     try:
         parse_hook_document(directory / name, doc)
     except HookConfigError as exc:

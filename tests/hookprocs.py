@@ -55,8 +55,13 @@ class HookProcess:
         failure_policy: str = "Fail",
         timeout: str | None = None,
         priority: int | None = None,
+        answers: str | None = None,
+        name: str | None = None,
     ) -> Path:
-        return write_hook_config(hook_dir, self.name, self.socket, hooks, failure_policy, timeout, priority)
+        """``name``: the hook file's, if not the server's (``koordlet.json``)."""
+        return write_hook_config(
+            hook_dir, name or self.name, self.socket, hooks, failure_policy, timeout, priority, answers
+        )
 
 
 async def registered(running: RunningProxy, count: int) -> None:

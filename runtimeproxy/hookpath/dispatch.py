@@ -191,11 +191,12 @@ class Dispatcher:
         self,
         hook: HookType,
         build: Callable[[], Awaitable[Any]],
-        apply: Callable[[Any], bool],
+        apply: Callable[[Any, HookServerConfig], bool],
         log_fields: dict[str, object],
     ) -> bool:
         """Chain every server of ``hook``; each sees the request as the
-        previous one left it. Returns whether any answer changed the call."""
+        previous one left it (``apply`` takes each answer with the server
+        that gave it). Returns whether any answer changed the call."""
         # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
         chain = ChainCpusets(log_fields) if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
         try:
@@ -212,7 +213,7 @@ class Dispatcher:
                 self._count_deferred(hook, chain.deferred, "invalid_value")
 
     async def _chain(
-        self, hook: HookType, build: Callable[[], Awaitable[Any]], apply: Callable[[Any], bool],
+        self, hook: HookType, build: Callable[[], Awaitable[Any]], apply: Callable[[Any, HookServerConfig], bool],
         log_fields: dict[str, object], chain: ChainCpusets | None,
     ) -> bool:
         changed = False
@@ -245,7 +246,7 @@ class Dispatcher:
                 )
                 continue
             self._outages.succeeded(server.name, fields)
-            changed = apply(answer) or changed
+            changed = apply(answer, server) or changed
             if chain is not None:
                 chain.taken(server, request, answer)
         return changed

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import changed_from, cleared_cpusets, hook_resources, merge_env, merge_map, merge_resources
+from .merge import changed_from, emptied_cpusets, hook_resources, merge_env, merge_map, merge_resources
 from .points import HookType, Phase, hook_for
 from .store import StateStore, container_record, pod_record
 
@@ -79,10 +79,15 @@ class Executor:
         """The request hooks see, or None when there is nothing to hook."""
         return None
 
-    def apply(self, req: Any, answer: Any, shown: Any = None) -> bool:
+    def apply(self, req: Any, answer: Any, shown: Any = None, clear: tuple[str, ...] = ()) -> bool:
         """Merge one hook's answer into the CRI request; True if it changed.
-        ``shown``: the hook request it answered, if known."""
+        ``shown``: the hook request it answered, if known; ``clear``: the
+        cpusets of the request to empty (from ``emptied``)."""
         return False
+
+    def emptied(self, req: Any, answer: Any) -> tuple[str, ...]:
+        """The cpusets of the request that ``answer``, read whole, clears."""
+        return ()
 
     async def record(self, req: Any, resp: Any, store: StateStore, seen: HookRequest | None = None) -> None:
         """After a successful backend call. ``seen``: the hook request a pre
@@ -138,7 +143,10 @@ class RunPodSandbox(Executor):
     def early_seen(self, req: v1.RunPodSandboxRequest, store: StateStore) -> HookRequest:
         return pod_record(req.config, req.runtime_handler)
 
-    def apply(self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse, shown: Any = None) -> bool:
+    def apply(
+        self, req: v1.RunPodSandboxRequest, answer: hookapi.PodSandboxHookResponse, shown: Any = None,
+        clear: tuple[str, ...] = (),
+    ) -> bool:
         config = req.config
         changed = merge_map(config.labels, answer.labels)
         changed = merge_map(config.annotations, answer.annotations) or changed
@@ -230,12 +238,21 @@ class CreateContainer(Executor):
         pod = store.pods.get(req.pod_sandbox_id)
         return None if pod is None else _container_record(req, pod)
 
-    def apply(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None) -> bool:
+    def emptied(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> tuple[str, ...]:
+        if not answer.HasField("container_resources"):
+            return ()
+        return emptied_cpusets(req.config.linux.resources, answer.container_resources)
+
+    def apply(
+        self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None,
+        clear: tuple[str, ...] = (),
+    ) -> bool:
         config = req.config
         changed = merge_map(config.annotations, answer.container_annotations)
         if answer.HasField("container_resources"):
             changed = merge_resources(config.linux.resources, answer.container_resources) or changed
-            changed = _clear(config.linux.resources, shown, answer) or changed
+            # The container is made without them (kubelet's cpuset cleared).
+            changed = _clear(config.linux.resources, clear) or changed
         if answer.pod_cgroup_parent and answer.pod_cgroup_parent != req.sandbox_config.linux.cgroup_parent:
             # containerd places the container's cgroup under this parent.
             req.sandbox_config.linux.cgroup_parent = answer.pod_cgroup_parent
@@ -263,12 +280,9 @@ def _container_record(
     return record
 
 
-def _clear(target: Any, shown: Any, answer: hookapi.ContainerResourceHookResponse) -> bool:
-    """Empty the cpusets of ``target`` that an answer read whole clears
-    (merge.cleared_cpusets); True if one was set."""
-    if not isinstance(shown, hookapi.ContainerResourceHookRequest):
-        return False
-    cleared = [n for n in cleared_cpusets(shown.container_resources, answer.container_resources) if getattr(target, n)]
+def _clear(target: Any, names: tuple[str, ...]) -> bool:
+    """Empty the cpusets ``names`` of ``target``; True if one was set."""
+    cleared = [name for name in names if getattr(target, name)]
     for name in cleared:
         setattr(target, name, "")
     return bool(cleared)
@@ -314,8 +328,16 @@ class UpdateContainerResources(_ContainerById):
         out.container_annotations.update(req.annotations)
         return out
 
+    def emptied(
+        self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse
+    ) -> tuple[str, ...]:
+        if not answer.HasField("container_resources"):
+            return ()
+        return emptied_cpusets(req.linux, answer.container_resources)
+
     def apply(
-        self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None
+        self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None,
+        clear: tuple[str, ...] = (),
     ) -> bool:
         changed = merge_map(req.annotations, answer.container_annotations)
         if answer.HasField("container_resources"):
@@ -325,9 +347,10 @@ class UpdateContainerResources(_ContainerById):
                 # own, say its swap limit) stay out of the update, as kubelet sent it.
                 update = changed_from(shown.container_resources, update)
             changed = merge_resources(req.linux, update) or changed
-            # The runtime keeps a cpuset an update leaves empty: what
-            # koord-runtime-proxy's whole answer, its cpuset empty, did too.
-            changed = _clear(req.linux, shown, answer) or changed
+            # The runtime keeps a cpuset an update leaves empty: kubelet's
+            # dropped, the container keeps its own, as where
+            # koord-runtime-proxy sent a whole answer's empty cpuset.
+            changed = _clear(req.linux, clear) or changed
         return changed
 
     async def record(

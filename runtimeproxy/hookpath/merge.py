@@ -59,27 +59,16 @@ def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> boo
     return merge_map(target.unified, update.unified) or changed
 
 
-# Values kubelet sets on every container (cpu_period while CFS quota is on,
-# its default; oom_score_adj, never 0 from kubelet) that an answer built from
-# the request carries back.
-_ECHO_MARKERS = ("cpu_period", "oom_score_adj")
+CPUSETS = _RESOURCE_STRINGS
 
 
-def cleared_cpusets(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> tuple[str, ...]:
-    """The cpusets ``answer`` clears. koord-runtime-proxy takes an answer's
-    cpuset_cpus and cpuset_mems whole, empty or not, and koordlet, whose
-    answers are the request's resources with its changes, clears a
-    BestEffort container's cpuset_cpus so that it follows the besteffort
-    cgroup's (a cpuset from kubelet's static CPU manager there is refused by
-    the kernel on cgroup v1 once koordlet narrows that cgroup). So an answer
-    that carries back the markers it was shown (every one of
-    ``_ECHO_MARKERS`` kubelet set) is read whole for its cpusets: an empty
-    one there clears what it was shown. An answer with only its changes
-    clears nothing (empty is unset, as for every other field)."""
-    markers = [name for name in _ECHO_MARKERS if getattr(shown, name)]
-    if not markers or any(getattr(answer, name) != getattr(shown, name) for name in markers):
-        return ()
-    return tuple(name for name in _RESOURCE_STRINGS if getattr(shown, name) and not getattr(answer, name))
+def emptied_cpusets(target: Any, answer: hookapi.LinuxContainerResources) -> tuple[str, ...]:
+    """The cpusets ``target`` sets that ``answer`` leaves empty: what an
+    answer read whole (its hook file's ``answers: whole``) clears, as
+    koord-runtime-proxy takes an answer's cpuset_cpus and cpuset_mems whole,
+    empty or not. Any other answer's empty cpuset is unset, as for every
+    other field: never guessed from what the answer holds."""
+    return tuple(name for name in CPUSETS if getattr(target, name) and not getattr(answer, name))
 
 
 def changed_from(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> hookapi.LinuxContainerResources:

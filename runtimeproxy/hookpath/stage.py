@@ -22,11 +22,12 @@ from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError, Unbuilt
 from .executor import HOOKED_METHODS, Executor, HookedMethod
-from .hookfile import FailurePolicy
+from .hookfile import FailurePolicy, HookServerConfig
 from .locks import KeyedLocks
 from .points import HookType
 from .registry import HookSnapshot
 from .store import StateStore
+from .wholeanswers import WholeAnswers
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,11 @@ OrderWait = Callable[[HookType], "float | None"]
 class HookStage(StageProvider):
     def __init__(
         self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None,
-        order_wait: OrderWait | None = None, carries: bool = True,
+        order_wait: OrderWait | None = None, carries: bool = True, clears_cpusets: bool = True,
     ) -> None:
         self.dispatcher = dispatcher
+        # Whether a whole answer's empty cpuset clears the call's (not under NRI).
+        self._whole = WholeAnswers(clears_cpusets)
         # Whether calls carry earlier hooks' changes (Executor.carry); not
         # under NRI, which never applies a PreRunPodSandbox answer.
         self._carries = carries
@@ -225,6 +228,7 @@ class HookStage(StageProvider):
             # still what it was built from: the record need not be built again.
             seen: list[Any] = []
             if pre_hook is not None:
+                hook = pre_hook
                 await self._post_hooks_done(key, pre_hook, fields)
 
                 async def build() -> Any:
@@ -234,8 +238,10 @@ class HookStage(StageProvider):
                     seen[:] = [built]
                     return built
 
-                def apply(answer: Any) -> bool:
-                    if not ex.apply(req, answer, seen[0] if seen else None):
+                def apply(answer: Any, server: HookServerConfig) -> bool:
+                    shown = seen[0] if seen else None
+                    clear = self._whole.clears(ex, req, answer, server, shown, hook, fields)
+                    if not ex.apply(req, answer, shown, clear):
                         return False
                     seen.clear()
                     return True

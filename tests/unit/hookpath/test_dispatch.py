@@ -54,7 +54,7 @@ async def build() -> hookapi.ContainerResourceHookRequest:
 async def test_unexpected_error_is_the_hooks_failure_under_fail() -> None:
     dispatcher = Dispatcher(OneServer(server(FailurePolicy.FAIL)), transport=BrokenTransport())  # type: ignore[arg-type]
     with pytest.raises(HookError) as excinfo:
-        await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+        await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
     assert "UnicodeEncodeError" in excinfo.value.cause
     assert "odd.json" in str(excinfo.value)
     await dispatcher.close()
@@ -62,7 +62,7 @@ async def test_unexpected_error_is_the_hooks_failure_under_fail() -> None:
 
 async def test_unexpected_error_is_skipped_under_ignore() -> None:
     dispatcher = Dispatcher(OneServer(server(FailurePolicy.IGNORE)), transport=BrokenTransport())  # type: ignore[arg-type]
-    assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
+    assert await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {}) is False
     await dispatcher.close()
 
 
@@ -160,7 +160,7 @@ async def test_a_server_removed_while_the_chain_runs_is_not_called(phase: str) -
     transport = Answering(hookapi.ContainerResourceHookResponse(), lambda endpoint: registry.servers.remove(second))
     dispatcher = Dispatcher(registry, transport=transport)  # type: ignore[arg-type]
     if phase == "pre":
-        assert await dispatcher.run_pre(hook, build, lambda answer: False, {}) is False
+        assert await dispatcher.run_pre(hook, build, lambda answer, server: False, {}) is False
     else:
         await dispatcher.run_post(hook, hookapi.ContainerResourceHookRequest(), {})
     assert transport.called == [first.endpoint]
@@ -183,11 +183,11 @@ async def test_a_hook_request_that_cannot_be_built_refuses_under_fail(policy: Fa
     dispatcher = Dispatcher(Chain(named("lax", FailurePolicy.IGNORE), named("strict", policy)), transport=transport)  # type: ignore[arg-type]
     if policy is FailurePolicy.FAIL:
         with pytest.raises(HookError) as refused:
-            await dispatcher.run_pre(HOOK, unbuildable, lambda answer: False, {})
+            await dispatcher.run_pre(HOOK, unbuildable, lambda answer, server: False, {})
         assert refused.value.server.name == "strict.json" and "could not read it from the runtime" in str(refused.value)
     else:
-        assert await dispatcher.run_pre(HOOK, unbuildable, lambda answer: False, {}) is False
-    assert await dispatcher.run_pre(HOOK, absent, lambda answer: False, {}) is False
+        assert await dispatcher.run_pre(HOOK, unbuildable, lambda answer, server: False, {}) is False
+    assert await dispatcher.run_pre(HOOK, absent, lambda answer, server: False, {}) is False
     assert transport.called == []
     await dispatcher.close()
 
@@ -224,12 +224,12 @@ async def test_a_fail_server_removed_while_it_is_called_does_not_refuse_the_call
     registry = Chain(strict)
     transport = RemovedWhileCalled(hookapi.ContainerResourceHookResponse(), lambda endpoint: registry.servers.clear())
     dispatcher = Dispatcher(registry, transport=transport)  # type: ignore[arg-type]
-    assert await dispatcher.run_pre(HOOK, build, lambda answer: False, {}) is False
+    assert await dispatcher.run_pre(HOOK, build, lambda answer, server: False, {}) is False
     assert transport.called == [strict.endpoint]
     registry.servers.append(strict)  # still registered: its failure refuses the call
     transport.on_call = lambda endpoint: None
     with pytest.raises(HookError):
-        await dispatcher.run_pre(HOOK, build, lambda answer: False, {})
+        await dispatcher.run_pre(HOOK, build, lambda answer, server: False, {})
     await dispatcher.close()
 
 
@@ -262,7 +262,7 @@ async def test_a_fail_server_removed_while_the_request_is_read_back_does_not_ref
         registry.servers.remove(strict)  # its file removed while the runtime is read
         raise Unbuilt("ctr-1")
 
-    assert await dispatcher.run_pre(HOOK, read_back_fails_meanwhile, lambda answer: False, {}) is False
+    assert await dispatcher.run_pre(HOOK, read_back_fails_meanwhile, lambda answer, server: False, {}) is False
     await dispatcher.close()
 
 
@@ -318,7 +318,7 @@ async def test_a_hook_call_cancelled_with_its_caller_is_counted_cancelled() -> N
 
     server, metrics, transport = named("slow", FailurePolicy.IGNORE), Metrics(), Hanging()
     dispatcher = Dispatcher(Chain(server), metrics, transport=transport)  # type: ignore[arg-type]
-    chain = asyncio.ensure_future(dispatcher.run_pre(HOOK, build, lambda answer: False, {}))
+    chain = asyncio.ensure_future(dispatcher.run_pre(HOOK, build, lambda answer, server: False, {}))
     await transport.started.wait()
     chain.cancel()
     with pytest.raises(asyncio.CancelledError):

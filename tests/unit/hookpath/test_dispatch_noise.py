@@ -85,10 +85,10 @@ async def test_undecodable_answer_is_one_line_of_ours_without_grpc_traceback(
     try:
         if policy is FailurePolicy.FAIL:
             with pytest.raises(HookError) as err:
-                await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+                await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
             assert "not a valid ContainerResourceHookResponse" in err.value.cause
         else:
-            assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
+            assert await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {}) is False
     finally:
         await dispatcher.close()
         await server.stop(0)
@@ -120,7 +120,7 @@ async def test_many_missing_ignore_hooks_log_one_line_each_per_outage(
     dispatcher = Dispatcher(Servers(servers))  # type: ignore[arg-type]
     try:
         for _ in range(3):
-            assert await dispatcher.run_pre(HOOK, build, lambda answer: True, {}) is False
+            assert await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {}) is False
             await dispatcher.run_post(HOOK, hookapi.ContainerResourceHookRequest(), {})
     finally:
         await dispatcher.close()
@@ -148,21 +148,21 @@ async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
         dispatcher = Dispatcher(Servers([config("flaky.json", tmp_path / "flaky.sock")]), clock=clock)  # type: ignore[arg-type]
         try:
             for _ in range(4):
-                await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+                await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
                 clock.now += 10
             assert len(warnings_of(caplog)) == 1
             clock.now += 30  # 70 s since the first failure
-            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
             summary = warnings_of(caplog)[-1]
             assert summary.getMessage() == "hook server flaky.json still failing: 4 failures in the last 70s"
             assert summary.hook_failures == 4  # type: ignore[attr-defined]
-            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
             assert len(warnings_of(caplog)) == 2  # the next window has just begun
 
             server.healthy = True
             clock.now += 5
-            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
-            await dispatcher.run_pre(HOOK, build, lambda answer: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
         finally:
             await dispatcher.close()
     recovered = [r for r in caplog.records if "recovered" in r.getMessage()]

@@ -8,7 +8,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.hookpath.merge import (
-    cleared_cpusets,
+    emptied_cpusets,
     env_map,
     hook_resources,
     merge_env,
@@ -154,20 +154,16 @@ def test_merge_into_hook_resources_and_v1alpha2_work_alike() -> None:
 # --------------------------------------------------------------------------- maps
 
 
-def test_an_answer_echoing_the_markers_clears_the_cpusets_it_empties() -> None:
+def test_emptied_cpusets_are_those_set_that_the_answer_leaves_empty() -> None:
     shown = hook_resources(original_resources())
-    whole = hookapi.LinuxContainerResources()
-    whole.CopyFrom(shown)
-    whole.cpuset_cpus = ""
-    assert cleared_cpusets(shown, whole) == ("cpuset_cpus",)
-    whole.cpuset_mems = ""
-    assert cleared_cpusets(shown, whole) == ("cpuset_cpus", "cpuset_mems")
-    # One marker changed, or none echoed (a lean answer): empty is unset.
-    assert cleared_cpusets(shown, hookapi.LinuxContainerResources(cpu_period=100000, oom_score_adj=-499)) == ()
-    assert cleared_cpusets(shown, hookapi.LinuxContainerResources(cpu_shares=2)) == ()
-    # Nothing shown to clear, or no marker kubelet set: nothing cleared.
-    assert cleared_cpusets(hookapi.LinuxContainerResources(cpu_period=100000), whole) == ()
-    assert cleared_cpusets(hookapi.LinuxContainerResources(cpuset_cpus="0"), hookapi.LinuxContainerResources()) == ()
+    assert shown.cpuset_cpus and shown.cpuset_mems
+    assert emptied_cpusets(shown, hookapi.LinuxContainerResources()) == ("cpuset_cpus", "cpuset_mems")
+    assert emptied_cpusets(shown, hookapi.LinuxContainerResources(cpuset_mems="0")) == ("cpuset_cpus",)
+    # Whatever else the answer holds (kubelet's own values echoed or not): no guessing.
+    echo = hookapi.LinuxContainerResources(cpu_period=shown.cpu_period, oom_score_adj=shown.oom_score_adj)
+    assert emptied_cpusets(shown, echo) == ("cpuset_cpus", "cpuset_mems")
+    # Nothing set, nothing to clear.
+    assert emptied_cpusets(hookapi.LinuxContainerResources(cpu_period=100000), hookapi.LinuxContainerResources()) == ()
 
 
 def test_merge_map_adds_and_overrides_and_keeps() -> None:

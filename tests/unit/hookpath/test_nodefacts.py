@@ -71,7 +71,7 @@ class Node:
             return hookapi.ContainerResourceHookRequest()
 
         try:
-            await self.dispatcher.run_pre(HOOK, build, lambda answer: applied.append(answer) is None, {})
+            await self.dispatcher.run_pre(HOOK, build, lambda answer, server: applied.append(answer) is None, {})
         except HookError as refused:
             assert "kernel would refuse" in refused.cause
             self.error = refused.cause

@@ -78,7 +78,7 @@ class Run:
         async def build() -> hookapi.ContainerResourceHookRequest:
             return hookapi.ContainerResourceHookRequest.FromString(self.request.SerializeToString())
 
-        def apply(answer: hookapi.ContainerResourceHookResponse) -> bool:
+        def apply(answer: hookapi.ContainerResourceHookResponse, server: object) -> bool:
             self.request.pod_cgroup_parent = answer.pod_cgroup_parent or self.request.pod_cgroup_parent
             for field in ("cpuset_cpus", "cpuset_mems"):
                 value = getattr(answer.container_resources, field)

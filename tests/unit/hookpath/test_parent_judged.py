@@ -80,7 +80,7 @@ class Node:
         async def build() -> hookapi.ContainerResourceHookRequest:
             return hookapi.ContainerResourceHookRequest(**{"pod_cgroup_parent": POD, **request})  # type: ignore[arg-type]
 
-        await self.dispatcher.run_pre(hook, build, lambda answer: applied.append(answer) is None, {})
+        await self.dispatcher.run_pre(hook, build, lambda answer, server: applied.append(answer) is None, {})
         return applied != []
 
     def outcome(self, hook: HookType = CREATE) -> float:
@@ -265,7 +265,7 @@ async def chain(tmp_path: Path, second: dict[str, object]) -> hookapi.ContainerR
     async def build() -> hookapi.ContainerResourceHookRequest:
         return hookapi.ContainerResourceHookRequest.FromString(request.SerializeToString())
 
-    def apply(answer: hookapi.ContainerResourceHookResponse) -> bool:
+    def apply(answer: hookapi.ContainerResourceHookResponse, server: object) -> bool:
         request.pod_cgroup_parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
         request.container_resources.cpuset_cpus = answer.container_resources.cpuset_cpus or request.container_resources.cpuset_cpus
         return True
