@@ -2,7 +2,8 @@
 
 Only these can change through a hook: labels, annotations, cgroup parent,
 Linux resources and env. A value a hook leaves unset (zero, empty) keeps the
-original; maps merge by key, and so do hugepage limits by page size; env keeps its order, a hook's variable replaces
+original (but an empty cpuset from a server whose answers are whole clears:
+:func:`emptied_cpusets`); maps merge by key, and so do hugepage limits by page size; env keeps its order, a hook's variable replaces
 one of the same name or is appended. Nothing else of a request is reachable
 from here, so no hook can grant privileges, mounts, devices or namespaces.
 """
