@@ -20,7 +20,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
-from .koordflags import koord_flags, refuse_koord_flags
+from .koordflags import koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def serve(
     **flags: object,
 ) -> None:
     """Serve CRI on --listen, forwarding to --backend."""
-    refuse_koord_flags(click.get_current_context())
+    deprecated = koord_aliases(click.get_current_context(), flags)
     try:
         loaded, warnings = load_checked(config_file)
         config = loaded.with_overrides(
@@ -117,6 +117,8 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
+    for warning in deprecated:  # koord-runtime-proxy's flags, taken
+        log.warning("deprecated koord-runtime-proxy flag", extra={"warning": warning})
     for warning in warnings:  # accepted, but likely a slip
         log.warning(
             "config file warning", extra={"config_file": str(config_file), "line": warning.line, "warning": warning.message}

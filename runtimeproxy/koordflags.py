@@ -1,6 +1,9 @@
-"""koord-runtime-proxy's flags, which ``serve`` refuses naming what replaces
-each: a unit or DaemonSet carried over from it fails with the whole answer
-at once, not one "no such option" at a time."""
+"""koord-runtime-proxy's flags on ``serve``, so that a unit or DaemonSet
+carried over from it starts: its three endpoint flags are deprecated aliases
+of ours (same meaning), its mode and skip-label flags are accepted where they
+ask for what the proxy does anyway; each is logged as a warning naming what
+to write instead. The rest is refused with the whole answer at once, not one
+"no such option" at a time."""
 
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from typing import Any, TypeVar
 
 import click
 
+from .clipath import SOCKET
+from .hookpath.executor import SKIP_LABEL
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _SKIP = "none: pods labelled runtimeproxy.koordinator.sh/skip-hookserver=true are never hooked, and no flag changes it"
@@ -16,36 +22,60 @@ _SKIP = "none: pods labelled runtimeproxy.koordinator.sh/skip-hookserver=true ar
 KOORD_FLAGS: dict[str, tuple[str | None, str]] = {
     "--koord-runtimeproxy-endpoint": ("--listen", ""),
     "--remote-runtime-service-endpoint": ("--backend", ""),
-    "--remote-image-service-endpoint": ("--image-backend", "; leave it out when it is the runtime's socket"),
+    "--remote-image-service-endpoint": (
+        "--image-backend",
+        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy's CRI v1 releases"
+        " sent image calls to the runtime's socket whatever it said",
+    ),
     "--backend-runtime-mode": (None, "none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported"),
     "--runtime-hook-server-key": (None, _SKIP),
     "--runtime-hook-server-val": (None, _SKIP),
 }
+# The values of flags with no replacement that ask for what the proxy does.
+WHAT_WE_DO: dict[str, str] = {
+    "--backend-runtime-mode": "Containerd",
+    "--runtime-hook-server-key": SKIP_LABEL,
+    "--runtime-hook-server-val": "true",
+}
 _GIVEN = "koord_flags"
 
 
-def _collect(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+def _collect(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     if value is not None:
         ctx.meta.setdefault(_GIVEN, []).append((f"--{(param.name or '').replace('_', '-')}", value))
 
 
 def koord_flags(f: F) -> F:
-    """Hidden options for KOORD_FLAGS, collected for :func:`refuse_koord_flags`."""
+    """Hidden options for KOORD_FLAGS, collected for :func:`koord_aliases`."""
     for flag in reversed(KOORD_FLAGS):
-        f = click.option(flag, hidden=True, default=None, expose_value=False, callback=_collect)(f)
+        kind = SOCKET if KOORD_FLAGS[flag][0] else None
+        f = click.option(flag, hidden=True, default=None, type=kind, expose_value=False, callback=_collect)(f)
     return f
 
 
-def refuse_koord_flags(ctx: click.Context) -> None:
-    """A usage error naming each koord-runtime-proxy flag given and its replacement."""
-    given = ctx.meta.get(_GIVEN)
-    if not given:
-        return
-    lines = []
-    for flag, value in given:
+def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
+    """Fill ``flags`` (serve's, by parameter name) from the koord-runtime-proxy
+    aliases given; the deprecation warnings to log. A usage error naming each
+    flag that cannot be taken (and its replacement), or an alias given with
+    its replacement set otherwise."""
+    warnings, refused = [], []
+    for flag, value in ctx.meta.get(_GIVEN, ()):
         ours, note = KOORD_FLAGS[flag]
-        lines.append(f"  {flag}={value}: " + (f"use {ours} {value}{note}" if ours else f"{note}; remove it"))
-    raise click.UsageError(
-        "koord-runtime-proxy's flags are not runtime-proxy's (docs/migrating-from-koord-runtime-proxy.md):\n"
-        + "\n".join(lines)
-    )
+        if ours is None:
+            if value == WHAT_WE_DO[flag]:
+                warnings.append(f"{flag}={value} is deprecated: it is what the proxy does; remove it")
+            else:
+                refused.append(f"  {flag}={value}: {note}; remove it")
+            continue
+        name = ours.removeprefix("--").replace("-", "_")
+        if flags.get(name) is not None and flags[name] != value:
+            refused.append(f"  {flag}={value}: {ours} {flags[name]} is given too; give {ours} alone")
+            continue
+        flags[name] = value
+        warnings.append(f"{flag} is deprecated: use {ours} {value}{note}")
+    if refused:
+        raise click.UsageError(
+            "koord-runtime-proxy's flags are not all runtime-proxy's (docs/migrating-from-koord-runtime-proxy.md):\n"
+            + "\n".join(refused)
+        )
+    return warnings

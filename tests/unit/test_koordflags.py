@@ -1,35 +1,114 @@
 """``runtime-proxy serve`` given koord-runtime-proxy's flags, as a unit carried
-over from it passes them: refused, each named with what replaces it."""
+over from it passes them: its endpoint flags taken as deprecated aliases of
+ours, its mode and skip-label flags accepted where they ask for what the
+proxy does, the rest refused, each named with what replaces it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import click
 from click.testing import CliRunner
 
 from runtimeproxy.cli import main
-from runtimeproxy.koordflags import KOORD_FLAGS
+from runtimeproxy.clipath import SOCKET
+from runtimeproxy.koordflags import KOORD_FLAGS, koord_aliases, koord_flags
 
 
 def serve(*args: str):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(main, ["serve", *args])
 
 
-def test_each_koord_flag_is_refused_naming_its_replacement() -> None:
-    result = serve(
-        "--remote-runtime-service-endpoint=/run/containerd/containerd.sock",
+def aliases(*args: str) -> tuple[Any, dict[str, object], list[str]]:
+    """serve's three socket flags and koord-runtime-proxy's, through koord_aliases."""
+    seen: dict[str, Any] = {}
+
+    @click.command()
+    @click.option("--listen", type=SOCKET)
+    @click.option("--backend", type=SOCKET)
+    @click.option("--image-backend", type=SOCKET)
+    @koord_flags
+    def command(**flags: object) -> None:
+        seen["warnings"] = koord_aliases(click.get_current_context(), flags)
+        seen["flags"] = flags
+
+    result = CliRunner().invoke(command, list(args))
+    return result, seen.get("flags", {}), seen.get("warnings", [])
+
+
+def test_the_endpoint_flags_are_aliases_of_ours_with_a_warning_naming_each() -> None:
+    result, flags, warnings = aliases(
         "--koord-runtimeproxy-endpoint", "/var/run/koord-runtimeproxy/runtimeproxy.sock",
+        "--remote-runtime-service-endpoint=unix:///run/containerd/containerd.sock",
+        "--remote-image-service-endpoint=/run/containerd/containerd.sock",
+    )
+    assert result.exit_code == 0, result.output
+    assert flags == {
+        "listen": Path("/var/run/koord-runtimeproxy/runtimeproxy.sock"),
+        "backend": Path("/run/containerd/containerd.sock"),  # read as --backend reads it
+        "image_backend": Path("/run/containerd/containerd.sock"),
+    }
+    assert warnings == [
+        "--koord-runtimeproxy-endpoint is deprecated: use --listen /var/run/koord-runtimeproxy/runtimeproxy.sock",
+        "--remote-runtime-service-endpoint is deprecated: use --backend /run/containerd/containerd.sock",
+        "--remote-image-service-endpoint is deprecated: use --image-backend /run/containerd/containerd.sock"
+        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy's CRI v1 releases"
+        " sent image calls to the runtime's socket whatever it said",
+    ]
+
+
+def test_an_alias_and_its_replacement_must_agree() -> None:
+    result, flags, _ = aliases("--backend=/run/a.sock", "--remote-runtime-service-endpoint=/run/a.sock")
+    assert result.exit_code == 0 and flags["backend"] == Path("/run/a.sock")
+    result, _, _ = aliases("--backend=/run/a.sock", "--remote-runtime-service-endpoint=/run/b.sock")
+    assert result.exit_code == 2
+    assert "--remote-runtime-service-endpoint=/run/b.sock: --backend /run/a.sock is given too; give --backend alone" in result.output
+
+
+def test_what_the_proxy_does_anyway_is_accepted_with_a_warning() -> None:
+    result, flags, warnings = aliases(
         "--backend-runtime-mode=Containerd",
         "--runtime-hook-server-key=runtimeproxy.koordinator.sh/skip-hookserver",
+        "--runtime-hook-server-val=true",
+    )
+    assert result.exit_code == 0, result.output
+    assert flags == {"listen": None, "backend": None, "image_backend": None}
+    assert warnings == [
+        "--backend-runtime-mode=Containerd is deprecated: it is what the proxy does; remove it",
+        "--runtime-hook-server-key=runtimeproxy.koordinator.sh/skip-hookserver is deprecated: it is what the proxy does; remove it",
+        "--runtime-hook-server-val=true is deprecated: it is what the proxy does; remove it",
+    ]
+
+
+def test_the_rest_is_refused_all_at_once_naming_why() -> None:
+    result = serve(
+        "--remote-runtime-service-endpoint=/run/containerd/containerd.sock",
+        "--backend-runtime-mode=Docker",
+        "--runtime-hook-server-key=runtimeproxy.koordinator.sh/is-hookserver",
+        "--runtime-hook-server-val=yes",
     )
     assert result.exit_code == 2
-    assert "--backend /run/containerd/containerd.sock" in result.output
-    assert "--listen /var/run/koord-runtimeproxy/runtimeproxy.sock" in result.output
-    assert "--backend-runtime-mode=Containerd: none: the proxy speaks CRI" in result.output
-    assert "skip-hookserver=true are never hooked" in result.output
+    assert "--backend-runtime-mode=Docker: none: the proxy speaks CRI" in result.output
+    assert "--runtime-hook-server-key=runtimeproxy.koordinator.sh/is-hookserver: none: pods labelled" in result.output
+    assert "--runtime-hook-server-val=yes: none" in result.output
+    assert "remote-runtime-service-endpoint" not in result.output  # taken: not a refusal
     assert "docs/migrating-from-koord-runtime-proxy.md" in result.output
+
+
+def test_serve_takes_the_aliases_as_its_own_flags() -> None:
+    # The same socket to listen on and to forward to: refused as --listen
+    # and --backend would be, so the aliases reached the settings.
+    result = serve(
+        "--koord-runtimeproxy-endpoint=/run/x/proxy.sock", "--remote-runtime-service-endpoint=/run/x/proxy.sock"
+    )
+    assert result.exit_code == 1
+    assert "listen and backend are the same socket" in result.output
 
 
 def test_every_koord_flag_is_known_and_hidden() -> None:
     for flag in KOORD_FLAGS:
-        result = serve(f"{flag}=x")
-        assert result.exit_code == 2 and f"{flag}=x: " in result.output, flag
+        if KOORD_FLAGS[flag][0] is None:
+            result = serve(f"{flag}=x")
+            assert result.exit_code == 2 and f"{flag}=x: " in result.output, flag
     assert not any(flag in serve("--help").output for flag in KOORD_FLAGS)

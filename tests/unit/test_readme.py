@@ -15,7 +15,7 @@ from runtimeproxy import cli
 from runtimeproxy.config import ProxyConfig, choices
 from runtimeproxy.hookpath import hookfile
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
-from runtimeproxy.koordflags import KOORD_FLAGS
+from runtimeproxy.koordflags import KOORD_FLAGS, WHAT_WE_DO
 from runtimeproxy.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def serve_options() -> dict[str, click.Option]:
         param.opts[0]: param
         for param in cli.serve.params
         if isinstance(param, click.Option) and param.opts[0].startswith("--") and param.name != "help"
-        and not param.hidden  # koord-runtime-proxy's, refused (koordflags)
+        and not param.hidden  # koord-runtime-proxy's, aliases or refused (koordflags)
     }
 
 
@@ -176,11 +176,19 @@ MIGRATION_DOC = DOCS / "migrating-from-koord-runtime-proxy.md"
 def test_migration_covers_every_koordinator_flag_and_names_real_flags() -> None:
     rows = table(MIGRATION_DOC, "koord-runtime-proxy")
     theirs = {span for row in rows for span in code(row["koord-runtime-proxy"]) if span.startswith("--")}
-    assert theirs == set(KOORD_FLAGS)  # each also refused by serve, naming its row's replacement
+    assert theirs == set(KOORD_FLAGS)  # each also known to serve (koordflags)
     ours = {span for row in rows for span in code(row["runtime-proxy"]) if span.startswith("--")}
     assert ours and ours <= set(serve_options())
     named = {ours for ours, _ in KOORD_FLAGS.values() if ours}
     assert named <= ours
+    for row in rows:
+        flags = [span for span in code(row["koord-runtime-proxy"]) if span.startswith("--")]
+        for flag in flags:
+            replacement = KOORD_FLAGS[flag][0]
+            if replacement:  # an alias: the row says so and names it
+                assert code(row["runtime-proxy"]) == [replacement] and "deprecated alias" in row["notes"], flag
+            else:  # accepted only for what the proxy does: the row's default
+                assert WHAT_WE_DO[flag] in code(row["its default"])[0].split(", ") + code(row["its default"]), flag
 
 
 def test_migration_names_the_skip_label_the_proxy_uses() -> None:
