@@ -91,10 +91,16 @@ class ChainCpusets:
             if getattr(answered, field) in ("", getattr(shown, field))
         }
 
-    def taken(self, server: HookServerConfig, request: Any, answer: Any) -> None:
-        """``answer`` was merged into the call (as merge_resources does: a value set wins)."""
+    def taken(self, server: HookServerConfig, request: Any, answer: Any, cleared: tuple[str, ...] = ()) -> None:
+        """``answer`` was merged into the call (as merge_resources does: a value
+        set wins), ``cleared`` its cpusets it emptied (a whole answer's): no
+        hook's any more, judged empty at the chain's end."""
         shown, answered = request.container_resources, answer.container_resources
         for field in NODE_FIELDS:
+            if field in cleared:
+                self._values[field] = ""
+                self._set_by.pop(field, None)
+                continue
             value = getattr(answered, field)
             if value and value != getattr(shown, field):  # an echo is not the hook's doing
                 self._set_by[field] = server.name

@@ -8,6 +8,7 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -30,6 +31,16 @@ CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take 
 class Unbuilt(Exception):
     """The hook request could not be built: no record of the object and
     none read from the runtime (a failed or undecodable read)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What ``run_pre``'s ``apply`` did with an answer, when it may have
+    cleared cpusets (a whole answer's empty ones, where they clear): the
+    chain judges the call without them. Else ``apply`` returns ``changed``."""
+
+    changed: bool
+    cleared: tuple[str, ...] = ()
 
 
 class HookError(Exception):
@@ -191,12 +202,13 @@ class Dispatcher:
         self,
         hook: HookType,
         build: Callable[[], Awaitable[Any]],
-        apply: Callable[[Any, HookServerConfig], bool],
+        apply: Callable[[Any, HookServerConfig], bool | Applied],
         log_fields: dict[str, object],
     ) -> bool:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it (``apply`` takes each answer with the server
-        that gave it). Returns whether any answer changed the call."""
+        that gave it: whether it changed the call, or ``Applied``). Returns
+        whether any answer changed the call."""
         # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
         chain = ChainCpusets(log_fields) if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
         try:
@@ -213,7 +225,8 @@ class Dispatcher:
                 self._count_deferred(hook, chain.deferred, "invalid_value")
 
     async def _chain(
-        self, hook: HookType, build: Callable[[], Awaitable[Any]], apply: Callable[[Any, HookServerConfig], bool],
+        self, hook: HookType, build: Callable[[], Awaitable[Any]],
+        apply: Callable[[Any, HookServerConfig], bool | Applied],
         log_fields: dict[str, object], chain: ChainCpusets | None,
     ) -> bool:
         changed = False
@@ -246,9 +259,11 @@ class Dispatcher:
                 )
                 continue
             self._outages.succeeded(server.name, fields)
-            changed = apply(answer, server) or changed
+            applied = apply(answer, server)
+            cleared = applied.cleared if isinstance(applied, Applied) else ()
+            changed = (applied.changed if isinstance(applied, Applied) else applied) or changed
             if chain is not None:
-                chain.taken(server, request, answer)
+                chain.taken(server, request, answer, cleared)
         return changed
 
     def _judge_chain(self, hook: HookType, chain: ChainCpusets, log_fields: dict[str, object]) -> None:

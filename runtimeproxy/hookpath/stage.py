@@ -20,7 +20,7 @@ from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
-from .dispatch import Dispatcher, HookError, Unbuilt
+from .dispatch import Applied, Dispatcher, HookError, Unbuilt
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .hookfile import FailurePolicy, HookServerConfig
 from .locks import KeyedLocks
@@ -238,13 +238,13 @@ class HookStage(StageProvider):
                     seen[:] = [built]
                     return built
 
-                def apply(answer: Any, server: HookServerConfig) -> bool:
+                def apply(answer: Any, server: HookServerConfig) -> Applied:
                     shown = seen[0] if seen else None
                     clear = self._whole.clears(ex, req, answer, server, shown, hook, fields)
                     if not ex.apply(req, answer, shown, clear):
-                        return False
+                        return Applied(False, clear)
                     seen.clear()
-                    return True
+                    return Applied(True, clear)
 
                 try:
                     changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields) or changed

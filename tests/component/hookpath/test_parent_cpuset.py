@@ -100,3 +100,18 @@ async def test_a_later_move_taking_a_cpuset_outside_its_parent_is_the_movers_fai
         assert (sent.sandbox_config.linux.cgroup_parent, sent.config.linux.resources.cpuset_cpus) == (
             sandbox_config().linux.cgroup_parent, "1"
         )
+
+
+async def test_a_cpuset_a_later_whole_answer_clears_is_not_judged(
+    running, fake, client, sock_dir: Path, hook_dir: Path,
+) -> None:
+    """pin's CPU 2 is outside the pod's parent; koordlet's whole answer then
+    clears the cpuset: the container is made with none, not refused naming
+    pin for a cpuset the runtime is never sent."""
+    cleared = {"PreCreateContainer": {"container_resources": {"cpu_period": 100000}}}
+    async with hook_server(sock_dir, "pin", PIN_TO_CPU_2) as pin, hook_server(sock_dir, "koordlet", cleared) as koordlet:
+        pin.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=1)
+        koordlet.register(hook_dir, ["PreCreateContainer"], failure_policy="Ignore", priority=2)
+        await registered(running, 2)
+        await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+    assert backend_request(fake).config.linux.resources.cpuset_cpus == ""

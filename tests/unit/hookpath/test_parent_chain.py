@@ -16,7 +16,7 @@ import grpc
 
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookclient.transport import CallFailed
-from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.dispatch import Applied, Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from tests.fakesysfs import set_cgroup_cpuset, set_nodes_with_memory
 
@@ -58,8 +58,9 @@ class Run:
 
     def __init__(
         self, tmp_path: Path, *hooks: tuple[str, FailurePolicy, hookapi.ContainerResourceHookResponse],
-        first: dict[str, Callable[[], Awaitable[None]]] | None = None,
+        first: dict[str, Callable[[], Awaitable[None]]] | None = None, whole: frozenset[str] = frozenset(),
     ) -> None:
+        self.whole = whole  # hooks whose empty cpusets clear the call's (the stage's WholeAnswers)
         self.node = Node(tmp_path)
         set_cgroup_cpuset(self.node.root, ISO, "2-3", "0")
         servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0) for n, p, _ in hooks]
@@ -78,12 +79,15 @@ class Run:
         async def build() -> hookapi.ContainerResourceHookRequest:
             return hookapi.ContainerResourceHookRequest.FromString(self.request.SerializeToString())
 
-        def apply(answer: hookapi.ContainerResourceHookResponse, server: object) -> bool:
+        def apply(answer: hookapi.ContainerResourceHookResponse, server: HookServerConfig) -> Applied:
             self.request.pod_cgroup_parent = answer.pod_cgroup_parent or self.request.pod_cgroup_parent
+            cleared = []
             for field in ("cpuset_cpus", "cpuset_mems"):
-                value = getattr(answer.container_resources, field)
-                setattr(self.request.container_resources, field, value or getattr(self.request.container_resources, field))
-            return True
+                value, had = getattr(answer.container_resources, field), getattr(self.request.container_resources, field)
+                if not value and had and server.name.removesuffix(".json") in self.whole:
+                    cleared.append(field)
+                setattr(self.request.container_resources, field, "" if field in cleared else value or had)
+            return Applied(True, tuple(cleared))
 
         await self.dispatcher.run_pre(CREATE, build, apply, {})
         return self.request.pod_cgroup_parent, self.request.container_resources.cpuset_cpus
@@ -234,3 +238,23 @@ async def test_an_ignore_answer_is_judged_as_it_comes(tmp_path: Path) -> None:
     run = Run(tmp_path, ("b", IGNORE, pin("2-3")), ("a", FAIL, move(ISO)))
     assert await run.run() == (ISO, "0-1")
     assert run.counted("b", "invalid_value") == 1
+
+
+async def test_a_deferred_cpuset_a_later_whole_answer_clears_is_not_judged(tmp_path: Path) -> None:
+    """b pins CPUs 2-3, outside the pod's parent; koordlet, whose answers are
+    whole, then clears the cpuset: the call leaves the chain without one, so
+    b's refusal no longer stands (it named b for a cpuset the runtime never got)."""
+    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, NOTHING), whole=frozenset({"koordlet"}))
+    assert await run.run() == (POD, "")
+    assert run.counted("b", "ok") == 1
+    assert run.counted("b", "invalid_value") == 0
+
+
+async def test_a_cpuset_set_after_a_whole_answer_cleared_one_is_judged(tmp_path: Path) -> None:
+    """The clear forgets only what came before it: a later pin outside the
+    parent is that hook's refusal."""
+    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, NOTHING), ("c", FAIL, pin("3")),
+              whole=frozenset({"koordlet"}))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "c.json"
