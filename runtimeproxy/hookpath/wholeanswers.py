@@ -5,11 +5,16 @@ koord-runtime-proxy takes an answer's cpuset_cpus and cpuset_mems whole,
 empty or not: koordlet clears a BestEffort container's cpuset_cpus so that
 it follows the besteffort cgroup's. Every other server's empty cpuset is
 unset (kept), as for every other field; which is which is the hook file's
-word, never guessed from an answer's content. Each clear is logged.
+word, never guessed from an answer's content.
 
 Under NRI a clear cannot be applied: containerd ignores an adjustment's empty
 cpus or mems, so the container keeps kubelet's cpuset, and the call (which
-the record is made from) keeps it too. That is logged once per container.
+the record is made from) keeps it too.
+
+Each clear is logged at info the first time for its container and field,
+then at debug: a backend refusing an update has kubelet send it again every
+10 s, each answered alike. The line comes before the backend call, so it
+says what is asked, not what was done.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from .points import HookType
 
 log = logging.getLogger(__name__)
 
-# Containers whose unappliable clear was logged (NRI), the oldest forgotten first.
+# Containers and fields whose clear was logged at info, the oldest forgotten first.
 _REMEMBERED = 4096
 
 
@@ -34,7 +39,7 @@ class WholeAnswers:
     def __init__(self, applies: bool = True) -> None:
         # False under NRI, which cannot clear a cpuset.
         self.applies = applies
-        self._told: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        self._told: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
 
     def clears(
         self, ex: Executor, req: Any, answer: Any, server: HookServerConfig, shown: Any, hook: HookType,
@@ -47,16 +52,22 @@ class WholeAnswers:
         if not names:
             return ()
         extra = {**fields, **_container(shown), "hook": hook.value, "hook_file": server.name, "cpuset_fields": list(names)}
+        level = logging.INFO if self._first(shown, names) else logging.DEBUG
         if self.applies:
-            log.info("whole hook answer clears the container's cpuset", extra=extra)
+            log.log(level, "whole hook answer asks the runtime to clear the container's cpuset", extra=extra)
             return names
-        key = _key(shown)
-        if key not in self._told:
-            self._told[key] = None
-            if len(self._told) > _REMEMBERED:
-                self._told.popitem(last=False)
-            log.info("whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept", extra=extra)
+        log.log(level, "whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept", extra=extra)
         return ()
+
+    def _first(self, shown: Any, names: tuple[str, ...]) -> bool:
+        """Whether a clear of any of ``names`` is the first logged for its container."""
+        container = _key(shown)
+        new = [(*container, name) for name in names if (*container, name) not in self._told]
+        for key in new:
+            self._told[key] = None
+        while len(self._told) > _REMEMBERED:
+            self._told.popitem(last=False)
+        return bool(new)
 
 
 def _container(shown: Any) -> dict[str, object]:
