@@ -20,7 +20,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
-from .koordflags import koord_aliases, koord_flags
+from .koordflags import image_calls_moved, koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
 
 if TYPE_CHECKING:
@@ -113,12 +113,15 @@ def serve(
         else:
             distinct_sockets(config, config_file, {name for name, value in flags.items() if value is not None})
         loop = eventloop.resolve(config.event_loop)
+        moved = image_calls_moved(click.get_current_context(), config.backend)
     except (ConfigError, eventloop.EventLoopError) as exc:
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
     for warning in deprecated:  # koord-runtime-proxy's flags, taken
         log.warning("deprecated koord-runtime-proxy flag", extra={"warning": warning})
+    if moved is not None:
+        log.warning("image calls go to another socket than koord-runtime-proxy sent them to", extra={"warning": moved})
     for warning in warnings:  # accepted, but likely a slip
         log.warning(
             "config file warning", extra={"config_file": str(config_file), "line": warning.line, "warning": warning.message}

@@ -7,7 +7,9 @@ to write instead. The rest is refused with the whole answer at once, not one
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -24,7 +26,7 @@ KOORD_FLAGS: dict[str, tuple[str | None, str]] = {
     "--remote-runtime-service-endpoint": ("--backend", ""),
     "--remote-image-service-endpoint": (
         "--image-backend",
-        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy's CRI v1 releases"
+        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy (v1.4 and later)"
         " sent image calls to the runtime's socket whatever it said",
     ),
     "--backend-runtime-mode": (None, "none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported"),
@@ -37,6 +39,7 @@ WHAT_WE_DO: dict[str, str] = {
     "--runtime-hook-server-key": SKIP_LABEL,
     "--runtime-hook-server-val": "true",
 }
+_IMAGE = "--remote-image-service-endpoint"
 _GIVEN = "koord_flags"
 
 
@@ -79,3 +82,17 @@ def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
             + "\n".join(refused)
         )
     return warnings
+
+
+def image_calls_moved(ctx: click.Context, backend: Path | None) -> str | None:
+    """The warning for koord-runtime-proxy's image endpoint naming another
+    socket than the runtime's (``backend``, as configured): the proxy sends
+    image calls there, where koord-runtime-proxy v1.4 and later ignored it."""
+    for flag, value in ctx.meta.get(_GIVEN, ()):
+        if flag == _IMAGE and backend is not None and os.path.realpath(value) != os.path.realpath(backend):
+            return (
+                f"{flag}={value} is applied: image calls now go to {value}, not to the runtime's socket {backend},"
+                " unlike koord-runtime-proxy v1.4 and later, which ignored this flag and sent them to the runtime"
+                " endpoint; remove it to keep them there"
+            )
+    return None

@@ -5,15 +5,18 @@ proxy does, the rest refused, each named with what replaces it."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
 
+from runtimeproxy import cli
 from runtimeproxy.cli import main
 from runtimeproxy.clipath import SOCKET
-from runtimeproxy.koordflags import KOORD_FLAGS, koord_aliases, koord_flags
+from runtimeproxy.koordflags import KOORD_FLAGS, image_calls_moved, koord_aliases, koord_flags
 
 
 def serve(*args: str):  # type: ignore[no-untyped-def]
@@ -53,7 +56,7 @@ def test_the_endpoint_flags_are_aliases_of_ours_with_a_warning_naming_each() -> 
         "--koord-runtimeproxy-endpoint is deprecated: use --listen /var/run/koord-runtimeproxy/runtimeproxy.sock",
         "--remote-runtime-service-endpoint is deprecated: use --backend /run/containerd/containerd.sock",
         "--remote-image-service-endpoint is deprecated: use --image-backend /run/containerd/containerd.sock"
-        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy's CRI v1 releases"
+        "; leave it out when it is the runtime's socket, or where koord-runtime-proxy (v1.4 and later)"
         " sent image calls to the runtime's socket whatever it said",
     ]
 
@@ -112,3 +115,47 @@ def test_every_koord_flag_is_known_and_hidden() -> None:
             result = serve(f"{flag}=x")
             assert result.exit_code == 2 and f"{flag}=x: " in result.output, flag
     assert not any(flag in serve("--help").output for flag in KOORD_FLAGS)
+
+
+def test_another_image_socket_than_the_runtimes_is_warned_of_as_applied() -> None:
+    # koord-runtime-proxy v1.4 and later ignored the flag: image calls went to the runtime's socket.
+    seen: dict[str, Any] = {}
+
+    @click.command()
+    @click.option("--backend", type=SOCKET)
+    @click.option("--image-backend", type=SOCKET)
+    @koord_flags
+    def command(backend: Path | None, image_backend: Path | None) -> None:
+        seen["moved"] = image_calls_moved(click.get_current_context(), backend)
+
+    def moved(*args: str) -> str | None:
+        result = CliRunner().invoke(command, list(args))
+        assert result.exit_code == 0, result.output
+        return seen["moved"]  # type: ignore[no-any-return]
+
+    assert moved(
+        "--backend=/run/containerd/containerd.sock", "--remote-image-service-endpoint=/run/images.sock"
+    ) == (
+        "--remote-image-service-endpoint=/run/images.sock is applied: image calls now go to /run/images.sock,"
+        " not to the runtime's socket /run/containerd/containerd.sock, unlike koord-runtime-proxy v1.4 and later,"
+        " which ignored this flag and sent them to the runtime endpoint; remove it to keep them there"
+    )
+    # koord-runtime-proxy's defaults: the same socket, /var/run a link to /run where it is one.
+    same = "/var/run/containerd/containerd.sock" if Path("/var/run").resolve() == Path("/run") else "/run/containerd/containerd.sock"
+    assert moved("--backend=/run/containerd/containerd.sock", f"--remote-image-service-endpoint={same}") is None
+    assert moved("--backend=/run/containerd/containerd.sock") is None
+
+
+def test_serve_warns_that_image_calls_go_to_another_socket(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fake_serve(config: Any, local_dir: Path | None) -> None:
+        pass
+
+    monkeypatch.setattr(cli, "_serve", fake_serve)
+    monkeypatch.setattr(cli.logs, "setup", lambda fmt, level: None)  # keep pytest's log capture
+    result = serve("--remote-image-service-endpoint=/run/images.sock")
+    assert result.exit_code == 0, result.output
+    [line] = [r for r in caplog.records if r.getMessage() == "image calls go to another socket than koord-runtime-proxy sent them to"]
+    assert line.levelno == logging.WARNING
+    assert "image calls now go to /run/images.sock" in line.warning  # type: ignore[attr-defined]
