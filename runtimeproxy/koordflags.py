@@ -29,7 +29,7 @@ KOORD_FLAGS: dict[str, tuple[str | None, str]] = {
         "; leave it out when it is the runtime's socket, or where koord-runtime-proxy (v1.4 and later)"
         " sent image calls to the runtime's socket whatever it said",
     ),
-    "--backend-runtime-mode": (None, "none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported"),
+    "--backend-runtime-mode": (None, "none: the proxy speaks CRI to any CRI runtime; only Containerd is accepted"),
     "--runtime-hook-server-key": (None, _SKIP),
     "--runtime-hook-server-val": (None, _SKIP),
 }
@@ -38,6 +38,10 @@ WHAT_WE_DO: dict[str, str] = {
     "--backend-runtime-mode": "Containerd",
     "--runtime-hook-server-key": SKIP_LABEL,
     "--runtime-hook-server-val": "true",
+}
+# Why a value of a flag with no replacement is refused, where KOORD_FLAGS' note does not say.
+_REFUSED_VALUE: dict[tuple[str, str], str] = {
+    ("--backend-runtime-mode", "Docker"): "none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported",
 }
 _IMAGE = "--remote-image-service-endpoint"
 _GIVEN = "koord_flags"
@@ -68,7 +72,7 @@ def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
             if value == WHAT_WE_DO[flag]:
                 warnings.append(f"{flag}={value} is deprecated: it is what the proxy does; remove it")
             else:
-                refused.append(f"  {flag}={value}: {note}; remove it")
+                refused.append(f"  {flag}={value}: {_REFUSED_VALUE.get((flag, value), note)}; remove it")
             continue
         name = ours.removeprefix("--").replace("-", "_")
         if flags.get(name) is not None and flags[name] != value:

@@ -92,7 +92,7 @@ def test_the_rest_is_refused_all_at_once_naming_why() -> None:
         "--runtime-hook-server-val=yes",
     )
     assert result.exit_code == 2
-    assert "--backend-runtime-mode=Docker: none: the proxy speaks CRI" in result.output
+    assert "--backend-runtime-mode=Docker: none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported" in result.output
     assert "--runtime-hook-server-key=runtimeproxy.koordinator.sh/is-hookserver: none: pods labelled" in result.output
     assert "--runtime-hook-server-val=yes: none" in result.output
     assert "remote-runtime-service-endpoint" not in result.output  # taken: not a refusal
@@ -159,3 +159,10 @@ def test_serve_warns_that_image_calls_go_to_another_socket(
     [line] = [r for r in caplog.records if r.getMessage() == "image calls go to another socket than koord-runtime-proxy sent them to"]
     assert line.levelno == logging.WARNING
     assert "image calls now go to /run/images.sock" in line.warning  # type: ignore[attr-defined]
+
+
+def test_a_mode_other_than_docker_is_refused_naming_the_accepted_value() -> None:
+    result = serve("--backend-runtime-mode=containerd")
+    assert result.exit_code == 2
+    assert "--backend-runtime-mode=containerd: none: the proxy speaks CRI to any CRI runtime; only Containerd is accepted" in result.output
+    assert "Docker" not in result.output
