@@ -27,13 +27,10 @@ from .locks import KeyedLocks
 from .points import HookType
 from .registry import HookSnapshot
 from .store import StateStore
+from .undecodable import Undecodable, undecodable
 from .wholeanswers import WholeAnswers
 
 log = logging.getLogger(__name__)
-
-
-class _Undecodable(Exception):
-    """A request no hook could see, refused because a Fail hook must see it."""
 
 
 # How long a pre hook may wait for the post hooks of its object still running
@@ -149,7 +146,7 @@ class HookStage(StageProvider):
                 reply = await self._hooked(point, request, context, send)
             outcome = "ok"
             return reply
-        except _Undecodable as refusal:
+        except Undecodable as refusal:
             # Counted before the answer leaves: abort sends it at once.
             self._count(point, "undecodable", started)
             outcome = None
@@ -176,31 +173,12 @@ class HookStage(StageProvider):
         if self._metrics is not None:
             self._metrics.hooked_call(point.method, outcome, time.perf_counter() - started)
 
-    async def _undecodable(
-        self, point: HookedMethod, request: bytes, exc: DecodeError, context: aio.ServicerContext, send: Send
-    ) -> bytes:
-        """A request the proxy cannot read (say, a label that is not UTF-8: Python's
-        protobuf refuses it, containerd accepts it) cannot be shown to hooks.
-        Forwarding it anyway would let a pod bypass a Fail hook's limits."""
-        servers = [s for hook in (point.pre, point.post) if hook is not None for s in self.dispatcher.servers(hook)]
-        failing = [s.name for s in servers if s.failure_policy is FailurePolicy.FAIL]
-        fields = {"method": point.method, "error": str(exc), "hook_servers": [s.name for s in servers]}
-        if failing and not request_sent(context):  # (sent: the Fail server came after the runtime had it)
-            log.warning("undecodable request refused: a Fail hook must see it", extra={**fields, "fail_hooks": failing})
-            raise _Undecodable(
-                f"runtime-proxy: cannot decode the {point.method} request ({exc}), and hook server(s) "
-                f"{', '.join(failing)} with failure-policy Fail must see it; the call was not sent to the runtime"
-            )
-        if servers:
-            log.warning("undecodable request sent on without hooks", extra={**fields, "fail_hooks": failing})
-        return await send(request)  # nobody must see it: the runtime judges it, as without the proxy
-
     async def _hooked(self, point: HookedMethod, request: bytes, context: aio.ServicerContext, send: Send) -> bytes:
         ex = point.executor
         try:
             req = ex.request.FromString(request)  # the v1 class reads v1alpha2 bytes too
         except DecodeError as exc:
-            return await self._undecodable(point, request, exc, context, send)
+            return await undecodable(self.dispatcher, point, request, exc, context, send)
         key = ex.key(req)
         fields: dict[str, object] = {"method": point.method, "key": key}
         sent = request_sent(context)
