@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
-from .merge import changed_from, emptied_cpusets, hook_resources, merge_env, merge_map, merge_resources
+from .merge import changed_from, clear_cpusets, emptied_cpusets, hook_resources, merge_env, merge_map, merge_resources
 from .points import HookType, Phase, hook_for
 from .store import StateStore, container_record, pod_record
 
@@ -252,7 +252,7 @@ class CreateContainer(Executor):
         if answer.HasField("container_resources"):
             changed = merge_resources(config.linux.resources, answer.container_resources) or changed
             # The container is made without them (kubelet's cpuset cleared).
-            changed = _clear(config.linux.resources, clear) or changed
+            changed = clear_cpusets(config.linux.resources, clear) or changed
         if answer.pod_cgroup_parent and answer.pod_cgroup_parent != req.sandbox_config.linux.cgroup_parent:
             # containerd places the container's cgroup under this parent.
             req.sandbox_config.linux.cgroup_parent = answer.pod_cgroup_parent
@@ -278,14 +278,6 @@ def _container_record(
     if req.sandbox_config.linux.cgroup_parent:  # the cgroup parent the runtime will use for this container
         record.pod_cgroup_parent = req.sandbox_config.linux.cgroup_parent
     return record
-
-
-def _clear(target: Any, names: tuple[str, ...]) -> bool:
-    """Empty the cpusets ``names`` of ``target``; True if one was set."""
-    cleared = [name for name in names if getattr(target, name)]
-    for name in cleared:
-        setattr(target, name, "")
-    return bool(cleared)
 
 
 class StartContainer(_ContainerById):
@@ -350,7 +342,7 @@ class UpdateContainerResources(_ContainerById):
             # The runtime keeps a cpuset an update leaves empty: kubelet's
             # dropped, the container keeps its own, as where
             # koord-runtime-proxy sent a whole answer's empty cpuset.
-            changed = _clear(req.linux, clear) or changed
+            changed = clear_cpusets(req.linux, clear) or changed
         return changed
 
     async def record(

@@ -72,6 +72,14 @@ def emptied_cpusets(target: Any, answer: hookapi.LinuxContainerResources) -> tup
     return tuple(name for name in CPUSETS if getattr(target, name) and not getattr(answer, name))
 
 
+def clear_cpusets(target: Any, names: tuple[str, ...]) -> bool:
+    """Empty the cpusets ``names`` of ``target`` (from ``emptied_cpusets``); True if one was set."""
+    cleared = [name for name in names if getattr(target, name)]
+    for name in cleared:
+        setattr(target, name, "")
+    return bool(cleared)
+
+
 def changed_from(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> hookapi.LinuxContainerResources:
     """What ``answer`` sets that differs from what the hook was ``shown``: a
     value it echoed is not its change (an update that carried the container's
