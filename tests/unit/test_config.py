@@ -429,7 +429,8 @@ FLAG_OF = {
 
 
 def serve_options() -> dict[str, click.Option]:
-    return {p.name: p for p in cli.serve.params if isinstance(p, click.Option) and p.name}
+    # Not koord-runtime-proxy's hidden flags (koordflags.py): aliases, not settings.
+    return {p.name: p for p in cli.serve.params if isinstance(p, click.Option) and p.name and not p.hidden}
 
 
 def test_every_setting_but_the_internal_ones_has_a_flag() -> None:

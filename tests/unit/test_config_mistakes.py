@@ -148,7 +148,10 @@ def test_a_directory_flag_is_a_path_as_written(
 
 # Each command line's sockets, and only those, take an endpoint URL.
 SOCKET_FLAGS = {
-    ("serve",): {"listen", "backend", "image_backend"},
+    ("serve",): {  # and koord-runtime-proxy's aliases of them (koordflags.py)
+        "listen", "backend", "image_backend",
+        "koord_runtimeproxy_endpoint", "remote_runtime_service_endpoint", "remote_image_service_endpoint",
+    },
     ("status",): {"listen"},
     ("hook", "run"): {"socket_path"},
     ("hook", "balloons", "status"): {"socket_path"},
