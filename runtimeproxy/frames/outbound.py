@@ -129,7 +129,13 @@ class Outbound:
             # uvloop closes a transport on a socket error and tells the protocol a
             # turn later; a write meanwhile would raise (asyncio's drops it).
             if not self._writer.is_closing():
-                self._writer.write(detached(pending[0]) if len(pending) == 1 else b"".join(pending))
+                if len(pending) == 1:
+                    self._writer.write(detached(pending[0]))
+                else:
+                    # uvloop sends the pieces in one writev, uncopied (a read with a
+                    # carried frame is two: joined, the whole read was copied once
+                    # more); asyncio's transport joins them itself.
+                    self._writer.writelines([detached(raw) for raw in pending])
             pending.clear()
         if self._emptied:
             self._emptied = False

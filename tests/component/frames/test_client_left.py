@@ -28,6 +28,9 @@ class _ClosedTransport:
     def write(self, data: bytes) -> None:
         raise RuntimeError("unable to perform operation on <UnixTransport closed=True>; the handler is closed")
 
+    def writelines(self, pieces: list[bytes]) -> None:
+        self.write(b"".join(pieces))
+
     def is_closing(self) -> bool:
         return True
 

@@ -25,6 +25,9 @@ class _Transport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def writelines(self, pieces: list[bytes]) -> None:  # one write, as uvloop's writev
+        self.write(b"".join(pieces))
+
     def close(self) -> None:
         self.closed = True
 

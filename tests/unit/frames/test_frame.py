@@ -132,6 +132,9 @@ class _Writer:
     def write(self, data: bytes) -> None:
         self.written += data
 
+    def writelines(self, pieces: list[bytes]) -> None:
+        self.write(b"".join(pieces))
+
     def is_closing(self) -> bool:
         return False
 
