@@ -112,7 +112,7 @@ class BackendSide:
                         sizes.remaining -= size
                         too_long = None
                     else:
-                        too_long = sizes.feed(view[pos + HEADER_LEN : nxt])
+                        too_long = sizes.feed_at(buf, pos + HEADER_LEN, size)
                     if too_long is None and out.take(size):
                         pos = nxt
                         if flags & F_END_STREAM:

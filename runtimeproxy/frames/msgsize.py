@@ -8,6 +8,10 @@ can refuse it as grpc.aio would (RESOURCE_EXHAUSTED).
 
 from __future__ import annotations
 
+import struct
+
+_LENGTH = struct.Struct(">I").unpack_from  # a message prefix's length, after its flag byte
+
 
 class MessageSizes:
     __slots__ = ("_limit", "remaining", "_prefix")
@@ -18,6 +22,21 @@ class MessageSizes:
         # frame within it themselves (downstream.py), without a call here.
         self.remaining = 0
         self._prefix = b""  # an incomplete prefix carried to the next frame
+
+    def feed_at(self, buf: bytes, start: int, n: int) -> int | None:
+        """``feed`` for the ``n`` bytes of ``buf`` from ``start`` (a DATA frame's
+        payload, unpadded). A frame that starts a message and holds its prefix
+        whole (a unary call's one message, nearly always) is read in place,
+        without a view, a copy or a loop (the relay's loops, per frame)."""
+        if self.remaining or self._prefix or n < 5:
+            return self.feed(memoryview(buf)[start : start + n])
+        length = _LENGTH(buf, start + 1)[0]
+        if length > self._limit:
+            return length
+        if n - 5 > length:  # more messages in this frame
+            return self.feed(memoryview(buf)[start : start + n])
+        self.remaining = length - (n - 5)
+        return None
 
     def feed(self, data: bytes | memoryview) -> int | None:
         """The length of a message over the limit that starts in ``data``, else None."""

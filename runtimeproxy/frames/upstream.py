@@ -110,11 +110,9 @@ class ClientSide:
             sid &= 0x7FFFFFFF
             if not block:
                 if kind == T_DATA and sid in relayed:
-                    sizes = conn.sizes_in[sid]
-                    payload = view[pos + HEADER_LEN : nxt]
-                    if flags & F_PADDED:
-                        payload = fr.unpadded(fr.Frame(kind, flags, sid, payload))
-                    too_long = sizes.feed(payload)
+                    sizes = conn.sizes_in[sid]  # read in place (feed_at): a view only if padded, or queued
+                    payload = fr.unpadded(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt])) if flags & F_PADDED else None
+                    too_long = sizes.feed_at(buf, pos + HEADER_LEN, size) if payload is None else sizes.feed(payload)
                     if too_long is None and inbound.take(size):
                         conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
@@ -122,6 +120,7 @@ class ClientSide:
                     out.append(view[run:pos])
                     if too_long is None:  # the backend's window is closed: queued, in order
                         self._write_backend(out)
+                        payload = view[pos + HEADER_LEN : nxt] if payload is None else payload
                         inbound.data(sid, bytes(payload), bool(flags & F_END_STREAM), credit=size)
                         if inbound.owed > CLIENT_WINDOW:  # RFC 9113 6.9.1: what bounds this queue
                             raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, "DATA past the connection window")

@@ -199,15 +199,18 @@ def test_outbound_window_overflow_is_a_flow_control_error() -> None:
 def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_is_split(
         lengths, cuts, limit) -> None:  # type: ignore[no-untyped-def]
     """Messages (5-byte prefix + body) cut into DATA frames at arbitrary points:
-    the tracker names the first one over the limit in the frame where its prefix ends."""
+    the tracker names the first one over the limit in the frame where its prefix ends;
+    so does ``feed_at``, the relay's loops' way to it, on the frame within a read."""
     stream = b"".join(struct.pack(">BI", 0, n) + b"m" * n for n in lengths)
     first_over = next((n for n in lengths if n > limit), None)
-    sizes, found, pos, i = MessageSizes(limit), None, 0, 0
+    sizes, in_place, found, pos, i = MessageSizes(limit), MessageSizes(limit), None, 0, 0
     while pos < len(stream) and found is None:
         chunk = stream[pos: pos + cuts[i % len(cuts)]]
         pos += len(chunk)
         i += 1
         found = sizes.feed(memoryview(chunk))
+        assert in_place.feed_at(b"\xff" * 9 + chunk + b"\xff", 9, len(chunk)) == found
+        assert in_place.remaining == sizes.remaining
     assert found == first_over
 
 
