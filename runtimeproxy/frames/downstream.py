@@ -133,7 +133,7 @@ class BackendSide:
                     # on as it came; what it says (the status) is read once this read's
                     # frames are written (_settle), off the answer's path.
                     conn.responded.add(sid)
-                    self._unread.append((sid, bytes(view[pos + HEADER_LEN : nxt]), bool(flags & F_END_STREAM)))
+                    self._unread.append((sid, buf[pos + HEADER_LEN : nxt], bool(flags & F_END_STREAM)))
                     pos = nxt
                     continue
             if run < pos:

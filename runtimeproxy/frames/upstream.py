@@ -135,7 +135,7 @@ class ClientSide:
                 if kind == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
                     out.append(view[run:pos])
                     self._new_stream(sid)
-                    self._header_block(sid, [buf[pos:nxt]], bytes(view[pos + HEADER_LEN : nxt]),
+                    self._header_block(sid, [buf[pos:nxt]], buf[pos + HEADER_LEN : nxt],
                                        bool(flags & F_END_STREAM), out)
                     run = pos = nxt
                     continue
