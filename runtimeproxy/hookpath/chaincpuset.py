@@ -15,9 +15,15 @@ make that the chain's judgment:
  * A Fail hook's answer refused only by its parent, while a later hook may
    still move the container or set that cpuset again, is taken for now and
    judged again once the chain has run, by the cpusets the call then has
-   and its parent read again. Refused still, the call fails naming the
+   and its parent read again, for the cpusets still its doing: one a
+   later hook set again (or a whole answer cleared) is that hook's, and a
+   move is judged only while no later hook moved the container on (that
+   move took the cpusets along, judged for them itself, or not: an Ignore
+   one with hooks after it). Refused still, the call fails naming the
    last answer so deferred that stands (of a pin and a Fail move taking it
    along, the move, whose answer completed the pair).
+ * A move is not judged for a cpuset its own answer clears (a whole
+   answer's: ``clears``, asked before the answer is applied).
 
 Ignore answers are not deferred: dropped as they come, as before. Dropping
 one after later hooks ran would take out of the call what those hooks saw,
@@ -27,11 +33,16 @@ do) that echoed it back, another whose swap limit was judged merged with
 its memory limit. Undoing it soundly means replaying and judging again every
 later answer; a Fail refusal fails the call and undoes nothing. The price:
 an Ignore answer whose cpuset only a later hook's move makes fit is dropped.
+So is one that moves the container with a cpuset of its own outside the
+parent it moves to, whole, though a later hook set that cpuset again: the
+pair it answered is refused by itself. Where the outcome differs from
+runc's rule, it is one of the prices test_parent_chain_exhaustive.py names.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +68,9 @@ class Deferred:
     """A Fail answer refused only by its parent, taken until the chain's end."""
 
     server: HookServerConfig
-    reasons: list[Reason]
-    fields: frozenset[str]  # the cpusets refused: judged again at the end, as the call has them then
+    fields: frozenset[str]  # the cpusets refused: judged again at the end, while still this answer's doing
     along: dict[str, str]  # those of them an earlier hook set that its move took along (field: hook file)
+    moved: bool  # it moved the container: judged again only while its parent is the call's
     seconds: float  # its call's time: counted, with its outcome, at the chain's end
     counted: bool = False
 
@@ -67,28 +78,32 @@ class Deferred:
 class ChainCpusets:
     """One PreCreateContainer chain's cpusets and parent, as its answers leave them."""
 
-    def __init__(self, log_fields: dict[str, object]) -> None:
+    def __init__(self, log_fields: dict[str, object], clears: Callable[[HookServerConfig], bool] | None = None) -> None:
         self.log_fields = log_fields  # the call's (method, pod or container)
+        self._clears = clears  # whether a server's empty cpusets clear the call's (a whole answer's)
         self.later = False  # a server comes after the one being called: its refusal may wait
         self.deferred: list[Deferred] = []
         self._set_by: dict[str, str] = {}  # cpuset field: the hook file that last set it in this chain
         self._values: dict[str, str] = {}
         self._parent = ""
+        self._moved_by = ""  # the hook file that last moved the container in this chain
 
     def taken_along(self, server: HookServerConfig, request: Any, answer: Any) -> dict[str, str]:
         """The cpusets earlier hooks set (field: hook file) that ``answer``
-        leaves, moving the container: judged by its new parent. Not an Ignore
-        answer's with hooks still to come: dropped then, it would be for a
-        cpuset a later hook may still set again (the chain's end judges the
-        deferred answers by the parent it leaves)."""
+        leaves, moving the container: judged by its new parent. Not those it
+        clears (a whole answer's empty ones), nor an Ignore answer's with
+        hooks still to come: dropped then, it would be for a cpuset a later
+        hook may still set again (the chain's end judges the deferred answers
+        by the parent it leaves)."""
         if not answer.pod_cgroup_parent or answer.pod_cgroup_parent == request.pod_cgroup_parent:
             return {}
         if self.later and server.failure_policy is FailurePolicy.IGNORE:
             return {}
         shown, answered = request.container_resources, answer.container_resources
+        clears = self._clears is not None and self._clears(server)
         return {
             field: name for field, name in self._set_by.items()
-            if getattr(answered, field) in ("", getattr(shown, field))
+            if getattr(answered, field) == getattr(shown, field) or (getattr(answered, field) == "" and not clears)
         }
 
     def taken(self, server: HookServerConfig, request: Any, answer: Any, cleared: tuple[str, ...] = ()) -> None:
@@ -105,6 +120,8 @@ class ChainCpusets:
             if value and value != getattr(shown, field):  # an echo is not the hook's doing
                 self._set_by[field] = server.name
             self._values[field] = value or getattr(shown, field)
+        if answer.pod_cgroup_parent and answer.pod_cgroup_parent != request.pod_cgroup_parent:
+            self._moved_by = server.name
         self._parent = answer.pod_cgroup_parent or request.pod_cgroup_parent
 
     def defers(self, server: HookServerConfig, reasons: list[Reason]) -> bool:
@@ -113,21 +130,33 @@ class ChainCpusets:
             and all(isinstance(reason, OutsideParent) for reason in reasons)
         )
 
-    def defer(self, server: HookServerConfig, reasons: list[Reason], along: dict[str, str], seconds: float) -> None:
+    def defer(
+        self, server: HookServerConfig, request: Any, answer: Any, reasons: list[Reason], along: dict[str, str],
+        seconds: float,
+    ) -> None:
         fields = frozenset(r.field for r in reasons)
-        self.deferred.append(Deferred(server, reasons, fields, {f: along[f] for f in fields & along.keys()}, seconds))
+        moved = answer.pod_cgroup_parent not in ("", request.pod_cgroup_parent)
+        self.deferred.append(Deferred(server, fields, {f: along[f] for f in fields & along.keys()}, moved, seconds))
         log.debug("answer outside its parent cgroup taken until the chain's end: a later hook may move the container",
                   extra={**self.log_fields, **server.log_fields(), "error": "; ".join(reasons)})
 
-    def standing(self, node: NodeFactsSource) -> list[Deferred]:
+    def standing(self, node: NodeFactsSource) -> list[tuple[Deferred, list[Reason]]]:
         """The deferred refusals that stand by the call as the chain left it, in
-        chain order: each judged again, by its cpusets as the call has them
-        and the parent read now (one widened during the chain is taken)."""
+        chain order, with their reasons: each judged again, by the parent read
+        now (one widened during the chain is taken), for its cpusets still its
+        doing: those no later hook set again (or cleared), of one that moved the
+        container only while no later hook moved it elsewhere (that move took
+        them along, and was judged for them itself, or not: an Ignore move
+        with hooks after it). Else the later hook's answer is the one to judge."""
         out = []
         for entry in self.deferred:
-            values = {field: self._values[field] for field in entry.fields}
-            along = {f: name for f, name in entry.along.items() if self._set_by.get(f) == name}  # not set again since
-            entry.reasons = noted(node.outside(self._parent, values), along)
-            if entry.reasons:
-                out.append(entry)
+            if entry.moved and self._moved_by != entry.server.name:
+                continue
+            values = {
+                field: self._values[field] for field in entry.fields
+                if self._set_by.get(field) == entry.along.get(field, entry.server.name)
+            }
+            reasons = noted(node.outside(self._parent, values), entry.along) if values else []
+            if reasons:
+                out.append((entry, reasons))
         return out

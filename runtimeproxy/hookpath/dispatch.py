@@ -9,7 +9,7 @@ import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
@@ -149,7 +149,7 @@ class Dispatcher:
             refused = self._kernel_would_refuse(point, request, answer, along)
             if chain is not None and chain.defers(server, refused):
                 outcome = None
-                chain.defer(server, refused, along, time.perf_counter() - started)
+                chain.defer(server, request, answer, refused, along, time.perf_counter() - started)
                 return answer
             if refused:
                 # Sent on, such a value fails the container deep in runc,
@@ -204,17 +204,22 @@ class Dispatcher:
         build: Callable[[], Awaitable[Any]],
         apply: Callable[[Any, HookServerConfig], bool | Applied],
         log_fields: dict[str, object],
+        clears: Callable[[HookServerConfig], bool] | None = None,
     ) -> bool:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it (``apply`` takes each answer with the server
         that gave it: whether it changed the call, or ``Applied``). Returns
-        whether any answer changed the call."""
+        whether any answer changed the call. ``clears``: whether a server's
+        empty cpusets clear the call's (a whole answer's, as ``apply`` will
+        report them), so that a move is not judged for one it clears."""
         # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
-        chain = ChainCpusets(log_fields) if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None else None
+        chain = None
+        if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None:
+            chain = ChainCpusets(log_fields, clears)
         try:
             changed = await self._chain(hook, build, apply, log_fields, chain)
             if chain is not None and chain.deferred:
-                self._judge_chain(hook, chain, log_fields)
+                self._judge_chain(hook, chain)
             return changed
         except asyncio.CancelledError:
             if chain is not None:  # the call cancelled: its deferred answers were never judged
@@ -263,31 +268,41 @@ class Dispatcher:
             cleared = applied.cleared if isinstance(applied, Applied) else ()
             changed = (applied.changed if isinstance(applied, Applied) else applied) or changed
             if chain is not None:
-                chain.taken(server, request, answer, cleared)
+                try:
+                    chain.taken(server, request, answer, cleared)
+                except Exception as err:  # its answer is in the call: the chain cannot be judged without it
+                    self._judging_failed(hook, chain, server, err)
         return changed
 
-    def _judge_chain(self, hook: HookType, chain: ChainCpusets, log_fields: dict[str, object]) -> None:
+    def _judge_chain(self, hook: HookType, chain: ChainCpusets) -> None:
         """The answers taken though refused by their parent, judged by the call
         as the chain left it; the last that stands fails the call (each is Fail)."""
         assert self._node is not None
         try:
             standing = chain.standing(self._node)
         except Exception as err:  # a read gone wrong is the last deferred answer's failure: the proxy goes on
-            blamed, cause = chain.deferred[-1], f"{type(err).__name__}: {err}"
-            log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=blamed.server.log_fields())
-            log.error("hook failed, refusing call", extra={**log_fields, **blamed.server.log_fields(), "error": cause})
-            self._count_deferred(hook, chain.deferred, "error")
-            raise HookError(blamed.server, hook, cause) from err
-        cleared = [entry for entry in chain.deferred if entry not in standing]
+            self._judging_failed(hook, chain, chain.deferred[-1].server, err)
+        judged = {id(entry) for entry, _ in standing}
+        cleared = [entry for entry in chain.deferred if id(entry) not in judged]
         for entry in cleared:
             log.debug("answer outside its parent cgroup taken: later hooks left it within theirs",
-                      extra={**log_fields, **entry.server.log_fields()})
+                      extra={**chain.log_fields, **entry.server.log_fields()})
         self._count_deferred(hook, cleared, "ok")  # the standing ones as refused, by run_pre
         if standing:
-            blamed = standing[-1]  # the later hook, whose answer completed the refused pair
-            cause = f"answer carries values the kernel would refuse: {'; '.join(blamed.reasons)}"
-            log.error("hook failed, refusing call", extra={**log_fields, **blamed.server.log_fields(), "error": cause})
+            blamed, reasons = standing[-1]  # the later hook, whose answer completed the refused pair
+            cause = f"answer carries values the kernel would refuse: {'; '.join(reasons)}"
+            log.error("hook failed, refusing call", extra={**chain.log_fields, **blamed.server.log_fields(), "error": cause})
             raise HookError(blamed.server, hook, cause)
+
+    def _judging_failed(self, hook: HookType, chain: ChainCpusets, server: HookServerConfig, err: Exception) -> NoReturn:
+        """Judging the chain's cpusets went wrong (a read, say): the call is
+        refused naming ``server``, its deferred answers counted ``error``."""
+        cause = f"{type(err).__name__}: {err}"
+        fields = {**chain.log_fields, **server.log_fields()}
+        log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=fields)
+        log.error("hook failed, refusing call", extra={**fields, "error": cause})
+        self._count_deferred(hook, chain.deferred, "error")
+        raise HookError(server, hook, cause) from err
 
     def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str) -> None:
         """Count each deferred answer's call once, with ``outcome``."""

@@ -44,8 +44,10 @@ stand) and noted at info when reads work again.
 On cgroup v1 a container's cpusets must also lie within those of its pod's
 cgroup parent (``parents``, see parentcpuset.py): read for each answer that
 sets a cpuset to other than it was shown (an echo of the shown one, as hooks
-answering with the full resources send, is not read for), never otherwise,
-and only the files of the fields so judged: the parent is the one in effect
+answering with the full resources send, is not read for), and for the
+answers a PreCreateContainer chain took though refused by their parent,
+once more at the chain's end (``outside``), never otherwise, and only the
+files of the fields so judged: the parent is the one in effect
 after the answer (one a PreCreateContainer answer moves its container to),
 and a cpuset the answer leaves is not judged, even on a move (in a chain a
 later hook may still set it; left outside, runc fails the container), but

@@ -225,7 +225,8 @@ class HookStage(StageProvider):
                     return Applied(True, clear)
 
                 try:
-                    changed = await self.dispatcher.run_pre(pre_hook, build=build, apply=apply, log_fields=fields) or changed
+                    changed = await self.dispatcher.run_pre(
+                        pre_hook, build=build, apply=apply, log_fields=fields, clears=self._whole.clearing) or changed
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             elif sent and not self._unrecorded and (early := ex.early_seen(req, self.store)) is not None:

@@ -41,6 +41,11 @@ class WholeAnswers:
         self.applies = applies
         self._told: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
 
+    def clearing(self, server: HookServerConfig) -> bool:
+        """Whether ``server``'s empty cpusets clear the call's: asked before
+        its answer is applied (a move is not judged for a cpuset it clears)."""
+        return self.applies and server.answers is Answers.WHOLE
+
     def clears(
         self, ex: Executor, req: Any, answer: Any, server: HookServerConfig, shown: Any, hook: HookType,
         fields: dict[str, object],

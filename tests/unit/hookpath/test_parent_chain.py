@@ -7,6 +7,7 @@ node's sysfs and cpuset hierarchy)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import grpc
 
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookclient.transport import CallFailed
+from runtimeproxy.hookpath.chaincpuset import ChainCpusets
 from runtimeproxy.hookpath.dispatch import Applied, Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from tests.fakesysfs import set_cgroup_cpuset, set_nodes_with_memory
@@ -61,6 +63,7 @@ class Run:
         first: dict[str, Callable[[], Awaitable[None]]] | None = None, whole: frozenset[str] = frozenset(),
     ) -> None:
         self.whole = whole  # hooks whose empty cpusets clear the call's (the stage's WholeAnswers)
+        self.log_fields: dict[str, object] = {"container": "app"}  # the call's
         self.node = Node(tmp_path)
         set_cgroup_cpuset(self.node.root, ISO, "2-3", "0")
         servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0) for n, p, _ in hooks]
@@ -89,7 +92,10 @@ class Run:
                 setattr(self.request.container_resources, field, "" if field in cleared else value or had)
             return Applied(True, tuple(cleared))
 
-        await self.dispatcher.run_pre(CREATE, build, apply, {})
+        def clears(server: HookServerConfig) -> bool:
+            return server.name.removesuffix(".json") in self.whole
+
+        await self.dispatcher.run_pre(CREATE, build, apply, self.log_fields, clears)
         return self.request.pod_cgroup_parent, self.request.container_resources.cpuset_cpus
 
     def counted(self, name: str, outcome: str) -> float:
@@ -219,17 +225,35 @@ async def test_a_deferred_refusal_stands_when_a_later_hook_times_out(tmp_path: P
 
 
 async def test_an_error_judging_the_chains_end_refuses_the_call_naming_the_last_deferred_hook(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     def broken(*args: object) -> None:
         raise RuntimeError("cannot read")
 
     run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, pin("2")), ("c", FAIL, NOTHING))
     monkeypatch.setattr(run.node.source, "outside", broken)
-    with pytest.raises(HookError) as refused:
+    with caplog.at_level(logging.DEBUG, "runtimeproxy.hookpath.dispatch"), pytest.raises(HookError) as refused:
         await run.run()
     assert (refused.value.server.name, refused.value.cause) == ("b.json", "RuntimeError: cannot read")
     assert (run.counted("a", "error"), run.counted("b", "error"), run.counted("c", "ok")) == (1, 1, 1)
+    traced = [r for r in caplog.records if r.exc_info]
+    assert [(r.getMessage(), r.container) for r in traced] == [("unexpected error judging the chain's cpusets", "app")]
+
+
+async def test_an_error_keeping_the_chains_cpusets_refuses_the_call_naming_that_answers_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside the hook call's own handling (its answer is applied): refused
+    as the chain's end would be, not an error escaping the chain."""
+    def broken(*args: object) -> None:
+        raise RuntimeError("lost")
+
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", IGNORE, NOTHING), ("c", FAIL, NOTHING))
+    monkeypatch.setattr(ChainCpusets, "taken", lambda self, server, *rest: broken() if server.name == "b.json" else None)
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert (refused.value.server.name, refused.value.cause) == ("b.json", "RuntimeError: lost")
+    assert (run.counted("a", "error"), run.counted("b", "ok"), run.counted("c", "ok")) == (1, 1, 0)
 
 
 async def test_an_ignore_answer_is_judged_as_it_comes(tmp_path: Path) -> None:
@@ -258,3 +282,68 @@ async def test_a_cpuset_set_after_a_whole_answer_cleared_one_is_judged(tmp_path:
     with pytest.raises(HookError) as refused:
         await run.run()
     assert refused.value.server.name == "c.json"
+
+
+async def test_a_whole_answer_that_moves_the_container_and_clears_its_cpuset_takes_none_along(tmp_path: Path) -> None:
+    """b pins CPU 1; koordlet's whole answer moves the container to ISO and
+    clears the cpuset: nothing of b's goes to ISO, so the move is not refused for it."""
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("koordlet", FAIL, move(ISO)), whole=frozenset({"koordlet"}))
+    assert await run.run() == (ISO, "")
+    assert run.counted("koordlet", "ok") == 1
+
+
+async def test_a_deferred_answer_is_judged_only_for_a_cpuset_still_its_own(tmp_path: Path) -> None:
+    """a's CPUs 0-3 wait for the chain's end; b sets CPU 3, also outside the
+    pod's parent: b is refused, for its own value, and a's call counted ok
+    (it was counted refused, and could be named, for b's '3')."""
+    run = Run(tmp_path, ("a", FAIL, pin("0-3")), ("b", FAIL, pin("3")), ("c", FAIL, NOTHING))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "b.json"
+    assert "cpuset_cpus '3'" in refused.value.cause
+    assert (run.counted("a", "ok"), run.counted("a", "invalid_value"), run.counted("b", "invalid_value")) == (1, 0, 1)
+
+
+async def test_a_deferred_answer_whose_cpuset_a_later_hook_set_is_not_named_for_it(tmp_path: Path) -> None:
+    """a's CPU 2 waits; b sets CPU 1, within the pod's parent; c's Ignore move
+    to ISO, with d after it, takes b's CPU along unjudged (README): a is not
+    refused for b's '1', the call goes on as the chain left it."""
+    run = Run(tmp_path, ("a", FAIL, pin("2")), ("b", FAIL, pin("1")), ("c", IGNORE, move(ISO)), ("d", FAIL, NOTHING))
+    assert await run.run() == (ISO, "1")
+    assert (run.counted("a", "ok"), run.counted("a", "invalid_value")) == (1, 0)
+
+
+async def test_a_deferred_move_a_later_move_took_elsewhere_is_not_judged_by_that_parent(tmp_path: Path) -> None:
+    """b's move takes a's CPU 1 to ISO, which lacks it; c moves the container
+    on to NARROW (CPU 0): c's answer completed that pair, not b's, which is
+    not named for a parent it never moved to, and counted ok."""
+    run = Run(tmp_path, ("a", FAIL, pin("1")), ("b", FAIL, move(ISO)), ("c", FAIL, move(NARROW)), ("d", FAIL, NOTHING))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "c.json"
+    assert refused.value.cause.endswith(f"outside the parent cgroup {NARROW} (1; it has 0), set by a.json earlier "
+                                        "in the chain and taken along by this answer's move")
+    assert (run.counted("b", "ok"), run.counted("c", "invalid_value")) == (1, 1)
+
+
+async def test_a_deferred_move_an_ignore_move_took_elsewhere_is_not_named_for_its_parent(tmp_path: Path) -> None:
+    """As above with c under Ignore, d after it: c's move is not judged for
+    what it takes along (README), and b, whose parent is no longer the
+    call's, is not named for NARROW: the call goes on as the chain left it."""
+    run = Run(tmp_path, ("a", FAIL, pin("1")), ("b", FAIL, move(ISO)), ("c", IGNORE, move(NARROW)), ("d", FAIL, NOTHING))
+    assert await run.run() == (NARROW, "1")
+    assert run.counted("b", "ok") == 1
+
+
+async def test_an_ignore_move_with_its_own_cpuset_outside_its_parent_is_dropped_whole(tmp_path: Path) -> None:
+    """b moves the container to ISO with CPU 0, which ISO lacks: dropped whole,
+    though c sets CPU 3 (all applied, ISO and 3, would fit): c is judged by
+    the pod's parent, and refused (README: the pair b answered is refused by itself)."""
+    b = hookapi.ContainerResourceHookResponse(
+        pod_cgroup_parent=ISO, container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0"))
+    run = Run(tmp_path, ("a", FAIL, pin("1")), ("b", IGNORE, b), ("c", FAIL, pin("3")))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "c.json"
+    assert refused.value.cause.endswith(f"cpuset_cpus '3' names CPUs outside the parent cgroup {POD} (3; it has 0-1)")
+    assert run.counted("b", "invalid_value") == 1
