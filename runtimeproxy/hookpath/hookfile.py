@@ -55,6 +55,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..host.unixsocket import MAX_PATH as MAX_SOCKET_PATH
 from ..host.unixsocket import dial_problem
@@ -195,13 +196,21 @@ def _failure_policy(value: object) -> FailurePolicy:
     if value is None or value == "":
         # Koordinator's PolicyNone: errors are ignored, like "Ignore".
         return FailurePolicy.IGNORE
+    return _one_of(FailurePolicy, KEY_FAILURE_POLICY, value)
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _one_of(kind: type[_E], key: str, value: object) -> _E:
+    """The member of the string enum ``kind`` that ``value`` names."""
     if not isinstance(value, str):
-        raise _Invalid(f'"{KEY_FAILURE_POLICY}" must be a string, got {_json_type(value)}')
+        raise _Invalid(f'"{key}" must be a string, got {_json_type(value)}')
     try:
-        return FailurePolicy(value)
+        return kind(value)
     except ValueError:
-        allowed = ", ".join(repr(p.value) for p in FailurePolicy)
-        raise _Invalid(f'unknown "{KEY_FAILURE_POLICY}" {shown(value)} (allowed: {allowed})') from None
+        allowed = ", ".join(repr(member.value) for member in kind)
+        raise _Invalid(f'unknown "{key}" {shown(value)} (allowed: {allowed})') from None
 
 
 # Hook points Koordinator declares and koord-runtime-proxy never calls; koordlet
@@ -251,13 +260,7 @@ def _priority(value: object) -> int:
 
 
 def _answers(value: object) -> Answers:
-    if not isinstance(value, str):
-        raise _Invalid(f'"{KEY_ANSWERS}" must be a string, got {_json_type(value)}')
-    try:
-        return Answers(value)
-    except ValueError:
-        allowed = ", ".join(repr(a.value) for a in Answers)
-        raise _Invalid(f'unknown "{KEY_ANSWERS}" {value!r} (allowed: {allowed})') from None
+    return _one_of(Answers, KEY_ANSWERS, value)
 
 
 @dataclass(frozen=True)
