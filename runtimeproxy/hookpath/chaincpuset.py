@@ -22,8 +22,9 @@ make that the chain's judgment:
    one with hooks after it). Refused still, the call fails naming the
    last answer so deferred that stands (of a pin and a Fail move taking it
    along, the move, whose answer completed the pair).
- * A move is not judged for a cpuset its own answer clears (a whole
-   answer's: ``clears``, asked before the answer is applied).
+ * A move is not judged for a cpuset its own answer clears (``cleared``:
+   a whole answer's empty ones, of an answer with container_resources, as
+   the executor clears them; none under NRI).
 
 Ignore answers are not deferred: dropped as they come, as before. Dropping
 one after later hooks ran would take out of the call what those hooks saw,
@@ -42,11 +43,11 @@ runc's rule, it is one of the prices test_parent_chain_exhaustive.py names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .hookfile import FailurePolicy, HookServerConfig
+from .hookfile import Answers, FailurePolicy, HookServerConfig
+from .merge import emptied_cpusets
 from .nodefacts import NodeFactsSource
 from .validate import NODE_FIELDS, OutsideParent, Reason
 
@@ -78,15 +79,25 @@ class Deferred:
 class ChainCpusets:
     """One PreCreateContainer chain's cpusets and parent, as its answers leave them."""
 
-    def __init__(self, log_fields: dict[str, object], clears: Callable[[HookServerConfig], bool] | None = None) -> None:
+    def __init__(self, log_fields: dict[str, object], clears: bool = True) -> None:
         self.log_fields = log_fields  # the call's (method, pod or container)
-        self._clears = clears  # whether a server's empty cpusets clear the call's (a whole answer's)
+        self.clears = clears  # whether a whole answer's empty cpusets clear the call's (False under NRI)
         self.later = False  # a server comes after the one being called: its refusal may wait
         self.deferred: list[Deferred] = []
         self._set_by: dict[str, str] = {}  # cpuset field: the hook file that last set it in this chain
         self._values: dict[str, str] = {}
         self._parent = ""
         self._moved_by = ""  # the hook file that last moved the container in this chain
+
+    def cleared(self, server: HookServerConfig, request: Any, answer: Any) -> tuple[str, ...]:
+        """The cpusets of the call ``answer`` clears, as the executor clears
+        them (Executor.emptied): a whole answer's empty ones, where they clear,
+        and only of an answer with container_resources (koord-runtime-proxy
+        takes an answer's resources only when it has them: one without clears
+        nothing, and its move takes the cpusets along)."""
+        if not self.clears or server.answers is not Answers.WHOLE or not answer.HasField("container_resources"):
+            return ()
+        return emptied_cpusets(request.container_resources, answer.container_resources)
 
     def taken_along(self, server: HookServerConfig, request: Any, answer: Any) -> dict[str, str]:
         """The cpusets earlier hooks set (field: hook file) that ``answer``
@@ -100,17 +111,18 @@ class ChainCpusets:
         if self.later and server.failure_policy is FailurePolicy.IGNORE:
             return {}
         shown, answered = request.container_resources, answer.container_resources
-        clears = self._clears is not None and self._clears(server)
+        cleared = self.cleared(server, request, answer)
         return {
             field: name for field, name in self._set_by.items()
-            if getattr(answered, field) == getattr(shown, field) or (getattr(answered, field) == "" and not clears)
+            if getattr(answered, field) == getattr(shown, field) or (getattr(answered, field) == "" and field not in cleared)
         }
 
-    def taken(self, server: HookServerConfig, request: Any, answer: Any, cleared: tuple[str, ...] = ()) -> None:
+    def taken(self, server: HookServerConfig, request: Any, answer: Any) -> None:
         """``answer`` was merged into the call (as merge_resources does: a value
-        set wins), ``cleared`` its cpusets it emptied (a whole answer's): no
-        hook's any more, judged empty at the chain's end."""
+        set wins); the cpusets it cleared (``cleared``) are no hook's any more,
+        judged empty at the chain's end."""
         shown, answered = request.container_resources, answer.container_resources
+        cleared = self.cleared(server, request, answer)
         for field in NODE_FIELDS:
             if field in cleared:
                 self._values[field] = ""

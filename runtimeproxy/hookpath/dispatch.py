@@ -8,7 +8,6 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -31,16 +30,6 @@ CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take 
 class Unbuilt(Exception):
     """The hook request could not be built: no record of the object and
     none read from the runtime (a failed or undecodable read)."""
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What ``run_pre``'s ``apply`` did with an answer, when it may have
-    cleared cpusets (a whole answer's empty ones, where they clear): the
-    chain judges the call without them. Else ``apply`` returns ``changed``."""
-
-    changed: bool
-    cleared: tuple[str, ...] = ()
 
 
 class HookError(Exception):
@@ -96,8 +85,12 @@ class Dispatcher:
         node: NodeFactsSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         transport: HookTransport | None = None,
+        clears_cpusets: bool = True,
     ) -> None:
         self.registry = registry
+        # Whether a whole answer's empty cpuset clears the call's (False under
+        # NRI, which cannot clear one): the stage applies it so, a chain judges it so.
+        self.clears_cpusets = clears_cpusets
         self._metrics = metrics
         self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, HOOK_SERVER, clock=clock)
@@ -202,20 +195,17 @@ class Dispatcher:
         self,
         hook: HookType,
         build: Callable[[], Awaitable[Any]],
-        apply: Callable[[Any, HookServerConfig], bool | Applied],
+        apply: Callable[[Any, HookServerConfig], bool],
         log_fields: dict[str, object],
-        clears: Callable[[HookServerConfig], bool] | None = None,
     ) -> bool:
         """Chain every server of ``hook``; each sees the request as the
         previous one left it (``apply`` takes each answer with the server
-        that gave it: whether it changed the call, or ``Applied``). Returns
-        whether any answer changed the call. ``clears``: whether a server's
-        empty cpusets clear the call's (a whole answer's, as ``apply`` will
-        report them), so that a move is not judged for one it clears."""
+        that gave it: whether it changed the call). Returns whether any
+        answer changed the call."""
         # PreCreateContainer's parent and cpusets are judged as the chain leaves them too.
         chain = None
         if hook is HookType.PRE_CREATE_CONTAINER and self._node is not None:
-            chain = ChainCpusets(log_fields, clears)
+            chain = ChainCpusets(log_fields, self.clears_cpusets)
         try:
             changed = await self._chain(hook, build, apply, log_fields, chain)
             if chain is not None and chain.deferred:
@@ -231,7 +221,7 @@ class Dispatcher:
 
     async def _chain(
         self, hook: HookType, build: Callable[[], Awaitable[Any]],
-        apply: Callable[[Any, HookServerConfig], bool | Applied],
+        apply: Callable[[Any, HookServerConfig], bool],
         log_fields: dict[str, object], chain: ChainCpusets | None,
     ) -> bool:
         changed = False
@@ -264,12 +254,10 @@ class Dispatcher:
                 )
                 continue
             self._outages.succeeded(server.name, fields)
-            applied = apply(answer, server)
-            cleared = applied.cleared if isinstance(applied, Applied) else ()
-            changed = (applied.changed if isinstance(applied, Applied) else applied) or changed
+            changed = apply(answer, server) or changed
             if chain is not None:
                 try:
-                    chain.taken(server, request, answer, cleared)
+                    chain.taken(server, request, answer)
                 except Exception as err:  # its answer is in the call: the chain cannot be judged without it
                     self._judging_failed(hook, chain, server, err)
         return changed

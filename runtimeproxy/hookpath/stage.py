@@ -20,7 +20,7 @@ from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
-from .dispatch import Applied, Dispatcher, HookError, Unbuilt
+from .dispatch import Dispatcher, HookError, Unbuilt
 from .executor import HOOKED_METHODS, Executor, HookedMethod
 from .hookfile import FailurePolicy, HookServerConfig
 from .locks import KeyedLocks
@@ -41,11 +41,11 @@ OrderWait = Callable[[HookType], "float | None"]
 class HookStage(StageProvider):
     def __init__(
         self, dispatcher: Dispatcher, store: StateStore, metrics: Metrics | None = None, tasks: Supervisor | None = None,
-        order_wait: OrderWait | None = None, carries: bool = True, clears_cpusets: bool = True,
+        order_wait: OrderWait | None = None, carries: bool = True,
     ) -> None:
         self.dispatcher = dispatcher
-        # Whether a whole answer's empty cpuset clears the call's (not under NRI).
-        self._whole = WholeAnswers(clears_cpusets)
+        # Whether a whole answer's empty cpuset clears the call's: the dispatcher's word (not under NRI).
+        self._whole = WholeAnswers(dispatcher.clears_cpusets)
         # Whether calls carry earlier hooks' changes (Executor.carry); not
         # under NRI, which never applies a PreRunPodSandbox answer.
         self._carries = carries
@@ -216,17 +216,17 @@ class HookStage(StageProvider):
                     seen[:] = [built]
                     return built
 
-                def apply(answer: Any, server: HookServerConfig) -> Applied:
+                def apply(answer: Any, server: HookServerConfig) -> bool:
                     shown = seen[0] if seen else None
-                    clear = self._whole.clears(ex, req, answer, server, shown, hook, fields)
+                    clear = self._whole.cleared(ex, req, answer, server, shown, hook, fields)
                     if not ex.apply(req, answer, shown, clear):
-                        return Applied(False, clear)
+                        return False
                     seen.clear()
-                    return Applied(True, clear)
+                    return True
 
                 try:
                     changed = await self.dispatcher.run_pre(
-                        pre_hook, build=build, apply=apply, log_fields=fields, clears=self._whole.clearing) or changed
+                        pre_hook, build=build, apply=apply, log_fields=fields) or changed
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
             elif sent and not self._unrecorded and (early := ex.early_seen(req, self.store)) is not None:

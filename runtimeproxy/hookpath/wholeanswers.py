@@ -41,16 +41,12 @@ class WholeAnswers:
         self.applies = applies
         self._told: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
 
-    def clearing(self, server: HookServerConfig) -> bool:
-        """Whether ``server``'s empty cpusets clear the call's: asked before
-        its answer is applied (a move is not judged for a cpuset it clears)."""
-        return self.applies and server.answers is Answers.WHOLE
-
-    def clears(
+    def cleared(
         self, ex: Executor, req: Any, answer: Any, server: HookServerConfig, shown: Any, hook: HookType,
         fields: dict[str, object],
     ) -> tuple[str, ...]:
-        """The cpusets of ``req`` to clear for ``server``'s ``answer``."""
+        """The cpusets of ``req`` to clear for ``server``'s ``answer`` (a chain
+        judges the same ones cleared: ChainCpusets.cleared)."""
         if server.answers is not Answers.WHOLE:
             return ()
         names = ex.emptied(req, answer)

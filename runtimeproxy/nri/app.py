@@ -83,8 +83,7 @@ class NriPlugin:
         node = NodeFactsSource(NodeFactsReader(), parents=ParentCpusets.of_host())
         self.dispatcher = ObservingDispatcher(clamped, self.metrics, node=node)
         self.store = StateStore()
-        self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped), carries=False,
-                               clears_cpusets=False)
+        self.stage = HookStage(self.dispatcher, self.store, self.metrics, order_wait=order_wait(clamped), carries=False)
         self.adapter = HookAdapter(self.stage, self.store, settings.budget)
         self.connection: PluginConnection | None = None
         self.connected = asyncio.Event()  # set while a connection is synchronized

@@ -161,7 +161,7 @@ class ObservingDispatcher(Dispatcher):
     field, the answers NRI cannot apply."""
 
     def __init__(self, registry: Any, metrics: Metrics | None = None, node: NodeFactsSource | None = None) -> None:
-        super().__init__(registry, metrics, node=node)
+        super().__init__(registry, metrics, node=node, clears_cpusets=False)  # containerd ignores an empty cpuset
         self._logged: set[tuple[str, HookType, str]] = set()
 
     async def call(self, server: HookServerConfig, hook: HookType, request: Any, chain: ChainCpusets | None = None) -> Any:

@@ -115,3 +115,23 @@ async def test_a_cpuset_a_later_whole_answer_clears_is_not_judged(
         await registered(running, 2)
         await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
     assert backend_request(fake).config.linux.resources.cpuset_cpus == ""
+
+
+async def test_a_whole_answer_moving_without_resources_is_judged_for_the_cpusets_it_takes_along(
+    running, fake, client, sock_dir: Path, hook_dir: Path,
+) -> None:
+    """pin's CPU 1 fits the pod's parent; koordlet's whole answer only moves
+    the container to ISO (2-3), with no container_resources: it clears nothing,
+    so pin's CPU 1 goes to ISO, and koordlet is refused naming it (the call
+    left as (ISO, "1") and runc failed it, EACCES, naming neither hook)."""
+    pin_to_1 = {"PreCreateContainer": {"container_resources": {"cpuset_cpus": "1"}}}
+    async with hook_server(sock_dir, "pin", pin_to_1) as pin, hook_server(sock_dir, "koordlet", MOVE_TO_ISO) as koordlet:
+        pin.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=1)
+        koordlet.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail", priority=2)
+        await registered(running, 2)
+        with pytest.raises(aio.AioRpcError) as err:
+            await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.details().startswith("runtime-proxy: hook server koordlet.json")
+    assert f"outside the parent cgroup {ISO} (1; it has 2-3), set by pin.json" in err.value.details()
+    assert fake.calls(CREATE) == []

@@ -18,8 +18,9 @@ import grpc
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookclient.transport import CallFailed
 from runtimeproxy.hookpath.chaincpuset import ChainCpusets
-from runtimeproxy.hookpath.dispatch import Applied, Dispatcher, HookError
-from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
+from runtimeproxy.hookpath.hookfile import Answers, FailurePolicy, HookServerConfig
+from runtimeproxy.hookpath.merge import clear_cpusets, emptied_cpusets, merge_resources
 from tests.fakesysfs import set_cgroup_cpuset, set_nodes_with_memory
 
 from .dispatchfakes import Chain
@@ -38,6 +39,9 @@ def move(parent: str) -> hookapi.ContainerResourceHookResponse:
 
 
 NOTHING = hookapi.ContainerResourceHookResponse()
+# A whole answer clearing the cpusets: its resources present, and empty (as
+# koordlet sends a BestEffort container's).
+EMPTIED = hookapi.ContainerResourceHookResponse(container_resources=hookapi.LinuxContainerResources())
 
 
 class Awaiting(ByEndpoint):
@@ -62,11 +66,14 @@ class Run:
         self, tmp_path: Path, *hooks: tuple[str, FailurePolicy, hookapi.ContainerResourceHookResponse],
         first: dict[str, Callable[[], Awaitable[None]]] | None = None, whole: frozenset[str] = frozenset(),
     ) -> None:
-        self.whole = whole  # hooks whose empty cpusets clear the call's (the stage's WholeAnswers)
         self.log_fields: dict[str, object] = {"container": "app"}  # the call's
         self.node = Node(tmp_path)
         set_cgroup_cpuset(self.node.root, ISO, "2-3", "0")
-        servers = [HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0) for n, p, _ in hooks]
+        servers = [  # whole: hooks whose answers are read whole (their empty cpusets clear the call's)
+            HookServerConfig(f"{n}.json", f"/run/{n}.sock", p, frozenset({CREATE}), timeout=1.0,
+                             answers=Answers.WHOLE if n in whole else Answers.CHANGES)
+            for n, p, _ in hooks
+        ]
         transport = Awaiting(
             {f"/run/{n}.sock": answer for n, _, answer in hooks},
             {f"/run/{n}.sock": wait for n, wait in (first or {}).items()},
@@ -82,20 +89,17 @@ class Run:
         async def build() -> hookapi.ContainerResourceHookRequest:
             return hookapi.ContainerResourceHookRequest.FromString(self.request.SerializeToString())
 
-        def apply(answer: hookapi.ContainerResourceHookResponse, server: HookServerConfig) -> Applied:
+        def apply(answer: hookapi.ContainerResourceHookResponse, server: HookServerConfig) -> bool:
+            # As CreateContainer.apply with the stage's WholeAnswers.
             self.request.pod_cgroup_parent = answer.pod_cgroup_parent or self.request.pod_cgroup_parent
-            cleared = []
-            for field in ("cpuset_cpus", "cpuset_mems"):
-                value, had = getattr(answer.container_resources, field), getattr(self.request.container_resources, field)
-                if not value and had and server.name.removesuffix(".json") in self.whole:
-                    cleared.append(field)
-                setattr(self.request.container_resources, field, "" if field in cleared else value or had)
-            return Applied(True, tuple(cleared))
+            if answer.HasField("container_resources"):
+                resources = self.request.container_resources
+                clear = emptied_cpusets(resources, answer.container_resources) if server.answers is Answers.WHOLE else ()
+                merge_resources(resources, answer.container_resources)
+                clear_cpusets(resources, clear)
+            return True
 
-        def clears(server: HookServerConfig) -> bool:
-            return server.name.removesuffix(".json") in self.whole
-
-        await self.dispatcher.run_pre(CREATE, build, apply, self.log_fields, clears)
+        await self.dispatcher.run_pre(CREATE, build, apply, self.log_fields)
         return self.request.pod_cgroup_parent, self.request.container_resources.cpuset_cpus
 
     def counted(self, name: str, outcome: str) -> float:
@@ -268,7 +272,7 @@ async def test_a_deferred_cpuset_a_later_whole_answer_clears_is_not_judged(tmp_p
     """b pins CPUs 2-3, outside the pod's parent; koordlet, whose answers are
     whole, then clears the cpuset: the call leaves the chain without one, so
     b's refusal no longer stands (it named b for a cpuset the runtime never got)."""
-    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, NOTHING), whole=frozenset({"koordlet"}))
+    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, EMPTIED), whole=frozenset({"koordlet"}))
     assert await run.run() == (POD, "")
     assert run.counted("b", "ok") == 1
     assert run.counted("b", "invalid_value") == 0
@@ -277,7 +281,7 @@ async def test_a_deferred_cpuset_a_later_whole_answer_clears_is_not_judged(tmp_p
 async def test_a_cpuset_set_after_a_whole_answer_cleared_one_is_judged(tmp_path: Path) -> None:
     """The clear forgets only what came before it: a later pin outside the
     parent is that hook's refusal."""
-    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, NOTHING), ("c", FAIL, pin("3")),
+    run = Run(tmp_path, ("b", FAIL, pin("2-3")), ("koordlet", IGNORE, EMPTIED), ("c", FAIL, pin("3")),
               whole=frozenset({"koordlet"}))
     with pytest.raises(HookError) as refused:
         await run.run()
@@ -287,9 +291,27 @@ async def test_a_cpuset_set_after_a_whole_answer_cleared_one_is_judged(tmp_path:
 async def test_a_whole_answer_that_moves_the_container_and_clears_its_cpuset_takes_none_along(tmp_path: Path) -> None:
     """b pins CPU 1; koordlet's whole answer moves the container to ISO and
     clears the cpuset: nothing of b's goes to ISO, so the move is not refused for it."""
-    run = Run(tmp_path, ("b", FAIL, pin("1")), ("koordlet", FAIL, move(ISO)), whole=frozenset({"koordlet"}))
+    moves_and_clears = hookapi.ContainerResourceHookResponse(
+        pod_cgroup_parent=ISO, container_resources=hookapi.LinuxContainerResources())
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("koordlet", FAIL, moves_and_clears), whole=frozenset({"koordlet"}))
     assert await run.run() == (ISO, "")
     assert run.counted("koordlet", "ok") == 1
+
+
+async def test_a_whole_answer_without_resources_clears_nothing_and_its_move_takes_the_cpusets_along(
+    tmp_path: Path,
+) -> None:
+    """b pins CPU 1; koordlet's whole answer only moves the container to ISO
+    (2-3), with no container_resources: it clears nothing (the executor, as
+    koord-runtime-proxy, takes resources only from an answer that has them),
+    so b's pin goes to ISO with it, and the move is refused naming both (it
+    left as (ISO, "1"), and runc failed it, EACCES, naming neither)."""
+    run = Run(tmp_path, ("b", FAIL, pin("1")), ("koordlet", FAIL, move(ISO)), whole=frozenset({"koordlet"}))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "koordlet.json"
+    assert "set by b.json earlier in the chain and taken along by this answer's move" in refused.value.cause
+    assert run.counted("koordlet", "invalid_value") == 1
 
 
 async def test_a_deferred_answer_is_judged_only_for_a_cpuset_still_its_own(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_info_once_per_container_and_field(caplog: pytest.LogCaptureFixture, app
     whole = wholeanswers.WholeAnswers(applies)
     cpus, both = Emptying("cpuset_cpus"), Emptying("cpuset_cpus", "cpuset_mems")
     for ex, ctr in [(cpus, "a"), (cpus, "a"), (cpus, "a"), (both, "a"), (both, "a"), (cpus, "b")]:
-        whole.clears(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
+        whole.cleared(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
     assert levels(caplog) == [logging.INFO, logging.DEBUG, logging.DEBUG, logging.INFO, logging.DEBUG, logging.INFO]
 
 
@@ -55,5 +55,5 @@ def test_the_oldest_containers_are_forgotten(caplog: pytest.LogCaptureFixture, m
     monkeypatch.setattr(wholeanswers, "_REMEMBERED", 2)
     whole, ex = wholeanswers.WholeAnswers(), Emptying("cpuset_cpus")
     for ctr in ["a", "b", "c", "c", "a"]:
-        whole.clears(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
+        whole.cleared(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
     assert levels(caplog) == [logging.INFO] * 3 + [logging.DEBUG, logging.INFO]
