@@ -49,7 +49,7 @@ from typing import Any
 from .hookfile import Answers, FailurePolicy, HookServerConfig
 from .merge import emptied_cpusets
 from .nodefacts import NodeFactsSource
-from .validate import NODE_FIELDS, OutsideParent, Reason
+from .validate import NODE_FIELDS, OutsideParent, Reason, set_by
 
 log = logging.getLogger(__name__)
 
@@ -110,28 +110,24 @@ class ChainCpusets:
             return {}
         if self.later and server.failure_policy is FailurePolicy.IGNORE:
             return {}
-        shown, answered = request.container_resources, answer.container_resources
-        cleared = self.cleared(server, request, answer)
-        return {
-            field: name for field, name in self._set_by.items()
-            if getattr(answered, field) == getattr(shown, field) or (getattr(answered, field) == "" and field not in cleared)
-        }
+        leaves = NODE_FIELDS.difference(set_by(request.container_resources, answer.container_resources),
+                                        self.cleared(server, request, answer))
+        return {field: name for field, name in self._set_by.items() if field in leaves}
 
     def taken(self, server: HookServerConfig, request: Any, answer: Any) -> None:
         """``answer`` was merged into the call (as merge_resources does: a value
         set wins); the cpusets it cleared (``cleared``) are no hook's any more,
         judged empty at the chain's end."""
         shown, answered = request.container_resources, answer.container_resources
-        cleared = self.cleared(server, request, answer)
+        cleared, sets = self.cleared(server, request, answer), set_by(shown, answered)  # an echo is not the hook's doing
         for field in NODE_FIELDS:
             if field in cleared:
                 self._values[field] = ""
                 self._set_by.pop(field, None)
                 continue
-            value = getattr(answered, field)
-            if value and value != getattr(shown, field):  # an echo is not the hook's doing
+            if field in sets:
                 self._set_by[field] = server.name
-            self._values[field] = value or getattr(shown, field)
+            self._values[field] = getattr(answered, field) or getattr(shown, field)
         if answer.pod_cgroup_parent and answer.pod_cgroup_parent != request.pod_cgroup_parent:
             self._moved_by = server.name
         self._parent = answer.pod_cgroup_parent or request.pod_cgroup_parent

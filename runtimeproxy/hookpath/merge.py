@@ -27,7 +27,8 @@ _RESOURCE_NUMBERS = (
     "oom_score_adj",
     "memory_swap_limit_in_bytes",
 )
-_RESOURCE_STRINGS = ("cpuset_cpus", "cpuset_mems")
+# The strings, the cpusets: validate.NODE_FIELDS, what a whole answer clears.
+CPUSETS = ("cpuset_cpus", "cpuset_mems")
 
 
 def hook_resources(resources: v1.LinuxContainerResources) -> hookapi.LinuxContainerResources:
@@ -51,16 +52,13 @@ def copy_as_wire(target: Message, source: Message) -> None:
 def merge_resources(target: Any, update: hookapi.LinuxContainerResources) -> bool:
     """Apply what ``update`` sets onto ``target`` (CRI or hook resources)."""
     changed = False
-    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
+    for name in _RESOURCE_NUMBERS + CPUSETS:
         value = getattr(update, name)
         if value and getattr(target, name) != value:
             setattr(target, name, value)
             changed = True
     changed = merge_hugepages(target.hugepage_limits, update.hugepage_limits) or changed
     return merge_map(target.unified, update.unified) or changed
-
-
-CPUSETS = _RESOURCE_STRINGS
 
 
 def emptied_cpusets(target: Any, answer: hookapi.LinuxContainerResources) -> tuple[str, ...]:
@@ -86,7 +84,7 @@ def changed_from(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxCo
     other values along could fail where the update alone would not)."""
     out = hookapi.LinuxContainerResources()
     out.CopyFrom(answer)
-    for name in _RESOURCE_NUMBERS + _RESOURCE_STRINGS:
+    for name in _RESOURCE_NUMBERS + CPUSETS:
         if getattr(out, name) == getattr(shown, name):
             out.ClearField(name)
     seen = {(h.page_size, h.limit) for h in shown.hugepage_limits}

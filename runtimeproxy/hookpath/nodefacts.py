@@ -77,7 +77,9 @@ from collections.abc import Callable
 from cri_api.hookapi import api_pb2 as hookapi
 
 from .parentcpuset import ParentCpusets
-from .validate import NODE_FIELDS, NodeFacts, NodeFactsReader, Reason, format_id_list, invalid_answer, outside_parent
+from .validate import (
+    NODE_FIELDS, NodeFacts, NodeFactsReader, Reason, format_id_list, invalid_answer, outside_parent, set_by,
+)
 
 __all__ = ["HOLD_OFF", "MAX_AGE", "NodeFactsSource", "format_id_list"]  # format_id_list: validate's
 
@@ -225,17 +227,16 @@ class NodeFactsSource:
         cgroup_parent: str, reasons: list[Reason], left: frozenset[str] = frozenset(),
     ) -> list[Reason]:
         assert self._parents is not None
-        sets = _set_by_answer(shown, answer)
-        judged = (sets | left) - {reason.field for reason in reasons}
+        judged = (set_by(shown, answer) | left) - {reason.field for reason in reasons}
         if not judged:
             return []  # sets no cpuset of its own (never a read), or the node refused those it sets
         parent = self._parents.read(cgroup_parent, judged)
         if parent is None:
             return []
-        if left - sets:
+        if left:  # none of them set by the answer (set_by): those it leaves
             # Judged as if the answer set them: outside_parent judges only
             # what an answer sets to other than it was shown.
-            shown, answer = _taking_along(shown, answer, left - sets)
+            shown, answer = _taking_along(shown, answer, left)
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
         return outside_parent(shown, answer, parent)  # its fields not read are None: not judged
 
@@ -265,15 +266,8 @@ class NodeFactsSource:
         return any(at is not None and now - at < self._hold_off for at in fruitless_at)
 
 
-def _set_by_answer(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> set[str]:
-    """The cpuset fields the answer is answerable for: those it sets to other
-    than it was shown (an echo of the shown value, as Koordinator-style hooks
-    send the full resources back, is not; nor one it leaves, even on a move)."""
-    return {field for field in NODE_FIELDS if getattr(answer, field) not in ("", getattr(shown, field))}
-
-
 def _taking_along(
-    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, fields: set[str],
+    shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, fields: frozenset[str],
 ) -> tuple[hookapi.LinuxContainerResources, hookapi.LinuxContainerResources]:
     """``shown`` and ``answer`` as if the answer set ``fields`` to the values it
     was shown (copies: a move judged for the cpusets it takes along)."""

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .merge import merge_resources
+from .merge import CPUSETS, merge_resources
 
 __all__ = [
     "NODE_FIELDS", "NodeFacts", "NodeFactsReader", "OutsideParent", "ParentCpuset", "ParentSet", "Reason", "format_id_list",
-    "invalid_answer", "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts",
+    "invalid_answer", "invalid_resources", "outside_parent", "parse_id_list", "read_node_facts", "set_by",
 ]
 
 # Kernel bounds (kernel/sched/core.c, mm/memcontrol.c, include/linux/oom.h).
@@ -48,8 +48,8 @@ _HUGEPAGE_SIZE = re.compile(r"^[0-9]+[KMG]B$")
 _ID_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
 # A cpuset of more ids than this is not a node's: refuse instead of building a huge set.
 _MAX_IDS = 1 << 16
-# The fields judged by the node's facts: a fresh read can change only reasons about these.
-NODE_FIELDS = frozenset({"cpuset_cpus", "cpuset_mems"})
+# The fields judged by the node's facts (the cpusets): a fresh read can change only reasons about these.
+NODE_FIELDS = frozenset(CPUSETS)
 
 
 class Reason(str):
@@ -291,6 +291,14 @@ def invalid_answer(
     return [reason.once_merged() for reason in invalid_resources(merged, node) if reason not in before]
 
 
+def set_by(shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources) -> frozenset[str]:
+    """The cpusets ``answer`` sets: to other than it was ``shown``. An echo of
+    the shown value (Koordinator-style hooks send the full resources back) is
+    not its doing, nor one it leaves empty, even on a move (that one it takes
+    along, chaincpuset.py)."""
+    return frozenset(field for field in CPUSETS if getattr(answer, field) not in ("", getattr(shown, field)))
+
+
 def outside_parent(
     shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources, parent: ParentCpuset,
 ) -> list[Reason]:
@@ -302,10 +310,11 @@ def outside_parent(
     answer moved the container to. A cpuset that is no list of ids is
     ``invalid_resources``' to name."""
     reasons: list[Reason] = []
+    sets = set_by(shown, answer)
     for name, allowed, what in (("cpuset_cpus", parent.cpus, "CPUs"), ("cpuset_mems", parent.mems, "memory nodes")):
-        text = getattr(answer, name)
-        if allowed is None or not text or text == getattr(shown, name):
+        if allowed is None or name not in sets:
             continue
+        text = getattr(answer, name)
         try:
             ids = parse_id_list(text)
         except ValueError:
