@@ -80,14 +80,20 @@ class Executor:
         return None
 
     def apply(self, req: Any, answer: Any, shown: Any = None, clear: tuple[str, ...] = ()) -> bool:
-        """Merge one hook's answer into the CRI request; True if it changed.
-        ``shown``: the hook request it answered, if known; ``clear``: the
-        cpusets of the request to empty (from ``emptied``)."""
+        """Merge one hook's answer into the CRI request; True if it changed. ``shown``: the hook
+        request it answered, if known; ``clear``: the cpusets to empty (``emptied``'s, logged)."""
         return False
 
     def emptied(self, req: Any, answer: Any) -> tuple[str, ...]:
-        """The cpusets of the request that ``answer``, read whole, clears."""
-        return ()
+        """The cpusets of the request (``_resources``) that ``answer``, read whole, clears: only one with
+        container_resources, as koord-runtime-proxy applies them (ChainCpusets.cleared judges the same)."""
+        resources = self._resources(req)
+        if resources is None or not answer.HasField("container_resources"):
+            return ()
+        return emptied_cpusets(resources, answer.container_resources)
+
+    def _resources(self, req: Any) -> Any:
+        return None  # the request's container resources, if it has any
 
     async def record(self, req: Any, resp: Any, store: StateStore, seen: HookRequest | None = None) -> None:
         """After a successful backend call. ``seen``: the hook request a pre
@@ -238,10 +244,8 @@ class CreateContainer(Executor):
         pod = store.pods.get(req.pod_sandbox_id)
         return None if pod is None else _container_record(req, pod)
 
-    def emptied(self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse) -> tuple[str, ...]:
-        if not answer.HasField("container_resources"):
-            return ()
-        return emptied_cpusets(req.config.linux.resources, answer.container_resources)
+    def _resources(self, req: v1.CreateContainerRequest) -> v1.LinuxContainerResources:
+        return req.config.linux.resources
 
     def apply(
         self, req: v1.CreateContainerRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None,
@@ -320,12 +324,8 @@ class UpdateContainerResources(_ContainerById):
         out.container_annotations.update(req.annotations)
         return out
 
-    def emptied(
-        self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse
-    ) -> tuple[str, ...]:
-        if not answer.HasField("container_resources"):
-            return ()
-        return emptied_cpusets(req.linux, answer.container_resources)
+    def _resources(self, req: v1.UpdateContainerResourcesRequest) -> v1.LinuxContainerResources:
+        return req.linux
 
     def apply(
         self, req: v1.UpdateContainerResourcesRequest, answer: hookapi.ContainerResourceHookResponse, shown: Any = None,

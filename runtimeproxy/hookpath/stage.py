@@ -218,7 +218,7 @@ class HookStage(StageProvider):
 
                 def apply(answer: Any, server: HookServerConfig) -> bool:
                     shown = seen[0] if seen else None
-                    clear = self._whole.cleared(ex, req, answer, server, shown, hook, fields)
+                    clear = self._whole.cleared(ex.emptied(req, answer), server, shown, hook, fields)
                     if not ex.apply(req, answer, shown, clear):
                         return False
                     seen.clear()

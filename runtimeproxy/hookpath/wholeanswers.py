@@ -25,7 +25,6 @@ from typing import Any
 
 from cri_api.hookapi import api_pb2 as hookapi
 
-from .executor import Executor
 from .hookfile import Answers, HookServerConfig
 from .points import HookType
 
@@ -42,15 +41,12 @@ class WholeAnswers:
         self._told: OrderedDict[tuple[str, str, int, str], None] = OrderedDict()
 
     def cleared(
-        self, ex: Executor, req: Any, answer: Any, server: HookServerConfig, shown: Any, hook: HookType,
-        fields: dict[str, object],
+        self, names: tuple[str, ...], server: HookServerConfig, shown: Any, hook: HookType, fields: dict[str, object],
     ) -> tuple[str, ...]:
-        """The cpusets of ``req`` to clear for ``server``'s ``answer`` (a chain
-        judges the same ones cleared: ChainCpusets.cleared)."""
-        if server.answers is not Answers.WHOLE:
-            return ()
-        names = ex.emptied(req, answer)
-        if not names:
+        """Of the cpusets ``names`` an answer leaves empty (Executor.emptied),
+        those to clear for ``server`` (a chain judges the same ones cleared:
+        ChainCpusets.cleared), logged."""
+        if server.answers is not Answers.WHOLE or not names:
             return ()
         extra = {**fields, **_container(shown), "hook": hook.value, "hook_file": server.name, "cpuset_fields": list(names)}
         level = logging.INFO if self._first(shown, names) else logging.DEBUG

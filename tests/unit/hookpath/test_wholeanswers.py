@@ -5,26 +5,16 @@ bounded memory: the oldest containers are forgotten first."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from runtimeproxy.hookpath import wholeanswers
-from runtimeproxy.hookpath.executor import Executor
 from runtimeproxy.hookpath.hookfile import Answers, FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
 
 HOOK = HookType.PRE_UPDATE_CONTAINER_RESOURCES
 KOORDLET = HookServerConfig("koordlet.json", "/run/k.sock", FailurePolicy.IGNORE, frozenset({HOOK}), answers=Answers.WHOLE)
-
-
-class Emptying(Executor):
-    def __init__(self, *names: str) -> None:
-        self.names = names
-
-    def emptied(self, req: Any, answer: Any) -> tuple[str, ...]:
-        return self.names
 
 
 def shown(name: str) -> hookapi.ContainerResourceHookRequest:
@@ -44,16 +34,16 @@ def levels(caplog: pytest.LogCaptureFixture) -> list[int]:
 def test_info_once_per_container_and_field(caplog: pytest.LogCaptureFixture, applies: bool) -> None:
     caplog.set_level(logging.DEBUG, wholeanswers.__name__)
     whole = wholeanswers.WholeAnswers(applies)
-    cpus, both = Emptying("cpuset_cpus"), Emptying("cpuset_cpus", "cpuset_mems")
-    for ex, ctr in [(cpus, "a"), (cpus, "a"), (cpus, "a"), (both, "a"), (both, "a"), (cpus, "b")]:
-        whole.cleared(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
+    cpus, both = ("cpuset_cpus",), ("cpuset_cpus", "cpuset_mems")
+    for names, ctr in [(cpus, "a"), (cpus, "a"), (cpus, "a"), (both, "a"), (both, "a"), (cpus, "b")]:
+        whole.cleared(names, KOORDLET, shown(ctr), HOOK, {})
     assert levels(caplog) == [logging.INFO, logging.DEBUG, logging.DEBUG, logging.INFO, logging.DEBUG, logging.INFO]
 
 
 def test_the_oldest_containers_are_forgotten(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.DEBUG, wholeanswers.__name__)
     monkeypatch.setattr(wholeanswers, "_REMEMBERED", 2)
-    whole, ex = wholeanswers.WholeAnswers(), Emptying("cpuset_cpus")
+    whole = wholeanswers.WholeAnswers()
     for ctr in ["a", "b", "c", "c", "a"]:
-        whole.cleared(ex, None, None, KOORDLET, shown(ctr), HOOK, {})
+        whole.cleared(("cpuset_cpus",), KOORDLET, shown(ctr), HOOK, {})
     assert levels(caplog) == [logging.INFO] * 3 + [logging.DEBUG, logging.INFO]
