@@ -3,7 +3,7 @@ cpuset (cgroup v1, validate.outside_parent) as the call leaves the chain, not
 only answer by answer.
 
 Each answer is still judged as it comes, by the parent in effect after it
-(the one it moves the container to, else the one the call has). Two rules
+(the one it moves the container to, else the one the call has). Three rules
 make that the chain's judgment:
 
  * A move is judged for the cpusets earlier hooks of the chain set, which it

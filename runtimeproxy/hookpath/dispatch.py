@@ -271,11 +271,11 @@ class Dispatcher:
         except Exception as err:  # a read gone wrong is the last deferred answer's failure: the proxy goes on
             self._judging_failed(hook, chain, chain.deferred[-1].server, err)
         judged = {id(entry) for entry, _ in standing}
-        cleared = [entry for entry in chain.deferred if id(entry) not in judged]
-        for entry in cleared:
-            log.debug("answer outside its parent cgroup taken: later hooks left it within theirs",
+        passed = [entry for entry in chain.deferred if id(entry) not in judged]
+        for entry in passed:  # a later hook's move or cpuset, a whole answer's clear, a parent widened meanwhile
+            log.debug("answer outside its parent cgroup taken: the call as the chain left it fits its parent",
                       extra={**chain.log_fields, **entry.server.log_fields()})
-        self._count_deferred(hook, cleared, "ok")  # the standing ones as refused, by run_pre
+        self._count_deferred(hook, passed, "ok")  # the standing ones as refused, by run_pre
         if standing:
             blamed, reasons = standing[-1]  # the later hook, whose answer completed the refused pair
             cause = f"answer carries values the kernel would refuse: {'; '.join(reasons)}"

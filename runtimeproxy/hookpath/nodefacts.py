@@ -52,7 +52,7 @@ after the answer (one a PreCreateContainer answer moves its container to),
 and a cpuset the answer leaves is not judged, even on a move (in a chain a
 later hook may still set it; left outside, runc fails the container), but
 for one an earlier hook of the chain set, which the move takes along
-(``left``, chaincpuset.py). Not cached, so there is nothing to re-read: a parent kubelet or an
+(``along``, chaincpuset.py). Not cached, so there is nothing to re-read: a parent kubelet or an
 operator widened is seen at the next answer. Also on the event loop, on a
 2-CPU test VM: a read of one file about 20 µs all told (its os.read about 10
 of it, pathlib's read_text took 35-40), both files about 35 µs, about 60 µs
@@ -188,13 +188,13 @@ class NodeFactsSource:
 
     def invalid_answer(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str = "", left: frozenset[str] = frozenset(),
+        cgroup_parent: str = "", along: frozenset[str] = frozenset(),
     ) -> list[Reason]:
         """``validate.invalid_answer`` against facts read again where they may
         be stale; then, for a container under ``cgroup_parent`` (the one in
         effect after the answer), ``validate.outside_parent``
         against that parent's cpuset read now: the cpusets the answer sets,
-        and those of ``left`` it leaves as shown (an earlier hook's, which
+        and those of ``along`` it leaves as shown (an earlier hook's, which
         its move takes along). A cpuset already refused by the
         node's facts is not judged again: one reason per field. Before a
         parent is named, facts not read for this answer are read again (unless
@@ -203,11 +203,11 @@ class NodeFactsSource:
         reasons, read = self._by_node(shown, answer)
         if self._parents is None or not cgroup_parent:
             return reasons
-        outside = self._by_parent(shown, answer, cgroup_parent, reasons, left)
+        outside = self._by_parent(shown, answer, cgroup_parent, reasons, along)
         if outside and not read and not self._held_off(self._parent_fruitless_at, self._fruitless_at):
             if self.refresh():
                 reasons = invalid_answer(shown, answer, self._current)
-                return reasons + self._by_parent(shown, answer, cgroup_parent, reasons, left)
+                return reasons + self._by_parent(shown, answer, cgroup_parent, reasons, along)
             self._parent_fruitless_at = self._read_at  # no read per answer that names the parent
         return reasons + outside
 
@@ -224,19 +224,19 @@ class NodeFactsSource:
 
     def _by_parent(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,
-        cgroup_parent: str, reasons: list[Reason], left: frozenset[str] = frozenset(),
+        cgroup_parent: str, reasons: list[Reason], along: frozenset[str] = frozenset(),
     ) -> list[Reason]:
         assert self._parents is not None
-        judged = (set_by(shown, answer) | left) - {reason.field for reason in reasons}
+        judged = (set_by(shown, answer) | along) - {reason.field for reason in reasons}
         if not judged:
             return []  # sets no cpuset of its own (never a read), or the node refused those it sets
         parent = self._parents.read(cgroup_parent, judged)
         if parent is None:
             return []
-        if left:  # none of them set by the answer (set_by): those it leaves
+        if along:  # none of them set by the answer (set_by): those it leaves
             # Judged as if the answer set them: outside_parent judges only
             # what an answer sets to other than it was shown.
-            shown, answer = _taking_along(shown, answer, left)
+            shown, answer = _taking_along(shown, answer, along)
         # Read for every answer setting a cpuset: a parent widened since is taken at once.
         return outside_parent(shown, answer, parent)  # its fields not read are None: not judged
 
