@@ -1,43 +1,23 @@
 """A chain of PreCreateContainer hooks judged by the pod cgroup parent's
 cpuset (cgroup v1, validate.outside_parent) as the call leaves the chain, not
-only answer by answer.
+only answer by answer. The rules, their reasons and the three prices where
+the outcome differs from runc's are told once, in docs/hook-files.md
+("cgroup v1: cpusets and the pod's parent"); here, how they are kept:
 
-Each answer is still judged as it comes, by the parent in effect after it
-(the one it moves the container to, else the one the call has). Three rules
-make that the chain's judgment:
+ * ``taken_along``: the cpusets earlier hooks set (``_set_by``) that a move
+   leaves, judged by its new parent; none for an Ignore move with hooks
+   still to come, nor those its answer clears (``cleared``, the executor's rule).
+ * ``defer``: a Fail answer refused only by its parent, with hooks still to
+   come, is taken (``Deferred``) until the chain's end; ``standing`` judges
+   it again then, by the call as the chain left it, for its cpusets still
+   its doing.
+ * ``taken``: each applied answer's cpusets, the hook that set each, the
+   parent and the hook that moved the container last.
 
- * A move is judged for the cpusets earlier hooks of the chain set, which it
-   leaves as they are and takes along to its parent: it completes that
-   pair. (kubelet's own cpuset is still not judged on a move, see README.)
-   Not an Ignore move with hooks still to come: dropped, it would be for a
-   cpuset a later hook may set again, that hook then judged by the parent
-   the move left; such a cpuset no later hook sets reaches runc, as before.
- * A Fail hook's answer refused only by its parent, while a later hook may
-   still move the container or set that cpuset again, is taken for now and
-   judged again once the chain has run, by the cpusets the call then has
-   and its parent read again, for the cpusets still its doing: one a
-   later hook set again (or a whole answer cleared) is that hook's, and a
-   move is judged only while no later hook moved the container on (that
-   move took the cpusets along, judged for them itself, or not: an Ignore
-   one with hooks after it). Refused still, the call fails naming the
-   last answer so deferred that stands (of a pin and a Fail move taking it
-   along, the move, whose answer completed the pair).
- * A move is not judged for a cpuset its own answer clears (``cleared``:
-   a whole answer's empty ones, of an answer with container_resources, as
-   the executor clears them; none under NRI).
-
-Ignore answers are not deferred: dropped as they come, as before. Dropping
-one after later hooks ran would take out of the call what those hooks saw,
-and what they answered on: a hook that moved the container because of that
-cpuset, one answering with the full resources (as Koordinator-style hooks
-do) that echoed it back, another whose swap limit was judged merged with
-its memory limit. Undoing it soundly means replaying and judging again every
-later answer; a Fail refusal fails the call and undoes nothing. The price:
-an Ignore answer whose cpuset only a later hook's move makes fit is dropped.
-So is one that moves the container with a cpuset of its own outside the
-parent it moves to, whole, though a later hook set that cpuset again: the
-pair it answered is refused by itself. Where the outcome differs from
-runc's rule, it is one of the prices test_parent_chain_exhaustive.py names.
+Ignore answers are not deferred: dropping one after later hooks ran would
+take out of the call what those hooks saw and answered on; undoing it
+soundly means replaying and judging again every later answer, where a Fail
+refusal fails the call and undoes nothing.
 """
 
 from __future__ import annotations

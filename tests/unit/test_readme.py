@@ -14,8 +14,10 @@ import yaml
 from runtimeproxy import cli
 from runtimeproxy.config import ProxyConfig, choices
 from runtimeproxy.hookpath import hookfile
+from runtimeproxy.hookpath.chaincpuset import noted
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.koordflags import KOORD_FLAGS, WHAT_WE_DO
+from runtimeproxy.hookpath.validate import OutsideParent
 from runtimeproxy.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,6 +197,23 @@ def test_migration_names_the_skip_label_the_proxy_uses() -> None:
     from runtimeproxy.hookpath.executor import SKIP_LABEL
 
     assert f"`{SKIP_LABEL}=true`" in MIGRATION_DOC.read_text()
+
+
+# --------------------------------------------------------------------------- cgroup v1 cpusets
+
+CPUSETS_HEADING = "cgroup v1: cpusets and the pod's parent"
+
+
+def test_the_chain_cpuset_rules_are_told_once_and_linked_to() -> None:
+    """One full account, in hook-files.md; README, troubleshooting and metrics link to it."""
+    page = (DOCS / "hook-files.md").read_text()
+    assert f"\n## {CPUSETS_HEADING}\n" in page
+    anchor = re.sub(r"[^a-z0-9 -]", "", CPUSETS_HEADING.lower()).replace(" ", "-")  # as GitHub makes it
+    for doc in (README, DOCS / "troubleshooting.md", DOCS / "metrics.md"):
+        assert f"hook-files.md#{anchor})" in doc.read_text(), doc.name
+    # The note a move's refusal carries, as the code words it.
+    note = noted([OutsideParent("cpuset_cpus", "'1' names CPUs")], {"cpuset_cpus": "NAME.json"})[0].split(", ", 1)[1]
+    assert f"`{note}`" in " ".join(page.split())
 
 
 # --------------------------------------------------------------------------- README

@@ -328,7 +328,7 @@ async def test_a_deferred_answer_is_judged_only_for_a_cpuset_still_its_own(tmp_p
 
 async def test_a_deferred_answer_whose_cpuset_a_later_hook_set_is_not_named_for_it(tmp_path: Path) -> None:
     """a's CPU 2 waits; b sets CPU 1, within the pod's parent; c's Ignore move
-    to ISO, with d after it, takes b's CPU along unjudged (README): a is not
+    to ISO, with d after it, takes b's CPU along unjudged (docs/hook-files.md): a is not
     refused for b's '1', the call goes on as the chain left it."""
     run = Run(tmp_path, ("a", FAIL, pin("2")), ("b", FAIL, pin("1")), ("c", IGNORE, move(ISO)), ("d", FAIL, NOTHING))
     assert await run.run() == (ISO, "1")
@@ -350,7 +350,7 @@ async def test_a_deferred_move_a_later_move_took_elsewhere_is_not_judged_by_that
 
 async def test_a_deferred_move_an_ignore_move_took_elsewhere_is_not_named_for_its_parent(tmp_path: Path) -> None:
     """As above with c under Ignore, d after it: c's move is not judged for
-    what it takes along (README), and b, whose parent is no longer the
+    what it takes along (docs/hook-files.md), and b, whose parent is no longer the
     call's, is not named for NARROW: the call goes on as the chain left it."""
     run = Run(tmp_path, ("a", FAIL, pin("1")), ("b", FAIL, move(ISO)), ("c", IGNORE, move(NARROW)), ("d", FAIL, NOTHING))
     assert await run.run() == (NARROW, "1")
@@ -360,7 +360,7 @@ async def test_a_deferred_move_an_ignore_move_took_elsewhere_is_not_named_for_it
 async def test_an_ignore_move_with_its_own_cpuset_outside_its_parent_is_dropped_whole(tmp_path: Path) -> None:
     """b moves the container to ISO with CPU 0, which ISO lacks: dropped whole,
     though c sets CPU 3 (all applied, ISO and 3, would fit): c is judged by
-    the pod's parent, and refused (README: the pair b answered is refused by itself)."""
+    the pod's parent, and refused (docs/hook-files.md: the pair b answered is refused by itself)."""
     b = hookapi.ContainerResourceHookResponse(
         pod_cgroup_parent=ISO, container_resources=hookapi.LinuxContainerResources(cpuset_cpus="0"))
     run = Run(tmp_path, ("a", FAIL, pin("1")), ("b", IGNORE, b), ("c", FAIL, pin("3")))

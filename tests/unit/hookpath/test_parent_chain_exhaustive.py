@@ -3,7 +3,7 @@ answering nothing, a pin, a move or both, judged against runc's rule (the
 container's final cpuset within its final parent's, every answer applied).
 
 Where the proxy's outcome differs from that rule, it must be one of the
-documented prices (README's "Hooks" section, docs/troubleshooting.md):
+documented prices (docs/hook-files.md, "cgroup v1: cpusets and the pod's parent"):
 
  * KUBELET: kubelet's own cpuset is not judged on a move: the call passes and
    runc fails the container.
