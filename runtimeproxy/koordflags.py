@@ -75,10 +75,12 @@ def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
                 refused.append(f"  {flag}={value}: {_REFUSED_VALUE.get((flag, value), note)}; remove it")
             continue
         name = ours.removeprefix("--").replace("-", "_")
-        if flags.get(name) is not None and flags[name] != value:
-            refused.append(f"  {flag}={value}: {ours} {flags[name]} is given too; give {ours} alone")
+        given = flags.get(name)
+        if given is not None and not _same_socket(given, value):
+            refused.append(f"  {flag}={value}: {ours} {given} is given too; give {ours} alone")
             continue
-        flags[name] = value
+        if given is None:
+            flags[name] = value
         warnings.append(f"{flag} is deprecated: use {ours} {value}{note}")
     if refused:
         raise click.UsageError(
@@ -93,10 +95,16 @@ def image_calls_moved(ctx: click.Context, backend: Path | None) -> str | None:
     socket than the runtime's (``backend``, as configured): the proxy sends
     image calls there, where koord-runtime-proxy v1.4 and later ignored it."""
     for flag, value in ctx.meta.get(_GIVEN, ()):
-        if flag == _IMAGE and backend is not None and os.path.realpath(value) != os.path.realpath(backend):
+        if flag == _IMAGE and backend is not None and not _same_socket(value, backend):
             return (
                 f"{flag}={value} is applied: image calls now go to {value}, not to the runtime's socket {backend},"
                 " unlike koord-runtime-proxy v1.4 and later, which ignored this flag and sent them to the runtime"
                 " endpoint; remove it to keep them there"
             )
     return None
+
+
+def _same_socket(a: Any, b: Any) -> bool:
+    """Whether two socket paths name one socket (``/var/run/x`` and ``/run/x``
+    where /var/run links to /run), as both checks here compare them."""
+    return bool(os.path.realpath(a) == os.path.realpath(b))

@@ -69,6 +69,18 @@ def test_an_alias_and_its_replacement_must_agree() -> None:
     assert "--remote-runtime-service-endpoint=/run/b.sock: --backend /run/a.sock is given too; give --backend alone" in result.output
 
 
+def test_an_alias_naming_the_same_socket_by_another_path_agrees(tmp_path: Path) -> None:
+    """As image_calls_moved compares them: resolved (``/var/run/x`` and ``/run/x``
+    where /var/run links to /run), not as written."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "var-run").symlink_to(tmp_path / "run")
+    ours, theirs = tmp_path / "run" / "c.sock", tmp_path / "var-run" / "c.sock"
+    result, flags, warnings = aliases(f"--backend={ours}", f"--remote-runtime-service-endpoint={theirs}")
+    assert result.exit_code == 0, result.output
+    assert flags["backend"] == ours  # --backend as given
+    assert warnings == [f"--remote-runtime-service-endpoint is deprecated: use --backend {theirs}"]
+
+
 def test_what_the_proxy_does_anyway_is_accepted_with_a_warning() -> None:
     result, flags, warnings = aliases(
         "--backend-runtime-mode=Containerd",
