@@ -8,7 +8,8 @@ to write instead. The rest is refused with the whole answer at once, not one
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,29 +20,37 @@ from .hookpath.executor import SKIP_LABEL
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+@dataclass(frozen=True)
+class KoordFlag:
+    """One of koord-runtime-proxy's flags: ``ours``, the flag of ours it is an
+    alias of (given the same value), with ``note`` added to the deprecation
+    warning; else ``what_we_do``, the one value accepted (what the proxy does
+    anyway), ``note`` why any other is refused, ``refused`` why some are where
+    ``note`` does not say."""
+
+    ours: str | None = None
+    note: str = ""
+    what_we_do: str = ""
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+
 _SKIP = "none: pods labelled runtimeproxy.koordinator.sh/skip-hookserver=true are never hooked, and no flag changes it"
-# Flag -> the replacement: a flag of ours (given the same value), or why there is none.
-KOORD_FLAGS: dict[str, tuple[str | None, str]] = {
-    "--koord-runtimeproxy-endpoint": ("--listen", ""),
-    "--remote-runtime-service-endpoint": ("--backend", ""),
-    "--remote-image-service-endpoint": (
+_CRI = "none: the proxy speaks CRI to any CRI runtime"
+KOORD_FLAGS: dict[str, KoordFlag] = {
+    "--koord-runtimeproxy-endpoint": KoordFlag("--listen"),
+    "--remote-runtime-service-endpoint": KoordFlag("--backend"),
+    "--remote-image-service-endpoint": KoordFlag(
         "--image-backend",
         "; leave it out when it is the runtime's socket, or where koord-runtime-proxy (v1.4 and later)"
         " sent image calls to the runtime's socket whatever it said",
     ),
-    "--backend-runtime-mode": (None, "none: the proxy speaks CRI to any CRI runtime; only Containerd is accepted"),
-    "--runtime-hook-server-key": (None, _SKIP),
-    "--runtime-hook-server-val": (None, _SKIP),
-}
-# The values of flags with no replacement that ask for what the proxy does.
-WHAT_WE_DO: dict[str, str] = {
-    "--backend-runtime-mode": "Containerd",
-    "--runtime-hook-server-key": SKIP_LABEL,
-    "--runtime-hook-server-val": "true",
-}
-# Why a value of a flag with no replacement is refused, where KOORD_FLAGS' note does not say.
-_REFUSED_VALUE: dict[tuple[str, str], str] = {
-    ("--backend-runtime-mode", "Docker"): "none: the proxy speaks CRI to any CRI runtime; Docker mode is not supported",
+    "--backend-runtime-mode": KoordFlag(
+        note=f"{_CRI}; only Containerd is accepted", what_we_do="Containerd",
+        refused={"Docker": f"{_CRI}; Docker mode is not supported"},
+    ),
+    "--runtime-hook-server-key": KoordFlag(note=_SKIP, what_we_do=SKIP_LABEL),
+    "--runtime-hook-server-val": KoordFlag(note=_SKIP, what_we_do="true"),
 }
 _IMAGE = "--remote-image-service-endpoint"
 _GIVEN = "koord_flags"
@@ -55,7 +64,7 @@ def _collect(ctx: click.Context, param: click.Parameter, value: Any) -> None:
 def koord_flags(f: F) -> F:
     """Hidden options for KOORD_FLAGS, collected for :func:`koord_aliases`."""
     for flag in reversed(KOORD_FLAGS):
-        kind = SOCKET if KOORD_FLAGS[flag][0] else None
+        kind = SOCKET if KOORD_FLAGS[flag].ours else None
         f = click.option(flag, hidden=True, default=None, type=kind, expose_value=False, callback=_collect)(f)
     return f
 
@@ -67,12 +76,13 @@ def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
     its replacement set otherwise."""
     warnings, refused = [], []
     for flag, value in ctx.meta.get(_GIVEN, ()):
-        ours, note = KOORD_FLAGS[flag]
+        koord = KOORD_FLAGS[flag]
+        ours = koord.ours
         if ours is None:
-            if value == WHAT_WE_DO[flag]:
+            if value == koord.what_we_do:
                 warnings.append(f"{flag}={value} is deprecated: it is what the proxy does; remove it")
             else:
-                refused.append(f"  {flag}={value}: {_REFUSED_VALUE.get((flag, value), note)}; remove it")
+                refused.append(f"  {flag}={value}: {koord.refused.get(value, koord.note)}; remove it")
             continue
         name = ours.removeprefix("--").replace("-", "_")
         given = flags.get(name)
@@ -81,7 +91,7 @@ def koord_aliases(ctx: click.Context, flags: dict[str, object]) -> list[str]:
             continue
         if given is None:
             flags[name] = value
-        warnings.append(f"{flag} is deprecated: use {ours} {value}{note}")
+        warnings.append(f"{flag} is deprecated: use {ours} {value}{koord.note}")
     if refused:
         raise click.UsageError(
             "koord-runtime-proxy's flags are not all runtime-proxy's (docs/migrating-from-koord-runtime-proxy.md):\n"

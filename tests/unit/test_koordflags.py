@@ -123,7 +123,7 @@ def test_serve_takes_the_aliases_as_its_own_flags() -> None:
 
 def test_every_koord_flag_is_known_and_hidden() -> None:
     for flag in KOORD_FLAGS:
-        if KOORD_FLAGS[flag][0] is None:
+        if KOORD_FLAGS[flag].ours is None:
             result = serve(f"{flag}=x")
             assert result.exit_code == 2 and f"{flag}=x: " in result.output, flag
     assert not any(flag in serve("--help").output for flag in KOORD_FLAGS)

@@ -16,7 +16,7 @@ from runtimeproxy.config import ProxyConfig, choices
 from runtimeproxy.hookpath import hookfile
 from runtimeproxy.hookpath.chaincpuset import noted
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
-from runtimeproxy.koordflags import KOORD_FLAGS, WHAT_WE_DO
+from runtimeproxy.koordflags import KOORD_FLAGS
 from runtimeproxy.hookpath.validate import OutsideParent
 from runtimeproxy.metrics import Metrics
 
@@ -181,16 +181,16 @@ def test_migration_covers_every_koordinator_flag_and_names_real_flags() -> None:
     assert theirs == set(KOORD_FLAGS)  # each also known to serve (koordflags)
     ours = {span for row in rows for span in code(row["runtime-proxy"]) if span.startswith("--")}
     assert ours and ours <= set(serve_options())
-    named = {ours for ours, _ in KOORD_FLAGS.values() if ours}
+    named = {koord.ours for koord in KOORD_FLAGS.values() if koord.ours}
     assert named <= ours
     for row in rows:
         flags = [span for span in code(row["koord-runtime-proxy"]) if span.startswith("--")]
         for flag in flags:
-            replacement = KOORD_FLAGS[flag][0]
+            replacement = KOORD_FLAGS[flag].ours
             if replacement:  # an alias: the row says so and names it
                 assert code(row["runtime-proxy"]) == [replacement] and "deprecated alias" in row["notes"], flag
             else:  # accepted only for what the proxy does: the row's default
-                assert WHAT_WE_DO[flag] in code(row["its default"])[0].split(", ") + code(row["its default"]), flag
+                assert KOORD_FLAGS[flag].what_we_do in code(row["its default"])[0].split(", ") + code(row["its default"]), flag
 
 
 def test_migration_names_the_skip_label_the_proxy_uses() -> None:
