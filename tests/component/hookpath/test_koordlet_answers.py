@@ -112,9 +112,12 @@ async def test_in_a_chain_a_whole_answer_after_one_that_set_a_cpuset_clears_it(
     assert backend_request(fake).config.linux.resources.cpuset_cpus == ""
 
 
-async def test_cpu_period_zero_neither_marks_nor_unmarks_an_answer(running, fake, client, sock_dir: Path, hook_dir: Path) -> None:
-    # CFS quota off: kubelet sends no cpu_period. The whole server's answer
-    # clears, the lean one's keeps; a zero period is unset for both.
+async def test_with_cfs_quota_off_the_hook_file_decides_whole_clears_changes_keeps(
+    running, fake, client, sock_dir: Path, hook_dir: Path
+) -> None:
+    # CFS quota off: kubelet sends no cpu_period. The same answer clears from
+    # a whole server (koordlet.json) and keeps from a lean one: the hook file's
+    # word, never the answer's content; a zero period is unset for both.
     zero = {"PreCreateContainer": {"container_resources": {**KOORDLET, "cpu_period": 0}}}
     async with hook_server(sock_dir, "koordlet", zero) as whole:
         whole.register(hook_dir, ["PreCreateContainer"], name="koordlet.json")
