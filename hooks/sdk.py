@@ -22,7 +22,9 @@ about; every other hook answers an empty response, which means "no change"::
     run(main())  # on uvloop when it is installed, as the proxy; asyncio.run(main()) works too
 
 Handlers are ``async def name(self, request) -> Response | None``; ``None``
-means an empty response.  Raise :class:`HookAbort` to answer a specific gRPC
+means an empty response. A plain ``def`` handler, or a method named as a gRPC
+servicer's (``PreCreateContainerHook``) or as the hook point, which the SDK
+would never call, is a ``TypeError`` when the class is defined.  Raise :class:`HookAbort` to answer a specific gRPC
 status; any other exception answers ``INTERNAL`` with the exception text.
 To handle every hook generically, override :meth:`HookServer.handle` instead.
 
@@ -46,6 +48,7 @@ from google.protobuf.message import DecodeError, Message
 
 from cri_api.hookapi import api_pb2
 from hooks.frameserver import CallError, FrameServer, Route
+from hooks.handlers import check_handlers
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop
 from runtimeproxy.grpcstart import start_server
@@ -178,6 +181,13 @@ class HookServer:
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
         self._socket_identity: unixsocket.SocketIdentity | None = None
         self._path_lock: socketlock.SocketLock | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A handler that is not ``async def``, or a method named like a hook
+        the SDK never calls (``PreCreateContainerHook``), is a ``TypeError``
+        here, not a failure at each call (``hooks.handlers``)."""
+        super().__init_subclass__(**kwargs)
+        check_handlers(cls)
 
     # -- handlers: override the ones you need ----------------------------------
 

@@ -228,3 +228,32 @@ def test_run_serves_on_uvloop_when_installed_and_on_asyncio_when_asked() -> None
 
     assert run(loop_name()) == "uvloop"  # a dependency of the package: installed
     assert run(loop_name(), "asyncio") == "asyncio"
+
+
+# --------------------------------------------------------------------------- handlers checked at class definition
+
+
+def test_a_plain_def_handler_is_refused_when_the_class_is_defined() -> None:
+    """Before: accepted, then every call failed INTERNAL with "object
+    ContainerResourceHookResponse can't be used in 'await' expression"."""
+    with pytest.raises(TypeError, match=r"Sync\.pre_create_container must be 'async def'"):
+        class Sync(HookServer):
+            def pre_create_container(self, request):  # type: ignore[no-untyped-def,override]
+                return api_pb2.ContainerResourceHookResponse()
+    with pytest.raises(TypeError, match=r"SyncHandle\.handle must be 'async def'"):
+        class SyncHandle(HookServer):
+            def handle(self, hook, request):  # type: ignore[no-untyped-def,override]
+                return None
+
+
+@pytest.mark.parametrize("name", ["PreCreateContainerHook", "PreCreateContainer", "precreatecontainer"])
+def test_a_handler_named_as_grpc_or_the_hook_point_is_refused(name: str) -> None:
+    """Before: never called, so the hook answered "no change" without a word."""
+    async def handler(self, request, context=None):  # type: ignore[no-untyped-def]
+        return api_pb2.ContainerResourceHookResponse()
+
+    with pytest.raises(TypeError, match=rf"Misnamed\.{name} is never called: the SDK calls "
+                                        r"'async def pre_create_container\(self, request\)' for PreCreateContainer"):
+        type("Misnamed", (HookServer,), {name: handler})
+    # The right name, and helpers of other names, are fine.
+    type("Named", (HookServer,), {"pre_create_container": handler, "PreCreateContainerLimit": 5, "helper": len})
