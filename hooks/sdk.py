@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -350,13 +351,18 @@ class HookServer:
     async def _answer(self, hook: HookType, request: Message) -> Message:
         """The handler's answer to one call, whatever the transport; a failure as HookAbort."""
         point = HOOK_POINTS[hook]
+        started = time.monotonic()
         try:
             response = await self.handle(hook, request)
         except HookAbort as exc:
             if exc.code is grpc.StatusCode.OK:  # an abort that is no error: grpc.aio would never answer it
                 raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook aborted with status OK") from exc
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # else a handler too slow for its hook file's timeout fails unseen here
+            logger.warning(
+                "%s hook handler cancelled after %.3fs, before it answered: the caller's deadline (the hook "
+                "file's timeout) passed, the caller hung up, or the server stopped", hook.value,
+                time.monotonic() - started, extra={"hook": hook.value})
             raise
         except Exception as exc:
             logger.exception("%s hook handler failed", hook.value, extra={"hook": hook.value})

@@ -5,8 +5,11 @@ process is tested in tests/component/sdk/.)
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
+import re
 import socket
 import stat
 from pathlib import Path
@@ -257,3 +260,41 @@ def test_a_handler_named_as_grpc_or_the_hook_point_is_refused(name: str) -> None
         type("Misnamed", (HookServer,), {name: handler})
     # The right name, and helpers of other names, are fine.
     type("Named", (HookServer,), {"pre_create_container": handler, "PreCreateContainerLimit": 5, "helper": len})
+
+
+# --------------------------------------------------------------------------- a handler past the caller's deadline
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_handler_cancelled_at_the_deadline_is_logged(
+    sock_dir: Path, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: cancelled without a word, so a hook too slow for its hook
+    file's timeout saw nothing while the proxy refused its calls."""
+    class Slow(HookServer):
+        async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+            await asyncio.Event().wait()
+
+    logged = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "cancelled" in record.getMessage():
+                logged.set()
+
+    seen = Seen()
+    logging.getLogger("hooks.sdk").addHandler(seen)
+    try:
+        async with Slow(sock_dir / "slow.sock", transport=transport) as server, \
+                grpc.aio.insecure_channel(server.target) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as excinfo:
+                await api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
+                    container_request(), timeout=0.2)
+            assert excinfo.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            await asyncio.wait_for(logged.wait(), 5)
+    finally:
+        logging.getLogger("hooks.sdk").removeHandler(seen)
+    (record,) = [r for r in caplog.records if "cancelled" in r.getMessage()]
+    assert record.levelno == logging.WARNING and record.hook == "PreCreateContainer"
+    assert re.match(r"PreCreateContainer hook handler cancelled after \d+\.\d{3}s, before it answered: "
+                    r"the caller's deadline \(the hook file's timeout\) passed", record.getMessage())
