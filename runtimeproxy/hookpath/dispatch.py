@@ -95,6 +95,7 @@ class Dispatcher:
         self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, HOOK_SERVER, clock=clock)
         self.transport = transport or transport_for("frames")
+        self._unapplied_noted: set[tuple[str, HookType]] = set()  # _note_unapplied's, once each
         registry.on_change(self._forget_removed)
 
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
@@ -106,6 +107,7 @@ class Dispatcher:
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
         self._outages.keep_only(snapshot.servers)
+        self._unapplied_noted = {noted for noted in self._unapplied_noted if noted[0] in snapshot.servers}
         if self._metrics is not None:
             self._metrics.keep_hook_stats(snapshot.servers)
         # Calls already under way on a removed server finish (each is bounded
@@ -138,6 +140,8 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
+            if raw and not point.answer_applied:
+                self._note_unapplied(server, point, answer)
             along = chain.taken_along(server, request, answer) if chain is not None else {}
             refused = self._kernel_would_refuse(point, request, answer, along)
             if chain is not None and chain.defers(server, refused):
@@ -170,6 +174,19 @@ class Dispatcher:
         finally:
             if self._metrics is not None and outcome is not None:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
+
+    def _note_unapplied(self, server: HookServerConfig, point: HookPoint, answer: Any) -> None:
+        """An answer that sets fields where none is applied, logged once per
+        file and hook point: else its author sees the call go on unchanged
+        and no word why (a post hook's, or PreStartContainer's)."""
+        if (server.name, point.hook) in self._unapplied_noted:
+            return
+        self._unapplied_noted.add((server.name, point.hook))
+        why = ("StartContainer carries nothing to change" if point.hook is HookType.PRE_START_CONTAINER
+               else f"{point.cri_method} was already answered")
+        fields = ",".join(sorted(field.name for field, _ in answer.ListFields()))
+        log.info(f"hook answer not applied: no {point.hook.value} answer is ({why})",
+                 extra={**server.log_fields(), "hook": point.hook.value, "answer_fields": fields})
 
     def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, along: dict[str, str]) -> list[Reason]:
         if self._node is None or not point.answer_applied:

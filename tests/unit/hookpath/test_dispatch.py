@@ -325,3 +325,34 @@ async def test_a_hook_call_cancelled_with_its_caller_is_counted_cancelled() -> N
         await chain
     assert metrics.hook_stats["slow.json"].calls == {"cancelled": 1}
     await dispatcher.close()
+
+
+async def test_an_answer_never_applied_that_sets_fields_is_logged_once_per_file_and_point(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: a PreStartContainer (or post hook) answer setting env went
+    unapplied without a word, so its author saw the container unchanged."""
+    envs = hookapi.ContainerResourceHookResponse(container_envs={"START": "1"})
+    start, stop = HookType.PRE_START_CONTAINER, HookType.POST_STOP_CONTAINER
+    dispatcher = Dispatcher(Chain(named("s", FailurePolicy.FAIL, start, stop)), transport=Answering(envs))  # type: ignore[arg-type]
+    [server] = dispatcher.servers(start)
+    caplog.set_level("INFO", logger="runtimeproxy.hookpath.dispatch")
+    for _ in range(2):
+        for hook in (start, stop):
+            assert await dispatcher.call(server, hook, request_for(hook)) == envs
+    noted = [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    assert [(r.getMessage(), r.hook_file, r.answer_fields) for r in noted] == [
+        ("hook answer not applied: no PreStartContainer answer is (StartContainer carries nothing to change)",
+         "s.json", "container_envs"),
+        ("hook answer not applied: no PostStopContainer answer is (StopContainer was already answered)",
+         "s.json", "container_envs"),
+    ]
+    # An empty answer is no attempt to change anything: nothing logged.
+    caplog.clear()
+    quiet = Dispatcher(Chain(named("q", FailurePolicy.FAIL, start)), transport=Answering(
+        hookapi.ContainerResourceHookResponse()))  # type: ignore[arg-type]
+    [server] = quiet.servers(start)
+    await quiet.call(server, start, request_for(start))
+    assert not [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    await dispatcher.close()
+    await quiet.close()
