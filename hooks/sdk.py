@@ -13,11 +13,14 @@ about; every other hook answers an empty response, which means "no change"::
             resources.cpu_shares = 512
             return api_pb2.ContainerResourceHookResponse(container_resources=resources)
 
-    async def main():
+    async def main():  # README's "Writing a hook server" also stops it on SIGTERM
         async with CpuSharesHook("/run/cpushares-hook.sock") as server:
-            write_hook_config("/etc/runtime/hookserver.d", "cpushares", server.socket_path,
-                              ["PreCreateContainer"], failure_policy="Fail", timeout="1s")
-            await server.wait_for_termination()
+            registration = write_hook_config("/etc/runtime/hookserver.d", "cpushares", server.socket_path,
+                                             ["PreCreateContainer"], failure_policy="Fail", timeout="1s")
+            try:
+                await server.wait_for_termination()
+            finally:  # a registration left behind has a Fail hook refuse every call
+                registration.unlink()
 
     run(main())  # on uvloop when it is installed, as the proxy; asyncio.run(main()) works too
 

@@ -29,6 +29,27 @@ def readme_example() -> str:
     return match.group(1)
 
 
+def readme_test_of_the_example() -> str:
+    """The section's second python block: a test of the first's hook server."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Writing a hook server\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert len(blocks) >= 2, "no test of the example in the section"
+    return blocks[1]
+
+
+async def test_readme_test_of_the_example_passes_against_it(sock_dir: Path) -> None:
+    """What README tells a hook's author to test it with works as written."""
+    example = readme_example()
+    serving = "run(main(*sys.argv[1:]))"
+    assert serving in example
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(example.replace(serving, ""), "README example", "exec"), namespace)
+    exec(compile(readme_test_of_the_example(), "README test", "exec"), namespace)
+    await namespace["test_example_hook"](sock_dir)  # type: ignore[operator]
+    assert list(sock_dir.iterdir()) == []  # the server stopped, its socket gone
+
+
 def test_example_is_short() -> None:
     assert len(readme_example().splitlines()) < 30
 
