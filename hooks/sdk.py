@@ -187,9 +187,7 @@ class HookServer:
         self._path_lock: socketlock.SocketLock | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A handler that is not ``async def``, or a method named like a hook
-        the SDK never calls (``PreCreateContainerHook``), is a ``TypeError``
-        here, not a failure at each call (``hooks.handlers``)."""
+        """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
         super().__init_subclass__(**kwargs)
         check_handlers(cls)
 
