@@ -1,5 +1,5 @@
 """python -m runtimeproxy == runtime-proxy."""
 
-from .cli import main
+from .entry import main
 
 main()

@@ -68,7 +68,7 @@ async def test_a_stop_with_pods_to_clean_up_writes_only_log_lines_to_stderr() ->
     require_local_containerd()
     base = Path(tempfile.mkdtemp(prefix="rpl-", dir="/tmp"))
     listen = base / "proxy.sock"
-    # Not this process's value (it imported runtimeproxy): serve's own.
+    # Not a value from outside (it would win): the one serve's entry point sets.
     env = {name: value for name, value in os.environ.items() if name != "GRPC_ENABLE_FORK_SUPPORT"}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "runtimeproxy", "serve", "--local-containerd", str(base / "containerd"),
