@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from .koordflags import image_calls_moved, koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
 
 if TYPE_CHECKING:
+    from .app import RunningProxy
     from .host.containerd import LocalContainerd
 
 log = logging.getLogger("runtimeproxy")
@@ -170,39 +172,47 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     log.info("event loop running", extra={"event_loop": eventloop.running_loop_name(), "setting": config.event_loop})
     stop = stop_on_signals()
     listen_socket = inherited_socket()  # first: a child started below must not see LISTEN_FDS
-    died: list[Exception] = []  # the private containerd's exit, if it is why serve ends
-    runtime: LocalContainerd | None = None
-    containerd_pid: int | None = None
-    exited: asyncio.Future[int] | None = None  # the private containerd's exit
+    died: Exception | None = None  # the private containerd's exit, if it is why serve ends
+    running: RunningProxy | None = None
+
+    def containerd_exited(exited: asyncio.Future[int], runtime: LocalContainerd, pid: int | None) -> None:
+        # Whenever it comes: while the proxy starts, serves or stops (until the
+        # stack cancels the watch, before containerd's own stop).
+        nonlocal died
+        if exited.cancelled():
+            return
+        if (error := exited.exception()) is not None:  # a watcher's bug must not pass for a stop, exit 0
+            died = died or error
+            stop.end("watching the private containerd failed")
+        elif stop.received is not None:  # `systemctl stop` (KillMode=control-group) signals containerd too, at once
+            log.info("the private containerd exited with the stop signal",  # the signal was logged as it came
+                     extra={"pid": pid, "status": exit_status(exited.result())})
+        elif not stop.is_set() and not (running is not None and running.tasks.failed.is_set()):
+            # Its error is raised once the stack stopped the proxy, then it.
+            died = _private_containerd_died(runtime, pid, exited.result())
+            stop.end("the private containerd exited")
+
     async with contextlib.AsyncExitStack() as stack:
         if local_dir is not None:
             from .host.containerd import LocalContainerd
 
             runtime = await stack.enter_async_context(LocalContainerd(local_dir, die_with_parent=True))
-            containerd_pid = runtime.started_pid  # not pid: None once it exited, as it may have already
             # Watched from now: an exit while the proxy starts (a wait for the path's lock, say) ends serve too.
             exited = asyncio.ensure_future(runtime.wait_exit())
+            # started_pid, not pid: None once it exited, as it may have already
+            exited.add_done_callback(functools.partial(containerd_exited, runtime=runtime, pid=runtime.started_pid))
             stack.callback(exited.cancel)  # before containerd's stop, on every way out
             # replace, not with_overrides: None (images from the backend) must clear a value
             config = dataclasses.replace(config, backend=runtime.socket, image_backend=None)
             _tell_local_usage(config, runtime.socket)
         gcpolicy.before_serving()
-        running = await stop.unless_signalled(build_proxy(config, stack, listen_socket), exited)
+        running = await stop.unless_signalled(build_proxy(config, stack, listen_socket))
         if running is not None:  # None: a signal, or containerd's exit, while it started: nothing serves
-            await _first(stop.wait(), running.tasks.failed.wait(), *([exited] if exited is not None else []))
-        returncode = exited.result() if exited is not None and exited.done() and not exited.cancelled() else None
-        if stop.is_set():  # first: `systemctl stop` (KillMode=control-group) signals containerd too, at once
-            if returncode is not None:  # the signal itself was logged as it came (stopsignal.py)
-                log.info("the private containerd exited with the stop signal",
-                         extra={"pid": containerd_pid, "status": exit_status(returncode)})
-        elif returncode is not None:
-            assert runtime is not None
-            # Its error is raised once the stack stopped the proxy, then it.
-            died.append(_private_containerd_died(runtime, containerd_pid, returncode))
-        elif running is not None and running.tasks.failed.is_set():
-            log.error("shutting down: a background task the proxy needs kept failing")
-    if died:
-        raise died[0]  # after the orderly stop: exit non-zero, for systemd or the operator to restart both
+            await _first(stop.wait(), running.tasks.failed.wait())
+            if not stop.is_set():
+                log.error("shutting down: a background task the proxy needs kept failing")
+    if died is not None:
+        raise died  # after the orderly stop: exit non-zero, for systemd or the operator to restart both
     if running is not None and running.tasks.error is not None:
         raise running.tasks.error  # after the orderly stop: exit non-zero
 

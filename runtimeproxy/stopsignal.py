@@ -1,6 +1,6 @@
 """The stop signals every serving command (serve, nri, hook run) ends on in
-its orderly stop, and the start-ups a stop signal cuts short (or, for serve
---local-containerd, its private containerd's exit)."""
+its orderly stop, and the start-ups a stop signal cuts short (or what else
+ends a command's serving, given to StopSignal.end)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -20,26 +20,33 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class StopSignal(asyncio.Event):
-    """Set by the first stop signal; ``received`` names it (None: none yet)."""
+    """Set by the first stop signal, ``received`` naming it (None: none yet),
+    or by ``end`` for what else ends serving, ``reason`` saying what."""
 
     def __init__(self) -> None:
         super().__init__()
         self.received: str | None = None
+        self.reason: str | None = None
 
-    async def unless_signalled(self, start: Awaitable[T], until: asyncio.Future[Any] | None = None) -> T | None:
-        """``start``'s result; None if a stop signal came first, or the end of
-        ``until`` (what ends serving besides a signal, as a private
-        containerd's exit; not cancelled here, the caller reads it), ``start``
-        then cancelled (it undoes its own steps): a start-up that waits, as
-        for a socket path's lock, must not outlast the unit's stop timeout.
-        A start so cancelled that fails as it undoes its steps is logged (a
-        warning, ``cut_by`` saying which), and None returned all the same:
-        the stop goes on."""
+    def end(self, reason: str) -> None:
+        """Ends serving as a stop signal would, for ``reason`` (a serving
+        command's own: serve --local-containerd's containerd exiting); after
+        a signal or an earlier end, changes nothing."""
+        if not self.is_set():
+            self.reason = reason
+            self.set()
+
+    async def unless_signalled(self, start: Awaitable[T]) -> T | None:
+        """``start``'s result; None if a stop signal (or ``end``) came first,
+        ``start`` then cancelled (it undoes its own steps): a start-up that
+        waits, as for a socket path's lock, must not outlast the unit's stop
+        timeout. A start so cancelled that fails as it undoes its steps is
+        logged (a warning, ``cut_by`` saying which signal or reason), and
+        None returned all the same: the stop goes on."""
         task = asyncio.ensure_future(start)
         signalled = asyncio.ensure_future(self.wait())
         try:
-            await asyncio.wait({task, signalled, *([until] if until is not None else [])},
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this caller cancelled: the start undoes its steps before it ends
             signalled.cancel()
             task.cancel()
@@ -56,8 +63,8 @@ class StopSignal(asyncio.Event):
         except Exception as exc:
             if not cut_short:  # it failed on its own
                 raise
-            cut_by = f"signal {self.received}" if self.is_set() else "private containerd exited"
-            log.warning("start-up cut short (stop signal or private containerd's exit); undoing it failed",
+            cut_by = f"signal {self.received}" if self.received is not None else self.reason
+            log.warning("start-up cut short; undoing it failed",
                         exc_info=True, extra={"cut_by": cut_by, "error": str(exc)})
             return None
 

@@ -1,4 +1,4 @@
-"""StopSignal.unless_signalled: a start-up a stop signal cuts short."""
+"""StopSignal.unless_signalled: a start-up a stop signal (or StopSignal.end) cuts short."""
 
 from __future__ import annotations
 
@@ -33,15 +33,15 @@ async def test_a_start_that_fails_as_the_signal_cancels_it_is_logged_and_ends_as
         assert await waiting is None  # the stop goes on, as after any signal during start-up
     (record,) = [r for r in caplog.records if r.name == "runtimeproxy.stopsignal"]
     assert record.levelno == logging.WARNING and "injected" in record.error  # type: ignore[attr-defined]
-    assert record.getMessage() == "start-up cut short (stop signal or private containerd's exit); undoing it failed"
+    assert record.getMessage() == "start-up cut short; undoing it failed"
     assert record.cut_by == "signal SIGTERM"  # type: ignore[attr-defined]
 
 
-async def test_a_start_that_fails_as_what_it_waits_with_cancels_it_is_logged_as_cut_by_it(
+async def test_a_start_that_fails_as_an_end_cancels_it_is_logged_as_cut_by_its_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Before: logged with `signal: None` (a private containerd's exit cut it short)."""
-    until: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    stop = StopSignal()
     entered = asyncio.Event()
 
     async def start() -> None:
@@ -51,13 +51,13 @@ async def test_a_start_that_fails_as_what_it_waits_with_cancels_it_is_logged_as_
         except asyncio.CancelledError:
             raise RuntimeError("injected: undoing the start failed") from None
 
-    waiting = asyncio.ensure_future(StopSignal().unless_signalled(start(), until))
+    waiting = asyncio.ensure_future(stop.unless_signalled(start()))
     await entered.wait()
-    until.set_result(1)
+    stop.end("the private containerd exited")
     with caplog.at_level(logging.WARNING, "runtimeproxy.stopsignal"):
         assert await waiting is None
     (record,) = [r for r in caplog.records if r.name == "runtimeproxy.stopsignal"]
-    assert record.cut_by == "private containerd exited"  # type: ignore[attr-defined]
+    assert record.cut_by == "the private containerd exited"  # type: ignore[attr-defined]
     assert not hasattr(record, "signal")
 
 
@@ -90,9 +90,9 @@ async def test_a_caller_cancelled_while_it_waits_ends_once_the_start_has_undone_
     assert undone == [True]
 
 
-async def test_a_start_ends_as_cut_short_when_what_it_waits_with_ends_first() -> None:
-    """A private containerd's exit while the proxy starts: ``until``."""
-    until: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+async def test_a_start_ends_as_cut_short_when_an_end_comes_first() -> None:
+    """A private containerd's exit while the proxy starts: ``end``."""
+    stop = StopSignal()
     entered, undone = asyncio.Event(), []
 
     async def start() -> str:
@@ -103,11 +103,22 @@ async def test_a_start_ends_as_cut_short_when_what_it_waits_with_ends_first() ->
             undone.append(True)
         return "started"
 
-    waiting = asyncio.ensure_future(StopSignal().unless_signalled(start(), until))
+    waiting = asyncio.ensure_future(stop.unless_signalled(start()))
     await entered.wait()
-    until.set_result(1)
+    stop.end("the private containerd exited")
     assert await waiting is None
-    assert undone == [True] and until.result() == 1  # left for the caller to read
+    assert undone == [True] and (stop.received, stop.reason) == (None, "the private containerd exited")
+
+
+def test_an_end_after_a_signal_or_another_end_changes_nothing() -> None:
+    stop = StopSignal()
+    _on_stop_signal(stop, signal.SIGTERM)
+    stop.end("the private containerd exited")
+    assert (stop.received, stop.reason) == ("SIGTERM", None)
+    ended = StopSignal()
+    ended.end("first")
+    ended.end("second")
+    assert ended.is_set() and ended.reason == "first"
 
 
 def test_a_stop_signal_is_logged_in_one_line_and_a_second_one_as_such(caplog: pytest.LogCaptureFixture) -> None:
