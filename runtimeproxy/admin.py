@@ -11,6 +11,7 @@ proxy socket's: root and its group.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -27,7 +28,7 @@ from grpc import aio
 from .cripath.backend import CRI_VERSIONS
 from .cripath.server import Proxy
 from .hookpath.registry import HookRegistry
-from .host.unixsocket import check_path_length, grpc_target
+from .host.unixsocket import check_path_length, connect_failure, grpc_target
 from .metrics import Metrics
 
 SERVICE = "runtimeproxy.admin.v1.Admin"
@@ -138,9 +139,11 @@ def unreachable(socket: Path, exc: aio.AioRpcError, timeout: float) -> str:
         return f"cannot look at {socket}: {err.strerror} ({raw})"
     if not stat.S_ISSOCK(mode):
         return f"{socket} is not a unix socket: give the proxy's --listen PATH"
-    if "Permission denied" in details:
+    # Probed here, not read from grpc's details: their wording is grpc's own, and may change.
+    failure = connect_failure(socket)
+    if failure is not None and failure.errno == errno.EACCES:
         return f"no permission to connect to {socket}: the proxy's socket is for root and its group; run as root"
-    if "Connection refused" in details:
+    if failure is not None and failure.nobody_listens:
         return (f"nothing listens on {socket}: a socket left behind by a proxy that was killed, "
                 "or one still starting (`systemctl status runtime-proxy`)")
     return f"cannot get the status from the proxy at {socket}: {raw}"

@@ -15,7 +15,6 @@ whose lookup gave no answer.
 from __future__ import annotations
 
 import enum
-import errno
 import json
 import logging
 import os
@@ -180,12 +179,11 @@ def _endpoint(path: Path, what: str) -> list[Finding]:
     failure = unixsocket.connect_failure(path)
     if failure is None:
         return []
-    err, hint = failure
-    if err in (errno.ECONNREFUSED, errno.ENOENT):  # ENOENT: removed since the stat
+    if failure.nobody_listens:
         return [Finding(Severity.WARNING, path, f"{what}: nobody listens on this socket (left behind by a "
                         "server that was killed or stopped?); calls fail until its server is started again")]
     # EACCES: check-config's user may not connect, the proxy's (root) may; EAGAIN: a server not accepting
-    return [Finding(Severity.WARNING, path, f"{what}: cannot connect: {hint}")]
+    return [Finding(Severity.WARNING, path, f"{what}: cannot connect: {failure.hint}")]
 
 
 def _hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list[Finding]]:

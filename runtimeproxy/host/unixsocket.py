@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 MAX_PATH = 107  # sockaddr_un.sun_path without its terminating NUL
 PROBE_TIMEOUT = 1.0  # seconds a stale check may take at most
 
-# Only these connect errors prove that nobody listens on the socket.
+# Only these connect errors prove that nobody listens on the socket (ENOENT:
+# removed since the caller looked at it).
 _STALE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT})
 # What the other answers most likely mean, for the operator reading the refusal.
 _HINTS = {
@@ -162,25 +163,38 @@ def _connect_errno(path: Path, timeout: float) -> int:
         return err
 
 
-def connect_failure(path: Path, timeout: float = PROBE_TIMEOUT) -> tuple[int, str] | None:
-    """None if someone accepts a connect to ``path``; else its errno and what
-    that most likely means, for the operator."""
+@dataclass(frozen=True)
+class ConnectFailure:
+    """A connect to a socket that nobody accepted."""
+
+    errno: int
+    hint: str  # what it most likely means, for the operator
+    nobody_listens: bool  # proven (ECONNREFUSED, ENOENT); else it may be served: do not remove it
+
+    @property
+    def name(self) -> str:
+        return errno.errorcode.get(self.errno, str(self.errno))
+
+
+def connect_failure(path: Path, timeout: float = PROBE_TIMEOUT) -> ConnectFailure | None:
+    """None if someone accepts a connect to ``path``; else why not."""
     err = _connect_errno(path, timeout)
-    return None if err == 0 else (err, _HINTS.get(err, os.strerror(err)))
+    if err == 0:
+        return None
+    return ConnectFailure(err, _HINTS.get(err, os.strerror(err)), err in _STALE_ERRNOS)
 
 
 def is_stale(path: Path, timeout: float = PROBE_TIMEOUT) -> bool:
     """Whether nobody listens on the socket at ``path``: True if stale, False
     if live; raises :class:`UnixSocketError` when the answer does not tell."""
-    err = _connect_errno(path, timeout)
-    if err == 0:
+    failure = connect_failure(path, timeout)
+    if failure is None:
         return False
-    if err in _STALE_ERRNOS:
+    if failure.nobody_listens:
         return True
-    name = errno.errorcode.get(err, str(err))
-    hint = _HINTS.get(err, os.strerror(err))
     raise UnixSocketError(
-        f"cannot tell whether {path} is in use: connect failed with {name} ({hint}); refusing to remove it"
+        f"cannot tell whether {path} is in use: connect failed with {failure.name} ({failure.hint}); "
+        "refusing to remove it"
     )
 
 
