@@ -36,6 +36,7 @@ from .process import (
     HostProcessError,
     delete_runc_containers,
     dying_with_parent,
+    log_end,
     mount_ids_under,
     run_command,
     shim_pids,
@@ -321,9 +322,8 @@ class LocalContainerd:
                 return False  # not listening yet, or the CRI plugin is still initialising
 
     def _this_start_log(self) -> bytes:
-        with open(self.log_path, "rb") as logfile:
-            logfile.seek(self._log_start)
-            return logfile.read()
+        """This start's log, its last _TAIL_BYTES at most (read at each refused poll)."""
+        return log_end(self.log_path, self._log_start)[0]
 
     # ---- stop -----------------------------------------------------------
 
@@ -385,4 +385,5 @@ class LocalContainerd:
             await terminate_process(self._proc, grace, "containerd")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        return tail(self.log_path, lines)
+        """This start's last lines (not an earlier run's, on the same directory)."""
+        return tail(self.log_path, lines, since=self._log_start)

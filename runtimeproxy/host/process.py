@@ -139,23 +139,33 @@ def shim_pids(socket: Path) -> list[int]:
     return pids
 
 
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a process's log file, for error messages: read from
-    its last ``_TAIL_BYTES`` only (containerd.log is appended to by every run
-    on its directory, never rotated), and the byte before them, which tells
-    whether the first line read is whole. A cut first line is left out, unless
-    it is all there is (one line longer than what is read): it comes marked
-    with a leading "…" then."""
+def log_end(path: Path, since: int = 0) -> tuple[bytes, bool]:
+    """The end of a process's log file from byte ``since`` on (where this
+    run's lines begin: containerd.log is appended to by every run on its
+    directory, never rotated), at most its last ``_TAIL_BYTES``, and whether
+    the first line in them is cut (begins before them), told by the byte
+    before them; ``since`` past the end (the file cut meanwhile) reads from
+    its start. Raises OSError."""
+    with open(path, "rb") as logfile:
+        end = logfile.seek(0, os.SEEK_END)
+        since = since if since <= end else 0
+        start = max(end - _TAIL_BYTES - 1, since)
+        logfile.seek(start)
+        data = logfile.read(end - start)  # no further: the log may grow as it is read
+    if start == since:
+        return data, False
+    return data[1:], data[:1] != b"\n"  # the byte before the last _TAIL_BYTES: a line's end, or part of the cut line
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES, since: int = 0) -> str:
+    """The last lines of a process's log file from byte ``since`` on, for
+    error messages, read by :func:`log_end`. A cut first line is left out,
+    unless it is all there is (one line longer than what is read): it comes
+    marked with a leading "…" then."""
     try:
-        with open(path, "rb") as logfile:
-            start = max(logfile.seek(0, os.SEEK_END) - _TAIL_BYTES - 1, 0)
-            logfile.seek(start)
-            data = logfile.read(_TAIL_BYTES + 1)  # no further: the log may grow as it is read
+        data, cut = log_end(path, since)
     except OSError:
         return f"({path} not readable)"
-    cut = start > 0 and data[:1] != b"\n"
-    if start > 0:
-        data = data[1:]  # the byte before the last _TAIL_BYTES: a line's end, or part of the cut line
     kept = data.decode(errors="replace").splitlines()
     if cut and len(kept) > 1:
         kept = kept[1:]  # it began before the bytes read

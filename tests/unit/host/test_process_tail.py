@@ -99,3 +99,34 @@ def test_a_log_that_grows_as_it_is_read_is_read_no_further_than_its_size_then(
 
     monkeypatch.setattr(process, "open", Growing, raising=False)
     assert tail(log, 10) == "third line"
+
+
+def test_since_leaves_out_the_lines_of_earlier_runs(tmp_path: Path) -> None:
+    """Before: a run's error showed the last lines of the file, an earlier
+    run's among them (every run on DIR appends to containerd.log)."""
+    log = tmp_path / "containerd.log"
+    log.write_bytes(b"level=fatal msg=\"an earlier run\"\n")
+    since = log.stat().st_size
+    assert tail(log, since=since) == ""
+    with open(log, "ab") as out:
+        out.write(b"level=info msg=\"this run\"\n")
+    assert tail(log, since=since) == "level=info msg=\"this run\""
+    assert tail(log) == "level=fatal msg=\"an earlier run\"\nlevel=info msg=\"this run\""
+    log.write_bytes(b"cut meanwhile\n")  # shorter than since: read from its start
+    assert tail(log, since=since) == "cut meanwhile"
+
+
+def test_the_log_of_this_start_is_read_from_its_end_only(tmp_path: Path) -> None:
+    """Before: LocalContainerd read its whole start's log at each refused poll."""
+    from runtimeproxy.host.containerd import LocalContainerd
+
+    runtime = LocalContainerd(tmp_path)
+    runtime.log_path.write_bytes(b"level=info msg=\"an earlier run\"\n")
+    runtime._log_start = runtime.log_path.stat().st_size
+    with open(runtime.log_path, "ab") as out:
+        out.write(b"x" * (2 * process._TAIL_BYTES) + b"\nlevel=info msg=\"containerd successfully booted\"\n")
+    read = runtime._this_start_log()
+    assert len(read) <= process._TAIL_BYTES and read.endswith(b"successfully booted\"\n")
+    assert runtime.log_tail() == "level=info msg=\"containerd successfully booted\""
+    runtime.log_path.write_bytes(b"level=info msg=\"an earlier run\"\nlevel=info msg=\"this start\"\n")
+    assert runtime.log_tail() == "level=info msg=\"this start\""
