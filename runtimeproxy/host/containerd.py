@@ -30,7 +30,7 @@ from cri_api.v1 import api_pb2_grpc as v1_grpc
 from . import unixsocket
 from .containerdconf import ContainerdConfig, check_loopback
 from .dirlock import DirectoryInUse, DirectoryLock
-from .imageimport import ImageImportFailed, import_test_images
+from .imageimport import CALL_TIMEOUT, POLL_INTERVAL, ImageImportFailed, import_test_images
 from .process import (
     LOG_TAIL_LINES,
     HostProcessError,
@@ -49,8 +49,6 @@ from .process import (
 log = logging.getLogger(__name__)
 
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
-_CALL_TIMEOUT = 5.0
-_POLL_INTERVAL = 0.05
 
 
 class LocalRuntimeError(HostProcessError):
@@ -288,7 +286,7 @@ class LocalContainerd:
                 if await self._version_answers():
                     return
                 # Sleep one interval, but wake at once if containerd dies.
-                await asyncio.wait({exited}, timeout=_POLL_INTERVAL)
+                await asyncio.wait({exited}, timeout=POLL_INTERVAL)
                 if exited.done():
                     if self.nri and b"bad file descriptor" in self._this_start_log():
                         raise _ListenerLost(f"containerd exited on a closed socket; log tail:\n{self.log_tail()}")
@@ -351,13 +349,13 @@ class LocalContainerd:
     async def _remove_all_sandboxes(self) -> None:
         async with aio.insecure_channel(self.address) as channel:
             stub = v1_grpc.RuntimeServiceStub(channel)
-            listed = await stub.ListPodSandbox(v1.ListPodSandboxRequest(), timeout=_CALL_TIMEOUT)
+            listed = await stub.ListPodSandbox(v1.ListPodSandboxRequest(), timeout=CALL_TIMEOUT)
             for sandbox in listed.items:
                 # RemovePodSandbox also removes the sandbox's containers.
                 for call, req in ((stub.StopPodSandbox, v1.StopPodSandboxRequest),
                                   (stub.RemovePodSandbox, v1.RemovePodSandboxRequest)):
                     try:
-                        await call(req(pod_sandbox_id=sandbox.id), timeout=_CALL_TIMEOUT * 2)
+                        await call(req(pod_sandbox_id=sandbox.id), timeout=CALL_TIMEOUT * 2)
                     except aio.AioRpcError as exc:
                         if exc.code() != grpc.StatusCode.NOT_FOUND:
                             log.warning("sandbox cleanup failed",

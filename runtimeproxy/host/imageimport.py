@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 
 K8S_NAMESPACE = "k8s.io"  # the containerd namespace of the CRI plugin
 
-_CALL_TIMEOUT = 5.0
-_POLL_INTERVAL = 0.05
+# For the private containerd's CRI calls and polls, here and in containerd.py.
+CALL_TIMEOUT = 5.0
+POLL_INTERVAL = 0.05
 
 
 class ImageImportFailed(HostProcessError):
@@ -34,22 +35,22 @@ async def import_test_images(ctr: str, socket: Path, snapshotter: str, directory
     CRI namespace of the containerd on ``socket``.
 
     Waits until the CRI plugin lists them: it learns about imports from
-    containerd events, so ctr returning is not enough.
+    containerd events, so ctr returning is not enough. ``timeout`` bounds
+    each ctr run; the caller bounds the whole (LocalContainerd's start).
     """
     archives = build_test_images(directory)
-    async with asyncio.timeout(timeout):
-        for ref, archive in archives.items():
-            rc, out = await run_command(
-                ctr, "--address", str(socket), "-n", K8S_NAMESPACE, "images", "import",
-                "--base-name", ref.rsplit(":", 1)[0], "--snapshotter", snapshotter, str(archive), timeout=timeout)
-            if rc != 0:
-                raise ImageImportFailed(f"ctr images import {archive} failed: {out.strip()}")
-        async with aio.insecure_channel(unixsocket.grpc_target(socket)) as channel:
-            stub = v1_grpc.ImageServiceStub(channel)
-            for ref in archives:
-                # Bounded by the timeout above; CRI offers no event for images appearing.
-                while not (await stub.ImageStatus(
-                        v1.ImageStatusRequest(image=v1.ImageSpec(image=ref)),
-                        timeout=_CALL_TIMEOUT)).HasField("image"):
-                    await asyncio.sleep(_POLL_INTERVAL)
+    for ref, archive in archives.items():
+        rc, out = await run_command(
+            ctr, "--address", str(socket), "-n", K8S_NAMESPACE, "images", "import",
+            "--base-name", ref.rsplit(":", 1)[0], "--snapshotter", snapshotter, str(archive), timeout=timeout)
+        if rc != 0:
+            raise ImageImportFailed(f"ctr images import {archive} failed: {out.strip()}")
+    async with aio.insecure_channel(unixsocket.grpc_target(socket)) as channel:
+        stub = v1_grpc.ImageServiceStub(channel)
+        for ref in archives:
+            # Bounded by the caller's timeout; CRI offers no event for images appearing.
+            while not (await stub.ImageStatus(
+                    v1.ImageStatusRequest(image=v1.ImageSpec(image=ref)),
+                    timeout=CALL_TIMEOUT)).HasField("image"):
+                await asyncio.sleep(POLL_INTERVAL)
     log.info("images imported", extra={"images": sorted(archives)})
