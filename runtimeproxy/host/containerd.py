@@ -48,7 +48,6 @@ from .process import (
 
 log = logging.getLogger(__name__)
 
-_SOCKET_PATH_MAX = 107  # sun_path is 108 bytes including the NUL
 
 
 class LocalRuntimeError(HostProcessError):
@@ -184,8 +183,10 @@ class LocalContainerd:
         """Start containerd (again, after it died: the lock is still held then)."""
         if self.pid is not None:
             raise LocalRuntimeError("containerd is already running")
-        if len(str(self.socket)) + len(".ttrpc") > _SOCKET_PATH_MAX:
-            raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}")
+        try:  # containerd binds the socket and one more beside it: counted in bytes, as the kernel does
+            unixsocket.check_path_length(Path(f"{self.socket}.ttrpc"))
+        except unixsocket.PathTooLong:
+            raise LocalRuntimeError(f"base directory path too long for a unix socket: {self.base}") from None
         if (problem := unixsocket.dial_problem(self.socket)) is not None:  # the proxy dials it
             raise LocalRuntimeError(f"cannot use {self.base} as containerd's directory: {problem}")
         try:
