@@ -161,15 +161,15 @@ def render(doc: Mapping[str, Any]) -> str:
         f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}",
         f"serving: CRI {served}",
         f"calls served: {doc['calls']['served']} ({doc['calls']['in_flight']} in flight)",
-        f"hook servers: {len(doc['hook_servers'])}" + (f", from {_plain(doc['hook_dir'])}" if "hook_dir" in doc else ""),
+        f"hook servers: {len(doc['hook_servers'])}" + (f", from {_printable(doc['hook_dir'])}" if "hook_dir" in doc else ""),
     ]
     if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
         kept = " (the hooks loaded before stay in force)" if doc.get("hook_dir_unsafe") else ""
-        lines.append(f"  hook directory: {_plain(doc['hook_dir_problem'])}{kept}")
+        lines.append(f"  hook directory: {_printable(doc['hook_dir_problem'])}{kept}")
     for server in doc["hook_servers"]:
         calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"
         lines.append(
-            f"  {_plain(server['name'])}: {_plain(server['endpoint'])}, policy {server['failure_policy']}, "
+            f"  {_printable(server['name'])}: {_printable(server['endpoint'])}, policy {server['failure_policy']}, "
             f"timeout {server['timeout_s']:g}s, priority {server['priority']}"
         )
         lines.append(f"    hooks: {', '.join(server['hooks'])}")
@@ -184,11 +184,11 @@ def render(doc: Mapping[str, Any]) -> str:
     served = {server["name"] for server in doc["hook_servers"]}
     for name, reason in rejected.items():
         kept = "; its last good version, above, stays in force" if name in served else ""
-        lines.append(f"  {_plain(name)}: {_plain(reason)}{kept}")
+        lines.append(f"  {_printable(name)}: {_printable(reason)}{kept}")
     return "\n".join(lines)
 
 
-def _plain(text: str) -> str:
+def _printable(text: str) -> str:
     """``text`` as is, or quoted if it has a newline or another unprintable
     character: a hook file's name is anyone's, and must not print a line of its own."""
     return text if text.isprintable() else repr(text)
