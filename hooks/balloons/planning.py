@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .balloon import Member
 from .config import BALLOON_ANNOTATION, DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext
@@ -49,6 +50,13 @@ def choose_type(config: BalloonsConfig, pod: PodContext) -> BalloonType:
     return types[DEFAULT]
 
 
+class Planned(NamedTuple):
+    """A container's balloon as a re-plan left it (Restored.planned)."""
+
+    btype: str  # that balloon's type
+    own_cpus: frozenset[int]  # its own CPUs, the reserved ones taken out
+
+
 @dataclass(frozen=True)
 class Restored:
     """A container to put back: what it is and what it runs on now."""
@@ -67,7 +75,7 @@ class Restored:
     # goes back there if its type is still that one, rather than placed anew
     # or on a guess, which would move it (its memory too) and the containers
     # of that balloon.
-    planned: tuple[str, frozenset[int]] | None = None
+    planned: Planned | None = None
     # Not known to run on the balloon it was given: its move there refused, or unsure.
     astray: bool = False
     # In the default balloon, the type its pod chose having no room for it:

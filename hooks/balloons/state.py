@@ -245,13 +245,13 @@ class Assignments(MoveBook):
                 # that balloon's containers (hotplug); placed anew it moved
                 # more.
                 own = (
-                    item.planned[1] & cpus - pool.reserved
-                    if item.planned and item.planned[0] == btype.name else frozenset()
+                    item.planned.own_cpus & (cpus - pool.reserved)
+                    if item.planned and item.planned.btype == btype.name else frozenset()
                 )
                 cpus = own or cpus - shared
-            elif item.planned and btype.name in (item.planned[0], item.fallback):  # its balloon's CPUs still there
-                cpus = item.planned[1] & pool.available
-                if item.planned[0] != btype.name:  # the default one, its type could not take it: see rehome
+            elif item.planned and btype.name in (item.planned.btype, item.fallback):  # its balloon's CPUs still there
+                cpus = item.planned.own_cpus & pool.available
+                if item.planned.btype != btype.name:  # the default one, its type could not take it: see rehome
                     fallbacks.append((key, btype))
                     btype = pool.types[DEFAULT]
             else:  # placed anew, below
@@ -264,7 +264,7 @@ class Assignments(MoveBook):
             state.placed_at[key] = time.monotonic()
             state._record_running(item)
             where = f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else (
-                f"its balloon had cpus {format_cpuset(item.planned[1] if item.planned else frozenset())}"
+                f"its balloon had cpus {format_cpuset(item.planned.own_cpus if item.planned else frozenset())}"
                 + ("; its move there was refused or may not have been applied" if item.astray else "")
             )
             log.info("restoring container %s to balloon %s (%s)", item.member.label, balloon.name, where,
@@ -342,7 +342,7 @@ class Assignments(MoveBook):
             chosen = planning.type_or_default(self.config, self.pods[key])[0].name
             out.append(Restored(
                 member=fresh, pod=self.pods[key], cpus=pinned, mems=mems, answers=self.answers.get(key, 0),
-                planned=(balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray=astray,
+                planned=planning.Planned(balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray=astray,
                 fallback=chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere=everywhere - pinned,
             ))
         return out
