@@ -156,9 +156,8 @@ def _operator_errors() -> tuple[type[Exception], ...]:
     """Errors whose message tells the operator all there is (a path, a
     directory, a socket from systemd): logged in one line, no traceback."""
     from .cripath.activation import ActivationError
-    from .cripath.server import ListenError
     from .host.containerd import LocalRuntimeError
-    from .host.unixsocket import UnixSocketError
+    from .host.unixsocket import ListenError, UnixSocketError
 
     return (LocalRuntimeError, ConfigError, ListenError, ActivationError, UnixSocketError)
 

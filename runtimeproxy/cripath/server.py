@@ -16,6 +16,7 @@ from ..config import ProxyConfig
 from ..frames.path import FramesPath
 from ..grpcstart import start_server
 from ..host import socketlock, unixsocket
+from ..host.unixsocket import ListenError
 from ..supervisor import STOP_ORDER, Supervisor, TaskName
 from .activation import (
     ACCEPT_HOLD_S,
@@ -44,10 +45,6 @@ SETTLE_AFTER_GRACE_S = 5.0  # shutdown: records and post hooks may go on this lo
 # the frames drain's floor, records and post hooks, closing).
 STOP_PAST_GRACE_S = HOLD_LIMIT_S + DRAIN_FLOOR_S + SETTLE_AFTER_GRACE_S + 1.0
 ACCEPT_TASK = "activation-accept"
-
-
-class ListenError(RuntimeError):
-    pass
 
 
 def prepare_socket_path(path: Path) -> None:

@@ -22,6 +22,7 @@ from ..config import ProxyConfig
 from ..cripath.router import Router
 from ..grpcstart import start_server
 from ..host import unixsocket
+from ..host.unixsocket import ListenError
 from .connection import Limits
 from .listener import FramesListener
 from .routes import RouterRoutes
@@ -45,8 +46,6 @@ def _private_dir() -> Path:
     try:
         return Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-", dir=base))
     except OSError as exc:  # named here: the bind's handler would name the listen path, which is not at fault
-        from ..cripath.server import ListenError  # here: that module imports this one
-
         why = f" (TMPDIR {tmpdir} has a comma)" if base != tmpdir else ""
         raise ListenError(f"cannot make the frames path's private directory in {base}{why}: "
                           f"{exc.strerror or exc}") from exc

@@ -63,6 +63,12 @@ def socket_umask() -> Iterator[None]:
         os.umask(old)
 
 
+class ListenError(RuntimeError):
+    """The proxy cannot listen where it was told (its socket, a bind, its
+    private directories); the message says why. Here, below the proxy's
+    server (cripath/server.py) and its frames path (frames/path.py) alike."""
+
+
 class UnixSocketError(RuntimeError):
     """The socket path cannot be used; the message names the path and why."""
 
