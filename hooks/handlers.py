@@ -6,12 +6,18 @@ call with ``object ... can't be used in 'await' expression``, and a method
 named as a gRPC servicer's (``PreCreateContainerHook(self, request, context)``)
 or as the hook point (``PreCreateContainer``) is never called, so the hook
 answers "no change" without a word. Both are refused here, naming the
-handler to write.
+handler to write. A handler the SDK may well await (a decorator's wrapper,
+a callable object, a plain ``def`` returning ``super()``'s coroutine) is
+not refused: it can return an awaitable, which a definition cannot tell, so
+it is at most warned about.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import warnings
+from typing import Any
 
 from runtimeproxy.hookpath.points import HOOK_POINTS
 
@@ -36,9 +42,35 @@ def check_handlers(cls: type) -> None:
                 f"'async def {point.handler_name}(self, request)' for {point.hook.value}"
             )
     for name in ("handle", *(point.handler_name for point in HOOK_POINTS.values())):
-        value = vars(cls).get(name)
-        if value is not None and not inspect.iscoroutinefunction(value):
+        if name not in vars(cls):
+            continue
+        value = vars(cls)[name]
+        function, wrapped = _unwrapped(value)
+        if inspect.iscoroutinefunction(function):
+            continue
+        # A decorator's wrapper may return a coroutine of a plain def, and a
+        # plain def calling super() most likely returns the SDK's coroutine.
+        if not callable(value) or (inspect.isfunction(function) and not wrapped
+                                   and "super" not in function.__code__.co_names):
             raise TypeError(
                 f"{cls.__qualname__}.{name} must be 'async def': the SDK awaits it, "
                 "and a plain def would fail every call it answers"
             )
+        warnings.warn(
+            f"{cls.__qualname__}.{name} is not 'async def': the SDK awaits what it returns, so every call "
+            "fails unless that is awaitable", RuntimeWarning, stacklevel=3)  # the class statement
+
+
+def _unwrapped(value: Any) -> tuple[Any, bool]:
+    """The function a handler runs, through staticmethod, partialmethod and
+    ``functools.wraps`` decorators, and whether a decorator wraps it."""
+    wrapped = False
+    while True:
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        elif isinstance(value, functools.partialmethod | functools.partial):
+            value = value.func
+        elif inspect.isfunction(value) and hasattr(value, "__wrapped__"):
+            value, wrapped = inspect.unwrap(value), True
+        else:
+            return value, wrapped

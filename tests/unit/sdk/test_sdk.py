@@ -6,6 +6,7 @@ process is tested in tests/component/sdk/.)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -298,3 +299,48 @@ async def test_a_handler_cancelled_at_the_deadline_is_logged(
     assert record.levelno == logging.WARNING and record.hook == "PreCreateContainer"
     assert re.match(r"PreCreateContainer hook handler cancelled after \d+\.\d{3}s, before it answered: "
                     r"the caller's deadline \(the hook file's timeout\) passed", record.getMessage())
+
+
+def _passing_through(handler):  # type: ignore[no-untyped-def]
+    """A logging or metrics decorator's usual shape: a plain def returning the handler's coroutine."""
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return handler(*args, **kwargs)
+    return wrapper
+
+
+async def test_handlers_that_return_a_coroutine_without_being_async_def_are_accepted_and_answer() -> None:
+    """Before: each refused as "must be 'async def'", though the SDK answered
+    them all (a decorator's plain def wrapper, a partialmethod, a staticmethod,
+    a plain def handle returning super().handle's coroutine)."""
+    def answer(name: str) -> api_pb2.ContainerResourceHookResponse:
+        return api_pb2.ContainerResourceHookResponse(container_envs={"BY": name})
+
+    class Various(HookServer):
+        @_passing_through
+        async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+            return answer("decorated")
+
+        async def _start(self, request, name):  # type: ignore[no-untyped-def]
+            return answer(name)
+
+        pre_start_container = functools.partialmethod(_start, name="partialmethod")
+
+        @staticmethod
+        async def post_start_container(request):  # type: ignore[no-untyped-def]
+            return answer("staticmethod")
+
+    with pytest.warns(RuntimeWarning, match=r"Delegating\.handle is not 'async def': the SDK awaits what it returns"):
+        class Delegating(Various):
+            def handle(self, hook, request):  # type: ignore[no-untyped-def]
+                return super().handle(hook, request)
+
+    server = Delegating("/tmp/unused-by-this-test.sock")
+    for hook, name in [(HookType.PRE_CREATE_CONTAINER, "decorated"), (HookType.PRE_START_CONTAINER, "partialmethod"),
+                       (HookType.POST_START_CONTAINER, "staticmethod")]:
+        assert await server._answer(hook, container_request()) == answer(name)
+    # What stays refused: a plain def, one behind a partialmethod or staticmethod, not a callable at all.
+    for value in (lambda self, request: None, functools.partialmethod(lambda self, request: None),
+                  staticmethod(lambda request: None), None):
+        with pytest.raises(TypeError, match=r"Plain\.pre_create_container must be 'async def'"):
+            type("Plain", (HookServer,), {"pre_create_container": value})
