@@ -46,6 +46,11 @@ def check_handlers(cls: type) -> None:
             continue
         value = vars(cls)[name]
         function, wrapped = _unwrapped(value)
+        if inspect.isasyncgenfunction(function):
+            raise TypeError(
+                f"{cls.__qualname__}.{name} yields: a handler returns its answer "
+                "('return response', not 'yield'), and the SDK cannot await an async generator"
+            )
         if inspect.iscoroutinefunction(function):
             continue
         # A decorator's wrapper may return a coroutine of a plain def, and a

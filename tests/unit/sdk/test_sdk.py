@@ -344,3 +344,11 @@ async def test_handlers_that_return_a_coroutine_without_being_async_def_are_acce
                   staticmethod(lambda request: None), None):
         with pytest.raises(TypeError, match=r"Plain\.pre_create_container must be 'async def'"):
             type("Plain", (HookServer,), {"pre_create_container": value})
+
+
+def test_an_async_generator_handler_is_refused_as_one_that_yields() -> None:
+    """Before: refused as "must be 'async def'", which it is."""
+    with pytest.raises(TypeError, match=r"Yields\.pre_create_container yields: a handler returns its answer"):
+        class Yields(HookServer):
+            async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+                yield api_pb2.ContainerResourceHookResponse()
