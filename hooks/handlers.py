@@ -5,8 +5,8 @@ only at the first hook call, behind the proxy: a plain ``def`` fails every
 call with ``object ... can't be used in 'await' expression``, and a method
 named as a gRPC servicer's (``PreCreateContainerHook(self, request, context)``)
 or as the hook point (``PreCreateContainer``) is never called, so the hook
-answers "no change" without a word. Both are refused here, naming the
-handler to write. A handler the SDK may well await (a decorator's wrapper,
+answers "no change" without a word. Both are refused here, in the class or a
+mixin of it, naming the handler to write. A handler the SDK may well await (a decorator's wrapper,
 a callable object, a plain ``def`` returning ``super()``'s coroutine) is
 not refused: it can return an awaitable, which a definition cannot tell, so
 it is at most warned about.
@@ -31,24 +31,29 @@ _MISNAMED = {
 }
 
 
-def check_handlers(cls: type) -> None:
+def check_handlers(cls: type, base: type) -> None:
     """``TypeError`` for a handler of ``cls`` that is not ``async def``, or
-    a method named like a hook that the SDK never calls."""
-    for name, value in vars(cls).items():
-        point = _MISNAMED.get(name)
-        if point is not None and name != point.handler_name and callable(value):
-            raise TypeError(
-                f"{cls.__qualname__}.{name} is never called: the SDK calls "
-                f"'async def {point.handler_name}(self, request)' for {point.hook.value}"
-            )
+    a method named like a hook that the SDK never calls: one of ``cls`` or
+    of a mixin, a class of its MRO before ``base`` (``HookServer``)."""
+    own = cls.__mro__[:cls.__mro__.index(base)]
+    for klass in own:
+        for name, value in vars(klass).items():
+            point = _MISNAMED.get(name)
+            if point is not None and name != point.handler_name and callable(value) and not isinstance(value, type):
+                raise TypeError(
+                    f"{klass.__qualname__}.{name} is never called: the SDK calls "
+                    f"'async def {point.handler_name}(self, request)' for {point.hook.value}"
+                )
     for name in ("handle", *(point.handler_name for point in HOOK_POINTS.values())):
-        if name not in vars(cls):
+        # The definition the SDK calls; one of an earlier HookServer subclass was checked with it.
+        klass = next((klass for klass in own if name in vars(klass)), None)
+        if klass is None or (klass is not cls and issubclass(klass, base)):
             continue
-        value = vars(cls)[name]
+        value = vars(klass)[name]
         function, wrapped = _unwrapped(value)
         if inspect.isasyncgenfunction(function):
             raise TypeError(
-                f"{cls.__qualname__}.{name} yields: a handler returns its answer "
+                f"{klass.__qualname__}.{name} yields: a handler returns its answer "
                 "('return response', not 'yield'), and the SDK cannot await an async generator"
             )
         if inspect.iscoroutinefunction(function):
@@ -58,11 +63,11 @@ def check_handlers(cls: type) -> None:
         if not callable(value) or (inspect.isfunction(function) and not wrapped
                                    and "super" not in function.__code__.co_names):
             raise TypeError(
-                f"{cls.__qualname__}.{name} must be 'async def': the SDK awaits it, "
+                f"{klass.__qualname__}.{name} must be 'async def': the SDK awaits it, "
                 "and a plain def would fail every call it answers"
             )
         warnings.warn(
-            f"{cls.__qualname__}.{name} is not 'async def': the SDK awaits what it returns, so every call "
+            f"{klass.__qualname__}.{name} is not 'async def': the SDK awaits what it returns, so every call "
             "fails unless that is awaitable", RuntimeWarning, stacklevel=3)  # the class statement
 
 

@@ -189,7 +189,7 @@ class HookServer:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
         super().__init_subclass__(**kwargs)
-        check_handlers(cls)
+        check_handlers(cls, HookServer)
 
     # -- handlers: override the ones you need ----------------------------------
 

@@ -352,3 +352,27 @@ def test_an_async_generator_handler_is_refused_as_one_that_yields() -> None:
         class Yields(HookServer):
             async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
                 yield api_pb2.ContainerResourceHookResponse()
+
+
+def test_a_mixin_s_handlers_are_checked_and_a_nested_class_named_as_a_hook_point_is_not() -> None:
+    """Before: a mixin's plain def handler or misnamed method passed (only
+    the class's own were read), and a nested class named PreCreateContainer
+    was refused as a misnamed handler."""
+    class Plain:
+        def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+            return None
+
+    class Misnamed:
+        async def PreStartContainer(self, request):  # type: ignore[no-untyped-def]
+            return None
+
+    with pytest.raises(TypeError, match=r"Plain\.pre_create_container must be 'async def'"):
+        type("WithPlain", (Plain, HookServer), {})
+    with pytest.raises(TypeError, match=r"Misnamed\.PreStartContainer is never called"):
+        type("WithMisnamed", (Misnamed, HookServer), {})
+    # Overridden by the class: its own is what the SDK calls.
+    type("Overriding", (Plain, HookServer), {"pre_create_container": HookServer.pre_create_container})
+
+    class Nested(HookServer):
+        class PreCreateContainer:  # settings of the hook, say
+            cpu_shares = 512
