@@ -43,7 +43,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,7 +51,8 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from cri_api.hookapi import api_pb2
-from hooks.frameserver import CallError, FrameServer, Route
+from hooks.cancelled import log_cancelled
+from hooks.frameserver import CallError, FrameServer, Route, deadline_passed
 from hooks.handlers import check_handlers
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop
@@ -344,12 +345,13 @@ class HookServer:
 
     async def _dispatch(self, hook: HookType, request: Message, context: grpc.aio.ServicerContext) -> Message:
         try:
-            return await self._answer(hook, request)
+            return await self._answer(hook, request, lambda: (left := context.time_remaining()) is not None and left <= 0)
         except HookAbort as exc:
             await context.abort(exc.code, exc.details)
             raise  # unreachable: abort raises
 
-    async def _answer(self, hook: HookType, request: Message) -> Message:
+    async def _answer(self, hook: HookType, request: Message, past_deadline: Callable[[], bool] = deadline_passed
+                      ) -> Message:
         """The handler's answer to one call, whatever the transport; a failure as HookAbort."""
         point = HOOK_POINTS[hook]
         started = time.monotonic()
@@ -360,10 +362,7 @@ class HookServer:
                 raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook aborted with status OK") from exc
             raise
         except asyncio.CancelledError:  # else a handler too slow for its hook file's timeout fails unseen here
-            logger.warning(
-                "%s hook handler cancelled after %.3fs, before it answered: the caller's deadline (the hook "
-                "file's timeout) passed, the caller hung up, or the server stopped", hook.value,
-                time.monotonic() - started, extra={"hook": hook.value})
+            log_cancelled(logger, hook, time.monotonic() - started, past_deadline())
             raise
         except Exception as exc:
             logger.exception("%s hook handler failed", hook.value, extra={"hook": hook.value})

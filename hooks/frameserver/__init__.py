@@ -9,7 +9,7 @@ socket (server.py), for about half of grpc.aio's CPU per call, and is
 ``HookServer``'s default; ``transport="grpc"`` keeps grpc.aio.
 """
 
-from .calls import Call, CallError, Limits, Route
+from .calls import Call, CallError, Limits, Route, deadline_passed
 from .server import FrameServer
 
-__all__ = ["Call", "CallError", "FrameServer", "Limits", "Route"]
+__all__ = ["Call", "CallError", "FrameServer", "Limits", "Route", "deadline_passed"]

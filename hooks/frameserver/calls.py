@@ -6,6 +6,7 @@ import asyncio
 import struct
 import zlib
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import grpc
@@ -15,6 +16,8 @@ PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
 # What a compressed request may use (grpc-encoding), and zlib's wbits for it.
 _DECOMPRESS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
+# The grpc-timeout of the call a route answers (set in its task by connection.py).
+CALL_DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("call_deadline", default=None)
 
 
 class CallError(Exception):
@@ -43,6 +46,13 @@ class Call:
     encoding: bytes = b"identity"  # the request's grpc-encoding
     out: memoryview | None = None  # the framed response message, as far as it is not sent
     task: asyncio.Task[None] | None = None
+
+
+def deadline_passed() -> bool:
+    """In a route: whether its call's grpc-timeout has passed (a cancel then
+    is the deadline's, not the caller's hang-up or the server's stop)."""
+    deadline = CALL_DEADLINE.get()
+    return deadline is not None and deadline.expired()
 
 
 def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | CallError:

@@ -38,7 +38,7 @@ from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 from runtimeproxy.frames.hpackpeek import HeaderReader
 from runtimeproxy.frames.hpackstatic import stateless_block
 
-from .calls import ACCEPTED_ENCODINGS, PREFIX, Call, CallError, Limits, Route, one_message
+from .calls import ACCEPTED_ENCODINGS, CALL_DEADLINE, PREFIX, Call, CallError, Limits, Route, one_message
 from .sending import Sender
 from .settings import CREDIT_BATCH, MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
 
@@ -334,7 +334,8 @@ class Connection(asyncio.Protocol):
     async def _run(self, call: Call, request: bytes) -> None:
         assert call.route is not None
         try:
-            async with asyncio.timeout(call.timeout):  # in this task: wait_for would start another
+            async with asyncio.timeout(call.timeout) as deadline:  # in this task: wait_for would start another
+                CALL_DEADLINE.set(deadline)  # this task's context only
                 response = await call.route(request)
         except CallError as err:
             self._end(call, err.code, err.details)

@@ -376,3 +376,41 @@ def test_a_mixin_s_handlers_are_checked_and_a_nested_class_named_as_a_hook_point
     class Nested(HookServer):
         class PreCreateContainer:  # settings of the hook, say
             cpu_shares = 512
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_handler_cancelled_by_a_hang_up_or_a_stop_is_logged_at_info(
+    sock_dir: Path, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: at warning as a missed deadline might be, though kubelet
+    cancelling its call (the proxy resets the hook call) or a stop is no
+    fault of the hook."""
+    started = asyncio.Event()
+
+    class Slow(HookServer):
+        async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+            started.set()
+            await asyncio.Event().wait()
+
+    def cancelled() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "cancelled" in r.getMessage()]
+
+    caplog.set_level(logging.INFO, "hooks.sdk")
+    async with Slow(sock_dir / "slow.sock", transport=transport) as server, \
+            grpc.aio.insecure_channel(server.target) as channel:
+        stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+        call = stub.PreCreateContainerHook(container_request(), timeout=30)
+        await asyncio.wait_for(started.wait(), 5)
+        call.cancel()  # the caller hangs up, well before its deadline
+        while not cancelled():
+            await asyncio.sleep(0.01)
+        started.clear()
+        call = stub.PreCreateContainerHook(container_request(), timeout=30)
+        await asyncio.wait_for(started.wait(), 5)
+        await server.stop(0)
+        while len(cancelled()) < 2:
+            await asyncio.sleep(0.01)
+    for record in cancelled():
+        assert record.levelno == logging.INFO and record.hook == "PreCreateContainer"
+        assert re.match(r"PreCreateContainer hook handler cancelled after \d+\.\d{3}s, before it answered: "
+                        r"the caller hung up, or the server stopped$", record.getMessage())
