@@ -95,7 +95,8 @@ class Dispatcher:
         self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, HOOK_SERVER, clock=clock)
         self.transport = transport or transport_for("frames")
-        self._unapplied_noted: set[tuple[str, HookType]] = set()  # _note_unapplied's, once each
+        # _note_unapplied's, once each: by the file as read, so an edited one is logged again.
+        self._unapplied_noted: set[tuple[HookServerConfig, HookType]] = set()
         registry.on_change(self._forget_removed)
 
     def servers(self, hook: HookType) -> tuple[HookServerConfig, ...]:
@@ -107,7 +108,8 @@ class Dispatcher:
 
     def _forget_removed(self, snapshot: HookSnapshot) -> None:
         self._outages.keep_only(snapshot.servers)
-        self._unapplied_noted = {noted for noted in self._unapplied_noted if noted[0] in snapshot.servers}
+        self._unapplied_noted = {noted for noted in self._unapplied_noted
+                                 if snapshot.servers.get(noted[0].name) == noted[0]}
         if self._metrics is not None:
             self._metrics.keep_hook_stats(snapshot.servers)
         # Calls already under way on a removed server finish (each is bounded
@@ -140,7 +142,7 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
-            if raw and not point.answer_applied:
+            if not point.answer_applied and answer.ListFields():  # unknown fields alone set nothing
                 self._note_unapplied(server, point, answer)
             along = chain.taken_along(server, request, answer) if chain is not None else {}
             refused = self._kernel_would_refuse(point, request, answer, along)
@@ -179,9 +181,9 @@ class Dispatcher:
         """An answer that sets fields where none is applied, logged once per
         file and hook point: else its author sees the call go on unchanged
         and no word why (a post hook's, or PreStartContainer's)."""
-        if (server.name, point.hook) in self._unapplied_noted:
+        if (server, point.hook) in self._unapplied_noted:
             return
-        self._unapplied_noted.add((server.name, point.hook))
+        self._unapplied_noted.add((server, point.hook))
         why = ("StartContainer carries nothing to change" if point.hook is HookType.PRE_START_CONTAINER
                else f"{point.cri_method} was already answered")
         fields = ",".join(sorted(field.name for field, _ in answer.ListFields()))

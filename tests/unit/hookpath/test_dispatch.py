@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 import grpc
@@ -356,3 +357,29 @@ async def test_an_answer_never_applied_that_sets_fields_is_logged_once_per_file_
     assert not [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
     await dispatcher.close()
     await quiet.close()
+
+
+async def test_an_edited_hook_file_s_unapplied_answer_is_logged_again_and_unknown_fields_alone_not_at_all(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: noted once per file name for the proxy's life (an edited file,
+    its server perhaps changed too, never logged again), and an answer of
+    unknown fields only (a newer proto's) logged with answer_fields=""."""
+    start = HookType.PRE_START_CONTAINER
+    envs = hookapi.ContainerResourceHookResponse(container_envs={"START": "1"})
+    dispatcher = Dispatcher(Chain(named("s", FailurePolicy.FAIL, start)), transport=Answering(envs))  # type: ignore[arg-type]
+    [server] = dispatcher.servers(start)
+    edited = dataclasses.replace(server, timeout=2.0)
+    caplog.set_level("INFO", logger="runtimeproxy.hookpath.dispatch")
+    for config in (server, server, edited, edited):
+        await dispatcher.call(config, start, request_for(start))
+    noted = [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    assert [(r.hook_file, r.answer_fields) for r in noted] == [("s.json", "container_envs")] * 2
+    caplog.clear()
+    unknown = hookapi.ContainerResourceHookResponse.FromString(b"\x98\x06\x01")  # field 99, varint 1
+    newer = Dispatcher(Chain(named("n", FailurePolicy.FAIL, start)), transport=Answering(unknown))  # type: ignore[arg-type]
+    [server] = newer.servers(start)
+    await newer.call(server, start, request_for(start))
+    assert not [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    await dispatcher.close()
+    await newer.close()
