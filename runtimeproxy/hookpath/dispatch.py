@@ -25,6 +25,9 @@ from .validate import Reason
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
+# Fields of an applied answer that its call has no place for (executor.py's apply drops them), and why.
+UNAPPLIED_FIELDS = {HookType.PRE_UPDATE_CONTAINER_RESOURCES: (
+    frozenset({"container_envs", "pod_cgroup_parent"}), "UpdateContainerResources carries neither env nor a cgroup parent")}
 
 
 class Unbuilt(Exception):
@@ -142,7 +145,7 @@ class Dispatcher:
             except Exception as err:  # DecodeError, or not bytes at all
                 outcome = "invalid_answer"
                 raise _Failure(f"answer is not a valid {point.response_type.__name__}: {err}") from None
-            if not point.answer_applied and answer.ListFields():  # unknown fields alone set nothing
+            if not point.answer_applied or hook in UNAPPLIED_FIELDS:
                 self._note_unapplied(server, point, answer)
             along = chain.taken_along(server, request, answer) if chain is not None else {}
             refused = self._kernel_would_refuse(point, request, answer, along)
@@ -178,17 +181,23 @@ class Dispatcher:
                 self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
 
     def _note_unapplied(self, server: HookServerConfig, point: HookPoint, answer: Any) -> None:
-        """An answer that sets fields where none is applied, logged once per
-        file and hook point: else its author sees the call go on unchanged
-        and no word why (a post hook's, or PreStartContainer's)."""
-        if (server, point.hook) in self._unapplied_noted:
+        """An answer that sets fields where none is applied, or fields its call
+        has no place for, logged once per file and hook point: else its author
+        sees the call go on unchanged and no word why (a post hook's,
+        PreStartContainer's, PreUpdateContainerResources' env)."""
+        ignored, why = UNAPPLIED_FIELDS.get(point.hook, (None, ""))
+        # Unknown fields alone (a newer proto's) set nothing.
+        fields = sorted(field.name for field, _ in answer.ListFields() if ignored is None or field.name in ignored)
+        if not fields or (server, point.hook) in self._unapplied_noted:
             return
         self._unapplied_noted.add((server, point.hook))
-        why = ("StartContainer carries nothing to change" if point.hook is HookType.PRE_START_CONTAINER
-               else f"{point.cri_method} was already answered")
-        fields = ",".join(sorted(field.name for field, _ in answer.ListFields()))
-        log.info(f"hook answer not applied: no {point.hook.value} answer is ({why})",
-                 extra={**server.log_fields(), "hook": point.hook.value, "answer_fields": fields})
+        if ignored is not None:
+            message = f"hook answer not applied: {point.hook.value} answers' {', '.join(sorted(ignored))} are not ({why})"
+        else:
+            why = ("StartContainer carries nothing to change" if point.hook is HookType.PRE_START_CONTAINER
+                   else f"{point.cri_method} was already answered")
+            message = f"hook answer not applied: no {point.hook.value} answer is ({why})"
+        log.info(message, extra={**server.log_fields(), "hook": point.hook.value, "answer_fields": ",".join(fields)})
 
     def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, along: dict[str, str]) -> list[Reason]:
         if self._node is None or not point.answer_applied:

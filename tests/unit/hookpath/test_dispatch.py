@@ -383,3 +383,27 @@ async def test_an_edited_hook_file_s_unapplied_answer_is_logged_again_and_unknow
     assert not [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
     await dispatcher.close()
     await newer.close()
+
+
+async def test_an_update_answer_s_env_and_cgroup_parent_are_logged_as_not_applied(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: dropped from PreUpdateContainerResources' answer without a
+    word (the update takes its annotations and resources only)."""
+    update = HookType.PRE_UPDATE_CONTAINER_RESOURCES
+    applied = hookapi.ContainerResourceHookResponse(container_annotations={"a": "1"})
+    applied.container_resources.cpu_shares = 512
+    both = hookapi.ContainerResourceHookResponse(container_envs={"E": "1"}, pod_cgroup_parent="/kubepods/x")
+    both.MergeFrom(applied)
+    caplog.set_level("INFO", logger="runtimeproxy.hookpath.dispatch")
+    transport = Answering(applied)
+    dispatcher = Dispatcher(Chain(named("u", FailurePolicy.FAIL, update)), transport=transport)  # type: ignore[arg-type]
+    [server] = dispatcher.servers(update)
+    for transport.answer in (applied, both, both):
+        assert await dispatcher.call(server, update, request_for(update)) == transport.answer
+    noted = [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    assert [(r.getMessage(), r.answer_fields) for r in noted] == [
+        ("hook answer not applied: PreUpdateContainerResources answers' container_envs, pod_cgroup_parent are not "
+         "(UpdateContainerResources carries neither env nor a cgroup parent)", "container_envs,pod_cgroup_parent"),
+    ]
+    await dispatcher.close()
