@@ -134,7 +134,12 @@ class Outbound:
                 else:
                     # uvloop sends the pieces in one writev, uncopied (a read with a
                     # carried frame is two: joined, the whole read was copied once
-                    # more); asyncio's transport joins them itself.
+                    # more). asyncio's transport joins them itself on Python 3.11; from
+                    # 3.12 it keeps a memoryview of each piece for sendmsg, as uvloop
+                    # keeps what it could not send yet. Either way no piece may change
+                    # after this, and none does: each is a view of a read's ``bytes``
+                    # (data_received), fresh bytes (Carry.complete) or a frame the
+                    # proxy serialized.
                     self._writer.writelines([detached(raw) for raw in pending])
             pending.clear()
         if self._emptied:

@@ -92,7 +92,13 @@ class WindowQueue:
 def detached(data: bytes | memoryview) -> bytes | memoryview:
     """``data`` as handed to a transport, which may keep it until the peer
     reads it: a view much smaller than the read it comes from is copied, so it
-    does not keep the whole read alive."""
+    does not keep the whole read alive.
+
+    Only a view under a quarter of its read is copied: one at or above that
+    keeps the whole read alive while the transport holds it, so the memory a
+    slow reader's backlog takes may be up to 4 times what the transport's
+    get_write_buffer_size counts (the views' lengths), which is what
+    CLIENT_BACKLOG and the transport's high-water mark bound (connection.py)."""
     if isinstance(data, memoryview) and data.nbytes * 4 < len(data.obj):  # type: ignore[arg-type]
         return bytes(data)
     return data
