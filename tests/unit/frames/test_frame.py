@@ -194,15 +194,17 @@ def test_outbound_window_overflow_is_a_flow_control_error() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 300), min_size=1, max_size=6), st.lists(st.integers(1, 97), min_size=1, max_size=40),
-       st.integers(0, 200))
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 255]), st.integers(0, 300)), min_size=1, max_size=6),
+       st.lists(st.integers(0, 97), min_size=1, max_size=40).filter(any), st.integers(0, 200))
 def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_is_split(
-        lengths, cuts, limit) -> None:  # type: ignore[no-untyped-def]
-    """Messages (5-byte prefix + body) cut into DATA frames at arbitrary points:
-    the tracker names the first one over the limit in the frame where its prefix ends;
-    so does ``feed_at``, the relay's loops' way to it, on the frame within a read."""
-    stream = b"".join(struct.pack(">BI", 0, n) + b"m" * n for n in lengths)
-    first_over = next((n for n in lengths if n > limit), None)
+        messages, cuts, limit) -> None:  # type: ignore[no-untyped-def]
+    """Messages (5-byte prefix, its flag byte any value, + body) cut into DATA
+    frames at arbitrary points, empty ones too: the tracker names the first one
+    over the limit in the frame where its prefix ends; so does ``feed_at``, the
+    relay's loops' way to it, on the frame within a read, in the same state
+    after each frame (a prefix carried whole or in part)."""
+    stream = b"".join(struct.pack(">BI", flag, n) + b"m" * n for flag, n in messages)
+    first_over = next((n for _, n in messages if n > limit), None)
     sizes, in_place, found, pos, i = MessageSizes(limit), MessageSizes(limit), None, 0, 0
     while pos < len(stream) and found is None:
         chunk = stream[pos: pos + cuts[i % len(cuts)]]
@@ -210,7 +212,7 @@ def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_
         i += 1
         found = sizes.feed(memoryview(chunk))
         assert in_place.feed_at(b"\xff" * 9 + chunk + b"\xff", 9, len(chunk)) == found
-        assert in_place.remaining == sizes.remaining
+        assert (in_place.remaining, in_place._prefix) == (sizes.remaining, sizes._prefix)  # noqa: SLF001
     assert found == first_over
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import Flag, FrameType
 
@@ -53,3 +55,33 @@ async def test_a_requests_padding_queued_for_the_runtime_is_given_back_to_the_cl
     fill = b"".join(fr.data_frames(1, message[:65_535], 16_384, False))  # the runtime's connection window, spent
     conn.client_data(head + fill + _padded(1, message[65_535:66_535]))
     assert _stream_updates(client, 1) == [1 + PAD]  # queued without its padding: that window comes back now
+
+
+def _message_in_frames(sid: int, length: int, end: bool) -> bytes:
+    """One message of ``length`` in DATA frames, padded and not in turn, its
+    prefix split across the first two: the size check carries its state from
+    the in-place read (feed_at) to the padded frame's (feed) and back."""
+    message = struct.pack(">BI", 255, length) + b"m" * length
+    cuts = [0, 3, 5, 40, len(message)]
+    pieces = [message[a:b] for a, b in zip(cuts, cuts[1:])]
+    frames = [
+        _padded(sid, piece) if i % 2 else fr.serialize(FrameType.DATA, 0, sid, piece) for i, piece in enumerate(pieces)
+    ]
+    if end:
+        frames.append(fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, b""))
+    return b"".join(frames)
+
+
+@pytest.mark.parametrize("direction", ["request", "answer"])
+@pytest.mark.parametrize(("length", "code"), [(100, "OK"), (101, "RESOURCE_EXHAUSTED")])
+async def test_a_message_in_padded_frames_is_held_to_the_size_limit(direction: str, length: int, code: str) -> None:
+    conn, _, routes, to_backend, from_backend = _connection(max_message=100)
+    head = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, to_backend.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
+         ("content-type", "application/grpc"), ("te", "trailers")]))
+    request = _message_in_frames(1, length, True) if direction == "request" else _message_in_frames(1, 7, True)
+    conn.client_data(head + request)
+    answer = _message_in_frames(1, length if direction == "answer" else 7, False)
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, from_backend.encode(OK[:2])) + answer
+                      + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, from_backend.encode(OK[2:])))
+    assert [end for end, _ in routes.ends] == [code]
