@@ -27,8 +27,13 @@ class MessageSizes:
         """``feed`` for the ``n`` bytes of ``buf`` from ``start`` (a DATA frame's
         payload, unpadded). A frame that starts a message and holds its prefix
         whole (a unary call's one message, nearly always) is read in place,
-        without a view, a copy or a loop (the relay's loops, per frame)."""
-        if self.remaining or self._prefix or n < 5:
+        without a view, a copy or a loop (the relay's loops, per frame); so is
+        one within a message's body (an incomplete prefix leaves none)."""
+        remaining = self.remaining
+        if remaining >= n:
+            self.remaining = remaining - n
+            return None
+        if remaining or self._prefix or n < 5:
             return self.feed(memoryview(buf)[start : start + n])
         length = _LENGTH(buf, start + 1)[0]
         if length > self._limit:
