@@ -44,7 +44,7 @@ from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
 from .inbound import CREDIT_BATCH, GONE, Corked, Gone, Inbound
-from .msgsize import MessageSizes
+from .msgsize import StreamSizes
 from .outbound import Outbound
 from .pings import DelayedAcks
 from .upstream import BACKEND_GRANT, ClientSide
@@ -107,8 +107,8 @@ class FrameConnection:
         # receives and its channel sends, and the other way round).
         self.max_message = self.max_response = min(limits.max_message, limits.max_send or limits.max_message)
         self.max_streams = limits.max_streams
-        self.sizes_in: dict[int, MessageSizes] = {}
-        self.sizes_out: dict[int, MessageSizes] = {}
+        self.sizes_in = StreamSizes(self.max_message)
+        self.sizes_out = StreamSizes(self.max_response)
         self.responded: set[int] = set()  # relayed streams whose response headers went out
         self.ended: set[int] = set()  # relayed streams the proxy ended itself
         self.out = Outbound(self._client_writer, self.credit_backend, hold_limit=BACKEND_GRANT // 2,

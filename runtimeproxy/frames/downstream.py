@@ -106,13 +106,13 @@ class BackendSide:
                 break
             sid &= 0x7FFFFFFF
             if sid in relayed and not block:  # never hooked or diverted too (upstream._header_block)
-                sizes = sizes_out.get(sid)
-                if t == T_DATA and not flags & F_PADDED and sizes is not None:
-                    if sizes.remaining >= size:  # within one message's body
+                if t == T_DATA and not flags & F_PADDED:
+                    sizes = sizes_out.get(sid)
+                    if sizes is not None and sizes.remaining >= size:  # within one message's body
                         sizes.remaining -= size
                         too_long = None
                     else:
-                        too_long = sizes.feed_at(buf, pos + HEADER_LEN, size)
+                        too_long = sizes_out.feed_at(sid, buf, pos + HEADER_LEN, size)
                     if too_long is None and out.take(size):
                         pos = nxt
                         if flags & F_END_STREAM:
@@ -166,7 +166,7 @@ class BackendSide:
                 conn.credit_backend(size)
                 return
             body = fr.unpadded(fr.Frame(t, flags, sid, payload)) if flags & Flag.PADDED else payload
-            sizes = conn.sizes_out.get(sid)
+            sizes = conn.sizes_out.tracker(sid) if sid in conn.relayed else conn.sizes_out.get(sid)  # (msgsize.py)
             if sizes is not None:
                 too_long = sizes.feed(body)
                 if too_long is not None:

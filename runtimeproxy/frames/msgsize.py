@@ -67,3 +67,33 @@ class MessageSizes:
                 return length
             self.remaining = length
         return None
+
+
+class StreamSizes(dict[int, MessageSizes]):
+    """One direction's trackers, by stream. A relayed stream gets one only at
+    its first DATA frame that does not hold one whole message within the
+    limit (a unary call's frames nearly always do): until then it is at a
+    message's start, which is what a missing tracker says (``feed_at``), and
+    a call costs no tracker at all. A hooked call's are made at its start
+    (upstream.py): for it a missing one says the stream ended (taken.py)."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def tracker(self, sid: int) -> MessageSizes:
+        sizes = self.get(sid)
+        if sizes is None:
+            sizes = self[sid] = MessageSizes(self.limit)
+        return sizes
+
+    def feed_at(self, sid: int, buf: bytes, start: int, n: int) -> int | None:
+        """``MessageSizes.feed_at`` on ``sid``'s tracker, made if it needs one."""
+        sizes = self.get(sid)
+        if sizes is None:
+            if n >= 5 and n - 5 == _LENGTH(buf, start + 1)[0] <= self.limit:
+                return None  # one whole message: the stream is at a message's start again
+            sizes = self[sid] = MessageSizes(self.limit)
+        return sizes.feed_at(buf, start, n)

@@ -26,7 +26,6 @@ from .frame import (
 )
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
-from .msgsize import MessageSizes
 from .window import detached
 
 if TYPE_CHECKING:
@@ -110,9 +109,10 @@ class ClientSide:
             sid &= 0x7FFFFFFF
             if not block:
                 if kind == T_DATA and sid in relayed:
-                    sizes = conn.sizes_in[sid]  # read in place (feed_at): a view only if padded, or queued
+                    # Read in place (feed_at): a view only if padded, or queued.
                     payload = fr.unpadded(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt])) if flags & F_PADDED else None
-                    too_long = sizes.feed_at(buf, pos + HEADER_LEN, size) if payload is None else sizes.feed(payload)
+                    too_long = (conn.sizes_in.feed_at(sid, buf, pos + HEADER_LEN, size) if payload is None
+                                else conn.sizes_in.tracker(sid).feed(payload))
                     if too_long is None and inbound.take(size):
                         conn.credit_client(size)
                         pos = nxt  # the common case: stays in the verbatim run
@@ -347,9 +347,7 @@ class ClientSide:
             return
         self._ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
         self.conn.relayed.add(sid)
-        self.conn.start_timing(sid, path)
-        self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
-        self.conn.sizes_out[sid] = MessageSizes(self.conn.max_response)
+        self.conn.start_timing(sid, path)  # (its message size trackers come as needed: msgsize.StreamSizes)
         if self.conn.routes.unary(path):
             self.conn.unary_open.add(sid)
             self.conn.idle.clear()
@@ -366,8 +364,8 @@ class ClientSide:
         if end_stream:
             call.ended.set()
         self.conn.hooked[sid] = call
-        self.conn.sizes_in[sid] = MessageSizes(self.conn.max_message)
-        self.conn.sizes_out[sid] = MessageSizes(self.conn.max_response)
+        self.conn.sizes_in.tracker(sid)  # made now: without one, its DATA goes nowhere (taken.py)
+        self.conn.sizes_out.tracker(sid)
         self.conn.unary_open.add(sid)
         self.conn.idle.clear()
         call.task = asyncio.ensure_future(hooked.run(self.conn, call))

@@ -14,7 +14,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.divert import encode_headers, parse_timeout
 from runtimeproxy.frames.messages import split_messages
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
-from runtimeproxy.frames.msgsize import MessageSizes
+from runtimeproxy.frames.msgsize import MessageSizes, StreamSizes
 from runtimeproxy.frames.outbound import Outbound
 
 
@@ -202,17 +202,22 @@ def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_
     frames at arbitrary points, empty ones too: the tracker names the first one
     over the limit in the frame where its prefix ends; so does ``feed_at``, the
     relay's loops' way to it, on the frame within a read, in the same state
-    after each frame (a prefix carried whole or in part)."""
+    after each frame (a prefix carried whole or in part); and so does a
+    stream's StreamSizes, which has no tracker while at a message's start."""
     stream = b"".join(struct.pack(">BI", flag, n) + b"m" * n for flag, n in messages)
     first_over = next((n for _, n in messages if n > limit), None)
-    sizes, in_place, found, pos, i = MessageSizes(limit), MessageSizes(limit), None, 0, 0
+    sizes, in_place, streams, found, pos, i = MessageSizes(limit), MessageSizes(limit), StreamSizes(limit), None, 0, 0
     while pos < len(stream) and found is None:
         chunk = stream[pos: pos + cuts[i % len(cuts)]]
         pos += len(chunk)
         i += 1
         found = sizes.feed(memoryview(chunk))
         assert in_place.feed_at(b"\xff" * 9 + chunk + b"\xff", 9, len(chunk)) == found
-        assert (in_place.remaining, in_place._prefix) == (sizes.remaining, sizes._prefix)  # noqa: SLF001
+        assert streams.feed_at(7, b"\xff" * 9 + chunk + b"\xff", 9, len(chunk)) == found
+        state = (sizes.remaining, sizes._prefix)  # noqa: SLF001
+        assert (in_place.remaining, in_place._prefix) == state  # noqa: SLF001
+        tracker = streams.get(7)
+        assert ((tracker.remaining, tracker._prefix) if tracker else (0, b"")) == state  # noqa: SLF001
     assert found == first_over
 
 
