@@ -384,7 +384,7 @@ class FrameConnection:
         written (not waiting for the client's window, nor behind a gate):
         told again as the window queue empties (outbound.py)."""
         done = not self.diverted and not self.hooked and not self.out.queued
-        if done and not self.unary_open and (self.prefaced or not self.stopping):
+        if done and not self.unary_open and (not self.stopping or self.prefaced):  # (prefaced: two calls)
             self.idle.set()
         else:
             self.idle.clear()

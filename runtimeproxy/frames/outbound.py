@@ -151,7 +151,8 @@ class Outbound:
 
     def grow(self, increment: int) -> None:
         self._queue.grow(increment)
-        self.pump()
+        if self._queue.items:  # (a client's update per answer read finds none waiting: nothing to pump)
+            self.pump()
 
     def pump(self) -> None:
         waited = bool(self._queue.items)
