@@ -12,7 +12,7 @@ import pytest
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import Flag, FrameType
 
-from .test_connection import VERSION, _Transport, _written_frames
+from .test_connection import VERSION, _client_view, _Transport, _written_frames
 from .test_relayed_frames import OK, _connection
 
 PAD = 200
@@ -22,12 +22,17 @@ def _padded(sid: int, body: bytes) -> bytes:
     return fr.serialize(FrameType.DATA, Flag.PADDED, sid, bytes([PAD]) + body + b"\0" * PAD)
 
 
-def _stream_updates(transport: _Transport, sid: int) -> list[int]:
+def _sent(transport: _Transport) -> list[fr.Frame]:
     written = b"".join(transport.written).removeprefix(fr.PREFACE)  # (the client's, passed to the runtime)
     frames, pos = [], 0
     while (parsed := fr.parse(written, pos, fr.MAX_FRAME_LIMIT))[0] is not None:
         frame, pos = parsed
         frames.append(frame)
+    return frames
+
+
+def _stream_updates(transport: _Transport, sid: int) -> list[int]:
+    frames = _sent(transport)
     return [fr.window_increment(f) for f in frames if f.type == FrameType.WINDOW_UPDATE and f.stream_id == sid]
 
 
@@ -85,3 +90,47 @@ async def test_a_message_in_padded_frames_is_held_to_the_size_limit(direction: s
     conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, from_backend.encode(OK[:2])) + answer
                       + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, from_backend.encode(OK[2:])))
     assert [end for end, _ in routes.ends] == [code]
+
+
+def _data_sent(transport: _Transport, sid: int) -> bytes:
+    """What ``transport`` was written as DATA on ``sid``, padding taken off."""
+    return b"".join(bytes(fr.unpadded(f)) for f in _sent(transport) if f.type == FrameType.DATA and f.stream_id == sid)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("direction", ["request", "answer"])
+@pytest.mark.parametrize(("length", "code"), [(0, "OK"), (100, "OK"), (101, "RESOURCE_EXHAUSTED")])
+async def test_a_streams_first_data_frame_holding_one_whole_message_is_held_to_the_size_limit(
+    padded: bool, direction: str, length: int, code: str
+) -> None:
+    """The first DATA frame of a stream that is exactly one message: the case
+    in which no size tracker is made (msgsize.StreamSizes) if the message is
+    within the limit, unpadded (read in place) or padded (read by feed)."""
+    conn, client, routes, to_backend, from_backend = _connection(max_message=100)
+    backend = conn.backend._transport  # type: ignore[union-attr]  # noqa: SLF001 - what the runtime was sent
+    message = struct.pack(">BI", 0, length) + b"m" * length
+    small = struct.pack(">BI", 0, 7) + b"s" * 7
+
+    def first(body: bytes, end: bool) -> bytes:  # the stream's first DATA frame, the whole message
+        if padded:
+            flags = Flag.PADDED | (Flag.END_STREAM if end else 0)
+            return fr.serialize(FrameType.DATA, flags, 1, bytes([PAD]) + body + b"\0" * PAD)
+        return fr.serialize(FrameType.DATA, Flag.END_STREAM if end else 0, 1, body)
+
+    head = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, to_backend.encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
+         ("content-type", "application/grpc"), ("te", "trailers")]))
+    request = message if direction == "request" else small
+    conn.client_data(head + first(request, True))
+    answer = message if direction == "answer" else small
+    conn.backend_data(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, from_backend.encode(OK[:2]))
+                      + first(answer, False)
+                      + fr.serialize(FrameType.HEADERS, Flag.END_HEADERS | Flag.END_STREAM, 1, from_backend.encode(OK[2:])))
+    assert [end for end, _ in routes.ends] == [code]
+    if code == "OK":  # relayed as sent: the runtime has the request, the client the answer
+        assert _data_sent(backend, 1) == request
+        assert _data_sent(client, 1) == answer
+    else:  # ended by the proxy: nothing of the message over the limit goes on
+        assert _data_sent(backend if direction == "request" else client, 1) == b""
+        statuses = [hdrs[b"grpc-status"] for sid, _, hdrs in _client_view(client) if b"grpc-status" in hdrs]
+        assert statuses[0] == b"8"  # the client's end (the runtime's blocks after it are stray: downstream._stray)
