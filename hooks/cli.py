@@ -79,11 +79,20 @@ class Registration:
         """Write (or replace a stale) registration naming ``hook``'s socket and hook points."""
         if self.priority is None:
             self.priority = hook.PRIORITY
+        existed = self.directory.is_dir()
         path = write_hook_config(
             self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority
         )
         st = os.stat(path)
         self._identity = (st.st_dev, st.st_ino)
+        if not existed:  # a mistyped --hook-dir would otherwise be created and served in silence
+            log.warning(
+                "hook directory %s did not exist and was created: a proxy reads hook files only from its own"
+                " hook-dir (default %s); check it is this one",
+                self.directory,
+                DEFAULT_HOOK_DIR,
+                extra={"hook_dir": str(self.directory)},
+            )
 
     def remove(self) -> bool:
         """Remove the file this process wrote; one that another writer has put

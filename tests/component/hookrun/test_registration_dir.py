@@ -1,0 +1,35 @@
+"""``hook run``'s Registration: a hook directory it had to create is warned
+about (a mistyped --hook-dir is read by no proxy); an existing one is not."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hooks.cli import Registration
+from runtimeproxy.hookpath.hookfile import DEFAULT_HOOK_DIR
+
+
+def _hook(tmp_path: Path) -> SimpleNamespace:
+    return SimpleNamespace(socket_path=str(tmp_path / "noop.sock"), HOOKS=["PreCreateContainer"], PRIORITY=0)
+
+
+def test_created_hook_dir_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    directory = tmp_path / "hookserver.d.typo"
+    with caplog.at_level(logging.WARNING, logger="hooks.run"):
+        Registration(directory, "noop", "Ignore", None, None).write(_hook(tmp_path))  # type: ignore[arg-type]
+    assert (directory / "noop.json").is_file()  # still created and written
+    [record] = [r for r in caplog.records if r.name == "hooks.run" and r.levelno == logging.WARNING]
+    message = record.getMessage()
+    assert str(directory) in message and "hook-dir" in message and str(DEFAULT_HOOK_DIR) in message
+    assert record.hook_dir == str(directory)
+
+
+def test_existing_hook_dir_is_not_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="hooks.run"):
+        Registration(tmp_path, "noop", "Ignore", None, None).write(_hook(tmp_path))  # type: ignore[arg-type]
+    assert (tmp_path / "noop.json").is_file()
+    assert not [r for r in caplog.records if r.name == "hooks.run" and r.levelno >= logging.WARNING]
