@@ -67,6 +67,20 @@ class BatchResourceHook(BuiltinHook):
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
     async def background(self) -> None:
+        config = self.config
+        log.info(  # once at start: what an operator needs to tell what this hook writes, and where
+            "batchresource settings",
+            extra={
+                "cgroup_root": str(config.cgroup_root),
+                "cgroup_version": self.pods.cgroups.version,
+                "cgroup_version_from": "config" if config.cgroup_version else "detected",
+                "cgroup_driver": config.cgroup_driver.value,
+                "state_dir": str(config.state_dir),
+                "known_pods": len(self.pods.records()),
+                "reconcile_interval": config.reconcile_interval,
+                "cfs_quota_enabled": config.cfs_quota_enabled,
+            },
+        )
         await reconcile_loop(self.pods, self.config.reconcile_interval)
 
     async def handle(self, hook: HookType, request: Message) -> Message | None:

@@ -8,7 +8,7 @@ import pytest
 
 from hooks.batchresource import reconcile
 from hooks.batchresource.apply import MemoryBelowUsage, apply_values
-from hooks.batchresource.cgroups import CgroupFiles, Field
+from hooks.batchresource.cgroups import CgroupDriver, CgroupFiles, Field
 from hooks.batchresource.reconcile import reconcile_once
 from hooks.batchresource.resources import UNLIMITED, CgroupValues
 
@@ -168,3 +168,25 @@ async def test_a_state_directory_that_cannot_be_written_loses_no_cgroup_write(tm
     write(root, 1, POD_PARENT, "cpu.cfs_quota_us", "-1")
     assert reconcile_once(hook.pods) == 1  # and it is tracked: the reconcile loop restores it
     assert read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
+
+
+@pytest.mark.parametrize("configured", [None, 1])
+async def test_background_logs_its_settings_once_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, configured: int | None
+) -> None:
+    (tmp_path / "cgroup").mkdir()
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text("cpu memory\n")  # a unified hierarchy: detected as 2
+    hook = make_hook(tmp_path, configured, cgroup_driver=CgroupDriver.SYSTEMD, reconcile_interval=5.0)
+
+    async def fake_sleep(seconds: float) -> None:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(reconcile.asyncio, "sleep", fake_sleep)
+    with caplog.at_level(logging.INFO, logger="hooks.batchresource"), pytest.raises(asyncio.CancelledError):
+        await hook.background()
+    [record] = [r for r in caplog.records if r.getMessage() == "batchresource settings"]
+    assert record.levelno == logging.INFO
+    assert (record.cgroup_version, record.cgroup_version_from) == ((1, "config") if configured else (2, "detected"))
+    assert (record.cgroup_root, record.cgroup_driver, record.state_dir) == (
+        str(tmp_path / "cgroup"), "systemd", str(tmp_path / "state"))
+    assert (record.reconcile_interval, record.cfs_quota_enabled, record.known_pods) == (5.0, True, 0)
