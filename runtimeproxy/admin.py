@@ -36,6 +36,7 @@ STATUS = f"/{SERVICE}/Status"
 # A reason quotes values through shown(), so it is short; this cap keeps one
 # that does not (a bug) from pushing the answer past grpc's 4 MiB message limit.
 MAX_REASON = 1000
+MAX_REJECTED = 100  # rejected hook files listed; with MAX_REASON the answer stays near 110 kB, far below grpc's 4 MiB
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class StatusSource:
         info = backend.info
         plan = self.proxy.router.plan
         last = self.registry.last_reload
+        rejected = sorted(last.rejected.items())
         return {
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started_monotonic, 1),
@@ -76,7 +78,8 @@ class StatusSource:
             "hook_dir": str(self.registry.directory),
             "hook_dir_problem": last.directory_error,
             "hook_dir_unsafe": last.directory_unsafe,  # refused: the hooks loaded before stay in force
-            "hook_files_rejected": {name: _cut(reason) for name, reason in sorted(last.rejected.items())},
+            "hook_files_rejected": {name: _cut(reason) for name, reason in rejected[:MAX_REJECTED]},
+            "hook_files_rejected_more": max(0, len(rejected) - MAX_REJECTED),  # left out of the list above
         }
 
     def _hook_server(self, name: str) -> dict[str, Any]:
@@ -179,12 +182,15 @@ def render(doc: Mapping[str, Any]) -> str:
             at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["at"]))
             lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}")
     rejected = doc.get("hook_files_rejected") or {}
-    if rejected:
-        lines.append(f"hook files rejected: {len(rejected)} (fix or remove them; `runtime-proxy check-config`)")
+    more = doc.get("hook_files_rejected_more") or 0  # `.get`: a proxy older than this key lists them all
+    if rejected or more:
+        lines.append(f"hook files rejected: {len(rejected) + more} (fix or remove them; `runtime-proxy check-config`)")
     served = {server["name"] for server in doc["hook_servers"]}
     for name, reason in rejected.items():
         kept = "; its last good version, above, stays in force" if name in served else ""
         lines.append(f"  {_printable(name)}: {_printable(reason)}{kept}")
+    if more:
+        lines.append(f"  ... and {more} more")
     return "\n".join(lines)
 
 

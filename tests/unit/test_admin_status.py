@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from runtimeproxy.admin import MAX_REASON, StatusSource, render
+from runtimeproxy.admin import MAX_REASON, MAX_REJECTED, StatusSource, render
 from runtimeproxy.hookpath.registry import HookSnapshot, ReloadResult
 
 
@@ -30,10 +31,23 @@ def test_a_huge_rejection_reason_is_cut_in_the_document() -> None:
     assert rejected["huge.json"].endswith("... (900000 characters, cut; the proxy's log has it whole)")
 
 
+def test_the_rejected_hook_files_listed_are_capped_with_a_count_of_the_rest() -> None:
+    """Every rejected file was listed: 5000 of them with 1000-character reasons passed grpc's 4 MiB limit."""
+    many = {f"f{i:05}.json": "y" * 5000 for i in range(5000)}
+    doc = source(ReloadResult(rejected=many)).document()
+    assert list(doc["hook_files_rejected"]) == sorted(many)[:MAX_REJECTED]
+    assert doc["hook_files_rejected_more"] == 5000 - MAX_REJECTED
+    assert len(json.dumps(doc)) < 200_000
+    text = render(doc)
+    assert "hook files rejected: 5000 " in text and text.endswith(f"\n  ... and {5000 - MAX_REJECTED} more")
+    few = source(ReloadResult(rejected={"a.json": "file is empty"})).document()
+    assert few["hook_files_rejected_more"] == 0 and "more" not in render(few)
+
+
 def document(**hooks: Any) -> dict[str, Any]:
     """A status document as a proxy sends it, with the hook keys given (none: a proxy older than them)."""
     doc = source(ReloadResult()).document()
-    for key in ("hook_dir", "hook_dir_problem", "hook_dir_unsafe", "hook_files_rejected"):
+    for key in ("hook_dir", "hook_dir_problem", "hook_dir_unsafe", "hook_files_rejected", "hook_files_rejected_more"):
         doc.pop(key, None)
     return {**doc, **hooks}
 
