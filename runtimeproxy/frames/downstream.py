@@ -65,7 +65,7 @@ class BackendSide:
     def feed(self, chunk: bytes) -> None:
         start = 0
         try:
-            if self.carry.buf:  # (a read's test: no __bool__ call)
+            if self.carry.buf:
                 frame, start = self.carry.complete(chunk, self.conn.client_frames.relay)
                 if frame is None:
                     return

@@ -183,9 +183,6 @@ class Carry:
     def __init__(self) -> None:
         self.buf = bytearray()
 
-    def __bool__(self) -> bool:
-        return bool(self.buf)
-
     def keep(self, rest: memoryview) -> None:
         """The end of a read, which holds no complete frame."""
         self.buf = bytearray(rest)

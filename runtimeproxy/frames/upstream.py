@@ -68,7 +68,7 @@ class ClientSide:
             chunk, self.preface = self.preface[len(fr.PREFACE) :], b""
         out: list[bytes | memoryview] = []
         start = 0
-        if self.carry.buf:  # (a read's test: no __bool__ call)
+        if self.carry.buf:
             frame, start = self.carry.complete(chunk, self.conn.backend_frames.relay)
             if frame is None:
                 return
