@@ -15,19 +15,16 @@ import grpc
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
-from .chaincpuset import ChainCpusets, Deferred, noted
+from .answers import UNAPPLIED_FIELDS, kernel_would_refuse, refusal, unapplied
+from .chaincpuset import ChainCpusets, Deferred
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
-from .points import HOOK_POINTS, HookPoint, HookType, Kind
+from .points import HOOK_POINTS, HookPoint, HookType
 from .registry import HookRegistry, HookSnapshot
-from .validate import Reason
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE = MAX_TIMEOUT + 5.0  # calls under way on a removed server may take their whole timeout
-# Fields of an applied answer that its call has no place for (executor.py's apply drops them), and why.
-UNAPPLIED_FIELDS = {HookType.PRE_UPDATE_CONTAINER_RESOURCES: (
-    frozenset({"container_envs", "pod_cgroup_parent"}), "UpdateContainerResources carries neither env nor a cgroup parent")}
 
 
 class Unbuilt(Exception):
@@ -148,7 +145,7 @@ class Dispatcher:
             if not point.answer_applied or hook in UNAPPLIED_FIELDS:
                 self._note_unapplied(server, point, answer)
             along = chain.taken_along(server, request, answer) if chain is not None else {}
-            refused = self._kernel_would_refuse(point, request, answer, along)
+            refused = kernel_would_refuse(self._node, point, request, answer, along)
             if chain is not None and chain.defers(server, refused):
                 outcome = None
                 chain.defer(server, request, answer, refused, along, time.perf_counter() - started)
@@ -157,7 +154,7 @@ class Dispatcher:
                 # Sent on, such a value fails the container deep in runc,
                 # naming neither the hook nor the field: name both here.
                 outcome = "invalid_value"
-                raise _Failure(f"answer carries values the kernel would refuse: {'; '.join(refused)}")
+                raise _Failure(refusal(refused))
             return answer
         except CallFailed as err:
             outcome = err.code.name.lower()
@@ -185,39 +182,12 @@ class Dispatcher:
         has no place for, logged once per file and hook point: else its author
         sees the call go on unchanged and no word why (a post hook's,
         PreStartContainer's, PreUpdateContainerResources' env)."""
-        ignored, why = UNAPPLIED_FIELDS.get(point.hook, (None, ""))
-        # Unknown fields alone (a newer proto's) set nothing.
-        fields = sorted(field.name for field, _ in answer.ListFields() if ignored is None or field.name in ignored)
-        if not fields or (server, point.hook) in self._unapplied_noted:
+        found = unapplied(point, answer)
+        if found is None or (server, point.hook) in self._unapplied_noted:
             return
         self._unapplied_noted.add((server, point.hook))
-        if ignored is not None:
-            message = f"hook answer not applied: {point.hook.value} answers' {', '.join(sorted(ignored))} are not ({why})"
-        else:
-            why = ("StartContainer carries nothing to change" if point.hook is HookType.PRE_START_CONTAINER
-                   else f"{point.cri_method} was already answered")
-            message = f"hook answer not applied: no {point.hook.value} answer is ({why})"
+        fields, message = found
         log.info(message, extra={**server.log_fields(), "hook": point.hook.value, "answer_fields": ",".join(fields)})
-
-    def _kernel_would_refuse(self, point: HookPoint, request: Any, answer: Any, along: dict[str, str]) -> list[Reason]:
-        if self._node is None or not point.answer_applied:
-            return []  # an answer never applied cannot fail the container
-        if point.kind is Kind.POD:
-            # Not judged by the parent cgroup's cpuset: containerd passes a
-            # pod's resources on as annotations, to no cgroup.
-            return self._node.invalid_answer(request.resources, answer.resources)
-        # The cpusets this answer sets are judged by the parent in effect after
-        # it: only CreateContainer takes a new one (its container is made under
-        # it). Those it leaves are not, but for an earlier hook's that its move
-        # takes along (``along``, chaincpuset.py): kubelet's is not a hook's
-        # doing, and a later hook in the chain may still set it, or move the container.
-        parent = request.pod_cgroup_parent
-        if point.hook is HookType.PRE_CREATE_CONTAINER and answer.pod_cgroup_parent:
-            parent = answer.pod_cgroup_parent
-        reasons = self._node.invalid_answer(
-            request.container_resources, answer.container_resources, parent, frozenset(along)
-        )
-        return noted(reasons, along)
 
     async def run_pre(
         self,
@@ -306,7 +276,7 @@ class Dispatcher:
         self._count_deferred(hook, passed, "ok")  # the standing ones as refused, by run_pre
         if standing:
             blamed, reasons = standing[-1]  # the later hook, whose answer completed the refused pair
-            cause = f"answer carries values the kernel would refuse: {'; '.join(reasons)}"
+            cause = refusal(reasons)
             log.error("hook failed, refusing call", extra={**chain.log_fields, **blamed.server.log_fields(), "error": cause})
             raise HookError(blamed.server, hook, cause)
 
