@@ -52,6 +52,7 @@ from google.protobuf.message import DecodeError, Message
 
 from cri_api.hookapi import api_pb2
 from hooks.cancelled import log_cancelled
+from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import CallError, FrameServer, Route, deadline_passed
 from hooks.handlers import check_handlers
 from hooks.registration import write_hook_config
@@ -75,24 +76,6 @@ __all__ = [
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-class HookAbort(Exception):
-    """Raise from a handler to answer the call with a specific gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode = grpc.StatusCode.INTERNAL, details: str = "") -> None:
-        super().__init__(details or code.name)
-        self.code = code
-        self.details = details
-
-
-class HookServerError(RuntimeError):
-    """The hook server could not start (socket in use, bad path...)."""
-
-
-class SocketPathError(HookServerError):
-    """Nothing can listen at the socket path as the disk stands (a file in
-    the way of its directory, not a socket there): a restart will not help."""
 
 
 def service_handlers(server: HookServer) -> dict[str, grpc.RpcMethodHandler]:
