@@ -30,6 +30,8 @@ from .points import HookType
 
 log = logging.getLogger(__name__)
 
+# The line of a clear (hooks.answercheck tells a hook's author so too).
+CLEAR_ASKED = "whole hook answer asks the runtime to clear the container's cpuset"
 # Containers and fields whose clear was logged at info, the oldest forgotten first.
 _REMEMBERED = 4096
 
@@ -51,7 +53,7 @@ class WholeAnswers:
         extra = {**fields, **_container(shown), "hook": hook.value, "hook_file": server.name, "cpuset_fields": list(names)}
         level = logging.INFO if self._first(shown, names) else logging.DEBUG
         if self.applies:
-            log.log(level, "whole hook answer asks the runtime to clear the container's cpuset", extra=extra)
+            log.log(level, CLEAR_ASKED, extra=extra)
             return names
         log.log(level, "whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept", extra=extra)
         return ()
