@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from runtimeproxy.hookpath.points import HookType
 
+from .handlers import handled_hooks
 from .sdk import HookServer
 
 
@@ -37,6 +38,18 @@ class BuiltinHook(HookServer):
     SUMMARY: ClassVar[str]  # one line, for ``hook list``
     HOOKS: ClassVar[tuple[HookType, ...]]  # the hook points it registers for
     PRIORITY: ClassVar[int | None] = None  # registered with, without --priority (None: the proxy's default)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A handler for a hook point HOOKS leaves out: a ``TypeError``, as
+        ``hook run`` registers HOOKS only, so the proxy would never call it."""
+        super().__init_subclass__(**kwargs)
+        hooks = getattr(cls, "HOOKS", None)
+        if hooks is None:  # a base of built-in hooks, not one
+            return
+        for hook, handler in handled_hooks(cls, HookServer).items():
+            if hook not in hooks:
+                raise TypeError(f"{handler} handles {hook.value}, which {cls.__qualname__}.HOOKS does not list: "
+                                "hook run registers only HOOKS, so the proxy would never call it")
 
     @classmethod
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BuiltinHook:

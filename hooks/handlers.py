@@ -19,9 +19,9 @@ import inspect
 import warnings
 from typing import Any
 
-from runtimeproxy.hookpath.points import HOOK_POINTS
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
-__all__ = ["check_handlers"]
+__all__ = ["check_handlers", "handled_hooks"]
 
 # Names a handler is mistaken for, each with the handler the SDK calls.
 _MISNAMED = {
@@ -84,3 +84,17 @@ def _unwrapped(value: Any) -> tuple[Any, bool]:
             value, wrapped = inspect.unwrap(value), True
         else:
             return value, wrapped
+
+
+def handled_hooks(cls: type, base: type) -> dict[HookType, str]:
+    """The hook points whose handler ``cls``, or a mixin of it, defines (a
+    class of its MRO before ``base``), each with that handler's name
+    (``ExampleHook.pre_create_container``). One answering through ``handle``
+    alone names none: which points it answers, its code decides."""
+    own = cls.__mro__[:cls.__mro__.index(base)]
+    handled = {}
+    for point in HOOK_POINTS.values():
+        klass = next((klass for klass in own if point.handler_name in vars(klass)), None)
+        if klass is not None:
+            handled[point.hook] = f"{klass.__qualname__}.{point.handler_name}"
+    return handled

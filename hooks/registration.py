@@ -25,6 +25,8 @@ from runtimeproxy.hookpath.hookfile import (
 )
 from runtimeproxy.hookpath.points import HookType
 
+from . import unregistered
+
 __all__ = ["write_hook_config"]
 
 
@@ -112,4 +114,5 @@ def write_hook_config(
             os.close(dir_fd)
     except OSError:  # pragma: no cover - best effort durability
         pass
+    unregistered.written(final, os.fspath(endpoint), map(HookType, hook_names))
     return final

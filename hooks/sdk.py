@@ -51,10 +51,11 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from cri_api.hookapi import api_pb2
+from hooks import unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import CallError, FrameServer, Route, deadline_passed
-from hooks.handlers import check_handlers
+from hooks.handlers import check_handlers, handled_hooks
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop
 from runtimeproxy.grpcstart import start_server
@@ -176,6 +177,11 @@ class HookServer:
         super().__init_subclass__(**kwargs)
         check_handlers(cls, HookServer)
 
+    @property
+    def handled_hooks(self) -> tuple[HookType, ...]:
+        """The hook points whose handlers this class defines, for its hook file (none with ``handle`` alone)."""
+        return tuple(handled_hooks(type(self), HookServer))
+
     # -- handlers: override the ones you need ----------------------------------
 
     async def pre_run_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
@@ -268,6 +274,7 @@ class HookServer:
         self._path_lock = lock
         self._server = server
         logger.info("hook server listening on %s", path, extra={"socket": str(path), "transport": self._transport})
+        unregistered.serving(str(path), handled_hooks(type(self), HookServer))  # a handler no hook file lists: warned
 
     async def _start_grpc(self, path: Path) -> grpc.aio.Server:
         server = grpc.aio.server(options=self._options)
@@ -299,6 +306,7 @@ class HookServer:
         server, self._server = self._server, None
         if server is None:
             return
+        unregistered.stopped(str(self._socket_path))
         grace = self._grace if grace is None else grace
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
             self._path_lock.record_longer_stop((grace or 0.0) + STOP_PAST_GRACE_S)
