@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -28,6 +29,8 @@ from runtimeproxy.hookpath.points import HookType
 from . import unregistered
 
 __all__ = ["write_hook_config"]
+
+log = logging.getLogger(__name__)
 
 
 def write_hook_config(
@@ -114,5 +117,8 @@ def write_hook_config(
             os.close(dir_fd)
     except OSError:  # pragma: no cover - best effort durability
         pass
+    log.info("hook file written", extra={
+        "hook_file": str(final), "socket": os.fspath(endpoint), "hooks": hook_names, "failure_policy": policy,
+        "timeout": doc.get(KEY_TIMEOUT), "priority": priority, "answers": answers})
     unregistered.written(final, os.fspath(endpoint), map(HookType, hook_names))
     return final

@@ -57,7 +57,7 @@ from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import CallError, FrameServer, Route, deadline_passed
 from hooks.handlers import check_handlers, handled_hooks
 from hooks.registration import write_hook_config
-from runtimeproxy import eventloop
+from runtimeproxy import eventloop, logs
 from runtimeproxy.grpcstart import start_server
 from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
 from runtimeproxy.host import socketlock, unixsocket
@@ -380,8 +380,10 @@ class HookServer:
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
     auto, asyncio or uvloop): a hook call then costs the server about a quarter
-    less CPU, taken from the runtime while pods start."""
-    return eventloop.run(main, event_loop)
+    less CPU, taken from the runtime while pods start. Without logging set up
+    (no root handler), it logs at info to stderr in the proxy's format."""
+    with logs.unless_configured():
+        return eventloop.run(main, event_loop)
 
 
 def __getattr__(name: str) -> Any:

@@ -6,10 +6,12 @@ Call sites log a short event message and put the facts in ``extra``:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,6 +114,30 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     core = logging.getLogger("grpc._cython.cygrpc")
     if not any(isinstance(f, AnswerToAGoneClient) for f in core.filters):
         core.addFilter(AnswerToAGoneClient())
+
+
+@contextlib.contextmanager
+def unless_configured(level: int = logging.INFO) -> Iterator[bool]:
+    """While it runs, setup()'s text lines on stderr at ``level``, unless the
+    root logger has a handler: the process configured its logging, which is
+    left alone (as logging.basicConfig does). A root level other than
+    Python's default (WARNING) stays too. Undone at the end; whether it set up."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield False
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TextFormatter())
+    before = root.level
+    root.addHandler(handler)
+    if before == logging.WARNING:
+        root.setLevel(level)
+    try:
+        yield True
+    finally:
+        root.removeHandler(handler)
+        if root.level == level:  # else changed since, by the process: its own
+            root.setLevel(before)
 
 
 def always(logger: logging.Logger, msg: str, **fields: object) -> None:

@@ -1,0 +1,86 @@
+"""hooks.sdk.run logs at info, in the proxy's text format, for a script that
+set up no logging (else the SDK's start-up and registration lines, and the
+author's own, were silent); a script's own logging is left alone."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hooks.sdk import HookServer, run, write_hook_config
+
+log = logging.getLogger("example_hook")
+
+
+@contextlib.contextmanager
+def no_logging() -> Iterator[logging.Logger]:
+    """The root logger as a script that configured nothing finds it (pytest's
+    handlers, added for the test's call, put back after)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers[:] = []
+    root.setLevel(logging.WARNING)
+    try:
+        yield root
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+class Hook(HookServer):
+    async def pre_create_container(self, request: object) -> None:
+        return None
+
+
+async def serve_and_register(sock: Path, hook_dir: Path) -> list[logging.Handler]:
+    async with Hook(sock) as server:
+        write_hook_config(hook_dir, "example", server.socket_path, ["PreCreateContainer"])
+        log.info("example hook ready", extra={"pods": 0})
+    return logging.getLogger().handlers[:]
+
+
+def test_without_logging_set_up_it_logs_at_info_in_the_proxys_format(
+    sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with no_logging() as root:
+        during = run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
+        lines = capsys.readouterr().err.splitlines()
+        events = [line.split(" ", 3)[1:] for line in lines]
+        assert [level for level, _, _ in events] == ["info"] * 3
+        assert [(logger, rest.split("'")[1]) for _, logger, rest in events] == [
+            ("hooks.sdk", f"hook server listening on {sock_dir / 'h.sock'}"),
+            ("hooks.registration", "hook file written"),
+            ("example_hook", "example hook ready"),
+        ]
+        assert f"hook_file={tmp_path / 'example.json'} socket={sock_dir / 'h.sock'} hooks=PreCreateContainer " \
+               "failure_policy=Ignore" in lines[1]
+        assert lines[2].endswith("'example hook ready' pods=0")
+        assert len(during) == 1
+        # Undone after: the process's logging is as it was.
+        assert root.handlers == [] and root.level == logging.WARNING
+
+
+def test_a_scripts_own_logging_is_left_alone(
+    sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with no_logging() as root:
+        theirs = logging.StreamHandler()
+        theirs.setFormatter(logging.Formatter("THEIRS %(levelname)s %(message)s"))
+        root.addHandler(theirs)
+        assert run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio") == [theirs]
+        assert capsys.readouterr().err == ""  # at their level, WARNING: no info line
+        assert root.level == logging.WARNING
+
+
+def test_a_root_level_set_without_a_handler_stays(
+    sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with no_logging() as root:
+        root.setLevel(logging.ERROR)
+        run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
+        assert capsys.readouterr().err == ""
+        assert root.level == logging.ERROR and root.handlers == []
