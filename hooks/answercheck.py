@@ -2,9 +2,9 @@
 author's unit tests: :func:`check_answer` (also importable from :mod:`hooks.sdk`).
 
 It judges with the proxy's own code, not a copy of its rules: the fields a
-hook point does not apply (``dispatch.unapplied``, the proxy's ``hook answer
+hook point does not apply (``answers.unapplied``, the proxy's ``hook answer
 not applied`` line), the values the kernel would refuse
-(``dispatch.kernel_would_refuse``, by the node's CPUs and memory nodes and, on
+(``answers.kernel_would_refuse``, by the node's CPUs and memory nodes and, on
 cgroup v1, the pod cgroup parent's cpuset, each given or read), and whether a
 field changes the call (the CRI call's executor ``apply``, one field at a time,
 on a call built from the request the hook was shown).
