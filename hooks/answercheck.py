@@ -7,7 +7,8 @@ not applied`` line), the values the kernel would refuse
 (``answers.kernel_would_refuse``, by the node's CPUs and memory nodes and, on
 cgroup v1, the pod cgroup parent's cpuset, each given or read), and whether a
 field changes the call (the CRI call's executor ``apply``, one field at a time,
-on a call built from the request the hook was shown).
+on kubelet's call: given, or built from the request the hook was shown; an
+update as kubelet sends a resize, with no annotations and no cpusets).
 
 Not judged here: what only a chain of hooks decides (a PreCreateContainer
 answer refused by its parent may be lifted by a later hook's move), what
@@ -32,7 +33,7 @@ from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.hookpath.answers import kernel_would_refuse, refusal, unapplied
 from runtimeproxy.hookpath.executor import HOOKED_METHODS
 from runtimeproxy.hookpath.hookfile import Answers
-from runtimeproxy.hookpath.merge import copy_as_wire
+from runtimeproxy.hookpath.merge import CPUSETS, copy_as_wire
 from runtimeproxy.hookpath.nodefacts import NodeFactsSource
 from runtimeproxy.hookpath.parentcpuset import FILES, ParentCpusets
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint, HookType, Kind
@@ -89,6 +90,7 @@ def check_answer(
     request: Message,
     answer: Message | None,
     *,
+    call: Message | None = None,
     cpus: str | None = None,
     mems: str | None = None,
     cgroups: Mapping[str, Mapping[str, str]] | None = None,
@@ -96,19 +98,27 @@ def check_answer(
 ) -> AnswerCheck:
     """What the proxy would make of ``answer``, a hook's to ``request`` at ``hook``.
 
-    ``cpus`` and ``mems``: the node's online CPUs and the memory nodes its
-    cpuset.mems takes, as kernel lists ("0-3"); None reads this machine's
-    (give both for a test that runs anywhere). ``cgroups``: the cgroup v1
-    cpuset hierarchy the pod's cgroup parent is judged by, cgroup path ->
-    {"cpuset.cpus": ..., "cpuset.mems": ...} (a slice expanded, as runc
-    does: ``/kubepods.slice/kubepods-burstable.slice``); None judges no parent,
-    as on cgroup v2. ``answers``: the hook file's key (``whole``: an empty
+    ``call``: kubelet's CRI request the hook was called for, which the
+    answer is applied to (``UpdateContainerResourcesRequest`` at
+    PreUpdateContainerResources); None builds it from ``request``, an update
+    as kubelet sends a resize: the resources shown but the cpusets, no
+    annotations (a CPU manager's update names cpuset_cpus alone: give it to
+    judge a whole answer's clear). ``cpus`` and ``mems``: the node's online
+    CPUs and the memory nodes its cpuset.mems takes, as kernel lists
+    ("0-3"); None reads this machine's (give both for a test that runs
+    anywhere). ``cgroups``: the cgroup v1 cpuset hierarchy the pod's cgroup
+    parent is judged by, cgroup path -> {"cpuset.cpus": ..., "cpuset.mems":
+    ...} (a slice expanded, as runc does:
+    ``/kubepods.slice/kubepods-burstable.slice``); None judges no parent, as
+    on cgroup v2. ``answers``: the hook file's key (``whole``: an empty
     cpuset clears the call's).
     """
     point = HOOK_POINTS[HookType(hook)]
+    executor = HOOKED_METHODS[point.cri_method].executor
     answer = point.response_type() if answer is None else answer
-    for message, expected, what in ((request, point.request_type, "request"), (answer, point.response_type, "answer")):
-        if not isinstance(message, expected):
+    for message, expected, what in ((request, point.request_type, "request"), (answer, point.response_type, "answer"),
+                                    (call, executor.request, "call")):
+        if message is not None and not isinstance(message, expected):
             raise TypeError(f"a {point.hook.value} {what} is a {expected.__name__}, not {type(message).__name__}")
     items = list(_items(point, answer))
     order = {item.name: index for index, item in enumerate(items)}
@@ -121,23 +131,25 @@ def check_answer(
         reasons = kernel_would_refuse(NodeFactsSource(lambda: facts, parents=parents), point, request, answer, {})
     refused = _refused(point, items, reasons)
     checks += refused.values()
-    executor = HOOKED_METHODS[point.cri_method].executor
+    items = [item for item in items if item.name not in refused]
+    echo = f"the {point.cri_method} call has it already: an echo changes nothing"
     for item in items:
-        if item.name in refused:
-            continue
-        call = _call(point, request)
-        if executor.apply(call, item.alone, request):
+        if executor.apply(_call(point, request, call), item.alone, request):
             outcome, reason = Outcome.APPLIED, f"changes the {point.cri_method} call{_where(point, item)}"
             if reasons:
-                outcome, reason = Outcome.DROPPED, "another field's refusal refuses the answer: it is taken whole or not at all"
+                outcome, reason = Outcome.DROPPED, DROPPED
         else:
-            outcome, reason = Outcome.UNCHANGED, f"the {point.cri_method} call has it already: an echo changes nothing"
+            outcome, reason = Outcome.UNCHANGED, echo
         checks.append(FieldCheck(item.name, outcome, reason))
-    if Answers(answers) is Answers.WHOLE and point.answer_applied and not reasons:
-        checks += [FieldCheck(f"container_resources.{name}", Outcome.APPLIED, CLEAR_ASKED)
-                   for name in executor.emptied(_call(point, request), answer)]
+    if Answers(answers) is Answers.WHOLE and point.answer_applied:
+        outcome, reason = (Outcome.DROPPED, DROPPED) if reasons else (Outcome.APPLIED, CLEAR_ASKED)
+        checks += [FieldCheck(f"container_resources.{name}", outcome, reason)
+                   for name in executor.emptied(_call(point, request, call), answer)]
     checks.sort(key=lambda check: order.get(check.field, len(order)))  # as the answer has them
     return AnswerCheck(point.hook, tuple(checks), refusal(reasons) if reasons else None)
+
+
+DROPPED = "another field's refusal refuses the answer: it is taken whole or not at all"
 
 
 @dataclass(frozen=True)
@@ -208,9 +220,16 @@ def _where(point: HookPoint, item: _Item) -> str:
     return ""
 
 
-def _call(point: HookPoint, request: Any) -> Message:
-    """The CRI call that would show a hook ``request`` (store.pod_record and
-    container_record, the other way): what the executor applies answers to."""
+def _call(point: HookPoint, request: Any, call: Message | None) -> Message:
+    """A copy of ``call``, else the CRI call that would show a hook
+    ``request`` (store.pod_record and container_record, the other way):
+    what the executor applies answers to. An update as kubelet sends a
+    resize (kuberuntime's generateLinuxContainerResources): no annotations,
+    no cpusets (a CPU manager's names cpuset_cpus alone)."""
+    if call is not None:
+        out = type(call)()
+        out.CopyFrom(call)
+        return out
     if point.kind is Kind.POD:
         pod = v1.RunPodSandboxRequest()
         config = pod.config
@@ -222,7 +241,9 @@ def _call(point: HookPoint, request: Any) -> Message:
     resources = v1.LinuxContainerResources()
     copy_as_wire(resources, request.container_resources)
     if point.hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES:
-        return v1.UpdateContainerResourcesRequest(linux=resources, annotations=request.container_annotations)
+        for name in CPUSETS:
+            resources.ClearField(name)
+        return v1.UpdateContainerResourcesRequest(container_id=request.container_meta.id, linux=resources)
     create = v1.CreateContainerRequest()
     create.config.annotations.update(request.container_annotations)
     create.config.linux.resources.CopyFrom(resources)

@@ -112,13 +112,36 @@ def test_fields_an_update_has_no_place_for_are_ignored_and_an_echo_changes_nothi
                "are not (UpdateContainerResources carries neither env nor a cgroup parent)")
     assert check.taken
     assert [(f.field, f.outcome, f.reason) for f in check.fields] == [
-        ("container_annotations[c]", "unchanged", "the UpdateContainerResources call has it already: an echo changes nothing"),
+        # kubelet sends no annotations in an update: the proxy adds an echoed one to the call.
+        ("container_annotations[c]", "applied", "changes the UpdateContainerResources call"),
         ("container_resources.cpu_quota", "applied", "changes the UpdateContainerResources call"),
         ("container_resources.cpu_shares", "unchanged",
          "the UpdateContainerResources call has it already: an echo changes nothing"),
         ("pod_cgroup_parent", "ignored", ignored),
         ("container_envs[A]", "ignored", ignored),
     ]
+
+
+def test_an_update_is_judged_against_kubelets_call() -> None:
+    """kubelet's update, given: what it names decides what an echo and a whole answer's clear do."""
+    request = container_request()
+    request.container_resources.MergeFrom(Resources(cpuset_cpus="2-3", cpuset_mems="0"))
+    echo = Answer(container_annotations={"c": "d"}, container_resources=Resources(cpu_shares=1024))
+    with_annotations = v1.UpdateContainerResourcesRequest(annotations={"c": "d"})
+    assert check_answer(UPDATE, request, echo, **NODE, call=with_annotations).outcomes == {
+        "container_annotations[c]": "unchanged", "container_resources.cpu_shares": "unchanged"}
+    # A whole answer leaving both cpusets empty clears only those kubelet's update names.
+    whole = Answer(container_resources=Resources(cpu_shares=1024, memory_limit_in_bytes=1 << 30))
+    cpu_manager = v1.UpdateContainerResourcesRequest(linux=v1.LinuxContainerResources(cpuset_cpus="2-3"))
+    resize = v1.UpdateContainerResourcesRequest(linux=v1.LinuxContainerResources(cpu_quota=50_000, cpu_period=100_000))
+    outcomes = {"container_resources.cpu_shares": "unchanged", "container_resources.memory_limit_in_bytes": "unchanged"}
+    assert check_answer(UPDATE, request, whole, **NODE, answers="whole", call=cpu_manager).outcomes == {
+        **outcomes, "container_resources.cpuset_cpus": "applied"}
+    assert check_answer(UPDATE, request, whole, **NODE, answers="whole", call=resize).outcomes == outcomes
+    assert check_answer(UPDATE, request, whole, **NODE, answers="whole").outcomes == outcomes  # the default: a resize
+    with pytest.raises(TypeError, match="a PreUpdateContainerResources call is a UpdateContainerResourcesRequest, "
+                                        "not CreateContainerRequest"):
+        check_answer(UPDATE, request, whole, **NODE, call=v1.CreateContainerRequest())
 
 
 @pytest.mark.parametrize("hook", [HookType.POST_STOP_CONTAINER, HookType.PRE_START_CONTAINER])
