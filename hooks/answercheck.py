@@ -105,8 +105,8 @@ def check_answer(
     annotations (a CPU manager's update names cpuset_cpus alone: give it to
     judge a whole answer's clear). ``cpus`` and ``mems``: the node's online
     CPUs and the memory nodes its cpuset.mems takes, as kernel lists
-    ("0-3"); None reads this machine's (give both for a test that runs
-    anywhere). ``cgroups``: the cgroup v1 cpuset hierarchy the pod's cgroup
+    ("0-3"); None reads this machine's where the answer is applied (give
+    both for a test that runs anywhere). ``cgroups``: the cgroup v1 cpuset hierarchy the pod's cgroup
     parent is judged by, cgroup path -> {"cpuset.cpus": ..., "cpuset.mems":
     ...} (a slice expanded, as runc does:
     ``/kubepods.slice/kubepods-burstable.slice``); None judges no parent, as
@@ -126,9 +126,11 @@ def check_answer(
     ignored = dict.fromkeys(found[0], found[1]) if found is not None else {}
     checks = [FieldCheck(item.name, Outcome.IGNORED, ignored[item.top]) for item in items if item.top in ignored]
     items = [item for item in items if item.top not in ignored]
-    facts = _facts(cpus, mems)
-    with _hierarchy(cgroups) as parents:
-        reasons = kernel_would_refuse(NodeFactsSource(lambda: facts, parents=parents), point, request, answer, {})
+    reasons: list[Reason] = []
+    if point.answer_applied:  # else never judged: the node is read only where it is
+        facts = _facts(cpus, mems)
+        with _hierarchy(cgroups) as parents:
+            reasons = kernel_would_refuse(NodeFactsSource(lambda: facts, parents=parents), point, request, answer, {})
     refused = _refused(point, items, reasons)
     checks += refused.values()
     items = [item for item in items if item.name not in refused]

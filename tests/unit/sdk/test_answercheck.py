@@ -144,6 +144,18 @@ def test_an_update_is_judged_against_kubelets_call() -> None:
         check_answer(UPDATE, request, whole, **NODE, call=v1.CreateContainerRequest())
 
 
+def test_the_node_is_read_only_where_an_answer_is_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_sys() -> None:
+        raise FileNotFoundError("/sys/devices/system/cpu/online")
+
+    monkeypatch.setattr("hooks.answercheck.read_node_facts", no_sys)
+    answer = Answer(container_resources=Resources(cpu_shares=2))
+    for hook in (HookType.POST_STOP_CONTAINER, HookType.PRE_START_CONTAINER):
+        assert check_answer(hook, container_request(), answer).outcomes == {"container_resources.cpu_shares": "ignored"}
+    with pytest.raises(FileNotFoundError):
+        check_answer(CREATE, container_request(), answer)
+
+
 @pytest.mark.parametrize("hook", [HookType.POST_STOP_CONTAINER, HookType.PRE_START_CONTAINER])
 def test_an_answer_where_none_is_applied_is_ignored_whole(hook: HookType) -> None:
     answer = Answer(container_resources=Resources(cpu_quota=-5), container_envs={"A": "1"})
