@@ -10,6 +10,12 @@ field changes the call (the CRI call's executor ``apply``, one field at a time,
 on kubelet's call: given, or built from the request the hook was shown; an
 update as kubelet sends a resize, with no annotations and no cpusets).
 
+It judges the CRI proxy's path (``runtime-proxy serve``). Under
+``runtime-proxy nri`` less is applied: no PreRunPodSandbox answer, no
+oom_score_adj, no swap limit at PreCreateContainer, nothing but resources on
+an update, and no whole answer's cpuset clear (``nri/limits.py``); give
+``nri=True`` to judge by the NRI plugin's own code for these.
+
 Not judged here: what only a chain of hooks decides (a PreCreateContainer
 answer refused by its parent may be lifted by a later hook's move), what
 needs the hook file (its failure policy: a refused answer fails the call
@@ -38,7 +44,10 @@ from runtimeproxy.hookpath.nodefacts import NodeFactsSource
 from runtimeproxy.hookpath.parentcpuset import FILES, ParentCpusets
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint, HookType, Kind
 from runtimeproxy.hookpath.validate import NodeFacts, Reason, parse_id_list, read_node_facts
-from runtimeproxy.hookpath.wholeanswers import CLEAR_ASKED
+from runtimeproxy.hookpath.wholeanswers import CLEAR_ASKED, CLEAR_KEPT
+from runtimeproxy.nri.limits import APPLIED as NRI_APPLIED
+from runtimeproxy.nri.limits import NRI_DROPPED
+from runtimeproxy.nri.limits import unapplied as nri_unapplied
 
 __all__ = ["AnswerCheck", "FieldCheck", "Outcome", "check_answer"]
 
@@ -95,6 +104,7 @@ def check_answer(
     mems: str | None = None,
     cgroups: Mapping[str, Mapping[str, str]] | None = None,
     answers: Answers | str = Answers.CHANGES,
+    nri: bool = False,
 ) -> AnswerCheck:
     """What the proxy would make of ``answer``, a hook's to ``request`` at ``hook``.
 
@@ -106,12 +116,13 @@ def check_answer(
     judge a whole answer's clear). ``cpus`` and ``mems``: the node's online
     CPUs and the memory nodes its cpuset.mems takes, as kernel lists
     ("0-3"); None reads this machine's where the answer is applied (give
-    both for a test that runs anywhere). ``cgroups``: the cgroup v1 cpuset hierarchy the pod's cgroup
-    parent is judged by, cgroup path -> {"cpuset.cpus": ..., "cpuset.mems":
-    ...} (a slice expanded, as runc does:
-    ``/kubepods.slice/kubepods-burstable.slice``); None judges no parent, as
-    on cgroup v2. ``answers``: the hook file's key (``whole``: an empty
-    cpuset clears the call's).
+    both for a test that runs anywhere). ``cgroups``: the cgroup v1 cpuset
+    hierarchy the pod's cgroup parent is judged by, cgroup path ->
+    {"cpuset.cpus": ..., "cpuset.mems": ...} (a slice expanded, as runc
+    does: ``/kubepods.slice/kubepods-burstable.slice``); None judges no
+    parent, as on cgroup v2. ``answers``: the hook file's key (``whole``: an
+    empty cpuset clears the call's). ``nri``: as ``runtime-proxy nri``
+    applies it.
     """
     point = HOOK_POINTS[HookType(hook)]
     executor = HOOKED_METHODS[point.cri_method].executor
@@ -135,6 +146,13 @@ def check_answer(
     checks += refused.values()
     items = [item for item in items if item.name not in refused]
     echo = f"the {point.cri_method} call has it already: an echo changes nothing"
+    if nri:  # what the NRI plugin cannot apply, by its own code (an echoed key is not its map's changed one)
+        dropped = {item.name for item in items if nri_unapplied(point.hook, request, item.alone)}
+        checks += [FieldCheck(name, Outcome.IGNORED, NRI_DROPPED) for name in sorted(dropped)]
+        items = [item for item in items if item.name not in dropped]
+        never = [item for item in items if item.top not in NRI_APPLIED.get(point.hook, {item.top})]
+        checks += [FieldCheck(item.name, Outcome.UNCHANGED, echo) for item in never]  # NRI applies none: an echo
+        items = [item for item in items if item not in never]
     for item in items:
         if executor.apply(_call(point, request, call), item.alone, request):
             outcome, reason = Outcome.APPLIED, f"changes the {point.cri_method} call{_where(point, item)}"
@@ -144,7 +162,8 @@ def check_answer(
             outcome, reason = Outcome.UNCHANGED, echo
         checks.append(FieldCheck(item.name, outcome, reason))
     if Answers(answers) is Answers.WHOLE and point.answer_applied:
-        outcome, reason = (Outcome.DROPPED, DROPPED) if reasons else (Outcome.APPLIED, CLEAR_ASKED)
+        outcome, reason = ((Outcome.IGNORED, CLEAR_KEPT) if nri else (Outcome.DROPPED, DROPPED) if reasons
+                           else (Outcome.APPLIED, CLEAR_ASKED))
         checks += [FieldCheck(f"container_resources.{name}", outcome, reason)
                    for name in executor.emptied(_call(point, request, call), answer)]
     checks.sort(key=lambda check: order.get(check.field, len(order)))  # as the answer has them

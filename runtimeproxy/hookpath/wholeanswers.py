@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # The line of a clear (hooks.answercheck tells a hook's author so too).
 CLEAR_ASKED = "whole hook answer asks the runtime to clear the container's cpuset"
+# The line of a clear under NRI, which cannot apply one.
+CLEAR_KEPT = "whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept"
 # Containers and fields whose clear was logged at info, the oldest forgotten first.
 _REMEMBERED = 4096
 
@@ -55,7 +57,7 @@ class WholeAnswers:
         if self.applies:
             log.log(level, CLEAR_ASKED, extra=extra)
             return names
-        log.log(level, "whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept", extra=extra)
+        log.log(level, CLEAR_KEPT, extra=extra)
         return ()
 
     def _first(self, shown: Any, names: tuple[str, ...]) -> bool:

@@ -38,6 +38,8 @@ APPLIED: dict[HookType, frozenset[str]] = {
     HookType.PRE_RUN_POD_SANDBOX: frozenset(),  # NRI reports the pod once it runs
     HookType.PRE_START_CONTAINER: frozenset(),  # the container is created: nothing left to adjust
 }
+# The line the plugin logs such a field with (hooks.answercheck tells a hook's author so too).
+NRI_DROPPED = "NRI cannot apply this hook answer at this event; dropped"
 # Never applicable: an NRI adjustment or update has no OOM score; and NRI's
 # AdjustResources sets the swap limit to the memory limit, whatever the
 # adjustment's swap says (an update's swap is applied).
@@ -170,7 +172,7 @@ class ObservingDispatcher(Dispatcher):
             if (server.name, hook, name) not in self._logged:
                 self._logged.add((server.name, hook, name))
                 log.warning(
-                    "NRI cannot apply this hook answer at this event; dropped (logged once per server)",
+                    f"{NRI_DROPPED} (logged once per server)",
                     extra={**server.log_fields(), "hook": hook.value, "dropped": name},
                 )
         return answer

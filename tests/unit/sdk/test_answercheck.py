@@ -156,6 +156,27 @@ def test_the_node_is_read_only_where_an_answer_is_applied(monkeypatch: pytest.Mo
         check_answer(CREATE, container_request(), answer)
 
 
+def test_under_nri_what_the_plugin_cannot_apply_is_ignored_in_its_words() -> None:
+    pod = check_answer("PreRunPodSandbox", pod_request(), hookapi.PodSandboxHookResponse(
+        labels={"app": "nginx", "tier": "web"}, resources=Resources(cpu_shares=512)), **NODE, nri=True)
+    assert pod.outcomes == {"labels[app]": "unchanged", "labels[tier]": "ignored", "resources.cpu_shares": "ignored"}
+    assert pod["labels[tier]"].reason == "NRI cannot apply this hook answer at this event; dropped"
+    request = container_request()
+    request.container_resources.MergeFrom(Resources(cpuset_cpus="0-1", cpuset_mems="0"))
+    answer = Answer(container_resources=Resources(cpu_shares=2, oom_score_adj=5, memory_swap_limit_in_bytes=4 << 30))
+    check = check_answer(CREATE, request, answer, **NODE, answers="whole", nri=True)
+    assert check.outcomes == {"container_resources.cpu_shares": "applied", "container_resources.oom_score_adj": "ignored",
+                              "container_resources.memory_swap_limit_in_bytes": "ignored",
+                              "container_resources.cpuset_cpus": "ignored", "container_resources.cpuset_mems": "ignored"}
+    assert check["container_resources.cpuset_cpus"].reason == (
+        "whole hook answer clears the container's cpuset; NRI cannot clear one, so it is kept")
+    # The CRI proxy applies them all.
+    assert set(check_answer(CREATE, request, answer, **NODE, answers="whole").outcomes.values()) == {"applied"}
+    # Refused all the same: the NRI plugin judges answers by the proxy's dispatcher.
+    assert not check_answer(CREATE, request, Answer(container_resources=Resources(oom_score_adj=5000)), **NODE,
+                            nri=True).taken
+
+
 @pytest.mark.parametrize("hook", [HookType.POST_STOP_CONTAINER, HookType.PRE_START_CONTAINER])
 def test_an_answer_where_none_is_applied_is_ignored_whole(hook: HookType) -> None:
     answer = Answer(container_resources=Resources(cpu_quota=-5), container_envs={"A": "1"})

@@ -1,16 +1,19 @@
 """check_answer against the proxy itself, field by field: each answer, and
-each of its fields alone, through the real HookStage on kubelet's call, at
-every hook point whose answer is applied; kubelet's partial updates included
-(a resize, a CPU manager's cpuset)."""
+each of its fields alone, through the real HookStage on kubelet's call (the
+CRI path) or through the NRI plugin's HookAdapter (``nri=True``), at every
+hook point whose answer is applied; kubelet's partial updates included (a
+resize, a CPU manager's cpuset)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pytest
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.nri import api_pb2 as nri
 from cri_api.v1 import api_pb2 as v1
 from hooks.answercheck import AnswerCheck, Outcome, _items, check_answer
 from runtimeproxy.hookpath.dispatch import Dispatcher
@@ -21,6 +24,9 @@ from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.hookpath.stage import HookStage
 from runtimeproxy.hookpath.store import StateStore, container_record, pod_record
 from runtimeproxy.hookpath.validate import NodeFacts, parse_id_list
+from runtimeproxy.hookpath.wholeanswers import CLEAR_KEPT
+from runtimeproxy.nri.adapter import HookAdapter
+from runtimeproxy.nri.limits import NRI_DROPPED, ObservingDispatcher
 
 from ..hookpath.dispatchfakes import Chain, NoConnections
 
@@ -226,3 +232,92 @@ async def test_a_cpu_managers_update_field_by_field() -> None:
     assert "container_resources.cpuset_mems" not in check.outcomes
     assert Outcome.APPLIED not in check.outcomes.values()
     await assert_as_the_stage_does(UPDATE, CPU_MANAGER, A(container_resources=R(cpuset_cpus="5")))  # refused
+
+
+# -- under NRI: the plugin's own adapter, dispatcher and stage ----------------
+
+def nri_pod() -> nri.PodSandbox:
+    return nri.PodSandbox(id="pod-1", name="nginx", uid="uid-1", namespace="default", labels={"app": "nginx"},
+                          annotations={"anno": "1"}, linux=nri.LinuxPodSandbox(cgroup_parent=PARENT))
+
+
+def nri_container() -> nri.Container:
+    return nri.Container(
+        id="ctr-1", pod_sandbox_id="pod-1", name="web", env=["PATH=/bin"], annotations={"c": "d"},
+        linux=nri.LinuxContainer(
+            cgroups_path=f"{PARENT}/ctr-1", oom_score_adj=nri.OptionalInt(value=-997),
+            resources=nri.LinuxResources(
+                cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=1024), cpus="0-1", mems="0"),
+                memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=1 << 30)))))
+
+
+NRI_UPDATE = nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=2048), cpus="0-1", mems="0"),
+                                memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=1 << 30)))
+
+
+async def through_nri(hook: HookType, answer: Message, answers: Answers = Answers.CHANGES) -> tuple[Message, bool]:
+    """The hook request shown, and whether the runtime was asked for a change (the adjustment or update)."""
+    server = HookServerConfig("h.json", "/nonexistent/h.sock", FailurePolicy.FAIL, frozenset({hook}), answers=answers)
+    transport = Answering(answer)
+    dispatcher = ObservingDispatcher(Registered(server), node=NodeFactsSource(facts))
+    dispatcher.transport = transport  # type: ignore[assignment]
+    state = StateStore()
+    adapter = HookAdapter(HookStage(dispatcher, state, carries=False), state, budget=5.0)
+    pod, container = nri_pod(), nri_container()
+    await adapter.synchronize([pod], [container] if hook is UPDATE else [])
+    changed = False
+    if hook is POD:
+        await adapter.state_change(nri.StateChangeEvent(event=nri.Event.RUN_POD_SANDBOX, pod=pod))
+    elif hook is CREATE:
+        adjustment = await adapter.create_container(pod, container)
+        changed = adjustment != nri.ContainerAdjustment()
+    else:
+        changed = bool(await adapter.update_container(pod, container, NRI_UPDATE))
+    await adapter.close()
+    return HOOK_POINTS[hook].request_type.FromString(transport.shown[0]), changed
+
+
+NRI_ANSWERS = {
+    POD: P(labels={"app": "nginx", "tier": "web"}, cgroup_parent="/kubepods/x", resources=R(cpu_shares=512)),
+    CREATE: A(container_resources=R(cpu_shares=512, oom_score_adj=100, memory_swap_limit_in_bytes=4 << 30,
+                                    cpuset_cpus="0-1"),
+              container_annotations={"c": "d", "e": "f"}, container_envs={"X": "1"}, pod_cgroup_parent=PARENT),
+    UPDATE: A(container_resources=R(cpu_shares=512, oom_score_adj=100, cpu_quota=50_000),
+              container_annotations={"c": "d", "e": "f"}),
+}
+
+
+@pytest.mark.parametrize("hook", list(NRI_ANSWERS), ids=lambda hook: hook.value)
+async def test_under_nri_field_by_field(hook: HookType, caplog: pytest.LogCaptureFixture) -> None:
+    """Each field alone through the NRI plugin: ``ignored`` exactly when the
+    plugin logs it dropped, ``applied`` exactly when it asks the runtime for
+    a change it applies."""
+    answer = NRI_ANSWERS[hook]
+    shown, _ = await through_nri(hook, HOOK_POINTS[hook].response_type())
+    check = check_answer(hook, shown, answer, **NODE, nri=True)
+    assert check.taken
+    for item in _items(HOOK_POINTS[hook], answer):
+        caplog.clear()
+        _, changed = await through_nri(hook, item.alone)
+        dropped = any(record.getMessage().startswith(NRI_DROPPED) for record in caplog.records)
+        verdict = check[item.name]
+        assert (verdict.outcome is Outcome.IGNORED) == dropped, item.name
+        assert (verdict.outcome is Outcome.APPLIED) == (changed and not dropped), item.name
+        assert verdict.reason == NRI_DROPPED if dropped else verdict.reason != NRI_DROPPED
+    cri = check_answer(hook, shown, answer, **NODE)
+    assert {field for field, outcome in check.outcomes.items() if outcome != cri.outcomes[field]}  # what NRI changes
+
+
+async def test_under_nri_a_whole_answers_clear_is_kept(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    answer = A(container_resources=R(cpu_shares=512))
+    shown, _ = await through_nri(CREATE, HOOK_POINTS[CREATE].response_type())
+    caplog.clear()
+    await through_nri(CREATE, answer, Answers.WHOLE)
+    kept = [record for record in caplog.records if record.getMessage() == CLEAR_KEPT]
+    check = check_answer(CREATE, shown, answer, **NODE, answers="whole", nri=True)
+    assert check.outcomes == {"container_resources.cpu_shares": "applied", "container_resources.cpuset_cpus": "ignored",
+                              "container_resources.cpuset_mems": "ignored"}
+    assert {f"container_resources.{name}" for name in kept[0].cpuset_fields} == {  # type: ignore[attr-defined]
+        c.field for c in check.fields if c.reason == CLEAR_KEPT}
+    assert logging.INFO == kept[0].levelno
