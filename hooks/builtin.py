@@ -39,18 +39,6 @@ class BuiltinHook(HookServer):
     HOOKS: ClassVar[tuple[HookType, ...]]  # the hook points it registers for
     PRIORITY: ClassVar[int | None] = None  # registered with, without --priority (None: the proxy's default)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A handler for a hook point HOOKS leaves out: a ``TypeError``, as
-        ``hook run`` registers HOOKS only, so the proxy would never call it."""
-        super().__init_subclass__(**kwargs)
-        hooks = getattr(cls, "HOOKS", None)
-        if hooks is None:  # a base of built-in hooks, not one
-            return
-        for hook, handler in handled_hooks(cls, HookServer).items():
-            if hook not in hooks:
-                raise TypeError(f"{handler} handles {hook.value}, which {cls.__qualname__}.HOOKS does not list: "
-                                "hook run registers only HOOKS, so the proxy would never call it")
-
     @classmethod
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BuiltinHook:
         """Build the server from its YAML config (``{}`` when none is given);
@@ -90,7 +78,20 @@ def load_builtin(name: str) -> type[BuiltinHook]:
         raise BuiltinUnavailable(f"built-in hook {name!r} cannot be loaded from {target}: {type(exc).__name__}: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, BuiltinHook)):
         raise TypeError(f"{target} is not a BuiltinHook")
+    unlisted = unlisted_handlers(cls)
+    if unlisted:
+        raise TypeError(f"built-in hook {name!r}: {'; '.join(unlisted)}")
     return cls
+
+
+def unlisted_handlers(cls: type[BuiltinHook]) -> list[str]:
+    """The handlers of ``cls`` for hook points its HOOKS leaves out, each
+    said so: ``hook run`` registers HOOKS only, so the proxy would never
+    call them. Checked where a built-in hook is loaded, not where a class is
+    defined: a script's subclass of one is registered by its own hook file."""
+    return [f"{handler} handles {hook.value}, which {cls.__qualname__}.HOOKS does not list: "
+            "hook run registers only HOOKS, so the proxy would never call it"
+            for hook, handler in handled_hooks(cls, HookServer).items() if hook not in cls.HOOKS]
 
 
 @dataclass(frozen=True)

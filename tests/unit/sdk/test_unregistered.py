@@ -1,6 +1,6 @@
 """A handler that no hook file written for its server's socket lists is
 never called by the proxy: warned at start, naming it (hooks/unregistered.py);
-a built-in hook whose HOOKS leaves one out is refused when defined."""
+a built-in hook whose HOOKS leaves one out is refused where hook run loads it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from cri_api.hookapi import api_pb2
+from hooks import builtin
 from hooks.builtin import BuiltinHook
+from hooks.handlers import handled_hooks
 from hooks.sdk import HookServer, write_hook_config
 from runtimeproxy.hookpath.points import HookType
 
@@ -97,22 +99,45 @@ async def test_unchecked_a_server_answering_through_handle_and_a_socket_no_file_
     assert warnings(caplog) == []
 
 
-def test_a_builtin_hook_handling_a_point_its_hooks_leave_out_is_refused() -> None:
-    with pytest.raises(TypeError, match=(
-        r"\.Partial\.pre_update_container_resources handles PreUpdateContainerResources, which \S*\.Partial\.HOOKS does not "
-        r"list: hook run registers only HOOKS, so the proxy would never call it$"
-    )):
-        class Partial(BuiltinHook):
-            NAME, SUMMARY, HOOKS = "partial", "", (HookType.PRE_CREATE_CONTAINER,)
+class Partial(BuiltinHook):
+    NAME, SUMMARY, HOOKS = "partial", "", (HookType.PRE_CREATE_CONTAINER,)
 
-            async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
-                return None
+    async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
+        return None
 
-            async def pre_update_container_resources(self, request: api_pb2.ContainerResourceHookRequest) -> None:
-                return None
+    async def pre_update_container_resources(self, request: api_pb2.ContainerResourceHookRequest) -> None:
+        return None
 
-    class Whole(BuiltinHook):  # every handler listed; and a base without HOOKS is no hook yet
-        NAME, SUMMARY, HOOKS = "whole", "", (HookType.PRE_CREATE_CONTAINER,)
 
-        async def pre_create_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
+def test_a_builtin_hook_handling_a_point_its_hooks_leave_out_is_refused_where_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(builtin, "BUILTIN_HOOKS", {"partial": f"{__name__}:Partial"})
+    refused = ("built-in hook 'partial': Partial.pre_update_container_resources handles PreUpdateContainerResources, "
+               "which Partial.HOOKS does not list: hook run registers only HOOKS, so the proxy would never call it")
+    with pytest.raises(TypeError) as raised:
+        builtin.load_builtin("partial")
+    assert str(raised.value) == refused
+    assert [info.unavailable for info in builtin.describe_builtins()] == [refused]  # hook list says so
+
+
+def test_every_builtin_hook_lists_the_points_it_handles() -> None:
+    for name in builtin.BUILTIN_HOOKS:
+        try:
+            cls = builtin.load_builtin(name)  # a TypeError for an unlisted handler
+        except builtin.BuiltinUnavailable:
+            continue  # its dependencies are not installed here
+        assert builtin.unlisted_handlers(cls) == []
+        assert set(handled_hooks(cls, HookServer)) <= set(cls.HOOKS)
+
+
+def test_a_scripts_subclass_of_a_builtin_hook_may_handle_more() -> None:
+    """A script serving its own subclass registers it with its own hook file: not hook run's HOOKS."""
+    from hooks.batchresource.server import BatchResourceHook
+
+    class Mine(BatchResourceHook):
+        async def post_stop_container(self, request: api_pb2.ContainerResourceHookRequest) -> None:
             return None
+
+    assert HookType.POST_STOP_CONTAINER not in Mine.HOOKS
+    assert HookType.POST_STOP_CONTAINER in handled_hooks(Mine, HookServer)
