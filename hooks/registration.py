@@ -120,5 +120,5 @@ def write_hook_config(
     log.info("hook file written", extra={
         "hook_file": str(final), "socket": os.fspath(endpoint), "hooks": hook_names, "failure_policy": policy,
         "timeout": doc.get(KEY_TIMEOUT), "priority": priority, "answers": answers})
-    unregistered.written(final, os.fspath(endpoint), map(HookType, hook_names))
+    unregistered.written(final, os.fspath(endpoint))  # never raises: the file is written
     return final

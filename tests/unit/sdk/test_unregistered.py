@@ -5,13 +5,14 @@ a built-in hook whose HOOKS leaves one out is refused where hook run loads it.""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
 import pytest
 
 from cri_api.hookapi import api_pb2
-from hooks import builtin
+from hooks import builtin, unregistered
 from hooks.builtin import BuiltinHook
 from hooks.handlers import handled_hooks
 from hooks.sdk import HookServer, write_hook_config
@@ -38,9 +39,19 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
             if r.name == LOGGER and r.levelno == logging.WARNING]
 
 
-async def next_step() -> None:
-    """The check runs once the loop's current step is done (call_soon): let it."""
-    await asyncio.sleep(0)
+def warned_hooks(caplog: pytest.LogCaptureFixture, socket_path: Path) -> list[str]:
+    return [r.hook for r in caplog.records  # type: ignore[attr-defined]
+            if r.name == LOGGER and r.levelno == logging.WARNING and r.socket == str(socket_path)]  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def short_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(unregistered, "DELAY", 0.05)
+
+
+async def settled() -> None:
+    """Past the check's delay, from the last write or start."""
+    await asyncio.sleep(unregistered.DELAY * 4)
 
 
 MESSAGE = ("CreateAndUpdate.pre_update_container_resources handles PreUpdateContainerResources, but no hook file for "
@@ -54,25 +65,94 @@ async def test_a_handler_the_hook_file_leaves_out_is_warned_about_by_name(
     async with CreateAndUpdate(sock_dir / "h.sock") as server:
         assert server.handled_hooks == (HookType.PRE_CREATE_CONTAINER, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
         write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
-        await next_step()
+        await settled()
         assert warnings(caplog) == [(MESSAGE, "CreateAndUpdate.pre_update_container_resources",
                                      "PreUpdateContainerResources")]
         write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])  # rewritten: once per socket
-        await next_step()
+        await settled()
         assert len(warnings(caplog)) == 1
 
 
-async def test_files_written_in_one_go_count_together_and_listing_all_warns_nothing(
+async def test_files_written_one_after_another_count_together_awaits_between_or_not(
     sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with CreateAndUpdate(sock_dir / "h.sock") as server:
-        # One file per failure policy: the second lists what the first leaves out.
+    async with CreateAndUpdate(sock_dir / "h.sock") as server, CreateAndUpdate(sock_dir / "alone.sock") as alone:
+        # One file per failure policy: the second lists what the first leaves out, written a moment later.
         write_hook_config(tmp_path, "create", server.socket_path, ["PreCreateContainer"], failure_policy="Fail")
+        await asyncio.sleep(unregistered.DELAY / 2)
         write_hook_config(tmp_path, "update", server.socket_path, ["PreUpdateContainerResources"])
-        await next_step()
+        write_hook_config(tmp_path, "alone", alone.socket_path, ["PreCreateContainer"])  # the same, with no second file
+        await settled()
     async with CreateAndUpdate(sock_dir / "h2.sock") as server:
         write_hook_config(tmp_path, "h2", server.socket_path, server.handled_hooks)
-        await next_step()
+        await settled()
+    assert warned_hooks(caplog, sock_dir / "h.sock") == warned_hooks(caplog, sock_dir / "h2.sock") == []
+    assert warned_hooks(caplog, sock_dir / "alone.sock") == ["PreUpdateContainerResources"]
+
+
+async def test_files_written_from_threads_count_together_and_each_write_succeeds(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """write_hook_config run off the loop (asyncio.to_thread), two at once, for a server, many times over."""
+    async with CreateAndUpdate(sock_dir / "alone.sock") as alone:
+        for round in range(8):
+            async with CreateAndUpdate(sock_dir / f"h{round}.sock") as server:
+                await asyncio.gather(
+                    asyncio.to_thread(write_hook_config, tmp_path, f"create{round}", server.socket_path,
+                                      ["PreCreateContainer"], "Fail"),
+                    asyncio.to_thread(write_hook_config, tmp_path, f"update{round}", server.socket_path,
+                                      ["PreUpdateContainerResources"]),
+                    asyncio.to_thread(write_hook_config, tmp_path, "alone", alone.socket_path, ["PreCreateContainer"]),
+                )
+                await settled()
+        assert [r.hook for r in caplog.records if r.name == LOGGER] == ["PreUpdateContainerResources"]  # alone's
+        assert warned_hooks(caplog, sock_dir / "alone.sock") == ["PreUpdateContainerResources"]
+
+
+async def test_any_hook_file_beside_one_written_counts_hand_written_too(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with CreateAndUpdate(sock_dir / "h.sock") as server, CreateAndUpdate(sock_dir / "other.sock") as other:
+        write_hook_config(tmp_path, "create", server.socket_path, ["PreCreateContainer"])
+        (tmp_path / "update.json").write_text(json.dumps(  # by hand
+            {"remote-endpoint": str(server.socket_path), "failure-policy": "Ignore",
+             "runtime-hooks": ["PreUpdateContainerResources"]}))
+        write_hook_config(tmp_path, "other", other.socket_path, ["PreCreateContainer"])
+        (tmp_path / "other-by-hand.json").write_text("{not json")  # lists nothing
+        await settled()
+    assert warned_hooks(caplog, sock_dir / "h.sock") == []
+    assert warned_hooks(caplog, sock_dir / "other.sock") == ["PreUpdateContainerResources"]
+
+
+async def test_the_wait_starts_again_with_each_write(sock_dir: Path, tmp_path: Path) -> None:
+    async with CreateAndUpdate(sock_dir / "h.sock") as server:
+        write_hook_config(tmp_path, "create", server.socket_path, ["PreCreateContainer"])
+        await asyncio.sleep(0)  # the hand-over to the loop
+        first = unregistered._serving[str(server.socket_path)].timer
+        assert first is not None
+        write_hook_config(tmp_path, "update", server.socket_path, ["PreUpdateContainerResources"])
+        await asyncio.sleep(0)
+        second = unregistered._serving[str(server.socket_path)].timer
+        assert second is not None and second is not first
+        assert first.cancelled() and not second.cancelled() and second.when() >= first.when()
+
+
+async def test_a_write_never_fails_for_the_check(
+    sock_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with CreateAndUpdate(sock_dir / "h.sock") as server:
+        closed = asyncio.new_event_loop()
+        closed.close()
+        monkeypatch.setattr(unregistered._serving[str(server.socket_path)], "loop", closed)  # served on a loop since closed
+        assert write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"]).exists()
+
+    def broken(*args: object) -> None:
+        raise OSError("broken")
+
+    monkeypatch.setattr(unregistered, "_files_naming", broken)
+    async with CreateAndUpdate(sock_dir / "h2.sock") as server:
+        write_hook_config(tmp_path, "h2", server.socket_path, ["PreCreateContainer"])
+        await settled()  # the check's failure is logged at debug, not raised in the loop
     assert warnings(caplog) == []
 
 
@@ -82,21 +162,23 @@ async def test_a_server_started_after_its_hook_file_is_checked_at_start(
     write_hook_config(tmp_path, "h", sock_dir / "h.sock", ["PreCreateContainer"])
     write_hook_config(tmp_path, "gone", sock_dir / "h.sock", ["PreUpdateContainerResources"])
     (tmp_path / "gone.json").unlink()  # a removed file no longer lists anything
-    await next_step()
+    await settled()
     assert warnings(caplog) == []  # nothing serves there yet
     async with CreateAndUpdate(sock_dir / "h.sock"):
-        await next_step()
+        await settled()
         assert [hook for _, _, hook in warnings(caplog)] == ["PreUpdateContainerResources"]
 
 
 async def test_unchecked_a_server_answering_through_handle_and_a_socket_no_file_of_this_process_names(
     sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with Generic(sock_dir / "g.sock") as generic, CreateAndUpdate(sock_dir / "h.sock"):
+    async with Generic(sock_dir / "g.sock") as generic, CreateAndUpdate(sock_dir / "h.sock"), \
+            CreateAndUpdate(sock_dir / "listed.sock") as listed:
         assert generic.handled_hooks == ()
         write_hook_config(tmp_path, "g", generic.socket_path, ["PreCreateContainer"])
-        await next_step()
-    assert warnings(caplog) == []
+        write_hook_config(tmp_path, "listed", listed.socket_path, ["PreCreateContainer"])  # the control: warned
+        await settled()
+    assert [r.socket for r in caplog.records if r.name == LOGGER] == [str(sock_dir / "listed.sock")]
 
 
 class Partial(BuiltinHook):
