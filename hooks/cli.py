@@ -80,8 +80,9 @@ class Registration:
         if self.priority is None:
             self.priority = hook.PRIORITY
         existed = self.directory.is_dir()
-        path = write_hook_config(
-            self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority
+        path = write_hook_config(  # at debug: _serve logs "hook registered", with the hook and its event loop
+            self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority,
+            log_level=logging.DEBUG,
         )
         st = os.stat(path)
         self._identity = (st.st_dev, st.st_ino)

@@ -42,6 +42,8 @@ def write_hook_config(
     timeout: str | float | None = None,
     priority: int | None = None,
     answers: str | None = None,
+    *,
+    log_level: int = logging.INFO,
 ) -> Path:
     """Atomically write a Koordinator-format hook file ``directory/name[.json]``; returns its path.
 
@@ -52,6 +54,8 @@ def write_hook_config(
     (``ValueError`` otherwise).  The file is written to a temporary file in the
     same directory, fsync-ed, chmod-ed 0644 and renamed into place, so the
     proxy never sees a partial file.  A missing directory is created (0755).
+    It is logged (``hook file written``, with its hook points) at
+    ``log_level``: ``hook run``, which logs its own ``hook registered``, at debug.
     """
     directory = Path(directory)
     if not name or "/" in name or name in (".", ".."):
@@ -117,7 +121,7 @@ def write_hook_config(
             os.close(dir_fd)
     except OSError:  # pragma: no cover - best effort durability
         pass
-    log.info("hook file written", extra={
+    log.log(log_level, "hook file written", extra={
         "hook_file": str(final), "socket": os.fspath(endpoint), "hooks": hook_names, "failure_policy": policy,
         "timeout": doc.get(KEY_TIMEOUT), "priority": priority, "answers": answers})
     unregistered.written(final, os.fspath(endpoint))  # never raises: the file is written

@@ -84,3 +84,17 @@ def test_a_root_level_set_without_a_handler_stays(
         run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
         assert capsys.readouterr().err == ""
         assert root.level == logging.ERROR and root.handlers == []
+
+
+def test_hook_runs_registration_writes_its_hook_file_at_debug(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One info line for one registration: hook run logs its own "hook registered"."""
+    from hooks.cli import Registration
+    from hooks.noop import NoopHook
+
+    caplog.set_level(logging.DEBUG, logger="hooks.registration")
+    Registration(tmp_path, "noop", "Ignore", None, None).write(NoopHook(sock_dir / "h.sock"))
+    write_hook_config(tmp_path, "script", sock_dir / "h.sock", ["PreCreateContainer"])  # a script's: at info
+    written = [(r.levelno, r.hook_file) for r in caplog.records if r.getMessage() == "hook file written"]  # type: ignore[attr-defined]
+    assert written == [(logging.DEBUG, str(tmp_path / "noop.json")), (logging.INFO, str(tmp_path / "script.json"))]
