@@ -380,8 +380,8 @@ class HookServer:
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
     auto, asyncio or uvloop): a hook call then costs the server about a quarter
-    less CPU, taken from the runtime while pods start. Without logging set up
-    (no root handler), it logs at info to stderr in the proxy's format."""
+    less CPU, taken from the runtime while pods start. Lines no handler takes
+    go to stderr at info, in the proxy's format (logs.unless_configured)."""
     with logs.unless_configured():
         return eventloop.run(main, event_loop)
 

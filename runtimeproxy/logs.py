@@ -118,25 +118,34 @@ def setup(fmt: str = "text", level: str = "info") -> None:
 
 @contextlib.contextmanager
 def unless_configured(level: int = logging.INFO) -> Iterator[bool]:
-    """While it runs, setup()'s text lines on stderr at ``level``, unless the
-    root logger has a handler: the process configured its logging, which is
-    left alone (as logging.basicConfig does). A root level other than
-    Python's default (WARNING) stays too. Undone at the end; whether it set up."""
+    """While it runs, setup()'s text lines on stderr at ``level`` for the
+    records no handler takes, unless the root logger has a handler (the
+    process configured its logging: left alone). Ours is
+    ``logging.lastResort`` (Python's writes bare messages, at WARNING and
+    above), and the root level, if Python's default (WARNING), is ``level``:
+    no handler is added anywhere, so logging set up meanwhile
+    (``basicConfig``, ``dictConfig``), or on named loggers only, takes the
+    records it handles, once, in its own format and at its own level.
+    Both are put back at the end, unless changed meanwhile. Yields whether it
+    set up."""
     root = logging.getLogger()
     if root.handlers:
         yield False
         return
     handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(level)
     handler.setFormatter(TextFormatter())
-    before = root.level
-    root.addHandler(handler)
-    if before == logging.WARNING:
+    resort, before = logging.lastResort, root.level
+    logging.lastResort = handler
+    lowered = before == logging.WARNING
+    if lowered:
         root.setLevel(level)
     try:
         yield True
     finally:
-        root.removeHandler(handler)
-        if root.level == level:  # else changed since, by the process: its own
+        if logging.lastResort is handler:
+            logging.lastResort = resort
+        if lowered and root.level == level and not root.handlers:  # else set since, by the process: its own
             root.setLevel(before)
 
 

@@ -40,6 +40,7 @@ async def serve_and_register(sock: Path, hook_dir: Path) -> list[logging.Handler
     async with Hook(sock) as server:
         write_hook_config(hook_dir, "example", server.socket_path, ["PreCreateContainer"])
         log.info("example hook ready", extra={"pods": 0})
+        log.debug("example hook detail")
     return logging.getLogger().handlers[:]
 
 
@@ -47,6 +48,7 @@ def test_without_logging_set_up_it_logs_at_info_in_the_proxys_format(
     sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with no_logging() as root:
+        resort = logging.lastResort
         during = run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
         lines = capsys.readouterr().err.splitlines()
         events = [line.split(" ", 3)[1:] for line in lines]
@@ -59,9 +61,9 @@ def test_without_logging_set_up_it_logs_at_info_in_the_proxys_format(
         assert f"hook_file={tmp_path / 'example.json'} socket={sock_dir / 'h.sock'} hooks=PreCreateContainer " \
                "failure_policy=Ignore" in lines[1]
         assert lines[2].endswith("'example hook ready' pods=0")
-        assert len(during) == 1
+        assert during == []  # no handler added: Python's last resort is ours meanwhile
         # Undone after: the process's logging is as it was.
-        assert root.handlers == [] and root.level == logging.WARNING
+        assert root.handlers == [] and root.level == logging.WARNING and logging.lastResort is resort
 
 
 def test_a_scripts_own_logging_is_left_alone(
@@ -98,3 +100,42 @@ def test_hook_runs_registration_writes_its_hook_file_at_debug(
     write_hook_config(tmp_path, "script", sock_dir / "h.sock", ["PreCreateContainer"])  # a script's: at info
     written = [(r.levelno, r.hook_file) for r in caplog.records if r.getMessage() == "hook file written"]  # type: ignore[attr-defined]
     assert written == [(logging.DEBUG, str(tmp_path / "noop.json")), (logging.INFO, str(tmp_path / "script.json"))]
+
+
+async def configure_then_serve(sock: Path, hook_dir: Path) -> list[logging.Handler]:
+    logging.basicConfig(level=logging.DEBUG, format="MINE %(levelname)s %(name)s %(message)s")
+    return await serve_and_register(sock, hook_dir)
+
+
+def test_logging_a_script_sets_up_in_its_main_coroutine_takes_every_line(
+    sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with no_logging() as root:
+        during = run(configure_then_serve(sock_dir / "h.sock", tmp_path), "asyncio")
+        lines = capsys.readouterr().err.splitlines()
+        assert len(during) == 1 and root.level == logging.DEBUG  # theirs, kept after run
+    # In its format, at its level, once each; none of ours.
+    assert [line for line in lines if not line.startswith("MINE DEBUG")] == [
+        f"MINE INFO hooks.sdk hook server listening on {sock_dir / 'h.sock'}",
+        "MINE INFO hooks.registration hook file written",
+        "MINE INFO example_hook example hook ready",
+    ]
+    assert "MINE DEBUG example_hook example hook detail" in lines
+
+
+def test_a_scripts_handler_on_a_named_logger_takes_its_lines_once(
+    sock_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with no_logging():
+        theirs = logging.StreamHandler()
+        theirs.setFormatter(logging.Formatter("NAMED %(message)s"))
+        log.addHandler(theirs)
+        try:
+            run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
+        finally:
+            log.removeHandler(theirs)
+        lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if "example hook ready" in line] == ["NAMED example hook ready"]
+    # The SDK's own lines, which no handler of theirs takes: ours, once.
+    assert [line.split(" ", 3)[1:3] for line in lines if not line.startswith("NAMED")] == [
+        ["info", "hooks.sdk"], ["info", "hooks.registration"]]
