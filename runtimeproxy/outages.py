@@ -127,11 +127,14 @@ class OutageLog:
             outage.window_start, outage.repeats = now, 0
 
     def counted(self, name: str) -> None:
-        """A failure of ``name``'s outage that its caller logged: counted, no line."""
+        """A failure of ``name`` that its caller logged itself: counted, no
+        line. It starts an outage if none is under way (a Fail hook's refusals
+        are each logged, yet the end of their outage is one line like any)."""
         outage = self._outages.get(name)
-        if outage is not None:
-            outage.failures += 1
-            outage.repeats += 1
+        if outage is None:
+            outage = self._outages[name] = _Outage(started=self._clock(), window_start=None)
+        outage.failures += 1
+        outage.repeats += 1
 
     def succeeded(self, name: str, fields: Mapping[str, object], *, first: bool = False) -> None:
         """A call to ``name`` worked: end its outage, if any, with one line

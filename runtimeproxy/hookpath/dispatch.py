@@ -245,6 +245,7 @@ class Dispatcher:
                 if server.failure_policy is FailurePolicy.FAIL:
                     # Every refused CRI call is logged: it is what kubelet sees.
                     log.error("hook failed, refusing call", extra={**fields, "error": failure.cause})
+                    self._outages.counted(server.name)  # so its recovery is logged, with every failure counted
                     raise HookError(server, hook, failure.cause) from failure
                 self._outages.failed(
                     server.name, logging.WARNING, f"hook failed, going on without it: {failure.cause}",

@@ -197,3 +197,41 @@ def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> Non
         ]
     finally:
         logger.removeHandler(handler)
+
+
+async def test_a_fail_hooks_outage_ends_in_one_line_counting_every_refused_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refusal of a Fail hook is logged (kubelet sees it); its recovery
+    was not, or counted only the post hooks' failures ("after 13.1s and 6
+    failed calls" after 21 refused calls), as the refusals started no outage."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    clock = FakeClock()
+
+    class Flaky(HookServer):
+        healthy = False
+
+        async def handle(self, hook: HookType, request: Message) -> Message | None:
+            if not self.healthy:
+                raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
+            return None
+
+    async with Flaky(tmp_path / "flaky.sock") as server:
+        servers = Servers([config("flaky.json", tmp_path / "flaky.sock", FailurePolicy.FAIL)])
+        dispatcher = Dispatcher(servers, clock=clock)  # type: ignore[arg-type]
+        try:
+            for _ in range(3):
+                with pytest.raises(HookError):
+                    await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+                clock.now += 10
+            await dispatcher.run_post(HOOK, hookapi.ContainerResourceHookRequest(), {})  # logged: not a refusal
+            server.healthy = True
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+        finally:
+            await dispatcher.close()
+    refused = [r for r in caplog.records if r.getMessage() == "hook failed, refusing call"]
+    assert len(refused) == 3
+    recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
+    assert [r.getMessage() for r in recovered] == ["hook server flaky.json recovered after 30.0s and 4 failed calls"]
+    assert recovered[0].hook_failures == 4  # type: ignore[attr-defined]
