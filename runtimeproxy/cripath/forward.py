@@ -70,11 +70,15 @@ _RUNTIME_TROUBLE = frozenset(
 )
 
 
-async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: str) -> NoReturn:
-    """End the client's call with the backend's status, details and trailers."""
-    (log.warning if err.code() in _RUNTIME_TROUBLE else log.info)(
-        "call failed", extra={"method": path, "code": err.code().name, "error": err.details()}
-    )
+async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: str, outage: bool = False) -> NoReturn:
+    """End the client's call with the backend's status, details and trailers.
+    ``outage``: the runtime is known lost, its outage logged apart (backend.py):
+    an UNAVAILABLE is then a debug line, not a warning per call."""
+    if outage and err.code() == grpc.StatusCode.UNAVAILABLE:
+        level = logging.DEBUG
+    else:
+        level = logging.WARNING if err.code() in _RUNTIME_TROUBLE else logging.INFO
+    log.log(level, "call failed", extra={"method": path, "code": err.code().name, "error": err.details()})
     trailers = _reply_metadata(err.trailing_metadata())
     if trailers:
         context.set_trailing_metadata(trailers)
@@ -98,7 +102,7 @@ async def _pass_runtime_error(
             grpc.StatusCode.UNAVAILABLE,
             f"runtime-proxy: the runtime is not probed since it was lost, and answered UNIMPLEMENTED: {err.details()}",
         )
-    await pass_error(context, err, path)
+    await pass_error(context, err, path, outage=unprobed())
 
 
 # Set by a caller that must know when its unary backend call has been sent,

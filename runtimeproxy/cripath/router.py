@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -229,7 +230,8 @@ class Router(grpc.GenericRpcHandler):
                 return await relay.unary(channel, path, request, context)
 
             return _one_request(unary)
-        return _one_request(_chain(stages, relay, channel, path))
+        socket = self._backend.image_socket if ref.service == "ImageService" else self._backend.runtime_socket
+        return _one_request(_unless_unreachable(channel, socket, _chain(stages, relay, channel, path)))
 
 
 async def _only_request(requests: AsyncIterator[bytes], context: aio.ServicerContext, kind: str) -> bytes:
@@ -282,6 +284,23 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
             yield message
 
     return grpc.stream_stream_rpc_method_handler(later_stream)
+
+
+def _unless_unreachable(channel: aio.Channel, socket: Path, unary: Unary) -> Unary:
+    """``unary``, a call with stages, refused UNAVAILABLE before any stage runs
+    while ``channel`` is in TRANSIENT_FAILURE: grpc would fail its runtime call
+    at once then, and the hooks asked first would act for nothing (a
+    PreRunPodSandbox for a pod never made, once per kubelet retry). Not logged
+    per call: the runtime's outage has its own lines (backend.py)."""
+    message = (f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
+               "reconnects by itself); the call was not sent and no hook server was asked")
+
+    async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
+        if channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        return await unary(request, context)
+
+    return handle
 
 
 def _chain(stages: list[Stage], relay: Relay, channel: aio.Channel, path: str) -> Callable[..., Awaitable[bytes]]:
