@@ -215,6 +215,8 @@ class Proxy:
     def _on_backend(self, info: BackendInfo) -> None:
         serving = bool(self.router.plan)
         self._health_soon(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
+        if serving and self._frames is not None:  # after the router's rebuild: new connections are relayed
+            self._frames.runtime_probed()
 
     def _health_soon(self, status: int) -> None:
         # Critical: a proxy whose health can no longer change must not go on.

@@ -3,7 +3,9 @@
 Each client connection gets its own backend connection (connection.py). A
 connection that comes while the backend is not reachable or its versions
 are not known yet is spliced as bytes to the proxy's own grpc.aio server,
-which answers it as the grpc data path would (UNAVAILABLE, health).
+which answers it as the grpc data path would (UNAVAILABLE, health), until
+the runtime is back: then it is told to go away (splice.py), so that its
+client's next calls come on a connection of their own, relayed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from grpc import aio
 from ..host.acceptor import Acceptor, bound_socket
 from ..host.unixsocket import grpc_target
 from .connection import FrameConnection, Limits, Routes
+from .splice import Splice
 from .routes import RouterRoutes
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class FramesListener:
         # them too, since each is owed a server preface and a GOAWAY.
         self._setting_up: set[asyncio.Future[None]] = set()
         self._transports: set[asyncio.BaseTransport] = set()
+        self._splices: set[Splice] = set()  # connections answered by the proxy's own server
         self._stopping = False
         self._systemd: str | None = None  # the address of a socket from systemd
 
@@ -151,8 +155,11 @@ class FramesListener:
         loop = asyncio.get_running_loop()
         backend: _Side | None = None
         if self._routes.ready():  # type: ignore[union-attr]
-            with contextlib.suppress(OSError):
+            try:
                 _, backend = await loop.create_unix_connection(_Side, str(self._backend))
+            except OSError as exc:
+                log.debug("the runtime cannot be dialled: the proxy's own server answers this connection "
+                          "until the runtime is back", extra={"backend": str(self._backend), "error": str(exc)})
         if backend is None:  # not known yet: the proxy's own server answers (UNAVAILABLE, health)
             with contextlib.suppress(OSError):
                 _, backend = await loop.create_unix_connection(_Side, str(self._internal))
@@ -161,6 +168,8 @@ class FramesListener:
                 return
             self._splice(client, backend)
             return
+        if self._splices:  # the runtime answers a dial again: their clients may come back relayed
+            self.runtime_back()
         assert self._channel is not None and backend.transport is not None
         if client.gone or client.transport.is_closing():
             # The client left while the runtime was dialled: what the runtime sent
@@ -184,18 +193,33 @@ class FramesListener:
         self._transports.discard(backend.transport)
 
     def _splice(self, a: _Side, b: _Side) -> None:
+        """Client ``a`` to the proxy's own server ``b``, byte for byte."""
         assert a.transport is not None and b.transport is not None
         ta, tb = a.transport, b.transport
         self._transports.add(tb)
+        splice = Splice(ta)  # type: ignore[arg-type]
+        self._splices.add(splice)
 
         def close() -> None:
             ta.close()
             tb.close()
             self._transports.discard(ta)
             self._transports.discard(tb)
+            self._splices.discard(splice)
 
-        b.attach(ta.write, close)
+        b.attach(splice.from_server, close)
         a.attach(tb.write, close)
+
+    def runtime_back(self) -> None:
+        """The runtime was probed, or answered a dial: the connections the
+        proxy's own server answers meanwhile are told to go away (splice.py)."""
+        if not self._splices or self._stopping:
+            return
+        log.info("connections made while the runtime could not be reached are told to reconnect, to be relayed",
+                 extra={"connections": len(self._splices), "backend": str(self._backend)})
+        for splice in self._splices:
+            splice.go_away()
+        self._splices.clear()  # each is told once
 
     def stop_accepting(self) -> None:
         """Shutdown, step 1: no new connection, no new relayed call. A socket

@@ -107,6 +107,11 @@ class FramesPath:
         if self.listener is not None:
             self.listener.stop_accepting()
 
+    def runtime_probed(self) -> None:
+        """The runtime answered a probe: connections made while it could not be reached are told to reconnect."""
+        if self.listener is not None:
+            self.listener.runtime_back()
+
     async def drain(self, grace: float) -> None:
         if self.listener is not None:
             await self.listener.drain(grace)
