@@ -109,6 +109,12 @@ class Registration:
             self.path.unlink()
         except FileNotFoundError:
             return False
+        except OSError as exc:  # a hook directory gone read-only, say: the stop goes on without it
+            log.error(
+                "cannot remove the registration: the proxy goes on calling this hook server, under its failure"
+                " policy, until the file is removed", extra={"hook_file": str(self.path), "error": str(exc)},
+            )
+            return False
         return True
 
 

@@ -3,7 +3,9 @@ about (a mistyped --hook-dir is read by no proxy); an existing one is not."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,3 +35,23 @@ def test_existing_hook_dir_is_not_warned_about(tmp_path: Path, caplog: pytest.Lo
         Registration(tmp_path, "noop", "Ignore", None, None).write(_hook(tmp_path))  # type: ignore[arg-type]
     assert (tmp_path / "noop.json").is_file()
     assert not [r for r in caplog.records if r.name == "hooks.run" and r.levelno >= logging.WARNING]
+
+
+def test_a_registration_that_cannot_be_removed_is_logged_and_the_stop_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook directory remounted read-only: ``hook run``'s stop raised EROFS
+    out of its finally, skipping the server's stop, with a traceback."""
+    registration = Registration(tmp_path, "noop", "Ignore", None, None)
+    registration.write(_hook(tmp_path))  # type: ignore[arg-type]
+
+    def read_only(self: Path, missing_ok: bool = False) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with caplog.at_level(logging.ERROR, logger="hooks.run"):
+        assert registration.remove() is False
+    [record] = [r for r in caplog.records if r.name == "hooks.run"]
+    assert "cannot remove the registration" in record.getMessage()
+    assert record.hook_file == str(tmp_path / "noop.json") and "Read-only file system" in record.error  # type: ignore[attr-defined]
+    assert (tmp_path / "noop.json").is_file()
