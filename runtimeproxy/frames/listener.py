@@ -22,8 +22,8 @@ from grpc import aio
 from ..host.acceptor import Acceptor, bound_socket
 from ..host.unixsocket import grpc_target
 from .connection import FrameConnection, Limits, Routes
-from .splice import Splice
 from .routes import RouterRoutes
+from .splice import Splice
 
 log = logging.getLogger(__name__)
 
