@@ -8,7 +8,9 @@ keeps a connection as long as it works: untold, it would stay on that path
 after the runtime is back, at several times a relayed call's CPU, until the
 proxy or kubelet restarts. So when the runtime is back, the splice writes the
 client a GOAWAY (NO_ERROR, last stream 2^31-1: every stream it opened is still
-served) between two of the server's frames: the client opens its next calls
+served) between two of the server's frames, outside a header block (a
+HEADERS or PUSH_PROMISE frame without END_HEADERS must be followed directly
+by its CONTINUATION frames, RFC 9113 6.10): the client opens its next calls
 on a new connection, relayed, and closes this one once its calls are done.
 The server's bytes are only walked frame by frame for that, never changed.
 """
@@ -19,6 +21,9 @@ import asyncio
 
 from . import frame as fr
 
+# Frames that open or go on with a header block: one without END_HEADERS is
+# followed by CONTINUATION frames, and nothing may come between them.
+_BLOCK = (fr.FrameType.HEADERS, fr.FrameType.PUSH_PROMISE, fr.FrameType.CONTINUATION)
 # The highest stream id there is: the GOAWAY refuses no stream the client opened.
 _ALL_STREAMS = (1 << 31) - 1
 _GOAWAY = fr.goaway(_ALL_STREAMS, fr.ErrorCode.NO_ERROR, b"runtime-proxy: the runtime is back; reconnect")
@@ -31,6 +36,7 @@ class Splice:
         self._client = client
         self._head = bytearray()  # a frame header read in part
         self._left = 0  # payload bytes of the current frame still to come
+        self._in_block = False  # in a header block: its CONTINUATION frames come next
         self._framed = False  # a whole frame went by: the server's preface (SETTINGS) is out
         self._wanted = False  # go away at the next frame boundary
         self._done = False  # our GOAWAY written, or the server's own seen: walk no more
@@ -46,10 +52,11 @@ class Splice:
             self._client.write(data)
 
     def go_away(self) -> None:
-        """Tell the client to reconnect: now if between two frames, else at the next boundary."""
+        """Tell the client to reconnect: now if between two frames outside a
+        header block, else at the next such boundary."""
         if self._done:
             return
-        if self._framed and not self._left and not self._head:
+        if self._framed and not self._left and not self._head and not self._in_block:
             self._send()
         else:
             self._wanted = True
@@ -60,8 +67,9 @@ class Splice:
             self._client.write(_GOAWAY)
 
     def _walk(self, data: bytes) -> int | None:
-        """Follow ``data``'s frames; the first boundary in it at which the
-        GOAWAY is wanted, or None (the state then stands at its end)."""
+        """Follow ``data``'s frames; the first boundary in it, outside a header
+        block, at which the GOAWAY is wanted, or None (the state then stands
+        at its end)."""
         pos, end = 0, len(data)
         while pos < end:
             if self._left:
@@ -75,13 +83,16 @@ class Splice:
                 if len(self._head) < fr.HEADER_LEN:
                     return None
                 self._left = int.from_bytes(self._head[:3], "big")
-                if self._head[3] == fr.FrameType.GOAWAY:
+                kind, flags = self._head[3], self._head[4]
+                # A frame inside a header block would be a connection error for the client.
+                self._in_block = kind in _BLOCK and not flags & fr.Flag.END_HEADERS
+                if kind == fr.FrameType.GOAWAY:
                     # Going away itself: a GOAWAY of ours after its own would
                     # raise its last stream, which the client takes as an error.
                     self._done = True
                     return None
                 self._head.clear()
-            if not self._left and not self._head:
+            if not self._left and not self._head and not self._in_block:
                 self._framed = True
                 if self._wanted:
                     return pos

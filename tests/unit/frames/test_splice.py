@@ -1,7 +1,9 @@
 """splice.Splice: the GOAWAY that sends a spliced client back is written
-between two of the server's frames, whatever pieces they come in, never before
-the server's first frame nor after a GOAWAY of the server's own; the server's
-bytes pass unchanged."""
+between two of the server's frames, whatever pieces they come in, never inside
+a header block (HEADERS without END_HEADERS and its CONTINUATION frames: a
+frame between them is a connection error for the client), never before the
+server's first frame nor after a GOAWAY of the server's own; the server's bytes
+pass unchanged."""
 
 from __future__ import annotations
 
@@ -27,7 +29,21 @@ SETTINGS = fr.serialize(fr.FrameType.SETTINGS, 0, 0, b"\x00\x04\x00\x00\xff\xff"
 HEADERS = fr.serialize(fr.FrameType.HEADERS, fr.Flag.END_HEADERS, 1, b"\x88" * 40)
 DATA = fr.serialize(fr.FrameType.DATA, 0, 1, b"x" * 3000)
 EMPTY = fr.serialize(fr.FrameType.DATA, fr.Flag.END_STREAM, 1, b"")
-STREAM = [SETTINGS, HEADERS, DATA, EMPTY, HEADERS]
+# A header block in three frames, as a grpc core server writes trailers past its frame size.
+OPEN = fr.serialize(fr.FrameType.HEADERS, fr.Flag.END_STREAM, 1, b"\x88" * 20)
+MORE = fr.serialize(fr.FrameType.CONTINUATION, 0, 1, b"\x88" * 12)
+LAST = fr.serialize(fr.FrameType.CONTINUATION, fr.Flag.END_HEADERS, 1, b"\x88" * 5)
+STREAM = [SETTINGS, HEADERS, DATA, EMPTY, OPEN, MORE, LAST, HEADERS]
+# Told to go away at these offsets into STREAM: in each frame, at its ends, and inside the header block.
+_ENDS = [sum(len(f) for f in STREAM[:i]) for i in range(len(STREAM) + 1)]
+TOLD_AT = sorted({0, 1, 5, 9, 10, 60, 3000}
+                 | {t for end in _ENDS for d in (-1, 0, 1, 9) if 0 <= (t := end + d) <= _ENDS[-1]})
+
+
+def in_block(frame: bytes) -> bool:
+    """Whether ``frame`` leaves a header block open: CONTINUATION frames must come next."""
+    return frame[3] in (fr.FrameType.HEADERS, fr.FrameType.PUSH_PROMISE, fr.FrameType.CONTINUATION) \
+        and not frame[4] & fr.Flag.END_HEADERS
 
 
 def frames_of(data: bytes) -> list[tuple[int, bytes]]:
@@ -47,7 +63,7 @@ def feed(splice: Splice, data: bytes, size: int) -> None:
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 9, 10, 100, 4096])
-@pytest.mark.parametrize("told_after", [0, 1, 5, 9, 10, 60, 3000])
+@pytest.mark.parametrize("told_after", TOLD_AT)
 def test_the_goaway_goes_between_two_frames_and_the_rest_passes_unchanged(size: int, told_after: int) -> None:
     client = Client()
     splice = Splice(client)  # type: ignore[arg-type]
@@ -63,6 +79,25 @@ def test_the_goaway_goes_between_two_frames_and_the_rest_passes_unchanged(size: 
     assert goaway[fr.HEADER_LEN:fr.HEADER_LEN + 8] == ((1 << 31) - 1).to_bytes(4, "big") + bytes(4)  # all streams, NO_ERROR
     assert b"".join(whole for _, whole in got) == stream
     assert sum(len(f) for f in STREAM[:goaways[0]]) >= told_after  # not before the frame being read ended
+    assert not in_block(STREAM[goaways[0] - 1])  # not inside a header block
+
+
+@pytest.mark.parametrize("opener", [fr.FrameType.HEADERS, fr.FrameType.PUSH_PROMISE])
+def test_told_inside_a_header_block_it_goes_after_the_blocks_last_frame(opener: int) -> None:
+    """Told at a frame's end inside a header block: written only once END_HEADERS has gone by."""
+    client = Client()
+    splice = Splice(client)  # type: ignore[arg-type]
+    open_ = fr.serialize(opener, 0, 1, b"\x00\x00\x00\x02" * (opener == fr.FrameType.PUSH_PROMISE) + b"\x88" * 20)
+    splice.from_server(SETTINGS + open_)
+    splice.go_away()
+    assert bytes(client.written) == SETTINGS + open_
+    splice.from_server(MORE)
+    splice.go_away()
+    assert bytes(client.written) == SETTINGS + open_ + MORE
+    splice.from_server(LAST + HEADERS)
+    assert [kind for kind, _ in frames_of(bytes(client.written))] == [
+        fr.FrameType.SETTINGS, opener, fr.FrameType.CONTINUATION, fr.FrameType.CONTINUATION,
+        fr.FrameType.GOAWAY, fr.FrameType.HEADERS]
 
 
 def test_no_goaway_before_the_servers_first_frame() -> None:
