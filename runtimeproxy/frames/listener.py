@@ -5,7 +5,11 @@ connection that comes while the backend is not reachable or its versions
 are not known yet is spliced as bytes to the proxy's own grpc.aio server,
 which answers it as the grpc data path would (UNAVAILABLE, health), until
 the runtime is back: then it is told to go away (splice.py), so that its
-client's next calls come on a connection of their own, relayed.
+client's next calls come on a connection of their own, relayed. The runtime is
+back when it is probed again, when another connection's dial reaches it, or,
+for a connection spliced because its dial failed while the runtime may be fine
+(EMFILE, its socket briefly replaced: no probe comes then), when the
+listener's own re-dial reaches it (REDIAL_FIRST_S, doubling to REDIAL_MAX_S).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from grpc import aio
@@ -26,6 +30,18 @@ from .routes import RouterRoutes
 from .splice import Splice
 
 log = logging.getLogger(__name__)
+
+# The re-dial of the runtime while connections spliced after a failed dial remain.
+REDIAL_FIRST_S = 1.0
+REDIAL_MAX_S = 30.0
+
+
+def redial_delays(first: float, most: float) -> Iterator[float]:
+    """The waits before each re-dial: ``first``, doubling up to ``most``."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, most)
 
 
 class _Side(asyncio.Protocol):
@@ -97,6 +113,8 @@ class FramesListener:
         self._setting_up: set[asyncio.Future[None]] = set()
         self._transports: set[asyncio.BaseTransport] = set()
         self._splices: set[Splice] = set()  # connections answered by the proxy's own server
+        self._undialled: set[Splice] = set()  # of those, the ones spliced after a failed dial
+        self._redial: asyncio.Task[None] | None = None  # re-dials the runtime while _undialled has any
         self._stopping = False
         self._systemd: str | None = None  # the address of a socket from systemd
 
@@ -154,10 +172,12 @@ class FramesListener:
         self._transports.add(client.transport)
         loop = asyncio.get_running_loop()
         backend: _Side | None = None
+        failed = False  # the dial failed: no probe may come, as the runtime itself may be fine
         if self._routes.ready():  # type: ignore[union-attr]
             try:
                 _, backend = await loop.create_unix_connection(_Side, str(self._backend))
             except OSError as exc:
+                failed = True
                 log.debug("the runtime cannot be dialled: the proxy's own server answers this connection "
                           "until the runtime is back", extra={"backend": str(self._backend), "error": str(exc)})
         if backend is None:  # not known yet: the proxy's own server answers (UNAVAILABLE, health)
@@ -166,7 +186,7 @@ class FramesListener:
             if backend is None:
                 client.transport.close()
                 return
-            self._splice(client, backend)
+            self._splice(client, backend, failed)
             return
         if self._splices:  # the runtime answers a dial again: their clients may come back relayed
             self.runtime_back()
@@ -192,13 +212,21 @@ class FramesListener:
         self._transports.discard(client.transport)
         self._transports.discard(backend.transport)
 
-    def _splice(self, a: _Side, b: _Side) -> None:
-        """Client ``a`` to the proxy's own server ``b``, byte for byte."""
+    def _splice(self, a: _Side, b: _Side, failed: bool) -> None:
+        """Client ``a`` to the proxy's own server ``b``, byte for byte;
+        ``failed``: its dial of the runtime failed, so the runtime is re-dialled."""
         assert a.transport is not None and b.transport is not None
         ta, tb = a.transport, b.transport
         self._transports.add(tb)
         splice = Splice(ta)  # type: ignore[arg-type]
         self._splices.add(splice)
+        if failed:
+            self._undialled.add(splice)
+            if self._redial is None and not self._stopping:
+                # One of _handlers: the drain awaits its cancel with theirs.
+                self._redial = asyncio.ensure_future(self._redialling())
+                self._handlers.add(self._redial)
+                self._redial.add_done_callback(self._handlers.discard)
 
         def close() -> None:
             ta.close()
@@ -206,9 +234,35 @@ class FramesListener:
             self._transports.discard(ta)
             self._transports.discard(tb)
             self._splices.discard(splice)
+            self._undialled.discard(splice)
+            if not self._undialled:
+                self._stop_redial()
 
         b.attach(splice.from_server, close)
         a.attach(tb.write, close)
+
+    async def _redialling(self) -> None:
+        """Dial the runtime until it answers, then tell the spliced connections
+        (runtime_back); cancelled once none spliced after a failed dial is left."""
+        loop = asyncio.get_running_loop()
+        for delay in redial_delays(REDIAL_FIRST_S, REDIAL_MAX_S):
+            await asyncio.sleep(delay)
+            try:
+                transport, _ = await loop.create_unix_connection(asyncio.Protocol, str(self._backend))
+            except OSError as exc:
+                log.debug("the runtime still cannot be dialled: connections made meanwhile stay on the proxy's own "
+                          "server", extra={"backend": str(self._backend), "error": str(exc),
+                                           "connections": len(self._undialled)})
+                continue
+            transport.close()
+            break
+        self._redial = None  # done: runtime_back must not cancel this task
+        self.runtime_back()
+
+    def _stop_redial(self) -> None:
+        if self._redial is not None:
+            self._redial.cancel()
+            self._redial = None
 
     def runtime_back(self) -> None:
         """The runtime was probed, or answered a dial: the connections the
@@ -220,11 +274,14 @@ class FramesListener:
         for splice in self._splices:
             splice.go_away()
         self._splices.clear()  # each is told once
+        self._undialled.clear()
+        self._stop_redial()
 
     def stop_accepting(self) -> None:
         """Shutdown, step 1: no new connection, no new relayed call. A socket
         from systemd keeps what waits in its backlog for the next instance."""
         self._stopping = True
+        self._stop_redial()  # no connection is told to go away from here on (runtime_back)
         if self._acceptor is not None:
             self._acceptor.close()  # a socket from systemd: closes our copy of it, systemd keeps its own
             if self._systemd is not None:
