@@ -231,7 +231,7 @@ class Router(grpc.GenericRpcHandler):
 
             return _one_request(unary)
         socket = self._backend.image_socket if ref.service == "ImageService" else self._backend.runtime_socket
-        return _one_request(_unless_unreachable(channel, socket, _chain(stages, relay, channel, path)))
+        return _one_request(_unless_unreachable(channel, socket, path, _chain(stages, relay, channel, path)))
 
 
 async def _only_request(requests: AsyncIterator[bytes], context: aio.ServicerContext, kind: str) -> bytes:
@@ -286,17 +286,20 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
     return grpc.stream_stream_rpc_method_handler(later_stream)
 
 
-def _unless_unreachable(channel: aio.Channel, socket: Path, unary: Unary) -> Unary:
-    """``unary``, a call with stages, refused UNAVAILABLE before any stage runs
-    while ``channel`` is in TRANSIENT_FAILURE: grpc would fail its runtime call
-    at once then, and the hooks asked first would act for nothing (a
-    PreRunPodSandbox for a pod never made, once per kubelet retry). Not logged
-    per call: the runtime's outage has its own lines (backend.py)."""
+def _unless_unreachable(channel: aio.Channel, socket: Path, path: str, unary: Unary) -> Unary:
+    """``unary``, a call with stages on ``path``, refused UNAVAILABLE before any
+    stage runs while ``channel`` is in TRANSIENT_FAILURE: grpc would fail its
+    runtime call at once then, and the hooks asked first would act for nothing
+    (a PreRunPodSandbox for a pod never made, once per kubelet retry). Each
+    refusal is a debug line, as other calls failing in an outage: the
+    runtime's outage has its own lines (backend.py)."""
     message = (f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
                "reconnects by itself); the call was not sent and no hook server was asked")
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
         if channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            log.debug("call failed", extra={"method": path, "code": "UNAVAILABLE", "backend": str(socket),
+                                            "error": "the runtime is not reachable: refused before its hooks"})
             await context.abort(grpc.StatusCode.UNAVAILABLE, message)
         return await unary(request, context)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
 import grpc
@@ -39,6 +38,7 @@ async def test_a_hooked_call_is_refused_without_its_hooks_while_the_runtime_is_u
     running: RunningProxy, fake: FakeBackend, sock_dir: Path, hook_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="runtimeproxy.cripath.forward")
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.cripath.router")
     async with hook_server(sock_dir, "rec", {}) as hook:
         hook.register(hook_dir, ["PreRunPodSandbox"], "Fail", timeout="5s")
         await registered(running, 1)
@@ -49,18 +49,18 @@ async def test_a_hooked_call_is_refused_without_its_hooks_while_the_runtime_is_u
         await connection_failed(running.proxy.backend.runtime_channel)
         request = v1.RunPodSandboxRequest(config=sandbox_config()).SerializeToString()
         async with aio.insecure_channel(f"unix://{sock_dir / 'proxy.sock'}") as channel:  # kubelet's redial
-            started = time.monotonic()
             with pytest.raises(aio.AioRpcError) as refused:
                 await channel.unary_unary(RUN_POD)(request, timeout=10)
-            elapsed = time.monotonic() - started
             with pytest.raises(aio.AioRpcError) as failed:
                 await channel.unary_unary(LIST)(b"", timeout=10)
         assert hook.requests("PreRunPodSandbox") == []
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "not reachable" in refused.value.details() and "no hook server was asked" in refused.value.details()
     assert str(fake.socket) in refused.value.details()
-    assert elapsed < 2, elapsed
     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
     calls_failed = [r for r in caplog.records if r.getMessage() == "call failed"]
     assert calls_failed and all(r.levelno == logging.DEBUG for r in calls_failed), [
         (r.levelname, r.__dict__.get("method")) for r in calls_failed]
+    # The refusal too, naming the call and the runtime's socket.
+    assert [r.__dict__.get("backend") for r in calls_failed if r.__dict__.get("method") == RUN_POD] == [
+        str(fake.socket)]
