@@ -70,6 +70,7 @@ class Registration:
     timeout: str | None
     priority: int | None
     _identity: tuple[int, int] | None = field(default=None, init=False)
+    left: bool = field(default=False, init=False)  # remove failed: the file stays, the proxy goes on calling
 
     @property
     def path(self) -> Path:
@@ -110,6 +111,7 @@ class Registration:
         except FileNotFoundError:
             return False
         except OSError as exc:  # a hook directory gone read-only, say: the stop goes on without it
+            self.left = True
             log.error(
                 "cannot remove the registration: the proxy goes on calling this hook server, under its failure"
                 " policy, until the file is removed", extra={"hook_file": str(self.path), "error": str(exc)},
@@ -176,6 +178,8 @@ def run(
         serving = _serve(cls, socket_path or SOCKET_DIR / f"{name}.sock", config, registration, drain, config_file,
                          transport)
         code = eventloop.run(serving, loop)
+        if registration.left:  # an orderly stop otherwise: a failed one for systemd, which shows it
+            code = code or EXIT_FAILED
     except SetupError:
         raise
     except Exception as exc:

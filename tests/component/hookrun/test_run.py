@@ -137,6 +137,37 @@ async def test_sigterm_cancels_background_after_deregistering_and_stopping(
     assert "'signal received, shutting down' signal=SIGTERM" in signalled
 
 
+async def test_a_registration_left_in_place_still_stops_the_server_and_background_and_exits_1(
+    sock_dir: Path, hook_dir: Path, hook_run: StartHook
+) -> None:
+    """The hook directory gone read-only: the error names the file, the stop
+    goes on in its order, and the exit is 1 (systemd shows the unit failed).
+    Before: the OSError escaped the stop's finally ('fatal', a traceback), the
+    server's stop and the background work's cancel were skipped; then, once
+    caught, the exit was 0 with the file left for the proxy to call."""
+    record = sock_dir / "seen.json"
+    config = sock_dir / "stuck.yaml"
+    registration = hook_dir / "stuck.json"
+    config.write_text(f"record: {record}\nregistration: {registration}\n")
+    sock = sock_dir / "s.sock"
+    run = await hook_run(
+        "stuck", "--socket", str(sock), "--hook-dir", str(hook_dir), "--config", str(config), "--drain", "0",
+        "--log-format", "json",
+    )
+    await run.wait_for('"msg": "hook registered"')
+    run.process.send_signal(signal.SIGTERM)
+    code, rest = await run.finish()
+    # The background work was cancelled after the server's stop (its socket gone), the file still there.
+    assert record.exists() and json.loads(record.read_text()) == {"registration": True, "socket": False}, rest
+    assert registration.exists() and not sock.exists()
+    lines = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+    assert not [line for line in lines if line["msg"] == "fatal"], rest
+    assert [line["msg"] for line in lines][-1] == "stopped"
+    [error] = [line for line in lines if line["msg"].startswith("cannot remove the registration")]
+    assert error["hook_file"] == str(registration) and "Read-only file system" in error["error"]
+    assert code == 1, rest
+
+
 async def test_ready_and_stopping_are_told_to_systemd(sock_dir: Path, hook_dir: Path, hook_run: StartHook) -> None:
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(sock_dir / "notify.sock"))
@@ -208,7 +239,7 @@ async def test_a_socket_path_nothing_can_listen_at_exits_2_in_one_line(
 
 
 SETUP_ERRORS = {
-    "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, watchful)"),
+    "unknown name": (["nosuch"], None, "no built-in hook named 'nosuch' (built-in hooks: balloons, batchresource, failing, noop, stuck, watchful)"),
     "config keys noop does not take": (["noop"], "cpu: 2\n", "hook noop: config {config}: this hook takes no settings, got cpu"),
     "config not YAML": (["noop"], "cpu: [2\n", "cannot read hook config"),
     "config nested too deeply": (["noop"], "a: " + "[" * 3000 + "]" * 3000 + "\n", "YAML nested too deeply"),

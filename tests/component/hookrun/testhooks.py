@@ -8,6 +8,7 @@ background work fails, or one that records what it saw when it was cancelled.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -58,7 +59,30 @@ class WatchfulHook(BuiltinHook):
             raise
 
 
-TEST_HOOKS = {"failing": f"{__name__}:FailingHook", "watchful": f"{__name__}:WatchfulHook"}
+class StuckHook(WatchfulHook):
+    """A watchful hook whose registration cannot be removed, as in a hook
+    directory remounted read-only (root may write through a mode 0555 one)."""
+
+    NAME = "stuck"
+    SUMMARY = "its registration cannot be removed"
+
+    @classmethod
+    def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> WatchfulHook:
+        hook = super().from_config(socket_path, config)
+        unlink = Path.unlink
+
+        def read_only(path: Path, missing_ok: bool = False) -> None:
+            if path == hook.registration:
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            unlink(path, missing_ok)
+
+        Path.unlink = read_only  # type: ignore[method-assign]
+        return hook
+
+
+TEST_HOOKS = {
+    "failing": f"{__name__}:FailingHook", "watchful": f"{__name__}:WatchfulHook", "stuck": f"{__name__}:StuckHook",
+}
 
 
 if __name__ == "__main__":
