@@ -144,6 +144,17 @@ T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE = (
 F_PADDED, F_END_STREAM, F_END_HEADERS = Flag.PADDED, Flag.END_STREAM, Flag.END_HEADERS
 
 
+_BLOCK_FRAMES = (FrameType.HEADERS, FrameType.PUSH_PROMISE, FrameType.CONTINUATION)
+
+
+def leaves_block_open(kind: int, flags: int) -> bool:
+    """Whether a frame leaves a header block open: a HEADERS, PUSH_PROMISE or
+    CONTINUATION frame without END_HEADERS, which only that block's
+    CONTINUATION frames may follow (RFC 9113 section 6.10). A frame the proxy
+    writes in between is a connection error (PROTOCOL_ERROR) for the peer."""
+    return kind in _BLOCK_FRAMES and not flags & Flag.END_HEADERS
+
+
 def without_end_stream(raws: list[bytes]) -> list[bytes]:
     """A header block's frames as received, with END_STREAM cleared on the first (the HEADERS)."""
     first = bytearray(raws[0])

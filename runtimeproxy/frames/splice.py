@@ -21,9 +21,6 @@ import asyncio
 
 from . import frame as fr
 
-# Frames that open or go on with a header block: one without END_HEADERS is
-# followed by CONTINUATION frames, and nothing may come between them.
-_BLOCK = (fr.FrameType.HEADERS, fr.FrameType.PUSH_PROMISE, fr.FrameType.CONTINUATION)
 # The highest stream id there is: the GOAWAY refuses no stream the client opened.
 _ALL_STREAMS = (1 << 31) - 1
 _GOAWAY = fr.goaway(_ALL_STREAMS, fr.ErrorCode.NO_ERROR, b"runtime-proxy: the runtime is back; reconnect")
@@ -85,7 +82,7 @@ class Splice:
                 self._left = int.from_bytes(self._head[:3], "big")
                 kind, flags = self._head[3], self._head[4]
                 # A frame inside a header block would be a connection error for the client.
-                self._in_block = kind in _BLOCK and not flags & fr.Flag.END_HEADERS
+                self._in_block = fr.leaves_block_open(kind, flags)
                 if kind == fr.FrameType.GOAWAY:
                     # Going away itself: a GOAWAY of ours after its own would
                     # raise its last stream, which the client takes as an error.
