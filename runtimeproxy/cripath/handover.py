@@ -16,18 +16,22 @@ still running keep theirs.
 
 So the relay follows frame boundaries in both directions, reading frame
 headers only: which stream a frame is on, and where grpc's next frame
-begins, since the relay's frames must go between two of them. grpc decodes
-no header block the client sends after a dropped one, since gRPC clients
-send none but a new stream's (no request trailers): its HPACK state stays
-that of the client's encoder. Malformed input is never an error here; before
-the cut all of it reaches grpc, which answers it as without the relay.
+begins, since the relay's frames must go between two of them, and outside
+a header block: a HEADERS or PUSH_PROMISE frame without END_HEADERS (grpc's
+trailers over the client's frame size, say) is followed directly by its
+CONTINUATION frames (RFC 9113 6.10), and a frame in between is a connection
+error for the client, failing every call on the connection. grpc decodes no
+header block the client sends after a dropped one, since gRPC clients send
+none but a new stream's (no request trailers): its HPACK state stays that of
+the client's encoder. Malformed input is never an error here; before the cut
+all of it reaches grpc, which answers it as without the relay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..frames.frame import HEADER, HEADER_LEN, PREFACE, FrameType
+from ..frames.frame import HEADER, HEADER_LEN, PREFACE, FrameType, leaves_block_open
 
 _HEADER = HEADER.unpack_from
 
@@ -57,21 +61,28 @@ class _Boundaries:
 
 class ServerFrames(_Boundaries):
     """grpc's bytes to the client, with the relay's own frames put between two
-    of grpc's, once grpc's first GOAWAY has gone out (before it, not even its
-    SETTINGS may have)."""
+    of grpc's outside a header block, once grpc's first GOAWAY has gone out
+    (before it, not even its SETTINGS may have)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._pending: list[bytes] = []
         self._kind = -1  # the type of grpc's frame being passed
+        self._in_block = False  # in a header block of grpc's: its CONTINUATION frames come next
         self._goaway_sent = False
 
     @property
+    def _outside(self) -> bool:
+        """Between two of grpc's frames, outside a header block: where a frame of the relay's may go."""
+        return self.at_boundary and not self._in_block
+
+    @property
     def _may_insert(self) -> bool:
-        return self._goaway_sent and self.at_boundary
+        return self._goaway_sent and self._outside
 
     def insert(self, frame: bytes) -> bytes:
-        """``frame`` to send now (returned), or later, at the first boundary after grpc's GOAWAY (b"")."""
+        """``frame`` to send now (returned), or later, at the first boundary after
+        grpc's GOAWAY outside a header block (b"")."""
         if self._may_insert and not self._pending:
             return frame
         self._pending.append(frame)
@@ -100,9 +111,10 @@ class ServerFrames(_Boundaries):
         return b"".join(out)
 
     def end(self) -> bytes:
-        """grpc closed the connection: what is still pending, if it can go (not inside a frame)."""
+        """grpc closed the connection: what is still pending, if it can go (not
+        inside a frame or a header block)."""
         pending, self._pending = self._pending, []
-        return b"".join(pending) if self.at_boundary and self._kind != -1 else b""
+        return b"".join(pending) if self._outside and self._kind != -1 else b""
 
     def _walk(self, data: bytes, i: int, stop_at_boundary: bool = False) -> int:
         n = len(data)
@@ -115,8 +127,9 @@ class ServerFrames(_Boundaries):
                 head, i = self._header(data, i)
                 if head is None:
                     break
-                hi, lo, self._kind, _, _ = _HEADER(head)
+                hi, lo, self._kind, flags, _ = _HEADER(head)
                 self._skip = (hi << 16) | lo
+                self._in_block = leaves_block_open(self._kind, flags)
             if not self._skip:  # a frame ends here
                 if self._kind == FrameType.GOAWAY:
                     self._goaway_sent = True

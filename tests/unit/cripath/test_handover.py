@@ -1,12 +1,14 @@
 """The activation relay's hand-over on the grpc path (handover.py): after the
 cut, streams the client opens never reach grpc and are refused; everything
-else reaches it whole; refusals go between two of grpc's frames. Every case
-is fed in pieces cut at arbitrary points, as reads come."""
+else reaches it whole; refusals go between two of grpc's frames, never inside
+a header block. Every case is fed in pieces cut at arbitrary points, as reads
+come."""
 
 from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +133,47 @@ def test_refusals_go_between_grpcs_frames_after_its_goaway(cuts: list[int], wher
     assert first > frames.index(GOAWAY)
 
 
+def grpc_block(opener: int) -> list[bytes]:
+    """A header block of grpc's in three frames, as grpc writes trailers past the client's frame size."""
+    promised = struct.pack(">I", 2) if opener == FrameType.PUSH_PROMISE else b""
+    return [frame(opener, 1, promised + b"\x88" * 20, Flag.END_STREAM), frame(FrameType.CONTINUATION, 1, b"\x89" * 12),
+            frame(FrameType.CONTINUATION, 1, b"\x8a" * 5, Flag.END_HEADERS)]
+
+
+def leaves_block_open(f: bytes) -> bool:
+    return f[3] in (FrameType.HEADERS, FrameType.PUSH_PROMISE, FrameType.CONTINUATION) and not f[4] & Flag.END_HEADERS
+
+
+@pytest.mark.parametrize("opener", [FrameType.HEADERS, FrameType.PUSH_PROMISE])
+def test_refusals_never_go_inside_a_header_block_of_grpcs(opener: int) -> None:
+    """A frame between a HEADERS (or PUSH_PROMISE) without END_HEADERS and its
+    CONTINUATION frames is a connection error for the client (RFC 9113 6.10):
+    grpc-go fails every call on the connection. Fed split at every offset,
+    with a refusal asked for at every frame end (and at the split), none goes
+    inside the block, and the one asked for inside it follows it directly."""
+    grpc = [*GRPC_FRAMES[:2], data(1, 30), GOAWAY, *grpc_block(opener), PING, data(1, 10)]
+    blob = b"".join(grpc)
+    ends = [sum(map(len, grpc[:i])) for i in range(len(grpc) + 1)]
+    for split in range(len(blob) + 1):
+        for asked in sorted({*ends, split}):
+            server = ServerFrames()
+            out = []
+            for a, b in zip(points := sorted({0, split, asked, len(blob)}), points[1:]):
+                if a == asked:
+                    out.append(server.insert(refusal(3)))
+                out.append(server.feed(blob[a:b]))
+            if asked == len(blob):
+                out.append(server.insert(refusal(3)))
+            frames = split_frames(b"".join(out))
+            assert [f for f in frames if f != refusal(3)] == grpc
+            at = frames.index(refusal(3))
+            assert not leaves_block_open(frames[at - 1]), (split, asked)
+            # Held no longer: after grpc's frame being passed (its GOAWAY at the
+            # earliest), or inside the block, after the block's last frame.
+            passed = max(next(i for i, end in enumerate(ends) if end >= asked), 4)
+            assert at == (7 if passed in (5, 6) else passed), (split, asked)
+
+
 def test_refusals_held_when_grpc_closes_go_out_between_its_frames() -> None:
     server = ServerFrames()
     assert server.insert(refusal(3)) == b""
@@ -144,3 +187,8 @@ def test_refusals_held_when_grpc_closes_go_out_between_its_frames() -> None:
     assert server.insert(refusal(3)) == b""  # no GOAWAY yet
     assert server.end() == refusal(3)  # closing: the client still learns it may retry
     assert head == GRPC_FRAMES[0] + GRPC_FRAMES[2][:100]
+    server = ServerFrames()
+    opened = b"".join(GRPC_FRAMES[:4]) + grpc_block(FrameType.HEADERS)[0]
+    assert server.feed(opened) == opened
+    assert server.insert(refusal(3)) == b""  # between two frames, but inside a header block
+    assert server.end() == b""  # the block may not be broken either
