@@ -139,7 +139,9 @@ class ServerFrames(_Boundaries):
 
 
 class ClientStreams(_Boundaries):
-    """The client's bytes to grpc: once ``cut``, streams it opens are kept from grpc and refused."""
+    """The client's bytes to grpc: once ``cut``, streams it opens are kept from
+    grpc and refused. A header block goes whole or not at all: its
+    CONTINUATION frames go where its HEADERS went, even one begun before the cut."""
 
     def __init__(self, refuse: Callable[[int], None]) -> None:
         super().__init__(len(PREFACE))

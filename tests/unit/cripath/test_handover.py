@@ -97,6 +97,28 @@ def test_a_frame_begun_before_the_cut_goes_on_whole(at: int, after: list[int]) -
     assert frames == [f for f in split_frames(blob[len(PREFACE) :]) if int.from_bytes(f[5:9], "big") not in expected]
 
 
+@pytest.mark.parametrize("piece", [1, 7, 1000])
+def test_a_header_block_of_the_clients_reaches_grpc_whole_or_not_at_all(piece: int) -> None:
+    """A cut at any byte of a block in three frames (HEADERS without
+    END_HEADERS, CONTINUATION, CONTINUATION with it): grpc gets all three if
+    the HEADERS had begun to go out, else none, the stream refused; a frame
+    kept from grpc inside the block would be a connection error for grpc."""
+    block = [headers(3, end_headers=False), frame(FrameType.CONTINUATION, 3, b"\x84" * 9),
+             frame(FrameType.CONTINUATION, 3, b"\x85", Flag.END_HEADERS)]
+    blob = BEFORE + b"".join(block) + data(3, 30) + headers(5) + PING
+    for at in range(len(BEFORE), len(BEFORE) + sum(map(len, block)) + 1):
+        refused: list[int] = []
+        streams = ClientStreams(refused.append)
+        passed = streams.feed(blob[:at])
+        streams.cut()
+        passed += relay(streams, blob[at:], list(range(piece, len(blob), piece)))
+        frames = split_frames(passed[len(PREFACE) :])
+        opened = at > len(BEFORE)
+        assert [f for f in frames if f in block] == (block if opened else []), at
+        assert refused == ([5] if opened else [3, 5]), at
+        assert frames[-1] == PING
+
+
 def test_a_client_that_is_not_http2_is_passed_on_for_grpc_to_refuse() -> None:
     streams = ClientStreams(lambda sid: None)
     garbage = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3
