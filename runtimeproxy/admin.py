@@ -180,7 +180,8 @@ def render(doc: Mapping[str, Any]) -> str:
         error = server["last_error"]
         if error:
             at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["at"]))
-            lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}")
+            cause = f": {_printable(error['cause'])}" if error.get("cause") else ""  # `.get`: a proxy older than it
+            lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}{cause}")
     rejected = doc.get("hook_files_rejected") or {}
     more = doc.get("hook_files_rejected_more") or 0  # `.get`: a proxy older than this key lists them all
     if rejected or more:

@@ -59,7 +59,8 @@ class Metrics:
         self._registered: frozenset[str] | None = None  # the hook files registered (None: not told yet)
         self.cri = CriCallMetrics(self.registry)
 
-    def hook_call(self, server: str, hook: str, outcome: str, seconds: float) -> None:
+    def hook_call(self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None) -> None:
+        """One hook call's outcome; ``cause``, a failure's, is kept for `status`."""
         self._hook_calls.labels(server, hook, outcome).inc()
         self._hook_seconds.labels(hook).observe(seconds)
         stats = self.hook_stats.get(server)
@@ -67,7 +68,7 @@ class Metrics:
             if self._registered is not None and server not in self._registered:
                 return  # a call that outlived its file's removal: its stats are gone with it
             stats = self.hook_stats[server] = HookServerStats()
-        stats.count(hook, outcome)
+        stats.count(hook, outcome, cause)
 
     def keep_hook_stats(self, names: Iterable[str]) -> None:
         """Forget the stats of hook files no longer registered: one added again
@@ -88,6 +89,11 @@ class Metrics:
         return await serve(self.registry, address, stack)
 
 
+# A failure's cause kept for `status`: a gRPC status's details may be long
+# (a hook server's traceback); the proxy's log has each cause whole.
+MAX_CAUSE = 500
+
+
 @dataclass
 class HookServerStats:
     """One hook server's calls by outcome, and its last failure."""
@@ -95,10 +101,16 @@ class HookServerStats:
     calls: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, object] | None = None
 
-    def count(self, hook: str, outcome: str) -> None:
+    def count(self, hook: str, outcome: str, cause: str | None = None) -> None:
         self.calls[outcome] = self.calls.get(outcome, 0) + 1
         if outcome != "ok":
-            self.last_error = {"outcome": outcome, "hook": hook, "at": time.time()}
+            self.last_error = {"outcome": outcome, "hook": hook, "at": time.time(), "cause": _cut_cause(cause)}
+
+
+def _cut_cause(cause: str | None) -> str | None:
+    if cause is None or len(cause) <= MAX_CAUSE:
+        return cause
+    return f"{cause[:MAX_CAUSE]}... ({len(cause)} characters, cut; the proxy's log has it whole)"
 
 
 CRI_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)

@@ -127,6 +127,7 @@ class Dispatcher:
         be taken until the chain's end (chaincpuset.py), and counted then."""
         started = time.perf_counter()
         outcome: str | None = "ok"
+        cause: str | None = None  # a failure's, for `status`
         try:
             # At call time: the socket may have been replaced since the file was read.
             untrusted = untrusted_reason(server)
@@ -159,23 +160,29 @@ class Dispatcher:
         except CallFailed as err:
             outcome = err.code.name.lower()
             if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise _Failure(f"no answer within {server.timeout:g}s") from err
-            raise _Failure(f"{err.code.name}: {err.details}") from err
+                cause = f"no answer within {server.timeout:g}s"
+            else:
+                cause = f"{err.code.name}: {err.details}"
+            raise _Failure(cause) from err
         except asyncio.CancelledError:
             outcome = "cancelled"  # counted either way: not an answer
             task = asyncio.current_task()
             if task is not None and task.cancelling():
+                cause = "the CRI call was cancelled (kubelet gave up, or the proxy stops)"
                 raise  # our caller is being cancelled: not the hook's failure
-            raise _Failure("hook call cancelled (its connection was closed)") from None
-        except _Failure:
+            cause = "hook call cancelled (its connection was closed)"
+            raise _Failure(cause) from None
+        except _Failure as failure:
+            cause = failure.cause
             raise
         except Exception as err:  # whatever goes wrong with one hook call is that hook's failure
             outcome = "error"
             log.debug("unexpected error calling hook", exc_info=True, extra=server.log_fields())
-            raise _Failure(f"{type(err).__name__}: {err}") from err
+            cause = f"{type(err).__name__}: {err}"
+            raise _Failure(cause) from err
         finally:
             if self._metrics is not None and outcome is not None:
-                self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started)
+                self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started, cause)
 
     def _note_unapplied(self, server: HookServerConfig, point: HookPoint, answer: Any) -> None:
         """An answer that sets fields where none is applied, or fields its call
@@ -211,7 +218,7 @@ class Dispatcher:
             return changed
         except asyncio.CancelledError:
             if chain is not None:  # the call cancelled: its deferred answers were never judged
-                self._count_deferred(hook, chain.deferred, "cancelled")
+                self._count_deferred(hook, chain.deferred, "cancelled", "the CRI call was cancelled before its chain was judged")
             raise
         finally:
             if chain is not None:  # cut short by another hook's refusal: refused as judged
@@ -288,17 +295,21 @@ class Dispatcher:
         fields = {**chain.log_fields, **server.log_fields()}
         log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=fields)
         log.error("hook failed, refusing call", extra={**fields, "error": cause})
-        self._count_deferred(hook, chain.deferred, "error")
+        self._count_deferred(hook, chain.deferred, "error", cause)
         raise HookError(server, hook, cause) from err
 
-    def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str) -> None:
-        """Count each deferred answer's call once, with ``outcome``."""
+    def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str, cause: str | None = None) -> None:
+        """Count each deferred answer's call once, with ``outcome`` (and
+        ``cause``; a refusal's names the entry's cpusets)."""
         for entry in entries:
             if entry.counted:
                 continue
             entry.counted = True
             if self._metrics is not None:
-                self._metrics.hook_call(entry.server.name, hook.value, outcome, entry.seconds)
+                why = cause
+                if why is None and outcome == "invalid_value":
+                    why = f"its {', '.join(sorted(entry.fields))} outside the parent cgroup's, as the chain left the call"
+                self._metrics.hook_call(entry.server.name, hook.value, outcome, entry.seconds, why)
 
     async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
         """Post hooks inform; their failures are logged, never returned."""

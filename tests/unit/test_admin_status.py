@@ -76,3 +76,18 @@ def test_an_unsafe_hook_directory_says_the_hooks_loaded_before_stay() -> None:
     missing = source(ReloadResult(directory_error="hook directory /h does not exist"), Path("/h")).document()
     assert missing["hook_dir_unsafe"] is False
     assert render(missing).endswith("  hook directory: hook directory /h does not exist")
+
+
+def test_a_hook_servers_last_error_shows_its_cause() -> None:
+    """It showed the outcome, hook point and time, and not why."""
+    server = {"name": "a.json", "endpoint": "/run/a.sock", "hooks": ["PreCreateContainer"], "failure_policy": "Fail",
+              "timeout_s": 1.0, "priority": 0, "calls": {"unavailable": 1}}
+    at = 1_700_000_000.0
+    error = {"outcome": "unavailable", "hook": "PreCreateContainer", "at": at,
+             "cause": "UNAVAILABLE: cannot connect to /run/a.sock: Connection refused\n(twice)"}
+    text = render(document(hook_servers=[{**server, "last_error": error}]))
+    assert ("    last error: unavailable on PreCreateContainer at 2023-11-14T22:13:20Z: "
+            "'UNAVAILABLE: cannot connect to /run/a.sock: Connection refused\\n(twice)'") in text.splitlines()
+    older = {k: v for k, v in error.items() if k != "cause"}  # a proxy older than the cause
+    assert "    last error: unavailable on PreCreateContainer at 2023-11-14T22:13:20Z" in render(
+        document(hook_servers=[{**server, "last_error": older}])).splitlines()

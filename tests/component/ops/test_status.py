@@ -77,9 +77,12 @@ async def test_status_json_with_hooks_registered(sock_dir: Path) -> None:
     assert gone["calls"] == {"unavailable": 1}
     assert gone["last_error"]["outcome"] == "unavailable" and gone["last_error"]["hook"] == "PreRunPodSandbox"
     assert gone["last_error"]["at"] >= before_error - 5
+    assert gone["last_error"]["cause"].startswith("UNAVAILABLE: ")  # why, as the proxy's log says it
+    assert str(sock_dir / "nobody.sock") in gone["last_error"]["cause"]
     assert text_code == 0
     assert "serving: CRI v1 (native), v1alpha2 (translated to v1)" in text
     assert "last error: unavailable on PreRunPodSandbox" in text
+    assert f"Z: {gone['last_error']['cause']}" in text
 
 
 async def test_status_without_a_proxy_says_none_runs_there(sock_dir: Path) -> None:

@@ -407,3 +407,46 @@ async def test_an_update_answer_s_env_and_cgroup_parent_are_logged_as_not_applie
          "(UpdateContainerResources carries neither env nor a cgroup parent)", "container_envs,pod_cgroup_parent"),
     ]
     await dispatcher.close()
+
+
+class Refusing(NoConnections):
+    """A hook server answering every call with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self.code, self.details = code, details
+
+    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        raise CallFailed(self.code, self.details)
+
+
+@pytest.mark.parametrize(("code", "details", "cause"), [
+    (grpc.StatusCode.UNAVAILABLE, "cannot connect to /run/odd.sock: Connection refused",
+     "UNAVAILABLE: cannot connect to /run/odd.sock: Connection refused"),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", "no answer within 1s"),
+])
+async def test_a_failures_cause_is_kept_as_the_servers_last_error(
+    code: grpc.StatusCode, details: str, cause: str
+) -> None:
+    """`status` showed `last error: unavailable on PreCreateContainer at ...` and no word of why."""
+    from runtimeproxy.metrics import Metrics
+
+    metrics = Metrics()
+    dispatcher = Dispatcher(OneServer(server(FailurePolicy.IGNORE)), metrics, transport=Refusing(code, details))  # type: ignore[arg-type]
+    await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+    last = metrics.hook_stats["odd.json"].last_error
+    assert last is not None and (last["outcome"], last["hook"], last["cause"]) == (code.name.lower(), HOOK.value, cause)
+    await dispatcher.close()
+
+
+async def test_a_long_cause_is_cut_in_the_last_error() -> None:
+    """A hook server's details may be its whole traceback: `status` keeps a bounded part."""
+    from runtimeproxy.metrics import MAX_CAUSE, Metrics
+
+    metrics = Metrics()
+    transport = Refusing(grpc.StatusCode.INTERNAL, "Traceback:\n" + "x" * 100_000)
+    dispatcher = Dispatcher(OneServer(server(FailurePolicy.IGNORE)), metrics, transport=transport)  # type: ignore[arg-type]
+    await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+    cause = metrics.hook_stats["odd.json"].last_error["cause"]  # type: ignore[index]
+    assert isinstance(cause, str) and cause.startswith("INTERNAL: Traceback:\nxxx") and len(cause) < MAX_CAUSE + 100
+    assert cause.endswith(f"... ({len('INTERNAL: Traceback:') + 1 + 100_000} characters, cut; the proxy's log has it whole)")
+    await dispatcher.close()

@@ -369,3 +369,13 @@ async def test_an_ignore_move_with_its_own_cpuset_outside_its_parent_is_dropped_
     assert refused.value.server.name == "c.json"
     assert refused.value.cause.endswith(f"cpuset_cpus '3' names CPUs outside the parent cgroup {POD} (3; it has 0-1)")
     assert run.counted("b", "invalid_value") == 1
+
+
+async def test_a_deferred_answers_last_error_names_its_cause(tmp_path: Path) -> None:
+    """`status` names why a deferred answer was counted as it was, as for any other call."""
+    run = Run(tmp_path, ("b", FAIL, pin("3")), ("c", FAIL, pin("7")))
+    with pytest.raises(HookError):
+        await run.run()
+    last = run.node.metrics.hook_stats["b.json"].last_error
+    assert last is not None and last["outcome"] == "invalid_value"
+    assert last["cause"] == "its cpuset_cpus outside the parent cgroup's, as the chain left the call"
