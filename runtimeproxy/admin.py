@@ -77,7 +77,8 @@ class StatusSource:
             "hook_servers": [self._hook_server(name) for name in self.registry.snapshot.servers],
             "hook_dir": str(self.registry.directory),
             "hook_dir_problem": last.directory_error,
-            "hook_dir_unsafe": last.directory_unsafe,  # refused: the hooks loaded before stay in force
+            "hook_dir_unsafe": last.directory_unsafe,  # refused as unsafe
+            "hook_dir_kept": last.directory_kept,  # not read (unsafe, unreadable, a file): the hooks loaded before stay
             "hook_files_rejected": {name: _cut(reason) for name, reason in rejected[:MAX_REJECTED]},
             "hook_files_rejected_more": max(0, len(rejected) - MAX_REJECTED),  # left out of the list above
         }
@@ -167,7 +168,10 @@ def render(doc: Mapping[str, Any]) -> str:
         f"hook servers: {len(doc['hook_servers'])}" + (f", from {_printable(doc['hook_dir'])}" if "hook_dir" in doc else ""),
     ]
     if doc.get("hook_dir_problem"):  # `.get`: a proxy older than these keys
-        kept = " (the hooks loaded before stay in force)" if doc.get("hook_dir_unsafe") else ""
+        kept = ""
+        if doc.get("hook_dir_kept", doc.get("hook_dir_unsafe")):  # an older proxy kept them only when unsafe
+            names = ", ".join(_printable(server["name"]) for server in doc["hook_servers"])
+            kept = f" (the hooks loaded before stay in force: {names})" if names else " (no hook was loaded before it)"
         lines.append(f"  hook directory: {_printable(doc['hook_dir_problem'])}{kept}")
     for server in doc["hook_servers"]:
         calls = ", ".join(f"{outcome} {n}" for outcome, n in server["calls"].items()) or "none"

@@ -85,7 +85,8 @@ class ReloadResult:
     reason; those also in ``kept`` still have their last good version in effect.
     ``directory_error`` is set when the directory itself is unusable: missing
     or not a directory (no hooks at all), unsafe (``directory_unsafe``) or not
-    readable now (nothing is read, the last good snapshot stays in force).
+    readable now; in those two nothing is read and the last good snapshot
+    stays in force (``directory_kept``).
     """
 
     added: tuple[str, ...] = ()
@@ -95,6 +96,7 @@ class ReloadResult:
     kept: tuple[str, ...] = ()
     directory_error: str | None = None
     directory_unsafe: bool = False
+    directory_kept: bool = False  # the directory is not read: the hooks loaded before stay in force
     snapshot: HookSnapshot = field(default_factory=HookSnapshot)
 
     @property
@@ -237,9 +239,12 @@ class HookRegistry:
             # Unsafe: whoever can write the directory could have put anything
             # in it. Unreadable: nothing says its files changed, and dropping
             # them would let calls pass their Fail hooks. Either way, read
-            # nothing and keep what was loaded last.
-            self._note_kept_directory(problem or "", periodic, "it is safe again" if unsafe else "it can be read again")
-            return ReloadResult(directory_error=problem, directory_unsafe=unsafe, snapshot=old)
+            # nothing and keep what was loaded last. An unsafe one is logged at
+            # each rescan a change brings (someone writes there), an unreadable
+            # one once per problem, not at each event.
+            until = "it is safe again" if unsafe else "it can be read again"
+            self._note_kept_directory(problem or "", periodic or not unsafe, until)
+            return ReloadResult(directory_error=problem, directory_unsafe=unsafe, directory_kept=True, snapshot=old)
         self._note_directory_problem(problem, found.level)
 
         new_servers: dict[str, HookServerConfig] = {}
@@ -330,9 +335,9 @@ class HookRegistry:
             logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": path.name})
             return None, f"cannot be read: {type(exc).__name__}: {exc}", True
 
-    def _note_kept_directory(self, problem: str, periodic: bool, until: str) -> None:
-        """Log a directory whose last good hook set stays on every rescan (the periodic one: when it changed)."""
-        if not periodic or problem != self._last_directory_error:
+    def _note_kept_directory(self, problem: str, only_changes: bool, until: str) -> None:
+        """Log a directory whose last good hook set stays (``only_changes``: when its problem changed)."""
+        if not only_changes or problem != self._last_directory_error:
             kept = self._snapshot.servers
             if kept:
                 what = f"keeping the last good hook set of {len(kept)} server(s) ({', '.join(kept)})"

@@ -47,7 +47,8 @@ def test_the_rejected_hook_files_listed_are_capped_with_a_count_of_the_rest() ->
 def document(**hooks: Any) -> dict[str, Any]:
     """A status document as a proxy sends it, with the hook keys given (none: a proxy older than them)."""
     doc = source(ReloadResult()).document()
-    for key in ("hook_dir", "hook_dir_problem", "hook_dir_unsafe", "hook_files_rejected", "hook_files_rejected_more"):
+    for key in ("hook_dir", "hook_dir_problem", "hook_dir_unsafe", "hook_dir_kept", "hook_files_rejected",
+                "hook_files_rejected_more"):
         doc.pop(key, None)
     return {**doc, **hooks}
 
@@ -70,12 +71,29 @@ def test_a_proxy_older_than_the_hook_dir_key_gets_no_from() -> None:
 def test_an_unsafe_hook_directory_says_the_hooks_loaded_before_stay() -> None:
     """It said `refusing to load any hook` while the hooks loaded before were still called."""
     problem = "refusing to load any hook: hook directory /h is writable by others (mode 0777)"
-    doc = source(ReloadResult(directory_error=problem, directory_unsafe=True), Path("/h")).document()
+    doc = source(ReloadResult(directory_error=problem, directory_unsafe=True, directory_kept=True), Path("/h")).document()
     assert doc["hook_dir_unsafe"] is True
-    assert f"  hook directory: {problem} (the hooks loaded before stay in force)" in render(doc)
+    assert f"  hook directory: {problem} (no hook was loaded before it)" in render(doc)
     missing = source(ReloadResult(directory_error="hook directory /h does not exist"), Path("/h")).document()
-    assert missing["hook_dir_unsafe"] is False
+    assert missing["hook_dir_unsafe"] is False and missing["hook_dir_kept"] is False
     assert render(missing).endswith("  hook directory: hook directory /h does not exist")
+
+
+SERVER = {"name": "a.json", "endpoint": "/run/a.sock", "hooks": ["PreCreateContainer"], "failure_policy": "Fail",
+          "timeout_s": 1.0, "priority": 0, "calls": {}, "last_error": None}
+
+
+def test_a_directory_not_read_says_which_hooks_stay_in_force() -> None:
+    """An unreadable directory, or a file in its place, showed its problem and not that the hooks stay."""
+    problem = "cannot stat hook directory /h: Permission denied"
+    doc = source(ReloadResult(directory_error=problem, directory_kept=True), Path("/h")).document()
+    assert (doc["hook_dir_kept"], doc["hook_dir_unsafe"]) == (True, False)
+    text = render({**doc, "hook_servers": [SERVER, {**SERVER, "name": "b.json"}]})
+    assert f"  hook directory: {problem} (the hooks loaded before stay in force: a.json, b.json)" in text.splitlines()
+    # A proxy older than hook_dir_kept said so for an unsafe directory only.
+    older = {k: v for k, v in doc.items() if k != "hook_dir_kept"}
+    assert render({**older, "hook_dir_unsafe": True}).endswith("(no hook was loaded before it)")
+    assert render(older).endswith(f"  hook directory: {problem}")
 
 
 def test_a_hook_servers_last_error_shows_its_cause() -> None:

@@ -269,3 +269,43 @@ def test_a_directory_under_a_file_is_gone_not_unreadable(
     result = registry.rescan()
     assert result.removed == ("fail.json",) and len(registry.snapshot) == 0
     assert result.directory_error is not None and "does not exist" in result.directory_error
+
+
+# ------------------------------------------------------- a directory that cannot be read: logged once
+
+
+def kept_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+
+
+@pytest.mark.parametrize(("call", "shown"), [("scandir", "cannot list"), ("stat", "cannot stat")])
+def test_an_unreadable_directory_is_logged_once_however_many_rescans(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, call: str, shown: str
+) -> None:
+    """Each change event and reload logged the error again while the directory could not be read."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    heal = _failing_for(monkeypatch, call, hook_dir, 13)  # EACCES
+    for result in (registry.rescan(["fail.json"]), registry.rescan(["other.json"]), registry.reload(), registry.rescan()):
+        assert result.directory_kept and not result.directory_unsafe and list(result.snapshot.servers) == ["fail.json"]
+    (line,) = kept_lines(caplog)
+    assert line == (f"{shown} hook directory {hook_dir}: Permission denied; keeping the last good hook set of 1 "
+                    "server(s) (fail.json) and loading no change from it until it can be read again")
+    heal()
+    back = registry.rescan()
+    assert back.directory_error is None and not back.directory_kept
+    assert f"hook directory {hook_dir} is usable again" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_directory_gone_or_a_file_keeps_nothing(tmp_path: Path) -> None:
+    hook_dir = make_hook_dir(tmp_path)
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    (hook_dir / "fail.json").unlink()
+    hook_dir.rmdir()
+    hook_dir.write_text("")
+    result = registry.rescan()
+    assert not result.directory_kept and result.removed == ("fail.json",) and len(registry.snapshot) == 0
