@@ -138,7 +138,7 @@ def unreachable(socket: Path, exc: aio.AioRpcError, timeout: float) -> str:
         mode = socket.stat().st_mode
     except FileNotFoundError:
         return (f"no socket at {socket}: no proxy is running there (`systemctl status runtime-proxy`), "
-                "or it listens elsewhere: give --listen PATH, its config's `listen`")
+                "or it listens elsewhere: give --listen PATH, or --config FILE as serve was started with")
     except OSError as err:
         return f"cannot look at {socket}: {err.strerror} ({raw})"
     if not stat.S_ISSOCK(mode):

@@ -270,18 +270,28 @@ async def _first(*waits: Awaitable[Any]) -> None:
 
 
 @main.command()
-@click.option("--listen", type=SOCKET, default=_DEFAULTS.listen, show_default=True, help="The proxy's socket.")
+@click.option(
+    "--config", "config_file", type=PATH,
+    help="The YAML config file serve was started with: the proxy's socket is its listen; --listen wins.",
+)
+@_setting("--listen", "The proxy's socket.", type=SOCKET)
 @click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON document.")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the answer.")
-def status(listen: Path, as_json: bool, timeout: float) -> None:
+def status(config_file: Path | None, listen: Path | None, as_json: bool, timeout: float) -> None:
     """Ask the running proxy on --listen what it serves: backend, versions, hook servers, calls."""
     import json
 
     from grpc import aio
 
     from .admin import fetch_status, render, unreachable
+    from .config import load
     from .host.unixsocket import UnixSocketError
 
+    try:  # as serve reads it: the file, then the flag; a file serve would refuse is refused
+        loaded = load(config_file)
+        listen = listen or loaded.listen
+    except ConfigError as exc:
+        raise click.ClickException(f"{exc} (serve would not start with it; give --listen PATH alone)") from exc
     try:
         doc = asyncio.run(fetch_status(listen, timeout))
     except aio.AioRpcError as exc:

@@ -99,6 +99,45 @@ def test_status_asks_the_socket_in_the_current_directory(cwd: Path, monkeypatch:
     assert asked == [cwd / "rel.sock"]
 
 
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The sockets `status` asks (none answers: each is an empty status)."""
+    sockets: list[Path] = []
+
+    async def fake_fetch(listen: Path, timeout: float) -> dict[str, Any]:
+        sockets.append(listen)
+        return {}
+
+    monkeypatch.setattr(admin, "fetch_status", fake_fetch)
+    return sockets
+
+
+def test_status_asks_the_socket_serve_was_configured_with(tmp_path: Path, asked: list[Path]) -> None:
+    """status had no --config: a proxy started on a config's `listen` was asked only with --listen repeated."""
+    config = tmp_path / "config.yaml"
+    config.write_text("listen: unix:///run/elsewhere/proxy.sock\nhook-dir: /etc/hooks\nmetrics-listen: ':9464'\n")
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    # The flag wins over the file, as for serve; without either, the default.
+    flagged = CliRunner().invoke(cli.main, ["status", "--config", str(config), "--listen", "/run/flag.sock", "--json"])
+    assert flagged.exit_code == 0, flagged.output
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("log-level: debug\n")
+    assert CliRunner().invoke(cli.main, ["status", "--config", str(empty), "--json"]).exit_code == 0
+    assert asked == [Path("/run/elsewhere/proxy.sock"), Path("/run/flag.sock"), ProxyConfig().listen]
+
+
+def test_status_refuses_a_config_serve_would_refuse(tmp_path: Path, asked: list[Path]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("listen: /run/p.sock\nlisen: /run/typo.sock\n")
+    for extra in ([], ["--listen", "/run/p.sock"]):  # as serve: the file is read whatever the flags
+        result = CliRunner().invoke(cli.main, ["status", "--config", str(config), *extra])
+        assert result.exit_code == 1
+        assert result.output == (f"Error: config file {config}: unknown setting 'lisen' (did you mean 'listen'?) (line 2) "
+                                 "(serve would not start with it; give --listen PATH alone)\n")
+    assert asked == []
+
+
 def commands(group: click.Group) -> Iterator[click.Command]:
     for command in group.commands.values():
         yield command

@@ -194,3 +194,23 @@ async def test_status_says_when_the_hook_directory_is_missing(sock_dir: Path) ->
     assert code == 0, err
     assert f"hook servers: 0, from {sock_dir / 'typo.d'}" in text
     assert f"  hook directory: hook directory {sock_dir / 'typo.d'} does not exist" in text
+
+
+async def test_status_finds_the_proxy_by_the_config_serve_was_started_with(sock_dir: Path) -> None:
+    """status had no --config: an operator repeated the config's listen as --listen, or asked the default socket."""
+    listen = sock_dir / "elsewhere.sock"
+    config_file = sock_dir / "config.yaml"
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as fake:
+        config_file.write_text(f"listen: unix://{listen}\nbackend: {fake.socket}\nhook-dir: {sock_dir / 'hooks.d'}\n")
+        config = ProxyConfig(listen=listen, backend=fake.socket, hook_dir=sock_dir / "hooks.d")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            code, text, err = await status_command("--config", str(config_file))
+            flag_code, _, flag_err = await status_command(
+                "--config", str(config_file), "--listen", str(sock_dir / "other.sock"), "--timeout", "1")
+    assert code == 0, err
+    assert f"listening on {listen}" in text and f"hook servers: 0, from {sock_dir / 'hooks.d'}" in text
+    assert flag_code == 1  # the flag wins over the file
+    assert f"no socket at {sock_dir / 'other.sock'}" in flag_err
+    assert "give --listen PATH, or --config FILE as serve was started with" in flag_err
