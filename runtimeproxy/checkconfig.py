@@ -30,6 +30,7 @@ from .clipath import PATH
 from .config import ConfigError, ProxyConfig, distinct_sockets, key_line, load_checked, parse_host_port
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.hookfile import KNOWN_KEYS, HookServerConfig
+from .hookpath.hookkeys import match_keys
 from .hookpath.points import HOOK_POINTS, HookType
 from .hookpath.registry import HookRegistry
 from .host import unixsocket
@@ -238,6 +239,8 @@ def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:
             yield Finding(Severity.WARNING, path, f"hook point {hook.value} is never called by this proxy")
     for finding in _endpoint(Path(server.endpoint), "remote-endpoint"):
         yield Finding(finding.severity, path, f"{finding.reason} ({server.endpoint})")
+    for note in server.key_notes:
+        yield Finding(Severity.WARNING, path, str(note))
     unknown = sorted(_keys(path) - KNOWN_KEYS)
     if unknown:
         yield Finding(Severity.WARNING, path, f"keys ignored (not read by the proxy): {', '.join(unknown)}")
@@ -251,12 +254,13 @@ def _proxy_calls(hook: HookType) -> bool:
 
 
 def _keys(path: Path) -> set[str]:
-    """The top-level keys of a hook file the registry accepted (so it is a JSON object)."""
+    """The top-level keys of a hook file the registry accepted (so it is a JSON
+    object), a known one in another case as the known one (as serve reads it)."""
     try:
         doc = json.loads(path.read_bytes().decode("utf-8-sig"))
     except (OSError, ValueError):  # changed since the registry read it: nothing to add
         return set()
-    return set(doc) if isinstance(doc, dict) else set()
+    return set(match_keys(doc, KNOWN_KEYS).values) if isinstance(doc, dict) else set()
 
 
 @click.command("check-config")

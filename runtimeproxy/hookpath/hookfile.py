@@ -25,6 +25,8 @@ plus two optional keys of ours:
     but ``"whole"`` for a file named ``koordlet.json`` (koordlet writes that
     file itself at each start, with no room for a key of ours).
 
+Keys are read as Koordinator's Go decoder reads them (:mod:`.hookkeys`): in
+any case, the last of a key given twice counting, each with a warning.
 Leniency follows Koordinator exactly where Koordinator is lenient:
 ``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
 ``PolicyNone``, which behaves like ``Ignore``); ``runtime-hooks`` may be
@@ -62,6 +64,7 @@ from ..host.unixsocket import dial_problem
 from ..shown import shown
 from .duration import format_duration, parse_duration
 from .filesafety import HookConfigError, check_path_safety, read_hook_file, unsafe_reason
+from .hookkeys import KeyNote, match_keys, object_pairs
 from .points import HookType
 
 __all__ = [
@@ -134,6 +137,9 @@ class HookServerConfig:
     owner_uid: int | None = None
     # Koordinator hook points it lists that no runtime proxy calls (NEVER_CALLED_HOOKS).
     uncalled_hooks: frozenset[str] = frozenset()
+    # Keys read as koord-runtime-proxy reads them though not as we write them
+    # (another case, given twice): warnings, not part of the registration.
+    key_notes: tuple[KeyNote, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def sort_key(self) -> tuple[int, str]:
@@ -304,14 +310,16 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     path = Path(path)
     if not isinstance(doc, dict):
         raise HookConfigError(path, f"top-level JSON value must be an object, got {_json_type(doc)}")
+    keyed = match_keys(doc, KNOWN_KEYS)  # in any case, as koord-runtime-proxy (hookkeys.py)
+    found = keyed.values
     values: dict[str, object] = {}
     for key in _KEYS:
         try:
-            values[key.field] = key.read(doc)
+            values[key.field] = key.read(found)
         except _Invalid as exc:
             raise HookConfigError(path, str(exc)) from None
 
-    unknown = sorted(set(doc) - KNOWN_KEYS)
+    unknown = sorted(set(found) - KNOWN_KEYS)
     if unknown:
         logger.debug(
             "hook config %s: ignoring unknown keys %s",
@@ -321,9 +329,9 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
         )
     if values["answers"] is None:
         values["answers"] = default_answers(path.name)
-    listed = doc.get(KEY_RUNTIME_HOOKS) or ()
+    listed = found.get(KEY_RUNTIME_HOOKS) or ()
     values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # (valid: read above)
-    return HookServerConfig(name=path.name, **values)  # type: ignore[arg-type]
+    return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]
 
 
 # JSON's names for what json.loads returns (bool before int: it is an int subclass).
@@ -352,7 +360,7 @@ def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServer
     if not text.strip():
         raise HookConfigError(path, "file is empty")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=object_pairs)  # a key given twice is seen
     except json.JSONDecodeError as exc:
         raise HookConfigError(path, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:

@@ -41,6 +41,7 @@ from ..metrics import HookConfigMetrics
 from .dirwatch import WatchSettings, file_identity, watch_directory
 from .hookdir import DirectoryState, Inspection, inspect_directory, list_hook_files
 from .hookfile import DEFAULT_HOOK_DIR, HookConfigError, HookServerConfig, parse_hook_file
+from .oddities import warn_if_odd
 from .points import HookType
 
 __all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
@@ -277,15 +278,7 @@ class HookRegistry:
                 if not cached:  # an unchanged bad file was logged when it was read
                     self._log_rejection(path, reason, previous)
                 continue
-            if config.uncalled_hooks and old.servers.get(name) != config:
-                logger.warning(
-                    "hook config %s lists hook points no runtime proxy calls; they are ignored", name,
-                    extra={**config.log_fields(), "ignored_hooks": sorted(config.uncalled_hooks)},
-                )
-            if not config.hooks and old.servers.get(name) != config:
-                logger.warning(
-                    "hook config %s registers no runtime hooks; it will never be called", name, extra=config.log_fields()
-                )
+            warn_if_odd(config, old.servers.get(name))
             new_servers[name] = config
             self._rejection_fingerprints.pop(name, None)
         self._parsed = parsed

@@ -1,0 +1,103 @@
+"""A hook file's keys read as koord-runtime-proxy reads them.
+
+koord-runtime-proxy decodes a hook file with Go's ``encoding/json`` into a
+struct (``RuntimeHookConfig``), which matches an object's keys to the
+struct's in any case (``"Remote-Endpoint"`` is ``remote-endpoint``) and,
+for a key given twice in any spellings, keeps the last one in the file:
+"preferring an exact match" chooses between two struct fields, never
+between two keys of the file. A JSON null leaves a string field as it was
+(an earlier value stands, or none), and empties a list. A file written for
+it must read the same here, so every key is matched that way, each
+spelling that is not ours noted for a warning, as is a key given twice with
+different values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from ..shown import shown
+
+__all__ = ["KeyNote", "KeyedDocument", "Pairs", "match_keys", "object_pairs"]
+
+# Koordinator's string fields: a null there changes nothing (Go's rule for
+# any type but a pointer, interface, map or slice). runtime-hooks, a slice,
+# is set to nil by a null; the keys of ours are read by our rules.
+GO_STRING_KEYS = frozenset({"remote-endpoint", "failure-policy"})
+
+# Runes outside ASCII that Go's case folding (unicode.SimpleFold) maps to an
+# ASCII letter: the Kelvin sign and the long s. No other does.
+_TO_ASCII = str.maketrans({"\u212a": "k", "\u017f": "s"})
+
+
+def _folded(name: str) -> str:
+    """``name`` as Go's encoding/json compares it with an ASCII key: ASCII
+    letters in either case, and the two runes above (``str.lower`` would
+    fold more: İ, and ß to ss, which Go does not)."""
+    return "".join(c.lower() if c.isascii() else c for c in name.translate(_TO_ASCII))
+
+
+class Pairs(dict[str, object]):
+    """A JSON object that keeps its pairs as written, a key given twice included."""
+
+    pairs: tuple[tuple[str, object], ...] = ()
+
+
+def object_pairs(pairs: list[tuple[str, object]]) -> Pairs:
+    """``json.loads``'s ``object_pairs_hook``: a dict (the last of a key wins, as
+    in ``json.loads``) that remembers every pair."""
+    obj = Pairs(pairs)
+    obj.pairs = tuple(pairs)
+    return obj
+
+
+@dataclass(frozen=True)
+class KeyNote:
+    """A known key written otherwise than we write it, or given twice: read, with a warning."""
+
+    written: str  # the key as the file spells it
+    key: str  # the known key it is read as
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class KeyedDocument:
+    """A hook file's top-level object, its keys matched to the known ones."""
+
+    values: Mapping[str, object]  # by known key; other keys as written
+    notes: tuple[KeyNote, ...]  # what a warning should say: spellings not ours, keys given twice
+
+
+def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocument:
+    """``doc``'s values by known key, as Go's decoder reads them into
+    koord-runtime-proxy's struct (see the module's docstring)."""
+    pairs: Iterable[tuple[str, object]] = doc.pairs if isinstance(doc, Pairs) else doc.items()
+    by_fold = {_folded(key): key for key in known}
+    values: dict[str, object] = {}
+    written: dict[str, str] = {}  # known key: the spelling its value came from
+    notes: list[KeyNote] = []
+    spellings_noted: set[str] = set()
+    for name, value in pairs:
+        key = name if name in known else by_fold.get(_folded(name), name)
+        if key != name and name not in spellings_noted:
+            spellings_noted.add(name)
+            notes.append(KeyNote(name, key, f'key "{name}" read as "{key}" (koord-runtime-proxy reads keys in any case)'))
+        if key not in known:
+            values[name] = value
+            continue
+        if key in written and values[key] != value:
+            earlier = written[key]
+            if value is None and key in GO_STRING_KEYS:
+                notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}", then "{name}": null): the null '
+                                     f'changes nothing, as in koord-runtime-proxy; {shown(values[key])} stands'))
+                continue
+            notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}": {shown(values[key])}, then "{name}": '
+                                 f"{shown(value)}): the last one counts, as in koord-runtime-proxy"))
+        elif value is None and key in GO_STRING_KEYS:
+            continue  # Go leaves the field as it was: absent, or an earlier value of the same
+        values[key], written[key] = value, name
+    return KeyedDocument(values, tuple(notes))

@@ -1,0 +1,31 @@
+"""What the registry warns of in a hook file it loads: accepted, but likely
+not what its writer meant. Logged as the file is loaded or changed, not at
+each rescan."""
+
+from __future__ import annotations
+
+import logging
+
+from .hookfile import HookServerConfig
+
+__all__ = ["warn_if_odd"]
+
+# The registry's logger: an operator finds the directory's whole story in one place.
+logger = logging.getLogger(__package__ + ".registry")
+
+
+def warn_if_odd(config: HookServerConfig, previous: HookServerConfig | None) -> None:
+    """Warn of ``config``'s oddities, unless ``previous``, the version loaded before, had them all."""
+    name = config.name
+    if previous == config and previous.key_notes == config.key_notes:
+        return
+    if config.uncalled_hooks:
+        logger.warning(
+            "hook config %s lists hook points no runtime proxy calls; they are ignored", name,
+            extra={**config.log_fields(), "ignored_hooks": sorted(config.uncalled_hooks)},
+        )
+    for note in config.key_notes:  # a key in another case, or given twice: read as koord-runtime-proxy reads it
+        logger.warning("hook config %s: %s", name, note, extra={
+            **config.log_fields(), "hook_key": note.written, "hook_key_read_as": note.key, "warning": str(note)})
+    if not config.hooks:
+        logger.warning("hook config %s registers no runtime hooks; it will never be called", name, extra=config.log_fields())

@@ -1,0 +1,129 @@
+"""A hook file's keys read as koord-runtime-proxy's Go decoder reads them
+(hookkeys.py): in any case, the last of a key given twice counting, a null
+leaving an earlier string as it was; each with a warning naming the key as
+written and the key it is read as."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.hookpath.hookfile import Answers, FailurePolicy, HookConfigError, parse_hook_file
+from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookRegistry
+
+from .test_hookfile import make_hook_dir, write
+
+REGISTRY_LOGGER = "runtimeproxy.hookpath.registry"
+
+
+@pytest.fixture
+def hook_dir(tmp_path: Path) -> Path:
+    return make_hook_dir(tmp_path)
+
+
+def test_every_key_is_read_in_any_case_with_a_note_naming_both_spellings(hook_dir: Path) -> None:
+    """`"Remote-Endpoint"` works with koord-runtime-proxy; here the file was refused (`missing "remote-endpoint"`)."""
+    path = write(hook_dir, "koord.json", (
+        '{"Remote-Endpoint": "/run/k.sock", "FAILURE-POLICY": "Fail", "Runtime-Hooks": ["PreCreateContainer"],'
+        ' "Timeout": "1s", "pRiOrItY": 3, "Answers": "whole", "remote-endpoint-x": 1}'
+    ))
+    config = parse_hook_file(path)
+    assert (config.endpoint, config.failure_policy, config.hooks) == ("/run/k.sock", FailurePolicy.FAIL,
+                                                                      frozenset({HookType.PRE_CREATE_CONTAINER}))
+    assert (config.timeout, config.priority, config.answers) == (1.0, 3, Answers.WHOLE)
+    assert [(n.written, n.key) for n in config.key_notes] == [
+        ("Remote-Endpoint", "remote-endpoint"), ("FAILURE-POLICY", "failure-policy"), ("Runtime-Hooks", "runtime-hooks"),
+        ("Timeout", "timeout"), ("pRiOrItY", "priority"), ("Answers", "answers"),
+    ]
+    assert str(config.key_notes[0]) == ('key "Remote-Endpoint" read as "remote-endpoint" '
+                                         "(koord-runtime-proxy reads keys in any case)")
+
+
+def test_the_keys_as_we_write_them_carry_no_note(hook_dir: Path) -> None:
+    path = write(hook_dir, "h.json", '{"remote-endpoint": "/run/h.sock", "timeout": "1s"}')
+    assert parse_hook_file(path).key_notes == ()
+
+
+@pytest.mark.parametrize(("text", "endpoint"), [
+    ('{"remote-endpoint": "/run/a.sock", "Remote-Endpoint": "/run/b.sock"}', "/run/b.sock"),
+    ('{"Remote-Endpoint": "/run/a.sock", "remote-endpoint": "/run/b.sock"}', "/run/b.sock"),  # no exact-match preference
+    ('{"remote-endpoint": "/run/a.sock", "remote-endpoint": "/run/b.sock"}', "/run/b.sock"),  # the same spelling too
+])
+def test_a_key_given_twice_in_any_case_counts_its_last_value(hook_dir: Path, text: str, endpoint: str) -> None:
+    """As Go's encoding/json: each key is stored as it comes, so the last one in the file wins
+    (golang/go#43664): "preferring an exact match" picks between struct fields, not between keys."""
+    config = parse_hook_file(write(hook_dir, "twice.json", text))
+    assert config.endpoint == endpoint
+    twice = [str(n) for n in config.key_notes if "given twice" in str(n)]
+    assert twice == [f'"remote-endpoint" given twice ("{text[2:17]}": \'/run/a.sock\', then "{text[36:51]}": '
+                     "'/run/b.sock'): the last one counts, as in koord-runtime-proxy"]
+
+
+def test_a_later_null_leaves_an_earlier_string_and_empties_a_list(hook_dir: Path) -> None:
+    """Go leaves a string field as it was on a null, and sets a slice to nil."""
+    path = write(hook_dir, "nulls.json", (
+        '{"remote-endpoint": "/run/a.sock", "failure-policy": "Fail", "Failure-Policy": null,'
+        ' "runtime-hooks": ["PreCreateContainer"], "Runtime-Hooks": null}'
+    ))
+    config = parse_hook_file(path)
+    assert config.failure_policy is FailurePolicy.FAIL and config.hooks == frozenset()
+    assert ('"failure-policy" given twice ("failure-policy", then "Failure-Policy": null): the null changes nothing, '
+            "as in koord-runtime-proxy; 'Fail' stands") in [str(n) for n in config.key_notes]
+
+
+def test_a_key_given_twice_with_the_same_value_notes_only_its_spelling(hook_dir: Path) -> None:
+    path = write(hook_dir, "same.json", '{"remote-endpoint": "/run/a.sock", "Remote-Endpoint": "/run/a.sock"}')
+    assert [str(n) for n in parse_hook_file(path).key_notes] == [
+        'key "Remote-Endpoint" read as "remote-endpoint" (koord-runtime-proxy reads keys in any case)'
+    ]
+
+
+def test_keys_fold_as_go_folds_them(hook_dir: Path) -> None:
+    """Go folds the Kelvin sign to k and the long s to s, and no other rune to an ASCII letter."""
+    path = write(hook_dir, "runes.json", {"remote-endpoint": "/run/a.sock", "runtime-hoo\u212a\u017f": ["PreStartContainer"],
+                                          "pr\u0131ority": 5, "\u0130nvalid": 1})
+    config = parse_hook_file(path)
+    assert config.hooks == frozenset({HookType.PRE_START_CONTAINER})
+    assert config.priority == 0  # dotless i is no i to Go: an unknown key, ignored
+    assert [n.key for n in config.key_notes] == ["runtime-hooks"]
+
+
+def test_a_bad_value_under_another_spelling_is_refused_naming_the_key(hook_dir: Path) -> None:
+    path = write(hook_dir, "bad.json", '{"remote-endpoint": "/run/a.sock", "TIMEOUT": "forever"}')
+    with pytest.raises(HookConfigError) as err:
+        parse_hook_file(path)
+    assert err.value.reason.startswith('bad "timeout": ')
+
+
+@pytest.mark.parametrize("policy", ["fail", "FAIL", "ignore"])
+def test_a_failure_policy_value_is_not_read_in_any_case(hook_dir: Path, policy: str) -> None:
+    """Keys match in any case; values do not: an unknown policy stays refused, so that a
+    file meaning Fail does not pass for Ignore in silence."""
+    path = write(hook_dir, "p.json", {"remote-endpoint": "/run/a.sock", "Failure-Policy": policy})
+    with pytest.raises(HookConfigError) as err:
+        parse_hook_file(path)
+    assert err.value.reason == f"unknown \"failure-policy\" '{policy}' (allowed: 'Fail', 'Ignore')"
+
+
+def test_the_registry_warns_once_per_version_naming_file_key_and_its_reading(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=REGISTRY_LOGGER)
+    write(hook_dir, "koord.json", '{"Remote-Endpoint": "/run/k.sock", "runtime-hooks": ["PreCreateContainer"]}')
+    registry = HookRegistry(hook_dir)
+    assert registry.reload().added == ("koord.json",)
+    registry.reload()
+    registry.rescan(["koord.json"])  # read again, unchanged: no new warning
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.getMessage() == ('hook config koord.json: key "Remote-Endpoint" read as "remote-endpoint" '
+                                   "(koord-runtime-proxy reads keys in any case)")
+    assert (record.hook_file, record.hook_key, record.hook_key_read_as) == ("koord.json", "Remote-Endpoint",  # type: ignore[attr-defined]
+                                                                            "remote-endpoint")
+    write(hook_dir, "koord.json", '{"REMOTE-ENDPOINT": "/run/k.sock", "runtime-hooks": ["PreCreateContainer"]}')
+    result = registry.rescan(["koord.json"])
+    assert not result.modified  # the same registration, spelt otherwise: warned again, not "changed"
+    assert [r.hook_key for r in caplog.records if r.levelno == logging.WARNING] == [  # type: ignore[attr-defined]
+        "Remote-Endpoint", "REMOTE-ENDPOINT"]

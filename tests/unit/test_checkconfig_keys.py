@@ -1,0 +1,22 @@
+"""check-config on a hook file whose keys koord-runtime-proxy reads in any case (hookkeys.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtimeproxy.checkconfig import Finding, Severity, check
+
+from .test_checkconfig import good_config, hook_dir, hook_file, live  # noqa: F401 (fixtures)
+
+
+def test_a_key_in_another_case_is_a_warning_naming_both_not_an_ignored_key(
+    tmp_path: Path, live: Path, hook_dir: Path  # noqa: F811
+) -> None:
+    """`"Remote-Endpoint"` made the file invalid (`missing "remote-endpoint"`) and the key `ignored`."""
+    path = hook_file(hook_dir, "koord.json", {"Remote-Endpoint": str(live), "Runtime-Hooks": ["PreCreateContainer"]})
+    report = check(good_config(tmp_path, live, hook_dir))
+    assert list(report.findings) == [
+        Finding(Severity.WARNING, path, 'key "Remote-Endpoint" read as "remote-endpoint" (koord-runtime-proxy reads keys in any case)'),
+        Finding(Severity.WARNING, path, 'key "Runtime-Hooks" read as "runtime-hooks" (koord-runtime-proxy reads keys in any case)'),
+    ]
+    assert report.ok and [s.endpoint for s in report.servers] == [str(live)]
