@@ -5,7 +5,7 @@ absolute as the config file's are (:func:`.config.absolute_path`).
 
 ``SOCKET`` is a socket's: an endpoint URL as kubelet and crictl take it
 (``unix:///run/x.sock``) is its path, any other URL is refused, as it
-would be a relative path (:func:`.config.endpoint_path`). ``PATH`` is any
+would be a relative path (:func:`.endpointurl.endpoint_path`). ``PATH`` is any
 other file's or directory's, as written (``--config c:fg.yaml``)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from .config import EndpointURLError, absolute_path, endpoint_path
+from .config import absolute_path
+from .endpointurl import EndpointURLError, endpoint_path
 
 
 class NonEmptyPath(click.Path):

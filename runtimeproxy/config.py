@@ -20,6 +20,7 @@ from .cripath.backend import CRI_VERSIONS
 from .cripath.versions import VersionPlanError, parse_serve_versions
 from . import yamlkeys
 from .host import unixsocket
+from .endpointurl import EndpointURLError, endpoint_path
 from .eventloop import EVENT_LOOPS
 from .shown import shown
 
@@ -166,45 +167,6 @@ def _path(name: str, key: str, value: Any) -> Path:
     return path
 
 
-class EndpointURLError(ValueError):
-    """A socket written as a URL that names no absolute unix socket path."""
-
-
-# A URL: unix: (kubelet's and crictl's endpoints, any case), grpc's other
-# schemes with no // (unix-abstract:NAME, dns:HOST, ...) or SCHEME://...;
-# anything else is a path (c:fg.yaml, proxy:v2.sock).
-_URL = re.compile(r"(unix|unix-abstract|dns|vsock|ipv4|ipv6|npipe):|([A-Za-z][A-Za-z0-9+.-]*)://", re.IGNORECASE)
-
-
-def endpoint_path(text: str) -> str:
-    """A socket setting as a path: an endpoint URL as kubelet and crictl take
-    it (``unix:///run/x.sock``, ``unix:/run/x.sock``, the scheme in any case)
-    is the path it names; anything but a URL is a path as written. An
-    EndpointURLError for a URL naming no absolute path, or not surely the one
-    kubelet and grpc would name: read as a path it would be a relative one,
-    under the current directory (``/`` under systemd)."""
-    found = _URL.match(text)
-    if found is None:
-        return text
-    scheme, rest = found.group(1) or found.group(2), text[found.end():]
-    if scheme.lower() != "unix":  # unix:// is unix: and //
-        raise EndpointURLError(f"expected a unix socket path, not a {scheme}: endpoint")
-    if any(c in text for c in "%?#"):
-        raise EndpointURLError(
-            f"a {scheme}: URL with %, ? or # names another socket to kubelet and grpc (they decode %XX and cut "
-            "?query and #fragment): write the socket's path"
-        )
-    if rest.startswith("//"):
-        rest = rest[2:]
-        if rest and not rest.startswith("/"):
-            raise EndpointURLError(f"{scheme}://HOST/... (a host in the URL) names no socket path: write {scheme}:///PATH or the path")
-    elif rest and not rest.startswith("/"):
-        raise EndpointURLError(f"{scheme}:NAME is a path relative to the current directory (as grpc reads it): write the socket's absolute path")
-    if not rest.strip("/"):
-        raise EndpointURLError(f"names no socket path (/ alone is the root directory): write {scheme}:///PATH or the path")
-    return "/" + rest.lstrip("/")  # unix:////run/x.sock: /run/x.sock
-
-
 def distinct_sockets(config: ProxyConfig, config_file: Path | None = None, flags: Collection[str] = ()) -> None:
     """A ConfigError when ``listen`` is the backend's (or image backend's)
     socket: every call would come back to the proxy, which would answer
@@ -244,45 +206,49 @@ def absolute_path(text: str | os.PathLike[str]) -> Path:
 
 def _coerce(values: dict[str, Any], spelt: dict[str, str] | None = None) -> dict[str, Any]:
     """Check and convert settings, so that a bad value stops start-up with a
-    clear message instead of failing every call later. ``spelt``: each key as
-    the file wrote it (- or _), for the messages."""
+    clear message instead of failing every call later (the first bad one
+    raises). ``spelt``: each key as the file wrote it (- or _), for the messages."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _KEYS:
             raise ConfigError(f"unknown setting {(spelt or {}).get(key, key)!r}{_did_you_mean(key)}", key=key)
-        name = key.replace("_", "-")
-        if value is None:  # `key:` with nothing after it, or `null`: the default, as if left out
-            continue
-        if key in _PATHS:
-            value = _path(name, key, value)
-        elif key in _CHOICES and value not in _CHOICES[key]:
-            raise ConfigError(f"{name} {shown(value)}: expected one of {', '.join(_CHOICES[key])}", key=key)
-        elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
-            raise ConfigError(f"{name} {shown(value)}: expected a positive number of bytes, at most {INT32_MAX}", key=key)
-        elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
-            raise ConfigError(f"{name} {shown(value)}: expected a positive number, at most {INT32_MAX}", key=key)
-        elif key in _NON_NEGATIVE_NUMBERS and not _seconds(value, positive=False):
-            raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, 0 or more)", key=key)
-        elif key in _POSITIVE_NUMBERS and not _seconds(value, positive=True):
-            raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, more than 0)", key=key)
-        elif key == "state_resync_interval" and 0 < value < MIN_RESYNC_INTERVAL:
-            raise ConfigError(f"{name} {shown(value)}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
-        elif key == "metrics_listen":
-            if not isinstance(value, str):
-                raise ConfigError(f"{name} {shown(value)}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
-            if not value:  # off, as for `runtime-proxy nri`
-                value = None
-            else:
-                parse_host_port(value, name)
-        elif key == "serve_versions":
-            if not isinstance(value, (str, int, float)):  # never str(): a list may be a billion laughs
-                raise ConfigError(f"{name} {shown(value)}: expected auto or a list of {', '.join(CRI_VERSIONS)}", key=key)
-            try:
-                parse_serve_versions(str(value))
-            except VersionPlanError as exc:
-                raise ConfigError(str(exc), key=key) from exc
-        out[key] = value
+        if value is not None:  # `key:` with nothing after it, or `null`: the default, as if left out
+            out[key] = _coerce_one(key, value)
     return out
+
+
+def _coerce_one(key: str, value: Any) -> Any:
+    """One known setting's value, checked and converted; a ConfigError naming it."""
+    name = key.replace("_", "-")
+    if key in _PATHS:
+        value = _path(name, key, value)
+    elif key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{name} {shown(value)}: expected one of {', '.join(_CHOICES[key])}", key=key)
+    elif key in _POSITIVE_INTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
+        raise ConfigError(f"{name} {shown(value)}: expected a positive number of bytes, at most {INT32_MAX}", key=key)
+    elif key in _POSITIVE_COUNTS and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT32_MAX):
+        raise ConfigError(f"{name} {shown(value)}: expected a positive number, at most {INT32_MAX}", key=key)
+    elif key in _NON_NEGATIVE_NUMBERS and not _seconds(value, positive=False):
+        raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, 0 or more)", key=key)
+    elif key in _POSITIVE_NUMBERS and not _seconds(value, positive=True):
+        raise ConfigError(f"{name} {shown(value)}: expected a number of seconds (finite, more than 0)", key=key)
+    elif key == "state_resync_interval" and 0 < value < MIN_RESYNC_INTERVAL:
+        raise ConfigError(f"{name} {shown(value)}: 0 (never) or at least {MIN_RESYNC_INTERVAL:g} seconds", key=key)
+    elif key == "metrics_listen":
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} {shown(value)}: expected HOST:PORT as a string (':PORT' for 127.0.0.1)", key=key)
+        if not value:  # off, as for `runtime-proxy nri`
+            value = None
+        else:
+            parse_host_port(value, name)
+    elif key == "serve_versions":
+        if not isinstance(value, (str, int, float)):  # never str(): a list may be a billion laughs
+            raise ConfigError(f"{name} {shown(value)}: expected auto or a list of {', '.join(CRI_VERSIONS)}", key=key)
+        try:
+            parse_serve_versions(str(value))
+        except VersionPlanError as exc:
+            raise ConfigError(str(exc), key=key) from exc
+    return value
 
 
 # Flags of serve that are no YAML key: what the file says instead.
@@ -316,19 +282,59 @@ def load(path: Path | None) -> ProxyConfig:
 
 
 def load_checked(path: Path | None) -> tuple[ProxyConfig, tuple[ConfigWarning, ...]]:
-    """:func:`load`, with what the file says that is accepted but likely a slip."""
+    """:func:`load`, with what the file says that is accepted but likely a
+    slip; the file's first error raises (:func:`check_file` finds them all)."""
     if path is None:
         return ProxyConfig(), ()
     read = _read(path)
+    if read.conflicts:
+        raise read.conflicts[0]
     try:
         config = dataclasses.replace(ProxyConfig(), **_coerce(read.values, read.written))
     except ConfigError as exc:
-        line = read.lines.get(exc.key or "")
-        where = f" (line {line})" if line is not None else ""
-        raise ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line) from exc
+        raise _in_file(path, exc, read) from exc
     except TypeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
     return config, read.warnings
+
+
+def _in_file(path: Path, exc: ConfigError, read: _File) -> ConfigError:
+    """A setting's error as a config file's: its name, and the setting's line."""
+    line = read.lines.get(exc.key or "")
+    where = f" (line {line})" if line is not None else ""
+    return ConfigError(f"config file {path}: {exc}{where}", key=exc.key, line=line)
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """Every error of a config file, for `check-config`: serve stops at the first."""
+
+    settings: ProxyConfig  # the file's settings, each refused one (``refused``) at its default
+    errors: tuple[ConfigError, ...]  # by line
+    refused: frozenset[str]  # settings whose value is refused; all when the file cannot be read
+    warnings: tuple[ConfigWarning, ...]
+
+
+def check_file(path: Path) -> FileCheck:
+    """What :func:`load_checked` says of ``path``, every error included."""
+    try:
+        read = _read(path)
+    except ConfigError as exc:  # not read at all: no setting is known
+        return FileCheck(ProxyConfig(), (exc,), frozenset(_KEYS), ())
+    errors = list(read.conflicts)
+    refused = {exc.key for exc in read.conflicts if exc.key}  # given twice: neither value is checked further
+    values: dict[str, Any] = {}
+    for key, value in read.values.items():
+        if key in refused:  # given twice: which value stays is the operator's choice, checked then
+            continue
+        try:
+            values.update(_coerce({key: value}, read.written))
+        except ConfigError as exc:
+            errors.append(_in_file(path, exc, read))
+            refused.add(exc.key or key)
+    settings = dataclasses.replace(ProxyConfig(), **{k: v for k, v in values.items() if k not in refused})
+    errors.sort(key=lambda exc: exc.line or 0)
+    return FileCheck(settings, tuple(errors), frozenset(refused), read.warnings)
 
 
 def given_in(path: Path | None) -> frozenset[str]:
@@ -352,6 +358,7 @@ class _File:
     written: dict[str, str]  # each key as the file spells it, for the messages
     lines: dict[str, int]
     warnings: tuple[ConfigWarning, ...]
+    conflicts: tuple[ConfigError, ...]  # keys given twice with different values
 
 
 def _read(path: Path) -> _File:
@@ -371,11 +378,12 @@ def _read(path: Path) -> _File:
     if top is not None and not isinstance(top, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top level", line=1)
     warnings: list[ConfigWarning] = []
-    yamlkeys.check_repeats(
-        repeats,
-        lambda repeat: ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line),
-        lambda repeat: warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line)),
-    )
+    conflicts: list[ConfigError] = []
+    for repeat in repeats:  # yamlkeys.check_repeats' rule, every repeat kept
+        if repeat.same:
+            warnings.append(ConfigWarning(f"config file {path}: {repeat}", repeat.line))
+        else:
+            conflicts.append(ConfigError(f"config file {path}: {repeat}", key=repeat.first.replace("-", "_"), line=repeat.line))
     values: dict[str, Any] = {}
     written: dict[str, str] = {}
     lines: dict[str, int] = {}
@@ -388,4 +396,4 @@ def _read(path: Path) -> _File:
         # of lists, or of many aliases of one long string, is never joined (a billion laughs,
         # or one squared): left for the check to refuse, shown cut short.
         values["serve_versions"] = ",".join(map(str, versions))
-    return _File(values, written, lines, tuple(warnings))
+    return _File(values, written, lines, tuple(warnings), tuple(conflicts))

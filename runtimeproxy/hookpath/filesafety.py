@@ -19,14 +19,20 @@ MAX_HOOK_FILE_SIZE = 1 << 20  # a hook file is a few hundred bytes; refuse absur
 
 
 class HookConfigError(Exception):
-    """A hook file was rejected; ``reason`` says why, ``path`` names the file;
-    ``transient``: the file could not be read now (EMFILE, EIO...), which says
-    nothing of what it holds."""
+    """A hook file was rejected; ``reason`` says why (each of ``problems``, in
+    one line), ``path`` names the file; ``transient``: the file could not be
+    read now (EMFILE, EIO...), which says nothing of what it holds;
+    ``unsafe``: refused for its owner or mode, its content unread."""
 
-    def __init__(self, path: Path | str, reason: str, transient: bool = False) -> None:
+    def __init__(
+        self, path: Path | str, reason: str, transient: bool = False, *,
+        problems: tuple[str, ...] = (), unsafe: bool = False,
+    ) -> None:
         self.path = Path(path)
+        self.problems = problems or (reason,)
         self.reason = reason
         self.transient = transient
+        self.unsafe = unsafe
         super().__init__(f"hook config {self.path}: {reason}")
 
 
@@ -85,7 +91,7 @@ def read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
                 # directory can replace the target.
                 reason = check_path_safety(target.parent, "symlink target directory")
             if reason is not None:
-                raise HookConfigError(path, f"refused: {reason}")
+                raise HookConfigError(path, f"refused: {reason}", unsafe=True)
         if st.st_size > MAX_HOOK_FILE_SIZE:
             raise HookConfigError(path, f"file too large ({st.st_size} bytes > {MAX_HOOK_FILE_SIZE})")
         data = b""  # the size may change under us: read at most one byte past the limit

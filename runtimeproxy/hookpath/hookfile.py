@@ -34,7 +34,7 @@ missing, ``null`` or empty (registered for nothing; a warning is logged);
 unknown extra keys are ignored (debug log).  Everything else is strict (see
 ``_KEYS``): invalid JSON, a non-object document, an unknown hook name, an
 unknown policy, a missing/empty/relative endpoint, a bad timeout or a
-non-integer priority reject the file with a reason naming it.
+non-integer priority reject the file with a reason naming each refused key.
 
 Permission safety: whoever can write into the hook directory can change every
 container on the node, so a hook directory, or a hook file (for a symlink: its
@@ -231,6 +231,7 @@ def _runtime_hooks(value: object) -> frozenset[HookType]:
     if not isinstance(value, list):
         raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" must be a list of hook names, got {_json_type(value)}')
     hooks: set[HookType] = set()
+    unknown: list[str] = []
     for item in value:
         if not isinstance(item, str):
             raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {_json_type(item)}')
@@ -239,8 +240,14 @@ def _runtime_hooks(value: object) -> frozenset[HookType]:
         try:
             hooks.add(HookType(item))
         except ValueError:
-            allowed = ", ".join(h.value for h in HookType)
-            raise _Invalid(f"unknown runtime hook {shown(item)} (allowed: {allowed})") from None
+            unknown.append(item)  # each named: a file is fixed in one pass
+    if unknown:
+        allowed = ", ".join(h.value for h in HookType)
+        distinct = list(dict.fromkeys(unknown))
+        names = ", ".join(shown(item) for item in distinct[:10])
+        more = f" and {len(distinct) - 10} more" if len(distinct) > 10 else ""
+        plural = "s" if len(distinct) > 1 else ""
+        raise _Invalid(f"unknown runtime hook{plural} {names}{more} (allowed: {allowed})")
     return frozenset(hooks)
 
 
@@ -289,7 +296,7 @@ class _Key:
         return self.validate(doc[self.name]) if self.name in doc else self.default
 
 
-# Checked in this order; the first refused key is the file's reason.
+# Checked in this order; every refused key is in the file's reason, in this order.
 _KEYS: tuple[_Key, ...] = (
     _Key(KEY_ENDPOINT, "endpoint", _endpoint, missing=f'missing "{KEY_ENDPOINT}" (the hook server\'s unix socket path)'),
     _Key(KEY_FAILURE_POLICY, "failure_policy", _failure_policy, default=FailurePolicy.IGNORE),
@@ -313,11 +320,14 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     keyed = match_keys(doc, KNOWN_KEYS)  # in any case, as koord-runtime-proxy (hookkeys.py)
     found = keyed.values
     values: dict[str, object] = {}
-    for key in _KEYS:
+    problems: list[str] = []
+    for key in _KEYS:  # every key judged: a file is fixed in one pass
         try:
             values[key.field] = key.read(found)
         except _Invalid as exc:
-            raise HookConfigError(path, str(exc)) from None
+            problems.append(str(exc))
+    if problems:
+        raise HookConfigError(path, "; ".join(problems), problems=tuple(problems))
 
     unknown = sorted(set(found) - KNOWN_KEYS)
     if unknown:

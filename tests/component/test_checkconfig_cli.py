@@ -208,3 +208,27 @@ def test_help_is_listed() -> None:
         [sys.executable, "-m", "runtimeproxy.cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert "check-config" in result.stdout
+
+
+def test_every_problem_is_named_in_one_run_and_exit_1(node: Path) -> None:
+    """Each run named one problem (the config's first bad key, and the hook directory
+    went unchecked): a node with four took four runs to fix."""
+    (node / "regular").write_text("")
+    config = node / "broken.yaml"
+    config.write_text(
+        f"listen: {node / 'proxy.sock'}\nlog-level: loud\nbackend: {node / 'regular'}\n"
+        f"grace-perod: 5\nhook-dir: {node / 'hookserver.d'}\n"
+    )
+    hook = write_hook(node, "broken.json", {"remote-endpoint": str(node / "hook.sock"), "timeout": "soon",
+                                            "failure-policy": "Always", "Runtime-Hooks": ["PreCreateContainer"]})
+    result = check_config("--config", config)
+    assert result.returncode == 1, result.stdout
+    errors = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    assert [line.split(": ")[1] for line in errors] == [
+        f"{config}:2", f"{config}:4", str(node / "regular"), str(hook), str(hook)]
+    assert f"error: {hook}: unknown \"failure-policy\" 'Always' (allowed: 'Fail', 'Ignore')" in errors
+    assert f"error: {hook}: bad \"timeout\": invalid duration 'soon'" in "\n".join(errors)
+    assert (f'warning: {hook}: key "Runtime-Hooks" read as "runtime-hooks" (koord-runtime-proxy reads keys in any case)'
+            in result.stdout)
+    assert "koordlet.json: valid" in result.stdout  # the good file is still reported
+    assert result.stdout.rstrip().endswith("5 error(s), 1 warning(s)")

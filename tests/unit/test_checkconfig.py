@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy import checkconfig
+from runtimeproxy import checkconfig, checkhooks
 from runtimeproxy.checkconfig import Finding, Severity, check
 from runtimeproxy.config import ConfigError, load
 from runtimeproxy.hookpath.points import HookType
@@ -114,7 +114,7 @@ def test_bad_yaml_is_an_error_with_its_line(tmp_path: Path) -> None:
 
 def test_unknown_yaml_key_is_an_error_with_its_line(tmp_path: Path) -> None:
     path = config_file(tmp_path, "listen: /tmp/p.sock\n\nbackends: /tmp/typo.sock\n")
-    (finding,) = check(path).findings
+    (finding,) = only(check(path).findings, Severity.ERROR)
     assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 3)
     assert "unknown setting 'backends' (did you mean 'backend'?) (line 3)" in finding.reason
 
@@ -130,7 +130,7 @@ def test_unknown_yaml_key_is_an_error_with_its_line(tmp_path: Path) -> None:
 )
 def test_bad_values_are_errors_with_their_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
     path = config_file(tmp_path, text)
-    (finding,) = check(path).findings
+    (finding,) = only(check(path).findings, Severity.ERROR)
     assert (finding.severity, finding.line) == (Severity.ERROR, line)
     assert fragment in finding.reason
 
@@ -142,14 +142,14 @@ def test_what_serve_cannot_run_with_is_an_error_as_serve_reports_it(
     path = config_file(tmp_path, "log-level: info\n" + text)
     # With --hook-dir: the directory is checked as well, and the file still judged.
     report = check(path, hook_dir)
-    (finding,) = report.findings
+    (finding,) = only(report.findings, Severity.ERROR)  # (the default backend's socket may be missing: a warning)
     assert (finding.severity, finding.subject, finding.line) == (Severity.ERROR, path, 2)
     assert fragment in finding.reason
     with pytest.raises(ConfigError) as err:
         load(path)  # serve's loader: the same words
     assert finding.reason == str(err.value)
     assert not report.ok and report.config is None and report.hook_dir == hook_dir
-    assert list(report.lines())[-1] == "1 error(s), 0 warning(s)"
+    assert list(report.lines())[-1].startswith("1 error(s), ")
 
 
 def test_config_error_line_is_what_serve_reports(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_config_error_line_is_what_serve_reports(tmp_path: Path) -> None:
     path = config_file(tmp_path, "listen: /tmp/p.sock\nserve-versions: v3\n")
     with pytest.raises(ConfigError) as err:
         load(path)
-    (finding,) = check(path).findings
+    (finding,) = only(check(path).findings, Severity.ERROR)
     assert finding.reason == str(err.value) and finding.line == err.value.line == 2
 
 
@@ -372,9 +372,9 @@ def test_hook_point_the_proxy_never_calls_is_a_warning(
     tmp_path: Path, live: Path, hook_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every hook point is called today; a point dropped from the hook stage must show.
-    hooked = dict(checkconfig.HOOKED_METHODS)
+    hooked = dict(checkhooks.HOOKED_METHODS)
     del hooked["UpdateContainerResources"]
-    monkeypatch.setattr(checkconfig, "HOOKED_METHODS", hooked)
+    monkeypatch.setattr(checkhooks, "HOOKED_METHODS", hooked)
     hooks = ["PreCreateContainer", HookType.PRE_UPDATE_CONTAINER_RESOURCES.value]
     hook_file(hook_dir, "a.json", valid_hook(live, **{"runtime-hooks": hooks}))
     (finding,) = check(good_config(tmp_path, live, hook_dir)).findings
@@ -383,7 +383,7 @@ def test_hook_point_the_proxy_never_calls_is_a_warning(
 
 
 def test_every_hook_point_is_called_today() -> None:
-    assert all(checkconfig._proxy_calls(hook) for hook in HookType)
+    assert all(checkhooks._proxy_calls(hook) for hook in HookType)
 
 
 def test_finding_text_names_file_and_line() -> None:

@@ -1,0 +1,121 @@
+"""``check-config``'s look at a hook directory: the registry ``serve`` runs,
+reloaded once (its directory rules, file selection and per-file checks),
+then every problem of each file it rejects, and what is valid but likely a
+slip: a file that registers nothing, a hook point never called, a key in
+another case or nothing reads, a hook server's socket not there, balloons
+called before a hook that sets the CPU shares it sizes by."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from .checkfindings import Finding, Severity, endpoint_findings
+from .hookpath.executor import HOOKED_METHODS
+from .hookpath.filesafety import read_hook_file
+from .hookpath.hookfile import KNOWN_KEYS, HookConfigError, HookServerConfig, parse_hook_file
+from .hookpath.hookkeys import match_keys, object_pairs
+from .hookpath.points import HOOK_POINTS, HookType
+from .hookpath.registry import HookRegistry
+
+__all__ = ["check_hook_directory"]
+
+
+def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...], list[Finding]]:
+    """The hook servers ``serve`` would load from ``directory``, and the findings."""
+    result = HookRegistry(directory).reload()
+    findings: list[Finding] = []
+    if result.directory_error is not None:
+        # A missing directory is normal before the first hook server registers.
+        severity = Severity.WARNING if not directory.exists() else Severity.ERROR
+        findings.append(Finding(severity, directory, result.directory_error))
+    for name, reason in sorted(result.rejected.items()):
+        path = directory / name
+        findings += [Finding(Severity.ERROR, path, problem) for problem in _problems(path, reason)]
+        findings += _key_findings(path)
+    servers = tuple(result.snapshot.servers.values())
+    for server in servers:
+        findings += _suspicious(directory / server.name, server)
+    findings += _balloons_order(directory, servers)
+    return servers, findings
+
+
+def _problems(path: Path, reason: str) -> tuple[str, ...]:
+    """Every problem of a file the registry rejected for ``reason`` (which
+    names them all in one line): each on its own, and for a file refused for
+    its owner or mode, what its content is refused for too, so that one pass
+    fixes it. ``reason`` alone if the file reads well now (changed since)."""
+    problems: list[str] = []
+    for check_permissions in (True, False):
+        try:
+            parse_hook_file(path, check_permissions=check_permissions)
+        except HookConfigError as exc:
+            problems += [problem for problem in exc.problems if problem not in problems]
+            if exc.unsafe:
+                continue  # and its content, read as if it were safe
+        break
+    return tuple(problems) or (reason,)
+
+
+def _key_findings(path: Path) -> Iterable[Finding]:
+    """A known key in another case or given twice (read as koord-runtime-proxy
+    reads it: hookkeys.py), and keys nothing reads, of any hook file that is a
+    JSON object, valid or not."""
+    try:
+        data, _owner = read_hook_file(path, check_permissions=False)  # safely: no FIFO, no huge file
+        doc = json.loads(data.decode("utf-8-sig"), object_pairs_hook=object_pairs)
+    except (HookConfigError, ValueError, RecursionError):  # its error is among the file's problems
+        return
+    if not isinstance(doc, dict):
+        return
+    keyed = match_keys(doc, KNOWN_KEYS)
+    for note in keyed.notes:
+        yield Finding(Severity.WARNING, path, str(note))
+    unknown = sorted(set(keyed.values) - KNOWN_KEYS)
+    if unknown:
+        yield Finding(Severity.WARNING, path, f"keys ignored (not read by the proxy): {', '.join(unknown)}")
+
+
+BALLOONS_FILE = "balloons.json"  # what ``hook run balloons`` writes
+SIZING_HOOKS = (HookType.PRE_CREATE_CONTAINER, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
+
+
+def _balloons_order(directory: Path, servers: Iterable[HookServerConfig]) -> Iterable[Finding]:
+    """balloons sizes a container by the cpu_shares it is shown: a server called
+    after it at the same hook point may set others (batchresource, koordlet for
+    BE pods), which the container's later updates show it (docs/hook-balloons.md)."""
+    by_name = {s.name: s for s in servers}
+    balloons = by_name.get(BALLOONS_FILE)
+    if balloons is None:
+        return
+    later = sorted(
+        s.name for s in by_name.values()
+        if s.sort_key > balloons.sort_key and any(h in s.hooks and h in balloons.hooks for h in SIZING_HOOKS)
+    )
+    if later:
+        yield Finding(
+            Severity.WARNING, directory / BALLOONS_FILE,
+            f"called before {', '.join(later)}, which may set cpu_shares balloons would not see: balloons are sized by the "
+            f"shares shown, so one may grow at a container's first update; give it a higher priority",
+        )
+
+
+def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:
+    for name in sorted(server.uncalled_hooks):
+        yield Finding(Severity.WARNING, path, f"hook point {name} is never called (nor by koord-runtime-proxy); ignored")
+    if not server.hooks:
+        yield Finding(Severity.WARNING, path, "registers no runtime hooks; it will never be called")
+    for hook in sorted(server.hooks, key=lambda h: h.value):
+        if not _proxy_calls(hook):
+            yield Finding(Severity.WARNING, path, f"hook point {hook.value} is never called by this proxy")
+    for finding in endpoint_findings(Path(server.endpoint), "remote-endpoint"):
+        yield Finding(finding.severity, path, f"{finding.reason} ({server.endpoint})")
+    yield from _key_findings(path)
+
+
+def _proxy_calls(hook: HookType) -> bool:
+    """Whether the hook stage triggers ``hook`` on some CRI method."""
+    point = HOOK_POINTS[hook]
+    method = HOOKED_METHODS.get(point.cri_method)
+    return method is not None and hook in (method.pre, method.post)
