@@ -60,8 +60,8 @@ def _problems(path: Path, reason: str) -> tuple[str, ...]:
 
 def _key_findings(path: Path) -> Iterable[Finding]:
     """A known key in another case or given twice (read as koord-runtime-proxy
-    reads it: hookkeys.py), and keys nothing reads, of any hook file that is a
-    JSON object, valid or not."""
+    reads it: hookkeys.py), a key of ours in another case (ignored), and keys
+    nothing reads, of any hook file that is a JSON object, valid or not."""
     try:
         data, _owner = read_hook_file(path, check_permissions=False)  # safely: no FIFO, no huge file
         doc = json.loads(data.decode("utf-8-sig"), object_pairs_hook=object_pairs)
@@ -72,7 +72,8 @@ def _key_findings(path: Path) -> Iterable[Finding]:
     keyed = match_keys(doc, KNOWN_KEYS)
     for note in keyed.notes:
         yield Finding(Severity.WARNING, path, str(note))
-    unknown = sorted(set(keyed.values) - KNOWN_KEYS)
+    misspelt = {note.written for note in keyed.notes if not note.read}  # its note names the key it may mean
+    unknown = sorted(set(keyed.values) - KNOWN_KEYS - misspelt)
     if unknown:
         yield Finding(Severity.WARNING, path, f"keys ignored (not read by the proxy): {', '.join(unknown)}")
 

@@ -25,8 +25,9 @@ plus two optional keys of ours:
     but ``"whole"`` for a file named ``koordlet.json`` (koordlet writes that
     file itself at each start, with no room for a key of ours).
 
-Keys are read as Koordinator's Go decoder reads them (:mod:`.hookkeys`): in
-any case, the last of a key given twice counting, each with a warning.
+Koordinator's keys are read as its Go decoder reads them (:mod:`.hookkeys`):
+in any case, the last of a key given twice counting, each with a warning;
+ours as written (another spelling of one is an unknown key, with a warning).
 Leniency follows Koordinator exactly where Koordinator is lenient:
 ``failure-policy`` may be missing, ``null`` or ``""`` (Koordinator's
 ``PolicyNone``, which behaves like ``Ignore``); ``runtime-hooks`` may be
@@ -317,7 +318,7 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     path = Path(path)
     if not isinstance(doc, dict):
         raise HookConfigError(path, f"top-level JSON value must be an object, got {_json_type(doc)}")
-    keyed = match_keys(doc, KNOWN_KEYS)  # in any case, as koord-runtime-proxy (hookkeys.py)
+    keyed = match_keys(doc, KNOWN_KEYS)  # Koordinator's in any case, as koord-runtime-proxy (hookkeys.py)
     found = keyed.values
     values: dict[str, object] = {}
     problems: list[str] = []

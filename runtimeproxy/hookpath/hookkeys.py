@@ -7,9 +7,13 @@ for a key given twice in any spellings, keeps the last one in the file:
 "preferring an exact match" chooses between two struct fields, never
 between two keys of the file. A JSON null leaves a string field as it was
 (an earlier value stands, or none), and empties a list. A file written for
-it must read the same here, so every key is matched that way, each
-spelling that is not ours noted for a warning, as is a key given twice with
-different values.
+it must read the same here, so its three keys (``KOORD_KEYS``) are matched
+that way, each spelling that is not ours noted for a warning, as is a key
+given twice with different values. The keys of ours are no field of that
+struct, which never reads them: they are read as written, and another
+spelling of one is an unknown key, ignored, with a warning naming the key
+it may have meant (a file that loads must not read otherwise because a key
+nobody read before now is).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from ..shown import shown
 
 __all__ = ["KeyNote", "KeyedDocument", "Pairs", "match_keys", "object_pairs"]
 
-# Koordinator's string fields: a null there changes nothing (Go's rule for
-# any type but a pointer, interface, map or slice). runtime-hooks, a slice,
-# is set to nil by a null; the keys of ours are read by our rules.
+# Koordinator's keys, the fields of its struct: read in any case.
+KOORD_KEYS = frozenset({"remote-endpoint", "failure-policy", "runtime-hooks"})
+# Its string fields: a null there changes nothing (Go's rule for any type but
+# a pointer, interface, map or slice). runtime-hooks, a slice, is set to nil
+# by a null.
 GO_STRING_KEYS = frozenset({"remote-endpoint", "failure-policy"})
 
 # Runes outside ASCII that Go's case folding (unicode.SimpleFold) maps to an
@@ -54,11 +60,14 @@ def object_pairs(pairs: list[tuple[str, object]]) -> Pairs:
 
 @dataclass(frozen=True)
 class KeyNote:
-    """A known key written otherwise than we write it, or given twice: read, with a warning."""
+    """A known key written otherwise than we write it, or given twice: read,
+    with a warning; or (``read`` false) another spelling of a key of ours:
+    ignored, with a warning naming the key it may have meant."""
 
     written: str  # the key as the file spells it
-    key: str  # the known key it is read as
+    key: str  # the known key it is read as, or (not ``read``) the one it may have meant
     message: str
+    read: bool = True
 
     def __str__(self) -> str:
         return self.message
@@ -69,7 +78,7 @@ class KeyedDocument:
     """A hook file's top-level object, its keys matched to the known ones."""
 
     values: Mapping[str, object]  # by known key; other keys as written
-    notes: tuple[KeyNote, ...]  # what a warning should say: spellings not ours, keys given twice
+    notes: tuple[KeyNote, ...]  # what a warning should say: spellings not ours, keys given twice, ours misspelt
 
 
 def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocument:
@@ -85,7 +94,13 @@ def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocume
         key = name if name in known else by_fold.get(_folded(name), name)
         if key != name and name not in spellings_noted:
             spellings_noted.add(name)
-            notes.append(KeyNote(name, key, f'key "{name}" read as "{key}" (koord-runtime-proxy reads keys in any case)'))
+            if key in KOORD_KEYS:
+                notes.append(KeyNote(name, key, f'key "{name}" read as "{key}" (koord-runtime-proxy reads keys in any case)'))
+            else:  # a key of ours, which koord-runtime-proxy never reads: as written only
+                notes.append(KeyNote(name, key, f'key "{name}" ignored: did you mean \'{key}\'? (keys of ours are read as '
+                                     "written; only Koordinator's are read in any case)", read=False))
+        if key not in KOORD_KEYS and key != name:
+            key = name  # unknown: kept as written, ignored
         if key not in known:
             values[name] = value
             continue

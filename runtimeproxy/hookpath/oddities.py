@@ -25,7 +25,8 @@ def warn_if_odd(config: HookServerConfig, previous: HookServerConfig | None) -> 
             extra={**config.log_fields(), "ignored_hooks": sorted(config.uncalled_hooks)},
         )
     for note in config.key_notes:  # a key in another case, or given twice: read as koord-runtime-proxy reads it
+        meant = "hook_key_read_as" if note.read else "hook_key_meant"  # a key of ours misspelt: ignored
         logger.warning("hook config %s: %s", name, note, extra={
-            **config.log_fields(), "hook_key": note.written, "hook_key_read_as": note.key, "warning": str(note)})
+            **config.log_fields(), "hook_key": note.written, meant: note.key, "warning": str(note)})
     if not config.hooks:
         logger.warning("hook config %s registers no runtime hooks; it will never be called", name, extra=config.log_fields())

@@ -20,3 +20,18 @@ def test_a_key_in_another_case_is_a_warning_naming_both_not_an_ignored_key(
         Finding(Severity.WARNING, path, 'key "Runtime-Hooks" read as "runtime-hooks" (koord-runtime-proxy reads keys in any case)'),
     ]
     assert report.ok and [s.endpoint for s in report.servers] == [str(live)]
+
+
+def test_a_key_of_ours_in_another_case_is_ignored_naming_the_key_it_may_mean(
+    tmp_path: Path, live: Path, hook_dir: Path  # noqa: F811
+) -> None:
+    """Our keys are no field of koord-runtime-proxy's struct: `"Timeout": "bad"` refused a file that loads on main."""
+    path = hook_file(hook_dir, "ours.json", {"remote-endpoint": str(live), "runtime-hooks": ["PreCreateContainer"],
+                                             "Timeout": "bad", "extra": 1})
+    report = check(good_config(tmp_path, live, hook_dir))
+    assert list(report.findings) == [
+        Finding(Severity.WARNING, path, "key \"Timeout\" ignored: did you mean 'timeout'? (keys of ours are read as "
+                                        "written; only Koordinator's are read in any case)"),
+        Finding(Severity.WARNING, path, "keys ignored (not read by the proxy): extra"),
+    ]
+    assert report.ok and [s.timeout for s in report.servers] == [2.0]

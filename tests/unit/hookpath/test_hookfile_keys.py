@@ -1,7 +1,7 @@
 """A hook file's keys read as koord-runtime-proxy's Go decoder reads them
-(hookkeys.py): in any case, the last of a key given twice counting, a null
-leaving an earlier string as it was; each with a warning naming the key as
-written and the key it is read as."""
+(hookkeys.py): Koordinator's in any case, the last of a key given twice
+counting, a null leaving an earlier string as it was; each with a warning
+naming the key as written and the key it is read as. Ours as written only."""
 
 from __future__ import annotations
 
@@ -24,22 +24,41 @@ def hook_dir(tmp_path: Path) -> Path:
     return make_hook_dir(tmp_path)
 
 
-def test_every_key_is_read_in_any_case_with_a_note_naming_both_spellings(hook_dir: Path) -> None:
+def test_koordinators_keys_are_read_in_any_case_with_a_note_naming_both_spellings(hook_dir: Path) -> None:
     """`"Remote-Endpoint"` works with koord-runtime-proxy; here the file was refused (`missing "remote-endpoint"`)."""
     path = write(hook_dir, "koord.json", (
         '{"Remote-Endpoint": "/run/k.sock", "FAILURE-POLICY": "Fail", "Runtime-Hooks": ["PreCreateContainer"],'
-        ' "Timeout": "1s", "pRiOrItY": 3, "Answers": "whole", "remote-endpoint-x": 1}'
+        ' "remote-endpoint-x": 1}'
     ))
     config = parse_hook_file(path)
     assert (config.endpoint, config.failure_policy, config.hooks) == ("/run/k.sock", FailurePolicy.FAIL,
                                                                       frozenset({HookType.PRE_CREATE_CONTAINER}))
-    assert (config.timeout, config.priority, config.answers) == (1.0, 3, Answers.WHOLE)
-    assert [(n.written, n.key) for n in config.key_notes] == [
-        ("Remote-Endpoint", "remote-endpoint"), ("FAILURE-POLICY", "failure-policy"), ("Runtime-Hooks", "runtime-hooks"),
-        ("Timeout", "timeout"), ("pRiOrItY", "priority"), ("Answers", "answers"),
+    assert [(n.written, n.key, n.read) for n in config.key_notes] == [
+        ("Remote-Endpoint", "remote-endpoint", True), ("FAILURE-POLICY", "failure-policy", True),
+        ("Runtime-Hooks", "runtime-hooks", True),
     ]
     assert str(config.key_notes[0]) == ('key "Remote-Endpoint" read as "remote-endpoint" '
                                          "(koord-runtime-proxy reads keys in any case)")
+
+
+@pytest.mark.parametrize(("text", "meant"), [
+    ('"Timeout": "bad"', "timeout"),  # refused the file, which loads on main (an unknown key there)
+    ('"Answers": "whole"', "answers"),  # turned on cpuset clearing
+    ('"PRIORITY": 7', "priority"),
+])
+def test_a_key_of_ours_in_another_case_is_ignored_naming_the_key_it_may_mean(
+    hook_dir: Path, text: str, meant: str
+) -> None:
+    """koord-runtime-proxy's decoder never reads our keys (no field of its struct):
+    they were folded too, so that `"Timeout": "bad"` refused a file that loads on main."""
+    path = write(hook_dir, "ours.json", '{"remote-endpoint": "/run/a.sock", ' + text + "}")
+    config = parse_hook_file(path)
+    assert (config.timeout, config.priority, config.answers) == (2.0, 0, Answers.CHANGES)
+    (note,) = config.key_notes
+    written = text.split('"')[1]
+    assert (note.written, note.key, note.read) == (written, meant, False)
+    assert str(note) == (f'key "{written}" ignored: did you mean \'{meant}\'? (keys of ours are read as written; '
+                         "only Koordinator's are read in any case)")
 
 
 def test_the_keys_as_we_write_them_carry_no_note(hook_dir: Path) -> None:
@@ -89,13 +108,15 @@ def test_keys_fold_as_go_folds_them(hook_dir: Path) -> None:
     assert config.hooks == frozenset({HookType.PRE_START_CONTAINER})
     assert config.priority == 0  # dotless i is no i to Go: an unknown key, ignored
     assert [n.key for n in config.key_notes] == ["runtime-hooks"]
+    misspelt = parse_hook_file(write(hook_dir, "ours.json", {"remote-endpoint": "/run/a.sock", "an\u017fwers": "whole"}))
+    assert misspelt.answers is Answers.CHANGES and [(n.key, n.read) for n in misspelt.key_notes] == [("answers", False)]
 
 
 def test_a_bad_value_under_another_spelling_is_refused_naming_the_key(hook_dir: Path) -> None:
-    path = write(hook_dir, "bad.json", '{"remote-endpoint": "/run/a.sock", "TIMEOUT": "forever"}')
+    path = write(hook_dir, "bad.json", '{"remote-endpoint": "/run/a.sock", "FAILURE-POLICY": 5}')
     with pytest.raises(HookConfigError) as err:
         parse_hook_file(path)
-    assert err.value.reason.startswith('bad "timeout": ')
+    assert err.value.reason == '"failure-policy" must be a string, got number'
 
 
 @pytest.mark.parametrize("policy", ["fail", "FAIL", "ignore"])
@@ -127,3 +148,15 @@ def test_the_registry_warns_once_per_version_naming_file_key_and_its_reading(
     assert not result.modified  # the same registration, spelt otherwise: warned again, not "changed"
     assert [r.hook_key for r in caplog.records if r.levelno == logging.WARNING] == [  # type: ignore[attr-defined]
         "Remote-Endpoint", "REMOTE-ENDPOINT"]
+
+
+def test_the_registry_warns_of_a_key_of_ours_in_another_case_naming_the_key_meant(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=REGISTRY_LOGGER)
+    write(hook_dir, "ours.json", '{"remote-endpoint": "/run/a.sock", "runtime-hooks": ["PreCreateContainer"], "Timeout": "bad"}')
+    assert HookRegistry(hook_dir).reload().added == ("ours.json",)
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.getMessage().startswith("hook config ours.json: key \"Timeout\" ignored: did you mean 'timeout'? ")
+    assert (record.hook_key, record.hook_key_meant) == ("Timeout", "timeout")  # type: ignore[attr-defined]
+    assert not hasattr(record, "hook_key_read_as")
