@@ -66,6 +66,7 @@ from ..shown import shown
 from .duration import format_duration, parse_duration
 from .filesafety import HookConfigError, check_path_safety, read_hook_file, unsafe_reason
 from .hookkeys import KeyNote, match_keys, object_pairs
+from .hookkeys import json_type as _json_type
 from .points import HookType
 
 __all__ = [
@@ -323,6 +324,7 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     values: dict[str, object] = {}
     problems: list[str] = []
     for key in _KEYS:  # every key judged: a file is fixed in one pass
+        problems += [why for name, why in keyed.problems if name == key.name]  # a value overridden, of a type Go refuses
         try:
             values[key.field] = key.read(found)
         except _Invalid as exc:
@@ -343,16 +345,6 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     listed = found.get(KEY_RUNTIME_HOOKS) or ()
     values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # (valid: read above)
     return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]
-
-
-# JSON's names for what json.loads returns (bool before int: it is an int subclass).
-_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
-    (type(None), "null"), (bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"),
-)
-
-
-def _json_type(value: object) -> str:
-    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServerConfig:

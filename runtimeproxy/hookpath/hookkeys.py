@@ -6,7 +6,10 @@ struct's in any case (``"Remote-Endpoint"`` is ``remote-endpoint``) and,
 for a key given twice in any spellings, keeps the last one in the file:
 "preferring an exact match" chooses between two struct fields, never
 between two keys of the file. A JSON null leaves a string field as it was
-(an earlier value stands, or none), and empties a list. A file written for
+(an earlier value stands, or none), and empties a list. A value of a type
+the field cannot take is an error the decoder records and returns once
+done, whatever comes after it: koord-runtime-proxy refuses the file, even
+when a later value of the key is good (``go_type_problem``). A file written for
 it must read the same here, so its three keys (``KOORD_KEYS``) are matched
 that way, each spelling that is not ours noted for a warning, as is a key
 given twice with different values. The keys of ours are no field of that
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from ..shown import shown
 
-__all__ = ["KeyNote", "KeyedDocument", "Pairs", "match_keys", "object_pairs"]
+__all__ = ["KOORD_KEYS", "KeyNote", "KeyedDocument", "Pairs", "go_type_problem", "json_type", "match_keys", "object_pairs"]
 
 # Koordinator's keys, the fields of its struct: read in any case.
 KOORD_KEYS = frozenset({"remote-endpoint", "failure-policy", "runtime-hooks"})
@@ -79,6 +82,9 @@ class KeyedDocument:
 
     values: Mapping[str, object]  # by known key; other keys as written
     notes: tuple[KeyNote, ...]  # what a warning should say: spellings not ours, keys given twice, ours misspelt
+    # (key, why): a value of Koordinator's key that a later one overrode, of a
+    # type its Go decoder refuses: the file is refused (go_type_problem)
+    problems: tuple[tuple[str, str], ...] = ()
 
 
 def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocument:
@@ -90,6 +96,7 @@ def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocume
     written: dict[str, str] = {}  # known key: the spelling its value came from
     notes: list[KeyNote] = []
     spellings_noted: set[str] = set()
+    mistyped: list[tuple[str, str, object]] = []  # Koordinator's keys of a type Go cannot decode: (key, as written, value)
     for name, value in pairs:
         key = name if name in known else by_fold.get(_folded(name), name)
         if key != name and name not in spellings_noted:
@@ -104,15 +111,58 @@ def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocume
         if key not in known:
             values[name] = value
             continue
+        if go_type_problem(key, value) is not None:
+            mistyped.append((key, name, value))
         if key in written and values[key] != value:
             earlier = written[key]
             if value is None and key in GO_STRING_KEYS:
                 notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}", then "{name}": null): the null '
                                      f'changes nothing, as in koord-runtime-proxy; {shown(values[key])} stands'))
                 continue
-            notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}": {shown(values[key])}, then "{name}": '
-                                 f"{shown(value)}): the last one counts, as in koord-runtime-proxy"))
+            if go_type_problem(key, values[key]) is None and go_type_problem(key, value) is None:  # else refused
+                notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}": {shown(values[key])}, then "{name}": '
+                                     f"{shown(value)}): the last one counts, as in koord-runtime-proxy"))
         elif value is None and key in GO_STRING_KEYS:
             continue  # Go leaves the field as it was: absent, or an earlier value of the same
         values[key], written[key] = value, name
-    return KeyedDocument(values, tuple(notes))
+    return KeyedDocument(values, tuple(notes), _overridden_type_problems(mistyped, values))
+
+
+def go_type_problem(key: str, value: object) -> str | None:
+    """Why Go's decoder cannot read ``value`` into Koordinator's field ``key``
+    (an UnmarshalTypeError, which fails the whole file), or None."""
+    if value is None or key not in KOORD_KEYS:
+        return None  # a null is read as no value; our keys are not Go's
+    if key in GO_STRING_KEYS:
+        return None if isinstance(value, str) else f'"{key}" must be a string, got {json_type(value)}'
+    if not isinstance(value, list):
+        return f'"{key}" must be a list of hook names, got {json_type(value)}'
+    wrong = next((item for item in value if item is not None and not isinstance(item, str)), None)
+    return None if wrong is None else f'"{key}" entries must be strings, got {json_type(wrong)}'
+
+
+def _overridden_type_problems(
+    mistyped: list[tuple[str, str, object]], values: Mapping[str, object],
+) -> tuple[tuple[str, str], ...]:
+    """The mistyped values of Koordinator's keys that a later one of the same
+    key overrode: Go records the error and goes on, Unmarshal returns it, and
+    koord-runtime-proxy refuses the file whichever value counts. Those of a key
+    whose counting value is mistyped itself are left to its own check."""
+    problems: list[tuple[str, str]] = []
+    for key, name, value in mistyped:
+        if go_type_problem(key, values.get(key)) is not None:
+            continue
+        problem = go_type_problem(key, value)
+        problems.append((key, f'{problem} ("{name}": {shown(value)}, overridden by a later value: koord-runtime-proxy '
+                              "refuses the file for it all the same)"))
+    return tuple(problems)
+
+
+# JSON's names for what json.loads returns (bool before int: it is an int subclass).
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (type(None), "null"), (bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"),
+)
+
+
+def json_type(value: object) -> str:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)

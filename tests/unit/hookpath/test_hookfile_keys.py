@@ -160,3 +160,51 @@ def test_the_registry_warns_of_a_key_of_ours_in_another_case_naming_the_key_mean
     assert record.getMessage().startswith("hook config ours.json: key \"Timeout\" ignored: did you mean 'timeout'? ")
     assert (record.hook_key, record.hook_key_meant) == ("Timeout", "timeout")  # type: ignore[attr-defined]
     assert not hasattr(record, "hook_key_read_as")
+
+
+@pytest.mark.parametrize(("first", "problem"), [
+    ('"remote-endpoint": 5', '"remote-endpoint" must be a string, got number ("remote-endpoint": 5'),
+    ('"Remote-Endpoint": ["/run/b.sock"]', '"remote-endpoint" must be a string, got array ("Remote-Endpoint": [\'/run/b.sock\']'),
+    ('"failure-policy": true', '"failure-policy" must be a string, got boolean ("failure-policy": True'),
+    ('"runtime-hooks": "PreCreateContainer"', '"runtime-hooks" must be a list of hook names, got string'),
+    ('"runtime-hooks": ["PreCreateContainer", 5]', '"runtime-hooks" entries must be strings, got number'),
+])
+def test_a_koordinator_key_of_the_wrong_type_refuses_the_file_though_a_later_value_is_good(
+    hook_dir: Path, first: str, problem: str
+) -> None:
+    """Go's decoder records an UnmarshalTypeError and goes on; Unmarshal returns it and
+    koord-runtime-proxy refuses the file. Here the last value counted, and the file loaded."""
+    path = write(hook_dir, "typed.json", "{" + first + ', "remote-endpoint": "/run/a.sock", "failure-policy": "Fail",'
+                 ' "runtime-hooks": ["PreCreateContainer"]}')
+    with pytest.raises(HookConfigError) as err:
+        parse_hook_file(path)
+    (reason,) = err.value.problems
+    assert reason.startswith(problem)
+    assert reason.endswith("overridden by a later value: koord-runtime-proxy refuses the file for it all the same)")
+    assert not [n for n in parse_hook_document_notes(path) if "given twice" in str(n)]  # no "the last one counts"
+
+
+def parse_hook_document_notes(path: Path) -> tuple[object, ...]:
+    import json
+
+    from runtimeproxy.hookpath.hookfile import KNOWN_KEYS
+    from runtimeproxy.hookpath.hookkeys import match_keys, object_pairs
+
+    return match_keys(json.loads(path.read_text(), object_pairs_hook=object_pairs), KNOWN_KEYS).notes
+
+
+@pytest.mark.parametrize("text", [
+    '{"remote-endpoint": "/run/a.sock", "remote-endpoint": 5}',  # the value that counts: its own check, once
+    '{"remote-endpoint": 5, "remote-endpoint": null}',  # the null changes nothing: 5 counts
+])
+def test_a_key_whose_counting_value_is_of_the_wrong_type_is_refused_once(hook_dir: Path, text: str) -> None:
+    with pytest.raises(HookConfigError) as err:
+        parse_hook_file(write(hook_dir, "typed.json", text))
+    assert err.value.problems == ('"remote-endpoint" must be a string, got number',)
+
+
+def test_a_null_or_a_key_of_ours_before_the_value_that_counts_is_no_type_error(hook_dir: Path) -> None:
+    path = write(hook_dir, "nulls.json", '{"remote-endpoint": null, "runtime-hooks": null, "timeout": 5, '
+                 '"remote-endpoint": "/run/a.sock", "runtime-hooks": ["PreCreateContainer"], "timeout": "1s"}')
+    config = parse_hook_file(path)
+    assert (config.endpoint, config.timeout) == ("/run/a.sock", 1.0)
