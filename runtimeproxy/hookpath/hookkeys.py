@@ -120,8 +120,8 @@ def match_keys(doc: Mapping[str, object], known: Collection[str]) -> KeyedDocume
                                      f'changes nothing, as in koord-runtime-proxy; {shown(values[key])} stands'))
                 continue
             if go_type_problem(key, values[key]) is None and go_type_problem(key, value) is None:  # else refused
-                notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}": {shown(values[key])}, then "{name}": '
-                                     f"{shown(value)}): the last one counts, as in koord-runtime-proxy"))
+                notes.append(KeyNote(name, key, f'"{key}" given twice ("{earlier}": {as_json(values[key])}, then "{name}": '
+                                     f"{as_json(value)}): the last one counts, as in koord-runtime-proxy"))
         elif value is None and key in GO_STRING_KEYS:
             continue  # Go leaves the field as it was: absent, or an earlier value of the same
         values[key], written[key] = value, name
@@ -153,7 +153,7 @@ def _overridden_type_problems(
         if go_type_problem(key, values.get(key)) is not None:
             continue
         problem = go_type_problem(key, value)
-        problems.append((key, f'{problem} ("{name}": {shown(value)}, overridden by a later value: koord-runtime-proxy '
+        problems.append((key, f'{problem} ("{name}": {as_json(value)}, overridden by a later value: koord-runtime-proxy '
                               "refuses the file for it all the same)"))
     return tuple(problems)
 
@@ -162,6 +162,15 @@ def _overridden_type_problems(
 _JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (type(None), "null"), (bool, "boolean"), ((int, float), "number"), (str, "string"), (list, "array"), (dict, "object"),
 )
+
+
+def as_json(value: object) -> str:
+    """A value as a message shows it, JSON's null, true and false as JSON writes them (not None, True, False)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shown(value)
 
 
 def json_type(value: object) -> str:

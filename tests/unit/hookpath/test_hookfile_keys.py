@@ -93,6 +93,19 @@ def test_a_later_null_leaves_an_earlier_string_and_empties_a_list(hook_dir: Path
             "as in koord-runtime-proxy; 'Fail' stands") in [str(n) for n in config.key_notes]
 
 
+@pytest.mark.parametrize(("text", "note"), [
+    ('"runtime-hooks": ["PreCreateContainer"], "Runtime-Hooks": null',
+     "\"runtime-hooks\" given twice (\"runtime-hooks\": ['PreCreateContainer'], then \"Runtime-Hooks\": null)"),
+    ('"runtime-hooks": null, "Runtime-Hooks": ["PreCreateContainer"]',
+     "\"runtime-hooks\" given twice (\"runtime-hooks\": null, then \"Runtime-Hooks\": ['PreCreateContainer'])"),
+])
+def test_a_null_given_twice_is_shown_as_json_writes_it(hook_dir: Path, text: str, note: str) -> None:
+    """The note said `then "Runtime-Hooks": None`, Python's word, in a JSON file's warning."""
+    config = parse_hook_file(write(hook_dir, "n.json", '{"remote-endpoint": "/run/a.sock", ' + text + "}"))
+    assert [str(n) for n in config.key_notes if "given twice" in str(n)] == [
+        f"{note}: the last one counts, as in koord-runtime-proxy"]
+
+
 def test_a_key_given_twice_with_the_same_value_notes_only_its_spelling(hook_dir: Path) -> None:
     path = write(hook_dir, "same.json", '{"remote-endpoint": "/run/a.sock", "Remote-Endpoint": "/run/a.sock"}')
     assert [str(n) for n in parse_hook_file(path).key_notes] == [
@@ -165,7 +178,7 @@ def test_the_registry_warns_of_a_key_of_ours_in_another_case_naming_the_key_mean
 @pytest.mark.parametrize(("first", "problem"), [
     ('"remote-endpoint": 5', '"remote-endpoint" must be a string, got number ("remote-endpoint": 5'),
     ('"Remote-Endpoint": ["/run/b.sock"]', '"remote-endpoint" must be a string, got array ("Remote-Endpoint": [\'/run/b.sock\']'),
-    ('"failure-policy": true', '"failure-policy" must be a string, got boolean ("failure-policy": True'),
+    ('"failure-policy": true', '"failure-policy" must be a string, got boolean ("failure-policy": true,'),
     ('"runtime-hooks": "PreCreateContainer"', '"runtime-hooks" must be a list of hook names, got string'),
     ('"runtime-hooks": ["PreCreateContainer", 5]', '"runtime-hooks" entries must be strings, got number'),
 ])
