@@ -176,7 +176,7 @@ class HookServerConfig:
 
 
 class _Invalid(Exception):
-    """A key's value is refused; the message is the reason, word for word."""
+    """A key's value is refused; each argument is a problem, word for word."""
 
 
 def _endpoint(value: object) -> str:
@@ -234,22 +234,27 @@ def _runtime_hooks(value: object) -> frozenset[HookType]:
         raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" must be a list of hook names, got {_json_type(value)}')
     hooks: set[HookType] = set()
     unknown: list[str] = []
+    wrong = ""  # the first entry not a string's type: named with the unknown names, a file is fixed in one pass
     for item in value:
         if not isinstance(item, str):
-            raise _Invalid(f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {_json_type(item)}')
+            wrong = wrong or _json_type(item)
+            continue
         if item in NEVER_CALLED_HOOKS:
             continue
         try:
             hooks.add(HookType(item))
         except ValueError:
             unknown.append(item)  # each named: a file is fixed in one pass
+    problems = [f'"{KEY_RUNTIME_HOOKS}" entries must be strings, got {wrong}'] if wrong else []
     if unknown:
         allowed = ", ".join(h.value for h in HookType)
         distinct = list(dict.fromkeys(unknown))
         names = ", ".join(shown(item) for item in distinct[:10])
         more = f" and {len(distinct) - 10} more" if len(distinct) > 10 else ""
         plural = "s" if len(distinct) > 1 else ""
-        raise _Invalid(f"unknown runtime hook{plural} {names}{more} (allowed: {allowed})")
+        problems.append(f"unknown runtime hook{plural} {names}{more} (allowed: {allowed})")
+    if problems:
+        raise _Invalid(*problems)
     return frozenset(hooks)
 
 
@@ -328,7 +333,7 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
         try:
             values[key.field] = key.read(found)
         except _Invalid as exc:
-            problems.append(str(exc))
+            problems += exc.args
     if problems:
         raise HookConfigError(path, "; ".join(problems), problems=tuple(problems))
 

@@ -95,6 +95,16 @@ def test_serve_logs_every_problem_of_a_hook_file_in_its_one_reason(hook_dir: Pat
     assert HookRegistry(hook_dir).reload().rejected == {"broken.json": err.value.reason}
 
 
+def test_a_runtime_hooks_entry_not_a_string_and_the_unknown_names_are_each_a_problem(hook_dir: Path) -> None:  # noqa: F811
+    """["PreA", 5] named only the 5 ("entries must be strings"): main named 'PreA' as well."""
+    path = hook_file(hook_dir, "mixed.json", {"remote-endpoint": "/run/a.sock", "runtime-hooks": ["PreA", 5, True, "PreB"]})
+    with pytest.raises(HookConfigError) as err:
+        parse_hook_file(path)
+    assert err.value.problems[0] == '"runtime-hooks" entries must be strings, got number'
+    assert err.value.problems[1].startswith("unknown runtime hooks 'PreA', 'PreB' (allowed: ")
+    assert len(err.value.problems) == 2
+
+
 def test_a_hook_file_refused_as_unsafe_has_its_content_judged_too(tmp_path: Path, live: Path, hook_dir: Path) -> None:  # noqa: F811
     """Made safe with chmod, it was refused again for a bad timeout."""
     path = hook_file(hook_dir, "loose.json", valid_hook(live, timeout="2 seconds", timout="1s"), mode=0o666)
