@@ -18,6 +18,7 @@ from .hookpath.hookfile import KNOWN_KEYS, HookConfigError, HookServerConfig, pa
 from .hookpath.hookkeys import match_keys, object_pairs
 from .hookpath.points import HOOK_POINTS, HookType
 from .hookpath.registry import HookRegistry
+from .shown import shown
 
 __all__ = ["check_hook_directory"]
 
@@ -75,7 +76,8 @@ def _key_findings(path: Path) -> Iterable[Finding]:
     misspelt = {note.written for note in keyed.notes if not note.read}  # its note names the key it may mean
     unknown = sorted(set(keyed.values) - KNOWN_KEYS - misspelt)
     if unknown:
-        yield Finding(Severity.WARNING, path, f"keys ignored (not read by the proxy): {', '.join(unknown)}")
+        # shown: a key is anyone's text (a lone surrogate no terminal encodes, a newline forging a line)
+        yield Finding(Severity.WARNING, path, f"keys ignored (not read by the proxy): {', '.join(map(shown, unknown))}")
 
 
 BALLOONS_FILE = "balloons.json"  # what ``hook run balloons`` writes

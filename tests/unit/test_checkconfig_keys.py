@@ -6,7 +6,7 @@ from pathlib import Path
 
 from runtimeproxy.checkconfig import Finding, Severity, check
 
-from .test_checkconfig import good_config, hook_dir, hook_file, live  # noqa: F401 (fixtures)
+from .test_checkconfig import good_config, hook_dir, hook_file, live, valid_hook  # noqa: F401 (fixtures)
 
 
 def test_a_key_in_another_case_is_a_warning_naming_both_not_an_ignored_key(
@@ -32,6 +32,23 @@ def test_a_key_of_ours_in_another_case_is_ignored_naming_the_key_it_may_mean(
     assert list(report.findings) == [
         Finding(Severity.WARNING, path, "key \"Timeout\" ignored: did you mean 'timeout'? (keys of ours are read as "
                                         "written; only Koordinator's are read in any case)"),
-        Finding(Severity.WARNING, path, "keys ignored (not read by the proxy): extra"),
+        Finding(Severity.WARNING, path, "keys ignored (not read by the proxy): 'extra'"),
     ]
     assert report.ok and [s.timeout for s in report.servers] == [2.0]
+
+
+def test_keys_nothing_reads_are_shown_quoted_whatever_they_hold(
+    tmp_path: Path, live: Path, hook_dir: Path  # noqa: F811
+) -> None:
+    """A key "\\ud800" made check-config die of a UnicodeEncodeError as it printed the line,
+    and a key holding a newline printed a report line of the file's choosing."""
+    forged = "x\nerror: /etc/runtime/hookserver.d/koordlet.json: forged"
+    path = hook_file(hook_dir, "odd.json", {**valid_hook(live), "\ud800": 1, forged: 2})
+    report = check(good_config(tmp_path, live, hook_dir))
+    assert list(report.findings) == [Finding(
+        Severity.WARNING, path, "keys ignored (not read by the proxy): "
+        "'x\\nerror: /etc/runtime/hookserver.d/koordlet.json: forged', '\\ud800'",
+    )]
+    text = "\n".join(report.lines())
+    text.encode()  # printable: no lone surrogate
+    assert not [line for line in text.splitlines() if line.startswith("error:")]
