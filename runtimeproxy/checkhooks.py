@@ -8,6 +8,8 @@ called before a hook that sets the CPU shares it sizes by."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,28 +47,56 @@ def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...],
 def _problems(path: Path, reason: str) -> tuple[str, ...]:
     """Every problem of a file the registry rejected for ``reason`` (which
     names them all in one line): each on its own, and for a file refused for
-    its owner or mode, what its content is refused for too, so that one pass
-    fixes it. ``reason`` alone if the file reads well now (changed since)."""
-    problems: list[str] = []
-    for check_permissions in (True, False):
-        try:
-            parse_hook_file(path, check_permissions=check_permissions)
-        except HookConfigError as exc:
-            problems += [problem for problem in exc.problems if problem not in problems]
-            if exc.unsafe:
-                continue  # and its content, read as if it were safe
-        break
-    return tuple(problems) or (reason,)
+    its own owner or mode, what its content is refused for too, so that one
+    pass fixes it. ``reason`` alone if the file reads well now (changed since)."""
+    try:
+        parse_hook_file(path)
+    except HookConfigError as exc:
+        problems = list(exc.problems)
+        if exc.unsafe and _refused_itself(path):
+            try:  # its content, read as if it were safe: never through a symlink
+                parse_hook_file(path, check_permissions=False, follow_symlinks=False)
+            except HookConfigError as content:
+                if not content.transient:  # (replaced by a symlink meanwhile, say)
+                    problems += [problem for problem in content.problems if problem not in problems]
+        return tuple(problems)
+    return (reason,)
+
+
+def _refused_itself(path: Path) -> bool:
+    """Whether a hook file refused as unsafe is refused for its own owner or
+    mode: not a symlink, whose target may be any file of the node (root's
+    check-config must not show what is in it), in a directory anyone may write."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _content(path: Path) -> bytes | None:
+    """What check-config judges of a hook file: its content as serve reads it,
+    or as it is for a file refused for its own owner or mode; None if neither."""
+    try:
+        return read_hook_file(path, check_permissions=True)[0]  # safely: no FIFO, no huge file
+    except HookConfigError as exc:
+        if not exc.unsafe or not _refused_itself(path):
+            return None
+    try:
+        return read_hook_file(path, check_permissions=False, follow_symlinks=False)[0]
+    except HookConfigError:
+        return None
 
 
 def _key_findings(path: Path) -> Iterable[Finding]:
     """A known key in another case or given twice (read as koord-runtime-proxy
     reads it: hookkeys.py), a key of ours in another case (ignored), and keys
     nothing reads, of any hook file that is a JSON object, valid or not."""
+    data = _content(path)
+    if data is None:
+        return
     try:
-        data, _owner = read_hook_file(path, check_permissions=False)  # safely: no FIFO, no huge file
         doc = json.loads(data.decode("utf-8-sig"), object_pairs_hook=object_pairs)
-    except (HookConfigError, ValueError, RecursionError):  # its error is among the file's problems
+    except (ValueError, RecursionError):  # its error is among the file's problems
         return
     if not isinstance(doc, dict):
         return

@@ -60,13 +60,17 @@ def check_path_safety(path: Path, what: str = "path") -> str | None:
     return unsafe_reason(st, f"{what} {path}")
 
 
-def read_hook_file(path: Path, check_permissions: bool) -> tuple[bytes, int]:
-    """Open ``path`` (following symlinks), check the opened inode and return (its content, its owner uid).
+def read_hook_file(path: Path, check_permissions: bool, *, follow_symlinks: bool = True) -> tuple[bytes, int]:
+    """Open ``path`` (following symlinks, unless not ``follow_symlinks``: a
+    symlink is then an error), check the opened inode and return (its
+    content, its owner uid).
 
     The permission check is done on the opened file descriptor so that what is
     checked is what is read.
     """
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)
     except FileNotFoundError as exc:

@@ -352,15 +352,16 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]
 
 
-def parse_hook_file(path: Path, *, check_permissions: bool = True) -> HookServerConfig:
+def parse_hook_file(path: Path, *, check_permissions: bool = True, follow_symlinks: bool = True) -> HookServerConfig:
     """Read, check and validate one hook file.
 
     Raises :class:`HookConfigError` (with the file and the reason) when the file
-    cannot be read, is unsafe (``check_permissions``), or is invalid.  The
-    directory's own safety is checked by the registry, not here.
+    cannot be read (a symlink, unless ``follow_symlinks``), is unsafe
+    (``check_permissions``), or is invalid.  The directory's own safety is
+    checked by the registry, not here.
     """
     path = Path(path)
-    data, owner_uid = read_hook_file(path, check_permissions)
+    data, owner_uid = read_hook_file(path, check_permissions, follow_symlinks=follow_symlinks)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -115,6 +115,27 @@ def test_a_hook_file_refused_as_unsafe_has_its_content_judged_too(tmp_path: Path
     assert findings[0].reason.startswith("refused: file") and "writable by group and others" in findings[0].reason
 
 
+@pytest.mark.parametrize("where", ["a directory others can write", "a file others can write"])
+def test_a_symlink_refused_for_where_it_points_has_no_content_judged(
+    tmp_path: Path, live: Path, hook_dir: Path, where: str  # noqa: F811
+) -> None:
+    """Its target was read as if it were safe: root's check-config showed what a file
+    anyone could point it at holds (its values, its keys)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o777 if where.startswith("a directory") else 0o755)
+    target = hook_file(elsewhere, "secret.json", {"remote-endpoint": "secret-value", "secret-key": 1},
+                       mode=0o644 if where.startswith("a directory") else 0o666)
+    path = hook_dir / "link.json"
+    path.symlink_to(target)
+    findings = [f for f in check(good_config(tmp_path, live, hook_dir)).findings if f.subject == path]
+    assert [f.severity for f in findings] == [Severity.ERROR]
+    assert findings[0].reason.startswith("refused: symlink target")
+    assert "secret" not in findings[0].reason.replace(str(target), "").replace(str(elsewhere), "")
+    with pytest.raises(HookConfigError):  # the second read never follows one (made a symlink meanwhile, say)
+        parse_hook_file(path, check_permissions=False, follow_symlinks=False)
+
+
 def test_a_findings_line_names_the_file_and_the_key(tmp_path: Path, live: Path, hook_dir: Path) -> None:  # noqa: F811
     path = hook_file(hook_dir, "t.json", valid_hook(live, timeout="soon", priority="high"))
     lines = list(check(good_config(tmp_path, live, hook_dir)).lines())
