@@ -281,7 +281,10 @@ class Dispatcher:
         for entry in passed:  # a later hook's move or cpuset, a whole answer's clear, a parent widened meanwhile
             log.debug("answer outside its parent cgroup taken: the call as the chain left it fits its parent",
                       extra={**chain.log_fields, **entry.server.log_fields()})
-        self._count_deferred(hook, passed, "ok")  # the standing ones as refused, by run_pre
+        self._count_deferred(hook, passed, "ok")
+        for entry, reasons in standing:  # refused, each for its own cpusets' reasons (the CPUs outside)
+            self._count_deferred(hook, [entry], "invalid_value", f"answer carries values the kernel would refuse: "
+                                 f"{'; '.join(reasons)}")
         if standing:
             blamed, reasons = standing[-1]  # the later hook, whose answer completed the refused pair
             cause = refusal(reasons)

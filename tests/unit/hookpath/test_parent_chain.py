@@ -379,3 +379,17 @@ async def test_a_deferred_answers_last_error_names_its_cause(tmp_path: Path) -> 
     last = run.node.metrics.hook_stats["b.json"].last_error
     assert last is not None and last["outcome"] == "invalid_value"
     assert last["cause"] == "its cpuset_cpus outside the parent cgroup's, as the chain left the call"
+
+
+async def test_a_deferred_answer_that_stands_names_its_cpus_in_its_last_error(tmp_path: Path) -> None:
+    """b's answer stands at the chain's end and fails the call: its last error said only
+    "its cpuset_cpus outside the parent cgroup's", the CPUs in the refusal's reasons alone."""
+    run = Run(tmp_path, ("b", FAIL, pin("3")), ("c", FAIL, NOTHING))
+    with pytest.raises(HookError) as refused:
+        await run.run()
+    assert refused.value.server.name == "b.json"
+    last = run.node.metrics.hook_stats["b.json"].last_error
+    assert last is not None and last["outcome"] == "invalid_value"
+    assert last["cause"] == refused.value.cause
+    assert last["cause"].endswith(f"cpuset_cpus '3' names CPUs outside the parent cgroup {POD} (3; it has 0-1)")
+    assert run.counted("b", "invalid_value") == 1
