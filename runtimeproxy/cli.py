@@ -287,11 +287,17 @@ def status(config_file: Path | None, listen: Path | None, as_json: bool, timeout
     from .config import load
     from .host.unixsocket import UnixSocketError
 
-    try:  # as serve reads it: the file, then the flag; a file serve would refuse is refused
+    try:  # as serve reads it: the file, then the flag
         loaded = load(config_file)
-        listen = listen or loaded.listen
     except ConfigError as exc:
-        raise click.ClickException(f"{exc} (serve would not start with it; give --listen PATH alone)") from exc
+        why = exc.__cause__
+        problem = (f"cannot read {config_file}: {why.strerror or why}" if isinstance(why, OSError)
+                   else f"{exc} (serve would not start with it)")
+        if listen is None:  # a file serve would refuse is refused: its listen is no socket serve listens on
+            raise click.ClickException(f"{problem}; give --listen PATH") from exc
+        click.echo(f"warning: {problem}; asking --listen {listen}", err=True)  # the flag wins: the file names nothing asked
+    else:
+        listen = listen or loaded.listen
     try:
         doc = asyncio.run(fetch_status(listen, timeout))
     except aio.AioRpcError as exc:

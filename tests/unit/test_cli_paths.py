@@ -130,11 +130,41 @@ def test_status_asks_the_socket_serve_was_configured_with(tmp_path: Path, asked:
 def test_status_refuses_a_config_serve_would_refuse(tmp_path: Path, asked: list[Path]) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("listen: /run/p.sock\nlisen: /run/typo.sock\n")
-    for extra in ([], ["--listen", "/run/p.sock"]):  # as serve: the file is read whatever the flags
-        result = CliRunner().invoke(cli.main, ["status", "--config", str(config), *extra])
-        assert result.exit_code == 1
-        assert result.output == (f"Error: config file {config}: unknown setting 'lisen' (did you mean 'listen'?) (line 2) "
-                                 "(serve would not start with it; give --listen PATH alone)\n")
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(config)])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: config file {config}: unknown setting 'lisen' (did you mean 'listen'?) (line 2) "
+                             "(serve would not start with it); give --listen PATH\n")
+    assert asked == []
+
+
+def test_status_with_listen_given_warns_of_a_broken_config_and_asks(tmp_path: Path, asked: list[Path]) -> None:
+    """--listen wins over the file: a broken config refused status all the same, the operator's socket unasked."""
+    config = tmp_path / "config.yaml"
+    config.write_text("listen: /run/p.sock\nlisen: /run/typo.sock\n")
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(config), "--listen", "/run/p.sock", "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (f"warning: config file {config}: unknown setting 'lisen' (did you mean 'listen'?) (line 2) "
+                             "(serve would not start with it); asking --listen /run/p.sock\n")
+    missing = tmp_path / "missing.yaml"
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(missing), "--listen", "/run/p.sock", "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"warning: cannot read {missing}: No such file or directory; asking --listen /run/p.sock\n"
+    assert asked == [Path("/run/p.sock")] * 2
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (lambda path: None, "No such file or directory"),
+    (lambda path: path.mkdir(), "Is a directory"),
+])
+def test_status_says_a_config_it_cannot_read_is_unread(
+    tmp_path: Path, asked: list[Path], make: Any, reason: str
+) -> None:
+    """It said "(serve would not start with it; ...)" of a config that was never read: a typo in its path."""
+    config = tmp_path / "config.yaml"
+    make(config)
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(config)])
+    assert result.exit_code == 1
+    assert result.output == f"Error: cannot read {config}: {reason}; give --listen PATH\n"
     assert asked == []
 
 
