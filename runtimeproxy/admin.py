@@ -30,6 +30,7 @@ from .cripath.server import Proxy
 from .hookpath.registry import HookRegistry
 from .host.unixsocket import check_path_length, connect_failure, grpc_target
 from .metrics import Metrics
+from .shown import shown
 
 SERVICE = "runtimeproxy.admin.v1.Admin"
 STATUS = f"/{SERVICE}/Status"
@@ -125,8 +126,11 @@ async def fetch_status(socket: Path, timeout: float = 5.0) -> dict[str, Any]:
     return json.loads(wrappers_pb2.BytesValue.FromString(raw).value)
 
 
-def unreachable(socket: Path, exc: aio.AioRpcError, timeout: float) -> str:
-    """Why ``status`` got no answer from ``socket``, and what to do about it."""
+def unreachable(
+    socket: Path, exc: aio.AioRpcError, timeout: float, *, config_file: Path | None = None, relative: str | None = None,
+) -> str:
+    """Why ``status`` got no answer from ``socket``, and what to do about it;
+    ``relative``: the listen of ``config_file``, as written, that named it."""
     code, details = exc.code(), exc.details() or ""
     if code is grpc.StatusCode.UNIMPLEMENTED:
         return (f"{socket} answers gRPC but has no runtime-proxy status service: it is not a runtime-proxy's "
@@ -137,6 +141,10 @@ def unreachable(socket: Path, exc: aio.AioRpcError, timeout: float) -> str:
     try:
         mode = socket.stat().st_mode
     except FileNotFoundError:
+        if relative is not None:  # serve, under systemd, took it from /
+            return (f"no socket at {socket}: the listen of {config_file}, {shown(relative)}, is a relative path, "
+                    "taken here from the current directory, and by serve from its own (/ under systemd): "
+                    "give --listen with the socket's absolute path")
         return (f"no socket at {socket}: no proxy is running there (`systemctl status runtime-proxy`), "
                 "or it listens elsewhere: give --listen PATH, or --config FILE as serve was started with")
     except OSError as err:

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
+from .endpointurl import endpoint_path
 from .koordflags import image_calls_moved, koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
 
@@ -144,7 +146,7 @@ def _refuse_other_backends(config_file: Path | None, flags: dict[str, object]) -
     """--local-containerd serves runtime and images alike: a backend named
     elsewhere would split them between two containerds, or be dropped unseen."""
     given = [f"--{name.replace('_', '-')}" for name in ("backend", "image_backend") if flags.get(name) is not None]
-    in_file = sorted(given_in(config_file) & {"backend", "image_backend"})
+    in_file = sorted(given_in(config_file).keys() & {"backend", "image_backend"})
     given += [f"{name.replace('_', '-')} in {config_file}" for name in in_file]
     if given:
         raise click.UsageError(
@@ -287,6 +289,7 @@ def status(config_file: Path | None, listen: Path | None, as_json: bool, timeout
     from .config import load
     from .host.unixsocket import UnixSocketError
 
+    relative = None  # the config's listen as written, when relative: taken from here, not from serve's directory
     try:  # as serve reads it: the file, then the flag
         loaded = load(config_file)
     except ConfigError as exc:
@@ -297,14 +300,23 @@ def status(config_file: Path | None, listen: Path | None, as_json: bool, timeout
             raise click.ClickException(f"{problem}; give --listen PATH") from exc
         click.echo(f"warning: {problem}; asking --listen {listen}", err=True)  # the flag wins: the file names nothing asked
     else:
+        if listen is None and config_file is not None:
+            listen, relative = loaded.listen, _relative(given_in(config_file).get("listen"))
         listen = listen or loaded.listen
     try:
         doc = asyncio.run(fetch_status(listen, timeout))
     except aio.AioRpcError as exc:
-        raise click.ClickException(unreachable(listen, exc, timeout)) from None
+        raise click.ClickException(unreachable(listen, exc, timeout, config_file=config_file, relative=relative)) from None
     except UnixSocketError as exc:  # a path grpc cannot dial (a comma)
         raise click.ClickException(f"cannot get the status from the proxy at {listen}: {exc}") from None
     click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else render(doc))
+
+
+def _relative(listen: object) -> str | None:
+    """``listen`` as a config file writes it, if a relative path (from the current directory)."""
+    if not isinstance(listen, str):
+        return None
+    return None if os.path.isabs(os.path.expanduser(endpoint_path(listen))) else listen
 
 
 main.add_command(hook_commands)

@@ -337,12 +337,11 @@ def check_file(path: Path) -> FileCheck:
     return FileCheck(settings, tuple(errors), frozenset(refused), read.warnings)
 
 
-def given_in(path: Path | None) -> frozenset[str]:
+def given_in(path: Path | None) -> dict[str, Any]:
     """The settings the YAML file gives a value (a null is the default, as if
-    left out): what a flag that replaces them must not silently drop."""
-    if path is None:
-        return frozenset()
-    return frozenset(key for key, value in _read(path).values.items() if value is not None)
+    left out), each as written (a relative path not made absolute): what a
+    flag that replaces them must not silently drop."""
+    return {key: value for key, value in _read(path).values.items() if value is not None} if path else {}
 
 
 def key_line(path: Path, key: str) -> int | None:

@@ -168,6 +168,22 @@ def test_status_says_a_config_it_cannot_read_is_unread(
     assert asked == []
 
 
+def test_status_names_a_relative_listen_of_the_config_where_no_socket_is(cwd: Path) -> None:
+    """serve under systemd took `listen: proxy.sock` from /, status from the operator's directory;
+    the hint told the operator to give the --config they had given."""
+    config = cwd / "config.yaml"
+    config.write_text("listen: run/proxy.sock\n")
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(config), "--timeout", "1"])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: no socket at {cwd / 'run/proxy.sock'}: the listen of {config}, 'run/proxy.sock', is a "
+                             "relative path, taken here from the current directory, and by serve from its own (/ under "
+                             "systemd): give --listen with the socket's absolute path\n")
+    absolute = cwd / "absolute.yaml"
+    absolute.write_text(f"listen: unix://{cwd / 'run/proxy.sock'}\n")
+    result = CliRunner().invoke(cli.main, ["status", "--config", str(absolute), "--timeout", "1"])
+    assert "relative path" not in result.output and "no proxy is running there" in result.output
+
+
 def commands(group: click.Group) -> Iterator[click.Command]:
     for command in group.commands.values():
         yield command
