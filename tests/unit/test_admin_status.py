@@ -84,7 +84,7 @@ SERVER = {"name": "a.json", "endpoint": "/run/a.sock", "hooks": ["PreCreateConta
 
 
 def test_a_directory_not_read_says_which_hooks_stay_in_force() -> None:
-    """An unreadable directory, or a file in its place, showed its problem and not that the hooks stay."""
+    """An unreadable directory showed its problem and not that the hooks stay (a file in its place means no hooks)."""
     problem = "cannot stat hook directory /h: Permission denied"
     doc = source(ReloadResult(directory_error=problem, directory_kept=True), Path("/h")).document()
     assert (doc["hook_dir_kept"], doc["hook_dir_unsafe"]) == (True, False)
