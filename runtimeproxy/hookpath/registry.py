@@ -308,8 +308,11 @@ class HookRegistry:
             )
 
         snapshot = old
-        if added or changed or removed:  # publish the new snapshot in one assignment
-            snapshot = self._snapshot = HookSnapshot(servers=new_servers, generation=old.generation + 1)
+        # The same registrations, a key spelt otherwise: in force with the notes warned of, else warned of at each rescan.
+        renoted = any(old.servers[n].key_notes != config.key_notes for n, config in new_servers.items() if n in old.servers)
+        if added or changed or removed or renoted:  # publish the new snapshot in one assignment
+            generation = old.generation + (1 if added or changed or removed else 0)
+            snapshot = self._snapshot = HookSnapshot(servers=new_servers, generation=generation)
         return ReloadResult(
             added=added, changed=changed, removed=removed, rejected=MappingProxyType(rejected), kept=tuple(kept),
             directory_error=problem, snapshot=snapshot,

@@ -221,3 +221,26 @@ def test_a_null_or_a_key_of_ours_before_the_value_that_counts_is_no_type_error(h
                  '"remote-endpoint": "/run/a.sock", "runtime-hooks": ["PreCreateContainer"], "timeout": "1s"}')
     config = parse_hook_file(path)
     assert (config.endpoint, config.timeout) == ("/run/a.sock", 1.0)
+
+
+def test_a_change_of_key_notes_alone_logs_only_the_new_note(hook_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A key spelt otherwise logged the file's other warnings again (hook points never
+    called, "registers no runtime hooks"), though nothing of them had changed."""
+    caplog.set_level(logging.WARNING, logger=REGISTRY_LOGGER)
+    write(hook_dir, "k.json", '{"Remote-Endpoint": "/run/k.sock", "runtime-hooks": ["PreRemoveRunPodSandbox"]}')
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    first = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(first) == 3 and "registers no runtime hooks" in first[2]
+    caplog.clear()
+    write(hook_dir, "k.json", '{"REMOTE-ENDPOINT": "/run/k.sock", "runtime-hooks": ["PreRemoveRunPodSandbox"]}')
+    registry.rescan(["k.json"])
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        'hook config k.json: key "REMOTE-ENDPOINT" read as "remote-endpoint" (koord-runtime-proxy reads keys in any case)']
+    caplog.clear()
+    registry.rescan()  # the periodic rescan: the version just warned of is the one in force, warned of again at none
+    registry.reload()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == []
+    write(hook_dir, "k.json", '{"REMOTE-ENDPOINT": "/run/k.sock", "runtime-hooks": ["PreRemoveRunPodSandbox", "PreStartContainer"]}')
+    registry.rescan(["k.json"])  # registers a hook now: nothing new to warn of
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == []
