@@ -299,6 +299,27 @@ def test_an_unreadable_directory_is_logged_once_however_many_rescans(
     assert f"hook directory {hook_dir} is usable again" in [r.getMessage() for r in caplog.records]
 
 
+def test_an_unreadable_directory_is_logged_again_when_it_fails_again_after_recovering(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Logged once per problem, not once for ever: the same error after the directory was
+    usable again is a new failure, which the operator must see."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir)
+    registry.reload()
+    for _ in range(2):
+        heal = _failing_for(monkeypatch, "scandir", hook_dir, 13)  # EACCES
+        registry.rescan()
+        registry.rescan()
+        heal()
+        assert registry.rescan().directory_error is None
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "hook directory" in r.getMessage()]
+    failed = (f"cannot list hook directory {hook_dir}: Permission denied; keeping the last good hook set of 1 server(s) "
+              "(fail.json) and loading no change from it until it can be read again")
+    assert messages == [failed, f"hook directory {hook_dir} is usable again"] * 2
+
+
 def test_a_directory_gone_or_a_file_keeps_nothing(tmp_path: Path) -> None:
     hook_dir = make_hook_dir(tmp_path)
     write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
