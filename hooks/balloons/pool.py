@@ -369,23 +369,3 @@ class Pool:
             self.take_free(balloon)
             grown.append(balloon)
         return grown
-
-    def snapshot(self) -> list[dict[str, object]]:
-        out = []
-        for balloon in self.balloons:
-            out.append(
-                {
-                    "name": balloon.name,
-                    "type": balloon.btype.name,
-                    "cpus": format_cpuset(balloon.cpus),
-                    "effective_cpus": format_cpuset(self.effective_cpus(balloon)),
-                    "mems": format_cpuset(self.effective_mems(balloon)),
-                    "requested_milli_cpus": balloon.requested_milli,
-                    "containers": [
-                        {"name": m.label, "id": m.container_id, "milli_cpus": m.milli}
-                        for m in sorted(balloon.members.values(), key=lambda m: m.label)
-                    ],
-                }
-            )
-        return out
-

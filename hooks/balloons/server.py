@@ -42,7 +42,7 @@ from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
 from .moves import Cpuset
 from .state import Assignments
-from .status import StatusServer, status_socket_for
+from .status import StatusServer, balloons_snapshot, status_socket_for
 from .sync import RECONCILE_INTERVAL, RuntimeSync
 from .topology import Topology, TopologyError, format_cpuset
 
@@ -367,5 +367,5 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             "reserved_cpus": format_cpuset(pool.reserved),
             "available_cpus": format_cpuset(pool.available),
             "free_cpus": format_cpuset(pool.free),
-            "balloons": pool.snapshot(),
+            "balloons": balloons_snapshot(pool),
         }

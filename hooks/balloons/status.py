@@ -23,7 +23,29 @@ from hooks.sdk import HookServerError
 from runtimeproxy.host import socketlock, unixsocket  # the same socket rules as the hook socket
 from runtimeproxy.host.acceptor import bound_socket
 
+from .pool import Pool
+from .topology import format_cpuset
+
 log = logging.getLogger(__name__)
+
+
+def balloons_snapshot(pool: Pool) -> list[dict[str, object]]:
+    """Each balloon as the status shows it: its own and effective CPUs, memory nodes, containers."""
+    return [
+        {
+            "name": balloon.name,
+            "type": balloon.btype.name,
+            "cpus": format_cpuset(balloon.cpus),
+            "effective_cpus": format_cpuset(pool.effective_cpus(balloon)),
+            "mems": format_cpuset(pool.effective_mems(balloon)),
+            "requested_milli_cpus": balloon.requested_milli,
+            "containers": [
+                {"name": m.label, "id": m.container_id, "milli_cpus": m.milli}
+                for m in sorted(balloon.members.values(), key=lambda m: m.label)
+            ],
+        }
+        for balloon in pool.balloons
+    ]
 
 
 def status_socket_for(hook_socket: str | os.PathLike[str]) -> Path:
