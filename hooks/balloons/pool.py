@@ -11,7 +11,7 @@ containers on the reserved CPUs (a container always needs somewhere to run).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from . import allocator
 from .balloon import Balloon, ContainerKey, Member, cpus_for
@@ -73,12 +73,24 @@ class Pool:
         if min_balloons:
             self.add_min_balloons()
 
-    def add_min_balloons(self, avoid: frozenset[int] = frozenset()) -> None:
+    def add_min_balloons(self, avoid: frozenset[int] = frozenset(), had: Iterable[Balloon] = ()) -> None:
         """Balloons up to each type's minBalloons, of minCPUs each (fewer if
         fewer are free: :meth:`grow_short` grows them, after a rebuild's
         containers are placed). ``avoid``: the
         CPUs containers run on (a rebuild's), taken last: an empty balloon's
-        were none of them, and idle ones taken move the containers sharing them."""
+        were none of them, and idle ones taken move the containers sharing them.
+        ``had``: a re-plan's empty balloons before, each made again first, of
+        its CPUs still free, while its type is below
+        minBalloons (:meth:`settle` and :meth:`grow_short` size it): made
+        anew it could take other CPUs, changing the idle CPUs containers
+        share, at a reload of the same config too."""
+        for old in had:
+            btype = self.types.get(old.btype.name)
+            kept = old.cpus & self.free
+            if btype is not None and btype.name != RESERVED and kept and len(self.of_type(btype.name)) < btype.min_balloons:
+                made = self._new_balloon(btype, 0)
+                assert made is not None  # below minBalloons, so below maxBalloons
+                made.cpus = kept
         for btype in self.config.all_types:
             while btype.name != RESERVED and len(self.of_type(btype.name)) < btype.min_balloons:
                 made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)), avoid)

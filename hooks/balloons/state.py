@@ -203,13 +203,15 @@ class Assignments(MoveBook):
 
     @classmethod
     def rebuild(
-        cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored], reserved: frozenset[int] | None = None
+        cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored], reserved: frozenset[int] | None = None,
+        empty: Iterable[Balloon] = (),
     ) -> Assignments:
         """Assignments for containers that already run: each rejoins a balloon of its
         type made of the CPUs it runs on; containers not pinned yet are placed anew.
         ``reserved``: the reserved CPUs before a re-plan (hotplug, a reload), kept
         where still online when the config gives a quantity, as balloons keep
-        theirs; None at start-up: those the reserved type's containers run on."""
+        theirs; None at start-up: those the reserved type's containers run on.
+        ``empty``: a re-plan's empty balloons, kept too (Pool.add_min_balloons)."""
         found = list(found)
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
@@ -269,7 +271,7 @@ class Assignments(MoveBook):
             )
             log.info("restoring container %s to balloon %s (%s)", item.member.label, balloon.name, where,
                      extra={"container": item.member.label, "balloon": balloon.name})
-        pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)))
+        pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)), empty)
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
         for key, btype in fallbacks:
@@ -306,7 +308,8 @@ class Assignments(MoveBook):
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
         """These containers, as they run now, on another config (a reload) or
         machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError."""
-        return Assignments.rebuild(config, topology, self.restored(), self.pool.reserved)
+        empty = [b for b in self.pool.balloons if not b.members and not b.fixed]
+        return Assignments.rebuild(config, topology, self.restored(), self.pool.reserved, empty)
 
     def restored(self) -> list[Restored]:
         """Every container as it runs now, to rebuild with another config (one

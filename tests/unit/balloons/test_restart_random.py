@@ -19,7 +19,7 @@ restarts here move (numa 3, core 2).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Set
+from collections.abc import Iterable, Iterator, Set
 
 from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
 from hooks.balloons.balloon import Member
@@ -153,10 +153,10 @@ def ambiguous(config: BalloonsConfig, topology: Topology) -> bool:
     )
 
 
-def workloads(offline: int = 0) -> Iterator[tuple[int, dict, Topology, Assignments]]:
-    """Each seed of ``SEEDS`` with its workload (see ``workload``), the seeds
+def workloads(offline: int = 0, seeds: Iterable[int] = SEEDS) -> Iterator[tuple[int, dict, Topology, Assignments]]:
+    """Each seed of ``seeds`` with its workload (see ``workload``), the seeds
     whose config does not fit their machine left out."""
-    for seed in SEEDS:
+    for seed in seeds:
         made = workload(seed, offline)
         if made is not None:
             yield seed, *made
