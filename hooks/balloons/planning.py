@@ -86,6 +86,11 @@ class Restored:
     # is moved only if its balloon's cpuset differs (one sharing every idle CPU).
     everywhere: frozenset[int] = frozenset()
 
+    def keeps_type(self, config: BalloonsConfig) -> bool:
+        """A re-plan's, whose balloon was of the type ``config`` gives it (or
+        the default one that type could not take it from)."""
+        return self.planned is not None and type_or_default(config, self.pod)[0].name in (self.planned.btype, self.fallback)
+
 
 def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:
     """CPUs that two cpusets have in common while each has CPUs the other

@@ -212,7 +212,11 @@ class Assignments(MoveBook):
         where still online when the config gives a quantity, as balloons keep
         theirs; None at start-up: those the reserved type's containers run on.
         ``empty``: a re-plan's empty balloons, kept too (Pool.add_min_balloons)."""
-        found = list(found)
+        # Those staying in a balloon of their type first: one whose type a
+        # reload changed would make a balloon of its new type on its CPUs
+        # first, maybe using up maxBalloons, and that type's balloons, not
+        # restored then, were placed anew, moved, away from their own CPUs.
+        found = sorted(found, key=lambda item: not item.keeps_type(config))
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
         online = {item.member.key: item.cpus & topology.all_cpus for item in found}

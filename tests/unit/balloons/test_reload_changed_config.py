@@ -1,0 +1,24 @@
+"""A reload of a changed config keeps what docs/hook-balloons.md promises."""
+
+from __future__ import annotations
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.topology import format_cpuset
+
+from .test_restart_random import workload
+
+
+def test_a_container_whose_type_a_reload_changed_takes_no_balloon_from_those_of_its_new_type() -> None:
+    """Seed 645: 6 CPUs, 0-1 reserved; batch's p1/c1 on 2-3, work's p4/c1 on
+    4 (work: maxBalloons 1, sharing its NUMA node's idle CPUs). Batch removed,
+    p1/c1 is of type work: restored first, it made work's one balloon of 2-3,
+    and p4/c1, its balloon's CPUs no longer work's, joined it there."""
+    made = workload(645)
+    assert made is not None
+    doc, topology, state = made
+    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons[1:]] == [
+        ("batch[0]", "2-3", [("p1", "c1")]), ("work[0]", "4", [("p4", "c1")])]
+    config = parse_config({**doc, "balloonTypes": [t for t in doc["balloonTypes"] if t["name"] != "batch"]})
+    again = state.replan(config, topology)
+    work = again.pool.balloon_of(("p4", "c1"))
+    assert work is not None and 4 in work.cpus and ("p1", "c1") in work.members
