@@ -86,10 +86,15 @@ class Restored:
     # is moved only if its balloon's cpuset differs (one sharing every idle CPU).
     everywhere: frozenset[int] = frozenset()
 
-    def keeps_type(self, config: BalloonsConfig) -> bool:
-        """A re-plan's, whose balloon was of the type ``config`` gives it (or
-        the default one that type could not take it from)."""
-        return self.planned is not None and type_or_default(config, self.pod)[0].name in (self.planned.btype, self.fallback)
+    def order(self, config: BalloonsConfig, usable: frozenset[int]) -> tuple[bool, bool]:
+        """Its turn in a re-plan's rebuild, first to last: one whose balloon
+        was of the type ``config`` gives it (or the default one that type
+        could not take it from) with own CPUs left in ``usable`` (available,
+        not reserved), then such a one without, then the others (their type
+        changed; a restart's, with no plan, keep their order)."""
+        if self.planned is None or type_or_default(config, self.pod)[0].name not in (self.planned.btype, self.fallback):
+            return True, True
+        return False, not self.planned.own_cpus & usable
 
 
 def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:

@@ -212,11 +212,7 @@ class Assignments(MoveBook):
         where still online when the config gives a quantity, as balloons keep
         theirs; None at start-up: those the reserved type's containers run on.
         ``empty``: a re-plan's empty balloons, kept too (Pool.add_min_balloons)."""
-        # Those staying in a balloon of their type first: one whose type a
-        # reload changed would make a balloon of its new type on its CPUs
-        # first, maybe using up maxBalloons, and that type's balloons, not
-        # restored then, were placed anew, moved, away from their own CPUs.
-        found = sorted(found, key=lambda item: not item.keeps_type(config))
+        found = list(found)
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
         online = {item.member.key: item.cpus & topology.all_cpus for item in found}
@@ -228,6 +224,12 @@ class Assignments(MoveBook):
         # pods, or use up maxBalloons (the containers then placed anew).
         state = cls(config, topology, keep, avoid, min_balloons=False)
         pool = state.pool
+        # Those staying in a balloon of their type with own CPUs left first:
+        # one whose type a reload changed, or whose CPUs were all reserved or
+        # went offline, makes a balloon of its type (no CPU of its own: one
+        # without any) first, maybe using up maxBalloons, and balloons with
+        # CPUs left, not restored then, were placed anew, away from them.
+        found.sort(key=lambda item: item.order(config, pool.available - pool.reserved))
         fresh: list[tuple[Restored, BalloonType]] = []
         fallbacks: list[tuple[ContainerKey, BalloonType]] = []
         shared = planning.shared_cpus(online.values())

@@ -22,3 +22,20 @@ def test_a_container_whose_type_a_reload_changed_takes_no_balloon_from_those_of_
     again = state.replan(config, topology)
     work = again.pool.balloon_of(("p4", "c1"))
     assert work is not None and 4 in work.cpus and ("p1", "c1") in work.members
+
+
+def test_a_balloon_with_own_cpus_left_gets_them_back_before_one_whose_cpus_a_reload_reserved() -> None:
+    """Seed 1918: 4 CPUs, 0 reserved; work (maxBalloons 2) holds p4/c0 and
+    p5/c1 on 1, and p6/c1 on 2-3. Reserving 1 and 3 left the first balloon
+    no CPU: restored first, p4/c0 and p5/c1 each made a balloon (the type's
+    two), and p6/c1, its balloon not restored, went to the default balloon,
+    which no CPU was left for: CPU 2 was p5/c1's."""
+    made = workload(1918)
+    assert made is not None
+    doc, topology, state = made
+    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons[1:]] == [
+        ("work[0]", "1", [("p4", "c0"), ("p5", "c1")]), ("work[1]", "2-3", [("p6", "c1")])]
+    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
+    work = again.pool.balloon_of(("p6", "c1"))
+    assert work is not None and work.btype.name == "work" and 2 in work.cpus
+    assert again.pool.balloon_of(("p4", "c0")) is again.pool.balloon_of(("p5", "c1"))
