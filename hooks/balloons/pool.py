@@ -346,10 +346,17 @@ class Pool:
 
     def settle(self) -> list[str]:
         """Resize every balloon to its target (shrinks first, so growth finds
-        the CPUs), but an empty one short of minCPUs, which a rebuild grows only
-        after it placed its containers (:meth:`grow_short`); problems found."""
+        the CPUs; then those with containers and no CPU, which run on the
+        reserved ones, as in :meth:`grow_short`), but an empty one short of
+        minCPUs, which a rebuild grows only after it placed its containers
+        (:meth:`grow_short`); problems found."""
         problems = []
-        for balloon in sorted(self.balloons, key=lambda b: b.target_size() - len(b.cpus)):
+
+        def turn(balloon: Balloon) -> tuple[bool, bool, int]:
+            short = balloon.target_size() - len(balloon.cpus)
+            return short > 0, bool(balloon.cpus) or not balloon.members, short
+
+        for balloon in sorted(self.balloons, key=turn):
             if not balloon.members and len(balloon.cpus) < balloon.target_size():
                 continue
             if not self.resize(balloon):

@@ -39,3 +39,15 @@ def test_a_balloon_with_own_cpus_left_gets_them_back_before_one_whose_cpus_a_rel
     work = again.pool.balloon_of(("p6", "c1"))
     assert work is not None and work.btype.name == "work" and 2 in work.cpus
     assert again.pool.balloon_of(("p4", "c0")) is again.pool.balloon_of(("p5", "c1"))
+
+
+def test_a_balloon_left_without_cpus_by_a_reload_takes_the_first_cpu_free() -> None:
+    """Seed 1918, as above: work's balloon of 2-3, left 2, and the one of 1,
+    left no CPU, are each one short, and one CPU, 0, is free. The first,
+    restored first, took it: p4/c0 and p5/c1 ran on the reserved CPUs."""
+    made = workload(1918)
+    assert made is not None
+    doc, topology, state = made
+    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
+    assert [(format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons[1:]] == [
+        ("2", [("p6", "c1")]), ("0", [("p4", "c0"), ("p5", "c1")])]
