@@ -242,6 +242,13 @@ class Assignments(MoveBook):
             if unknown is not None:
                 log.warning("%s; placing %s in the default balloon", unknown, item.member.label)
             pinned = bool(cpus) and cpus != topology.all_cpus and cpus <= pool.available
+            back = item.planned is not None and btype.name in (item.planned.btype, item.fallback)
+            if back and item.planned and item.planned.btype != btype.name:
+                # The default one, its type could not take it (see rehome), pinned
+                # too: taken for its type's, it took a balloon, or a maxBalloons
+                # place, from that type's containers restored after it.
+                fallbacks.append((key, btype))
+                btype = pool.types[DEFAULT]
             if pinned:
                 # Its balloon's own CPUs, if a re-plan's, within what it runs on
                 # and not reserved now (a reload raising the reserved CPUs, or
@@ -252,16 +259,10 @@ class Assignments(MoveBook):
                 # claim an idle CPU it shared with another balloon, moving
                 # that balloon's containers (hotplug); placed anew it moved
                 # more.
-                own = (
-                    item.planned.own_cpus & (cpus - pool.reserved)
-                    if item.planned and item.planned.btype == btype.name else frozenset()
-                )
+                own = item.planned.own_cpus & (cpus - pool.reserved) if back and item.planned else frozenset()
                 cpus = own or cpus - shared
-            elif item.planned and btype.name in (item.planned.btype, item.fallback):  # its balloon's CPUs still there
+            elif back and item.planned:  # its balloon's CPUs still there
                 cpus = item.planned.own_cpus & pool.available
-                if item.planned.btype != btype.name:  # the default one, its type could not take it: see rehome
-                    fallbacks.append((key, btype))
-                    btype = pool.types[DEFAULT]
             else:  # placed anew, below
                 cpus = frozenset()
             balloon = pool.restore(item.member, btype, cpus) if cpus else None

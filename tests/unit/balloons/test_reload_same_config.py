@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from hooks.balloons.config import parse_config
+from hooks.balloons.balloon import Member
+from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset
@@ -187,3 +188,25 @@ async def test_a_balloon_sharing_idle_cpus_in_its_numa_node_keeps_its_own_cpus_a
     await reloaded(hook, tmp_path, config)
     assert runtime.updates == updates
     assert balloons(hook) == [("reserved[0]", "0", []), ("work[0]", "1-2", ["c-app", "c-side"])]
+
+
+def test_a_container_its_type_had_no_room_for_stays_in_the_default_balloon_at_a_reload() -> None:
+    """Under Ignore, work (maxBalloons 1, maxCPUs 2) held a's balloon, and b
+    (2 CPUs), which it could not take, went to the default balloon, before
+    c's balloon of work, a gone. Put back first, b was taken for a container
+    of work running on its CPUs and made work's one balloon of them; c, left
+    no room, went to the default balloon: the two swapped."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 2}]})
+    topology = Topology.synthetic(1, 1, 8, 1)
+    state = Assignments(config, topology)
+    for uid, milli in (("a", 1500), ("b", 2000), ("c", 1500)):
+        if uid == "c":
+            state.release(("a", "app"))
+        state.place(Member((uid, "app"), "apps", uid, milli, f"c-{uid}"), PodContext("apps", uid, "app"))
+        state.given((uid, "app"), state.target((uid, "app")))
+    assert [(b.name, sorted(b.members)) for b in state.pool.balloons[1:]] == [
+        ("default[0]", [("b", "app")]), ("work[0]", [("c", "app")])]
+    again = state.replan(config, topology)
+    assert layout(again) == layout(state)
+    assert again.moves() == []
