@@ -242,7 +242,11 @@ class Pool:
         # A new balloon without a CPU would run it on the reserved ones, where
         # the default balloon has some (and count against maxBalloons).
         if home is None and within and (self.free or not any(b.cpus for b in self.of_type(DEFAULT))):
-            home = self._new_balloon(btype, 0)  # None when its type has no room for another
+            if not self.free and not btype.prefer_new_balloons and (
+                not btype.max_balloons or len(self.of_type(btype.name)) < btype.max_balloons
+            ):  # a new one would have no CPU either: one without any, as a re-plan's restore() joins it
+                home = next((b for b in room if not b.cpus), None)
+            home = home or self._new_balloon(btype, 0)  # None when its type has no room for another
         if home is None:
             return self.assign_fallback(member)
         self._join_short(home, member)

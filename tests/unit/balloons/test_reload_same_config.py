@@ -24,11 +24,11 @@ import yaml
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.state import Assignments
+from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, format_cpuset
 
 from .test_hotplug import hook_on_sysfs
-from .test_replan import balloons
+from .test_replan import balloons, placed
 from .test_restart_random import found, unpinned, workload, workloads
 from .test_server import request
 
@@ -210,3 +210,19 @@ def test_a_container_its_type_had_no_room_for_stays_in_the_default_balloon_at_a_
     again = state.replan(config, topology)
     assert layout(again) == layout(state)
     assert again.moves() == []
+
+
+def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a_reload_keeps() -> None:
+    """a's 3 CPUs fill the machine at a restart; b and c, on every CPU, find
+    none free. Each took a new balloon of work without CPUs (running on the
+    reserved one), which a reload then merged: b and c, on no CPU of their
+    own, were put back into the first balloon without any, as restore()
+    does for a type without preferNewBalloons."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "work", "namespaces": ["*"]}]})
+    four = Topology.synthetic(1, 1, 4, 1)
+    first = Restored(Member(("a", "app"), "apps", "a", 3000, "c-a"), PodContext("apps", "a", "app"), frozenset({1, 2, 3}), "0")
+    state = Assignments.rebuild(config, four, [first, placed("b", four.all_cpus), placed("c", four.all_cpus)])
+    for move in state.moves():
+        state.moved(move)
+    assert layout(state) == [("reserved", "0", []), ("work", "", [("b", "app"), ("c", "app")]), ("work", "1-3", [("a", "app")])]
+    assert layout(state.replan(config, four)) == layout(state)
