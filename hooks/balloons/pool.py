@@ -87,10 +87,11 @@ class Pool:
         for old in had:
             btype = self.types.get(old.btype.name)
             kept = old.cpus & self.free
-            if btype is not None and btype.name != RESERVED and kept and len(self.of_type(btype.name)) < btype.min_balloons:
-                made = self._new_balloon(btype, 0)
-                assert made is not None  # below minBalloons, so below maxBalloons
-                made.cpus = kept
+            if btype is None or btype.name == RESERVED or not kept or len(self.of_type(btype.name)) >= btype.min_balloons:
+                continue
+            made = self._new_balloon(btype, 0)
+            assert made is not None  # below minBalloons, so below maxBalloons
+            made.cpus = kept
         for btype in self.config.all_types:
             while btype.name != RESERVED and len(self.of_type(btype.name)) < btype.min_balloons:
                 made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)), avoid)

@@ -203,8 +203,8 @@ class Assignments(MoveBook):
 
     @classmethod
     def rebuild(
-        cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored], reserved: frozenset[int] | None = None,
-        empty: Iterable[Balloon] = (),
+        cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored],
+        reserved: frozenset[int] | None = None, empty: Iterable[Balloon] = (),
     ) -> Assignments:
         """Assignments for containers that already run: each rejoins a balloon of its
         type made of the CPUs it runs on; containers not pinned yet are placed anew.

@@ -126,10 +126,11 @@ def test_an_empty_min_balloon_keeps_its_cpus_at_a_reload_and_those_sharing_idle_
     restarted = Assignments.rebuild(config, topology, found(state, fresh), None)
     for move in restarted.moves():
         (restarted.not_moved if move.key in fresh else restarted.moved)(move)
-    assert [(b.name, format_cpuset(b.cpus)) for b in restarted.pool.of_type("batch")] == [("batch[0]", "1"), ("batch[1]", "7")]
+    batch = [("batch[0]", "1"), ("batch[1]", "7")]
+    assert [(b.name, format_cpuset(b.cpus)) for b in restarted.pool.of_type("batch")] == batch
     assert restarted.target(("p5", "c0"))[0] == "0,3-6,8-11"
     again = restarted.replan(config, topology)
-    assert [(b.name, format_cpuset(b.cpus)) for b in again.pool.of_type("batch")] == [("batch[0]", "1"), ("batch[1]", "7")]
+    assert [(b.name, format_cpuset(b.cpus)) for b in again.pool.of_type("batch")] == batch
     assert again.target(("p5", "c0")) == restarted.target(("p5", "c0"))
 
 
@@ -218,11 +219,14 @@ def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a
     reserved one), which a reload then merged: b and c, on no CPU of their
     own, were put back into the first balloon without any, as restore()
     does for a type without preferNewBalloons."""
-    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "work", "namespaces": ["*"]}]})
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"},
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"]}]})
     four = Topology.synthetic(1, 1, 4, 1)
-    first = Restored(Member(("a", "app"), "apps", "a", 3000, "c-a"), PodContext("apps", "a", "app"), frozenset({1, 2, 3}), "0")
+    first = Restored(Member(("a", "app"), "apps", "a", 3000, "c-a"), PodContext("apps", "a", "app"),
+                     frozenset({1, 2, 3}), "0")
     state = Assignments.rebuild(config, four, [first, placed("b", four.all_cpus), placed("c", four.all_cpus)])
     for move in state.moves():
         state.moved(move)
-    assert layout(state) == [("reserved", "0", []), ("work", "", [("b", "app"), ("c", "app")]), ("work", "1-3", [("a", "app")])]
+    assert layout(state) == [
+        ("reserved", "0", []), ("work", "", [("b", "app"), ("c", "app")]), ("work", "1-3", [("a", "app")])]
     assert layout(state.replan(config, four)) == layout(state)
