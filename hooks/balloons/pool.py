@@ -80,10 +80,10 @@ class Pool:
         CPUs containers run on (a rebuild's), taken last: an empty balloon's
         were none of them, and idle ones taken move the containers sharing them.
         ``had``: a re-plan's empty balloons before, each made again first, of
-        its CPUs still free, while its type is below
-        minBalloons (:meth:`settle` and :meth:`grow_short` size it): made
-        anew it could take other CPUs, changing the idle CPUs containers
-        share, at a reload of the same config too."""
+        its CPUs still free, while its type is below minBalloons (:meth:`settle`
+        and :meth:`grow_short` size it): made anew it could take other CPUs,
+        changing the idle CPUs containers share, at a reload of the same
+        config too."""
         for old in had:
             btype = self.types.get(old.btype.name)
             kept = old.cpus & self.free

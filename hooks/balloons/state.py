@@ -224,11 +224,11 @@ class Assignments(MoveBook):
         # pods, or use up maxBalloons (the containers then placed anew).
         state = cls(config, topology, keep, avoid, min_balloons=False)
         pool = state.pool
-        # Those staying in a balloon of their type with own CPUs left first:
-        # one whose type a reload changed, or whose CPUs were all reserved or
-        # went offline, makes a balloon of its type (no CPU of its own: one
-        # without any) first, maybe using up maxBalloons, and balloons with
-        # CPUs left, not restored then, were placed anew, away from them.
+        # Those staying in a balloon of their type with own CPUs left go first:
+        # one whose type a reload changed, or whose balloon lost all its CPUs
+        # (reserved now, offline), made a balloon first (of the CPUs it runs
+        # on, or of none), maybe the last maxBalloons allows, and those of
+        # balloons with CPUs left, put back after it, were placed anew.
         found.sort(key=lambda item: item.order(config, pool.available - pool.reserved))
         fresh: list[tuple[Restored, BalloonType]] = []
         fallbacks: list[tuple[ContainerKey, BalloonType]] = []
