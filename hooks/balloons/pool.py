@@ -176,8 +176,9 @@ class Pool:
         balloon.members[member.key] = member
         return True
 
-    def assign(self, member: Member, btype: BalloonType) -> Balloon:
-        """Place a new container; raises :class:`Exhausted` when no balloon of its type can take it."""
+    def assign(self, member: Member, btype: BalloonType, avoid: frozenset[int] = frozenset()) -> Balloon:
+        """Place a new container (a new balloon takes ``avoid`` last); :class:`Exhausted` when no balloon of
+        its type can take it."""
         if btype.name == RESERVED:
             reserved = self.balloons[0]
             reserved.members[member.key] = member
@@ -200,7 +201,7 @@ class Pool:
                 if btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
                     continue
                 size = max(cpus_for(member.milli), btype.min_cpus)
-                candidate = self._new_balloon(btype, size)
+                candidate = self._new_balloon(btype, size, avoid)
                 if candidate is None:
                     continue
                 candidate.members[member.key] = member
@@ -337,16 +338,21 @@ class Pool:
     def rehome(self, key: ContainerKey, btype: BalloonType) -> Balloon:
         """A container a re-plan put back in the default balloon that its type
         ``btype`` could not take: a balloon of its type takes it if it can in
-        full now (:meth:`assign`, from the CPUs free), else it stays. Its balloon."""
+        full now (:meth:`assign`: from the CPUs free, those it runs on first,
+        its balloon freeing them), else it stays. Its balloon, which goes
+        when left empty."""
         balloon = self.balloon_of(key)
         assert balloon is not None
         member = balloon.members.pop(key)
-        try:
-            home = self.assign(member, btype)
-        except Exhausted:
-            balloon.members[key] = member
-            return balloon
+        before = balloon.cpus
         self.resize(balloon)
+        try:
+            home = self.assign(member, btype, avoid=self.free - before)
+        except Exhausted:
+            balloon.cpus, balloon.members[key] = before, member
+            return balloon
+        if not balloon.members and len(self.of_type(balloon.btype.name)) > balloon.btype.min_balloons:
+            self.balloons.remove(balloon)  # the default balloon: not fixed
         return home
 
     def settle(self) -> list[str]:

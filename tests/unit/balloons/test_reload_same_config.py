@@ -230,3 +230,22 @@ def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a
     assert layout(state) == [
         ("reserved", "0", []), ("work", "", [("b", "app"), ("c", "app")]), ("work", "1-3", [("a", "app")])]
     assert layout(state.replan(config, four)) == layout(state)
+
+
+def test_a_pinned_container_in_the_default_balloon_keeps_its_cpus_when_its_type_has_room_at_a_reload() -> None:
+    """Under Ignore, work (maxBalloons 1, maxCPUs 1) held a's balloon on CPU 1,
+    and b went to the default balloon, on CPU 2; a gone, a reload of the same
+    config made work's balloon for b of the free CPU 1, moving it, and left the
+    default balloon there empty."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1}]})
+    topology = Topology.synthetic(1, 1, 8, 1)
+    state = Assignments(config, topology)
+    for uid in "ab":
+        state.place(Member((uid, "app"), "apps", uid, 1000, f"c-{uid}"), PodContext("apps", uid, "app"))
+        state.given((uid, "app"), state.target((uid, "app")))
+    state.release(("a", "app"))
+    assert layout(state) == [("default", "2", [("b", "app")]), ("reserved", "0", [])]
+    again = state.replan(config, topology)
+    assert again.moves() == []
+    assert layout(again) == [("reserved", "0", []), ("work", "2", [("b", "app")])]
