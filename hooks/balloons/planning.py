@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .balloon import Member
+from .balloon import ContainerKey, Member
 from .config import BALLOON_ANNOTATION, DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext
 from .topology import Topology
 
@@ -55,6 +55,7 @@ class Planned(NamedTuple):
 
     btype: str  # that balloon's type
     own_cpus: frozenset[int]  # its own CPUs, the reserved ones taken out
+    name: str = ""  # its name: those of a balloon left without own CPUs rejoin only each other
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,15 @@ class Restored:
         if self.planned is None or type_or_default(config, self.pod)[0].name not in (self.planned.btype, self.fallback):
             return True, True
         return False, not self.planned.own_cpus & usable
+
+
+def balloon_mates(found: Iterable[Restored]) -> dict[str, frozenset[ContainerKey]]:
+    """A re-plan's containers by the balloon they were in (Planned.name)."""
+    mates: dict[str, set[ContainerKey]] = {}
+    for item in found:
+        if item.planned is not None and item.planned.name:
+            mates.setdefault(item.planned.name, set()).add(item.member.key)
+    return {name: frozenset(keys) for name, keys in mates.items()}
 
 
 def shared_cpus(cpusets: Iterable[frozenset[int]]) -> frozenset[int]:

@@ -284,7 +284,9 @@ class Pool:
             self.balloons.remove(balloon)
         return balloon
 
-    def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int]) -> Balloon | None:
+    def restore(
+        self, member: Member, btype: BalloonType, cpus: frozenset[int], mates: frozenset | None = None,
+    ) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
@@ -317,11 +319,14 @@ class Pool:
                 return False
             if balloon.has_pod(member.pod_uid):
                 return True
+            if mates is not None and not own:  # a re-plan's, with no own CPUs left: its balloon's mates only
+                return bool(mates & balloon.members.keys())
             if alone and balloon.members:
                 return False
             return bool(balloon.cpus & own) if own else not balloon.cpus
 
-        match = next((b for b in existing if together(b)), None)
+        match = next((b for b in existing if b.has_pod(member.pod_uid) and together(b)), None)
+        match = match or next((b for b in existing if together(b)), None)
         if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
             return None
         if match is None and bounded and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:

@@ -233,6 +233,7 @@ class Assignments(MoveBook):
         fresh: list[tuple[Restored, BalloonType]] = []
         fallbacks: list[tuple[ContainerKey, BalloonType]] = []
         shared = planning.shared_cpus(online.values())
+        mates = planning.balloon_mates(found)
         for item in found:
             key = item.member.key
             cpus = online[key]
@@ -265,7 +266,9 @@ class Assignments(MoveBook):
                 cpus = item.planned.own_cpus & pool.available
             else:  # placed anew, below
                 cpus = frozenset()
-            balloon = pool.restore(item.member, btype, cpus) if cpus else None
+            # Back with no own CPU left, it rejoins only its balloon's mates (else placed anew, maybe moved).
+            them = mates.get(item.planned.name, frozenset()) if back and item.planned else None
+            balloon = pool.restore(item.member, btype, cpus, them) if cpus or them is not None else None
             if balloon is None:  # not pinned, or its type has no room left
                 fresh.append((item, btype))
                 continue
@@ -352,7 +355,8 @@ class Assignments(MoveBook):
             chosen = planning.type_or_default(self.config, self.pods[key])[0].name
             out.append(Restored(
                 member=fresh, pod=self.pods[key], cpus=pinned, mems=mems, answers=self.answers.get(key, 0),
-                planned=planning.Planned(balloon.btype.name, balloon.cpus - self.pool.reserved) if back else None, astray=astray,
+                planned=planning.Planned(balloon.btype.name, balloon.cpus - self.pool.reserved, balloon.name)
+                if back else None, astray=astray,
                 fallback=chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere=everywhere - pinned,
             ))
         return out
