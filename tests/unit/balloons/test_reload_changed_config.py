@@ -200,16 +200,17 @@ def check(before: Assignments, after: Assignments, config: BalloonsConfig) -> li
         count = len(pool.of_type(btype.name))
         if btype.name != RESERVED and (count < btype.min_balloons or btype.max_balloons and count > btype.max_balloons):
             problems.append(f"{count} balloons of type {btype.name}")
+    due = {move.key for move in after.moves()}
     for balloon, member in pool.members():
         btype, _ = type_or_default(config, after.pods[member.key])
         fallback = balloon.btype.name == DEFAULT and _no_room(after, btype, member.key)
         if balloon.btype.name != btype.name and not fallback:
             problems.append(f"{member.label} of type {btype.name} in {balloon.name}")
-        effective = pool.effective_cpus(balloon)
-        given = (format_cpuset(effective) if config.pin_cpu else "",
-                 format_cpuset(after.topology.mems_of(effective)) if config.pin_memory else "")
-        if after.target(member.key) != given:
-            problems.append(f"{member.label} not given its balloon's CPUs and memory nodes")
+        target = after.target(member.key)  # ("", ""): nothing to give (pinCPU and pinMemory false)
+        if target not in (after.applied.get(member.key), ("", "")) and member.key not in due:
+            problems.append(f"{member.label} not on its balloon's CPUs and memory nodes, and no move due")
+        if fallback and any(not b.members and b.fits(member.milli) for b in pool.of_type(btype.name)):
+            problems.append(f"{member.label} in {balloon.name}, its type's balloon empty")
     return problems + _kept(before, after, config)
 
 
@@ -252,10 +253,11 @@ def _not_tighter(new: int, old: int) -> bool:
 def _kept(before: Assignments, after: Assignments, config: BalloonsConfig) -> list[str]:
     """A container whose type stays its type, its maxCPUs and maxBalloons
     not lowered, and whose balloon has CPUs left (available, not reserved),
-    stays in a balloon of that type with some of them (unless its pod was
-    split, as by a lower maxCPUs: its containers may join again) and with
-    the containers it shared that balloon with. (With none left it is
-    placed anew: check() sees to its type.)"""
+    stays in a balloon of that type with all of them, as the docs promise,
+    but where it shrank (unless its pod was split, as by a lower maxCPUs:
+    its containers may join again) and with the containers it shared that
+    balloon with. (With none left it is placed anew: check() sees to its
+    type.)"""
     problems = []
     together: dict[int, set[int]] = defaultdict(set)
     usable = after.pool.available - after.pool.reserved
@@ -272,7 +274,7 @@ def _kept(before: Assignments, after: Assignments, config: BalloonsConfig) -> li
         assert new is not None
         if new.btype.name != btype.name:
             problems.append(f"{member.label} left its type {btype.name} for {new.name}")
-        elif not new.cpus & old.cpus and member.pod_uid not in split:
+        elif not (left := old.cpus & usable) <= new.cpus and len(new.cpus) >= len(left) and member.pod_uid not in split:
             problems.append(f"{member.label} left its balloon's CPUs {format_cpuset(old.cpus)} for "
                             f"{format_cpuset(new.cpus)}")
         together[id(old)].add(id(new))
