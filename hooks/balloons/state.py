@@ -340,13 +340,10 @@ class Assignments(MoveBook):
             if self.topology.all_cpus <= pinned:
                 pinned = frozenset()
             home = key not in self.unsure and self.applied.get(key) == self.target(key)
-            # Not known to run on its balloon: its move unsure, no cpuset given
-            # (a first move refused), or with pinCPU on every CPU but its
-            # balloon's cpuset. A cpuset without CPUs says nothing under
-            # pinCPU: false, which names none.
-            astray = key in self.unsure or (
-                key not in self.applied and self.target(key) != ("", "")
-            ) or (self.config.pin_cpu and not pinned and not home)
+            # Not known to run on its balloon: its move unsure, or not on its
+            # balloon's cpuset (none given, a move refused: put back by the
+            # CPUs it runs on, as a restart guesses, it could regroup others).
+            astray = key in self.unsure or (not home and self.target(key) != ("", ""))
             # On its balloon's cpuset it goes back to that balloon's own CPUs
             # too: with the idle CPUs of a package, NUMA node or core shared,
             # a cpuset does not tell which they are (a restart's settle guesses).
