@@ -87,7 +87,8 @@ class Pool:
         for old in had:
             btype = self.types.get(old.btype.name)
             kept = old.cpus & self.free
-            if btype is None or btype.name == RESERVED or not kept or len(self.of_type(btype.name)) >= btype.min_balloons:
+            if btype is None or btype.name == RESERVED or not kept or (
+                    len(self.of_type(btype.name)) >= btype.min_balloons):
                 continue
             made = self._new_balloon(btype, 0)
             assert made is not None  # below minBalloons, so below maxBalloons
@@ -230,10 +231,11 @@ class Pool:
         of its type can take it in full (:meth:`assign`), its pod's, else an
         empty one (a minBalloons balloon left without CPUs), else a new one
         if its type has room for it and a CPU is free (or the default balloon
-        has none either), takes it, grown as far as CPUs are free
-        (later too: :meth:`grow_short`), rather than the default balloon
-        (assign_fallback): a pod's containers stay together, on CPUs of
-        their type. All within maxCPUs."""
+        has none either; with none free, below maxBalloons, one of its type
+        without CPUs: our extension, NRI fails the allocation), takes it,
+        grown as far as CPUs are free (later too: :meth:`grow_short`),
+        rather than the default balloon (assign_fallback): a pod's containers
+        stay together, on CPUs of their type. All within maxCPUs."""
         try:
             return self.assign(member, btype)
         except Exhausted:
@@ -284,27 +286,21 @@ class Pool:
             self.balloons.remove(balloon)
         return balloon
 
-    def restore(
-        self, member: Member, btype: BalloonType, cpus: frozenset[int], mates: frozenset | None = None,
-    ) -> Balloon | None:
+    def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int],
+                mates: frozenset | None = None) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
-        It rejoins the balloon of its type that holds its pod, or that shares
-        its CPUs, if it has room for it (maxCPUs, but in the default balloon,
-        which holds fallbacks beyond them: assign_fallback; for
-        preferNewBalloons types, another pod's only if it cannot have a
-        balloon of its own: its type has no room for one, or no balloon is
-        left to hold its CPUs: assign() put it there so); a container on the
-        reserved CPUs alone was in a balloon without CPUs. Shared CPUs alone
-        say little: with shareIdleCPUsInSame every container runs on the same
-        idle ones. Otherwise it gets a new balloon made of its CPUs that no
-        other balloon owns; when its type has no room for another balloon, or
-        it asks more than maxCPUs (but in the default type), or other
-        balloons own all its CPUs, None: it is placed anew, as a container not
-        pinned yet (it may have run on the fallback balloon, or apart from its
-        pod: assign_anyway). :meth:`settle`
-        then resizes everything.
+        It rejoins the balloon of its type that holds its pod, or that shares its CPUs, if it has room for it
+        (maxCPUs, but in the default balloon, which holds fallbacks beyond them: assign_fallback; for
+        preferNewBalloons types, another pod's only if it cannot have a balloon of its own: its type has no room for
+        one, or no balloon is left to hold its CPUs: assign() put it there so); a container on the reserved CPUs
+        alone was in a balloon without CPUs. Shared CPUs alone say little: with shareIdleCPUsInSame every container
+        runs on the same idle ones. Otherwise it gets a new balloon made of its CPUs that no other balloon owns;
+        when its type has no room for another balloon, or it asks more than maxCPUs (but in the default type), or
+        other balloons own all its CPUs, None: it is placed anew, as a container not pinned yet (it may have run on
+        the fallback balloon, or apart from its pod: assign_anyway). :meth:`settle` then resizes everything.
+        ``mates``: a re-plan's, for one with no own CPU left, its old balloon's containers: it joins only theirs.
         """
         if btype.name == RESERVED:
             return self.assign(member, btype)
