@@ -7,6 +7,7 @@ beside the reserved one, and `hook run` refused it on such a node."""
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,38 @@ ROOT = Path(__file__).resolve().parents[3]
 MACHINES = {"2 CPUs": Topology.synthetic(1, 1, 2, 1), "2 nodes of 8 CPUs": Topology.synthetic(1, 2, 4, 2)}
 
 
-def examples() -> list[tuple[str, str]]:
-    """Each YAML block of README.md and docs/ that is a balloons config: where, and its text."""
+# A fenced YAML block, indented too (in a list item), its text and closing fence as indented.
+FENCE = re.compile(r"^([ \t]*)```[ \t]*(?:yaml|yml)[ \t]*\n(.*?)^\1```[ \t]*$", re.M | re.S | re.I)
+# A balloons config, its keys at any indentation, or a whole BalloonsPolicy resource (its spec is read).
+BALLOONS = re.compile(r"^\s*(?:reservedResources|balloonTypes)\s*:|^\s*kind\s*:\s*[\"']?BalloonsPolicy", re.M)
+
+
+def examples(docs: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Each YAML block of README.md and docs/ (or ``docs``: names and texts) that is a balloons config:
+    where, and its text, unindented."""
+    if docs is None:
+        docs = [(doc.name, doc.read_text()) for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]]
     found = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for number, block in enumerate(re.findall(r"^```yaml\n(.*?)^```", doc.read_text(), re.M | re.S)):
-            if re.search(r"^reservedResources:", block, re.M):
-                found.append((f"{doc.name}#{number}", block))
+    for name, text in docs:
+        for number, match in enumerate(FENCE.finditer(text)):
+            block = textwrap.dedent(match.group(2))
+            if BALLOONS.search(block):
+                found.append((f"{name}#{number}", block))
     return found
+
+
+def test_an_example_indented_in_yml_or_as_a_resource_is_found_too() -> None:
+    """Only column-0 ```yaml blocks with a top-level reservedResources were
+    found: another example would have been skipped without a word."""
+    text = (
+        "* a list item:\n\n  ```yml\n  reservedResources:\n    cpu: 1\n  ```\n\n"
+        "```YAML\napiVersion: config.nri/v1alpha1\nkind: BalloonsPolicy\nspec:\n  reservedResources:\n"
+        "    cpu: 1\n```\n\n```yaml\nlisten: /run/x.sock\n```\n"
+    )
+    assert examples([("x.md", text)]) == [
+        ("x.md#0", "reservedResources:\n  cpu: 1\n"),
+        ("x.md#1", "apiVersion: config.nri/v1alpha1\nkind: BalloonsPolicy\nspec:\n  reservedResources:\n    cpu: 1\n"),
+    ]
 
 
 def test_the_docs_show_a_balloons_config() -> None:
