@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,6 @@ import pytest
 from runtimeproxy import logs
 from runtimeproxy.cli import _tell_local_usage
 from runtimeproxy.config import ProxyConfig
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    saved = {name: logging.getLogger(name).level for name in ("grpc", "watchfiles", "hpack")}
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        for name, saved_level in saved.items():
-            logging.getLogger(name).setLevel(saved_level)
 
 
 def test_text_names_the_endpoint_the_hook_dir_and_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

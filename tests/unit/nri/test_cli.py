@@ -9,6 +9,9 @@ from click.testing import CliRunner
 
 from runtimeproxy import cli
 
+# The command sets the root logger up (logs.setup: INFO, its own handler): put back after each test.
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 
 @pytest.mark.parametrize("address", ["localhost", "::1:9464", "host:70000", "host:", "*:9464"])
 def test_a_bad_metrics_address_is_one_clear_line(tmp_path: Path, address: str) -> None:
