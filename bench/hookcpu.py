@@ -1,0 +1,193 @@
+"""Instructions per hook call of a no-op hook server, counted by callgrind.
+
+    python -m bench.hookcpu [--calls N] [--repeats R] [--server sdk|lean] [--event-loop LOOP]
+    python -m bench.hookcpu --profile OUT.prof [--calls N]    # cProfile instead, no valgrind
+
+A hook server's CPU is taken from containerd and the proxy while a pod
+starts, and on a noisy 2-core machine seconds of CPU move more than the cuts
+being judged; instructions do not. The hook server the bench runs
+(``bench/procs.py``: ``python -m hooks.testserver --config {}``, or
+``bench.leanhook``) is started under ``valgrind --tool=callgrind``, and this
+process calls it as the proxy does: the proxy's own HTTP/2 client
+(``runtimeproxy.hookclient``), one connection, one call at a time, with the
+requests a bench lifecycle makes at each of the seven hook points. Per kind,
+the counters are zeroed, N calls made and dumped, then zeroed again and 2N
+made (``callgrind_control``): (I(2N) - I(N)) / N is what a call costs the
+server once started, without its start-up or the cost of the dumps
+themselves. The median of ``--repeats`` servers is printed, per kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+from runtimeproxy.hookpath.store import container_record, pod_record
+
+from . import lifecycle as lc
+
+SERVERS = {
+    "sdk": ["-m", "hooks.testserver", "--config", "{}", "--socket"],
+    "lean": ["-m", "bench.leanhook"],
+}
+TIMEOUT_S = 2.0  # a hook file's default timeout: the grpc-timeout the proxy sends
+WARMUP_CALLS = 30  # per kind, before any count: imports, first-call caches
+CONTAINER_ID = "3f4a" * 16  # containerd's ids: 64 hex digits
+
+
+@dataclass(frozen=True)
+class Sample:
+    kind: HookType
+    per_call: float  # instructions
+
+
+def requests(log_dir: Path) -> dict[HookType, bytes]:
+    """The seven hook requests of a bench lifecycle, as the proxy builds them (hookpath/executor.py)."""
+    pod = pod_record(lc.bench_pod_config(log_dir, "hookcpu"))
+    config = lc.bench_container_config("sleeper")
+    created = container_record(pod, config)  # PreCreateContainer: no id yet
+    stored = container_record(pod, config, CONTAINER_ID)
+    updated = container_record(pod, config, CONTAINER_ID)
+    updated.container_resources.cpu_quota = 100000  # an UpdateContainerResources' new limit
+    built: dict[HookType, Message] = {
+        HookType.PRE_RUN_POD_SANDBOX: pod,
+        HookType.PRE_CREATE_CONTAINER: created,
+        HookType.PRE_START_CONTAINER: stored,
+        HookType.POST_START_CONTAINER: stored,
+        HookType.PRE_UPDATE_CONTAINER_RESOURCES: updated,
+        HookType.POST_STOP_CONTAINER: stored,
+        HookType.POST_STOP_POD_SANDBOX: pod,
+    }
+    return {hook: message.SerializeToString() for hook, message in built.items()}
+
+
+async def _calls(transport: FramesTransport, sock: Path, hook: HookType, request: bytes, n: int) -> None:
+    method = HOOK_POINTS[hook].full_method
+    for _ in range(n):
+        await transport.call(str(sock), method, request, TIMEOUT_S)
+
+
+def _start(server: str, sock: Path, out: Path, event_loop: str, profile: Path | None) -> subprocess.Popen[str]:
+    args = [*SERVERS[server], str(sock)]
+    if server == "sdk":
+        args = [*args, "--event-loop", event_loop]
+    if profile is not None:
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), *args]
+    else:
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+               "--vgdb=yes", sys.executable, *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"hook server did not start: {' '.join(cmd)}")
+    return proc
+
+
+def _control(flag: str, pid: int) -> None:
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def _instructions(dump: Path) -> int:
+    match = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(), re.M)
+    if match is None:
+        raise RuntimeError(f"no instruction count in {dump}")
+    return int(match.group(1))
+
+
+def _last_dump(work: Path, seen: set[Path]) -> Path:
+    new = [p for p in work.glob("cg.out*") if p not in seen and p.stat().st_size]
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new callgrind dump, found {new}")
+    seen.add(new[0])
+    return new[0]
+
+
+async def _measure(transport: FramesTransport, sock: Path, work: Path, pid: int, reqs: dict[HookType, bytes],
+                   n: int, keep: Path | None) -> list[Sample]:
+    seen: set[Path] = set()
+    samples = []
+    for hook, request in reqs.items():
+        counts = []
+        for calls in (n, 2 * n):
+            await asyncio.to_thread(_control, "-z", pid)
+            await _calls(transport, sock, hook, request, calls)
+            await asyncio.to_thread(_control, "-d", pid)
+            dump = _last_dump(work, seen)
+            counts.append(_instructions(dump))
+            if keep is not None:  # for callgrind_annotate
+                shutil.copy(dump, keep / f"{hook.value}.{calls}.callgrind")
+        samples.append(Sample(hook, (counts[1] - counts[0]) / n))
+    return samples
+
+
+async def _one_server(server: str, n: int, event_loop: str, profile: Path | None,
+                      keep: Path | None = None) -> list[Sample]:
+    with tempfile.TemporaryDirectory(prefix="hookcpu-") as tmp:
+        work = Path(tmp)
+        sock = work / "hook.sock"
+        reqs = requests(work)
+        proc = await asyncio.to_thread(_start, server, sock, work / "cg.out", event_loop, profile)
+        transport = FramesTransport()
+        try:
+            for hook, request in reqs.items():
+                await _calls(transport, sock, hook, request, WARMUP_CALLS)
+            if profile is not None:
+                for hook, request in reqs.items():
+                    await _calls(transport, sock, hook, request, n)
+                return []
+            return await _measure(transport, sock, work, proc.pid, reqs, n, keep)
+        finally:
+            await transport.close(1.0)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.hookcpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="N: calls per kind in the first phase [200]")
+    parser.add_argument("--repeats", type=int, default=3, help="servers started, each measured once [3]")
+    parser.add_argument("--server", choices=tuple(SERVERS), default="sdk", help="the bench's no-op hook server [sdk]")
+    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                        help="the SDK server's loop [auto: uvloop, as the bench runs it]")
+    parser.add_argument("--profile", type=Path, help="run the server under cProfile, write its stats here")
+    parser.add_argument("--keep", type=Path, help="copy the last server's dumps into this directory")
+    args = parser.parse_args(argv)
+    if args.profile is not None:
+        asyncio.run(_one_server(args.server, args.calls, args.event_loop, args.profile.absolute()))
+        print(f"cProfile stats written to {args.profile}")
+        return 0
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    runs = [asyncio.run(_one_server(args.server, args.calls, args.event_loop, None,
+                                    args.keep if i == args.repeats - 1 else None)) for i in range(args.repeats)]
+    print(f"{args.server} hook server ({args.event_loop} loop), instructions per call, "
+          f"median of {args.repeats} (N={args.calls}):")
+    medians = []
+    for hook in runs[0] and [sample.kind for sample in runs[0]]:
+        values = [next(s.per_call for s in run if s.kind is hook) for run in runs]
+        medians.append(statistics.median(values))
+        shown = ", ".join(f"{v / 1000:.1f}k" for v in values)
+        print(f"  {hook.value:<28} {medians[-1] / 1000:7.1f}k   ({shown})")
+    print(f"  {'mean of the seven':<28} {statistics.mean(medians) / 1000:7.1f}k")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""bench/hookcpu.py: the requests it sends are the proxy's for each hook point, and a dump's count is read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import hookcpu
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+
+
+def test_one_request_per_hook_point_each_of_its_type(tmp_path: Path) -> None:
+    built = hookcpu.requests(tmp_path)
+    assert set(built) == set(HookType)
+    for hook, body in built.items():
+        request = HOOK_POINTS[hook].request_type.FromString(body)
+        assert request.pod_meta.name.startswith("hookcpu")
+        if not hook.is_pod_hook:
+            assert request.container_meta.name == "sleeper"
+            # Only a created container has no id yet; the later hook points see the stored record's.
+            assert request.container_meta.id == ("" if hook is HookType.PRE_CREATE_CONTAINER else hookcpu.CONTAINER_ID)
+            assert request.container_resources.cpu_quota == (
+                100000 if hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES else 50000)
+
+
+def test_a_dumps_instruction_count_is_its_summary_line(tmp_path: Path) -> None:
+    dump = tmp_path / "cg.out.1"
+    dump.write_text("# callgrind format\nevents: Ir\n\nfn=(1) main\n3 100\n\nsummary: 123456\ntotals: 123456\n")
+    assert hookcpu._instructions(dump) == 123456
