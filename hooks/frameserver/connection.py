@@ -10,6 +10,8 @@ HTTP/2 (RFC 9113), each rule per hop as a peer expects it:
   the transport's buffer (``pause_writing``; a peer that does not read is
   not read either once CONTROL_BACKLOG of answers to it waits, sending.py); a stream
   whose window is shut does not hold up the others;
+- a header block is read whole, HEADERS and CONTINUATIONs, the peer's HPACK
+  table followed (headers.py, which also makes the answers' blocks);
 - PING is acknowledged; RST_STREAM cancels the call's handler; a peer's
   GOAWAY lets the open calls finish, then the connection closes;
 - a stream error resets its stream; a connection error ends the connection
@@ -33,25 +35,17 @@ import grpc
 import hpack
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.divert import parse_timeout, percent_encode
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
-from runtimeproxy.frames.hpackpeek import HeaderReader
-from runtimeproxy.frames.hpackstatic import stateless_block
 
-from .calls import ACCEPTED_ENCODINGS, CALL_DEADLINE, PREFIX, Call, CallError, Limits, Route, one_message
+from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Limits, Route, one_message
+from .headers import OK_HEADERS, OK_HEADERS_BLOCK, Block, HeaderBlocks, grpc_timeout, refusal, trailers_only
 from .sending import Sender
-from .settings import CREDIT_BATCH, MAX_HEADER_LIST, MAX_STREAMS, PeerSettings, announcement, grown
+from .settings import CREDIT_BATCH, MAX_STREAMS, PeerSettings, announcement, grown
 
 log = logging.getLogger(__name__)
 
 
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
-# A status message's encoded bytes at most: well within grpc's 8 KiB of
-# metadata (a longer one fails the call at the client, or its connection).
-MAX_STATUS_MESSAGE = 4096
-_OK_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"),
-               (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
-_OK_HEADERS_BLOCK = stateless_block(_OK_HEADERS)  # every answer's first block: no encoder work
 
 
 class Connection(asyncio.Protocol):
@@ -62,9 +56,8 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = False
-        self._headers = HeaderReader(MAX_HEADER_LIST, "")  # the proxy's blocks are read without a full decode
+        self._blocks = HeaderBlocks()
         self._encoder = hpack.Encoder()
-        self._block: tuple[int, bytearray, bool] | None = None  # a header block awaiting CONTINUATION
         self._calls: dict[int, Call] = {}
         self._last_stream = 0
         self._unacked = 0  # DATA bytes read and not yet given back, connection
@@ -171,20 +164,14 @@ class Connection(asyncio.Protocol):
 
     def _on_frame(self, frame: fr.Frame) -> None:
         kind, sid = frame.type, frame.stream_id
-        if self._block is not None and kind != FrameType.CONTINUATION:
+        if self._blocks.open and kind != FrameType.CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
         if kind == FrameType.DATA:
             self._data(frame)
         elif kind == FrameType.HEADERS:
-            if sid == 0:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
-            self._block = (sid, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
-            self._header_fragment(frame)
+            self._header_block(self._blocks.headers(frame))
         elif kind == FrameType.CONTINUATION:
-            if self._block is None or self._block[0] != sid:
-                raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
-            self._block[1].extend(frame.payload)
-            self._header_fragment(frame)
+            self._header_block(self._blocks.continuation(frame))
         elif kind == FrameType.SETTINGS:
             if sid != 0:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS on stream {sid}")
@@ -261,16 +248,10 @@ class Connection(asyncio.Protocol):
         elif frame.payload:
             self._stream_unacked[sid] = self._stream_unacked.get(sid, 0) + len(frame.payload)
 
-    def _header_fragment(self, frame: fr.Frame) -> None:
-        assert self._block is not None
-        sid, block, end_stream = self._block
-        if len(block) > MAX_HEADER_LIST:
-            raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_LIST} bytes")
-        if not frame.has(Flag.END_HEADERS):
-            return
-        self._block = None
-        data = bytes(block)
-        headers = self._headers.peek_all(data) or self._headers.decode(data)  # always read: HPACK state must follow
+    def _header_block(self, block: Block | None) -> None:
+        if block is None:
+            return  # CONTINUATIONs to come
+        sid, headers, end_stream = block
         call = self._calls.get(sid)
         if call is not None:  # a second block: the request's trailers
             if not (call.receiving and end_stream):
@@ -287,17 +268,14 @@ class Connection(asyncio.Protocol):
             self._out.append(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))  # the client may retry it elsewhere
             self._closed_streams.append(sid)
             return
-        self._open(sid, dict(cast(list[tuple[bytes, bytes]], headers)), end_stream)
+        self._open(sid, headers, end_stream)
 
     def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
-        timeout = headers.get(b"grpc-timeout")
-        call = Call(sid, self._routes.get(headers.get(b":path", b"")),
-                    parse_timeout(timeout.decode("latin-1")) if timeout else None, self._peer.initial_window,
+        call = Call(sid, self._routes.get(headers.get(b":path", b"")), grpc_timeout(headers), self._peer.initial_window,
                     receiving=not end_stream, encoding=headers.get(b"grpc-encoding", b"identity"))
         self._calls[sid] = call
-        if headers.get(b":method") != b"POST" or not headers.get(b"content-type", b"").startswith(b"application/grpc"):
-            # Not a gRPC call: an HTTP answer (gRPC over HTTP/2, "Responses").
-            status = b"405" if headers.get(b":method") != b"POST" else b"415"
+        status = refusal(headers)
+        if status is not None:  # not a gRPC call: an HTTP answer
             self._out.extend(fr.header_frames(sid, self._encoder.encode([(b":status", status)]),
                                               self._peer.max_frame, True))
             self._close_stream(call)
@@ -355,7 +333,7 @@ class Connection(asyncio.Protocol):
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
             return
-        block = self._send.block(_OK_HEADERS, _OK_HEADERS_BLOCK)
+        block = self._send.block(OK_HEADERS, OK_HEADERS_BLOCK)
         self._out.extend(fr.header_frames(call.sid, block, self._peer.max_frame, False))
         call.out = memoryview(PREFIX.pack(0, len(response)) + response)
         self._send.answer(call)
@@ -364,10 +342,8 @@ class Connection(asyncio.Protocol):
         """A trailers-only answer: the call ends without a message."""
         if call.sid not in self._calls:
             return
-        ending = [*_OK_HEADERS, (b"grpc-status", str(code.value[0]).encode())]
-        if details:
-            ending.append((b"grpc-message", _status_message(details)))
-        self._out.extend(fr.header_frames(call.sid, self._encoder.encode(ending), self._peer.max_frame, True))
+        block = self._encoder.encode(trailers_only(code, details))
+        self._out.extend(fr.header_frames(call.sid, block, self._peer.max_frame, True))
         self._close_stream(call)
 
     def _close_stream(self, call: Call) -> None:
@@ -406,20 +382,3 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.write(fr.goaway(self._last_stream, code, message.encode()[:256]))
             self._transport.close()
-
-
-def _status_message(details: str) -> bytes:
-    """``details`` as a grpc-message value, cut to MAX_STATUS_MESSAGE bytes."""
-    encoded = percent_encode(details).encode()
-    if len(encoded) <= MAX_STATUS_MESSAGE:
-        return encoded
-    suffix = b" ...(cut)"
-    out, size = [], len(suffix)
-    for char in details:  # whole characters: a cut never splits a %XX escape
-        piece = percent_encode(char).encode()
-        if size + len(piece) > MAX_STATUS_MESSAGE:
-            break
-        out.append(piece)
-        size += len(piece)
-    return b"".join(out) + suffix
-

@@ -11,16 +11,14 @@ import hpack
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import FrameType
-from runtimeproxy.frames.hpackstatic import stateless_block
 
 from .calls import Call
+from .headers import OK_TRAILERS, OK_TRAILERS_BLOCK
 from .settings import PeerSettings
 
 # Control frames answered (PING and SETTINGS ACKs) while the peer does not
 # read: past this many unsent bytes it is not read either.
 CONTROL_BACKLOG = 1 << 20
-_OK_TRAILERS = [(b"grpc-status", b"0")]
-_OK_TRAILERS_BLOCK = stateless_block(_OK_TRAILERS)
 
 
 class Sender:
@@ -102,7 +100,7 @@ class Sender:
             if out:
                 still.append(call)
                 continue
-            self.out.extend(fr.header_frames(call.sid, self.block(_OK_TRAILERS, _OK_TRAILERS_BLOCK),
+            self.out.extend(fr.header_frames(call.sid, self.block(OK_TRAILERS, OK_TRAILERS_BLOCK),
                                              self._peer.max_frame, True))
             self._finished(call)
         self._answers = still

@@ -1,0 +1,114 @@
+"""The header blocks of a hook call: the request's as they come, the answer's as they go.
+
+A request's block comes as a HEADERS frame and the CONTINUATIONs of its
+stream that follow it, up to the one with END_HEADERS (RFC 9113 section
+4.3): held together here within MAX_HEADER_LIST, then read with the peer's
+HPACK state followed (every block moves the decoder's table: a request's,
+its trailers, a late one of a closed stream). What a stream does with them
+is the connection's. An answer's blocks are the status: ``:status`` 200 and
+the content-type, then ``grpc-status`` (and ``grpc-message``).
+(The proxy's side of the same: ``runtimeproxy.hookclient.headers``.)
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames.divert import parse_timeout, percent_encode
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError
+from runtimeproxy.frames.hpackpeek import HeaderReader
+from runtimeproxy.frames.hpackstatic import stateless_block
+
+from .calls import ACCEPTED_ENCODINGS
+from .settings import MAX_HEADER_LIST
+
+Headers = list[tuple[bytes, bytes]]
+# A whole block: its stream, its headers (the last of each name) and the HEADERS frame's END_STREAM.
+Block = tuple[int, dict[bytes, bytes], bool]
+
+OK_HEADERS: Headers = [(b":status", b"200"), (b"content-type", b"application/grpc"),
+                       (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
+OK_HEADERS_BLOCK = stateless_block(OK_HEADERS)  # every answer's first block: no encoder work
+OK_TRAILERS: Headers = [(b"grpc-status", b"0")]
+OK_TRAILERS_BLOCK = stateless_block(OK_TRAILERS)
+# A status message's encoded bytes at most: well within grpc's 8 KiB of
+# metadata (a longer one fails the call at the client, or its connection).
+MAX_STATUS_MESSAGE = 4096
+
+
+class HeaderBlocks:
+    """A connection's incoming blocks, each read once whole."""
+
+    def __init__(self) -> None:
+        self._reader = HeaderReader(MAX_HEADER_LIST, "")  # the proxy's blocks are read without a full decode
+        self._pending: tuple[int, bytearray, bool] | None = None  # a block awaiting CONTINUATION
+
+    @property
+    def open(self) -> bool:
+        """A block waits for its CONTINUATION: no other frame may come between."""
+        return self._pending is not None
+
+    def headers(self, frame: fr.Frame) -> Block | None:
+        """A HEADERS frame: its block, or None until its last CONTINUATION."""
+        if frame.stream_id == 0:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
+        self._pending = (frame.stream_id, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
+        return self._fragment(frame)
+
+    def continuation(self, frame: fr.Frame) -> Block | None:
+        if self._pending is None or self._pending[0] != frame.stream_id:
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        self._pending[1].extend(frame.payload)
+        return self._fragment(frame)
+
+    def _fragment(self, frame: fr.Frame) -> Block | None:
+        assert self._pending is not None
+        sid, block, end_stream = self._pending
+        if len(block) > MAX_HEADER_LIST:
+            raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_LIST} bytes")
+        if not frame.has(Flag.END_HEADERS):
+            return None
+        self._pending = None
+        data = bytes(block)
+        # A bad block is a connection error (COMPRESSION_ERROR, hpackpeek.HeaderReader.decode).
+        return sid, dict(self._reader.peek_all(data) or self._reader.decode(data)), end_stream
+
+
+def refusal(headers: dict[bytes, bytes]) -> bytes | None:
+    """The HTTP status answering a request that is not a gRPC call, or None (gRPC over HTTP/2, "Responses")."""
+    if headers.get(b":method") != b"POST":
+        return b"405"
+    if not headers.get(b"content-type", b"").startswith(b"application/grpc"):
+        return b"415"
+    return None
+
+
+def grpc_timeout(headers: dict[bytes, bytes]) -> float | None:
+    """The call's grpc-timeout in seconds; None without one, or a malformed one (a call with no deadline)."""
+    value = headers.get(b"grpc-timeout")
+    return parse_timeout(value.decode("latin-1")) if value else None
+
+
+def trailers_only(code: grpc.StatusCode, details: str) -> Headers:
+    """The one block of an answer that ends the call without a message."""
+    ending = [*OK_HEADERS, (b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        ending.append((b"grpc-message", status_message(details)))
+    return ending
+
+
+def status_message(details: str) -> bytes:
+    """``details`` as a grpc-message value, cut to MAX_STATUS_MESSAGE bytes."""
+    encoded = percent_encode(details).encode()
+    if len(encoded) <= MAX_STATUS_MESSAGE:
+        return encoded
+    suffix = b" ...(cut)"
+    out, size = [], len(suffix)
+    for char in details:  # whole characters: a cut never splits a %XX escape
+        piece = percent_encode(char).encode()
+        if size + len(piece) > MAX_STATUS_MESSAGE:
+            break
+        out.append(piece)
+        size += len(piece)
+    return b"".join(out) + suffix
