@@ -13,11 +13,12 @@ the content-type, then ``grpc-status`` (and ``grpc-message``).
 from __future__ import annotations
 
 import grpc
+import hpack
 
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.divert import parse_timeout, percent_encode
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError
-from runtimeproxy.frames.hpackpeek import HeaderReader
+from runtimeproxy.frames.hpackpeek import CACHED_BLOCK_BYTES, CACHED_BLOCKS, peek_all
 from runtimeproxy.frames.hpackstatic import stateless_block
 
 from .calls import ACCEPTED_ENCODINGS
@@ -38,10 +39,22 @@ MAX_STATUS_MESSAGE = 4096
 
 
 class HeaderBlocks:
-    """A connection's incoming blocks, each read once whole."""
+    """A connection's incoming blocks, each read once whole.
+
+    The proxy's request blocks carry no HPACK state (hookclient/headers.py:
+    the static table and literals it never indexes), and repeat: a method's
+    block differs only in its ``grpc-timeout``, nearly always the same
+    milliseconds. While the decoder's table is empty, such a block reads the
+    same each time and leaves the table empty: what it read is remembered
+    (for the table's size at the time, which a size update may change), and
+    a block seen again costs a lookup, not a read. A block that fills the
+    table, or comes once it is filled, is read every time."""
 
     def __init__(self) -> None:
-        self._reader = HeaderReader(MAX_HEADER_LIST, "")  # the proxy's blocks are read without a full decode
+        self._decoder = hpack.Decoder()
+        self._decoder.max_header_list_size = MAX_HEADER_LIST
+        self._stateless: dict[bytes, dict[bytes, bytes]] = {}  # shared answers: never changed
+        self._stateless_size = self._decoder.header_table.maxsize  # the table's size they were read at
         self._pending: tuple[int, bytearray, bool] | None = None  # a block awaiting CONTINUATION
 
     @property
@@ -70,9 +83,31 @@ class HeaderBlocks:
         if not frame.has(Flag.END_HEADERS):
             return None
         self._pending = None
-        data = bytes(block)
-        # A bad block is a connection error (COMPRESSION_ERROR, hpackpeek.HeaderReader.decode).
-        return sid, dict(self._reader.peek_all(data) or self._reader.decode(data)), end_stream
+        return sid, self._read(bytes(block)), end_stream
+
+    def _read(self, block: bytes) -> dict[bytes, bytes]:
+        table = self._decoder.header_table
+        stateless = not table.dynamic_entries
+        if stateless:
+            if table.maxsize != self._stateless_size:
+                self._stateless.clear()
+                self._stateless_size = table.maxsize
+            known = self._stateless.get(block)
+            if known is not None:
+                return known
+        # Read without a full decode where it can be (hpackpeek), else decoded in full.
+        headers = peek_all(self._decoder, block)
+        if headers is None:
+            try:
+                return dict(self._decoder.decode(block, raw=True))  # raw: a -bin value may be true binary
+            except hpack.HPACKError as exc:
+                raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
+        read = dict(headers)
+        if stateless and not table.dynamic_entries and len(block) <= CACHED_BLOCK_BYTES:
+            if len(self._stateless) >= CACHED_BLOCKS:
+                self._stateless.clear()
+            self._stateless[block] = read
+        return read
 
 
 def refusal(headers: dict[bytes, bytes]) -> bytes | None:
