@@ -237,7 +237,7 @@ class Connection(asyncio.Protocol):
         if not call.receiving:  # its request has ended (section 5.1, half-closed remote)
             self._reset(call, ErrorCode.STREAM_CLOSED)
             return
-        call.body += fr.unpadded(frame)
+        call.body += fr.unpadded(frame) if frame.flags & Flag.PADDED else frame.payload  # (not a view's view)
         if len(call.body) > self._limits.max_receive + PREFIX.size:
             # Answered at once; _close_stream asks the client to stop sending (section 8.1).
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -307,7 +307,7 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, call: Call, request: bytes) -> None:
         """Run the call's route on its request message; its answer goes when it is done."""
-        call.task = asyncio.ensure_future(self._run(call, request))
+        call.task = asyncio.get_running_loop().create_task(self._run(call, request))
 
     async def _run(self, call: Call, request: bytes) -> None:
         assert call.route is not None
@@ -333,8 +333,7 @@ class Connection(asyncio.Protocol):
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
             return
-        block = self._send.block(OK_HEADERS, OK_HEADERS_BLOCK)
-        self._out.extend(fr.header_frames(call.sid, block, self._peer.max_frame, False))
+        self._send.headers(call.sid, OK_HEADERS, OK_HEADERS_BLOCK, False)
         call.out = memoryview(PREFIX.pack(0, len(response)) + response)
         self._send.answer(call)
 

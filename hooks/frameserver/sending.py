@@ -10,15 +10,16 @@ from collections.abc import Callable
 import hpack
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import FrameType
+from runtimeproxy.frames.frame import Flag, FrameType
 
 from .calls import Call
-from .headers import OK_TRAILERS, OK_TRAILERS_BLOCK
+from .headers import OK_TRAILERS, OK_TRAILERS_BLOCK, Headers
 from .settings import PeerSettings
 
 # Control frames answered (PING and SETTINGS ACKs) while the peer does not
 # read: past this many unsent bytes it is not read either.
 CONTROL_BACKLOG = 1 << 20
+_ENDS_ALL = Flag.END_HEADERS | Flag.END_STREAM
 
 
 class Sender:
@@ -45,6 +46,14 @@ class Sender:
         which must open the next block it sends (RFC 7541 section 4.2)."""
         return self._encoder.encode(headers) if self._encoder.header_table.resized else stateless
 
+    def headers(self, sid: int, headers: Headers, stateless: bytes, end_stream: bool) -> None:
+        """Queue ``headers`` (``block``) as the stream's HEADERS frame, and CONTINUATIONs if it needs them."""
+        block = self.block(headers, stateless)
+        if len(block) <= self._peer.max_frame:  # as header_frames makes it, without its list of parts
+            self.out.append(fr.serialize(FrameType.HEADERS, _ENDS_ALL if end_stream else Flag.END_HEADERS, sid, block))
+        else:
+            self.out.extend(fr.header_frames(sid, block, self._peer.max_frame, end_stream))
+
     def answer(self, call: Call) -> None:
         """``call.out`` goes out as the windows allow, behind earlier answers."""
         self._answers.append(call)
@@ -69,7 +78,7 @@ class Sender:
 
     def pump(self) -> None:
         """Send what the windows allow, in answer order, then write it all at once."""
-        if not self._paused:
+        if self._answers and not self._paused:
             self._answer_data()
         if self.out and self.transport is not None:
             data, paused = b"".join(self.out), self._paused
@@ -100,7 +109,6 @@ class Sender:
             if out:
                 still.append(call)
                 continue
-            self.out.extend(fr.header_frames(call.sid, self.block(OK_TRAILERS, OK_TRAILERS_BLOCK),
-                                             self._peer.max_frame, True))
+            self.headers(call.sid, OK_TRAILERS, OK_TRAILERS_BLOCK, True)
             self._finished(call)
         self._answers = still
