@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
+# Read for every frame: an IntEnum class's attribute is a slow lookup (EnumType has a __getattr__), an int's is not.
+_DATA, _HEADERS, _CONTINUATION = fr.T_DATA, fr.T_HEADERS, int(FrameType.CONTINUATION)
 
 
 class Connection(asyncio.Protocol):
@@ -164,13 +166,13 @@ class Connection(asyncio.Protocol):
 
     def _on_frame(self, frame: fr.Frame) -> None:
         kind, sid = frame.type, frame.stream_id
-        if self._blocks.open and kind != FrameType.CONTINUATION:
+        if self._blocks.open and kind != _CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
-        if kind == FrameType.DATA:
+        if kind == _DATA:
             self._data(frame)
-        elif kind == FrameType.HEADERS:
+        elif kind == _HEADERS:
             self._header_block(self._blocks.headers(frame))
-        elif kind == FrameType.CONTINUATION:
+        elif kind == _CONTINUATION:
             self._header_block(self._blocks.continuation(frame))
         elif kind == FrameType.SETTINGS:
             if sid != 0:

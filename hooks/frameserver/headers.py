@@ -64,9 +64,13 @@ class HeaderBlocks:
 
     def headers(self, frame: fr.Frame) -> Block | None:
         """A HEADERS frame: its block, or None until its last CONTINUATION."""
-        if frame.stream_id == 0:
+        sid, flags = frame.stream_id, frame.flags
+        if sid == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
-        self._pending = (frame.stream_id, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
+        if flags & fr.WHOLE_PLAIN == Flag.END_HEADERS:  # whole, nothing to strip (nearly every block): not put together
+            # One frame is within MAX_HEADER_LIST: it is at most DEFAULT_MAX_FRAME (this side announces no other).
+            return sid, self._read(bytes(frame.payload)), bool(flags & Flag.END_STREAM)
+        self._pending = (sid, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
         return self._fragment(frame)
 
     def continuation(self, frame: fr.Frame) -> Block | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import hpack
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import Flag, FrameType
+from runtimeproxy.frames.frame import Flag
 
 from .calls import Call
 from .headers import OK_TRAILERS, OK_TRAILERS_BLOCK, Headers
@@ -50,7 +50,7 @@ class Sender:
         """Queue ``headers`` (``block``) as the stream's HEADERS frame, and CONTINUATIONs if it needs them."""
         block = self.block(headers, stateless)
         if len(block) <= self._peer.max_frame:  # as header_frames makes it, without its list of parts
-            self.out.append(fr.serialize(FrameType.HEADERS, _ENDS_ALL if end_stream else Flag.END_HEADERS, sid, block))
+            self.out.append(fr.serialize(fr.T_HEADERS, _ENDS_ALL if end_stream else Flag.END_HEADERS, sid, block))
         else:
             self.out.extend(fr.header_frames(sid, block, self._peer.max_frame, end_stream))
 
@@ -101,7 +101,7 @@ class Sender:
             assert out is not None
             while out and call.window > 0 and self.window > 0:
                 n = min(len(out), call.window, self.window, self._peer.max_frame)
-                self.out.append(fr.serialize(FrameType.DATA, 0, call.sid, bytes(out[:n])))
+                self.out.append(fr.serialize(fr.T_DATA, 0, call.sid, bytes(out[:n])))  # (an int: see connection.py)
                 call.window -= n
                 self.window -= n
                 out = out[n:]

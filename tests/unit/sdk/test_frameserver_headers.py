@@ -92,3 +92,29 @@ def test_the_proxys_blocks_are_read_once_each(monkeypatch: pytest.MonkeyPatch) -
     assert len(reads) == 2
     assert [r[b"grpc-timeout"] for r in read] == [b"2000m", b"2000m", b"1000m", b"2000m", b"1000m"]
     assert read[0][b":path"] == b"/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+
+
+def _variants(block: bytes) -> dict[str, list[fr.Frame]]:
+    """The same block sent whole, padded, with priority fields, and in three pieces."""
+    end, headers, more = Flag.END_HEADERS, FrameType.HEADERS, FrameType.CONTINUATION
+    third = len(block) // 3
+    return {
+        "whole": [fr.Frame(headers, end | Flag.END_STREAM, 3, block)],
+        "padded": [fr.Frame(headers, end | Flag.END_STREAM | Flag.PADDED, 3, b"\x04" + block + b"\0" * 4)],
+        "priority": [fr.Frame(headers, end | Flag.END_STREAM | Flag.PRIORITY, 3, b"\0\0\0\0\x10" + block)],
+        "pieces": [fr.Frame(headers, Flag.END_STREAM, 3, block[:third]), fr.Frame(more, 0, 3, block[third:2 * third]),
+                   fr.Frame(more, end, 3, block[2 * third:])],
+    }
+
+
+def test_a_block_reads_the_same_however_it_is_framed() -> None:
+    block = with_timeout(request_block_prefix("/runtime.v1alpha1.RuntimeHookService/PreStartContainerHook"), 2.0)
+    read = {}
+    for name, frames in _variants(block).items():
+        reader = HeaderBlocks()
+        first, *rest = frames
+        got = [reader.headers(first), *(reader.continuation(f) for f in rest)]
+        assert got[:-1] == [None] * (len(frames) - 1) and not reader.open
+        read[name] = got[-1]
+    assert read["whole"] == (3, dict(hpack.Decoder().decode(block, raw=True)), True)
+    assert all(got == read["whole"] for got in read.values()), read
