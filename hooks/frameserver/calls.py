@@ -17,7 +17,7 @@ PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
 _DECOMPRESS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
 # The grpc-timeout of the call a route answers (set in its task by connection.py).
-CALL_DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("call_deadline", default=None)
+CALL_DEADLINE: ContextVar[Deadline | None] = ContextVar("call_deadline", default=None)
 
 
 class CallError(Exception):
@@ -46,6 +46,39 @@ class Call:
     encoding: bytes = b"identity"  # the request's grpc-encoding
     out: memoryview | None = None  # the framed response message, as far as it is not sent
     task: asyncio.Task[None] | None = None
+
+
+class Deadline:
+    """A call's grpc-timeout over its handler's task, as ``asyncio.timeout``
+    keeps one: the task is cancelled when it passes, and that cancel is the
+    deadline's unless another came too. Made in the task as it starts, as
+    that was; without its context manager's two coroutines and its state
+    enum's lookups, which cost a hook call more than the timer itself."""
+
+    __slots__ = ("_task", "_cancelling", "_timer", "_expired")
+
+    def __init__(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._cancelling, self._expired = task, task.cancelling(), False
+        loop = task.get_loop()
+        self._timer: asyncio.Handle | None = (
+            loop.call_soon(self._expire) if seconds <= 0 else loop.call_at(loop.time() + seconds, self._expire))
+
+    def _expire(self) -> None:
+        self._expired, self._timer = True, None
+        self._task.cancel()
+
+    def expired(self) -> bool:
+        return self._expired
+
+    def end(self) -> bool:
+        """The handler is done (answered, failed or cancelled): whether the
+        deadline cancelled it, and nothing else did (as asyncio.timeout's exit)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return self._expired and self._task.uncancel() <= self._cancelling
 
 
 def deadline_passed() -> bool:

@@ -37,7 +37,7 @@ import hpack
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 
-from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Limits, Route, one_message
+from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Deadline, Limits, Route, one_message
 from .headers import OK_HEADERS, OK_HEADERS_BLOCK, Block, HeaderBlocks, grpc_timeout, refusal, trailers_only
 from .sending import Sender
 from .settings import CREDIT_BATCH, MAX_STREAMS, PeerSettings, announcement, grown
@@ -313,13 +313,20 @@ class Connection(asyncio.Protocol):
 
     async def _run(self, call: Call, request: bytes) -> None:
         assert call.route is not None
+        deadline = None if call.timeout is None else Deadline(call.timeout)  # in this task: wait_for would start another
+        CALL_DEADLINE.set(deadline)  # this task's context only
         try:
-            async with asyncio.timeout(call.timeout) as deadline:  # in this task: wait_for would start another
-                CALL_DEADLINE.set(deadline)  # this task's context only
+            try:
                 response = await call.route(request)
+            finally:
+                timed_out = deadline is not None and deadline.end()
+        except asyncio.CancelledError:
+            if not timed_out:
+                raise  # a reset, a hang-up or the server's stop: nobody to answer
+            self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except CallError as err:
             self._end(call, err.code, err.details)
-        except TimeoutError:
+        except TimeoutError:  # a route's own, answered as it was under asyncio.timeout
             self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except Exception as exc:  # a route's own bug: its call fails, the server lives on
             log.exception("hook call failed", extra={"stream": call.sid})
