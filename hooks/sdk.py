@@ -99,10 +99,10 @@ def service_handlers(server: HookServer) -> dict[str, grpc.RpcMethodHandler]:
 def frame_routes(server: HookServer) -> dict[bytes, Route]:
     """The same handlers for the frames transport, keyed by ``:path``."""
 
-    def route(point: HookPoint) -> Route:
+    def route(point: HookPoint, parse: Callable[[bytes], Message]) -> Route:  # parse: request_type's, read once
         async def call(message: bytes) -> bytes:
             try:
-                request = point.request_type.FromString(message)
+                request = parse(message)
             except DecodeError as exc:  # what grpc answers for a request it cannot parse
                 raise CallError(grpc.StatusCode.INTERNAL, f"cannot decode the {point.rpc_name} request: {exc}") from exc
             try:
@@ -113,7 +113,7 @@ def frame_routes(server: HookServer) -> dict[bytes, Route]:
 
         return call
 
-    return {point.full_method.encode(): route(point) for point in HOOK_POINTS.values()}
+    return {point.full_method.encode(): route(point, point.request_type.FromString) for point in HOOK_POINTS.values()}
 
 
 TRANSPORTS = ("frames", "grpc")

@@ -155,7 +155,7 @@ class Connection(asyncio.Protocol):
             del self._buf[: len(fr.PREFACE)]
             self._preface = True
         pos = 0
-        while self._transport is not None:
+        while self._transport is not None and pos < len(self._buf):  # (a read ends with a whole frame, nearly always)
             frame, end = fr.parse(self._buf, pos, fr.DEFAULT_MAX_FRAME)
             if frame is None:
                 break
