@@ -8,6 +8,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
@@ -18,6 +19,7 @@ _DECOMPRESS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
 # The grpc-timeout of the call a route answers (set in its task by connection.py).
 CALL_DEADLINE: ContextVar[Deadline | None] = ContextVar("call_deadline", default=None)
+T = TypeVar("T")
 
 
 class CallError(Exception):
@@ -79,6 +81,23 @@ class Deadline:
             self._timer.cancel()
             self._timer = None
         return self._expired and self._task.uncancel() <= self._cancelling
+
+
+async def within(deadline: Deadline | None, handler: Awaitable[T]) -> T:
+    """``handler`` awaited under ``deadline`` (made in this task), as under
+    ``asyncio.timeout``: TimeoutError if the deadline's cancel ended it and no
+    other came too; another cancel goes on as CancelledError."""
+    if deadline is None:
+        return await handler
+    try:
+        try:
+            return await handler
+        finally:
+            timed_out = deadline.end()  # once, whatever ended it: it takes back its own cancel request
+    except asyncio.CancelledError:
+        if timed_out:
+            raise TimeoutError from None
+        raise
 
 
 def deadline_passed() -> bool:

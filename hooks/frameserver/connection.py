@@ -37,7 +37,7 @@ import hpack
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 
-from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Deadline, Limits, Route, one_message
+from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Deadline, Limits, Route, one_message, within
 from .headers import OK_HEADERS, OK_HEADERS_BLOCK, Block, HeaderBlocks, grpc_timeout, refusal, trailers_only
 from .sending import Sender
 from .settings import CREDIT_BATCH, MAX_STREAMS, PeerSettings, announcement, grown
@@ -316,17 +316,10 @@ class Connection(asyncio.Protocol):
         deadline = None if call.timeout is None else Deadline(call.timeout)  # in this task: wait_for would start another
         CALL_DEADLINE.set(deadline)  # this task's context only
         try:
-            try:
-                response = await call.route(request)
-            finally:
-                timed_out = deadline is not None and deadline.end()
-        except asyncio.CancelledError:
-            if not timed_out:
-                raise  # a reset, a hang-up or the server's stop: nobody to answer
-            self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            response = await within(deadline, call.route(request))  # a cancel not the deadline's: nobody to answer
         except CallError as err:
             self._end(call, err.code, err.details)
-        except TimeoutError:  # a route's own, answered as it was under asyncio.timeout
+        except TimeoutError:  # the deadline's, or a route's own: answered as under asyncio.timeout
             self._end(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except Exception as exc:  # a route's own bug: its call fails, the server lives on
             log.exception("hook call failed", extra={"stream": call.sid})

@@ -1,7 +1,8 @@
-"""hooks/frameserver/calls.py's Deadline against asyncio.timeout, which it replaced in
-connection.py's _run: each way a handler can meet its deadline ends the same under
-both (answered, answered DEADLINE_EXCEEDED, or cancelled with nobody to answer), and
-leaves its task's count of cancel requests the same, on both event loops."""
+"""hooks/frameserver/calls.py's Deadline and within, under which connection.py's _run
+runs a handler, against asyncio.timeout, which they replaced: each way a handler can
+meet its deadline ends the same under both (answered, answered DEADLINE_EXCEEDED, or
+cancelled with nobody to answer), and leaves its task's count of cancel requests the
+same, on both event loops."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import uvloop
 
-from hooks.frameserver.calls import Deadline
+from hooks.frameserver.calls import Deadline, within
 
 Body = Callable[[], Awaitable[object]]
 
@@ -77,16 +78,8 @@ async def _with_asyncio_timeout(seconds: float, body: Body) -> object:
 
 
 async def _with_deadline(seconds: float, body: Body) -> object:
-    deadline = Deadline(seconds)
     try:
-        try:
-            return await body()
-        finally:
-            timed_out = deadline.end()
-    except asyncio.CancelledError:
-        if not timed_out:
-            raise
-        return "DEADLINE_EXCEEDED"
+        return await within(Deadline(seconds), body())  # as connection.py's _run
     except TimeoutError:
         return "DEADLINE_EXCEEDED"
 
