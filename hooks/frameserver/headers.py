@@ -57,6 +57,15 @@ class HeaderBlocks:
         self._stateless_size = self._decoder.header_table.maxsize  # the table's size they were read at
         self._pending: tuple[int, bytearray, bool] | None = None  # a block awaiting CONTINUATION
 
+    def allow_table_size(self, size: int) -> None:
+        """The peer's encoder may use ``size`` bytes of table (this side's
+        SETTINGS_HEADER_TABLE_SIZE, once acknowledged; the server announces
+        none). What was remembered is forgotten: it was read where a block
+        could keep a larger table, which the reader refuses once not allowed."""
+        if size != self._decoder.max_allowed_table_size:
+            self._decoder.max_allowed_table_size = size
+            self._stateless.clear()
+
     @property
     def open(self) -> bool:
         """A block waits for its CONTINUATION: no other frame may come between."""

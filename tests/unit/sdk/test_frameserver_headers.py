@@ -76,6 +76,25 @@ def test_a_block_remembered_at_a_table_of_0_is_read_again_once_the_table_has_roo
     assert reader.headers(_headers_frame(b"\xbe")) == (1, {b"x-b": b"2"}, False)
 
 
+def test_a_remembered_block_is_refused_once_a_smaller_table_is_allowed_as_one_never_read() -> None:
+    """Before: a block remembered at the table's 4096 bytes was taken as
+    remembered, without the reader's check that the peer shrank its table
+    first to what this side allows."""
+    block = b"".join(STATELESS)
+    allowed_now = hpack.Decoder()
+    allowed_now.max_allowed_table_size = 0
+    with pytest.raises(hpack.HPACKError):
+        allowed_now.decode(block)  # the full decoder's answer
+    reader = HeaderBlocks()
+    read = reader.headers(_headers_frame(block))
+    assert reader.headers(_headers_frame(block)) == read  # remembered
+    reader.allow_table_size(0)
+    with pytest.raises(FrameError, match="bad header block"):
+        reader.headers(_headers_frame(block))
+    assert reader.headers(_headers_frame(integer(0, 5, 0x20) + block)) == read  # shrunk first: read
+    assert reader.headers(_headers_frame(block)) == read  # and, at its table of 0, remembered again
+
+
 def test_the_proxys_blocks_are_read_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
     reads = []
     read_block = hpackpeek._read  # what every read of a block without a full decode comes to
