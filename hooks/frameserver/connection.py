@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 # Read for every frame: an IntEnum class's attribute is a slow lookup (EnumType has a __getattr__), an int's is not.
 _DATA, _HEADERS, _CONTINUATION = fr.T_DATA, fr.T_HEADERS, int(FrameType.CONTINUATION)
+_PADDED, _END_STREAM = Flag.PADDED, Flag.END_STREAM  # read for every DATA frame: globals, not Flag's attributes
 
 
 class Connection(asyncio.Protocol):
@@ -239,13 +240,13 @@ class Connection(asyncio.Protocol):
         if not call.receiving:  # its request has ended (section 5.1, half-closed remote)
             self._reset(call, ErrorCode.STREAM_CLOSED)
             return
-        call.body += fr.unpadded(frame) if frame.flags & Flag.PADDED else frame.payload  # (not a view's view)
+        call.body += fr.unpadded(frame) if frame.flags & _PADDED else frame.payload  # (not a view's view)
         if len(call.body) > self._limits.max_receive + PREFIX.size:
             # Answered at once; _close_stream asks the client to stop sending (section 8.1).
             self._end(call, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"request larger than the hook server's limit of {self._limits.max_receive} bytes")
             return
-        if frame.has(Flag.END_STREAM):
+        if frame.flags & _END_STREAM:
             self._complete(call)
         elif frame.payload:
             self._stream_unacked[sid] = self._stream_unacked.get(sid, 0) + len(frame.payload)

@@ -36,6 +36,8 @@ OK_TRAILERS_BLOCK = stateless_block(OK_TRAILERS)
 # A status message's encoded bytes at most: well within grpc's 8 KiB of
 # metadata (a longer one fails the call at the client, or its connection).
 MAX_STATUS_MESSAGE = 4096
+# Read for every block: module globals, not attributes of Flag (a class of ints) or fr.
+_WHOLE_PLAIN, _END_HEADERS, _END_STREAM = fr.WHOLE_PLAIN, Flag.END_HEADERS, Flag.END_STREAM
 
 
 class HeaderBlocks:
@@ -76,10 +78,10 @@ class HeaderBlocks:
         sid, flags = frame.stream_id, frame.flags
         if sid == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
-        if flags & fr.WHOLE_PLAIN == Flag.END_HEADERS:  # whole, nothing to strip (nearly every block): not put together
+        if flags & _WHOLE_PLAIN == _END_HEADERS:  # whole, nothing to strip (nearly every block): not put together
             # One frame is within MAX_HEADER_LIST: it is at most DEFAULT_MAX_FRAME (this side announces no other).
-            return sid, self._read(bytes(frame.payload)), bool(flags & Flag.END_STREAM)
-        self._pending = (sid, bytearray(fr.unpadded(frame)), frame.has(Flag.END_STREAM))
+            return sid, self._read(bytes(frame.payload)), bool(flags & _END_STREAM)
+        self._pending = (sid, bytearray(fr.unpadded(frame)), bool(flags & _END_STREAM))
         return self._fragment(frame)
 
     def continuation(self, frame: fr.Frame) -> Block | None:
@@ -93,7 +95,7 @@ class HeaderBlocks:
         sid, block, end_stream = self._pending
         if len(block) > MAX_HEADER_LIST:
             raise FrameError(ErrorCode.ENHANCE_YOUR_CALM, f"header block over {MAX_HEADER_LIST} bytes")
-        if not frame.has(Flag.END_HEADERS):
+        if not frame.flags & _END_HEADERS:
             return None
         self._pending = None
         return sid, self._read(bytes(block)), end_stream

@@ -19,6 +19,7 @@ from .settings import PeerSettings
 # Control frames answered (PING and SETTINGS ACKs) while the peer does not
 # read: past this many unsent bytes it is not read either.
 CONTROL_BACKLOG = 1 << 20
+_END_HEADERS = Flag.END_HEADERS  # for every answer: a global, not Flag's attribute
 _ENDS_ALL = Flag.END_HEADERS | Flag.END_STREAM
 
 
@@ -50,7 +51,7 @@ class Sender:
         """Queue ``headers`` (``block``) as the stream's HEADERS frame, and CONTINUATIONs if it needs them."""
         block = self.block(headers, stateless)
         if len(block) <= self._peer.max_frame:  # as header_frames makes it, without its list of parts
-            self.out.append(fr.serialize(fr.T_HEADERS, _ENDS_ALL if end_stream else Flag.END_HEADERS, sid, block))
+            self.out.append(fr.serialize(fr.T_HEADERS, _ENDS_ALL if end_stream else _END_HEADERS, sid, block))
         else:
             self.out.extend(fr.header_frames(sid, block, self._peer.max_frame, end_stream))
 
