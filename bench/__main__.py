@@ -3,7 +3,8 @@
 ``python -m bench soak [...]`` runs the soak instead (see bench/soak.py);
 ``python -m bench fuzz [...]`` the long fuzz run (see bench/fuzz.py);
 ``python -m bench headers [...]`` what reading a request's header block
-costs (see bench/headers.py)."""
+costs (see bench/headers.py); ``python -m bench callgrind [...]`` the
+proxy's instructions per pod lifecycle (see bench/callgrind.py)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         from .headers import main as headers_main
 
         return headers_main(args[1:])
+    if args[:1] == ["callgrind"]:  # a fake runtime, no containerd: needs no root
+        from .callgrind import main as callgrind_main
+
+        return callgrind_main(args[1:])
     if os.geteuid() != 0:
         print("bench: needs root (it runs containerd and runc)", file=sys.stderr)
         return 2
