@@ -216,14 +216,17 @@ class HeaderReader:
 
     A gRPC peer sends the same bytes for the same headers once its dynamic
     table holds them (each call's block of a method, each answer's status):
-    what ``peek`` found in a block is remembered until the table changes
-    (a block that adds to it, a full ``decode``, a new size limit)."""
+    what ``peek`` and ``peek_all`` found in a block is remembered until the
+    table changes (a block that adds to it, a full ``decode``, a new size
+    limit)."""
 
     def __init__(self, max_header_list_size: int, source: str) -> None:
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = max_header_list_size
         self._source = source  # for errors: "" or " from the backend"
         self._seen: dict[frozenset[bytes], dict[bytes, dict[bytes, bytes]]] = {}
+        # peek_all's, the same way: a hooked call's block (every header) each time its method is called.
+        self._seen_all: dict[bytes, list[tuple[bytes, bytes]]] = {}
         # Every header of the block the last peek read, when reading it
         # changed the table (it cannot be read again); else None.
         self.every: list[tuple[bytes, bytes]] | None = None
@@ -232,7 +235,7 @@ class HeaderReader:
         """The peer's encoder may use ``size`` bytes of table (the other side's SETTINGS)."""
         if size != self._decoder.max_allowed_table_size:
             self._decoder.max_allowed_table_size = size
-            self._seen.clear()
+            self._forget()
 
     def peek(self, block: bytes, wanted: frozenset[bytes]) -> dict[bytes, bytes] | None:
         """As ``peek`` (with ``every`` set); the answer is shared, not to be changed."""
@@ -248,7 +251,7 @@ class HeaderReader:
             headers, changed = read
             found = {name: value for name, value in headers if name in wanted}
             if changed:  # what was remembered may now read otherwise
-                self._seen.clear()
+                self._forget()
                 self.every = headers
             elif len(block) <= CACHED_BLOCK_BYTES:
                 if len(seen) >= CACHED_BLOCKS:
@@ -257,16 +260,31 @@ class HeaderReader:
         return found
 
     def peek_all(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
-        read = _read(self._decoder, block, None)
-        if read is None:
-            return None
-        if read[1]:
-            self._seen.clear()
-        return read[0]
+        """As ``peek_all``, remembered as ``peek`` remembers; the list is the caller's."""
+        seen = self._seen_all
+        found = seen.get(block)
+        if found is None:
+            read = _read(self._decoder, block, None)
+            if read is None:
+                return None
+            found, changed = read
+            if changed:
+                self._forget()
+                return found
+            if len(block) <= CACHED_BLOCK_BYTES:
+                if len(seen) >= CACHED_BLOCKS:
+                    seen.clear()
+                seen[block] = found
+        return found.copy()
+
+    def _forget(self) -> None:
+        """The table changed, or what it may hold: blocks may read otherwise now."""
+        self._seen.clear()
+        self._seen_all.clear()
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """Every header, with the table updated; a bad block is a connection error."""
-        self._seen.clear()
+        self._forget()
         try:
             # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
             return self._decoder.decode(block, raw=True)

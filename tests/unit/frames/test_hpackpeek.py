@@ -225,3 +225,54 @@ def test_a_header_reader_does_not_remember_long_blocks() -> None:
     block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple("grpc-message", "x" * (CACHED_BLOCK_BYTES * 2))])
     assert reader.peek(block, WANTED) == {b"grpc-message": b"x" * (CACHED_BLOCK_BYTES * 2)}
     assert reader._seen[WANTED] == {}  # read again next time, not kept
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(FIELD, max_size=6), st.booleans()), min_size=1, max_size=16), st.booleans())
+def test_a_header_reader_reads_every_header_as_the_full_decoder_when_it_remembers_them_too(  # type: ignore[no-untyped-def]
+        blocks, huffman) -> None:
+    """peek_all remembers blocks as peek does: repeated bytes, older bytes
+    under a newer table, a peek of ``:path`` before it (as the relay reads a
+    hooked call's block), each read as the full decoder reads it; and the list
+    it gives is the caller's, not what it remembers."""
+    from runtimeproxy.frames.hpackpeek import HeaderReader
+
+    encoder = hpack.Encoder()
+    full, reader = hpack.Decoder(), HeaderReader(1 << 16, "")
+    earlier: list[bytes] = []
+    for fields, path_first in blocks:
+        block = encoder.encode([_field(*f) for f in fields], huffman=huffman)
+        for again in [block, block, *earlier[-2:], block]:
+            try:
+                expected = [(bytes(k), bytes(v)) for k, v in full.decode(again, raw=True)]
+            except hpack.HPACKError:
+                continue  # an older block the newer table cannot read: not something a peer sends
+            every = None
+            if path_first:
+                path = reader.peek(again, frozenset({b":path"}))
+                every = reader.decode(again) if path is None else reader.every
+            if every is None:
+                every = reader.peek_all(again) or reader.decode(again)
+            assert every == expected
+            every.append((b"changed", b"by the caller"))  # not what the reader remembers
+        earlier.append(block)
+
+
+def test_a_header_reader_remembers_every_header_of_a_block_that_only_refers_to_the_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtimeproxy.frames import hpackpeek
+    from runtimeproxy.frames.hpackpeek import HeaderReader
+
+    encoder, reader = hpack.Encoder(), HeaderReader(1 << 16, "")
+    headers = [(":path", "/runtime.v1.RuntimeService/CreateContainer"), ("grpc-timeout", "120000m")]
+    expected = [(b":path", headers[0][1].encode()), (b"grpc-timeout", b"120000m")]
+    assert reader.peek_all(encoder.encode(headers)) == expected  # adds both to the table
+    block = encoder.encode(headers)  # both indexed now
+    assert reader.peek_all(block) == expected
+    reads = []
+    monkeypatch.setattr(hpackpeek, "_read", lambda *args: reads.append(args))
+    assert reader.peek_all(block) == expected
+    assert reads == []  # remembered: not read again
+    reader.allow_table_size(0)
+    assert reader.peek_all(block) is None  # forgotten with the table's size: read again (by the stub)
+    assert len(reads) == 1
