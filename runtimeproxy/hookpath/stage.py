@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -26,11 +26,13 @@ from .hookfile import FailurePolicy, HookServerConfig
 from .locks import KeyedLocks
 from .points import HookType
 from .registry import HookSnapshot
+from .settling import Unsettled
 from .store import StateStore
 from .undecodable import Undecodable, undecodable
 from .wholeanswers import WholeAnswers
 
 log = logging.getLogger(__name__)
+_NOTHING = contextlib.nullcontext()  # reusable: it keeps no state
 
 
 # How long a pre hook may wait for the post hooks of its object still running
@@ -59,9 +61,7 @@ class HookStage(StageProvider):
         self._post_hooks: dict[str, asyncio.Task[None]] = {}
         # Successful calls being recorded by their handler, and those whose
         # client left before they were recorded (see settle).
-        self._recording = 0
-        self._recorded = asyncio.Event()
-        self._recorded.set()
+        self._recording = Unsettled()
         self._finishing: set[asyncio.Task[None]] = set()
         self._rechecks: set[asyncio.Task[None]] = set()  # removals whose outcome is being asked again
         # A call that keeps state went by unrecorded (``needed``): the records
@@ -142,7 +142,7 @@ class HookStage(StageProvider):
         outcome: str | None = "error"
         try:
             # A call the runtime has already: shutdown's settle waits for it, as for a record.
-            with self._settled_later() if request_sent(context) else contextlib.nullcontext():
+            with self._recording if request_sent(context) else _NOTHING:
                 reply = await self._hooked(point, request, context, send)
             outcome = "ok"
             return reply
@@ -260,7 +260,7 @@ class HookStage(StageProvider):
                 log.warning("runtime answer does not decode; state not recorded", extra=fields)
                 return reply
             try:
-                with self._settled_later():
+                with self._recording:
                     await self._succeeded(ex, req, response, key, post_hook, fields, record_from)
             except asyncio.CancelledError:
                 # The runtime answered and only then the client left (a
@@ -284,18 +284,6 @@ class HookStage(StageProvider):
         finally:
             if release is not None:
                 release()
-
-    @contextlib.contextmanager
-    def _settled_later(self) -> Iterator[None]:
-        """Work that ``settle`` waits for: a call being recorded, or one the runtime already has."""
-        self._recording += 1
-        self._recorded.clear()
-        try:
-            yield
-        finally:
-            self._recording -= 1
-            if not self._recording:
-                self._recorded.set()
 
     async def _succeeded(
         self, ex: Executor, req: Message, response: Message | None, key: str, post_hook: HookType | None,
@@ -367,8 +355,8 @@ class HookStage(StageProvider):
         runtime answered, while the backend can still be read (each read is
         bounded by the proxy's read timeout). Their handlers may outlive the
         server's stop, or hand the work to a background task when cancelled."""
-        while self._recording or self._finishing:
-            await self._recorded.wait()
+        while self._recording.count or self._finishing:
+            await self._recording.none.wait()
             if self._finishing:
                 await asyncio.wait(set(self._finishing))
 
