@@ -132,13 +132,13 @@ async def issue(send: Send, request: bytes) -> asyncio.Task[bytes]:
         backend_call = asyncio.ensure_future(send(request))  # the task sees ``notify``
     finally:
         call_issued.reset(token)
+    # Its end counts as issued too: one future awaited, not asyncio.wait's two.
+    backend_call.add_done_callback(lambda _: notify())
     try:
-        await asyncio.wait([backend_call, issued], return_when=asyncio.FIRST_COMPLETED)
+        await issued
     except asyncio.CancelledError:
         backend_call.cancel()  # the client left before the stop was issued
         raise
-    finally:
-        issued.cancel()
     return backend_call
 
 

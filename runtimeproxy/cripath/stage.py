@@ -40,6 +40,13 @@ def answer_at_once(context: aio.ServicerContext, ready: Callable[[], bool]) -> N
 def compose(stages: Sequence[Stage], last: Unary) -> Unary:
     """``stages`` in order, each sending on to the next, the last to ``last``
     (the backend call of whichever data path carries the call)."""
+    if len(stages) == 1:  # (nearly every method: the hook stage alone) one coroutine less per call
+        only = stages[0]
+
+        async def handle_one(request: bytes, context: aio.ServicerContext) -> bytes:
+            return await only(request, context, lambda data: last(data, context))
+
+        return handle_one
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
         async def step(index: int, data: bytes) -> bytes:
