@@ -22,6 +22,7 @@ Every other CRI method is relayed as bytes and never decoded.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -81,25 +82,27 @@ class HookPoint:
     kind: Kind
     handler_name: str  # the SDK's HookServer method
 
-    @property
+    # Read on every hook call, so each is computed once (cached_property
+    # writes the instance's __dict__, which a frozen dataclass allows).
+    @functools.cached_property
     def rpc_name(self) -> str:
         return f"{self.hook.value}Hook"
 
-    @property
+    @functools.cached_property
     def full_method(self) -> str:
         return f"/{SERVICE_NAME}/{self.rpc_name}"
 
-    @property
+    @functools.cached_property
     def answer_applied(self) -> bool:
         """Whether its answer can change the call: a pre hook's, except
         PreStartContainer's (StartContainerRequest carries nothing to change)."""
         return self.phase is Phase.PRE and self.hook is not HookType.PRE_START_CONTAINER
 
-    @property
+    @functools.cached_property
     def request_type(self) -> type[Message]:
         return hookapi.PodSandboxHookRequest if self.kind is Kind.POD else hookapi.ContainerResourceHookRequest
 
-    @property
+    @functools.cached_property
     def response_type(self) -> type[Message]:
         return hookapi.PodSandboxHookResponse if self.kind is Kind.POD else hookapi.ContainerResourceHookResponse
 
