@@ -194,9 +194,11 @@ def status_name(status: int) -> str:
 
 
 def compressed(headers: list[tuple[bytes, bytes]]) -> bool:
-    """A request's headers name a grpc-encoding other than identity."""
-    encoding = next((v for k, v in headers if k == b"grpc-encoding"), b"identity")
-    return encoding != b"identity"
+    """A request's headers name a grpc-encoding other than identity (the first one)."""
+    for name, value in headers:  # (a loop, not a generator: once per hooked call)
+        if name == b"grpc-encoding":
+            return value != b"identity"
+    return False
 
 
 def grpc_status(values: dict[bytes, bytes]) -> tuple[int, str]:

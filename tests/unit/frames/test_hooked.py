@@ -49,3 +49,18 @@ async def test_a_stream_reset_while_the_request_waits_for_window_ends_the_send()
     with pytest.raises(BackendFailed):
         await asyncio.wait_for(sending, 5)
     assert conn.inbound.sent == []
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ([(b":path", b"/runtime.v1.RuntimeService/CreateContainer"), (b"te", b"trailers")], False),
+    ([(b"grpc-encoding", b"identity")], False),
+    ([(b":path", b"/p"), (b"grpc-encoding", b"gzip"), (b"grpc-timeout", b"1S")], True),
+    ([(b"grpc-encoding", b"identity"), (b"grpc-encoding", b"gzip")], False),  # the first one counts
+    ([(b"grpc-encoding", b"gzip"), (b"grpc-encoding", b"identity")], True),
+    ([(b"grpc-accept-encoding", b"gzip")], False),
+])
+def test_a_request_is_compressed_when_its_first_grpc_encoding_is_not_identity(
+        headers: list[tuple[bytes, bytes]], expected: bool) -> None:
+    from runtimeproxy.frames.hooked import compressed
+
+    assert compressed(headers) is expected
