@@ -8,6 +8,7 @@ from collections.abc import Collection
 import grpc
 
 from .connection import ClientConnection
+from .deadlines import Deadlines
 from .stream import Unprocessed
 from .headers import request_block_prefix, with_timeout
 from .transport import MAX_MESSAGE_BYTES, CallFailed
@@ -34,6 +35,7 @@ class FramesTransport:
         self._retiring: set[ClientConnection] = set()  # each has its task in _closers
         self._kept: set[str] | None = None  # the endpoints of the last keep_only (None: any)
         self._closing = False
+        self._deadlines = Deadlines()  # every call's, on one timer
 
     async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
         if len(request) > self._max_message:
@@ -47,7 +49,7 @@ class FramesTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
-            async with asyncio.timeout_at(deadline):
+            with self._deadlines.bound(deadline):
                 for attempt in range(1, ATTEMPTS + 1):
                     conn = await self._connection(endpoint)
                     try:
