@@ -33,8 +33,18 @@ def request_block_prefix(path: str) -> bytes:
 def with_timeout(prefix: bytes, seconds: float) -> bytes:
     """The whole block, with ``grpc-timeout`` (gRPC over HTTP/2: at most 8 digits and a unit)."""
     millis = max(1, int(seconds * 1000))
-    value = b"%dm" % millis if millis < 100_000_000 else b"%dS" % min(99_999_999, int(seconds))
-    return prefix + field(b"grpc-timeout", value)
+    if millis < 100_000_000:
+        encoded = _TIMEOUTS.get(millis)
+        if encoded is None:  # (a server's calls nearly all have the same few: its timeout, a millisecond less)
+            if len(_TIMEOUTS) >= TIMEOUTS_KEPT:
+                _TIMEOUTS.clear()
+            encoded = _TIMEOUTS[millis] = field(b"grpc-timeout", b"%dm" % millis)
+        return prefix + encoded
+    return prefix + field(b"grpc-timeout", b"%dS" % min(99_999_999, int(seconds)))
+
+
+TIMEOUTS_KEPT = 256  # grpc-timeout fields remembered, by milliseconds
+_TIMEOUTS: dict[int, bytes] = {}
 
 
 # gRPC's mapping of an HTTP status other than 200 (doc/http-grpc-status-mapping.md).
@@ -77,7 +87,9 @@ def grpc_status(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
     if raw is None:
         return grpc.StatusCode.UNKNOWN, "hook server ended the call without a grpc-status"
     code = _CODES.get(int(raw)) if raw.isdigit() and len(raw) <= 3 else None
-    message = unquote(headers.get(b"grpc-message", b"").decode("latin-1"), errors="replace")
+    raw_message = headers.get(b"grpc-message", b"")
+    # (unquote returns a string without a % as it is: an OK answer has no message)
+    message = unquote(raw_message.decode("latin-1"), errors="replace") if b"%" in raw_message else raw_message.decode("latin-1")
     if code is None:
         return grpc.StatusCode.UNKNOWN, f"hook server sent grpc-status {raw.decode('latin-1')[:16]!r}; {message}"
     return code, message

@@ -51,7 +51,7 @@ class FramesTransport:
         try:
             with self._deadlines.bound(deadline):
                 for attempt in range(1, ATTEMPTS + 1):
-                    conn = await self._connection(endpoint)
+                    conn = self._open(endpoint) or await self._connection(endpoint)
                     try:
                         return await conn.call(with_timeout(prefix, deadline - loop.time()), request)
                     except Unprocessed:
@@ -60,6 +60,14 @@ class FramesTransport:
         except TimeoutError as err:
             raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from err
         raise AssertionError("unreachable")
+
+    def _open(self, endpoint: str) -> ClientConnection | None:
+        """The endpoint's connection if a call may start on it now (``_connection``'s
+        first case, without a coroutine: nearly every call's)."""
+        conn = self._connections.get(endpoint)
+        if conn is None or not conn.usable or self._closing or (self._kept is not None and endpoint not in self._kept):
+            return None
+        return conn
 
     async def _connection(self, endpoint: str) -> ClientConnection:
         if self._closing:

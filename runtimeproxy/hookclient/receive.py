@@ -116,10 +116,11 @@ class ServerFrames:
         if stream.received > STREAM_WINDOW:
             self._stream_error(stream, ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the stream window")
             return
-        if not stream.take(fr.unpadded(frame)):
-            self._finished(stream, remote_closed=frame.has(Flag.END_STREAM))
+        end_stream = frame.flags & Flag.END_STREAM
+        if not stream.take(_unpadded(frame)):
+            self._finished(stream, remote_closed=bool(end_stream))
             return
-        if frame.has(Flag.END_STREAM):
+        if end_stream:
             stream.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook server ended the call without trailers"))
             self._finished(stream, remote_closed=True)
         elif stream.received >= STREAM_WINDOW // 2:
@@ -128,9 +129,9 @@ class ServerFrames:
 
     def _headers(self, frame: fr.Frame) -> None:
         self._server_stream(frame)  # a connection error for a stream we never opened
-        block = bytes(fr.unpadded(frame))
-        end_stream = frame.has(Flag.END_STREAM)
-        if frame.has(Flag.END_HEADERS):
+        block = bytes(_unpadded(frame))
+        end_stream = bool(frame.flags & Flag.END_STREAM)
+        if frame.flags & Flag.END_HEADERS:
             self._header_block(frame.stream_id, end_stream, block)
         else:
             self._block = (frame.stream_id, end_stream, bytearray(block), 1)
@@ -157,7 +158,9 @@ class ServerFrames:
         stream = self._streams.get(sid)
         if stream is None:
             return
-        size = sum(len(name) + len(value) + 32 for name, value in every)
+        size = 0
+        for name, value in every:  # (a loop, not a generator: two blocks a call)
+            size += len(name) + len(value) + 32
         if size > MAX_HEADER_LIST:
             stream.fail(CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                    f"hook server sent {size} bytes of metadata, over the limit of {MAX_HEADER_LIST}"))
@@ -246,6 +249,14 @@ class ServerFrames:
         if not self._streams:
             self.close()
         self._wake()
+
+
+def _unpadded(frame: fr.Frame) -> memoryview | bytes:
+    """``fr.unpadded``, which a frame with neither flag (every answer's) needs not be given to."""
+    return fr.unpadded(frame) if frame.flags & _STRIPPED else frame.payload
+
+
+_STRIPPED = Flag.PADDED | Flag.PRIORITY
 
 
 def _error_name(code: int) -> str:
