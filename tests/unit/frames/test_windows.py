@@ -9,6 +9,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 from runtimeproxy.frames.inbound import Inbound
 from runtimeproxy.frames.outbound import Outbound
+from runtimeproxy.frames.window import Gate
 
 from .test_frame import _frames, _Writer
 
@@ -45,6 +46,43 @@ async def test_a_gate_opens_by_itself_after_its_limit() -> None:
     gate._on_open = on_open  # noqa: SLF001
     await asyncio.wait_for(opened, 5)
     assert gate.is_open and len(_frames(writer.written)) == 1
+
+
+async def test_gates_open_by_themselves_each_at_its_own_limit_and_once() -> None:
+    """Their limits share one timer: one that comes later with an earlier
+    limit sets it sooner, one opened before its limit is not opened again,
+    and none is left behind once all are open."""
+    writer = _Writer()
+    out = Outbound(writer, lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
+    out.preface(b"")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    opened: dict[str, list[float]] = {"late": [], "early": [], "answered": []}
+    done = {name: loop.create_future() for name in opened}
+
+    def gate(sid: int, name: str, limit: float) -> Gate:
+        made = out.gate(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, b"\x88"), limit=limit,
+                        stalls=lambda: True)
+        real_open = made._on_open  # noqa: SLF001 - observe each opening
+
+        def on_open() -> None:
+            real_open()
+            opened[name].append(loop.time() - started)
+            if not done[name].done():
+                done[name].set_result(None)
+
+        made._on_open = on_open  # noqa: SLF001
+        return made
+
+    gate(1, "late", 0.2)
+    gate(3, "early", 0.05)
+    gate(5, "answered", 0.1).open()  # its call's stages were done first
+    await asyncio.wait_for(asyncio.gather(*done.values()), 5)
+    assert [len(times) for times in opened.values()] == [1, 1, 1]
+    assert opened["early"][0] >= 0.05 - 0.002 and opened["late"][0] >= 0.2 - 0.002  # (libuv counts milliseconds)
+    assert opened["early"][0] < opened["late"][0]
+    assert [f.stream_id for f in _frames(writer.written)] == [1, 3, 5]  # in the order they came, all out
+    assert len(out._gates) == 0 and out._gates_timer is None  # noqa: SLF001
 
 
 async def test_a_gate_opens_once_the_backends_data_behind_it_reaches_the_hold_limit() -> None:
