@@ -136,6 +136,10 @@ class OutageLog:
         outage.failures += 1
         outage.repeats += 1
 
+    def down(self, name: str) -> bool:
+        """Whether ``name`` is in an outage (``succeeded`` would end it)."""
+        return name in self._outages
+
     def succeeded(self, name: str, fields: Mapping[str, object], *, first: bool = False) -> None:
         """A call to ``name`` worked: end its outage, if any, with one line
         (``first``: it was never up before)."""

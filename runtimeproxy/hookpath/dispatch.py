@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import stat
@@ -60,12 +61,14 @@ def untrusted_reason(server: HookServerConfig) -> str | None:
         if stat.S_ISLNK(st.st_mode):  # judge what is really connected to
             path = os.path.realpath(path)
             st = os.stat(path)
-        directory = os.path.dirname(path)
+            directory = os.path.dirname(path)
+        else:
+            directory = _directory(path)
         dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
     except (OSError, ValueError):
         return None
-    trusted = {0, os.geteuid()} | ({server.owner_uid} if server.owner_uid is not None else set())
-    if st.st_uid not in trusted:
+    uid = st.st_uid  # trusted: root, the proxy's euid, or the hook file's owner
+    if uid != 0 and uid != os.geteuid() and uid != server.owner_uid:
         owner = f" or the hook file's owner (uid {server.owner_uid})" if server.owner_uid not in (None, 0) else ""
         return f"untrusted endpoint: socket {path} is owned by uid {st.st_uid}, not root{owner}"
     if dir_mode & stat.S_IWOTH:
@@ -74,6 +77,12 @@ def untrusted_reason(server: HookServerConfig) -> str | None:
             "anyone could put a socket there"
         )
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _directory(endpoint: str) -> str:
+    """A socket path's directory (the same string at every call to its server)."""
+    return os.path.dirname(endpoint)
 
 
 class Dispatcher:
@@ -241,7 +250,6 @@ class Dispatcher:
                 return changed
             if self._removed(server, hook):
                 continue
-            fields = {**log_fields, **server.log_fields()}
             if chain is not None:
                 chain.later = index < len(servers) - 1
             try:
@@ -249,6 +257,7 @@ class Dispatcher:
             except _Failure as failure:
                 if self._removed(server, hook):  # removed while it was called (its connect cancelled, say)
                     continue
+                fields = {**log_fields, **server.log_fields()}
                 if server.failure_policy is FailurePolicy.FAIL:
                     # Every refused CRI call is logged: it is what kubelet sees.
                     log.error("hook failed, refusing call", extra={**fields, "error": failure.cause})
@@ -259,7 +268,7 @@ class Dispatcher:
                     {**fields, "error": failure.cause},
                 )
                 continue
-            self._outages.succeeded(server.name, fields)
+            self._succeeded(server, log_fields)
             changed = apply(answer, server) or changed
             if chain is not None:
                 try:
@@ -319,15 +328,20 @@ class Dispatcher:
         for server in self.servers(hook):
             if self._removed(server, hook):
                 continue
-            fields = {**log_fields, **server.log_fields()}
             try:
                 await self.call(server, hook, request)
             except _Failure as failure:
+                fields = {**log_fields, **server.log_fields()}
                 self._outages.failed(
                     server.name, logging.WARNING, f"post hook failed: {failure.cause}", {**fields, "error": failure.cause}
                 )
                 continue
-            self._outages.succeeded(server.name, fields)
+            self._succeeded(server, log_fields)
+
+    def _succeeded(self, server: HookServerConfig, log_fields: dict[str, object]) -> None:
+        """A hook call of ``server`` answered: its outage, if it had one, ends (logged with the call's fields)."""
+        if self._outages.down(server.name):  # (the fields are made only then: nearly every call has none)
+            self._outages.succeeded(server.name, {**log_fields, **server.log_fields()})
 
     def _removed(self, server: HookServerConfig, hook: HookType) -> bool:
         """Whether ``server`` left the chain since it began (its file removed
@@ -335,8 +349,9 @@ class Dispatcher:
         than failing the call for a server the operator took out. (Matched by
         file and endpoint: a server may come with its timeout cut to the
         time left, nri/limits.py.)"""
-        if any(s.name == server.name and s.endpoint == server.endpoint for s in self.servers(hook)):
-            return False
+        for current in self.servers(hook):  # (a loop, not any(): once per hook call)
+            if current is server or (current.name == server.name and current.endpoint == server.endpoint):
+                return False
         log.info("hook server removed while a call was in its chain; not called",
                  extra={"hook": hook.value, **server.log_fields()})
         return True

@@ -161,13 +161,46 @@ async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
 
             server.healthy = True
             clock.now += 5
-            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
-            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {"method": "CreateContainer"})
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {"method": "CreateContainer"})
         finally:
             await dispatcher.close()
     recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
     assert len(recovered) == 1
     assert recovered[0].getMessage() == "hook server flaky.json recovered after 75.0s and 6 failed calls"
+    # With the call's fields and the server's, as every line about a hook call.
+    assert (recovered[0].method, recovered[0].hook_file) == ("CreateContainer", "flaky.json")  # type: ignore[attr-defined]
+
+
+async def test_a_post_hooks_outage_ends_with_one_line_with_the_calls_fields(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    post = HookType.POST_START_CONTAINER
+    answers = [HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up"), None, None]
+
+    class Flaky(HookServer):
+        async def handle(self, hook: HookType, request: Message) -> Message | None:
+            answer = answers.pop(0)
+            if answer is not None:
+                raise answer
+            return None
+
+    async with Flaky(tmp_path / "post.sock"):
+        registered = HookServerConfig("post.json", str(tmp_path / "post.sock"), FailurePolicy.IGNORE, frozenset({post}),
+                                      timeout=2.0)
+        dispatcher = Dispatcher(Servers([registered]), clock=FakeClock())  # type: ignore[arg-type]
+        try:
+            for _ in range(3):
+                await dispatcher.run_post(post, hookapi.ContainerResourceHookRequest(), {"method": "StartContainer"})
+        finally:
+            await dispatcher.close()
+    failed = warnings_of(caplog)
+    recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
+    assert [r.getMessage() for r in failed] == ["post hook failed: UNAVAILABLE: warming up"]
+    assert len(recovered) == 1 and answers == []
+    for record in (failed[0], recovered[0]):
+        assert (record.method, record.hook_file) == ("StartContainer", "post.json")  # type: ignore[attr-defined]
 
 
 def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> None:

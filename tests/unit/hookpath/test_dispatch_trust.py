@@ -59,3 +59,29 @@ def test_a_group_writable_directory_is_not_refused_a_missing_socket_is_left_to_t
     with bound(tmp_path / "h.sock"):
         assert untrusted_reason(server(tmp_path / "h.sock")) is None
     assert untrusted_reason(server(tmp_path / "gone.sock")) is None
+
+
+def test_every_owner_is_judged_as_before_whatever_the_proxys_euid(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Trusted: root, the proxy's euid, the hook file's owner (the rule as a set, as it was first written)."""
+    os.chmod(tmp_path, 0o755)
+    with bound(tmp_path / "h.sock"):
+        for euid in (0, 1000, NOBODY):
+            monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
+            for owner in (0, 1000, 1001, NOBODY):
+                os.chown(tmp_path / "h.sock", owner, owner)
+                for file_owner in (None, 0, 1000, NOBODY):
+                    trusted = {0, euid} | ({file_owner} if file_owner is not None else set())
+                    reason = untrusted_reason(server(tmp_path / "h.sock", owner_uid=file_owner))
+                    assert (reason is None) is (owner in trusted), (euid, owner, file_owner, reason)
+
+
+def test_the_socket_and_its_directory_are_read_again_at_every_call(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    with bound(tmp_path / "h.sock"):
+        hook = server(tmp_path / "h.sock")
+        assert untrusted_reason(hook) is None
+        os.chmod(tmp_path, 0o777)  # made unsafe after a call
+        assert untrusted_reason(hook) is not None
+        os.chmod(tmp_path, 0o755)
+        os.chown(tmp_path / "h.sock", NOBODY, NOBODY)  # replaced by another's, say
+        assert untrusted_reason(hook) is not None
