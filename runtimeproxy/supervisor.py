@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ class TaskFailed(RuntimeError):
     """A task the proxy cannot serve without kept failing."""
 
 
-@dataclass(frozen=True)
-class _OneShot:
+class _OneShot(NamedTuple):  # (one per post hook: a frozen dataclass costs several times as much to make)
     name: str
     drain: bool
     critical: bool
