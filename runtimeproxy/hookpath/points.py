@@ -63,6 +63,11 @@ class HookType(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    # Members are singletons and compare by identity, so identity's hash (a C
+    # slot) serves as well as Enum's own, a Python call made at every table
+    # lookup of a hook point: several per hook call.
+    __hash__ = object.__hash__
+
 
 class Phase(enum.Enum):
     PRE = "pre"  # before the runtime call; its answer changes the request
