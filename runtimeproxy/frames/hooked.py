@@ -264,6 +264,10 @@ def finish(conn: FrameConnection, call: Hooked) -> None:
     call.finished = True
     if call.gate is not None:
         call.gate.open()
+        # Its gate names the call (``stalls``): dropped, the pair is freed as the
+        # call ends, not left as a cycle (with the call's task, events and
+        # futures) for the collector to find.
+        call.gate = None
     conn.hooked_done(call)
 
 

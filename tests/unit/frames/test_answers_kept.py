@@ -7,7 +7,9 @@ runtime's began but had not reached the client."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import struct
+import weakref
 
 import hpack
 
@@ -134,3 +136,24 @@ async def test_a_stop_between_the_runtimes_headers_and_continuation_ends_the_cal
     ended = blocks[0]
     assert ended[:2] == (1, True) and ended[2][b":status"] == b"200" and ended[2][b"grpc-status"] == b"14"
     assert blocks[1][1:] == (False, dict(HEAD_RAW))  # decoded by the client, on a stream it has closed
+
+
+async def test_a_hooked_call_that_ended_is_freed_as_it_ends_not_by_the_collector() -> None:
+    """Its gate names it: were the pair left as a cycle, the call's task,
+    events and futures would wait for the cyclic collector (a proxy's every
+    hooked call made garbage for it before)."""
+    conn, client = _connection()
+    requests, answers = hpack.Encoder(), hpack.Encoder()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        conn.client_data(_request(requests, 1, HOOKED))
+        call = weakref.ref(conn.hooked[1])
+        await _turns()
+        conn.backend_data(_answer(answers, 1, b"\0" * 5))
+        await _turns()
+        assert _received(client, 1) == (5, True) and 1 not in conn.hooked
+        assert call() is None  # freed by its references' end alone
+    finally:
+        if collecting:
+            gc.enable()
