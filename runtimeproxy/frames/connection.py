@@ -18,6 +18,9 @@ answers such a stream before it reads the RST_STREAM has its header block
 passed to the client on a stream the client never uses again
 (downstream.BackendSide._stray).
 
+What the connection does when its runtime closes or goes away is
+runtimegone.py's.
+
 Flow control per hop: the proxy owns both directions' connection windows
 (outbound.py, inbound.py), since its own DATA (answers, re-framed hooked
 requests) shares them with the relayed streams', and credits the client for
@@ -38,12 +41,12 @@ from grpc import aio
 
 from ..cripath.stage import Stage
 from . import frame as fr
-from . import hooked, hpackstatic
+from . import hooked, hpackstatic, runtimegone
 from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
 from .hooked import status_name
-from .inbound import CREDIT_BATCH, GONE, Corked, Gone, Inbound
+from .inbound import CREDIT_BATCH, Corked, Gone, Inbound
 from .msgsize import StreamSizes
 from .outbound import Outbound
 from .pings import DelayedAcks
@@ -56,9 +59,6 @@ ENDED_KEPT = 4096  # streams the proxy ended, remembered per connection
 # reads (a slow reader's frames only wait). Without it a client that writes and
 # never reads (PINGs, streams over its limit) has its answers buffered without end.
 CLIENT_BACKLOG = 4 << 20
-# After the runtime left, how long answers may wait for a client that reads
-# none of them (its window stays closed) before its connection is closed.
-UNREAD_LINGER_S = 30.0
 
 
 class Routes(Protocol):
@@ -147,7 +147,7 @@ class FrameConnection:
         if not self.client_can_write.is_set() and self._client_writer.get_write_buffer_size() > CLIENT_BACKLOG:
             # A client that reads nothing while it writes (PINGs, streams over
             # its limit) would have the proxy buffer its answers without end.
-            self._hold_client_reads("backlog", True)
+            self.hold_client_reads("backlog", True)
 
     def backend_data(self, chunk: bytes) -> None:
         self._guard(self.backend_side.feed, chunk, "backend")
@@ -157,15 +157,15 @@ class FrameConnection:
         if writable:
             self.client_can_write.set()
             self.backend.resume_reading()
-            self._hold_client_reads("backlog", False)
+            self.hold_client_reads("backlog", False)
         else:
             self.client_can_write.clear()
             self.backend.pause_reading()
 
     def backend_writable(self, writable: bool) -> None:
-        self._hold_client_reads("runtime", not writable)
+        self.hold_client_reads("runtime", not writable)
 
-    def _hold_client_reads(self, reason: str, hold: bool) -> None:
+    def hold_client_reads(self, reason: str, hold: bool) -> None:
         """The client's reads wait while any reason holds them (the runtime's
         transport full, or the client's own, see ``client_data``)."""
         held = self._client_reads_held
@@ -178,65 +178,12 @@ class FrameConnection:
             (self._client_writer.pause_reading if held else self._client_writer.resume_reading)()
 
     def backend_gone(self) -> None:
-        """The runtime closed its connection: the calls it carried end UNAVAILABLE
-        (kubelet retries), while the proxy's own answers on this connection (a
-        health Watch) go on, as on the grpc path, and so do the hooked calls it
-        had answered whole; the client, told to go away, opens a new
-        connection (and so a new runtime connection) for new calls."""
-        if self.closed.done():
-            return
-        # A hooked call the runtime answered whole is not cut short: its
-        # answer, held while its stages record it, still goes, once. One reset,
-        # or ended by the proxy, has its end queued already: it keeps nothing.
-        kept = {sid for sid, call in self.hooked.items() if call.answered_whole and sid not in self.ended}
-        unanswered = [call for call in self.hooked.values() if not call.answered.done()]
-        # Answers the runtime gave whole may still wait for the client's
-        # window, or behind a hooked call's gate: they go before the close.
-        if (not kept and not self.diverted and not self.out.queued) or not self.prefaced:
-            # (before its SETTINGS, the client can be told nothing)
-            if self.relayed or self.hooked:  # what the client sees as its connection closed
-                log.warning("frames: runtime connection closed with calls in flight; closing the client's",
-                            extra={"relayed": len(self.relayed), "hooked": len(self.hooked)})
-            self.lost()
-            return
-        log.info("frames: runtime connection closed; the proxy's own calls and the answers it gave go on",
-                 extra={"calls": len(self.diverted), "hooked": len(kept),
-                        "queued": self.out.queued})
-        self.backend_lost = True
-        asyncio.get_running_loop().call_later(UNREAD_LINGER_S, self._unread_too_long)
-        self._hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
-        self.backend.close()
-        self.backend_pings.close()
-        self.backend = self.inbound.writer = GONE  # type: ignore[assignment]
-        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
-        for sid in sorted(self.relayed | {call.stream_id for call in unanswered}):
-            if sid not in self.ended:
-                self.end_locally(sid, 14, "runtime-proxy: the runtime closed the connection")
-        for call in [call for sid, call in self.hooked.items() if sid not in kept]:
-            call.cancel("the runtime closed the connection")
-        self.out.flush()
-
-    def _unread_too_long(self) -> None:
-        if not self.closed.done() and not self.diverted and not self.hooked and self.out.queued:
-            log.warning("frames: closing a client that read none of its answers since the runtime left",
-                        extra={"queued": self.out.queued, "seconds": UNREAD_LINGER_S})
-            self.lost()
+        """The runtime closed its connection (runtimegone.py)."""
+        runtimegone.closed(self)
 
     def backend_goaway(self, last: int) -> None:
-        """The runtime goes away: streams it will not process are refused to the
-        client (a gRPC client retries those by itself); the client is told to go
-        away too, keeping every stream it has, the proxy's own included."""
-        self.backend_going = True
-        self.backend_pings.at_once()
-        for sid in sorted(self.relayed | set(self.hooked)):
-            if sid > last and sid not in self.ended:
-                self.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
-                self.mark_ended(sid)
-                self.stream_done(sid, "UNAVAILABLE")
-                call = self.hooked.get(sid)
-                if call is not None:
-                    call.answer(14, "refused by the runtime")
-        self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
+        """The runtime goes away: no stream after ``last`` is processed (runtimegone.py)."""
+        runtimegone.going_away(self, last)
 
     def lost(self) -> None:
         """Either side closed: so does the other; the proxy's own answers stop."""

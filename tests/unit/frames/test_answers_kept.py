@@ -80,7 +80,7 @@ async def test_an_answer_waiting_for_the_window_goes_after_the_runtime_closed() 
 
 
 async def test_a_client_that_reads_none_of_them_is_closed_in_the_end(monkeypatch) -> None:
-    monkeypatch.setattr("runtimeproxy.frames.connection.UNREAD_LINGER_S", 0.05)
+    monkeypatch.setattr("runtimeproxy.frames.runtimegone.UNREAD_LINGER_S", 0.05)
     conn, client = _connection()
     conn.client_data(_request(hpack.Encoder(), 1))
     conn.backend_data(_answer(hpack.Encoder(), 1))
