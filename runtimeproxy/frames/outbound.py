@@ -119,17 +119,13 @@ class Outbound:
 
     def _limit_gates(self, loop: asyncio.AbstractEventLoop) -> None:
         """The gates whose limit has come open, in the order they came; the timer is set for the next."""
+        now = max(loop.time(), self._gates_at)  # (a timer run a little early: see Deadlines._fire)
         self._gates_timer, self._gates_at = None, math.inf
-        now = loop.time()
-        closed: deque[tuple[float, Gate]] = deque()
         for deadline, gate in list(self._gates):  # (an opening pumps, which may open another)
-            if gate.is_open:
-                continue
-            if deadline <= now:
+            if not gate.is_open and deadline <= now:
                 gate.open()
-            else:
-                closed.append((deadline, gate))
-        self._gates = closed
+        # Rebuilt from the list as it is now: a gate added while opening others keeps its limit.
+        closed = self._gates = deque(entry for entry in self._gates if not entry[1].is_open)
         if closed:
             self._limit_gates_at(loop, min(deadline for deadline, _ in closed))
 

@@ -41,8 +41,10 @@ class Deadlines:
 
     def _fire(self) -> None:
         assert self._loop is not None
+        # A loop may run a timer a little before its time (uvloop rounds to whole
+        # milliseconds): what it was set for is due, or it would be set again and spin.
+        now = max(self._loop.time(), self._at)
         self._timer, self._at = None, math.inf
-        now = self._loop.time()
         for bound in sorted((b for b in self._live if b.deadline <= now), key=lambda b: b.deadline):
             bound.expire()  # (in deadline order, as their own timers would)
         if self._live:  # the earliest call still under way

@@ -138,3 +138,32 @@ async def test_ended_calls_leave_nothing_behind_and_the_timer_follows_the_calls_
     # The timer set by the first of the hundred fires, finds nothing due, and is set for this one.
     assert await late == "timed out"
     assert deadlines._live == set() and deadlines._timer is None
+
+
+async def test_a_timer_run_before_its_time_ends_the_calls_due_then_and_is_not_set_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # uvloop rounds a timer to whole milliseconds and may run it a little before
+    # loop.time() reaches it: what the timer was set for is due all the same, or
+    # it is set again for that time and runs again at once, spinning until then.
+    loop, deadlines = asyncio.get_running_loop(), Deadlines()
+    deadline = loop.time() + 30.0  # (never reached: the timer is run by hand below)
+    task = asyncio.ensure_future(_bounded(deadlines, deadline))
+    await asyncio.sleep(0)  # (the call is under way, the timer set for its deadline)
+    armed: list[float] = []
+    real_call_at = loop.call_at
+    monkeypatch.setattr(loop, "call_at", lambda when, cb, *args: armed.append(when) or real_call_at(when, cb, *args))
+    monkeypatch.setattr(loop, "time", lambda: deadline - 0.0004)  # run 0.4 ms early
+    deadlines._fire()
+    monkeypatch.undo()
+    assert armed == []  # not set again for the same time
+    assert await task == "timed out"
+
+
+async def _bounded(deadlines: Deadlines, deadline: float) -> str:
+    try:
+        with deadlines.bound(deadline):
+            await asyncio.Event().wait()
+    except TimeoutError:
+        return "timed out"
+    return "answered"
