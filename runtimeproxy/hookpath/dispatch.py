@@ -292,12 +292,12 @@ class Dispatcher:
                       extra={**chain.log_fields, **entry.server.log_fields()})
         self._count_deferred(hook, passed, "ok")
         for entry, reasons in standing:  # refused, each for its own cpusets' reasons (the CPUs outside)
-            self._count_deferred(hook, [entry], "invalid_value", f"answer carries values the kernel would refuse: "
-                                 f"{'; '.join(reasons)}")
+            self._count_deferred(hook, [entry], "invalid_value", refusal(reasons))
         if standing:
             blamed, reasons = standing[-1]  # the later hook, whose answer completed the refused pair
             cause = refusal(reasons)
             log.error("hook failed, refusing call", extra={**chain.log_fields, **blamed.server.log_fields(), "error": cause})
+            self._outages.counted(blamed.server.name)  # a refused call, as any other Fail hook's
             raise HookError(blamed.server, hook, cause)
 
     def _judging_failed(self, hook: HookType, chain: ChainCpusets, server: HookServerConfig, err: Exception) -> NoReturn:
@@ -308,6 +308,7 @@ class Dispatcher:
         log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=fields)
         log.error("hook failed, refusing call", extra={**fields, "error": cause})
         self._count_deferred(hook, chain.deferred, "error", cause)
+        self._outages.counted(server.name)
         raise HookError(server, hook, cause) from err
 
     def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str, cause: str | None = None) -> None:

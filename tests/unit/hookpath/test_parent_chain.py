@@ -240,6 +240,7 @@ async def test_an_error_judging_the_chains_end_refuses_the_call_naming_the_last_
         await run.run()
     assert (refused.value.server.name, refused.value.cause) == ("b.json", "RuntimeError: cannot read")
     assert (run.counted("a", "error"), run.counted("b", "error"), run.counted("c", "ok")) == (1, 1, 1)
+    assert run.dispatcher._outages.down("b.json")  # the refused call counts in b's outage
     traced = [r for r in caplog.records if r.exc_info]
     assert [(r.getMessage(), r.container) for r in traced] == [("unexpected error judging the chain's cpusets", "app")]
 
@@ -393,3 +394,4 @@ async def test_a_deferred_answer_that_stands_names_its_cpus_in_its_last_error(tm
     assert last["cause"] == refused.value.cause
     assert last["cause"].endswith(f"cpuset_cpus '3' names CPUs outside the parent cgroup {POD} (3; it has 0-1)")
     assert run.counted("b", "invalid_value") == 1
+    assert run.dispatcher._outages.down("b.json")  # a refused call counts in its outage, as any Fail hook's
