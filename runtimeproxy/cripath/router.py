@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from . import methods
+from . import methods, unreachable
 from .backend import CRI_VERSIONS, Backend, BackendInfo
 from .callstats import CallSink, measured
 from .forward import Relay
@@ -288,18 +288,17 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
 
 def _unless_unreachable(channel: aio.Channel, socket: Path, path: str, unary: Unary) -> Unary:
     """``unary``, a call with stages on ``path``, refused UNAVAILABLE before any
-    stage runs while ``channel`` is in TRANSIENT_FAILURE: grpc would fail its
-    runtime call at once then, and the hooks asked first would act for nothing
-    (a PreRunPodSandbox for a pod never made, once per kubelet retry). Each
-    refusal is a debug line, as other calls failing in an outage: the
-    runtime's outage has its own lines (backend.py)."""
-    message = (f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
-               "reconnects by itself); the call was not sent and no hook server was asked")
+    stage runs unless ``channel`` reaches the runtime (unreachable.py): the
+    hooks asked first would act for nothing (a PreRunPodSandbox for a pod
+    never made, once per kubelet retry). READY, the common case, costs one
+    state read."""
+    message = unreachable.refusal(socket)
+    ready = grpc.ChannelConnectivity.READY
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
-        if channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            log.debug("call failed", extra={"method": path, "code": "UNAVAILABLE", "backend": str(socket),
-                                            "error": "the runtime is not reachable: refused before its hooks"})
+        state = channel.get_state()
+        if state is not ready and not await unreachable.connects(channel, state, context.time_remaining()):
+            unreachable.log_refusal(path, socket)
             await context.abort(grpc.StatusCode.UNAVAILABLE, message)
         return await unary(request, context)
 

@@ -38,7 +38,7 @@ async def test_a_hooked_call_is_refused_without_its_hooks_while_the_runtime_is_u
     running: RunningProxy, fake: FakeBackend, sock_dir: Path, hook_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="runtimeproxy.cripath.forward")
-    caplog.set_level(logging.DEBUG, logger="runtimeproxy.cripath.router")
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.cripath.unreachable")
     async with hook_server(sock_dir, "rec", {}) as hook:
         hook.register(hook_dir, ["PreRunPodSandbox"], "Fail", timeout="5s")
         await registered(running, 1)
