@@ -177,7 +177,7 @@ class BackendSide:
             if call is not None:
                 call.reply += body
                 if end:
-                    call.answer(2, "the runtime ended the call without a status")
+                    call.runtime_ended(2, "the runtime ended the call without a status")
             if flags & Flag.PADDED:
                 out.data(sid, bytes(body), end, credit=size)
                 if not end:
@@ -268,7 +268,7 @@ class BackendSide:
             elif t == FrameType.RST_STREAM:
                 call = conn.hooked.get(sid)
                 if call is not None:
-                    call.answer(RESET, "reset by the runtime")
+                    call.runtime_ended(RESET, "reset by the runtime")
                 conn.stream_done(sid, _RESET_AS.get(int.from_bytes(f.payload[:4], "big"), "INTERNAL"))
                 out.frames(raw)  # after the stream's queued DATA
                 return
@@ -310,7 +310,7 @@ class BackendSide:
             return
         status, message = grpc_status(headers)
         if held:
-            call.answer(status, message)
+            call.runtime_ended(status, message)
         conn.stream_done(sid, status_name(status))
 
     def _read(self, data: bytes) -> dict[bytes, bytes]:

@@ -26,7 +26,9 @@ natively stays on the client's own backend connection (connection.py):
   after it.
 
 A stage that refuses before anything was sent (a Fail hook) gets the stream
-reset at the backend and its status answered to the client by the proxy.
+reset at the backend and its status answered to the client by the proxy. A
+call the runtime ends (resets, answers, or closes its connection: runtimegone.py)
+before its request was sent has its stages stopped, as when its client leaves.
 """
 
 from __future__ import annotations
@@ -126,6 +128,16 @@ class Hooked:
                 self.cut_short = True
                 self.ended.set()
             self._release_at_once()
+
+    def runtime_ended(self, status: int, message: str) -> None:
+        """The runtime ended the stream (its status, or RESET). If its request
+        was complete and not sent yet, the stages are stopped, as when the
+        client leaves: the call they would ask hooks about is over at the
+        runtime, and the client gets the runtime's answer now, not after them."""
+        unsent = not self.sent and self.ended.is_set() and not self.answered.done()
+        self.answer(status, message)
+        if unsent and self.task is not None:
+            self.task.cancel()
 
     def release_at_answer(self, ready: Callable[[], bool]) -> None:
         """The stages need not hold a successful answer if ``ready()`` says so

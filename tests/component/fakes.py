@@ -46,6 +46,7 @@ class Script:
     stream_forever: bool = False  # keep streaming until cancelled
     read_after_release: bool = False  # read the request only once ``release`` is set: a runtime that stops reading
     holding: asyncio.Event = field(default_factory=asyncio.Event)  # set once such a call waits, unread
+    unread: bool = False  # answer with ``code`` before reading the request (as a runtime refusing a call at its headers)
 
 
 # What the proxy's backend probe calls (cripath/backend.py): Version in each
@@ -125,6 +126,8 @@ class FakeBackend:
         if not self._serves(path):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {path}")
         held = self.scripts.get(path)
+        if held is not None and held.unread and held.code is not None:
+            await context.abort(held.code, held.details)
         if held is not None and held.read_after_release:
             held.holding.set()
             await held.release.wait()  # the request's flow-control window fills meanwhile
