@@ -1,0 +1,101 @@
+"""containerd 1.6 SIGKILLed while kubelet retries RunPodSandbox through the
+proxy, on a connection the proxy relayed before the kill: no PreRunPodSandbox
+hook is asked about a pod while containerd is away, and once it is back the
+pod is made with its hook asked (runtime-proxy's cripath/unreachable.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from cri_api.v1 import api_pb2_grpc as v1_grpc
+from runtimeproxy.host.containerd import LocalContainerd
+from runtimeproxy.host.crispec import pod_sandbox_config
+
+from ..hookprocs import hook_server, registered
+from ..integration.proxyfixtures import ProxyLauncher
+from .test_backend_kill import CRI_STARTING, sigkill
+
+OUTAGE_S = 3.0  # kubelet's retries while containerd is away
+
+
+async def attempt(rt: v1_grpc.RuntimeServiceStub, log_dir: Path, name: str) -> tuple[str, str]:
+    """A RunPodSandbox of a pod named ``name``-...: its pod's name and outcome (OK, or code: details)."""
+    config = pod_sandbox_config(v1, log_dir, name=name)
+    try:
+        await rt.RunPodSandbox(v1.RunPodSandboxRequest(config=config), timeout=30)
+    except aio.AioRpcError as err:
+        return config.metadata.name, f"{err.code().name}: {err.details()}"
+    return config.metadata.name, "OK"
+
+
+async def test_no_hook_is_asked_while_containerd_is_killed_and_the_first_pod_after_has_its_hook(
+    own_containerd: LocalContainerd, pod_log_dir: Path
+) -> None:
+    await own_containerd.start(timeout=60)
+    async with contextlib.AsyncExitStack() as stack:
+        launcher = ProxyLauncher(own_containerd.socket, stack)
+        running, _ = await launcher.start(probe_max_interval=0.5)
+        hook = await stack.enter_async_context(hook_server(launcher.dir, "rec", {}))
+        hook.register(launcher.hook_dir, ["PreRunPodSandbox"], "Fail", timeout="5s")
+        await registered(running, 1)
+        channel = await stack.enter_async_context(launcher.channel())
+        rt = v1_grpc.RuntimeServiceStub(channel)
+        await rt.Version(v1.VersionRequest(), timeout=10)  # the client's connection is relayed
+        await sigkill(own_containerd)
+        loop = asyncio.get_running_loop()
+        during: list[tuple[str, str]] = []
+        end = loop.time() + OUTAGE_S
+        while loop.time() < end:
+            during.append(await attempt(rt, pod_log_dir, f"down{len(during)}"))
+        assert hook.requests("PreRunPodSandbox") == [], during
+        assert during and all(outcome.startswith("UNAVAILABLE") for _, outcome in during), during
+        await own_containerd.start(timeout=60, images=False)
+        after: list[tuple[str, str]] = []
+        async with asyncio.timeout(60):
+            while not after or after[-1][1] != "OK":
+                after.append(await attempt(rt, pod_log_dir, f"up{len(after)}"))
+        asked = {request["pod_meta"]["name"] for request in hook.requests("PreRunPodSandbox")}
+        # Asked about the pod made, and else only about calls containerd itself
+        # refused while its CRI plugin loaded its state (the proxy's connection
+        # reached it, as a direct client's would).
+        reached = {name for name, outcome in after if outcome == "OK" or outcome.endswith(CRI_STARTING)}
+        assert asked == reached and after[-1][0] in asked, (after, asked)
+        refused = [outcome for name, outcome in after if name not in reached]
+        assert all(outcome.startswith("UNAVAILABLE") for outcome in refused), after
+
+
+async def test_a_pod_whose_hook_is_asked_as_containerd_is_killed_is_not_made_and_the_next_one_is(
+    own_containerd: LocalContainerd, pod_log_dir: Path
+) -> None:
+    """containerd dies while a RunPodSandbox's PreRunPodSandbox hook answers: the
+    call fails UNAVAILABLE without reaching it (on the frames path its hook
+    stage is stopped as the runtime's connection closes), and kubelet's next
+    RunPodSandbox on the same connection, once containerd is back, makes the pod."""
+    await own_containerd.start(timeout=60)
+    async with contextlib.AsyncExitStack() as stack:
+        launcher = ProxyLauncher(own_containerd.socket, stack)
+        running, _ = await launcher.start(probe_max_interval=0.5)
+        hook = await stack.enter_async_context(hook_server(launcher.dir, "slow", {"PreRunPodSandbox": {"delay": 2}}))
+        hook.register(launcher.hook_dir, ["PreRunPodSandbox"], "Fail", timeout="5s")
+        await registered(running, 1)
+        channel = await stack.enter_async_context(launcher.channel())
+        rt = v1_grpc.RuntimeServiceStub(channel)
+        killed = asyncio.ensure_future(attempt(rt, pod_log_dir, "killed"))
+        await hook.received("PreRunPodSandbox")
+        await sigkill(own_containerd)
+        name, outcome = await killed
+        assert outcome.startswith("UNAVAILABLE"), outcome
+        await own_containerd.start(timeout=60, images=False)
+        after: list[tuple[str, str]] = []
+        async with asyncio.timeout(60):
+            while not after or after[-1][1] != "OK":
+                after.append(await attempt(rt, pod_log_dir, f"up{len(after)}"))
+        async with aio.insecure_channel(own_containerd.address) as direct:
+            pods = await v1_grpc.RuntimeServiceStub(direct).ListPodSandbox(v1.ListPodSandboxRequest(), timeout=10)
+        made = {pod.metadata.name for pod in pods.items}
+        assert name not in made and after[-1][0] in made, (after, made)
