@@ -287,19 +287,23 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
 
 
 def _unless_unreachable(channel: aio.Channel, socket: Path, path: str, unary: Unary) -> Unary:
-    """``unary``, a call with stages on ``path``, refused UNAVAILABLE before any
-    stage runs unless ``channel`` reaches the runtime (unreachable.py): the
-    hooks asked first would act for nothing (a PreRunPodSandbox for a pod
-    never made, once per kubelet retry). READY, the common case, costs one
-    state read."""
-    message = unreachable.refusal(socket)
+    """``unary``, a call with stages on ``path``, refused before any stage runs
+    unless ``channel`` reaches the runtime (unreachable.py): UNAVAILABLE if its
+    connection fails, DEADLINE_EXCEEDED if it is still being made at the
+    call's deadline. The hooks asked first would act for nothing (a
+    PreRunPodSandbox for a pod never made, once per kubelet retry). READY, the
+    common case, costs one state read."""
     ready = grpc.ChannelConnectivity.READY
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
         state = channel.get_state()
-        if state is not ready and not await unreachable.connects(channel, state, context.time_remaining()):
-            unreachable.log_refusal(path, socket)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        if state is not ready:
+            limit = context.time_remaining()
+            reach = await unreachable.connects(channel, state, limit)
+            refused = unreachable.refused(reach, socket, deadline=limit is not None)
+            if refused is not None:
+                unreachable.log_refusal(path, socket, refused)
+                await context.abort(refused.code, refused.message)
         return await unary(request, context)
 
     return handle
