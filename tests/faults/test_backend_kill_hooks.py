@@ -1,7 +1,11 @@
 """containerd 1.6 SIGKILLed while kubelet retries RunPodSandbox through the
 proxy, on a connection the proxy relayed before the kill: no PreRunPodSandbox
 hook is asked about a pod while containerd is away, and once it is back the
-pod is made with its hook asked (runtime-proxy's cripath/unreachable.py)."""
+pod is made with its hook asked (runtime-proxy's cripath/unreachable.py).
+
+Both are guards against a real containerd, end to end: neither tells the
+idle/connecting gate (cripath/unreachable.py) from the TRANSIENT_FAILURE-only
+one it replaced (the component tests test_runtime_outage_gate.py do)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ async def attempt(rt: v1_grpc.RuntimeServiceStub, log_dir: Path, name: str) -> t
 async def test_no_hook_is_asked_while_containerd_is_killed_and_the_first_pod_after_has_its_hook(
     own_containerd: LocalContainerd, pod_log_dir: Path
 ) -> None:
+    """An end-to-end guard: it passes with the TRANSIENT_FAILURE-only gate too,
+    and fails with no gate at all (hooks asked about pods never made)."""
     await own_containerd.start(timeout=60)
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)
@@ -75,7 +81,10 @@ async def test_a_pod_whose_hook_is_asked_as_containerd_is_killed_is_not_made_and
     """containerd dies while a RunPodSandbox's PreRunPodSandbox hook answers: the
     call fails UNAVAILABLE without reaching it (on the frames path its hook
     stage is stopped as the runtime's connection closes), and kubelet's next
-    RunPodSandbox on the same connection, once containerd is back, makes the pod."""
+    RunPodSandbox on the same connection, once containerd is back, makes the pod.
+    A guard for behaviour already on main before the gate's change: the call's
+    stages are cancelled when the runtime's connection closes (runtimegone.py;
+    on grpc, its runtime call fails)."""
     await own_containerd.start(timeout=60)
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)

@@ -6,7 +6,10 @@ made while the runtime is away is answered by the proxy's own server.
 
 Before: only TRANSIENT_FAILURE refused; a call made while the channel was
 IDLE (its connection just dropped, or unused) or CONNECTING asked its hooks,
-then failed at the runtime."""
+then failed at the runtime. Of these tests, the idle channel's refusal (both
+paths) and the connecting channel's wait (grpc path) fail with that gate; the
+others are guards: an outage end to end, and an idle channel to a live runtime
+not refused."""
 
 from __future__ import annotations
 
@@ -73,6 +76,8 @@ async def proxy(fake: FakeBackend, start_proxy) -> Proxy:  # type: ignore[no-unt
 async def test_no_stage_runs_across_an_outage_and_the_first_call_after_it_has_its_stage(
     proxy: Proxy, fake: FakeBackend, sock_dir: Path
 ) -> None:
+    """A regression guard: it passes with the TRANSIENT_FAILURE-only gate too,
+    and fails with no gate at all."""
     stage: Asked = proxy.asked  # type: ignore[attr-defined]
     assert await outcome(sock_dir) == "OK" and stage.asked == 1
     await fake.stop()  # containerd killed: its socket gone
@@ -112,7 +117,9 @@ async def test_a_call_on_an_idle_channel_whose_runtime_is_gone_is_refused_withou
 async def test_a_call_on_an_idle_channel_whose_runtime_is_up_is_sent_with_its_stage(
     proxy: Proxy, fake: FakeBackend, sock_dir: Path
 ) -> None:
-    """IDLE is not down: the call waits for the connection the gate makes, and goes."""
+    """IDLE is not down: the call waits for the connection the gate makes, and
+    goes. (A guard for the gate's wait: the TRANSIENT_FAILURE-only gate let
+    such a call through too.)"""
     stage: Asked = proxy.asked  # type: ignore[attr-defined]
     await proxy.tasks.stop([TaskName.MONITOR])
     await fake.stop()
@@ -137,9 +144,13 @@ async def test_a_call_while_the_channel_is_still_connecting_waits_for_it_and_its
     proxy: Proxy, fake: FakeBackend, silent: Path, sock_dir: Path
 ) -> None:
     """A runtime that takes connections but never speaks holds the channel in
-    CONNECTING (grpc's connect timeout, 20 s): the call waits until its deadline.
-    (On the frames path a new connection is made to it, and its client, never
-    sent the runtime's SETTINGS, waits the same without sending the call.)"""
+    CONNECTING (grpc's connect timeout, 20 s): the call waits for it until its
+    deadline, and ends DEADLINE_EXCEEDED without its stage, as it would have at
+    the runtime. Only the grpc path's run covers the gate's wait: on the frames
+    path the client's new connection is made to the silent runtime, and the
+    client, never sent its SETTINGS, waits out its deadline without sending the
+    call, so the proxy's gate is never reached (that run passes with the
+    TRANSIENT_FAILURE-only gate too)."""
     stage: Asked = proxy.asked  # type: ignore[attr-defined]
     await proxy.tasks.stop([TaskName.MONITOR])
     await fake.stop()
