@@ -177,7 +177,9 @@ class Dispatcher:
             outcome = "cancelled"  # counted either way: not an answer
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                cause = "the CRI call was cancelled (kubelet gave up, or the proxy stops)"
+                # Whoever cancels gives no reason along: name every one.
+                cause = ("the CRI call was cancelled (its client, kubelet or NRI, gave up or sent too long a request; "
+                         "the runtime ended it or closed its connection; or the proxy stops)")
                 raise  # our caller is being cancelled: not the hook's failure
             cause = "hook call cancelled (its connection was closed)"
             raise _Failure(cause) from None
