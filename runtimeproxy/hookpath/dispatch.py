@@ -252,8 +252,10 @@ class Dispatcher:
                 return changed
             if self._removed(server, hook):
                 continue
+            deferred = 0
             if chain is not None:
                 chain.later = index < len(servers) - 1
+                deferred = len(chain.deferred)
             try:
                 answer = await self.call(server, hook, request, chain)
             except _Failure as failure:
@@ -270,7 +272,9 @@ class Dispatcher:
                     {**fields, "error": failure.cause},
                 )
                 continue
-            self._succeeded(server, log_fields)
+            if chain is None or len(chain.deferred) == deferred:
+                # A deferred answer is no success yet: its outage ends, or not, as it is judged at the chain's end.
+                self._succeeded(server, log_fields)
             changed = apply(answer, server) or changed
             if chain is not None:
                 try:
@@ -293,6 +297,8 @@ class Dispatcher:
             log.debug("answer outside its parent cgroup taken: the call as the chain left it fits its parent",
                       extra={**chain.log_fields, **entry.server.log_fields()})
         self._count_deferred(hook, passed, "ok")
+        for entry in passed:  # an answer that stands is the call's success: its server's outage, if any, ends
+            self._succeeded(entry.server, chain.log_fields)
         for entry, reasons in standing:  # refused, each for its own cpusets' reasons (the CPUs outside)
             self._count_deferred(hook, [entry], "invalid_value", refusal(reasons))
         if standing:
