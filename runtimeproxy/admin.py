@@ -161,8 +161,9 @@ def unreachable(
     return f"cannot get the status from the proxy at {socket}: {raw}"
 
 
-def render(doc: Mapping[str, Any]) -> str:
-    """The status for a person at a terminal."""
+def render(doc: Mapping[str, Any], now: float | None = None) -> str:
+    """The status for a person at a terminal (``now``: the wall clock, for how long ago)."""
+    now = time.time() if now is None else now
     backend = doc["backend"]
     runtime = f"{backend['runtime_name']} {backend['runtime_version']}" if backend["runtime_name"] else "not probed yet"
     state = "connected" if backend["connected"] else "NOT CONNECTED"
@@ -191,9 +192,12 @@ def render(doc: Mapping[str, Any]) -> str:
         lines.append(f"    calls: {calls}")
         error = server["last_error"]
         if error:
-            at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["at"]))
+            at = _when(error["at"])
             cause = f": {_printable(error['cause'])}" if error.get("cause") else ""  # `.get`: a proxy older than it
             lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}{cause}")
+            state = _error_state(error, now)
+            if state:
+                lines.append(f"      {state}")
     rejected = doc.get("hook_files_rejected") or {}
     more = doc.get("hook_files_rejected_more") or 0  # `.get`: a proxy older than this key lists them all
     if rejected or more:
@@ -205,6 +209,24 @@ def render(doc: Mapping[str, Any]) -> str:
     if more:
         lines.append(f"  ... and {more} more")
     return "\n".join(lines)
+
+
+def _error_state(error: Mapping[str, Any], now: float) -> str | None:
+    """Whether a hook server's last error is current or past: a line of its own,
+    so that the one before reads as it always did. None from a proxy older than it."""
+    if "current" not in error:
+        return None
+    calls = error.get("failed_calls") or 1
+    run = f"{calls} failed call{'s' if calls != 1 else ''}"
+    if error["current"]:
+        since = _when(error.get("failing_since") or error["at"])
+        return f"now: still failing, {run} in a row since {since} (no call has answered since)"
+    recovered = error["recovered_at"]
+    return f"now: recovered {_duration(max(0.0, now - recovered))} ago, at {_when(recovered)}, after {run} in a row"
+
+
+def _when(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
 
 
 def _printable(text: str) -> str:

@@ -96,15 +96,33 @@ MAX_CAUSE = 500
 
 @dataclass
 class HookServerStats:
-    """One hook server's calls by outcome, and its last failure."""
+    """One hook server's calls by outcome, and its last failure: whether it is
+    current (no call has answered since) or past, and the run of failed calls
+    it ended (an operator wants the history, and must not take it for now)."""
 
     calls: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, object] | None = None
+    failing_since: float | None = None  # the first of the failed calls in a row now; None: the last call answered
+    failed_in_a_row: int = 0  # of the current run, or of the last one once it ended
 
     def count(self, hook: str, outcome: str, cause: str | None = None) -> None:
         self.calls[outcome] = self.calls.get(outcome, 0) + 1
-        if outcome != "ok":
-            self.last_error = {"outcome": outcome, "hook": hook, "at": time.time(), "cause": _cut_cause(cause)}
+        if outcome == "ok":  # (nearly every call: no clock read unless it ends a run of failures)
+            if self.failing_since is not None and self.last_error is not None:
+                self.last_error = {**self.last_error, "current": False, "recovered_at": time.time()}
+            self.failing_since = None
+            return
+        now = time.time()
+        if self.failing_since is None:
+            self.failing_since, self.failed_in_a_row = now, 0
+        self.failed_in_a_row += 1
+        self.last_error = {
+            "outcome": outcome, "hook": hook, "at": now, "cause": _cut_cause(cause),
+            "current": True,  # no call of the server has answered since
+            "failing_since": self.failing_since,
+            "failed_calls": self.failed_in_a_row,  # in a row, this one included
+            "recovered_at": None,  # when a call answered again
+        }
 
 
 def _cut_cause(cause: str | None) -> str | None:
