@@ -43,6 +43,7 @@ from .hookdir import DirectoryState, Inspection, inspect_directory, list_hook_fi
 from .hookfile import DEFAULT_HOOK_DIR, HookConfigError, HookServerConfig, parse_hook_file
 from .oddities import warn_if_odd
 from .points import HookType
+from .reloadnotes import ReloadNotes
 
 __all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
 
@@ -135,9 +136,7 @@ class HookRegistry:
         self._last_reload = ReloadResult()
         self._owner = threading.current_thread()
         self._callbacks: list[ChangeCallback] = []
-        # Log de-duplication: report a rejection / directory problem once until it changes.
-        self._rejection_fingerprints: dict[str, tuple[object, ...]] = {}
-        self._last_directory_error: str | None = None
+        self._notes = ReloadNotes(self._directory)  # its log lines, each problem once until it changes
         self._metrics = metrics
         # Per file name: (stat identity, config or None, rejection reason or None) of its last parse.
         self._parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
@@ -244,9 +243,9 @@ class HookRegistry:
             # each rescan a change brings (someone writes there), an unreadable
             # one once per problem, not at each event.
             until = "it is safe again" if unsafe else "it can be read again"
-            self._note_kept_directory(problem or "", periodic or not unsafe, until)
+            self._notes.kept_directory(problem or "", periodic or not unsafe, until, old.servers)
             return ReloadResult(directory_error=problem, directory_unsafe=unsafe, directory_kept=True, snapshot=old)
-        self._note_directory_problem(problem, found.level)
+        self._notes.directory_problem(problem, found.level)
 
         new_servers: dict[str, HookServerConfig] = {}
         rejected: dict[str, str] = {}
@@ -276,36 +275,16 @@ class HookRegistry:
                     new_servers[name] = previous
                     kept.append(name)
                 if not cached:  # an unchanged bad file was logged when it was read
-                    self._log_rejection(path, reason, previous)
+                    self._notes.rejection(path, reason, previous)
                 continue
             warn_if_odd(config, old.servers.get(name))
             new_servers[name] = config
-            self._rejection_fingerprints.pop(name, None)
+            self._notes.accepted(name)
         self._parsed = parsed
         if self._metrics is not None:
             self._metrics.files_rejected.set(len(rejected))
-
-        for name in list(self._rejection_fingerprints):
-            if name not in rejected:
-                del self._rejection_fingerprints[name]
-
-        added = tuple(n for n in sorted(new_servers) if n not in old.servers)
-        changed = tuple(n for n in sorted(new_servers) if n in old.servers and old.servers[n] != new_servers[n])
-        removed = tuple(n for n in sorted(old.servers) if n not in new_servers)
-        for name in added:
-            cfg = new_servers[name]
-            logger.info("hook config loaded: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "loaded"})
-        for name in changed:
-            cfg, was = new_servers[name], old.servers[name]
-            logger.info(
-                "hook config changed: file=%s %s (was %s)", name, cfg.describe(), was.describe(),
-                extra={**cfg.log_fields(), "hook_event": "changed"},
-            )
-        for name in removed:
-            cfg = old.servers[name]
-            logger.info(
-                "hook config removed: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "removed"}
-            )
+        self._notes.keep_rejections(rejected)
+        added, changed, removed = self._notes.changes(old.servers, new_servers)
 
         snapshot = old
         # The same registrations, a key spelt otherwise: in force with the notes warned of, else warned of at each rescan.
@@ -330,54 +309,6 @@ class HookRegistry:
                 return None, exc.reason, exc.transient
             logger.debug("unexpected error reading hook config", exc_info=True, extra={"hook_file": path.name})
             return None, f"cannot be read: {type(exc).__name__}: {exc}", True
-
-    def _note_kept_directory(self, problem: str, only_changes: bool, until: str) -> None:
-        """Log a directory whose last good hook set stays (``only_changes``: when its problem changed)."""
-        if not only_changes or problem != self._last_directory_error:
-            kept = self._snapshot.servers
-            if kept:
-                what = f"keeping the last good hook set of {len(kept)} server(s) ({', '.join(kept)})"
-            else:
-                what = "no hooks are active"
-            logger.error(
-                "%s; %s and loading no change from it until %s", problem, what, until,
-                extra={"hook_dir": str(self._directory), "reason": problem, "hook_kept_files": sorted(kept)},
-            )
-        self._last_directory_error = problem
-
-    def _note_directory_problem(self, problem: str | None, level: int) -> None:
-        """Log a directory problem once, and its end."""
-        fields = {"hook_dir": str(self._directory)}
-        if problem is not None:
-            if problem != self._last_directory_error:
-                logger.log(level, "%s; no hooks are active", problem, extra={**fields, "reason": problem})
-            self._rejection_fingerprints.clear()
-        elif self._last_directory_error is not None:
-            logger.info("hook directory %s is usable again", self._directory, extra=fields)
-        self._last_directory_error = problem
-
-    def _log_rejection(self, path: Path, reason: str, previous: HookServerConfig | None) -> None:
-        try:
-            st = os.lstat(path)
-            identity: tuple[object, ...] = (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
-        except OSError:
-            identity = ()
-        fingerprint = (reason, identity, previous)
-        name = path.name
-        if self._rejection_fingerprints.get(name) == fingerprint:
-            logger.debug("hook config %s still rejected: %s", name, reason, extra={"hook_file": name, "reason": reason})
-            return
-        self._rejection_fingerprints[name] = fingerprint
-        extra: dict[str, object] = {"hook_file": name, "hook_event": "rejected", "reason": reason}
-        if previous is not None:
-            extra["hook_endpoint"] = previous.endpoint
-            extra["hook_points"] = sorted(h.value for h in previous.hooks)
-            logger.error(
-                "hook config rejected: file=%s reason=%s; keeping its last good version (%s)", name, reason,
-                previous.describe(), extra={**extra, "hook_kept_last_good": True},
-            )
-        else:
-            logger.error("hook config rejected: file=%s reason=%s", name, reason, extra=extra)
 
     def _safe_reload(self, reread: frozenset[str] | None) -> ReloadResult | None:
         """For the watcher: None re-reads everything, an empty set is the periodic rescan."""
