@@ -244,7 +244,11 @@ class HookRegistry:
             # one once per problem, not at each event.
             until = "it is safe again" if unsafe else "it can be read again"
             self._notes.kept_directory(problem or "", periodic or not unsafe, until, old.servers)
-            return ReloadResult(directory_error=problem, directory_unsafe=unsafe, directory_kept=True, snapshot=old)
+            last = self._last_reload  # its files' rejections stand as read last: `status` lists them still
+            return ReloadResult(
+                rejected=last.rejected, kept=last.kept, directory_error=problem, directory_unsafe=unsafe,
+                directory_kept=True, snapshot=old,
+            )
         self._notes.directory_problem(problem, found.level)
 
         new_servers: dict[str, HookServerConfig] = {}
@@ -284,7 +288,7 @@ class HookRegistry:
         if self._metrics is not None:
             self._metrics.files_rejected.set(len(rejected))
         self._notes.keep_rejections(rejected)
-        added, changed, removed = self._notes.changes(old.servers, new_servers)
+        added, changed, removed = self._notes.changes(old.servers, new_servers, self._last_reload.rejected, rejected)
 
         snapshot = old
         # The same registrations, a key spelt otherwise: in force with the notes warned of, else warned of at each rescan.

@@ -27,24 +27,51 @@ class ReloadNotes:
 
     def changes(
         self, old: Mapping[str, HookServerConfig], new: Mapping[str, HookServerConfig],
+        was_rejected: Collection[str], rejected: Collection[str],
     ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        """Log each file added, changed and removed; returns their names (added, changed, removed)."""
+        """Log each file added, changed, removed, and each rejection that
+        ended; returns the names (added, changed, removed)."""
         added = tuple(n for n in sorted(new) if n not in old)
         changed = tuple(n for n in sorted(new) if n in old and old[n] != new[n])
         removed = tuple(n for n in sorted(old) if n not in new)
+        # A rejection ends as the file is fixed (loaded or changed: those lines say
+        # so), put back as its last good version (restored), or removed.
+        ended = {n for n in was_rejected if n not in rejected}
         for name in added:
-            cfg = new[name]
-            logger.info("hook config loaded: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "loaded"})
+            self._in_force("loaded", name, new[name], ended, "")
         for name in changed:
+            self._in_force("changed", name, new[name], ended, f" (was {old[name].describe()})")
+        for name in sorted(n for n in ended if n in new and n in old and old[n] == new[n]):
             cfg = new[name]
             logger.info(
-                "hook config changed: file=%s %s (was %s)", name, cfg.describe(), old[name].describe(),
-                extra={**cfg.log_fields(), "hook_event": "changed"},
+                "hook config rejection ended: file=%s restored to its last good version, which stays in force: %s",
+                name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "restored", "hook_rejection_ended": "restored"},
             )
         for name in removed:
             cfg = old[name]
-            logger.info("hook config removed: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "removed"})
+            if name in ended:  # its last good version was kept in force through the rejection
+                logger.info(
+                    "hook config rejection ended: file=%s removed; its last good version, in force until now, "
+                    "is removed with it: %s", name, cfg.describe(),
+                    extra={**cfg.log_fields(), "hook_event": "removed", "hook_rejection_ended": "removed"},
+                )
+            else:
+                logger.info("hook config removed: file=%s %s", name, cfg.describe(), extra={**cfg.log_fields(), "hook_event": "removed"})
+        for name in sorted(n for n in ended if n not in new and n not in old):
+            logger.info(
+                "hook config rejection ended: file=%s removed; no version of it was in force, nor is now", name,
+                extra={"hook_file": name, "hook_event": "removed", "hook_rejection_ended": "removed"},
+            )
         return added, changed, removed
+
+    @staticmethod
+    def _in_force(event: str, name: str, cfg: HookServerConfig, ended: Collection[str], was: str) -> None:
+        extra: dict[str, object] = {**cfg.log_fields(), "hook_event": event}
+        fixed = ""
+        if name in ended:
+            extra["hook_rejection_ended"] = "fixed"
+            fixed = "; its rejection ended"
+        logger.info("hook config %s: file=%s %s%s%s", event, name, cfg.describe(), was, fixed, extra=extra)
 
     def kept_directory(self, problem: str, only_changes: bool, until: str, kept: Mapping[str, HookServerConfig]) -> None:
         """Log a directory whose last good hook set stays (``only_changes``: when its problem changed)."""
