@@ -30,8 +30,9 @@ def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...],
     result = HookRegistry(directory).reload()
     findings: list[Finding] = []
     if result.directory_error is not None:
-        # A missing directory is normal before the first hook server registers.
-        severity = Severity.WARNING if not directory.exists() else Severity.ERROR
+        # A missing directory is normal before the first hook server registers;
+        # a file in its place, or in its path, is not (serve keeps the hooks it had).
+        severity = Severity.WARNING if _missing(directory) else Severity.ERROR
         findings.append(Finding(severity, directory, result.directory_error))
     for name, reason in sorted(result.rejected.items()):
         path = directory / name
@@ -42,6 +43,16 @@ def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...],
         findings += _suspicious(directory / server.name, server)
     findings += _balloons_order(directory, servers)
     return servers, findings
+
+
+def _missing(directory: Path) -> bool:
+    try:
+        os.stat(directory)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _problems(path: Path, reason: str) -> tuple[str, ...]:

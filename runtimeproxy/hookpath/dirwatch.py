@@ -43,6 +43,17 @@ def _directory_identity(directory: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
+def _path_state(directory: Path) -> object:
+    """What is at ``directory`` while it is no directory: missing, a file (which), an error."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:  # ENOTDIR: a file in its path; EACCES...
+        return exc.errno
+    return (stat.S_IFMT(st.st_mode), st.st_dev, st.st_ino)
+
+
 def file_identity(path: Path) -> tuple[object, ...] | None:
     """What must be unchanged for a file's last parse to still hold (None: unknown)."""
     try:
@@ -67,7 +78,8 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
     safety rescan every ``resync_interval`` seconds (catches changes made
     while the watcher was being set up and edits of symlink targets outside
     the directory).  A missing directory is waited for by polling its
-    existence every ``dir_poll_interval`` seconds; a directory that is deleted
+    existence every ``dir_poll_interval`` seconds (rescanning when what is
+    there changes: a file in its place, or none); a directory that is deleted
     or replaced is re-watched, with a full rescan.  Errors are logged, never raised.
     """
     from watchfiles import awatch  # local import: only the watcher needs it
@@ -77,9 +89,16 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
         rescan(None)
         identity = _directory_identity(directory)
         if identity is None:
-            # Missing (or not a directory): wait for it to appear.
+            # Missing, or not a directory: wait for it to appear, rescanning
+            # as what is there changes (a file in its place keeps the last
+            # good hooks; removed, they go).
+            seen = _path_state(directory)
             while not stop.is_set() and _directory_identity(directory) is None:
                 await _wait_or_timeout(stop, settings.dir_poll_interval)
+                state = _path_state(directory)
+                if state != seen and _directory_identity(directory) is None:
+                    seen = state
+                    rescan(None)
             continue
         # awatch sets its stop event when cancelled; give it its own so that
         # cancelling the watch does not set the caller's event.

@@ -18,7 +18,8 @@ logger = logging.getLogger("runtimeproxy.hookpath.registry")  # its lines belong
 
 class DirectoryState(enum.Enum):
     USABLE = "usable"
-    GONE = "gone"  # missing or not a directory: no hooks at all
+    GONE = "gone"  # missing: no hooks at all
+    NOT_A_DIRECTORY = "not a directory"  # a file in its place (or its path's): the last good set stays
     UNREADABLE = "unreadable"  # cannot be stat'ed or listed now: the last good set stays
     UNSAFE = "unsafe"  # writable by others: the last good set stays
 
@@ -31,20 +32,35 @@ class Inspection:
 
     @property
     def keeps_last_good(self) -> bool:
-        return self.state in (DirectoryState.UNREADABLE, DirectoryState.UNSAFE)
+        return self.state is not DirectoryState.USABLE and self.state is not DirectoryState.GONE
+
+    @property
+    def until(self) -> str:
+        """What ends a problem that keeps the last good set, for its log line."""
+        if self.state is DirectoryState.UNSAFE:
+            return "it is safe again"
+        if self.state is DirectoryState.NOT_A_DIRECTORY:
+            return "it is a directory again (or is removed)"
+        return "it can be read again"
 
 
 def inspect_directory(directory: Path, check_permissions: bool) -> Inspection:
     try:
         st = os.stat(directory)
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         # Normal before the first hook server registers: not an error.
         return Inspection(DirectoryState.GONE, f"hook directory {directory} does not exist", logging.WARNING)
+    except NotADirectoryError:  # a file where one of its parents should be: a broken config, as below
+        problem = f"hook directory {directory} is not a directory: a file is in its path"
+        return Inspection(DirectoryState.NOT_A_DIRECTORY, problem, logging.ERROR)
     except OSError as exc:  # EACCES, EIO, ENOMEM...: says nothing of what it holds
         problem = f"cannot stat hook directory {directory}: {exc.strerror or exc}"
         return Inspection(DirectoryState.UNREADABLE, problem, logging.ERROR)
     if not stat.S_ISDIR(st.st_mode):
-        return Inspection(DirectoryState.GONE, f"hook directory {directory} is not a directory", logging.ERROR)
+        # A file written where the directory was is a broken hook config, not an
+        # operator's word that no hook should run: as for a broken hook file, the
+        # last good set stays (dropping it would let calls pass their Fail hooks).
+        return Inspection(DirectoryState.NOT_A_DIRECTORY, f"hook directory {directory} is not a directory", logging.ERROR)
     if check_permissions:
         reason = unsafe_reason(st, f"hook directory {directory}")
         if reason is not None:

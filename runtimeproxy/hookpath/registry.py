@@ -8,7 +8,8 @@ owned by root) is not read at all: the last good hook set stays in force (none
 at start-up), an error is logged on each rescan and ``runtime_proxy_hook_dir_refused``
 is 1 until the directory is safe again. So does one that cannot be stat'ed or
 listed for a moment (EMFILE, EIO): dropping its hooks would let calls pass
-their Fail hooks. A missing directory means no hooks.
+their Fail hooks, and one replaced by a file (a broken config, as a broken
+hook file is). A missing directory means no hooks.
 
 Rescans cost what changed: a file whose stat identity (inode, mtime, size,
 mode, owner; for a symlink also its target) is unchanged since the last scan
@@ -86,9 +87,9 @@ class ReloadResult:
     ``rejected`` maps every file currently rejected (invalid or unsafe) to the
     reason; those also in ``kept`` still have their last good version in effect.
     ``directory_error`` is set when the directory itself is unusable: missing
-    or not a directory (no hooks at all), unsafe (``directory_unsafe``) or not
-    readable now; in those two nothing is read and the last good snapshot
-    stays in force (``directory_kept``).
+    (no hooks at all), unsafe (``directory_unsafe``), not a directory or not
+    readable now; in those three nothing is read, the last good snapshot
+    stays in force (``directory_kept``) and so do the rejections last read.
     """
 
     added: tuple[str, ...] = ()
@@ -238,12 +239,12 @@ class HookRegistry:
         if found.keeps_last_good:
             # Unsafe: whoever can write the directory could have put anything
             # in it. Unreadable: nothing says its files changed, and dropping
-            # them would let calls pass their Fail hooks. Either way, read
-            # nothing and keep what was loaded last. An unsafe one is logged at
+            # them would let calls pass their Fail hooks. A file in its place:
+            # a broken hook config, kept over as a broken hook file is. Each
+            # way, read nothing and keep what was loaded last. An unsafe one is logged at
             # each rescan a change brings (someone writes there), an unreadable
             # one once per problem, not at each event.
-            until = "it is safe again" if unsafe else "it can be read again"
-            self._notes.kept_directory(problem or "", periodic or not unsafe, until, old.servers)
+            self._notes.kept_directory(problem or "", periodic or not unsafe, found.until, old.servers)
             last = self._last_reload  # its files' rejections stand as read last: `status` lists them still
             return ReloadResult(
                 rejected=last.rejected, kept=last.kept, directory_error=problem, directory_unsafe=unsafe,

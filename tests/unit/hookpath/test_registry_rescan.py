@@ -259,16 +259,18 @@ def test_a_file_unreadable_for_a_moment_is_read_again_at_the_next_rescan(
     assert registry.rescan().added == ("new.json",)
 
 
-def test_a_directory_under_a_file_is_gone_not_unreadable(
+def test_a_directory_under_a_file_is_not_a_directory_not_unreadable(
     hook_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A file in the directory's path is a broken config, as one in its place
+    (test_registry_dir_replaced.py): the last good set stays, named for what it is."""
     write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
     registry = HookRegistry(hook_dir)
     registry.reload()
     _failing_for(monkeypatch, "stat", hook_dir, 20)  # ENOTDIR: a path component became a file
     result = registry.rescan()
-    assert result.removed == ("fail.json",) and len(registry.snapshot) == 0
-    assert result.directory_error is not None and "does not exist" in result.directory_error
+    assert result.directory_kept and not result.removed and list(registry.snapshot.servers) == ["fail.json"]
+    assert result.directory_error == f"hook directory {hook_dir} is not a directory: a file is in its path"
 
 
 # ------------------------------------------------------- a directory that cannot be read: logged once
@@ -320,13 +322,13 @@ def test_an_unreadable_directory_is_logged_again_when_it_fails_again_after_recov
     assert messages == [failed, f"hook directory {hook_dir} is usable again"] * 2
 
 
-def test_a_directory_gone_or_a_file_keeps_nothing(tmp_path: Path) -> None:
+def test_a_directory_gone_keeps_nothing(tmp_path: Path) -> None:
+    """Removed, its path gone: no hooks (a file in its place keeps them: test_registry_dir_replaced.py)."""
     hook_dir = make_hook_dir(tmp_path)
     write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
     registry = HookRegistry(hook_dir)
     registry.reload()
     (hook_dir / "fail.json").unlink()
     hook_dir.rmdir()
-    hook_dir.write_text("")
     result = registry.rescan()
     assert not result.directory_kept and result.removed == ("fail.json",) and len(registry.snapshot) == 0
