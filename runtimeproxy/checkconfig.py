@@ -1,9 +1,9 @@
 """``runtime-proxy check-config``: the settings and the hook directory, checked
-by the very code ``serve`` runs (:func:`.config.check_file`, the checks of
-:func:`.config.load_checked` each applied, the hook registry's reload with
-its directory and permission rules, :func:`.hookfile.parse_hook_file`), every
-problem found in one run, where ``serve`` stops at its first: an operator
-fixes them all in one pass (the hook directory: :mod:`.checkhooks`).
+by the very code ``serve`` runs (:func:`.config.check_file`, which ``serve``
+refuses a config file with too, the hook registry's reload with its directory
+and permission rules, :func:`.hookfile.parse_hook_file`), every problem found
+in one run, the probes' (sockets, addresses) too: an operator fixes them all
+in one pass (the hook directory: :mod:`.checkhooks`).
 
 What ``serve`` would refuse is an *error*. What ``serve`` accepts but is likely
 a mistake is a *warning*: a config key given twice with the same value, a
@@ -70,8 +70,8 @@ class Report:
 def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
     """Check ``config_file`` (None: the defaults) and the hook directory
     (None: the config's ``hook_dir``), as ``serve --config FILE [--hook-dir DIR]``
-    would read them; every error found, not the first only (serve stops
-    there): each setting refused, and what the others name checked as well."""
+    would read them; every error found: each setting refused, and what the
+    others name checked as well."""
     findings: list[Finding] = []
     settings, refused = ProxyConfig(), frozenset[str]()  # refused: settings at their default, not checked further
     config: ProxyConfig | None = settings

@@ -21,7 +21,10 @@ from hooks.cli import hook as hook_commands
 from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
-from .config import MIB, SERVE_VERSIONS_FORMS, ConfigError, ProxyConfig, choices, distinct_sockets, given_in, load_checked
+from .config import (
+    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, distinct_sockets, given_in,
+    refusal,
+)
 from .endpointurl import endpoint_path
 from .koordflags import image_calls_moved, koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
@@ -106,16 +109,7 @@ def serve(
     """Serve CRI on --listen, forwarding to --backend."""
     deprecated = koord_aliases(click.get_current_context(), flags)
     try:
-        loaded, warnings = load_checked(config_file)
-        config = loaded.with_overrides(
-            **flags,
-            max_recv_message_bytes=max_message_size,
-            max_send_message_bytes=max_message_size,
-        )
-        if local_containerd is not None:
-            _refuse_other_backends(config_file, flags)
-        else:
-            distinct_sockets(config, config_file, {name for name, value in flags.items() if value is not None})
+        config, warnings = _settings(config_file, local_containerd, max_message_size, flags)
         loop = eventloop.resolve(config.event_loop)
         moved = image_calls_moved(click.get_current_context(), config.backend)
     except (ConfigError, eventloop.EventLoopError) as exc:
@@ -140,6 +134,36 @@ def serve(
     except Exception as exc:
         log.exception("fatal", extra={"error": str(exc)})
         sys.exit(1)
+
+
+def _settings(
+    config_file: Path | None, local_containerd: Path | None, max_message_size: int | None, flags: dict[str, object],
+) -> tuple[ProxyConfig, tuple[ConfigWarning, ...]]:
+    """The config file with the flags over it; a ConfigError naming every
+    problem serve refuses, as check-config does (check_file), not the first only."""
+    checked = check_file(config_file) if config_file is not None else None
+    problems = list(checked.errors) if checked is not None else []
+    settings = checked.settings if checked is not None else ProxyConfig()  # a refused setting at its default
+    given = {name for name, value in flags.items() if value is not None}
+    try:
+        config = settings.with_overrides(
+            **flags, max_recv_message_bytes=max_message_size, max_send_message_bytes=max_message_size,
+        )
+    except ConfigError as exc:  # a flag's value
+        raise refusal(config_file, [*problems, exc]) from exc
+    if local_containerd is not None:
+        if problems:  # the file's own first, as it is read first
+            raise refusal(config_file, problems)
+        _refuse_other_backends(config_file, flags)
+    elif checked is None or not (checked.refused & {"listen", "backend", "image_backend"}) - given:
+        # (a socket setting refused is at its default: a clash would be no one's)
+        try:
+            distinct_sockets(config, config_file, given)
+        except ConfigError as exc:
+            problems.append(exc)
+    if problems:
+        raise refusal(config_file, problems)
+    return config, checked.warnings if checked is not None else ()
 
 
 def _refuse_other_backends(config_file: Path | None, flags: dict[str, object]) -> None:

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -283,19 +283,23 @@ def load(path: Path | None) -> ProxyConfig:
 
 def load_checked(path: Path | None) -> tuple[ProxyConfig, tuple[ConfigWarning, ...]]:
     """:func:`load`, with what the file says that is accepted but likely a
-    slip; the file's first error raises (:func:`check_file` finds them all)."""
+    slip; a ConfigError naming every error of the file (:func:`check_file`'s,
+    as `check-config` shows them), so that one pass fixes them all."""
     if path is None:
         return ProxyConfig(), ()
-    read = _read(path)
-    if read.conflicts:
-        raise read.conflicts[0]
-    try:
-        config = dataclasses.replace(ProxyConfig(), **_coerce(read.values, read.written))
-    except ConfigError as exc:
-        raise _in_file(path, exc, read) from exc
-    except TypeError as exc:
-        raise ConfigError(f"config file {path}: {exc}") from exc
-    return config, read.warnings
+    checked = check_file(path)
+    if checked.errors:
+        raise refusal(path, checked.errors)
+    return checked.settings, checked.warnings
+
+
+def refusal(path: Path | None, errors: Sequence[ConfigError]) -> ConfigError:
+    """What ``serve`` stops with: the one error as it is, or each on a line of its own."""
+    if len(errors) == 1:
+        return errors[0]
+    prefix = f"config file {path}: "
+    listed = "\n".join(f"  {str(exc).removeprefix(prefix)}" for exc in errors)
+    return ConfigError(f"config file {path}: {len(errors)} errors:\n{listed}", line=errors[0].line)
 
 
 def _in_file(path: Path, exc: ConfigError, read: _File) -> ConfigError:
@@ -307,7 +311,7 @@ def _in_file(path: Path, exc: ConfigError, read: _File) -> ConfigError:
 
 @dataclass(frozen=True)
 class FileCheck:
-    """Every error of a config file, for `check-config`: serve stops at the first."""
+    """Every error of a config file, for `check-config` and `serve` alike."""
 
     settings: ProxyConfig  # the file's settings, each refused one (``refused``) at its default
     errors: tuple[ConfigError, ...]  # by line

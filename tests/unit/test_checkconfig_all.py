@@ -34,9 +34,10 @@ def test_every_refused_setting_is_an_error_of_its_own_line(tmp_path: Path, live:
     assert "log-level 'loud': expected one of" in errors[0].reason
     assert "unknown setting 'grace-perod' (did you mean 'grace-period'?) (line 4)" in errors[1].reason
     assert "serve-versions 'v3'" in errors[2].reason
-    with pytest.raises(ConfigError) as first:
-        load(path)  # serve: the first one, in the same words
-    assert errors[0].reason == str(first.value)
+    with pytest.raises(ConfigError) as refused:
+        load(path)  # serve: every one, in the same words
+    prefix = f"config file {path}: "
+    assert str(refused.value).splitlines() == [f"{prefix}3 errors:", *(f"  {f.reason.removeprefix(prefix)}" for f in errors)]
     assert not report.ok and report.config is None
     assert report.hook_dir == hook_dir  # its hook-dir was fine: checked as well
     assert list(report.lines())[-1] == "3 error(s), 0 warning(s)"
