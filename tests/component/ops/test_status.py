@@ -79,10 +79,14 @@ async def test_status_json_with_hooks_registered(sock_dir: Path) -> None:
     assert gone["last_error"]["at"] >= before_error - 5
     assert gone["last_error"]["cause"].startswith("UNAVAILABLE: ")  # why, as the proxy's log says it
     assert str(sock_dir / "nobody.sock") in gone["last_error"]["cause"]
+    # no call of it answered since: the error is current, one failed call in a row
+    assert (gone["last_error"]["current"], gone["last_error"]["failed_calls"], gone["last_error"]["recovered_at"]) == (
+        True, 1, None)
     assert text_code == 0
     assert "serving: CRI v1 (native), v1alpha2 (translated to v1)" in text
     assert "last error: unavailable on PreRunPodSandbox" in text
     assert f"Z: {gone['last_error']['cause']}" in text
+    assert "      now: still failing, 1 failed call in a row since " in text
 
 
 async def test_status_without_a_proxy_says_none_runs_there(sock_dir: Path) -> None:

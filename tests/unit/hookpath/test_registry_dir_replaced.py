@@ -18,7 +18,7 @@ from runtimeproxy.hookpath.registry import HookRegistry
 from . import registrydir
 from .registrydir import LOGGER
 from .test_hookfile import valid_doc, write
-from .test_registry_watch import Observer
+from .test_registry_watch import Observer, _CallbackHandler
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 
@@ -83,8 +83,7 @@ async def test_the_watcher_rescans_when_a_file_in_the_directorys_place_is_remove
     registry = HookRegistry(hook_dir, dir_poll_interval=0.05)
     observer = Observer(registry)
     kept = asyncio.Event()
-    handler = logging.Handler()
-    handler.emit = lambda record: kept.set() if "is not a directory" in record.getMessage() else None  # type: ignore[method-assign]
+    handler = _CallbackHandler(lambda record: kept.set() if "is not a directory" in record.getMessage() else None)
     logging.getLogger(LOGGER).addHandler(handler)
     stop = asyncio.Event()
     task = asyncio.create_task(registry.watch(stop))
