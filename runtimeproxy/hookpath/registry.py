@@ -241,9 +241,9 @@ class HookRegistry:
             # in it. Unreadable: nothing says its files changed, and dropping
             # them would let calls pass their Fail hooks. A file in its place:
             # a broken hook config, kept over as a broken hook file is. Each
-            # way, read nothing and keep what was loaded last. An unsafe one is logged at
-            # each rescan a change brings (someone writes there), an unreadable
-            # one once per problem, not at each event.
+            # way, read nothing and keep what was loaded last. An unsafe one
+            # is logged at each rescan a change brings (someone writes there),
+            # the others once per problem, not at each event.
             self._notes.kept_directory(problem or "", periodic or not unsafe, found.until, old.servers)
             last = self._last_reload  # its files' rejections stand as read last: `status` lists them still
             return ReloadResult(
