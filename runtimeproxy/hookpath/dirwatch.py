@@ -86,13 +86,15 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
 
     rust_timeout_ms = max(100, int(settings.resync_interval * 1000))
     while not stop.is_set():
+        # What the rescan reads, taken before it: a change between the two
+        # (a file in its place removed) is then a change the poll below sees.
+        seen = _path_state(directory)
         rescan(None)
         identity = _directory_identity(directory)
         if identity is None:
             # Missing, or not a directory: wait for it to appear, rescanning
             # as what is there changes (a file in its place keeps the last
             # good hooks; removed, they go).
-            seen = _path_state(directory)
             while not stop.is_set() and _directory_identity(directory) is None:
                 await _wait_or_timeout(stop, settings.dir_poll_interval)
                 state = _path_state(directory)

@@ -113,3 +113,39 @@ def test_check_config_finds_a_file_in_the_directorys_path_an_error(tmp_path: Pat
     assert finding.severity is Severity.ERROR and "a file is in its path" in finding.reason
     _, (missing,) = check_hook_directory(tmp_path / "absent" / "hookserver.d")
     assert missing.severity is Severity.WARNING and "does not exist" in missing.reason
+
+
+async def test_a_file_in_the_directorys_place_removed_just_after_the_watchers_first_rescan_drops_the_hooks(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watcher took what is in the directory's place after its first
+    rescan: a file removed between the two was taken as the poll's starting
+    point (missing), the poll saw no change, and the hooks stayed for good."""
+    caplog.set_level(logging.INFO, logger=LOGGER)  # the removal's line, awaited below
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir, dir_poll_interval=0.05)
+    registry.reload()
+    shutil.rmtree(hook_dir)
+    hook_dir.write_text("")  # a file in its place when the watcher starts
+    observer = Observer(registry)
+    reload = registry._safe_reload
+    rescans: list[frozenset[str] | None] = []
+
+    def first_then_remove(reread: frozenset[str] | None) -> object:
+        result = reload(reread)
+        rescans.append(reread)
+        if len(rescans) == 1:
+            assert result is not None and result.directory_kept  # the file read: the hooks kept
+            hook_dir.unlink()  # removed just after the rescan that read it
+        return result
+
+    registry._safe_reload = first_then_remove  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(registry.watch(stop))
+    try:
+        await observer.wait_for(lambda: ("removed", "fail.json") in observer.events)
+        assert len(registry.snapshot) == 0 and len(rescans) == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        observer.close()
