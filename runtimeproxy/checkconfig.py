@@ -28,9 +28,10 @@ import click
 from .checkfindings import Finding, Severity, endpoint_findings
 from .checkhooks import check_hook_directory
 from .clipath import PATH
-from .config import ConfigError, ProxyConfig, check_file, distinct_sockets, key_line, parse_host_port
+from .config import ConfigError, ProxyConfig, check_file, key_line, parse_host_port
 from .hookpath.hookfile import HookServerConfig
 from .host import unixsocket
+from .socketclash import distinct_sockets
 from .tcplisten import check_listen
 
 __all__ = ["Finding", "Report", "Severity", "check", "check_config_command"]

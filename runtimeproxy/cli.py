@@ -22,12 +22,12 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import (
-    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, distinct_sockets, given_in,
-    refusal,
+    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, given_in, refusal,
 )
 from .endpointurl import endpoint_path
 from .koordflags import image_calls_moved, koord_aliases, koord_flags
 from .nri.cli import nri as nri_command
+from .socketclash import distinct_sockets
 
 if TYPE_CHECKING:
     from .app import RunningProxy
