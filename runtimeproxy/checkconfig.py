@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from . import eventloop
 from .checkfindings import Finding, Severity, endpoint_findings
 from .checkhooks import check_hook_directory
 from .clipath import PATH
@@ -86,6 +87,7 @@ def check(config_file: Path | None, hook_dir: Path | None = None) -> Report:
     findings += _distinct_sockets(settings, config_file, refused)
     findings += _backend_sockets(settings, refused)
     findings += _metrics_listen(settings, config_file)
+    findings += _event_loop(settings, config_file)
     directory = hook_dir or (settings.hook_dir if "hook_dir" not in refused else None)
     servers: tuple[HookServerConfig, ...] = ()
     if directory is not None:
@@ -150,6 +152,14 @@ def _metrics_listen(config: ProxyConfig, config_file: Path | None) -> list[Findi
     severity = Severity.ERROR if problem.certain else Severity.WARNING
     reason = f"metrics-listen {config.metrics_listen!r}: {problem.reason}"
     return [Finding(severity, config_file, reason, key_line(config_file, "metrics_listen"))]
+
+
+def _event_loop(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
+    """`uvloop` where it does not import: serve refuses to start (auto falls back to asyncio)."""
+    if config_file is None or config.event_loop != "uvloop" or eventloop.uvloop_available():
+        return []
+    reason = f"event-loop 'uvloop': {eventloop.UVLOOP_MISSING}"
+    return [Finding(Severity.ERROR, config_file, reason, key_line(config_file, "event_loop"))]
 
 
 @click.command("check-config")

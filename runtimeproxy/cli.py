@@ -22,7 +22,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import (
-    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, given_in, refusal,
+    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, given_in, key_line, refusal,
 )
 from .endpointurl import endpoint_path
 from .koordflags import image_calls_moved, koord_aliases, koord_flags
@@ -109,10 +109,10 @@ def serve(
     """Serve CRI on --listen, forwarding to --backend."""
     deprecated = koord_aliases(click.get_current_context(), flags)
     try:
-        config, warnings = _settings(config_file, local_containerd, max_message_size, flags)
-        loop = eventloop.resolve(config.event_loop)
+        serving = _settings(config_file, local_containerd, max_message_size, flags)
+        config, loop, warnings = serving.config, serving.loop, serving.warnings
         moved = image_calls_moved(click.get_current_context(), config.backend)
-    except (ConfigError, eventloop.EventLoopError) as exc:
+    except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     logs.setup(config.log_format, config.log_level)
     log.info("starting", extra={"config_file": str(config_file) if config_file else None})
@@ -136,46 +136,79 @@ def serve(
         sys.exit(1)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Serving:
+    """What serve runs with, once every setting is checked."""
+
+    config: ProxyConfig
+    loop: str  # the event loop config.event_loop resolves to here: asyncio or uvloop
+    warnings: tuple[ConfigWarning, ...]  # the config file's: accepted, likely a slip
+
+
 def _settings(
     config_file: Path | None, local_containerd: Path | None, max_message_size: int | None, flags: dict[str, object],
-) -> tuple[ProxyConfig, tuple[ConfigWarning, ...]]:
-    """The config file with the flags over it; a ConfigError naming every
-    problem serve refuses, as check-config does (check_file), not the first only."""
+) -> _Serving:
+    """The config file with the flags over it, and the event loop it names;
+    a ConfigError naming every problem serve refuses, as check-config does
+    (check_file), not the first only: the file's, then the flags'. With
+    --local-containerd and a backend named besides among them, a
+    click.UsageError (exit 2, as that misuse of the command line alone)."""
     checked = check_file(config_file) if config_file is not None else None
     problems = list(checked.errors) if checked is not None else []
+    flag_problems: list[ConfigError] = []
     settings = checked.settings if checked is not None else ProxyConfig()  # a refused setting at its default
     given = {name for name, value in flags.items() if value is not None}
     try:
         config = settings.with_overrides(
             **flags, max_recv_message_bytes=max_message_size, max_send_message_bytes=max_message_size,
         )
-    except ConfigError as exc:  # a flag's value
-        raise refusal(config_file, [*problems, exc]) from exc
-    if local_containerd is not None:
-        if problems:  # the file's own first, as it is read first
-            raise refusal(config_file, problems)
-        _refuse_other_backends(config_file, flags)
-    elif checked is None or not (checked.refused & {"listen", "backend", "image_backend"}) - given:
-        # (a socket setting refused is at its default: a clash would be no one's)
+    except ConfigError as exc:  # a flag's value: nothing is built to check further
+        raise refusal(config_file, problems, [exc]) from exc
+    # A socket setting refused is at its default: a clash would be no one's.
+    socket_settings_known = checked is None or not (checked.refused & {"listen", "backend", "image_backend"}) - given
+    other_backends = _other_backends(config_file, flags) if local_containerd is not None else None
+    if other_backends is not None:
+        flag_problems.append(other_backends)
+    elif local_containerd is None and socket_settings_known:
         try:
             distinct_sockets(config, config_file, given)
         except ConfigError as exc:
-            problems.append(exc)
-    if problems:
-        raise refusal(config_file, problems)
-    return config, checked.warnings if checked is not None else ()
+            (flag_problems if exc.key in given else problems).append(exc)
+    try:
+        loop = eventloop.resolve(config.event_loop)
+    except eventloop.EventLoopError as exc:  # uvloop asked for and missing
+        loop = "asyncio"
+        if "event_loop" in given:
+            flag_problems.append(ConfigError(str(exc), key="event_loop"))
+        else:
+            problems.append(_in_file(config_file, "event_loop", f"event-loop 'uvloop': {eventloop.UVLOOP_MISSING}"))
+    if problems or flag_problems:
+        refused = refusal(config_file, problems, flag_problems)
+        if other_backends is not None:
+            raise click.UsageError(str(refused))
+        raise refused
+    return _Serving(config, loop, checked.warnings if checked is not None else ())
 
 
-def _refuse_other_backends(config_file: Path | None, flags: dict[str, object]) -> None:
+def _in_file(config_file: Path | None, key: str, message: str) -> ConfigError:
+    """A setting of the config file refused, with its line as load's errors have it."""
+    line = key_line(config_file, key) if config_file is not None else None
+    where = f" (line {line})" if line is not None else ""
+    return ConfigError(f"config file {config_file}: {message}{where}", key=key, line=line)
+
+
+def _other_backends(config_file: Path | None, flags: dict[str, object]) -> ConfigError | None:
     """--local-containerd serves runtime and images alike: a backend named
     elsewhere would split them between two containerds, or be dropped unseen."""
     given = [f"--{name.replace('_', '-')}" for name in ("backend", "image_backend") if flags.get(name) is not None]
-    in_file = sorted(given_in(config_file).keys() & {"backend", "image_backend"})
+    try:
+        in_file = sorted(given_in(config_file).keys() & {"backend", "image_backend"})
+    except ConfigError:  # the file unread: that error is listed already
+        in_file = []
     given += [f"{name.replace('_', '-')} in {config_file}" for name in in_file]
-    if given:
-        raise click.UsageError(
-            f"--local-containerd serves runtime and images from its own containerd; remove {', '.join(given)}"
-        )
+    if not given:
+        return None
+    return ConfigError(f"--local-containerd serves runtime and images from its own containerd; remove {', '.join(given)}")
 
 
 def _operator_errors() -> tuple[type[Exception], ...]:

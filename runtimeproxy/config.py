@@ -263,13 +263,25 @@ def load_checked(path: Path | None) -> tuple[ProxyConfig, tuple[ConfigWarning, .
     return checked.settings, checked.warnings
 
 
-def refusal(path: Path | None, errors: Sequence[ConfigError]) -> ConfigError:
-    """What ``serve`` stops with: the one error as it is, or each on a line of its own."""
-    if len(errors) == 1:
-        return errors[0]
+def refusal(path: Path | None, errors: Sequence[ConfigError], flag_errors: Sequence[ConfigError] = ()) -> ConfigError:
+    """What ``serve`` stops with: the one error as it is, or each on a line of
+    its own under a heading naming where they are, the config file's
+    (``errors``), the flags' (``flag_errors``: a value, a clash a flag makes)
+    or both; with both, a flag's is marked so."""
+    every = [*errors, *flag_errors]
+    if len(every) == 1:
+        return every[0]
     prefix = f"config file {path}: "
-    listed = "\n".join(f"  {str(exc).removeprefix(prefix)}" for exc in errors)
-    return ConfigError(f"config file {path}: {len(errors)} errors:\n{listed}", line=errors[0].line)
+    mark = "flags: " if errors else ""
+    listed = [f"  {str(exc).removeprefix(prefix)}" for exc in errors] + [f"  {mark}{exc}" for exc in flag_errors]
+    if not flag_errors:
+        heading = f"config file {path}: {len(every)} errors"
+    elif not errors:
+        heading = f"{len(every)} errors in the flags"
+    else:
+        heading = f"{len(every)} errors in config file {path} and the flags"
+    line = errors[0].line if errors else None
+    return ConfigError("\n".join([f"{heading}:", *listed]), line=line)
 
 
 def _in_file(path: Path, exc: ConfigError, read: _File) -> ConfigError:

@@ -15,6 +15,8 @@ T = TypeVar("T")
 
 # auto: uvloop when it is installed (it is a dependency; a build without it still runs)
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+# Why `uvloop` cannot be had, for serve's refusal and check-config's error alike.
+UVLOOP_MISSING = "uvloop is not installed (pip install uvloop, or use asyncio)"
 
 
 class EventLoopError(RuntimeError):
@@ -42,7 +44,7 @@ def resolve(choice: str, available: bool | None = None) -> str:
     if choice == "auto":
         return "uvloop" if available else "asyncio"
     if not available:
-        raise EventLoopError("event loop 'uvloop': uvloop is not installed (pip install uvloop, or use asyncio)")
+        raise EventLoopError(f"event loop 'uvloop': {UVLOOP_MISSING}")
     return choice
 
 
