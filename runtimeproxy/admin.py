@@ -220,7 +220,7 @@ def _error_state(error: Mapping[str, Any], now: float) -> str | None:
     run = f"{calls} failed call{'s' if calls != 1 else ''}"
     if error["current"]:
         since = _when(error.get("failing_since") or error["at"])
-        return f"now: still failing, {run} in a row since {since} (no call has answered since)"
+        return f"now: still failing, {run} in a row since {since} (no call has succeeded since)"
     recovered = error["recovered_at"]
     return f"now: recovered {_duration(max(0.0, now - recovered))} ago, at {_when(recovered)}, after {run} in a row"
 

@@ -59,8 +59,13 @@ class Metrics:
         self._registered: frozenset[str] | None = None  # the hook files registered (None: not told yet)
         self.cri = CriCallMetrics(self.registry)
 
-    def hook_call(self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None) -> None:
-        """One hook call's outcome; ``cause``, a failure's, is kept for `status`."""
+    def hook_call(
+        self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None, *,
+        caller_cancelled: bool = False,
+    ) -> None:
+        """One hook call's outcome; ``cause``, a failure's, is kept for `status`
+        (``caller_cancelled``: the CRI call was, by kubelet or the proxy's stop:
+        counted, but no failure of the server's; see :class:`HookServerStats`)."""
         self._hook_calls.labels(server, hook, outcome).inc()
         self._hook_seconds.labels(hook).observe(seconds)
         stats = self.hook_stats.get(server)
@@ -68,7 +73,7 @@ class Metrics:
             if self._registered is not None and server not in self._registered:
                 return  # a call that outlived its file's removal: its stats are gone with it
             stats = self.hook_stats[server] = HookServerStats()
-        stats.count(hook, outcome, cause)
+        stats.count(hook, outcome, cause, caller_cancelled=caller_cancelled)
 
     def keep_hook_stats(self, names: Iterable[str]) -> None:
         """Forget the stats of hook files no longer registered: one added again
@@ -97,16 +102,23 @@ MAX_CAUSE = 500
 @dataclass
 class HookServerStats:
     """One hook server's calls by outcome, and its last failure: whether it is
-    current (no call has answered since) or past, and the run of failed calls
-    it ended (an operator wants the history, and must not take it for now)."""
+    current (no call has succeeded since) or past, and the run of failed calls
+    it ended (an operator wants the history, and must not take it for now).
+
+    A call whose CRI call was cancelled (its client gave up, the runtime ended it, or the proxy stops)
+    is counted by outcome only: it is no failure of the server's, nor a
+    success, as for its outage's log (dispatch.py); it would otherwise start
+    or lengthen a run of "failures" of a server that never failed."""
 
     calls: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, object] | None = None
-    failing_since: float | None = None  # the first of the failed calls in a row now; None: the last call answered
+    failing_since: float | None = None  # the first of the failed calls in a row now; None: the last call succeeded
     failed_in_a_row: int = 0  # of the current run, or of the last one once it ended
 
-    def count(self, hook: str, outcome: str, cause: str | None = None) -> None:
+    def count(self, hook: str, outcome: str, cause: str | None = None, *, caller_cancelled: bool = False) -> None:
         self.calls[outcome] = self.calls.get(outcome, 0) + 1
+        if caller_cancelled:
+            return
         if outcome == "ok":  # (nearly every call: no clock read unless it ends a run of failures)
             if self.failing_since is not None and self.last_error is not None:
                 self.last_error = {**self.last_error, "current": False, "recovered_at": time.time()}
@@ -118,10 +130,10 @@ class HookServerStats:
         self.failed_in_a_row += 1
         self.last_error = {
             "outcome": outcome, "hook": hook, "at": now, "cause": _cut_cause(cause),
-            "current": True,  # no call of the server has answered since
+            "current": True,  # no call of the server has succeeded since
             "failing_since": self.failing_since,
             "failed_calls": self.failed_in_a_row,  # in a row, this one included
-            "recovered_at": None,  # when a call answered again
+            "recovered_at": None,  # when a call succeeded again
         }
 
 

@@ -137,6 +137,7 @@ class Dispatcher:
         started = time.perf_counter()
         outcome: str | None = "ok"
         cause: str | None = None  # a failure's, for `status`
+        caller_cancelled = False  # the CRI call was: not the server's failure
         try:
             # At call time: the socket may have been replaced since the file was read.
             untrusted = untrusted_reason(server)
@@ -180,6 +181,7 @@ class Dispatcher:
                 # Whoever cancels gives no reason along: name every one.
                 cause = ("the CRI call was cancelled (its client, kubelet or NRI, gave up or sent too long a request; "
                          "the runtime ended it or closed its connection; or the proxy stops)")
+                caller_cancelled = True
                 raise  # our caller is being cancelled: not the hook's failure
             cause = "hook call cancelled (its connection was closed)"
             raise _Failure(cause) from None
@@ -193,7 +195,9 @@ class Dispatcher:
             raise _Failure(cause) from err
         finally:
             if self._metrics is not None and outcome is not None:
-                self._metrics.hook_call(server.name, hook.value, outcome, time.perf_counter() - started, cause)
+                self._metrics.hook_call(
+                    server.name, hook.value, outcome, time.perf_counter() - started, cause, caller_cancelled=caller_cancelled,
+                )
 
     def _note_unapplied(self, server: HookServerConfig, point: HookPoint, answer: Any) -> None:
         """An answer that sets fields where none is applied, or fields its call
@@ -229,7 +233,10 @@ class Dispatcher:
             return changed
         except asyncio.CancelledError:
             if chain is not None:  # the call cancelled: its deferred answers were never judged
-                self._count_deferred(hook, chain.deferred, "cancelled", "the CRI call was cancelled before its chain was judged")
+                self._count_deferred(
+                    hook, chain.deferred, "cancelled", "the CRI call was cancelled before its chain was judged",
+                    caller_cancelled=True,
+                )
             raise
         finally:
             if chain is not None:  # cut short by another hook's refusal: refused as judged
@@ -319,9 +326,13 @@ class Dispatcher:
         self._outages.counted(server.name)
         raise HookError(server, hook, cause) from err
 
-    def _count_deferred(self, hook: HookType, entries: list[Deferred], outcome: str, cause: str | None = None) -> None:
+    def _count_deferred(
+        self, hook: HookType, entries: list[Deferred], outcome: str, cause: str | None = None, *,
+        caller_cancelled: bool = False,
+    ) -> None:
         """Count each deferred answer's call once, with ``outcome`` (and
-        ``cause``; a refusal's names the entry's cpusets)."""
+        ``cause``; a refusal's names the entry's cpusets; ``caller_cancelled``:
+        no failure of its server's, as in :meth:`call`)."""
         for entry in entries:
             if entry.counted:
                 continue
@@ -330,7 +341,9 @@ class Dispatcher:
                 why = cause
                 if why is None and outcome == "invalid_value":
                     why = f"its {', '.join(sorted(entry.fields))} outside the parent cgroup's, as the chain left the call"
-                self._metrics.hook_call(entry.server.name, hook.value, outcome, entry.seconds, why)
+                self._metrics.hook_call(
+                    entry.server.name, hook.value, outcome, entry.seconds, why, caller_cancelled=caller_cancelled,
+                )
 
     async def run_post(self, hook: HookType, request: Any, log_fields: dict[str, object]) -> None:
         """Post hooks inform; their failures are logged, never returned."""

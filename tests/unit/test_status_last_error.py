@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtimeproxy.admin import render
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
@@ -79,3 +81,60 @@ def test_a_last_error_from_an_older_proxy_prints_as_before() -> None:
     doc["hook_servers"][0]["last_error"] = error
     lines = render(doc).splitlines()
     assert lines[-1] == f"    last error: unavailable on {CREATE} at 2023-11-14T22:13:20Z: c"
+
+
+def test_a_call_its_caller_cancelled_neither_fails_nor_recovers_the_server() -> None:
+    """kubelet giving up on a CRI call (or the proxy's stop) is no failure of
+    the hook server's: it lengthened the run of failed calls, or started one
+    for a server that never failed, and took the place of its last error."""
+    metrics = Metrics()
+    metrics.hook_call("a.json", CREATE, "cancelled", 0.5, "the CRI call was cancelled", caller_cancelled=True)
+    assert metrics.hook_stats["a.json"].last_error is None  # never failed
+    metrics.hook_call("a.json", CREATE, "unavailable", 0.01, "UNAVAILABLE: connection refused")
+    metrics.hook_call("a.json", CREATE, "cancelled", 0.5, "the CRI call was cancelled", caller_cancelled=True)
+    doc = status(metrics)
+    server = doc["hook_servers"][0]
+    assert server["calls"] == {"cancelled": 2, "unavailable": 1}  # each counted by its outcome still
+    error = server["last_error"]
+    assert (error["outcome"], error["current"], error["failed_calls"]) == ("unavailable", True, 1)
+    lines = render(doc, now=error["at"] + 5).splitlines()
+    assert lines[-1].startswith("      now: still failing, 1 failed call in a row since ")
+    assert lines[-1].endswith(" (no call has succeeded since)")  # an invalid answer is an answer: "answered" was wrong
+    # a hook call cancelled on its own (its connection closed) is the server's failure, as its outage counts it
+    metrics.hook_call("a.json", CREATE, "cancelled", 0.01, "hook call cancelled (its connection was closed)")
+    assert metrics.hook_stats["a.json"].last_error["failed_calls"] == 2  # type: ignore[index]
+
+
+async def test_a_hook_call_cancelled_with_its_cri_call_leaves_the_last_error_as_it_was() -> None:
+    """Through the dispatcher: the hook call kubelet's cancel cuts short is counted cancelled, no failure."""
+    import asyncio
+
+    import grpc
+
+    from runtimeproxy.hookclient.transport import CallFailed
+    from runtimeproxy.hookpath.dispatch import Dispatcher
+    from runtimeproxy.hookpath.hookfile import FailurePolicy as Policy
+
+    from .hookpath.dispatchfakes import Chain
+    from .hookpath.test_dispatch import HOOK, Hanging, build, named
+
+    class DownThenHanging(Hanging):
+        async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+            if not self.called:
+                self.called.append(endpoint)
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")
+            return await super().call(endpoint, method, request, timeout)
+
+    metrics, transport = Metrics(), DownThenHanging()
+    dispatcher = Dispatcher(Chain(named("a", Policy.IGNORE)), metrics, transport=transport)  # type: ignore[arg-type]
+    await dispatcher.run_pre(HOOK, build, lambda answer, server: False, {})  # down: Ignore goes on
+    chain = asyncio.ensure_future(dispatcher.run_pre(HOOK, build, lambda answer, server: False, {}))
+    await transport.started.wait()
+    chain.cancel()  # kubelet gives up on the CRI call
+    with pytest.raises(asyncio.CancelledError):
+        await chain
+    stats = metrics.hook_stats["a.json"]
+    assert stats.calls == {"unavailable": 1, "cancelled": 1}
+    assert stats.last_error is not None
+    assert (stats.last_error["outcome"], stats.last_error["failed_calls"]) == ("unavailable", 1)
+    await dispatcher.close()

@@ -79,7 +79,7 @@ async def test_status_json_with_hooks_registered(sock_dir: Path) -> None:
     assert gone["last_error"]["at"] >= before_error - 5
     assert gone["last_error"]["cause"].startswith("UNAVAILABLE: ")  # why, as the proxy's log says it
     assert str(sock_dir / "nobody.sock") in gone["last_error"]["cause"]
-    # no call of it answered since: the error is current, one failed call in a row
+    # no call of it succeeded since: the error is current, one failed call in a row
     assert (gone["last_error"]["current"], gone["last_error"]["failed_calls"], gone["last_error"]["recovered_at"]) == (
         True, 1, None)
     assert text_code == 0

@@ -395,3 +395,22 @@ async def test_a_deferred_answer_that_stands_names_its_cpus_in_its_last_error(tm
     assert last["cause"].endswith(f"cpuset_cpus '3' names CPUs outside the parent cgroup {POD} (3; it has 0-1)")
     assert run.counted("b", "invalid_value") == 1
     assert run.dispatcher._outages.down("b.json")  # a refused call counts in its outage, as any Fail hook's
+
+
+async def test_a_deferred_answer_cancelled_with_its_cri_call_is_no_failure_of_its_server(tmp_path: Path) -> None:
+    """Counted cancelled, never judged: it made a's last error, and a run of one failed call."""
+    reached = asyncio.Event()
+
+    async def hang() -> None:
+        reached.set()  # a's answer is taken, deferred: b is called
+        await asyncio.Event().wait()
+
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING), first={"b": hang})
+    chain = asyncio.ensure_future(run.run())
+    await reached.wait()
+    chain.cancel()  # kubelet gives up on the CRI call
+    with pytest.raises(asyncio.CancelledError):
+        await chain
+    stats = run.node.metrics.hook_stats
+    assert stats["a.json"].calls == {"cancelled": 1} and stats["a.json"].last_error is None
+    assert stats["b.json"].calls == {"cancelled": 1} and stats["b.json"].last_error is None
