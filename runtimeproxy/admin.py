@@ -79,7 +79,8 @@ class StatusSource:
             "hook_dir": str(self.registry.directory),
             "hook_dir_problem": last.directory_error,
             "hook_dir_unsafe": last.directory_unsafe,  # refused as unsafe
-            "hook_dir_kept": last.directory_kept,  # not read (unsafe, unreadable): the hooks loaded before stay
+            # not read (unsafe, unreadable, not a directory: a file in its place or its path): the hooks loaded before stay
+            "hook_dir_kept": last.directory_kept,
             "hook_files_rejected": {name: _cut(reason) for name, reason in rejected[:MAX_REJECTED]},
             "hook_files_rejected_more": max(0, len(rejected) - MAX_REJECTED),  # left out of the list above
         }
