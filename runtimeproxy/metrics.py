@@ -242,6 +242,12 @@ class HookConfigMetrics:
             "nothing in it is loaded and the last good hook set stays in force.",
             registry=registry,
         )
+        self.dir_kept = Gauge(
+            "runtime_proxy_hook_dir_kept",
+            "1 while the hook directory is not read (unsafe, unreadable, or not a directory: a file in its place "
+            "or its path): the last good hook set stays in force and no change of it is loaded.",
+            registry=registry,
+        )
         self.files_rejected = Gauge(
             "runtime_proxy_hook_files_rejected",
             "Hook files currently rejected (invalid or unsafe); one that was good before keeps its last good version.",

@@ -236,6 +236,8 @@ class HookRegistry:
                 problem = f"cannot list hook directory {self._directory}: {exc.strerror or exc}"
                 found = Inspection(DirectoryState.UNREADABLE, problem, logging.ERROR)
         problem = found.problem
+        if self._metrics is not None:
+            self._metrics.dir_kept.set(1 if found.keeps_last_good else 0)
         if found.keeps_last_good:
             # Unsafe: whoever can write the directory could have put anything
             # in it. Unreadable: nothing says its files changed, and dropping

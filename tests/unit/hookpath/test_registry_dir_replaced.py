@@ -149,3 +149,33 @@ async def test_a_file_in_the_directorys_place_removed_just_after_the_watchers_fi
         stop.set()
         await asyncio.wait_for(task, 5)
         observer.close()
+
+
+def test_a_kept_hook_directory_shows_in_a_gauge_until_it_is_read_or_removed(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not a directory, or unreadable, the directory kept its hooks with no
+    metric to alert on (runtime_proxy_hook_dir_refused is for unsafe only)."""
+    from runtimeproxy.metrics import Metrics
+
+    from .test_registry_rescan import _failing_for
+
+    metrics = Metrics()
+
+    def kept() -> tuple[float | None, float | None]:  # (kept, refused as unsafe)
+        value = metrics.registry.get_sample_value
+        return value("runtime_proxy_hook_dir_kept"), value("runtime_proxy_hook_dir_refused")
+
+    write(hook_dir, "fail.json", valid_doc("/run/a.sock"))
+    registry = HookRegistry(hook_dir, metrics=metrics.hook_config)
+    registry.reload()
+    assert kept() == (0, 0)
+    heal = _failing_for(monkeypatch, "scandir", hook_dir, 24)  # EMFILE: unreadable for now
+    assert registry.rescan().directory_kept and kept() == (1, 0)
+    heal()
+    assert not registry.rescan().directory_kept and kept() == (0, 0)
+    shutil.rmtree(hook_dir)
+    hook_dir.write_text("")  # a file in its place
+    assert registry.reload().directory_kept and kept() == (1, 0)
+    hook_dir.unlink()  # removed: no hooks, nothing kept
+    assert registry.reload().removed == ("fail.json",) and kept() == (0, 0)

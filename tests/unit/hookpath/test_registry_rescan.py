@@ -58,6 +58,7 @@ def test_unsafe_directory_keeps_last_good_set_and_shows_in_the_metric(
     assert result.directory_unsafe and not result.modified
     assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == good
     assert gauge(metrics, "runtime_proxy_hook_dir_refused") == 1
+    assert gauge(metrics, "runtime_proxy_hook_dir_kept") == 1  # not read: the last good set kept
     assert len(refusals(caplog)) == 1
 
     # A change event is a rescan: logged again. The periodic rescan of an
