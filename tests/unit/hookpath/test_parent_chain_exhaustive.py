@@ -73,7 +73,10 @@ class Metrics:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def hook_call(self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None) -> None:
+    def hook_call(
+        self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None, *,
+        caller_cancelled: bool = False,
+    ) -> None:
         self.calls.append((server, outcome))
 
     def keep_hook_stats(self, servers: object) -> None:
