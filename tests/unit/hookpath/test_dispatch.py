@@ -325,9 +325,8 @@ async def test_a_hook_call_cancelled_with_its_caller_is_counted_cancelled() -> N
     with pytest.raises(asyncio.CancelledError):
         await chain
     assert metrics.hook_stats["slow.json"].calls == {"cancelled": 1}
-    last = metrics.hook_stats["slow.json"].last_error
-    assert last is not None  # its cause names every reason the call may have been cancelled for
-    assert all(why in str(last["cause"]) for why in ("kubelet or NRI", "the runtime ended it", "the proxy stops")), last
+    # Its caller's cancel is no failure of the server's: no last error (HookServerStats).
+    assert metrics.hook_stats["slow.json"].last_error is None
     await dispatcher.close()
 
 
