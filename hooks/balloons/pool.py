@@ -83,19 +83,23 @@ class Pool:
         its CPUs still free, while its type is below minBalloons (:meth:`settle`
         and :meth:`grow_short` size it): made anew it could take other CPUs,
         changing the idle CPUs containers share, at a reload of the same
-        config too."""
+        config too. Each keeps its index, so its name (logs, the status)."""
+        names: dict[str, list[int]] = {}  # of those made anew (none of their CPUs free): their indexes
         for old in had:
             btype = self.types.get(old.btype.name)
             kept = old.cpus & self.free
-            if btype is None or btype.name == RESERVED or not kept or (
-                    len(self.of_type(btype.name)) >= btype.min_balloons):
+            if btype is None or btype.name == RESERVED or len(self.of_type(btype.name)) >= btype.min_balloons:
                 continue
-            made = self._new_balloon(btype, 0)
+            if not kept:
+                names.setdefault(btype.name, []).append(old.index)
+                continue
+            made = self._new_balloon(btype, 0, index=old.index)
             assert made is not None  # below minBalloons, so below maxBalloons
             made.cpus = kept
         for btype in self.config.all_types:
             while btype.name != RESERVED and len(self.of_type(btype.name)) < btype.min_balloons:
-                made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)), avoid)
+                index = names[btype.name].pop(0) if names.get(btype.name) else None
+                made = self._new_balloon(btype, min(btype.min_cpus, len(self.free)), avoid, index)
                 assert made is not None  # maxBalloons is at least minBalloons (config.py)
 
     # -- lookups ------------------------------------------------------------------
@@ -141,7 +145,9 @@ class Pool:
 
     # -- changes ------------------------------------------------------------------
 
-    def _new_balloon(self, btype: BalloonType, size: int, avoid: frozenset[int] = frozenset()) -> Balloon | None:
+    def _new_balloon(self, btype: BalloonType, size: int, avoid: frozenset[int] = frozenset(),
+                     index: int | None = None) -> Balloon | None:
+        """``index``: a re-plan's, the one the balloon had, kept if no other has it (else the lowest free)."""
         existing = self.of_type(btype.name)
         if btype.max_balloons and len(existing) >= btype.max_balloons:
             return None
@@ -151,7 +157,8 @@ class Pool:
         if cpus is None:
             return None
         used = {b.index for b in existing}
-        index = next(i for i in range(len(used) + 1) if i not in used)
+        if index is None or index in used:
+            index = next(i for i in range(len(used) + 1) if i not in used)
         balloon = Balloon(btype, index, cpus)
         self.balloons.append(balloon)
         return balloon
@@ -287,7 +294,7 @@ class Pool:
         return balloon
 
     def restore(self, member: Member, btype: BalloonType, cpus: frozenset[int],
-                mates: frozenset | None = None) -> Balloon | None:
+                mates: frozenset | None = None, index: int | None = None) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
@@ -301,6 +308,7 @@ class Pool:
         other balloons own all its CPUs, None: it is placed anew, as a container not pinned yet (it may have run on
         the fallback balloon, or apart from its pod: assign_anyway). :meth:`settle` then resizes everything.
         ``mates``: a re-plan's, for one with no own CPU left, its old balloon's containers: it joins only theirs.
+        ``index``: a re-plan's, its old balloon's, which a balloon made for it takes (its name stays).
         """
         if btype.name == RESERVED:
             return self.assign(member, btype)
@@ -330,7 +338,7 @@ class Pool:
         if match is None and own and not own & self.free:
             return None  # its CPUs are another balloon's (it ran on the default one): none would be its
         if match is None:
-            match = self._new_balloon(btype, 0)
+            match = self._new_balloon(btype, 0, index=index)
             assert match is not None  # no CPUs asked, and there is room for another balloon
         match.cpus |= own & self.free
         match.members[member.key] = member

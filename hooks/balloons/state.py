@@ -268,7 +268,8 @@ class Assignments(MoveBook):
                 cpus = frozenset()
             # Back with no own CPU left, it rejoins only its balloon's mates (else placed anew, maybe moved).
             them = mates.get(item.planned.name, frozenset()) if back and item.planned else None
-            balloon = pool.restore(item.member, btype, cpus, them) if cpus or them is not None else None
+            index = item.planned.index if back and item.planned and item.planned.btype == btype.name else None
+            balloon = pool.restore(item.member, btype, cpus, them, index) if cpus or them is not None else None
             if balloon is None:  # not pinned, or its type has no room left
                 fresh.append((item, btype))
                 continue
@@ -317,9 +318,13 @@ class Assignments(MoveBook):
 
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
         """These containers, as they run now, on another config (a reload) or
-        machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError."""
+        machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError.
+        The balloons keep their names and order (placement tries them in it)."""
         empty = [b for b in self.pool.balloons if not b.members and not b.fixed]
-        return Assignments.rebuild(config, topology, self.restored(), self.pool.reserved, empty)
+        state = Assignments.rebuild(config, topology, self.restored(), self.pool.reserved, empty)
+        order = {b.name: n for n, b in enumerate(self.pool.balloons)}
+        state.pool.balloons.sort(key=lambda b: order.get(b.name, len(order)))  # stable: new ones last, as made
+        return state
 
     def restored(self) -> list[Restored]:
         """Every container as it runs now, to rebuild with another config (one
@@ -352,7 +357,7 @@ class Assignments(MoveBook):
             chosen = planning.type_or_default(self.config, self.pods[key])[0].name
             out.append(Restored(
                 member=fresh, pod=self.pods[key], cpus=pinned, mems=mems, answers=self.answers.get(key, 0),
-                planned=planning.Planned(balloon.btype.name, balloon.cpus - self.pool.reserved, balloon.name)
+                planned=planning.Planned(balloon.btype.name, balloon.cpus - self.pool.reserved, balloon.name, balloon.index)
                 if back else None, astray=astray,
                 fallback=chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere=everywhere - pinned,
             ))

@@ -382,8 +382,8 @@ def test_a_balloon_left_without_cpus_by_a_reload_takes_the_first_cpu_free() -> N
     assert made is not None
     doc, topology, state = made
     again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
-    assert [(format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons[1:]] == [
-        ("2", [("p6", "c1")]), ("0", [("p4", "c0"), ("p5", "c1")])]
+    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons[1:]] == [
+        ("work[0]", "0", [("p4", "c0"), ("p5", "c1")]), ("work[1]", "2", [("p6", "c1")])]
 
 
 @pytest.mark.parametrize("seed", [34, 54, 113, 274])

@@ -267,14 +267,14 @@ async def test_pods_on_cpus_a_min_balloon_would_take_keep_a_balloon_each_on_a_re
 async def test_a_pod_keeps_its_cpus_when_a_reload_adds_a_min_balloon_up_to_max_balloons(tmp_path, caplog) -> None:
     """b on 2, then minBalloons and maxBalloons 1: a balloon made for it
     before b was restored took 1, the only one the type may have, and b,
-    placed anew, was moved there."""
+    placed anew, was moved there. b's balloon keeps its name, work[1]."""
     hook, runtime, config = await pods_a_and_b_in_new_balloons(tmp_path)
     await hook.post_stop_container(request("a", "app", cid="c-a"))
     assert await hook.apply_moves()
     assert balloons(hook)[1:] == [("work[1]", "2", ["c-b"])]
     moved = len(runtime.updates)
     await reloaded_with(hook, tmp_path, config, minBalloons=1, maxBalloons=1)
-    assert (balloons(hook)[1:], runtime.updates[moved:]) == ([("work[0]", "2", ["c-b"])], [])
+    assert (balloons(hook)[1:], runtime.updates[moved:]) == ([("work[1]", "2", ["c-b"])], [])
     assert "cannot be sized" not in caplog.text
 
 
