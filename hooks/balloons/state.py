@@ -232,7 +232,8 @@ class Assignments(MoveBook):
         found.sort(key=lambda item: item.order(config, pool.available - pool.reserved))
         fresh: list[tuple[Restored, BalloonType]] = []
         fallbacks: list[tuple[ContainerKey, BalloonType]] = []
-        shared = planning.shared_cpus(online.values())
+        # Not the astray's (below): what they run on says nothing of the idle CPUs balloons share.
+        shared = planning.shared_cpus(online[item.member.key] for item in found if not item.astray)
         mates = planning.balloon_mates(found)
         for item in found:
             key = item.member.key
@@ -250,7 +251,14 @@ class Assignments(MoveBook):
                 # place, from that type's containers restored after it.
                 fallbacks.append((key, btype))
                 btype = pool.types[DEFAULT]
-            if pinned:
+            if back and item.planned and (item.astray or not pinned):
+                # Its balloon's CPUs still there: not pinned, or astray, what it
+                # still runs on not its balloon's (a move refused): taken for
+                # them, they joined its balloon, which shrank to its requests
+                # keeping some of them, moving its other containers, or, as a
+                # restart guesses, they regrouped pods.
+                cpus = item.planned.own_cpus & pool.available
+            elif pinned and not item.astray:
                 # Its balloon's own CPUs, if a re-plan's, within what it runs on
                 # and not reserved now (a reload raising the reserved CPUs, or
                 # hotplug topping them up: restore() takes those out, and the
@@ -262,9 +270,7 @@ class Assignments(MoveBook):
                 # more.
                 own = item.planned.own_cpus & (cpus - pool.reserved) if back and item.planned else frozenset()
                 cpus = own or cpus - shared
-            elif back and item.planned:  # its balloon's CPUs still there
-                cpus = item.planned.own_cpus & pool.available
-            else:  # placed anew, below
+            else:  # placed anew, below (astray, its type changed: nor are the CPUs it runs on a balloon's)
                 cpus = frozenset()
             # Back with no own CPU left, it rejoins only its balloon's mates (else placed anew, maybe moved).
             them = mates.get(item.planned.name, frozenset()) if back and item.planned else None
@@ -276,7 +282,7 @@ class Assignments(MoveBook):
             state.pods[key] = item.pod
             state.placed_at[key] = time.monotonic()
             state._record_running(item)
-            where = f"it runs on cpus {format_cpuset(item.cpus)}" if pinned else (
+            where = f"it runs on cpus {format_cpuset(item.cpus)}" if pinned and not item.astray else (
                 f"its balloon had cpus {format_cpuset(item.planned.own_cpus if item.planned else frozenset())}"
                 + ("; its move there was refused or may not have been applied" if item.astray else "")
             )
