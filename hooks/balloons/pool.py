@@ -307,8 +307,11 @@ class Pool:
         when its type has no room for another balloon, or it asks more than maxCPUs (but in the default type), or
         other balloons own all its CPUs, None: it is placed anew, as a container not pinned yet (it may have run on
         the fallback balloon, or apart from its pod: assign_anyway). :meth:`settle` then resizes everything.
-        ``mates``: a re-plan's, for one with no own CPU left, its old balloon's containers: it joins only theirs.
-        ``index``: a re-plan's, its old balloon's, which a balloon made for it takes (its name stays).
+        ``mates``, ``index``: a re-plan's, its old balloon's containers and index. It joins their balloon, else
+        makes one of its own again under that index (own CPUs free, or none left) while its type has room, rather
+        than its pod's balloon or one sharing its CPUs, which would merge a pod a placement split (its pod's balloon
+        was full then: assign_anyway) at a reload of the same config too. With no own CPU left and no room, it joins
+        only its mates.
         """
         if btype.name == RESERVED:
             return self.assign(member, btype)
@@ -317,6 +320,15 @@ class Pool:
         room = not btype.max_balloons or len(existing) < btype.max_balloons
         alone = btype.prefer_new_balloons and room and (not own or bool(own & self.free))
         bounded = btype.name != DEFAULT
+        if mates is not None:
+            again = next((b for b in existing if mates & b.members.keys()), None)
+            within = not bounded or not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus
+            if again is None and within and room and (not own or own & self.free):
+                again = self._new_balloon(btype, 0, index=index)
+            if again is not None and (not bounded or again.fits(member.milli)):
+                again.cpus |= own & self.free
+                again.members[member.key] = member
+                return again
 
         def together(balloon: Balloon) -> bool:
             if bounded and not balloon.fits(member.milli):

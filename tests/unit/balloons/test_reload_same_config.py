@@ -287,3 +287,24 @@ async def test_the_status_and_logs_name_a_balloon_as_before_a_reload_of_the_same
         await reloaded(hook, tmp_path, config)
     assert (balloons(hook), runtime.updates) == ([("reserved[0]", "0", []), ("work[1]", "2", ["c-b"])], updates)
     assert "to balloon work[1]" in caplog.text and "work[0]" not in caplog.text
+
+
+def test_a_pod_placement_split_stays_split_at_a_reload_of_the_same_config() -> None:
+    """Under Ignore, work (maxCPUs 2) holds a/c0 (1500m) in work[0]; a/c1
+    (1000m), which its pod's balloon could not take, got work[1]. c0
+    resized down to 500m, the two fit in one balloon: the reload put c1
+    back in its pod's balloon, work[0], merging the two and moving both."""
+    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2}]})
+    topology = Topology.synthetic(1, 1, 8, 1)
+    state = Assignments(config, topology)
+    for name, milli in (("c0", 1500), ("c1", 1000)):
+        state.place(Member(("a", name), "apps", "a", milli, f"id-{name}"), PodContext("apps", "a", name))
+        state.given(("a", name), state.target(("a", name)))
+    assert state.resize(("a", "c0"), 500)
+    for move in state.moves():
+        state.moved(move)
+    assert named_layout(state) == [
+        ("reserved[0]", "0", []), ("work[0]", "1", [("a", "c0")]), ("work[1]", "3", [("a", "c1")])]
+    again = state.replan(config, topology)
+    assert (named_layout(again), again.moves()) == (named_layout(state), [])
