@@ -143,6 +143,12 @@ class BalloonsConfig:
     def type_named(self, name: str) -> BalloonType | None:
         return self.types_by_name.get(name)
 
+    def plans_as(self, other: BalloonsConfig) -> bool:
+        """Placement goes by the same keys in both: a reload of the same
+        config (its warnings of ignored keys and its runtimeEndpoint aside)."""
+        same = {"warnings": (), "runtime_endpoint": DEFAULT_RUNTIME_ENDPOINT}
+        return replace(self, **same) == replace(other, **same)
+
     # Cached (a frozen config does not change): every placement looks types up.
     @cached_property
     def all_types(self) -> tuple[BalloonType, ...]:

@@ -204,14 +204,16 @@ class Assignments(MoveBook):
     @classmethod
     def rebuild(
         cls, config: BalloonsConfig, topology: Topology, found: Iterable[Restored],
-        reserved: frozenset[int] | None = None, empty: Iterable[Balloon] = (),
+        reserved: frozenset[int] | None = None, empty: Iterable[Balloon] = (), rehome: bool = True,
     ) -> Assignments:
         """Assignments for containers that already run: each rejoins a balloon of its
         type made of the CPUs it runs on; containers not pinned yet are placed anew.
         ``reserved``: the reserved CPUs before a re-plan (hotplug, a reload), kept
         where still online when the config gives a quantity, as balloons keep
         theirs; None at start-up: those the reserved type's containers run on.
-        ``empty``: a re-plan's empty balloons, kept too (Pool.add_min_balloons)."""
+        ``empty``: a re-plan's empty balloons, kept too (Pool.add_min_balloons).
+        ``rehome`` False: a re-plan's container in the default balloon, its
+        type having had no room for it, stays there (see replan)."""
         found = list(found)
         # Only the CPUs online now: a container on a CPU gone offline (hotplug)
         # keeps the rest of its balloon; applied (below) keeps what it was given.
@@ -291,7 +293,7 @@ class Assignments(MoveBook):
         pool.add_min_balloons(frozenset().union(*(c for c in online.values() if c != topology.all_cpus)), empty)
         for problem in pool.settle():
             log.warning("balloon cannot be sized after rebuild: %s", problem)
-        for key, btype in fallbacks:
+        for key, btype in fallbacks if rehome else ():
             if pool.balloon_of(key) is not None and pool.rehome(key, btype).btype is btype:
                 label = pool.balloon_of(key).members[key].label
                 log.info("moving container %s from the default balloon to balloon %s: its type has room for it now",
@@ -325,9 +327,14 @@ class Assignments(MoveBook):
     def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
         """These containers, as they run now, on another config (a reload) or
         machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError.
-        The balloons keep their names and order (placement tries them in it)."""
+        The balloons keep their names and order (placement tries them in it).
+        A container in the default balloon because its type had no room for
+        it goes into a balloon of its type only if the config changed:
+        placement leaves it there while it runs, whatever CPUs are freed, and
+        so does a reload of the same config, or hotplug."""
         empty = [b for b in self.pool.balloons if not b.members and not b.fixed]
-        state = Assignments.rebuild(config, topology, self.restored(), self.pool.reserved, empty)
+        state = Assignments.rebuild(config, topology, self.restored(), self.pool.reserved, empty,
+                                    rehome=not config.plans_as(self.config))
         order = {b.name: n for n, b in enumerate(self.pool.balloons)}
         state.pool.balloons.sort(key=lambda b: order.get(b.name, len(order)))  # stable: new ones last, as made
         return state

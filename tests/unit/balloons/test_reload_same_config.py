@@ -241,13 +241,17 @@ def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a
     assert layout(state.replan(config, four)) == layout(state)
 
 
-def test_a_pinned_container_in_the_default_balloon_keeps_its_cpus_when_its_type_has_room_at_a_reload() -> None:
+def test_a_pinned_container_in_the_default_balloon_stays_there_at_a_reload_of_the_same_config() -> None:
     """Under Ignore, work (maxBalloons 1, maxCPUs 1) held a's balloon on CPU 1,
-    and b went to the default balloon, on CPU 2; a gone, a reload of the same
-    config made work's balloon for b of the free CPU 1, moving it, and left the
-    default balloon there empty."""
-    config = parse_config({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
-                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1}]})
+    and b went to the default balloon, on CPU 2; a gone, work has room for
+    b, but placement leaves it where it runs: a reload of the same config
+    moved it to work's balloon, made of its CPU 2, where placement leaves it
+    in the default balloon (and, had work a minBalloons balloon left empty,
+    it moved b there: seed 111 of test_reload_churn). A changed config takes
+    b into work's balloon, on its CPU."""
+    doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
+                           "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1}]}
+    config = parse_config(doc)
     topology = Topology.synthetic(1, 1, 8, 1)
     state = Assignments(config, topology)
     for uid in "ab":
@@ -255,9 +259,11 @@ def test_a_pinned_container_in_the_default_balloon_keeps_its_cpus_when_its_type_
         state.given((uid, "app"), state.target((uid, "app")))
     state.release(("a", "app"))
     assert layout(state) == [("default", "2", [("b", "app")]), ("reserved", "0", [])]
-    again = state.replan(config, topology)
-    assert again.moves() == []
-    assert layout(again) == [("reserved", "0", []), ("work", "2", [("b", "app")])]
+    same = state.replan(parse_config({**doc, "idleCPUClass": "powersave"}), topology)
+    assert (named_layout(same), same.moves()) == (named_layout(state), [])
+    changed = state.replan(parse_config({**doc, "balloonTypes": [*doc["balloonTypes"], {"name": "batch", "namespaces": ["batch"]}]}), topology)
+    assert changed.moves() == []
+    assert layout(changed) == [("reserved", "0", []), ("work", "2", [("b", "app")])]
 
 
 def test_a_balloon_keeps_its_name_at_a_reload_of_the_same_config() -> None:

@@ -384,9 +384,17 @@ def test_under_pin_cpu_false_a_reload_keeps_a_container_its_type_could_not_take_
     again = state.replan(config, topology)
     assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
     assert again.moves() == []
-    # b gone, its type has room: a moves into a balloon of its own type.
+    # b gone, its type has room: a stays at a reload of the same config, as
+    # placement leaves it, and moves into a balloon of its own type at a
+    # reload of a changed one.
     state.release(("b", "c"))
-    again = state.replan(config, topology)
+    same = state.replan(config, topology)
+    assert {b.name: sorted(k[0] for k in b.members) for b in same.pool.balloons} == {
+        "reserved[0]": [], "default[0]": ["a", "d"]
+    }
+    changed = parse_config({**ONE, "onExhausted": "Ignore", "pinCPU": False, "balloonTypes": [
+        {"name": "work", "namespaces": ["apps"], "maxBalloons": 1, "maxCPUs": 3}, {"name": "batch", "namespaces": ["batch"]}]})
+    again = state.replan(changed, topology)
     assert {b.name: sorted(k[0] for k in b.members) for b in again.pool.balloons} == {
         "reserved[0]": [], "default[0]": ["d"], "work[0]": ["a"]
     }
