@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .balloon import Balloon, ContainerKey, Member
+from .balloon import Balloon, ContainerKey, Member, cpus_for
 from .config import DEFAULT, RESERVED, BalloonType
 from .errors import Exhausted
 
@@ -87,8 +87,9 @@ class Rebuilding:
         """A container a re-plan put back in the default balloon that its type
         ``btype`` could not take: a balloon of its type takes it if it can in
         full now (:meth:`assign`: from the CPUs free, those it runs on first,
-        its balloon freeing them), else it stays. Its balloon, which goes
-        when left empty."""
+        its balloon freeing them; its pod's balloon of that type being full,
+        :meth:`_apart`), else it stays. Its balloon, which goes when left
+        empty."""
         balloon = self.balloon_of(key)
         assert balloon is not None
         member = balloon.members.pop(key)
@@ -97,10 +98,27 @@ class Rebuilding:
         try:
             home = self.assign(member, btype, avoid=self.free - before)
         except Exhausted:
-            balloon.cpus, balloon.members[key] = before, member
-            return balloon
+            apart = self._apart(member, btype, avoid=self.free - before)
+            if apart is None:
+                balloon.cpus, balloon.members[key] = before, member
+                return balloon
+            home = apart
         if not balloon.members and len(self.of_type(balloon.btype.name)) > balloon.btype.min_balloons:
             self.balloons.remove(balloon)  # the default balloon: not fixed
+        return home
+
+    def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:
+        """For a container its pod's balloon of ``btype`` cannot take (:meth:`assign`
+        refuses it there), a balloon of ``btype`` apart from it that takes it in
+        full, as placement puts it when not refused (assign_anyway): an empty
+        one, else a new one (taking ``avoid`` last); None if none can."""
+        if not any(b.has_pod(member.pod_uid) for b in self.of_type(btype.name)):
+            return None  # assign tried every balloon
+        home = next((b for b in self.of_type(btype.name) if not b.members and self._try_join(b, member)), None)
+        if home is None and (not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus):
+            home = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus), avoid)
+            if home is not None:
+                home.members[member.key] = member
         return home
 
     def settle(self: Pool) -> list[str]:
