@@ -43,8 +43,6 @@ BLOCKS = [range(start, start + 250) for start in range(0, 2000, 250)]
 Key = tuple[str, str]
 
 
-
-
 def churn(state: Assignments, live: dict[Key, PodContext], r: random.Random, step: int) -> None:
     """One to six containers released or added, every move done."""
     for n in range(r.randint(1, 6)):
@@ -77,6 +75,8 @@ def settle_moves(state: Assignments, refused: Set[Key] = frozenset()) -> None:
 
 
 def start(seed: int) -> tuple[dict, Topology, Assignments, random.Random] | None:
+    """A config, a machine, their empty plan and the random source of the
+    workload's changes; None if the config does not fit the machine."""
     r = random.Random(seed * 31 + 7)
     topology = Topology.synthetic(r.choice([1, 2]), r.choice([1, 2]), r.choice([2, 3, 4, 6]), r.choice([1, 2]))
     types = [balloon_type(r, "work", "*")]
@@ -98,8 +98,8 @@ def problems_of(before: Assignments, after: Assignments, due: Set[Key]) -> list[
     problems = []
     if named_layout(after) != named_layout(before):
         problems.append(f"balloons changed: {named_layout(before)} -> {named_layout(after)}")
-    for _, member in before.pool.members():
-        if member.key not in due and before.target(member.key) != after.target(member.key):
+    for _, member in before.pool.members():  # those due too: to where they were due to go
+        if before.target(member.key) != after.target(member.key):
             problems.append(f"{member.label} given {after.target(member.key)} for {before.target(member.key)}")
     if moves := sorted(m.key for m in after.moves() if m.key not in due):
         problems.append(f"moves {moves}")
@@ -128,13 +128,13 @@ def run(seed: int, restart: bool) -> Iterator[tuple[str, list[str]]]:
         state = Assignments.rebuild(parse_config(doc), topology, found(state, refused), None)
         settle_moves(state, refused)
         refused &= {m.key for m in state.moves()}  # still due: placed anew off their CPUs
-    for round in range(1, 4):
+    for reload in range(1, 4):
         again = state.replan(parse_config(doc), topology)
-        yield f"reload {round}", problems_of(state, again, refused)
+        yield f"reload {reload}", problems_of(state, again, refused)
         state = again
         settle_moves(state)
         refused = set()
-        churn(state, live, r, round)
+        churn(state, live, r, reload)
 
 
 def failures(seeds: range, restart: bool) -> tuple[dict[str, list[str]], int]:
