@@ -243,12 +243,12 @@ def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a
 
 def test_a_pinned_container_in_the_default_balloon_stays_there_at_a_reload_of_the_same_config() -> None:
     """Under Ignore, work (maxBalloons 1, maxCPUs 1) held a's balloon on CPU 1,
-    and b went to the default balloon, on CPU 2; a gone, work has room for
-    b, but placement leaves it where it runs: a reload of the same config
-    moved it to work's balloon, made of its CPU 2, where placement leaves it
-    in the default balloon (and, had work a minBalloons balloon left empty,
-    it moved b there: seed 111 of test_reload_churn). A changed config takes
-    b into work's balloon, on its CPU."""
+    and b went to the default balloon, on CPU 2. a gone, work has room for
+    b, but placement leaves b where it runs; a reload of the same config
+    (an ignored key added) put it in a balloon of work made of its CPU 2
+    (and, had work had a minBalloons balloon left empty, in that one,
+    moving it: seed 111 of test_reload_churn). A changed config takes b
+    into work's balloon, on its CPU."""
     doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
                            "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1}]}
     config = parse_config(doc)
