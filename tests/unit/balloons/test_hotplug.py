@@ -48,6 +48,11 @@ def full_reads(monkeypatch) -> list[Path]:
     return reads
 
 
+def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
+    """Each balloon in the status: its name, CPUs and containers' ids."""
+    return [(b["name"], b["cpus"], [c["id"] for c in b["containers"]]) for b in hook.status()["balloons"]]
+
+
 async def hook_on_sysfs(
     tmp_path: Path, config: dict[str, Any] = WORK, shape: Topology | None = None
 ) -> tuple[BalloonsHook, FakeRuntime, Path]:
@@ -279,3 +284,36 @@ async def test_an_online_cpu_without_its_topology_is_read_once_until_the_input_c
         set_online(root, "0-6")  # then CPU 7 goes offline and 8 is gone: read, and followed
         await hook.pre_create_container(request("d", "app"))
     assert len(reads) == 3 and hook.status()["online_cpus"] == "0-6"
+
+
+async def test_a_container_in_the_default_balloon_stays_there_at_hotplug(tmp_path) -> None:
+    """Under Ignore, work (maxBalloons 1, maxCPUs 1) held a on CPU 1 and b
+    went to the default balloon, on CPU 2; a gone, work has room for b.
+    CPUs coming online leave b where it runs, as placement does; its CPU
+    going offline moves it, within the default balloon. (A re-plan put b
+    in a balloon of work made of its CPU at either.)"""
+    config = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore",
+              "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxBalloons": 1, "maxCPUs": 1}]}
+    hook, runtime, root = await hook_on_sysfs(tmp_path, config)
+    set_online(root, "0-6")
+    await hook.reconcile()
+    for uid in "ab":
+        await hook.pre_create_container(request(uid, "app", shares=1024))
+        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    await hook.post_stop_container(request("a", "app", cid="c-a"))
+    assert await hook.apply_moves()
+    assert balloons(hook) == [("reserved[0]", "0", []), ("default[0]", "2", ["c-b"])]
+    updates = list(runtime.updates)
+
+    set_online(root, "0-7")  # CPU 7 comes online
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    assert (hook.status()["online_cpus"], balloons(hook), runtime.updates) == (
+        "0-7", [("reserved[0]", "0", []), ("default[0]", "2", ["c-b"])], updates)
+
+    set_online(root, "0-1,3-7")  # the default balloon's CPU 2 goes offline
+    await hook.reconcile()
+    assert await hook.apply_moves()
+    [(name, cpus, ids)] = [b for b in balloons(hook) if b[0] != "reserved[0]"]
+    assert (name, ids, runtime.updates[len(updates):]) == ("default[0]", ["c-b"], [("c-b", cpus, "0")])
+    assert cpus and "2" not in cpus.split(",")

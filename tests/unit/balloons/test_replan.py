@@ -20,7 +20,7 @@ from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
-from .test_hotplug import QUANTITY, WORK, hook_on_sysfs, set_online, three_pods
+from .test_hotplug import QUANTITY, WORK, balloons, hook_on_sysfs, set_online, three_pods
 from .test_server import FakeRuntime, request
 
 
@@ -42,10 +42,6 @@ async def restarted(hook: BalloonsHook, tmp_path: Path, root: Path, config: dict
     await again.rebuild()
     assert await again.apply_moves()
     return again, runtime
-
-
-def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
-    return [(b["name"], b["cpus"], [c["id"] for c in b["containers"]]) for b in hook.status()["balloons"]]
 
 
 async def three_pods_in_two_balloons(hook: BalloonsHook) -> None:
