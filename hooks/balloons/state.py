@@ -12,11 +12,10 @@ import logging
 import time
 from collections.abc import Iterable
 
-from . import planning
+from . import planning, replanning
 from .balloon import Balloon, ContainerKey, Member, milli_from_shares
 from .config import DEFAULT, BalloonsConfig, BalloonType, PodContext
 from .moves import Cpuset, MoveBook
-from .replanning import Replanning
 from .planning import Restored
 from .pool import Exhausted, Pool
 from .runtime import ExitedContainer, Listing
@@ -25,7 +24,7 @@ from .topology import Topology, format_cpuset, parse_cpuset
 log = logging.getLogger("hooks.balloons")
 
 
-class Assignments(MoveBook, Replanning):
+class Assignments(MoveBook):
     def __init__(
         self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
         avoid: frozenset[int] = frozenset(), min_balloons: bool = True,
@@ -324,6 +323,20 @@ class Assignments(MoveBook, Replanning):
         cpus = item.cpus or item.everywhere
         if cpus or (not self.config.pin_cpu and item.mems):
             self.applied[item.member.key] = self._running(cpus, item.mems)
+
+    def replan(self, config: BalloonsConfig, topology: Topology) -> Assignments:
+        """These containers, as they run now, on another config (a reload) or
+        machine (hotplug): rebuilt, the reserved CPUs kept (see rebuild). PoolError.
+        The balloons keep their names and order (placement tries them in it).
+        A container in the default balloon because its type had no room for
+        it goes into a balloon of its type only if the config changed:
+        placement leaves it there while it runs, whatever CPUs are freed, and
+        so does a reload of the same config, or hotplug."""
+        empty = [b for b in self.pool.balloons if not b.members and not b.fixed]
+        state = Assignments.rebuild(config, topology, replanning.restored(self), self.pool.reserved, empty,
+                                    rehome=not config.plans_as(self.config))
+        replanning.keep_order(self.pool.balloons, state.pool.balloons)
+        return state
 
     def grow_short(self) -> None:
         """:meth:`_grow_short`, logged: after a placement retried (server.py)."""

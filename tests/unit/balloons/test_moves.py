@@ -17,6 +17,7 @@ import yaml
 
 from cri_api.hookapi import api_pb2
 from cri_api.v1 import api_pb2 as v1
+from hooks.balloons import replanning
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.runtime import FoundContainer, RuntimeClient
 from hooks.balloons.server import BalloonsHook
@@ -85,7 +86,7 @@ async def test_a_failed_move_of_a_never_pinned_container_keeps_it_unpinned_for_a
     await hook.pre_start_container(request("a", "app", shares=1024, cid="c-a"))
     runtime.fail_with = code
     assert not await hook.apply_moves()
-    (restored,) = hook.state.restored()
+    (restored,) = replanning.restored(hook.state)
     assert restored.cpus == frozenset()
     runtime.fail_with = None
     assert await hook.apply_moves() and runtime.updates == [("c-a", "1", "0")]
