@@ -87,9 +87,9 @@ class Rebuilding:
         """A container a re-plan put back in the default balloon that its type
         ``btype`` could not take: a balloon of its type takes it if it can in
         full now (:meth:`assign`: from the CPUs free, those it runs on first,
-        its balloon freeing them; its pod's balloon of that type being full,
-        :meth:`_apart`), else it stays. Its balloon, which goes when left
-        empty."""
+        its balloon freeing them; its pod's balloon of that type refusing it,
+        past maxCPUs with it or unable to grow, :meth:`_apart`), else it
+        stays. Its balloon, which goes when left empty."""
         balloon = self.balloon_of(key)
         assert balloon is not None
         member = balloon.members.pop(key)
@@ -109,9 +109,17 @@ class Rebuilding:
 
     def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:
         """For a container its pod's balloon of ``btype`` cannot take (:meth:`assign`
-        refuses it there), a balloon of ``btype`` apart from it that takes it in
-        full, as placement puts it when not refused (assign_anyway): an empty
-        one, else a new one (taking ``avoid`` last); None if none can."""
+        refuses it there: past maxCPUs with it, or unable to grow), a balloon
+        of ``btype`` apart from it that takes it in full: an empty one, else
+        a new one (taking ``avoid`` last); None if none can.
+
+        The order of :meth:`~.pool.Pool.assign_anyway`, which places a running
+        container or one under onExhausted: Ignore, with two differences, as
+        the container runs in the default balloon already and moves only
+        into whole CPUs: the pod's balloon is skipped (assign_anyway joins it
+        short, grown as far as CPUs are free, when within maxCPUs), and so is
+        any balloon that would hold it short (assign_anyway joins one, or
+        makes one without CPUs, rather than use the default balloon)."""
         if not any(b.has_pod(member.pod_uid) for b in self.of_type(btype.name)):
             return None  # assign tried every balloon
         home = next((b for b in self.of_type(btype.name) if not b.members and self._try_join(b, member)), None)
