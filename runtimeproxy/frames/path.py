@@ -11,7 +11,6 @@ and a connection it accepted gets its server preface and a GOAWAY.
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..host import unixsocket
 from ..host.unixsocket import ListenError
 from .connection import Limits
 from .listener import FramesListener
+from .privatedir import PrivateDir, make
 from .routes import RouterRoutes
 
 log = logging.getLogger(__name__)
@@ -33,18 +33,18 @@ log = logging.getLogger(__name__)
 COMMA_FREE_BASE = Path("/tmp")
 
 
-def _private_dir() -> Path:
+def _private_dir() -> PrivateDir:
     """A new directory for the internal socket (0700: only the proxy), in
     TMPDIR; in ``COMMA_FREE_BASE`` when TMPDIR's path has a comma: grpc could
     not dial the socket there, and the start would fail on a path the operator
-    never named."""
+    never named. Those that killed proxies left there are removed (privatedir.py)."""
     tmpdir = base = Path(tempfile.gettempdir())
     if unixsocket.dial_problem(base) is not None:
         log.info("the temporary directory's path has a comma: the frames path's internal socket goes below "
                  f"{COMMA_FREE_BASE}", extra={"tmpdir": str(base)})
         base = COMMA_FREE_BASE
     try:
-        return Path(tempfile.mkdtemp(prefix="runtime-proxy-frames-", dir=base))
+        return make(base)
     except OSError as exc:  # named here: the bind's handler would name the listen path, which is not at fault
         why = f" (TMPDIR {tmpdir} has a comma)" if base != tmpdir else ""
         raise ListenError(f"cannot make the frames path's private directory in {base}{why}: "
@@ -61,7 +61,7 @@ class FramesPath:
         self._routes = RouterRoutes(router, image_backend is not None and image_backend != backend)
         self._channel_options = channel_options
         self._limits = limits
-        self._dir: Path | None = None  # the internal socket's private directory, made by start
+        self._dir: PrivateDir | None = None  # the internal socket's private directory, made by start
         self.listener: FramesListener | None = None
 
     @classmethod
@@ -76,7 +76,7 @@ class FramesPath:
     async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
         """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""
         self._dir = _private_dir()
-        internal = self._dir / "grpc.sock"
+        internal = self._dir.path / "grpc.sock"
         self.listener = FramesListener(
             listen, self._backend, internal, self._routes, self._channel_options, self._limits)
         serving = False
@@ -92,7 +92,8 @@ class FramesPath:
 
     async def abandon(self, server: aio.Server | None, error: BaseException) -> None:
         """Undo a start that failed, here or in the proxy's own steps after it."""
-        log.info("frames path not started; removing what it made", extra={"dir": str(self._dir), "error": str(error)})
+        made = None if self._dir is None else str(self._dir.path)
+        log.info("frames path not started; removing what it made", extra={"dir": made, "error": str(error)})
         if server is not None:
             await server.stop(0)
         if self.listener is not None:
@@ -119,5 +120,5 @@ class FramesPath:
 
     def _remove_dir(self) -> None:
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir.remove()
             self._dir = None
