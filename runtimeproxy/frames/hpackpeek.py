@@ -282,6 +282,11 @@ class HeaderReader:
         self._seen.clear()
         self._seen_all.clear()
 
+    def table_state(self) -> tuple[tuple[tuple[bytes, bytes], ...], int]:
+        """The dynamic table's entries and size limit, to tell whether a block changed them."""
+        table = self._decoder.header_table
+        return tuple(table.dynamic_entries), table.maxsize
+
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """Every header, with the table updated; a bad block is a connection error."""
         self._forget()

@@ -14,10 +14,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-import grpc
-
 from ..cripath.stage import Stage
-from . import divert, hooked, taken
+from . import divert, hooked, taken, withheld
 from . import frame as fr
 from .divert import Diverted
 from .frame import (
@@ -53,6 +51,7 @@ class ClientSide:
         # idle. (Not the GOAWAY's last stream id, which stays put once one went.)
         self.opened = 0
         self.headers = HeaderReader(MAX_HEADER_BLOCK, "")
+        self.restating = False  # blocks reach the runtime restated (withheld.py)
 
     def feed(self, chunk: bytes) -> None:
         if not self.prefaced:
@@ -73,11 +72,11 @@ class ClientSide:
             if frame is None:
                 return
             self._frames(frame, 0, out)
-            self._write_backend(out)  # the rest of the read may then go as a view of it, uncopied
+            self.write_backend(out)  # the rest of the read may then go as a view of it, uncopied
         pos = self._frames(chunk, start, out)
         if pos < len(chunk):
             self.carry.keep(memoryview(chunk)[pos:])
-        self._write_backend(out)
+        self.write_backend(out)
         self.conn.out.flush()
         if self.conn.out.held > MAX_HELD:
             # The runtime has not spoken (a backlog it never accepts), and this
@@ -119,7 +118,7 @@ class ClientSide:
                         continue
                     out.append(view[run:pos])
                     if too_long is None:  # the backend's window is closed: queued, in order
-                        self._write_backend(out)
+                        self.write_backend(out)
                         payload = view[pos + HEADER_LEN : nxt] if payload is None else payload
                         inbound.data(sid, bytes(payload), bool(flags & F_END_STREAM), credit=size)
                         if inbound.owed > CLIENT_WINDOW:  # RFC 9113 6.9.1: what bounds this queue
@@ -134,7 +133,7 @@ class ClientSide:
                     continue
                 if kind == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
                     out.append(view[run:pos])
-                    self._new_stream(sid)
+                    self._new_stream(sid, bool(flags & F_END_STREAM))
                     self._header_block(sid, [buf[pos:nxt]], buf[pos + HEADER_LEN : nxt],
                                        bool(flags & F_END_STREAM), out)
                     run = pos = nxt
@@ -162,7 +161,7 @@ class ClientSide:
         out.append(view[run:pos])
         return pos
 
-    def _write_backend(self, out: list[bytes | memoryview]) -> None:
+    def write_backend(self, out: list[bytes | memoryview]) -> None:
         data = detached(out[0]) if len(out) == 1 else b"".join(out)
         out.clear()
         if data:
@@ -171,7 +170,7 @@ class ClientSide:
     def _ordered(self, raw: bytes, out: list[bytes | memoryview]) -> None:
         """A frame that must follow its stream's DATA, some of which may be queued."""
         if self.conn.inbound.queued:
-            self._write_backend(out)
+            self.write_backend(out)
             self.conn.inbound.ordered(raw)
         else:
             out.append(raw)
@@ -191,7 +190,7 @@ class ClientSide:
                 block.clear()
             return
         if f.type == FrameType.HEADERS:  # (a block in one plain frame is _frames')
-            self._new_stream(sid)
+            self._new_stream(sid, f.has(Flag.END_STREAM))
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM), len(raw)])
             if f.has(Flag.END_HEADERS):
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
@@ -271,12 +270,14 @@ class ClientSide:
         conn.out.frames(fr.rst_stream(sid, code))
         conn.mark_ended(sid)
 
-    def _new_stream(self, sid: int) -> None:
-        """HEADERS on ``sid``: refused on a stream a client cannot open, or one it opened (self.opened) and ended."""
+    def _new_stream(self, sid: int, end_stream: bool) -> None:
+        """HEADERS on ``sid``: refused on a stream a client cannot open, or one it opened (self.opened) and
+        ended, unless they are trailers (END_STREAM), which may come after the stream's end (withheld.py)."""
         if sid == 0 or sid % 2 == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
         conn = self.conn
-        if sid <= self.opened and sid not in conn.relayed and sid not in conn.diverted and sid not in conn.hooked:
+        if (sid <= self.opened and not end_stream and sid not in conn.relayed and sid not in conn.diverted
+                and sid not in conn.hooked):
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
 
     def _client_settings(self, values: dict[int, int]) -> None:
@@ -301,23 +302,20 @@ class ClientSide:
     def _header_block(self, sid: int, raws: list[bytes], data: bytes, end_stream: bool,
                       out: list[bytes | memoryview]) -> None:
         """A complete header block: ``raws`` its frames as received, ``data`` the block."""
-        peeked = self.headers.peek(data, _PATH)
-        # None: the table is as it was before the block, which may be read again.
-        headers = self.headers.decode(data) if peeked is None else self.headers.every
-        if sid in self.conn.diverted:  # trailers of a diverted call: the backend's decoder still reads them
-            out.extend(raws)
-            if end_stream:
-                self.conn.diverted[sid].ended.set()
+        conn = self.conn
+        if sid <= self.opened and (sid in conn.ended or sid not in conn.relayed):
+            withheld.late_block(self, sid, data, end_stream, out)  # on a stream the runtime does not have open
             return
-        if sid in self.conn.hooked:  # gRPC clients send no request trailers; nor may anyone here
-            out.extend(fr.without_end_stream(raws))
-            self._write_backend(out)
-            self.conn.end_hooked(sid, grpc.StatusCode.INTERNAL, "runtime-proxy: request trailers on a hooked call")
-            return
-        if sid in self.conn.relayed:
+        if self.restating:
+            peeked, headers = None, self.headers.decode(data)
+            raws = withheld.restated(sid, data, headers, conn.backend_frames.send, end_stream)
+        else:
+            peeked = self.headers.peek(data, _PATH)
+            # None: the table is as it was before the block, which may be read again.
+            headers = self.headers.decode(data) if peeked is None else self.headers.every
+        if sid in conn.relayed:
             self._ordered(b"".join(raws), out)
             return
-        conn = self.conn
         # After the proxy (shutting down) or the runtime said it goes away, or
         # over --max-concurrent-streams (advertised in the backend's SETTINGS
         # as the client sees them): refused, as grpc's server does (a gRPC

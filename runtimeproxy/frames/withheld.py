@@ -1,0 +1,83 @@
+"""The client's header blocks the runtime must not get, and how its HPACK
+decoder stays right without them.
+
+A client may send trailers (a header block with END_STREAM) on a stream the
+runtime no longer has open: one the proxy ended (a refusal, a reset; RFC 9113
+5.1: the client may have sent them before it read that end, and they are to
+be ignored), one the runtime ended, or a call the proxy answers itself
+(diverted, hooked). grpc-go, containerd's server, ends its whole connection on
+any header block on a stream it has seen (``received an illegal stream id``),
+every call kubelet has on it with it. So such a block is read by the proxy
+(its own decoder stays in step with the client's encoder) and never passed on.
+
+The runtime's decoder then never reads it. A block that left the table as it
+was (most trailers: ``grpc-status``-like fields the client has indexed, or
+literals without indexing) changes nothing there. One that changed it (a new
+entry, a size update) leaves the runtime's table behind the client's for good:
+from then on the connection's blocks reach the runtime *restated*, each
+header written from HPACK's static table or as a literal without indexing
+(hpackstatic.py), which neither reads nor changes the runtime's dynamic
+table, so what it holds no longer matters. The size updates a block starts
+with still go first (the runtime's decoder may require them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+from hpack.hpack import decode_integer
+
+from . import frame as fr
+from . import hpackstatic
+from .hpackpeek import HeaderReader
+
+if TYPE_CHECKING:
+    from .upstream import ClientSide
+
+log = logging.getLogger(__name__)
+
+
+def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: list[bytes | memoryview]) -> None:
+    """A header block on a stream the runtime does not have open (ended, or a
+    call the proxy takes), ``out`` what goes to the runtime before it: read,
+    never passed on; trailers on a stream that is over are ignored (RFC 9113 5.1)."""
+    conn = side.conn
+    if withhold(side.headers, data) and not side.restating:
+        side.restating = True
+        log.info("frames: a client's header block kept from the runtime changed the HPACK table; "
+                 "the client's later blocks reach the runtime restated", extra={"stream": sid})
+    if sid in conn.ended:
+        return
+    diverted = conn.diverted.get(sid)
+    held = conn.hooked.get(sid)
+    if diverted is not None:
+        if end_stream:
+            diverted.ended.set()
+    elif held is not None and not held.answered.done():  # gRPC clients send no request trailers; nor may anyone here
+        side.write_backend(out)
+        conn.end_hooked(sid, grpc.StatusCode.INTERNAL, "runtime-proxy: request trailers on a hooked call")
+
+
+def withhold(reader: HeaderReader, block: bytes) -> bool:
+    """Read ``block`` (kept from the runtime) into the client's table: whether the table changed."""
+    before = reader.table_state()
+    reader.decode(block)  # a malformed block is still a connection error (COMPRESSION_ERROR)
+    return reader.table_state() != before
+
+
+def restated(stream_id: int, block: bytes, headers: list[tuple[bytes, bytes]], max_frame: int,
+             end_stream: bool) -> list[bytes]:
+    """``block`` (whose ``headers`` were read) as frames that leave the runtime's dynamic table alone."""
+    return fr.header_frames(stream_id, block[: _size_updates(block)] + hpackstatic.stateless_block(headers),
+                            max_frame, end_stream)
+
+
+def _size_updates(block: bytes) -> int:
+    """The length of the dynamic table size updates ``block`` starts with (RFC 7541 4.2)."""
+    view = memoryview(block)
+    i = 0
+    while i < len(block) and block[i] & 0xE0 == 0x20:
+        i += decode_integer(view[i:], 5)[1]
+    return i

@@ -1,0 +1,41 @@
+"""withheld.py's restatement: a client's block as one that leaves the
+runtime's dynamic table alone, its leading size updates kept."""
+
+from __future__ import annotations
+
+import hpack
+
+from runtimeproxy.frames import frame as fr
+from runtimeproxy.frames import withheld
+from runtimeproxy.frames.hpackpeek import HeaderReader
+
+HEADERS = [(b":method", b"POST"), (b":path", b"/runtime.v1.RuntimeService/Version"), (b"x-new", b"v" * 40)]
+
+
+def test_a_restated_block_reads_the_same_without_the_dynamic_table_and_keeps_its_size_updates() -> None:
+    encoder = hpack.Encoder()
+    encoder.encode(HEADERS)  # the client's table now holds x-new and :path
+    encoder.header_table_size = 256  # its next block starts with a size update
+    block = encoder.encode(HEADERS)
+    assert block[0] & 0xE0 == 0x20
+    (frame,) = withheld.restated(5, block, HEADERS, fr.DEFAULT_MAX_FRAME, True)
+    assert frame[3:5] == bytes([fr.FrameType.HEADERS, fr.Flag.END_HEADERS | fr.Flag.END_STREAM])
+    payload = frame[fr.HEADER_LEN:]
+    assert payload.startswith(block[: withheld._size_updates(block)]) and withheld._size_updates(block) > 0
+    runtime = hpack.Decoder()  # a table that holds nothing the client's does
+    assert runtime.decode(payload, raw=True) == HEADERS
+    assert runtime.header_table.maxsize == 256 and len(runtime.header_table.dynamic_entries) == 0
+
+
+def test_a_restated_block_over_the_frame_size_goes_in_continuations() -> None:
+    big = [*HEADERS, (b"x-big", b"b" * 40_000)]
+    frames = withheld.restated(5, b"", big, fr.DEFAULT_MAX_FRAME, False)
+    assert [f[3] for f in frames] == [fr.FrameType.HEADERS, fr.FrameType.CONTINUATION, fr.FrameType.CONTINUATION]
+    assert frames[-1][4] == fr.Flag.END_HEADERS and not frames[0][4] & fr.Flag.END_STREAM
+    assert hpack.Decoder().decode(b"".join(f[fr.HEADER_LEN:] for f in frames), raw=True) == big
+
+
+def test_withhold_tells_a_block_that_changed_the_table() -> None:
+    encoder, reader = hpack.Encoder(), HeaderReader(1 << 16, "")
+    assert withheld.withhold(reader, encoder.encode(HEADERS)) is True  # adds its entries
+    assert withheld.withhold(reader, encoder.encode(HEADERS)) is False  # only refers to them
