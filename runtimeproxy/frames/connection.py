@@ -338,6 +338,15 @@ class FrameConnection:
         if self.backend_lost and done and not self.closed.done():
             self._close()  # the proxy's own calls, and the answers given, are done too
 
+    def at_stream_limit(self) -> bool:
+        """The client has --max-concurrent-streams streams open here. A hooked
+        call whose end it has does not count while its stages finish: the
+        client counts it closed (RFC 9113 5.1.2) and may open another."""
+        count = len(self.relayed) + len(self.hooked) + len(self.diverted)
+        if count < self.max_streams:
+            return False
+        return count - sum(1 for call in self.hooked.values() if call.over_at_client) >= self.max_streams
+
     def start_timing(self, sid: int, path: str) -> None:
         record = self.routes.measure(path)
         if record is not None:
@@ -346,6 +355,9 @@ class FrameConnection:
     def stream_done(self, sid: int, code: str) -> None:
         """A relayed or hooked stream ended with ``code`` (a gRPC status name)."""
         self.closed_at_client = sid
+        call = self.hooked.get(sid)
+        if call is not None:
+            call.stream_over = True
         timed = self.timed.pop(sid, None)
         if timed is not None:
             timed[0](code, time.perf_counter() - timed[1])

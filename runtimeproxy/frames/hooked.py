@@ -97,7 +97,15 @@ class Hooked:
     at_once: Callable[[], bool] | None = None  # whether a success may go as it arrives (``release_at_answer``)
     went_at_once: bool = False  # it did: the client has it, the stages finish what they record
     finished: bool = False
+    stream_over: bool = False  # its stream ended (FrameConnection.stream_done), its end queued behind its gate
     task: asyncio.Task[None] | None = None
+
+    @property
+    def over_at_client(self) -> bool:
+        """The client has its stream's end (or it waits only for the client's
+        window), while the stages may still be finishing (recording a success
+        that went as it came, or after their gate's time limit)."""
+        return self.stream_over and (self.gate is None or self.gate.is_open)
 
     def wants_data(self) -> bool:
         """Whether its answer still needs DATA from the runtime: not ended, and

@@ -327,7 +327,8 @@ class ClientSide:
         self.opened = max(self.opened, sid)
         if not told_to_go:
             conn.last_stream = sid
-        if told_to_go or len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams:
+        at_limit = len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams
+        if told_to_go or (at_limit and conn.at_stream_limit()):  # (a call only there: the rare case)
             if not conn.backend_lost:
                 self._ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
