@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 CRI_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
 PROBE_TIMEOUT = 2.0
+# The least time from one probe to the next that a call's UNIMPLEMENTED
+# brings forward (``probe_soon``): however many calls fail so, at most two probes a second.
+PROBE_SOON_S = 0.5
 
 
 class BackendUnavailable(Exception):
@@ -113,6 +116,8 @@ class Backend:
         )
         self._probe_max_interval = probe_max_interval
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # between probes (tests: none)
+        self._soon = asyncio.Event()  # probe_soon: the wait between probes ends early
+        self._attempted = 0.0  # when the latest probe began (loop time)
         self.info: BackendInfo | None = None
         self.ready = asyncio.Event()
         self._listeners: list[Callable[[BackendInfo], None]] = []
@@ -143,6 +148,32 @@ class Backend:
         or a new one answers) and is not probed again yet: what it serves is
         not known, so its routing may be stale."""
         return not self.connected
+
+    def probe_soon(self) -> None:
+        """A call got UNIMPLEMENTED from the runtime. If it is lost and not
+        probed again, the runtime it answers may be a restarted one without
+        the CRI version the call is routed in (containerd 2 dropped
+        v1alpha2): a probe waiting to retry (the runtime answered, but was
+        not initialised yet) goes now, PROBE_SOON_S after the last at the
+        soonest, not after its backoff (up to ``probe_max_interval``). A
+        probed runtime's UNIMPLEMENTED is a method it lacks: nothing to do."""
+        if not self.connected:
+            self._soon.set()
+
+    async def _pause(self, delay: float) -> None:
+        """The wait before the next probe: ``delay``, unless ``probe_soon``
+        (since the last probe began) ends it early."""
+        timer = asyncio.ensure_future(self._sleep(delay))
+        soon = asyncio.ensure_future(self._soon.wait())
+        try:
+            await asyncio.wait((timer, soon), return_when=asyncio.FIRST_COMPLETED)
+            if not timer.done():
+                gap = PROBE_SOON_S - (asyncio.get_running_loop().time() - self._attempted)
+                if gap > 0:
+                    await asyncio.wait((timer,), timeout=gap)
+        finally:
+            timer.cancel()
+            soon.cancel()
 
     def channel_for(self, service: str) -> aio.Channel:
         return self.image_channel if service == "ImageService" else self.runtime_channel
@@ -217,10 +248,12 @@ class Backend:
             retry=retry_if_exception_type(BackendUnavailable),
             wait=wait_exponential(multiplier=0.1, max=self._probe_max_interval),
             before_sleep=before_sleep,
-            sleep=self._sleep,
+            sleep=self._pause,
             reraise=True,
         ):
             with attempt:
+                self._soon.clear()  # what comes from here on ends the wait after this probe, if it fails
+                self._attempted = asyncio.get_running_loop().time()
                 instance = runtime_instance(self.runtime_socket)  # before the answer: never newer than it
                 info = await self.probe_once()
         self._instance = instance

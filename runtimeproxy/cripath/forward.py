@@ -87,15 +87,18 @@ async def pass_error(context: aio.ServicerContext, err: aio.AioRpcError, path: s
 
 
 async def _pass_runtime_error(
-    context: aio.ServicerContext, err: aio.AioRpcError, path: str, unprobed: Callable[[], bool]
+    context: aio.ServicerContext, err: aio.AioRpcError, path: str, unprobed: Callable[[], bool],
+    probe_soon: Callable[[], None],
 ) -> NoReturn:
     """``pass_error``, but UNIMPLEMENTED from a runtime lost and not probed
     again is UNAVAILABLE: a restarted runtime may no longer serve the CRI
     version the call is routed in (the re-probe routes it anew), and kubelet
     retries UNAVAILABLE. A probed runtime's UNIMPLEMENTED (a method it lacks)
     is passed on as it is. Only calls this relay re-issues: on the frames
-    path a call relayed verbatim gets the runtime's own answer (routes.py)."""
+    path a call relayed verbatim gets the runtime's own answer (routes.py).
+    Either way the re-probe comes sooner (``probe_soon``: Backend.probe_soon)."""
     if err.code() == grpc.StatusCode.UNIMPLEMENTED and unprobed():
+        probe_soon()
         log.info("call failed", extra={"method": path, "code": err.code().name, "error": err.details(),
                                        "answered": "UNAVAILABLE, the runtime is not probed since it was lost"})
         await context.abort(
@@ -159,9 +162,12 @@ class Relay(Protocol):
 class GrpcRelay:
     """Re-issues each call on a grpc.aio channel with identity (de)serializers."""
 
-    def __init__(self, unprobed: Callable[[], bool] = lambda: False) -> None:
-        """``unprobed``: whether the runtime was lost and is not probed again yet (Backend.unprobed)."""
+    def __init__(self, unprobed: Callable[[], bool] = lambda: False,
+                 probe_soon: Callable[[], None] = lambda: None) -> None:
+        """``unprobed``: whether the runtime was lost and is not probed again yet (Backend.unprobed);
+        ``probe_soon``: Backend.probe_soon."""
         self._unprobed = unprobed
+        self._probe_soon = probe_soon
         # Open backend streams, so that shutdown can end them instead of
         # waiting out the grace period on calls that never finish.
         self._streams: set[aio.Call] = set()
@@ -183,7 +189,7 @@ class GrpcRelay:
         async def answer() -> bytes:
             return await call
 
-        return await _unary_answer(call, answer(), path, context, self._unprobed)
+        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon)
 
     async def _unary_telling_sent(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
@@ -209,7 +215,7 @@ class GrpcRelay:
                 )
             return responses[0]
 
-        return await _unary_answer(call, answer(), path, context, self._unprobed)
+        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon)
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -244,7 +250,7 @@ class GrpcRelay:
         except aio.AioRpcError as err:
             if self._closing and err.code() == grpc.StatusCode.CANCELLED:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
-            await _pass_runtime_error(context, err, path, self._unprobed)
+            await _pass_runtime_error(context, err, path, self._unprobed, self._probe_soon)
         except asyncio.CancelledError:
             # end_streams cancelled the backend call (grpc.aio raises
             # CancelledError for a locally cancelled call): tell the client to
@@ -291,14 +297,14 @@ async def send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[byte
 
 async def _unary_answer(
     call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext,
-    unprobed: Callable[[], bool],
+    unprobed: Callable[[], bool], probe_soon: Callable[[], None],
 ) -> bytes:
     """The backend's one answer, with its metadata, or its status passed on."""
     try:
         response = await answer
     except aio.AioRpcError as err:
         await _pass_initial_metadata(call, context)
-        await _pass_runtime_error(context, err, path, unprobed)
+        await _pass_runtime_error(context, err, path, unprobed, probe_soon)
     except asyncio.CancelledError:
         call.cancel()  # the client went away: so does the backend call
         raise

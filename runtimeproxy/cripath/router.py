@@ -124,6 +124,10 @@ class Router(grpc.GenericRpcHandler):
     def calls(self) -> CallSink | None:
         return self._calls
 
+    def runtime_unimplemented(self) -> None:
+        """A call the frames path relayed got UNIMPLEMENTED from the runtime (Backend.probe_soon)."""
+        self._backend.probe_soon()
+
     # grpc calls this for every incoming call; keep it a dict lookup.
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if self._held is not None:

@@ -77,6 +77,10 @@ class Routes(Protocol):
     def measure(self, path: str) -> Callable[[str, float], None] | None:
         """A call on ``path`` starts: the function that records its end, or None."""
 
+    def runtime_unimplemented(self) -> None:
+        """A call relayed or hooked got UNIMPLEMENTED from the runtime: a
+        restarted one may lack the version it was routed in (cripath/backend.py, probe_soon)."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -361,6 +365,8 @@ class FrameConnection:
         timed = self.timed.pop(sid, None)
         if timed is not None:
             timed[0](code, time.perf_counter() - timed[1])
+        if code == "UNIMPLEMENTED":
+            self.routes.runtime_unimplemented()
         self.relayed.discard(sid)
         self.responded.discard(sid)
         self.sizes_in.pop(sid, None)

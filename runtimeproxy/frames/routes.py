@@ -15,7 +15,8 @@ are relayed on each connection's fresh runtime connection as before, served
 as soon as it listens. The router's channel may sit in its reconnect backoff
 then (UNAVAILABLE at once, up to 2.4 s), and a relayed call's UNIMPLEMENTED
 (a version the restarted runtime dropped) cannot be rewritten here anyway:
-its trailers are HPACK-coded for the client's decoder as they are.
+its trailers are HPACK-coded for the client's decoder as they are. It brings
+the re-probe forward instead (``runtime_unimplemented``: Backend.probe_soon).
 """
 
 from __future__ import annotations
@@ -146,3 +147,6 @@ class RouterRoutes:
 
     def unary(self, path: str) -> bool:
         return path in self._unary
+
+    def runtime_unimplemented(self) -> None:
+        self._router.runtime_unimplemented()

@@ -57,6 +57,9 @@ class _Routes:
     def measure(self, path: str) -> None:
         return None
 
+    def runtime_unimplemented(self) -> None:
+        pass
+
 
 def request_block(encoder: hpack.Encoder, path: str) -> bytes:
     return encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost"),

@@ -41,6 +41,9 @@ class _Routes:
     def measure(self, path: str) -> None:
         return None
 
+    def runtime_unimplemented(self) -> None:
+        pass
+
 
 class _SilentRuntime(asyncio.Protocol):
     """A runtime that sends its SETTINGS only when told (``speak``)."""

@@ -33,3 +33,6 @@ class Routes:
 
     def measure(self, path: str) -> None:
         return None
+
+    def runtime_unimplemented(self) -> None:
+        pass

@@ -61,6 +61,9 @@ class _Routes:
     def measure(self, path: str) -> None:
         return None
 
+    def runtime_unimplemented(self) -> None:
+        pass
+
 
 def _connection(prefaced: bool = True) -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
     """``prefaced``: the runtime's SETTINGS have come (before them the client is sent nothing)."""
