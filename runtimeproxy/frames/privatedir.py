@@ -2,9 +2,9 @@
 sweep of those that proxies killed without a stop (SIGKILL, OOM) left behind.
 
 A directory is proven its owner's while that owner lives by an exclusive
-``flock`` on the ``owner.lock`` file inside, taken right after the directory
-is made and held open until it is removed: the kernel drops the lock when the
-process dies, however it dies. A start removes every directory of the same
+``flock`` on the ``owner.lock`` file inside, taken as the directory is made
+(before the file has its name) and held open until it is removed: the
+kernel drops the lock when the process dies, however it dies. A start removes every directory of the same
 name pattern in the same parent that is the proxy user's own (a directory, not
 a link, mode 0700) and whose lock it can take: its owner is dead. One whose
 lock is held (another proxy, live) is left alone, as is anything it cannot
@@ -47,11 +47,18 @@ def make(base: Path) -> PrivateDir:
     sweep(base)
     path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
     try:
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        # Locked under another name, then named: a sweeping start never finds
+        # the lock file free in the instant before this start takes it.
+        fd = os.open(path / f".{LOCK_NAME}", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (no wait: the file is new, nobody else has it open)
+            os.rename(path / f".{LOCK_NAME}", path / LOCK_NAME)
+        except OSError:
+            os.close(fd)
+            raise
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
         raise
-    fcntl.flock(fd, fcntl.LOCK_EX)  # (no wait: the file is new, nobody else has it open)
     return PrivateDir(path, fd)
 
 

@@ -107,6 +107,7 @@ def test_what_it_cannot_prove_dead_stays(tmp_path: Path) -> None:
 
 def test_a_held_lock_keeps_its_directory_and_a_removed_one_frees_it(tmp_path: Path) -> None:
     made = privatedir.make(tmp_path)
+    assert sorted(p.name for p in made.path.iterdir()) == [privatedir.LOCK_NAME]  # named once locked
     assert privatedir.sweep(tmp_path) == []  # held (by another open file: flock is per open file)
     assert made.path.exists()
     made.remove()
