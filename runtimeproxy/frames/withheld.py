@@ -5,9 +5,9 @@ A client may send trailers (a header block with END_STREAM) on a stream the
 runtime no longer has open: one the proxy ended (a refusal, a reset; RFC 9113
 5.1: the client may have sent them before it read that end, and they are to
 be ignored), one the runtime ended, or a call the proxy answers itself
-(diverted, hooked). grpc-go, containerd's server, ends its whole connection on
-any header block on a stream it has seen (``received an illegal stream id``),
-every call kubelet has on it with it. So such a block is read by the proxy
+(diverted, hooked). Recent grpc-go (containerd 1.7's; 1.6's ignores it) ends
+its whole connection on any header block on a stream it has seen
+(``received an illegal stream id``), every call kubelet has on it with it. So such a block is read by the proxy
 (its own decoder stays in step with the client's encoder) and never passed on.
 
 The runtime's decoder then never reads it. A block that left the table as it

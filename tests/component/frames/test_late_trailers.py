@@ -3,7 +3,7 @@ on the wire between a raw client and a raw runtime (rawrelay.py): after the
 proxy reset the stream, after it ended it (END_STREAM) with the client's side
 still open, split into CONTINUATIONs, and on calls the proxy takes. The
 proxy reads them and drops them: the connection and its other calls go on,
-the runtime never sees them (grpc-go ends its connection on any header block
+the runtime never sees them (containerd 1.7's grpc-go ends its connection on any header block
 on a stream it has seen), and its HPACK decoder still reads the client's next
 blocks right, restated when a dropped block changed the table.
 
