@@ -43,9 +43,14 @@ async def test_unimplemented_calls_end_the_wait_at_most_once_per_probe_soon_s(mo
     began: list[float] = []
     backend = _backend(3, began)
     probing = asyncio.ensure_future(backend.probe())
-    while not probing.done():  # a storm of UNIMPLEMENTED answers, one each loop turn
-        backend.probe_soon()
-        await asyncio.sleep(0)
+    deadline = asyncio.get_running_loop().time() + 5  # without probe_soon the wait never ends: fail, not hang
+    try:
+        while not probing.done() and asyncio.get_running_loop().time() < deadline:
+            backend.probe_soon()  # a storm of UNIMPLEMENTED answers, one each loop turn
+            await asyncio.sleep(0)
+        assert probing.done(), f"still waiting after {len(began)} probe(s)"
+    finally:
+        probing.cancel()
     assert probing.result() == INFO
     assert len(began) == 4  # three failed, then the one that answered, each brought forward
     gaps = [later - earlier for earlier, later in zip(began, began[1:])]
