@@ -16,8 +16,8 @@ literals without indexing) changes nothing there. One that changed it (a new
 entry, a size update) leaves the runtime's table behind the client's for good:
 from then on the connection's blocks reach the runtime *restated*, each
 header written from HPACK's static table or as a literal without indexing
-(hpackstatic.py), which neither reads nor changes the runtime's dynamic
-table, so what it holds no longer matters. The size updates a block starts
+(never indexed if the client's was: hpackstatic.py), which neither reads
+nor changes the runtime's dynamic table, so what it holds no longer matters. The size updates a block starts
 with still go first (the runtime's decoder may require them).
 """
 

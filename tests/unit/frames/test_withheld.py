@@ -4,9 +4,10 @@ runtime's dynamic table alone, its leading size updates kept."""
 from __future__ import annotations
 
 import hpack
+from hpack.struct import NeverIndexedHeaderTuple
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames import withheld
+from runtimeproxy.frames import hpackstatic, withheld
 from runtimeproxy.frames.hpackpeek import HeaderReader
 
 HEADERS = [(b":method", b"POST"), (b":path", b"/runtime.v1.RuntimeService/Version"), (b"x-new", b"v" * 40)]
@@ -39,3 +40,25 @@ def test_withhold_tells_a_block_that_changed_the_table() -> None:
     encoder, reader = hpack.Encoder(), HeaderReader(1 << 16, "")
     assert withheld.withhold(reader, encoder.encode(HEADERS)) is True  # adds its entries
     assert withheld.withhold(reader, encoder.encode(HEADERS)) is False  # only refers to them
+
+
+def test_a_field_the_client_never_indexed_is_restated_never_indexed() -> None:
+    # RFC 7541 6.2.3: an intermediary re-encodes such a field never indexed.
+    # hpack's encoder writes a sensitive field the static table has whole as
+    # its index, so :method GET (static entry 2) is written by hand.
+    block = b"\x12" + hpackstatic.string(b"GET") + hpack.Encoder().encode(
+        [(b"authorization", b"secret", True), (b"x-plain", b"v")])
+    headers = HeaderReader(1 << 16, "").decode(block)
+    assert [type(h) for h in headers] == [NeverIndexedHeaderTuple, NeverIndexedHeaderTuple, hpack.HeaderTuple]
+    (frame,) = withheld.restated(5, block, headers, fr.DEFAULT_MAX_FRAME, True)
+    payload = frame[fr.HEADER_LEN:]
+    assert payload[0] == 0x12  # :method's static name, never indexed: not the whole entry (0x82)
+    runtime = hpack.Decoder().decode(payload, raw=True)
+    assert runtime == [(b":method", b"GET"), (b"authorization", b"secret"), (b"x-plain", b"v")]
+    assert [type(h) for h in runtime] == [NeverIndexedHeaderTuple, NeverIndexedHeaderTuple, hpack.HeaderTuple]
+
+
+def test_a_never_indexed_name_outside_the_static_table_is_a_literal_name() -> None:
+    written = hpackstatic.field(b"x-token", b"t", never_indexed=True)
+    assert written == b"\x10" + hpackstatic.string(b"x-token") + hpackstatic.string(b"t")
+    assert type(hpack.Decoder().decode(written, raw=True)[0]) is NeverIndexedHeaderTuple
