@@ -51,7 +51,7 @@ class ClientSide:
         # idle. (Not the GOAWAY's last stream id, which stays put once one went.)
         self.opened = 0
         self.headers = HeaderReader(MAX_HEADER_BLOCK, "")
-        self.restating = False  # blocks reach the runtime restated (withheld.py)
+        self.restating: withheld.Restating | None = None  # blocks reach the runtime restated
 
     def feed(self, chunk: bytes) -> None:
         if not self.prefaced:
@@ -306,9 +306,9 @@ class ClientSide:
         if sid <= self.opened and (sid in conn.ended or sid not in conn.relayed):
             withheld.late_block(self, sid, data, end_stream, out)  # on a stream the runtime does not have open
             return
-        if self.restating:
+        if self.restating is not None:
             peeked, headers = None, self.headers.decode(data)
-            raws = withheld.restated(sid, data, headers, conn.backend_frames.send, end_stream)
+            raws = self.restating.restate(sid, data, headers, conn.backend_frames.send, end_stream)
         else:
             peeked = self.headers.peek(data, _PATH)
             # None: the table is as it was before the block, which may be read again.

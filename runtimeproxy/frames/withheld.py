@@ -7,8 +7,9 @@ runtime no longer has open: one the proxy ended (a refusal, a reset; RFC 9113
 be ignored), one the runtime ended, or a call the proxy answers itself
 (diverted, hooked). Recent grpc-go (containerd 1.7's; 1.6's ignores it) ends
 its whole connection on any header block on a stream it has seen
-(``received an illegal stream id``), every call kubelet has on it with it. So such a block is read by the proxy
-(its own decoder stays in step with the client's encoder) and never passed on.
+(``received an illegal stream id``), every call kubelet has on it with it. So
+such a block is read by the proxy (its own decoder stays in step with the
+client's encoder) and never passed on.
 
 The runtime's decoder then never reads it. A block that left the table as it
 was (most trailers: ``grpc-status``-like fields the client has indexed, or
@@ -17,13 +18,21 @@ entry, a size update) leaves the runtime's table behind the client's for good:
 from then on the connection's blocks reach the runtime *restated*, each
 header written from HPACK's static table or as a literal without indexing
 (never indexed if the client's was: hpackstatic.py), which neither reads
-nor changes the runtime's dynamic table, so what it holds no longer matters. The size updates a block starts
-with still go first (the runtime's decoder may require them).
+nor changes the runtime's dynamic table, so what it holds no longer matters.
+The size updates a block starts with still go first (the runtime's decoder
+may require them), and so do those of the blocks dropped since the last one
+passed on: once the runtime lowered its HEADER_TABLE_SIZE, the client's next
+block must say the table shrank (RFC 7541 4.2), and a decoder that holds it
+to that (Python's hpack does) ends the connection (COMPRESSION_ERROR) on a
+block without it. The smallest size of the interval goes first, then the
+last if it differs, as 4.2 asks of an encoder. A dropped size update forces
+restating even when the table ends as it was (no entries, back to its size).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
@@ -39,15 +48,38 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Restating:
+    """A connection whose client blocks reach the runtime restated (from the
+    first dropped block that changed the HPACK table on), and the size
+    updates of dropped blocks not passed on yet (their smallest and last)."""
+
+    sizes: list[int] = field(default_factory=list)
+
+    def dropped(self, sizes: list[int]) -> None:
+        if sizes:
+            self.sizes = _smallest_and_last(self.sizes + sizes)
+
+    def restate(self, stream_id: int, block: bytes, headers: list[tuple[bytes, bytes]], max_frame: int,
+                end_stream: bool) -> list[bytes]:
+        """``restated``, with the dropped blocks' size updates, which go this once."""
+        dropped, self.sizes = self.sizes, []
+        return restated(stream_id, block, headers, max_frame, end_stream, dropped)
+
+
 def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: list[bytes | memoryview]) -> None:
     """A header block on a stream the runtime does not have open (ended, or a
     call the proxy takes), ``out`` what goes to the runtime before it: read,
     never passed on; trailers on a stream that is over are ignored (RFC 9113 5.1)."""
     conn = side.conn
-    if withhold(side.headers, data) and not side.restating:
-        side.restating = True
+    changed = withhold(side.headers, data)
+    sizes = _size_updates(data)[1]
+    if (changed or sizes) and side.restating is None:
+        side.restating = Restating()
         log.info("frames: a client's header block kept from the runtime changed the HPACK table; "
                  "the client's later blocks reach the runtime restated", extra={"stream": sid})
+    if side.restating is not None:
+        side.restating.dropped(sizes)
     if sid in conn.ended:
         return
     diverted = conn.diverted.get(sid)
@@ -68,16 +100,30 @@ def withhold(reader: HeaderReader, block: bytes) -> bool:
 
 
 def restated(stream_id: int, block: bytes, headers: list[tuple[bytes, bytes]], max_frame: int,
-             end_stream: bool) -> list[bytes]:
-    """``block`` (whose ``headers`` were read) as frames that leave the runtime's dynamic table alone."""
-    return fr.header_frames(stream_id, block[: _size_updates(block)] + hpackstatic.stateless_block(headers),
-                            max_frame, end_stream)
+             end_stream: bool, dropped: list[int] | None = None) -> list[bytes]:
+    """``block`` (whose ``headers`` were read) as frames that leave the
+    runtime's dynamic table alone, after the size updates of ``dropped``
+    blocks (their smallest and last) merged with its own."""
+    length, sizes = _size_updates(block)
+    if dropped:
+        updates = b"".join(hpackstatic.integer(size, 5, 0x20) for size in _smallest_and_last(dropped + sizes))
+    else:
+        updates = block[:length]
+    return fr.header_frames(stream_id, updates + hpackstatic.stateless_block(headers), max_frame, end_stream)
 
 
-def _size_updates(block: bytes) -> int:
-    """The length of the dynamic table size updates ``block`` starts with (RFC 7541 4.2)."""
+def _size_updates(block: bytes) -> tuple[int, list[int]]:
+    """The length of the dynamic table size updates ``block`` starts with (RFC 7541 4.2), and their sizes."""
     view = memoryview(block)
     i = 0
+    sizes = []
     while i < len(block) and block[i] & 0xE0 == 0x20:
-        i += decode_integer(view[i:], 5)[1]
-    return i
+        size, used = decode_integer(view[i:], 5)
+        sizes.append(size)
+        i += used
+    return i, sizes
+
+
+def _smallest_and_last(sizes: list[int]) -> list[int]:
+    smallest = min(sizes)
+    return [smallest] if smallest == sizes[-1] else [smallest, sizes[-1]]

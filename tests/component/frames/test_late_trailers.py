@@ -22,7 +22,7 @@ import hpack
 import pytest
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
+from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType, Setting
 
 from .. import rawh2
 from .rawrelay import DIVERTED, HOOKED, RELAYED, Pair, message, raw_relay, request_block
@@ -127,6 +127,32 @@ def _restated(block: bytes) -> bool:
     except hpack.HPACKError:
         return False
     return len(decoder.header_table.dynamic_entries) == 0
+
+
+async def test_a_table_shrink_in_dropped_trailers_reaches_the_runtime(sock_dir: Path) -> None:
+    """The runtime lowered its HEADER_TABLE_SIZE to 0 and the client's block
+    that says its table shrank (RFC 7541 4.2) is trailers the proxy drops:
+    the next block the runtime gets says it, else a decoder that holds the
+    client to it (hpack's, the raw runtime's) fails it (COMPRESSION_ERROR)."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
+        await _runtime_reads_request(pair, 1)
+        pair.client.writer.write(fr.window_update(1, 0))  # a stream error: the proxy resets it
+        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 1, ErrorCode.PROTOCOL_ERROR)]
+        pair.runtime.writer.write(fr.serialize(FrameType.SETTINGS, 0, 0,
+                                               struct.pack(">HI", Setting.HEADER_TABLE_SIZE, 0)))
+        await pair.client.until(rawh2.SETTINGS)
+        pair.client.writer.write(fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+        acked = (await pair.runtime.until(rawh2.SETTINGS))[-1]
+        assert acked[1] & Flag.ACK
+        pair.runtime.decoder.max_allowed_table_size = 0
+        pair.encoder.header_table_size = 0
+        pair.client.writer.write(_trailers(pair, 1, True))
+        assert _errors(await pair.pinged(b"pingpon2")) == []
+        seen, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
+        assert block[0] == 0x20 and _restated(block)  # restated, after the shrink to 0
+        assert pair.runtime.decoder.header_table_size == 0
 
 
 @pytest.mark.parametrize("path", [RELAYED, HOOKED])

@@ -22,7 +22,7 @@ def test_a_restated_block_reads_the_same_without_the_dynamic_table_and_keeps_its
     (frame,) = withheld.restated(5, block, HEADERS, fr.DEFAULT_MAX_FRAME, True)
     assert frame[3:5] == bytes([fr.FrameType.HEADERS, fr.Flag.END_HEADERS | fr.Flag.END_STREAM])
     payload = frame[fr.HEADER_LEN:]
-    assert payload.startswith(block[: withheld._size_updates(block)]) and withheld._size_updates(block) > 0
+    assert payload.startswith(block[: withheld._size_updates(block)[0]]) and withheld._size_updates(block)[1] == [256]
     runtime = hpack.Decoder()  # a table that holds nothing the client's does
     assert runtime.decode(payload, raw=True) == HEADERS
     assert runtime.header_table.maxsize == 256 and len(runtime.header_table.dynamic_entries) == 0
@@ -62,3 +62,44 @@ def test_a_never_indexed_name_outside_the_static_table_is_a_literal_name() -> No
     written = hpackstatic.field(b"x-token", b"t", never_indexed=True)
     assert written == b"\x10" + hpackstatic.string(b"x-token") + hpackstatic.string(b"t")
     assert type(hpack.Decoder().decode(written, raw=True)[0]) is NeverIndexedHeaderTuple
+
+
+def _runtime_requiring_a_shrink() -> hpack.Decoder:
+    """The runtime lowered its HEADER_TABLE_SIZE to 0, and its decoder holds the client to it (RFC 7541 4.2)."""
+    runtime = hpack.Decoder()
+    runtime.max_allowed_table_size = 0
+    return runtime
+
+
+def test_a_dropped_blocks_size_update_goes_first_in_the_next_block_restated() -> None:
+    client, reader = hpack.Encoder(), HeaderReader(1 << 16, "")
+    reader.decode(client.encode(HEADERS))  # (passed on: the runtime read it)
+    reader.allow_table_size(0)
+    client.header_table_size = 0
+    trailers = client.encode([(b"x-n", b"1")])  # dropped: it says the table shrank
+    assert trailers[0] == 0x20
+    restating = withheld.Restating()
+    restating.dropped(withheld._size_updates(trailers)[1])
+    reader.decode(trailers)
+    block = client.encode(HEADERS)
+    assert block[0] & 0xE0 != 0x20  # the client said it already
+    (frame,) = restating.restate(5, block, reader.decode(block), fr.DEFAULT_MAX_FRAME, False)
+    runtime = _runtime_requiring_a_shrink()
+    assert runtime.decode(frame[fr.HEADER_LEN:], raw=True) == HEADERS  # not InvalidTableSizeError
+    assert runtime.header_table_size == 0
+    (frame,) = restating.restate(7, block, HEADERS, fr.DEFAULT_MAX_FRAME, False)
+    assert frame[fr.HEADER_LEN] == 0x80 | 3  # once only: :method POST, from the static table
+
+
+def test_dropped_and_own_size_updates_go_as_their_smallest_then_last() -> None:
+    restating = withheld.Restating()
+    restating.dropped([0])
+    restating.dropped([100, 4096])
+    own = hpackstatic.integer(2048, 5, 0x20)
+    (frame,) = restating.restate(5, own + b"\x83", [(b":method", b"POST")], fr.DEFAULT_MAX_FRAME, False)
+    payload = frame[fr.HEADER_LEN:]
+    assert payload == hpackstatic.integer(0, 5, 0x20) + own + b"\x83"
+    runtime = _runtime_requiring_a_shrink()
+    runtime.max_allowed_table_size = 4096
+    runtime.decode(payload)
+    assert runtime.header_table_size == 2048
