@@ -102,9 +102,13 @@ class Hooked:
 
     @property
     def over_at_client(self) -> bool:
-        """The client has its stream's end (or it waits only for the client's
-        window), while the stages may still be finishing (recording a success
-        that went as it came, or after their gate's time limit)."""
+        """Its stream's end is queued for the client and its own gate (if
+        any) is open, while the stages may still be finishing (recording a
+        success that went as it came, or after their gate's time limit). The
+        end may still wait in the outbound queue, which is FIFO: for the
+        client's window, or behind another call's closed gate. So this may
+        say over a little early, never late: the lax side, as a relayed call
+        is counted out at stream_done though its end may still be queued."""
         return self.stream_over and (self.gate is None or self.gate.is_open)
 
     def wants_data(self) -> bool:
