@@ -41,7 +41,7 @@ from grpc import aio
 
 from ..cripath.stage import Stage
 from . import frame as fr
-from . import hooked, hpackstatic, runtimegone
+from . import hooked, hpackstatic, peerid, runtimegone
 from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
@@ -244,6 +244,10 @@ class FrameConnection:
     def server_prefaced(self) -> None:
         """The runtime's first SETTINGS are queued for the client: a stop's GOAWAY is on its way."""
         self.check_idle()
+
+    def client_identity(self) -> dict[str, int | None]:
+        """The client's process and socket, for a log line's ``extra`` (peerid.py)."""
+        return peerid.client_identity(self._client_writer)
 
     def table_update(self) -> bytes:
         """What a header block of the proxy's own starts with: once the client

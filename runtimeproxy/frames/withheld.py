@@ -77,7 +77,8 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
     if (changed or sizes) and side.restating is None:
         side.restating = Restating()
         log.info("frames: a client's header block kept from the runtime changed the HPACK table; "
-                 "the client's later blocks reach the runtime restated", extra={"stream": sid})
+                 "the client's later blocks reach the runtime restated",
+                 extra={"stream": sid, **conn.client_identity()})
     if side.restating is not None:
         side.restating.dropped(sizes)
     if sid in conn.ended:

@@ -14,6 +14,8 @@ diverted or hooked call went on to the runtime.
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -99,10 +101,11 @@ async def _runtime_reads_request(pair: Pair, sid: int) -> None:
 @pytest.mark.parametrize("indexed", [True, False], ids=["adds-to-the-table", "leaves-the-table"])
 @pytest.mark.parametrize("split", [False, True], ids=["one-frame", "continuations"])
 async def test_trailers_after_the_proxy_reset_the_stream_are_ignored(
-    sock_dir: Path, indexed: bool, split: bool
+    sock_dir: Path, indexed: bool, split: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """RFC 9113 5.1: after sending RST_STREAM, frames on the stream are ignored
     (a header block still read for its HPACK state)."""
+    caplog.set_level(logging.INFO, logger="runtimeproxy.frames.withheld")
     async with raw_relay(sock_dir) as relay:
         pair = await relay.pair()
         pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
@@ -116,6 +119,11 @@ async def test_trailers_after_the_proxy_reset_the_stream_are_ignored(
         assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.RST_STREAM, 1), (rawh2.HEADERS, 3)]
         # Restated only once a dropped block changed the table; else the next goes verbatim.
         assert _restated(block) is indexed
+        noted = [r for r in caplog.records if "reach the runtime restated" in r.getMessage()]
+        assert len(noted) == (1 if indexed else 0)
+        if indexed:  # which connection: the client's process (this one) and the proxy's descriptor of it
+            assert (noted[0].stream, noted[0].client_pid) == (1, os.getpid())
+            assert isinstance(noted[0].client_fd, int) and noted[0].client_fd >= 0
 
 
 def _restated(block: bytes) -> bool:

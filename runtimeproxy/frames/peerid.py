@@ -1,0 +1,31 @@
+"""Which client connection a frames log line is about.
+
+A unix socket's peer has no address; what tells an operator which client it
+is, is its process (SO_PEERCRED: kubelet's pid, or crictl's), and what tells
+apart that process's connections open at the same time is the proxy's
+descriptor of the socket (``ls -l /proc/<proxy pid>/fd/<fd>``, ``ss -xp``).
+Read only when a line is logged: nothing per connection or per frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def client_identity(transport: asyncio.BaseTransport) -> dict[str, int | None]:
+    """``client_pid`` and ``client_fd`` for a log line's ``extra`` (None where unknown)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return {"client_pid": None, "client_fd": None}
+    pid: int | None = None
+    if sock.family == socket.AF_UNIX and hasattr(socket, "SO_PEERCRED"):
+        try:
+            pid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+        except OSError:  # closed meanwhile
+            pid = None
+    fd = sock.fileno()
+    return {"client_pid": pid, "client_fd": fd if fd >= 0 else None}
