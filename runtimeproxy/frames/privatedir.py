@@ -81,27 +81,47 @@ def sweep(base: Path) -> list[Path]:
 
 
 def _remove_if_dead(path: Path) -> bool:
+    # Checked through descriptors, not the name: the directory that was
+    # checked is the one whose lock is taken, and it is removed only if the
+    # name still leads to it (not replaced meanwhile, by a link or otherwise).
     try:
-        info = os.lstat(path)
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return False
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
-        return False
+        return False  # gone, not a directory, or a link
     try:
-        fd = os.open(path / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False  # no lock file (or a link): nothing proves it dead
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(dir_fd)
+        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                log.info("frames path: cannot check a private directory's owner",
-                         extra={"dir": str(path), "error": str(exc)})
-            return False  # held: its proxy lives
-        shutil.rmtree(path, ignore_errors=True)  # while holding its lock: no other start takes it meanwhile
-        return not path.exists()
+            fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError:
+            return False  # no lock file (or a link): nothing proves it dead
+        try:
+            return _remove_if_unlocked(path, info, fd)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        os.close(dir_fd)
+
+
+def _remove_if_unlocked(path: Path, info: os.stat_result, fd: int) -> bool:
+    """Remove ``path`` (the directory ``info`` describes) if its lock file ``fd`` can be locked."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            log.info("frames path: cannot check a private directory's owner",
+                     extra={"dir": str(path), "error": str(exc)})
+        return False  # held: its proxy lives
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        log.info("frames path: a private directory was replaced while checked; left alone",
+                 extra={"dir": str(path)})
+        return False
+    shutil.rmtree(path, ignore_errors=True)  # while holding its lock: no other start takes it meanwhile
+    return not path.exists()

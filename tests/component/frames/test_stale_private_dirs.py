@@ -1,7 +1,8 @@
 """A proxy killed without a stop (SIGKILL, OOM) leaves its frames path's
 private directory behind; the next start removes it, and only what it can
 prove is a dead proxy's: a live proxy's directory, or one without a lock
-file, a link or another mode, stays (frames/privatedir.py)."""
+file, a link or another mode, or one put in its place while it was checked,
+stays (frames/privatedir.py)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,23 @@ def test_a_held_lock_keeps_its_directory_and_a_removed_one_frees_it(tmp_path: Pa
     assert made.path.exists()
     made.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_replaced_while_checked_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name is checked to still lead to the directory whose lock was
+    taken: one put in its place meanwhile (a rename in the parent) is not
+    removed, nor anything in it."""
+    dead = tmp_path / f"{privatedir.PREFIX}dead"
+    dead.mkdir(mode=0o700)
+    (dead / privatedir.LOCK_NAME).touch()
+    flock = privatedir.fcntl.flock
+
+    def swapped(fd: int, operation: int) -> None:
+        flock(fd, operation)
+        dead.rename(tmp_path / "moved")
+        dead.mkdir(mode=0o700)
+        (dead / "precious").touch()
+
+    monkeypatch.setattr(privatedir.fcntl, "flock", swapped)
+    assert privatedir.sweep(tmp_path) == []
+    assert (dead / "precious").exists() and (tmp_path / "moved" / privatedir.LOCK_NAME).exists()
