@@ -27,6 +27,17 @@ to that (Python's hpack does) ends the connection (COMPRESSION_ERROR) on a
 block without it. The smallest size of the interval goes first, then the
 last if it differs, as 4.2 asks of an encoder. A dropped size update forces
 restating even when the table ends as it was (no entries, back to its size).
+
+Lenient by design: any header block with END_STREAM on a stream id at or
+below the latest the client opened that is not open here is taken as late
+trailers and dropped. RFC 9113 makes some of those connection errors: an id
+the client skipped (closed by a later one, 5.1.1: PROTOCOL_ERROR) or a stream
+whose client side had already ended (5.1: STREAM_CLOSED). Telling them from
+trailers that may come late would take every stream's history: ``ended``
+keeps only the latest ENDED_KEPT, and a relayed stream's END_STREAM passes
+in a verbatim run unread. Dropped, such a block still keeps the proxy's
+decoder in step and never reaches the runtime: only the error report is lost.
+A block without END_STREAM on such an id is refused (upstream._new_stream).
 """
 
 from __future__ import annotations
