@@ -76,7 +76,7 @@ def kubelet_binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     archive = archive_path(os.environ)
     if not archive.is_file():
         fail_or_skip(f"the node tier needs the kubelet archive {archive} (set RUNTIME_PROXY_SHARED)")
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # none under `-p no:cacheprovider`
     directory = Path(cache.mkdir("kubelet")) if cache is not None else tmp_path_factory.mktemp("kubelet")
     try:
         return unpacked_kubelet(archive, directory)
