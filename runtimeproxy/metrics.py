@@ -186,6 +186,19 @@ class CriCallMetrics:
             ["kind"],
             registry=registry,
         )
+        self._frames_connections = CounterFamily(
+            "runtime_proxy_frames_connections",
+            "Client connections the frames data path accepted, by path: relayed (a runtime connection of its own) "
+            "or spliced (answered by the proxy's own server while the runtime could not be reached).",
+            ["path"],
+            registry,
+        )
+        self._frames_open = Gauge(
+            "runtime_proxy_frames_connections_open",
+            "Client connections of the frames data path open now, by path: relayed or spliced.",
+            ["path"],
+            registry=registry,
+        )
         # By bounded label pair: one recorder (and its children) per pair,
         # shared by every path labelled so (all invented names among them).
         self._recorders: dict[tuple[str, str], Callable[[str, float], None]] = {}
@@ -227,6 +240,13 @@ class CriCallMetrics:
         self.served_versions.clear()
         for client, target in routes.items():
             self.served_versions.labels(client, "native" if client == target else "translated").set(1)
+
+    def frames_connection(self, path: str, opened: bool) -> None:
+        if opened:
+            self._frames_connections.labels(path).inc()
+            self._frames_open.labels(path).inc()
+        else:
+            self._frames_open.labels(path).dec()
 
     def reconnected(self, restarted: bool) -> None:
         self._reconnects.labels("restarted" if restarted else "idle").inc()

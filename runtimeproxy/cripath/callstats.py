@@ -34,6 +34,13 @@ class CallSink(Protocol):
         table (label lookups stay off the hot path)."""
         ...
 
+    def frames_connection(self, path: str, opened: bool) -> None:
+        """A client connection of the frames data path began (``opened``) or
+        ended: ``path`` ``relayed`` (a runtime connection of its own) or
+        ``spliced`` (the proxy's own server answers it: the runtime could not
+        be reached)."""
+        ...
+
 
 def _code(context: aio.ServicerContext, default: str) -> str:
     code = context.code()  # set by abort() and set_code()

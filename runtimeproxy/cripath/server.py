@@ -101,7 +101,8 @@ class Proxy:
         self._listener: ActivatedListener | None = None
         self.backend.on_change(self._on_backend)
         self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
-        self._frames = FramesPath.from_config(config, self.router, options)
+        self._frames = FramesPath.from_config(
+            config, self.router, options, calls.frames_connection if calls is not None else None)
 
     async def start(self) -> None:
         """Listen at once; the backend is probed in the background. A start

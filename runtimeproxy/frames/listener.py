@@ -97,8 +97,13 @@ class _Side(asyncio.Protocol):
 
 class FramesListener:
     def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
-                 channel_options: list, limits: Limits) -> None:
+                 channel_options: list, limits: Limits,
+                 on_connection: Callable[[str, bool], None] | None = None) -> None:
         self._listen = listen
+        # Told (path, True) when a client connection begins, (path, False) when
+        # it ends; path "relayed" or "spliced": which path serves kubelet shows
+        # in the metrics (a spliced connection costs more CPU per call).
+        self._on_connection = on_connection
         self._backend = backend
         self._internal = internal
         self._routes = routes
@@ -202,15 +207,23 @@ class FramesListener:
         self._transports.add(backend.transport)
         conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel, self._limits)
         self._connections.add(conn)
-        backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
-        client.attach(conn.client_data, conn.lost, conn.client_writable)
-        if self._stopping:  # accepted just before the shutdown began: told to go away at once
-            conn.begin_stop()
-        set_up.set_result(None)
-        await conn.closed
+        self._counted("relayed", True)
+        try:
+            backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
+            client.attach(conn.client_data, conn.lost, conn.client_writable)
+            if self._stopping:  # accepted just before the shutdown began: told to go away at once
+                conn.begin_stop()
+            set_up.set_result(None)
+            await conn.closed
+        finally:  # cancelled too, by the drain
+            self._counted("relayed", False)
         self._connections.discard(conn)
         self._transports.discard(client.transport)
         self._transports.discard(backend.transport)
+
+    def _counted(self, path: str, opened: bool) -> None:
+        if self._on_connection is not None:
+            self._on_connection(path, opened)
 
     def _splice(self, a: _Side, b: _Side, failed: bool) -> None:
         """Client ``a`` to the proxy's own server ``b``, byte for byte;
@@ -220,6 +233,8 @@ class FramesListener:
         self._transports.add(tb)
         splice = Splice(ta)  # type: ignore[arg-type]
         self._splices.add(splice)
+        self._counted("spliced", True)
+        ended: list[bool] = []  # not empty once closed: both sides report it
         if failed:
             self._undialled.add(splice)
             if self._redial is None and not self._stopping:
@@ -229,6 +244,9 @@ class FramesListener:
                 self._redial.add_done_callback(self._handlers.discard)
 
         def close() -> None:
+            if not ended:
+                ended.append(True)
+                self._counted("spliced", False)
             ta.close()
             tb.close()
             self._transports.discard(ta)

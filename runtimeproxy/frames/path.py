@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from grpc import aio
@@ -56,8 +57,10 @@ class FramesPath:
     (the proxy is stopped only once started: app.py)."""
 
     def __init__(self, router: Router, backend: Path, image_backend: Path | None,
-                 channel_options: list, limits: Limits) -> None:
+                 channel_options: list, limits: Limits,
+                 on_connection: Callable[[str, bool], None] | None = None) -> None:
         self._backend = backend
+        self._on_connection = on_connection  # counts client connections by path (metrics)
         self._routes = RouterRoutes(router, image_backend is not None and image_backend != backend)
         self._channel_options = channel_options
         self._limits = limits
@@ -65,20 +68,23 @@ class FramesPath:
         self.listener: FramesListener | None = None
 
     @classmethod
-    def from_config(cls, config: ProxyConfig, router: Router, options: list) -> FramesPath | None:
-        """The frames data path, or None for the grpc one (``--data-path``)."""
+    def from_config(cls, config: ProxyConfig, router: Router, options: list,
+                    on_connection: Callable[[str, bool], None] | None = None) -> FramesPath | None:
+        """The frames data path, or None for the grpc one (``--data-path``);
+        ``on_connection(path, opened)`` as each client connection begins and ends."""
         if config.data_path != "frames":
             return None
         assert config.backend is not None
         limits = Limits(config.max_recv_message_bytes, config.max_send_message_bytes, config.max_concurrent_streams)
-        return cls(router, config.backend, config.image_backend, options, limits)
+        return cls(router, config.backend, config.image_backend, options, limits, on_connection)
 
     async def start(self, server: aio.Server, listen: Path, sock: socket.socket | None = None) -> None:
         """Serve on ``listen``, or on ``sock`` from systemd (from ``start_accepting`` on)."""
         self._dir = _private_dir()
         internal = self._dir.path / "grpc.sock"
         self.listener = FramesListener(
-            listen, self._backend, internal, self._routes, self._channel_options, self._limits)
+            listen, self._backend, internal, self._routes, self._channel_options, self._limits,
+            self._on_connection)
         serving = False
         try:
             if server.add_insecure_port(unixsocket.grpc_address(internal)) == 0:
