@@ -98,6 +98,8 @@ BATCH = StaticPod(
     }}})},
 )
 PODS = (MULTI, PROBED, LIMITED, DOOMED, BATCH)
+# Not of the tier's set: the pod test_runtime_back.py starts once the runtime is back.
+AFTER_OUTAGE = StaticPod("after-outage", ("main",), spec=_spec(_container("main")))
 
 
 def write_all(directory: Path) -> None:
