@@ -2,7 +2,8 @@
 
 One small JSON file per pod (``<uid>.json``), written to a temporary file,
 fsync-ed and renamed into place: a crash leaves the old file or the new one,
-never half of one. The pod's annotation text is kept rather than computed
+never half of one (a kill before the rename leaves the temporary file, which
+the next start removes). The pod's annotation text is kept rather than computed
 values, so a changed config (the CFS quota switch) applies after a restart.
 """
 
@@ -57,10 +58,13 @@ class StateDir:
         return self.directory / f"{uid}.json"
 
     def load(self) -> dict[str, PodRecord]:
-        """Every readable record; unreadable files are logged and skipped (never fatal)."""
+        """Every readable record; unreadable files are logged and skipped (never fatal).
+        Runs at start, before this hook saves anything: a temporary file is a
+        killed hook's, whose record is the ``.json`` beside it or was never there."""
         records: dict[str, PodRecord] = {}
         if not self.directory.is_dir():
             return records
+        self._remove_leftovers()
         for path in sorted(self.directory.glob("*.json")):
             try:
                 record = PodRecord(**json.loads(path.read_text()))
@@ -69,6 +73,16 @@ class StateDir:
                 continue
             records[record.uid] = record
         return records
+
+    def _remove_leftovers(self) -> None:
+        for path in sorted(self.directory.glob(".*.tmp")):  # the names save() gives its temporary files
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("batchresource cannot remove a temporary state file a stopped hook left",
+                            extra={"path": str(path), "error": str(exc)})
+                continue
+            log.info("batchresource removed a temporary state file a stopped hook left", extra={"path": str(path)})
 
     def save(self, record: PodRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

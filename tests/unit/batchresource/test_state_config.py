@@ -32,6 +32,21 @@ def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureF
     assert caplog.text.count("unreadable batchresource state file") == 2
 
 
+def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A hook SIGKILLed between writing a record's temporary file and renaming it
+    leaves the temporary file: the next start removes it (before: every such
+    kill left one in the state directory for good)."""
+    state = StateDir(tmp_path)
+    state.save(RECORD)
+    (tmp_path / ".uid-2.k3j9x1.tmp").write_text('{"uid": "uid-2", "names')
+    (tmp_path / "notes.tmp").write_text("not the hook's")  # not a name save() makes: left alone
+    caplog.set_level("INFO")
+    assert state.load() == {"uid-1": RECORD}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "uid-1.json"]
+    removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]
+    assert [r.path for r in removed] == [str(tmp_path / ".uid-2.k3j9x1.tmp")]  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("uid", ["../x", "a/b", "..", ""])
 def test_state_refuses_unsafe_uids(tmp_path: Path, uid: str) -> None:
     with pytest.raises(ValueError):
