@@ -18,7 +18,8 @@ from ..component.conftest import client, fake, hook_dir, running, sock_dir, star
 # The integration tier's own containerd (started and killed by the test) and pod log directory.
 from ..integration.conftest import own_containerd, pod_log_dir  # noqa: F401
 
-_REAL_RUNTIME = ("test_backend_kill.py", "test_backend_kill_hooks.py", "test_proxy_kill.py")
+_REAL_RUNTIME = ("test_backend_kill.py", "test_backend_kill_hooks.py", "test_proxy_kill.py",
+                 "test_stateful_hook_restart.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
