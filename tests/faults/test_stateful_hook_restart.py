@@ -28,7 +28,7 @@ from ..hookprocs import registered
 from ..integration.batchhelpers import HookRun, batchresource_hook
 from ..integration.crihelpers import V1
 from ..integration.proxyfixtures import ProxyLauncher
-from ..integration.test_balloons import WORK_NS, HookProcess, cpuset_of, placements, run_pod
+from ..integration.test_balloons import WORK_NS, HookProcess, cpuset_of, lands_on, placements, run_pod
 from ..integration.test_batchresource import BE, MIB, batch, container_values, pod, pod_values, spec, start_container
 from ..integration.test_localruntime import remove_pod_quietly
 
@@ -118,6 +118,50 @@ async def test_balloons_hook_sigkilled_between_pods_rebuilds_its_balloons(
                     raise AssertionError("the restarted hook forgot that the created container holds CPU 1")
                 assert placements(json.loads(await hook.status("--json"))) == {
                     system: ("reserved[0]", "0"), heavy: ("work[0]", "1"), light: ("work[0]", "1")}
+        finally:
+            for pod_id in pods:
+                await remove_pod_quietly(V1, channel, pod_id)
+
+
+def balloons_config(proxy_socket: Path, reserved: int) -> str:
+    return yaml.safe_dump({"reservedResources": {"cpu": f"cpuset:{reserved}"}, "runtimeEndpoint": str(proxy_socket),
+                           "balloonTypes": [{"name": "work", "namespaces": [WORK_NS], "maxBalloons": 1}]})
+
+
+async def test_balloons_hook_sigkilled_as_a_reload_moves_containers_finishes_the_moves_after_restart(
+    own_containerd: LocalContainerd, pod_log_dir: Path
+) -> None:
+    """The reserved CPU changes from 0 to 1: both containers move, and the hook
+    dies as the first move is made (before or after it landed: either way the
+    restarted hook, reading the new config, finds them where they are and moves
+    what is left)."""
+    await own_containerd.start(timeout=60)
+    pods: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        launcher = ProxyLauncher(own_containerd.socket, stack)
+        config = launcher.dir / "balloons.yaml"
+        config.write_text(balloons_config(launcher.socket, 0))
+        running, _ = await launcher.start()
+        channel = await stack.enter_async_context(launcher.channel())
+        try:
+            async with balloons(launcher, config) as hook:
+                await registered(running, 1)
+                system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
+                pods.append(system_pod)
+                work_pod, work = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+                pods.append(work_pod)
+                assert (await cpuset_of(channel, system), await cpuset_of(channel, work)) == ("0", "1")
+                new = config.with_suffix(".new")
+                new.write_text(balloons_config(launcher.socket, 1))
+                os.replace(new, config)
+                await hook.logged("moving container", timeout=30)
+                await sigkill(hook.process)
+            async with balloons(launcher, config) as hook:
+                await registered(running, 1)
+                await lands_on(channel, system, "1")
+                await lands_on(channel, work, "0")
+                assert placements(json.loads(await hook.status("--json"))) == {
+                    system: ("reserved[0]", "1"), work: ("work[0]", "0")}
         finally:
             for pod_id in pods:
                 await remove_pod_quietly(V1, channel, pod_id)
