@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from . import frame as fr
 from .frame import (
-    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, WHOLE_PLAIN, ErrorCode, Flag,
-    FrameError, FrameType, Setting,
+    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_CONTINUATION, T_DATA, T_GOAWAY, T_HEADERS, T_PING,
+    T_RST_STREAM, T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError, FrameType, Setting,
 )
 from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
@@ -159,9 +159,9 @@ class BackendSide:
         out = conn.out
         block = self.block
         size = len(payload)
-        if block and t != FrameType.CONTINUATION:  # RFC 9113 6.10: only its CONTINUATIONs may follow
+        if block and t != T_CONTINUATION:  # RFC 9113 6.10: only its CONTINUATIONs may follow
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block from the backend interrupted")
-        if t == FrameType.DATA:
+        if t == T_DATA:
             if sid in conn.diverted or sid in conn.ended:
                 conn.credit_backend(size)
                 return
@@ -191,8 +191,8 @@ class BackendSide:
                 call.release_if_stalled(conn.client_side.initial_window)
             if end:
                 conn.stream_done(sid, "UNKNOWN")  # a gRPC answer ends with trailers
-        elif t in (FrameType.HEADERS, FrameType.CONTINUATION):
-            if t == FrameType.HEADERS:
+        elif t in (T_HEADERS, T_CONTINUATION):
+            if t == T_HEADERS:
                 if (flags & WHOLE_PLAIN == F_END_HEADERS and not block and sid in conn.relayed
                         and sid not in conn.hooked):
                     # As in _frames' run, behind the DATA queued for the client's window.
@@ -223,14 +223,14 @@ class BackendSide:
             # header blocks, above, still go out: the client decodes and drops them.)
             return
         else:
-            if t == FrameType.RST_STREAM or t == FrameType.GOAWAY or t == FrameType.SETTINGS:
+            if t == T_RST_STREAM or t == T_GOAWAY or t == T_SETTINGS:
                 # What they end must be up to date, and the blocks before a
                 # SETTINGS ACK read under the table size it ends. Not so for a
                 # PING or a WINDOW_UPDATE read with an answer: its blocks are
                 # read after the answer went (feed), off its path.
                 self._settle()
             f = fr.Frame(t, flags, sid, payload)
-            if t == FrameType.SETTINGS:
+            if t == T_SETTINGS:
                 if f.has(Flag.ACK):
                     # Behind the DATA queued for the client's window: that DATA
                     # was framed under the settings this acknowledges (a client
@@ -245,15 +245,15 @@ class BackendSide:
                 else:
                     self._settings(fr.settings(f.payload), raw)
                 return
-            if t == FrameType.WINDOW_UPDATE:
+            if t == T_WINDOW_UPDATE:
                 if self._window_update(sid, fr.window_increment(f)):
                     return
-            elif t == FrameType.GOAWAY:
+            elif t == T_GOAWAY:
                 if len(f.payload) < 8:
                     raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
                 conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
                 return
-            elif t == FrameType.PING:
+            elif t == T_PING:
                 if len(f.payload) != 8 or sid != 0:
                     raise FrameError(ErrorCode.PROTOCOL_ERROR, "malformed PING from the backend")
                 if not flags & Flag.ACK:
@@ -265,7 +265,7 @@ class BackendSide:
                     # Answered a little later (pings.py): one ping per delay, not per call.
                     conn.backend_pings.ping(bytes(f.payload))
                 return  # an ACK: the proxy sends the runtime no ping, nor does any client reach it
-            elif t == FrameType.RST_STREAM:
+            elif t == T_RST_STREAM:
                 call = conn.hooked.get(sid)
                 if call is not None:
                     call.runtime_ended(RESET, "reset by the runtime")

@@ -141,6 +141,9 @@ WHOLE_PLAIN = Flag.END_HEADERS | Flag.PADDED | Flag.PRIORITY
 # lookup each time.
 T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE = (
     int(FrameType.DATA), int(FrameType.HEADERS), int(FrameType.SETTINGS), int(FrameType.WINDOW_UPDATE))
+T_PRIORITY, T_RST_STREAM, T_PUSH_PROMISE, T_PING, T_GOAWAY, T_CONTINUATION = (
+    int(FrameType.PRIORITY), int(FrameType.RST_STREAM), int(FrameType.PUSH_PROMISE), int(FrameType.PING),
+    int(FrameType.GOAWAY), int(FrameType.CONTINUATION))
 F_PADDED, F_END_STREAM, F_END_HEADERS = Flag.PADDED, Flag.END_STREAM, Flag.END_HEADERS
 
 

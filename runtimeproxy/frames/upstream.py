@@ -19,8 +19,8 @@ from . import divert, hooked, taken, withheld
 from . import frame as fr
 from .divert import Diverted
 from .frame import (
-    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_DATA, T_HEADERS, T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN,
-    ErrorCode, Flag, FrameError, FrameType, Setting,
+    F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_CONTINUATION, T_DATA, T_HEADERS, T_PING, T_RST_STREAM,
+    T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError, FrameType, Setting,
 )
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
@@ -178,7 +178,7 @@ class ClientSide:
     def _client_frame(self, f: fr.Frame, raw: bytes, out: list[bytes | memoryview], block: list) -> None:
         sid = f.stream_id
         if block:
-            if f.type != FrameType.CONTINUATION or sid != block[0]:
+            if f.type != T_CONTINUATION or sid != block[0]:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
             block[1].append(raw)
             block[2].append(bytes(f.payload))
@@ -189,17 +189,17 @@ class ClientSide:
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
             return
-        if f.type == FrameType.HEADERS:  # (a block in one plain frame is _frames')
+        if f.type == T_HEADERS:  # (a block in one plain frame is _frames')
             self._new_stream(sid, f.has(Flag.END_STREAM))
             block.extend([sid, [raw], [bytes(fr.unpadded(f))], f.has(Flag.END_STREAM), len(raw)])
             if f.has(Flag.END_HEADERS):
                 self._header_block(block[0], block[1], b"".join(block[2]), block[3], out)
                 block.clear()
-        elif f.type == FrameType.CONTINUATION:
+        elif f.type == T_CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
-        elif f.type == FrameType.DATA:
+        elif f.type == T_DATA:
             taken.client_data(self, f, out)
-        elif f.type == FrameType.WINDOW_UPDATE:
+        elif f.type == T_WINDOW_UPDATE:
             increment = fr.window_increment(f)
             if increment == 0:
                 if sid == 0 or sid > self.opened:
@@ -217,7 +217,7 @@ class ClientSide:
                 call.opened.set()
             else:
                 out.append(raw)
-        elif f.type == FrameType.RST_STREAM:
+        elif f.type == T_RST_STREAM:
             if sid in self.conn.ended:
                 return
             call = self.conn.diverted.pop(sid, None)
@@ -233,7 +233,7 @@ class ClientSide:
                 held.cancel("cancelled by the client")
             self.conn.stream_done(sid, "CANCELLED")
             self._ordered(raw, out)
-        elif f.type == FrameType.SETTINGS:
+        elif f.type == T_SETTINGS:
             if not f.has(Flag.ACK):
                 self._client_settings(fr.settings(f.payload))
                 out.append(raw)
@@ -243,7 +243,7 @@ class ClientSide:
             if not self.granted:  # after the client's first SETTINGS, as the preface requires
                 self.granted = True
                 out.append(fr.window_update(0, BACKEND_GRANT))
-        elif f.type == FrameType.PING:
+        elif f.type == T_PING:
             if len(f.payload) != 8 or sid != 0:
                 raise FrameError(ErrorCode.FRAME_SIZE_ERROR if len(f.payload) != 8 else ErrorCode.PROTOCOL_ERROR,
                                  "malformed PING")
@@ -254,7 +254,7 @@ class ClientSide:
                 # (BDP), and for diverted calls those answers are the proxy's;
                 # a grpc-go runtime counts pings it sent nothing for as abuse
                 # (GOAWAY too_many_pings).
-                self.conn.out.control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(f.payload)))
+                self.conn.out.control(fr.serialize(T_PING, Flag.ACK, 0, bytes(f.payload)))
         else:  # PUSH_PROMISE
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 

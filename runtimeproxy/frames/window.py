@@ -17,7 +17,7 @@ from .frame import (
     ErrorCode,
     Flag,
     FrameError,
-    FrameType,
+    T_DATA,
     serialize,
 )
 
@@ -75,14 +75,14 @@ class WindowQueue:
             size = len(head.payload)
             if size <= self.window:
                 items.popleft()
-                out.append(serialize(FrameType.DATA, Flag.END_STREAM if head.end_stream else 0, head.stream_id,
+                out.append(serialize(T_DATA, Flag.END_STREAM if head.end_stream else 0, head.stream_id,
                                      head.payload))
                 self.window -= size
                 credit += head.credit
                 continue
             if self.window > 0:  # part of it now: a peer's frame may be larger than the window left
                 part = self.window
-                out.append(serialize(FrameType.DATA, 0, head.stream_id, head.payload[:part]))
+                out.append(serialize(T_DATA, 0, head.stream_id, head.payload[:part]))
                 head.payload = head.payload[part:]
                 self.window = 0
             break

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import grpc
 
 from ..frames import frame as fr
-from ..frames.frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from ..frames.frame import T_DATA, T_HEADERS, ErrorCode, Flag, FrameError, FrameType, Setting
 from ..frames.hpackpeek import HeaderReader
 from .peer import ServerLimits
 from .receive import CONNECTION_WINDOW, LAST_STREAM_ID, MAX_DECODED_HEADERS, MAX_HEADER_LIST, STREAM_WINDOW, ServerFrames
@@ -177,8 +177,8 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
         server.send_window -= size
         sid, max_frame = stream.id, server.max_frame
         if len(block) <= max_frame and size <= max_frame:  # one frame each (as header_frames, data_frames)
-            self._write(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block)
-                        + fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, payload))
+            self._write(fr.serialize(T_HEADERS, Flag.END_HEADERS, sid, block)
+                        + fr.serialize(T_DATA, Flag.END_STREAM, sid, payload))
         else:
             self._write(b"".join(fr.header_frames(sid, block, max_frame, end_stream=False)
                                  + fr.data_frames(sid, payload, max_frame, end_stream=True)))

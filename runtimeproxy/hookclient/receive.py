@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from ..frames import frame as fr
-from ..frames.frame import ErrorCode, Flag, FrameError, FrameType, Setting
+from ..frames.frame import (
+    T_CONTINUATION, T_PING, T_PRIORITY, T_PUSH_PROMISE, T_SETTINGS, ErrorCode, Flag, FrameError, FrameType, Setting,
+)
 from ..frames.hpackpeek import HeaderReader
 from .headers import WANTED, http_failure
 from .peer import ServerLimits
@@ -70,16 +72,16 @@ class ServerFrames:
 
     def _frame(self, frame: fr.Frame) -> None:
         kind = frame.type
-        if self._block is not None and kind != FrameType.CONTINUATION:
+        if self._block is not None and kind != T_CONTINUATION:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "header block interrupted by another frame")
-        if not self._prefaced and kind != FrameType.SETTINGS:
+        if not self._prefaced and kind != T_SETTINGS:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"server preface is not SETTINGS (frame type {kind})")
         handler = self._handling.get(kind)
         if handler is not None:
             handler(frame)
-        elif kind == FrameType.PUSH_PROMISE:
+        elif kind == T_PUSH_PROMISE:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
-        elif kind == FrameType.PRIORITY and frame.stream_id == 0:
+        elif kind == T_PRIORITY and frame.stream_id == 0:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
         # PRIORITY otherwise, and frame types we do not know, are ignored (RFC 9113 section 4.1).
 
@@ -87,7 +89,7 @@ class ServerFrames:
         if frame.stream_id or len(frame.payload) != 8:
             raise FrameError(ErrorCode.PROTOCOL_ERROR if frame.stream_id else ErrorCode.FRAME_SIZE_ERROR, "bad PING")
         if not frame.has(Flag.ACK):
-            self._control(fr.serialize(FrameType.PING, Flag.ACK, 0, bytes(frame.payload)))
+            self._control(fr.serialize(T_PING, Flag.ACK, 0, bytes(frame.payload)))
 
     def _server_stream(self, frame: fr.Frame) -> Stream | None:
         """The call a frame belongs to; None for a stream already closed on our side."""

@@ -195,8 +195,10 @@ class Dispatcher:
             raise _Failure(cause) from err
         finally:
             if self._metrics is not None and outcome is not None:
+                # _value_: the member's own attribute; .value is a property through enum's descriptor, at each call.
                 self._metrics.hook_call(
-                    server.name, hook.value, outcome, time.perf_counter() - started, cause, caller_cancelled=caller_cancelled,
+                    server.name, hook._value_, outcome, time.perf_counter() - started, cause,
+                    caller_cancelled=caller_cancelled,
                 )
 
     def _note_unapplied(self, server: HookServerConfig, point: HookPoint, answer: Any) -> None:

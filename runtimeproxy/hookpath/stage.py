@@ -328,7 +328,7 @@ class HookStage(StageProvider):
 
         # Nearly always none is left: the task is the hooks' own coroutine, no wrapper to go through at each step.
         work = after_previous() if previous else self.dispatcher.run_post(hook, request, fields)
-        task = self._tasks.spawn(TaskName.POST_HOOK, work, drain=True, fields={**fields, "hook": hook.value})
+        task = self._tasks.spawn(TaskName.POST_HOOK, work, drain=True, fields={**fields, "hook": hook._value_})
         for key in keys:
             self._post_hooks[key] = task
 
