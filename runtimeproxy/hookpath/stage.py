@@ -188,7 +188,7 @@ class HookStage(StageProvider):
         sending = False
         release: Callable[[], None] | None = None
         try:
-            release = await self.locks.acquire(key)
+            release = self.locks.try_acquire(key) or await self.locks.acquire(key)  # (free: no coroutine)
             # A request the runtime has already: pre hooks are too late for it
             # (a server registered since it was read sees the next call).
             pre_hook = point.pre if point.pre is not None and not sent and self.dispatcher.servers(point.pre) else None
