@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Rescan", "WatchSettings", "file_identity", "watch_directory"]
+__all__ = ["Rescan", "WatchSettings", "directory_fingerprint", "file_identity", "watch_directory"]
 
 # The registry's logger: an operator finds the directory's whole story in one place.
 logger = logging.getLogger(__package__ + ".registry")
@@ -54,7 +54,7 @@ def _path_state(directory: Path) -> object:
     return (stat.S_IFMT(st.st_mode), st.st_dev, st.st_ino)
 
 
-def file_identity(path: Path) -> tuple[object, ...] | None:
+def file_identity(path: Path | str) -> tuple[object, ...] | None:
     """What must be unchanged for a file's last parse to still hold (None: unknown)."""
     try:
         st = os.lstat(path)  # one syscall for a regular file
@@ -69,6 +69,29 @@ def file_identity(path: Path) -> tuple[object, ...] | None:
     except OSError:
         return None
     return identity
+
+
+def directory_fingerprint(directory: Path) -> tuple[object, ...] | None:
+    """What must be unchanged for a rescan that read no file to find all the
+    same again (None: unknown): the directory's stat (its safety, and
+    whether it was replaced), its entries' names, and the stat identity of
+    every one that may be a hook file. A few syscalls, no parsing, no logging:
+    what the periodic safety rescan costs while nothing changes."""
+    try:
+        st = os.stat(directory)
+        with os.scandir(directory) as it:  # (as list_hook_files lists it: the same errors)
+            names = sorted(entry.name for entry in it)
+    except OSError:
+        return None
+    base = os.fspath(directory)
+    files = []
+    for name in names:
+        if name.endswith(".json") and not name.startswith("."):  # list_hook_files' candidates and more
+            identity = file_identity(os.path.join(base, name))
+            if identity is None:
+                return None
+            files.append(identity)
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_mtime_ns, tuple(names), tuple(files))
 
 
 async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettings, stop: asyncio.Event) -> None:

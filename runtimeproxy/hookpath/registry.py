@@ -16,7 +16,9 @@ mode, owner; for a symlink also its target) is unchanged since the last scan
 is not read again, unless the watcher named it in a change event or
 :meth:`HookRegistry.reload` (which re-reads everything) is called; a file that
 could not be read (as opposed to one read and found bad) is read again at
-every rescan.
+every rescan. A periodic rescan of a directory whose fingerprint (its stat,
+its entries' names, their stat identities) is the one a rescan that read
+nothing left costs just that fingerprint.
 
 Threading: a registry belongs to the thread that creates it, in the proxy the
 event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
@@ -39,7 +41,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..metrics import HookConfigMetrics
-from .dirwatch import WatchSettings, file_identity, watch_directory
+from .dirwatch import WatchSettings, directory_fingerprint, file_identity, watch_directory
 from .hookdir import DirectoryState, Inspection, inspect_directory, list_hook_files
 from .hookfile import DEFAULT_HOOK_DIR, HookConfigError, HookServerConfig, parse_hook_file
 from .oddities import warn_if_odd
@@ -141,6 +143,8 @@ class HookRegistry:
         self._metrics = metrics
         # Per file name: (stat identity, config or None, rejection reason or None) of its last parse.
         self._parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
+        # A periodic rescan that read no file and changed nothing: the directory's fingerprint then, and its result.
+        self._quiet: tuple[tuple[object, ...], ReloadResult] | None = None
 
     def _refuse_foreign_thread(self, what: str) -> None:
         # Callbacks run on another thread would find no event loop (the
@@ -223,6 +227,17 @@ class HookRegistry:
         return result
 
     def _rescan(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
+        # Taken before anything is read: a change made during the scan is seen at the next.
+        fingerprint = directory_fingerprint(self._directory) if periodic else None
+        if fingerprint is not None and self._quiet is not None and self._quiet[0] == fingerprint:
+            # Nothing a scan would look at changed since one that found nothing to do: the directory
+            # is usable still (nothing to note), its gauges as that scan set them.
+            if self._metrics is not None:
+                self._metrics.dir_refused.set(0)
+                self._metrics.dir_kept.set(0)
+            return self._quiet[1]
+        self._quiet = None
+        read_any = False
         old = self._snapshot
         found = inspect_directory(self._directory, self._check_permissions)
         unsafe = found.state is DirectoryState.UNSAFE
@@ -267,6 +282,7 @@ class HookRegistry:
             if cached and last is not None:
                 _, config, reason = last  # unchanged since its last parse: not read again
             else:
+                read_any = True
                 config, reason, transient = self._parse(path)
                 if config is None and reason is None:
                     continue  # deleted since the directory was listed: it is simply gone
@@ -299,10 +315,13 @@ class HookRegistry:
         if added or changed or removed or renoted:  # publish the new snapshot in one assignment
             generation = old.generation + (1 if added or changed or removed else 0)
             snapshot = self._snapshot = HookSnapshot(servers=new_servers, generation=generation)
-        return ReloadResult(
+        result = ReloadResult(
             added=added, changed=changed, removed=removed, rejected=MappingProxyType(rejected), kept=tuple(kept),
             directory_error=problem, snapshot=snapshot,
         )
+        if fingerprint is not None and not read_any and problem is None and snapshot is old:
+            self._quiet = (fingerprint, result)  # the same scan again would read, log and change nothing
+        return result
 
     def _parse(self, path: Path) -> tuple[HookServerConfig | None, str | None, bool]:
         """(config, None, False), (None, why it is rejected, whether that may
