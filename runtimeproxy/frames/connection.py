@@ -214,6 +214,7 @@ class FrameConnection:
 
     def _close(self) -> None:
         self.backend_pings.close()
+        self.out.close()
         for writer in (self._client_writer, self.backend):
             writer.close()
         for sid in list(self.timed):

@@ -117,6 +117,13 @@ class Outbound:
         self._gates_at = when
         self._gates_timer = loop.call_at(when, self._limit_gates, loop)
 
+    def close(self) -> None:
+        """The connection is closed: the gates' timer goes now, not at the
+        earliest limit (a second on), and with it the connection it holds on to."""
+        if self._gates_timer is not None:
+            self._gates_timer.cancel()
+        self._gates_timer, self._gates_at = None, math.inf
+
     def _limit_gates(self, loop: asyncio.AbstractEventLoop) -> None:
         """The gates whose limit has come open, in the order they came; the timer is set for the next."""
         now = max(loop.time(), self._gates_at)  # (a timer run a little early: see Deadlines._fire)

@@ -39,6 +39,13 @@ class Deadlines:
             self._loop, self._at = loop, bound.deadline
             self._timer = loop.call_at(bound.deadline, self._fire)
 
+    def close(self) -> None:
+        """No call is bounded any more (the client closed): the timer goes now,
+        not at its time, and with it what it holds on to."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._at = None, math.inf
+
     def _fire(self) -> None:
         assert self._loop is not None
         # A loop may run a timer a little before its time (uvloop rounds to whole

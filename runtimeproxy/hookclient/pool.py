@@ -157,3 +157,4 @@ class FramesTransport:
             self._retire(conn, grace)
         await asyncio.gather(*self._forgotten, return_exceptions=True)
         await asyncio.gather(*self._closers, return_exceptions=True)
+        self._deadlines.close()  # every call has ended

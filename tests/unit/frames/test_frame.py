@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from typing import Any
 
 import hpack
 import grpc
@@ -183,6 +185,27 @@ def test_outbound_sends_nothing_before_the_server_preface_and_it_first() -> None
     out.preface(fr.serialize(FrameType.SETTINGS, 0, 0))
     out.flush()
     assert [f.type for f in _frames(writer.written)] == [FrameType.SETTINGS, FrameType.PING, FrameType.HEADERS]
+
+
+async def test_a_closed_outbound_cancels_its_gates_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gates' timer held the connection's sending side (and through it the
+    connection) until the earliest limit, a second on; closed, it goes at once."""
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []
+    real_call_at = loop.call_at
+
+    def call_at(*args: Any) -> asyncio.TimerHandle:
+        timers.append(real_call_at(*args))
+        return timers[-1]
+
+    monkeypatch.setattr(loop, "call_at", call_at)
+    out = Outbound(_Writer(), lambda n: None, hold_limit=1 << 30)  # type: ignore[arg-type]
+    out.preface(b"")
+    gate = out.gate(b"", 60.0, lambda: True)
+    assert len(timers) == 1 and not timers[0].cancelled()
+    out.close()
+    assert timers[0].cancelled()
+    assert not gate.is_open
 
 
 def test_outbound_window_overflow_is_a_flow_control_error() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -167,3 +168,15 @@ async def _bounded(deadlines: Deadlines, deadline: float) -> str:
     except TimeoutError:
         return "timed out"
     return "answered"
+
+
+async def test_closed_deadlines_drop_their_timer_and_are_freed_at_once() -> None:
+    """A call that ends leaves the timer set for its deadline, holding the
+    deadlines (and the client) until then; closed, the timer goes at once."""
+    deadlines, loop = Deadlines(), asyncio.get_running_loop()
+    with deadlines.bound(loop.time() + 60):
+        pass  # answered: the timer stays set for a minute from now
+    deadlines.close()
+    alive = weakref.ref(deadlines)
+    del deadlines
+    assert alive() is None
