@@ -107,7 +107,6 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
     """
     from watchfiles import awatch  # local import: only the watcher needs it
 
-    rust_timeout_ms = max(100, int(settings.resync_interval * 1000))
     while not stop.is_set():
         # What the rescan reads, taken before it: a change between the two
         # (a file in its place removed) is then a change the poll below sees.
@@ -129,25 +128,23 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
         # cancelling the watch does not set the caller's event.
         watcher_stop = asyncio.Event()
         bridge = asyncio.create_task(_propagate(stop, watcher_stop))
+        # The safety rescan on a timer of the loop's: each turn of awatch's
+        # loop (a task group, a worker thread's call, a cancel scope that formats
+        # its task's repr) cost more than the rescan of an unchanged directory.
+        resync = asyncio.create_task(_resync(directory, identity, rescan, settings.resync_interval, watcher_stop))
         changes = awatch(
             directory,
             watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
             debounce=settings.debounce_ms,
-            step=settings.step_ms,
+            step=settings.step_ms,  # how often the watcher's thread looks at its stop event
             stop_event=watcher_stop,
-            rust_timeout=rust_timeout_ms,
-            yield_on_timeout=True,
+            rust_timeout=0,  # none: it returns on changes and on its stop event alone
             recursive=False,
         )
         try:
             async for batch in changes:
-                # An empty batch is the periodic safety rescan.
                 rescan(frozenset(Path(p).name for _, p in batch))
-                if _directory_identity(directory) != identity:
-                    logger.info(
-                        "hook directory %s was removed or replaced; re-watching", directory,
-                        extra={"hook_dir": str(directory)},
-                    )
+                if _replaced(directory, identity):
                     break
         except asyncio.CancelledError:
             raise
@@ -157,7 +154,32 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
         finally:
             watcher_stop.set()
             bridge.cancel()
+            resync.cancel()
             await changes.aclose()  # release the inotify watch now, not at GC time
+
+
+async def _resync(
+    directory: Path, identity: tuple[int, int], rescan: Rescan, interval: float, watcher_stop: asyncio.Event
+) -> None:
+    """The periodic safety rescan (an empty set) every ``interval`` while the
+    directory is the one watched; once it is not, the watcher is stopped (the
+    watch then starts again, on what is there now)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            rescan(frozenset())
+        except Exception:  # the next one may do better: the timer must not stop
+            logger.exception("periodic rescan of %s failed", directory, extra={"hook_dir": str(directory)})
+        if _replaced(directory, identity):
+            watcher_stop.set()
+            return
+
+
+def _replaced(directory: Path, identity: tuple[int, int]) -> bool:
+    if _directory_identity(directory) == identity:
+        return False
+    logger.info("hook directory %s was removed or replaced; re-watching", directory, extra={"hook_dir": str(directory)})
+    return True
 
 
 async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:

@@ -1,0 +1,103 @@
+"""The hook directory's periodic safety rescan, on a timer of the loop's own
+(runtimeproxy/hookpath/dirwatch.py): made at each interval while the watched
+directory is there, and the watcher stopped (to be set up again) once it was replaced.
+
+Real directories in tmp_path; no sleeps where an event can be awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.hookpath import dirwatch
+from runtimeproxy.hookpath.dirwatch import WatchSettings, watch_directory
+
+from . import registrydir
+from .registrydir import LOGGER
+
+hook_dir = registrydir.hook_dir
+
+
+def _swap(directory: Path) -> None:
+    """``directory`` replaced by another one, in one rename (as a ConfigMap's volume is)."""
+    fresh = directory.with_name(directory.name + ".new")
+    fresh.mkdir(mode=0o755)
+    directory.rename(directory.with_name(directory.name + ".old"))
+    fresh.rename(directory)
+
+
+async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    identity = dirwatch._directory_identity(hook_dir)
+    assert identity is not None
+    rescans: list[frozenset[str] | None] = []
+
+    def rescan(names: frozenset[str] | None) -> None:
+        rescans.append(names)
+        if len(rescans) == 3:
+            _swap(hook_dir)
+
+    watcher_stop = asyncio.Event()
+    task = asyncio.create_task(dirwatch._resync(hook_dir, identity, rescan, 0.01, watcher_stop))
+    async with asyncio.timeout(5):
+        await watcher_stop.wait()  # the watcher is told to stop
+        await task
+    assert rescans == [frozenset()] * 3  # the periodic rescan: re-reads only what changed
+    assert any("was removed or replaced; re-watching" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_rescan_that_fails_is_logged_and_the_next_ones_still_come(
+    hook_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    identity = dirwatch._directory_identity(hook_dir)
+    assert identity is not None
+    rescans = 0
+    enough = asyncio.Event()
+
+    def rescan(names: frozenset[str] | None) -> None:
+        nonlocal rescans
+        rescans += 1
+        if rescans == 3:
+            enough.set()
+        if rescans == 1:
+            raise OSError(24, "Too many open files")
+
+    task = asyncio.create_task(dirwatch._resync(hook_dir, identity, rescan, 0.01, asyncio.Event()))
+    try:
+        async with asyncio.timeout(5):
+            await enough.wait()
+    finally:
+        task.cancel()
+    assert any("periodic rescan of" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_a_replaced_directory_is_watched_again_and_read_in_full(hook_dir: Path) -> None:
+    rescans: list[frozenset[str] | None] = []
+    watched_again = asyncio.Event()
+    swapped = False
+
+    def rescan(names: frozenset[str] | None) -> None:
+        nonlocal swapped
+        rescans.append(names)
+        if names is None and swapped:
+            watched_again.set()  # the full rescan a new watch starts with
+        elif names == frozenset() and not swapped:  # the watch is set up: replace the directory
+            swapped = True
+            _swap(hook_dir)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_directory(hook_dir, rescan, WatchSettings(resync_interval=0.05), stop))
+    try:
+        async with asyncio.timeout(10):
+            await watched_again.wait()
+    finally:
+        stop.set()
+        async with asyncio.timeout(5):
+            await task
+    assert rescans[0] is None and rescans.count(None) >= 2  # at the start, and for the new directory
