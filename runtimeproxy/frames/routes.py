@@ -39,13 +39,21 @@ class Staged:
     stages: tuple[Stage, ...]
     providers: tuple[StageProvider, ...]
 
+    # Loops, not any()/all() over a generator: both are asked at every hooked call.
+
     def needed(self) -> bool:
         """Whether a call starting now has work in any of the stages."""
-        return any(provider.needed(self.method) for provider in self.providers)
+        for provider in self.providers:
+            if provider.needed(self.method):
+                return True
+        return False
 
     def sends_unchanged(self) -> bool:
         """Whether a call starting now may go to the runtime as it is read (its stages run beside)."""
-        return all(provider.sends_unchanged(self.method) for provider in self.providers)
+        for provider in self.providers:
+            if not provider.sends_unchanged(self.method):
+                return False
+        return True
 
 
 def plan_paths(

@@ -173,7 +173,8 @@ class HookRegistry:
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         """Hook servers registered for ``hook``, ordered by (priority, file name)."""
-        return self._snapshot.servers_for(hook)
+        # The snapshot's servers_for, inline: asked several times per hooked call.
+        return self._snapshot._by_hook[hook]  # type: ignore[attr-defined]
 
     # -- subscriptions ---------------------------------------------------------
 

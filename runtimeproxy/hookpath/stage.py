@@ -33,6 +33,7 @@ from .wholeanswers import WholeAnswers
 
 log = logging.getLogger(__name__)
 _NOTHING = contextlib.nullcontext()  # reusable: it keeps no state
+_FAIL = FailurePolicy.FAIL  # (a module global: an Enum class attribute is looked up through the metaclass)
 
 
 # How long a pre hook may wait for the post hooks of its object still running
@@ -125,9 +126,11 @@ class HookStage(StageProvider):
             return False
         if (point.pre is not None and self.dispatcher.servers(point.pre)) or self._carrying(point.executor):
             return False
-        return point.post is None or all(
-            server.failure_policy is not FailurePolicy.FAIL for server in self.dispatcher.servers(point.post)
-        )
+        if point.post is not None:
+            for server in self.dispatcher.servers(point.post):  # (a loop: asked at every hooked call)
+                if server.failure_policy is _FAIL:
+                    return False
+        return True
 
     def _carrying(self, ex: Executor) -> bool:
         """The same answer for both data paths, whatever else is in flight.
