@@ -55,17 +55,23 @@ def _path_state(directory: Path) -> object:
 
 
 def file_identity(path: Path | str) -> tuple[object, ...] | None:
-    """What must be unchanged for a file's last parse to still hold (None: unknown)."""
+    """What must be unchanged for a file's last parse to still hold (None: unknown).
+
+    With its ctime: a file rewritten in place at the same size with its mtime
+    put back (cp -p, rsync --inplace -t, tar x) changes nothing else, and no
+    call can set a ctime back (it comes with the same stat: no extra syscall)."""
     try:
         st = os.lstat(path)  # one syscall for a regular file
         link = stat.S_ISLNK(st.st_mode)
         if link:
             st = os.stat(path)
-        identity: tuple[object, ...] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+        identity: tuple[object, ...] = (
+            st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode, st.st_uid,
+        )
         if link:  # the target, and its directory's safety, may change
             target = os.path.realpath(path)
             parent = os.stat(os.path.dirname(target))
-            identity += (target, parent.st_ino, parent.st_mode, parent.st_uid)
+            identity += (target, parent.st_ino, parent.st_ctime_ns, parent.st_mode, parent.st_uid)
     except OSError:
         return None
     return identity
@@ -91,7 +97,7 @@ def directory_fingerprint(directory: Path) -> tuple[object, ...] | None:
             if identity is None:
                 return None
             files.append(identity)
-    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_mtime_ns, tuple(names), tuple(files))
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_mtime_ns, st.st_ctime_ns, tuple(names), tuple(files))
 
 
 async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettings, stop: asyncio.Event) -> None:

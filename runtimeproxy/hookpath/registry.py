@@ -11,9 +11,9 @@ listed for a moment (EMFILE, EIO): dropping its hooks would let calls pass
 their Fail hooks, and one replaced by a file (a broken config, as a broken
 hook file is). A missing directory means no hooks.
 
-Rescans cost what changed: a file whose stat identity (inode, mtime, size,
-mode, owner; for a symlink also its target) is unchanged since the last scan
-is not read again, unless the watcher named it in a change event or
+Rescans cost what changed: a file whose stat identity (inode, mtime, ctime,
+size, mode, owner; for a symlink also its target) is unchanged since the last
+scan is not read again, unless the watcher named it in a change event or
 :meth:`HookRegistry.reload` (which re-reads everything) is called; a file that
 could not be read (as opposed to one read and found bad) is read again at
 every rescan. A periodic rescan of a directory whose fingerprint (its stat,

@@ -79,6 +79,22 @@ def _edit_in_place(d: Path) -> None:
         f.write('{"remote-endpoint": "/run/edited-in-place.sock", "runtime-hooks": ["PreCreateContainer"]}')
 
 
+def _rewrite_keeping_size_and_mtime(d: Path) -> None:
+    """As ``cp -p``, ``rsync --inplace -t`` or ``tar x`` rewrite a file: in
+    place, here at the same size, and its mtime put back; only its ctime says so."""
+    path = d / "good.json"
+    before = os.stat(path)
+    text = path.read_text().replace("/run/hook.sock", "/run/hoox.sock")
+    assert len(text) == before.st_size
+    with open(path, "r+") as f:
+        f.write(text)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == before.st_ctime_ns:  # (within the clock's tick: its next one)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
 def _replace_symlink_target_dir(d: Path) -> None:
     (d / "..data_tmp").symlink_to("v2")
     os.replace(d / "..data_tmp", d / "..data")
@@ -106,6 +122,7 @@ CHANGES: dict[str, Callable[[Path], object]] = {
     "file removed": lambda d: os.unlink(d / "good.json"),
     "file replaced": lambda d: write(d, "good.json", valid_doc("/run/replaced.sock")),
     "file edited in place": _edit_in_place,
+    "file rewritten in place, same size, mtime put back": _rewrite_keeping_size_and_mtime,
     "file renamed": lambda d: os.rename(d / "good.json", d / "renamed.json"),
     "file renamed within the tick": _within_the_same_tick(lambda d: os.rename(d / "good.json", d / "good2.json")),
     "file made group-writable": lambda d: os.chmod(d / "good.json", 0o664),
@@ -142,3 +159,4 @@ def test_every_change_is_found_by_the_periodic_rescan_without_an_event(
     before = scans.count
     assert _outcome(quiet.rescan()) == _outcome(_full(full))
     assert scans.count == before + 1  # the full one's
+
