@@ -18,7 +18,8 @@ scan is not read again, unless the watcher named it in a change event or
 could not be read (as opposed to one read and found bad) is read again at
 every rescan. A periodic rescan of a directory whose fingerprint (its stat,
 its entries' names, their stat identities) is the one a rescan that read
-nothing left costs just that fingerprint.
+nothing left costs just that fingerprint. Every ``FULL_REREAD_SECONDS`` a
+periodic rescan reads every file, whatever its stat says.
 
 Threading: a registry belongs to the thread that creates it, in the proxy the
 event loop's thread, where :meth:`HookRegistry.watch` reloads.  Change
@@ -51,6 +52,12 @@ from .reloadnotes import ReloadNotes
 __all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
 
 logger = logging.getLogger(__name__)
+
+# The periodic safety rescan reads every file again once in this many seconds,
+# whatever its stat says: a file rewritten twice within one tick of the
+# filesystem's clock has, after the second write, the stat (mtime, ctime,
+# size) a rescan between the two saw, and nothing else would read it again.
+FULL_REREAD_SECONDS = 300.0
 
 
 def _by_hook(servers: Iterable[HookServerConfig]) -> Mapping[HookType, tuple[HookServerConfig, ...]]:
@@ -145,6 +152,8 @@ class HookRegistry:
         self._parsed: dict[str, tuple[tuple[object, ...], HookServerConfig | None, str | None]] = {}
         # A periodic rescan that read no file and changed nothing: the directory's fingerprint then, and its result.
         self._quiet: tuple[tuple[object, ...], ReloadResult] | None = None
+        self._full_every = max(1, round(FULL_REREAD_SECONDS / max(resync_interval, 0.001)))  # in periodic rescans
+        self._periodic_left = self._full_every  # until the next one that reads every file
 
     def _refuse_foreign_thread(self, what: str) -> None:
         # Callbacks run on another thread would find no event loop (the
@@ -216,6 +225,12 @@ class HookRegistry:
 
     def _reload(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         """Rescan; re-read the files named in ``reread`` (all when None) and the changed ones."""
+        if periodic:
+            self._periodic_left -= 1
+            if self._periodic_left <= 0:
+                reread = None  # see FULL_REREAD_SECONDS
+        if reread is None:
+            self._periodic_left = self._full_every
         result = self._last_reload = self._rescan(reread, periodic)
         if result.modified:
             for callback in list(self._callbacks):  # a callback may unsubscribe
@@ -229,7 +244,7 @@ class HookRegistry:
 
     def _rescan(self, reread: frozenset[str] | None, periodic: bool) -> ReloadResult:
         # Taken before anything is read: a change made during the scan is seen at the next.
-        fingerprint = directory_fingerprint(self._directory) if periodic else None
+        fingerprint = directory_fingerprint(self._directory) if periodic and reread is not None else None
         if fingerprint is not None and self._quiet is not None and self._quiet[0] == fingerprint:
             # Nothing a scan would look at changed since one that found nothing to do: the directory
             # is usable still (nothing to note), its gauges as that scan set them.

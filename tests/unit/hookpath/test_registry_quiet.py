@@ -160,3 +160,25 @@ def test_every_change_is_found_by_the_periodic_rescan_without_an_event(
     assert _outcome(quiet.rescan()) == _outcome(_full(full))
     assert scans.count == before + 1  # the full one's
 
+
+def test_every_few_minutes_the_periodic_rescan_reads_every_file_whatever_its_stat(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file rewritten twice within one tick of the filesystem's clock keeps
+    the stat a rescan between the two saw: stat identities (the files' and the
+    directory's fingerprint) are made blind here, as they are then."""
+    write(hook_dir, "good.json", valid_doc("/run/before.sock"))
+    monkeypatch.setattr(registry_module, "file_identity", lambda path: ("same",))
+    monkeypatch.setattr(registry_module, "directory_fingerprint", lambda directory: ("same",))
+    interval = registry_module.FULL_REREAD_SECONDS / 3  # every third periodic rescan reads every file
+    registry = HookRegistry(hook_dir, resync_interval=interval)
+    registry.reload()
+    write(hook_dir, "good.json", valid_doc("/run/after.sock"))
+    assert registry.rescan().snapshot.servers["good.json"].endpoint == "/run/before.sock"
+    assert registry.rescan().snapshot.servers["good.json"].endpoint == "/run/before.sock"
+    third = registry.rescan()
+    assert third.changed == ("good.json",) and third.snapshot.servers["good.json"].endpoint == "/run/after.sock"
+    write(hook_dir, "good.json", valid_doc("/run/again.sock"))
+    assert [registry.rescan().snapshot.servers["good.json"].endpoint for _ in range(3)] == [
+        "/run/after.sock", "/run/after.sock", "/run/again.sock",  # counted from the last full read
+    ]
