@@ -35,6 +35,11 @@ class WatchSettings:
     error_backoff: float = 1.0
 
 
+# How long the watcher's thread waits for a change before it returns (and is
+# called again at once): see watch_directory.
+WATCH_THREAD_TIMEOUT_MS = 60_000
+
+
 def _directory_identity(directory: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(directory)
@@ -144,13 +149,18 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
             debounce=settings.debounce_ms,
             step=settings.step_ms,  # how often the watcher's thread looks at its stop event
             stop_event=watcher_stop,
-            rust_timeout=0,  # none: it returns on changes and on its stop event alone
+            # Its thread returns once a minute with nothing to yield, not only on
+            # a change or its stop event: anyio's worker threads are not daemons,
+            # and a loop closed without cancelling this watch would otherwise
+            # hang the interpreter's exit until the directory changed.
+            rust_timeout=WATCH_THREAD_TIMEOUT_MS,
+            yield_on_timeout=False,
             recursive=False,
         )
         try:
             async for batch in changes:
                 rescan(frozenset(Path(p).name for _, p in batch))
-                if _replaced(directory, identity):
+                if _directory_identity(directory) != identity:
                     break
         except asyncio.CancelledError:
             raise
@@ -162,6 +172,11 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
             bridge.cancel()
             resync.cancel()
             await changes.aclose()  # release the inotify watch now, not at GC time
+        # Logged here, once: the timer and an event may both have seen it.
+        if not stop.is_set() and _directory_identity(directory) != identity:
+            logger.info(
+                "hook directory %s was removed or replaced; re-watching", directory, extra={"hook_dir": str(directory)},
+            )
 
 
 async def _resync(
@@ -176,16 +191,9 @@ async def _resync(
             rescan(frozenset())
         except Exception:  # the next one may do better: the timer must not stop
             logger.exception("periodic rescan of %s failed", directory, extra={"hook_dir": str(directory)})
-        if _replaced(directory, identity):
-            watcher_stop.set()
+        if _directory_identity(directory) != identity:
+            watcher_stop.set()  # (watch_directory logs it)
             return
-
-
-def _replaced(directory: Path, identity: tuple[int, int]) -> bool:
-    if _directory_identity(directory) == identity:
-        return False
-    logger.info("hook directory %s was removed or replaced; re-watching", directory, extra={"hook_dir": str(directory)})
-    return True
 
 
 async def _propagate(source: asyncio.Event, target: asyncio.Event) -> None:

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import watchfiles
 
 from runtimeproxy.hookpath import dirwatch
 from runtimeproxy.hookpath.dirwatch import WatchSettings, watch_directory
@@ -30,10 +31,7 @@ def _swap(directory: Path) -> None:
     fresh.rename(directory)
 
 
-async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(
-    hook_dir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger=LOGGER)
+async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(hook_dir: Path) -> None:
     identity = dirwatch._directory_identity(hook_dir)
     assert identity is not None
     rescans: list[frozenset[str] | None] = []
@@ -49,7 +47,6 @@ async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(
         await watcher_stop.wait()  # the watcher is told to stop
         await task
     assert rescans == [frozenset()] * 3  # the periodic rescan: re-reads only what changed
-    assert any("was removed or replaced; re-watching" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_rescan_that_fails_is_logged_and_the_next_ones_still_come(
@@ -101,3 +98,46 @@ async def test_a_replaced_directory_is_watched_again_and_read_in_full(hook_dir: 
         async with asyncio.timeout(5):
             await task
     assert rescans[0] is None and rescans.count(None) >= 2  # at the start, and for the new directory
+
+
+async def test_a_replacement_seen_by_the_timer_and_an_event_is_logged_once(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The timer finds the directory replaced and stops the watcher, which
+    still yields the batch it had gathered (the swap's events): both saw it."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    watches: list[dict[str, object]] = []
+
+    async def awatch(*paths: object, stop_event: asyncio.Event, **kwargs: object):  # type: ignore[no-untyped-def]
+        watches.append(kwargs)
+        await stop_event.wait()
+        yield {(1, str(hook_dir / "a.json"))}  # gathered before its thread saw the stop
+
+    monkeypatch.setattr(watchfiles, "awatch", awatch)  # (watch_directory imports it when it starts)
+    watched_again = asyncio.Event()
+    swapped = False
+
+    def rescan(names: frozenset[str] | None) -> None:
+        nonlocal swapped
+        if names is None and swapped:
+            watched_again.set()
+        elif names == frozenset() and not swapped:  # the timer's rescan
+            swapped = True
+            _swap(hook_dir)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_directory(hook_dir, rescan, WatchSettings(resync_interval=0.01), stop))
+    try:
+        async with asyncio.timeout(5):
+            await watched_again.wait()
+    finally:
+        stop.set()
+        async with asyncio.timeout(5):
+            await task
+    assert [r.getMessage() for r in caplog.records].count(
+        f"hook directory {hook_dir} was removed or replaced; re-watching"
+    ) == 1
+    # The watcher's thread returns now and then with nothing to yield: anyio's
+    # threads are no daemons, and one waiting for ever would hold the exit.
+    assert all(w["rust_timeout"] == dirwatch.WATCH_THREAD_TIMEOUT_MS > 0 and w["yield_on_timeout"] is False
+               for w in watches) and len(watches) == 2
