@@ -66,6 +66,7 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done at connection_lost
         self._closed_error: tuple[grpc.StatusCode, str] | None = None  # why calls on it fail, once closing
         self._table_update = False  # the server shrank HPACK's table: say ours is empty, in the next block
+        self._flush_timer: asyncio.TimerHandle | None = None  # set at close: aborts a flush too slow
 
     # -- asyncio.Protocol
 
@@ -75,6 +76,9 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._flush_timer is not None:  # the socket is closed: nothing is left to abort
+            self._flush_timer.cancel()
+            self._flush_timer = None
         if self._closed_error is None:
             self._closed_error = (
                 grpc.StatusCode.UNAVAILABLE, f"hook server closed the connection{f': {exc}' if exc else ''}"
@@ -282,7 +286,7 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
             transport.abort()
             return
         transport.close()
-        asyncio.get_running_loop().call_later(FLUSH_S, lambda: None if self.closed else transport.abort())
+        self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_S, transport.abort)
 
     def _connection_error(self, code: ErrorCode, message: str) -> None:
         log.warning("hook server broke HTTP/2; connection closed",

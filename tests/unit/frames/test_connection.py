@@ -4,7 +4,9 @@ call's ends the component tests cannot time (frames/connection.py, upstream.py, 
 from __future__ import annotations
 
 import asyncio
+import gc
 import struct
+import weakref
 
 import grpc
 import hpack
@@ -559,3 +561,16 @@ async def test_a_hooked_calls_block_that_adds_to_the_table_is_read_once_and_whol
     assert [round(remaining or 0) for _, remaining in routes.seen] == [100, 20, 420]
     proxy_table = conn.client_side.headers._decoder.header_table.dynamic_entries
     assert list(proxy_table) == list(runtime_decoder.header_table.dynamic_entries)  # each block added once
+
+
+async def test_a_closed_connection_is_freed_at_once() -> None:
+    """A gate's time limit is on a timer of the loop's, which holds the
+    connection until then (a second on); closed, the connection drops it."""
+    conn, client, backend, _ = _connection()
+    conn.out.gate(_data(1, b"x"), 60, lambda: False)  # (as a hooked call's answer waits for its window)
+    conn.lost()
+    assert client.closed and backend.closed
+    alive = weakref.ref(conn)
+    del conn
+    gc.collect()  # (its parts and it refer to each other)
+    assert alive() is None

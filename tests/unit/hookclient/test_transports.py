@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -126,3 +128,17 @@ async def test_a_very_long_refusal_reaches_the_caller_cut_and_the_connection_liv
     server.release.set()
     answer = hookapi.ContainerResourceHookResponse.FromString(await hang)
     assert answer.container_annotations == {"hang": "1"}
+
+
+async def test_a_closed_frames_client_is_freed_at_once(server: Echo) -> None:
+    """An answered call leaves the deadlines' timer set for its timeout, and a
+    closed connection one for its flush, each holding on to what it would act
+    on until then; closed, the client and what it owns go at once."""
+    client = transport_for("frames")
+    raw = await client.call(server.socket_path, POINT.full_method, annotated(a="1"), 60)
+    assert hookapi.ContainerResourceHookResponse.FromString(raw).container_annotations == {"a": "1"}
+    await client.close(1)
+    alive, deadlines = weakref.ref(client), weakref.ref(client._deadlines)  # type: ignore[attr-defined]
+    del client
+    gc.collect()  # (its connections and it refer to each other)
+    assert alive() is None and deadlines() is None
