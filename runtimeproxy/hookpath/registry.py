@@ -72,13 +72,16 @@ class HookSnapshot:
     servers: Mapping[str, HookServerConfig] = field(default_factory=lambda: MappingProxyType({}))
     generation: int = 0  # incremented each time the set of configs changes
 
+    # Per hook point, its servers ordered by (priority, file name): made once per snapshot.
+    by_hook: Mapping[HookType, tuple[HookServerConfig, ...]] = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "servers", MappingProxyType(dict(sorted(self.servers.items()))))
-        object.__setattr__(self, "_by_hook", _by_hook(self.servers.values()))
+        object.__setattr__(self, "by_hook", _by_hook(self.servers.values()))
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         """Hook servers registered for ``hook``, ordered by (priority, file name)."""
-        return self._by_hook[hook]  # type: ignore[attr-defined]
+        return self.by_hook[hook]
 
     @property
     def endpoints(self) -> frozenset[str]:
@@ -183,7 +186,7 @@ class HookRegistry:
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         """Hook servers registered for ``hook``, ordered by (priority, file name)."""
         # The snapshot's servers_for, inline: asked several times per hooked call.
-        return self._snapshot._by_hook[hook]  # type: ignore[attr-defined]
+        return self._snapshot.by_hook[hook]
 
     # -- subscriptions ---------------------------------------------------------
 
