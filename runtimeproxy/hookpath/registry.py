@@ -249,8 +249,8 @@ class HookRegistry:
         # Taken before anything is read: a change made during the scan is seen at the next.
         fingerprint = directory_fingerprint(self._directory) if periodic and reread is not None else None
         if fingerprint is not None and self._quiet is not None and self._quiet[0] == fingerprint:
-            # Nothing a scan would look at changed since one that found nothing to do: the directory
-            # is usable still (nothing to note), its gauges as that scan set them.
+            # Nothing a scan would look at changed since one that found nothing to do: the
+            # directory is usable still, with nothing to note (ReloadNotes) and its gauges 0.
             if self._metrics is not None:
                 self._metrics.dir_refused.set(0)
                 self._metrics.dir_kept.set(0)

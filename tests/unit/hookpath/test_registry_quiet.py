@@ -14,8 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from runtimeproxy.hookpath import registry as registry_module
+from runtimeproxy.metrics import HookConfigMetrics
 from runtimeproxy.hookpath.registry import HookRegistry, ReloadResult
 
 from . import registrydir
@@ -182,3 +184,28 @@ def test_every_few_minutes_the_periodic_rescan_reads_every_file_whatever_its_sta
     assert [registry.rescan().snapshot.servers["good.json"].endpoint for _ in range(3)] == [
         "/run/after.sock", "/run/after.sock", "/run/again.sock",  # counted from the last full read
     ]
+
+
+def test_a_directory_usable_again_settles_into_quiet_rescans_with_its_gauges_at_0(
+    hook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(hook_dir, "good.json", valid_doc())
+    collected = CollectorRegistry()
+    registry = HookRegistry(hook_dir, metrics=HookConfigMetrics(collected))
+
+    def gauges() -> tuple[float | None, ...]:
+        return tuple(collected.get_sample_value(f"runtime_proxy_hook_dir_{name}") for name in ("refused", "kept"))
+
+    registry.reload()
+    os.chmod(hook_dir, 0o777)
+    assert registry.rescan().directory_kept
+    assert gauges() == (1, 1)
+    os.chmod(hook_dir, 0o755)
+    assert registry.rescan().directory_error is None
+    scans = _Scans(monkeypatch)
+    registry.rescan()  # read nothing: quiet from the next one on
+    before = scans.count
+    result = registry.rescan()
+    assert scans.count == before and result.directory_error is None and "good.json" in result.snapshot.servers
+    assert gauges() == (0, 0)
+
