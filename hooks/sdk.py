@@ -48,18 +48,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
 from hooks import unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
-from hooks.frameserver import CallError, FrameServer, Route, deadline_passed
+from hooks.frameserver import FrameServer, deadline_passed
 from hooks.handlers import check_handlers, handled_hooks
+from hooks.routes import frame_routes, service_handlers
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop, logs
 from runtimeproxy.grpcstart import start_server
-from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookPoint, HookType
+from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookType
 from runtimeproxy.host import socketlock, unixsocket
 
 __all__ = [
@@ -78,42 +79,6 @@ __all__ = [
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-def service_handlers(server: HookServer) -> dict[str, grpc.RpcMethodHandler]:
-    """One handler per hook point, keyed by RPC name; each calls ``server``."""
-
-    def handler(point: HookPoint) -> grpc.RpcMethodHandler:
-        async def call(request: Message, context: grpc.aio.ServicerContext) -> Message:
-            return await server._dispatch(point.hook, request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            call,
-            request_deserializer=point.request_type.FromString,
-            response_serializer=point.response_type.SerializeToString,
-        )
-
-    return {point.rpc_name: handler(point) for point in HOOK_POINTS.values()}
-
-
-def frame_routes(server: HookServer) -> dict[bytes, Route]:
-    """The same handlers for the frames transport, keyed by ``:path``."""
-
-    def route(point: HookPoint, parse: Callable[[bytes], Message]) -> Route:  # parse: request_type's, read once
-        async def call(message: bytes) -> bytes:
-            try:
-                request = parse(message)
-            except DecodeError as exc:  # what grpc answers for a request it cannot parse
-                raise CallError(grpc.StatusCode.INTERNAL, f"cannot decode the {point.rpc_name} request: {exc}") from exc
-            try:
-                response = await server._answer(point.hook, request)
-            except HookAbort as exc:
-                raise CallError(exc.code, exc.details) from exc
-            return response.SerializeToString()
-
-        return call
-
-    return {point.full_method.encode(): route(point, point.request_type.FromString) for point in HOOK_POINTS.values()}
 
 
 TRANSPORTS = ("frames", "grpc")
