@@ -51,7 +51,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
-from hooks import unregistered
+from hooks import calllog, unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer, deadline_passed
@@ -309,24 +309,31 @@ class HookServer:
 
     async def _answer(self, hook: HookType, request: Message, past_deadline: Callable[[], bool] = deadline_passed
                       ) -> Message:
-        """The handler's answer to one call, whatever the transport; a failure as HookAbort."""
+        """The handler's answer to one call, whatever the transport; a failure
+        as HookAbort. Each call logged at debug (``hooks.calllog``)."""
         point = HOOK_POINTS[hook]
         started = time.monotonic()
         try:
             response = await self.handle(hook, request)
         except HookAbort as exc:
             if exc.code is grpc.StatusCode.OK:  # an abort that is no error: grpc.aio would never answer it
+                _failed(hook, request, started, grpc.StatusCode.INTERNAL)
                 raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook aborted with status OK") from exc
+            _failed(hook, request, started, exc.code)
             raise
         except asyncio.CancelledError:  # else a handler too slow for its hook file's timeout fails unseen here
-            log_cancelled(logger, hook, time.monotonic() - started, past_deadline())
+            ran_s, deadline = time.monotonic() - started, past_deadline()
+            log_cancelled(logger, hook, ran_s, deadline)
+            if logger.isEnabledFor(logging.DEBUG):
+                calllog.log_call(logger, hook, request, ran_s, calllog.DEADLINE_EXCEEDED if deadline else calllog.CANCELLED)
             raise
         except Exception as exc:
             logger.exception("%s hook handler failed", hook.value, extra={"hook": hook.value})
+            _failed(hook, request, started, grpc.StatusCode.INTERNAL)
             raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook failed: {exc}") from exc
         if response is None:
-            return point.response_type()
-        if not isinstance(response, point.response_type):
+            response = point.response_type()
+        elif not isinstance(response, point.response_type):
             logger.error(
                 "%s hook handler returned %s, expected %s",
                 hook.value,
@@ -334,11 +341,14 @@ class HookServer:
                 point.response_type.__name__,
                 extra={"hook": hook.value},
             )
+            _failed(hook, request, started, grpc.StatusCode.INTERNAL)
             raise HookAbort(
                 grpc.StatusCode.INTERNAL,
                 f"{hook.value} hook handler returned {type(response).__name__}, "
                 f"expected {point.response_type.__name__}",
             )
+        if logger.isEnabledFor(logging.DEBUG):  # the level's cached check: all an answered call costs while off
+            calllog.log_call(logger, hook, request, time.monotonic() - started, calllog.ANSWERED)
         return response
 
 
@@ -356,6 +366,11 @@ def __getattr__(name: str) -> Any:
         from hooks.answercheck import check_answer
         return check_answer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _failed(hook: HookType, request: Message, started: float, code: grpc.StatusCode) -> None:
+    if logger.isEnabledFor(logging.DEBUG):
+        calllog.log_call(logger, hook, request, time.monotonic() - started, calllog.ERROR, code)
 
 
 def _limit(value: object) -> int:
