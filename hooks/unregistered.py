@@ -79,6 +79,9 @@ def written(path: Path, endpoint: str) -> None:
         with _lock:
             _directories.setdefault(socket_path, set()).add(Path(path).parent)
             served = _serving.get(socket_path)
+            if served is not None and served.loop.is_closed():  # its loop ended without stop(): no server there
+                del _serving[socket_path]
+                served = None
         if served is not None:
             served.loop.call_soon_threadsafe(_arm, socket_path)
     except Exception:  # its loop closed meanwhile, say: the file is written, the check is only advice

@@ -223,3 +223,22 @@ def test_a_scripts_subclass_of_a_builtin_hook_may_handle_more() -> None:
 
     assert HookType.POST_STOP_CONTAINER not in Mine.HOOKS
     assert HookType.POST_STOP_CONTAINER in handled_hooks(Mine, HookServer)
+
+
+def test_a_server_whose_loop_ended_without_stop_is_forgotten_at_the_next_write(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: its entry stayed, holding the closed loop, and each later
+    write naming its socket failed to schedule a check there, logged at
+    debug as "unregistered handlers not checked" with a traceback."""
+    caplog.set_level(logging.DEBUG, LOGGER)
+
+    async def main() -> str:
+        server = CreateAndUpdate(sock_dir / "h.sock")
+        await server.start()  # never stopped
+        return server.socket_path
+
+    socket_path = asyncio.run(main())
+    write_hook_config(tmp_path, "h", socket_path, ["PreCreateContainer"])
+    write_hook_config(tmp_path, "h", socket_path, ["PreCreateContainer"])
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == []
