@@ -26,7 +26,7 @@ from runtimeproxy.hookpath.hookfile import (
 )
 from runtimeproxy.hookpath.points import HookType
 
-from . import unregistered
+from . import runscope, unregistered
 
 __all__ = ["write_hook_config"]
 
@@ -56,6 +56,8 @@ def write_hook_config(
     proxy never sees a partial file.  A missing directory is created (0755).
     It is logged (``hook file written``, with its hook points) at
     ``log_level``: ``hook run``, which logs its own ``hook registered``, at debug.
+    Written under :func:`hooks.sdk.run` for a server started under it, it is
+    removed as ``run`` ends, if still there as written (``hooks.runscope``).
     """
     directory = Path(directory)
     if not name or "/" in name or name in (".", ".."):
@@ -125,4 +127,5 @@ def write_hook_config(
         "hook_file": str(final), "socket": os.fspath(endpoint), "hooks": hook_names, "failure_policy": policy,
         "timeout": doc.get(KEY_TIMEOUT), "priority": priority, "answers": answers})
     unregistered.written(final, os.fspath(endpoint))  # never raises: the file is written
+    runscope.wrote(final, os.fspath(endpoint))  # hooks.sdk.run removes it as it ends, if this process serves there
     return final

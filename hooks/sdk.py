@@ -51,7 +51,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
-from hooks import calllog, unregistered
+from hooks import calllog, runscope, unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer, deadline_passed
@@ -240,6 +240,7 @@ class HookServer:
         self._server = server
         logger.info("hook server listening on %s", path, extra={"socket": str(path), "transport": self._transport})
         unregistered.serving(str(path), handled_hooks(type(self), HookServer))  # a handler no hook file lists: warned
+        runscope.served(str(path))  # its hook files are removed as hooks.sdk.run ends
 
     async def _start_grpc(self, path: Path) -> grpc.aio.Server:
         server = grpc.aio.server(options=self._options)
@@ -356,9 +357,12 @@ def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
     auto, asyncio or uvloop): a hook call then costs the server about a quarter
     less CPU, taken from the runtime while pods start. Lines no handler takes
-    go to stderr at info, in the proxy's format (logs.unless_configured)."""
-    with logs.unless_configured():
-        return eventloop.run(main, event_loop)
+    go to stderr at info, in the proxy's format (logs.unless_configured). As
+    it ends, by any path, the hook files written during it for a server
+    started during it are removed; SIGTERM cancels ``main`` first
+    (``hooks.runscope``)."""
+    with logs.unless_configured(), runscope.scope() as scope:
+        return eventloop.run(runscope.guarded(main, scope), event_loop)
 
 
 def __getattr__(name: str) -> Any:
