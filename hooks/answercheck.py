@@ -17,9 +17,10 @@ an update, and no whole answer's cpuset clear (``nri/limits.py``); give
 ``nri=True`` to judge by the NRI plugin's own code for these.
 
 Not judged here: what only a chain of hooks decides (a PreCreateContainer
-answer refused by its parent may be lifted by a later hook's move), what
+answer refused by its parent may be lifted by a later hook's move) and what
 needs the hook file (its failure policy: a refused answer fails the call
-under ``Fail`` and is dropped under ``Ignore``) and the call's transport.
+under ``Fail`` and is dropped under ``Ignore``): :func:`hooks.chaincheck.check_chain`
+judges those; nor the call's transport.
 """
 
 from __future__ import annotations

@@ -69,7 +69,9 @@ __all__ = [
     "HookServerError",
     "SocketPathError",
     "TRANSPORTS",
+    "ChainHook",
     "check_answer",
+    "check_chain",
     "frame_routes",
     "run",
     "service_handlers",
@@ -369,6 +371,9 @@ def __getattr__(name: str) -> Any:
     if name == "check_answer":  # imported when asked for: the proxy's hook path, which a server never needs
         from hooks.answercheck import check_answer
         return check_answer
+    if name in ("check_chain", "ChainHook"):
+        from hooks import chaincheck
+        return getattr(chaincheck, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

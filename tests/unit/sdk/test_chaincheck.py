@@ -1,0 +1,92 @@
+"""check_chain: what the proxy would make of several hooks' answers at one
+hook point, by its own stage (hooks/chaincheck.py). Before: check_answer
+judged one answer, and a chain (which hook's value wins, a refusal that a
+later hook's move lifts) could be seen only behind a running proxy."""
+
+from __future__ import annotations
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from cri_api.v1 import api_pb2 as v1
+from hooks.answercheck import check_answer
+from hooks.sdk import ChainHook, check_chain
+from tests.hookrequests import container_request, pod_request
+
+NODE = {"cpus": "0-3", "mems": "0"}
+POD = "/kubepods/burstable/pod1"
+CREATE, UPDATE = "PreCreateContainer", "PreUpdateContainerResources"
+R = hookapi.LinuxContainerResources
+A = hookapi.ContainerResourceHookResponse
+
+
+async def test_the_later_hook_by_priority_then_file_name_wins_a_field_and_sees_the_earlier_s_change() -> None:
+    chain = [
+        ChainHook("b.json", A(container_resources=R(cpu_shares=256), container_envs={"B": "1"})),
+        ("a.json", A(container_resources=R(cpu_shares=512, cpu_quota=50_000))),
+        ChainHook("z.json", A(container_resources=R(cpu_shares=512)), priority=-1),  # before both
+    ]
+    check = await check_chain(CREATE, container_request(), chain, **NODE)
+    assert [h.name for h in check.hooks] == ["z.json", "a.json", "b.json"]
+    assert {h.outcome for h in check.hooks} == {"ok"} and check.refusal is None
+    assert check.winners == {
+        "config.linux.resources.cpu_shares": "b.json",
+        "config.linux.resources.cpu_quota": "a.json",  # a's echo of z's 512 changed nothing: z's shares, b's now
+        "config.envs[B]": "b.json",
+    }
+    assert check.sent.config.linux.resources.cpu_shares == 256
+    shown = {h.name: h.shown.container_resources.cpu_shares for h in check.hooks}
+    assert shown == {"z.json": 1024, "a.json": 512, "b.json": 512}  # each sees the call as the hooks before left it
+    assert str(check).splitlines()[:2] == ["PreCreateContainer chain: call goes on", "  z.json: ok"]
+
+
+async def test_a_refused_answer_is_dropped_under_ignore_and_refuses_the_call_under_fail() -> None:
+    bad = A(container_resources=R(cpu_quota=-5, cpu_shares=2))
+    good = A(container_resources=R(cpu_shares=512))
+    ignored = await check_chain(CREATE, container_request(), [("a.json", bad), ("b.json", good)], **NODE)
+    assert [(h.name, h.outcome) for h in ignored.hooks] == [("a.json", "invalid_value"), ("b.json", "ok")]
+    assert "cpu_quota -5 is negative" in str(ignored.hooks[0].cause)
+    assert ignored.refusal is None and ignored.winners == {"config.linux.resources.cpu_shares": "b.json"}
+
+    failed = await check_chain(CREATE, container_request(), [ChainHook("a.json", bad, "Fail"), ("b.json", good)], **NODE)
+    assert [(h.name, h.outcome) for h in failed.hooks] == [("a.json", "invalid_value"), ("b.json", "not called")]
+    assert failed.sent is None and failed.fields == ()
+    assert failed.refusal is not None and "hook server a.json" in failed.refusal and "cpu_quota -5" in failed.refusal
+
+
+async def test_a_cpuset_outside_its_parent_is_taken_when_a_later_hook_moves_the_pod_to_a_parent_that_fits() -> None:
+    cgroups = {POD: {"cpuset.cpus": "0-1", "cpuset.mems": "0"}, "/kubepods/wide": {"cpuset.cpus": "0-3"}}
+    request = container_request(pod_cgroup_parent=POD)
+    pinned = ChainHook("a.json", A(container_resources=R(cpuset_cpus="2-3")), "Fail")
+    assert not check_answer(CREATE, request, pinned.answer, **NODE, cgroups=cgroups).taken  # alone: refused
+    mover = ChainHook("b.json", A(pod_cgroup_parent="/kubepods/wide/pod1"), "Fail")
+    check = await check_chain(CREATE, request, [pinned, mover], **NODE, cgroups=cgroups)
+    assert check.refusal is None and [h.outcome for h in check.hooks] == ["ok", "ok"]
+    assert check.winners == {"config.linux.resources.cpuset_cpus": "a.json",
+                             "sandbox_config.linux.cgroup_parent": "b.json"}
+    stays = await check_chain(CREATE, request, [pinned, ChainHook("b.json", A(), "Fail")], **NODE, cgroups=cgroups)
+    assert stays.sent is None and "outside the parent cgroup" in str(stays.refusal)
+
+
+async def test_an_update_chain_and_a_whole_answer_s_clear() -> None:
+    cpu_manager = v1.UpdateContainerResourcesRequest(container_id="cid-1",
+                                                     linux=v1.LinuxContainerResources(cpuset_cpus="2-3"))
+    check = await check_chain(UPDATE, container_request(), [
+        ("a.json", A(container_resources=R(cpu_quota=20_000))),
+        ChainHook("b.json", A(container_resources=R(cpu_quota=30_000, cpu_shares=100)), answers="whole"),
+    ], call=cpu_manager, **NODE)
+    assert check.winners == {"linux.cpu_quota": "b.json", "linux.cpu_shares": "b.json",
+                             "linux.cpuset_cpus": "b.json"}  # b's whole answer has none: kubelet's cleared
+    assert [(c.field, c.value) for c in check.fields if c.field == "linux.cpuset_cpus"] == [("linux.cpuset_cpus", None)]
+    assert check.sent.container_id == "cid-1" and check.sent.linux.cpuset_cpus == ""
+
+
+async def test_bad_input_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="not applied"):
+        await check_chain("PostStartContainer", container_request(), [("a.json", A())])
+    with pytest.raises(TypeError, match="a.json: a PreCreateContainer answer is a ContainerResourceHookResponse"):
+        await check_chain(CREATE, container_request(), [("a.json", hookapi.PodSandboxHookResponse())], **NODE)
+    with pytest.raises(ValueError, match="its own name"):
+        await check_chain(CREATE, container_request(), [("a.json", A()), ("a.json", A())], **NODE)
+    with pytest.raises(TypeError, match="request"):
+        await check_chain(CREATE, pod_request(), [("a.json", A())], **NODE)
