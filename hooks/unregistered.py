@@ -17,7 +17,12 @@ server starts or a hook file for its socket is written (from the loop or
 from another thread), the wait starting again with each write: files
 written one after another (one per failure policy, say) are read together.
 Each hook point is warned about once per socket; the check never fails a
-write.
+write. A server that stops before its check runs (within ``DELAY`` of its
+start or of a write) is not checked: a test's, mostly, and its hook files
+are most often gone by then (removed before the stop, as they should be).
+Nor is a server whose hook files another process wrote, in a directory this
+one never wrote to: the SDK is not told the proxy's hook directory, and
+reading one it guessed could warn by a file the proxy does not read.
 """
 
 from __future__ import annotations

@@ -282,8 +282,8 @@ async def test_it_refuses_what_the_dispatcher_refuses_in_its_words(name: str, tm
 def test_readmes_example_prints_what_readme_shows(capsys: pytest.CaptureFixture[str]) -> None:
     section = (Path(__file__).parents[3] / "README.md").read_text().split("\n## Writing a hook server\n", 1)[1]
     section = section.split("\n## ", 1)[0]
-    example = next(block for block in re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-                   if "print(check_answer(" in block)
-    shown = re.findall(r"^```text\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    example, shown = next((code, text) for (lang, code), (next_lang, text) in zip(blocks, blocks[1:])
+                          if lang == "python" and next_lang == "text" and "print(check_answer(" in code)
     exec(compile(example, "README check_answer example", "exec"), {})
-    assert [capsys.readouterr().out] == shown
+    assert capsys.readouterr().out == shown

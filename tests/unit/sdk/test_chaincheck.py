@@ -5,6 +5,9 @@ later hook's move lifts) could be seen only behind a running proxy."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
@@ -90,3 +93,12 @@ async def test_bad_input_is_a_clear_error() -> None:
         await check_chain(CREATE, container_request(), [("a.json", A()), ("a.json", A())], **NODE)
     with pytest.raises(TypeError, match="request"):
         await check_chain(CREATE, pod_request(), [("a.json", A())], **NODE)
+
+
+def test_readmes_example_prints_what_readme_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    section = (Path(__file__).parents[3] / "README.md").read_text().split("\n## Writing a hook server\n", 1)[1]
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", section.split("\n## ", 1)[0], re.MULTILINE | re.DOTALL)
+    example, shown = next((code, text) for (lang, code), (next_lang, text) in zip(blocks, blocks[1:])
+                          if lang == "python" and next_lang == "text" and "check_chain(" in code)
+    exec(compile(example, "README check_chain example", "exec"), {})
+    assert capsys.readouterr().out == shown
