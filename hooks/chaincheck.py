@@ -14,6 +14,9 @@ is credited to the last hook whose answer changed it: the answers taken are
 applied again, unjudged, one more at each run, and each field's change
 found between consecutive runs.
 
+The proxy's own lines for the chain are logged as it logs them (a refused
+answer's ``hook failed, going on without it``, at warning).
+
 Judged: the CRI proxy's path (``runtime-proxy serve``), at the hook points
 whose answer is applied (PreRunPodSandbox, PreCreateContainer,
 PreUpdateContainerResources). Not judged: the transport (a hook that does

@@ -135,7 +135,8 @@ def _terminate(task: asyncio.Task[Any], current: RunScope) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         return
     current.terminated = True
-    log.info("SIGTERM: stopping (main cancelled); its hook files are removed as run ends, then it exits")
+    log.info("SIGTERM: main cancelled; the hook files of this run's servers are removed as run ends, then the "
+             "process exits by SIGTERM (a second SIGTERM: at once)", extra={"signal": "SIGTERM"})
     task.cancel()
 
 
