@@ -44,6 +44,7 @@ def write_hook_config(
     answers: str | None = None,
     *,
     log_level: int = logging.INFO,
+    remove_with_server: bool = True,
 ) -> Path:
     """Atomically write a Koordinator-format hook file ``directory/name[.json]``; returns its path.
 
@@ -57,7 +58,10 @@ def write_hook_config(
     It is logged (``hook file written``, with its hook points) at
     ``log_level``: ``hook run``, which logs its own ``hook registered``, at debug.
     Written under :func:`hooks.sdk.run` for a server started under it, it is
-    removed as ``run`` ends, if still there as written (``hooks.runscope``).
+    removed as that server stops (before its listener closes) or, one never
+    stopped, as ``run`` ends, if still there as written (``hooks.runscope``);
+    ``remove_with_server=False`` keeps it: under ``Fail``, calls are then
+    refused while the server is down, rather than going on unhooked.
     """
     directory = Path(directory)
     if not name or "/" in name or name in (".", ".."):
@@ -127,5 +131,5 @@ def write_hook_config(
         "hook_file": str(final), "socket": os.fspath(endpoint), "hooks": hook_names, "failure_policy": policy,
         "timeout": doc.get(KEY_TIMEOUT), "priority": priority, "answers": answers})
     unregistered.written(final, os.fspath(endpoint))  # never raises: the file is written
-    runscope.wrote(final, os.fspath(endpoint))  # hooks.sdk.run removes it as it ends, if this process serves there
+    runscope.wrote(final, os.fspath(endpoint), remove_with_server)  # under hooks.sdk.run: removed with its server
     return final

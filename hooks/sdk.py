@@ -138,6 +138,7 @@ class HookServer:
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
         self._socket_identity: unixsocket.SocketIdentity | None = None
         self._path_lock: socketlock.SocketLock | None = None
+        self._run_scope: runscope.RunScope | None = None  # started under hooks.sdk.run: told as it stops
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -242,7 +243,7 @@ class HookServer:
         self._server = server
         logger.info("hook server listening on %s", path, extra={"socket": str(path), "transport": self._transport})
         unregistered.serving(str(path), handled_hooks(type(self), HookServer))  # a handler no hook file lists: warned
-        runscope.served(str(path))  # its hook files are removed as hooks.sdk.run ends
+        self._run_scope = runscope.served(str(path))  # under hooks.sdk.run: its hook files removed as it stops
 
     async def _start_grpc(self, path: Path) -> grpc.aio.Server:
         server = grpc.aio.server(options=self._options)
@@ -275,6 +276,9 @@ class HookServer:
         if server is None:
             return
         unregistered.stopped(str(self._socket_path))
+        scope, self._run_scope = self._run_scope, None
+        if scope is not None:  # first, listener open and lock held: the proxy stops calling before we stop answering
+            scope.stopping(str(self._socket_path))
         grace = self._grace if grace is None else grace
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
             self._path_lock.record_longer_stop((grace or 0.0) + STOP_PAST_GRACE_S)
@@ -359,12 +363,11 @@ def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
     auto, asyncio or uvloop): a hook call then costs the server about a quarter
     less CPU, taken from the runtime while pods start. Lines no handler takes
-    go to stderr at info, in the proxy's format (logs.unless_configured). As
-    it ends, by any path, the hook files written during it for a server
-    started during it are removed; SIGTERM cancels ``main`` first
-    (``hooks.runscope``)."""
-    with logs.unless_configured(), runscope.scope() as scope:
-        return eventloop.run(runscope.guarded(main, scope), event_loop)
+    go to stderr at info, in the proxy's format (logs.unless_configured). The
+    hook files written during it for a server started during it are removed
+    as that server stops, or as ``run`` ends (``hooks.runscope``)."""
+    with logs.unless_configured(), runscope.scope():
+        return eventloop.run(main, event_loop)
 
 
 def __getattr__(name: str) -> Any:

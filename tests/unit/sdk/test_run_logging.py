@@ -57,8 +57,8 @@ def test_without_logging_set_up_it_logs_at_info_in_the_proxys_format(
             ("hooks.sdk", f"hook server listening on {sock_dir / 'h.sock'}"),
             ("hooks.registration", "hook file written"),
             ("example_hook", "example hook ready"),
-            # It never removed its hook file: run does, as it ends.
-            ("hooks.sdk", f"hook file {tmp_path / 'example.json'} removed: run ended, and its server with it"),
+            # It never removed its hook file: its server's stop does, under run.
+            ("hooks.sdk", f"hook file {tmp_path / 'example.json'} removed: its server is stopping"),
         ]
         assert f"hook_file={tmp_path / 'example.json'} socket={sock_dir / 'h.sock'} hooks=PreCreateContainer " \
                "failure_policy=Ignore" in lines[1]
@@ -121,7 +121,7 @@ def test_logging_a_script_sets_up_in_its_main_coroutine_takes_every_line(
         f"MINE INFO hooks.sdk hook server listening on {sock_dir / 'h.sock'}",
         "MINE INFO hooks.registration hook file written",
         "MINE INFO example_hook example hook ready",
-        f"MINE INFO hooks.sdk hook file {tmp_path / 'example.json'} removed: run ended, and its server with it",
+        f"MINE INFO hooks.sdk hook file {tmp_path / 'example.json'} removed: its server is stopping",
     ]
     assert "MINE DEBUG example_hook example hook detail" in lines
 
