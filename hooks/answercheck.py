@@ -25,26 +25,21 @@ judges those; nor the call's transport.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
-from cri_api.v1 import api_pb2 as v1
+from hooks.checkfacts import cgroup_hierarchy, kubelet_call, node_facts
 from runtimeproxy.hookpath.answers import kernel_would_refuse, refusal, unapplied
 from runtimeproxy.hookpath.executor import HOOKED_METHODS
 from runtimeproxy.hookpath.hookfile import Answers
-from runtimeproxy.hookpath.merge import CPUSETS, copy_as_wire
 from runtimeproxy.hookpath.nodefacts import NodeFactsSource
-from runtimeproxy.hookpath.parentcpuset import FILES, ParentCpusets
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint, HookType, Kind
-from runtimeproxy.hookpath.validate import NodeFacts, Reason, parse_id_list, read_node_facts
+from runtimeproxy.hookpath.validate import Reason
 from runtimeproxy.hookpath.wholeanswers import CLEAR_ASKED, CLEAR_KEPT
 from runtimeproxy.nri.limits import APPLIED as NRI_APPLIED
 from runtimeproxy.nri.limits import NRI_DROPPED
@@ -140,8 +135,8 @@ def check_answer(
     items = [item for item in items if item.top not in ignored]
     reasons: list[Reason] = []
     if point.answer_applied:  # else never judged: the node is read only where it is
-        facts = _facts(cpus, mems)
-        with _hierarchy(cgroups) as parents:
+        facts = node_facts(cpus, mems)
+        with cgroup_hierarchy(cgroups) as parents:
             reasons = kernel_would_refuse(NodeFactsSource(lambda: facts, parents=parents), point, request, answer, {})
     refused = _refused(point, items, reasons)
     checks += refused.values()
@@ -155,7 +150,7 @@ def check_answer(
         checks += [FieldCheck(item.name, Outcome.UNCHANGED, echo) for item in never]  # NRI applies none: an echo
         items = [item for item in items if item not in never]
     for item in items:
-        if executor.apply(_call(point, request, call), item.alone, request):
+        if executor.apply(kubelet_call(point, request, call), item.alone, request):
             outcome, reason = Outcome.APPLIED, f"changes the {point.cri_method} call{_where(point, item)}"
             if reasons:
                 outcome, reason = Outcome.DROPPED, DROPPED
@@ -166,7 +161,7 @@ def check_answer(
         outcome, reason = ((Outcome.IGNORED, CLEAR_KEPT) if nri else (Outcome.DROPPED, DROPPED) if reasons
                            else (Outcome.APPLIED, CLEAR_ASKED))
         checks += [FieldCheck(f"container_resources.{name}", outcome, reason)
-                   for name in executor.emptied(_call(point, request, call), answer)]
+                   for name in executor.emptied(kubelet_call(point, request, call), answer)]
     checks.sort(key=lambda check: order.get(check.field, len(order)))  # as the answer has them
     return AnswerCheck(point.hook, tuple(checks), refusal(reasons) if reasons else None)
 
@@ -240,69 +235,3 @@ def _where(point: HookPoint, item: _Item) -> str:
     if point.kind is Kind.POD and item.top == "resources":
         return " (the pod's config: containerd passes it on as annotations, to no cgroup)"
     return ""
-
-
-def _call(point: HookPoint, request: Any, call: Message | None) -> Message:
-    """A copy of ``call``, else the CRI call that would show a hook
-    ``request`` (store.pod_record and container_record, the other way):
-    what the executor applies answers to. An update as kubelet sends a
-    resize (kuberuntime's generateLinuxContainerResources): no annotations,
-    no cpusets (a CPU manager's names cpuset_cpus alone)."""
-    if call is not None:
-        out = type(call)()
-        out.CopyFrom(call)
-        return out
-    if point.kind is Kind.POD:
-        pod = v1.RunPodSandboxRequest()
-        config = pod.config
-        config.labels.update(request.labels)
-        config.annotations.update(request.annotations)
-        config.linux.cgroup_parent = request.cgroup_parent
-        copy_as_wire(config.linux.resources, request.resources)
-        return pod
-    resources = v1.LinuxContainerResources()
-    copy_as_wire(resources, request.container_resources)
-    if point.hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES:
-        for name in CPUSETS:
-            resources.ClearField(name)
-        return v1.UpdateContainerResourcesRequest(container_id=request.container_meta.id, linux=resources)
-    create = v1.CreateContainerRequest()
-    create.config.annotations.update(request.container_annotations)
-    create.config.linux.resources.CopyFrom(resources)
-    for key, value in request.container_envs.items():
-        create.config.envs.add(key=key, value=value.encode())
-    create.sandbox_config.linux.cgroup_parent = request.pod_cgroup_parent
-    return create
-
-
-def _facts(cpus: str | None, mems: str | None) -> NodeFacts:
-    """The node's facts as given, this machine's for what is not."""
-    if cpus is not None and mems is not None:
-        return NodeFacts(parse_id_list(cpus), parse_id_list(mems))
-    facts = read_node_facts()
-    if cpus is not None:
-        facts = replace(facts, online_cpus=parse_id_list(cpus))
-    if mems is not None:
-        facts = replace(facts, memory_nodes=parse_id_list(mems))
-    return facts
-
-
-@contextlib.contextmanager
-def _hierarchy(cgroups: Mapping[str, Mapping[str, str]] | None) -> Iterator[ParentCpusets | None]:
-    """``cgroups`` as a cgroup v1 cpuset hierarchy, in a temporary directory
-    that the proxy's ParentCpusets reads (None: no parent judged)."""
-    if cgroups is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="check-answer-") as mount:
-        for cgroup, files in cgroups.items():
-            if not cgroup.startswith("/") or not cgroup.strip("/"):
-                raise ValueError(f"cgroup {cgroup!r}: a path in the cpuset hierarchy below its root, as /kubepods")
-            unknown = set(files) - set(FILES.values())
-            if unknown:
-                raise ValueError(f"cgroup {cgroup!r}: {', '.join(sorted(unknown))}: only {', '.join(FILES.values())}")
-            directory = Path(mount, cgroup.strip("/"))
-            directory.mkdir(parents=True, exist_ok=True)
-            for name, text in files.items():
-                (directory / name).write_text(text)
-        yield ParentCpusets(Path(mount))

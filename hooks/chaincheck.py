@@ -25,7 +25,10 @@ not answer in time is its failure policy's), and ``runtime-proxy nri``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import logging
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +36,16 @@ from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
-from hooks.answercheck import _call, _facts, _hierarchy
+from hooks.checkfacts import cgroup_hierarchy, kubelet_call, node_facts
 from runtimeproxy.hookpath.dispatch import Dispatcher
 from runtimeproxy.hookpath.hookfile import Answers, FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.merge import copy_as_wire
 from runtimeproxy.hookpath.nodefacts import NodeFactsSource
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookPoint, HookType
-from runtimeproxy.hookpath.registry import HookSnapshot
+from runtimeproxy.hookpath.registry import ChangeCallback, HookSnapshot
 from runtimeproxy.hookpath.stage import HookStage
 from runtimeproxy.hookpath.store import StateStore
+from runtimeproxy.metrics import Metrics
 
 __all__ = ["ChainCheck", "ChainField", "ChainHook", "HookResult", "check_chain"]
 
@@ -120,8 +124,8 @@ async def check_chain(
     servers = {h.name: _server(point, h) for h in hooks}
     ordered = HookSnapshot(servers).servers_for(point.hook)  # the proxy's order
     by_name = {h.name: h for h in hooks}
-    facts = _facts(cpus, mems)
-    with _hierarchy(cgroups) as parents:
+    facts = node_facts(cpus, mems)
+    with cgroup_hierarchy(cgroups) as parents:
         full = await _run(point, request, call, [(s, by_name[s.name]) for s in ordered],
                           NodeFactsSource(lambda: facts, parents=parents))
     results = tuple(HookResult(s.name, *full.outcomes.get(s.name, ("not called", None)), full.shown.get(s.name))
@@ -138,7 +142,8 @@ async def _credited(point: HookPoint, request: Message, call: Message | None, or
     if full.sent is None:
         return ()
     taken = [(s, by_name[s.name]) for s in ordered if full.outcomes.get(s.name, ("",))[0] == "ok"]
-    runs = [await _run(point, request, call, taken[:n], None) for n in range(len(taken) + 1)]
+    with _quiet():  # the proxy's lines for the chain were logged by the judged run; once, as the proxy does
+        runs = [await _run(point, request, call, taken[:n], None) for n in range(len(taken) + 1)]
     if runs[-1].sent != full.sent:  # cannot be (judging takes or refuses, never changes, an answer): said, not miscredited
         raise RuntimeError(f"the chain's answers taken do not make the call it judged: {runs[-1].sent} != {full.sent}")
     winners: dict[str, ChainField] = {}
@@ -168,20 +173,26 @@ class _Run:
 
 
 class _Registry:
-    """The hook files of the chain, fixed (the proxy's registry watches a directory)."""
+    """The hook files of the chain, fixed (the proxy's registry watches a
+    directory): a ``HookSource``."""
 
     def __init__(self, servers: Sequence[HookServerConfig]) -> None:
-        self.snapshot = HookSnapshot({s.name: s for s in servers})
+        self._snapshot = HookSnapshot({s.name: s for s in servers})
+
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return self._snapshot
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return self.snapshot.servers_for(hook)
+        return self._snapshot.servers_for(hook)
 
-    def on_change(self, callback: object) -> None:
-        pass
+    def on_change(self, callback: ChangeCallback) -> None:
+        pass  # never changes
 
 
 class _Answers:
-    """The transport: each endpoint answers its hook's answer, and keeps what it was shown."""
+    """The transport (a ``HookTransport``): each endpoint answers its hook's
+    answer, and keeps what it was shown."""
 
     def __init__(self, answers: Mapping[str, tuple[str, bytes]], point: HookPoint, run: _Run) -> None:
         self._answers, self._point, self._run = answers, point, run
@@ -191,23 +202,13 @@ class _Answers:
         self._run.shown[name] = self._point.request_type.FromString(request)
         return answer
 
-    def keep_only(self, endpoints: object, grace: float) -> None:
-        pass
+    def keep_only(self, endpoints: Collection[str], grace: float) -> None:
+        pass  # no connections
+
+    def endpoints(self) -> frozenset[str]:
+        return frozenset()
 
     async def close(self, grace: float) -> None:
-        pass
-
-
-class _Outcomes:
-    """The dispatcher's metrics, as far as a check reads them: each call's outcome."""
-
-    def __init__(self, run: _Run) -> None:
-        self._run = run
-
-    def hook_call(self, server: str, hook: str, outcome: str, seconds: float, cause: str | None = None) -> None:
-        self._run.outcomes[server] = (outcome, cause)
-
-    def keep_hook_stats(self, names: object) -> None:
         pass
 
 
@@ -226,8 +227,8 @@ async def _run(point: HookPoint, request: Message, call: Message | None,
                chain: Sequence[tuple[HookServerConfig, ChainHook]], node: NodeFactsSource | None) -> _Run:
     run = _Run()
     answers = {s.endpoint: (s.name, (h.answer or point.response_type()).SerializeToString()) for s, h in chain}
-    dispatcher = Dispatcher(_Registry([s for s, _ in chain]), _Outcomes(run),  # type: ignore[arg-type]
-                            node=node, transport=_Answers(answers, point, run))  # type: ignore[arg-type]
+    metrics = Metrics()  # the proxy's own: each hook's outcome and cause as `runtime-proxy status` has them
+    dispatcher = Dispatcher(_Registry([s for s, _ in chain]), metrics, node=node, transport=_Answers(answers, point, run))
     store = StateStore()
     kubelet = _kubelet_call(point, request, call, store)
     stage = HookStage(dispatcher, store)
@@ -244,6 +245,10 @@ async def _run(point: HookPoint, request: Message, call: Message | None,
     except _Refused as refused:
         run.refusal = str(refused)
     await stage.drain()
+    for name, stats in metrics.hook_stats.items():  # one call each
+        (outcome,) = stats.calls
+        cause = stats.last_error.get("cause") if stats.last_error else None
+        run.outcomes[name] = (outcome, cause if isinstance(cause, str) else None)
     if sent:
         run.sent = type(kubelet).FromString(sent[0])
     return run
@@ -259,7 +264,7 @@ _REPLIES: dict[str, Message] = {
 def _kubelet_call(point: HookPoint, request: Any, call: Message | None, store: StateStore) -> Message:
     """kubelet's call (given, or built as check_answer builds it), and the
     records the proxy would hold of its pod and container, from ``request``."""
-    out = _call(point, request, call)
+    out = kubelet_call(point, request, call)
     if point.hook is HookType.PRE_RUN_POD_SANDBOX:
         if call is None:
             copy_as_wire(out.config.metadata, request.pod_meta)
@@ -282,6 +287,32 @@ def _kubelet_call(point: HookPoint, request: Any, call: Message | None, store: S
     record.container_meta.id = out.container_id = container_id
     store.put_container(container_id, POD_ID, record)
     return out
+
+
+_REPLAYING: ContextVar[bool] = ContextVar("check_chain_replaying", default=False)
+
+
+class _Replaying(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _REPLAYING.get()
+
+
+_QUIET_FILTER = _Replaying()
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The proxy's hook path logs nothing in this context (its tasks too):
+    not for other tasks, a proxy in the same process say. A filter on a
+    logger sees only its own records, so it goes on each of the path's."""
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.startswith("runtimeproxy.hookpath"):
+            logger.addFilter(_QUIET_FILTER)  # once: addFilter keeps one of each; passes all outside a replay
+    token = _REPLAYING.set(True)
+    try:
+        yield
+    finally:
+        _REPLAYING.reset(token)
 
 
 def _flat(message: Message | None, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -21,7 +21,7 @@ from .chaincpuset import ChainCpusets, Deferred
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .points import HOOK_POINTS, HookPoint, HookType
-from .registry import HookRegistry, HookSnapshot
+from .registry import HookSnapshot, HookSource
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _directory(endpoint: str) -> str:
 class Dispatcher:
     def __init__(
         self,
-        registry: HookRegistry,
+        registry: HookSource,
         metrics: Metrics | None = None,
         *,
         node: NodeFactsSource | None = None,

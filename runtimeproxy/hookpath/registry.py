@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol, runtime_checkable
 
 from ..metrics import HookConfigMetrics
 from .dirwatch import WatchSettings, directory_fingerprint, file_identity, watch_directory
@@ -49,7 +50,7 @@ from .oddities import warn_if_odd
 from .points import HookType
 from .reloadnotes import ReloadNotes
 
-__all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "ReloadResult"]
+__all__ = ["ChangeCallback", "HookRegistry", "HookSnapshot", "HookSource", "ReloadResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,19 @@ class ReloadResult:
 
 
 ChangeCallback = Callable[[HookSnapshot], object]
+
+
+@runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every member
+class HookSource(Protocol):
+    """What a dispatcher reads of the registered hook files: a
+    :class:`HookRegistry`, or a stand-in holding fixed ones."""
+
+    @property
+    def snapshot(self) -> HookSnapshot: ...
+
+    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]: ...
+
+    def on_change(self, callback: ChangeCallback) -> object: ...
 
 
 class HookRegistry:

@@ -148,7 +148,7 @@ def test_the_node_is_read_only_where_an_answer_is_applied(monkeypatch: pytest.Mo
     def no_sys() -> None:
         raise FileNotFoundError("/sys/devices/system/cpu/online")
 
-    monkeypatch.setattr("hooks.answercheck.read_node_facts", no_sys)
+    monkeypatch.setattr("hooks.checkfacts.read_node_facts", no_sys)
     answer = Answer(container_resources=Resources(cpu_shares=2))
     for hook in (HookType.POST_STOP_CONTAINER, HookType.PRE_START_CONTAINER):
         assert check_answer(hook, container_request(), answer).outcomes == {"container_resources.cpu_shares": "ignored"}

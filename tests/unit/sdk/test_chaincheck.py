@@ -5,6 +5,7 @@ later hook's move lifts) could be seen only behind a running proxy."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -12,8 +13,11 @@ import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
+from hooks import chaincheck
 from hooks.answercheck import check_answer
 from hooks.sdk import ChainHook, check_chain
+from runtimeproxy.hookclient.transport import HookTransport
+from runtimeproxy.hookpath.registry import HookSource
 from tests.hookrequests import container_request, pod_request
 
 NODE = {"cpus": "0-3", "mems": "0"}
@@ -82,6 +86,42 @@ async def test_an_update_chain_and_a_whole_answer_s_clear() -> None:
                              "linux.cpuset_cpus": "b.json"}  # b's whole answer has none: kubelet's cleared
     assert [(c.field, c.value) for c in check.fields if c.field == "linux.cpuset_cpus"] == [("linux.cpuset_cpus", None)]
     assert check.sent.container_id == "cid-1" and check.sent.linux.cpuset_cpus == ""
+
+
+async def test_a_field_set_back_to_kubelets_value_is_listed_with_the_hook_that_did() -> None:
+    check = await check_chain(CREATE, container_request(), [  # kubelet's shares: 1024
+        ("a.json", A(container_resources=R(cpu_shares=512))), ("b.json", A(container_resources=R(cpu_shares=1024)))],
+        **NODE)
+    assert check.winners == {"config.linux.resources.cpu_shares": "b.json"}
+    assert check.sent.config.linux.resources.cpu_shares == 1024
+
+
+async def test_the_proxys_log_once_lines_are_logged_once_for_the_chain(caplog: pytest.LogCaptureFixture) -> None:
+    """Crediting replays the answers taken, once per hook: before, each
+    replay's new dispatcher logged its lines again (7 of these, not 2)."""
+    caplog.set_level(logging.INFO)
+    with_env = A(container_resources=R(cpu_shares=100), container_envs={"X": "1"})  # no env on an update
+    await check_chain(UPDATE, container_request(), [("a.json", with_env), ("b.json", A(container_resources=R(
+        cpu_quota=1000))), ("c.json", with_env)], **NODE)
+    noted = [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
+    assert len(noted) == 2, [r.getMessage() for r in noted]
+
+
+async def test_a_replays_silence_is_its_own_context_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    quiet = logging.getLogger("runtimeproxy.hookpath.dispatch")
+    with chaincheck._quiet():
+        quiet.warning("muted")
+    quiet.warning("heard")
+    assert [r.getMessage() for r in caplog.records] == ["heard"]
+
+
+def test_the_stand_ins_are_what_the_dispatcher_takes() -> None:
+    """A member the dispatcher comes to need is one of these protocols': a
+    stand-in without it fails here, not as a no-op in a check."""
+    assert isinstance(chaincheck._Registry([]), HookSource)
+    assert isinstance(chaincheck._Answers({}, chaincheck.HOOK_POINTS[chaincheck.HookType(CREATE)],
+                                          chaincheck._Run()), HookTransport)
 
 
 async def test_bad_input_is_a_clear_error() -> None:
