@@ -105,3 +105,29 @@ async def test_nothing_is_logged_per_call_above_debug(caplog: pytest.LogCaptureF
     with pytest.raises(HookAbort):
         await server._answer(HookType.PRE_RUN_POD_SANDBOX, pod_request())
     assert caplog.records == []
+
+
+DOCUMENTED = {"hook", "outcome", "duration_s", "grpc_code", "pod", "pod_uid", "container", "container_id"}
+STANDARD = set(vars(logging.LogRecord("x", logging.DEBUG, "x", 0, "x", None, None))) | {"message", "asctime"}
+
+
+async def test_a_calls_line_carries_no_request_data_beyond_its_documented_fields(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """Env values and annotations are a pod's secrets as often as not: a log
+    shipped off the node must not get them from a debug line."""
+    caplog.set_level(logging.DEBUG, "hooks.sdk")
+    secret = "s3cr3t-" + "x" * 8
+    request = container_request(pod_annotations={"vault-token": f"{secret}-pod"})
+    request.container_envs["DB_PASSWORD"] = f"{secret}-env"
+    request.container_annotations["api-key"] = f"{secret}-annotation"
+    server = Mixed("/tmp/never-started.sock")
+    await server._answer(HookType.PRE_CREATE_CONTAINER, request)
+    with pytest.raises(HookAbort):
+        await server._answer(HookType.PRE_UPDATE_CONTAINER_RESOURCES, request)
+    calls = _calls(caplog)
+    assert [r.outcome for r in calls] == ["answered", "error"]
+    for record in calls:
+        assert set(vars(record)) - STANDARD <= DOCUMENTED
+        carried = [record.getMessage(), *(repr(value) for value in vars(record).values())]
+        assert not [text for text in carried if secret in text or "DB_PASSWORD" in text or "api-key" in text]
