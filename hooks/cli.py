@@ -45,6 +45,7 @@ from .builtin import (
     describe_builtins,
     load_builtin,
 )
+from .runscope import FileIdentity
 from .sdk import TRANSPORTS, HookServerError, SocketPathError, write_hook_config
 
 log = logging.getLogger("hooks.run")
@@ -69,7 +70,7 @@ class Registration:
     failure_policy: str
     timeout: str | None
     priority: int | None
-    _identity: tuple[int, int] | None = field(default=None, init=False)
+    _identity: FileIdentity | None = field(default=None, init=False)  # as written: another writer's differs
     left: bool = field(default=False, init=False)  # remove failed: the file stays, the proxy goes on calling
 
     @property
@@ -85,8 +86,7 @@ class Registration:
             self.directory, self.name, hook.socket_path, hook.HOOKS, self.failure_policy, self.timeout, self.priority,
             log_level=logging.DEBUG,
         )
-        st = os.stat(path)
-        self._identity = (st.st_dev, st.st_ino)
+        self._identity = FileIdentity.of(os.stat(path))
         if not existed:  # a mistyped --hook-dir would otherwise be created and served in silence
             log.warning(
                 "hook directory %s did not exist and was created: a proxy reads hook files only from its own"
@@ -103,8 +103,7 @@ class Registration:
         if identity is None:
             return False
         try:
-            st = os.stat(self.path)
-            if (st.st_dev, st.st_ino) != identity:
+            if FileIdentity.of(os.stat(self.path)) != identity:
                 log.warning("registration was replaced by another writer; leaving it", extra={"hook_file": str(self.path)})
                 return False
             self.path.unlink()

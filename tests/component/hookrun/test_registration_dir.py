@@ -57,3 +57,23 @@ def test_a_registration_that_cannot_be_removed_is_an_error_line_naming_it(
     assert "cannot remove the registration" in record.getMessage()
     assert record.hook_file == str(tmp_path / "noop.json") and "Read-only file system" in record.error  # type: ignore[attr-defined]
     assert (tmp_path / "noop.json").is_file()
+
+
+def test_a_registration_replaced_on_the_same_inode_is_left(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ext4 gives a file just freed's inode to the next one made, so another
+    writer's registration can have this one's (st_dev, st_ino): its times
+    differ. (Written in place here, so the inode is the same for certain.)
+    Before: it was taken for this process's, and removed."""
+    registration = Registration(tmp_path, "noop", "Ignore", None, None)
+    registration.write(_hook(tmp_path))  # type: ignore[arg-type]
+    path = tmp_path / "noop.json"
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(b" ")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert os.stat(path).st_ino == before.st_ino
+    with caplog.at_level(logging.WARNING, logger="hooks.run"):
+        assert registration.remove() is False
+    assert path.is_file()
+    assert [r.getMessage() for r in caplog.records if r.name == "hooks.run"] == [
+        "registration was replaced by another writer; leaving it"]
