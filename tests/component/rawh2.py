@@ -145,6 +145,17 @@ async def raw_with_settings(path: Path, *settings: tuple[int, int]) -> RawPeer:
     return peer
 
 
+def errors(frames: list[tuple[int, int, int, bytes]]) -> list[tuple[int, int, int]]:
+    """The GOAWAYs and RST_STREAMs among ``frames`` (kind, flags, stream, payload): kind, stream, error code."""
+    out = []
+    for kind, _, sid, payload in frames:
+        if kind == GOAWAY:
+            out.append((kind, sid, struct.unpack(">II", payload[:8])[1]))
+        elif kind == RST_STREAM:
+            out.append((kind, sid, struct.unpack(">I", payload)[0]))
+    return out
+
+
 def open_call(stream: int, path: str) -> bytes:
     """A call's HEADERS, the request to follow in DATA."""
     call = grpc_call(stream, path)

@@ -23,15 +23,6 @@ from ...grpcstarts import cancelling_as_grpc_starts
 from ..fakes import FakeBackend
 
 
-@pytest.fixture
-def temp_root(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """mkdtemp's directory for this test alone: other runs share /tmp."""
-    root = sock_dir / "t"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
 async def test_a_listen_path_in_use_leaves_no_temp_dir(fake: FakeBackend, sock_dir: Path, temp_root: Path) -> None:
     listen = sock_dir / "proxy.sock"
     with socket.socket(socket.AF_UNIX) as other:  # another proxy serves there

@@ -37,16 +37,6 @@ async def _pass(request: bytes, context: object, send: Callable[[bytes], Awaitab
     return await send(request)
 
 
-def _errors(frames: Frames) -> list[tuple[int, int, int]]:
-    out = []
-    for kind, _, sid, payload in frames:
-        if kind == rawh2.GOAWAY:
-            out.append((kind, sid, struct.unpack(">II", payload[:8])[1]))
-        elif kind == rawh2.RST_STREAM:
-            out.append((kind, sid, struct.unpack(">I", payload)[0]))
-    return out
-
-
 def _trailers(pair: Pair, sid: int, indexed: bool, split: bool = False) -> bytes:
     headers = [NEW_ENTRY, ("x-n", "1")]
     block = pair.encoder.encode(headers) if indexed else rawh2.literal_headers(headers)
@@ -82,7 +72,7 @@ async def _next_call(pair: Pair, sid: int) -> tuple[Frames, bytes, list[tuple[st
     answer: Frames = []
     while not (answer and answer[-1][1] & Flag.END_STREAM):
         answer += await pair.client.until(rawh2.HEADERS, sid)
-    assert _errors(answer) == []
+    assert rawh2.errors(answer) == []
     assert _client_reads(pair, answer)[-1] == [("grpc-status", "0")]
     assert headers == decoded
     return seen, f[3], decoded
@@ -98,6 +88,16 @@ async def _runtime_reads_request(pair: Pair, sid: int) -> None:
     pair.runtime.decoder.decode(f[3])
 
 
+async def _reset_by_the_proxy(pair: Pair, sid: int) -> None:
+    """A relayed call opened on ``sid``, its request read by the runtime, then
+    reset by the proxy for the client's stream error (a zero WINDOW_UPDATE);
+    the client's trailers have not come yet."""
+    pair.client.writer.write(pair.request(sid, RELAYED, body=None, end=False))
+    await _runtime_reads_request(pair, sid)
+    pair.client.writer.write(fr.window_update(sid, 0))
+    assert rawh2.errors(await pair.pinged()) == [(rawh2.RST_STREAM, sid, ErrorCode.PROTOCOL_ERROR)]
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["adds-to-the-table", "leaves-the-table"])
 @pytest.mark.parametrize("split", [False, True], ids=["one-frame", "continuations"])
 async def test_trailers_after_the_proxy_reset_the_stream_are_ignored(
@@ -108,12 +108,9 @@ async def test_trailers_after_the_proxy_reset_the_stream_are_ignored(
     caplog.set_level(logging.INFO, logger="runtimeproxy.frames.withheld")
     async with raw_relay(sock_dir) as relay:
         pair = await relay.pair()
-        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
-        await _runtime_reads_request(pair, 1)
-        pair.client.writer.write(fr.window_update(1, 0))  # a stream error: the proxy resets it
-        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 1, ErrorCode.PROTOCOL_ERROR)]
+        await _reset_by_the_proxy(pair, 1)
         pair.client.writer.write(_trailers(pair, 1, indexed, split))
-        assert _errors(await pair.pinged(b"pingpon2")) == []  # no GOAWAY: the connection goes on
+        assert rawh2.errors(await pair.pinged(b"pingpon2")) == []  # no GOAWAY: the connection goes on
         seen, block, _ = await _next_call(pair, 3)
         # The runtime had the reset (CANCEL), never the trailers.
         assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.RST_STREAM, 1), (rawh2.HEADERS, 3)]
@@ -144,10 +141,7 @@ async def test_a_table_shrink_in_dropped_trailers_reaches_the_runtime(sock_dir: 
     client to it (hpack's, the raw runtime's) fails it (COMPRESSION_ERROR)."""
     async with raw_relay(sock_dir) as relay:
         pair = await relay.pair()
-        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
-        await _runtime_reads_request(pair, 1)
-        pair.client.writer.write(fr.window_update(1, 0))  # a stream error: the proxy resets it
-        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 1, ErrorCode.PROTOCOL_ERROR)]
+        await _reset_by_the_proxy(pair, 1)
         pair.runtime.writer.write(fr.serialize(FrameType.SETTINGS, 0, 0,
                                                struct.pack(">HI", Setting.HEADER_TABLE_SIZE, 0)))
         await pair.client.until(rawh2.SETTINGS)
@@ -157,7 +151,7 @@ async def test_a_table_shrink_in_dropped_trailers_reaches_the_runtime(sock_dir: 
         pair.runtime.decoder.max_allowed_table_size = 0
         pair.encoder.header_table_size = 0
         pair.client.writer.write(_trailers(pair, 1, True))
-        assert _errors(await pair.pinged(b"pingpon2")) == []
+        assert rawh2.errors(await pair.pinged(b"pingpon2")) == []
         seen, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
         assert block[0] == 0x20 and _restated(block)  # restated, after the shrink to 0
         assert pair.runtime.decoder.header_table_size == 0
@@ -178,10 +172,10 @@ async def test_trailers_after_the_proxy_ended_the_call_with_the_clients_side_ope
                                  + fr.serialize(FrameType.DATA, 0, 1, too_long))
         await _runtime_reads_request(pair, 1)
         seen = await pair.client.until(rawh2.HEADERS, 1)
-        assert seen[-1][1] & Flag.END_STREAM and _errors(seen) == []  # an answer, no reset
+        assert seen[-1][1] & Flag.END_STREAM and rawh2.errors(seen) == []  # an answer, no reset
         assert dict(pair.client.decoder.decode(seen[-1][3]))["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
         pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, b"more") + _trailers(pair, 1, True, split))
-        assert _errors(await pair.pinged()) == []
+        assert rawh2.errors(await pair.pinged()) == []
         seen, block, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.RST_STREAM, 1), (rawh2.HEADERS, 3)]
         assert _restated(block)
@@ -200,7 +194,7 @@ async def test_trailers_after_the_runtime_answered_are_dropped(sock_dir: Path) -
             answer += await pair.client.until(rawh2.HEADERS, 1)
         assert _client_reads(pair, answer)[-1] == [("grpc-status", "0")]
         pair.client.writer.write(_trailers(pair, 1, True))
-        assert _errors(await pair.pinged()) == []
+        assert rawh2.errors(await pair.pinged()) == []
         seen, block, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen if kind != rawh2.DATA] == [(rawh2.HEADERS, 3)]
 
@@ -237,7 +231,7 @@ async def test_a_new_request_on_a_stream_the_proxy_reset_is_still_a_protocol_err
     async with raw_relay(sock_dir) as relay:
         pair = await relay.pair()
         pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False) + fr.window_update(1, 0))
-        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 1, ErrorCode.PROTOCOL_ERROR)]
+        assert rawh2.errors(await pair.pinged()) == [(rawh2.RST_STREAM, 1, ErrorCode.PROTOCOL_ERROR)]
         pair.client.writer.write(fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1,
                                               request_block(pair.encoder, RELAYED)))
         assert await pair.client.goaway_code() == ErrorCode.PROTOCOL_ERROR

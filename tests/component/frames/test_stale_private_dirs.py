@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,6 @@ from runtimeproxy.host.process import terminate_process
 
 from ..fakes import FakeBackend
 from ..test_process import wait_for_line
-
-
-@pytest.fixture
-def temp_root(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """TMPDIR for this test alone (other runs share /tmp): in-process proxies and `serve` alike."""
-    root = sock_dir / "t"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 async def test_a_start_removes_a_killed_proxys_directory_and_keeps_a_live_ones(

@@ -19,17 +19,6 @@ from .. import rawh2
 from .rawrelay import DIVERTED, HOOKED, RELAYED, message, raw_relay
 
 
-def _errors(frames: list[tuple[int, int, int, bytes]]) -> list[tuple[int, int, int]]:
-    """The GOAWAYs (with their code) and RST_STREAMs among ``frames``."""
-    out = []
-    for kind, _, sid, payload in frames:
-        if kind == rawh2.GOAWAY:
-            out.append((kind, sid, struct.unpack(">II", payload[:8])[1]))
-        elif kind == rawh2.RST_STREAM:
-            out.append((kind, sid, struct.unpack(">I", payload)[0]))
-    return out
-
-
 async def test_a_late_frame_on_a_stream_refused_after_the_runtimes_goaway_is_ignored(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -44,10 +33,10 @@ async def test_a_late_frame_on_a_stream_refused_after_the_runtimes_goaway_is_ign
         streams = range(1, 17, 2)
         pair.client.writer.write(b"".join(pair.request(sid, RELAYED, body=None, end=False) for sid in streams))
         seen = await pair.pinged()
-        assert _errors(seen) == [(rawh2.RST_STREAM, sid, ErrorCode.REFUSED_STREAM) for sid in streams]
+        assert rawh2.errors(seen) == [(rawh2.RST_STREAM, sid, ErrorCode.REFUSED_STREAM) for sid in streams]
         pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, message(b"late"))
                                  + fr.window_update(1, 0))
-        assert _errors(await pair.pinged(b"pingpon2")) == []  # the connection goes on
+        assert rawh2.errors(await pair.pinged(b"pingpon2")) == []  # the connection goes on
 
 
 async def _to_the_end_or(peer: rawh2.RawPeer, kind: int, sid: int) -> list[tuple[int, int, int, bytes]]:
@@ -75,10 +64,10 @@ async def test_a_stream_id_not_above_one_refused_after_the_runtimes_goaway_is_a_
         pair.runtime.writer.write(fr.goaway(0, ErrorCode.NO_ERROR))
         await pair.client.until(rawh2.GOAWAY)
         pair.client.writer.write(pair.request(7, RELAYED, body=None, end=False))
-        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
+        assert rawh2.errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
         pair.client.writer.write(pair.request(again, RELAYED, body=None, end=False))
         seen = await _to_the_end_or(pair.client, rawh2.RST_STREAM, again)
-        assert _errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
+        assert rawh2.errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
 
 
 async def test_a_lower_stream_id_after_the_runtimes_goaway_never_reaches_the_runtime(sock_dir: Path) -> None:
@@ -93,12 +82,12 @@ async def test_a_lower_stream_id_after_the_runtimes_goaway_never_reaches_the_run
         pair.runtime.writer.write(fr.goaway(1, ErrorCode.NO_ERROR))
         await pair.client.until(rawh2.GOAWAY)
         pair.client.writer.write(pair.request(7, RELAYED, body=None, end=False))
-        assert _errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
+        assert rawh2.errors(await pair.pinged()) == [(rawh2.RST_STREAM, 7, ErrorCode.REFUSED_STREAM)]
         pair.client.writer.write(pair.request(3, RELAYED, body=None, end=False))
         runtime_saw = await _to_the_end_or(pair.runtime, rawh2.HEADERS, 3)
         assert [sid for kind, _, sid, _ in runtime_saw if kind == rawh2.HEADERS] == [7]  # (1 was read above)
         client_saw = await _to_the_end_or(pair.client, rawh2.RST_STREAM, 3)
-        assert _errors(client_saw) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
+        assert rawh2.errors(client_saw) == [(rawh2.GOAWAY, 0, ErrorCode.PROTOCOL_ERROR)]
         goaway = client_saw[-1][3]
         assert struct.unpack(">I", goaway[:4])[0] == 1  # the call in flight may have been processed
 
@@ -126,7 +115,7 @@ async def test_a_frame_inside_the_runtimes_open_header_block_ends_the_connection
         while (f := await pair.client.read()) is not None:
             seen.append(f)
         assert [f[0] for f in seen] == [rawh2.GOAWAY]  # nothing of the block's nor the interloper's
-        assert _errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.INTERNAL_ERROR)]
+        assert rawh2.errors(seen) == [(rawh2.GOAWAY, 0, ErrorCode.INTERNAL_ERROR)]
 
 
 async def test_request_trailers_wait_behind_the_requests_data_queued_for_the_runtimes_window(sock_dir: Path) -> None:
@@ -221,7 +210,7 @@ async def test_data_after_the_clients_end_of_stream_on_a_call_the_proxy_takes_is
         seen = []
         while not (seen and seen[-1][0] == rawh2.HEADERS and seen[-1][2] == 3 and seen[-1][1] & Flag.END_STREAM):
             seen += await pair.client.until(rawh2.HEADERS, 3)  # the next call is answered
-        assert _errors(seen) == [(rawh2.RST_STREAM, 1, ErrorCode.STREAM_CLOSED)]
+        assert rawh2.errors(seen) == [(rawh2.RST_STREAM, 1, ErrorCode.STREAM_CLOSED)]
         assert [f for f in seen if f[2] == 1 and f[0] != rawh2.RST_STREAM] == []  # and the call no answer
 
 
@@ -235,7 +224,7 @@ async def test_data_after_a_diverted_call_was_answered_is_ignored(sock_dir: Path
         while not (seen and seen[-1][1] & Flag.END_STREAM):
             seen += await pair.client.until(rawh2.HEADERS, 1)
         pair.client.writer.write(fr.serialize(FrameType.DATA, 0, 1, message(b"late")))
-        assert _errors(await pair.pinged()) == []
+        assert rawh2.errors(await pair.pinged()) == []
         pair.client.writer.write(pair.request(3, DIVERTED, b"next"))
         seen = []
         while not (seen and seen[-1][1] & Flag.END_STREAM):
