@@ -29,7 +29,7 @@ from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, format_cpuset
 
 from .test_hotplug import hook_on_sysfs
-from .test_replan import balloons, placed
+from .test_replan import balloons, placed, pods_a_and_b_in_new_balloons
 from .test_restart_random import found, unpinned, workload, workloads
 from .test_server import request
 
@@ -279,12 +279,7 @@ def test_a_balloon_keeps_its_name_at_a_reload_of_the_same_config() -> None:
 async def test_the_status_and_logs_name_a_balloon_as_before_a_reload_of_the_same_config(tmp_path, caplog) -> None:
     """Pods a and b in balloons of their own, work[0] and work[1]; a gone,
     a reload of the same config named b's balloon work[0]."""
-    config = {"reservedResources": {"cpu": "cpuset:0"},
-              "balloonTypes": [{"name": "work", "namespaces": ["*"], "preferNewBalloons": True}]}
-    hook, runtime, _ = await hook_on_sysfs(tmp_path, config, Topology.synthetic(1, 1, 8, 1))
-    for uid in "ab":
-        await hook.pre_create_container(request(uid, "app", shares=1024))
-        await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
+    hook, runtime, config = await pods_a_and_b_in_new_balloons(tmp_path)
     await hook.post_stop_container(request("a", "app", cid="c-a"))
     assert await hook.apply_moves()
     assert balloons(hook) == [("reserved[0]", "0", []), ("work[1]", "2", ["c-b"])]
