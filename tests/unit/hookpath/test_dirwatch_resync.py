@@ -31,6 +31,35 @@ def _swap(directory: Path) -> None:
     fresh.rename(directory)
 
 
+async def _watched_through_a_swap(hook_dir: Path, resync_interval: float) -> list[frozenset[str] | None]:
+    """``hook_dir`` watched; replaced once the watch is set up (at its first
+    rescan of changes only: the timer's), and watched on until the full rescan
+    a new watch starts with. The rescans asked for, in order."""
+    rescans: list[frozenset[str] | None] = []
+    watched_again = asyncio.Event()
+    swapped = False
+
+    def rescan(names: frozenset[str] | None) -> None:
+        nonlocal swapped
+        rescans.append(names)
+        if names is None and swapped:
+            watched_again.set()
+        elif names == frozenset() and not swapped:
+            swapped = True
+            _swap(hook_dir)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_directory(hook_dir, rescan, WatchSettings(resync_interval=resync_interval), stop))
+    try:
+        async with asyncio.timeout(10):
+            await watched_again.wait()
+    finally:
+        stop.set()
+        async with asyncio.timeout(5):
+            await task
+    return rescans
+
+
 async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(hook_dir: Path) -> None:
     identity = dirwatch._directory_identity(hook_dir)
     assert identity is not None
@@ -75,28 +104,7 @@ async def test_a_rescan_that_fails_is_logged_and_the_next_ones_still_come(
 
 
 async def test_a_replaced_directory_is_watched_again_and_read_in_full(hook_dir: Path) -> None:
-    rescans: list[frozenset[str] | None] = []
-    watched_again = asyncio.Event()
-    swapped = False
-
-    def rescan(names: frozenset[str] | None) -> None:
-        nonlocal swapped
-        rescans.append(names)
-        if names is None and swapped:
-            watched_again.set()  # the full rescan a new watch starts with
-        elif names == frozenset() and not swapped:  # the watch is set up: replace the directory
-            swapped = True
-            _swap(hook_dir)
-
-    stop = asyncio.Event()
-    task = asyncio.create_task(watch_directory(hook_dir, rescan, WatchSettings(resync_interval=0.05), stop))
-    try:
-        async with asyncio.timeout(10):
-            await watched_again.wait()
-    finally:
-        stop.set()
-        async with asyncio.timeout(5):
-            await task
+    rescans = await _watched_through_a_swap(hook_dir, resync_interval=0.05)
     assert rescans[0] is None and rescans.count(None) >= 2  # at the start, and for the new directory
 
 
@@ -114,26 +122,7 @@ async def test_a_replacement_seen_by_the_timer_and_an_event_is_logged_once(
         yield {(1, str(hook_dir / "a.json"))}  # gathered before its thread saw the stop
 
     monkeypatch.setattr(watchfiles, "awatch", awatch)  # (watch_directory imports it when it starts)
-    watched_again = asyncio.Event()
-    swapped = False
-
-    def rescan(names: frozenset[str] | None) -> None:
-        nonlocal swapped
-        if names is None and swapped:
-            watched_again.set()
-        elif names == frozenset() and not swapped:  # the timer's rescan
-            swapped = True
-            _swap(hook_dir)
-
-    stop = asyncio.Event()
-    task = asyncio.create_task(watch_directory(hook_dir, rescan, WatchSettings(resync_interval=0.01), stop))
-    try:
-        async with asyncio.timeout(5):
-            await watched_again.wait()
-    finally:
-        stop.set()
-        async with asyncio.timeout(5):
-            await task
+    await _watched_through_a_swap(hook_dir, resync_interval=0.01)
     assert [r.getMessage() for r in caplog.records].count(
         f"hook directory {hook_dir} was removed or replaced; re-watching"
     ) == 1

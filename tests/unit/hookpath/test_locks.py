@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
 from runtimeproxy.hookpath.locks import KeyedLocks
+
+T = TypeVar("T")
 
 
 class _LockPerKey:
@@ -48,6 +51,24 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+def _held(locks: KeyedLocks) -> Callable[[], None]:
+    """ctr-1 taken at once: its release."""
+    release = locks.try_acquire("ctr-1")
+    assert release is not None
+    return release
+
+
+def _in_turn(locks: KeyedLocks, order: list[T]) -> Callable[[T], Awaitable[None]]:
+    """A call that waits for ctr-1, notes ``n`` in ``order`` once it has it, and lets it go."""
+
+    async def call(n: T) -> None:
+        release = await locks.acquire("ctr-1")
+        order.append(n)
+        release()
+
+    return call
+
+
 async def test_a_free_key_is_taken_at_once_and_freed_by_its_release() -> None:
     locks = KeyedLocks()
     release = locks.try_acquire("ctr-1")
@@ -63,8 +84,7 @@ async def test_a_free_key_is_taken_at_once_and_freed_by_its_release() -> None:
 
 async def test_waiters_get_the_key_in_the_order_they_came_one_at_a_time() -> None:
     locks = KeyedLocks()
-    first = locks.try_acquire("ctr-1")
-    assert first is not None
+    first = _held(locks)
     order: list[int] = []
     holding: list[int] = []
 
@@ -88,14 +108,9 @@ async def test_waiters_get_the_key_in_the_order_they_came_one_at_a_time() -> Non
 
 async def test_a_newcomer_does_not_get_in_ahead_of_the_waiter_a_release_woke() -> None:
     locks = KeyedLocks()
-    first = locks.try_acquire("ctr-1")
-    assert first is not None
+    first = _held(locks)
     order: list[str] = []
-
-    async def call(name: str) -> None:
-        release = await locks.acquire("ctr-1")
-        order.append(name)
-        release()
+    call = _in_turn(locks, order)
 
     waiter = asyncio.create_task(call("waiter"))
     await _settle()
@@ -108,14 +123,9 @@ async def test_a_newcomer_does_not_get_in_ahead_of_the_waiter_a_release_woke() -
 
 async def test_a_cancelled_waiter_is_skipped_and_leaves_nothing_behind() -> None:
     locks = KeyedLocks()
-    first = locks.try_acquire("ctr-1")
-    assert first is not None
+    first = _held(locks)
     order: list[int] = []
-
-    async def call(n: int) -> None:
-        release = await locks.acquire("ctr-1")
-        order.append(n)
-        release()
+    call = _in_turn(locks, order)
 
     tasks = [asyncio.create_task(call(n)) for n in range(3)]
     await _settle()
@@ -131,14 +141,9 @@ async def test_a_cancelled_waiter_is_skipped_and_leaves_nothing_behind() -> None
 
 async def test_a_waiter_cancelled_after_it_was_handed_the_key_passes_it_on() -> None:
     locks = KeyedLocks()
-    first = locks.try_acquire("ctr-1")
-    assert first is not None
+    first = _held(locks)
     order: list[int] = []
-
-    async def call(n: int) -> None:
-        release = await locks.acquire("ctr-1")
-        order.append(n)
-        release()
+    call = _in_turn(locks, order)
 
     tasks = [asyncio.create_task(call(n)) for n in range(2)]
     await _settle()
@@ -153,8 +158,7 @@ async def test_a_waiter_cancelled_after_it_was_handed_the_key_passes_it_on() -> 
 
 async def test_a_waiter_cancelled_while_a_release_skips_it_leaves_the_key_consistent() -> None:
     locks = KeyedLocks()
-    first = locks.try_acquire("ctr-1")
-    assert first is not None
+    first = _held(locks)
     waiter = asyncio.create_task(locks.acquire("ctr-1"))
     await _settle()
     waiter.cancel()  # its future is cancelled now; its task sees it later
