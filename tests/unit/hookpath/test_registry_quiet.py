@@ -97,11 +97,6 @@ def _rewrite_keeping_size_and_mtime(d: Path) -> None:
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
 
 
-def _replace_symlink_target_dir(d: Path) -> None:
-    (d / "..data_tmp").symlink_to("v2")
-    os.replace(d / "..data_tmp", d / "..data")
-
-
 def _make_dir_a_file(d: Path) -> None:
     os.rmdir(d / "odd.json")
     write(d, "odd.json", valid_doc("/run/odd.sock"))
@@ -130,7 +125,7 @@ CHANGES: dict[str, Callable[[Path], object]] = {
     "file made group-writable": lambda d: os.chmod(d / "good.json", 0o664),
     "bad file fixed": lambda d: write(d, "bad.json", valid_doc("/run/fixed.sock")),
     "directory made unsafe": lambda d: os.chmod(d, 0o777),
-    "symlinked file's target swapped": _replace_symlink_target_dir,
+    "symlinked file's target swapped": registrydir.configmap_update,
     "symlink target's directory made unsafe": lambda d: os.chmod(d / "v1", 0o777),
     "sub-directory named .json made a file": _make_dir_a_file,
 }
@@ -143,11 +138,7 @@ def test_every_change_is_found_by_the_periodic_rescan_without_an_event(
     write(hook_dir, "good.json", valid_doc())
     write(hook_dir, "bad.json", {"remote-endpoint": "relative.sock"})
     (hook_dir / "odd.json").mkdir(mode=0o755)  # skipped: a directory
-    for version, endpoint in (("v1", "/run/v1.sock"), ("v2", "/run/v2.sock")):
-        (hook_dir / version).mkdir(mode=0o755)
-        write(hook_dir / version, "linked.json", valid_doc(endpoint))
-    (hook_dir / "..data").symlink_to("v1")
-    (hook_dir / "linked.json").symlink_to("..data/linked.json")
+    registrydir.configmap_volume(hook_dir, "linked.json")
     scans = _Scans(monkeypatch)
     quiet, full, settled = _settled(hook_dir, scans)
 

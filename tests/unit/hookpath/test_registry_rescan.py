@@ -20,6 +20,7 @@ from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, ReloadResult
 from runtimeproxy.metrics import Metrics
 
+from .registrydir import configmap_update, configmap_volume
 from .test_hookfile import make_hook_dir, valid_doc, write
 
 LOGGER = "runtimeproxy.hookpath.registry"
@@ -185,15 +186,10 @@ def test_rescan_reads_what_changed_and_what_the_watcher_named(hook_dir: Path, mo
 
 def test_rescan_follows_a_symlink_swap_without_an_event(hook_dir: Path, tmp_path: Path) -> None:
     """A ConfigMap-style update: hook.json -> ..data/hook.json, ..data swapped."""
-    for version, endpoint in (("v1", "/run/v1.sock"), ("v2", "/run/v2.sock")):
-        (hook_dir / version).mkdir(mode=0o755)
-        write(hook_dir / version, "hook.json", valid_doc(endpoint))
-    (hook_dir / "..data").symlink_to("v1")
-    (hook_dir / "hook.json").symlink_to("..data/hook.json")
+    configmap_volume(hook_dir, "hook.json")
     registry = HookRegistry(hook_dir)
     assert registry.reload().snapshot.servers["hook.json"].endpoint == "/run/v1.sock"
-    (hook_dir / "..data_tmp").symlink_to("v2")
-    os.replace(hook_dir / "..data_tmp", hook_dir / "..data")
+    configmap_update(hook_dir)
     assert registry.rescan().changed == ("hook.json",)
     assert registry.snapshot.servers["hook.json"].endpoint == "/run/v2.sock"
 
