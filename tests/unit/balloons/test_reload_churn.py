@@ -35,14 +35,13 @@ from collections.abc import Iterator, Set
 
 import pytest
 
-from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
-from hooks.balloons.pool import Exhausted, PoolError
+from hooks.balloons.pool import PoolError
 from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset
 
 from .test_reload_same_config import named_layout
-from .test_restart_random import balloon_type, found, unpinned
+from .test_restart_random import add_or_release, balloon_type, found, unpinned
 
 BLOCKS = [range(start, start + 250) for start in range(0, 2000, 250)]
 Key = tuple[str, str]
@@ -51,22 +50,7 @@ Key = tuple[str, str]
 def churn(state: Assignments, live: dict[Key, PodContext], r: random.Random, step: int) -> None:
     """One to six containers released or added, every move done."""
     for n in range(r.randint(1, 6)):
-        if live and r.random() < 0.45:
-            key = r.choice(sorted(live))
-            state.release(key)
-            del live[key]
-        else:
-            uid, name = f"p{r.randint(0, 7)}", f"c{r.randint(0, 1)}"
-            if (uid, name) in live:
-                continue
-            ns = r.choice(["kube-system", "apps", "apps", "batch"])
-            ns = next((pod.namespace for key, pod in live.items() if key[0] == uid), ns)  # one pod, one namespace
-            pod = PodContext(ns, uid, name)
-            try:
-                state.place(Member((uid, name), ns, uid, r.choice([0, 500, 1000, 1500, 2000]), f"id-{uid}-{name}-{step}-{n}"), pod)
-            except Exhausted:
-                continue
-            live[(uid, name)] = pod
+        add_or_release(state, live, r, release_odds=0.45, pods=8, id_suffix=f"{step}-{n}")
     settle_moves(state)
 
 

@@ -48,6 +48,34 @@ def balloon_type(r: random.Random, name: str, namespace: str) -> dict:
     return btype
 
 
+def add_or_release(
+    state: Assignments, live: dict[tuple[str, str], PodContext], r: random.Random,
+    release_odds: float, pods: int, id_suffix: str,
+) -> None:
+    """One random step: a container of ``live`` released (at ``release_odds``),
+    else one of pod p0..p<pods-1>'s two placed (all of a pod's in one
+    namespace) and added to ``live``, its id ending in ``id_suffix``; a
+    container already live, or one no balloon has room for, is left out.
+    Its moves are not done."""
+    if live and r.random() < release_odds:
+        key = r.choice(sorted(live))
+        state.release(key)
+        del live[key]
+        return
+    uid, name = f"p{r.randint(0, pods - 1)}", f"c{r.randint(0, 1)}"
+    if (uid, name) in live:
+        return
+    ns = r.choice(["kube-system", "apps", "apps", "batch"])
+    ns = next((pod.namespace for key, pod in live.items() if key[0] == uid), ns)  # one pod, one namespace
+    pod = PodContext(ns, uid, name)
+    milli = r.choice([0, 500, 1000, 1500, 2000])
+    try:
+        state.place(Member((uid, name), ns, uid, milli, f"id-{uid}-{name}-{id_suffix}"), pod)
+    except Exhausted:
+        return
+    live[(uid, name)] = pod
+
+
 def workload(seed: int, offline: int = 0) -> tuple[dict, Topology, Assignments] | None:
     """A config, a machine and the state some containers coming and going left,
     every move done, with the ``offline`` highest CPUs offline meanwhile; None
@@ -67,22 +95,7 @@ def workload(seed: int, offline: int = 0) -> tuple[dict, Topology, Assignments] 
         return None
     live: dict[tuple[str, str], PodContext] = {}
     for step in range(r.randint(1, 12)):
-        if live and r.random() < 0.35:
-            key = r.choice(sorted(live))
-            state.release(key)
-            del live[key]
-        else:
-            uid, name = f"p{r.randint(0, 6)}", f"c{r.randint(0, 1)}"
-            if (uid, name) in live:
-                continue
-            ns = r.choice(["kube-system", "apps", "apps", "batch"])
-            ns = next((pod.namespace for key, pod in live.items() if key[0] == uid), ns)  # one pod, one namespace
-            milli = r.choice([0, 500, 1000, 1500, 2000])
-            try:
-                state.place(Member((uid, name), ns, uid, milli, f"id-{uid}-{name}-{step}"), PodContext(ns, uid, name))
-            except Exhausted:
-                continue
-            live[(uid, name)] = PodContext(ns, uid, name)
+        add_or_release(state, live, r, release_odds=0.35, pods=7, id_suffix=str(step))
         for move in state.moves():
             state.moved(move)
         for _, member in state.pool.members():
