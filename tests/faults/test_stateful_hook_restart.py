@@ -13,8 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
@@ -22,33 +20,22 @@ from grpc import aio
 
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
-from runtimeproxy.host.process import terminate_process
 
 from ..hookprocs import registered
 from ..integration.batchhelpers import HookRun, batchresource_hook
 from ..integration.crihelpers import V1
 from ..integration.proxyfixtures import ProxyLauncher
-from ..integration.test_balloons import WORK_NS, HookProcess, cpuset_of, lands_on, placements, run_pod
+from ..integration.test_balloons import (
+    WORK_NS, HookProcess, balloons_hook, cpuset_of, lands_on, placements, run_pod,
+)
 from ..integration.test_batchresource import BE, MIB, batch, container_values, pod, pod_values, spec, start_container
 from ..integration.test_localruntime import remove_pod_quietly
 
 
-@contextlib.asynccontextmanager
-async def balloons(launcher: ProxyLauncher, config: Path) -> AsyncIterator[HookProcess]:
-    """``hook run balloons`` until the block ends (or the test kills it)."""
-    socket = launcher.dir / "balloons.sock"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtimeproxy.cli", "hook", "run", "balloons", "--socket", str(socket),
-        "--hook-dir", str(launcher.hook_dir), "--config", str(config), "--failure-policy", "Fail",
-        "--timeout", "5s", "--drain", "0", stderr=asyncio.subprocess.PIPE)
-    hook = HookProcess(process, socket)
-    reader = asyncio.create_task(hook.read_log())
-    try:
-        await hook.logged("assignments rebuilt from", timeout=30)
-        yield hook
-    finally:
-        await terminate_process(process, 10, "hook run balloons")
-        await reader
+def balloons(launcher: ProxyLauncher, config: Path) -> contextlib.AbstractAsyncContextManager[HookProcess]:
+    """``hook run balloons`` once it rebuilt its assignments (from the runtime's
+    containers, after a restart), until the block ends (or the test kills it)."""
+    return balloons_hook(launcher, config, ready="assignments rebuilt from", timeout=30)
 
 
 async def create_pod(channel: aio.Channel, log_dir: Path, namespace: str, shares: int) -> tuple[str, str]:
@@ -83,9 +70,7 @@ async def test_balloons_hook_sigkilled_between_pods_rebuilds_its_balloons(
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)
         config = launcher.dir / "balloons.yaml"
-        config.write_text(yaml.safe_dump({
-            "reservedResources": {"cpu": "cpuset:0"}, "runtimeEndpoint": str(launcher.socket),
-            "balloonTypes": [{"name": "work", "namespaces": [WORK_NS], "maxBalloons": 1}]}))
+        config.write_text(balloons_config(launcher.socket, 0))
         running, _ = await launcher.start()
         channel = await stack.enter_async_context(launcher.channel())
         try:

@@ -95,7 +95,10 @@ async def runtime_proxy(*args: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def balloons_hook(launcher: ProxyLauncher, config_path: Path) -> AsyncIterator[HookProcess]:
+async def balloons_hook(
+    launcher: ProxyLauncher, config_path: Path, ready: str = "hook registered", timeout: float = 20.0
+) -> AsyncIterator[HookProcess]:
+    """``hook run balloons`` from once it logged ``ready`` to the block's end (or the test's kill)."""
     socket = launcher.dir / "balloons.sock"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "runtimeproxy.cli", "hook", "run", "balloons", "--socket", str(socket),
@@ -105,7 +108,7 @@ async def balloons_hook(launcher: ProxyLauncher, config_path: Path) -> AsyncIter
     hook = HookProcess(process, socket)
     reader = asyncio.create_task(hook.read_log())
     try:
-        await hook.logged("hook registered")
+        await hook.logged(ready, timeout)
         yield hook
     finally:
         await terminate_process(process, 10, "hook run balloons")
