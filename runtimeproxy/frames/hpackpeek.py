@@ -23,6 +23,7 @@ times it).
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import hpack
 from hpack.hpack import decode_integer
@@ -211,6 +212,14 @@ CACHED_BLOCKS = 256  # blocks remembered per set of wanted names, at most (then 
 CACHED_BLOCK_BYTES = 256  # a longer block is peeked each time: the ones that repeat are a few bytes
 
 
+def _remember(seen: dict[bytes, Any], block: bytes, found: Any) -> None:
+    """Keep what ``block`` read as, if it is small; a full memo starts over (bounded memory)."""
+    if len(block) <= CACHED_BLOCK_BYTES:
+        if len(seen) >= CACHED_BLOCKS:
+            seen.clear()
+        seen[block] = found
+
+
 class HeaderReader:
     """One direction's HPACK state, read the cheapest way that keeps it exact.
 
@@ -253,10 +262,8 @@ class HeaderReader:
             if changed:  # what was remembered may now read otherwise
                 self._forget()
                 self.every = headers
-            elif len(block) <= CACHED_BLOCK_BYTES:
-                if len(seen) >= CACHED_BLOCKS:
-                    seen.clear()
-                seen[block] = found
+            else:
+                _remember(seen, block, found)
         return found
 
     def peek_all(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
@@ -271,10 +278,7 @@ class HeaderReader:
             if changed:
                 self._forget()
                 return found
-            if len(block) <= CACHED_BLOCK_BYTES:
-                if len(seen) >= CACHED_BLOCKS:
-                    seen.clear()
-                seen[block] = found
+            _remember(seen, block, found)
         return found.copy()
 
     def _forget(self) -> None:
