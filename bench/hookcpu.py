@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import signal
 import shutil
 import statistics
@@ -39,6 +38,7 @@ from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.hookpath.store import container_record, pod_record
 
 from . import lifecycle as lc
+from .cgdriver import read_dump
 
 SERVERS = {
     "sdk": ["-m", "hooks.testserver", "--config", "{}", "--socket"],
@@ -104,13 +104,6 @@ def _control(flag: str, pid: int) -> None:
                    stderr=subprocess.DEVNULL)
 
 
-def _instructions(dump: Path) -> int:
-    match = re.search(r"^(?:summary|totals):\s+(\d+)", dump.read_text(), re.M)
-    if match is None:
-        raise RuntimeError(f"no instruction count in {dump}")
-    return int(match.group(1))
-
-
 def _last_dump(work: Path, seen: set[Path]) -> Path:
     new = [p for p in work.glob("cg.out*") if p not in seen and p.stat().st_size]
     if len(new) != 1:
@@ -130,7 +123,7 @@ async def _measure(transport: FramesTransport, sock: Path, work: Path, pid: int,
             await _calls(transport, sock, hook, request, calls)
             await asyncio.to_thread(_control, "-d", pid)
             dump = _last_dump(work, seen)
-            counts.append(_instructions(dump))
+            counts.append(read_dump(dump).instructions)
             if keep is not None:  # for callgrind_annotate
                 shutil.copy(dump, keep / f"{hook.value}.{calls}.callgrind")
         samples.append(Sample(hook, (counts[1] - counts[0]) / n))

@@ -55,8 +55,12 @@ class Planned(NamedTuple):
 
     btype: str  # that balloon's type
     own_cpus: frozenset[int]  # its own CPUs, the reserved ones taken out
-    name: str = ""  # its name: those of a balloon left without own CPUs rejoin only each other
     index: int | None = None  # its index: the balloon made again for it keeps its name (logs, status)
+
+    @property
+    def name(self) -> str:
+        """Its balloon's name (Balloon.name): those of a balloon left without own CPUs rejoin only each other."""
+        return "" if self.index is None else f"{self.btype}[{self.index}]"
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def restored(state: Assignments) -> list[Restored]:
         chosen = planning.type_or_default(state.config, state.pods[key])[0].name
         out.append(Restored(
             member=fresh, pod=state.pods[key], cpus=pinned, mems=mems, answers=state.answers.get(key, 0),
-            planned=planning.Planned(balloon.btype.name, balloon.cpus - state.pool.reserved, balloon.name, balloon.index)
+            planned=planning.Planned(balloon.btype.name, balloon.cpus - state.pool.reserved, balloon.index)
             if back else None, astray=astray,
             fallback=chosen if balloon.btype.name == DEFAULT != chosen else "", everywhere=everywhere - pinned,
         ))

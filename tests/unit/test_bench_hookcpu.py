@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import hookcpu
+from bench.cgdriver import read_dump
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 
@@ -25,4 +26,4 @@ def test_one_request_per_hook_point_each_of_its_type(tmp_path: Path) -> None:
 def test_a_dumps_instruction_count_is_its_summary_line(tmp_path: Path) -> None:
     dump = tmp_path / "cg.out.1"
     dump.write_text("# callgrind format\nevents: Ir\n\nfn=(1) main\n3 100\n\nsummary: 123456\ntotals: 123456\n")
-    assert hookcpu._instructions(dump) == 123456
+    assert read_dump(dump).instructions == 123456  # how hookcpu reads each dump
