@@ -158,7 +158,7 @@ def _event_loop(config: ProxyConfig, config_file: Path | None) -> list[Finding]:
     """`uvloop` where it does not import: serve refuses to start (auto falls back to asyncio)."""
     if config_file is None or config.event_loop != "uvloop" or eventloop.uvloop_available():
         return []
-    reason = f"event-loop 'uvloop': {eventloop.UVLOOP_MISSING}"
+    reason = eventloop.UVLOOP_REFUSED
     return [Finding(Severity.ERROR, config_file, reason, key_line(config_file, "event_loop"))]
 
 

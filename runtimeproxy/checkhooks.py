@@ -16,6 +16,7 @@ from pathlib import Path
 from .checkfindings import Finding, Severity, endpoint_findings
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.filesafety import read_hook_file
+from .hookpath.hookdir import DirectoryState, inspect_directory
 from .hookpath.hookfile import KNOWN_KEYS, HookConfigError, HookServerConfig, parse_hook_file
 from .hookpath.hookkeys import match_keys, object_pairs
 from .hookpath.points import HOOK_POINTS, HookType
@@ -32,7 +33,8 @@ def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...],
     if result.directory_error is not None:
         # A missing directory is normal before the first hook server registers;
         # a file in its place, or in its path, is not (serve keeps the hooks it had).
-        severity = Severity.WARNING if _missing(directory) else Severity.ERROR
+        gone = inspect_directory(directory, check_permissions=False).state is DirectoryState.GONE
+        severity = Severity.WARNING if gone else Severity.ERROR
         findings.append(Finding(severity, directory, result.directory_error))
     for name, reason in sorted(result.rejected.items()):
         path = directory / name
@@ -43,16 +45,6 @@ def check_hook_directory(directory: Path) -> tuple[tuple[HookServerConfig, ...],
         findings += _suspicious(directory / server.name, server)
     findings += _balloons_order(directory, servers)
     return servers, findings
-
-
-def _missing(directory: Path) -> bool:
-    try:
-        os.stat(directory)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _problems(path: Path, reason: str) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from . import eventloop, gcpolicy, logs
 from .checkconfig import check_config_command
 from .clipath import PATH, SOCKET
 from .config import (
-    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, given_in, key_line, refusal,
+    MIB, SERVE_VERSIONS_FORMS, ConfigError, ConfigWarning, ProxyConfig, check_file, choices, file_error, given_in, refusal,
 )
 from .endpointurl import endpoint_path
 from .koordflags import image_calls_moved, koord_aliases, koord_flags
@@ -181,20 +181,14 @@ def _settings(
         if "event_loop" in given:
             flag_problems.append(ConfigError(str(exc), key="event_loop"))
         else:
-            problems.append(_in_file(config_file, "event_loop", f"event-loop 'uvloop': {eventloop.UVLOOP_MISSING}"))
+            problems.append(file_error(config_file, "event_loop", eventloop.UVLOOP_REFUSED) if config_file is not None
+                            else ConfigError(eventloop.UVLOOP_REFUSED, key="event_loop"))
     if problems or flag_problems:
         refused = refusal(config_file, problems, flag_problems)
         if other_backends is not None:
             raise click.UsageError(str(refused))
         raise refused
     return _Serving(config, loop, checked.warnings if checked is not None else ())
-
-
-def _in_file(config_file: Path | None, key: str, message: str) -> ConfigError:
-    """A setting of the config file refused, with its line as load's errors have it."""
-    line = key_line(config_file, key) if config_file is not None else None
-    where = f" (line {line})" if line is not None else ""
-    return ConfigError(f"config file {config_file}: {message}{where}", key=key, line=line)
 
 
 def _other_backends(config_file: Path | None, flags: dict[str, object]) -> ConfigError | None:

@@ -335,6 +335,13 @@ def key_line(path: Path, key: str) -> int | None:
     return _read(path).lines.get(key)
 
 
+def file_error(path: Path, key: str, message: str) -> ConfigError:
+    """``key``'s setting in the config file at ``path`` refused, naming its line as load's errors do."""
+    line = key_line(path, key)
+    where = f" (line {line})" if line is not None else ""
+    return ConfigError(f"config file {path}: {message}{where}", key=key, line=line)
+
+
 @dataclass(frozen=True)
 class _File:
     """A config file as written, unchecked; keys by setting name (- read as _)."""

@@ -17,6 +17,7 @@ T = TypeVar("T")
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 # Why `uvloop` cannot be had, for serve's refusal and check-config's error alike.
 UVLOOP_MISSING = "uvloop is not installed (pip install uvloop, or use asyncio)"
+UVLOOP_REFUSED = f"event-loop 'uvloop': {UVLOOP_MISSING}"  # the config setting refused, as serve and check-config say it
 
 
 class EventLoopError(RuntimeError):

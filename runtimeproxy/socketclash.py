@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-from .config import ConfigError, ProxyConfig, given_in, key_line
+from .config import ConfigError, ProxyConfig, file_error, given_in
 
 __all__ = ["distinct_sockets"]
 
@@ -37,8 +37,6 @@ def distinct_sockets(config: ProxyConfig, config_file: Path | None = None, flags
                 f"forward every call to itself; give the proxy another path and point kubelet at it"
             )
         if config_file is not None and blamed in in_file and blamed not in flags:
-            line = key_line(config_file, blamed)
-            where = f" (line {line})" if line is not None else ""
-            raise ConfigError(f"config file {config_file}: {message}{where}", key=blamed, line=line)
+            raise file_error(config_file, blamed, message)
         raise ConfigError(message, key=blamed)
 

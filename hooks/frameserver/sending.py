@@ -10,7 +10,6 @@ from collections.abc import Callable
 import hpack
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import Flag
 
 from .calls import Call
 from .headers import OK_TRAILERS, OK_TRAILERS_BLOCK, Headers
@@ -19,8 +18,6 @@ from .settings import PeerSettings
 # Control frames answered (PING and SETTINGS ACKs) while the peer does not
 # read: past this many unsent bytes it is not read either.
 CONTROL_BACKLOG = 1 << 20
-_END_HEADERS = Flag.END_HEADERS  # for every answer: a global, not Flag's attribute
-_ENDS_ALL = Flag.END_HEADERS | Flag.END_STREAM
 
 
 class Sender:
@@ -49,11 +46,7 @@ class Sender:
 
     def headers(self, sid: int, headers: Headers, stateless: bytes, end_stream: bool) -> None:
         """Queue ``headers`` (``block``) as the stream's HEADERS frame, and CONTINUATIONs if it needs them."""
-        block = self.block(headers, stateless)
-        if len(block) <= self._peer.max_frame:  # as header_frames makes it, without its list of parts
-            self.out.append(fr.serialize(fr.T_HEADERS, _ENDS_ALL if end_stream else _END_HEADERS, sid, block))
-        else:
-            self.out.extend(fr.header_frames(sid, block, self._peer.max_frame, end_stream))
+        self.out.extend(fr.header_frames(sid, self.block(headers, stateless), self._peer.max_frame, end_stream))
 
     def answer(self, call: Call) -> None:
         """``call.out`` goes out as the windows allow, behind earlier answers."""

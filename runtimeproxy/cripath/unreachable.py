@@ -18,7 +18,9 @@ containerd restarts). grpc's channel tells what its runtime call would meet:
   DEADLINE_EXCEEDED, as it would have at the runtime; one with no deadline
   waits at most NO_DEADLINE_WAIT_S, then is refused.
 
-The refusals' texts and their debug lines are the same on every data path.
+The grpc path's gate (router.py), which the frames path's spliced
+connections reach too; a frames connection's own calls go to its own
+runtime connection, better evidence than this channel.
 """
 
 from __future__ import annotations
@@ -62,19 +64,15 @@ class Refusal:
     error: str
 
 
-def refusal(socket: Path) -> str:
-    """The status message of a hooked call refused because its runtime is not reachable."""
-    return (f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
-            "reconnects by itself); the call was not sent and no hook server was asked")
-
-
 def refused(reach: Reach, socket: Path, deadline: bool) -> Refusal | None:
     """How a call whose channel came to ``reach`` is refused (None: it is not);
     ``deadline``: whether the call has one (its wait ended at it)."""
     if reach is Reach.READY:
         return None
     if reach is Reach.FAILED:
-        return Refusal(grpc.StatusCode.UNAVAILABLE, refusal(socket),
+        return Refusal(grpc.StatusCode.UNAVAILABLE,
+                       f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
+                       "reconnects by itself); the call was not sent and no hook server was asked",
                        "the runtime is not reachable: refused before its hooks")
     if deadline:  # as the runtime call would have ended, waiting for the same connection
         return Refusal(grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -223,9 +223,14 @@ class Carry:
         return bytes(buf), used
 
 
+_STRIPPED = int(Flag.PADDED | Flag.PRIORITY)  # an int: Flag's operators cost hundreds of instructions
+
+
 def unpadded(frame: Frame) -> memoryview | bytes:
     """A DATA/HEADERS payload without padding (and HEADERS' priority fields)."""
     body = frame.payload
+    if not frame.flags & _STRIPPED:  # most frames (every answer's): nothing to strip
+        return body
     start, pad = 0, 0
     if frame.has(Flag.PADDED):
         if not body:
@@ -274,8 +279,13 @@ def data_frames(stream_id: int, data: bytes, max_frame: int, end_stream: bool) -
     return out
 
 
+_END_HEADERS, _ENDS_ALL = int(Flag.END_HEADERS), int(Flag.END_HEADERS | Flag.END_STREAM)
+
+
 def header_frames(stream_id: int, block: bytes, max_frame: int, end_stream: bool) -> list[bytes]:
     """A header block as HEADERS + CONTINUATION frames."""
+    if len(block) <= max_frame:  # the common case: one frame, no list of parts
+        return [serialize(T_HEADERS, _ENDS_ALL if end_stream else _END_HEADERS, stream_id, block)]
     parts = [block[i : i + max_frame] for i in range(0, len(block), max_frame)] or [b""]
     out = []
     for i, part in enumerate(parts):

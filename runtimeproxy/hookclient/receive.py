@@ -119,7 +119,7 @@ class ServerFrames:
             self._stream_error(stream, ErrorCode.FLOW_CONTROL_ERROR, "DATA beyond the stream window")
             return
         end_stream = frame.flags & Flag.END_STREAM
-        if not stream.take(_unpadded(frame)):
+        if not stream.take(fr.unpadded(frame)):
             self._finished(stream, remote_closed=bool(end_stream))
             return
         if end_stream:
@@ -131,7 +131,7 @@ class ServerFrames:
 
     def _headers(self, frame: fr.Frame) -> None:
         self._server_stream(frame)  # a connection error for a stream we never opened
-        block = bytes(_unpadded(frame))
+        block = bytes(fr.unpadded(frame))
         end_stream = bool(frame.flags & Flag.END_STREAM)
         if frame.flags & Flag.END_HEADERS:
             self._header_block(frame.stream_id, end_stream, block)
@@ -251,14 +251,6 @@ class ServerFrames:
         if not self._streams:
             self.close()
         self._wake()
-
-
-def _unpadded(frame: fr.Frame) -> memoryview | bytes:
-    """``fr.unpadded``, which a frame with neither flag (every answer's) needs not be given to."""
-    return fr.unpadded(frame) if frame.flags & _STRIPPED else frame.payload
-
-
-_STRIPPED = Flag.PADDED | Flag.PRIORITY
 
 
 def _error_name(code: int) -> str:
