@@ -45,7 +45,7 @@ from .builtin import (
     describe_builtins,
     load_builtin,
 )
-from .runscope import FileIdentity
+from .runscope import FileIdentity, remove_if_ours
 from .sdk import TRANSPORTS, HookServerError, SocketPathError, write_hook_config
 
 log = logging.getLogger("hooks.run")
@@ -103,12 +103,7 @@ class Registration:
         if identity is None:
             return False
         try:
-            if FileIdentity.of(os.stat(self.path)) != identity:
-                log.warning("registration was replaced by another writer; leaving it", extra={"hook_file": str(self.path)})
-                return False
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
+            outcome = remove_if_ours(self.path, identity)
         except OSError as exc:  # a hook directory gone read-only, say: the stop goes on without it
             self.left = True
             log.error(
@@ -116,7 +111,9 @@ class Registration:
                 " policy, until the file is removed", extra={"hook_file": str(self.path), "error": str(exc)},
             )
             return False
-        return True
+        if outcome == "replaced":
+            log.warning("registration was replaced by another writer; leaving it", extra={"hook_file": str(self.path)})
+        return outcome == "removed"
 
 
 @click.group()

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 __all__ = ["FileIdentity", "RunScope", "scope", "served", "wrote"]
 
@@ -57,6 +58,18 @@ class FileIdentity:
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+
+
+def remove_if_ours(path: Path, identity: FileIdentity) -> Literal["removed", "replaced", "gone"]:
+    """Remove ``path`` if it is still the file written as ``identity``; another
+    writer's file in its place is left alone ("replaced"). OSError if it cannot be removed."""
+    try:
+        if FileIdentity.of(os.stat(path)) != identity:
+            return "replaced"
+        path.unlink()
+    except FileNotFoundError:
+        return "gone"
+    return "removed"
 
 
 @dataclass(frozen=True)
@@ -143,12 +156,11 @@ def scope() -> Iterator[RunScope]:
 def _remove(path: Path, written: _Written, why: str) -> None:
     fields = {"hook_file": str(path), "socket": written.endpoint}
     try:
-        if FileIdentity.of(os.stat(path)) != written.identity:
+        outcome = remove_if_ours(path, written.identity)
+        if outcome == "replaced":
             log.info("hook file %s was replaced by another writer since this run wrote it; left", path, extra=fields)
+        if outcome != "removed":
             return
-        os.unlink(path)
-    except FileNotFoundError:
-        return
     except OSError as exc:
         log.warning(
             "cannot remove hook file %s: the proxy goes on calling %s, which no longer serves, under the file's "
