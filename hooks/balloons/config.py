@@ -126,6 +126,14 @@ class BalloonType:
     prefer_new_balloons: bool = False
     share_idle_cpus_in_same: str = ""  # "" (no sharing) or one of SHARE_SCOPES
 
+    def holds(self, milli: int) -> bool:
+        """Whether a container asking ``milli`` fits within maxCPUs, on its own."""
+        return not self.max_cpus or math.ceil(milli / 1000) <= self.max_cpus
+
+    def has_room(self, count: int) -> bool:
+        """Whether another balloon may be made beside ``count`` of this type (maxBalloons)."""
+        return not self.max_balloons or count < self.max_balloons
+
 
 @dataclass(frozen=True)
 class BalloonsConfig:

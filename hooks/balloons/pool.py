@@ -145,7 +145,7 @@ class Pool(Rebuilding):
                      index: int | None = None) -> Balloon | None:
         """``index``: a re-plan's, the one the balloon had, kept if no other has it (else the lowest free)."""
         existing = self.of_type(btype.name)
-        if btype.max_balloons and len(existing) >= btype.max_balloons:
+        if not btype.has_room(len(existing)):
             return None
         cpus = allocator.take(self.topology, self.free - avoid, size) if avoid else None
         if cpus is None:
@@ -202,7 +202,7 @@ class Pool(Rebuilding):
             order = [*spare, *growable, *empty, None]
         for candidate in order:
             if candidate is None:
-                if btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
+                if not btype.holds(member.milli):
                     continue
                 size = max(cpus_for(member.milli), btype.min_cpus)
                 candidate = self._new_balloon(btype, size, avoid)
@@ -245,12 +245,12 @@ class Pool(Rebuilding):
             pass
         room = [b for b in self.of_type(btype.name) if b.fits(member.milli)]
         home = next((b for b in room if b.has_pod(member.pod_uid)), None) or next((b for b in room if not b.members), None)
-        within = not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus
+        within = btype.holds(member.milli)
         # A new balloon without a CPU would run it on the reserved ones, where
         # the default balloon has some (and count against maxBalloons).
         if home is None and within and (self.free or not any(b.cpus for b in self.of_type(DEFAULT))):
             if not self.free and not btype.prefer_new_balloons and (
-                not btype.max_balloons or len(self.of_type(btype.name)) < btype.max_balloons
+                btype.has_room(len(self.of_type(btype.name)))
             ):  # a new one would have no CPU either: one without any, as a re-plan's restore() joins it
                 home = next((b for b in room if not b.cpus), None)
             home = home or self._new_balloon(btype, 0)  # None when its type has no room for another

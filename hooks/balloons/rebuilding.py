@@ -8,7 +8,6 @@ then sized to its requests (:meth:`Rebuilding.settle`). A mixin of
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from .balloon import Balloon, ContainerKey, Member, cpus_for
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 class Rebuilding:
     def restore(self: Pool, member: Member, btype: BalloonType, cpus: frozenset[int],
-                mates: frozenset | None = None, index: int | None = None) -> Balloon | None:
+                mates: frozenset[ContainerKey] | None = None, index: int | None = None) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
         idle CPUs it shares with other balloons' containers taken out, state.py).
 
@@ -44,12 +43,12 @@ class Rebuilding:
             return self.assign(member, btype)
         own = cpus - self.reserved
         existing = self.of_type(btype.name)
-        room = not btype.max_balloons or len(existing) < btype.max_balloons
+        room = btype.has_room(len(existing))
         alone = btype.prefer_new_balloons and room and (not own or bool(own & self.free))
         bounded = btype.name != DEFAULT
         if mates is not None:
             again = next((b for b in existing if mates & b.members.keys()), None)
-            within = not bounded or not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus
+            within = not bounded or btype.holds(member.milli)
             if again is None and within and room and (not own or own & self.free):
                 again = self._new_balloon(btype, 0, index=index)
             if again is not None and (not bounded or again.fits(member.milli)):
@@ -70,9 +69,9 @@ class Rebuilding:
 
         match = next((b for b in existing if b.has_pod(member.pod_uid) and together(b)), None)
         match = match or next((b for b in existing if together(b)), None)
-        if match is None and existing and btype.max_balloons and len(existing) >= btype.max_balloons:
+        if match is None and existing and not btype.has_room(len(existing)):
             return None
-        if match is None and bounded and btype.max_cpus and math.ceil(member.milli / 1000) > btype.max_cpus:
+        if match is None and bounded and not btype.holds(member.milli):
             return None  # no balloon of its type can hold it (assign_anyway: the default one)
         if match is None and own and not own & self.free:
             return None  # its CPUs are another balloon's (it ran on the default one): none would be its
@@ -123,7 +122,7 @@ class Rebuilding:
         if not any(b.has_pod(member.pod_uid) for b in self.of_type(btype.name)):
             return None  # assign tried every balloon
         home = next((b for b in self.of_type(btype.name) if not b.members and self._try_join(b, member)), None)
-        if home is None and (not btype.max_cpus or math.ceil(member.milli / 1000) <= btype.max_cpus):
+        if home is None and btype.holds(member.milli):
             home = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus), avoid)
             if home is not None:
                 home.members[member.key] = member
