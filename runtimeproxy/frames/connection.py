@@ -93,10 +93,14 @@ class Limits:
 
 class FrameConnection:
     def __init__(
-        self, client: asyncio.Transport, backend: asyncio.Transport, routes: Routes, local: aio.Channel, limits: Limits
+        self, client: asyncio.Transport, backend: asyncio.Transport, routes: Routes, local: aio.Channel, limits: Limits,
+        identity: dict[str, int | None] | None = None,
     ) -> None:
         # Transports, fed by protocols (listener.py): no task switch per read.
         self._client_writer = client
+        # Which client this is (peerid.py): in the fields of every line about
+        # this connection or its calls, read once (the listener's), not per line or frame.
+        self.identity = peerid.client_identity(client) if identity is None else identity
         self.backend: Corked | Gone = Corked(backend)
         self.backend_side = BackendSide(self)
         self.client_side = ClientSide(self)
@@ -206,7 +210,7 @@ class FrameConnection:
         except FrameError as exc:
             code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
             log.warning("frames: connection error, %s side: %s", side, exc,
-                        extra={"side": side, "code": code.name, "error": str(exc)})
+                        extra={"side": side, "code": code.name, "error": str(exc), **self.identity})
             self.out.release()
             self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
             self.out.flush()
@@ -227,6 +231,8 @@ class FrameConnection:
     def begin_stop(self) -> None:
         """Shutdown: no new stream is relayed; the client is told to go away."""
         self.stopping = True
+        log.debug("frames: telling the client to go away (shutdown)",
+                  extra={"last_stream": self.last_stream, **self.identity})
         # Before the runtime's SETTINGS this waits for them (outbound.py), and the drain for it.
         self.out.control(fr.goaway(self.last_stream, ErrorCode.NO_ERROR))
         # Streams end now, as on the grpc path (kubelet retries UNAVAILABLE);
@@ -245,10 +251,6 @@ class FrameConnection:
     def server_prefaced(self) -> None:
         """The runtime's first SETTINGS are queued for the client: a stop's GOAWAY is on its way."""
         self.check_idle()
-
-    def client_identity(self) -> dict[str, int | None]:
-        """The client's process and socket, for a log line's ``extra`` (peerid.py)."""
-        return peerid.client_identity(self._client_writer)
 
     def table_update(self) -> bytes:
         """What a header block of the proxy's own starts with: once the client
@@ -281,7 +283,7 @@ class FrameConnection:
         """A hooked call refused before its request was sent: the client gets the status."""
         if sid in self.ended or self.closed.done():
             return
-        log.info("call refused", extra={"code": code.name, "error": message})
+        log.info("call refused", extra={"code": code.name, "error": message, "stream": sid, **self.identity})
         self.inbound.ordered(self.end_locally(sid, code.value[0], message))
         self.out.flush()
 

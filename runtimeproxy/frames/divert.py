@@ -123,7 +123,8 @@ async def serve(conn: FrameConnection, call: Diverted) -> None:
     except asyncio.CancelledError:
         pass
     except Exception:
-        log.exception("frames: diverted call failed", extra={"method": call.path})
+        log.exception("frames: diverted call failed", extra={"method": call.path, "stream": call.stream_id,
+                                                             **conn.identity})
         conn.out.frames(fr.rst_stream(call.stream_id, ErrorCode.INTERNAL_ERROR))
         conn.out.flush()
     finally:

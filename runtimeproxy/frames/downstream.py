@@ -149,7 +149,7 @@ class BackendSide:
     def _too_long(self, sid: int, length: int, size: int) -> None:
         conn = self.conn
         message = f"Received message larger than max ({length} vs. {conn.max_response})"
-        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+        log.info("call failed", extra={"code": "RESOURCE_EXHAUSTED", "error": message, "stream": sid, **conn.identity})
         conn.inbound.ordered(conn.end_locally(sid, 8, message))
         conn.credit_backend(size)
 
@@ -346,7 +346,8 @@ class BackendSide:
         conn = self.conn
         # Debug: with a v1alpha2-only runtime, any translated call may race so.
         log.debug("runtime answered a call the proxy answers or ended itself; its header block is passed on a closed stream",
-                  extra={"stream": sid, "method": conn.diverted[sid].path if sid in conn.diverted else ""})
+                  extra={"stream": sid, "method": conn.diverted[sid].path if sid in conn.diverted else "",
+                         **conn.identity})
         target = conn.closed_at_client or NEVER_OPENED
         conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_frames.send, False)))
 

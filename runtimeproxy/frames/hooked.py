@@ -259,11 +259,13 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
             conn.end_hooked(call.stream_id, refusal.code, refusal.details)
         else:  # the runtime has the request: its answer stands
             log.warning("a stage refused after the call was sent; the runtime's answer is relayed",
-                        extra={"method": call.path, "code": refusal.code.name, "error": refusal.details})
+                        extra={"method": call.path, "code": refusal.code.name, "error": refusal.details,
+                               "stream": call.stream_id, **conn.identity})
     except BackendFailed:
         pass  # the runtime's status reaches the client verbatim
     except Exception:
-        log.exception("frames: hooked call failed", extra={"method": call.path})
+        log.exception("frames: hooked call failed",
+                      extra={"method": call.path, "stream": call.stream_id, **conn.identity})
         if call.gate is not None and call.gate.is_open:
             pass  # the runtime's answer went (as it came, or at the gate's limit): it stands
         elif call.gate is not None:

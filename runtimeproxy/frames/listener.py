@@ -25,6 +25,7 @@ from grpc import aio
 
 from ..host.acceptor import Acceptor, bound_socket
 from ..host.unixsocket import grpc_target
+from . import peerid
 from .connection import FrameConnection, Limits, Routes
 from .routes import RouterRoutes
 from .splice import Splice
@@ -178,20 +179,22 @@ class FramesListener:
         loop = asyncio.get_running_loop()
         backend: _Side | None = None
         failed = False  # the dial failed: no probe may come, as the runtime itself may be fine
+        identity = peerid.client_identity(client.transport)  # once: its lines' fields (peerid.py)
         if self._routes.ready():  # type: ignore[union-attr]
             try:
                 _, backend = await loop.create_unix_connection(_Side, str(self._backend))
             except OSError as exc:
                 failed = True
                 log.debug("the runtime cannot be dialled: the proxy's own server answers this connection "
-                          "until the runtime is back", extra={"backend": str(self._backend), "error": str(exc)})
+                          "until the runtime is back",
+                          extra={"backend": str(self._backend), "error": str(exc), **identity})
         if backend is None:  # not known yet: the proxy's own server answers (UNAVAILABLE, health)
             with contextlib.suppress(OSError):
                 _, backend = await loop.create_unix_connection(_Side, str(self._internal))
             if backend is None:
                 client.transport.close()
                 return
-            self._splice(client, backend, failed)
+            self._splice(client, backend, failed, identity)
             return
         if self._splices:  # the runtime answers a dial again: their clients may come back relayed
             self.runtime_back()
@@ -205,9 +208,11 @@ class FramesListener:
             self._transports.discard(client.transport)
             return
         self._transports.add(backend.transport)
-        conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel, self._limits)
+        conn = FrameConnection(client.transport, backend.transport, self._routes, self._channel, self._limits,
+                               identity)
         self._connections.add(conn)
         self._counted("relayed", True)
+        log.debug("frames: client connection relayed to the runtime", extra=identity)
         try:
             backend.attach(conn.backend_data, conn.backend_gone, conn.backend_writable)
             client.attach(conn.client_data, conn.lost, conn.client_writable)
@@ -217,6 +222,7 @@ class FramesListener:
             await conn.closed
         finally:  # cancelled too, by the drain
             self._counted("relayed", False)
+            log.debug("frames: relayed client connection closed", extra=identity)
         self._connections.discard(conn)
         self._transports.discard(client.transport)
         self._transports.discard(backend.transport)
@@ -225,15 +231,16 @@ class FramesListener:
         if self._on_connection is not None:
             self._on_connection(path, opened)
 
-    def _splice(self, a: _Side, b: _Side, failed: bool) -> None:
-        """Client ``a`` to the proxy's own server ``b``, byte for byte;
-        ``failed``: its dial of the runtime failed, so the runtime is re-dialled."""
+    def _splice(self, a: _Side, b: _Side, failed: bool, identity: dict[str, int | None]) -> None:
+        """Client ``a`` (``identity``, peerid.py) to the proxy's own server ``b``, byte
+        for byte; ``failed``: its dial of the runtime failed, so the runtime is re-dialled."""
         assert a.transport is not None and b.transport is not None
         ta, tb = a.transport, b.transport
         self._transports.add(tb)
         splice = Splice(ta)  # type: ignore[arg-type]
         self._splices.add(splice)
         self._counted("spliced", True)
+        log.debug("frames: client connection spliced to the proxy's own server", extra=identity)
         ended: list[bool] = []  # not empty once closed: both sides report it
         if failed:
             self._undialled.add(splice)
@@ -247,6 +254,7 @@ class FramesListener:
             if not ended:
                 ended.append(True)
                 self._counted("spliced", False)
+                log.debug("frames: spliced client connection closed", extra=identity)
             ta.close()
             tb.close()
             self._transports.discard(ta)

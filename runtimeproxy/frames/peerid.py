@@ -4,7 +4,9 @@ A unix socket's peer has no address; what tells an operator which client it
 is, is its process (SO_PEERCRED: kubelet's pid, or crictl's), and what tells
 apart that process's connections open at the same time is the proxy's
 descriptor of the socket (``ls -l /proc/<proxy pid>/fd/<fd>``, ``ss -xp``).
-Read only when a line is logged: nothing per connection or per frame.
+Read once, as a connection is set up (one getsockopt), and put in every line
+about that connection or its calls: nothing per frame, and still right on the
+lines logged as it closes, when the socket can no longer be asked.
 """
 
 from __future__ import annotations

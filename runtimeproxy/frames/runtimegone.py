@@ -47,12 +47,12 @@ def closed(conn: FrameConnection) -> None:
         # (before its SETTINGS, the client can be told nothing)
         if conn.relayed or conn.hooked:  # what the client sees as its connection closed
             log.warning("frames: runtime connection closed with calls in flight; closing the client's",
-                        extra={"relayed": len(conn.relayed), "hooked": len(conn.hooked)})
+                        extra={"relayed": len(conn.relayed), "hooked": len(conn.hooked), **conn.identity})
         conn.lost()
         return
     log.info("frames: runtime connection closed; the proxy's own calls and the answers it gave go on",
              extra={"calls": len(conn.diverted), "hooked": len(kept),
-                    "queued": conn.out.queued})
+                    "queued": conn.out.queued, **conn.identity})
     conn.backend_lost = True
     asyncio.get_running_loop().call_later(UNREAD_LINGER_S, _unread_too_long, conn)
     conn.hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
@@ -71,7 +71,7 @@ def closed(conn: FrameConnection) -> None:
 def _unread_too_long(conn: FrameConnection) -> None:
     if not conn.closed.done() and not conn.diverted and not conn.hooked and conn.out.queued:
         log.warning("frames: closing a client that read none of its answers since the runtime left",
-                    extra={"queued": conn.out.queued, "seconds": UNREAD_LINGER_S})
+                    extra={"queued": conn.out.queued, "seconds": UNREAD_LINGER_S, **conn.identity})
         conn.lost()
 
 
@@ -79,14 +79,18 @@ def going_away(conn: FrameConnection, last: int) -> None:
     """The runtime goes away: streams it will not process are refused to the
     client (a gRPC client retries those by itself); the client is told to go
     away too, keeping every stream it has, the proxy's own included."""
+    refused = sorted(sid for sid in conn.relayed | set(conn.hooked) if sid > last and sid not in conn.ended)
+    # grpc-go's graceful stop says it twice (the last stream id lowered): the second at debug.
+    log.log(logging.DEBUG if conn.backend_going else logging.INFO,
+            "frames: the runtime goes away; the client is told to go away too",
+            extra={"last_stream": last, "refused": len(refused), **conn.identity})
     conn.backend_going = True
     conn.backend_pings.at_once()
-    for sid in sorted(conn.relayed | set(conn.hooked)):
-        if sid > last and sid not in conn.ended:
-            conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
-            conn.mark_ended(sid)
-            conn.stream_done(sid, "UNAVAILABLE")
-            call = conn.hooked.get(sid)
-            if call is not None:
-                call.answer(14, "refused by the runtime")
+    for sid in refused:
+        conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
+        conn.mark_ended(sid)
+        conn.stream_done(sid, "UNAVAILABLE")
+        call = conn.hooked.get(sid)
+        if call is not None:
+            call.answer(14, "refused by the runtime")
     conn.out.control(fr.goaway(conn.last_stream, ErrorCode.NO_ERROR))

@@ -59,7 +59,8 @@ class ClientSide:
             if len(self.preface) < len(fr.PREFACE):
                 return
             if not self.preface.startswith(fr.PREFACE):
-                log.info("frames: not an HTTP/2 client", extra={"preface": self.preface[:16].hex()})
+                log.info("frames: not an HTTP/2 client",
+                         extra={"preface": self.preface[:16].hex(), **self.conn.identity})
                 self.conn.lost()
                 return
             self.prefaced = True
@@ -264,7 +265,8 @@ class ClientSide:
         conn = self.conn
         if sid in conn.ended or not (sid in conn.relayed or sid in conn.hooked or sid in conn.diverted):
             return  # closed already: nothing left to end
-        log.info("frames: stream reset for a protocol error of the client's", extra={"stream": sid})
+        log.info("frames: stream reset for a protocol error of the client's",
+                 extra={"stream": sid, "code": code.name, **conn.identity})
         cancel = fr.rst_stream(sid, ErrorCode.CANCEL)
         self._client_frame(fr.Frame(FrameType.RST_STREAM, 0, sid, memoryview(cancel)[HEADER_LEN:]), cancel, out, [])
         conn.out.frames(fr.rst_stream(sid, code))
@@ -385,7 +387,8 @@ class ClientSide:
     def refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         """A request message over the limit: the call ends RESOURCE_EXHAUSTED, its DATA dropped."""
         message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
-        log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message})
+        log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message, "stream": f.stream_id,
+                                        **self.conn.identity})
         self._ordered(self.conn.end_locally(f.stream_id, 8, message), out)
         self.conn.credit_client(len(f.payload))  # dropped, never seen by the backend
 

@@ -89,7 +89,7 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
         side.restating = Restating()
         log.info("frames: a client's header block kept from the runtime changed the HPACK table; "
                  "the client's later blocks reach the runtime restated",
-                 extra={"stream": sid, **conn.client_identity()})
+                 extra={"stream": sid, **conn.identity})
     if side.restating is not None:
         side.restating.dropped(sizes)
     if sid in conn.ended:

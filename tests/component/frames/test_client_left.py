@@ -34,6 +34,9 @@ class _ClosedTransport:
     def is_closing(self) -> bool:
         return True
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default  # its socket is gone: the client is unknown (peerid.py)
+
     def close(self) -> None:
         self.closes += 1
 

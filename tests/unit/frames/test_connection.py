@@ -42,6 +42,9 @@ class _Transport:
     def resume_reading(self) -> None:
         pass
 
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default  # no socket: the connection's client is unknown (peerid.py)
+
 
 async def _pass_on(request, context, send):  # type: ignore[no-untyped-def]
     return await send(request)
