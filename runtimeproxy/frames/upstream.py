@@ -50,6 +50,7 @@ class ClientSide:
         # The latest stream the client opened, refused ones too: those above are
         # idle. (Not the GOAWAY's last stream id, which stays put once one went.)
         self.opened = 0
+        self.skipped = withheld.Skipped()  # ids below ``opened`` it never opened
         self.headers = HeaderReader(MAX_HEADER_BLOCK, "")
         self.restating: withheld.Restating | None = None  # blocks reach the runtime restated
 
@@ -326,7 +327,10 @@ class ClientSide:
         # GOAWAY the last stream id stays as it said: a later one (the
         # connection's end) may not name a higher one.
         told_to_go = conn.backend_lost or conn.backend_going or conn.stopping
-        self.opened = max(self.opened, sid)
+        first_new = self.opened + 2 if self.opened else 1  # (sid is above self.opened here)
+        if sid > first_new:
+            self.skipped.note(first_new, sid - 2)
+        self.opened = sid
         if not told_to_go:
             conn.last_stream = sid
         at_limit = len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams

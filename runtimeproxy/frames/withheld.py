@@ -28,21 +28,38 @@ block without it. The smallest size of the interval goes first, then the
 last if it differs, as 4.2 asks of an encoder. A dropped size update forces
 restating even when the table ends as it was (no entries, back to its size).
 
-Lenient by design: any header block with END_STREAM on a stream id at or
-below the latest the client opened that is not open here is taken as late
-trailers and dropped. RFC 9113 makes some of those connection errors: an id
-the client skipped (closed by a later one, 5.1.1: PROTOCOL_ERROR) or a stream
-whose client side had already ended (5.1: STREAM_CLOSED). Telling them from
-trailers that may come late would take every stream's history: ``ended``
-keeps only the latest ENDED_KEPT, and a relayed stream's END_STREAM passes
-in a verbatim run unread. Dropped, such a block still keeps the proxy's
-decoder in step and never reaches the runtime: only the error report is lost.
-A block without END_STREAM on such an id is refused (upstream._new_stream).
+What a header block with END_STREAM on a stream id at or below the latest
+the client opened, and not relayed and open here, gets:
+
+* an id the client skipped (never opened, closed by a later one, RFC 9113
+  5.1.1): a connection error, PROTOCOL_ERROR, as a HEADERS frame opening a
+  stream below the latest is. The skipped ids are kept as ranges
+  (``Skipped``, noted as a stream opens: nothing per frame); gRPC clients
+  skip none, so for them it stays empty. Past SKIPPED_KEPT ranges (a client
+  skipping every other id) the oldest are forgotten, and a block on one of
+  those is dropped as below.
+* a call the proxy takes (diverted, hooked) whose request had ended (the
+  client's END_STREAM read; half-closed (remote), 5.1): a stream error,
+  STREAM_CLOSED, as DATA after the request's end is (taken.py).
+* any other (a stream the proxy ended, one the runtime ended, one long
+  over, a taken call's request still open): dropped, read only. Such a
+  stream is closed, where 5.1 has frames after a RST_STREAM the endpoint
+  sent ignored and lets the others be (a connection error is a MAY).
+  Telling late trailers from a second end would take every stream's
+  history: ``ended`` keeps only the latest ENDED_KEPT, and a relayed
+  stream's END_STREAM passes in a verbatim run unread (reading it would cost
+  every DATA frame). Dropped, such a block still keeps the proxy's decoder
+  in step and never reaches the runtime: only an error report is lost.
+
+On a relayed stream that is open, a block passes to the runtime, which
+judges it (half-closed or not) as it would a direct client's. A block
+without END_STREAM on an id not open here is refused (upstream._new_stream).
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,12 +68,35 @@ from hpack.hpack import decode_integer
 
 from . import frame as fr
 from . import hpackstatic
+from .frame import ErrorCode, FrameError
 from .hpackpeek import HeaderReader
 
 if TYPE_CHECKING:
     from .upstream import ClientSide
 
 log = logging.getLogger(__name__)
+
+SKIPPED_KEPT = 1024  # ranges of stream ids the client skipped, remembered per connection
+
+
+@dataclass
+class Skipped:
+    """The stream ids a client skipped (RFC 9113 5.1.1: closed, never open),
+    as ranges in the order they were skipped, which is the ids' own."""
+
+    firsts: list[int] = field(default_factory=list)
+    lasts: list[int] = field(default_factory=list)
+
+    def note(self, first: int, last: int) -> None:
+        """The client opened ``last`` + 2 after ``first`` - 2: the ids between were skipped."""
+        self.firsts.append(first)
+        self.lasts.append(last)
+        if len(self.firsts) > SKIPPED_KEPT:  # the oldest forgotten (a block on them is dropped)
+            del self.firsts[: SKIPPED_KEPT // 2], self.lasts[: SKIPPED_KEPT // 2]
+
+    def __contains__(self, sid: int) -> bool:
+        i = bisect_right(self.firsts, sid) - 1
+        return i >= 0 and sid <= self.lasts[i]
 
 
 @dataclass
@@ -83,6 +123,8 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
     call the proxy takes), ``out`` what goes to the runtime before it: read,
     never passed on; trailers on a stream that is over are ignored (RFC 9113 5.1)."""
     conn = side.conn
+    if sid in side.skipped:  # never opened: nothing can come late on it
+        raise FrameError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, which the client skipped")
     changed = withhold(side.headers, data)
     sizes = _size_updates(data)[1]
     if (changed or sizes) and side.restating is None:
@@ -96,6 +138,12 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
         return
     diverted = conn.diverted.get(sid)
     held = conn.hooked.get(sid)
+    # The request's end as the client sent it (as taken.client_data reads it).
+    request_end = (diverted.ended if diverted is not None
+                   else held.ended if held is not None and not held.cut_short else None)
+    if request_end is not None and request_end.is_set():  # half-closed (remote): RFC 9113 5.1
+        side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
+        return
     if diverted is not None:
         if end_stream:
             diverted.ended.set()

@@ -4,6 +4,7 @@ runtime's dynamic table alone, its leading size updates kept."""
 from __future__ import annotations
 
 import hpack
+import pytest
 from hpack.struct import NeverIndexedHeaderTuple
 
 from runtimeproxy.frames import frame as fr
@@ -103,3 +104,17 @@ def test_dropped_and_own_size_updates_go_as_their_smallest_then_last() -> None:
     runtime.max_allowed_table_size = 4096
     runtime.decode(payload)
     assert runtime.header_table_size == 2048
+
+
+def test_skipped_ids_are_known_by_range_and_the_oldest_forgotten_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(withheld, "SKIPPED_KEPT", 4)
+    skipped = withheld.Skipped()
+    assert 1 not in skipped  # nothing skipped: gRPC clients
+    skipped.note(1, 1)  # the first stream opened was 3
+    skipped.note(7, 11)  # then 13 after 5
+    assert [sid for sid in range(1, 16, 2) if sid in skipped] == [1, 7, 9, 11]
+    for first in (21, 31, 41):  # one range past the bound: the oldest half forgotten
+        skipped.note(first, first)
+    assert [sid for sid in range(1, 45, 2) if sid in skipped] == [21, 31, 41]
