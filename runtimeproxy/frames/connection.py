@@ -19,7 +19,7 @@ passed to the client on a stream the client never uses again
 (downstream.BackendSide._stray).
 
 What the connection does when its runtime closes or goes away is
-runtimegone.py's.
+runtimegone.py's; what each side's SETTINGS change, settings.py's.
 
 Flow control per hop: the proxy owns both directions' connection windows
 (outbound.py, inbound.py), since its own DATA (answers, re-framed hooked
@@ -296,34 +296,6 @@ class FrameConnection:
     def hooked_done(self, call: hooked.Hooked) -> None:
         self.hooked.pop(call.stream_id, None)
         self.check_idle()
-
-    def backend_settings(self, values: dict[int, int]) -> None:
-        """The backend sent SETTINGS (on their way to the client, which acknowledges them)."""
-        before = self.backend_windows.send
-        self.backend_frames.announced(values.get(fr.Setting.MAX_FRAME_SIZE))
-        self.backend_windows.announced(values.get(fr.Setting.INITIAL_WINDOW_SIZE))
-        self.backend_tables.announced(values.get(fr.Setting.HEADER_TABLE_SIZE))
-        self.client_side.headers.allow_table_size(self.backend_tables.relay)
-        self._hooked_windows_moved(before)
-
-    def backend_settings_acknowledged(self) -> None:
-        """The client's ACK of the backend's oldest SETTINGS goes to the backend."""
-        before = self.backend_windows.send
-        self.backend_frames.acknowledged()
-        self.backend_windows.acknowledged()
-        self.backend_tables.acknowledged()
-        self.client_side.headers.allow_table_size(self.backend_tables.relay)
-        self._hooked_windows_moved(before)
-
-    def _hooked_windows_moved(self, before: int) -> None:
-        # A larger window counts once the backend has the ACK ahead of the DATA
-        # sent under it: C-core resets a stream (PROTOCOL_ERROR) whose DATA
-        # overflows the window it knows acknowledged. A smaller one counts at once.
-        delta = self.backend_windows.send - before
-        if delta:
-            for call in self.hooked.values():
-                call.window += delta
-                call.opened.set()
 
     def credit_client(self, amount: int) -> None:
         """The client's DATA, consumed: its connection window (ours, see inbound.py) grows again."""

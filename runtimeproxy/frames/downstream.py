@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import struct
 from typing import TYPE_CHECKING
 
 from . import frame as fr
+from . import settings
 from .frame import (
     F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_CONTINUATION, T_DATA, T_GOAWAY, T_HEADERS, T_PING,
-    T_RST_STREAM, T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError, FrameType, Setting,
+    T_RST_STREAM, T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError,
 )
 from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
-from .inbound import CLIENT_GRANT
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
@@ -57,7 +56,7 @@ class BackendSide:
         self.block_ends = False
         self.block_bytes = 0  # frame headers included
         self.headers = HeaderReader(1 << 24, " from the backend")  # the list's size: the client's limit to enforce
-        self._granted = False
+        self.granted = False  # its first SETTINGS, the client's server preface, went (settings.py)
         # Header blocks of relayed calls, passed on but not read yet: read
         # once this read's frames are written (see _settle).
         self._unread: list[tuple[int, bytes, bool]] = []
@@ -236,14 +235,9 @@ class BackendSide:
                     # was framed under the settings this acknowledges (a client
                     # lowering its MAX_FRAME_SIZE takes larger frames until then).
                     out.frames(raw)
-                    conn.client_frames.acknowledged()
-                    table_was = conn.client_tables.acked
-                    conn.client_tables.acknowledged()  # the blocks after it keep to the client's table size
-                    if conn.client_tables.acked < table_was:
-                        conn.client_table_shrunk = True
-                    self.headers.allow_table_size(conn.client_tables.relay)
+                    settings.backend_acknowledged(conn)
                 else:
-                    self._settings(fr.settings(f.payload), raw)
+                    settings.from_backend(conn, fr.settings(f.payload), raw)
                 return
             if t == T_WINDOW_UPDATE:
                 if self._window_update(sid, fr.window_increment(f)):
@@ -350,21 +344,6 @@ class BackendSide:
                          **conn.identity})
         target = conn.closed_at_client or NEVER_OPENED
         conn.out.frames(b"".join(fr.header_frames(target, block, conn.client_frames.send, False)))
-
-    def _settings(self, values: dict[int, int], raw: bytes) -> None:
-        conn = self.conn
-        conn.backend_settings(values)
-        # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
-        limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
-        if not self._granted or Setting.MAX_CONCURRENT_STREAMS in values:
-            values[Setting.MAX_CONCURRENT_STREAMS] = limit
-            raw = fr.serialize(FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in values.items()))
-        if self._granted:
-            conn.out.control(raw)
-        else:  # the client's server preface; its connection window is the proxy's: open it wide
-            self._granted = True
-            conn.out.preface(raw + fr.window_update(0, CLIENT_GRANT))
-            conn.server_prefaced()
 
     def _window_update(self, sid: int, increment: int) -> bool:
         """True if the update is not for the client (the proxy's own, or no one's)."""

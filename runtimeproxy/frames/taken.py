@@ -1,7 +1,8 @@
-"""The client's DATA on streams a frames connection does not relay (upstream.py):
-the requests the proxy takes itself, a diverted call's (divert.py) or a
-hooked one's (hooked.py), and what still comes on streams that are over.
-None of it reaches the backend: the proxy gives the client its window back.
+"""The calls a frames connection does not relay verbatim (upstream.py), which
+the proxy takes itself: their start, hooked in place (hooked.py) or diverted
+to the proxy's own server (divert.py), and the client's DATA on them and on
+streams that are over. None of that DATA reaches the backend: the proxy
+gives the client its window back.
 """
 
 from __future__ import annotations
@@ -9,12 +10,53 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ..cripath.stage import Stage
+from . import divert as diverting
 from . import frame as fr
 from . import hooked
+from .divert import Diverted
 from .frame import ErrorCode, Flag, FrameError
 
 if TYPE_CHECKING:
     from .upstream import ClientSide
+
+
+def hook(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
+         end_stream: bool, out: list[bytes | memoryview]) -> None:
+    """A call hooked in place starts: its header block (``raws``) goes to the backend."""
+    conn = side.conn
+    # Not while an earlier hooked call of this connection is in its stage:
+    # it may be on the same object, and take its lock only later.
+    as_read = not end_stream and not conn.hooked and conn.routes.sends_unchanged(path)
+    # The request follows, from the stages (or as it is read: hooked.as_read_frames).
+    side.ordered(b"".join(raws if as_read else fr.without_end_stream(raws)), out)
+    call = hooked.Hooked(sid, path, headers, stages, window=conn.backend_windows.send, as_read=as_read)
+    conn.start_timing(sid, path)
+    if end_stream:
+        call.ended.set()
+    conn.hooked[sid] = call
+    conn.sizes_in.tracker(sid)  # made now: without one, its DATA goes nowhere (client_data)
+    conn.sizes_out.tracker(sid)
+    conn.unary_open.add(sid)
+    conn.idle.clear()
+    call.task = asyncio.ensure_future(hooked.run(conn, call))
+    call.task.add_done_callback(lambda _: hooked.finish(conn, call))
+    if not as_read:
+        conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
+
+
+def divert(side: ClientSide, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool,
+           out: list[bytes | memoryview]) -> None:
+    """A call the proxy's own server answers starts (divert.py)."""
+    conn = side.conn
+    # A backend handler must never see a complete (empty) request.
+    side.ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
+    call = Diverted(sid, path, headers, window=side.initial_window)
+    if end_stream:
+        call.ended.set()
+    conn.diverted[sid] = call
+    conn.idle.clear()
+    call.task = asyncio.ensure_future(diverting.serve(conn, call))
 
 
 def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) -> None:

@@ -4,23 +4,21 @@ Frames of relayed calls go to the backend in verbatim runs, their DATA under
 the backend's connection window (inbound.py); the client's header blocks are
 decoded only to read ``:path``, which says how the call is carried
 (routes.py): relayed, hooked in place (hooked.py) or diverted to the proxy's
-own grpc.aio server (divert.py). DATA the proxy takes itself (hooked and
-diverted requests, taken.py) is credited to the client by the proxy.
+own grpc.aio server (divert.py); those two the proxy takes, and their DATA
+(taken.py) is credited to the client by the proxy. What the client's
+SETTINGS change is settings.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from ..cripath.stage import Stage
-from . import divert, hooked, taken, withheld
+from . import hooked, settings, taken, withheld
 from . import frame as fr
-from .divert import Diverted
 from .frame import (
     F_END_HEADERS, F_END_STREAM, F_PADDED, HEADER_LEN, T_CONTINUATION, T_DATA, T_HEADERS, T_PING, T_RST_STREAM,
-    T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError, FrameType, Setting,
+    T_SETTINGS, T_WINDOW_UPDATE, WHOLE_PLAIN, ErrorCode, Flag, FrameError, FrameType,
 )
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
@@ -169,7 +167,7 @@ class ClientSide:
         if data:
             self.conn.backend.write(data)
 
-    def _ordered(self, raw: bytes, out: list[bytes | memoryview]) -> None:
+    def ordered(self, raw: bytes, out: list[bytes | memoryview]) -> None:
         """A frame that must follow its stream's DATA, some of which may be queued."""
         if self.conn.inbound.queued:
             self.write_backend(out)
@@ -234,14 +232,14 @@ class ClientSide:
                 held.answer(8, "cancelled by the client")
                 held.cancel("cancelled by the client")
             self.conn.stream_done(sid, "CANCELLED")
-            self._ordered(raw, out)
+            self.ordered(raw, out)
         elif f.type == T_SETTINGS:
             if not f.has(Flag.ACK):
-                self._client_settings(fr.settings(f.payload))
+                settings.from_client(self.conn, fr.settings(f.payload))
                 out.append(raw)
             else:  # behind DATA queued for the backend's window, framed under the settings it acknowledges
-                self._ordered(raw, out)
-                self.conn.backend_settings_acknowledged()
+                self.ordered(raw, out)
+                settings.client_acknowledged(self.conn)
             if not self.granted:  # after the client's first SETTINGS, as the preface requires
                 self.granted = True
                 out.append(fr.window_update(0, BACKEND_GRANT))
@@ -283,25 +281,6 @@ class ClientSide:
                 and sid not in conn.hooked):
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"stream {sid} reused")
 
-    def _client_settings(self, values: dict[int, int]) -> None:
-        tables = self.conn.client_tables  # the backend's encoder keeps to a smaller one once it acknowledges it
-        tables.announced(values.get(Setting.HEADER_TABLE_SIZE))
-        self.conn.backend_side.headers.allow_table_size(tables.relay)
-        size = values.get(Setting.MAX_FRAME_SIZE)
-        if size is not None and not fr.DEFAULT_MAX_FRAME <= size <= fr.MAX_FRAME_LIMIT:
-            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {size}")
-        self.conn.client_frames.announced(size)
-        if Setting.INITIAL_WINDOW_SIZE in values:
-            size = values[Setting.INITIAL_WINDOW_SIZE]
-            if size > fr.MAX_WINDOW:
-                raise FrameError(ErrorCode.FLOW_CONTROL_ERROR, f"INITIAL_WINDOW_SIZE {size}")
-            delta, self.initial_window = size - self.initial_window, size
-            for call in self.conn.diverted.values():
-                call.window += delta
-                call.opened.set()
-            for held in list(self.conn.hooked.values()):  # a smaller window may stop a held answer
-                held.release_if_stalled(size)
-
     def _header_block(self, sid: int, raws: list[bytes], data: bytes, end_stream: bool,
                       out: list[bytes | memoryview]) -> None:
         """A complete header block: ``raws`` its frames as received, ``data`` the block."""
@@ -317,7 +296,7 @@ class ClientSide:
             # None: the table is as it was before the block, which may be read again.
             headers = self.headers.decode(data) if peeked is None else self.headers.every
         if sid in conn.relayed:
-            self._ordered(b"".join(raws), out)
+            self.ordered(b"".join(raws), out)
             return
         # After the proxy (shutting down) or the runtime said it goes away, or
         # over --max-concurrent-streams (advertised in the backend's SETTINGS
@@ -336,7 +315,7 @@ class ClientSide:
         at_limit = len(conn.relayed) + len(conn.hooked) + len(conn.diverted) >= conn.max_streams
         if told_to_go or (at_limit and conn.at_stream_limit()):  # (a call only there: the rare case)
             if not conn.backend_lost:
-                self._ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
+                self.ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
             conn.out.frames(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             conn.mark_ended(sid)
             return
@@ -346,54 +325,23 @@ class ClientSide:
                 headers = self.headers.peek_all(data) or self.headers.decode(data)
             stages = self.conn.routes.hooked(path)
             if stages is not None and not hooked.compressed(headers):
-                self._hook(sid, path, headers, stages, raws, end_stream, out)
+                taken.hook(self, sid, path, headers, stages, raws, end_stream, out)
             else:
-                self._divert(sid, path, headers, raws, end_stream, out)
+                taken.divert(self, sid, path, headers, raws, end_stream, out)
             return
-        self._ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
+        self.ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
         self.conn.relayed.add(sid)
         self.conn.start_timing(sid, path)  # (its message size trackers come as needed: msgsize.StreamSizes)
         if self.conn.routes.unary(path):
             self.conn.unary_open.add(sid)
             self.conn.idle.clear()
 
-    def _hook(self, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
-              end_stream: bool, out: list[bytes | memoryview]) -> None:
-        # Not while an earlier hooked call of this connection is in its stage:
-        # it may be on the same object, and take its lock only later.
-        as_read = not end_stream and not self.conn.hooked and self.conn.routes.sends_unchanged(path)
-        # The request follows, from the stages (or as it is read: hooked.as_read_frames).
-        self._ordered(b"".join(raws if as_read else fr.without_end_stream(raws)), out)
-        call = hooked.Hooked(sid, path, headers, stages, window=self.conn.backend_windows.send, as_read=as_read)
-        self.conn.start_timing(sid, path)
-        if end_stream:
-            call.ended.set()
-        self.conn.hooked[sid] = call
-        self.conn.sizes_in.tracker(sid)  # made now: without one, its DATA goes nowhere (taken.py)
-        self.conn.sizes_out.tracker(sid)
-        self.conn.unary_open.add(sid)
-        self.conn.idle.clear()
-        call.task = asyncio.ensure_future(hooked.run(self.conn, call))
-        call.task.add_done_callback(lambda _: hooked.finish(self.conn, call))
-        if not as_read:
-            self.conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
-
-    def _divert(self, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool, out: list[bytes | memoryview]) -> None:
-        # A backend handler must never see a complete (empty) request.
-        self._ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
-        call = Diverted(sid, path, headers, window=self.initial_window)
-        if end_stream:
-            call.ended.set()
-        self.conn.diverted[sid] = call
-        self.conn.idle.clear()
-        call.task = asyncio.ensure_future(divert.serve(self.conn, call))
-
     def refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         """A request message over the limit: the call ends RESOURCE_EXHAUSTED, its DATA dropped."""
         message = f"Received message larger than max ({length} vs. {self.conn.max_message})"
         log.info("call refused", extra={"code": "RESOURCE_EXHAUSTED", "error": message, "stream": f.stream_id,
                                         **self.conn.identity})
-        self._ordered(self.conn.end_locally(f.stream_id, 8, message), out)
+        self.ordered(self.conn.end_locally(f.stream_id, 8, message), out)
         self.conn.credit_client(len(f.payload))  # dropped, never seen by the backend
 
 

@@ -1,4 +1,4 @@
-"""SETTINGS across the proxy (frames/frame.py AckedSetting, downstream.py,
+"""SETTINGS across the proxy (frames/frame.py AckedSetting, settings.py, downstream.py,
 upstream.py): a peer's new MAX_FRAME_SIZE applies once acknowledged, and
 that acknowledgement comes from the other side of the proxy. So the proxy
 frames what it makes under every value still in play, and an ACK never
