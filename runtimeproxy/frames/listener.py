@@ -118,7 +118,8 @@ class FramesListener:
         # them too, since each is owed a server preface and a GOAWAY.
         self._setting_up: set[asyncio.Future[None]] = set()
         self._transports: set[asyncio.BaseTransport] = set()
-        self._splices: set[Splice] = set()  # connections answered by the proxy's own server
+        # Connections answered by the proxy's own server, and their clients (peerid.py).
+        self._splices: dict[Splice, dict[str, int | None]] = {}
         self._undialled: set[Splice] = set()  # of those, the ones spliced after a failed dial
         self._redial: asyncio.Task[None] | None = None  # re-dials the runtime while _undialled has any
         self._stopping = False
@@ -238,7 +239,7 @@ class FramesListener:
         ta, tb = a.transport, b.transport
         self._transports.add(tb)
         splice = Splice(ta)  # type: ignore[arg-type]
-        self._splices.add(splice)
+        self._splices[splice] = identity
         self._counted("spliced", True)
         log.debug("frames: client connection spliced to the proxy's own server", extra=identity)
         ended: list[bool] = []  # not empty once closed: both sides report it
@@ -259,7 +260,7 @@ class FramesListener:
             tb.close()
             self._transports.discard(ta)
             self._transports.discard(tb)
-            self._splices.discard(splice)
+            self._splices.pop(splice, None)
             self._undialled.discard(splice)
             if not self._undialled:
                 self._stop_redial()
@@ -297,7 +298,8 @@ class FramesListener:
             return
         log.info("connections made while the runtime could not be reached are told to reconnect, to be relayed",
                  extra={"connections": len(self._splices), "backend": str(self._backend)})
-        for splice in self._splices:
+        for splice, identity in self._splices.items():
+            log.debug("frames: spliced client connection told to reconnect", extra=identity)
             splice.go_away()
         self._splices.clear()  # each is told once
         self._undialled.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,6 +141,11 @@ async def test_a_connection_made_while_the_runtime_was_away_is_relayed_once_it_i
                 assert await held == b""  # its stream kept: answered on the old connection
                 await relayed_again(channel, fake)
     assert lines.told() == [1]
+    # Which client was spliced, then told: this process, the same socket (peerid.py).
+    starts = ("frames: client connection spliced", "frames: spliced client connection told")
+    spliced = [(r.getMessage(), r.client_pid, r.client_fd) for r in lines.records  # type: ignore[attr-defined]
+               if r.getMessage().startswith(starts)]
+    assert [(pid, fd) for _, pid, fd in spliced] == [(os.getpid(), spliced[0][2])] * 2 and spliced[0][2] >= 0
 
 
 async def test_a_connection_spliced_after_a_failed_dial_is_told_once_another_dial_reaches_the_runtime(
