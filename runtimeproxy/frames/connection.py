@@ -144,6 +144,7 @@ class FrameConnection:
         self.stopping = False
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
+        self.backend_going_told = False  # its GOAWAY logged at info (runtimegone.going_away)
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         self.idle = asyncio.Event()  # no unary or diverted call left, the GOAWAY sent (shutdown waits)
         self.idle.set()
@@ -189,9 +190,9 @@ class FrameConnection:
         """The runtime closed its connection (runtimegone.py)."""
         runtimegone.closed(self)
 
-    def backend_goaway(self, last: int) -> None:
+    def backend_goaway(self, last: int, code: int, debug: bytes | memoryview) -> None:
         """The runtime goes away: no stream after ``last`` is processed (runtimegone.py)."""
-        runtimegone.going_away(self, last)
+        runtimegone.going_away(self, last, code, debug)
 
     def lost(self) -> None:
         """Either side closed: so does the other; the proxy's own answers stop."""

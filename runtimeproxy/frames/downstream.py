@@ -245,7 +245,8 @@ class BackendSide:
             elif t == T_GOAWAY:
                 if len(f.payload) < 8:
                     raise FrameError(ErrorCode.FRAME_SIZE_ERROR, "short GOAWAY from the backend")
-                conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF)
+                conn.backend_goaway(int.from_bytes(f.payload[:4], "big") & 0x7FFFFFFF,
+                                    int.from_bytes(f.payload[4:8], "big"), f.payload[8:])
                 return
             elif t == T_PING:
                 if len(f.payload) != 8 or sid != 0:

@@ -27,6 +27,9 @@ log = logging.getLogger(__package__ + ".connection")
 # none of them (its window stays closed) before its connection is closed.
 UNREAD_LINGER_S = 30.0
 
+LAST_STREAM = 2**31 - 1  # a GOAWAY naming it refuses nothing: grpc-go's heads-up of a drain
+DEBUG_LOGGED = 200  # bytes of a runtime GOAWAY's debug data logged
+
 
 def closed(conn: FrameConnection) -> None:
     """The runtime closed its connection: the calls it carried end UNAVAILABLE
@@ -75,15 +78,21 @@ def _unread_too_long(conn: FrameConnection) -> None:
         conn.lost()
 
 
-def going_away(conn: FrameConnection, last: int) -> None:
+def going_away(conn: FrameConnection, last: int, code: int, debug: bytes | memoryview) -> None:
     """The runtime goes away: streams it will not process are refused to the
     client (a gRPC client retries those by itself); the client is told to go
     away too, keeping every stream it has, the proxy's own included."""
     refused = sorted(sid for sid in conn.relayed | set(conn.hooked) if sid > last and sid not in conn.ended)
-    # grpc-go's graceful stop says it twice (the last stream id lowered): the second at debug.
-    log.log(logging.DEBUG if conn.backend_going else logging.INFO,
+    # grpc-go drains (GracefulStop, MaxConnectionAge) with a heads-up GOAWAY
+    # naming no last stream (2**31-1), then, a PING later, the one that does:
+    # the info line is that one's (what it refused), and one per connection.
+    heads_up = last == LAST_STREAM and code == ErrorCode.NO_ERROR
+    told = heads_up or conn.backend_going_told
+    conn.backend_going_told = conn.backend_going_told or not heads_up
+    log.log(logging.DEBUG if told else logging.INFO,
             "frames: the runtime goes away; the client is told to go away too",
-            extra={"last_stream": last, "refused": len(refused), **conn.identity})
+            extra={"last_stream": last, "refused": len(refused), "code": _code_name(code),
+                   "debug": bytes(debug[:DEBUG_LOGGED]).decode("utf-8", "replace"), **conn.identity})
     conn.backend_going = True
     conn.backend_pings.at_once()
     for sid in refused:
@@ -94,3 +103,10 @@ def going_away(conn: FrameConnection, last: int) -> None:
         if call is not None:
             call.answer(14, "refused by the runtime")
     conn.out.control(fr.goaway(conn.last_stream, ErrorCode.NO_ERROR))
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:  # one the proxy never sends
+        return hex(code)

@@ -72,3 +72,48 @@ async def test_the_runtimes_close_names_the_client(sock_dir: Path, caplog: pytes
     assert closed.client_pid == os.getpid() and closed.relayed == 1
     assert isinstance(closed.client_fd, int) and closed.client_fd >= 0
     assert _lines(caplog, "runtime connection closed") == [closed]  # the idle one's close is not a line of its own
+
+
+def _goes_away(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return _lines(caplog, "the runtime goes away")
+
+
+async def test_a_drains_info_line_is_the_goaway_that_refuses(sock_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """grpc-go drains (GracefulStop, MaxConnectionAge) with two GOAWAYs: a
+    heads-up naming stream 2**31-1, a PING, then the one that names its last
+    stream. The info line is that one's, with what it refused; the heads-up
+    is at debug. Before: the heads-up's was the info line (last_stream
+    2147483647, refused 0), and neither said its code nor debug data."""
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.frames")
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False)
+                                 + pair.request(3, RELAYED, body=None, end=False))
+        await pair.runtime.until(rawh2.HEADERS, 3)
+        pair.runtime.writer.write(fr.goaway(2**31 - 1, ErrorCode.NO_ERROR))
+        await pair.client.until(rawh2.GOAWAY)
+        pair.runtime.writer.write(fr.goaway(1, ErrorCode.NO_ERROR, b"drained"))
+        seen = await pair.pinged()
+        assert (rawh2.RST_STREAM, 3, ErrorCode.REFUSED_STREAM) in rawh2.errors(seen)
+    assert [(r.levelname, r.last_stream) for r in _goes_away(caplog)] == [("DEBUG", 2**31 - 1), ("INFO", 1)]
+    [info] = [r for r in _goes_away(caplog) if r.levelno == logging.INFO]
+    assert (info.refused, info.code, info.debug) == (1, "NO_ERROR", "drained")
+    assert info.client_pid == os.getpid()
+
+
+async def test_a_goaway_for_too_many_pings_says_so(sock_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """grpc-go's keepalive enforcement goes away with ENHANCE_YOUR_CALM and
+    'too_many_pings': one info line with them, told apart from a drain; the
+    debug data cut short and read leniently (a runtime's bytes need not be UTF-8)."""
+    caplog.set_level(logging.INFO, logger="runtimeproxy.frames")
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
+        await pair.runtime.until(rawh2.HEADERS, 1)
+        pair.runtime.writer.write(fr.goaway(1, ErrorCode.ENHANCE_YOUR_CALM, b"too_many_pings\xff" + b"x" * 1000))
+        await pair.client.until(rawh2.GOAWAY)
+        pair.runtime.writer.write(fr.goaway(1, ErrorCode.ENHANCE_YOUR_CALM, b"again"))  # a repeat: at debug
+        await pair.pinged()
+    [info] = _goes_away(caplog)
+    assert (info.last_stream, info.refused, info.code) == (1, 0, "ENHANCE_YOUR_CALM")
+    assert info.debug == "too_many_pings\ufffd" + "x" * 185  # its first 200 bytes
