@@ -41,10 +41,15 @@ the client opened, and not relayed and open here, gets:
 * a call the proxy takes (diverted, hooked) whose request had ended (the
   client's END_STREAM read; half-closed (remote), 5.1): a stream error,
   STREAM_CLOSED, as DATA after the request's end is (taken.py).
+* a taken call whose request is still open: on a diverted call the block
+  ends the request (the proxy's server gets it whole; the block's headers
+  go nowhere); on a hooked call not answered yet it ends the call,
+  INTERNAL ('request trailers on a hooked call': gRPC clients send none);
+  on a hooked call answered, it is dropped, as below.
 * any other (a stream the proxy ended, one the runtime ended, one long
-  over, a taken call's request still open): dropped, read only. Such a
-  stream is closed, where 5.1 has frames after a RST_STREAM the endpoint
-  sent ignored and lets the others be (a connection error is a MAY).
+  over): dropped, read only. Such a stream is closed, where 5.1 has
+  frames after a RST_STREAM the endpoint sent ignored and lets the others
+  be (a connection error is a MAY).
   Telling late trailers from a second end would take every stream's
   history: ``ended`` keeps only the latest ENDED_KEPT, and a relayed
   stream's END_STREAM passes in a verbatim run unread (reading it would cost
