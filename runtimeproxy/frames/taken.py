@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..cripath.stage import Stage
-from . import divert as diverting
+from . import divert as diverting  # (``divert`` is this module's start of a diverted call)
 from . import frame as fr
 from . import hooked
-from .divert import Diverted
 from .frame import ErrorCode, Flag, FrameError
 
 if TYPE_CHECKING:
+    from ..cripath.stage import Stage
     from .upstream import ClientSide
 
 
@@ -51,7 +50,7 @@ def divert(side: ClientSide, sid: int, path: str, headers: list, raws: list[byte
     conn = side.conn
     # A backend handler must never see a complete (empty) request.
     side.ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
-    call = Diverted(sid, path, headers, window=side.initial_window)
+    call = diverting.Diverted(sid, path, headers, window=side.initial_window)
     if end_stream:
         call.ended.set()
     conn.diverted[sid] = call
