@@ -80,6 +80,8 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
     if call is None:
         if sid == 0 or sid > side.opened:
             raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+        if sid in side.skipped:  # closed, never open (RFC 9113 5.1.1): as a header block there is (withheld.py)
+            raise FrameError(ErrorCode.PROTOCOL_ERROR, f"DATA on stream {sid}, which the client skipped")
         # A stream the backend has ended: what the client still sends on it
         # goes nowhere (the backend would only reset it), and is credited.
         conn.credit_client(len(f.payload))

@@ -2,7 +2,8 @@
 apart where the proxy knows the stream's history (withheld.py): on an id the
 client skipped, a connection error (RFC 9113 5.1.1); after the request of a
 call the proxy takes had ended, a stream error (5.1, half-closed (remote));
-late trailers on a stream that is over, still dropped.
+late trailers on a stream that is over, still dropped. DATA on an id the
+client skipped is a connection error too (taken.py).
 
 Before: all three were dropped alike, the client's errors unreported.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.frame import ErrorCode
+from runtimeproxy.frames.frame import ErrorCode, FrameType
 
 from .. import rawh2
 from .rawrelay import DIVERTED, HOOKED, RELAYED, Pair, message, raw_relay
@@ -37,6 +38,20 @@ async def test_trailers_on_a_stream_the_client_skipped_are_a_protocol_error(
         pair = await relay.pair()
         await _opened(pair, *opened)
         pair.client.writer.write(_trailers(pair, skipped, indexed=False))
+        assert await pair.client.goaway_code() == ErrorCode.PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(("opened", "skipped"), [((1, 5), 3), ((3,), 1)], ids=["between", "the-first"])
+async def test_data_on_a_stream_the_client_skipped_is_a_protocol_error(
+    sock_dir: Path, opened: tuple[int, ...], skipped: int
+) -> None:
+    """RFC 9113 5.1.1 and 6.1: DATA on an id the client skipped (closed,
+    never open) is a connection error, as a header block there is. Before:
+    taken as DATA on a stream that is over, credited and dropped."""
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        await _opened(pair, *opened)
+        pair.client.writer.write(fr.serialize(FrameType.DATA, 0, skipped, message(b"late")))
         assert await pair.client.goaway_code() == ErrorCode.PROTOCOL_ERROR
 
 
