@@ -86,9 +86,9 @@ class Rebuilding:
         """A container a re-plan put back in the default balloon that its type
         ``btype`` could not take: a balloon of its type takes it if it can in
         full now (:meth:`assign`: from the CPUs free, those it runs on first,
-        its balloon freeing them; its pod's balloon of that type refusing it,
-        past maxCPUs with it or unable to grow, :meth:`_apart`), else it
-        stays. Its balloon, which goes when left empty."""
+        its balloon freeing them; its pod's balloon of that type past maxCPUs
+        with it, :meth:`_apart`), else it stays. Its balloon, which goes when
+        left empty."""
         balloon = self.balloon_of(key)
         assert balloon is not None
         member = balloon.members.pop(key)
@@ -107,20 +107,23 @@ class Rebuilding:
         return home
 
     def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:
-        """For a container its pod's balloon of ``btype`` cannot take (:meth:`assign`
-        refuses it there: past maxCPUs with it, or unable to grow), a balloon
-        of ``btype`` apart from it that takes it in full: an empty one, else
-        a new one (taking ``avoid`` last); None if none can.
+        """For a container its pod's balloon of ``btype`` cannot take past
+        maxCPUs (:meth:`assign` refused it there), a balloon of ``btype`` apart
+        from it that takes it in full: an empty one, else a new one (taking
+        ``avoid`` last); None if none can, or if its pod's balloon refused it
+        within maxCPUs, unable to grow.
 
-        The order of :meth:`~.pool.Pool.assign_anyway`, which places a running
-        container or one under onExhausted: Ignore, with two differences, as
-        the container runs in the default balloon already and moves only
-        into whole CPUs: the pod's balloon is skipped (assign_anyway joins it
-        short, grown as far as CPUs are free, when within maxCPUs), and so is
-        any balloon that would hold it short (assign_anyway joins one, or
-        makes one without CPUs, rather than use the default balloon)."""
-        if not any(b.has_pod(member.pod_uid) for b in self.of_type(btype.name)):
-            return None  # assign tried every balloon
+        As :meth:`~.pool.Pool.assign_anyway` places a running container or
+        one under onExhausted: Ignore, which splits a pod only past maxCPUs:
+        within them it joins its pod's balloon short, grown as far as CPUs
+        are free. This container runs in the default balloon already and
+        moves only into whole CPUs: it stays there rather than join its
+        pod's balloon short, or any balloon that would hold it short
+        (assign_anyway joins one, or makes one without CPUs, rather than use
+        the default balloon)."""
+        pods = [b for b in self.of_type(btype.name) if b.has_pod(member.pod_uid)]
+        if not pods or pods[0].fits(member.milli):
+            return None  # assign tried every balloon, or its pod's can hold it once CPUs are free
         home = next((b for b in self.of_type(btype.name) if not b.members and self._try_join(b, member)), None)
         if home is None and btype.holds(member.milli):
             home = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus), avoid)

@@ -15,8 +15,10 @@ onExhausted), keep what docs/hook-balloons.md promises:
   are asked for);
 * every container is in a balloon of the type the new config gives it, or
   in the default balloon when no balloon of that type can take it in full
-  from the CPUs free, nor a new one, and is given its balloon's CPUs and
-  their memory nodes (as pinCPU and pinMemory say);
+  from the CPUs free, nor a new one (nor an empty one, unless its pod's
+  balloon of that type holds it within maxCPUs: placement splits a pod
+  only past them), and is given its balloon's CPUs and their memory nodes
+  (as pinCPU and pinMemory say);
 * each type has at least minBalloons and at most maxBalloons balloons
   (the default type one at most unless configured); a balloon holds no
   more CPUs than its containers request (within minCPUs and maxCPUs) and,
@@ -210,8 +212,12 @@ def check(before: Assignments, after: Assignments, config: BalloonsConfig) -> li
         target = after.target(member.key)  # ("", ""): nothing to give (pinCPU and pinMemory false)
         if target not in (after.applied.get(member.key), ("", "")) and member.key not in due:
             problems.append(f"{member.label} not on its balloon's CPUs and memory nodes, and no move due")
-        # (One of the default type is in a balloon of its type: an empty one beside it is no matter.)
-        if fallback and btype.name != DEFAULT and any(not b.members and b.fits(member.milli) for b in pool.of_type(btype.name)):
+        # (One of the default type is in a balloon of its type: an empty one beside it is no matter.
+        # Nor is it for one its pod's balloon can hold within maxCPUs, unable to grow: placement
+        # splits a pod only past maxCPUs.)
+        pods = [b for b in pool.of_type(btype.name) if b.has_pod(member.pod_uid)]
+        if (fallback and btype.name != DEFAULT and not (pods and pods[0].fits(member.milli))
+                and any(not b.members and b.fits(member.milli) for b in pool.of_type(btype.name))):
             problems.append(f"{member.label} in {balloon.name}, its type's balloon empty")
     return problems + _kept(before, after, config)
 
@@ -459,4 +465,31 @@ def test_a_container_its_pods_balloon_cannot_take_leaves_the_default_balloon_for
     again = state.replan(config, topology)
     assert [(b.name, sorted(b.members)) for b in again.pool.balloons] == [
         ("reserved[0]", []), ("work[0]", [("a", "c0")]), ("work[1]", [("a", "c1")])]
+    assert check(state, again, config) == []
+
+
+def test_a_container_its_pods_balloon_cannot_grow_for_stays_in_the_default_balloon_rather_than_leave_its_pod() -> None:
+    """Under Ignore, work (maxCPUs 1, minCPUs 1, minBalloons and maxBalloons
+    2) on CPUs 1-3: a/c1 (500m), past maxCPUs in its pod's balloon work[0],
+    went to the default balloon, beside misc's d/c0; b gone, work[1] stays,
+    empty, on its CPU. maxCPUs raised to 2: a/c1 fits its pod's balloon now,
+    which cannot grow (no CPU free). Placement would join it there short of
+    CPUs, never apart from its pod: the reload leaves it in the default
+    balloon, in full. It went to the empty work[1], splitting its pod."""
+    work = {"name": "work", "namespaces": ["apps"], "minCPUs": 1, "maxCPUs": 1, "minBalloons": 2, "maxBalloons": 2}
+    doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore", "balloonTypes": [work]}
+    topology = Topology.synthetic(1, 1, 4, 1)
+    state = Assignments(parse_config(doc), topology)
+    for uid, ns, name, milli in (("a", "apps", "c0", 1000), ("b", "apps", "c0", 1000), ("a", "apps", "c1", 500),
+                                 ("d", "misc", "c0", 500)):
+        state.place(Member((uid, name), ns, uid, milli, f"id-{uid}-{name}"), PodContext(ns, uid, name))
+        state.given((uid, name), state.target((uid, name)))
+    state.release(("b", "c0"))
+    before = [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons]
+    assert before == [("reserved[0]", "0", []), ("work[0]", "1", [("a", "c0")]), ("work[1]", "2", []),
+                      ("default[0]", "3", [("a", "c1"), ("d", "c0")])]
+    config = parse_config({**doc, "balloonTypes": [{**work, "maxCPUs": 2}]})
+    again = state.replan(config, topology)
+    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons] == before
+    assert again.moves() == []
     assert check(state, again, config) == []
