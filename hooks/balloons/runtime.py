@@ -55,6 +55,9 @@ class FoundContainer:
     # False if the runtime shows no spec (cri-dockerd has no runtimeSpec in its
     # ContainerStatus info): then cpus/mems say nothing of what it runs on.
     spec_known: bool = True
+    # False for one created and not started yet (CONTAINER_CREATED): live, as
+    # it is placed and moved as a running one is, but not running.
+    running: bool = True
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,7 @@ class RuntimeClient:
                     mems=str(cpu.get("mems") or ""),
                     shares=shares if isinstance(shares, int) else 0,
                     spec_known=spec is not None,
+                    running=container.state == v1.CONTAINER_RUNNING,
                 )
             )
         return Listing(found, exited)

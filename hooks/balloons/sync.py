@@ -123,7 +123,10 @@ class RuntimeSync:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             self._state = Assignments.rebuild(self._state.config, self._state.topology, restored)
             self._ready.set()
-        log.info("assignments rebuilt from %d running containers", len(found), extra={"containers": len(found)})
+        running = sum(f.running for f in found)
+        log.info("assignments rebuilt from %d live containers (%d running, %d created, not started yet)",
+                 len(found), running, len(found) - running,
+                 extra={"containers": len(found), "running": running, "not_started": len(found) - running})
         self._moves_due.set()
 
     async def reconcile(self) -> None:
