@@ -194,6 +194,13 @@ class RuntimeSync:
         (retried later); ClientClosed once the hook is stopping."""
         async with self._lock:
             moves = self._state.moves()
+            if moves:
+                # The online CPUs first, as for a placement: a CPU gone offline
+                # since the last read would be named in the moves (runc cannot
+                # write it under cgroup v1) and their retries until the next
+                # reconcile pass. A re-plan gives other moves.
+                self._follow_hotplug()
+                moves = self._state.moves()
         ok = True
         for move in moves:
             cpus, mems = move.cpuset

@@ -15,7 +15,7 @@ import yaml
 from hooks.balloons.config import parse_config
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.status import render
-from hooks.balloons.topology import Topology, write_synthetic_sysfs
+from hooks.balloons.topology import Topology, parse_cpuset, write_synthetic_sysfs
 
 from ..test_config_mistakes import LAUGHS_SHOWN, inline_laughs
 from .test_server import FakeRuntime, request
@@ -111,6 +111,24 @@ async def test_a_new_container_is_not_given_a_cpu_gone_offline(tmp_path) -> None
     set_online(root, "0,2-7")  # before any reconcile pass
     answer = await hook.pre_create_container(request("a", "app", shares=1024))
     assert answer.container_resources.cpuset_cpus == "2"
+
+
+async def test_a_move_due_when_a_cpu_goes_offline_is_sent_to_the_cpus_online_now(tmp_path, caplog) -> None:
+    """Pod a's side container joins its balloon, which grows from 1-2 to
+    1-3: c-a's move is due when CPU 3 goes offline. The move reads the
+    online CPUs first: c-a goes to 1-2,6 (node 0 has no other CPU free).
+    It was sent to 1-3, which runc cannot write under cgroup v1, and sent
+    again every 5 s until the next reconcile pass saw the hotplug."""
+    hook, runtime, root = await hook_on_sysfs(tmp_path)
+    await two_pods(hook)
+    answer = await hook.pre_create_container(request("a", "side", shares=1024))
+    assert answer.container_resources.cpuset_cpus == "1-3"
+    set_online(root, "0-2,4-7")
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        assert await hook.apply_moves()
+    assert "CPU topology changed (hotplug)" in caplog.text
+    assert runtime.updates[-1] == ("c-a", "1-2,6", "0-1")
+    assert all(3 not in parse_cpuset(cpus) for _, cpus, _ in runtime.updates)
 
 
 async def test_a_node_that_lost_its_memory_is_no_longer_in_any_cpuset_mems(tmp_path) -> None:
