@@ -119,19 +119,10 @@ class Pool(Rebuilding):
     # -- CPUs a container runs on --------------------------------------------------
 
     def effective_cpus(self, balloon: Balloon) -> frozenset[int]:
-        cpus = set(balloon.cpus)
-        scope = balloon.btype.share_idle_cpus_in_same
-        if scope:
-            idle = self.free
-            topo = self.topology
-            if scope == "system":
-                cpus |= idle
-            else:
-                group = {"package": topo.package_cpus, "numa": topo.node_cpus, "core": topo.core_cpus}[scope]
-                attr = {"package": "package", "numa": "node", "core": "core"}[scope]
-                for key in {getattr(topo.cpus[c], attr) for c in balloon.cpus}:
-                    cpus |= idle & group[key]
-        return frozenset(cpus) if cpus else self.reserved
+        cpus = balloon.cpus
+        if scope := balloon.btype.share_idle_cpus_in_same:
+            cpus |= self.free & self.topology.scope_cpus(scope, balloon.cpus)
+        return cpus or self.reserved
 
     def effective_mems(self, balloon: Balloon) -> frozenset[int]:
         return self.topology.mems_of(self.effective_cpus(balloon))

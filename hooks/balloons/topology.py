@@ -98,6 +98,17 @@ class Topology:
     def siblings(self, cpu: int) -> frozenset[int]:
         return self.core_cpus[self.cpus[cpu].core]
 
+    def scope_cpus(self, scope: str, cpus: Iterable[int]) -> frozenset[int]:
+        """The CPUs in the same ``scope`` (shareIdleCPUsInSame: ``system``,
+        ``package``, ``numa``, ``core``) as any of ``cpus`` (online ones):
+        where a balloon of ``cpus`` shares the idle CPUs. ``system``: every
+        CPU, whatever ``cpus`` are."""
+        if scope == "system":
+            return self.all_cpus
+        groups, attr = {"package": (self.package_cpus, "package"), "numa": (self.node_cpus, "node"),
+                        "core": (self.core_cpus, "core")}[scope]
+        return frozenset().union(*(groups[getattr(self.cpus[c], attr)] for c in cpus if c in self.cpus))
+
     def nodes_of(self, cpus: Iterable[int]) -> frozenset[int]:
         return frozenset(self.cpus[c].node for c in cpus)
 
