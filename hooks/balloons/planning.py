@@ -8,10 +8,12 @@ to keep.
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import allocator
 from .balloon import ContainerKey, Member
 from .config import BALLOON_ANNOTATION, DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext
 from .topology import Topology
@@ -137,8 +139,9 @@ def reserved_to_keep(
     up. ``running``: each container's pod and the CPUs it runs on (none, or
     every CPU: not pinned). ``before``: the reserved CPUs of the plan a
     re-plan replaces. None at start-up: the CPUs the reserved type's
-    containers run on, not a fresh pick: a reload or hotplug may have kept
-    others, which a fresh pick would take from the balloons holding them now."""
+    containers run on (:func:`_surely_reserved`), not a fresh pick: a reload
+    or hotplug may have kept others, which a fresh pick would take from the
+    balloons holding them now."""
     pinned = [(pod, cpus) for pod, cpus in running if cpus and cpus != topology.all_cpus]
     if before is not None:
         return before, frozenset().union(*(cpus for _, cpus in pinned)) - before
@@ -146,13 +149,46 @@ def reserved_to_keep(
     keep: set[int] = set()
     others = []
     for pod, cpus in pinned:
-        if type_or_default(config, pod)[0].name == RESERVED:
+        btype = type_or_default(config, pod)[0]
+        if btype.name == RESERVED:
             keep |= cpus - shared
         else:
-            others.append(cpus - shared)
-    # A balloon without CPUs runs its containers on the reserved CPUs: not busy.
-    busy = frozenset().union(*(cpus for cpus in others if not cpus <= keep))
-    return frozenset(keep) - busy, busy
+            others.append((btype.share_idle_cpus_in_same, cpus))
+    # A balloon without CPUs runs its containers on the reserved CPUs (or, at
+    # system scope, the idle ones): not busy.
+    busy = frozenset().union(*(cpus - shared for _, cpus in others if not cpus - shared <= keep))
+    # The idle CPUs containers share are avoided too: none is reserved (a
+    # balloon without CPUs runs on the reserved ones alone, which shared_cpus
+    # then does not count), and reserving one would take it out of the
+    # cpusets of the containers sharing it.
+    return _surely_reserved(config, topology, frozenset(keep) - busy, others), busy | shared
+
+
+def _surely_reserved(
+    config: BalloonsConfig, topology: Topology, kept: frozenset[int], others: list[tuple[str, frozenset[int]]],
+) -> frozenset[int]:
+    """A restart's reserved CPUs to keep, out of ``kept``: those the reserved
+    type's containers run on, and no other container (the idle ones too,
+    when that type shares them). A CPU of ``kept`` in the scope of another
+    container that shares idle CPUs (``others``: each one's scope and
+    cpuset) but not in its cpuset is not idle, or that container would run
+    on it: it is reserved (if the config is the one they were placed by).
+    Those found so first, topped up to the reserved count near them from
+    the rest of ``kept`` (which cannot be told from idle CPUs no other
+    container shares); all of ``kept`` when none is found (allocator.reserve
+    then takes the first start's pick if it lies within, else their most
+    compact part). With no reserved container (``kept`` empty) nothing is
+    told so: a CPU in such a scope that no container runs on may be
+    reserved or an empty balloon's (minBalloons)."""
+    sure = frozenset().union(*(
+        (kept & topology.scope_cpus(scope, cpus)) - cpus for scope, cpus in others
+        if scope and not cpus <= kept  # a balloon without CPUs: on the reserved CPUs, or the idle ones
+    ))
+    count = math.ceil(config.reserved_milli / 1000)
+    if not sure or len(sure) >= count:
+        return sure or kept
+    more = allocator.take(topology, kept - sure, count - len(sure), near=sure)
+    return sure | more if more is not None else kept
 
 
 def type_or_default(config: BalloonsConfig, pod: PodContext) -> tuple[BalloonType, UnknownBalloonType | None]:
