@@ -272,6 +272,9 @@ async def test_a_pod_keeps_its_cpus_when_a_reload_adds_a_min_balloon_up_to_max_b
     await reloaded_with(hook, tmp_path, config, minBalloons=1, maxBalloons=1)
     assert (balloons(hook)[1:], runtime.updates[moved:]) == ([("work[1]", "2", ["c-b"])], [])
     assert "cannot be sized" not in caplog.text
+    # maxBalloons counts balloons, not indexes: pod c (preferNewBalloons) joins work[1].
+    answer = await hook.pre_create_container(request("c", "app", shares=1024))
+    assert (answer.container_resources.cpuset_cpus, balloons(hook)[1:]) == ("1-2", [("work[1]", "1-2", ["c-b", ""])])
 
 
 async def test_a_container_placed_anew_on_the_cpus_it_runs_on_is_not_moved(tmp_path) -> None:
