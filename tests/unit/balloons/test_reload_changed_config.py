@@ -44,8 +44,7 @@ from typing import Any
 
 import pytest
 
-from hooks.balloons.balloon import Member
-from hooks.balloons.config import DEFAULT, RESERVED, BalloonsConfig, BalloonType, PodContext, parse_config
+from hooks.balloons.config import DEFAULT, RESERVED, BalloonsConfig, BalloonType, parse_config
 from hooks.balloons.planning import type_or_default
 from hooks.balloons.pool import Exhausted, PoolError
 from hooks.balloons.state import Assignments
@@ -442,54 +441,3 @@ def test_a_reload_of_the_same_config_after_refused_moves_changes_nothing(seed: i
     same = again.replan(parse_config(ignored_only(new, r)), topology)
     assert layout(same) == layout(again)
     assert [k for _, m in again.pool.members() if same.target(k := m.key) != again.target(k)] == []
-
-
-def test_a_container_its_pods_balloon_cannot_take_leaves_the_default_balloon_for_an_empty_one_of_its_type() -> None:
-    """Under Ignore, work (maxCPUs 1, minBalloons and maxBalloons 2): a/c1
-    (500m), which its pod's balloon work[0] could not take, went to the
-    default balloon, the type's other balloon being b's; b gone, a reload
-    of a changed config left a/c1 there beside the empty work[1], taking
-    its pod's full balloon for the only one it could go to (as at seed 4047
-    of the checker above, after a restart, moves refused)."""
-    doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore", "balloonTypes": [
-        {"name": "work", "namespaces": ["*"], "maxCPUs": 1, "minBalloons": 2, "maxBalloons": 2}]}
-    topology = Topology.synthetic(1, 1, 8, 1)
-    state = Assignments(parse_config(doc), topology)
-    for uid, name, milli in (("a", "c0", 1000), ("b", "c0", 1000), ("a", "c1", 500)):
-        state.place(Member((uid, name), "apps", uid, milli, f"id-{uid}-{name}"), PodContext("apps", uid, name))
-        state.given((uid, name), state.target((uid, name)))
-    state.release(("b", "c0"))
-    assert [(b.name, sorted(b.members)) for b in state.pool.balloons] == [
-        ("reserved[0]", []), ("work[0]", [("a", "c0")]), ("work[1]", []), ("default[0]", [("a", "c1")])]
-    config = parse_config({**doc, "balloonTypes": [*doc["balloonTypes"], {"name": "batch", "namespaces": ["batch"]}]})
-    again = state.replan(config, topology)
-    assert [(b.name, sorted(b.members)) for b in again.pool.balloons] == [
-        ("reserved[0]", []), ("work[0]", [("a", "c0")]), ("work[1]", [("a", "c1")])]
-    assert check(state, again, config) == []
-
-
-def test_a_container_its_pods_balloon_cannot_grow_for_stays_in_the_default_balloon_rather_than_leave_its_pod() -> None:
-    """Under Ignore, work (maxCPUs 1, minCPUs 1, minBalloons and maxBalloons
-    2) on CPUs 1-3: a/c1 (500m), past maxCPUs in its pod's balloon work[0],
-    went to the default balloon, beside misc's d/c0; b gone, work[1] stays,
-    empty, on its CPU. maxCPUs raised to 2: a/c1 fits its pod's balloon now,
-    which cannot grow (no CPU free). Placement would join it there short of
-    CPUs, never apart from its pod: the reload leaves it in the default
-    balloon, in full. It went to the empty work[1], splitting its pod."""
-    work = {"name": "work", "namespaces": ["apps"], "minCPUs": 1, "maxCPUs": 1, "minBalloons": 2, "maxBalloons": 2}
-    doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore", "balloonTypes": [work]}
-    topology = Topology.synthetic(1, 1, 4, 1)
-    state = Assignments(parse_config(doc), topology)
-    for uid, ns, name, milli in (("a", "apps", "c0", 1000), ("b", "apps", "c0", 1000), ("a", "apps", "c1", 500),
-                                 ("d", "misc", "c0", 500)):
-        state.place(Member((uid, name), ns, uid, milli, f"id-{uid}-{name}"), PodContext(ns, uid, name))
-        state.given((uid, name), state.target((uid, name)))
-    state.release(("b", "c0"))
-    before = [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons]
-    assert before == [("reserved[0]", "0", []), ("work[0]", "1", [("a", "c0")]), ("work[1]", "2", []),
-                      ("default[0]", "3", [("a", "c1"), ("d", "c0")])]
-    config = parse_config({**doc, "balloonTypes": [{**work, "maxCPUs": 2}]})
-    again = state.replan(config, topology)
-    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons] == before
-    assert again.moves() == []
-    assert check(state, again, config) == []
