@@ -148,6 +148,11 @@ class BalloonsConfig:
     on_exhausted: str = "Fail"
     warnings: tuple[str, ...] = ()
 
+    @property
+    def reserved_count(self) -> int:
+        """The reserved CPUs a quantity asks, rounded up to whole CPUs (0 with a cpuset)."""
+        return math.ceil(self.reserved_milli / 1000)
+
     def type_named(self, name: str) -> BalloonType | None:
         return self.types_by_name.get(name)
 

@@ -8,7 +8,6 @@ to keep.
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -184,7 +183,7 @@ def _surely_reserved(
         (kept & topology.scope_cpus(scope, cpus)) - cpus for scope, cpus in others
         if scope and not cpus <= kept  # a balloon without CPUs: on the reserved CPUs, or the idle ones
     ))
-    count = math.ceil(config.reserved_milli / 1000)
+    count = config.reserved_count
     if not sure or len(sure) >= count:
         return sure or kept
     more = allocator.take(topology, kept - sure, count - len(sure), near=sure)

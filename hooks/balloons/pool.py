@@ -10,7 +10,6 @@ containers on the reserved CPUs (a container always needs somewhere to run).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 
 from . import allocator
@@ -49,7 +48,7 @@ class Pool(Rebuilding):
                 raise PoolError(f"reservedResources.cpu: CPUs {format_cpuset(config.reserved_cpuset - available)} are not available on this machine")
             reserved = config.reserved_cpuset
         else:
-            count = math.ceil(config.reserved_milli / 1000)
+            count = config.reserved_count
             picked = allocator.reserve(topology, available, count, keep_reserved, avoid)
             if picked is None or len(available) - count < 1:
                 raise PoolError(f"reservedResources.cpu: {count} CPUs reserved, but only {len(available)} are available")
