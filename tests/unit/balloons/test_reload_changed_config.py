@@ -212,10 +212,10 @@ def check(before: Assignments, after: Assignments, config: BalloonsConfig) -> li
         if target not in (after.applied.get(member.key), ("", "")) and member.key not in due:
             problems.append(f"{member.label} not on its balloon's CPUs and memory nodes, and no move due")
         # (One of the default type is in a balloon of its type: an empty one beside it is no matter.
-        # Nor is it for one its pod's balloon can hold within maxCPUs, unable to grow: placement
+        # Nor is it for one a balloon of its pod can hold within maxCPUs, unable to grow: placement
         # splits a pod only past maxCPUs.)
         pods = [b for b in pool.of_type(btype.name) if b.has_pod(member.pod_uid)]
-        if (fallback and btype.name != DEFAULT and not (pods and pods[0].fits(member.milli))
+        if (fallback and btype.name != DEFAULT and not any(b.fits(member.milli) for b in pods)
                 and any(not b.members and b.fits(member.milli) for b in pool.of_type(btype.name))):
             problems.append(f"{member.label} in {balloon.name}, its type's balloon empty")
     return problems + _kept(before, after, config)

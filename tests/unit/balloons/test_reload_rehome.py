@@ -66,3 +66,29 @@ def test_a_container_its_pods_balloon_cannot_grow_for_stays_in_the_default_ballo
     assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons] == before
     assert again.moves() == []
     assert check(state, again, config) == []
+
+
+def test_a_container_of_a_split_pod_joins_the_pods_balloon_that_takes_it_not_the_first_one() -> None:
+    """Under Ignore, work (maxCPUs 2, maxBalloons 2) on 12 CPUs: a/c0
+    (2000m) fills work[0], a/c1 (500m) goes apart to work[1] with b/c0
+    (1000m), and a/c2 (1500m), which neither can take within maxCPUs, to
+    the default balloon. b gone, a reload with maxBalloons 3: work[1] (a/c1
+    alone) takes a/c2 within maxCPUs, as placement under the new config
+    would (assign_anyway joins its pod's balloon that fits). It went to a
+    new work[2], only its pod's first balloon, full, being tried."""
+    work = {"name": "work", "namespaces": ["apps"], "maxCPUs": 2, "maxBalloons": 2}
+    doc: dict[str, Any] = {"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Ignore", "balloonTypes": [work]}
+    topology = Topology.synthetic(1, 1, 12, 1)
+    state = Assignments(parse_config(doc), topology)
+    for uid, name, milli in (("a", "c0", 2000), ("a", "c1", 500), ("b", "c0", 1000), ("a", "c2", 1500)):
+        state.place(Member((uid, name), "apps", uid, milli, f"id-{uid}-{name}"), PodContext("apps", uid, name))
+        state.given((uid, name), state.target((uid, name)))
+    state.release(("b", "c0"))
+    assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons] == [
+        ("reserved[0]", "0", []), ("work[0]", "1-2", [("a", "c0")]), ("work[1]", "3", [("a", "c1")]),
+        ("default[0]", "5-6", [("a", "c2")])]
+    config = parse_config({**doc, "balloonTypes": [{**work, "maxBalloons": 3}]})
+    again = state.replan(config, topology)
+    assert [(b.name, len(b.cpus), sorted(b.members)) for b in again.pool.balloons] == [
+        ("reserved[0]", 1, []), ("work[0]", 2, [("a", "c0")]), ("work[1]", 2, [("a", "c1"), ("a", "c2")])]
+    assert check(state, again, config) == []
