@@ -153,6 +153,10 @@ class BalloonsConfig:
         """The reserved CPUs a quantity asks, rounded up to whole CPUs (0 with a cpuset)."""
         return math.ceil(self.reserved_milli / 1000)
 
+    def available_cpus(self, online: frozenset[int]) -> frozenset[int]:
+        """The CPUs balloons may use out of ``online`` (availableResources)."""
+        return online if self.available_cpuset is None else self.available_cpuset & online
+
     def type_named(self, name: str) -> BalloonType | None:
         return self.types_by_name.get(name)
 

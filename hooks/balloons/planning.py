@@ -171,20 +171,32 @@ def _surely_reserved(
     when that type shares them). A CPU of ``kept`` in the scope of another
     container that shares idle CPUs (``others``: each one's scope and
     cpuset) but not in its cpuset is not idle, or that container would run
-    on it: it is reserved (if the config is the one they were placed by).
-    Those found so first, topped up to the reserved count near them from
-    the rest of ``kept`` (which cannot be told from idle CPUs no other
-    container shares); all of ``kept`` when none is found (allocator.reserve
-    then takes the first start's pick if it lies within, else their most
-    compact part). With no reserved container (``kept`` empty) nothing is
-    told so: a CPU in such a scope that no container runs on may be
-    reserved or an empty balloon's (minBalloons)."""
+    on it: it is reserved (if the config is the one they were placed by:
+    the hook keeps no record to tell; a wider scope now than then takes in
+    idle CPUs). Those found so first, topped up to the reserved count near
+    them from the rest of ``kept`` (which cannot be told from idle CPUs no
+    other container shares); all of ``kept`` when none is found
+    (allocator.reserve then takes the first start's pick if it lies within,
+    else their most compact part), or more than the count (a smaller
+    quantity, or such a wider scope) when the first start's pick lies
+    within it (else those found: their most compact part). With no reserved
+    container (``kept`` empty) nothing is told so: a CPU in such a scope
+    that no container runs on may be reserved or an empty balloon's
+    (minBalloons)."""
     sure = frozenset().union(*(
         (kept & topology.scope_cpus(scope, cpus)) - cpus for scope, cpus in others
         if scope and not cpus <= kept  # a balloon without CPUs: on the reserved CPUs, or the idle ones
     ))
     count = config.reserved_count
-    if not sure or len(sure) >= count:
+    if len(sure) > count:
+        # A smaller quantity than the containers were placed by, or a config
+        # whose types share idle CPUs in wider scopes than then (sure then
+        # holds idle CPUs): the first start's pick where the reserved
+        # containers run on it, as with none told, else the most compact part
+        # of those told, as a reload keeps fewer (allocator.reserve).
+        fresh = allocator.take(topology, config.available_cpus(topology.all_cpus), count)
+        return kept if fresh is not None and fresh <= kept else sure
+    if not sure or len(sure) == count:
         return sure or kept
     more = allocator.take(topology, kept - sure, count - len(sure), near=sure)
     return sure | more if more is not None else kept

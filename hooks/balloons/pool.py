@@ -39,7 +39,7 @@ class Pool(Rebuilding):
         made first, they would hold CPUs containers run on."""
         self.config = config
         self.topology = topology
-        available = topology.all_cpus if config.available_cpuset is None else config.available_cpuset & topology.all_cpus
+        available = config.available_cpus(topology.all_cpus)
         if config.available_cpuset is not None and not config.available_cpuset <= topology.all_cpus:
             missing = format_cpuset(config.available_cpuset - topology.all_cpus)
             raise PoolError(f"availableResources.cpu: CPUs {missing} are not online on this machine")

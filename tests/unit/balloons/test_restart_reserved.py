@@ -5,7 +5,8 @@ not run on is not idle, and one it shares is. A reserved CPU goes offline
 and back, so the CPU reserved since is another: the restart keeps that
 one and moves no container (with no reserved container, of those below).
 Machines as in test_hotplug (CPUs 0-3 on NUMA node 0, 4-7 on node 1), and
-the random ones of test_restart_random.
+the random ones of test_restart_random. A restart with a changed config
+(docs/hook-balloons.md, Reserved CPUs kept) last.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hooks.balloons.config import RESERVED, parse_config
+from hooks.balloons.balloon import Member
+from hooks.balloons.config import RESERVED, PodContext, parse_config
+from hooks.balloons.planning import Restored
 from hooks.balloons.pool import PoolError
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments
-from hooks.balloons.topology import Topology, format_cpuset
+from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import balloons, hook_on_sysfs, set_online
 from .test_replan import restarted, running
@@ -98,3 +101,47 @@ def test_a_restart_after_hotplug_moved_the_reserved_cpus_moves_no_container_of_a
                 moved.append((seed, cpu))
     assert moved == []
     assert runs > 100, runs
+
+
+def _reserved_at_restart(doc: dict[str, Any], topology: Topology, cpusets: dict[str, tuple[str, str]]) -> str:
+    """The reserved CPUs a restart on ``doc`` keeps, each pod (uid: its
+    namespace and cpuset) found running one container on that cpuset."""
+    found = [Restored(Member((uid, "c"), ns, uid, 100, f"id-{uid}"), PodContext(ns, uid, "c"), parse_cpuset(cpus))
+             for uid, (ns, cpus) in cpusets.items()]
+    return format_cpuset(Assignments.rebuild(parse_config(doc), topology, found, None).pool.reserved)
+
+
+def test_a_restart_whose_config_shares_idle_cpus_in_a_wider_scope_keeps_the_reserved_cpus() -> None:
+    """1 reserved CPU, 0, on CPUs 0-3 (node 0) and 4-7 (node 1); dns on the
+    reserved and idle CPUs (0,5-7), batch on 1-3, work's a on 4 sharing no
+    idle CPU. Restarted with work sharing them in its NUMA node, 5-7 look
+    reserved (in a's scope, not in its cpuset): three told for one reserved.
+    The first start's pick, 0, which dns runs on, stays. It reserved 5."""
+    doc: dict[str, Any] = {"reservedResources": {"cpu": "1"}, "balloonTypes": [
+        {"name": "batch", "namespaces": ["batch"]}, {"name": "work", "namespaces": ["apps"]},
+        {"name": "reserved", "shareIdleCPUsInSame": "system"}]}
+    topology = Topology.synthetic(1, 2, 4, 1)
+    running_on = {"dns": ("kube-system", "0,5-7"), "b": ("batch", "1-3"), "a": ("apps", "4")}
+    assert _reserved_at_restart(doc, topology, running_on) == "0"
+    work = {"name": "work", "namespaces": ["apps"], "shareIdleCPUsInSame": "numa"}
+    changed = {**doc, "balloonTypes": [doc["balloonTypes"][0], work, doc["balloonTypes"][2]]}
+    assert _reserved_at_restart(changed, topology, running_on) == "0"
+
+
+def test_a_restart_with_fewer_reserved_cpus_takes_the_first_starts_pick_where_reserved_containers_run() -> None:
+    """Cores {0,4} {1,5} on node 0, {2,6} {3,7} on node 1; 2 reserved CPUs,
+    2 and 6 since a hotplug; a (work) on 3,7 shares its node's idle CPUs
+    (none), b (batch) on 1,5, dns on the reserved and idle CPUs (0,2,4,6).
+    Restarted with 1 reserved CPU: 2 and 6 are told reserved, more than
+    asked. As with none told, the first start's pick, 0, which dns runs on,
+    is taken (a reload keeps it where the reserved CPUs before hold it). It
+    took 2, the most compact part of those told; it still does when dns
+    does not run on 0."""
+    doc: dict[str, Any] = {"reservedResources": {"cpu": "1"}, "balloonTypes": [
+        {"name": "batch", "namespaces": ["batch"]},
+        {"name": "work", "namespaces": ["apps"], "shareIdleCPUsInSame": "numa"},
+        {"name": "reserved", "shareIdleCPUsInSame": "system"}]}
+    topology = Topology.synthetic(1, 2, 2, 2)
+    running_on = {"dns": ("kube-system", "0,2,4,6"), "b": ("batch", "1,5"), "a": ("apps", "3,7")}
+    assert _reserved_at_restart(doc, topology, running_on) == "0"
+    assert _reserved_at_restart(doc, topology, {**running_on, "dns": ("kube-system", "2,6")}) == "2"
