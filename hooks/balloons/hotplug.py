@@ -4,10 +4,10 @@ The topology is read from sysfs once; a CPU taken offline (or brought
 online), or a node losing or gaining memory, changes what balloons may use.
 The online CPUs and the nodes with memory are small files, read again at
 every reconcile pass, every PreCreateContainer and before moving running
-containers; when they differ from
-what was last acted on, the whole topology is read again for the hook to
-re-plan its balloons (:meth:`~.sync.RuntimeSync._follow_hotplug`). A sysfs
-that cannot be read is warned once per distinct failure.
+containers; when they differ from what was last acted on, the whole
+topology is read again for the hook to re-plan its balloons
+(:meth:`~.sync.RuntimeSync._follow_hotplug`). A sysfs that cannot be read
+is warned once per distinct failure.
 """
 
 from __future__ import annotations
