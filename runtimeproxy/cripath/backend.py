@@ -33,6 +33,7 @@ from ..host.unixsocket import grpc_target
 from ..outages import BACKEND, OutageLog
 from . import lenient
 from .methods import ApiVersion
+from .unready import Unready, not_initialized, serves
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,9 @@ class Backend:
         # The backend's outage: from its loss, or at start its first failed
         # probe, to the probe that answers (keyed by its socket).
         self._outages = OutageLog(log, BACKEND, clock=clock)
+        # Seen not to serve though it listens (containerd's CRI plugin still
+        # loading): hooked calls are refused before their hooks (unready.py).
+        self.unready = Unready(runtime_socket, lambda: serves(self.runtime_channel, PROBE_TIMEOUT))
 
     def on_change(self, listener: Callable[[BackendInfo], None]) -> None:
         """Called after every successful probe (at start and after each reconnect)."""
@@ -190,6 +194,7 @@ class Backend:
             except aio.AioRpcError as err:
                 if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
                     continue
+                self.runtime_failed(self.runtime_channel, err)
                 raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
             try:
                 # Same field numbers in both versions: the v1 class reads either;
@@ -220,7 +225,14 @@ class Backend:
         except aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # no such gate in this runtime
                 return
+            self.runtime_failed(self.runtime_channel, err)
             raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
+
+    def runtime_failed(self, channel: aio.Channel, err: aio.AioRpcError) -> None:
+        """A call relayed on ``channel`` failed with ``err``: containerd's
+        'not initialized yet' says its runtime does not serve (unready.py)."""
+        if channel is self.runtime_channel and not_initialized(err.code().value[0], err.details() or ""):
+            self.unready.saw(f"it answers {err.details()!r}")
 
     async def probe(self) -> BackendInfo:
         """Probe until the backend answers, with exponential backoff."""
@@ -268,6 +280,7 @@ class Backend:
         self.info = info
         self.connected = True
         self.ready.set()
+        self.unready.ready()  # its Status answered (probe_once)
         name = str(self.runtime_socket)
         self._outages.succeeded(name, {"backend": name}, first=not was_ready)
         (log.info if changed else log.debug)(
@@ -373,6 +386,7 @@ class Backend:
             )
 
     async def close(self) -> None:
+        self.unready.close()
         await self.runtime_channel.close()
         if self.image_channel is not self.runtime_channel:
             await self.image_channel.close()

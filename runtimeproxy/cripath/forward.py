@@ -163,11 +163,14 @@ class GrpcRelay:
     """Re-issues each call on a grpc.aio channel with identity (de)serializers."""
 
     def __init__(self, unprobed: Callable[[], bool] = lambda: False,
-                 probe_soon: Callable[[], None] = lambda: None) -> None:
+                 probe_soon: Callable[[], None] = lambda: None,
+                 failed: Callable[[aio.Channel, aio.AioRpcError], None] = lambda channel, err: None) -> None:
         """``unprobed``: whether the runtime was lost and is not probed again yet (Backend.unprobed);
-        ``probe_soon``: Backend.probe_soon."""
+        ``probe_soon``: Backend.probe_soon; ``failed``: told each call that
+        failed at the runtime, with its channel (Backend.runtime_failed)."""
         self._unprobed = unprobed
         self._probe_soon = probe_soon
+        self._failed = failed
         # Open backend streams, so that shutdown can end them instead of
         # waiting out the grace period on calls that never finish.
         self._streams: set[aio.Call] = set()
@@ -189,7 +192,8 @@ class GrpcRelay:
         async def answer() -> bytes:
             return await call
 
-        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon)
+        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon,
+                                   channel, self._failed)
 
     async def _unary_telling_sent(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext, notify: Callable[[], None]
@@ -215,7 +219,8 @@ class GrpcRelay:
                 )
             return responses[0]
 
-        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon)
+        return await _unary_answer(call, answer(), path, context, self._unprobed, self._probe_soon,
+                                   channel, self._failed)
 
     async def server_stream(
         self, channel: aio.Channel, path: str, request: bytes, context: aio.ServicerContext
@@ -223,7 +228,7 @@ class GrpcRelay:
         call = channel.unary_stream(path)(
             request, metadata=client_metadata(context), timeout=context.time_remaining()
         )
-        async for message in self._relay_stream(call, path, context):
+        async for message in self._relay_stream(call, channel, path, context):
             yield message
 
     async def stream_stream(
@@ -233,12 +238,14 @@ class GrpcRelay:
         call = channel.stream_stream(path)(metadata=client_metadata(context), timeout=context.time_remaining())
         sender = asyncio.ensure_future(send_requests(call, requests, path))
         try:
-            async for message in self._relay_stream(call, path, context):
+            async for message in self._relay_stream(call, channel, path, context):
                 yield message
         finally:
             sender.cancel()
 
-    async def _relay_stream(self, call: aio.Call, path: str, context: aio.ServicerContext) -> AsyncIterator[bytes]:
+    async def _relay_stream(
+        self, call: aio.Call, channel: aio.Channel, path: str, context: aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
         self._streams.add(call)
         try:
             if self._closing:  # started as shutdown began: end it like the others
@@ -250,6 +257,7 @@ class GrpcRelay:
         except aio.AioRpcError as err:
             if self._closing and err.code() == grpc.StatusCode.CANCELLED:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
+            self._failed(channel, err)
             await _pass_runtime_error(context, err, path, self._unprobed, self._probe_soon)
         except asyncio.CancelledError:
             # end_streams cancelled the backend call (grpc.aio raises
@@ -298,11 +306,14 @@ async def send_requests(call: aio.StreamStreamCall, requests: AsyncIterator[byte
 async def _unary_answer(
     call: aio.Call, answer: Coroutine[Any, Any, bytes], path: str, context: aio.ServicerContext,
     unprobed: Callable[[], bool], probe_soon: Callable[[], None],
+    channel: aio.Channel, failed: Callable[[aio.Channel, aio.AioRpcError], None],
 ) -> bytes:
-    """The backend's one answer, with its metadata, or its status passed on."""
+    """The backend's one answer, with its metadata, or its status passed on
+    (``failed`` told first)."""
     try:
         response = await answer
     except aio.AioRpcError as err:
+        failed(channel, err)
         await _pass_initial_metadata(call, context)
         await _pass_runtime_error(context, err, path, unprobed, probe_soon)
     except asyncio.CancelledError:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +24,7 @@ from .backend import CRI_VERSIONS, Backend, BackendInfo
 from .callstats import CallSink, measured
 from .forward import Relay
 from .stage import Stage, StageProvider, Unary, compose
+from .unready import Unready
 from .versions import VersionPlan, VersionPlanError, plan
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,11 @@ class Router(grpc.GenericRpcHandler):
     @property
     def calls(self) -> CallSink | None:
         return self._calls
+
+    @property
+    def unready(self) -> Unready:
+        """Whether the runtime is known not to serve yet (unready.py)."""
+        return self._backend.unready
 
     def runtime_unimplemented(self) -> None:
         """A call the frames path relayed got UNIMPLEMENTED from the runtime (Backend.probe_soon)."""
@@ -234,8 +239,12 @@ class Router(grpc.GenericRpcHandler):
                 return await relay.unary(channel, path, request, context)
 
             return _one_request(unary)
-        socket = self._backend.image_socket if ref.service == "ImageService" else self._backend.runtime_socket
-        return _one_request(_unless_unreachable(channel, socket, path, _chain(stages, relay, channel, path)))
+        backend = self._backend
+        if ref.service == "ImageService" and backend.image_socket != backend.runtime_socket:
+            gate = unreachable.RuntimeGate(channel, backend.image_socket, path, None)
+        else:
+            gate = unreachable.RuntimeGate(channel, backend.runtime_socket, path, backend.unready)
+        return _one_request(_unless_unreachable(gate, _chain(stages, relay, channel, path)))
 
 
 async def _only_request(requests: AsyncIterator[bytes], context: aio.ServicerContext, kind: str) -> bytes:
@@ -290,25 +299,25 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
     return grpc.stream_stream_rpc_method_handler(later_stream)
 
 
-def _unless_unreachable(channel: aio.Channel, socket: Path, path: str, unary: Unary) -> Unary:
-    """``unary``, a call with stages on ``path``, refused before any stage runs
-    unless ``channel`` reaches the runtime (unreachable.py): UNAVAILABLE if its
-    connection fails, DEADLINE_EXCEEDED if it is still being made at the
-    call's deadline. The hooks asked first would act for nothing (a
-    PreRunPodSandbox for a pod never made, once per kubelet retry). READY, the
-    common case, costs one state read."""
-    ready = grpc.ChannelConnectivity.READY
+def _unless_unreachable(gate: unreachable.RuntimeGate, unary: Unary) -> Unary:
+    """``unary``, a call with stages, refused before any stage runs unless
+    ``gate`` finds the runtime reachable and serving (unreachable.py):
+    UNAVAILABLE if its connection fails or it does not serve yet,
+    DEADLINE_EXCEEDED if its connection is still being made at the call's
+    deadline. The hooks asked first would act for nothing (a PreRunPodSandbox
+    for a pod never made, once per kubelet retry). The gate is asked again
+    before each pre hook (``runtime_gate``). READY, the common case, costs a
+    state read and an attribute read."""
+    current = unreachable.runtime_gate
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
-        state = channel.get_state()
-        if state is not ready:
-            limit = context.time_remaining()
-            reach = await unreachable.connects(channel, state, limit)
-            refused = unreachable.refused(reach, socket, deadline=limit is not None)
-            if refused is not None:
-                unreachable.log_refusal(path, socket, refused)
-                await context.abort(refused.code, refused.message)
-        return await unary(request, context)
+        if not gate.open():
+            await gate.enter(context)
+        token = current.set(gate)
+        try:
+            return await unary(request, context)
+        finally:
+            current.reset(token)
 
     return handle
 

@@ -87,7 +87,7 @@ class Proxy:
         self.config = config
         options = channel_options(config.max_recv_message_bytes, config.max_send_message_bytes)
         self.backend = Backend(config.backend, config.image_backend, options, config.probe_max_interval)
-        self.relay = relay or GrpcRelay(self.backend.unprobed, self.backend.probe_soon)
+        self.relay = relay or GrpcRelay(self.backend.unprobed, self.backend.probe_soon, self.backend.runtime_failed)
         self.router = Router(self.backend, self.relay, config.serve_versions, config.backend_version, stages, calls)
         self.health = HealthServicer()
         self.server = aio.server(options=server_options(options, config.max_concurrent_streams))

@@ -18,14 +18,26 @@ containerd restarts). grpc's channel tells what its runtime call would meet:
   DEADLINE_EXCEEDED, as it would have at the runtime; one with no deadline
   waits at most NO_DEADLINE_WAIT_S, then is refused.
 
-The grpc path's gate (router.py), which the frames path's spliced
-connections reach too; a frames connection's own calls go to its own
-runtime connection, better evidence than this channel.
+A runtime that listens but does not serve yet (containerd's CRI plugin
+loading its state: every call UNKNOWN "server is not initialized yet") is
+READY to grpc: ``Unready`` (unready.py) tells the gate, which then refuses
+UNAVAILABLE until the runtime is seen to serve.
+
+The gate is asked again before each pre hook of a chain (``RuntimeGate.open``,
+via ``runtime_gate``: hookpath/stage.py), so a runtime that dies while the
+chain runs stops it; the client gets the gate's refusal.
+
+The grpc path's gate (router.py), which the frames path's spliced and
+diverted calls reach too (a hooked call is diverted while the runtime is
+unready: frames/routes.py); a frames connection's own calls go to its own
+runtime connection, better evidence than this channel (its loss cancels the
+call's stages: frames/runtimegone.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import logging
 from dataclasses import dataclass
@@ -33,6 +45,8 @@ from pathlib import Path
 
 import grpc
 from grpc import aio
+
+from .unready import Unready
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +124,49 @@ async def connects(channel: aio.Channel, state: grpc.ChannelConnectivity, limit:
     except TimeoutError:
         return Reach.PENDING
     return Reach.READY if state is _S.READY else Reach.FAILED
+
+
+
+class RuntimeGate:
+    """The gate of one hooked method on the grpc path: its channel, the
+    runtime's socket, and what says whether that runtime serves (None: not
+    known for this socket, an image service apart)."""
+
+    __slots__ = ("_channel", "_socket", "_path", "_unready")
+
+    def __init__(self, channel: aio.Channel, socket: Path, path: str, unready: Unready | None) -> None:
+        self._channel = channel
+        self._socket = socket
+        self._path = path
+        self._unready = unready
+
+    def open(self) -> bool:
+        """The common case, a state read and an attribute read: no await."""
+        unready = self._unready
+        return self._channel.get_state() is _S.READY and (unready is None or unready.reason is None)
+
+    async def enter(self, context: aio.ServicerContext) -> None:
+        """The call goes on (returns) once the runtime's connection is up and
+        nothing says it does not serve; else it is refused (``context.abort``)."""
+        state = self._channel.get_state()
+        if state is not _S.READY:
+            limit = context.time_remaining()
+            reach = await connects(self._channel, state, limit)
+            refusal = refused(reach, self._socket, deadline=limit is not None)
+            if refusal is not None:
+                log_refusal(self._path, self._socket, refusal)
+                await context.abort(refusal.code, refusal.message)
+        unready = self._unready
+        if unready is not None and unready.reason is not None:
+            refusal = Refusal(grpc.StatusCode.UNAVAILABLE, unready.refusal_text(),
+                              f"the runtime does not serve calls yet ({unready.reason}): refused before its hooks")
+            log_refusal(self._path, self._socket, refusal)
+            await context.abort(refusal.code, refusal.message)
+
+
+# The gate of the hooked call a task runs (grpc path): asked again before each
+# pre hook of its chain (hookpath/stage.py). Unset on the frames path, whose
+# runtime connection's loss cancels the call's stages itself.
+runtime_gate: contextvars.ContextVar[RuntimeGate | None] = contextvars.ContextVar(
+    "runtimeproxy_runtime_gate", default=None
+)

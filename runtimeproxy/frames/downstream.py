@@ -28,6 +28,7 @@ from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
+UNKNOWN = 2  # a grpc-status
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 # The runtime's header blocks are bounded as its HPACK decoder bounds their
 # headers (the client's own limit, 16 MiB), and in frames, so that a runtime
@@ -304,6 +305,8 @@ class BackendSide:
         if not self.block_ends:
             return
         status, message = grpc_status(headers)
+        if status == UNKNOWN:  # containerd not initialised yet, maybe (Routes.runtime_unknown)
+            conn.routes.runtime_unknown(message)
         if held:
             call.runtime_ended(status, message)
         conn.stream_done(sid, status_name(status))
@@ -324,7 +327,10 @@ class BackendSide:
             if headers is None:
                 headers = dict(reader.decode(data))
             if ends:
-                self.conn.stream_done(sid, status_name(grpc_status(headers)[0]))
+                status, message = grpc_status(headers)
+                if status == UNKNOWN:  # containerd not initialised yet, maybe (Routes.runtime_unknown)
+                    self.conn.routes.runtime_unknown(message)
+                self.conn.stream_done(sid, status_name(status))
 
     def _stray(self, sid: int, block: bytes) -> None:
         """The backend answered a stream the proxy answers itself (diverted),

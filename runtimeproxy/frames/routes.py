@@ -17,6 +17,9 @@ then (UNAVAILABLE at once, up to 2.4 s), and a relayed call's UNIMPLEMENTED
 (a version the restarted runtime dropped) cannot be rewritten here anyway:
 its trailers are HPACK-coded for the client's decoder as they are. It brings
 the re-probe forward instead (``runtime_unimplemented``: Backend.probe_soon).
+An UNKNOWN "server is not initialized yet" (containerd just started) tells
+the runtime's Unready (``runtime_unknown``): hooked calls are then diverted,
+and refused before their hooks, until it serves (cripath/unready.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
 from ..cripath.router import Router
 from ..cripath.stage import Stage, StageProvider
+from ..cripath.unready import UNKNOWN, not_initialized
 from ..cripath.versions import VersionPlan
 
 
@@ -84,6 +88,7 @@ class RouterRoutes:
 
     def __init__(self, router: Router, image_apart: bool) -> None:
         self._router = router
+        self._unready = router.unready
         self._image_apart = image_apart
         self._plan: VersionPlan | None = None
         self._fast: frozenset[str] = frozenset()
@@ -124,9 +129,11 @@ class RouterRoutes:
         return record
 
     def hooked(self, path: str) -> tuple[Stage, ...] | None:
-        """The stages of a call hooked in place, or None."""
+        """The stages of a call hooked in place, or None. None too while the
+        runtime does not serve (cripath/unready.py): the call is diverted,
+        and the router's gate refuses it before its hooks."""
         staged = self._hooked.get(path) if self._current() is not None else None
-        return None if staged is None else staged.stages
+        return None if staged is None or self._unready.reason is not None else staged.stages
 
     def sends_unchanged(self, path: str) -> bool:
         """Whether a hooked call's request may go to the runtime as it is
@@ -158,3 +165,7 @@ class RouterRoutes:
 
     def runtime_unimplemented(self) -> None:
         self._router.runtime_unimplemented()
+
+    def runtime_unknown(self, message: str) -> None:
+        if not_initialized(UNKNOWN, message):
+            self._unready.saw(f"it answers {message!r}")

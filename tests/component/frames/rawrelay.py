@@ -60,6 +60,9 @@ class _Routes:
     def runtime_unimplemented(self) -> None:
         pass
 
+    def runtime_unknown(self, message: str) -> None:
+        pass
+
 
 def request_block(encoder: hpack.Encoder, path: str) -> bytes:
     return encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "localhost"),

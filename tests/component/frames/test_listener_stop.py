@@ -44,6 +44,9 @@ class _Routes:
     def runtime_unimplemented(self) -> None:
         pass
 
+    def runtime_unknown(self, message: str) -> None:
+        pass
+
 
 class _SilentRuntime(asyncio.Protocol):
     """A runtime that sends its SETTINGS only when told (``speak``)."""

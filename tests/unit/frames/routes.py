@@ -36,3 +36,6 @@ class Routes:
 
     def runtime_unimplemented(self) -> None:
         pass
+
+    def runtime_unknown(self, message: str) -> None:
+        pass

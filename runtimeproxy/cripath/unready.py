@@ -1,0 +1,126 @@
+"""Whether the runtime, though its socket takes connections, is known not to serve calls yet.
+
+The outage gate (unreachable.py) judges a hooked call by grpc's channel: a
+runtime that listens is READY. Two runtimes that listen still fail every call:
+
+- containerd's CRI plugin answers every CRI call (Version and Status too)
+  UNKNOWN "server is not initialized yet" from the moment it listens until it
+  has loaded its state (pkg/cri/server/instrumented_service.go's
+  checkInitialized, containerd 1.6 and 1.7): a few seconds after each start;
+- a runtime that accepts a connection and never sends its HTTP/2 SETTINGS
+  (hung, or not a gRPC server): the frames path bounds the wait for them
+  (frames/silent.py).
+
+Either is seen on some answer (a call's, a probe's, a frames connection's),
+and ``saw`` records it: from then on hooked calls are refused before any hook
+is asked, on both data paths, until a cheap call of the proxy's own (Status,
+every RECHECK_S) is answered, or a probe of the backend succeeds (``ready``).
+The check on a hooked call is one attribute read (``reason is None``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+from grpc import aio
+
+log = logging.getLogger(__name__)
+
+# containerd's words for a CRI plugin still loading its state (an UNKNOWN status).
+NOT_INITIALIZED = "server is not initialized yet"
+UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+RECHECK_S = 0.5  # how often the runtime is asked (Status) while it does not serve
+
+
+def not_initialized(status: int, message: str) -> bool:
+    """Whether an answer (its grpc-status number and message) is containerd's 'not initialized yet'."""
+    return status == UNKNOWN and NOT_INITIALIZED in message
+
+
+async def serves(channel: aio.Channel, timeout: float) -> bool:
+    """Whether the runtime on ``channel`` serves calls now: its Status
+    answered, in v1 or else v1alpha2. Any status but 'not initialized',
+    UNAVAILABLE or DEADLINE_EXCEEDED is an answer too (a runtime whose Status
+    fails otherwise still serves the rest); so is Status in neither version."""
+    for package in ("runtime.v1", "runtime.v1alpha2"):
+        try:
+            await channel.unary_unary(f"/{package}.RuntimeService/Status")(b"", timeout=timeout)
+        except aio.AioRpcError as err:
+            code = err.code()
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                continue
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return False
+            return not not_initialized(code.value[0], err.details() or "")
+        return True
+    return True
+
+
+class Unready:
+    """What the runtime at ``socket`` last showed it is not ready for, if anything.
+
+    ``serves``: the runtime's Status call, True if answered, False if the
+    runtime says it does not serve yet or cannot be asked (raises nothing)."""
+
+    def __init__(self, socket: Path, serves: Callable[[], Awaitable[bool]], recheck_s: float = RECHECK_S) -> None:
+        self.socket = socket
+        self.reason: str | None = None  # None: no sign the runtime does not serve
+        self._serves = serves
+        self._recheck_s = recheck_s
+        self._since = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_ready(self, listener: Callable[[], None]) -> None:
+        """Called when a runtime that did not serve is seen to serve again."""
+        self._listeners.append(listener)
+
+    def saw(self, reason: str) -> None:
+        """An answer showed the runtime does not serve (``reason``, for the
+        refusals and the log): refuse hooked calls until it is seen to."""
+        if self.reason is not None:
+            self.reason = reason
+            return
+        self.reason = reason
+        self._since = time.monotonic()
+        log.warning("the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
+                    extra={"backend": str(self.socket), "reason": reason})
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._recheck(), name="runtime-unready-recheck")
+
+    def ready(self) -> None:
+        """The runtime answered a call of the proxy's own (a probe, a Status)."""
+        if self.reason is None:
+            return
+        reason, self.reason = self.reason, None
+        log.info("the runtime serves calls again: hooked calls go on",
+                 extra={"backend": str(self.socket), "reason": reason,
+                        "seconds": round(time.monotonic() - self._since, 2)})
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+        self._task = None
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("runtime-ready listener failed", extra={"backend": str(self.socket)})
+
+    def refusal_text(self) -> str:
+        return (f"runtime-proxy: the runtime at {self.socket} does not serve calls yet ({self.reason}); "
+                "the call was not sent and no hook server was asked")
+
+    async def _recheck(self) -> None:
+        while self.reason is not None:
+            await asyncio.sleep(self._recheck_s)
+            if self.reason is not None and await self._serves():
+                self.ready()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
