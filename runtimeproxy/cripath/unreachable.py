@@ -127,6 +127,10 @@ async def connects(channel: aio.Channel, state: grpc.ChannelConnectivity, limit:
 
 
 
+_NONE_ASKED = "no hook server was asked"
+_NO_LATER_ASKED = "no later hook server of its chain was asked"
+
+
 class RuntimeGate:
     """The gate of one hooked method on the grpc path: its channel, the
     runtime's socket, and what says whether that runtime serves (None: not
@@ -145,23 +149,32 @@ class RuntimeGate:
         unready = self._unready
         return self._channel.get_state() is _S.READY and (unready is None or unready.reason is None)
 
-    async def enter(self, context: aio.ServicerContext) -> None:
+    async def enter(self, context: aio.ServicerContext, between_hooks: bool = False) -> None:
         """The call goes on (returns) once the runtime's connection is up and
-        nothing says it does not serve; else it is refused (``context.abort``)."""
+        nothing says it does not serve; else it is refused (``context.abort``).
+        ``between_hooks``: asked before a later pre hook of the call's chain,
+        so its refusal says the hooks before were asked."""
+        refusal: Refusal | None = None
         state = self._channel.get_state()
         if state is not _S.READY:
             limit = context.time_remaining()
             reach = await connects(self._channel, state, limit)
             refusal = refused(reach, self._socket, deadline=limit is not None)
-            if refusal is not None:
-                log_refusal(self._path, self._socket, refusal)
-                await context.abort(refusal.code, refusal.message)
         unready = self._unready
-        if unready is not None and unready.reason is not None:
+        if refusal is None and unready is not None and unready.reason is not None:
             refusal = Refusal(grpc.StatusCode.UNAVAILABLE, unready.refusal_text(),
                               f"the runtime does not serve calls yet ({unready.reason}): refused before its hooks")
+        if refusal is None:
+            return
+        if between_hooks:
+            refusal = Refusal(refusal.code, refusal.message.replace(_NONE_ASKED, _NO_LATER_ASKED),
+                              refusal.error.replace("before its hooks", "between its pre hooks"))
+            log.info("the runtime was lost while a hooked call's pre hooks ran: the rest of the chain is not asked",
+                     extra={"method": self._path, "backend": str(self._socket), "code": refusal.code.name,
+                            "error": refusal.error})
+        else:
             log_refusal(self._path, self._socket, refusal)
-            await context.abort(refusal.code, refusal.message)
+        await context.abort(refusal.code, refusal.message)
 
 
 # The gate of the hooked call a task runs (grpc path): asked again before each

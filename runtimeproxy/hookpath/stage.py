@@ -18,6 +18,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 
 from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
+from ..cripath.unreachable import runtime_gate
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError, Unbuilt
@@ -210,9 +211,16 @@ class HookStage(StageProvider):
             seen: list[Any] = []
             if pre_hook is not None:
                 hook = pre_hook
+                builds: list[None] = []  # one per pre hook asked so far
                 await self._post_hooks_done(key, pre_hook, fields)
 
                 async def build() -> Any:
+                    # Before each pre hook: a runtime that died (or said it
+                    # does not serve) since the chain began stops it (unreachable.py).
+                    gate = runtime_gate.get()
+                    if gate is not None and not gate.open():
+                        await gate.enter(context, between_hooks=bool(builds))
+                    builds.append(None)
                     built = await ex.hook_request(req, self.store)
                     if built is None and not self.store.said_absent(key):
                         raise Unbuilt(key)  # a Fail hook is not bypassed for want of a record
