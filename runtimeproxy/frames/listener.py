@@ -27,6 +27,7 @@ from ..host.acceptor import Acceptor, bound_socket
 from ..host.unixsocket import grpc_target
 from . import peerid
 from .connection import FrameConnection, Limits, Routes
+from . import silent
 from .routes import RouterRoutes
 from .splice import Splice
 
@@ -99,8 +100,12 @@ class _Side(asyncio.Protocol):
 class FramesListener:
     def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
                  channel_options: list, limits: Limits,
-                 on_connection: Callable[[str, bool], None] | None = None) -> None:
+                 on_connection: Callable[[str, bool], None] | None = None,
+                 runtime_silent: Callable[[str], None] = lambda reason: None) -> None:
+        """``runtime_silent``: told (why) when a runtime accepted a connection
+        and sent no SETTINGS in time (silent.py; Unready.saw)."""
         self._listen = listen
+        self._runtime_silent = runtime_silent
         # Told (path, True) when a client connection begins, (path, False) when
         # it ends; path "relayed" or "spliced": which path serves kubelet shows
         # in the metrics (a spliced connection costs more CPU per call).
@@ -219,6 +224,7 @@ class FramesListener:
             client.attach(conn.client_data, conn.lost, conn.client_writable)
             if self._stopping:  # accepted just before the shutdown began: told to go away at once
                 conn.begin_stop()
+            silent.bound(conn, self._backend, self._runtime_silent)
             set_up.set_result(None)
             await conn.closed
         finally:  # cancelled too, by the drain

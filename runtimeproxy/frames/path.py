@@ -62,6 +62,7 @@ class FramesPath:
         self._backend = backend
         self._on_connection = on_connection  # counts client connections by path (metrics)
         self._routes = RouterRoutes(router, image_backend is not None and image_backend != backend)
+        self._unready = router.unready
         self._channel_options = channel_options
         self._limits = limits
         self._dir: PrivateDir | None = None  # the internal socket's private directory, made by start
@@ -84,7 +85,7 @@ class FramesPath:
         internal = self._dir.path / "grpc.sock"
         self.listener = FramesListener(
             listen, self._backend, internal, self._routes, self._channel_options, self._limits,
-            self._on_connection)
+            self._on_connection, self._unready.saw)
         serving = False
         try:
             if server.add_insecure_port(unixsocket.grpc_address(internal)) == 0:
