@@ -369,6 +369,9 @@ class Backend:
         if not self.connected:
             return
         self.connected = False
+        # A restarted runtime may listen before it serves (containerd's CRI
+        # plugin loading): hooked calls wait for an answer (unready.py).
+        self.unready.saw(f"it was lost ({reason}) and has not answered since", logging.DEBUG)
         # The outage starts at the loss: this line pairs with its end.
         name = str(self.runtime_socket)
         self._outages.began(name, logging.WARNING, "backend unavailable", {"backend": name, "reason": reason})

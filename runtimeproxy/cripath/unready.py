@@ -12,7 +12,9 @@ runtime that listens is READY. Two runtimes that listen still fail every call:
   (frames/silent.py).
 
 Either is seen on some answer (a call's, a probe's, a frames connection's),
-and ``saw`` records it: from then on hooked calls are refused before any hook
+and ``saw`` records it; so is the runtime's loss (backend.py), so that a
+restarted runtime's hooked calls wait for its first answer, not race the
+backend's probe of it: from then on hooked calls are refused before any hook
 is asked, on both data paths, until a cheap call of the proxy's own (Status,
 every RECHECK_S) is answered, or a probe of the backend succeeds (``ready``).
 The check on a hooked call is one attribute read (``reason is None``).
@@ -73,23 +75,21 @@ class Unready:
         self._serves = serves
         self._recheck_s = recheck_s
         self._since = 0.0
+        self._level = logging.WARNING
         self._task: asyncio.Task[None] | None = None
-        self._listeners: list[Callable[[], None]] = []
 
-    def on_ready(self, listener: Callable[[], None]) -> None:
-        """Called when a runtime that did not serve is seen to serve again."""
-        self._listeners.append(listener)
-
-    def saw(self, reason: str) -> None:
+    def saw(self, reason: str, level: int = logging.WARNING) -> None:
         """An answer showed the runtime does not serve (``reason``, for the
-        refusals and the log): refuse hooked calls until it is seen to."""
+        refusals and the log): refuse hooked calls until it is seen to.
+        ``level``: the log lines' (DEBUG where the outage has its own lines)."""
         if self.reason is not None:
             self.reason = reason
             return
         self.reason = reason
         self._since = time.monotonic()
-        log.warning("the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
-                    extra={"backend": str(self.socket), "reason": reason})
+        self._level = level
+        log.log(level, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
+                extra={"backend": str(self.socket), "reason": reason})
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._recheck(), name="runtime-unready-recheck")
 
@@ -98,17 +98,12 @@ class Unready:
         if self.reason is None:
             return
         reason, self.reason = self.reason, None
-        log.info("the runtime serves calls again: hooked calls go on",
-                 extra={"backend": str(self.socket), "reason": reason,
-                        "seconds": round(time.monotonic() - self._since, 2)})
+        log.log(min(self._level, logging.INFO), "the runtime serves calls again: hooked calls go on",
+                extra={"backend": str(self.socket), "reason": reason,
+                       "seconds": round(time.monotonic() - self._since, 2)})
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
         self._task = None
-        for listener in self._listeners:
-            try:
-                listener()
-            except Exception:
-                log.exception("runtime-ready listener failed", extra={"backend": str(self.socket)})
 
     def refusal_text(self) -> str:
         return (f"runtime-proxy: the runtime at {self.socket} does not serve calls yet ({self.reason}); "

@@ -94,3 +94,27 @@ async def test_a_restarted_runtime_that_is_not_initialised_yet_has_hooked_calls_
         while (last := await outcome(sock_dir)) != "OK":
             assert "no hook server was asked" in last, last
     assert stage.asked == 2
+
+
+async def test_after_a_restart_hooked_calls_wait_for_the_runtimes_first_answer_to_the_proxy(
+    proxy: Proxy, fake: FakeBackend, sock_dir: Path
+) -> None:
+    """Between the new runtime's connection and its answer to the proxy's probe
+    it may not serve yet (containerd listens before its CRI plugin has loaded):
+    hooked calls are refused then, not sent with their hooks to find out. Here
+    the probe's Status is held unanswered for as long as the test needs."""
+    stage: Asked = proxy.asked  # type: ignore[attr-defined]
+    assert await outcome(sock_dir) == "OK" and stage.asked == 1
+    await fake.stop()
+    fake.received.clear()
+    fake.script(STATUS, hang=True)
+    await fake.start()
+    await fake.wait_calls(STATUS, 1, timeout=15)  # the channel is up: the probe waits for its answer
+    refused = await outcome(sock_dir)
+    assert stage.asked == 1 and not fake.calls(PODS), refused
+    assert refused.startswith(REFUSED) and "does not serve calls yet" in refused, refused
+    fake.scripts[STATUS].release.set()
+    async with asyncio.timeout(10):
+        while (last := await outcome(sock_dir)) != "OK":
+            assert "no hook server was asked" in last, last
+    assert stage.asked == 2
