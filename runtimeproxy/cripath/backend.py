@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 
 CRI_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
 PROBE_TIMEOUT = 2.0
+# The channel's longest wait between two connection attempts while the runtime
+# is away (grpc adds up to 20 % jitter). Python's grpc cannot reset a
+# channel's backoff, so once the runtime is back, hooked calls (refused by the
+# outage gate meanwhile) and the probe wait up to this long for the next
+# attempt. A failed connect() on a Unix socket costs microseconds.
+RECONNECT_MAX_S = 0.5
 # The least time from one probe to the next that a call's UNIMPLEMENTED
 # brings forward (``probe_soon``): however many calls fail so, at most two probes a second.
 PROBE_SOON_S = 0.5
@@ -85,7 +91,7 @@ def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]
         ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
         # Unix sockets: reconnect quickly after a runtime restart.
         ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 2000),
+        ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1000)),
     ]
 
 
