@@ -13,8 +13,9 @@ grpc path.
 The routes stay while the runtime is lost and not probed again: its calls
 are relayed on each connection's fresh runtime connection as before, served
 as soon as it listens. The router's channel may sit in its reconnect backoff
-then (UNAVAILABLE at once, up to backend.RECONNECT_MAX_S and its jitter: 0.6 s), and a relayed call's UNIMPLEMENTED
-(a version the restarted runtime dropped) cannot be rewritten here anyway:
+then (UNAVAILABLE at once, up to backend.RECONNECT_MAX_S and its jitter:
+0.6 s), and a relayed call's UNIMPLEMENTED (a version the restarted runtime
+dropped) cannot be rewritten here anyway:
 its trailers are HPACK-coded for the client's decoder as they are. It brings
 the re-probe forward instead (``runtime_unimplemented``: Backend.probe_soon).
 An UNKNOWN "server is not initialized yet" (containerd just started) tells
