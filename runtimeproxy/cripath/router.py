@@ -241,7 +241,7 @@ class Router(grpc.GenericRpcHandler):
             return _one_request(unary)
         backend = self._backend
         if ref.service == "ImageService" and backend.image_socket != backend.runtime_socket:
-            gate = unreachable.RuntimeGate(channel, backend.image_socket, path, None)
+            gate = unreachable.RuntimeGate(channel, backend.image_socket, path, Unready(backend.image_socket))
         else:
             gate = unreachable.RuntimeGate(channel, backend.runtime_socket, path, backend.unready)
         return _one_request(_unless_unreachable(gate, _chain(stages, relay, channel, path)))
@@ -307,11 +307,14 @@ def _unless_unreachable(gate: unreachable.RuntimeGate, unary: Unary) -> Unary:
     deadline. The hooks asked first would act for nothing (a PreRunPodSandbox
     for a pod never made, once per kubelet retry). The gate is asked again
     before each pre hook (``runtime_gate``). READY, the common case, costs a
-    state read and an attribute read."""
+    state read and an attribute read, inline."""
     current = unreachable.runtime_gate
+    state = gate.channel.get_state
+    unready = gate.unready
+    ready = grpc.ChannelConnectivity.READY
 
     async def handle(request: bytes, context: aio.ServicerContext) -> bytes:
-        if not gate.open():
+        if state() is not ready or unready.reason is not None:
             await gate.enter(context)
         token = current.set(gate)
         try:

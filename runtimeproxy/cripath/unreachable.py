@@ -133,21 +133,20 @@ _NO_LATER_ASKED = "no later hook server of its chain was asked"
 
 class RuntimeGate:
     """The gate of one hooked method on the grpc path: its channel, the
-    runtime's socket, and what says whether that runtime serves (None: not
-    known for this socket, an image service apart)."""
+    runtime's socket, and what says whether that runtime serves (an image
+    service apart has one that is never told)."""
 
-    __slots__ = ("_channel", "_socket", "_path", "_unready")
+    __slots__ = ("channel", "_socket", "_path", "unready")
 
-    def __init__(self, channel: aio.Channel, socket: Path, path: str, unready: Unready | None) -> None:
-        self._channel = channel
+    def __init__(self, channel: aio.Channel, socket: Path, path: str, unready: Unready) -> None:
+        self.channel = channel
         self._socket = socket
         self._path = path
-        self._unready = unready
+        self.unready = unready
 
     def open(self) -> bool:
         """The common case, a state read and an attribute read: no await."""
-        unready = self._unready
-        return self._channel.get_state() is _S.READY and (unready is None or unready.reason is None)
+        return self.channel.get_state() is _S.READY and self.unready.reason is None
 
     async def enter(self, context: aio.ServicerContext, between_hooks: bool = False) -> None:
         """The call goes on (returns) once the runtime's connection is up and
@@ -155,13 +154,13 @@ class RuntimeGate:
         ``between_hooks``: asked before a later pre hook of the call's chain,
         so its refusal says the hooks before were asked."""
         refusal: Refusal | None = None
-        state = self._channel.get_state()
+        state = self.channel.get_state()
         if state is not _S.READY:
             limit = context.time_remaining()
-            reach = await connects(self._channel, state, limit)
+            reach = await connects(self.channel, state, limit)
             refusal = refused(reach, self._socket, deadline=limit is not None)
-        unready = self._unready
-        if refusal is None and unready is not None and unready.reason is not None:
+        unready = self.unready
+        if refusal is None and unready.reason is not None:
             refusal = Refusal(grpc.StatusCode.UNAVAILABLE, unready.refusal_text(),
                               f"the runtime does not serve calls yet ({unready.reason}): refused before its hooks")
         if refusal is None:

@@ -69,7 +69,9 @@ class Unready:
     ``serves``: the runtime's Status call, True if answered, False if the
     runtime says it does not serve yet or cannot be asked (raises nothing)."""
 
-    def __init__(self, socket: Path, serves: Callable[[], Awaitable[bool]], recheck_s: float = RECHECK_S) -> None:
+    def __init__(self, socket: Path, serves: Callable[[], Awaitable[bool]] | None = None,
+                 recheck_s: float = RECHECK_S) -> None:
+        """``serves`` None: nothing can ask the runtime (one never told, ``saw`` not called)."""
         self.socket = socket
         self.reason: str | None = None  # None: no sign the runtime does not serve
         self._serves = serves
@@ -90,7 +92,7 @@ class Unready:
         self._level = level
         log.log(level, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
                 extra={"backend": str(self.socket), "reason": reason})
-        if self._task is None or self._task.done():
+        if self._serves is not None and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._recheck(), name="runtime-unready-recheck")
 
     def ready(self) -> None:
@@ -110,9 +112,16 @@ class Unready:
                 "the call was not sent and no hook server was asked")
 
     async def _recheck(self) -> None:
+        assert self._serves is not None
         while self.reason is not None:
             await asyncio.sleep(self._recheck_s)
-            if self.reason is not None and await self._serves():
+            try:
+                answered = await self._serves()
+            except Exception:  # (a channel closed under it, say): asked again next time
+                log.debug("the runtime's Status could not be asked", extra={"backend": str(self.socket)},
+                          exc_info=True)
+                answered = False
+            if answered and self.reason is not None:
                 self.ready()
 
     def close(self) -> None:
