@@ -126,7 +126,6 @@ async def connects(channel: aio.Channel, state: grpc.ChannelConnectivity, limit:
     return Reach.READY if state is _S.READY else Reach.FAILED
 
 
-
 _NONE_ASKED = "no hook server was asked"
 _NO_LATER_ASKED = "no later hook server of its chain was asked"
 
