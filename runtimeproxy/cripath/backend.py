@@ -39,12 +39,6 @@ log = logging.getLogger(__name__)
 
 CRI_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
 PROBE_TIMEOUT = 2.0
-# The channel's longest wait between two connection attempts while the runtime
-# is away (grpc adds up to 20 % jitter). Python's grpc cannot reset a
-# channel's backoff, so once the runtime is back, hooked calls (refused by the
-# outage gate meanwhile) and the probe wait up to this long for the next
-# attempt. A failed connect() on a Unix socket costs microseconds.
-RECONNECT_MAX_S = 0.5
 # The least time from one probe to the next that a call's UNIMPLEMENTED
 # brings forward (``probe_soon``): however many calls fail so, at most two probes a second.
 PROBE_SOON_S = 0.5
@@ -75,24 +69,6 @@ def runtime_instance(socket: Path) -> RuntimeInstance | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
-
-
-# kubelet's and containerd's (Go grpc) header-list limit: metadata the
-# runtime accepts must pass the proxy too (grpc core's own default is 8 KiB).
-MAX_METADATA_BYTES = 16 << 20
-
-
-def channel_options(max_recv: int, max_send: int) -> list[tuple[str, int | str]]:
-    """Options of the proxy's server and of its backend channels."""
-    return [
-        ("grpc.max_receive_message_length", max_recv),
-        ("grpc.max_send_message_length", max_send),
-        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
-        ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
-        # Unix sockets: reconnect quickly after a runtime restart.
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1000)),
-    ]
 
 
 def _text(answer: Message, name: str) -> str:

@@ -24,7 +24,8 @@ from .activation import (
     clean_private_dir,
     private_socket_path,
 )
-from .backend import Backend, BackendInfo, channel_options
+from .backend import Backend, BackendInfo
+from .channelopts import channel_options
 from .callstats import CallSink
 from .forward import GrpcRelay, Relay
 from .health import HealthServicer

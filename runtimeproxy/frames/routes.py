@@ -13,7 +13,7 @@ grpc path.
 The routes stay while the runtime is lost and not probed again: its calls
 are relayed on each connection's fresh runtime connection as before, served
 as soon as it listens. The router's channel may sit in its reconnect backoff
-then (UNAVAILABLE at once, up to backend.RECONNECT_MAX_S and its jitter:
+then (UNAVAILABLE at once, up to channelopts.RECONNECT_MAX_S and its jitter:
 0.6 s), and a relayed call's UNIMPLEMENTED (a version the restarted runtime
 dropped) cannot be rewritten here anyway:
 its trailers are HPACK-coded for the client's decoder as they are. It brings

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cri_api.hookapi.api_pb2 import ContainerResourceHookRequest, PodSandboxHookRequest
 from cri_api.v1 import api_pb2_grpc as v1_grpc
-from runtimeproxy.cripath.backend import channel_options
+from runtimeproxy.cripath.channelopts import channel_options
 from runtimeproxy.hookpath import store as store_module
 from runtimeproxy.host.containerd import LocalContainerd
 

@@ -8,7 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from runtimeproxy.cripath import server as server_module
-from runtimeproxy.cripath.backend import channel_options
+from runtimeproxy.cripath.channelopts import channel_options
 
 from ..fakes import FakeBackend
 

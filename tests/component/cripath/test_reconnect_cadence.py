@@ -12,7 +12,7 @@ import asyncio
 import socket
 from pathlib import Path
 
-from runtimeproxy.cripath.backend import RECONNECT_MAX_S
+from runtimeproxy.cripath.channelopts import RECONNECT_MAX_S
 from runtimeproxy.cripath.server import Proxy
 
 from ..fakes import FakeBackend
