@@ -194,11 +194,12 @@ class Backend:
     async def _check_initialised(self, version: ApiVersion) -> None:
         """Raise unless the runtime's CRI service is initialised, not only up.
 
-        containerd answers Version as soon as it listens, but every other CRI
-        call UNKNOWN "server is not initialized yet" until its CRI plugin has
-        loaded its state. Status is held back like the rest (in both CRI
-        versions) and is cheap (no listing), so it tells when calls will be
-        served. Its conditions are kubelet's to judge (a node without CNI yet
+        containerd's CRI plugin answers every CRI call, Version included,
+        "server is not initialized yet" (UNKNOWN; UNAVAILABLE in 2.x) until it
+        has loaded its state: that Version failure ends the probe above. A
+        runtime whose Version answers before the rest does is caught here:
+        Status is cheap (no listing) and held back as any call the runtime
+        does not serve yet, so it tells when calls will be served. Its conditions are kubelet's to judge (a node without CNI yet
         is still served), so only the call's success counts here.
         """
         path = f"/{version.package}.RuntimeService/Status"
@@ -228,7 +229,7 @@ class Backend:
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            self._lost("probe failed")  # e.g. containerd came back with its CRI plugin broken
+            self._lost("probe failed", refuse=False)  # e.g. containerd came back with its CRI plugin broken
             self._outages.failed(
                 name, logging.WARNING, "backend not ready, retrying", {"backend": name},
                 detail={
@@ -338,7 +339,9 @@ class Backend:
         try:
             return await self.probe_once() == self.info
         except BackendUnavailable:
-            self._lost("probe failed")
+            # Its connection is up and unchanged: a Version slower than
+            # PROBE_TIMEOUT does not say the runtime fails calls (refuse=False).
+            self._lost("probe failed", refuse=False)
             self._outages.counted(str(self.runtime_socket))  # a failed probe of the outage as any other
             return False
 
@@ -346,14 +349,22 @@ class Backend:
         for listener in self._reconnect_listeners:
             self._tell(listener, "backend reconnected", restarted)
 
-    def _lost(self, reason: str) -> None:
-        """The backend is not known to answer (once per loss, until probed again)."""
+    def _lost(self, reason: str, refuse: bool = True) -> None:
+        """The backend is not known to answer (once per loss, until probed again).
+
+        ``refuse``: its hooked calls are refused until it answers (unready.py),
+        for a real loss: its connection failed, or a new runtime (a new
+        socket) answers, which may listen before it serves (containerd's CRI
+        plugin loading). A probe that failed on the connection it had is not
+        one: an answer saying the runtime does not serve tells Unready itself
+        (runtime_failed); a timeout or another error leaves its calls to the
+        runtime (before: a Version slower than PROBE_TIMEOUT, after an idle
+        reconnect, refused a working runtime's hooked calls)."""
         if not self.connected:
             return
         self.connected = False
-        # A restarted runtime may listen before it serves (containerd's CRI
-        # plugin loading): hooked calls wait for an answer (unready.py).
-        self.unready.saw(f"it was lost ({reason}) and has not answered since", logging.DEBUG)
+        if refuse:
+            self.unready.saw(f"it was lost ({reason}) and has not answered since", logging.DEBUG)
         # The outage starts at the loss: this line pairs with its end.
         name = str(self.runtime_socket)
         self._outages.began(name, logging.WARNING, "backend unavailable", {"backend": name, "reason": reason})
