@@ -4,9 +4,10 @@ The outage gate (unreachable.py) judges a hooked call by grpc's channel: a
 runtime that listens is READY. Two runtimes that listen still fail every call:
 
 - containerd's CRI plugin answers every CRI call (Version and Status too)
-  UNKNOWN "server is not initialized yet" from the moment it listens until it
-  has loaded its state (pkg/cri/server/instrumented_service.go's
-  checkInitialized, containerd 1.6 and 1.7): a few seconds after each start;
+  "server is not initialized yet" from the moment it listens until it has
+  loaded its state (its instrumented service's checkInitialized): a few
+  seconds after each start. containerd 1.6 and 1.7 answer UNKNOWN; 2.x
+  UNAVAILABLE, the message then ending ": unavailable";
 - a runtime that accepts a connection and never sends its HTTP/2 SETTINGS
   (hung, or not a gRPC server): the frames path bounds the wait for them
   (frames/silent.py).
@@ -23,6 +24,7 @@ The check on a hooked call is one attribute read (``reason is None``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -33,15 +35,18 @@ from grpc import aio
 
 log = logging.getLogger(__name__)
 
-# containerd's words for a CRI plugin still loading its state (an UNKNOWN status).
+# containerd's words for a CRI plugin still loading its state: UNKNOWN in
+# 1.6 and 1.7, UNAVAILABLE "server is not initialized yet: unavailable" in 2.x.
 NOT_INITIALIZED = "server is not initialized yet"
 UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+FAILED_STATUSES = (UNKNOWN, UNAVAILABLE)  # the statuses 'not initialized yet' comes with
 RECHECK_S = 0.5  # how often the runtime is asked (Status) while it does not serve
 
 
 def not_initialized(status: int, message: str) -> bool:
     """Whether an answer (its grpc-status number and message) is containerd's 'not initialized yet'."""
-    return status == UNKNOWN and NOT_INITIALIZED in message
+    return status in FAILED_STATUSES and NOT_INITIALIZED in message
 
 
 async def serves(channel: aio.Channel, timeout: float) -> bool:
@@ -78,7 +83,8 @@ class Unready:
         self._recheck_s = recheck_s
         self._since = 0.0
         self._level = logging.WARNING
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the Status re-check, one per episode
+        self._closed = False  # the backend is closed: nothing is asked again
 
     def saw(self, reason: str, level: int = logging.WARNING) -> None:
         """An answer showed the runtime does not serve (``reason``, for the
@@ -92,8 +98,12 @@ class Unready:
         self._level = level
         log.log(level, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
                 extra={"backend": str(self.socket), "reason": reason})
-        if self._serves is not None and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._recheck(), name="runtime-unready-recheck")
+        if self._serves is not None and not self._closed and (self._task is None or self._task.done()):
+            # A context of its own: saw() is called from a call's task, whose
+            # context (its runtime_gate, say) is not the re-check's. The task
+            # ends with the episode (ready) or the backend (close).
+            self._task = asyncio.get_running_loop().create_task(
+                self._recheck(), name="runtime-unready-recheck", context=contextvars.Context())
 
     def ready(self) -> None:
         """The runtime answered a call of the proxy's own (a probe, a Status)."""
@@ -125,6 +135,8 @@ class Unready:
                 self.ready()
 
     def close(self) -> None:
+        """The backend's channels close: the re-check ends, and none starts again."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             self._task = None

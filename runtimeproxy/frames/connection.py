@@ -81,9 +81,10 @@ class Routes(Protocol):
         """A call relayed or hooked got UNIMPLEMENTED from the runtime: a
         restarted one may lack the version it was routed in (cripath/backend.py, probe_soon)."""
 
-    def runtime_unknown(self, message: str) -> None:
-        """A call relayed or hooked got UNKNOWN from the runtime with ``message``:
-        containerd's "server is not initialized yet" says it does not serve (cripath/unready.py)."""
+    def runtime_failed_status(self, status: int, message: str) -> None:
+        """A call relayed or hooked got UNKNOWN or UNAVAILABLE (``status``) from the
+        runtime with ``message``: containerd's "server is not initialized yet"
+        says it does not serve (cripath/unready.py)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
-UNKNOWN = 2  # a grpc-status
+UNKNOWN, UNAVAILABLE = 2, 14  # grpc-statuses
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 # The runtime's header blocks are bounded as its HPACK decoder bounds their
 # headers (the client's own limit, 16 MiB), and in frames, so that a runtime
@@ -305,8 +305,8 @@ class BackendSide:
         if not self.block_ends:
             return
         status, message = grpc_status(headers)
-        if status == UNKNOWN:  # containerd not initialised yet, maybe (Routes.runtime_unknown)
-            conn.routes.runtime_unknown(message)
+        if status in (UNKNOWN, UNAVAILABLE):  # containerd not initialised yet, maybe (Routes.runtime_failed_status)
+            conn.routes.runtime_failed_status(status, message)
         if held:
             call.runtime_ended(status, message)
         conn.stream_done(sid, status_name(status))
@@ -328,8 +328,8 @@ class BackendSide:
                 headers = dict(reader.decode(data))
             if ends:
                 status, message = grpc_status(headers)
-                if status == UNKNOWN:  # containerd not initialised yet, maybe (Routes.runtime_unknown)
-                    self.conn.routes.runtime_unknown(message)
+                if status in (UNKNOWN, UNAVAILABLE):  # containerd not initialised yet, maybe
+                    self.conn.routes.runtime_failed_status(status, message)
                 self.conn.stream_done(sid, status_name(status))
 
     def _stray(self, sid: int, block: bytes) -> None:

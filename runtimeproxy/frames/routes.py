@@ -18,8 +18,9 @@ then (UNAVAILABLE at once, up to channelopts.RECONNECT_MAX_S and its jitter:
 dropped) cannot be rewritten here anyway:
 its trailers are HPACK-coded for the client's decoder as they are. It brings
 the re-probe forward instead (``runtime_unimplemented``: Backend.probe_soon).
-An UNKNOWN "server is not initialized yet" (containerd just started) tells
-the runtime's Unready (``runtime_unknown``): hooked calls are then diverted,
+An UNKNOWN or UNAVAILABLE "server is not initialized yet" (containerd just
+started; 2.x answers UNAVAILABLE) tells the runtime's Unready
+(``runtime_failed_status``): hooked calls are then diverted,
 and refused before their hooks, until it serves (cripath/unready.py).
 """
 
@@ -32,7 +33,7 @@ from ..cripath import methods
 from ..cripath.backend import CRI_VERSIONS
 from ..cripath.router import Router
 from ..cripath.stage import Stage, StageProvider
-from ..cripath.unready import UNKNOWN, not_initialized
+from ..cripath.unready import not_initialized
 from ..cripath.versions import VersionPlan
 
 
@@ -167,6 +168,6 @@ class RouterRoutes:
     def runtime_unimplemented(self) -> None:
         self._router.runtime_unimplemented()
 
-    def runtime_unknown(self, message: str) -> None:
-        if not_initialized(UNKNOWN, message):
+    def runtime_failed_status(self, status: int, message: str) -> None:
+        if not_initialized(status, message):
             self._unready.saw(f"it answers {message!r}")

@@ -37,5 +37,5 @@ class Routes:
     def runtime_unimplemented(self) -> None:
         pass
 
-    def runtime_unknown(self, message: str) -> None:
+    def runtime_failed_status(self, status: int, message: str) -> None:
         pass

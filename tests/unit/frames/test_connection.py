@@ -69,6 +69,9 @@ class _Routes:
     def runtime_unimplemented(self) -> None:
         pass
 
+    def runtime_failed_status(self, status: int, message: str) -> None:
+        pass
+
 
 def _connection(prefaced: bool = True) -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
     """``prefaced``: the runtime's SETTINGS have come (before them the client is sent nothing)."""
