@@ -233,12 +233,15 @@ class Dispatcher:
             if chain is not None and chain.deferred:
                 self._judge_chain(hook, chain)
             return changed
-        except asyncio.CancelledError:
-            if chain is not None:  # the call cancelled: its deferred answers were never judged
-                self._count_deferred(
-                    hook, chain.deferred, "cancelled", "the CRI call was cancelled before its chain was judged",
-                    caller_cancelled=True,
-                )
+        except HookError:
+            raise  # another hook's refusal: the deferred answers are refused as judged (below)
+        except (asyncio.CancelledError, Exception) as err:
+            # The call cancelled, or ended otherwise (the outage gate's refusal
+            # between pre hooks): its deferred answers were never judged.
+            if chain is not None:
+                ended = "was cancelled" if isinstance(err, asyncio.CancelledError) else "ended"
+                self._count_deferred(hook, chain.deferred, "cancelled",
+                                     f"the CRI call {ended} before its chain was judged", caller_cancelled=True)
             raise
         finally:
             if chain is not None:  # cut short by another hook's refusal: refused as judged

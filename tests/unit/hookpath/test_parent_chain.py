@@ -414,3 +414,23 @@ async def test_a_deferred_answer_cancelled_with_its_cri_call_is_no_failure_of_it
     stats = run.node.metrics.hook_stats
     assert stats["a.json"].calls == {"cancelled": 1} and stats["a.json"].last_error is None
     assert stats["b.json"].calls == {"cancelled": 1} and stats["b.json"].last_error is None
+
+
+async def test_a_deferred_answer_is_counted_cancelled_when_the_outage_gate_ends_the_chain(tmp_path: Path) -> None:
+    """The runtime is lost while a answers: the gate's refusal before b's build
+    (grpc's context.abort) ends the call, and a's deferred answer, never
+    judged, is counted cancelled (before: invalid_value, as if refused)."""
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING))
+    builds = 0
+
+    async def build() -> hookapi.ContainerResourceHookRequest:
+        nonlocal builds
+        builds += 1
+        if builds == 2:  # as RuntimeGate.enter between pre hooks
+            raise grpc.aio.AbortError()
+        return hookapi.ContainerResourceHookRequest.FromString(run.request.SerializeToString())
+
+    with pytest.raises(grpc.aio.AbortError):
+        await run.dispatcher.run_pre(CREATE, build, lambda answer, server: True, run.log_fields)
+    assert (run.counted("a", "cancelled"), run.counted("a", "invalid_value"), run.counted("b", "cancelled")) == (1, 0, 0)
+    assert run.node.metrics.hook_stats["a.json"].last_error is None
