@@ -167,9 +167,10 @@ class RuntimeGate:
         if between_hooks:
             refusal = Refusal(refusal.code, refusal.message.replace(_NONE_ASKED, _NO_LATER_ASKED),
                               refusal.error.replace("before its hooks", "between its pre hooks"))
-            log.info("the runtime was lost while a hooked call's pre hooks ran: the rest of the chain is not asked",
+            log.info("the runtime was lost or stopped serving while a hooked call's pre hooks ran: the rest of "
+                     "the chain is not asked",
                      extra={"method": self._path, "backend": str(self._socket), "code": refusal.code.name,
-                            "error": refusal.error})
+                            "reason": unready.reason or "its connection is not up", "error": refusal.error})
         else:
             log_refusal(self._path, self._socket, refusal)
         await context.abort(refusal.code, refusal.message)

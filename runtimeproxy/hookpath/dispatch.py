@@ -255,6 +255,10 @@ class Dispatcher:
         changed = False
         servers = self.servers(hook)
         for index, server in enumerate(servers):
+            if self._removed(server, hook):
+                continue
+            # Built only for a server to be called: a build follows the calls
+            # before it (the outage gate's refusal in it says which: hookpath/stage.py).
             try:
                 request = await build()
             except Unbuilt:
@@ -262,8 +266,6 @@ class Dispatcher:
                 return changed
             if request is None:  # nothing to hook: an object the runtime does not have (it refuses the call)
                 return changed
-            if self._removed(server, hook):
-                continue
             deferred = 0
             if chain is not None:
                 chain.later = index < len(servers) - 1

@@ -211,14 +211,16 @@ class HookStage(StageProvider):
             seen: list[Any] = []
             if pre_hook is not None:
                 hook = pre_hook
-                builds: list[None] = []  # one per pre hook asked so far
+                # One per build so far: the dispatcher builds only for a server
+                # it then calls (dispatch.py), so each build follows the calls before it.
+                builds: list[None] = []
                 await self._post_hooks_done(key, pre_hook, fields)
 
                 async def build() -> Any:
                     # Before each pre hook: a runtime that died (or said it
                     # does not serve) since the chain began stops it (unreachable.py).
                     gate = runtime_gate.get()
-                    if gate is not None and not gate.open():
+                    if gate is not None and not gate.open():  # builds: whether a hook server was asked
                         await gate.enter(context, between_hooks=bool(builds))
                     builds.append(None)
                     built = await ex.hook_request(req, self.store)

@@ -4,11 +4,14 @@ wait for the runtime's connection comes to, and how it is refused."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import grpc
+import pytest
 
-from runtimeproxy.cripath.unreachable import NO_DEADLINE_WAIT_S, Reach, connects, refused
+from runtimeproxy.cripath.unreachable import NO_DEADLINE_WAIT_S, Reach, RuntimeGate, connects, refused
+from runtimeproxy.cripath.unready import Unready
 
 S = grpc.ChannelConnectivity
 SOCKET = Path("/run/containerd/containerd.sock")
@@ -91,3 +94,37 @@ async def test_with_no_deadline_a_runtime_whose_connections_drop_as_made_is_wait
     assert refusal is not None and refusal.code is grpc.StatusCode.UNAVAILABLE
     assert f"not up within {NO_DEADLINE_WAIT_S:g} s (the call has no deadline)" in refusal.message
 
+
+
+class Aborted(Exception):
+    pass
+
+
+class Context:
+    """A grpc servicer context's deadline and abort, as the gate uses them."""
+
+    def __init__(self) -> None:
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def time_remaining(self) -> float:
+        return 5.0
+
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        self.aborted = (code, message)
+        raise Aborted
+
+
+async def test_a_refusal_between_pre_hooks_says_why_the_runtime_does_not_serve(caplog: pytest.LogCaptureFixture) -> None:
+    """Its info line names the runtime's reason (before: always 'the runtime was lost')."""
+    unready = Unready(SOCKET)  # nothing asks the runtime here
+    unready.saw("it answers 'server is not initialized yet'")
+    gate = RuntimeGate(Channel(S.READY, []), SOCKET, "/runtime.v1.RuntimeService/RunPodSandbox", unready)  # type: ignore[arg-type]
+    context = Context()
+    caplog.set_level(logging.INFO, "runtimeproxy.cripath.unreachable")
+    with pytest.raises(Aborted):
+        await gate.enter(context, between_hooks=True)  # type: ignore[arg-type]
+    assert context.aborted is not None and context.aborted[0] == grpc.StatusCode.UNAVAILABLE
+    assert "no later hook server of its chain was asked" in context.aborted[1]
+    [line] = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert getattr(line, "reason") == "it answers 'server is not initialized yet'"
+    assert "lost or stopped serving" in line.getMessage()

@@ -452,3 +452,33 @@ async def test_a_long_cause_is_cut_in_the_last_error() -> None:
     assert isinstance(cause, str) and cause.startswith("INTERNAL: Traceback:\nxxx") and len(cause) < MAX_CAUSE + 100
     assert cause.endswith(f"... ({len('INTERNAL: Traceback:') + 1 + 100_000} characters, cut; the proxy's log has it whole)")
     await dispatcher.close()
+
+
+async def test_a_hook_request_is_built_only_for_a_server_to_be_called() -> None:
+    """Each build follows the calls before it: the stage's gate check in its
+    build says 'no later hook server was asked' only when one was
+    (hookpath/stage.py). ``gone`` is removed as the chain begins.
+
+    Before: ``gone``'s request was built, then the server skipped, so the
+    next build followed no call."""
+    gone, first, second = (named(n, FailurePolicy.IGNORE) for n in ("gone", "first", "second"))
+
+    class RemovedAtStart(Chain):
+        def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
+            listed = super().servers_for(hook)
+            if gone in self.servers:
+                self.servers.remove(gone)  # the chain's own list keeps it
+            return listed
+
+    transport = Answering(hookapi.ContainerResourceHookResponse())
+    dispatcher = Dispatcher(RemovedAtStart(gone, first, second), transport=transport)  # type: ignore[arg-type]
+    calls_before: list[int] = []
+
+    async def counting_build() -> hookapi.ContainerResourceHookRequest:
+        calls_before.append(len(transport.called))
+        return await build()
+
+    await dispatcher.run_pre(HOOK, counting_build, lambda answer, server: False, {})
+    assert transport.called == [first.endpoint, second.endpoint]
+    assert calls_before == [0, 1]
+    await dispatcher.close()
