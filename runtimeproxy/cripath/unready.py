@@ -84,6 +84,7 @@ class Unready:
         self._since = 0.0
         self._level = logging.WARNING
         self._task: asyncio.Task[None] | None = None  # the Status re-check, one per episode
+        self.episode = 0  # counts the times the runtime was seen not to serve (reason set from None)
         self._closed = False  # the backend is closed: nothing is asked again
 
     def saw(self, reason: str, level: int = logging.WARNING) -> None:
@@ -94,6 +95,7 @@ class Unready:
             self.reason = reason
             return
         self.reason = reason
+        self.episode += 1
         self._since = time.monotonic()
         self._level = level
         log.log(level, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",

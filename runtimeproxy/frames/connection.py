@@ -110,6 +110,7 @@ class FrameConnection:
         self.backend_side = BackendSide(self)
         self.client_side = ClientSide(self)
         self.closed = asyncio.get_running_loop().create_future()
+        self.settings_wait: asyncio.TimerHandle | None = None  # the bound on the runtime's silence (silent.py)
         self.client_can_write = asyncio.Event()
         self.client_can_write.set()
         self._client_reads_held: set[str] = set()  # why the client's reads wait ("runtime", "backlog")
@@ -256,6 +257,9 @@ class FrameConnection:
 
     def server_prefaced(self) -> None:
         """The runtime's first SETTINGS are queued for the client: a stop's GOAWAY is on its way."""
+        if self.settings_wait is not None:
+            self.settings_wait.cancel()
+            self.settings_wait = None
         self.check_idle()
 
     def table_update(self) -> bytes:

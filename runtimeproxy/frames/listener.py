@@ -101,9 +101,9 @@ class FramesListener:
     def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
                  channel_options: list, limits: Limits,
                  on_connection: Callable[[str, bool], None] | None = None,
-                 runtime_silent: Callable[[str], None] = lambda reason: None) -> None:
+                 runtime_silent: Callable[[str], bool] = lambda reason: True) -> None:
         """``runtime_silent``: told (why) when a runtime accepted a connection
-        and sent no SETTINGS in time (silent.py; Unready.saw)."""
+        and sent no SETTINGS in time; returns whether to warn (silent.Silences)."""
         self._listen = listen
         self._runtime_silent = runtime_silent
         # Told (path, True) when a client connection begins, (path, False) when

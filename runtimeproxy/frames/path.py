@@ -23,6 +23,7 @@ from ..cripath.router import Router
 from ..grpcstart import start_server
 from ..host import unixsocket
 from ..host.unixsocket import ListenError
+from . import silent
 from .connection import Limits
 from .listener import FramesListener
 from .privatedir import PrivateDir, make
@@ -85,7 +86,7 @@ class FramesPath:
         internal = self._dir.path / "grpc.sock"
         self.listener = FramesListener(
             listen, self._backend, internal, self._routes, self._channel_options, self._limits,
-            self._on_connection, self._unready.saw)
+            self._on_connection, silent.Silences(self._unready))
         serving = False
         try:
             if server.add_insecure_port(unixsocket.grpc_address(internal)) == 0:

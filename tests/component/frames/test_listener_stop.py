@@ -54,6 +54,7 @@ class _SilentRuntime(asyncio.Protocol):
     def __init__(self, accepted: Callable[[_SilentRuntime], None]) -> None:
         self.transport: asyncio.Transport | None = None
         self.read = bytearray()
+        self.arrived = asyncio.Event()  # set as bytes are read
         self._accepted = accepted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -62,6 +63,7 @@ class _SilentRuntime(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.read += data
+        self.arrived.set()
 
     def speak(self) -> None:
         assert self.transport is not None

@@ -9,14 +9,19 @@ hooked calls kept being let through to such a runtime."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from grpc import aio
 
+from runtimeproxy.cripath.unready import Unready
 from runtimeproxy.frames import silent
 from runtimeproxy.frames.connection import Limits
 from runtimeproxy.frames.listener import FramesListener
+from runtimeproxy.frames.path import FramesPath
 
 from .. import rawh2
 from .test_listener_stop import _Routes, _SilentRuntime, runtimes  # noqa: F401 - the fixture
@@ -30,8 +35,13 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
     monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
     path, accepted = runtimes
     told: list[str] = []
+
+    def taken_as_silent(reason: str) -> bool:
+        told.append(reason)
+        return True
+
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=told.append)
+                              Limits(max_message=1 << 20), runtime_silent=taken_as_silent)
     await listener.start()
     try:
         peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
@@ -51,28 +61,73 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
 
 
 async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
-    sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]]  # noqa: F811
 ) -> None:
-    """A guard: the bound is on the runtime's silence, not on the connection."""
-    monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
+    """A guard: the bound is on the runtime's silence, not on the connection.
+    The runtime speaks only once the client's call has reached it (late), but
+    within the bound: the bound's timer is cancelled, so no GOAWAY can come."""
     path, accepted = runtimes
     told: list[str] = []
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=told.append)
+                              Limits(max_message=1 << 20), runtime_silent=lambda reason: bool(told.append(reason)))
     await listener.start()
     try:
         peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
-        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b""))
+        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b"") + rawh2.open_call(1, PODS))
         runtime = await accepted.get()
+        async with asyncio.timeout(5):
+            while PODS.encode() not in runtime.read:  # the call's headers, relayed as they are
+                await runtime.arrived.wait()
+                runtime.arrived.clear()
+        [conn] = listener._connections  # noqa: SLF001 - the bound's timer
+        timer = conn.settings_wait
+        assert timer is not None and not timer.cancelled()
         runtime.speak()
         assert (await peer.read())[0] == rawh2.SETTINGS  # type: ignore[index]
-        seen: list[int] = []
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.6):  # past the bound: no GOAWAY comes
-                while (f := await peer.read()) is not None:
-                    seen.append(f[0])
-        assert rawh2.GOAWAY not in seen and told == [], seen
+        assert timer.cancelled() and conn.settings_wait is None and told == []
         await peer.close()
     finally:
         listener.stop_accepting()
         await listener.drain(0)
+
+
+async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_episode(
+    sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FramesPath wires the listener's silent runtimes to the router's Unready
+    (so hooked calls are refused on both paths); each client connection meets
+    the bound again: the first silence warns, the next is a debug line until
+    the runtime serves again."""
+    monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.2)
+    path, accepted = runtimes
+    unready = Unready(path)  # nothing asks this runtime's Status here
+    router = SimpleNamespace(unready=unready, plan=SimpleNamespace(routes={}), stages=(), calls=None)
+    frames = FramesPath(router, path, None, [], Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    server = aio.server()
+    caplog.set_level(logging.DEBUG, "runtimeproxy.frames.connection")
+
+    async def a_silent_connection() -> None:
+        peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
+        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b""))
+        await accepted.get()
+        await peer.until(rawh2.GOAWAY)
+        await peer.close()
+
+    def levels() -> list[int]:
+        return [r.levelno for r in caplog.records if "sent no HTTP/2 SETTINGS in time" in r.getMessage()]
+
+    await frames.start(server, sock_dir / "proxy.sock")
+    try:
+        await frames.start_accepting()
+        await a_silent_connection()
+        assert unready.reason == "it accepted a connection but sent no HTTP/2 SETTINGS within 0.2 s"
+        await a_silent_connection()
+        assert levels() == [logging.WARNING, logging.DEBUG]
+        unready.ready()  # it answered a Status: a new silence is news again
+        await a_silent_connection()
+        assert levels() == [logging.WARNING, logging.DEBUG, logging.WARNING]
+    finally:
+        frames.stop_accepting()
+        await frames.drain(0)
+        await server.stop(0)
