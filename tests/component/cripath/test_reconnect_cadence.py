@@ -45,8 +45,12 @@ async def test_the_runtime_channel_retries_often_while_the_runtime_is_away(
             conn.close()
     finally:
         listener.close()
-    # Past the backoff's growth (100 ms, doubling): the attempts of the last seconds.
+    # Past the backoff's growth (100 ms, doubling): the attempts of the last
+    # seconds, counted, not timed one by one (two cores shared with other
+    # work may delay one attempt's accept). At most RECONNECT_MAX_S apart
+    # (+20 % jitter) makes about 2.5 / 0.6 = 4 of them, 5 expected; 3 is the
+    # least allowed. The old 2 s cap (1.6 to 2.4 s apart) makes 2 at most.
     late = [t for t in attempts if t > GROWN_S]
-    gaps = [b - a for a, b in zip(late, late[1:])]
-    assert len(late) >= 3 and max(gaps) <= RECONNECT_MAX_S * 1.2 + 0.1, attempts
+    least = int((WATCHED_S - GROWN_S) / (RECONNECT_MAX_S * 1.2)) - 1  # 3: one attempt's slack
+    assert len(late) >= least, attempts
     assert proxy.backend.unprobed()
