@@ -46,7 +46,7 @@ from .builtin import (
     load_builtin,
 )
 from .runscope import FileIdentity, remove_if_ours
-from .sdk import TRANSPORTS, HookServerError, SocketPathError, write_hook_config
+from .sdk import DEFAULT_DRAIN_S, TRANSPORTS, HookServerError, SocketPathError, write_hook_config
 
 log = logging.getLogger("hooks.run")
 
@@ -142,7 +142,7 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--timeout", callback=_timeout, help="Bound of one hook call, e.g. 500ms. [default: the proxy's]")
 @click.option("--priority", type=int, help="Order among hook servers, lower first. [default: the hook's own (balloons: 100), else the proxy's]")
 @click.option("--config", "config_file", type=PATH, help="YAML settings of the hook. [default: none]")
-@click.option("--drain", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
+@click.option("--drain", type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True, help="Seconds the server keeps answering after its registration is removed, while the proxy notices.")
 @click.option("--event-loop", type=click.Choice(eventloop.EVENT_LOOPS), default="auto", show_default=True, help="auto: uvloop when installed, else asyncio's own.")
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="frames", show_default=True, help="frames: the SDK's own HTTP/2 transport, about half grpc.aio's CPU per call; grpc: grpc.aio.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)

@@ -10,7 +10,8 @@ main task, tasks it made, ``asyncio.to_thread``) naming the socket of a
 
 * as that server stops, first (``HookServer.stop``, before its listener
   closes, its socket lock still held: the proxy stops calling before the
-  server stops answering, as ``hook run`` does);
+  server stops answering, as ``hook run`` does); the server then keeps
+  answering for its ``drain`` while the proxy notices;
 * as ``run`` ends (``main`` returned, raised or was cancelled; Ctrl-C), for a
   server never stopped.
 
@@ -98,8 +99,11 @@ class RunScope:
         with self._lock:
             self._served.add(os.path.abspath(socket_path))
 
-    def stopping(self, socket_path: str) -> None:
-        """The server at ``socket_path`` is stopping: its files removed now."""
+    def stopping(self, socket_path: str) -> bool:
+        """The server at ``socket_path`` is stopping: its files removed now.
+        Whether this run registered it (a file to remove, or one removed or
+        replaced since): the proxy may have calls under way to it, so its
+        stop drains."""
         endpoint = os.path.abspath(socket_path)
         with self._lock:
             self._served.discard(endpoint)
@@ -108,6 +112,7 @@ class RunScope:
                 del self._written[path]
         for path, written in left:
             _remove(path, written, "its server is stopping")
+        return bool(left)
 
     def remove_left(self) -> None:
         """Remove the hook files of this run's servers never stopped, once (it is ending)."""

@@ -51,16 +51,16 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
-from hooks import calllog, runscope, unregistered
+from hooks import calllog, listen, runscope, unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer, deadline_passed
+from hooks.listen import MAX_MESSAGE_BYTES
 from hooks.handlers import check_handlers, handled_hooks
-from hooks.routes import frame_routes, service_handlers
+from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
 from runtimeproxy import eventloop, logs
-from runtimeproxy.grpcstart import start_server
-from runtimeproxy.hookpath.points import HOOK_POINTS, SERVICE_NAME, HookType
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host import socketlock, unixsocket
 
 __all__ = [
@@ -86,14 +86,18 @@ logger = logging.getLogger(__name__)
 TRANSPORTS = ("frames", "grpc")
 
 # A stop takes its grace and at most about this much more (closing the
-# connections, then the listener); ``hook run``'s --drain comes before it,
-# while the socket still answers (a new server is refused then, not waiting).
+# connections, then the listener); its drain (and ``hook run``'s --drain)
+# comes before it, while the socket still answers (a new server is refused
+# then, not waiting), so neither counts in the lock file's ``stop_s``.
 STOP_PAST_GRACE_S = 1.0
 
+# How long a stop keeps answering new calls once its server's hook file is
+# gone, before its listener closes: the proxy reads the hook directory on
+# inotify within a fraction of a second, and calls it started before then
+# would otherwise be refused (under Fail, the CRI call). ``hook run``'s --drain.
+DEFAULT_DRAIN_S = 0.5
 
-# A hook request is as large as the CRI call it comes from, and kubelet sends
-# up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
 DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -104,7 +108,10 @@ class HookServer:
     """A ``RuntimeHookService`` server on a unix socket.
 
     Override the handlers below (or :meth:`handle`).  Lifecycle: ``await
-    start()`` / ``await stop(grace)``, or ``async with``.  ``start`` follows
+    start()`` / ``await stop(grace)``, or ``async with``.  A stop of a server
+    registered under :func:`run` removes its hook file, keeps answering new
+    calls for ``drain`` seconds while the proxy notices, then closes its
+    listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
     the proxy's socket rules (``runtimeproxy.host.unixsocket``): it removes a
     stale socket file (one nobody listens on) but refuses a live socket, one
     whose state a connect cannot tell, or a non-socket file; the socket is
@@ -122,6 +129,7 @@ class HookServer:
         *,
         socket_mode: int = 0o660,
         grace: float | None = 1.0,
+        drain: float = DEFAULT_DRAIN_S,
         options: Sequence[tuple[str, Any]] | None = None,
         transport: str = "frames",
     ) -> None:
@@ -133,6 +141,9 @@ class HookServer:
             raise unixsocket.UndialablePath(f"cannot serve hooks at {self._socket_path}: {problem}")
         self._socket_mode = socket_mode
         self._grace = grace
+        if drain < 0:
+            raise ValueError(f"drain must be 0 or more seconds, not {drain!r}")
+        self._drain = drain
         # Later options win: the caller's replace the defaults. The frames
         # transport reads the two message limits of them; the rest are grpc's.
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
@@ -229,7 +240,8 @@ class HookServer:
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
         try:
-            server = await (self._start_frames(path) if self._transport == "frames" else self._start_grpc(path))
+            server = await (listen.frames(self, path, self._options) if self._transport == "frames"
+                            else listen.grpc_aio(self, path, self._options))
             try:
                 os.chmod(path, self._socket_mode)
                 self._socket_identity = unixsocket.SocketIdentity.of(path)
@@ -245,44 +257,35 @@ class HookServer:
         unregistered.serving(str(path), handled_hooks(type(self), HookServer))  # a handler no hook file lists: warned
         self._run_scope = runscope.served(str(path))  # under hooks.sdk.run: its hook files removed as it stops
 
-    async def _start_grpc(self, path: Path) -> grpc.aio.Server:
-        server = grpc.aio.server(options=self._options)
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(self)),))
-        try:
-            if server.add_insecure_port(unixsocket.grpc_address(path)) == 0:  # older grpcio signal failure this way
-                raise RuntimeError("bind failed")
-        except RuntimeError as exc:
-            raise HookServerError(f"cannot listen on {path}: {exc}") from exc
-        # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
-        await start_server(server)
-        return server
+    async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
+        """Stop serving, in three steps (``grace`` and ``drain`` default to the constructor's):
 
-    async def _start_frames(self, path: Path) -> FrameServer:
-        options = dict(self._options)
-        server = FrameServer(
-            frame_routes(self),
-            max_receive=_limit(options.get("grpc.max_receive_message_length")),
-            max_send=_limit(options.get("grpc.max_send_message_length")),
-        )
-        try:
-            await server.start(path)
-        except OSError as exc:
-            raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-        return server
-
-    async def stop(self, grace: float | None = None) -> None:
-        """Stop serving; in-flight calls get ``grace`` seconds (default: the constructor's)."""
+        1. Under :func:`run`, the hook files it wrote naming this socket are
+           removed (``hooks.runscope``): the proxy stops calling.
+        2. If one was (removed now, or by the script before this stop, as
+           README's example does), the server keeps answering new calls for
+           ``drain`` seconds, its listener open: calls the proxy started
+           before it noticed the file gone get their answers, not a refusal.
+           Not otherwise: no proxy was told of this server by this run.
+        3. The listener closes and the calls in flight get ``grace`` seconds
+           to answer; what outlives it is cancelled (None: at once)."""
         server, self._server = self._server, None
         if server is None:
             return
         unregistered.stopped(str(self._socket_path))
         scope, self._run_scope = self._run_scope, None
+        registered = False
         if scope is not None:  # first, listener open and lock held: the proxy stops calling before we stop answering
-            scope.stopping(str(self._socket_path))
+            registered = scope.stopping(str(self._socket_path))
         grace = self._grace if grace is None else grace
+        drain = self._drain if drain is None else drain
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
             self._path_lock.record_longer_stop((grace or 0.0) + STOP_PAST_GRACE_S)
         try:
+            if registered and drain > 0:  # in the try: a stop cancelled while it drains still closes the server
+                logger.info("hook server draining: answering new calls for %gs while the proxy notices its hook "
+                            "file is gone", drain, extra={"socket": str(self._socket_path), "drain_s": drain})
+                await asyncio.sleep(drain)
             await server.stop(grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop does nothing
             # The server stopped for sure (grpc unlinks the path it bound as it
@@ -384,8 +387,3 @@ def _failed(hook: HookType, request: Message, started: float, code: grpc.StatusC
     if logger.isEnabledFor(logging.DEBUG):
         calllog.log_call(logger, hook, request, time.monotonic() - started, calllog.ERROR, code)
 
-
-def _limit(value: object) -> int:
-    """A grpc message-length option as the frames transport takes it (-1, grpc's "no limit", is 2^31-1)."""
-    size = int(value) if isinstance(value, int) else MAX_MESSAGE_BYTES
-    return (1 << 31) - 1 if size < 0 else size

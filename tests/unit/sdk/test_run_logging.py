@@ -52,13 +52,15 @@ def test_without_logging_set_up_it_logs_at_info_in_the_proxys_format(
         during = run(serve_and_register(sock_dir / "h.sock", tmp_path), "asyncio")
         lines = capsys.readouterr().err.splitlines()
         events = [line.split(" ", 3)[1:] for line in lines]
-        assert [level for level, _, _ in events] == ["info"] * 4
+        assert [level for level, _, _ in events] == ["info"] * 5
         assert [(logger, rest.split("'")[1]) for _, logger, rest in events] == [
             ("hooks.sdk", f"hook server listening on {sock_dir / 'h.sock'}"),
             ("hooks.registration", "hook file written"),
             ("example_hook", "example hook ready"),
             # It never removed its hook file: its server's stop does, under run.
             ("hooks.sdk", f"hook file {tmp_path / 'example.json'} removed: its server is stopping"),
+            ("hooks.sdk", "hook server draining: answering new calls for 0.5s while the proxy notices its hook "
+                          "file is gone"),
         ]
         assert f"hook_file={tmp_path / 'example.json'} socket={sock_dir / 'h.sock'} hooks=PreCreateContainer " \
                "failure_policy=Ignore" in lines[1]
@@ -122,6 +124,8 @@ def test_logging_a_script_sets_up_in_its_main_coroutine_takes_every_line(
         "MINE INFO hooks.registration hook file written",
         "MINE INFO example_hook example hook ready",
         f"MINE INFO hooks.sdk hook file {tmp_path / 'example.json'} removed: its server is stopping",
+        "MINE INFO hooks.sdk hook server draining: answering new calls for 0.5s while the proxy notices its hook "
+        "file is gone",
     ]
     assert "MINE DEBUG example_hook example hook detail" in lines
 
@@ -141,4 +145,4 @@ def test_a_scripts_handler_on_a_named_logger_takes_its_lines_once(
     assert [line for line in lines if "example hook ready" in line] == ["NAMED example hook ready"]
     # The SDK's own lines, which no handler of theirs takes: ours, once.
     assert [line.split(" ", 3)[1:3] for line in lines if not line.startswith("NAMED")] == [
-        ["info", "hooks.sdk"], ["info", "hooks.registration"], ["info", "hooks.sdk"]]
+        ["info", "hooks.sdk"], ["info", "hooks.registration"], ["info", "hooks.sdk"], ["info", "hooks.sdk"]]

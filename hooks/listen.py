@@ -1,0 +1,59 @@
+"""A :class:`hooks.sdk.HookServer`'s listener, on either transport, started on its socket path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from hooks.errors import HookServerError
+from hooks.frameserver import FrameServer
+from hooks.routes import frame_routes, service_handlers
+from runtimeproxy.grpcstart import start_server
+from runtimeproxy.hookpath.points import SERVICE_NAME
+from runtimeproxy.host import unixsocket
+
+if TYPE_CHECKING:
+    from hooks.sdk import HookServer
+
+__all__ = ["MAX_MESSAGE_BYTES", "frames", "grpc_aio"]
+
+# A hook request is as large as the CRI call it comes from, and kubelet sends
+# up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+async def grpc_aio(server: HookServer, path: Path, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
+    listener = grpc.aio.server(options=options)
+    listener.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(server)),))
+    try:
+        if listener.add_insecure_port(unixsocket.grpc_address(path)) == 0:  # older grpcio signal failure this way
+            raise RuntimeError("bind failed")
+    except RuntimeError as exc:
+        raise HookServerError(f"cannot listen on {path}: {exc}") from exc
+    # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
+    await start_server(listener)
+    return listener
+
+
+async def frames(server: HookServer, path: Path, options: Sequence[tuple[str, Any]]) -> FrameServer:
+    """The frames transport reads the two message limits of ``options``; the rest are grpc's."""
+    settings = dict(options)
+    listener = FrameServer(
+        frame_routes(server),
+        max_receive=_limit(settings.get("grpc.max_receive_message_length")),
+        max_send=_limit(settings.get("grpc.max_send_message_length")),
+    )
+    try:
+        await listener.start(path)
+    except OSError as exc:
+        raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+    return listener
+
+
+def _limit(value: object) -> int:
+    """A grpc message-length option as the frames transport takes it (-1, grpc's "no limit", is 2^31-1)."""
+    size = int(value) if isinstance(value, int) else MAX_MESSAGE_BYTES
+    return (1 << 31) - 1 if size < 0 else size

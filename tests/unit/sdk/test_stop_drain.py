@@ -1,0 +1,140 @@
+"""HookServer.stop of a server registered under hooks.sdk.run: its hook file
+removed first, then a drain (new calls still answered while the proxy
+notices), then the listener closed with the calls in flight given the grace.
+
+Before: the file went and the listener closed in one step, so a call the
+proxy started before it noticed the file gone was refused (under Fail, the
+CRI call), although README's own pattern drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cri_api.hookapi import api_pb2, api_pb2_grpc
+from hooks import runscope
+from hooks.sdk import DEFAULT_DRAIN_S, HookServer, write_hook_config
+from tests.hookrequests import container_request
+
+
+class Held(HookServer):
+    """Answers cpu_shares 512, once ``release`` is set."""
+
+    def __init__(self, path: Path, **kwargs: object) -> None:
+        super().__init__(path, **kwargs)  # type: ignore[arg-type]
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def pre_create_container(self, request):  # type: ignore[no-untyped-def]
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return api_pb2.ContainerResourceHookResponse(
+            container_resources=api_pb2.LinuxContainerResources(cpu_shares=512))
+
+
+async def _call(target: str) -> api_pb2.ContainerResourceHookResponse | grpc.StatusCode:
+    """One PreCreateContainer call on a channel of its own (a new connection: the listener's)."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            return await api_pb2_grpc.RuntimeHookServiceStub(channel).PreCreateContainerHook(
+                container_request(), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+
+
+async def _gone(path: Path) -> None:
+    """Until stop, run as a task, has removed ``path`` (it does so before its first wait)."""
+    for _ in range(1000):
+        if not path.exists():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{path} still there")
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_call_in_flight_is_answered_and_new_ones_too_while_it_drains_its_file_gone(
+    sock_dir: Path, tmp_path: Path, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "hooks.sdk")
+    with runscope.scope():
+        server = Held(sock_dir / "h.sock", transport=transport, drain=3.0)
+        await server.start()
+        hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"], failure_policy="Fail")
+        in_flight = asyncio.ensure_future(_call(server.target))
+        await asyncio.wait_for(server.started.wait(), 5)
+        stopping = asyncio.ensure_future(server.stop())
+        await _gone(hook_file)  # first: the proxy stops calling
+        assert not stopping.done()
+        server.release.set()
+        # A call the proxy started before it noticed: a new connection, still accepted.
+        late = await asyncio.wait_for(_call(server.target), 5)
+        assert not isinstance(late, grpc.StatusCode), late
+        assert late.container_resources.cpu_shares == 512
+        answer = await asyncio.wait_for(in_flight, 5)
+        assert not isinstance(answer, grpc.StatusCode), answer
+        assert answer.container_resources.cpu_shares == 512
+        await asyncio.wait_for(stopping, 10)
+    assert not Path(server.socket_path).exists()
+    (draining,) = [r for r in caplog.records if "draining" in r.getMessage()]
+    assert draining.drain_s == 3.0 and draining.socket == server.socket_path
+    removed = [i for i, r in enumerate(caplog.records) if "removed: its server is stopping" in r.getMessage()]
+    assert removed and removed[0] < caplog.records.index(draining)
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_call_past_the_grace_is_cut(sock_dir: Path, tmp_path: Path, transport: str) -> None:
+    with runscope.scope():
+        server = Held(sock_dir / "h.sock", transport=transport)
+        await server.start()
+        write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
+        in_flight = asyncio.ensure_future(_call(server.target))
+        await asyncio.wait_for(server.started.wait(), 5)
+        await asyncio.wait_for(server.stop(0.2, drain=0.1), 5)  # never released
+    assert server.cancelled.is_set()
+    assert await asyncio.wait_for(in_flight, 5) in (
+        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
+
+
+async def test_a_file_the_script_removed_before_stop_drains_too(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """README's example unlinks its registration, then leaves ``async with``."""
+    caplog.set_level(logging.INFO, "hooks.sdk")
+    with runscope.scope():
+        async with Held(sock_dir / "h.sock", drain=0.05) as server:
+            write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"]).unlink()
+    assert [r.drain_s for r in caplog.records if "draining" in r.getMessage()] == [0.05]
+
+
+async def test_a_server_no_hook_file_of_the_run_names_closes_at_once(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No proxy was told of it by this run (plain asyncio.run, a test's server): no wait for one."""
+    caplog.set_level(logging.INFO, "hooks.sdk")
+    server = Held(sock_dir / "h.sock", drain=30.0)
+    await server.start()
+    write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])  # outside run: not recorded
+    stopping = asyncio.ensure_future(server.stop())
+    await asyncio.sleep(0)  # stop has begun
+    assert await asyncio.wait_for(_call(server.target), 5) == grpc.StatusCode.UNAVAILABLE
+    await asyncio.wait_for(stopping, 5)
+    assert not [r for r in caplog.records if "draining" in r.getMessage()]
+
+
+def test_the_default_drain_is_hook_runs_and_a_negative_one_is_refused(sock_dir: Path) -> None:
+    from hooks.cli import run as hook_run
+
+    (drain,) = [p for p in hook_run.params if p.name == "drain"]
+    assert drain.default == DEFAULT_DRAIN_S
+    with pytest.raises(ValueError, match="drain must be 0 or more"):
+        Held(sock_dir / "h.sock", drain=-1)
