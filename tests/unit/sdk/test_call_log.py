@@ -131,3 +131,23 @@ async def test_a_calls_line_carries_no_request_data_beyond_its_documented_fields
         assert set(vars(record)) - STANDARD <= DOCUMENTED
         carried = [record.getMessage(), *(repr(value) for value in vars(record).values())]
         assert not [text for text in carried if secret in text or "DB_PASSWORD" in text or "api-key" in text]
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_a_request_that_cannot_be_decoded_gets_its_line_with_method_and_size(
+    sock_dir: Path, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No handler is called for it, so it had no line: a caller whose calls all
+    failed (INTERNAL, or grpc.aio's UNKNOWN) looked as if it never called.
+    The line carries no request byte, only the size."""
+    caplog.set_level(logging.DEBUG, "hooks.sdk")
+    method = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
+    async with Mixed(sock_dir / "m.sock", transport=transport) as server, \
+            grpc.aio.insecure_channel(server.target) as channel:
+        with pytest.raises(grpc.aio.AioRpcError):
+            await channel.unary_unary(method)(b"\xff\xff\xff", timeout=5)
+    (line,) = _calls(caplog)
+    assert (line.levelno, line.hook, line.method, line.outcome, line.request_bytes) == (
+        logging.DEBUG, "PreCreateContainer", method, "undecodable", 3)
+    assert line.getMessage().startswith("PreCreateContainer hook call could not be decoded: 3 bytes, ")
+    assert line.error and set(vars(line)) - STANDARD <= DOCUMENTED | {"method", "request_bytes", "error"}
