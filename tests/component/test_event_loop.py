@@ -89,7 +89,7 @@ async def test_serve_and_hook_run_on_uvloop_answer_calls_and_stop_on_sigterm(
             created = await channel.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
             assert v1.CreateContainerResponse.FromString(created).container_id == "ctr-1"
         # The hook server answered the proxy's pre hook, then the runtime got the call.
-        answered = await wait_for_line(hook.stderr, '"msg": "answered no change"')
+        answered = await wait_for_line(hook.stderr, '"msg": "PreCreateContainer hook call answered in')
         assert fields(answered[-1])["hook"] == "PreCreateContainer"
         assert len(fake.calls(CREATE)) == 1
 

@@ -65,7 +65,7 @@ async def test_noop_is_registered_called_and_deregistered_before_it_stops(
     await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
     assert hook_calls(running, "noop.json", "PreCreateContainer") == 1
     assert v1.CreateContainerRequest.FromString(fake.calls(CREATE)[0].requests[0]) == create_request()
-    logged = json.loads(await run.wait_for('"msg": "answered no change"'))
+    logged = json.loads(await run.wait_for('"msg": "PreCreateContainer hook call answered in'))
     assert (logged["hook"], logged["pod"], logged["container"]) == ("PreCreateContainer", "default/web", "app")
 
     run.process.send_signal(signal.SIGTERM)
