@@ -23,7 +23,7 @@ from ..hookpath.dispatch import Dispatcher
 from ..hookpath.hookfile import HookServerConfig
 from ..hookpath.nodefacts import NodeFactsSource
 from ..hookpath.points import HOOK_POINTS, HookType, Phase
-from ..hookpath.registry import HookRegistry, HookSnapshot
+from ..hookpath.registry import ChangeCallback, HookSnapshot, HookSource
 from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -87,24 +87,29 @@ def order_wait(registry: ClampedRegistry) -> Callable[[HookType], float | None]:
 
 
 class ClampedRegistry:
-    """The hook registry as the dispatcher sees it under NRI: no server's
-    timeout is longer than ``limit`` (logged once per server)."""
+    """The hook registry as the dispatcher sees it under NRI (a
+    ``HookSource``): no server's timeout is longer than ``limit`` (logged
+    once per server), in its snapshot and the one its change callbacks get
+    too, so that what the dispatcher keeps by server (outages, answers noted
+    as unapplied) is kept by the configs it calls."""
 
-    def __init__(self, registry: HookRegistry, limit: float) -> None:
+    def __init__(self, registry: HookSource, limit: float) -> None:
         self._registry = registry
         self.limit = limit
         self._clamped: dict[HookServerConfig, HookServerConfig] = {}
-        registry.on_change(self._note)
+        self._snapshot = HookSnapshot()
+        registry.on_change(self._note)  # first: a callback given to on_change below reads its snapshot
         self._note(registry.snapshot)
 
     def _note(self, snapshot: HookSnapshot) -> None:
-        known: dict[HookServerConfig, HookServerConfig] = {}
-        for hook in HookType:
-            for server in snapshot.servers_for(hook):
-                if server in known:
-                    continue
-                known[server] = self._clamped.get(server) or self._clamp(server)
+        known = {server: self._clamped.get(server) or self._clamp(server) for server in snapshot.servers.values()}
         self._clamped = known
+        self._snapshot = HookSnapshot({name: known[server] for name, server in snapshot.servers.items()},
+                                      snapshot.generation)
+
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return self._snapshot
 
     def _clamp(self, server: HookServerConfig) -> HookServerConfig:
         if server.timeout <= self.limit:
@@ -119,8 +124,9 @@ class ClampedRegistry:
         servers = tuple(self._clamped.get(s) or self._clamp(s) for s in self._registry.servers_for(hook))
         return _Chain(servers) if HOOK_POINTS[hook].phase is Phase.PRE else servers
 
-    def on_change(self, callback: Callable[[HookSnapshot], None]) -> Callable[[], None]:
-        return self._registry.on_change(callback)
+    def on_change(self, callback: ChangeCallback) -> object:
+        """``callback`` gets the clamped snapshot after each change (the registry's unsubscribe returned)."""
+        return self._registry.on_change(lambda _: callback(self._snapshot))
 
 
 def _plain(value: Any) -> Any:

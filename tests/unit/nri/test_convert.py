@@ -12,6 +12,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.nri import api_pb2 as nri
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.app import NriSettings
 from runtimeproxy.nri.limits import HOOK_DEADLINE, ClampedRegistry, unapplied
@@ -124,15 +125,17 @@ def test_unapplied_answers_per_hook_point() -> None:
 
 
 class _Registry:
+    """A HookSource of fixed servers."""
+
     def __init__(self, servers: tuple[HookServerConfig, ...]) -> None:
-        self.servers = servers
+        self._snapshot = HookSnapshot({server.name: server for server in servers})
 
     @property
-    def snapshot(self) -> _Registry:
-        return self
+    def snapshot(self) -> HookSnapshot:
+        return self._snapshot
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return self.servers
+        return self._snapshot.servers_for(hook)
 
     def on_change(self, callback: object) -> None:
         return None
@@ -143,7 +146,7 @@ def _server(name: str, timeout: float) -> HookServerConfig:
 
 
 async def test_timeouts_clamped_and_a_chain_gets_what_is_left() -> None:
-    clamped = ClampedRegistry(_Registry((_server("a", 0.5), _server("b", 30.0))), limit=1.6)  # type: ignore[arg-type]
+    clamped = ClampedRegistry(_Registry((_server("a", 0.5), _server("b", 30.0))), limit=1.6)
     assert [s.timeout for s in clamped.servers_for(HookType.PRE_CREATE_CONTAINER)] == [0.5, 1.6]
     assert [s.timeout for s in clamped.servers_for(HookType.POST_START_CONTAINER)] == [0.5, 1.6]
     token = HOOK_DEADLINE.set(asyncio.get_running_loop().time() + 1.0)
