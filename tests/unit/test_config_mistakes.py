@@ -210,9 +210,27 @@ def test_listen_on_the_backends_socket_by_flag_is_refused(tmp_path: Path, starte
     config = write(tmp_path, f"listen: {sock}\nbackend: {tmp_path / 'other.sock'}\n")
     result = CliRunner().invoke(cli.main, ["serve", "--config", str(config), "--backend", sock])
     assert result.exit_code == 1
-    assert "Error: listen and backend are the same socket" in result.output  # the flag's, not the file's
-    assert "line" not in result.output
+    # The flag's, not the file's; saying which value came from where.
+    assert " ".join(result.output.split()) == (
+        f"Error: --backend {sock} on the command line is the socket that config file {config} gives as listen "
+        "(line 1): the proxy would forward every call to itself; backend is the runtime's socket (containerd's: "
+        f"{ProxyConfig.backend})")
     assert started == []
+
+
+def test_a_files_backend_under_a_listen_flag_is_named_the_flags_with_the_files_line(
+    tmp_path: Path, started: list[ProxyConfig]
+) -> None:
+    """Before: `config file F: listen and backend are the same socket ...
+    (line 2)`, blaming the file for what the command line did."""
+    sock = str(tmp_path / "c.sock")
+    config = write(tmp_path, f"hook-dir: {tmp_path}\nbackend: {sock}\n")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(config), "--listen", sock])
+    assert result.exit_code == 1 and started == []
+    assert " ".join(result.output.split()) == (
+        f"Error: --listen {sock} on the command line is the socket that config file {config} gives as backend "
+        "(line 2): the proxy would forward every call to itself; backend is the runtime's socket (containerd's: "
+        f"{ProxyConfig.backend})")
 
 
 # backend left at its default: listen is the setting written, and the mistake.

@@ -49,9 +49,11 @@ def test_a_flag_given_for_a_refused_socket_setting_is_checked_for_a_clash(
     result = CliRunner().invoke(cli.main, ["serve", "--config", str(config), "--listen", f"{tmp_path}/b.sock"])
     assert result.exit_code == 1 and started == []
     lines = result.output.rstrip().splitlines()
-    assert lines[0] == f"Error: config file {config}: 3 errors:"  # the file's backend is blamed (line 2)
+    # The clash is the flag's, naming the file's backend and its line.
+    assert lines[0] == f"Error: 3 errors in config file {config} and the flags:"
     assert lines[1].startswith("  listen 5: ") and lines[2].startswith("  log-level 'loud': ")
-    assert lines[3].startswith("  listen and backend are the same socket") and lines[3].endswith("(line 2)")
+    assert lines[3].startswith(f"  flags: --listen {tmp_path}/b.sock on the command line is the socket that config "
+                               f"file {config} gives as backend (line 2): ")
 
 
 def test_a_clash_a_flag_makes_is_named_the_flags_after_the_files_errors(
