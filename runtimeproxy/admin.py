@@ -219,11 +219,24 @@ def _error_state(error: Mapping[str, Any], now: float) -> str | None:
         return None
     calls = error.get("failed_calls") or 1
     run = f"{calls} failed call{'s' if calls != 1 else ''}"
+    how = _how_they_failed(calls, error.get("answered_invalid"))
     if error["current"]:
         since = _when(error.get("failing_since") or error["at"])
-        return f"now: still failing, {run} in a row since {since} (no call has succeeded since)"
+        return f"now: still failing, {run} in a row since {since}{how} (no call has succeeded since)"
     recovered = error["recovered_at"]
-    return f"now: recovered {_duration(max(0.0, now - recovered))} ago, at {_when(recovered)}, after {run} in a row"
+    return f"now: recovered {_duration(max(0.0, now - recovered))} ago, at {_when(recovered)}, after {run} in a row{how}"
+
+
+def _how_they_failed(calls: int, invalid: int | None) -> str:
+    """A run's failed calls by kind: a server that answers values the proxy
+    refuses is up, and wants its answers fixed; one that does not answer, its
+    process or socket. Empty from a proxy older than ``answered_invalid``."""
+    if invalid is None:
+        return ""
+    parts = [f"{calls - invalid} failed to answer"] if invalid < calls else []
+    if invalid:
+        parts.append(f"{invalid} answered invalid values (answers the proxy refused)")
+    return ": " + ", ".join(parts)
 
 
 def _when(wall: float) -> str:

@@ -59,8 +59,39 @@ def test_a_recovered_servers_last_error_is_kept_and_said_to_be_past() -> None:
     assert error["recovered_at"] >= failed_at
     text = render(doc, now=error["recovered_at"] + 12)
     recovered = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["recovered_at"]))
-    assert f"      now: recovered 0m12s ago, at {recovered}, after 3 failed calls in a row" in text.splitlines()
+    assert (f"      now: recovered 0m12s ago, at {recovered}, after 3 failed calls in a row: 3 failed to answer"
+            in text.splitlines())
     assert "still failing" not in text
+
+
+def test_answers_the_proxy_refused_count_in_the_run_and_are_told_from_calls_not_answered() -> None:
+    """The server answered, but nothing it sent applied (under Fail, the CRI
+    call was refused): a failure still, for an operator must not read the
+    server as working; but its own words, for the fix is in its answers, not
+    in its process or socket. Before: "still failing, 3 failed calls in a row"
+    alike, as if it had not answered."""
+    metrics = Metrics()
+    metrics.hook_call("a.json", CREATE, "invalid_value", 0.01, "answer carries values the kernel would refuse")
+    metrics.hook_call("a.json", CREATE, "invalid_answer", 0.01, "answer is not a valid ContainerResourceHookResponse")
+    doc = status(metrics)
+    error = doc["hook_servers"][0]["last_error"]
+    assert (error["current"], error["failed_calls"], error["answered_invalid"]) == (True, 2, 2)
+    line = render(doc, now=error["at"] + 5).splitlines()[-1]
+    assert line.startswith("      now: still failing, 2 failed calls in a row since ")
+    assert line.endswith(": 2 answered invalid values (answers the proxy refused) (no call has succeeded since)")
+    assert "failed to answer" not in line
+
+    metrics.hook_call("a.json", CREATE, "unavailable", 0.01, "UNAVAILABLE: connection refused")  # then it went down
+    metrics.hook_call("a.json", CREATE, "ok", 0.01)
+    doc = status(metrics)
+    error = doc["hook_servers"][0]["last_error"]
+    assert (error["current"], error["failed_calls"], error["answered_invalid"]) == (False, 3, 2)
+    line = render(doc, now=error["recovered_at"]).splitlines()[-1]
+    assert line.endswith(
+        "after 3 failed calls in a row: 1 failed to answer, 2 answered invalid values (answers the proxy refused)")
+
+    metrics.hook_call("a.json", CREATE, "deadline_exceeded", 1.0, "no answer within 1s")  # a new run: from naught
+    assert status(metrics)["hook_servers"][0]["last_error"]["answered_invalid"] == 0
 
 
 def test_a_new_run_of_failures_counts_from_one_again() -> None:
