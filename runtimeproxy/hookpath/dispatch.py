@@ -104,7 +104,9 @@ class Dispatcher:
         self._node = node  # None: pre-hook answers are not checked against the node
         self._outages = OutageLog(log, HOOK_SERVER, clock=clock)
         self.transport = transport or transport_for("frames")
-        # _note_unapplied's, once each: by the file as read, so an edited one is logged again.
+        # _note_unapplied's, once each: by the file as the registry's snapshot
+        # holds it, so an edited one is logged again (and not by the config
+        # called: under NRI a chain's server may get a new timeout each call).
         self._unapplied_noted: set[tuple[HookServerConfig, HookType]] = set()
         registry.on_change(self._forget_removed)
 
@@ -207,9 +209,17 @@ class Dispatcher:
         sees the call go on unchanged and no word why (a post hook's,
         PreStartContainer's, PreUpdateContainerResources' env)."""
         found = unapplied(point, answer)
-        if found is None or (server, point.hook) in self._unapplied_noted:
+        if found is None:
             return
-        self._unapplied_noted.add((server, point.hook))
+        # The snapshot's config, which _forget_removed compares: the one
+        # called may be a copy with the time left for its timeout (nri/limits.py's
+        # _Chain), a new one each call, which noted so would log every call and
+        # keep one entry per call. (Itself for a server removed since: the next
+        # change forgets it.)
+        noted = (self.registry.snapshot.servers.get(server.name, server), point.hook)
+        if noted in self._unapplied_noted:
+            return
+        self._unapplied_noted.add(noted)
         fields, message = found
         log.info(message, extra={**server.log_fields(), "hook": point.hook.value, "answer_fields": ",".join(fields)})
 

@@ -23,7 +23,7 @@ from ..hookpath.dispatch import Dispatcher
 from ..hookpath.hookfile import HookServerConfig
 from ..hookpath.nodefacts import NodeFactsSource
 from ..hookpath.points import HOOK_POINTS, HookType, Phase
-from ..hookpath.registry import ChangeCallback, HookSnapshot, HookSource
+from ..hookpath.registry import ChangeCallback, HookRegistry, HookSnapshot
 from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,13 @@ def order_wait(registry: ClampedRegistry) -> Callable[[HookType], float | None]:
 class ClampedRegistry:
     """The hook registry as the dispatcher sees it under NRI (a
     ``HookSource``): no server's timeout is longer than ``limit`` (logged
-    once per server), in its snapshot and the one its change callbacks get
-    too, so that what the dispatcher keeps by server (outages, answers noted
-    as unapplied) is kept by the configs it calls."""
+    once per server), in its snapshot, the one its change callbacks get and
+    the servers it hands out. What the dispatcher keeps by config (answers
+    noted as unapplied) it keys by this snapshot's: a pre hook's chain
+    (``_Chain``) hands out a copy with the time left for a timeout, a new
+    one at each call, equal to no config of the snapshot."""
 
-    def __init__(self, registry: HookSource, limit: float) -> None:
+    def __init__(self, registry: HookRegistry, limit: float) -> None:
         self._registry = registry
         self.limit = limit
         self._clamped: dict[HookServerConfig, HookServerConfig] = {}
@@ -121,11 +123,12 @@ class ClampedRegistry:
         return dataclasses.replace(server, timeout=self.limit)
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        servers = tuple(self._clamped.get(s) or self._clamp(s) for s in self._registry.servers_for(hook))
+        servers = self._snapshot.servers_for(hook)
         return _Chain(servers) if HOOK_POINTS[hook].phase is Phase.PRE else servers
 
-    def on_change(self, callback: ChangeCallback) -> object:
-        """``callback`` gets the clamped snapshot after each change (the registry's unsubscribe returned)."""
+    def on_change(self, callback: ChangeCallback) -> Callable[[], None]:
+        """``callback`` gets the clamped snapshot after each change; returns
+        the function that unsubscribes it (the registry's)."""
         return self._registry.on_change(lambda _: callback(self._snapshot))
 
 

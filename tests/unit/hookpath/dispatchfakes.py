@@ -15,6 +15,10 @@ class Chain:
     def __init__(self, *servers: HookServerConfig) -> None:
         self.servers = list(servers)
 
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return HookSnapshot({s.name: s for s in self.servers})
+
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return tuple(s for s in self.servers if hook in s.hooks)
 

@@ -30,6 +30,10 @@ class OneServer:
     def __init__(self, server: HookServerConfig) -> None:
         self.server = server
 
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return HookSnapshot({self.server.name: self.server})
+
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return (self.server,) if hook in self.server.hooks else ()
 
@@ -369,11 +373,13 @@ async def test_an_edited_hook_file_s_unapplied_answer_is_logged_again_and_unknow
     unknown fields only (a newer proto's) logged with answer_fields=""."""
     start = HookType.PRE_START_CONTAINER
     envs = hookapi.ContainerResourceHookResponse(container_envs={"START": "1"})
-    dispatcher = Dispatcher(Chain(named("s", FailurePolicy.FAIL, start)), transport=Answering(envs))  # type: ignore[arg-type]
+    registry = Chain(named("s", FailurePolicy.FAIL, start))
+    dispatcher = Dispatcher(registry, transport=Answering(envs))  # type: ignore[arg-type]
     [server] = dispatcher.servers(start)
     edited = dataclasses.replace(server, timeout=2.0)
     caplog.set_level("INFO", logger="runtimeproxy.hookpath.dispatch")
     for config in (server, server, edited, edited):
+        registry.servers = [config]  # the file as the registry read it last
         await dispatcher.call(config, start, request_for(start))
     noted = [r for r in caplog.records if r.getMessage().startswith("hook answer not applied")]
     assert [(r.hook_file, r.answer_fields) for r in noted] == [("s.json", "container_envs")] * 2

@@ -36,6 +36,10 @@ class Servers:
     def __init__(self, servers: list[HookServerConfig]) -> None:
         self.servers = servers
 
+    @property
+    def snapshot(self) -> HookSnapshot:
+        return HookSnapshot({s.name: s for s in self.servers})
+
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return tuple(s for s in self.servers if hook in s.hooks)
 

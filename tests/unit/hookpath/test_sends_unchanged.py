@@ -24,7 +24,7 @@ class Servers:
 
     def __init__(self, *servers: HookServerConfig) -> None:
         self.servers = servers
-        self.snapshot = servers  # (only its length is read)
+        self.snapshot = HookSnapshot({s.name: s for s in servers})
 
     def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
         return tuple(s for s in self.servers if hook in s.hooks)

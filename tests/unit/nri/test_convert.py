@@ -146,7 +146,7 @@ def _server(name: str, timeout: float) -> HookServerConfig:
 
 
 async def test_timeouts_clamped_and_a_chain_gets_what_is_left() -> None:
-    clamped = ClampedRegistry(_Registry((_server("a", 0.5), _server("b", 30.0))), limit=1.6)
+    clamped = ClampedRegistry(_Registry((_server("a", 0.5), _server("b", 30.0))), limit=1.6)  # type: ignore[arg-type]
     assert [s.timeout for s in clamped.servers_for(HookType.PRE_CREATE_CONTAINER)] == [0.5, 1.6]
     assert [s.timeout for s in clamped.servers_for(HookType.POST_START_CONTAINER)] == [0.5, 1.6]
     token = HOOK_DEADLINE.set(asyncio.get_running_loop().time() + 1.0)

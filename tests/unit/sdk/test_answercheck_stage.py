@@ -42,12 +42,6 @@ def facts() -> NodeFacts:
     return NodeFacts(parse_id_list(NODE["cpus"]), parse_id_list(NODE["mems"]))
 
 
-class Registered(Chain):
-    @property
-    def snapshot(self) -> list[HookServerConfig]:  # any server at all: HookStage asks
-        return self.servers
-
-
 class Answering(NoConnections):
     def __init__(self, answer: Message) -> None:
         self.answer, self.shown = answer, []
@@ -110,7 +104,7 @@ class StageRun:
 async def through_stage(hook: HookType, call: Message, answer: Message, answers: Answers = Answers.CHANGES) -> StageRun:
     server = HookServerConfig("h.json", "/nonexistent/h.sock", FailurePolicy.FAIL, frozenset({hook}), answers=answers)
     transport = Answering(answer)
-    dispatcher = Dispatcher(Registered(server), node=NodeFactsSource(facts), transport=transport)  # type: ignore[arg-type]
+    dispatcher = Dispatcher(Chain(server), node=NodeFactsSource(facts), transport=transport)  # type: ignore[arg-type]
     stage = HookStage(dispatcher, store())
     method = HOOK_POINTS[hook].cri_method
     sent: list[bytes] = []
@@ -259,7 +253,7 @@ async def through_nri(hook: HookType, answer: Message, answers: Answers = Answer
     """The hook request shown, and whether the runtime was asked for a change (the adjustment or update)."""
     server = HookServerConfig("h.json", "/nonexistent/h.sock", FailurePolicy.FAIL, frozenset({hook}), answers=answers)
     transport = Answering(answer)
-    dispatcher = ObservingDispatcher(Registered(server), node=NodeFactsSource(facts))
+    dispatcher = ObservingDispatcher(Chain(server), node=NodeFactsSource(facts))
     dispatcher.transport = transport  # type: ignore[assignment]
     state = StateStore()
     adapter = HookAdapter(HookStage(dispatcher, state, carries=False), state, budget=5.0)
