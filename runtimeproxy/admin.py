@@ -219,23 +219,45 @@ def _error_state(error: Mapping[str, Any], now: float) -> str | None:
         return None
     calls = error.get("failed_calls") or 1
     run = f"{calls} failed call{'s' if calls != 1 else ''}"
-    how = _how_they_failed(calls, error.get("answered_invalid"))
+    how = _how_they_failed(error.get("failed_by_outcome"))
     if error["current"]:
         since = _when(error.get("failing_since") or error["at"])
-        return f"now: still failing, {run} in a row since {since}{how} (no call has succeeded since)"
+        return f"now: still failing, {run} in a row since {since} (no call has succeeded since){how}"
     recovered = error["recovered_at"]
     return f"now: recovered {_duration(max(0.0, now - recovered))} ago, at {_when(recovered)}, after {run} in a row{how}"
 
 
-def _how_they_failed(calls: int, invalid: int | None) -> str:
-    """A run's failed calls by kind: a server that answers values the proxy
-    refuses is up, and wants its answers fixed; one that does not answer, its
-    process or socket. Empty from a proxy older than ``answered_invalid``."""
-    if invalid is None:
+# A run's failed calls by what the server did, for each sends the operator
+# somewhere else: one that did not answer, to its process or socket; one
+# that answered an error status, to its handler (its own log); one whose
+# answers the proxy refused, to its answers; one not called, to its socket's
+# owner or directory. Any outcome not named here is a status the server (or
+# what stands for it, its HTTP/2 stack) answered.
+_NO_ANSWER = "did not answer"
+_KINDS: dict[str, str] = {
+    "unavailable": _NO_ANSWER, "deadline_exceeded": _NO_ANSWER, "cancelled": _NO_ANSWER,
+    "invalid_value": "answered invalid values", "invalid_answer": "answered invalid values",
+    "untrusted_endpoint": "not called",
+    "error": "failed in the proxy",  # an exception of its own calling the hook (its log has it at debug)
+}
+_ANSWERED_AN_ERROR = "answered an error"
+_ORDER = (_NO_ANSWER, _ANSWERED_AN_ERROR, "answered invalid values", "not called", "failed in the proxy")
+
+
+def _how_they_failed(by_outcome: Mapping[str, int] | None) -> str:
+    """A run's failed calls by kind, each with its outcomes: '1 did not answer
+    (unavailable), 2 answered an error (internal 1, unknown 1)'. Empty from a
+    proxy older than ``failed_by_outcome``."""
+    if not by_outcome:
         return ""
-    parts = [f"{calls - invalid} failed to answer"] if invalid < calls else []
-    if invalid:
-        parts.append(f"{invalid} answered invalid values (answers the proxy refused)")
+    kinds: dict[str, dict[str, int]] = {}
+    for outcome, n in by_outcome.items():
+        kinds.setdefault(_KINDS.get(outcome, _ANSWERED_AN_ERROR), {})[outcome] = n
+    parts = []
+    for kind in sorted(kinds, key=_ORDER.index):
+        outcomes = kinds[kind]
+        named = ", ".join(outcomes) if len(outcomes) == 1 else ", ".join(f"{o} {n}" for o, n in outcomes.items())
+        parts.append(f"{sum(outcomes.values())} {kind} ({_printable(named)})")
     return ": " + ", ".join(parts)
 
 

@@ -94,10 +94,6 @@ class Metrics:
         return await serve(self.registry, address, stack)
 
 
-# The outcomes of a hook call the server answered, with an answer the proxy
-# refused (dispatch.py): failed calls all the same, told apart in `status`.
-INVALID_OUTCOMES = frozenset({"invalid_value", "invalid_answer"})
-
 # A failure's cause kept for `status`: a gRPC status's details may be long
 # (a hook server's traceback); the proxy's log has each cause whole.
 MAX_CAUSE = 500
@@ -114,18 +110,20 @@ class HookServerStats:
     success, as for its outage's log (dispatch.py); it would otherwise start
     or lengthen a run of "failures" of a server that never failed.
 
-    An answer the proxy refused (``INVALID_OUTCOMES``: values the kernel would
-    refuse, or bytes that are no answer message) is a failed call of the run: the
-    server answered, but nothing it sent applied, and under ``Fail`` the CRI
-    call was refused, so an operator must not read the server as working. The
-    run counts them apart (``answered_invalid``), for `status` to say "answered
-    invalid values" rather than "failed to answer"."""
+    Every other outcome but ``ok`` is a failed call of the run, whatever the
+    server did: no answer (``unavailable``, ``deadline_exceeded``), an error
+    status answered (``internal``: its handler raised), an answer the proxy
+    refused (``invalid_value``), or no call at all (``untrusted_endpoint``):
+    nothing it sent applied, and under ``Fail`` the CRI call was refused, so an
+    operator must not read the server as working. The run counts them by
+    outcome (``failed_by_outcome``), for `status` to say which it was: each
+    sends the operator somewhere else (admin.py)."""
 
     calls: dict[str, int] = field(default_factory=dict)
     last_error: dict[str, object] | None = None
     failing_since: float | None = None  # the first of the failed calls in a row now; None: the last call succeeded
     failed_in_a_row: int = 0  # of the current run, or of the last one once it ended
-    invalid_in_a_row: int = 0  # of those, the answers the proxy refused (INVALID_OUTCOMES)
+    run_outcomes: dict[str, int] = field(default_factory=dict)  # those calls by outcome
 
     def count(self, hook: str, outcome: str, cause: str | None = None, *, caller_cancelled: bool = False) -> None:
         self.calls[outcome] = self.calls.get(outcome, 0) + 1
@@ -138,16 +136,15 @@ class HookServerStats:
             return
         now = time.time()
         if self.failing_since is None:
-            self.failing_since, self.failed_in_a_row, self.invalid_in_a_row = now, 0, 0
+            self.failing_since, self.failed_in_a_row, self.run_outcomes = now, 0, {}
         self.failed_in_a_row += 1
-        if outcome in INVALID_OUTCOMES:
-            self.invalid_in_a_row += 1
+        self.run_outcomes[outcome] = self.run_outcomes.get(outcome, 0) + 1
         self.last_error = {
             "outcome": outcome, "hook": hook, "at": now, "cause": _cut_cause(cause),
             "current": True,  # no call of the server has succeeded since
             "failing_since": self.failing_since,
             "failed_calls": self.failed_in_a_row,  # in a row, this one included
-            "answered_invalid": self.invalid_in_a_row,  # of them, answers the proxy refused; the rest had none
+            "failed_by_outcome": dict(self.run_outcomes),  # those calls by outcome (a copy: the run goes on)
             "recovered_at": None,  # when a call succeeded again
         }
 

@@ -59,7 +59,7 @@ def test_a_recovered_servers_last_error_is_kept_and_said_to_be_past() -> None:
     assert error["recovered_at"] >= failed_at
     text = render(doc, now=error["recovered_at"] + 12)
     recovered = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(error["recovered_at"]))
-    assert (f"      now: recovered 0m12s ago, at {recovered}, after 3 failed calls in a row: 3 failed to answer"
+    assert (f"      now: recovered 0m12s ago, at {recovered}, after 3 failed calls in a row: 3 did not answer (unavailable)"
             in text.splitlines())
     assert "still failing" not in text
 
@@ -75,23 +75,45 @@ def test_answers_the_proxy_refused_count_in_the_run_and_are_told_from_calls_not_
     metrics.hook_call("a.json", CREATE, "invalid_answer", 0.01, "answer is not a valid ContainerResourceHookResponse")
     doc = status(metrics)
     error = doc["hook_servers"][0]["last_error"]
-    assert (error["current"], error["failed_calls"], error["answered_invalid"]) == (True, 2, 2)
+    assert (error["current"], error["failed_calls"]) == (True, 2)
+    assert error["failed_by_outcome"] == {"invalid_value": 1, "invalid_answer": 1}
     line = render(doc, now=error["at"] + 5).splitlines()[-1]
     assert line.startswith("      now: still failing, 2 failed calls in a row since ")
-    assert line.endswith(": 2 answered invalid values (answers the proxy refused) (no call has succeeded since)")
-    assert "failed to answer" not in line
+    assert line.endswith(
+        " (no call has succeeded since): 2 answered invalid values (invalid_value 1, invalid_answer 1)")
 
     metrics.hook_call("a.json", CREATE, "unavailable", 0.01, "UNAVAILABLE: connection refused")  # then it went down
     metrics.hook_call("a.json", CREATE, "ok", 0.01)
     doc = status(metrics)
     error = doc["hook_servers"][0]["last_error"]
-    assert (error["current"], error["failed_calls"], error["answered_invalid"]) == (False, 3, 2)
+    assert (error["current"], error["failed_calls"]) == (False, 3)
     line = render(doc, now=error["recovered_at"]).splitlines()[-1]
-    assert line.endswith(
-        "after 3 failed calls in a row: 1 failed to answer, 2 answered invalid values (answers the proxy refused)")
+    assert line.endswith("after 3 failed calls in a row: 1 did not answer (unavailable), "
+                         "2 answered invalid values (invalid_value 1, invalid_answer 1)")
 
     metrics.hook_call("a.json", CREATE, "deadline_exceeded", 1.0, "no answer within 1s")  # a new run: from naught
-    assert status(metrics)["hook_servers"][0]["last_error"]["answered_invalid"] == 0
+    assert status(metrics)["hook_servers"][0]["last_error"]["failed_by_outcome"] == {"deadline_exceeded": 1}
+
+
+def test_a_run_says_which_calls_answered_an_error_and_which_were_never_made() -> None:
+    """A server whose handler raised answered (``internal``, ``unknown``): its
+    own log has why, its process and socket are fine; one whose socket the
+    proxy does not trust was never called. Before: both read "failed to
+    answer", sending the operator to the server's process or socket."""
+    metrics = Metrics()
+    metrics.hook_call("a.json", CREATE, "deadline_exceeded", 1.0, "no answer within 1s")
+    metrics.hook_call("a.json", CREATE, "internal", 0.01, "INTERNAL: handler raised KeyError")
+    metrics.hook_call("a.json", CREATE, "unknown", 0.01, "UNKNOWN: Exception calling application")
+    metrics.hook_call("a.json", CREATE, "untrusted_endpoint", 0.0, "untrusted endpoint: socket /run/a.sock ...")
+    doc = status(metrics)
+    error = doc["hook_servers"][0]["last_error"]
+    assert error["failed_calls"] == 4
+    assert error["failed_by_outcome"] == {"deadline_exceeded": 1, "internal": 1, "unknown": 1, "untrusted_endpoint": 1}
+    line = render(doc, now=error["at"] + 5).splitlines()[-1]
+    assert line.endswith(
+        " (no call has succeeded since): 1 did not answer (deadline_exceeded), "
+        "2 answered an error (internal 1, unknown 1), 1 not called (untrusted_endpoint)")
+    assert "answer (internal" not in line and "did not answer (untrusted" not in line
 
 
 def test_a_new_run_of_failures_counts_from_one_again() -> None:
@@ -112,6 +134,10 @@ def test_a_last_error_from_an_older_proxy_prints_as_before() -> None:
     doc["hook_servers"][0]["last_error"] = error
     lines = render(doc).splitlines()
     assert lines[-1] == f"    last error: unavailable on {CREATE} at 2023-11-14T22:13:20Z: c"
+    # One older than `failed_by_outcome` sends its run's length alone: said as it was.
+    doc["hook_servers"][0]["last_error"] = {**error, "current": True, "failing_since": error["at"], "failed_calls": 2}
+    assert render(doc).splitlines()[-1] == (
+        "      now: still failing, 2 failed calls in a row since 2023-11-14T22:13:20Z (no call has succeeded since)")
 
 
 def test_a_call_its_caller_cancelled_neither_fails_nor_recovers_the_server() -> None:
@@ -130,7 +156,8 @@ def test_a_call_its_caller_cancelled_neither_fails_nor_recovers_the_server() -> 
     assert (error["outcome"], error["current"], error["failed_calls"]) == ("unavailable", True, 1)
     lines = render(doc, now=error["at"] + 5).splitlines()
     assert lines[-1].startswith("      now: still failing, 1 failed call in a row since ")
-    assert lines[-1].endswith(" (no call has succeeded since)")  # an invalid answer is an answer: "answered" was wrong
+    # the cancelled calls are in none of the run's kinds
+    assert lines[-1].endswith(" (no call has succeeded since): 1 did not answer (unavailable)")
     # a hook call cancelled on its own (its connection closed) is the server's failure, as its outage counts it
     metrics.hook_call("a.json", CREATE, "cancelled", 0.01, "hook call cancelled (its connection was closed)")
     assert metrics.hook_stats["a.json"].last_error["failed_calls"] == 2  # type: ignore[index]
