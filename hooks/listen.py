@@ -18,11 +18,17 @@ from runtimeproxy.host import unixsocket
 if TYPE_CHECKING:
     from hooks.sdk import HookServer
 
-__all__ = ["MAX_MESSAGE_BYTES", "frames", "grpc_aio"]
+__all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "frames", "grpc_aio"]
 
 # A hook request is as large as the CRI call it comes from, and kubelet sends
 # up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# A HookServer's options before its caller's (which replace them by name).
+DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
 
 
 async def grpc_aio(server: HookServer, path: Path, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:

@@ -55,7 +55,6 @@ from hooks import calllog, listen, runscope, unregistered
 from hooks.cancelled import log_cancelled
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer, deadline_passed
-from hooks.listen import MAX_MESSAGE_BYTES
 from hooks.handlers import check_handlers, handled_hooks
 from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
@@ -82,7 +81,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-
 TRANSPORTS = ("frames", "grpc")
 
 # A stop takes its grace and at most about this much more (closing the
@@ -97,11 +95,8 @@ STOP_PAST_GRACE_S = 1.0
 # would otherwise be refused (under Fail, the CRI call). ``hook run``'s --drain.
 DEFAULT_DRAIN_S = 0.5
 
-
-DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-)
+# The listeners' (listen.py), importable from here as before it was.
+MAX_MESSAGE_BYTES, DEFAULT_OPTIONS = listen.MAX_MESSAGE_BYTES, listen.DEFAULT_OPTIONS
 
 
 class HookServer:
