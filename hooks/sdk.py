@@ -145,6 +145,7 @@ class HookServer:
         self._socket_identity: unixsocket.SocketIdentity | None = None
         self._path_lock: socketlock.SocketLock | None = None
         self._run_scope: runscope.RunScope | None = None  # started under hooks.sdk.run: told as it stops
+        self._stopping: asyncio.Future[None] | None = None  # done once the stop under way has ended
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -263,10 +264,25 @@ class HookServer:
            before it noticed the file gone get their answers, not a refusal.
            Not otherwise: no proxy was told of this server by this run.
         3. The listener closes and the calls in flight get ``grace`` seconds
-           to answer; what outlives it is cancelled (None: at once)."""
+           to answer; what outlives it is cancelled (None: at once).
+
+        A stop while another is under way waits for it, shielded (its return
+        must not let ``main`` end, whose end cancels the first's drain). A
+        stop cancelled cuts its drain and grace short, and closes all the same."""
+        stopping = self._stopping
+        if stopping is not None and not stopping.done():
+            await asyncio.shield(stopping)
+            return
         server, self._server = self._server, None
         if server is None:
             return
+        stopping = self._stopping = asyncio.get_running_loop().create_future()
+        try:
+            await self._stop(server, grace, drain)
+        finally:
+            stopping.set_result(None)
+
+    async def _stop(self, server: grpc.aio.Server | FrameServer, grace: float | None, drain: float | None) -> None:
         unregistered.stopped(str(self._socket_path))
         scope, self._run_scope = self._run_scope, None
         registered = False
@@ -282,7 +298,7 @@ class HookServer:
                             "file is gone", drain, extra={"socket": str(self._socket_path), "drain_s": drain})
                 await asyncio.sleep(drain)
             await server.stop(grace)
-        finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop does nothing
+        finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop waits for this
             # The server stopped for sure (grpc unlinks the path it bound as it
             # stops), then our socket removed, unless someone else has replaced
             # it, last the lock: a server waiting on it binds now.

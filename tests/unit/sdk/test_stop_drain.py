@@ -19,6 +19,7 @@ import pytest
 from cri_api.hookapi import api_pb2, api_pb2_grpc
 from hooks import runscope
 from hooks.sdk import DEFAULT_DRAIN_S, HookServer, write_hook_config
+from runtimeproxy.host import socketlock
 from tests.hookrequests import container_request
 
 
@@ -108,12 +109,68 @@ async def test_a_call_past_the_grace_is_cut(sock_dir: Path, tmp_path: Path, tran
 async def test_a_file_the_script_removed_before_stop_drains_too(
     sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """README's example unlinks its registration, then leaves ``async with``."""
+    """README's example unlinks its registration, then leaves ``async with``:
+    a call the proxy started before it noticed is still answered."""
     caplog.set_level(logging.INFO, "hooks.sdk")
     with runscope.scope():
-        async with Held(sock_dir / "h.sock", drain=0.05) as server:
-            write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"]).unlink()
-    assert [r.drain_s for r in caplog.records if "draining" in r.getMessage()] == [0.05]
+        server = Held(sock_dir / "h.sock", drain=3.0)
+        server.release.set()
+        await server.start()
+        write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"]).unlink()
+        stopping = asyncio.ensure_future(server.stop())  # leaving the async with
+        await asyncio.sleep(0)  # stop has begun: it waits in its drain
+        late = await asyncio.wait_for(_call(server.target), 5)
+        assert not isinstance(late, grpc.StatusCode), late  # before the drain: UNAVAILABLE
+        assert late.container_resources.cpu_shares == 512
+        assert not stopping.done()
+        stopping.cancel()  # no need to wait the drain out (cut short: below)
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+    assert [r.drain_s for r in caplog.records if "draining" in r.getMessage()] == [3.0]
+
+
+async def test_a_stop_cancelled_while_it_drains_still_closes_and_frees_the_path(sock_dir: Path, tmp_path: Path) -> None:
+    """A caller's timeout around stop: the server is closed all the same, its
+    socket and lock removed, so the next server on the path starts at once."""
+    path = sock_dir / "h.sock"
+    with runscope.scope():
+        server = Held(path, drain=30.0)
+        await server.start()
+        hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
+        stopping = asyncio.ensure_future(server.stop())
+        await _gone(hook_file)  # it drains now
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+    assert not path.exists() and not socketlock.lock_path(path).exists()
+    assert not server.serving
+    async with Held(path) as successor:  # no wait on a holder: it starts at once
+        successor.release.set()
+        answer = await asyncio.wait_for(_call(successor.target), 5)
+        assert not isinstance(answer, grpc.StatusCode), answer
+    await server.stop()  # a later stop of the first: nothing left to do
+
+
+async def test_a_second_stop_waits_for_the_first_to_end(sock_dir: Path, tmp_path: Path) -> None:
+    """A signal handler's stop drains; main's ``async with`` exit stops again.
+    Before: the second returned at once, main returned, and asyncio.run
+    cancelled the first stop's drain. A second stop cancelled (its caller's
+    timeout) leaves the first going."""
+    with runscope.scope():
+        server = Held(sock_dir / "h.sock", drain=0.3)
+        await server.start()
+        hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
+        first = asyncio.ensure_future(server.stop())  # the signal handler's
+        await _gone(hook_file)  # it drains now
+        impatient = asyncio.ensure_future(server.stop())
+        await asyncio.sleep(0)  # it waits for the first
+        impatient.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await impatient
+        assert not first.done()
+        await asyncio.wait_for(server.stop(), 10)  # the async with exit
+        assert first.done() and first.result() is None  # ended, not cancelled
+    assert not Path(server.socket_path).exists()
 
 
 async def test_a_server_no_hook_file_of_the_run_names_closes_at_once(
