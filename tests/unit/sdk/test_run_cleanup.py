@@ -257,13 +257,12 @@ SCRIPT = textwrap.dedent("""
         stop = asyncio.Event()
         if handled == "yes":
             signal.signal(signal.SIGTERM, lambda *_: loop.call_soon_threadsafe(stop.set))
-        async with Hook(socket_path) as server:
+        async with Hook(socket_path, drain=0.05) as server:
             path = write_hook_config(hook_dir, "h", server.socket_path, ["PreCreateContainer"], failure_policy="Fail")
             print("ready", flush=True)
             await stop.wait()
-            path.unlink()
-            await asyncio.sleep(0.05)  # the drain: calls the proxy started before it noticed
-            print("drained", flush=True)
+            path.unlink()  # leaving drains (no sleep of its own: it would wait twice), then stops
+        print("drained", flush=True)
 
     run(main(*sys.argv[1:4]), sys.argv[4])
 """)
@@ -300,6 +299,7 @@ async def test_a_scripts_own_sigterm_handler_drains_and_exits_0(
     rc, stdout, stderr = await _sigterm(script, sock_dir / "h.sock", tmp_path / "hooks", event_loop, True)
     assert rc == 0, stderr.decode()
     assert stdout == b"drained\n"
+    assert stderr.count(b"hook server draining") == 1, stderr.decode()  # the stop's drain, not cut short
     assert not (tmp_path / "hooks" / "h.json").exists()
 
 
