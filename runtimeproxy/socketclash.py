@@ -53,7 +53,6 @@ def distinct_sockets(config: ProxyConfig, config_file: Path | None = None, flags
         raise ConfigError(message, key=blamed)
 
 
-
 def _one_flag_one_file(pair: tuple[str, str], in_file: Collection[str], flags: Collection[str]) -> tuple[str, str] | None:
     """(the flag's setting, the file's) when one of ``pair`` came as a flag and the other from the file only."""
     first, second = pair
