@@ -22,10 +22,9 @@ from typing import Any
 import yaml
 
 from runtimeproxy import yamlkeys
-from runtimeproxy.config import EndpointURLError, endpoint_path
-from runtimeproxy.host.unixsocket import dial_problem
 from runtimeproxy.shown import shown
 
+from ..criclient import DEFAULT_RUNTIME_ENDPOINT, endpoint_socket
 from .topology import parse_cpuset
 
 # The pod annotation that names a balloon type (NRI's); the "/container.NAME" form names one for a container.
@@ -34,7 +33,6 @@ RESERVED = "reserved"
 DEFAULT = "default"
 SHARE_SCOPES = ("system", "package", "numa", "core")
 EXHAUSTED_POLICIES = ("Fail", "Ignore")
-DEFAULT_RUNTIME_ENDPOINT = "/var/run/runtime-proxy/runtime-proxy.sock"
 
 TOP_KEYS = {
     "reservedResources", "availableResources", "reservedPoolNamespaces", "balloonTypes",
@@ -359,19 +357,11 @@ def parse_config(doc: Any) -> BalloonsConfig:
 
 
 def _endpoint(value: Any) -> str:
-    """runtimeEndpoint as the absolute path it names: a path, or an endpoint
-    URL as kubelet takes it (unix:///run/x.sock, unix:/run/x.sock, any case)."""
-    if not isinstance(value, str) or not value or "\0" in value:
-        raise ConfigError(f"runtimeEndpoint: expected a socket path, got {shown(value)}")
+    """runtimeEndpoint as the absolute path it names (see :func:`hooks.criclient.endpoint_socket`)."""
     try:
-        path = endpoint_path(value)
-    except EndpointURLError as exc:
-        raise ConfigError(f"runtimeEndpoint {shown(value)}: {exc}") from None
-    if not path.startswith("/"):  # relative to wherever the hook runs (/ under systemd)
-        raise ConfigError(f"runtimeEndpoint {shown(value)}: expected an absolute socket path (/PATH or unix:///PATH)")
-    if (problem := dial_problem(path)) is not None:  # the hook dials it
-        raise ConfigError(f"runtimeEndpoint {shown(value)}: {problem}")
-    return path
+        return endpoint_socket(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config_file(path: str | Path) -> BalloonsConfig:

@@ -16,19 +16,17 @@ rather than sending the rest to another runtime; the hook's stop, with
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
-from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.hookpath.merge import merge_resources
 from runtimeproxy.hookpath.runtimespec import resources_from_spec
-from runtimeproxy.host.unixsocket import grpc_target
+
+from ..criclient import LIVE_STATES, SKIP_LABEL, ClientClosed, Connection, CriClient, EndpointChanged, skips_hooks, verbose_info
 
 from .balloon import ContainerKey
 from .config import PodContext
@@ -36,9 +34,12 @@ from .topology import parse_cpuset
 
 log = logging.getLogger(__name__)
 
-SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"  # pods the proxy never hooks
 POD_UID_LABEL = "io.kubernetes.pod.uid"  # kubelet's label on each container
-LIVE_STATES = (v1.CONTAINER_CREATED, v1.CONTAINER_RUNNING)
+# (re-exported: the shared client's exceptions and names, as this module had them)
+__all__ = [
+    "LIVE_STATES", "POD_UID_LABEL", "SKIP_LABEL", "ClientClosed", "EndpointChanged",
+    "ExitedContainer", "FoundContainer", "Listing", "RuntimeClient",
+]
 
 
 @dataclass(frozen=True)
@@ -77,74 +78,7 @@ class Listing:
     exited: list[ExitedContainer]
 
 
-class EndpointChanged(Exception):
-    """A reload changed runtimeEndpoint during a listing or a move. The calls
-    made so far went to the old endpoint; the rest are not sent to the new
-    one: a listing would pair one runtime's pods with another's containers, a
-    move carry one's resources to the other."""
-
-
-class ClientClosed(Exception):
-    """The hook closed the client (it is stopping): no call is sent, and no
-    channel opened again (it would never be closed)."""
-
-
-@dataclass(frozen=True)
-class _Connection:
-    """One endpoint's channel; every call of one listing or move goes through one."""
-
-    endpoint: str
-    channel: aio.Channel
-    stub: v1_grpc.RuntimeServiceStub
-
-
-class RuntimeClient:
-    def __init__(self, endpoint: str, timeout: float = 10.0) -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self._connection: _Connection | None = None
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        """close() was called: a call it cancelled is the hook stopping, not a failure."""
-        return self._closed
-
-    def _connect(self) -> _Connection:
-        if self._closed:
-            raise ClientClosed(f"the client of {self.endpoint} is closed")
-        if self._connection is None:
-            channel = aio.insecure_channel(grpc_target(self.endpoint))
-            self._connection = _Connection(self.endpoint, channel, self._new_stub(channel))
-        return self._connection
-
-    def _new_stub(self, channel: aio.Channel) -> v1_grpc.RuntimeServiceStub:
-        return v1_grpc.RuntimeServiceStub(channel)  # (tests answer with a stub of their own)
-
-    def _on(self, connection: _Connection) -> v1_grpc.RuntimeServiceStub:
-        """``connection``'s stub while it is the client's; EndpointChanged once
-        retargeted, ClientClosed once closed."""
-        if connection is not self._connection:
-            if self._closed:
-                raise ClientClosed(f"the client of {connection.endpoint} was closed")
-            raise EndpointChanged(f"runtimeEndpoint changed from {connection.endpoint} to {self.endpoint}")
-        return connection.stub
-
-    async def retarget(self, endpoint: str) -> None:
-        """Talk to ``endpoint`` from the next listing or move on (a reloaded config's)."""
-        self.endpoint = endpoint
-        await self._drop()
-
-    async def close(self) -> None:
-        """For good (the hook stops): every call from now on raises ClientClosed."""
-        self._closed = True
-        await self._drop()
-
-    async def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.channel.close()
-
+class RuntimeClient(CriClient):
     async def pod_containers(self, pod_uid: str, timeout: float) -> tuple[set[ContainerKey], list[ExitedContainer]]:
         """One pod's containers, by kubelet's label: the keys of the live ones
         and the exited ones. One ListContainers, no spec read."""
@@ -174,7 +108,7 @@ class RuntimeClient:
         exited = []
         for container in listed.containers:
             pod = pods.get(container.pod_sandbox_id)
-            if pod is None or pod.labels.get(SKIP_LABEL, "").lower() == "true":
+            if pod is None or skips_hooks(pod.labels):
                 continue
             if container.state == v1.CONTAINER_EXITED:
                 exited.append(ExitedContainer(container.id, (pod.metadata.uid, container.metadata.name)))
@@ -209,16 +143,13 @@ class RuntimeClient:
             )
         return Listing(found, exited)
 
-    async def _spec(self, connection: _Connection, container_id: str) -> dict[str, Any] | None:
+    async def _spec(self, connection: Connection, container_id: str) -> dict[str, Any] | None:
         """The container's OCI spec from its verbose status; None if the runtime shows none."""
         status = await self._on(connection).ContainerStatus(
             v1.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=self.timeout
         )
-        try:
-            info = json.loads(status.info.get("info", "") or "{}")
-        except ValueError:
-            return None
-        spec = info.get("runtimeSpec") if isinstance(info, dict) else None
+        info = verbose_info(status.info) or {}
+        spec = info.get("runtimeSpec")
         return spec if isinstance(spec, dict) else None
 
     async def update_cpuset(self, container_id: str, cpus: str, mems: str) -> None:
