@@ -9,7 +9,6 @@ calls of their own.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.config import EndpointURLError, endpoint_path
 from runtimeproxy.hookpath.executor import SKIP_LABEL
+from runtimeproxy.hookpath.store import verbose_info
 from runtimeproxy.host.unixsocket import dial_problem, grpc_target
 from runtimeproxy.shown import shown
 
@@ -33,7 +33,7 @@ __all__ = [
     "EndpointChanged",
     "endpoint_socket",
     "skips_hooks",
-    "verbose_info",
+    "verbose_info",  # (runtimeproxy.hookpath.store's, which reads the same statuses)
 ]
 
 log = logging.getLogger(__name__)
@@ -65,19 +65,6 @@ def endpoint_socket(value: Any, key: str = "runtimeEndpoint") -> str:
     if (problem := dial_problem(path)) is not None:  # the hook dials it
         raise ValueError(f"{key} {shown(value)}: {problem}")
     return path
-
-
-def verbose_info(info: Any) -> dict[str, Any] | None:
-    """The JSON document of a verbose status's ``info["info"]`` (containerd's:
-    ``config``, ``runtimeSpec``, ``sandboxID``...); None when there is none."""
-    raw = info.get("info") if info else None
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 class EndpointChanged(Exception):

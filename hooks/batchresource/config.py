@@ -12,11 +12,14 @@ from runtimeproxy.hookpath.duration import parse_duration
 from runtimeproxy.shown import shown
 
 from ..builtin import HookConfigInvalid
+from ..criclient import DEFAULT_RUNTIME_ENDPOINT, endpoint_socket
 from .cgroups import CgroupDriver
 
 __all__ = ["BatchResourceConfig"]
 
-_KEYS = ("cgroup_root", "cgroup_driver", "cgroup_version", "state_dir", "reconcile_interval", "cfs_quota_enabled")
+_KEYS = (
+    "cgroup_root", "cgroup_driver", "cgroup_version", "state_dir", "reconcile_interval", "cfs_quota_enabled", "runtime_endpoint",
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class BatchResourceConfig:
     state_dir: Path = Path("/var/lib/runtime-proxy/batchresource")
     reconcile_interval: float = 10.0
     cfs_quota_enabled: bool = True
+    # Listed each reconcile_interval for BE pods no hook call told of; "" lists nothing.
+    runtime_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> BatchResourceConfig:
@@ -57,7 +62,19 @@ class BatchResourceConfig:
             if not isinstance(raw["cfs_quota_enabled"], bool):
                 raise HookConfigInvalid(f"batchresource: cfs_quota_enabled must be true or false, got {shown(raw['cfs_quota_enabled'])}")
             values["cfs_quota_enabled"] = raw["cfs_quota_enabled"]
+        if "runtime_endpoint" in raw:
+            values["runtime_endpoint"] = _endpoint(raw["runtime_endpoint"])
         return cls(**values)
+
+
+def _endpoint(value: object) -> str:
+    """A socket path or unix:// URL; "" (or null) for no listing at all."""
+    if value is None or value == "":
+        return ""
+    try:
+        return endpoint_socket(value, "batchresource: runtime_endpoint")
+    except ValueError as exc:
+        raise HookConfigInvalid(str(exc)) from None
 
 
 def _interval(value: object) -> float:

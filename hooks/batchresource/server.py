@@ -8,6 +8,7 @@ pod's spec is logged and the pod is left as it is: the hook never fails a pod.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -20,10 +21,12 @@ from runtimeproxy.hookpath.points import HookType
 from ..builtin import BuiltinHook
 from .apply import MemoryBelowUsage, check_memory
 from .config import BatchResourceConfig
+from .learn import RuntimeLearner, learn_loop
 from .pods import KnownPods
 from .reconcile import reconcile_loop
 from .resources import CgroupValues, container_values, pod_values
 from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
+from .runtime import RuntimeLister
 from .state import PodRecord, pod_key
 
 __all__ = ["BatchResourceHook"]
@@ -61,6 +64,10 @@ class BatchResourceHook(BuiltinHook):
         super().__init__(socket_path, **kwargs)
         self.config = config or BatchResourceConfig()
         self.pods = KnownPods(self.config)
+        self.learner = (
+            RuntimeLearner(self.pods, RuntimeLister(self.config.runtime_endpoint), self.config.cfs_quota_enabled)
+            if self.config.runtime_endpoint else None
+        )
 
     @classmethod
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BatchResourceHook:
@@ -79,9 +86,13 @@ class BatchResourceHook(BuiltinHook):
                 "known_pods": len(self.pods.records()),
                 "reconcile_interval": config.reconcile_interval,
                 "cfs_quota_enabled": config.cfs_quota_enabled,
+                "runtime_endpoint": config.runtime_endpoint,  # "": BE pods are learned from hook calls only
             },
         )
-        await reconcile_loop(self.pods, self.config.reconcile_interval)
+        loops = [reconcile_loop(self.pods, config.reconcile_interval)]
+        if self.learner is not None:
+            loops.append(learn_loop(self.learner, config.reconcile_interval))
+        await asyncio.gather(*loops)
 
     async def handle(self, hook: HookType, request: Message) -> Message | None:
         # A bug here must not fail pods (the hook may be registered with the Fail policy).

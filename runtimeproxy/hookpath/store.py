@@ -300,8 +300,8 @@ class StateStore:
         assert self.read_backend is not None
         request = v1.PodSandboxStatusRequest(pod_sandbox_id=pod_id, verbose=True).SerializeToString()
         status = v1.PodSandboxStatusResponse.FromString(await self.read_backend("PodSandboxStatus", request))
-        info = _verbose_info(status.info)
-        config = _config_from_info(info, v1.PodSandboxConfig())
+        info = verbose_info(status.info)
+        config = config_from_info(info, v1.PodSandboxConfig())
         if info is None or config is None:
             # Not containerd's verbose format: better no record than one that
             # tells hooks wrong labels.
@@ -313,10 +313,10 @@ class StateStore:
         assert self.read_backend is not None
         request = v1.ContainerStatusRequest(container_id=container_id, verbose=True).SerializeToString()
         status = v1.ContainerStatusResponse.FromString(await self.read_backend("ContainerStatus", request))
-        info = _verbose_info(status.info)
+        info = verbose_info(status.info)
         pod_id = str(info.get("sandboxID", "")) if info else ""
         pod = await self.pod(pod_id) if pod_id else None
-        config = _config_from_info(info, v1.ContainerConfig())
+        config = config_from_info(info, v1.ContainerConfig())
         if info is None or pod is None or config is None:
             log.warning(
                 "cannot rebuild container state from the backend",
@@ -364,7 +364,9 @@ def _raw_id(item: bytes) -> str:
     return ""
 
 
-def _verbose_info(info: Any) -> dict[str, Any] | None:
+def verbose_info(info: Any) -> dict[str, Any] | None:
+    """The JSON document of a verbose status's ``info["info"]`` (containerd's:
+    ``config``, ``runtimeSpec``, ``sandboxID``...); None when there is none."""
     raw = info.get("info") if info else None
     if not raw:
         return None
@@ -375,7 +377,7 @@ def _verbose_info(info: Any) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _config_from_info(info: dict[str, Any] | None, message: Any) -> Any:
+def config_from_info(info: dict[str, Any] | None, message: Any) -> Any:
     """containerd stores the request's config as Go JSON (proto field names,
     enums as numbers, env values as plain strings)."""
     if not info or not isinstance(info.get("config"), dict):

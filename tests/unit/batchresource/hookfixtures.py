@@ -12,6 +12,8 @@ POD_PARENT = "/kubepods/besteffort/poduid-1"
 
 
 def make_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook:
+    """No runtime listing unless asked (runtime_endpoint=...): these tests drive the hook calls."""
+    settings.setdefault("runtime_endpoint", "")
     config = BatchResourceConfig(cgroup_root=tmp_path / "cgroup", cgroup_version=version, state_dir=tmp_path / "state", **settings)
     return BatchResourceHook(str(tmp_path / "hook.sock"), config)
 

@@ -1,0 +1,85 @@
+"""A CRI runtime stub for the batchresource listing: pods and containers as
+containerd lists them, each sandbox's verbose status with its config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from cri_api.v1 import api_pb2 as v1
+from hooks.batchresource.runtime import RuntimeLister
+
+from .hookfixtures import POD_PARENT
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> aio.AioRpcError:
+    return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(), details)
+
+
+@dataclass
+class FakePod:
+    id: str
+    uid: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    cgroup_parent: str = POD_PARENT
+    name: str = "batch-job"
+    namespace: str = "team-a"
+    state: int = v1.SANDBOX_READY
+    containers: dict[str, str] = field(default_factory=dict)  # id -> name
+    container_state: int = v1.CONTAINER_RUNNING
+
+    def metadata(self) -> v1.PodSandboxMetadata:
+        return v1.PodSandboxMetadata(name=self.name, namespace=self.namespace, uid=self.uid)
+
+
+class FakeRuntimeStub:
+    def __init__(self, *pods: FakePod) -> None:
+        self.pods = list(pods)
+        self.calls: list[str] = []
+        self.fail_with: aio.AioRpcError | None = None
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if self.fail_with is not None:
+            raise self.fail_with
+
+    async def ListPodSandbox(self, request: v1.ListPodSandboxRequest, timeout: float | None = None) -> v1.ListPodSandboxResponse:
+        self._call("ListPodSandbox")
+        items = [v1.PodSandbox(id=p.id, metadata=p.metadata(), state=p.state, labels=p.labels, annotations=p.annotations)
+                 for p in self.pods]
+        return v1.ListPodSandboxResponse(items=items)
+
+    async def ListContainers(self, request: v1.ListContainersRequest, timeout: float | None = None) -> v1.ListContainersResponse:
+        self._call("ListContainers")
+        return v1.ListContainersResponse(containers=[
+            v1.Container(id=cid, pod_sandbox_id=p.id, metadata=v1.ContainerMetadata(name=name), state=p.container_state)
+            for p in self.pods for cid, name in p.containers.items()
+        ])
+
+    async def PodSandboxStatus(self, request: v1.PodSandboxStatusRequest, timeout: float | None = None) -> v1.PodSandboxStatusResponse:
+        self._call("PodSandboxStatus")
+        pod = next((p for p in self.pods if p.id == request.pod_sandbox_id), None)
+        if pod is None:
+            raise rpc_error(grpc.StatusCode.NOT_FOUND, f"no sandbox {request.pod_sandbox_id}")
+        config: dict[str, Any] = {  # containerd's Go JSON of the RunPodSandbox config
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "labels": pod.labels, "annotations": pod.annotations, "linux": {"cgroup_parent": pod.cgroup_parent},
+        }
+        return v1.PodSandboxStatusResponse(
+            status=v1.PodSandboxStatus(id=pod.id, metadata=pod.metadata(), state=pod.state),
+            info={"info": json.dumps({"config": config, "runtimeHandler": ""})} if request.verbose else {},
+        )
+
+
+class FakeLister(RuntimeLister):
+    def __init__(self, stub: FakeRuntimeStub) -> None:
+        super().__init__("/fake/runtime.sock")
+        self.stub = stub
+
+    def _new_stub(self, channel: Any) -> Any:
+        return self.stub

@@ -1,0 +1,203 @@
+"""Learning BE pods from the runtime's listing: pods made while the hook was down."""
+
+import json
+import logging
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cri_api.v1 import api_pb2 as v1
+from hooks.batchresource.config import BatchResourceConfig
+from hooks.batchresource.learn import LEARNED, RuntimeLearner
+from hooks.batchresource.runtime import RuntimeLister
+from hooks.criclient import SKIP_LABEL
+
+from .fakecgroup import make_cgroup, read, write
+from .fakeruntime import FakeLister, FakePod, FakeRuntimeStub, rpc_error
+from .hookfixtures import POD_PARENT, make_hook, pod_request
+from .specs import BE, annotation, container
+
+MIB = 2**20
+TWO = annotation({"main": container("500", "128Mi", "500", "128Mi"), "side": container("250", "64Mi", "250", "64Mi")})
+
+
+def learner_for(tmp_path: Path, *pods: FakePod, version: int = 1) -> tuple[RuntimeLearner, FakeRuntimeStub]:
+    hook = make_hook(tmp_path, version)
+    stub = FakeRuntimeStub(*pods)
+    return RuntimeLearner(hook.pods, FakeLister(stub)), stub
+
+
+def kubelet_be_cgroups(root: Path, version: int, *relative: str) -> None:
+    """Pod and container cgroups as kubelet and runc leave a BE pod: least shares, no quota, no limit."""
+    for rel in relative:
+        make_cgroup(root, version, rel)
+        write(root, version, rel, "cpu.shares" if version == 1 else "cpu.weight", "2" if version == 1 else "1")
+
+
+def values(root: Path, version: int, relative: str) -> tuple[str, str, str]:
+    if version == 1:
+        return tuple(read(root, 1, relative, name) for name in ("cpu.shares", "cpu.cfs_quota_us", "memory.limit_in_bytes"))
+    return tuple(read(root, 2, relative, name) for name in ("cpu.weight", "cpu.max", "memory.max"))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_unknown_be_pod_gets_its_state_file_and_the_hooks_values(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, version: int
+) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, version, POD_PARENT, f"{POD_PARENT}/c-main", f"{POD_PARENT}/c-side")
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main", "c-side": "side"})
+    learner, _ = learner_for(tmp_path, pod, version=version)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert await learner.pass_once() == ["uid-1"]
+    if version == 1:
+        assert values(root, 1, POD_PARENT) == ("768", "75000", str(192 * MIB))
+        assert values(root, 1, f"{POD_PARENT}/c-main") == ("512", "50000", str(128 * MIB))
+        assert values(root, 1, f"{POD_PARENT}/c-side") == ("256", "25000", str(64 * MIB))
+    else:
+        assert values(root, 2, POD_PARENT) == ("30", "75000 100000", str(192 * MIB))
+        assert values(root, 2, f"{POD_PARENT}/c-main") == ("20", "50000 100000", str(128 * MIB))
+    saved = json.loads((tmp_path / "state" / "uid-1.json").read_text())
+    assert (saved["namespace"], saved["name"], saved["cgroup_parent"], saved["spec"]) == (
+        "team-a", "batch-job", POD_PARENT, TWO["node.koordinator.sh/extended-resource-spec"])
+    [line] = [r for r in caplog.records if r.getMessage() == LEARNED]
+    assert (line.pod, line.uid, line.pod_sandbox_id, line.containers) == ("team-a/batch-job", "uid-1", "p-1", 2)
+    assert "no hook call told of" in line.reason
+    # A restarted hook knows it from the state file, as one that ran PreRunPodSandbox would.
+    assert make_hook(tmp_path, version).pods.records()[0].uid == "uid-1"
+
+
+async def test_pod_raised_first_containers_then_pod_lowered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, f"{POD_PARENT}/c-main")
+    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
+    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    await learner.pass_once()
+    writes = [(r.getMessage().split()[3], r.field) for r in caplog.records if r.getMessage().startswith("batchresource set a")]
+    assert writes == [
+        ("pod", "cpu_shares"),  # raising: the pod first
+        ("container", "cpu_shares"), ("container", "cpu_quota"), ("container", "memory_limit"),
+        ("pod", "cpu_quota"), ("pod", "memory_limit"),  # lowering: after its containers
+    ]
+
+
+async def test_known_pods_and_pods_the_hooks_leave_alone_are_not_learned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "cgroup"
+    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
+    parents = {name: f"/kubepods/besteffort/pod{name}" for name in ("known", "ls", "skip", "nospec", "notready")}
+    for parent in parents.values():
+        kubelet_be_cgroups(root, 1, parent)
+    pods = [
+        FakePod("p-known", "known", BE, one, parents["known"]),
+        FakePod("p-ls", "ls", {"koordinator.sh/qosClass": "LS"}, one, parents["ls"]),
+        FakePod("p-skip", "skip", {**BE, SKIP_LABEL: "true"}, one, parents["skip"]),
+        FakePod("p-nospec", "nospec", BE, {}, parents["nospec"]),
+        FakePod("p-notready", "notready", BE, one, parents["notready"], state=v1.SANDBOX_NOTREADY),
+    ]
+    hook, stub = make_hook(tmp_path), FakeRuntimeStub(*pods)
+    await hook.pre_run_pod_sandbox(pod_request(BE, one, parents["known"], uid="known"))
+    learner = RuntimeLearner(hook.pods, FakeLister(stub))
+    write(root, 1, parents["known"], "cpu.shares", "2")
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert await learner.pass_once() == []
+    assert stub.calls == ["ListPodSandbox"]  # nothing to look at closer
+    assert [r.uid for r in learner.pods.records()] == ["known"]
+    assert read(root, 1, parents["known"], "cpu.shares") == "2"  # the reconcile loop's to restore, not the listing's
+    for name in ("ls", "skip", "nospec", "notready"):
+        assert read(root, 1, parents[name], "cpu.shares") == "2"
+    assert LEARNED not in caplog.text
+
+
+async def test_a_malformed_spec_is_warned_of_once_and_left_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    bad = annotation({"main": {"limits": {"kubernetes.io/batch-cpu": "lots"}}})
+    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, bad))
+    for _ in range(3):
+        assert await learner.pass_once() == []
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.pod for r in warnings] == ["team-a/batch-job"] and "'lots' is not a quantity" in warnings[0].reason
+    assert learner.pods.records() == [] and read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "2"
+
+
+async def test_a_container_not_started_yet_is_written_on_a_later_pass(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT)
+    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
+    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
+    assert await learner.pass_once() == ["uid-1"]  # created, not started: runc made no cgroup yet
+    kubelet_be_cgroups(root, 1, f"{POD_PARENT}/c-main")  # started with kubelet's values
+    assert await learner.pass_once() == []  # known now, but learned here: looked at again
+    assert values(root, 1, f"{POD_PARENT}/c-main") == ("512", "50000", str(128 * MIB))
+
+
+async def test_a_failing_listing_is_warned_of_once_then_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
+    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one))
+    stub.fail_with = rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused")
+    caplog.set_level(logging.DEBUG, "hooks.batchresource")
+    assert await learner.pass_once() == [] and await learner.pass_once() == []
+    failed = [r for r in caplog.records if r.getMessage().startswith("batchresource cannot list")]
+    assert [r.levelno for r in failed] == [logging.WARNING, logging.DEBUG]
+    assert (failed[0].runtime_endpoint, failed[0].reason) == ("/fake/runtime.sock", "UNAVAILABLE: connection refused")
+    stub.fail_with = None
+    assert await learner.pass_once() == ["uid-1"]
+    assert "batchresource lists the runtime's pods again" in caplog.text
+    assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
+
+
+async def test_a_runtime_socket_nobody_listens_on_is_a_logged_failure(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hook = make_hook(tmp_path)
+    learner = RuntimeLearner(hook.pods, RuntimeLister(str(tmp_path / "nobody.sock"), timeout=5))
+    try:
+        assert await learner.pass_once() == []
+    finally:
+        await learner.lister.close()
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("batchresource cannot list")]
+    assert failed.levelno == logging.WARNING and failed.reason.startswith("UNAVAILABLE")
+
+
+def test_runtime_endpoint_setting(tmp_path: Path) -> None:
+    from hooks.builtin import HookConfigInvalid
+    from hooks.criclient import DEFAULT_RUNTIME_ENDPOINT
+
+    assert BatchResourceConfig.from_mapping({}).runtime_endpoint == DEFAULT_RUNTIME_ENDPOINT
+    assert BatchResourceConfig.from_mapping({"runtime_endpoint": "unix:///run/containerd/containerd.sock"}).runtime_endpoint == (
+        "/run/containerd/containerd.sock")
+    assert BatchResourceConfig.from_mapping({"runtime_endpoint": ""}).runtime_endpoint == ""
+    with pytest.raises(HookConfigInvalid, match="runtime_endpoint 'run/x.sock': expected an absolute socket path"):
+        BatchResourceConfig.from_mapping({"runtime_endpoint": "run/x.sock"})
+    assert make_hook(tmp_path).learner is None  # "": hook calls only
+    assert make_hook(tmp_path, runtime_endpoint="/run/x.sock").learner is not None
+
+
+async def test_background_lists_the_runtime_at_start_beside_the_reconcile_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
+    hook = make_hook(tmp_path, runtime_endpoint="/fake/runtime.sock")
+    lister = FakeLister(FakeRuntimeStub(FakePod("p-1", "uid-1", BE, one)))
+    hook.learner = RuntimeLearner(hook.pods, lister)
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(seconds: float, *args: object) -> None:
+        if seconds != 10.0:  # (grpc's own waits, closing the channel)
+            return await real_sleep(seconds, *args)
+        slept.append(seconds)
+        if len(slept) == 2:  # both loops made their first pass
+            raise asyncio.CancelledError
+        await real_sleep(3600)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await hook.background()
+    assert slept == [10.0, 10.0]
+    assert [r.uid for r in hook.pods.records()] == ["uid-1"]
+    assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
+    assert lister.closed  # the hook's stop closes the channel
