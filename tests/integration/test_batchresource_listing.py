@@ -1,0 +1,65 @@
+"""batchresource learns a BE pod from the runtime's listing: one made while no
+hook was asked (the hook down, the proxy going on without it), then the hook
+started; values read where they land, in /sys/fs/cgroup."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hooks.batchresource.learn import LEARNED
+from hooks.batchresource.server import BatchResourceHook
+from hooks.registration import write_hook_config
+
+from ..hookprocs import registered
+from .batchhelpers import HookRun, batchresource_hook
+from .proxyfixtures import ProxyLauncher
+from .test_batchresource import BE, MIB, Pod, batch, container_values, pod, pod_values, spec, start_container
+
+BE_VALUES = (512, 50000, 128 * MIB)
+
+
+async def until_be_values(hook: HookRun, p: Pod, pid: int, timeout: float = 20.0) -> None:
+    """Poll the container's and the pod's cgroup files until both hold the BE values
+    (the hook writes them on its own, no event to await); fail at the deadline."""
+    def seen() -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        return container_values(pid), pod_values(p.cgroup)
+
+    try:
+        async with asyncio.timeout(timeout):
+            while seen() != (BE_VALUES, BE_VALUES):
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        container, pod_cgroup = seen()
+        raise AssertionError(f"after {timeout}s: container {container}, pod {pod_cgroup}, not {BE_VALUES}; hook logged {hook.lines}") from None
+
+
+async def test_a_be_pod_made_with_no_hook_gets_its_values_once_the_hook_starts(
+    cri_channel, launcher: ProxyLauncher, pod_log_dir
+) -> None:
+    await launcher.start()  # no hook registered: the pod is made as kubelet asked
+    async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+        _, pid = await start_container(channel, p, "main")
+        assert container_values(pid) != BE_VALUES and pod_values(p.cgroup) != BE_VALUES
+        async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                      runtime_endpoint=str(launcher.socket)) as hook:
+            await until_be_values(hook, p, pid)
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            learned = await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
+            assert (learned["uid"], learned["pod_sandbox_id"], learned["containers"]) == (p.config.metadata.uid, p.id, 1)
+            assert (launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json").is_file()
+
+
+async def test_a_be_pod_made_while_the_hook_was_down_under_ignore(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
+    running, _ = await launcher.start()
+    # Registered under Ignore, nobody serving: the hook is down, the proxy goes on without it.
+    write_hook_config(launcher.hook_dir, "batchresource", launcher.dir / "batchresource.sock", BatchResourceHook.HOOKS,
+                      "Ignore", "5s", remove_with_server=False)
+    await registered(running, 1)
+    async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+        _, pid = await start_container(channel, p, "main")
+        assert container_values(pid) != BE_VALUES
+        async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                      runtime_endpoint=str(launcher.socket)) as hook:
+            await until_be_values(hook, p, pid)
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
