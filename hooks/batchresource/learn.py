@@ -9,8 +9,8 @@ container's cgroup the values PreCreateContainer would have answered, then
 lowers the pod cgroup (raising pod first, lowering containers first, as the
 hooks and the reconcile loop do: a parent is never left below its child).
 
-A pod learned so is looked at again on later passes while it runs: a
-container that was created but not started had no cgroup to write yet.
+A pod learned so is looked at again on later passes until each of its
+containers has been written: one created but not started had no cgroup yet.
 A listing that fails is logged when it starts failing and retried next pass.
 """
 
@@ -43,8 +43,9 @@ class RuntimeLearner:
     pods: KnownPods
     lister: RuntimeLister
     cfs_quota_enabled: bool = True
-    # Keys of the pods learned here, looked at again each pass while listed.
-    learned: set[str] = field(default_factory=set)
+    # Keys of the pods learned here with a container not written yet (no cgroup
+    # yet: created, not started), looked at again next pass.
+    waiting: set[str] = field(default_factory=set)
     # What was warned of, by sandbox id: said once, not every pass.
     _warned: dict[str, set[str]] = field(default_factory=dict)
     _failing: str | None = None
@@ -52,7 +53,7 @@ class RuntimeLearner:
     async def pass_once(self) -> list[str]:
         """One listing; the keys of the pods learned by it. Never raises for the runtime's failures."""
         try:
-            listed = await self.lister.be_pods(lambda key: key not in self.pods or key in self.learned)
+            listed = await self.lister.be_pods(lambda key: key not in self.pods or key in self.waiting)
         except ClientClosed:
             return []  # the hook is stopping
         except grpc.aio.AioRpcError as exc:
@@ -62,9 +63,16 @@ class RuntimeLearner:
             log.info("batchresource lists the runtime's pods again",
                      extra={"runtime_endpoint": self.lister.endpoint, "was": self._failing})
             self._failing = None
-        self._warned = {sid: said for sid, said in self._warned.items() if sid in {p.sandbox_id for p in listed}}
-        new = [p.key for p in listed if self._take(p)]
-        self.learned = {key for key in self.learned | set(new) if key in self.pods}
+        listed_ids = {p.sandbox_id for p in listed}
+        self._warned = {sid: said for sid, said in self._warned.items() if sid in listed_ids}
+        new, waiting = [], set()
+        for pod in listed:
+            learned, waits = self._take(pod)
+            if learned:
+                new.append(pod.key)
+            if waits:
+                waiting.add(pod.key)
+        self.waiting = waiting
         return new
 
     def _failed(self, reason: str) -> None:
@@ -79,27 +87,28 @@ class RuntimeLearner:
             said.add(what)
             log.warning(message, extra={"pod": pod.pod, "pod_sandbox_id": pod.sandbox_id, **extra})
 
-    def _take(self, pod: ListedPod) -> bool:
-        """Do what the hooks would have done for ``pod``; True if the hook did not know it."""
+    def _take(self, pod: ListedPod) -> tuple[bool, bool]:
+        """Do what the hooks would have done for ``pod``: whether the hook did
+        not know it, and whether a container of it has no cgroup to write yet."""
         try:
             spec = pod_spec(pod.labels, pod.annotations)
         except SpecError as exc:
             self._warn_once(pod, "spec", "batchresource left a BE pod found in the runtime unchanged: malformed extended-resource-spec",
                             annotation=ANNOTATION_SPEC, reason=str(exc))
-            return False
+            return False, False
         if spec is None:
-            return False
+            return False, False
         if not pod.cgroup_parent:
             self._warn_once(pod, "parent", "batchresource left a BE pod found in the runtime unchanged: the runtime shows no cgroup_parent")
-            return False
+            return False, False
         record = PodRecord(pod.uid, pod.namespace, pod.name, pod.cgroup_parent, pod.annotations[ANNOTATION_SPEC])
         try:
             if not self.pods.cgroups.pod(record.cgroup_parent).exists():
-                return False  # gone meanwhile, or not under this hook's cgroup_root
+                return False, False  # gone meanwhile, or not under this hook's cgroup_root
         except ValueError as exc:
             self._warn_once(pod, "parent", "batchresource cannot map the pod's cgroup parent to a cgroup; the pod is not tracked",
                             cgroup_parent=record.cgroup_parent, reason=str(exc))
-            return False
+            return False, False
         new = record.key not in self.pods
         if new:
             log.info(LEARNED, extra={"pod": pod.pod, "uid": pod.uid, "pod_sandbox_id": pod.sandbox_id,
@@ -108,12 +117,14 @@ class RuntimeLearner:
         # forgets it once kubelet removes its cgroup, as for a stop it missed.)
         self.pods.remember(record)
         self._pod(pod, record, raise_only=True)
+        waits = False
         for container in pod.containers:
             try:
                 values = container_values(spec, container.name, self.cfs_quota_enabled)
                 files = self.pods.cgroups.container(record.cgroup_parent, container.container_id)
                 if not files.exists():
-                    continue  # created, not started: no cgroup yet (next pass)
+                    waits = True  # created, not started: no cgroup yet (next pass)
+                    continue
                 changes = apply_values(files, values)
             except (SpecError, MemoryBelowUsage, OSError, ValueError) as exc:
                 self._warn_once(pod, container.container_id, "batchresource left a container found in the runtime unchanged",
@@ -122,7 +133,7 @@ class RuntimeLearner:
             _log_changes("batchresource set a container cgroup value", pod, changes,
                          container=container.name, container_id=container.container_id)
         self._pod(pod, record, raise_only=False)  # lowering: after the containers
-        return new
+        return new, waits
 
     def _pod(self, pod: ListedPod, record: PodRecord, *, raise_only: bool) -> None:
         try:

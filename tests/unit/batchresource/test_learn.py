@@ -125,11 +125,14 @@ async def test_a_container_not_started_yet_is_written_on_a_later_pass(tmp_path: 
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT)
     one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
-    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
+    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
     assert await learner.pass_once() == ["uid-1"]  # created, not started: runc made no cgroup yet
     kubelet_be_cgroups(root, 1, f"{POD_PARENT}/c-main")  # started with kubelet's values
-    assert await learner.pass_once() == []  # known now, but learned here: looked at again
+    assert await learner.pass_once() == []  # known now, but waiting for that container: looked at again
     assert values(root, 1, f"{POD_PARENT}/c-main") == ("512", "50000", str(128 * MIB))
+    stub.calls.clear()
+    assert await learner.pass_once() == []
+    assert stub.calls == ["ListPodSandbox"]  # every container written: known like any other pod
 
 
 async def test_a_failing_listing_is_warned_of_once_then_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
