@@ -9,7 +9,6 @@ calls of their own.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +34,6 @@ __all__ = [
     "skips_hooks",
     "verbose_info",  # (runtimeproxy.hookpath.store's, which reads the same statuses)
 ]
-
-log = logging.getLogger(__name__)
 
 # The proxy's own socket (its systemd unit's --listen): a call sent there
 # passes through the proxy's hooks like kubelet's.

@@ -25,8 +25,8 @@ from .learn import RuntimeLearner, learn_loop
 from .pods import KnownPods
 from .reconcile import reconcile_loop
 from .resources import CgroupValues, container_values, pod_values
-from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
 from .runtime import RuntimeLister
+from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
 from .state import PodRecord, pod_key
 
 __all__ = ["BatchResourceHook"]
