@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -18,9 +19,17 @@ from .resources import CgroupValues, pod_values
 from .spec import parse_spec
 from .state import PodRecord, StateDir
 
-__all__ = ["Cgroups", "KnownPods"]
+__all__ = ["Cgroups", "KnownPods", "Warn"]
 
 log = logging.getLogger("hooks.batchresource")
+
+# How a caller has a warning logged: (message, fields). The runtime listing's
+# says each thing once per sandbox; a hook call's logs each.
+Warn = Callable[[str, Mapping[str, object]], None]
+
+
+def _warn(message: str, fields: Mapping[str, object]) -> None:
+    log.warning(message, extra=dict(fields))
 
 
 @dataclass(frozen=True)
@@ -89,3 +98,28 @@ class KnownPods:
 
     def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
         return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)
+
+    def pod_files(self, record: PodRecord, warn: Warn = _warn, **extra: object) -> CgroupFiles | None:
+        """The pod cgroup's files; None, warned of, for a parent that maps to no
+        cgroup: never writable, so the pod is not tracked (the reconcile loop
+        would fail on it every pass)."""
+        try:
+            return self.cgroups.pod(record.cgroup_parent)
+        except ValueError as exc:
+            warn("batchresource cannot map the pod's cgroup parent to a cgroup; the pod is not tracked",
+                 {"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc), **extra})
+            return None
+
+    def write_pod(self, record: PodRecord, *, raise_only: bool, warn: Warn = _warn, **extra: object) -> None:
+        """Write the pod cgroup's values (only the raising ones with ``raise_only``),
+        logging each value written; a failure is warned of and left to the
+        reconcile loop, which retries it (the pod still runs)."""
+        try:
+            changes = self.apply(record, raise_only=raise_only)
+        except (OSError, ValueError) as exc:  # (SpecError and MemoryBelowUsage are ValueErrors)
+            warn("batchresource could not write the pod cgroup",
+                 {"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc), **extra})
+            return
+        for change in changes:
+            log.info("batchresource set a pod cgroup value",
+                     extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})

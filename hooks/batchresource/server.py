@@ -135,28 +135,10 @@ class BatchResourceHook(BuiltinHook):
         return api_pb2.PodSandboxHookResponse(resources=_with_values(request.resources, values))
 
     def _write_pod(self, record: PodRecord, *, raise_only: bool) -> None:
-        try:
-            self.pods.cgroups.pod(record.cgroup_parent)
-        except ValueError as exc:  # never writable: not tracked, or reconcile would fail on it every pass
-            log.warning(
-                "batchresource cannot map the pod's cgroup parent to a cgroup; the pod is not tracked",
-                extra={"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc)},
-            )
+        if self.pods.pod_files(record) is None:
             return
         self.pods.remember(record)  # first: the reconcile loop retries what fails below
-        try:
-            changes = self.pods.apply(record, raise_only=raise_only)
-        except (OSError, ValueError) as exc:  # the pod still runs; the reconcile loop retries
-            log.warning(
-                "batchresource could not write the pod cgroup",
-                extra={"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc)},
-            )
-            return
-        for change in changes:
-            log.info(
-                "batchresource set a pod cgroup value",
-                extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new},
-            )
+        self.pods.write_pod(record, raise_only=raise_only)
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
         meta = request.pod_meta
