@@ -9,25 +9,31 @@ container's cgroup the values PreCreateContainer would have answered, then
 lowers the pod cgroup (raising pod first, lowering containers first, as the
 hooks and the reconcile loop do: a parent is never left below its child).
 
-A pod learned so is looked at again on later passes until each of its
-containers has been written: one created but not started had no cgroup yet.
-A listing that fails is logged when it starts failing and retried next pass.
+A pod learned so is looked at again on later passes while a container of
+it is waiting: one created but not started (no cgroup yet), or one whose
+batch memory limit is below what it uses now (nothing written, retried). A
+pod the listing cannot take (malformed spec, no or unmappable cgroup parent,
+no pod cgroup under cgroup_root) is warned of once and its sandbox not looked
+at again: neither its config nor its parent can change. A pod PostStopPodSandbox
+was called for during a pass is not taken up by that pass. A listing that
+fails is logged when it starts failing and retried next pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
 
 from ..criclient import ClientClosed
-from .apply import Change, MemoryBelowUsage, apply_values
+from .apply import Change, MemoryBelowUsage, apply_values, check_memory
 from .pods import KnownPods
 from .resources import container_values
-from .runtime import ListedPod, RuntimeLister
-from .spec import ANNOTATION_SPEC, SpecError, pod_spec
+from .runtime import ListedContainer, ListedPod, RuntimeLister
+from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
 from .state import PodRecord
 
 __all__ = ["LEARNED", "RuntimeLearner", "learn_loop"]
@@ -36,6 +42,7 @@ log = logging.getLogger("hooks.batchresource")
 
 LEARNED = "batchresource learned a pod from the runtime"
 _WHY = "a running BE pod no hook call told of (made while the hook was down, or not asked)"
+_FROM = "runtime listing"
 
 
 @dataclass
@@ -43,17 +50,37 @@ class RuntimeLearner:
     pods: KnownPods
     lister: RuntimeLister
     cfs_quota_enabled: bool = True
-    # Keys of the pods learned here with a container not written yet (no cgroup
-    # yet: created, not started), looked at again next pass.
+    # Keys of the pods learned here with a container waiting (created, not
+    # started; or its memory above its batch limit), looked at again next pass.
     waiting: set[str] = field(default_factory=set)
+    # Sandboxes the listing cannot take, never looked at closer again; an id
+    # goes once its sandbox is no longer listed ready.
+    refused: set[str] = field(default_factory=set)
+    # Keys PostStopPodSandbox was called for since this pass began: a pod
+    # stopped after the listing saw it ready is not taken up again.
+    _stopped: set[str] = field(default_factory=set)
     # What was warned of, by sandbox id: said once, not every pass.
     _warned: dict[str, set[str]] = field(default_factory=dict)
     _failing: str | None = None
 
+    def note_stopped(self, key: str) -> None:
+        """PostStopPodSandbox for ``key`` (known to the hook or not)."""
+        self._stopped.add(key)
+        self.waiting.discard(key)
+
+    def _wanted(self, sandbox_id: str, key: str) -> bool:
+        if sandbox_id in self.refused or key in self._stopped:
+            return False
+        return key not in self.pods or key in self.waiting
+
     async def pass_once(self) -> list[str]:
         """One listing; the keys of the pods learned by it. Never raises for the runtime's failures."""
+        # (A stop noted before this pass shows in its listing: PostStopPodSandbox
+        # comes after the runtime stopped the sandbox. The uid may get a new
+        # sandbox later.)
+        self._stopped = set()
         try:
-            listed = await self.lister.be_pods(lambda key: key not in self.pods or key in self.waiting)
+            listing = await self.lister.be_pods(self._wanted)
         except ClientClosed:
             return []  # the hook is stopping
         except grpc.aio.AioRpcError as exc:
@@ -63,10 +90,12 @@ class RuntimeLearner:
             log.info("batchresource lists the runtime's pods again",
                      extra={"runtime_endpoint": self.lister.endpoint, "was": self._failing})
             self._failing = None
-        listed_ids = {p.sandbox_id for p in listed}
-        self._warned = {sid: said for sid, said in self._warned.items() if sid in listed_ids}
+        self.refused &= listing.ready
+        self._warned = {sid: said for sid, said in self._warned.items() if sid in listing.ready}
         new, waiting = [], set()
-        for pod in listed:
+        for pod in listing.pods:
+            if pod.key in self._stopped:
+                continue  # stopped while the listing was awaited
             learned, waits = self._take(pod)
             if learned:
                 new.append(pod.key)
@@ -81,74 +110,87 @@ class RuntimeLearner:
                 extra={"runtime_endpoint": self.lister.endpoint, "reason": reason})
         self._failing = reason
 
-    def _warn_once(self, pod: ListedPod, what: str, message: str, **extra: object) -> None:
+    def _warn_once(self, pod: ListedPod, what: str, message: str, fields: Mapping[str, object]) -> None:
         said = self._warned.setdefault(pod.sandbox_id, set())
         if what not in said:
             said.add(what)
-            log.warning(message, extra={"pod": pod.pod, "pod_sandbox_id": pod.sandbox_id, **extra})
+            log.warning(message, extra={"pod": pod.pod, "pod_sandbox_id": pod.sandbox_id, **fields})
+
+    def _refuse(self, pod: ListedPod, message: str, fields: Mapping[str, object]) -> tuple[bool, bool]:
+        """Warned of here, once: the sandbox is never looked at closer again."""
+        self.refused.add(pod.sandbox_id)
+        log.warning(message, extra={"pod": pod.pod, "pod_sandbox_id": pod.sandbox_id, **fields})
+        return False, False
 
     def _take(self, pod: ListedPod) -> tuple[bool, bool]:
         """Do what the hooks would have done for ``pod``: whether the hook did
-        not know it, and whether a container of it has no cgroup to write yet."""
+        not know it, and whether a container of it is waiting."""
         try:
             spec = pod_spec(pod.labels, pod.annotations)
         except SpecError as exc:
-            self._warn_once(pod, "spec", "batchresource left a BE pod found in the runtime unchanged: malformed extended-resource-spec",
-                            annotation=ANNOTATION_SPEC, reason=str(exc))
-            return False, False
-        if spec is None:
+            return self._refuse(pod, "batchresource left a BE pod found in the runtime unchanged: malformed extended-resource-spec",
+                                {"annotation": ANNOTATION_SPEC, "reason": str(exc)})
+        if spec is None:  # (its config says not BE, unlike the listing's labels)
+            self.refused.add(pod.sandbox_id)
             return False, False
         if not pod.cgroup_parent:
-            self._warn_once(pod, "parent", "batchresource left a BE pod found in the runtime unchanged: the runtime shows no cgroup_parent")
-            return False, False
+            return self._refuse(pod, "batchresource left a BE pod found in the runtime unchanged: the runtime shows no cgroup_parent", {})
         record = PodRecord(pod.uid, pod.namespace, pod.name, pod.cgroup_parent, pod.annotations[ANNOTATION_SPEC])
-        try:
-            if not self.pods.cgroups.pod(record.cgroup_parent).exists():
-                return False, False  # gone meanwhile, or not under this hook's cgroup_root
-        except ValueError as exc:
-            self._warn_once(pod, "parent", "batchresource cannot map the pod's cgroup parent to a cgroup; the pod is not tracked",
-                            cgroup_parent=record.cgroup_parent, reason=str(exc))
+        files = self.pods.pod_files(record, lambda message, fields: self._refuse(pod, message, fields))
+        if files is None:
             return False, False
+        if not files.exists():
+            return self._refuse(pod, "batchresource left a BE pod found in the runtime unchanged: no pod cgroup under cgroup_root",
+                                {"cgroup_parent": record.cgroup_parent, "cgroup": str(files.relative)})
         new = record.key not in self.pods
         if new:
             log.info(LEARNED, extra={"pod": pod.pod, "uid": pod.uid, "pod_sandbox_id": pod.sandbox_id,
                                      "cgroup_parent": pod.cgroup_parent, "containers": len(pod.containers), "reason": _WHY})
-        # (A pod stopped since the listing is tracked again: the reconcile loop
-        # forgets it once kubelet removes its cgroup, as for a stop it missed.)
         self.pods.remember(record)
-        self._pod(pod, record, raise_only=True)
+        self._write_pod(pod, record, raise_only=True)
         waits = False
         for container in pod.containers:
-            try:
-                values = container_values(spec, container.name, self.cfs_quota_enabled)
-                files = self.pods.cgroups.container(record.cgroup_parent, container.container_id)
-                if not files.exists():
-                    waits = True  # created, not started: no cgroup yet (next pass)
-                    continue
-                changes = apply_values(files, values)
-            except (SpecError, MemoryBelowUsage, OSError, ValueError) as exc:
-                self._warn_once(pod, container.container_id, "batchresource left a container found in the runtime unchanged",
-                                container=container.name, container_id=container.container_id, reason=str(exc))
-                continue
-            _log_changes("batchresource set a container cgroup value", pod, changes,
-                         container=container.name, container_id=container.container_id)
-        self._pod(pod, record, raise_only=False)  # lowering: after the containers
+            waits |= self._container(pod, record, spec, container)
+        self._write_pod(pod, record, raise_only=False)  # lowering: after the containers
         return new, waits
 
-    def _pod(self, pod: ListedPod, record: PodRecord, *, raise_only: bool) -> None:
+    def _write_pod(self, pod: ListedPod, record: PodRecord, *, raise_only: bool) -> None:
+        def warn(message: str, fields: Mapping[str, object]) -> None:
+            self._warn_once(pod, f"pod-{raise_only}", message, fields)
+
+        self.pods.write_pod(record, raise_only=raise_only, warn=warn, **{"from": _FROM})
+
+    def _container(self, pod: ListedPod, record: PodRecord, spec: PodBatchSpec, container: ListedContainer) -> bool:
+        """Write one container's cgroup; whether it is waiting (looked at again next pass)."""
+        names = {"container": container.name, "container_id": container.container_id}
         try:
-            changes = self.pods.apply(record, raise_only=raise_only)
-        except (SpecError, MemoryBelowUsage, OSError, ValueError) as exc:  # the reconcile loop retries
-            self._warn_once(pod, f"pod-{raise_only}", "batchresource could not write the pod cgroup",
-                            cgroup_parent=record.cgroup_parent, reason=str(exc))
-            return
-        _log_changes("batchresource set a pod cgroup value", pod, changes)
+            values = container_values(spec, container.name, self.cfs_quota_enabled)
+            files = self.pods.cgroups.container(record.cgroup_parent, container.container_id)
+            if not files.exists():
+                if not container.started:
+                    return True  # created, not started: no cgroup yet (next pass)
+                self._warn_once(pod, container.container_id, "batchresource left a running container found in the runtime "
+                                "unchanged: it has no cgroup under cgroup_root", {**names, "cgroup": str(files.relative)})
+                return False
+            check_memory(files, values)  # before any write: all of its values or none
+            changes = apply_values(files, values)
+        except MemoryBelowUsage as exc:
+            self._warn_once(pod, f"memory-{container.container_id}", "batchresource left a container found in the runtime "
+                            "unchanged for now: it uses more memory than its batch limit; retried next pass",
+                            {**names, "reason": str(exc)})
+            return True
+        except (SpecError, OSError, ValueError) as exc:
+            self._warn_once(pod, container.container_id, "batchresource left a container found in the runtime unchanged",
+                            {**names, "reason": str(exc)})
+            return False
+        _log_changes("batchresource set a container cgroup value", pod, changes, **names)
+        return False
 
 
 def _log_changes(message: str, pod: ListedPod, changes: list[Change], **extra: object) -> None:
     for change in changes:
         log.info(message, extra={"pod": pod.pod, "field": change.field.value, "old": change.old, "new": change.new,
-                                 "from": "runtime listing", **extra})
+                                 "from": _FROM, **extra})
 
 
 async def learn_loop(learner: RuntimeLearner, interval: float) -> None:

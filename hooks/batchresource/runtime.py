@@ -6,7 +6,9 @@ The labels, annotations and cgroup parent are read from the sandbox's
 verbose status, the config kubelet sent with RunPodSandbox: what the proxy
 would have put in the PreRunPodSandbox request (``pod_record``). One listing
 costs a ListPodSandbox, plus, only when a BE pod is to be looked at, one
-ListContainers and a PodSandboxStatus per such pod.
+ListContainers and a PodSandboxStatus per such pod. A pod whose status is no
+longer ready (stopped meanwhile) is left out, as is one the runtime no longer
+has.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..criclient import LIVE_STATES, CriClient, skips_hooks, verbose_info
 from .spec import ANNOTATION_SPEC, is_be_pod
 from .state import pod_key
 
-__all__ = ["ListedContainer", "ListedPod", "RuntimeLister", "wanted_by_hook"]
+__all__ = ["ListedContainer", "ListedPod", "Listing", "RuntimeLister", "wanted_by_hook"]
 
 
 def wanted_by_hook(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
@@ -35,6 +37,11 @@ def wanted_by_hook(labels: Mapping[str, str], annotations: Mapping[str, str]) ->
 class ListedContainer:
     container_id: str
     name: str
+    state: int  # CRI's ContainerState: CONTAINER_CREATED (no cgroup yet) or CONTAINER_RUNNING
+
+    @property
+    def started(self) -> bool:
+        return self.state != v1.CONTAINER_CREATED
 
 
 @dataclass(frozen=True)
@@ -59,27 +66,35 @@ class ListedPod:
         return pod_key(self.uid, self.namespace, self.name)
 
 
+@dataclass(frozen=True)
+class Listing:
+    pods: list[ListedPod]  # the wanted ones, looked at closer
+    ready: frozenset[str]  # the id of every ready sandbox listed, wanted or not
+
+
 class RuntimeLister(CriClient):
-    async def be_pods(self, wanted: Callable[[str], bool]) -> list[ListedPod]:
-        """The ready BE pods whose key ``wanted`` accepts, with their live containers.
-        grpc's AioRpcError when the runtime fails a listing call (a pod removed
-        between the calls is left out, not an error)."""
+    async def be_pods(self, wanted: Callable[[str, str], bool]) -> Listing:
+        """The ready BE pods ``wanted`` accepts (called with the sandbox id and
+        the pod's key), with their live containers. grpc's AioRpcError when the
+        runtime fails a listing call (a pod removed or stopped between the calls
+        is left out, not an error)."""
         connection = self._connect()
         ready = v1.PodSandboxFilter(state=v1.PodSandboxStateValue(state=v1.SANDBOX_READY))
         answer = await self._on(connection).ListPodSandbox(v1.ListPodSandboxRequest(filter=ready), timeout=self.timeout)
+        ready_items = [p for p in answer.items if p.state == v1.SANDBOX_READY]  # (a runtime may not honour the filter)
+        ready_ids = frozenset(p.id for p in ready_items)
         sandboxes = [
-            p for p in answer.items
-            if p.state == v1.SANDBOX_READY  # (a runtime may not honour the filter)
-            and wanted_by_hook(p.labels, p.annotations)
-            and wanted(pod_key(p.metadata.uid, p.metadata.namespace, p.metadata.name))
+            p for p in ready_items
+            if wanted_by_hook(p.labels, p.annotations)
+            and wanted(p.id, pod_key(p.metadata.uid, p.metadata.namespace, p.metadata.name))
         ]
         if not sandboxes:
-            return []
+            return Listing([], ready_ids)
         listed = await self._on(connection).ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         containers: dict[str, list[ListedContainer]] = {}
         for c in listed.containers:
             if c.state in LIVE_STATES:
-                containers.setdefault(c.pod_sandbox_id, []).append(ListedContainer(c.id, c.metadata.name))
+                containers.setdefault(c.pod_sandbox_id, []).append(ListedContainer(c.id, c.metadata.name, c.state))
         found = []
         for sandbox in sandboxes:
             try:
@@ -90,8 +105,10 @@ class RuntimeLister(CriClient):
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     continue  # removed meanwhile
                 raise
+            if status.status.state != v1.SANDBOX_READY:
+                continue  # stopped since ListPodSandbox: its cgroup goes, or is going
             found.append(_listed(sandbox, status, tuple(containers.get(sandbox.id, ()))))
-        return found
+        return Listing(found, ready_ids)
 
 
 def _listed(sandbox: v1.PodSandbox, status: v1.PodSandboxStatusResponse, containers: tuple[ListedContainer, ...]) -> ListedPod:

@@ -143,6 +143,8 @@ class BatchResourceHook(BuiltinHook):
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
         meta = request.pod_meta
         key = pod_key(meta.uid, meta.namespace, meta.name)
+        if self.learner is not None:  # known or not: a listing under way must not take it up again
+            self.learner.note_stopped(key)
         if key in self.pods:
             self.pods.forget(key, "PostStopPodSandbox")
         return None

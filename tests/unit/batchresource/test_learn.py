@@ -1,5 +1,6 @@
 """Learning BE pods from the runtime's listing: pods made while the hook was down."""
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -13,32 +14,11 @@ from hooks.batchresource.learn import LEARNED, RuntimeLearner
 from hooks.batchresource.runtime import RuntimeLister
 from hooks.criclient import SKIP_LABEL
 
-from .fakecgroup import make_cgroup, read, write
+from .fakecgroup import read, write
 from .fakeruntime import FakeLister, FakePod, FakeRuntimeStub, rpc_error
 from .hookfixtures import POD_PARENT, make_hook, pod_request
+from .learnfixtures import MIB, ONE, TWO, hook_with_learner, kubelet_be_cgroups, learner_for, values
 from .specs import BE, annotation, container
-
-MIB = 2**20
-TWO = annotation({"main": container("500", "128Mi", "500", "128Mi"), "side": container("250", "64Mi", "250", "64Mi")})
-
-
-def learner_for(tmp_path: Path, *pods: FakePod, version: int = 1) -> tuple[RuntimeLearner, FakeRuntimeStub]:
-    hook = make_hook(tmp_path, version)
-    stub = FakeRuntimeStub(*pods)
-    return RuntimeLearner(hook.pods, FakeLister(stub)), stub
-
-
-def kubelet_be_cgroups(root: Path, version: int, *relative: str) -> None:
-    """Pod and container cgroups as kubelet and runc leave a BE pod: least shares, no quota, no limit."""
-    for rel in relative:
-        make_cgroup(root, version, rel)
-        write(root, version, rel, "cpu.shares" if version == 1 else "cpu.weight", "2" if version == 1 else "1")
-
-
-def values(root: Path, version: int, relative: str) -> tuple[str, str, str]:
-    if version == 1:
-        return tuple(read(root, 1, relative, name) for name in ("cpu.shares", "cpu.cfs_quota_us", "memory.limit_in_bytes"))
-    return tuple(read(root, 2, relative, name) for name in ("cpu.weight", "cpu.max", "memory.max"))
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -71,8 +51,7 @@ async def test_an_unknown_be_pod_gets_its_state_file_and_the_hooks_values(
 async def test_pod_raised_first_containers_then_pod_lowered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT, f"{POD_PARENT}/c-main")
-    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
-    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
+    learner, _ = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, ONE, containers={"c-main": "main"}))
     caplog.set_level(logging.INFO, "hooks.batchresource")
     await learner.pass_once()
     writes = [(r.getMessage().split()[3], r.field) for r in caplog.records if r.getMessage().startswith("batchresource set a")]
@@ -85,19 +64,18 @@ async def test_pod_raised_first_containers_then_pod_lowered(tmp_path: Path, capl
 
 async def test_known_pods_and_pods_the_hooks_leave_alone_are_not_learned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "cgroup"
-    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
     parents = {name: f"/kubepods/besteffort/pod{name}" for name in ("known", "ls", "skip", "nospec", "notready")}
     for parent in parents.values():
         kubelet_be_cgroups(root, 1, parent)
     pods = [
-        FakePod("p-known", "known", BE, one, parents["known"]),
-        FakePod("p-ls", "ls", {"koordinator.sh/qosClass": "LS"}, one, parents["ls"]),
-        FakePod("p-skip", "skip", {**BE, SKIP_LABEL: "true"}, one, parents["skip"]),
+        FakePod("p-known", "known", BE, ONE, parents["known"]),
+        FakePod("p-ls", "ls", {"koordinator.sh/qosClass": "LS"}, ONE, parents["ls"]),
+        FakePod("p-skip", "skip", {**BE, SKIP_LABEL: "true"}, ONE, parents["skip"]),
         FakePod("p-nospec", "nospec", BE, {}, parents["nospec"]),
-        FakePod("p-notready", "notready", BE, one, parents["notready"], state=v1.SANDBOX_NOTREADY),
+        FakePod("p-notready", "notready", BE, ONE, parents["notready"], state=v1.SANDBOX_NOTREADY),
     ]
     hook, stub = make_hook(tmp_path), FakeRuntimeStub(*pods)
-    await hook.pre_run_pod_sandbox(pod_request(BE, one, parents["known"], uid="known"))
+    await hook.pre_run_pod_sandbox(pod_request(BE, ONE, parents["known"], uid="known"))
     learner = RuntimeLearner(hook.pods, FakeLister(stub))
     write(root, 1, parents["known"], "cpu.shares", "2")
     caplog.set_level(logging.INFO, "hooks.batchresource")
@@ -124,10 +102,12 @@ async def test_a_malformed_spec_is_warned_of_once_and_left_alone(tmp_path: Path,
 async def test_a_container_not_started_yet_is_written_on_a_later_pass(tmp_path: Path) -> None:
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT)
-    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
-    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one, containers={"c-main": "main"}))
+    pod = FakePod("p-1", "uid-1", BE, ONE, containers={"c-main": "main"}, container_state=v1.CONTAINER_CREATED)
+    learner, stub = learner_for(tmp_path, pod)
     assert await learner.pass_once() == ["uid-1"]  # created, not started: runc made no cgroup yet
+    assert await learner.pass_once() == [] and learner.waiting == {"uid-1"}  # still created: still waiting
     kubelet_be_cgroups(root, 1, f"{POD_PARENT}/c-main")  # started with kubelet's values
+    pod.container_state = v1.CONTAINER_RUNNING
     assert await learner.pass_once() == []  # known now, but waiting for that container: looked at again
     assert values(root, 1, f"{POD_PARENT}/c-main") == ("512", "50000", str(128 * MIB))
     stub.calls.clear()
@@ -137,8 +117,7 @@ async def test_a_container_not_started_yet_is_written_on_a_later_pass(tmp_path: 
 
 async def test_a_failing_listing_is_warned_of_once_then_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
-    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
-    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, one))
+    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, ONE))
     stub.fail_with = rpc_error(grpc.StatusCode.UNAVAILABLE, "connection refused")
     caplog.set_level(logging.DEBUG, "hooks.batchresource")
     assert await learner.pass_once() == [] and await learner.pass_once() == []
@@ -176,15 +155,39 @@ def test_runtime_endpoint_setting(tmp_path: Path) -> None:
     assert make_hook(tmp_path, runtime_endpoint="/run/x.sock").learner is not None
 
 
+@pytest.mark.parametrize("version", [1, 2])
+async def test_the_quota_switch_reaches_the_listing(tmp_path: Path, version: int) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, version, POD_PARENT, f"{POD_PARENT}/c-main")
+    write(root, version, POD_PARENT, "cpu.cfs_quota_us" if version == 1 else "cpu.max", "90000" if version == 1 else "90000 100000")
+    hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, ONE, containers={"c-main": "main"}),
+                                version=version, cfs_quota_enabled=False)
+    assert hook.learner is not None and await hook.learner.pass_once() == ["uid-1"]
+    unlimited = "-1" if version == 1 else "max 100000"
+    assert values(root, version, f"{POD_PARENT}/c-main")[1:] == (unlimited, str(128 * MIB))
+    assert values(root, version, POD_PARENT)[1:] == (unlimited, str(128 * MIB))  # (its 90000 quota lifted)
+
+
+async def test_a_pod_the_runtime_no_longer_has_is_left_out_and_the_others_learned(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    other = "/kubepods/besteffort/poduid-2"
+    kubelet_be_cgroups(root, 1, POD_PARENT, other)
+    learner, stub = learner_for(tmp_path, FakePod("p-1", "uid-1", BE, ONE), FakePod("p-2", "uid-2", BE, ONE, other, name="other"))
+    stub.not_found.add("p-1")  # removed between ListPodSandbox and its PodSandboxStatus
+    assert await learner.pass_once() == ["uid-2"]
+    assert [r.uid for r in learner.pods.records()] == ["uid-2"]
+    assert read(root, 1, POD_PARENT, "cpu.shares") == "2" and read(root, 1, other, "cpu.shares") == "512"
+    assert not (tmp_path / "state" / "uid-1.json").exists()
+
+
 async def test_background_lists_the_runtime_at_start_beside_the_reconcile_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
 
     kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
-    one = annotation({"main": container("500", "128Mi", "500", "128Mi")})
     hook = make_hook(tmp_path, runtime_endpoint="/fake/runtime.sock")
-    lister = FakeLister(FakeRuntimeStub(FakePod("p-1", "uid-1", BE, one)))
+    lister = FakeLister(FakeRuntimeStub(FakePod("p-1", "uid-1", BE, ONE)))
     hook.learner = RuntimeLearner(hook.pods, lister)
     slept: list[float] = []
     real_sleep = asyncio.sleep
