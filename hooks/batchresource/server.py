@@ -89,10 +89,12 @@ class BatchResourceHook(BuiltinHook):
                 "runtime_endpoint": config.runtime_endpoint,  # "": BE pods are learned from hook calls only
             },
         )
-        loops = [reconcile_loop(self.pods, config.reconcile_interval)]
-        if self.learner is not None:
-            loops.append(learn_loop(self.learner, config.reconcile_interval))
-        await asyncio.gather(*loops)
+        # A TaskGroup: cancelling background() (the hook stops) cancels and awaits
+        # both loops, so the listing's channel is closed before stop returns.
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(reconcile_loop(self.pods, config.reconcile_interval))
+            if self.learner is not None:
+                tasks.create_task(learn_loop(self.learner, config.reconcile_interval))
 
     async def handle(self, hook: HookType, request: Message) -> Message | None:
         # A bug here must not fail pods (the hook may be registered with the Fail policy).

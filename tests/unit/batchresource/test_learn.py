@@ -155,6 +155,22 @@ def test_runtime_endpoint_setting(tmp_path: Path) -> None:
     assert make_hook(tmp_path, runtime_endpoint="/run/x.sock").learner is not None
 
 
+async def test_background_lists_the_runtime_beside_the_reconcile_loop_and_closes_it_when_cancelled(tmp_path: Path) -> None:
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    hook, stub = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, ONE), reconcile_interval=0.01)
+    task = asyncio.create_task(hook.background())
+    await asyncio.wait_for(stub.listed.wait(), 5)  # a first pass listed
+    stub.listed.clear()
+    await asyncio.wait_for(stub.listed.wait(), 5)  # a second: the first one ended
+    assert [r.uid for r in hook.pods.records()] == ["uid-1"]
+    assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
+    task.cancel()  # the hook stops
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert hook.learner is not None and hook.learner.lister.closed  # the channel closed with it
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # neither loop left running
+
+
 @pytest.mark.parametrize("version", [1, 2])
 async def test_the_quota_switch_reaches_the_listing(tmp_path: Path, version: int) -> None:
     root = tmp_path / "cgroup"
@@ -178,32 +194,3 @@ async def test_a_pod_the_runtime_no_longer_has_is_left_out_and_the_others_learne
     assert [r.uid for r in learner.pods.records()] == ["uid-2"]
     assert read(root, 1, POD_PARENT, "cpu.shares") == "2" and read(root, 1, other, "cpu.shares") == "512"
     assert not (tmp_path / "state" / "uid-1.json").exists()
-
-
-async def test_background_lists_the_runtime_at_start_beside_the_reconcile_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import asyncio
-
-    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
-    hook = make_hook(tmp_path, runtime_endpoint="/fake/runtime.sock")
-    lister = FakeLister(FakeRuntimeStub(FakePod("p-1", "uid-1", BE, ONE)))
-    hook.learner = RuntimeLearner(hook.pods, lister)
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(seconds: float, *args: object) -> None:
-        if seconds != 10.0:  # (grpc's own waits, closing the channel)
-            return await real_sleep(seconds, *args)
-        slept.append(seconds)
-        if len(slept) == 2:  # both loops made their first pass
-            raise asyncio.CancelledError
-        await real_sleep(3600)
-
-    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
-    with pytest.raises(asyncio.CancelledError):
-        await hook.background()
-    assert slept == [10.0, 10.0]
-    assert [r.uid for r in hook.pods.records()] == ["uid-1"]
-    assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
-    assert lister.closed  # the hook's stop closes the channel

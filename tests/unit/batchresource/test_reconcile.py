@@ -20,6 +20,27 @@ MIB = 2**20
 ONE = annotation({"main": container("500", "128Mi", "500", "128Mi")})
 
 
+async def run_background(hook, monkeypatch: pytest.MonkeyPatch, passes: int) -> list[float]:
+    """Run hook.background() as the hook does until its reconcile loop asked to
+    sleep ``passes`` times, then cancel it as the hook's stop does; the sleeps asked."""
+    waits: list[float] = []
+    enough = asyncio.Event()
+
+    async def fake_sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == passes:
+            enough.set()
+            await asyncio.Event().wait()  # until cancelled
+
+    monkeypatch.setattr(reconcile.asyncio, "sleep", fake_sleep)
+    task = asyncio.create_task(hook.background())
+    await asyncio.wait_for(enough.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return waits
+
+
 async def started(tmp_path: Path, version: int = 1):
     hook = make_hook(tmp_path, version)
     make_cgroup(tmp_path / "cgroup", version, POD_PARENT)
@@ -85,17 +106,7 @@ async def test_memory_below_usage_is_not_written_but_the_rest_is(tmp_path: Path,
 async def test_background_runs_a_pass_at_once_then_every_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hook = await started(tmp_path)
     write(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares", "2")
-    waits: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        waits.append(seconds)
-        if len(waits) == 2:
-            raise asyncio.CancelledError
-
-    monkeypatch.setattr(reconcile.asyncio, "sleep", fake_sleep)
-    with pytest.raises(asyncio.CancelledError):
-        await hook.background()
-    assert waits == [10.0, 10.0]
+    assert await run_background(hook, monkeypatch, 2) == [10.0, 10.0]
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
 
 
@@ -107,14 +118,8 @@ async def test_a_failing_pass_does_not_end_the_loop(tmp_path: Path, monkeypatch:
         passes.append(1)
         raise RuntimeError("disk on fire")
 
-    async def fake_sleep(seconds: float) -> None:
-        if len(passes) == 2:
-            raise asyncio.CancelledError
-
     monkeypatch.setattr(reconcile, "reconcile_once", boom)
-    monkeypatch.setattr(reconcile.asyncio, "sleep", fake_sleep)
-    with pytest.raises(asyncio.CancelledError):
-        await hook.background()
+    await run_background(hook, monkeypatch, 2)
     assert len(passes) == 2 and "reconcile pass failed" in caplog.text
 
 
@@ -178,12 +183,8 @@ async def test_background_logs_its_settings_once_at_start(
     (tmp_path / "cgroup" / "cgroup.controllers").write_text("cpu memory\n")  # a unified hierarchy: detected as 2
     hook = make_hook(tmp_path, configured, cgroup_driver=CgroupDriver.SYSTEMD, reconcile_interval=5.0)
 
-    async def fake_sleep(seconds: float) -> None:
-        raise asyncio.CancelledError
-
-    monkeypatch.setattr(reconcile.asyncio, "sleep", fake_sleep)
-    with caplog.at_level(logging.INFO, logger="hooks.batchresource"), pytest.raises(asyncio.CancelledError):
-        await hook.background()
+    with caplog.at_level(logging.INFO, logger="hooks.batchresource"):
+        await run_background(hook, monkeypatch, 1)
     [record] = [r for r in caplog.records if r.getMessage() == "batchresource settings"]
     assert record.levelno == logging.INFO
     assert (record.cgroup_version, record.cgroup_version_from) == ((1, "config") if configured else (2, "detected"))
