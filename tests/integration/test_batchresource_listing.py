@@ -4,8 +4,6 @@ started; values read where they land, in /sys/fs/cgroup."""
 
 from __future__ import annotations
 
-import asyncio
-
 from hooks.batchresource.learn import LEARNED
 from hooks.batchresource.server import BatchResourceHook
 from hooks.registration import write_hook_config
@@ -18,19 +16,14 @@ from .test_batchresource import BE, MIB, Pod, batch, container_values, pod, pod_
 BE_VALUES = (512, 50000, 128 * MIB)
 
 
-async def until_be_values(hook: HookRun, p: Pod, pid: int, timeout: float = 20.0) -> None:
-    """Poll the container's and the pod's cgroup files until both hold the BE values
-    (the hook writes them on its own, no event to await); fail at the deadline."""
-    def seen() -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        return container_values(pid), pod_values(p.cgroup)
-
-    try:
-        async with asyncio.timeout(timeout):
-            while seen() != (BE_VALUES, BE_VALUES):
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        container, pod_cgroup = seen()
-        raise AssertionError(f"after {timeout}s: container {container}, pod {pod_cgroup}, not {BE_VALUES}; hook logged {hook.lines}") from None
+async def written(hook: HookRun, p: Pod, pid: int) -> None:
+    """Wait for the listing's last write for ``p``: its pod cgroup's memory
+    limit lowered, logged after the container's values and the pod's raise;
+    then every value holds."""
+    pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+    await hook.logged(lambda line: line.get("msg") == "batchresource set a pod cgroup value" and line.get("pod") == pod_name
+                      and line.get("from") == "runtime listing" and line.get("field") == "memory_limit", timeout=20.0)
+    assert (container_values(pid), pod_values(p.cgroup)) == (BE_VALUES, BE_VALUES)
 
 
 async def test_a_be_pod_made_with_no_hook_gets_its_values_once_the_hook_starts(
@@ -42,7 +35,7 @@ async def test_a_be_pod_made_with_no_hook_gets_its_values_once_the_hook_starts(
         assert container_values(pid) != BE_VALUES and pod_values(p.cgroup) != BE_VALUES
         async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                       runtime_endpoint=str(launcher.socket)) as hook:
-            await until_be_values(hook, p, pid)
+            await written(hook, p, pid)
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             learned = await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
             assert (learned["uid"], learned["pod_sandbox_id"], learned["containers"]) == (p.config.metadata.uid, p.id, 1)
@@ -60,6 +53,6 @@ async def test_a_be_pod_made_while_the_hook_was_down_under_ignore(cri_channel, l
         assert container_values(pid) != BE_VALUES
         async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                       runtime_endpoint=str(launcher.socket)) as hook:
-            await until_be_values(hook, p, pid)
+            await written(hook, p, pid)
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
