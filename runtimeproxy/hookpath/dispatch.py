@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import os
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -18,6 +15,7 @@ from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
 from .answers import UNAPPLIED_FIELDS, kernel_would_refuse, refusal, unapplied
 from .chaincpuset import ChainCpusets, Deferred
+from .endpointtrust import untrusted_reason
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .points import HOOK_POINTS, HookPoint, HookType
@@ -45,44 +43,6 @@ class HookError(Exception):
             f"hook server {self.server.name} ({self.server.endpoint}) failed {self.hook.value}: {self.cause}; "
             f"failure-policy Fail, so the call was not sent to the runtime"
         )
-
-
-def untrusted_reason(server: HookServerConfig) -> str | None:
-    """Why ``server``'s socket must not be called, or None.
-
-    Whoever owns the socket, or can replace it, answers with env and
-    annotations for every pod: the socket must be owned by root, the proxy's
-    euid or the hook file's owner, in a directory others cannot write to.
-    A missing socket is not refused here: the call fails as UNAVAILABLE.
-    """
-    path = server.endpoint
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):  # judge what is really connected to
-            path = os.path.realpath(path)
-            st = os.stat(path)
-            directory = os.path.dirname(path)
-        else:
-            directory = _directory(path)
-        dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
-    except (OSError, ValueError):
-        return None
-    uid = st.st_uid  # trusted: root, the proxy's euid, or the hook file's owner
-    if uid != 0 and uid != os.geteuid() and uid != server.owner_uid:
-        owner = f" or the hook file's owner (uid {server.owner_uid})" if server.owner_uid not in (None, 0) else ""
-        return f"untrusted endpoint: socket {path} is owned by uid {st.st_uid}, not root{owner}"
-    if dir_mode & stat.S_IWOTH:
-        return (
-            f"untrusted endpoint: socket directory {directory} is writable by others (mode {dir_mode:04o}); "
-            "anyone could put a socket there"
-        )
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _directory(endpoint: str) -> str:
-    """A socket path's directory (the same string at every call to its server)."""
-    return os.path.dirname(endpoint)
 
 
 class Dispatcher:

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from runtimeproxy.hookpath.dispatch import untrusted_reason
+from runtimeproxy.hookpath.endpointtrust import untrusted_reason
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
 
