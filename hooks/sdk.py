@@ -42,8 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,10 +50,9 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
-from hooks import calllog, listen, runscope, unregistered
-from hooks.cancelled import log_cancelled
+from hooks import listen, runscope, unregistered
 from hooks.errors import HookAbort, HookServerError, SocketPathError
-from hooks.frameserver import FrameServer, deadline_passed
+from hooks.frameserver import FrameServer
 from hooks.handlers import check_handlers, handled_hooks
 from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
@@ -319,59 +317,6 @@ class HookServer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    # -- dispatch ------------------------------------------------------------------
-
-    async def _dispatch(self, hook: HookType, request: Message, context: grpc.aio.ServicerContext) -> Message:
-        try:
-            return await self._answer(hook, request, lambda: (left := context.time_remaining()) is not None and left <= 0)
-        except HookAbort as exc:
-            await context.abort(exc.code, exc.details)
-            raise  # unreachable: abort raises
-
-    async def _answer(self, hook: HookType, request: Message, past_deadline: Callable[[], bool] = deadline_passed
-                      ) -> Message:
-        """The handler's answer to one call, whatever the transport; a failure
-        as HookAbort. Each call logged at debug (``hooks.calllog``)."""
-        point = HOOK_POINTS[hook]
-        started = time.monotonic()
-        try:
-            response = await self.handle(hook, request)
-        except HookAbort as exc:
-            if exc.code is grpc.StatusCode.OK:  # an abort that is no error: grpc.aio would never answer it
-                _failed(hook, request, started, grpc.StatusCode.INTERNAL)
-                raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook aborted with status OK") from exc
-            _failed(hook, request, started, exc.code)
-            raise
-        except asyncio.CancelledError:  # else a handler too slow for its hook file's timeout fails unseen here
-            ran_s, deadline = time.monotonic() - started, past_deadline()
-            log_cancelled(logger, hook, ran_s, deadline)
-            if logger.isEnabledFor(logging.DEBUG):
-                calllog.log_call(logger, hook, request, ran_s, calllog.DEADLINE_EXCEEDED if deadline else calllog.CANCELLED)
-            raise
-        except Exception as exc:
-            logger.exception("%s hook handler failed", hook.value, extra={"hook": hook.value})
-            _failed(hook, request, started, grpc.StatusCode.INTERNAL)
-            raise HookAbort(grpc.StatusCode.INTERNAL, f"{hook.value} hook failed: {exc}") from exc
-        if response is None:
-            response = point.response_type()
-        elif not isinstance(response, point.response_type):
-            logger.error(
-                "%s hook handler returned %s, expected %s",
-                hook.value,
-                type(response).__name__,
-                point.response_type.__name__,
-                extra={"hook": hook.value},
-            )
-            _failed(hook, request, started, grpc.StatusCode.INTERNAL)
-            raise HookAbort(
-                grpc.StatusCode.INTERNAL,
-                f"{hook.value} hook handler returned {type(response).__name__}, "
-                f"expected {point.response_type.__name__}",
-            )
-        if logger.isEnabledFor(logging.DEBUG):  # the level's cached check: all an answered call costs while off
-            calllog.log_call(logger, hook, request, time.monotonic() - started, calllog.ANSWERED)
-        return response
-
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     """``asyncio.run(main)``, on uvloop when it is installed (``event_loop``:
@@ -392,9 +337,3 @@ def __getattr__(name: str) -> Any:
         from hooks import chaincheck
         return getattr(chaincheck, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _failed(hook: HookType, request: Message, started: float, code: grpc.StatusCode) -> None:
-    if logger.isEnabledFor(logging.DEBUG):
-        calllog.log_call(logger, hook, request, time.monotonic() - started, calllog.ERROR, code)
-

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
+from hooks.routes import answer
 from hooks.sdk import HookAbort, HookServer
 from runtimeproxy.hookpath.points import HookType
 from tests.hookrequests import container_request, pod_request
@@ -87,7 +88,7 @@ async def test_a_cancelled_call_is_logged_as_deadline_exceeded_or_cancelled(
 
     caplog.set_level(logging.DEBUG, "hooks.sdk")
     server = Slow("/tmp/never-started.sock")
-    task = asyncio.ensure_future(server._answer(HookType.PRE_CREATE_CONTAINER, container_request(), lambda: deadline))
+    task = asyncio.ensure_future(answer(server, HookType.PRE_CREATE_CONTAINER, container_request(), lambda: deadline))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -101,9 +102,9 @@ async def test_a_cancelled_call_is_logged_as_deadline_exceeded_or_cancelled(
 async def test_nothing_is_logged_per_call_above_debug(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "hooks.sdk")
     server = Mixed("/tmp/never-started.sock")
-    await server._answer(HookType.PRE_CREATE_CONTAINER, container_request())
+    await answer(server, HookType.PRE_CREATE_CONTAINER, container_request())
     with pytest.raises(HookAbort):
-        await server._answer(HookType.PRE_RUN_POD_SANDBOX, pod_request())
+        await answer(server, HookType.PRE_RUN_POD_SANDBOX, pod_request())
     assert caplog.records == []
 
 
@@ -122,9 +123,9 @@ async def test_a_calls_line_carries_no_request_data_beyond_its_documented_fields
     request.container_envs["DB_PASSWORD"] = f"{secret}-env"
     request.container_annotations["api-key"] = f"{secret}-annotation"
     server = Mixed("/tmp/never-started.sock")
-    await server._answer(HookType.PRE_CREATE_CONTAINER, request)
+    await answer(server, HookType.PRE_CREATE_CONTAINER, request)
     with pytest.raises(HookAbort):
-        await server._answer(HookType.PRE_UPDATE_CONTAINER_RESOURCES, request)
+        await answer(server, HookType.PRE_UPDATE_CONTAINER_RESOURCES, request)
     calls = _calls(caplog)
     assert [r.outcome for r in calls] == ["answered", "error"]
     for record in calls:

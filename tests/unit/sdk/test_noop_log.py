@@ -12,6 +12,7 @@ import logging
 import pytest
 
 from hooks.noop import NoopHook
+from hooks.routes import answer
 from runtimeproxy.hookpath.points import HookType
 from tests.hookrequests import container_request, pod_request
 
@@ -19,8 +20,8 @@ from tests.hookrequests import container_request, pod_request
 async def test_each_call_is_one_debug_line(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, as hook run --log-level debug
     hook = NoopHook.from_config("/tmp/never-started.sock", {})
-    await hook._answer(HookType.PRE_CREATE_CONTAINER, container_request())
-    await hook._answer(HookType.PRE_RUN_POD_SANDBOX, pod_request())
+    await answer(hook, HookType.PRE_CREATE_CONTAINER, container_request())
+    await answer(hook, HookType.PRE_RUN_POD_SANDBOX, pod_request())
     lines = [(r.name, r.levelno, r.getMessage().split(" in ")[0], getattr(r, "pod", None),
               getattr(r, "container", None)) for r in caplog.records]
     assert lines == [

@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
+from hooks import routes
 from hooks.sdk import (
     HookAbort,
     HookServer,
@@ -359,7 +360,7 @@ async def test_handlers_that_return_a_coroutine_without_being_async_def_are_acce
     server = Delegating("/tmp/unused-by-this-test.sock")
     for hook, name in [(HookType.PRE_CREATE_CONTAINER, "decorated"), (HookType.PRE_START_CONTAINER, "partialmethod"),
                        (HookType.POST_START_CONTAINER, "staticmethod")]:
-        assert await server._answer(hook, container_request()) == answer(name)
+        assert await routes.answer(server, hook, container_request()) == answer(name)
     # What stays refused: a plain def, one behind a partialmethod or staticmethod, not a callable at all.
     for value in (lambda self, request: None, functools.partialmethod(lambda self, request: None),
                   staticmethod(lambda request: None), None):
