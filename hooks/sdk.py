@@ -101,7 +101,8 @@ class HookServer:
     """A ``RuntimeHookService`` server on a unix socket.
 
     Override the handlers below (or :meth:`handle`).  Lifecycle: ``await
-    start()`` / ``await stop(grace)``, or ``async with``.  A stop of a server
+    start()`` / ``await stop(grace)``, or ``async with``; ``start`` again
+    once a stop has ended (while one is under way it is refused).  A stop of a server
     registered under :func:`run` removes its hook file, keeps answering new
     calls for ``drain`` seconds while the proxy notices, then closes its
     listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
@@ -226,6 +227,9 @@ class HookServer:
     async def start(self) -> None:
         if self._server is not None:
             raise HookServerError("hook server already started")
+        if self._stopping is not None and not self._stopping.done():  # it holds the path's lock until it ends
+            raise HookServerError(f"hook server on {self._socket_path} is still stopping: start it again once its "
+                                  "stop has ended (await stop() or wait_for_termination() first)")
         path = self._socket_path
         try:
             lock = await socketlock.claim(path, stop_s=(self._grace or 0.0) + STOP_PAST_GRACE_S)
@@ -305,10 +309,21 @@ class HookServer:
             self._socket_identity = None
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
-        """Wait until the server stops; returns True on timeout (like grpc)."""
-        if self._server is None:
-            return False
-        return await self._server.wait_for_termination(timeout)
+        """Wait until the server has stopped: until the end of its stop (the
+        one under way, or the next), its drain and grace included, its
+        socket removed and its lock let go. Returns at once when it neither
+        serves nor stops; True on timeout (like grpc)."""
+        server = self._server
+        try:
+            async with asyncio.timeout(timeout):
+                if server is not None:
+                    await server.wait_for_termination()  # ends as a stop closes it: that stop has begun
+                stopping = self._stopping
+                if stopping is not None and not stopping.done():
+                    await asyncio.shield(stopping)  # a waiter cancelled must not cut the stop short
+        except TimeoutError:
+            return True
+        return False
 
     async def __aenter__(self) -> HookServer:
         await self.start()

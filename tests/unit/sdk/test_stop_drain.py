@@ -18,7 +18,7 @@ import pytest
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
 from hooks import runscope
-from hooks.sdk import DEFAULT_DRAIN_S, HookServer, write_hook_config
+from hooks.sdk import DEFAULT_DRAIN_S, HookServer, HookServerError, write_hook_config
 from runtimeproxy.host import socketlock
 from tests.hookrequests import container_request
 
@@ -195,3 +195,56 @@ def test_the_default_drain_is_hook_runs_and_a_negative_one_is_refused(sock_dir: 
     assert drain.default == DEFAULT_DRAIN_S
     with pytest.raises(ValueError, match="drain must be 0 or more"):
         Held(sock_dir / "h.sock", drain=-1)
+
+
+@pytest.mark.parametrize("transport", ["frames", "grpc"])
+async def test_wait_for_termination_waits_for_the_end_of_a_stop_under_way(
+    sock_dir: Path, tmp_path: Path, transport: str
+) -> None:
+    """A main that waits for termination while a signal handler's stop drains
+    returns once the stop has ended, its socket and lock gone. Before: it
+    returned at once (``serving`` False) while the server still answered."""
+    path = sock_dir / "h.sock"
+    with runscope.scope():
+        server = Held(path, transport=transport, drain=0.5)
+        server.release.set()
+        await server.start()
+        hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
+        before_stop = asyncio.ensure_future(server.wait_for_termination())  # main's, as README's example
+        stopping = asyncio.ensure_future(server.stop())
+        await _gone(hook_file)  # it drains now
+        during_stop = asyncio.ensure_future(server.wait_for_termination())
+        assert await server.wait_for_termination(0.05) is True  # the drain outlasts it
+        late = await asyncio.wait_for(_call(server.target), 5)  # answered: the stop still drains
+        assert not isinstance(late, grpc.StatusCode), late
+        assert not before_stop.done() and not during_stop.done() and not stopping.done()
+        for waiter in (before_stop, during_stop):
+            assert await asyncio.wait_for(waiter, 10) is False
+            assert not path.exists() and not socketlock.lock_path(path).exists()
+        await stopping
+    assert await server.wait_for_termination() is False  # stopped: at once
+
+
+async def test_start_while_a_stop_is_under_way_is_refused_and_works_once_it_ends(
+    sock_dir: Path, tmp_path: Path
+) -> None:
+    """Before: start went on to claim the path's lock that the draining stop
+    still held: refused as "in use by another process", naming this one's pid."""
+    path = sock_dir / "h.sock"
+    with runscope.scope():
+        server = Held(path, drain=0.3)
+        server.release.set()
+        await server.start()
+        hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
+        stopping = asyncio.ensure_future(server.stop())
+        await _gone(hook_file)  # it drains now
+        with pytest.raises(HookServerError, match="still stopping: start it again once its stop has ended"):
+            await server.start()
+        assert not stopping.done()
+        await asyncio.wait_for(stopping, 10)
+    await server.start()  # its stop over: serves again on the same path
+    try:
+        answer = await asyncio.wait_for(_call(server.target), 5)
+        assert not isinstance(answer, grpc.StatusCode), answer
+    finally:
+        await server.stop()
