@@ -372,5 +372,5 @@ class BackendSide:
         call = conn.hooked.get(sid)
         if call is not None:
             call.window += increment
-            call.opened.set()
+            call.window_grew()
         return True

@@ -82,8 +82,11 @@ class Hooked:
     stages: tuple[Stage, ...]
     window: int  # the backend's receive window for this stream
     body: bytearray = field(default_factory=bytearray)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the client's request is complete, or cut short
-    opened: asyncio.Event = field(default_factory=asyncio.Event)  # the backend's stream window grew
+    request_ended: bool = False  # the client's request is complete, or cut short (``end_request``)
+    # What its task awaits while it waits for its request's end or the
+    # backend's window (``_until``): made only then, where two asyncio.Events
+    # per call cost every call their making, setting and waiting.
+    waiter: asyncio.Future[None] | None = None
     reply: bytearray = field(default_factory=bytearray)  # the backend's DATA, teed
     held: int = 0  # of its DATA, what waits behind the closed gate (flow-controlled bytes)
     answered: asyncio.Future[tuple[int, str]] = field(
@@ -135,10 +138,10 @@ class Hooked:
     def answer(self, status: int, message: str) -> None:
         if not self.answered.done():
             self.answered.set_result((status, message))
-            self.opened.set()  # a request still waiting for window: the stream is over
-            if not self.ended.is_set():  # before the request was complete: it never will be
+            if not self.request_ended:  # before the request was complete: it never will be
                 self.cut_short = True
-                self.ended.set()
+                self.request_ended = True
+            self._wake()  # a request still waiting for window: the stream is over
             self._release_at_once()
 
     def runtime_ended(self, status: int, message: str) -> None:
@@ -146,10 +149,24 @@ class Hooked:
         was complete and not sent yet, the stages are stopped, as when the
         client leaves: the call they would ask hooks about is over at the
         runtime, and the client gets the runtime's answer now, not after them."""
-        unsent = not self.sent and self.ended.is_set() and not self.answered.done()
+        unsent = not self.sent and self.request_ended and not self.answered.done()
         self.answer(status, message)
         if unsent and self.task is not None:
             self.task.cancel()
+
+    def end_request(self) -> None:
+        """The client's request is complete (its END_STREAM came)."""
+        self.request_ended = True
+        self._wake()
+
+    def window_grew(self) -> None:
+        """The backend's window for its stream grew: a request waiting for it may go on."""
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def release_at_answer(self, ready: Callable[[], bool]) -> None:
         """The stages need not hold a successful answer if ``ready()`` says so
@@ -318,11 +335,21 @@ def as_read_frames(conn: FrameConnection, call: Hooked) -> list[bytes]:
 async def _request_complete(call: Hooked) -> bool:
     """Until the client's request is complete (True) or the runtime ended the stream (False).
 
-    Awaited directly (``answer`` sets ``ended`` too): the task then wakes in
+    Awaited directly (``answer`` ends the request too): the task then wakes in
     the loop turn after the read that completed its request, ahead of the
     calls read after it, so it takes its object's lock before they do."""
-    await call.ended.wait()
+    while not call.request_ended:
+        await _until(call)
     return not call.cut_short
+
+
+async def _until(call: Hooked) -> None:
+    """Until something its task waits for may have come (``Hooked._wake``): the caller looks again."""
+    call.waiter = asyncio.get_running_loop().create_future()
+    try:
+        await call.waiter
+    finally:
+        call.waiter = None
 
 
 async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
@@ -333,8 +360,7 @@ async def _send(conn: FrameConnection, call: Hooked, request: bytes) -> bytes:
     view = memoryview(struct.pack(">BI", 0, len(request)) + request)
     while view:
         while call.window <= 0 and not call.answered.done():
-            call.opened.clear()
-            await call.opened.wait()
+            await _until(call)
         if call.answered.done():  # reset or ended before the request was all sent
             break
         n = min(call.window, conn.backend_frames.send, len(view))

@@ -98,4 +98,4 @@ def _hooked_windows_moved(conn: FrameConnection, before: int) -> None:
     if delta:
         for call in conn.hooked.values():
             call.window += delta
-            call.opened.set()
+            call.window_grew()

@@ -29,10 +29,9 @@ def hook(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Sta
     as_read = not end_stream and not conn.hooked and conn.routes.sends_unchanged(path)
     # The request follows, from the stages (or as it is read: hooked.as_read_frames).
     side.ordered(b"".join(raws if as_read else fr.without_end_stream(raws)), out)
-    call = hooked.Hooked(sid, path, headers, stages, window=conn.backend_windows.send, as_read=as_read)
+    call = hooked.Hooked(sid, path, headers, stages, window=conn.backend_windows.send, as_read=as_read,
+                         request_ended=end_stream)
     conn.start_timing(sid, path)
-    if end_stream:
-        call.ended.set()
     conn.hooked[sid] = call
     conn.sizes_in.tracker(sid)  # made now: without one, its DATA goes nowhere (client_data)
     conn.sizes_out.tracker(sid)
@@ -68,8 +67,7 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
         return
     held = conn.hooked.get(sid)
     # The request's end, as the client sent it (a hooked call the runtime cut short has none to keep).
-    request_end = call.ended if call is not None else held.ended if held is not None and not held.cut_short else None
-    if request_end is not None and request_end.is_set():
+    if (call.ended.is_set() if call is not None else held is not None and held.request_ended and not held.cut_short):
         # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
         conn.credit_client(len(f.payload))
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
@@ -89,7 +87,8 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
     size = len(f.payload)
     if len(call.body) <= conn.max_message + 5:
         call.body += fr.unpadded(f)
-    _consumed(side, sid, size, f.has(Flag.END_STREAM), call.ended)
+    if _consumed(side, sid, size, f.has(Flag.END_STREAM)):
+        call.ended.set()
 
 
 def _hooked_data(side: ClientSide, call: hooked.Hooked, f: fr.Frame, out: list[bytes | memoryview]) -> None:
@@ -109,13 +108,14 @@ def _hooked_data(side: ClientSide, call: hooked.Hooked, f: fr.Frame, out: list[b
     call.body += payload
     if call.as_read and f.has(Flag.END_STREAM):
         out.extend(hooked.as_read_frames(conn, call))  # with this read's frames
-    _consumed(side, call.stream_id, len(f.payload), f.has(Flag.END_STREAM), call.ended)
+    if _consumed(side, call.stream_id, len(f.payload), f.has(Flag.END_STREAM)):
+        call.end_request()
 
 
-def _consumed(side: ClientSide, sid: int, size: int, end_stream: bool, ended: asyncio.Event) -> None:
-    """DATA the proxy took, never seen by the backend: it credits the client itself."""
+def _consumed(side: ClientSide, sid: int, size: int, end_stream: bool) -> bool:
+    """DATA the proxy took, never seen by the backend: it credits the client
+    itself. Whether it ended the request (the caller then says so to its call)."""
     side.conn.credit_client(size)
-    if end_stream:
-        ended.set()
-    elif size:
+    if not end_stream and size:
         side.conn.out.control(fr.window_update(sid, size))
+    return end_stream

@@ -144,9 +144,8 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
     diverted = conn.diverted.get(sid)
     held = conn.hooked.get(sid)
     # The request's end as the client sent it (as taken.client_data reads it).
-    request_end = (diverted.ended if diverted is not None
-                   else held.ended if held is not None and not held.cut_short else None)
-    if request_end is not None and request_end.is_set():  # half-closed (remote): RFC 9113 5.1
+    if (diverted.ended.is_set() if diverted is not None
+            else held is not None and held.request_ended and not held.cut_short):  # half-closed (remote): RFC 9113 5.1
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
         return
     if diverted is not None:

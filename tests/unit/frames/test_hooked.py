@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtimeproxy.frames.hooked import BackendFailed, Hooked, _send
+from runtimeproxy.frames.hooked import BackendFailed, Hooked, _request_complete, _send
 
 
 class _Inbound:
@@ -29,7 +29,7 @@ async def test_the_request_is_framed_under_the_stream_window_and_the_answer_retu
     await asyncio.sleep(0)
     assert [len(p) for _, p, _ in conn.inbound.sent] == [4, 2]  # the window is spent
     call.window += 100
-    call.opened.set()
+    call.window_grew()
     for _ in range(10):  # the sender's next turns, no timer
         await asyncio.sleep(0)
     assert len(conn.inbound.sent) == 4
@@ -49,6 +49,22 @@ async def test_a_stream_reset_while_the_request_waits_for_window_ends_the_send()
     with pytest.raises(BackendFailed):
         await asyncio.wait_for(sending, 5)
     assert conn.inbound.sent == []
+
+
+async def test_the_task_waits_for_the_request_end_and_stops_at_the_runtime_end() -> None:
+    call = Hooked(1, "/p", [], (), window=100)
+    waiting = asyncio.ensure_future(_request_complete(call))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    call.end_request()  # the client's END_STREAM, in a later read
+    assert await asyncio.wait_for(waiting, 5) is True
+
+    cut = Hooked(3, "/p", [], (), window=100)
+    waiting = asyncio.ensure_future(_request_complete(cut))
+    await asyncio.sleep(0)
+    cut.runtime_ended(-1, "reset by the runtime")
+    assert await asyncio.wait_for(waiting, 5) is False
+    assert cut.cut_short and cut.request_ended
 
 
 @pytest.mark.parametrize(("headers", "expected"), [
