@@ -154,6 +154,10 @@ class FrameConnection:
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         self.idle = asyncio.Event()  # no unary or diverted call left, the GOAWAY sent (shutdown waits)
         self.idle.set()
+        # What ``idle`` says, so that it is set or cleared (Python calls) only
+        # as that changes, not three or four times a call: changed only by
+        # ``check_idle`` and ``busy``.
+        self._said_idle = True
 
     # -- running ---------------------------------------------------------
 
@@ -319,15 +323,23 @@ class FrameConnection:
         again, with the next request (inbound.Corked.credit)."""
         self.backend.credit(amount)
 
+    def busy(self) -> None:
+        """A call opened that shutdown waits for: not idle."""
+        if self._said_idle:
+            self._said_idle = False
+            self.idle.clear()
+
     def check_idle(self) -> None:
         """Idle once no call is left to finish and what answered them has been
         written (not waiting for the client's window, nor behind a gate):
         told again as the window queue empties (outbound.py)."""
         done = not self.diverted and not self.hooked and not self.out.queued
         if done and not self.unary_open and (not self.stopping or self.prefaced):  # (prefaced: two calls)
-            self.idle.set()
+            if not self._said_idle:
+                self._said_idle = True
+                self.idle.set()
         else:
-            self.idle.clear()
+            self.busy()
         if self.backend_lost and done and not self.closed.done():
             self._close()  # the proxy's own calls, and the answers given, are done too
 

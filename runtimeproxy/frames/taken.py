@@ -36,8 +36,9 @@ def hook(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Sta
     conn.sizes_in.tracker(sid)  # made now: without one, its DATA goes nowhere (client_data)
     conn.sizes_out.tracker(sid)
     conn.unary_open.add(sid)
-    conn.idle.clear()
-    call.task = asyncio.ensure_future(hooked.run(conn, call))
+    conn.busy()
+    # The loop's own create_task: ensure_future's checks are four Python calls more per hooked call.
+    call.task = asyncio.get_running_loop().create_task(hooked.run(conn, call))
     call.task.add_done_callback(lambda _: hooked.finish(conn, call))
     if not as_read:
         conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
@@ -53,7 +54,7 @@ def divert(side: ClientSide, sid: int, path: str, headers: list, raws: list[byte
     if end_stream:
         call.ended.set()
     conn.diverted[sid] = call
-    conn.idle.clear()
+    conn.busy()
     call.task = asyncio.ensure_future(diverting.serve(conn, call))
 
 

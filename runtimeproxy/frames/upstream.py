@@ -334,7 +334,7 @@ class ClientSide:
         self.conn.start_timing(sid, path)  # (its message size trackers come as needed: msgsize.StreamSizes)
         if self.conn.routes.unary(path):
             self.conn.unary_open.add(sid)
-            self.conn.idle.clear()
+            self.conn.busy()
 
     def refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         """A request message over the limit: the call ends RESOURCE_EXHAUSTED, its DATA dropped."""
