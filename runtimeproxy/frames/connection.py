@@ -152,11 +152,14 @@ class FrameConnection:
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.backend_going_told = False  # its GOAWAY logged at info (runtimegone.going_away)
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
-        self.idle = asyncio.Event()  # no unary or diverted call left, the GOAWAY sent (shutdown waits)
-        self.idle.set()
-        # What ``idle`` says, so that it is set or cleared (Python calls) only
-        # as that changes, not three or four times a call: changed only by
-        # ``check_idle`` and ``busy``.
+        # No unary or diverted call left, the GOAWAY sent (shutdown waits:
+        # ``wait_idle``). Private: set or cleared only by ``check_idle`` and
+        # ``busy``, which keep ``_said_idle`` with it; a change made past them
+        # would leave the two apart, and a later change unmade.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        # What ``_idle`` says, so that it is set or cleared (Python calls) only
+        # as that changes, not three or four times a call.
         self._said_idle = True
 
     # -- running ---------------------------------------------------------
@@ -323,11 +326,20 @@ class FrameConnection:
         again, with the next request (inbound.Corked.credit)."""
         self.backend.credit(amount)
 
+    @property
+    def is_idle(self) -> bool:
+        """No call left that shutdown waits for (``check_idle``)."""
+        return self._idle.is_set()
+
+    async def wait_idle(self) -> None:
+        """Until no call is left that shutdown waits for."""
+        await self._idle.wait()
+
     def busy(self) -> None:
         """A call opened that shutdown waits for: not idle."""
         if self._said_idle:
             self._said_idle = False
-            self.idle.clear()
+            self._idle.clear()
 
     def check_idle(self) -> None:
         """Idle once no call is left to finish and what answered them has been
@@ -337,7 +349,7 @@ class FrameConnection:
         if done and not self.unary_open and (not self.stopping or self.prefaced):  # (prefaced: two calls)
             if not self._said_idle:
                 self._said_idle = True
-                self.idle.set()
+                self._idle.set()
         else:
             self.busy()
         if self.backend_lost and done and not self.closed.done():

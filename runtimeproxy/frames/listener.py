@@ -350,6 +350,6 @@ class FramesListener:
 def _idle_or_closed(conn: FrameConnection) -> asyncio.Future[object]:
     """Done once ``conn`` has no call left to finish, or is closed: calls of a
     closed connection can no longer be answered, so shutdown need not wait for them."""
-    idle = asyncio.ensure_future(conn.idle.wait())
+    idle = asyncio.ensure_future(conn.wait_idle())
     conn.closed.add_done_callback(lambda _: idle.cancel())
     return idle

@@ -74,7 +74,7 @@ async def test_an_answer_the_stages_let_go_reaches_the_client_before_they_are_do
     await _turns()
     assert routes.done == ["recorded"]
     assert _writes_on(client, 1) == [ANSWER_FRAMES]  # nothing more on the stream
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
 
 
 async def test_an_answer_already_in_goes_when_the_stages_let_it() -> None:
@@ -111,7 +111,7 @@ async def test_a_stage_failing_after_its_answer_went_resets_nothing() -> None:
     await _turns()
     kinds = [f.type for f in _client_frames(client) if f.stream_id == 1]
     assert kinds == ANSWER_FRAMES  # the runtime's answer stands: no RST_STREAM after it
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
 
 
 def _call_headers(sid: int, method: str) -> bytes:

@@ -63,9 +63,9 @@ async def test_a_stopping_connection_is_idle_only_once_its_answers_are_written()
     conn.begin_stop()
     conn.backend_data(_answer(hpack.Encoder(), 1))
     await _turns()
-    assert 1 not in conn.unary_open and not conn.idle.is_set()  # answered at the proxy, not at the client
+    assert 1 not in conn.unary_open and not conn.is_idle  # answered at the proxy, not at the client
     conn.client_data(fr.window_update(0, 1 << 20))
-    assert conn.idle.is_set() and _received(client, 1) == (len(BODY), True)
+    assert conn.is_idle and _received(client, 1) == (len(BODY), True)
 
 
 async def test_an_answer_waiting_for_the_window_goes_after_the_runtime_closed() -> None:

@@ -99,7 +99,7 @@ async def test_the_request_reaches_the_runtime_as_read_before_the_stages_ran() -
     await _turns()
     assert _writes_on(client, 1) == [[FrameType.HEADERS, FrameType.DATA, FrameType.HEADERS]]
     assert _sent(backend) == request  # sent once
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
 
 
 async def test_a_request_over_the_runtimes_stream_window_is_sent_by_its_stages() -> None:
@@ -184,7 +184,7 @@ async def test_a_client_leaving_after_its_call_went_as_read_is_told_to_the_stage
     routes.go.set()
     await _turns()
     assert routes.ended == ["BackendFailed"]
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
     assert fr.rst_stream(1, fr.ErrorCode.CANCEL) in b"".join(map(bytes, backend.written))
 
 

@@ -121,8 +121,20 @@ async def test_a_hooked_call_refused_before_its_task_ran_frees_its_slot() -> Non
     # Its header block and an oversized message in one read: refused at once.
     conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 1000) + b"x" * 10))
     await _turns()
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
     assert any(f.type == FrameType.HEADERS and f.stream_id == 1 for f in _written_frames(client))
+
+
+async def test_a_connection_idle_again_is_busy_again_at_its_next_call() -> None:
+    # The idle event is set or cleared only as it changes (FrameConnection.busy,
+    # check_idle): one set without its state recorded would stay set here.
+    conn, _, _, encoder = _connection()
+    conn.client_data(_headers(encoder, 1) + _data(1, struct.pack(">BI", 0, 1000) + b"x" * 10))  # refused at once
+    await _turns()
+    assert conn.hooked == {} and conn.is_idle
+    conn.client_data(_headers(encoder, 3) + _data(3, struct.pack(">BI", 0, 20) + b"x" * 10))  # half of it
+    await _turns()
+    assert 3 in conn.hooked and not conn.is_idle  # shutdown waits for it
 
 
 async def test_a_hooked_request_cut_short_by_the_runtime_ends_its_call() -> None:
@@ -132,7 +144,7 @@ async def test_a_hooked_request_cut_short_by_the_runtime_ends_its_call() -> None
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.rst_stream(1, ErrorCode.REFUSED_STREAM))
     conn.client_data(_data(1, b"y" * 10, end=True))  # the rest, already on its way: goes nowhere
     await _turns()
-    assert conn.hooked == {} and conn.idle.is_set() and not conn.closed.done()
+    assert conn.hooked == {} and conn.is_idle and not conn.closed.done()
 
 
 async def test_a_unary_request_is_one_message_at_most() -> None:
@@ -204,13 +216,13 @@ async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None
     conn.client_data(fr.serialize(FrameType.PING, 0, 0, b"12345678"))  # the proxy's answer waits too
     conn.begin_stop()
     await _turns()
-    assert _written_frames(client) == [] and not conn.idle.is_set()
+    assert _written_frames(client) == [] and not conn.is_idle
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     await _turns()
     kinds = [f.type for f in _written_frames(client)]
     assert kinds[:2] == [FrameType.SETTINGS, FrameType.WINDOW_UPDATE] and FrameType.GOAWAY in kinds
     assert FrameType.PING in kinds
-    assert conn.idle.is_set() and not conn.closed.done()
+    assert conn.is_idle and not conn.closed.done()
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))  # later SETTINGS owe nothing more
     await _turns()
     assert [f.type for f in _written_frames(client)].count(FrameType.GOAWAY) == 1

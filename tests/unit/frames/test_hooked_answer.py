@@ -66,7 +66,7 @@ async def test_a_hooked_answer_reaches_the_client_whole_once_the_stages_are_done
     routes.go.set()
     await _turns()
     assert _writes_on(client, 1) == [[FrameType.HEADERS, FrameType.DATA, FrameType.HEADERS]]
-    assert conn.hooked == {} and conn.idle.is_set()
+    assert conn.hooked == {} and conn.is_idle
 
 
 def _settings(**values: int) -> bytes:

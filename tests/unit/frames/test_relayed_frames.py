@@ -67,7 +67,7 @@ async def test_a_relayed_answer_is_written_before_its_status_is_read() -> None:
     conn.backend_data(_answer(backend_encoder, 1, OK))
     # The call ended OK, and by then its answer had gone to the client.
     assert routes.ends == [("OK", [(1, b"0")])]
-    assert conn.relayed == set() and conn.idle.is_set()
+    assert conn.relayed == set() and conn.is_idle
 
 
 async def test_a_ping_or_window_update_read_with_a_relayed_answer_does_not_hold_the_answer() -> None:
