@@ -167,7 +167,10 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
             watch_filter=None,  # any change (e.g. a ConfigMap's ..data swap) triggers a rescan
             debounce=settings.debounce_ms,
             step=settings.step_ms,  # how often the watcher's thread looks at its stop event
-            stop_event=watcher_stop,
+            # awatch is typed for an anyio, asyncio or trio Event, but calls
+            # only is_set and set on it (watchfiles 0.21 to 1.x; pyproject
+            # bounds the version): a ThreadStop is one for its purposes.
+            stop_event=watcher_stop,  # type: ignore[arg-type]
             # Its thread returns once a minute with nothing to yield, not only on
             # a change or its stop event: anyio's worker threads are not daemons,
             # and a loop closed without cancelling this watch would otherwise

@@ -70,11 +70,11 @@ async def test_rescans_come_at_each_interval_until_the_directory_is_replaced(hoo
         if len(rescans) == 3:
             _swap(hook_dir)
 
-    watcher_stop = asyncio.Event()
+    watcher_stop = dirwatch.ThreadStop()
     task = asyncio.create_task(dirwatch._resync(hook_dir, identity, rescan, 0.01, watcher_stop))
     async with asyncio.timeout(5):
-        await watcher_stop.wait()  # the watcher is told to stop
-        await task
+        await task  # it returns once the directory is another
+    assert watcher_stop.is_set()  # the watcher is told to stop
     assert rescans == [frozenset()] * 3  # the periodic rescan: re-reads only what changed
 
 
@@ -94,7 +94,7 @@ async def test_a_rescan_that_fails_is_logged_and_the_next_ones_still_come(
         if rescans == 1:
             raise OSError(24, "Too many open files")
 
-    task = asyncio.create_task(dirwatch._resync(hook_dir, identity, rescan, 0.01, asyncio.Event()))
+    task = asyncio.create_task(dirwatch._resync(hook_dir, identity, rescan, 0.01, dirwatch.ThreadStop()))
     try:
         async with asyncio.timeout(5):
             await enough.wait()
