@@ -301,15 +301,15 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
 def finish(conn: FrameConnection, call: Hooked) -> None:
     """The call is over for the proxy: its answer goes, its slot is freed. Run
     at the end of ``run``, and again (a no-op then) as its task's done
-    callback (upstream.py), which covers a task cancelled before its first step."""
+    callback (taken.hook), which covers a task cancelled before its first step."""
     if call.finished:
         return
     call.finished = True
     if call.gate is not None:
         call.gate.open()
         # Its gate names the call (``stalls``): dropped, the pair is freed as the
-        # call ends, not left as a cycle (with the call's task, events and
-        # futures) for the collector to find.
+        # call ends, not left as a cycle (with the call's task and futures)
+        # for the collector to find.
         call.gate = None
     conn.hooked_done(call)
 
