@@ -179,9 +179,12 @@ class Pool(Rebuilding):
             return reserved
         same_pod = [b for b in self.of_type(btype.name) if b.has_pod(member.pod_uid)]
         if same_pod:  # containers of a pod share their balloon
-            if self._try_join(same_pod[0], member):
-                return same_pod[0]
-            raise Exhausted(self._why(btype, member, same_pod[0]))
+            # Each of a split pod's (assign_anyway split it past maxCPUs), in
+            # the pool's order: its first one full, another may hold it.
+            home = next((b for b in same_pod if self._try_join(b, member)), None)
+            if home is not None:
+                return home
+            raise Exhausted(self._why(btype, member, same_pod))
         existing = self.of_type(btype.name)
         empty = [b for b in existing if not b.members]
         spare = [b for b in existing if b.members and b.target_size(member.milli, True) <= len(b.cpus) and b.fits(member.milli)]
@@ -202,7 +205,7 @@ class Pool(Rebuilding):
                 return candidate
             if self._try_join(candidate, member):
                 return candidate
-        raise Exhausted(self._why(btype, member, None))
+        raise Exhausted(self._why(btype, member, []))
 
     def assign_fallback(self, member: Member) -> Balloon:
         """The default balloon takes a container that is not refused and that
@@ -259,10 +262,14 @@ class Pool(Rebuilding):
         if not self.resize(balloon):
             self.take_free(balloon)
 
-    def _why(self, btype: BalloonType, member: Member, balloon: Balloon | None) -> str:
+    def _why(self, btype: BalloonType, member: Member, pods: list[Balloon]) -> str:
+        """``pods``: its pod's balloons, all tried; none: every balloon of its type was."""
         count = len(self.of_type(btype.name))
         limit = f"maxCPUs {btype.max_cpus}" if btype.max_cpus else "no maxCPUs"
-        where = f"its pod's balloon {balloon.name}" if balloon else f"{count} balloon(s) of type {btype.name} (maxBalloons {btype.max_balloons or 'unlimited'}, {limit})"
+        where = (
+            f"its pod's balloon{'s' if len(pods) > 1 else ''} {', '.join(b.name for b in pods)}" if pods
+            else f"{count} balloon(s) of type {btype.name} (maxBalloons {btype.max_balloons or 'unlimited'}, {limit})"
+        )
         return (
             f"no balloon can take container {member.label} ({member.milli}m CPU): {where}; "
             f"{len(self.free)} CPU(s) free"

@@ -107,11 +107,10 @@ class Rebuilding:
         return home
 
     def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:
-        """For a container its pod's balloon of ``btype`` cannot take past
-        maxCPUs (:meth:`assign` refused it there, trying the pod's first
-        balloon only): another balloon of its pod that holds it within
-        maxCPUs and can grow for it, else a balloon of ``btype`` apart from
-        it that takes it in full: an empty one, else a new one (taking
+        """For a container its pod's balloons of ``btype`` cannot take
+        (:meth:`assign` refused it, trying each of them): a balloon of
+        ``btype`` apart from them that takes it in full, when none of them
+        holds it within maxCPUs: an empty one, else a new one (taking
         ``avoid`` last); None if none can, or if one of its pod's balloons
         holds it within maxCPUs, unable to grow.
 
@@ -126,12 +125,10 @@ class Rebuilding:
         pods = [b for b in self.of_type(btype.name) if b.has_pod(member.pod_uid)]
         if not pods:
             return None  # assign tried every balloon
-        # A split pod: assign tried its first balloon only; any that fits is
-        # its home, as assign_anyway's, whether it can grow for it now or not.
-        fitting = [b for b in pods if b.fits(member.milli)]
-        home = next((b for b in fitting if self._try_join(b, member)), None)
-        if home is not None or fitting:
-            return home  # None: its pod's can hold it once CPUs are free
+        # assign tried each of its pod's balloons: one that holds it within
+        # maxCPUs is its home, as assign_anyway's, though it cannot grow for it now.
+        if any(b.fits(member.milli) for b in pods):
+            return None  # its pod's can hold it once CPUs are free
         home = next((b for b in self.of_type(btype.name) if not b.members and self._try_join(b, member)), None)
         if home is None and btype.holds(member.milli):
             home = self._new_balloon(btype, max(cpus_for(member.milli), btype.min_cpus), avoid)

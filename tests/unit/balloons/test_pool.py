@@ -262,3 +262,19 @@ def test_restore_keeps_a_balloon_within_max_cpus() -> None:
     b = p.restore(member("P", "b", 1000), t, frozenset({3}))
     assert b is not a and (a.cpus, b.cpus) == ({1, 2}, {3})
     assert p.restore(member("Q", milli=3000), t, frozenset({4, 5, 6})) is None
+
+
+def test_a_split_pods_container_joins_its_pods_second_balloon_when_the_first_is_full() -> None:
+    """Under Fail, work (maxCPUs 2) on 8 CPUs: a/c0 (2000m) fills work[0];
+    a/c1 (500m), found running, cannot be refused and goes apart, to a new
+    work[1]. a/c2 (500m) fits work[1] within maxCPUs: it joins it. It was
+    refused, only the pod's first balloon, full, being tried."""
+    p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "work", "namespaces": ["apps"], "maxCPUs": 2})
+    work = p.types["work"]
+    assert p.assign(member("a", "c0", 2000, "apps"), work).name == "work[0]"
+    assert p.assign_anyway(member("a", "c1", 500, "apps"), work).name == "work[1]"
+    assert p.assign(member("a", "c2", 500, "apps"), work).name == "work[1]"
+    assert sorted(p.balloon_of(("a", "c2")).members) == [("a", "c1"), ("a", "c2")]
+    with pytest.raises(Exhausted, match=r"its pod's balloons work\[0\], work\[1\]"):
+        p.assign(member("a", "c3", 1500, "apps"), work)
+    check_invariants(p)
