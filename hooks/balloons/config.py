@@ -10,10 +10,9 @@ accepted and reported as warnings; anything else is an error naming the key
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -25,7 +24,13 @@ from runtimeproxy import yamlkeys
 from runtimeproxy.shown import shown
 
 from ..criclient import DEFAULT_RUNTIME_ENDPOINT, endpoint_socket
+from .matching import OPERATORS, MatchExpression, PodContext
 from .topology import parse_cpuset
+
+__all__ = [
+    "BALLOON_ANNOTATION", "DEFAULT", "OPERATORS", "RESERVED", "BalloonType", "BalloonsConfig", "ConfigError",
+    "MatchExpression", "PodContext", "load_config_file", "parse_config", "parse_milli_cpus",
+]
 
 # The pod annotation that names a balloon type (NRI's); the "/container.NAME" form names one for a container.
 BALLOON_ANNOTATION = "balloon.balloons.resource-policy.nri.io"
@@ -52,64 +57,10 @@ NRI_TYPE_KEYS_IGNORED = {
     "preferSpreadingPods", "preferPerNamespaceBalloon", "preferIsolCpus", "allocatorTopologyBalancing",
     "preferSpreadOnPhysicalCores", "loads", "components",
 }
-OPERATORS = {
-    "Equals", "NotEqual", "In", "NotIn", "Exists", "NotExist", "AlwaysTrue",
-    "Matches", "MatchesNot", "MatchesAny", "MatchesNone",
-}
 
 
 class ConfigError(ValueError):
     """The config is not valid; the message names the key and the reason."""
-
-
-@dataclass(frozen=True)
-class PodContext:
-    """What placement decisions look at, from a hook request."""
-
-    namespace: str
-    pod_name: str
-    container_name: str
-    pod_labels: Mapping[str, str] = field(default_factory=dict)
-    pod_annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MatchExpression:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def _value(self, pod: PodContext) -> str | None:
-        key = self.key
-        if key in ("pod/namespace", "namespace"):
-            return pod.namespace
-        if key == "pod/name":
-            return pod.pod_name
-        if key == "name":
-            return pod.container_name
-        label = key.removeprefix("pod/").removeprefix("labels/")
-        return pod.pod_labels.get(label)
-
-    def matches(self, pod: PodContext) -> bool:
-        value, op, values = self._value(pod), self.operator, self.values
-        if op == "AlwaysTrue":
-            return True
-        if op == "Exists":
-            return value is not None
-        if op == "NotExist":
-            return value is None
-        if op == "Equals":
-            return value == values[0]
-        if op == "NotEqual":
-            return value != values[0]
-        if op == "In":
-            return value in values
-        if op == "NotIn":
-            return value not in values
-        glob = value is not None and any(fnmatch.fnmatchcase(value, pattern) for pattern in values)
-        if op in ("Matches", "MatchesAny"):
-            return glob
-        return not glob  # MatchesNot, MatchesNone
 
 
 @dataclass(frozen=True)
