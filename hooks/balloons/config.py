@@ -41,7 +41,7 @@ EXHAUSTED_POLICIES = ("Fail", "Ignore")
 
 TOP_KEYS = {
     "reservedResources", "availableResources", "reservedPoolNamespaces", "balloonTypes",
-    "pinCPU", "pinMemory", "runtimeEndpoint", "onExhausted",
+    "pinCPU", "pinMemory", "runtimeEndpoint", "onExhausted", "stateDir",
 }
 TYPE_KEYS = {
     "name", "namespaces", "matchExpressions", "minCPUs", "maxCPUs", "minBalloons", "maxBalloons",
@@ -95,6 +95,8 @@ class BalloonsConfig:
     pin_memory: bool = True
     runtime_endpoint: str = DEFAULT_RUNTIME_ENDPOINT
     on_exhausted: str = "Fail"
+    # Where the reserved CPUs are saved for a restart (savedreserved.py); "": not saved.
+    state_dir: str = ""
     warnings: tuple[str, ...] = ()
 
     @property
@@ -111,9 +113,13 @@ class BalloonsConfig:
 
     def plans_as(self, other: BalloonsConfig) -> bool:
         """Placement goes by the same keys in both: a reload of the same
-        config (its warnings of ignored keys and its runtimeEndpoint aside)."""
-        same = {"warnings": (), "runtime_endpoint": DEFAULT_RUNTIME_ENDPOINT}
-        return replace(self, **same) == replace(other, **same)
+        config (its warnings of ignored keys, its runtimeEndpoint and its
+        stateDir aside)."""
+        return self.for_placement() == other.for_placement()
+
+    def for_placement(self) -> BalloonsConfig:
+        """This config with the keys placement does not go by set to their defaults."""
+        return replace(self, warnings=(), runtime_endpoint=DEFAULT_RUNTIME_ENDPOINT, state_dir="")
 
     # Cached (a frozen config does not change): every placement looks types up.
     @cached_property
@@ -303,8 +309,16 @@ def parse_config(doc: Any) -> BalloonsConfig:
         pin_memory=_bool("pinMemory", doc.get("pinMemory", True)),
         runtime_endpoint=endpoint,
         on_exhausted=on_exhausted,
+        state_dir=_state_dir(doc.get("stateDir", "")),
         warnings=tuple(warnings),
     )
+
+
+def _state_dir(value: Any) -> str:
+    """stateDir: an absolute directory path, or "" (the reserved CPUs are not saved)."""
+    if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
+        raise ConfigError(f"stateDir: expected an absolute directory path, or \"\" for none, got {shown(value)}")
+    return value
 
 
 def _endpoint(value: Any) -> str:

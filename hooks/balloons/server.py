@@ -41,6 +41,7 @@ from .planning import UnknownBalloonType
 from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
 from .moves import Cpuset
+from .savedreserved import SavedSet
 from .state import Assignments
 from .status import StatusServer, balloons_snapshot, status_socket_for
 from .sync import RECONCILE_INTERVAL, RuntimeSync
@@ -114,6 +115,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         self._moves_due = asyncio.Event()
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
         self._status = StatusServer(status_socket_for(self.socket_path), self.status)
+        self._saved = SavedSet(config.state_dir)
         for warning in config.warnings:
             log.warning("config: %s", warning)
 
@@ -341,6 +343,8 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 state = self._state.replan(config, self._topology)
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 self._topology_problem = None
+                self._saved.retarget(config.state_dir)
+                self._save_reserved()
                 if config.runtime_endpoint != endpoint_was:
                     self._retargets += 1
                     log.info("moving containers through %s from now on (runtimeEndpoint changed)",

@@ -21,6 +21,7 @@ from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
 from .pool import PoolError
 from .runtime import ClientClosed, EndpointChanged, RuntimeClient
+from .savedreserved import SavedSet
 from .state import Assignments, Restored
 from .topology import Topology, format_cpuset
 
@@ -68,6 +69,7 @@ class RuntimeSync:
     _ready: asyncio.Event
     _moves_due: asyncio.Event
     _not_ready_reason: str
+    _saved: SavedSet  # the reserved CPUs saved for a restart (stateDir)
 
     async def _rebuild_then_reconcile(self) -> None:
         while not self._ready.is_set():
@@ -121,8 +123,15 @@ class RuntimeSync:
         async with self._lock:
             if self._retargets != retargets:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
-            self._state = Assignments.rebuild(self._state.config, self._state.topology, restored)
+            config, topology = self._state.config, self._state.topology
+            kept = self._saved.at_restart(config, topology, restored)
+            self._state = Assignments.rebuild(config, topology, restored, kept.reserved)
             self._ready.set()
+            self._save_reserved()
+        if config.reserved_cpuset is None:
+            reserved = format_cpuset(self._state.pool.reserved)
+            log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
+                    extra={"reserved_cpus": reserved, "saved": kept.reserved is not None, "reason": kept.why})
         running = sum(f.running for f in found)
         log.info("assignments rebuilt from %d live containers (%d running, %d created, not started yet)",
                  len(found), running, len(found) - running,
@@ -139,6 +148,7 @@ class RuntimeSync:
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
         async with self._lock:
+            self._save_reserved()  # again, if the last write failed (a hotplug re-plan below writes its own)
             self._follow_hotplug(retry=True)
         events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
@@ -176,7 +186,18 @@ class RuntimeSync:
             return
         self._state, self._topology_problem = state, None
         log.info("balloons re-planned on the CPUs online now", extra={"online_cpus": format_cpuset(topology.all_cpus)})
+        self._save_reserved()
         self._moves_due.set()
+
+    def _save_reserved(self) -> None:
+        """Under the lock: the reserved CPUs saved for a restart (stateDir),
+        if they or the config changed since the last write. Only once the
+        start-up rebuild is done: before, the reserved CPUs are a fresh
+        pick, and the file still holds those the restart is to keep.
+        Synchronous (a small file, fsync-ed): at start-up, a reload or
+        hotplug only, or a retry at a reconcile pass, not on a hook call."""
+        if self._ready.is_set():
+            self._saved.record(self._state.config, self._state.pool.reserved)
 
     async def _move_containers(self) -> None:
         while True:

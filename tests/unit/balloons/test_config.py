@@ -30,6 +30,7 @@ pinCPU: true
 pinMemory: false
 runtimeEndpoint: unix:///run/proxy.sock
 onExhausted: Ignore
+stateDir: /var/lib/runtime-proxy/balloons
 balloonTypes:
   - name: latency
     namespaces: [rt-*]
@@ -56,6 +57,7 @@ def test_every_key_is_read(tmp_path) -> None:
     assert config.pin_cpu and not config.pin_memory
     assert config.runtime_endpoint == "/run/proxy.sock"
     assert config.on_exhausted == "Ignore"
+    assert config.state_dir == "/var/lib/runtime-proxy/balloons"
     latency, batch = config.balloon_types
     assert (latency.name, latency.namespaces, latency.min_cpus, latency.max_cpus) == ("latency", ("rt-*",), 2, 4)
     assert (latency.min_balloons, latency.max_balloons, latency.prefer_new_balloons) == (1, 3, True)
@@ -76,8 +78,18 @@ def test_defaults_and_quantities() -> None:
     assert config.reserved_cpuset is None and config.reserved_milli == 1500
     assert config.reserved_pool_namespaces == ("kube-system",)
     assert config.on_exhausted == "Fail" and config.pin_cpu and config.pin_memory
+    assert config.state_dir == ""  # not saved: a restart deduces the reserved CPUs
     assert parse_config({"reservedResources": {"cpu": 2}}).reserved_milli == 2000
     assert parse_config({"reservedResources": {"cpu": "0.5"}}).reserved_milli == 500
+
+
+def test_a_config_differing_in_its_state_dir_plans_as_the_same() -> None:
+    """A reload that moves stateDir changes no balloon (it is where the
+    reserved CPUs are saved, not how containers are placed)."""
+    doc = {"reservedResources": {"cpu": "1"}, "balloonTypes": [{"name": "a"}]}
+    config = parse_config({**doc, "stateDir": "/var/lib/runtime-proxy/balloons"})
+    assert config.plans_as(parse_config(doc)) and config.plans_as(parse_config({**doc, "stateDir": "/elsewhere"}))
+    assert not config.plans_as(parse_config({**doc, "reservedResources": {"cpu": "2"}}))
 
 
 def test_a_balloons_policy_resource_is_read_from_its_spec() -> None:
@@ -118,6 +130,9 @@ def test_nri_keys_this_hook_does_not_implement_are_reported() -> None:
         ({"reservedResources": {"cpu": "cpuset:0"}, "onExhausted": "Maybe"}, "onExhausted: expected Fail or Ignore"),
         ({"reservedResources": {"cpu": "cpuset:4"}, "availableResources": {"cpu": "cpuset:0-3"}}, "must be among availableResources"),
         ([1, 2], "expected a mapping"),
+        ({"reservedResources": {"cpu": "1"}, "stateDir": "state"}, "stateDir: expected an absolute directory path"),
+        ({"reservedResources": {"cpu": "1"}, "stateDir": ["/x"]}, "stateDir: expected an absolute directory path"),
+        ({"reservedResources": {"cpu": "1"}, "stateDir": "/x\0y"}, "stateDir: expected an absolute directory path"),
     ],
 )
 def test_bad_configs_name_the_key(doc, message) -> None:

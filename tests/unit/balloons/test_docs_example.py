@@ -66,10 +66,13 @@ async def test_a_balloons_config_the_docs_show_starts_the_hook_and_reloads(
     root = tmp_path / "sys"
     write_synthetic_sysfs(root, MACHINES[machine])
     path = tmp_path / "balloons.yaml"
-    path.write_text(text)
+    # Its stateDir, /var/lib/...: this test's own (the file is shared by no two tests).
+    assert re.search(r"^stateDir: /\S+", text, re.M), "the example shows no stateDir"
+    path.write_text(re.sub(r"^stateDir: \S+", f"stateDir: {tmp_path / 'state'}", text, flags=re.M))
     # As `hook run balloons --config` reads and builds it (hooks/cli.py): HookConfigInvalid if it does not fit.
     hook = BalloonsHook.from_config(str(tmp_path / "balloons.sock"), _load_config(path), sysfs_root=root)
     assert len(hook.state.pool.available) == len(MACHINES[machine].all_cpus)
     assert [b.name for b in hook.state.pool.balloons] == ["reserved[0]", "latency[0]"]
     assert all(b.cpus for b in hook.state.pool.balloons)
     assert await hook.reload(path)  # as the file watch reloads it: False, logged, if it did not fit
+    assert hook.state.config.state_dir == str(tmp_path / "state")

@@ -1,0 +1,235 @@
+"""Reserved CPUs given as a quantity, saved for a restart (``stateDir``).
+
+What the containers run on does not always tell a restart which CPUs were
+reserved (planning.reserved_to_keep): idle CPUs only the reserved type's
+containers share look reserved, and with no reserved container running a
+CPU a reload or hotplug chose is lost. So, with ``stateDir`` set, the hook
+writes the reserved set, and a fingerprint of the config it was chosen
+under, to ``<stateDir>/reserved.json`` once the start-up rebuild is done and
+whenever a reload or hotplug changes either; a restart keeps that set, as a
+reload keeps the reserved CPUs it had, when it is consistent with what runs
+(:func:`judge`), else deduces them as without it.
+
+Written as batchresource's state files: to a temporary file, fsync-ed and
+renamed into place, the directory fsync-ed: a crash leaves the old file or
+the new one (a kill before the rename leaves the temporary file, which the
+next start removes). A write that fails removes the file, so that a restart
+deduces rather than keep a set that is no longer true, and is tried again
+at the next reconcile pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .config import RESERVED, BalloonsConfig
+from .planning import Restored, type_or_default
+from .topology import Topology, format_cpuset, parse_cpuset
+
+log = logging.getLogger("hooks.balloons")
+
+FILE_NAME = "reserved.json"
+VERSION = 1
+
+
+class SavedReservedError(ValueError):
+    """The saved file cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class SavedReserved:
+    cpus: frozenset[int]
+    config: str  # fingerprint() of the config they were chosen under
+
+
+def fingerprint(config: BalloonsConfig) -> str:
+    """The keys placement goes by (those BalloonsConfig.plans_as compares), hashed."""
+    text = json.dumps(asdict(config.for_placement()), sort_keys=True, default=sorted)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ReservedFile:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+
+    def load(self) -> SavedReserved | None:
+        """The saved set; None if there is none. Runs at start, before this
+        hook saves anything: a temporary file is a killed hook's, removed."""
+        self._remove_leftovers()
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SavedReservedError(f"cannot be read: {exc}") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise SavedReservedError(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            raise SavedReservedError(f"is not a version {VERSION} reserved-CPUs file")
+        cpus, config = doc.get("reserved_cpus"), doc.get("config")
+        if not isinstance(cpus, str) or not isinstance(config, str):
+            raise SavedReservedError("lacks reserved_cpus or config")
+        try:
+            parsed = parse_cpuset(cpus)
+        except ValueError as exc:
+            raise SavedReservedError(f"has a bad reserved_cpus {cpus[:40]!r}: {exc}") from None
+        if not parsed:
+            raise SavedReservedError("names no reserved CPU")
+        return SavedReserved(parsed, config)
+
+    def _remove_leftovers(self) -> None:
+        for path in sorted(self.path.parent.glob(f".{FILE_NAME}.*.tmp")):  # the names save() gives them
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("balloons cannot remove a temporary state file a stopped hook left",
+                            extra={"path": str(path), "error": str(exc)})
+                continue
+            log.info("balloons removed a temporary state file a stopped hook left", extra={"path": str(path)})
+
+    def save(self, saved: SavedReserved) -> None:
+        """Write ``saved`` in place of the file, atomically (OSError)."""
+        directory = self.path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config}
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{FILE_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)  # the rename itself, through a power loss
+        finally:
+            os.close(dir_fd)
+
+
+def judge(config: BalloonsConfig, topology: Topology, found: Iterable[Restored], saved: SavedReserved) -> frozenset[int]:
+    """The saved reserved CPUs online, if what runs is consistent with them;
+    else SavedReservedError saying what is not. Containers touching a
+    reserved CPU run on all of them: the reserved balloon's (and on idle
+    CPUs, when its type shares them) and those of a balloon without CPUs
+    (on them alone); no other runs on any. Under the config they were saved
+    under, the types tell more: the reserved type's containers run on all of
+    them, no other type's on one unless on them alone, and they are as many
+    as it asks. A container that does not, was not moved to them (the hook
+    stopped before its move), or the file is another's: what runs tells more.
+    Under another config, a container's type may have changed: only one
+    running on some of them and not all tells."""
+    online = saved.cpus & topology.all_cpus
+    if not online:
+        raise SavedReservedError(f"names CPUs {format_cpuset(saved.cpus)}, none of them online")
+    same = saved.config == fingerprint(config)
+    if same and len(saved.cpus) != config.reserved_count:
+        raise SavedReservedError(f"names {len(saved.cpus)} CPUs, where the config it was saved under asks {config.reserved_count}")
+    for item in found:
+        cpus = item.cpus & topology.all_cpus
+        if not cpus or cpus == topology.all_cpus:
+            continue  # not pinned: says nothing
+        on = cpus & online
+        label, runs = item.member.label, f"runs on {format_cpuset(cpus)}"
+        if on and on != online:
+            raise SavedReservedError(
+                f"names CPUs {format_cpuset(online)}, but container {label} {runs}, some of them only "
+                "(a move not done before the hook stopped?)"
+            )
+        if not same:
+            continue
+        btype = type_or_default(config, item.pod)[0]
+        if btype.name == RESERVED and not on:
+            raise SavedReservedError(
+                f"names CPUs {format_cpuset(online)}, but container {label} of the reserved balloon {runs}, "
+                "none of them (a move not done before the hook stopped?)"
+            )
+        if btype.name != RESERVED and on and cpus != online:
+            raise SavedReservedError(
+                f"names CPUs {format_cpuset(online)}, but container {label} of balloon type {btype.name} {runs}, "
+                "not the reserved CPUs alone (a move not done before the hook stopped?)"
+            )
+    return online
+
+
+class AtRestart(NamedTuple):
+    """The reserved CPUs a restart keeps (Assignments.rebuild's ``reserved``;
+    None: deduced from what runs), and why, for the log."""
+
+    reserved: frozenset[int] | None
+    why: str
+    level: int = logging.INFO
+
+
+class SavedSet:
+    """The hook's saved reserved set: its file (none without ``stateDir``)
+    and what this hook last wrote there."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.file = ReservedFile(Path(state_dir)) if state_dir else None
+        self._written: SavedReserved | None = None
+
+    def retarget(self, state_dir: str) -> None:
+        """A reload's stateDir: written there from the next record() on."""
+        if (self.file.path.parent if self.file else None) != (Path(state_dir) if state_dir else None):
+            self.file = ReservedFile(Path(state_dir)) if state_dir else None
+            self._written = None
+
+    def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
+        deduced = "deduced from the CPUs the containers run on"
+        if self.file is None:
+            listed = config.reserved_cpuset is not None
+            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)")
+        where = str(self.file.path)
+        try:
+            saved = self.file.load()  # removes a killed hook's temporary file, whatever the config
+            if config.reserved_cpuset is not None:
+                return AtRestart(None, "those reservedResources.cpu lists")
+            if saved is None:
+                return AtRestart(None, f"{deduced}: none saved in {where} yet (the first start with this stateDir)")
+            kept = judge(config, topology, found, saved)
+        except SavedReservedError as exc:
+            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
+        why = f"the saved set in {where}"
+        if kept != saved.cpus:
+            why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
+        if saved.config != fingerprint(config):
+            why += ", saved under another config: kept as a reload of this one keeps them"
+        return AtRestart(kept, why)
+
+    def record(self, config: BalloonsConfig, reserved: frozenset[int]) -> None:
+        """Save ``reserved``, chosen under ``config``, unless the file holds them already."""
+        if self.file is None:
+            return
+        saved = SavedReserved(reserved, fingerprint(config))
+        if saved == self._written:
+            return
+        try:
+            self.file.save(saved)
+        except OSError as exc:
+            self._written = None  # tried again at the next record()
+            log.warning("cannot save the reserved CPUs %s to %s: %s; retried at the next reconcile pass",
+                        format_cpuset(reserved), self.file.path, exc,
+                        extra={"path": str(self.file.path), "error": str(exc)})
+            try:
+                self.file.path.unlink(missing_ok=True)  # a restart deduces, rather than keep what is not true
+            except OSError as gone:
+                log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer reserved "
+                          "where what runs does not contradict them", self.file.path, gone, extra={"path": str(self.file.path)})
+            return
+        self._written = saved
+        log.info("reserved CPUs %s saved to %s", format_cpuset(reserved), self.file.path,
+                 extra={"path": str(self.file.path), "reserved_cpus": format_cpuset(reserved)})
