@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .config import RESERVED, BalloonsConfig
 from .planning import Restored, type_or_default

@@ -224,6 +224,30 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
                 await remove_pod_quietly(V1, channel, pod_id)
 
 
+async def test_a_restart_keeps_the_reserved_cpus_saved_in_the_state_dir(launcher, tmp_path) -> None:
+    """One reserved CPU given as a quantity, and stateDir: the first start
+    finds nothing saved, deduces CPU 0 and saves it (reserved.json alone,
+    no temporary file left). Saved as 1, as a hotplug or reload may leave
+    it with nothing running to tell, the restart keeps 1 (it deduced 0)."""
+    state = tmp_path / "state"
+    config_path = tmp_path / "balloons.yaml"
+    doc = {**config(launcher.socket), "reservedResources": {"cpu": "1"}, "stateDir": str(state)}
+    config_path.write_text(yaml.safe_dump(doc))
+    running, _ = await launcher.start()
+    async with balloons_hook(launcher, config_path) as hook:
+        await registered(running, 1)
+        assert "none saved in" in await hook.logged("reserved CPUs 0 at start: deduced")
+        assert (await rebuilt(hook))["reserved_cpus"] == "0"
+        await hook.logged("reserved CPUs 0 saved to")
+    saved = json.loads((state / "reserved.json").read_text())
+    assert saved["reserved_cpus"] == "0" and [p.name for p in state.iterdir()] == ["reserved.json"]
+    (state / "reserved.json").write_text(json.dumps({**saved, "reserved_cpus": "1"}))
+    async with balloons_hook(launcher, config_path) as hook:
+        await registered(running, 1)
+        assert f"the saved set in {state / 'reserved.json'}" in await hook.logged("reserved CPUs 1 at start")
+        assert (await rebuilt(hook))["reserved_cpus"] == "1"
+
+
 async def rewrite_until(hook: HookProcess, path: Path, doc: object, needle: str) -> None:
     """Write the config until the hook logs ``needle`` once more (its file watcher
     gives no sign of being ready, so a write before it watches is repeated)."""
