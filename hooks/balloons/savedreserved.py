@@ -181,14 +181,17 @@ class SavedSet:
     def __init__(self, state_dir: str) -> None:
         self.file = ReservedFile(Path(state_dir)) if state_dir else None
         self._written: SavedReserved | None = None
+        self._failed = ""  # the last write's error, logged once (retried every reconcile pass)
 
     def retarget(self, state_dir: str) -> None:
         """A reload's stateDir: written there from the next record() on."""
         if (self.file.path.parent if self.file else None) != (Path(state_dir) if state_dir else None):
             self.file = ReservedFile(Path(state_dir)) if state_dir else None
-            self._written = None
+            self._written, self._failed = None, ""
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
+        """The reserved CPUs to keep at start-up, the containers ``found``
+        running: the saved set, if consistent with them (:func:`judge`)."""
         deduced = "deduced from the CPUs the containers run on"
         if self.file is None:
             listed = config.reserved_cpuset is not None
@@ -199,7 +202,7 @@ class SavedSet:
             if config.reserved_cpuset is not None:
                 return AtRestart(None, "those reservedResources.cpu lists")
             if saved is None:
-                return AtRestart(None, f"{deduced}: none saved in {where} yet (the first start with this stateDir)")
+                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, or the last write failed)")
             kept = judge(config, topology, found, saved)
         except SavedReservedError as exc:
             return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
@@ -221,15 +224,19 @@ class SavedSet:
             self.file.save(saved)
         except OSError as exc:
             self._written = None  # tried again at the next record()
-            log.warning("cannot save the reserved CPUs %s to %s: %s; retried at the next reconcile pass",
-                        format_cpuset(reserved), self.file.path, exc,
-                        extra={"path": str(self.file.path), "error": str(exc)})
+            failure, self._failed = self._failed, f"{format_cpuset(reserved)}: {exc}"
+            if failure != self._failed:  # once per set and error, not every pass
+                log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
+                            format_cpuset(reserved), self.file.path, exc,
+                            extra={"path": str(self.file.path), "error": str(exc)})
             try:
                 self.file.path.unlink(missing_ok=True)  # a restart deduces, rather than keep what is not true
             except OSError as gone:
-                log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer reserved "
-                          "where what runs does not contradict them", self.file.path, gone, extra={"path": str(self.file.path)})
+                if failure != self._failed:
+                    log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer "
+                              "reserved where what runs does not contradict them", self.file.path, gone,
+                              extra={"path": str(self.file.path)})
             return
-        self._written = saved
+        self._written, self._failed = saved, ""
         log.info("reserved CPUs %s saved to %s", format_cpuset(reserved), self.file.path,
                  extra={"path": str(self.file.path), "reserved_cpus": format_cpuset(reserved)})

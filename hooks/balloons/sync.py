@@ -126,12 +126,12 @@ class RuntimeSync:
             config, topology = self._state.config, self._state.topology
             kept = self._saved.at_restart(config, topology, restored)
             self._state = Assignments.rebuild(config, topology, restored, kept.reserved)
+            if config.reserved_cpuset is None:
+                reserved = format_cpuset(self._state.pool.reserved)
+                log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
+                        extra={"reserved_cpus": reserved, "saved": kept.reserved is not None, "reason": kept.why})
             self._ready.set()
             self._save_reserved()
-        if config.reserved_cpuset is None:
-            reserved = format_cpuset(self._state.pool.reserved)
-            log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
-                    extra={"reserved_cpus": reserved, "saved": kept.reserved is not None, "reason": kept.why})
         running = sum(f.running for f in found)
         log.info("assignments rebuilt from %d live containers (%d running, %d created, not started yet)",
                  len(found), running, len(found) - running,
@@ -194,8 +194,9 @@ class RuntimeSync:
         if they or the config changed since the last write. Only once the
         start-up rebuild is done: before, the reserved CPUs are a fresh
         pick, and the file still holds those the restart is to keep.
-        Synchronous (a small file, fsync-ed): at start-up, a reload or
-        hotplug only, or a retry at a reconcile pass, not on a hook call."""
+        Synchronous (a small file, fsync-ed): at start-up, a reload, a
+        re-plan after hotplug (on a hook call too, when it notices it) or a
+        retry at a reconcile pass; never twice for the same set and config."""
         if self._ready.is_set():
             self._saved.record(self._state.config, self._state.pool.reserved)
 

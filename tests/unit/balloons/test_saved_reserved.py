@@ -165,7 +165,7 @@ def test_a_missing_file_and_no_state_dir_deduce_and_say_so(tmp_path: Path) -> No
         None, "deduced from the CPUs the containers run on (stateDir not set: not saved)", logging.INFO)
     kept = SavedSet(str(tmp_path / "state")).at_restart(config, topology, [])
     assert kept == (None, f"deduced from the CPUs the containers run on: none saved in {tmp_path / 'state' / 'reserved.json'} "
-                          "yet (the first start with this stateDir)", logging.INFO)
+                          "(the first start with this stateDir, or the last write failed)", logging.INFO)
 
 
 def test_a_write_cut_short_leaves_the_old_file_whole_and_no_temporary_file(tmp_path: Path, monkeypatch) -> None:
@@ -202,16 +202,22 @@ async def test_a_failed_write_removes_the_file_and_is_tried_again_at_the_next_re
     assert saved_in(state)["reserved_cpus"] == "0"
     real = ReservedFile.save
 
+    tries = 0
+
     def full(self: ReservedFile, saved: SavedReserved) -> None:
+        nonlocal tries
+        tries += 1
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(ReservedFile, "save", full)
     set_online(root, "1-7")
     with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
         await hook.reconcile()
+        await hook.reconcile()  # tried again, not logged again
     assert hook.status()["reserved_cpus"] == "1" and not (state / "reserved.json").exists()
     [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cannot save")]
     assert warning.startswith("cannot save the reserved CPUs 1 to") and "No space left on device" in warning
+    assert tries == 2
     monkeypatch.setattr(ReservedFile, "save", real)
     await hook.reconcile()
     assert saved_in(state)["reserved_cpus"] == "1"
