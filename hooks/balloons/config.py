@@ -315,7 +315,9 @@ def parse_config(doc: Any) -> BalloonsConfig:
 
 
 def _state_dir(value: Any) -> str:
-    """stateDir: an absolute directory path, or "" (the reserved CPUs are not saved)."""
+    """stateDir: an absolute directory path, or "" or left empty (null: the reserved CPUs are not saved)."""
+    if value is None:
+        return ""
     if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
         raise ConfigError(f"stateDir: expected an absolute directory path, or \"\" for none, got {shown(value)}")
     return value

@@ -7,6 +7,7 @@ import sys
 from functools import partial
 
 import pytest
+import yaml
 
 from hooks.balloons.config import (
     DEFAULT,
@@ -79,6 +80,8 @@ def test_defaults_and_quantities() -> None:
     assert config.reserved_pool_namespaces == ("kube-system",)
     assert config.on_exhausted == "Fail" and config.pin_cpu and config.pin_memory
     assert config.state_dir == ""  # not saved: a restart deduces the reserved CPUs
+    # "stateDir:" left empty in YAML is null: off too (before: a config error).
+    assert parse_config(yaml.safe_load("reservedResources: {cpu: 1}\nstateDir:\n")).state_dir == ""
     assert parse_config({"reservedResources": {"cpu": 2}}).reserved_milli == 2000
     assert parse_config({"reservedResources": {"cpu": "0.5"}}).reserved_milli == 500
 
