@@ -25,10 +25,10 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .config import RESERVED, BalloonsConfig
 from .planning import Restored, type_or_default
@@ -51,9 +51,32 @@ class SavedReserved:
 
 
 def fingerprint(config: BalloonsConfig) -> str:
-    """The keys placement goes by (those BalloonsConfig.plans_as compares), hashed."""
-    text = json.dumps(asdict(config.for_placement()), sort_keys=True, default=sorted)
+    """The keys placement goes by (those BalloonsConfig.plans_as compares),
+    hashed. A field at its default is left out, at every level: a key a
+    later version adds (at a default that keeps placement as it was) leaves
+    the fingerprint of a config that does not set it as it was, so the first
+    restart after an upgrade still judges the saved set under its config."""
+    text = json.dumps(_set_fields(config.for_placement()), sort_keys=True, default=sorted)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _set_fields(value: Any) -> Any:
+    """``value`` as JSON-able data, each dataclass a mapping of its fields not at their default."""
+    if is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            item = getattr(value, f.name)
+            if f.default is not MISSING and item == f.default:
+                continue
+            if f.default_factory is not MISSING and item == f.default_factory():
+                continue
+            out[f.name] = _set_fields(item)
+        return out
+    if isinstance(value, (tuple, list)):
+        return [_set_fields(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(k): _set_fields(v) for k, v in value.items()}
+    return value
 
 
 class ReservedFile:

@@ -14,11 +14,12 @@ where the deduction cannot.
 from __future__ import annotations
 
 import random
+from dataclasses import field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hooks.balloons.balloon import Member
-from hooks.balloons.config import RESERVED, BalloonsConfig, PodContext, parse_config
+from hooks.balloons.config import RESERVED, BalloonsConfig, BalloonType, PodContext, parse_config
 from hooks.balloons.planning import Restored
 from hooks.balloons.pool import PoolError
 from hooks.balloons.savedreserved import SavedReserved, fingerprint, judge
@@ -198,3 +199,23 @@ def test_a_restart_with_fewer_reserved_cpus_takes_the_first_starts_pick_where_re
     running_on = {"dns": ("kube-system", "0,2,4,6"), "b": ("batch", "1,5"), "a": ("apps", "3,7")}
     assert _reserved_at_restart(doc, topology, running_on) == "0"
     assert _reserved_at_restart(doc, topology, {**running_on, "dns": ("kube-system", "2,6")}) == "2"
+
+
+SHARING_IDLE = {"reservedResources": {"cpu": "1"}, "balloonTypes": [
+    {"name": "work", "namespaces": ["apps"]}, {"name": "reserved", "shareIdleCPUsInSame": "system"}]}
+
+
+def test_a_key_a_later_version_adds_at_its_default_leaves_the_fingerprint_as_it_was() -> None:
+    """An upgrade adding a key, to the config or a balloon type: a config
+    not setting it keeps its fingerprint, so the first restart after the
+    upgrade judges the saved set under its config (before: every field
+    hashed, every fingerprint changed)."""
+    config = parse_config(SHARING_IDLE)
+    later_config = make_dataclass("LaterConfig", [("new_key", int, field(default=0))], bases=(BalloonsConfig,), frozen=True)
+    later_type = make_dataclass("LaterType", [("new_key", str, field(default=""))], bases=(BalloonType,), frozen=True)
+    types = tuple(later_type(**{f.name: getattr(t, f.name) for f in fields(BalloonType)}) for t in config.balloon_types)
+    later = later_config(**{f.name: getattr(config, f.name) for f in fields(BalloonsConfig)})
+    assert fingerprint(later) == fingerprint(replace(later, balloon_types=types)) == fingerprint(config)
+    assert fingerprint(replace(later, new_key=1)) != fingerprint(config)
+    assert fingerprint(replace(later, balloon_types=(replace(types[0], new_key="x"), *types[1:]))) != fingerprint(config)
+    assert fingerprint(parse_config({**SHARING_IDLE, "balloonTypes": [{**SHARING_IDLE["balloonTypes"][0], "maxCPUs": 2}]})) != fingerprint(config)
