@@ -13,9 +13,7 @@ reload keeps the reserved CPUs it had, when it is consistent with what runs
 Written as batchresource's state files: to a temporary file, fsync-ed and
 renamed into place, the directory fsync-ed: a crash leaves the old file or
 the new one (a kill before the rename leaves the temporary file, which the
-next start removes). A write that fails removes the file, so that a restart
-deduces rather than keep a set that is no longer true, and is tried again
-at the next reconcile pass.
+next start removes). When and by whom: savedset.py.
 """
 
 from __future__ import annotations
@@ -136,11 +134,23 @@ class ReservedFile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        _fsync_dir(directory)  # the rename itself, through a power loss
+
+    def remove(self) -> None:
+        """Remove the file, if there (OSError)."""
         try:
-            os.fsync(dir_fd)  # the rename itself, through a power loss
-        finally:
-            os.close(dir_fd)
+            self.path.unlink()
+        except FileNotFoundError:
+            return
+        _fsync_dir(self.path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def judge(config: BalloonsConfig, topology: Topology, found: Iterable[Restored], saved: SavedReserved) -> frozenset[int]:
@@ -195,71 +205,3 @@ class AtRestart(NamedTuple):
     reserved: frozenset[int] | None
     why: str
     level: int = logging.INFO
-
-
-class SavedSet:
-    """The hook's saved reserved set: its file (none without ``stateDir``)
-    and what this hook last wrote there."""
-
-    def __init__(self, state_dir: str) -> None:
-        self.file = ReservedFile(Path(state_dir)) if state_dir else None
-        self._written: SavedReserved | None = None
-        self._failed = ""  # the last write's error, logged once (retried every reconcile pass)
-
-    def retarget(self, state_dir: str) -> None:
-        """A reload's stateDir: written there from the next record() on."""
-        if (self.file.path.parent if self.file else None) != (Path(state_dir) if state_dir else None):
-            self.file = ReservedFile(Path(state_dir)) if state_dir else None
-            self._written, self._failed = None, ""
-
-    def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
-        """The reserved CPUs to keep at start-up, the containers ``found``
-        running: the saved set, if consistent with them (:func:`judge`)."""
-        deduced = "deduced from the CPUs the containers run on"
-        if self.file is None:
-            listed = config.reserved_cpuset is not None
-            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)")
-        where = str(self.file.path)
-        try:
-            saved = self.file.load()  # removes a killed hook's temporary file, whatever the config
-            if config.reserved_cpuset is not None:
-                return AtRestart(None, "those reservedResources.cpu lists")
-            if saved is None:
-                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, or the last write failed)")
-            kept = judge(config, topology, found, saved)
-        except SavedReservedError as exc:
-            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
-        why = f"the saved set in {where}"
-        if kept != saved.cpus:
-            why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
-        if saved.config != fingerprint(config):
-            why += ", saved under another config: kept as a reload of this one keeps them"
-        return AtRestart(kept, why)
-
-    def record(self, config: BalloonsConfig, reserved: frozenset[int]) -> None:
-        """Save ``reserved``, chosen under ``config``, unless the file holds them already."""
-        if self.file is None:
-            return
-        saved = SavedReserved(reserved, fingerprint(config))
-        if saved == self._written:
-            return
-        try:
-            self.file.save(saved)
-        except OSError as exc:
-            self._written = None  # tried again at the next record()
-            failure, self._failed = self._failed, f"{format_cpuset(reserved)}: {exc}"
-            if failure != self._failed:  # once per set and error, not every pass
-                log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
-                            format_cpuset(reserved), self.file.path, exc,
-                            extra={"path": str(self.file.path), "error": str(exc)})
-            try:
-                self.file.path.unlink(missing_ok=True)  # a restart deduces, rather than keep what is not true
-            except OSError as gone:
-                if failure != self._failed:
-                    log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer "
-                              "reserved where what runs does not contradict them", self.file.path, gone,
-                              extra={"path": str(self.file.path)})
-            return
-        self._written, self._failed = saved, ""
-        log.info("reserved CPUs %s saved to %s", format_cpuset(reserved), self.file.path,
-                 extra={"path": str(self.file.path), "reserved_cpus": format_cpuset(reserved)})

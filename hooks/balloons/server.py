@@ -41,7 +41,7 @@ from .planning import UnknownBalloonType
 from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
 from .moves import Cpuset
-from .savedreserved import SavedSet
+from .savedset import SavedSet
 from .state import Assignments
 from .status import StatusServer, balloons_snapshot, status_socket_for
 from .sync import RECONCILE_INTERVAL, RuntimeSync
@@ -166,6 +166,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._rebuild_then_reconcile())
             tasks.create_task(self._move_containers())
+            tasks.create_task(self._saved.run())
             if self._config_path is not None:
                 tasks.create_task(self._watch_config(self._config_path))
 
@@ -343,7 +344,8 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 state = self._state.replan(config, self._topology)
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 self._topology_problem = None
-                self._saved.retarget(config.state_dir)
+                # Saved in the new stateDir, if any, from the start-up rebuild
+                # on; a restart reads the one the hook started with.
                 self._save_reserved()
                 if config.runtime_endpoint != endpoint_was:
                     self._retargets += 1

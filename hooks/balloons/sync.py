@@ -21,7 +21,7 @@ from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
 from .pool import PoolError
 from .runtime import ClientClosed, EndpointChanged, RuntimeClient
-from .savedreserved import SavedSet
+from .savedset import SavedSet
 from .state import Assignments, Restored
 from .topology import Topology, format_cpuset
 
@@ -191,12 +191,12 @@ class RuntimeSync:
 
     def _save_reserved(self) -> None:
         """Under the lock: the reserved CPUs saved for a restart (stateDir),
-        if they or the config changed since the last write. Only once the
-        start-up rebuild is done: before, the reserved CPUs are a fresh
-        pick, and the file still holds those the restart is to keep.
-        Synchronous (a small file, fsync-ed): at start-up, a reload, a
-        re-plan after hotplug (on a hook call too, when it notices it) or a
-        retry at a reconcile pass; never twice for the same set and config."""
+        noted for the writer if they or the config changed since the last
+        write, or it failed (no I/O here: this runs on hook calls too). Only
+        once the start-up rebuild is done: before, the reserved CPUs are a
+        fresh pick, and the file still holds those the restart is to keep.
+        At start-up, a reload, a re-plan after hotplug (on a hook call too,
+        when it notices it) and every reconcile pass (a retry)."""
         if self._ready.is_set():
             self._saved.record(self._state.config, self._state.pool.reserved)
 

@@ -21,7 +21,8 @@ from hooks.balloons import savedreserved
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.planning import Restored
-from hooks.balloons.savedreserved import ReservedFile, SavedReserved, SavedSet, fingerprint
+from hooks.balloons.savedreserved import ReservedFile, SavedReserved, fingerprint
+from hooks.balloons.savedset import SavedSet
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology, parse_cpuset, write_synthetic_sysfs
 
@@ -41,6 +42,12 @@ def saved_in(directory: Path) -> dict[str, Any]:
     return json.loads((directory / "reserved.json").read_text())
 
 
+async def written(hook: BalloonsHook) -> None:
+    """What the hook noted is written (its writer task does not run here)."""
+    await hook._saved.write_due()
+    assert hook._saved.settled
+
+
 @pytest.mark.parametrize(("config", "pods", "reserved"), [
     (ALONE, [("a", "apps"), ("b", "apps")], "3"),
     (SHARING, [("a", "apps"), ("dns", "kube-system")], "1"),
@@ -55,6 +62,7 @@ async def test_a_restart_keeps_the_saved_reserved_cpus_the_containers_do_not_tel
     state = tmp_path / "state"
     deduced, deduced_root = await cpu_0_offline_and_back(tmp_path / "deduced", config, pods)
     hook, root = await cpu_0_offline_and_back(tmp_path, {**config, "stateDir": str(state)}, pods)
+    await written(hook)
     assert hook.status()["reserved_cpus"] == deduced.status()["reserved_cpus"] == reserved
     assert saved_in(state)["reserved_cpus"] == reserved
     again, _ = await restarted(deduced, tmp_path / "deduced", deduced_root, config)
@@ -69,7 +77,9 @@ async def test_a_restart_keeps_the_saved_reserved_cpus_the_containers_do_not_tel
 async def test_the_reserved_cpus_are_saved_after_start_up_hotplug_and_reloads(tmp_path: Path) -> None:
     """Not before the start-up rebuild (a reload then: the file holds what
     the restart is to keep); then at each change of the reserved CPUs or
-    the config, and to a new stateDir from its reload on."""
+    the config, and to a new stateDir from its reload on, the file in the
+    one left removed: a later start naming it would trust a set no longer
+    kept (before: left there)."""
     state, config_file = tmp_path / "state", tmp_path / "balloons.yaml"
     config = {**ALONE, "stateDir": str(state)}
     root = tmp_path / "sys"
@@ -77,21 +87,32 @@ async def test_the_reserved_cpus_are_saved_after_start_up_hotplug_and_reloads(tm
     hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(config), sysfs_root=root, runtime=FakeRuntime())
     config_file.write_text(yaml.safe_dump(config))
     assert await hook.reload(config_file)
+    await written(hook)
     assert not state.exists()
     await hook.rebuild()
+    await written(hook)
     assert saved_in(state) == {"version": 1, "reserved_cpus": "0", "config": fingerprint(parse_config(config))}
     set_online(root, "1-7")
     await hook.reconcile()
+    await written(hook)
     assert saved_in(state)["reserved_cpus"] == hook.status()["reserved_cpus"] == "1"
     changed = {**config, "balloonTypes": [{**WORK, "maxCPUs": 2}]}
     config_file.write_text(yaml.safe_dump(changed))
     assert await hook.reload(config_file)
-    assert saved_in(state) == {"version": 1, "reserved_cpus": "1", "config": fingerprint(parse_config(changed))}
+    await written(hook)
+    expected = {"version": 1, "reserved_cpus": "1", "config": fingerprint(parse_config(changed))}
+    assert saved_in(state) == expected
     moved = tmp_path / "elsewhere"
     config_file.write_text(yaml.safe_dump({**changed, "stateDir": str(moved)}))
     assert await hook.reload(config_file)
-    assert saved_in(moved) == saved_in(state)
+    await written(hook)
+    assert saved_in(moved) == expected
     assert [p.name for p in moved.iterdir()] == ["reserved.json"]  # no temporary file left
+    assert list(state.iterdir()) == []
+    config_file.write_text(yaml.safe_dump({**changed, "stateDir": None}))  # off
+    assert await hook.reload(config_file)
+    await written(hook)
+    assert list(moved.iterdir()) == []
 
 
 @pytest.mark.parametrize(("text", "why"), [
@@ -118,9 +139,11 @@ async def test_a_damaged_or_contradicted_file_is_logged_and_the_reserved_cpus_de
         await hook.pre_create_container(request(uid, "app", shares=1024))
         await hook.pre_start_container(request(uid, "app", cid=f"c-{uid}"))
     assert await hook.apply_moves()
+    await written(hook)
     (state / "reserved.json").write_text(text.replace("FP", fingerprint(parse_config(config))))
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
         again, runtime = await restarted(hook, tmp_path, root, config)
+    await written(again)
     assert (again.status()["reserved_cpus"], runtime.updates) == ("0", [])
     [record] = [r for r in caplog.records if r.getMessage().startswith("reserved CPUs 0 at start")]
     assert record.levelno == logging.WARNING
@@ -134,7 +157,7 @@ def found(*running_on: tuple[str, str]) -> list[Restored]:
             for i, (ns, cpus) in enumerate(running_on)]
 
 
-def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_unless_the_config_changed(tmp_path: Path) -> None:
+async def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_unless_the_config_changed(tmp_path: Path) -> None:
     """dns (reserved type) on 0 and work on 1-2, the saved set 5: dns was
     not moved there (the hook stopped first), or the file is another's. With
     a changed config dns may be of the reserved type only now: kept."""
@@ -142,6 +165,7 @@ def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_unless_
     topology = Topology.synthetic(1, 2, 4, 1)
     saved = SavedSet(str(tmp_path))
     saved.record(config, frozenset({5}))
+    await saved.write_due()
     running_on = found(("kube-system", "0"), ("apps", "1-2"))
     kept = saved.at_restart(config, topology, running_on)
     assert (kept.reserved, kept.level) == (None, logging.WARNING)
@@ -151,8 +175,9 @@ def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_unless_
     assert (kept.reserved, kept.level) == (frozenset({5}), logging.INFO)
     assert kept.why.endswith("saved under another config: kept as a reload of this one keeps them")
     # A reserved CPU offline now: the rest kept, topped up as after hotplug; not pinned says nothing.
-    two = parse_config({**ALONE, "reservedResources": {"cpu": "2"}})
+    two = parse_config({**ALONE, "reservedResources": {"cpu": "2"}, "stateDir": str(tmp_path)})
     saved.record(two, frozenset({5, 6}))
+    await saved.write_due()
     online = Topology({cpu: info for cpu, info in topology.cpus.items() if cpu != 6})
     kept = saved.at_restart(two, online, found(("kube-system", "5"), ("apps", "0-5,7")))
     assert kept.reserved == frozenset({5}) and "CPUs 6 of it offline now: topped up as after hotplug" in kept.why
@@ -199,6 +224,7 @@ async def test_a_failed_write_removes_the_file_and_is_tried_again_at_the_next_re
     does not contradict it: 0, not reserved since the hotplug reserved 1."""
     state = tmp_path / "state"
     hook, _, root = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})
+    await written(hook)
     assert saved_in(state)["reserved_cpus"] == "0"
     real = ReservedFile.save
 
@@ -213,12 +239,15 @@ async def test_a_failed_write_removes_the_file_and_is_tried_again_at_the_next_re
     set_online(root, "1-7")
     with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
         await hook.reconcile()
+        await written(hook)
         await hook.reconcile()  # tried again, not logged again
+        await written(hook)
     assert hook.status()["reserved_cpus"] == "1" and not (state / "reserved.json").exists()
     [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cannot save")]
     assert warning.startswith("cannot save the reserved CPUs 1 to") and "No space left on device" in warning
     assert tries == 2
     monkeypatch.setattr(ReservedFile, "save", real)
     await hook.reconcile()
+    await written(hook)
     assert saved_in(state)["reserved_cpus"] == "1"
     assert os.listdir(state) == ["reserved.json"]

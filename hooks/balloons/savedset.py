@@ -1,0 +1,187 @@
+"""The hook's saved reserved set (``stateDir``): read at start, written by one writer.
+
+A restart reads the file in the stateDir the hook started with
+(:meth:`SavedSet.at_restart`), whatever a reload before the start-up
+rebuild set: that file is what the hook before it wrote. From the rebuild
+on, :meth:`SavedSet.record` notes the reserved set and the config in force,
+in the stateDir of that config, and returns at once: no file I/O on the
+event loop, so no hook call (a hotplug noticed at PreCreateContainer
+records) waits on a slow disk. One writer (:meth:`SavedSet.run`, a task of
+the hook's background work) writes, in a thread, the latest set noted, one
+write at a time: a set noted while a write runs is written after it, so an
+older set never lands last, and the file is behind what the hook runs on
+only while a write is due or runs. A failed write removes the file (a
+restart then deduces, rather than keep a set no longer true) and is tried
+again at the next record() of a reconcile pass, logged once per set and
+error. Leaving a directory (a reload moves or clears stateDir) removes the
+file there: a later start naming that directory again would trust a set
+this hook no longer keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .config import BalloonsConfig
+from .planning import Restored
+from .savedreserved import AtRestart, ReservedFile, SavedReserved, SavedReservedError, fingerprint, judge
+from .topology import Topology, format_cpuset
+
+log = logging.getLogger("hooks.balloons")
+
+STOP_WRITE_WAIT = 2.0  # how long a stopping hook waits for the last write of the set
+
+# Runs a blocking call off the event loop (asyncio.to_thread; tests slow it down).
+Offload = Callable[..., Awaitable[Any]]
+
+
+class Wanted(NamedTuple):
+    """A set to write, and where (None: stateDir off, the file left)."""
+
+    directory: Path | None
+    saved: SavedReserved
+
+
+class SavedSet:
+    def __init__(self, state_dir: str, offload: Offload = asyncio.to_thread) -> None:
+        # The file a restart reads: that of the stateDir the hook started with.
+        self.started = ReservedFile(Path(state_dir)) if state_dir else None
+        # The file this hook holds (writes, or the run before it wrote):
+        # removed when a reload leaves its directory.
+        self._held = self.started
+        self._wanted: Wanted | None = None  # the latest set noted
+        self._generation = 0  # of _wanted: a write of an older one is followed by another
+        self._written_generation = 0
+        self._failed: tuple[str, int | None, str | None] | None = None  # (set, errno, strerror), logged once
+        self._due = asyncio.Event()
+        self._writing = asyncio.Lock()  # one writer
+        self._in_flight: asyncio.Future[Any] | None = None  # a thread's write, which a cancel does not stop
+        self._offload = offload
+
+    def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
+        """The reserved CPUs to keep at start-up, the containers ``found``
+        running: the set saved in the stateDir the hook started with, if
+        consistent with them (:func:`judge`)."""
+        deduced = "deduced from the CPUs the containers run on"
+        if self.started is None:
+            listed = config.reserved_cpuset is not None
+            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)")
+        where = str(self.started.path)
+        try:
+            saved = self.started.load()  # removes a killed hook's temporary file, whatever the config
+            if config.reserved_cpuset is not None:
+                return AtRestart(None, "those reservedResources.cpu lists")
+            if saved is None:
+                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, or the last write failed)")
+            kept = judge(config, topology, found, saved)
+        except SavedReservedError as exc:
+            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
+        why = f"the saved set in {where}"
+        if kept != saved.cpus:
+            why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
+        if saved.config != fingerprint(config):
+            why += ", saved under another config: kept as a reload of this one keeps them"
+        return AtRestart(kept, why)
+
+    def record(self, config: BalloonsConfig, reserved: frozenset[int]) -> None:
+        """Note ``reserved``, chosen under ``config``, for the writer to save in
+        ``config``'s stateDir; at once, no I/O. A set noted already is not
+        written again, unless its write failed (a retry)."""
+        directory = Path(config.state_dir) if config.state_dir else None
+        if directory is None and self._held is None and (self._wanted is None or self._wanted.directory is None):
+            return  # stateDir off, and no file of this hook's anywhere
+        wanted = Wanted(directory, SavedReserved(reserved, fingerprint(config)))
+        if wanted == self._wanted and self._failed is None:
+            return  # written, or due
+        self._wanted = wanted
+        self._generation += 1
+        self._due.set()
+
+    @property
+    def settled(self) -> bool:
+        """The latest set noted is written (or its write failed): none due."""
+        return not self._due.is_set() and self._written_generation == self._generation
+
+    async def run(self) -> None:
+        """The writer: the latest set noted, whenever one is due. Cancelled
+        (the hook stops), it writes what is due first, briefly."""
+        try:
+            while True:
+                await self._due.wait()
+                await self.write_due()
+        except asyncio.CancelledError:
+            try:
+                await asyncio.wait_for(self.write_due(), STOP_WRITE_WAIT)
+            except TimeoutError:
+                log.warning("stopping before the reserved CPUs were saved to %s (the write took over %.0fs)",
+                            self._held.path if self._held else "stateDir", STOP_WRITE_WAIT)
+            raise
+
+    async def write_due(self) -> None:
+        """Write the latest set noted until none is due (one writer at a time)."""
+        async with self._writing:
+            while self._due.is_set():
+                self._due.clear()
+                wanted, generation = self._wanted, self._generation
+                if wanted is not None:
+                    try:
+                        await self._write(wanted)
+                    except asyncio.CancelledError:
+                        # Its thread may finish it, or not (the hook stopping): due
+                        # again, for the stopping writer's last write_due().
+                        self._due.set()
+                        raise
+                self._written_generation = generation
+
+    async def _io(self, call: Callable[..., None], *args: Any) -> None:
+        """``call`` in a thread; a write a cancelled writer left running is
+        waited for first, so that two never run at once."""
+        if self._in_flight is not None and not self._in_flight.done():
+            await asyncio.shield(self._in_flight)
+        self._in_flight = asyncio.ensure_future(self._offload(call, *args))
+        await asyncio.shield(self._in_flight)
+
+    async def _write(self, wanted: Wanted) -> None:
+        held = self._held
+        if held is not None and held.path.parent != wanted.directory:
+            await self._leave(held)
+        if wanted.directory is None:
+            self._held = None
+            return
+        file = self._held = ReservedFile(wanted.directory)
+        cpus = format_cpuset(wanted.saved.cpus)
+        try:
+            await self._io(file.save, wanted.saved)
+        except OSError as exc:
+            failure, self._failed = self._failed, (cpus, exc.errno, exc.strerror)
+            again = failure == self._failed  # the error text may name a random temporary file: not compared
+            if not again:
+                log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
+                            cpus, file.path, exc, extra={"path": str(file.path), "error": str(exc)})
+            try:
+                await self._io(file.remove)  # a restart deduces, rather than keep what is not true
+            except OSError as gone:
+                if not again:
+                    log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer "
+                              "reserved where what runs does not contradict them", file.path, gone,
+                              extra={"path": str(file.path), "error": str(gone)})
+            return
+        self._failed = None
+        log.info("reserved CPUs %s saved to %s", cpus, file.path, extra={"path": str(file.path), "reserved_cpus": cpus})
+
+    async def _leave(self, held: ReservedFile) -> None:
+        """stateDir moved or cleared: the file left there is removed, else a
+        later start naming that directory again would trust it."""
+        self._held = None
+        try:
+            await self._io(held.remove)
+        except OSError as exc:
+            log.error("cannot remove %s, left by a change of stateDir: %s; a start naming that directory again "
+                      "may keep reserved CPUs that are no longer reserved: remove it", held.path, exc,
+                      extra={"path": str(held.path), "error": str(exc)})
+            return
+        log.info("removed %s: stateDir changed", held.path, extra={"path": str(held.path)})
