@@ -176,7 +176,8 @@ class Backend:
             except aio.AioRpcError as err:
                 if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
                     continue
-                self.runtime_failed(self.runtime_channel, err)
+                # DEBUG: the failed probe has its own line ('backend not ready, retrying').
+                self.runtime_failed(self.runtime_channel, err, logging.DEBUG)
                 raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
             try:
                 # Same field numbers in both versions: the v1 class reads either;
@@ -199,8 +200,9 @@ class Backend:
         has loaded its state: that Version failure ends the probe above. A
         runtime whose Version answers before the rest does is caught here:
         Status is cheap (no listing) and held back as any call the runtime
-        does not serve yet, so it tells when calls will be served. Its conditions are kubelet's to judge (a node without CNI yet
-        is still served), so only the call's success counts here.
+        does not serve yet, so it tells when calls will be served. Its
+        conditions are kubelet's to judge (a node without CNI yet is still
+        served), so only the call's success counts here.
         """
         path = f"/{version.package}.RuntimeService/Status"
         try:
@@ -208,14 +210,16 @@ class Backend:
         except aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # no such gate in this runtime
                 return
-            self.runtime_failed(self.runtime_channel, err)
+            self.runtime_failed(self.runtime_channel, err, logging.DEBUG)  # as above
             raise BackendUnavailable(f"{path}: {err.code().name}: {err.details()}") from err
 
-    def runtime_failed(self, channel: aio.Channel, err: aio.AioRpcError) -> None:
-        """A call relayed on ``channel`` failed with ``err``: containerd's
-        'not initialized yet' says its runtime does not serve (unready.py)."""
+    def runtime_failed(self, channel: aio.Channel, err: aio.AioRpcError, level: int = logging.WARNING) -> None:
+        """A call on ``channel`` failed with ``err``, a relayed call's or a
+        probe's: containerd's 'not initialized yet' says its runtime does not
+        serve (unready.py). ``level``: Unready's lines' (DEBUG for a probe,
+        whose failure has its own line)."""
         if channel is self.runtime_channel and not_initialized(err.code().value[0], err.details() or ""):
-            self.unready.saw(f"it answers {err.details()!r}")
+            self.unready.saw(f"it answers {err.details()!r}", level)
 
     async def probe(self) -> BackendInfo:
         """Probe until the backend answers, with exponential backoff."""

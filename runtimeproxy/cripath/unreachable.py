@@ -78,27 +78,28 @@ class Refusal:
     error: str
 
 
-def refused(reach: Reach, socket: Path, deadline: bool) -> Refusal | None:
+def refused(reach: Reach, socket: Path, deadline: bool, asked_some: bool = False) -> Refusal | None:
     """How a call whose channel came to ``reach`` is refused (None: it is not);
-    ``deadline``: whether the call has one (its wait ended at it)."""
+    ``deadline``: whether the call has one (its wait ended at it);
+    ``asked_some``: refused between its pre hooks, after some were asked."""
     if reach is Reach.READY:
         return None
+    asked = "no later hook server of its chain was asked" if asked_some else "no hook server was asked"
+    when = "between its pre hooks" if asked_some else "before its hooks"
     if reach is Reach.FAILED:
         return Refusal(grpc.StatusCode.UNAVAILABLE,
                        f"runtime-proxy: the runtime at {socket} is not reachable (its connection failed; the proxy "
-                       "reconnects by itself); the call was not sent and no hook server was asked",
-                       "the runtime is not reachable: refused before its hooks")
+                       f"reconnects by itself); the call was not sent and {asked}",
+                       f"the runtime is not reachable: refused {when}")
     if deadline:  # as the runtime call would have ended, waiting for the same connection
         return Refusal(grpc.StatusCode.DEADLINE_EXCEEDED,
                        f"runtime-proxy: the connection to the runtime at {socket} was still being made at the "
-                       "call's deadline; the call was not sent and no hook server was asked",
-                       "the runtime's connection was still being made at the call's deadline: "
-                       "refused before its hooks")
+                       f"call's deadline; the call was not sent and {asked}",
+                       f"the runtime's connection was still being made at the call's deadline: refused {when}")
     return Refusal(grpc.StatusCode.UNAVAILABLE,
                    f"runtime-proxy: the connection to the runtime at {socket} was not up within "
-                   f"{NO_DEADLINE_WAIT_S:g} s (the call has no deadline); the call was not sent and no hook "
-                   "server was asked",
-                   f"the runtime's connection was not up within {NO_DEADLINE_WAIT_S:g} s: refused before its hooks")
+                   f"{NO_DEADLINE_WAIT_S:g} s (the call has no deadline); the call was not sent and {asked}",
+                   f"the runtime's connection was not up within {NO_DEADLINE_WAIT_S:g} s: refused {when}")
 
 
 def log_refusal(method: str, socket: Path, refused: Refusal) -> None:
@@ -126,10 +127,6 @@ async def connects(channel: aio.Channel, state: grpc.ChannelConnectivity, limit:
     return Reach.READY if state is _S.READY else Reach.FAILED
 
 
-_NONE_ASKED = "no hook server was asked"
-_NO_LATER_ASKED = "no later hook server of its chain was asked"
-
-
 class RuntimeGate:
     """The gate of one hooked method on the grpc path: its channel, the
     runtime's socket, and what says whether that runtime serves (an image
@@ -153,24 +150,25 @@ class RuntimeGate:
         ``between_hooks``: asked before a later pre hook of the call's chain,
         so its refusal says the hooks before were asked."""
         refusal: Refusal | None = None
+        reason = "its connection is not up"  # for the between-hooks line
         state = self.channel.get_state()
         if state is not _S.READY:
             limit = context.time_remaining()
             reach = await connects(self.channel, state, limit)
-            refusal = refused(reach, self._socket, deadline=limit is not None)
+            refusal = refused(reach, self._socket, deadline=limit is not None, asked_some=between_hooks)
         unready = self.unready
         if refusal is None and unready.reason is not None:
-            refusal = Refusal(grpc.StatusCode.UNAVAILABLE, unready.refusal_text(),
-                              f"the runtime does not serve calls yet ({unready.reason}): refused before its hooks")
+            reason = unready.reason
+            when = "between its pre hooks" if between_hooks else "before its hooks"
+            refusal = Refusal(grpc.StatusCode.UNAVAILABLE, unready.refusal_text(asked_some=between_hooks),
+                              f"the runtime does not serve calls yet ({reason}): refused {when}")
         if refusal is None:
             return
         if between_hooks:
-            refusal = Refusal(refusal.code, refusal.message.replace(_NONE_ASKED, _NO_LATER_ASKED),
-                              refusal.error.replace("before its hooks", "between its pre hooks"))
             log.info("the runtime was lost or stopped serving while a hooked call's pre hooks ran: the rest of "
                      "the chain is not asked",
                      extra={"method": self._path, "backend": str(self._socket), "code": refusal.code.name,
-                            "reason": unready.reason or "its connection is not up", "error": refusal.error})
+                            "reason": reason, "error": refusal.error})
         else:
             log_refusal(self._path, self._socket, refusal)
         await context.abort(refusal.code, refusal.message)

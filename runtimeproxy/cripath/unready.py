@@ -82,22 +82,29 @@ class Unready:
         self._serves = serves
         self._recheck_s = recheck_s
         self._since = 0.0
-        self._level = logging.WARNING
+        self._recovery = logging.INFO  # the level of the episode's end line
+        self._served = False  # the runtime was seen to serve (ready) before: its recovery is 'again'
         self._task: asyncio.Task[None] | None = None  # the Status re-check, one per episode
         self.episode = 0  # counts the times the runtime was seen not to serve (reason set from None)
         self._closed = False  # the backend is closed: nothing is asked again
 
-    def saw(self, reason: str, level: int = logging.WARNING) -> None:
+    def saw(self, reason: str, level: int = logging.WARNING, recovery: int | None = None) -> None:
         """An answer showed the runtime does not serve (``reason``, for the
         refusals and the log): refuse hooked calls until it is seen to.
-        ``level``: the log lines' (DEBUG where the outage has its own lines)."""
+        ``level``: the log lines' (DEBUG where the outage has its own lines).
+        ``recovery``: the level of the line that ends the episode (default:
+        ``level``, at most INFO); INFO for a caller that warned of it itself
+        (frames/silent.py), so the operator sees the end of what was warned
+        of. The episode's end is logged at the highest its sightings asked for."""
+        recovery = min(level, logging.INFO) if recovery is None else recovery
         if self.reason is not None:
             self.reason = reason
+            self._recovery = max(self._recovery, recovery)
             return
         self.reason = reason
         self.episode += 1
         self._since = time.monotonic()
-        self._level = level
+        self._recovery = recovery
         log.log(level, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does",
                 extra={"backend": str(self.socket), "reason": reason})
         if self._serves is not None and not self._closed and (self._task is None or self._task.done()):
@@ -109,19 +116,25 @@ class Unready:
 
     def ready(self) -> None:
         """The runtime answered a call of the proxy's own (a probe, a Status)."""
+        served, self._served = self._served, True
         if self.reason is None:
             return
         reason, self.reason = self.reason, None
-        log.log(min(self._level, logging.INFO), "the runtime serves calls again: hooked calls go on",
+        # 'again' only after it served: a runtime still loading its state at
+        # the proxy's start never did.
+        log.log(self._recovery, f"the runtime serves calls {'again' if served else 'now'}: hooked calls go on",
                 extra={"backend": str(self.socket), "reason": reason,
                        "seconds": round(time.monotonic() - self._since, 2)})
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
         self._task = None
 
-    def refusal_text(self) -> str:
+    def refusal_text(self, asked_some: bool = False) -> str:
+        """A hooked call's refusal; ``asked_some``: refused between its pre
+        hooks, after some of its chain was asked."""
+        asked = "no later hook server of its chain was asked" if asked_some else "no hook server was asked"
         return (f"runtime-proxy: the runtime at {self.socket} does not serve calls yet ({self.reason}); "
-                "the call was not sent and no hook server was asked")
+                f"the call was not sent and {asked}")
 
     async def _recheck(self) -> None:
         assert self._serves is not None

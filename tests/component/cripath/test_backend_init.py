@@ -5,6 +5,7 @@ not initialized yet" for a while after it starts)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import grpc
@@ -39,14 +40,24 @@ async def _until_initialised(fake: FakeBackend, status_path: str, client: aio.Ch
     ("versions", "package"), [({"v1", "v1alpha2"}, "runtime.v1"), ({"v1alpha2"}, "runtime.v1alpha2")]
 )
 async def test_health_waits_for_the_runtime_to_initialise_at_start(
-    sock_dir: Path, start_proxy, client, versions, package
+    sock_dir: Path, start_proxy, client, versions, package, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The probe's failures have their own line ('backend not ready, retrying'):
+    Unready's lines are debug ones, and its end does not say 'again' of a
+    runtime that never served (before: a second warning, and 'serves calls
+    again')."""
+    caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
     status_path = f"/{package}.RuntimeService/Status"
     async with FakeBackend(sock_dir / "b.sock", versions=frozenset(versions)) as fake:
         fake.script(status_path, **NOT_INITIALISED)
         proxy = await start_proxy(fake.socket, wait=False)
         await _until_initialised(fake, status_path, client)
         assert proxy.router.plan is not None
+    unready = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "runtimeproxy.cripath.unready"]
+    assert unready == [
+        (logging.DEBUG, "the runtime does not serve calls yet: hooked calls are refused before their hooks until it does"),
+        (logging.DEBUG, "the runtime serves calls now: hooked calls go on"),
+    ]
 
 
 async def test_health_waits_for_a_restarted_runtime_to_initialise(sock_dir: Path, start_proxy, client) -> None:

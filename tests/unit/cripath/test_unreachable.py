@@ -128,3 +128,40 @@ async def test_a_refusal_between_pre_hooks_says_why_the_runtime_does_not_serve(c
     [line] = [r for r in caplog.records if r.levelno == logging.INFO]
     assert getattr(line, "reason") == "it answers 'server is not initialized yet'"
     assert "lost or stopped serving" in line.getMessage()
+
+
+async def test_a_refusal_between_pre_hooks_for_the_connection_does_not_name_unreadys_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The connection failed while Unready also holds a reason: the line says
+    the connection, the refusal's cause (before: Unready's reason, though the
+    refusal was not for it)."""
+    unready = Unready(SOCKET)
+    unready.saw("it answers 'server is not initialized yet'")
+    gate = RuntimeGate(Channel(S.TRANSIENT_FAILURE, []), SOCKET, "/runtime.v1.RuntimeService/RunPodSandbox",  # type: ignore[arg-type]
+                       unready)
+    context = Context()
+    caplog.set_level(logging.INFO, "runtimeproxy.cripath.unreachable")
+    with pytest.raises(Aborted):
+        await gate.enter(context, between_hooks=True)  # type: ignore[arg-type]
+    assert context.aborted is not None and context.aborted[0] == grpc.StatusCode.UNAVAILABLE
+    assert "is not reachable" in context.aborted[1]
+    assert context.aborted[1].endswith("the call was not sent and no later hook server of its chain was asked")
+    [line] = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert getattr(line, "reason") == "its connection is not up"
+    assert getattr(line, "error") == "the runtime is not reachable: refused between its pre hooks"
+
+
+@pytest.mark.parametrize("reach", [Reach.FAILED, Reach.PENDING])
+@pytest.mark.parametrize("deadline", [True, False])
+def test_every_refusal_says_whether_some_hooks_were_asked(reach: Reach, deadline: bool) -> None:
+    before = refused(reach, SOCKET, deadline=deadline)
+    between = refused(reach, SOCKET, deadline=deadline, asked_some=True)
+    assert before is not None and between is not None
+    assert before.message.endswith("no hook server was asked") and before.error.endswith("refused before its hooks")
+    assert between.message.endswith("no later hook server of its chain was asked")
+    assert between.error.endswith("refused between its pre hooks")
+    unready = Unready(SOCKET)
+    unready.saw("it was lost")
+    assert unready.refusal_text().endswith("no hook server was asked")
+    assert unready.refusal_text(asked_some=True).endswith("no later hook server of its chain was asked")

@@ -132,3 +132,46 @@ async def test_the_recheck_does_not_carry_the_calls_context() -> None:
 ])
 def test_not_initialized(status: int, message: str, expected: bool) -> None:
     assert not_initialized(status, message) is expected
+
+
+def _recovery(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.getMessage().startswith("the runtime serves calls")]
+
+
+def test_a_runtime_that_never_served_serves_now_and_one_that_did_serves_again(caplog: pytest.LogCaptureFixture) -> None:
+    """A runtime still loading its state at the proxy's start never served:
+    its recovery is not 'again' (before: it was)."""
+    caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
+    unready = Unready(SOCKET)
+    unready.saw("it answers 'server is not initialized yet'")
+    unready.ready()
+    unready.saw("it was lost")
+    unready.ready()
+    assert _recovery(caplog) == [(logging.INFO, "the runtime serves calls now: hooked calls go on"),
+                                 (logging.INFO, "the runtime serves calls again: hooked calls go on")]
+
+
+def test_a_probe_that_answered_first_makes_the_next_recovery_again(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
+    unready = Unready(SOCKET)
+    unready.ready()  # the backend's first probe: no episode, but it served
+    unready.saw("it was lost", logging.DEBUG)
+    unready.ready()
+    assert _recovery(caplog) == [(logging.DEBUG, "the runtime serves calls again: hooked calls go on")]
+
+
+def test_a_sighting_at_debug_that_was_warned_of_elsewhere_ends_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """frames/silent.py warns itself and tells Unready at DEBUG: its end is
+    still an INFO line (before: DEBUG, so the warning had no visible end)."""
+    caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
+    unready = Unready(SOCKET)
+    unready.saw("it sent no SETTINGS", logging.DEBUG, recovery=logging.INFO)
+    unready.ready()
+    unready.saw("it was lost", logging.DEBUG)  # the backend's loss: its own lines
+    unready.saw("it sent no SETTINGS", logging.DEBUG, recovery=logging.INFO)  # the same episode, warned of
+    unready.ready()
+    unready.saw("it was lost", logging.DEBUG)
+    unready.ready()
+    starts = [r.levelno for r in caplog.records if r.getMessage().startswith("the runtime does not serve")]
+    assert starts == [logging.DEBUG] * 3
+    assert [level for level, _ in _recovery(caplog)] == [logging.INFO, logging.INFO, logging.DEBUG]
