@@ -50,7 +50,10 @@ class Silences:
     def __call__(self, reason: str) -> bool:
         unready = self._unready
         first = unready.reason is None or unready.episode != self._warned
-        unready.saw(reason)
+        # Its warning is this module's (_expired): Unready's own start line is
+        # a debug one, its end (the runtime answers) an INFO one, the end of
+        # what was warned of.
+        unready.saw(reason, logging.DEBUG, recovery=logging.INFO)
         self._warned = unready.episode
         return first
 
@@ -58,7 +61,11 @@ class Silences:
 def bound(conn: FrameConnection, backend: Path, silent: Callable[[str], bool]) -> None:
     """From now, ``conn``'s runtime has SETTINGS_WAIT_S to send its SETTINGS
     (their arrival cancels the timer: FrameConnection.server_prefaced); else
-    ``silent`` is told why (it returns whether to warn) and the client told to go away."""
+    ``silent`` is told why (it returns whether to warn) and the client told to go away.
+    Nothing to bound if they came already: the backend's attach, just before,
+    may have delivered what the runtime sent while it was dialled."""
+    if conn.prefaced or conn.closed.done():
+        return
     wait = SETTINGS_WAIT_S
     timer = asyncio.get_running_loop().call_later(wait, _expired, conn, backend, silent, wait)
     conn.settings_wait = timer
@@ -75,7 +82,7 @@ def _expired(conn: FrameConnection, backend: Path, silent: Callable[[str], bool]
             "frames: the runtime accepted the connection but sent no HTTP/2 SETTINGS in time: it is taken as "
             "unreachable; the client is told to reconnect, and hooked calls are refused until it answers",
             extra={"backend": str(backend), "seconds": wait,
-                   "calls": len(conn.relayed) + len(conn.hooked) + len(conn.diverted)})
+                   "calls": len(conn.relayed) + len(conn.hooked) + len(conn.diverted), **conn.identity})
     conn.out.release()  # an empty SETTINGS: a valid preface for the GOAWAY
     text = f"runtime-proxy: the runtime at {backend} sent no SETTINGS within {wait:g} s"
     # Last stream 0, though the runtime may have read some of the streams

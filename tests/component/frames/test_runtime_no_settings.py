@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,8 +115,16 @@ async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_epis
         await peer.until(rawh2.GOAWAY)
         await peer.close()
 
+    caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
+
+    def lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "sent no HTTP/2 SETTINGS in time" in r.getMessage()]
+
     def levels() -> list[int]:
-        return [r.levelno for r in caplog.records if "sent no HTTP/2 SETTINGS in time" in r.getMessage()]
+        return [r.levelno for r in lines()]
+
+    def unreadys(start: str) -> list[int]:
+        return [r.levelno for r in caplog.records if r.name.endswith("unready") and r.getMessage().startswith(start)]
 
     await frames.start(server, sock_dir / "proxy.sock")
     try:
@@ -124,7 +133,13 @@ async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_epis
         assert unready.reason == "it accepted a connection but sent no HTTP/2 SETTINGS within 0.2 s"
         await a_silent_connection()
         assert levels() == [logging.WARNING, logging.DEBUG]
+        # Each line names its client, as the connection's other lines do (before: this one did not).
+        assert [getattr(r, "client_pid", None) for r in lines()] == [os.getpid()] * 2
+        # The warning is the frames path's: Unready's start line is a debug one
+        # (before: a second warning), its end an INFO one, the end of what was warned of.
+        assert unreadys("the runtime does not serve") == [logging.DEBUG]
         unready.ready()  # it answered a Status: a new silence is news again
+        assert unreadys("the runtime serves calls") == [logging.INFO]
         await a_silent_connection()
         assert levels() == [logging.WARNING, logging.DEBUG, logging.WARNING]
     finally:
