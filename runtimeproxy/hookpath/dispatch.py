@@ -205,13 +205,22 @@ class Dispatcher:
             return changed
         except HookError:
             raise  # another hook's refusal: the deferred answers are refused as judged (below)
-        except (asyncio.CancelledError, Exception) as err:
-            # The call cancelled, or ended otherwise (the outage gate's refusal
-            # between pre hooks): its deferred answers were never judged.
+        except (asyncio.CancelledError, grpc.aio.AbortError) as err:
+            # The call cancelled, or refused by the outage gate between pre
+            # hooks (hookpath/stage.py: grpc's context.abort raises AbortError):
+            # its deferred answers were never judged, through no fault of theirs.
             if chain is not None:
-                ended = "was cancelled" if isinstance(err, asyncio.CancelledError) else "ended"
+                ended = "was cancelled" if isinstance(err, asyncio.CancelledError) else "was refused by the outage gate"
                 self._count_deferred(hook, chain.deferred, "cancelled",
                                      f"the CRI call {ended} before its chain was judged", caller_cancelled=True)
+            raise
+        except Exception as err:
+            # The proxy's own failure (a build or an apply that raised): its
+            # deferred answers were never judged, and the count says so
+            # rather than hide it among cancelled calls.
+            if chain is not None:
+                self._count_deferred(hook, chain.deferred, "error",
+                                     f"the chain ended before it was judged: {type(err).__name__}: {err}")
             raise
         finally:
             if chain is not None:  # cut short by another hook's refusal: refused as judged
