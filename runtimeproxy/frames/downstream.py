@@ -18,6 +18,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from ..cripath.unready import FAILED_STATUSES
 from . import frame as fr
 from . import settings
 from .frame import (
@@ -28,7 +29,6 @@ from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
-UNKNOWN, UNAVAILABLE = 2, 14  # grpc-statuses
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
 # The runtime's header blocks are bounded as its HPACK decoder bounds their
 # headers (the client's own limit, 16 MiB), and in frames, so that a runtime
@@ -57,7 +57,7 @@ class BackendSide:
         self.block_ends = False
         self.block_bytes = 0  # frame headers included
         self.headers = HeaderReader(1 << 24, " from the backend")  # the list's size: the client's limit to enforce
-        self.granted = False  # its first SETTINGS, the client's server preface, went (settings.py)
+        self.preface_sent = False  # its first SETTINGS, the client's server preface, went (settings.py)
         # Header blocks of relayed calls, passed on but not read yet: read
         # once this read's frames are written (see _settle).
         self._unread: list[tuple[int, bytes, bool]] = []
@@ -305,7 +305,7 @@ class BackendSide:
         if not self.block_ends:
             return
         status, message = grpc_status(headers)
-        if status in (UNKNOWN, UNAVAILABLE):  # containerd not initialised yet, maybe (Routes.runtime_failed_status)
+        if status in FAILED_STATUSES:  # containerd not initialised yet, maybe (Routes.runtime_failed_status)
             conn.routes.runtime_failed_status(status, message)
         if held:
             call.runtime_ended(status, message)
@@ -328,7 +328,7 @@ class BackendSide:
                 headers = dict(reader.decode(data))
             if ends:
                 status, message = grpc_status(headers)
-                if status in (UNKNOWN, UNAVAILABLE):  # containerd not initialised yet, maybe
+                if status in FAILED_STATUSES:  # containerd not initialised yet, maybe
                     self.conn.routes.runtime_failed_status(status, message)
                 self.conn.stream_done(sid, status_name(status))
 

@@ -18,6 +18,7 @@ DEFAULT_HEADER_TABLE = 4_096  # SETTINGS_HEADER_TABLE_SIZE's initial value
 MAX_FRAME_LIMIT = (1 << 24) - 1
 DEFAULT_WINDOW = 65_535
 MAX_WINDOW = (1 << 31) - 1
+MAX_STREAM_ID = (1 << 31) - 1  # a GOAWAY naming it as last refuses no stream
 
 
 class FrameType(IntEnum):

@@ -301,7 +301,7 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
 def finish(conn: FrameConnection, call: Hooked) -> None:
     """The call is over for the proxy: its answer goes, its slot is freed. Run
     at the end of ``run``, and again (a no-op then) as its task's done
-    callback (taken.hook), which covers a task cancelled before its first step."""
+    callback (taken.start_hooked), which covers a task cancelled before its first step."""
     if call.finished:
         return
     call.finished = True

@@ -27,7 +27,6 @@ log = logging.getLogger(__package__ + ".connection")
 # none of them (its window stays closed) before its connection is closed.
 UNREAD_LINGER_S = 30.0
 
-LAST_STREAM = 2**31 - 1  # a GOAWAY naming it refuses nothing: grpc-go's heads-up of a drain
 DEBUG_LOGGED = 200  # bytes of a runtime GOAWAY's debug data logged
 
 
@@ -84,9 +83,9 @@ def going_away(conn: FrameConnection, last: int, code: int, debug: bytes | memor
     away too, keeping every stream it has, the proxy's own included."""
     refused = sorted(sid for sid in conn.relayed | set(conn.hooked) if sid > last and sid not in conn.ended)
     # grpc-go drains (GracefulStop, MaxConnectionAge) with a heads-up GOAWAY
-    # naming no last stream (2**31-1), then, a PING later, the one that does:
+    # naming no last stream (MAX_STREAM_ID), then, a PING later, the one that does:
     # the info line is that one's (what it refused), and one per connection.
-    heads_up = last == LAST_STREAM and code == ErrorCode.NO_ERROR
+    heads_up = last == fr.MAX_STREAM_ID and code == ErrorCode.NO_ERROR
     told = heads_up or conn.backend_going_told
     conn.backend_going_told = conn.backend_going_told or not heads_up
     log.log(logging.DEBUG if told else logging.INFO,

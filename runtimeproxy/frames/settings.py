@@ -69,13 +69,13 @@ def from_backend(conn: FrameConnection, values: dict[int, int], raw: bytes | mem
     side = conn.backend_side
     # The client sees the proxy's stream limit (--max-concurrent-streams), or the backend's if lower.
     limit = min(values.get(Setting.MAX_CONCURRENT_STREAMS, conn.max_streams), conn.max_streams)
-    if not side.granted or Setting.MAX_CONCURRENT_STREAMS in values:
+    if not side.preface_sent or Setting.MAX_CONCURRENT_STREAMS in values:
         values[Setting.MAX_CONCURRENT_STREAMS] = limit
         raw = fr.serialize(FrameType.SETTINGS, 0, 0, b"".join(struct.pack(">HI", k, v) for k, v in values.items()))
-    if side.granted:
+    if side.preface_sent:
         conn.out.control(raw)
     else:  # the client's server preface; its connection window is the proxy's: open it wide
-        side.granted = True
+        side.preface_sent = True
         conn.out.preface(raw + fr.window_update(0, CLIENT_GRANT))
         conn.server_prefaced()
 

@@ -22,8 +22,7 @@ import asyncio
 from . import frame as fr
 
 # The highest stream id there is: the GOAWAY refuses no stream the client opened.
-_ALL_STREAMS = (1 << 31) - 1
-_GOAWAY = fr.goaway(_ALL_STREAMS, fr.ErrorCode.NO_ERROR, b"runtime-proxy: the runtime is back; reconnect")
+_GOAWAY = fr.goaway(fr.MAX_STREAM_ID, fr.ErrorCode.NO_ERROR, b"runtime-proxy: the runtime is back; reconnect")
 
 
 class Splice:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from . import divert as diverting  # (``divert`` is this module's start of a diverted call)
+from . import divert
 from . import frame as fr
 from . import hooked
 from .frame import ErrorCode, Flag, FrameError
 
 if TYPE_CHECKING:
     from ..cripath.stage import Stage
+    from .connection import FrameConnection
     from .upstream import ClientSide
 
 
-def hook(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
+def start_hooked(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Stage, ...], raws: list[bytes],
          end_stream: bool, out: list[bytes | memoryview]) -> None:
     """A call hooked in place starts: its header block (``raws``) goes to the backend."""
     conn = side.conn
@@ -44,18 +45,30 @@ def hook(side: ClientSide, sid: int, path: str, headers: list, stages: tuple[Sta
         conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
 
 
-def divert(side: ClientSide, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool,
+def start_diverted(side: ClientSide, sid: int, path: str, headers: list, raws: list[bytes], end_stream: bool,
            out: list[bytes | memoryview]) -> None:
     """A call the proxy's own server answers starts (divert.py)."""
     conn = side.conn
     # A backend handler must never see a complete (empty) request.
     side.ordered(b"".join(fr.without_end_stream(raws)) + fr.rst_stream(sid, ErrorCode.CANCEL), out)
-    call = diverting.Diverted(sid, path, headers, window=side.initial_window)
+    call = divert.Diverted(sid, path, headers, window=side.initial_window)
     if end_stream:
         call.ended.set()
     conn.diverted[sid] = call
     conn.busy()
-    call.task = asyncio.ensure_future(diverting.serve(conn, call))
+    call.task = asyncio.ensure_future(divert.serve(conn, call))
+
+
+def request_closed(conn: FrameConnection, sid: int) -> bool:
+    """Whether the client ended stream ``sid``'s request (its END_STREAM):
+    the stream is half-closed (remote), RFC 9113 5.1, and anything more the
+    client sends on it is a stream error. The request's end as the client
+    sent it: a hooked call the runtime cut short has none to keep."""
+    diverted = conn.diverted.get(sid)
+    if diverted is not None:
+        return diverted.ended.is_set()
+    held = conn.hooked.get(sid)
+    return held is not None and held.request_ended and not held.cut_short
 
 
 def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) -> None:
@@ -67,8 +80,7 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
         conn.credit_client(len(f.payload))
         return
     held = conn.hooked.get(sid)
-    # The request's end, as the client sent it (a hooked call the runtime cut short has none to keep).
-    if (call.ended.is_set() if call is not None else held is not None and held.request_ended and not held.cut_short):
+    if request_closed(conn, sid):
         # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
         conn.credit_client(len(f.payload))
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)

@@ -325,9 +325,9 @@ class ClientSide:
                 headers = self.headers.peek_all(data) or self.headers.decode(data)
             stages = self.conn.routes.hooked(path)
             if stages is not None and not hooked.compressed(headers):
-                taken.hook(self, sid, path, headers, stages, raws, end_stream, out)
+                taken.start_hooked(self, sid, path, headers, stages, raws, end_stream, out)
             else:
-                taken.divert(self, sid, path, headers, raws, end_stream, out)
+                taken.start_diverted(self, sid, path, headers, raws, end_stream, out)
             return
         self.ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
         self.conn.relayed.add(sid)

@@ -72,7 +72,7 @@ import grpc
 from hpack.hpack import decode_integer
 
 from . import frame as fr
-from . import hpackstatic
+from . import hpackstatic, taken
 from .frame import ErrorCode, FrameError
 from .hpackpeek import HeaderReader
 
@@ -141,13 +141,11 @@ def late_block(side: ClientSide, sid: int, data: bytes, end_stream: bool, out: l
         side.restating.dropped(sizes)
     if sid in conn.ended:
         return
-    diverted = conn.diverted.get(sid)
-    held = conn.hooked.get(sid)
-    # The request's end as the client sent it (as taken.client_data reads it).
-    if (diverted.ended.is_set() if diverted is not None
-            else held is not None and held.request_ended and not held.cut_short):  # half-closed (remote): RFC 9113 5.1
+    if taken.request_closed(conn, sid):
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
         return
+    diverted = conn.diverted.get(sid)
+    held = conn.hooked.get(sid)
     if diverted is not None:
         if end_stream:
             diverted.ended.set()
