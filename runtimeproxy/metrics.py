@@ -112,8 +112,10 @@ class HookServerStats:
 
     Every other outcome but ``ok`` is a failed call of the run, whatever the
     server did: no answer (``unavailable``, ``deadline_exceeded``), an error
-    status answered (``internal``: its handler raised), an answer the proxy
-    refused (``invalid_value``), or no call at all (``untrusted_endpoint``):
+    status answered (``internal``: its handler raised), an answer that is not
+    the hook point's message (``invalid_answer``), an answer the proxy
+    refused (``invalid_value``), a failure of the proxy's own while it asked
+    or judged it (``error``), or no call at all (``untrusted_endpoint``):
     nothing it sent applied, and under ``Fail`` the CRI call was refused, so an
     operator must not read the server as working. The run counts them by
     outcome (``failed_by_outcome``), for `status` to say which it was: each

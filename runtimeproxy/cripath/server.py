@@ -25,8 +25,8 @@ from .activation import (
     private_socket_path,
 )
 from .backend import Backend, BackendInfo
-from .channelopts import channel_options
 from .callstats import CallSink
+from .channelopts import channel_options
 from .forward import GrpcRelay, Relay
 from .health import HealthServicer
 from .limits import give_back_freed_memory, server_options

@@ -19,7 +19,9 @@ passed to the client on a stream the client never uses again
 (downstream.BackendSide._stray).
 
 What the connection does when its runtime closes or goes away is
-runtimegone.py's; what each side's SETTINGS change, settings.py's.
+runtimegone.py's; what each side's SETTINGS change, settings.py's; the
+bound on a runtime that accepts the connection and sends no SETTINGS,
+silent.py's.
 
 Flow control per hop: the proxy owns both directions' connection windows
 (outbound.py, inbound.py), since its own DATA (answers, re-framed hooked

@@ -25,9 +25,8 @@ from grpc import aio
 
 from ..host.acceptor import Acceptor, bound_socket
 from ..host.unixsocket import grpc_target
-from . import peerid
+from . import peerid, silent
 from .connection import FrameConnection, Limits, Routes
-from . import silent
 from .routes import RouterRoutes
 from .splice import Splice
 

@@ -2,7 +2,8 @@
 versions (a containerd restart): on the frames data path, kubelet's calls on
 new connections are served as soon as it listens again, each relayed on its
 connection's own fresh runtime connection, although the proxy's own channel
-still waits out its reconnect backoff (up to 2.4 s) and has not probed the
+still waits out its reconnect backoff (up to 0.6 s: channelopts.RECONNECT_MAX_S
+and grpc's jitter) and has not probed the
 runtime again. (Handed to the router meanwhile, they were answered UNAVAILABLE
 at once by that channel, for up to its whole backoff.)
 
