@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
+from grpc import aio
 
 from ..hookclient.transport import CallFailed, HookTransport, transport_for
 from ..metrics import Metrics
@@ -205,7 +206,7 @@ class Dispatcher:
             return changed
         except HookError:
             raise  # another hook's refusal: the deferred answers are refused as judged (below)
-        except (asyncio.CancelledError, grpc.aio.AbortError) as err:
+        except (asyncio.CancelledError, aio.AbortError) as err:
             # The call cancelled, or refused by the outage gate between pre
             # hooks (hookpath/stage.py: grpc's context.abort raises AbortError):
             # its deferred answers were never judged, through no fault of theirs.
