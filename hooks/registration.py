@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from runtimeproxy.hookpath.hookfile import (
 from runtimeproxy.hookpath.points import HookType
 
 from . import runscope, unregistered
+from .statefile import fsync_dir, write_atomic
 
 __all__ = ["write_hook_config"]
 
@@ -104,27 +104,10 @@ def write_hook_config(
         directory.mkdir(parents=True, exist_ok=True)
         os.chmod(directory, 0o755)
     data = (json.dumps(doc, indent=2) + "\n").encode()
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    final = directory / name
+    write_atomic(final, data, mode=0o644, sync_dir=False)
     try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        final = directory / name
-        os.replace(tmp_name, final)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(directory)
     except OSError:  # pragma: no cover - best effort durability
         pass
     log.log(log_level, "hook file written", extra={

@@ -10,10 +10,13 @@ whenever a reload or hotplug changes either; a restart keeps that set, as a
 reload keeps the reserved CPUs it had, when it is consistent with what runs
 (:func:`judge`), else deduces them as without it.
 
-Written as batchresource's state files: to a temporary file, fsync-ed and
-renamed into place, the directory fsync-ed: a crash leaves the old file or
-the new one (a kill before the rename leaves the temporary file, which the
-next start removes). When and by whom: savedset.py.
+Written as batchresource's state files (``hooks.statefile``): to a
+temporary file, fsync-ed and renamed into place, the directory fsync-ed: a
+crash leaves the old file or the new one. A kill before the rename leaves
+the temporary file (``.reserved.json.<random>.tmp``); the next start removes
+it as it reads the file, in its start-up rebuild: the hook's socket lock is
+its own then, and a stopping instance writes nothing once it has let the
+lock go (savedset.py: when and by whom).
 """
 
 from __future__ import annotations
@@ -21,13 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..statefile import remove_durably, remove_leftovers, temp_glob, write_atomic
 from .config import RESERVED, BalloonsConfig
 from .planning import Restored, type_or_default
 from .topology import Topology, format_cpuset, parse_cpuset
@@ -109,48 +111,17 @@ class ReservedFile:
         return SavedReserved(parsed, config)
 
     def _remove_leftovers(self) -> None:
-        for path in sorted(self.path.parent.glob(f".{FILE_NAME}.*.tmp")):  # the names save() gives them
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                log.warning("balloons cannot remove a temporary state file a stopped hook left",
-                            extra={"path": str(path), "error": str(exc)})
-                continue
-            log.info("balloons removed a temporary state file a stopped hook left", extra={"path": str(path)})
+        remove_leftovers(self.path.parent, temp_glob(FILE_NAME), log, "balloons")  # the names save() gives them
 
     def save(self, saved: SavedReserved) -> None:
         """Write ``saved`` in place of the file, atomically (OSError)."""
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config}
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{FILE_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(directory)  # the rename itself, through a power loss
+        write_atomic(self.path, (json.dumps(doc) + "\n").encode())
 
     def remove(self) -> None:
         """Remove the file, if there (OSError)."""
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return
-        _fsync_dir(self.path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        remove_durably(self.path)
 
 
 def judge(config: BalloonsConfig, topology: Topology, found: Iterable[Restored], saved: SavedReserved) -> frozenset[int]:

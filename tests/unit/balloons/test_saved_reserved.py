@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hooks import statefile
 from hooks.balloons import savedreserved
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
@@ -200,7 +201,7 @@ def test_a_write_cut_short_leaves_the_old_file_whole_and_no_temporary_file(tmp_p
     def power_cut(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(savedreserved.os, "fsync", power_cut)
+    monkeypatch.setattr(statefile.os, "fsync", power_cut)
     with pytest.raises(OSError):
         file.save(SavedReserved(frozenset({2}), "b"))
     assert file.load() == SavedReserved(frozenset({1}), "a")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hooks.balloons import savedreserved
+from hooks import statefile
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import parse_config
 from hooks.balloons.planning import Restored
@@ -45,7 +45,7 @@ async def test_a_failed_write_whose_error_names_a_random_temporary_file_is_logge
     def full(**_: object) -> tuple[int, str]:
         raise OSError(errno.ENOSPC, "No space left on device", str(state / f".reserved.json.{next(names)}.tmp"))
 
-    monkeypatch.setattr(savedreserved.tempfile, "mkstemp", full)
+    monkeypatch.setattr(statefile.tempfile, "mkstemp", full)
     set_online(root, "1-7")  # reserved 1 since: a set to save
     with caplog.at_level(logging.WARNING, logger="hooks.balloons"):
         for _ in range(3):
