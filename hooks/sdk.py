@@ -20,7 +20,7 @@ about; every other hook answers an empty response, which means "no change"::
             try:
                 await server.wait_for_termination()
             finally:  # a registration left behind has a Fail hook refuse every call
-                registration.unlink()
+                registration.unlink(missing_ok=True)  # (under run(), the server's stop removed it)
 
     run(main())  # on uvloop when it is installed, as the proxy; asyncio.run(main()) works too
 
@@ -115,6 +115,14 @@ class HookServer:
     stops, waits for it: as long as a stop with the constructor's ``grace``
     may take (recorded in the lock file, and again by a ``stop`` passed a
     longer one), when that is longer than its own wait.
+
+    Two steps run under that lock, for a server that keeps state on disk
+    (files another instance of it, waiting on the lock, reads at its start):
+    :meth:`_before_serving`, once the lock is claimed and before the socket
+    is bound (read the state, clean up what a killed instance left), and
+    :meth:`_before_release`, once the server has stopped and before the lock
+    goes (finish the state writes: one landing later could overwrite, or be
+    removed by, the next instance's).
     """
 
     def __init__(
@@ -238,6 +246,7 @@ class HookServer:
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
         try:
+            await self._before_serving()
             server = await (listen.frames(self, path, self._options) if self._transport == "frames"
                             else listen.grpc_aio(self, path, self._options))
             try:
@@ -305,8 +314,33 @@ class HookServer:
             # stops), then our socket removed, unless someone else has replaced
             # it, last the lock: a server waiting on it binds now.
             await socketlock.release_once_stopped(
-                lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity)
+                lambda: self._stopped_then(server), self._path_lock, self._socket_path, self._socket_identity)
             self._socket_identity = None
+
+    async def _stopped_then(self, server: grpc.aio.Server | FrameServer) -> None:
+        """The server stopped for sure, then :meth:`_before_release`."""
+        await server.stop(None)
+        try:
+            await self._before_release()
+        except Exception as exc:  # the server is stopped: its lock goes all the same
+            logger.error("hook server's last step before releasing its socket failed", exc_info=exc,
+                         extra={"socket": str(self._socket_path), "error": repr(exc)})
+
+    async def _before_serving(self) -> None:
+        """Override to prepare state the handlers need, under the socket's
+        lock: it runs in :meth:`start` once the lock is claimed and before
+        the socket is bound, so no other instance of the server is running
+        (one refused as the path is in use never gets here). An exception
+        fails the start and lets the lock go."""
+
+    async def _before_release(self) -> None:
+        """Override to finish state writes (the place for them): it runs in
+        :meth:`stop` once the server has stopped (no handler runs any more)
+        and before the socket's lock is let go, so a write lands before the
+        next instance, waiting on the lock, starts and reads the state.
+        Keep it bounded: a waiting instance waits for it past the stop's
+        grace only as long as its own wait allows. An exception is logged
+        and the lock goes all the same."""
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Wait until the server has stopped: until the end of its stop (the

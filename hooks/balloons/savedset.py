@@ -16,6 +16,14 @@ again at the next record() of a reconcile pass, logged once per set and
 error. Leaving a directory (a reload moves or clears stateDir) removes the
 file there: a later start naming that directory again would trust a set
 this hook no longer keeps.
+
+The hook's stop ends the writer with :meth:`SavedSet.finish`, after its
+server stopped and before its socket's lock goes (``HookServer._before_release``):
+the set due is written, waited for up to ``STOP_WRITE_WAIT``; past that,
+the set still waiting is dropped, but a write already in its thread (which
+cannot be stopped) is waited for to its end, so that no write of this hook
+lands after the next instance, waiting on the lock, has read the file or
+written its own. From then on nothing is written.
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ from .topology import Topology, format_cpuset
 
 log = logging.getLogger("hooks.balloons")
 
-STOP_WRITE_WAIT = 2.0  # how long a stopping hook waits for the last write of the set
+# How long a stopping hook waits for the set due to be written before it
+# drops it (a write already in its thread is waited for to its end: finish()).
+STOP_WRITE_WAIT = 2.0
 
 # Runs a blocking call off the event loop (asyncio.to_thread; tests slow it down).
 Offload = Callable[..., Awaitable[Any]]
@@ -61,6 +71,7 @@ class SavedSet:
         self._writing = asyncio.Lock()  # one writer
         self._in_flight: asyncio.Future[Any] | None = None  # a thread's write, which a cancel does not stop
         self._offload = offload
+        self._finished = False  # finish() ran: nothing is written any more
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
@@ -91,6 +102,8 @@ class SavedSet:
         """Note ``reserved``, chosen under ``config``, for the writer to save in
         ``config``'s stateDir; at once, no I/O. A set noted already is not
         written again, unless its write failed (a retry)."""
+        if self._finished:
+            return  # the hook stopped: the next instance may be reading the file
         directory = Path(config.state_dir) if config.state_dir else None
         if directory is None and self._held is None and (self._wanted is None or self._wanted.directory is None):
             return  # stateDir off, and no file of this hook's anywhere
@@ -107,32 +120,46 @@ class SavedSet:
         return not self._due.is_set() and self._written_generation == self._generation
 
     async def run(self) -> None:
-        """The writer: the latest set noted, whenever one is due. Cancelled
-        (the hook stops), it writes what is due first, briefly."""
+        """The writer: the latest set noted, whenever one is due, until
+        :meth:`finish` (the hook's stop); a cancel (the hook's background
+        work ends) ends it without a write of its own."""
+        while not self._finished:
+            await self._due.wait()
+            await self.write_due()
+
+    async def finish(self, timeout: float = STOP_WRITE_WAIT) -> None:
+        """The hook stops: write the set due, waiting up to ``timeout``; past
+        it the set still waiting is dropped and only the write in its thread
+        is waited for, to its end. Nothing is written after this returns
+        (the next instance may be reading the file)."""
         try:
-            while True:
-                await self._due.wait()
-                await self.write_due()
-        except asyncio.CancelledError:
-            try:
-                await asyncio.wait_for(self.write_due(), STOP_WRITE_WAIT)
-            except TimeoutError:
-                log.warning("stopping before the reserved CPUs were saved to %s (the write took over %.0fs)",
-                            self._held.path if self._held else "stateDir", STOP_WRITE_WAIT)
-            raise
+            await asyncio.wait_for(self.write_due(), timeout)
+        except TimeoutError:
+            log.warning("stopping before the reserved CPUs were saved to %s (the write took over %.0fs): the set "
+                        "still waiting is not written; waiting for the write in flight to end",
+                        self._held.path if self._held else "stateDir", timeout)
+        finally:
+            self._finished = True
+            self._due.set()  # a writer waiting for a set wakes and ends
+            in_flight = self._in_flight
+            if in_flight is not None:  # a thread's write cannot be stopped: it lands before we return
+                await asyncio.wait({in_flight})  # (a cancel of ours leaves it running)
+                if not in_flight.cancelled():
+                    in_flight.exception()  # its failure was the cancelled writer's to log
 
     async def write_due(self) -> None:
-        """Write the latest set noted until none is due (one writer at a time)."""
+        """Write the latest set noted until none is due (one writer at a
+        time); nothing once :meth:`finish` has run."""
         async with self._writing:
-            while self._due.is_set():
+            while self._due.is_set() and not self._finished:
                 self._due.clear()
                 wanted, generation = self._wanted, self._generation
                 if wanted is not None:
                     try:
                         await self._write(wanted)
                     except asyncio.CancelledError:
-                        # Its thread may finish it, or not (the hook stopping): due
-                        # again, for the stopping writer's last write_due().
+                        # Its thread may finish it, or not: due again, unless
+                        # finish() is dropping it.
                         self._due.set()
                         raise
                 self._written_generation = generation

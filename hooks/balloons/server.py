@@ -25,7 +25,7 @@ import watchfiles
 
 from cri_api.hookapi import api_pb2
 from hooks.builtin import BuiltinHook, HookConfigInvalid
-from hooks.sdk import HookAbort
+from hooks.sdk import HookAbort, HookServerError
 from runtimeproxy.hookpath.points import HookType
 
 from .balloon import Member, milli_from_shares
@@ -146,6 +146,13 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Serve (HookServer.start) and answer on the status socket. A
+        BalloonsHook is used once: its stop closes its runtime client and
+        ends its saved-set writer for good, so a start after a stop is a
+        HookServerError (build a new one)."""
+        if self._runtime.closed:
+            raise HookServerError("a BalloonsHook is used once: it was stopped (its runtime client is closed); "
+                                  "build a new one to serve again")
         await super().start()
         try:
             await self._status.start()
@@ -153,14 +160,20 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             await super().stop(0)
             raise
 
-    async def stop(self, grace: float | None = None) -> None:
+    async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
         try:
             await self._status.stop()
         finally:  # each stop runs whatever the one before did: the hook socket's lock goes too
             try:
-                await super().stop(grace)
+                await super().stop(grace, drain=drain)
             finally:
                 await self._runtime.close()
+
+    async def _before_release(self) -> None:
+        """The server stopped, its socket's lock still held: the last set of
+        reserved CPUs is written now (bounded: SavedSet.finish), not after
+        the next instance, waiting on the lock, has started and read it."""
+        await self._saved.finish()
 
     async def background(self) -> None:
         async with asyncio.TaskGroup() as tasks:

@@ -1,0 +1,104 @@
+"""The saved reserved set at the hook's stop (hooks/balloons/savedset.py
+SavedSet.finish, HookServer._before_release): the last set is on disk
+before the hook socket's lock goes, a slow write in its thread lands before
+the stop ends, and nothing is written once it has. Machines as in
+test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.runtime import RuntimeClient
+from hooks.balloons.savedreserved import ReservedFile, SavedReserved
+from hooks.balloons.savedset import SavedSet
+from hooks.balloons.server import BalloonsHook
+from hooks.balloons.topology import Topology
+from hooks.errors import HookServerError
+from runtimeproxy.host import socketlock
+
+from .test_hotplug import hook_on_sysfs
+from .test_saved_reserved import ALONE, saved_in
+
+WAIT = 10.0  # seconds a test thread waits for the test at most: a failure, not a hang
+
+
+async def test_the_last_set_is_on_disk_before_the_socket_lock_is_released(tmp_path: Path, monkeypatch) -> None:
+    """``hook run`` cancels the background work (the writer) after the
+    stop, which lets the lock go at its end: a second instance waiting on
+    it started, read the file and removed the first's temporary file while
+    that one's last write was still to come (before: the set the rebuild
+    noted was not on disk when the lock went)."""
+    state = tmp_path / "state"
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})  # its rebuild noted reserved 1
+    at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.path == socketlock.lock_path(Path(hook.socket_path)):  # not the status socket's
+            at_release.append(saved_in(state)["reserved_cpus"] if (state / "reserved.json").exists() else None)
+        real_release(lock)
+
+    monkeypatch.setattr(socketlock, "release", release)
+    await hook.start()
+    await hook.stop()
+    assert at_release == ["0"]
+
+
+async def test_a_slow_write_lands_before_the_stop_ends_and_a_set_still_waiting_is_dropped(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past its wait the stop drops the set still waiting, but waits for the
+    write already in its thread (which cannot be stopped): it must not land
+    after the next instance read or wrote the file. Nothing is written after."""
+    config = parse_config({**ALONE, "stateDir": str(tmp_path)})
+    started, gave_up = threading.Event(), threading.Event()
+    landed: list[frozenset[int]] = []
+    real = ReservedFile.save
+
+    def slow(self: ReservedFile, saved: SavedReserved) -> None:
+        started.set()
+        assert gave_up.wait(WAIT)  # until finish() has given up on its wait
+        real(self, saved)
+        landed.append(saved.cpus)
+
+    class GaveUp(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("stopping before the reserved CPUs were saved"):
+                gave_up.set()
+
+    monkeypatch.setattr(ReservedFile, "save", slow)
+    logging.getLogger("hooks.balloons").addHandler(handler := GaveUp())
+    try:
+        saved = SavedSet(str(tmp_path))
+        saved.record(config, frozenset({1}))
+        writer = asyncio.create_task(saved.run())
+        assert await asyncio.to_thread(started.wait, WAIT)
+        saved.record(config, frozenset({2}))  # waits for the write of {1}
+        await saved.finish(timeout=0.05)
+    finally:
+        logging.getLogger("hooks.balloons").removeHandler(handler)
+    assert landed == [frozenset({1})]  # in flight: landed before finish() returned; {2}: dropped
+    assert saved_in(tmp_path)["reserved_cpus"] == "1"
+    await asyncio.wait_for(writer, WAIT)  # the writer ends with finish()
+    saved.record(config, frozenset({3}))
+    await saved.write_due()
+    assert landed == [frozenset({1})]
+
+
+async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -> None:
+    """Its stop closed its runtime client for good (before: it started,
+    serving with a client every listing and move of which failed)."""
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    await hook.start()
+    await hook.stop(0, drain=0)
+    with pytest.raises(HookServerError, match="used once"):
+        await hook.start()
+    assert not hook.serving
