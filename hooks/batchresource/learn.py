@@ -195,13 +195,11 @@ def _log_changes(message: str, pod: ListedPod, changes: list[Change], **extra: o
 
 async def learn_loop(learner: RuntimeLearner, interval: float) -> None:
     """At start, then every ``interval``, beside the reconcile loop (a runtime slow
-    to answer delays only this loop, not the pod cgroups' reconcile)."""
-    try:
-        while True:
-            try:
-                await learner.pass_once()
-            except Exception:  # one bad pass must not end the loop
-                log.exception("batchresource runtime listing pass failed")
-            await asyncio.sleep(interval)
-    finally:
-        await learner.lister.close()
+    to answer delays only this loop, not the pod cgroups' reconcile). The
+    lister's channel is the hook's to close, in its stop (BatchResourceHook.stop)."""
+    while True:
+        try:
+            await learner.pass_once()
+        except Exception:  # one bad pass must not end the loop
+            log.exception("batchresource runtime listing pass failed")
+        await asyncio.sleep(interval)

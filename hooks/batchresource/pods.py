@@ -59,8 +59,16 @@ class KnownPods:
     def __init__(self, config: BatchResourceConfig) -> None:
         self._config = config
         self._state = StateDir(config.state_dir)
-        self._pods: dict[str, PodRecord] = self._state.load()
+        self._pods: dict[str, PodRecord] = {}  # load() fills it, once the hook holds its socket lock
         self.cgroups = Cgroups(config)
+
+    def load(self) -> None:
+        """Read the state dir (and remove a killed hook's temporary files):
+        only once this instance holds the hook's socket lock, else a second
+        ``hook run`` refused as the path is in use would remove the live
+        one's files (BatchResourceHook._before_serving). Pods a hook call
+        told meanwhile stay, newer than their files."""
+        self._pods = {**self._state.load(), **self._pods}
 
     def __contains__(self, key: str) -> bool:
         return key in self._pods

@@ -73,6 +73,21 @@ class BatchResourceHook(BuiltinHook):
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BatchResourceHook:
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
+    async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
+        """HookServer.stop, then the runtime listing's channel closed for good
+        (as balloons' stop closes its runtime client): one owner of the close,
+        whoever runs the background work. A listing still running gets
+        ClientClosed, a pass that learns nothing."""
+        try:
+            await super().stop(grace, drain=drain)
+        finally:
+            if self.learner is not None:
+                await self.learner.lister.close()
+
+    async def _before_serving(self) -> None:
+        # The socket's lock is ours: no other instance writes the state dir now.
+        self.pods.load()
+
     async def background(self) -> None:
         config = self.config
         log.info(  # once at start: what an operator needs to tell what this hook writes, and where
@@ -89,8 +104,9 @@ class BatchResourceHook(BuiltinHook):
                 "runtime_endpoint": config.runtime_endpoint,  # "": BE pods are learned from hook calls only
             },
         )
-        # A TaskGroup: cancelling background() (the hook stops) cancels and awaits
-        # both loops, so the listing's channel is closed before stop returns.
+        # A TaskGroup: cancelling background() (``hook run`` does, after the
+        # hook's stop) cancels and awaits both loops. The listing's channel is
+        # the stop's to close (stop()): a listing under way then ends at once.
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(reconcile_loop(self.pods, config.reconcile_interval))
             if self.learner is not None:

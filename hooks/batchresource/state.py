@@ -1,9 +1,12 @@
 """The running BE pods the hook manages, kept in a state dir so a restarted hook still knows them.
 
 One small JSON file per pod (``<uid>.json``), written to a temporary file,
-fsync-ed and renamed into place: a crash leaves the old file or the new one,
-never half of one (a kill before the rename leaves the temporary file, which
-the next start removes). The pod's annotation text is kept rather than computed
+fsync-ed and renamed into place (``hooks.statefile``): a crash leaves the old
+file or the new one, never half of one. A kill before the rename leaves the
+temporary file (``.<uid>.json.<random>.tmp``), which the next start removes
+once it holds the hook's socket lock (:meth:`StateDir.load`, from the hook's
+``before_serving``): a second instance refused as the path is in use never
+touches the live one's files. The pod's annotation text is kept rather than computed
 values, so a changed config (the CFS quota switch) applies after a restart.
 """
 
@@ -11,16 +14,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..statefile import remove_leftovers, temp_glob, write_atomic
 
 __all__ = ["PodRecord", "StateDir", "pod_key"]
 
 log = logging.getLogger(__name__)
 _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
+# balloons' saved reserved set (hooks.balloons.savedreserved.FILE_NAME): a
+# stateDir shared with balloons holds it, and its temporary files, which are
+# not this hook's to read or remove.
+_NOT_OURS = "reserved.json"
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,16 @@ class StateDir:
 
     def load(self) -> dict[str, PodRecord]:
         """Every readable record; unreadable files are logged and skipped (never fatal).
-        Runs at start, before this hook saves anything: a temporary file is a
-        killed hook's, whose record is the ``.json`` beside it or was never there."""
+        Call it once the hook holds its socket lock, before it saves anything:
+        a temporary file is then a killed hook's, whose record is the
+        ``.json`` beside it or was never there."""
         records: dict[str, PodRecord] = {}
         if not self.directory.is_dir():
             return records
         self._remove_leftovers()
         for path in sorted(self.directory.glob("*.json")):
+            if path.name == _NOT_OURS:
+                continue
             try:
                 record = PodRecord(**json.loads(path.read_text()))
             except (OSError, ValueError, TypeError) as exc:
@@ -75,33 +85,13 @@ class StateDir:
         return records
 
     def _remove_leftovers(self) -> None:
-        for path in sorted(self.directory.glob(".*.tmp")):  # the names save() gives its temporary files
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                log.warning("batchresource cannot remove a temporary state file a stopped hook left",
-                            extra={"path": str(path), "error": str(exc)})
-                continue
-            log.info("batchresource removed a temporary state file a stopped hook left", extra={"path": str(path)})
+        ours = [p for p in self.directory.glob(temp_glob("*.json")) if not p.name.startswith(f".{_NOT_OURS}.")]
+        for path in sorted(ours):  # one at a time, through the shared helper's logging
+            remove_leftovers(self.directory, path.name, log, "batchresource")
 
     def save(self, record: PodRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        final = self._path(record.uid)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{record.uid}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(asdict(record), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self._path(record.uid), json.dumps(asdict(record)).encode())
 
     def remove(self, uid: str) -> None:
         self._path(uid).unlink(missing_ok=True)

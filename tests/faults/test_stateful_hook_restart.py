@@ -180,7 +180,7 @@ async def test_batchresource_hook_sigkilled_between_pods_keeps_its_pods(
             # too), and something raises the kept pod's CPU shares.
             kept.cgroup.write("cpu", "cpu.shares", 4096)
             # What a kill between a state file's write and its rename leaves.
-            (state / f".{kept.config.metadata.uid}.x1y2z3.tmp").write_text('{"uid": ')
+            (state / f".{kept.config.metadata.uid}.json.x1y2z3.tmp").write_text('{"uid": ')
         async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms") as hook:
             await registered(running, 1)
             line = await restored(hook, f"{kept.config.metadata.namespace}/{kept.config.metadata.name}", "cpu_shares")

@@ -18,6 +18,13 @@ def make_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook
     return BatchResourceHook(str(tmp_path / "hook.sock"), config)
 
 
+def restarted_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook:
+    """make_hook, its state dir read as its start reads it once it holds the socket's lock."""
+    hook = make_hook(tmp_path, version, **settings)
+    hook.pods.load()
+    return hook
+
+
 def pod_request(labels: dict, annotations: dict, cgroup_parent: str = POD_PARENT, uid: str = "uid-1") -> api_pb2.PodSandboxHookRequest:
     return api_pb2.PodSandboxHookRequest(
         pod_meta=api_pb2.PodSandboxMetadata(name="batch-job", namespace="team-a", uid=uid),

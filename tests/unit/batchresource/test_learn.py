@@ -16,7 +16,7 @@ from hooks.criclient import SKIP_LABEL
 
 from .fakecgroup import read, write
 from .fakeruntime import FakeLister, FakePod, FakeRuntimeStub, rpc_error
-from .hookfixtures import POD_PARENT, make_hook, pod_request
+from .hookfixtures import POD_PARENT, make_hook, pod_request, restarted_hook
 from .learnfixtures import MIB, ONE, TWO, hook_with_learner, kubelet_be_cgroups, learner_for, values
 from .specs import BE, annotation, container
 
@@ -45,7 +45,7 @@ async def test_an_unknown_be_pod_gets_its_state_file_and_the_hooks_values(
     assert (line.pod, line.uid, line.pod_sandbox_id, line.containers) == ("team-a/batch-job", "uid-1", "p-1", 2)
     assert "no hook call told of" in line.reason
     # A restarted hook knows it from the state file, as one that ran PreRunPodSandbox would.
-    assert make_hook(tmp_path, version).pods.records()[0].uid == "uid-1"
+    assert restarted_hook(tmp_path, version).pods.records()[0].uid == "uid-1"
 
 
 async def test_pod_raised_first_containers_then_pod_lowered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -155,7 +155,7 @@ def test_runtime_endpoint_setting(tmp_path: Path) -> None:
     assert make_hook(tmp_path, runtime_endpoint="/run/x.sock").learner is not None
 
 
-async def test_background_lists_the_runtime_beside_the_reconcile_loop_and_closes_it_when_cancelled(tmp_path: Path) -> None:
+async def test_background_lists_the_runtime_beside_the_reconcile_loop_and_the_stop_closes_its_channel(tmp_path: Path) -> None:
     kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
     hook, stub = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, ONE), reconcile_interval=0.01)
     task = asyncio.create_task(hook.background())
@@ -164,10 +164,11 @@ async def test_background_lists_the_runtime_beside_the_reconcile_loop_and_closes
     await asyncio.wait_for(stub.listed.wait(), 5)  # a second: the first one ended
     assert [r.uid for r in hook.pods.records()] == ["uid-1"]
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
-    task.cancel()  # the hook stops
+    await hook.stop()  # as hook run stops it: the hook's stop, then its background cancelled
+    assert hook.learner is not None and hook.learner.lister.closed  # the channel closed with it
+    task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert hook.learner is not None and hook.learner.lister.closed  # the channel closed with it
     assert asyncio.all_tasks() == {asyncio.current_task()}  # neither loop left running
 
 

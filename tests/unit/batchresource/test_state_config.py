@@ -35,16 +35,28 @@ def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureF
 def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A hook SIGKILLed between writing a record's temporary file and renaming it
     leaves the temporary file: the next start removes it (before: every such
-    kill left one in the state directory for good)."""
+    kill left one in the state directory for good). Only its own: a stateDir
+    shared with balloons keeps balloons' reserved.json and the temporary file
+    of its write (before: the glob ``.*.tmp`` removed it, maybe mid-write)."""
     state = StateDir(tmp_path)
     state.save(RECORD)
-    (tmp_path / ".uid-2.k3j9x1.tmp").write_text('{"uid": "uid-2", "names')
+    (tmp_path / ".uid-2.json.k3j9x1.tmp").write_text('{"uid": "uid-2", "names')
     (tmp_path / "notes.tmp").write_text("not the hook's")  # not a name save() makes: left alone
+    (tmp_path / ".notes.k3j9x1.tmp").write_text("not the hook's either")
+    (tmp_path / "reserved.json").write_text('{"version": 1, "reserved_cpus": "0", "config": "x"}')
+    (tmp_path / ".reserved.json.w1r2t3.tmp").write_text('{"version": 1, "reserv')  # balloons' write under way
     caplog.set_level("INFO")
     assert state.load() == {"uid-1": RECORD}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "uid-1.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".notes.k3j9x1.tmp", ".reserved.json.w1r2t3.tmp", "notes.tmp", "reserved.json", "uid-1.json"]
     removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]
-    assert [r.path for r in removed] == [str(tmp_path / ".uid-2.k3j9x1.tmp")]  # type: ignore[attr-defined]
+    assert [r.path for r in removed] == [str(tmp_path / ".uid-2.json.k3j9x1.tmp")]  # type: ignore[attr-defined]
+    assert "unreadable batchresource state file" not in caplog.text  # balloons' reserved.json is not ours to read
+
+
+def test_a_record_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    StateDir(tmp_path).save(RECORD)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["uid-1.json"]
 
 
 @pytest.mark.parametrize("uid", ["../x", "a/b", "..", ""])

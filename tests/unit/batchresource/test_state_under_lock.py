@@ -1,0 +1,49 @@
+"""batchresource reads its state dir, and removes a killed hook's temporary
+files, only once it holds the hook socket's lock (BatchResourceHook._before_serving)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hooks.errors import HookServerError
+
+from .hookfixtures import make_hook
+
+
+async def test_a_second_instance_refused_as_the_path_is_in_use_leaves_the_live_ones_files(tmp_path: Path) -> None:
+    """Before: the state dir was read, its temporary files removed, as the
+    hook was built (``hook run``'s from_config), before its start claimed
+    the lock: a second ``hook run`` refused as in use had already removed
+    the live instance's write under way, whose rename then failed."""
+    live = make_hook(tmp_path)
+    await live.start()
+    try:
+        state = tmp_path / "state"
+        state.mkdir()
+        in_flight = state / ".uid-1.json.w1r2t3.tmp"  # the live instance's write, before its rename
+        in_flight.write_text('{"uid": "uid-1"')
+        second = make_hook(tmp_path)
+        with pytest.raises(HookServerError):
+            await second.start()
+        assert in_flight.exists()
+    finally:
+        await live.stop(0, drain=0)
+
+
+async def test_the_instance_that_claims_the_lock_reads_the_state_and_removes_leftovers(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    record = {"uid": "uid-1", "namespace": "team-a", "name": "batch-job", "cgroup_parent": "/kubepods/besteffort/poduid-1", "spec": "{}"}
+    (state / "uid-1.json").write_text(json.dumps(record))
+    leftover = state / ".uid-2.json.k1ll3d.tmp"
+    leftover.write_text('{"uid": "uid-2"')
+    hook = make_hook(tmp_path)
+    assert ("uid-1" in hook.pods, leftover.exists()) == (False, True)  # built: nothing read yet
+    await hook.start()
+    try:
+        assert ("uid-1" in hook.pods, leftover.exists()) == (True, False)
+    finally:
+        await hook.stop(0, drain=0)
