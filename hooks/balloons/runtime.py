@@ -9,9 +9,9 @@ sent there passes through this hook's PreUpdateContainerResources, which
 answers the same cpuset, so the proxy's merge keeps it.
 
 A listing's calls, and a move's, all go through one channel: a reload that
-retargets the client meanwhile ends them with :class:`EndpointChanged`
-rather than sending the rest to another runtime; the hook's stop, with
-:class:`ClientClosed`.
+retargets the client meanwhile ends them with
+:class:`hooks.criclient.EndpointChanged` rather than sending the rest to
+another runtime; the hook's stop, with :class:`hooks.criclient.ClientClosed`.
 """
 
 from __future__ import annotations
@@ -26,20 +26,16 @@ from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.hookpath.merge import merge_resources
 from runtimeproxy.hookpath.runtimespec import resources_from_spec
 
-from ..criclient import LIVE_STATES, SKIP_LABEL, ClientClosed, Connection, CriClient, EndpointChanged, skips_hooks, verbose_info
+from ..criclient import LIVE_STATES, Connection, CriClient, skips_hooks, verbose_info
 
 from .balloon import ContainerKey
-from .config import PodContext
+from .matching import PodContext
 from .topology import parse_cpuset
 
 log = logging.getLogger(__name__)
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"  # kubelet's label on each container
-# (re-exported: the shared client's exceptions and names, as this module had them)
-__all__ = [
-    "LIVE_STATES", "POD_UID_LABEL", "SKIP_LABEL", "ClientClosed", "EndpointChanged",
-    "ExitedContainer", "FoundContainer", "Listing", "RuntimeClient",
-]
+__all__ = ["POD_UID_LABEL", "ExitedContainer", "FoundContainer", "Listing", "RuntimeClient"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ class RuntimeClient(CriClient):
     async def pod_containers(self, pod_uid: str, timeout: float) -> tuple[set[ContainerKey], list[ExitedContainer]]:
         """One pod's containers, by kubelet's label: the keys of the live ones
         and the exited ones. One ListContainers, no spec read."""
-        stub = self._connect().stub
+        stub = self._on(self._connect())
         request = v1.ListContainersRequest(filter=v1.ContainerFilter(label_selector={POD_UID_LABEL: pod_uid}))
         listed = await stub.ListContainers(request, timeout=timeout)
         live: set[ContainerKey] = set()
@@ -94,9 +90,6 @@ class RuntimeClient(CriClient):
             elif container.state in LIVE_STATES:
                 live.add(key)
         return live, exited
-
-    async def list_live(self) -> list[FoundContainer]:
-        return (await self.list_containers()).live
 
     async def list_containers(self) -> Listing:
         """Every call on one endpoint: EndpointChanged if a reload retargets meanwhile."""

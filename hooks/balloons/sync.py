@@ -17,10 +17,11 @@ import time
 
 import grpc
 
+from ..criclient import ClientClosed, EndpointChanged
 from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
 from .pool import PoolError
-from .runtime import ClientClosed, EndpointChanged, RuntimeClient
+from .runtime import RuntimeClient
 from .savedset import SavedSet
 from .state import Assignments, Restored
 from .topology import Topology, format_cpuset
@@ -115,7 +116,7 @@ class RuntimeSync:
     async def rebuild(self) -> None:
         """Assignments from the containers that run now (start-up)."""
         retargets = self._retargets
-        found = await self._runtime.list_live()
+        found = (await self._runtime.list_containers()).live
         restored = [
             Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
             for f in found

@@ -19,7 +19,7 @@ import pytest
 
 from cri_api.v1 import api_pb2 as v1
 from hooks.balloons.config import parse_config
-from hooks.balloons.runtime import FoundContainer, Listing
+from hooks.balloons.runtime import Listing
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
 from hooks.batchresource.config import BatchResourceConfig
@@ -38,9 +38,7 @@ class NoContainers:
     """The balloons hook's runtime: nothing runs yet; moves are not followed here."""
 
     endpoint = "/none"
-
-    async def list_live(self) -> list[FoundContainer]:
-        return []
+    closed = False
 
     async def list_containers(self) -> Listing:
         return Listing([], [])

@@ -24,7 +24,8 @@ from cri_api.v1 import api_pb2_grpc as v1_grpc
 from hooks.balloons import sync
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.balloon import ContainerKey
-from hooks.balloons.runtime import ClientClosed, EndpointChanged, FoundContainer, RuntimeClient
+from hooks.balloons.runtime import FoundContainer, Listing, RuntimeClient
+from hooks.criclient import ClientClosed, EndpointChanged
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
 
@@ -219,8 +220,8 @@ class ListedOnce(FakeRuntime):
         self.live = [FoundContainer("c1", ("p", "app"), PodContext("apps", "pod-p", "app", {}, {}), "p", frozenset({1}), "0", 1024)]
         self.during_listing: Callable[[], Awaitable[None]] | None = None
 
-    async def list_live(self) -> list[FoundContainer]:
-        found = await super().list_live()
+    async def list_containers(self) -> Listing:
+        found = await super().list_containers()
         action, self.during_listing = self.during_listing, None
         if action is not None:
             await action()

@@ -39,9 +39,6 @@ class FakeRuntime:
         self.refused: set[str] = set()  # container ids whose moves fail (FAILED_PRECONDITION)
         self.pod_listings: list[str] = []
 
-    async def list_live(self) -> list[FoundContainer]:
-        return list(self.live)
-
     async def list_containers(self) -> Listing:
         return Listing(list(self.live), list(self.exited))
 
