@@ -148,8 +148,10 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
     async def start(self) -> None:
         """Serve (HookServer.start) and answer on the status socket. A
         BalloonsHook is used once: its stop closes its runtime client and
-        ends its saved-set writer for good, so a start after a stop is a
-        HookServerError (build a new one)."""
+        ends its saved-set writer for good, so a start after a stop, or
+        after a start that failed once serving (its status socket), is a
+        HookServerError (build a new one); one refused its socket path can
+        start again."""
         if self._runtime.closed:
             raise HookServerError("a BalloonsHook is used once: it was stopped (its runtime client is closed); "
                                   "build a new one to serve again")
@@ -157,7 +159,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         try:
             await self._status.start()
         except BaseException:
-            await super().stop(0)
+            await self.stop(0, drain=0)  # a full stop (its last set written under the lock): used up too
             raise
 
     async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:

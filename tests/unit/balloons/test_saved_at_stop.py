@@ -102,3 +102,17 @@ async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -
     with pytest.raises(HookServerError, match="used once"):
         await hook.start()
     assert not hook.serving
+
+
+async def test_a_start_failed_on_its_status_socket_stops_the_hook_for_good(tmp_path: Path) -> None:
+    """Its stop wrote its last set and ended its writer: a start again would
+    serve with a writer that never writes (before: the failed start stopped
+    the server alone, and a start again was let through)."""
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    hook.status_socket.write_text("not a socket")  # the status server refuses a non-socket file
+    with pytest.raises(Exception, match="is not a unix socket"):
+        await hook.start()
+    assert not hook.serving
+    with pytest.raises(HookServerError, match="used once"):
+        await hook.start()
