@@ -116,3 +116,22 @@ async def test_a_start_failed_on_its_status_socket_stops_the_hook_for_good(tmp_p
     assert not hook.serving
     with pytest.raises(HookServerError, match="used once"):
         await hook.start()
+
+
+async def test_the_stop_passes_its_drain_on(tmp_path: Path, monkeypatch) -> None:
+    """BalloonsHook.stop takes the SDK's ``drain=`` (before: a TypeError)."""
+    from hooks.sdk import HookServer
+
+    asked: list[tuple[float | None, float | None]] = []
+    real = HookServer.stop
+
+    async def stop(self: HookServer, grace: float | None = None, *, drain: float | None = None) -> None:
+        asked.append((grace, drain))
+        await real(self, grace, drain=drain)
+
+    monkeypatch.setattr(HookServer, "stop", stop)
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    await hook.start()
+    await hook.stop(0.5, drain=0.25)
+    assert asked == [(0.5, 0.25)]
