@@ -10,7 +10,7 @@ from grpc import aio
 
 from ..hookpath.hookfile import MAX_TIMEOUT
 from ..host.unixsocket import grpc_target
-from .transport import MAX_MESSAGE_BYTES, CallFailed
+from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage
 
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
@@ -50,7 +50,7 @@ class GrpcTransport:
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.
             async with asyncio.timeout(timeout + 1.0):
-                return await self._method(endpoint, method)(request, timeout=timeout)
+                answer = await self._method(endpoint, method)(request, timeout=timeout)
         except aio.AioRpcError as err:
             raise CallFailed(err.code(), err.details() or "") from err
         except TimeoutError as err:
@@ -60,6 +60,9 @@ class GrpcTransport:
             if task is not None and task.cancelling():
                 raise  # our caller is being cancelled: not the hook's failure
             raise CallFailed(grpc.StatusCode.CANCELLED, "hook call cancelled (its channel was closed)") from None
+        if answer is None:  # grpc.aio's word for an OK status that carried no message
+            raise NoMessage()
+        return answer
 
     def endpoints(self) -> frozenset[str]:
         return frozenset(self._channels)

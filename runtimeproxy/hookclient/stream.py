@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from .headers import grpc_status
-from .transport import CallFailed
+from .transport import CallFailed, NoMessage
 
 
 class Unprocessed(CallFailed):
@@ -47,8 +47,10 @@ class Stream:
         body = self.body
         if code is not grpc.StatusCode.OK:
             self.fail(CallFailed(code, message))
+        elif not body:
+            self.fail(NoMessage())
         elif len(body) < 5 or body[0] not in (0, 1) or int.from_bytes(body[1:5], "big") != len(body) - 5:
-            self.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook answer is not one gRPC message"))
+            self.fail(NoMessage(f"hook server answered OK with {len(body)} bytes that are not one gRPC message"))
         elif body[0]:
             self.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook answer is compressed, which was not asked for"))
         elif not self.answer.done():

@@ -21,11 +21,20 @@ class CallFailed(Exception):
         return f"{self.code.name}: {self.details}"
 
 
+class NoMessage(CallFailed):
+    """The server answered OK but with no message, or more than one: its
+    handler's fault, not the connection's, so counted ``invalid_answer`` on
+    either transport (grpc.aio hands back None for it)."""
+
+    def __init__(self, details: str = "hook server answered OK with no message") -> None:
+        super().__init__(grpc.StatusCode.INTERNAL, details)
+
+
 @runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every method
 class HookTransport(Protocol):
     async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
         """One unary call to the unix socket ``endpoint``: the answer's bytes,
-        or ``CallFailed``. Connecting is part of the call, bounded by ``timeout``."""
+        or ``CallFailed`` (``NoMessage`` for an OK status without one message). Connecting is part of the call, bounded by ``timeout``."""
 
     def keep_only(self, endpoints: Collection[str], grace: float) -> None:
         """Close the connections to every other endpoint; calls under way on them get ``grace`` seconds."""

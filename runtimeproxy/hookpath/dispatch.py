@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
-from ..hookclient.transport import CallFailed, HookTransport, transport_for
+from ..hookclient.transport import CallFailed, HookTransport, NoMessage, transport_for
 from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
 from .answers import UNAPPLIED_FIELDS, kernel_would_refuse, refusal, unapplied
@@ -132,7 +132,9 @@ class Dispatcher:
             return answer
         except CallFailed as err:
             outcome = err.code.name.lower()
-            if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            if isinstance(err, NoMessage):
+                outcome, cause = "invalid_answer", err.details  # answered, but nothing to decode
+            elif err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 cause = f"no answer within {server.timeout:g}s"
             else:
                 cause = f"{err.code.name}: {err.details}"

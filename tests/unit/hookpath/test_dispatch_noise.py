@@ -18,6 +18,7 @@ from grpc import aio
 
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookAbort, HookServer
+from runtimeproxy.hookclient.transport import transport_for
 from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.outages import OutageLog
@@ -272,3 +273,43 @@ async def test_a_fail_hooks_outage_ends_in_one_line_counting_every_refused_call(
     recovered = [r for r in caplog.records if "recovered" in r.getMessage()]
     assert [r.getMessage() for r in recovered] == ["hook server flaky.json recovered after 30.0s and 4 failed calls"]
     assert recovered[0].hook_failures == 4  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("transport", "messages"),
+    # grpc.aio's client waits out its deadline on a second message (grpc core's doing, not ours).
+    [("frames", 0), ("frames", 2), ("grpc", 0)],
+    ids=["frames-no-message", "frames-two-messages", "grpc-no-message"],
+)
+async def test_an_ok_answer_without_one_message_is_invalid_answer_on_both_transports(
+    tmp_path: Path, transport: str, messages: int
+) -> None:
+    socket = tmp_path / "empty.sock"
+
+    async def answer(request: bytes, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        for _ in range(messages):  # a streaming handler behind a unary method: OK, with this many messages
+            yield hookapi.ContainerResourceHookResponse().SerializeToString()
+
+    class AnyMethod(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            return grpc.unary_stream_rpc_method_handler(answer)
+
+    server = aio.server()
+    server.add_generic_rpc_handlers((AnyMethod(),))
+    server.add_insecure_port(grpc_address(socket))
+    await server.start()
+    metrics = Metrics()
+    dispatcher = Dispatcher(
+        Servers([config("empty.json", socket, FailurePolicy.FAIL)]), metrics,  # type: ignore[arg-type]
+        transport=transport_for(transport),
+    )
+    try:
+        with pytest.raises(HookError) as err:
+            await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
+    finally:
+        await dispatcher.close()
+        await server.stop(0)
+    assert err.value.cause.startswith("hook server answered OK with"), err.value.cause
+    assert metrics.registry.get_sample_value(
+        "runtime_proxy_hook_calls_total", {"server": "empty.json", "hook": HOOK.value, "outcome": "invalid_answer"}
+    ) == 1
