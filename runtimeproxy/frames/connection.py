@@ -153,6 +153,7 @@ class FrameConnection:
         self.backend_lost = False
         self.backend_going = False  # the runtime sent GOAWAY: new streams are refused
         self.backend_going_told = False  # its GOAWAY logged at info (runtimegone.going_away)
+        self.backend_heads_up: str | None = None  # a drain's heads-up GOAWAY's debug data, once one came
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         # No unary or diverted call left, the GOAWAY sent (shutdown waits:
         # ``wait_idle``). Private: set or cleared only by ``check_idle`` and

@@ -38,6 +38,14 @@ def closed(conn: FrameConnection) -> None:
     connection (and so a new runtime connection) for new calls."""
     if conn.closed.done():
         return
+    if conn.backend_heads_up is not None and not conn.backend_going_told:
+        # A drain that ended before its second GOAWAY (the runtime exited, or
+        # its grace ran out): the heads-up, at debug so far, is all it said.
+        conn.backend_going_told = True
+        log.info("frames: the runtime goes away: its heads-up GOAWAY, then it closed the connection "
+                 "without the GOAWAY naming its last stream",
+                 extra={"last_stream": fr.MAX_STREAM_ID, "refused": 0, "code": ErrorCode.NO_ERROR.name,
+                        "debug": conn.backend_heads_up, **conn.identity})
     # A hooked call the runtime answered whole is not cut short: its
     # answer, held while its stages record it, still goes, once. One reset,
     # or ended by the proxy, has its end queued already: it keeps nothing.
@@ -86,12 +94,16 @@ def going_away(conn: FrameConnection, last: int, code: int, debug: bytes | memor
     # naming no last stream (MAX_STREAM_ID), then, a PING later, the one that does:
     # the info line is that one's (what it refused), and one per connection.
     heads_up = last == fr.MAX_STREAM_ID and code == ErrorCode.NO_ERROR
+    # (a heads-up the runtime closes after, with no second GOAWAY: closed's line)
     told = heads_up or conn.backend_going_told
     conn.backend_going_told = conn.backend_going_told or not heads_up
+    said = bytes(debug[:DEBUG_LOGGED]).decode("utf-8", "replace")
+    if heads_up:
+        conn.backend_heads_up = said
     log.log(logging.DEBUG if told else logging.INFO,
             "frames: the runtime goes away; the client is told to go away too",
             extra={"last_stream": last, "refused": len(refused), "code": _code_name(code),
-                   "debug": bytes(debug[:DEBUG_LOGGED]).decode("utf-8", "replace"), **conn.identity})
+                   "debug": said, **conn.identity})
     conn.backend_going = True
     conn.backend_pings.at_once()
     for sid in refused:

@@ -117,3 +117,25 @@ async def test_a_goaway_for_too_many_pings_says_so(sock_dir: Path, caplog: pytes
     [info] = _goes_away(caplog)
     assert (info.last_stream, info.refused, info.code) == (1, 0, "ENHANCE_YOUR_CALM")
     assert info.debug == "too_many_pings\ufffd" + "x" * 185  # its first 200 bytes
+
+
+async def test_a_heads_up_the_runtime_closes_after_is_the_info_line(
+    sock_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A drain cut short: grpc-go's heads-up GOAWAY (stream 2**31-1), then the
+    runtime closes without the second one. Its close gives the heads-up's
+    info line, naming it, once. Before: the heads-up stayed at debug and no
+    line at info said the runtime went away."""
+    caplog.set_level(logging.DEBUG, logger="runtimeproxy.frames")
+    async with raw_relay(sock_dir) as relay:
+        pair = await relay.pair()
+        pair.client.writer.write(pair.request(1, RELAYED, body=None, end=False))
+        await pair.runtime.until(rawh2.HEADERS, 1)
+        pair.runtime.writer.write(fr.goaway(2**31 - 1, ErrorCode.NO_ERROR, b"graceful_stop"))
+        await pair.client.until(rawh2.GOAWAY)
+        pair.runtime.writer.close()
+        assert await pair.client.read() is None  # the call in flight: the client's connection closes too
+    assert [(r.levelname, r.last_stream) for r in _goes_away(caplog)] == [("DEBUG", 2**31 - 1), ("INFO", 2**31 - 1)]
+    [info] = [r for r in _goes_away(caplog) if r.levelno == logging.INFO]
+    assert "heads-up GOAWAY" in info.getMessage() and "closed the connection" in info.getMessage()
+    assert (info.code, info.debug, info.client_pid) == ("NO_ERROR", "graceful_stop", os.getpid())
