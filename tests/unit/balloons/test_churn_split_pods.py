@@ -81,11 +81,12 @@ def step(state: Assignments, live: dict[Key, PodContext], r: random.Random, n: i
     return len(pods_balloons) > 1 and balloon in pods_balloons[1:]
 
 
-def run(seed: int) -> tuple[dict[str, list[str]], int]:
-    """What the workload of ``seed`` broke, by step; how many containers joined a later balloon of their pod."""
+def run(seed: int) -> tuple[dict[str, list[str]], int, tuple[dict, Topology, Assignments] | None]:
+    """What the workload of ``seed`` broke, by step; how many containers joined a later balloon of their pod;
+    the config, machine and state it ended with (None if the config does not fit the machine)."""
     made = start(seed)
     if made is None:
-        return {}, 0
+        return {}, 0, None
     doc, topology, state, r = made
     live: dict[Key, PodContext] = {}
     problems: dict[str, list[str]] = {}
@@ -107,14 +108,14 @@ def run(seed: int) -> tuple[dict[str, list[str]], int]:
             settle_moves(state)
         if found:
             problems[f"step {n}"] = sorted(found)
-    return problems, later
+    return problems, later, (doc, topology, state)
 
 
 @pytest.mark.parametrize("seeds", [SEEDS[:250], SEEDS[250:]], ids=["0-249", "250-499"])
 def test_containers_of_pods_split_over_balloons_keep_the_churn_invariants(seeds: range) -> None:
     problems, later = {}, 0
     for seed in seeds:
-        found, joined = run(seed)
+        found, joined, _ = run(seed)
         later += joined
         problems.update({f"{seed} {what}": p for what, p in found.items()})
     assert problems == {}
