@@ -64,10 +64,13 @@ def request_closed(conn: FrameConnection, sid: int) -> bool:
     the stream is half-closed (remote), RFC 9113 5.1, and anything more the
     client sends on it is a stream error. The request's end as the client
     sent it: a hooked call the runtime cut short has none to keep."""
-    diverted = conn.diverted.get(sid)
+    return _closed(conn.diverted.get(sid), conn.hooked.get(sid))
+
+
+def _closed(diverted: divert.Diverted | None, held: hooked.Hooked | None) -> bool:
+    """``request_closed`` of the stream's calls, looked up already."""
     if diverted is not None:
         return diverted.ended.is_set()
-    held = conn.hooked.get(sid)
     return held is not None and held.request_ended and not held.cut_short
 
 
@@ -80,7 +83,7 @@ def client_data(side: ClientSide, f: fr.Frame, out: list[bytes | memoryview]) ->
         conn.credit_client(len(f.payload))
         return
     held = conn.hooked.get(sid)
-    if request_closed(conn, sid):
+    if _closed(call, held):
         # After the client's END_STREAM: a stream error (RFC 9113 6.1), never more of the request.
         conn.credit_client(len(f.payload))
         side.stream_error(sid, out, ErrorCode.STREAM_CLOSED)
