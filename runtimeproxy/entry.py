@@ -16,6 +16,6 @@ import os
 # theirs. A value set outside wins.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from .cli import main  # noqa: E402  (after the setting above, on purpose)
+from .cli import main  # after the setting above, on purpose
 
 __all__ = ["main"]

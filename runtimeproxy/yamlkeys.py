@@ -196,19 +196,19 @@ class Document:
             elif isinstance(a, yaml.SequenceNode):
                 if len(a.value) != len(b.value):
                     return False
-                stack += zip(a.value, b.value)
+                stack += zip(a.value, b.value, strict=True)
             else:
                 pairs = self._entries(a), self._entries(b)
                 if pairs[0] is None or pairs[1] is None:  # a key that is no scalar: as written, in order
                     flat = self._flat(a), self._flat(b)
                     if len(flat[0]) != len(flat[1]):
                         return False
-                    stack += [pair for ab in zip(*flat) for pair in zip(*ab)]
+                    stack += [pair for ab in zip(*flat, strict=True) for pair in zip(*ab, strict=True)]
                     continue
                 if pairs[0].keys() != pairs[1].keys():
                     return False
                 # The keys' nodes too, as scalars are compared: {1: a} and {1.0: a} differ, as [1] and [1.0] do.
-                stack += [pair for key in pairs[0] for pair in zip(pairs[0][key], pairs[1][key])]
+                stack += [pair for key in pairs[0] for pair in zip(pairs[0][key], pairs[1][key], strict=True)]
         return True
 
     def _flat(self, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:

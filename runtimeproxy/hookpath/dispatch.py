@@ -309,7 +309,7 @@ class Dispatcher:
         refused naming ``server``, its deferred answers counted ``error``."""
         cause = f"{type(err).__name__}: {err}"
         fields = {**chain.log_fields, **server.log_fields()}
-        log.debug("unexpected error judging the chain's cpusets", exc_info=True, extra=fields)
+        log.debug("unexpected error judging the chain's cpusets", exc_info=err, extra=fields)
         log.error("hook failed, refusing call", extra={**fields, "error": cause})
         self._count_deferred(hook, chain.deferred, "error", cause)
         self._outages.counted(server.name)
