@@ -44,7 +44,7 @@ import logging
 import os
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -59,6 +59,10 @@ from hooks.registration import write_hook_config
 from runtimeproxy import eventloop, logs
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host import socketlock, unixsocket
+
+if TYPE_CHECKING:  # imported when asked for (__getattr__ below); named here for linters and type checkers
+    from hooks.answercheck import check_answer
+    from hooks.chaincheck import ChainHook, check_chain
 
 __all__ = [
     "HookAbort",
