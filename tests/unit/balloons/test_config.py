@@ -63,6 +63,10 @@ def test_every_key_is_read(tmp_path) -> None:
     assert (latency.name, latency.namespaces, latency.min_cpus, latency.max_cpus) == ("latency", ("rt-*",), 2, 4)
     assert (latency.min_balloons, latency.max_balloons, latency.prefer_new_balloons) == (1, 3, True)
     assert latency.share_idle_cpus_in_same == "numa"
+    assert [(e.key, e.operator, e.values) for e in batch.match_expressions] == [
+        ("pod/labels/tier", "In", ("batch", "bulk")), ("name", "Matches", ("work*",))]
+    assert (batch.name, batch.namespaces, batch.min_cpus, batch.max_cpus, batch.share_idle_cpus_in_same) == (
+        "batch", (), 0, 0, "")
     assert [t.name for t in config.all_types] == ["latency", "batch", RESERVED, DEFAULT]
     assert config.warnings == ()
 
@@ -202,7 +206,7 @@ def test_a_billion_laughs_in_a_value_is_shown_cut_short(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True, timeout=60)
     lines = done.stdout.splitlines()
     assert len(lines) == len(LAUGHS), done.stderr[-2000:]
-    for line, where in zip(lines, LAUGHS):
+    for line, where in zip(lines, LAUGHS, strict=True):
         assert line.startswith(f"{where}: ") and LAUGHS_SHOWN in line and len(line) < 400, line[:300]
 
 

@@ -41,13 +41,13 @@ async def test_a_window_lowered_below_zero_mid_upload_sends_nothing_until_it_is_
         before = len(peer.seen)
         # Window now 1000 - 65535 < 0; 64535 + 100 more makes it 100.
         peer.send(FrameType.WINDOW_UPDATE, 0, 3, struct.pack(">I", 64_635))
-        kind, _, sid, payload = await peer.until(FrameType.DATA)
-        assert len(payload) == 100 and all(k != FrameType.DATA for k, _, _, _ in peer.seen[before:-1])
+        _, _, sid, payload = await peer.until(FrameType.DATA)
+        assert sid == 3 and len(payload) == 100 and all(k != FrameType.DATA for k, _, _, _ in peer.seen[before:-1])
         total = sent + len(payload)
         while total < len(message) + 5:
             peer.send(FrameType.WINDOW_UPDATE, 0, 3, struct.pack(">I", 10_000))
-            kind, _, sid, payload = await peer.until(FrameType.DATA)
-            assert len(payload) <= 10_000
+            _, _, sid, payload = await peer.until(FrameType.DATA)
+            assert sid == 3 and len(payload) <= 10_000
             total += len(payload)
         peer.answer(3, b"done")
 
@@ -87,7 +87,7 @@ async def test_a_cancelled_caller_resets_its_stream_and_the_connection_goes_on(s
     async def late(peer: Peer) -> None:
         await peer.handshake()
         got = await peer.call()
-        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        _, _, sid, payload = await peer.until(FrameType.RST_STREAM)
         assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
         reset.set()
         # Answered anyway, after the reset: its header block still changes the
