@@ -122,7 +122,7 @@ async def test_calls_during_sigterm_end_ok_or_unavailable_never_cancelled(fake, 
             answered = 0
             warm, stopping = asyncio.Event(), asyncio.Event()
 
-            async def client() -> None:
+            async def client(warm: asyncio.Event, stopping: asyncio.Event) -> None:  # this round's
                 nonlocal answered
                 async with aio.insecure_channel(f"unix://{listen}") as channel:
                     call = channel.unary_unary(LIST)
@@ -138,7 +138,7 @@ async def test_calls_during_sigterm_end_ok_or_unavailable_never_cancelled(fake, 
                             if stopping.is_set():
                                 return
 
-            clients = [asyncio.ensure_future(client()) for _ in range(CLIENTS)]
+            clients = [asyncio.ensure_future(client(warm, stopping)) for _ in range(CLIENTS)]
             await asyncio.wait_for(warm.wait(), 20)
             stopping.set()
             process.send_signal(signal.SIGTERM)

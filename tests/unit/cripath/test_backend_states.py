@@ -127,11 +127,14 @@ class LiveChannel:
         self.state = S.READY
         self._changed = asyncio.Condition()
         self._version = 0
+        self._notifying: set[asyncio.Future[None]] = set()  # held: the loop keeps only weak references to tasks
 
     def set(self, state: grpc.ChannelConnectivity) -> None:
         self.state = state
         self._version += 1
-        asyncio.ensure_future(self._notify())
+        notify = asyncio.ensure_future(self._notify())
+        self._notifying.add(notify)
+        notify.add_done_callback(self._notifying.discard)
 
     async def _notify(self) -> None:
         async with self._changed:
