@@ -163,7 +163,7 @@ async def test_pod_and_container_lifecycle(cri_channel: aio.Channel, api: CriApi
 
 
 async def test_container_log_is_written(cri_channel: aio.Channel, pod_log_dir: Path) -> None:
-    pod_id, container_id = await start_sleeper(V1, cri_channel, pod_log_dir)
+    pod_id, _ = await start_sleeper(V1, cri_channel, pod_log_dir)
     try:
         # A pod log directory holds one directory per pod; the container logs as <name>.log.
         (pod_dir,) = pod_log_dir.iterdir()

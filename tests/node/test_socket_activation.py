@@ -81,7 +81,7 @@ async def test_restarts_cost_kubelet_no_call(activated_node: ProxiedNode) -> Non
 
     async def settled() -> bool:
         # A few relists after the last restart: kubelet has used the new instance.
-        total, failed = await kubelet.runtime_operations()
+        total, _ = await kubelet.runtime_operations()
         return total.get("list_podsandbox", 0) >= total_before.get("list_podsandbox", 0) + 3 * (RESTARTS + 1)
 
     await runtime.wait_for("kubelet relisted after the restarts", settled, RECOVERY_TIMEOUT)

@@ -40,4 +40,4 @@ def test_it_prints_one_line_per_model(capsys: pytest.CaptureFixture[str]) -> Non
     assert headers.main(["--blocks", "50", "--rounds", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + len(headers.CLIENTS)
-    assert all(line.startswith(name) and line.endswith("x") for name, line in zip(headers.CLIENTS, lines[2:]))
+    assert all(line.startswith(name) and line.endswith("x") for name, line in zip(headers.CLIENTS, lines[2:], strict=True))

@@ -461,6 +461,6 @@ def test_a_billion_laughs_in_a_settings_value_is_shown_cut_short(tmp_path: Path)
     done = subprocess.run([sys.executable, "-c", script, *configs], capture_output=True, text=True, timeout=60)
     lines = done.stdout.splitlines()
     assert len(lines) == len(keys), done.stderr[-2000:]
-    for line, config, key in zip(lines, configs, keys):
+    for line, config, key in zip(lines, configs, keys, strict=True):
         assert line.startswith(f"config file {config}: {key} {LAUGHS_SHOWN}: expected "), line[:300]
         assert line.endswith(" (line 1)") and len(line) < 400, line[:300]

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 
 import grpc
-import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 

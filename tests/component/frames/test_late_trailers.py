@@ -152,7 +152,7 @@ async def test_a_table_shrink_in_dropped_trailers_reaches_the_runtime(sock_dir: 
         pair.encoder.header_table_size = 0
         pair.client.writer.write(_trailers(pair, 1, True))
         assert rawh2.errors(await pair.pinged(b"pingpon2")) == []
-        seen, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
+        _, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
         assert block[0] == 0x20 and _restated(block)  # restated, after the shrink to 0
         assert pair.runtime.decoder.header_table_size == 0
 
@@ -195,7 +195,7 @@ async def test_trailers_after_the_runtime_answered_are_dropped(sock_dir: Path) -
         assert _client_reads(pair, answer)[-1] == [("grpc-status", "0")]
         pair.client.writer.write(_trailers(pair, 1, True))
         assert rawh2.errors(await pair.pinged()) == []
-        seen, block, _ = await _next_call(pair, 3)
+        seen, _, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen if kind != rawh2.DATA] == [(rawh2.HEADERS, 3)]
 
 
@@ -209,7 +209,7 @@ async def test_a_diverted_calls_trailers_end_its_request_and_never_reach_the_run
         assert [p for kind, _, sid, p in answer if kind == rawh2.DATA] == [message(b"echo")]
         assert _client_reads(pair, answer)[-1] == [("grpc-status", "0")]
         await _runtime_reads_request(pair, 1)
-        seen, block, _ = await _next_call(pair, 3)
+        seen, _, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.RST_STREAM, 1), (rawh2.HEADERS, 3)]
 
 
@@ -221,7 +221,7 @@ async def test_a_hooked_calls_trailers_end_it_internal_and_never_reach_the_runti
         status = dict(pair.client.decoder.decode(seen[-1][3]))
         assert status["grpc-status"] == "13" and "request trailers" in status["grpc-message"]
         await _runtime_reads_request(pair, 1)
-        seen, block, _ = await _next_call(pair, 3)
+        seen, _, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.RST_STREAM, 1), (rawh2.HEADERS, 3)]
 
 

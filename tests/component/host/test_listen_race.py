@@ -20,7 +20,6 @@ import pytest
 
 from hooks.sdk import TRANSPORTS, HookServer, HookServerError
 from runtimeproxy.config import ProxyConfig
-from runtimeproxy.cripath import server
 from runtimeproxy.cripath.server import ListenError, Proxy
 from runtimeproxy.host import unixsocket
 

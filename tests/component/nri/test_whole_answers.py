@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 
 from cri_api.nri import api_pb2 as nri
 

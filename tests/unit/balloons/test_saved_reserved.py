@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from hooks import statefile
-from hooks.balloons import savedreserved
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.planning import Restored

@@ -14,7 +14,6 @@ import logging
 import threading
 from pathlib import Path
 
-import pytest
 import yaml
 
 from hooks import statefile

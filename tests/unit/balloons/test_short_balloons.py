@@ -90,7 +90,7 @@ async def test_a_running_container_reconcile_adopts_joins_its_pods_balloon_thoug
 async def test_a_pods_container_its_balloon_cannot_grow_for_joins_it_under_ignore(tmp_path) -> None:
     """Rather than the default balloon, without any CPU (the reserved one),
     apart from its pod."""
-    hook, runtime, _ = await hook_on_sysfs(tmp_path, {**ONE, "onExhausted": "Ignore"})
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ONE, "onExhausted": "Ignore"})
     await hook.pre_create_container(request("a", "app", shares=7 * 1024))
     answer = await hook.pre_create_container(request("a", "side", shares=1024))
     assert answer.container_resources.cpuset_cpus == "1-7"

@@ -18,7 +18,7 @@ from .fakecgroup import read, write
 from .fakeruntime import FakeLister, FakePod, FakeRuntimeStub, rpc_error
 from .hookfixtures import POD_PARENT, make_hook, pod_request, restarted_hook
 from .learnfixtures import MIB, ONE, TWO, hook_with_learner, kubelet_be_cgroups, learner_for, values
-from .specs import BE, annotation, container
+from .specs import BE, annotation
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -7,6 +7,7 @@ come."""
 from __future__ import annotations
 
 import struct
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -44,7 +45,7 @@ def refusal(sid: int) -> bytes:
 
 def pieces(blob: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({0, len(blob), *(c % (len(blob) + 1) for c in cuts)})
-    return [blob[a:b] for a, b in zip(points, points[1:])]
+    return [blob[a:b] for a, b in pairwise(points)]
 
 
 def split_frames(blob: bytes) -> list[bytes]:
@@ -180,7 +181,7 @@ def test_refusals_never_go_inside_a_header_block_of_grpcs(opener: int) -> None:
         for asked in sorted({*ends, split}):
             server = ServerFrames()
             out = []
-            for a, b in zip(points := sorted({0, split, asked, len(blob)}), points[1:]):
+            for a, b in pairwise(sorted({0, split, asked, len(blob)})):
                 if a == asked:
                     out.append(server.insert(refusal(3)))
                 out.append(server.feed(blob[a:b]))

@@ -6,6 +6,7 @@ runtime's UNIMPLEMENTED changes nothing."""
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ async def test_unimplemented_calls_end_the_wait_at_most_once_per_probe_soon_s(mo
         probing.cancel()
     assert probing.result() == INFO
     assert len(began) == 4  # three failed, then the one that answered, each brought forward
-    gaps = [later - earlier for earlier, later in zip(began, began[1:])]
+    gaps = [later - earlier for earlier, later in pairwise(began)]
     assert min(gaps) >= 0.05 * 0.99, gaps  # (the loop's clock may round a timer a little early)
 
 

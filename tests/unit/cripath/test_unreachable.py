@@ -126,7 +126,7 @@ async def test_a_refusal_between_pre_hooks_says_why_the_runtime_does_not_serve(c
     assert context.aborted is not None and context.aborted[0] == grpc.StatusCode.UNAVAILABLE
     assert "no later hook server of its chain was asked" in context.aborted[1]
     [line] = [r for r in caplog.records if r.levelno == logging.INFO]
-    assert getattr(line, "reason") == "it answers 'server is not initialized yet'"
+    assert vars(line)["reason"] == "it answers 'server is not initialized yet'"
     assert "lost or stopped serving" in line.getMessage()
 
 
@@ -148,8 +148,8 @@ async def test_a_refusal_between_pre_hooks_for_the_connection_does_not_name_unre
     assert "is not reachable" in context.aborted[1]
     assert context.aborted[1].endswith("the call was not sent and no later hook server of its chain was asked")
     [line] = [r for r in caplog.records if r.levelno == logging.INFO]
-    assert getattr(line, "reason") == "its connection is not up"
-    assert getattr(line, "error") == "the runtime is not reachable: refused between its pre hooks"
+    assert vars(line)["reason"] == "its connection is not up"
+    assert vars(line)["error"] == "the runtime is not reachable: refused between its pre hooks"
 
 
 @pytest.mark.parametrize("reach", [Reach.FAILED, Reach.PENDING])

@@ -147,7 +147,7 @@ async def test_a_client_that_leaves_once_it_has_its_answer_still_gets_the_call_r
         def hooked(self, path: str):  # type: ignore[no-untyped-def]
             return (stage_fn,)
 
-    conn, client, backend = _connection(_HookRoutes())
+    conn, client, _ = _connection(_HookRoutes())
     body = message.SerializeToString()
     conn.client_data(_call_headers(1, method) + _data(1, struct.pack(">BI", 0, len(body)) + body, end=True))
     await _turns()

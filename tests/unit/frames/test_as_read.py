@@ -147,7 +147,7 @@ async def test_a_stage_that_changes_a_request_the_runtime_has_fails_the_call() -
 async def test_a_call_behind_an_earlier_hooked_call_in_its_stage_is_not_sent_as_read() -> None:
     """The earlier one may be on the same object and take its lock only later: arrival order holds."""
     routes = _Beside()
-    conn, client, backend = _connection(routes)
+    conn, _, backend = _connection(routes)
     encoder = hpack.Encoder()
     first = _headers(encoder, 1) + _data(1, MESSAGE, end=True)
     second = _headers(encoder, 3)
@@ -164,7 +164,7 @@ async def test_a_call_sent_as_read_reaches_its_stages_before_a_call_read_after_i
     """Its request completed in the same read as the next call's: its stage starts first (and takes
     its object's lock first, as the runtime got it first), although its task was already waiting."""
     routes = _Beside()
-    conn, client, backend = _connection(routes)
+    conn, _, _ = _connection(routes)
     encoder = hpack.Encoder()
     conn.client_data(_headers(encoder, 1))
     await _turns()  # its task waits for the request
@@ -178,7 +178,7 @@ async def test_a_call_sent_as_read_reaches_its_stages_before_a_call_read_after_i
 async def test_a_client_leaving_after_its_call_went_as_read_is_told_to_the_stages() -> None:
     """The runtime may have acted: the stages learn the call failed (and re-check), they are not cancelled."""
     routes = _Beside()
-    conn, client, backend = _connection(routes)
+    conn, _, backend = _connection(routes)
     conn.client_data(_headers(hpack.Encoder(), 1) + _data(1, MESSAGE, end=True)
                      + fr.rst_stream(1, fr.ErrorCode.CANCEL))
     routes.go.set()
@@ -190,7 +190,7 @@ async def test_a_client_leaving_after_its_call_went_as_read_is_told_to_the_stage
 
 async def test_a_request_over_the_runtimes_connection_window_is_sent_by_its_stages() -> None:
     routes = _Beside()
-    conn, client, backend = _connection(routes, backend_window=1 << 20)  # a stream window it fits
+    conn, _, backend = _connection(routes, backend_window=1 << 20)  # a stream window it fits
     body = struct.pack(">BI", 0, 70_000) + b"x" * 70_000  # over the connection's initial 65,535
     headers = _headers(hpack.Encoder(), 1)
     frames = fr.data_frames(1, body, fr.DEFAULT_MAX_FRAME, True)

@@ -37,7 +37,7 @@ def _send(conn: FrameConnection, size: int) -> None:
 
 
 async def test_a_client_within_its_window_waits_for_the_runtime() -> None:
-    conn, client = _upload()
+    conn, _ = _upload()
     _send(conn, CLIENT_WINDOW - 5)  # all it was given (the message prefix took 5)
     assert not conn.closed.done() and conn.inbound.owed > CLIENT_WINDOW - fr.DEFAULT_WINDOW - 5
 

@@ -506,7 +506,7 @@ async def test_a_window_update_of_0_on_a_stream_resets_that_stream_only() -> Non
 
 
 async def test_a_window_update_of_0_from_the_runtime_ends_that_call_only() -> None:
-    conn, client, backend, enc = _connection()
+    conn, client, _, enc = _connection()
     conn.client_data(_headers(enc, 1) + _headers(enc, 3))
     await _turns()
     conn.backend_data(fr.window_update(1, 0))

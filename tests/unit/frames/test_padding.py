@@ -6,6 +6,7 @@ stall once the lost window adds up."""
 from __future__ import annotations
 
 import struct
+from itertools import pairwise
 
 import pytest
 
@@ -68,7 +69,7 @@ def _message_in_frames(sid: int, length: int, end: bool) -> bytes:
     the in-place read (feed_at) to the padded frame's (feed) and back."""
     message = struct.pack(">BI", 255, length) + b"m" * length
     cuts = [0, 3, 5, 40, len(message)]
-    pieces = [message[a:b] for a, b in zip(cuts, cuts[1:])]
+    pieces = [message[a:b] for a, b in pairwise(cuts)]
     frames = [
         _padded(sid, piece) if i % 2 else fr.serialize(FrameType.DATA, 0, sid, piece) for i, piece in enumerate(pieces)
     ]

@@ -165,7 +165,7 @@ def message_parts(rng: random.Random, fill: int, sizes: list[int]) -> list[bytes
     parts at random places, its 5-byte prefix included."""
     message = struct.pack(">BI", 0, n := rng.choice(sizes)) + bytes([fill]) * n
     cuts = sorted(rng.sample(range(1, len(message)), min(4, len(message) - 1)))
-    return [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)])]
+    return [message[a:b] for a, b in zip([0, *cuts], [*cuts, len(message)], strict=True)]
 
 
 def _runtime_answers(seed: int, calls: int) -> bytes:

@@ -94,7 +94,7 @@ async def test_an_answer_the_runtime_gave_whole_is_recorded_and_goes_once(divert
 
 async def test_a_call_the_runtime_had_not_answered_ends_unavailable() -> None:
     routes = _Recording()
-    conn, client, cenc, benc = await _connection(routes)
+    conn, client, cenc, _ = await _connection(routes)
     conn.client_data(_request(cenc, 1, PODS)[:-14] + _data(1, MESSAGE, end=True) + _request(cenc, 3, STATUS))
     await _turns()
     conn.backend_gone()

@@ -11,7 +11,6 @@ import struct
 
 import hpack
 
-from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, FrameType
 
 from .test_answer_at_once import ANSWER_FRAMES, _Recording, _started

@@ -17,7 +17,7 @@ ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
 
 
 async def test_the_runtimes_blocks_before_its_ack_keep_the_old_table_and_after_it_the_new() -> None:
-    conn, client, _, to_backend, from_backend = _connection()
+    conn, _, _, to_backend, from_backend = _connection()
     conn.client_data(b"".join(_request(to_backend, sid, VERSION) for sid in (1, 3, 5)))
     conn.backend_data(_answer(from_backend, 1, OK))  # fills the runtime's table
     conn.client_data(NO_TABLE)
@@ -30,7 +30,7 @@ async def test_the_runtimes_blocks_before_its_ack_keep_the_old_table_and_after_i
 
 
 async def test_the_clients_blocks_keep_the_table_the_runtime_allowed_until_the_client_acks() -> None:
-    conn, client, _, to_backend, from_backend = _connection()
+    conn, _, _, to_backend, from_backend = _connection()
     conn.client_data(_request(to_backend, 1, VERSION))  # adds to the client's table
     conn.backend_data(NO_TABLE)
     conn.client_data(_request(to_backend, 3, VERSION))  # before its ACK: the old size holds

@@ -72,7 +72,7 @@ async def test_a_large_answer_is_read_with_window_updates(sock: Path) -> None:
         while view:
             n = min(16_384, len(view), stream_window, peer.window)
             if n == 0:
-                kind, _, sid, p = await peer.until(FrameType.WINDOW_UPDATE)
+                _, _, sid, p = await peer.until(FrameType.WINDOW_UPDATE)
                 if sid == got.stream_id:
                     stream_window += int.from_bytes(p, "big")
                 continue
@@ -186,7 +186,7 @@ async def test_continuation_padding_and_pings_are_understood(sock: Path) -> None
         peer.send(FrameType.DATA, Flag.PADDED, got.stream_id, bytes([3]) + body + b"\0\0\0")
         peer.send(0x42, 0, 0, b"an unknown frame type is ignored")
         peer.trailers(got.stream_id)
-        kind, flags, _, payload = await peer.until(FrameType.PING)
+        _, flags, _, payload = await peer.until(FrameType.PING)
         assert flags & Flag.ACK and payload == b"12345678"
 
     transport = FramesTransport()
@@ -256,7 +256,7 @@ async def test_an_answer_over_the_limit_is_resource_exhausted_and_reset(sock: Pa
         got = await peer.call()
         peer.answer_headers(got.stream_id)
         peer.send(FrameType.DATA, 0, got.stream_id, struct.pack(">BI", 0, 5000) + b"y" * 5000)
-        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        _, _, sid, payload = await peer.until(FrameType.RST_STREAM)
         assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
 
     transport = FramesTransport(max_message=1000)
@@ -275,7 +275,7 @@ async def test_a_server_that_never_answers_is_bounded_by_the_timeout_and_reset(s
         got = await peer.call()
         timeout = got.headers["grpc-timeout"]
         assert timeout.endswith("m") and 250 <= int(timeout[:-1]) <= 300  # what is left of the 300 ms
-        kind, _, sid, payload = await peer.until(FrameType.RST_STREAM)
+        _, _, sid, payload = await peer.until(FrameType.RST_STREAM)
         assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
 
     transport = FramesTransport()

@@ -22,7 +22,6 @@ complete), a Fail answer dropped, or a call counted other than once.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import re

@@ -5,6 +5,7 @@ judges as the dispatcher does, answer by answer."""
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -283,7 +284,7 @@ def test_readmes_example_prints_what_readme_shows(capsys: pytest.CaptureFixture[
     section = (Path(__file__).parents[3] / "README.md").read_text().split("\n## Writing a hook server\n", 1)[1]
     section = section.split("\n## ", 1)[0]
     blocks = re.findall(r"^```(\w+)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    example, shown = next((code, text) for (lang, code), (next_lang, text) in zip(blocks, blocks[1:])
+    example, shown = next((code, text) for (lang, code), (next_lang, text) in pairwise(blocks)
                           if lang == "python" and next_lang == "text" and "print(check_answer(" in code)
     exec(compile(example, "README check_answer example", "exec"), {})
     assert capsys.readouterr().out == shown

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ async def test_bad_input_is_a_clear_error() -> None:
 def test_readmes_example_prints_what_readme_shows(capsys: pytest.CaptureFixture[str]) -> None:
     section = (Path(__file__).parents[3] / "README.md").read_text().split("\n## Writing a hook server\n", 1)[1]
     blocks = re.findall(r"^```(\w+)\n(.*?)^```$", section.split("\n## ", 1)[0], re.MULTILINE | re.DOTALL)
-    example, shown = next((code, text) for (lang, code), (next_lang, text) in zip(blocks, blocks[1:])
+    example, shown = next((code, text) for (lang, code), (next_lang, text) in pairwise(blocks)
                           if lang == "python" and next_lang == "text" and "check_chain(" in code)
     exec(compile(example, "README check_chain example", "exec"), {})
     assert capsys.readouterr().out == shown
