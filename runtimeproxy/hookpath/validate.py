@@ -159,7 +159,8 @@ class NodeFactsReader:
 
     @property
     def unread(self) -> tuple[str, ...]:
-        return tuple(name for name, value in zip(_FIXED, (self.cpuset_on_v2, self.since_5_18), strict=True) if value is None)
+        values = (self.cpuset_on_v2, self.since_5_18)
+        return tuple(name for name, value in zip(_FIXED, values, strict=True) if value is None)
 
     def _read_fixed(self) -> None:
         if self.cpuset_on_v2 is None:

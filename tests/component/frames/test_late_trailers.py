@@ -152,7 +152,8 @@ async def test_a_table_shrink_in_dropped_trailers_reaches_the_runtime(sock_dir: 
         pair.encoder.header_table_size = 0
         pair.client.writer.write(_trailers(pair, 1, True))
         assert rawh2.errors(await pair.pinged(b"pingpon2")) == []
-        _, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
+        seen, block, _ = await _next_call(pair, 3)  # the runtime's decoder reads it (not InvalidTableSizeError)
+        assert [(kind, sid) for kind, _, sid, _ in seen] == [(rawh2.HEADERS, 3)]  # never the trailers
         assert block[0] == 0x20 and _restated(block)  # restated, after the shrink to 0
         assert pair.runtime.decoder.header_table_size == 0
 
@@ -195,8 +196,9 @@ async def test_trailers_after_the_runtime_answered_are_dropped(sock_dir: Path) -
         assert _client_reads(pair, answer)[-1] == [("grpc-status", "0")]
         pair.client.writer.write(_trailers(pair, 1, True))
         assert rawh2.errors(await pair.pinged()) == []
-        seen, _, _ = await _next_call(pair, 3)
+        seen, block, _ = await _next_call(pair, 3)
         assert [(kind, sid) for kind, _, sid, _ in seen if kind != rawh2.DATA] == [(rawh2.HEADERS, 3)]
+        assert _restated(block)  # the dropped trailers added to the client's table: the next block says so
 
 
 async def test_a_diverted_calls_trailers_end_its_request_and_never_reach_the_runtime(sock_dir: Path) -> None:

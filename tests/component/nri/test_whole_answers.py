@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 
-
 from cri_api.nri import api_pb2 as nri
 
 from ...hookprocs import hook_server

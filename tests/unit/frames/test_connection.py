@@ -506,12 +506,14 @@ async def test_a_window_update_of_0_on_a_stream_resets_that_stream_only() -> Non
 
 
 async def test_a_window_update_of_0_from_the_runtime_ends_that_call_only() -> None:
-    conn, client, _, enc = _connection()
+    conn, client, backend, enc = _connection()
     conn.client_data(_headers(enc, 1) + _headers(enc, 3))
     await _turns()
     conn.backend_data(fr.window_update(1, 0))
     await _turns()
     assert not conn.closed.done() and 1 in conn.ended and 3 in conn.hooked
+    resets = [f.stream_id for f in _written_frames_from(backend, len(fr.PREFACE)) if f.type == FrameType.RST_STREAM]
+    assert resets == [1]  # the runtime is told the call is over: it holds no state for stream 1
     ends = [f for f in _written_frames(client) if f.stream_id == 1]
     assert ends and ends[-1].flags & Flag.END_STREAM
     assert dict(hpack.Decoder().decode(bytes(ends[-1].payload), raw=True))[b"grpc-status"] == b"13"
