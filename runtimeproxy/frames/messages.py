@@ -42,7 +42,7 @@ def split_messages(body: bytes, encoding: bytes | None = None, limit: int | None
         if len(message) != length:
             return BadMessages("truncated gRPC message")
         if compressed:
-            inflated = _inflate(message, encoding, limit)
+            inflated = inflate(message, encoding, limit)
             if isinstance(inflated, BadMessages):
                 return inflated
             message = inflated
@@ -51,7 +51,9 @@ def split_messages(body: bytes, encoding: bytes | None = None, limit: int | None
     return out
 
 
-def _inflate(message: bytes, encoding: bytes | None, limit: int | None) -> bytes | BadMessages:
+def inflate(message: bytes, encoding: bytes | None, limit: int | None, what: str = "request message") -> bytes | BadMessages:
+    """One compressed message, inflated per ``encoding`` (None: refused as
+    not read here), at most ``limit`` bytes; ``what`` it is, for the text."""
     if encoding is None:
         return BadMessages("compressed message, not read here", grpc.StatusCode.UNIMPLEMENTED)
     if encoding == b"identity":
@@ -67,7 +69,7 @@ def _inflate(message: bytes, encoding: bytes | None, limit: int | None) -> bytes
     except zlib.error as exc:
         return BadMessages(f"cannot inflate a {encoding.decode()} message: {exc}")
     if limit is not None and (len(out) > limit or inflater.unconsumed_tail):
-        return BadMessages(f"request message over the limit of {limit} bytes once inflated",
+        return BadMessages(f"{what} over the limit of {limit} bytes once inflated",
                            grpc.StatusCode.RESOURCE_EXHAUSTED)
     if not inflater.eof:
         return BadMessages(f"truncated {encoding.decode()} message")

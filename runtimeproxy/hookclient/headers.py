@@ -60,7 +60,8 @@ _HTTP_TO_GRPC = {
 }
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
-WANTED = frozenset({b":status", b"content-type", b"grpc-status", b"grpc-message"})
+# (grpc-encoding: read only of a compressed answer, stream.py)
+WANTED = frozenset({b":status", b"content-type", b"grpc-status", b"grpc-message", b"grpc-encoding"})
 
 
 def http_failure(headers: dict[bytes, bytes], ends: bool = False) -> tuple[grpc.StatusCode, str] | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from ..frames.messages import BadMessages, inflate
 from .headers import grpc_status
 from .transport import CallFailed, NoMessage
 
@@ -52,6 +53,21 @@ class Stream:
         elif len(body) < 5 or body[0] not in (0, 1) or int.from_bytes(body[1:5], "big") != len(body) - 5:
             self.fail(NoMessage(f"hook server answered OK with {len(body)} bytes that are not one gRPC message"))
         elif body[0]:
-            self.fail(CallFailed(grpc.StatusCode.INTERNAL, "hook answer is compressed, which was not asked for"))
+            self._inflated(bytes(memoryview(body)[5:]))
         elif not self.answer.done():
             self.answer.set_result(bytes(memoryview(body)[5:]))
+
+    def _inflated(self, message: bytes) -> None:
+        """A compressed answer, though the call did not offer any encoding:
+        inflated all the same (gzip, deflate), as the grpc transport does,
+        which offers both. A grpc-go server with a compressor set for all its
+        answers (grpc.RPCCompressor) sends them so whatever the client
+        offered; an operator expects the hook to work on either transport.
+        What grpc cannot inflate fails INTERNAL there too."""
+        encoding = (self.headers or {}).get(b"grpc-encoding", b"identity")
+        out = inflate(message, encoding, self.max_message, "hook answer")
+        if isinstance(out, BadMessages):
+            code = out.code if out.code is grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.INTERNAL
+            self.fail(CallFailed(code, f"hook answer is compressed, and cannot be read: {out}"))
+        elif not self.answer.done():
+            self.answer.set_result(out)

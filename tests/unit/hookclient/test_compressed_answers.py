@@ -1,0 +1,73 @@
+"""A compressed hook answer the call did not ask for, the same on both transports.
+
+grpc.aio offers gzip and deflate (grpc-accept-encoding) and inflates them;
+the frames transport offers none, but a server may compress all the same
+(grpc-go's server-wide compressor does): it inflates them too. What grpc
+cannot inflate fails INTERNAL on both.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from runtimeproxy.frames.frame import FrameType
+from runtimeproxy.hookclient.transport import MAX_MESSAGE_BYTES, CallFailed, HookTransport, transport_for
+
+from .h2server import METHOD, Handler, Peer, serving
+
+
+@pytest.fixture(params=["frames", "grpc"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[HookTransport]:
+    transport = transport_for(request.param)
+    yield transport
+    await transport.close(0)
+
+
+def compressed(encoding: str | None, body: bytes) -> Handler:
+    """A server answering OK with one message, its compressed flag set, under ``encoding``."""
+
+    async def handler(peer: Peer) -> None:
+        await peer.handshake()
+        got = await peer.call()
+        peer.answer_headers(got.stream_id, [("grpc-encoding", encoding)] if encoding else [])
+        peer.send(FrameType.DATA, 0, got.stream_id, struct.pack(">BI", 1, len(body)) + body)
+        peer.trailers(got.stream_id)
+
+    return handler
+
+
+@pytest.mark.parametrize(("encoding", "squeeze"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
+async def test_a_gzip_or_deflate_answer_is_inflated(
+    sock: Path, client: HookTransport, encoding: str, squeeze: object
+) -> None:
+    answer = b"\x0a\x03abc" * 100
+    async with serving(sock, compressed(encoding, squeeze(answer))):  # type: ignore[operator]
+        assert await client.call(str(sock), METHOD, b"req", 5) == answer
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [(None, gzip.compress(b"x")), ("snappy", b"abc"), ("gzip", b"not gzip"), ("gzip", gzip.compress(b"x" * 100)[:-4])],
+    ids=["no-encoding", "unknown-encoding", "not-gzip", "truncated"],
+)
+async def test_an_answer_that_cannot_be_inflated_is_internal(
+    sock: Path, client: HookTransport, encoding: str | None, body: bytes
+) -> None:
+    async with serving(sock, compressed(encoding, body)):
+        with pytest.raises(CallFailed) as err:
+            await client.call(str(sock), METHOD, b"req", 5)
+    assert err.value.code == grpc.StatusCode.INTERNAL, err.value
+
+
+async def test_an_answer_over_the_limit_once_inflated_is_resource_exhausted(sock: Path, client: HookTransport) -> None:
+    async with serving(sock, compressed("gzip", gzip.compress(bytes(MAX_MESSAGE_BYTES + 1)))):
+        with pytest.raises(CallFailed) as err:
+            await client.call(str(sock), METHOD, b"req", 5)
+    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
