@@ -1,4 +1,16 @@
-"""Hook calls on grpc.aio channels (the grpc data path's transport)."""
+"""Hook calls on grpc.aio channels (the grpc data path's transport).
+
+One malformed answer fails here unlike on the frames transport: an OK answer
+with two messages. grpc core's HTTP/2 transport hands a client its status
+only once every message received has been read (chttp2's
+maybe_complete_recv_trailing_metadata waits for its frame_storage to drain),
+and a unary call reads one: the second is never read, the status never
+comes, and the call ends at its deadline, ``deadline_exceeded``, where
+frames says ``invalid_answer`` at once. Telling it apart here would take a
+unary-stream call, a read for the message and another for the end on every
+call: the hooked path's cost, for a broken server that fails either way.
+(tests/unit/hookclient/test_malformed_answers.py guards it.)
+"""
 
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ class CallFailed(Exception):
 
 class NoMessage(CallFailed):
     """The server answered OK but with no message, or more than one: its
-    handler's fault, not the connection's, so counted ``invalid_answer`` on
-    either transport (grpc.aio hands back None for it)."""
+    handler's fault, not the connection's, so counted ``invalid_answer``
+    (grpc.aio hands back None for no message; more than one waits out the
+    deadline there, see grpcaio.py)."""
 
     def __init__(self, details: str = "hook server answered OK with no message") -> None:
         super().__init__(grpc.StatusCode.INTERNAL, details)
