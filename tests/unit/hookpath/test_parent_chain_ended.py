@@ -11,6 +11,7 @@ import pytest
 import grpc
 
 from cri_api.hookapi import api_pb2 as hookapi
+from runtimeproxy.admin import _how_they_failed
 
 from .test_parent_chain import CREATE, FAIL, NOTHING, Run, pin
 
@@ -39,6 +40,9 @@ async def test_a_proxy_failure_ending_the_chain_counts_its_deferred_answers_erro
     assert (run.counted("a", "error"), run.counted("a", "cancelled"), run.counted("b", "error")) == (1, 0, 0)
     last = run.node.metrics.hook_stats["a.json"].last_error
     assert last is not None and last["cause"] == "the chain ended before it was judged: KeyError: 'pod'"
+    # Guards existing behaviour: `error` is what `status` calls the proxy's
+    # own failure, so the operator is not sent to a's process or answers.
+    assert _how_they_failed(last["failed_by_outcome"]) == ": 1 failed in the proxy (error)"
 
 
 async def test_the_gates_refusal_ending_the_chain_counts_its_deferred_answers_cancelled(tmp_path: Path) -> None:
