@@ -53,7 +53,11 @@ def split_messages(body: bytes, encoding: bytes | None = None, limit: int | None
 
 def inflate(message: bytes, encoding: bytes | None, limit: int | None, what: str = "request message") -> bytes | BadMessages:
     """One compressed message, inflated per ``encoding`` (None: refused as
-    not read here), at most ``limit`` bytes; ``what`` it is, for the text."""
+    not read here), at most ``limit`` bytes; ``what`` it is, for the text.
+
+    Also the SDK's hook server's (hooks/frameserver/calls.py, one_message)
+    and the hook client's (hookclient/stream.py): one reading of gzip and
+    deflate for all three, as grpc reads them."""
     if encoding is None:
         return BadMessages("compressed message, not read here", grpc.StatusCode.UNIMPLEMENTED)
     if encoding == b"identity":
@@ -62,6 +66,8 @@ def inflate(message: bytes, encoding: bytes | None, limit: int | None, what: str
     if wbits is None:
         return BadMessages(f"grpc-encoding {encoding.decode('latin-1')[:32]!r} is not supported (gzip, deflate)",
                            grpc.StatusCode.UNIMPLEMENTED)
+    if not message:  # nothing to inflate: an empty message, as grpc reads it
+        return b""
     inflater = zlib.decompressobj(wbits)
     try:
         # One byte over the limit tells "too large" from "exactly the limit".
@@ -73,4 +79,6 @@ def inflate(message: bytes, encoding: bytes | None, limit: int | None, what: str
                            grpc.StatusCode.RESOURCE_EXHAUSTED)
     if not inflater.eof:
         return BadMessages(f"truncated {encoding.decode()} message")
+    if inflater.unused_data:  # bytes after the end (junk, or a second gzip member): grpc refuses them
+        return BadMessages(f"{encoding.decode()} message with {len(inflater.unused_data)} bytes after its end")
     return out

@@ -265,8 +265,36 @@ def test_compressed_messages_are_inflated_within_the_limit() -> None:
         "garbage": (split_messages(framed(b"not gzip"), b"gzip", 1000), grpc.StatusCode.INTERNAL),
         "cut": (split_messages(framed(gz[:-12]), b"gzip", 1000), grpc.StatusCode.INTERNAL),
         "not-read": (split_messages(framed(gz)), grpc.StatusCode.UNIMPLEMENTED),
+        # bytes after the end are refused, as grpc refuses them ("not all input consumed")
+        "gzip-and-junk": (split_messages(framed(gz + b"junk"), b"gzip", 1000), grpc.StatusCode.INTERNAL),
+        "deflate-and-junk": (split_messages(framed(deflated + b"junk"), b"deflate", 1000), grpc.StatusCode.INTERNAL),
+        "two-gzip-members": (split_messages(framed(gz + gz), b"gzip", 2000), grpc.StatusCode.INTERNAL),
     }
     for name, (bad, code) in cases.items():
         assert isinstance(bad, BadMessages) and bad.code == code, name
     bomb = zlib.compress(b"\0" * (64 << 20))  # 64 MiB of zeros in ~64 kB: refused at the limit, not inflated whole
     assert split_messages(framed(bomb), b"deflate", 16 << 20).code == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[union-attr]
+    # an empty message with the flag set is an empty message, as grpc reads it
+    assert split_messages(framed(b""), b"gzip", 1000) == [b""]
+
+
+def test_a_bomb_is_inflated_only_up_to_the_limit() -> None:
+    """Guards existing behaviour (zlib's max_length): not inflated whole and
+    then measured: the memory it takes stays near
+    the limit (16 MiB; zlib's output blocks and their join take twice that),
+    not near the bomb's 64 MiB (twice that, inflated whole)."""
+    import tracemalloc
+    import zlib
+
+    from runtimeproxy.frames.messages import inflate
+
+    squeeze = zlib.compressobj(1)
+    bomb = squeeze.compress(bytes(64 << 20)) + squeeze.flush()
+    tracemalloc.start()
+    try:
+        refused = inflate(bomb, b"deflate", 16 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[union-attr]
+    assert peak < 48 << 20, peak
