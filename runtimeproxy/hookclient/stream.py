@@ -67,7 +67,9 @@ class Stream:
         encoding = (self.headers or {}).get(b"grpc-encoding", b"identity")
         out = inflate(message, encoding, self.max_message, "hook answer")
         if isinstance(out, BadMessages):
-            code = out.code if out.code is grpc.StatusCode.RESOURCE_EXHAUSTED else grpc.StatusCode.INTERNAL
-            self.fail(CallFailed(code, f"hook answer is compressed, and cannot be read: {out}"))
+            if out.code is grpc.StatusCode.RESOURCE_EXHAUSTED:  # (its text names the hook answer and the limit)
+                self.fail(CallFailed(out.code, str(out)))
+            else:
+                self.fail(CallFailed(grpc.StatusCode.INTERNAL, f"hook answer is compressed, and cannot be read: {out}"))
         elif not self.answer.done():
             self.answer.set_result(out)

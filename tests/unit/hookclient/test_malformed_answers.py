@@ -32,13 +32,15 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[HookTransport]
     await transport.close(0)
 
 
-def compressed(encoding: str | None, body: bytes) -> Handler:
-    """A server answering OK with one message, its compressed flag set, under ``encoding``."""
+def compressed(encoding: str | None | list[str], body: bytes) -> Handler:
+    """A server answering OK with one message, its compressed flag set, under
+    ``encoding`` (a list: a grpc-encoding header for each, in order)."""
+    encodings = [encoding] if isinstance(encoding, str) else encoding or []
 
     async def handler(peer: Peer) -> None:
         await peer.handshake()
         got = await peer.call()
-        peer.answer_headers(got.stream_id, [("grpc-encoding", encoding)] if encoding else [])
+        peer.answer_headers(got.stream_id, [("grpc-encoding", each) for each in encodings])
         peer.send(FrameType.DATA, 0, got.stream_id, struct.pack(">BI", 1, len(body)) + body)
         peer.trailers(got.stream_id)
 
@@ -54,10 +56,32 @@ async def test_a_gzip_or_deflate_answer_is_inflated(
         assert await client.call(str(sock), METHOD, b"req", 5) == answer
 
 
+async def test_an_empty_compressed_answer_is_an_empty_message(sock: Path, client: HookTransport) -> None:
+    """The compressed flag on a zero-length message: nothing to inflate, an
+    empty answer, as grpc reads it (before: frames failed it, truncated gzip)."""
+    async with serving(sock, compressed("gzip", b"")):
+        assert await client.call(str(sock), METHOD, b"req", 5) == b""
+
+
+@pytest.mark.parametrize(("encodings", "squeeze"), [
+    (["identity", "gzip"], gzip.compress), (["deflate", "gzip"], gzip.compress), (["gzip", "deflate"], zlib.compress),
+])
+async def test_of_two_grpc_encoding_headers_the_last_counts(
+    sock: Path, client: HookTransport, encodings: list[str], squeeze: object
+) -> None:
+    """Guards existing behaviour: grpc core keeps the last of a repeated
+    grpc-encoding, and so does the frames transport (its headers are a dict)."""
+    async with serving(sock, compressed(encodings, squeeze(b"abc"))):  # type: ignore[operator]
+        assert await client.call(str(sock), METHOD, b"req", 5) == b"abc"
+
+
 @pytest.mark.parametrize(
     ("encoding", "body"),
-    [(None, gzip.compress(b"x")), ("snappy", b"abc"), ("gzip", b"not gzip"), ("gzip", gzip.compress(b"x" * 100)[:-4])],
-    ids=["no-encoding", "unknown-encoding", "not-gzip", "truncated"],
+    [(None, gzip.compress(b"x")), ("snappy", b"abc"), ("gzip", b"not gzip"), ("gzip", gzip.compress(b"x" * 100)[:-4]),
+     ("gzip", gzip.compress(b"x") + b"junk"), ("deflate", zlib.compress(b"x") + b"junk"),
+     ("gzip", gzip.compress(b"x") + gzip.compress(b"y"))],
+    ids=["no-encoding", "unknown-encoding", "not-gzip", "truncated", "gzip-then-junk", "deflate-then-junk",
+         "two-gzip-members"],
 )
 async def test_an_answer_that_cannot_be_inflated_is_internal(
     sock: Path, client: HookTransport, encoding: str | None, body: bytes
@@ -73,6 +97,8 @@ async def test_an_answer_over_the_limit_once_inflated_is_resource_exhausted(sock
         with pytest.raises(CallFailed) as err:
             await client.call(str(sock), METHOD, b"req", 5)
     assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
+    if not isinstance(client, GrpcTransport):
+        assert err.value.details == f"hook answer over the limit of {MAX_MESSAGE_BYTES} bytes once inflated"
 
 
 async def test_two_messages_are_invalid_answer_on_frames_and_wait_out_the_deadline_on_grpc(
