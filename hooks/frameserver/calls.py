@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import zlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -12,10 +11,11 @@ from typing import TypeVar
 
 import grpc
 
+from runtimeproxy.frames.messages import BadMessages, inflate
+
 Route = Callable[[bytes], Awaitable[bytes]]  # a method's handler: request message -> response message
 PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
-# What a compressed request may use (grpc-encoding), and zlib's wbits for it.
-_DECOMPRESS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+# What a compressed request may use (grpc-encoding): what messages.inflate reads.
 ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
 # The grpc-timeout of the call a route answers (set in its task by connection.py).
 CALL_DEADLINE: ContextVar[Deadline | None] = ContextVar("call_deadline", default=None)
@@ -117,21 +117,10 @@ def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | Call
     message = bytes(memoryview(body)[PREFIX.size:])
     if not compressed or not message:  # an empty message needs no inflating (as grpc reads it)
         return message
-    if encoding == b"identity":
-        return CallError(grpc.StatusCode.INTERNAL, "a compressed message without a grpc-encoding")
-    wbits = _DECOMPRESS.get(encoding)
-    if wbits is None:
-        return CallError(grpc.StatusCode.UNIMPLEMENTED,
-                         f"grpc-encoding {encoding.decode('latin-1')!r} is not served; use identity, deflate or gzip")
-    inflate = zlib.decompressobj(wbits)
-    try:
-        plain = inflate.decompress(message, max_size + 1)  # bounded: a small bomb cannot fill memory
-    except zlib.error as exc:
-        return CallError(grpc.StatusCode.INTERNAL, f"cannot decompress the request ({encoding.decode()}): {exc}")
-    if len(plain) > max_size:
-        return CallError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                         f"request larger than the hook server's limit of {max_size} bytes once decompressed")
-    if not inflate.eof or inflate.unused_data:  # a cut stream inflates to a shorter, valid-looking request
-        return CallError(grpc.StatusCode.INTERNAL,
-                         f"cannot decompress the request ({encoding.decode()}): truncated, or data after its end")
+    # Inflated as the proxy inflates a request or a hook answer: one reading
+    # of gzip and deflate, bounded as it inflates (a small bomb cannot fill
+    # memory), refusing a cut stream or bytes after its end, as grpc does.
+    plain = inflate(message, encoding, max_size)
+    if isinstance(plain, BadMessages):
+        return CallError(plain.code, f"cannot decompress the request: {plain}")
     return plain
