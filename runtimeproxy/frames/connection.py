@@ -279,8 +279,9 @@ class FrameConnection:
         size in force, never below what the runtime's encoder may use."""
         return hpackstatic.integer(self.client_tables.acked, 5, 0x20) if self.client_table_shrunk else b""
 
-    def end_locally(self, sid: int, status: int, message: str) -> bytes:
-        """End a relayed call with a status of the proxy's; the RST_STREAM for the backend is returned."""
+    def end_locally(self, sid: int, status: int, message: str, error: ErrorCode = ErrorCode.CANCEL) -> bytes:
+        """End a relayed call with a status of the proxy's; the RST_STREAM for
+        the backend is returned, CANCEL unless the runtime broke the protocol."""
         self.out.frames(status_frames(sid, status, message, self.client_frames.send,
                                       trailers_only=sid not in self.responded, table_update=self.table_update()))
         self.mark_ended(sid)
@@ -288,7 +289,7 @@ class FrameConnection:
         call = self.hooked.get(sid)
         if call is not None:
             call.answer(status, message)
-        return fr.rst_stream(sid, ErrorCode.CANCEL)
+        return fr.rst_stream(sid, error)
 
     def mark_ended(self, sid: int) -> None:
         """``sid`` was ended by the proxy: late frames for it are dropped. The

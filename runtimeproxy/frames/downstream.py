@@ -359,7 +359,8 @@ class BackendSide:
             if sid == 0:
                 raise FrameError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 from the backend")
             if sid in conn.relayed or sid in conn.hooked:  # a stream error (RFC 9113 6.9): that call only
-                conn.inbound.ordered(conn.end_locally(sid, 13, "runtime-proxy: the runtime broke HTTP/2 flow control"))
+                conn.inbound.ordered(conn.end_locally(sid, 13, "runtime-proxy: the runtime broke HTTP/2 flow control",
+                                                      ErrorCode.PROTOCOL_ERROR))
             return True
         if sid == 0:
             conn.inbound.grow(increment)

@@ -512,8 +512,11 @@ async def test_a_window_update_of_0_from_the_runtime_ends_that_call_only() -> No
     conn.backend_data(fr.window_update(1, 0))
     await _turns()
     assert not conn.closed.done() and 1 in conn.ended and 3 in conn.hooked
-    resets = [f.stream_id for f in _written_frames_from(backend, len(fr.PREFACE)) if f.type == FrameType.RST_STREAM]
-    assert resets == [1]  # the runtime is told the call is over: it holds no state for stream 1
+    resets = [(f.stream_id, int.from_bytes(f.payload, "big"))
+              for f in _written_frames_from(backend, len(fr.PREFACE)) if f.type == FrameType.RST_STREAM]
+    # The runtime is told the call is over (it holds no state for stream 1),
+    # as the stream error RFC 9113 6.9 names: PROTOCOL_ERROR, not CANCEL.
+    assert resets == [(1, ErrorCode.PROTOCOL_ERROR)]
     ends = [f for f in _written_frames(client) if f.stream_id == 1]
     assert ends and ends[-1].flags & Flag.END_STREAM
     assert dict(hpack.Decoder().decode(bytes(ends[-1].payload), raw=True))[b"grpc-status"] == b"13"
