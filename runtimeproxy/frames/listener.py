@@ -100,11 +100,12 @@ class FramesListener:
     def __init__(self, listen: Path, backend: Path, internal: Path, routes: RouterRoutes | Routes,
                  channel_options: list, limits: Limits,
                  on_connection: Callable[[str, bool], None] | None = None,
-                 runtime_silent: Callable[[str], bool] = lambda reason: True) -> None:
+                 runtime_silent: silent.Silence | None = None) -> None:
         """``runtime_silent``: told (why) when a runtime accepted a connection
-        and sent no SETTINGS in time; returns whether to warn (silent.Silences)."""
+        and sent no SETTINGS in time, and asked whether it is known silent
+        (silent.Silences; None: silent.Unwatched)."""
         self._listen = listen
-        self._runtime_silent = runtime_silent
+        self._runtime_silent = silent.Unwatched() if runtime_silent is None else runtime_silent
         # Told (path, True) when a client connection begins, (path, False) when
         # it ends; path "relayed" or "spliced": which path serves kubelet shows
         # in the metrics (a spliced connection costs more CPU per call).

@@ -11,17 +11,25 @@ a gRPC client retries its calls on a new connection, and the connection
 ends; the runtime's Unready (cripath/unready.py) is told, so hooked calls are
 refused before their hooks on either data path until the runtime answers a
 Status of the proxy's own. The warning is given once while the runtime stays
-so: each client connection meets the bound again (kubelet's every few
+so: each later client connection meets a bound again (kubelet's every few
 seconds), its lines at DEBUG.
+
+While the runtime is known silent (the latest sign the Unready has of it is
+a silence, and no Status answered since), a new connection's bound is
+KNOWN_SILENT_WAIT_S, not SETTINGS_WAIT_S: its client (kubelet retrying
+after the GOAWAY) is told to go away again at once rather than held another
+5 s, while a runtime that came back, whose SETTINGS come in microseconds,
+is used at once. Should the runtime answer a Status during that short wait,
+the connection gets the rest of the full bound. A healthy runtime's
+connections get the full bound as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..cripath.unready import Unready
 from . import frame as fr
@@ -36,6 +44,31 @@ log = logging.getLogger(__package__ + ".connection")
 # grpc-go and C-core servers send their SETTINGS as they accept: in
 # microseconds. Seconds are a runtime that is not answering.
 SETTINGS_WAIT_S = 5.0
+# The bound while the runtime is known silent: still far above the
+# microseconds a runtime that came back takes, far below kubelet's patience.
+KNOWN_SILENT_WAIT_S = 0.5
+
+
+class Silence(Protocol):
+    """What the bound tells of the connections a runtime left silent (the
+    listener's ``runtime_silent``; Silences for a runtime's Unready)."""
+
+    def __call__(self, reason: str) -> bool:
+        """A connection met the bound (``reason``): returns whether to warn."""
+
+    def known(self) -> bool:
+        """Whether the runtime is known silent now: a new connection's bound is short."""
+
+
+class Unwatched:
+    """No Unready to tell: every silence is warned of, none is known (a
+    listener's own, in tests)."""
+
+    def __call__(self, reason: str) -> bool:
+        return True
+
+    def known(self) -> bool:
+        return False
 
 
 class Silences:
@@ -46,6 +79,7 @@ class Silences:
     def __init__(self, unready: Unready) -> None:
         self._unready = unready
         self._warned = 0  # the Unready's episode the latest warning was in (0: none)
+        self._reason: str | None = None  # the latest reason given to the Unready
 
     def __call__(self, reason: str) -> bool:
         unready = self._unready
@@ -55,26 +89,47 @@ class Silences:
         # what was warned of.
         unready.saw(reason, logging.DEBUG, recovery=logging.INFO)
         self._warned = unready.episode
+        self._reason = reason
         return first
 
+    def known(self) -> bool:
+        """The Unready's reason is still this silence's: no Status answered
+        since (ready) and no other sign came (an answer, 'not initialized',
+        says the runtime speaks HTTP/2 again)."""
+        reason = self._unready.reason
+        return reason is not None and reason == self._reason
 
-def bound(conn: FrameConnection, backend: Path, silent: Callable[[str], bool]) -> None:
+
+def bound(conn: FrameConnection, backend: Path, silent: Silence) -> None:
     """From now, ``conn``'s runtime has SETTINGS_WAIT_S to send its SETTINGS
-    (their arrival cancels the timer: FrameConnection.server_prefaced); else
-    ``silent`` is told why (it returns whether to warn) and the client told to go away.
+    (KNOWN_SILENT_WAIT_S while ``silent`` knows it silent; their arrival
+    cancels the timer: FrameConnection.server_prefaced); else ``silent`` is
+    told why (it returns whether to warn) and the client told to go away.
     Nothing to bound if they came already: the backend's attach, just before,
     may have delivered what the runtime sent while it was dialled."""
     if conn.prefaced or conn.closed.done():
         return
-    wait = SETTINGS_WAIT_S
-    timer = asyncio.get_running_loop().call_later(wait, _expired, conn, backend, silent, wait)
-    conn.settings_wait = timer
-    conn.closed.add_done_callback(lambda _: timer.cancel())
+    wait = min(KNOWN_SILENT_WAIT_S, SETTINGS_WAIT_S) if silent.known() else SETTINGS_WAIT_S
+    conn.settings_wait = asyncio.get_running_loop().call_later(wait, _expired, conn, backend, silent, wait)
+    conn.closed.add_done_callback(lambda _: _disarm(conn))
 
 
-def _expired(conn: FrameConnection, backend: Path, silent: Callable[[str], bool], wait: float) -> None:
+def _disarm(conn: FrameConnection) -> None:
+    if conn.settings_wait is not None:
+        conn.settings_wait.cancel()
+        conn.settings_wait = None
+
+
+def _expired(conn: FrameConnection, backend: Path, silent: Silence, wait: float) -> None:
+    """``conn``'s runtime sent nothing in ``wait`` seconds."""
     conn.settings_wait = None
     if conn.closed.done() or conn.prefaced:
+        return
+    if wait < SETTINGS_WAIT_S and not silent.known():
+        # The short bound, and the runtime answered a Status meanwhile: it
+        # serves again, so this connection has the rest of the full bound.
+        conn.settings_wait = asyncio.get_running_loop().call_later(
+            SETTINGS_WAIT_S - wait, _expired, conn, backend, silent, SETTINGS_WAIT_S)
         return
     reason = f"it accepted a connection but sent no HTTP/2 SETTINGS within {wait:g} s"
     first = silent(reason)

@@ -20,7 +20,7 @@ from grpc import aio
 
 from runtimeproxy.cripath.unready import Unready
 from runtimeproxy.frames import silent
-from runtimeproxy.frames.connection import Limits
+from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.listener import FramesListener
 from runtimeproxy.frames.path import FramesPath
 
@@ -30,19 +30,28 @@ from .test_listener_stop import _Routes, _SilentRuntime, runtimes  # noqa: F401 
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 
 
+class _Told:
+    """A Silence (silent.py) that records what it is told and knows no runtime silent."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def __call__(self, reason: str) -> bool:
+        self.told.append(reason)
+        return True
+
+    def known(self) -> bool:
+        return False
+
+
 async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_client_told_to_go(
     sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
     path, accepted = runtimes
-    told: list[str] = []
-
-    def taken_as_silent(reason: str) -> bool:
-        told.append(reason)
-        return True
-
+    told = _Told()
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=taken_as_silent)
+                              Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
     try:
         peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
@@ -54,7 +63,7 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
         assert (last, code) == (0, 0)  # no stream processed: the client may retry them all
         assert b"sent no SETTINGS within 0.3 s" in frames[-1][3][8:]
         assert await peer.read() is None  # and the connection is closed
-        assert told == ["it accepted a connection but sent no HTTP/2 SETTINGS within 0.3 s"]
+        assert told.told == ["it accepted a connection but sent no HTTP/2 SETTINGS within 0.3 s"]
         await peer.close()
     finally:
         listener.stop_accepting()
@@ -68,9 +77,9 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
     The runtime speaks only once the client's call has reached it (late), but
     within the bound: the bound's timer is cancelled, so no GOAWAY can come."""
     path, accepted = runtimes
-    told: list[str] = []
+    told = _Told()
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=lambda reason: bool(told.append(reason)))
+                              Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
     try:
         peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
@@ -85,7 +94,7 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
         assert timer is not None and not timer.cancelled()
         runtime.speak()
         assert (await peer.read())[0] == rawh2.SETTINGS  # type: ignore[index]
-        assert timer.cancelled() and conn.settings_wait is None and told == []
+        assert timer.cancelled() and conn.settings_wait is None and told.told == []
         await peer.close()
     finally:
         listener.stop_accepting()
@@ -142,6 +151,92 @@ async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_epis
         assert unreadys("the runtime serves calls") == [logging.INFO]
         await a_silent_connection()
         assert levels() == [logging.WARNING, logging.DEBUG, logging.WARNING]
+    finally:
+        frames.stop_accepting()
+        await frames.drain(0)
+        await server.stop(0)
+
+
+async def test_a_client_back_while_the_runtime_is_known_silent_is_told_at_once_and_relayed_once_it_answers(
+    sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    """kubelet retries after the GOAWAY, on a new connection to the same
+    runtime: while it is known silent (no Status answered since) that
+    connection is told to go away after the short bound (before: held the
+    full SETTINGS_WAIT_S again, each time). A runtime that speaks again is
+    used at once, Status or not; once it answered a Status, the next
+    connection has the full bound again and is relayed."""
+    monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.2)
+    path, accepted = runtimes
+    unready = Unready(path)  # nothing asks this runtime's Status here: the test says when it answered
+    router = SimpleNamespace(unready=unready, plan=SimpleNamespace(routes={}), stages=(), calls=None)
+    frames = FramesPath(router, path, None, [], Limits(max_message=1 << 20))  # type: ignore[arg-type]
+    server = aio.server()
+    loop = asyncio.get_running_loop()
+
+    async def connect() -> rawh2.RawPeer:
+        peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
+        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b"") + rawh2.open_call(1, PODS))
+        return peer
+
+    async def relayed(runtime: _SilentRuntime) -> None:
+        async with asyncio.timeout(5):
+            while PODS.encode() not in runtime.read:  # the call's headers, relayed as they are
+                await runtime.arrived.wait()
+                runtime.arrived.clear()
+
+    def open_connections() -> list[FrameConnection]:
+        """The listener's relayed connections not closed (a closed one may be forgotten a turn later)."""
+        assert frames.listener is not None
+        return [c for c in frames.listener._connections if not c.closed.done()]  # noqa: SLF001 - the bound's timer
+
+    await frames.start(server, sock_dir / "proxy.sock")
+    try:
+        await frames.start_accepting()
+        peer = await connect()
+        await accepted.get()
+        await peer.until(rawh2.GOAWAY)  # the first silence: the full bound (0.2 s here)
+        await peer.close()
+        assert unready.reason == "it accepted a connection but sent no HTTP/2 SETTINGS within 0.2 s"
+
+        # From here the full bound is beyond the test's patience: a GOAWAY can only be the short bound's.
+        monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 600.0)
+        peer = await connect()
+        await accepted.get()
+        async with asyncio.timeout(10):
+            got = await peer.until(rawh2.GOAWAY)
+        assert got[0][0] == rawh2.SETTINGS and got[0][3] == b""
+        last, code = struct.unpack(">II", got[-1][3][:8])
+        assert (last, code) == (0, 0)  # no stream processed: the client may retry them all
+        assert f"sent no SETTINGS within {silent.KNOWN_SILENT_WAIT_S:g} s".encode() in got[-1][3][8:]
+        assert await peer.read() is None
+        await peer.close()
+        assert unready.reason is not None  # still known silent
+
+        # The runtime speaks again, before any Status answered: this connection is relayed at once.
+        peer = await connect()
+        runtime = await accepted.get()
+        runtime.speak()
+        assert (await peer.read())[0] == rawh2.SETTINGS  # type: ignore[index]
+        await relayed(runtime)
+        [conn] = open_connections()
+        assert conn.settings_wait is None and not conn.closed.done()
+        await peer.close()
+        async with asyncio.timeout(5):
+            await conn.closed
+
+        # It answered a Status: the next connection has the full bound again.
+        unready.ready()
+        peer = await connect()
+        runtime = await accepted.get()
+        await relayed(runtime)
+        [conn] = open_connections()
+        timer = conn.settings_wait
+        assert timer is not None and timer.when() - loop.time() > 500
+        runtime.speak()
+        assert (await peer.read())[0] == rawh2.SETTINGS  # type: ignore[index]
+        assert timer.cancelled()
+        await peer.close()
     finally:
         frames.stop_accepting()
         await frames.drain(0)
