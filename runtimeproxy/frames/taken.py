@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import divert
 from . import frame as fr
-from . import hooked
+from . import hooked, staged
 from .frame import ErrorCode, Flag, FrameError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def start_hooked(side: ClientSide, sid: int, path: str, headers: list, stages: t
     # Not while an earlier hooked call of this connection is in its stage:
     # it may be on the same object, and take its lock only later.
     as_read = not end_stream and not conn.hooked and conn.routes.sends_unchanged(path)
-    # The request follows, from the stages (or as it is read: hooked.as_read_frames).
+    # The request follows, from the stages (or as it is read: staged.as_read_frames).
     side.ordered(b"".join(raws if as_read else fr.without_end_stream(raws)), out)
     call = hooked.Hooked(sid, path, headers, stages, window=conn.backend_windows.send, as_read=as_read,
                          request_ended=end_stream)
@@ -39,8 +39,8 @@ def start_hooked(side: ClientSide, sid: int, path: str, headers: list, stages: t
     conn.unary_open.add(sid)
     conn.busy()
     # The loop's own create_task: ensure_future's checks are four Python calls more per hooked call.
-    call.task = asyncio.get_running_loop().create_task(hooked.run(conn, call))
-    call.task.add_done_callback(lambda _: hooked.finish(conn, call))
+    call.task = asyncio.get_running_loop().create_task(staged.run(conn, call))
+    call.task.add_done_callback(lambda _: staged.finish(conn, call))
     if not as_read:
         conn.backend.hold()  # the header block waits for the task's first step (inbound.Corked)
 
@@ -123,7 +123,7 @@ def _hooked_data(side: ClientSide, call: hooked.Hooked, f: fr.Frame, out: list[b
         return
     call.body += payload
     if call.as_read and f.has(Flag.END_STREAM):
-        out.extend(hooked.as_read_frames(conn, call))  # with this read's frames
+        out.extend(staged.as_read_frames(conn, call))  # with this read's frames
     if _consumed(side, call.stream_id, len(f.payload), f.has(Flag.END_STREAM)):
         call.end_request()
 

@@ -1,4 +1,4 @@
-"""A hooked call's request on its way to the runtime (frames/hooked.py)."""
+"""A hooked call's request on its way to the runtime (frames/hooked.py, staged.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtimeproxy.frames.hooked import BackendFailed, Hooked, _request_complete, _send
+from runtimeproxy.frames.hooked import Hooked
+from runtimeproxy.frames.staged import BackendFailed, _request_complete, _send
 
 
 class _Inbound:
