@@ -21,7 +21,10 @@ after the GOAWAY) is told to go away again at once rather than held another
 5 s, while a runtime that came back, whose SETTINGS come in microseconds,
 is used at once. Should the runtime answer a Status during that short wait,
 the connection gets the rest of the full bound. A healthy runtime's
-connections get the full bound as before.
+connections get the full bound as before. The Unready's reason (REASON, in
+every refusal and in the line that ends the outage) names the full bound:
+a short wait is the same silence met again, its own length only in its
+GOAWAY and its line's ``seconds``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ SETTINGS_WAIT_S = 5.0
 # The bound while the runtime is known silent: still far above the
 # microseconds a runtime that came back takes, far below kubelet's patience.
 KNOWN_SILENT_WAIT_S = 0.5
+# The Unready's reason for a silent runtime, whichever bound a connection
+# met: fixed, so that the short waits do not rewrite what the refusals say
+# (and the docs quote), and so that Silences.known can tell it is still theirs.
+REASON = f"it accepted a connection but sent no HTTP/2 SETTINGS within {SETTINGS_WAIT_S:g} s"
 
 
 class Silence(Protocol):
@@ -54,7 +61,7 @@ class Silence(Protocol):
     listener's ``runtime_silent``; Silences for a runtime's Unready)."""
 
     def __call__(self, reason: str) -> bool:
-        """A connection met the bound (``reason``): returns whether to warn."""
+        """A connection met the bound (``reason``: REASON): returns whether to warn."""
 
     def known(self) -> bool:
         """Whether the runtime is known silent now: a new connection's bound is short."""
@@ -79,25 +86,24 @@ class Silences:
     def __init__(self, unready: Unready) -> None:
         self._unready = unready
         self._warned = 0  # the Unready's episode the latest warning was in (0: none)
-        self._reason: str | None = None  # the latest reason given to the Unready
 
     def __call__(self, reason: str) -> bool:
+        """The Unready is told REASON, whatever ``reason`` (_expired's is
+        REASON): known() must find its own text there."""
         unready = self._unready
         first = unready.reason is None or unready.episode != self._warned
         # Its warning is this module's (_expired): Unready's own start line is
         # a debug one, its end (the runtime answers) an INFO one, the end of
         # what was warned of.
-        unready.saw(reason, logging.DEBUG, recovery=logging.INFO)
+        unready.saw(REASON, logging.DEBUG, recovery=logging.INFO)
         self._warned = unready.episode
-        self._reason = reason
         return first
 
     def known(self) -> bool:
-        """The Unready's reason is still this silence's: no Status answered
-        since (ready) and no other sign came (an answer, 'not initialized',
-        says the runtime speaks HTTP/2 again)."""
-        reason = self._unready.reason
-        return reason is not None and reason == self._reason
+        """The Unready's reason is still a silence's (REASON): no Status
+        answered since (ready) and no other sign came (an answer, 'not
+        initialized', says the runtime speaks HTTP/2 again; its loss)."""
+        return self._unready.reason == REASON
 
 
 def bound(conn: FrameConnection, backend: Path, silent: Silence) -> None:
@@ -109,8 +115,9 @@ def bound(conn: FrameConnection, backend: Path, silent: Silence) -> None:
     may have delivered what the runtime sent while it was dialled."""
     if conn.prefaced or conn.closed.done():
         return
-    wait = min(KNOWN_SILENT_WAIT_S, SETTINGS_WAIT_S) if silent.known() else SETTINGS_WAIT_S
-    conn.settings_wait = asyncio.get_running_loop().call_later(wait, _expired, conn, backend, silent, wait)
+    short = silent.known() and KNOWN_SILENT_WAIT_S < SETTINGS_WAIT_S
+    wait = KNOWN_SILENT_WAIT_S if short else SETTINGS_WAIT_S
+    conn.settings_wait = asyncio.get_running_loop().call_later(wait, _expired, conn, backend, silent, wait, short)
     conn.closed.add_done_callback(lambda _: _disarm(conn))
 
 
@@ -120,19 +127,20 @@ def _disarm(conn: FrameConnection) -> None:
         conn.settings_wait = None
 
 
-def _expired(conn: FrameConnection, backend: Path, silent: Silence, wait: float) -> None:
-    """``conn``'s runtime sent nothing in ``wait`` seconds."""
+def _expired(conn: FrameConnection, backend: Path, silent: Silence, wait: float, short: bool) -> None:
+    """``conn``'s runtime sent nothing in ``wait`` seconds; ``short``: the
+    bound was the known-silent one."""
     conn.settings_wait = None
     if conn.closed.done() or conn.prefaced:
         return
-    if wait < SETTINGS_WAIT_S and not silent.known():
+    if short and not silent.known():
         # The short bound, and the runtime answered a Status meanwhile: it
-        # serves again, so this connection has the rest of the full bound.
+        # serves again, so this connection has the rest of the full bound,
+        # once (its end is not short: no third timer).
         conn.settings_wait = asyncio.get_running_loop().call_later(
-            SETTINGS_WAIT_S - wait, _expired, conn, backend, silent, SETTINGS_WAIT_S)
+            SETTINGS_WAIT_S - wait, _expired, conn, backend, silent, SETTINGS_WAIT_S, False)
         return
-    reason = f"it accepted a connection but sent no HTTP/2 SETTINGS within {wait:g} s"
-    first = silent(reason)
+    first = silent(REASON)
     log.log(logging.WARNING if first else logging.DEBUG,
             "frames: the runtime accepted the connection but sent no HTTP/2 SETTINGS in time: it is taken as "
             "unreachable; the client is told to reconnect, and hooked calls are refused until it answers",

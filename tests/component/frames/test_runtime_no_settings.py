@@ -23,6 +23,7 @@ from runtimeproxy.frames import silent
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.listener import FramesListener
 from runtimeproxy.frames.path import FramesPath
+from tests.silences import Told
 
 from .. import rawh2
 from .test_listener_stop import _Routes, _SilentRuntime, runtimes  # noqa: F401 - the fixture
@@ -30,26 +31,12 @@ from .test_listener_stop import _Routes, _SilentRuntime, runtimes  # noqa: F401 
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 
 
-class _Told:
-    """A Silence (silent.py) that records what it is told and knows no runtime silent."""
-
-    def __init__(self) -> None:
-        self.told: list[str] = []
-
-    def __call__(self, reason: str) -> bool:
-        self.told.append(reason)
-        return True
-
-    def known(self) -> bool:
-        return False
-
-
 async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_client_told_to_go(
     sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
     path, accepted = runtimes
-    told = _Told()
+    told = Told()
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
                               Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
@@ -63,7 +50,7 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
         assert (last, code) == (0, 0)  # no stream processed: the client may retry them all
         assert b"sent no SETTINGS within 0.3 s" in frames[-1][3][8:]
         assert await peer.read() is None  # and the connection is closed
-        assert told.told == ["it accepted a connection but sent no HTTP/2 SETTINGS within 0.3 s"]
+        assert told.told == [silent.REASON]
         await peer.close()
     finally:
         listener.stop_accepting()
@@ -77,7 +64,7 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
     The runtime speaks only once the client's call has reached it (late), but
     within the bound: the bound's timer is cancelled, so no GOAWAY can come."""
     path, accepted = runtimes
-    told = _Told()
+    told = Told()
     listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
                               Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
@@ -89,7 +76,7 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
             while PODS.encode() not in runtime.read:  # the call's headers, relayed as they are
                 await runtime.arrived.wait()
                 runtime.arrived.clear()
-        [conn] = listener._connections  # noqa: SLF001 - the bound's timer
+        [conn] = listener._connections
         timer = conn.settings_wait
         assert timer is not None and not timer.cancelled()
         runtime.speak()
@@ -139,7 +126,7 @@ async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_epis
     try:
         await frames.start_accepting()
         await a_silent_connection()
-        assert unready.reason == "it accepted a connection but sent no HTTP/2 SETTINGS within 0.2 s"
+        assert unready.reason == silent.REASON
         await a_silent_connection()
         assert levels() == [logging.WARNING, logging.DEBUG]
         # Each line names its client, as the connection's other lines do (before: this one did not).
@@ -188,7 +175,7 @@ async def test_a_client_back_while_the_runtime_is_known_silent_is_told_at_once_a
     def open_connections() -> list[FrameConnection]:
         """The listener's relayed connections not closed (a closed one may be forgotten a turn later)."""
         assert frames.listener is not None
-        return [c for c in frames.listener._connections if not c.closed.done()]  # noqa: SLF001 - the bound's timer
+        return [c for c in frames.listener._connections if not c.closed.done()]
 
     await frames.start(server, sock_dir / "proxy.sock")
     try:
@@ -197,7 +184,7 @@ async def test_a_client_back_while_the_runtime_is_known_silent_is_told_at_once_a
         await accepted.get()
         await peer.until(rawh2.GOAWAY)  # the first silence: the full bound (0.2 s here)
         await peer.close()
-        assert unready.reason == "it accepted a connection but sent no HTTP/2 SETTINGS within 0.2 s"
+        assert unready.reason == silent.REASON
 
         # From here the full bound is beyond the test's patience: a GOAWAY can only be the short bound's.
         monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 600.0)
@@ -211,7 +198,9 @@ async def test_a_client_back_while_the_runtime_is_known_silent_is_told_at_once_a
         assert f"sent no SETTINGS within {silent.KNOWN_SILENT_WAIT_S:g} s".encode() in got[-1][3][8:]
         assert await peer.read() is None
         await peer.close()
-        assert unready.reason is not None  # still known silent
+        # Still known silent, the reason the first silence's, naming the full
+        # bound (before: '... within 0.5 s', and no longer known silent).
+        assert unready.reason == silent.REASON
 
         # The runtime speaks again, before any Status answered: this connection is relayed at once.
         peer = await connect()
