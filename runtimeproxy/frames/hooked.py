@@ -184,11 +184,14 @@ def status_name(status: int) -> str:
 
 
 def compressed(headers: list[tuple[bytes, bytes]]) -> bool:
-    """A request's headers name a grpc-encoding other than identity (the first one)."""
+    """A request's headers name a grpc-encoding other than identity. Of two,
+    the last counts: as grpc reads them, and as divert.py's decode does, so a
+    call judged plain here is never one that path would inflate."""
+    encoding = b"identity"
     for name, value in headers:  # (a loop, not a generator: once per hooked call)
         if name == b"grpc-encoding":
-            return value != b"identity"
-    return False
+            encoding = value
+    return encoding != b"identity"
 
 
 def grpc_status(values: dict[bytes, bytes]) -> tuple[int, str]:

@@ -72,11 +72,11 @@ async def test_the_task_waits_for_the_request_end_and_stops_at_the_runtime_end()
     ([(b":path", b"/runtime.v1.RuntimeService/CreateContainer"), (b"te", b"trailers")], False),
     ([(b"grpc-encoding", b"identity")], False),
     ([(b":path", b"/p"), (b"grpc-encoding", b"gzip"), (b"grpc-timeout", b"1S")], True),
-    ([(b"grpc-encoding", b"identity"), (b"grpc-encoding", b"gzip")], False),  # the first one counts
-    ([(b"grpc-encoding", b"gzip"), (b"grpc-encoding", b"identity")], True),
+    ([(b"grpc-encoding", b"identity"), (b"grpc-encoding", b"gzip")], True),  # the last one counts, as in grpc
+    ([(b"grpc-encoding", b"gzip"), (b"grpc-encoding", b"identity")], False),
     ([(b"grpc-accept-encoding", b"gzip")], False),
 ])
-def test_a_request_is_compressed_when_its_first_grpc_encoding_is_not_identity(
+def test_a_request_is_compressed_when_its_last_grpc_encoding_is_not_identity(
         headers: list[tuple[bytes, bytes]], expected: bool) -> None:
     from runtimeproxy.frames.hooked import compressed
 
