@@ -17,6 +17,15 @@ no pod cgroup under cgroup_root) is warned of once and its sandbox not looked
 at again: neither its config nor its parent can change. A pod PostStopPodSandbox
 was called for during a pass is not taken up by that pass. A listing that
 fails is logged when it starts failing and retried next pass.
+
+A pod the hook knows is looked at for its containers only (the pass's one
+ListContainers, no status): a live container the state does not list (see
+:mod:`.state`) was made without the hook (under Ignore, while it was down)
+and gets, in the same order, the values its hooks would have set, is
+recorded, and is logged once. A container the state lists is left alone: the
+hook set its values, so a different value now is another writer's, on
+purpose. A recorded container no longer listed is dropped from the state
+(one recorded after the pass began stays: it may not be created yet).
 """
 
 from __future__ import annotations
@@ -33,16 +42,19 @@ from .apply import Change, MemoryBelowUsage, apply_values, check_memory
 from .pods import KnownPods
 from .resources import container_values
 from .runtime import ListedContainer, ListedPod, RuntimeLister
-from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
-from .state import PodRecord
+from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, parse_spec, pod_spec
+from .state import ContainerKey, PodRecord
 
-__all__ = ["LEARNED", "RuntimeLearner", "learn_loop"]
+__all__ = ["LEARNED", "UNTOLD", "RuntimeLearner", "learn_loop"]
 
 log = logging.getLogger("hooks.batchresource")
 
 LEARNED = "batchresource learned a pod from the runtime"
 _WHY = "a running BE pod no hook call told of (made while the hook was down, or not asked)"
 _FROM = "runtime listing"
+UNTOLD = "batchresource set a container no hook call told of"
+_UNTOLD_WHY = "a container of a known BE pod made while the hook was down (or not asked)"
+ADOPTED = "batchresource took a known pod's running containers as set by the hook"
 
 
 @dataclass
@@ -73,14 +85,18 @@ class RuntimeLearner:
             return False
         return key not in self.pods or key in self.waiting
 
+    def _known(self, sandbox_id: str, key: str) -> bool:
+        return key in self.pods and key not in self._stopped
+
     async def pass_once(self) -> list[str]:
         """One listing; the keys of the pods learned by it. Never raises for the runtime's failures."""
         # (A stop noted before this pass shows in its listing: PostStopPodSandbox
         # comes after the runtime stopped the sandbox. The uid may get a new
         # sandbox later.)
         self._stopped = set()
+        before = {record.key: self.pods.containers(record.key) for record in self.pods.records()}
         try:
-            listing = await self.lister.be_pods(self._wanted)
+            listing = await self.lister.be_pods(self._wanted, self._known)
         except ClientClosed:
             return []  # the hook is stopping
         except grpc.aio.AioRpcError as exc:
@@ -102,7 +118,40 @@ class RuntimeLearner:
             if waits:
                 waiting.add(pod.key)
         self.waiting = waiting
+        by_key: dict[str, list[ListedPod]] = {}
+        for pod in listing.known:  # (a pod's sandbox made again: its old one may still be ready)
+            by_key.setdefault(pod.key, []).append(pod)
+        for key, sandboxes in by_key.items():
+            self._check_known(key, sandboxes, before.get(key))
         return new
+
+    def _check_known(self, key: str, sandboxes: list[ListedPod], before: frozenset[ContainerKey] | None) -> None:
+        """A known pod's containers: record what was set, drop what is gone, and
+        write (and record) those made without the hook."""
+        record = self.pods.record(key)
+        if record is None or key in self._stopped:
+            return  # stopped or forgotten while the listing was awaited
+        live = {(c.name, c.attempt): (pod, c) for pod in sandboxes for c in pod.containers}
+        recorded = self.pods.containers(key)
+        if recorded is None:  # its state file predates the list: what runs now is taken as the hook's
+            self.pods.set_containers(key, add=live, adopt=True)
+            log.info(ADOPTED, extra={"pod": record.pod, "uid": record.uid, "containers": len(live),
+                                     "reason": "its state file lists no containers (written by an older version)"})
+            return
+        gone = (before or frozenset()) & recorded - live.keys()  # (recorded since the pass began: kept)
+        if gone:
+            self.pods.set_containers(key, drop=gone)
+        untold = [(pod, c) for name, (pod, c) in live.items() if name not in recorded]
+        if not untold:
+            return
+        try:
+            spec = parse_spec(record.spec)
+        except SpecError:
+            return  # (the reconcile loop warns of it)
+        self._write_pod(sandboxes[0], record, raise_only=True)
+        for pod, container in untold:
+            self._container(pod, record, spec, container, tell=True)
+        self._write_pod(sandboxes[0], record, raise_only=False)  # lowering: after the containers
 
     def _failed(self, reason: str) -> None:
         level = logging.DEBUG if reason == self._failing else logging.WARNING
@@ -147,10 +196,12 @@ class RuntimeLearner:
             log.info(LEARNED, extra={"pod": pod.pod, "uid": pod.uid, "pod_sandbox_id": pod.sandbox_id,
                                      "cgroup_parent": pod.cgroup_parent, "containers": len(pod.containers), "reason": _WHY})
         self.pods.remember(record)
+        recorded = self.pods.containers(record.key) or frozenset()
         self._write_pod(pod, record, raise_only=True)
         waits = False
         for container in pod.containers:
-            waits |= self._container(pod, record, spec, container)
+            if (container.name, container.attempt) not in recorded:
+                waits |= self._container(pod, record, spec, container, tell=not new)
         self._write_pod(pod, record, raise_only=False)  # lowering: after the containers
         return new, waits
 
@@ -160,8 +211,10 @@ class RuntimeLearner:
 
         self.pods.write_pod(record, raise_only=raise_only, warn=warn, **{"from": _FROM})
 
-    def _container(self, pod: ListedPod, record: PodRecord, spec: PodBatchSpec, container: ListedContainer) -> bool:
-        """Write one container's cgroup; whether it is waiting (looked at again next pass)."""
+    def _container(self, pod: ListedPod, record: PodRecord, spec: PodBatchSpec, container: ListedContainer,
+                   *, tell: bool) -> bool:
+        """Write one container's cgroup and record it (logged with ``tell``: its
+        pod was known before); whether it is waiting (looked at again next pass)."""
         names = {"container": container.name, "container_id": container.container_id}
         try:
             values = container_values(spec, container.name, self.cfs_quota_enabled)
@@ -183,6 +236,10 @@ class RuntimeLearner:
             self._warn_once(pod, container.container_id, "batchresource left a container found in the runtime unchanged",
                             {**names, "reason": str(exc)})
             return False
+        self.pods.set_containers(record.key, add=[(container.name, container.attempt)])
+        if tell:
+            log.info(UNTOLD, extra={"pod": pod.pod, "uid": pod.uid, "pod_sandbox_id": pod.sandbox_id, **names,
+                                    "attempt": container.attempt, "from": _FROM, "reason": _UNTOLD_WHY})
         _log_changes("batchresource set a container cgroup value", pod, changes, **names)
         return False
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -17,7 +17,7 @@ from .cgroups import (
 from .config import BatchResourceConfig
 from .resources import CgroupValues, pod_values
 from .spec import parse_spec
-from .state import PodRecord, StateDir
+from .state import ContainerKey, PodRecord, StateDir
 
 __all__ = ["Cgroups", "KnownPods", "Warn"]
 
@@ -60,6 +60,9 @@ class KnownPods:
         self._config = config
         self._state = StateDir(config.state_dir)
         self._pods: dict[str, PodRecord] = {}  # load() fills it, once the hook holds its socket lock
+        # The containers the hook set values for, by pod key (None: a state
+        # file from before the list existed, so not known).
+        self._containers: dict[str, set[ContainerKey] | None] = {}
         self.cgroups = Cgroups(config)
 
     def load(self) -> None:
@@ -68,7 +71,10 @@ class KnownPods:
         ``hook run`` refused as the path is in use would remove the live
         one's files (BatchResourceHook._before_serving). Pods a hook call
         told meanwhile stay, newer than their files."""
-        self._pods = {**self._state.load(), **self._pods}
+        saved = self._state.load()
+        told = {key: c for key, c in self._containers.items() if key in self._pods}
+        self._pods = {**{k: record for k, (record, _) in saved.items()}, **self._pods}
+        self._containers = {**{k: None if c is None else set(c) for k, (_, c) in saved.items()}, **told}
 
     def __contains__(self, key: str) -> bool:
         return key in self._pods
@@ -76,21 +82,55 @@ class KnownPods:
     def records(self) -> list[PodRecord]:
         return list(self._pods.values())
 
+    def record(self, key: str) -> PodRecord | None:
+        return self._pods.get(key)
+
     def remember(self, record: PodRecord) -> None:
         if self._pods.get(record.key) == record:
             return
         self._pods[record.key] = record
+        self._containers.setdefault(record.key, set())  # a pod new to the hook: none set yet
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
+        self._save(record)
+
+    def _save(self, record: PodRecord) -> None:
+        containers = self._containers.get(record.key)
         try:
-            self._state.save(record)
+            self._state.save(record, None if containers is None else frozenset(containers))
         except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same: only a restart of the hook forgets it
             log.warning(
                 "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
                 extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},
             )
 
+    def containers(self, key: str) -> frozenset[ContainerKey] | None:
+        """The containers of a known pod the hook set values for; None when not
+        known (a state file from an older version)."""
+        containers = self._containers.get(key)
+        return None if containers is None else frozenset(containers)
+
+    def set_containers(self, key: str, add: Iterable[ContainerKey] = (), drop: Iterable[ContainerKey] = (),
+                       *, adopt: bool = False) -> None:
+        """Record containers as set by the hook (``add``), drop removed ones
+        (``drop``); ``adopt`` starts a list unknown so far. Saved only when it
+        changes (a pod's file is rewritten once per container, not per call)."""
+        record = self._pods.get(key)
+        if record is None:
+            return  # forgotten meanwhile (stopped): nothing to record
+        containers = self._containers.get(key)
+        if containers is None:
+            if not adopt:
+                return
+            containers = self._containers[key] = set()
+        before = set(containers)
+        containers.update(add)
+        containers.difference_update(drop)
+        if containers != before or adopt:
+            self._save(record)
+
     def forget(self, key: str, reason: str) -> None:
         record = self._pods.pop(key, None)
+        self._containers.pop(key, None)
         uid = key if record is None else record.uid
         if uid:  # a pod with no uid never had a state file
             try:

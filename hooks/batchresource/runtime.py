@@ -6,7 +6,9 @@ The labels, annotations and cgroup parent are read from the sandbox's
 verbose status, the config kubelet sent with RunPodSandbox: what the proxy
 would have put in the PreRunPodSandbox request (``pod_record``). One listing
 costs a ListPodSandbox, plus, only when a BE pod is to be looked at, one
-ListContainers and a PodSandboxStatus per such pod. A pod whose status is no
+ListContainers and a PodSandboxStatus per such pod; a ListContainers too
+when a BE pod the hook knows is ready (to find a container of it made while
+the hook was down). A pod whose status is no
 longer ready (stopped meanwhile) is left out, as is one the runtime no longer
 has.
 """
@@ -14,7 +16,7 @@ has.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -37,6 +39,7 @@ def wanted_by_hook(labels: Mapping[str, str], annotations: Mapping[str, str]) ->
 class ListedContainer:
     container_id: str
     name: str
+    attempt: int
     state: int  # CRI's ContainerState: CONTAINER_CREATED (no cgroup yet) or CONTAINER_RUNNING
 
     @property
@@ -70,31 +73,41 @@ class ListedPod:
 class Listing:
     pods: list[ListedPod]  # the wanted ones, looked at closer
     ready: frozenset[str]  # the id of every ready sandbox listed, wanted or not
+    # The ready BE pods ``known`` accepts, as ListPodSandbox shows them (no
+    # status read: the hook has their config; cgroup_parent is "").
+    known: list[ListedPod] = field(default_factory=list)
 
 
 class RuntimeLister(CriClient):
-    async def be_pods(self, wanted: Callable[[str, str], bool]) -> Listing:
+    async def be_pods(self, wanted: Callable[[str, str], bool], known: Callable[[str, str], bool] = lambda _s, _k: False) -> Listing:
         """The ready BE pods ``wanted`` accepts (called with the sandbox id and
-        the pod's key), with their live containers. grpc's AioRpcError when the
-        runtime fails a listing call (a pod removed or stopped between the calls
-        is left out, not an error)."""
+        the pod's key), with their live containers; those ``known`` accepts
+        (and ``wanted`` does not) with their containers only. grpc's
+        AioRpcError when the runtime fails a listing call (a pod removed or
+        stopped between the calls is left out, not an error)."""
         connection = self._connect()
         ready = v1.PodSandboxFilter(state=v1.PodSandboxStateValue(state=v1.SANDBOX_READY))
         answer = await self._on(connection).ListPodSandbox(v1.ListPodSandboxRequest(filter=ready), timeout=self.timeout)
         ready_items = [p for p in answer.items if p.state == v1.SANDBOX_READY]  # (a runtime may not honour the filter)
         ready_ids = frozenset(p.id for p in ready_items)
-        sandboxes = [
-            p for p in ready_items
-            if wanted_by_hook(p.labels, p.annotations)
-            and wanted(p.id, pod_key(p.metadata.uid, p.metadata.namespace, p.metadata.name))
-        ]
-        if not sandboxes:
+        sandboxes, seen = [], []
+        for p in ready_items:
+            if not wanted_by_hook(p.labels, p.annotations):
+                continue
+            key = pod_key(p.metadata.uid, p.metadata.namespace, p.metadata.name)
+            if wanted(p.id, key):
+                sandboxes.append(p)
+            elif known(p.id, key):
+                seen.append(p)
+        if not sandboxes and not seen:
             return Listing([], ready_ids)
         listed = await self._on(connection).ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         containers: dict[str, list[ListedContainer]] = {}
         for c in listed.containers:
             if c.state in LIVE_STATES:
-                containers.setdefault(c.pod_sandbox_id, []).append(ListedContainer(c.id, c.metadata.name, c.state))
+                containers.setdefault(c.pod_sandbox_id, []).append(
+                    ListedContainer(c.id, c.metadata.name, c.metadata.attempt, c.state))
+        known_pods = [_listed_only(p, tuple(containers.get(p.id, ()))) for p in seen]
         found = []
         for sandbox in sandboxes:
             try:
@@ -108,7 +121,13 @@ class RuntimeLister(CriClient):
             if status.status.state != v1.SANDBOX_READY:
                 continue  # stopped since ListPodSandbox: its cgroup goes, or is going
             found.append(_listed(sandbox, status, tuple(containers.get(sandbox.id, ()))))
-        return Listing(found, ready_ids)
+        return Listing(found, ready_ids, known_pods)
+
+
+def _listed_only(sandbox: v1.PodSandbox, containers: tuple[ListedContainer, ...]) -> ListedPod:
+    meta = sandbox.metadata
+    return ListedPod(sandbox.id, meta.uid, meta.namespace, meta.name, dict(sandbox.labels),
+                     dict(sandbox.annotations), "", containers)
 
 
 def _listed(sandbox: v1.PodSandbox, status: v1.PodSandboxStatusResponse, containers: tuple[ListedContainer, ...]) -> ListedPod:

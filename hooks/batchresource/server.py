@@ -202,6 +202,8 @@ class BatchResourceHook(BuiltinHook):
             meta = request.pod_meta
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
             self._write_pod(record, raise_only=True)
+            # The runtime applies the answer: a container the listing leaves alone.
+            self.pods.set_containers(record.key, add=[(name, request.container_meta.attempt)])
         log.info(
             "batchresource container values",
             extra={

@@ -8,6 +8,13 @@ once it holds the hook's socket lock (:meth:`StateDir.load`, from the hook's
 ``before_serving``): a second instance refused as the path is in use never
 touches the live one's files. The pod's annotation text is kept rather than computed
 values, so a changed config (the CFS quota switch) applies after a restart.
+
+Beside the record, the file lists the containers the hook set values for
+(``containers``: name and attempt, what PreCreateContainer is told; the id
+is not known yet then), so the runtime listing can tell a container made
+while the hook was down from one whose values another writer changed on
+purpose. A file written before that list existed has none (``None``:
+unknown, not empty).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from pathlib import Path
 
 from ..statefile import remove_leftovers, temp_glob, write_atomic
 
-__all__ = ["PodRecord", "StateDir", "pod_key"]
+__all__ = ["ContainerKey", "PodRecord", "StateDir", "pod_key"]
 
 log = logging.getLogger(__name__)
 _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -28,6 +35,11 @@ _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
 # stateDir shared with balloons holds it, and its temporary files, which are
 # not this hook's to read or remove.
 _NOT_OURS = "reserved.json"
+
+# A container of a pod as the hook is told of it (name, attempt): unique
+# among a pod's containers (kubelet raises the attempt on every re-creation,
+# across the pod's sandboxes).
+ContainerKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -64,12 +76,12 @@ class StateDir:
             raise ValueError(f"pod uid {uid!r} cannot name a state file")
         return self.directory / f"{uid}.json"
 
-    def load(self) -> dict[str, PodRecord]:
+    def load(self) -> dict[str, tuple[PodRecord, frozenset[ContainerKey] | None]]:
         """Every readable record; unreadable files are logged and skipped (never fatal).
         Call it once the hook holds its socket lock, before it saves anything:
         a temporary file is then a killed hook's, whose record is the
         ``.json`` beside it or was never there."""
-        records: dict[str, PodRecord] = {}
+        records: dict[str, tuple[PodRecord, frozenset[ContainerKey] | None]] = {}
         if not self.directory.is_dir():
             return records
         self._remove_leftovers()
@@ -77,11 +89,14 @@ class StateDir:
             if path.name == _NOT_OURS:
                 continue
             try:
-                record = PodRecord(**json.loads(path.read_text()))
+                saved = json.loads(path.read_text())
+                listed = saved.pop("containers", None)  # (absent from an older version's file)
+                record = PodRecord(**saved)
+                containers = None if listed is None else frozenset((str(name), int(attempt)) for name, attempt in listed)
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("unreadable batchresource state file skipped", extra={"path": str(path), "error": str(exc)})
                 continue
-            records[record.uid] = record
+            records[record.uid] = (record, containers)
         return records
 
     def _remove_leftovers(self) -> None:
@@ -89,9 +104,12 @@ class StateDir:
         for path in sorted(ours):  # one at a time, through the shared helper's logging
             remove_leftovers(self.directory, path.name, log, "batchresource")
 
-    def save(self, record: PodRecord) -> None:
+    def save(self, record: PodRecord, containers: frozenset[ContainerKey] | None = None) -> None:
+        saved: dict[str, object] = asdict(record)
+        if containers is not None:
+            saved["containers"] = [list(c) for c in sorted(containers)]
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path(record.uid), json.dumps(asdict(record)).encode())
+        write_atomic(self._path(record.uid), json.dumps(saved).encode())
 
     def remove(self, uid: str) -> None:
         self._path(uid).unlink(missing_ok=True)

@@ -35,6 +35,7 @@ class FakePod:
     containers: dict[str, str] = field(default_factory=dict)  # id -> name
     container_state: int = v1.CONTAINER_RUNNING
     container_states: dict[str, int] = field(default_factory=dict)  # id -> state, else container_state
+    attempts: dict[str, int] = field(default_factory=dict)  # id -> attempt, else 0
 
     def metadata(self) -> v1.PodSandboxMetadata:
         return v1.PodSandboxMetadata(name=self.name, namespace=self.namespace, uid=self.uid)
@@ -67,7 +68,7 @@ class FakeRuntimeStub:
 
     async def ListContainers(self, request: v1.ListContainersRequest, timeout: float | None = None) -> v1.ListContainersResponse:
         containers = [
-            v1.Container(id=cid, pod_sandbox_id=p.id, metadata=v1.ContainerMetadata(name=name),
+            v1.Container(id=cid, pod_sandbox_id=p.id, metadata=v1.ContainerMetadata(name=name, attempt=p.attempts.get(cid, 0)),
                          state=p.container_states.get(cid, p.container_state))
             for p in self.pods for cid, name in p.containers.items()
         ]

@@ -80,7 +80,7 @@ async def test_known_pods_and_pods_the_hooks_leave_alone_are_not_learned(tmp_pat
     write(root, 1, parents["known"], "cpu.shares", "2")
     caplog.set_level(logging.INFO, "hooks.batchresource")
     assert await learner.pass_once() == []
-    assert stub.calls == ["ListPodSandbox"]  # nothing to look at closer
+    assert stub.calls == ["ListPodSandbox", "ListContainers"]  # no status read: only the known pod's containers
     assert [r.uid for r in learner.pods.records()] == ["known"]
     assert read(root, 1, parents["known"], "cpu.shares") == "2"  # the reconcile loop's to restore, not the listing's
     for name in ("ls", "skip", "nospec", "notready"):
@@ -112,7 +112,7 @@ async def test_a_container_not_started_yet_is_written_on_a_later_pass(tmp_path: 
     assert values(root, 1, f"{POD_PARENT}/c-main") == ("512", "50000", str(128 * MIB))
     stub.calls.clear()
     assert await learner.pass_once() == []
-    assert stub.calls == ["ListPodSandbox"]  # every container written: known like any other pod
+    assert stub.calls == ["ListPodSandbox", "ListContainers"]  # every container written: known like any other pod
 
 
 async def test_a_failing_listing_is_warned_of_once_then_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -16,11 +16,27 @@ def test_state_round_trip_and_remove(tmp_path: Path) -> None:
     assert state.load() == {}
     state.save(RECORD)
     state.save(PodRecord("uid-2", "ns", "other", "/p2", "{}"))
-    assert StateDir(tmp_path / "state").load() == {"uid-1": RECORD, "uid-2": PodRecord("uid-2", "ns", "other", "/p2", "{}")}
+    assert StateDir(tmp_path / "state").load() == {
+        "uid-1": (RECORD, None), "uid-2": (PodRecord("uid-2", "ns", "other", "/p2", "{}"), None)}
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["uid-1.json", "uid-2.json"]  # no temp files left
     state.remove("uid-1")
     state.remove("uid-1")  # twice is fine
     assert list(StateDir(tmp_path / "state").load()) == ["uid-2"]
+
+
+def test_state_keeps_the_containers_the_hook_set_and_reads_a_file_without_them(tmp_path: Path) -> None:
+    """The containers survive a restart; an older version's file (no
+    ``containers`` key) reads as not known (None), not as none set."""
+    state = StateDir(tmp_path)
+    state.save(RECORD, frozenset({("main", 0), ("side", 2)}))
+    assert json.loads((tmp_path / "uid-1.json").read_text())["containers"] == [["main", 0], ["side", 2]]
+    state.save(PodRecord("uid-2", "ns", "other", "/p2", "{}"), frozenset())
+    (tmp_path / "uid-3.json").write_text(json.dumps({"uid": "uid-3", "namespace": "ns", "name": "old", "cgroup_parent": "/p3",
+                                                     "spec": "{}"}))
+    loaded = state.load()
+    assert {uid: containers for uid, (_, containers) in loaded.items()} == {
+        "uid-1": frozenset({("main", 0), ("side", 2)}), "uid-2": frozenset(), "uid-3": None}
+    assert loaded["uid-1"][0] == RECORD
 
 
 def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -28,7 +44,7 @@ def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureF
     state.save(RECORD)
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "wrong.json").write_text(json.dumps({"uid": "x"}))
-    assert state.load() == {"uid-1": RECORD}
+    assert state.load() == {"uid-1": (RECORD, None)}
     assert caplog.text.count("unreadable batchresource state file") == 2
 
 
@@ -46,7 +62,7 @@ def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog
     (tmp_path / "reserved.json").write_text('{"version": 1, "reserved_cpus": "0", "config": "x"}')
     (tmp_path / ".reserved.json.w1r2t3.tmp").write_text('{"version": 1, "reserv')  # balloons' write under way
     caplog.set_level("INFO")
-    assert state.load() == {"uid-1": RECORD}
+    assert state.load() == {"uid-1": (RECORD, None)}
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".notes.k3j9x1.tmp", ".reserved.json.w1r2t3.tmp", "notes.tmp", "reserved.json", "uid-1.json"]
     removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]

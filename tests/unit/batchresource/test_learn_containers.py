@@ -1,0 +1,129 @@
+"""The runtime listing and the containers of pods the hook already knows: one
+made while the hook was down gets its values once; one the hook set is left
+to other writers; removed ones leave the state file."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from hooks.batchresource.learn import ADOPTED, UNTOLD
+
+from .fakecgroup import write
+from .fakeruntime import FakePod
+from .hookfixtures import POD_PARENT, container_request, pod_request, restarted_hook
+from .learnfixtures import KUBELET_V1, MIB, TWO, hook_with_learner, kubelet_be_cgroups, values
+from .specs import BE
+
+MAIN, SIDE = f"{POD_PARENT}/c-main", f"{POD_PARENT}/c-side"
+STATE = Path("state") / "uid-1.json"
+
+
+def saved_containers(tmp_path: Path) -> list[list[object]] | None:
+    return json.loads((tmp_path / STATE).read_text()).get("containers")
+
+
+async def test_a_container_made_while_the_hook_was_down_gets_its_values_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, MAIN, SIDE)
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main", "c-side": "side"}, attempts={"c-side": 3})
+    hook, stub = hook_with_learner(tmp_path, pod)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main"))  # main through the hook, side not
+    assert saved_containers(tmp_path) == [["main", 0]]
+    write(root, 1, MAIN, "cpu.shares", "700")  # main as the runtime applied it, then another writer changed it
+    write(root, 1, POD_PARENT, "cpu.shares", "2")  # (the pod raised first, as the hooks do)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert hook.learner is not None
+    for _ in range(2):
+        assert await hook.learner.pass_once() == []
+    assert values(root, 1, SIDE) == ("256", "25000", str(64 * MIB))
+    assert values(root, 1, MAIN)[0] == "700"  # set by the hook: left alone
+    [told] = [r for r in caplog.records if r.getMessage() == UNTOLD]
+    assert (told.levelno, told.pod, told.container, told.container_id, told.attempt) == (
+        logging.INFO, "team-a/batch-job", "side", "c-side", 3)
+    writes = [(r.getMessage().split()[3], r.field) for r in caplog.records if r.getMessage().endswith("cgroup value")]
+    assert writes[0] == ("pod", "cpu_shares") and ("container", "cpu_shares") in writes
+    assert sorted(saved_containers(tmp_path)) == [["main", 0], ["side", 3]]
+    # A restarted hook reads them back: nothing written again.
+    again = restarted_hook(tmp_path)
+    assert again.pods.containers("uid-1") == frozenset({("main", 0), ("side", 3)})
+
+
+async def test_removed_containers_leave_the_state_and_one_created_during_the_pass_stays(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, MAIN)
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
+    hook, stub = hook_with_learner(tmp_path, pod)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main"))
+    pod.containers.clear()  # main removed
+
+    async def kubelet_creates_side() -> None:  # answered after the runtime listed its containers: not made yet
+        await hook.pre_create_container(container_request(BE, TWO, "side"))
+
+    stub.during["ListContainers"] = kubelet_creates_side
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    assert saved_containers(tmp_path) == [["side", 0]]  # main dropped, side kept
+    kubelet_be_cgroups(root, 1, SIDE)  # side made, with the hook's answer as the runtime applies it
+    write(root, 1, SIDE, "cpu.shares", "256")
+    pod.containers["c-side"] = "side"
+    write(root, 1, SIDE, "cpu.shares", "900")  # another writer's
+    await hook.learner.pass_once()
+    assert values(root, 1, SIDE)[0] == "900" and saved_containers(tmp_path) == [["side", 0]]
+
+
+async def test_a_state_file_from_an_older_version_takes_the_running_containers_as_the_hooks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its containers are not known: those running at the first pass are taken
+    as set by the hook (left alone); one made after is written."""
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, MAIN, SIDE)
+    (tmp_path / "state").mkdir()
+    (tmp_path / STATE).write_text(json.dumps({"uid": "uid-1", "namespace": "team-a", "name": "batch-job",
+                                              "cgroup_parent": POD_PARENT, "spec": TWO["node.koordinator.sh/extended-resource-spec"]}))
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
+    hook, _ = hook_with_learner(tmp_path, pod)
+    hook.pods.load()
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    assert values(root, 1, MAIN) == KUBELET_V1 and saved_containers(tmp_path) == [["main", 0]]
+    assert [r.containers for r in caplog.records if r.getMessage() == ADOPTED] == [1]
+    pod.containers["c-side"] = "side"
+    await hook.learner.pass_once()
+    assert values(root, 1, SIDE) == ("256", "25000", str(64 * MIB)) and values(root, 1, MAIN) == KUBELET_V1
+
+
+async def test_a_known_pod_stopped_while_its_containers_are_listed_gets_no_write(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, SIDE)
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-side": "side"})
+    hook, stub = hook_with_learner(tmp_path, pod)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+
+    async def kubelet_stops_it() -> None:
+        await hook.post_stop_pod_sandbox(pod_request(BE, TWO))
+
+    stub.during["ListContainers"] = kubelet_stops_it
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    assert values(root, 1, SIDE) == KUBELET_V1 and not (tmp_path / STATE).exists()
+
+
+async def test_a_container_gone_before_its_write_is_not_recorded(tmp_path: Path) -> None:
+    """Listed, its cgroup gone by the write (removed meanwhile): nothing recorded."""
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-side": "side"})
+    hook, _ = hook_with_learner(tmp_path, pod)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    assert saved_containers(tmp_path) == []
