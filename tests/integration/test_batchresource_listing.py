@@ -4,7 +4,9 @@ started; values read where they land, in /sys/fs/cgroup."""
 
 from __future__ import annotations
 
-from hooks.batchresource.learn import LEARNED
+import json
+
+from hooks.batchresource.learn import LEARNED, UNTOLD
 from hooks.batchresource.server import BatchResourceHook
 from hooks.registration import write_hook_config
 
@@ -56,3 +58,31 @@ async def test_a_be_pod_made_while_the_hook_was_down_under_ignore(cri_channel, l
             await written(hook, p, pid)
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
+
+
+async def test_a_container_made_while_the_hook_was_down_in_a_pod_it_knew(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
+    """main made through the hook, then the hook down (Ignore): side made as
+    kubelet asked. The restarted hook finds side by the listing and writes its
+    values once; main, set by the hook, is left as it is."""
+    running, _ = await launcher.start()
+    two = spec(main=batch("500", "128Mi"), side=batch("250", "64Mi"))
+    async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, two) as p:
+        async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                      runtime_endpoint=str(launcher.socket)):
+            await registered(running, 1)
+            _, main_pid = await start_container(channel, p, "main")
+            assert container_values(main_pid) == BE_VALUES  # through the hook
+        write_hook_config(launcher.hook_dir, "batchresource", launcher.dir / "batchresource.sock", BatchResourceHook.HOOKS,
+                          "Ignore", "5s", remove_with_server=False)
+        await registered(running, 1)
+        side_id, side_pid = await start_container(channel, p, "side")
+        side_values = (256, 25000, 64 * MIB)
+        assert container_values(side_pid) != side_values  # kubelet's: the hook was down
+        async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                      runtime_endpoint=str(launcher.socket)) as hook:
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            told = await hook.logged(lambda line: line.get("msg") == UNTOLD and line.get("pod") == pod_name, timeout=20.0)
+            assert (told["container"], told["container_id"]) == ("side", side_id)
+            assert container_values(side_pid) == side_values and container_values(main_pid) == BE_VALUES
+            saved = json.loads((launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json").read_text())
+            assert sorted(saved["containers"]) == [["main", 0], ["side", 0]]
