@@ -8,10 +8,14 @@ through it unchanged, and what the hooks changed is read back as a diff.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cri_api.nri import api_pb2 as nri
 from cri_api.v1 import api_pb2 as v1
+
+log = logging.getLogger(__name__)
 
 
 def cri_resources(resources: nri.LinuxResources) -> v1.LinuxContainerResources:
@@ -58,9 +62,33 @@ def run_pod_request(pod: nri.PodSandbox) -> v1.RunPodSandboxRequest:
     return v1.RunPodSandboxRequest(config=pod_config(pod), runtime_handler=pod.runtime_handler)
 
 
+# kubelet puts the container's restart count, the attempt of its CRI
+# ContainerMetadata, in this annotation of every container it creates
+# (kuberuntime's newContainerAnnotations); NRI's Container has no attempt.
+RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
+
+
+def container_attempt(name: str, annotations: Mapping[str, str]) -> int:
+    """The attempt kubelet gave the container, as hooks behind the CRI proxy
+    see it; 0 when the annotation is missing or garbled (not made by kubelet)."""
+    text = annotations.get(RESTART_COUNT_ANNOTATION)
+    if text is None:
+        return 0
+    try:
+        attempt = int(text)
+    except ValueError:
+        attempt = -1
+    if not 0 <= attempt < 2**32:  # (ContainerMetadata.attempt is a uint32)
+        log.debug("NRI container's restart count annotation is not a count; attempt 0 told to hooks",
+                  extra={"container": name, "annotation": RESTART_COUNT_ANNOTATION, "value": text})
+        return 0
+    return attempt
+
+
 def container_config(container: nri.Container) -> v1.ContainerConfig:
     config = v1.ContainerConfig(
-        metadata=v1.ContainerMetadata(name=container.name), annotations=dict(container.annotations)
+        metadata=v1.ContainerMetadata(name=container.name, attempt=container_attempt(container.name, container.annotations)),
+        annotations=dict(container.annotations),
     )
     for entry in container.env:
         key, _, value = entry.partition("=")

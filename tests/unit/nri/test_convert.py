@@ -41,6 +41,22 @@ def test_container_as_cri_config() -> None:
     assert r.oom_score_adj == -997  # kubelet's, as hooks see it behind the CRI proxy
 
 
+def test_container_attempt_is_kubelets_restart_count(caplog: pytest.LogCaptureFixture) -> None:
+    """NRI's Container has no attempt: the hooks are told kubelet's restart
+    count annotation, as the CRI proxy tells them the request's attempt (a
+    hook keyed by (name, attempt) otherwise sees every restart as attempt 0);
+    a missing or garbled one is attempt 0, said at debug level."""
+    restarted = container()
+    restarted.annotations["io.kubernetes.container.restartCount"] = "3"
+    assert convert.create_request(nri.PodSandbox(id="p1"), restarted).config.metadata.attempt == 3
+    assert convert.container_config(container()).metadata.attempt == 0
+    caplog.set_level("DEBUG", "runtimeproxy.nri.convert")
+    for garbled in ("x", "-1", str(2**32)):
+        restarted.annotations["io.kubernetes.container.restartCount"] = garbled
+        assert convert.container_config(restarted).metadata.attempt == 0
+    assert [r.value for r in caplog.records] == ["x", "-1", str(2**32)]
+
+
 def test_adjustment_carries_only_what_hooks_changed() -> None:
     pod = nri.PodSandbox(id="p1", linux=nri.LinuxPodSandbox(cgroup_parent="/kubepods/pod1"))
     before = convert.create_request(pod, container())
