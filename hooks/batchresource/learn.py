@@ -24,8 +24,13 @@ ListContainers, no status): a live container the state does not list (see
 and gets, in the same order, the values its hooks would have set, is
 recorded, and is logged once. A container the state lists is left alone: the
 hook set its values, so a different value now is another writer's, on
-purpose. A recorded container no longer listed is dropped from the state
-(one recorded after the pass began stays: it may not be created yet).
+purpose. A recorded container is dropped once the runtime lists its name
+with a higher attempt (kubelet made it again: that attempt never comes
+back); one not listed stays, as it may not be created yet (the hook
+answered, CreateContainer not done), until its pod goes. A container whose
+name the spec does not have is left alone (the hook refuses it too). The
+changed lists are saved once per pod, at the end of the pass
+(:meth:`KnownPods.flush`).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from .pods import KnownPods
 from .resources import container_values
 from .runtime import ListedContainer, ListedPod, RuntimeLister
 from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, parse_spec, pod_spec
-from .state import ContainerKey, PodRecord
+from .state import PodRecord
 
 __all__ = ["LEARNED", "UNTOLD", "RuntimeLearner", "learn_loop"]
 
@@ -94,7 +99,12 @@ class RuntimeLearner:
         # comes after the runtime stopped the sandbox. The uid may get a new
         # sandbox later.)
         self._stopped = set()
-        before = {record.key: self.pods.containers(record.key) for record in self.pods.records()}
+        try:
+            return await self._pass()
+        finally:  # (the hook's answers recorded since the last pass too)
+            self.pods.flush()
+
+    async def _pass(self) -> list[str]:
         try:
             listing = await self.lister.be_pods(self._wanted, self._known)
         except ClientClosed:
@@ -122,10 +132,10 @@ class RuntimeLearner:
         for pod in listing.known:  # (a pod's sandbox made again: its old one may still be ready)
             by_key.setdefault(pod.key, []).append(pod)
         for key, sandboxes in by_key.items():
-            self._check_known(key, sandboxes, before.get(key))
+            self._check_known(key, sandboxes)
         return new
 
-    def _check_known(self, key: str, sandboxes: list[ListedPod], before: frozenset[ContainerKey] | None) -> None:
+    def _check_known(self, key: str, sandboxes: list[ListedPod]) -> None:
         """A known pod's containers: record what was set, drop what is gone, and
         write (and record) those made without the hook."""
         record = self.pods.record(key)
@@ -138,16 +148,24 @@ class RuntimeLearner:
             log.info(ADOPTED, extra={"pod": record.pod, "uid": record.uid, "containers": len(live),
                                      "reason": "its state file lists no containers (written by an older version)"})
             return
-        gone = (before or frozenset()) & recorded - live.keys()  # (recorded since the pass began: kept)
-        if gone:
-            self.pods.set_containers(key, drop=gone)
-        untold = [(pod, c) for name, (pod, c) in live.items() if name not in recorded]
-        if not untold:
-            return
+        # Only a higher attempt listed drops one: a recorded container not
+        # listed may be one the hook answered whose CreateContainer is not
+        # done yet (dropped, the next pass would take it as made without the
+        # hook and overwrite another writer's values).
+        latest: dict[str, int] = {}
+        for name, attempt in live:
+            latest[name] = max(attempt, latest.get(name, attempt))
+        superseded = {(name, attempt) for name, attempt in recorded if attempt < latest.get(name, -1)}
+        if superseded:
+            self.pods.set_containers(key, drop=superseded)
         try:
             spec = parse_spec(record.spec)
         except SpecError:
             return  # (the reconcile loop warns of it)
+        # (A name the spec lacks: the hook refused it, and so would this.)
+        untold = [(pod, c) for name, (pod, c) in live.items() if name not in recorded and spec.has(name[0])]
+        if not untold:
+            return
         self._write_pod(sandboxes[0], record, raise_only=True)
         for pod, container in untold:
             self._container(pod, record, spec, container, tell=True)

@@ -63,6 +63,9 @@ class KnownPods:
         # The containers the hook set values for, by pod key (None: a state
         # file from before the list existed, so not known).
         self._containers: dict[str, set[ContainerKey] | None] = {}
+        # Pods whose containers list changed since their file was written
+        # (flush() writes them: off the hook's answers, once per pod).
+        self._dirty: set[str] = set()
         self.cgroups = Cgroups(config)
 
     def load(self) -> None:
@@ -93,10 +96,11 @@ class KnownPods:
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
         self._save(record)
 
-    def _save(self, record: PodRecord) -> None:
+    def _save(self, record: PodRecord, *, sync_dir: bool = True) -> None:
         containers = self._containers.get(record.key)
+        self._dirty.discard(record.key)  # (a failed save is not retried: warned of, as a pod's)
         try:
-            self._state.save(record, None if containers is None else frozenset(containers))
+            self._state.save(record, None if containers is None else frozenset(containers), sync_dir=sync_dir)
         except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same: only a restart of the hook forgets it
             log.warning(
                 "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
@@ -112,8 +116,9 @@ class KnownPods:
     def set_containers(self, key: str, add: Iterable[ContainerKey] = (), drop: Iterable[ContainerKey] = (),
                        *, adopt: bool = False) -> None:
         """Record containers as set by the hook (``add``), drop removed ones
-        (``drop``); ``adopt`` starts a list unknown so far. Saved only when it
-        changes (a pod's file is rewritten once per container, not per call)."""
+        (``drop``); ``adopt`` starts a list unknown so far. In memory only: a
+        change marks the pod for :meth:`flush` (a hook answer never waits
+        for a file)."""
         record = self._pods.get(key)
         if record is None:
             return  # forgotten meanwhile (stopped): nothing to record
@@ -126,11 +131,23 @@ class KnownPods:
         containers.update(add)
         containers.difference_update(drop)
         if containers != before or adopt:
-            self._save(record)
+            self._dirty.add(key)
+
+    def flush(self) -> None:
+        """Save the pods whose containers list changed, each once, its rename
+        not fsync-ed: a list lost to a crash only makes the listing write
+        a container's values again (docs/hook-batchresource.md)."""
+        for key in sorted(self._dirty):
+            record = self._pods.get(key)
+            if record is None:
+                self._dirty.discard(key)
+            else:
+                self._save(record, sync_dir=False)
 
     def forget(self, key: str, reason: str) -> None:
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
+        self._dirty.discard(key)
         uid = key if record is None else record.uid
         if uid:  # a pod with no uid never had a state file
             try:

@@ -77,12 +77,14 @@ class BatchResourceHook(BuiltinHook):
         """HookServer.stop, then the runtime listing's channel closed for good
         (as balloons' stop closes its runtime client): one owner of the close,
         whoever runs the background work. A listing still running gets
-        ClientClosed, a pass that learns nothing."""
+        ClientClosed, a pass that learns nothing. The containers recorded
+        since the last pass are saved then."""
         try:
             await super().stop(grace, drain=drain)
         finally:
             if self.learner is not None:
                 await self.learner.lister.close()
+                self.pods.flush()
 
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.
@@ -202,8 +204,10 @@ class BatchResourceHook(BuiltinHook):
             meta = request.pod_meta
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
             self._write_pod(record, raise_only=True)
-            # The runtime applies the answer: a container the listing leaves alone.
-            self.pods.set_containers(record.key, add=[(name, request.container_meta.attempt)])
+            if self.learner is not None:  # (no listing: nothing reads the list)
+                # The runtime applies the answer: a container the listing leaves
+                # alone. In memory; the listing's pass saves it, off the answer.
+                self.pods.set_containers(record.key, add=[(name, request.container_meta.attempt)])
         log.info(
             "batchresource container values",
             extra={

@@ -56,6 +56,9 @@ class PodBatchSpec:
     containers: Mapping[str, ContainerBatch]
     init_containers: Mapping[str, ContainerBatch] = field(default_factory=lambda: MappingProxyType({}))
 
+    def has(self, name: str) -> bool:
+        return name in self.containers or name in self.init_containers
+
     def container(self, name: str) -> ContainerBatch:
         if name in self.containers:
             return self.containers[name]

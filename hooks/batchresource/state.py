@@ -104,12 +104,14 @@ class StateDir:
         for path in sorted(ours):  # one at a time, through the shared helper's logging
             remove_leftovers(self.directory, path.name, log, "batchresource")
 
-    def save(self, record: PodRecord, containers: frozenset[ContainerKey] | None = None) -> None:
+    def save(self, record: PodRecord, containers: frozenset[ContainerKey] | None = None, *, sync_dir: bool = True) -> None:
+        """``sync_dir=False``: the file is fsync-ed, not its rename (a power
+        loss may leave the previous file, whole)."""
         saved: dict[str, object] = asdict(record)
         if containers is not None:
             saved["containers"] = [list(c) for c in sorted(containers)]
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path(record.uid), json.dumps(saved).encode())
+        write_atomic(self._path(record.uid), json.dumps(saved).encode(), sync_dir=sync_dir)
 
     def remove(self, uid: str) -> None:
         self._path(uid).unlink(missing_ok=True)

@@ -84,5 +84,6 @@ async def test_a_container_made_while_the_hook_was_down_in_a_pod_it_knew(cri_cha
             told = await hook.logged(lambda line: line.get("msg") == UNTOLD and line.get("pod") == pod_name, timeout=20.0)
             assert (told["container"], told["container_id"]) == ("side", side_id)
             assert container_values(side_pid) == side_values and container_values(main_pid) == BE_VALUES
-            saved = json.loads((launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json").read_text())
-            assert sorted(saved["containers"]) == [["main", 0], ["side", 0]]
+        # (The list is saved at the end of a pass, or at the hook's stop: read once it stopped.)
+        saved = json.loads((launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json").read_text())
+        assert sorted(saved["containers"]) == [["main", 0], ["side", 0]]

@@ -35,11 +35,12 @@ def pod_request(labels: dict, annotations: dict, cgroup_parent: str = POD_PARENT
 
 
 def container_request(
-    labels: dict, annotations: dict, name: str = "main", cid: str = "", cgroup_parent: str = POD_PARENT, **resources: int
+    labels: dict, annotations: dict, name: str = "main", cid: str = "", cgroup_parent: str = POD_PARENT,
+    attempt: int = 0, **resources: int
 ) -> api_pb2.ContainerResourceHookRequest:
     return api_pb2.ContainerResourceHookRequest(
         pod_meta=api_pb2.PodSandboxMetadata(name="batch-job", namespace="team-a", uid="uid-1"),
-        container_meta=api_pb2.ContainerMetadata(name=name, id=cid),
+        container_meta=api_pb2.ContainerMetadata(name=name, id=cid, attempt=attempt),
         pod_labels=labels,
         pod_annotations=annotations,
         pod_cgroup_parent=cgroup_parent,
