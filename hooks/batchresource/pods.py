@@ -98,10 +98,12 @@ class KnownPods:
 
     def _save(self, record: PodRecord, *, sync_dir: bool = True) -> None:
         containers = self._containers.get(record.key)
-        self._dirty.discard(record.key)  # (a failed save is not retried: warned of, as a pod's)
+        self._dirty.discard(record.key)
         try:
             self._state.save(record, None if containers is None else frozenset(containers), sync_dir=sync_dir)
         except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same: only a restart of the hook forgets it
+            if isinstance(exc, OSError):
+                self._dirty.add(record.key)  # a full or read-only disk may recover: the next pass's flush tries again
             log.warning(
                 "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
                 extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},

@@ -33,7 +33,7 @@ async def test_a_container_made_while_the_hook_was_down_gets_its_values_once(
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT, MAIN, SIDE)
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main", "c-side": "side"}, attempts={"c-side": 3})
-    hook, stub = hook_with_learner(tmp_path, pod)
+    hook, _stub = hook_with_learner(tmp_path, pod)
     await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
     await hook.pre_create_container(container_request(BE, TWO, "main"))  # main through the hook, side not
     # Recorded in memory as the hook answers; its file is written by the pass, not before the answer.
@@ -205,3 +205,24 @@ async def test_a_container_gone_before_its_write_is_not_recorded(tmp_path: Path)
     assert hook.learner is not None
     await hook.learner.pass_once()
     assert saved_containers(tmp_path) == []
+
+
+async def test_a_list_a_pass_failed_to_save_is_saved_by_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at one pass's flush: the pod stays marked, so the next
+    pass saves it (before: its list waited for its next change)."""
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}, attempts={"c-main": 1})
+    hook, _ = hook_with_learner(tmp_path, pod)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main", attempt=1))
+    real = StateDir.save
+
+    def full(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(StateDir, "save", full)
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    assert saved_containers(tmp_path) == []
+    monkeypatch.setattr(StateDir, "save", real)
+    await hook.learner.pass_once()
+    assert saved_containers(tmp_path) == [["main", 1]]
