@@ -65,6 +65,12 @@ class _SilentRuntime(asyncio.Protocol):
         self.read += data
         self.arrived.set()
 
+    async def has_read(self, prefix: bytes) -> None:
+        """Until what it has read starts with ``prefix``: woken by each arrival, not polled."""
+        while not self.read.startswith(prefix):
+            self.arrived.clear()  # (no await since the check: nothing arrived in between)
+            await self.arrived.wait()
+
     def speak(self) -> None:
         assert self.transport is not None
         self.transport.write(fr.serialize(FrameType.SETTINGS, 0, 0))
@@ -101,8 +107,8 @@ async def test_the_goaway_waits_for_the_runtimes_settings_and_the_drain_for_the_
         listener.stop_accepting()
     else:
         runtime = await accepted.get()
-        while not runtime.read.startswith(fr.PREFACE):  # the client's preface went through: the relay is set up
-            await asyncio.sleep(0.01)
+        # The client's preface went through: the relay is set up.
+        await asyncio.wait_for(runtime.has_read(fr.PREFACE), 5)
         listener.stop_accepting()
     draining = asyncio.ensure_future(listener.drain(10))
     first = asyncio.ensure_future(peer.read())

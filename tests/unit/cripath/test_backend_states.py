@@ -22,6 +22,7 @@ class ScriptedChannel:
         self.states = states
         self.index = 0
         self.advance = asyncio.Event()
+        self.taken = asyncio.Event()  # set as the waiter takes a change
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         return self.states[self.index]
@@ -30,6 +31,13 @@ class ScriptedChannel:
         await self.advance.wait()
         self.advance.clear()
         self.index += 1
+        self.taken.set()
+
+    async def step(self) -> None:
+        """Move to the next state, and return once the waiter took the change."""
+        self.taken.clear()
+        self.advance.set()
+        await asyncio.wait_for(self.taken.wait(), 5)
 
     async def close(self) -> None:
         pass
@@ -65,9 +73,7 @@ async def run_through(
     for index in range(1, len(states)):
         between(index)
         reconnected.clear()
-        channel.advance.set()
-        while channel.advance.is_set():  # the change was taken
-            await asyncio.sleep(0)
+        await channel.step()
     await asyncio.sleep(0)
     if states[-1] == S.READY:  # looked at: as the runtime it left, or probed again
         await asyncio.wait_for(reconnected.wait(), 5)

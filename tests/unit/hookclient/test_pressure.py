@@ -83,10 +83,12 @@ def fr_max_window() -> int:
 
 async def test_a_cancelled_caller_resets_its_stream_and_the_connection_goes_on(sock: Path) -> None:
     reset = asyncio.Event()
+    asked = asyncio.Event()
 
     async def late(peer: Peer) -> None:
         await peer.handshake()
         got = await peer.call()
+        asked.set()
         _, _, sid, payload = await peer.until(FrameType.RST_STREAM)
         assert sid == got.stream_id and int.from_bytes(payload, "big") == ErrorCode.CANCEL
         reset.set()
@@ -102,10 +104,7 @@ async def test_a_cancelled_caller_resets_its_stream_and_the_connection_goes_on(s
     transport = FramesTransport()
     async with serving(sock, late):
         task = asyncio.create_task(call(transport, sock))
-        async with asyncio.timeout(5):
-            while not transport.endpoints():
-                await asyncio.sleep(0)
-        await asyncio.sleep(0.05)  # let the request reach the server; its reset is what is awaited
+        await asyncio.wait_for(asked.wait(), 5)  # the request reached the server; its reset is what is awaited
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -39,9 +39,12 @@ class Backend:
         self.gate = asyncio.Event()
         self.gate.set()
         self.calls: list[str] = []
+        self.called = asyncio.Event()  # set on each call (asked() waits on it)
         self.parent = parent  # where the runtime put the container
+
     async def __call__(self, method: str, request: bytes) -> bytes:
         self.calls.append(method)
+        self.called.set()
         await self.gate.wait()
         if method == "PodSandboxStatus":
             return pod_status(v1.PodSandboxStatusRequest.FromString(request).pod_sandbox_id)
@@ -51,6 +54,13 @@ class Backend:
             return v1.ListPodSandboxResponse(items=[v1.PodSandbox(id="p1")]).SerializeToString()
         return v1.ListContainersResponse(containers=[v1.Container(id="c1")]).SerializeToString()
 
+    async def asked(self, method: str) -> None:
+        """Until ``method`` has been called: the caller's read is under way once it asked."""
+        async with asyncio.timeout(5):
+            while method not in self.calls:
+                self.called.clear()  # (no await since the check: no call came in between)
+                await self.called.wait()
+
 
 async def read_held(kind: str, object_id: str) -> tuple[Backend, StateStore, asyncio.Future[Any]]:
     """A store reading ``kind`` ("pod" or "container") from a backend that holds its answer."""
@@ -59,8 +69,7 @@ async def read_held(kind: str, object_id: str) -> tuple[Backend, StateStore, asy
     store = StateStore(read_backend=backend)
     reading = asyncio.ensure_future(getattr(store, kind)(object_id))
     method = "PodSandboxStatus" if kind == "pod" else "ContainerStatus"
-    while method not in backend.calls:
-        await asyncio.sleep(0)  # one loop turn: the read is under way once it asked
+    await backend.asked(method)
     return backend, store, reading
 
 
@@ -243,8 +252,7 @@ async def _with_a_write_while_listing(store: StateStore, backend: Backend, listi
     """Run ``listing`` (a rebuild, a resync) with RunPodSandbox's record of "new-pod" landing while it lists."""
     backend.gate.clear()
     task = asyncio.ensure_future(listing)
-    while "ListPodSandbox" not in backend.calls:
-        await asyncio.sleep(0)  # one loop turn: the listing is under way
+    await backend.asked("ListPodSandbox")  # the listing is under way
     store.put_pod("new-pod", hookapi.PodSandboxHookRequest())  # RunPodSandbox answered meanwhile
     backend.gate.set()
     await task

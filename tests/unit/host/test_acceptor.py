@@ -24,19 +24,32 @@ def _connect(path: Path, count: int) -> list[socket.socket]:
     return clients
 
 
-async def _until(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
+class _Taken(list[socket.socket]):
+    """The acceptor's callback: keeps each socket handed over, and wakes
+    ``reaches`` on each, so that tests await them instead of polling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._more = asyncio.Event()
+
+    def __call__(self, conn: socket.socket) -> None:
+        self.append(conn)
+        self._more.set()
+
+    async def reaches(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(self) < count:
+                self._more.clear()  # (no await since the check: nothing was handed over in between)
+                await self._more.wait()
 
 
 async def test_a_burst_is_accepted_whole_over_several_turns(tmp_path: Path) -> None:
     path = tmp_path / "s.sock"
-    taken: list[socket.socket] = []
-    acc = Acceptor(bound_socket(str(path)), taken.append)
+    taken = _Taken()
+    acc = Acceptor(bound_socket(str(path)), taken)
     clients = _connect(path, acceptor.BATCH + 20)
     acc.start()
-    await _until(lambda: len(taken) == len(clients))
+    await taken.reaches(len(clients))
     assert all(not s.getblocking() for s in taken)
     acc.close()
     assert path.exists()  # closing never unlinks the path (systemd's socket)
@@ -47,16 +60,16 @@ async def test_a_burst_is_accepted_whole_over_several_turns(tmp_path: Path) -> N
 async def test_a_stop_in_the_callback_leaves_the_rest_in_the_backlog(tmp_path: Path) -> None:
     path = tmp_path / "s.sock"
     listening = bound_socket(str(path))
-    taken: list[socket.socket] = []
+    taken = _Taken()
 
     def take(conn: socket.socket) -> None:
-        taken.append(conn)
+        taken(conn)
         acc.stop()
 
     acc = Acceptor(listening, take)
     clients = _connect(path, 3)
     acc.start()
-    await _until(lambda: len(taken) == 1)
+    await taken.reaches(1)
     for _ in range(5):
         await asyncio.sleep(0)
     assert len(taken) == 1
@@ -75,10 +88,12 @@ class _Failing:
     def __init__(self, sock: socket.socket, error: int) -> None:
         self._sock, self._error = sock, error
         self.accepts = 0
+        self.failed = asyncio.Event()  # set as its first accept fails
 
     def accept(self) -> tuple[socket.socket, object]:
         self.accepts += 1
         if self.accepts == 1:
+            self.failed.set()
             raise OSError(self._error, os.strerror(self._error))
         return self._sock.accept()
 
@@ -91,14 +106,14 @@ async def test_a_failing_accept_pauses_then_goes_on(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(acceptor, "RETRY_S", 0.2)
     path = tmp_path / "s.sock"
     failing = _Failing(bound_socket(str(path)), error)
-    taken: list[socket.socket] = []
-    acc = Acceptor(failing, taken.append)  # type: ignore[arg-type]
+    taken = _Taken()
+    acc = Acceptor(failing, taken)  # type: ignore[arg-type]
     clients = _connect(path, 1)
     acc.start()
-    await _until(lambda: failing.accepts == 1)
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(failing.failed.wait(), 5)
+    await asyncio.sleep(0.1)  # (within RETRY_S: what it does not do meanwhile has no event)
     assert failing.accepts == 1 and taken == []  # paused: the loop is not spun on the error
-    await _until(lambda: len(taken) == 1)
+    await taken.reaches(1)
     acc.close()
     for s in taken + clients:
         s.close()

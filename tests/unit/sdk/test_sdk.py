@@ -400,6 +400,29 @@ def test_a_mixin_s_handlers_are_checked_and_a_nested_class_named_as_a_hook_point
             cpu_shares = 512
 
 
+class _Logged(logging.Handler):
+    """Counts the records whose message holds ``text`` as they are logged, so
+    that a test awaits the next one instead of polling caplog."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        self._more = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.count += 1
+            self._loop.call_soon_threadsafe(self._more.set)  # (grpc may log from a thread of its own)
+
+    async def reaches(self, count: int, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while self.count < count:
+                self._more.clear()  # (no await since the check: nothing was logged in between)
+                await self._more.wait()
+
+
 @pytest.mark.parametrize("transport", ["frames", "grpc"])
 async def test_a_handler_cancelled_by_a_hang_up_or_a_stop_is_logged_at_info(
     sock_dir: Path, transport: str, caplog: pytest.LogCaptureFixture
@@ -418,20 +441,23 @@ async def test_a_handler_cancelled_by_a_hang_up_or_a_stop_is_logged_at_info(
         return [r for r in caplog.records if "cancelled" in r.getMessage()]
 
     caplog.set_level(logging.INFO, "hooks.sdk")
-    async with Slow(sock_dir / "slow.sock", transport=transport) as server, \
-            grpc.aio.insecure_channel(server.target) as channel:
-        stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
-        call = stub.PreCreateContainerHook(container_request(), timeout=30)
-        await asyncio.wait_for(started.wait(), 5)
-        call.cancel()  # the caller hangs up, well before its deadline
-        while not cancelled():
-            await asyncio.sleep(0.01)
-        started.clear()
-        call = stub.PreCreateContainerHook(container_request(), timeout=30)
-        await asyncio.wait_for(started.wait(), 5)
-        await server.stop(0)
-        while len(cancelled()) < 2:
-            await asyncio.sleep(0.01)
+    logged = _Logged("cancelled")
+    logging.getLogger("hooks.sdk").addHandler(logged)
+    try:
+        async with Slow(sock_dir / "slow.sock", transport=transport) as server, \
+                grpc.aio.insecure_channel(server.target) as channel:
+            stub = api_pb2_grpc.RuntimeHookServiceStub(channel)
+            call = stub.PreCreateContainerHook(container_request(), timeout=30)
+            await asyncio.wait_for(started.wait(), 5)
+            call.cancel()  # the caller hangs up, well before its deadline
+            await logged.reaches(1)
+            started.clear()
+            call = stub.PreCreateContainerHook(container_request(), timeout=30)
+            await asyncio.wait_for(started.wait(), 5)
+            await server.stop(0)
+            await logged.reaches(2)
+    finally:
+        logging.getLogger("hooks.sdk").removeHandler(logged)
     for record in cancelled():
         assert record.levelno == logging.INFO and record.hook == "PreCreateContainer"
         assert re.match(r"PreCreateContainer hook handler cancelled after \d+\.\d{3}s, before it answered: "
