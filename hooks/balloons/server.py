@@ -340,10 +340,10 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
 
     async def _watch_config(self, path: Path) -> None:
         # The directory, not the file: editors and ConfigMaps replace files by rename.
-        last = path.read_bytes() if path.exists() else b""
+        last = path.read_bytes() if path.exists() else b""  # noqa: ASYNC240 - a small config file, read once at start
         async for _ in watchfiles.awatch(path.parent, debounce=200, step=50):
             try:
-                current = path.read_bytes()
+                current = path.read_bytes()  # noqa: ASYNC240 - the same small file, on a change the watcher saw
             except OSError:
                 continue
             if current != last:

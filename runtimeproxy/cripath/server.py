@@ -136,7 +136,7 @@ class Proxy:
             await self._bind(self.config.listen)
             return
         address = self._activated.getsockname()
-        if os.path.realpath(address) != os.path.realpath(self.config.listen):  # /var/run is /run
+        if os.path.realpath(address) != os.path.realpath(self.config.listen):  # noqa: ASYNC240 - /var/run is /run; lstat walks, once at start-up before serving
             log.warning(
                 "the socket from systemd is not --listen; serving on the socket from systemd",
                 extra={"socket": address, "listen": str(self.config.listen)},

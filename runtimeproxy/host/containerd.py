@@ -245,7 +245,7 @@ class LocalContainerd:
 
     async def _start_once(self, timeout: float, images: bool) -> None:
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as logfile:
+        with open(self.log_path, "ab") as logfile:  # noqa: ASYNC230 - opening the local log for the child, once per start
             # A new session keeps a terminal's Ctrl-C away from containerd: stop() shuts it down.
             self._proc = await asyncio.create_subprocess_exec(
                 *(dying_with_parent() if self.die_with_parent else ()), self._tool("containerd"),

@@ -49,7 +49,7 @@ async def import_test_images(ctr: str, socket: Path, snapshotter: str, directory
         stub = v1_grpc.ImageServiceStub(channel)
         for ref in archives:
             # Bounded by the caller's timeout; CRI offers no event for images appearing.
-            while not (await stub.ImageStatus(
+            while not (await stub.ImageStatus(  # noqa: ASYNC110 - CRI has no event for an image appearing; bounded by the caller's timeout
                     v1.ImageStatusRequest(image=v1.ImageSpec(image=ref)),
                     timeout=CALL_TIMEOUT)).HasField("image"):
                 await asyncio.sleep(POLL_INTERVAL)

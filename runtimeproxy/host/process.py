@@ -196,9 +196,9 @@ def dying_with_parent() -> tuple[str, ...]:
 
 async def delete_runc_containers(runc_root: Path) -> None:
     """runc's containers under each namespace root of ``runc_root``, killed and deleted."""
-    if not runc_root.is_dir():
+    if not runc_root.is_dir():  # noqa: ASYNC240 - runc's state dir (tmpfs), in a clean-up after the runtime stopped
         return
-    for ns_root in runc_root.iterdir():
+    for ns_root in runc_root.iterdir():  # noqa: ASYNC240 - see above
         rc, out = await run_command("runc", "--root", str(ns_root), "list", "-q")
         for cid in out.split() if rc == 0 else ():
             rc, out = await run_command("runc", "--root", str(ns_root), "delete", "--force", cid)
