@@ -137,7 +137,7 @@ async def cpuset_of(channel: aio.Channel, cid: str) -> str:
 async def lands_on(channel: aio.Channel, cid: str, cpus: str, timeout: float = 20.0) -> None:
     """Until the container's cgroup shows ``cpus`` (a move is asynchronous; cgroupfs has no change events)."""
     async with asyncio.timeout(timeout):
-        while (now := await cpuset_of(channel, cid)) != cpus:
+        while (now := await cpuset_of(channel, cid)) != cpus:  # noqa: ASYNC110 - cgroupfs has no change events; bounded
             await asyncio.sleep(0.1)
     assert now == cpus
 
@@ -324,7 +324,7 @@ async def test_the_runtime_listing_reports_an_exited_init_container(launcher, po
                 await rt.StartContainer(pb.StartContainerRequest(container_id=ids[name]), timeout=60)
             async with asyncio.timeout(20):
                 request = pb.ContainerStatusRequest(container_id=ids["init"])
-                while (await rt.ContainerStatus(request, timeout=10)).status.state != pb.CONTAINER_EXITED:
+                while (await rt.ContainerStatus(request, timeout=10)).status.state != pb.CONTAINER_EXITED:  # noqa: ASYNC110 - runc's exit seen through CRI status, no event here; bounded
                     await asyncio.sleep(0.1)
             listing = await runtime.list_containers()
             assert ExitedContainer(ids["init"], (uid, "init")) in listing.exited

@@ -177,7 +177,7 @@ async def test_a_removal_whose_client_left_is_checked_with_the_runtime(
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await fake.wait_calls(remove_pod)
         async with asyncio.timeout(10):
-            while not running.hooks._rechecks:  # noqa: SLF001 - the handler notices the client left
+            while not running.hooks._rechecks:  # noqa: SLF001, ASYNC110 - the handler notices the client left; no event for a recheck starting; bounded
                 await asyncio.sleep(0.01)
             await running.hooks.rechecked()
         assert "pod-1" not in running.hooks.store.pods
