@@ -24,9 +24,10 @@ ListContainers, no status): a live container the state does not list (see
 and gets, in the same order, the values its hooks would have set, is
 recorded, and is logged once. A container the state lists is left alone: the
 hook set its values, so a different value now is another writer's, on
-purpose. A recorded container is dropped once the runtime lists its name
-with a higher attempt (kubelet made it again: that attempt never comes
-back); one not listed stays, as it may not be created yet (the hook
+purpose. One attempt per name is kept (:meth:`KnownPods.set_containers`):
+a recorded container is dropped once a higher attempt of its name is
+recorded, or listed in any state (kubelet made it again: that attempt never
+comes back); one not listed stays, as it may not be created yet (the hook
 answered, CreateContainer not done), until its pod goes. A container whose
 name the spec does not have is left alone (the hook refuses it too). The
 changed lists are saved once per pod, at the end of the pass
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -141,35 +142,53 @@ class RuntimeLearner:
         record = self.pods.record(key)
         if record is None or key in self._stopped:
             return  # stopped or forgotten while the listing was awaited
-        live = {(c.name, c.attempt): (pod, c) for pod in sandboxes for c in pod.containers}
+        try:
+            spec = parse_spec(record.spec)
+        except SpecError:
+            return  # (the reconcile loop warns of it)
+        # (A name the spec lacks: the hook refused it, and so would this.)
+        live = {(c.name, c.attempt): (pod, c) for pod in sandboxes for c in pod.containers if spec.has(c.name)}
         recorded = self.pods.containers(key)
         if recorded is None:  # its state file predates the list: what runs now is taken as the hook's
             self.pods.set_containers(key, add=live, adopt=True)
             log.info(ADOPTED, extra={"pod": record.pod, "uid": record.uid, "containers": len(live),
                                      "reason": "its state file lists no containers (written by an older version)"})
             return
-        # Only a higher attempt listed drops one: a recorded container not
-        # listed may be one the hook answered whose CreateContainer is not
-        # done yet (dropped, the next pass would take it as made without the
-        # hook and overwrite another writer's values).
+        # Only a higher attempt listed (in any state: a container in
+        # CrashLoopBackOff, an init container, is seldom seen live) drops
+        # one: a recorded container not listed may be one the hook answered
+        # whose CreateContainer is not done yet (dropped, the next pass
+        # would take it as made without the hook and overwrite another
+        # writer's values).
         latest: dict[str, int] = {}
-        for name, attempt in live:
+        for name, attempt in (*recorded, *(a for pod in sandboxes for a in pod.attempts)):
             latest[name] = max(attempt, latest.get(name, attempt))
-        superseded = {(name, attempt) for name, attempt in recorded if attempt < latest.get(name, -1)}
+        superseded = {(name, attempt) for name, attempt in recorded if attempt < latest[name]}
         if superseded:
             self.pods.set_containers(key, drop=superseded)
-        try:
-            spec = parse_spec(record.spec)
-        except SpecError:
-            return  # (the reconcile loop warns of it)
-        # (A name the spec lacks: the hook refused it, and so would this.)
-        untold = [(pod, c) for name, (pod, c) in live.items() if name not in recorded and spec.has(name[0])]
-        if not untold:
-            return
-        self._write_pod(sandboxes[0], record, raise_only=True)
-        for pod, container in untold:
-            self._container(pod, record, spec, container, tell=True)
-        self._write_pod(sandboxes[0], record, raise_only=False)  # lowering: after the containers
+        # Untold: not recorded, and not below a recorded attempt (one listed
+        # as it ends, whose next attempt the hook answered already).
+        untold = [(pod, c) for (name, attempt), (pod, c) in live.items()
+                  if (name, attempt) not in recorded and attempt >= latest[name]]
+        self._write_containers(sandboxes[0], record, spec, untold, tell=True)
+
+    def _write_containers(self, pod: ListedPod, record: PodRecord, spec: PodBatchSpec,
+                          containers: Iterable[tuple[ListedPod, ListedContainer]], *, tell: bool,
+                          pod_anyway: bool = False) -> bool:
+        """Write and record ``containers`` (their names the spec's: another is
+        refused by the hook too, so left alone, unwarned) between raising the
+        pod cgroup and lowering it, as the hooks and the reconcile loop do;
+        whether one of them is waiting. With none, the pod only with
+        ``pod_anyway`` (a pod taken up: its cgroup is the hooks' too)."""
+        wanted = [(p, c) for p, c in containers if spec.has(c.name)]
+        if not wanted and not pod_anyway:
+            return False
+        self._write_pod(pod, record, raise_only=True)
+        waits = False
+        for sandbox, container in wanted:
+            waits |= self._container(sandbox, record, spec, container, tell=tell)
+        self._write_pod(pod, record, raise_only=False)  # lowering: after the containers
+        return waits
 
     def _failed(self, reason: str) -> None:
         level = logging.DEBUG if reason == self._failing else logging.WARNING
@@ -215,13 +234,8 @@ class RuntimeLearner:
                                      "cgroup_parent": pod.cgroup_parent, "containers": len(pod.containers), "reason": _WHY})
         self.pods.remember(record)
         recorded = self.pods.containers(record.key) or frozenset()
-        self._write_pod(pod, record, raise_only=True)
-        waits = False
-        for container in pod.containers:
-            if (container.name, container.attempt) not in recorded:
-                waits |= self._container(pod, record, spec, container, tell=not new)
-        self._write_pod(pod, record, raise_only=False)  # lowering: after the containers
-        return new, waits
+        untold = [(pod, c) for c in pod.containers if (c.name, c.attempt) not in recorded]
+        return new, self._write_containers(pod, record, spec, untold, tell=not new, pod_anyway=True)
 
     def _write_pod(self, pod: ListedPod, record: PodRecord, *, raise_only: bool) -> None:
         def warn(message: str, fields: Mapping[str, object]) -> None:

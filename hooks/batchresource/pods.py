@@ -63,9 +63,19 @@ class KnownPods:
         # The containers the hook set values for, by pod key (None: a state
         # file from before the list existed, so not known).
         self._containers: dict[str, set[ContainerKey] | None] = {}
+        # The hook's answers for a pod whose list is None, kept until the
+        # listing adopts its running containers (merged in then: one answered
+        # but not created yet is the hook's, not untold).
+        self._unadopted: dict[str, set[ContainerKey]] = {}
         # Pods whose containers list changed since their file was written
         # (flush() writes them: off the hook's answers, once per pod).
         self._dirty: set[str] = set()
+        # Pods whose last save failed: warned of once, until one succeeds.
+        self._failing: set[str] = set()
+        # Set by close(): the next instance may hold the lock, so no file is
+        # written or removed any more (a late one could overwrite its file,
+        # or bring back one it removed).
+        self._closed = False
         self.cgroups = Cgroups(config)
 
     def load(self) -> None:
@@ -75,6 +85,7 @@ class KnownPods:
         one's files (BatchResourceHook._before_serving). Pods a hook call
         told meanwhile stay, newer than their files."""
         saved = self._state.load()
+        self._closed = False  # (the lock is this instance's again)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: record for k, (record, _) in saved.items()}, **self._pods}
         self._containers = {**{k: None if c is None else set(c) for k, (_, c) in saved.items()}, **told}
@@ -97,17 +108,29 @@ class KnownPods:
         self._save(record)
 
     def _save(self, record: PodRecord, *, sync_dir: bool = True) -> None:
+        if self._closed:
+            return  # (stopped: the next instance's files now)
         containers = self._containers.get(record.key)
         self._dirty.discard(record.key)
         try:
             self._state.save(record, None if containers is None else frozenset(containers), sync_dir=sync_dir)
-        except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same: only a restart of the hook forgets it
-            if isinstance(exc, OSError):
+        except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same
+            retried = isinstance(exc, OSError)
+            if retried:
                 self._dirty.add(record.key)  # a full or read-only disk may recover: the next pass's flush tries again
-            log.warning(
-                "batchresource could not save a pod to its state directory; it is tracked until the hook restarts",
-                extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)},
+            if record.key in self._failing:
+                return  # warned of already: not every pass for every pod
+            self._failing.add(record.key)
+            log.warning(  # (retried: by the listing's passes, which flush; said again only once it saved)
+                "batchresource could not save a pod to its state directory; it stays tracked in memory, "
+                "a restart of the hook forgets what was not saved",
+                extra={"pod": record.pod, "uid": record.uid, "reason": str(exc),
+                       "retried": retried and self._config.runtime_endpoint != ""},
             )
+            return
+        if record.key in self._failing:
+            self._failing.discard(record.key)
+            log.info("batchresource saved a pod to its state directory again", extra={"pod": record.pod, "uid": record.uid})
 
     def containers(self, key: str) -> frozenset[ContainerKey] | None:
         """The containers of a known pod the hook set values for; None when not
@@ -118,21 +141,24 @@ class KnownPods:
     def set_containers(self, key: str, add: Iterable[ContainerKey] = (), drop: Iterable[ContainerKey] = (),
                        *, adopt: bool = False) -> None:
         """Record containers as set by the hook (``add``), drop removed ones
-        (``drop``); ``adopt`` starts a list unknown so far. In memory only: a
-        change marks the pod for :meth:`flush` (a hook answer never waits
-        for a file)."""
-        record = self._pods.get(key)
-        if record is None:
+        (``drop``); ``adopt`` starts a list unknown so far with ``add`` and
+        the answers given while it was unknown. Adding (name, N) drops the
+        name's lower attempts, and one below a recorded attempt is not added:
+        kubelet makes attempt N only once N-1 ended, so at most one attempt
+        per name is kept. In memory only: a change marks the pod for
+        :meth:`flush` (a hook answer never waits for a file)."""
+        if key not in self._pods:
             return  # forgotten meanwhile (stopped): nothing to record
         containers = self._containers.get(key)
+        if containers is None and not adopt:  # kept for the adoption, not saved: the file has no list yet
+            _record(self._unadopted.setdefault(key, set()), add, drop)
+            return
         if containers is None:
-            if not adopt:
-                return
             containers = self._containers[key] = set()
+            add = [*self._unadopted.pop(key, ()), *add]
         before = set(containers)
-        containers.update(add)
-        containers.difference_update(drop)
-        if containers != before or adopt:
+        _record(containers, add, drop)
+        if containers != before or adopt:  # (an empty list adopted is saved too: adopted once, not every start)
             self._dirty.add(key)
 
     def flush(self) -> None:
@@ -146,12 +172,21 @@ class KnownPods:
             else:
                 self._save(record, sync_dir=False)
 
+    def close(self) -> None:
+        """The last flush, then nothing written or removed any more: the
+        hook's stop, while it still holds its socket's lock (the next
+        instance reads the files once it has the lock)."""
+        self.flush()
+        self._closed = True
+
     def forget(self, key: str, reason: str) -> None:
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
+        self._unadopted.pop(key, None)
         self._dirty.discard(key)
+        self._failing.discard(key)
         uid = key if record is None else record.uid
-        if uid:  # a pod with no uid never had a state file
+        if uid and not self._closed:  # a pod with no uid never had a state file
             try:
                 self._state.remove(uid)
             except (OSError, ValueError) as exc:
@@ -190,3 +225,14 @@ class KnownPods:
         for change in changes:
             log.info("batchresource set a pod cgroup value",
                      extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
+
+
+def _record(containers: set[ContainerKey], add: Iterable[ContainerKey], drop: Iterable[ContainerKey]) -> None:
+    """``add`` into ``containers`` keeping one attempt per name (the highest), then ``drop``."""
+    for name, attempt in add:
+        recorded = [c for c in containers if c[0] == name]
+        if any(a > attempt for _, a in recorded):
+            continue  # (listed as it ended: the hook already answered its next attempt)
+        containers.difference_update(recorded)
+        containers.add((name, attempt))
+    containers.difference_update(drop)

@@ -25,7 +25,7 @@ from runtimeproxy.hookpath.store import config_from_info, pod_record
 
 from ..criclient import LIVE_STATES, CriClient, skips_hooks, verbose_info
 from .spec import ANNOTATION_SPEC, is_be_pod
-from .state import pod_key
+from .state import ContainerKey, pod_key
 
 __all__ = ["ListedContainer", "ListedPod", "Listing", "RuntimeLister", "wanted_by_hook"]
 
@@ -58,7 +58,10 @@ class ListedPod:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     cgroup_parent: str  # "" when its config sets none, or the runtime shows no config
-    containers: tuple[ListedContainer, ...]
+    containers: tuple[ListedContainer, ...]  # the live ones (created or running)
+    # (name, attempt) of every container the runtime lists for it, exited
+    # ones too: a recorded attempt below one of these never comes back.
+    attempts: frozenset[ContainerKey] = frozenset()
 
     @property
     def pod(self) -> str:
@@ -103,11 +106,13 @@ class RuntimeLister(CriClient):
             return Listing([], ready_ids)
         listed = await self._on(connection).ListContainers(v1.ListContainersRequest(), timeout=self.timeout)
         containers: dict[str, list[ListedContainer]] = {}
+        attempts: dict[str, set[ContainerKey]] = {}
         for c in listed.containers:
+            attempts.setdefault(c.pod_sandbox_id, set()).add((c.metadata.name, c.metadata.attempt))
             if c.state in LIVE_STATES:
                 containers.setdefault(c.pod_sandbox_id, []).append(
                     ListedContainer(c.id, c.metadata.name, c.metadata.attempt, c.state))
-        known_pods = [_listed_only(p, tuple(containers.get(p.id, ()))) for p in seen]
+        known_pods = [_listed_only(p, tuple(containers.get(p.id, ())), frozenset(attempts.get(p.id, ()))) for p in seen]
         found = []
         for sandbox in sandboxes:
             try:
@@ -124,10 +129,11 @@ class RuntimeLister(CriClient):
         return Listing(found, ready_ids, known_pods)
 
 
-def _listed_only(sandbox: v1.PodSandbox, containers: tuple[ListedContainer, ...]) -> ListedPod:
+def _listed_only(sandbox: v1.PodSandbox, containers: tuple[ListedContainer, ...],
+                 attempts: frozenset[ContainerKey]) -> ListedPod:
     meta = sandbox.metadata
     return ListedPod(sandbox.id, meta.uid, meta.namespace, meta.name, dict(sandbox.labels),
-                     dict(sandbox.annotations), "", containers)
+                     dict(sandbox.annotations), "", containers, attempts)
 
 
 def _listed(sandbox: v1.PodSandbox, status: v1.PodSandboxStatusResponse, containers: tuple[ListedContainer, ...]) -> ListedPod:

@@ -74,17 +74,26 @@ class BatchResourceHook(BuiltinHook):
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
     async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
-        """HookServer.stop, then the runtime listing's channel closed for good
-        (as balloons' stop closes its runtime client): one owner of the close,
-        whoever runs the background work. A listing still running gets
-        ClientClosed, a pass that learns nothing. The containers recorded
-        since the last pass are saved then."""
+        """HookServer.stop; the runtime listing's channel closed for good (as
+        balloons' stop closes its runtime client) in :meth:`_before_release`,
+        or here for a hook that never served. A listing still running gets
+        ClientClosed, a pass that learns nothing."""
         try:
             await super().stop(grace, drain=drain)
         finally:
             if self.learner is not None:
                 await self.learner.lister.close()
-                self.pods.flush()
+
+    async def _before_release(self) -> None:
+        """The server stopped, the socket's lock still held: the containers
+        recorded since the last pass are saved now, and nothing is written or
+        removed after (the listing's loop runs until ``hook run`` cancels it,
+        after the stop): the next instance, waiting on the lock, reads them
+        all, and no late write overwrites its files or brings back one it
+        removed."""
+        if self.learner is not None:
+            await self.learner.lister.close()
+        self.pods.close()
 
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.

@@ -106,8 +106,10 @@ async def test_a_container_recorded_before_the_pass_and_not_listed_yet_is_left_t
 
 
 async def test_the_lists_changed_by_a_pass_are_saved_once_per_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two containers written, an answer recorded meanwhile: one save of the
-    pod's file, its rename not fsync-ed (before: one fsync-ed save per container)."""
+    """Side written, an answer recorded for main's next attempt: one save of
+    the pod's file, its rename not fsync-ed (before: one fsync-ed save per
+    container). Main's listed attempt, below the answered one, is ending: not
+    written, not recorded (before: written and recorded beside attempt 2)."""
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT, MAIN, SIDE)
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main", "c-side": "side"}, attempts={"c-main": 1, "c-side": 1})
@@ -124,7 +126,8 @@ async def test_the_lists_changed_by_a_pass_are_saved_once_per_pod(tmp_path: Path
     monkeypatch.setattr(StateDir, "save", counted)
     assert hook.learner is not None
     await hook.learner.pass_once()
-    assert saves == [([("main", 1), ("main", 2), ("side", 1)], False)]
+    assert saves == [([("main", 2), ("side", 1)], False)]
+    assert values(root, 1, MAIN) == KUBELET_V1
 
 
 async def test_a_container_the_spec_does_not_name_is_left_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -187,7 +187,7 @@ async def test_pods_with_no_uid_are_tracked_in_memory_each_by_its_name(tmp_path:
     await hook.pre_run_pod_sandbox(second)
     assert answer.resources.cpu_shares == 512
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
-    assert any("tracked until the hook restarts" in r.getMessage() for r in caplog.records)
+    assert any("stays tracked in memory" in r.getMessage() for r in caplog.records)
     assert sorted(r.cgroup_parent for r in hook.pods.records()) == sorted([POD_PARENT, other])
     caplog.clear()
     await hook.post_stop_pod_sandbox(pod_request(BE, ONE, uid=""))  # the first stops: the second is still kept
