@@ -56,6 +56,7 @@ from hooks.frameserver import FrameServer
 from hooks.handlers import check_handlers, handled_hooks
 from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
+from hooks.sharedrun import SharedRun
 from runtimeproxy import eventloop, logs
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 from runtimeproxy.host import socketlock, unixsocket
@@ -106,7 +107,9 @@ class HookServer:
 
     Override the handlers below (or :meth:`handle`).  Lifecycle: ``await
     start()`` / ``await stop(grace)``, or ``async with``; ``start`` again
-    once a stop has ended (while one is under way it is refused).  A stop of a server
+    once a stop has ended (while one is under way it is refused); a start
+    while another is under way waits for it and shares its outcome, as a
+    second stop waits for the first.  A stop of a server
     registered under :func:`run` removes its hook file, keeps answering new
     calls for ``drain`` seconds while the proxy notices, then closes its
     listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
@@ -157,6 +160,7 @@ class HookServer:
         self._path_lock: socketlock.SocketLock | None = None
         self._run_scope: runscope.RunScope | None = None  # started under hooks.sdk.run: told as it stops
         self._stopping: asyncio.Future[None] | None = None  # done once the stop under way has ended
+        self._starting = SharedRun(f"the start of the hook server on {self._socket_path}")  # one claims the lock
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -237,6 +241,9 @@ class HookServer:
         return self._server is not None
 
     async def start(self) -> None:
+        await self._starting.run(self._start)  # a start under way: this one waits for it, and shares its outcome
+
+    async def _start(self) -> None:
         if self._server is not None:
             raise HookServerError("hook server already started")
         if self._stopping is not None and not self._stopping.done():  # it holds the path's lock until it ends
