@@ -50,7 +50,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cri_api.hookapi import api_pb2
-from hooks import listen, runscope, unregistered
+from hooks import listen, releasestep, runscope, unregistered
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer
 from hooks.handlers import check_handlers, handled_hooks
@@ -129,8 +129,11 @@ class HookServer:
     is bound (read the state, clean up what a killed instance left), and
     :meth:`_before_release`, once the server has stopped and before the lock
     goes (finish the state writes: one landing later could overwrite, or be
-    removed by, the next instance's).
+    removed by, the next instance's), cut past ``release_step_timeout``
+    seconds (``hooks.releasestep``).
     """
+
+    release_step_timeout: float = releasestep.RELEASE_STEP_TIMEOUT_S
 
     def __init__(
         self,
@@ -161,6 +164,7 @@ class HookServer:
         self._run_scope: runscope.RunScope | None = None  # started under hooks.sdk.run: told as it stops
         self._stopping: asyncio.Future[None] | None = None  # done once the stop under way has ended
         self._starting = SharedRun(f"the start of the hook server on {self._socket_path}")  # one claims the lock
+        self._lock_kept: releasestep.Pending | None = None  # a last write the last stop's lock waits for
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -249,6 +253,9 @@ class HookServer:
         if self._stopping is not None and not self._stopping.done():  # it holds the path's lock until it ends
             raise HookServerError(f"hook server on {self._socket_path} is still stopping: start it again once its "
                                   "stop has ended (await stop() or wait_for_termination() first)")
+        if self._lock_kept is not None and not self._lock_kept.done():
+            raise HookServerError(f"hook server on {self._socket_path} keeps its socket's lock until a write of "
+                                  "its last stop has ended (logged as it stopped)")
         path = self._socket_path
         try:
             lock = await socketlock.claim(path, stop_s=(self._grace or 0.0) + STOP_PAST_GRACE_S)
@@ -328,14 +335,13 @@ class HookServer:
                 lambda: self._stopped_then(server), self._path_lock, self._socket_path, self._socket_identity)
             self._socket_identity = None
 
-    async def _stopped_then(self, server: grpc.aio.Server | FrameServer) -> None:
-        """The server stopped for sure, then :meth:`_before_release`."""
+    async def _stopped_then(self, server: grpc.aio.Server | FrameServer) -> releasestep.Pending | None:
+        """The server stopped for sure, then :meth:`_before_release`, bounded;
+        a write it returned still running keeps the lock (``hooks.releasestep``)."""
         await server.stop(None)
-        try:
-            await self._before_release()
-        except Exception as exc:  # the server is stopped: its lock goes all the same
-            logger.error("hook server's last step before releasing its socket failed", exc_info=exc,
-                         extra={"socket": str(self._socket_path), "error": repr(exc)})
+        self._lock_kept = await releasestep.run_bounded(
+            self._before_release, self.release_step_timeout, type(self).__name__, str(self._socket_path))
+        return self._lock_kept
 
     async def _before_serving(self) -> None:
         """Override to prepare state the handlers need, under the socket's
@@ -344,20 +350,23 @@ class HookServer:
         (one refused as the path is in use never gets here). An exception
         fails the start and lets the lock go."""
 
-    async def _before_release(self) -> None:
+    async def _before_release(self) -> releasestep.Pending | None:
         """Override to finish state writes (the place for them): it runs in
         :meth:`stop` once the server has stopped (no handler runs any more)
         and before the socket's lock is let go, so a write lands before the
         next instance, waiting on the lock, starts and reads the state.
-        Keep it bounded: a waiting instance waits for it past the stop's
-        grace only as long as its own wait allows. An exception is logged
-        and the lock goes all the same."""
+        Keep it bounded: past ``release_step_timeout`` it is cut and the lock
+        goes anyway; an exception is logged, the lock goes all the same. A
+        write it cannot cut (a thread's) it returns, still running: the stop
+        ends, the lock stays until that write ends (``hooks.releasestep``)."""
+        return None
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Wait until the server has stopped: until the end of its stop (the
         one under way, or the next), its drain and grace included, its
-        socket removed and its lock let go. Returns at once when it neither
-        serves nor stops; True on timeout (like grpc)."""
+        socket removed and its lock let go (unless kept for a write its last
+        step handed back: ``hooks.releasestep``). Returns at once when it
+        neither serves nor stops; True on timeout (like grpc)."""
         server = self._server
         try:
             async with asyncio.timeout(timeout):

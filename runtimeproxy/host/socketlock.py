@@ -166,9 +166,12 @@ async def release_once_stopped(
     it comes (a second stop, the server's ``__del__``), unlinks the path it
     bound by name: once the lock went, a newer instance's socket. If this
     stop fails too, socket and lock stay (the kernel drops the lock as the
-    process exits), logged."""
+    process exits), logged. A ``stop()`` that returns an asyncio Future
+    still pending (a hook's state write in a thread, which nothing can cut)
+    keeps the lock until that is done: the write must not land after the
+    next instance, waiting on the lock, has read the state."""
     try:
-        await stop()
+        kept = await stop()
     except BaseException as exc:
         log.error("server not stopped; its socket path stays locked until this process exits",
                   extra={"path": str(path), "lock": str(lock.path) if lock else None, "error": repr(exc)})
@@ -176,6 +179,9 @@ async def release_once_stopped(
             raise
         return
     unixsocket.remove_own(path, identity)
+    if isinstance(kept, asyncio.Future) and not kept.done():
+        kept.add_done_callback(lambda _: release(lock))
+        return
     release(lock)
 
 

@@ -1,11 +1,16 @@
-"""HookServer's start (hooks/sdk.py, hooks/sharedrun.py): a start while
-another is under way waits for it and shares its outcome, one claim of the
-socket's lock between them.
+"""HookServer's start and the last step of its stop (hooks/sdk.py,
+hooks/sharedrun.py, hooks/releasestep.py): a start while another is under
+way waits for it and shares its outcome, one claim of the socket's lock
+between them; a ``_before_release`` that hangs is cut at
+``release_step_timeout`` and the lock goes anyway; one that hands back a
+write it cannot cut ends the stop but keeps the lock until that write ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -84,4 +89,88 @@ async def test_a_second_start_shares_the_first_s_failure_and_a_start_after_it_tr
     assert not server.serving and len(claims) == 1
     server.fail = None
     await asyncio.wait_for(server.start(), WAIT)  # the lock was let go: a new start claims it
+    await server.stop()
+
+
+class HangingRelease(HookServer):
+    release_step_timeout = 0.1
+
+    def __init__(self, path: Path, *, swallow: bool) -> None:
+        super().__init__(path, grace=0, drain=0)
+        self.swallow = swallow
+        self.cut = asyncio.Event()
+        self.let_go = asyncio.Event()  # the test's end: a step that swallowed the cancel returns
+
+    async def _before_release(self) -> None:
+        try:
+            await asyncio.Event().wait()  # a stalled step
+        except asyncio.CancelledError:
+            self.cut.set()
+            if not self.swallow:
+                raise
+        await self.let_go.wait()
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["cancellable", "swallows-the-cancel"])
+async def test_a_release_step_that_hangs_is_cut_and_the_lock_goes_anyway(
+    sock_dir: Path, caplog: pytest.LogCaptureFixture, swallow: bool
+) -> None:
+    """Before: the stop awaited the step with no bound: it never ended, and
+    the lock stayed held, so no other instance could start on the path."""
+    path = sock_dir / "h.sock"
+    server = HangingRelease(path, swallow=swallow)
+    await server.start()
+    with caplog.at_level(logging.WARNING, logger="hooks.sdk"):
+        stopping = asyncio.ensure_future(server.stop())
+        try:  # not wait_for: its cancel would wait for a step that swallows it
+            await asyncio.wait({stopping}, timeout=WAIT)
+            assert stopping.done()
+        finally:  # without the bound: the step cut here, so that the test ends
+            server.let_go.set()
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping
+    assert server.cut.is_set()
+    assert "HangingRelease's last step before releasing its socket's lock did not end within 0.1s" in caplog.text
+    nxt = HookServer(path, grace=0, drain=0)
+    await asyncio.wait_for(nxt.start(), WAIT)  # the lock is free: no wait on a holder
+    await nxt.stop()
+
+
+class UncutWrite(HookServer):
+    """``_before_release`` hands back a write still running (a thread's, say)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, grace=0, drain=0)
+        self.write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def _before_release(self) -> asyncio.Future[None]:
+        return self.write
+
+
+async def test_a_write_handed_back_keeps_the_lock_past_the_stop_until_it_ends(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = sock_dir / "h.sock"
+    released = asyncio.Event()
+    real = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.path == socketlock.lock_path(path):
+            released.set()
+        real(lock)
+
+    monkeypatch.setattr(socketlock, "release", release)
+    server = UncutWrite(path)
+    await server.start()
+    with caplog.at_level(logging.INFO, logger="hooks.sdk"):
+        await asyncio.wait_for(server.stop(), WAIT)  # the stop ends
+        assert not released.is_set() and not path.exists()  # its socket gone, its lock kept
+        assert "UncutWrite stopped, but keeps its socket's lock until a write it cannot cut has ended" in caplog.text
+        with pytest.raises(HookServerError, match="keeps its socket's lock until a write of its last stop"):
+            await server.start()
+        server.write.set_result(None)
+        await asyncio.wait_for(released.wait(), WAIT)
+    assert "UncutWrite's last write has ended: its socket's lock goes" in caplog.text
+    await asyncio.wait_for(server.start(), WAIT)
     await server.stop()

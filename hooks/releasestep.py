@@ -1,0 +1,73 @@
+"""The bound on a hook server's last step before its socket's lock goes (``HookServer._before_release``).
+
+The step runs once the server has stopped and before the lock is let go, so
+a state write it finishes lands before the next instance, waiting on the
+lock, reads the state. A step that hangs would keep the lock, and the stop,
+forever: past :data:`RELEASE_STEP_TIMEOUT_S` (the server's
+``release_step_timeout``) it is cancelled, logged at warning naming the
+server, and the lock goes all the same, without waiting for the step to
+end (one that swallows the cancel is left to itself).
+
+A step that cannot cut a write of its own (one in a thread, which no cancel
+stops) returns it, still running, instead of waiting for it: the stop ends,
+and the lock stays held until that write has ended
+(``socketlock.release_once_stopped``), so it cannot land after the next
+instance has read the state or written its own. That instance waits on the
+lock meanwhile, and is refused past its wait, naming this process's pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+logger = logging.getLogger("hooks.sdk")
+
+# Long enough for a few small fsync-ed state files on a busy disk; a
+# subclass whose step needs longer sets its ``release_step_timeout``.
+RELEASE_STEP_TIMEOUT_S = 5.0
+
+Pending = asyncio.Future[Any]
+Step = Callable[[], Awaitable["Pending | None"]]
+
+
+async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> Pending | None:
+    """Run ``step`` for at most ``timeout`` seconds; what it returns still
+    pending (the lock is kept until it is done), else None. Its failure, or
+    its being cut, is logged: the lock goes all the same."""
+    task = asyncio.ensure_future(step())
+    try:
+        await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:  # the stop was cancelled: so is the step, as when it was awaited directly
+        task.cancel()
+        raise
+    extra = {"server": server, "socket": socket}
+    if not task.done():
+        task.cancel()
+        task.add_done_callback(_retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
+        logger.warning("%s's last step before releasing its socket's lock did not end within %gs: cut, and the "
+                       "lock released anyway (state it was writing may be missing or old for the next instance)",
+                       server, timeout, extra={**extra, "timeout_s": timeout})
+        return None
+    try:
+        pending = task.result()
+    except Exception as exc:  # the server is stopped: its lock goes all the same
+        logger.error("%s's last step before releasing its socket's lock failed", server, exc_info=exc,
+                     extra={**extra, "error": repr(exc)})
+        return None
+    if pending is None or pending.done():
+        return None
+    logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
+                   "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
+                   "before that write ends", server, extra=extra)
+    pending.add_done_callback(lambda _: logger.info("%s's last write has ended: its socket's lock goes", server,
+                                                    extra=extra))
+    return pending
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A cut step's late failure: logged at debug, not as 'never retrieved'."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.debug("a cut release step failed after its cut", exc_info=exc)
