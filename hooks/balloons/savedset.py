@@ -20,10 +20,18 @@ this hook no longer keeps.
 The hook's stop ends the writer with :meth:`SavedSet.finish`, after its
 server stopped and before its socket's lock goes (``HookServer._before_release``):
 the set due is written, waited for up to ``STOP_WRITE_WAIT``; past that,
-the set still waiting is dropped, but a write already in its thread (which
-cannot be stopped) is waited for to its end, so that no write of this hook
-lands after the next instance, waiting on the lock, has read the file or
-written its own. From then on nothing is written.
+the set still waiting is dropped. A write already in its thread cannot be
+stopped (a stalled disk may hold it for good): finish() does not wait for
+it but hands it back, and the SDK keeps the socket's lock until it has
+ended (``hooks.releasestep``), so that no write of this hook lands after the
+next instance, waiting on the lock, has read the file or written its own;
+the stop itself ends. What an operator sees then: the warning below, then
+the SDK's "keeps its socket's lock until a write it cannot cut has ended";
+the process does not exit before the write ends (its thread is joined), and
+a next instance waits on the lock and is refused past its wait, naming this
+pid. The write is atomic (``hooks.statefile.write_atomic``: a temporary
+file renamed into place), so however late it lands it never tears the file.
+From then on nothing is written.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from .topology import Topology, format_cpuset
 log = logging.getLogger("hooks.balloons")
 
 # How long a stopping hook waits for the set due to be written before it
-# drops it (a write already in its thread is waited for to its end: finish()).
+# drops it (a write already in its thread keeps the socket's lock: finish()).
 STOP_WRITE_WAIT = 2.0
 
 # Runs a blocking call off the event loop (asyncio.to_thread; tests slow it down).
@@ -54,6 +62,11 @@ class Wanted(NamedTuple):
 
     directory: Path | None
     saved: SavedReserved
+
+
+def _retrieved(write: asyncio.Future[Any]) -> None:
+    if not write.cancelled():
+        write.exception()
 
 
 class SavedSet:
@@ -127,25 +140,28 @@ class SavedSet:
             await self._due.wait()
             await self.write_due()
 
-    async def finish(self, timeout: float = STOP_WRITE_WAIT) -> None:
+    async def finish(self, timeout: float | None = None) -> asyncio.Future[Any] | None:
         """The hook stops: write the set due, waiting up to ``timeout``; past
-        it the set still waiting is dropped and only the write in its thread
-        is waited for, to its end. Nothing is written after this returns
-        (the next instance may be reading the file)."""
+        it the set still waiting is dropped, and the write still in its
+        thread, which nothing can stop, is returned, running: the hook's
+        socket lock is kept until it ends (``HookServer._before_release``).
+        Nothing else is written after this returns (the next instance may be
+        reading the file). ``timeout``: ``STOP_WRITE_WAIT`` unless given."""
+        timeout = STOP_WRITE_WAIT if timeout is None else timeout
         try:
             await asyncio.wait_for(self.write_due(), timeout)
         except TimeoutError:
             log.warning("stopping before the reserved CPUs were saved to %s (the write took over %.0fs): the set "
-                        "still waiting is not written; waiting for the write in flight to end",
+                        "still waiting is not written; a write still in flight keeps the socket's lock until it ends",
                         self._held.path if self._held else "stateDir", timeout)
         finally:
             self._finished = True
             self._due.set()  # a writer waiting for a set wakes and ends
-            in_flight = self._in_flight
-            if in_flight is not None:  # a thread's write cannot be stopped: it lands before we return
-                await asyncio.wait({in_flight})  # (a cancel of ours leaves it running)
-                if not in_flight.cancelled():
-                    in_flight.exception()  # its failure was the cancelled writer's to log
+        in_flight = self._in_flight
+        if in_flight is None:
+            return None
+        in_flight.add_done_callback(_retrieved)  # its failure was the cancelled writer's to log
+        return None if in_flight.done() else in_flight
 
     async def write_due(self) -> None:
         """Write the latest set noted until none is due (one writer at a

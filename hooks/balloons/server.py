@@ -171,11 +171,12 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             finally:
                 await self._runtime.close()
 
-    async def _before_release(self) -> None:
+    async def _before_release(self) -> asyncio.Future[Any] | None:
         """The server stopped, its socket's lock still held: the last set of
         reserved CPUs is written now (bounded: SavedSet.finish), not after
-        the next instance, waiting on the lock, has started and read it."""
-        await self._saved.finish()
+        the next instance, waiting on the lock, has started and read it; a
+        write stuck in its thread is returned: the lock waits for it."""
+        return await self._saved.finish()
 
     async def background(self) -> None:
         async with asyncio.TaskGroup() as tasks:

@@ -1,8 +1,9 @@
 """The saved reserved set at the hook's stop (hooks/balloons/savedset.py
 SavedSet.finish, HookServer._before_release): the last set is on disk
-before the hook socket's lock goes, a slow write in its thread lands before
-the stop ends, and nothing is written once it has. Machines as in
-test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
+before the hook socket's lock goes, a slow write in its thread is handed
+back still running and keeps the lock until it lands (the stop ends), and
+nothing is written once it has. Machines as in test_hotplug: CPUs 0-3 on
+NUMA node 0, 4-7 on node 1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hooks.balloons import savedset
 from hooks.balloons.config import parse_config
 from hooks.balloons.runtime import RuntimeClient
 from hooks.balloons.savedreserved import ReservedFile, SavedReserved
@@ -51,12 +53,14 @@ async def test_the_last_set_is_on_disk_before_the_socket_lock_is_released(tmp_pa
     assert at_release == ["0"]
 
 
-async def test_a_slow_write_lands_before_the_stop_ends_and_a_set_still_waiting_is_dropped(
+async def test_a_slow_write_is_handed_back_running_and_a_set_still_waiting_is_dropped(
     tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Past its wait the stop drops the set still waiting, but waits for the
-    write already in its thread (which cannot be stopped): it must not land
-    after the next instance read or wrote the file. Nothing is written after."""
+    """Past its wait the stop drops the set still waiting, and hands back the
+    write already in its thread (which cannot be stopped), for the lock to
+    wait on: it must not land after the next instance read or wrote the
+    file. Nothing is written after (before: finish() waited for it to its
+    end, so a stalled disk held the stop for good)."""
     config = parse_config({**ALONE, "stateDir": str(tmp_path)})
     started, gave_up = threading.Event(), threading.Event()
     landed: list[frozenset[int]] = []
@@ -81,15 +85,59 @@ async def test_a_slow_write_lands_before_the_stop_ends_and_a_set_still_waiting_i
         writer = asyncio.create_task(saved.run())
         assert await asyncio.to_thread(started.wait, WAIT)
         saved.record(config, frozenset({2}))  # waits for the write of {1}
-        await saved.finish(timeout=0.05)
+        in_flight = await saved.finish(timeout=0.05)
     finally:
         logging.getLogger("hooks.balloons").removeHandler(handler)
-    assert landed == [frozenset({1})]  # in flight: landed before finish() returned; {2}: dropped
+    assert in_flight is not None  # finish() did not wait for it: no await since its thread was let go
+    await asyncio.wait_for(asyncio.shield(in_flight), WAIT)
+    assert landed == [frozenset({1})]  # {2}: dropped
     assert saved_in(tmp_path)["reserved_cpus"] == "1"
     await asyncio.wait_for(writer, WAIT)  # the writer ends with finish()
     saved.record(config, frozenset({3}))
     await saved.write_due()
     assert landed == [frozenset({1})]
+
+
+async def test_a_write_stuck_in_its_thread_ends_the_stop_and_keeps_the_lock_until_it_lands(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stalled disk: the stop ends past STOP_WRITE_WAIT, the socket's lock
+    is not let go while the write may still land (the next instance would
+    read the old set, or have its own overwritten), and goes once it has,
+    the new set on disk (before: the stop waited for the write for good)."""
+    monkeypatch.setattr(savedset, "STOP_WRITE_WAIT", 0.05)
+    state = tmp_path / "state"
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})  # its rebuild noted reserved 1
+    disk = threading.Event()
+    real_save = ReservedFile.save
+
+    def stalled(self: ReservedFile, saved: SavedReserved) -> None:
+        assert disk.wait(WAIT)
+        real_save(self, saved)
+
+    released = asyncio.Event()
+    at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.path == socketlock.lock_path(Path(hook.socket_path)):
+            at_release.append(saved_in(state)["reserved_cpus"] if (state / "reserved.json").exists() else None)
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(ReservedFile, "save", stalled)
+    monkeypatch.setattr(socketlock, "release", release)
+    await hook.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+            assert at_release == [] and not hook.serving  # stopped, the lock kept
+            assert "BalloonsHook stopped, but keeps its socket's lock until a write it cannot cut" in caplog.text
+            disk.set()
+            await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        disk.set()
+    assert at_release == ["0"]  # the write landed before the lock went
 
 
 async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -> None:
