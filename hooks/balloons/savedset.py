@@ -1,4 +1,4 @@
-"""The hook's saved reserved set (``stateDir``): read at start, written by one writer.
+"""The hook's saved reserved set and balloons (``stateDir``): read at start, written by one writer.
 
 A restart reads the file in the stateDir the hook started with
 (:meth:`SavedSet.at_restart`), whatever a reload before the start-up
@@ -32,6 +32,12 @@ a next instance waits on the lock and is refused past its wait, naming this
 pid. The write is atomic (``hooks.statefile.write_atomic``: a temporary
 file renamed into place), so however late it lands it never tears the file.
 From then on nothing is written.
+
+The balloons (savedplan.py) are noted with the set, on every change of the
+plan (each hook call under the lock), and written by the same writer in the
+same thread call, after the set: ``balloons.json`` names the reserved CPUs
+too, so a restart after a crash between the two writes sees they differ. A
+failed write removes both files; leaving a directory removes both.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from typing import Any, NamedTuple
 
 from .config import BalloonsConfig
 from .planning import Restored
+from .state import Assignments
+from .savedplan import PlanFile, SavedPlan, SavedPlanError, rebuild_from
 from .savedreserved import AtRestart, ReservedFile, SavedReserved, SavedReservedError, fingerprint, judge
 from .topology import Topology, format_cpuset
 
@@ -58,10 +66,37 @@ Offload = Callable[..., Awaitable[Any]]
 
 
 class Wanted(NamedTuple):
-    """A set to write, and where (None: stateDir off, the file left)."""
+    """A set (and the balloons) to write, and where (None: stateDir off, the files left)."""
 
     directory: Path | None
     saved: SavedReserved
+    plan: SavedPlan | None = None
+
+
+class BalloonsAtRestart(NamedTuple):
+    """The state a restart rebuilt from the saved balloons (None: from the
+    cpusets, as without them), and why, for the log."""
+
+    state: Assignments | None
+    why: str
+    level: int = logging.INFO
+
+
+def _save(reserved: ReservedFile, plan: PlanFile, saved: SavedReserved, balloons: SavedPlan | None) -> None:
+    """In a thread: the set, then the balloons (none: the file removed), each atomically (OSError)."""
+    reserved.save(saved)
+    if balloons is None:
+        plan.remove()
+    else:
+        plan.save(balloons)
+
+
+def _remove(reserved: ReservedFile, plan: PlanFile) -> None:
+    """In a thread: both files (OSError)."""
+    try:
+        reserved.remove()
+    finally:
+        plan.remove()
 
 
 def _retrieved(write: asyncio.Future[Any]) -> None:
@@ -85,6 +120,7 @@ class SavedSet:
         self._in_flight: asyncio.Future[Any] | None = None  # a thread's write, which a cancel does not stop
         self._offload = offload
         self._finished = False  # finish() ran: nothing is written any more
+        self._logged: tuple[Path, SavedReserved] | None = None  # the set last logged as saved, and where
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
@@ -111,16 +147,42 @@ class SavedSet:
             why += ", saved under another config: kept as a reload of this one keeps them"
         return AtRestart(kept, why)
 
-    def record(self, config: BalloonsConfig, reserved: frozenset[int]) -> None:
-        """Note ``reserved``, chosen under ``config``, for the writer to save in
-        ``config``'s stateDir; at once, no I/O. A set noted already is not
-        written again, unless its write failed (a retry)."""
+    def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
+                            reserved: frozenset[int] | None) -> BalloonsAtRestart:
+        """The balloons rebuilt from those saved in the stateDir the hook
+        started with, if they agree with the containers ``found`` running
+        and the reserved CPUs the restart keeps (``reserved``: at_restart's;
+        savedplan.rebuild_from); else none, and why."""
+        cpusets = "rebuilt from the CPUs the containers run on"
+        if self.started is None:
+            return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
+        plans = PlanFile(self.started.path.parent)
+        try:
+            plan = plans.load()
+        except SavedPlanError as exc:
+            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}", logging.WARNING)
+        if plan is None:
+            return BalloonsAtRestart(None, f"{cpusets}: none saved in {plans.path} (the first start with this "
+                                           "stateDir or this version, or the last write failed)")
+        try:
+            if config.reserved_cpuset is None and reserved != plan.reserved:
+                kept = format_cpuset(reserved) if reserved is not None else "those deduced"
+                raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
+            return BalloonsAtRestart(rebuild_from(config, topology, found, plan), f"the saved balloons in {plans.path}")
+        except SavedPlanError as exc:
+            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
+
+    def record(self, config: BalloonsConfig, reserved: frozenset[int], plan: SavedPlan | None = None) -> None:
+        """Note ``reserved``, chosen under ``config``, and the balloons
+        ``plan``, for the writer to save in ``config``'s stateDir; at once,
+        no I/O. What was noted already is not written again, unless its
+        write failed (a retry)."""
         if self._finished:
             return  # the hook stopped: the next instance may be reading the file
         directory = Path(config.state_dir) if config.state_dir else None
         if directory is None and self._held is None and (self._wanted is None or self._wanted.directory is None):
             return  # stateDir off, and no file of this hook's anywhere
-        wanted = Wanted(directory, SavedReserved(reserved, fingerprint(config)))
+        wanted = Wanted(directory, SavedReserved(reserved, fingerprint(config)), plan if directory else None)
         if wanted == self._wanted and self._failed is None:
             return  # written, or due
         self._wanted = wanted
@@ -196,9 +258,10 @@ class SavedSet:
             self._held = None
             return
         file = self._held = ReservedFile(wanted.directory)
+        plan = PlanFile(wanted.directory)
         cpus = format_cpuset(wanted.saved.cpus)
         try:
-            await self._io(file.save, wanted.saved)
+            await self._io(_save, file, plan, wanted.saved, wanted.plan)
         except OSError as exc:
             failure, self._failed = self._failed, (cpus, exc.errno, exc.strerror)
             again = failure == self._failed  # the error text may name a random temporary file: not compared
@@ -206,7 +269,7 @@ class SavedSet:
                 log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
                             cpus, file.path, exc, extra={"path": str(file.path), "error": str(exc)})
             try:
-                await self._io(file.remove)  # a restart deduces, rather than keep what is not true
+                await self._io(_remove, file, plan)  # a restart deduces, rather than keep what is not true
             except OSError as gone:
                 if not again:
                     log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer "
@@ -214,14 +277,16 @@ class SavedSet:
                               extra={"path": str(file.path), "error": str(gone)})
             return
         self._failed = None
-        log.info("reserved CPUs %s saved to %s", cpus, file.path, extra={"path": str(file.path), "reserved_cpus": cpus})
+        if self._logged != (file.path, wanted.saved):  # the balloons change at every hook call: not logged
+            log.info("reserved CPUs %s saved to %s", cpus, file.path, extra={"path": str(file.path), "reserved_cpus": cpus})
+        self._logged = (file.path, wanted.saved)
 
     async def _leave(self, held: ReservedFile) -> None:
         """stateDir moved or cleared: the file left there is removed, else a
         later start naming that directory again would trust it."""
         self._held = None
         try:
-            await self._io(held.remove)
+            await self._io(_remove, held, PlanFile(held.path.parent))
         except OSError as exc:
             log.error("cannot remove %s, left by a change of stateDir: %s; a start naming that directory again "
                       "may keep reserved CPUs that are no longer reserved: remove it", held.path, exc,

@@ -258,6 +258,8 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 # of CPUs: the retry came first. Refused, it goes now.
                 self._state.grow_short()
                 raise
+            finally:
+                self._save()  # what it released or placed, for a restart
         self._moves_due.set()  # the balloon may have grown: its other containers move
         return _answer(cpuset)
 
@@ -287,6 +289,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 self._place(request, milli_from_shares(request.container_resources.cpu_shares), answered=False)
             else:
                 balloon.members[key].container_id = request.container_meta.id
+            self._save()
         # Its balloon may have changed between create and start: then it moves after the start.
         self._moves_due.set()
         return None
@@ -322,6 +325,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 cpuset = self._state.target(key)
                 assert cpuset is not None
                 self._state.given(key, cpuset)
+            self._save()
         self._moves_due.set()
         return _answer(cpuset)
 
@@ -329,12 +333,14 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         async with self._lock:
             self._events += 1
             self._state.release((request.pod_meta.uid, request.container_meta.name), request.container_meta.id)
+            self._save()
         self._moves_due.set()
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> None:
         async with self._lock:
             self._events += 1
             self._state.release_pod(request.pod_meta.uid)
+            self._save()
         self._moves_due.set()
 
     # -- config reload ---------------------------------------------------------------------
@@ -362,7 +368,7 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 self._topology_problem = None
                 # Saved in the new stateDir, if any, from the start-up rebuild
                 # on; a restart reads the one the hook started with.
-                self._save_reserved()
+                self._save()
                 if config.runtime_endpoint != endpoint_was:
                     self._retargets += 1
                     log.info("moving containers through %s from now on (runtimeEndpoint changed)",

@@ -18,6 +18,7 @@ import time
 import grpc
 
 from ..criclient import ClientClosed, EndpointChanged
+from . import savedplan
 from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
 from .pool import PoolError
@@ -70,7 +71,7 @@ class RuntimeSync:
     _ready: asyncio.Event
     _moves_due: asyncio.Event
     _not_ready_reason: str
-    _saved: SavedSet  # the reserved CPUs saved for a restart (stateDir)
+    _saved: SavedSet  # the reserved CPUs and balloons saved for a restart (stateDir)
 
     async def _rebuild_then_reconcile(self) -> None:
         while not self._ready.is_set():
@@ -126,13 +127,16 @@ class RuntimeSync:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             config, topology = self._state.config, self._state.topology
             kept = self._saved.at_restart(config, topology, restored)
-            self._state = Assignments.rebuild(config, topology, restored, kept.reserved)
+            balloons = self._saved.balloons_at_restart(config, topology, restored, kept.reserved)
+            self._state = balloons.state or Assignments.rebuild(config, topology, restored, kept.reserved)
             if config.reserved_cpuset is None:
                 reserved = format_cpuset(self._state.pool.reserved)
                 log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
                         extra={"reserved_cpus": reserved, "saved": kept.reserved is not None, "reason": kept.why})
+            log.log(balloons.level, "balloons at start: %s", balloons.why,
+                    extra={"saved": balloons.state is not None, "reason": balloons.why})
             self._ready.set()
-            self._save_reserved()
+            self._save()
         running = sum(f.running for f in found)
         log.info("assignments rebuilt from %d live containers (%d running, %d created, not started yet)",
                  len(found), running, len(found) - running,
@@ -149,7 +153,7 @@ class RuntimeSync:
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
         async with self._lock:
-            self._save_reserved()  # again, if the last write failed (a hotplug re-plan below writes its own)
+            self._save()  # again, if the last write failed (a hotplug re-plan below writes its own)
             self._follow_hotplug(retry=True)
         events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
@@ -163,6 +167,7 @@ class RuntimeSync:
                 log.debug("hook events while the runtime was listed; reconcile waits for the next pass")
                 return
             self._state.reconcile(listing, now, CREATE_GRACE)
+            self._save()
         self._moves_due.set()
 
     def _follow_hotplug(self, retry: bool = False) -> None:
@@ -187,19 +192,22 @@ class RuntimeSync:
             return
         self._state, self._topology_problem = state, None
         log.info("balloons re-planned on the CPUs online now", extra={"online_cpus": format_cpuset(topology.all_cpus)})
-        self._save_reserved()
+        self._save()
         self._moves_due.set()
 
-    def _save_reserved(self) -> None:
-        """Under the lock: the reserved CPUs saved for a restart (stateDir),
-        noted for the writer if they or the config changed since the last
-        write, or it failed (no I/O here: this runs on hook calls too). Only
-        once the start-up rebuild is done: before, the reserved CPUs are a
-        fresh pick, and the file still holds those the restart is to keep.
-        At start-up, a reload, a re-plan after hotplug (on a hook call too,
-        when it notices it) and every reconcile pass (a retry)."""
+    def _save(self) -> None:
+        """Under the lock: the reserved CPUs and the balloons saved for a
+        restart (stateDir), noted for the writer if they or the config
+        changed since the last write, or it failed (no I/O here: this runs
+        on hook calls too). Only once the start-up rebuild is done: before,
+        the reserved CPUs are a fresh pick, and the files still hold those
+        the restart is to keep. At start-up, a reload, a re-plan after
+        hotplug, every hook call that may change a balloon and every
+        reconcile pass (a retry)."""
         if self._ready.is_set():
-            self._saved.record(self._state.config, self._state.pool.reserved)
+            state = self._state
+            plan = savedplan.snapshot(state) if state.config.state_dir else None
+            self._saved.record(state.config, state.pool.reserved, plan)
 
     async def _move_containers(self) -> None:
         while True:
@@ -254,6 +262,7 @@ class RuntimeSync:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     async with self._lock:
                         self._state.release(move.key, move.container_id)
+                        self._save()
                     continue
                 log.warning(
                     "cannot move container %s to cpus %s: %s: %s",

@@ -25,6 +25,7 @@ from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_con
 from hooks.balloons.balloon import Member
 from hooks.balloons.planning import type_or_default
 from hooks.balloons.pool import Exhausted, PoolError
+from hooks.balloons.savedplan import SavedPlanError, rebuild_from, snapshot
 from hooks.balloons.state import Assignments, Restored
 from hooks.balloons.topology import Topology, parse_cpuset
 
@@ -210,6 +211,35 @@ def test_a_restart_keeps_the_reserved_cpus_and_the_balloons_and_moves_nothing() 
             problems["moves"].append(seed)
     assert problems == {kind: [] for kind in KINDS}
     assert runs > 500 and moved <= 5
+
+
+def test_a_restart_with_the_saved_balloons_keeps_them_or_rebuilds_from_the_cpusets() -> None:
+    """stateDir set, the balloons saved (savedplan.py): a restart finding
+    every container on its balloon's cpuset gets them back as they were and
+    moves nothing; one finding some on every CPU (never pinned) does not
+    agree with them, unless every CPU is their balloon's cpuset, and
+    rebuilds from the cpusets, as the test above."""
+    problems: dict[str, list[int]] = {kind: [] for kind in KINDS}
+    used = fell_back = 0
+    for seed, doc, topology, state in workloads():
+        config, plan = parse_config(doc), snapshot(state)
+        again = rebuild_from(config, topology, found(state), plan)
+        check(seed, state, again, problems)
+        used += 1
+        if again.moves():
+            problems["moves"].append(seed)
+        fresh = unpinned(seed, state)
+        if not fresh:
+            continue
+        try:
+            again = rebuild_from(config, topology, found(state, fresh), plan)
+        except SavedPlanError as exc:
+            assert "but it runs on" in str(exc)
+            fell_back += 1
+        else:  # every CPU is their balloon's cpuset (idle CPUs shared system wide)
+            check(seed, state, again, problems)
+    assert problems == {kind: [] for kind in KINDS}
+    assert used > 500 and fell_back > 100, (used, fell_back)
 
 
 def test_a_reload_adding_a_min_balloon_keeps_the_reserved_cpus_and_the_pods_apart() -> None:

@@ -107,7 +107,7 @@ async def test_the_reserved_cpus_are_saved_after_start_up_hotplug_and_reloads(tm
     assert await hook.reload(config_file)
     await written(hook)
     assert saved_in(moved) == expected
-    assert [p.name for p in moved.iterdir()] == ["reserved.json"]  # no temporary file left
+    assert sorted(p.name for p in moved.iterdir()) == ["balloons.json", "reserved.json"]  # no temporary file left
     assert list(state.iterdir()) == []
     config_file.write_text(yaml.safe_dump({**changed, "stateDir": None}))  # off
     assert await hook.reload(config_file)
@@ -250,4 +250,4 @@ async def test_a_failed_write_removes_the_file_and_is_tried_again_at_the_next_re
     await hook.reconcile()
     await written(hook)
     assert saved_in(state)["reserved_cpus"] == "1"
-    assert os.listdir(state) == ["reserved.json"]
+    assert sorted(os.listdir(state)) == ["balloons.json", "reserved.json"]

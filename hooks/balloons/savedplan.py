@@ -1,0 +1,176 @@
+"""The balloons saved for a restart (``stateDir``): ``<stateDir>/balloons.json``.
+
+A restart that knows only the cpusets containers run on guesses the
+balloons (rebuilding.py): a pod split over balloons of its type, or a
+container its type could not take in the default balloon, is regrouped, as
+the cpusets do not tell those balloons apart. So, with ``stateDir`` set, the
+hook saves its plan too: each balloon's type, index, own CPUs, the cpuset its
+containers were given and which containers it holds, with the reserved CPUs
+and the config's fingerprint. A restart rebuilds from it as a reload of the
+same config does (:meth:`.state.Assignments.replan`: each container back in
+its balloon, which keeps its name and place in the order) when it agrees with
+what runs (:func:`rebuild_from`), else as without it, saying why.
+
+Written by the reserved set's one writer (savedset.py), after reserved.json,
+atomically (``hooks.statefile``); the reserved CPUs it names must be those
+the restart keeps, so a crash between the two writes is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..statefile import remove_durably, remove_leftovers, temp_glob, write_atomic
+from . import planning, replanning
+from .balloon import Balloon, ContainerKey
+from .config import DEFAULT, BalloonsConfig
+from .planning import Restored
+from .savedreserved import fingerprint
+from .state import Assignments
+from .topology import Topology, format_cpuset, parse_cpuset
+
+
+log = logging.getLogger("hooks.balloons")
+
+FILE_NAME = "balloons.json"
+VERSION = 1
+
+
+class SavedPlanError(ValueError):
+    """The saved balloons cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class SavedBalloon:
+    btype: str
+    index: int
+    cpus: frozenset[int]  # its own
+    cpuset: frozenset[int]  # what its containers were given (idle CPUs shared, or the reserved ones)
+    members: tuple[ContainerKey, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.btype}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    reserved: frozenset[int]
+    config: str  # fingerprint() of the config it was made under
+    balloons: tuple[SavedBalloon, ...]  # in the pool's order (placement tries them in it)
+
+
+def snapshot(state: Assignments) -> SavedPlan:
+    """``state``'s balloons, to save."""
+    pool = state.pool
+    return SavedPlan(pool.reserved, fingerprint(state.config), tuple(
+        SavedBalloon(b.btype.name, b.index, b.cpus, pool.effective_cpus(b), tuple(sorted(b.members)))
+        for b in pool.balloons
+    ))
+
+
+def _to_doc(plan: SavedPlan) -> dict[str, Any]:
+    return {"version": VERSION, "reserved_cpus": format_cpuset(plan.reserved), "config": plan.config, "balloons": [
+        {"type": b.btype, "index": b.index, "cpus": format_cpuset(b.cpus), "cpuset": format_cpuset(b.cpuset),
+         "members": [list(key) for key in b.members]}
+        for b in plan.balloons
+    ]}
+
+
+def _from_doc(doc: Any) -> SavedPlan:
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        raise SavedPlanError(f"is not a version {VERSION} balloons file")
+    try:
+        balloons = tuple(
+            SavedBalloon(str(b["type"]), int(b["index"]), parse_cpuset(b["cpus"]), parse_cpuset(b["cpuset"]),
+                         tuple((str(uid), str(name)) for uid, name in b["members"]))
+            for b in doc["balloons"]
+        )
+        return SavedPlan(parse_cpuset(doc["reserved_cpus"]), str(doc["config"]), balloons)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SavedPlanError(f"is malformed ({type(exc).__name__}: {exc})") from None
+
+
+class PlanFile:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE_NAME
+
+    def load(self) -> SavedPlan | None:
+        """The saved plan; None if there is none (an older hook's stateDir).
+        A killed hook's temporary file is removed (at start, the lock held)."""
+        remove_leftovers(self.path.parent, temp_glob(FILE_NAME), log, "balloons")
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SavedPlanError(f"cannot be read: {exc}") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise SavedPlanError(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
+        return _from_doc(doc)
+
+    def save(self, plan: SavedPlan) -> None:
+        """Write ``plan`` in place of the file, atomically (OSError)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, (json.dumps(_to_doc(plan)) + "\n").encode())
+
+    def remove(self) -> None:
+        remove_durably(self.path)
+
+
+def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> list[Restored]:
+    """``found``, each with the balloon ``plan`` had it in (as a re-plan's,
+    replanning.restored), if the plan agrees with what runs: made under this
+    config, its CPUs online, every container found in one of its balloons and
+    running on that balloon's cpuset; else SavedPlanError saying what does not."""
+    if plan.config != fingerprint(config):
+        raise SavedPlanError("was saved under another config (a restart after a config change rebuilds from the cpusets)")
+    offline = frozenset().union(plan.reserved, *(b.cpuset for b in plan.balloons)) - topology.all_cpus
+    if offline:
+        raise SavedPlanError(f"names CPUs {format_cpuset(offline)}, offline now")
+    types = {t.name for t in config.all_types}
+    where = {key: b for b in plan.balloons for key in b.members}
+    out = []
+    for item in found:
+        key, label = item.member.key, item.member.label
+        balloon = where.get(key)
+        if balloon is None:
+            raise SavedPlanError(f"does not hold container {label} (started after the last write?)")
+        if balloon.btype not in types:
+            raise SavedPlanError(f"has balloon {balloon.name}, whose type the config no longer defines")
+        if config.pin_cpu and item.cpus != balloon.cpuset:
+            raise SavedPlanError(
+                f"has container {label} in balloon {balloon.name} on cpus {format_cpuset(balloon.cpuset)}, but it runs "
+                f"on {format_cpuset(item.cpus) or 'no cpuset'} (a move not done before the hook stopped?)")
+        chosen = planning.type_or_default(config, item.pod)[0].name
+        pinned = frozenset() if topology.all_cpus <= item.cpus else item.cpus
+        out.append(Restored(
+            member=item.member, pod=item.pod, cpus=pinned, mems=item.mems, answers=item.answers,
+            planned=planning.Planned(balloon.btype, balloon.cpus - plan.reserved, balloon.index),
+            fallback=chosen if balloon.btype == DEFAULT != chosen else "", everywhere=item.cpus - pinned,
+        ))
+    return out
+
+
+def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> Assignments:
+    """The balloons of ``plan`` for the containers ``found`` running, rebuilt
+    as a reload of the same config rebuilds them (each keeps its containers,
+    own CPUs, name and place; its empty ones too), if it agrees with them
+    (:func:`agree`) and the reserved CPUs come out as saved; else SavedPlanError."""
+    restored = agree(config, topology, found, plan)
+    empty = [Balloon(config.types_by_name[b.btype], b.index, b.cpus) for b in plan.balloons
+             if not b.members and b.btype in config.types_by_name]
+    state = Assignments.rebuild(config, topology, restored, plan.reserved, empty, rehome=False)
+    if state.pool.reserved != plan.reserved:
+        raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, but the config reserves "
+                             f"{format_cpuset(state.pool.reserved)}")
+    order = [Balloon(config.types_by_name.get(b.btype, state.pool.types[DEFAULT]), b.index, b.cpus)
+             for b in plan.balloons if b.btype in config.types_by_name]
+    replanning.keep_order(order, state.pool.balloons)
+    return state

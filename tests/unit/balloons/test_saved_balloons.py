@@ -1,0 +1,153 @@
+"""The balloons saved in stateDir for a restart (docs/hook-balloons.md,
+Restarts): written with the reserved CPUs by the one writer, read back as
+saved, used by a restart that agrees with them (a pod split over balloons of
+its type stays split, the default balloon's fallback stays there), and, when
+the file is missing, damaged or contradicted by what runs, the rebuild from
+the cpusets as without it, logged with the reason. Machines as in
+test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.savedplan import PlanFile, SavedPlanError, rebuild_from, snapshot
+from hooks.balloons.savedset import SavedSet
+from hooks.balloons.state import Assignments
+from hooks.balloons.topology import Topology
+
+from .test_churn_split_pods import run
+from .test_hotplug import balloons, hook_on_sysfs
+from .test_replan import restarted
+from .test_restart_random import found, groups
+from .test_saved_reserved import written
+from .test_server import request
+
+# maxCPUs 2 under Ignore: a's first container and b's share work[0], full, so a's second
+# gets work[1]; b gone, work[0] has room for it again. Found by their
+# cpusets alone, it rejoins its pod's balloon at a restart.
+SPLIT = {"reservedResources": {"cpu": "1"}, "onExhausted": "Ignore", "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 2}]}
+SEED = 14  # test_churn_split_pods' seed 14: a restart from the cpusets regroups its pods
+
+
+def churned(seed: int = SEED) -> tuple[dict, Topology, Assignments]:
+    _, _, made = run(seed)
+    assert made is not None
+    return made
+
+
+def test_the_saved_balloons_are_read_back_as_written(tmp_path: Path) -> None:
+    _, _, state = churned()
+    file = PlanFile(tmp_path)
+    assert file.load() is None  # an older hook's stateDir: none
+    plan = snapshot(state)
+    file.save(plan)
+    assert file.load() == plan
+    assert [p.name for p in tmp_path.iterdir()] == ["balloons.json"]  # no temporary file left
+
+
+def test_a_restart_with_the_saved_balloons_keeps_a_split_pod_split() -> None:
+    """From the cpusets alone this restart regroups pods (the known gap);
+    with the balloons saved it gets each balloon back, named, with its CPUs
+    and containers, and moves nothing."""
+    doc, topology, state = churned()
+    config = parse_config(doc)
+    assert groups(Assignments.rebuild(config, topology, found(state)), frozenset()) != groups(state, frozenset())
+    again = rebuild_from(config, topology, found(state), snapshot(state))
+    assert [(b.name, b.cpus, sorted(b.members)) for b in again.pool.balloons] == \
+        [(b.name, b.cpus, sorted(b.members)) for b in state.pool.balloons]
+    assert again.pool.reserved == state.pool.reserved and again.moves() == []
+
+
+def _offline(topology: Topology, cpu: int) -> Topology:
+    return Topology({c: info for c, info in topology.cpus.items() if c != cpu})
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ("moved", "but it runs on"),
+    ("unknown", "does not hold container"),
+    ("config", "was saved under another config"),
+    ("offline", "offline now"),
+    ("reserved", "names reserved CPUs"),
+], ids=["a move not done", "a container not saved", "another config", "a CPU offline", "other reserved CPUs"])
+def test_saved_balloons_that_disagree_with_what_runs_are_not_used(change: str, why: str) -> None:
+    doc, topology, state = churned()
+    config, running, plan = parse_config(doc), found(state), snapshot(state)
+    if change == "moved":
+        running[0] = dataclasses.replace(running[0], cpus=running[0].cpus ^ {max(topology.all_cpus)})
+    elif change == "unknown":
+        plan = dataclasses.replace(plan, balloons=tuple(
+            dataclasses.replace(b, members=tuple(k for k in b.members if k != running[0].member.key)) for b in plan.balloons))
+    elif change == "config":
+        config = parse_config({**doc, "balloonTypes": [{**doc["balloonTypes"][0], "minCPUs": 1}]})
+    elif change == "offline":
+        topology = _offline(topology, max(topology.all_cpus))
+        plan = dataclasses.replace(plan, balloons=(*plan.balloons, dataclasses.replace(
+            plan.balloons[-1], index=99, cpus=frozenset({max(state.topology.all_cpus)}), members=())))
+    else:
+        plan = dataclasses.replace(plan, reserved=frozenset(state.pool.free or state.topology.all_cpus) - plan.reserved)
+    with pytest.raises(SavedPlanError, match=why):
+        rebuild_from(config, topology, running, plan)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("{not json", "is not JSON"),
+    ('{"version": 2, "balloons": []}', "is not a version 1 balloons file"),
+    ('{"version": 1, "reserved_cpus": "0", "config": "x", "balloons": [{"type": "work"}]}', "is malformed"),
+    ('{"version": 1, "reserved_cpus": "0", "config": "x", "balloons": [{"type": "w", "index": 0, "cpus": "a-", '
+     '"cpuset": "", "members": []}]}', "is malformed"),
+])
+def test_a_damaged_balloons_file_falls_back_to_the_cpusets_with_a_warning(tmp_path: Path, text: str, why: str) -> None:
+    doc, topology, state = churned()
+    (tmp_path / "balloons.json").write_text(text)
+    at = SavedSet(str(tmp_path)).balloons_at_restart(parse_config(doc), topology, found(state), state.pool.reserved)
+    assert at.state is None and at.level == logging.WARNING
+    assert at.why.startswith(f"rebuilt from the CPUs the containers run on: the saved balloons in {tmp_path / 'balloons.json'} {why}")
+
+
+def test_without_a_balloons_file_a_restart_rebuilds_from_the_cpusets(tmp_path: Path) -> None:
+    """Guards existing behaviour: an older hook's stateDir (reserved.json
+    alone), or stateDir off."""
+    doc, topology, state = churned()
+    config = parse_config(doc)
+    at = SavedSet(str(tmp_path)).balloons_at_restart(config, topology, found(state), state.pool.reserved)
+    assert (at.state, at.level) == (None, logging.INFO) and "none saved in" in at.why
+    at = SavedSet("").balloons_at_restart(config, topology, found(state), None)
+    assert at.state is None and at.why.endswith("(stateDir not set: not saved)")
+
+
+async def _split_pod(tmp_path: Path, config: dict) -> tuple:
+    hook, _, root = await hook_on_sysfs(tmp_path, config)
+    for uid, name in (("a", "one"), ("b", "one"), ("a", "two")):
+        await hook.pre_create_container(request(uid, name, shares=1024))
+        await hook.pre_start_container(request(uid, name, cid=f"{uid}-{name}"))
+    await hook.post_stop_container(request("b", "one", cid="b-one"))
+    assert await hook.apply_moves()
+    return hook, root
+
+
+async def test_a_restarted_hook_keeps_the_balloons_it_saved(tmp_path: Path, caplog) -> None:
+    """End to end: the hook saves its balloons on each hook call, and the
+    next one, on the same stateDir, rebuilds them as they were, logged once
+    (before: as without stateDir, pod a's containers merged into work[0],
+    both moved)."""
+    hook, root = await _split_pod(tmp_path / "off", SPLIT)
+    before = [("reserved[0]", "0", []), ("work[0]", "1", ["a-one"]), ("work[1]", "3", ["a-two"])]
+    assert balloons(hook) == before
+    again, runtime = await restarted(hook, tmp_path / "off", root, SPLIT)
+    assert balloons(again)[1:] == [("work[0]", "1,3", ["a-one", "a-two"])] and len(runtime.updates) == 2
+    state = tmp_path / "state"
+    config = {**SPLIT, "stateDir": str(state)}
+    hook, root = await _split_pod(tmp_path, config)
+    await written(hook)
+    assert balloons(hook) == before and (state / "balloons.json").exists()
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        again, runtime = await restarted(hook, tmp_path, root, config)
+    assert balloons(again) == balloons(hook) and runtime.updates == []
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("balloons at start")]
+    assert line == f"balloons at start: the saved balloons in {state / 'balloons.json'}"
