@@ -226,9 +226,10 @@ async def test_balloons_pin_grow_shrink_and_survive_restarts(launcher, pod_log_d
 
 async def test_a_restart_keeps_the_reserved_cpus_saved_in_the_state_dir(launcher, tmp_path) -> None:
     """One reserved CPU given as a quantity, and stateDir: the first start
-    finds nothing saved, deduces CPU 0 and saves it (reserved.json alone,
-    no temporary file left). Saved as 1, as a hotplug or reload may leave
-    it with nothing running to tell, the restart keeps 1 (it deduced 0)."""
+    finds nothing saved, deduces CPU 0 and saves it (reserved.json and
+    balloons.json, no temporary file left). Saved as 1, as a hotplug or
+    reload may leave it with nothing running to tell, the restart keeps 1
+    (it deduced 0), and does not use the balloons saved with 0."""
     state = tmp_path / "state"
     config_path = tmp_path / "balloons.yaml"
     doc = {**config(launcher.socket), "reservedResources": {"cpu": "1"}, "stateDir": str(state)}
@@ -240,11 +241,13 @@ async def test_a_restart_keeps_the_reserved_cpus_saved_in_the_state_dir(launcher
         assert (await rebuilt(hook))["reserved_cpus"] == "0"
         await hook.logged("reserved CPUs 0 saved to")
     saved = json.loads((state / "reserved.json").read_text())
-    assert saved["reserved_cpus"] == "0" and [p.name for p in state.iterdir()] == ["reserved.json"]
+    assert saved["reserved_cpus"] == "0" and sorted(p.name for p in state.iterdir()) == ["balloons.json", "reserved.json"]
     (state / "reserved.json").write_text(json.dumps({**saved, "reserved_cpus": "1"}))
     async with balloons_hook(launcher, config_path) as hook:
         await registered(running, 1)
         assert f"the saved set in {state / 'reserved.json'}" in await hook.logged("reserved CPUs 1 at start")
+        # The saved balloons name 0: they no longer agree, and are not used.
+        assert "names reserved CPUs 0, the restart keeps 1" in await hook.logged("balloons at start: rebuilt from")
         assert (await rebuilt(hook))["reserved_cpus"] == "1"
 
 
