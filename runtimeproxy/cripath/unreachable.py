@@ -24,7 +24,7 @@ READY to grpc: ``Unready`` (unready.py) tells the gate, which then refuses
 UNAVAILABLE until the runtime is seen to serve.
 
 The gate is asked again before each pre hook of a chain (``RuntimeGate.open``,
-via ``runtime_gate``: hookpath/stage.py), so a runtime that dies while the
+via ``runtime_gate``: hookpath/prehooks.py), so a runtime that dies while the
 chain runs stops it; the client gets the gate's refusal.
 
 The grpc path's gate (router.py), which the frames path's spliced and
@@ -175,7 +175,7 @@ class RuntimeGate:
 
 
 # The gate of the hooked call a task runs (grpc path): asked again before each
-# pre hook of its chain (hookpath/stage.py). Unset on the frames path, whose
+# pre hook of its chain (hookpath/prehooks.py). Unset on the frames path, whose
 # runtime connection's loss cancels the call's stages itself.
 runtime_gate: contextvars.ContextVar[RuntimeGate | None] = contextvars.ContextVar(
     "runtimeproxy_runtime_gate", default=None

@@ -210,7 +210,7 @@ class Dispatcher:
             raise  # another hook's refusal: the deferred answers are refused as judged (below)
         except (asyncio.CancelledError, aio.AbortError) as err:
             # The call cancelled, or refused by the outage gate between pre
-            # hooks (hookpath/stage.py: grpc's context.abort raises AbortError):
+            # hooks (hookpath/prehooks.py: grpc's context.abort raises AbortError):
             # its deferred answers were never judged, through no fault of theirs.
             if chain is not None:
                 ended = "was cancelled" if isinstance(err, asyncio.CancelledError) else "was refused by the outage gate"
@@ -240,7 +240,7 @@ class Dispatcher:
             if self._removed(server, hook):
                 continue
             # Built only for a server to be called: a build follows the calls
-            # before it (the outage gate's refusal in it says which: hookpath/stage.py).
+            # before it (the outage gate's refusal in it says which: hookpath/prehooks.py).
             try:
                 request = await build()
             except Unbuilt:

@@ -18,14 +18,14 @@ from cri_api.hookapi import api_pb2 as hookapi
 
 from ..cripath.forward import issue
 from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_sent
-from ..cripath.unreachable import runtime_gate
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
-from .dispatch import Dispatcher, HookError, Unbuilt
+from .dispatch import Dispatcher, HookError
 from .executor import HOOKED_METHODS, Executor, HookedMethod
-from .hookfile import FailurePolicy, HookServerConfig
+from .hookfile import FailurePolicy
 from .locks import KeyedLocks
 from .points import HookType
+from .prehooks import PreHooks
 from .registry import HookSnapshot
 from .settling import Unsettled
 from .store import StateStore
@@ -206,50 +206,24 @@ class HookStage(StageProvider):
                 # a pre hook reads it anyway: else the call is not held for the runtime.
                 read_back = pre_hook is not None or bool(self.dispatcher.servers(ex.carries_from))
                 changed = await ex.carry(req, self.store, read_back)
-            # The hook request the last pre hook was sent, while the call is
-            # still what it was built from: the record need not be built again.
-            seen: list[Any] = []
+            # What record() takes as ``seen``: the hook request the last pre
+            # hook was sent, if the call is still what it was built from.
+            record_from: Any = None
             if pre_hook is not None:
-                hook = pre_hook
-                # One per build so far: the dispatcher builds only for a server
-                # it then calls (dispatch.py), so each build follows the calls before it.
-                builds: list[None] = []
                 await self._post_hooks_done(key, pre_hook, fields)
-
-                async def build() -> Any:
-                    # Before each pre hook: a runtime that died (or said it
-                    # does not serve) since the chain began stops it (unreachable.py).
-                    gate = runtime_gate.get()
-                    if gate is not None and not gate.open():  # builds: whether a hook server was asked
-                        await gate.enter(context, between_hooks=bool(builds))
-                    builds.append(None)
-                    built = await ex.hook_request(req, self.store)
-                    if built is None and not self.store.said_absent(key):
-                        raise Unbuilt(key)  # a Fail hook is not bypassed for want of a record
-                    seen[:] = [built]
-                    return built
-
-                def apply(answer: Any, server: HookServerConfig) -> bool:
-                    shown = seen[0] if seen else None
-                    clear = self._whole.cleared(ex.emptied(req, answer), server, shown, hook, fields)
-                    if not ex.apply(req, answer, shown, clear):
-                        return False
-                    seen.clear()
-                    return True
-
+                pre = PreHooks(ex, req, key, pre_hook, self.store, self._whole, context, fields)
                 try:
                     changed = await self.dispatcher.run_pre(
-                        pre_hook, build=build, apply=apply, log_fields=fields) or changed
+                        pre_hook, build=pre.build, apply=pre.apply, log_fields=fields) or changed
                 except HookError as err:
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"runtime-proxy: {err}")
-            elif sent and not self._unrecorded and (early := ex.early_seen(req, self.store)) is not None:
-                seen[:] = [early]  # built while the runtime works, not after it answered
+                record_from = pre.seen
+            elif sent and not self._unrecorded:
+                record_from = ex.early_seen(req, self.store)  # built while the runtime works, not after it answered
             outgoing = req.SerializeToString() if changed else request
             # Asked when the answer comes (a stop may take its grace period):
             # then nothing below can change the answer or wait on the runtime.
-            record_from = seen[0] if seen else None
-            post = post_hook is not None
-            answer_at_once(context, lambda: self._unrecorded or ex.records_at_once(req, self.store, record_from, post))
+            answer_at_once(context, functools.partial(self._answers_at_once, ex, req, record_from, post_hook is not None))
             sending = True
             try:
                 if ex.ordered_until_issued:
@@ -298,6 +272,10 @@ class HookStage(StageProvider):
             if release is not None:
                 release()
 
+    def _answers_at_once(self, ex: Executor, req: Message, seen: Any, post: bool) -> bool:
+        """``answer_at_once``'s question, asked when the runtime answers."""
+        return self._unrecorded or ex.records_at_once(req, self.store, seen, post)
+
     async def _succeeded(
         self, ex: Executor, req: Message, response: Message | None, key: str, post_hook: HookType | None,
         fields: dict[str, object], seen: Any = None,
@@ -334,23 +312,26 @@ class HookStage(StageProvider):
         """Post hooks only inform, so neither the client's answer nor the next
         call on this object waits for them; only the next hook event does."""
         previous = {task for key in keys if (task := self._post_hooks.get(key)) is not None}
-
-        async def after_previous() -> None:
-            await asyncio.wait(previous)
-            await self.dispatcher.run_post(hook, request, fields)
-
         # Nearly always none is left: the task is the hooks' own coroutine, no wrapper to go through at each step.
-        work = after_previous() if previous else self.dispatcher.run_post(hook, request, fields)
+        if previous:
+            work = self._run_post_after(previous, hook, request, fields)
+        else:
+            work = self.dispatcher.run_post(hook, request, fields)
         task = self._tasks.spawn(TaskName.POST_HOOK, work, drain=True, fields={**fields, "hook": hook._value_})
         for key in keys:
             self._post_hooks[key] = task
+        task.add_done_callback(functools.partial(self._forget_post_hooks, keys))
 
-        def forget(done: asyncio.Task[None]) -> None:
-            for key in keys:
-                if self._post_hooks.get(key) is done:
-                    del self._post_hooks[key]
+    async def _run_post_after(
+        self, previous: set[asyncio.Task[None]], hook: HookType, request: object, fields: dict[str, object]
+    ) -> None:
+        await asyncio.wait(previous)
+        await self.dispatcher.run_post(hook, request, fields)
 
-        task.add_done_callback(forget)
+    def _forget_post_hooks(self, keys: tuple[str, ...], done: asyncio.Task[None]) -> None:
+        for key in keys:
+            if self._post_hooks.get(key) is done:
+                del self._post_hooks[key]
 
     async def _post_hooks_done(self, key: str, hook: HookType, fields: dict[str, object]) -> None:
         pending = self._post_hooks.get(key)

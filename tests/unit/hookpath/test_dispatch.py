@@ -463,7 +463,7 @@ async def test_a_long_cause_is_cut_in_the_last_error() -> None:
 async def test_a_hook_request_is_built_only_for_a_server_to_be_called() -> None:
     """Each build follows the calls before it: the stage's gate check in its
     build says 'no later hook server was asked' only when one was
-    (hookpath/stage.py). ``gone`` is removed as the chain begins.
+    (hookpath/prehooks.py). ``gone`` is removed as the chain begins.
 
     Before: ``gone``'s request was built, then the server skipped, so the
     next build followed no call."""
