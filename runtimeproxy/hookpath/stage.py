@@ -210,7 +210,8 @@ class HookStage(StageProvider):
             # hook was sent, if the call is still what it was built from.
             record_from: Any = None
             if pre_hook is not None:
-                await self._post_hooks_done(key, pre_hook, fields)
+                if key in self._post_hooks:  # (rarely: no coroutine made for nothing to wait for)
+                    await self._post_hooks_done(key, pre_hook, fields)
                 pre = PreHooks(ex, req, key, pre_hook, self.store, self._whole, context, fields)
                 try:
                     changed = await self.dispatcher.run_pre(
@@ -285,7 +286,8 @@ class HookStage(StageProvider):
         after the final await. None are kept while calls go by unrecorded."""
         if self._unrecorded:
             return  # (no hook server either: no post hook)
-        await ex.record(req, response, self.store, seen)
+        if type(ex).record is not Executor.record:  # (the stops and the start record nothing: no coroutine)
+            await ex.record(req, response, self.store, seen)
         if post_hook is not None:
             post_request = await ex.hook_request(req, self.store)
             if post_request is not None:
@@ -311,7 +313,11 @@ class HookStage(StageProvider):
     def _start_post_hooks(self, keys: tuple[str, ...], hook: HookType, request: object, fields: dict[str, object]) -> None:
         """Post hooks only inform, so neither the client's answer nor the next
         call on this object waits for them; only the next hook event does."""
-        previous = {task for key in keys if (task := self._post_hooks.get(key)) is not None}
+        previous: set[asyncio.Task[None]] = set()
+        for key in keys:  # (a loop: a comprehension is a function, its walrus a cell, made per post hook)
+            earlier = self._post_hooks.get(key)
+            if earlier is not None:
+                previous.add(earlier)
         # Nearly always none is left: the task is the hooks' own coroutine, no wrapper to go through at each step.
         if previous:
             work = self._run_post_after(previous, hook, request, fields)
