@@ -117,17 +117,20 @@ class Executor:
 
 
 class _ContainerById(Executor):
-    """Start/Stop/Remove: the hook request is the container's record."""
+    """Start/Stop/Remove: the hook request is the container's record. (Here and
+    below, a record the store holds is taken from its dict, and read with
+    ``store.container``/``store.pod`` only if it lacks one: no coroutine made
+    that would never await, at nearly every call.)"""
 
     def key(self, req: Any) -> str:
         return req.container_id
 
     async def skip(self, req: Any, store: StateStore) -> bool:
-        record = await store.container(req.container_id)
+        record = store.containers.get(req.container_id) or await store.container(req.container_id)
         return record is not None and _skips(record.pod_labels)
 
     async def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
-        return _copy(await store.container(req.container_id))
+        return _copy(store.containers.get(req.container_id) or await store.container(req.container_id))
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         return not post or req.container_id in store.containers
@@ -180,11 +183,11 @@ class StopPodSandbox(Executor):
         return req.pod_sandbox_id
 
     async def skip(self, req: v1.StopPodSandboxRequest, store: StateStore) -> bool:
-        record = await store.pod(req.pod_sandbox_id)
+        record = store.pods.get(req.pod_sandbox_id) or await store.pod(req.pod_sandbox_id)
         return record is not None and _skips(record.labels)
 
     async def hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
-        return _copy(await store.pod(req.pod_sandbox_id))
+        return _copy(store.pods.get(req.pod_sandbox_id) or await store.pod(req.pod_sandbox_id))
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         return not post or req.pod_sandbox_id in store.pods
@@ -231,7 +234,7 @@ class CreateContainer(Executor):
     ) -> hookapi.ContainerResourceHookRequest:
         # The pod as the runtime has it (with what PreRunPodSandbox hooks
         # changed), not kubelet's copy of its config.
-        pod = await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
+        pod = store.pods.get(req.pod_sandbox_id) or await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
         return _container_record(req, pod, container_id)
 
     async def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
