@@ -5,6 +5,10 @@ object, builds the hook request (from the call, or from the store), applies a
 hook's answer to the call, and records the outcome in the store. Which hook
 points each method triggers is declared once, in :mod:`.points`; the table
 :data:`HOOKED_METHODS` at the end joins the two.
+
+Throughout, a record the store holds is taken from its dict, and read with
+``store.container``/``store.pod`` only if it lacks one: no coroutine made
+that would never await, at nearly every call.
 """
 
 from __future__ import annotations
@@ -117,10 +121,7 @@ class Executor:
 
 
 class _ContainerById(Executor):
-    """Start/Stop/Remove: the hook request is the container's record. (Here and
-    below, a record the store holds is taken from its dict, and read with
-    ``store.container``/``store.pod`` only if it lacks one: no coroutine made
-    that would never await, at nearly every call.)"""
+    """Start/Stop/Remove: the hook request is the container's record."""
 
     def key(self, req: Any) -> str:
         return req.container_id

@@ -11,7 +11,7 @@ from grpc import aio
 
 from ..cripath.unreachable import runtime_gate
 from .dispatch import Unbuilt
-from .executor import Executor
+from .executor import Executor, HookRequest
 from .hookfile import HookServerConfig
 from .points import HookType
 from .store import StateStore
@@ -20,9 +20,11 @@ from .wholeanswers import WholeAnswers
 
 @dataclass(slots=True)
 class PreHooks:
-    """``build`` and ``apply`` are what ``Dispatcher.run_pre`` takes: bound
-    methods of one object a call, rather than closures (and the cells of the
-    stage's variables they read) made and freed at every hooked call."""
+    """One hooked call's pre hooks: its executor and request, what was built
+    for the hooks so far. ``build`` and ``apply`` are what
+    ``Dispatcher.run_pre`` takes: bound methods of one object a call, rather
+    than closures (and the cells of the stage's variables they read) made and
+    freed at every hooked call."""
 
     ex: Executor
     req: Message
@@ -38,7 +40,7 @@ class PreHooks:
     # The hook request the last pre hook was sent, while the call is still
     # what it was built from (None once an answer changed it): the record
     # need not be built again.
-    seen: Any = None
+    seen: HookRequest | None = None
 
     async def build(self) -> Any:
         # Before each pre hook: a runtime that died (or said it does not

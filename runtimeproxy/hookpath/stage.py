@@ -210,8 +210,9 @@ class HookStage(StageProvider):
             # hook was sent, if the call is still what it was built from.
             record_from: Any = None
             if pre_hook is not None:
-                if key in self._post_hooks:  # (rarely: no coroutine made for nothing to wait for)
-                    await self._post_hooks_done(key, pre_hook, fields)
+                pending = self._post_hooks.get(key)
+                if pending is not None:  # (rarely: no coroutine made for nothing to wait for)
+                    await self._post_hooks_done(pending, pre_hook, fields)
                 pre = PreHooks(ex, req, key, pre_hook, self.store, self._whole, context, fields)
                 try:
                     changed = await self.dispatcher.run_pre(
@@ -339,10 +340,7 @@ class HookStage(StageProvider):
             if self._post_hooks.get(key) is done:
                 del self._post_hooks[key]
 
-    async def _post_hooks_done(self, key: str, hook: HookType, fields: dict[str, object]) -> None:
-        pending = self._post_hooks.get(key)
-        if pending is None:
-            return
+    async def _post_hooks_done(self, pending: asyncio.Task[None], hook: HookType, fields: dict[str, object]) -> None:
         limit = self._order_wait(hook) if self._order_wait is not None else None
         done, _ = await asyncio.wait([pending], timeout=limit)
         if not done:
