@@ -62,14 +62,16 @@ class Deadline:
     def __init__(self, seconds: float) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._task, self._cancelling, self._expired = task, task.cancelling(), False
+        self._task: asyncio.Task[object] | None = task
+        self._cancelling, self._expired = task.cancelling(), False
         loop = task.get_loop()
         self._timer: asyncio.Handle | None = (
             loop.call_soon(self._expire) if seconds <= 0 else loop.call_at(loop.time() + seconds, self._expire))
 
     def _expire(self) -> None:
         self._expired, self._timer = True, None
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
     def expired(self) -> bool:
         return self._expired
@@ -80,7 +82,11 @@ class Deadline:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        return self._expired and self._task.uncancel() <= self._cancelling
+        # The task's context holds this deadline (CALL_DEADLINE): dropping the
+        # task breaks that cycle, so the call's task, coroutines and context are
+        # freed as it ends rather than left to the cyclic collector.
+        task, self._task = self._task, None
+        return self._expired and task is not None and task.uncancel() <= self._cancelling
 
 
 async def within(deadline: Deadline | None, handler: Awaitable[T]) -> T:

@@ -7,12 +7,14 @@ same, on both event loops."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Awaitable, Callable
 
 import pytest
 import uvloop
 
-from hooks.frameserver.calls import Deadline, within
+from hooks.frameserver.calls import CALL_DEADLINE, Deadline, within
 
 Body = Callable[[], Awaitable[object]]
 
@@ -105,3 +107,34 @@ def test_a_deadline_ends_a_handler_as_asyncio_timeout_did(case: str, loop: str) 
         got = runner.run(_outcome(_with_deadline, seconds, body))
     assert got == expected
     assert expected[0] in ("answer", "answer after all", "DEADLINE_EXCEEDED", "cancelled")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_an_answered_calls_task_is_freed_without_the_cyclic_collector(loop: str) -> None:
+    """As connection.py's _run: the deadline in the task's context (CALL_DEADLINE)
+    must not keep a cycle back to the task once the call is answered, else every
+    call's task, coroutines and context wait for the collector (a twentieth of a
+    no-op call's instructions, by bench.hookcpu)."""
+
+    async def run() -> object:
+        deadline = Deadline(5.0)
+        CALL_DEADLINE.set(deadline)
+        return await within(deadline, _answers())
+
+    async def call() -> weakref.ref[asyncio.Task[object]]:
+        task = asyncio.get_running_loop().create_task(run())
+        assert await task == "answer"
+        ref = weakref.ref(task)
+        del task
+        await asyncio.sleep(0)  # the loop's own references (its done callbacks) go
+        return ref
+
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    gc.collect()
+    gc.disable()
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            ref = runner.run(call())
+            assert ref() is None
+    finally:
+        gc.enable()
