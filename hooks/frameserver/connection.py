@@ -337,8 +337,7 @@ class Connection(asyncio.Protocol):
                       f"response of {len(response)} bytes over the hook server's limit of {self._limits.max_send}")
             return
         self._send.headers(call.sid, OK_HEADERS, OK_HEADERS_BLOCK, False)
-        call.out = memoryview(PREFIX.pack(0, len(response)) + response)
-        self._send.answer(call)
+        self._send.answer(call, PREFIX.pack(0, len(response)) + response)
 
     def _end(self, call: Call, code: grpc.StatusCode, details: str) -> None:
         """A trailers-only answer: the call ends without a message."""

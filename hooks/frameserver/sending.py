@@ -48,8 +48,21 @@ class Sender:
         """Queue ``headers`` (``block``) as the stream's HEADERS frame, and CONTINUATIONs if it needs them."""
         self.out.extend(fr.header_frames(sid, self.block(headers, stateless), self._peer.max_frame, end_stream))
 
-    def answer(self, call: Call) -> None:
-        """``call.out`` goes out as the windows allow, behind earlier answers."""
+    def answer(self, call: Call, message: bytes) -> None:
+        """``message`` (framed) goes out as the windows allow, behind earlier answers."""
+        n = len(message)
+        if (not self._answers and not self._paused and n <= call.window and n <= self.window
+                and n <= self._peer.max_frame):
+            # Nearly every answer: nothing waits before it and it fits in one
+            # DATA frame now, as _answer_data would send it, without its queue,
+            # view and slices.
+            self.out.append(fr.serialize(fr.T_DATA, 0, call.sid, message))
+            call.window -= n
+            self.window -= n
+            self.headers(call.sid, OK_TRAILERS, OK_TRAILERS_BLOCK, True)
+            self._finished(call)
+            return
+        call.out = memoryview(message)
         self._answers.append(call)
 
     def forget(self, call: Call) -> None:
