@@ -45,6 +45,8 @@ from .settings import CREDIT_BATCH, MAX_STREAMS, PeerSettings, announcement, gro
 log = logging.getLogger(__name__)
 
 
+# What a call takes from its request's headers: route, grpc-timeout, grpc-encoding, and the HTTP status refusing it.
+RequestHead = tuple[Route | None, float | None, bytes, bytes | None]
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 # Read for every frame: an IntEnum class's attribute is a slow lookup (EnumType has a __getattr__), an int's is not.
 _DATA, _HEADERS, _CONTINUATION = fr.T_DATA, fr.T_HEADERS, int(FrameType.CONTINUATION)
@@ -74,6 +76,10 @@ class Connection(asyncio.Protocol):
         # trailers, say) are read for HPACK and dropped (section 5.1). A lower
         # stream id never opened is the peer's error.
         self._closed_streams: deque[int] = deque(maxlen=CLOSED_MEMORY)
+        # A repeated header block is read once (headers.py hands back the same
+        # dict, never changed): what a call takes from it is worked out once too.
+        self._head_of: dict[bytes, bytes] | None = None
+        self._head: RequestHead = (None, None, b"identity", None)
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
@@ -274,10 +280,11 @@ class Connection(asyncio.Protocol):
         self._open(sid, headers, end_stream)
 
     def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
-        call = Call(sid, self._routes.get(headers.get(b":path", b"")), grpc_timeout(headers), self._peer.initial_window,
-                    receiving=not end_stream, encoding=headers.get(b"grpc-encoding", b"identity"))
+        if headers is not self._head_of:
+            self._head_of, self._head = headers, self._request_head(headers)
+        route, timeout, encoding, status = self._head
+        call = Call(sid, route, timeout, self._peer.initial_window, receiving=not end_stream, encoding=encoding)
         self._calls[sid] = call
-        status = refusal(headers)
         if status is not None:  # not a gRPC call: an HTTP answer
             self._out.extend(fr.header_frames(sid, self._encoder.encode([(b":status", status)]),
                                               self._peer.max_frame, True))
@@ -285,6 +292,10 @@ class Connection(asyncio.Protocol):
             return
         if end_stream:
             self._complete(call)  # no message: refused there
+
+    def _request_head(self, headers: dict[bytes, bytes]) -> RequestHead:
+        return (self._routes.get(headers.get(b":path", b"")), grpc_timeout(headers),
+                headers.get(b"grpc-encoding", b"identity"), refusal(headers))
 
     def _settings(self, values: dict[int, int]) -> None:
         delta = self._peer.apply(values, self._encoder)
