@@ -59,8 +59,9 @@ class Deadline:
 
     __slots__ = ("_task", "_cancelling", "_timer", "_expired")
 
-    def __init__(self, seconds: float) -> None:
-        task = asyncio.current_task()
+    def __init__(self, seconds: float, task: asyncio.Task[None] | None = None) -> None:
+        """``task``: the task it runs in, if known (asyncio.current_task is a Python call)."""
+        task = task or asyncio.current_task()
         assert task is not None
         self._task: asyncio.Task[object] | None = task
         self._cancelling, self._expired = task.cancelling(), False

@@ -325,7 +325,8 @@ class Connection(asyncio.Protocol):
 
     async def _run(self, call: Call, request: bytes) -> None:
         assert call.route is not None
-        deadline = None if call.timeout is None else Deadline(call.timeout)  # in this task: wait_for would start another
+        # In this task (wait_for would start another), which _dispatch has set as call.task before it runs.
+        deadline = None if call.timeout is None else Deadline(call.timeout, call.task)
         CALL_DEADLINE.set(deadline)  # this task's context only
         try:
             response = await within(deadline, call.route(request))  # a cancel not the deadline's: nobody to answer
