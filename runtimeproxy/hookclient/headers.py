@@ -89,8 +89,11 @@ def grpc_status(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNKNOWN, "hook server ended the call without a grpc-status"
     code = _CODES.get(int(raw)) if raw.isdigit() and len(raw) <= 3 else None
     raw_message = headers.get(b"grpc-message", b"")
-    # (unquote returns a string without a % as it is: an OK answer has no message)
-    message = unquote(raw_message.decode("latin-1"), errors="replace") if b"%" in raw_message else raw_message.decode("latin-1")
+    # (unquote returns a string without a % as it is: an OK answer has no message.
+    # Tested for emptiness first: `bytes in bytes` first tries its operand as an
+    # int, and formats the TypeError it then drops, at each hook call.)
+    message = (unquote(raw_message.decode("latin-1"), errors="replace") if raw_message and b"%" in raw_message
+               else raw_message.decode("latin-1"))
     if code is None:
         return grpc.StatusCode.UNKNOWN, f"hook server sent grpc-status {raw.decode('latin-1')[:16]!r}; {message}"
     return code, message
