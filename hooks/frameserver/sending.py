@@ -55,12 +55,11 @@ class Sender:
                 and n <= self._peer.max_frame):
             # Nearly every answer: nothing waits before it and it fits in one
             # DATA frame now, as _answer_data would send it, without its queue,
-            # view and slices.
+            # view and slices. (The call's own window is not taken from: its
+            # stream ends here, and is never read again.)
             self.out.append(fr.serialize(fr.T_DATA, 0, call.sid, message))
-            call.window -= n
             self.window -= n
-            self.headers(call.sid, OK_TRAILERS, OK_TRAILERS_BLOCK, True)
-            self._finished(call)
+            self._trail(call)
             return
         call.out = memoryview(message)
         self._answers.append(call)
@@ -116,6 +115,10 @@ class Sender:
             if out:
                 still.append(call)
                 continue
-            self.headers(call.sid, OK_TRAILERS, OK_TRAILERS_BLOCK, True)
-            self._finished(call)
+            self._trail(call)
         self._answers = still
+
+    def _trail(self, call: Call) -> None:
+        """The call's message is all out: its trailers end its stream."""
+        self.headers(call.sid, OK_TRAILERS, OK_TRAILERS_BLOCK, True)
+        self._finished(call)

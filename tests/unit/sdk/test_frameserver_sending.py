@@ -56,3 +56,84 @@ def test_an_answer_sent_at_once_is_framed_as_one_sent_behind_another(window: int
         assert at_once.startswith(data) and len(at_once) > len(data)
     else:
         assert at_once == data
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int]]:
+    """What was written, frame by frame: (type, stream, DATA payload length)."""
+    got, pos = [], 0
+    while pos < len(data):
+        frame, pos = fr.parse(data, pos, 1 << 24)
+        assert frame is not None
+        got.append((frame.type, frame.stream_id, len(frame.payload) if frame.type == fr.T_DATA else 0))
+    return got
+
+
+def _data(data: bytes) -> int:
+    return sum(n for kind, _, n in _frames(data) if kind == fr.T_DATA)
+
+
+def _sender() -> tuple[Sender, _Written, list[int]]:
+    finished: list[int] = []
+    sender = Sender(PeerSettings(), hpack.Encoder(), lambda sid: True, lambda call: finished.append(call.sid))
+    written = _Written()
+    sender.transport = written  # type: ignore[assignment]
+    return sender, written, finished
+
+
+def test_small_answers_send_no_more_than_the_connection_window_then_the_rest_once_it_grows() -> None:
+    """70 answers of 1000 bytes, each within its stream's window and one frame,
+    against the peer's connection window of 65535: what does not fit waits,
+    in answer order, for the peer's WINDOW_UPDATE. Guards existing behaviour:
+    answer's shortcut taking from the connection window and staying within it
+    (no test failed without either: 70000 bytes went out)."""
+    sender, written, finished = _sender()
+    calls = [Call(sid, None, None, fr.DEFAULT_WINDOW) for sid in range(1, 141, 2)]
+    for call in calls:
+        sender.answer(call, b"m" * 1000)
+    sender.pump()
+    assert _data(written.data) == fr.DEFAULT_WINDOW and sender.window == 0
+    assert finished == [call.sid for call in calls[:65]]  # the 66th has 535 bytes out, the rest wait
+    sender.window += 10_000  # as connection.py does for the peer's WINDOW_UPDATE, then pumps
+    sender.pump()
+    assert _data(written.data) == 70_000 and sender.window == 10_000 - (70_000 - fr.DEFAULT_WINDOW)
+    assert finished == [call.sid for call in calls]
+    data_order = [sid for kind, sid, _ in _frames(written.data) if kind == fr.T_DATA]
+    assert data_order == sorted(data_order)  # each answer's DATA after the one before it
+
+
+def test_an_answer_while_the_transport_is_paused_writes_no_data_until_it_resumes() -> None:
+    """Guards existing behaviour: answer's shortcut is not taken while paused."""
+    sender, written, finished = _sender()
+    sender.pause()
+    sender.answer(Call(1, None, None, fr.DEFAULT_WINDOW), b"m" * 10)
+    sender.pump()
+    assert _data(written.data) == 0 and finished == []
+    sender.resume()
+    assert _data(written.data) == 10 and finished == [1]
+
+
+def test_an_answer_behind_a_queued_one_goes_after_it() -> None:
+    """Stream 1's answer waits for the connection window; stream 3's, given
+    before the window grows and fitting it, must not take the window first.
+    Guards existing behaviour: answer's shortcut is not taken behind a queue."""
+    sender, written, finished = _sender()
+    sender.window = 5
+    sender.answer(Call(1, None, None, fr.DEFAULT_WINDOW), b"a" * 10)
+    sender.pump()
+    assert _frames(written.data) == [(fr.T_DATA, 1, 5)]
+    sender.window += 10
+    sender.answer(Call(3, None, None, fr.DEFAULT_WINDOW), b"b" * 10)
+    sender.pump()
+    assert [f for f in _frames(written.data) if f[0] == fr.T_DATA] == [(fr.T_DATA, 1, 5), (fr.T_DATA, 1, 5),
+                                                                      (fr.T_DATA, 3, 5)]
+    assert finished == [1]
+
+
+def test_an_answer_over_the_peers_frame_size_goes_in_frames_of_that_size() -> None:
+    """Guards existing behaviour: answer's shortcut takes one frame's answer only."""
+    sender, written, finished = _sender()
+    sender.answer(Call(1, None, None, fr.DEFAULT_WINDOW), b"m" * (fr.DEFAULT_MAX_FRAME + 1))
+    sender.pump()
+    assert [f for f in _frames(written.data) if f[0] == fr.T_DATA] == [(fr.T_DATA, 1, fr.DEFAULT_MAX_FRAME),
+                                                                      (fr.T_DATA, 1, 1)]
+    assert finished == [1]
