@@ -9,7 +9,12 @@ handler. That costs less CPU per call than a hook server written with the
 SDK, as a hook server in a compiled language (Koordinator's koordlet, in Go)
 does; a hooked lifecycle measured with both tells the proxy's cost from its
 hook server's. Any method but the seven hook methods answers UNIMPLEMENTED.
-The HTTP/2 and its checks are the transport's, flow control included.
+The HTTP/2 and its checks are the transport's, flow control included,
+but for one: an answer that fits the peer's windows ends its stream within
+the read that completed its request, so a second block (trailers) of that
+stream later in the same read is dropped as a closed stream's late frame,
+where the SDK's server, answering after the read, resets the stream
+(RST_STREAM PROTOCOL_ERROR: trailers after the request's END_STREAM).
 """
 
 from __future__ import annotations
