@@ -1,6 +1,6 @@
 """Instructions per hook call of a no-op hook server, counted by callgrind.
 
-    python -m bench.hookcpu [--calls N] [--repeats R] [--server sdk|lean] [--event-loop LOOP]
+    python -m bench.hookcpu [--calls N] [--repeats R] [--server sdk|lean] [--event-loop LOOP] [--interleaved]
     python -m bench.hookcpu --profile OUT.prof [--calls N]    # cProfile instead, no valgrind
 
 A hook server's CPU is taken from containerd and the proxy while a pod
@@ -15,6 +15,9 @@ the counters are zeroed, N calls made and dumped, then zeroed again and 2N
 made (``callgrind_control``): (I(2N) - I(N)) / N is what a call costs the
 server once started, without its start-up or the cost of the dumps
 themselves. The median of ``--repeats`` servers is printed, per kind.
+With ``--interleaved`` the calls go as a lifecycle makes them, the six
+kinds of a bench lifecycle in turn (the methods, so the header blocks,
+alternating on the connection), and what is counted is N such lifecycles.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +51,15 @@ SERVERS = {
 TIMEOUT_S = 2.0  # a hook file's default timeout: the grpc-timeout the proxy sends
 WARMUP_CALLS = 30  # per kind, before any count: imports, first-call caches
 CONTAINER_ID = "3f4a" * 16  # containerd's ids: 64 hex digits
+# A bench lifecycle's hook calls in the order it makes them (it updates no resources).
+LIFECYCLE = (HookType.PRE_RUN_POD_SANDBOX, HookType.PRE_CREATE_CONTAINER, HookType.PRE_START_CONTAINER,
+             HookType.POST_START_CONTAINER, HookType.POST_STOP_CONTAINER, HookType.POST_STOP_POD_SANDBOX)
 
 
 @dataclass(frozen=True)
 class Sample:
-    kind: HookType
-    per_call: float  # instructions
+    kind: HookType | None  # None: a whole lifecycle, its calls interleaved
+    per_call: float  # instructions, per call of the kind or per lifecycle
 
 
 def requests(log_dir: Path) -> dict[HookType, bytes]:
@@ -79,6 +86,12 @@ async def _calls(transport: FramesTransport, sock: Path, hook: HookType, request
     method = HOOK_POINTS[hook].full_method
     for _ in range(n):
         await transport.call(str(sock), method, request, TIMEOUT_S)
+
+
+async def _lifecycles(transport: FramesTransport, sock: Path, reqs: dict[HookType, bytes], n: int) -> None:
+    for _ in range(n):
+        for hook in LIFECYCLE:
+            await transport.call(str(sock), HOOK_POINTS[hook].full_method, reqs[hook], TIMEOUT_S)
 
 
 def _start(server: str, sock: Path, out: Path, event_loop: str, profile: Path | None) -> subprocess.Popen[str]:
@@ -112,26 +125,30 @@ def _last_dump(work: Path, seen: set[Path]) -> Path:
     return new[0]
 
 
-async def _measure(transport: FramesTransport, sock: Path, work: Path, pid: int, reqs: dict[HookType, bytes],
-                   n: int, keep: Path | None) -> list[Sample]:
+Batch = Callable[[int], Awaitable[None]]  # makes n calls (or n lifecycles)
+
+
+async def _measure(work: Path, pid: int, batches: dict[HookType | None, Batch], n: int,
+                   keep: Path | None) -> list[Sample]:
     seen: set[Path] = set()
     samples = []
-    for hook, request in reqs.items():
+    for kind, batch in batches.items():
         counts = []
         for calls in (n, 2 * n):
             await asyncio.to_thread(_control, "-z", pid)
-            await _calls(transport, sock, hook, request, calls)
+            await batch(calls)
             await asyncio.to_thread(_control, "-d", pid)
             dump = _last_dump(work, seen)
             counts.append(read_dump(dump).instructions)
             if keep is not None:  # for callgrind_annotate
-                shutil.copy(dump, keep / f"{hook.value}.{calls}.callgrind")
-        samples.append(Sample(hook, (counts[1] - counts[0]) / n))
+                name = "lifecycle" if kind is None else kind.value
+                shutil.copy(dump, keep / f"{name}.{calls}.callgrind")
+        samples.append(Sample(kind, (counts[1] - counts[0]) / n))
     return samples
 
 
 async def _one_server(server: str, n: int, event_loop: str, profile: Path | None,
-                      keep: Path | None = None) -> list[Sample]:
+                      keep: Path | None = None, interleaved: bool = False) -> list[Sample]:
     with tempfile.TemporaryDirectory(prefix="hookcpu-") as tmp:
         work = Path(tmp)
         sock = work / "hook.sock"
@@ -141,11 +158,15 @@ async def _one_server(server: str, n: int, event_loop: str, profile: Path | None
         try:
             for hook, request in reqs.items():
                 await _calls(transport, sock, hook, request, WARMUP_CALLS)
+            batches: dict[HookType | None, Batch] = (
+                {None: lambda k: _lifecycles(transport, sock, reqs, k)} if interleaved else
+                {hook: lambda k, hook=hook, request=request: _calls(transport, sock, hook, request, k)  # type: ignore[misc]
+                 for hook, request in reqs.items()})
             if profile is not None:
-                for hook, request in reqs.items():
-                    await _calls(transport, sock, hook, request, n)
+                for batch in batches.values():
+                    await batch(n)
                 return []
-            return await _measure(transport, sock, work, proc.pid, reqs, n, keep)
+            return await _measure(work, proc.pid, batches, n, keep)
         finally:
             await transport.close(1.0)
             proc.send_signal(signal.SIGTERM)
@@ -161,15 +182,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="the SDK server's loop [auto: uvloop, as the bench runs it]")
     parser.add_argument("--profile", type=Path, help="run the server under cProfile, write its stats here")
     parser.add_argument("--keep", type=Path, help="copy the last server's dumps into this directory")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="N lifecycles, their six calls in turn, rather than N calls of each kind in a row")
     args = parser.parse_args(argv)
     if args.profile is not None:
-        asyncio.run(_one_server(args.server, args.calls, args.event_loop, args.profile.absolute()))
+        asyncio.run(_one_server(args.server, args.calls, args.event_loop, args.profile.absolute(),
+                                interleaved=args.interleaved))
         print(f"cProfile stats written to {args.profile}")
         return 0
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     runs = [asyncio.run(_one_server(args.server, args.calls, args.event_loop, None,
-                                    args.keep if i == args.repeats - 1 else None)) for i in range(args.repeats)]
+                                    args.keep if i == args.repeats - 1 else None, args.interleaved))
+            for i in range(args.repeats)]
+    if args.interleaved:
+        values = [run[0].per_call for run in runs]
+        shown = ", ".join(f"{v / 1000:.1f}k" for v in values)
+        print(f"{args.server} hook server ({args.event_loop} loop), instructions per lifecycle, its six calls "
+              f"interleaved, median of {args.repeats} (N={args.calls}):")
+        print(f"  {'a lifecycle (interleaved)':<28} {statistics.median(values) / 1000:7.1f}k   ({shown})")
+        print(f"  {'per call':<28} {statistics.median(values) / len(LIFECYCLE) / 1000:7.1f}k")
+        return 0
     print(f"{args.server} hook server ({args.event_loop} loop), instructions per call, "
           f"median of {args.repeats} (N={args.calls}):")
     medians: dict[HookType, float] = {}

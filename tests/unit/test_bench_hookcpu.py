@@ -27,3 +27,9 @@ def test_a_dumps_instruction_count_is_its_summary_line(tmp_path: Path) -> None:
     dump = tmp_path / "cg.out.1"
     dump.write_text("# callgrind format\nevents: Ir\n\nfn=(1) main\n3 100\n\nsummary: 123456\ntotals: 123456\n")
     assert read_dump(dump).instructions == 123456  # how hookcpu reads each dump
+
+
+def test_the_interleaved_lifecycle_is_the_six_calls_a_bench_lifecycle_makes_in_order() -> None:
+    assert hookcpu.LIFECYCLE[0] is HookType.PRE_RUN_POD_SANDBOX and hookcpu.LIFECYCLE[-1] is HookType.POST_STOP_POD_SANDBOX
+    assert len(hookcpu.LIFECYCLE) == 6
+    assert set(hookcpu.LIFECYCLE) == set(HookType) - {HookType.PRE_UPDATE_CONTAINER_RESOURCES}
