@@ -38,15 +38,13 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError, FrameType
 
 from .calls import CALL_DEADLINE, PREFIX, Call, CallError, Deadline, Limits, Route, one_message, within
-from .headers import OK_HEADERS, OK_HEADERS_BLOCK, Block, HeaderBlocks, grpc_timeout, refusal, trailers_only
+from .headers import OK_HEADERS, OK_HEADERS_BLOCK, Block, HeaderBlocks, Read, request_head, trailers_only
 from .sending import Sender
 from .settings import CREDIT_BATCH, MAX_STREAMS, PeerSettings, announcement, grown
 
 log = logging.getLogger(__name__)
 
 
-# What a call takes from its request's headers: route, grpc-timeout, grpc-encoding, and the HTTP status refusing it.
-RequestHead = tuple[Route | None, float | None, bytes, bytes | None]
 CLOSED_MEMORY = 1024  # closed streams whose late frames are still known as such
 # Read for every frame: an IntEnum class's attribute is a slow lookup (EnumType has a __getattr__), an int's is not.
 _DATA, _HEADERS, _CONTINUATION = fr.T_DATA, fr.T_HEADERS, int(FrameType.CONTINUATION)
@@ -76,10 +74,6 @@ class Connection(asyncio.Protocol):
         # trailers, say) are read for HPACK and dropped (section 5.1). A lower
         # stream id never opened is the peer's error.
         self._closed_streams: deque[int] = deque(maxlen=CLOSED_MEMORY)
-        # A repeated header block is read once (headers.py hands back the same
-        # dict, never changed): what a call takes from it is worked out once too.
-        self._head_of: dict[bytes, bytes] | None = None
-        self._head: RequestHead = (None, None, b"identity", None)
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
@@ -260,7 +254,7 @@ class Connection(asyncio.Protocol):
     def _header_block(self, block: Block | None) -> None:
         if block is None:
             return  # CONTINUATIONs to come
-        sid, headers, end_stream = block
+        sid, read, end_stream = block
         call = self._calls.get(sid)
         if call is not None:  # a second block: the request's trailers
             if not (call.receiving and end_stream):
@@ -277,12 +271,13 @@ class Connection(asyncio.Protocol):
             self._out.append(fr.rst_stream(sid, ErrorCode.REFUSED_STREAM))  # the client may retry it elsewhere
             self._closed_streams.append(sid)
             return
-        self._open(sid, headers, end_stream)
+        self._open(sid, read, end_stream)
 
-    def _open(self, sid: int, headers: dict[bytes, bytes], end_stream: bool) -> None:
-        if headers is not self._head_of:
-            self._head_of, self._head = headers, self._request_head(headers)
-        route, timeout, encoding, status = self._head
+    def _open(self, sid: int, read: Read, end_stream: bool) -> None:
+        head = read.head
+        if head is None:  # a block read for the first time (or one headers.py does not remember)
+            head = read.head = request_head(read.headers, self._routes)
+        route, timeout, encoding, status = head
         call = Call(sid, route, timeout, self._peer.initial_window, receiving=not end_stream, encoding=encoding)
         self._calls[sid] = call
         if status is not None:  # not a gRPC call: an HTTP answer
@@ -292,10 +287,6 @@ class Connection(asyncio.Protocol):
             return
         if end_stream:
             self._complete(call)  # no message: refused there
-
-    def _request_head(self, headers: dict[bytes, bytes]) -> RequestHead:
-        return (self._routes.get(headers.get(b":path", b"")), grpc_timeout(headers),
-                headers.get(b"grpc-encoding", b"identity"), refusal(headers))
 
     def _settings(self, values: dict[int, int]) -> None:
         delta = self._peer.apply(values, self._encoder)

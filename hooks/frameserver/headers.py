@@ -12,6 +12,9 @@ the content-type, then ``grpc-status`` (and ``grpc-message``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import grpc
 import hpack
 
@@ -21,12 +24,27 @@ from runtimeproxy.frames.frame import ErrorCode, Flag, FrameError
 from runtimeproxy.frames.hpackpeek import CACHED_BLOCK_BYTES, CACHED_BLOCKS, peek_all
 from runtimeproxy.frames.hpackstatic import stateless_block
 
-from .calls import ACCEPTED_ENCODINGS
+from .calls import ACCEPTED_ENCODINGS, Route
 from .settings import MAX_HEADER_LIST
 
 Headers = list[tuple[bytes, bytes]]
-# A whole block: its stream, its headers (the last of each name) and the HEADERS frame's END_STREAM.
-Block = tuple[int, dict[bytes, bytes], bool]
+# What a call takes from its request's headers: route, grpc-timeout, grpc-encoding, and the HTTP status refusing it.
+RequestHead = tuple[Route | None, float | None, bytes, bytes | None]
+
+
+@dataclass(slots=True, eq=False)
+class Read:
+    """A block as read: its headers (the last of each name), and what a call
+    takes from them once worked out (``head``, the connection's). A remembered
+    block is handed back as this same object, never changed, so each distinct
+    block is worked out once, however the blocks of a connection alternate."""
+
+    headers: dict[bytes, bytes]
+    head: RequestHead | None = None
+
+
+# A whole block: its stream, its headers as read and the HEADERS frame's END_STREAM.
+Block = tuple[int, Read, bool]
 
 OK_HEADERS: Headers = [(b":status", b"200"), (b"content-type", b"application/grpc"),
                        (b"grpc-accept-encoding", ACCEPTED_ENCODINGS)]
@@ -49,13 +67,15 @@ class HeaderBlocks:
     milliseconds. While the decoder's table is empty, such a block reads the
     same each time and leaves the table empty: what it read is remembered
     (for the table's size at the time, which a size update may change), and
-    a block seen again costs a lookup, not a read. A block that fills the
-    table, or comes once it is filled, is read every time."""
+    a block seen again costs a lookup, not a read, and comes back as the same
+    ``Read``, with what the connection worked out from it the first time. A
+    block that fills the table, or comes once it is filled, is read every
+    time."""
 
     def __init__(self) -> None:
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = MAX_HEADER_LIST
-        self._stateless: dict[bytes, dict[bytes, bytes]] = {}  # shared answers: never changed
+        self._stateless: dict[bytes, Read] = {}  # shared answers, with their heads: never changed
         self._stateless_size = self._decoder.header_table.maxsize  # the table's size they were read at
         self._pending: tuple[int, bytearray, bool] | None = None  # a block awaiting CONTINUATION
 
@@ -100,7 +120,7 @@ class HeaderBlocks:
         self._pending = None
         return sid, self._read(bytes(block)), end_stream
 
-    def _read(self, block: bytes) -> dict[bytes, bytes]:
+    def _read(self, block: bytes) -> Read:
         table = self._decoder.header_table
         stateless = not table.dynamic_entries
         if stateless:
@@ -114,15 +134,20 @@ class HeaderBlocks:
         headers = peek_all(self._decoder, block)
         if headers is None:
             try:
-                return dict(self._decoder.decode(block, raw=True))  # raw: a -bin value may be true binary
+                return Read(dict(self._decoder.decode(block, raw=True)))  # raw: a -bin value may be true binary
             except hpack.HPACKError as exc:
                 raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from exc
-        read = dict(headers)
+        read = Read(dict(headers))
         if stateless and not table.dynamic_entries and len(block) <= CACHED_BLOCK_BYTES:
             if len(self._stateless) >= CACHED_BLOCKS:
                 self._stateless.clear()
             self._stateless[block] = read
         return read
+
+
+def request_head(headers: dict[bytes, bytes], routes: Mapping[bytes, Route]) -> RequestHead:
+    return (routes.get(headers.get(b":path", b"")), grpc_timeout(headers), headers.get(b"grpc-encoding", b"identity"),
+            refusal(headers))
 
 
 def refusal(headers: dict[bytes, bytes]) -> bytes | None:

@@ -51,6 +51,8 @@ class Scripted(HookServer):
             return hookapi.PodSandboxHookResponse()
         if what == "big":
             return hookapi.ContainerResourceHookResponse(container_annotations={"big": "x" * (LIMIT + 10)})
+        if what == "slow":  # outlasts a short grpc-timeout, well within 2 s
+            await asyncio.sleep(0.5)
         if what == "wait":
             self.started.set()
             try:
