@@ -40,20 +40,16 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> P
     task = asyncio.ensure_future(step())
     try:
         await asyncio.wait({task}, timeout=timeout)
-    except asyncio.CancelledError:  # the stop was cancelled: so is the step, as when it was awaited directly
-        task.cancel()
+    except asyncio.CancelledError:  # the stop was cancelled: the step is cut, and the lock goes, as past its bound
+        _cut(task, server, socket, "the stop was cancelled")
         raise
     extra = {"server": server, "socket": socket}
     if not task.done():
-        task.cancel()
-        task.add_done_callback(_retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
-        logger.warning("%s's last step before releasing its socket's lock did not end within %gs: cut, and the "
-                       "lock released anyway (state it was writing may be missing or old for the next instance)",
-                       server, timeout, extra={**extra, "timeout_s": timeout})
+        _cut(task, server, socket, f"it did not end within {timeout:g}s", timeout_s=timeout)
         return None
     try:
         pending = task.result()
-    except Exception as exc:  # the server is stopped: its lock goes all the same
+    except (Exception, asyncio.CancelledError) as exc:  # (a step may raise CancelledError itself) the lock goes
         logger.error("%s's last step before releasing its socket's lock failed", server, exc_info=exc,
                      extra={**extra, "error": repr(exc)})
         return None
@@ -62,9 +58,17 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> P
     logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
                    "before that write ends", server, extra=extra)
-    pending.add_done_callback(lambda _: logger.info("%s's last write has ended: its socket's lock goes", server,
-                                                    extra=extra))
+    pending.add_done_callback(lambda done: done.cancelled() or logger.info(  # (cancelled: socketlock says so)
+        "%s's last write has ended: its socket's lock goes", server, extra=extra))
     return pending
+
+
+def _cut(task: asyncio.Future[Any], server: str, socket: str, why: str, **extra: float) -> None:
+    task.cancel()
+    task.add_done_callback(_retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
+    logger.warning("%s's last step before releasing its socket's lock was cut (%s), and the lock released anyway "
+                   "(state it was writing may be missing or old for the next instance)", server, why,
+                   extra={"server": server, "socket": socket, **extra})
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

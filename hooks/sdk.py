@@ -253,9 +253,10 @@ class HookServer:
         if self._stopping is not None and not self._stopping.done():  # it holds the path's lock until it ends
             raise HookServerError(f"hook server on {self._socket_path} is still stopping: start it again once its "
                                   "stop has ended (await stop() or wait_for_termination() first)")
-        if self._lock_kept is not None and not self._lock_kept.done():
+        if self._lock_kept is not None and (not self._lock_kept.done() or self._lock_kept.cancelled()):
             raise HookServerError(f"hook server on {self._socket_path} keeps its socket's lock until a write of "
-                                  "its last stop has ended (logged as it stopped)")
+                                  "its last stop has ended (logged as it stopped; a write cancelled, not ended: "
+                                  "until this process exits)")
         path = self._socket_path
         try:
             lock = await socketlock.claim(path, stop_s=(self._grace or 0.0) + STOP_PAST_GRACE_S)
@@ -332,13 +333,13 @@ class HookServer:
             # stops), then our socket removed, unless someone else has replaced
             # it, last the lock: a server waiting on it binds now.
             await socketlock.release_once_stopped(
-                lambda: self._stopped_then(server), self._path_lock, self._socket_path, self._socket_identity)
+                lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity,
+                last_step=self._release_step)
             self._socket_identity = None
 
-    async def _stopped_then(self, server: grpc.aio.Server | FrameServer) -> releasestep.Pending | None:
-        """The server stopped for sure, then :meth:`_before_release`, bounded;
-        a write it returned still running keeps the lock (``hooks.releasestep``)."""
-        await server.stop(None)
+    async def _release_step(self) -> releasestep.Pending | None:
+        """The server stopped for sure: :meth:`_before_release`, bounded; a
+        write it returned still running keeps the lock (``hooks.releasestep``)."""
         self._lock_kept = await releasestep.run_bounded(
             self._before_release, self.release_step_timeout, type(self).__name__, str(self._socket_path))
         return self._lock_kept

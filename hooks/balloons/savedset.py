@@ -43,8 +43,9 @@ failed write removes both files; leaving a directory removes both.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,10 +61,6 @@ log = logging.getLogger("hooks.balloons")
 # How long a stopping hook waits for the set due to be written before it
 # drops it (a write already in its thread keeps the socket's lock: finish()).
 STOP_WRITE_WAIT = 2.0
-
-# Runs a blocking call off the event loop (asyncio.to_thread; tests slow it down).
-Offload = Callable[..., Awaitable[Any]]
-
 
 class Wanted(NamedTuple):
     """A set (and the balloons) to write, and where (None: stateDir off, the files left)."""
@@ -105,7 +102,7 @@ def _retrieved(write: asyncio.Future[Any]) -> None:
 
 
 class SavedSet:
-    def __init__(self, state_dir: str, offload: Offload = asyncio.to_thread) -> None:
+    def __init__(self, state_dir: str) -> None:
         # The file a restart reads: that of the stateDir the hook started with.
         self.started = ReservedFile(Path(state_dir)) if state_dir else None
         # The file this hook holds (writes, or the run before it wrote):
@@ -117,8 +114,10 @@ class SavedSet:
         self._failed: tuple[str, int | None, str | None] | None = None  # (set, errno, strerror), logged once
         self._due = asyncio.Event()
         self._writing = asyncio.Lock()  # one writer
-        self._in_flight: asyncio.Future[Any] | None = None  # a thread's write, which a cancel does not stop
-        self._offload = offload
+        # A thread's write, which a cancel does not stop: the executor's own
+        # future, no Task: asyncio.run's end cancels every task left, and a
+        # Task cancelled so would say the write ended while it still runs.
+        self._in_flight: asyncio.Future[Any] | None = None
         self._finished = False  # finish() ran: nothing is written any more
         self._logged: tuple[Path, SavedReserved] | None = None  # the set last logged as saved, and where
 
@@ -247,7 +246,7 @@ class SavedSet:
         waited for first, so that two never run at once."""
         if self._in_flight is not None and not self._in_flight.done():
             await asyncio.shield(self._in_flight)
-        self._in_flight = asyncio.ensure_future(self._offload(call, *args))
+        self._in_flight = asyncio.get_running_loop().run_in_executor(None, functools.partial(call, *args))
         await asyncio.shield(self._in_flight)
 
     async def _write(self, wanted: Wanted) -> None:

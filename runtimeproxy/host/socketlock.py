@@ -154,33 +154,52 @@ def release(lock: SocketLock | None) -> None:
 
 async def release_once_stopped(
     stop: Callable[[], Awaitable[object]], lock: SocketLock | None, path: Path,
-    identity: unixsocket.SocketIdentity | None,
+    identity: unixsocket.SocketIdentity | None, last_step: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """The end of an owner's stop, however its stop went (call it in the
     stop's ``finally``, once the owner's own stop returned or raised):
     ``stop()`` once more (grpc.aio's ``stop(None)`` returns at once after a
     stop that finished; on one cut short it cancels the calls left, whose
-    caller was cancelled anyway), then the owner's socket removed and the
+    caller was cancelled anyway), then ``last_step()`` (the owner's state
+    writes, under the lock), then the owner's socket removed and the
     lock let go. A stop cut
     short before grpc's own left the server RUNNING, and its shutdown, when
     it comes (a second stop, the server's ``__del__``), unlinks the path it
     bound by name: once the lock went, a newer instance's socket. If this
     stop fails too, socket and lock stay (the kernel drops the lock as the
-    process exits), logged. A ``stop()`` that returns an asyncio Future
-    still pending (a hook's state write in a thread, which nothing can cut)
-    keeps the lock until that is done: the write must not land after the
-    next instance, waiting on the lock, has read the state."""
+    process exits), logged. A cancel during ``last_step`` (the server is
+    stopped) cuts it, and socket and lock go all the same. A ``last_step``
+    that returns an asyncio Future still pending (a hook's state write in
+    a thread, which nothing can cut) keeps the lock until that is done: the
+    write must not land after the next instance, waiting on the lock, has
+    read the state. That Future cancelled (a thread's cannot be: someone
+    cancelled a wrapper of it) tells nothing of the write: the lock stays
+    until this process exits."""
     try:
-        kept = await stop()
+        await stop()
     except BaseException as exc:
         log.error("server not stopped; its socket path stays locked until this process exits",
                   extra={"path": str(path), "lock": str(lock.path) if lock else None, "error": repr(exc)})
         if not isinstance(exc, Exception):  # a cancel goes on
             raise
         return
-    unixsocket.remove_own(path, identity)
-    if isinstance(kept, asyncio.Future) and not kept.done():
-        kept.add_done_callback(lambda _: release(lock))
+    kept: object = None
+    try:
+        if last_step is not None:
+            kept = await last_step()
+    finally:  # a cancel of the stop too: the server stopped, the step is cut, as past its own bound
+        unixsocket.remove_own(path, identity)
+        pending = kept if isinstance(kept, asyncio.Future) and not kept.done() else None
+        if pending is None:
+            release(lock)
+    if pending is not None:
+        pending.add_done_callback(lambda done: _release_unless_cancelled(done, lock, path))
+
+
+def _release_unless_cancelled(kept: asyncio.Future[object], lock: SocketLock | None, path: Path) -> None:
+    if kept.cancelled():  # no word of the write: it may land yet (the kernel drops the lock as we exit)
+        log.warning("the write kept waiting for was cancelled, not ended: its socket path stays locked until "
+                    "this process exits", extra={"path": str(path), "lock": str(lock.path) if lock else None})
         return
     release(lock)
 

@@ -140,6 +140,53 @@ async def test_a_write_stuck_in_its_thread_ends_the_stop_and_keeps_the_lock_unti
     assert at_release == ["0"]  # the write landed before the lock went
 
 
+async def test_a_stuck_write_keeps_the_lock_when_asyncio_run_cancels_the_tasks_left(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``main`` returns, asyncio.run cancels every task left; the write
+    handed back was a Task wrapping the thread's, cancelled so while the
+    thread still wrote (before: the lock went at once, logged as "last write
+    has ended", and the write landed after it)."""
+    monkeypatch.setattr(savedset, "STOP_WRITE_WAIT", 0.05)
+    state = tmp_path / "state"
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})
+    disk, landed = threading.Event(), threading.Event()
+    real_save = ReservedFile.save
+
+    def stalled(self: ReservedFile, saved: SavedReserved) -> None:
+        assert disk.wait(WAIT)
+        real_save(self, saved)
+        landed.set()
+
+    released = asyncio.Event()
+    landed_at_release: list[bool] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.path == socketlock.lock_path(Path(hook.socket_path)):
+            landed_at_release.append(landed.is_set())
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(ReservedFile, "save", stalled)
+    monkeypatch.setattr(socketlock, "release", release)
+    await hook.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+            left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in left:  # as asyncio.run does once main has returned
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            assert landed_at_release == []
+            assert "last write has ended" not in caplog.text
+            disk.set()
+            await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        disk.set()
+    assert landed_at_release == [True]
+
+
 async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -> None:
     """Its stop closed its runtime client for good (before: it started,
     serving with a client every listing and move of which failed)."""

@@ -131,7 +131,7 @@ async def test_a_release_step_that_hangs_is_cut_and_the_lock_goes_anyway(
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
     assert server.cut.is_set()
-    assert "HangingRelease's last step before releasing its socket's lock did not end within 0.1s" in caplog.text
+    assert "HangingRelease's last step before releasing its socket's lock was cut (it did not end within 0.1s)" in caplog.text
     nxt = HookServer(path, grace=0, drain=0)
     await asyncio.wait_for(nxt.start(), WAIT)  # the lock is free: no wait on a holder
     await nxt.stop()

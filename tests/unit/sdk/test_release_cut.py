@@ -1,0 +1,117 @@
+"""The last step of a HookServer's stop cut short (hooks/sdk.py,
+hooks/releasestep.py, socketlock.release_once_stopped): a stop cancelled
+during ``_before_release``, or a step that raises CancelledError itself,
+lets the lock go as the timeout does; a write handed back that is
+cancelled, not ended, keeps the lock until the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from hooks.sdk import HookServer, HookServerError
+from runtimeproxy.host import socketlock
+
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+
+
+@pytest.fixture
+def released(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The lock files socketlock.release let go of."""
+    files: list[Path] = []
+    real = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.held:
+            files.append(lock.path)
+        real(lock)
+
+    monkeypatch.setattr(socketlock, "release", release)
+    return files
+
+
+class StalledRelease(HookServer):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, grace=0, drain=0)
+        self.in_step = asyncio.Event()
+
+    async def _before_release(self) -> None:
+        self.in_step.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_stop_cancelled_in_its_release_step_lets_the_lock_go(
+    sock_dir: Path, released: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the cancel went through release_once_stopped as a failed
+    server stop ("server not stopped"), the lock kept until the process
+    exited: a next start in this process waited on it and was refused."""
+    path = sock_dir / "h.sock"
+    server = StalledRelease(path)
+    await server.start()
+    with caplog.at_level(logging.WARNING):
+        stopping = asyncio.ensure_future(server.stop())
+        await asyncio.wait_for(server.in_step.wait(), WAIT)
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+    assert released == [socketlock.lock_path(path)] and not path.exists()
+    assert "server not stopped" not in caplog.text
+    assert "was cut (the stop was cancelled)" in caplog.text
+    nxt = HookServer(path, grace=0, drain=0)
+    await asyncio.wait_for(nxt.start(), WAIT)  # at once: the lock is free
+    await nxt.stop()
+
+
+class CancelsItself(HookServer):
+    async def _before_release(self) -> None:
+        raise asyncio.CancelledError  # (a cancel of something it awaited, let through)
+
+
+async def test_a_release_step_raising_cancelled_error_is_a_failed_step(
+    sock_dir: Path, released: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the CancelledError, not an Exception, escaped the step's
+    bound: the stop raised it and the lock stayed held until exit."""
+    path = sock_dir / "h.sock"
+    server = CancelsItself(path, grace=0, drain=0)
+    await server.start()
+    with caplog.at_level(logging.ERROR):
+        await asyncio.wait_for(server.stop(), WAIT)  # no CancelledError out of a stop nobody cancelled
+    assert released == [socketlock.lock_path(path)]
+    assert "CancelsItself's last step before releasing its socket's lock failed" in caplog.text
+
+
+class HandsBack(HookServer):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, grace=0, drain=0)
+        self.write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def _before_release(self) -> asyncio.Future[None]:
+        return self.write
+
+
+async def test_a_write_handed_back_then_cancelled_keeps_the_lock(
+    sock_dir: Path, released: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio.run's end cancels every task left: a Task wrapping a thread's
+    write is cancelled while the thread still writes (before: the lock went
+    on the cancel, logged as "last write has ended")."""
+    path = sock_dir / "h.sock"
+    server = HandsBack(path)
+    await server.start()
+    with caplog.at_level(logging.INFO):
+        await asyncio.wait_for(server.stop(), WAIT)
+        server.write.cancel()
+        await asyncio.sleep(0)  # its callbacks run
+    assert released == []
+    assert "last write has ended" not in caplog.text
+    assert "the write kept waiting for was cancelled, not ended" in caplog.text
+    with pytest.raises(HookServerError, match="until this process exits"):
+        await server.start()
+    assert socketlock.lock_path(path).exists()
+    socketlock.release(server._path_lock)  # the process's exit, for this test's
