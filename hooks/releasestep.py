@@ -14,6 +14,14 @@ and the lock stays held until that write has ended
 (``socketlock.release_once_stopped``), so it cannot land after the next
 instance has read the state or written its own. That instance waits on the
 lock meanwhile, and is refused past its wait, naming this process's pid.
+Hand back the executor's own future (``loop.run_in_executor``), not a Task
+awaiting the thread: asyncio.run's end cancels the tasks left, and a
+cancelled future says nothing of the write, so the lock then stays until
+the process exits. The process does not exit before a thread's write ends
+either: asyncio.run joins its default executor as it closes.
+
+A stop cancelled during the step cuts it, as its bound does: the lock goes.
+The bound acts at the step's awaits only: blocking code in it is not cut.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> P
         return None
     logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
-                   "before that write ends", server, extra=extra)
+                   "before that write ends (a thread's write is joined at exit)", server, extra=extra)
     pending.add_done_callback(lambda done: done.cancelled() or logger.info(  # (cancelled: socketlock says so)
         "%s's last write has ended: its socket's lock goes", server, extra=extra))
     return pending

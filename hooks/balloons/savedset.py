@@ -27,7 +27,9 @@ ended (``hooks.releasestep``), so that no write of this hook lands after the
 next instance, waiting on the lock, has read the file or written its own;
 the stop itself ends. What an operator sees then: the warning below, then
 the SDK's "keeps its socket's lock until a write it cannot cut has ended";
-the process does not exit before the write ends (its thread is joined), and
+the process does not exit before the write ends (asyncio.run joins the
+default executor's threads as it closes; the lock waits on the executor's
+own future, which its cancel of the tasks left does not touch), and
 a next instance waits on the lock and is refused past its wait, naming this
 pid. The write is atomic (``hooks.statefile.write_atomic``: a temporary
 file renamed into place), so however late it lands it never tears the file.
