@@ -173,11 +173,19 @@ class KnownPods:
                 self._save(record, sync_dir=False)
 
     def close(self) -> None:
-        """The last flush, then nothing written or removed any more: the
-        hook's stop, while it still holds its socket's lock (the next
-        instance reads the files once it has the lock)."""
-        self.flush()
+        """Nothing written or removed any more, from now on: the hook's stop,
+        while it still holds its socket's lock (the next instance reads the
+        files once it has the lock); :meth:`last_saves` then."""
         self._closed = True
+
+    def last_saves(self) -> LastSaves:
+        """The last flush, of what is dirty now, for the stop to run in a
+        thread (an fsync per pod: a stalled disk must not block the loop):
+        copies, it touches nothing of this object."""
+        last = LastSaves(self._state, [(record, self.containers(key)) for key in sorted(self._dirty)
+                                       if (record := self._pods.get(key)) is not None])
+        self._dirty.clear()
+        return last
 
     def forget(self, key: str, reason: str) -> None:
         record = self._pods.pop(key, None)
@@ -225,6 +233,22 @@ class KnownPods:
         for change in changes:
             log.info("batchresource set a pod cgroup value",
                      extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
+
+
+@dataclass(frozen=True)
+class LastSaves:
+    """The stop's last flush (:meth:`KnownPods.close`): copies, safe in a thread."""
+
+    state: StateDir
+    pods: list[tuple[PodRecord, frozenset[ContainerKey] | None]]
+
+    def __call__(self) -> None:
+        for record, containers in self.pods:
+            try:
+                self.state.save(record, containers, sync_dir=False)
+            except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
+                log.warning("batchresource could not save a pod to its state directory as it stopped",
+                            extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})
 
 
 def _record(containers: set[ContainerKey], add: Iterable[ContainerKey], drop: Iterable[ContainerKey]) -> None:

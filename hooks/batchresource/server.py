@@ -35,6 +35,10 @@ log = logging.getLogger("hooks.batchresource")
 
 _CONTAINER_REFUSALS = (SpecError, MemoryBelowUsage, ValueError, OSError)
 
+# How long the stop waits for its last saves before it hands them back
+# running (the lock kept until they end); below the SDK's release step bound.
+STOP_SAVE_WAIT = 2.0
+
 
 def _with_values(base: api_pb2.LinuxContainerResources, values: CgroupValues) -> api_pb2.LinuxContainerResources:
     out = api_pb2.LinuxContainerResources()
@@ -84,16 +88,29 @@ class BatchResourceHook(BuiltinHook):
             if self.learner is not None:
                 await self.learner.lister.close()
 
-    async def _before_release(self) -> None:
-        """The server stopped, the socket's lock still held: the containers
-        recorded since the last pass are saved now, and nothing is written or
-        removed after (the listing's loop runs until ``hook run`` cancels it,
-        after the stop): the next instance, waiting on the lock, reads them
-        all, and no late write overwrites its files or brings back one it
-        removed."""
+    async def _before_release(self) -> asyncio.Future[None] | None:
+        """The server stopped (no answer comes any more: none saves a pod
+        then), the socket's lock still held: the containers recorded since
+        the last pass are saved now, and nothing is written or removed after
+        (the listing's loop runs until ``hook run`` cancels it, after the
+        stop): the next instance, waiting on the lock, reads them all, and
+        no late write overwrites its files or brings back one it removed.
+        The saves run in a thread, waited for ``STOP_SAVE_WAIT``; past it
+        (a stalled disk) handed back running: the SDK keeps the lock until
+        they end (``hooks.releasestep``). The
+        pods are closed first, so that a cut of what follows (the listing's
+        close) leaves nothing to write after the lock: the last saves are
+        dropped then, which the next instance's listing makes up for."""
+        self.pods.close()
         if self.learner is not None:
             await self.learner.lister.close()
-        self.pods.close()
+        saving = asyncio.get_running_loop().run_in_executor(None, self.pods.last_saves())
+        await asyncio.wait({saving}, timeout=STOP_SAVE_WAIT)
+        if saving.done():
+            return None
+        log.warning("batchresource's last saves to its state directory took over %gs (a stalled disk?): the "
+                    "socket's lock is kept until they end", STOP_SAVE_WAIT)
+        return saving
 
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.

@@ -5,11 +5,16 @@ reads every answer, and no late write lands on its files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hooks.batchresource import server
+from hooks.batchresource.state import StateDir
 from runtimeproxy.host import socketlock
 
 from .fakeruntime import FakePod
@@ -18,6 +23,8 @@ from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
 from .specs import BE
 
 STATE = Path("state") / "uid-1.json"
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+STALL = 3.0  # a stalled save gives up past this: the loop it blocked lets the test fail, not hang
 
 
 async def test_the_answers_since_the_last_pass_are_saved_before_the_lock_goes(
@@ -60,3 +67,77 @@ async def test_a_pass_under_way_as_the_hook_stops_writes_no_file(tmp_path: Path)
     assert hook.learner is not None
     assert await hook.learner.pass_once() == ["uid-1"]
     assert "uid-1" in hook.pods and not (tmp_path / STATE).exists()
+
+
+async def test_the_last_saves_on_a_stalled_disk_keep_the_lock_not_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last saves (an fsync each) run in a thread: past STOP_SAVE_WAIT
+    the stop ends and the lock is kept until they land (before: they ran on
+    the loop, so a stalled disk blocked it, the step's bound never fired,
+    and the stop hung with it)."""
+    monkeypatch.setattr(server, "STOP_SAVE_WAIT", 0.05, raising=False)  # (raising: the test fails on its outcome without it)
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    hook, _ = hook_with_learner(tmp_path)
+    await hook.start()
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main", attempt=2))
+    disk, stalled_out = threading.Event(), threading.Event()
+    real_save = StateDir.save
+
+    def stalled(self: StateDir, *args: Any, **kwargs: Any) -> None:
+        if not disk.wait(STALL):
+            stalled_out.set()  # the loop never let the disk go: it was blocked
+        real_save(self, *args, **kwargs)
+
+    released = asyncio.Event()
+    landed_at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
+        released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(StateDir, "save", stalled)
+    monkeypatch.setattr(socketlock, "release", release)
+    try:
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+        assert landed_at_release == []  # stopped, the lock kept
+        disk.set()
+        await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        disk.set()
+    assert not stalled_out.is_set()
+    assert landed_at_release == [[["main", 2]]]
+
+
+async def test_pods_are_closed_even_when_the_listing_s_close_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing's close that hangs is cut by the release step's bound: the
+    pods are closed all the same, so the reconcile loop writes or removes
+    no file after the lock went (before: close() came after it, never ran,
+    and a pod forgotten later had its file removed from under the next
+    instance)."""
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    hook, _ = hook_with_learner(tmp_path)
+    hook.release_step_timeout = 0.1
+    await hook.start()
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    assert (tmp_path / STATE).exists()
+    assert hook.learner is not None
+    lister, closes = hook.learner.lister, 0
+    real_close = lister.close
+
+    async def hangs_once() -> None:
+        nonlocal closes
+        closes += 1
+        if closes == 1:
+            await asyncio.Event().wait()
+        await real_close()
+
+    monkeypatch.setattr(lister, "close", hangs_once)
+    await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    hook.pods.forget("uid-1", "PostStopPodSandbox")
+    assert (tmp_path / STATE).exists()
