@@ -70,6 +70,7 @@ class Connection(asyncio.Protocol):
         self._out = self._send.out  # frames queued this turn (sending.py writes them)
         self._going_away = False  # GOAWAY sent or received: no new calls, close once idle
         self._told: str | None = None  # "go away" or "abort", asked before connection_made
+        self._made = False  # connection_made has run
         # Streams opened and since closed or reset: their late frames (request
         # trailers, say) are read for HPACK and dropped (section 5.1). A lower
         # stream id never opened is the peer's error.
@@ -77,7 +78,13 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------------
 
+    @property
+    def made(self) -> bool:
+        """connection_made has run (its transport may be gone since)."""
+        return self._made
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._made = True
         self._transport = self._send.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport.write(announcement())
         # The server may have stopped between making this protocol and the loop connecting it.

@@ -73,6 +73,8 @@ class FrameServer:
                 pass
         for conn in list(self._connections):
             conn.abort()
+            if not conn.made:  # accepted as the server closed: on 3.11 the loop drops it unmade (Server._attach
+                self._lost(conn)  # asserts), connection_lost never comes; made later, it aborts at once
         await self._idle.wait()  # connection_lost has run for each: their handlers are cancelled
         await server.wait_closed()
         self._terminated.set()
