@@ -298,7 +298,12 @@ class HookServer:
 
         A stop while another is under way waits for it, shielded (its return
         must not let ``main`` end, whose end cancels the first's drain). A
-        stop cancelled cuts its drain and grace short, and closes all the same."""
+        stop cancelled cuts its drain and grace short, and closes all the same.
+        A stop while a start is under way (waiting on the socket's lock, say)
+        cancels that start, which then raises :class:`HookServerError` (``...
+        was cancelled by a stop``) and lets the lock go, and returns once it
+        has ended: else the start would serve after the stop, for good."""
+        await self._starting.cancel("a stop")  # (none under way: nothing)
         stopping = self._stopping
         if stopping is not None and not stopping.done():
             await asyncio.shield(stopping)

@@ -3,13 +3,20 @@
 A call while a run is under way waits for it and shares its outcome: it
 returns once the run has returned, or raises the run's error (a cancelled
 run: a :class:`HookServerError` saying so, not a cancel of the waiter, which
-was not cancelled). A waiter cancelled leaves the run going.
+was not cancelled). A waiter cancelled leaves the run going; the call that
+began the run cancelled cancels it, and returns once it has ended (a start
+lets its lock go on the way). :meth:`SharedRun.cancel` cuts the run from
+outside (``HookServer.stop`` during a start): it runs in a task of its own
+for that, so that its callers get a :class:`HookServerError`, not a cancel
+of their own tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from hooks.errors import HookServerError
 
@@ -17,23 +24,44 @@ from hooks.errors import HookServerError
 class SharedRun:
     def __init__(self, what: str) -> None:
         self._what = what  # for the error of a run cancelled: "the start of the hook server on ..."
-        self._under_way: asyncio.Future[None] | None = None
+        self._run: asyncio.Task[None] | None = None
+        self._cut_by = ""  # who cut the run under way (cancel()), for its callers' error
 
     @property
     def under_way(self) -> bool:
-        return self._under_way is not None and not self._under_way.done()
+        return self._run is not None and not self._run.done()
 
-    async def run(self, step: Callable[[], Awaitable[None]]) -> None:
+    async def run(self, step: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``step()``, or, while a run is under way, its outcome."""
-        if self._under_way is not None and not self._under_way.done():
-            await asyncio.shield(self._under_way)
-            return
-        run = self._under_way = asyncio.get_running_loop().create_future()
+        run, first = self._run, False
+        if run is None or run.done():
+            run, first, self._cut_by = asyncio.ensure_future(step()), True, ""
+            run.add_done_callback(_retrieve)  # a failure after its first caller was cancelled: not "never retrieved"
+            self._run = run
         try:
-            await step()
-        except BaseException as exc:
-            run.set_exception(exc if isinstance(exc, Exception) else
-                              HookServerError(f"{self._what} that this call waited for was cancelled"))
-            run.exception()  # retrieved: with no call waiting, not logged as "never retrieved"
-            raise
-        run.set_result(None)
+            await asyncio.shield(run)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # this call was cancelled, not the run
+                if first:  # its own run: cancelled with it, as when the step was awaited directly
+                    run.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait({run})
+                raise
+            waited = "" if first else " that this call waited for"
+            raise HookServerError(f"{self._what}{waited} was cancelled{self._cut_by}") from None
+
+    async def cancel(self, by: str) -> None:
+        """Cut the run under way, if any (``by``: who, for its callers'
+        error); returns once it has ended."""
+        run = self._run
+        if run is None or run.done():
+            return
+        self._cut_by = f" by {by}"
+        run.cancel()
+        await asyncio.wait({run})
+
+
+def _retrieve(run: asyncio.Task[None]) -> None:
+    if not run.cancelled():
+        run.exception()

@@ -92,6 +92,49 @@ async def test_a_second_start_shares_the_first_s_failure_and_a_start_after_it_tr
     await server.stop()
 
 
+async def test_a_stop_during_a_start_cancels_it(sock_dir: Path) -> None:
+    """A SIGTERM handler's stop while the start waits (on the lock, or as
+    here in its _before_serving): the start raises, its lock let go, and
+    nothing serves (before: the stop returned at once, _server being None
+    until the start ended, and the start then served for good)."""
+    path = sock_dir / "h.sock"
+    server = SlowStart(path)
+    first = asyncio.ensure_future(server.start())
+    await asyncio.wait_for(server.preparing.wait(), WAIT)
+    try:
+        await asyncio.wait_for(server.stop(), WAIT)
+        with pytest.raises(HookServerError, match=r"the start of the hook server on .* was cancelled by a stop"):
+            await asyncio.wait_for(first, WAIT)
+        assert not server.serving and not socketlock.lock_path(path).exists()
+        assert await server.wait_for_termination(0) is False  # nothing to wait for
+    finally:  # without the fix: the start let through, then stopped
+        server.go.set()
+        first.cancel()
+        with contextlib.suppress(BaseException):
+            await first
+        await server.stop()
+
+
+async def test_a_cancelled_first_start_fails_the_start_waiting_for_it(sock_dir: Path) -> None:
+    """Guards the waiter's outcome (SharedRun runs the start in a task of
+    its own now): the caller that began the start is cancelled, its start
+    with it; the start waiting for it gets an error, not a cancel it never
+    had, and the lock is let go by the time the cancelled call returns."""
+    path = sock_dir / "h.sock"
+    server = SlowStart(path)
+    first = asyncio.ensure_future(server.start())
+    await asyncio.wait_for(server.preparing.wait(), WAIT)
+    second = asyncio.ensure_future(server.start())
+    await asyncio.sleep(0)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert not socketlock.lock_path(path).exists()
+    with pytest.raises(HookServerError, match="that this call waited for was cancelled"):
+        await asyncio.wait_for(second, WAIT)
+    assert not server.serving
+
+
 class HangingRelease(HookServer):
     release_step_timeout = 0.1
 
