@@ -259,7 +259,7 @@ class HookServer:
                                   "until this process exits)")
         path = self._socket_path
         try:
-            lock = await socketlock.claim(path, stop_s=(self._grace or 0.0) + STOP_PAST_GRACE_S)
+            lock = await socketlock.claim(path, stop_s=self._stop_bound(self._grace))
         except unixsocket.UnusablePath as exc:
             raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:
@@ -326,7 +326,7 @@ class HookServer:
         grace = self._grace if grace is None else grace
         drain = self._drain if drain is None else drain
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
-            self._path_lock.record_longer_stop((grace or 0.0) + STOP_PAST_GRACE_S)
+            self._path_lock.record_longer_stop(self._stop_bound(grace))
         try:
             if registered and drain > 0:  # in the try: a stop cancelled while it drains still closes the server
                 logger.info("hook server draining: answering new calls for %gs while the proxy notices its hook "
@@ -341,6 +341,11 @@ class HookServer:
                 lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity,
                 last_step=self._release_step)
             self._socket_identity = None
+
+    def _stop_bound(self, grace: float | None) -> float:
+        """How long a stop with ``grace`` may keep the lock, for the lock file's
+        ``stop_s``: its grace, its close, and its bounded release step."""
+        return (grace or 0.0) + STOP_PAST_GRACE_S + self.release_step_timeout
 
     async def _release_step(self) -> releasestep.Pending | None:
         """The server stopped for sure: :meth:`_before_release`, bounded; a

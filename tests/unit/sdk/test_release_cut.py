@@ -115,3 +115,19 @@ async def test_a_write_handed_back_then_cancelled_keeps_the_lock(
         await server.start()
     assert socketlock.lock_path(path).exists()
     socketlock.release(server._path_lock)  # the process's exit, for this test's
+
+
+async def test_the_lock_file_s_stop_bound_counts_the_release_step(sock_dir: Path) -> None:
+    """A waiting instance waits as long as the stop may keep the lock: its
+    grace, 1 s to close, and the release step's bound (before: the step's
+    5 s were left out, and a waiter gave up while it still ran)."""
+    path = sock_dir / "h.sock"
+    server = StalledRelease(path)
+    server.release_step_timeout = 40.0
+    server._grace = 30.0
+    await server.start()
+    try:
+        assert "stop_s=71" in socketlock.lock_path(path).read_text()
+    finally:
+        server.release_step_timeout = 0.01
+        await server.stop(0)
