@@ -269,6 +269,8 @@ class SavedSet:
             if not again:
                 log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
                             cpus, file.path, exc, extra={"path": str(file.path), "error": str(exc)})
+            if self._finished:  # the hook stopped meanwhile: the next instance's file now, not ours to remove
+                return
             try:
                 await self._io(_remove, file, plan)  # a restart deduces, rather than keep what is not true
             except OSError as gone:

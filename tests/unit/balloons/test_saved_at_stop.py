@@ -187,6 +187,31 @@ async def test_a_stuck_write_keeps_the_lock_when_asyncio_run_cancels_the_tasks_l
     assert landed_at_release == [True]
 
 
+async def test_a_write_that_fails_after_the_stop_removes_no_file(tmp_path: Path, monkeypatch) -> None:
+    """The writer's write fails once finish() has given up on it: the file
+    is left (before: the failure path removed it, after the lock went)."""
+    config = parse_config({**ALONE, "stateDir": str(tmp_path)})
+    started, fail = threading.Event(), threading.Event()
+    removed: list[Path] = []
+
+    def failing(self: ReservedFile, saved: SavedReserved) -> None:
+        started.set()
+        assert fail.wait(WAIT)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ReservedFile, "save", failing)
+    monkeypatch.setattr(ReservedFile, "remove", lambda self: removed.append(self.path))
+    saved = SavedSet(str(tmp_path))
+    saved.record(config, frozenset({1}))
+    writer = asyncio.create_task(saved.run())
+    assert await asyncio.to_thread(started.wait, WAIT)
+    in_flight = await saved.finish(timeout=0.05)
+    assert in_flight is not None
+    fail.set()
+    await asyncio.wait_for(writer, WAIT)
+    assert removed == []
+
+
 async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -> None:
     """Its stop closed its runtime client for good (before: it started,
     serving with a client every listing and move of which failed)."""
