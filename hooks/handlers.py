@@ -19,9 +19,12 @@ import inspect
 import warnings
 from typing import Any
 
+from google.protobuf.message import Message
+
+from cri_api.hookapi import api_pb2
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
-__all__ = ["check_handlers", "handled_hooks"]
+__all__ = ["HookHandlers", "check_handlers", "handled_hooks"]
 
 # Names a handler is mistaken for, each with the handler the SDK calls.
 _MISNAMED = {
@@ -98,3 +101,46 @@ def handled_hooks(cls: type, base: type) -> dict[HookType, str]:
         if klass is not None:
             handled[point.hook] = f"{klass.__qualname__}.{point.handler_name}"
     return handled
+
+
+class HookHandlers:
+    """The handlers of a hook server (``hooks.sdk.HookServer``'s base): each
+    answers an empty response ("no change") until overridden; ``handle`` is
+    the entry point of every call and dispatches to them."""
+
+    async def pre_run_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
+        return None
+
+    async def post_stop_pod_sandbox(
+        self, request: api_pb2.PodSandboxHookRequest
+    ) -> api_pb2.PodSandboxHookResponse | None:
+        return None
+
+    async def pre_create_container(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return None
+
+    async def pre_start_container(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return None
+
+    async def post_start_container(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return None
+
+    async def post_stop_container(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return None
+
+    async def pre_update_container_resources(
+        self, request: api_pb2.ContainerResourceHookRequest
+    ) -> api_pb2.ContainerResourceHookResponse | None:
+        return None
+
+    async def handle(self, hook: HookType, request: Message) -> Message | None:
+        """Generic entry point of every call; by default dispatches to the handler method."""
+        return await getattr(self, HOOK_POINTS[hook].handler_name)(request)

@@ -47,18 +47,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from google.protobuf.message import Message
 
-from cri_api.hookapi import api_pb2
 from hooks import listen, releasestep, runscope, unregistered
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer
-from hooks.handlers import check_handlers, handled_hooks
+from hooks.handlers import HookHandlers, check_handlers, handled_hooks
 from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
 from hooks.sharedrun import SharedRun
 from runtimeproxy import eventloop, logs
-from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host import socketlock, unixsocket
 
 if TYPE_CHECKING:  # imported when asked for (__getattr__ below); named here for linters and type checkers
@@ -102,10 +100,10 @@ DEFAULT_DRAIN_S = 0.5
 MAX_MESSAGE_BYTES, DEFAULT_OPTIONS = listen.MAX_MESSAGE_BYTES, listen.DEFAULT_OPTIONS
 
 
-class HookServer:
+class HookServer(HookHandlers):
     """A ``RuntimeHookService`` server on a unix socket.
 
-    Override the handlers below (or :meth:`handle`).  Lifecycle: ``await
+    Override the handlers of :class:`hooks.handlers.HookHandlers` (or :meth:`handle`).  Lifecycle: ``await
     start()`` / ``await stop(grace)``, or ``async with``; ``start`` again
     once a stop has ended (while one is under way it is refused); a start
     while another is under way waits for it and shares its outcome, as a
@@ -175,45 +173,6 @@ class HookServer:
     def handled_hooks(self) -> tuple[HookType, ...]:
         """The hook points whose handlers this class defines, for its hook file (none with ``handle`` alone)."""
         return tuple(handled_hooks(type(self), HookServer))
-
-    # -- handlers: override the ones you need ----------------------------------
-
-    async def pre_run_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
-        return None
-
-    async def post_stop_pod_sandbox(
-        self, request: api_pb2.PodSandboxHookRequest
-    ) -> api_pb2.PodSandboxHookResponse | None:
-        return None
-
-    async def pre_create_container(
-        self, request: api_pb2.ContainerResourceHookRequest
-    ) -> api_pb2.ContainerResourceHookResponse | None:
-        return None
-
-    async def pre_start_container(
-        self, request: api_pb2.ContainerResourceHookRequest
-    ) -> api_pb2.ContainerResourceHookResponse | None:
-        return None
-
-    async def post_start_container(
-        self, request: api_pb2.ContainerResourceHookRequest
-    ) -> api_pb2.ContainerResourceHookResponse | None:
-        return None
-
-    async def post_stop_container(
-        self, request: api_pb2.ContainerResourceHookRequest
-    ) -> api_pb2.ContainerResourceHookResponse | None:
-        return None
-
-    async def pre_update_container_resources(
-        self, request: api_pb2.ContainerResourceHookRequest
-    ) -> api_pb2.ContainerResourceHookResponse | None:
-        return None
-
-    async def handle(self, hook: HookType, request: Message) -> Message | None:
-        """Generic entry point of every call; by default dispatches to the handler method."""
-        return await getattr(self, HOOK_POINTS[hook].handler_name)(request)
 
     # -- lifecycle ---------------------------------------------------------------
 
