@@ -9,7 +9,6 @@ through it unchanged, and what the hooks changed is read back as a diff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cri_api.nri import api_pb2 as nri
@@ -68,26 +67,27 @@ def run_pod_request(pod: nri.PodSandbox) -> v1.RunPodSandboxRequest:
 RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
 
 
-def container_attempt(name: str, annotations: Mapping[str, str]) -> int:
+def container_attempt(container: nri.Container) -> int:
     """The attempt kubelet gave the container, as hooks behind the CRI proxy
-    see it; 0 when the annotation is missing or garbled (not made by kubelet)."""
-    text = annotations.get(RESTART_COUNT_ANNOTATION)
+    see it; 0 when the annotation is missing or garbled (not made by kubelet,
+    which writes plain decimal digits: int() would also take "+3", " 3",
+    "3_0" or other scripts' digits)."""
+    text = container.annotations.get(RESTART_COUNT_ANNOTATION)
     if text is None:
         return 0
-    try:
-        attempt = int(text)
-    except ValueError:
-        attempt = -1
+    attempt = int(text) if text.isascii() and text.isdigit() else -1
     if not 0 <= attempt < 2**32:  # (ContainerMetadata.attempt is a uint32)
         log.debug("NRI container's restart count annotation is not a count; attempt 0 told to hooks",
-                  extra={"container": name, "annotation": RESTART_COUNT_ANNOTATION, "value": text})
+                  extra={"container": container.name, "container_id": container.id,
+                         "pod_sandbox_id": container.pod_sandbox_id,
+                         "annotation": RESTART_COUNT_ANNOTATION, "value": text})
         return 0
     return attempt
 
 
 def container_config(container: nri.Container) -> v1.ContainerConfig:
     config = v1.ContainerConfig(
-        metadata=v1.ContainerMetadata(name=container.name, attempt=container_attempt(container.name, container.annotations)),
+        metadata=v1.ContainerMetadata(name=container.name, attempt=container_attempt(container)),
         annotations=dict(container.annotations),
     )
     for entry in container.env:

@@ -51,10 +51,12 @@ def test_container_attempt_is_kubelets_restart_count(caplog: pytest.LogCaptureFi
     assert convert.create_request(nri.PodSandbox(id="p1"), restarted).config.metadata.attempt == 3
     assert convert.container_config(container()).metadata.attempt == 0
     caplog.set_level("DEBUG", "runtimeproxy.nri.convert")
-    for garbled in ("x", "-1", str(2**32)):
+    garbles = ("x", "-1", str(2**32), "+3", " 3", "3_0", "\u0663")  # (the last: ARABIC-INDIC DIGIT THREE, int() takes it)
+    for garbled in garbles:
         restarted.annotations["io.kubernetes.container.restartCount"] = garbled
         assert convert.container_config(restarted).metadata.attempt == 0
-    assert [r.value for r in caplog.records] == ["x", "-1", str(2**32)]
+    assert [r.value for r in caplog.records] == list(garbles)
+    assert {r.container_id for r in caplog.records} == {restarted.id}  # (a name is not unique across pods)
 
 
 def test_adjustment_carries_only_what_hooks_changed() -> None:
