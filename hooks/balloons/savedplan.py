@@ -12,15 +12,17 @@ its balloon, which keeps its name and place in the order) when it agrees with
 what runs (:func:`rebuild_from`), else as without it, saying why.
 
 Written by the reserved set's one writer (savedset.py), after reserved.json,
-atomically (``hooks.statefile``); the reserved CPUs it names must be those
-the restart keeps, so a crash between the two writes is caught.
+atomically (``hooks.statefile``); it carries the token of the reserved.json
+written with it, and is used only beside that one (not after a crash between
+the two writes, an older hook's run on the directory, or with reserved.json
+gone); the reserved CPUs it names must be those the restart keeps too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,10 @@ class SavedPlanError(ValueError):
     """The saved balloons cannot be used; the message says why."""
 
 
+class SavedPlanNewer(SavedPlanError):
+    """The file is of a later version (a newer hook wrote it, then was downgraded)."""
+
+
 @dataclass(frozen=True)
 class SavedBalloon:
     btype: str
@@ -62,19 +68,23 @@ class SavedPlan:
     reserved: frozenset[int]
     config: str  # fingerprint() of the config it was made under
     balloons: tuple[SavedBalloon, ...]  # in the pool's order (placement tries them in it)
+    # That of the reserved.json written with it (SavedReserved.token), set as
+    # it is written: the plan is used only with that reserved.json.
+    token: str = field(default="", compare=False)
 
 
-def snapshot(state: Assignments) -> SavedPlan:
-    """``state``'s balloons, to save."""
+def snapshot(state: Assignments, config_print: str | None = None) -> SavedPlan:
+    """``state``'s balloons, to save (``config_print``: fingerprint() of its
+    config, if known: computed otherwise)."""
     pool = state.pool
-    return SavedPlan(pool.reserved, fingerprint(state.config), tuple(
+    return SavedPlan(pool.reserved, config_print or fingerprint(state.config), tuple(
         SavedBalloon(b.btype.name, b.index, b.cpus, pool.effective_cpus(b), tuple(sorted(b.members)))
         for b in pool.balloons
     ))
 
 
 def _to_doc(plan: SavedPlan) -> dict[str, Any]:
-    return {"version": VERSION, "reserved_cpus": format_cpuset(plan.reserved), "config": plan.config, "balloons": [
+    return {"version": VERSION, "token": plan.token, "reserved_cpus": format_cpuset(plan.reserved), "config": plan.config, "balloons": [
         {"type": b.btype, "index": b.index, "cpus": format_cpuset(b.cpus), "cpuset": format_cpuset(b.cpuset),
          "members": [list(key) for key in b.members]}
         for b in plan.balloons
@@ -82,7 +92,10 @@ def _to_doc(plan: SavedPlan) -> dict[str, Any]:
 
 
 def _from_doc(doc: Any) -> SavedPlan:
-    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise SavedPlanNewer(f"is of version {version}, written by a later hook (this one reads version {VERSION})")
+    if version != VERSION:
         raise SavedPlanError(f"is not a version {VERSION} balloons file")
     try:
         balloons = tuple(
@@ -90,7 +103,7 @@ def _from_doc(doc: Any) -> SavedPlan:
                          tuple((str(uid), str(name)) for uid, name in b["members"]))
             for b in doc["balloons"]
         )
-        return SavedPlan(parse_cpuset(doc["reserved_cpus"]), str(doc["config"]), balloons)
+        return SavedPlan(parse_cpuset(doc["reserved_cpus"]), str(doc["config"]), balloons, str(doc.get("token", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise SavedPlanError(f"is malformed ({type(exc).__name__}: {exc})") from None
 
@@ -128,13 +141,15 @@ def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], pla
     """``found``, each with the balloon ``plan`` had it in (as a re-plan's,
     replanning.restored), if the plan agrees with what runs: made under this
     config, its CPUs online, every container found in one of its balloons and
-    running on that balloon's cpuset; else SavedPlanError saying what does not."""
+    running on that balloon's cpuset (with pinCPU false, what a container runs
+    on is not compared: none is pinned); else SavedPlanError saying what does
+    not. Every balloon's type is one the config defines: the fingerprint
+    covers the types."""
     if plan.config != fingerprint(config):
         raise SavedPlanError("was saved under another config (a restart after a config change rebuilds from the cpusets)")
     offline = frozenset().union(plan.reserved, *(b.cpuset for b in plan.balloons)) - topology.all_cpus
     if offline:
         raise SavedPlanError(f"names CPUs {format_cpuset(offline)}, offline now")
-    types = {t.name for t in config.all_types}
     where = {key: b for b in plan.balloons for key in b.members}
     out = []
     for item in found:
@@ -142,8 +157,6 @@ def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], pla
         balloon = where.get(key)
         if balloon is None:
             raise SavedPlanError(f"does not hold container {label} (started after the last write?)")
-        if balloon.btype not in types:
-            raise SavedPlanError(f"has balloon {balloon.name}, whose type the config no longer defines")
         if config.pin_cpu and item.cpus != balloon.cpuset:
             raise SavedPlanError(
                 f"has container {label} in balloon {balloon.name} on cpus {format_cpuset(balloon.cpuset)}, but it runs "

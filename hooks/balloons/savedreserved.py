@@ -25,7 +25,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,6 +48,10 @@ class SavedReservedError(ValueError):
 class SavedReserved:
     cpus: frozenset[int]
     config: str  # fingerprint() of the config they were chosen under
+    # A random id of the write, which balloons.json (savedplan.py) names too:
+    # the balloons are used only with the reserved.json written with them.
+    # "": none (read from an older hook's file; or not written yet).
+    token: str = field(default="", compare=False)
 
 
 def fingerprint(config: BalloonsConfig) -> str:
@@ -99,16 +103,16 @@ class ReservedFile:
             raise SavedReservedError(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise SavedReservedError(f"is not a version {VERSION} reserved-CPUs file")
-        cpus, config = doc.get("reserved_cpus"), doc.get("config")
-        if not isinstance(cpus, str) or not isinstance(config, str):
-            raise SavedReservedError("lacks reserved_cpus or config")
+        cpus, config, token = doc.get("reserved_cpus"), doc.get("config"), doc.get("token", "")
+        if not isinstance(cpus, str) or not isinstance(config, str) or not isinstance(token, str):
+            raise SavedReservedError("lacks reserved_cpus or config, or has a token not a string")
         try:
             parsed = parse_cpuset(cpus)
         except ValueError as exc:
             raise SavedReservedError(f"has a bad reserved_cpus {cpus[:40]!r}: {exc}") from None
         if not parsed:
             raise SavedReservedError("names no reserved CPU")
-        return SavedReserved(parsed, config)
+        return SavedReserved(parsed, config, token)
 
     def _remove_leftovers(self) -> None:
         remove_leftovers(self.path.parent, temp_glob(FILE_NAME), log, "balloons")  # the names save() gives them
@@ -116,7 +120,7 @@ class ReservedFile:
     def save(self, saved: SavedReserved) -> None:
         """Write ``saved`` in place of the file, atomically (OSError)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config}
+        doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config, "token": saved.token}
         write_atomic(self.path, (json.dumps(doc) + "\n").encode())
 
     def remove(self) -> None:

@@ -45,8 +45,10 @@ failed write removes both files; leaving a directory removes both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -54,7 +56,9 @@ from typing import Any, NamedTuple
 from .config import BalloonsConfig
 from .planning import Restored
 from .state import Assignments
-from .savedplan import PlanFile, SavedPlan, SavedPlanError, rebuild_from
+from . import savedio
+from .savedio import FileFailed
+from .savedplan import PlanFile, SavedPlan, SavedPlanError, SavedPlanNewer, rebuild_from
 from .savedreserved import AtRestart, ReservedFile, SavedReserved, SavedReservedError, fingerprint, judge
 from .topology import Topology, format_cpuset
 
@@ -81,23 +85,6 @@ class BalloonsAtRestart(NamedTuple):
     level: int = logging.INFO
 
 
-def _save(reserved: ReservedFile, plan: PlanFile, saved: SavedReserved, balloons: SavedPlan | None) -> None:
-    """In a thread: the set, then the balloons (none: the file removed), each atomically (OSError)."""
-    reserved.save(saved)
-    if balloons is None:
-        plan.remove()
-    else:
-        plan.save(balloons)
-
-
-def _remove(reserved: ReservedFile, plan: PlanFile) -> None:
-    """In a thread: both files (OSError)."""
-    try:
-        reserved.remove()
-    finally:
-        plan.remove()
-
-
 def _retrieved(write: asyncio.Future[Any]) -> None:
     if not write.cancelled():
         write.exception()
@@ -122,6 +109,18 @@ class SavedSet:
         self._in_flight: asyncio.Future[Any] | None = None
         self._finished = False  # finish() ran: nothing is written any more
         self._logged: tuple[Path, SavedReserved] | None = None  # the set last logged as saved, and where
+        # The reserved.json this hook last wrote and knows is there (its
+        # directory, set and token): a write of the same set leaves it be
+        # and writes balloons.json alone, with that token. None: unknown.
+        self._on_disk: tuple[Path, SavedReserved] | None = None
+        self._prints: tuple[BalloonsConfig, str] | None = None  # the last config fingerprinted (kept alive: compared by identity)
+
+    def fingerprint(self, config: BalloonsConfig) -> str:
+        """fingerprint(config), that of the last config asked cached: hook
+        calls ask at every call, with the same (frozen) config."""
+        if self._prints is None or self._prints[0] is not config:
+            self._prints = (config, fingerprint(config))
+        return self._prints[1]
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
@@ -161,11 +160,15 @@ class SavedSet:
         try:
             plan = plans.load()
         except SavedPlanError as exc:
-            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}", logging.WARNING)
+            level = logging.INFO if isinstance(exc, SavedPlanNewer) else logging.WARNING  # a downgrade: expected
+            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}", level)
         if plan is None:
             return BalloonsAtRestart(None, f"{cpusets}: none saved in {plans.path} (the first start with this "
                                            "stateDir or this version, or the last write failed)")
         try:
+            if not plan.token or plan.token != self._started_token():
+                raise SavedPlanError(f"were not written with {self.started.path} (a crash between the two writes, "
+                                     "or a hook of an earlier version ran since)")
             if config.reserved_cpuset is None and reserved != plan.reserved:
                 kept = format_cpuset(reserved) if reserved is not None else "those deduced"
                 raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
@@ -173,17 +176,33 @@ class SavedSet:
         except SavedPlanError as exc:
             return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
 
-    def record(self, config: BalloonsConfig, reserved: frozenset[int], plan: SavedPlan | None = None) -> None:
+    def _started_token(self) -> str | None:
+        """The token of the reserved.json the hook started with (None: none usable)."""
+        assert self.started is not None
+        try:
+            saved = self.started.load()
+        except SavedReservedError:
+            return None
+        return saved.token if saved is not None else None
+
+    def record(self, config: BalloonsConfig, reserved: frozenset[int], plan: SavedPlan | None = None, *,
+               retry: bool = False) -> None:
         """Note ``reserved``, chosen under ``config``, and the balloons
         ``plan``, for the writer to save in ``config``'s stateDir; at once,
-        no I/O. What was noted already is not written again, unless its
-        write failed (a retry)."""
+        no I/O. What was noted already is not written again. While a write
+        has failed, only a ``retry`` (a reconcile pass, a reload) writes
+        again, the latest noted: hook calls, which note at every call, would
+        hit a full or read-only disk at their rate."""
         if self._finished:
             return  # the hook stopped: the next instance may be reading the file
         directory = Path(config.state_dir) if config.state_dir else None
         if directory is None and self._held is None and (self._wanted is None or self._wanted.directory is None):
             return  # stateDir off, and no file of this hook's anywhere
-        wanted = Wanted(directory, SavedReserved(reserved, fingerprint(config)), plan if directory else None)
+        wanted = Wanted(directory, SavedReserved(reserved, self.fingerprint(config)), plan if directory else None)
+        if self._failed is not None and not retry:
+            if wanted != self._wanted:
+                self._wanted = wanted  # for the retry (write_due: or once a write under way succeeds)
+            return
         if wanted == self._wanted and self._failed is None:
             return  # written, or due
         self._wanted = wanted
@@ -192,7 +211,8 @@ class SavedSet:
 
     @property
     def settled(self) -> bool:
-        """The latest set noted is written (or its write failed): none due."""
+        """The latest set noted is written (or a write failed, and it waits
+        for the retry): none due."""
         return not self._due.is_set() and self._written_generation == self._generation
 
     async def run(self) -> None:
@@ -211,12 +231,14 @@ class SavedSet:
         Nothing else is written after this returns (the next instance may be
         reading the file). ``timeout``: ``STOP_WRITE_WAIT`` unless given."""
         timeout = STOP_WRITE_WAIT if timeout is None else timeout
+        if self._failed is not None:
+            self._due.set()  # a last try of what hook calls noted since the failure
         try:
             await asyncio.wait_for(self.write_due(), timeout)
         except TimeoutError:
-            log.warning("stopping before the reserved CPUs were saved to %s (the write took over %.0fs): the set "
-                        "still waiting is not written; a write still in flight keeps the socket's lock until it ends",
-                        self._held.path if self._held else "stateDir", timeout)
+            log.warning("stopping before the reserved CPUs and the balloons were saved in %s (the write took over "
+                        "%.0fs): what is still waiting is not written; a write still in flight keeps the socket's "
+                        "lock until it ends", self._held.path.parent if self._held else "stateDir", timeout)
         finally:
             self._finished = True
             self._due.set()  # a writer waiting for a set wakes and ends
@@ -241,6 +263,8 @@ class SavedSet:
                         # finish() is dropping it.
                         self._due.set()
                         raise
+                    if self._failed is None and self._wanted is not wanted:
+                        self._due.set()  # noted by a hook call while a retry ran, which succeeded
                 self._written_generation = generation
 
     async def _io(self, call: Callable[..., None], *args: Any) -> None:
@@ -261,38 +285,57 @@ class SavedSet:
         file = self._held = ReservedFile(wanted.directory)
         plan = PlanFile(wanted.directory)
         cpus = format_cpuset(wanted.saved.cpus)
+        # reserved.json is written only when its set changed (or is not known
+        # to be there), with a new token; balloons.json always, with the token
+        # of the reserved.json beside it: a crash between the two leaves them
+        # with different tokens, which a restart sees.
+        kept = self._on_disk
+        fresh = kept is None or kept != (wanted.directory, wanted.saved)
+        saved = dataclasses.replace(wanted.saved, token=secrets.token_hex(8)) if fresh or kept is None else kept[1]
+        self._on_disk = None  # unknown until the write is done (a cancel leaves it so)
         try:
-            await self._io(_save, file, plan, wanted.saved, wanted.plan)
-        except OSError as exc:
-            failure, self._failed = self._failed, (cpus, exc.errno, exc.strerror)
-            again = failure == self._failed  # the error text may name a random temporary file: not compared
-            if not again:
-                log.warning("cannot save the reserved CPUs %s to %s: %s; retried at every reconcile pass",
-                            cpus, file.path, exc, extra={"path": str(file.path), "error": str(exc)})
-            if self._finished:  # the hook stopped meanwhile: the next instance's file now, not ours to remove
-                return
-            try:
-                await self._io(_remove, file, plan)  # a restart deduces, rather than keep what is not true
-            except OSError as gone:
-                if not again:
-                    log.error("cannot remove %s either: %s; a restart may keep reserved CPUs that are no longer "
-                              "reserved where what runs does not contradict them", file.path, gone,
-                              extra={"path": str(file.path), "error": str(gone)})
+            await self._io(savedio.save, file, plan, saved, wanted.plan, fresh)
+        except FileFailed as exc:
+            await self._failed_write(wanted, file, plan, cpus, exc)
             return
+        self._on_disk = (wanted.directory, saved)
         self._failed = None
         if self._logged != (file.path, wanted.saved):  # the balloons change at every hook call: not logged
             log.info("reserved CPUs %s saved to %s", cpus, file.path, extra={"path": str(file.path), "reserved_cpus": cpus})
         self._logged = (file.path, wanted.saved)
 
-    async def _leave(self, held: ReservedFile) -> None:
-        """stateDir moved or cleared: the file left there is removed, else a
-        later start naming that directory again would trust it."""
-        self._held = None
-        try:
-            await self._io(_remove, held, PlanFile(held.path.parent))
-        except OSError as exc:
-            log.error("cannot remove %s, left by a change of stateDir: %s; a start naming that directory again "
-                      "may keep reserved CPUs that are no longer reserved: remove it", held.path, exc,
-                      extra={"path": str(held.path), "error": str(exc)})
+    async def _failed_write(self, wanted: Wanted, file: ReservedFile, plan: PlanFile, cpus: str, exc: FileFailed) -> None:
+        """Log the failure once per set and error, and remove both files."""
+        error = exc.error
+        failure, self._failed = self._failed, (cpus, error.errno, error.strerror)
+        self._logged = None  # a later write that succeeds is logged: the recovery
+        again = failure == self._failed  # the error text may name a random temporary file: not compared
+        directory = file.path.parent
+        if not again:
+            log.warning("cannot save the reserved CPUs %s and the balloons in %s: writing %s failed: %s; both files "
+                        "removed, retried at every reconcile pass", cpus, directory, exc.path.name, error,
+                        extra={"path": str(exc.path), "error": str(error)})
+        if self._finished:  # the hook stopped meanwhile: the next instance's file now, not ours to remove
             return
-        log.info("removed %s: stateDir changed", held.path, extra={"path": str(held.path)})
+        try:
+            await self._io(savedio.remove, file, plan)  # a restart deduces, rather than keep what is not true
+        except FileFailed as gone:
+            if not again:
+                log.error("cannot remove %s either: %s; a restart may keep reserved CPUs or balloons that are no "
+                          "longer true where what runs does not contradict them", gone.path, gone.error,
+                          extra={"path": str(gone.path), "error": str(gone.error)})
+
+    async def _leave(self, held: ReservedFile) -> None:
+        """stateDir moved or cleared: the files left there are removed, else a
+        later start naming that directory again would trust them."""
+        self._held = None
+        directory = held.path.parent
+        try:
+            await self._io(savedio.remove, held, PlanFile(directory))
+        except FileFailed as exc:
+            log.error("cannot remove %s, left by a change of stateDir: %s; a start naming that directory again "
+                      "may keep reserved CPUs or balloons no longer in use: remove it", exc.path, exc.error,
+                      extra={"path": str(exc.path), "error": str(exc.error)})
+            return
+        log.info("removed the saved reserved CPUs and balloons in %s: stateDir changed", directory,
+                 extra={"path": str(directory)})

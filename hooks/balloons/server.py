@@ -367,8 +367,8 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 self._topology_problem = None
                 # Saved in the new stateDir, if any, from the start-up rebuild
-                # on; a restart reads the one the hook started with.
-                self._save()
+                # on (a retry, if the last write failed); a restart reads the one it started with.
+                self._save(retry=True)
                 if config.runtime_endpoint != endpoint_was:
                     self._retargets += 1
                     log.info("moving containers through %s from now on (runtimeEndpoint changed)",

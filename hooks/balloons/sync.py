@@ -153,7 +153,7 @@ class RuntimeSync:
         live. A member whose id is unknown or another one is being re-created
         (a new PreCreateContainer placed it): only the grace releases it."""
         async with self._lock:
-            self._save()  # again, if the last write failed (a hotplug re-plan below writes its own)
+            self._save(retry=True)  # again, if the last write failed (hook calls do not retry)
             self._follow_hotplug(retry=True)
         events, retargets = self._events, self._retargets
         listing = await self._runtime.list_containers()
@@ -195,19 +195,21 @@ class RuntimeSync:
         self._save()
         self._moves_due.set()
 
-    def _save(self) -> None:
+    def _save(self, retry: bool = False) -> None:
         """Under the lock: the reserved CPUs and the balloons saved for a
         restart (stateDir), noted for the writer if they or the config
-        changed since the last write, or it failed (no I/O here: this runs
-        on hook calls too). Only once the start-up rebuild is done: before,
-        the reserved CPUs are a fresh pick, and the files still hold those
-        the restart is to keep. At start-up, a reload, a re-plan after
+        changed since the last write (no I/O here: this runs on hook calls
+        too); after a failed write, written again only on a ``retry`` (a
+        reconcile pass, a reload). Only once the start-up rebuild is done:
+        before, the reserved CPUs are a fresh pick, and the files still hold
+        those the restart is to keep. At start-up, a reload, a re-plan after
         hotplug, every hook call that may change a balloon and every
-        reconcile pass (a retry)."""
+        reconcile pass."""
         if self._ready.is_set():
             state = self._state
-            plan = savedplan.snapshot(state) if state.config.state_dir else None
-            self._saved.record(state.config, state.pool.reserved, plan)
+            config_print = self._saved.fingerprint(state.config)
+            plan = savedplan.snapshot(state, config_print) if state.config.state_dir else None
+            self._saved.record(state.config, state.pool.reserved, plan, retry=retry)
 
     async def _move_containers(self) -> None:
         while True:

@@ -74,7 +74,7 @@ async def test_a_slow_write_is_handed_back_running_and_a_set_still_waiting_is_dr
 
     class GaveUp(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith("stopping before the reserved CPUs were saved"):
+            if record.getMessage().startswith("stopping before the reserved CPUs and the balloons were saved"):
                 gave_up.set()
 
     monkeypatch.setattr(ReservedFile, "save", slow)

@@ -97,7 +97,8 @@ def test_saved_balloons_that_disagree_with_what_runs_are_not_used(change: str, w
 
 @pytest.mark.parametrize(("text", "why"), [
     ("{not json", "is not JSON"),
-    ('{"version": 2, "balloons": []}', "is not a version 1 balloons file"),
+    ('{"version": "2", "balloons": []}', "is not a version 1 balloons file"),
+    ('{"balloons": []}', "is not a version 1 balloons file"),
     ('{"version": 1, "reserved_cpus": "0", "config": "x", "balloons": [{"type": "work"}]}', "is malformed"),
     ('{"version": 1, "reserved_cpus": "0", "config": "x", "balloons": [{"type": "w", "index": 0, "cpus": "a-", '
      '"cpuset": "", "members": []}]}', "is malformed"),
@@ -108,6 +109,16 @@ def test_a_damaged_balloons_file_falls_back_to_the_cpusets_with_a_warning(tmp_pa
     at = SavedSet(str(tmp_path)).balloons_at_restart(parse_config(doc), topology, found(state), state.pool.reserved)
     assert at.state is None and at.level == logging.WARNING
     assert at.why.startswith(f"rebuilt from the CPUs the containers run on: the saved balloons in {tmp_path / 'balloons.json'} {why}")
+
+
+def test_a_balloons_file_of_a_later_version_falls_back_to_the_cpusets_at_info(tmp_path: Path) -> None:
+    """A newer hook wrote it, then was downgraded: expected, an info line
+    (before: the warning of a damaged file)."""
+    doc, topology, state = churned()
+    (tmp_path / "balloons.json").write_text('{"version": 2, "balloons": []}')
+    at = SavedSet(str(tmp_path)).balloons_at_restart(parse_config(doc), topology, found(state), state.pool.reserved)
+    assert (at.state, at.level) == (None, logging.INFO)
+    assert at.why.endswith("balloons.json is of version 2, written by a later hook (this one reads version 1)")
 
 
 def test_without_a_balloons_file_a_restart_rebuilds_from_the_cpusets(tmp_path: Path) -> None:

@@ -52,7 +52,8 @@ async def test_a_failed_write_whose_error_names_a_random_temporary_file_is_logge
             await written(hook)
     assert next(names) == 3  # tried at every pass
     [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cannot save")]
-    assert warning.startswith("cannot save the reserved CPUs 1 to") and "No space left on device" in warning
+    assert warning.startswith(f"cannot save the reserved CPUs 1 and the balloons in {state}: writing reserved.json failed")
+    assert "No space left on device" in warning
 
 
 async def test_a_set_noted_while_a_write_runs_is_written_after_it(tmp_path: Path, monkeypatch) -> None:
