@@ -11,12 +11,30 @@ while another instance of the same hook may be writing one.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["fsync_dir", "remove_durably", "remove_leftovers", "temp_glob", "write_atomic"]
+__all__ = ["fsync_dir", "read_json", "remove_durably", "remove_leftovers", "temp_glob", "write_atomic"]
+
+
+def read_json(path: Path, error: type[Exception]) -> Any | None:
+    """The JSON document in ``path``; None if there is no file. A file that
+    cannot be read or is not JSON raises ``error`` saying so, as the end of a
+    sentence that names the file ("... cannot be read: ...")."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot be read: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise error(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
 
 
 def temp_glob(name: str) -> str:

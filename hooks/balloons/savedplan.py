@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..statefile import remove_durably, remove_leftovers, temp_glob, write_atomic
+from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
 from . import planning, replanning
 from .balloon import Balloon, ContainerKey
 from .config import DEFAULT, BalloonsConfig
@@ -116,17 +116,8 @@ class PlanFile:
         """The saved plan; None if there is none (an older hook's stateDir).
         A killed hook's temporary file is removed (at start, the lock held)."""
         remove_leftovers(self.path.parent, temp_glob(FILE_NAME), log, "balloons")
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SavedPlanError(f"cannot be read: {exc}") from None
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise SavedPlanError(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
-        return _from_doc(doc)
+        doc = read_json(self.path, SavedPlanError)
+        return None if doc is None else _from_doc(doc)
 
     def save(self, plan: SavedPlan) -> None:
         """Write ``plan`` in place of the file, atomically (OSError)."""

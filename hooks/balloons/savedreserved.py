@@ -29,7 +29,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..statefile import remove_durably, remove_leftovers, temp_glob, write_atomic
+from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
 from .config import RESERVED, BalloonsConfig
 from .planning import Restored, type_or_default
 from .topology import Topology, format_cpuset, parse_cpuset
@@ -91,16 +91,9 @@ class ReservedFile:
         """The saved set; None if there is none. Runs at start, before this
         hook saves anything: a temporary file is a killed hook's, removed."""
         self._remove_leftovers()
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
+        doc = read_json(self.path, SavedReservedError)
+        if doc is None:
             return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SavedReservedError(f"cannot be read: {exc}") from None
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise SavedReservedError(f"is not JSON ({exc}): a file this hook did not write, or damaged") from None
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise SavedReservedError(f"is not a version {VERSION} reserved-CPUs file")
         cpus, config, token = doc.get("reserved_cpus"), doc.get("config"), doc.get("token", "")
