@@ -20,6 +20,11 @@ cancelled future says nothing of the write, so the lock then stays until
 the process exits. The process does not exit before a thread's write ends
 either: asyncio.run joins its default executor as it closes.
 
+A step that awaits more after starting such a write hands it over as soon
+as it starts (``HookServer._keep_lock_until``): it keeps the lock then even
+when the step is cut by its bound or a cancelled stop, or fails, before it
+could return it.
+
 A stop cancelled during the step cuts it, as its bound does: the lock goes.
 The bound acts at the step's awaits only: blocking code in it is not cut.
 """
@@ -39,28 +44,43 @@ RELEASE_STEP_TIMEOUT_S = 5.0
 
 Pending = asyncio.Future[Any]
 Step = Callable[[], Awaitable["Pending | None"]]
+Handed = Callable[[], "Pending | None"]
 
 
-async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> Pending | None:
+def _none() -> Pending | None:
+    return None
+
+
+async def run_bounded(step: Step, timeout: float, server: str, socket: str, handed: Handed = _none) -> Pending | None:
     """Run ``step`` for at most ``timeout`` seconds; what it returns still
-    pending (the lock is kept until it is done), else None. Its failure, or
-    its being cut, is logged: the lock goes all the same."""
+    pending (the lock is kept until it is done), else what it handed over
+    (``handed()``) still pending, else None. Its failure, or its being cut,
+    is logged: the lock goes all the same, unless a write it handed over
+    keeps it. A cancel cuts it and goes on: the caller then :func:`keep`-s
+    what it handed over."""
     task = asyncio.ensure_future(step())
     try:
         await asyncio.wait({task}, timeout=timeout)
-    except asyncio.CancelledError:  # the stop was cancelled: the step is cut, and the lock goes, as past its bound
-        _cut(task, server, socket, "the stop was cancelled")
+    except asyncio.CancelledError:  # the stop was cancelled: the step is cut, as past its bound
+        _cut(task, server, socket, "the stop was cancelled", handed())
         raise
     extra = {"server": server, "socket": socket}
     if not task.done():
-        _cut(task, server, socket, f"it did not end within {timeout:g}s", timeout_s=timeout)
-        return None
+        _cut(task, server, socket, f"it did not end within {timeout:g}s", handed(), timeout_s=timeout)
+        return keep(handed(), server, socket)
     try:
         pending = task.result()
     except (Exception, asyncio.CancelledError) as exc:  # (a step may raise CancelledError itself) the lock goes
         logger.error("%s's last step before releasing its socket's lock failed", server, exc_info=exc,
                      extra={**extra, "error": repr(exc)})
-        return None
+        return keep(handed(), server, socket)
+    return keep(pending if pending is not None else handed(), server, socket)
+
+
+def keep(pending: Pending | None, server: str, socket: str) -> Pending | None:
+    """``pending`` when it is still running (logged: the lock is kept until
+    it ends), else None."""
+    extra = {"server": server, "socket": socket}
     if pending is None or pending.done():
         return None
     logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
@@ -71,11 +91,14 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str) -> P
     return pending
 
 
-def _cut(task: asyncio.Future[Any], server: str, socket: str, why: str, **extra: float) -> None:
+def _cut(task: asyncio.Future[Any], server: str, socket: str, why: str, handed: Pending | None,
+         **extra: float) -> None:
     task.cancel()
     task.add_done_callback(_retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
-    logger.warning("%s's last step before releasing its socket's lock was cut (%s), and the lock released anyway "
-                   "(state it was writing may be missing or old for the next instance)", server, why,
+    lock = ("the lock kept until the write it handed over ends" if handed is not None and not handed.done()
+            else "and the lock released anyway")
+    logger.warning("%s's last step before releasing its socket's lock was cut (%s), %s (state it was writing "
+                   "may be missing or old for the next instance)", server, why, lock,
                    extra={"server": server, "socket": socket, **extra})
 
 

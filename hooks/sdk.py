@@ -163,6 +163,7 @@ class HookServer(HookHandlers):
         self._stopping: asyncio.Future[None] | None = None  # done once the stop under way has ended
         self._starting = SharedRun(f"the start of the hook server on {self._socket_path}")  # one claims the lock
         self._lock_kept: releasestep.Pending | None = None  # a last write the last stop's lock waits for
+        self._handed: releasestep.Pending | None = None  # what the release step under way handed over
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -298,7 +299,7 @@ class HookServer(HookHandlers):
             # it, last the lock: a server waiting on it binds now.
             await socketlock.release_once_stopped(
                 lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity,
-                last_step=self._release_step)
+                last_step=self._release_step, kept=lambda: self._lock_kept)
             self._socket_identity = None
 
     def _stop_bound(self, grace: float | None) -> float:
@@ -308,10 +309,24 @@ class HookServer(HookHandlers):
 
     async def _release_step(self) -> releasestep.Pending | None:
         """The server stopped for sure: :meth:`_before_release`, bounded; a
-        write it returned still running keeps the lock (``hooks.releasestep``)."""
-        self._lock_kept = await releasestep.run_bounded(
-            self._before_release, self.release_step_timeout, type(self).__name__, str(self._socket_path))
+        write it returned or handed over still running keeps the lock (``hooks.releasestep``),
+        even when a cancel of the stop cuts the step."""
+        name, socket = type(self).__name__, str(self._socket_path)
+        self._lock_kept = self._handed = None
+        try:
+            self._lock_kept = await releasestep.run_bounded(
+                self._before_release, self.release_step_timeout, name, socket, lambda: self._handed)
+        except asyncio.CancelledError:  # release_once_stopped reads _lock_kept then
+            self._lock_kept = releasestep.keep(self._handed, name, socket)
+            raise
         return self._lock_kept
+
+    def _keep_lock_until(self, write: releasestep.Pending) -> None:
+        """For :meth:`_before_release`: ``write`` (a thread's, which nothing
+        cuts) keeps the socket's lock until it ends, even when the step is
+        then cut (its bound, a cancelled stop) or fails; call it as the write
+        starts, before the step awaits anything else."""
+        self._handed = write
 
     async def _before_serving(self) -> None:
         """Override to prepare state the handlers need, under the socket's

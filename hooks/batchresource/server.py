@@ -95,17 +95,20 @@ class BatchResourceHook(BuiltinHook):
         (the listing's loop runs until ``hook run`` cancels it, after the
         stop): the next instance, waiting on the lock, reads them all, and
         no late write overwrites its files or brings back one it removed.
-        The saves run in a thread, waited for ``STOP_SAVE_WAIT``; past it
-        (a stalled disk) handed back running: the SDK keeps the lock until
-        they end (``hooks.releasestep``). The
-        pods are closed first, so that a cut of what follows (the listing's
-        close) leaves nothing to write after the lock: the last saves are
-        dropped then, which the next instance's listing makes up for."""
+        The saves run in a thread, started first and handed to the SDK at
+        once (``_keep_lock_until``): the lock is kept until they end even if
+        what follows (the listing's close) is cut by the step's bound or a
+        cancelled stop. Waited for at most what is left of
+        ``STOP_SAVE_WAIT``; past it (a stalled disk) the stop ends, the lock
+        kept until they end (``hooks.releasestep``)."""
         self.pods.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_SAVE_WAIT
+        saving = loop.run_in_executor(None, self.pods.last_saves())
+        self._keep_lock_until(saving)
         if self.learner is not None:
             await self.learner.lister.close()
-        saving = asyncio.get_running_loop().run_in_executor(None, self.pods.last_saves())
-        await asyncio.wait({saving}, timeout=STOP_SAVE_WAIT)
+        await asyncio.wait({saving}, timeout=max(0.0, deadline - loop.time()))
         if saving.done():
             return None
         log.warning("batchresource's last saves to its state directory took over %gs (a stalled disk?): the "

@@ -155,6 +155,7 @@ def release(lock: SocketLock | None) -> None:
 async def release_once_stopped(
     stop: Callable[[], Awaitable[object]], lock: SocketLock | None, path: Path,
     identity: unixsocket.SocketIdentity | None, last_step: Callable[[], Awaitable[object]] | None = None,
+    kept: Callable[[], object] | None = None,
 ) -> None:
     """The end of an owner's stop, however its stop went (call it in the
     stop's ``finally``, once the owner's own stop returned or raised):
@@ -174,7 +175,9 @@ async def release_once_stopped(
     write must not land after the next instance, waiting on the lock, has
     read the state. That Future cancelled (a thread's cannot be: someone
     cancelled a wrapper of it) tells nothing of the write: the lock stays
-    until this process exits."""
+    until this process exits. ``kept()``, asked when a cancel cut
+    ``last_step``, names a Future it had started, which keeps the lock as
+    one returned does."""
     try:
         await stop()
     except BaseException as exc:
@@ -183,17 +186,19 @@ async def release_once_stopped(
         if not isinstance(exc, Exception):  # a cancel goes on
             raise
         return
-    kept: object = None
+    write: object = None
     try:
         if last_step is not None:
-            kept = await last_step()
+            write = await last_step()
     finally:  # a cancel of the stop too: the server stopped, the step is cut, as past its own bound
         unixsocket.remove_own(path, identity)
-        pending = kept if isinstance(kept, asyncio.Future) and not kept.done() else None
+        if write is None and kept is not None:  # (cut by a cancel: a write it had started may run yet)
+            write = kept()
+        pending = write if isinstance(write, asyncio.Future) and not write.done() else None
         if pending is None:
             release(lock)
-    if pending is not None:
-        pending.add_done_callback(lambda done: _release_unless_cancelled(done, lock, path))
+        else:
+            pending.add_done_callback(lambda done: _release_unless_cancelled(done, lock, path))
 
 
 def _release_unless_cancelled(kept: asyncio.Future[object], lock: SocketLock | None, path: Path) -> None:

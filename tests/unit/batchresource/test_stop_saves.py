@@ -6,6 +6,7 @@ reads every answer, and no late write lands on its files."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -141,3 +142,65 @@ async def test_pods_are_closed_even_when_the_listing_s_close_is_cut(
     await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
     hook.pods.forget("uid-1", "PostStopPodSandbox")
     assert (tmp_path / STATE).exists()
+
+
+@pytest.mark.parametrize("cut_by", ["release_step_timeout", "a cancelled stop"])
+async def test_the_last_saves_keep_the_lock_when_the_step_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut_by: str
+) -> None:
+    """The saves' thread starts before the listing's close and is handed to
+    the SDK at once: a step cut while that close hangs (its bound, or the
+    stop cancelled) still keeps the lock until the stalled saves land
+    (before: the thread started only after the close, or was handed back
+    only by the step's return, so the lock went while it wrote)."""
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    hook, _ = hook_with_learner(tmp_path)
+    hook.release_step_timeout = 0.3 if cut_by == "release_step_timeout" else 30.0
+    await hook.start()
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main", attempt=2))
+    assert hook.learner is not None
+    lister, closing = hook.learner.lister, asyncio.Event()
+    real_close = lister.close
+
+    async def hangs_once() -> None:
+        if not closing.is_set():
+            closing.set()
+            await asyncio.Event().wait()
+        await real_close()
+
+    disk, saving = threading.Event(), threading.Event()
+    real_save = StateDir.save
+
+    def stalled(self: StateDir, *args: Any, **kwargs: Any) -> None:
+        saving.set()
+        disk.wait(STALL)
+        real_save(self, *args, **kwargs)
+
+    released = asyncio.Event()
+    landed_at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.held:
+            landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(lister, "close", hangs_once)
+    monkeypatch.setattr(StateDir, "save", stalled)
+    monkeypatch.setattr(socketlock, "release", release)
+    try:
+        stopping = asyncio.ensure_future(hook.stop(0, drain=0))
+        if cut_by == "a cancelled stop":
+            await asyncio.wait_for(closing.wait(), WAIT)
+            stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(stopping, WAIT)
+        assert await asyncio.to_thread(saving.wait, WAIT)  # the saves under way, stalled
+        assert landed_at_release == []  # stopped, the lock kept
+        disk.set()
+        await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        disk.set()
+    assert landed_at_release == [[["main", 2]]]

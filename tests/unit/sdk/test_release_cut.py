@@ -8,6 +8,7 @@ cancelled, not ended, keeps the lock until the process exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -131,3 +132,38 @@ async def test_the_lock_file_s_stop_bound_counts_the_release_step(sock_dir: Path
     finally:
         server.release_step_timeout = 0.01
         await server.stop(0)
+
+
+class HandsOverThenHangs(HookServer):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, grace=0, drain=0)
+        self.write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.in_step = asyncio.Event()
+
+    async def _before_release(self) -> None:
+        self._keep_lock_until(self.write)
+        self.in_step.set()
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("cut_by", ["release_step_timeout", "a cancelled stop"])
+async def test_a_write_handed_over_keeps_the_lock_when_the_step_is_cut(
+    sock_dir: Path, released: list[Path], cut_by: str
+) -> None:
+    """_keep_lock_until: a step cut after it handed over its write (its
+    bound, or the stop cancelled) keeps the lock until the write ends
+    (before: only a write the step returned kept it)."""
+    path = sock_dir / "h.sock"
+    server = HandsOverThenHangs(path)
+    server.release_step_timeout = 0.05 if cut_by == "release_step_timeout" else 30.0
+    await server.start()
+    stopping = asyncio.ensure_future(server.stop())
+    if cut_by == "a cancelled stop":
+        await asyncio.wait_for(server.in_step.wait(), WAIT)
+        stopping.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(stopping, WAIT)
+    assert released == []
+    server.write.set_result(None)
+    await asyncio.sleep(0)  # its callbacks run
+    assert released == [socketlock.lock_path(path)]
