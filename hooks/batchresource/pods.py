@@ -103,7 +103,10 @@ class KnownPods:
         if self._pods.get(record.key) == record:
             return
         self._pods[record.key] = record
-        self._containers.setdefault(record.key, set())  # a pod new to the hook: none set yet
+        # A pod new to the hook: none set yet. Without a listing no answer is
+        # recorded, so the list stays unknown (no key in the file): a listing
+        # enabled later adopts the running containers, not overwrites them.
+        self._containers.setdefault(record.key, set() if self._config.runtime_endpoint else None)
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
         self._save(record)
 

@@ -17,7 +17,7 @@ from hooks.batchresource.state import StateDir
 
 from .fakecgroup import write
 from .fakeruntime import FakePod
-from .hookfixtures import POD_PARENT, container_request, pod_request, restarted_hook
+from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request, restarted_hook
 from .learnfixtures import KUBELET_V1, TWO, hook_with_learner, kubelet_be_cgroups, values
 from .specs import BE, annotation, container
 
@@ -174,3 +174,25 @@ async def test_a_save_that_keeps_failing_is_warned_of_once_then_its_recovery(
                     ("INFO", "batchresource saved a pod to its state directory again")]
     assert saved_containers(tmp_path) == [["main", 2]]
     assert restarted_hook(tmp_path).pods.containers("uid-1") == frozenset({("main", 2)})
+
+
+async def test_a_pod_saved_without_a_listing_is_adopted_once_one_is_enabled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No runtime_endpoint: no answer is recorded, so the file keeps no list,
+    and a listing enabled later adopts the running containers (before: an
+    empty list was saved, so every running container was taken as untold
+    and its value overwritten)."""
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, MAIN)
+    without = make_hook(tmp_path)
+    without.pods.load()
+    await without.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await without.pre_create_container(container_request(BE, TWO, "main"))
+    assert saved_containers(tmp_path) is None
+    write(root, 1, MAIN, "cpu.shares", "900")  # a later hook in the chain changed the answer
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
+    hook, _ = hook_with_learner(tmp_path, pod)
+    hook.pods.load()
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    await pass_once(hook)
+    assert values(root, 1, MAIN)[0] == "900" and not [r for r in caplog.records if r.getMessage() == UNTOLD]
+    assert saved_containers(tmp_path) == [["main", 0]]
