@@ -250,3 +250,33 @@ def test_the_stop_time_past_the_grace_period_is_the_one_the_docs_give() -> None:
         text = " ".join(page.read_text().split())
         for said in (f"plus {past:g} s", f"{limit:g} s", f"drain's floor of {DRAIN_FLOOR_S:g} s"):
             assert said in text, (page.name, said)
+
+
+def layout_entries() -> dict[str, str]:
+    """README's Layout block: each top-level entry (``hooks/``) and its text."""
+    text = README.read_text()
+    block = text[text.index("## Layout"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    entries: dict[str, str] = {}
+    name = ""
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            name, _, line = line.partition(" ")
+            entries[name] = ""
+        if name:
+            entries[name] += " " + line
+    return entries
+
+
+@pytest.mark.parametrize("package", ["runtimeproxy", "runtimeproxy/cripath", "runtimeproxy/hookpath",
+                                     "runtimeproxy/frames", "runtimeproxy/hookclient", "runtimeproxy/host",
+                                     "runtimeproxy/nri", "hooks"])
+def test_the_layout_names_every_module_of_a_package(package: str) -> None:
+    entries = layout_entries()
+    text = entries[f"{package}/"]
+    modules = [p.stem for p in (REPO / package).glob("*.py") if p.stem not in ("__init__", "__main__")]
+    modules += [f"{p.parent.name}/" for p in (REPO / package).glob("*/__init__.py")
+                if f"{package}/{p.parent.name}/" not in entries]
+    missing = [m for m in modules if not re.search(rf"(?<![\w/]){re.escape(m)}(?![\w])", text)]
+    assert not missing, f"README's Layout does not name {package}'s {', '.join(sorted(missing))}"
