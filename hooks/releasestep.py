@@ -79,16 +79,30 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str, hand
 
 def keep(pending: Pending | None, server: str, socket: str) -> Pending | None:
     """``pending`` when it is still running (logged: the lock is kept until
-    it ends), else None."""
+    it ends, and how it ended), else None (its failure, if it failed, logged)."""
     extra = {"server": server, "socket": socket}
-    if pending is None or pending.done():
+    if pending is None:
+        return None
+    if pending.done():
+        _ended(pending, server, extra, "")
         return None
     logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
                    "before that write ends (a thread's write is joined at exit)", server, extra=extra)
-    pending.add_done_callback(lambda done: done.cancelled() or logger.info(  # (cancelled: socketlock says so)
-        "%s's last write has ended: its socket's lock goes", server, extra=extra))
+    pending.add_done_callback(lambda done: _ended(done, server, extra, ": its socket's lock goes"))
     return pending
+
+
+def _ended(write: Pending, server: str, extra: dict[str, str], lock: str) -> None:
+    """How a kept write ended: a failure at warning (retrieved: not asyncio's
+    "never retrieved"), a success at info once it kept the lock."""
+    if write.cancelled():  # socketlock says so: the lock stays
+        return
+    if (exc := write.exception()) is not None:
+        logger.warning("%s's last write failed%s (state it was writing may be missing or old for the next "
+                       "instance)", server, lock, exc_info=exc, extra={**extra, "error": repr(exc)})
+    elif lock:
+        logger.info("%s's last write has ended%s", server, lock, extra=extra)
 
 
 def _cut(task: asyncio.Future[Any], server: str, socket: str, why: str, handed: Pending | None,

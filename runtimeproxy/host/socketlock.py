@@ -206,6 +206,8 @@ def _release_unless_cancelled(kept: asyncio.Future[object], lock: SocketLock | N
         log.warning("the write kept waiting for was cancelled, not ended: its socket path stays locked until "
                     "this process exits", extra={"path": str(path), "lock": str(lock.path) if lock else None})
         return
+    if (exc := kept.exception()) is not None:  # (the owner that handed it logs it: hooks.releasestep)
+        log.debug("the write kept waiting for failed; the lock goes", exc_info=exc, extra={"path": str(path)})
     release(lock)
 
 

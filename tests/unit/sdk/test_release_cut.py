@@ -167,3 +167,31 @@ async def test_a_write_handed_over_keeps_the_lock_when_the_step_is_cut(
     server.write.set_result(None)
     await asyncio.sleep(0)  # its callbacks run
     assert released == [socketlock.lock_path(path)]
+
+
+class ReturnsFailed(HookServer):
+    async def _before_release(self) -> asyncio.Future[None]:
+        write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        write.set_exception(OSError(5, "Input/output error"))
+        return write
+
+
+@pytest.mark.parametrize("when", ["kept", "already done"])
+async def test_a_write_that_fails_is_logged_as_failed(
+    sock_dir: Path, released: list[Path], caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    """A write handed back that fails, while it keeps the lock or before the
+    step returned it: a warning naming the error, the lock let go (before:
+    logged as "last write has ended", its exception never retrieved)."""
+    path = sock_dir / "h.sock"
+    server = HandsBack(path) if when == "kept" else ReturnsFailed(path, grace=0, drain=0)
+    await server.start()
+    with caplog.at_level(logging.INFO):
+        await asyncio.wait_for(server.stop(), WAIT)
+        if isinstance(server, HandsBack):
+            server.write.set_exception(OSError(5, "Input/output error"))
+            await asyncio.sleep(0)  # its callbacks run
+    assert released == [socketlock.lock_path(path)]
+    failed = [r for r in caplog.records if "last write failed" in r.getMessage()]
+    assert [r.levelno for r in failed] == [logging.WARNING] and "Input/output error" in failed[0].error
+    assert "last write has ended" not in caplog.text
