@@ -36,6 +36,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hooks.sharedrun import retrieve
+
 logger = logging.getLogger("hooks.sdk")
 
 # Long enough for a few small fsync-ed state files on a busy disk; a
@@ -108,15 +110,9 @@ def _ended(write: Pending, server: str, extra: dict[str, str], lock: str) -> Non
 def _cut(task: asyncio.Future[Any], server: str, socket: str, why: str, handed: Pending | None,
          **extra: float) -> None:
     task.cancel()
-    task.add_done_callback(_retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
+    task.add_done_callback(retrieve)  # not awaited: a step that swallows the cancel must not hold the stop
     lock = ("the lock kept until the write it handed over ends" if handed is not None and not handed.done()
             else "and the lock released anyway")
     logger.warning("%s's last step before releasing its socket's lock was cut (%s), %s (state it was writing "
                    "may be missing or old for the next instance)", server, why, lock,
                    extra={"server": server, "socket": socket, **extra})
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """A cut step's late failure: logged at debug, not as 'never retrieved'."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.debug("a cut release step failed after its cut", exc_info=exc)

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from hooks.errors import HookServerError
+
+logger = logging.getLogger("hooks.sdk")
 
 
 class SharedRun:
@@ -36,7 +39,7 @@ class SharedRun:
         run, first = self._run, False
         if run is None or run.done():
             run, first, self._cut_by = asyncio.ensure_future(step()), True, ""
-            run.add_done_callback(_retrieve)  # a failure after its first caller was cancelled: not "never retrieved"
+            run.add_done_callback(retrieve)  # a failure after its first caller was cancelled: not "never retrieved"
             self._run = run
         try:
             await asyncio.shield(run)
@@ -62,6 +65,9 @@ class SharedRun:
         await asyncio.wait({run})
 
 
-def _retrieve(run: asyncio.Task[None]) -> None:
-    if not run.cancelled():
-        run.exception()
+def retrieve(task: asyncio.Future[Any]) -> None:
+    """A done callback for a task nobody awaits any more (a run whose caller
+    was cancelled, a cut release step): its late failure logged at debug,
+    not by asyncio as 'never retrieved'."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.debug("a task whose caller left failed after it left", exc_info=exc)
