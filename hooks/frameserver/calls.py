@@ -128,6 +128,7 @@ def one_message(body: bytearray, encoding: bytes, max_size: int) -> bytes | Call
     # of gzip and deflate, bounded as it inflates (a small bomb cannot fill
     # memory), refusing a cut stream or bytes after its end, as grpc does.
     plain = inflate(message, encoding, max_size)
-    if isinstance(plain, BadMessages):
-        return CallError(plain.code, f"cannot decompress the request: {plain}")
+    if isinstance(plain, BadMessages):  # over the limit is no failure to decompress: said as it is
+        exhausted = plain.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        return CallError(plain.code, str(plain) if exhausted else f"cannot decompress the request: {plain}")
     return plain

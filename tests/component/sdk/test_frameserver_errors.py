@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import struct
+import urllib.parse
 from pathlib import Path
 
 import grpc
@@ -106,20 +107,27 @@ async def test_a_protocol_error_ends_only_its_connection_with_a_goaway(frames: S
 _GZIPPED = gzip.compress(hook_request_bytes("none"))
 
 
-@pytest.mark.parametrize(("message", "code"), [
-    (gzip.compress(b"\x00" * (2 * LIMIT)), grpc.StatusCode.RESOURCE_EXHAUSTED),  # a few KiB on the wire
-    (_GZIPPED[:-8], grpc.StatusCode.INTERNAL),  # its trailer cut off
-    (_GZIPPED + b"junk", grpc.StatusCode.INTERNAL),
-    (b"not gzip at all", grpc.StatusCode.INTERNAL),
+_UNDECOMPRESSED = "cannot decompress the request: "
+
+
+@pytest.mark.parametrize(("message", "code", "says"), [
+    # a few KiB on the wire; no "cannot decompress" (before: it said so too)
+    (gzip.compress(b"\x00" * (2 * LIMIT)), grpc.StatusCode.RESOURCE_EXHAUSTED, "request message over the limit"),
+    (_GZIPPED[:-8], grpc.StatusCode.INTERNAL, _UNDECOMPRESSED),  # its trailer cut off
+    (_GZIPPED + b"junk", grpc.StatusCode.INTERNAL, _UNDECOMPRESSED),
+    (b"not gzip at all", grpc.StatusCode.INTERNAL, _UNDECOMPRESSED),
 ], ids=["bomb", "truncated", "trailing-data", "garbage"])
-async def test_a_bad_compressed_request_is_refused(frames: Scripted, message: bytes, code: grpc.StatusCode) -> None:
+async def test_a_bad_compressed_request_is_refused(frames: Scripted, message: bytes, code: grpc.StatusCode,
+                                                   says: str) -> None:
     peer = await raw_with_settings(Path(frames.socket_path))
     block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", PRE_CREATE.full_method),
                              (":authority", "x"), ("content-type", "application/grpc"), ("grpc-encoding", "gzip")])
     peer.writer.write(frame(HEADERS, END_HEADERS, 1, block)
                       + frame(DATA, END_STREAM, 1, b"\x01" + struct.pack(">I", len(message)) + message))
     answer = (await peer.until(HEADERS, 1))[-1]
-    assert dict(peer.decoder.decode(answer[3]))["grpc-status"] == str(code.value[0])
+    trailers = dict(peer.decoder.decode(answer[3]))
+    assert trailers["grpc-status"] == str(code.value[0])
+    assert urllib.parse.unquote(trailers["grpc-message"]).startswith(says)
     assert not frames.started.is_set()
     await peer.close()
 
