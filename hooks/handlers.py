@@ -1,6 +1,11 @@
-"""Checks of a :class:`hooks.sdk.HookServer` subclass's handlers, made when the class is defined.
+"""A hook server's handlers: :class:`HookHandlers`, ``HookServer``'s base, and their checks.
 
-A handler the SDK would never call, or could not await, otherwise shows up
+:class:`HookHandlers` holds the seven no-op handlers, one per hook point,
+which answer "no change", and :meth:`HookHandlers.handle`, which picks the
+handler of a hook point: a subclass overrides the ones it cares about, or
+``handle`` to take every hook point generically.
+
+The checks (:func:`check_handlers`) run as a subclass is defined. A handler the SDK would never call, or could not await, otherwise shows up
 only at the first hook call, behind the proxy: a plain ``def`` fails every
 call with ``object ... can't be used in 'await' expression``, and a method
 named as a gRPC servicer's (``PreCreateContainerHook(self, request, context)``)

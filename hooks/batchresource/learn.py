@@ -285,7 +285,9 @@ def _log_changes(message: str, pod: ListedPod, changes: list[Change], **extra: o
 async def learn_loop(learner: RuntimeLearner, interval: float) -> None:
     """At start, then every ``interval``, beside the reconcile loop (a runtime slow
     to answer delays only this loop, not the pod cgroups' reconcile). The
-    lister's channel is the hook's to close, in its stop (BatchResourceHook.stop)."""
+    lister's channel is the hook's to close, in its stop's last step under the
+    socket's lock (BatchResourceHook._before_release; its stop for a hook
+    that never served)."""
     while True:
         try:
             await learner.pass_once()
