@@ -103,6 +103,10 @@ class RuntimeLearner:
         try:
             return await self._pass()
         finally:  # (the hook's answers recorded since the last pass too)
+            # On the loop, not in a thread: a hook call's save (remember,
+            # forget) is on the loop too, so a pod's writes land in order
+            # (docs/hook-batchresource.md); only the stop's last saves, after
+            # which nothing writes, run in a thread.
             self.pods.flush()
 
     async def _pass(self) -> list[str]:
