@@ -48,8 +48,9 @@ class SharedRun:
             if current is not None and current.cancelling():  # this call was cancelled, not the run
                 if first:  # its own run: cancelled with it, as when the step was awaited directly
                     run.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.wait({run})
+                    while not run.done():  # to its end, through a further cancel (its start's clean-up is under way)
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait({run})
                 raise
             waited = "" if first else " that this call waited for"
             raise HookServerError(f"{self._what}{waited} was cancelled{self._cut_by}") from None
