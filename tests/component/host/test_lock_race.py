@@ -31,6 +31,7 @@ import pytest
 from hooks import sdk
 from hooks.sdk import HookServer
 from runtimeproxy.config import ProxyConfig
+from hooks.releasestep import RELEASE_STEP_TIMEOUT_S
 from runtimeproxy.cripath.server import HOLD_LIMIT_S, SETTLE_AFTER_GRACE_S, STOP_PAST_GRACE_S, Proxy
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.socketlock import lock_path
@@ -175,7 +176,8 @@ async def test_two_instances_starting_at_once_one_serves_the_other_is_refused_na
         assert refusal["message"] == (f"{path} is in use by another process (pid {winner.pid}, holding "
                                       f"{lock_path(path)}); refusing to take it over")
         # Its pid, and how long its stop may take for one that waits for it.
-        stop_s = ProxyConfig().grace_period + STOP_PAST_GRACE_S if which == "proxy" else 1.0 + sdk.STOP_PAST_GRACE_S
+        stop_s = (ProxyConfig().grace_period + STOP_PAST_GRACE_S if which == "proxy"
+                  else 1.0 + sdk.STOP_PAST_GRACE_S + RELEASE_STEP_TIMEOUT_S)  # (its release step's bound too)
         assert recorded(lock_path(path)) == (winner.pid, stop_s)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(str(path))  # the winner's socket, still at the path
@@ -291,7 +293,8 @@ def fake_backend_path(sock_dir: Path) -> Path:
     return sock_dir / "backend.sock"
 
 
-@pytest.mark.parametrize(("grace", "stop_s"), [(50, 50 + sdk.STOP_PAST_GRACE_S), (0, 1 + sdk.STOP_PAST_GRACE_S)])
+@pytest.mark.parametrize(("grace", "stop_s"), [(50, 50 + sdk.STOP_PAST_GRACE_S + RELEASE_STEP_TIMEOUT_S),
+                                               (0, 1 + sdk.STOP_PAST_GRACE_S + RELEASE_STEP_TIMEOUT_S)])
 async def test_a_hook_servers_stop_with_a_longer_grace_records_how_long_it_may_take(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch, grace: float, stop_s: float
 ) -> None:
