@@ -329,6 +329,7 @@ class SavedSet:
         """stateDir moved or cleared: the files left there are removed, else a
         later start naming that directory again would trust them."""
         self._held = None
+        self._on_disk = None  # gone (or unknown, if the removal fails): named again, both are written
         directory = held.path.parent
         try:
             await self._io(savedio.remove, held, PlanFile(directory))

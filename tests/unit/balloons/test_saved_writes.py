@@ -199,3 +199,23 @@ async def test_hook_calls_do_not_fingerprint_the_config_again(tmp_path: Path, mo
     for uid in "bcd":
         await hook.pre_create_container(request(uid, "one", shares=1024))
     assert calls == 0
+
+
+async def test_a_state_dir_left_and_named_again_gets_its_reserved_json_back(tmp_path: Path) -> None:
+    """stateDir a, cleared by a reload, then a again with the same set: the
+    files removed on leaving are both written again (before: the writer
+    still took reserved.json for on disk, wrote balloons.json alone, and a
+    restart found no reserved.json and refused the balloons' token)."""
+    from hooks.balloons.config import parse_config
+    from hooks.balloons.savedset import SavedSet
+
+    from .test_saved_reserved import ALONE
+
+    state = tmp_path / "state"
+    with_dir = parse_config({**ALONE, "stateDir": str(state)})
+    without = parse_config(ALONE)
+    saved = SavedSet(str(state))
+    for config in (with_dir, without, with_dir):
+        saved.record(config, frozenset({1}))
+        await saved.write_due()
+    assert saved_in(state)["reserved_cpus"] == "1"
