@@ -8,8 +8,11 @@ hook saves its plan too: each balloon's type, index, own CPUs, the cpuset its
 containers were given and which containers it holds, with the reserved CPUs
 and the config's fingerprint. A restart rebuilds from it as a reload of the
 same config does (:meth:`.state.Assignments.replan`: each container back in
-its balloon, which keeps its name and place in the order) when it agrees with
-what runs (:func:`rebuild_from`), else as without it, saying why.
+its balloon, which keeps its name and place in the order) when it still
+fits (:func:`rebuild_from`: the same config, its CPUs online), else as
+without it, saying why. A container found off its saved balloon's cpuset
+is put back there and moved, as a reload does; one it does not hold is
+placed as a new one (:func:`agree`).
 
 Written by the reserved set's one writer (savedset.py), after reserved.json,
 atomically (``hooks.statefile``); it carries the token of the reserved.json
@@ -24,7 +27,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
 from . import planning, replanning
@@ -128,53 +131,100 @@ class PlanFile:
         remove_durably(self.path)
 
 
-def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> list[Restored]:
+class Agreement(NamedTuple):
+    """What runs, matched with the saved balloons (:func:`agree`)."""
+
+    restored: list[Restored]  # each saved member found, with its saved balloon (planned)
+    put_back: list[Restored]  # those of them not on that balloon's cpuset (astray: moved back there)
+    new: list[Restored]  # found in no saved balloon: placed as new ones
+
+
+def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> Agreement:
     """``found``, each with the balloon ``plan`` had it in (as a re-plan's,
-    replanning.restored), if the plan agrees with what runs: made under this
-    config, its CPUs online, every container found in one of its balloons and
-    running on that balloon's cpuset (with pinCPU false, what a container runs
-    on is not compared: none is pinned); else SavedPlanError saying what does
-    not. Every balloon's type is one the config defines: the fingerprint
-    covers the types."""
+    replanning.restored), if the plan fits this restart: made under this
+    config, its CPUs online; else SavedPlanError saying what does not. Every
+    balloon's type is one the config defines: the fingerprint covers the types.
+
+    A container found in a saved balloon but not on its cpuset (a move not
+    done before the hook stopped; restarted by kubelet while the hook was
+    down, so on every CPU; a runtime that shows no spec) goes back to that
+    balloon as a reload puts back one whose move was refused (``astray``:
+    its balloon's own CPUs, moved there), not by what it runs on, which
+    tells nothing of its balloon; with pinCPU false none is compared, none
+    being pinned. One in no saved balloon (started while the hook was down,
+    or after the last write) is placed afterwards as a new one
+    (Assignments.adopt). Saved members not found are dropped."""
     if plan.config != fingerprint(config):
         raise SavedPlanError("was saved under another config (a restart after a config change rebuilds from the cpusets)")
     offline = frozenset().union(plan.reserved, *(b.cpuset for b in plan.balloons)) - topology.all_cpus
     if offline:
         raise SavedPlanError(f"names CPUs {format_cpuset(offline)}, offline now")
     where = {key: b for b in plan.balloons for key in b.members}
-    out = []
+    out, put_back, new = [], [], []
     for item in found:
-        key, label = item.member.key, item.member.label
-        balloon = where.get(key)
+        balloon = where.get(item.member.key)
         if balloon is None:
-            raise SavedPlanError(f"does not hold container {label} (started after the last write?)")
-        if config.pin_cpu and item.cpus != balloon.cpuset:
-            raise SavedPlanError(
-                f"has container {label} in balloon {balloon.name} on cpus {format_cpuset(balloon.cpuset)}, but it runs "
-                f"on {format_cpuset(item.cpus) or 'no cpuset'} (a move not done before the hook stopped?)")
+            new.append(item)
+            continue
+        astray = config.pin_cpu and item.cpus != balloon.cpuset
         chosen = planning.type_or_default(config, item.pod)[0].name
         pinned = frozenset() if topology.all_cpus <= item.cpus else item.cpus
-        out.append(Restored(
+        restored = Restored(
             member=item.member, pod=item.pod, cpus=pinned, mems=item.mems, answers=item.answers,
-            planned=planning.Planned(balloon.btype, balloon.cpus - plan.reserved, balloon.index),
+            planned=planning.Planned(balloon.btype, balloon.cpus - plan.reserved, balloon.index), astray=astray,
             fallback=chosen if balloon.btype == DEFAULT != chosen else "", everywhere=item.cpus - pinned,
-        ))
-    return out
+        )
+        out.append(restored)
+        if astray:
+            put_back.append(restored)
+    return Agreement(out, put_back, new)
 
 
-def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> Assignments:
+class SavedRestart(NamedTuple):
+    """A restart's state rebuilt from the saved balloons (:func:`rebuild_from`), and what it changed."""
+
+    state: Assignments
+    put_back: dict[str, str]  # container label -> its saved balloon, found off its cpuset
+    placed: dict[str, str]  # container label -> balloon, found in none saved: placed as a new one
+    moves: list[str]  # labels of the containers whose cpuset is to be moved
+
+    def summary(self) -> str:
+        """For the log line (empty if it is as saved)."""
+        parts = []
+        if self.put_back:
+            parts.append(f"{len(self.put_back)} container(s) put back in their saved balloon: "
+                         + ", ".join(f"{label} in {name}" for label, name in self.put_back.items()))
+        if self.placed:
+            parts.append(f"{len(self.placed)} not in a saved balloon placed as new: "
+                         + ", ".join(f"{label} in {name}" for label, name in self.placed.items()))
+        if self.moves:
+            parts.append(f"{len(self.moves)} to move: {', '.join(self.moves)}")
+        return "; ".join(parts)
+
+
+def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> SavedRestart:
     """The balloons of ``plan`` for the containers ``found`` running, rebuilt
     as a reload of the same config rebuilds them (each keeps its containers,
-    own CPUs, name and place; its empty ones too), if it agrees with them
-    (:func:`agree`) and the reserved CPUs come out as saved; else SavedPlanError."""
-    restored = agree(config, topology, found, plan)
+    own CPUs, name and place; its empty ones too; one off its balloon's
+    cpuset goes back to it and is moved), then those it does not hold placed
+    as new ones, if it fits this restart (:func:`agree`) and the reserved
+    CPUs come out as saved; else SavedPlanError."""
+    agreed = agree(config, topology, found, plan)
     empty = [Balloon(config.types_by_name[b.btype], b.index, b.cpus) for b in plan.balloons
              if not b.members and b.btype in config.types_by_name]
-    state = Assignments.rebuild(config, topology, restored, plan.reserved, empty, rehome=False)
+    state = Assignments.rebuild(config, topology, agreed.restored, plan.reserved, empty, rehome=False)
     if state.pool.reserved != plan.reserved:
         raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, but the config reserves "
                              f"{format_cpuset(state.pool.reserved)}")
     order = [Balloon(config.types_by_name.get(b.btype, state.pool.types[DEFAULT]), b.index, b.cpus)
              for b in plan.balloons if b.btype in config.types_by_name]
     replanning.keep_order(order, state.pool.balloons)
-    return state
+    # After the saved balloons have their containers and CPUs: placed first,
+    # a new one could take CPUs of theirs, or a maxBalloons place.
+    placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in agreed.new}
+    put_back = {}
+    for item in agreed.put_back:
+        balloon = state.pool.balloon_of(item.member.key)
+        assert balloon is not None  # the rebuild places every container found
+        put_back[item.member.label] = balloon.name
+    return SavedRestart(state, put_back, placed, [move.label for move in state.moves()])

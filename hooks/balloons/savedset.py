@@ -83,6 +83,11 @@ class BalloonsAtRestart(NamedTuple):
     state: Assignments | None
     why: str
     level: int = logging.INFO
+    # For the log line's fields: the containers put back in their saved
+    # balloon and those placed as new (label -> balloon), those to move.
+    put_back: tuple[tuple[str, str], ...] = ()
+    placed: tuple[tuple[str, str], ...] = ()
+    moves: tuple[str, ...] = ()
 
 
 def _retrieved(write: asyncio.Future[Any]) -> None:
@@ -172,9 +177,13 @@ class SavedSet:
             if config.reserved_cpuset is None and reserved != plan.reserved:
                 kept = format_cpuset(reserved) if reserved is not None else "those deduced"
                 raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
-            return BalloonsAtRestart(rebuild_from(config, topology, found, plan), f"the saved balloons in {plans.path}")
+            restart = rebuild_from(config, topology, found, plan)
         except SavedPlanError as exc:
             return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
+        changes = restart.summary()
+        return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
+                                 put_back=tuple(restart.put_back.items()), placed=tuple(restart.placed.items()),
+                                 moves=tuple(restart.moves))
 
     def _started_token(self) -> str | None:
         """The token of the reserved.json the hook started with (None: none usable)."""

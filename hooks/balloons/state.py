@@ -178,14 +178,22 @@ class Assignments(MoveBook):
                     self.applied[member.key] = running
         for key, live in found.items():
             if self.pool.balloon_of(key) is None:
-                # Placed by its type as a restart places one not pinned: not refused.
                 member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
-                balloon, short = self.place(member, live.pod, running=True)
-                if live.spec_known and live.cpus:  # moved only if not on its balloon's CPUs already
-                    self.applied[key] = self._running(live.cpus, live.mems)
-                log.info("adopting running container %s into balloon %s%s", member.label, self.pool.describe(balloon),
-                         " (its balloon type cannot take it in full)" if short else "",
-                         extra={"container": member.label, "balloon": balloon.name, "fallback": short})
+                self.adopt(member, live.pod, live.cpus if live.spec_known else frozenset(), live.mems)
+
+    def adopt(self, member: Member, pod: PodContext, cpus: frozenset[int], mems: str) -> Balloon:
+        """A running container this state does not know, placed by its type
+        as a new one (not refused: ``place(running=True)``), running on
+        ``cpus`` (empty: not known), moved only if not on its balloon's CPUs
+        already. Reconcile's, and a restart's from the saved balloons for one
+        they do not hold (savedplan.rebuild_from). Its balloon."""
+        balloon, short = self.place(member, pod, running=True)
+        if cpus:
+            self.applied[member.key] = self._running(cpus, mems)
+        log.info("adopting running container %s into balloon %s%s", member.label, self.pool.describe(balloon),
+                 " (its balloon type cannot take it in full)" if short else "",
+                 extra={"container": member.label, "balloon": balloon.name, "fallback": short})
+        return balloon
 
     def _running(self, cpus: frozenset[int], mems: str) -> Cpuset:
         """A cpuset read from a container's spec, as target() writes it (the

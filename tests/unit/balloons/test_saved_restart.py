@@ -1,0 +1,171 @@
+"""A restart with the balloons saved in stateDir that finds containers
+they do not place as saved (docs/hook-balloons.md, Restarts): a saved
+member off its balloon's cpuset (a move not done before the hook stopped,
+or restarted by kubelet while the hook was down, on every CPU) is put back
+in its saved balloon and moved, as a reload puts back one whose move was
+refused; one in no saved balloon (started while the hook was down) is
+placed as a new one; a saved member not found is dropped. The saved
+balloons are still refused for a real disagreement (another config, a CPU
+offline, other reserved CPUs). Machines as in test_hotplug: CPUs 0-3 on
+NUMA node 0, 4-7 on node 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.planning import Restored
+from hooks.balloons.savedplan import SavedPlan, SavedPlanError, rebuild_from, snapshot
+from hooks.balloons.server import BalloonsHook
+from hooks.balloons.state import Assignments
+from hooks.balloons.topology import Topology, format_cpuset
+
+from .test_hotplug import balloons
+from .test_replan import running
+from .test_restart_random import as_saved, found, groups
+from .test_saved_balloons import SPLIT, _offline, _split_pod, churned
+from .test_saved_reserved import written
+from .test_server import FakeRuntime
+
+
+def _pinned_one(state: Assignments, running: list[Restored]) -> int:
+    """The index in ``running`` of a container pinned to a cpuset short of every CPU."""
+    return next(n for n, item in enumerate(running) if item.cpus and item.cpus != state.topology.all_cpus)
+
+
+@pytest.mark.parametrize("change", ["a move not done", "on every CPU"])
+def test_a_saved_member_off_its_balloons_cpuset_is_put_back_and_moved(change: str) -> None:
+    """Before: the saved balloons were not used ("... but it runs on ...")
+    and the restart rebuilt from the cpusets, which regroups this workload's pods."""
+    doc, topology, state = churned()
+    running = found(state)
+    n = _pinned_one(state, running)
+    cpus = running[n].cpus ^ {max(topology.all_cpus)} if change == "a move not done" else topology.all_cpus
+    running[n] = dataclasses.replace(running[n], cpus=cpus)
+    key, label = running[n].member.key, running[n].member.label
+    restart = rebuild_from(parse_config(doc), topology, running, snapshot(state))
+    assert as_saved(restart.state) == as_saved(state)
+    assert [(move.key, move.cpuset) for move in restart.state.moves()] == [(key, state.target(key))]
+    assert restart.put_back == {label: state.pool.balloon_of(key).name} and restart.placed == {}
+    assert restart.summary() == f"1 container(s) put back in their saved balloon: {label} in " \
+        f"{state.pool.balloon_of(key).name}; 1 to move: {label}"
+
+
+def test_a_container_the_saved_balloons_do_not_hold_is_placed_as_a_new_one() -> None:
+    """Started while the hook was down: placed once the saved balloons are
+    back, as reconcile adopts a running container (before: "does not hold
+    container", the saved balloons not used)."""
+    doc, topology, state = churned()
+    running = found(state)
+    n = _pinned_one(state, running)
+    key, label = running[n].member.key, running[n].member.label
+    plan = dataclasses.replace(snapshot(state), balloons=tuple(
+        dataclasses.replace(b, members=tuple(k for k in b.members if k != key)) for b in snapshot(state).balloons))
+    running[n] = dataclasses.replace(running[n], cpus=topology.all_cpus)
+    restart = rebuild_from(parse_config(doc), topology, running, plan)
+    home = restart.state.pool.balloon_of(key)
+    assert home is not None and restart.placed == {label: home.name} and restart.put_back == {}
+    assert groups(restart.state, {key}) == groups(state, {key})
+    assert restart.state.applied[key] == (format_cpuset(topology.all_cpus), running[n].mems)  # moved from every CPU
+    assert key in {move.key for move in restart.state.moves()}
+
+
+def test_a_saved_member_not_found_is_dropped() -> None:
+    """Guards existing behaviour: its pod gone while the hook was down, the
+    others' balloons come back as saved, without it."""
+    doc, topology, state = churned()
+    running = found(state)
+    gone = running.pop(0).member.key
+    again = rebuild_from(parse_config(doc), topology, running, snapshot(state)).state
+    assert again.pool.balloon_of(gone) is None
+    assert groups(again, {gone}) == groups(state, {gone}) and again.moves() == []
+
+
+def _other_reserved(state: Assignments, plan: SavedPlan) -> SavedPlan:
+    return dataclasses.replace(plan, reserved=frozenset(state.pool.free or state.topology.all_cpus) - plan.reserved)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ("config", "was saved under another config"),
+    ("offline", "offline now"),
+    ("reserved", "names reserved CPUs"),
+], ids=["another config", "a CPU offline", "other reserved CPUs"])
+def test_saved_balloons_that_no_longer_fit_are_not_used_though_a_container_is_off_them(change: str, why: str) -> None:
+    """Guards existing behaviour: a container to put back does not make
+    balloons that do not fit the config or the machine usable."""
+    doc, topology, state = churned()
+    config, running, plan = parse_config(doc), found(state), snapshot(state)
+    n = _pinned_one(state, running)
+    running[n] = dataclasses.replace(running[n], cpus=topology.all_cpus)
+    if change == "config":
+        config = parse_config({**doc, "balloonTypes": [{**doc["balloonTypes"][0], "minCPUs": 1}]})
+    elif change == "offline":
+        topology = _offline(topology, max(topology.all_cpus))
+        plan = dataclasses.replace(plan, balloons=(*plan.balloons, dataclasses.replace(
+            plan.balloons[-1], index=99, cpus=frozenset({max(state.topology.all_cpus)}), members=())))
+    else:
+        plan = _other_reserved(state, plan)
+    with pytest.raises(SavedPlanError, match=why):
+        rebuild_from(config, topology, running, plan)
+
+
+async def test_a_restarted_hook_puts_back_a_container_kubelet_restarted_while_it_was_down(tmp_path: Path, caplog) -> None:
+    """End to end: pod a split over work[0] and work[1], its container two
+    restarted by kubelet while the hook was down (on every CPU): the next
+    hook gets the saved balloons back, moves that container alone to its
+    balloon's CPUs, and says so once (before: the saved balloons were not
+    used, a's containers merged into work[0] on 1,3, both moved)."""
+    state_dir = tmp_path / "state"
+    config = {**SPLIT, "stateDir": str(state_dir)}
+    hook, root = await _split_pod(tmp_path, config)
+    await written(hook)
+    before = balloons(hook)
+    assert before[1:] == [("work[0]", "1", ["a-one"]), ("work[1]", "3", ["a-two"])]
+    runtime = FakeRuntime()
+    every = Topology.from_sysfs(root).all_cpus
+    runtime.live = [dataclasses.replace(f, container_id="a-two-again", cpus=every) if f.key == ("a", "two") else f
+                    for f in running(hook)]
+    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await again.rebuild()
+    assert await again.apply_moves()
+    assert balloons(again)[1:] == [("work[0]", "1", ["a-one"]), ("work[1]", "3", ["a-two-again"])]
+    assert runtime.updates == [("a-two-again", "3", "0")]
+    [record] = [r for r in caplog.records if r.getMessage().startswith("balloons at start")]
+    assert record.getMessage() == (f"balloons at start: the saved balloons in {state_dir / 'balloons.json'} (1 container(s) "
+                                   "put back in their saved balloon: apps/pod-a/two in work[1]; 1 to move: apps/pod-a/two)")
+    assert (record.saved, record.put_back, record.placed, record.moves) == \
+        (True, {"apps/pod-a/two": "work[1]"}, {}, ["apps/pod-a/two"])
+
+
+async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp_path: Path, caplog) -> None:
+    """End to end: pod c's container started while the hook was down (on
+    every CPU): placed as a new one once the saved balloons are back (as
+    PreCreateContainer would: work[0] has room, grows for it, a-one moves
+    with it), which keep pod a split (before: the saved balloons were not used, a's
+    containers merged into work[0] on 1,3)."""
+    state_dir = tmp_path / "state"
+    config = {**SPLIT, "stateDir": str(state_dir)}
+    hook, root = await _split_pod(tmp_path, config)
+    await written(hook)
+    runtime = FakeRuntime()
+    every = Topology.from_sysfs(root).all_cpus
+    [one] = [f for f in running(hook) if f.key == ("a", "one")]
+    pod_c = dataclasses.replace(one.pod, pod_name="pod-c")
+    runtime.live = [*running(hook), dataclasses.replace(one, container_id="c-one", key=("c", "one"), pod=pod_c,
+                                                         pod_uid="c", cpus=every)]
+    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        await again.rebuild()
+    assert await again.apply_moves()
+    # As PreCreateContainer places it: work[0] has room, grows for it, and a-one moves with it.
+    assert balloons(again)[1:] == [("work[0]", "1-2", ["a-one", "c-one"]), ("work[1]", "3", ["a-two"])]
+    assert sorted(runtime.updates) == [("a-one", "1-2", "0"), ("c-one", "1-2", "0")]
+    [record] = [r for r in caplog.records if r.getMessage().startswith("balloons at start")]
+    assert (record.saved, record.put_back, record.placed, sorted(record.moves)) == \
+        (True, {}, {"apps/pod-c/one": "work[0]"}, ["apps/pod-a/one", "apps/pod-c/one"])
