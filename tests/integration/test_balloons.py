@@ -251,6 +251,47 @@ async def test_a_restart_keeps_the_reserved_cpus_saved_in_the_state_dir(launcher
         assert (await rebuilt(hook))["reserved_cpus"] == "1"
 
 
+async def test_a_restart_puts_back_a_container_found_off_its_saved_balloon(launcher, pod_log_dir, tmp_path) -> None:
+    """stateDir set: a work container's cpuset changed behind the hook's
+    back while it was down (to every CPU, as kubelet restarting it leaves
+    it): the next start still uses the saved balloons, puts the container
+    back in its saved balloon and moves it there, saying so once (before:
+    the saved balloons were not used, "but it runs on 0-1", and the
+    balloons were rebuilt from the cpusets)."""
+    state = tmp_path / "state"
+    config_path = tmp_path / "balloons.yaml"
+    config_path.write_text(yaml.safe_dump({**config(launcher.socket), "stateDir": str(state)}))
+    running, _ = await launcher.start()
+    pod_id = ""
+    try:
+        async with launcher.channel() as channel:
+            async with balloons_hook(launcher, config_path) as hook:
+                await registered(running, 1)
+                await rebuilt(hook)
+                pod_id, cid = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+                assert await cpuset_of(channel, cid) == "1"
+            # Its stop wrote the last balloons (SavedSet.finish).
+            saved = json.loads((state / "balloons.json").read_text())
+            assert [(b["type"], b["cpuset"], len(b["members"])) for b in saved["balloons"]] == [("reserved", "0", 0), ("work", "1", 1)]
+            runtime = RuntimeClient(str(launcher.backend))  # straight to containerd: no hook sees it
+            try:
+                await runtime.update_cpuset(cid, "0-1", "0")
+            finally:
+                await runtime.close()
+            assert await cpuset_of(channel, cid) == "0-1"
+            async with balloons_hook(launcher, config_path) as hook:
+                await registered(running, 1)
+                line = await hook.logged("balloons at start:")
+                assert f"the saved balloons in {state / 'balloons.json'} (1 container(s) put back in their saved balloon: " \
+                    f"{WORK_NS}/" in line and " in work[0]; 1 to move: " in line, line
+                await lands_on(channel, cid, "1")
+                assert placements(json.loads(await hook.status("--json")))[cid] == ("work[0]", "1")
+    finally:
+        if pod_id:
+            async with launcher.channel() as channel:
+                await remove_pod_quietly(V1, channel, pod_id)
+
+
 async def rewrite_until(hook: HookProcess, path: Path, doc: object, needle: str) -> None:
     """Write the config until the hook logs ``needle`` once more (its file watcher
     gives no sign of being ready, so a write before it watches is repeated)."""
