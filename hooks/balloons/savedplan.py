@@ -11,8 +11,9 @@ same config does (:meth:`.state.Assignments.replan`: each container back in
 its balloon, which keeps its name and place in the order) when it still
 fits (:func:`rebuild_from`: the same config, its CPUs online), else as
 without it, saying why. A container found off its saved balloon's cpuset
-is put back there and moved, as a reload does; one it does not hold is
-placed as a new one (:func:`agree`).
+is put back there and moved, as a reload does (placed elsewhere if it no
+longer fits there: its request grew while the hook was down); one it does
+not hold is placed as a new one (:func:`agree`).
 
 Written by the reserved set's one writer (savedset.py), after reserved.json,
 atomically (``hooks.statefile``); it carries the token of the reserved.json
@@ -180,34 +181,59 @@ def agree(config: BalloonsConfig, topology: Topology, found: list[Restored], pla
     return Agreement(out, put_back, new)
 
 
+LISTED = 20  # containers named in a log line's fields, each list: the rest counted
+
+
+def listed(items: list[str]) -> list[str]:
+    """``items`` for a log line's field: the first LISTED, then how many more
+    (with hundreds of containers a restart's line stays short)."""
+    more = len(items) - LISTED
+    return items if more <= 0 else [*items[:LISTED], f"and {more} more"]
+
+
 class SavedRestart(NamedTuple):
     """A restart's state rebuilt from the saved balloons (:func:`rebuild_from`), and what it changed."""
 
     state: Assignments
-    put_back: dict[str, str]  # container label -> its saved balloon, found off its cpuset
+    put_back: dict[str, str]  # container label -> its saved balloon, found off its cpuset, back in it
+    # container label -> (its saved balloon, the one it is in): found off its
+    # cpuset, it no longer fits its saved balloon (its request grew while the
+    # hook was down), and was placed elsewhere
+    not_put_back: dict[str, tuple[str, str]]
     placed: dict[str, str]  # container label -> balloon, found in none saved: placed as a new one
     moves: list[str]  # labels of the containers whose cpuset is to be moved
 
     def summary(self) -> str:
-        """For the log line (empty if it is as saved)."""
+        """For the log line (empty if it is as saved): counts only, the
+        containers are in :meth:`fields`."""
         parts = []
         if self.put_back:
-            parts.append(f"{len(self.put_back)} container(s) put back in their saved balloon: "
-                         + ", ".join(f"{label} in {name}" for label, name in self.put_back.items()))
+            parts.append(f"{len(self.put_back)} container(s) put back in their saved balloon")
+        if self.not_put_back:
+            parts.append(f"{len(self.not_put_back)} not put back in their saved balloon, which has no room for them now")
         if self.placed:
-            parts.append(f"{len(self.placed)} not in a saved balloon placed as new: "
-                         + ", ".join(f"{label} in {name}" for label, name in self.placed.items()))
+            parts.append(f"{len(self.placed)} not in a saved balloon placed as new")
         if self.moves:
-            parts.append(f"{len(self.moves)} to move: {', '.join(self.moves)}")
+            parts.append(f"{len(self.moves)} to move")
         return "; ".join(parts)
+
+    def fields(self) -> dict[str, list[str]]:
+        """The containers :meth:`summary` counts, for the log line's fields (listed())."""
+        return {
+            "put_back": listed([f"{label} in {name}" for label, name in self.put_back.items()]),
+            "not_put_back": listed([f"{label} saved in {saved}, now {now}"
+                                    for label, (saved, now) in self.not_put_back.items()]),
+            "placed": listed([f"{label} in {name}" for label, name in self.placed.items()]),
+            "moves": listed(self.moves),
+        }
 
 
 def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restored], plan: SavedPlan) -> SavedRestart:
     """The balloons of ``plan`` for the containers ``found`` running, rebuilt
     as a reload of the same config rebuilds them (each keeps its containers,
     own CPUs, name and place; its empty ones too; one off its balloon's
-    cpuset goes back to it and is moved), then those it does not hold placed
-    as new ones, if it fits this restart (:func:`agree`) and the reserved
+    cpuset goes back to it, if it still fits there, and is moved), then
+    those it does not hold placed as new ones, if it fits this restart (:func:`agree`) and the reserved
     CPUs come out as saved; else SavedPlanError."""
     agreed = agree(config, topology, found, plan)
     empty = [Balloon(config.types_by_name[b.btype], b.index, b.cpus) for b in plan.balloons
@@ -222,9 +248,12 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     # After the saved balloons have their containers and CPUs: placed first,
     # a new one could take CPUs of theirs, or a maxBalloons place.
     placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in agreed.new}
-    put_back = {}
+    put_back, not_put_back = {}, {}
     for item in agreed.put_back:
         balloon = state.pool.balloon_of(item.member.key)
-        assert balloon is not None  # the rebuild places every container found
-        put_back[item.member.label] = balloon.name
-    return SavedRestart(state, put_back, placed, [move.label for move in state.moves()])
+        assert balloon is not None and item.planned is not None  # the rebuild places every container found
+        if balloon.name == item.planned.name:
+            put_back[item.member.label] = balloon.name
+        else:
+            not_put_back[item.member.label] = (item.planned.name, balloon.name)
+    return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()])

@@ -84,10 +84,8 @@ class BalloonsAtRestart(NamedTuple):
     why: str
     level: int = logging.INFO
     # For the log line's fields: the containers put back in their saved
-    # balloon and those placed as new (label -> balloon), those to move.
-    put_back: tuple[tuple[str, str], ...] = ()
-    placed: tuple[tuple[str, str], ...] = ()
-    moves: tuple[str, ...] = ()
+    # balloon or not, those placed as new, those to move (SavedRestart.fields).
+    changes: dict[str, list[str]] | None = None
 
 
 def _retrieved(write: asyncio.Future[Any]) -> None:
@@ -155,9 +153,11 @@ class SavedSet:
     def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
                             reserved: frozenset[int] | None) -> BalloonsAtRestart:
         """The balloons rebuilt from those saved in the stateDir the hook
-        started with, if they agree with the containers ``found`` running
-        and the reserved CPUs the restart keeps (``reserved``: at_restart's;
-        savedplan.rebuild_from); else none, and why."""
+        started with, with the containers ``found`` running (each put back in
+        its saved balloon, those in none placed as new ones), if they fit
+        this restart: written with the reserved.json it started with, the
+        reserved CPUs it keeps (``reserved``: at_restart's), the same config,
+        their CPUs online (savedplan.rebuild_from); else none, and why."""
         cpusets = "rebuilt from the CPUs the containers run on"
         if self.started is None:
             return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
@@ -182,8 +182,7 @@ class SavedSet:
             return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
         changes = restart.summary()
         return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
-                                 put_back=tuple(restart.put_back.items()), placed=tuple(restart.placed.items()),
-                                 moves=tuple(restart.moves))
+                                 changes=restart.fields())
 
     def _started_token(self) -> str | None:
         """The token of the reserved.json the hook started with (None: none usable)."""

@@ -134,8 +134,7 @@ class RuntimeSync:
                 log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
                         extra={"reserved_cpus": reserved, "saved": kept.reserved is not None, "reason": kept.why})
             log.log(balloons.level, "balloons at start: %s", balloons.why,
-                    extra={"saved": balloons.state is not None, "reason": balloons.why, "put_back": dict(balloons.put_back),
-                           "placed": dict(balloons.placed), "moves": list(balloons.moves)})
+                    extra={"saved": balloons.state is not None, "reason": balloons.why, **(balloons.changes or {})})
             self._ready.set()
             self._save()
         running = sum(f.running for f in found)

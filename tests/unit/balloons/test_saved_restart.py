@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks.balloons.config import parse_config
+from hooks.balloons.balloon import Member
+from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.planning import Restored
 from hooks.balloons.savedplan import SavedPlan, SavedPlanError, rebuild_from, snapshot
 from hooks.balloons.server import BalloonsHook
@@ -26,11 +27,15 @@ from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset
 
 from .test_hotplug import balloons
+from .test_replan_unpinned import TWO_NODES
 from .test_replan import running
 from .test_restart_random import as_saved, found, groups
 from .test_saved_balloons import SPLIT, _offline, _split_pod, churned
 from .test_saved_reserved import written
 from .test_server import FakeRuntime
+
+
+FOUR = Topology.synthetic(1, 1, 4, 1)
 
 
 def _pinned_one(state: Assignments, running: list[Restored]) -> int:
@@ -52,8 +57,9 @@ def test_a_saved_member_off_its_balloons_cpuset_is_put_back_and_moved(change: st
     assert as_saved(restart.state) == as_saved(state)
     assert [(move.key, move.cpuset) for move in restart.state.moves()] == [(key, state.target(key))]
     assert restart.put_back == {label: state.pool.balloon_of(key).name} and restart.placed == {}
-    assert restart.summary() == f"1 container(s) put back in their saved balloon: {label} in " \
-        f"{state.pool.balloon_of(key).name}; 1 to move: {label}"
+    assert restart.summary() == "1 container(s) put back in their saved balloon; 1 to move"
+    assert restart.fields() == {"put_back": [f"{label} in {state.pool.balloon_of(key).name}"], "not_put_back": [],
+                                "placed": [], "moves": [label]}
 
 
 def test_a_container_the_saved_balloons_do_not_hold_is_placed_as_a_new_one() -> None:
@@ -138,9 +144,9 @@ async def test_a_restarted_hook_puts_back_a_container_kubelet_restarted_while_it
     assert runtime.updates == [("a-two-again", "3", "0")]
     [record] = [r for r in caplog.records if r.getMessage().startswith("balloons at start")]
     assert record.getMessage() == (f"balloons at start: the saved balloons in {state_dir / 'balloons.json'} (1 container(s) "
-                                   "put back in their saved balloon: apps/pod-a/two in work[1]; 1 to move: apps/pod-a/two)")
-    assert (record.saved, record.put_back, record.placed, record.moves) == \
-        (True, {"apps/pod-a/two": "work[1]"}, {}, ["apps/pod-a/two"])
+                                   "put back in their saved balloon; 1 to move)")
+    assert (record.saved, record.put_back, record.not_put_back, record.placed, record.moves) == \
+        (True, ["apps/pod-a/two in work[1]"], [], [], ["apps/pod-a/two"])
 
 
 async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp_path: Path, caplog) -> None:
@@ -167,5 +173,55 @@ async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp
     assert balloons(again)[1:] == [("work[0]", "1-2", ["a-one", "c-one"]), ("work[1]", "3", ["a-two"])]
     assert sorted(runtime.updates) == [("a-one", "1-2", "0"), ("c-one", "1-2", "0")]
     [record] = [r for r in caplog.records if r.getMessage().startswith("balloons at start")]
+    assert record.getMessage().endswith("(1 not in a saved balloon placed as new; 2 to move)")
     assert (record.saved, record.put_back, record.placed, sorted(record.moves)) == \
-        (True, {}, {"apps/pod-c/one": "work[0]"}, ["apps/pod-a/one", "apps/pod-c/one"])
+        (True, [], ["apps/pod-c/one in work[0]"], ["apps/pod-a/one", "apps/pod-c/one"])
+
+
+def _placed(doc: dict, topology: Topology, *pods: tuple[str, int]) -> Assignments:
+    """``pods`` (uid, request in milli-CPUs), container c of each, placed in
+    turn under ``doc`` and given their cpusets, as at run time, every move done."""
+    state = Assignments(parse_config(doc), topology)
+    for uid, milli in pods:
+        key = (uid, "c")
+        state.place(Member(key, "apps", uid, milli, f"id-{uid}"), PodContext("apps", uid, "c"))
+        state.given(key, state.target(key))
+        for move in state.moves():
+            state.moved(move)
+    return state
+
+
+def test_a_container_its_saved_balloon_no_longer_fits_is_not_said_to_be_put_back() -> None:
+    """p0 and p1 share work[0] (maxCPUs 2); p1, found on every CPU, now asks
+    for 2000m (its request grew while the hook was down): work[0] cannot
+    take it, it goes to work[1] (before: logged as "put back in their saved
+    balloon: apps/p1/c in work[1]")."""
+    state = _placed(SPLIT, FOUR, ("p0", 1000), ("p1", 1000))
+    assert as_saved(state)[1:] == [("work[0]", frozenset({1, 2}), [("p0", "c"), ("p1", "c")])]
+    running = found(state, {("p1", "c")})
+    running[1] = dataclasses.replace(running[1], member=dataclasses.replace(running[1].member, milli=2000))
+    restart = rebuild_from(state.config, FOUR, running, snapshot(state))
+    assert restart.state.pool.balloon_of(("p1", "c")).name == "work[1]"
+    assert (restart.put_back, restart.not_put_back) == ({}, {"apps/p1/c": ("work[0]", "work[1]")})
+    # work[0] shrinks to p0's one CPU: p0 moves too.
+    assert restart.summary() == "1 not put back in their saved balloon, which has no room for them now; 2 to move"
+    assert restart.fields()["not_put_back"] == ["apps/p1/c saved in work[0], now work[1]"]
+
+
+UNPINNED = {"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
+            "balloonTypes": [{"name": "work", "namespaces": ["*"]}]}
+
+
+def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of_each() -> None:
+    """25 containers started while the hook was down: the message says how
+    many, each field lists 20 and how many more (before: every label in the
+    message, again in its reason and again in its fields, several KB a line
+    with 200 containers)."""
+    state = _placed(UNPINNED, TWO_NODES, ("a", 1000))
+    new = [Restored(Member((f"n{n:02}", "c"), "apps", f"n{n:02}", 0, f"id-n{n:02}"), PodContext("apps", f"n{n:02}", "c"),
+                    TWO_NODES.all_cpus, "0-1") for n in range(25)]
+    restart = rebuild_from(state.config, TWO_NODES, [*found(state), *new], snapshot(state))
+    assert restart.summary() == "25 not in a saved balloon placed as new; 25 to move"
+    fields = restart.fields()
+    assert fields["placed"] == [*(f"apps/n{n:02}/c in work[0]" for n in range(20)), "and 5 more"]
+    assert fields["moves"][20:] == ["and 5 more"] and (fields["put_back"], fields["not_put_back"]) == ([], [])
