@@ -92,6 +92,9 @@ class Restored:
     # pinned, ``cpus`` empty): those CPUs, what it runs on, recorded so that it
     # is moved only if its balloon's cpuset differs (one sharing every idle CPU).
     everywhere: frozenset[int] = frozenset()
+    # A restart's: when it was created (FoundContainer.created_at; 0: not
+    # known). Those the saved balloons do not hold are placed in this order.
+    created: int = 0
 
     def order(self, config: BalloonsConfig, usable: frozenset[int]) -> tuple[bool, bool]:
         """Its turn in a re-plan's rebuild, first to last: one whose balloon

@@ -55,6 +55,10 @@ class FoundContainer:
     # False for one created and not started yet (CONTAINER_CREATED): live, as
     # it is placed and moved as a running one is, but not running.
     running: bool = True
+    # When it was created (CRI created_at, ns since the epoch; 0: not known):
+    # a restart places those it has no saved balloon for in this order, as
+    # they were placed when created.
+    created_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class RuntimeClient(CriClient):
                     shares=shares if isinstance(shares, int) else 0,
                     spec_known=spec is not None,
                     running=container.state == v1.CONTAINER_RUNNING,
+                    created_at=container.created_at,
                 )
             )
         return Listing(found, exited)

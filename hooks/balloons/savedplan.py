@@ -13,7 +13,8 @@ fits (:func:`rebuild_from`: the same config, its CPUs online), else as
 without it, saying why. A container found off its saved balloon's cpuset
 is put back there and moved, as a reload does (placed elsewhere if it no
 longer fits there: its request grew while the hook was down); one it does
-not hold is placed as a new one (:func:`agree`).
+not hold is placed as a new one, in the order they were created
+(:func:`agree`, :func:`rebuild_from`).
 
 Written by the reserved set's one writer (savedset.py), after reserved.json,
 atomically (``hooks.statefile``); it carries the token of the reserved.json
@@ -246,8 +247,11 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
              for b in plan.balloons if b.btype in config.types_by_name]
     replanning.keep_order(order, state.pool.balloons)
     # After the saved balloons have their containers and CPUs: placed first,
-    # a new one could take CPUs of theirs, or a maxBalloons place.
-    placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in agreed.new}
+    # a new one could take CPUs of theirs, or a maxBalloons place. In the
+    # order they were created, as they were placed at run time (the
+    # runtime lists them in an order of its own).
+    new = sorted(agreed.new, key=lambda item: (item.created, item.member.container_id))
+    placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in new}
     put_back, not_put_back = {}, {}
     for item in agreed.put_back:
         balloon = state.pool.balloon_of(item.member.key)

@@ -119,7 +119,8 @@ class RuntimeSync:
         retargets = self._retargets
         found = (await self._runtime.list_containers()).live
         restored = [
-            Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus, f.mems)
+            Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus,
+                     f.mems, created=f.created_at)
             for f in found
         ]
         async with self._lock:

@@ -347,8 +347,8 @@ async def test_config_reloads_and_exhausted_policy(launcher, pod_log_dir, tmp_pa
 async def test_the_runtime_listing_reports_an_exited_init_container(launcher, pod_log_dir) -> None:
     """What reconcile releases at once: kubelet keeps a finished init container
     (EXITED) until its pod goes, so no stop event comes for it. One
-    ListPodSandbox + ListContainers gives it with its key, next to the live one;
-    and so does the one-pod listing of a refused container's pod (by kubelet's
+    ListPodSandbox + ListContainers gives it with its key, next to the live one
+    (with its created_at); and so does the one-pod listing of a refused container's pod (by kubelet's
     pod uid label)."""
     await launcher.start()
     runtime = RuntimeClient(str(launcher.socket))
@@ -373,6 +373,10 @@ async def test_the_runtime_listing_reports_an_exited_init_container(launcher, po
             listing = await runtime.list_containers()
             assert ExitedContainer(ids["init"], (uid, "init")) in listing.exited
             assert {(f.key, f.container_id) for f in listing.live if f.pod_uid == uid} == {((uid, "sleeper"), ids["sleeper"])}
+            # When it was created, as its status says: a restart places those it has no saved balloon for in this order.
+            [sleeper] = [f for f in listing.live if f.container_id == ids["sleeper"]]
+            status = (await rt.ContainerStatus(pb.ContainerStatusRequest(container_id=ids["sleeper"]), timeout=10)).status
+            assert sleeper.created_at == status.created_at > 0
             assert await runtime.pod_containers(uid, 5) == ({(uid, "sleeper")}, [ExitedContainer(ids["init"], (uid, "init"))])
             assert await runtime.pod_containers("another-uid", 5) == (set(), [])
     finally:

@@ -32,7 +32,7 @@ from .test_replan import running
 from .test_restart_random import as_saved, found, groups
 from .test_saved_balloons import SPLIT, _offline, _split_pod, churned
 from .test_saved_reserved import written
-from .test_server import FakeRuntime
+from .test_server import FakeRuntime, request
 
 
 FOUR = Topology.synthetic(1, 1, 4, 1)
@@ -178,6 +178,35 @@ async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp
         (True, [], ["apps/pod-c/one in work[0]"], ["apps/pod-a/one", "apps/pod-c/one"])
 
 
+async def test_a_restarted_hook_places_containers_started_while_it_was_down_in_the_order_they_were_created(
+        tmp_path: Path) -> None:
+    """Pods c, then d, started while the hook was down, the runtime listing
+    d first: placed as when the hook ran, c in work[0], which it fills, d in
+    work[1] (before: in the runtime's order, d took work[0])."""
+    ids = {"c": "f1c", "d": "0ad"}  # their ids sort the other way: created_at, not the id, says the order
+    ref, _ = await _split_pod(tmp_path / "ref", SPLIT)
+    for uid in "cd":
+        await ref.pre_create_container(request(uid, "one", shares=1024))
+        await ref.pre_start_container(request(uid, "one", cid=ids[uid]))
+    assert await ref.apply_moves()
+    at_run_time = balloons(ref)
+    assert at_run_time[1:] == [("work[0]", "1-2", ["a-one", "f1c"]), ("work[1]", "3-4", ["a-two", "0ad"])]
+    config = {**SPLIT, "stateDir": str(tmp_path / "state")}
+    hook, root = await _split_pod(tmp_path, config)
+    await written(hook)
+    runtime = FakeRuntime()
+    every = Topology.from_sysfs(root).all_cpus
+    [one] = [f for f in running(hook) if f.key == ("a", "one")]
+    runtime.live = [*running(hook), *(
+        dataclasses.replace(one, container_id=ids[uid], key=(uid, "one"), pod=dataclasses.replace(one.pod, pod_name=f"pod-{uid}"),
+                            pod_uid=uid, cpus=every, created_at=created)
+        for uid, created in (("d", 2_000), ("c", 1_000)))]
+    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    await again.rebuild()
+    assert await again.apply_moves()
+    assert balloons(again) == at_run_time
+
+
 def _placed(doc: dict, topology: Topology, *pods: tuple[str, int]) -> Assignments:
     """``pods`` (uid, request in milli-CPUs), container c of each, placed in
     turn under ``doc`` and given their cpusets, as at run time, every move done."""
@@ -219,7 +248,7 @@ def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of
     with 200 containers)."""
     state = _placed(UNPINNED, TWO_NODES, ("a", 1000))
     new = [Restored(Member((f"n{n:02}", "c"), "apps", f"n{n:02}", 0, f"id-n{n:02}"), PodContext("apps", f"n{n:02}", "c"),
-                    TWO_NODES.all_cpus, "0-1") for n in range(25)]
+                    TWO_NODES.all_cpus, "0-1", created=n) for n in range(25)]
     restart = rebuild_from(state.config, TWO_NODES, [*found(state), *new], snapshot(state))
     assert restart.summary() == "25 not in a saved balloon placed as new; 25 to move"
     fields = restart.fields()
