@@ -179,16 +179,18 @@ class Assignments(MoveBook):
         for key, live in found.items():
             if self.pool.balloon_of(key) is None:
                 member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
-                self.adopt(member, live.pod, live.cpus if live.spec_known else frozenset(), live.mems)
+                spec = live.spec_known  # else cpus and mems say nothing of what it runs on
+                self.adopt(member, live.pod, live.cpus if spec else frozenset(), live.mems if spec else "")
 
     def adopt(self, member: Member, pod: PodContext, cpus: frozenset[int], mems: str) -> Balloon:
         """A running container this state does not know, placed by its type
         as a new one (not refused: ``place(running=True)``), running on
-        ``cpus`` (empty: not known), moved only if not on its balloon's CPUs
-        already. Reconcile's, and a restart's from the saved balloons for one
-        they do not hold (savedplan.rebuild_from). Its balloon."""
+        ``cpus`` and ``mems`` (empty: not known), moved only if not on its
+        balloon's cpuset already (under pinCPU: false its memory nodes alone
+        say it, as _record_running's). Reconcile's, and a restart's from the
+        saved balloons for one they do not hold (savedplan.rebuild_from). Its balloon."""
         balloon, short = self.place(member, pod, running=True)
-        if cpus:
+        if cpus or (not self.config.pin_cpu and mems):
             self.applied[member.key] = self._running(cpus, mems)
         log.info("adopting running container %s into balloon %s%s", member.label, self.pool.describe(balloon),
                  " (its balloon type cannot take it in full)" if short else "",

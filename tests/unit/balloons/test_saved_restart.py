@@ -21,10 +21,11 @@ import pytest
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.planning import Restored
+from hooks.balloons.runtime import FoundContainer, Listing
 from hooks.balloons.savedplan import SavedPlan, SavedPlanError, rebuild_from, snapshot
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments
-from hooks.balloons.topology import Topology, format_cpuset
+from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import balloons
 from .test_replan_unpinned import TWO_NODES
@@ -239,6 +240,29 @@ def test_a_container_its_saved_balloon_no_longer_fits_is_not_said_to_be_put_back
 
 UNPINNED = {"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
             "balloonTypes": [{"name": "work", "namespaces": ["*"]}]}
+
+
+@pytest.mark.parametrize("at", ["a restart", "reconcile"])
+def test_a_new_container_under_pin_cpu_false_on_its_balloons_memory_nodes_is_not_moved(at: str) -> None:
+    """Found on node 0's memory, which its balloon has (its cpuset names no
+    CPUs): recorded as running there, not moved (before: not recorded,
+    always moved), at a restart from the saved balloons as at reconcile."""
+    state = _placed(UNPINNED, TWO_NODES, ("a", 1000))
+    key, pod = ("b", "c"), PodContext("apps", "b", "c")
+    if at == "a restart":
+        new = Restored(Member(key, "apps", "b", 1000, "id-b"), pod, frozenset(), "0")
+        state = rebuild_from(state.config, TWO_NODES, [*found(state), new], snapshot(state)).state
+    else:
+        state.reconcile(Listing([*running_of(state), FoundContainer("id-b", key, pod, "b", frozenset(), "0", 1024)], []),
+                        0.0, 0.0)
+    assert state.pool.balloon_of(key).name == "work[0]" and state.target(key) == ("", "0")
+    assert state.moves() == []
+
+
+def running_of(state: Assignments) -> list[FoundContainer]:
+    """``state``'s containers as the runtime lists them: on what they were given."""
+    return [FoundContainer(m.container_id, m.key, state.pods[m.key], m.pod_uid, parse_cpuset(state.applied[m.key][0]),
+                           state.applied[m.key][1], 1024) for _, m in state.pool.members()]
 
 
 def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of_each() -> None:
