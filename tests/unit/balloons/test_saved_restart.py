@@ -22,7 +22,8 @@ from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.planning import Restored
 from hooks.balloons.runtime import FoundContainer, Listing
-from hooks.balloons.savedplan import SavedPlan, SavedPlanError, rebuild_from, snapshot
+from hooks.balloons.savedplan import PlanFile, SavedPlan, SavedPlanError, rebuild_from, snapshot
+from hooks.balloons.savedreserved import ReservedFile
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
@@ -31,7 +32,7 @@ from .test_hotplug import balloons
 from .test_replan_unpinned import TWO_NODES
 from .test_replan import running
 from .test_restart_random import as_saved, found, groups
-from .test_saved_balloons import SPLIT, _offline, _split_pod, churned
+from .test_saved_balloons import SPLIT, _split_pod, churned
 from .test_saved_reserved import written
 from .test_server import FakeRuntime, request
 
@@ -93,6 +94,21 @@ def test_a_saved_member_not_found_is_dropped() -> None:
     assert groups(again, {gone}) == groups(state, {gone}) and again.moves() == []
 
 
+async def _saved_again(hook: BalloonsHook, state_dir: Path, token: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each balloon and its containers as the restarted ``hook`` saved them,
+    with the token of the reserved.json it wrote (a new one: not ``token``,
+    the one before the restart)."""
+    await written(hook)
+    plan, reserved = PlanFile(state_dir).load(), ReservedFile(state_dir).load()
+    assert plan is not None and reserved is not None
+    assert plan.token == reserved.token != token
+    return [(b.name, list(b.members)) for b in plan.balloons]
+
+
+def _offline(topology: Topology, cpu: int) -> Topology:
+    return Topology({c: info for c, info in topology.cpus.items() if c != cpu})
+
+
 def _other_reserved(state: Assignments, plan: SavedPlan) -> SavedPlan:
     return dataclasses.replace(plan, reserved=frozenset(state.pool.free or state.topology.all_cpus) - plan.reserved)
 
@@ -131,6 +147,7 @@ async def test_a_restarted_hook_puts_back_a_container_kubelet_restarted_while_it
     config = {**SPLIT, "stateDir": str(state_dir)}
     hook, root = await _split_pod(tmp_path, config)
     await written(hook)
+    token = ReservedFile(state_dir).load().token
     before = balloons(hook)
     assert before[1:] == [("work[0]", "1", ["a-one"]), ("work[1]", "3", ["a-two"])]
     runtime = FakeRuntime()
@@ -148,6 +165,8 @@ async def test_a_restarted_hook_puts_back_a_container_kubelet_restarted_while_it
                                    "put back in their saved balloon; 1 to move)")
     assert (record.saved, record.put_back, record.not_put_back, record.placed, record.moves) == \
         (True, ["apps/pod-a/two in work[1]"], [], [], ["apps/pod-a/two"])
+    assert await _saved_again(again, state_dir, token) == \
+        [("reserved[0]", []), ("work[0]", [("a", "one")]), ("work[1]", [("a", "two")])]
 
 
 async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp_path: Path, caplog) -> None:
@@ -160,6 +179,7 @@ async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp
     config = {**SPLIT, "stateDir": str(state_dir)}
     hook, root = await _split_pod(tmp_path, config)
     await written(hook)
+    token = ReservedFile(state_dir).load().token
     runtime = FakeRuntime()
     every = Topology.from_sysfs(root).all_cpus
     [one] = [f for f in running(hook) if f.key == ("a", "one")]
@@ -177,6 +197,8 @@ async def test_a_restarted_hook_places_a_container_started_while_it_was_down(tmp
     assert record.getMessage().endswith("(1 not in a saved balloon placed as new; 2 to move)")
     assert (record.saved, record.put_back, record.placed, sorted(record.moves)) == \
         (True, [], ["apps/pod-c/one in work[0]"], ["apps/pod-a/one", "apps/pod-c/one"])
+    assert await _saved_again(again, state_dir, token) == \
+        [("reserved[0]", []), ("work[0]", [("a", "one"), ("c", "one")]), ("work[1]", [("a", "two")])]
 
 
 async def test_a_restarted_hook_places_containers_started_while_it_was_down_in_the_order_they_were_created(
@@ -242,6 +264,15 @@ UNPINNED = {"reservedResources": {"cpu": "cpuset:0"}, "pinCPU": False,
             "balloonTypes": [{"name": "work", "namespaces": ["*"]}]}
 
 
+def test_a_restart_under_pin_cpu_false_puts_back_no_container() -> None:
+    """Guards existing behaviour: no cpuset names CPUs (the saved balloons'
+    do), so none is taken for off its balloon; all back as saved, none moved."""
+    state = _placed(UNPINNED, TWO_NODES, ("a", 1000), ("b", 3000))
+    restart = rebuild_from(state.config, TWO_NODES, found(state), snapshot(state))
+    assert as_saved(restart.state) == as_saved(state)
+    assert (restart.put_back, restart.not_put_back, restart.moves) == ({}, {}, [])
+
+
 @pytest.mark.parametrize("at", ["a restart", "reconcile"])
 def test_a_new_container_under_pin_cpu_false_on_its_balloons_memory_nodes_is_not_moved(at: str) -> None:
     """Found on node 0's memory, which its balloon has (its cpuset names no
@@ -263,6 +294,30 @@ def running_of(state: Assignments) -> list[FoundContainer]:
     """``state``'s containers as the runtime lists them: on what they were given."""
     return [FoundContainer(m.container_id, m.key, state.pods[m.key], m.pod_uid, parse_cpuset(state.applied[m.key][0]),
                            state.applied[m.key][1], 1024) for _, m in state.pool.members()]
+
+
+# maxCPUs 1, not preferNewBalloons: p0 (600m) in work[0], p1 (600m), which
+# it cannot take, in work[1]; each has room for 300m more.
+ONE_CPU = {"reservedResources": {"cpu": "cpuset:0"}, "balloonTypes": [{"name": "work", "namespaces": ["*"], "maxCPUs": 1}]}
+
+
+@pytest.mark.parametrize("on", ["every CPU", "a CPU of its own"])
+def test_a_new_container_is_placed_in_the_saved_balloons_order_by_its_type(on: str) -> None:
+    """Guards existing behaviour: the runtime lists p1's container first, so
+    the rebuild makes work[1] first; q, new, is placed once the saved order
+    is back (placed before, it joined work[1]), in work[0], as at run time.
+    Found on a CPU no balloon has, it is placed by its type too, not
+    restored by that CPU (a balloon of its own)."""
+    state = _placed(ONE_CPU, FOUR, ("p0", 600), ("p1", 600))
+    plan = snapshot(state)
+    assert [format_cpuset(b.cpus) for b in state.pool.balloons] == ["0", "1", "2"]
+    cpus = FOUR.all_cpus if on == "every CPU" else frozenset({3})
+    running = found(state)[::-1]
+    new = Restored(Member(("q", "c"), "apps", "q", 300, "id-q"), PodContext("apps", "q", "c"), cpus, "0")
+    restart = rebuild_from(state.config, FOUR, [*running, new], plan)
+    at_run_time = _placed(ONE_CPU, FOUR, ("p0", 600), ("p1", 600), ("q", 300))
+    assert as_saved(restart.state) == as_saved(at_run_time)
+    assert restart.placed == {"apps/q/c": "work[0]"} and restart.moves == ["apps/q/c"]
 
 
 def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of_each() -> None:
