@@ -21,14 +21,21 @@ __all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "is_rai
 
 
 class MemoryBelowUsage(ValueError):
-    """The wanted memory limit is below what the cgroup uses now."""
+    """The wanted memory limit is below what the cgroup uses now; ``written``:
+    what :func:`apply_values` wrote before it found so."""
+
+    written: tuple[Change, ...] = ()
 
 
 @dataclass(frozen=True)
 class Change:
+    """A value written: ``old`` and ``new`` are those of ``file`` (the field's
+    file that differed: on v1 the quota's period alone may have)."""
+
     field: Field
     old: int
     new: int
+    file: str = ""
 
 
 def value_of(values: CgroupValues, field: Field) -> int:
@@ -52,20 +59,31 @@ def check_memory(files: CgroupFiles, wanted: CgroupValues) -> None:
         raise MemoryBelowUsage(f"memory limit {wanted.memory_limit} is below the current usage {usage}")
 
 
-def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool = False) -> list[Change]:
-    """Write the fields that differ (only the raising ones with ``raise_only``); the changes made.
+def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool = False, lower_only: bool = False,
+                 current: CgroupValues | None = None) -> list[Change]:
+    """Write the fields that differ (only the raising ones with ``raise_only``,
+    only the lowering ones with ``lower_only``); the changes made. ``current``:
+    the values read already (the reconcile pass reads each file once, then
+    raises, and lowers after the containers), else they are read here.
 
     Raises OSError from the cgroup files, MemoryBelowUsage before writing a memory
     limit under the usage (the other fields are still written first)."""
-    current = files.read()
+    if current is None:
+        current = files.read()
     changes: list[Change] = []
     for field in Field:
         if not files.differs(current, wanted, field):
             continue
-        if raise_only and not is_raise(current, wanted, field):
+        raising = is_raise(current, wanted, field)
+        if (raise_only and not raising) or (lower_only and raising):
             continue
-        if field is Field.MEMORY_LIMIT and not is_raise(current, wanted, field):
-            check_memory(files, wanted)
+        if field is Field.MEMORY_LIMIT and not raising:
+            try:
+                check_memory(files, wanted)
+            except MemoryBelowUsage as exc:
+                exc.written = tuple(changes)
+                raise
         files.write(field, wanted)
-        changes.append(Change(field, value_of(current, field), value_of(wanted, field)))
+        name, old, new = files.changed(current, wanted, field)
+        changes.append(Change(field, old, new, name))
     return changes

@@ -165,6 +165,15 @@ class CgroupFiles:
             return current.cpu_quota != wanted.cpu_quota or (periods_matter and current.cpu_period != wanted.cpu_period)
         return current.memory_limit != _page_floor(wanted.memory_limit)
 
+    def changed(self, current: CgroupValues, wanted: CgroupValues, field: Field) -> tuple[str, int, int]:
+        """For a field that :meth:`differs`: the file that does and its found and
+        wanted values, in the hook's units (shares, quota, bytes; -1 unlimited),
+        the period's when only the period differs."""
+        names = self.file_names()[field]
+        if field is Field.CPU_QUOTA and current.cpu_quota == wanted.cpu_quota:
+            return names[0], current.cpu_period, wanted.cpu_period
+        return names[-1], getattr(current, field.value), getattr(wanted, field.value)
+
     def write(self, field: Field, wanted: CgroupValues) -> None:
         if self.version == 2:
             if field is Field.CPU_SHARES:

@@ -22,9 +22,9 @@ A pod the hook knows is looked at for its containers only (the pass's one
 ListContainers, no status): a live container the state does not list (see
 :mod:`.state`) was made without the hook (under Ignore, while it was down)
 and gets, in the same order, the values its hooks would have set, is
-recorded, and is logged once. A container the state lists is left alone: the
-hook set its values, so a different value now is another writer's, on
-purpose. One attempt per name is kept (:meth:`KnownPods.set_containers`):
+recorded, and is logged once. A container the state lists is not written
+here (the hook set its values): the reconcile pass puts back a value another
+writer changed, on the ids each pass tells it (:meth:`KnownPods.set_owned`). One attempt per name is kept (:meth:`KnownPods.set_containers`):
 a recorded container is dropped once a higher attempt of its name is
 recorded, or listed in any state (kubelet made it again: that attempt never
 comes back); one not listed stays, as it may not be created yet (the hook
@@ -138,7 +138,19 @@ class RuntimeLearner:
             by_key.setdefault(pod.key, []).append(pod)
         for key, sandboxes in by_key.items():
             self._check_known(key, sandboxes)
+        self._note_owned([*listing.pods, *listing.known])
         return new
+
+    def _note_owned(self, listed: Iterable[ListedPod]) -> None:
+        """Tell the reconcile pass which live containers' values are the hook's:
+        those recorded now (a container left waiting, or made without the hook
+        and not written, is not)."""
+        owned: dict[str, dict[str, str]] = {}
+        for pod in listed:
+            recorded = self.pods.containers(pod.key) or frozenset()
+            owned.setdefault(pod.key, {}).update(
+                {c.container_id: c.name for c in pod.containers if (c.name, c.attempt) in recorded})
+        self.pods.set_owned(owned)
 
     def _check_known(self, key: str, sandboxes: list[ListedPod]) -> None:
         """A known pod's containers: record what was set, drop what is gone, and

@@ -15,7 +15,7 @@ from .cgroups import (
     parent_relative_path,
 )
 from .config import BatchResourceConfig
-from .resources import CgroupValues, pod_values
+from .resources import CgroupValues, container_values, pod_values
 from .spec import parse_spec
 from .state import ContainerKey, PodRecord, StateDir
 
@@ -72,6 +72,14 @@ class KnownPods:
         self._dirty: set[str] = set()
         # Pods whose last save failed: warned of once, until one succeeds.
         self._failing: set[str] = set()
+        # The live containers of each pod whose values the hook set (id ->
+        # name), from the runtime listing's last pass: what the reconcile pass
+        # checks (the hook is told no id at PreCreateContainer). In memory.
+        self._owned: dict[str, dict[str, str]] = {}
+        # Containers (by id) whose PreUpdateContainerResources the hook
+        # answered "no change": the runtime applied kubelet's values, which the
+        # reconcile pass then leaves alone until the hook answers an update.
+        self._disowned: dict[str, set[str]] = {}
         # Set by close(): the next instance may hold the lock, so no file is
         # written or removed any more (a late one could overwrite its file,
         # or bring back one it removed).
@@ -164,6 +172,28 @@ class KnownPods:
         if containers != before or adopt:  # (an empty list adopted is saved too: adopted once, not every start)
             self._dirty.add(key)
 
+    def set_owned(self, owned: Mapping[str, Mapping[str, str]]) -> None:
+        """The live containers (id -> name) whose values the hook set, by pod
+        key, as the runtime listing saw them: replaces what a previous listing
+        told (pods not in ``owned`` have none)."""
+        self._owned = {key: dict(ids) for key, ids in owned.items() if key in self._pods}
+        self._disowned = {key: ids & self._owned.get(key, {}).keys() for key, ids in self._disowned.items()
+                          if key in self._pods}
+
+    def owned(self, key: str) -> dict[str, str]:
+        """The containers of ``key`` (id -> name) the reconcile pass keeps at their batch values."""
+        disowned = self._disowned.get(key, set())
+        return {cid: name for cid, name in self._owned.get(key, {}).items() if cid not in disowned}
+
+    def disown(self, key: str, container_id: str) -> None:
+        """The hook answered this container's update "no change": its values are kubelet's now."""
+        if key in self._pods:
+            self._disowned.setdefault(key, set()).add(container_id)
+
+    def own(self, key: str, container_id: str) -> None:
+        """The hook answered this container's update with its batch values."""
+        self._disowned.get(key, set()).discard(container_id)
+
     def flush(self) -> None:
         """Save the pods whose containers list changed, each once, its rename
         not fsync-ed: a list lost to a crash only makes the listing write
@@ -181,6 +211,11 @@ class KnownPods:
         files once it has the lock); :meth:`last_saves` then."""
         self._closed = True
 
+    @property
+    def closed(self) -> bool:
+        """Stopped: the next instance, with the socket's lock, writes the cgroups now."""
+        return self._closed
+
     def last_saves(self) -> LastSaves:
         """The last flush, of what is dirty now, for the stop to run in a
         thread (an fsync per pod: a stalled disk must not block the loop):
@@ -194,6 +229,8 @@ class KnownPods:
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
+        self._owned.pop(key, None)
+        self._disowned.pop(key, None)
         self._dirty.discard(key)
         self._failing.discard(key)
         uid = key if record is None else record.uid
@@ -208,6 +245,10 @@ class KnownPods:
 
     def wanted(self, record: PodRecord) -> CgroupValues:
         return pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled)
+
+    def container_wanted(self, record: PodRecord, name: str) -> CgroupValues:
+        """What the hook answers for container ``name`` (SpecError if the spec has none)."""
+        return container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
 
     def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
         return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)

@@ -95,7 +95,12 @@ async def test_memory_below_usage_is_not_written_but_the_rest_is(tmp_path: Path,
     write(root, 1, POD_PARENT, "memory.limit_in_bytes", str(512 * MIB))
     write(root, 1, POD_PARENT, "memory.usage_in_bytes", str(300 * MIB))
     write(root, 1, POD_PARENT, "cpu.shares", "4")
-    reconcile_once(hook.pods)
+    write(root, 1, POD_PARENT, "cpu.cfs_quota_us", "200000")  # lowered, as the memory limit would be
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(hook.pods) == 2  # the values written are counted and logged all the same
+    restored = [r.file for r in caplog.records if r.getMessage().startswith("batchresource reconcile restored")]
+    assert restored == ["cpu.shares", "cpu.cfs_quota_us"]
+    assert read(root, 1, POD_PARENT, "cpu.cfs_quota_us") == "50000"
     assert read(root, 1, POD_PARENT, "memory.limit_in_bytes") == str(512 * MIB)
     assert read(root, 1, POD_PARENT, "cpu.shares") == "512"
     warning = next(r for r in caplog.records if r.levelno == logging.WARNING)

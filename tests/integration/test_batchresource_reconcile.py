@@ -1,0 +1,36 @@
+"""batchresource's reconcile pass puts back a BE container's value that another
+writer changed: real containerd, values read and written where they land, in
+/sys/fs/cgroup."""
+
+from __future__ import annotations
+
+from hooks.batchresource.reconcile import CONTAINER_RESTORED
+
+from ..hookprocs import registered
+from .batchhelpers import batchresource_hook
+from .crihelpers import cgroup_of
+from .proxyfixtures import ProxyLauncher
+from .test_batchresource import BE, MIB, batch, container_values, pod, spec, start_container
+
+BE_VALUES = (512, 50000, 128 * MIB)
+
+
+async def test_a_be_container_value_changed_by_hand_is_put_back(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
+    # The listing (through the proxy) tells the reconcile pass the container's id.
+    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                  runtime_endpoint=str(launcher.socket)) as hook:
+        running, _ = await launcher.start()
+        await registered(running, 1)
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+            cid, pid = await start_container(channel, p, "main")
+            assert container_values(pid) == BE_VALUES
+            (cgroup_of(pid, "cpu") / "cpu.cfs_quota_us").write_text("-1")
+            (cgroup_of(pid, "cpu") / "cpu.shares").write_text("4096")
+            (cgroup_of(pid, "memory") / "memory.limit_in_bytes").write_text(str(96 * MIB))  # (below the swap limit runc set to 128Mi)
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            for file, found, wanted in (("cpu.cfs_quota_us", -1, 50000), ("cpu.shares", 4096, 512),
+                                        ("memory.limit_in_bytes", 96 * MIB, 128 * MIB)):
+                line = await hook.logged(lambda line, f=file: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                         and line.get("file") == f, timeout=20.0)
+                assert (line["container"], line["container_id"], line["found"], line["wanted"]) == ("main", cid, found, wanted)
+            assert container_values(pid) == BE_VALUES
