@@ -11,10 +11,9 @@ container's batch value; cgroup v1 refuses a parent CFS quota below a child's.)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from .cgroups import CgroupFiles, Field
+from .cgroups import CgroupFiles, Field, rank
 from .resources import UNLIMITED, CgroupValues
 
 __all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "is_raise", "value_of"]
@@ -42,13 +41,9 @@ def value_of(values: CgroupValues, field: Field) -> int:
     return getattr(values, field.value)
 
 
-def _rank(value: int) -> float:
-    return math.inf if value == UNLIMITED else value
-
-
 def is_raise(current: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
     """Whether going from current to wanted gives more (unlimited is the most)."""
-    return _rank(value_of(wanted, field)) >= _rank(value_of(current, field))
+    return rank(value_of(wanted, field)) >= rank(value_of(current, field))
 
 
 def check_memory(files: CgroupFiles, wanted: CgroupValues) -> None:

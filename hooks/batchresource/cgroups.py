@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -17,6 +18,7 @@ __all__ = [
     "container_relative_path",
     "detect_version",
     "parent_relative_path",
+    "rank",
     "shares_to_weight",
     "weight_to_shares",
 ]
@@ -24,6 +26,9 @@ __all__ = [
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # A v1 memory limit at or above this reads back as "no limit" (the kernel shows PAGE_COUNTER_MAX pages).
 _V1_UNLIMITED_FLOOR = 2**62
+# v1's memory+swap limit (with swap accounting): the kernel refuses
+# (EINVAL) a memory.limit_in_bytes above it.
+_V1_MEMSW = "memory.memsw.limit_in_bytes"
 
 
 class CgroupDriver(enum.Enum):
@@ -104,6 +109,11 @@ def _page_floor(value: int) -> int:
     return value if value == UNLIMITED else value // PAGE_SIZE * PAGE_SIZE
 
 
+def rank(value: int) -> float:
+    """A value to compare limits by: unlimited (-1) is the most."""
+    return math.inf if value == UNLIMITED else value
+
+
 @dataclass(frozen=True)
 class CgroupFiles:
     """A cgroup's cpu and memory files under ``root`` (v1: ``root/cpu/...``, ``root/memory/...``)."""
@@ -143,11 +153,10 @@ class CgroupFiles:
                 memory_limit=UNLIMITED if memory == "max" else int(memory),
                 cpu_period=int(period or CFS_PERIOD),
             )
-        memory = int(self._read("memory.limit_in_bytes"))
         return CgroupValues(
             cpu_shares=int(self._read("cpu.shares")),
             cpu_quota=int(self._read("cpu.cfs_quota_us")),
-            memory_limit=UNLIMITED if memory >= _V1_UNLIMITED_FLOOR else memory,
+            memory_limit=self._v1_limit("memory.limit_in_bytes"),
             cpu_period=int(self._read("cpu.cfs_period_us")),
         )
 
@@ -191,7 +200,31 @@ class CgroupFiles:
                 self._write("cpu.cfs_period_us", str(wanted.cpu_period))
             self._write("cpu.cfs_quota_us", str(wanted.cpu_quota))
         else:
-            self._write("memory.limit_in_bytes", str(wanted.memory_limit))
+            self._write_v1_memory(wanted.memory_limit)
+
+    def _v1_limit(self, name: str) -> int:
+        value = int(self._read(name))
+        return UNLIMITED if value >= _V1_UNLIMITED_FLOOR else value
+
+    def _write_v1_memory(self, limit: int) -> None:
+        """memory.limit_in_bytes, with memory.memsw.limit_in_bytes (when swap is
+        accounted) in runc's order: the kernel refuses a memory limit above
+        memsw. containerd creates a container with memsw equal to its memory
+        limit (no swap), and an UpdateContainerResources sets both: memsw is
+        raised first when it is below the new limit, and kept equal to a
+        lowered limit after it (the container's own state at create); a memsw
+        above the limit (a pod cgroup's, unlimited) is left alone."""
+        if not self.file(_V1_MEMSW).is_file():  # (no swap accounting: swapaccount=0)
+            self._write("memory.limit_in_bytes", str(limit))
+            return
+        old, memsw = self._v1_limit("memory.limit_in_bytes"), self._v1_limit(_V1_MEMSW)
+        if rank(limit) > rank(memsw):
+            self._write(_V1_MEMSW, str(limit))
+            self._write("memory.limit_in_bytes", str(limit))
+            return
+        self._write("memory.limit_in_bytes", str(limit))
+        if memsw == old and rank(limit) < rank(memsw):  # tied as containerd made it: kept tied
+            self._write(_V1_MEMSW, str(limit))
 
     def _write(self, name: str, value: str) -> None:
         # Plain write, no truncation games: cgroup files take one value per write().

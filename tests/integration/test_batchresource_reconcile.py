@@ -8,7 +8,7 @@ from hooks.batchresource.reconcile import CONTAINER_RESTORED
 
 from ..hookprocs import registered
 from .batchhelpers import batchresource_hook
-from .crihelpers import cgroup_of
+from .crihelpers import V1, cgroup_of
 from .proxyfixtures import ProxyLauncher
 from .test_batchresource import BE, MIB, batch, container_values, pod, spec, start_container
 
@@ -34,3 +34,37 @@ async def test_a_be_container_value_changed_by_hand_is_put_back(cri_channel, lau
                                          and line.get("file") == f, timeout=20.0)
                 assert (line["container"], line["container_id"], line["found"], line["wanted"]) == ("main", cid, found, wanted)
             assert container_values(pid) == BE_VALUES
+
+
+async def test_a_be_container_updated_through_containerd_itself_is_put_back(
+    cri_channel, launcher: ProxyLauncher, pod_log_dir
+) -> None:
+    """An UpdateContainerResources sent to containerd's own socket (crictl
+    update), not through the proxy: containerd sets the v1 memory+swap limit
+    to the memory limit too (96Mi both), so the memory limit is put back
+    memsw first (before: memory.limit_in_bytes alone, above memsw, refused
+    EINVAL every pass)."""
+    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                  runtime_endpoint=str(launcher.socket)) as hook:
+        running, _ = await launcher.start()
+        await registered(running, 1)
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+            cid, pid = await start_container(channel, p, "main")
+            memsw = cgroup_of(pid, "memory") / "memory.memsw.limit_in_bytes"
+            assert container_values(pid) == BE_VALUES
+            assert int(memsw.read_text()) == 128 * MIB  # as containerd made it: equal to the memory limit (no swap)
+            pb = V1.pb
+            update = pb.LinuxContainerResources(cpu_shares=1024, cpu_period=100000, cpu_quota=20000,
+                                                memory_limit_in_bytes=96 * MIB)
+            await V1.runtime(cri_channel).UpdateContainerResources(
+                pb.UpdateContainerResourcesRequest(container_id=cid, linux=update), timeout=30)
+            assert int(memsw.read_text()) == 96 * MIB  # (what the put back must get past)
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            for file, found, wanted in (("cpu.shares", 1024, 512), ("cpu.cfs_quota_us", 20000, 50000),
+                                        ("memory.limit_in_bytes", 96 * MIB, 128 * MIB)):
+                line = await hook.logged(lambda line, f=file: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                         and line.get("file") == f, timeout=20.0)
+                assert (line["container_id"], line["found"], line["wanted"]) == (cid, found, wanted)
+            assert container_values(pid) == BE_VALUES
+            assert int(memsw.read_text()) == 128 * MIB
+            assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
