@@ -16,7 +16,8 @@ pod the listing cannot take (malformed spec, no or unmappable cgroup parent,
 no pod cgroup under cgroup_root) is warned of once and its sandbox not looked
 at again: neither its config nor its parent can change. A pod PostStopPodSandbox
 was called for during a pass is not taken up by that pass. A listing that
-fails is logged when it starts failing and retried next pass.
+fails is logged when it starts failing and retried next pass. An answer
+that comes once the hook stopped (:meth:`KnownPods.close`) writes nothing.
 
 A pod the hook knows is looked at for its containers only (the pass's one
 ListContainers, no status): a live container the state does not list (see
@@ -116,6 +117,8 @@ class RuntimeLearner:
             return []  # the hook is stopping
         except grpc.aio.AioRpcError as exc:
             self._failed(f"{exc.code().name}: {exc.details()}")
+            return []
+        if self.pods.closed:  # stopped while the listing was awaited: the next instance writes the cgroups now
             return []
         if self._failing is not None:
             log.info("batchresource lists the runtime's pods again",

@@ -20,7 +20,7 @@ from runtimeproxy.host import socketlock
 
 from .fakeruntime import FakePod
 from .hookfixtures import POD_PARENT, container_request, pod_request
-from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
+from .learnfixtures import KUBELET_V1, TWO, hook_with_learner, kubelet_be_cgroups, values
 from .specs import BE
 
 STATE = Path("state") / "uid-1.json"
@@ -51,13 +51,15 @@ async def test_the_answers_since_the_last_pass_are_saved_before_the_lock_goes(
     assert at_release == [[["main", 2]]]
 
 
-async def test_a_pass_under_way_as_the_hook_stops_writes_no_file(tmp_path: Path) -> None:
+async def test_a_pass_under_way_as_the_hook_stops_writes_no_file_nor_cgroup(tmp_path: Path) -> None:
     """The listing's loop runs until ``hook run`` cancels it, after the stop:
-    a pass that was awaiting the runtime then takes up a pod in memory only
-    (before: it saved the pod's file after the lock went, over the next
-    instance's, or bringing back one it had removed)."""
-    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
-    pod = FakePod("p-1", "uid-1", BE, TWO)
+    a pass that was awaiting the runtime then takes nothing up (before: it
+    saved the pod's file after the lock went, over the next instance's, and
+    later still wrote the pod's and its containers' cgroups, the next
+    instance's to write by then)."""
+    root = tmp_path / "cgroup"
+    kubelet_be_cgroups(root, 1, POD_PARENT, f"{POD_PARENT}/c-main")
+    pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
     hook, stub = hook_with_learner(tmp_path, pod)
     await hook.start()
 
@@ -66,8 +68,9 @@ async def test_a_pass_under_way_as_the_hook_stops_writes_no_file(tmp_path: Path)
 
     stub.during["PodSandboxStatus"] = the_hook_stops
     assert hook.learner is not None
-    assert await hook.learner.pass_once() == ["uid-1"]
-    assert "uid-1" in hook.pods and not (tmp_path / STATE).exists()
+    assert await hook.learner.pass_once() == []
+    assert not (tmp_path / STATE).exists()
+    assert values(root, 1, POD_PARENT) == values(root, 1, f"{POD_PARENT}/c-main") == KUBELET_V1
 
 
 async def test_the_last_saves_on_a_stalled_disk_keep_the_lock_not_the_loop(
