@@ -76,10 +76,6 @@ class KnownPods:
         # name), from the runtime listing's last pass: what the reconcile pass
         # checks (the hook is told no id at PreCreateContainer). In memory.
         self._owned: dict[str, dict[str, str]] = {}
-        # Containers (by id) whose PreUpdateContainerResources the hook
-        # answered "no change": the runtime applied kubelet's values, which the
-        # reconcile pass then leaves alone until the hook answers an update.
-        self._disowned: dict[str, set[str]] = {}
         # Set by close(): the next instance may hold the lock, so no file is
         # written or removed any more (a late one could overwrite its file,
         # or bring back one it removed).
@@ -173,26 +169,15 @@ class KnownPods:
             self._dirty.add(key)
 
     def set_owned(self, owned: Mapping[str, Mapping[str, str]]) -> None:
-        """The live containers (id -> name) whose values the hook set, by pod
-        key, as the runtime listing saw them: replaces what a previous listing
-        told (pods not in ``owned`` have none)."""
+        """The live containers (id -> name) whose values the hook set, by
+        pod key, as the runtime listing saw them: replaces what a previous
+        listing told (pods not in ``owned`` have none; a pod forgotten while
+        the listing was awaited is left out)."""
         self._owned = {key: dict(ids) for key, ids in owned.items() if key in self._pods}
-        self._disowned = {key: ids & self._owned.get(key, {}).keys() for key, ids in self._disowned.items()
-                          if key in self._pods}
 
     def owned(self, key: str) -> dict[str, str]:
         """The containers of ``key`` (id -> name) the reconcile pass keeps at their batch values."""
-        disowned = self._disowned.get(key, set())
-        return {cid: name for cid, name in self._owned.get(key, {}).items() if cid not in disowned}
-
-    def disown(self, key: str, container_id: str) -> None:
-        """The hook answered this container's update "no change": its values are kubelet's now."""
-        if key in self._pods:
-            self._disowned.setdefault(key, set()).add(container_id)
-
-    def own(self, key: str, container_id: str) -> None:
-        """The hook answered this container's update with its batch values."""
-        self._disowned.get(key, set()).discard(container_id)
+        return dict(self._owned.get(key, {}))
 
     def flush(self) -> None:
         """Save the pods whose containers list changed, each once, its rename
@@ -230,7 +215,6 @@ class KnownPods:
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
         self._owned.pop(key, None)
-        self._disowned.pop(key, None)
         self._dirty.discard(key)
         self._failing.discard(key)
         uid = key if record is None else record.uid

@@ -212,15 +212,10 @@ class BatchResourceHook(BuiltinHook):
 
     def _container(self, request: api_pb2.ContainerResourceHookRequest, hook: HookType) -> api_pb2.ContainerResourceHookResponse | None:
         pod = _pod_name(request.pod_meta)
-        name, cid = request.container_meta.name, request.container_meta.id
-        meta = request.pod_meta
-        key = pod_key(meta.uid, meta.namespace, meta.name)
-        update = hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES and bool(cid)
         spec = self._spec(request.pod_labels, request.pod_annotations, pod, hook)
         if spec is None:
-            if update:  # "no change": the runtime applies kubelet's values, which the reconcile leaves alone
-                self.pods.disown(key, cid)
             return None
+        name, cid = request.container_meta.name, request.container_meta.id
         try:
             values = container_values(spec, name, self.config.cfs_quota_enabled)
             if hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES and cid and request.pod_cgroup_parent:
@@ -232,13 +227,13 @@ class BatchResourceHook(BuiltinHook):
                 "batchresource left a container unchanged",
                 extra={"pod": pod, "container": name, "container_id": cid, "hook": hook.value, "reason": str(exc)},
             )
-            if update:
-                self.pods.disown(key, cid)
+            # (An update answered "no change", its memory limit below the usage:
+            # the runtime applies kubelet's values; the reconcile pass puts the
+            # cpu values back and retries the memory limit.)
             return None
-        if update:  # the batch values again: the reconcile keeps them
-            self.pods.own(key, cid)
         if request.pod_cgroup_parent:
             # Pod first when raising; lowering the pod waits for the reconcile loop.
+            meta = request.pod_meta
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
             self._write_pod(record, raise_only=True)
             if self.learner is not None:  # (no listing: nothing reads the list)

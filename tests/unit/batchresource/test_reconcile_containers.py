@@ -148,24 +148,23 @@ async def test_a_container_whose_cgroup_is_gone_is_no_error(tmp_path: Path, capl
     assert "uid-1" in hook.pods
 
 
-async def test_an_update_the_hook_left_to_kubelet_is_not_undone_until_it_answers_again(tmp_path: Path) -> None:
-    """UpdateContainerResources through the proxy: an answer is the reconcile's
-    target (nothing to undo); a "no change" answer (memory above the batch limit)
-    leaves kubelet's values to the container until the hook answers an update."""
+async def test_an_update_answered_no_change_has_its_cpu_put_back_and_its_memory_retried(tmp_path: Path) -> None:
+    """UpdateContainerResources through the proxy, its batch memory limit below
+    the usage: the hook answers "no change", the runtime applies kubelet's
+    values, and the next pass puts the cpu values back and the memory limit
+    once the usage allows (before: the container was left with kubelet's
+    values until the hook answered another update)."""
     hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
     root = tmp_path / "cgroup"
     write(root, 1, MAIN, "memory.usage_in_bytes", str(200 * MIB))  # above main's 128Mi
     assert await hook.pre_update_container_resources(container_request(BE, TWO, "main", cid="c-main")) is None
     write(root, 1, MAIN, "cpu.shares", "2")  # what kubelet sent, applied by the runtime
-    assert reconcile_once(hook.pods) == 0
-    assert read(root, 1, MAIN, "cpu.shares") == "2"
-    await hook.learner.pass_once()  # a listing keeps it left alone
-    assert reconcile_once(hook.pods) == 0
-    write(root, 1, MAIN, "memory.usage_in_bytes", str(10 * MIB))
-    assert await hook.pre_update_container_resources(container_request(BE, TWO, "main", cid="c-main")) is not None
-    write(root, 1, MAIN, "cpu.shares", "3")  # (a drift after the answer)
+    write(root, 1, MAIN, "memory.limit_in_bytes", str(512 * MIB))
     assert reconcile_once(hook.pods) == 1
-    assert read(root, 1, MAIN, "cpu.shares") == "512"
+    assert (read(root, 1, MAIN, "cpu.shares"), read(root, 1, MAIN, "memory.limit_in_bytes")) == ("512", str(512 * MIB))
+    write(root, 1, MAIN, "memory.usage_in_bytes", str(10 * MIB))
+    assert reconcile_once(hook.pods) == 1
+    assert values(root, 1, MAIN) == MAIN_V1
 
 
 async def test_a_container_memory_limit_below_its_usage_keeps_its_cpu_put_back(
