@@ -20,10 +20,7 @@ __all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "is_rai
 
 
 class MemoryBelowUsage(ValueError):
-    """The wanted memory limit is below what the cgroup uses now; ``written``:
-    what :func:`apply_values` wrote before it found so."""
-
-    written: tuple[Change, ...] = ()
+    """The wanted memory limit is below what the cgroup uses now."""
 
 
 @dataclass(frozen=True)
@@ -55,17 +52,19 @@ def check_memory(files: CgroupFiles, wanted: CgroupValues) -> None:
 
 
 def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool = False, lower_only: bool = False,
-                 current: CgroupValues | None = None) -> list[Change]:
+                 current: CgroupValues | None = None, written: list[Change] | None = None) -> list[Change]:
     """Write the fields that differ (only the raising ones with ``raise_only``,
     only the lowering ones with ``lower_only``); the changes made. ``current``:
     the values read already (the reconcile pass reads each file once, then
     raises, and lowers after the containers), else they are read here.
+    ``written``: a list each change is appended to as it is made, so a caller
+    still has the values written before an error (the returned list otherwise).
 
     Raises OSError from the cgroup files, MemoryBelowUsage before writing a memory
     limit under the usage (the other fields are still written first)."""
     if current is None:
         current = files.read()
-    changes: list[Change] = []
+    changes: list[Change] = [] if written is None else written
     for field in Field:
         if not files.differs(current, wanted, field):
             continue
@@ -73,11 +72,7 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
         if (raise_only and not raising) or (lower_only and raising):
             continue
         if field is Field.MEMORY_LIMIT and not raising:
-            try:
-                check_memory(files, wanted)
-            except MemoryBelowUsage as exc:
-                exc.written = tuple(changes)
-                raise
+            check_memory(files, wanted)
         files.write(field, wanted)
         name, old, new = files.changed(current, wanted, field)
         changes.append(Change(field, old, new, name))

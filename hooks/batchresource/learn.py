@@ -25,7 +25,8 @@ ListContainers, no status): a live container the state does not list (see
 and gets, in the same order, the values its hooks would have set, is
 recorded, and is logged once. A container the state lists is not written
 here (the hook set its values): the reconcile pass puts back a value another
-writer changed, on the ids each pass tells it (:meth:`KnownPods.set_owned`). One attempt per name is kept (:meth:`KnownPods.set_containers`):
+writer changed, on the ids each pass tells it (:meth:`KnownPods.set_owned`).
+One attempt per name is kept (:meth:`KnownPods.set_containers`):
 a recorded container is dropped once a higher attempt of its name is
 recorded, or listed in any state (kubelet made it again: that attempt never
 comes back); one not listed stays, as it may not be created yet (the hook
@@ -145,14 +146,15 @@ class RuntimeLearner:
         return new
 
     def _note_owned(self, listed: Iterable[ListedPod]) -> None:
-        """Tell the reconcile pass which live containers' values are the hook's:
-        those recorded now (a container left waiting, or made without the hook
-        and not written, is not)."""
+        """Tell the reconcile pass which running containers' values are the
+        hook's: those recorded now (a container left waiting, or made without
+        the hook and not written, is not; one created, not started, has no
+        cgroup yet)."""
         owned: dict[str, dict[str, str]] = {}
         for pod in listed:
             recorded = self.pods.containers(pod.key) or frozenset()
             owned.setdefault(pod.key, {}).update(
-                {c.container_id: c.name for c in pod.containers if (c.name, c.attempt) in recorded})
+                {c.container_id: c.name for c in pod.containers if c.started and (c.name, c.attempt) in recorded})
         self.pods.set_owned(owned)
 
     def _check_known(self, key: str, sandboxes: list[ListedPod]) -> None:

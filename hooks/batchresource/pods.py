@@ -72,10 +72,11 @@ class KnownPods:
         self._dirty: set[str] = set()
         # Pods whose last save failed: warned of once, until one succeeds.
         self._failing: set[str] = set()
-        # The live containers of each pod whose values the hook set (id ->
+        # The running containers of each pod whose values the hook set (id ->
         # name), from the runtime listing's last pass: what the reconcile pass
         # checks (the hook is told no id at PreCreateContainer). In memory.
         self._owned: dict[str, dict[str, str]] = {}
+        self._listings = 0  # set_owned calls: how many listings told _owned
         # Set by close(): the next instance may hold the lock, so no file is
         # written or removed any more (a late one could overwrite its file,
         # or bring back one it removed).
@@ -169,11 +170,18 @@ class KnownPods:
             self._dirty.add(key)
 
     def set_owned(self, owned: Mapping[str, Mapping[str, str]]) -> None:
-        """The live containers (id -> name) whose values the hook set, by
+        """The running containers (id -> name) whose values the hook set, by
         pod key, as the runtime listing saw them: replaces what a previous
         listing told (pods not in ``owned`` have none; a pod forgotten while
         the listing was awaited is left out)."""
         self._owned = {key: dict(ids) for key, ids in owned.items() if key in self._pods}
+        self._listings += 1
+
+    @property
+    def listings(self) -> int:
+        """How many listings told :meth:`set_owned` (the reconcile pass tells a
+        container that ended since one from a cgroup never where it looks)."""
+        return self._listings
 
     def owned(self, key: str) -> dict[str, str]:
         """The containers of ``key`` (id -> name) the reconcile pass keeps at their batch values."""

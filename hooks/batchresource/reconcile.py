@@ -7,10 +7,19 @@ have reached a hook that was down).
 Per pod, each owned file is read once, then written in the hooks' order (a
 parent never below its child): the pod's values that are below target are
 raised, its containers' drifted values put back, then the pod's lowered.
+A pod whose raising fails has its containers left for the next pass (a
+container raised above a pod that is not could be refused, or be capped
+by it); the values written before the failure are logged and counted.
 The containers checked are those whose values the hook set, as the runtime
-listing last saw them (:meth:`KnownPods.owned`: the hook is told no id at
-PreCreateContainer), less those whose update the hook answered "no change".
-A container whose cgroup is gone (it ended since the listing) is skipped.
+listing last saw them running (:meth:`KnownPods.owned`: the hook is told no
+id at PreCreateContainer). A container whose memory limit is below its
+usage has its cpu values put back all the same, its memory retried each pass.
+
+A failure is warned of once per pod or container and reason, at debug after,
+until a pass puts that cgroup right. A container whose cgroup is missing
+has most likely ended since the listing (debug); one missing still after a
+later listing saw it running again is warned of once (a cgroup_driver or
+cgroup_root that does not match the runtime's).
 
 The pass is synchronous, on the hook's event loop: no hook call runs
 during it, so it never sees a record half changed, and it writes nothing but
@@ -22,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .apply import Change, MemoryBelowUsage, apply_values
 from .cgroups import CgroupFiles
@@ -30,99 +41,156 @@ from .resources import CgroupValues
 from .spec import SpecError
 from .state import PodRecord
 
-__all__ = ["CONTAINER_RESTORED", "POD_RESTORED", "reconcile_loop", "reconcile_once"]
+__all__ = ["CONTAINER_RESTORED", "POD_RESTORED", "Reconciler", "reconcile_loop", "reconcile_once"]
 
 log = logging.getLogger("hooks.batchresource")
 
 POD_RESTORED = "batchresource reconcile restored a pod cgroup value"
 CONTAINER_RESTORED = "batchresource reconcile restored a container cgroup value"
+POD_FAILED = "batchresource reconcile could not restore the pod cgroup; retried next pass"
+CONTAINER_FAILED = "batchresource reconcile could not restore a container cgroup; retried next pass"
+NO_CGROUP = ("batchresource reconcile finds no cgroup for a container the runtime lists running "
+             "(does cgroup_driver or cgroup_root match the runtime's?); retried next pass")
 _ERRORS = (SpecError, MemoryBelowUsage, OSError, ValueError)
 
+# A pod's or a container's cgroup: (pod key, container id; "" for the pod's).
+Target = tuple[str, str]
 
-def reconcile_once(pods: KnownPods) -> int:
-    """One pass; returns how many values it corrected. None once the hook
-    stopped (a next instance, maybe with another config, may hold the lock)."""
-    if pods.closed:
-        return 0
-    corrected = 0
-    for record in pods.records():
+
+def _kind(exc: Exception) -> str:
+    """What a failure is, for saying it once: its type (and errno), not its
+    text (a usage that moves each pass is the same failure)."""
+    if isinstance(exc, OSError):
+        return f"OSError {exc.errno}"
+    return type(exc).__name__
+
+
+@dataclass
+class Reconciler:
+    """The reconcile passes of one hook, and what they warned of."""
+
+    pods: KnownPods
+    # Reasons warned of, by target, until a pass puts it right.
+    _said: dict[Target, set[str]] = field(default_factory=dict)
+    # Containers found with no cgroup: the listing's count (KnownPods.listings) then.
+    _missing: dict[Target, int] = field(default_factory=dict)
+    _seen: set[Target] = field(default_factory=set)
+
+    def once(self) -> int:
+        """One pass; returns how many values it corrected (0 once the hook
+        stopped: a next instance, maybe with another config, may hold the lock)."""
+        if self.pods.closed:
+            return 0
+        self._seen = set()
+        corrected = 0
+        for record in self.pods.records():
+            try:
+                files = self.pods.cgroups.pod(record.cgroup_parent)
+            except ValueError as exc:  # (saved by an older version): it can never be written
+                log.warning("batchresource reconcile cannot map a pod's cgroup parent; forgetting it",
+                            extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent,
+                                   "reason": str(exc)})
+                self.pods.forget(record.key, "cgroup parent maps to no cgroup")
+                continue
+            if not files.exists():
+                self.pods.forget(record.key, "pod cgroup is gone")
+                continue
+            corrected += self._pod(record, files)
+        self._said = {t: said for t, said in self._said.items() if t in self._seen}
+        self._missing = {t: n for t, n in self._missing.items() if t in self._seen}
+        return corrected
+
+    def _warn(self, target: Target, exc: Exception, message: str, fields: Mapping[str, object]) -> None:
+        said = self._said.setdefault(target, set())
+        kind = _kind(exc)
+        level = logging.DEBUG if kind in said else logging.WARNING
+        said.add(kind)
+        log.log(level, message, extra={**fields, "reason": str(exc)})
+
+    def _right(self, target: Target) -> None:
+        if self._said.pop(target, None) is not None:
+            log.debug("batchresource reconcile put a cgroup right again", extra={"uid": target[0], "container_id": target[1]})
+        self._missing.pop(target, None)
+
+    def _pod(self, record: PodRecord, files: CgroupFiles) -> int:
+        target = (record.key, "")
+        self._seen.add(target)
+        names = {"pod": record.pod, "uid": record.uid, "cgroup": str(files.relative)}
+        written: list[Change] = []
         try:
-            files = pods.cgroups.pod(record.cgroup_parent)
-        except ValueError as exc:  # (saved by an older version): it can never be written
-            log.warning("batchresource reconcile cannot map a pod's cgroup parent; forgetting it",
-                        extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent,
-                               "reason": str(exc)})
-            pods.forget(record.key, "cgroup parent maps to no cgroup")
-            continue
-        if not files.exists():
-            pods.forget(record.key, "pod cgroup is gone")
-            continue
-        corrected += _reconcile_pod(pods, record, files)
-    return corrected
+            wanted = self.pods.wanted(record)
+            current = files.read()
+            apply_values(files, wanted, raise_only=True, current=current, written=written)
+        except _ERRORS as exc:  # its containers wait for the next pass: see the module's docstring
+            self._seen.update((record.key, cid) for cid in self.pods.owned(record.key))  # (their warnings kept)
+            _log_pod(names, written)
+            self._warn(target, exc, POD_FAILED, names)
+            return len(written)
+        _log_pod(names, written)
+        corrected = len(written)
+        for container_id, name in sorted(self.pods.owned(record.key).items()):
+            corrected += self._container(record, container_id, name)
+        written = []
+        try:  # lowering: after the containers (current: the raised fields are left out)
+            apply_values(files, wanted, lower_only=True, current=current, written=written)
+        except _ERRORS as exc:
+            self._warn(target, exc, POD_FAILED, names)
+        else:
+            self._right(target)
+        _log_pod(names, written)
+        return corrected + len(written)
+
+    def _container(self, record: PodRecord, container_id: str, name: str) -> int:
+        target = (record.key, container_id)
+        self._seen.add(target)
+        names: dict[str, object] = {"pod": record.pod, "uid": record.uid, "container": name, "container_id": container_id}
+        try:
+            files = self.pods.cgroups.container(record.cgroup_parent, container_id)
+            wanted: CgroupValues = self.pods.container_wanted(record, name)
+        except (SpecError, ValueError):
+            return 0  # (the pod's part of the pass warns of its spec)
+        names["cgroup"] = str(files.relative)
+        written: list[Change] = []
+        try:
+            apply_values(files, wanted, current=files.read(), written=written)
+        except FileNotFoundError as exc:
+            self._no_cgroup(target, exc, names)
+        except _ERRORS as exc:  # (a memory limit below its usage: the cpu values are put back all the same)
+            self._warn(target, exc, CONTAINER_FAILED, names)
+        else:
+            self._right(target)
+        for change in written:
+            log.info(CONTAINER_RESTORED, extra={**names, "field": change.field.value, "file": change.file,
+                                                "found": change.old, "wanted": change.new})
+        return len(written)
+
+    def _no_cgroup(self, target: Target, exc: FileNotFoundError, names: Mapping[str, object]) -> None:
+        """Ended since the listing saw it running (its next pass drops it), unless
+        a later listing saw it running again: then the cgroup is not where looked."""
+        first = self._missing.setdefault(target, self.pods.listings)
+        if self.pods.listings > first:
+            self._warn(target, exc, NO_CGROUP, names)
+        else:
+            log.debug("batchresource reconcile finds no cgroup for a container; ended since the listing?",
+                      extra={**names, "reason": str(exc)})
 
 
-def _pod_failed(record: PodRecord, files: CgroupFiles, exc: Exception) -> None:
-    log.warning("batchresource reconcile could not restore the pod cgroup",
-                extra={"pod": record.pod, "uid": record.uid, "cgroup": str(files.relative), "reason": str(exc)})
-
-
-def _reconcile_pod(pods: KnownPods, record: PodRecord, files: CgroupFiles) -> int:
-    try:
-        wanted = pods.wanted(record)
-        current = files.read()
-        changes = apply_values(files, wanted, raise_only=True, current=current)
-    except _ERRORS as exc:
-        _pod_failed(record, files, exc)
-        return 0
-    corrected = len(changes)
-    _log_pod(record, files, changes)
-    for container_id, name in sorted(pods.owned(record.key).items()):
-        corrected += _reconcile_container(pods, record, container_id, name)
-    try:  # lowering: after the containers (current: the raised fields are left out)
-        changes = apply_values(files, wanted, lower_only=True, current=current)
-    except _ERRORS as exc:
-        _pod_failed(record, files, exc)
-        changes = list(exc.written) if isinstance(exc, MemoryBelowUsage) else []
-    _log_pod(record, files, changes)
-    return corrected + len(changes)
-
-
-def _log_pod(record: PodRecord, files: CgroupFiles, changes: list[Change]) -> None:
+def _log_pod(names: Mapping[str, object], changes: list[Change]) -> None:
     for change in changes:
-        log.info(POD_RESTORED, extra={"pod": record.pod, "uid": record.uid, "cgroup": str(files.relative),
-                                      "field": change.field.value, "file": change.file,
+        log.info(POD_RESTORED, extra={**names, "field": change.field.value, "file": change.file,
                                       "found": change.old, "restored": change.new})
 
 
-def _reconcile_container(pods: KnownPods, record: PodRecord, container_id: str, name: str) -> int:
-    names = {"pod": record.pod, "uid": record.uid, "container": name, "container_id": container_id}
-    try:
-        files = pods.cgroups.container(record.cgroup_parent, container_id)
-        wanted: CgroupValues = pods.container_wanted(record, name)
-    except (SpecError, ValueError):
-        return 0  # (the pod's part of the pass warns of its spec)
-    try:
-        current = files.read()
-    except FileNotFoundError:
-        return 0  # ended since the listing saw it: the listing's next pass drops it
-    try:
-        changes = apply_values(files, wanted, current=current)
-    except FileNotFoundError:
-        return 0  # ended meanwhile
-    except _ERRORS as exc:  # (a memory limit below its usage: the cpu values are put back all the same)
-        log.warning("batchresource reconcile could not restore a container cgroup; retried next pass",
-                    extra={**names, "cgroup": str(files.relative), "reason": str(exc)})
-        changes = list(exc.written) if isinstance(exc, MemoryBelowUsage) else []
-    for change in changes:
-        log.info(CONTAINER_RESTORED, extra={**names, "cgroup": str(files.relative), "field": change.field.value,
-                                            "file": change.file, "found": change.old, "wanted": change.new})
-    return len(changes)
+def reconcile_once(pods: KnownPods) -> int:
+    """One pass of a new :class:`Reconciler` (it remembers no earlier pass's warnings)."""
+    return Reconciler(pods).once()
 
 
 async def reconcile_loop(pods: KnownPods, interval: float) -> None:
+    reconciler = Reconciler(pods)
     while True:
         try:
-            reconcile_once(pods)
+            reconciler.once()
         except Exception:  # one bad pass must not end the loop
             log.exception("batchresource reconcile pass failed")
         await asyncio.sleep(interval)

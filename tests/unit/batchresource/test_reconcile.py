@@ -119,11 +119,11 @@ async def test_a_failing_pass_does_not_end_the_loop(tmp_path: Path, monkeypatch:
     hook = await started(tmp_path)
     passes: list[int] = []
 
-    def boom(pods) -> int:
+    def boom(self: reconcile.Reconciler) -> int:
         passes.append(1)
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(reconcile, "reconcile_once", boom)
+    monkeypatch.setattr(reconcile.Reconciler, "once", boom)
     await run_background(hook, monkeypatch, 2)
     assert len(passes) == 2 and "reconcile pass failed" in caplog.text
 

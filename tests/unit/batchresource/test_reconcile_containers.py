@@ -82,19 +82,23 @@ async def test_a_drifted_period_names_the_period_file(tmp_path: Path, caplog: py
     assert read(tmp_path / "cgroup", 1, MAIN, "cpu.cfs_period_us") == "100000"
 
 
+@pytest.mark.parametrize("version", [1, 2])
 async def test_the_pod_is_raised_before_and_lowered_after_its_containers(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, version: int
 ) -> None:
-    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    hook, _ = await told_hook(tmp_path, version, **{"c-main": "main"})
     root = tmp_path / "cgroup"
-    write(root, 1, POD_PARENT, "cpu.shares", "2")  # below target: raised first
-    write(root, 1, POD_PARENT, "memory.limit_in_bytes", str(4096 * MIB))  # above: lowered last
-    write(root, 1, MAIN, "cpu.shares", "4096")
+    shares = "cpu.shares" if version == 1 else "cpu.weight"
+    memory = "memory.limit_in_bytes" if version == 1 else "memory.max"
+    write(root, version, POD_PARENT, shares, "2")  # below target: raised first
+    write(root, version, POD_PARENT, memory, str(4096 * MIB))  # above: lowered last
+    write(root, version, MAIN, shares, "4096" if version == 1 else "500")
     caplog.set_level(logging.INFO, "hooks.batchresource")
     assert reconcile_once(hook.pods) == 3
     order = [(r.getMessage(), r.field) for r in caplog.records if r.getMessage() in (POD_RESTORED, CONTAINER_RESTORED)]
     assert order == [(POD_RESTORED, "cpu_shares"), (CONTAINER_RESTORED, "cpu_shares"), (POD_RESTORED, "memory_limit")]
-    assert values(root, 1, POD_PARENT) == ("768", "75000", str(192 * MIB))
+    assert values(root, version, POD_PARENT) == (("768", "75000", str(192 * MIB)) if version == 1
+                                                 else ("30", "75000 100000", str(192 * MIB)))
 
 
 async def test_each_owned_file_is_read_once_a_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
