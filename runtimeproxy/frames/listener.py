@@ -101,7 +101,7 @@ class FramesListener:
                  channel_options: list, limits: Limits,
                  on_connection: Callable[[str, bool], None] | None = None,
                  runtime_silent: silent.Silence | None = None) -> None:
-        """``runtime_silent``: told (why) when a runtime accepted a connection
+        """``runtime_silent``: told when a runtime accepted a connection
         and sent no SETTINGS in time, and asked whether it is known silent
         (silent.Silences; None: silent.Unwatched)."""
         self._listen = listen

@@ -60,8 +60,10 @@ class Silence(Protocol):
     """What the bound tells of the connections a runtime left silent (the
     listener's ``runtime_silent``; Silences for a runtime's Unready)."""
 
-    def __call__(self, reason: str) -> bool:
-        """A connection met the bound (``reason``: REASON): returns whether to warn."""
+    def __call__(self) -> bool:
+        """A connection met the bound: returns whether to warn. (No reason
+        is passed: a silence's is always REASON, the Unready's text that
+        ``known`` looks for.)"""
 
     def known(self) -> bool:
         """Whether the runtime is known silent now: a new connection's bound is short."""
@@ -71,7 +73,7 @@ class Unwatched:
     """No Unready to tell: every silence is warned of, none is known (a
     listener's own, in tests)."""
 
-    def __call__(self, reason: str) -> bool:
+    def __call__(self) -> bool:
         return True
 
     def known(self) -> bool:
@@ -87,9 +89,8 @@ class Silences:
         self._unready = unready
         self._warned = 0  # the Unready's episode the latest warning was in (0: none)
 
-    def __call__(self, reason: str) -> bool:
-        """The Unready is told REASON, whatever ``reason`` (_expired's is
-        REASON): known() must find its own text there."""
+    def __call__(self) -> bool:
+        """The Unready is told REASON: known() finds its own text there."""
         unready = self._unready
         first = unready.reason is None or unready.episode != self._warned
         # Its warning is this module's (_expired): Unready's own start line is
@@ -110,7 +111,7 @@ def bound(conn: FrameConnection, backend: Path, silent: Silence) -> None:
     """From now, ``conn``'s runtime has SETTINGS_WAIT_S to send its SETTINGS
     (KNOWN_SILENT_WAIT_S while ``silent`` knows it silent; their arrival
     cancels the timer: FrameConnection.server_prefaced); else ``silent`` is
-    told why (it returns whether to warn) and the client told to go away.
+    told (it returns whether to warn) and the client told to go away.
     Nothing to bound if they came already: the backend's attach, just before,
     may have delivered what the runtime sent while it was dialled."""
     if conn.prefaced or conn.closed.done():
@@ -140,7 +141,7 @@ def _expired(conn: FrameConnection, backend: Path, silent: Silence, wait: float,
         conn.settings_wait = asyncio.get_running_loop().call_later(
             SETTINGS_WAIT_S - wait, _expired, conn, backend, silent, SETTINGS_WAIT_S, False)
         return
-    first = silent(REASON)
+    first = silent()
     log.log(logging.WARNING if first else logging.DEBUG,
             "frames: the runtime accepted the connection but sent no HTTP/2 SETTINGS in time: it is taken as "
             "unreachable; the client is told to reconnect, and hooked calls are refused until it answers",

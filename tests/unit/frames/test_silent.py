@@ -20,7 +20,7 @@ async def test_no_bound_once_the_runtimes_settings_came() -> None:
     closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     conn = SimpleNamespace(prefaced=True, closed=closed, settings_wait=None)
     silent.bound(conn, Path("/run/containerd/containerd.sock"), told)  # type: ignore[arg-type]
-    assert conn.settings_wait is None and told.told == []
+    assert conn.settings_wait is None and told.told == 0
 
 
 async def test_a_connection_whose_runtime_said_nothing_yet_is_bounded() -> None:
@@ -73,7 +73,7 @@ async def test_a_runtime_that_answered_during_the_short_bound_gets_the_rest_of_t
     loop = asyncio.get_running_loop()
     unready = Unready(Path("/run/containerd/containerd.sock"))  # nothing asks its Status
     silences = silent.Silences(unready)
-    silences(silent.REASON)  # a connection met the full bound: known silent
+    silences()  # a connection met the full bound: known silent
     sent: list[bytes] = []
     conn = _conn(loop, sent)
     silent.bound(conn, Path("/run/containerd/containerd.sock"), silences)  # type: ignore[arg-type]
@@ -101,7 +101,7 @@ async def test_a_short_bound_met_keeps_the_reason_that_names_the_full_one() -> N
     loop = asyncio.get_running_loop()
     unready = Unready(Path("/run/containerd/containerd.sock"))  # nothing asks its Status
     silences = silent.Silences(unready)
-    silences(silent.REASON)
+    silences()
     for _ in range(2):  # known silent still after the first short bound met
         assert silences.known()
         sent: list[bytes] = []
@@ -119,11 +119,11 @@ def test_silences_know_the_runtime_silent_until_it_answers_or_shows_it_speaks() 
     unready = Unready(Path("/run/containerd/containerd.sock"))  # nothing asks its Status
     silences = silent.Silences(unready)
     assert not silences.known()
-    silences(silent.REASON)
+    silences()
     assert silences.known()
     unready.saw("it answers 'server is not initialized yet'")
     assert not silences.known()
-    silences(silent.REASON)
+    silences()
     assert silences.known()
     unready.ready()
     assert not silences.known()
