@@ -46,11 +46,14 @@ class Metrics:
             self.registry,
             buckets=Histogram.DEFAULT_BUCKETS,
         )
+        # ``service``: runtime; image for a separate image service (--image-backend) only.
         self.backend_up = Gauge(
             "runtime_proxy_backend_ready",
-            "1 while the backend is connected and answered a version probe; 0 before and while it is lost.",
+            "1 while the backend is connected (the runtime: and answered a version probe); 0 before and while it is lost.",
+            ["service"],
             registry=self.registry,
         )
+        self.backend_up.labels("runtime").set(0)
         self.hook_servers = Gauge(
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
         )

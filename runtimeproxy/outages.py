@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["BACKEND", "HOOK_SERVER", "OutageLog", "OutageWords", "SUMMARY_INTERVAL"]
+__all__ = ["BACKEND", "HOOK_SERVER", "IMAGE_BACKEND", "OutageLog", "OutageWords", "SUMMARY_INTERVAL"]
 
 SUMMARY_INTERVAL = 60.0  # seconds
 
@@ -54,6 +54,17 @@ BACKEND = OutageWords(
     ended_args=("seconds", "failures"),
     window_counts=False,
     ended_first="backend ready after %.1fs (%d failed probes)",
+)
+# A separate image service (cripath/imagewatch.py): judged by its connection,
+# no probes; its outages have only their two ends (``ongoing`` is never said).
+IMAGE_BACKEND = OutageWords(
+    stem="image_backend",
+    ongoing="image backend still not reachable",
+    ongoing_args=(),
+    ended="image backend ready again after %.1fs",
+    ended_args=("seconds",),
+    window_counts=False,
+    ended_first="image backend ready after %.1fs",
 )
 
 

@@ -47,6 +47,7 @@ class TaskName:
     """The proxy's background tasks."""
 
     MONITOR = "backend-monitor"
+    IMAGE_MONITOR = "image-backend-monitor"  # a separate image service's (cripath/imagewatch.py)
     WATCHER = "hook-dir-watch"
     REBUILD = "state-rebuild"
     HEALTH = "health-update"
@@ -61,7 +62,8 @@ class TaskName:
 # drained, not stopped): nothing may still read the backend or react to it
 # when its channels close.
 STOP_ORDER = (
-    TaskName.WATCHER, TaskName.REBUILD, TaskName.RESYNC, TaskName.RECHECK, TaskName.MONITOR, TaskName.HEALTH
+    TaskName.WATCHER, TaskName.REBUILD, TaskName.RESYNC, TaskName.RECHECK, TaskName.MONITOR,
+    TaskName.IMAGE_MONITOR, TaskName.HEALTH,
 )
 
 

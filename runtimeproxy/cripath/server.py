@@ -29,6 +29,7 @@ from .callstats import CallSink
 from .channelopts import channel_options
 from .forward import GrpcRelay, Relay
 from .health import HealthServicer
+from .imagewatch import ImageWatch
 from .limits import give_back_freed_memory, server_options
 from .methods import ApiVersion
 from .router import Router
@@ -100,8 +101,15 @@ class Proxy:
         self._bound: Path = config.listen  # the socket grpc listens on
         self._activated = listen_socket
         self._listener: ActivatedListener | None = None
+        # A separate image service is watched too: health is SERVING only
+        # while both serve (kubelet's pulls fail while it is away).
+        self.images = (None if self.backend.image_channel is self.backend.runtime_channel
+                       else ImageWatch(self.backend.image_socket, self.backend.image_channel))
+        self._runtime_serving = False  # probed, and a plan to serve it: health's runtime half
         self.backend.on_change(self._on_backend)
-        self.backend.on_lost(lambda: self._health_soon(health_pb2.HealthCheckResponse.NOT_SERVING))
+        self.backend.on_lost(self._on_lost)
+        if self.images is not None:
+            self.images.on_change(lambda up: self._health_soon())
         self._frames = FramesPath.from_config(
             config, self.router, options, calls.frames_connection if calls is not None else None)
 
@@ -116,6 +124,8 @@ class Proxy:
             # Keeps routing and health current; restarted if it dies (a restart
             # probes again, so routing and health are brought up to date).
             self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
+            if self.images is not None:
+                self.tasks.keep_running(TaskName.IMAGE_MONITOR, self.images.run)
             accepting = self._listener or (self._frames if self._activated else None)
             if accepting is not None:
                 self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
@@ -215,12 +225,21 @@ class Proxy:
         await listener.start_accepting()
 
     def _on_backend(self, info: BackendInfo) -> None:
-        serving = bool(self.router.plan)
-        self._health_soon(health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING)
+        serving = self._runtime_serving = bool(self.router.plan)
+        self._health_soon()
         if serving and self._frames is not None:  # after the router's rebuild: new connections are relayed
             self._frames.runtime_probed()
 
-    def _health_soon(self, status: int) -> None:
+    def _on_lost(self) -> None:
+        self._runtime_serving = False
+        self._health_soon()
+
+    def _health_soon(self) -> None:
+        """Health as it is now, set in a task: SERVING while the runtime is
+        probed and served, and a separate image service is connected."""
+        images = self.images
+        serving = self._runtime_serving and (images is None or images.up)
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         # Critical: a proxy whose health can no longer change must not go on.
         self.tasks.spawn(TaskName.HEALTH, self._set_health(status), critical=True)
 
