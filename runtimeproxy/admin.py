@@ -64,6 +64,8 @@ class StatusSource:
             "backend": {
                 "socket": str(backend.runtime_socket),
                 "image_socket": str(backend.image_socket),
+                # A separate image service's connection (None: the runtime's socket serves images).
+                "image_connected": None if self.proxy.images is None else self.proxy.images.up,
                 "connected": backend.connected,
                 "runtime_name": info.runtime_name if info else None,
                 "runtime_version": info.runtime_version if info else None,
@@ -162,6 +164,14 @@ def unreachable(
     return f"cannot get the status from the proxy at {socket}: {raw}"
 
 
+def _image_line(backend: Mapping[str, Any]) -> str:
+    """A separate image service's state, after the backend's ("": none, or a proxy older than the key)."""
+    connected = backend.get("image_connected")
+    if connected is None:
+        return ""
+    return f"; images at {backend['image_socket']}, {'connected' if connected else 'NOT CONNECTED'}"
+
+
 def render(doc: Mapping[str, Any], now: float | None = None) -> str:
     """The status for a person at a terminal (``now``: the wall clock, for how long ago)."""
     now = time.time() if now is None else now
@@ -172,7 +182,7 @@ def render(doc: Mapping[str, Any], now: float | None = None) -> str:
     served = ", ".join(f"{v} ({how})" for v, how in doc["served"].items()) or "nothing"
     lines = [
         f"runtime-proxy pid {doc['pid']}, up {_duration(doc['uptime_s'])}, listening on {doc['listen']}",
-        f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}",
+        f"backend: {runtime} at {backend['socket']}, {state}; CRI {versions}" + _image_line(backend),
         f"serving: CRI {served}",
         f"calls served: {doc['calls']['served']} ({doc['calls']['in_flight']} in flight)",
         f"hook servers: {len(doc['hook_servers'])}" + (f", from {_printable(doc['hook_dir'])}" if "hook_dir" in doc else ""),

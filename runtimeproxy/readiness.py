@@ -40,6 +40,9 @@ def describe(proxy: Proxy, hook_servers: int) -> str:
     served = ", ".join(
         f"{client} ({'native' if target == client else 'translated'})" for client, target in sorted(plan.routes.items())
     )
+    images = proxy.images
+    if images is not None and not images.up:  # image calls fail: pulls, and so pods whose image is missing
+        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is unreachable; {hooks}"
     return f"serving CRI {served} for {runtime}; {hooks}"
 
 
@@ -57,6 +60,8 @@ class SystemdNotifier:
         """Once the proxy listens: follow the backend and the hook set."""
         self._proxy.backend.on_change(lambda info: self.update())
         self._proxy.backend.on_lost(self.update)
+        if self._proxy.images is not None:
+            self._proxy.images.on_change(lambda up: self.update())
         self._registry.on_change(lambda snapshot: self.update())
         interval = sdnotify.watchdog_interval(self._environ)
         if interval is not None:

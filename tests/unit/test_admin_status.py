@@ -15,7 +15,7 @@ from runtimeproxy.hookpath.registry import HookSnapshot, ReloadResult
 def source(last: ReloadResult, directory: Path = Path("/etc/runtime/hookserver.d")) -> StatusSource:
     backend = SimpleNamespace(info=None, runtime_socket=Path("/run/c.sock"), image_socket=Path("/run/c.sock"),
                               connected=False)
-    proxy: Any = SimpleNamespace(backend=backend, router=SimpleNamespace(plan=None),
+    proxy: Any = SimpleNamespace(backend=backend, router=SimpleNamespace(plan=None), images=None,
                                  config=SimpleNamespace(listen=Path("/run/p.sock")))
     registry: Any = SimpleNamespace(snapshot=HookSnapshot(), directory=directory, last_reload=last)
     metrics: Any = SimpleNamespace(cri=SimpleNamespace(served=0, active=0), hook_stats={})
@@ -109,3 +109,15 @@ def test_a_hook_servers_last_error_shows_its_cause() -> None:
     older = {k: v for k, v in error.items() if k != "cause"}  # a proxy older than the cause
     assert "    last error: unavailable on PreCreateContainer at 2023-11-14T22:13:20Z" in render(
         document(hook_servers=[{**server, "last_error": older}])).splitlines()
+
+
+def test_a_separate_image_backend_not_connected_is_shown() -> None:
+    """A separate image service's state: NOT CONNECTED while image calls fail
+    (before: status said nothing of it); no word of it when the runtime
+    serves images (null), or from a proxy older than the key."""
+    doc = document()
+    assert doc["backend"]["image_connected"] is None and "images at" not in render(doc)
+    apart = {**doc, "backend": {**doc["backend"], "image_socket": "/run/img.sock", "image_connected": False}}
+    assert "; images at /run/img.sock, NOT CONNECTED\n" in render(apart)
+    older = {**doc, "backend": {k: v for k, v in doc["backend"].items() if k != "image_connected"}}
+    assert "images at" not in render(older)

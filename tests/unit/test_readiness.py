@@ -1,0 +1,29 @@
+"""readiness.py's systemd status line, without a proxy: stand-ins for what it reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from runtimeproxy.cripath.backend import BackendInfo
+from runtimeproxy.cripath.methods import ApiVersion
+from runtimeproxy.readiness import describe
+
+
+def proxy(images: Any) -> Any:
+    info = BackendInfo(frozenset({ApiVersion.V1}), "containerd", "1.7.0")
+    backend = SimpleNamespace(info=info, connected=True, runtime_socket=Path("/run/c.sock"))
+    plan = SimpleNamespace(routes={ApiVersion.V1: ApiVersion.V1})
+    return SimpleNamespace(backend=backend, router=SimpleNamespace(plan=plan), images=images)
+
+
+def test_the_status_line_says_when_a_separate_image_backend_is_unreachable() -> None:
+    """Before: 'serving CRI v1' while every image call failed."""
+    away = SimpleNamespace(up=False, socket=Path("/run/img.sock"))
+    assert describe(proxy(away), 1) == (
+        "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is unreachable; "
+        "1 hook server")
+    assert describe(proxy(SimpleNamespace(up=True, socket=Path("/run/img.sock"))), 1) == (
+        "serving CRI v1 (native) for containerd 1.7.0; 1 hook server")
+    assert describe(proxy(None), 2) == "serving CRI v1 (native) for containerd 1.7.0; 2 hook servers"
