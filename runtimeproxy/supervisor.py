@@ -7,7 +7,9 @@ happen if it dies:
 
 * a *service* (monitor, watcher) must always run: when it dies or ends it
   is logged and restarted with backoff; when it keeps dying, the supervisor
-  fails, and ``serve`` stops the proxy and exits non-zero;
+  fails, and ``serve`` stops the proxy and exits non-zero (unless its
+  ``Restart`` says never to give up: one the proxy serves without, as the
+  separate image service's watch, whose failure marks that side down);
 * a *one-shot* task is logged if it fails; a critical one (health updates)
   fails the supervisor instead, since the proxy must never keep serving
   with routing or health it can no longer update;
@@ -31,12 +33,13 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Restart:
     """How a service is restarted: backoff doubling from ``first_delay`` up
-    to ``max_delay``; after ``attempts`` failures in a row it is given up.
+    to ``max_delay``; after ``attempts`` failures in a row it is given up
+    (None: never; it is restarted every ``max_delay`` for as long as it dies).
     A run that lasted ``healthy_after`` seconds starts the count afresh."""
 
     first_delay: float = 0.1
     max_delay: float = 5.0
-    attempts: int = 5
+    attempts: int | None = 5
     healthy_after: float = 60.0
 
     def delay(self, failures: int) -> float:
@@ -125,7 +128,7 @@ class Supervisor:
                 error = exc
                 log.exception("background task died", extra={"task": name, "error": repr(exc)})
             failures = 1 if loop.time() - started >= restart.healthy_after else failures + 1
-            if failures > restart.attempts:
+            if restart.attempts is not None and failures > restart.attempts:
                 self._fail(name, error, failures)
                 return
             delay = restart.delay(failures)

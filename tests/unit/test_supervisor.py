@@ -44,6 +44,25 @@ async def test_a_service_that_keeps_dying_fails_the_supervisor() -> None:
     assert isinstance(tasks.error, TaskFailed) and "svc" in str(tasks.error)
 
 
+async def test_a_service_restarted_without_a_limit_never_fails_the_supervisor() -> None:
+    """``attempts=None`` (the image backend's watch): restarted for as long
+    as it dies. Before: the count was always bounded."""
+    tasks = Supervisor()
+    runs: list[int] = []
+    enough = asyncio.Event()
+
+    async def broken() -> None:
+        runs.append(1)
+        if len(runs) == 20:
+            enough.set()
+        raise RuntimeError("boom")
+
+    tasks.keep_running("svc", broken, Restart(first_delay=0.001, max_delay=0.002, attempts=None))
+    await asyncio.wait_for(enough.wait(), 5)
+    assert not tasks.failed.is_set() and tasks.running("svc") != []
+    await tasks.close()
+
+
 async def test_a_service_that_returns_is_restarted_too() -> None:
     tasks = Supervisor()
     runs: list[int] = []
