@@ -66,19 +66,16 @@ async def build_proxy(
     )
     store.read_backend = proxy.read_runtime
 
-    runtime_up = metrics.backend_up.labels("runtime")
-
     def on_backend(info: BackendInfo) -> None:
-        runtime_up.set(1)
+        metrics.backend_up.set(1)
         plan = proxy.router.plan  # the router heard this probe first
         metrics.cri.serving(plan.routes if plan else {})
         hooks.refresh_records()
 
     proxy.backend.on_change(on_backend)
-    proxy.backend.on_lost(lambda: runtime_up.set(0))
+    proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
     if proxy.images is not None:  # a separate image service: a series of its own
-        image_up = metrics.backend_up.labels("image")
-        image_up.set(0)
+        image_up = metrics.image_backend()
         proxy.images.on_change(lambda up: image_up.set(int(up)))
     proxy.backend.on_reconnect(metrics.cri.reconnected)
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.

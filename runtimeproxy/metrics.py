@@ -46,14 +46,14 @@ class Metrics:
             self.registry,
             buckets=Histogram.DEFAULT_BUCKETS,
         )
-        # ``service``: runtime; image for a separate image service (--image-backend) only.
         self.backend_up = Gauge(
             "runtime_proxy_backend_ready",
-            "1 while the backend is connected (the runtime: and answered a version probe); 0 before and while it is lost.",
-            ["service"],
+            "1 while the backend is connected and answered a version probe; 0 before and while it is lost.",
             registry=self.registry,
         )
-        self.backend_up.labels("runtime").set(0)
+        # A separate image service's (--image-backend): a metric of its own,
+        # registered only with one, so the runtime's series stays as it was.
+        self.image_backend_up: Gauge | None = None
         self.hook_servers = Gauge(
             "runtime_proxy_hook_servers", "Hook servers registered from the hook directory.", registry=self.registry
         )
@@ -77,6 +77,18 @@ class Metrics:
                 return  # a call that outlived its file's removal: its stats are gone with it
             stats = self.hook_stats[server] = HookServerStats()
         stats.count(hook, outcome, cause, caller_cancelled=caller_cancelled)
+
+    def image_backend(self) -> Gauge:
+        """``runtime_proxy_image_backend_ready``: made at the first call (a
+        proxy with a separate image service), 0 until it is connected."""
+        if self.image_backend_up is None:
+            self.image_backend_up = Gauge(
+                "runtime_proxy_image_backend_ready",
+                "1 while the separate image service (--image-backend) is connected and answered an ImageFsInfo probe; "
+                "0 before and while it is lost.",
+                registry=self.registry,
+            )
+        return self.image_backend_up
 
     def keep_hook_stats(self, names: Iterable[str]) -> None:
         """Forget the stats of hook files no longer registered: one added again

@@ -30,11 +30,11 @@ class OutageWords:
     line)."""
 
     stem: str  # the fields STEM_outage (started, ongoing, ended), STEM_failures, STEM_outage_seconds
-    ongoing: str
-    ongoing_args: tuple[str, ...]
     ended: str
     ended_args: tuple[str, ...]
-    window_counts: bool  # a summary's STEM_failures: since the last line; else since the outage began
+    ongoing: str = ""  # "": never said (an owner that only counts failures, never calls ``failed``)
+    ongoing_args: tuple[str, ...] = ()
+    window_counts: bool = False  # a summary's STEM_failures: since the last line; else since the outage began
     ended_first: str | None = None  # ended, of something never up before (at start); None: ended
 
 
@@ -55,16 +55,14 @@ BACKEND = OutageWords(
     window_counts=False,
     ended_first="backend ready after %.1fs (%d failed probes)",
 )
-# A separate image service (cripath/imagewatch.py): judged by its connection,
-# no probes; its outages have only their two ends (``ongoing`` is never said).
+# A separate image service (cripath/imagewatch.py): its failures (failed
+# probes, connection attempts seen failing) are counted, never summarised:
+# its outages have only their two ends.
 IMAGE_BACKEND = OutageWords(
     stem="image_backend",
-    ongoing="image backend still not reachable",
-    ongoing_args=(),
-    ended="image backend ready again after %.1fs",
-    ended_args=("seconds",),
-    window_counts=False,
-    ended_first="image backend ready after %.1fs",
+    ended="image backend ready again after %.1fs (%d failures)",
+    ended_args=("seconds", "failures"),
+    ended_first="image backend ready after %.1fs (%d failures)",
 )
 
 

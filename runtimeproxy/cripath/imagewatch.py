@@ -1,25 +1,36 @@
 """An image service on a socket of its own (``--image-backend``): whether it
-can be reached, and its outages.
+serves, and its outages.
 
 The runtime is probed (backend.py); a separate image service serves only the
 image calls (kubelet's pulls, its image garbage collection), which fail
-UNAVAILABLE while it is away. Health and ``runtime_proxy_backend_ready``
-saying nothing of it would tell an operator all is well while no pod whose
-image is missing can start.
+UNAVAILABLE while it is away. Health and the metrics saying nothing of it
+would tell an operator all is well while no pod whose image is missing can
+start.
 
 It is judged by its channel, kept connected as the runtime's is (each look
-asks grpc to connect): TRANSIENT_FAILURE (a connection attempt failed:
-nothing listens, or the socket is gone) begins an outage, READY ends it.
-IDLE and CONNECTING decide nothing: grpc's idle timeout closes an unused
-connection, and the next look reconnects it. No CRI call is made:
-ImageService has no Version, and a process that takes the connection on that
-socket is the image service. pick_first keeps TRANSIENT_FAILURE through its
-reconnect attempts (unreachable.py), so an outage has its two ends and no
-count of failed attempts.
+asks grpc to connect), and by a probe at each READY: ImageFsInfo (v1, else
+v1alpha2; ImageService has no Version), as cheap an image call as there is.
+A connection alone says too little: a socket whose process takes the
+connection may not serve (containerd's "not initialized yet" while it loads
+its state; a hung service). The probe's answer, or UNIMPLEMENTED in both
+versions (a service without that call still serves the rest), is up;
+"not initialized", UNAVAILABLE or DEADLINE_EXCEEDED (PROBE_TIMEOUT) is down,
+and the probe is asked again after a backoff, as the runtime's is.
+TRANSIENT_FAILURE (a connection attempt failed: nothing listens, or the
+socket is gone) is down too. IDLE and CONNECTING decide nothing: grpc's idle
+timeout closes an unused connection, and the next look reconnects it (its
+READY is probed, and a service still up stays up without a line).
+
+An outage's end line counts its failures: each failed probe, and each
+connection attempt seen failing (pick_first keeps TRANSIENT_FAILURE through
+its reconnect attempts, unreachable.py, so several failed attempts in a row
+count once).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,23 +40,49 @@ import grpc
 from grpc import aio
 
 from ..outages import IMAGE_BACKEND, OutageLog
+from ..supervisor import Restart
+from .backend import PROBE_TIMEOUT
+from .unready import not_initialized
 
 log = logging.getLogger(__name__)
 
 _S = grpc.ChannelConnectivity
+PROBE_PACKAGES = ("runtime.v1", "runtime.v1alpha2")
+RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
+RETRY_MAX = 5.0  # as the runtime's probe's default longest interval
+# The proxy serves the runtime's calls without the image service: a watch
+# that keeps dying is restarted (each time logged), never the proxy stopped.
+RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
+
+
+async def image_probe(channel: aio.Channel, timeout: float) -> str | None:
+    """Why the image service on ``channel`` does not serve, or None if it does."""
+    for package in PROBE_PACKAGES:
+        try:
+            await channel.unary_unary(f"/{package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
+        except aio.AioRpcError as err:
+            code, details = err.code(), err.details() or ""
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                continue
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not_initialized(
+                    code.value[0], details):
+                return f"ImageFsInfo: {code.name}: {details}"
+        return None
+    return None
 
 
 class ImageWatch:
-    """The separate image service's reachability: ``up``, and its listeners
-    told True when it comes (back), False when it is lost."""
+    """The separate image service's state: ``up``, and its listeners told
+    True when it comes (back), False when it is lost."""
 
     def __init__(self, socket: Path, channel: aio.Channel, clock: Callable[[], float] = time.monotonic) -> None:
         self.socket = socket
         self._channel = channel
-        self.up = False  # connected now: READY seen, no failed attempt since
-        self._was_up = False  # connected at some time since start (its end line says "again")
+        self.up = False  # serving now: its last probe answered, no failed attempt since
+        self._was_up = False  # serving at some time since start (its end line says "again")
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
+        self._retry = RETRY_FIRST  # the wait before the next probe of a READY service that does not serve
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Called with True when the image service comes (back), False when it is lost."""
@@ -53,36 +90,70 @@ class ImageWatch:
 
     async def run(self) -> None:
         """Look at each state the channel comes to, until cancelled (the
-        proxy's stop, before the channel closes: supervisor.STOP_ORDER)."""
+        proxy's stop, before the channel closes: supervisor.STOP_ORDER).
+        If it fails, the image service is taken for down until its restart
+        (``RESTART``) finds it serving: health must not say SERVING on a
+        watch that no longer looks."""
+        try:
+            await self._watch()
+        except Exception as exc:
+            self._lost(f"the image backend's watch failed: {exc!r}")
+            raise
+
+    async def _watch(self) -> None:
         state = self._channel.get_state(try_to_connect=True)
         while True:
-            self._seen(state)
-            await self._channel.wait_for_state_change(state)
+            retry = await self._seen(state)
+            if retry is None:
+                await self._channel.wait_for_state_change(state)
+            else:  # READY and not serving: probe again after the backoff, or at a change of state
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._channel.wait_for_state_change(state), retry)
             state = self._channel.get_state(try_to_connect=True)
 
-    def _seen(self, state: grpc.ChannelConnectivity) -> None:
+    async def _seen(self, state: grpc.ChannelConnectivity) -> float | None:
+        """Judge ``state``; the seconds before the next probe when it is READY and does not serve."""
+        if state is _S.READY:
+            reason = await image_probe(self._channel, PROBE_TIMEOUT)
+            if reason is None:
+                self._retry = RETRY_FIRST
+                self._serving()
+                return None
+            self._lost(reason)
+            retry, self._retry = self._retry, min(RETRY_MAX, self._retry * 2)
+            return retry
+        if state is _S.TRANSIENT_FAILURE:
+            self._retry = RETRY_FIRST
+            self._lost("connection failed")
+        return None
+
+    def _serving(self) -> None:
+        if self.up:
+            return  # e.g. reconnected after its idle timeout: nothing to tell
         name = str(self.socket)
         fields = {"backend": name}
-        if state is _S.READY:
-            if self.up:
-                return
-            self.up = True
-            if self._outages.down(name):
-                self._outages.succeeded(name, fields, first=not self._was_up)
-            else:
-                log.info("image backend connected", extra=fields)
-            self._was_up = True
-            self._tell(True)
-        elif state is _S.TRANSIENT_FAILURE:
-            if not self.up and self._outages.down(name):
-                return  # the outage under way
-            self.up = False
-            # The outage starts at the loss (or, at start, at the first failed
-            # attempt): this line pairs with its end.
-            self._outages.began(
-                name, logging.WARNING, "image backend unavailable" if self._was_up else "image backend not reachable yet",
-                {**fields, "reason": "connection failed"})
-            self._tell(False)
+        self.up = True
+        if self._outages.down(name):
+            self._outages.succeeded(name, fields, first=not self._was_up)
+        else:
+            log.info("image backend connected", extra=fields)
+        self._was_up = True
+        self._tell(True)
+
+    def _lost(self, reason: str) -> None:
+        name = str(self.socket)
+        if not self.up and self._outages.down(name):
+            self._outages.counted(name)  # the outage under way: its end line counts it
+            log.debug("image backend still not serving", extra={"backend": name, "reason": reason})
+            return
+        self.up = False
+        # The outage starts at the loss (or, at start, at the first failure):
+        # this line pairs with its end.
+        self._outages.began(
+            name, logging.WARNING, "image backend unavailable" if self._was_up else "image backend not reachable yet",
+            {"backend": name, "reason": reason})
+        self._outages.counted(name)
+        self._tell(False)
 
     def _tell(self, up: bool) -> None:
         """One listener's failure is its own: the others (health, the metric) still hear it."""

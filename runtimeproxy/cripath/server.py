@@ -29,6 +29,7 @@ from .callstats import CallSink
 from .channelopts import channel_options
 from .forward import GrpcRelay, Relay
 from .health import HealthServicer
+from .imagewatch import RESTART as IMAGE_RESTART
 from .imagewatch import ImageWatch
 from .limits import give_back_freed_memory, server_options
 from .methods import ApiVersion
@@ -119,13 +120,13 @@ class Proxy:
         free: its caller has no proxy to stop (app.py stops only a started one)."""
         await self._listen()  # undoes its own steps when it fails
         try:
-            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+            await self._set_health(self._health_now())  # all NOT_SERVING: nothing probed yet
             log.info("probing backend", extra={"backend": str(self.config.backend)})
             # Keeps routing and health current; restarted if it dies (a restart
             # probes again, so routing and health are brought up to date).
             self.tasks.keep_running(TaskName.MONITOR, self.backend.run)
             if self.images is not None:
-                self.tasks.keep_running(TaskName.IMAGE_MONITOR, self.images.run)
+                self.tasks.keep_running(TaskName.IMAGE_MONITOR, self.images.run, IMAGE_RESTART)
             accepting = self._listener or (self._frames if self._activated else None)
             if accepting is not None:
                 self.tasks.spawn(ACCEPT_TASK, self._accept_when_probed(accepting), critical=True)
@@ -234,17 +235,29 @@ class Proxy:
         self._runtime_serving = False
         self._health_soon()
 
-    def _health_soon(self) -> None:
-        """Health as it is now, set in a task: SERVING while the runtime is
-        probed and served, and a separate image service is connected."""
-        images = self.images
-        serving = self._runtime_serving and (images is None or images.up)
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        # Critical: a proxy whose health can no longer change must not go on.
-        self.tasks.spawn(TaskName.HEALTH, self._set_health(status), critical=True)
+    def _health_now(self) -> dict[str, int]:
+        """Health by service name: each CRI version's RuntimeService while the
+        runtime is probed and served, its ImageService while the image service
+        serves (the runtime, or a separate one: imagewatch.py), and the
+        overall "" while both do (a node that cannot pull cannot start a pod
+        whose image is missing), so a consumer can tell which side is down."""
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        runtime = self._runtime_serving
+        images = runtime if self.images is None else self.images.up
+        statuses = {"": serving if runtime and images else not_serving}
+        for version in ApiVersion:
+            statuses[f"{version.package}.RuntimeService"] = serving if runtime else not_serving
+            statuses[f"{version.package}.ImageService"] = serving if images else not_serving
+        return statuses
 
-    async def _set_health(self, status: int) -> None:
-        await self.health.set("", status)
+    def _health_soon(self) -> None:
+        """Health as it is now, set in a task."""
+        # Critical: a proxy whose health can no longer change must not go on.
+        self.tasks.spawn(TaskName.HEALTH, self._set_health(self._health_now()), critical=True)
+
+    async def _set_health(self, statuses: dict[str, int]) -> None:
+        for service, status in statuses.items():
+            await self.health.set(service, status)
 
     async def read_runtime(self, method: str, request: bytes) -> bytes:
         """The proxy's own RuntimeService call (state reads), in the backend's version."""

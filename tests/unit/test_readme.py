@@ -149,8 +149,11 @@ METRICS_DOC = DOCS / "metrics.md"
 
 
 def exposed_metrics() -> dict[str, str]:
-    """Every metric family of the proxy's registry, by the name Prometheus scrapes."""
-    families = Metrics().registry.collect()
+    """Every metric family of the proxy's registry, by the name Prometheus
+    scrapes (those registered only with some settings included)."""
+    metrics = Metrics()
+    metrics.image_backend()  # with --image-backend only
+    families = metrics.registry.collect()
     return {f"{f.name}_total" if f.type == "counter" else f.name: f.type for f in families}
 
 

@@ -1,9 +1,10 @@
 """An image service on a socket of its own (``--image-backend``) that goes
-away: health says NOT_SERVING, ``runtime_proxy_backend_ready{service="image"}``
-is 0 and the log says so, until it is back (cripath/imagewatch.py).
+away: health says NOT_SERVING (overall and ``runtime.v1.ImageService``; the
+runtime's own name stays SERVING), ``runtime_proxy_image_backend_ready`` is 0
+and the log says so, until it is back (cripath/imagewatch.py).
 
-Before: nothing watched it; health stayed SERVING and the metric had no
-series for it while every image call (kubelet's pulls) failed UNAVAILABLE."""
+Before: nothing watched it; health stayed SERVING and no metric told of it
+while every image call (kubelet's pulls) failed UNAVAILABLE."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import grpc
 import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import generate_latest
 
 from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
@@ -40,11 +42,19 @@ async def proxy_with_images(sock_dir: Path, fake: FakeBackend) -> AsyncIterator[
 
 
 def image_ready(running: RunningProxy) -> float | None:
-    return running.metrics.registry.get_sample_value("runtime_proxy_backend_ready", {"service": "image"})
+    return running.metrics.registry.get_sample_value("runtime_proxy_image_backend_ready")
 
 
 def runtime_ready(running: RunningProxy) -> float | None:
-    return running.metrics.registry.get_sample_value("runtime_proxy_backend_ready", {"service": "runtime"})
+    return running.metrics.registry.get_sample_value("runtime_proxy_backend_ready")
+
+
+async def statuses(client: aio.Channel) -> tuple[int, int, int]:
+    """Health overall, the runtime's and the image service's (v1 names)."""
+    stub = health_pb2_grpc.HealthStub(client)
+    return tuple([  # type: ignore[return-value]
+        (await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)).status
+        for name in ("", "runtime.v1.RuntimeService", "runtime.v1.ImageService")])
 
 
 async def next_status(watch: aio.UnaryStreamCall, wanted: int) -> None:
@@ -69,6 +79,7 @@ async def test_an_image_service_lost_and_back_is_told_by_health_the_metric_and_t
         await images.stop()
         await next_status(watch, NOT_SERVING)
         assert (image_ready(running), runtime_ready(running)) == (0.0, 1.0)
+        assert await statuses(client) == (NOT_SERVING, SERVING, NOT_SERVING)
         with pytest.raises(aio.AioRpcError) as failed:  # what kubelet's pulls meet meanwhile
             await client.unary_unary(LIST_IMAGES)(b"", timeout=5)
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -76,14 +87,23 @@ async def test_an_image_service_lost_and_back_is_told_by_health_the_metric_and_t
         await images.start()
         await next_status(watch, SERVING)
         assert image_ready(running) == 1.0
+        assert await statuses(client) == (SERVING, SERVING, SERVING)
         await client.unary_unary(LIST_IMAGES)(b"", timeout=5)
         watch.cancel()
-    lost, back = [r for r in lines(caplog) if r.getMessage() != "image backend connected"]
-    assert (lost.levelno, lost.getMessage()) == (logging.WARNING, "image backend unavailable")
+    told = [r for r in lines(caplog) if r.levelno >= logging.INFO]
+    assert [(r.levelno, r.getMessage().split(" after ")[0]) for r in told] == [
+        (logging.INFO, "image backend connected"),
+        (logging.WARNING, "image backend unavailable"),
+        (logging.INFO, "image backend ready again"),
+    ]
+    lost, back = told[1:]
     assert (lost.backend, lost.reason, lost.image_backend_outage) == (  # type: ignore[attr-defined]
         str(images.socket), "connection failed", "started")
-    assert back.levelno == logging.INFO and back.getMessage().startswith("image backend ready again after ")
     assert (back.backend, back.image_backend_outage) == (str(images.socket), "ended")  # type: ignore[attr-defined]
+    # The failures it saw: the connection attempt that failed at the loss (pick_first
+    # holds TRANSIENT_FAILURE through its retries), and any probe of a READY that failed.
+    assert back.image_backend_failures >= 1  # type: ignore[attr-defined]
+    assert back.getMessage().endswith(f" ({back.image_backend_failures} failures)")  # type: ignore[attr-defined]
 
 
 async def test_an_image_service_not_there_at_start_keeps_health_not_serving_until_it_comes(
@@ -100,7 +120,7 @@ async def test_an_image_service_not_there_at_start_keeps_health_not_serving_unti
         images.on_change(lambda up: None if up else lost.set())
         if not any(r.getMessage() == "image backend not reachable yet" for r in lines(caplog)):
             await asyncio.wait_for(lost.wait(), 10)  # its first connection attempt fails
-        assert (await stub.Check(health_pb2.HealthCheckRequest(), timeout=5)).status == NOT_SERVING
+        assert await statuses(client) == (NOT_SERVING, SERVING, NOT_SERVING)
         assert (image_ready(running), runtime_ready(running)) == (0.0, 1.0)
         async with FakeBackend(sock_dir / "images.sock"):
             await next_status(watch, SERVING)
@@ -112,7 +132,11 @@ async def test_an_image_service_not_there_at_start_keeps_health_not_serving_unti
 
 
 async def test_no_image_series_without_a_separate_image_service(running: RunningProxy) -> None:
-    """A guard: the runtime's socket serves images too (the default): nothing
-    is watched apart, and the metric has the runtime's series only."""
+    """The runtime's socket serves images too (the default): nothing is
+    watched apart, the image metric is not there, and the runtime's series
+    is unlabelled, as before --image-backend was watched (before this
+    commit's fix: ``runtime_proxy_backend_ready{service="runtime"}``, a
+    new series that broke queries and alerts on the old one)."""
     assert running.proxy.images is None
     assert image_ready(running) is None and runtime_ready(running) == 1.0
+    assert "runtime_proxy_image_backend_ready" not in generate_latest(running.metrics.registry).decode()
