@@ -18,7 +18,7 @@ from runtimeproxy.host import unixsocket
 if TYPE_CHECKING:
     from hooks.sdk import HookServer
 
-__all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "frames", "grpc_aio"]
+__all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "close", "frames", "grpc_aio"]
 
 # A hook request is as large as the CRI call it comes from, and kubelet sends
 # up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
@@ -63,3 +63,12 @@ def _limit(value: object) -> int:
     """A grpc message-length option as the frames transport takes it (-1, grpc's "no limit", is 2^31-1)."""
     size = int(value) if isinstance(value, int) else MAX_MESSAGE_BYTES
     return (1 << 31) - 1 if size < 0 else size
+
+
+async def close(listener: grpc.aio.Server | FrameServer, path: Path, identity: unixsocket.SocketIdentity | None) -> None:
+    """Undo a start that went no further than its listener (its socket's
+    mode could not be set): the listener stopped at once and the socket file
+    removed if it is still the one bound (grpc's stop unlinks it by name,
+    the frames transport's leaves it to its owner)."""
+    await listener.stop(None)
+    unixsocket.remove_own(path, identity)

@@ -8,7 +8,10 @@ began the run cancelled cancels it, and returns once it has ended (a start
 lets its lock go on the way). :meth:`SharedRun.cancel` cuts the run from
 outside (``HookServer.stop`` during a start): it runs in a task of its own
 for that, so that its callers get a :class:`HookServerError`, not a cancel
-of their own tasks.
+of their own tasks. A run is cancelled once at most, whoever asks again
+(a second stop, the first caller cancelled after a stop): a further cancel
+would reach the run in its clean-up (a start stopping the listener it had
+made) and cut that short, leaving the listener or its socket behind.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from hooks.errors import HookServerError
 
 logger = logging.getLogger("hooks.sdk")
+
+T = TypeVar("T")
 
 
 class SharedRun:
@@ -29,6 +34,7 @@ class SharedRun:
         self._what = what  # for the error of a run cancelled: "the start of the hook server on ..."
         self._run: asyncio.Task[None] | None = None
         self._cut_by = ""  # who cut the run under way (cancel()), for its callers' error
+        self._cancelled = False  # the run under way was cancelled: never again (its clean-up runs)
 
     @property
     def under_way(self) -> bool:
@@ -38,7 +44,7 @@ class SharedRun:
         """``step()``, or, while a run is under way, its outcome."""
         run, first = self._run, False
         if run is None or run.done():
-            run, first, self._cut_by = asyncio.ensure_future(step()), True, ""
+            run, first, self._cut_by, self._cancelled = asyncio.ensure_future(step()), True, "", False
             run.add_done_callback(retrieve)  # a failure after its first caller was cancelled: not "never retrieved"
             self._run = run
         try:
@@ -47,7 +53,7 @@ class SharedRun:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # this call was cancelled, not the run
                 if first:  # its own run: cancelled with it, as when the step was awaited directly
-                    run.cancel()
+                    self._cancel(run)
                     while not run.done():  # to its end, through a further cancel (its start's clean-up is under way)
                         with contextlib.suppress(asyncio.CancelledError):
                             await asyncio.wait({run})
@@ -61,9 +67,31 @@ class SharedRun:
         run = self._run
         if run is None or run.done():
             return
-        self._cut_by = f" by {by}"
-        run.cancel()
+        if not self._cancelled:  # else it is ending already, cancelled by whoever came first
+            self._cut_by = f" by {by}"
+            self._cancel(run)
         await asyncio.wait({run})
+
+    def _cancel(self, run: asyncio.Task[None]) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            run.cancel()
+
+
+async def to_end(step: Coroutine[Any, Any, T]) -> T:
+    """``step``, run to its end however often the caller is cancelled
+    meanwhile: a clean-up that a cancel must not cut (a listener half
+    stopped, its socket left). The caller's cancel is raised once it has ended."""
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:

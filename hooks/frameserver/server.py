@@ -31,8 +31,9 @@ class FrameServer:
         # Bound here: asyncio's own bind first removes any socket at the path,
         # a live one bound there since the caller's prepare too; this one fails EADDRINUSE.
         sock = bound_socket(str(path))
-        identity = unixsocket.SocketIdentity.of(path)
+        identity = None
         try:
+            identity = unixsocket.SocketIdentity.of(path)
             server = self._server = await loop.create_unix_server(self._connection, sock=sock, start_serving=False)
             await server.start_serving()
         except BaseException:
@@ -81,6 +82,8 @@ class FrameServer:
 
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Until ``stop`` has finished; True if ``timeout`` passed first (as grpc.aio's)."""
+        if self._terminated.is_set():  # wait_for(..., 0) times out even on an event set: False at once, as grpc's
+            return False
         try:
             await asyncio.wait_for(self._terminated.wait(), timeout)
         except TimeoutError:
