@@ -23,7 +23,11 @@ the set due is written, waited for up to ``STOP_WRITE_WAIT``; past that,
 the set still waiting is dropped. A write already in its thread cannot be
 stopped (a stalled disk may hold it for good): finish() does not wait for
 it but hands it back, and the SDK keeps the socket's lock until it has
-ended (``hooks.releasestep``), so that no write of this hook lands after the
+ended (``hooks.releasestep``). Each write in a thread is also handed to the
+SDK as it starts (``hand_over``: ``HookServer._keep_lock_until``), so a
+step cut before finish() returns (a ``release_step_timeout`` below
+``STOP_WRITE_WAIT``, a cancelled stop) keeps the lock for it all the same:
+no write of this hook lands after the
 next instance, waiting on the lock, has read the file or written its own;
 the stop itself ends. What an operator sees then: the warning below, then
 the SDK's "keeps its socket's lock until a write it cannot cut has ended";
@@ -111,6 +115,7 @@ class SavedSet:
         # Task cancelled so would say the write ended while it still runs.
         self._in_flight: asyncio.Future[Any] | None = None
         self._finished = False  # finish() ran: nothing is written any more
+        self._hand_over: Callable[[asyncio.Future[Any]], None] | None = None  # finish()'s: each write as it starts
         self._logged: tuple[Path, SavedReserved] | None = None  # the set last logged as saved, and where
         # The reserved.json this hook last wrote and knows is there (its
         # directory, set and token): a write of the same set leaves it be
@@ -231,14 +236,21 @@ class SavedSet:
             await self._due.wait()
             await self.write_due()
 
-    async def finish(self, timeout: float | None = None) -> asyncio.Future[Any] | None:
+    async def finish(self, timeout: float | None = None,
+                     hand_over: Callable[[asyncio.Future[Any]], None] | None = None) -> asyncio.Future[Any] | None:
         """The hook stops: write the set due, waiting up to ``timeout``; past
         it the set still waiting is dropped, and the write still in its
         thread, which nothing can stop, is returned, running: the hook's
         socket lock is kept until it ends (``HookServer._before_release``).
         Nothing else is written after this returns (the next instance may be
-        reading the file). ``timeout``: ``STOP_WRITE_WAIT`` unless given."""
+        reading the file). ``timeout``: ``STOP_WRITE_WAIT`` unless given.
+        ``hand_over`` is given the write in its thread now, and each one
+        started until this ends, as it starts: one that is cut before it
+        could return it (its caller's bound, a cancel) still has it."""
         timeout = STOP_WRITE_WAIT if timeout is None else timeout
+        self._hand_over = hand_over
+        if hand_over is not None and self._in_flight is not None and not self._in_flight.done():
+            hand_over(self._in_flight)  # the writer's, under way: the lock must wait for it whatever comes next
         if self._failed is not None:
             self._due.set()  # a last try of what hook calls noted since the failure
         try:
@@ -249,6 +261,7 @@ class SavedSet:
                         "lock until it ends", self._held.path.parent if self._held else "stateDir", timeout)
         finally:
             self._finished = True
+            self._hand_over = None
             self._due.set()  # a writer waiting for a set wakes and ends
         in_flight = self._in_flight
         if in_flight is None:
@@ -281,12 +294,16 @@ class SavedSet:
         if self._in_flight is not None and not self._in_flight.done():
             await asyncio.shield(self._in_flight)
         self._in_flight = asyncio.get_running_loop().run_in_executor(None, functools.partial(call, *args))
+        if self._hand_over is not None:  # finish() under way: the lock waits for this one, however finish() ends
+            self._hand_over(self._in_flight)
         await asyncio.shield(self._in_flight)
 
     async def _write(self, wanted: Wanted) -> None:
         held = self._held
         if held is not None and held.path.parent != wanted.directory:
             await self._leave(held)
+            if self._finished:  # the stop gave up on the removal meanwhile: its lock waited for that one alone
+                return
         if wanted.directory is None:
             self._held = None
             return

@@ -175,8 +175,9 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
         """The server stopped, its socket's lock still held: the last set of
         reserved CPUs is written now (bounded: SavedSet.finish), not after
         the next instance, waiting on the lock, has started and read it; a
-        write stuck in its thread is returned: the lock waits for it."""
-        return await self._saved.finish()
+        write stuck in its thread is returned, and handed over as it starts
+        (a step cut first, its bound below STOP_WRITE_WAIT, keeps the lock too)."""
+        return await self._saved.finish(hand_over=self._keep_lock_until)
 
     async def background(self) -> None:
         async with asyncio.TaskGroup() as tasks:

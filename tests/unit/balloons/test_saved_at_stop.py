@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.balloons import savedset
+from hooks.balloons import savedio, savedset
 from hooks.balloons.config import parse_config
 from hooks.balloons.runtime import RuntimeClient
 from hooks.balloons.savedreserved import ReservedFile, SavedReserved
@@ -98,16 +98,23 @@ async def test_a_slow_write_is_handed_back_running_and_a_set_still_waiting_is_dr
     assert landed == [frozenset({1})]
 
 
+@pytest.mark.parametrize("bound", ["STOP_WRITE_WAIT", "release_step_timeout"])
 async def test_a_write_stuck_in_its_thread_ends_the_stop_and_keeps_the_lock_until_it_lands(
-    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture, bound: str
 ) -> None:
     """A stalled disk: the stop ends past STOP_WRITE_WAIT, the socket's lock
     is not let go while the write may still land (the next instance would
     read the old set, or have its own overwritten), and goes once it has,
-    the new set on disk (before: the stop waited for the write for good)."""
-    monkeypatch.setattr(savedset, "STOP_WRITE_WAIT", 0.05)
+    the new set on disk (before: the stop waited for the write for good).
+    Cut first by a ``release_step_timeout`` below STOP_WRITE_WAIT (2 s), the
+    step never returned the write: the lock went at the cut, the write
+    still to land (before the write was handed over as it started)."""
+    if bound == "STOP_WRITE_WAIT":
+        monkeypatch.setattr(savedset, "STOP_WRITE_WAIT", 0.05)
     state = tmp_path / "state"
     hook, _, _ = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})  # its rebuild noted reserved 1
+    if bound == "release_step_timeout":
+        hook.release_step_timeout = 0.05
     disk = threading.Event()
     real_save = ReservedFile.save
 
@@ -210,6 +217,37 @@ async def test_a_write_that_fails_after_the_stop_removes_no_file(tmp_path: Path,
     fail.set()
     await asyncio.wait_for(writer, WAIT)
     assert removed == []
+
+
+async def test_a_set_due_in_a_new_state_dir_is_not_written_after_the_stop_gave_up_on_leaving_the_old(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A reload moved stateDir: the writer removes the old files, then writes
+    the new. finish() gives up while the removal is stuck in its thread, and
+    hands that one back; the writer went on to write the new directory's
+    files once it ended, after the lock went (before: the failure path
+    checked the stop, this one did not)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    config = parse_config({**ALONE, "stateDir": str(new)})
+    started, disk = threading.Event(), threading.Event()
+    real_remove = savedio.remove
+
+    def stalled(*args: object) -> None:
+        started.set()
+        assert disk.wait(WAIT)
+        real_remove(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(savedio, "remove", stalled)
+    saved = SavedSet(str(old))
+    saved.record(config, frozenset({1}))
+    writer = asyncio.create_task(saved.run())
+    assert await asyncio.to_thread(started.wait, WAIT)
+    in_flight = await saved.finish(timeout=0.05)
+    assert in_flight is not None  # the removal: the lock waits for it
+    disk.set()
+    await asyncio.wait_for(asyncio.shield(in_flight), WAIT)
+    await asyncio.wait_for(writer, WAIT)
+    assert not new.exists() or not list(new.iterdir())
 
 
 async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -> None:
