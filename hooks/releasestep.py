@@ -23,7 +23,9 @@ either: asyncio.run joins its default executor as it closes.
 A step that awaits more after starting such a write hands it over as soon
 as it starts (``HookServer._keep_lock_until``): it keeps the lock then even
 when the step is cut by its bound or a cancelled stop, or fails, before it
-could return it.
+could return it. So does one that waits for the write up to a bound of its
+own (balloons' 2 s): a ``release_step_timeout`` set below that bound cuts
+the step before it returns the write, and the lock must still wait for it.
 
 A stop cancelled during the step cuts it, as its bound does: the lock goes.
 The bound acts at the step's awaits only: blocking code in it is not cut.
