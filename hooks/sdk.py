@@ -109,8 +109,8 @@ class HookServer(HookHandlers):
     while another is under way waits for it and shares its outcome, as a
     second stop waits for the first.  A stop of a server
     registered under :func:`run` removes its hook file, keeps answering new
-    calls for ``drain`` seconds while the proxy notices, then closes its
-    listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
+    calls for ``drain`` seconds while the proxy notices (a server whose ``drain`` is set,
+    any), then closes its listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
     the proxy's socket rules (``runtimeproxy.host.unixsocket``): it removes a
     stale socket file (one nobody listens on) but refuses a live socket, one
     whose state a connect cannot tell, or a non-socket file; the socket is
@@ -139,7 +139,7 @@ class HookServer(HookHandlers):
         *,
         socket_mode: int = 0o660,
         grace: float | None = 1.0,
-        drain: float = DEFAULT_DRAIN_S,
+        drain: float | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
         transport: str = "frames",
     ) -> None:
@@ -151,9 +151,7 @@ class HookServer(HookHandlers):
             raise unixsocket.UndialablePath(f"cannot serve hooks at {self._socket_path}: {problem}")
         self._socket_mode = socket_mode
         self._grace = grace
-        if drain < 0:
-            raise ValueError(f"drain must be 0 or more seconds, not {drain!r}")
-        self._drain = drain
+        self._drain = _checked_drain(drain)  # None: DEFAULT_DRAIN_S when run registered it, else none
         # Later options win: the caller's replace the defaults. The frames
         # transport reads the two message limits of them; the rest are grpc's.
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
@@ -254,9 +252,11 @@ class HookServer(HookHandlers):
            removed (``hooks.runscope``): the proxy stops calling.
         2. If one was (removed now, or by the script before this stop, as
            README's example does), the server keeps answering new calls for
-           ``drain`` seconds, its listener open: calls the proxy started
-           before it noticed the file gone get their answers, not a refusal.
-           Not otherwise: no proxy was told of this server by this run.
+           ``drain`` seconds (unset: :data:`DEFAULT_DRAIN_S`), its listener
+           open: calls the proxy started before it noticed the file gone get
+           their answers, not a refusal. Otherwise only for a ``drain`` set
+           (here, the constructor): the SDK cannot know a proxy calls a server
+           whose hook file it did not write (an operator's, plain asyncio.run).
         3. The listener closes and the calls in flight get ``grace`` seconds
            to answer; what outlives it is cancelled (None: at once).
 
@@ -267,6 +267,7 @@ class HookServer(HookHandlers):
         cancels that start, which then raises :class:`HookServerError` (``...
         was cancelled by a stop``) and lets the lock go, and returns once it
         has ended: else the start would serve after the stop, for good."""
+        _checked_drain(drain)  # before anything: a stop that raises later would leave the lock held
         await self._starting.cancel("a stop")  # (none under way: nothing)
         stopping = self._stopping
         if stopping is not None and not stopping.done():
@@ -289,12 +290,14 @@ class HookServer(HookHandlers):
             registered = scope.stopping(str(self._socket_path))
         grace = self._grace if grace is None else grace
         drain = self._drain if drain is None else drain
+        drain = (DEFAULT_DRAIN_S if registered else 0.0) if drain is None else drain
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
             self._path_lock.record_longer_stop(self._stop_bound(grace))
         try:
-            if registered and drain > 0:  # in the try: a stop cancelled while it drains still closes the server
+            if drain > 0:  # in the try: a stop cancelled while it drains still closes the server
                 logger.info("hook server draining: answering new calls for %gs while the proxy notices its hook "
-                            "file is gone", drain, extra={"socket": str(self._socket_path), "drain_s": drain})
+                            "file is gone", drain, extra={"socket": str(self._socket_path), "drain_s": drain,
+                                                          "hook_file_removed_by_run": registered})
                 await asyncio.sleep(drain)
             await server.stop(grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop waits for this
@@ -374,6 +377,12 @@ class HookServer(HookHandlers):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+def _checked_drain(drain: float | None) -> float | None:
+    if drain is not None and drain < 0:
+        raise ValueError(f"drain must be 0 or more seconds, not {drain!r}")
+    return drain
 
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:

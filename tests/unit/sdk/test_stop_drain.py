@@ -176,9 +176,10 @@ async def test_a_second_stop_waits_for_the_first_to_end(sock_dir: Path, tmp_path
 async def test_a_server_no_hook_file_of_the_run_names_closes_at_once(
     sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """No proxy was told of it by this run (plain asyncio.run, a test's server): no wait for one."""
+    """No proxy was told of it by this run (plain asyncio.run, a test's
+    server), and its drain is not set: no wait for one."""
     caplog.set_level(logging.INFO, "hooks.sdk")
-    server = Held(sock_dir / "h.sock", drain=30.0)
+    server = Held(sock_dir / "h.sock")
     await server.start()
     write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])  # outside run: not recorded
     stopping = asyncio.ensure_future(server.stop())
@@ -186,6 +187,57 @@ async def test_a_server_no_hook_file_of_the_run_names_closes_at_once(
     assert await asyncio.wait_for(_call(server.target), 5) == grpc.StatusCode.UNAVAILABLE
     await asyncio.wait_for(stopping, 5)
     assert not [r for r in caplog.records if "draining" in r.getMessage()]
+
+
+@pytest.mark.parametrize("where", ["constructor", "stop"])
+async def test_a_drain_set_drains_a_server_no_hook_file_of_the_run_names(
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """Plain asyncio.run, or a hook file the operator wrote and removes
+    before the stop: the SDK cannot tell a proxy calls it, the script can,
+    by setting ``drain`` (before: a drain set was ignored without a hook
+    file of ``run``'s, and the call the proxy started before it noticed the
+    file gone was refused)."""
+    caplog.set_level(logging.INFO, "hooks.sdk")
+    server = Held(sock_dir / "h.sock", **({"drain": 30.0} if where == "constructor" else {}))
+    server.release.set()
+    await server.start()
+    write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"]).unlink()  # outside run
+    draining_logged = asyncio.Event()
+
+    class Draining(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "draining" in record.getMessage():
+                draining_logged.set()
+
+    logging.getLogger("hooks.sdk").addHandler(handler := Draining())
+    try:
+        stopping = asyncio.ensure_future(server.stop(drain=30.0) if where == "stop" else server.stop())
+        await asyncio.wait_for(draining_logged.wait(), 5)  # it waits in its drain
+    finally:
+        logging.getLogger("hooks.sdk").removeHandler(handler)
+    late = await asyncio.wait_for(_call(server.target), 5)
+    assert not isinstance(late, grpc.StatusCode), late  # before: UNAVAILABLE
+    assert not stopping.done()
+    stopping.cancel()  # no need to wait the drain out
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert not server.serving and not Path(server.socket_path).exists()
+    (draining,) = [r for r in caplog.records if "draining" in r.getMessage()]
+    assert draining.drain_s == 30.0 and draining.hook_file_removed_by_run is False
+
+
+async def test_a_stop_given_a_negative_drain_is_refused_before_it_stops_anything(sock_dir: Path) -> None:
+    """As the constructor refuses one (before: taken as none), and before the
+    stop takes anything: a check later in it would leave the socket and lock."""
+    path = sock_dir / "h.sock"
+    server = Held(path)
+    await server.start()
+    with pytest.raises(ValueError, match="drain must be 0 or more"):
+        await server.stop(drain=-1)
+    assert server.serving
+    await server.stop()
+    assert not path.exists() and not socketlock.lock_path(path).exists()
 
 
 def test_the_default_drain_is_hook_runs_and_a_negative_one_is_refused(sock_dir: Path) -> None:
