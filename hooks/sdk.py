@@ -109,8 +109,9 @@ class HookServer(HookHandlers):
     while another is under way waits for it and shares its outcome, as a
     second stop waits for the first.  A stop of a server
     registered under :func:`run` removes its hook file, keeps answering new
-    calls for ``drain`` seconds while the proxy notices (a server whose ``drain`` is set,
-    any), then closes its listener and gives the calls in flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
+    calls for ``drain`` seconds while the proxy notices (so does any server
+    whose ``drain`` is set), then closes its listener and gives the calls in
+    flight ``grace`` seconds (:meth:`stop`).  ``start`` follows
     the proxy's socket rules (``runtimeproxy.host.unixsocket``): it removes a
     stale socket file (one nobody listens on) but refuses a live socket, one
     whose state a connect cannot tell, or a non-socket file; the socket is
