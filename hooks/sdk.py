@@ -44,7 +44,7 @@ import logging
 import os
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import grpc
 
@@ -168,6 +168,9 @@ class HookServer(HookHandlers):
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
         super().__init_subclass__(**kwargs)
         check_handlers(cls, HookServer)
+        if "stop" in vars(cls):  # its checks come first (a negative drain): an override would stop before them
+            raise TypeError(f"{cls.__qualname__}.stop overrides HookServer.stop: override _before_stop or "
+                            "_after_stop instead (each runs at every stop, whatever the rest did)")
 
     @property
     def handled_hooks(self) -> tuple[HookType, ...]:
@@ -246,6 +249,7 @@ class HookServer(HookHandlers):
         unregistered.serving(str(path), handled_hooks(type(self), HookServer))  # a handler no hook file lists: warned
         self._run_scope = runscope.served(str(path))  # under hooks.sdk.run: its hook files removed as it stops
 
+    @final
     async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
         """Stop serving, in three steps (``grace`` and ``drain`` default to the constructor's):
 
@@ -269,6 +273,24 @@ class HookServer(HookHandlers):
         was cancelled by a stop``) and lets the lock go, and returns once it
         has ended: else the start would serve after the stop, for good."""
         _checked_drain(drain)  # before anything: a stop that raises later would leave the lock held
+        try:
+            await self._before_stop()
+        finally:  # each step runs whatever the one before did: the socket's lock goes in any case
+            try:
+                await self._stop_serving(grace, drain)
+            finally:
+                await self._after_stop()
+
+    async def _before_stop(self) -> None:
+        """Override to stop what serves beside the hook server (a status
+        socket): it runs first at each :meth:`stop`, once its arguments are
+        checked; its failure does not keep the server from stopping."""
+
+    async def _after_stop(self) -> None:
+        """Override to close what the server used (a runtime client): it runs
+        last at each :meth:`stop`, however the stop ended (failed, cancelled)."""
+
+    async def _stop_serving(self, grace: float | None, drain: float | None) -> None:
         await self._starting.cancel("a stop")  # (none under way: nothing)
         stopping = self._stopping
         if stopping is not None and not stopping.done():

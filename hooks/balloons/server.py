@@ -162,14 +162,11 @@ class BalloonsHook(RuntimeSync, BuiltinHook):
             await self.stop(0, drain=0)  # a full stop (its last set written under the lock): used up too
             raise
 
-    async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
-        try:
-            await self._status.stop()
-        finally:  # each stop runs whatever the one before did: the hook socket's lock goes too
-            try:
-                await super().stop(grace, drain=drain)
-            finally:
-                await self._runtime.close()
+    async def _before_stop(self) -> None:
+        await self._status.stop()
+
+    async def _after_stop(self) -> None:
+        await self._runtime.close()
 
     async def _before_release(self) -> asyncio.Future[Any] | None:
         """The server stopped, its socket's lock still held: the last set of

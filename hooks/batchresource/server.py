@@ -77,16 +77,13 @@ class BatchResourceHook(BuiltinHook):
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BatchResourceHook:
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
-    async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
-        """HookServer.stop; the runtime listing's channel closed for good (as
-        balloons' stop closes its runtime client) in :meth:`_before_release`,
-        or here for a hook that never served. A listing still running gets
-        ClientClosed, a pass that learns nothing."""
-        try:
-            await super().stop(grace, drain=drain)
-        finally:
-            if self.learner is not None:
-                await self.learner.lister.close()
+    async def _after_stop(self) -> None:
+        """The runtime listing's channel closed for good (as balloons' stop
+        closes its runtime client) in :meth:`_before_release`, or here for a
+        hook that never served. A listing still running gets ClientClosed, a
+        pass that learns nothing."""
+        if self.learner is not None:
+            await self.learner.lister.close()
 
     async def _before_release(self) -> asyncio.Future[None] | None:
         """The server stopped (no answer comes any more: none saves a pod

@@ -293,3 +293,23 @@ async def test_the_stop_passes_its_drain_on(tmp_path: Path, monkeypatch) -> None
     await hook.start()
     await hook.stop(0.5, drain=0.25)
     assert asked == [(0.5, 0.25)]
+
+
+async def test_a_stop_given_a_negative_drain_stops_nothing(tmp_path: Path) -> None:
+    """The ValueError comes before the stop touches anything (before: the
+    override stopped the status server and closed the runtime client as
+    HookServer.stop raised, and the hook served on with a closed client)."""
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    await hook.start()
+    try:
+        with pytest.raises(ValueError, match="drain must be 0 or more"):
+            await hook.stop(drain=-1)
+        assert hook.serving and not hook._runtime.closed
+        _, writer = await asyncio.open_unix_connection(str(hook.status_socket))  # still answering
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await hook.stop(0, drain=0)
+    assert hook._runtime.closed and not hook.status_socket.exists()
+

@@ -207,3 +207,19 @@ async def test_the_last_saves_keep_the_lock_when_the_step_is_cut(
     finally:
         disk.set()
     assert landed_at_release == [[["main", 2]]]
+
+
+async def test_a_stop_given_a_negative_drain_closes_nothing(tmp_path: Path) -> None:
+    """The ValueError comes before the stop touches anything (before: the
+    override closed the runtime listing's channel as HookServer.stop raised,
+    and the hook served on with a lister that could never list again)."""
+    hook, _ = hook_with_learner(tmp_path)
+    assert hook.learner is not None
+    await hook.start()
+    try:
+        with pytest.raises(ValueError, match="drain must be 0 or more"):
+            await hook.stop(drain=-1)
+        assert hook.serving and not hook.learner.lister.closed
+    finally:
+        await hook.stop(0, drain=0)
+    assert hook.learner.lister.closed

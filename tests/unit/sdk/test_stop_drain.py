@@ -300,3 +300,12 @@ async def test_start_while_a_stop_is_under_way_is_refused_and_works_once_it_ends
         assert not isinstance(answer, grpc.StatusCode), answer
     finally:
         await server.stop()
+
+
+def test_a_subclass_overriding_stop_is_refused_as_it_is_defined() -> None:
+    """HookServer.stop checks its arguments before any step: an override
+    would stop things first (use _before_stop/_after_stop)."""
+    with pytest.raises(TypeError, match="override _before_stop or _after_stop"):
+        class Own(HookServer):  # refused as it is defined
+            async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
+                await super().stop(grace, drain=drain)
