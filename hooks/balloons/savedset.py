@@ -92,6 +92,10 @@ class BalloonsAtRestart(NamedTuple):
     changes: dict[str, list[str]] | None = None
 
 
+class _Finished(Exception):
+    """A write was to start once finish() had returned or been cut: none does."""
+
+
 def _retrieved(write: asyncio.Future[Any]) -> None:
     if not write.cancelled():
         write.exception()
@@ -116,6 +120,7 @@ class SavedSet:
         self._in_flight: asyncio.Future[Any] | None = None
         self._finished = False  # finish() ran: nothing is written any more
         self._hand_over: Callable[[asyncio.Future[Any]], None] | None = None  # finish()'s: each write as it starts
+        self._finishing: asyncio.Task[Any] | None = None  # finish()'s task: once it is cut, no write starts
         self._logged: tuple[Path, SavedReserved] | None = None  # the set last logged as saved, and where
         # The reserved.json this hook last wrote and knows is there (its
         # directory, set and token): a write of the same set leaves it be
@@ -242,13 +247,14 @@ class SavedSet:
         it the set still waiting is dropped, and the write still in its
         thread, which nothing can stop, is returned, running: the hook's
         socket lock is kept until it ends (``HookServer._before_release``).
-        Nothing else is written after this returns (the next instance may be
-        reading the file). ``timeout``: ``STOP_WRITE_WAIT`` unless given.
+        Nothing else is written after this returns, or once it is cut (the
+        next instance may be reading the file): a write waiting for the one
+        in its thread does not start. ``timeout``: ``STOP_WRITE_WAIT`` unless given.
         ``hand_over`` is given the write in its thread now, and each one
         started until this ends, as it starts: one that is cut before it
         could return it (its caller's bound, a cancel) still has it."""
         timeout = STOP_WRITE_WAIT if timeout is None else timeout
-        self._hand_over = hand_over
+        self._hand_over, self._finishing = hand_over, asyncio.current_task()
         if hand_over is not None and self._in_flight is not None and not self._in_flight.done():
             hand_over(self._in_flight)  # the writer's, under way: the lock must wait for it whatever comes next
         if self._failed is not None:
@@ -261,7 +267,7 @@ class SavedSet:
                         "lock until it ends", self._held.path.parent if self._held else "stateDir", timeout)
         finally:
             self._finished = True
-            self._hand_over = None
+            self._hand_over = self._finishing = None
             self._due.set()  # a writer waiting for a set wakes and ends
         in_flight = self._in_flight
         if in_flight is None:
@@ -279,6 +285,8 @@ class SavedSet:
                 if wanted is not None:
                     try:
                         await self._write(wanted)
+                    except _Finished:
+                        return
                     except asyncio.CancelledError:
                         # Its thread may finish it, or not: due again, unless
                         # finish() is dropping it.
@@ -293,6 +301,13 @@ class SavedSet:
         waited for first, so that two never run at once."""
         if self._in_flight is not None and not self._in_flight.done():
             await asyncio.shield(self._in_flight)
+        # finish() may have ended meanwhile, or been cut (its step's bound,
+        # a cancelled stop) before it could: a write started now would be
+        # handed over too late, or to no one, and land after the lock went.
+        finishing = self._finishing
+        if self._finished or (finishing is not None and finishing.cancelling()):
+            self._finished = True  # (finish() cut: its finally sets it a loop step or two later)
+            raise _Finished
         self._in_flight = asyncio.get_running_loop().run_in_executor(None, functools.partial(call, *args))
         if self._hand_over is not None:  # finish() under way: the lock waits for this one, however finish() ends
             self._hand_over(self._in_flight)

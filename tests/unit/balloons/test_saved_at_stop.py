@@ -313,3 +313,70 @@ async def test_a_stop_given_a_negative_drain_stops_nothing(tmp_path: Path) -> No
         await hook.stop(0, drain=0)
     assert hook._runtime.closed and not hook.status_socket.exists()
 
+
+
+class Executor:
+    """The loop's run_in_executor, with futures the test ends: the first
+    write's stays pending until ``first`` is ended, each later one ends at
+    once (recorded in ``started``: a write started)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.started, self.first = loop, [], loop.create_future()
+        self.first_started = asyncio.Event()
+
+    def run_in_executor(self, _executor: object, call: object, *args: object) -> asyncio.Future[object]:
+        self.started.append(call)
+        if len(self.started) == 1:
+            self.first_started.set()
+            return self.first
+        done = self.loop.create_future()
+        done.set_result(None)
+        return done
+
+
+async def test_no_write_starts_once_finish_gave_up_on_a_stuck_one(tmp_path: Path, monkeypatch) -> None:
+    """finish()'s own write is stuck; it gives up past its wait, which frees
+    the writer waiting for the lock before finish() is done (wait_for ends
+    its inner task first). Before: that writer went on to write once the
+    stuck write ended, after finish() had returned it as the last one."""
+    config = parse_config({**ALONE, "stateDir": str(tmp_path)})
+    loop = asyncio.get_running_loop()
+    executor = Executor(loop)
+    monkeypatch.setattr(loop, "run_in_executor", executor.run_in_executor)
+    saved = SavedSet(str(tmp_path))
+    saved.record(config, frozenset({1}))
+    finishing = asyncio.create_task(saved.finish(timeout=0.05))
+    await asyncio.wait_for(executor.first_started.wait(), WAIT)  # finish()'s write of {1} is in its thread
+    writer = asyncio.create_task(saved.run())
+    saved.record(config, frozenset({2}))  # the writer waits for the lock finish() holds
+    in_flight = await asyncio.wait_for(finishing, WAIT)
+    assert in_flight is executor.first
+    executor.first.set_result(None)  # the stuck write lands
+    await asyncio.wait_for(writer, WAIT)
+    assert len(executor.started) == 1  # before: 2, the set {2} written after finish() returned
+
+
+async def test_no_write_starts_once_the_release_step_was_cut(tmp_path: Path, monkeypatch) -> None:
+    """The writer's write ends a loop step before the release step's bound
+    cuts finish(), which read what was handed over at the cut (that write,
+    done: the lock goes). Before: the writer, woken after the cut, started
+    the next write, handed over to no one, landing after the lock went."""
+    config = parse_config({**ALONE, "stateDir": str(tmp_path)})
+    loop = asyncio.get_running_loop()
+    executor = Executor(loop)
+    monkeypatch.setattr(loop, "run_in_executor", executor.run_in_executor)
+    saved = SavedSet(str(tmp_path))
+    saved.record(config, frozenset({1}))
+    writer = asyncio.create_task(saved.run())
+    await asyncio.wait_for(executor.first_started.wait(), WAIT)  # the writer's write of {1} is in its thread
+    saved.record(config, frozenset({2}))
+    handed: list[asyncio.Future[object]] = []
+    step = asyncio.create_task(saved.finish(hand_over=handed.append))
+    await asyncio.sleep(0)  # finish() hands the writer's write over, and waits for the lock
+    assert handed == [executor.first]
+    executor.first.set_result(None)  # its thread ends ...
+    step.cancel()  # ... and the bound cuts the step before the writer wakes (run_bounded reads handed() now)
+    assert all(write.done() for write in handed)  # the lock goes
+    await asyncio.wait_for(asyncio.gather(step, return_exceptions=True), WAIT)
+    await asyncio.wait_for(writer, WAIT)
+    assert len(executor.started) == 1  # before: 2, the set {2} written after the lock went
