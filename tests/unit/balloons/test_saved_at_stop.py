@@ -380,3 +380,51 @@ async def test_no_write_starts_once_the_release_step_was_cut(tmp_path: Path, mon
     await asyncio.wait_for(asyncio.gather(step, return_exceptions=True), WAIT)
     await asyncio.wait_for(writer, WAIT)
     assert len(executor.started) == 1  # before: 2, the set {2} written after the lock went
+
+
+async def test_the_background_writers_stuck_write_keeps_the_lock_when_the_step_is_cut(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The background writer's write is stuck in its thread as the stop
+    begins; finish() waits for the writer's lock, and a ``release_step_timeout``
+    below STOP_WRITE_WAIT cuts it there: that write must keep the lock all
+    the same (finish() hands it over as it begins: before it did, the lock
+    went at the cut, the write still to land)."""
+    state = tmp_path / "state"
+    hook, _, _ = await hook_on_sysfs(tmp_path, {**ALONE, "stateDir": str(state)})  # its rebuild noted reserved 1
+    hook.release_step_timeout = 0.05
+    started, disk = threading.Event(), threading.Event()
+    real_save = ReservedFile.save
+
+    def stalled(self: ReservedFile, saved: SavedReserved) -> None:
+        started.set()
+        assert disk.wait(WAIT)
+        real_save(self, saved)
+
+    released = asyncio.Event()
+    at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.path == socketlock.lock_path(Path(hook.socket_path)):
+            at_release.append(saved_in(state)["reserved_cpus"] if (state / "reserved.json").exists() else None)
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(ReservedFile, "save", stalled)
+    monkeypatch.setattr(socketlock, "release", release)
+    await hook.start()
+    writer = asyncio.create_task(hook._saved.run())  # as hook run's background work
+    try:
+        assert await asyncio.to_thread(started.wait, WAIT)
+        with caplog.at_level(logging.INFO):
+            await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+            assert at_release == []  # before: [None], the lock gone at the cut
+            assert "last step before releasing its socket's lock was cut" in caplog.text
+            disk.set()
+            await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        disk.set()
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+    assert at_release == ["0"]
