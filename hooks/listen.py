@@ -70,5 +70,7 @@ async def close(listener: grpc.aio.Server | FrameServer, path: Path, identity: u
     mode could not be set): the listener stopped at once and the socket file
     removed if it is still the one bound (grpc's stop unlinks it by name,
     the frames transport's leaves it to its owner)."""
-    await listener.stop(None)
-    unixsocket.remove_own(path, identity)
+    try:
+        await listener.stop(None)
+    finally:  # a stop that failed: the socket file, ours, removed all the same
+        unixsocket.remove_own(path, identity)

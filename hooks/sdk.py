@@ -237,7 +237,7 @@ class HookServer(HookHandlers):
                 identity = unixsocket.SocketIdentity.of(path)  # right after the bind: what is ours to remove
                 os.chmod(path, self._socket_mode)
             except BaseException:  # the frames listener leaves its socket file at its stop: removed here
-                await to_end(listen.close(server, path, identity))
+                await to_end(listen.close(server, path, identity), f"undoing the start on {path}")
                 raise
         except BaseException:
             lock.release()

@@ -78,20 +78,27 @@ class SharedRun:
             run.cancel()
 
 
-async def to_end(step: Coroutine[Any, Any, T]) -> T:
+async def to_end(step: Coroutine[Any, Any, T], what: str = "a clean-up") -> T:
     """``step``, run to its end however often the caller is cancelled
     meanwhile: a clean-up that a cancel must not cut (a listener half
-    stopped, its socket left). The caller's cancel is raised once it has ended."""
+    stopped, its socket left). Only for a step bounded itself (a stop with
+    no grace, a file removed): nothing here cuts one that hangs, not even
+    a second cancel. The caller's cancel is raised, with its message, once
+    the step has ended; the step's failure then, which nobody reads, is
+    logged at warning naming ``what``."""
     task = asyncio.ensure_future(step)
-    cancelled = False
+    cancel: asyncio.CancelledError | None = None
     while not task.done():
         try:
             await asyncio.wait({task})
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return task.result()
+        except asyncio.CancelledError as exc:
+            cancel = cancel or exc
+    if cancel is None:
+        return task.result()
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        logger.warning("%s failed after its caller was cancelled: %s", what, failure, exc_info=failure,
+                       extra={"step": what, "error": repr(failure)})
+    raise cancel
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:
