@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import grpc
 from hooks.errors import HookServerError
 from hooks.frameserver import FrameServer
 from hooks.routes import frame_routes, service_handlers
+from hooks.sharedrun import to_end
 from runtimeproxy.grpcstart import start_server
 from runtimeproxy.hookpath.points import SERVICE_NAME
 from runtimeproxy.host import unixsocket
@@ -18,7 +20,9 @@ from runtimeproxy.host import unixsocket
 if TYPE_CHECKING:
     from hooks.sdk import HookServer
 
-__all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "close", "frames", "grpc_aio"]
+__all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "Listener", "close", "frames", "grpc_aio", "open_listener"]
+
+Listener = grpc.aio.Server | FrameServer
 
 # A hook request is as large as the CRI call it comes from, and kubelet sends
 # up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.
@@ -31,7 +35,29 @@ DEFAULT_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
-async def grpc_aio(server: HookServer, path: Path, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
+async def open_listener(server: HookServer, transport: str, path: Path, options: Sequence[tuple[str, Any]],
+                        mode: int) -> tuple[Listener, unixsocket.SocketIdentity]:
+    """``server``'s listener on ``path`` (the caller holds its lock), its
+    socket chmod-ed to ``mode``, and which file it bound: what is the
+    server's to remove at its stop. A start that fails or is cut once bound
+    undoes it all before it raises: each transport's start closes what it
+    made itself; past it, the listener is stopped and our socket file
+    removed, run to its end (``to_end``: a further stop's cancel, or a
+    second signal's, must not cut it, leaving a listener or its socket)."""
+    listener, identity = await (frames(server, path, options) if transport == "frames"
+                                else grpc_aio(server, path, options))
+    try:
+        os.chmod(path, mode)
+    except BaseException as exc:
+        await to_end(close(listener, path, identity), f"undoing the start on {path}")
+        if isinstance(exc, OSError):
+            raise HookServerError(f"cannot set the mode of {path} to {mode:#o}: {exc.strerror or exc}") from exc
+        raise
+    return listener, identity
+
+
+async def grpc_aio(server: HookServer, path: Path,
+                   options: Sequence[tuple[str, Any]]) -> tuple[grpc.aio.Server, unixsocket.SocketIdentity]:
     listener = grpc.aio.server(options=options)
     listener.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, service_handlers(server)),))
     try:
@@ -39,12 +65,16 @@ async def grpc_aio(server: HookServer, path: Path, options: Sequence[tuple[str, 
             raise RuntimeError("bind failed")
     except RuntimeError as exc:
         raise HookServerError(f"cannot listen on {path}: {exc}") from exc
+    # Bound now, not yet listening: read before any await, a socket another
+    # process binds at the path later (ours gone) is not ours to remove.
+    identity = unixsocket.SocketIdentity.of(path)
     # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
     await start_server(listener)
-    return listener
+    return listener, identity
 
 
-async def frames(server: HookServer, path: Path, options: Sequence[tuple[str, Any]]) -> FrameServer:
+async def frames(server: HookServer, path: Path,
+                 options: Sequence[tuple[str, Any]]) -> tuple[FrameServer, unixsocket.SocketIdentity]:
     """The frames transport reads the two message limits of ``options``; the rest are grpc's."""
     settings = dict(options)
     listener = FrameServer(
@@ -53,10 +83,10 @@ async def frames(server: HookServer, path: Path, options: Sequence[tuple[str, An
         max_send=_limit(settings.get("grpc.max_send_message_length")),
     )
     try:
-        await listener.start(path)
+        identity = await listener.start(path)
     except OSError as exc:
         raise HookServerError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-    return listener
+    return listener, identity
 
 
 def _limit(value: object) -> int:
@@ -65,7 +95,7 @@ def _limit(value: object) -> int:
     return (1 << 31) - 1 if size < 0 else size
 
 
-async def close(listener: grpc.aio.Server | FrameServer, path: Path, identity: unixsocket.SocketIdentity | None) -> None:
+async def close(listener: Listener, path: Path, identity: unixsocket.SocketIdentity | None) -> None:
     """Undo a start that went no further than its listener (its socket's
     mode could not be set): the listener stopped at once and the socket file
     removed if it is still the one bound (grpc's stop unlinks it by name,

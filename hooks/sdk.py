@@ -54,7 +54,7 @@ from hooks.frameserver import FrameServer
 from hooks.handlers import HookHandlers, check_handlers, handled_hooks
 from hooks.routes import frame_routes, service_handlers  # the SDK's own names too
 from hooks.registration import write_hook_config
-from hooks.sharedrun import SharedRun, to_end
+from hooks.sharedrun import SharedRun
 from runtimeproxy import eventloop, logs
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host import socketlock, unixsocket
@@ -228,17 +228,7 @@ class HookServer(HookHandlers):
             raise HookServerError(str(exc)) from exc
         try:
             await self._before_serving()
-            # Each transport's start, cancelled or failed, closes what it made
-            # itself; the SharedRun cancels it once, so that clean-up is not cut.
-            server = await (listen.frames(self, path, self._options) if self._transport == "frames"
-                            else listen.grpc_aio(self, path, self._options))
-            identity = None
-            try:
-                identity = unixsocket.SocketIdentity.of(path)  # right after the bind: what is ours to remove
-                os.chmod(path, self._socket_mode)
-            except BaseException:  # the frames listener leaves its socket file at its stop: removed here
-                await to_end(listen.close(server, path, identity), f"undoing the start on {path}")
-                raise
+            server, identity = await listen.open_listener(self, self._transport, path, self._options, self._socket_mode)
         except BaseException:
             lock.release()
             raise

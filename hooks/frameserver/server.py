@@ -25,8 +25,9 @@ class FrameServer:
         self._idle.set()
         self._terminated = asyncio.Event()
 
-    async def start(self, path: Path) -> None:
-        """Listen on ``path`` (the caller has prepared it: see ``unixsocket.prepare``)."""
+    async def start(self, path: Path) -> unixsocket.SocketIdentity:
+        """Listen on ``path`` (the caller has prepared it: see ``unixsocket.prepare``);
+        which file it bound, read right after the bind: what is the caller's to remove."""
         loop = asyncio.get_running_loop()
         # Bound here: asyncio's own bind first removes any socket at the path,
         # a live one bound there since the caller's prepare too; this one fails EADDRINUSE.
@@ -46,6 +47,7 @@ class FrameServer:
                 self._server = None
             unixsocket.remove_own(path, identity)
             raise
+        return identity
 
     def _connection(self) -> Connection:
         conn = Connection(self._routes, self._limits, self._lost)

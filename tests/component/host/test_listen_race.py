@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
+from grpc.aio._server import Server as GrpcServer
 
+from hooks.frameserver import FrameServer
 from hooks.sdk import TRANSPORTS, HookServer, HookServerError
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import ListenError, Proxy
@@ -101,6 +104,49 @@ async def test_a_hook_server_that_stops_leaves_a_newer_programs_socket(sock_dir:
         newer.listen()
         await server.stop(0)
         assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_socket_a_hook_server_owns_is_the_one_it_bound_not_one_bound_there_as_it_started(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """Another program binds the path while the start awaits its listener's
+    start (ours unlinked meanwhile): the server's socket is the one it
+    bound, and a frames server's stop leaves the other's (grpc's stop
+    unlinks the path by name, whoever bound it). Before: read once the
+    transport's start returned, the other's socket was taken as ours and
+    removed at the stop."""
+    path = sock_dir / "hook.sock"
+    newer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound: list[unixsocket.SocketIdentity] = []
+    cls: Any = FrameServer if transport == "frames" else GrpcServer
+    real_start = cls.start
+
+    def replace() -> None:
+        bound.append(unixsocket.SocketIdentity.of(path))
+        path.unlink()
+        newer.bind(str(path))
+        newer.listen()
+
+    async def start(self: Any, *args: Any) -> Any:
+        if transport == "grpc":  # bound by add_insecure_port, not yet listening
+            replace()
+        started = await real_start(self, *args)
+        if transport == "frames":  # listening: the start's last await
+            replace()
+        return started
+
+    monkeypatch.setattr(cls, "start", start)
+    server = HookServer(path, transport=transport)
+    try:
+        await server.start()
+        monkeypatch.undo()
+        assert server._socket_identity == bound[0]
+        await server.stop(0)
+        if transport == "frames":
+            assert unixsocket.SocketIdentity.of(path) == unixsocket.SocketIdentity.of(Path(newer.getsockname()))
+    finally:
+        newer.close()
 
 
 def _longest(base: Path, name: str) -> Path:

@@ -85,12 +85,14 @@ async def test_a_start_whose_socket_mode_cannot_be_set_leaves_nothing_behind(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     """The frames socket file stayed (a stale socket the next start removes,
-    but one a start that failed had made); grpc's stop unlinks its own."""
+    but one a start that failed had made); grpc's stop unlinks its own. The
+    failure is a HookServerError naming the path and mode (before: a raw
+    PermissionError)."""
     path = sock_dir / "h.sock"
     chmod_refused(monkeypatch, path)
     listeners = Listeners(monkeypatch, transport)
     listeners.go.set()
-    with pytest.raises(PermissionError):
+    with pytest.raises(HookServerError, match=f"cannot set the mode of {path} to 0o660: Operation not permitted"):
         await asyncio.wait_for(HookServer(path, transport=transport).start(), WAIT)
     await listeners.assert_stopped()
     await assert_path_free(path)
@@ -101,6 +103,11 @@ async def test_a_start_whose_socket_mode_cannot_be_set_leaves_nothing_behind(
 async def test_a_stop_during_a_failed_starts_clean_up_does_not_cut_it(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch, transport: str, stops: int
 ) -> None:
+    """A stop arriving while the failed start stops its listener waits for
+    that clean-up, which it does not cut. stops=2 only guards: the clean-up
+    runs under to_end, which alone keeps it whole through a second cancel
+    (it passes with a SharedRun that cancels the start at every stop);
+    SharedRun's cancel-once is checked by the grpc test below."""
     path = sock_dir / "h.sock"
     chmod_refused(monkeypatch, path)
     listeners = Listeners(monkeypatch, transport)
