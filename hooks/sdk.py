@@ -308,9 +308,11 @@ class HookServer(HookHandlers):
             self._path_lock.record_longer_stop(self._stop_bound(grace))
         try:
             if drain > 0:  # in the try: a stop cancelled while it drains still closes the server
-                logger.info("hook server draining: answering new calls for %gs while the proxy notices its hook "
-                            "file is gone", drain, extra={"socket": str(self._socket_path), "drain_s": drain,
-                                                          "hook_file_removed_by_run": registered})
+                why = ("while the proxy notices its hook file is gone" if registered
+                       else "as its drain was set (a hook file removed outside run: the proxy may still call)")
+                logger.info("hook server draining: answering new calls for %gs %s", drain, why,
+                            extra={"socket": str(self._socket_path), "drain_s": drain,
+                                   "hook_file_removed_by_run": registered})
                 await asyncio.sleep(drain)
             await server.stop(grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop waits for this

@@ -52,9 +52,11 @@ still answers in its stop refuses a second instance as if it served: the
 proxy on the grpc data path while its stop holds new calls (at most 1 s,
 HOLD_LIMIT_S, before grpc's shutdown closes the listener), ``hook run``
 while it answers for ``--drain`` after removing its registration, and any
-SDK hook server under ``hooks.sdk.run`` while its ``stop`` drains
-(``HookServer(drain=...)``, 0.5 s). The frames data path closes its
-listener as its stop begins.
+SDK hook server while its ``stop`` drains: 0.5 s by default under
+``hooks.sdk.run`` once a hook file the run wrote is removed, and for any
+server whose drain is set (``HookServer(drain=...)``, ``stop(drain=...)``),
+under ``run`` or not. The frames data path closes its listener as its stop
+begins.
 
 The kernel drops a flock with its holder's last descriptor, however the
 holder dies: no lock outlives its process. The holder removes the file as it

@@ -225,6 +225,7 @@ async def test_a_drain_set_drains_a_server_no_hook_file_of_the_run_names(
     assert not server.serving and not Path(server.socket_path).exists()
     (draining,) = [r for r in caplog.records if "draining" in r.getMessage()]
     assert draining.drain_s == 30.0 and draining.hook_file_removed_by_run is False
+    assert "as its drain was set" in draining.getMessage()  # not "while the proxy notices its hook file is gone"
 
 
 async def test_a_stop_given_a_negative_drain_is_refused_before_it_stops_anything(sock_dir: Path) -> None:
