@@ -81,6 +81,31 @@ async def run_bounded(step: Step, timeout: float, server: str, socket: str, hand
     return keep(pending if pending is not None else handed(), server, socket)
 
 
+class LastStep:
+    """The release step of a server's stops (``HookServer._before_release``),
+    and what the last one left its lock to wait for."""
+
+    def __init__(self) -> None:
+        self.kept: Pending | None = None  # a last write the last stop's lock waits for
+        self.handed: Pending | None = None  # what the step under way handed over
+
+    def hand_over(self, write: Pending) -> None:
+        """``write`` keeps the lock until it ends, even when the step is then cut or fails."""
+        self.handed = write
+
+    async def run(self, step: Step, timeout: float, server: str, socket: str) -> Pending | None:
+        """:func:`run_bounded`; a write the step returned or handed over,
+        still running, is kept (:attr:`kept`), even when a cancel of the stop
+        cuts the step (``socketlock.release_once_stopped`` reads it then)."""
+        self.kept = self.handed = None
+        try:
+            self.kept = await run_bounded(step, timeout, server, socket, lambda: self.handed)
+        except asyncio.CancelledError:
+            self.kept = keep(self.handed, server, socket)
+            raise
+        return self.kept
+
+
 def keep(pending: Pending | None, server: str, socket: str) -> Pending | None:
     """``pending`` when it is still running (logged: the lock is kept until
     it ends, and how it ended), else None (its failure, if it failed, logged)."""

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import grpc
 
-from hooks import listen, releasestep, runscope, unregistered
+from hooks import listen, releasestep, runscope, stopping, unregistered
 from hooks.errors import HookAbort, HookServerError, SocketPathError
 from hooks.frameserver import FrameServer
 from hooks.handlers import HookHandlers, check_handlers, handled_hooks
@@ -84,17 +84,8 @@ logger = logging.getLogger(__name__)
 
 TRANSPORTS = ("frames", "grpc")
 
-# A stop takes its grace and at most about this much more (closing the
-# connections, then the listener); its drain (and ``hook run``'s --drain)
-# comes before it, while the socket still answers (a new server is refused
-# then, not waiting), so neither counts in the lock file's ``stop_s``.
-STOP_PAST_GRACE_S = 1.0
-
-# How long a stop keeps answering new calls once its server's hook file is
-# gone, before its listener closes: the proxy reads the hook directory on
-# inotify within a fraction of a second, and calls it started before then
-# would otherwise be refused (under Fail, the CRI call). ``hook run``'s --drain.
-DEFAULT_DRAIN_S = 0.5
+# A stop's timings (stopping.py), importable from here as before they moved.
+STOP_PAST_GRACE_S, DEFAULT_DRAIN_S = stopping.STOP_PAST_GRACE_S, stopping.DEFAULT_DRAIN_S
 
 # The listeners' (listen.py), importable from here as before it was.
 MAX_MESSAGE_BYTES, DEFAULT_OPTIONS = listen.MAX_MESSAGE_BYTES, listen.DEFAULT_OPTIONS
@@ -152,7 +143,7 @@ class HookServer(HookHandlers):
             raise unixsocket.UndialablePath(f"cannot serve hooks at {self._socket_path}: {problem}")
         self._socket_mode = socket_mode
         self._grace = grace
-        self._drain = _checked_drain(drain)  # None: DEFAULT_DRAIN_S when run registered it, else none
+        self._drain = stopping.checked_drain(drain)  # None: DEFAULT_DRAIN_S when run registered it, else none
         # Later options win: the caller's replace the defaults. The frames
         # transport reads the two message limits of them; the rest are grpc's.
         self._options = list({**dict(DEFAULT_OPTIONS), **dict(options or ())}.items())
@@ -161,8 +152,7 @@ class HookServer(HookHandlers):
         self._run_scope: runscope.RunScope | None = None  # started under hooks.sdk.run: told as it stops
         self._stopping: asyncio.Future[None] | None = None  # done once the stop under way has ended
         self._starting = SharedRun(f"the start of the hook server on {self._socket_path}")  # one claims the lock
-        self._lock_kept: releasestep.Pending | None = None  # a last write the last stop's lock waits for
-        self._handed: releasestep.Pending | None = None  # what the release step under way handed over
+        self._last_step = releasestep.LastStep()  # its bound, and a write the last stop's lock waits for
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
@@ -215,13 +205,14 @@ class HookServer(HookHandlers):
         if self._stopping is not None and not self._stopping.done():  # it holds the path's lock until it ends
             raise HookServerError(f"hook server on {self._socket_path} is still stopping: start it again once its "
                                   "stop has ended (await stop() or wait_for_termination() first)")
-        if self._lock_kept is not None and (not self._lock_kept.done() or self._lock_kept.cancelled()):
+        kept = self._last_step.kept
+        if kept is not None and (not kept.done() or kept.cancelled()):
             raise HookServerError(f"hook server on {self._socket_path} keeps its socket's lock until a write of "
                                   "its last stop has ended (logged as it stopped; a write cancelled, not ended: "
                                   "until this process exits)")
         path = self._socket_path
         try:
-            lock = await socketlock.claim(path, stop_s=self._stop_bound(self._grace))
+            lock = await socketlock.claim(path, stop_s=stopping.stop_bound(self._grace, self.release_step_timeout))
         except unixsocket.UnusablePath as exc:
             raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:
@@ -262,7 +253,7 @@ class HookServer(HookHandlers):
         cancels that start, which then raises :class:`HookServerError` (``...
         was cancelled by a stop``) and lets the lock go, and returns once it
         has ended: else the start would serve after the stop, for good."""
-        _checked_drain(drain)  # before anything: a stop that raises later would leave the lock held
+        stopping.checked_drain(drain)  # before anything: a stop that raises later would leave the lock held
         try:
             await self._before_stop()
         finally:  # each step runs whatever the one before did: the socket's lock goes in any case
@@ -282,18 +273,18 @@ class HookServer(HookHandlers):
 
     async def _stop_serving(self, grace: float | None, drain: float | None) -> None:
         await self._starting.cancel("a stop")  # (none under way: nothing)
-        stopping = self._stopping
-        if stopping is not None and not stopping.done():
-            await asyncio.shield(stopping)
+        ending = self._stopping
+        if ending is not None and not ending.done():
+            await asyncio.shield(ending)
             return
         server, self._server = self._server, None
         if server is None:
             return
-        stopping = self._stopping = asyncio.get_running_loop().create_future()
+        ending = self._stopping = asyncio.get_running_loop().create_future()
         try:
             await self._stop(server, grace, drain)
         finally:
-            stopping.set_result(None)
+            ending.set_result(None)
 
     async def _stop(self, server: grpc.aio.Server | FrameServer, grace: float | None, drain: float | None) -> None:
         unregistered.stopped(str(self._socket_path))
@@ -302,18 +293,12 @@ class HookServer(HookHandlers):
         if scope is not None:  # first, listener open and lock held: the proxy stops calling before we stop answering
             registered = scope.stopping(str(self._socket_path))
         grace = self._grace if grace is None else grace
-        drain = self._drain if drain is None else drain
-        drain = (DEFAULT_DRAIN_S if registered else 0.0) if drain is None else drain
+        drain = stopping.drain_for(self._drain if drain is None else drain, registered)
         if self._path_lock is not None:  # a longer grace than the constructor's: a waiting server waits as long
-            self._path_lock.record_longer_stop(self._stop_bound(grace))
+            self._path_lock.record_longer_stop(stopping.stop_bound(grace, self.release_step_timeout))
         try:
-            if drain > 0:  # in the try: a stop cancelled while it drains still closes the server
-                why = ("while the proxy notices its hook file is gone" if registered
-                       else "as its drain was set (a hook file removed outside run: the proxy may still call)")
-                logger.info("hook server draining: answering new calls for %gs %s", drain, why,
-                            extra={"socket": str(self._socket_path), "drain_s": drain,
-                                   "hook_file_removed_by_run": registered})
-                await asyncio.sleep(drain)
+            # In the try: a stop cancelled while it drains still closes the server.
+            await stopping.drain(drain, registered, str(self._socket_path))
             await server.stop(grace)
         finally:  # a stop that failed or was cut short (a caller's timeout) too: a second stop waits for this
             # The server stopped for sure (grpc unlinks the path it bound as it
@@ -321,34 +306,20 @@ class HookServer(HookHandlers):
             # it, last the lock: a server waiting on it binds now.
             await socketlock.release_once_stopped(
                 lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity,
-                last_step=self._release_step, kept=lambda: self._lock_kept)
+                last_step=self._release_step, kept=lambda: self._last_step.kept)
             self._socket_identity = None
 
-    def _stop_bound(self, grace: float | None) -> float:
-        """How long a stop with ``grace`` may keep the lock, for the lock file's
-        ``stop_s``: its grace, its close, and its bounded release step."""
-        return (grace or 0.0) + STOP_PAST_GRACE_S + self.release_step_timeout
-
     async def _release_step(self) -> releasestep.Pending | None:
-        """The server stopped for sure: :meth:`_before_release`, bounded; a
-        write it returned or handed over still running keeps the lock (``hooks.releasestep``),
-        even when a cancel of the stop cuts the step."""
-        name, socket = type(self).__name__, str(self._socket_path)
-        self._lock_kept = self._handed = None
-        try:
-            self._lock_kept = await releasestep.run_bounded(
-                self._before_release, self.release_step_timeout, name, socket, lambda: self._handed)
-        except asyncio.CancelledError:  # release_once_stopped reads _lock_kept then
-            self._lock_kept = releasestep.keep(self._handed, name, socket)
-            raise
-        return self._lock_kept
+        """The server stopped for sure: :meth:`_before_release`, bounded (``hooks.releasestep``)."""
+        return await self._last_step.run(self._before_release, self.release_step_timeout, type(self).__name__,
+                                         str(self._socket_path))
 
     def _keep_lock_until(self, write: releasestep.Pending) -> None:
         """For :meth:`_before_release`: ``write`` (a thread's, which nothing
         cuts) keeps the socket's lock until it ends, even when the step is
         then cut (its bound, a cancelled stop) or fails; call it as the write
         starts, before the step awaits anything else."""
-        self._handed = write
+        self._last_step.hand_over(write)
 
     async def _before_serving(self) -> None:
         """Override to prepare state the handlers need, under the socket's
@@ -379,9 +350,9 @@ class HookServer(HookHandlers):
             async with asyncio.timeout(timeout):
                 if server is not None:
                     await server.wait_for_termination()  # ends as a stop closes it: that stop has begun
-                stopping = self._stopping
-                if stopping is not None and not stopping.done():
-                    await asyncio.shield(stopping)  # a waiter cancelled must not cut the stop short
+                ending = self._stopping
+                if ending is not None and not ending.done():
+                    await asyncio.shield(ending)  # a waiter cancelled must not cut the stop short
         except TimeoutError:
             return True
         return False
@@ -392,12 +363,6 @@ class HookServer(HookHandlers):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
-
-
-def _checked_drain(drain: float | None) -> float | None:
-    if drain is not None and drain < 0:
-        raise ValueError(f"drain must be 0 or more seconds, not {drain!r}")
-    return drain
 
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
