@@ -114,6 +114,7 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         self._moves_due = asyncio.Event()
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
         self._status = StatusServer(status_socket_for(self.socket_path), self.status)
+        self._stops = 0  # stops begun: one during the status server's start found none to stop (start)
         self._saved = SavedSet(config.state_dir)
         for warning in config.warnings:
             log.warning("config: %s", warning)
@@ -154,14 +155,20 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         if self._runtime.closed:
             raise HookServerError("a BalloonsHook is used once: it was stopped (its runtime client is closed); "
                                   "build a new one to serve again")
+        stops = self._stops
         await super().start()
         try:
             await self._status.start()
         except BaseException:
             await self.stop(0, drain=0)  # a full stop (its last set written under the lock): used up too
             raise
+        if self._stops != stops:  # a stop ran while the status server started (on its lock): it found none
+            await self._status.stop()  # to stop, and this start must not leave one serving a stopped hook
+            raise HookServerError(f"the start of the balloons hook on {self.socket_path} was cancelled by a stop "
+                                  "(during its status socket's start)")
 
     async def _before_stop(self) -> None:
+        self._stops += 1
         await self._status.stop()
 
     async def _after_stop(self) -> None:

@@ -276,23 +276,48 @@ async def test_a_start_failed_on_its_status_socket_stops_the_hook_for_good(tmp_p
         await hook.start()
 
 
-async def test_the_stop_passes_its_drain_on(tmp_path: Path, monkeypatch) -> None:
-    """BalloonsHook.stop takes the SDK's ``drain=`` (before: a TypeError)."""
-    from hooks.sdk import HookServer
-
-    asked: list[tuple[float | None, float | None]] = []
-    real = HookServer.stop
-
-    async def stop(self: HookServer, grace: float | None = None, *, drain: float | None = None) -> None:
-        asked.append((grace, drain))
-        await real(self, grace, drain=drain)
-
-    monkeypatch.setattr(HookServer, "stop", stop)
+async def test_a_stop_given_a_drain_stops_the_status_socket_and_closes_the_runtime_client(tmp_path: Path) -> None:
+    """Guards existing behaviour: stop(grace, drain=) runs the SDK's stop
+    with balloons' steps, the status socket gone and the runtime client
+    closed (once a TypeError: the override took no ``drain``)."""
     hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
     await hook.start()
+    assert hook.status_socket.exists()
     await hook.stop(0.5, drain=0.25)
-    assert asked == [(0.5, 0.25)]
+    assert not hook.serving
+    assert not hook.status_socket.exists()
+    assert hook._runtime.closed
+
+
+async def test_a_stop_during_the_status_sockets_start_leaves_no_status_socket(tmp_path: Path, monkeypatch) -> None:
+    """A stop while the status server waits on its socket's lock: the
+    start raises, and no status socket serves after the stop (before: the
+    stop found no status server to stop, the status start then bound its
+    socket and kept its lock, and start returned on a stopped hook)."""
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    real_claim = socketlock.claim
+    at_status_claim, go_on = asyncio.Event(), asyncio.Event()
+
+    async def claim(path: Path, *args: object, **kwargs: object) -> socketlock.SocketLock:
+        if Path(path) == hook.status_socket:
+            at_status_claim.set()
+            await go_on.wait()
+        return await real_claim(path, *args, **kwargs)
+
+    monkeypatch.setattr(socketlock, "claim", claim)
+    starting = asyncio.ensure_future(hook.start())
+    await asyncio.wait_for(at_status_claim.wait(), WAIT)
+    await hook.stop(0, drain=0)
+    go_on.set()
+    with pytest.raises(HookServerError, match="cancelled by a stop"):
+        await asyncio.wait_for(starting, WAIT)
+    assert not hook.serving
+    assert not hook.status_socket.exists()
+    monkeypatch.setattr(socketlock, "claim", real_claim)
+    lock = await asyncio.wait_for(real_claim(hook.status_socket), WAIT)  # its lock let go: claimed at once
+    socketlock.release(lock)
 
 
 async def test_a_stop_given_a_negative_drain_stops_nothing(tmp_path: Path) -> None:
