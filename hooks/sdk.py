@@ -158,7 +158,8 @@ class HookServer(HookHandlers):
         """Misnamed or plain ``def`` handlers: a ``TypeError`` now, not at each call (``hooks.handlers``)."""
         super().__init_subclass__(**kwargs)
         check_handlers(cls, HookServer)
-        if "stop" in vars(cls):  # its checks come first (a negative drain): an override would stop before them
+        if cls.stop is not HookServer.stop:  # its checks come first (a negative drain): an override would stop
+            # before them. Not `"stop" in vars(cls)`: a mixin's stop, listed before HookServer, overrides too.
             raise TypeError(f"{cls.__qualname__}.stop overrides HookServer.stop: override _before_stop or "
                             "_after_stop instead (each runs at every stop, whatever the rest did)")
 

@@ -310,3 +310,15 @@ def test_a_subclass_overriding_stop_is_refused_as_it_is_defined() -> None:
         class Own(HookServer):  # refused as it is defined
             async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
                 await super().stop(grace, drain=drain)
+
+
+def test_a_mixin_overriding_stop_is_refused_as_it_is_defined() -> None:
+    """A stop a mixin defines, listed before HookServer, overrides it as
+    well (before: only a stop in the class's own body was refused)."""
+    class Closing:
+        async def stop(self, grace: float | None = None, *, drain: float | None = None) -> None:
+            await super().stop(grace, drain=drain)  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match="override _before_stop or _after_stop"):
+        class Own(Closing, HookServer):  # refused as it is defined
+            pass
