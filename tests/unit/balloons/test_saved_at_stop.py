@@ -453,3 +453,25 @@ async def test_the_background_writers_stuck_write_keeps_the_lock_when_the_step_i
         writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
     assert at_release == ["0"]
+
+
+async def test_the_runtime_client_is_closed_before_the_release_steps_write(tmp_path: Path, monkeypatch) -> None:
+    """A move waiting when the socket's lock goes could be applied after the
+    next instance listed the cpusets: the client closes (no move sent any
+    more) as the release step begins (before: only in _after_stop, once
+    the lock had gone)."""
+    hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
+    closed_at_finish: list[bool] = []
+    real_finish = hook._saved.finish
+
+    async def finish(**kwargs: object) -> object:
+        closed_at_finish.append(hook._runtime.closed)
+        with pytest.raises(Exception, match="closed"):  # a move the background task would send now: refused, unsent
+            await hook._runtime.update_cpuset("c1", "0", "")
+        return await real_finish(**kwargs)
+
+    monkeypatch.setattr(hook._saved, "finish", finish)
+    await hook.start()
+    await hook.stop(0, drain=0)
+    assert closed_at_finish == [True]
