@@ -178,7 +178,8 @@ class Reconciler:
 def _log_pod(names: Mapping[str, object], changes: list[Change]) -> None:
     for change in changes:
         log.info(POD_RESTORED, extra={**names, "field": change.field.value, "file": change.file,
-                                      "found": change.old, "restored": change.new})
+                                      "found": change.old, "wanted": change.new,
+                                      "restored": change.new})  # as the container line's; `restored`: docs named it
 
 
 def reconcile_once(pods: KnownPods) -> int:

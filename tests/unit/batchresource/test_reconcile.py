@@ -67,7 +67,9 @@ async def test_restores_values_changed_by_hand_and_logs_each(tmp_path: Path, cap
     else:
         assert read(root, 2, POD_PARENT, "cpu.max") == "50000 100000"
         assert read(root, 2, POD_PARENT, "memory.max") == str(128 * MIB)
-    logged = [(r.pod, r.field, r.found, r.restored) for r in caplog.records if r.getMessage().startswith("batchresource reconcile restored")]
+    lines = [r for r in caplog.records if r.getMessage().startswith("batchresource reconcile restored")]
+    logged = [(r.pod, r.field, r.found, r.wanted) for r in lines]  # `wanted`, as the container line names it
+    assert [r.restored for r in lines] == [r.wanted for r in lines]  # (and `restored`, as the docs named it first)
     assert logged == [("team-a/batch-job", "cpu_quota", 200000, 50000), ("team-a/batch-job", "memory_limit", UNLIMITED, 128 * MIB)]
 
 
