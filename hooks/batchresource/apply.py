@@ -11,6 +11,7 @@ container's batch value; cgroup v1 refuses a parent CFS quota below a child's.)
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from .cgroups import CgroupFiles, Field, rank
@@ -73,7 +74,16 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
             continue
         if field is Field.MEMORY_LIMIT and not raising:
             check_memory(files, wanted)
-        files.write(field, wanted)
+        try:
+            files.write(field, wanted)
+        except OSError:
+            # cgroup v1 lowering a memory limit: the limit is written, then
+            # memsw's write failed. The limit landed all the same: a change made.
+            with contextlib.suppress(OSError):
+                if field is Field.MEMORY_LIMIT and not files.differs(files.read(), wanted, field):
+                    name, old, new = files.changed(current, wanted, field)
+                    changes.append(Change(field, old, new, name))
+            raise
         name, old, new = files.changed(current, wanted, field)
         changes.append(Change(field, old, new, name))
     return changes

@@ -93,3 +93,27 @@ def test_no_swap_accounting_writes_the_memory_limit_alone(tmp_path: Path, monkey
     writes = kernel_like(monkeypatch)
     files.write(Field.MEMORY_LIMIT, limit(128 * MIB))
     assert writes == [("memory.limit_in_bytes", str(128 * MIB))]
+
+
+def test_a_lowered_limit_whose_memsw_write_fails_is_counted_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """memory.limit_in_bytes landed before memsw's write failed: the caller's
+    ``written`` has it (before: left out, as if nothing had been written)."""
+    from hooks.batchresource.apply import apply_values
+
+    files = container(tmp_path, 256 * MIB, 256 * MIB)
+    kernel_like(monkeypatch)
+    real = CgroupFiles._write  # noqa: SLF001
+
+    def memsw_refused(files: CgroupFiles, name: str, value: str) -> None:
+        if name == MEMSW:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real(files, name, value)
+
+    monkeypatch.setattr(CgroupFiles, "_write", memsw_refused)
+    written: list = []
+    with pytest.raises(OSError, match="busy"):
+        apply_values(files, limit(128 * MIB), lower_only=True, written=written)
+    assert read(tmp_path, 1, "pod/c", "memory.limit_in_bytes") == str(128 * MIB)
+    assert [(c.field, c.old, c.new) for c in written if c.field is Field.MEMORY_LIMIT] == [
+        (Field.MEMORY_LIMIT, 256 * MIB, 128 * MIB)]
