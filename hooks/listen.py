@@ -67,7 +67,11 @@ async def grpc_aio(server: HookServer, path: Path,
         raise HookServerError(f"cannot listen on {path}: {exc}") from exc
     # Bound now, not yet listening: read before any await, a socket another
     # process binds at the path later (ours gone) is not ours to remove.
-    identity = unixsocket.SocketIdentity.of(path)
+    try:
+        identity = unixsocket.SocketIdentity.of(path)
+    except BaseException:  # (the socket gone already, say): the bound server stopped, as a failed start's is
+        await to_end(listener.stop(None), "stopping a hook listener whose start failed")
+        raise
     # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
     await start_server(listener)
     return listener, identity

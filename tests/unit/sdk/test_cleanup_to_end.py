@@ -63,3 +63,33 @@ async def test_a_listener_whose_stop_fails_still_has_its_socket_file_removed(tmp
     finally:
         bound.close()
     assert not path.exists()
+
+
+async def test_a_grpc_listener_whose_socket_cannot_be_identified_is_stopped(tmp_path: Path, monkeypatch) -> None:
+    """SocketIdentity.of failing after add_insecure_port bound the socket:
+    the bound grpc server is stopped, as when its start fails (before:
+    left bound, its port and completion queue held until collected)."""
+    path = tmp_path / "h.sock"
+    stopped: list[float | None] = []
+    real_server = listen.grpc.aio.server
+
+    def server(*args: object, **kwargs: object) -> object:
+        made = real_server(*args, **kwargs)
+        real_stop = made.stop
+
+        async def stop(grace: float | None) -> None:
+            stopped.append(grace)
+            await real_stop(grace)
+
+        made.stop = stop  # type: ignore[method-assign]
+        return made
+
+    def unidentifiable(p: object) -> unixsocket.SocketIdentity:
+        raise OSError(2, "No such file or directory")
+
+    monkeypatch.setattr(listen.grpc.aio, "server", server)
+    monkeypatch.setattr(unixsocket.SocketIdentity, "of", staticmethod(unidentifiable))
+    from hooks.sdk import HookServer
+    with pytest.raises(OSError, match="No such file"):
+        await listen.grpc_aio(HookServer(path, transport="grpc"), path, listen.DEFAULT_OPTIONS)
+    assert stopped == [None]
