@@ -197,7 +197,9 @@ class _Answers:
     def __init__(self, answers: Mapping[str, tuple[str, bytes]], point: HookPoint, run: _Run) -> None:
         self._answers, self._point, self._run = answers, point, run
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         name, answer = self._answers[endpoint]
         self._run.shown[name] = self._point.request_type.FromString(request)
         return answer

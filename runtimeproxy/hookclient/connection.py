@@ -15,6 +15,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -25,6 +26,9 @@ from .peer import ServerLimits
 from .receive import CONNECTION_WINDOW, LAST_STREAM_ID, MAX_DECODED_HEADERS, MAX_HEADER_LIST, STREAM_WINDOW, ServerFrames
 from .stream import Stream, Unprocessed
 from .transport import CallFailed
+
+if TYPE_CHECKING:
+    from ..hookpath.endpointtrust import SocketSeen
 
 log = logging.getLogger(__name__)
 _FRAME_HEADER = fr.HEADER.unpack_from
@@ -62,6 +66,10 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
         self._paused = False  # the socket's buffer is full (pause_writing)
         self._going_away = False  # GOAWAY sent or received: no new calls
         self._control_queued = 0  # control frames answered while the socket's buffer is full
+        # Set by the pool (pool.py) as it dials: the socket as judged then
+        # (endpointtrust.py), and the hook file owners it was found trusted for.
+        self.socket: SocketSeen | None = None
+        self.trusted_for: set[int | None] = set()
         self.closed = False
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done at connection_lost
         self._closed_error: tuple[grpc.StatusCode, str] | None = None  # why calls on it fail, once closing

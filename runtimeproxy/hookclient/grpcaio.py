@@ -20,9 +20,10 @@ from collections.abc import Collection
 import grpc
 from grpc import aio
 
+from ..hookpath.endpointtrust import judge, look
 from ..hookpath.hookfile import MAX_TIMEOUT
 from ..host.unixsocket import grpc_target
-from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage
+from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage, Untrusted
 
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
@@ -57,7 +58,14 @@ class GrpcTransport:
             callable_ = self._methods[endpoint, method] = channel.unary_unary(method)
         return callable_
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
+        # At every call: grpc dials (and dials again) behind our back, so the
+        # socket may have been replaced under any call's connection.
+        untrusted = judge(look(endpoint), owner_uid)
+        if untrusted is not None:
+            raise Untrusted(untrusted)
         try:
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.

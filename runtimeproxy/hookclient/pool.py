@@ -7,11 +7,12 @@ from collections.abc import Collection
 
 import grpc
 
+from ..hookpath.endpointtrust import judge, look
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
 from .headers import request_block_prefix, with_timeout
-from .transport import MAX_MESSAGE_BYTES, CallFailed
+from .transport import MAX_MESSAGE_BYTES, CallFailed, Untrusted
 
 ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
 
@@ -37,7 +38,9 @@ class FramesTransport:
         self._closing = False
         self._deadlines = Deadlines()  # every call's, on one timer
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         if len(request) > self._max_message:
             raise CallFailed(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -51,7 +54,7 @@ class FramesTransport:
         try:
             with self._deadlines.bound(deadline):
                 for attempt in range(1, ATTEMPTS + 1):
-                    conn = self._open(endpoint) or await self._connection(endpoint)
+                    conn = self._open(endpoint, owner_uid) or await self._connection(endpoint, owner_uid)
                     try:
                         return await conn.call(with_timeout(prefix, deadline - loop.time()), request)
                     except Unprocessed:
@@ -61,15 +64,17 @@ class FramesTransport:
             raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from err
         raise AssertionError("unreachable")
 
-    def _open(self, endpoint: str) -> ClientConnection | None:
+    def _open(self, endpoint: str, owner_uid: int | None) -> ClientConnection | None:
         """The endpoint's connection if a call may start on it now (``_connection``'s
-        first case, without a coroutine: nearly every call's)."""
+        first case, without a coroutine: nearly every call's): its socket was
+        judged when it was dialled, and found trusted for this hook file's owner."""
         conn = self._connections.get(endpoint)
-        if conn is None or not conn.usable or self._closing or (self._kept is not None and endpoint not in self._kept):
+        if (conn is None or not conn.usable or owner_uid not in conn.trusted_for or self._closing
+                or (self._kept is not None and endpoint not in self._kept)):
             return None
         return conn
 
-    async def _connection(self, endpoint: str) -> ClientConnection:
+    async def _connection(self, endpoint: str, owner_uid: int | None) -> ClientConnection:
         if self._closing:
             raise CallFailed(grpc.StatusCode.CANCELLED, "hook connections are closing (the proxy is stopping)")
         if self._kept is not None and endpoint not in self._kept:
@@ -77,18 +82,27 @@ class FramesTransport:
             raise CallFailed(grpc.StatusCode.CANCELLED, "hook server was removed while the call was under way")
         conn = self._connections.get(endpoint)
         if conn is not None and conn.usable:
-            return conn
+            return _admitted(conn, owner_uid)
         task = self._connecting.get(endpoint)
         if task is None:
-            task = self._connecting[endpoint] = asyncio.get_running_loop().create_task(self._connect(endpoint))
+            task = self._connecting[endpoint] = asyncio.get_running_loop().create_task(self._connect(endpoint, owner_uid))
             task.add_done_callback(lambda done: self._connected(endpoint, done))
         try:
             # Shielded: one caller's deadline does not fail the others' connect.
-            return await asyncio.shield(task)
+            conn = await asyncio.shield(task)
         except CallFailed as err:  # one exception per caller: each raise adds to its traceback
             raise CallFailed(err.code, err.details) from None
+        except Untrusted as err:
+            raise Untrusted(err.reason) from None
+        return _admitted(conn, owner_uid)  # dialled for another caller, maybe for another hook file's owner
 
-    async def _connect(self, endpoint: str) -> ClientConnection:
+    async def _connect(self, endpoint: str, owner_uid: int | None) -> ClientConnection:
+        """A new connection, its socket judged before it is dialled: refused
+        (``Untrusted``) without a connect if it may not be called."""
+        seen = look(endpoint)
+        untrusted = judge(seen, owner_uid)
+        if untrusted is not None:
+            raise Untrusted(untrusted)
         loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_unix_connection(
@@ -96,6 +110,14 @@ class FramesTransport:
             )
         except OSError as err:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err
+        if seen is None:  # none there when looked at, yet connected: judge the one that appeared
+            seen = look(endpoint)
+            untrusted = judge(seen, owner_uid)
+            if untrusted is not None:
+                conn.close(abort=True)
+                raise Untrusted(untrusted)
+        conn.socket = seen
+        conn.trusted_for.add(owner_uid)
         return conn
 
     def _connected(self, endpoint: str, task: asyncio.Task[ClientConnection]) -> None:
@@ -158,3 +180,16 @@ class FramesTransport:
         await asyncio.gather(*self._forgotten, return_exceptions=True)
         await asyncio.gather(*self._closers, return_exceptions=True)
         self._deadlines.close()  # every call has ended
+
+
+def _admitted(conn: ClientConnection, owner_uid: int | None) -> ClientConnection:
+    """``conn`` if a hook file owned by ``owner_uid`` may call it: judged by its
+    socket as it was when dialled (what it is connected to, whatever is at the
+    path now), for another file on the same endpoint or one whose owner a
+    reload changed. ``Untrusted`` otherwise."""
+    if owner_uid not in conn.trusted_for:
+        untrusted = judge(conn.socket, owner_uid)
+        if untrusted is not None:
+            raise Untrusted(untrusted)
+        conn.trusted_for.add(owner_uid)
+    return conn

@@ -31,11 +31,24 @@ class NoMessage(CallFailed):
         super().__init__(grpc.StatusCode.INTERNAL, details)
 
 
+class Untrusted(Exception):
+    """The endpoint's socket may not be called (hookpath/endpointtrust.py):
+    no call was made. Not a ``CallFailed``: counted ``untrusted_endpoint``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every method
 class HookTransport(Protocol):
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         """One unary call to the unix socket ``endpoint``: the answer's bytes,
-        or ``CallFailed`` (``NoMessage`` for an OK status without one message). Connecting is part of the call, bounded by ``timeout``."""
+        or ``CallFailed`` (``NoMessage`` for an OK status without one message). Connecting is part of the call, bounded by ``timeout``.
+        ``Untrusted`` if the socket may not be called for a hook file owned by
+        ``owner_uid``, judged at least whenever a connection is dialled."""
 
     def keep_only(self, endpoints: Collection[str], grace: float) -> None:
         """Close the connections to every other endpoint; calls under way on them get ``grace`` seconds."""

@@ -11,12 +11,11 @@ from typing import Any, NoReturn
 import grpc
 from grpc import aio
 
-from ..hookclient.transport import CallFailed, HookTransport, NoMessage, transport_for
+from ..hookclient.transport import CallFailed, HookTransport, NoMessage, Untrusted, transport_for
 from ..metrics import Metrics
 from ..outages import HOOK_SERVER, OutageLog
 from .answers import UNAPPLIED_FIELDS, kernel_would_refuse, refusal, unapplied
 from .chaincpuset import ChainCpusets, Deferred
-from .endpointtrust import untrusted_reason
 from .hookfile import MAX_TIMEOUT, FailurePolicy, HookServerConfig
 from .nodefacts import NodeFactsSource
 from .points import HOOK_POINTS, HookPoint, HookType
@@ -102,14 +101,11 @@ class Dispatcher:
         cause: str | None = None  # a failure's, for `status`
         caller_cancelled = False  # the CRI call was: not the server's failure
         try:
-            # At call time: the socket may have been replaced since the file was read.
-            untrusted = untrusted_reason(server)
-            if untrusted is not None:
-                outcome = "untrusted_endpoint"
-                raise _Failure(untrusted)
             point = HOOK_POINTS[hook]
+            # The transport judges the socket (endpointtrust.py) as it dials:
+            # it may have been replaced since the file was read.
             raw = await self.transport.call(
-                server.endpoint, point.full_method, request.SerializeToString(), server.timeout
+                server.endpoint, point.full_method, request.SerializeToString(), server.timeout, server.owner_uid
             )
             try:
                 answer = point.response_type.FromString(raw)
@@ -130,6 +126,9 @@ class Dispatcher:
                 outcome = "invalid_value"
                 raise _Failure(refusal(refused))
             return answer
+        except Untrusted as err:
+            outcome, cause = "untrusted_endpoint", err.reason  # no call was made
+            raise _Failure(err.reason) from None
         except CallFailed as err:
             outcome = err.code.name.lower()
             if isinstance(err, NoMessage):

@@ -1,29 +1,40 @@
 """Whether a hook server's socket may be called: who owns it, where it lives.
 
-Judged at every call (dispatch.py), not when the hook file is read: the socket
-may have been replaced since.
+Judged when a connection to it is dialled, not when the hook file is read:
+the socket may have been replaced since. On the frames transport
+(hookclient/pool.py), which dials itself, that is once per connection: an
+established connection stays with the server that was judged when it was
+dialled, whatever is at the path later, and the next dial is judged anew.
+grpc.aio (hookclient/grpcaio.py) reconnects behind our back, so there it is
+judged at every call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import stat
 
 from .hookfile import HookServerConfig
 
-__all__ = ["untrusted_reason"]
+__all__ = ["SocketSeen", "judge", "look", "untrusted_reason"]
 
 
-def untrusted_reason(server: HookServerConfig) -> str | None:
-    """Why ``server``'s socket must not be called, or None.
+@dataclasses.dataclass(frozen=True, slots=True)
+class SocketSeen:
+    """What was at an endpoint's path when it was looked at (symlinks followed)."""
 
-    Whoever owns the socket, or can replace it, answers with env and
-    annotations for every pod: the socket must be owned by root, the proxy's
-    euid or the hook file's owner, in a directory others cannot write to.
-    A missing socket is not refused here: the call fails as UNAVAILABLE.
-    """
-    path = server.endpoint
+    path: str  # the socket itself: the endpoint, or what its symlink points to
+    uid: int  # its owner
+    directory: str
+    dir_mode: int  # the directory's permission bits
+
+
+def look(endpoint: str) -> SocketSeen | None:
+    """The socket at ``endpoint`` as it is now; None if there is none to judge
+    (a missing socket is not refused here: its connect fails as UNAVAILABLE)."""
+    path = endpoint
     try:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):  # judge what is really connected to
@@ -35,16 +46,34 @@ def untrusted_reason(server: HookServerConfig) -> str | None:
         dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
     except (OSError, ValueError):
         return None
-    uid = st.st_uid  # trusted: root, the proxy's euid, or the hook file's owner
-    if uid != 0 and uid != os.geteuid() and uid != server.owner_uid:
-        owner = f" or the hook file's owner (uid {server.owner_uid})" if server.owner_uid not in (None, 0) else ""
-        return f"untrusted endpoint: socket {path} is owned by uid {st.st_uid}, not root{owner}"
-    if dir_mode & stat.S_IWOTH:
+    return SocketSeen(path, st.st_uid, directory, dir_mode)
+
+
+def judge(seen: SocketSeen | None, owner_uid: int | None) -> str | None:
+    """Why the socket ``seen`` must not be called for a hook file owned by
+    ``owner_uid``, or None.
+
+    Whoever owns the socket, or can replace it, answers with env and
+    annotations for every pod: the socket must be owned by root, the proxy's
+    euid or the hook file's owner, in a directory others cannot write to.
+    """
+    if seen is None:
+        return None
+    uid = seen.uid  # trusted: root, the proxy's euid, or the hook file's owner
+    if uid != 0 and uid != os.geteuid() and uid != owner_uid:
+        owner = f" or the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
+        return f"untrusted endpoint: socket {seen.path} is owned by uid {uid}, not root{owner}"
+    if seen.dir_mode & stat.S_IWOTH:
         return (
-            f"untrusted endpoint: socket directory {directory} is writable by others (mode {dir_mode:04o}); "
-            "anyone could put a socket there"
+            f"untrusted endpoint: socket directory {seen.directory} is writable by others "
+            f"(mode {seen.dir_mode:04o}); anyone could put a socket there"
         )
     return None
+
+
+def untrusted_reason(server: HookServerConfig) -> str | None:
+    """Why ``server``'s socket, as it is now, must not be called, or None."""
+    return judge(look(server.endpoint), server.owner_uid)
 
 
 @functools.lru_cache(maxsize=256)

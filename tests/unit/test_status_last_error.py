@@ -177,7 +177,9 @@ async def test_a_hook_call_cancelled_with_its_cri_call_leaves_the_last_error_as_
     from .hookpath.test_dispatch import HOOK, Hanging, build, named
 
     class DownThenHanging(Hanging):
-        async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+        async def call(
+            self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        ) -> bytes:
             if not self.called:
                 self.called.append(endpoint)
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")

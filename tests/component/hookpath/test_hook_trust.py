@@ -83,18 +83,29 @@ async def test_socket_in_a_directory_anyone_can_write_is_skipped_under_ignore(
     assert line.levelno == logging.WARNING and "writable by others" in line.error  # type: ignore[attr-defined]
 
 
-async def test_a_socket_replaced_after_registration_is_checked_at_call_time(
+async def test_a_socket_replaced_after_registration_is_judged_at_the_next_dial(
     running: RunningProxy, fake: FakeBackend, client: aio.Channel, sock_dir: Path, hook_dir: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The proxy's connection to a trusted server ends with it; the next call
+    dials what is at the path now and judges it. (Guards what per-call checks
+    also did, now that the check runs at the dial.)"""
     async with hook_server(sock_dir, "swap", INJECT) as hook:
         hook.register(hook_dir, ["PreCreateContainer"], failure_policy="Fail")
         await registered(running, 1)
         await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
         assert len(hook.requests()) == 1  # trusted: called and applied
-
-        os.chown(hook.socket, NOBODY, NOBODY)  # the file is unchanged; the socket is not
+    # The file is unchanged; what listens at its endpoint is not: someone
+    # else's server, which the proxy's connection to the first one never reached.
+    async with hook_server(sock_dir, "swap", INJECT) as squatter:
+        os.chown(squatter.socket, NOBODY, NOBODY)
         with pytest.raises(aio.AioRpcError) as err:
             await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
-        assert len(hook.requests()) == 1
-    assert "untrusted endpoint" in err.value.details()
+        assert len(squatter.requests()) == 1, "the squatter was never called (the record is the first server's)"
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "untrusted endpoint" in err.value.details() and f"owned by uid {NOBODY}" in err.value.details()
     assert len(fake.calls(CREATE)) == 1
+    assert untrusted_calls(running, "swap") == 1
+    assert any(
+        r.levelno == logging.ERROR and "untrusted endpoint" in getattr(r, "error", "") for r in caplog.records
+    )

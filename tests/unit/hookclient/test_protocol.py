@@ -341,8 +341,8 @@ async def test_a_connection_lost_before_it_is_taken_in_is_not_kept(sock: Path) -
     transport = FramesTransport()
     connect = transport._connect
 
-    async def lost_at_once(endpoint: str):  # type: ignore[no-untyped-def]
-        conn = await connect(endpoint)
+    async def lost_at_once(endpoint: str, owner_uid: int | None):  # type: ignore[no-untyped-def]
+        conn = await connect(endpoint, owner_uid)
         conn.connection_lost(None)
         return conn
 

@@ -48,7 +48,9 @@ def server(policy: FailurePolicy) -> HookServerConfig:
 class BrokenTransport(NoConnections):
     """A transport that fails in a way no hook call should (a bug, a library's surprise)."""
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         raise UnicodeEncodeError("utf-8", endpoint, 5, 6, "surrogates not allowed")
 
 
@@ -145,7 +147,9 @@ class Answering(NoConnections):
     def __init__(self, answer: Message, on_call: Callable[[str], None] = lambda endpoint: None) -> None:
         self.answer, self.on_call, self.called = answer, on_call, []
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         self.called.append(endpoint)
         self.on_call(endpoint)
         return self.answer.SerializeToString()
@@ -218,7 +222,9 @@ async def test_a_pre_start_answer_is_not_judged_by_the_kernels_rules_since_it_is
 class RemovedWhileCalled(Answering):
     """The server's file is removed while its call is under way: the call fails as the transport fails it."""
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         self.called.append(endpoint)
         self.on_call(endpoint)
         raise CallFailed(grpc.StatusCode.CANCELLED, "hook server was removed while the call was under way")
@@ -294,7 +300,9 @@ class Hanging(Answering):
         super().__init__(hookapi.ContainerResourceHookResponse())
         self.started = asyncio.Event()
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         self.started.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
@@ -423,7 +431,9 @@ class Refusing(NoConnections):
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         self.code, self.details = code, details
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         raise CallFailed(self.code, self.details)
 
 

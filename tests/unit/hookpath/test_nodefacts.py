@@ -50,7 +50,9 @@ class Answers(NoConnections):
     def __init__(self, **resources: object) -> None:
         self.resources = hookapi.LinuxContainerResources(**resources)
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         return hookapi.ContainerResourceHookResponse(container_resources=self.resources).SerializeToString()
 
 

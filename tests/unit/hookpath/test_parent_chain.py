@@ -52,7 +52,9 @@ class Awaiting(ByEndpoint):
         super().__init__(answers)
         self.first = first
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         if endpoint in self.first:
             await self.first[endpoint]()
         return await super().call(endpoint, method, request, timeout)

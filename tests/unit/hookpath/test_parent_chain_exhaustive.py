@@ -86,7 +86,9 @@ class Answering(NoConnections):
     def __init__(self) -> None:
         self.answers: dict[str, bytes] = {}
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         return self.answers[endpoint]
 
 

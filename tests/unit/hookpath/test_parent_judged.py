@@ -33,7 +33,9 @@ class Answers(NoConnections):
     def __init__(self, answer: hookapi.ContainerResourceHookResponse) -> None:
         self.answer = answer
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         return self.answer.SerializeToString()
 
 
@@ -239,7 +241,9 @@ class ByEndpoint(NoConnections):
     def __init__(self, answers: dict[str, hookapi.ContainerResourceHookResponse]) -> None:
         self.answers = answers
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         return self.answers[endpoint].SerializeToString()
 
 

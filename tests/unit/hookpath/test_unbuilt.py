@@ -28,7 +28,9 @@ class Down(NoConnections):
     def __init__(self) -> None:
         self.calls = 0
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         self.calls += 1
         raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")
 

@@ -241,7 +241,9 @@ class Answering(NoConnections):
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         return self.answer.SerializeToString()
 
 

@@ -46,7 +46,9 @@ class Answering(NoConnections):
     def __init__(self, answer: Message) -> None:
         self.answer, self.shown = answer, []
 
-    async def call(self, endpoint: str, method: str, request: bytes, timeout: float) -> bytes:
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+    ) -> bytes:
         self.shown.append(request)
         return self.answer.SerializeToString()
 

@@ -1,0 +1,113 @@
+"""Both transports judge a hook socket's owner (hookpath/endpointtrust.py):
+frames when it dials a connection, grpc.aio at every call (it redials behind
+our back). Real sockets, really chowned (the tests run as root)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookServer
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import HookTransport, Untrusted, transport_for
+from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+
+METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
+NOBODY = 65534
+REQUEST = hookapi.ContainerResourceHookRequest().SerializeToString()
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chowns sockets")
+
+
+class Counting(HookServer):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.calls = 0
+
+    async def pre_create_container(
+        self, request: hookapi.ContainerResourceHookRequest
+    ) -> hookapi.ContainerResourceHookResponse:
+        self.calls += 1
+        return hookapi.ContainerResourceHookResponse()
+
+
+@pytest.fixture(params=["frames", "grpc"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[HookTransport]:
+    transport = transport_for(request.param)
+    yield transport
+    await transport.close(1)
+
+
+
+async def test_a_socket_another_user_owns_is_refused(tmp_path: Path, client: HookTransport) -> None:
+    async with Counting(tmp_path / "h.sock") as server:
+        os.chown(server.socket_path, NOBODY, NOBODY)
+        with pytest.raises(Untrusted) as err:
+            await client.call(server.socket_path, METHOD, REQUEST, 5)
+        assert err.value.reason == f"untrusted endpoint: socket {server.socket_path} is owned by uid {NOBODY}, not root"
+        assert server.calls == 0
+        if isinstance(client, FramesTransport):
+            assert client.endpoints() == frozenset(), "refused before it was dialled"
+        # Trusted for a hook file that user owns.
+        await client.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+        assert server.calls == 1
+
+
+async def test_frames_judges_a_replaced_socket_at_the_next_dial(tmp_path: Path) -> None:
+    transport = FramesTransport()
+    path = tmp_path / "h.sock"
+    try:
+        async with Counting(path) as trusted:
+            await transport.call(str(path), METHOD, REQUEST, 5)
+            conn = transport._connections[str(path)]
+            # Owned by someone else now, but the connection is to the server judged when it was dialled.
+            os.chown(path, NOBODY, NOBODY)
+            await transport.call(str(path), METHOD, REQUEST, 5)
+            assert trusted.calls == 2
+        await conn.lost  # that server is gone: the next call dials
+        async with Counting(path) as squatter:
+            os.chown(path, NOBODY, NOBODY)
+            with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
+                await transport.call(str(path), METHOD, REQUEST, 5)
+            assert squatter.calls == 0
+            assert transport.endpoints() == frozenset()
+            os.chown(path, 0, 0)  # put right: the next call dials and is judged again
+            await transport.call(str(path), METHOD, REQUEST, 5)
+            assert squatter.calls == 1
+    finally:
+        await transport.close(1)
+
+
+async def test_frames_judges_a_new_owner_by_the_socket_it_dialled(tmp_path: Path) -> None:
+    """A hook file reloaded with another owner (or a second file on the same
+    endpoint) is judged by the connected socket as it was dialled."""
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+            os.chown(server.socket_path, 0, 0)  # the path looks trusted now; the connected socket was not
+            with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+            assert server.calls == 2
+            assert transport.endpoints() == {server.socket_path}, "one connection throughout"
+    finally:
+        await transport.close(1)
+
+
+async def test_grpc_judges_every_call(tmp_path: Path) -> None:
+    transport = transport_for("grpc")
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            await transport.call(server.socket_path, METHOD, REQUEST, 5)
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            with pytest.raises(Untrusted):
+                await transport.call(server.socket_path, METHOD, REQUEST, 5)
+            assert server.calls == 1
+    finally:
+        await transport.close(1)
