@@ -49,7 +49,9 @@ class PreHooks:
         if gate is not None and not gate.open():  # builds: whether a hook server was asked
             await gate.enter(self.context, between_hooks=self.builds > 0)
         self.builds += 1
-        built = await self.ex.hook_request(self.req, self.store)
+        built = self.ex.hook_request(self.req, self.store)
+        if built is None:  # (rarely: a record it needs is read from the runtime)
+            built = await self.ex.read_hook_request(self.req, self.store)
         if built is None and not self.store.said_absent(self.key):
             raise Unbuilt(self.key)  # a Fail hook is not bypassed for want of a record
         self.seen = built

@@ -197,9 +197,13 @@ class HookStage(StageProvider):
             # (a server registered since it was read sees the next call).
             pre_hook = point.pre if point.pre is not None and not sent and self.dispatcher.servers(point.pre) else None
             post_hook = point.post if point.post is not None and self.dispatcher.servers(point.post) else None
-            if (pre_hook or post_hook) and await ex.skip(req, self.store):
-                log.debug("pod opted out of hooks", extra=fields)
-                pre_hook = post_hook = None
+            if pre_hook or post_hook:
+                skips = ex.skips(req, self.store)
+                if skips is None:  # (rarely: the record that says is read from the runtime)
+                    skips = await ex.read_skips(req, self.store)
+                if skips:
+                    log.debug("pod opted out of hooks", extra=fields)
+                    pre_hook = post_hook = None
             changed = False
             if not sent and self._carrying(ex):
                 # Read back a pod the records lack only if a hook may move pods now, or
@@ -287,10 +291,12 @@ class HookStage(StageProvider):
         after the final await. None are kept while calls go by unrecorded."""
         if self._unrecorded:
             return  # (no hook server either: no post hook)
-        if type(ex).record is not Executor.record:  # (the stops and the start record nothing: no coroutine)
-            await ex.record(req, response, self.store, seen)
+        if not ex.record(req, response, self.store, seen):  # (rarely: a record it needs is read)
+            await ex.read_record(req, response, self.store, seen)
         if post_hook is not None:
-            post_request = await ex.hook_request(req, self.store)
+            post_request = ex.hook_request(req, self.store)
+            if post_request is None:
+                post_request = await ex.read_hook_request(req, self.store)
             if post_request is not None:
                 self._start_post_hooks(_event_keys(key, post_request, self.store), post_hook, post_request, fields)
 

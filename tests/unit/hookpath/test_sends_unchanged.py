@@ -16,7 +16,7 @@ from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.hookpath.stage import HookStage
-from runtimeproxy.hookpath.store import StateStore
+from runtimeproxy.hookpath.store import StateStore, pod_record
 
 
 class Servers:
@@ -123,7 +123,7 @@ async def test_a_call_the_runtime_has_is_rechecked_when_its_stage_fails_before_t
         raise asyncio.CancelledError  # its client left while the pod was read back, say
 
     monkeypatch.setattr(executor.StopContainer, "unsure", unsure)
-    monkeypatch.setattr(executor.StopContainer, "skip", failing_skip)
+    monkeypatch.setattr(executor.StopContainer, "read_skips", failing_skip)
     stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))  # a post hook, so the opt-out is read
 
     async def send(data: bytes) -> bytes:
@@ -164,7 +164,7 @@ async def test_shutdown_settles_a_call_the_runtime_has_before_it_stops_what_read
         await opened.wait()
         return False
 
-    monkeypatch.setattr(executor.StopContainer, "skip", slow_skip)
+    monkeypatch.setattr(executor.StopContainer, "read_skips", slow_skip)
     stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))
 
     async def send(data: bytes) -> bytes:
@@ -192,7 +192,7 @@ async def test_a_creation_carries_its_moved_pod_unless_the_stage_must_not(carrie
     stage = HookStage(
         Dispatcher(Servers(_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX))), StateStore(), carries=carries  # type: ignore[arg-type]
     )
-    stage.store.put_pod("pod-1", executor.pod_record(v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/moved"))))
+    stage.store.put_pod("pod-1", pod_record(v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/moved"))))
     assert stage.sends_unchanged("CreateContainer") is not carries
     request = v1.CreateContainerRequest(
         pod_sandbox_id="pod-1", sandbox_config=v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/kubelets"))
