@@ -63,7 +63,7 @@ class Sample:
 
 
 def requests(log_dir: Path) -> dict[HookType, bytes]:
-    """The seven hook requests of a bench lifecycle, as the proxy builds them (hookpath/executor.py)."""
+    """The seven hook requests of a bench lifecycle, as the proxy builds them (hookpath/podexecutors.py, containerexecutors.py)."""
     pod = pod_record(lc.bench_pod_config(log_dir, "hookcpu"))
     config = lc.bench_container_config("sleeper")
     created = container_record(pod, config)  # PreCreateContainer: no id yet
