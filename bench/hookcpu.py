@@ -85,13 +85,13 @@ def requests(log_dir: Path) -> dict[HookType, bytes]:
 async def _calls(transport: FramesTransport, sock: Path, hook: HookType, request: bytes, n: int) -> None:
     method = HOOK_POINTS[hook].full_method
     for _ in range(n):
-        await transport.call(str(sock), method, request, TIMEOUT_S)
+        await transport.call(str(sock), method, request, TIMEOUT_S, owner_uid=None)
 
 
 async def _lifecycles(transport: FramesTransport, sock: Path, reqs: dict[HookType, bytes], n: int) -> None:
     for _ in range(n):
         for hook in LIFECYCLE:
-            await transport.call(str(sock), HOOK_POINTS[hook].full_method, reqs[hook], TIMEOUT_S)
+            await transport.call(str(sock), HOOK_POINTS[hook].full_method, reqs[hook], TIMEOUT_S, owner_uid=None)
 
 
 def _start(server: str, sock: Path, out: Path, event_loop: str, profile: Path | None) -> subprocess.Popen[str]:

@@ -198,7 +198,7 @@ class _Answers:
         self._answers, self._point, self._run = answers, point, run
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         name, answer = self._answers[endpoint]
         self._run.shown[name] = self._point.request_type.FromString(request)

@@ -28,7 +28,7 @@ from .stream import Stream, Unprocessed
 from .transport import CallFailed
 
 if TYPE_CHECKING:
-    from ..hookpath.endpointtrust import SocketSeen
+    from .endpointtrust import SocketSeen
 
 log = logging.getLogger(__name__)
 _FRAME_HEADER = fr.HEADER.unpack_from

@@ -20,7 +20,7 @@ from collections.abc import Collection
 import grpc
 from grpc import aio
 
-from ..hookpath.endpointtrust import judge, look
+from .endpointtrust import judge, look
 from ..hookpath.hookfile import MAX_TIMEOUT
 from ..host.unixsocket import grpc_target
 from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage, Untrusted
@@ -59,13 +59,13 @@ class GrpcTransport:
         return callable_
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         # At every call: grpc dials (and dials again) behind our back, so the
         # socket may have been replaced under any call's connection.
-        untrusted = judge(look(endpoint), owner_uid)
-        if untrusted is not None:
-            raise Untrusted(untrusted)
+        seen = look(endpoint)
+        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
+            raise Untrusted(untrusted, seen)
         try:
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.

@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 import grpc
 
-from ..hookpath.endpointtrust import judge, look
+from .endpointtrust import judge, look
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
@@ -39,7 +39,7 @@ class FramesTransport:
         self._deadlines = Deadlines()  # every call's, on one timer
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         if len(request) > self._max_message:
             raise CallFailed(
@@ -83,26 +83,34 @@ class FramesTransport:
         conn = self._connections.get(endpoint)
         if conn is not None and conn.usable:
             return _admitted(conn, owner_uid)
-        task = self._connecting.get(endpoint)
-        if task is None:
-            task = self._connecting[endpoint] = asyncio.get_running_loop().create_task(self._connect(endpoint, owner_uid))
-            task.add_done_callback(lambda done: self._connected(endpoint, done))
-        try:
-            # Shielded: one caller's deadline does not fail the others' connect.
-            conn = await asyncio.shield(task)
-        except CallFailed as err:  # one exception per caller: each raise adds to its traceback
-            raise CallFailed(err.code, err.details) from None
-        except Untrusted as err:
-            raise Untrusted(err.reason) from None
-        return _admitted(conn, owner_uid)  # dialled for another caller, maybe for another hook file's owner
+        while True:
+            task = self._connecting.get(endpoint)
+            if task is None or task.done():
+                task = self._connecting[endpoint] = asyncio.get_running_loop().create_task(
+                    self._connect(endpoint, owner_uid)
+                )
+                task.add_done_callback(lambda done: self._connected(endpoint, done))
+            try:
+                # Shielded: one caller's deadline does not fail the others' connect.
+                conn = await asyncio.shield(task)
+            except CallFailed as err:  # one exception per caller: each raise adds to its traceback
+                raise CallFailed(err.code, err.details) from None
+            except Untrusted as err:
+                # Refused for the hook file owner that dialled, maybe not
+                # this call's (another file on the same endpoint): judged for
+                # ours, by the same socket. Trusted for us, we dial our own.
+                untrusted = judge(err.seen, owner_uid)
+                if untrusted is None:
+                    continue
+                raise Untrusted(untrusted, err.seen) from None
+            return _admitted(conn, owner_uid)  # dialled for another caller, maybe for another hook file's owner
 
     async def _connect(self, endpoint: str, owner_uid: int | None) -> ClientConnection:
         """A new connection, its socket judged before it is dialled: refused
         (``Untrusted``) without a connect if it may not be called."""
         seen = look(endpoint)
-        untrusted = judge(seen, owner_uid)
-        if untrusted is not None:
-            raise Untrusted(untrusted)
+        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
+            raise Untrusted(untrusted, seen)
         loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_unix_connection(
@@ -112,10 +120,15 @@ class FramesTransport:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err
         if seen is None:  # none there when looked at, yet connected: judge the one that appeared
             seen = look(endpoint)
+            if seen is None:
+                # Gone again (or replaced as we looked): there is nothing to
+                # judge what we are connected to by, so it is not trusted.
+                conn.close(abort=True)
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: socket vanished as it was dialled")
             untrusted = judge(seen, owner_uid)
             if untrusted is not None:
                 conn.close(abort=True)
-                raise Untrusted(untrusted)
+                raise Untrusted(untrusted, seen)
         conn.socket = seen
         conn.trusted_for.add(owner_uid)
         return conn
@@ -188,8 +201,8 @@ def _admitted(conn: ClientConnection, owner_uid: int | None) -> ClientConnection
     path now), for another file on the same endpoint or one whose owner a
     reload changed. ``Untrusted`` otherwise."""
     if owner_uid not in conn.trusted_for:
-        untrusted = judge(conn.socket, owner_uid)
-        if untrusted is not None:
-            raise Untrusted(untrusted)
+        seen = conn.socket  # set as it was dialled
+        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
+            raise Untrusted(untrusted, seen)
         conn.trusted_for.add(owner_uid)
     return conn

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import grpc
+
+if TYPE_CHECKING:
+    from .endpointtrust import SocketSeen
 
 MAX_MESSAGE_BYTES = 16 << 20  # a hook answer may be as large as the CRI request it changes (kubelet sends up to 16 MiB)
 
@@ -32,23 +35,28 @@ class NoMessage(CallFailed):
 
 
 class Untrusted(Exception):
-    """The endpoint's socket may not be called (hookpath/endpointtrust.py):
-    no call was made. Not a ``CallFailed``: counted ``untrusted_endpoint``."""
+    """The endpoint's socket may not be called (endpointtrust.py): no call
+    was made. Not a ``CallFailed``: counted ``untrusted_endpoint``. ``seen``
+    is the socket as judged, for the hook file owner ``reason`` names: a call
+    for another owner waiting on the same dial judges it again (pool.py)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, seen: SocketSeen) -> None:
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.seen = reason, seen
 
 
 @runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every method
 class HookTransport(Protocol):
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         """One unary call to the unix socket ``endpoint``: the answer's bytes,
-        or ``CallFailed`` (``NoMessage`` for an OK status without one message). Connecting is part of the call, bounded by ``timeout``.
-        ``Untrusted`` if the socket may not be called for a hook file owned by
-        ``owner_uid``, judged at least whenever a connection is dialled."""
+        or ``CallFailed`` (``NoMessage`` for an OK status without one message).
+        Connecting is part of the call, bounded by ``timeout``. ``Untrusted``
+        if the socket may not be called for a hook file owned by ``owner_uid``
+        (None: a file whose owner is unknown, judged as root's), judged at
+        least whenever a connection is dialled. Required, so that no caller
+        forgets the file's owner and is judged as root's."""
 
     def keep_only(self, endpoints: Collection[str], grace: float) -> None:
         """Close the connections to every other endpoint; calls under way on them get ``grace`` seconds."""

@@ -102,7 +102,7 @@ class Dispatcher:
         caller_cancelled = False  # the CRI call was: not the server's failure
         try:
             point = HOOK_POINTS[hook]
-            # The transport judges the socket (endpointtrust.py) as it dials:
+            # The transport judges the socket (hookclient/endpointtrust.py) as it dials:
             # it may have been replaced since the file was read.
             raw = await self.transport.call(
                 server.endpoint, point.full_method, request.SerializeToString(), server.timeout, server.owner_uid

@@ -178,12 +178,12 @@ async def test_a_hook_call_cancelled_with_its_cri_call_leaves_the_last_error_as_
 
     class DownThenHanging(Hanging):
         async def call(
-            self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+            self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
         ) -> bytes:
             if not self.called:
                 self.called.append(endpoint)
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")
-            return await super().call(endpoint, method, request, timeout)
+            return await super().call(endpoint, method, request, timeout, owner_uid)
 
     metrics, transport = Metrics(), DownThenHanging()
     dispatcher = Dispatcher(Chain(named("a", Policy.IGNORE)), metrics, transport=transport)  # type: ignore[arg-type]

@@ -34,8 +34,6 @@ def create_request() -> v1.CreateContainerRequest:
     )
 
 
-
-
 def untrusted_calls(running: RunningProxy, name: str) -> float | None:
     return running.metrics.registry.get_sample_value(
         "runtime_proxy_hook_calls_total",
@@ -58,6 +56,10 @@ async def test_socket_owned_by_another_user_is_refused_under_fail(
     assert "untrusted endpoint" in err.value.details() and f"owned by uid {NOBODY}" in err.value.details()
     assert fake.calls(CREATE) == []
     assert untrusted_calls(running, "squat") == 1
+    # What `status` shows as the server's last error: why it was refused.
+    last = running.metrics.hook_stats["squat.json"].last_error
+    assert last is not None and last["outcome"] == "untrusted_endpoint"
+    assert last["cause"] == f"untrusted endpoint: socket {hook.socket} is owned by uid {NOBODY}, not root"
     assert any(
         r.levelno == logging.ERROR and "untrusted endpoint" in getattr(r, "error", "") for r in caplog.records
     )
@@ -95,13 +97,17 @@ async def test_a_socket_replaced_after_registration_is_judged_at_the_next_dial(
         await registered(running, 1)
         await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
         assert len(hook.requests()) == 1  # trusted: called and applied
+        first_calls = len(hook.requests())
     # The file is unchanged; what listens at its endpoint is not: someone
     # else's server, which the proxy's connection to the first one never reached.
     async with hook_server(sock_dir, "swap", INJECT) as squatter:
         os.chown(squatter.socket, NOBODY, NOBODY)
         with pytest.raises(aio.AioRpcError) as err:
             await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
-        assert len(squatter.requests()) == 1, "the squatter was never called (the record is the first server's)"
+        # Both servers keep their requests in one record, the endpoint's:
+        # the squatter's are what came after the first server's.
+        squatter_calls = len(squatter.requests()) - first_calls
+        assert squatter_calls == 0, "the squatter was never called"
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "untrusted endpoint" in err.value.details() and f"owned by uid {NOBODY}" in err.value.details()
     assert len(fake.calls(CREATE)) == 1

@@ -30,7 +30,7 @@ def _pod(name: str) -> bytes:
 
 async def _outcome(transport: FramesTransport, server: Scripted, method: str, body: bytes, timeout: float) -> str:
     try:
-        raw = await transport.call(server.socket_path, method, body, timeout)
+        raw = await transport.call(server.socket_path, method, body, timeout, owner_uid=None)
     except CallFailed as err:
         return err.code.name
     if method == PRE_RUN.full_method:

@@ -22,7 +22,7 @@ METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
 
 
 async def call(transport: FramesTransport, sock: Path, message: bytes = b"req", timeout: float = 5.0) -> bytes:
-    return await transport.call(str(sock), METHOD, message, timeout)
+    return await transport.call(str(sock), METHOD, message, timeout, owner_uid=None)
 
 
 async def failed(transport: FramesTransport, sock: Path, timeout: float = 5.0) -> CallFailed:

@@ -53,14 +53,14 @@ async def test_a_gzip_or_deflate_answer_is_inflated(
 ) -> None:
     answer = b"\x0a\x03abc" * 100
     async with serving(sock, compressed(encoding, squeeze(answer))):  # type: ignore[operator]
-        assert await client.call(str(sock), METHOD, b"req", 5) == answer
+        assert await client.call(str(sock), METHOD, b"req", 5, owner_uid=None) == answer
 
 
 async def test_an_empty_compressed_answer_is_an_empty_message(sock: Path, client: HookTransport) -> None:
     """The compressed flag on a zero-length message: nothing to inflate, an
     empty answer, as grpc reads it (before: frames failed it, truncated gzip)."""
     async with serving(sock, compressed("gzip", b"")):
-        assert await client.call(str(sock), METHOD, b"req", 5) == b""
+        assert await client.call(str(sock), METHOD, b"req", 5, owner_uid=None) == b""
 
 
 @pytest.mark.parametrize(("encodings", "squeeze"), [
@@ -72,7 +72,7 @@ async def test_of_two_grpc_encoding_headers_the_last_counts(
     """Guards existing behaviour: grpc core keeps the last of a repeated
     grpc-encoding, and so does the frames transport (its headers are a dict)."""
     async with serving(sock, compressed(encodings, squeeze(b"abc"))):  # type: ignore[operator]
-        assert await client.call(str(sock), METHOD, b"req", 5) == b"abc"
+        assert await client.call(str(sock), METHOD, b"req", 5, owner_uid=None) == b"abc"
 
 
 @pytest.mark.parametrize(
@@ -88,14 +88,14 @@ async def test_an_answer_that_cannot_be_inflated_is_internal(
 ) -> None:
     async with serving(sock, compressed(encoding, body)):
         with pytest.raises(CallFailed) as err:
-            await client.call(str(sock), METHOD, b"req", 5)
+            await client.call(str(sock), METHOD, b"req", 5, owner_uid=None)
     assert err.value.code == grpc.StatusCode.INTERNAL, err.value
 
 
 async def test_an_answer_over_the_limit_once_inflated_is_resource_exhausted(sock: Path, client: HookTransport) -> None:
     async with serving(sock, compressed("gzip", gzip.compress(bytes(MAX_MESSAGE_BYTES + 1)))):
         with pytest.raises(CallFailed) as err:
-            await client.call(str(sock), METHOD, b"req", 5)
+            await client.call(str(sock), METHOD, b"req", 5, owner_uid=None)
     assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value
     if not isinstance(client, GrpcTransport):
         assert err.value.details == f"hook answer over the limit of {MAX_MESSAGE_BYTES} bytes once inflated"
@@ -118,7 +118,7 @@ async def test_two_messages_are_invalid_answer_on_frames_and_wait_out_the_deadli
 
     async with serving(sock, two):
         with pytest.raises(CallFailed) as err:
-            await client.call(str(sock), METHOD, b"req", 0.5)
+            await client.call(str(sock), METHOD, b"req", 0.5, owner_uid=None)
     if isinstance(client, GrpcTransport):
         assert err.value.code == grpc.StatusCode.DEADLINE_EXCEEDED, err.value
     else:

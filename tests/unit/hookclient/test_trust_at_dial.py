@@ -4,16 +4,20 @@ our back). Real sockets, really chowned (the tests run as root)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from cri_api.hookapi import api_pb2 as hookapi
 from hooks.sdk import HookServer
+from runtimeproxy.hookclient import pool
+from runtimeproxy.hookclient.endpointtrust import SocketSeen, look
 from runtimeproxy.hookclient.pool import FramesTransport
-from runtimeproxy.hookclient.transport import HookTransport, Untrusted, transport_for
+from runtimeproxy.hookclient.transport import CallFailed, HookTransport, Untrusted, transport_for
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
 METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
@@ -42,12 +46,11 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[HookTransport]
     await transport.close(1)
 
 
-
 async def test_a_socket_another_user_owns_is_refused(tmp_path: Path, client: HookTransport) -> None:
     async with Counting(tmp_path / "h.sock") as server:
         os.chown(server.socket_path, NOBODY, NOBODY)
         with pytest.raises(Untrusted) as err:
-            await client.call(server.socket_path, METHOD, REQUEST, 5)
+            await client.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
         assert err.value.reason == f"untrusted endpoint: socket {server.socket_path} is owned by uid {NOBODY}, not root"
         assert server.calls == 0
         if isinstance(client, FramesTransport):
@@ -62,21 +65,21 @@ async def test_frames_judges_a_replaced_socket_at_the_next_dial(tmp_path: Path) 
     path = tmp_path / "h.sock"
     try:
         async with Counting(path) as trusted:
-            await transport.call(str(path), METHOD, REQUEST, 5)
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             conn = transport._connections[str(path)]
             # Owned by someone else now, but the connection is to the server judged when it was dialled.
             os.chown(path, NOBODY, NOBODY)
-            await transport.call(str(path), METHOD, REQUEST, 5)
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert trusted.calls == 2
         await conn.lost  # that server is gone: the next call dials
         async with Counting(path) as squatter:
             os.chown(path, NOBODY, NOBODY)
             with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
-                await transport.call(str(path), METHOD, REQUEST, 5)
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert squatter.calls == 0
             assert transport.endpoints() == frozenset()
             os.chown(path, 0, 0)  # put right: the next call dials and is judged again
-            await transport.call(str(path), METHOD, REQUEST, 5)
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert squatter.calls == 1
     finally:
         await transport.close(1)
@@ -104,10 +107,110 @@ async def test_grpc_judges_every_call(tmp_path: Path) -> None:
     transport = transport_for("grpc")
     try:
         async with Counting(tmp_path / "h.sock") as server:
-            await transport.call(server.socket_path, METHOD, REQUEST, 5)
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
             os.chown(server.socket_path, NOBODY, NOBODY)
             with pytest.raises(Untrusted):
-                await transport.call(server.socket_path, METHOD, REQUEST, 5)
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
             assert server.calls == 1
+    finally:
+        await transport.close(1)
+
+
+@pytest.mark.parametrize("root_first", [True, False], ids=["root-dials", "nobody-dials"])
+async def test_calls_waiting_on_one_dial_are_each_judged_for_their_own_hook_file(
+    tmp_path: Path, root_first: bool
+) -> None:
+    """Two hook files on one endpoint, the socket nobody's: whichever owner's
+    call dials, root's file is refused with its own reason and nobody's file
+    is called (before: a call waiting on the dial got the dialler's refusal)."""
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            owners = [0, NOBODY] if root_first else [NOBODY, 0]
+            results = await asyncio.gather(
+                *(transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=owner) for owner in owners),
+                return_exceptions=True,
+            )
+            by_owner = dict(zip(owners, results, strict=True))
+            assert by_owner[NOBODY] == b"", by_owner[NOBODY]
+            assert isinstance(by_owner[0], Untrusted)
+            assert by_owner[0].reason == (
+                f"untrusted endpoint: socket {server.socket_path} is owned by uid {NOBODY}, not root"
+            )
+            assert server.calls == 1
+    finally:
+        await transport.close(1)
+
+
+class Accepting:
+    """A unix socket server that only counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+
+    def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        writer.close()
+
+
+async def test_an_untrusted_socket_is_never_dialled(tmp_path: Path) -> None:
+    path = tmp_path / "h.sock"
+    accepting = Accepting()
+    server = await asyncio.start_unix_server(accepting, str(path))
+    transport = FramesTransport()
+    try:
+        os.chown(path, NOBODY, NOBODY)
+        with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+        # A connection dialled would have been accepted (and closed) before its call ended.
+        assert accepting.accepted == 0
+    finally:
+        await transport.close(1)
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_socket_that_appears_as_it_is_dialled_is_judged_once_connected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing at the path when looked at, an untrusted socket by the connect:
+    the connection is judged by the one that appeared, and closed."""
+    looks: list[SocketSeen | None] = []
+
+    def first_finds_nothing(endpoint: str) -> SocketSeen | None:
+        seen = look(endpoint) if looks else None
+        looks.append(seen)
+        return seen
+
+    monkeypatch.setattr(pool, "look", first_finds_nothing)
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
+            assert len(looks) == 2 and looks[1] is not None
+            assert server.calls == 0
+            assert transport.endpoints() == frozenset()
+    finally:
+        await transport.close(1)
+
+
+async def test_a_socket_gone_at_the_look_after_connecting_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connected, yet nothing at the path to judge: UNAVAILABLE, the connection
+    closed (before: trusted for every hook file owner for its life)."""
+    monkeypatch.setattr(pool, "look", lambda endpoint: None)
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            with pytest.raises(CallFailed) as err:
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
+            assert err.value.code == grpc.StatusCode.UNAVAILABLE
+            assert err.value.details == f"cannot connect to {server.socket_path}: socket vanished as it was dialled"
+            assert server.calls == 0
+            assert transport.endpoints() == frozenset()
     finally:
         await transport.close(1)

@@ -49,13 +49,38 @@ class BrokenTransport(NoConnections):
     """A transport that fails in a way no hook call should (a bug, a library's surprise)."""
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         raise UnicodeEncodeError("utf-8", endpoint, 5, 6, "surrogates not allowed")
 
 
 async def build() -> hookapi.ContainerResourceHookRequest:
     return hookapi.ContainerResourceHookRequest()
+
+
+class OwnerRecording(NoConnections):
+    """Answers every call, keeping the hook file owner it was called for."""
+
+    def __init__(self) -> None:
+        self.owners: list[int | None] = []
+
+    async def call(
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
+    ) -> bytes:
+        self.owners.append(owner_uid)
+        return hookapi.ContainerResourceHookResponse().SerializeToString()
+
+
+async def test_the_hook_files_owner_is_what_the_transport_judges_the_socket_for() -> None:
+    """The file's owner reaches the transport, which judges the socket for it
+    (a file owned by uid 1000 may call a socket uid 1000 owns; one that is
+    root's may not)."""
+    transport = OwnerRecording()
+    owned = dataclasses.replace(server(FailurePolicy.FAIL), owner_uid=1000)
+    dispatcher = Dispatcher(OneServer(owned), transport=transport)  # type: ignore[arg-type]
+    assert await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {}) is True
+    assert transport.owners == [1000]
+    await dispatcher.close()
 
 
 async def test_unexpected_error_is_the_hooks_failure_under_fail() -> None:
@@ -148,7 +173,7 @@ class Answering(NoConnections):
         self.answer, self.on_call, self.called = answer, on_call, []
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         self.called.append(endpoint)
         self.on_call(endpoint)
@@ -223,7 +248,7 @@ class RemovedWhileCalled(Answering):
     """The server's file is removed while its call is under way: the call fails as the transport fails it."""
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         self.called.append(endpoint)
         self.on_call(endpoint)
@@ -301,7 +326,7 @@ class Hanging(Answering):
         self.started = asyncio.Event()
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         self.started.set()
         await asyncio.Event().wait()
@@ -432,7 +457,7 @@ class Refusing(NoConnections):
         self.code, self.details = code, details
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         raise CallFailed(self.code, self.details)
 

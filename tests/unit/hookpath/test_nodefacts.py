@@ -51,7 +51,7 @@ class Answers(NoConnections):
         self.resources = hookapi.LinuxContainerResources(**resources)
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         return hookapi.ContainerResourceHookResponse(container_resources=self.resources).SerializeToString()
 

@@ -53,11 +53,11 @@ class Awaiting(ByEndpoint):
         self.first = first
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         if endpoint in self.first:
             await self.first[endpoint]()
-        return await super().call(endpoint, method, request, timeout)
+        return await super().call(endpoint, method, request, timeout, owner_uid)
 
 
 class Run:

@@ -87,7 +87,7 @@ class Answering(NoConnections):
         self.answers: dict[str, bytes] = {}
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         return self.answers[endpoint]
 

@@ -34,7 +34,7 @@ class Answers(NoConnections):
         self.answer = answer
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         return self.answer.SerializeToString()
 
@@ -242,7 +242,7 @@ class ByEndpoint(NoConnections):
         self.answers = answers
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         return self.answers[endpoint].SerializeToString()
 

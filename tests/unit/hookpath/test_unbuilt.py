@@ -29,7 +29,7 @@ class Down(NoConnections):
         self.calls = 0
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         self.calls += 1
         raise CallFailed(grpc.StatusCode.UNAVAILABLE, "connection refused")

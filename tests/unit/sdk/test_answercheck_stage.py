@@ -47,7 +47,7 @@ class Answering(NoConnections):
         self.answer, self.shown = answer, []
 
     async def call(
-        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None = None
+        self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
     ) -> bytes:
         self.shown.append(request)
         return self.answer.SerializeToString()

@@ -1,12 +1,11 @@
 """Whether a hook server's socket may be called: who owns it, where it lives.
 
 Judged when a connection to it is dialled, not when the hook file is read:
-the socket may have been replaced since. On the frames transport
-(hookclient/pool.py), which dials itself, that is once per connection: an
-established connection stays with the server that was judged when it was
-dialled, whatever is at the path later, and the next dial is judged anew.
-grpc.aio (hookclient/grpcaio.py) reconnects behind our back, so there it is
-judged at every call.
+the socket may have been replaced since. On the frames transport (pool.py),
+which dials itself, that is once per connection: an established connection
+stays with the server that was judged when it was dialled, whatever is at
+the path later, and the next dial is judged anew. grpc.aio (grpcaio.py)
+reconnects behind our back, so there it is judged at every call.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ import functools
 import os
 import stat
 
-from .hookfile import HookServerConfig
-
-__all__ = ["SocketSeen", "judge", "look", "untrusted_reason"]
+__all__ = ["SocketSeen", "judge", "look"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,6 +26,10 @@ class SocketSeen:
     uid: int  # its owner
     directory: str
     dir_mode: int  # the directory's permission bits
+    # An endpoint that is a symlink: the link's own directory and its bits.
+    # Whoever can write there can point the link at another socket.
+    link_directory: str | None = None
+    link_dir_mode: int = 0
 
 
 def look(endpoint: str) -> SocketSeen | None:
@@ -37,28 +38,30 @@ def look(endpoint: str) -> SocketSeen | None:
     path = endpoint
     try:
         st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):  # judge what is really connected to
+        if stat.S_ISLNK(st.st_mode):  # judge what is really connected to, and the link
+            link_directory = _directory(endpoint)
+            link_dir_mode = stat.S_IMODE(os.stat(link_directory).st_mode)
             path = os.path.realpath(path)
             st = os.stat(path)
             directory = os.path.dirname(path)
-        else:
-            directory = _directory(path)
+            dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
+            return SocketSeen(path, st.st_uid, directory, dir_mode, link_directory, link_dir_mode)
+        directory = _directory(path)
         dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
     except (OSError, ValueError):
         return None
     return SocketSeen(path, st.st_uid, directory, dir_mode)
 
 
-def judge(seen: SocketSeen | None, owner_uid: int | None) -> str | None:
+def judge(seen: SocketSeen, owner_uid: int | None) -> str | None:
     """Why the socket ``seen`` must not be called for a hook file owned by
     ``owner_uid``, or None.
 
     Whoever owns the socket, or can replace it, answers with env and
     annotations for every pod: the socket must be owned by root, the proxy's
-    euid or the hook file's owner, in a directory others cannot write to.
+    euid or the hook file's owner, in a directory others cannot write to (and
+    a symlinked endpoint's link too).
     """
-    if seen is None:
-        return None
     uid = seen.uid  # trusted: root, the proxy's euid, or the hook file's owner
     if uid != 0 and uid != os.geteuid() and uid != owner_uid:
         owner = f" or the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
@@ -68,12 +71,12 @@ def judge(seen: SocketSeen | None, owner_uid: int | None) -> str | None:
             f"untrusted endpoint: socket directory {seen.directory} is writable by others "
             f"(mode {seen.dir_mode:04o}); anyone could put a socket there"
         )
+    if seen.link_directory is not None and seen.link_dir_mode & stat.S_IWOTH:
+        return (
+            f"untrusted endpoint: the endpoint is a symlink in {seen.link_directory}, which is writable by "
+            f"others (mode {seen.link_dir_mode:04o}); anyone could point it at another socket"
+        )
     return None
-
-
-def untrusted_reason(server: HookServerConfig) -> str | None:
-    """Why ``server``'s socket, as it is now, must not be called, or None."""
-    return judge(look(server.endpoint), server.owner_uid)
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,4 +1,4 @@
-"""untrusted_reason: who may own a hook server's socket, and where it may live."""
+"""look and judge: who may own a hook server's socket, and where it may live."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from runtimeproxy.hookpath.endpointtrust import untrusted_reason
-from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
-from runtimeproxy.hookpath.points import HookType
+from runtimeproxy.hookclient.endpointtrust import judge, look
 
 NOBODY = 65534
 
@@ -19,28 +17,28 @@ def bound(path: Path) -> socket.socket:
     return sock
 
 
-def server(endpoint: Path, owner_uid: int | None = None) -> HookServerConfig:
-    return HookServerConfig(
-        "h.json", str(endpoint), FailurePolicy.FAIL, frozenset({HookType.PRE_CREATE_CONTAINER}), owner_uid=owner_uid
-    )
+def untrusted_reason(endpoint: Path, owner_uid: int | None = None) -> str | None:
+    """Why a hook file owned by ``owner_uid`` may not call ``endpoint`` now, as a transport dialling it judges."""
+    seen = look(str(endpoint))
+    return None if seen is None else judge(seen, owner_uid)
 
 
 def test_root_owned_socket_in_a_safe_directory_is_trusted(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o755)
     with bound(tmp_path / "h.sock"):
-        assert untrusted_reason(server(tmp_path / "h.sock", owner_uid=0)) is None
+        assert untrusted_reason(tmp_path / "h.sock", owner_uid=0) is None
 
 
 def test_socket_owned_by_the_hook_files_owner_is_trusted_and_by_anyone_else_not(tmp_path: Path) -> None:
     with bound(tmp_path / "h.sock"):
         os.chown(tmp_path / "h.sock", NOBODY, NOBODY)
-        assert untrusted_reason(server(tmp_path / "h.sock", owner_uid=NOBODY)) is None
-        reason = untrusted_reason(server(tmp_path / "h.sock", owner_uid=1000))
+        assert untrusted_reason(tmp_path / "h.sock", owner_uid=NOBODY) is None
+        reason = untrusted_reason(tmp_path / "h.sock", owner_uid=1000)
         assert reason == (
             f"untrusted endpoint: socket {tmp_path / 'h.sock'} is owned by uid {NOBODY}, "
             "not root or the hook file's owner (uid 1000)"
         )
-        assert untrusted_reason(server(tmp_path / "h.sock")) is not None
+        assert untrusted_reason(tmp_path / "h.sock") is not None
 
 
 def test_a_symlinked_endpoint_is_judged_by_its_target(tmp_path: Path) -> None:
@@ -50,15 +48,15 @@ def test_a_symlinked_endpoint_is_judged_by_its_target(tmp_path: Path) -> None:
     os.chmod(shared, 0o1777)
     with bound(shared / "real.sock"):
         (safe / "h.sock").symlink_to(shared / "real.sock")
-        reason = untrusted_reason(server(safe / "h.sock"))
+        reason = untrusted_reason(safe / "h.sock")
         assert reason is not None and f"socket directory {shared} is writable by others (mode 1777)" in reason
 
 
 def test_a_group_writable_directory_is_not_refused_a_missing_socket_is_left_to_the_call(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o775)
     with bound(tmp_path / "h.sock"):
-        assert untrusted_reason(server(tmp_path / "h.sock")) is None
-    assert untrusted_reason(server(tmp_path / "gone.sock")) is None
+        assert untrusted_reason(tmp_path / "h.sock") is None
+    assert untrusted_reason(tmp_path / "gone.sock") is None
 
 
 def test_every_owner_is_judged_as_before_whatever_the_proxys_euid(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -71,17 +69,34 @@ def test_every_owner_is_judged_as_before_whatever_the_proxys_euid(tmp_path: Path
                 os.chown(tmp_path / "h.sock", owner, owner)
                 for file_owner in (None, 0, 1000, NOBODY):
                     trusted = {0, euid} | ({file_owner} if file_owner is not None else set())
-                    reason = untrusted_reason(server(tmp_path / "h.sock", owner_uid=file_owner))
+                    reason = untrusted_reason(tmp_path / "h.sock", owner_uid=file_owner)
                     assert (reason is None) is (owner in trusted), (euid, owner, file_owner, reason)
 
 
-def test_the_socket_and_its_directory_are_read_again_at_every_call(tmp_path: Path) -> None:
+def test_the_socket_and_its_directory_are_read_again_at_every_look(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o755)
     with bound(tmp_path / "h.sock"):
-        hook = server(tmp_path / "h.sock")
+        hook = tmp_path / "h.sock"
         assert untrusted_reason(hook) is None
         os.chmod(tmp_path, 0o777)  # made unsafe after a call
         assert untrusted_reason(hook) is not None
         os.chmod(tmp_path, 0o755)
         os.chown(tmp_path / "h.sock", NOBODY, NOBODY)  # replaced by another's, say
         assert untrusted_reason(hook) is not None
+
+
+def test_a_symlinked_endpoint_in_a_directory_anyone_can_write_is_refused(tmp_path: Path) -> None:
+    """Whoever can write the link's directory can point it at another socket
+    (before: only the target's directory was judged)."""
+    safe, shared = tmp_path / "safe", tmp_path / "shared"
+    safe.mkdir(mode=0o755)
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with bound(safe / "real.sock"):
+        (shared / "h.sock").symlink_to(safe / "real.sock")
+        assert untrusted_reason(shared / "h.sock") == (
+            f"untrusted endpoint: the endpoint is a symlink in {shared}, which is writable by others (mode 1777); "
+            "anyone could point it at another socket"
+        )
+        os.chmod(shared, 0o755)
+        assert untrusted_reason(shared / "h.sock") is None
