@@ -17,7 +17,7 @@ from grpc import aio
 from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.config import EndpointURLError, endpoint_path
-from runtimeproxy.hookpath.executor import SKIP_LABEL
+from runtimeproxy.hookpath.executorbase import SKIP_LABEL
 from runtimeproxy.hookpath.store import verbose_info
 from runtimeproxy.host.unixsocket import dial_problem, grpc_target
 from runtimeproxy.shown import shown

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from .clipath import SOCKET
-from .hookpath.executor import SKIP_LABEL
+from .hookpath.executorbase import SKIP_LABEL
 
 F = TypeVar("F", bound=Callable[..., Any])
 

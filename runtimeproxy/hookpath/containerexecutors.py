@@ -36,20 +36,19 @@ class CreateContainer(Executor):
     def skips(self, req: v1.CreateContainerRequest, store: StateStore) -> bool:
         return opted_out(req.sandbox_config.labels)
 
-    async def _record(
-        self, req: v1.CreateContainerRequest, store: StateStore, container_id: str = ""
-    ) -> hookapi.ContainerResourceHookRequest:
+    async def load(self, req: v1.CreateContainerRequest, store: StateStore) -> None:
         # The pod as the runtime has it (with what PreRunPodSandbox hooks
         # changed), not kubelet's copy of its config.
-        pod = store.pods.get(req.pod_sandbox_id) or await store.pod(req.pod_sandbox_id) or pod_record(req.sandbox_config)
-        return _container_record(req, pod, container_id)
+        await store.pod(req.pod_sandbox_id)
 
     def hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest | None:
         pod = store.pods.get(req.pod_sandbox_id)
         return None if pod is None else _container_record(req, pod)
 
     async def read_hook_request(self, req: v1.CreateContainerRequest, store: StateStore) -> HookRequest:
-        return await self._record(req, store)
+        await self.load(req, store)
+        # A pod the runtime has no record of either: kubelet's copy of its config.
+        return self.hook_request(req, store) or _container_record(req, pod_record(req.sandbox_config))
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         return isinstance(seen, hookapi.ContainerResourceHookRequest) or req.pod_sandbox_id in store.pods
@@ -95,7 +94,10 @@ class CreateContainer(Executor):
         self, req: v1.CreateContainerRequest, resp: v1.CreateContainerResponse, store: StateStore,
         seen: HookRequest | None = None,
     ) -> None:
-        store.put_container(resp.container_id, req.pod_sandbox_id, await self._record(req, store, resp.container_id))
+        await self.load(req, store)
+        if not self.record(req, resp, store, seen):  # a pod the runtime has no record of either
+            record = _container_record(req, pod_record(req.sandbox_config), resp.container_id)
+            store.put_container(resp.container_id, req.pod_sandbox_id, record)
 
 
 def _container_record(
@@ -117,15 +119,11 @@ class _ContainerById(Executor):
         record = store.containers.get(req.container_id)
         return None if record is None else opted_out(record.pod_labels)
 
-    async def read_skips(self, req: Any, store: StateStore) -> bool:
-        record = await store.container(req.container_id)
-        return record is not None and opted_out(record.pod_labels)
+    async def load(self, req: Any, store: StateStore) -> None:
+        await store.container(req.container_id)
 
     def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
         return copied(store.containers.get(req.container_id))
-
-    async def read_hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
-        return copied(await store.container(req.container_id))
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         return not post or req.container_id in store.containers
@@ -143,10 +141,10 @@ class StopContainer(_ContainerById):
 class RemoveContainer(_ContainerById):
     request, response = v1.RemoveContainerRequest, v1.RemoveContainerResponse
 
-    def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
-        return None
+    async def load(self, req: Any, store: StateStore) -> None:
+        pass  # nothing it answers needs a record: no hook is sent, and its record is dropped
 
-    async def read_hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
+    def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
         return None
 
     def skips(self, req: Any, store: StateStore) -> bool:
@@ -166,9 +164,6 @@ class UpdateContainerResources(_ContainerById):
 
     def hook_request(self, req: v1.UpdateContainerResourcesRequest, store: StateStore) -> HookRequest | None:
         return _updated(req, super().hook_request(req, store))
-
-    async def read_hook_request(self, req: v1.UpdateContainerResourcesRequest, store: StateStore) -> HookRequest | None:
-        return _updated(req, await super().read_hook_request(req, store))
 
     def _resources(self, req: v1.UpdateContainerResourcesRequest) -> v1.LinuxContainerResources:
         return req.linux

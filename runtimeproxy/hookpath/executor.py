@@ -19,14 +19,11 @@ from .containerexecutors import (
     StopContainer,
     UpdateContainerResources,
 )
-from .executorbase import SKIP_LABEL, Executor, HookRequest
+from .executorbase import Executor
 from .podexecutors import RemovePodSandbox, RunPodSandbox, StopPodSandbox
 from .points import HookType, Phase, hook_for
 
-__all__ = [
-    "HOOKED_METHODS", "SKIP_LABEL", "CreateContainer", "Executor", "HookRequest", "HookedMethod", "RemoveContainer",
-    "RemovePodSandbox", "RunPodSandbox", "StartContainer", "StopContainer", "StopPodSandbox", "UpdateContainerResources",
-]
+__all__ = ["HOOKED_METHODS", "HookedMethod"]
 
 
 @dataclass(frozen=True)

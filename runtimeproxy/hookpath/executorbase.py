@@ -8,7 +8,8 @@ applies a hook's answer to the call, and records the outcome in the store.
 What needs a record is asked in two steps: a plain method answers from the
 call and the records the store holds (nearly every call), or says it cannot
 (None, False); only then its ``read_*`` coroutine reads the runtime for the
-record the store lacks. No coroutine is made that would never await.
+record the store lacks (``load``) and asks the plain method again: one copy
+of each answer's logic. No coroutine is made that would never await.
 """
 
 from __future__ import annotations
@@ -78,9 +79,15 @@ class Executor:
         the record that says: ``read_skips`` reads it."""
         return False
 
+    async def load(self, req: Any, store: StateStore) -> None:
+        """Read from the runtime into the store the record the plain methods
+        need, if the store lacks it (the runtime may have none either)."""
+
     async def read_skips(self, req: Any, store: StateStore) -> bool:
-        """``skips``, reading the runtime for a record the store lacks."""
-        return False
+        """``skips``, reading the runtime for a record the store lacks (a pod
+        with none anywhere has not opted out)."""
+        await self.load(req, store)
+        return bool(self.skips(req, store))
 
     def hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
         """The request hooks see, from the call and the records the store
@@ -90,6 +97,7 @@ class Executor:
     async def read_hook_request(self, req: Any, store: StateStore) -> HookRequest | None:
         """The request hooks see, reading the runtime for a record the store
         lacks; None when there is nothing to hook."""
+        await self.load(req, store)
         return self.hook_request(req, store)
 
     def apply(self, req: Any, answer: Any, shown: Any = None, clear: tuple[str, ...] = ()) -> bool:
@@ -117,6 +125,8 @@ class Executor:
 
     async def read_record(self, req: Any, resp: Any, store: StateStore, seen: HookRequest | None = None) -> None:
         """``record``, reading the runtime for the record the store lacks."""
+        await self.load(req, store)
+        self.record(req, resp, store, seen)
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         """Whether recording, and the hook request of a post hook (``post``),

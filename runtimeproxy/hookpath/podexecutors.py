@@ -63,15 +63,11 @@ class StopPodSandbox(Executor):
         record = store.pods.get(req.pod_sandbox_id)
         return None if record is None else opted_out(record.labels)
 
-    async def read_skips(self, req: v1.StopPodSandboxRequest, store: StateStore) -> bool:
-        record = await store.pod(req.pod_sandbox_id)
-        return record is not None and opted_out(record.labels)
+    async def load(self, req: v1.StopPodSandboxRequest, store: StateStore) -> None:
+        await store.pod(req.pod_sandbox_id)
 
     def hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
         return copied(store.pods.get(req.pod_sandbox_id))
-
-    async def read_hook_request(self, req: v1.StopPodSandboxRequest, store: StateStore) -> HookRequest | None:
-        return copied(await store.pod(req.pod_sandbox_id))
 
     def records_at_once(self, req: Any, store: StateStore, seen: HookRequest | None, post: bool) -> bool:
         return not post or req.pod_sandbox_id in store.pods

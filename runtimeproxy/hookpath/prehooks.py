@@ -11,7 +11,7 @@ from grpc import aio
 
 from ..cripath.unreachable import runtime_gate
 from .dispatch import Unbuilt
-from .executor import Executor, HookRequest
+from .executorbase import Executor, HookRequest
 from .hookfile import HookServerConfig
 from .points import HookType
 from .store import StateStore

@@ -21,7 +21,8 @@ from ..cripath.stage import Send, Stage, StageProvider, answer_at_once, request_
 from ..metrics import Metrics
 from ..supervisor import Supervisor, TaskName
 from .dispatch import Dispatcher, HookError
-from .executor import HOOKED_METHODS, Executor, HookedMethod
+from .executor import HOOKED_METHODS, HookedMethod
+from .executorbase import Executor
 from .hookfile import FailurePolicy
 from .locks import KeyedLocks
 from .points import HookType

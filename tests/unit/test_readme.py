@@ -197,7 +197,7 @@ def test_migration_covers_every_koordinator_flag_and_names_real_flags() -> None:
 
 
 def test_migration_names_the_skip_label_the_proxy_uses() -> None:
-    from runtimeproxy.hookpath.executor import SKIP_LABEL
+    from runtimeproxy.hookpath.executorbase import SKIP_LABEL
 
     assert f"`{SKIP_LABEL}=true`" in MIGRATION_DOC.read_text()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cri_api.v1 import api_pb2 as v1
-from runtimeproxy.hookpath import executor
+from runtimeproxy.hookpath import containerexecutors, podexecutors
 from runtimeproxy.hookpath.dispatch import Dispatcher
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
@@ -90,14 +90,14 @@ async def test_a_call_the_runtime_has_is_recorded_from_what_was_built_while_it_w
     request = v1.RunPodSandboxRequest(config=config).SerializeToString()
     events: list[str] = []
     built: list[Any] = []
-    build = executor.RunPodSandbox.early_seen
+    build = podexecutors.RunPodSandbox.early_seen
 
     def early_seen(self, req, store):  # type: ignore[no-untyped-def]
         events.append("built")
         built.append(build(self, req, store))
         return built[-1]
 
-    monkeypatch.setattr(executor.RunPodSandbox, "early_seen", early_seen)
+    monkeypatch.setattr(podexecutors.RunPodSandbox, "early_seen", early_seen)
 
     async def send(data: bytes) -> bytes:
         assert data == request  # sent as it came
@@ -122,8 +122,8 @@ async def test_a_call_the_runtime_has_is_rechecked_when_its_stage_fails_before_t
     async def failing_skip(self, req, store):  # type: ignore[no-untyped-def]
         raise asyncio.CancelledError  # its client left while the pod was read back, say
 
-    monkeypatch.setattr(executor.StopContainer, "unsure", unsure)
-    monkeypatch.setattr(executor.StopContainer, "read_skips", failing_skip)
+    monkeypatch.setattr(containerexecutors.StopContainer, "unsure", unsure)
+    monkeypatch.setattr(containerexecutors.StopContainer, "read_skips", failing_skip)
     stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))  # a post hook, so the opt-out is read
 
     async def send(data: bytes) -> bytes:
@@ -164,7 +164,7 @@ async def test_shutdown_settles_a_call_the_runtime_has_before_it_stops_what_read
         await opened.wait()
         return False
 
-    monkeypatch.setattr(executor.StopContainer, "read_skips", slow_skip)
+    monkeypatch.setattr(containerexecutors.StopContainer, "read_skips", slow_skip)
     stage = _stage(_server(IGNORE, HookType.POST_STOP_CONTAINER))
 
     async def send(data: bytes) -> bytes:
