@@ -1,4 +1,4 @@
-"""Both transports judge a hook socket's owner (hookpath/endpointtrust.py):
+"""Both transports judge a hook socket's owner (hookclient/endpointtrust.py):
 frames when it dials a connection, grpc.aio at every call (it redials behind
 our back). Real sockets, really chowned (the tests run as root)."""
 
