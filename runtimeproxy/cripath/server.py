@@ -240,14 +240,21 @@ class Proxy:
         runtime is probed and served, its ImageService while the image service
         serves (the runtime, or a separate one: imagewatch.py), and the
         overall "" while both do (a node that cannot pull cannot start a pod
-        whose image is missing), so a consumer can tell which side is down."""
+        whose image is missing), so a consumer can tell which side is down.
+
+        A version the routing plan does not serve is NOT_SERVING (its calls
+        are refused UNIMPLEMENTED), not left unregistered (NOT_FOUND): with
+        --serve-versions auto the served set follows the backend, and the
+        health servicer cannot unregister a name once set, so a name's
+        answer must not depend on whether it was ever served."""
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         runtime = self._runtime_serving
         images = runtime if self.images is None else self.images.up
+        served = self.router.plan.served if self.router.plan is not None else frozenset()
         statuses = {"": serving if runtime and images else not_serving}
         for version in ApiVersion:
-            statuses[f"{version.package}.RuntimeService"] = serving if runtime else not_serving
-            statuses[f"{version.package}.ImageService"] = serving if images else not_serving
+            statuses[f"{version.package}.RuntimeService"] = serving if runtime and version in served else not_serving
+            statuses[f"{version.package}.ImageService"] = serving if images and version in served else not_serving
         return statuses
 
     def _health_soon(self) -> None:

@@ -1,7 +1,8 @@
 """An image service on a socket of its own (``--image-backend``) that goes
-away: health says NOT_SERVING (overall and ``runtime.v1.ImageService``; the
-runtime's own name stays SERVING), ``runtime_proxy_image_backend_ready`` is 0
-and the log says so, until it is back (cripath/imagewatch.py).
+away: health says NOT_SERVING (overall and ``runtime.v1.ImageService``, and
+its v1alpha2 name; the runtime's own names stay SERVING),
+``runtime_proxy_image_backend_ready`` is 0 and the log says so, until it is
+back (cripath/imagewatch.py).
 
 Before: nothing watched it; health stayed SERVING and no metric told of it
 while every image call (kubelet's pulls) failed UNAVAILABLE."""
@@ -50,11 +51,18 @@ def runtime_ready(running: RunningProxy) -> float | None:
 
 
 async def statuses(client: aio.Channel) -> tuple[int, int, int]:
-    """Health overall, the runtime's and the image service's (v1 names)."""
+    """Health overall, the runtime's and the image service's; the v1alpha2
+    names (served too: the fake serves both versions) must say what the v1
+    ones say."""
     stub = health_pb2_grpc.HealthStub(client)
-    return tuple([  # type: ignore[return-value]
-        (await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)).status
-        for name in ("", "runtime.v1.RuntimeService", "runtime.v1.ImageService")])
+
+    async def status(name: str) -> int:
+        return (await stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)).status
+
+    v1 = [await status(f"runtime.v1.{service}") for service in ("RuntimeService", "ImageService")]
+    v1alpha2 = [await status(f"runtime.v1alpha2.{service}") for service in ("RuntimeService", "ImageService")]
+    assert v1alpha2 == v1, "the v1alpha2 names must follow the same sides as the v1 ones"
+    return (await status(""), *v1)  # type: ignore[return-value]
 
 
 async def next_status(watch: aio.UnaryStreamCall, wanted: int) -> None:
