@@ -10,6 +10,8 @@ happen if it dies:
   fails, and ``serve`` stops the proxy and exits non-zero (unless its
   ``Restart`` says never to give up: one the proxy serves without, as the
   separate image service's watch, whose failure marks that side down);
+  should the restarting itself fail (a bug), the supervisor fails too, as
+  nothing would run the service any more;
 * a *one-shot* task is logged if it fails; a critical one (health updates)
   fails the supervisor instead, since the proxy must never keep serving
   with routing or health it can no longer update;
@@ -43,7 +45,13 @@ class Restart:
     healthy_after: float = 60.0
 
     def delay(self, failures: int) -> float:
-        return min(self.max_delay, self.first_delay * 2 ** (failures - 1))
+        # The exponent is capped: a service restarted forever reaches failure
+        # counts whose float power overflows (2.0 ** 1024 raises OverflowError),
+        # and by 2 ** 64 any first_delay > 0 is past any max_delay.
+        return min(self.max_delay, self.first_delay * 2.0 ** min(failures - 1, _MAX_DOUBLINGS))
+
+
+_MAX_DOUBLINGS = 64
 
 
 class TaskName:
@@ -138,7 +146,19 @@ class Supervisor:
     # Faults
 
     def _service_done(self, task: asyncio.Task[None]) -> None:
-        self._services.pop(task, None)
+        name = self._services.pop(task, None)
+        if task.cancelled() or task.exception() is None:
+            return
+        # _keep itself failed (a bug outside its try): nothing restarts the
+        # service from here, so the proxy must not go on as if it ran.
+        error = task.exception()
+        assert error is not None
+        log.critical(
+            "background task's restarts failed; nothing restarts it",
+            extra={"task": name or task.get_name(), "error": repr(error)},
+            exc_info=error,
+        )
+        self._fail(name or task.get_name(), error, 1)
 
     def _oneshot_done(self, task: asyncio.Task[Any]) -> None:
         info = self._oneshots.pop(task)

@@ -63,6 +63,38 @@ async def test_a_service_restarted_without_a_limit_never_fails_the_supervisor() 
     await tasks.close()
 
 
+@pytest.mark.parametrize("failures", [1030, 10_000, 10**9])
+def test_the_backoff_of_a_service_restarted_forever_stays_at_its_cap(failures: int) -> None:
+    """Before: ``first_delay * 2 ** (failures - 1)`` raised OverflowError
+    from failure ~1030 on, which killed the restarting task."""
+    forever = Restart(0.1, 30.0, None)
+    assert forever.delay(failures) == 30.0
+    assert [forever.delay(n) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
+
+
+class _BrokenRestart(Restart):
+    def delay(self, failures: int) -> float:
+        raise OverflowError("int too large to convert to float")
+
+
+async def test_a_service_whose_restarting_fails_is_logged_and_fails_the_supervisor(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the task that restarts the service died with the error and
+    was dropped unlooked at: nothing logged it, nothing ran the service."""
+    tasks = Supervisor()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    tasks.keep_running("svc", broken, _BrokenRestart(attempts=None))
+    await asyncio.wait_for(tasks.failed.wait(), 5)
+    assert isinstance(tasks.error, TaskFailed) and "OverflowError" in str(tasks.error)
+    [told] = [r for r in caplog.records if r.getMessage() == "background task's restarts failed; nothing restarts it"]
+    assert told.task == "svc" and told.exc_info is not None  # type: ignore[attr-defined]
+    assert tasks.running("svc") == []
+
+
 async def test_a_service_that_returns_is_restarted_too() -> None:
     tasks = Supervisor()
     runs: list[int] = []
