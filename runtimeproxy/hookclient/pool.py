@@ -112,9 +112,13 @@ class FramesTransport:
         if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
             raise Untrusted(untrusted, seen)
         loop = asyncio.get_running_loop()
+        # The socket judged, not the endpoint: a symlinked endpoint's chain is
+        # followed once, by look(), and links in between (which are not judged)
+        # retargeted since cannot change what is dialled.
+        target = endpoint if seen is None else seen.path
         try:
             _, conn = await loop.create_unix_connection(
-                lambda: ClientConnection(endpoint, self._max_message, self._lost), endpoint
+                lambda: ClientConnection(endpoint, self._max_message, self._lost), target
             )
         except OSError as err:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err

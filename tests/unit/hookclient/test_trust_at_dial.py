@@ -214,3 +214,36 @@ async def test_a_socket_gone_at_the_look_after_connecting_is_not_trusted(
             assert transport.endpoints() == frozenset()
     finally:
         await transport.close(1)
+
+
+async def test_a_symlink_chain_dials_the_socket_that_was_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint is a link to a link in a world-writable directory (which
+    the look follows, judging only the first link's directory and the
+    socket's). That link retargeted at another user's socket between the
+    look and the connect: the connection is still to the socket judged.
+    Before: the endpoint itself was dialled, its chain followed afresh, and
+    the squatter's socket was called as trusted."""
+    trusted_dir, open_dir, hooks = tmp_path / "trusted", tmp_path / "open", tmp_path / "hooks"
+    for directory, mode in ((trusted_dir, 0o755), (open_dir, 0o1777), (hooks, 0o755)):
+        directory.mkdir()
+        directory.chmod(mode)
+    middle, endpoint = open_dir / "mid", hooks / "h.sock"
+    middle.symlink_to(trusted_dir / "real.sock")
+    endpoint.symlink_to(middle)
+
+    def look_then_retarget(path: str) -> SocketSeen | None:
+        seen = look(path)
+        retarget = open_dir / "mid.new"  # as a user writing to the open directory would
+        retarget.symlink_to(trusted_dir / "squat.sock")
+        os.replace(retarget, middle)
+        return seen
+
+    monkeypatch.setattr(pool, "look", look_then_retarget)
+    transport = FramesTransport()
+    try:
+        async with Counting(trusted_dir / "real.sock") as real, Counting(trusted_dir / "squat.sock") as squatter:
+            os.chown(squatter.socket_path, NOBODY, NOBODY)
+            await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
+            assert (real.calls, squatter.calls) == (1, 0)
+    finally:
+        await transport.close(1)
