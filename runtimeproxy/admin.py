@@ -26,6 +26,7 @@ from google.protobuf import empty_pb2, wrappers_pb2
 from grpc import aio
 
 from .cripath.backend import CRI_VERSIONS
+from .cripath.imagewatch import ImageWatch
 from .cripath.server import Proxy
 from .hookpath.registry import HookRegistry
 from .host.unixsocket import check_path_length, connect_failure, grpc_target
@@ -64,8 +65,10 @@ class StatusSource:
             "backend": {
                 "socket": str(backend.runtime_socket),
                 "image_socket": str(backend.image_socket),
-                # A separate image service's connection (None: the runtime's socket serves images).
+                # A separate image service's state (None: the runtime's socket serves images):
+                # serving (the key's name is older than its probe), and if not, why.
                 "image_connected": None if self.proxy.images is None else self.proxy.images.up,
+                "image_problem": _image_problem(self.proxy.images),
                 "connected": backend.connected,
                 "runtime_name": info.runtime_name if info else None,
                 "runtime_version": info.runtime_version if info else None,
@@ -100,6 +103,12 @@ class StatusSource:
             "calls": dict(sorted(stats.calls.items())) if stats else {},
             "last_error": stats.last_error if stats else None,
         }
+
+
+def _image_problem(images: ImageWatch | None) -> str | None:
+    if images is None or images.up or images.reason is None:
+        return None
+    return _cut(images.reason)
 
 
 def _cut(reason: str) -> str:
@@ -166,10 +175,13 @@ def unreachable(
 
 def _image_line(backend: Mapping[str, Any]) -> str:
     """A separate image service's state, after the backend's ("": none, or a proxy older than the key)."""
-    connected = backend.get("image_connected")
-    if connected is None:
+    serving = backend.get("image_connected")
+    if serving is None:
         return ""
-    return f"; images at {backend['image_socket']}, {'connected' if connected else 'NOT CONNECTED'}"
+    if serving:
+        return f"; images at {backend['image_socket']}, serving"
+    problem = backend.get("image_problem")  # `.get`: a proxy older than the key
+    return f"; images at {backend['image_socket']}, NOT SERVING" + (f" ({_printable(problem)})" if problem else "")
 
 
 def render(doc: Mapping[str, Any], now: float | None = None) -> str:

@@ -42,7 +42,7 @@ def describe(proxy: Proxy, hook_servers: int) -> str:
     )
     images = proxy.images
     if images is not None and not images.up:  # image calls fail: pulls, and so pods whose image is missing
-        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is unreachable; {hooks}"
+        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is not serving; {hooks}"
     return f"serving CRI {served} for {runtime}; {hooks}"
 
 

@@ -79,6 +79,7 @@ class ImageWatch:
         self.socket = socket
         self._channel = channel
         self.up = False  # serving now: its last probe answered, no failed attempt since
+        self.reason: str | None = None  # why it does not serve, the latest seen (None while it serves)
         self._was_up = False  # serving at some time since start (its end line says "again")
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
@@ -133,6 +134,7 @@ class ImageWatch:
         name = str(self.socket)
         fields = {"backend": name}
         self.up = True
+        self.reason = None
         if self._outages.down(name):
             self._outages.succeeded(name, fields, first=not self._was_up)
         else:
@@ -142,6 +144,7 @@ class ImageWatch:
 
     def _lost(self, reason: str) -> None:
         name = str(self.socket)
+        self.reason = reason
         if not self.up and self._outages.down(name):
             self._outages.counted(name)  # the outage under way: its end line counts it
             log.debug("image backend still not serving", extra={"backend": name, "reason": reason})

@@ -111,13 +111,31 @@ def test_a_hook_servers_last_error_shows_its_cause() -> None:
         document(hook_servers=[{**server, "last_error": older}])).splitlines()
 
 
-def test_a_separate_image_backend_not_connected_is_shown() -> None:
-    """A separate image service's state: NOT CONNECTED while image calls fail
-    (before: status said nothing of it); no word of it when the runtime
+def test_a_separate_image_backend_failing_its_probe_shows_why() -> None:
+    """Connected and failing its probe: the document carries the reason, the
+    text shows it (before: only NOT CONNECTED, which it was not)."""
+    src = source(ReloadResult())
+    reason = "ImageFsInfo: UNAVAILABLE: image store not ready"
+    src.proxy.images = SimpleNamespace(up=False, reason=reason)
+    src.proxy.backend.image_socket = Path("/run/img.sock")
+    doc = src.document()
+    assert (doc["backend"]["image_connected"], doc["backend"]["image_problem"]) == (False, reason)
+    assert f"; images at /run/img.sock, NOT SERVING ({reason})\n" in render(doc)
+    src.proxy.images = SimpleNamespace(up=True, reason=None)
+    assert src.document()["backend"]["image_problem"] is None
+
+
+def test_a_separate_image_backend_not_serving_is_shown() -> None:
+    """A separate image service's state: NOT SERVING while image calls fail
+    (before: status said nothing of it; then NOT CONNECTED, also of one
+    connected that failed its probe); no word of it when the runtime
     serves images (null), or from a proxy older than the key."""
     doc = document()
     assert doc["backend"]["image_connected"] is None and "images at" not in render(doc)
+    assert doc["backend"]["image_problem"] is None
     apart = {**doc, "backend": {**doc["backend"], "image_socket": "/run/img.sock", "image_connected": False}}
-    assert "; images at /run/img.sock, NOT CONNECTED\n" in render(apart)
+    assert "; images at /run/img.sock, NOT SERVING\n" in render(apart)
+    serving = {**doc, "backend": {**apart["backend"], "image_connected": True}}
+    assert "; images at /run/img.sock, serving\n" in render(serving)
     older = {**doc, "backend": {k: v for k, v in doc["backend"].items() if k != "image_connected"}}
     assert "images at" not in render(older)

@@ -18,11 +18,12 @@ def proxy(images: Any) -> Any:
     return SimpleNamespace(backend=backend, router=SimpleNamespace(plan=plan), images=images)
 
 
-def test_the_status_line_says_when_a_separate_image_backend_is_unreachable() -> None:
-    """Before: 'serving CRI v1' while every image call failed."""
+def test_the_status_line_says_when_a_separate_image_backend_is_not_serving() -> None:
+    """Before: 'serving CRI v1' while every image call failed; then 'is
+    unreachable', also said of one connected that failed its probe."""
     away = SimpleNamespace(up=False, socket=Path("/run/img.sock"))
     assert describe(proxy(away), 1) == (
-        "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is unreachable; "
+        "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is not serving; "
         "1 hook server")
     assert describe(proxy(SimpleNamespace(up=True, socket=Path("/run/img.sock"))), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0; 1 hook server")

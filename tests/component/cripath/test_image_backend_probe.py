@@ -55,11 +55,14 @@ async def test_an_image_service_not_initialised_is_down_until_its_probe_answers(
             await images.wait_calls(FS_INFO, 3, timeout=10)  # asked again, after a backoff
             assert await statuses(client) == (NOT_SERVING, SERVING, NOT_SERVING)
             assert image_ready(running) == 0.0
+            assert running.proxy.images is not None  # what `status` shows (admin.py): why it does not serve
+            assert running.proxy.images.reason == "ImageFsInfo: UNKNOWN: server is not initialized yet"
             watch = health_pb2_grpc.HealthStub(client).Watch(health_pb2.HealthCheckRequest(), timeout=30)
             assert (await watch.read()).status == NOT_SERVING
             del images.scripts[FS_INFO]  # its state loaded
             await next_status(watch, SERVING)
             assert image_ready(running) == 1.0
+            assert running.proxy.images.reason is None
             watch.cancel()
     told = [r for r in caplog.records if r.name == WATCH and r.levelno >= logging.INFO]
     assert [(r.levelno, r.getMessage().split(" after ")[0]) for r in told] == [
