@@ -42,7 +42,17 @@ class Severable:
         await asyncio.gather(*self._pipes, return_exceptions=True)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+        except OSError:  # the runtime is not there: the client's connection ends as with none listening
+            writer.transport.abort()
+            return
+        if self._server is None:
+            # Severed while this connection was dialling on: sever() did not
+            # see it, and a killed runtime's accepted connections all end.
+            up_writer.transport.abort()
+            writer.transport.abort()
+            return
         self._writers += [writer, up_writer]
         pipes = [asyncio.ensure_future(_copy(reader, up_writer)), asyncio.ensure_future(_copy(up_reader, writer))]
         self._pipes.update(pipes)
