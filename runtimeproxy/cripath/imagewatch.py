@@ -95,6 +95,9 @@ class ImageWatch:
         If it fails, the image service is taken for down until its restart
         (``RESTART``) finds it serving: health must not say SERVING on a
         watch that no longer looks."""
+        # A restart starts its backoff afresh: the dead run's may have reached
+        # RETRY_MAX, and a service that serves meanwhile would wait that long.
+        self._retry = RETRY_FIRST
         try:
             await self._watch()
         except Exception as exc:
