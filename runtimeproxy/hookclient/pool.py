@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Collection
 
 import grpc
@@ -14,6 +15,8 @@ from .stream import Unprocessed
 from .headers import request_block_prefix, with_timeout
 from .transport import MAX_MESSAGE_BYTES, CallFailed, Untrusted
 
+# A unix socket address holds at most 107 bytes of path (sun_path, with its NUL).
+SUN_PATH_MAX = 107
 ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
 
 
@@ -114,8 +117,10 @@ class FramesTransport:
         loop = asyncio.get_running_loop()
         # The socket judged, not the endpoint: a symlinked endpoint's chain is
         # followed once, by look(), and links in between (which are not judged)
-        # retargeted since cannot change what is dialled.
-        target = endpoint if seen is None else seen.path
+        # retargeted since cannot change what is dialled. A judged path too long
+        # for a unix address (a short link to a deep directory) cannot be
+        # dialled as such: the endpoint is, its chain followed afresh.
+        target = endpoint if seen is None or len(os.fsencode(seen.path)) > SUN_PATH_MAX else seen.path
         try:
             _, conn = await loop.create_unix_connection(
                 lambda: ClientConnection(endpoint, self._max_message, self._lost), target

@@ -247,3 +247,25 @@ async def test_a_symlink_chain_dials_the_socket_that_was_judged(tmp_path: Path, 
             assert (real.calls, squatter.calls) == (1, 0)
     finally:
         await transport.close(1)
+
+
+async def test_a_short_link_to_a_socket_too_deep_to_dial_is_dialled_by_the_link(tmp_path: Path) -> None:
+    """The endpoint is a short link to a socket whose own path is longer
+    than a unix address holds (108 bytes): the link is dialled, as before
+    the pool dialled the judged socket (before: UNAVAILABLE, "AF_UNIX path
+    too long", for an endpoint that had always connected)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    assert len(os.fsencode(deep / "h.sock")) > pool.SUN_PATH_MAX
+    fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    endpoint = tmp_path / "h.sock"
+    endpoint.symlink_to(deep / "h.sock")
+    transport = FramesTransport()
+    try:
+        # Bound through /proc (a short path to the deep directory), as a server started in it would be.
+        async with Counting(Path(f"/proc/self/fd/{fd}/h.sock")) as server:
+            await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
+            assert server.calls == 1
+    finally:
+        await transport.close(1)
+        os.close(fd)
