@@ -130,8 +130,14 @@ class Supervisor:
                 await run()
                 error: BaseException = RuntimeError("returned while it should run until stopped")
                 log.error("background task ended", extra={"task": name})
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as exc:
+                # Only our own cancel stops the service: one raised out of run()
+                # (a grpc.aio call on a closed channel, say) is a death, restarted.
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                error = exc
+                log.error("background task died", extra={"task": name, "error": repr(exc)}, exc_info=exc)
             except Exception as exc:
                 error = exc
                 log.exception("background task died", extra={"task": name, "error": repr(exc)})
@@ -153,12 +159,7 @@ class Supervisor:
         # service from here, so the proxy must not go on as if it ran.
         error = task.exception()
         assert error is not None
-        log.critical(
-            "background task's restarts failed; nothing restarts it",
-            extra={"task": name or task.get_name(), "error": repr(error)},
-            exc_info=error,
-        )
-        self._fail(name or task.get_name(), error, 1)
+        self._fail(name or task.get_name(), error, 1, "background task's restarts failed; nothing restarts it")
 
     def _oneshot_done(self, task: asyncio.Task[Any]) -> None:
         info = self._oneshots.pop(task)
@@ -172,11 +173,13 @@ class Supervisor:
                 "background task failed", extra={**info.fields, "task": info.name, "error": repr(error)}, exc_info=error
             )
 
-    def _fail(self, name: str, error: BaseException, failures: int) -> None:
-        log.critical(
-            "background task keeps failing; the proxy cannot go on without it",
-            extra={"task": name, "failures": failures, "error": repr(error)},
-        )
+    def _fail(
+        self, name: str, error: BaseException, failures: int,
+        why: str = "background task keeps failing; the proxy cannot go on without it",
+    ) -> None:
+        # One critical line per failure, with its traceback where one says more than the count.
+        log.critical(why, extra={"task": name, "failures": failures, "error": repr(error)},
+                     exc_info=error if error.__traceback__ is not None else None)
         if self.error is None:
             self.error = TaskFailed(f"background task {name!r} failed {failures} time(s): {error!r}")
         self.failed.set()

@@ -183,3 +183,63 @@ async def test_stop_goes_name_by_name() -> None:
     await asyncio.sleep(0)
     await tasks.stop(["a", "b", "c"])
     assert order == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("how", ["stop", "close"])
+@pytest.mark.parametrize("where", ["running", "backing off"])
+async def test_an_orderly_stop_leaves_the_supervisor_clean(how: str, where: str) -> None:
+    """A service cancelled by the supervisor's own stop, in its run or in its
+    backoff, is no failure: shutdown must not exit non-zero for it. Guards
+    existing behaviour (a failure counted for a cancel passed every test)."""
+    tasks = Supervisor()
+    there = asyncio.Event()
+
+    async def service() -> None:
+        if where == "running":
+            there.set()
+            await asyncio.Event().wait()
+        there.set()
+        raise RuntimeError("boom")  # then sleeps a long backoff
+
+    tasks.keep_running("svc", service, Restart(first_delay=60, max_delay=60, attempts=None))
+    await asyncio.wait_for(there.wait(), 5)
+    await asyncio.sleep(0)  # into run()'s wait, or past the raise into the backoff's sleep
+    await (tasks.stop(["svc"]) if how == "stop" else tasks.close())
+    assert tasks.running("svc") == []
+    assert not tasks.failed.is_set() and tasks.error is None
+
+
+async def test_a_cancel_raised_out_of_run_is_a_death_restarted(caplog: pytest.LogCaptureFixture) -> None:
+    """``run()`` raising CancelledError while nobody cancelled the service
+    (a grpc.aio call on a channel closed under it): restarted like any death
+    (before: re-raised, the service ended as cancelled, silently, for good)."""
+    tasks = Supervisor()
+    runs: list[int] = []
+    again = asyncio.Event()
+
+    async def service() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise asyncio.CancelledError()
+        again.set()
+        await asyncio.Event().wait()
+
+    tasks.keep_running("svc", service, QUICK)
+    await asyncio.wait_for(again.wait(), 5)
+    assert len(runs) == 2 and not tasks.failed.is_set()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["background task died"]
+    await tasks.close()
+
+
+async def test_a_failed_restarter_says_so_in_one_critical_line(caplog: pytest.LogCaptureFixture) -> None:
+    """Before: two critical lines, the second saying the service "keeps failing" after 1 failure."""
+    tasks = Supervisor()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    tasks.keep_running("svc", broken, _BrokenRestart(attempts=None))
+    await asyncio.wait_for(tasks.failed.wait(), 5)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"] == [
+        "background task's restarts failed; nothing restarts it"
+    ]
