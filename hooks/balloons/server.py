@@ -180,10 +180,11 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         the next instance, waiting on the lock, has started and read it; a
         write stuck in its thread is returned, and handed over as it starts
         (a step cut first, its bound below STOP_WRITE_WAIT, keeps the lock too).
-        The runtime client closes first: a move still waiting (a background
-        task's UpdateContainerResources) is cancelled, and no further one is
-        sent, before the lock goes; one applied later could undo the cpusets
-        the next instance listed at its start."""
+        The runtime client closes first, so no further move is sent before the
+        lock goes (one applied later could undo the cpusets the next instance
+        listed at its start). A move already sent is cancelled on our side
+        only: containerd may still apply it, which the next instance's moves
+        allow for (``maybe_moved``)."""
         await self._runtime.close()  # (again in _after_stop: a stop with no server to release skips this step)
         return await self._saved.finish(hand_over=self._keep_lock_until)
 

@@ -79,7 +79,7 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
         except OSError:
             # cgroup v1 lowering a memory limit: the limit is written, then
             # memsw's write failed. The limit landed all the same: a change made.
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):  # the write's own OSError is what callers catch
                 if field is Field.MEMORY_LIMIT and not files.differs(files.read(), wanted, field):
                     name, old, new = files.changed(current, wanted, field)
                     changes.append(Change(field, old, new, name))
