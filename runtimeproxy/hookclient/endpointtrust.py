@@ -15,7 +15,9 @@ import functools
 import os
 import stat
 
-__all__ = ["SocketSeen", "judge", "look"]
+from .transport import Untrusted
+
+__all__ = ["SocketSeen", "judge", "look", "require_trusted"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +79,13 @@ def judge(seen: SocketSeen, owner_uid: int | None) -> str | None:
             f"others (mode {seen.link_dir_mode:04o}); anyone could point it at another socket"
         )
     return None
+
+
+def require_trusted(seen: SocketSeen | None, owner_uid: int | None) -> None:
+    """Raise ``Untrusted`` if ``seen`` must not be called for a hook file owned
+    by ``owner_uid`` (``judge``); no socket to judge is no refusal."""
+    if seen is not None and (reason := judge(seen, owner_uid)) is not None:
+        raise Untrusted(reason, seen)
 
 
 @functools.lru_cache(maxsize=256)

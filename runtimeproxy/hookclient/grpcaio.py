@@ -20,10 +20,10 @@ from collections.abc import Collection
 import grpc
 from grpc import aio
 
-from .endpointtrust import judge, look
+from .endpointtrust import look, require_trusted
 from ..hookpath.hookfile import MAX_TIMEOUT
 from ..host.unixsocket import grpc_target
-from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage, Untrusted
+from .transport import MAX_MESSAGE_BYTES, CallFailed, NoMessage
 
 CHANNEL_OPTIONS = [
     # A hook server that restarts is reachable again within a second.
@@ -63,9 +63,7 @@ class GrpcTransport:
     ) -> bytes:
         # At every call: grpc dials (and dials again) behind our back, so the
         # socket may have been replaced under any call's connection.
-        seen = look(endpoint)
-        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
-            raise Untrusted(untrusted, seen)
+        require_trusted(look(endpoint), owner_uid)
         try:
             # The grpc deadline bounds a hang; asyncio.timeout is the backstop
             # should the deadline itself not fire.

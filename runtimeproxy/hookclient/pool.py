@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 import grpc
 
-from .endpointtrust import judge, look
+from .endpointtrust import judge, look, require_trusted
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
@@ -112,8 +112,7 @@ class FramesTransport:
         """A new connection, its socket judged before it is dialled: refused
         (``Untrusted``) without a connect if it may not be called."""
         seen = look(endpoint)
-        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
-            raise Untrusted(untrusted, seen)
+        require_trusted(seen, owner_uid)
         loop = asyncio.get_running_loop()
         # The socket judged, not the endpoint: a symlinked endpoint's chain is
         # followed once, by look(), and links in between (which are not judged)
@@ -210,8 +209,6 @@ def _admitted(conn: ClientConnection, owner_uid: int | None) -> ClientConnection
     path now), for another file on the same endpoint or one whose owner a
     reload changed. ``Untrusted`` otherwise."""
     if owner_uid not in conn.trusted_for:
-        seen = conn.socket  # set as it was dialled
-        if seen is not None and (untrusted := judge(seen, owner_uid)) is not None:
-            raise Untrusted(untrusted, seen)
+        require_trusted(conn.socket, owner_uid)  # the socket as it was dialled
         conn.trusted_for.add(owner_uid)
     return conn
