@@ -20,11 +20,17 @@ from runtimeproxy.hookclient.pool import FramesTransport
 from runtimeproxy.hookclient.transport import CallFailed, HookTransport, Untrusted, transport_for
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
+from ...prerequisites import fail_or_skip
+
 METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
 NOBODY = 65534
 REQUEST = hookapi.ContainerResourceHookRequest().SerializeToString()
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chowns sockets")
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to chown sockets (CI runs as root)")
 
 
 class Counting(HookServer):
