@@ -26,6 +26,7 @@ from runtimeproxy.frames.connection import Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 from runtimeproxy.frames.listener import FramesListener
 from runtimeproxy.host.unixsocket import grpc_address
+from tests.frameroutes import Routes
 
 from .. import rawh2
 from ..rawh2 import message
@@ -33,35 +34,6 @@ from ..rawh2 import message
 RELAYED = "/runtime.v1.RuntimeService/ListContainers"
 HOOKED = "/runtime.v1.RuntimeService/StartContainer"
 DIVERTED = "/test.Own/Echo"
-
-
-class _Routes:
-    def __init__(self, stages: tuple[Stage, ...]) -> None:
-        self._stages = stages
-
-    def ready(self) -> bool:
-        return True
-
-    def fast(self, path: str) -> bool:
-        return path == RELAYED
-
-    def unary(self, path: str) -> bool:
-        return True
-
-    def hooked(self, path: str) -> tuple[Stage, ...] | None:
-        return self._stages if path == HOOKED else None
-
-    def sends_unchanged(self, path: str) -> bool:
-        return False
-
-    def measure(self, path: str) -> None:
-        return None
-
-    def runtime_unimplemented(self) -> None:
-        pass
-
-    def runtime_failed_status(self, status: int, message: str) -> None:
-        pass
 
 
 def request_block(encoder: hpack.Encoder, path: str) -> bytes:
@@ -143,7 +115,7 @@ async def raw_relay(sock_dir: Path, stages: tuple[Stage, ...] = ()) -> AsyncIter
         "test.Own", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)})])
     own.add_insecure_port(grpc_address(sock_dir / 'own.sock'))
     await own.start()
-    listener = FramesListener(relay.listen, sock_dir / "runtime.sock", sock_dir / "own.sock", _Routes(stages), [],
+    listener = FramesListener(relay.listen, sock_dir / "runtime.sock", sock_dir / "own.sock", Routes(lambda path: path == RELAYED, stages, diverted=lambda path: path != HOOKED), [],
                               Limits(max_message=1 << 20))
     await listener.start()
     try:

@@ -18,34 +18,9 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import Limits
 from runtimeproxy.frames.frame import FrameType
 from runtimeproxy.frames.listener import FramesListener
+from tests.frameroutes import Routes
 
 from .. import rawh2
-
-
-class _Routes:
-    def ready(self) -> bool:
-        return True
-
-    def fast(self, path: str) -> bool:
-        return True
-
-    def unary(self, path: str) -> bool:
-        return True
-
-    def hooked(self, path: str) -> None:
-        return None
-
-    def sends_unchanged(self, path: str) -> bool:
-        return False
-
-    def measure(self, path: str) -> None:
-        return None
-
-    def runtime_unimplemented(self) -> None:
-        pass
-
-    def runtime_failed_status(self, status: int, message: str) -> None:
-        pass
 
 
 class _SilentRuntime(asyncio.Protocol):
@@ -87,7 +62,7 @@ async def runtimes(sock_dir: Path) -> AsyncIterator[tuple[Path, asyncio.Queue[_S
 
 
 def _listener(sock_dir: Path, runtime: Path) -> FramesListener:
-    return FramesListener(sock_dir / "proxy.sock", runtime, sock_dir / "unused.sock", _Routes(), [],
+    return FramesListener(sock_dir / "proxy.sock", runtime, sock_dir / "unused.sock", Routes(), [],
                           Limits(max_message=1 << 20))
 
 

@@ -23,10 +23,11 @@ from runtimeproxy.frames import silent
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.listener import FramesListener
 from runtimeproxy.frames.path import FramesPath
+from tests.frameroutes import Routes
 from tests.silences import Told
 
 from .. import rawh2
-from .test_listener_stop import _Routes, _SilentRuntime, runtimes  # noqa: F401 - the fixture
+from .test_listener_stop import _SilentRuntime, runtimes  # noqa: F401 - the fixture
 
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 
@@ -37,7 +38,7 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
     monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
     path, accepted = runtimes
     told = Told()
-    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
+    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", Routes(), [],
                               Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
     try:
@@ -65,7 +66,7 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
     within the bound: the bound's timer is cancelled, so no GOAWAY can come."""
     path, accepted = runtimes
     told = Told()
-    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", _Routes(), [],
+    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", Routes(), [],
                               Limits(max_message=1 << 20), runtime_silent=told)
     await listener.start()
     try:

@@ -16,8 +16,8 @@ import hpack
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
+from tests.frameroutes import Routes
 
-from .routes import Routes
 from .test_connection import _pass_on, _Transport, _turns, _written_frames
 
 HOOKED, RELAYED = "/runtime.v1.RuntimeService/StartContainer", "/runtime.v1.RuntimeService/ListContainers"

@@ -13,8 +13,8 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 from runtimeproxy.frames.upstream import CLIENT_WINDOW
+from tests.frameroutes import Routes
 
-from .routes import Routes
 from .test_connection import _Transport, _written_frames
 
 

@@ -15,6 +15,7 @@ import pytest
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
+from tests.frameroutes import Routes
 
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 
@@ -50,7 +51,10 @@ async def _pass_on(request, context, send):  # type: ignore[no-untyped-def]
     return await send(request)
 
 
-class _Routes:
+class _Routes(Routes):
+    """Every call hooked, its one stage passing the request on. Each answer is
+    a constant, so subclasses need not call ``__init__``."""
+
     def fast(self, path: str) -> bool:
         return False
 
@@ -59,18 +63,6 @@ class _Routes:
 
     def hooked(self, path: str):  # type: ignore[no-untyped-def]
         return (_pass_on,)
-
-    def sends_unchanged(self, path: str) -> bool:
-        return False
-
-    def measure(self, path: str) -> None:
-        return None
-
-    def runtime_unimplemented(self) -> None:
-        pass
-
-    def runtime_failed_status(self, status: int, message: str) -> None:
-        pass
 
 
 def _connection(prefaced: bool = True) -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
