@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -23,29 +22,13 @@ from runtimeproxy.hookpath.dispatch import Dispatcher, HookError
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.outages import OutageLog
 from runtimeproxy.hookpath.points import HookType
-from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.host.unixsocket import grpc_address
 from runtimeproxy.metrics import Metrics
 
+from .dispatchfakes import Chain
+
 HOOK = HookType.PRE_CREATE_CONTAINER
 LOGGER = "runtimeproxy.hookpath.dispatch"
-
-
-class Servers:
-    """A registry holding the given hook servers, whatever their files said."""
-
-    def __init__(self, servers: list[HookServerConfig]) -> None:
-        self.servers = servers
-
-    @property
-    def snapshot(self) -> HookSnapshot:
-        return HookSnapshot({s.name: s for s in self.servers})
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return tuple(s for s in self.servers if hook in s.hooks)
-
-    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
-        pass
 
 
 async def build() -> hookapi.ContainerResourceHookRequest:
@@ -64,6 +47,20 @@ class FakeClock:
         return self.now
 
 
+async def _any_method_server(socket: Path, handler: grpc.RpcMethodHandler) -> aio.Server:
+    """A started grpc server on ``socket`` answering every method with ``handler``."""
+
+    class AnyMethod(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+            return handler
+
+    server = aio.server()
+    server.add_generic_rpc_handlers((AnyMethod(),))
+    server.add_insecure_port(grpc_address(socket))
+    await server.start()
+    return server
+
+
 # --------------------------------------------------------------------------- (a)
 
 
@@ -77,16 +74,9 @@ async def test_undecodable_answer_is_one_line_of_ours_without_grpc_traceback(
     async def answer(request: bytes, context: aio.ServicerContext) -> bytes:
         return b"\xff\xff\xff"  # no ContainerResourceHookResponse
 
-    class AnyMethod(grpc.GenericRpcHandler):
-        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(answer)
-
-    server = aio.server()
-    server.add_generic_rpc_handlers((AnyMethod(),))
-    server.add_insecure_port(grpc_address(socket))
-    await server.start()
+    server = await _any_method_server(socket, grpc.unary_unary_rpc_method_handler(answer))
     metrics = Metrics()
-    dispatcher = Dispatcher(Servers([config("garbage.json", socket, policy)]), metrics)  # type: ignore[arg-type]
+    dispatcher = Dispatcher(Chain(config("garbage.json", socket, policy)), metrics)  # type: ignore[arg-type]
     try:
         if policy is FailurePolicy.FAIL:
             with pytest.raises(HookError) as err:
@@ -122,7 +112,7 @@ async def test_many_missing_ignore_hooks_log_one_line_each_per_outage(
 ) -> None:
     """1,000 Ignore hooks whose sockets are missing logged 1,000 lines per CRI call."""
     servers = [config(f"h{i:02}.json", tmp_path / f"h{i:02}.sock") for i in range(30)]
-    dispatcher = Dispatcher(Servers(servers))  # type: ignore[arg-type]
+    dispatcher = Dispatcher(Chain(*servers))  # type: ignore[arg-type]
     try:
         for _ in range(3):
             assert await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {}) is False
@@ -150,7 +140,7 @@ async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
             return None
 
     async with Flaky(tmp_path / "flaky.sock") as server:
-        dispatcher = Dispatcher(Servers([config("flaky.json", tmp_path / "flaky.sock")]), clock=clock)  # type: ignore[arg-type]
+        dispatcher = Dispatcher(Chain(config("flaky.json", tmp_path / "flaky.sock")), clock=clock)  # type: ignore[arg-type]
         try:
             for _ in range(4):
                 await dispatcher.run_pre(HOOK, build, lambda answer, server: True, {})
@@ -194,7 +184,7 @@ async def test_a_post_hooks_outage_ends_with_one_line_with_the_calls_fields(
     async with Flaky(tmp_path / "post.sock"):
         registered = HookServerConfig("post.json", str(tmp_path / "post.sock"), FailurePolicy.IGNORE, frozenset({post}),
                                       timeout=2.0)
-        dispatcher = Dispatcher(Servers([registered]), clock=FakeClock())  # type: ignore[arg-type]
+        dispatcher = Dispatcher(Chain(registered), clock=FakeClock())  # type: ignore[arg-type]
         try:
             for _ in range(3):
                 await dispatcher.run_post(post, hookapi.ContainerResourceHookRequest(), {"method": "StartContainer"})
@@ -255,7 +245,7 @@ async def test_a_fail_hooks_outage_ends_in_one_line_counting_every_refused_call(
             return None
 
     async with Flaky(tmp_path / "flaky.sock") as server:
-        servers = Servers([config("flaky.json", tmp_path / "flaky.sock", FailurePolicy.FAIL)])
+        servers = Chain(config("flaky.json", tmp_path / "flaky.sock", FailurePolicy.FAIL))
         dispatcher = Dispatcher(servers, clock=clock)  # type: ignore[arg-type]
         try:
             for _ in range(3):
@@ -290,17 +280,10 @@ async def test_an_ok_answer_without_one_message_is_invalid_answer_on_both_transp
         for _ in range(messages):  # a streaming handler behind a unary method: OK, with this many messages
             yield hookapi.ContainerResourceHookResponse().SerializeToString()
 
-    class AnyMethod(grpc.GenericRpcHandler):
-        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-            return grpc.unary_stream_rpc_method_handler(answer)
-
-    server = aio.server()
-    server.add_generic_rpc_handlers((AnyMethod(),))
-    server.add_insecure_port(grpc_address(socket))
-    await server.start()
+    server = await _any_method_server(socket, grpc.unary_stream_rpc_method_handler(answer))
     metrics = Metrics()
     dispatcher = Dispatcher(
-        Servers([config("empty.json", socket, FailurePolicy.FAIL)]), metrics,  # type: ignore[arg-type]
+        Chain(config("empty.json", socket, FailurePolicy.FAIL)), metrics,  # type: ignore[arg-type]
         transport=transport_for(transport),
     )
     try:

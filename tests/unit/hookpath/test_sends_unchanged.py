@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,23 +13,10 @@ from runtimeproxy.hookpath import containerexecutors, podexecutors
 from runtimeproxy.hookpath.dispatch import Dispatcher
 from runtimeproxy.hookpath.hookfile import FailurePolicy, HookServerConfig
 from runtimeproxy.hookpath.points import HookType
-from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.hookpath.stage import HookStage
 from runtimeproxy.hookpath.store import StateStore, pod_record
 
-
-class Servers:
-    """A registry holding the given hook servers."""
-
-    def __init__(self, *servers: HookServerConfig) -> None:
-        self.servers = servers
-        self.snapshot = HookSnapshot({s.name: s for s in servers})
-
-    def servers_for(self, hook: HookType) -> tuple[HookServerConfig, ...]:
-        return tuple(s for s in self.servers if hook in s.hooks)
-
-    def on_change(self, callback: Callable[[HookSnapshot], None]) -> None:
-        pass
+from .dispatchfakes import Chain
 
 
 def _server(policy: FailurePolicy, *hooks: HookType) -> HookServerConfig:
@@ -38,7 +24,7 @@ def _server(policy: FailurePolicy, *hooks: HookType) -> HookServerConfig:
 
 
 def _stage(*servers: HookServerConfig) -> HookStage:
-    return HookStage(Dispatcher(Servers(*servers)), StateStore())  # type: ignore[arg-type]
+    return HookStage(Dispatcher(Chain(*servers)), StateStore())  # type: ignore[arg-type]
 
 
 IGNORE, FAIL = FailurePolicy.IGNORE, FailurePolicy.FAIL
@@ -190,7 +176,7 @@ async def test_a_creation_carries_its_moved_pod_unless_the_stage_must_not(carrie
     # NRI builds its stage with carries=False: it never applies a
     # PreRunPodSandbox answer, so a record saying otherwise must move nothing.
     stage = HookStage(
-        Dispatcher(Servers(_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX))), StateStore(), carries=carries  # type: ignore[arg-type]
+        Dispatcher(Chain(_server(IGNORE, HookType.PRE_RUN_POD_SANDBOX))), StateStore(), carries=carries  # type: ignore[arg-type]
     )
     stage.store.put_pod("pod-1", pod_record(v1.PodSandboxConfig(linux=v1.LinuxPodSandboxConfig(cgroup_parent="/moved"))))
     assert stage.sends_unchanged("CreateContainer") is not carries
