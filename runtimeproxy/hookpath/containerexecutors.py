@@ -8,7 +8,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
 from .executorbase import Executor, HookRequest, copied, opted_out
-from .merge import changed_from, clear_cpusets, hook_resources, merge_env, merge_map, merge_resources
+from .merge import changed_from, clear_cpusets, hook_resources, merge_cgroup_parent, merge_env, merge_map, merge_resources
 from .points import HookType
 from .store import StateStore, container_record, pod_record
 
@@ -69,10 +69,7 @@ class CreateContainer(Executor):
             changed = merge_resources(config.linux.resources, answer.container_resources) or changed
             # The container is made without them (kubelet's cpuset cleared).
             changed = clear_cpusets(config.linux.resources, clear) or changed
-        if answer.pod_cgroup_parent and answer.pod_cgroup_parent != req.sandbox_config.linux.cgroup_parent:
-            # containerd places the container's cgroup under this parent.
-            req.sandbox_config.linux.cgroup_parent = answer.pod_cgroup_parent
-            changed = True
+        changed = merge_cgroup_parent(req.sandbox_config.linux, answer.pod_cgroup_parent) or changed
         return merge_env(config.envs, answer.container_envs) or changed
 
     def record(

@@ -125,6 +125,16 @@ def merge_map(target: MutableMapping[str, str], update: Mapping[str, str]) -> bo
     return changed
 
 
+def merge_cgroup_parent(linux: v1.LinuxPodSandboxConfig, parent: str) -> bool:
+    """A hook's pod cgroup parent onto the pod's config (an empty one keeps
+    the original); for RunPodSandbox and for CreateContainer's sandbox_config,
+    under whose parent containerd places the container's cgroup."""
+    if not parent or parent == linux.cgroup_parent:
+        return False
+    linux.cgroup_parent = parent
+    return True
+
+
 def env_map(envs: Any) -> dict[str, str]:
     """Env as hooks see it. Values that are not UTF-8 are left out: the hook
     API carries strings, and a hook cannot echo back what it never saw."""

@@ -8,7 +8,7 @@ from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
 from .executorbase import Executor, HookRequest, copied, opted_out
-from .merge import merge_map, merge_resources
+from .merge import merge_cgroup_parent, merge_map, merge_resources
 from .store import StateStore, pod_record
 
 
@@ -35,9 +35,7 @@ class RunPodSandbox(Executor):
         config = req.config
         changed = merge_map(config.labels, answer.labels)
         changed = merge_map(config.annotations, answer.annotations) or changed
-        if answer.cgroup_parent and answer.cgroup_parent != config.linux.cgroup_parent:
-            config.linux.cgroup_parent = answer.cgroup_parent
-            changed = True
+        changed = merge_cgroup_parent(config.linux, answer.cgroup_parent) or changed
         if answer.HasField("resources"):
             changed = merge_resources(config.linux.resources, answer.resources) or changed
         return changed

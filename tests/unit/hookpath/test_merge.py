@@ -11,6 +11,7 @@ from runtimeproxy.hookpath.merge import (
     emptied_cpusets,
     env_map,
     hook_resources,
+    merge_cgroup_parent,
     merge_env,
     merge_map,
     merge_resources,
@@ -262,3 +263,13 @@ def test_merge_env_replaces_a_non_utf8_original_the_hook_named() -> None:
     config = envs(("RAW", b"\xff"))
     assert merge_env(config.envs, {"RAW": "clean"}) is True
     assert pairs(config) == [("RAW", b"clean")]
+
+
+def test_merge_cgroup_parent_takes_a_new_parent_and_keeps_the_original_for_an_empty_one() -> None:
+    """Guards existing behaviour (RunPodSandbox's and CreateContainer's apply, now through one helper)."""
+    linux = v1.LinuxPodSandboxConfig(cgroup_parent="/kubepods/pod1")
+    assert merge_cgroup_parent(linux, "") is False
+    assert merge_cgroup_parent(linux, "/kubepods/pod1") is False
+    assert linux.cgroup_parent == "/kubepods/pod1"
+    assert merge_cgroup_parent(linux, "/moved/pod1") is True
+    assert linux.cgroup_parent == "/moved/pod1"
