@@ -9,9 +9,11 @@ hooked calls kept being let through to such a runtime."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,18 +34,29 @@ from .test_listener_stop import _SilentRuntime, runtimes  # noqa: F401 - the fix
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
 
 
+@contextlib.asynccontextmanager
+async def _called(sock_dir: Path, runtime: Path, told: Told) -> AsyncIterator[tuple[FramesListener, rawh2.RawPeer]]:
+    """A listener to ``runtime`` telling ``told`` of its silence, and a client
+    that has sent its SETTINGS and opened a call on it; stopped on leaving."""
+    listener = FramesListener(sock_dir / "proxy.sock", runtime, sock_dir / "unused.sock", Routes(), [],
+                              Limits(max_message=1 << 20), runtime_silent=told)
+    await listener.start()
+    try:
+        peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
+        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b"") + rawh2.open_call(1, PODS))
+        yield listener, peer
+    finally:
+        listener.stop_accepting()
+        await listener.drain(0)
+
+
 async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_client_told_to_go(
     sock_dir: Path, runtimes: tuple[Path, asyncio.Queue[_SilentRuntime]], monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     monkeypatch.setattr(silent, "SETTINGS_WAIT_S", 0.3)
     path, accepted = runtimes
     told = Told()
-    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=told)
-    await listener.start()
-    try:
-        peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
-        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b"") + rawh2.open_call(1, PODS))
+    async with _called(sock_dir, path, told) as (_, peer):
         await accepted.get()
         frames = await peer.until(rawh2.GOAWAY)
         assert frames[0][0] == rawh2.SETTINGS and frames[0][3] == b""  # an empty server preface
@@ -53,9 +66,6 @@ async def test_a_runtime_that_sends_no_settings_is_taken_as_unreachable_and_the_
         assert await peer.read() is None  # and the connection is closed
         assert told.told == 1
         await peer.close()
-    finally:
-        listener.stop_accepting()
-        await listener.drain(0)
 
 
 async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
@@ -66,12 +76,7 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
     within the bound: the bound's timer is cancelled, so no GOAWAY can come."""
     path, accepted = runtimes
     told = Told()
-    listener = FramesListener(sock_dir / "proxy.sock", path, sock_dir / "unused.sock", Routes(), [],
-                              Limits(max_message=1 << 20), runtime_silent=told)
-    await listener.start()
-    try:
-        peer = await rawh2.RawPeer.connect(sock_dir / "proxy.sock")
-        peer.writer.write(rawh2.frame(rawh2.SETTINGS, 0, 0, b"") + rawh2.open_call(1, PODS))
+    async with _called(sock_dir, path, told) as (listener, peer):
         runtime = await accepted.get()
         async with asyncio.timeout(5):
             while PODS.encode() not in runtime.read:  # the call's headers, relayed as they are
@@ -84,9 +89,6 @@ async def test_a_runtime_that_sends_its_settings_late_but_in_time_is_relayed(
         assert (await peer.read())[0] == rawh2.SETTINGS  # type: ignore[index]
         assert timer.cancelled() and conn.settings_wait is None and told.told == 0
         await peer.close()
-    finally:
-        listener.stop_accepting()
-        await listener.drain(0)
 
 
 async def test_the_frames_path_tells_the_routers_unready_and_warns_once_per_episode(
