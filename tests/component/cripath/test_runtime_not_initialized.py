@@ -20,7 +20,7 @@ from runtimeproxy.cripath import backend as backend_module
 from runtimeproxy.cripath.server import Proxy
 
 from ..fakes import FakeBackend
-from .test_runtime_outage_gate import PODS, Asked, outcome
+from .test_runtime_outage_gate import PODS, Asked, asked_proxy, outcome
 
 CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"  # no stage: relayed as it is
 STATUS = "/runtime.v1.RuntimeService/Status"
@@ -33,10 +33,7 @@ REFUSED = "UNAVAILABLE: runtime-proxy: the runtime at"
 
 @pytest.fixture
 async def proxy(fake: FakeBackend, start_proxy) -> Proxy:  # type: ignore[no-untyped-def]
-    stage = Asked()
-    started: Proxy = await start_proxy(fake.socket, stages=(stage,))
-    started.asked = stage  # type: ignore[attr-defined]
-    return started
+    return await asked_proxy(fake, start_proxy)
 
 
 async def unary(sock_dir: Path, path: str) -> str:

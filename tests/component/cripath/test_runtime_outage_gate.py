@@ -65,12 +65,17 @@ async def until_state(channel: aio.Channel, wanted: grpc.ChannelConnectivity) ->
             await channel.wait_for_state_change(state)
 
 
-@pytest.fixture
-async def proxy(fake: FakeBackend, start_proxy) -> Proxy:  # type: ignore[no-untyped-def]
+async def asked_proxy(fake: FakeBackend, start_proxy) -> Proxy:  # type: ignore[no-untyped-def]
+    """A proxy to ``fake`` whose ListPodSandbox stage counts its calls (``.asked``)."""
     stage = Asked()
     started: Proxy = await start_proxy(fake.socket, stages=(stage,))
     started.asked = stage  # type: ignore[attr-defined]
     return started
+
+
+@pytest.fixture
+async def proxy(fake: FakeBackend, start_proxy) -> Proxy:  # type: ignore[no-untyped-def]
+    return await asked_proxy(fake, start_proxy)
 
 
 async def test_no_stage_runs_across_an_outage_and_the_first_call_after_it_has_its_stage(
