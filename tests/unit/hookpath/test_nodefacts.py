@@ -104,6 +104,14 @@ def unreadable(monkeypatch: pytest.MonkeyPatch, *names: str) -> set[str]:
     return failing
 
 
+def v2_mode_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, set[str]]:
+    """Four CPUs on cgroup v2 under 5.15 (memory nodes fixed at boot), whose
+    cgroup mode and kernel release fail to read until ``failing`` is emptied."""
+    root = four_cpus(tmp_path)
+    on_cgroup_v2(root, "5.15.0-105-generic\n")
+    return root, unreadable(monkeypatch, "cgroup.controllers", "osrelease")
+
+
 @pytest.mark.parametrize(("answer", "hotplug", "logged"), [
     ({"cpuset_cpus": "2-4"}, lambda root: set_online_cpus(root, "0-4\n"), ("online_cpus", "0-3", "0-4")),
     ({"cpuset_cpus": "1", "cpuset_mems": "1"}, lambda root: set_nodes_with_memory(root, "0-1\n"), ("memory_nodes", "0", "0-1")),
@@ -322,9 +330,7 @@ def test_a_cgroup_mode_or_kernel_release_that_could_not_be_read_is_read_again(
 ) -> None:
     """A momentary failure (EMFILE as the process starts) gives the stricter
     rule for now, not for the process's life."""
-    root = four_cpus(tmp_path)
-    on_cgroup_v2(root, "5.15.0-105-generic\n")
-    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
+    root, failing = v2_mode_unread(tmp_path, monkeypatch)
     reader = NodeFactsReader(root)
     assert not reader().memory_nodes_fixed_at_boot  # v1's rule, for now
     failing.clear()
@@ -336,9 +342,7 @@ def test_a_cgroup_mode_or_kernel_release_that_could_not_be_read_is_read_again(
 def test_a_cgroup_mode_read_at_last_is_logged_as_that_not_as_a_node_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    root = four_cpus(tmp_path)
-    on_cgroup_v2(root, "5.15.0-105-generic\n")
-    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
+    root, failing = v2_mode_unread(tmp_path, monkeypatch)
     source = NodeFactsSource(NodeFactsReader(root))
     caplog.set_level(logging.DEBUG, logger="runtimeproxy.hookpath.nodefacts")
     assert not source.refresh()
@@ -360,9 +364,7 @@ def test_a_cgroup_mode_read_by_a_read_that_failed_after_it_is_still_logged_as_re
 ) -> None:
     # The re-read reads the cgroup mode and kernel release, then fails on the
     # CPU list: the next one that works is what took them.
-    root = four_cpus(tmp_path)
-    on_cgroup_v2(root, "5.15.0-105-generic\n")
-    failing = unreadable(monkeypatch, "cgroup.controllers", "osrelease")
+    root, failing = v2_mode_unread(tmp_path, monkeypatch)
     source = NodeFactsSource(NodeFactsReader(root))
     failing.clear()
     failing.add("online")
