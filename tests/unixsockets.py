@@ -15,6 +15,7 @@ from typing import Any
 from runtimeproxy.host import socketlock
 from runtimeproxy.host.lockholder import read_holder
 from runtimeproxy.host.unixsocket import SocketIdentity
+from tests.loghandling import handled
 
 
 def recorded(lock_file: Path) -> tuple[int | None, float | None]:
@@ -168,22 +169,13 @@ def lock_waits() -> Iterator[LockWaits]:
     """socketlock's "waiting" log lines, in this process, as they come."""
     waits = LockWaits()
 
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage().startswith(WAIT_MESSAGES):
-                waits.records.append(record)
-                waits.set()
+    def emit(record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(WAIT_MESSAGES):
+            waits.records.append(record)
+            waits.set()
 
-    handler = Handler()
-    logger = logging.getLogger(socketlock.__name__)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    with handled(socketlock.__name__, logging.INFO, emit):
         yield waits
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 class Clock:

@@ -29,6 +29,8 @@ from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import Proxy
 from runtimeproxy.frames import listener
 
+from tests.loghandling import handled
+
 from ..fakes import FakeBackend
 
 LIST = "/runtime.v1.RuntimeService/ListContainers"
@@ -67,23 +69,14 @@ class Said:
 def said() -> Iterator[Said]:
     lines = Said()
 
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.records.append(record)
-            for start, event in lines._events.items():  # noqa: SLF001
-                if record.getMessage().startswith(start):
-                    event.set()
+    def emit(record: logging.LogRecord) -> None:
+        lines.records.append(record)
+        for start, event in lines._events.items():  # noqa: SLF001
+            if record.getMessage().startswith(start):
+                event.set()
 
-    handler = Handler()
-    logger = logging.getLogger(listener.__name__)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
+    with handled(listener.__name__, logging.DEBUG, emit):
         yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 @contextlib.contextmanager
