@@ -32,6 +32,8 @@ from .test_connection import (
 )
 
 OK = [*UNIMPLEMENTED[:2], ("grpc-status", "0")]
+SETTINGS_ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)  # of a lowered max frame size, put in force by it
+OVER_16K = fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 30_000) + b"q" * 30_000)  # on stream 1
 
 
 class _Measured(_Diverting):
@@ -50,6 +52,15 @@ class _Measured(_Diverting):
             self.ends.append((code, written))
 
         return record
+
+
+def measured_connection(
+    max_message: int, client: _Transport | None = None
+) -> tuple[FrameConnection, _Transport, _Transport]:
+    """A connection whose calls' ends ``_Measured`` records and whose diverted calls wait (``_HeldAnswer``)."""
+    client, backend = client or _Transport(), _Transport()
+    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(max_message))  # type: ignore[arg-type]
+    return conn, client, backend
 
 
 def _connection(max_message: int = 100) -> tuple[FrameConnection, _Transport, _Measured, hpack.Encoder, hpack.Encoder]:
@@ -266,8 +277,7 @@ class _UvloopLike(_Transport):
 async def test_an_answer_read_after_uvloop_closed_the_clients_transport_is_dropped() -> None:
     """uvloop closes a transport on a socket error and tells its protocol a turn
     later: the runtime's answer read in between goes nowhere, and raises nothing."""
-    client, backend = _UvloopLike(), _Transport()
-    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(100))  # type: ignore[arg-type]
+    conn, client, _ = measured_connection(100, _UvloopLike())
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + _request(hpack.Encoder(), 1, VERSION))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     written = len(client.written)
@@ -281,8 +291,7 @@ def _client_lowered_its_frame_size_and(reads: list[bytes]) -> bool:
     (1 MiB, then 16 KiB), the runtime acknowledged the first, and ``reads`` came."""
 
     async def run() -> bool:
-        client, backend = _Transport(), _Transport()
-        conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+        conn, _, _ = measured_connection(1 << 20)
         conn.client_data(fr.PREFACE + max_frame_settings(1 << 20, 16_384) + _request(hpack.Encoder(), 1, VERSION))
         conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
         for read in reads:
@@ -293,9 +302,8 @@ def _client_lowered_its_frame_size_and(reads: list[bytes]) -> bool:
 
 
 def test_a_frame_over_the_size_an_ack_put_in_force_is_refused_however_the_runtimes_reads_are_cut() -> None:
-    ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)  # the ACK of the 16 KiB SETTINGS
+    ack, data = SETTINGS_ACK, OVER_16K
     answer = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(OK[:2]))
-    data = fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 30_000) + b"q" * 30_000)
     assert not _client_lowered_its_frame_size_and([answer])
     assert _client_lowered_its_frame_size_and([answer + ack + data])
     assert _client_lowered_its_frame_size_and([answer + ack[:5], ack[5:] + data])

@@ -17,7 +17,16 @@ from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 
 from .test_connection import VERSION, _answer, _HeldAnswer, _Transport
-from .test_relayed_frames import OK, _Measured, cut_reads, max_frame_settings, message_parts
+from .test_relayed_frames import (
+    OK,
+    OVER_16K,
+    SETTINGS_ACK,
+    _Measured,
+    cut_reads,
+    max_frame_settings,
+    measured_connection,
+    message_parts,
+)
 
 LIMIT = 40_000  # the proxy's request size limit in these tests
 
@@ -108,8 +117,7 @@ def test_a_request_cut_in_its_frame_header_reaches_the_runtime_whole() -> None:
 
 
 async def test_the_rest_of_a_read_that_completes_a_carried_frame_goes_to_the_runtime_uncopied() -> None:
-    client, backend = _Transport(), _Transport()
-    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+    conn, _, backend = measured_connection(1 << 20)
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + headers)
@@ -129,12 +137,10 @@ def _after_a_smaller_frame_size(reads: list[bytes]) -> bool:
     frame size (1 MiB, then 16 KiB) and the client's ``reads`` came."""
 
     async def run() -> bool:
-        client, backend = _Transport(), _Transport()
-        conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(1 << 20))  # type: ignore[arg-type]
+        conn, _, _ = measured_connection(1 << 20)
         conn.backend_data(max_frame_settings(1 << 20, 16_384))
         headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
-        ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
-        conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + ack + headers)
+        conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + SETTINGS_ACK + headers)
         for read in reads:
             conn.client_data(read)
         return conn.closed.done()
@@ -143,8 +149,7 @@ def _after_a_smaller_frame_size(reads: list[bytes]) -> bool:
 
 
 def test_a_frame_over_the_size_an_ack_put_in_force_is_refused_however_the_reads_are_cut() -> None:
-    ack = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)  # the ACK of the 16 KiB SETTINGS
-    data = fr.serialize(FrameType.DATA, 0, 1, struct.pack(">BI", 0, 30_000) + b"q" * 30_000)
+    ack, data = SETTINGS_ACK, OVER_16K  # the ACK of the 16 KiB SETTINGS, a frame over that
     assert _after_a_smaller_frame_size([ack + data])
     assert _after_a_smaller_frame_size([ack[:5], ack[5:] + data])
     assert _after_a_smaller_frame_size([ack, data])
