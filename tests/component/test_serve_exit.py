@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ..subprocs import stderr_within
 from ..unixsockets import stale_lock_holder
 from .fakes import FakeBackend
 from .test_process import wait_for_line
@@ -47,14 +48,8 @@ async def serve_ends_when_a_task_keeps_failing(fake: FakeBackend, sock_dir: Path
         "--listen", str(listen), "--backend", str(fake.socket), "--hook-dir", str(sock_dir / "hooks"),
         "--log-format", "json", *options, stderr=asyncio.subprocess.PIPE,
     )
-    try:
-        # Five restarts with backoff (0.1 s doubling: about 3 s), then an orderly stop.
-        _, err = await asyncio.wait_for(process.communicate(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    log = err.decode()
+    # Five restarts with backoff (0.1 s doubling: about 3 s), then an orderly stop.
+    log = (await stderr_within(process, 60)).decode()
     assert process.returncode == 1, log
     assert log.count('"msg": "restarting background task"') == 5
     assert '"msg": "background task keeps failing; the proxy cannot go on without it"' in log

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.metricshttp import MetricsListener
+from tests.subprocs import stderr_within
 
 from .fakeruntime import FakeRuntime
 
@@ -29,13 +30,7 @@ async def test_a_metrics_port_in_use_ends_the_plugin_before_it_registers(runtime
             sys.executable, "-m", "runtimeproxy.cli", "nri", "--hook-dir", str(hook_dir),
             "--nri-socket", str(runtime.path), "--metrics-listen", address, "--log-format", "json",
             cwd=REPO, stderr=asyncio.subprocess.PIPE)  # fmt: skip
-        try:
-            _, err = await asyncio.wait_for(process.communicate(), 30)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    log = err.decode()
+        log = (await stderr_within(process, 30)).decode()
     assert process.returncode == 1, log
     (fatal,) = [line for line in map(json.loads, log.splitlines()) if line["msg"] == "fatal"]
     assert fatal["error"] == f"metrics-listen '{address}': cannot serve there: Address already in use (EADDRINUSE)"
