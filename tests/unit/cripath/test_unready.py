@@ -46,6 +46,15 @@ def _unready(status: Status) -> Unready:
     return Unready(SOCKET, status, recheck_s=0)
 
 
+def _lost(status: Status) -> tuple[Unready, asyncio.Task[None]]:
+    """An Unready that saw the runtime lost, and its recheck task."""
+    unready = _unready(status)
+    unready.saw("it was lost")
+    task = unready._task
+    assert task is not None
+    return unready, task
+
+
 async def test_one_recheck_task_per_episode_and_ready_ends_it() -> None:
     status = Status()
     unready = _unready(status)
@@ -66,10 +75,7 @@ async def test_one_recheck_task_per_episode_and_ready_ends_it() -> None:
 
 async def test_the_recheck_ends_the_episode_when_status_answers() -> None:
     status = Status()
-    unready = _unready(status)
-    unready.saw("it was lost")
-    task = unready._task
-    assert task is not None
+    unready, task = _lost(status)
     await status.answers.put(False)  # not yet
     await status.answers.put(True)
     async with asyncio.timeout(5):
@@ -78,12 +84,9 @@ async def test_the_recheck_ends_the_episode_when_status_answers() -> None:
 
 
 async def test_a_status_that_cannot_be_asked_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:
-    status = Status()
-    unready = _unready(status)
     caplog.set_level(logging.DEBUG, "runtimeproxy.cripath.unready")
-    unready.saw("it was lost")
-    task = unready._task
-    assert task is not None
+    status = Status()
+    unready, task = _lost(status)
     await status.answers.put(RuntimeError("the channel is closed"))
     await status.answers.put(True)
     async with asyncio.timeout(5):
@@ -94,10 +97,7 @@ async def test_a_status_that_cannot_be_asked_is_asked_again(caplog: pytest.LogCa
 
 async def test_close_ends_the_recheck_and_no_later_saw_starts_one() -> None:
     status = Status()
-    unready = _unready(status)
-    unready.saw("it was lost")
-    task = unready._task
-    assert task is not None
+    unready, task = _lost(status)
     await status.asked_once_more()
     unready.close()
     await asyncio.wait([task])
