@@ -103,6 +103,17 @@ async def test_undecodable_answer_is_one_line_of_ours_without_grpc_traceback(
 # --------------------------------------------------------------------------- (b)
 
 
+class Flaky(HookServer):
+    """Up, but failing every call until it is ``healthy``."""
+
+    healthy = False
+
+    async def handle(self, hook: HookType, request: Message) -> Message | None:
+        if not self.healthy:
+            raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
+        return None
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
 
@@ -130,14 +141,6 @@ async def test_an_outage_is_summarised_every_minute_and_its_end_logged(
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()
-
-    class Flaky(HookServer):  # up, but failing every call until it is healthy
-        healthy = False
-
-        async def handle(self, hook: HookType, request: Message) -> Message | None:
-            if not self.healthy:
-                raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
-            return None
 
     async with Flaky(tmp_path / "flaky.sock") as server:
         dispatcher = Dispatcher(Chain(config("flaky.json", tmp_path / "flaky.sock")), clock=clock)  # type: ignore[arg-type]
@@ -174,14 +177,14 @@ async def test_a_post_hooks_outage_ends_with_one_line_with_the_calls_fields(
     post = HookType.POST_START_CONTAINER
     answers = [HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up"), None, None]
 
-    class Flaky(HookServer):
+    class Scripted(HookServer):  # its answers in turn
         async def handle(self, hook: HookType, request: Message) -> Message | None:
             answer = answers.pop(0)
             if answer is not None:
                 raise answer
             return None
 
-    async with Flaky(tmp_path / "post.sock"):
+    async with Scripted(tmp_path / "post.sock"):
         registered = HookServerConfig("post.json", str(tmp_path / "post.sock"), FailurePolicy.IGNORE, frozenset({post}),
                                       timeout=2.0)
         dispatcher = Dispatcher(Chain(registered), clock=FakeClock())  # type: ignore[arg-type]
@@ -235,14 +238,6 @@ async def test_a_fail_hooks_outage_ends_in_one_line_counting_every_refused_call(
     failed calls" after 21 refused calls), as the refusals started no outage."""
     caplog.set_level(logging.INFO, logger=LOGGER)
     clock = FakeClock()
-
-    class Flaky(HookServer):
-        healthy = False
-
-        async def handle(self, hook: HookType, request: Message) -> Message | None:
-            if not self.healthy:
-                raise HookAbort(grpc.StatusCode.UNAVAILABLE, "warming up")
-            return None
 
     async with Flaky(tmp_path / "flaky.sock") as server:
         servers = Chain(config("flaky.json", tmp_path / "flaky.sock", FailurePolicy.FAIL))
