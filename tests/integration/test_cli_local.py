@@ -101,17 +101,12 @@ async def test_a_proxy_killed_outright_takes_its_private_containerd_with_it() ->
     try:
         assert process.stderr is not None
         await wait_for_line(process.stderr, "serving v1 (native), v1alpha2 (native)", timeout=90)
-        config = str(base / "containerd" / "containerd.toml")
-        [containerd] = [pid for pid in _pids() if config in _cmdline(pid) and "setpriv" not in _cmdline(pid)]
+        containerd = _containerd_pid(base)
         process.kill()
         await process.wait()
         assert await _wait_pid_gone(containerd, 30), "the private containerd outlived its proxy"
     finally:
-        await terminate_process(process, 60, "runtime-proxy serve")
-        for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:  # what a failure left behind
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(base, ignore_errors=True)
+        await _cleaned_up(process, base)
 
 
 async def test_a_private_containerd_killed_ends_serve_in_order_with_its_signal_and_log() -> None:
@@ -131,8 +126,7 @@ async def test_a_private_containerd_killed_ends_serve_in_order_with_its_signal_a
         async with aio.insecure_channel(f"unix://{listen}") as channel:
             await start_sleeper(V1, channel, base / "pod-logs")  # a shim for the clean-up to stop
         assert shim_pids(containerd_socket) != []
-        config = str(base / "containerd" / "containerd.toml")
-        [containerd] = [pid for pid in _pids() if config in _cmdline(pid) and "setpriv" not in _cmdline(pid)]
+        containerd = _containerd_pid(base)
         os.kill(containerd, signal.SIGKILL)
         rest = (await asyncio.wait_for(process.stderr.read(), 60)).decode()
         assert await asyncio.wait_for(process.wait(), 60) == 1, rest
@@ -151,11 +145,7 @@ async def test_a_private_containerd_killed_ends_serve_in_order_with_its_signal_a
         assert shim_pids(containerd_socket) == []  # the shims it left are stopped
         assert mounts_under(base) == []
     finally:
-        await terminate_process(process, 60, "runtime-proxy serve")
-        for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:  # what a failure left behind
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(base, ignore_errors=True)
+        await _cleaned_up(process, base)
 
 
 def _pids() -> list[int]:
@@ -167,6 +157,23 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def _containerd_pid(base: Path) -> int:
+    """The private containerd's own pid (not its setpriv wrapper's)."""
+    config = str(base / "containerd" / "containerd.toml")
+    [containerd] = [pid for pid in _pids() if config in _cmdline(pid) and "setpriv" not in _cmdline(pid)]
+    return containerd
+
+
+async def _cleaned_up(process: asyncio.subprocess.Process, base: Path) -> None:
+    """serve stopped (SIGTERM first), whatever else runs from ``base`` killed
+    (what a failure left behind), and ``base`` removed."""
+    await terminate_process(process, 60, "runtime-proxy serve")
+    for pid in [pid for pid in _pids() if str(base) in _cmdline(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 async def test_a_second_serve_on_the_same_directory_fails_and_leaves_the_first_alone() -> None:
