@@ -13,11 +13,13 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
 from grpc import aio
 
+from runtimeproxy.app import RunningProxy
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
@@ -57,14 +59,13 @@ def members(status: dict) -> dict[str, list[str]]:
     return {b["name"]: [c["id"] for c in b["containers"]] for b in status["balloons"] if b["containers"]}
 
 
-async def sigkill(process: asyncio.subprocess.Process) -> None:
-    os.kill(process.pid, signal.SIGKILL)
-    await process.wait()
-
-
-async def test_balloons_hook_sigkilled_between_pods_rebuilds_its_balloons(
-    own_containerd: LocalContainerd, pod_log_dir: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def balloons_node(
+    own_containerd: LocalContainerd,
+) -> AsyncIterator[tuple[ProxyLauncher, Path, RunningProxy, aio.Channel, list[str]]]:
+    """The proxy in front of the started ``own_containerd``, a balloons config
+    (CPU 0 reserved) for ``balloons``, a channel to the proxy, and the list of
+    pods the test made: removed at the end."""
     await own_containerd.start(timeout=60)
     pods: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -74,38 +75,50 @@ async def test_balloons_hook_sigkilled_between_pods_rebuilds_its_balloons(
         running, _ = await launcher.start()
         channel = await stack.enter_async_context(launcher.channel())
         try:
-            async with balloons(launcher, config) as hook:
-                await registered(running, 1)
-                system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
-                pods.append(system_pod)
-                assert await cpuset_of(channel, system) == "0"
-                # A container created, not started yet, when the hook dies: it holds work[0]'s CPU.
-                heavy_pod, heavy = await create_pod(channel, pod_log_dir, WORK_NS, 1024)
-                pods.append(heavy_pod)
-                assert members(json.loads(await hook.status("--json"))) == {
-                    "reserved[0]": [system], "work[0]": [""]}  # its id is learnt at PreStartContainer
-                await sigkill(hook.process)
-            async with balloons(launcher, config) as hook:
-                await registered(running, 1)
-                assert members(json.loads(await hook.status("--json"))) == {"reserved[0]": [system], "work[0]": [heavy]}
-                await V1.runtime(channel).StartContainer(V1.pb.StartContainerRequest(container_id=heavy), timeout=60)
-                assert (await cpuset_of(channel, system), await cpuset_of(channel, heavy)) == ("0", "1")
-                # The rebuilt work balloon is full for another CPU-asking container
-                # (maxBalloons 1, CPU 1 taken); a best-effort one joins it on CPU 1.
-                light_pod, light = await run_pod(channel, pod_log_dir, WORK_NS, 2)
-                pods.append(light_pod)
-                assert await cpuset_of(channel, light) == "1"
-                try:
-                    pods.append((await run_pod(channel, pod_log_dir, WORK_NS, 1024))[0])
-                except aio.AioRpcError as err:
-                    assert "no balloon can take container" in err.details(), err.details()
-                else:
-                    raise AssertionError("the restarted hook forgot that the created container holds CPU 1")
-                assert placements(json.loads(await hook.status("--json"))) == {
-                    system: ("reserved[0]", "0"), heavy: ("work[0]", "1"), light: ("work[0]", "1")}
+            yield launcher, config, running, channel, pods
         finally:
             for pod_id in pods:
                 await remove_pod_quietly(V1, channel, pod_id)
+
+
+async def sigkill(process: asyncio.subprocess.Process) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+async def test_balloons_hook_sigkilled_between_pods_rebuilds_its_balloons(
+    own_containerd: LocalContainerd, pod_log_dir: Path
+) -> None:
+    async with balloons_node(own_containerd) as (launcher, config, running, channel, pods):
+        async with balloons(launcher, config) as hook:
+            await registered(running, 1)
+            system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
+            pods.append(system_pod)
+            assert await cpuset_of(channel, system) == "0"
+            # A container created, not started yet, when the hook dies: it holds work[0]'s CPU.
+            heavy_pod, heavy = await create_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(heavy_pod)
+            assert members(json.loads(await hook.status("--json"))) == {
+                "reserved[0]": [system], "work[0]": [""]}  # its id is learnt at PreStartContainer
+            await sigkill(hook.process)
+        async with balloons(launcher, config) as hook:
+            await registered(running, 1)
+            assert members(json.loads(await hook.status("--json"))) == {"reserved[0]": [system], "work[0]": [heavy]}
+            await V1.runtime(channel).StartContainer(V1.pb.StartContainerRequest(container_id=heavy), timeout=60)
+            assert (await cpuset_of(channel, system), await cpuset_of(channel, heavy)) == ("0", "1")
+            # The rebuilt work balloon is full for another CPU-asking container
+            # (maxBalloons 1, CPU 1 taken); a best-effort one joins it on CPU 1.
+            light_pod, light = await run_pod(channel, pod_log_dir, WORK_NS, 2)
+            pods.append(light_pod)
+            assert await cpuset_of(channel, light) == "1"
+            try:
+                pods.append((await run_pod(channel, pod_log_dir, WORK_NS, 1024))[0])
+            except aio.AioRpcError as err:
+                assert "no balloon can take container" in err.details(), err.details()
+            else:
+                raise AssertionError("the restarted hook forgot that the created container holds CPU 1")
+            assert placements(json.loads(await hook.status("--json"))) == {
+                system: ("reserved[0]", "0"), heavy: ("work[0]", "1"), light: ("work[0]", "1")}
 
 
 def balloons_config(proxy_socket: Path, reserved: int) -> str:
@@ -120,36 +133,25 @@ async def test_balloons_hook_sigkilled_as_a_reload_moves_containers_finishes_the
     dies as the first move is made (before or after it landed: either way the
     restarted hook, reading the new config, finds them where they are and moves
     what is left)."""
-    await own_containerd.start(timeout=60)
-    pods: list[str] = []
-    async with contextlib.AsyncExitStack() as stack:
-        launcher = ProxyLauncher(own_containerd.socket, stack)
-        config = launcher.dir / "balloons.yaml"
-        config.write_text(balloons_config(launcher.socket, 0))
-        running, _ = await launcher.start()
-        channel = await stack.enter_async_context(launcher.channel())
-        try:
-            async with balloons(launcher, config) as hook:
-                await registered(running, 1)
-                system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
-                pods.append(system_pod)
-                work_pod, work = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
-                pods.append(work_pod)
-                assert (await cpuset_of(channel, system), await cpuset_of(channel, work)) == ("0", "1")
-                new = config.with_suffix(".new")
-                new.write_text(balloons_config(launcher.socket, 1))
-                os.replace(new, config)
-                await hook.logged("moving container", timeout=30)
-                await sigkill(hook.process)
-            async with balloons(launcher, config) as hook:
-                await registered(running, 1)
-                await lands_on(channel, system, "1")
-                await lands_on(channel, work, "0")
-                assert placements(json.loads(await hook.status("--json"))) == {
-                    system: ("reserved[0]", "1"), work: ("work[0]", "0")}
-        finally:
-            for pod_id in pods:
-                await remove_pod_quietly(V1, channel, pod_id)
+    async with balloons_node(own_containerd) as (launcher, config, running, channel, pods):
+        async with balloons(launcher, config) as hook:
+            await registered(running, 1)
+            system_pod, system = await run_pod(channel, pod_log_dir, "kube-system", 2)
+            pods.append(system_pod)
+            work_pod, work = await run_pod(channel, pod_log_dir, WORK_NS, 1024)
+            pods.append(work_pod)
+            assert (await cpuset_of(channel, system), await cpuset_of(channel, work)) == ("0", "1")
+            new = config.with_suffix(".new")
+            new.write_text(balloons_config(launcher.socket, 1))
+            os.replace(new, config)
+            await hook.logged("moving container", timeout=30)
+            await sigkill(hook.process)
+        async with balloons(launcher, config) as hook:
+            await registered(running, 1)
+            await lands_on(channel, system, "1")
+            await lands_on(channel, work, "0")
+            assert placements(json.loads(await hook.status("--json"))) == {
+                system: ("reserved[0]", "1"), work: ("work[0]", "0")}
 
 
 async def restored(hook: HookRun, pod_name: str, field: str) -> dict:
