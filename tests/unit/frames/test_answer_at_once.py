@@ -33,6 +33,7 @@ class _Recording(_Routes):
     after the answer, and fails there if ``fail``."""
 
     def __init__(self, early: bool = True, fail: bool = False) -> None:
+        super().__init__()
         self.early = early
         self.fail = fail
         self.recorded = asyncio.Event()

@@ -25,6 +25,7 @@ class _Beside(_Routes):
     decode, a record being built)."""
 
     def __init__(self, change: bool = False) -> None:
+        super().__init__()
         self.go = asyncio.Event()
         self.told: list[bool] = []
         self.seen: list[bytes] = []

@@ -52,17 +52,11 @@ async def _pass_on(request, context, send):  # type: ignore[no-untyped-def]
 
 
 class _Routes(Routes):
-    """Every call hooked, its one stage passing the request on. Each answer is
-    a constant, so subclasses need not call ``__init__``."""
+    """Every call hooked, its one stage passing the request on (subclasses
+    with their own ``__init__`` call this one)."""
 
-    def fast(self, path: str) -> bool:
-        return False
-
-    def unary(self, path: str) -> bool:
-        return True
-
-    def hooked(self, path: str):  # type: ignore[no-untyped-def]
-        return (_pass_on,)
+    def __init__(self) -> None:
+        Routes.__init__(self, relayed=lambda path: False, stages=(_pass_on,))
 
 
 def _connection(prefaced: bool = True) -> tuple[FrameConnection, _Transport, _Transport, hpack.Encoder]:
@@ -537,6 +531,7 @@ class _Recording(_Routes):
     """Every call hooked, its stage recording what the call's context says."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: list[tuple[tuple[tuple[str, str | bytes], ...], float | None]] = []
 
     def hooked(self, path: str):  # type: ignore[no-untyped-def]

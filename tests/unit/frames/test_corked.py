@@ -36,6 +36,7 @@ class _Waiting(_Routes):
     """A stage that waits for ``go`` before it sends the request on (a hook being asked)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.go = asyncio.Event()
 
     def hooked(self, path: str):  # type: ignore[no-untyped-def]

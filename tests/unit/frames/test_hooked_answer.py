@@ -22,6 +22,7 @@ class _Recording(_Routes):
     """A stage that, once the runtime answered, waits for ``go`` (recording the call, say)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.go = asyncio.Event()
 
     def hooked(self, path: str):  # type: ignore[no-untyped-def]

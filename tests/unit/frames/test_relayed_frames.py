@@ -40,6 +40,7 @@ class _Measured(_Diverting):
     """Records, at each call's end, its status and what the client had been written by then."""
 
     def __init__(self, client: _Transport) -> None:
+        super().__init__()
         self.client = client
         self.ends: list[tuple[str, list[tuple[int, bytes | None]]]] = []
 
@@ -56,17 +57,16 @@ class _Measured(_Diverting):
 
 def measured_connection(
     max_message: int, client: _Transport | None = None
-) -> tuple[FrameConnection, _Transport, _Transport]:
+) -> tuple[FrameConnection, _Transport, _Transport, _Measured]:
     """A connection whose calls' ends ``_Measured`` records and whose diverted calls wait (``_HeldAnswer``)."""
-    client, backend = client or _Transport(), _Transport()
-    conn = FrameConnection(client, backend, _Measured(client), _HeldAnswer(), Limits(max_message))  # type: ignore[arg-type]
-    return conn, client, backend
+    client = _Transport() if client is None else client
+    backend, routes = _Transport(), _Measured(client)
+    conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(max_message))  # type: ignore[arg-type]
+    return conn, client, backend, routes
 
 
 def _connection(max_message: int = 100) -> tuple[FrameConnection, _Transport, _Measured, hpack.Encoder, hpack.Encoder]:
-    client, backend = _Transport(), _Transport()
-    routes = _Measured(client)
-    conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(max_message))  # type: ignore[arg-type]
+    conn, client, _, routes = measured_connection(max_message)
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     return conn, client, routes, hpack.Encoder(), hpack.Encoder()
@@ -214,9 +214,7 @@ def _split_connection(chunks: list[bytes], calls: int) -> tuple[bytes, list[str]
     """The client's bytes and the calls' ends when the runtime's bytes come in ``chunks``."""
 
     async def run() -> tuple[bytes, list[str]]:
-        client, backend = _Transport(), _Transport()
-        routes = _Measured(client)
-        conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(40_000))  # type: ignore[arg-type]
+        conn, client, _, routes = measured_connection(40_000)
         conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
         to_backend = hpack.Encoder()
         conn.client_data(b"".join(_request(to_backend, 2 * i + 1, VERSION) for i in range(calls)))
@@ -277,7 +275,7 @@ class _UvloopLike(_Transport):
 async def test_an_answer_read_after_uvloop_closed_the_clients_transport_is_dropped() -> None:
     """uvloop closes a transport on a socket error and tells its protocol a turn
     later: the runtime's answer read in between goes nowhere, and raises nothing."""
-    conn, client, _ = measured_connection(100, _UvloopLike())
+    conn, client, _, _ = measured_connection(100, _UvloopLike())
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + _request(hpack.Encoder(), 1, VERSION))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     written = len(client.written)
@@ -291,9 +289,9 @@ def _client_lowered_its_frame_size_and(reads: list[bytes]) -> bool:
     (1 MiB, then 16 KiB), the runtime acknowledged the first, and ``reads`` came."""
 
     async def run() -> bool:
-        conn, _, _ = measured_connection(1 << 20)
+        conn, _, _, _ = measured_connection(1 << 20)
         conn.client_data(fr.PREFACE + max_frame_settings(1 << 20, 16_384) + _request(hpack.Encoder(), 1, VERSION))
-        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.SETTINGS, Flag.ACK, 0))
+        conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + SETTINGS_ACK)
         for read in reads:
             conn.backend_data(read)
         return conn.closed.done()

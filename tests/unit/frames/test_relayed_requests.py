@@ -13,15 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtimeproxy.frames import frame as fr
-from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 
-from .test_connection import VERSION, _answer, _HeldAnswer, _Transport
+from .test_connection import VERSION, _answer
 from .test_relayed_frames import (
     OK,
     OVER_16K,
     SETTINGS_ACK,
-    _Measured,
     cut_reads,
     max_frame_settings,
     measured_connection,
@@ -77,9 +75,7 @@ def _relay(chunks: list[bytes], calls: int) -> tuple[bytes, bytes, list[str]]:
     """The runtime's bytes, the client's and the calls' ends when the client's bytes come in ``chunks``."""
 
     async def run() -> tuple[bytes, bytes, list[str]]:
-        client, backend = _Transport(), _Transport()
-        routes = _Measured(client)
-        conn = FrameConnection(client, backend, routes, _HeldAnswer(), Limits(LIMIT))  # type: ignore[arg-type]
+        conn, client, backend, routes = measured_connection(LIMIT)
         conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
         conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
         for chunk in chunks:
@@ -117,7 +113,7 @@ def test_a_request_cut_in_its_frame_header_reaches_the_runtime_whole() -> None:
 
 
 async def test_the_rest_of_a_read_that_completes_a_carried_frame_goes_to_the_runtime_uncopied() -> None:
-    conn, _, backend = measured_connection(1 << 20)
+    conn, _, backend, _ = measured_connection(1 << 20)
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + headers)
@@ -137,7 +133,7 @@ def _after_a_smaller_frame_size(reads: list[bytes]) -> bool:
     frame size (1 MiB, then 16 KiB) and the client's ``reads`` came."""
 
     async def run() -> bool:
-        conn, _, _ = measured_connection(1 << 20)
+        conn, _, _, _ = measured_connection(1 << 20)
         conn.backend_data(max_frame_settings(1 << 20, 16_384))
         headers = fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, 1, hpack.Encoder().encode(REQUEST_HEADERS))
         conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0) + SETTINGS_ACK + headers)

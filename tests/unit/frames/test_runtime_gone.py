@@ -24,6 +24,7 @@ class _Recording(_Routes):
     """ListPodSandbox is hooked; its stage records until ``go`` is set."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.go = asyncio.Event()
         self.outcomes: list[str] = []
 
