@@ -115,7 +115,9 @@ async def raw_relay(sock_dir: Path, stages: tuple[Stage, ...] = ()) -> AsyncIter
         "test.Own", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)})])
     own.add_insecure_port(grpc_address(sock_dir / 'own.sock'))
     await own.start()
-    listener = FramesListener(relay.listen, sock_dir / "runtime.sock", sock_dir / "own.sock", Routes(lambda path: path == RELAYED, stages, diverted=lambda path: path != HOOKED), [],
+    routes = Routes(lambda path: path == RELAYED, stages,
+                    diverted=lambda path: path not in (RELAYED, HOOKED))
+    listener = FramesListener(relay.listen, sock_dir / "runtime.sock", sock_dir / "own.sock", routes, [],
                               Limits(max_message=1 << 20))
     await listener.start()
     try:
