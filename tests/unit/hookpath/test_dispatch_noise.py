@@ -24,6 +24,7 @@ from runtimeproxy.outages import OutageLog
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host.unixsocket import grpc_address
 from runtimeproxy.metrics import Metrics
+from tests.loghandling import handled
 
 from .dispatchfakes import Chain
 
@@ -203,17 +204,9 @@ async def test_a_post_hooks_outage_ends_with_one_line_with_the_calls_fields(
 
 def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> None:
     records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = logging.getLogger("test.outages")
-    logger.addHandler(handler := Keep())
-    logger.setLevel(logging.INFO)
-    try:
+    with handled("test.outages", logging.INFO, records.append):
         clock = FakeClock()
-        outages = OutageLog(logger, clock=clock)
+        outages = OutageLog(logging.getLogger("test.outages"), clock=clock)
         for _ in range(3):
             outages.failed("a.json", logging.WARNING, "a down", {})
             outages.failed("b.json", logging.WARNING, "b down", {})
@@ -226,8 +219,6 @@ def test_outage_log_keeps_one_state_per_server_and_forgets_removed_ones() -> Non
         assert [r.getMessage() for r in records][2:] == [
             "b down again", "hook server a.json recovered after 0.0s and 3 failed calls"
         ]
-    finally:
-        logger.removeHandler(handler)
 
 
 async def test_a_fail_hooks_outage_ends_in_one_line_counting_every_refused_call(
