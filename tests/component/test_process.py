@@ -12,6 +12,7 @@ import pytest
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
+from tests.subprocs import stderr_within
 
 from .fakes import FakeBackend
 
@@ -67,7 +68,7 @@ async def test_bad_config_file_is_a_clear_error(sock_dir: Path) -> None:
         sys.executable, "-m", "runtimeproxy.cli", "serve", "--config", str(bad),
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await asyncio.wait_for(process.communicate(), 20)
+    err = await stderr_within(process, 20)
     assert process.returncode != 0
     assert str(bad) in err.decode()
 
@@ -109,7 +110,7 @@ async def test_a_metrics_address_serve_cannot_bind_is_one_clear_line(fake: FakeB
             "--listen", str(sock_dir / "proxy.sock"), "--backend", str(fake.socket),
             "--hook-dir", str(sock_dir / "hooks"), "--metrics-listen", address, stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await asyncio.wait_for(process.communicate(), 20)
+        err = await stderr_within(process, 20)
     assert process.returncode == 1, err.decode()
     assert f"metrics-listen '{address}': cannot serve there" in err.decode()
     assert "Traceback" not in err.decode()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.subprocs import stderr_within
+
 from ...prerequisites import fail_or_skip
 from .conftest import REPO
 
@@ -49,7 +51,7 @@ async def test_a_socket_directory_refused_for_now_exits_1_in_one_line(case: str,
         "--socket", str(sock), "--hook-dir", str(hook_dir), "--log-format", "json",
         cwd=REPO, stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
+    err = await stderr_within(process, 60)
     assert process.returncode == 1, err.decode()  # restarted by the unit, unlike 2
     lines = [json.loads(line) for line in err.decode().splitlines()]  # log lines only: no traceback
     (failed,) = [line for line in lines if line["msg"] == "cannot serve"]
