@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ..subprocs import stderr_within
+from tests.subprocs import stderr_within
+
 from ..unixsockets import stale_lock_holder
 from .fakes import FakeBackend
 from .test_process import wait_for_line

@@ -28,7 +28,6 @@ from grpc import aio
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath.server import Proxy
 from runtimeproxy.frames import listener
-
 from tests.loghandling import handled
 
 from ..fakes import FakeBackend
