@@ -1,0 +1,70 @@
+"""A balloons hook's start ended early (hooks/balloons/server.py): a stop
+while its status socket's start is at its last await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from asyncio import base_events
+from pathlib import Path
+
+import pytest
+
+from hooks.balloons.config import parse_config
+from hooks.balloons.runtime import RuntimeClient
+from hooks.balloons.server import BalloonsHook
+from hooks.balloons.topology import Topology
+from hooks.errors import HookServerError
+from runtimeproxy.host import socketlock
+
+from .test_saved_reserved import ALONE
+
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+
+
+async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lock(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards existing behaviour. Paused in StatusServer.start's ``start_serving``
+    (listening, its lock claimed, its socket bound): the stop's ``_before_stop``
+    stops the status server there, and the start, resuming, ends through a
+    second ``status.stop()`` (BalloonsHook.start): the status socket and its
+    lock are gone, and nothing serves or is left running."""
+    hook = BalloonsHook(str(sock_dir / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(sock_dir / "runtime.sock")))
+    status_path = hook.status_socket
+    paused, go_on = asyncio.Event(), asyncio.Event()
+    servers: list[base_events.Server] = []
+    real_start_serving = base_events.Server.start_serving
+
+    async def start_serving(server: base_events.Server) -> None:
+        """asyncio's own (listen, then one loop step), its one await held until ``go_on``."""
+        sockets = server.sockets
+        if not sockets or sockets[0].getsockname() != str(status_path):  # the hook socket's (frames)
+            await real_start_serving(server)
+            return
+        servers.append(server)
+        server._start_serving()
+        paused.set()
+        await go_on.wait()
+
+    monkeypatch.setattr(base_events.Server, "start_serving", start_serving)
+    starting = asyncio.ensure_future(hook.start())
+    await asyncio.wait_for(paused.wait(), WAIT)
+    assert status_path.is_socket()  # bound, its lock held
+    await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    go_on.set()
+    with pytest.raises(HookServerError, match="cancelled by a stop"):
+        await asyncio.wait_for(starting, WAIT)
+    assert not hook.serving
+    assert not status_path.exists() and not Path(hook.socket_path).exists()
+    for path in (status_path, Path(hook.socket_path)):  # each lock let go: claimed at once
+        assert not socketlock.lock_path(path).exists()
+        socketlock.release(await asyncio.wait_for(socketlock.claim(path, wait_s=0), WAIT))
+    (server,) = servers
+    assert not server.is_serving() and server.sockets == ()  # its listening socket closed, nothing accepts
+    with pytest.raises((FileNotFoundError, ConnectionRefusedError)):
+        await asyncio.open_unix_connection(str(status_path))
+    assert hook._runtime.closed
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # no start nor stop step left running
+
