@@ -73,7 +73,13 @@ async def grpc_aio(server: HookServer, path: Path,
         await to_end(listener.stop(None), "stopping a hook listener whose start failed")
         raise
     # A start cut short stops it: its listener must not outlive it (nor grpc's unlink at its end).
-    await start_server(listener)
+    try:
+        await start_server(listener)
+    except BaseException:
+        # grpc unlinks its socket at the stop of a server that started only: one
+        # whose start failed left it for the next start's stale check. Ours only.
+        unixsocket.remove_own(path, identity)
+        raise
     return listener, identity
 
 
