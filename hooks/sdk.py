@@ -117,10 +117,11 @@ class HookServer(HookHandlers):
     (files another instance of it, waiting on the lock, reads at its start):
     :meth:`_before_serving`, once the lock is claimed and before the socket
     is bound (read the state, clean up what a killed instance left), and
-    :meth:`_before_release`, once the server has stopped and before the lock
-    goes (finish the state writes: one landing later could overwrite, or be
-    removed by, the next instance's), cut past ``release_step_timeout``
-    seconds (``hooks.releasestep``).
+    :meth:`_before_release`, once the server has stopped (or a start failed
+    after :meth:`_before_serving`) and before the lock goes (finish the
+    state writes: one landing later could overwrite, or be removed by, the
+    next instance's), cut past ``release_step_timeout`` seconds
+    (``hooks.releasestep``).
     """
 
     release_step_timeout: float = releasestep.RELEASE_STEP_TIMEOUT_S
@@ -220,9 +221,15 @@ class HookServer(HookHandlers):
             raise HookServerError(str(exc)) from exc
         try:
             await self._before_serving()
-            server, identity = await listen.open_listener(self, self._transport, path, self._options, self._socket_mode)
         except BaseException:
             lock.release()
+            raise
+        try:
+            server, identity = await listen.open_listener(self, self._transport, path, self._options, self._socket_mode)
+        except BaseException:
+            # Listener undone, state prepared: finish it under the lock as a stop does (bounded).
+            await socketlock.release_once_stopped(_nothing, lock, path, None, last_step=self._release_step,
+                                                  kept=lambda: self._last_step.kept)
             raise
         self._socket_identity = identity
         self._path_lock = lock
@@ -327,11 +334,14 @@ class HookServer(HookHandlers):
         lock: it runs in :meth:`start` once the lock is claimed and before
         the socket is bound, so no other instance of the server is running
         (one refused as the path is in use never gets here). An exception
-        fails the start and lets the lock go."""
+        fails the start and lets the lock go. A start that fails (or is cut
+        by a stop) after it returned runs :meth:`_before_release` too,
+        bounded, before the lock goes."""
 
     async def _before_release(self) -> releasestep.Pending | None:
         """Override to finish state writes (the place for them): it runs in
-        :meth:`stop` once the server has stopped (no handler runs any more)
+        :meth:`stop` once the server has stopped (no handler runs any more),
+        or in a :meth:`start` that failed after :meth:`_before_serving` ran,
         and before the socket's lock is let go, so a write lands before the
         next instance, waiting on the lock, starts and reads the state.
         Keep it bounded: past ``release_step_timeout`` it is cut and the lock
@@ -364,6 +374,10 @@ class HookServer(HookHandlers):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+async def _nothing() -> None:
+    """No listener to stop (a start that failed undid its own): ``release_once_stopped``'s ``stop``."""
 
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:

@@ -149,9 +149,10 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         """Serve (HookServer.start) and answer on the status socket. A
         BalloonsHook is used once: its stop closes its runtime client and
         ends its saved-set writer for good, so a start after a stop, or
-        after a start that failed once serving (its status socket), is a
-        HookServerError (build a new one); one refused its socket path can
-        start again."""
+        after a start that failed once serving (its status socket) or once
+        its socket's lock was claimed (its listener: the release step ran),
+        is a HookServerError (build a new one); one refused its socket path
+        can start again."""
         if self._runtime.closed:
             raise HookServerError("a BalloonsHook is used once: it was stopped (its runtime client is closed); "
                                   "build a new one to serve again")

@@ -1,12 +1,15 @@
 """A balloons hook's start ended early (hooks/balloons/server.py): a stop
-while its status socket's start is at its last await.
+while its status socket's start is at its last await, and a start failing
+at its hook listener once its socket's lock is claimed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from asyncio import base_events
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +71,26 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
     assert hook._runtime.closed
     assert asyncio.all_tasks() == {asyncio.current_task()}  # no start nor stop step left running
 
+
+async def test_a_start_failing_at_its_listener_runs_the_release_step_and_uses_the_hook_up(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lock claimed, the start fails at its listener: ``_before_release``
+    runs (the runtime client closed, the last set written, under the lock),
+    so a start again is refused as after a stop (before: the lock went with
+    neither, and a start again was let through)."""
+    hook = BalloonsHook(str(sock_dir / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
+                        runtime=RuntimeClient(str(sock_dir / "runtime.sock")))
+    real_chmod = os.chmod
+
+    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
+        if str(where) == hook.socket_path:
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(where, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    with pytest.raises(HookServerError, match="cannot set the mode"):
+        await hook.start()
+    assert hook._runtime.closed and not hook.serving and not Path(hook.socket_path).exists()
+    with pytest.raises(HookServerError, match="used once"):
+        await hook.start()

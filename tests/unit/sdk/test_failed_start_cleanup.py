@@ -1,19 +1,24 @@
 """A HookServer start that fails once it has gone past a step (hooks/sdk.py,
-hooks/listen.py): a grpc listener bound but never started has its socket
-file removed, if it is still the one it bound.
+hooks/listen.py): a start failing after ``_before_serving`` runs
+``_before_release`` under the lock before it lets the lock go, and a grpc
+listener bound but never started has its socket file removed, if it is
+still the one it bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from hooks.sdk import HookServer
+from hooks import listen
+from hooks.sdk import HookServer, HookServerError
 from runtimeproxy.host import socketlock
 
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
@@ -22,6 +27,83 @@ WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 async def assert_lock_free(path: Path) -> None:
     assert not socketlock.lock_path(path).exists()
     (await asyncio.wait_for(socketlock.claim(path, wait_s=0), WAIT)).release()  # no holder: claimed at once
+
+
+class Prepared(HookServer):
+    """Records its two steps, and whether the socket's lock was held at its release step."""
+
+    def __init__(self, path: Path, **options: Any) -> None:
+        super().__init__(path, grace=0, drain=0, **options)
+        self.steps: list[str] = []
+
+    async def _before_serving(self) -> None:
+        self.steps.append("before_serving")
+
+    async def _before_release(self) -> None:
+        held = socketlock.lock_path(Path(self.socket_path)).exists()
+        self.steps.append(f"before_release (lock {'held' if held else 'gone'})")
+
+
+async def test_a_start_failing_after_before_serving_runs_before_release_under_the_lock(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket's mode cannot be set: the start fails with its state
+    prepared (before: the lock went without ``_before_release``, so what
+    ``_before_serving`` began was left for the next instance to find)."""
+    path = sock_dir / "h.sock"
+    real_chmod = os.chmod
+
+    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
+        if Path(where) == path:
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(where, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    server = Prepared(path)
+    with pytest.raises(HookServerError, match="cannot set the mode"):
+        await server.start()
+    assert server.steps == ["before_serving", "before_release (lock held)"]
+    assert not server.serving and not path.exists()
+    await assert_lock_free(path)
+
+
+async def test_a_start_cut_by_a_stop_after_before_serving_runs_before_release(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop while the listener opens (before: the cancelled start let the lock go without the step)."""
+    path = sock_dir / "h.sock"
+    opening = asyncio.Event()
+
+    async def never_opens(*args: object) -> object:
+        opening.set()
+        await asyncio.Event().wait()  # until the stop cancels the start
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(listen, "open_listener", never_opens)
+    server = Prepared(path)
+    starting = asyncio.ensure_future(server.start())
+    await asyncio.wait_for(opening.wait(), WAIT)
+    await asyncio.wait_for(server.stop(), WAIT)
+    with pytest.raises(HookServerError, match="cancelled by a stop"):
+        await starting
+    assert server.steps == ["before_serving", "before_release (lock held)"]
+    await assert_lock_free(path)
+
+
+async def test_a_start_failing_in_before_serving_does_not_run_before_release(sock_dir: Path) -> None:
+    """Guards existing behaviour: a ``_before_serving`` that fails prepared nothing to finish."""
+
+    class Failing(Prepared):
+        async def _before_serving(self) -> None:
+            self.steps.append("before_serving")
+            raise RuntimeError("no state")
+
+    path = sock_dir / "h.sock"
+    server = Failing(path)
+    with pytest.raises(RuntimeError, match="no state"):
+        await server.start()
+    assert server.steps == ["before_serving"]
+    await assert_lock_free(path)
 
 
 @pytest.fixture
