@@ -227,7 +227,9 @@ class HookServer(HookHandlers):
         try:
             server, identity = await listen.open_listener(self, self._transport, path, self._options, self._socket_mode)
         except BaseException:
-            # Listener undone, state prepared: finish it under the lock as a stop does (bounded).
+            # Listener undone, state prepared: finish it under the lock as a stop does (bounded). A stop
+            # from now on waits for that, and does not cut it: a stop's own release step is not cut either.
+            self._starting.finishing()
             await socketlock.release_once_stopped(_nothing, lock, path, None, last_step=self._release_step,
                                                   kept=lambda: self._last_step.kept)
             raise
@@ -260,7 +262,9 @@ class HookServer(HookHandlers):
         A stop while a start is under way (waiting on the socket's lock, say)
         cancels that start, which then raises :class:`HookServerError` (``...
         was cancelled by a stop``) and lets the lock go, and returns once it
-        has ended: else the start would serve after the stop, for good."""
+        has ended: else the start would serve after the stop, for good. A
+        start that failed on its own and runs its release step is not cut:
+        the stop waits for that step (bounded) and the start raises its error."""
         stopping.checked_drain(drain)  # before anything: a stop that raises later would leave the lock held
         try:
             await self._before_stop()

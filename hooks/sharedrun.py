@@ -12,6 +12,9 @@ of their own tasks. A run is cancelled once at most, whoever asks again
 (a second stop, the first caller cancelled after a stop): a further cancel
 would reach the run in its clean-up (a start stopping the listener it had
 made) and cut that short, leaving the listener or its socket behind.
+For the same reason a run whose clean-up has begun on its own (a start that
+failed, running its release step) says so (:meth:`SharedRun.finishing`):
+no cancel reaches it then, and a stop waits for that step, bounded by it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ class SharedRun:
             self._cut_by = f" by {by}"
             self._cancel(run)
         await asyncio.wait({run})
+
+    def finishing(self) -> None:
+        """Called by the run as its clean-up begins (a start that failed on
+        its own): no cancel cuts that clean-up from now on, and the run's own
+        error is what its callers get (a stop then only waits for it)."""
+        self._cancelled = True
 
     def _cancel(self, run: asyncio.Task[None]) -> None:
         if not self._cancelled:

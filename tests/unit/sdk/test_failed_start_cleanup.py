@@ -67,6 +67,51 @@ async def test_a_start_failing_after_before_serving_runs_before_release_under_th
     await assert_lock_free(path)
 
 
+async def test_a_stop_during_a_failed_starts_release_step_waits_for_it(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start failed on its own (the socket's mode), then a stop lands
+    in its release step: the step runs to its end, as a stop's own does,
+    and the start raises its own error (before: the stop cancelled the
+    start, cutting the step, logged as "the stop was cancelled", and the
+    start raised "cancelled by a stop", hiding the chmod error)."""
+    path = sock_dir / "h.sock"
+    real_chmod = os.chmod
+    releasing, finish, stop_began = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
+        if Path(where) == path:
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(where, mode, **kwargs)
+
+    class SlowRelease(Prepared):
+        async def _before_stop(self) -> None:
+            stop_began.set()  # (the stop goes on to the start, without an await, before the test resumes)
+
+        async def _before_release(self) -> None:
+            releasing.set()
+            try:
+                await finish.wait()
+            except asyncio.CancelledError:
+                self.steps.append("before_release cut")
+                raise
+            self.steps.append("before_release ended")
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    server = SlowRelease(path)
+    starting = asyncio.ensure_future(server.start())
+    await asyncio.wait_for(releasing.wait(), WAIT)
+    stopping = asyncio.ensure_future(server.stop())
+    await asyncio.wait_for(stop_began.wait(), WAIT)
+    assert not stopping.done()  # it waits for the step
+    finish.set()
+    await asyncio.wait_for(stopping, WAIT)
+    with pytest.raises(HookServerError, match="cannot set the mode"):
+        await asyncio.wait_for(starting, WAIT)
+    assert server.steps == ["before_serving", "before_release ended"]
+    await assert_lock_free(path)
+
+
 async def test_a_start_cut_by_a_stop_after_before_serving_runs_before_release(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
