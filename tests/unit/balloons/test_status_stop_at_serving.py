@@ -30,9 +30,11 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
 ) -> None:
     """Guards existing behaviour. Paused in StatusServer.start's ``start_serving``
     (listening, its lock claimed, its socket bound): the stop's ``_before_stop``
-    stops the status server there, and the start, resuming, ends through a
-    second ``status.stop()`` (BalloonsHook.start): the status socket and its
-    lock are gone, and nothing serves or is left running."""
+    stops the status server there, which removes its socket and lets its lock
+    go, before the start resumes; the start then ends through
+    BalloonsHook.start's second ``status.stop()``, which finds nothing left
+    to do. Nothing serves or is left running."""
+    before = asyncio.all_tasks()  # (a session-wide loop: tasks of others may run)
     hook = BalloonsHook(str(sock_dir / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=RuntimeClient(str(sock_dir / "runtime.sock")))
     status_path = hook.status_socket
@@ -41,21 +43,21 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
     real_start_serving = base_events.Server.start_serving
 
     async def start_serving(server: base_events.Server) -> None:
-        """asyncio's own (listen, then one loop step), its one await held until ``go_on``."""
+        """asyncio's own, then held until ``go_on`` (still inside StatusServer.start's await of it)."""
+        await real_start_serving(server)
         sockets = server.sockets
-        if not sockets or sockets[0].getsockname() != str(status_path):  # the hook socket's (frames)
-            await real_start_serving(server)
-            return
-        servers.append(server)
-        server._start_serving()
-        paused.set()
-        await go_on.wait()
+        if sockets and sockets[0].getsockname() == str(status_path):  # not the hook socket's (frames)
+            servers.append(server)
+            paused.set()
+            await go_on.wait()
 
     monkeypatch.setattr(base_events.Server, "start_serving", start_serving)
     starting = asyncio.ensure_future(hook.start())
     await asyncio.wait_for(paused.wait(), WAIT)
     assert status_path.is_socket()  # bound, its lock held
     await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    # The stop's own status.stop() removed them, not the start's second one, which has not run yet.
+    assert not status_path.exists() and not socketlock.lock_path(status_path).exists()
     go_on.set()
     with pytest.raises(HookServerError, match="cancelled by a stop"):
         await asyncio.wait_for(starting, WAIT)
@@ -69,7 +71,7 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
     with pytest.raises((FileNotFoundError, ConnectionRefusedError)):
         await asyncio.open_unix_connection(str(status_path))
     assert hook._runtime.closed
-    assert asyncio.all_tasks() == {asyncio.current_task()}  # no start nor stop step left running
+    assert asyncio.all_tasks() == before  # no start nor stop step left running
 
 
 async def test_a_start_failing_at_its_listener_runs_the_release_step_and_uses_the_hook_up(
