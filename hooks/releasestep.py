@@ -1,15 +1,17 @@
 """The bound on a hook server's last step before its socket's lock goes (``HookServer._before_release``).
 
-The step runs once the server has stopped and before the lock is let go, so
-a state write it finishes lands before the next instance, waiting on the
-lock, reads the state. A step that hangs would keep the lock, and the stop,
-forever: past :data:`RELEASE_STEP_TIMEOUT_S` (the server's
+The step runs once the server has stopped, or once a start that failed
+after ``_before_serving`` has undone its listener, and before the lock is
+let go, so a state write it finishes lands before the next instance,
+waiting on the lock, reads the state. A step that hangs would keep the
+lock, and the stop (or the failed start), forever: past :data:`RELEASE_STEP_TIMEOUT_S` (the server's
 ``release_step_timeout``) it is cancelled, logged at warning naming the
 server, and the lock goes all the same, without waiting for the step to
 end (one that swallows the cancel is left to itself).
 
 A step that cannot cut a write of its own (one in a thread, which no cancel
-stops) returns it, still running, instead of waiting for it: the stop ends,
+stops) returns it, still running, instead of waiting for it: the stop (or
+failed start) ends,
 and the lock stays held until that write has ended
 (``socketlock.release_once_stopped``), so it cannot land after the next
 instance has read the state or written its own. That instance waits on the
@@ -28,6 +30,8 @@ own (balloons' 2 s): a ``release_step_timeout`` set below that bound cuts
 the step before it returns the write, and the lock must still wait for it.
 
 A stop cancelled during the step cuts it, as its bound does: the lock goes.
+A stop during a failed start's step does not cut it, but waits for it
+(``SharedRun.finishing``). Its log lines name which of the two ran it.
 The bound acts at the step's awaits only: blocking code in it is not cut.
 """
 
@@ -50,63 +54,69 @@ Pending = asyncio.Future[Any]
 Step = Callable[[], Awaitable["Pending | None"]]
 Handed = Callable[[], "Pending | None"]
 
+# What ran the step, as its log lines name it: a stop, or a start that failed once it held the lock.
+AT_STOP, AT_FAILED_START = "stop", "failed start"
+_ENDED = {AT_STOP: "stopped", AT_FAILED_START: "failed to start"}
+
 
 def _none() -> Pending | None:
     return None
 
 
-async def run_bounded(step: Step, timeout: float, server: str, socket: str, handed: Handed = _none) -> Pending | None:
+async def run_bounded(step: Step, timeout: float, server: str, socket: str, handed: Handed = _none,
+                      at: str = AT_STOP) -> Pending | None:
     """Run ``step`` for at most ``timeout`` seconds; what it returns still
     pending (the lock is kept until it is done), else what it handed over
     (``handed()``) still pending, else None. Its failure, or its being cut,
     is logged: the lock goes all the same, unless a write it handed over
     keeps it. A cancel cuts it and goes on: the caller then :func:`keep`-s
-    what it handed over."""
+    what it handed over. ``at``: what ran it (:data:`AT_STOP`, :data:`AT_FAILED_START`), for its log."""
     task = asyncio.ensure_future(step())
     try:
         await asyncio.wait({task}, timeout=timeout)
-    except asyncio.CancelledError:  # the stop was cancelled: the step is cut, as past its bound
-        _cut(task, server, socket, "the stop was cancelled", handed())
+    except asyncio.CancelledError:  # the stop (or failed start) was cancelled: the step is cut, as past its bound
+        _cut(task, server, socket, f"the {at} was cancelled", handed())
         raise
     extra = {"server": server, "socket": socket}
     if not task.done():
         _cut(task, server, socket, f"it did not end within {timeout:g}s", handed(), timeout_s=timeout)
-        return keep(handed(), server, socket)
+        return keep(handed(), server, socket, at)
     try:
         pending = task.result()
     except (Exception, asyncio.CancelledError) as exc:  # (a step may raise CancelledError itself) the lock goes
         logger.error("%s's last step before releasing its socket's lock failed", server, exc_info=exc,
                      extra={**extra, "error": repr(exc)})
-        return keep(handed(), server, socket)
-    return keep(pending if pending is not None else handed(), server, socket)
+        return keep(handed(), server, socket, at)
+    return keep(pending if pending is not None else handed(), server, socket, at)
 
 
 class LastStep:
-    """The release step of a server's stops (``HookServer._before_release``),
-    and what the last one left its lock to wait for."""
+    """The release step of a server's stops and failed starts
+    (``HookServer._before_release``), and what the last one left its lock
+    to wait for."""
 
     def __init__(self) -> None:
-        self.kept: Pending | None = None  # a last write the last stop's lock waits for
+        self.kept: Pending | None = None  # a last write the last step's lock waits for
         self.handed: Pending | None = None  # what the step under way handed over
 
     def hand_over(self, write: Pending) -> None:
         """``write`` keeps the lock until it ends, even when the step is then cut or fails."""
         self.handed = write
 
-    async def run(self, step: Step, timeout: float, server: str, socket: str) -> Pending | None:
+    async def run(self, step: Step, timeout: float, server: str, socket: str, at: str = AT_STOP) -> Pending | None:
         """:func:`run_bounded`; a write the step returned or handed over,
         still running, is kept (:attr:`kept`), even when a cancel of the stop
         cuts the step (``socketlock.release_once_stopped`` reads it then)."""
         self.kept = self.handed = None
         try:
-            self.kept = await run_bounded(step, timeout, server, socket, lambda: self.handed)
+            self.kept = await run_bounded(step, timeout, server, socket, lambda: self.handed, at)
         except asyncio.CancelledError:
-            self.kept = keep(self.handed, server, socket)
+            self.kept = keep(self.handed, server, socket, at)
             raise
         return self.kept
 
 
-def keep(pending: Pending | None, server: str, socket: str) -> Pending | None:
+def keep(pending: Pending | None, server: str, socket: str, at: str = AT_STOP) -> Pending | None:
     """``pending`` when it is still running (logged: the lock is kept until
     it ends, and how it ended), else None (its failure, if it failed, logged)."""
     extra = {"server": server, "socket": socket}
@@ -115,9 +125,9 @@ def keep(pending: Pending | None, server: str, socket: str) -> Pending | None:
     if pending.done():
         _ended(pending, server, extra, "")
         return None
-    logger.warning("%s stopped, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
+    logger.warning("%s %s, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
-                   "before that write ends (a thread's write is joined at exit)", server, extra=extra)
+                   "before that write ends (a thread's write is joined at exit)", server, _ENDED[at], extra=extra)
     pending.add_done_callback(lambda done: _ended(done, server, extra, ": its socket's lock goes"))
     return pending
 

@@ -40,9 +40,10 @@ call, which on a small node is taken from the runtime while pods start.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -210,8 +211,8 @@ class HookServer(HookHandlers):
         kept = self._last_step.kept
         if kept is not None and (not kept.done() or kept.cancelled()):
             raise HookServerError(f"hook server on {self._socket_path} keeps its socket's lock until a write of "
-                                  "its last stop has ended (logged as it stopped; a write cancelled, not ended: "
-                                  "until this process exits)")
+                                  "its last release step (at a stop or a failed start) has ended (logged then; a "
+                                  "write cancelled, not ended: until this process exits)")
         path = self._socket_path
         try:
             lock = await socketlock.claim(path, stop_s=stopping.stop_bound(self._grace, self.release_step_timeout))
@@ -230,8 +231,7 @@ class HookServer(HookHandlers):
             # Listener undone, state prepared: finish it under the lock as a stop does (bounded). A stop
             # from now on waits for that, and does not cut it: a stop's own release step is not cut either.
             self._starting.finishing()
-            await socketlock.release_once_stopped(_nothing, lock, path, None, last_step=self._release_step,
-                                                  kept=lambda: self._last_step.kept)
+            await self._release(lock, None, None, releasestep.AT_FAILED_START)
             raise
         self._socket_identity = identity
         self._path_lock = lock
@@ -316,15 +316,18 @@ class HookServer(HookHandlers):
             # The server stopped for sure (grpc unlinks the path it bound as it
             # stops), then our socket removed, unless someone else has replaced
             # it, last the lock: a server waiting on it binds now.
-            await socketlock.release_once_stopped(
-                lambda: server.stop(None), self._path_lock, self._socket_path, self._socket_identity,
-                last_step=self._release_step, kept=lambda: self._last_step.kept)
+            await self._release(self._path_lock, lambda: server.stop(None), self._socket_identity,
+                                releasestep.AT_STOP)
             self._socket_identity = None
 
-    async def _release_step(self) -> releasestep.Pending | None:
-        """The server stopped for sure: :meth:`_before_release`, bounded (``hooks.releasestep``)."""
-        return await self._last_step.run(self._before_release, self.release_step_timeout, type(self).__name__,
-                                         str(self._socket_path))
+    async def _release(self, lock: socketlock.SocketLock | None, stop: Callable[[], Awaitable[object]] | None,
+                       identity: unixsocket.SocketIdentity | None, at: str) -> None:
+        """``stop()`` (None: no listener left), :meth:`_before_release` bounded (``hooks.releasestep``; ``at``
+        names a stop or a failed start), the socket removed, ``lock`` let go (``socketlock``)."""
+        step = functools.partial(self._last_step.run, self._before_release, self.release_step_timeout,
+                                 type(self).__name__, str(self._socket_path), at)
+        await socketlock.release_once_stopped(stop, lock, self._socket_path, identity, last_step=step,
+                                              kept=lambda: self._last_step.kept)
 
     def _keep_lock_until(self, write: releasestep.Pending) -> None:
         """For :meth:`_before_release`: ``write`` (a thread's, which nothing
@@ -378,10 +381,6 @@ class HookServer(HookHandlers):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
-
-
-async def _nothing() -> None:
-    """No listener to stop (a start that failed undid its own): ``release_once_stopped``'s ``stop``."""
 
 
 def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:

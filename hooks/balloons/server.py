@@ -154,8 +154,8 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         is a HookServerError (build a new one); one refused its socket path
         can start again."""
         if self._runtime.closed:
-            raise HookServerError("a BalloonsHook is used once: it was stopped (its runtime client is closed); "
-                                  "build a new one to serve again")
+            raise HookServerError("a BalloonsHook is used once: it was stopped, or its start failed once it held "
+                                  "its socket's lock (its runtime client is closed); build a new one to serve again")
         stops = self._stops
         await super().start()
         try:

@@ -155,13 +155,14 @@ def release(lock: SocketLock | None) -> None:
 
 
 async def release_once_stopped(
-    stop: Callable[[], Awaitable[object]], lock: SocketLock | None, path: Path,
+    stop: Callable[[], Awaitable[object]] | None, lock: SocketLock | None, path: Path,
     identity: unixsocket.SocketIdentity | None, last_step: Callable[[], Awaitable[object]] | None = None,
     kept: Callable[[], object] | None = None,
 ) -> None:
     """The end of an owner's stop, however its stop went (call it in the
-    stop's ``finally``, once the owner's own stop returned or raised):
-    ``stop()`` once more (grpc.aio's ``stop(None)`` returns at once after a
+    stop's ``finally``, once the owner's own stop returned or raised), or
+    of a start that failed once it held the lock (``stop`` None: it undid
+    its listener itself, nothing to stop): ``stop()`` once more (grpc.aio's ``stop(None)`` returns at once after a
     stop that finished; on one cut short it cancels the calls left, whose
     caller was cancelled anyway), then ``last_step()`` (the owner's state
     writes, under the lock), then the owner's socket removed and the
@@ -181,7 +182,8 @@ async def release_once_stopped(
     ``last_step``, names a Future it had started, which keeps the lock as
     one returned does."""
     try:
-        await stop()
+        if stop is not None:
+            await stop()
     except BaseException as exc:
         log.error("server not stopped; its socket path stays locked until this process exits",
                   extra={"path": str(path), "lock": str(lock.path) if lock else None, "error": repr(exc)})
