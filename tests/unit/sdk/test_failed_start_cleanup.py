@@ -112,6 +112,51 @@ async def test_a_stop_during_a_failed_starts_release_step_waits_for_it(
     await assert_lock_free(path)
 
 
+@pytest.mark.parametrize("how", ["returned", "handed over"])
+async def test_a_write_a_failed_starts_release_step_leaves_keeps_the_lock_until_it_ends(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """Guards the failed start's release step (the commit before): a write
+    it returns, or hands over and then fails, still running, keeps the
+    socket's lock: a start again is refused until it ends, then starts."""
+    path = sock_dir / "h.sock"
+    write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    let_go = asyncio.Event()
+
+    class Writes(Prepared):
+        async def _before_release(self) -> asyncio.Future[None] | None:
+            if how == "returned":
+                return write
+            self._keep_lock_until(write)
+            raise RuntimeError("the step failed after handing over its write")
+
+    real_chmod = os.chmod
+
+    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
+        if Path(where) == path:
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(where, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    server = Writes(path)
+    with pytest.raises(HookServerError, match="cannot set the mode"):
+        await server.start()
+    monkeypatch.undo()
+    assert "Writes failed to start, but keeps its socket's lock until a write" in caplog.text
+    assert socketlock.lock_path(path).exists()
+    with pytest.raises(HookServerError, match="keeps its socket's lock until a write of its last release step"):
+        await server.start()
+    write.add_done_callback(lambda _: let_go.set())  # after the SDK's own, which lets the lock go
+    write.set_result(None)
+    await asyncio.wait_for(let_go.wait(), WAIT)
+    assert not socketlock.lock_path(path).exists()
+    await asyncio.wait_for(server.start(), WAIT)
+    try:
+        assert server.serving
+    finally:
+        await server.stop()
+
+
 async def test_a_start_cut_by_a_stop_after_before_serving_runs_before_release(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
