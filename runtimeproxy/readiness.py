@@ -22,6 +22,7 @@ from .supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 WATCHDOG_TASK = "systemd-watchdog"
+REASON_MAX = 80  # characters of an image backend's reason on the status line
 
 
 def describe(proxy: Proxy, hook_servers: int) -> str:
@@ -42,8 +43,15 @@ def describe(proxy: Proxy, hook_servers: int) -> str:
     )
     images = proxy.images
     if images is not None and not images.up:  # image calls fail: pulls, and so pods whose image is missing
-        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is not serving; {hooks}"
+        why = f" ({_short(images.reason)})" if images.reason else ""
+        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is not serving{why}; {hooks}"
     return f"serving CRI {served} for {runtime}; {hooks}"
+
+
+def _short(reason: str) -> str:
+    """A reason on one short line: a probe's message may run long, and the log has it whole."""
+    line = " ".join(reason.split())
+    return line if len(line) <= REASON_MAX else line[: REASON_MAX - 3] + "..."
 
 
 class SystemdNotifier:

@@ -21,10 +21,24 @@ def proxy(images: Any) -> Any:
 def test_the_status_line_says_when_a_separate_image_backend_is_not_serving() -> None:
     """Before: 'serving CRI v1' while every image call failed; then 'is
     unreachable', also said of one connected that failed its probe."""
-    away = SimpleNamespace(up=False, socket=Path("/run/img.sock"))
+    away = SimpleNamespace(up=False, socket=Path("/run/img.sock"), reason=None)
     assert describe(proxy(away), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is not serving; "
         "1 hook server")
     assert describe(proxy(SimpleNamespace(up=True, socket=Path("/run/img.sock"))), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0; 1 hook server")
     assert describe(proxy(None), 2) == "serving CRI v1 (native) for containerd 1.7.0; 2 hook servers"
+
+
+def test_the_status_line_says_why_the_image_backend_is_not_serving() -> None:
+    """Before: no reason on the line (only in the log and `status`). A long
+    reason (a probe's message) is cut to one short line."""
+    away = SimpleNamespace(up=False, socket=Path("/run/img.sock"), reason="connection failed")
+    assert describe(proxy(away), 1) == (
+        "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is not serving "
+        "(connection failed); 1 hook server")
+    away.reason = "ImageFsInfo: UNAVAILABLE: " + "x" * 200 + "\nmore"
+    line = describe(proxy(away), 1)
+    why = line.split("is not serving (", 1)[1].rsplit("); 1 hook server", 1)[0]
+    assert why.startswith("ImageFsInfo: UNAVAILABLE: xxx") and why.endswith("...")
+    assert len(why) == 80 and "\n" not in line
