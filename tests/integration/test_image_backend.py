@@ -1,0 +1,147 @@
+"""A separate image service (``--image-backend``) that is a real containerd of
+its own, beside the runtime's: image calls land there alone, runtime calls
+stay with the runtime, and the image side's outage is told by health while
+the runtime side stays SERVING.
+
+The component tests (tests/component/cripath/test_image_backend_outage.py)
+stand in a fake for the image service; this guards the same behaviour
+against two real containerds (no fix came with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from runtimeproxy.host.containerd import LocalContainerd
+
+from ..prerequisites import fail_or_skip
+from .conftest import registry_missing, require_local_containerd
+from .crihelpers import V1
+from .proxyfixtures import ProxyLauncher
+from .registry import LoopbackRegistry
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+IMAGES = "runtime.v1.ImageService"
+RUNTIME = "runtime.v1.RuntimeService"
+pb = V1.pb
+
+
+class HealthWatch:
+    """One health service name as a client sees it, through grpc.health.v1 Watch."""
+
+    def __init__(self, channel: aio.Channel, service: str) -> None:
+        self.seen: list[int] = []
+        self._changed = asyncio.Event()
+        self._stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=service))
+
+    async def follow(self) -> None:
+        async for answer in self._stream:
+            self.seen.append(answer.status)
+            self._changed.set()
+
+    async def until(self, status: int, timeout: float = 60) -> None:
+        async with asyncio.timeout(timeout):
+            while not self.seen or self.seen[-1] != status:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def watching(channel: aio.Channel, service: str) -> AsyncIterator[HealthWatch]:
+    watch = HealthWatch(channel, service)
+    task = asyncio.create_task(watch.follow())
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest_asyncio.fixture
+async def image_containerd(tmp_path: Path, _registry_if_installed: LoopbackRegistry | None
+                           ) -> AsyncIterator[tuple[LocalContainerd, LoopbackRegistry]]:
+    """A second private containerd, not started, that pulls from the loopback registry."""
+    require_local_containerd()
+    if _registry_if_installed is None:
+        fail_or_skip("pull tests need " + ", ".join(registry_missing()))
+    images = LocalContainerd(tmp_path / "img", plain_http_registries=(_registry_if_installed.host,))
+    yield images, _registry_if_installed
+    await images.stop()
+
+
+async def health(channel: aio.Channel, service: str) -> int:
+    answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+    return answer.status
+
+
+async def tags(socket: Path) -> set[str]:
+    """The images a containerd lists, asked directly (not through the proxy)."""
+    async with aio.insecure_channel(f"unix://{socket}") as channel:
+        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+    return {tag for image in listed.images for tag in image.repo_tags}
+
+
+async def mountpoints(channel: aio.Channel) -> set[str]:
+    info = await V1.images(channel).ImageFsInfo(pb.ImageFsInfoRequest(), timeout=10)
+    return {fs.fs_id.mountpoint for fs in info.image_filesystems}
+
+
+async def test_a_separate_image_containerd_serves_the_image_calls_alone(
+    own_containerd: LocalContainerd, image_containerd: tuple[LocalContainerd, LoopbackRegistry]
+) -> None:
+    runtime, (images, registry) = own_containerd, image_containerd
+    await runtime.start(timeout=60, images=False)
+    await images.start(timeout=60, images=False)
+    ref = registry.ref()
+    async with contextlib.AsyncExitStack() as stack:
+        launcher = ProxyLauncher(runtime.socket, stack)
+        await launcher.start(image_backend=images.socket, probe_max_interval=0.5)
+        channel = await stack.enter_async_context(launcher.channel())
+        image_health = await stack.enter_async_context(watching(channel, IMAGES))
+        await image_health.until(SERVING)
+
+        # A pull through the proxy lands in the image containerd, not the runtime's.
+        await V1.images(channel).PullImage(pb.PullImageRequest(image=pb.ImageSpec(image=ref)), timeout=60)
+        assert ref in await tags(images.socket)
+        assert ref not in await tags(runtime.socket)
+        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+        assert ref in {tag for image in listed.images for tag in image.repo_tags}
+
+        # ImageFsInfo is the image containerd's (its filesystem lies below its own directory).
+        async with aio.insecure_channel(f"unix://{images.socket}") as direct:
+            image_fs = await mountpoints(direct)
+        async with aio.insecure_channel(f"unix://{runtime.socket}") as direct:
+            runtime_fs = await mountpoints(direct)
+        assert image_fs != runtime_fs
+        assert await mountpoints(channel) == image_fs
+        assert all(path.startswith(str(images.base)) for path in image_fs)
+
+        # The image containerd stops: image calls fail UNAVAILABLE, its health
+        # name says NOT_SERVING (and so does ""), the runtime's calls and name go on.
+        await images.stop()
+        await image_health.until(NOT_SERVING)
+        with pytest.raises(aio.AioRpcError) as err:
+            await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert await health(channel, RUNTIME) == SERVING
+        assert await health(channel, "") == NOT_SERVING
+        version = await V1.runtime(channel).Version(pb.VersionRequest(), timeout=10)
+        assert version.runtime_name == "containerd"
+
+        # Started again: the image side serves again, with the image it pulled.
+        await images.start(timeout=60, images=False)
+        await image_health.until(SERVING)
+        assert await health(channel, "") == SERVING
+        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+        assert ref in {tag for image in listed.images for tag in image.repo_tags}
+        assert ref not in await tags(runtime.socket)
