@@ -8,7 +8,7 @@ would tell an operator all is well while no pod whose image is missing can
 start.
 
 It is judged by its channel, kept connected as the runtime's is (each look
-asks grpc to connect), and by a probe at each READY: ImageFsInfo (v1, else
+asks grpc to connect), and by a probe at each READY: ImageFsInfo (v1 and
 v1alpha2; ImageService has no Version), as cheap an image call as there is.
 A connection alone says too little: a socket whose process takes the
 connection may not serve (containerd's "not initialized yet" while it loads
@@ -16,6 +16,11 @@ its state; a hung service). The probe's answer, or UNIMPLEMENTED in both
 versions (a service without that call still serves the rest), is up;
 "not initialized", UNAVAILABLE or DEADLINE_EXCEEDED (PROBE_TIMEOUT) is down,
 and the probe is asked again after a backoff, as the runtime's is.
+The probe asks both versions, each time: the versions that answer
+(``versions``) are those whose calls the service can take, and health says
+NOT_SERVING for a served CRI version whose image calls would reach it in a
+version it lacks (server.py), as for a version the runtime lacks. None
+(UNIMPLEMENTED in both) tells nothing of its versions.
 TRANSIENT_FAILURE (a connection attempt failed: nothing listens, or the
 socket is gone) is down too. IDLE and CONNECTING decide nothing: grpc's idle
 timeout closes an unused connection, and the next look reconnects it (its
@@ -34,6 +39,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -42,12 +48,13 @@ from grpc import aio
 from ..outages import IMAGE_BACKEND, OutageLog
 from ..supervisor import Restart
 from .backend import PROBE_TIMEOUT
+from .methods import ApiVersion
 from .unready import not_initialized
 
 log = logging.getLogger(__name__)
 
 _S = grpc.ChannelConnectivity
-PROBE_PACKAGES = ("runtime.v1", "runtime.v1alpha2")
+PROBE_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
 RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
 RETRY_MAX = 5.0  # as the runtime's probe's default longest interval
 # The proxy serves the runtime's calls without the image service: a watch
@@ -55,20 +62,31 @@ RETRY_MAX = 5.0  # as the runtime's probe's default longest interval
 RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
 
 
-async def image_probe(channel: aio.Channel, timeout: float) -> str | None:
-    """Why the image service on ``channel`` does not serve, or None if it does."""
-    for package in PROBE_PACKAGES:
+@dataclass(frozen=True)
+class Probed:
+    """A probe's outcome: why the service does not serve (None: it serves),
+    and the CRI versions that answered (None: neither has ImageFsInfo, so unknown)."""
+
+    reason: str | None
+    versions: frozenset[ApiVersion] | None = None
+
+
+async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
+    """Whether the image service on ``channel`` serves, and in which versions."""
+    answered: set[ApiVersion] = set()
+    for version in PROBE_VERSIONS:
         try:
-            await channel.unary_unary(f"/{package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
+            await channel.unary_unary(f"/{version.package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
         except aio.AioRpcError as err:
             code, details = err.code(), err.details() or ""
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 continue
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not_initialized(
                     code.value[0], details):
-                return f"ImageFsInfo: {code.name}: {details}"
-        return None
-    return None
+                return Probed(f"ImageFsInfo: {code.name}: {details}")
+            # Any other error is the service's answer: the version is there.
+        answered.add(version)
+    return Probed(None, frozenset(answered) or None)
 
 
 class ImageWatch:
@@ -80,6 +98,7 @@ class ImageWatch:
         self._channel = channel
         self.up = False  # serving now: its last probe answered, no failed attempt since
         self.reason: str | None = None  # why it does not serve, the latest seen (None while it serves)
+        self.versions: frozenset[ApiVersion] | None = None  # the CRI versions its last answering probe found
         self._was_up = False  # serving at some time since start (its end line says "again")
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
@@ -118,12 +137,12 @@ class ImageWatch:
     async def _seen(self, state: grpc.ChannelConnectivity) -> float | None:
         """Judge ``state``; the seconds before the next probe when it is READY and does not serve."""
         if state is _S.READY:
-            reason = await image_probe(self._channel, PROBE_TIMEOUT)
-            if reason is None:
+            probed = await image_probe(self._channel, PROBE_TIMEOUT)
+            if probed.reason is None:
                 self._retry = RETRY_FIRST
-                self._serving()
+                self._serving(probed.versions)
                 return None
-            self._lost(reason)
+            self._lost(probed.reason)
             retry, self._retry = self._retry, min(RETRY_MAX, self._retry * 2)
             return retry
         if state is _S.TRANSIENT_FAILURE:
@@ -131,11 +150,15 @@ class ImageWatch:
             self._lost("connection failed")
         return None
 
-    def _serving(self) -> None:
-        if self.up:
-            return  # e.g. reconnected after its idle timeout: nothing to tell
+    def _serving(self, versions: frozenset[ApiVersion] | None) -> None:
         name = str(self.socket)
-        fields = {"backend": name}
+        fields = {"backend": name, "versions": sorted(versions) if versions else None}
+        changed, self.versions = versions != self.versions, versions
+        if self.up:  # e.g. reconnected after its idle timeout: nothing to tell, unless it serves other versions
+            if changed:
+                log.info("image backend serves other CRI versions", extra=fields)
+                self._tell(True)
+            return
         self.up = True
         self.reason = None
         if self._outages.down(name):

@@ -243,7 +243,9 @@ class Proxy:
         whose image is missing), so a consumer can tell which side is down.
 
         A version the routing plan does not serve is NOT_SERVING (its calls
-        are refused UNIMPLEMENTED), not left unregistered (NOT_FOUND): with
+        are refused UNIMPLEMENTED), and so is the ImageService of one whose
+        image calls a separate image service lacks the version of (they meet
+        UNIMPLEMENTED there), not left unregistered (NOT_FOUND): with
         --serve-versions auto the served set follows the backend, and the
         health servicer cannot unregister a name once set, so a name's
         answer must not depend on whether it was ever served."""
@@ -254,8 +256,18 @@ class Proxy:
         statuses = {"": serving if runtime and images else not_serving}
         for version in ApiVersion:
             statuses[f"{version.package}.RuntimeService"] = serving if runtime and version in served else not_serving
-            statuses[f"{version.package}.ImageService"] = serving if images and version in served else not_serving
+            images_take = images and version in served and self._images_answer(version)
+            statuses[f"{version.package}.ImageService"] = serving if images_take else not_serving
         return statuses
+
+    def _images_answer(self, version: ApiVersion) -> bool:
+        """Whether a separate image service has the version a served ``version``'s
+        image calls reach it in (the plan's target): one it lacks answers them
+        UNIMPLEMENTED, so its name is NOT_SERVING, as for a version the runtime lacks."""
+        plan = self.router.plan
+        if self.images is None or self.images.versions is None or plan is None:
+            return True
+        return plan.routes[version] in self.images.versions
 
     def _health_soon(self) -> None:
         """Health as it is now, set in a task."""

@@ -144,7 +144,7 @@ async def test_an_image_watch_that_keeps_failing_is_restarted_and_the_proxy_serv
     real = imagewatch.image_probe
     failures = 6
 
-    async def failing(channel: aio.Channel, timeout: float) -> str | None:
+    async def failing(channel: aio.Channel, timeout: float) -> imagewatch.Probed:
         nonlocal failures
         if failures:
             failures -= 1

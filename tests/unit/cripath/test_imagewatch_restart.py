@@ -41,10 +41,10 @@ async def test_a_restarted_watch_backs_off_from_the_start(monkeypatch: pytest.Mo
     probes: list[float] = []
     probed = asyncio.Event()
 
-    async def failing(channel: Any, timeout: float) -> str:
+    async def failing(channel: Any, timeout: float) -> imagewatch.Probed:
         probes.append(asyncio.get_running_loop().time())
         probed.set()
-        return "ImageFsInfo: UNAVAILABLE: not yet"
+        return imagewatch.Probed("ImageFsInfo: UNAVAILABLE: not yet")
 
     monkeypatch.setattr(imagewatch, "image_probe", failing)
     channel = ReadyChannel()
