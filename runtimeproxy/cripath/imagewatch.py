@@ -9,18 +9,23 @@ start.
 
 It is judged by its channel, kept connected as the runtime's is (each look
 asks grpc to connect), and by a probe at each READY: ImageFsInfo (v1 and
-v1alpha2; ImageService has no Version), as cheap an image call as there is.
-A connection alone says too little: a socket whose process takes the
-connection may not serve (containerd's "not initialized yet" while it loads
-its state; a hung service). The probe's answer, or UNIMPLEMENTED in both
-versions (a service without that call still serves the rest), is up;
-"not initialized", UNAVAILABLE or DEADLINE_EXCEEDED (PROBE_TIMEOUT) is down,
-and the probe is asked again after a backoff, as the runtime's is.
-The probe asks both versions, each time: the versions that answer
-(``versions``) are those whose calls the service can take, and health says
-NOT_SERVING for a served CRI version whose image calls would reach it in a
-version it lacks (server.py), as for a version the runtime lacks. None
-(UNIMPLEMENTED in both) tells nothing of its versions.
+v1alpha2 at once, under one PROBE_TIMEOUT; ImageService has no Version), as
+cheap an image call as there is. A connection alone says too little: a
+socket whose process takes the connection may not serve (containerd's "not
+initialized yet" while it loads its state; a hung service).
+Each version's answer says whether the service has it (``versions``):
+an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
+(grpc-go's word for a service not registered, as containerd sends) says no;
+another UNIMPLEMENTED ("unknown method ...", "method ImageFsInfo not
+implemented": the service is there without that call) says yes; one whose
+message says neither (grpc-python's "Method not found!") leaves the version
+unknown, taken to be there. "not initialized", UNAVAILABLE or
+DEADLINE_EXCEEDED in a version leaves that version out; the service is down
+only when no version is there and one failed so. A probe with such a failure
+is asked again after a backoff, as the runtime's is, whether the service is
+down or serves the other version meanwhile. Health says NOT_SERVING for a
+served CRI version whose image calls would reach it in a version it lacks
+(server.py), as for a version the runtime lacks.
 TRANSIENT_FAILURE (a connection attempt failed: nothing listens, or the
 socket is gone) is down too. IDLE and CONNECTING decide nothing: grpc's idle
 timeout closes an unused connection, and the next look reconnects it (its
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -64,34 +70,80 @@ RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
 
 @dataclass(frozen=True)
 class Probed:
-    """A probe's outcome: why the service does not serve (None: it serves),
-    and the CRI versions that answered (None: neither has ImageFsInfo, so unknown)."""
+    """A probe's outcome: why the service does not serve (None: it serves);
+    the CRI versions taken to be there, and of those the ones ``unknown``
+    (assumed there); ``failed``: while it serves, why the other versions
+    did not answer (the probe is asked again)."""
 
     reason: str | None
-    versions: frozenset[ApiVersion] | None = None
+    versions: frozenset[ApiVersion] = frozenset()
+    unknown: frozenset[ApiVersion] = frozenset()
+    failed: str | None = None
+
+
+class _Found(enum.Enum):
+    HAS = "has"
+    LACKS = "lacks"
+    UNKNOWN = "unknown"
+    FAILED = "failed"
 
 
 async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
-    """Whether the image service on ``channel`` serves, and in which versions."""
-    answered: set[ApiVersion] = set()
-    for version in PROBE_VERSIONS:
-        try:
-            await channel.unary_unary(f"/{version.package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
-        except aio.AioRpcError as err:
-            code, details = err.code(), err.details() or ""
-            if code == grpc.StatusCode.UNIMPLEMENTED:
-                continue
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not_initialized(
-                    code.value[0], details):
-                return Probed(f"ImageFsInfo: {code.name}: {details}")
-            # Any other error is the service's answer: the version is there.
-        answered.add(version)
-    return Probed(None, frozenset(answered) or None)
+    """Whether the image service on ``channel`` serves, and in which versions:
+    both asked at once, so one that hangs costs ``timeout``, not twice it."""
+    found = await asyncio.gather(*(_ask(channel, version, timeout) for version in PROBE_VERSIONS))
+    there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
+    unknown = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.UNKNOWN}
+    failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
+    if failed is not None and not there:
+        return Probed(failed)
+    return Probed(None, frozenset(there), frozenset(unknown), failed)
+
+
+async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tuple[_Found, str]:
+    """ImageFsInfo in ``version``: what it says of the version (and, FAILED, why)."""
+    try:
+        await channel.unary_unary(f"/{version.package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
+    except aio.AioRpcError as err:
+        code, details = err.code(), err.details() or ""
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return _unimplemented(details), ""
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not_initialized(
+                code.value[0], details):
+            return _Found.FAILED, f"{code.name}: {details}"
+        # Any other error is the service's answer: the version is there.
+    return _Found.HAS, ""
+
+
+def _unimplemented(details: str) -> _Found:
+    """grpc-go (containerd) says "unknown service X" when the version's service
+    is not registered, "unknown method M for service X" or "method M not
+    implemented" when it is; any other message tells nothing."""
+    if details.startswith("unknown service "):
+        return _Found.LACKS
+    if details.startswith("unknown method ") or details.endswith(" not implemented"):
+        return _Found.HAS
+    return _Found.UNKNOWN
+
+
+def _failures(failed: dict[ApiVersion, str]) -> str | None:
+    """e.g. "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded";
+    versions that failed alike share one part."""
+    alike: dict[str, list[str]] = {}
+    for version, why in failed.items():
+        alike.setdefault(why, []).append(str(version))
+    return "; ".join(f"ImageFsInfo ({', '.join(names)}): {why}" for why, names in alike.items()) or None
+
+
+def _named(versions: frozenset[ApiVersion] | None, unknown: frozenset[ApiVersion]) -> list[str]:
+    """The versions for the log: an assumed one says so ("v1alpha2 (unknown)")."""
+    return [f"{v} (unknown)" if v in unknown else str(v) for v in sorted(versions or ())]
 
 
 class ImageWatch:
     """The separate image service's state: ``up``, and its listeners told
-    True when it comes (back), False when it is lost."""
+    True when it comes (back), and again while up when its versions change;
+    False when it is lost."""
 
     def __init__(self, socket: Path, channel: aio.Channel, clock: Callable[[], float] = time.monotonic) -> None:
         self.socket = socket
@@ -99,13 +151,15 @@ class ImageWatch:
         self.up = False  # serving now: its last probe answered, no failed attempt since
         self.reason: str | None = None  # why it does not serve, the latest seen (None while it serves)
         self.versions: frozenset[ApiVersion] | None = None  # the CRI versions its last answering probe found
+        self.unknown: frozenset[ApiVersion] = frozenset()  # of those, the ones assumed (their answer said nothing)
         self._was_up = False  # serving at some time since start (its end line says "again")
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
-        self._retry = RETRY_FIRST  # the wait before the next probe of a READY service that does not serve
+        self._retry = RETRY_FIRST  # the wait before the next probe of a READY service down, or with a version failed
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
-        """Called with True when the image service comes (back), False when it is lost."""
+        """Called with True when the image service comes (back) and when, up,
+        it is found serving other versions; False when it is lost."""
         self._listeners.append(listener)
 
     async def run(self) -> None:
@@ -139,10 +193,13 @@ class ImageWatch:
         if state is _S.READY:
             probed = await image_probe(self._channel, PROBE_TIMEOUT)
             if probed.reason is None:
+                self._serving(probed)
+            else:
+                self._lost(probed.reason)
+            if probed.reason is None and probed.failed is None:
                 self._retry = RETRY_FIRST
-                self._serving(probed.versions)
                 return None
-            self._lost(probed.reason)
+            # Down, or a version failed: its answer may come at the next probe.
             retry, self._retry = self._retry, min(RETRY_MAX, self._retry * 2)
             return retry
         if state is _S.TRANSIENT_FAILURE:
@@ -150,10 +207,13 @@ class ImageWatch:
             self._lost("connection failed")
         return None
 
-    def _serving(self, versions: frozenset[ApiVersion] | None) -> None:
+    def _serving(self, probed: Probed) -> None:
         name = str(self.socket)
-        fields = {"backend": name, "versions": sorted(versions) if versions else None}
-        changed, self.versions = versions != self.versions, versions
+        fields: dict[str, object] = {"backend": name, "versions": _named(probed.versions, probed.unknown)}
+        if probed.failed is not None:
+            fields["version_problem"] = probed.failed
+        changed = (probed.versions, probed.unknown) != (self.versions, self.unknown)
+        self.versions, self.unknown = probed.versions, probed.unknown
         if self.up:  # e.g. reconnected after its idle timeout: nothing to tell, unless it serves other versions
             if changed:
                 log.info("image backend serves other CRI versions", extra=fields)

@@ -26,6 +26,7 @@ from ..fakes import FakeBackend
 from .test_image_backend_outage import NOT_SERVING, SERVING, WATCH, image_ready, next_status, statuses
 
 FS_INFO = "/runtime.v1.ImageService/ImageFsInfo"
+FS_INFO_A2 = "/runtime.v1alpha2.ImageService/ImageFsInfo"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
 NOT_INITIALISED = {"code": grpc.StatusCode.UNKNOWN, "details": "server is not initialized yet"}
 
@@ -50,16 +51,17 @@ async def test_an_image_service_not_initialised_is_down_until_its_probe_answers(
     every image call failed."""
     caplog.set_level(logging.DEBUG, logger=WATCH)
     async with FakeBackend(sock_dir / "images.sock") as images:
-        images.script(FS_INFO, **NOT_INITIALISED)
+        for path in (FS_INFO, FS_INFO_A2):  # containerd loading its state answers so in every version
+            images.script(path, **NOT_INITIALISED)
         async with proxy_with(sock_dir, fake, images.socket) as running:
             await images.wait_calls(FS_INFO, 3, timeout=10)  # asked again, after a backoff
             assert await statuses(client) == (NOT_SERVING, SERVING, NOT_SERVING)
             assert image_ready(running) == 0.0
             assert running.proxy.images is not None  # what `status` shows (admin.py): why it does not serve
-            assert running.proxy.images.reason == "ImageFsInfo: UNKNOWN: server is not initialized yet"
+            assert running.proxy.images.reason == "ImageFsInfo (v1, v1alpha2): UNKNOWN: server is not initialized yet"
             watch = health_pb2_grpc.HealthStub(client).Watch(health_pb2.HealthCheckRequest(), timeout=30)
             assert (await watch.read()).status == NOT_SERVING
-            del images.scripts[FS_INFO]  # its state loaded
+            del images.scripts[FS_INFO], images.scripts[FS_INFO_A2]  # its state loaded
             await next_status(watch, SERVING)
             assert image_ready(running) == 1.0
             assert running.proxy.images.reason is None
@@ -67,7 +69,7 @@ async def test_an_image_service_not_initialised_is_down_until_its_probe_answers(
     told = [r for r in caplog.records if r.name == WATCH and r.levelno >= logging.INFO]
     assert [(r.levelno, r.getMessage().split(" after ")[0]) for r in told] == [
         (logging.WARNING, "image backend not reachable yet"), (logging.INFO, "image backend ready")]
-    assert told[0].reason == "ImageFsInfo: UNKNOWN: server is not initialized yet"  # type: ignore[attr-defined]
+    assert told[0].reason == "ImageFsInfo (v1, v1alpha2): UNKNOWN: server is not initialized yet"  # type: ignore[attr-defined]
     assert told[1].image_backend_failures >= 3  # type: ignore[attr-defined]  # each failed probe
 
 
@@ -79,13 +81,14 @@ async def test_a_hung_image_service_is_down(
     Before: up at the connection's READY."""
     monkeypatch.setattr(imagewatch, "PROBE_TIMEOUT", 0.2)
     async with FakeBackend(sock_dir / "images.sock") as images:
-        images.script(FS_INFO, hang=True)
+        for path in (FS_INFO, FS_INFO_A2):
+            images.script(path, hang=True)
         async with proxy_with(sock_dir, fake, images.socket) as running:
             await images.wait_calls(FS_INFO, 2, timeout=10)  # the first timed out, asked again
             assert await statuses(client) == (NOT_SERVING, SERVING, NOT_SERVING)
             assert running.proxy.images is not None and not running.proxy.images.up
-            images.scripts[FS_INFO].release.set()
-            del images.scripts[FS_INFO]
+            for path in (FS_INFO, FS_INFO_A2):
+                images.scripts.pop(path).release.set()
             watch = health_pb2_grpc.HealthStub(client).Watch(health_pb2.HealthCheckRequest(), timeout=30)
             await next_status(watch, SERVING)
             watch.cancel()
