@@ -43,7 +43,7 @@ def describe(proxy: Proxy, hook_servers: int) -> str:
     )
     images = proxy.images
     if images is not None and not images.up:  # image calls fail: pulls, and so pods whose image is missing
-        why = f" ({_short(images.reason)})" if images.reason else ""
+        why = f" ({_short(images.lost_reason)})" if images.lost_reason else ""
         return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is not serving{why}; {hooks}"
     return f"serving CRI {served} for {runtime}; {hooks}"
 

@@ -150,6 +150,7 @@ class ImageWatch:
         self._channel = channel
         self.up = False  # serving now: its last probe answered, no failed attempt since
         self.reason: str | None = None  # why it does not serve, the latest seen (None while it serves)
+        self.lost_reason: str | None = None  # why it was lost, at the loss (None while it serves)
         self.versions: frozenset[ApiVersion] | None = None  # the CRI versions its last answering probe found
         self.unknown: frozenset[ApiVersion] = frozenset()  # of those, the ones assumed (their answer said nothing)
         self._was_up = False  # serving at some time since start (its end line says "again")
@@ -220,7 +221,7 @@ class ImageWatch:
                 self._tell(True)
             return
         self.up = True
-        self.reason = None
+        self.reason = self.lost_reason = None
         if self._outages.down(name):
             self._outages.succeeded(name, fields, first=not self._was_up)
         else:
@@ -236,6 +237,7 @@ class ImageWatch:
             log.debug("image backend still not serving", extra={"backend": name, "reason": reason})
             return
         self.up = False
+        self.lost_reason = reason
         # The outage starts at the loss (or, at start, at the first failure):
         # this line pairs with its end.
         self._outages.began(
