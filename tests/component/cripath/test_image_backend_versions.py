@@ -9,6 +9,7 @@ call failed UNIMPLEMENTED."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import grpc
@@ -16,6 +17,8 @@ import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from runtimeproxy.app import build_proxy
+from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.methods import ApiVersion
 
@@ -72,3 +75,24 @@ async def test_an_image_service_hung_in_one_version_serves_the_other(
             a2.cancel()
             assert running.proxy.images.versions == frozenset(ApiVersion)
 
+
+async def test_a_translated_version_needs_the_version_its_image_calls_are_translated_to(
+    sock_dir: Path, client: aio.Channel
+) -> None:
+    """The runtime serves v1 alone and the proxy translates v1alpha2 to it: a
+    v1-only image service takes both versions' image calls, so both
+    ImageService names are SERVING (health looks at the version a call is
+    translated to, not the client's)."""
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as runtime, \
+            FakeBackend(sock_dir / "images.sock", versions=frozenset({"v1"})):
+        config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=runtime.socket,
+                             image_backend=sock_dir / "images.sock", serve_versions="v1,v1alpha2")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            watch = health_pb2_grpc.HealthStub(client).Watch(health_pb2.HealthCheckRequest(), timeout=30)
+            await next_status(watch, SERVING)
+            watch.cancel()
+            await settled(running.proxy)
+            assert set((await health(client)).values()) == {SERVING}
+            await client.unary_unary("/runtime.v1alpha2.ImageService/ListImages")(b"", timeout=5)
