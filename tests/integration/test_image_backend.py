@@ -32,6 +32,7 @@ from .registry import LoopbackRegistry
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 IMAGES = "runtime.v1.ImageService"
+IMAGES_A2 = "runtime.v1alpha2.ImageService"
 RUNTIME = "runtime.v1.RuntimeService"
 pb = V1.pb
 
@@ -43,6 +44,7 @@ class HealthWatch:
         self.seen: list[int] = []
         self._changed = asyncio.Event()
         self._stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=service))
+        self.following: asyncio.Task[None] | None = None
 
     async def follow(self) -> None:
         async for answer in self._stream:
@@ -50,16 +52,26 @@ class HealthWatch:
             self._changed.set()
 
     async def until(self, status: int, timeout: float = 60) -> None:
+        """Until the name says ``status``; the stream's end or error is raised
+        at once, not waited out."""
+        assert self.following is not None
         async with asyncio.timeout(timeout):
             while not self.seen or self.seen[-1] != status:
                 self._changed.clear()
-                await self._changed.wait()
+                changed = asyncio.ensure_future(self._changed.wait())
+                try:
+                    await asyncio.wait((changed, self.following), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if self.following.done() and not (self.seen and self.seen[-1] == status):
+                    self.following.result()  # its error, if it failed
+                    raise AssertionError(f"the health Watch ended before {status}: {self.seen}")
 
 
 @contextlib.asynccontextmanager
 async def watching(channel: aio.Channel, service: str) -> AsyncIterator[HealthWatch]:
     watch = HealthWatch(channel, service)
-    task = asyncio.create_task(watch.follow())
+    task = watch.following = asyncio.create_task(watch.follow())
     try:
         yield watch
     finally:
@@ -84,11 +96,16 @@ async def health(channel: aio.Channel, service: str) -> int:
     return answer.status
 
 
-async def tags(socket: Path) -> set[str]:
+async def tags(channel: aio.Channel) -> set[str]:
+    """The images listed on ``channel`` (the proxy's, or a containerd's own)."""
+    listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+    return {tag for image in listed.images for tag in image.repo_tags}
+
+
+async def tags_of(socket: Path) -> set[str]:
     """The images a containerd lists, asked directly (not through the proxy)."""
     async with aio.insecure_channel(f"unix://{socket}") as channel:
-        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
-    return {tag for image in listed.images for tag in image.repo_tags}
+        return await tags(channel)
 
 
 async def mountpoints(channel: aio.Channel) -> set[str]:
@@ -109,13 +126,14 @@ async def test_a_separate_image_containerd_serves_the_image_calls_alone(
         channel = await stack.enter_async_context(launcher.channel())
         image_health = await stack.enter_async_context(watching(channel, IMAGES))
         await image_health.until(SERVING)
+        # containerd 1.6 serves both CRI versions: the probe finds both.
+        assert await health(channel, IMAGES_A2) == SERVING
 
         # A pull through the proxy lands in the image containerd, not the runtime's.
         await V1.images(channel).PullImage(pb.PullImageRequest(image=pb.ImageSpec(image=ref)), timeout=60)
-        assert ref in await tags(images.socket)
-        assert ref not in await tags(runtime.socket)
-        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
-        assert ref in {tag for image in listed.images for tag in image.repo_tags}
+        assert ref in await tags_of(images.socket)
+        assert ref not in await tags_of(runtime.socket)
+        assert ref in await tags(channel)
 
         # ImageFsInfo is the image containerd's (its filesystem lies below its own directory).
         async with aio.insecure_channel(f"unix://{images.socket}") as direct:
@@ -142,6 +160,6 @@ async def test_a_separate_image_containerd_serves_the_image_calls_alone(
         await images.start(timeout=60, images=False)
         await image_health.until(SERVING)
         assert await health(channel, "") == SERVING
-        listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
-        assert ref in {tag for image in listed.images for tag in image.repo_tags}
-        assert ref not in await tags(runtime.socket)
+        assert await health(channel, IMAGES_A2) == SERVING
+        assert ref in await tags(channel)
+        assert ref not in await tags_of(runtime.socket)
