@@ -82,7 +82,8 @@ async def test_a_translated_version_needs_the_version_its_image_calls_are_transl
     """The runtime serves v1 alone and the proxy translates v1alpha2 to it: a
     v1-only image service takes both versions' image calls, so both
     ImageService names are SERVING (health looks at the version a call is
-    translated to, not the client's)."""
+    translated to, not the client's). A guard: this behaviour came with the
+    commit before; it fails if health looks at the client's version."""
     async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as runtime, \
             FakeBackend(sock_dir / "images.sock", versions=frozenset({"v1"})):
         config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=runtime.socket,
