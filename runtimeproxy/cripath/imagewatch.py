@@ -21,7 +21,8 @@ implemented": the service is there without that call) says yes; one whose
 message says neither (grpc-python's "Method not found!") leaves the version
 unknown, taken to be there. "not initialized", UNAVAILABLE or
 DEADLINE_EXCEEDED in a version leaves that version out; the service is down
-only when no version is there and one failed so. A probe with such a failure
+when no version is there: one failed so, or both said "unknown service"
+(whatever listens is no CRI image service: a wrong socket given). A probe with such a failure
 is asked again after a backoff, as the runtime's is, whether the service is
 down or serves the other version meanwhile. Health says NOT_SERVING for a
 served CRI version whose image calls would reach it in a version it lacks
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 
 _S = grpc.ChannelConnectivity
 PROBE_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
+NO_IMAGE_SERVICE = "ImageFsInfo (v1, v1alpha2): unknown service: no CRI ImageService listens there"
 RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
 RETRY_MAX = 5.0  # as the runtime's probe's default longest interval
 # The proxy serves the runtime's calls without the image service: a watch
@@ -97,6 +99,8 @@ async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
     failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
     if failed is not None and not there:
         return Probed(failed)
+    if not there:  # "unknown service" in both: whatever listens there is no CRI image service
+        return Probed(NO_IMAGE_SERVICE)
     return Probed(None, frozenset(there), frozenset(unknown), failed)
 
 

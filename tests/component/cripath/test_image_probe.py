@@ -70,3 +70,13 @@ async def test_one_version_failing_leaves_only_that_version_out(images: FakeBack
     images.script(FS_INFO.format("v1alpha2"), code=grpc.StatusCode.UNAVAILABLE, details="busy")
     assert await image_probe(channel, 5) == Probed(
         None, frozenset({V1}), frozenset(), "ImageFsInfo (v1alpha2): UNAVAILABLE: busy")
+
+
+async def test_no_image_service_in_either_version_is_down(images: FakeBackend, channel: aio.Channel) -> None:
+    """A socket whose server has no ImageService at all (a wrong --image-backend)
+    is down, not up with no version (before: it served, with none)."""
+    for version in ("v1", "v1alpha2"):
+        images.script(FS_INFO.format(version), code=grpc.StatusCode.UNIMPLEMENTED,
+                      details=f"unknown service runtime.{version}.ImageService")
+    assert await image_probe(channel, 5) == Probed(
+        "ImageFsInfo (v1, v1alpha2): unknown service: no CRI ImageService listens there")
