@@ -28,7 +28,7 @@ from .stream import Stream, Unprocessed
 from .transport import CallFailed
 
 if TYPE_CHECKING:
-    from .endpointtrust import SocketSeen
+    from .endpointtrust import Peer, SocketSeen
 
 log = logging.getLogger(__name__)
 _FRAME_HEADER = fr.HEADER.unpack_from
@@ -67,8 +67,10 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
         self._going_away = False  # GOAWAY sent or received: no new calls
         self._control_queued = 0  # control frames answered while the socket's buffer is full
         # Set by the pool (pool.py) as it dials: the socket as judged then
-        # (endpointtrust.py), and the hook file owners it was found trusted for.
+        # (endpointtrust.py), the server found listening on it, and the hook
+        # file owners both were found trusted for.
         self.socket: SocketSeen | None = None
+        self.peer: Peer | None = None
         self.trusted_for: set[int | None] = set()
         self.closed = False
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done at connection_lost

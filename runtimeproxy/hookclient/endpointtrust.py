@@ -6,6 +6,14 @@ which dials itself, that is once per connection: an established connection
 stays with the server that was judged when it was dialled, whatever is at
 the path later, and the next dial is judged anew. grpc.aio (grpcaio.py)
 reconnects behind our back, so there it is judged at every call.
+
+A look at the path then a connect leaves a gap: a socket swapped in at the
+judged path in between would be called as the one judged. The frames
+transport closes it: once connected it reads who is listening at the other
+end (``SO_PEERCRED``, the server as it called listen()) and refuses a server
+run by anyone it would not trust to own the socket (``require_peer``).
+grpc.aio cannot: it hands us no socket of the connection it made, so there
+the gap stays (one call's look to its connect; docs/hook-files.md).
 """
 
 from __future__ import annotations
@@ -13,11 +21,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import socket
 import stat
+import struct
 
 from .transport import Untrusted
 
-__all__ = ["SocketSeen", "judge", "look", "require_trusted"]
+__all__ = ["Peer", "SocketSeen", "judge", "judge_peer", "look", "peer_of",
+           "require_connected", "require_peer", "require_trusted"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +97,62 @@ def require_trusted(seen: SocketSeen | None, owner_uid: int | None) -> None:
     by ``owner_uid`` (``judge``); no socket to judge is no refusal."""
     if seen is not None and (reason := judge(seen, owner_uid)) is not None:
         raise Untrusted(reason, seen)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Peer:
+    """The process at the other end of a connected unix socket, as it was when
+    it called listen() (``SO_PEERCRED``): what really answers the calls."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """The peer of a connected unix socket; ``OSError`` if it cannot be read."""
+    return Peer(*_UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)))
+
+
+def judge_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> str | None:
+    """Why the server ``peer``, connected to at ``endpoint`` whose socket was
+    judged as ``seen``, must not be called for a hook file owned by
+    ``owner_uid``, or None.
+
+    The same users as ``judge`` trusts to own the socket, and the judged
+    socket's owner: a socket chowned to root but served by the hook file's
+    owner still works. Anyone else answering is a socket swapped in at the
+    path after it was judged (or a server handed a socket it did not bind).
+    """
+    uid = peer.uid
+    if uid in (0, os.geteuid(), owner_uid, seen.uid):
+        return None
+    owner = f", the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
+    return (
+        f"untrusted endpoint: the server connected to at {endpoint} is pid {peer.pid} running as uid {uid}, "
+        f"not root{owner} or the owner of socket {seen.path} (uid {seen.uid}) as it was checked; "
+        "was the socket replaced after it was checked?"
+    )
+
+
+def require_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> None:
+    """Raise ``Untrusted`` if the server ``peer`` may not be called for a hook
+    file owned by ``owner_uid`` (``judge_peer``)."""
+    if (reason := judge_peer(peer, seen, owner_uid, endpoint)) is not None:
+        raise Untrusted(reason, seen, peer)
+
+
+def require_connected(seen: SocketSeen, peer: Peer | None, owner_uid: int | None, endpoint: str) -> None:
+    """Raise ``Untrusted`` if a connection to ``endpoint``, its socket judged
+    as ``seen`` and served by ``peer``, may not be called for a hook file
+    owned by ``owner_uid``: the socket (``judge``), then its server."""
+    if (reason := judge(seen, owner_uid)) is not None:
+        raise Untrusted(reason, seen, peer)
+    if peer is not None:
+        require_peer(peer, seen, owner_uid, endpoint)
 
 
 @functools.lru_cache(maxsize=256)

@@ -10,6 +10,12 @@ frames says ``invalid_answer`` at once. Telling it apart here would take a
 unary-stream call, a read for the message and another for the end on every
 call: the hooked path's cost, for a broken server that fails either way.
 (tests/unit/hookclient/test_malformed_answers.py guards it.)
+
+The socket is judged at every call (endpointtrust.py), but not the server
+that answers on it: grpc.aio hands us no socket of the connections it makes,
+so its peer's credentials (``SO_PEERCRED``) cannot be read. A socket swapped
+in at the path between a call's look and grpc's connect is not caught here,
+as it is on the frames transport (pool.py).
 """
 
 from __future__ import annotations

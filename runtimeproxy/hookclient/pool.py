@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 import grpc
 
-from .endpointtrust import judge, look, require_trusted
+from .endpointtrust import Peer, judge, judge_peer, look, peer_of, require_connected, require_trusted
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
@@ -101,16 +101,21 @@ class FramesTransport:
             except Untrusted as err:
                 # Refused for the hook file owner that dialled, maybe not
                 # this call's (another file on the same endpoint): judged for
-                # ours, by the same socket. Trusted for us, we dial our own.
+                # ours, by the same socket and server. Trusted for us, we dial our own.
                 untrusted = judge(err.seen, owner_uid)
+                if untrusted is None and err.peer is not None:
+                    untrusted = judge_peer(err.peer, err.seen, owner_uid, endpoint)
                 if untrusted is None:
                     continue
-                raise Untrusted(untrusted, err.seen) from None
+                raise Untrusted(untrusted, err.seen, err.peer) from None
             return _admitted(conn, owner_uid)  # dialled for another caller, maybe for another hook file's owner
 
     async def _connect(self, endpoint: str, owner_uid: int | None) -> ClientConnection:
         """A new connection, its socket judged before it is dialled: refused
-        (``Untrusted``) without a connect if it may not be called."""
+        (``Untrusted``) without a connect if it may not be called. Once
+        connected, before any call, the server that answered is judged too
+        (``require_peer``): a socket swapped in at the path since the look is
+        refused, and the connection closed."""
         seen = look(endpoint)
         require_trusted(seen, owner_uid)
         loop = asyncio.get_running_loop()
@@ -121,11 +126,15 @@ class FramesTransport:
         # dialled as such: the endpoint is, its chain followed afresh.
         target = endpoint if seen is None or len(os.fsencode(seen.path)) > SUN_PATH_MAX else seen.path
         try:
-            _, conn = await loop.create_unix_connection(
+            transport, conn = await loop.create_unix_connection(
                 lambda: ClientConnection(endpoint, self._max_message, self._lost), target
             )
         except OSError as err:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err
+        peer = _peer(transport)
+        if peer is None:  # who answers cannot be told, so it is not trusted
+            conn.close(abort=True)
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: cannot tell who serves it")
         if seen is None:  # none there when looked at, yet connected: judge the one that appeared
             seen = look(endpoint)
             if seen is None:
@@ -133,11 +142,12 @@ class FramesTransport:
                 # judge what we are connected to by, so it is not trusted.
                 conn.close(abort=True)
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: socket vanished as it was dialled")
-            untrusted = judge(seen, owner_uid)
-            if untrusted is not None:
-                conn.close(abort=True)
-                raise Untrusted(untrusted, seen)
-        conn.socket = seen
+        try:
+            require_connected(seen, peer, owner_uid, endpoint)
+        except Untrusted:
+            conn.close(abort=True)  # only our preface was written to it: no call
+            raise
+        conn.socket, conn.peer = seen, peer
         conn.trusted_for.add(owner_uid)
         return conn
 
@@ -205,10 +215,20 @@ class FramesTransport:
 
 def _admitted(conn: ClientConnection, owner_uid: int | None) -> ClientConnection:
     """``conn`` if a hook file owned by ``owner_uid`` may call it: judged by its
-    socket as it was when dialled (what it is connected to, whatever is at the
-    path now), for another file on the same endpoint or one whose owner a
-    reload changed. ``Untrusted`` otherwise."""
+    socket as it was when dialled and the server found on it (what it is
+    connected to, whatever is at the path now), for another file on the same
+    endpoint or one whose owner a reload changed. ``Untrusted`` otherwise."""
     if owner_uid not in conn.trusted_for:
-        require_trusted(conn.socket, owner_uid)  # the socket as it was dialled
+        if conn.socket is not None:  # the socket as it was dialled, and its server
+            require_connected(conn.socket, conn.peer, owner_uid, conn.endpoint)
         conn.trusted_for.add(owner_uid)
     return conn
+
+
+def _peer(transport: asyncio.BaseTransport) -> Peer | None:
+    """Who serves a new connection (``SO_PEERCRED``); None if that cannot be read."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return None if sock is None else peer_of(sock)
+    except OSError:
+        return None

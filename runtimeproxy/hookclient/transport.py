@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import grpc
 
 if TYPE_CHECKING:
-    from .endpointtrust import SocketSeen
+    from .endpointtrust import Peer, SocketSeen
 
 MAX_MESSAGE_BYTES = 16 << 20  # a hook answer may be as large as the CRI request it changes (kubelet sends up to 16 MiB)
 
@@ -37,12 +37,14 @@ class NoMessage(CallFailed):
 class Untrusted(Exception):
     """The endpoint's socket may not be called (endpointtrust.py): no call
     was made. Not a ``CallFailed``: counted ``untrusted_endpoint``. ``seen``
-    is the socket as judged, for the hook file owner ``reason`` names: a call
-    for another owner waiting on the same dial judges it again (pool.py)."""
+    is the socket as judged, for the hook file owner ``reason`` names, and
+    ``peer`` the server found listening there if it was refused once
+    connected: a call for another owner waiting on the same dial judges both
+    again (pool.py)."""
 
-    def __init__(self, reason: str, seen: SocketSeen) -> None:
+    def __init__(self, reason: str, seen: SocketSeen, peer: Peer | None = None) -> None:
         super().__init__(reason)
-        self.reason, self.seen = reason, seen
+        self.reason, self.seen, self.peer = reason, seen, peer
 
 
 @runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every method

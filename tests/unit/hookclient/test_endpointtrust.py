@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from pathlib import Path
 
-from runtimeproxy.hookclient.endpointtrust import judge, look
+from runtimeproxy.hookclient.endpointtrust import Peer, judge, judge_peer, look, peer_of
 
 NOBODY = 65534
 
@@ -100,3 +101,23 @@ def test_a_symlinked_endpoint_in_a_directory_anyone_can_write_is_refused(tmp_pat
         )
         os.chmod(shared, 0o755)
         assert untrusted_reason(shared / "h.sock") is None
+
+
+def test_peer_of_a_connected_socket_is_the_process_that_listens() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX)
+    with left, right:
+        assert peer_of(left) == Peer(os.getpid(), os.getuid(), os.getgid())
+
+
+def test_a_server_run_by_a_user_trusted_to_own_its_socket_is_trusted_and_anyone_else_not(tmp_path: Path) -> None:
+    with bound(tmp_path / "h.sock"):
+        seen = look(str(tmp_path / "h.sock"))
+        assert seen is not None
+        seen = dataclasses.replace(seen, uid=1000)  # as a socket chowned to that user would be
+        for uid, owner_uid in ((0, None), (os.geteuid(), None), (NOBODY, NOBODY), (1000, None)):
+            assert judge_peer(Peer(42, uid, uid), seen, owner_uid, "/e") is None, (uid, owner_uid)
+        assert judge_peer(Peer(42, NOBODY, NOBODY), seen, 1001, "/e") == (
+            f"untrusted endpoint: the server connected to at /e is pid 42 running as uid {NOBODY}, "
+            f"not root, the hook file's owner (uid 1001) or the owner of socket {seen.path} (uid 1000) "
+            "as it was checked; was the socket replaced after it was checked?"
+        )

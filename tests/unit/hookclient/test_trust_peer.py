@@ -1,0 +1,196 @@
+"""The frames transport judges who serves a socket once connected
+(``SO_PEERCRED``, endpointtrust.require_peer), closing the gap between the
+look at the path and the connect. The other users' servers are real
+processes run as nobody (the tests run as root)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.hookclient import pool
+from runtimeproxy.hookclient.endpointtrust import SocketSeen, look
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import Untrusted, transport_for
+
+from ...prerequisites import fail_or_skip
+from .test_trust_at_dial import METHOD, NOBODY, REQUEST, Counting
+
+# A hook server as its own process, run as nobody from before it binds and
+# listens. Started as root (the interpreter is where only root may read), it
+# imports first all it will need. "ready" once it listens, "called" at each
+# call; it stops when its stdin closes.
+SERVER = """
+import asyncio, concurrent.futures.thread, os, sys
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookServer
+
+os.setgroups([])
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[2]))
+
+class Server(HookServer):
+    async def pre_create_container(self, request):
+        print("called", flush=True)
+        return hookapi.ContainerResourceHookResponse()
+
+async def main():
+    async with Server(sys.argv[1]):
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to run a server as another user (CI runs as root)")
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A directory nobody may bind in and others may not write to (pytest's
+    tmp_path is under a directory only root may enter)."""
+    path = Path(tempfile.mkdtemp(prefix="trust-peer-"))
+    try:
+        path.chmod(0o755)
+        os.chown(path, NOBODY, NOBODY)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Process:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.calls = 0
+
+
+@asynccontextmanager
+async def served_by_nobody(path: Path) -> AsyncIterator[Process]:
+    """A hook server at ``path`` in a process run as nobody."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SERVER, str(path), str(NOBODY),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    server = Process(proc)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line == b"ready\n", line
+        yield server
+    finally:
+        proc.stdin.close()
+        rest = await asyncio.wait_for(proc.stdout.read(), 30)
+        server.calls += rest.count(b"called\n")
+        await proc.wait()
+
+
+async def test_a_socket_swapped_in_between_the_look_and_the_connect_is_refused(
+    nobody_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path judged trusted (root's server), then nobody's socket moved
+    there before the connect: refused once connected, as the server that
+    answered is nobody's, the connection closed, no call made (before:
+    called, nobody answering for every pod)."""
+    endpoint, squat = nobody_dir / "h.sock", nobody_dir / "squat.sock"
+    looks: list[SocketSeen | None] = []
+
+    def look_then_swap(path: str) -> SocketSeen | None:
+        seen = look(path)
+        looks.append(seen)
+        os.replace(squat, endpoint)  # as nobody could: the directory is theirs
+        return seen
+
+    transport = FramesTransport()
+    try:
+        async with Counting(endpoint) as trusted, served_by_nobody(squat) as squatter:
+            monkeypatch.setattr(pool, "look", look_then_swap)
+            with pytest.raises(Untrusted) as err:
+                await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
+            assert looks[0] is not None and looks[0].uid == 0, "judged trusted at the look"
+            assert err.value.reason == (
+                f"untrusted endpoint: the server connected to at {endpoint} is pid {squatter.proc.pid} "
+                f"running as uid {NOBODY}, not root or the owner of socket {endpoint} (uid 0) as it was checked; "
+                "was the socket replaced after it was checked?"
+            )
+            assert err.value.peer is not None and err.value.peer.uid == NOBODY
+            assert transport.endpoints() == frozenset()
+            assert trusted.calls == 0
+        assert squatter.calls == 0
+    finally:
+        await transport.close(1)
+
+
+async def test_a_root_owned_socket_served_by_the_hook_files_owner_is_called(nobody_dir: Path) -> None:
+    """A socket chowned to root, served by the hook file's owner: called for
+    that owner's file, on the grpc path as on frames. Guards existing
+    behaviour (the peer check must not refuse it)."""
+    endpoint = nobody_dir / "h.sock"
+    frames, grpc_path = FramesTransport(), transport_for("grpc")
+    try:
+        async with served_by_nobody(endpoint) as server:
+            os.chown(endpoint, 0, 0)
+            assert await frames.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=NOBODY) == b""
+            assert await grpc_path.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=NOBODY) == b""
+        assert server.calls == 2
+    finally:
+        await frames.close(1)
+        await grpc_path.close(1)
+
+
+@pytest.mark.parametrize("dialled_for_nobody_first", [False, True], ids=["at-dial", "pooled"])
+async def test_a_root_owned_socket_served_by_another_user_is_refused(
+    nobody_dir: Path, dialled_for_nobody_first: bool
+) -> None:
+    """Root owns the socket but nobody serves it: refused for a hook file of
+    root's, whether it dials or finds the connection another file's owner
+    dialled (before: called, the socket's owner being all that was judged)."""
+    endpoint = nobody_dir / "h.sock"
+    transport = FramesTransport()
+    try:
+        async with served_by_nobody(endpoint) as server:
+            os.chown(endpoint, 0, 0)
+            if dialled_for_nobody_first:
+                await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=NOBODY)
+            with pytest.raises(Untrusted, match=f"is pid {server.proc.pid} running as uid {NOBODY}, not root or"):
+                await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
+            expected = {str(endpoint)} if dialled_for_nobody_first else set()
+            assert transport.endpoints() == expected
+        assert server.calls == int(dialled_for_nobody_first)
+    finally:
+        await transport.close(1)
+
+
+@pytest.mark.parametrize("root_first", [True, False], ids=["root-dials", "nobody-dials"])
+async def test_calls_waiting_on_one_dial_are_each_judged_by_its_server(nobody_dir: Path, root_first: bool) -> None:
+    """Root's socket served by nobody, a hook file of each on it: whichever
+    dials, root's is refused for the server and nobody's is called."""
+    endpoint = nobody_dir / "h.sock"
+    transport = FramesTransport()
+    try:
+        async with served_by_nobody(endpoint) as server:
+            os.chown(endpoint, 0, 0)
+            owners = [0, NOBODY] if root_first else [NOBODY, 0]
+            results = await asyncio.gather(
+                *(transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=owner) for owner in owners),
+                return_exceptions=True,
+            )
+            by_owner = dict(zip(owners, results, strict=True))
+            assert by_owner[NOBODY] == b"", by_owner[NOBODY]
+            assert isinstance(by_owner[0], Untrusted), by_owner[0]
+            assert f"running as uid {NOBODY}, not root or the owner of socket" in by_owner[0].reason
+        assert server.calls == 1
+    finally:
+        await transport.close(1)
