@@ -85,7 +85,16 @@ class FramesTransport:
             raise CallFailed(grpc.StatusCode.CANCELLED, "hook server was removed while the call was under way")
         conn = self._connections.get(endpoint)
         if conn is not None and conn.usable:
-            return _admitted(conn, owner_uid)
+            try:
+                return _admitted(conn, owner_uid)
+            except Untrusted:
+                # Refused by the socket as it was dialled. Put right at the
+                # path since (chowned back, another server): dialled anew for
+                # this owner, the new connection replacing this one. Unchanged
+                # or still untrusted: refused, without a dial.
+                seen = look(endpoint)
+                if seen is None or seen == conn.socket or judge(seen, owner_uid) is not None:
+                    raise
         while True:
             task = self._connecting.get(endpoint)
             if task is None or task.done():
@@ -164,8 +173,13 @@ class FramesTransport:
         self._live.add(conn)
         if current:
             # One it replaces is going away: it closes itself after its last
-            # call (each bounded by its timeout), or in close() at the latest.
+            # call (each bounded by its timeout), or in close() at the latest;
+            # told to if it was still usable (refused for a hook file's owner
+            # whose socket was put right since, see _connection).
+            replaced = self._connections.get(endpoint)
             self._connections[endpoint] = conn
+            if replaced is not None and replaced is not conn:
+                replaced.go_away()
         else:  # its endpoint was removed while it connected
             self._retire(conn, self._forgotten_grace)
 

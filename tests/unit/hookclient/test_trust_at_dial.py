@@ -93,18 +93,26 @@ async def test_frames_judges_a_replaced_socket_at_the_next_dial(tmp_path: Path) 
 
 async def test_frames_judges_a_new_owner_by_the_socket_it_dialled(tmp_path: Path) -> None:
     """A hook file reloaded with another owner (or a second file on the same
-    endpoint) is judged by the connected socket as it was dialled."""
+    endpoint) is judged by the connected socket as it was dialled. Refused,
+    it is dialled anew once the path is put right, the connection replaced
+    (before: refused until that connection ended, chowned back or not)."""
     transport = FramesTransport()
     try:
         async with Counting(tmp_path / "h.sock") as server:
             os.chown(server.socket_path, NOBODY, NOBODY)
             await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
-            os.chown(server.socket_path, 0, 0)  # the path looks trusted now; the connected socket was not
+            first = transport._connections[server.socket_path]
             with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
                 await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
+            assert transport._connections[server.socket_path] is first, "still untrusted: not dialled"
+            os.chown(server.socket_path, 0, 0)  # put right: the path looks trusted now
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
+            second = transport._connections[server.socket_path]
+            assert second is not first
+            await first.lost  # the one replaced goes away once its calls are done (none here)
             await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
-            assert server.calls == 2
-            assert transport.endpoints() == {server.socket_path}, "one connection throughout"
+            assert transport._connections[server.socket_path] is second, "judged for its owner too"
+            assert server.calls == 3
     finally:
         await transport.close(1)
 
