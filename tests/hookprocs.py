@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shutil
 import sys
-from collections.abc import AsyncIterator, Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,8 @@ import watchfiles
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 from runtimeproxy.host.process import terminate_process
+
+NOBODY = 65534
 
 
 @dataclass
@@ -106,3 +111,72 @@ async def hook_server(directory: Path, name: str, config: dict[str, Any] | Path)
         yield HookProcess(name, socket, record, process)
     finally:
         await terminate_process(process, 10, f"hook server {name}")
+
+
+# A hook server as its own process, run as ``uid`` from before it binds and
+# listens (what a server's SO_PEERCRED tells). Started as root (the
+# interpreter may be where only root may read), it imports first all it will
+# need. "ready" once it listens, "called" at each call; it stops when its
+# stdin closes.
+_SERVED_AS = """
+import asyncio, concurrent.futures.thread, os, sys
+from cri_api.hookapi import api_pb2 as hookapi
+from hooks.sdk import HookServer
+
+os.setgroups([])
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[2]))
+
+class Server(HookServer):
+    async def pre_create_container(self, request):
+        print("called", flush=True)
+        return hookapi.ContainerResourceHookResponse()
+
+async def main():
+    async with Server(sys.argv[1]):
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+@contextlib.contextmanager
+def dir_for_nobody() -> Iterator[Path]:
+    """A directory nobody may bind in and others may not write to (pytest's
+    tmp_path is under a directory only root may enter). Needs root."""
+    path = Path(tempfile.mkdtemp(prefix="hooks-nobody-"))
+    try:
+        path.chmod(0o755)
+        os.chown(path, NOBODY, NOBODY)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class ServedBy:
+    process: asyncio.subprocess.Process
+    calls: int = 0  # counted once it stopped
+
+
+@contextlib.asynccontextmanager
+async def served_by_nobody(path: Path) -> AsyncIterator[ServedBy]:
+    """A hook server (PreCreateContainer, an empty answer) at ``path`` in a
+    process run as nobody. Needs root."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _SERVED_AS, str(path), str(NOBODY),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    server = ServedBy(process)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        if line != b"ready\n":
+            raise RuntimeError(f"hook server at {path} did not start: {line!r}")
+        yield server
+    finally:
+        process.stdin.close()
+        server.calls += (await asyncio.wait_for(process.stdout.read(), 30)).count(b"called\n")
+        await process.wait()

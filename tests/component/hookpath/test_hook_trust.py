@@ -16,9 +16,11 @@ import pytest
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
+from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 
-from ...hookprocs import hook_server, registered
+from ...hookprocs import dir_for_nobody, hook_server, registered, served_by_nobody
+from ...prerequisites import fail_or_skip
 from ..fakes import FakeBackend
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
@@ -115,3 +117,37 @@ async def test_a_socket_replaced_after_registration_is_judged_at_the_next_dial(
     assert any(
         r.levelno == logging.ERROR and "untrusted endpoint" in getattr(r, "error", "") for r in caplog.records
     )
+
+
+async def test_a_root_owned_socket_served_by_another_user_is_refused_under_fail(
+    running: RunningProxy, fake: FakeBackend, client: aio.Channel, hook_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The socket looks right (root's, in a directory only its owner writes)
+    but nobody's process serves it, as one swapped in between the proxy's
+    look and its connect would: the server is judged once connected
+    (SO_PEERCRED), refused and counted as an untrusted endpoint, never
+    called (before: called, the socket file being all that was judged)."""
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to run a hook server as another user (CI runs as root)")
+    with dir_for_nobody() as directory:
+        socket = directory / "peer.sock"
+        async with served_by_nobody(socket) as server:
+            os.chown(socket, 0, 0)
+            write_hook_config(hook_dir, "peer", socket, ["PreCreateContainer"], "Fail")
+            await registered(running, 1)
+            with pytest.raises(aio.AioRpcError) as err:
+                await client.unary_unary(CREATE)(create_request().SerializeToString(), timeout=10)
+        assert server.calls == 0
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    cause = (
+        f"untrusted endpoint: the server connected to at {socket} is pid {server.process.pid} running as "
+        f"uid {NOBODY}, not root or the owner of socket {socket} (uid 0) as it was checked; "
+        "was the socket replaced after it was checked?"
+    )
+    assert cause in err.value.details()
+    assert fake.calls(CREATE) == []
+    assert untrusted_calls(running, "peer") == 1
+    last = running.metrics.hook_stats["peer.json"].last_error
+    assert last is not None and last["outcome"] == "untrusted_endpoint" and last["cause"] == cause
+    assert any(r.levelno == logging.ERROR and cause in getattr(r, "error", "") for r in caplog.records)

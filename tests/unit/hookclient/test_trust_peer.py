@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,35 +17,9 @@ from runtimeproxy.hookclient.endpointtrust import SocketSeen, look
 from runtimeproxy.hookclient.pool import FramesTransport
 from runtimeproxy.hookclient.transport import Untrusted, transport_for
 
+from ...hookprocs import NOBODY, dir_for_nobody, served_by_nobody
 from ...prerequisites import fail_or_skip
-from .test_trust_at_dial import METHOD, NOBODY, REQUEST, Counting
-
-# A hook server as its own process, run as nobody from before it binds and
-# listens. Started as root (the interpreter is where only root may read), it
-# imports first all it will need. "ready" once it listens, "called" at each
-# call; it stops when its stdin closes.
-SERVER = """
-import asyncio, concurrent.futures.thread, os, sys
-from cri_api.hookapi import api_pb2 as hookapi
-from hooks.sdk import HookServer
-
-os.setgroups([])
-os.setgid(int(sys.argv[2]))
-os.setuid(int(sys.argv[2]))
-
-class Server(HookServer):
-    async def pre_create_container(self, request):
-        print("called", flush=True)
-        return hookapi.ContainerResourceHookResponse()
-
-async def main():
-    async with Server(sys.argv[1]):
-        print("ready", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-
-asyncio.run(main())
-"""
-
+from .test_trust_at_dial import METHOD, REQUEST, Counting
 
 @pytest.fixture(autouse=True)
 def _root() -> None:
@@ -59,42 +29,8 @@ def _root() -> None:
 
 @pytest.fixture
 def nobody_dir() -> Iterator[Path]:
-    """A directory nobody may bind in and others may not write to (pytest's
-    tmp_path is under a directory only root may enter)."""
-    path = Path(tempfile.mkdtemp(prefix="trust-peer-"))
-    try:
-        path.chmod(0o755)
-        os.chown(path, NOBODY, NOBODY)
+    with dir_for_nobody() as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-class Process:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.calls = 0
-
-
-@asynccontextmanager
-async def served_by_nobody(path: Path) -> AsyncIterator[Process]:
-    """A hook server at ``path`` in a process run as nobody."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SERVER, str(path), str(NOBODY),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-    )
-    server = Process(proc)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
-        assert line == b"ready\n", line
-        yield server
-    finally:
-        proc.stdin.close()
-        rest = await asyncio.wait_for(proc.stdout.read(), 30)
-        server.calls += rest.count(b"called\n")
-        await proc.wait()
 
 
 async def test_a_socket_swapped_in_between_the_look_and_the_connect_is_refused(
@@ -121,7 +57,7 @@ async def test_a_socket_swapped_in_between_the_look_and_the_connect_is_refused(
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
             assert looks[0] is not None and looks[0].uid == 0, "judged trusted at the look"
             assert err.value.reason == (
-                f"untrusted endpoint: the server connected to at {endpoint} is pid {squatter.proc.pid} "
+                f"untrusted endpoint: the server connected to at {endpoint} is pid {squatter.process.pid} "
                 f"running as uid {NOBODY}, not root or the owner of socket {endpoint} (uid 0) as it was checked; "
                 "was the socket replaced after it was checked?"
             )
@@ -164,7 +100,7 @@ async def test_a_root_owned_socket_served_by_another_user_is_refused(
             os.chown(endpoint, 0, 0)
             if dialled_for_nobody_first:
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=NOBODY)
-            with pytest.raises(Untrusted, match=f"is pid {server.proc.pid} running as uid {NOBODY}, not root or"):
+            with pytest.raises(Untrusted, match=f"is pid {server.process.pid} running as uid {NOBODY}, not root or"):
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
             expected = {str(endpoint)} if dialled_for_nobody_first else set()
             assert transport.endpoints() == expected
