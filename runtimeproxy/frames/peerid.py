@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import struct
 
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+from ..host.peercred import peer_credentials
 
 
 def client_identity(transport: asyncio.BaseTransport) -> dict[str, int | None]:
@@ -26,7 +25,7 @@ def client_identity(transport: asyncio.BaseTransport) -> dict[str, int | None]:
     pid: int | None = None
     if sock.family == socket.AF_UNIX and hasattr(socket, "SO_PEERCRED"):
         try:
-            pid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))[0]
+            pid = peer_credentials(sock)[0]
         except OSError:  # closed meanwhile
             pid = None
     fd = sock.fileno()

@@ -23,8 +23,8 @@ import functools
 import os
 import socket
 import stat
-import struct
 
+from ..host.peercred import peer_credentials
 from .transport import Untrusted
 
 __all__ = ["Peer", "SocketSeen", "judge", "judge_peer", "look", "peer_of",
@@ -109,12 +109,9 @@ class Peer:
     gid: int
 
 
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
 def peer_of(sock: socket.socket) -> Peer:
     """The peer of a connected unix socket; ``OSError`` if it cannot be read."""
-    return Peer(*_UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)))
+    return Peer(*peer_credentials(sock))
 
 
 def judge_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> str | None:
