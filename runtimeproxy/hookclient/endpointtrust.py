@@ -10,8 +10,11 @@ reconnects behind our back, so there it is judged at every call.
 A look at the path then a connect leaves a gap: a socket swapped in at the
 judged path in between would be called as the one judged. The frames
 transport closes it: once connected it reads who is listening at the other
-end (``SO_PEERCRED``, the server as it called listen()) and refuses a server
-run by anyone it would not trust to own the socket (``require_peer``).
+end (``SO_PEERCRED``: the user that called listen() on the socket) and
+refuses one listened on by anyone it would not trust to own the socket
+(``require_peer``). That is who listened, not who serves now: a server that
+listened as root then dropped privileges, or one socket-activated (systemd
+called listen()), passes as root, unprotected by this check.
 grpc.aio cannot: it hands us no socket of the connection it made, so there
 the gap stays (one call's look to its connect; docs/hook-files.md).
 """
@@ -114,31 +117,31 @@ def peer_of(sock: socket.socket) -> Peer:
     return Peer(*peer_credentials(sock))
 
 
-def judge_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> str | None:
-    """Why the server ``peer``, connected to at ``endpoint`` whose socket was
-    judged as ``seen``, must not be called for a hook file owned by
-    ``owner_uid``, or None.
+def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str) -> str | None:
+    """Why the server ``peer``, connected to at ``endpoint``, must not be
+    called for a hook file owned by ``owner_uid``, or None.
 
-    The same users as ``judge`` trusts to own the socket, and the judged
-    socket's owner: a socket chowned to root but served by the hook file's
-    owner still works. Anyone else answering is a socket swapped in at the
-    path after it was judged (or a server handed a socket it did not bind).
+    The same users as ``judge`` trusts to own the socket (which it required
+    of the judged socket's owner too): root, the proxy's euid, the hook
+    file's owner. Anyone else answering is a socket swapped in at the path
+    after it was judged, or one listened on by a user not trusted to own it
+    (``SO_PEERCRED`` names whoever called listen(): see the module's doc).
     """
     uid = peer.uid
-    if uid in (0, os.geteuid(), owner_uid, seen.uid):
+    if uid in (0, os.geteuid(), owner_uid):
         return None
-    owner = f", the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
+    owner = f" or the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
     return (
         f"untrusted endpoint: the server connected to at {endpoint} is pid {peer.pid} running as uid {uid}, "
-        f"not root{owner} or the owner of socket {seen.path} (uid {seen.uid}) as it was checked; "
-        "was the socket replaced after it was checked?"
+        f"not root{owner}; was the socket replaced after it was checked, or is it listened on by a user "
+        "not trusted to own it?"
     )
 
 
 def require_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> None:
-    """Raise ``Untrusted`` if the server ``peer`` may not be called for a hook
-    file owned by ``owner_uid`` (``judge_peer``)."""
-    if (reason := judge_peer(peer, seen, owner_uid, endpoint)) is not None:
+    """Raise ``Untrusted`` (with ``seen``, the socket judged) if the server
+    ``peer`` may not be called for a hook file owned by ``owner_uid`` (``judge_peer``)."""
+    if (reason := judge_peer(peer, owner_uid, endpoint)) is not None:
         raise Untrusted(reason, seen, peer)
 
 

@@ -113,7 +113,7 @@ class FramesTransport:
                 # ours, by the same socket and server. Trusted for us, we dial our own.
                 untrusted = judge(err.seen, owner_uid)
                 if untrusted is None and err.peer is not None:
-                    untrusted = judge_peer(err.peer, err.seen, owner_uid, endpoint)
+                    untrusted = judge_peer(err.peer, owner_uid, endpoint)
                 if untrusted is None:
                     continue
                 raise Untrusted(untrusted, err.seen, err.peer) from None
