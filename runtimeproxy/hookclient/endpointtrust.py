@@ -46,6 +46,16 @@ class SocketSeen:
     # Whoever can write there can point the link at another socket.
     link_directory: str | None = None
     link_dir_mode: int = 0
+    # Which socket it is: another one bound at the path, or this one
+    # chowned, compares unequal (the change time tells apart a new socket
+    # on an inode number the old one freed).
+    dev: int = 0
+    ino: int = 0
+    changed_ns: int = 0
+
+    @property
+    def identity(self) -> tuple[int, int, int]:
+        return self.dev, self.ino, self.changed_ns
 
 
 def look(endpoint: str) -> SocketSeen | None:
@@ -61,12 +71,13 @@ def look(endpoint: str) -> SocketSeen | None:
             st = os.stat(path)
             directory = os.path.dirname(path)
             dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
-            return SocketSeen(path, st.st_uid, directory, dir_mode, link_directory, link_dir_mode)
+            return SocketSeen(path, st.st_uid, directory, dir_mode, link_directory, link_dir_mode,
+                              st.st_dev, st.st_ino, st.st_ctime_ns)
         directory = _directory(path)
         dir_mode = stat.S_IMODE(os.stat(directory).st_mode)
     except (OSError, ValueError):
         return None
-    return SocketSeen(path, st.st_uid, directory, dir_mode)
+    return SocketSeen(path, st.st_uid, directory, dir_mode, dev=st.st_dev, ino=st.st_ino, changed_ns=st.st_ctime_ns)
 
 
 def judge(seen: SocketSeen, owner_uid: int | None) -> str | None:

@@ -8,7 +8,8 @@ from collections.abc import Collection
 
 import grpc
 
-from .endpointtrust import Peer, judge, judge_peer, look, peer_of, require_connected, require_trusted
+from .endpointtrust import (Peer, SocketSeen, judge, judge_peer, look, peer_of, require_connected, require_peer,
+                            require_trusted)
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
@@ -18,6 +19,7 @@ from .transport import MAX_MESSAGE_BYTES, CallFailed, Untrusted
 # A unix socket address holds at most 107 bytes of path (sun_path, with its NUL).
 SUN_PATH_MAX = 107
 ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
+PEERS_KEPT = 256  # sockets whose listener is remembered (the oldest forgotten first)
 
 
 class FramesTransport:
@@ -40,6 +42,11 @@ class FramesTransport:
         self._kept: set[str] | None = None  # the endpoints of the last keep_only (None: any)
         self._closing = False
         self._deadlines = Deadlines()  # every call's, on one timer
+        # Who listens on each socket dialled (by SocketSeen.identity). A
+        # listening socket's SO_PEERCRED is fixed when listen() is called: one
+        # that looks the same is judged by it without a connect, so calls
+        # refused for their server cost no dial each (see _connect).
+        self._peers: dict[tuple[int, int, int], Peer] = {}
 
     async def call(
         self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
@@ -88,10 +95,14 @@ class FramesTransport:
             try:
                 return _admitted(conn, owner_uid)
             except Untrusted:
-                # Refused by the socket as it was dialled. Put right at the
-                # path since (chowned back, another server): dialled anew for
-                # this owner, the new connection replacing this one. Unchanged
-                # or still untrusted: refused, without a dial.
+                # Refused by the socket as it was dialled. Another socket at
+                # the path since, or this one chowned (SocketSeen compares
+                # inode and change time), and trusted for this owner there:
+                # dialled anew, the new connection replacing this one, for
+                # every owner (the others judged for it at their next call;
+                # this one closes once its calls are done). Unchanged or
+                # still untrusted: refused, without a dial; one whose server
+                # was refused before, by _connect without a dial too.
                 seen = look(endpoint)
                 if seen is None or seen == conn.socket or judge(seen, owner_uid) is not None:
                     raise
@@ -127,6 +138,10 @@ class FramesTransport:
         refused, and the connection closed."""
         seen = look(endpoint)
         require_trusted(seen, owner_uid)
+        if seen is not None and (known := self._peers.get(seen.identity)) is not None:
+            # The socket dialled before (the same inode, unchanged since): the
+            # same listener, so refused for it now as a connect would be.
+            require_peer(known, seen, owner_uid, endpoint)
         loop = asyncio.get_running_loop()
         # The socket judged, not the endpoint: a symlinked endpoint's chain is
         # followed once, by look(), and links in between (which are not judged)
@@ -140,25 +155,42 @@ class FramesTransport:
             )
         except OSError as err:
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: {err.strerror or err}") from err
+        try:
+            seen, peer = self._judged(endpoint, seen, transport, owner_uid)
+        except BaseException:
+            # No call was made on it (our preface written, maybe a SETTINGS
+            # or PING ACK after it): closed, whatever failed the checks.
+            conn.close(abort=True)
+            raise
+        conn.socket, conn.peer = seen, peer
+        conn.trusted_for.add(owner_uid)
+        return conn
+
+    def _judged(
+        self, endpoint: str, seen: SocketSeen | None, transport: asyncio.BaseTransport, owner_uid: int | None
+    ) -> tuple[SocketSeen, Peer]:
+        """The socket (``seen``: as looked at before the connect) and the
+        server a new connection is to, once both are judged; ``Untrusted``
+        or ``CallFailed`` if it may not be called."""
         peer = _peer(transport)
         if peer is None:  # who answers cannot be told, so it is not trusted
-            conn.close(abort=True)
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: cannot tell who serves it")
         if seen is None:  # none there when looked at, yet connected: judge the one that appeared
             seen = look(endpoint)
             if seen is None:
                 # Gone again (or replaced as we looked): there is nothing to
                 # judge what we are connected to by, so it is not trusted.
-                conn.close(abort=True)
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {endpoint}: socket vanished as it was dialled")
-        try:
-            require_connected(seen, peer, owner_uid, endpoint)
-        except Untrusted:
-            conn.close(abort=True)  # only our preface was written to it: no call
-            raise
-        conn.socket, conn.peer = seen, peer
-        conn.trusted_for.add(owner_uid)
-        return conn
+        # Remembered for the socket judged. One swapped in before the connect
+        # leaves its server remembered for the socket it replaced: at worst a
+        # refusal of that one, gone from the path.
+        peers = self._peers
+        peers.pop(seen.identity, None)
+        if len(peers) >= PEERS_KEPT:
+            del peers[next(iter(peers))]
+        peers[seen.identity] = peer
+        require_connected(seen, peer, owner_uid, endpoint)
+        return seen, peer
 
     def _connected(self, endpoint: str, task: asyncio.Task[ClientConnection]) -> None:
         current = self._connecting.get(endpoint) is task

@@ -91,20 +91,27 @@ async def test_frames_judges_a_replaced_socket_at_the_next_dial(tmp_path: Path) 
         await transport.close(1)
 
 
-async def test_frames_judges_a_new_owner_by_the_socket_it_dialled(tmp_path: Path) -> None:
+async def test_frames_judges_a_new_owner_by_the_socket_it_dialled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A hook file reloaded with another owner (or a second file on the same
     endpoint) is judged by the connected socket as it was dialled. Refused,
     it is dialled anew once the path is put right, the connection replaced
     (before: refused until that connection ended, chowned back or not)."""
+    dials: list[object] = []
+    real_peer_of = pool.peer_of
+    monkeypatch.setattr(pool, "peer_of", lambda sock: dials.append(sock) or real_peer_of(sock))
     transport = FramesTransport()
     try:
         async with Counting(tmp_path / "h.sock") as server:
             os.chown(server.socket_path, NOBODY, NOBODY)
             await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
             first = transport._connections[server.socket_path]
-            with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
-                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
-            assert transport._connections[server.socket_path] is first, "still untrusted: not dialled"
+            for _ in range(3):
+                with pytest.raises(Untrusted, match=f"owned by uid {NOBODY}"):
+                    await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
+            assert len(dials) == 1, "still untrusted: not dialled"
+            assert transport._connections[server.socket_path] is first
             os.chown(server.socket_path, 0, 0)  # put right: the path looks trusted now
             await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=1000)
             second = transport._connections[server.socket_path]

@@ -1,0 +1,202 @@
+"""What the frames transport's peer check (SO_PEERCRED, pool._judged) costs
+and leaves behind when it refuses: no dial per refused call, no connection
+left open. The server's user is played by wrapping the real credential read
+(no root needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+import uvloop
+
+from runtimeproxy.hookclient import pool
+from runtimeproxy.hookclient.endpointtrust import Peer
+from runtimeproxy.hookclient.pool import FramesTransport
+from runtimeproxy.hookclient.transport import CallFailed, Untrusted
+
+from ...prerequisites import fail_or_skip
+from .test_trust_at_dial import METHOD, NOBODY, REQUEST, Counting
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HEADERS = 0x1
+
+
+class Listening:
+    """A unix socket server that counts the connections it accepts and keeps
+    what each sent until its client closed it."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.received: list[bytes] = []
+        self.all_closed = asyncio.Event()
+        self._open = 0
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._open += 1
+        try:
+            self.received.append(await reader.read())  # until the client closes its end
+        except ConnectionError:  # closed with an abort: a reset, as good as closed
+            self.received.append(b"")
+        finally:
+            writer.close()
+            self._open -= 1
+            if self._open == 0:
+                self.all_closed.set()
+
+
+def served_by(uid: int, monkeypatch: pytest.MonkeyPatch) -> list[Peer]:
+    """Every server connected to is read as running as ``uid`` (the real
+    pid, read as the pool reads it); the reads, in order."""
+    reads: list[Peer] = []
+    real = pool.peer_of
+
+    def as_uid(sock: socket.socket) -> Peer:
+        peer = dataclasses.replace(real(sock), uid=uid)
+        reads.append(peer)
+        return peer
+
+    monkeypatch.setattr(pool, "peer_of", as_uid)
+    return reads
+
+
+def frames_sent(data: bytes) -> list[int]:
+    """The frame types a client sent after its preface (none if its close
+    dropped what it had not written yet)."""
+    if not data:
+        return []
+    assert data.startswith(PREFACE), data[:24]
+    types, at = [], len(PREFACE)
+    while at + 9 <= len(data):
+        length = int.from_bytes(data[at:at + 3], "big")
+        types.append(data[at + 3])
+        at += 9 + length
+    return types
+
+
+async def _refused_twenty_times(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listening = Listening()
+    server = await asyncio.start_unix_server(listening, str(path))
+    reads = served_by(NOBODY, monkeypatch)
+    transport = FramesTransport()
+    try:
+        for _ in range(20):
+            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+        assert len(reads) == 1, "one dial, then judged by the server remembered for that socket"
+        await asyncio.wait_for(listening.all_closed.wait(), 5)
+        assert listening.accepted == 1
+        assert transport.endpoints() == frozenset()
+    finally:
+        await transport.close(1)
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_calls_refused_for_their_server_dial_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop: str) -> None:
+    """A socket the proxy may call (its own) listened on by a user it may
+    not: refused at every call, dialled at the first only (before: each
+    refused call dialled again, a connect and a credential read apiece).
+    Under uvloop too: its transports hand over their own socket object."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop if loop == "uvloop" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_refused_twenty_times(tmp_path / "h.sock", monkeypatch))
+
+
+async def test_a_socket_replaced_at_the_path_is_dialled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its server remembered for a socket, not for a path: a new socket
+    there (a new listener) is dialled and judged anew."""
+    path = tmp_path / "h.sock"
+    reads = served_by(NOBODY, monkeypatch)
+    transport = FramesTransport()
+    try:
+        for _ in range(2):
+            listening = Listening()
+            server = await asyncio.start_unix_server(listening, str(path))
+            try:
+                for _ in range(3):
+                    with pytest.raises(Untrusted):
+                        await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            finally:
+                server.close()
+                await server.wait_closed()
+            path.unlink(missing_ok=True)
+        assert len(reads) == 2
+    finally:
+        await transport.close(1)
+
+
+async def test_a_pooled_connection_refused_for_its_server_is_not_dialled_again_at_each_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody's socket, served by nobody, dialled for nobody's hook file;
+    then chowned to root. A hook file of root's finds the connection refused
+    for it and the path changed: it dials once, is refused for the server,
+    and later calls are refused without a dial (before: every call dialled,
+    the refused connection never replacing the pooled one)."""
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to chown sockets (CI runs as root)")
+    reads = served_by(NOBODY, monkeypatch)
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+            pooled = transport._connections[server.socket_path]
+            os.chown(server.socket_path, 0, 0)
+            for _ in range(20):
+                with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                    await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
+            assert len(reads) == 2, "the first dial, then one for the socket as chowned"
+            assert transport._connections[server.socket_path] is pooled
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+            assert server.calls == 2
+    finally:
+        await transport.close(1)
+
+
+@pytest.mark.parametrize("failure", ["EOPNOTSUPP", "RuntimeError"])
+async def test_a_server_whose_user_cannot_be_read_is_not_called_and_its_connection_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """The credential read fails: UNAVAILABLE (an OSError) or the error
+    itself (anything else, a bug), no connection kept, no call sent, the
+    server's end closed (before: a failure other than OSError left the
+    connection open; the OSError case guards existing behaviour)."""
+    path = tmp_path / "h.sock"
+    listening = Listening()
+    server = await asyncio.start_unix_server(listening, str(path))
+
+    def unreadable(sock: socket.socket) -> Peer:
+        if failure == "EOPNOTSUPP":
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(pool, "peer_of", unreadable)
+    transport = FramesTransport()
+    try:
+        if failure == "EOPNOTSUPP":
+            with pytest.raises(CallFailed) as err:
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            assert err.value.code == grpc.StatusCode.UNAVAILABLE
+            assert err.value.details == f"cannot connect to {path}: cannot tell who serves it"
+        else:
+            with pytest.raises(RuntimeError, match="a bug"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+        assert transport.endpoints() == frozenset()
+        await asyncio.wait_for(listening.all_closed.wait(), 5)  # the server's end saw it close
+        assert listening.accepted == 1
+        assert HEADERS not in frames_sent(listening.received[0]), "no call was sent"
+    finally:
+        await transport.close(1)
+        server.close()
+        await server.wait_closed()
