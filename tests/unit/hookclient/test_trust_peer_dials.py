@@ -200,3 +200,34 @@ async def test_a_server_whose_user_cannot_be_read_is_not_called_and_its_connecti
         await transport.close(1)
         server.close()
         await server.wait_closed()
+
+
+async def test_a_pooled_connection_refused_for_its_server_is_replaced_by_another_socket_at_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dialled for nobody's hook file, the socket's server nobody's: refused
+    for root's file. Another socket bound at the path, by the same owner, in
+    the same directory, served by root: root's call dials it, and that
+    connection replaces the pooled one (before: the path looked the same as
+    dialled, owner and modes alike, so refused without a dial while the
+    first server kept its connection)."""
+    path = tmp_path / "h.sock"
+    uid = [NOBODY]
+    real = pool.peer_of
+    monkeypatch.setattr(pool, "peer_of", lambda sock: dataclasses.replace(real(sock), uid=uid[0]))
+    transport = FramesTransport()
+    try:
+        async with Counting(path) as first:
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=NOBODY)
+            pooled = transport._connections[str(path)]
+            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            uid[0] = 0
+            async with Counting(tmp_path / "new.sock") as second:
+                os.replace(tmp_path / "new.sock", path)  # the first server still serves the connection it has
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+                assert transport._connections[str(path)] is not pooled
+                await pooled.lost  # replaced: gone once its calls were done
+                assert (first.calls, second.calls) == (1, 1)
+    finally:
+        await transport.close(1)
