@@ -145,7 +145,7 @@ asyncio.run(main())
 def dir_for_nobody() -> Iterator[Path]:
     """A directory nobody may bind in and others may not write to (pytest's
     tmp_path is under a directory only root may enter). Needs root."""
-    path = Path(tempfile.mkdtemp(prefix="hooks-nobody-"))
+    path = Path(tempfile.mkdtemp(prefix="hooks-nobody-", dir="/tmp"))  # not $TMPDIR: maybe where nobody cannot enter
     try:
         path.chmod(0o755)
         os.chown(path, NOBODY, NOBODY)
@@ -176,7 +176,9 @@ async def served_by_nobody(path: Path) -> AsyncIterator[ServedBy]:
         if line != b"ready\n":
             raise RuntimeError(f"hook server at {path} did not start: {line!r}")
         yield server
-    finally:
-        process.stdin.close()
+        process.stdin.close()  # its cue to stop: what it printed till then counts its calls
         server.calls += (await asyncio.wait_for(process.stdout.read(), 30)).count(b"called\n")
-        await process.wait()
+        await asyncio.wait_for(process.wait(), 30)
+    finally:
+        # Whatever failed above (a hung start, a test's error): never left running.
+        await terminate_process(process, 10, "nobody's hook server")
