@@ -17,6 +17,7 @@ __all__ = [
     "Field",
     "container_relative_path",
     "detect_version",
+    "page_floor",
     "parent_relative_path",
     "rank",
     "shares_to_weight",
@@ -43,6 +44,7 @@ class Field(enum.Enum):
     CPU_SHARES = "cpu_shares"
     CPU_QUOTA = "cpu_quota"
     MEMORY_LIMIT = "memory_limit"
+    MEMORY_SWAP = "memory_swap"  # v1 with swap accounting only, and only when wanted
 
 
 def detect_version(root: Path) -> int:
@@ -105,7 +107,7 @@ def weight_to_shares(weight: int) -> int:
     return 2 + -(-((weight - 1) * 262142) // 9999)
 
 
-def _page_floor(value: int) -> int:
+def page_floor(value: int) -> int:
     return value if value == UNLIMITED else value // PAGE_SIZE * PAGE_SIZE
 
 
@@ -138,6 +140,7 @@ class CgroupFiles:
             Field.CPU_SHARES: ("cpu.shares",),
             Field.CPU_QUOTA: ("cpu.cfs_period_us", "cpu.cfs_quota_us"),
             Field.MEMORY_LIMIT: ("memory.limit_in_bytes",),
+            Field.MEMORY_SWAP: (_V1_MEMSW,),
         }
 
     def _read(self, name: str) -> str:
@@ -158,6 +161,7 @@ class CgroupFiles:
             cpu_quota=int(self._read("cpu.cfs_quota_us")),
             memory_limit=self._v1_limit("memory.limit_in_bytes"),
             cpu_period=int(self._read("cpu.cfs_period_us")),
+            memory_swap=self._v1_limit(_V1_MEMSW) if self.file(_V1_MEMSW).is_file() else None,
         )
 
     def memory_usage(self) -> int:
@@ -172,7 +176,10 @@ class CgroupFiles:
         if field is Field.CPU_QUOTA:
             periods_matter = wanted.cpu_quota != UNLIMITED
             return current.cpu_quota != wanted.cpu_quota or (periods_matter and current.cpu_period != wanted.cpu_period)
-        return current.memory_limit != _page_floor(wanted.memory_limit)
+        if field is Field.MEMORY_SWAP:  # (None: v2, no swap accounting, or not managed)
+            return (wanted.memory_swap is not None and current.memory_swap is not None
+                    and current.memory_swap != page_floor(wanted.memory_swap))
+        return current.memory_limit != page_floor(wanted.memory_limit)
 
     def changed(self, current: CgroupValues, wanted: CgroupValues, field: Field) -> tuple[str, int, int]:
         """For a field that :meth:`differs`: the file that does and its found and
@@ -190,7 +197,7 @@ class CgroupFiles:
             elif field is Field.CPU_QUOTA:
                 quota = "max" if wanted.cpu_quota == UNLIMITED else str(wanted.cpu_quota)
                 self._write("cpu.max", f"{quota} {wanted.cpu_period}")
-            else:
+            elif field is Field.MEMORY_LIMIT:
                 self._write("memory.max", "max" if wanted.memory_limit == UNLIMITED else str(wanted.memory_limit))
             return
         if field is Field.CPU_SHARES:
@@ -199,23 +206,36 @@ class CgroupFiles:
             if wanted.cpu_quota != UNLIMITED:
                 self._write("cpu.cfs_period_us", str(wanted.cpu_period))
             self._write("cpu.cfs_quota_us", str(wanted.cpu_quota))
-        else:
-            self._write_v1_memory(wanted.memory_limit)
+        elif field is Field.MEMORY_LIMIT:
+            self._write_v1_memory(wanted.memory_limit, wanted.memory_swap)
+        elif (wanted.memory_swap is not None and self.file(_V1_MEMSW).is_file()
+              and self._v1_limit(_V1_MEMSW) != page_floor(wanted.memory_swap)):
+            # memsw alone (the limit's write above puts it right along with a limit that differed):
+            # a lowered memsw is never below the limit then, put right first (Field's order)
+            self._write(_V1_MEMSW, str(wanted.memory_swap))
 
     def _v1_limit(self, name: str) -> int:
         value = int(self._read(name))
         return UNLIMITED if value >= _V1_UNLIMITED_FLOOR else value
 
-    def _write_v1_memory(self, limit: int) -> None:
+    def _write_v1_memory(self, limit: int, memsw: int | None) -> None:
         """memory.limit_in_bytes, with memory.memsw.limit_in_bytes (when swap is
         accounted) in runc's order: the kernel refuses a memory limit above
         memsw. containerd creates a container with memsw equal to its memory
         limit (no swap), and an UpdateContainerResources sets both: memsw is
         raised first when it is below the new limit, and kept equal to a
         lowered limit after it (the container's own state at create); a memsw
-        above the limit (a pod cgroup's, unlimited) is left alone."""
+        above the limit (a pod cgroup's, unlimited) is left alone.
+
+        ``memsw`` wanted (the reconcile pass's, KnownPods.wanted): both put
+        at their values, each file only when it differs, in runc's order:
+        memsw first when it is at or above the current limit, else the
+        limit first (either way the kernel never sees memsw below the limit)."""
         if not self.file(_V1_MEMSW).is_file():  # (no swap accounting: swapaccount=0)
             self._write("memory.limit_in_bytes", str(limit))
+            return
+        if memsw is not None:
+            self._write_v1_memory_and_swap(limit, memsw)
             return
         old, memsw = self._v1_limit("memory.limit_in_bytes"), self._v1_limit(_V1_MEMSW)
         if rank(limit) > rank(memsw):
@@ -225,6 +245,15 @@ class CgroupFiles:
         self._write("memory.limit_in_bytes", str(limit))
         if memsw == old and rank(limit) < rank(memsw):  # tied as containerd made it: kept tied
             self._write(_V1_MEMSW, str(limit))
+
+    def _write_v1_memory_and_swap(self, limit: int, memsw: int) -> None:
+        old, old_memsw = self._v1_limit("memory.limit_in_bytes"), self._v1_limit(_V1_MEMSW)
+        writes = [("memory.limit_in_bytes", limit, old), (_V1_MEMSW, memsw, old_memsw)]
+        if rank(memsw) >= rank(old):
+            writes.reverse()
+        for name, value, found in writes:
+            if found != page_floor(value):
+                self._write(name, str(value))
 
     def _write(self, name: str, value: str) -> None:
         # Plain write, no truncation games: cgroup files take one value per write().

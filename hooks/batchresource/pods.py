@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from .apply import Change, apply_values
@@ -15,7 +15,7 @@ from .cgroups import (
     parent_relative_path,
 )
 from .config import BatchResourceConfig
-from .resources import CgroupValues, container_values, pod_values
+from .resources import UNLIMITED, CgroupValues, container_values, pod_values
 from .spec import parse_spec
 from .state import ContainerKey, PodRecord, StateDir
 
@@ -236,11 +236,15 @@ class KnownPods:
             log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
 
     def wanted(self, record: PodRecord) -> CgroupValues:
-        return pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled)
+        """The pod cgroup's values; on v1 its memsw unlimited, as kubelet leaves
+        a pod cgroup's (it writes none but -1 for a pod with no memory limit)."""
+        return replace(pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled), memory_swap=UNLIMITED)
 
     def container_wanted(self, record: PodRecord, name: str) -> CgroupValues:
-        """What the hook answers for container ``name`` (SpecError if the spec has none)."""
-        return container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
+        """What the hook answers for container ``name`` (SpecError if the spec has none);
+        on v1 its memsw equal to its memory limit, as containerd makes it (no swap)."""
+        values = container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
+        return replace(values, memory_swap=values.memory_limit)
 
     def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
         return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)

@@ -38,12 +38,17 @@ UNLIMITED = -1
 
 @dataclass(frozen=True)
 class CgroupValues:
-    """What the hook writes; ``UNLIMITED`` (-1) means no quota / no memory limit."""
+    """What the hook writes; ``UNLIMITED`` (-1) means no quota / no memory limit.
+
+    ``memory_swap``: cgroup v1's memory+swap limit (memory.memsw.limit_in_bytes)
+    read, or wanted; None: none read (v2, no swap accounting), or not managed
+    (a hook answer's values: the runtime sets it)."""
 
     cpu_shares: int
     cpu_quota: int
     memory_limit: int
     cpu_period: int = CFS_PERIOD
+    memory_swap: int | None = None
 
 
 def shares(request_milli: int | None) -> int:

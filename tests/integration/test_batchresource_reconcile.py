@@ -68,3 +68,24 @@ async def test_a_be_container_updated_through_containerd_itself_is_put_back(
             assert container_values(pid) == BE_VALUES
             assert int(memsw.read_text()) == 128 * MIB
             assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
+
+
+async def test_a_be_container_memsw_changed_alone_is_put_back(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
+    """Swap given to a BE container by hand (memory.memsw.limit_in_bytes to
+    1Gi), its memory limit right: put back equal to it, as containerd made it
+    (before: memsw not compared, the container kept its swap)."""
+    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                  runtime_endpoint=str(launcher.socket)) as hook:
+        running, _ = await launcher.start()
+        await registered(running, 1)
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+            cid, pid = await start_container(channel, p, "main")
+            memsw = cgroup_of(pid, "memory") / "memory.memsw.limit_in_bytes"
+            assert container_values(pid) == BE_VALUES and int(memsw.read_text()) == 128 * MIB
+            memsw.write_text(str(1024 * MIB))
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            line = await hook.logged(lambda line: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                     and line.get("file") == "memory.memsw.limit_in_bytes", timeout=20.0)
+            assert (line["container_id"], line["field"], line["found"], line["wanted"]) == (
+                cid, "memory_swap", 1024 * MIB, 128 * MIB)
+            assert int(memsw.read_text()) == 128 * MIB and container_values(pid) == BE_VALUES

@@ -77,6 +77,7 @@ def test_file_names() -> None:
         Field.CPU_SHARES: ("cpu.shares",),
         Field.CPU_QUOTA: ("cpu.cfs_period_us", "cpu.cfs_quota_us"),
         Field.MEMORY_LIMIT: ("memory.limit_in_bytes",),
+        Field.MEMORY_SWAP: ("memory.memsw.limit_in_bytes",),  # (v1 with swap accounting)
     }
     assert v2.file_names() == {Field.CPU_SHARES: ("cpu.weight",), Field.CPU_QUOTA: ("cpu.max",), Field.MEMORY_LIMIT: ("memory.max",)}
     assert v1.file("cpu.shares") == Path("/sys/fs/cgroup/cpu/kubepods/pod1/cpu.shares")
