@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .cgroups import CgroupFiles, Field, rank
+from .cgroups import CgroupFiles, Field, page_floor, rank
 from .resources import UNLIMITED, CgroupValues
 
-__all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "is_raise", "value_of"]
+__all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "exceeds", "is_raise", "value_of"]
 
 
 class MemoryBelowUsage(ValueError):
@@ -44,6 +44,22 @@ def is_raise(current: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
     return rank(value_of(wanted, field)) >= rank(value_of(current, field))
 
 
+def exceeds(parent: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
+    """Whether a child's wanted ``field`` is above its parent's current value:
+    refused (v1 cpu quota) or capped by the parent until the parent is raised.
+    Shares are weights among siblings: never."""
+    if field is Field.CPU_SHARES:
+        return False
+    if field is Field.CPU_QUOTA:
+        if parent.cpu_quota == UNLIMITED:
+            return False
+        # (compared as the kernel does: quota per period)
+        return wanted.cpu_quota == UNLIMITED or wanted.cpu_quota * parent.cpu_period > parent.cpu_quota * wanted.cpu_period
+    theirs: int | None = value_of(parent, field)
+    mine: int | None = value_of(wanted, field)
+    return theirs is not None and mine is not None and rank(page_floor(mine)) > rank(theirs)
+
+
 def check_memory(files: CgroupFiles, wanted: CgroupValues) -> None:
     if wanted.memory_limit == UNLIMITED:
         return
@@ -53,13 +69,17 @@ def check_memory(files: CgroupFiles, wanted: CgroupValues) -> None:
 
 
 def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool = False, lower_only: bool = False,
-                 current: CgroupValues | None = None, written: list[Change] | None = None) -> list[Change]:
+                 current: CgroupValues | None = None, written: list[Change] | None = None,
+                 within: CgroupValues | None = None, skipped: list[Field] | None = None) -> list[Change]:
     """Write the fields that differ (only the raising ones with ``raise_only``,
     only the lowering ones with ``lower_only``); the changes made. ``current``:
     the values read already (the reconcile pass reads each file once, then
     raises, and lowers after the containers), else they are read here.
     ``written``: a list each change is appended to as it is made, so a caller
     still has the values written before an error (the returned list otherwise).
+    ``within``: the parent's current values when it could not be raised: a
+    field raised above them is left out (added to ``skipped``), as it needs
+    the parent raised first; lowering, or raising within them, is written.
 
     Raises OSError from the cgroup files, MemoryBelowUsage before writing a memory
     limit under the usage (the other fields are still written first)."""
@@ -71,6 +91,10 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
             continue
         raising = is_raise(current, wanted, field)
         if (raise_only and not raising) or (lower_only and raising):
+            continue
+        if within is not None and raising and exceeds(within, wanted, field):
+            if skipped is not None:
+                skipped.append(field)
             continue
         if field is Field.MEMORY_LIMIT and not raising:
             check_memory(files, wanted)

@@ -7,9 +7,12 @@ have reached a hook that was down).
 Per pod, each owned file is read once, then written in the hooks' order (a
 parent never below its child): the pod's values that are below target are
 raised, its containers' drifted values put back, then the pod's lowered.
-A pod whose raising fails has its containers left for the next pass (a
-container raised above a pod that is not could be refused, or be capped
-by it); the values written before the failure are logged and counted.
+A pod whose raising fails has its containers' values put back all the same
+where they need no raise of the pod (lowered, shares, or raised within what
+the pod has now); one raised above the pod is left for a pass that raises
+it (refused, v1's cpu quota, or capped by the pod meanwhile), said once per
+pod until a pass puts the pod right. The values written before the
+failure are logged and counted.
 The containers checked are those whose values the hook set, as the runtime
 listing last saw them running (:meth:`KnownPods.owned`: the hook is told no
 id at PreCreateContainer). A container whose memory limit is below its
@@ -35,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .apply import Change, MemoryBelowUsage, apply_values
-from .cgroups import CgroupFiles
+from .cgroups import CgroupFiles, Field
 from .pods import KnownPods
 from .resources import CgroupValues
 from .spec import SpecError
@@ -51,6 +54,9 @@ POD_FAILED = "batchresource reconcile could not restore the pod cgroup; retried 
 CONTAINER_FAILED = "batchresource reconcile could not restore a container cgroup; retried next pass"
 NO_CGROUP = ("batchresource reconcile finds no cgroup for a container the runtime lists running "
              "(does cgroup_driver or cgroup_root match the runtime's?); retried next pass")
+CONTAINERS_WAIT = ("batchresource reconcile leaves container values above their pod cgroup's for a pass "
+                   "that raises the pod")
+SKIPPED = "containers wait"  # (a kind said once per pod, as a failure's)
 _ERRORS = (SpecError, MemoryBelowUsage, OSError, ValueError)
 
 # A pod's or a container's cgroup: (pod key, container id; "" for the pod's).
@@ -117,15 +123,15 @@ class Reconciler:
         self._seen.add(target)
         names = {"pod": record.pod, "uid": record.uid, "cgroup": str(files.relative)}
         written: list[Change] = []
+        current: CgroupValues | None = None
         try:
             wanted = self.pods.wanted(record)
             current = files.read()
             apply_values(files, wanted, raise_only=True, current=current, written=written)
-        except _ERRORS as exc:  # its containers wait for the next pass: see the module's docstring
-            self._seen.update((record.key, cid) for cid in self.pods.owned(record.key))  # (their warnings kept)
+        except _ERRORS as exc:  # its containers get what needs no raise: see the module's docstring
             _log_pod(names, written)
             self._warn(target, exc, POD_FAILED, names)
-            return len(written)
+            return len(written) + self._under_unraised(record, files, names, read=current is not None)
         _log_pod(names, written)
         corrected = len(written)
         for container_id, name in sorted(self.pods.owned(record.key).items()):
@@ -140,7 +146,37 @@ class Reconciler:
         _log_pod(names, written)
         return corrected + len(written)
 
-    def _container(self, record: PodRecord, container_id: str, name: str) -> int:
+    def _under_unraised(self, record: PodRecord, files: CgroupFiles, names: Mapping[str, object], *, read: bool) -> int:
+        """The containers of a pod whose raise failed: their values that need
+        no raise of the pod (lowered, or within its current values) put back,
+        the others left for a pass that raises it (said once per pod, until
+        it is put right). None when its cgroup could not be read."""
+        owned = sorted(self.pods.owned(record.key).items())
+        try:
+            parent = files.read() if read and owned else None  # (what the failed raise left)
+        except _ERRORS:
+            parent = None
+        if parent is None:
+            self._seen.update((record.key, cid) for cid, _ in owned)  # (their warnings kept)
+            return 0
+        skipped: dict[str, list[str]] = {}
+        corrected = sum(self._container(record, cid, name, within=parent, skipped=skipped) for cid, name in owned)
+        if skipped and self._first((record.key, ""), SKIPPED):
+            log.info(CONTAINERS_WAIT, extra={**names, "containers": skipped})
+        return corrected
+
+    def _first(self, target: Target, kind: str) -> bool:
+        """Whether ``kind`` is new for ``target`` since it was last put right (recorded now)."""
+        said = self._said.setdefault(target, set())
+        new = kind not in said
+        said.add(kind)
+        return new
+
+    def _container(self, record: PodRecord, container_id: str, name: str, *, within: CgroupValues | None = None,
+                   skipped: dict[str, list[str]] | None = None) -> int:
+        """``within``: its pod's values, as they are after its raise failed
+        (a value that needs more is skipped, its fields added to ``skipped``
+        by container name)."""
         target = (record.key, container_id)
         self._seen.add(target)
         names: dict[str, object] = {"pod": record.pod, "uid": record.uid, "container": name, "container_id": container_id}
@@ -151,14 +187,18 @@ class Reconciler:
             return 0  # (the pod's part of the pass warns of its spec)
         names["cgroup"] = str(files.relative)
         written: list[Change] = []
+        waiting: list[Field] = []
         try:
-            apply_values(files, wanted, current=files.read(), written=written)
+            apply_values(files, wanted, current=files.read(), written=written, within=within, skipped=waiting)
         except FileNotFoundError as exc:
             self._no_cgroup(target, exc, names)
         except _ERRORS as exc:  # (a memory limit below its usage: the cpu values are put back all the same)
             self._warn(target, exc, CONTAINER_FAILED, names)
         else:
-            self._right(target)
+            if not waiting:
+                self._right(target)
+        if waiting and skipped is not None:
+            skipped[name] = [f.value for f in waiting]
         for change in written:
             log.info(CONTAINER_RESTORED, extra={**names, "field": change.field.value, "file": change.file,
                                                 "found": change.old, "wanted": change.new})

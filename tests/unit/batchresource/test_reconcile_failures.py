@@ -74,9 +74,9 @@ async def test_a_pod_failure_is_warned_of_once(tmp_path: Path, caplog: pytest.Lo
 async def test_values_written_before_a_failed_pod_raise_are_logged_and_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pod whose raising fails has its containers left for the next pass (one
-    raised above its pod could be refused); what was written is logged (before:
-    neither logged nor counted)."""
+    """What was written before a pod's raise failed is logged (before: neither
+    logged nor counted); its container's shares, which need no raise of the
+    pod, are put back all the same (test_reconcile_unraised.py)."""
     hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
     root = tmp_path / "cgroup"
     write(root, 1, POD_PARENT, "cpu.shares", "2")
@@ -91,11 +91,11 @@ async def test_values_written_before_a_failed_pod_raise_are_logged_and_counted(
 
     monkeypatch.setattr(CgroupFiles, "_write", refused)
     caplog.set_level(logging.INFO, "hooks.batchresource")
-    assert reconcile_once(hook.pods) == 1
+    assert reconcile_once(hook.pods) == 2
     assert [(r.getMessage(), r.file) for r in caplog.records if r.getMessage() in (POD_RESTORED, CONTAINER_RESTORED)] == [
-        (POD_RESTORED, "cpu.shares")]
+        (POD_RESTORED, "cpu.shares"), (CONTAINER_RESTORED, "cpu.shares")]
     assert said(caplog, POD_FAILED) == [logging.WARNING]
-    assert read(root, 1, MAIN, "cpu.shares") == "2"  # next pass
+    assert read(root, 1, MAIN, "cpu.shares") == "512"
 
 
 async def test_a_container_cgroup_missing_after_another_listing_is_warned_of_once(

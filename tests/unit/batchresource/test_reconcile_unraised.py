@@ -1,0 +1,100 @@
+"""The reconcile pass under a pod whose raise fails: its containers' values
+that need no raise of the pod (shares, lowered, or raised within what the
+pod has now) are put back; one raised above the pod waits for a pass that
+raises it, said once per pod."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+import pytest
+
+from hooks.batchresource.cgroups import CgroupFiles
+from hooks.batchresource.reconcile import CONTAINERS_WAIT, POD_FAILED, Reconciler
+
+from .fakecgroup import read, write
+from .hookfixtures import POD_PARENT
+from .learnfixtures import MIB
+from .test_reconcile_containers import MAIN, told_hook
+
+QUOTA = "cpu.cfs_quota_us"
+
+
+def refuse_pod_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod cgroup's quota (and period) writes refused (EINVAL), as v1 refuses a quota below a child's."""
+    real = CgroupFiles._write  # noqa: SLF001
+
+    def refused(files: CgroupFiles, name: str, value: str) -> None:
+        if name in (QUOTA, "cpu.cfs_period_us") and str(files.relative) == POD_PARENT.lstrip("/"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real(files, name, value)
+
+    monkeypatch.setattr(CgroupFiles, "_write", refused)
+
+
+def said(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == message]
+
+
+async def test_container_values_that_need_no_pod_raise_are_put_back_the_rest_wait(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(before: none of the container's values put back while the pod's raise failed)"""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, QUOTA, "1000")  # below its 75000: the raise refused
+    write(root, 1, MAIN, "cpu.shares", "2")  # a weight: no parent bound
+    write(root, 1, MAIN, QUOTA, "500")  # wants 50000, above the pod's 1000: waits
+    write(root, 1, MAIN, "memory.limit_in_bytes", str(1024 * MIB))  # lowered to 128Mi: needs no raise
+    refuse_pod_quota(monkeypatch)
+    reconciler = Reconciler(hook.pods)
+    caplog.set_level(logging.DEBUG, "hooks.batchresource")
+    assert reconciler.once() == 2
+    assert (read(root, 1, MAIN, "cpu.shares"), read(root, 1, MAIN, QUOTA),
+            read(root, 1, MAIN, "memory.limit_in_bytes")) == ("512", "500", str(128 * MIB))
+    reconciler.once()
+    reconciler.once()
+    [wait] = said(caplog, CONTAINERS_WAIT)  # once per pod, not every pass
+    assert (wait.levelno, wait.pod, wait.uid, wait.containers) == (logging.INFO, "team-a/batch-job", "uid-1",
+                                                                   {"main": ["cpu_quota"]})
+    assert [r.levelno for r in said(caplog, POD_FAILED)] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    monkeypatch.undo()  # the pod can be raised: its container then
+    assert reconciler.once() == 2
+    assert (read(root, 1, POD_PARENT, QUOTA), read(root, 1, MAIN, QUOTA)) == ("75000", "50000")
+    caplog.clear()
+    write(root, 1, POD_PARENT, QUOTA, "1000")  # again: news again, the pod having been put right
+    write(root, 1, MAIN, QUOTA, "500")
+    refuse_pod_quota(monkeypatch)
+    reconciler.once()
+    assert len(said(caplog, CONTAINERS_WAIT)) == 1
+
+
+async def test_a_container_raise_within_the_pods_current_value_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod's quota at 60000 (its 75000 refused): the container's 50000 fits under it."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, QUOTA, "60000")
+    write(root, 1, MAIN, QUOTA, "500")
+    refuse_pod_quota(monkeypatch)
+    assert Reconciler(hook.pods).once() == 1
+    assert read(root, 1, MAIN, QUOTA) == "50000"
+
+
+async def test_a_container_under_a_pod_whose_period_differs_is_compared_per_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60000 per 200000 is 30000 per 100000: below the container's 50000, so it
+    waits. Guards the comparison per period (the pass before this change
+    skipped every container of such a pod, so it passes there too)."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, "cpu.cfs_period_us", "200000")
+    write(root, 1, POD_PARENT, QUOTA, "60000")
+    write(root, 1, MAIN, QUOTA, "500")
+    refuse_pod_quota(monkeypatch)
+    Reconciler(hook.pods).once()
+    assert read(root, 1, MAIN, QUOTA) == "500"
