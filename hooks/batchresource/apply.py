@@ -40,14 +40,21 @@ def value_of(values: CgroupValues, field: Field) -> int:
 
 
 def is_raise(current: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
-    """Whether going from current to wanted gives more (unlimited is the most)."""
+    """Whether going from current to wanted gives more (unlimited is the most;
+    a quota compared per period, as the kernel does: 50000/100000 is more
+    than 100000/400000)."""
+    if field is Field.CPU_QUOTA:
+        if UNLIMITED in (wanted.cpu_quota, current.cpu_quota):
+            return wanted.cpu_quota == UNLIMITED
+        return wanted.cpu_quota * current.cpu_period >= current.cpu_quota * wanted.cpu_period
     return rank(value_of(wanted, field)) >= rank(value_of(current, field))
 
 
 def exceeds(parent: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
     """Whether a child's wanted ``field`` is above its parent's current value:
-    refused (v1 cpu quota) or capped by the parent until the parent is raised.
-    Shares are weights among siblings: never."""
+    refused (v1, a cpu quota above the parent's) or capped by the parent until
+    the parent is raised (a memory limit; an unlimited quota, which v1 takes
+    under a limited parent). Shares are weights among siblings: never."""
     if field is Field.CPU_SHARES:
         return False
     if field is Field.CPU_QUOTA:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hooks.batchresource.cgroups import CgroupFiles
-from hooks.batchresource.reconcile import CONTAINERS_WAIT, POD_FAILED, Reconciler
+from hooks.batchresource.reconcile import CONTAINER_RESTORED, CONTAINERS_WAIT, POD_FAILED, POD_RESTORED, Reconciler
 
 from .fakecgroup import read, write
 from .hookfixtures import POD_PARENT
@@ -85,7 +85,7 @@ async def test_a_container_raise_within_the_pods_current_value_is_put_back(
 
 
 async def test_a_container_under_a_pod_whose_period_differs_is_compared_per_period(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """60000 per 200000 is 30000 per 100000: below the container's 50000, so it
     waits. Guards the comparison per period (the pass before this change
@@ -96,5 +96,46 @@ async def test_a_container_under_a_pod_whose_period_differs_is_compared_per_peri
     write(root, 1, POD_PARENT, QUOTA, "60000")
     write(root, 1, MAIN, QUOTA, "500")
     refuse_pod_quota(monkeypatch)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
     Reconciler(hook.pods).once()
     assert read(root, 1, MAIN, QUOTA) == "500"
+    [wait] = said(caplog, CONTAINERS_WAIT)
+    assert wait.containers == {"main": ["cpu_quota"]}
+
+
+async def test_a_container_whose_period_alone_drifted_is_a_raise_per_period(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container at 100000/400000 (0.25 cpu) wants 50000/100000 (0.5): a
+    raise per period, above the pod's 30000/100000 left by its refused raise,
+    so it waits (before: its raw quota going down counted it as lowering, and
+    it was written above the pod: on v1 the period's write is refused)."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, QUOTA, "30000")
+    write(root, 1, MAIN, "cpu.cfs_period_us", "400000")
+    write(root, 1, MAIN, QUOTA, "100000")
+    refuse_pod_quota(monkeypatch)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert Reconciler(hook.pods).once() == 0
+    assert (read(root, 1, MAIN, "cpu.cfs_period_us"), read(root, 1, MAIN, QUOTA)) == ("400000", "100000")
+    [wait] = said(caplog, CONTAINERS_WAIT)
+    assert wait.containers == {"main": ["cpu_quota"]}
+
+
+async def test_a_pod_raised_per_period_is_raised_before_its_containers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pod at 100000/400000 (0.25 cpu) wants 75000/100000: a raise, written
+    before its container's 50000/100000 (before: its raw quota going down made
+    it a lowering, written after the container, which v1 refuses above the pod)."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, "cpu.cfs_period_us", "400000")
+    write(root, 1, POD_PARENT, QUOTA, "100000")
+    write(root, 1, MAIN, QUOTA, "500")
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert Reconciler(hook.pods).once() == 2
+    order = [(r.getMessage(), r.field) for r in caplog.records if r.getMessage() in (POD_RESTORED, CONTAINER_RESTORED)]
+    assert order == [(POD_RESTORED, "cpu_quota"), (CONTAINER_RESTORED, "cpu_quota")]
+    assert (read(root, 1, POD_PARENT, "cpu.cfs_period_us"), read(root, 1, POD_PARENT, QUOTA)) == ("100000", "75000")
