@@ -14,14 +14,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .cgroups import CgroupFiles, Field, page_floor, rank
+from .cgroups import CgroupFiles, Field, MemoryBelowUsage, page_floor, rank
 from .resources import UNLIMITED, CgroupValues
 
 __all__ = ["Change", "MemoryBelowUsage", "apply_values", "check_memory", "exceeds", "is_raise", "value_of"]
-
-
-class MemoryBelowUsage(ValueError):
-    """The wanted memory limit is below what the cgroup uses now."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +85,8 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
     the parent raised first; lowering, or raising within them, is written.
 
     Raises OSError from the cgroup files, MemoryBelowUsage before writing a memory
-    limit under the usage (the other fields are still written first)."""
+    limit (or v1 memory+swap limit) under the usage (the other fields are still
+    written first)."""
     if current is None:
         current = files.read()
     changes: list[Change] = [] if written is None else written
@@ -107,14 +104,28 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
             check_memory(files, wanted)
         try:
             files.write(field, wanted)
-        except OSError:
-            # cgroup v1 lowering a memory limit: the limit is written, then
-            # memsw's write failed. The limit landed all the same: a change made.
-            with contextlib.suppress(OSError, ValueError):  # the write's own OSError is what callers catch
-                if field is Field.MEMORY_LIMIT and not files.differs(files.read(), wanted, field):
-                    name, old, new = files.changed(current, wanted, field)
-                    changes.append(Change(field, old, new, name))
+        except (OSError, MemoryBelowUsage):
+            if field is Field.MEMORY_LIMIT:  # the callers catch the write's own error
+                # (memsw raising in a lowering pass: the raising pass's, counted there)
+                theirs = (lower_only and files.differs(current, wanted, Field.MEMORY_SWAP)
+                          and is_raise(current, wanted, Field.MEMORY_SWAP))
+                with contextlib.suppress(OSError, ValueError):
+                    changes.extend(_landed(files, current, wanted, memsw=not theirs))
             raise
         name, old, new = files.changed(current, wanted, field)
         changes.append(Change(field, old, new, name))
     return changes
+
+
+def _landed(files: CgroupFiles, current: CgroupValues, wanted: CgroupValues, *, memsw: bool) -> list[Change]:
+    """cgroup v1, a memory limit's write failed part way (memsw written, then
+    the limit refused or left below its usage; the limit written, then memsw
+    refused): what of it landed, as changes."""
+    now = files.read()
+    fields = (Field.MEMORY_LIMIT, Field.MEMORY_SWAP) if memsw else (Field.MEMORY_LIMIT,)
+    landed = []
+    for field in fields:
+        if files.differs(current, wanted, field) and not files.differs(now, wanted, field):
+            name, old, new = files.changed(current, wanted, field)
+            landed.append(Change(field, old, new, name))
+    return landed

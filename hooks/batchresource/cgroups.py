@@ -15,6 +15,7 @@ __all__ = [
     "CgroupDriver",
     "CgroupFiles",
     "Field",
+    "MemoryBelowUsage",
     "container_relative_path",
     "detect_version",
     "page_floor",
@@ -30,6 +31,11 @@ _V1_UNLIMITED_FLOOR = 2**62
 # v1's memory+swap limit (with swap accounting): the kernel refuses
 # (EINVAL) a memory.limit_in_bytes above it.
 _V1_MEMSW = "memory.memsw.limit_in_bytes"
+
+
+class MemoryBelowUsage(ValueError):
+    """The wanted memory limit (or v1 memory+swap limit) is below what the
+    cgroup uses now: the kernel would reclaim, then refuse (EBUSY)."""
 
 
 class CgroupDriver(enum.Enum):
@@ -209,28 +215,46 @@ class CgroupFiles:
         elif field is Field.MEMORY_LIMIT:
             self._write_v1_memory(wanted.memory_limit, wanted.memory_swap)
         elif (wanted.memory_swap is not None and self.file(_V1_MEMSW).is_file()
-              and self._v1_limit(_V1_MEMSW) != page_floor(wanted.memory_swap)):
+              and (found := self._v1_limit(_V1_MEMSW)) != page_floor(wanted.memory_swap)):
             # memsw alone (the limit's write above puts it right along with a limit that differed):
             # a lowered memsw is never below the limit then, put right first (Field's order)
-            self._write(_V1_MEMSW, str(wanted.memory_swap))
+            self._write_memsw(wanted.memory_swap, found)
 
     def _v1_limit(self, name: str) -> int:
         value = int(self._read(name))
         return UNLIMITED if value >= _V1_UNLIMITED_FLOOR else value
 
+    def _write_memsw(self, memsw: int, found: int) -> None:
+        self._check_memsw(memsw, found)
+        self._write(_V1_MEMSW, str(memsw))
+
+    def _check_memsw(self, memsw: int, found: int) -> None:
+        """Raises MemoryBelowUsage for a memsw lowered below its usage (memory
+        plus swap): the kernel would reclaim page cache, then refuse it
+        (EBUSY), every pass."""
+        if rank(page_floor(memsw)) < rank(found):
+            usage = int(self._read("memory.memsw.usage_in_bytes"))
+            if memsw < usage:
+                raise MemoryBelowUsage(f"memory+swap limit {memsw} is below the current usage {usage}")
+
     def _write_v1_memory(self, limit: int, memsw: int | None) -> None:
         """memory.limit_in_bytes, with memory.memsw.limit_in_bytes (when swap is
-        accounted) in runc's order: the kernel refuses a memory limit above
-        memsw. containerd creates a container with memsw equal to its memory
-        limit (no swap), and an UpdateContainerResources sets both: memsw is
-        raised first when it is below the new limit, and kept equal to a
-        lowered limit after it (the container's own state at create); a memsw
-        above the limit (a pod cgroup's, unlimited) is left alone.
+        accounted) in an order the kernel takes: it refuses a memory limit
+        above memsw, and memsw below the limit.
+
+        ``memsw`` None (a write as the runtime's own, for a container whose
+        swap the hook was not told): memsw raised first to a new limit above
+        it, and lowered after the limit when the two were equal (no swap, as
+        containerd makes a container it is not asked swap for); otherwise
+        left as it is (swap given to it is kept).
 
         ``memsw`` wanted (the reconcile pass's, KnownPods.wanted): both put
-        at their values, each file only when it differs, in runc's order:
-        memsw first when it is at or above the current limit, else the
-        limit first (either way the kernel never sees memsw below the limit)."""
+        at their values, each file only when it differs: memsw first when it
+        is at or above the current limit, else the limit first (runc's order,
+        but for memsw equal to the current limit, which runc writes second).
+
+        Raises MemoryBelowUsage for a memsw lowered below its usage: the limit
+        is still written if the kernel takes it with memsw as it is."""
         if not self.file(_V1_MEMSW).is_file():  # (no swap accounting: swapaccount=0)
             self._write("memory.limit_in_bytes", str(limit))
             return
@@ -244,15 +268,25 @@ class CgroupFiles:
             return
         self._write("memory.limit_in_bytes", str(limit))
         if memsw == old and rank(limit) < rank(memsw):  # tied as containerd made it: kept tied
-            self._write(_V1_MEMSW, str(limit))
+            self._write_memsw(limit, memsw)
 
     def _write_v1_memory_and_swap(self, limit: int, memsw: int) -> None:
         old, old_memsw = self._v1_limit("memory.limit_in_bytes"), self._v1_limit(_V1_MEMSW)
-        writes = [("memory.limit_in_bytes", limit, old), (_V1_MEMSW, memsw, old_memsw)]
+        limit_differs, memsw_differs = old != page_floor(limit), old_memsw != page_floor(memsw)
+        try:
+            if memsw_differs:
+                self._check_memsw(memsw, old_memsw)
+        except MemoryBelowUsage:
+            # memsw stays: the limit still goes in when memsw as it is takes it
+            # (a raise to 128Mi under a 1Gi memsw), as a limit written alone would
+            if limit_differs and rank(limit) <= rank(old_memsw):
+                self._write("memory.limit_in_bytes", str(limit))
+            raise
+        writes = [("memory.limit_in_bytes", limit, limit_differs), (_V1_MEMSW, memsw, memsw_differs)]
         if rank(memsw) >= rank(old):
             writes.reverse()
-        for name, value, found in writes:
-            if found != page_floor(value):
+        for name, value, differs in writes:
+            if differs:
                 self._write(name, str(value))
 
     def _write(self, name: str, value: str) -> None:

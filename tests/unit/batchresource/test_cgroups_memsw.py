@@ -16,6 +16,7 @@ from .fakecgroup import make_cgroup, read, write
 
 MIB = 2**20
 MEMSW = "memory.memsw.limit_in_bytes"
+MEMSW_USAGE = "memory.memsw.usage_in_bytes"
 NO_LIMIT = "9223372036854771712"
 
 
@@ -46,6 +47,7 @@ def container(tmp_path: Path, memory: int, memsw: int | None) -> CgroupFiles:
     write(tmp_path, 1, "pod/c", "memory.limit_in_bytes", str(memory))
     if memsw is not None:
         write(tmp_path, 1, "pod/c", MEMSW, str(memsw))
+        write(tmp_path, 1, "pod/c", MEMSW_USAGE, "0")
     return CgroupFiles(tmp_path, 1, PurePosixPath("pod/c"))
 
 

@@ -6,18 +6,20 @@ fake refuses as it does)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
 import pytest
 
-from hooks.batchresource.reconcile import CONTAINER_RESTORED, POD_RESTORED, reconcile_once
+from hooks.batchresource.cgroups import CgroupFiles
+from hooks.batchresource.reconcile import CONTAINER_FAILED, CONTAINER_RESTORED, POD_RESTORED, reconcile_once
 from hooks.batchresource.resources import UNLIMITED
 
 from .fakecgroup import read, write
 from .hookfixtures import POD_PARENT
 from .learnfixtures import MIB
-from .test_cgroups_memsw import MEMSW, NO_LIMIT, kernel_like
+from .test_cgroups_memsw import MEMSW, MEMSW_USAGE, NO_LIMIT, kernel_like
 from .test_reconcile_containers import MAIN, restored, told_hook
 
 LIMIT = "memory.limit_in_bytes"
@@ -28,8 +30,9 @@ async def swap_accounted(tmp_path: Path):
     the container's equal to its limit, the pod's unlimited."""
     hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
     root = tmp_path / "cgroup"
-    write(root, 1, MAIN, MEMSW, str(128 * MIB))
-    write(root, 1, POD_PARENT, MEMSW, NO_LIMIT)
+    for cgroup, memsw in ((MAIN, str(128 * MIB)), (POD_PARENT, NO_LIMIT)):
+        write(root, 1, cgroup, MEMSW, memsw)
+        write(root, 1, cgroup, MEMSW_USAGE, "0")
     assert reconcile_once(hook.pods) == 0  # (as made: nothing to put back)
     return hook, root
 
@@ -85,3 +88,67 @@ async def test_a_container_limit_and_memsw_drifted_together_are_put_back_in_the_
     reconcile_once(hook.pods)
     assert [name for name, _ in writes] == order
     assert (read(root, 1, MAIN, LIMIT), read(root, 1, MAIN, MEMSW)) == (str(128 * MIB), str(128 * MIB))
+
+
+async def test_memsw_lowered_while_the_limit_rises_goes_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64Mi/1Gi put back to 128Mi/128Mi: memsw first (at or above the current
+    limit), then the limit. Guards the order (passes before this change too)."""
+    hook, root = await swap_accounted(tmp_path)
+    write(root, 1, MAIN, MEMSW, str(1024 * MIB))
+    write(root, 1, MAIN, LIMIT, str(64 * MIB))
+    writes = kernel_like(monkeypatch)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(hook.pods) == 2
+    assert writes == [(MEMSW, str(128 * MIB)), (LIMIT, str(128 * MIB))]
+
+
+async def test_memsw_not_lowered_below_its_usage_the_limit_raised_all_the_same(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64Mi/1Gi, 300Mi of memory+swap in use: memsw is not lowered to 128Mi
+    (the kernel would reclaim, then refuse it EBUSY, every pass); the limit's
+    raise to 128Mi still lands, logged (before: memsw written first, refused,
+    and the limit never raised)."""
+    hook, root = await swap_accounted(tmp_path)
+    write(root, 1, MAIN, MEMSW, str(1024 * MIB))
+    write(root, 1, MAIN, LIMIT, str(64 * MIB))
+    write(root, 1, MAIN, MEMSW_USAGE, str(300 * MIB))
+    writes = kernel_like(monkeypatch)
+    real = CgroupFiles._write  # noqa: SLF001
+
+    def busy(files: CgroupFiles, name: str, value: str) -> None:  # as the kernel: EBUSY below the usage
+        if name == MEMSW and int(value) < 300 * MIB:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real(files, name, value)
+
+    monkeypatch.setattr(CgroupFiles, "_write", busy)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(hook.pods) == 1
+    assert writes == [(LIMIT, str(128 * MIB))]
+    assert (read(root, 1, MAIN, LIMIT), read(root, 1, MAIN, MEMSW)) == (str(128 * MIB), str(1024 * MIB))
+    assert restored(caplog) == [("team-a/batch-job", "main", LIMIT, 64 * MIB, 128 * MIB)]
+    [failed] = [r for r in caplog.records if r.getMessage() == CONTAINER_FAILED]
+    assert "memory+swap limit" in failed.reason
+
+
+async def test_memsw_written_then_the_limit_refused_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """96Mi/96Mi put back to 128Mi: memsw raised first, then the limit's write
+    refused: the memsw that landed is logged and counted (before: left out)."""
+    hook, root = await swap_accounted(tmp_path)
+    write(root, 1, MAIN, LIMIT, str(96 * MIB))
+    write(root, 1, MAIN, MEMSW, str(96 * MIB))
+    real = CgroupFiles._write  # noqa: SLF001
+
+    def refused(files: CgroupFiles, name: str, value: str) -> None:
+        if name == LIMIT and str(files.relative) == MAIN.lstrip("/"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real(files, name, value)
+
+    monkeypatch.setattr(CgroupFiles, "_write", refused)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(hook.pods) == 1
+    assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 96 * MIB, 128 * MIB)]
