@@ -13,6 +13,7 @@ from .cgroups import (
     container_relative_path,
     detect_version,
     parent_relative_path,
+    rank,
 )
 from .config import BatchResourceConfig
 from .resources import UNLIMITED, CgroupValues, container_values, pod_values
@@ -77,6 +78,12 @@ class KnownPods:
         # checks (the hook is told no id at PreCreateContainer). In memory.
         self._owned: dict[str, dict[str, str]] = {}
         self._listings = 0  # set_owned calls: how many listings told _owned
+        # The swap kubelet asked the runtime for (memory_swap_limit_in_bytes of
+        # its CreateContainer or UpdateContainerResources, as the container
+        # hooks saw it), by pod key and container name: the memsw the runtime
+        # set. In memory: a container not told of since the start is not
+        # known (its memsw then never lowered, only raised to its limit).
+        self._swap: dict[str, dict[str, int]] = {}
         # Set by close(): the next instance may hold the lock, so no file is
         # written or removed any more (a late one could overwrite its file,
         # or bring back one it removed).
@@ -223,6 +230,7 @@ class KnownPods:
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
         self._owned.pop(key, None)
+        self._swap.pop(key, None)
         self._dirty.discard(key)
         self._failing.discard(key)
         uid = key if record is None else record.uid
@@ -237,14 +245,29 @@ class KnownPods:
 
     def wanted(self, record: PodRecord) -> CgroupValues:
         """The pod cgroup's values; on v1 its memsw unlimited, as kubelet leaves
-        a pod cgroup's (it writes none but -1 for a pod with no memory limit)."""
+        a pod cgroup's (it writes none: the new cgroup's default)."""
         return replace(pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled), memory_swap=UNLIMITED)
 
+    def note_swap(self, key: str, name: str, swap: int) -> None:
+        """The swap kubelet asked for container ``name`` of a known pod, at its
+        create or update (0: none, memsw equal to the memory limit)."""
+        if key in self._pods:
+            self._swap.setdefault(key, {})[name] = swap
+
     def container_wanted(self, record: PodRecord, name: str) -> CgroupValues:
-        """What the hook answers for container ``name`` (SpecError if the spec has none);
-        on v1 its memsw equal to its memory limit, as containerd makes it (no swap)."""
+        """What the hook answers for container ``name`` (SpecError if the spec
+        has none); on v1 its memsw as the runtime sets it from kubelet's ask
+        (:meth:`note_swap`): equal to its memory limit for none (0), else the
+        swap asked (-1: unlimited; never below the limit). None when not
+        asked since the start: memsw is then left as it is, but raised to a
+        new limit above it (swap kubelet asked for never taken away)."""
         values = container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
-        return replace(values, memory_swap=values.memory_limit)
+        asked = self._swap.get(record.key, {}).get(name)
+        if asked is None:
+            return values
+        if asked == 0 or rank(asked) < rank(values.memory_limit):
+            return replace(values, memory_swap=values.memory_limit)
+        return replace(values, memory_swap=asked)
 
     def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
         return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)

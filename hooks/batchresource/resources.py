@@ -42,7 +42,8 @@ class CgroupValues:
 
     ``memory_swap``: cgroup v1's memory+swap limit (memory.memsw.limit_in_bytes)
     read, or wanted; None: none read (v2, no swap accounting), or not managed
-    (a hook answer's values: the runtime sets it)."""
+    (a hook answer's values: the runtime sets it; a container whose swap
+    kubelet asked for is not known: KnownPods.container_wanted)."""
 
     cpu_shares: int
     cpu_quota: int

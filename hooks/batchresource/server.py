@@ -228,6 +228,10 @@ class BatchResourceHook(BuiltinHook):
         if spec is None:
             return None
         name, cid = request.container_meta.name, request.container_meta.id
+        meta = request.pod_meta
+        key = pod_key(meta.uid, meta.namespace, meta.name)
+        # kubelet's swap, as the runtime applies it (the answer keeps it): the memsw the reconcile pass puts back
+        swap = request.container_resources.memory_swap_limit_in_bytes
         try:
             values = container_values(spec, name, self.config.cfs_quota_enabled)
             if hook is HookType.PRE_UPDATE_CONTAINER_RESOURCES and cid and request.pod_cgroup_parent:
@@ -242,12 +246,13 @@ class BatchResourceHook(BuiltinHook):
             # (An update answered "no change", its memory limit below the usage:
             # the runtime applies kubelet's values; the reconcile pass puts the
             # cpu values back and retries the memory limit.)
+            self.pods.note_swap(key, name, swap)
             return None
         if request.pod_cgroup_parent:
             # Pod first when raising; lowering the pod waits for the reconcile loop.
-            meta = request.pod_meta
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
             self._write_pod(record, raise_only=True)
+            self.pods.note_swap(record.key, name, swap)
             if self.learner is not None:  # (no listing: nothing reads the list)
                 # The runtime applies the answer: a container the listing leaves
                 # alone. In memory; the listing's pass saves it, off the answer.

@@ -119,3 +119,15 @@ def test_a_lowered_limit_whose_memsw_write_fails_is_counted_as_written(
     assert read(tmp_path, 1, "pod/c", "memory.limit_in_bytes") == str(128 * MIB)
     assert [(c.field, c.old, c.new) for c in written if c.field is Field.MEMORY_LIMIT] == [
         (Field.MEMORY_LIMIT, 256 * MIB, 128 * MIB)]
+
+
+def test_both_from_unlimited_and_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory and memsw wanted together, -1/-1 to 128Mi/128Mi (the limit
+    first) and back (memsw first). Guards existing behaviour."""
+    files = container(tmp_path, UNLIMITED, UNLIMITED)
+    writes = kernel_like(monkeypatch)
+    files.write(Field.MEMORY_LIMIT, CgroupValues(2, UNLIMITED, 128 * MIB, memory_swap=128 * MIB))
+    assert writes == [("memory.limit_in_bytes", str(128 * MIB)), (MEMSW, str(128 * MIB))]
+    writes.clear()
+    files.write(Field.MEMORY_LIMIT, CgroupValues(2, UNLIMITED, UNLIMITED, memory_swap=UNLIMITED))
+    assert writes == [(MEMSW, "-1"), ("memory.limit_in_bytes", "-1")]

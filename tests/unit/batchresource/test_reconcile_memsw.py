@@ -1,8 +1,8 @@
 """The reconcile pass and cgroup v1's memory+swap limit (with swap accounting):
-compared and put back on its own, a container's equal to its memory limit
-(as containerd makes it), a pod's unlimited (kubelet sets none), written in
-the order the kernel takes (it refuses memsw below the memory limit: the
-fake refuses as it does)."""
+compared and put back on its own, a container's as the runtime set it from
+the swap kubelet asked for (none: equal to its memory limit), a pod's
+unlimited (kubelet sets none), written in the order the kernel takes (it
+refuses memsw below the memory limit: the fake refuses as it does)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from hooks.batchresource.cgroups import CgroupFiles
 from hooks.batchresource.reconcile import CONTAINER_FAILED, CONTAINER_RESTORED, POD_RESTORED, reconcile_once
 from hooks.batchresource.resources import UNLIMITED
 
-from .fakecgroup import read, write
-from .hookfixtures import POD_PARENT
-from .learnfixtures import MIB
+from .fakecgroup import make_cgroup, read, write
+from .fakeruntime import FakePod
+from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
+from .learnfixtures import MIB, TWO, hook_with_learner
+from .specs import BE
 from .test_cgroups_memsw import MEMSW, MEMSW_USAGE, NO_LIMIT, kernel_like
 from .test_reconcile_containers import MAIN, restored, told_hook
 
@@ -152,3 +154,55 @@ async def test_memsw_written_then_the_limit_refused_is_logged(
     caplog.set_level(logging.INFO, "hooks.batchresource")
     assert reconcile_once(hook.pods) == 1
     assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 96 * MIB, 128 * MIB)]
+
+
+async def test_swap_kubelet_asked_for_is_kept_and_put_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """kubelet's UnlimitedSwap (NodeSwap on v1) asks memory_swap_limit_in_bytes
+    -1: the runtime sets memsw unlimited, and the pass keeps it so, putting
+    back a memsw lowered by hand (before: lowered to the limit, taking the swap
+    kubelet asked for)."""
+    hook, root = await swap_accounted(tmp_path)
+    update = container_request(BE, TWO, "main", cid="c-main", memory_swap_limit_in_bytes=UNLIMITED)
+    assert await hook.pre_update_container_resources(update) is not None
+    write(root, 1, MAIN, MEMSW, NO_LIMIT)  # as the runtime applies the answer
+    assert reconcile_once(hook.pods) == 0
+    write(root, 1, MAIN, MEMSW, str(256 * MIB))
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(hook.pods) == 1
+    assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 256 * MIB, UNLIMITED)]
+
+
+async def test_a_container_whose_swap_ask_is_not_known_keeps_its_memsw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart the hook was not told the swap kubelet asked for: memsw
+    is not lowered (it may be swap kubelet asked for), only raised with a
+    limit put back above it."""
+    _, root = await swap_accounted(tmp_path)
+    hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))
+    hook.pods.load()
+    assert hook.learner is not None
+    await hook.learner.pass_once()
+    write(root, 1, MAIN, MEMSW, str(1024 * MIB))
+    assert reconcile_once(hook.pods) == 0
+    assert read(root, 1, MAIN, MEMSW) == str(1024 * MIB)
+    write(root, 1, MAIN, LIMIT, str(96 * MIB))
+    write(root, 1, MAIN, MEMSW, str(96 * MIB))
+    writes = kernel_like(monkeypatch)
+    assert reconcile_once(hook.pods) == 1
+    assert writes == [(MEMSW, str(128 * MIB)), (LIMIT, str(128 * MIB))]
+
+
+async def test_the_pod_write_at_pre_run_pod_sandbox_sets_memsw_unlimited_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod cgroup at 64Mi/64Mi raised to 192Mi: memsw to -1 first, then the
+    limit (the kernel refuses a limit above memsw). Guards existing behaviour."""
+    hook = make_hook(tmp_path)
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
+    for name, value in ((MEMSW, str(64 * MIB)), (MEMSW_USAGE, "0"), (LIMIT, str(64 * MIB))):
+        write(root, 1, POD_PARENT, name, value)
+    writes = kernel_like(monkeypatch)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    assert [w for w in writes if w[0] in (LIMIT, MEMSW)] == [(MEMSW, str(UNLIMITED)), (LIMIT, str(192 * MIB))]
