@@ -273,15 +273,15 @@ class CgroupFiles:
     def _write_v1_memory_and_swap(self, limit: int, memsw: int) -> None:
         old, old_memsw = self._v1_limit("memory.limit_in_bytes"), self._v1_limit(_V1_MEMSW)
         limit_differs, memsw_differs = old != page_floor(limit), old_memsw != page_floor(memsw)
-        try:
-            if memsw_differs:
+        if memsw_differs:
+            try:
                 self._check_memsw(memsw, old_memsw)
-        except MemoryBelowUsage:
-            # memsw stays: the limit still goes in when memsw as it is takes it
-            # (a raise to 128Mi under a 1Gi memsw), as a limit written alone would
-            if limit_differs and rank(limit) <= rank(old_memsw):
-                self._write("memory.limit_in_bytes", str(limit))
-            raise
+            except MemoryBelowUsage:
+                # memsw stays: the limit still goes in when memsw as it is takes it
+                # (a raise to 128Mi under a 1Gi memsw), as a limit written alone would
+                if limit_differs and rank(limit) <= rank(old_memsw):
+                    self._write("memory.limit_in_bytes", str(limit))
+                raise
         writes = [("memory.limit_in_bytes", limit, limit_differs), (_V1_MEMSW, memsw, memsw_differs)]
         if rank(memsw) >= rank(old):
             writes.reverse()
