@@ -93,7 +93,8 @@ class Restored:
     # is moved only if its balloon's cpuset differs (one sharing every idle CPU).
     everywhere: frozenset[int] = frozenset()
     # A restart's: when it was created (FoundContainer.created_at; 0: not
-    # known). Those the saved balloons do not hold are placed in this order.
+    # known). Those the saved balloons do not hold are placed in
+    # :func:`creation_order`.
     created: int = 0
 
     def order(self, config: BalloonsConfig, usable: frozenset[int]) -> tuple[bool, bool]:
@@ -105,6 +106,16 @@ class Restored:
         if self.planned is None or type_or_default(config, self.pod)[0].name not in (self.planned.btype, self.fallback):
             return True, True
         return False, not self.planned.own_cpus & usable
+
+
+def creation_order(created: int, container_id: str) -> tuple[bool, int, str]:
+    """Sort key of containers found running that are placed as new ones (a
+    restart's that the saved balloons do not hold, reconcile's adopted): the
+    order they were created (CRI created_at), as placement took them at run
+    time, not the runtime's listing order. One whose creation time is not
+    known (0) goes after them: first, it would take room the others had at
+    run time. Ties by id, so that any listing order gives the same placement."""
+    return created <= 0, created, container_id
 
 
 def balloon_mates(found: Iterable[Restored]) -> dict[str, frozenset[ContainerKey]]:

@@ -56,8 +56,9 @@ class FoundContainer:
     # it is placed and moved as a running one is, but not running.
     running: bool = True
     # When it was created (CRI created_at, ns since the epoch; 0: not known):
-    # a restart places those it has no saved balloon for in this order, as
-    # they were placed when created.
+    # a restart places those it has no saved balloon for, and reconcile
+    # those it adopts, in this order (planning.creation_order), as they were
+    # placed when created.
     created_at: int = 0
 
 

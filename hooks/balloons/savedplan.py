@@ -249,8 +249,8 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     # After the saved balloons have their containers and CPUs: placed first,
     # a new one could take CPUs of theirs, or a maxBalloons place. In the
     # order they were created, as they were placed at run time (the
-    # runtime lists them in an order of its own).
-    new = sorted(agreed.new, key=lambda item: (item.created, item.member.container_id))
+    # runtime lists them in an order of its own), as reconcile adopts.
+    new = sorted(agreed.new, key=lambda item: planning.creation_order(item.created, item.member.container_id))
     placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in new}
     put_back, not_put_back = {}, {}
     for item in agreed.put_back:

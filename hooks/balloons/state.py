@@ -176,9 +176,10 @@ class Assignments(MoveBook):
                 running = self._running(live.cpus, live.mems)
                 if member.key in self.applied:
                     self.applied[member.key] = running
-        for key, live in found.items():
-            if self.pool.balloon_of(key) is None:
-                member = Member(key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
+        # As a restart places those its saved balloons do not hold: by creation, not listing, order.
+        for live in sorted(found.values(), key=lambda f: planning.creation_order(f.created_at, f.container_id)):
+            if self.pool.balloon_of(live.key) is None:
+                member = Member(live.key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
                 spec = live.spec_known  # else cpus and mems say nothing of what it runs on
                 self.adopt(member, live.pod, live.cpus if spec else frozenset(), live.mems if spec else "")
 

@@ -327,7 +327,7 @@ def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of
     with 200 containers)."""
     state = _placed(UNPINNED, TWO_NODES, ("a", 1000))
     new = [Restored(Member((f"n{n:02}", "c"), "apps", f"n{n:02}", 0, f"id-n{n:02}"), PodContext("apps", f"n{n:02}", "c"),
-                    TWO_NODES.all_cpus, "0-1", created=n) for n in range(25)]
+                    TWO_NODES.all_cpus, "0-1", created=n + 1) for n in range(25)]
     restart = rebuild_from(state.config, TWO_NODES, [*found(state), *new], snapshot(state))
     assert restart.summary() == "25 not in a saved balloon placed as new; 25 to move"
     fields = restart.fields()
