@@ -1,0 +1,108 @@
+"""What a restart reads from the stateDir the hook started with: the
+reserved CPUs to keep (savedreserved.py) and the balloons to rebuild
+(savedplan.py), each with why, for the log. A mixin of
+:class:`~.savedset.SavedSet`, which writes the files from the rebuild on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from .config import BalloonsConfig
+from .planning import Restored
+from .savedplan import PlanFile, SavedPlanError, SavedPlanNewer, rebuild_from
+from .savedreserved import AtRestart, ReservedFile, SavedReserved, SavedReservedError, fingerprint, judge
+from .state import Assignments
+from .topology import Topology, format_cpuset
+
+
+class BalloonsAtRestart(NamedTuple):
+    """The state a restart rebuilt from the saved balloons (None: from the
+    cpusets, as without them), and why, for the log."""
+
+    state: Assignments | None
+    why: str
+    level: int = logging.INFO
+    # For the log line's fields: the containers put back in their saved
+    # balloon or not, those placed as new, those to move (SavedRestart.fields).
+    changes: dict[str, list[str]] | None = None
+
+
+class ReadAtStart:
+    """A restart's reading; SavedSet's ``__init__`` sets ``started``."""
+
+    started: ReservedFile | None  # the reserved CPUs' file of the stateDir the hook started with
+
+    def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
+        """The reserved CPUs to keep at start-up, the containers ``found``
+        running: the set saved in the stateDir the hook started with, if
+        consistent with them (:func:`judge`)."""
+        deduced = "deduced from the CPUs the containers run on"
+        if self.started is None:
+            listed = config.reserved_cpuset is not None
+            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)")
+        where = str(self.started.path)
+        try:
+            saved = self.started.load()  # removes a killed hook's temporary file, whatever the config
+            if config.reserved_cpuset is not None:
+                return AtRestart(None, "those reservedResources.cpu lists")
+            if saved is None:
+                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, or the last write failed)")
+            kept = judge(config, topology, found, saved)
+        except SavedReservedError as exc:
+            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
+        why = f"the saved set in {where}"
+        if kept != saved.cpus:
+            why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
+        if saved.config != fingerprint(config):
+            why += ", saved under another config: kept as a reload of this one keeps them"
+        return AtRestart(kept, why)
+
+    def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
+                            reserved: frozenset[int] | None) -> BalloonsAtRestart:
+        """The balloons rebuilt from those saved in the stateDir the hook
+        started with, with the containers ``found`` running (each put back in
+        its saved balloon, those in none placed as new ones), if they fit
+        this restart: written with the reserved.json it started with, the
+        reserved CPUs it keeps (``reserved``: at_restart's), the same config,
+        their CPUs online (savedplan.rebuild_from); else none, and why."""
+        cpusets = "rebuilt from the CPUs the containers run on"
+        if self.started is None:
+            return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
+        plans = PlanFile(self.started.path.parent)
+        try:
+            plan = plans.load()
+        except SavedPlanError as exc:
+            level = logging.INFO if isinstance(exc, SavedPlanNewer) else logging.WARNING  # a downgrade: expected
+            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}", level)
+        if plan is None:
+            return BalloonsAtRestart(None, f"{cpusets}: none saved in {plans.path} (the first start with this "
+                                           "stateDir or this version, or the last write failed)")
+        try:
+            if not plan.token or plan.token != self._started_token():
+                raise SavedPlanError(f"were not written with {self.started.path} (a crash between the two writes, "
+                                     "or a hook of an earlier version ran since)")
+            if config.reserved_cpuset is None and reserved != plan.reserved:
+                kept = format_cpuset(reserved) if reserved is not None else "those deduced"
+                raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
+            restart = rebuild_from(config, topology, found, plan)
+        except SavedPlanError as exc:
+            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
+        changes = restart.summary()
+        return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
+                                 changes=restart.fields())
+
+    def _started_token(self) -> str | None:
+        """The token of the reserved.json the hook started with (None: none usable)."""
+        saved = self._started_saved()
+        return saved.token if saved is not None else None
+
+    def _started_saved(self) -> SavedReserved | None:
+        """The reserved.json the hook started with (None: none usable)."""
+        if self.started is None:
+            return None
+        try:
+            return self.started.load()
+        except SavedReservedError:
+            return None
