@@ -8,7 +8,8 @@ writes the reserved set, and a fingerprint of the config it was chosen
 under, to ``<stateDir>/reserved.json`` once the start-up rebuild is done and
 whenever a reload or hotplug changes either; a restart keeps that set, as a
 reload keeps the reserved CPUs it had, when it is consistent with what runs
-(:func:`judge`), else deduces them as without it.
+(:func:`judge`) or the balloons saved with it fit the restart (they put back
+the containers off it: savedstart.py), else deduces them as without it.
 
 Written as batchresource's state files (``hooks.statefile``): to a
 temporary file, fsync-ed and renamed into place, the directory fsync-ed: a

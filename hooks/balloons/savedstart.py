@@ -2,6 +2,14 @@
 reserved CPUs to keep (savedreserved.py) and the balloons to rebuild
 (savedplan.py), each with why, for the log. A mixin of
 :class:`~.savedset.SavedSet`, which writes the files from the rebuild on.
+
+The saved balloons are consulted before the saved reserved set is given up
+for what runs (:meth:`ReadAtStart.restart`): a container on some of the
+saved reserved CPUs only (a move left half done when the hook stopped)
+contradicts the set, but the balloons saved with it put that container back
+in its balloon and move it, as a reload puts back one whose move was
+refused; deduced instead, the reserved CPUs would be other ones, and every
+balloon rebuilt from the cpusets.
 """
 
 from __future__ import annotations
@@ -33,6 +41,24 @@ class ReadAtStart:
     """A restart's reading; SavedSet's ``__init__`` sets ``started``."""
 
     started: ReservedFile | None  # the reserved CPUs' file of the stateDir the hook started with
+
+    def restart(self, config: BalloonsConfig, topology: Topology,
+                found: list[Restored]) -> tuple[AtRestart, BalloonsAtRestart]:
+        """The reserved CPUs to keep (:meth:`at_restart`) and the balloons
+        rebuilt (:meth:`balloons_at_restart`), the containers ``found``
+        running. A saved set refused for what runs is kept all the same when
+        the saved balloons, written with it, fit this restart: they put back
+        the containers off it (see the module's docstring)."""
+        kept = self.at_restart(config, topology, found)
+        saved = self._started_saved() if kept.reserved is None and config.reserved_cpuset is None else None
+        if saved is not None:
+            balloons = self.balloons_at_restart(config, topology, found, saved.cpus)
+            if balloons.state is not None:
+                assert self.started is not None  # saved was read from it
+                why = (f"the saved set in {self.started.path}, as the saved balloons written with it name it, "
+                       f"which put back the containers found off them (what runs alone: {kept.why})")
+                return AtRestart(saved.cpus, why), balloons
+        return kept, self.balloons_at_restart(config, topology, found, kept.reserved)
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``

@@ -127,8 +127,7 @@ class RuntimeSync:
             if self._retargets != retargets:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             config, topology = self._state.config, self._state.topology
-            kept = self._saved.at_restart(config, topology, restored)
-            balloons = self._saved.balloons_at_restart(config, topology, restored, kept.reserved)
+            kept, balloons = self._saved.restart(config, topology, restored)
             self._state = balloons.state or Assignments.rebuild(config, topology, restored, kept.reserved)
             if config.reserved_cpuset is None:
                 reserved = format_cpuset(self._state.pool.reserved)
