@@ -22,7 +22,7 @@ class Rebuilding:
     def restore(self: Pool, member: Member, btype: BalloonType, cpus: frozenset[int],
                 mates: frozenset[ContainerKey] | None = None, index: int | None = None) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
-        idle CPUs it shares with other balloons' containers taken out, state.py).
+        idle CPUs it shares with other balloons' containers taken out, restoring.py).
 
         It rejoins the balloon of its type that holds its pod, or that shares its CPUs, if it has room for it
         (maxCPUs, but in the default balloon, which holds fallbacks beyond them: assign_fallback; for
