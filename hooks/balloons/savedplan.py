@@ -203,6 +203,9 @@ class SavedRestart(NamedTuple):
     not_put_back: dict[str, tuple[str, str]]
     placed: dict[str, str]  # container label -> balloon, found in none saved: placed as a new one
     moves: list[str]  # labels of the containers whose cpuset is to be moved
+    # The keys of those put_back names: a saved reserved set refused for them
+    # is kept only if each is back in its balloon (savedstart.py).
+    put_back_keys: frozenset[ContainerKey] = frozenset()
 
     def summary(self) -> str:
         """For the log line (empty if it is as saved): counts only, the
@@ -252,12 +255,13 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     # runtime lists them in an order of its own), as reconcile adopts.
     new = sorted(agreed.new, key=lambda item: planning.creation_order(item.created, item.member.container_id))
     placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in new}
-    put_back, not_put_back = {}, {}
+    put_back, not_put_back, keys = {}, {}, set()
     for item in agreed.put_back:
         balloon = state.pool.balloon_of(item.member.key)
         assert balloon is not None and item.planned is not None  # the rebuild places every container found
         if balloon.name == item.planned.name:
             put_back[item.member.label] = balloon.name
+            keys.add(item.member.key)
         else:
             not_put_back[item.member.label] = (item.planned.name, balloon.name)
-    return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()])
+    return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()], frozenset(keys))

@@ -9,7 +9,7 @@ under, to ``<stateDir>/reserved.json`` once the start-up rebuild is done and
 whenever a reload or hotplug changes either; a restart keeps that set, as a
 reload keeps the reserved CPUs it had, when it is consistent with what runs
 (:func:`judge`) or the balloons saved with it fit the restart (they put back
-the containers off it: savedstart.py), else deduces them as without it.
+every container off it: savedstart.py), else deduces them as without it.
 
 Written as batchresource's state files (``hooks.statefile``): to a
 temporary file, fsync-ed and renamed into place, the directory fsync-ed: a
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
+from .balloon import ContainerKey
 from .config import RESERVED, BalloonsConfig
 from .planning import Restored, type_or_default
 from .topology import Topology, format_cpuset, parse_cpuset
@@ -42,7 +43,13 @@ VERSION = 1
 
 
 class SavedReservedError(ValueError):
-    """The saved file cannot be used; the message says why."""
+    """The saved file cannot be used; the message says why. ``containers``:
+    judge's, every container found contradicting the saved set (empty: the
+    file itself, not what runs, is refused)."""
+
+    def __init__(self, message: str, containers: frozenset[ContainerKey] = frozenset()) -> None:
+        super().__init__(message)
+        self.containers = containers
 
 
 @dataclass(frozen=True)
@@ -140,30 +147,25 @@ def judge(config: BalloonsConfig, topology: Topology, found: Iterable[Restored],
     same = saved.config == fingerprint(config)
     if same and len(saved.cpus) != config.reserved_count:
         raise SavedReservedError(f"names {len(saved.cpus)} CPUs, where the config it was saved under asks {config.reserved_count}")
+    why: dict[ContainerKey, str] = {}  # each container contradicting them: the first says why
     for item in found:
         cpus = item.cpus & topology.all_cpus
         if not cpus or cpus == topology.all_cpus:
             continue  # not pinned: says nothing
         on = cpus & online
         label, runs = item.member.label, f"runs on {format_cpuset(cpus)}"
-        if on and on != online:
-            raise SavedReservedError(
-                f"names CPUs {format_cpuset(online)}, but container {label} {runs}, some of them only "
-                "(a move not done before the hook stopped?)"
-            )
-        if not same:
-            continue
         btype = type_or_default(config, item.pod)[0]
-        if btype.name == RESERVED and not on:
-            raise SavedReservedError(
-                f"names CPUs {format_cpuset(online)}, but container {label} of the reserved balloon {runs}, "
-                "none of them (a move not done before the hook stopped?)"
-            )
-        if btype.name != RESERVED and on and cpus != online:
-            raise SavedReservedError(
-                f"names CPUs {format_cpuset(online)}, but container {label} of balloon type {btype.name} {runs}, "
-                "not the reserved CPUs alone (a move not done before the hook stopped?)"
-            )
+        if on and on != online:
+            why[item.member.key] = f"container {label} {runs}, some of them only"
+        elif same and btype.name == RESERVED and not on:
+            why[item.member.key] = f"container {label} of the reserved balloon {runs}, none of them"
+        elif same and btype.name != RESERVED and on and cpus != online:
+            why[item.member.key] = f"container {label} of balloon type {btype.name} {runs}, not the reserved CPUs alone"
+    if why:
+        first, *more = why.values()
+        also = f" (and {len(more)} other container(s))" if more else ""
+        raise SavedReservedError(f"names CPUs {format_cpuset(online)}, but {first}{also} "
+                                 "(a move not done before the hook stopped?)", frozenset(why))
     return online
 
 

@@ -17,12 +17,16 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
+from .balloon import ContainerKey
 from .config import BalloonsConfig
 from .planning import Restored
 from .savedplan import PlanFile, SavedPlanError, SavedPlanNewer, rebuild_from
 from .savedreserved import AtRestart, ReservedFile, SavedReserved, SavedReservedError, fingerprint, judge
 from .state import Assignments
 from .topology import Topology, format_cpuset
+
+
+CPUSETS = "rebuilt from the CPUs the containers run on"  # balloons' why, without saved ones
 
 
 class BalloonsAtRestart(NamedTuple):
@@ -35,6 +39,8 @@ class BalloonsAtRestart(NamedTuple):
     # For the log line's fields: the containers put back in their saved
     # balloon or not, those placed as new, those to move (SavedRestart.fields).
     changes: dict[str, list[str]] | None = None
+    # The containers put back in their saved balloon (SavedRestart.put_back_keys).
+    put_back: frozenset[ContainerKey] = frozenset()
 
 
 class ReadAtStart:
@@ -46,44 +52,64 @@ class ReadAtStart:
                 found: list[Restored]) -> tuple[AtRestart, BalloonsAtRestart]:
         """The reserved CPUs to keep (:meth:`at_restart`) and the balloons
         rebuilt (:meth:`balloons_at_restart`), the containers ``found``
-        running. A saved set refused for what runs is kept all the same when
-        the saved balloons, written with it, fit this restart: they put back
-        the containers off it (see the module's docstring)."""
-        kept = self.at_restart(config, topology, found)
-        saved = self._started_saved() if kept.reserved is None and config.reserved_cpuset is None else None
-        if saved is not None:
-            balloons = self.balloons_at_restart(config, topology, found, saved.cpus)
-            if balloons.state is not None:
+        running. A saved set refused for the containers that contradict it
+        is kept all the same when the saved balloons, written with it, fit
+        this restart and put each of those back in its balloon (see the
+        module's docstring); one they do not hold (a stale or copied
+        stateDir: new pod uids) says the set is not theirs: deduced."""
+        kept, refused = self._at_restart(config, topology, found)
+        if refused is None:
+            return kept, self.balloons_at_restart(config, topology, found, kept.reserved)
+        saved, contradicting = refused
+        balloons = self.balloons_at_restart(config, topology, found, saved.cpus)
+        if balloons.state is None:
+            why = balloons.why.removeprefix(f"{CPUSETS}: ")
+        else:
+            left = [label for key, label in contradicting.items() if key not in balloons.put_back]
+            if not left:
                 assert self.started is not None  # saved was read from it
                 why = (f"the saved set in {self.started.path}, as the saved balloons written with it name it, "
                        f"which put back the containers found off them (what runs alone: {kept.why})")
                 return AtRestart(saved.cpus, why), balloons
+            why = f"the saved balloons do not put back {', '.join(left)}"
+        kept = kept._replace(why=f"{kept.why}; nor could the saved balloons keep it: {why}")
         return kept, self.balloons_at_restart(config, topology, found, kept.reserved)
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
         running: the set saved in the stateDir the hook started with, if
         consistent with them (:func:`judge`)."""
+        return self._at_restart(config, topology, found)[0]
+
+    def _at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]
+                    ) -> tuple[AtRestart, tuple[SavedReserved, dict[ContainerKey, str]] | None]:
+        """at_restart's, and, if the saved set is refused for containers that
+        contradict it, that set and those containers (key -> label)."""
         deduced = "deduced from the CPUs the containers run on"
         if self.started is None:
             listed = config.reserved_cpuset is not None
-            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)")
+            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)"), None
         where = str(self.started.path)
+        saved = None
         try:
             saved = self.started.load()  # removes a killed hook's temporary file, whatever the config
             if config.reserved_cpuset is not None:
-                return AtRestart(None, "those reservedResources.cpu lists")
+                return AtRestart(None, "those reservedResources.cpu lists"), None
             if saved is None:
-                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, or the last write failed)")
+                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, "
+                                       "or the last write failed)"), None
             kept = judge(config, topology, found, saved)
         except SavedReservedError as exc:
-            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING)
+            refused = None
+            if saved is not None and exc.containers:
+                refused = saved, {item.member.key: item.member.label for item in found if item.member.key in exc.containers}
+            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING), refused
         why = f"the saved set in {where}"
         if kept != saved.cpus:
             why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
         if saved.config != fingerprint(config):
             why += ", saved under another config: kept as a reload of this one keeps them"
-        return AtRestart(kept, why)
+        return AtRestart(kept, why), None
 
     def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
                             reserved: frozenset[int] | None) -> BalloonsAtRestart:
@@ -93,7 +119,7 @@ class ReadAtStart:
         this restart: written with the reserved.json it started with, the
         reserved CPUs it keeps (``reserved``: at_restart's), the same config,
         their CPUs online (savedplan.rebuild_from); else none, and why."""
-        cpusets = "rebuilt from the CPUs the containers run on"
+        cpusets = CPUSETS
         if self.started is None:
             return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
         plans = PlanFile(self.started.path.parent)
@@ -117,18 +143,14 @@ class ReadAtStart:
             return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
         changes = restart.summary()
         return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
-                                 changes=restart.fields())
+                                 changes=restart.fields(), put_back=restart.put_back_keys)
 
     def _started_token(self) -> str | None:
         """The token of the reserved.json the hook started with (None: none usable)."""
-        saved = self._started_saved()
-        return saved.token if saved is not None else None
-
-    def _started_saved(self) -> SavedReserved | None:
-        """The reserved.json the hook started with (None: none usable)."""
         if self.started is None:
             return None
         try:
-            return self.started.load()
+            saved = self.started.load()
         except SavedReservedError:
             return None
+        return saved.token if saved is not None else None

@@ -10,8 +10,12 @@ Machine as in test_hotplug: CPUs 0-3 on NUMA node 0, 4-7 on node 1.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from hooks.balloons.config import parse_config
 from hooks.balloons.server import BalloonsHook
@@ -20,6 +24,7 @@ from hooks.balloons.topology import format_cpuset
 from .test_hotplug import balloons
 from .test_replan import running
 from .test_restart_reserved import cpu_0_offline_and_back
+from .test_hotplug import set_online
 from .test_saved_reserved import WORK, written
 from .test_server import FakeRuntime
 
@@ -27,12 +32,17 @@ TWO_RESERVED = {"reservedResources": {"cpu": "2"}, "balloonTypes": [WORK]}
 
 
 async def _restart_with_dns_half_moved(
-        tmp_path: Path, config: dict, caplog) -> tuple[BalloonsHook, BalloonsHook, FakeRuntime, str]:
+        tmp_path: Path, config: dict, caplog, renew: bool = False, restart: dict | None = None,
+        tamper: Callable[[Path, Path, BalloonsHook], None] | None = None,
+) -> tuple[BalloonsHook, BalloonsHook, FakeRuntime, str]:
     """dns (kube-system: the reserved type) and a (apps) placed, CPU 0
     offline and back (the reserved CPUs 1,3 since, not the first start's
     pick), saved; a restarted hook finds dns on one of the two reserved CPUs
-    only (its move there not done when the hook stopped). The first hook,
-    the second, its runtime, the reserved CPUs."""
+    only (its move there not done when the hook stopped). ``renew``: every
+    container found of a new pod uid (a stale or copied stateDir);
+    ``restart``: the config restarted with (else ``config``); ``tamper``
+    (the stateDir, the sysfs root, the first hook) runs before it. The first
+    hook, the second, its runtime, the reserved CPUs."""
     hook, root = await cpu_0_offline_and_back(tmp_path, config, [("dns", "kube-system"), ("a", "apps")])
     await written(hook)
     reserved = hook.state.pool.reserved
@@ -40,7 +50,12 @@ async def _restart_with_dns_half_moved(
     runtime = FakeRuntime()
     runtime.live = [dataclasses.replace(f, cpus=frozenset({min(reserved)})) if f.container_id == "c-dns" else f
                     for f in running(hook)]
-    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    if renew:
+        runtime.live = [dataclasses.replace(f, key=(f"new-{f.key[0]}", f.key[1]), pod_uid=f"new-{f.pod_uid}")
+                        for f in runtime.live]
+    if tamper is not None:
+        tamper(Path(config["stateDir"]), root, hook)
+    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(restart or config), sysfs_root=root, runtime=runtime)
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
         await again.rebuild()
     assert await again.apply_moves()
@@ -85,3 +100,51 @@ async def test_without_saved_balloons_such_a_restart_still_deduces(tmp_path: Pat
     [line] = [r for r in caplog.records if r.getMessage().startswith("reserved CPUs")]
     assert line.levelno == logging.WARNING and "some of them only" in line.getMessage() and not line.saved
     assert again.status()["reserved_cpus"] == "0-1"  # deduced: not the saved 1,3
+
+
+def _token_changed(state: Path, root: Path, hook: BalloonsHook) -> None:
+    doc = json.loads((state / "balloons.json").read_text())
+    (state / "balloons.json").write_text(json.dumps({**doc, "token": "another"}))
+
+
+def _a_cpu_offline(state: Path, root: Path, hook: BalloonsHook) -> None:
+    """One of a's balloon's CPUs, not a reserved one, offline before the restart."""
+    a = hook.state.pool.balloon_of(("a", "app"))
+    set_online(root, format_cpuset(hook.state.topology.all_cpus - {max(a.cpus)}))
+
+
+REFUSED = {
+    # Before, each kept the saved set (the override), or (config) lost why the balloons were refused.
+    "every container of a new pod uid": ({"renew": True}, "nor could the saved balloons keep it: the saved balloons "
+                                                         "do not put back kube-system/pod-dns/app"),
+    "the config changed": ({"restart": {**TWO_RESERVED, "balloonTypes": [{**WORK, "maxCPUs": 3}]}},
+                           "nor could the saved balloons keep it: the saved balloons in {state} was saved under another config"),
+    "a token not the reserved set's": ({"tamper": _token_changed},
+                                       "nor could the saved balloons keep it: the saved balloons in {state} were not written with"),
+    "a saved CPU offline": ({"tamper": _a_cpu_offline}, "nor could the saved balloons keep it: the saved balloons in {state} names CPUs"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+async def test_saved_balloons_that_do_not_put_back_the_containers_off_the_set_leave_it_deduced(
+        tmp_path: Path, caplog, case: str) -> None:
+    """The move half done as above, but the saved balloons cannot vouch for
+    the saved set: they do not hold dns (a stale or copied stateDir: every
+    pod uid new), or do not fit the restart (another config, not written
+    with reserved.json, a CPU of theirs offline). The reserved CPUs are
+    deduced, as without them, with the warning saying why the balloons did
+    not keep the set. Before, the first kept the saved set, logged "put
+    back the containers found off them" while none was put back, and moved
+    a, whose cpuset agreed; the others ("guards existing behaviour" but for
+    the why) lost the first attempt's reason."""
+    state = tmp_path / "state"
+    config = {**TWO_RESERVED, "stateDir": str(state)}
+    kwargs, why = REFUSED[case]
+    if "restart" in kwargs:
+        kwargs = {**kwargs, "restart": {**kwargs["restart"], "stateDir": str(state)}}
+    _, again, _, reserved = await _restart_with_dns_half_moved(tmp_path, config, caplog, **kwargs)
+    assert again.status()["reserved_cpus"] != reserved
+    [line] = [r for r in caplog.records if r.getMessage().startswith("reserved CPUs")]
+    assert line.levelno == logging.WARNING and not line.saved
+    assert "some of them only" in line.getMessage()
+    assert why.format(state=state / "balloons.json") in line.getMessage()
