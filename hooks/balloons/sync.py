@@ -18,7 +18,7 @@ import time
 import grpc
 
 from ..criclient import ClientClosed, EndpointChanged
-from . import savedplan
+from . import planning, savedplan
 from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
 from .pool import PoolError
@@ -121,7 +121,10 @@ class RuntimeSync:
         restored = [
             Restored(Member(f.key, f.pod.namespace, f.pod.pod_name, milli_from_shares(f.shares), f.container_id), f.pod, f.cpus,
                      f.mems, created=f.created_at)
-            for f in found
+            # By creation, not listing, order: a rebuild from the cpusets places
+            # those not pinned yet in this order, as reconcile adopts
+            # (planning.creation_order); the saved balloons sort their new ones so too.
+            for f in sorted(found, key=lambda f: planning.creation_order(f.created_at, f.container_id))
         ]
         async with self._lock:
             if self._retargets != retargets:
