@@ -181,11 +181,12 @@ class Assignments(MoveBook, Restoring):
                 if member.key in self.applied:
                     self.applied[member.key] = running
         # As a restart places those its saved balloons do not hold: by creation, not listing, order.
-        for live in sorted(found.values(), key=lambda f: planning.creation_order(f.created_at, f.container_id)):
-            if self.pool.balloon_of(live.key) is None:
-                member = Member(live.key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
-                spec = live.spec_known  # else cpus and mems say nothing of what it runs on
-                self.adopt(member, live.pod, live.cpus if spec else frozenset(), live.mems if spec else "")
+        # Those not known only (adopting one places no other), then sorted: not every live one each pass.
+        unknown = [live for live in found.values() if self.pool.balloon_of(live.key) is None]
+        for live in sorted(unknown, key=lambda f: planning.creation_order(f.created_at, f.container_id)):
+            member = Member(live.key, live.pod.namespace, live.pod.pod_name, milli_from_shares(live.shares), live.container_id)
+            spec = live.spec_known  # else cpus and mems say nothing of what it runs on
+            self.adopt(member, live.pod, live.cpus if spec else frozenset(), live.mems if spec else "")
 
     def adopt(self, member: Member, pod: PodContext, cpus: frozenset[int], mems: str) -> Balloon:
         """A running container this state does not know, placed by its type
