@@ -7,6 +7,7 @@ from pathlib import Path
 
 import watchfiles
 
+from . import restoring
 from .config import ConfigError, load_config_file
 from .pool import PoolError
 from .sync import RuntimeSync
@@ -36,7 +37,7 @@ class ConfigReload(RuntimeSync):
             config = load_config_file(path)
             async with self._lock:
                 # On the machine as it is now: a config that did not fit it after hotplug may now.
-                state = self._state.replan(config, self._topology)
+                state = restoring.replan(self._state, config, self._topology)
                 endpoint_was, self._state = self._state.config.runtime_endpoint, state
                 self._topology_problem = None
                 # Saved in the new stateDir, if any, from the start-up rebuild

@@ -1,8 +1,8 @@
 """A re-plan (a config reload, hotplug): the containers of a plan, as they
 run now, rebuilt on another config or machine, what the plan knows that a
 restart does not (each balloon's own CPUs and name, a move refused or
-unsure) handed on: what :meth:`.state.Assignments.replan` gives
-:meth:`~.state.Assignments.rebuild`, and the order it keeps.
+unsure) handed on: what :func:`.restoring.replan` gives
+:func:`.restoring.rebuild`, and the order it keeps.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the cpusets do not tell those balloons apart. So, with ``stateDir`` set, the
 hook saves its plan too: each balloon's type, index, own CPUs, the cpuset its
 containers were given and which containers it holds, with the reserved CPUs
 and the config's fingerprint. A restart rebuilds from it as a reload of the
-same config does (:meth:`.state.Assignments.replan`: each container back in
+same config does (:func:`.restoring.replan`: each container back in
 its balloon, which keeps its name and place in the order) when it still
 fits (:func:`rebuild_from`: the same config, its CPUs online), else as
 without it, saying why. A container found off its saved balloon's cpuset
@@ -32,14 +32,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
-from . import planning, replanning
+from . import planning, replanning, restoring
 from .balloon import Balloon, ContainerKey
 from .config import DEFAULT, BalloonsConfig
 from .planning import Restored
 from .savedreserved import fingerprint
 from .state import Assignments
 from .topology import Topology, format_cpuset, parse_cpuset
-
 
 log = logging.getLogger("hooks.balloons")
 
@@ -242,7 +241,7 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     agreed = agree(config, topology, found, plan)
     empty = [Balloon(config.types_by_name[b.btype], b.index, b.cpus) for b in plan.balloons
              if not b.members and b.btype in config.types_by_name]
-    state = Assignments.rebuild(config, topology, agreed.restored, plan.reserved, empty, rehome=False)
+    state = restoring.rebuild(config, topology, agreed.restored, plan.reserved, empty, rehome=False)
     if state.pool.reserved != plan.reserved:
         raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, but the config reserves "
                              f"{format_cpuset(state.pool.reserved)}")

@@ -170,7 +170,7 @@ def judge(config: BalloonsConfig, topology: Topology, found: Iterable[Restored],
 
 
 class AtRestart(NamedTuple):
-    """The reserved CPUs a restart keeps (Assignments.rebuild's ``reserved``;
+    """The reserved CPUs a restart keeps (restoring.rebuild's ``reserved``;
     None: deduced from what runs), and why, for the log."""
 
     reserved: frozenset[int] | None

@@ -3,8 +3,8 @@ context, and the cpuset each container was last given, so that it knows
 which running containers must be moved after a balloon changed (:mod:`.moves`).
 
 The rebuild (after a restart, or with a reloaded config) from what the
-containers run on now is :mod:`.restoring`'s. Synchronous; the server
-holds its lock around it.
+containers run on now is :mod:`.restoring`'s, which builds new Assignments.
+Synchronous; the server holds its lock around it.
 """
 
 from __future__ import annotations
@@ -19,16 +19,13 @@ from .config import BalloonsConfig, PodContext
 from .moves import Cpuset, MoveBook
 from .planning import Restored
 from .pool import Exhausted, Pool
-from .restoring import Restoring
 from .runtime import ExitedContainer, Listing
 from .topology import Topology, format_cpuset, parse_cpuset
 
 log = logging.getLogger("hooks.balloons")
 
-__all__ = ["Assignments", "Restored"]  # Restored: callers of rebuild() take it from here
 
-
-class Assignments(MoveBook, Restoring):
+class Assignments(MoveBook):
     def __init__(
         self, config: BalloonsConfig, topology: Topology, keep_reserved: frozenset[int] = frozenset(),
         avoid: frozenset[int] = frozenset(), min_balloons: bool = True,
@@ -43,6 +40,19 @@ class Assignments(MoveBook, Restoring):
         self.placed_at: dict[ContainerKey, float] = {}
 
     # -- changes ----------------------------------------------------------------------
+
+    def record_placed(self, item: Restored) -> None:
+        """A container found running, placed by a rebuild (restoring.py):
+        its pod, when, and what it runs on, when known: it is moved only if
+        its balloon's cpuset differs. Under pinCPU: false a cpuset names no
+        CPUs, and its memory nodes alone say it (else every re-plan moved
+        every container)."""
+        key = item.member.key
+        self.pods[key] = item.pod
+        self.placed_at[key] = time.monotonic()
+        cpus = item.cpus or item.everywhere
+        if cpus or (not self.config.pin_cpu and item.mems):
+            self.applied[key] = self._running(cpus, item.mems)
 
     def place(self, member: Member, pod: PodContext, running: bool = False) -> tuple[Balloon, bool]:
         """Assign a container; (balloon, True) when its type could not take it
@@ -193,7 +203,7 @@ class Assignments(MoveBook, Restoring):
         as a new one (not refused: ``place(running=True)``), running on
         ``cpus`` and ``mems`` (empty: not known), moved only if not on its
         balloon's cpuset already (under pinCPU: false its memory nodes alone
-        say it, as _record_running's). Reconcile's, and a restart's from the
+        say it, as record_placed's). Reconcile's, and a restart's from the
         saved balloons for one they do not hold (savedplan.rebuild_from). Its balloon."""
         balloon, short = self.place(member, pod, running=True)
         if cpus or (not self.config.pin_cpu and mems):

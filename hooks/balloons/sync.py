@@ -18,13 +18,14 @@ import time
 import grpc
 
 from ..criclient import ClientClosed, EndpointChanged
-from . import planning, savedplan
+from . import planning, restoring, savedplan
 from .balloon import Member, milli_from_shares
 from .hotplug import HotplugWatch
+from .planning import Restored
 from .pool import PoolError
 from .runtime import RuntimeClient
 from .savedset import SavedSet
-from .state import Assignments, Restored
+from .state import Assignments
 from .topology import Topology, format_cpuset
 
 log = logging.getLogger("hooks.balloons")
@@ -131,7 +132,7 @@ class RuntimeSync:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             config, topology = self._state.config, self._state.topology
             kept, balloons = self._saved.restart(config, topology, restored)
-            self._state = balloons.state or Assignments.rebuild(config, topology, restored, kept.reserved)
+            self._state = balloons.state or restoring.rebuild(config, topology, restored, kept.reserved)
             if config.reserved_cpuset is None:
                 reserved = format_cpuset(self._state.pool.reserved)
                 log.log(kept.level, "reserved CPUs %s at start: %s", reserved, kept.why,
@@ -187,7 +188,7 @@ class RuntimeSync:
             return
         self._topology = topology
         try:
-            state = self._state.replan(self._state.config, topology)
+            state = restoring.replan(self._state, self._state.config, topology)
         except PoolError as exc:
             self._topology_problem = f"the config does not fit the CPUs online now: {exc}"
             log.error("balloons stay as they were planned: %s; bring the CPUs back or change the config",

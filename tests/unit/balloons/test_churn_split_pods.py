@@ -22,6 +22,7 @@ from collections import defaultdict
 
 import pytest
 
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.pool import Exhausted, PoolError
@@ -100,7 +101,7 @@ def run(seed: int) -> tuple[dict[str, list[str]], int, tuple[dict, Topology, Ass
         if refused:
             problems[f"step {n} placement"] = refused
         if n % 6 == 5:
-            again = state.replan(parse_config(doc), topology)
+            again = restoring.replan(state, parse_config(doc), topology)
             reload_problems = problems_of(state, again, frozenset())
             if reload_problems:
                 problems[f"step {n} reload"] = reload_problems

@@ -44,6 +44,7 @@ from typing import Any
 
 import pytest
 
+from hooks.balloons import restoring
 from hooks.balloons.config import DEFAULT, RESERVED, BalloonsConfig, BalloonType, parse_config
 from hooks.balloons.planning import type_or_default
 from hooks.balloons.pool import Exhausted, PoolError
@@ -302,12 +303,12 @@ def reloads(restart: bool, seeds: Iterable[int] = SEEDS, refuse: bool = False) -
         runtime = random.Random(-seed - 5)  # apart from r: the same changes with moves refused or not
         if restart:
             fresh = unpinned(seed, state)
-            state = Assignments.rebuild(parse_config(doc), topology, found(state, fresh), None)
+            state = restoring.rebuild(parse_config(doc), topology, found(state, fresh), None)
             for move in state.moves():
                 (state.not_moved if move.key in fresh else state.moved)(move)
         done: list[str] = []
         for _ in range(2):
-            same = state.replan(parse_config(ignored_only(doc, r)), topology)
+            same = restoring.replan(state, parse_config(ignored_only(doc, r)), topology)
             moves = [m.key for _, m in state.pool.members() if same.target(m.key) != state.target(m.key)]
             if layout(same) != layout(state) or moves:
                 problems[f"{seed}: {'; '.join(done)}; ignored keys only"] = ["balloons changed"]
@@ -315,7 +316,7 @@ def reloads(restart: bool, seeds: Iterable[int] = SEEDS, refuse: bool = False) -
             done += what
             config = parse_config(new)
             try:
-                again = state.replan(config, topology)
+                again = restoring.replan(state, config, topology)
             except PoolError:
                 refused += 1
                 continue
@@ -386,7 +387,7 @@ def test_a_container_whose_type_a_reload_changed_takes_no_balloon_from_those_of_
     assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons[1:]] == [
         ("batch[0]", "2-3", [("p1", "c1")]), ("work[0]", "4", [("p4", "c1")])]
     config = parse_config({**doc, "balloonTypes": [t for t in doc["balloonTypes"] if t["name"] != "batch"]})
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     work = again.pool.balloon_of(("p4", "c1"))
     assert work is not None and 4 in work.cpus and ("p1", "c1") in work.members
 
@@ -402,7 +403,7 @@ def test_a_balloon_with_own_cpus_left_gets_them_back_before_one_whose_cpus_a_rel
     doc, topology, state = made
     assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons[1:]] == [
         ("work[0]", "1", [("p4", "c0"), ("p5", "c1")]), ("work[1]", "2-3", [("p6", "c1")])]
-    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
+    again = restoring.replan(state, parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
     work = again.pool.balloon_of(("p6", "c1"))
     assert work is not None and work.btype.name == "work" and 2 in work.cpus
     assert again.pool.balloon_of(("p4", "c0")) is again.pool.balloon_of(("p5", "c1"))
@@ -415,7 +416,7 @@ def test_a_balloon_left_without_cpus_by_a_reload_takes_the_first_cpu_free() -> N
     made = workload(1918)
     assert made is not None
     doc, topology, state = made
-    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
+    again = restoring.replan(state, parse_config({**doc, "reservedResources": {"cpu": "cpuset:1,3"}}), topology)
     assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons[1:]] == [
         ("work[0]", "0", [("p4", "c0"), ("p5", "c1")]), ("work[1]", "2", [("p6", "c1")])]
 
@@ -429,7 +430,7 @@ def test_a_reload_of_the_same_config_after_refused_moves_changes_nothing(seed: i
     (_, doc, topology, state), = workloads(seeds=[seed])
     r = random.Random(seed + 99)
     new, _ = changed(doc, r, topology)
-    again = state.replan(parse_config(new), topology)
+    again = restoring.replan(state, parse_config(new), topology)
     refused = 0
     for move in again.moves():
         if r.random() < 0.4:
@@ -438,6 +439,6 @@ def test_a_reload_of_the_same_config_after_refused_moves_changes_nothing(seed: i
         else:
             again.moved(move)
     assert refused
-    same = again.replan(parse_config(ignored_only(new, r)), topology)
+    same = restoring.replan(again, parse_config(ignored_only(new, r)), topology)
     assert layout(same) == layout(again)
     assert [k for _, m in again.pool.members() if same.target(k := m.key) != again.target(k)] == []

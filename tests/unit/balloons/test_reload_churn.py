@@ -35,6 +35,7 @@ from collections.abc import Iterator, Set
 
 import pytest
 
+from hooks.balloons import restoring
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.pool import PoolError
 from hooks.balloons.state import Assignments
@@ -114,11 +115,11 @@ def run(seed: int, restart: bool) -> Iterator[tuple[str, list[str]]]:
     refused: set[Key] = set()
     if restart:
         refused = unpinned(seed, state)
-        state = Assignments.rebuild(parse_config(doc), topology, found(state, refused), None)
+        state = restoring.rebuild(parse_config(doc), topology, found(state, refused), None)
         settle_moves(state, refused)
         refused &= {m.key for m in state.moves()}  # still due: placed anew off their CPUs
     for reload in range(1, 4):
-        again = state.replan(parse_config(doc), topology)
+        again = restoring.replan(state, parse_config(doc), topology)
         yield f"reload {reload}", problems_of(state, again, refused)
         state = again
         settle_moves(state)

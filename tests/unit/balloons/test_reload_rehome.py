@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.state import Assignments
@@ -35,7 +36,7 @@ def test_a_container_its_pods_balloon_cannot_take_leaves_the_default_balloon_for
     assert [(b.name, sorted(b.members)) for b in state.pool.balloons] == [
         ("reserved[0]", []), ("work[0]", [("a", "c0")]), ("work[1]", []), ("default[0]", [("a", "c1")])]
     config = parse_config({**doc, "balloonTypes": [*doc["balloonTypes"], {"name": "batch", "namespaces": ["batch"]}]})
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert [(b.name, sorted(b.members)) for b in again.pool.balloons] == [
         ("reserved[0]", []), ("work[0]", [("a", "c0")]), ("work[1]", [("a", "c1")])]
     assert check(state, again, config) == []
@@ -62,7 +63,7 @@ def test_a_container_its_pods_balloon_cannot_grow_for_stays_in_the_default_ballo
     assert before == [("reserved[0]", "0", []), ("work[0]", "1", [("a", "c0")]), ("work[1]", "2", []),
                       ("default[0]", "3", [("a", "c1"), ("d", "c0")])]
     config = parse_config({**doc, "balloonTypes": [{**work, "maxCPUs": 2}]})
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert [(b.name, format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons] == before
     assert again.moves() == []
     assert check(state, again, config) == []
@@ -88,7 +89,7 @@ def test_a_container_of_a_split_pod_joins_the_pods_balloon_that_takes_it_not_the
         ("reserved[0]", "0", []), ("work[0]", "1-2", [("a", "c0")]), ("work[1]", "3", [("a", "c1")]),
         ("default[0]", "5-6", [("a", "c2")])]
     config = parse_config({**doc, "balloonTypes": [{**work, "maxBalloons": 3}]})
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert [(b.name, len(b.cpus), sorted(b.members)) for b in again.pool.balloons] == [
         ("reserved[0]", 1, []), ("work[0]", 2, [("a", "c0")]), ("work[1]", 2, [("a", "c1"), ("a", "c2")])]
     assert check(state, again, config) == []

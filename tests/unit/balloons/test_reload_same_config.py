@@ -22,10 +22,12 @@ from typing import Any
 
 import yaml
 
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.planning import Restored
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset
 
 from .test_hotplug import hook_on_sysfs
@@ -70,7 +72,7 @@ def test_a_reload_of_the_same_config_moves_no_pinned_container_and_keeps_every_b
     changed: list[int] = []
     runs = 0
     for seed, doc, topology, state in workloads(seeds=SEEDS):
-        again = state.replan(parse_config(doc), topology)
+        again = restoring.replan(state, parse_config(doc), topology)
         runs += 1
         if moves := moved(state, again):
             problems[seed] = moves
@@ -95,7 +97,7 @@ def test_a_reload_after_a_restart_moves_no_pinned_container_and_keeps_every_ball
     for seed, doc, topology, state in workloads(seeds=SEEDS):
         config = parse_config(doc)
         fresh = unpinned(seed, state)
-        restarted = Assignments.rebuild(config, topology, found(state, fresh), None)
+        restarted = restoring.rebuild(config, topology, found(state, fresh), None)
         refused: set[tuple[str, str]] = set()
         for move in restarted.moves():
             if move.key in fresh:
@@ -103,7 +105,7 @@ def test_a_reload_after_a_restart_moves_no_pinned_container_and_keeps_every_ball
                 refused.add(move.key)
             else:
                 restarted.moved(move)
-        again = restarted.replan(config, topology)
+        again = restoring.replan(restarted, config, topology)
         runs += 1
         # Moved again: exactly those whose move was refused, still due.
         if (again_moved := moved(restarted, again, set(state.applied) - fresh)) != sorted(refused):
@@ -132,13 +134,13 @@ def test_an_empty_min_balloon_keeps_its_cpus_at_a_reload_and_those_sharing_idle_
     config = parse_config(doc)
     fresh = unpinned(1469, state)
     assert ("p5", "c0") in fresh
-    restarted = Assignments.rebuild(config, topology, found(state, fresh), None)
+    restarted = restoring.rebuild(config, topology, found(state, fresh), None)
     for move in restarted.moves():
         (restarted.not_moved if move.key in fresh else restarted.moved)(move)
     batch = [("batch[0]", "1"), ("batch[1]", "7")]
     assert [(b.name, format_cpuset(b.cpus)) for b in restarted.pool.of_type("batch")] == batch
     assert restarted.target(("p5", "c0"))[0] == "0,3-6,8-11"
-    again = restarted.replan(config, topology)
+    again = restoring.replan(restarted, config, topology)
     assert [(b.name, format_cpuset(b.cpus)) for b in again.pool.of_type("batch")] == batch
     assert again.target(("p5", "c0")) == restarted.target(("p5", "c0"))
 
@@ -154,7 +156,7 @@ def test_a_balloon_whose_own_cpu_a_reload_reserves_takes_no_other_balloons_idle_
     doc, topology, state = made
     batch = ("p6", "c1")
     assert state.target(batch)[0] == "1,7"
-    again = state.replan(parse_config({**doc, "reservedResources": {"cpu": "2"}}), topology)
+    again = restoring.replan(state, parse_config({**doc, "reservedResources": {"cpu": "2"}}), topology)
     assert again.pool.reserved == {0, 6}
     assert again.target(batch) == state.target(batch)
     assert moved(state, again) == [("p0", "c0")]  # off CPU 6, reserved now
@@ -217,7 +219,7 @@ def test_a_container_its_type_had_no_room_for_stays_in_the_default_balloon_at_a_
         state.given((uid, "app"), state.target((uid, "app")))
     assert [(b.name, sorted(b.members)) for b in state.pool.balloons[1:]] == [
         ("default[0]", [("b", "app")]), ("work[0]", [("c", "app")])]
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert layout(again) == layout(state)
     assert again.moves() == []
 
@@ -233,12 +235,12 @@ def test_containers_placed_with_no_cpu_free_share_a_balloon_without_cpus_which_a
     four = Topology.synthetic(1, 1, 4, 1)
     first = Restored(Member(("a", "app"), "apps", "a", 3000, "c-a"), PodContext("apps", "a", "app"),
                      frozenset({1, 2, 3}), "0")
-    state = Assignments.rebuild(config, four, [first, placed("b", four.all_cpus), placed("c", four.all_cpus)])
+    state = restoring.rebuild(config, four, [first, placed("b", four.all_cpus), placed("c", four.all_cpus)])
     for move in state.moves():
         state.moved(move)
     assert layout(state) == [
         ("reserved", "0", []), ("work", "", [("b", "app"), ("c", "app")]), ("work", "1-3", [("a", "app")])]
-    assert layout(state.replan(config, four)) == layout(state)
+    assert layout(restoring.replan(state, config, four)) == layout(state)
 
 
 def test_a_pinned_container_in_the_default_balloon_stays_there_at_a_reload_of_the_same_config() -> None:
@@ -259,9 +261,9 @@ def test_a_pinned_container_in_the_default_balloon_stays_there_at_a_reload_of_th
         state.given((uid, "app"), state.target((uid, "app")))
     state.release(("a", "app"))
     assert layout(state) == [("default", "2", [("b", "app")]), ("reserved", "0", [])]
-    same = state.replan(parse_config({**doc, "idleCPUClass": "powersave"}), topology)
+    same = restoring.replan(state, parse_config({**doc, "idleCPUClass": "powersave"}), topology)
     assert (named_layout(same), same.moves()) == (named_layout(state), [])
-    changed = state.replan(parse_config({**doc, "balloonTypes": [*doc["balloonTypes"], {"name": "batch", "namespaces": ["batch"]}]}), topology)
+    changed = restoring.replan(state, parse_config({**doc, "balloonTypes": [*doc["balloonTypes"], {"name": "batch", "namespaces": ["batch"]}]}), topology)
     assert changed.moves() == []
     assert layout(changed) == [("reserved", "0", []), ("work", "2", [("b", "app")])]
 
@@ -273,7 +275,7 @@ def test_a_balloon_keeps_its_name_at_a_reload_of_the_same_config() -> None:
     assert made is not None
     doc, topology, state = made
     assert named_layout(state)[1:] == [("work[3]", "6-7", [("p3", "c0")])]
-    assert named_layout(state.replan(parse_config(doc), topology)) == named_layout(state)
+    assert named_layout(restoring.replan(state, parse_config(doc), topology)) == named_layout(state)
 
 
 async def test_the_status_and_logs_name_a_balloon_as_before_a_reload_of_the_same_config(tmp_path, caplog) -> None:
@@ -308,5 +310,5 @@ def test_a_pod_placement_split_stays_split_at_a_reload_of_the_same_config() -> N
         state.moved(move)
     assert named_layout(state) == [
         ("reserved[0]", "0", []), ("work[0]", "1", [("a", "c0")]), ("work[1]", "3", [("a", "c1")])]
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert (named_layout(again), again.moves()) == (named_layout(state), [])

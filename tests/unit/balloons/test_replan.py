@@ -12,12 +12,13 @@ from typing import Any
 
 import yaml
 
-from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
-from hooks.balloons.planning import reserved_to_keep
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
+from hooks.balloons.config import BALLOON_ANNOTATION, PodContext, parse_config
+from hooks.balloons.planning import Restored, reserved_to_keep
 from hooks.balloons.runtime import FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import QUANTITY, WORK, balloons, hook_on_sysfs, set_online, three_pods
@@ -120,7 +121,7 @@ def test_a_container_refused_its_move_is_placed_anew_when_a_reload_changed_its_t
     [move] = state.moves()
     state.not_moved(move)
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
-        again = state.replan(parse_config({**base, "balloonTypes": [side]}), topology)
+        again = restoring.replan(state, parse_config({**base, "balloonTypes": [side]}), topology)
     assert {b.name: format_cpuset(b.cpus) for b in again.pool.balloons} == {"reserved[0]": "0", "default[0]": "1-2", "side[0]": "3"}
     assert "assigning running container apps/pod-b/side to balloon side[0]" in caplog.text
     assert "refused" not in caplog.text
@@ -324,11 +325,11 @@ def test_a_container_on_every_cpu_is_not_taken_for_pinned_after_cpus_came_online
     config = parse_config({"reservedResources": {"cpu": "1"},
                            "balloonTypes": [{"name": "work", "namespaces": ["*"], "preferNewBalloons": True}]})
     four = Topology.synthetic(1, 1, 4, 1)
-    state = Assignments.rebuild(config, four, [placed("a", four.all_cpus), placed("b", four.all_cpus)])
+    state = restoring.rebuild(config, four, [placed("a", four.all_cpus), placed("b", four.all_cpus)])
     for move in state.moves():
         (state.not_moved if move.key[0] == "a" else state.moved)(move)
     assert (state.applied[("a", "app")], state.applied[("b", "app")]) == (("0-3", "0"), ("2", "0"))
-    again = state.replan(config, Topology.synthetic(1, 1, 6, 1))
+    again = restoring.replan(state, config, Topology.synthetic(1, 1, 6, 1))
     layout = [(format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons]
     assert sorted(layout) == [("0", []), ("1", ["a"]), ("2", ["b"])]
     assert [(m.key[0], m.cpuset) for m in again.moves()] == [("a", ("1", "0"))]
@@ -345,7 +346,7 @@ def test_a_container_whose_cpus_went_offline_joins_its_types_empty_balloon() -> 
         state.place(Member((uid, "app"), "apps", uid, milli, f"c-{uid}"), PodContext("apps", uid, "app"))
         state.given((uid, "app"), state.target((uid, "app")))
     assert [state.target((uid, "app")) for uid in "ab"] == [("1-3", "0"), ("4", "0")]
-    again = state.replan(config, Topology({cpu: info for cpu, info in six.cpus.items() if cpu < 4}))
+    again = restoring.replan(state, config, Topology({cpu: info for cpu, info in six.cpus.items() if cpu < 4}))
     layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons]
     assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["a"]), ("work[1]", "", ["b"])]
 
@@ -357,7 +358,7 @@ def test_running_containers_their_type_cannot_take_join_their_pods_balloon_else_
                            "balloonTypes": [{"name": "work", "namespaces": ["*"], "minBalloons": 2, "maxBalloons": 2}]})
     four = Topology.synthetic(1, 1, 4, 1)
     first = Restored(Member(("a", "one"), "apps", "a", 3000, "c-a1"), PodContext("apps", "a", "one"), frozenset({1, 2, 3}))
-    state = Assignments.rebuild(config, four, [first, placed("a", four.all_cpus), *(placed(uid, four.all_cpus) for uid in "bc")])
+    state = restoring.rebuild(config, four, [first, placed("a", four.all_cpus), *(placed(uid, four.all_cpus) for uid in "bc")])
     layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] + "/" + k[1] for k in b.members)) for b in state.pool.balloons]
     assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["a/app", "a/one"]), ("work[1]", "", ["b/app"]),
                       ("default[0]", "", ["c/app"])]
@@ -371,6 +372,6 @@ def test_running_containers_placed_anew_get_cpus_before_an_empty_min_balloon_gro
         {"name": "idle", "namespaces": ["idle"], "minBalloons": 1, "minCPUs": 2}, {"name": "work", "namespaces": ["*"]}]})
     five = Topology.synthetic(1, 1, 5, 1)
     w2 = Restored(Member(("w2", "app"), "apps", "w2", 2000, "c-w2"), PodContext("apps", "w2", "app"), five.all_cpus)
-    state = Assignments.rebuild(config, five, [placed("w1", frozenset({1, 2, 3})), w2])
+    state = restoring.rebuild(config, five, [placed("w1", frozenset({1, 2, 3})), w2])
     layout = [(b.name, format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons]
     assert layout == [("reserved[0]", "0", []), ("work[0]", "1-3", ["w1", "w2"]), ("idle[0]", "4", [])]

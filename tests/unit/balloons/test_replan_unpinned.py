@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.state import Assignments
@@ -42,7 +43,7 @@ def test_a_reload_keeps_each_container_in_its_balloon_on_its_numa_node() -> None
     place(state, "b", 2000)
     state.release(("a", "app"))
     assert layout(state)[1:] == [("work[1]", "4-5", ["b"])]
-    again = state.replan(state.config, TWO_NODES)
+    again = restoring.replan(state, state.config, TWO_NODES)
     assert [cpus for _, cpus, _ in layout(again)] == ["0", "4-5"]
     assert again.target(("b", "app")) == ("", "1")
 
@@ -53,7 +54,7 @@ def test_a_reload_with_the_same_config_moves_no_container() -> None:
     state = unpinned()
     for uid in "ab":
         place(state, uid, 1000)
-    again = state.replan(state.config, TWO_NODES)
+    again = restoring.replan(state, state.config, TWO_NODES)
     assert layout(again) == layout(state)
     assert again.moves() == []
 
@@ -64,7 +65,7 @@ def test_a_reload_under_pin_cpu_false_does_not_take_containers_for_refused_their
     state = unpinned()
     place(state, "a", 1000)
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
-        state.replan(state.config, TWO_NODES)
+        restoring.replan(state, state.config, TWO_NODES)
     assert "restoring container apps/pod-a/app to balloon work[0] (its balloon had cpus 1)" in caplog.text
     assert "refused" not in caplog.text
 
@@ -82,7 +83,7 @@ def test_a_reload_logs_a_container_whose_move_is_unsure_or_never_given_as_such(c
     state.maybe_moved(move)
     state.place(Member(("c", "app"), "apps", "pod-c", 1000, "c-c"), PodContext("apps", "pod-c", "app"))
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
-        again = state.replan(state.config, TWO_NODES)
+        again = restoring.replan(state, state.config, TWO_NODES)
     assert layout(again) == layout(state)
     astray = "; its move there was refused or may not have been applied"
     for uid, why in (("a", astray), ("b", ""), ("c", astray)):
@@ -104,6 +105,6 @@ def test_a_reload_keeps_fallbacks_beyond_the_default_balloons_max_cpus_in_it() -
     before = layout(state)
     assert [(name, members) for name, _, members in before] == [
         ("reserved[0]", []), ("work[0]", ["a"]), ("default[0]", ["b", "c"])]
-    after = state.replan(config, TWO_NODES)
+    after = restoring.replan(state, config, TWO_NODES)
     assert layout(after) == before
     assert after.moves() == []

@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from cri_api.hookapi import api_pb2
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import PodContext, parse_config
 from hooks.balloons.state import Assignments
@@ -79,4 +80,4 @@ def test_a_raise_beyond_max_cpus_of_a_balloon_at_max_cpus_is_refused_and_the_old
     assert not state.resize(key, 4000)
     balloon = state.pool.balloon_of(key)
     assert (balloon.name, balloon.members[key].milli, len(balloon.cpus)) == ("work[0]", 2000, 2)
-    assert state.replan(config, topology).pool.balloon_of(key).name == "work[0]"
+    assert restoring.replan(state, config, topology).pool.balloon_of(key).name == "work[0]"

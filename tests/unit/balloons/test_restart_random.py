@@ -21,12 +21,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator, Set
 
-from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
-from hooks.balloons.planning import type_or_default
+from hooks.balloons.config import DEFAULT, BalloonsConfig, PodContext, parse_config
+from hooks.balloons.planning import Restored, type_or_default
 from hooks.balloons.pool import Exhausted, PoolError
 from hooks.balloons.savedplan import rebuild_from, snapshot
-from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, parse_cpuset
 
 SEEDS = range(600)
@@ -200,7 +201,7 @@ def test_a_restart_keeps_the_reserved_cpus_and_the_balloons_and_moves_nothing() 
     runs = moved = 0
     for seed, doc, topology, state in workloads():
         config = parse_config(doc)
-        again = Assignments.rebuild(config, topology, found(state), None)
+        again = restoring.rebuild(config, topology, found(state), None)
         check(seed, state, again, problems)
         runs += 1
         if ambiguous(config, topology):
@@ -208,7 +209,7 @@ def test_a_restart_keeps_the_reserved_cpus_and_the_balloons_and_moves_nothing() 
         elif again.moves():
             problems["moves"].append(seed)
         fresh = unpinned(seed, state)
-        again = Assignments.rebuild(config, topology, found(state, fresh), None)
+        again = restoring.rebuild(config, topology, found(state, fresh), None)
         check(seed, state, again, problems, fresh)
         if pinned_moves(state, again, fresh):
             problems["moves"].append(seed)
@@ -297,7 +298,7 @@ def test_a_reload_adding_a_min_balloon_keeps_the_reserved_cpus_and_the_pods_apar
         work = next(t for t in doc["balloonTypes"] if t["name"] == "work")
         work.update(minBalloons=max(work.get("minBalloons", 0), 1), minCPUs=2)
         try:
-            again = state.replan(parse_config(doc), topology)
+            again = restoring.replan(state, parse_config(doc), topology)
         except PoolError:
             continue
         check(seed, state, again, problems)
@@ -315,11 +316,11 @@ def test_cpus_coming_online_after_a_restart_keep_the_pods_apart() -> None:
     for seed, doc, topology, state in workloads(offline=2):
         config = parse_config(doc)
         fresh = unpinned(seed, state)
-        restarted = Assignments.rebuild(config, state.topology, found(state, fresh), None)
+        restarted = restoring.rebuild(config, state.topology, found(state, fresh), None)
         for move in restarted.moves():
             (restarted.not_moved if move.key in fresh else restarted.moved)(move)
         try:
-            again = restarted.replan(config, topology)
+            again = restoring.replan(restarted, config, topology)
         except PoolError:
             continue
         check(seed, restarted, again, problems, fresh)
@@ -338,7 +339,7 @@ def test_cpus_going_offline_leave_no_container_in_the_default_balloon_beside_an_
     for seed, doc, topology, state in workloads():
         gone = random.Random(seed).sample(sorted(topology.all_cpus), 2)
         try:
-            fewer = state.replan(parse_config(doc), Topology({cpu: info for cpu, info in topology.cpus.items() if cpu not in gone}))
+            fewer = restoring.replan(state, parse_config(doc), Topology({cpu: info for cpu, info in topology.cpus.items() if cpu not in gone}))
         except PoolError:
             continue
         check_balloons(seed, fewer, problems)

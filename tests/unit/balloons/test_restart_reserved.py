@@ -18,6 +18,7 @@ from dataclasses import field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member
 from hooks.balloons.config import RESERVED, BalloonsConfig, BalloonType, PodContext, parse_config
 from hooks.balloons.planning import Restored
@@ -83,7 +84,7 @@ def saved_restart(config: BalloonsConfig, before: Assignments, running: list[Res
     saved under its config, as the hook's (SavedSet.at_restart): judged
     consistent with what runs (they are: SavedReservedError otherwise)."""
     saved = SavedReserved(before.pool.reserved, fingerprint(before.config))
-    return Assignments.rebuild(config, before.topology, running, judge(config, before.topology, running, saved))
+    return restoring.rebuild(config, before.topology, running, judge(config, before.topology, running, saved))
 
 
 def test_a_restart_after_hotplug_moved_the_reserved_cpus_moves_no_container_of_another_type() -> None:
@@ -105,7 +106,7 @@ def test_a_restart_after_hotplug_moved_the_reserved_cpus_moves_no_container_of_a
             try:
                 back = state
                 for online in (Topology({c: i for c, i in topology.cpus.items() if c != cpu}), topology):
-                    back = back.replan(config, online)
+                    back = restoring.replan(back, config, online)
                     for move in back.moves():
                         back.moved(move)
             except PoolError:
@@ -113,7 +114,7 @@ def test_a_restart_after_hotplug_moved_the_reserved_cpus_moves_no_container_of_a
             if back.pool.reserved == state.pool.reserved or not back.pool.balloons[0].members:
                 continue
             runs += 1
-            again = Assignments.rebuild(config, topology, found(back), None)
+            again = restoring.rebuild(config, topology, found(back), None)
             if any(again.pool.balloon_of(m.key).btype.name != RESERVED for m in again.moves()):
                 moved.append((seed, cpu))
             if again.pool.reserved != back.pool.reserved:
@@ -144,8 +145,8 @@ def test_a_restart_with_a_changed_config_keeps_the_saved_reserved_cpus_as_a_relo
             continue
         running = found(state)
         try:
-            reload = state.replan(config, topology)
-            deduced = Assignments.rebuild(config, topology, running, None)
+            reload = restoring.replan(state, config, topology)
+            deduced = restoring.rebuild(config, topology, running, None)
         except PoolError:
             continue
         runs += 1
@@ -162,7 +163,7 @@ def _reserved_at_restart(doc: dict[str, Any], topology: Topology, cpusets: dict[
     namespace and cpuset) found running one container on that cpuset."""
     found = [Restored(Member((uid, "c"), ns, uid, 100, f"id-{uid}"), PodContext(ns, uid, "c"), parse_cpuset(cpus))
              for uid, (ns, cpus) in cpusets.items()]
-    return format_cpuset(Assignments.rebuild(parse_config(doc), topology, found, None).pool.reserved)
+    return format_cpuset(restoring.rebuild(parse_config(doc), topology, found, None).pool.reserved)
 
 
 def test_a_restart_whose_config_shares_idle_cpus_in_a_wider_scope_keeps_the_reserved_cpus() -> None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from hooks.balloons import restoring
 from hooks.balloons.config import DEFAULT, parse_config
 from hooks.balloons.savedplan import rebuild_from, snapshot
-from hooks.balloons.state import Assignments
 
 from .test_churn_split_pods import SEEDS, run
 from .test_restart_random import check_balloons, found, groups, unpinned
@@ -40,7 +40,7 @@ def test_a_restart_regroups_pods_only_where_a_pod_was_split_or_a_container_fell_
         if made is None:
             continue
         doc, topology, state = made
-        again = Assignments.rebuild(parse_config(doc), topology, found(state), None)
+        again = restoring.rebuild(parse_config(doc), topology, found(state), None)
         check_balloons(seed, again, problems)
         fallbacks = any(b.members for b in state.pool.of_type(DEFAULT))
         split = any(
@@ -105,7 +105,7 @@ def test_a_restart_with_the_saved_balloons_puts_back_containers_found_on_every_c
             problems["balloons changed"].append(seed)
         if not {move.key for move in restart.state.moves()} <= fresh:
             problems["moves of containers on their balloon's cpuset"].append(seed)
-        cpusets = Assignments.rebuild(config, topology, found(state, fresh), None)
+        cpusets = restoring.rebuild(config, topology, found(state, fresh), None)
         regrouped_without += groups(cpusets, fresh) != groups(state, fresh)
     assert dict(problems) == {}
     assert (runs, regrouped_without) == (RUNS_ON_EVERY_CPU, FELL_BACK_REGROUPED)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hooks.balloons import restoring
 from hooks.balloons.config import parse_config
 from hooks.balloons.savedplan import PlanFile, rebuild_from, snapshot
 from hooks.balloons.savedset import SavedSet
@@ -58,7 +59,7 @@ def test_a_restart_with_the_saved_balloons_keeps_a_split_pod_split() -> None:
     and containers, and moves nothing."""
     doc, topology, state = churned()
     config = parse_config(doc)
-    assert groups(Assignments.rebuild(config, topology, found(state)), frozenset()) != groups(state, frozenset())
+    assert groups(restoring.rebuild(config, topology, found(state)), frozenset()) != groups(state, frozenset())
     again = rebuild_from(config, topology, found(state), snapshot(state)).state
     assert [(b.name, b.cpus, sorted(b.members)) for b in again.pool.balloons] == \
         [(b.name, b.cpus, sorted(b.members)) for b in state.pool.balloons]

@@ -13,12 +13,14 @@ import logging
 import pytest
 
 from cri_api.hookapi import api_pb2
+from hooks.balloons import restoring
 from hooks.balloons.balloon import Member, milli_from_shares
 from hooks.balloons.config import PodContext, parse_config
+from hooks.balloons.planning import Restored
 from hooks.balloons.pool import Pool
 from hooks.balloons.runtime import ExitedContainer, FoundContainer
 from hooks.balloons.server import BalloonsHook
-from hooks.balloons.state import Assignments, Restored
+from hooks.balloons.state import Assignments
 from hooks.balloons.topology import Topology, format_cpuset, parse_cpuset
 
 from .test_hotplug import WORK, hook_on_sysfs, set_online
@@ -250,8 +252,8 @@ def test_a_container_placed_beyond_its_types_max_cpus_stays_where_it_is_at_a_res
         state.place(Member(key, "apps", f"pod-{key[0]}", milli, f"c-{key[0]}-{key[1]}"), pod(*key))
         state.given(key, state.target(key))
     planned = {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in state.pool.balloons}
-    restart = Assignments.rebuild(config, topology, found(state))
-    for again in (restart, state.replan(config, topology)):
+    restart = restoring.rebuild(config, topology, found(state))
+    for again in (restart, restoring.replan(state, config, topology)):
         assert {b.name: (format_cpuset(b.cpus), sorted(b.members)) for b in again.pool.balloons} == planned
         assert again.moves() == []
 
@@ -271,8 +273,8 @@ def test_with_no_cpu_free_a_container_its_type_cannot_take_goes_to_the_default_b
         state.given((uid, "c"), state.target((uid, "c")))
     layout = {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons}
     assert layout == {"reserved[0]": ("0", []), "default[0]": ("1-3", ["b", "d"]), "work[0]": ("4-7", ["a"])}
-    restart = Assignments.rebuild(config, topology, found(state))
-    for again in (restart, state.replan(config, topology)):
+    restart = restoring.rebuild(config, topology, found(state))
+    for again in (restart, restoring.replan(state, config, topology)):
         assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
         assert again.moves() == []
 
@@ -344,7 +346,7 @@ def test_a_min_balloons_balloon_made_without_cpus_at_a_restart_grows_when_cpus_a
                  frozenset(range(1, 8)), "0-1")
         for name, milli in (("app", 4000), ("side", 3000))
     ]
-    state = Assignments.rebuild(config, topology, found)
+    state = restoring.rebuild(config, topology, found)
     assert {b.name: len(b.cpus) for b in state.pool.balloons} == {"reserved[0]": 1, "work[0]": 7, "batch[0]": 0}
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
         state.release(("a", "side"))
@@ -381,20 +383,20 @@ def test_under_pin_cpu_false_a_reload_keeps_a_container_its_type_could_not_take_
         state.given((uid, "c"), state.target((uid, "c")))
     layout = {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in state.pool.balloons}
     assert layout == {"reserved[0]": ("0", []), "default[0]": ("1,4-6", ["a", "d"]), "work[0]": ("2-3", ["b"])}
-    again = state.replan(config, topology)
+    again = restoring.replan(state, config, topology)
     assert {b.name: (format_cpuset(b.cpus), sorted(k[0] for k in b.members)) for b in again.pool.balloons} == layout
     assert again.moves() == []
     # b gone, its type has room: a stays at a reload of the same config, as
     # placement leaves it, and moves into a balloon of its own type at a
     # reload of a changed one.
     state.release(("b", "c"))
-    same = state.replan(config, topology)
+    same = restoring.replan(state, config, topology)
     assert {b.name: sorted(k[0] for k in b.members) for b in same.pool.balloons} == {
         "reserved[0]": [], "default[0]": ["a", "d"]
     }
     changed = parse_config({**ONE, "onExhausted": "Ignore", "pinCPU": False, "balloonTypes": [
         {"name": "work", "namespaces": ["apps"], "maxBalloons": 1, "maxCPUs": 3}, {"name": "batch", "namespaces": ["batch"]}]})
-    again = state.replan(changed, topology)
+    again = restoring.replan(state, changed, topology)
     assert {b.name: sorted(k[0] for k in b.members) for b in again.pool.balloons} == {
         "reserved[0]": [], "default[0]": ["d"], "work[0]": ["a"]
     }
