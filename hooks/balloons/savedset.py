@@ -62,7 +62,7 @@ from . import savedio
 from .savedio import FileFailed
 from .savedplan import PlanFile, SavedPlan
 from .savedreserved import ReservedFile, SavedReserved, fingerprint
-from .savedstart import ReadAtStart
+from .savedstart import StartFiles
 from .topology import format_cpuset
 
 log = logging.getLogger("hooks.balloons")
@@ -88,13 +88,14 @@ def _retrieved(write: asyncio.Future[Any]) -> None:
         write.exception()
 
 
-class SavedSet(ReadAtStart):
+class SavedSet:
     def __init__(self, state_dir: str) -> None:
-        # The file a restart reads: that of the stateDir the hook started with.
-        self.started = ReservedFile(Path(state_dir)) if state_dir else None
+        # The files a restart reads: those of the stateDir the hook started with.
+        started = ReservedFile(Path(state_dir)) if state_dir else None
+        self.at_start = StartFiles(started)
         # The file this hook holds (writes, or the run before it wrote):
         # removed when a reload leaves its directory.
-        self._held = self.started
+        self._held = started
         self._wanted: Wanted | None = None  # the latest set noted
         self._generation = 0  # of _wanted: a write of an older one is followed by another
         self._written_generation = 0

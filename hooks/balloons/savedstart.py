@@ -1,10 +1,10 @@
 """What a restart reads from the stateDir the hook started with: the
 reserved CPUs to keep (savedreserved.py) and the balloons to rebuild
-(savedplan.py), each with why, for the log. A mixin of
+(savedplan.py), each with why, for the log: :class:`StartFiles`, held by
 :class:`~.savedset.SavedSet`, which writes the files from the rebuild on.
 
 The saved balloons are consulted before the saved reserved set is given up
-for what runs (:meth:`ReadAtStart.restart`): a container on some of the
+for what runs (:meth:`StartFiles.restart`): a container on some of the
 saved reserved CPUs only (a move left half done when the hook stopped)
 contradicts the set, but the balloons saved with it put that container back
 in its balloon and move it, as a reload puts back one whose move was
@@ -43,10 +43,23 @@ class BalloonsAtRestart(NamedTuple):
     put_back: frozenset[ContainerKey] = frozenset()
 
 
-class ReadAtStart:
-    """A restart's reading; SavedSet's ``__init__`` sets ``started``."""
+class _Judged(NamedTuple):
+    """What at_restart read and kept: the verdict, the saved set loaded (None:
+    none, or unusable) and, if refused for the containers that contradict
+    it, those (key -> label)."""
 
-    started: ReservedFile | None  # the reserved CPUs' file of the stateDir the hook started with
+    kept: AtRestart
+    loaded: SavedReserved | None = None
+    contradicting: dict[ContainerKey, str] | None = None
+
+
+class StartFiles:
+    """A restart's reading of the files of the stateDir the hook started
+    with (``started``, its reserved.json; None: stateDir not set); held by
+    SavedSet. reserved.json is read once a restart, by at_restart."""
+
+    def __init__(self, started: ReservedFile | None) -> None:
+        self.started = started
 
     def restart(self, config: BalloonsConfig, topology: Topology,
                 found: list[Restored]) -> tuple[AtRestart, BalloonsAtRestart]:
@@ -57,11 +70,11 @@ class ReadAtStart:
         this restart and put each of those back in its balloon (see the
         module's docstring); one they do not hold (a stale or copied
         stateDir: new pod uids) says the set is not theirs: deduced."""
-        kept, refused = self._at_restart(config, topology, found)
-        if refused is None:
-            return kept, self.balloons_at_restart(config, topology, found, kept.reserved)
-        saved, contradicting = refused
-        balloons = self.balloons_at_restart(config, topology, found, saved.cpus)
+        kept, saved, contradicting = self._at_restart(config, topology, found)
+        token = saved.token if saved is not None else None
+        if saved is None or contradicting is None:
+            return kept, self._balloons(config, topology, found, kept.reserved, token)
+        balloons = self._balloons(config, topology, found, saved.cpus, token)
         if balloons.state is None:
             why = balloons.why.removeprefix(f"{CPUSETS}: ")
         else:
@@ -73,43 +86,41 @@ class ReadAtStart:
                 return AtRestart(saved.cpus, why), balloons
             why = f"the saved balloons do not put back {', '.join(left)}"
         kept = kept._replace(why=f"{kept.why}; nor could the saved balloons keep it: {why}")
-        return kept, self.balloons_at_restart(config, topology, found, kept.reserved)
+        return kept, self._balloons(config, topology, found, kept.reserved, token)
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
         running: the set saved in the stateDir the hook started with, if
         consistent with them (:func:`judge`)."""
-        return self._at_restart(config, topology, found)[0]
+        return self._at_restart(config, topology, found).kept
 
-    def _at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]
-                    ) -> tuple[AtRestart, tuple[SavedReserved, dict[ContainerKey, str]] | None]:
-        """at_restart's, and, if the saved set is refused for containers that
-        contradict it, that set and those containers (key -> label)."""
+    def _at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> _Judged:
+        """at_restart's, with what it read (_Judged)."""
         deduced = "deduced from the CPUs the containers run on"
         if self.started is None:
             listed = config.reserved_cpuset is not None
-            return AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)"), None
+            return _Judged(AtRestart(None, "those reservedResources.cpu lists" if listed else f"{deduced} (stateDir not set: not saved)"))
         where = str(self.started.path)
         saved = None
         try:
             saved = self.started.load()  # removes a killed hook's temporary file, whatever the config
             if config.reserved_cpuset is not None:
-                return AtRestart(None, "those reservedResources.cpu lists"), None
+                return _Judged(AtRestart(None, "those reservedResources.cpu lists"), saved)
             if saved is None:
-                return AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, "
-                                       "or the last write failed)"), None
+                return _Judged(AtRestart(None, f"{deduced}: none saved in {where} (the first start with this stateDir, "
+                                               "or the last write failed)"))
             kept = judge(config, topology, found, saved)
         except SavedReservedError as exc:
-            refused = None
+            contradicting = None
             if saved is not None and exc.containers:
-                refused = saved, {item.member.key: item.member.label for item in found if item.member.key in exc.containers}
-            return AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING), refused
+                contradicting = {item.member.key: item.member.label for item in found if item.member.key in exc.containers}
+            return _Judged(AtRestart(None, f"{deduced}: the saved set in {where} {exc}", logging.WARNING), saved, contradicting)
         why = f"the saved set in {where}"
         if kept != saved.cpus:
             why += f" (CPUs {format_cpuset(saved.cpus - kept)} of it offline now: topped up as after hotplug)"
         if saved.config != fingerprint(config):
             why += ", saved under another config: kept as a reload of this one keeps them"
-        return AtRestart(kept, why), None
+        return _Judged(AtRestart(kept, why), saved)
 
     def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
                             reserved: frozenset[int] | None) -> BalloonsAtRestart:
@@ -119,6 +130,11 @@ class ReadAtStart:
         this restart: written with the reserved.json it started with, the
         reserved CPUs it keeps (``reserved``: at_restart's), the same config,
         their CPUs online (savedplan.rebuild_from); else none, and why."""
+        return self._balloons(config, topology, found, reserved, self._started_token())
+
+    def _balloons(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
+                  reserved: frozenset[int] | None, token: str | None) -> BalloonsAtRestart:
+        """balloons_at_restart's, ``token`` that of the reserved.json read (None: none usable)."""
         cpusets = CPUSETS
         if self.started is None:
             return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
@@ -132,7 +148,7 @@ class ReadAtStart:
             return BalloonsAtRestart(None, f"{cpusets}: none saved in {plans.path} (the first start with this "
                                            "stateDir or this version, or the last write failed)")
         try:
-            if not plan.token or plan.token != self._started_token():
+            if not plan.token or plan.token != token:
                 raise SavedPlanError(f"were not written with {self.started.path} (a crash between the two writes, "
                                      "or a hook of an earlier version ran since)")
             if config.reserved_cpuset is None and reserved != plan.reserved:

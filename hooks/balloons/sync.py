@@ -131,7 +131,7 @@ class RuntimeSync:
             if self._retargets != retargets:
                 raise EndpointChanged(f"runtimeEndpoint changed to {self._state.config.runtime_endpoint}")
             config, topology = self._state.config, self._state.topology
-            kept, balloons = self._saved.restart(config, topology, restored)
+            kept, balloons = self._saved.at_start.restart(config, topology, restored)
             self._state = balloons.state or restoring.rebuild(config, topology, restored, kept.reserved)
             if config.reserved_cpuset is None:
                 reserved = format_cpuset(self._state.pool.reserved)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hooks.balloons.config import parse_config
+from hooks.balloons.savedreserved import ReservedFile
 from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import format_cpuset
 
@@ -148,3 +149,25 @@ async def test_saved_balloons_that_do_not_put_back_the_containers_off_the_set_le
     assert line.levelno == logging.WARNING and not line.saved
     assert "some of them only" in line.getMessage()
     assert why.format(state=state / "balloons.json") in line.getMessage()
+
+
+async def test_a_restart_reads_reserved_json_once(tmp_path: Path, caplog, monkeypatch) -> None:
+    """The saved set refused, the saved balloons tried with it and refused
+    (another config), the restart rebuilt from the cpusets: reserved.json is
+    read once (before: three times here, up to four: by the judging, the
+    override, and the balloons for its token)."""
+    state = tmp_path / "state"
+    config = {**TWO_RESERVED, "stateDir": str(state)}
+    reads = []
+    load = ReservedFile.load
+
+    def counting(self: ReservedFile):
+        reads.append(self.path)
+        return load(self)
+
+    def count_from_now(state: Path, root: Path, hook: BalloonsHook) -> None:
+        monkeypatch.setattr(ReservedFile, "load", counting)
+
+    restart = {**TWO_RESERVED, "balloonTypes": [{**WORK, "maxCPUs": 3}], "stateDir": str(state)}
+    await _restart_with_dns_half_moved(tmp_path, config, caplog, restart=restart, tamper=count_from_now)
+    assert reads == [state / "reserved.json"]
