@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import math
 import os
 from dataclasses import dataclass
@@ -209,9 +210,7 @@ class CgroupFiles:
         if field is Field.CPU_SHARES:
             self._write("cpu.shares", str(wanted.cpu_shares))
         elif field is Field.CPU_QUOTA:
-            if wanted.cpu_quota != UNLIMITED:
-                self._write("cpu.cfs_period_us", str(wanted.cpu_period))
-            self._write("cpu.cfs_quota_us", str(wanted.cpu_quota))
+            self._write_v1_cfs(wanted.cpu_quota, wanted.cpu_period)
         elif field is Field.MEMORY_LIMIT:
             self._write_v1_memory(wanted.memory_limit, wanted.memory_swap)
         elif (wanted.memory_swap is not None and self.file(_V1_MEMSW).is_file()
@@ -219,6 +218,31 @@ class CgroupFiles:
             # memsw alone (the limit's write above puts it right along with a limit that differed):
             # a lowered memsw is never below the limit then, put right first (Field's order)
             self._write_memsw(wanted.memory_swap, found)
+
+    def _write_v1_cfs(self, quota: int, period: int) -> None:
+        """cpu.cfs_period_us and cpu.cfs_quota_us in an order the kernel takes
+        (runc's). Each write is checked with the other file as it is: v1
+        refuses (EINVAL) a quota per period above a limited parent's or below
+        a limited child's. The period first: a shorter one under the old quota
+        can be refused under a limited parent (then the quota, lowered per
+        period, goes first), a longer one can be refused above a limited child
+        (then the quota, raised per period, goes first); a quota first would
+        be refused in the opposite cases. With a bound on one side only (a
+        container under its pod, a pod under kubelet's unlimited QoS cgroup)
+        one of the two orders is taken. An unlimited quota is written alone:
+        the kernel checks no period against it."""
+        if quota == UNLIMITED:
+            self._write("cpu.cfs_quota_us", str(quota))
+            return
+        try:
+            self._write("cpu.cfs_period_us", str(period))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._write("cpu.cfs_quota_us", str(quota))
+            self._write("cpu.cfs_period_us", str(period))
+            return
+        self._write("cpu.cfs_quota_us", str(quota))
 
     def _v1_limit(self, name: str) -> int:
         value = int(self._read(name))

@@ -89,3 +89,29 @@ async def test_a_be_container_memsw_changed_alone_is_put_back(cri_channel, launc
             assert (line["container_id"], line["field"], line["found"], line["wanted"]) == (
                 cid, "memory_swap", 1024 * MIB, 128 * MIB)
             assert int(memsw.read_text()) == 128 * MIB and container_values(pid) == BE_VALUES
+
+
+async def test_a_be_container_period_changed_by_hand_is_put_back_under_its_pod(
+    cri_channel, launcher: ProxyLauncher, pod_log_dir
+) -> None:
+    """The container's 0.5 cpu as 100000/200000 by hand, under its pod's
+    50000/100000: put back at 50000/100000, the quota first, as the real
+    kernel refuses the period first (100000/100000, above the pod) (before:
+    refused EINVAL every pass)."""
+    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                  runtime_endpoint=str(launcher.socket)) as hook:
+        running, _ = await launcher.start()
+        await registered(running, 1)
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+            cid, pid = await start_container(channel, p, "main")
+            cpu = cgroup_of(pid, "cpu")
+            assert container_values(pid) == BE_VALUES
+            assert int((cpu.parent / "cpu.cfs_quota_us").read_text()) == 50000  # the pod's: the bound
+            (cpu / "cpu.cfs_period_us").write_text("200000")  # (in the order the kernel takes)
+            (cpu / "cpu.cfs_quota_us").write_text("100000")
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            line = await hook.logged(lambda line: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                     and line.get("file") == "cpu.cfs_quota_us", timeout=20.0)
+            assert (line["container_id"], line["found"], line["wanted"]) == (cid, 100000, 50000)
+            assert (int((cpu / "cpu.cfs_period_us").read_text()), container_values(pid)) == (100000, BE_VALUES)
+            assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+
+import pytest
+
+from hooks.batchresource.cgroups import CgroupFiles
 
 V1_FILES = {
     "cpu": {"cpu.shares": "1024", "cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"},
@@ -38,3 +44,62 @@ def write(root: Path, version: int, relative: str, name: str, value: str) -> Non
     relative = relative.lstrip("/")
     base = root if version == 2 else root / name.split(".", 1)[0]
     (base / relative / name).write_text(value)
+
+
+QUOTA, PERIOD = "cpu.cfs_quota_us", "cpu.cfs_period_us"
+_BW_SHIFT = 20  # the kernel's to_ratio() fixed point
+
+
+def _bandwidth(quota: int, period: int) -> int | None:
+    """A v1 quota per period as the kernel compares it (to_ratio); None: unlimited."""
+    return None if quota < 0 else (quota << _BW_SHIFT) // period
+
+
+def _own(directory: Path) -> int | None:
+    quota = directory / QUOTA
+    if not quota.is_file():  # (the hierarchy's root: no quota)
+        return None
+    return _bandwidth(int(quota.read_text()), int((directory / PERIOD).read_text()))
+
+
+def cfs_schedulable(cpu_root: Path, group: Path, quota: int, period: int) -> bool:
+    """The kernel's v1 check (tg_cfs_schedulable_down) of ``group`` set to
+    quota/period: a limited group's quota per period is at most its nearest
+    limited ancestor's, for ``group`` and every group below it; an unlimited
+    group inherits its parent's bound. (Groups elsewhere are not checked: a
+    tree the kernel made is valid there already.)"""
+    bound: int | None = None
+    relative = group.relative_to(cpu_root)
+    for ancestor in reversed(relative.parents):  # root first; (cpu_root itself has no quota)
+        own = _own(cpu_root / ancestor)
+        bound = bound if own is None else own
+
+    def fits(directory: Path, own: int | None, bound: int | None) -> bool:
+        if own is None:
+            own = bound
+        elif bound is not None and own > bound:
+            return False
+        return all(fits(child, _own(child), own) for child in directory.iterdir() if (child / QUOTA).is_file())
+
+    return fits(group, _bandwidth(quota, period), bound)
+
+
+def kernel_like_cfs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """CgroupFiles._write (v1) refusing (EINVAL) a cpu.cfs_quota_us or
+    cpu.cfs_period_us that, with the other file as it is, breaks the kernel's
+    rule (cfs_schedulable); the writes made, in order, as (cgroup, file, value)."""
+    writes: list[tuple[str, str, str]] = []
+    real: Callable[[CgroupFiles, str, str], None] = CgroupFiles._write  # noqa: SLF001
+
+    def checked(files: CgroupFiles, name: str, value: str) -> None:
+        if files.version == 1 and name in (QUOTA, PERIOD):
+            directory = files.file(name).parent
+            quota = int(value if name == QUOTA else (directory / QUOTA).read_text())
+            period = int(value if name == PERIOD else (directory / PERIOD).read_text())
+            if not cfs_schedulable(files.root / "cpu", directory, quota, period):
+                raise OSError(errno.EINVAL, "Invalid argument")
+        writes.append((str(files.relative), name, value))
+        real(files, name, value)
+
+    monkeypatch.setattr(CgroupFiles, "_write", checked)
+    return writes
