@@ -10,11 +10,14 @@ reconnects behind our back, so there it is judged at every call.
 A look at the path then a connect leaves a gap: a socket swapped in at the
 judged path in between would be called as the one judged. The frames
 transport closes it: once connected it reads who is listening at the other
-end (``SO_PEERCRED``: the user that called listen() on the socket) and
-refuses one listened on by anyone it would not trust to own the socket
-(``require_peer``). That is who listened, not who serves now: a server that
-listened as root then dropped privileges, or one socket-activated (systemd
-called listen()), passes as root, unprotected by this check.
+end (``SO_PEERCRED``) and refuses one listened on by anyone it would not
+trust to own the socket (``require_peer``). That is the user that last called listen() on the
+socket (Linux sets it at every listen()), not who serves now: a server that
+listened as root then dropped privileges, or a socket-activated one that
+never calls listen() itself (systemd, as root, did), passes as root,
+unprotected by this check. One that calls listen() on the socket it was
+handed (asyncio's ``start_unix_server(sock=...)`` does) is judged as its
+own user.
 grpc.aio cannot: it hands us no socket of the connection it made, so there
 the gap stays (one call's look to its connect; docs/hook-files.md).
 """
@@ -116,7 +119,8 @@ def require_trusted(seen: SocketSeen | None, owner_uid: int | None) -> None:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Peer:
     """The process at the other end of a connected unix socket, as it was when
-    it called listen() (``SO_PEERCRED``): what really answers the calls."""
+    it last called listen() on it before the connect (``SO_PEERCRED``): what
+    really answers the calls."""
 
     pid: int
     uid: int
@@ -128,7 +132,7 @@ def peer_of(sock: socket.socket) -> Peer:
     return Peer(*peer_credentials(sock))
 
 
-def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str) -> str | None:
+def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str, remembered: bool = False) -> str | None:
     """Why the server ``peer``, connected to at ``endpoint``, must not be
     called for a hook file owned by ``owner_uid``, or None.
 
@@ -136,12 +140,20 @@ def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str) -> str | None:
     of the judged socket's owner too): root, the proxy's euid, the hook
     file's owner. Anyone else answering is a socket swapped in at the path
     after it was judged, or one listened on by a user not trusted to own it
-    (``SO_PEERCRED`` names whoever called listen(): see the module's doc).
+    (``SO_PEERCRED`` names whoever last called listen(): see the module's
+    doc). ``remembered``: ``peer`` is who listened at an earlier connect to
+    the same socket, not dialled now; said so, as that server may have died
+    since (its pid reused), its socket left behind.
     """
     uid = peer.uid
     if uid in (0, os.geteuid(), owner_uid):
         return None
     owner = f" or the hook file's owner (uid {owner_uid})" if owner_uid not in (None, 0) else ""
+    if remembered:
+        return (
+            f"untrusted endpoint: the server at {endpoint} was pid {peer.pid} (uid {uid}, not root{owner}) "
+            "when last connected; not dialled again while its socket is unchanged"
+        )
     return (
         f"untrusted endpoint: the server connected to at {endpoint} is pid {peer.pid} running as uid {uid}, "
         f"not root{owner}; was the socket replaced after it was checked, or is it listened on by a user "
@@ -149,11 +161,14 @@ def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str) -> str | None:
     )
 
 
-def require_peer(peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str) -> None:
+def require_peer(
+    peer: Peer, seen: SocketSeen, owner_uid: int | None, endpoint: str, remembered: bool = False
+) -> None:
     """Raise ``Untrusted`` (with ``seen``, the socket judged) if the server
-    ``peer`` may not be called for a hook file owned by ``owner_uid`` (``judge_peer``)."""
-    if (reason := judge_peer(peer, owner_uid, endpoint)) is not None:
-        raise Untrusted(reason, seen, peer)
+    ``peer`` may not be called for a hook file owned by ``owner_uid``
+    (``judge_peer``; ``remembered``: from an earlier connect, not dialled now)."""
+    if (reason := judge_peer(peer, owner_uid, endpoint, remembered)) is not None:
+        raise Untrusted(reason, seen, peer, remembered)
 
 
 def require_connected(seen: SocketSeen, peer: Peer | None, owner_uid: int | None, endpoint: str) -> None:

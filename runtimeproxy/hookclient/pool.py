@@ -42,10 +42,15 @@ class FramesTransport:
         self._kept: set[str] | None = None  # the endpoints of the last keep_only (None: any)
         self._closing = False
         self._deadlines = Deadlines()  # every call's, on one timer
-        # Who listens on each socket dialled (by SocketSeen.identity). A
-        # listening socket's SO_PEERCRED is fixed when listen() is called: one
-        # that looks the same is judged by it without a connect, so calls
-        # refused for their server cost no dial each (see _connect).
+        # Who listened on each socket dialled (by SocketSeen.identity), used
+        # only to refuse without a connect (_connect), never to admit: calls
+        # refused for their server cost no dial each. It can go stale, only
+        # towards refusing: SO_PEERCRED is reset at every listen(), which
+        # leaves the inode and change time alone (a server listening again
+        # on the socket it was handed, as another user), and a socket
+        # replaced by one on the inode number it freed, within the change
+        # time's granularity, looks the same. Either is refused as before
+        # until the socket changes (chmod) or is forgotten.
         self._peers: dict[tuple[int, int, int], Peer] = {}
 
     async def call(
@@ -124,10 +129,10 @@ class FramesTransport:
                 # ours, by the same socket and server. Trusted for us, we dial our own.
                 untrusted = judge(err.seen, owner_uid)
                 if untrusted is None and err.peer is not None:
-                    untrusted = judge_peer(err.peer, owner_uid, endpoint)
+                    untrusted = judge_peer(err.peer, owner_uid, endpoint, err.remembered)
                 if untrusted is None:
                     continue
-                raise Untrusted(untrusted, err.seen, err.peer) from None
+                raise Untrusted(untrusted, err.seen, err.peer, err.remembered) from None
             return _admitted(conn, owner_uid)  # dialled for another caller, maybe for another hook file's owner
 
     async def _connect(self, endpoint: str, owner_uid: int | None) -> ClientConnection:
@@ -139,9 +144,10 @@ class FramesTransport:
         seen = look(endpoint)
         require_trusted(seen, owner_uid)
         if seen is not None and (known := self._peers.get(seen.identity)) is not None:
-            # The socket dialled before (the same inode, unchanged since): the
-            # same listener, so refused for it now as a connect would be.
-            require_peer(known, seen, owner_uid, endpoint)
+            # The socket dialled before (the same inode, unchanged since),
+            # its listener then refused without a dial; trusted, it is dialled
+            # and read again (one may have listened again since: see _peers).
+            require_peer(known, seen, owner_uid, endpoint, remembered=True)
         loop = asyncio.get_running_loop()
         # The socket judged, not the endpoint: a symlinked endpoint's chain is
         # followed once, by look(), and links in between (which are not judged)

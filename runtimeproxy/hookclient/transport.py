@@ -39,12 +39,13 @@ class Untrusted(Exception):
     was made. Not a ``CallFailed``: counted ``untrusted_endpoint``. ``seen``
     is the socket as judged, for the hook file owner ``reason`` names, and
     ``peer`` the server found listening there if it was refused once
-    connected: a call for another owner waiting on the same dial judges both
-    again (pool.py)."""
+    connected (``remembered``: as found at an earlier connect to the same
+    socket, not dialled now): a call for another owner waiting on the same
+    dial judges both again (pool.py)."""
 
-    def __init__(self, reason: str, seen: SocketSeen, peer: Peer | None = None) -> None:
+    def __init__(self, reason: str, seen: SocketSeen, peer: Peer | None = None, remembered: bool = False) -> None:
         super().__init__(reason)
-        self.reason, self.seen, self.peer = reason, seen, peer
+        self.reason, self.seen, self.peer, self.remembered = reason, seen, peer, remembered
 
 
 @runtime_checkable  # a stand-in's (hooks.chaincheck) test checks it has every method

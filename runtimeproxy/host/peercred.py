@@ -1,8 +1,9 @@
 """Who is at the other end of a connected unix socket (``SO_PEERCRED``).
 
-The kernel's record of the process as it was when it called connect() or
-listen() on its end (not what it runs as now: one that listened as root and
-then dropped to another user is still reported as root). Shared by the
+The kernel's record of the process as it was when it called connect() or,
+for a server, last called listen() on its end (Linux sets it at every
+listen(); not what it runs as now: one that listened as root and then
+dropped to another user is still reported as root). Shared by the
 frames server, naming its clients (frames/peerid.py), and the hook client,
 judging its servers (hookclient/endpointtrust.py).
 """
