@@ -105,12 +105,15 @@ class FramesTransport:
                 # inode and change time), and trusted for this owner there:
                 # dialled anew, the new connection replacing this one, for
                 # every owner (the others judged for it at their next call;
-                # this one closes once its calls are done). Unchanged or
-                # still untrusted: refused, without a dial; one whose server
+                # this one closes once its calls are done). Unchanged:
+                # refused as before; changed but untrusted: refused for the
+                # socket there now; both without a dial. One whose server
                 # was refused before, by _connect without a dial too.
                 seen = look(endpoint)
-                if seen is None or seen == conn.socket or judge(seen, owner_uid) is not None:
+                if seen is None or seen == conn.socket:
                     raise
+                if (reason := judge(seen, owner_uid)) is not None:  # why the socket there now is refused
+                    raise Untrusted(reason, seen) from None
         while True:
             task = self._connecting.get(endpoint)
             if task is None or task.done():

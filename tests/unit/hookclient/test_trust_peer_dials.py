@@ -237,3 +237,29 @@ async def test_a_pooled_connection_refused_for_its_server_is_replaced_by_another
                 assert (first.calls, second.calls) == (1, 1)
     finally:
         await transport.close(1)
+
+
+async def test_a_pooled_connection_refused_and_its_socket_changed_to_another_untrusted_one_says_why_for_that(
+    tmp_path: Path,
+) -> None:
+    """Dialled for nobody's hook file on nobody's socket, refused for
+    root's; the socket then chowned to another user: refused for who owns it
+    now (before: the old connection's reason, naming nobody)."""
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to chown sockets (CI runs as root)")
+    transport = FramesTransport()
+    try:
+        async with Counting(tmp_path / "h.sock") as server:
+            os.chown(server.socket_path, NOBODY, NOBODY)
+            await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=NOBODY)
+            with pytest.raises(Untrusted, match=f"is owned by uid {NOBODY}, not root"):
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
+            os.chown(server.socket_path, NOBODY - 1, NOBODY - 1)
+            with pytest.raises(Untrusted) as err:
+                await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
+            assert err.value.reason == (
+                f"untrusted endpoint: socket {server.socket_path} is owned by uid {NOBODY - 1}, not root"
+            )
+            assert err.value.seen.uid == NOBODY - 1
+    finally:
+        await transport.close(1)
