@@ -171,14 +171,13 @@ def require_peer(
         raise Untrusted(reason, seen, peer, remembered)
 
 
-def require_connected(seen: SocketSeen, peer: Peer | None, owner_uid: int | None, endpoint: str) -> None:
+def require_connected(seen: SocketSeen, peer: Peer, owner_uid: int | None, endpoint: str) -> None:
     """Raise ``Untrusted`` if a connection to ``endpoint``, its socket judged
     as ``seen`` and served by ``peer``, may not be called for a hook file
     owned by ``owner_uid``: the socket (``judge``), then its server."""
     if (reason := judge(seen, owner_uid)) is not None:
         raise Untrusted(reason, seen, peer)
-    if peer is not None:
-        require_peer(peer, seen, owner_uid, endpoint)
+    require_peer(peer, seen, owner_uid, endpoint)
 
 
 @functools.lru_cache(maxsize=256)

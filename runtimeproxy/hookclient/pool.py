@@ -274,8 +274,9 @@ def _admitted(conn: ClientConnection, owner_uid: int | None) -> ClientConnection
     connected to, whatever is at the path now), for another file on the same
     endpoint or one whose owner a reload changed. ``Untrusted`` otherwise."""
     if owner_uid not in conn.trusted_for:
-        if conn.socket is not None:  # the socket as it was dialled, and its server
-            require_connected(conn.socket, conn.peer, owner_uid, conn.endpoint)
+        if conn.socket is None or conn.peer is None:  # not judged when dialled (_connect sets both): not trusted
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"cannot connect to {conn.endpoint}: its server was not checked")
+        require_connected(conn.socket, conn.peer, owner_uid, conn.endpoint)
         conn.trusted_for.add(owner_uid)
     return conn
 

@@ -18,6 +18,7 @@ import pytest
 import uvloop
 
 from runtimeproxy.hookclient import pool
+from runtimeproxy.hookclient.connection import ClientConnection
 from runtimeproxy.hookclient.endpointtrust import Peer
 from runtimeproxy.hookclient.pool import FramesTransport
 from runtimeproxy.hookclient.transport import CallFailed, Untrusted
@@ -237,6 +238,17 @@ async def test_a_pooled_connection_refused_for_its_server_is_replaced_by_another
                 assert (first.calls, second.calls) == (1, 1)
     finally:
         await transport.close(1)
+
+
+async def test_a_connection_whose_server_was_not_checked_is_not_admitted(tmp_path: Path) -> None:
+    """A pooled connection without its socket and server judged (cannot be:
+    the pool sets both as it dials) refuses a new hook file owner (before:
+    it was admitted unjudged)."""
+    conn = ClientConnection(str(tmp_path / "h.sock"), 1 << 20, lambda lost: None)
+    with pytest.raises(CallFailed) as err:
+        pool._admitted(conn, NOBODY)
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert conn.trusted_for == set()
 
 
 async def test_a_pooled_connection_refused_and_its_socket_changed_to_another_untrusted_one_says_why_for_that(
