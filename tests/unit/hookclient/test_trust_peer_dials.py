@@ -121,25 +121,26 @@ def test_calls_refused_for_their_server_dial_it_once(tmp_path: Path, monkeypatch
 
 async def test_a_socket_replaced_at_the_path_is_dialled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its server remembered for a socket, not for a path: a new socket
-    there (a new listener) is dialled and judged anew."""
+    there (a new listener) is dialled and judged anew. The new one is bound
+    while the old still exists, so it cannot get its inode number."""
     path = tmp_path / "h.sock"
     reads = served_by(NOBODY, monkeypatch)
     transport = FramesTransport()
+    servers: list[asyncio.Server] = []
     try:
-        for _ in range(2):
-            listening = Listening()
-            server = await asyncio.start_unix_server(listening, str(path))
-            try:
-                for _ in range(3):
-                    with pytest.raises(Untrusted):
-                        await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
-            finally:
-                server.close()
-                await server.wait_closed()
-            path.unlink(missing_ok=True)
+        for name in ("h.sock", "new.sock"):
+            servers.append(await asyncio.start_unix_server(Listening(), str(tmp_path / name)))
+            if name != "h.sock":
+                os.replace(tmp_path / name, path)
+            for _ in range(3):
+                with pytest.raises(Untrusted):
+                    await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
         assert len(reads) == 2
     finally:
         await transport.close(1)
+        for server in servers:
+            server.close()
+            await server.wait_closed()
 
 
 async def test_a_pooled_connection_refused_for_its_server_is_not_dialled_again_at_each_call(
@@ -238,6 +239,82 @@ async def test_a_pooled_connection_refused_for_its_server_is_replaced_by_another
                 assert (first.calls, second.calls) == (1, 1)
     finally:
         await transport.close(1)
+
+
+async def test_a_server_remembered_as_trusted_is_read_again_at_its_next_dial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Called (its server read as root), the connection dropped, then the
+    same socket listened on by nobody (a server that called listen() again
+    on it): the redial reads the server again and refuses it, the memory
+    never admitting. Guards existing behaviour."""
+    path = tmp_path / "h.sock"
+    uid, reads = [0], []
+    real = pool.peer_of
+
+    def as_uid(sock: socket.socket) -> Peer:
+        reads.append(peer := dataclasses.replace(real(sock), uid=uid[0]))
+        return peer
+
+    monkeypatch.setattr(pool, "peer_of", as_uid)
+    transport = FramesTransport()
+    try:
+        async with Counting(path) as server:
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            pooled = transport._connections[str(path)]
+            pooled.close(abort=True)
+            await pooled.lost
+            uid[0] = NOBODY
+            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            assert [peer.uid for peer in reads] == [0, NOBODY]
+            assert server.calls == 1
+    finally:
+        await transport.close(1)
+
+
+async def test_a_server_refused_for_roots_file_is_dialled_for_its_own_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy's socket served by nobody: refused for a hook file of
+    root's (nothing pooled after), then called for nobody's file, dialled
+    anew: the remembered server refuses only the owners it would at a dial.
+    Guards existing behaviour."""
+    path = tmp_path / "h.sock"
+    reads = served_by(NOBODY, monkeypatch)
+    transport = FramesTransport()
+    try:
+        async with Counting(path) as server:
+            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            assert transport.endpoints() == frozenset()
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=NOBODY)
+            assert (len(reads), server.calls) == (2, 1)
+    finally:
+        await transport.close(1)
+
+
+async def test_the_oldest_server_remembered_is_forgotten_past_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sockets' servers kept: a third's forgets the first, which is
+    dialled again; the third is still refused without a dial. Guards
+    existing behaviour."""
+    monkeypatch.setattr(pool, "PEERS_KEPT", 2)
+    reads = served_by(NOBODY, monkeypatch)
+    paths = [tmp_path / f"{name}.sock" for name in "abc"]
+    servers = [await asyncio.start_unix_server(Listening(), str(path)) for path in paths]
+    transport = FramesTransport()
+    try:
+        for path in [*paths, paths[0], paths[2]]:
+            with pytest.raises(Untrusted):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+        assert len(reads) == 4, "a, b, c, then a again; c remembered"
+    finally:
+        await transport.close(1)
+        for server in servers:
+            server.close()
+            await server.wait_closed()
 
 
 async def test_a_connection_whose_server_was_not_checked_is_not_admitted(tmp_path: Path) -> None:
