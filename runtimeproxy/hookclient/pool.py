@@ -20,6 +20,11 @@ from .transport import MAX_MESSAGE_BYTES, CallFailed, Untrusted
 SUN_PATH_MAX = 107
 ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
 PEERS_KEPT = 256  # sockets whose listener is remembered (the oldest forgotten first)
+# How long a remembered listener refuses its socket without a dial: a server
+# that listens again as a trusted user (a socket-activated one restarted) is
+# dialled again within this, while a refused one costs a dial per socket at
+# most this often, not one per call.
+PEER_REMEMBERED_S = 5.0
 
 
 class FramesTransport:
@@ -50,8 +55,9 @@ class FramesTransport:
         # on the socket it was handed, as another user), and a socket
         # replaced by one on the inode number it freed, within the change
         # time's granularity, looks the same. Either is refused as before
-        # until the socket changes (chmod) or is forgotten.
-        self._peers: dict[tuple[int, int, int], Peer] = {}
+        # until the socket changes (chmod) or is forgotten: PEER_REMEMBERED_S
+        # after its dial, or pushed out past PEERS_KEPT.
+        self._peers: dict[tuple[int, int, int], tuple[Peer, float]] = {}
 
     async def call(
         self, endpoint: str, method: str, request: bytes, timeout: float, owner_uid: int | None
@@ -146,12 +152,14 @@ class FramesTransport:
         refused, and the connection closed."""
         seen = look(endpoint)
         require_trusted(seen, owner_uid)
-        if seen is not None and (known := self._peers.get(seen.identity)) is not None:
-            # The socket dialled before (the same inode, unchanged since),
-            # its listener then refused without a dial; trusted, it is dialled
-            # and read again (one may have listened again since: see _peers).
-            require_peer(known, seen, owner_uid, endpoint, remembered=True)
         loop = asyncio.get_running_loop()
+        if seen is not None and (known := self._peers.get(seen.identity)) is not None:
+            peer, dialled_at = known
+            if loop.time() - dialled_at < PEER_REMEMBERED_S:
+                # The socket dialled lately (the same inode, unchanged since),
+                # its listener then refused without a dial; trusted, it is
+                # dialled and read again (one may have listened again since: see _peers).
+                require_peer(peer, seen, owner_uid, endpoint, remembered=True)
         # The socket judged, not the endpoint: a symlinked endpoint's chain is
         # followed once, by look(), and links in between (which are not judged)
         # retargeted since cannot change what is dialled. A judged path too long
@@ -197,7 +205,7 @@ class FramesTransport:
         peers.pop(seen.identity, None)
         if len(peers) >= PEERS_KEPT:
             del peers[next(iter(peers))]
-        peers[seen.identity] = peer
+        peers[seen.identity] = (peer, asyncio.get_running_loop().time())
         require_connected(seen, peer, owner_uid, endpoint)
         return seen, peer
 

@@ -294,6 +294,43 @@ async def test_a_server_refused_for_roots_file_is_dialled_for_its_own_users(
         await transport.close(1)
 
 
+async def test_a_refused_server_that_listens_again_as_root_is_called_once_its_memory_lapses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused (nobody listens), then the socket listened on again as root
+    (a socket-activated server restarted), its inode and change time the
+    same: within PEER_REMEMBERED_S still refused without a dial; once that
+    passed, dialled, read again and called (before: refused until the socket
+    changed or the proxy restarted)."""
+    path = tmp_path / "h.sock"
+    uid, reads = [NOBODY], []
+    real = pool.peer_of
+
+    def as_uid(sock: socket.socket) -> Peer:
+        reads.append(peer := dataclasses.replace(real(sock), uid=uid[0]))
+        return peer
+
+    monkeypatch.setattr(pool, "peer_of", as_uid)
+    loop = asyncio.get_running_loop()
+    now = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: now[0])
+    transport = FramesTransport()
+    try:
+        async with Counting(path) as server:
+            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            uid[0] = 0
+            now[0] += pool.PEER_REMEMBERED_S - 0.5
+            with pytest.raises(Untrusted, match="when last connected; not dialled again"):
+                await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            assert len(reads) == 1
+            now[0] += 1.0
+            await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
+            assert ([peer.uid for peer in reads], server.calls) == ([NOBODY, 0], 1)
+    finally:
+        await transport.close(1)
+
+
 async def test_the_oldest_server_remembered_is_forgotten_past_the_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
