@@ -139,9 +139,9 @@ def _failures(failed: dict[ApiVersion, str]) -> str | None:
     return "; ".join(f"ImageFsInfo ({', '.join(names)}): {why}" for why, names in alike.items()) or None
 
 
-def _named(versions: frozenset[ApiVersion] | None, unknown: frozenset[ApiVersion]) -> list[str]:
+def _named(versions: frozenset[ApiVersion], unknown: frozenset[ApiVersion]) -> list[str]:
     """The versions for the log: an assumed one says so ("v1alpha2 (unknown)")."""
-    return [f"{v} (unknown)" if v in unknown else str(v) for v in sorted(versions or ())]
+    return [f"{v} (unknown)" if v in unknown else str(v) for v in sorted(versions)]
 
 
 class ImageWatch:

@@ -115,7 +115,7 @@ def test_a_separate_image_backend_failing_its_probe_shows_why() -> None:
     """Connected and failing its probe: the document carries the reason, the
     text shows it (before: only NOT CONNECTED, which it was not)."""
     src = source(ReloadResult())
-    reason = "ImageFsInfo: UNAVAILABLE: image store not ready"
+    reason = "ImageFsInfo (v1, v1alpha2): UNAVAILABLE: image store not ready"
     src.proxy.images = SimpleNamespace(up=False, reason=reason)
     src.proxy.backend.image_socket = Path("/run/img.sock")
     doc = src.document()

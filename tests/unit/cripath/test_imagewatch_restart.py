@@ -44,7 +44,7 @@ async def test_a_restarted_watch_backs_off_from_the_start(monkeypatch: pytest.Mo
     async def failing(channel: Any, timeout: float) -> imagewatch.Probed:
         probes.append(asyncio.get_running_loop().time())
         probed.set()
-        return imagewatch.Probed("ImageFsInfo: UNAVAILABLE: not yet")
+        return imagewatch.Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: not yet")
 
     monkeypatch.setattr(imagewatch, "image_probe", failing)
     channel = ReadyChannel()
