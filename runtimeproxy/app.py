@@ -66,17 +66,22 @@ async def build_proxy(
     )
     store.read_backend = proxy.read_runtime
 
+    images = proxy.images
+    image_up = metrics.image_backend() if images is not None else None  # a separate image service: its own series
+
     def on_backend(info: BackendInfo) -> None:
         metrics.backend_up.set(1)
         plan = proxy.router.plan  # the router heard this probe first
         metrics.cri.serving(plan.routes if plan else {})
         hooks.refresh_records()
+        if images is not None and image_up is not None:  # the proxy heard it first: the image side's targets are set
+            image_up.set(int(images.usable))
 
     proxy.backend.on_change(on_backend)
     proxy.backend.on_lost(lambda: metrics.backend_up.set(0))
-    if proxy.images is not None:  # a separate image service: a series of its own
-        image_up = metrics.image_backend()
-        proxy.images.on_change(lambda up: image_up.set(int(up)))
+    if images is not None and image_up is not None:
+        gauge = image_up
+        images.on_change(lambda up: gauge.set(int(images.usable)))
     proxy.backend.on_reconnect(metrics.cri.reconnected)
     # Runs until cancelled (Proxy.stop stops it after the server); restarted if it dies.
     never = asyncio.Event()

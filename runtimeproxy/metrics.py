@@ -80,12 +80,13 @@ class Metrics:
 
     def image_backend(self) -> Gauge:
         """``runtime_proxy_image_backend_ready``: made at the first call (a
-        proxy with a separate image service), 0 until it is connected."""
+        proxy with a separate image service), 0 until it is connected and has
+        a CRI version image calls are sent in."""
         if self.image_backend_up is None:
             self.image_backend_up = Gauge(
                 "runtime_proxy_image_backend_ready",
-                "1 while the separate image service (--image-backend) is connected and answered an ImageFsInfo probe; "
-                "0 before and while it is lost.",
+                "1 while the separate image service (--image-backend) is connected, answered an ImageFsInfo probe "
+                "and serves a CRI version image calls are sent in; 0 before, while it is lost, and while it has none.",
                 registry=self.registry,
             )
         return self.image_backend_up

@@ -45,6 +45,9 @@ def describe(proxy: Proxy, hook_servers: int) -> str:
     if images is not None and not images.up:  # image calls fail: pulls, and so pods whose image is missing
         why = f" ({_short(images.lost_reason)})" if images.lost_reason else ""
         return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} is not serving{why}; {hooks}"
+    if images is not None and images.lacking:  # those versions' image calls fail UNIMPLEMENTED there
+        lacks = ", ".join(sorted(images.lacking))
+        return f"serving CRI {served} for {runtime}, but the image backend at {images.socket} lacks CRI {lacks}; {hooks}"
     return f"serving CRI {served} for {runtime}; {hooks}"
 
 

@@ -26,7 +26,9 @@ when no version is there: one failed so, or both said "unknown service"
 is asked again after a backoff, as the runtime's is, whether the service is
 down or serves the other version meanwhile. Health says NOT_SERVING for a
 served CRI version whose image calls would reach it in a version it lacks
-(server.py), as for a version the runtime lacks.
+(server.py), as for a version the runtime lacks; one that has none of the
+versions image calls are sent in (``targets``, the plan's) is not ``usable``:
+the overall health and the ready metric say so too, and a lack is warned of.
 TRANSIENT_FAILURE (a connection attempt failed: nothing listens, or the
 socket is gone) is down too. IDLE and CONNECTING decide nothing: grpc's idle
 timeout closes an unused connection, and the next look reconnects it (its
@@ -161,11 +163,50 @@ class ImageWatch:
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
         self._retry = RETRY_FIRST  # the wait before the next probe of a READY service down, or with a version failed
+        self.targets: frozenset[ApiVersion] | None = None  # the versions image calls are sent in (None: no plan)
+        self._lack_told: tuple[object, ...] | None = None  # what the last "lacks" warning said (not said twice)
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Called with True when the image service comes (back) and when, up,
         it is found serving other versions; False when it is lost."""
         self._listeners.append(listener)
+
+    def sent_in(self, targets: frozenset[ApiVersion] | None) -> None:
+        """The CRI versions the proxy sends image calls in (the routing plan's
+        targets; None: no plan), told at each plan rebuild."""
+        self.targets = targets
+        self._warn_lacking(None)
+
+    @property
+    def lacking(self) -> frozenset[ApiVersion]:
+        """The versions image calls are sent in that the service, up, was not
+        found serving: those calls fail there."""
+        if not self.up or self.versions is None or self.targets is None:
+            return frozenset()
+        return self.targets - self.versions
+
+    @property
+    def usable(self) -> bool:
+        """Up, and serving at least one version image calls are sent in: one
+        that serves none of them answers every image call UNIMPLEMENTED."""
+        return self.up and (self.targets is None or self.versions is None or bool(self.targets & self.versions))
+
+    def _warn_lacking(self, problem: str | None) -> None:
+        """A WARNING when the service, up, lacks a version image calls are
+        sent in, at a change of its versions or of the plan (not at each
+        probe that finds the same)."""
+        lacking = self.lacking
+        told = (lacking, self.versions, self.targets) if lacking else None
+        if told is None or told == self._lack_told:
+            self._lack_told = told
+            return
+        self._lack_told = told
+        fields: dict[str, object] = {
+            "backend": str(self.socket), "lacking": sorted(str(v) for v in lacking),
+            "versions": _named(self.versions or frozenset(), self.unknown), "usable": self.usable}
+        if problem is not None:
+            fields["version_problem"] = problem
+        log.warning("image backend lacks a CRI version image calls are sent in: they fail there", extra=fields)
 
     async def run(self) -> None:
         """Look at each state the channel comes to, until cancelled (the
@@ -217,11 +258,16 @@ class ImageWatch:
         fields: dict[str, object] = {"backend": name, "versions": _named(probed.versions, probed.unknown)}
         if probed.failed is not None:
             fields["version_problem"] = probed.failed
+        was = self.versions
         changed = (probed.versions, probed.unknown) != (self.versions, self.unknown)
         self.versions, self.unknown = probed.versions, probed.unknown
         if self.up:  # e.g. reconnected after its idle timeout: nothing to tell, unless it serves other versions
             if changed:
-                log.info("image backend serves other CRI versions", extra=fields)
+                # One gone is a loss (its image calls now fail); one added, news.
+                level = logging.WARNING if was is not None and was - probed.versions else logging.INFO
+                log.log(level, "image backend serves other CRI versions",
+                        extra={**fields, "was": sorted(str(v) for v in was or ())})
+                self._warn_lacking(probed.failed)
                 self._tell(True)
             return
         self.up = True
@@ -231,6 +277,7 @@ class ImageWatch:
         else:
             log.info("image backend connected", extra=fields)
         self._was_up = True
+        self._warn_lacking(probed.failed)
         self._tell(True)
 
     def _lost(self, reason: str) -> None:
@@ -242,6 +289,7 @@ class ImageWatch:
             return
         self.up = False
         self.lost_reason = reason
+        self._lack_told = None  # back, a version it still lacks is told again
         # The outage starts at the loss (or, at start, at the first failure):
         # this line pairs with its end.
         self._outages.began(

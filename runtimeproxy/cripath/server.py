@@ -227,6 +227,9 @@ class Proxy:
 
     def _on_backend(self, info: BackendInfo) -> None:
         serving = self._runtime_serving = bool(self.router.plan)
+        if self.images is not None:  # the versions image calls are sent in may have changed: it warns of a lack
+            plan = self.router.plan
+            self.images.sent_in(frozenset(plan.routes.values()) if plan is not None else None)
         self._health_soon()
         if serving and self._frames is not None:  # after the router's rebuild: new connections are relayed
             self._frames.runtime_probed()
@@ -241,6 +244,9 @@ class Proxy:
         serves (the runtime, or a separate one: imagewatch.py), and the
         overall "" while both do (a node that cannot pull cannot start a pod
         whose image is missing), so a consumer can tell which side is down.
+        A separate image service serves for "" only while it has a version
+        image calls are sent in (``ImageWatch.usable``): one with none of
+        them answers every image call UNIMPLEMENTED.
 
         A version the routing plan does not serve is NOT_SERVING (its calls
         are refused UNIMPLEMENTED), and so is the ImageService of one whose
@@ -251,7 +257,7 @@ class Proxy:
         answer must not depend on whether it was ever served."""
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         runtime = self._runtime_serving
-        images = runtime if self.images is None else self.images.up
+        images = runtime if self.images is None else self.images.usable
         served = self.router.plan.served if self.router.plan is not None else frozenset()
         statuses = {"": serving if runtime and images else not_serving}
         for version in ApiVersion:

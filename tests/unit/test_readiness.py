@@ -30,7 +30,7 @@ def test_the_status_line_says_when_a_separate_image_backend_is_not_serving() -> 
     assert describe(proxy(away), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is not serving; "
         "1 hook server")
-    assert describe(proxy(SimpleNamespace(up=True, socket=Path("/run/img.sock"))), 1) == (
+    assert describe(proxy(SimpleNamespace(up=True, socket=Path("/run/img.sock"), lacking=frozenset())), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0; 1 hook server")
     assert describe(proxy(None), 2) == "serving CRI v1 (native) for containerd 1.7.0; 2 hook servers"
 
@@ -42,11 +42,20 @@ def test_the_status_line_says_why_the_image_backend_is_not_serving() -> None:
     assert describe(proxy(away), 1) == (
         "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock is not serving "
         "(connection failed); 1 hook server")
-    away.lost_reason = "ImageFsInfo: UNAVAILABLE: " + "x" * 200 + "\nmore"
+    away.lost_reason = "ImageFsInfo (v1, v1alpha2): UNAVAILABLE: " + "x" * 200 + "\nmore"
     line = describe(proxy(away), 1)
     why = line.split("is not serving (", 1)[1].rsplit("); 1 hook server", 1)[0]
-    assert why.startswith("ImageFsInfo: UNAVAILABLE: xxx") and why.endswith("...")
+    assert why.startswith("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: xxx") and why.endswith("...")
     assert len(why) == 80 and "\n" not in line
+
+
+def test_the_status_line_says_which_version_the_image_backend_lacks() -> None:
+    """Up, but without a CRI version image calls are sent in (they fail
+    UNIMPLEMENTED there). Before: 'serving CRI v1 (native) for ...' alone."""
+    lacking = SimpleNamespace(up=True, socket=Path("/run/img.sock"), lacking=frozenset({ApiVersion.V1}))
+    assert describe(proxy(lacking), 1) == (
+        "serving CRI v1 (native) for containerd 1.7.0, but the image backend at /run/img.sock lacks CRI v1; "
+        "1 hook server")
 
 
 async def test_the_status_line_keeps_the_reason_the_image_backend_was_lost_for(

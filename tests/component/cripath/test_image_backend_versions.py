@@ -9,7 +9,9 @@ call failed UNIMPLEMENTED."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from pathlib import Path
 
 import grpc
@@ -21,10 +23,11 @@ from runtimeproxy.app import build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.methods import ApiVersion
+from runtimeproxy.readiness import describe
 
 from ..fakes import FakeBackend
 from .test_health_versions import NAMES, health, settled
-from .test_image_backend_outage import NOT_SERVING, SERVING, next_status, proxy_with_images
+from .test_image_backend_outage import WATCH, NOT_SERVING, SERVING, image_ready, next_status, proxy_with_images
 
 FS_INFO_A2 = "/runtime.v1alpha2.ImageService/ImageFsInfo"
 
@@ -47,15 +50,18 @@ async def test_an_image_service_without_a_version_makes_only_its_image_name_not_
 
 
 async def test_an_image_service_hung_in_one_version_serves_the_other(
-    fake: FakeBackend, sock_dir: Path, client: aio.Channel, monkeypatch: pytest.MonkeyPatch
+    fake: FakeBackend, sock_dir: Path, client: aio.Channel, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Its v1alpha2 ImageFsInfo never answers while v1 does: the image side
-    is up with v1 alone (v1alpha2's image name NOT_SERVING), and v1alpha2 is
-    asked again, so its answer, once it comes, is told.
+    is up with v1 alone (v1alpha2's image name NOT_SERVING, a warning with
+    the ``version_problem``), and v1alpha2 is asked again, so its answer,
+    once it comes, is told (at INFO: a version added, ``was`` and ``versions``).
 
     Before: v1alpha2's timeout took the whole image side down ("" and
     runtime.v1.ImageService NOT_SERVING) while v1's image calls worked."""
     monkeypatch.setattr(imagewatch, "PROBE_TIMEOUT", 0.3)
+    caplog.set_level(logging.INFO, logger=WATCH)
     async with FakeBackend(sock_dir / "images.sock") as images:
         images.script(FS_INFO_A2, hang=True)
         async with proxy_with_images(sock_dir, fake) as running:
@@ -74,6 +80,15 @@ async def test_an_image_service_hung_in_one_version_serves_the_other(
             await next_status(a2, SERVING)
             a2.cancel()
             assert running.proxy.images.versions == frozenset(ApiVersion)
+    told = {r.getMessage(): r for r in caplog.records if r.name == WATCH and r.levelno >= logging.INFO}
+    came, lacks, other = (told[m] for m in (
+        "image backend connected", "image backend lacks a CRI version image calls are sent in: they fail there",
+        "image backend serves other CRI versions"))
+    assert came.version_problem.startswith("ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED")  # type: ignore[attr-defined]
+    assert (lacks.levelno, lacks.lacking, lacks.usable) == (logging.WARNING, ["v1alpha2"], True)  # type: ignore[attr-defined]
+    assert lacks.version_problem == came.version_problem  # type: ignore[attr-defined]
+    assert (other.levelno, other.was, other.versions) == (  # type: ignore[attr-defined]
+        logging.INFO, ["v1"], ["v1", "v1alpha2"])
 
 
 async def test_a_translated_version_needs_the_version_its_image_calls_are_translated_to(
@@ -97,3 +112,42 @@ async def test_a_translated_version_needs_the_version_its_image_calls_are_transl
             await settled(running.proxy)
             assert set((await health(client)).values()) == {SERVING}
             await client.unary_unary("/runtime.v1alpha2.ImageService/ListImages")(b"", timeout=5)
+
+
+async def test_an_image_service_with_none_of_the_versions_image_calls_are_sent_in_is_not_usable(
+    sock_dir: Path, client: aio.Channel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The runtime serves v1 alone (``--serve-versions v1``) and the image
+    service v1alpha2 alone: every image call fails UNIMPLEMENTED, so "" is
+    NOT_SERVING (runtime.v1.RuntimeService stays SERVING), the ready metric
+    0, the log warns and systemd's status says so.
+
+    Before: "" SERVING, the metric 1, systemd "serving CRI v1 (native) for ...",
+    no warning; only runtime.v1.ImageService said NOT_SERVING."""
+    caplog.set_level(logging.INFO, logger=WATCH)
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as runtime, \
+            FakeBackend(sock_dir / "images.sock", versions=frozenset({"v1alpha2"})):
+        config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=runtime.socket,
+                             image_backend=sock_dir / "images.sock", serve_versions="v1")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            images = running.proxy.images
+            assert images is not None
+            came = asyncio.Event()
+            images.on_change(lambda up: came.set() if up else None)
+            if not images.up:
+                await asyncio.wait_for(came.wait(), 10)
+            await settled(running.proxy)
+            assert images.versions == frozenset({ApiVersion.V1ALPHA2})
+            assert await health(client) == dict(zip(NAMES, (NOT_SERVING, SERVING, NOT_SERVING, NOT_SERVING, NOT_SERVING), strict=True))
+            assert image_ready(running) == 0.0
+            assert describe(running.proxy, 0) == (
+                f"serving CRI v1 (native) for fake 1.0, but the image backend at {images.socket} lacks CRI v1; "
+                "0 hook servers")
+            with pytest.raises(aio.AioRpcError) as refused:
+                await client.unary_unary("/runtime.v1.ImageService/ListImages")(b"", timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    [warned] = [r for r in caplog.records if r.name == WATCH and r.getMessage().startswith("image backend lacks")]
+    assert warned.levelno == logging.WARNING
+    assert (warned.lacking, warned.versions, warned.usable) == (["v1"], ["v1alpha2"], False)  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ the listeners (health follows it), not passed over as already up."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,44 @@ async def test_a_service_serving_other_versions_is_told(monkeypatch: pytest.Monk
     finally:
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_version_dropped_while_up_is_a_warning_and_a_lack_is_warned_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A version that leaves while up is a WARNING (its image calls now fail),
+    with the set it was and the one it is; image calls sent in it are warned
+    of, once for the same plan and versions (a plan rebuilt alike says nothing
+    again). Before: INFO "serves other CRI versions", no previous set, and no
+    warning that the version image calls are sent in was gone."""
+    caplog.set_level(logging.INFO, logger=imagewatch.__name__)
+    answers = [frozenset(ApiVersion), frozenset({ApiVersion.V1})]
+
+    async def probe(channel: Any, timeout: float) -> Probed:
+        return Probed(None, answers.pop(0))
+
+    monkeypatch.setattr(imagewatch, "image_probe", probe)
+    channel = SteppedChannel()
+    watch = ImageWatch(Path("/run/img.sock"), channel)  # type: ignore[arg-type]
+    watch.sent_in(frozenset({ApiVersion.V1ALPHA2}))
+    heard = asyncio.Event()
+    watch.on_change(lambda up: heard.set())
+    running = asyncio.ensure_future(watch.run())
+    try:
+        await asyncio.wait_for(heard.wait(), 5)
+        heard.clear()
+        channel.step.put_nowait(None)  # v1alpha2 gone
+        await asyncio.wait_for(heard.wait(), 5)
+        watch.sent_in(frozenset({ApiVersion.V1ALPHA2}))  # the plan rebuilt alike: no second warning
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert (watch.lacking, watch.usable) == (frozenset({ApiVersion.V1ALPHA2}), False)
+    told = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [(r.levelno, r.getMessage()) for r in told] == [
+        (logging.INFO, "image backend connected"),
+        (logging.WARNING, "image backend serves other CRI versions"),
+        (logging.WARNING, "image backend lacks a CRI version image calls are sent in: they fail there"),
+    ]
+    assert (told[1].was, told[1].versions) == (["v1", "v1alpha2"], ["v1"])  # type: ignore[attr-defined]
+    assert told[2].lacking == ["v1alpha2"]  # type: ignore[attr-defined]
