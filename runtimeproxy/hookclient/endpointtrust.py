@@ -33,8 +33,14 @@ import stat
 from ..host.peercred import peer_credentials
 from .transport import Untrusted
 
-__all__ = ["Peer", "SocketSeen", "judge", "judge_peer", "look", "peer_of",
+__all__ = ["PEER_REMEMBERED_S", "Peer", "SocketSeen", "judge", "judge_peer", "look", "peer_of",
            "require_connected", "require_peer", "require_trusted"]
+
+# How long a remembered listener refuses its socket without a dial (pool.py):
+# a server that listens again as a trusted user (a socket-activated one
+# restarted) is dialled again within this, while a refused one costs a dial
+# per socket at most this often, not one per call. Here, as its refusal says it.
+PEER_REMEMBERED_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,10 +158,12 @@ def judge_peer(peer: Peer, owner_uid: int | None, endpoint: str, remembered: boo
     if remembered:
         return (
             f"untrusted endpoint: the server at {endpoint} was pid {peer.pid} (uid {uid}, not root{owner}) "
-            "when last connected; not dialled again while its socket is unchanged"
+            f"when last connected, under {PEER_REMEMBERED_S:g} s ago; not dialled again until then unless "
+            "its socket changes"
         )
+    # SO_PEERCRED gives the uid at listen(): that pid may have changed user, or be gone (reused) since.
     return (
-        f"untrusted endpoint: the server connected to at {endpoint} is pid {peer.pid} running as uid {uid}, "
+        f"untrusted endpoint: the server connected to at {endpoint}: pid {peer.pid} listened on it as uid {uid}, "
         f"not root{owner}; was the socket replaced after it was checked, or is it listened on by a user "
         "not trusted to own it?"
     )

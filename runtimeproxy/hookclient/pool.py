@@ -8,8 +8,8 @@ from collections.abc import Collection
 
 import grpc
 
-from .endpointtrust import (Peer, SocketSeen, judge, judge_peer, look, peer_of, require_connected, require_peer,
-                            require_trusted)
+from .endpointtrust import (PEER_REMEMBERED_S, Peer, SocketSeen, judge, judge_peer, look, peer_of, require_connected,
+                            require_peer, require_trusted)
 from .connection import ClientConnection
 from .deadlines import Deadlines
 from .stream import Unprocessed
@@ -20,11 +20,6 @@ from .transport import MAX_MESSAGE_BYTES, CallFailed, Untrusted
 SUN_PATH_MAX = 107
 ATTEMPTS = 2  # a call the server did not process (GOAWAY, REFUSED_STREAM) is sent once more, as grpc does
 PEERS_KEPT = 256  # sockets whose listener is remembered (the oldest forgotten first)
-# How long a remembered listener refuses its socket without a dial: a server
-# that listens again as a trusted user (a socket-activated one restarted) is
-# dialled again within this, while a refused one costs a dial per socket at
-# most this often, not one per call.
-PEER_REMEMBERED_S = 5.0
 
 
 class FramesTransport:

@@ -141,7 +141,7 @@ async def test_a_root_owned_socket_served_by_another_user_is_refused_under_fail(
         assert server.calls == 0
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     cause = (
-        f"untrusted endpoint: the server connected to at {socket} is pid {server.process.pid} running as "
+        f"untrusted endpoint: the server connected to at {socket}: pid {server.process.pid} listened on it as "
         f"uid {NOBODY}, not root; was the socket replaced after it was checked, or is it listened on by a user "
         "not trusted to own it?"
     )

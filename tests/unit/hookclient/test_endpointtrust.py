@@ -112,7 +112,7 @@ def test_a_server_run_by_a_user_trusted_to_own_its_socket_is_trusted_and_anyone_
     for uid, owner_uid in ((0, None), (os.geteuid(), None), (NOBODY, NOBODY)):
         assert judge_peer(Peer(42, uid, uid), owner_uid, "/e") is None, (uid, owner_uid)
     assert judge_peer(Peer(42, NOBODY, NOBODY), 1001, "/e") == (
-        f"untrusted endpoint: the server connected to at /e is pid 42 running as uid {NOBODY}, "
+        f"untrusted endpoint: the server connected to at /e: pid 42 listened on it as uid {NOBODY}, "
         "not root or the hook file's owner (uid 1001); was the socket replaced after it was checked, "
         "or is it listened on by a user not trusted to own it?"
     )

@@ -57,8 +57,8 @@ async def test_a_socket_swapped_in_between_the_look_and_the_connect_is_refused(
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
             assert looks[0] is not None and looks[0].uid == 0, "judged trusted at the look"
             assert err.value.reason == (
-                f"untrusted endpoint: the server connected to at {endpoint} is pid {squatter.process.pid} "
-                f"running as uid {NOBODY}, not root; was the socket replaced after it was checked, or is it "
+                f"untrusted endpoint: the server connected to at {endpoint}: pid {squatter.process.pid} "
+                f"listened on it as uid {NOBODY}, not root; was the socket replaced after it was checked, or is it "
                 "listened on by a user not trusted to own it?"
             )
             assert err.value.peer is not None and err.value.peer.uid == NOBODY
@@ -100,7 +100,7 @@ async def test_a_root_owned_socket_served_by_another_user_is_refused(
             os.chown(endpoint, 0, 0)
             if dialled_for_nobody_first:
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=NOBODY)
-            with pytest.raises(Untrusted, match=f"is pid {server.process.pid} running as uid {NOBODY}, not root;"):
+            with pytest.raises(Untrusted, match=f": pid {server.process.pid} listened on it as uid {NOBODY}, not root;"):
                 await transport.call(str(endpoint), METHOD, REQUEST, 5, owner_uid=None)
             expected = {str(endpoint)} if dialled_for_nobody_first else set()
             assert transport.endpoints() == expected
@@ -126,7 +126,7 @@ async def test_calls_waiting_on_one_dial_are_each_judged_by_its_server(nobody_di
             by_owner = dict(zip(owners, results, strict=True))
             assert by_owner[NOBODY] == b"", by_owner[NOBODY]
             assert isinstance(by_owner[0], Untrusted), by_owner[0]
-            assert f"running as uid {NOBODY}, not root;" in by_owner[0].reason
+            assert f"listened on it as uid {NOBODY}, not root;" in by_owner[0].reason
         assert server.calls == 1
     finally:
         await transport.close(1)

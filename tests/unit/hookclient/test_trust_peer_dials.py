@@ -89,14 +89,15 @@ async def _refused_twenty_times(path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     reads = served_by(NOBODY, monkeypatch)
     transport = FramesTransport()
     try:
-        with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+        with pytest.raises(Untrusted, match=f"listened on it as uid {NOBODY}, not root;"):
             await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
         for _ in range(19):
             with pytest.raises(Untrusted) as err:
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert err.value.reason == (
                 f"untrusted endpoint: the server at {path} was pid {os.getpid()} (uid {NOBODY}, not root) "
-                "when last connected; not dialled again while its socket is unchanged"
+                f"when last connected, under {pool.PEER_REMEMBERED_S:g} s ago; not dialled again until then unless "
+                "its socket changes"
             )
         assert len(reads) == 1, "one dial, then judged by the server remembered for that socket"
         await asyncio.wait_for(listening.all_closed.wait(), 5)
@@ -162,7 +163,7 @@ async def test_a_pooled_connection_refused_for_its_server_is_not_dialled_again_a
             pooled = transport._connections[server.socket_path]
             os.chown(server.socket_path, 0, 0)
             for _ in range(20):
-                with pytest.raises(Untrusted, match=f"(running as uid|[(]uid) {NOBODY}, not root"):
+                with pytest.raises(Untrusted, match=f"(listened on it as uid|[(]uid) {NOBODY}, not root"):
                     await transport.call(server.socket_path, METHOD, REQUEST, 5, owner_uid=None)
             assert len(reads) == 2, "the first dial, then one for the socket as chowned"
             assert transport._connections[server.socket_path] is pooled
@@ -228,7 +229,7 @@ async def test_a_pooled_connection_refused_for_its_server_is_replaced_by_another
         async with Counting(path) as first:
             await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=NOBODY)
             pooled = transport._connections[str(path)]
-            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+            with pytest.raises(Untrusted, match=f"listened on it as uid {NOBODY}, not root;"):
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             uid[0] = 0
             async with Counting(tmp_path / "new.sock") as second:
@@ -265,7 +266,7 @@ async def test_a_server_remembered_as_trusted_is_read_again_at_its_next_dial(
             pooled.close(abort=True)
             await pooled.lost
             uid[0] = NOBODY
-            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+            with pytest.raises(Untrusted, match=f"listened on it as uid {NOBODY}, not root;"):
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert [peer.uid for peer in reads] == [0, NOBODY]
             assert server.calls == 1
@@ -285,7 +286,7 @@ async def test_a_server_refused_for_roots_file_is_dialled_for_its_own_users(
     transport = FramesTransport()
     try:
         async with Counting(path) as server:
-            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+            with pytest.raises(Untrusted, match=f"listened on it as uid {NOBODY}, not root;"):
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert transport.endpoints() == frozenset()
             await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=NOBODY)
@@ -317,11 +318,11 @@ async def test_a_refused_server_that_listens_again_as_root_is_called_once_its_me
     transport = FramesTransport()
     try:
         async with Counting(path) as server:
-            with pytest.raises(Untrusted, match=f"running as uid {NOBODY}, not root;"):
+            with pytest.raises(Untrusted, match=f"listened on it as uid {NOBODY}, not root;"):
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             uid[0] = 0
             now[0] += pool.PEER_REMEMBERED_S - 0.5
-            with pytest.raises(Untrusted, match="when last connected; not dialled again"):
+            with pytest.raises(Untrusted, match="when last connected, under 5 s ago; not dialled again until then"):
                 await transport.call(str(path), METHOD, REQUEST, 5, owner_uid=None)
             assert len(reads) == 1
             now[0] += 1.0
