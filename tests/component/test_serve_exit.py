@@ -74,11 +74,12 @@ async def test_a_stop_signal_while_waiting_for_the_sockets_lock_ends_serve_at_on
             assert process.stderr is not None
             await wait_for_line(process.stderr, '"msg": "socket path held by another instance')
             process.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(process.communicate(), 20)  # far less than the lock's wait
-        finally:
+        except BaseException:  # its line never came: no child outlives the test
             if process.returncode is None:
                 process.kill()
-                await process.wait()
+            await process.wait()
+            raise
+        err = await stderr_within(process, 20)  # far less than the lock's wait
     assert process.returncode == 0, err.decode()
     assert '"msg": "signal received, shutting down"' in err.decode()
 

@@ -19,12 +19,11 @@ from cri_api.v1 import api_pb2 as v1
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 
-from ...hookprocs import dir_for_nobody, hook_server, registered, served_by_nobody
+from ...hookprocs import NOBODY, dir_for_nobody, hook_server, registered, served_by_nobody
 from ...prerequisites import fail_or_skip
 from ..fakes import FakeBackend
 
 CREATE = "/runtime.v1.RuntimeService/CreateContainer"
-NOBODY = 65534
 INJECT = {"PreCreateContainer": {"container_envs": {"INJECTED": "1"}, "container_annotations": {"squatter": "yes"}}}
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from runtimeproxy.hookclient.endpointtrust import Peer, judge, judge_peer, look, peer_of
 
-NOBODY = 65534
+from ...hookprocs import NOBODY
+
 
 
 def bound(path: Path) -> socket.socket:

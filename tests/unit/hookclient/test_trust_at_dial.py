@@ -20,10 +20,10 @@ from runtimeproxy.hookclient.pool import FramesTransport
 from runtimeproxy.hookclient.transport import CallFailed, HookTransport, Untrusted, transport_for
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
 
+from ...hookprocs import NOBODY
 from ...prerequisites import fail_or_skip
 
 METHOD = HOOK_POINTS[HookType.PRE_CREATE_CONTAINER].full_method
-NOBODY = 65534
 REQUEST = hookapi.ContainerResourceHookRequest().SerializeToString()
 
 

@@ -8,6 +8,7 @@ be awaited.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import pytest
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
 
+from tests.loghandling import handled
 from . import registrydir
 from .registrydir import LOGGER
 from .test_hookfile import valid_doc, write
@@ -35,11 +37,11 @@ class Observer:
         self._cond = asyncio.Condition()
         self.events: list[tuple[str, str]] = []  # (hook_event, hook_file) from the log
         registry.on_change(self._on_change)
-        self._handler = _CallbackHandler(self._on_record)
-        logging.getLogger(LOGGER).addHandler(self._handler)
+        self._logs = contextlib.ExitStack()
+        self._logs.enter_context(handled(LOGGER, logging.DEBUG, self._on_record))
 
     def close(self) -> None:
-        logging.getLogger(LOGGER).removeHandler(self._handler)
+        self._logs.close()
 
     def _notify(self) -> None:
         # Callbacks run in the event-loop thread (watch() reloads there).
@@ -65,15 +67,6 @@ class Observer:
             async with self._cond:
                 await self._cond.wait_for(predicate)
         return time.monotonic() - start
-
-
-class _CallbackHandler(logging.Handler):
-    def __init__(self, callback: Callable[[logging.LogRecord], None]) -> None:
-        super().__init__(level=logging.DEBUG)
-        self._callback = callback
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._callback(record)
 
 
 def endpoint_of(registry: HookRegistry, name: str) -> str | None:
