@@ -3,17 +3,20 @@ reloaded once (its directory rules, file selection and per-file checks),
 then every problem of each file it rejects, and what is valid but likely a
 slip: a file that registers nothing, a hook point never called, a key in
 another case or nothing reads, a hook server's socket not there, balloons
-called before a hook that sets the CPU shares it sizes by."""
+called before a hook that sets the CPU shares it sizes by, a hook server
+listened on by a user the proxy would refuse it for (untrusted_endpoint)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from .checkfindings import Finding, Severity, endpoint_findings
+from .hookclient.endpointtrust import peer_of
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.filesafety import read_hook_file
 from .hookpath.hookdir import DirectoryState, inspect_directory
@@ -145,9 +148,33 @@ def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:
     for hook in sorted(server.hooks, key=lambda h: h.value):
         if not _proxy_calls(hook):
             yield Finding(Severity.WARNING, path, f"hook point {hook.value} is never called by this proxy")
-    for finding in endpoint_findings(Path(server.endpoint), "remote-endpoint"):
+    endpoint = endpoint_findings(Path(server.endpoint), "remote-endpoint")
+    for finding in endpoint:
         yield Finding(finding.severity, path, f"{finding.reason} ({server.endpoint})")
+    if not endpoint:  # someone listens: who
+        yield from _listener_findings(path, server)
     yield from _key_findings(path)
+
+
+def _listener_findings(path: Path, server: HookServerConfig) -> Iterable[Finding]:
+    """The user that listens on the hook server's socket (``SO_PEERCRED`` at a
+    short connect), when the proxy on the frames data path would refuse it for
+    this file: not root, this user (the proxy's, run as it) or the file's owner."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            sock.connect(server.endpoint)
+            peer = peer_of(sock)
+    except OSError:
+        return  # gone since endpoint_findings looked: nothing more to tell
+    if peer.uid in (0, os.geteuid(), server.owner_uid):
+        return
+    owner = f"the hook file's owner (uid {server.owner_uid})" if server.owner_uid is not None else "the hook file's owner"
+    yield Finding(
+        Severity.WARNING, path,
+        f"remote-endpoint: listened on by uid {peer.uid} (pid {peer.pid}), not root or {owner}: the proxy refuses "
+        f"its calls as untrusted_endpoint (frames data path); give the hook file to uid {peer.uid}, or have the "
+        f"server listen as root ({server.endpoint})")
 
 
 def _proxy_calls(hook: HookType) -> bool:

@@ -3,7 +3,9 @@ directory, every bad file named with its reason (and line), warnings apart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from runtimeproxy.config import ConfigError, load
 from runtimeproxy.hookpath.points import HookType
 
 from ..configcases import BAD_METRICS_HOSTS, SERVE_CRASHERS
+from ..hookprocs import NOBODY, dir_for_nobody, served_by_nobody
+from ..prerequisites import fail_or_skip
 
 
 @pytest.fixture
@@ -428,3 +432,24 @@ def test_a_grace_period_the_units_stop_timeout_cuts_short_is_a_warning(
 def test_the_stop_timeout_checked_is_the_units() -> None:
     unit = (Path(__file__).parents[2] / "systemd" / "runtime-proxy.service").read_text()
     assert f"\nTimeoutStopSec={checkconfig.UNIT_TIMEOUT_STOP_S:g}\n" in unit
+
+
+async def test_a_hook_server_listened_on_by_an_untrusted_user_is_named(
+    tmp_path: Path, live: Path, hook_dir: Path
+) -> None:
+    """check-config names the user listening on a hook server's socket when the
+    proxy would refuse it (untrusted_endpoint), next to the file's owner: the
+    troubleshooting page sends operators here. Before: the file was valid,
+    nothing said who listened."""
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to run a server as another user (CI runs as root)")
+    with dir_for_nobody() as directory:
+        endpoint = directory / "hook.sock"
+        async with served_by_nobody(endpoint) as server:
+            path = hook_file(hook_dir, "a.json", valid_hook(endpoint))
+            report = await asyncio.to_thread(check, good_config(tmp_path, live, hook_dir))
+    (finding,) = report.findings
+    assert (finding.severity, finding.subject) == (Severity.WARNING, path)
+    assert finding.reason.startswith(
+        f"remote-endpoint: listened on by uid {NOBODY} (pid {server.process.pid}), not root or the hook file's "
+        "owner (uid 0): the proxy refuses its calls as untrusted_endpoint")
