@@ -8,8 +8,10 @@ Two steps, each runnable alone:
   wire meaning), imports of vendored copies of well-known messages replaced
   by the message itself (``VENDORED_IMPORTS``).
 * always: run grpcio-tools' protoc over the schema copies, writing
-  ``api_pb2.py`` and ``api_pb2_grpc.py`` next to each copy (or into ``--out``,
-  which the staleness test uses).
+  ``api_pb2.py``, its type stub ``api_pb2.pyi`` (the message classes are
+  built at import time, so only the stub tells a type checker their names)
+  and ``api_pb2_grpc.py`` next to each copy (or into ``--out``, which the
+  staleness test uses).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ SCHEMAS: dict[str, str] = {
     "nri/api.proto": "nri-api/api.proto",
     "ttrpc/request.proto": "nri-api/ttrpc-request.proto",
 }
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py")
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 # Imports of a project's own copy of a standard message: the copy is declared
 # in the schema instead (same fields and numbers, so the same wire format)
@@ -148,6 +150,7 @@ def generate(out_root: Path) -> list[Path]:
             f"-I{PROJECT_ROOT}",
             f"-I{well_known}",
             f"--python_out={out_root}",
+            f"--pyi_out={out_root}",
             f"--grpc_python_out={out_root}",
             str(proto),
         ]
