@@ -266,7 +266,7 @@ _REPLIES: dict[str, Message] = {
 def _kubelet_call(point: HookPoint, request: Any, call: Message | None, store: StateStore) -> Message:
     """kubelet's call (given, or built as check_answer builds it), and the
     records the proxy would hold of its pod and container, from ``request``."""
-    out = kubelet_call(point, request, call)
+    out: Any = kubelet_call(point, request, call)  # the point's own request type, whose fields are read by point
     if point.hook is HookType.PRE_RUN_POD_SANDBOX:
         if call is None:
             copy_as_wire(out.config.metadata, request.pod_meta)

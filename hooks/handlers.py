@@ -54,9 +54,10 @@ def check_handlers(cls: type, base: type) -> None:
                 )
     for name in ("handle", *(point.handler_name for point in HOOK_POINTS.values())):
         # The definition the SDK calls; one of an earlier HookServer subclass was checked with it.
-        klass = next((klass for klass in own if name in vars(klass)), None)
-        if klass is None or (klass is not cls and issubclass(klass, base)):
+        definer = next((klass for klass in own if name in vars(klass)), None)
+        if definer is None or (definer is not cls and issubclass(definer, base)):
             continue
+        klass = definer
         value = vars(klass)[name]
         function, wrapped = _unwrapped(value)
         if inspect.isasyncgenfunction(function):

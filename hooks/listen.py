@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_OPTIONS", "MAX_MESSAGE_BYTES", "Listener", "close", "frames", "grpc_aio", "open_listener"]
 
-Listener = grpc.aio.Server | FrameServer
+Listener: TypeAlias = grpc.aio.Server | FrameServer
 
 # A hook request is as large as the CRI call it comes from, and kubelet sends
 # up to 16 MiB: grpc's default of 4 MiB would fail a Fail hook's pods.

@@ -218,16 +218,16 @@ def render(doc: Mapping[str, Any], now: float | None = None) -> str:
             at = _when(error["at"])
             cause = f": {_printable(error['cause'])}" if error.get("cause") else ""  # `.get`: a proxy older than it
             lines.append(f"    last error: {error['outcome']} on {error['hook']} at {at}{cause}")
-            state = _error_state(error, now)
-            if state:
-                lines.append(f"      {state}")
+            error_state = _error_state(error, now)
+            if error_state:
+                lines.append(f"      {error_state}")
     rejected = doc.get("hook_files_rejected") or {}
     more = doc.get("hook_files_rejected_more") or 0  # `.get`: a proxy older than this key lists them all
     if rejected or more:
         lines.append(f"hook files rejected: {len(rejected) + more} (fix or remove them; `runtime-proxy check-config`)")
-    served = {server["name"] for server in doc["hook_servers"]}
+    loaded = {server["name"] for server in doc["hook_servers"]}
     for name, reason in rejected.items():
-        kept = "; its last good version, above, stays in force" if name in served else ""
+        kept = "; its last good version, above, stays in force" if name in loaded else ""
         lines.append(f"  {_printable(name)}: {_printable(reason)}{kept}")
     if more:
         lines.append(f"  ... and {more} more")

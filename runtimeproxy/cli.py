@@ -120,9 +120,9 @@ def serve(
         log.warning("deprecated koord-runtime-proxy flag", extra={"warning": warning})
     if moved is not None:
         log.warning("image calls go to another socket than koord-runtime-proxy sent them to", extra={"warning": moved})
-    for warning in warnings:  # accepted, but likely a slip
+    for slip in warnings:  # accepted, but likely a slip
         log.warning(
-            "config file warning", extra={"config_file": str(config_file), "line": warning.line, "warning": warning.message}
+            "config file warning", extra={"config_file": str(config_file), "line": slip.line, "warning": slip.message}
         )
     try:
         eventloop.run(_serve(config, local_containerd), loop)
@@ -224,7 +224,7 @@ async def _serve(config: ProxyConfig, local_dir: Path | None) -> None:
     log.info("event loop running", extra={"event_loop": eventloop.running_loop_name(), "setting": config.event_loop})
     stop = stop_on_signals()
     listen_socket = inherited_socket()  # first: a child started below must not see LISTEN_FDS
-    died: Exception | None = None  # the private containerd's exit, if it is why serve ends
+    died: BaseException | None = None  # the private containerd's exit, if it is why serve ends
     running: RunningProxy | None = None
 
     def containerd_exited(exited: asyncio.Future[int], runtime: LocalContainerd, pid: int | None) -> None:

@@ -11,7 +11,7 @@ other file's or directory's, as written (``--config c:fg.yaml``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -32,7 +32,7 @@ class NonEmptyPath(click.Path):
                 value = endpoint_path(value)
             except EndpointURLError as exc:
                 self.fail(f"{value!r}: {exc}", param, ctx)
-        path = super().convert(value, param, ctx)
+        path = cast(str, super().convert(value, param, ctx))  # click.Path with no path_type converts to a str
         try:
             return absolute_path(path)
         except RuntimeError:  # ~user of no such user, or no HOME

@@ -63,7 +63,7 @@ class _Family:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        registry.register(self)
+        registry.register(self)  # type: ignore[arg-type]  # a Collector by duck type: the registry calls collect()
 
     def _check(self, values: tuple[str, ...]) -> None:
         if len(values) != len(self.labelnames):

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .cripath.methods import MethodRef, metric_ref
-from .loopmetrics import CounterFamily, HistogramFamily
+from .cripath.methods import ApiVersion, MethodRef, metric_ref
+from .loopmetrics import Count, CounterFamily, HistogramFamily, Observed
 from .metricshttp import MetricsListener, serve
 
 HOOK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
@@ -252,7 +252,7 @@ class CriCallMetrics:
         # The label children are looked up once, at a code's first call
         # (labels() locks and builds a key each time: most of a record's cost,
         # and it runs per call; and a series appears only once called).
-        children: dict[str, tuple[Counter, Histogram]] = {}
+        children: dict[str, tuple[Count, Observed]] = {}
 
         def record(code: str, elapsed: float) -> None:
             self.active -= 1
@@ -265,7 +265,7 @@ class CriCallMetrics:
 
         return record
 
-    def serving(self, routes: Mapping[str, str]) -> None:
+    def serving(self, routes: Mapping[ApiVersion, str]) -> None:
         """The versions served now (client version -> backend version); none while refusing."""
         self.served_versions.clear()
         for client, target in routes.items():

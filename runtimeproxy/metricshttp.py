@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 
 class MetricsServer(ThreadingWSGIServer):
+    server_address: tuple[Any, ...]  # the socket's getsockname(): (host, port) or IPv6's 4-tuple
     """prometheus_client's server (a thread per scrape, daemon threads) on
     the address family and sockaddr the lookup gave."""
 

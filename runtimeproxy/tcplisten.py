@@ -81,7 +81,8 @@ def lookup_error_text(host: str, exc: socket.gaierror) -> str:
 
 def resolve(host: str, port: int) -> list[AddrInfo]:
     """getaddrinfo as serve's bind takes it: the first address is the one bound."""
-    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    # list(): typeshed's list of its narrower tuples is no list[AddrInfo] (lists are invariant).
+    return list(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))
 
 
 def on_port(sockaddr: tuple[Any, ...], port: int) -> tuple[Any, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -198,6 +198,8 @@ class Document:
                     return False
                 stack += zip(a.value, b.value, strict=True)
             else:
+                # (not a scalar or a sequence: a mapping, the third kind of node)
+                a, b = cast(yaml.MappingNode, a), cast(yaml.MappingNode, b)
                 pairs = self._entries(a), self._entries(b)
                 if pairs[0] is None or pairs[1] is None:  # a key that is no scalar: as written, in order
                     flat = self._flat(a), self._flat(b)

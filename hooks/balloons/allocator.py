@@ -39,7 +39,7 @@ def _pick_core(topology: Topology, cores: dict[int, list[int]], remaining: int) 
 def _node_order(topology: Topology, free: set[int], near: frozenset[int], count: int) -> list[int]:
     free_in = {node: len(free & cpus) for node, cpus in topology.node_cpus.items()}
     if near:
-        near_nodes = {}
+        near_nodes: dict[int, int] = {}
         for cpu in near:
             node = topology.cpus[cpu].node
             near_nodes[node] = near_nodes.get(node, 0) + 1

@@ -63,7 +63,7 @@ class MoveBook:
             due = target != self.applied.get(member.key) or member.key in self.unsure
             if member.container_id and due and target != ("", ""):
                 out.append(Move(
-                    member.key, member.container_id, member.label, balloon.name, target,
+                    member.key, member.container_id, member.label, balloon.name, target,  # type: ignore[arg-type]  # a member's: not None
                     self.applied.get(member.key), self.answers.get(member.key, 0),
                 ))
         return out

@@ -56,7 +56,7 @@ class Planned(NamedTuple):
 
     btype: str  # that balloon's type
     own_cpus: frozenset[int]  # its own CPUs, the reserved ones taken out
-    index: int | None = None  # its index: the balloon made again for it keeps its name (logs, status)
+    index: int | None = None  # type: ignore[assignment]  # (a field named as tuple.index) Its index: the balloon made again for it keeps its name (logs, status)
 
     @property
     def name(self) -> str:

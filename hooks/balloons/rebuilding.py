@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class Rebuilding:
-    def restore(self: Pool, member: Member, btype: BalloonType, cpus: frozenset[int],
+    def restore(self: Pool, member: Member, btype: BalloonType, cpus: frozenset[int],  # type: ignore[misc]  # a mixin of Pool: mypy wants self a supertype
                 mates: frozenset[ContainerKey] | None = None, index: int | None = None) -> Balloon | None:
         """Put back a container found running on ``cpus`` (after a restart or a config reload;
         idle CPUs it shares with other balloons' containers taken out, restoring.py).
@@ -82,7 +82,7 @@ class Rebuilding:
         match.members[member.key] = member
         return match
 
-    def rehome(self: Pool, key: ContainerKey, btype: BalloonType) -> Balloon:
+    def rehome(self: Pool, key: ContainerKey, btype: BalloonType) -> Balloon:  # type: ignore[misc]  # a mixin of Pool: mypy wants self a supertype
         """A container a re-plan put back in the default balloon that its type
         ``btype`` could not take: a balloon of its type takes it if it can in
         full now (:meth:`assign`: from the CPUs free, those it runs on first,
@@ -106,7 +106,7 @@ class Rebuilding:
             self.balloons.remove(balloon)  # the default balloon: not fixed
         return home
 
-    def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:
+    def _apart(self: Pool, member: Member, btype: BalloonType, avoid: frozenset[int]) -> Balloon | None:  # type: ignore[misc]  # a mixin of Pool: mypy wants self a supertype
         """For a container its pod's balloons of ``btype`` cannot take
         (:meth:`assign` refused it, trying each of them): a balloon of
         ``btype`` apart from them that takes it in full, when none of them
@@ -136,7 +136,7 @@ class Rebuilding:
                 home.members[member.key] = member
         return home
 
-    def settle(self: Pool) -> list[str]:
+    def settle(self: Pool) -> list[str]:  # type: ignore[misc]  # a mixin of Pool: mypy wants self a supertype
         """Resize every balloon to its target (shrinks first, so growth finds
         the CPUs; then those with containers and no CPU, which run on the
         reserved ones, as in :meth:`grow_short`), but an empty one short of

@@ -112,9 +112,9 @@ def rebuild(
         log.warning("balloon cannot be sized after rebuild: %s", problem)
     for key, btype in fallbacks if rehome else ():
         if pool.balloon_of(key) is not None and pool.rehome(key, btype).btype is btype:
-            label = pool.balloon_of(key).members[key].label
+            label = pool.balloon_of(key).members[key].label  # type: ignore[union-attr]  # rehomed: in a balloon
             log.info("moving container %s from the default balloon to balloon %s: its type has room for it now",
-                     label, pool.balloon_of(key).name, extra={"container": label})
+                     label, pool.balloon_of(key).name, extra={"container": label})  # type: ignore[union-attr]  # (as above)
     pool.grow_short(empty=False)  # empty balloons grow once running containers have their CPUs, below
     for item, btype in fresh:
         # A container that already runs cannot be refused, whatever

@@ -7,6 +7,7 @@ synthetic machines. Also the cpuset list format ("0-3,8") both ways.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,7 @@ class Topology:
         return cls(cpus)
 
     @classmethod
-    def from_sysfs(cls, root: str | Path = "/sys") -> Topology:
+    def from_sysfs(cls, root: str | os.PathLike[str] = "/sys") -> Topology:
         base = Path(root) / "devices" / "system"
         online = _online_cpus(base / "cpu")
         node_of: dict[int, int] = {}

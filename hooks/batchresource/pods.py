@@ -26,7 +26,7 @@ log = logging.getLogger("hooks.batchresource")
 
 # How a caller has a warning logged: (message, fields). The runtime listing's
 # says each thing once per sandbox; a hook call's logs each.
-Warn = Callable[[str, Mapping[str, object]], None]
+Warn = Callable[[str, Mapping[str, object]], object]  # (what it returns is not used)
 
 
 def _warn(message: str, fields: Mapping[str, object]) -> None:

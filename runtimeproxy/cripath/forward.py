@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -53,7 +53,7 @@ def client_metadata(context: aio.ServicerContext) -> tuple[tuple[str, str | byte
     )
 
 
-def _reply_metadata(md: object) -> tuple[tuple[str, str | bytes], ...]:
+def _reply_metadata(md: Iterable[tuple[str, str | bytes]] | None) -> tuple[tuple[str, str | bytes], ...]:
     return tuple((k, v) for k, v in (md or ()) if k not in HOP_BY_HOP and not k.startswith(":"))
 
 

@@ -69,7 +69,7 @@ def _twin_pool(file: FileDescriptor) -> descriptor_pool.DescriptorPool:
 
 def twin_class(cls: type[Message]) -> type[Message]:
     """The lenient twin of message class ``cls`` (its file's twin built once, on first use)."""
-    desc: Descriptor = cls.DESCRIPTOR
+    desc = cls.DESCRIPTOR
     return GetMessageClass(_twin_pool(desc.file).FindMessageTypeByName(desc.full_name))
 
 

@@ -115,10 +115,11 @@ def _compatible(new: FieldDescriptor, old: FieldDescriptor) -> bool:
         return False
     if new.type != old.type:
         return {new.type, old.type} <= _STRING_LIKE  # both length-delimited
+    # (old's type is new's here, so old has a message or enum type when new has)
     if new.message_type is not None:
-        return relative_name(new.message_type) == relative_name(old.message_type)
+        return old.message_type is not None and relative_name(new.message_type) == relative_name(old.message_type)
     if new.enum_type is not None:
-        return relative_name(new.enum_type) == relative_name(old.enum_type)
+        return old.enum_type is not None and relative_name(new.enum_type) == relative_name(old.enum_type)
     return True
 
 
@@ -280,7 +281,7 @@ def _holds_enum(desc: Descriptor) -> bool:
 def _collect_unknown(msg: Message, prefix: str, found: _Walk) -> None:
     found.visit()
     if found.unknown:
-        for f in UnknownFieldSet(msg):
+        for f in UnknownFieldSet(msg):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
             found.visit()
             found.add(f"{prefix}#{f.field_number}")
     for field, value in msg.ListFields():
@@ -328,7 +329,7 @@ def _needs_check() -> Mapping[str, bool]:
     table: dict[str, bool] = {}
     for info in METHODS[V1].values():
         # Method names are unique across the CRI services; combine anyway.
-        table[info.name] = table.get(info.name, False) or may_carry_v1_only(info.request.DESCRIPTOR)
+        table[info.name] = table.get(info.name, False) or may_carry_v1_only(info.request.DESCRIPTOR)  # type: ignore[arg-type]  # types-protobuf splits upb's Descriptor from it
     return MappingProxyType(table)
 
 

@@ -9,12 +9,14 @@ have work (``StageProvider.needed``), and relays the call verbatim if not.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from grpc import aio
 
 Send = Callable[[bytes], Awaitable[bytes]]
-Stage = Callable[[bytes, aio.ServicerContext, Send], Awaitable[bytes]]
+# A coroutine, not any awaitable: the NRI adapter runs it as a task.
+Stage = Callable[[bytes, aio.ServicerContext, Send], Coroutine[Any, Any, bytes]]
 Unary = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
 
 

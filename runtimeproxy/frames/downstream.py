@@ -39,7 +39,7 @@ NEVER_OPENED = 2  # a stream id only a server could open: never a gRPC call's (s
 _FRAME_HEADER = fr.HEADER.unpack_from
 
 # How a gRPC client reports a stream the server reset (the code it counts as).
-_RESET_AS = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
+_RESET_AS: dict[int, str] = {ErrorCode.CANCEL: "CANCELLED", ErrorCode.REFUSED_STREAM: "UNAVAILABLE"}
 
 if TYPE_CHECKING:
     from .connection import FrameConnection
@@ -51,7 +51,7 @@ class BackendSide:
     def __init__(self, conn: FrameConnection) -> None:
         self.conn = conn
         self.carry = fr.Carry()  # an incomplete frame, completed from the next read
-        self.block: list[bytes] = []  # an open header block, sent once complete
+        self.block: list[bytes | memoryview] = []  # an open header block, sent once complete
         self.fragments: list[bytes] = []  # its header block fragments
         self.block_sid = 0
         self.block_ends = False
@@ -153,7 +153,7 @@ class BackendSide:
         conn.inbound.ordered(conn.end_locally(sid, 8, message))
         conn.credit_backend(size)
 
-    def _frame(self, t: int, flags: int, sid: int, raw: memoryview, payload: memoryview) -> None:
+    def _frame(self, t: int, flags: int, sid: int, raw: memoryview, payload: memoryview | bytes) -> None:
         """One frame that is not part of a verbatim run."""
         conn = self.conn
         out = conn.out
@@ -293,7 +293,7 @@ class BackendSide:
             conn.responded.add(sid)
         call = conn.hooked.get(sid)
         held = call is not None and not call.finished and sid not in conn.ended
-        if held and call.gate is None:
+        if held and call is not None and call.gate is None:  # (call is not None: held says so)
             # A hooked call's answer, from its first block, is released once
             # the stages are done (hooked.py): the client gets it whole, in one
             # write. The gate holds every answer behind it on this connection
@@ -307,7 +307,7 @@ class BackendSide:
         status, message = grpc_status(headers)
         if status in FAILED_STATUSES:  # containerd not initialised yet, maybe (Routes.runtime_failed_status)
             conn.routes.runtime_failed_status(status, message)
-        if held:
+        if held and call is not None:
             call.runtime_ended(status, message)
         conn.stream_done(sid, status_name(status))
 

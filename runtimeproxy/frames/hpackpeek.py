@@ -296,6 +296,6 @@ class HeaderReader:
         self._forget()
         try:
             # raw: a -bin value may be true binary (grpc's 0xfe03 setting)
-            return self._decoder.decode(block, raw=True)
+            return self._decoder.decode(block, raw=True)  # type: ignore[return-value]  # raw=True: a list of bytes pairs
         except hpack.HPACKError as exc:
             raise FrameError(ErrorCode.COMPRESSION_ERROR, f"bad header block{self._source}: {exc}") from exc

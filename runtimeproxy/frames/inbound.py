@@ -75,7 +75,7 @@ class Corked:
         # uvloop closes a transport on a socket error and tells the protocol a
         # turn later; writing to it then would raise in this bare callback.
         if (held or self._owed >= CREDIT_URGENT) and not self._transport.is_closing():
-            self._send(b"".join(held))
+            self._send(b"".join(held or ()))  # (held is a list: _release runs only after hold)
 
     def close(self) -> None:
         self._held = None  # the connection is over: nothing more goes out
@@ -91,7 +91,7 @@ class Corked:
 class Gone:
     """The runtime's side once it closed: what is still sent to it goes nowhere."""
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         pass
 
     def close(self) -> None:

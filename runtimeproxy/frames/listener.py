@@ -347,7 +347,7 @@ class FramesListener:
             await self._channel.close()
 
 
-def _idle_or_closed(conn: FrameConnection) -> asyncio.Future[object]:
+def _idle_or_closed(conn: FrameConnection) -> asyncio.Future[None]:
     """Done once ``conn`` has no call left to finish, or is closed: calls of a
     closed connection can no longer be answered, so shutdown need not wait for them."""
     idle = asyncio.ensure_future(conn.wait_idle())

@@ -76,7 +76,8 @@ def from_backend(conn: FrameConnection, values: dict[int, int], raw: bytes | mem
         conn.out.control(raw)
     else:  # the client's server preface; its connection window is the proxy's: open it wide
         side.preface_sent = True
-        conn.out.preface(raw + fr.window_update(0, CLIENT_GRANT))
+        # bytes(): raw is the bytes made above (no preface sent), a no-op that says so
+        conn.out.preface(bytes(raw) + fr.window_update(0, CLIENT_GRANT))
         conn.server_prefaced()
 
 

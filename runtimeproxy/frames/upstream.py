@@ -220,10 +220,10 @@ class ClientSide:
         elif f.type == T_RST_STREAM:
             if sid in self.conn.ended:
                 return
-            call = self.conn.diverted.pop(sid, None)
-            if call is not None:
-                if call.task is not None:
-                    call.task.cancel()
+            dropped = self.conn.diverted.pop(sid, None)
+            if dropped is not None:
+                if dropped.task is not None:
+                    dropped.task.cancel()
                 self.conn.check_idle()
                 return
             held = self.conn.hooked.get(sid)
@@ -294,7 +294,7 @@ class ClientSide:
         else:
             peeked = self.headers.peek(data, _PATH)
             # None: the table is as it was before the block, which may be read again.
-            headers = self.headers.decode(data) if peeked is None else self.headers.every
+            headers = self.headers.decode(data) if peeked is None else self.headers.every  # type: ignore[assignment]  # a peek that found the path read every header
         if sid in conn.relayed:
             self.ordered(b"".join(raws), out)
             return

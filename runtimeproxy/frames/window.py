@@ -64,7 +64,8 @@ class WindowQueue:
         while items:
             head = items[0]
             if isinstance(head, bytes):
-                out.append(items.popleft())
+                out.append(head)
+                items.popleft()
                 continue
             if isinstance(head, Gate):
                 if not head.is_open:

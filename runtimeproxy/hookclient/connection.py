@@ -82,7 +82,7 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
-        transport.write(fr.PREFACE + _OUR_SETTINGS + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))
+        transport.write(fr.PREFACE + _OUR_SETTINGS + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))  # type: ignore[attr-defined]  # (as above)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -32,7 +32,7 @@ MAX_HEADER_BLOCK = 1 << 20  # as MAX_DECODED_HEADERS (below): a longer one ends 
 MAX_BLOCK_FRAMES = 128  # CONTINUATIONs of one header block (an empty one adds nothing to its size)
 LAST_STREAM_ID = (1 << 31) - 1
 _SETTINGS_ACK = fr.serialize(FrameType.SETTINGS, Flag.ACK, 0)
-_RESET_AS = {ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
+_RESET_AS: dict[int, grpc.StatusCode] = {ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
              ErrorCode.INADEQUATE_SECURITY: grpc.StatusCode.PERMISSION_DENIED}
 # Decoded header lists are bounded here (beyond it the HPACK state cannot be
 # trusted: the connection ends); over MAX_HEADER_LIST, what we advertise,

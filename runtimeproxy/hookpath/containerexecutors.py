@@ -202,6 +202,7 @@ def _updated(req: v1.UpdateContainerResourcesRequest, out: HookRequest | None) -
         return None
     if req.HasField("linux"):
         # The container's resources as they are once the update applies (it sets only what it names).
-        merge_resources(out.container_resources, hook_resources(req.linux))
-    out.container_annotations.update(req.annotations)
+        # (out is a container's record: the update's own hook_request made it)
+        merge_resources(out.container_resources, hook_resources(req.linux))  # type: ignore[union-attr]
+    out.container_annotations.update(req.annotations)  # type: ignore[union-attr]  # (as above)
     return out

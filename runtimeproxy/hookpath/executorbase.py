@@ -41,7 +41,7 @@ def copied(record: HookRequest | None) -> HookRequest | None:
     if record is None:
         return None
     out = type(record)()
-    out.CopyFrom(record)
+    out.CopyFrom(record)  # type: ignore[arg-type]  # out is of record's own type
     return out
 
 

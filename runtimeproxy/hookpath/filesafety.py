@@ -75,10 +75,10 @@ def read_hook_file(path: Path, check_permissions: bool, *, follow_symlinks: bool
         fd = os.open(path, flags)
     except FileNotFoundError as exc:
         try:
-            target = os.readlink(path)
+            link = os.readlink(path)
         except OSError:  # not a symlink, or removed meanwhile
             raise HookConfigError(path, "file does not exist") from exc
-        raise HookConfigError(path, f"dangling symlink (target {shown(target)} does not exist)") from exc
+        raise HookConfigError(path, f"dangling symlink (target {shown(link)} does not exist)") from exc
     except OSError as exc:
         raise HookConfigError(path, f"cannot open: {exc.strerror or exc}", transient=True) from exc
     try:

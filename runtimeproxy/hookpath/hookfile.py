@@ -348,7 +348,8 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     if values["answers"] is None:
         values["answers"] = default_answers(path.name)
     listed = found.get(KEY_RUNTIME_HOOKS) or ()
-    values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # (valid: read above)
+    # (a valid list of names: read above; found's values are objects to mypy)
+    values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # type: ignore[attr-defined]
     return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]
 
 

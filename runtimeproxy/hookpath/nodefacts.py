@@ -220,7 +220,7 @@ class NodeFactsSource:
         parent = self._parents.read(cgroup_parent, set(values))
         if parent is None:
             return []
-        return outside_parent(hookapi.LinuxContainerResources(), hookapi.LinuxContainerResources(**values), parent)
+        return outside_parent(hookapi.LinuxContainerResources(), hookapi.LinuxContainerResources(**values), parent)  # type: ignore[arg-type]  # values: cpuset fields, all strings
 
     def _by_parent(
         self, shown: hookapi.LinuxContainerResources, answer: hookapi.LinuxContainerResources,

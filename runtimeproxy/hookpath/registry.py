@@ -277,6 +277,7 @@ class HookRegistry:
         if self._metrics is not None:
             self._metrics.dir_refused.set(1 if unsafe else 0)
         candidates: list[Path] = []
+        problem: str | None
         if found.state is DirectoryState.USABLE:
             try:
                 candidates = list_hook_files(self._directory)
@@ -295,9 +296,9 @@ class HookRegistry:
             # is logged at each rescan a change brings (someone writes there),
             # the others once per problem, not at each event.
             self._notes.kept_directory(problem or "", periodic or not unsafe, found.until, old.servers)
-            last = self._last_reload  # its files' rejections stand as read last: `status` lists them still
+            last_reload = self._last_reload  # its files' rejections stand as read last: `status` lists them still
             return ReloadResult(
-                rejected=last.rejected, kept=last.kept, directory_error=problem, directory_unsafe=unsafe,
+                rejected=last_reload.rejected, kept=last_reload.kept, directory_error=problem, directory_unsafe=unsafe,
                 directory_kept=True, snapshot=old,
             )
         self._notes.directory_problem(problem, found.level)

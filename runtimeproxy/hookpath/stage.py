@@ -209,7 +209,8 @@ class HookStage(StageProvider):
             if not sent and self._carrying(ex):
                 # Read back a pod the records lack only if a hook may move pods now, or
                 # a pre hook reads it anyway: else the call is not held for the runtime.
-                read_back = pre_hook is not None or bool(self.dispatcher.servers(ex.carries_from))
+                read_back = pre_hook is not None or (  # (carries_from is set: _carrying)
+                    ex.carries_from is not None and bool(self.dispatcher.servers(ex.carries_from)))
                 changed = await ex.carry(req, self.store, read_back)
             # What record() takes as ``seen``: the hook request the last pre
             # hook was sent, if the call is still what it was built from.

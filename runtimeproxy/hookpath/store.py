@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import empty_pb2, json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cri_api.hookapi import api_pb2 as hookapi
@@ -280,6 +280,7 @@ class StateStore:
         runtime failed or went away): the record goes once the runtime says the
         object is gone; it stays if the runtime still has it after the last try."""
         assert self.read_backend is not None
+        request: Message
         if kind == "pod":
             method, request = "PodSandboxStatus", v1.PodSandboxStatusRequest(pod_sandbox_id=object_id)
         else:
@@ -340,7 +341,7 @@ def _listed_ids(raw: bytes, item_type: type[v1.PodSandbox] | type[v1.Container])
     item, so the items are split on the wire and each is read on its own:
     one item that does not decode costs only itself."""
     ids: list[str] = []
-    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(raw)):
+    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(raw)):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
         if entry.field_number != 1 or entry.wire_type != WIRE_LENGTH_DELIMITED:
             continue
         item = entry.data
@@ -358,7 +359,7 @@ def _listed_ids(raw: bytes, item_type: type[v1.PodSandbox] | type[v1.Container])
 
 
 def _raw_id(item: bytes) -> str:
-    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(item)):
+    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(item)):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
         if entry.field_number == 1 and entry.wire_type == WIRE_LENGTH_DELIMITED:
             return entry.data.decode("utf-8", "replace")
     return ""

@@ -103,9 +103,9 @@ class HookAdapter:
         for gone in set(self.store.containers) - container_ids:
             self.store.drop_container(gone)
         for container in containers:
-            pod = by_id.get(container.pod_sandbox_id)
-            if pod is not None:
-                self._put_container(pod, container)
+            owner = by_id.get(container.pod_sandbox_id)
+            if owner is not None:
+                self._put_container(owner, container)
 
     def _put_pod(self, pod: nri.PodSandbox) -> None:
         self.store.put_pod(pod.id, pod_record(convert.pod_config(pod), pod.runtime_handler))
@@ -165,6 +165,7 @@ class HookAdapter:
 
     async def state_change(self, event: nri.StateChangeEvent) -> None:
         pod, container = event.pod, event.container
+        request: Message
         if event.event == E.RUN_POD_SANDBOX:
             reply = v1.RunPodSandboxResponse(pod_sandbox_id=pod.id)
             await self._through_stage("RunPodSandbox", convert.run_pod_request(pod), reply, recorded=True)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from google.protobuf.message import Message
+
 from cri_api.nri import api_pb2 as nri
 
 from . import ttrpc
@@ -69,7 +71,7 @@ class PluginConnection:
         self.synchronized = asyncio.Event()
 
     def _handlers(self) -> dict[tuple[str, str], ttrpc.Handler]:
-        def method(name: str, request_type: type, call: object) -> tuple[tuple[str, str], ttrpc.Handler]:
+        def method(name: str, request_type: type[Message], call: object) -> tuple[tuple[str, str], ttrpc.Handler]:
             async def handle(payload: bytes) -> bytes:
                 answer = await call(request_type.FromString(payload))  # type: ignore[operator]
                 return answer.SerializeToString()

@@ -1,6 +1,7 @@
 """The tree passes ruff with the rules pyproject.toml selects ([tool.ruff]):
 unused imports and variables, undefined names, bugbear's findings and the
-like, which no other test catches until the line runs."""
+like, which no other test catches until the line runs; and mypy's type check
+of the packages [tool.mypy] names (a None passed on, a wrong message type)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,27 @@ def test_the_config_reports_what_it_selects(ruff: list[str]) -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "F401" in done.stdout and "B023" in done.stdout, done.stdout
+
+
+@pytest.fixture(scope="module")
+def mypy() -> list[str]:
+    if importlib.util.find_spec("mypy") is None:
+        fail_or_skip("no mypy (pip install -e '.[test]')")
+    # --cache-dir=/dev/null: nothing written into the checkout (a cold run, some seconds).
+    return [sys.executable, "-m", "mypy", "--cache-dir=/dev/null", "--no-error-summary"]
+
+
+def test_the_tree_type_checks(mypy: list[str]) -> None:
+    done = subprocess.run(mypy, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"mypy found problems:\n{done.stdout}{done.stderr}"
+
+
+def test_the_type_check_reads_the_generated_stubs(mypy: list[str], tmp_path: Path) -> None:
+    """The check above is not vacuous: with protoc's stubs (cri_api/*_pb2.pyi)
+    a message field given a wrong type is found (without them, every
+    message name would be unknown to mypy)."""
+    probe = tmp_path / "probe.py"  # (a file: mypy takes no -c with the config's packages)
+    probe.write_text("from cri_api.v1 import api_pb2\n\napi_pb2.VersionRequest(version=1)\n")
+    done = subprocess.run([*mypy, str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "[arg-type]" in done.stdout and "[attr-defined]" not in done.stdout, done.stdout
