@@ -82,7 +82,8 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
     still has the values written before an error (the returned list otherwise).
     ``within``: the parent's current values when it could not be raised: a
     field raised above them is left out (added to ``skipped``), as it needs
-    the parent raised first; lowering, or raising within them, is written.
+    the parent raised first, and a raised memsw with its memory limit left
+    out; lowering, or raising within them, is written.
 
     Raises OSError from the cgroup files, MemoryBelowUsage before writing a memory
     limit (or v1 memory+swap limit) under the usage (the other fields are still
@@ -90,13 +91,18 @@ def apply_values(files: CgroupFiles, wanted: CgroupValues, *, raise_only: bool =
     if current is None:
         current = files.read()
     changes: list[Change] = [] if written is None else written
+    skipped_limit = False
     for field in Field:
         if not files.differs(current, wanted, field):
             continue
         raising = is_raise(current, wanted, field)
         if (raise_only and not raising) or (lower_only and raising):
             continue
-        if within is not None and raising and exceeds(within, wanted, field):
+        # memsw raised while its limit waits would be swap the container never
+        # asked for (the pod's memsw, unlimited, bounds it not): it waits too
+        if within is not None and raising and (exceeds(within, wanted, field) or (
+                field is Field.MEMORY_SWAP and skipped_limit)):
+            skipped_limit = skipped_limit or field is Field.MEMORY_LIMIT
             if skipped is not None:
                 skipped.append(field)
             continue

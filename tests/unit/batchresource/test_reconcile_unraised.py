@@ -17,9 +17,11 @@ from hooks.batchresource.reconcile import CONTAINER_RESTORED, CONTAINERS_WAIT, P
 from .fakecgroup import read, write
 from .hookfixtures import POD_PARENT
 from .learnfixtures import MIB
+from .test_cgroups_memsw import MEMSW, MEMSW_USAGE, NO_LIMIT
 from .test_reconcile_containers import MAIN, told_hook
 
 QUOTA = "cpu.cfs_quota_us"
+LIMIT = "memory.limit_in_bytes"
 
 
 def refuse_pod_quota(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,3 +141,27 @@ async def test_a_pod_raised_per_period_is_raised_before_its_containers(
     order = [(r.getMessage(), r.field) for r in caplog.records if r.getMessage() in (POD_RESTORED, CONTAINER_RESTORED)]
     assert order == [(POD_RESTORED, "cpu_quota"), (CONTAINER_RESTORED, "cpu_quota")]
     assert (read(root, 1, POD_PARENT, "cpu.cfs_period_us"), read(root, 1, POD_PARENT, QUOTA)) == ("100000", "75000")
+
+
+async def test_a_container_memsw_raise_waits_with_its_memory_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod at 64Mi (its raise refused), its container at 64Mi/64Mi wanting
+    128Mi/128Mi: the limit waits, above the pod, and memsw with it (before:
+    memsw, compared with the pod's unlimited one, was raised alone: 64Mi of
+    swap kubelet never asked for, and the wait line named the limit only)."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    for cgroup, memsw in ((MAIN, str(128 * MIB)), (POD_PARENT, NO_LIMIT)):
+        write(root, 1, cgroup, MEMSW, memsw)
+        write(root, 1, cgroup, MEMSW_USAGE, "0")
+    write(root, 1, POD_PARENT, QUOTA, "1000")  # the pod's raise refused at its quota, before its memory
+    write(root, 1, POD_PARENT, LIMIT, str(64 * MIB))
+    write(root, 1, MAIN, LIMIT, str(64 * MIB))
+    write(root, 1, MAIN, MEMSW, str(64 * MIB))
+    refuse_pod_quota(monkeypatch)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    Reconciler(hook.pods).once()
+    assert (read(root, 1, MAIN, LIMIT), read(root, 1, MAIN, MEMSW)) == (str(64 * MIB), str(64 * MIB))
+    [wait] = said(caplog, CONTAINERS_WAIT)
+    assert wait.containers == {"main": ["memory_limit", "memory_swap"]}
