@@ -15,6 +15,8 @@ balloon rebuilt from the cpusets.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from .balloon import ContainerKey
@@ -27,6 +29,25 @@ from .topology import Topology, format_cpuset
 
 
 CPUSETS = "rebuilt from the CPUs the containers run on"  # balloons' why, without saved ones
+
+log = logging.getLogger("hooks.balloons")
+
+
+@contextmanager
+def _held(logger: logging.Logger) -> Iterator[list[logging.LogRecord]]:
+    """``logger``'s records held back (not emitted) while in it: the caller
+    replays them (Logger.handle) or drops them."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    logger.addFilter(hold)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(hold)
 
 
 class BalloonsAtRestart(NamedTuple):
@@ -74,19 +95,22 @@ class StartFiles:
         token = saved.token if saved is not None else None
         if saved is None or contradicting is None:
             return kept, self._balloons(config, topology, found, kept.reserved, token)
-        balloons = self._balloons(config, topology, found, saved.cpus, token)
+        with _held(log) as held:  # a trial: its placements said only if it is kept
+            balloons = self._balloons(config, topology, found, saved.cpus, token)
         if balloons.state is None:
-            why = balloons.why.removeprefix(f"{CPUSETS}: ")
+            refused = balloons
         else:
             left = [label for key, label in contradicting.items() if key not in balloons.put_back]
             if not left:
+                for record in held:
+                    log.handle(record)
                 assert self.started is not None  # saved was read from it
                 why = (f"the saved set in {self.started.path}, as the saved balloons written with it name it, "
                        f"which put back the containers found off them (what runs alone: {kept.why})")
                 return AtRestart(saved.cpus, why), balloons
-            why = f"the saved balloons do not put back {', '.join(left)}"
-        kept = kept._replace(why=f"{kept.why}; nor could the saved balloons keep it: {why}")
-        return kept, self._balloons(config, topology, found, kept.reserved, token)
+            refused = BalloonsAtRestart(None, f"{CPUSETS}: the saved balloons do not put back {', '.join(left)}")
+        why = refused.why.removeprefix(f"{CPUSETS}: ")
+        return kept._replace(why=f"{kept.why}; nor could the saved balloons keep it: {why}"), refused
 
     def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
         """The reserved CPUs to keep at start-up, the containers ``found``
@@ -135,17 +159,16 @@ class StartFiles:
     def _balloons(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
                   reserved: frozenset[int] | None, token: str | None) -> BalloonsAtRestart:
         """balloons_at_restart's, ``token`` that of the reserved.json read (None: none usable)."""
-        cpusets = CPUSETS
         if self.started is None:
-            return BalloonsAtRestart(None, f"{cpusets} (stateDir not set: not saved)")
+            return BalloonsAtRestart(None, f"{CPUSETS} (stateDir not set: not saved)")
         plans = PlanFile(self.started.path.parent)
         try:
             plan = plans.load()
         except SavedPlanError as exc:
             level = logging.INFO if isinstance(exc, SavedPlanNewer) else logging.WARNING  # a downgrade: expected
-            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}", level)
+            return BalloonsAtRestart(None, f"{CPUSETS}: the saved balloons in {plans.path} {exc}", level)
         if plan is None:
-            return BalloonsAtRestart(None, f"{cpusets}: none saved in {plans.path} (the first start with this "
+            return BalloonsAtRestart(None, f"{CPUSETS}: none saved in {plans.path} (the first start with this "
                                            "stateDir or this version, or the last write failed)")
         try:
             if not plan.token or plan.token != token:
@@ -156,7 +179,7 @@ class StartFiles:
                 raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
             restart = rebuild_from(config, topology, found, plan)
         except SavedPlanError as exc:
-            return BalloonsAtRestart(None, f"{cpusets}: the saved balloons in {plans.path} {exc}")
+            return BalloonsAtRestart(None, f"{CPUSETS}: the saved balloons in {plans.path} {exc}")
         changes = restart.summary()
         return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
                                  changes=restart.fields(), put_back=restart.put_back_keys)

@@ -171,3 +171,16 @@ async def test_a_restart_reads_reserved_json_once(tmp_path: Path, caplog, monkey
     restart = {**TWO_RESERVED, "balloonTypes": [{**WORK, "maxCPUs": 3}], "stateDir": str(state)}
     await _restart_with_dns_half_moved(tmp_path, config, caplog, restart=restart, tamper=count_from_now)
     assert reads == [state / "reserved.json"]
+
+
+async def test_a_refused_override_logs_none_of_its_trial_placements(tmp_path: Path, caplog) -> None:
+    """Every pod uid new: the saved balloons, tried with the saved set, would
+    adopt every container as a new one; refused, none of that is logged, the
+    restart's own rebuild from the cpusets alone (before: "balloon work[0]
+    created" and "adopting running container ..." logged for placements that
+    never happened)."""
+    state = tmp_path / "state"
+    await _restart_with_dns_half_moved(tmp_path, {**TWO_RESERVED, "stateDir": str(state)}, caplog, renew=True)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if m.startswith("adopting running container") or m.endswith(" created")]
+    assert len([m for m in messages if m.startswith("restoring container")]) == 2
