@@ -1,7 +1,7 @@
 """The hook's saved reserved set and balloons (``stateDir``): read at start, written by one writer.
 
 A restart reads the file in the stateDir the hook started with
-(savedstart.py: :meth:`SavedSet.restart`), whatever a reload before the start-up
+(savedstart.py: :meth:`~.savedstart.StartFiles.restart`), whatever a reload before the start-up
 rebuild set: that file is what the hook before it wrote. From the rebuild
 on, :meth:`SavedSet.record` notes the reserved set and the config in force,
 in the stateDir of that config, and returns at once: no file I/O on the

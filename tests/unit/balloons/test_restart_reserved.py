@@ -81,7 +81,7 @@ async def test_with_no_reserved_container_a_restart_does_not_reserve_an_idle_cpu
 
 def saved_restart(config: BalloonsConfig, before: Assignments, running: list[Restored]) -> Assignments:
     """A restart on ``config`` of ``running``, ``before``'s reserved CPUs
-    saved under its config, as the hook's (SavedSet.at_restart): judged
+    saved under its config, as the hook's (StartFiles.restart, savedstart.py): judged
     consistent with what runs (they are: SavedReservedError otherwise)."""
     saved = SavedReserved(before.pool.reserved, fingerprint(before.config))
     return restoring.rebuild(config, before.topology, running, judge(config, before.topology, running, saved))
