@@ -107,10 +107,7 @@ class Reconciler:
         return corrected
 
     def _warn(self, target: Target, exc: Exception, message: str, fields: Mapping[str, object]) -> None:
-        said = self._said.setdefault(target, set())
-        kind = _kind(exc)
-        level = logging.DEBUG if kind in said else logging.WARNING
-        said.add(kind)
+        level = logging.WARNING if self._first(target, _kind(exc)) else logging.DEBUG
         log.log(level, message, extra={**fields, "reason": str(exc)})
 
     def _right(self, target: Target) -> None:
