@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final, Literal
 
 from hooks.sharedrun import retrieve
 
@@ -55,8 +55,11 @@ Step = Callable[[], Awaitable["Pending | None"]]
 Handed = Callable[[], "Pending | None"]
 
 # What ran the step, as its log lines name it: a stop, or a start that failed once it held the lock.
-AT_STOP, AT_FAILED_START = "stop", "failed start"
-_ENDED = {AT_STOP: "stopped", AT_FAILED_START: "failed to start"}
+# A Literal, not a str: keep() looks it up from a finally, where a mistyped one would keep the lock.
+At = Literal["stop", "failed start"]
+AT_STOP: Final = "stop"
+AT_FAILED_START: Final = "failed start"
+_ENDED: dict[At, str] = {AT_STOP: "stopped", AT_FAILED_START: "failed to start"}
 
 
 def _none() -> Pending | None:
@@ -64,7 +67,7 @@ def _none() -> Pending | None:
 
 
 async def run_bounded(step: Step, timeout: float, server: str, socket: str, handed: Handed = _none,
-                      at: str = AT_STOP) -> Pending | None:
+                      at: At = AT_STOP) -> Pending | None:
     """Run ``step`` for at most ``timeout`` seconds; what it returns still
     pending (the lock is kept until it is done), else what it handed over
     (``handed()``) still pending, else None. Its failure, or its being cut,
@@ -103,7 +106,7 @@ class LastStep:
         """``write`` keeps the lock until it ends, even when the step is then cut or fails."""
         self.handed = write
 
-    async def run(self, step: Step, timeout: float, server: str, socket: str, at: str = AT_STOP) -> Pending | None:
+    async def run(self, step: Step, timeout: float, server: str, socket: str, at: At = AT_STOP) -> Pending | None:
         """:func:`run_bounded`; a write the step returned or handed over,
         still running, is kept (:attr:`kept`), even when a cancel of the stop
         cuts the step (``socketlock.release_once_stopped`` reads it then)."""
@@ -116,7 +119,7 @@ class LastStep:
         return self.kept
 
 
-def keep(pending: Pending | None, server: str, socket: str, at: str = AT_STOP) -> Pending | None:
+def keep(pending: Pending | None, server: str, socket: str, at: At = AT_STOP) -> Pending | None:
     """``pending`` when it is still running (logged: the lock is kept until
     it ends, and how it ended), else None (its failure, if it failed, logged)."""
     extra = {"server": server, "socket": socket}

@@ -121,9 +121,7 @@ class HookServer(HookHandlers):
     :meth:`_before_release`, once the server has stopped (or a start failed
     after :meth:`_before_serving`) and before the lock goes (finish the
     state writes: one landing later could overwrite, or be removed by, the
-    next instance's), cut past ``release_step_timeout`` seconds
-    (``hooks.releasestep``).
-    """
+    next instance's), cut past ``release_step_timeout`` seconds (``hooks.releasestep``)."""
 
     release_step_timeout: float = releasestep.RELEASE_STEP_TIMEOUT_S
 
@@ -316,14 +314,12 @@ class HookServer(HookHandlers):
             # The server stopped for sure (grpc unlinks the path it bound as it
             # stops), then our socket removed, unless someone else has replaced
             # it, last the lock: a server waiting on it binds now.
-            await self._release(self._path_lock, lambda: server.stop(None), self._socket_identity,
-                                releasestep.AT_STOP)
+            await self._release(self._path_lock, lambda: server.stop(None), self._socket_identity, releasestep.AT_STOP)
             self._socket_identity = None
 
     async def _release(self, lock: socketlock.SocketLock | None, stop: Callable[[], Awaitable[object]] | None,
-                       identity: unixsocket.SocketIdentity | None, at: str) -> None:
-        """``stop()`` (None: no listener left), :meth:`_before_release` bounded (``hooks.releasestep``; ``at``
-        names a stop or a failed start), the socket removed, ``lock`` let go (``socketlock``)."""
+                       identity: unixsocket.SocketIdentity | None, at: releasestep.At) -> None:
+        """``stop()`` (None: no listener left), :meth:`_before_release` bounded, the socket removed, ``lock`` let go."""
         step = functools.partial(self._last_step.run, self._before_release, self.release_step_timeout,
                                  type(self).__name__, str(self._socket_path), at)
         await socketlock.release_once_stopped(stop, lock, self._socket_path, identity, last_step=step,
@@ -361,8 +357,8 @@ class HookServer(HookHandlers):
         """Wait until the server has stopped: until the end of its stop (the
         one under way, or the next), its drain and grace included, its
         socket removed and its lock let go (unless kept for a write its last
-        step handed back: ``hooks.releasestep``). Returns at once when it
-        neither serves nor stops; True on timeout (like grpc)."""
+        step handed back). Returns at once when it neither serves nor stops;
+        True on timeout (like grpc)."""
         server = self._server
         try:
             async with asyncio.timeout(timeout):
