@@ -35,14 +35,20 @@ def value_of(values: CgroupValues, field: Field) -> int:
     return getattr(values, field.value)
 
 
+def _quota_order(a: CgroupValues, b: CgroupValues) -> int:
+    """Above 0 when ``a``'s cpu quota gives more than ``b``'s, 0 when the same,
+    below 0 when less: per period, as the kernel compares them (50000/100000
+    is more than 100000/400000); unlimited is the most."""
+    if UNLIMITED in (a.cpu_quota, b.cpu_quota):
+        return (a.cpu_quota == UNLIMITED) - (b.cpu_quota == UNLIMITED)
+    return a.cpu_quota * b.cpu_period - b.cpu_quota * a.cpu_period
+
+
 def is_raise(current: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
     """Whether going from current to wanted gives more (unlimited is the most;
-    a quota compared per period, as the kernel does: 50000/100000 is more
-    than 100000/400000)."""
+    a quota compared per period)."""
     if field is Field.CPU_QUOTA:
-        if UNLIMITED in (wanted.cpu_quota, current.cpu_quota):
-            return wanted.cpu_quota == UNLIMITED
-        return wanted.cpu_quota * current.cpu_period >= current.cpu_quota * wanted.cpu_period
+        return _quota_order(wanted, current) >= 0
     return rank(value_of(wanted, field)) >= rank(value_of(current, field))
 
 
@@ -54,10 +60,7 @@ def exceeds(parent: CgroupValues, wanted: CgroupValues, field: Field) -> bool:
     if field is Field.CPU_SHARES:
         return False
     if field is Field.CPU_QUOTA:
-        if parent.cpu_quota == UNLIMITED:
-            return False
-        # (compared as the kernel does: quota per period)
-        return wanted.cpu_quota == UNLIMITED or wanted.cpu_quota * parent.cpu_period > parent.cpu_quota * wanted.cpu_period
+        return _quota_order(wanted, parent) > 0
     theirs: int | None = value_of(parent, field)
     mine: int | None = value_of(wanted, field)
     return theirs is not None and mine is not None and rank(page_floor(mine)) > rank(theirs)
