@@ -165,3 +165,32 @@ async def test_a_container_memsw_raise_waits_with_its_memory_limit(
     assert (read(root, 1, MAIN, LIMIT), read(root, 1, MAIN, MEMSW)) == (str(64 * MIB), str(64 * MIB))
     [wait] = said(caplog, CONTAINERS_WAIT)
     assert wait.containers == {"main": ["memory_limit", "memory_swap"]}
+
+
+async def test_containers_are_left_when_the_pod_cgroup_cannot_be_read_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards existing behaviour: the pod's raise refused, then its cgroup's
+    read again (for what the failed raise left) fails: its containers are
+    left for the next pass, not written against values not known."""
+    hook, _ = await told_hook(tmp_path, **{"c-main": "main"})
+    root = tmp_path / "cgroup"
+    write(root, 1, POD_PARENT, QUOTA, "1000")
+    write(root, 1, MAIN, "cpu.shares", "2")  # a weight: put back if the pod's values were read
+    refuse_pod_quota(monkeypatch)
+    real = CgroupFiles.read
+    reads: list[str] = []
+
+    def second_pod_read_fails(files: CgroupFiles):
+        if str(files.relative) == POD_PARENT.lstrip("/"):
+            reads.append("pod")
+            if len(reads) > 1:
+                raise OSError(errno.EIO, "Input/output error")
+        return real(files)
+
+    monkeypatch.setattr(CgroupFiles, "read", second_pod_read_fails)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert Reconciler(hook.pods).once() == 0
+    assert reads == ["pod", "pod"]
+    assert read(root, 1, MAIN, "cpu.shares") == "2"
+    assert said(caplog, CONTAINERS_WAIT) == [] and said(caplog, CONTAINER_RESTORED) == []
