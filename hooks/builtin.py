@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from runtimeproxy.hookpath.points import HookType
 
+from .errors import HookServerError
 from .handlers import handled_hooks
 from .sdk import HookServer
 
@@ -49,6 +50,21 @@ class BuiltinHook(HookServer):
 
     async def background(self) -> None:
         """Work that runs while the server serves; cancelled at shutdown."""
+
+    def _used_up(self) -> str | None:
+        """Override for a hook used once (its stop, or a start that failed
+        once it held its socket's lock, closes something for good): what is
+        closed, for the error; None while it can start."""
+        return None
+
+    async def start(self) -> None:
+        """Serve (HookServer.start); a hook used up (:meth:`_used_up`) is a
+        HookServerError: build a new one."""
+        closed = self._used_up()
+        if closed is not None:
+            raise HookServerError(f"a {type(self).__name__} is used once: it was stopped, or its start failed once it "
+                                  f"held its socket's lock ({closed}); build a new one to serve again")
+        await super().start()
 
 
 # name -> "module:Class"

@@ -145,17 +145,17 @@ class BalloonsHook(ConfigReload, BuiltinHook):
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def _used_up(self) -> str | None:
+        return "its runtime client is closed" if self._runtime.closed else None
+
     async def start(self) -> None:
-        """Serve (HookServer.start) and answer on the status socket. A
+        """Serve (BuiltinHook.start) and answer on the status socket. A
         BalloonsHook is used once: its stop closes its runtime client and
         ends its saved-set writer for good, so a start after a stop, or
         after a start that failed once serving (its status socket) or once
         its socket's lock was claimed (its listener: the release step ran),
         is a HookServerError (build a new one); one refused its socket path
         can start again."""
-        if self._runtime.closed:
-            raise HookServerError("a BalloonsHook is used once: it was stopped, or its start failed once it held "
-                                  "its socket's lock (its runtime client is closed); build a new one to serve again")
         stops = self._stops
         await super().start()
         try:

@@ -19,7 +19,6 @@ from cri_api.hookapi import api_pb2
 from runtimeproxy.hookpath.points import HookType
 
 from ..builtin import BuiltinHook
-from ..errors import HookServerError
 from .apply import MemoryBelowUsage, check_memory
 from .config import BatchResourceConfig
 from .learn import RuntimeLearner, learn_loop
@@ -78,19 +77,16 @@ class BatchResourceHook(BuiltinHook):
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BatchResourceHook:
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
-    async def start(self) -> None:
-        """Serve (HookServer.start). A hook that lists the runtime
-        (``runtime_endpoint`` set) is used once, as a BalloonsHook is: its
-        stop, or a start that failed once its socket's lock was claimed (the
-        release step ran), closes the listing's channel for good, so a start
-        again is a HookServerError (build a new one), not a hook serving
-        that never learns from the runtime again. One refused its socket
-        path, or whose state dir could not be read, can start again."""
-        if self.learner is not None and self.learner.lister.closed:
-            raise HookServerError("a BatchResourceHook is used once: it was stopped, or its start failed once it "
-                                  "held its socket's lock (its runtime listing is closed); build a new one to "
-                                  "serve again")
-        await super().start()
+    def _used_up(self) -> str | None:
+        """A hook that lists the runtime (``runtime_endpoint`` set) is used
+        once, as a BalloonsHook is: its stop, or a start that failed once its
+        socket's lock was claimed (the release step ran), closes the listing's
+        channel for good, so a start again is a HookServerError (build a new
+        one), not a hook serving that never learns from the runtime again. One
+        refused its socket path, or whose state dir could not be read, can
+        start again."""
+        closed = self.learner is not None and self.learner.lister.closed
+        return "its runtime listing is closed" if closed else None
 
     async def _after_stop(self) -> None:
         """The runtime listing's channel closed for good (as balloons' stop
