@@ -184,3 +184,17 @@ class Clock:
 
     def __init__(self) -> None:
         self.ahead = 0.0
+
+
+def socket_mode_fails(monkeypatch: Any, path: str | Path) -> None:
+    """os.chmod refusing (EPERM) ``path`` only, as a server's start sets its
+    socket's mode: the start fails once its listener is bound (``monkeypatch``:
+    pytest's, undone with it)."""
+    real_chmod = os.chmod
+
+    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
+        if Path(where) == Path(path):
+            raise PermissionError(1, "Operation not permitted")
+        real_chmod(where, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)

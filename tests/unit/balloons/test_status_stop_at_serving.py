@@ -6,10 +6,8 @@ at its hook listener once its socket's lock is claimed.
 from __future__ import annotations
 
 import asyncio
-import os
 from asyncio import base_events
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +17,7 @@ from hooks.balloons.server import BalloonsHook
 from hooks.balloons.topology import Topology
 from hooks.errors import HookServerError
 from runtimeproxy.host import socketlock
+from tests.unixsockets import socket_mode_fails
 
 from .test_saved_reserved import ALONE
 
@@ -83,14 +82,7 @@ async def test_a_start_failing_at_its_listener_runs_the_release_step_and_uses_th
     neither, and a start again was let through)."""
     hook = BalloonsHook(str(sock_dir / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=RuntimeClient(str(sock_dir / "runtime.sock")))
-    real_chmod = os.chmod
-
-    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
-        if str(where) == hook.socket_path:
-            raise PermissionError(1, "Operation not permitted")
-        real_chmod(where, mode, **kwargs)
-
-    monkeypatch.setattr(os, "chmod", chmod)
+    socket_mode_fails(monkeypatch, hook.socket_path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await hook.start()
     assert hook._runtime.closed and not hook.serving and not Path(hook.socket_path).exists()

@@ -4,13 +4,12 @@ files, only once it holds the hook socket's lock (BatchResourceHook._before_serv
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hooks.errors import HookServerError
+from tests.unixsockets import socket_mode_fails
 
 from .hookfixtures import make_hook
 from .learnfixtures import hook_with_learner
@@ -52,17 +51,6 @@ async def test_the_instance_that_claims_the_lock_reads_the_state_and_removes_lef
         await hook.stop(0, drain=0)
 
 
-def _socket_mode_fails(monkeypatch: pytest.MonkeyPatch, socket_path: str) -> None:
-    real_chmod = os.chmod
-
-    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
-        if str(where) == socket_path:
-            raise PermissionError(1, "Operation not permitted")
-        real_chmod(where, mode, **kwargs)
-
-    monkeypatch.setattr(os, "chmod", chmod)
-
-
 async def test_a_hook_whose_start_failed_after_its_release_step_refuses_a_start_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,7 +60,7 @@ async def test_a_hook_whose_start_failed_after_its_release_step_refuses_a_start_
     closed, learning nothing from the runtime again, silently)."""
     hook, _ = hook_with_learner(tmp_path)
     assert hook.learner is not None
-    _socket_mode_fails(monkeypatch, hook.socket_path)
+    socket_mode_fails(monkeypatch, hook.socket_path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await hook.start()
     assert hook.learner.lister.closed and not hook.serving
@@ -87,7 +75,7 @@ async def test_a_hook_without_a_runtime_listing_starts_again_after_a_failed_star
 ) -> None:
     """Guards existing behaviour: nothing of it is closed for good (its state dir is read again under the lock)."""
     hook = make_hook(tmp_path)
-    _socket_mode_fails(monkeypatch, hook.socket_path)
+    socket_mode_fails(monkeypatch, hook.socket_path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await hook.start()
     monkeypatch.undo()

@@ -8,7 +8,6 @@ still the one it bound.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from hooks import listen
 from hooks.sdk import HookServer, HookServerError
 from runtimeproxy.host import socketlock
+from tests.unixsockets import socket_mode_fails
 
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 
@@ -51,14 +51,7 @@ async def test_a_start_failing_after_before_serving_runs_before_release_under_th
     prepared (before: the lock went without ``_before_release``, so what
     ``_before_serving`` began was left for the next instance to find)."""
     path = sock_dir / "h.sock"
-    real_chmod = os.chmod
-
-    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
-        if Path(where) == path:
-            raise PermissionError(1, "Operation not permitted")
-        real_chmod(where, mode, **kwargs)
-
-    monkeypatch.setattr(os, "chmod", chmod)
+    socket_mode_fails(monkeypatch, path)
     server = Prepared(path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await server.start()
@@ -76,13 +69,7 @@ async def test_a_stop_during_a_failed_starts_release_step_waits_for_it(
     start, cutting the step, logged as "the stop was cancelled", and the
     start raised "cancelled by a stop", hiding the chmod error)."""
     path = sock_dir / "h.sock"
-    real_chmod = os.chmod
     releasing, finish, stop_began = asyncio.Event(), asyncio.Event(), asyncio.Event()
-
-    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
-        if Path(where) == path:
-            raise PermissionError(1, "Operation not permitted")
-        real_chmod(where, mode, **kwargs)
 
     class SlowRelease(Prepared):
         async def _before_stop(self) -> None:
@@ -97,7 +84,7 @@ async def test_a_stop_during_a_failed_starts_release_step_waits_for_it(
                 raise
             self.steps.append("before_release ended")
 
-    monkeypatch.setattr(os, "chmod", chmod)
+    socket_mode_fails(monkeypatch, path)
     server = SlowRelease(path)
     starting = asyncio.ensure_future(server.start())
     await asyncio.wait_for(releasing.wait(), WAIT)
@@ -130,14 +117,7 @@ async def test_a_write_a_failed_starts_release_step_leaves_keeps_the_lock_until_
             self._keep_lock_until(write)
             raise RuntimeError("the step failed after handing over its write")
 
-    real_chmod = os.chmod
-
-    def chmod(where: Any, mode: int, **kwargs: Any) -> None:
-        if Path(where) == path:
-            raise PermissionError(1, "Operation not permitted")
-        real_chmod(where, mode, **kwargs)
-
-    monkeypatch.setattr(os, "chmod", chmod)
+    socket_mode_fails(monkeypatch, path)
     server = Writes(path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await server.start()
