@@ -65,7 +65,7 @@ class BalloonsAtRestart(NamedTuple):
 
 
 class _Judged(NamedTuple):
-    """What at_restart read and kept: the verdict, the saved set loaded (None:
+    """What _at_restart read and kept: the verdict, the saved set loaded (None:
     none, or unusable) and, if refused for the containers that contradict
     it, those (key -> label)."""
 
@@ -77,16 +77,15 @@ class _Judged(NamedTuple):
 class StartFiles:
     """A restart's reading of the files of the stateDir the hook started
     with (``started``, its reserved.json; None: stateDir not set); held by
-    SavedSet. reserved.json is read once a restart, by at_restart."""
+    SavedSet. reserved.json is read once a restart, by _at_restart."""
 
     def __init__(self, started: ReservedFile | None) -> None:
         self.started = started
 
     def restart(self, config: BalloonsConfig, topology: Topology,
                 found: list[Restored]) -> tuple[AtRestart, BalloonsAtRestart]:
-        """The reserved CPUs to keep (:meth:`at_restart`) and the balloons
-        rebuilt (:meth:`balloons_at_restart`), the containers ``found``
-        running. A saved set refused for the containers that contradict it
+        """The reserved CPUs to keep (:meth:`_at_restart`) and the balloons
+        rebuilt (:meth:`_balloons`), the containers ``found`` running. A saved set refused for the containers that contradict it
         is kept all the same when the saved balloons, written with it, fit
         this restart and put each of those back in its balloon (see the
         module's docstring); one they do not hold (a stale or copied
@@ -112,14 +111,10 @@ class StartFiles:
         why = refused.why.removeprefix(f"{CPUSETS}: ")
         return kept._replace(why=f"{kept.why}; nor could the saved balloons keep it: {why}"), refused
 
-    def at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> AtRestart:
+    def _at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> _Judged:
         """The reserved CPUs to keep at start-up, the containers ``found``
         running: the set saved in the stateDir the hook started with, if
-        consistent with them (:func:`judge`)."""
-        return self._at_restart(config, topology, found).kept
-
-    def _at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored]) -> _Judged:
-        """at_restart's, with what it read (_Judged)."""
+        consistent with them (:func:`judge`); with what it read (_Judged)."""
         deduced = "deduced from the CPUs the containers run on"
         if self.started is None:
             listed = config.reserved_cpuset is not None
@@ -146,19 +141,15 @@ class StartFiles:
             why += ", saved under another config: kept as a reload of this one keeps them"
         return _Judged(AtRestart(kept, why), saved)
 
-    def balloons_at_restart(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
-                            reserved: frozenset[int] | None) -> BalloonsAtRestart:
+    def _balloons(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
+                  reserved: frozenset[int] | None, token: str | None) -> BalloonsAtRestart:
         """The balloons rebuilt from those saved in the stateDir the hook
         started with, with the containers ``found`` running (each put back in
         its saved balloon, those in none placed as new ones), if they fit
-        this restart: written with the reserved.json it started with, the
-        reserved CPUs it keeps (``reserved``: at_restart's), the same config,
-        their CPUs online (savedplan.rebuild_from); else none, and why."""
-        return self._balloons(config, topology, found, reserved, self._started_token())
-
-    def _balloons(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
-                  reserved: frozenset[int] | None, token: str | None) -> BalloonsAtRestart:
-        """balloons_at_restart's, ``token`` that of the reserved.json read (None: none usable)."""
+        this restart: written with the reserved.json it started with
+        (``token``, that of the reserved.json read; None: none usable), the
+        reserved CPUs it keeps (``reserved``), the same config, their CPUs
+        online (savedplan.rebuild_from); else none, and why."""
         if self.started is None:
             return BalloonsAtRestart(None, f"{CPUSETS} (stateDir not set: not saved)")
         plans = PlanFile(self.started.path.parent)
@@ -183,13 +174,3 @@ class StartFiles:
         changes = restart.summary()
         return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
                                  changes=restart.fields(), put_back=restart.put_back_keys)
-
-    def _started_token(self) -> str | None:
-        """The token of the reserved.json the hook started with (None: none usable)."""
-        if self.started is None:
-            return None
-        try:
-            saved = self.started.load()
-        except SavedReservedError:
-            return None
-        return saved.token if saved is not None else None

@@ -77,7 +77,7 @@ def test_a_restart_with_the_saved_balloons_keeps_a_split_pod_split() -> None:
 def test_a_damaged_balloons_file_falls_back_to_the_cpusets_with_a_warning(tmp_path: Path, text: str, why: str) -> None:
     doc, topology, state = churned()
     (tmp_path / "balloons.json").write_text(text)
-    at = SavedSet(str(tmp_path)).at_start.balloons_at_restart(parse_config(doc), topology, found(state), state.pool.reserved)
+    at = SavedSet(str(tmp_path)).at_start.restart(parse_config(doc), topology, found(state))[1]
     assert at.state is None and at.level == logging.WARNING
     assert at.why.startswith(f"rebuilt from the CPUs the containers run on: the saved balloons in {tmp_path / 'balloons.json'} {why}")
 
@@ -87,7 +87,7 @@ def test_a_balloons_file_of_a_later_version_falls_back_to_the_cpusets_at_info(tm
     (before: the warning of a damaged file)."""
     doc, topology, state = churned()
     (tmp_path / "balloons.json").write_text('{"version": 2, "balloons": []}')
-    at = SavedSet(str(tmp_path)).at_start.balloons_at_restart(parse_config(doc), topology, found(state), state.pool.reserved)
+    at = SavedSet(str(tmp_path)).at_start.restart(parse_config(doc), topology, found(state))[1]
     assert (at.state, at.level) == (None, logging.INFO)
     assert at.why.endswith("balloons.json is of version 2, written by a later hook (this one reads version 1)")
 
@@ -97,9 +97,9 @@ def test_without_a_balloons_file_a_restart_rebuilds_from_the_cpusets(tmp_path: P
     alone), or stateDir off."""
     doc, topology, state = churned()
     config = parse_config(doc)
-    at = SavedSet(str(tmp_path)).at_start.balloons_at_restart(config, topology, found(state), state.pool.reserved)
+    at = SavedSet(str(tmp_path)).at_start.restart(config, topology, found(state))[1]
     assert (at.state, at.level) == (None, logging.INFO) and "none saved in" in at.why
-    at = SavedSet("").at_start.balloons_at_restart(config, topology, found(state), None)
+    at = SavedSet("").at_start.restart(config, topology, found(state))[1]
     assert at.state is None and at.why.endswith("(stateDir not set: not saved)")
 
 

@@ -170,11 +170,11 @@ async def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_u
     saved.record(config, frozenset({5}))
     await saved.write_due()
     running_on = found(("kube-system", "0"), ("apps", "1-2"))
-    kept = saved.at_start.at_restart(config, topology, running_on)
+    kept = saved.at_start.restart(config, topology, running_on)[0]
     assert (kept.reserved, kept.level) == (None, logging.WARNING)
     assert "container kube-system/p0/c of the reserved balloon runs on 0, none of them" in kept.why
     other = parse_config({**ALONE, "reservedPoolNamespaces": ["infra"]})
-    kept = saved.at_start.at_restart(other, topology, running_on)
+    kept = saved.at_start.restart(other, topology, running_on)[0]
     assert (kept.reserved, kept.level) == (frozenset({5}), logging.INFO)
     assert kept.why.endswith("saved under another config: kept as a reload of this one keeps them")
     # A reserved CPU offline now: the rest kept, topped up as after hotplug; not pinned says nothing.
@@ -182,16 +182,16 @@ async def test_a_reserved_container_on_none_of_the_saved_cpus_contradicts_them_u
     saved.record(two, frozenset({5, 6}))
     await saved.write_due()
     online = Topology({cpu: info for cpu, info in topology.cpus.items() if cpu != 6})
-    kept = saved.at_start.at_restart(two, online, found(("kube-system", "5"), ("apps", "0-5,7")))
+    kept = saved.at_start.restart(two, online, found(("kube-system", "5"), ("apps", "0-5,7")))[0]
     assert kept.reserved == frozenset({5}) and "CPUs 6 of it offline now: topped up as after hotplug" in kept.why
 
 
 def test_a_missing_file_and_no_state_dir_deduce_and_say_so(tmp_path: Path) -> None:
     config = parse_config(ALONE)
     topology = Topology.synthetic(1, 2, 4, 1)
-    assert SavedSet("").at_start.at_restart(config, topology, []) == (
+    assert SavedSet("").at_start.restart(config, topology, [])[0] == (
         None, "deduced from the CPUs the containers run on (stateDir not set: not saved)", logging.INFO)
-    kept = SavedSet(str(tmp_path / "state")).at_start.at_restart(config, topology, [])
+    kept = SavedSet(str(tmp_path / "state")).at_start.restart(config, topology, [])[0]
     assert kept == (None, f"deduced from the CPUs the containers run on: none saved in {tmp_path / 'state' / 'reserved.json'} "
                           "(the first start with this stateDir, or the last write failed)", logging.INFO)
 

@@ -163,7 +163,7 @@ async def test_a_start_naming_a_state_dir_a_reload_left_deduces(tmp_path: Path) 
     await hook.reconcile()
     await written(hook)
     assert (saved_in(other)["reserved_cpus"], list(first.iterdir())) == ("1", [])
-    kept = SavedSet(str(first)).at_start.at_restart(parse_config(ALONE), hook.state.topology, running_restored(hook))
+    kept = SavedSet(str(first)).at_start.restart(parse_config(ALONE), hook.state.topology, running_restored(hook))[0]
     assert kept.reserved is None and "none saved in" in kept.why
 
 
