@@ -195,16 +195,16 @@ class SavedRestart(NamedTuple):
     """A restart's state rebuilt from the saved balloons (:func:`rebuild_from`), and what it changed."""
 
     state: Assignments
-    put_back: dict[str, str]  # container label -> its saved balloon, found off its cpuset, back in it
+    # container -> (its label, its saved balloon): found off its cpuset, back
+    # in it (a saved reserved set refused for such ones is kept only if each
+    # is back in its balloon: savedstart.py)
+    put_back: dict[ContainerKey, tuple[str, str]]
     # container label -> (its saved balloon, the one it is in): found off its
     # cpuset, it no longer fits its saved balloon (its request grew while the
     # hook was down), and was placed elsewhere
     not_put_back: dict[str, tuple[str, str]]
     placed: dict[str, str]  # container label -> balloon, found in none saved: placed as a new one
     moves: list[str]  # labels of the containers whose cpuset is to be moved
-    # The keys of those put_back names: a saved reserved set refused for them
-    # is kept only if each is back in its balloon (savedstart.py).
-    put_back_keys: frozenset[ContainerKey] = frozenset()
 
     def summary(self) -> str:
         """For the log line (empty if it is as saved): counts only, the
@@ -223,7 +223,7 @@ class SavedRestart(NamedTuple):
     def fields(self) -> dict[str, list[str]]:
         """The containers :meth:`summary` counts, for the log line's fields (listed())."""
         return {
-            "put_back": listed([f"{label} in {name}" for label, name in self.put_back.items()]),
+            "put_back": listed([f"{label} in {name}" for label, name in self.put_back.values()]),
             "not_put_back": listed([f"{label} saved in {saved}, now {now}"
                                     for label, (saved, now) in self.not_put_back.items()]),
             "placed": listed([f"{label} in {name}" for label, name in self.placed.items()]),
@@ -254,13 +254,12 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     # runtime lists them in an order of its own), as reconcile adopts.
     new = sorted(agreed.new, key=lambda item: planning.creation_order(item.created, item.member.container_id))
     placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in new}
-    put_back, not_put_back, keys = {}, {}, set()
+    put_back, not_put_back = {}, {}
     for item in agreed.put_back:
         balloon = state.pool.balloon_of(item.member.key)
         assert balloon is not None and item.planned is not None  # the rebuild places every container found
         if balloon.name == item.planned.name:
-            put_back[item.member.label] = balloon.name
-            keys.add(item.member.key)
+            put_back[item.member.key] = (item.member.label, balloon.name)
         else:
             not_put_back[item.member.label] = (item.planned.name, balloon.name)
-    return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()], frozenset(keys))
+    return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()])

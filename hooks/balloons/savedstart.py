@@ -60,7 +60,7 @@ class BalloonsAtRestart(NamedTuple):
     # For the log line's fields: the containers put back in their saved
     # balloon or not, those placed as new, those to move (SavedRestart.fields).
     changes: dict[str, list[str]] | None = None
-    # The containers put back in their saved balloon (SavedRestart.put_back_keys).
+    # The containers put back in their saved balloon (SavedRestart.put_back's keys).
     put_back: frozenset[ContainerKey] = frozenset()
 
 
@@ -173,4 +173,4 @@ class StartFiles:
             return BalloonsAtRestart(None, f"{CPUSETS}: the saved balloons in {plans.path} {exc}")
         changes = restart.summary()
         return BalloonsAtRestart(restart.state, f"the saved balloons in {plans.path}" + (f" ({changes})" if changes else ""),
-                                 changes=restart.fields(), put_back=restart.put_back_keys)
+                                 changes=restart.fields(), put_back=frozenset(restart.put_back))

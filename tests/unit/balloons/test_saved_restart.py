@@ -58,7 +58,7 @@ def test_a_saved_member_off_its_balloons_cpuset_is_put_back_and_moved(change: st
     restart = rebuild_from(parse_config(doc), topology, running, snapshot(state))
     assert as_saved(restart.state) == as_saved(state)
     assert [(move.key, move.cpuset) for move in restart.state.moves()] == [(key, state.target(key))]
-    assert restart.put_back == {label: state.pool.balloon_of(key).name} and restart.placed == {}
+    assert restart.put_back == {key: (label, state.pool.balloon_of(key).name)} and restart.placed == {}
     assert restart.summary() == "1 container(s) put back in their saved balloon; 1 to move"
     assert restart.fields() == {"put_back": [f"{label} in {state.pool.balloon_of(key).name}"], "not_put_back": [],
                                 "placed": [], "moves": [label]}
