@@ -69,6 +69,10 @@ class StatusSource:
                 # serving (the key's name is older than its probe), and if not, why.
                 "image_connected": None if self.proxy.images is None else self.proxy.images.up,
                 "image_problem": _image_problem(self.proxy.images),
+                # The CRI versions it was found serving, and of the versions image calls are sent
+                # in, those it lacks (their calls fail UNIMPLEMENTED there); None: not known.
+                "image_versions": _image_versions(self.proxy.images),
+                "image_lacking": None if self.proxy.images is None else sorted(map(str, self.proxy.images.lacking)),
                 "connected": backend.connected,
                 "runtime_name": info.runtime_name if info else None,
                 "runtime_version": info.runtime_version if info else None,
@@ -109,6 +113,12 @@ def _image_problem(images: ImageWatch | None) -> str | None:
     if images is None or images.up or images.reason is None:
         return None
     return _cut(images.reason)
+
+
+def _image_versions(images: ImageWatch | None) -> list[str] | None:
+    if images is None or images.versions is None:
+        return None
+    return sorted(f"{v} (unknown)" if v in images.unknown else str(v) for v in images.versions)
 
 
 def _cut(reason: str) -> str:
@@ -179,7 +189,11 @@ def _image_line(backend: Mapping[str, Any]) -> str:
     if serving is None:
         return ""
     if serving:
-        return f"; images at {backend['image_socket']}, serving"
+        versions = backend.get("image_versions")  # `.get`: a proxy older than the key
+        lacking = backend.get("image_lacking")
+        return (f"; images at {backend['image_socket']}, serving"
+                + (f" CRI {', '.join(versions) or 'none'}" if versions is not None else "")
+                + (f", LACKING CRI {', '.join(lacking)} (its image calls fail)" if lacking else ""))
     problem = backend.get("image_problem")  # `.get`: a proxy older than the key
     return f"; images at {backend['image_socket']}, NOT SERVING" + (f" ({_printable(problem)})" if problem else "")
 

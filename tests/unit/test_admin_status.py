@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from runtimeproxy.admin import MAX_REASON, MAX_REJECTED, StatusSource, render
+from runtimeproxy.cripath.methods import ApiVersion
 from runtimeproxy.hookpath.registry import HookSnapshot, ReloadResult
 
 
@@ -116,12 +117,12 @@ def test_a_separate_image_backend_failing_its_probe_shows_why() -> None:
     text shows it (before: only NOT CONNECTED, which it was not)."""
     src = source(ReloadResult())
     reason = "ImageFsInfo (v1, v1alpha2): UNAVAILABLE: image store not ready"
-    src.proxy.images = SimpleNamespace(up=False, reason=reason)
+    src.proxy.images = SimpleNamespace(up=False, reason=reason, versions=None, unknown=frozenset(), lacking=frozenset())
     src.proxy.backend.image_socket = Path("/run/img.sock")
     doc = src.document()
     assert (doc["backend"]["image_connected"], doc["backend"]["image_problem"]) == (False, reason)
     assert f"; images at /run/img.sock, NOT SERVING ({reason})\n" in render(doc)
-    src.proxy.images = SimpleNamespace(up=True, reason=None)
+    src.proxy.images = SimpleNamespace(up=True, reason=None, versions=None, unknown=frozenset(), lacking=frozenset())
     assert src.document()["backend"]["image_problem"] is None
 
 
@@ -139,3 +140,20 @@ def test_a_separate_image_backend_not_serving_is_shown() -> None:
     assert "; images at /run/img.sock, serving\n" in render(serving)
     older = {**doc, "backend": {k: v for k, v in doc["backend"].items() if k != "image_connected"}}
     assert "images at" not in render(older)
+
+
+def test_a_separate_image_backend_lacking_a_version_image_calls_are_sent_in_is_shown() -> None:
+    """Serving, but without a CRI version image calls are sent in: status
+    names its versions and the one it lacks (before: "serving" alone,
+    while those image calls failed UNIMPLEMENTED)."""
+    src = source(ReloadResult())
+    src.proxy.images = SimpleNamespace(up=True, reason=None, versions=frozenset({ApiVersion.V1ALPHA2}),
+                                       unknown=frozenset(), lacking=frozenset({ApiVersion.V1}))
+    src.proxy.backend.image_socket = Path("/run/img.sock")
+    doc = src.document()
+    assert (doc["backend"]["image_versions"], doc["backend"]["image_lacking"]) == (["v1alpha2"], ["v1"])
+    assert ("; images at /run/img.sock, serving CRI v1alpha2, LACKING CRI v1 (its image calls fail)\n"
+            in render(doc))
+    src.proxy.images = SimpleNamespace(up=True, reason=None, versions=frozenset(ApiVersion),
+                                       unknown=frozenset({ApiVersion.V1ALPHA2}), lacking=frozenset())
+    assert "; images at /run/img.sock, serving CRI v1, v1alpha2 (unknown)\n" in render(src.document())
