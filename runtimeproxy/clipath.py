@@ -10,6 +10,7 @@ other file's or directory's, as written (``--config c:fg.yaml``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +33,8 @@ class NonEmptyPath(click.Path):
                 value = endpoint_path(value)
             except EndpointURLError as exc:
                 self.fail(f"{value!r}: {exc}", param, ctx)
-        path = cast(str, super().convert(value, param, ctx))  # click.Path with no path_type converts to a str
+        # str | bytes | PathLike in click's stub; a PosixPath with PATH's and SOCKET's path_type=Path.
+        path = cast("str | os.PathLike[str]", super().convert(value, param, ctx))
         try:
             return absolute_path(path)
         except RuntimeError:  # ~user of no such user, or no HOME

@@ -66,9 +66,10 @@ log = logging.getLogger(__name__)
 
 
 class MetricsServer(ThreadingWSGIServer):
-    server_address: tuple[Any, ...]  # the socket's getsockname(): (host, port) or IPv6's 4-tuple
     """prometheus_client's server (a thread per scrape, daemon threads) on
     the address family and sockaddr the lookup gave."""
+
+    server_address: tuple[Any, ...]  # the socket's getsockname(): (host, port) or IPv6's 4-tuple
 
     def __init__(self, family: socket.AddressFamily, sockaddr: tuple[Any, ...], app: Callable[..., Any]) -> None:
         self.address_family = family  # read by TCPServer.__init__: [::] and the like need AF_INET6

@@ -75,7 +75,7 @@ class Corked:
         # uvloop closes a transport on a socket error and tells the protocol a
         # turn later; writing to it then would raise in this bare callback.
         if (held or self._owed >= CREDIT_URGENT) and not self._transport.is_closing():
-            self._send(b"".join(held or ()))  # (held is a list: _release runs only after hold)
+            self._send(b"".join(held or ()))  # (held is None only after close(): is_closing() then)
 
     def close(self) -> None:
         self._held = None  # the connection is over: nothing more goes out

@@ -284,6 +284,8 @@ class ClientSide:
     def _header_block(self, sid: int, raws: list[bytes], data: bytes, end_stream: bool,
                       out: list[bytes | memoryview]) -> None:
         """A complete header block: ``raws`` its frames as received, ``data`` the block."""
+        # None after a peek that left the table as it was (HeaderReader.every): read below when needed.
+        headers: list[tuple[bytes, bytes]] | None
         conn = self.conn
         if sid <= self.opened and (sid in conn.ended or sid not in conn.relayed):
             withheld.late_block(self, sid, data, end_stream, out)  # on a stream the runtime does not have open
@@ -294,7 +296,7 @@ class ClientSide:
         else:
             peeked = self.headers.peek(data, _PATH)
             # None: the table is as it was before the block, which may be read again.
-            headers = self.headers.decode(data) if peeked is None else self.headers.every  # type: ignore[assignment]  # a peek that found the path read every header
+            headers = self.headers.decode(data) if peeked is None else self.headers.every
         if sid in conn.relayed:
             self.ordered(b"".join(raws), out)
             return
