@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -39,6 +40,9 @@ class BuiltinHook(HookServer):
     SUMMARY: ClassVar[str]  # one line, for ``hook list``
     HOOKS: ClassVar[tuple[HookType, ...]]  # the hook points it registers for
     PRIORITY: ClassVar[int | None] = None  # registered with, without --priority (None: the proxy's default)
+    # Its --config file, set before it serves (hooks/cli.py): a hook that
+    # reloads its config (balloons, a property there) watches this file.
+    config_file: Path | None
 
     @classmethod
     def from_config(cls, socket_path: str, config: Mapping[str, Any]) -> BuiltinHook:

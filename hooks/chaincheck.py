@@ -243,7 +243,7 @@ async def _run(point: HookPoint, request: Message, call: Message | None,
     stage_run = stage.stage_for(point.cri_method, "v1", "v1")
     assert stage_run is not None
     try:
-        await stage_run(kubelet.SerializeToString(), _Context(), send)  # type: ignore[arg-type]
+        await stage_run(kubelet.SerializeToString(), _Context(), send)
     except _Refused as refused:
         run.refusal = str(refused)
     await stage.drain()

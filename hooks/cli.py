@@ -243,7 +243,7 @@ async def _serve(
         raise SetupError(f"hook {cls.NAME}: config {config_file or '(no --config given)'}: {exc}") from exc
     except ValueError as exc:  # e.g. a socket path too long
         raise SetupError(f"hook {cls.NAME}: {exc}") from exc
-    server.config_file = config_file  # type: ignore[attr-defined]  # set on any hook; balloons' is a property. A hook that reloads its config (balloons) watches this file
+    server.config_file = config_file
     server.transport = transport
     fields: dict[str, object] = {"hook": server.NAME, "socket": server.socket_path, "hook_file": str(registration.path)}
     gcpolicy.before_serving()

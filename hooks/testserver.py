@@ -204,7 +204,7 @@ class ScriptedHookServer(HookServer):
         recorder: Recorder,
         **kwargs: object,
     ) -> None:
-        super().__init__(socket_path, **kwargs)  # type: ignore[arg-type]
+        super().__init__(socket_path, **kwargs)  # type: ignore[arg-type]  # kwargs: HookServer's own, passed on as given
         self._scripts = dict(scripts)
         self._recorder = recorder
 

@@ -57,7 +57,7 @@ class StopSignal(asyncio.Event):
         try:
             return await task
         except asyncio.CancelledError:
-            if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
+            if task.cancelled() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]  # in a task: this coroutine runs in one
                 return None  # cancelled above, not this caller
             raise
         except Exception as exc:

@@ -136,7 +136,7 @@ class _Half(asyncio.Protocol):
         self.ended = False  # this side sent its EOF
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's: a Transport (Protocol says BaseTransport)
 
     def data_received(self, data: bytes) -> None:
         assert self.peer is not None and self.peer.transport is not None
@@ -285,7 +285,7 @@ class ActivatedListener:
             await asyncio.wait(list(self._pending))
         # A connection never linked to grpc has nothing of grpc's to pass on.
         for client in [c for c in self._clients if c.peer is None and c.transport is not None]:
-            client.transport.close()  # type: ignore[union-attr]
+            client.transport.close()  # type: ignore[union-attr]  # not None: the list's condition
         loop = asyncio.get_running_loop()
         began = loop.time()
         if self._clients:
@@ -296,7 +296,7 @@ class ActivatedListener:
                 pass
         left = [half for half in self._clients if half.transport is not None]
         for half in left:
-            half.transport.close()  # type: ignore[union-attr]
+            half.transport.close()  # type: ignore[union-attr]  # not None: the list's condition
         self._clients.clear()
         log.info("relayed connections closed", extra={"waited_s": round(loop.time() - began, 3),
                                                        "closed_by_proxy": len(left)})
@@ -330,7 +330,7 @@ class _Client(_Half):
         self._listener.traffic.unanswered += 1
         # asyncio's loop honours this; uvloop starts reading after connection_made
         # whatever it asked for, so data_received keeps what comes before the link.
-        transport.pause_reading()  # type: ignore[attr-defined]
+        transport.pause_reading()  # type: ignore[attr-defined]  # a stream's: a Transport (Protocol says BaseTransport)
         self._listener._link(self)
 
     def read(self, answer: bool = True) -> None:

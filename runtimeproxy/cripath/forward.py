@@ -211,7 +211,7 @@ class GrpcRelay:
         async def answer() -> bytes:
             await send_requests(call, _just(request), path)
             notify()
-            responses = [message async for message in call]  # type: ignore[attr-defined]
+            responses = [message async for message in call]
             if len(responses) != 1:
                 await context.abort(
                     grpc.StatusCode.INTERNAL,
@@ -251,7 +251,7 @@ class GrpcRelay:
             if self._closing:  # started as shutdown began: end it like the others
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             await _pass_initial_metadata(call, context)
-            async for message in call:  # type: ignore[attr-defined]
+            async for message in call:
                 yield message
             await _pass_reply_metadata(call, context)
         except aio.AioRpcError as err:

@@ -52,7 +52,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None on a C library without it (musl)."""
     name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None  # type: ignore[no-any-return]
+        return ctypes.CDLL(name).malloc_trim if name else None
     except (OSError, AttributeError):
         return None
 

@@ -34,7 +34,7 @@ REFUSAL_READ_S = 1.0  # a refused client that never half-closes is answered afte
 
 def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     # A stream-stream handler answers a call of any cardinality.
-    async def refuse(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+    async def refuse(requests: Any, context: aio.ServicerContext):
         # Read what the client sends (bounded) before answering: a grpc.aio
         # client still writing its request when the status arrives reports
         # INTERNAL "Internal error from Core" instead of it (grpc#36066).
@@ -62,7 +62,7 @@ class HeldCalls:
         self._released = asyncio.Event()
         self._serve = serve
 
-        async def hold(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        async def hold(requests: Any, context: aio.ServicerContext):
             await self._released.wait()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "runtime-proxy is shutting down")
             yield b""  # pragma: no cover - makes this an async generator
@@ -190,7 +190,7 @@ class Router(grpc.GenericRpcHandler):
     def _stream_stream(self, channel: aio.Channel, path: str) -> grpc.RpcMethodHandler:
         relay = self._relay
 
-        async def stream_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        async def stream_stream(requests: Any, context: aio.ServicerContext):
             async for message in relay.stream_stream(channel, path, requests, context):
                 yield message
 
@@ -222,7 +222,7 @@ class Router(grpc.GenericRpcHandler):
         if method.client_streaming:
             return self._stream_stream(channel, path)
         if method.server_streaming:
-            async def server_stream(requests: AsyncIterator[bytes], context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+            async def server_stream(requests: AsyncIterator[bytes], context: aio.ServicerContext):
                 request = await _only_request(requests, context, "server-streaming")
                 async for message in relay.server_stream(channel, path, request, context):
                     yield message
@@ -291,7 +291,7 @@ def _after(event: asyncio.Event, handler: grpc.RpcMethodHandler) -> grpc.RpcMeth
 
     inner = handler.stream_stream
 
-    async def later_stream(requests: Any, context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+    async def later_stream(requests: Any, context: aio.ServicerContext):
         await event.wait()
         async for message in inner(requests, context):
             yield message

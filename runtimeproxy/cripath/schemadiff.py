@@ -32,9 +32,9 @@ from google.protobuf.descriptor import (
     FileDescriptor,
 )
 from google.protobuf.message import Message
-from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .lenient import is_map_entry
+from .unknownfields import unknown_fields
 from .methods import FILES, METHODS, V1, V1ALPHA2
 
 # The walks below run on the event loop, on a request up to 16 MiB: bounded,
@@ -281,7 +281,7 @@ def _holds_enum(desc: Descriptor) -> bool:
 def _collect_unknown(msg: Message, prefix: str, found: _Walk) -> None:
     found.visit()
     if found.unknown:
-        for f in UnknownFieldSet(msg):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
+        for f in unknown_fields(msg):
             found.visit()
             found.add(f"{prefix}#{f.field_number}")
     for field, value in msg.ListFields():

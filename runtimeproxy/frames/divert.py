@@ -167,7 +167,7 @@ async def answer(
         sender = asyncio.ensure_future(send_requests(rpc, _iterate(messages), call.path))
         try:
             initial = tuple(await rpc.initial_metadata() or ())
-            async for message in rpc:  # type: ignore[attr-defined]
+            async for message in rpc:
                 if not started:
                     head(initial, False)
                     started = True

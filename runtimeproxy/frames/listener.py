@@ -57,7 +57,7 @@ class _Side(asyncio.Protocol):
         self.gone = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's: a Transport (Protocol says BaseTransport)
 
     def data_received(self, data: bytes) -> None:
         if self.feed is None:
@@ -186,7 +186,7 @@ class FramesListener:
         backend: _Side | None = None
         failed = False  # the dial failed: no probe may come, as the runtime itself may be fine
         identity = peerid.client_identity(client.transport)  # once: its lines' fields (peerid.py)
-        if self._routes.ready():  # type: ignore[union-attr]
+        if self._routes.ready():  # type: ignore[union-attr]  # any Routes given (tests') has ready(); only here is it asked
             try:
                 _, backend = await loop.create_unix_connection(_Side, str(self._backend))
             except OSError as exc:
@@ -244,7 +244,7 @@ class FramesListener:
         assert a.transport is not None and b.transport is not None
         ta, tb = a.transport, b.transport
         self._transports.add(tb)
-        splice = Splice(ta)  # type: ignore[arg-type]
+        splice = Splice(ta)
         self._splices[splice] = identity
         self._counted("spliced", True)
         log.debug("frames: client connection spliced to the proxy's own server", extra=identity)

@@ -68,7 +68,7 @@ def closed(conn: FrameConnection) -> None:
     conn.hold_client_reads("runtime", False)  # a full transport that is gone holds nothing back
     conn.backend.close()
     conn.backend_pings.close()
-    conn.backend = conn.inbound.writer = GONE  # type: ignore[assignment]
+    conn.backend = conn.inbound.writer = GONE  # type: ignore[assignment]  # Gone: a stand-in with the calls both get
     conn.out.control(fr.goaway(conn.last_stream, ErrorCode.NO_ERROR))
     for sid in sorted(conn.relayed | {call.stream_id for call in unanswered}):
         if sid not in conn.ended:

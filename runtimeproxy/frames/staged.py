@@ -95,7 +95,7 @@ async def run(conn: FrameConnection, call: Hooked) -> None:
             return await _send(conn, call, request)
 
         context = FramesContext(call.headers, request_sent=call.sent_as_read, answer_at_once=call.release_at_answer)
-        await compose(call.stages, send)(message, context)  # type: ignore[arg-type]
+        await compose(call.stages, send)(message, context)
     except Aborted as refusal:
         if not call.sent:
             conn.end_hooked(call.stream_id, refusal.code, refusal.details)

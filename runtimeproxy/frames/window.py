@@ -100,6 +100,6 @@ def detached(data: bytes | memoryview) -> bytes | memoryview:
     slow reader's backlog takes may be up to 4 times what the transport's
     get_write_buffer_size counts (the views' lengths), which is what
     CLIENT_BACKLOG and the transport's high-water mark bound (connection.py)."""
-    if isinstance(data, memoryview) and data.nbytes * 4 < len(data.obj):  # type: ignore[arg-type]
+    if isinstance(data, memoryview) and data.nbytes * 4 < len(data.obj):  # type: ignore[arg-type]  # obj: the bytes read (typeshed: any Buffer, not Sized)
         return bytes(data)
     return data

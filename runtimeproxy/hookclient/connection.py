@@ -15,7 +15,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import grpc
 
@@ -81,8 +81,9 @@ class ClientConnection(ServerFrames, asyncio.Protocol):
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
-        transport.write(fr.PREFACE + _OUR_SETTINGS + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))  # type: ignore[attr-defined]  # (as above)
+        # A stream's: the writes below; a cast, not a check, as uvloop's is no asyncio.Transport subclass.
+        self._transport = stream = cast(asyncio.Transport, transport)
+        stream.write(fr.PREFACE + _OUR_SETTINGS + fr.window_update(0, CONNECTION_WINDOW - fr.DEFAULT_WINDOW))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

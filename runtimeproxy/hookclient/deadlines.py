@@ -83,11 +83,11 @@ class Bound:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._deadlines._live.discard(self)
         # As asyncio.Timeout: our cancel, and no other since the block began, ends it as a timeout.
-        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:  # type: ignore[union-attr]
+        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:  # type: ignore[union-attr]  # set: __enter__ raises without a task
             raise TimeoutError from exc
 
     def expire(self) -> None:
         """Its deadline came while the block runs: its task is cancelled."""
         self._deadlines._live.discard(self)
         self._expired = True
-        self._task.cancel()  # type: ignore[union-attr]
+        self._task.cancel()  # type: ignore[union-attr]  # (as above)

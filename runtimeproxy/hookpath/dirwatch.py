@@ -170,7 +170,8 @@ async def watch_directory(directory: Path, rescan: Rescan, settings: WatchSettin
             # awatch is typed for an anyio, asyncio or trio Event, but calls
             # only is_set and set on it (watchfiles 0.21 to 1.x; pyproject
             # bounds the version): a ThreadStop is one for its purposes.
-            stop_event=watcher_stop,  # type: ignore[arg-type]
+            # (unused-ignore: without trio installed, its Event and so the union is Any.)
+            stop_event=watcher_stop,  # type: ignore[arg-type, unused-ignore]
             # Its thread returns once a minute with nothing to yield, not only on
             # a change or its stop event: anyio's worker threads are not daemons,
             # and a loop closed without cancelling this watch would otherwise

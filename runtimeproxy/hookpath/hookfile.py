@@ -350,7 +350,7 @@ def parse_hook_document(path: Path, doc: object) -> HookServerConfig:
     listed = found.get(KEY_RUNTIME_HOOKS) or ()
     # (a valid list of names: read above; found's values are objects to mypy)
     values["uncalled_hooks"] = frozenset(h for h in listed if h in NEVER_CALLED_HOOKS)  # type: ignore[attr-defined]
-    return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]
+    return HookServerConfig(name=path.name, key_notes=keyed.notes, **values)  # type: ignore[arg-type]  # values: each checked above; objects to mypy
 
 
 def parse_hook_file(path: Path, *, check_permissions: bool = True, follow_symlinks: bool = True) -> HookServerConfig:

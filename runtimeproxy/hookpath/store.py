@@ -23,11 +23,11 @@ from typing import Any
 import grpc
 from google.protobuf import empty_pb2, json_format
 from google.protobuf.message import DecodeError, Message
-from google.protobuf.unknown_fields import UnknownFieldSet
 
 from cri_api.hookapi import api_pb2 as hookapi
 from cri_api.v1 import api_pb2 as v1
 
+from ..cripath.unknownfields import unknown_fields
 from .merge import copy_as_wire, env_map, merge_resources
 from .runtimespec import cgroup_parent_from_spec, resources_from_spec
 
@@ -341,7 +341,7 @@ def _listed_ids(raw: bytes, item_type: type[v1.PodSandbox] | type[v1.Container])
     item, so the items are split on the wire and each is read on its own:
     one item that does not decode costs only itself."""
     ids: list[str] = []
-    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(raw)):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
+    for entry in unknown_fields(empty_pb2.Empty.FromString(raw)):
         if entry.field_number != 1 or entry.wire_type != WIRE_LENGTH_DELIMITED:
             continue
         item = entry.data
@@ -359,7 +359,7 @@ def _listed_ids(raw: bytes, item_type: type[v1.PodSandbox] | type[v1.Container])
 
 
 def _raw_id(item: bytes) -> str:
-    for entry in UnknownFieldSet(empty_pb2.Empty.FromString(item)):  # type: ignore[attr-defined]  # it iterates (__getitem__ to IndexError); types-protobuf declares no __iter__
+    for entry in unknown_fields(empty_pb2.Empty.FromString(item)):
         if entry.field_number == 1 and entry.wire_type == WIRE_LENGTH_DELIMITED:
             return entry.data.decode("utf-8", "replace")
     return ""

@@ -73,7 +73,7 @@ class PluginConnection:
     def _handlers(self) -> dict[tuple[str, str], ttrpc.Handler]:
         def method(name: str, request_type: type[Message], call: object) -> tuple[tuple[str, str], ttrpc.Handler]:
             async def handle(payload: bytes) -> bytes:
-                answer = await call(request_type.FromString(payload))  # type: ignore[operator]
+                answer = await call(request_type.FromString(payload))  # type: ignore[operator]  # call: a handler for request_type (object: they differ)
                 return answer.SerializeToString()
 
             return (PLUGIN_SERVICE, name), handle
