@@ -7,6 +7,7 @@ their Fail hooks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from pathlib import Path
@@ -14,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.hookpath.registry import HookRegistry
+from tests.loghandling import handled
 
 from . import registrydir
 from .registrydir import LOGGER
 from .test_hookfile import valid_doc, write
-from .test_registry_watch import Observer, _CallbackHandler
+from .test_registry_watch import Observer
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 
@@ -83,8 +85,9 @@ async def test_the_watcher_rescans_when_a_file_in_the_directorys_place_is_remove
     registry = HookRegistry(hook_dir, dir_poll_interval=0.05)
     observer = Observer(registry)
     kept = asyncio.Event()
-    handler = _CallbackHandler(lambda record: kept.set() if "is not a directory" in record.getMessage() else None)
-    logging.getLogger(LOGGER).addHandler(handler)
+    logs = contextlib.ExitStack()
+    logs.enter_context(handled(
+        LOGGER, logging.INFO, lambda record: kept.set() if "is not a directory" in record.getMessage() else None))
     stop = asyncio.Event()
     task = asyncio.create_task(registry.watch(stop))
     try:
@@ -100,7 +103,7 @@ async def test_the_watcher_rescans_when_a_file_in_the_directorys_place_is_remove
         stop.set()
         await asyncio.wait_for(task, 5)
         observer.close()
-        logging.getLogger(LOGGER).removeHandler(handler)
+        logs.close()
 
 
 def test_check_config_finds_a_file_in_the_directorys_path_an_error(tmp_path: Path) -> None:
