@@ -15,6 +15,7 @@ balloon rebuilt from the cpusets.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -35,17 +36,27 @@ log = logging.getLogger("hooks.balloons")
 
 @contextmanager
 def _held(logger: logging.Logger) -> Iterator[list[logging.LogRecord]]:
-    """``logger``'s records held back (not emitted) while in it: the caller
-    replays them (Logger.handle) or drops them."""
+    """``logger``'s records of this thread held back (not emitted) while in
+    it: the caller replays them (Logger.handle) or drops them. On an
+    exception they are replayed before it goes on: lines up to a failure
+    are not lost with the trial."""
     held: list[logging.LogRecord] = []
+    thread = threading.get_ident()
 
     def hold(record: logging.LogRecord) -> bool:
+        if record.thread != thread:
+            return True  # another thread's line: not the trial's
         held.append(record)
         return False
 
     logger.addFilter(hold)
     try:
         yield held
+    except BaseException:
+        logger.removeFilter(hold)
+        for record in held:
+            logger.handle(record)
+        raise
     finally:
         logger.removeFilter(hold)
 
@@ -85,17 +96,18 @@ class StartFiles:
     def restart(self, config: BalloonsConfig, topology: Topology,
                 found: list[Restored]) -> tuple[AtRestart, BalloonsAtRestart]:
         """The reserved CPUs to keep (:meth:`_at_restart`) and the balloons
-        rebuilt (:meth:`_balloons`), the containers ``found`` running. A saved set refused for the containers that contradict it
-        is kept all the same when the saved balloons, written with it, fit
-        this restart and put each of those back in its balloon (see the
-        module's docstring); one they do not hold (a stale or copied
-        stateDir: new pod uids) says the set is not theirs: deduced."""
+        rebuilt (:meth:`_balloons`), the containers ``found`` running. A
+        saved set refused for the containers that contradict it is kept all
+        the same when the saved balloons, written with it, fit this restart
+        and put each of those back in its balloon (see the module's
+        docstring); one they do not hold (a stale or copied stateDir: new pod
+        uids) says the set is not theirs: deduced."""
         kept, saved, contradicting = self._at_restart(config, topology, found)
         token = saved.token if saved is not None else None
         if saved is None or contradicting is None:
             return kept, self._balloons(config, topology, found, kept.reserved, token)
-        with _held(log) as held:  # a trial: its placements said only if it is kept
-            balloons = self._balloons(config, topology, found, saved.cpus, token)
+        held: list[logging.LogRecord] = []  # a trial: its placements said only if it is kept
+        balloons = self._balloons(config, topology, found, saved.cpus, token, held)
         if balloons.state is None:
             refused = balloons
         else:
@@ -142,14 +154,18 @@ class StartFiles:
         return _Judged(AtRestart(kept, why), saved)
 
     def _balloons(self, config: BalloonsConfig, topology: Topology, found: list[Restored],
-                  reserved: frozenset[int] | None, token: str | None) -> BalloonsAtRestart:
+                  reserved: frozenset[int] | None, token: str | None,
+                  held: list[logging.LogRecord] | None = None) -> BalloonsAtRestart:
         """The balloons rebuilt from those saved in the stateDir the hook
         started with, with the containers ``found`` running (each put back in
         its saved balloon, those in none placed as new ones), if they fit
         this restart: written with the reserved.json it started with
         (``token``, that of the reserved.json read; None: none usable), the
         reserved CPUs it keeps (``reserved``), the same config, their CPUs
-        online (savedplan.rebuild_from); else none, and why."""
+        online (savedplan.rebuild_from); else none, and why. ``held``: a
+        trial's, the rebuild's lines are held back in it (for the caller to
+        replay or drop); reading the file (its leftover removal) is logged
+        whatever the trial's outcome."""
         if self.started is None:
             return BalloonsAtRestart(None, f"{CPUSETS} (stateDir not set: not saved)")
         plans = PlanFile(self.started.path.parent)
@@ -168,7 +184,16 @@ class StartFiles:
             if config.reserved_cpuset is None and reserved != plan.reserved:
                 kept = format_cpuset(reserved) if reserved is not None else "those deduced"
                 raise SavedPlanError(f"names reserved CPUs {format_cpuset(plan.reserved)}, the restart keeps {kept}")
-            restart = rebuild_from(config, topology, found, plan)
+            if held is None:
+                restart = rebuild_from(config, topology, found, plan)
+            else:
+                with _held(log) as lines:
+                    try:
+                        restart = rebuild_from(config, topology, found, plan)
+                    except SavedPlanError:
+                        lines.clear()  # refused: the trial's lines dropped, not replayed as a failure's
+                        raise
+                held.extend(lines)
         except SavedPlanError as exc:
             return BalloonsAtRestart(None, f"{CPUSETS}: the saved balloons in {plans.path} {exc}")
         changes = restart.summary()

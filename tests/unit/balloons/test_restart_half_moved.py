@@ -184,3 +184,51 @@ async def test_a_refused_override_logs_none_of_its_trial_placements(tmp_path: Pa
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if m.startswith("adopting running container") or m.endswith(" created")]
     assert len([m for m in messages if m.startswith("restoring container")]) == 2
+
+
+def _leftover(state: Path, root: Path, hook: BalloonsHook) -> None:
+    """A killed hook's temporary balloons file (statefile.temp_glob)."""
+    (state / ".balloons.json.killed.tmp").write_text("{")
+
+
+async def test_a_refused_trial_still_logs_the_temporary_file_it_removed(tmp_path: Path, caplog) -> None:
+    """Every pod uid new (the trial refused), a killed hook's temporary
+    balloons file left: it is removed and that is logged (before: the whole
+    trial held back, reading the file too, and its line dropped with the
+    trial's though the file was gone)."""
+    state = tmp_path / "state"
+    await _restart_with_dns_half_moved(tmp_path, {**TWO_RESERVED, "stateDir": str(state)}, caplog, renew=True,
+                                       tamper=_leftover)
+    assert not (state / ".balloons.json.killed.tmp").exists()
+    [line] = [r for r in caplog.records if r.getMessage() == "balloons removed a temporary state file a stopped hook left"]
+    assert line.path == str(state / ".balloons.json.killed.tmp")
+
+
+async def test_a_kept_trial_logs_its_placements(tmp_path: Path, caplog) -> None:
+    """The saved set kept through the saved balloons: the trial's lines,
+    held back while it ran, are logged once (dns, restored into its saved
+    balloon): a replay not done would lose them."""
+    state = tmp_path / "state"
+    await _restart_with_dns_half_moved(tmp_path, {**TWO_RESERVED, "stateDir": str(state)}, caplog)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if m.startswith("restoring container kube-system/pod-dns/app")]) == 1
+
+
+def test_held_lines_are_replayed_on_a_failure_and_other_threads_pass(caplog) -> None:
+    """savedstart._held: a line of another thread is not held (it is not the
+    trial's), and those held are logged when the trial raises (before: all
+    threads' lines held, and a failure dropped the trial's)."""
+    import threading
+
+    from hooks.balloons.savedstart import _held
+
+    logger = logging.getLogger("hooks.balloons")
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"), pytest.raises(RuntimeError):
+        with _held(logger):
+            other = threading.Thread(target=logger.info, args=("from another thread",))
+            other.start()
+            other.join()
+            assert [r.getMessage() for r in caplog.records] == ["from another thread"]
+            logger.info("the trial's")
+            raise RuntimeError("failed")
+    assert [r.getMessage() for r in caplog.records] == ["from another thread", "the trial's"]
