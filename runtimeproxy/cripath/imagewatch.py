@@ -165,6 +165,10 @@ class ImageWatch:
         self._retry = RETRY_FIRST  # the wait before the next probe of a READY service down, or with a version failed
         self.targets: frozenset[ApiVersion] | None = None  # the versions image calls are sent in (None: no plan)
         self._lack_told: tuple[object, ...] | None = None  # what the last "lacks" warning said (not said twice)
+        # Why the versions its last answering probe left out failed (None: each
+        # answered or was absent): a "lacks" warning told later, at a plan
+        # change, still says a timeout rather than an absence.
+        self.version_problem: str | None = None
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Called with True when the image service comes (back) and when, up,
@@ -175,7 +179,7 @@ class ImageWatch:
         """The CRI versions the proxy sends image calls in (the routing plan's
         targets; None: no plan), told at each plan rebuild."""
         self.targets = targets
-        self._warn_lacking(None)
+        self._warn_lacking()
 
     @property
     def lacking(self) -> frozenset[ApiVersion]:
@@ -191,7 +195,7 @@ class ImageWatch:
         that serves none of them answers every image call UNIMPLEMENTED."""
         return self.up and (self.targets is None or self.versions is None or bool(self.targets & self.versions))
 
-    def _warn_lacking(self, problem: str | None) -> None:
+    def _warn_lacking(self) -> None:
         """A WARNING when the service, up, lacks a version image calls are
         sent in, at a change of its versions or of the plan (not at each
         probe that finds the same)."""
@@ -204,8 +208,8 @@ class ImageWatch:
         fields: dict[str, object] = {
             "backend": str(self.socket), "lacking": sorted(str(v) for v in lacking),
             "versions": _named(self.versions or frozenset(), self.unknown), "usable": self.usable}
-        if problem is not None:
-            fields["version_problem"] = problem
+        if self.version_problem is not None:
+            fields["version_problem"] = self.version_problem
         log.warning("image backend lacks a CRI version image calls are sent in: they fail there", extra=fields)
 
     async def run(self) -> None:
@@ -261,13 +265,16 @@ class ImageWatch:
         was = self.versions
         changed = (probed.versions, probed.unknown) != (self.versions, self.unknown)
         self.versions, self.unknown = probed.versions, probed.unknown
+        self.version_problem = probed.failed
         if self.up:  # e.g. reconnected after its idle timeout: nothing to tell, unless it serves other versions
             if changed:
-                # One gone is a loss (its image calls now fail); one added, news.
-                level = logging.WARNING if was is not None and was - probed.versions else logging.INFO
+                # One gone that image calls are sent in (any, before a plan) is
+                # a loss: those calls now fail. One added, or gone unused, news.
+                gone = (was or frozenset()) - probed.versions
+                level = logging.WARNING if gone & (self.targets if self.targets is not None else gone) else logging.INFO
                 log.log(level, "image backend serves other CRI versions",
                         extra={**fields, "was": sorted(str(v) for v in was or ())})
-                self._warn_lacking(probed.failed)
+                self._warn_lacking()
                 self._tell(True)
             return
         self.up = True
@@ -277,7 +284,7 @@ class ImageWatch:
         else:
             log.info("image backend connected", extra=fields)
         self._was_up = True
-        self._warn_lacking(probed.failed)
+        self._warn_lacking()
         self._tell(True)
 
     def _lost(self, reason: str) -> None:

@@ -101,3 +101,63 @@ async def test_a_version_dropped_while_up_is_a_warning_and_a_lack_is_warned_once
     ]
     assert (told[1].was, told[1].versions) == (["v1", "v1alpha2"], ["v1"])  # type: ignore[attr-defined]
     assert told[2].lacking == ["v1alpha2"]  # type: ignore[attr-defined]
+
+
+async def _up(watch: ImageWatch, channel: SteppedChannel, steps: int = 0) -> None:
+    """``watch`` run until it has told its listeners ``steps + 1`` times."""
+    heard = asyncio.Event()
+    watch.on_change(lambda up: heard.set())
+    running = asyncio.ensure_future(watch.run())
+    try:
+        for step in range(steps + 1):
+            await asyncio.wait_for(heard.wait(), 5)
+            heard.clear()
+            if step < steps:
+                channel.step.put_nowait(None)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_lack_told_at_a_later_plan_says_the_version_timed_out(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The service probed up in v1, v1alpha2 timing out, before the runtime's
+    plan exists; the plan, sending image calls in v1alpha2, comes after: its
+    "lacks" warning carries that probe's version_problem (before: none, so a
+    timeout read as an absence)."""
+    caplog.set_level(logging.INFO, logger=imagewatch.__name__)
+    timed_out = "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded"
+
+    async def probe(channel: Any, timeout: float) -> Probed:
+        return Probed(None, frozenset({ApiVersion.V1}), failed=timed_out)
+
+    monkeypatch.setattr(imagewatch, "image_probe", probe)
+    channel = SteppedChannel()
+    watch = ImageWatch(Path("/run/img.sock"), channel)  # type: ignore[arg-type]
+    await _up(watch, channel)
+    watch.sent_in(frozenset({ApiVersion.V1ALPHA2}))
+    [lacks] = [r for r in caplog.records if r.getMessage().startswith("image backend lacks")]
+    assert lacks.version_problem == timed_out  # type: ignore[attr-defined]
+
+
+async def test_a_version_gone_that_no_image_call_is_sent_in_is_news(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """v1alpha2 leaving while image calls are sent in v1 alone fails none of
+    them: "serves other CRI versions" is INFO (before: a WARNING for any
+    version gone)."""
+    caplog.set_level(logging.INFO, logger=imagewatch.__name__)
+    answers = [frozenset(ApiVersion), frozenset({ApiVersion.V1})]
+
+    async def probe(channel: Any, timeout: float) -> Probed:
+        return Probed(None, answers.pop(0))
+
+    monkeypatch.setattr(imagewatch, "image_probe", probe)
+    channel = SteppedChannel()
+    watch = ImageWatch(Path("/run/img.sock"), channel)  # type: ignore[arg-type]
+    watch.sent_in(frozenset({ApiVersion.V1}))
+    await _up(watch, channel, steps=1)
+    [other] = [r for r in caplog.records if r.getMessage() == "image backend serves other CRI versions"]
+    assert other.levelno == logging.INFO and other.was == ["v1", "v1alpha2"]  # type: ignore[attr-defined]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
