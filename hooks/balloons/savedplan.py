@@ -199,11 +199,12 @@ class SavedRestart(NamedTuple):
     # in it (a saved reserved set refused for such ones is kept only if each
     # is back in its balloon: savedstart.py)
     put_back: dict[ContainerKey, tuple[str, str]]
-    # container label -> (its saved balloon, the one it is in): found off its
-    # cpuset, it no longer fits its saved balloon (its request grew while the
-    # hook was down), and was placed elsewhere
-    not_put_back: dict[str, tuple[str, str]]
-    placed: dict[str, str]  # container label -> balloon, found in none saved: placed as a new one
+    # container -> (its label, its saved balloon, the one it is in): found
+    # off its cpuset, it no longer fits its saved balloon (its request grew
+    # while the hook was down), and was placed elsewhere
+    not_put_back: dict[ContainerKey, tuple[str, str, str]]
+    # container -> (its label, its balloon): found in none saved, placed as a new one
+    placed: dict[ContainerKey, tuple[str, str]]
     moves: list[str]  # labels of the containers whose cpuset is to be moved
 
     def summary(self) -> str:
@@ -225,8 +226,8 @@ class SavedRestart(NamedTuple):
         return {
             "put_back": listed([f"{label} in {name}" for label, name in self.put_back.values()]),
             "not_put_back": listed([f"{label} saved in {saved}, now {now}"
-                                    for label, (saved, now) in self.not_put_back.items()]),
-            "placed": listed([f"{label} in {name}" for label, name in self.placed.items()]),
+                                    for label, saved, now in self.not_put_back.values()]),
+            "placed": listed([f"{label} in {name}" for label, name in self.placed.values()]),
             "moves": listed(self.moves),
         }
 
@@ -236,8 +237,9 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     as a reload of the same config rebuilds them (each keeps its containers,
     own CPUs, name and place; its empty ones too; one off its balloon's
     cpuset goes back to it, if it still fits there, and is moved), then
-    those it does not hold placed as new ones, if it fits this restart (:func:`agree`) and the reserved
-    CPUs come out as saved; else SavedPlanError."""
+    those it does not hold placed as new ones, if it fits this restart
+    (:func:`agree`) and the reserved CPUs come out as saved; else
+    SavedPlanError."""
     agreed = agree(config, topology, found, plan)
     empty = [Balloon(config.types_by_name[b.btype], b.index, b.cpus) for b in plan.balloons
              if not b.members and b.btype in config.types_by_name]
@@ -253,7 +255,8 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
     # order they were created, as they were placed at run time (the
     # runtime lists them in an order of its own), as reconcile adopts.
     new = sorted(agreed.new, key=lambda item: planning.creation_order(item.created, item.member.container_id))
-    placed = {item.member.label: state.adopt(item.member, item.pod, item.cpus, item.mems).name for item in new}
+    placed = {item.member.key: (item.member.label, state.adopt(item.member, item.pod, item.cpus, item.mems).name)
+              for item in new}
     put_back, not_put_back = {}, {}
     for item in agreed.put_back:
         balloon = state.pool.balloon_of(item.member.key)
@@ -261,5 +264,5 @@ def rebuild_from(config: BalloonsConfig, topology: Topology, found: list[Restore
         if balloon.name == item.planned.name:
             put_back[item.member.key] = (item.member.label, balloon.name)
         else:
-            not_put_back[item.member.label] = (item.planned.name, balloon.name)
+            not_put_back[item.member.key] = (item.member.label, item.planned.name, balloon.name)
     return SavedRestart(state, put_back, not_put_back, placed, [move.label for move in state.moves()])

@@ -77,7 +77,7 @@ def test_a_container_the_saved_balloons_do_not_hold_is_placed_as_a_new_one() -> 
     running[n] = dataclasses.replace(running[n], cpus=topology.all_cpus)
     restart = rebuild_from(parse_config(doc), topology, running, plan)
     home = restart.state.pool.balloon_of(key)
-    assert home is not None and restart.placed == {label: home.name} and restart.put_back == {}
+    assert home is not None and restart.placed == {key: (label, home.name)} and restart.put_back == {}
     assert groups(restart.state, {key}) == groups(state, {key})
     assert restart.state.applied[key] == (format_cpuset(topology.all_cpus), running[n].mems)  # moved from every CPU
     assert key in {move.key for move in restart.state.moves()}
@@ -254,7 +254,7 @@ def test_a_container_its_saved_balloon_no_longer_fits_is_not_said_to_be_put_back
     running[1] = dataclasses.replace(running[1], member=dataclasses.replace(running[1].member, milli=2000))
     restart = rebuild_from(state.config, FOUR, running, snapshot(state))
     assert restart.state.pool.balloon_of(("p1", "c")).name == "work[1]"
-    assert (restart.put_back, restart.not_put_back) == ({}, {"apps/p1/c": ("work[0]", "work[1]")})
+    assert (restart.put_back, restart.not_put_back) == ({}, {("p1", "c"): ("apps/p1/c", "work[0]", "work[1]")})
     # work[0] shrinks to p0's one CPU: p0 moves too.
     assert restart.summary() == "1 not put back in their saved balloon, which has no room for them now; 2 to move"
     assert restart.fields()["not_put_back"] == ["apps/p1/c saved in work[0], now work[1]"]
@@ -317,7 +317,7 @@ def test_a_new_container_is_placed_in_the_saved_balloons_order_by_its_type(on: s
     restart = rebuild_from(state.config, FOUR, [*running, new], plan)
     at_run_time = _placed(ONE_CPU, FOUR, ("p0", 600), ("p1", 600), ("q", 300))
     assert as_saved(restart.state) == as_saved(at_run_time)
-    assert restart.placed == {"apps/q/c": "work[0]"} and restart.moves == ["apps/q/c"]
+    assert restart.placed == {("q", "c"): ("apps/q/c", "work[0]")} and restart.moves == ["apps/q/c"]
 
 
 def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of_each() -> None:
@@ -333,3 +333,17 @@ def test_a_restarts_log_line_counts_the_containers_and_its_fields_list_twenty_of
     fields = restart.fields()
     assert fields["placed"] == [*(f"apps/n{n:02}/c in work[0]" for n in range(20)), "and 5 more"]
     assert fields["moves"][20:] == ["and 5 more"] and (fields["put_back"], fields["not_put_back"]) == ([], [])
+
+
+def test_two_new_containers_of_one_label_are_each_placed() -> None:
+    """A pod recreated under its name (a new uid) while an old one's
+    container still runs: both, new to the saved balloons, are listed as
+    placed, by container (before: keyed by label, one hid the other and the
+    summary counted one)."""
+    state = _placed(ONE_CPU, FOUR, ("p0", 600))
+    old = Restored(Member(("q-old", "c"), "apps", "q", 300, "id-old"), PodContext("apps", "q", "c"), frozenset({3}), "0")
+    new = Restored(Member(("q-new", "c"), "apps", "q", 300, "id-new"), PodContext("apps", "q", "c"), frozenset({3}), "0")
+    assert old.member.label == new.member.label
+    restart = rebuild_from(state.config, FOUR, [*found(state), old, new], snapshot(state))
+    assert set(restart.placed) == {("q-old", "c"), ("q-new", "c")}
+    assert "2 not in a saved balloon placed as new" in restart.summary()
