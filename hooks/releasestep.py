@@ -55,7 +55,8 @@ Step = Callable[[], Awaitable["Pending | None"]]
 Handed = Callable[[], "Pending | None"]
 
 # What ran the step, as its log lines name it: a stop, or a start that failed once it held the lock.
-# A Literal, not a str: keep() looks it up from a finally, where a mistyped one would keep the lock.
+# A Literal, not a str: keep() runs in a finally, where a mistyped one would keep the lock (it
+# looks it up with .get: a caller mypy does not check still gets its line, not a KeyError).
 At = Literal["stop", "failed start"]
 AT_STOP: Final = "stop"
 AT_FAILED_START: Final = "failed start"
@@ -130,7 +131,7 @@ def keep(pending: Pending | None, server: str, socket: str, at: At = AT_STOP) ->
         return None
     logger.warning("%s %s, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
-                   "before that write ends (a thread's write is joined at exit)", server, _ENDED[at], extra=extra)
+                   "before that write ends (a thread's write is joined at exit)", server, _ENDED.get(at, at), extra=extra)
     pending.add_done_callback(lambda done: _ended(done, server, extra, ": its socket's lock goes"))
     return pending
 

@@ -72,7 +72,7 @@ class StatusSource:
                 # The CRI versions it was found serving, and of the versions image calls are sent
                 # in, those it lacks (their calls fail UNIMPLEMENTED there); None: not known.
                 "image_versions": _image_versions(self.proxy.images),
-                "image_lacking": None if self.proxy.images is None else sorted(map(str, self.proxy.images.lacking)),
+                "image_lacking": _image_lacking(self.proxy.images),
                 "connected": backend.connected,
                 "runtime_name": info.runtime_name if info else None,
                 "runtime_version": info.runtime_version if info else None,
@@ -119,6 +119,14 @@ def _image_versions(images: ImageWatch | None) -> list[str] | None:
     if images is None or images.versions is None:
         return None
     return sorted(f"{v} (unknown)" if v in images.unknown else str(v) for v in images.versions)
+
+
+def _image_lacking(images: ImageWatch | None) -> list[str] | None:
+    """None while not known: no separate image service, it does not serve
+    (not probed, or down), or the proxy has no plan yet."""
+    if images is None or not images.up or images.versions is None or images.targets is None:
+        return None
+    return sorted(map(str, images.lacking))
 
 
 def _cut(reason: str) -> str:

@@ -148,12 +148,28 @@ def test_a_separate_image_backend_lacking_a_version_image_calls_are_sent_in_is_s
     while those image calls failed UNIMPLEMENTED)."""
     src = source(ReloadResult())
     src.proxy.images = SimpleNamespace(up=True, reason=None, versions=frozenset({ApiVersion.V1ALPHA2}),
-                                       unknown=frozenset(), lacking=frozenset({ApiVersion.V1}))
+                                       unknown=frozenset(), lacking=frozenset({ApiVersion.V1}),
+                                       targets=frozenset({ApiVersion.V1}))
     src.proxy.backend.image_socket = Path("/run/img.sock")
     doc = src.document()
     assert (doc["backend"]["image_versions"], doc["backend"]["image_lacking"]) == (["v1alpha2"], ["v1"])
     assert ("; images at /run/img.sock, serving CRI v1alpha2, LACKING CRI v1 (its image calls fail)\n"
             in render(doc))
     src.proxy.images = SimpleNamespace(up=True, reason=None, versions=frozenset(ApiVersion),
-                                       unknown=frozenset({ApiVersion.V1ALPHA2}), lacking=frozenset())
+                                       unknown=frozenset({ApiVersion.V1ALPHA2}), lacking=frozenset(),
+                                       targets=frozenset({ApiVersion.V1}))
     assert "; images at /run/img.sock, serving CRI v1, v1alpha2 (unknown)\n" in render(src.document())
+    assert src.document()["backend"]["image_lacking"] == []
+
+
+def test_image_lacking_is_null_while_not_known() -> None:
+    """Down (no versions probed) or before the proxy's plan: image_lacking
+    is null, as its comment says, not [] (before: [] read as "lacks none")."""
+    src = source(ReloadResult())
+    src.proxy.backend.image_socket = Path("/run/img.sock")
+    src.proxy.images = SimpleNamespace(up=False, reason="connection failed", versions=None,
+                                       unknown=frozenset(), lacking=frozenset(), targets=frozenset({ApiVersion.V1}))
+    assert src.document()["backend"]["image_lacking"] is None
+    src.proxy.images = SimpleNamespace(up=True, reason=None, versions=frozenset({ApiVersion.V1}),
+                                       unknown=frozenset(), lacking=frozenset(), targets=None)
+    assert src.document()["backend"]["image_lacking"] is None

@@ -227,7 +227,7 @@ def test_containers_of_a_cpu_less_balloon_restore_into_one_balloon() -> None:
 
 
 def test_restore_beyond_max_balloons_leaves_the_container_to_be_placed_anew() -> None:
-    """(Assignments.rebuild then places it as a container not pinned yet: in a
+    """(restoring.rebuild then places it as a container not pinned yet: in a
     balloon with room, or on the fallback one.)"""
     p = pool(Topology.synthetic(1, 1, 8, 1), {"name": "t", "namespaces": ["*"], "maxBalloons": 1})
     p.restore(member("a"), p.types["t"], frozenset({1}))
