@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import enum
 import os
+import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +36,11 @@ class Finding:
         return f"{self.severity}: {where}: {self.reason}"
 
 
-def endpoint_findings(path: Path, what: str) -> list[Finding]:
+def endpoint_findings(path: Path, what: str,
+                      connected: Callable[[socket.socket], None] | None = None) -> list[Finding]:
     """A socket the proxy connects to: missing is a warning (its server may start
-    later), anything but a socket an error (no server can ever listen there)."""
+    later), anything but a socket an error (no server can ever listen there).
+    ``connected``: called with the probe's socket if someone accepted it."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -45,7 +49,7 @@ def endpoint_findings(path: Path, what: str) -> list[Finding]:
         return [Finding(Severity.WARNING, path, f"{what}: cannot stat: {exc.strerror or exc}")]
     if not stat.S_ISSOCK(mode):
         return [Finding(Severity.ERROR, path, f"{what}: exists and is not a unix socket")]
-    failure = unixsocket.connect_failure(path)
+    failure = unixsocket.connect_failure(path, connected=connected)
     if failure is None:
         return []
     if failure.nobody_listens:

@@ -4,10 +4,14 @@ then every problem of each file it rejects, and what is valid but likely a
 slip: a file that registers nothing, a hook point never called, a key in
 another case or nothing reads, a hook server's socket not there, balloons
 called before a hook that sets the CPU shares it sizes by, a hook server
-listened on by a user the proxy would refuse it for (untrusted_endpoint)."""
+whose socket, or the user listening on it, the proxy would refuse
+(untrusted_endpoint). Those are judged by the proxy's rules
+(hookclient/endpointtrust.py) as the user check-config runs as: the proxy's
+own euid is trusted there, so run it as the proxy runs (root)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .checkfindings import Finding, Severity, endpoint_findings
-from .hookclient.endpointtrust import peer_of
+from .hookclient.endpointtrust import Peer, judge, judge_peer, look, peer_of
 from .hookpath.executor import HOOKED_METHODS
 from .hookpath.filesafety import read_hook_file
 from .hookpath.hookdir import DirectoryState, inspect_directory
@@ -148,31 +152,44 @@ def _suspicious(path: Path, server: HookServerConfig) -> Iterable[Finding]:
     for hook in sorted(server.hooks, key=lambda h: h.value):
         if not _proxy_calls(hook):
             yield Finding(Severity.WARNING, path, f"hook point {hook.value} is never called by this proxy")
-    endpoint = endpoint_findings(Path(server.endpoint), "remote-endpoint")
+    peers: list[Peer] = []
+
+    def read_peer(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # not told: no listener finding
+            peers.append(peer_of(sock))
+
+    endpoint = endpoint_findings(Path(server.endpoint), "remote-endpoint", read_peer)
     for finding in endpoint:
         yield Finding(finding.severity, path, f"{finding.reason} ({server.endpoint})")
-    if not endpoint:  # someone listens: who
-        yield from _listener_findings(path, server)
+    if not endpoint:  # a live socket: whose, and who listens on it
+        yield from _socket_findings(path, server)
+        for peer in peers:
+            yield from _listener_findings(path, server, peer)
     yield from _key_findings(path)
 
 
-def _listener_findings(path: Path, server: HookServerConfig) -> Iterable[Finding]:
-    """The user that listens on the hook server's socket (``SO_PEERCRED`` at a
-    short connect), when the proxy on the frames data path would refuse it for
-    this file: not root, this user (the proxy's, run as it) or the file's owner."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            sock.connect(server.endpoint)
-            peer = peer_of(sock)
-    except OSError:
-        return  # gone since endpoint_findings looked: nothing more to tell
-    if peer.uid in (0, os.geteuid(), server.owner_uid):
+def _socket_findings(path: Path, server: HookServerConfig) -> Iterable[Finding]:
+    """The hook server's socket, when the proxy would refuse it for this file
+    on either data path (endpointtrust.judge): its owner, or a directory (or
+    a symlinked endpoint's) others may write to."""
+    seen = look(server.endpoint)
+    reason = judge(seen, server.owner_uid) if seen is not None else None
+    if reason is not None:
+        yield Finding(Severity.WARNING, path, f"remote-endpoint: {reason}: the proxy refuses its calls as "
+                                              f"untrusted_endpoint ({server.endpoint})")
+
+
+def _listener_findings(path: Path, server: HookServerConfig, peer: Peer) -> Iterable[Finding]:
+    """The user that listens on the hook server's socket (``peer``:
+    ``SO_PEERCRED`` of the probe's connect), when the proxy on the frames data
+    path would refuse it for this file (endpointtrust.judge_peer: not root,
+    the proxy's euid or the file's owner)."""
+    if judge_peer(peer, server.owner_uid, server.endpoint) is None:
         return
-    owner = f"the hook file's owner (uid {server.owner_uid})" if server.owner_uid is not None else "the hook file's owner"
+    owner = f" or the hook file's owner (uid {server.owner_uid})" if server.owner_uid not in (None, 0) else ""
     yield Finding(
         Severity.WARNING, path,
-        f"remote-endpoint: listened on by uid {peer.uid} (pid {peer.pid}), not root or {owner}: the proxy refuses "
+        f"remote-endpoint: listened on by uid {peer.uid} (pid {peer.pid}), not root{owner}: the proxy refuses "
         f"its calls as untrusted_endpoint (frames data path); give the hook file to uid {peer.uid}, or have the "
         f"server listen as root ({server.endpoint})")
 

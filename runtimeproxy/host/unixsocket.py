@@ -28,7 +28,7 @@ import select
 import socket
 import stat
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,9 +155,11 @@ def grpc_target(path: str | os.PathLike[str]) -> str:
     return "unix://" + urllib.parse.quote(os.fsencode(absolute))
 
 
-def _connect_errno(path: Path, timeout: float) -> int:
+def _connect_errno(path: Path, timeout: float,
+                   connected: Callable[[socket.socket], None] | None = None) -> int:
     """The errno of a non-blocking connect to ``path`` (0: someone accepted),
-    waiting at most ``timeout`` seconds (ETIMEDOUT past it)."""
+    waiting at most ``timeout`` seconds (ETIMEDOUT past it); ``connected``
+    called with the connected socket (0) before it is closed."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.setblocking(False)
         err = probe.connect_ex(os.fsencode(path))
@@ -166,6 +168,8 @@ def _connect_errno(path: Path, timeout: float) -> int:
             if not writable:
                 return errno.ETIMEDOUT
             err = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err == 0 and connected is not None:
+            connected(probe)
         return err
 
 
@@ -182,9 +186,12 @@ class ConnectFailure:
         return errno.errorcode.get(self.errno, str(self.errno))
 
 
-def connect_failure(path: Path, timeout: float = PROBE_TIMEOUT) -> ConnectFailure | None:
-    """None if someone accepts a connect to ``path``; else why not."""
-    err = _connect_errno(path, timeout)
+def connect_failure(path: Path, timeout: float = PROBE_TIMEOUT,
+                    connected: Callable[[socket.socket], None] | None = None) -> ConnectFailure | None:
+    """None if someone accepts a connect to ``path``; else why not.
+    ``connected``: called with the probe's socket once connected (to read
+    its peer without a second connect)."""
+    err = _connect_errno(path, timeout, connected)
     if err == 0:
         return None
     return ConnectFailure(err, _HINTS.get(err, os.strerror(err)), err in _STALE_ERRNOS)

@@ -4,6 +4,7 @@ directory, every bad file named with its reason (and line), warnings apart."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -438,18 +439,62 @@ async def test_a_hook_server_listened_on_by_an_untrusted_user_is_named(
     tmp_path: Path, live: Path, hook_dir: Path
 ) -> None:
     """check-config names the user listening on a hook server's socket when the
-    proxy would refuse it (untrusted_endpoint), next to the file's owner: the
-    troubleshooting page sends operators here. Before: the file was valid,
-    nothing said who listened."""
+    proxy would refuse it (untrusted_endpoint): the documented case, a socket
+    chowned to root that nobody listens on, the hook file root's. Before:
+    the file was valid, nothing said who listened; then "not root or the hook
+    file's owner (uid 0)", the owner said twice."""
     if os.geteuid() != 0:
         fail_or_skip("needs root to run a server as another user (CI runs as root)")
     with dir_for_nobody() as directory:
         endpoint = directory / "hook.sock"
         async with served_by_nobody(endpoint) as server:
+            os.chown(endpoint, 0, 0)
             path = hook_file(hook_dir, "a.json", valid_hook(endpoint))
             report = await asyncio.to_thread(check, good_config(tmp_path, live, hook_dir))
     (finding,) = report.findings
     assert (finding.severity, finding.subject) == (Severity.WARNING, path)
     assert finding.reason.startswith(
-        f"remote-endpoint: listened on by uid {NOBODY} (pid {server.process.pid}), not root or the hook file's "
-        "owner (uid 0): the proxy refuses its calls as untrusted_endpoint")
+        f"remote-endpoint: listened on by uid {NOBODY} (pid {server.process.pid}), not root: the proxy refuses "
+        "its calls as untrusted_endpoint")
+
+
+async def test_a_hook_server_socket_the_proxy_would_refuse_is_named(
+    tmp_path: Path, live: Path, hook_dir: Path
+) -> None:
+    """The socket owned by nobody (the listener's), the hook file root's: the
+    proxy refuses it on both data paths for its owner, and check-config says
+    so, next to who listens (before: the listener alone, on the frames data
+    path's rule)."""
+    if os.geteuid() != 0:
+        fail_or_skip("needs root to run a server as another user (CI runs as root)")
+    with dir_for_nobody() as directory:
+        endpoint = directory / "hook.sock"
+        async with served_by_nobody(endpoint):
+            path = hook_file(hook_dir, "a.json", valid_hook(endpoint))
+            report = await asyncio.to_thread(check, good_config(tmp_path, live, hook_dir))
+    owned, listened = report.findings
+    assert (owned.severity, owned.subject) == (Severity.WARNING, path)
+    assert owned.reason == (
+        f"remote-endpoint: untrusted endpoint: socket {endpoint} is owned by uid {NOBODY}, not root: the proxy "
+        f"refuses its calls as untrusted_endpoint ({endpoint})")
+    assert listened.reason.startswith(f"remote-endpoint: listened on by uid {NOBODY} ")
+
+
+def test_a_live_hook_socket_is_connected_to_once(tmp_path: Path, live: Path, hook_dir: Path, sock_dir: Path) -> None:
+    """check-config reads who listens from its probe's own connect (before:
+    a second connect for SO_PEERCRED)."""
+    endpoint = sock_dir / "hook.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(endpoint))
+        listener.listen(8)
+        hook_file(hook_dir, "a.json", valid_hook(endpoint))
+        report = check(good_config(tmp_path, live, hook_dir))
+        listener.setblocking(False)
+        accepted = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                accepted.append(listener.accept()[0])
+        for conn in accepted:
+            conn.close()
+    assert not report.findings
+    assert len(accepted) == 1
