@@ -151,3 +151,36 @@ async def test_an_image_service_with_none_of_the_versions_image_calls_are_sent_i
     [warned] = [r for r in caplog.records if r.name == WATCH and r.getMessage().startswith("image backend lacks")]
     assert warned.levelno == logging.WARNING
     assert (warned.lacking, warned.versions, warned.usable) == (["v1"], ["v1alpha2"], False)  # type: ignore[attr-defined]
+
+
+async def test_the_ready_metric_follows_a_plan_change_alone(sock_dir: Path) -> None:
+    """Guards existing behaviour (app.on_backend): the image service serves
+    v1alpha2 alone throughout; the runtime, v1 alone (image calls sent in
+    v1: the metric 0), restarts serving v1alpha2 alone, so the proxy's v1 is
+    translated to v1alpha2 and its image calls reach a version the image
+    service has: the metric is 1, with no change on the image side to tell it."""
+    async with FakeBackend(sock_dir / "backend.sock", versions=frozenset({"v1"})) as runtime, \
+            FakeBackend(sock_dir / "images.sock", versions=frozenset({"v1alpha2"})):
+        config = ProxyConfig(listen=sock_dir / "proxy.sock", backend=runtime.socket,
+                             image_backend=sock_dir / "images.sock", serve_versions="v1")
+        async with contextlib.AsyncExitStack() as stack:
+            running = await build_proxy(config, stack)
+            await running.proxy.wait_ready(10)
+            images = running.proxy.images
+            assert images is not None
+            came = asyncio.Event()
+            images.on_change(lambda up: came.set() if up else None)
+            if not images.up:
+                await asyncio.wait_for(came.wait(), 10)
+            assert image_ready(running) == 0.0
+            replanned = asyncio.Event()
+            running.proxy.backend.on_change(lambda info: replanned.set())  # after app's on_backend
+            came.clear()
+            await runtime.stop()
+            runtime.versions = frozenset({"v1alpha2"})
+            await runtime.start()
+            await asyncio.wait_for(replanned.wait(), 20)
+            assert running.proxy.router.plan is not None
+            assert running.proxy.router.plan.routes[ApiVersion.V1] == ApiVersion.V1ALPHA2
+            assert not came.is_set() and images.versions == frozenset({ApiVersion.V1ALPHA2})  # the image side unchanged
+            assert image_ready(running) == 1.0
