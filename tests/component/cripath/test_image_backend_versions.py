@@ -19,7 +19,7 @@ import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from runtimeproxy.app import build_proxy
+from runtimeproxy.app import RunningProxy, build_proxy
 from runtimeproxy.config import ProxyConfig
 from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.methods import ApiVersion
@@ -31,6 +31,17 @@ from .test_image_backend_outage import WATCH, NOT_SERVING, SERVING, image_ready,
 
 FS_INFO_A2 = "/runtime.v1alpha2.ImageService/ImageFsInfo"
 
+
+async def _images_up(running: RunningProxy) -> imagewatch.ImageWatch:
+    """The proxy ready and its separate image service's watch found it up."""
+    await running.proxy.wait_ready(10)
+    images = running.proxy.images
+    assert images is not None
+    came = asyncio.Event()
+    images.on_change(lambda up: came.set() if up else None)
+    if not images.up:
+        await asyncio.wait_for(came.wait(), 10)
+    return images
 
 async def test_an_image_service_without_a_version_makes_only_its_image_name_not_serving(
     fake: FakeBackend, sock_dir: Path, client: aio.Channel
@@ -131,13 +142,7 @@ async def test_an_image_service_with_none_of_the_versions_image_calls_are_sent_i
                              image_backend=sock_dir / "images.sock", serve_versions="v1")
         async with contextlib.AsyncExitStack() as stack:
             running = await build_proxy(config, stack)
-            await running.proxy.wait_ready(10)
-            images = running.proxy.images
-            assert images is not None
-            came = asyncio.Event()
-            images.on_change(lambda up: came.set() if up else None)
-            if not images.up:
-                await asyncio.wait_for(came.wait(), 10)
+            images = await _images_up(running)
             await settled(running.proxy)
             assert images.versions == frozenset({ApiVersion.V1ALPHA2})
             assert await health(client) == dict(zip(NAMES, (NOT_SERVING, SERVING, NOT_SERVING, NOT_SERVING, NOT_SERVING), strict=True))
@@ -165,13 +170,9 @@ async def test_the_ready_metric_follows_a_plan_change_alone(sock_dir: Path) -> N
                              image_backend=sock_dir / "images.sock", serve_versions="v1")
         async with contextlib.AsyncExitStack() as stack:
             running = await build_proxy(config, stack)
-            await running.proxy.wait_ready(10)
-            images = running.proxy.images
-            assert images is not None
-            came = asyncio.Event()
+            images = await _images_up(running)
+            came = asyncio.Event()  # the image side telling a change
             images.on_change(lambda up: came.set() if up else None)
-            if not images.up:
-                await asyncio.wait_for(came.wait(), 10)
             assert image_ready(running) == 0.0
             replanned = asyncio.Event()
             running.proxy.backend.on_change(lambda info: replanned.set())  # after app's on_backend
