@@ -4,7 +4,8 @@
 ``python -m bench fuzz [...]`` the long fuzz run (see bench/fuzz.py);
 ``python -m bench headers [...]`` what reading a request's header block
 costs (see bench/headers.py); ``python -m bench callgrind [...]`` the
-proxy's instructions per pod lifecycle (see bench/callgrind.py)."""
+proxy's instructions per pod lifecycle (see bench/callgrind.py);
+``python -m bench cgdiff A B`` two callgrind dumps compared by function."""
 
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         from .callgrind import main as callgrind_main
 
         return callgrind_main(args[1:])
+    if args[:1] == ["cgdiff"]:  # two callgrind dumps compared
+        from .cgdiff import main as cgdiff_main
+
+        return cgdiff_main(args[1:])
     if os.geteuid() != 0:
         print("bench: needs root (it runs containerd and runc)", file=sys.stderr)
         return 2

@@ -18,6 +18,13 @@ the lifecycle call by call (every pod's RunPodSandbox, then every pod's
 CreateContainer, ...), which gives each call kind's part. ``gc``: the cyclic
 collector's part, counted in whichever phase it ran.
 
+Each run's proxy gets a PYTHONHASHSEED of its own (``--hash-seed`` for one
+seed in every run), named as it starts. A run whose lifecycle is
+``OUTLIER_RATIO`` above the lowest run's is named after the report, with its
+seed, and its work directory (dumps, the proxy's log) kept: runs 70% above
+the others, every call kind alike, came now and then, not reproduced by
+their seeds (docs/performance.md).
+
 ``--profile PATH`` runs the proxy without valgrind under cProfile instead,
 enabled for ``--lifecycles`` lifecycles after the warm-up, and writes its
 pstats to PATH (Python functions, which callgrind does not tell apart).
@@ -27,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import shutil
+import tempfile
 import statistics
 import sys
 from pathlib import Path
@@ -35,6 +44,9 @@ from pathlib import Path
 from . import lifecycle as lc
 from .cgdriver import Phase, Run, measure, profile
 from .procs import say, work_dir
+
+# A run this much above the lowest run, per lifecycle, is named and its work directory kept.
+OUTLIER_RATIO = 1.1
 
 
 def joined(*phases: Phase) -> Phase:
@@ -78,6 +90,15 @@ def report(runs: list[Run], count: int) -> str:
     return "\n".join(lines)
 
 
+def outliers(runs: list[Run], count: int) -> dict[int, str]:
+    """Each run ``OUTLIER_RATIO`` above the lowest run per lifecycle (net), by index: a line on it."""
+    nets = [p.net / (2 * count) / 1e6 for p in summary(runs)["lifecycle"]]
+    low = min(nets)
+    return {i: f"outlier: run {i + 1}, {net:.3f} M a lifecycle against {low:.3f} M (PYTHONHASHSEED={run.hash_seed}; "
+               f"its dumps and log kept in {run.work})"
+            for i, (run, net) in enumerate(zip(runs, nets, strict=True)) if net > low * OUTLIER_RATIO}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench callgrind", description=__doc__.split("\n\n")[0])
     p.add_argument("--lifecycles", type=int, default=40, help="lifecycles per measured phase [40]")
@@ -87,9 +108,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-hooks", action="store_true", help="register no hook server (the proxy mode of the bench)")
     p.add_argument("--profile", type=Path, help="instead: cProfile one phase, no valgrind; pstats to this file")
     p.add_argument("--keep", action="store_true", help="keep the work directories (callgrind files, logs)")
+    p.add_argument("--hash-seed", type=int, help="the proxy's PYTHONHASHSEED in every run [a random one each run]")
     a = p.parse_args(argv)
     if a.lifecycles < 1 or a.warmup < 1 or a.runs < 1 or a.idle <= 0:
         p.error("--lifecycles, --warmup and --runs must be >= 1, --idle > 0")
+    if a.hash_seed is not None and not 0 <= a.hash_seed <= 4294967295:
+        p.error("--hash-seed must be in 0..4294967295 (PYTHONHASHSEED's range)")
     hooks = not a.no_hooks
     if a.profile is not None:
         with work_dir("rpb-prof-", a.keep) as work:
@@ -100,9 +124,23 @@ def main(argv: list[str]) -> int:
         print("bench callgrind: needs valgrind (Debian: valgrind)", file=sys.stderr)
         return 2
     runs: list[Run] = []
-    for r in range(a.runs):
-        with work_dir("rpb-cg-", a.keep) as work:
-            say(f"run {r + 1} of {a.runs}: the proxy under callgrind in {work}")
-            runs.append(asyncio.run(measure(work, a.lifecycles, a.warmup, a.idle, hooks)))
-    print(report(runs, a.lifecycles))
+    odd: dict[int, str] = {}
+    try:
+        for r in range(a.runs):
+            seed = random.randrange(4294967296) if a.hash_seed is None else a.hash_seed
+            work = Path(tempfile.mkdtemp(prefix="rpb-cg-", dir="/tmp"))
+            runs.append(Run(hash_seed=seed, work=work))  # its directory removed at the end unless kept
+            say(f"run {r + 1} of {a.runs}: the proxy under callgrind in {work}, PYTHONHASHSEED={seed}")
+            runs[-1] = asyncio.run(measure(work, a.lifecycles, a.warmup, a.idle, seed, hooks))
+        print(report(runs, a.lifecycles))
+        odd = outliers(runs, a.lifecycles)
+        for line in odd.values():
+            print(line)
+    finally:
+        for i, run in enumerate(runs):
+            assert run.work is not None
+            if a.keep or i in odd:
+                say(f"kept {run.work}")
+            else:
+                shutil.rmtree(run.work, ignore_errors=True)
     return 0

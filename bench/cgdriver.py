@@ -64,6 +64,14 @@ class Run:
     """One proxy process's phases, by name."""
 
     phases: dict[str, Phase] = field(default_factory=dict)
+    hash_seed: int | None = None  # the proxy's PYTHONHASHSEED
+    work: Path | None = None  # its dumps and log
+
+
+def callgrind_argv(argv: list[str], out: Path, hash_seed: int) -> list[str]:
+    """The proxy's command line under callgrind, its string hashes seeded with
+    ``hash_seed`` (``env`` execs valgrind: the pid stays the child's)."""
+    return ["env", f"PYTHONHASHSEED={hash_seed}", "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
 
 
 @dataclass
@@ -180,15 +188,12 @@ def read_dump(path: Path) -> Phase:
     return Phase(total, gc)
 
 
-async def measure(work: Path, count: int, warmup: int, idle: float, hooks: bool = True) -> Run:
-    """One proxy process under callgrind, phase by phase."""
-    run = Run()
+async def measure(work: Path, count: int, warmup: int, idle: float, hash_seed: int, hooks: bool = True) -> Run:
+    """One proxy process under callgrind, phase by phase, its PYTHONHASHSEED ``hash_seed``."""
+    run = Run(hash_seed=hash_seed, work=work)
     out = work / "callgrind.out"
 
-    def wrap(argv: list[str]) -> list[str]:
-        return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-
-    async with serving(work, wrap, hooks) as s:
+    async with serving(work, lambda argv: callgrind_argv(argv, out, hash_seed), hooks) as s:
         loop = asyncio.get_running_loop()
         dumps = 0
         last = loop.time()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import callgrind
-from bench.cgdriver import Phase, Run, read_dump
+from bench import callgrind, cgdiff
+from bench.cgdriver import Phase, Run, callgrind_argv, read_dump
 from bench.lifecycle import STEPS
 from bench.procs import BenchError
 
@@ -82,3 +82,31 @@ def test_every_phase_is_in_the_report() -> None:
     out = callgrind.report([_run(1.0)], 40)
     for name in ("start-up, in all", "the first 40", "the next 40", *STEPS, "the seven together"):
         assert name in out
+
+
+def test_a_run_far_above_the_lowest_is_named_with_its_seed_and_work_directory() -> None:
+    runs = [_run(1.0), _run(1.7), _run(1.05)]
+    for i, run in enumerate(runs):
+        run.hash_seed, run.work = 100 + i, Path(f"/tmp/rpb-cg-{i}")
+    odd = callgrind.outliers(runs, 40)
+    assert list(odd) == [1]  # 5% above the lowest is noise, 70% is not
+    assert "run 2, " in odd[1] and "PYTHONHASHSEED=101" in odd[1] and "/tmp/rpb-cg-1" in odd[1]
+    assert callgrind.outliers([_run(1.0)], 40) == {}
+
+
+def test_the_proxy_runs_under_callgrind_with_the_runs_hash_seed() -> None:
+    argv = callgrind_argv(["python", "-c", "pass"], Path("/w/callgrind.out"), 7)
+    # env execs valgrind, which runs the proxy in the same process: the pid dumps go to is the child's
+    assert argv == ["env", "PYTHONHASHSEED=7", "valgrind", "--tool=callgrind", "--callgrind-out-file=/w/callgrind.out",
+                    "python", "-c", "pass"]
+
+
+def test_cgdiff_counts_each_functions_own_lines_across_its_recursion_levels(tmp_path: Path) -> None:
+    base, other = tmp_path / "a", tmp_path / "b"
+    base.write_text(DUMP)
+    other.write_text(DUMP.replace("20 5000", "20 9000"))
+    costs = cgdiff.self_costs(base)
+    # Its own lines, gc_collect_main'2's included; neither call line (340's 300, 1181's 880)
+    assert costs == {"gc_collect_main": 700, "visit_reachable": 290, "_PyEval_EvalFrameDefault": 5000}
+    assert cgdiff.differences(costs, cgdiff.self_costs(other), 2) == [
+        ("_PyEval_EvalFrameDefault", 5000, 9000), ("gc_collect_main", 700, 700)]
