@@ -20,12 +20,15 @@ INFO = BackendInfo(frozenset({ApiVersion.V1}), "fake", "1")
 
 def _backend(failures: int, began: list[float]) -> Backend:
     """Its probes fail ``failures`` times, then answer; each one's start is
-    noted; the wait between probes never ends by itself."""
+    noted as the backend noted it (``_attempted``, what PROBE_SOON_S is
+    counted from: the loop's clock read here, a step later, would carry
+    that step's own time into the gaps); the wait between probes never
+    ends by itself."""
     backend = Backend(Path("/nonexistent.sock"), None, [])
     left = [failures]
 
     async def probe_once() -> BackendInfo:
-        began.append(asyncio.get_running_loop().time())
+        began.append(backend._attempted)
         if left[0]:
             left[0] -= 1
             raise BackendUnavailable("server is not initialized yet")
