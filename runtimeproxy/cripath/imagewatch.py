@@ -23,8 +23,14 @@ unknown, taken to be there. "not initialized", UNAVAILABLE or
 DEADLINE_EXCEEDED in a version leaves that version out; the service is down
 when no version is there: one failed so, or both said "unknown service"
 (whatever listens is no CRI image service: a wrong socket given). A probe with such a failure
-is asked again after a backoff, as the runtime's is, whether the service is
-down or serves the other version meanwhile. Health says NOT_SERVING for a
+is asked again after a backoff (``_Backoff``): from RETRY_FIRST, doubling,
+up to RETRY_MAX (the runtime probe's ceiling) while the service is down or
+the failing version is one image calls are sent in, up to VERSION_RETRY_MAX
+while it serves and only a version no image call is sent in fails (a
+v1alpha2 that errors for good on a v1 node: a probe a minute, not every
+5 s for the life of the proxy). The backoff starts afresh at each change of
+the service's state: up or down, the versions found, the channel leaving
+READY (a new connection), the watch's restart. Health says NOT_SERVING for a
 served CRI version whose image calls would reach it in a version it lacks
 (server.py), as for a version the runtime lacks; one that has none of the
 versions image calls are sent in (``targets``, the plan's) is not ``usable``:
@@ -43,11 +49,10 @@ count once).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +71,14 @@ _S = grpc.ChannelConnectivity
 PROBE_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
 NO_IMAGE_SERVICE = "ImageFsInfo (v1, v1alpha2): unknown service: no CRI ImageService listens there"
 RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
-RETRY_MAX = 5.0  # as the runtime's probe's default longest interval
+# Down, or failing a version image calls are sent in: as the runtime's
+# probe's default longest interval, its return is what pulls wait on.
+RETRY_MAX = 5.0
+# Serving, a version no image call is sent in failing: its return changes
+# no call's fate nor health, only the versions status shows; a minute
+# (the outage summaries' interval) keeps a version failing for good to a
+# probe a minute while still noticing a fixed one within one.
+VERSION_RETRY_MAX = 60.0
 # The proxy serves the runtime's calls without the image service: a watch
 # that keeps dying is restarted (each time logged), never the proxy stopped.
 RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
@@ -83,6 +95,7 @@ class Probed:
     versions: frozenset[ApiVersion] = frozenset()
     unknown: frozenset[ApiVersion] = frozenset()
     failed: str | None = None
+    failing: frozenset[ApiVersion] = frozenset()  # the versions ``failed`` names (empty: not known)
 
 
 class _Found(enum.Enum):
@@ -103,7 +116,8 @@ async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
         return Probed(failed)
     if not there:  # "unknown service" in both: whatever listens there is no CRI image service
         return Probed(NO_IMAGE_SERVICE)
-    return Probed(None, frozenset(there), frozenset(unknown), failed)
+    failing = frozenset(v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED)
+    return Probed(None, frozenset(there), frozenset(unknown), failed, failing)
 
 
 async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tuple[_Found, str]:
@@ -141,6 +155,27 @@ def _failures(failed: dict[ApiVersion, str]) -> str | None:
     return "; ".join(f"ImageFsInfo ({', '.join(names)}): {why}" for why, names in alike.items()) or None
 
 
+@dataclass
+class _Backoff:
+    """The wait before the next probe of a service that does not serve, or
+    serves with a version failing: doubling while what the probes find
+    stays the same (``seen``), from RETRY_FIRST again at a change."""
+
+    delay: float = RETRY_FIRST
+    seen: tuple[object, ...] | None = None  # what the last probe found: up, versions (None: nothing since a reset)
+
+    def reset(self) -> None:
+        self.delay, self.seen = RETRY_FIRST, None
+
+    def next(self, seen: tuple[object, ...], cap: float) -> float:
+        """The wait after a probe that found ``seen``, at most ``cap``."""
+        if seen != self.seen:
+            self.delay, self.seen = RETRY_FIRST, seen
+        wait = min(self.delay, cap)
+        self.delay = min(wait * 2, cap)
+        return wait
+
+
 def _named(versions: frozenset[ApiVersion], unknown: frozenset[ApiVersion]) -> list[str]:
     """The versions for the log: an assumed one says so ("v1alpha2 (unknown)")."""
     return [f"{v} (unknown)" if v in unknown else str(v) for v in sorted(versions)]
@@ -151,9 +186,13 @@ class ImageWatch:
     True when it comes (back), and again while up when its versions change;
     False when it is lost."""
 
-    def __init__(self, socket: Path, channel: aio.Channel, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, socket: Path, channel: aio.Channel, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.socket = socket
         self._channel = channel
+        self._sleep = sleep  # the backoff's wait (tests: a fake clock's)
         self.up = False  # serving now: its last probe answered, no failed attempt since
         self.reason: str | None = None  # why it does not serve, the latest seen (None while it serves)
         self.lost_reason: str | None = None  # why it was lost, at the loss (None while it serves)
@@ -162,7 +201,7 @@ class ImageWatch:
         self._was_up = False  # serving at some time since start (its end line says "again")
         self._outages = OutageLog(log, IMAGE_BACKEND, clock=clock)
         self._listeners: list[Callable[[bool], None]] = []
-        self._retry = RETRY_FIRST  # the wait before the next probe of a READY service down, or with a version failed
+        self._retry = _Backoff()  # the wait before the next probe of a READY service down, or with a version failed
         self.targets: frozenset[ApiVersion] | None = None  # the versions image calls are sent in (None: no plan)
         self._lack_told: tuple[object, ...] | None = None  # what the last "lacks" warning said (not said twice)
         # Why the versions its last answering probe left out failed (None: each
@@ -219,8 +258,8 @@ class ImageWatch:
         (``RESTART``) finds it serving: health must not say SERVING on a
         watch that no longer looks."""
         # A restart starts its backoff afresh: the dead run's may have reached
-        # RETRY_MAX, and a service that serves meanwhile would wait that long.
-        self._retry = RETRY_FIRST
+        # its cap, and a service that serves meanwhile would wait that long.
+        self._retry.reset()
         try:
             await self._watch()
         except Exception as exc:
@@ -234,9 +273,21 @@ class ImageWatch:
             if retry is None:
                 await self._channel.wait_for_state_change(state)
             else:  # READY and not serving: probe again after the backoff, or at a change of state
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._channel.wait_for_state_change(state), retry)
+                await self._pause(state, retry)
             state = self._channel.get_state(try_to_connect=True)
+
+    async def _pause(self, state: grpc.ChannelConnectivity, delay: float) -> None:
+        """``delay`` seconds, unless the channel leaves ``state`` first (its
+        wait's failure is the watch's)."""
+        change = asyncio.ensure_future(self._channel.wait_for_state_change(state))
+        timer = asyncio.ensure_future(self._sleep(delay))
+        try:
+            await asyncio.wait((change, timer), return_when=asyncio.FIRST_COMPLETED)
+            if change.done():
+                change.result()
+        finally:
+            change.cancel()
+            timer.cancel()
 
     async def _seen(self, state: grpc.ChannelConnectivity) -> float | None:
         """Judge ``state``; the seconds before the next probe when it is READY and does not serve."""
@@ -247,15 +298,24 @@ class ImageWatch:
             else:
                 self._lost(probed.reason)
             if probed.reason is None and probed.failed is None:
-                self._retry = RETRY_FIRST
+                self._retry.reset()
                 return None
             # Down, or a version failed: its answer may come at the next probe.
-            retry, self._retry = self._retry, min(RETRY_MAX, self._retry * 2)
-            return retry
+            return self._retry.next((probed.reason is None, probed.versions, probed.unknown), self._cap(probed))
+        # The connection left READY: the next one is a new look, its backoff afresh.
+        self._retry.reset()
         if state is _S.TRANSIENT_FAILURE:
-            self._retry = RETRY_FIRST
             self._lost("connection failed")
         return None
+
+    def _cap(self, probed: Probed) -> float:
+        """The backoff's ceiling: RETRY_MAX unless the service serves and
+        the versions failing are none image calls are sent in (as the plan
+        is at this probe; one before the plan, or failing versions not
+        known, count as sent in)."""
+        if probed.reason is not None or self.targets is None or not probed.failing:
+            return RETRY_MAX
+        return RETRY_MAX if probed.failing & self.targets else VERSION_RETRY_MAX
 
     def _serving(self, probed: Probed) -> None:
         name = str(self.socket)

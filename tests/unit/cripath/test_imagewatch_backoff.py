@@ -1,0 +1,159 @@
+"""A separate image service's re-probes (cripath/imagewatch.py): how long the
+watch waits between probes of a service that does not serve, or serves with
+a version failing, and what it logs meanwhile. The probe is a script, the
+waits a fake clock's: each wait is recorded and over at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from runtimeproxy.cripath import imagewatch
+from runtimeproxy.cripath.imagewatch import RETRY_FIRST, RETRY_MAX, VERSION_RETRY_MAX, ImageWatch, Probed
+from runtimeproxy.cripath.methods import ApiVersion
+
+V1, A2 = ApiVersion.V1, ApiVersion.V1ALPHA2
+_S = grpc.ChannelConnectivity
+TIMED_OUT = "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded"
+A2_FAILING = Probed(None, frozenset({V1}), failed=TIMED_OUT, failing=frozenset({A2}))
+BOTH = Probed(None, frozenset({V1, A2}))
+DOWN = Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: gone")
+
+
+def doubling(count: int, cap: float) -> list[float]:
+    """The first ``count`` waits of a backoff from RETRY_FIRST up to ``cap``."""
+    return [min(RETRY_FIRST * 2 ** i, cap) for i in range(count)]
+
+
+class Clock:
+    """The watch's sleep: records each wait and ends it at once, until
+    ``until`` seconds have passed (then it never ends: the run is over)."""
+
+    def __init__(self, until: float = float("inf")) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+        self.until = until
+        self.over = asyncio.Event()
+
+    async def sleep(self, delay: float) -> None:
+        self.waits.append(delay)
+        self.now += delay
+        if self.now >= self.until:
+            self.over.set()
+            await asyncio.Event().wait()
+
+
+class Channel:
+    """READY unless ``states`` says otherwise (one state a look); a wait for
+    a change from READY ends only when ``step`` is given one, from another
+    state at once (the next look reconnects)."""
+
+    def __init__(self, states: list[grpc.ChannelConnectivity] | None = None) -> None:
+        self.states = states or []
+        self.step = asyncio.Queue[None]()
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self.states.pop(0) if self.states else _S.READY
+
+    async def wait_for_state_change(self, state: grpc.ChannelConnectivity) -> None:
+        if state is _S.READY:
+            await self.step.get()
+
+
+async def watched(monkeypatch: pytest.MonkeyPatch, answers: Iterator[Probed], clock: Clock,
+                  channel: Channel | None = None, targets: frozenset[ApiVersion] | None = None) -> list[Probed]:
+    """The watch run until ``answers`` or the clock runs out; the probes' answers.
+    A probe that finds the service serving in full steps the channel (a
+    reconnect), else nothing would probe again."""
+    channel = channel or Channel()
+    probed: list[Probed] = []
+
+    async def probe(_channel: Any, timeout: float) -> Probed:
+        answer = next(answers, None)
+        if answer is None:
+            clock.over.set()
+            await asyncio.Event().wait()
+        assert answer is not None
+        probed.append(answer)
+        if answer.reason is None and answer.failed is None:
+            channel.step.put_nowait(None)
+        return answer
+
+    monkeypatch.setattr(imagewatch, "image_probe", probe)
+    watch = ImageWatch(Path("/run/img.sock"), channel, sleep=clock.sleep)  # type: ignore[arg-type]
+    watch.sent_in(targets)
+    running = asyncio.ensure_future(watch.run())
+    try:
+        await asyncio.wait_for(clock.over.wait(), 10)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    return probed
+
+
+def forever(answer: Probed) -> Iterator[Probed]:
+    while True:
+        yield answer
+
+
+async def test_a_version_failing_for_good_is_probed_less_and_less(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """v1 serves, v1alpha2 times out at every probe, image calls go in v1:
+    the waits double up to VERSION_RETRY_MAX and stay there, 69 probes in an
+    hour, and the log says it once, as the service connects. Before: every
+    RETRY_MAX (5 s) for good, 720 probes an hour."""
+    caplog.set_level(logging.DEBUG, logger=imagewatch.__name__)
+    clock = Clock(until=3600.0)
+    probed = await watched(monkeypatch, forever(A2_FAILING), clock, targets=frozenset({V1}))
+    ramp = doubling(11, VERSION_RETRY_MAX)  # 0.1 ... 51.2, then 60
+    assert clock.waits == pytest.approx(ramp + [VERSION_RETRY_MAX] * (len(clock.waits) - len(ramp)))
+    assert len(probed) == len(clock.waits) == 69
+    assert [r.getMessage() for r in caplog.records] == ["image backend connected"]
+    assert caplog.records[0].version_problem == TIMED_OUT  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("targets", [frozenset({A2}), None], ids=["sent-in-it", "no-plan-yet"])
+async def test_a_failing_version_image_calls_are_sent_in_is_probed_as_an_outage(
+    monkeypatch: pytest.MonkeyPatch, targets: frozenset[ApiVersion] | None
+) -> None:
+    """Guards existing behaviour: a failing version that image calls are sent
+    in (or may be: no plan yet) fails them as an outage would, so its return
+    is looked for as often as a service down's, at most RETRY_MAX apart."""
+    clock = Clock(until=600.0)
+    await watched(monkeypatch, forever(A2_FAILING), clock, targets=targets)
+    assert max(clock.waits) == RETRY_MAX
+    assert clock.waits[:8] == pytest.approx(doubling(8, RETRY_MAX))
+
+
+async def test_the_backoff_starts_afresh_at_a_recovery_and_a_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each change of the service's state starts the waits from RETRY_FIRST
+    again, under the cap of the new state: v1alpha2 failing long enough to
+    reach VERSION_RETRY_MAX, then served (no wait), failing again, the
+    service down (capped at RETRY_MAX), then up with v1alpha2 failing.
+    Before: the waits went on from where they were (a loss after a
+    minute-long wait was probed again after it), and topped at 5 s."""
+    answers = [A2_FAILING] * 12 + [BOTH] + [A2_FAILING] * 3 + [DOWN] * 8 + [A2_FAILING] * 2
+    clock = Clock()
+    probed = await watched(monkeypatch, iter(answers), clock, targets=frozenset({V1}))
+    assert probed == answers
+    assert clock.waits == pytest.approx(
+        doubling(12, VERSION_RETRY_MAX) + doubling(3, VERSION_RETRY_MAX) + doubling(8, RETRY_MAX)
+        + doubling(2, VERSION_RETRY_MAX))
+
+
+async def test_a_new_connection_starts_the_backoff_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel leaving READY (here IDLE, then reconnected): the service
+    behind the new connection may be another, its first failure is waited
+    on from RETRY_FIRST. Before: only a failed connection attempt did so."""
+    channel = Channel([_S.READY] * 8 + [_S.IDLE])
+    clock = Clock()
+    await watched(monkeypatch, iter([A2_FAILING] * 11), clock, channel, targets=frozenset({V1}))
+    assert clock.waits == pytest.approx(doubling(8, VERSION_RETRY_MAX) + doubling(3, VERSION_RETRY_MAX))
+
