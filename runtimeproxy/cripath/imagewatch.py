@@ -30,7 +30,8 @@ while it serves and only a version no image call is sent in fails (a
 v1alpha2 that errors for good on a v1 node: a probe a minute, not every
 5 s for the life of the proxy). The backoff starts afresh at each change of
 the service's state: up or down, the versions found, the channel leaving
-READY (a new connection), the watch's restart. Health says NOT_SERVING for a
+READY (a new connection), the watch's restart. Only changes are logged, not
+each probe. Health says NOT_SERVING for a
 served CRI version whose image calls would reach it in a version it lacks
 (server.py), as for a version the runtime lacks; one that has none of the
 versions image calls are sent in (``targets``, the plan's) is not ``usable``:
@@ -349,10 +350,11 @@ class ImageWatch:
 
     def _lost(self, reason: str) -> None:
         name = str(self.socket)
-        self.reason = reason
+        was, self.reason = self.reason, reason
         if not self.up and self._outages.down(name):
             self._outages.counted(name)  # the outage under way: its end line counts it
-            log.debug("image backend still not serving", extra={"backend": name, "reason": reason})
+            if reason != was:  # a change of why, not each probe: a service down for hours is probed every RETRY_MAX
+                log.debug("image backend still not serving", extra={"backend": name, "reason": reason})
             return
         self.up = False
         self.lost_reason = reason

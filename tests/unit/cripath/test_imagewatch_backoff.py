@@ -157,3 +157,21 @@ async def test_a_new_connection_starts_the_backoff_afresh(monkeypatch: pytest.Mo
     await watched(monkeypatch, iter([A2_FAILING] * 11), clock, channel, targets=frozenset({V1}))
     assert clock.waits == pytest.approx(doubling(8, VERSION_RETRY_MAX) + doubling(3, VERSION_RETRY_MAX))
 
+
+async def test_a_service_down_for_long_logs_its_changes_not_each_probe(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Down for 20 probes for one reason, then for another: the loss, then a
+    debug line for the new reason, not one a probe (before: "still not
+    serving" at each, every RETRY_MAX for as long as it is down); the end
+    line still counts every failed probe."""
+    caplog.set_level(logging.DEBUG, logger=imagewatch.__name__)
+    other = Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: not initialized yet")
+    await watched(monkeypatch, iter([DOWN] * 20 + [other] * 3 + [BOTH]), Clock())
+    assert [(r.levelno, r.msg) for r in caplog.records] == [
+        (logging.WARNING, "image backend not reachable yet"),
+        (logging.DEBUG, "image backend still not serving"),
+        (logging.INFO, "image backend ready after %.1fs (%d failures)"),
+    ]
+    assert caplog.records[1].reason == other.reason  # type: ignore[attr-defined]
+    assert caplog.records[2].image_backend_failures == 23  # type: ignore[attr-defined]
