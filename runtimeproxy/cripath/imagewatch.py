@@ -60,7 +60,7 @@ from pathlib import Path
 import grpc
 from grpc import aio
 
-from ..outages import IMAGE_BACKEND, OutageLog
+from ..outages import IMAGE_BACKEND, SUMMARY_INTERVAL, OutageLog
 from ..supervisor import Restart
 from .backend import PROBE_TIMEOUT
 from .methods import ApiVersion
@@ -76,10 +76,10 @@ RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
 # probe's default longest interval, its return is what pulls wait on.
 RETRY_MAX = 5.0
 # Serving, a version no image call is sent in failing: its return changes
-# no call's fate nor health, only the versions status shows; a minute
-# (the outage summaries' interval) keeps a version failing for good to a
+# no call's fate nor health, only the versions status shows; the outage
+# summaries' interval (a minute) keeps a version failing for good to a
 # probe a minute while still noticing a fixed one within one.
-VERSION_RETRY_MAX = 60.0
+VERSION_RETRY_MAX = SUMMARY_INTERVAL
 # The proxy serves the runtime's calls without the image service: a watch
 # that keeps dying is restarted (each time logged), never the proxy stopped.
 RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
@@ -96,7 +96,8 @@ class Probed:
     versions: frozenset[ApiVersion] = frozenset()
     unknown: frozenset[ApiVersion] = frozenset()
     failed: str | None = None
-    failing: frozenset[ApiVersion] = frozenset()  # the versions ``failed`` names (empty: not known)
+    # The versions ``failed`` names (empty with ``failed`` set: not known, taken as sent in).
+    failing: frozenset[ApiVersion] = frozenset()
 
 
 class _Found(enum.Enum):
