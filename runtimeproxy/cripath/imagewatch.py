@@ -210,6 +210,10 @@ class ImageWatch:
         # answered or was absent): a "lacks" warning told later, at a plan
         # change, still says a timeout rather than an absence.
         self.version_problem: str | None = None
+        # The one wait for the channel to leave a state, kept across pauses:
+        # grpc aio keeps a cancelled wait (and its future) until the state
+        # changes, so one a pause would pile up while the channel stays READY.
+        self._change: tuple[grpc.ChannelConnectivity, asyncio.Future[None]] | None = None
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Called with True when the image service comes (back) and when, up,
@@ -267,29 +271,47 @@ class ImageWatch:
         except Exception as exc:
             self._lost(f"the image backend's watch failed: {exc!r}")
             raise
+        finally:
+            if self._change is not None:
+                self._change[1].cancel()
+                self._change = None
 
     async def _watch(self) -> None:
         state = self._channel.get_state(try_to_connect=True)
         while True:
             retry = await self._seen(state)
-            if retry is None:
-                await self._channel.wait_for_state_change(state)
-            else:  # READY and not serving: probe again after the backoff, or at a change of state
-                await self._pause(state, retry)
+            # READY and not serving (``retry``): probe again after the
+            # backoff, or at a change of state.
+            await self._pause(state, retry)
             state = self._channel.get_state(try_to_connect=True)
 
-    async def _pause(self, state: grpc.ChannelConnectivity, delay: float) -> None:
-        """``delay`` seconds, unless the channel leaves ``state`` first (its
-        wait's failure is the watch's)."""
-        change = asyncio.ensure_future(self._channel.wait_for_state_change(state))
-        timer = asyncio.ensure_future(self._sleep(delay))
+    def _changed(self, state: grpc.ChannelConnectivity) -> asyncio.Future[None]:
+        """The wait for the channel to leave ``state``: the one already under
+        way for it, else a new one (one for another state is dropped: its
+        failure, if it failed, is the watch's)."""
+        if self._change is not None and self._change[0] is not state:
+            old, self._change = self._change[1], None
+            if old.done():
+                old.result()
+            old.cancel()
+        if self._change is None:
+            self._change = (state, asyncio.ensure_future(self._channel.wait_for_state_change(state)))
+        return self._change[1]
+
+    async def _pause(self, state: grpc.ChannelConnectivity, delay: float | None) -> None:
+        """Until the channel leaves ``state``, or (``delay`` given) ``delay``
+        seconds pass. The wait for the change outlives a pause that ends
+        otherwise (the next one takes it up); its failure is the watch's."""
+        change = self._changed(state)
+        others = [] if delay is None else [asyncio.ensure_future(self._sleep(delay))]
         try:
-            await asyncio.wait((change, timer), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((change, *others), return_when=asyncio.FIRST_COMPLETED)
             if change.done():
+                self._change = None
                 change.result()
         finally:
-            change.cancel()
-            timer.cancel()
+            for other in others:
+                other.cancel()
 
     async def _seen(self, state: grpc.ChannelConnectivity) -> float | None:
         """Judge ``state``; the seconds before the next probe when it is READY and does not serve."""
