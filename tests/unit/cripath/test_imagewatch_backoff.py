@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,15 @@ class Channel:
             await self.step.get()
 
 
-async def watched(monkeypatch: pytest.MonkeyPatch, answers: Iterator[Probed], clock: Clock,
-                  channel: Channel | None = None, targets: frozenset[ApiVersion] | None = None) -> list[Probed]:
-    """The watch run until ``answers`` or the clock runs out; the probes' answers.
-    A probe that finds the service serving in full steps the channel (a
-    reconnect), else nothing would probe again."""
+@asynccontextmanager
+async def running(
+    monkeypatch: pytest.MonkeyPatch, answers: Iterator[Probed], clock: Clock, channel: Channel | None = None,
+    targets: frozenset[ApiVersion] | None = None, replans: dict[int, frozenset[ApiVersion]] | None = None,
+) -> AsyncIterator[tuple[ImageWatch, list[Probed]]]:
+    """The watch running, and the probes' answers so far. A probe that
+    finds the service serving in full steps the channel (a reconnect), else
+    nothing would probe again; the probe numbered a key of ``replans``
+    (from 0) sees the plan change to its value while it is under way."""
     channel = channel or Channel()
     probed: list[Probed] = []
 
@@ -80,20 +85,30 @@ async def watched(monkeypatch: pytest.MonkeyPatch, answers: Iterator[Probed], cl
             clock.over.set()
             await asyncio.Event().wait()
         assert answer is not None
+        if len(probed) in (replans or {}):
+            watch.sent_in((replans or {})[len(probed)])
         probed.append(answer)
         if answer.reason is None and answer.failed is None:
             channel.step.put_nowait(None)
         return answer
 
     monkeypatch.setattr(imagewatch, "image_probe", probe)
-    watch = ImageWatch(Path("/run/img.sock"), channel, sleep=clock.sleep)  # type: ignore[arg-type]
+    watch = ImageWatch(Path("/run/img.sock"), channel, sleep=clock.sleep)
     watch.sent_in(targets)
-    running = asyncio.ensure_future(watch.run())
+    task = asyncio.ensure_future(watch.run())
     try:
-        await asyncio.wait_for(clock.over.wait(), 10)
+        yield watch, probed
     finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def watched(monkeypatch: pytest.MonkeyPatch, answers: Iterator[Probed], clock: Clock,
+                  channel: Channel | None = None, targets: frozenset[ApiVersion] | None = None,
+                  replans: dict[int, frozenset[ApiVersion]] | None = None) -> list[Probed]:
+    """The watch run until ``answers`` or the clock runs out; the probes' answers."""
+    async with running(monkeypatch, answers, clock, channel, targets, replans) as (_, probed):
+        await asyncio.wait_for(clock.over.wait(), 10)
     return probed
 
 
@@ -175,3 +190,24 @@ async def test_a_service_down_for_long_logs_its_changes_not_each_probe(
     ]
     assert caplog.records[1].reason == other.reason  # type: ignore[attr-defined]
     assert caplog.records[2].image_backend_failures == 23  # type: ignore[attr-defined]
+
+
+async def test_the_cap_is_the_plan_s_at_each_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards existing behaviour: no plan yet (v1alpha2 failing may fail
+    image calls), the waits stop at RETRY_MAX; a plan sending image calls in
+    v1 comes during the 11th probe: from it on they double on up to
+    VERSION_RETRY_MAX."""
+    clock = Clock(until=600.0)
+    await watched(monkeypatch, forever(A2_FAILING), clock, replans={10: frozenset({V1})})
+    assert clock.waits[:16] == pytest.approx(doubling(10, RETRY_MAX) + [5.0, 10.0, 20.0, 40.0, 60.0, 60.0])
+
+
+async def test_other_versions_failing_start_the_backoff_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards existing behaviour: v1 serving and v1alpha2 failing (image
+    calls in v1: up to VERSION_RETRY_MAX), then the service restarted
+    serving v1alpha2 with v1 failing (image calls' version: up to
+    RETRY_MAX): the waits start again from RETRY_FIRST, not at the cap."""
+    a1_failing = Probed(None, frozenset({A2}), failed="ImageFsInfo (v1): UNAVAILABLE: x", failing=frozenset({V1}))
+    clock = Clock()
+    await watched(monkeypatch, iter([A2_FAILING] * 12 + [a1_failing] * 8), clock, targets=frozenset({V1}))
+    assert clock.waits == pytest.approx(doubling(12, VERSION_RETRY_MAX) + doubling(8, RETRY_MAX))
