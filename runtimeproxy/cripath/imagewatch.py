@@ -28,7 +28,8 @@ up to RETRY_MAX (the runtime probe's ceiling) while the service is down or
 the failing version is one image calls are sent in, up to VERSION_RETRY_MAX
 while it serves and only a version no image call is sent in fails (a
 v1alpha2 that errors for good on a v1 node: a probe a minute, not every
-5 s for the life of the proxy). The backoff starts afresh at each change of
+5 s for the life of the proxy); a change of the plan ends the wait (the cap
+may fall). The backoff starts afresh at each change of
 the service's state: up or down, the versions found, the channel leaving
 READY (a new connection), the watch's restart. Only changes are logged, not
 each probe. Health says NOT_SERVING for a
@@ -56,6 +57,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -210,6 +212,9 @@ class ImageWatch:
         # answered or was absent): a "lacks" warning told later, at a plan
         # change, still says a timeout rather than an absence.
         self.version_problem: str | None = None
+        # Set by a change of ``targets``: it may change the backoff's cap
+        # (``_cap``), so a wait reached under the old plan ends at once.
+        self._replanned = asyncio.Event()
         # The one wait for the channel to leave a state, kept across pauses:
         # grpc aio keeps a cancelled wait (and its future) until the state
         # changes, so one a pause would pile up while the channel stays READY.
@@ -223,6 +228,8 @@ class ImageWatch:
     def sent_in(self, targets: frozenset[ApiVersion] | None) -> None:
         """The CRI versions the proxy sends image calls in (the routing plan's
         targets; None: no plan), told at each plan rebuild."""
+        if targets != self.targets:
+            self._replanned.set()
         self.targets = targets
         self._warn_lacking()
 
@@ -281,7 +288,7 @@ class ImageWatch:
         while True:
             retry = await self._seen(state)
             # READY and not serving (``retry``): probe again after the
-            # backoff, or at a change of state.
+            # backoff, at a change of state, or at a change of plan.
             await self._pause(state, retry)
             state = self._channel.get_state(try_to_connect=True)
 
@@ -300,10 +307,12 @@ class ImageWatch:
 
     async def _pause(self, state: grpc.ChannelConnectivity, delay: float | None) -> None:
         """Until the channel leaves ``state``, or (``delay`` given) ``delay``
-        seconds pass. The wait for the change outlives a pause that ends
-        otherwise (the next one takes it up); its failure is the watch's."""
+        seconds pass or the plan changes. The wait for the change outlives a
+        pause that ends otherwise (the next one takes it up); its failure is
+        the watch's."""
         change = self._changed(state)
-        others = [] if delay is None else [asyncio.ensure_future(self._sleep(delay))]
+        others: list[asyncio.Future[Any]] = [] if delay is None else [
+            asyncio.ensure_future(self._sleep(delay)), asyncio.ensure_future(self._replanned.wait())]
         try:
             await asyncio.wait((change, *others), return_when=asyncio.FIRST_COMPLETED)
             if change.done():
@@ -325,6 +334,9 @@ class ImageWatch:
                 self._retry.reset()
                 return None
             # Down, or a version failed: its answer may come at the next probe.
+            # A plan change from here on wakes the pause (no await before it
+            # starts); one before is in ``_cap`` already.
+            self._replanned.clear()
             return self._retry.next((probed.reason is None, probed.versions, probed.unknown), self._cap(probed))
         # The connection left READY: the next one is a new look, its backoff afresh.
         self._retry.reset()

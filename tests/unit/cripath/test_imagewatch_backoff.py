@@ -192,6 +192,23 @@ async def test_a_service_down_for_long_logs_its_changes_not_each_probe(
     assert caplog.records[2].image_backend_failures == 23  # type: ignore[attr-defined]
 
 
+async def test_a_plan_change_wakes_a_long_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Image calls in v1, v1alpha2 failing: the watch reaches a
+    VERSION_RETRY_MAX wait; the plan then sends image calls in v1alpha2,
+    whose failure now fails them: it is probed again at once, and waited on
+    at most RETRY_MAX. Before: the minute's wait ran out first."""
+    clock = Clock(until=250.0)  # the waits end at once up to the first 60 s one (0.1 ... 51.2 is 204.7 s)
+    async with running(monkeypatch, forever(A2_FAILING), clock, targets=frozenset({V1})) as (watch, probed):
+        await asyncio.wait_for(clock.over.wait(), 10)
+        assert clock.waits[-1] == VERSION_RETRY_MAX
+        count, now = len(probed), clock.now
+        clock.over.clear()
+        watch.sent_in(frozenset({A2}))
+        await asyncio.wait_for(clock.over.wait(), 5)  # the next wait begun: after one probe, at the same time
+        assert (len(probed), clock.now - clock.waits[-1]) == (count + 1, now)
+        assert clock.waits[-1] == RETRY_MAX
+
+
 async def test_the_cap_is_the_plan_s_at_each_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """Guards existing behaviour: no plan yet (v1alpha2 failing may fail
     image calls), the waits stop at RETRY_MAX; a plan sending image calls in
