@@ -42,11 +42,12 @@ class HookRun:
                 self.lines.append(line)
                 self._changed.notify_all()
 
-    async def logged(self, match: Callable[[LogLine], bool], timeout: float = 15.0) -> LogLine:
-        """The first log line ``match`` accepts, waiting (bounded) for it to be written."""
+    async def logged(self, match: Callable[[LogLine], bool], timeout: float = 15.0, start: int = 0) -> LogLine:
+        """The first log line ``match`` accepts, waiting (bounded) for it to be written;
+        ``start``: an index in ``lines`` (a count taken earlier), the lines before it left out."""
         async with asyncio.timeout(timeout), self._changed:
             while True:
-                found = next((line for line in self.lines if match(line)), None)
+                found = next((line for line in self.lines[start:] if match(line)), None)
                 if found is not None:
                     return found
                 if self.process.returncode is not None:

@@ -18,7 +18,7 @@ from hooks.batchresource.reconcile import CONTAINER_RESTORED, CONTAINERS_WAIT, P
 
 from ..hookprocs import registered
 from ..prerequisites import fail_or_skip
-from .batchhelpers import CGROUP_ROOT, HookRun, PodCgroup, batchresource_hook
+from .batchhelpers import CGROUP_ROOT, HookRun, LogLine, PodCgroup, batchresource_hook
 from .crihelpers import cgroup_of
 from .proxyfixtures import ProxyLauncher
 from .test_batchresource import BE, MIB, batch, container_values, pod, pod_values, spec, start_container
@@ -63,12 +63,7 @@ def refused_by_the_kernel(cgroup: PodCgroup) -> None:
     assert cgroup.value("cpu", QUOTA) == BOUND
 
 
-def seen(hook: HookRun) -> set[int]:
-    """The lines logged so far, by identity: a wait for a line logged later leaves them out."""
-    return {id(line) for line in hook.lines}
-
-
-def of_pod(hook: HookRun, pod_name: str, message: str) -> list[dict]:
+def of_pod(hook: HookRun, pod_name: str, message: str) -> list[LogLine]:
     return [line for line in hook.lines if line.get("msg") == message and line.get("pod") == pod_name]
 
 
@@ -78,33 +73,36 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
     """Guards existing behaviour (test_reconcile_unraised.py in the unit tests
     fakes the refusal), here refused by the kernel. The pod's quota bound at
     20000 by its parent (its 50000 refused for real), its shares at 2, its
-    container's shares at 2, quota at 10000, memory limit at 64Mi: the pod's shares (written before the refusal) and
-    the container's shares and memory limit (raised within the pod's 128Mi)
-    are put back; the container's quota, above the pod's, waits; the refusal
+    container's shares at 2, quota at 10000, memory limit at 64Mi: the pod's
+    shares (written before the refusal) and the container's shares and
+    memory limit (raised within the pod's 128Mi) are put back; the container's quota, above the pod's, waits; the refusal
     is warned of once, the wait said once, across passes; once the parent's
     bound is lifted the pod is raised, then its container."""
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
         running, _ = await launcher.start()
         await registered(running, 1)
-        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+        main = spec(main=batch("500", "128Mi"))
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, main) as p:
             cid, pid = await start_container(channel, p, "main")
             cpu, memory = cgroup_of(pid, "cpu"), cgroup_of(pid, "memory")
             assert cpu.parent == p.cgroup.path("cpu")
             assert (container_values(pid), pod_values(p.cgroup)) == (BE_VALUES, BE_VALUES)
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             cgroup = p.cgroup.parent.lstrip("/")
-            earlier = seen(hook)
+
+            async def logged(message: str, file: str, found: int, start: int) -> LogLine:
+                """The pod's line ``message`` of ``file`` found at ``found``, among those logged from ``start`` on."""
+                return await hook.logged(lambda line: line.get("msg") == message and line.get("pod") == pod_name
+                                         and line.get("file") == file and line.get("found") == found,
+                                         timeout=20.0, start=start)
+
+            earlier = len(hook.lines)
             bound = bound_the_pod(p.cgroup, cpu)
             refused_by_the_kernel(p.cgroup)
             p.cgroup.write("cpu", "cpu.shares", 2)
             (cpu / "cpu.shares").write_text("2")
             (memory / "memory.limit_in_bytes").write_text(str(64 * MIB))
-
-            def logged(message: str, file: str, found: int, after: set[int]):
-                return hook.logged(lambda line: line.get("msg") == message and line.get("pod") == pod_name
-                                   and line.get("file") == file and line.get("found") == found
-                                   and id(line) not in after, timeout=20.0)
 
             line = await logged(POD_RESTORED, "cpu.shares", 2, earlier)  # (raised before the quota, refused)
             assert (line["cgroup"], line["wanted"]) == (cgroup, 512)
@@ -125,7 +123,7 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
             assert len(of_pod(hook, pod_name, CONTAINERS_WAIT)) == 1
             assert (container_values(pid), pod_values(p.cgroup)) == ((512, LOWERED, 128 * MIB), (512, BOUND, 128 * MIB))
 
-            lifted = seen(hook)  # (a pass during bound_the_pod may have raised the quotas back)
+            lifted = len(hook.lines)  # (a pass during bound_the_pod may have raised the quotas back)
             (bound / QUOTA).write_text("-1")  # the bound lifted: the pod raised, then its container
             await logged(POD_RESTORED, QUOTA, BOUND, lifted)
             line = await logged(CONTAINER_RESTORED, QUOTA, LOWERED, lifted)
