@@ -1,11 +1,12 @@
 """batchresource's reconcile pass under a pod whose raise the real kernel
 refuses: cgroup v1 refuses (EINVAL) a cpu.cfs_quota_us above a limited
-parent's, so with the pod's parent (its QoS cgroup, ``besteffort``) bound
-below the pod's target, the pod's quota cannot be raised. Its container's
-values that need no raise of the pod are put back all the same, its quota
-waits, both said; values read where they land, in /sys/fs/cgroup. Real
-containerd, the hook a process behind the proxy (its listing tells the
-pass the container's id)."""
+parent's, so with the pod's parent (the test's own ``rp-batch-*/besteffort``,
+made for this pod, never kubelet's shared QoS cgroup) bound below the pod's
+target, the pod's quota cannot be raised. Its container's values that need
+no raise of the pod are put back all the same, its quota waits, both
+said; values read where they land, in /sys/fs/cgroup. Real containerd, the
+hook a process behind the proxy (its listing tells the pass the container's
+id)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,11 @@ def bound_the_pod(cgroup: PodCgroup, container: Path) -> Path:
     limited to BOUND (each write within what the kernel takes: a child never
     above its parent); the parent's directory. A pass of the hook (each
     200 ms) may raise one back between the writes, making the kernel refuse
-    the next: the three are written again until the parent's lands."""
+    the next: the three are written again until the parent's lands. The
+    caller lifts the bound (-1) in a ``finally``."""
     parent = cgroup.path("cpu").parent
+    # the test's own rp-batch-*/besteffort, made with the pod: bounding a shared one would limit the host
+    assert parent.resolve() in {made.resolve() for made in cgroup.created}
     for _ in range(50):
         try:
             (container / QUOTA).write_text(str(LOWERED))
@@ -72,12 +76,14 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
 ) -> None:
     """Guards existing behaviour (test_reconcile_unraised.py in the unit tests
     fakes the refusal), here refused by the kernel. The pod's quota bound at
-    20000 by its parent (its 50000 refused for real), its shares at 2, its
-    container's shares at 2, quota at 10000, memory limit at 64Mi: the pod's
-    shares (written before the refusal) and the container's shares and
-    memory limit (raised within the pod's 128Mi) are put back; the container's quota, above the pod's, waits; the refusal
-    is warned of once, the wait said once, across every pass of the bound; once the parent's
-    bound is lifted the pod is raised, then its container."""
+    20000 by its parent (the test's own rp-batch-*/besteffort; its 50000
+    refused for real), its shares at 2, its container's shares at 2, quota at
+    10000, memory limit at 64Mi: the pod's shares (written before the
+    refusal) and the container's shares and memory limit (raised within the
+    pod's 128Mi) are put back; the container's quota, above the pod's,
+    waits; the refusal is warned of once, the wait said once, across every
+    pass of the bound; once the bound is lifted the pod is raised, then its
+    container."""
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
         running, _ = await launcher.start()
@@ -99,30 +105,31 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
 
             earlier = len(hook.lines)
             bound = bound_the_pod(p.cgroup, cpu)
-            refused_by_the_kernel(p.cgroup)
-            p.cgroup.write("cpu", "cpu.shares", 2)
-            (cpu / "cpu.shares").write_text("2")
-            (memory / "memory.limit_in_bytes").write_text(str(64 * MIB))
+            try:
+                refused_by_the_kernel(p.cgroup)
+                p.cgroup.write("cpu", "cpu.shares", 2)
+                (cpu / "cpu.shares").write_text("2")
+                (memory / "memory.limit_in_bytes").write_text(str(64 * MIB))
 
-            line = await logged(POD_RESTORED, "cpu.shares", 2, earlier)  # (raised before the quota, refused)
-            assert (line["cgroup"], line["wanted"]) == (cgroup, 512)
-            line = await hook.logged(lambda line: line.get("msg") == POD_FAILED and line.get("pod") == pod_name)
-            assert (line["level"], line["uid"], line["cgroup"]) == ("warning", p.config.metadata.uid, cgroup)
-            assert "Invalid argument" in line["reason"]  # the kernel's EINVAL
-            for file, found, wanted in (("cpu.shares", 2, 512), ("memory.limit_in_bytes", 64 * MIB, 128 * MIB)):
-                line = await logged(CONTAINER_RESTORED, file, found, earlier)
-                assert (line["container"], line["container_id"], line["wanted"]) == ("main", cid, wanted)
-            line = await hook.logged(lambda line: line.get("msg") == CONTAINERS_WAIT and line.get("pod") == pod_name)
-            assert (line["level"], line["cgroup"], line["containers"]) == ("info", cgroup, {"main": ["cpu_quota"]})
-            assert container_values(pid) == (512, LOWERED, 128 * MIB)
-            assert pod_values(p.cgroup) == (512, BOUND, 128 * MIB)
+                line = await logged(POD_RESTORED, "cpu.shares", 2, earlier)  # (raised before the quota, refused)
+                assert (line["cgroup"], line["wanted"]) == (cgroup, 512)
+                line = await hook.logged(lambda line: line.get("msg") == POD_FAILED and line.get("pod") == pod_name)
+                assert (line["level"], line["uid"], line["cgroup"]) == ("warning", p.config.metadata.uid, cgroup)
+                assert "Invalid argument" in line["reason"]  # the kernel's EINVAL
+                for file, found, wanted in (("cpu.shares", 2, 512), ("memory.limit_in_bytes", 64 * MIB, 128 * MIB)):
+                    line = await logged(CONTAINER_RESTORED, file, found, earlier)
+                    assert (line["container"], line["container_id"], line["wanted"]) == ("main", cid, wanted)
+                line = await hook.logged(lambda line: line.get("msg") == CONTAINERS_WAIT and line.get("pod") == pod_name)
+                assert (line["level"], line["cgroup"], line["containers"]) == ("info", cgroup, {"main": ["cpu_quota"]})
+                held = ((512, LOWERED, 128 * MIB), (512, BOUND, 128 * MIB))  # the container's and the pod's
+                assert (container_values(pid), pod_values(p.cgroup)) == held
 
-            (cpu / "cpu.shares").write_text("3")  # put back by a later pass, still refused
-            await logged(CONTAINER_RESTORED, "cpu.shares", 3, earlier)
-            assert (container_values(pid), pod_values(p.cgroup)) == ((512, LOWERED, 128 * MIB), (512, BOUND, 128 * MIB))
-
-            lifted = len(hook.lines)  # (a pass during bound_the_pod may have raised the quotas back)
-            (bound / QUOTA).write_text("-1")  # the bound lifted: the pod raised, then its container
+                (cpu / "cpu.shares").write_text("3")  # put back by a later pass, still refused
+                await logged(CONTAINER_RESTORED, "cpu.shares", 3, earlier)
+                assert (container_values(pid), pod_values(p.cgroup)) == held
+                lifted = len(hook.lines)  # (a pass during bound_the_pod may have raised the quotas back)
+            finally:  # the bound lifted (so also when the test fails): the pod raised, then its container
+                (bound / QUOTA).write_text("-1")
             await logged(POD_RESTORED, QUOTA, BOUND, lifted)
             # every pass of the bound has logged by now (the lift's says neither): each said once across them
             assert [line["level"] for line in of_pod(hook, pod_name, POD_FAILED)] == ["warning"]
