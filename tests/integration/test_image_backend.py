@@ -1,11 +1,14 @@
 """A separate image service (``--image-backend``) that is a real containerd of
 its own, beside the runtime's: image calls land there alone, runtime calls
 stay with the runtime, and the image side's outage is told by health while
-the runtime side stays SERVING.
+the runtime side stays SERVING. Each of the two is Debian's containerd 1.6
+or the shared 1.7.13, every pairing.
 
 The component tests (tests/component/cripath/test_image_backend_outage.py)
 stand in a fake for the image service; this guards the same behaviour
-against two real containerds (no fix came with it).
+against two real containerds (no fix came with it). Both builds serve both
+CRI versions, so an image service that lacks one is a case of the component
+tests' alone (test_image_backend_versions.py).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from runtimeproxy.host.containerd import LocalContainerd
 
 from ..prerequisites import fail_or_skip
-from .conftest import registry_missing, require_local_containerd
-from .crihelpers import V1
+from .conftest import CONTAINERD_BUILDS, registry_missing, require_local_containerd
+from .containerd17 import containerd17_bin_dir
+from .crihelpers import V1, V1ALPHA2, CriApi
 from .proxyfixtures import ProxyLauncher
 from .registry import LoopbackRegistry
 
@@ -79,16 +83,44 @@ async def watching(channel: aio.Channel, service: str) -> AsyncIterator[HealthWa
         await asyncio.gather(task, return_exceptions=True)
 
 
-@pytest_asyncio.fixture
-async def image_containerd(tmp_path: Path, _registry_if_installed: LoopbackRegistry | None
+def of_build(build: str, base: Path, registries: tuple[str, ...] = ()) -> LocalContainerd:
+    """A private containerd, not started, of one of CONTAINERD_BUILDS. NRI stays
+    off on 1.7 too: its default, and nothing here is an NRI plugin."""
+    require_local_containerd()
+    return LocalContainerd(base, plain_http_registries=registries,
+                           bin_dir=containerd17_bin_dir() if build == "1.7" else None)
+
+
+def build_of(containerd: LocalContainerd) -> str:
+    return "1.6" if containerd.bin_dir is None else "1.7"
+
+
+@pytest_asyncio.fixture(params=CONTAINERD_BUILDS, ids=lambda build: f"runtime{build}")
+async def runtime_containerd(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalContainerd]:
+    """The runtime's containerd, the test's own, not started (stopped at teardown: stop() is idempotent)."""
+    runtime = of_build(request.param, tmp_path / "containerd")
+    yield runtime
+    await runtime.stop()
+
+
+@pytest_asyncio.fixture(params=CONTAINERD_BUILDS, ids=lambda build: f"images{build}")
+async def image_containerd(request: pytest.FixtureRequest, tmp_path: Path,
+                           _registry_if_installed: LoopbackRegistry | None
                            ) -> AsyncIterator[tuple[LocalContainerd, LoopbackRegistry]]:
     """A second private containerd, not started, that pulls from the loopback registry."""
     require_local_containerd()
     if _registry_if_installed is None:
         fail_or_skip("pull tests need " + ", ".join(registry_missing()))
-    images = LocalContainerd(tmp_path / "img", plain_http_registries=(_registry_if_installed.host,))
+    images = of_build(request.param, tmp_path / "img", (_registry_if_installed.host,))
     yield images, _registry_if_installed
     await images.stop()
+
+
+async def version_of(socket: Path) -> str:
+    """The containerd's own version (v1 Version, asked directly): "1.6.20~ds1", "v1.7.13"."""
+    async with aio.insecure_channel(f"unix://{socket}") as channel:
+        answer = await V1.runtime(channel).Version(pb.VersionRequest(), timeout=10)
+        return answer.runtime_version
 
 
 async def health(channel: aio.Channel, service: str) -> int:
@@ -96,9 +128,9 @@ async def health(channel: aio.Channel, service: str) -> int:
     return answer.status
 
 
-async def tags(channel: aio.Channel) -> set[str]:
-    """The images listed on ``channel`` (the proxy's, or a containerd's own)."""
-    listed = await V1.images(channel).ListImages(pb.ListImagesRequest(), timeout=10)
+async def tags(channel: aio.Channel, api: CriApi = V1) -> set[str]:
+    """The images listed on ``channel`` (the proxy's, or a containerd's own), asked in ``api``'s CRI version."""
+    listed = await api.images(channel).ListImages(api.pb.ListImagesRequest(), timeout=10)
     return {tag for image in listed.images for tag in image.repo_tags}
 
 
@@ -114,11 +146,15 @@ async def mountpoints(channel: aio.Channel) -> set[str]:
 
 
 async def test_a_separate_image_containerd_serves_the_image_calls_alone(
-    own_containerd: LocalContainerd, image_containerd: tuple[LocalContainerd, LoopbackRegistry]
+    runtime_containerd: LocalContainerd, image_containerd: tuple[LocalContainerd, LoopbackRegistry]
 ) -> None:
-    runtime, (images, registry) = own_containerd, image_containerd
+    runtime, (images, registry) = runtime_containerd, image_containerd
     await runtime.start(timeout=60, images=False)
     await images.start(timeout=60, images=False)
+    # each is the build its parameter names (1.7 from bin_dir, not PATH)
+    for containerd in (runtime, images):
+        version = await version_of(containerd.socket)
+        assert version.removeprefix("v").startswith(build_of(containerd) + "."), version
     ref = registry.ref()
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(runtime.socket, stack)
@@ -126,7 +162,8 @@ async def test_a_separate_image_containerd_serves_the_image_calls_alone(
         channel = await stack.enter_async_context(launcher.channel())
         image_health = await stack.enter_async_context(watching(channel, IMAGES))
         await image_health.until(SERVING)
-        # containerd 1.6 serves both CRI versions: the probe finds both.
+        # Both builds serve both CRI versions (1.7 keeps v1alpha2, deprecated;
+        # 2.0 drops it): the probe finds both, on either build.
         assert await health(channel, IMAGES_A2) == SERVING
 
         # A pull through the proxy lands in the image containerd, not the runtime's.
@@ -134,6 +171,7 @@ async def test_a_separate_image_containerd_serves_the_image_calls_alone(
         assert ref in await tags_of(images.socket)
         assert ref not in await tags_of(runtime.socket)
         assert ref in await tags(channel)
+        assert ref in await tags(channel, V1ALPHA2)  # v1alpha2 image calls reach it too
 
         # ImageFsInfo is the image containerd's (its filesystem lies below its own directory).
         async with aio.insecure_channel(f"unix://{images.socket}") as direct:
@@ -162,4 +200,5 @@ async def test_a_separate_image_containerd_serves_the_image_calls_alone(
         assert await health(channel, "") == SERVING
         assert await health(channel, IMAGES_A2) == SERVING
         assert ref in await tags(channel)
+        assert ref in await tags(channel, V1ALPHA2)
         assert ref not in await tags_of(runtime.socket)
