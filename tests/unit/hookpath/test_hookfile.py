@@ -27,6 +27,7 @@ from runtimeproxy.hookpath.hookfile import (
 from runtimeproxy.hookpath.points import HookType
 
 from ...prerequisites import fail_or_skip
+from .registrydir import make_hook_dir, valid_doc, write
 
 LOGGER = "runtimeproxy.hookpath.hookfile"
 
@@ -42,35 +43,6 @@ KOORDINATOR_DOC = {
         "PostStopPodSandbox",
     ],
 }
-
-
-def valid_doc(endpoint: str = "/run/hook.sock", **extra: object) -> dict[str, object]:
-    doc: dict[str, object] = {
-        "remote-endpoint": endpoint,
-        "failure-policy": "Fail",
-        "runtime-hooks": ["PreCreateContainer"],
-    }
-    doc.update(extra)
-    return doc
-
-
-def write(directory: Path, name: str, content: object, mode: int = 0o644) -> Path:
-    """Write a hook file (JSON-encoding non-str content) with an explicit mode, atomically."""
-    path = directory / name
-    text = content if isinstance(content, str) else json.dumps(content)
-    tmp = directory / f".{name}.tmp"
-    tmp.write_text(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-    return path
-
-
-def make_hook_dir(tmp_path: Path) -> Path:
-    """A safe (root-owned, 0755) hook directory under tmp_path."""
-    d = tmp_path / "hookserver.d"
-    d.mkdir()
-    os.chmod(d, 0o755)
-    return d
 
 
 @pytest.fixture

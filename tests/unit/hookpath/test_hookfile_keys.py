@@ -14,7 +14,7 @@ from runtimeproxy.hookpath.hookfile import Answers, FailurePolicy, HookConfigErr
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry
 
-from .test_hookfile import make_hook_dir, write
+from .registrydir import make_hook_dir, write
 
 REGISTRY_LOGGER = "runtimeproxy.hookpath.registry"
 

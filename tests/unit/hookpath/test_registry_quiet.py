@@ -21,7 +21,7 @@ from runtimeproxy.metrics import HookConfigMetrics
 from runtimeproxy.hookpath.registry import HookRegistry, ReloadResult
 
 from . import registrydir
-from .test_hookfile import valid_doc, write
+from .registrydir import valid_doc, write
 
 hook_dir = registrydir.hook_dir
 

@@ -17,13 +17,8 @@ from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
 
 from ...prerequisites import fail_or_skip
 from . import registrydir
-from .registrydir import LOGGER
-from .test_hookfile import (
-    INVALID_CASES,
-    KOORDINATOR_DOC,
-    valid_doc,
-    write,
-)
+from .registrydir import LOGGER, valid_doc, write
+from .test_hookfile import INVALID_CASES, KOORDINATOR_DOC
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 

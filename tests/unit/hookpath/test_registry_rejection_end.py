@@ -14,8 +14,7 @@ from runtimeproxy.hookpath.registry import HookRegistry
 from tests.unit.test_admin_status import source
 
 from . import registrydir
-from .registrydir import LOGGER
-from .test_hookfile import valid_doc, write
+from .registrydir import LOGGER, valid_doc, write
 from .test_registry_rescan import _failing_for
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find

@@ -17,7 +17,7 @@ from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
 
 from . import registrydir
-from .test_hookfile import valid_doc, write
+from .registrydir import valid_doc, write
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 

@@ -20,8 +20,7 @@ from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry, ReloadResult
 from runtimeproxy.metrics import Metrics
 
-from .registrydir import configmap_update, configmap_volume
-from .test_hookfile import make_hook_dir, valid_doc, write
+from .registrydir import configmap_update, configmap_volume, make_hook_dir, valid_doc, write
 
 LOGGER = "runtimeproxy.hookpath.registry"
 

@@ -24,7 +24,7 @@ from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.hookpath.registry import HookRegistry
 
 from . import registrydir
-from .test_hookfile import valid_doc, write
+from .registrydir import valid_doc, write
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 

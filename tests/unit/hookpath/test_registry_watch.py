@@ -23,8 +23,7 @@ from runtimeproxy.hookpath.registry import HookRegistry, HookSnapshot
 
 from tests.loghandling import handled
 from . import registrydir
-from .registrydir import LOGGER
-from .test_hookfile import valid_doc, write
+from .registrydir import LOGGER, valid_doc, write
 
 hook_dir = registrydir.hook_dir  # the fixture, here for pytest to find
 
