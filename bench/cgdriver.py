@@ -145,9 +145,11 @@ async def by_call(serving: Serving, count: int, settle: Settle) -> dict[str, Pha
         for i in range(count):
             answer = await calls[step](i)
             if step == "RunPodSandbox":
-                pod_ids.append(answer.pod_sandbox_id)  # type: ignore[attr-defined]
+                assert isinstance(answer, v1.RunPodSandboxResponse), answer
+                pod_ids.append(answer.pod_sandbox_id)
             elif step == "CreateContainer":
-                cids.append(answer.container_id)  # type: ignore[attr-defined]
+                assert isinstance(answer, v1.CreateContainerResponse), answer
+                cids.append(answer.container_id)
         out[step] = await settle()
     return out
 

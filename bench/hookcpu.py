@@ -147,6 +147,11 @@ async def _measure(work: Path, pid: int, batches: dict[HookType | None, Batch], 
     return samples
 
 
+def _batch(transport: FramesTransport, sock: Path, hook: HookType, request: bytes) -> Batch:
+    # A closure per hook point (a lambda in the comprehension would call the last one's).
+    return lambda n: _calls(transport, sock, hook, request, n)
+
+
 async def _one_server(server: str, n: int, event_loop: str, profile: Path | None,
                       keep: Path | None = None, interleaved: bool = False) -> list[Sample]:
     with tempfile.TemporaryDirectory(prefix="hookcpu-") as tmp:
@@ -160,8 +165,7 @@ async def _one_server(server: str, n: int, event_loop: str, profile: Path | None
                 await _calls(transport, sock, hook, request, WARMUP_CALLS)
             batches: dict[HookType | None, Batch] = (
                 {None: lambda k: _lifecycles(transport, sock, reqs, k)} if interleaved else
-                {hook: lambda k, hook=hook, request=request: _calls(transport, sock, hook, request, k)  # type: ignore[misc]
-                 for hook, request in reqs.items()})
+                {hook: _batch(transport, sock, hook, request) for hook, request in reqs.items()})
             if profile is not None:
                 for batch in batches.values():
                     await batch(n)
@@ -206,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.server} hook server ({args.event_loop} loop), instructions per call, "
           f"median of {args.repeats} (N={args.calls}):")
     medians: dict[HookType, float] = {}
-    for hook in runs[0] and [sample.kind for sample in runs[0]]:
+    for hook in [sample.kind for sample in runs[0]]:
+        assert hook is not None  # (None: --interleaved's lifecycle sample, shown and returned above)
         values = [next(s.per_call for s in run if s.kind is hook) for run in runs]
         medians[hook] = statistics.median(values)
         shown = ", ".join(f"{v / 1000:.1f}k" for v in values)

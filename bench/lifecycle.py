@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from grpc import aio
 
@@ -15,6 +17,8 @@ from cri_api.v1 import api_pb2 as v1
 from cri_api.v1 import api_pb2_grpc as v1_grpc
 from runtimeproxy.hookpath.store import container_record, pod_record
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
+
+_T = TypeVar("_T")
 
 STEPS = (
     "RunPodSandbox",
@@ -109,7 +113,7 @@ async def lifecycle(stub: v1_grpc.RuntimeServiceStub, cleanup_stub: v1_grpc.Runt
     pod_id = ""
     step = STEPS[0]
 
-    async def timed(step_name: str, coro):  # type: ignore[no-untyped-def]
+    async def timed(step_name: str, coro: Awaitable[_T]) -> _T:
         nonlocal step
         step = step_name
         t0 = clock()

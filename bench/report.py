@@ -86,8 +86,13 @@ def _dig(obj: Any, *keys: Any) -> Any:
 
 def _verdict(target: str, value: float | None, shown: str, ok: Callable[[float], bool]) -> dict[str, Any]:
     # A figure that exists but is NaN / null (no successful call, say) fails: it was meant to be measured.
-    known = value is not None and not math.isnan(value)
-    return {"target": target, "value": value, "shown": shown, "pass": known and ok(value)}
+    passed = value is not None and not math.isnan(value) and ok(value)
+    return {"target": target, "value": value, "shown": shown, "pass": passed}
+
+
+def _at_most(limit: float) -> Callable[[float], bool]:
+    # Bound here, not read from a loop's variable by a lambda in the loop (each sees its own limit).
+    return lambda v: v <= limit
 
 
 def _unary_cases(results: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -108,7 +113,9 @@ def _unary_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
                             value, _x(value), lambda v: v >= VERSION_THROUGHPUT_TARGET))
     containers = results.get("options", {}).get("containers", "?")
     for (method, conc), entry in cases.items():
-        value = _dig(entry, "ratios", "p50") if method == "ListContainers" else _ABSENT
+        if method != "ListContainers":
+            continue
+        value = _dig(entry, "ratios", "p50")
         if value is not _ABSENT:
             out.append(_verdict(f"ListContainers ({containers}) c{conc} p50 <= {LIST_P50_TARGET:.2f}x direct",
                                 value, _x(value), lambda v: v <= LIST_P50_TARGET))
@@ -123,7 +130,7 @@ def _lifecycle_verdicts(results: dict[str, Any]) -> list[dict[str, Any]]:
         value = _dig(results, "lifecycle", "modes", mode, "paired_median_ratio")
         if value is not _ABSENT:
             out.append(_verdict(f"{what} paired median <= {limit:.2f}x direct", value, _paired(results, mode),
-                                lambda v, limit=limit: v <= limit))
+                                _at_most(limit)))
     return out
 
 
@@ -149,7 +156,7 @@ def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list
         else:
             limit = today / CPU_DIVISOR
             judged.append(_verdict(f"{what} <= {limit:.2f} ms ({baseline.source} {today:g} ms / {CPU_DIVISOR})",
-                                   value, shown, lambda v, limit=limit: v <= limit))
+                                   value, shown, _at_most(limit)))
     for proxy, m in (results.get("memory") or {}).items():
         value = _dig(m, "rss_mib")
         if value is _ABSENT:
@@ -159,7 +166,7 @@ def _baseline_figures(results: dict[str, Any], baseline: Baseline) -> tuple[list
             shown_only.append({"figure": what, "value": value, "shown": shown})
         else:
             judged.append(_verdict(f"{what} <= {today:g} MiB ({baseline.source})", value, shown,
-                                   lambda v, today=today: v <= today))
+                                   _at_most(today)))
     return judged, shown_only
 
 

@@ -10,6 +10,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,19 +122,18 @@ class Bench:
                 await server.wait_ready()
                 hook_servers[kind] = server
 
-            paths = {"data_path": self.opts.data_path, "event_loop": self.opts.event_loop, "nice": self.nice}
+            proxy_child = partial(ProxyChild, data_path=self.opts.data_path, event_loop=self.opts.event_loop,
+                                  nice=self.nice)
             plain_dir = self._hook_dir("hooks-none")
-            plain = ProxyChild("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log",
-                               **paths)
+            plain = proxy_child("proxy (no hooks)", work / "proxy.sock", direct_sock, plain_dir, work / "proxy.log")
             hooked: dict[str, ProxyChild] = {}
             metrics_ports: dict[str, int] = {}
             for mode, kind in HOOKED_MODES.items():
                 hook_dir = self._hook_dir(f"hooks-{kind}")
                 write_hook_config(hook_dir, "noop", hook_servers[kind].sock, ALL_HOOKS, failure_policy="Ignore")
                 metrics_ports[mode] = free_tcp_port()
-                hooked[mode] = ProxyChild(f"proxy ({kind} no-op hook)", work / f"proxy-{kind}.sock", direct_sock,
-                                          hook_dir, work / f"proxy-{kind}.log", metrics_port=metrics_ports[mode],
-                                          **paths)
+                hooked[mode] = proxy_child(f"proxy ({kind} no-op hook)", work / f"proxy-{kind}.sock", direct_sock,
+                                           hook_dir, work / f"proxy-{kind}.log", metrics_port=metrics_ports[mode])
             proxies = {"proxy": plain, **hooked}
             for proxy in proxies.values():
                 await proxy.start()

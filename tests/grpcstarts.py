@@ -25,6 +25,7 @@ def cancelling_as_grpc_starts(task: asyncio.Future[Any]) -> Iterator[list[bool]]
             fired.append(task.cancel())
         return made
 
+    # The method replaced on purpose, on this loop only: mypy refuses any method assignment.
     loop.create_task = create_task  # type: ignore[method-assign]
     try:
         yield fired

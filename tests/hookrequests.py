@@ -1,6 +1,12 @@
-"""Hook requests for tests of hook servers (the SDK, the test hook server)."""
+"""Hook requests for tests of hook servers (the SDK, the test hook server).
+
+A ``**kw`` is more fields of the request by name, each of its own type (the
+message's constructor checks them).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -8,7 +14,7 @@ from cri_api.hookapi import api_pb2
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType, Kind
 
 
-def pod_request(**kw: object) -> api_pb2.PodSandboxHookRequest:
+def pod_request(**kw: Any) -> api_pb2.PodSandboxHookRequest:
     return api_pb2.PodSandboxHookRequest(
         pod_meta=api_pb2.PodSandboxMetadata(name="nginx", uid="uid-1", namespace="default", attempt=1),
         runtime_handler="runc",
@@ -19,7 +25,7 @@ def pod_request(**kw: object) -> api_pb2.PodSandboxHookRequest:
     )
 
 
-def container_request(**kw: object) -> api_pb2.ContainerResourceHookRequest:
+def container_request(**kw: Any) -> api_pb2.ContainerResourceHookRequest:
     return api_pb2.ContainerResourceHookRequest(
         pod_meta=api_pb2.PodSandboxMetadata(name="nginx", uid="uid-1", namespace="default"),
         container_meta=api_pb2.ContainerMetadata(name="web", attempt=0, id="cid-1"),

@@ -30,6 +30,8 @@ def with_data_path(argv: tuple[str, ...], path: str) -> tuple[str, ...]:
 
 
 def on_data_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    # The function under the classmethod, to call with another class: mypy types the bound
+    # classmethod as a plain callable, without its __func__.
     choose = FramesPath.from_config.__func__  # type: ignore[attr-defined]
 
     def chosen(cls: type[FramesPath], config: Any, *args: Any) -> Any:

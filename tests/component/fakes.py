@@ -180,7 +180,7 @@ class _Handler(grpc.GenericRpcHandler):
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         path = details.method
 
-        async def behaviour(requests: AsyncIterator[bytes], context: aio.ServicerContext):  # type: ignore[no-untyped-def]
+        async def behaviour(requests: AsyncIterator[bytes], context: aio.ServicerContext) -> AsyncIterator[bytes]:
             async for message in self.fake.handle(path, requests, context):
                 yield message
 

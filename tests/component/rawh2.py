@@ -15,6 +15,8 @@ from pathlib import Path
 
 import hpack
 
+from ..headerblocks import decoded
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7, 0x8
 END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
@@ -186,7 +188,7 @@ async def final_status(path: Path, call: bytes, timeout: float = 5) -> str | Non
                 kind, flags, sid, payload = got
                 assert not (kind == RST_STREAM and sid == 1), "the call was reset"
                 if kind == HEADERS and sid == 1:
-                    headers = dict(decoder.decode(payload))
+                    headers = decoded(decoder, payload)
                     if flags & END_STREAM:
                         return headers.get("grpc-status")
     finally:

@@ -129,12 +129,14 @@ class Worker:
         ran = await self.call("RunPodSandbox", v1.RunPodSandboxRequest(config=pod_config))
         if ran is None:
             return
+        assert isinstance(ran, v1.RunPodSandboxResponse), ran
         pod_id = ran.pod_sandbox_id
         led.pods[uid], led.containers[uid] = PRESENT, UNCERTAIN
         created = await self.call("CreateContainer", v1.CreateContainerRequest(
             pod_sandbox_id=pod_id, config=container_config(v1), sandbox_config=pod_config))
         if created is None:
             return
+        assert isinstance(created, v1.CreateContainerResponse), created
         cid = created.container_id
         led.containers[uid] = PRESENT
         led.ids[uid] = (pod_id, cid, pod_config)

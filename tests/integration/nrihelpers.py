@@ -7,14 +7,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.nri.app import NriPlugin, NriSettings
 
 
 @contextlib.asynccontextmanager
-async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: object) -> AsyncIterator[NriPlugin]:
-    """The NRI plugin, registered and synchronized with ``runtime``; stopped at the end."""
+async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: Any) -> AsyncIterator[NriPlugin]:
+    """The NRI plugin, registered and synchronized with ``runtime``; stopped at the end.
+    ``settings``: more NriSettings fields by name, each of its own type."""
     settings.setdefault("request_timeout", runtime.request_timeout)  # as containerd is configured
     plugin = NriPlugin(NriSettings(hook_dir=hook_dir, socket_path=runtime.nri_socket, max_backoff=0.5, **settings))
     stop = asyncio.Event()

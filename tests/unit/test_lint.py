@@ -1,13 +1,16 @@
 """The tree passes ruff with the rules pyproject.toml selects ([tool.ruff]):
 unused imports and variables, undefined names, bugbear's findings and the
 like, which no other test catches until the line runs; and mypy's type check
-of the packages [tool.mypy] names (a None passed on, a wrong message type)."""
+of the packages [tool.mypy] names (a None passed on, a wrong message type):
+runtimeproxy/, hooks/, bench/ and the support modules of tests/ (not test_*.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -66,3 +69,21 @@ def test_the_type_check_reads_the_generated_stubs(mypy: list[str], tmp_path: Pat
     done = subprocess.run([*mypy, str(probe)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "[arg-type]" in done.stdout and "[attr-defined]" not in done.stdout, done.stdout
+
+
+def test_the_type_check_covers_bench_and_the_tests_support_modules() -> None:
+    """[tool.mypy] checks bench/ and every module of tests/ but the test_*.py
+    ones, and no support module imports a test module (mypy would follow the
+    import and check that test module too)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert {"runtimeproxy", "hooks", "bench", "tests"} <= set(config["packages"]), config["packages"]
+    excluded = re.compile(config["exclude"])
+    support = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tests").rglob("*.py"))
+               if not p.name.startswith("test_")]
+    assert "tests/unit/hookpath/registrydir.py" in support and "tests/conftest.py" in support
+    assert not [path for path in support if excluded.search(path)]
+    assert excluded.search("tests/unit/test_lint.py") and excluded.search("tests/component/nri/test_plugin.py")
+    assert not [p for p in (ROOT / "bench").rglob("*.py") if excluded.search(p.relative_to(ROOT).as_posix())]
+    importing = re.compile(r"^\s*(?:from\s+[.\w]*\btest_\w*\s+import|import\s+[.\w]*\btest_|from\s+\.+\s+import\s.*\btest_)",
+                           re.MULTILINE)
+    assert not [path for path in support if importing.search((ROOT / path).read_text())]

@@ -23,6 +23,8 @@ from cri_api.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import Flag, FrameType
 
+from ...headerblocks import decoded
+
 KNOWN = "/runtime.v1alpha2."
 
 
@@ -65,7 +67,7 @@ class GoLikeRuntime:
                     blocks[sid] = blocks.get(sid, b"") + fragment
                     if not f.has(Flag.END_HEADERS):
                         continue
-                    headers = dict(decoder.decode(blocks.pop(sid)))
+                    headers = decoded(decoder, blocks.pop(sid))
                     path = headers[":path"]
                     if not path.startswith(KNOWN):
                         self.unknown_answered += 1

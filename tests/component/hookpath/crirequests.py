@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from cri_api.v1 import api_pb2 as v1
+from runtimeproxy.app import RunningProxy
 
 from ...hookprocs import hook_server, registered
 from ..fakes import FakeBackend
@@ -61,7 +63,7 @@ def backend_request(fake: FakeBackend, path: str = CREATE, index: int = -1) -> v
 
 
 @contextlib.asynccontextmanager
-async def records_kept(running, sock_dir: Path, hook_dir: Path):  # type: ignore[no-untyped-def]
+async def records_kept(running: RunningProxy, sock_dir: Path, hook_dir: Path) -> AsyncIterator[None]:
     """A hook server on a point these calls never reach: the proxy records
     calls only while some hook server is registered (with none, the frames
     path relays them unrecorded)."""

@@ -71,11 +71,12 @@ class StuckHook(WatchfulHook):
         hook = super().from_config(socket_path, config)
         unlink = Path.unlink
 
-        def read_only(path: Path, missing_ok: bool = False) -> None:
-            if path == hook.registration:
-                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-            unlink(path, missing_ok)
+        def read_only(self: Path, missing_ok: bool = False) -> None:  # (Path.unlink's own parameters)
+            if self == hook.registration:
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+            unlink(self, missing_ok)
 
+        # The method replaced on purpose (this hook server's process only): mypy refuses any method assignment.
         Path.unlink = read_only  # type: ignore[method-assign]
         return hook
 

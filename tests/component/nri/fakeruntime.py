@@ -15,7 +15,7 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -126,9 +126,10 @@ class PluginLink:
         )
         await self._send(1, stream, 1, envelope.SerializeToString())
         closed = asyncio.ensure_future(self.closed.wait())
+        either: set[asyncio.Future[Any]] = {future, closed}
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.wait({future, closed}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closed.cancel()
         if not future.done():
@@ -156,7 +157,7 @@ class PluginLink:
             "CreateContainer", nri.CreateContainerRequest(pod=pod, container=container), nri.CreateContainerResponse
         )
 
-    async def state_change(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
+    async def state_change(self, event: nri.Event, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
         await self.call("StateChange", nri.StateChangeEvent(event=event, pod=pod, container=container), nri.Empty)
 
     def close(self) -> None:

@@ -35,8 +35,10 @@ class Scripted(HookServer):
 
     async def handle(self, hook: HookType, request: Message) -> Message | None:
         if hook is HookType.PRE_RUN_POD_SANDBOX:
-            return hookapi.PodSandboxHookResponse(labels={"pod": request.pod_meta.name})  # type: ignore[attr-defined]
-        what = request.container_meta.name  # type: ignore[attr-defined]
+            assert isinstance(request, hookapi.PodSandboxHookRequest), request
+            return hookapi.PodSandboxHookResponse(labels={"pod": request.pod_meta.name})
+        assert isinstance(request, hookapi.ContainerResourceHookRequest), request  # the tests call container points only
+        what = request.container_meta.name
         if what == "none":
             return None
         if what == "abort":

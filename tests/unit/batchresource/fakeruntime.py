@@ -31,10 +31,10 @@ class FakePod:
     cgroup_parent: str = POD_PARENT
     name: str = "batch-job"
     namespace: str = "team-a"
-    state: int = v1.SANDBOX_READY
+    state: v1.PodSandboxState = v1.SANDBOX_READY
     containers: dict[str, str] = field(default_factory=dict)  # id -> name
-    container_state: int = v1.CONTAINER_RUNNING
-    container_states: dict[str, int] = field(default_factory=dict)  # id -> state, else container_state
+    container_state: v1.ContainerState = v1.CONTAINER_RUNNING
+    container_states: dict[str, v1.ContainerState] = field(default_factory=dict)  # id -> state, else container_state
     attempts: dict[str, int] = field(default_factory=dict)  # id -> attempt, else 0
 
     def metadata(self) -> v1.PodSandboxMetadata:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cri_api.hookapi import api_pb2
 from hooks.batchresource.config import BatchResourceConfig
@@ -36,8 +37,9 @@ def pod_request(labels: dict, annotations: dict, cgroup_parent: str = POD_PARENT
 
 def container_request(
     labels: dict, annotations: dict, name: str = "main", cid: str = "", cgroup_parent: str = POD_PARENT,
-    attempt: int = 0, **resources: int
+    attempt: int = 0, **resources: Any
 ) -> api_pb2.ContainerResourceHookRequest:
+    # resources: LinuxContainerResources fields by name (the int ones, cpu_shares and the like)
     return api_pb2.ContainerResourceHookRequest(
         pod_meta=api_pb2.PodSandboxMetadata(name="batch-job", namespace="team-a", uid="uid-1"),
         container_meta=api_pb2.ContainerMetadata(name=name, id=cid, attempt=attempt),

@@ -17,6 +17,8 @@ from google.protobuf.message_factory import GetMessageClass
 from runtimeproxy.cripath.methods import FILES, PACKAGES, V1, V1ALPHA2, ApiVersion
 from runtimeproxy.cripath.schemadiff import relative_name, walk_messages
 
+from .schemas import descriptor_of
+
 # version -> relative message name -> class
 _CLASSES: Final[Mapping[ApiVersion, Mapping[str, type[Message]]]] = MappingProxyType(
     {
@@ -34,7 +36,7 @@ def convert(msg: Message, version: ApiVersion) -> Message:
     (KeyValue.value) holds invalid UTF-8.  Unknown fields are kept, so v1-only
     fields survive a trip through v1alpha2.
     """
-    desc = msg.DESCRIPTOR
+    desc = descriptor_of(msg)
     if desc.file.package == version.package:
         return msg
     if desc.file.package not in PACKAGES:

@@ -33,8 +33,22 @@ def twin(desc: Descriptor, file: FileDescriptor) -> Descriptor | None:
         return None
 
 
+def descriptor_of(msg: Message) -> Descriptor:
+    """``msg.DESCRIPTOR``, typed as the Descriptor it is: types-protobuf types it as
+    that or upb's own, which at run time is an instance of it (its metaclass says so)."""
+    desc = msg.DESCRIPTOR
+    assert isinstance(desc, Descriptor), desc
+    return desc
+
+
+def map_entry(field: FieldDescriptor) -> Descriptor | None:
+    """The entry message of a map field; None for any other field."""
+    entry = field.message_type
+    return entry if entry is not None and entry.GetOptions().map_entry else None
+
+
 def is_map(field: FieldDescriptor) -> bool:
-    return field.message_type is not None and field.message_type.GetOptions().map_entry
+    return map_entry(field) is not None
 
 
 def all_enums(file: FileDescriptor) -> dict[str, EnumDescriptor]:
@@ -60,6 +74,7 @@ def scalar(field: FieldDescriptor, pick_enum: Callable[[EnumDescriptor], int]) -
         case FieldDescriptor.TYPE_FLOAT | FieldDescriptor.TYPE_DOUBLE:
             return n + 0.5
         case FieldDescriptor.TYPE_ENUM:
+            assert field.enum_type is not None  # an enum field's, always set
             return pick_enum(field.enum_type)
         case FieldDescriptor.TYPE_INT32 | FieldDescriptor.TYPE_INT64 | FieldDescriptor.TYPE_SINT32 | (
             FieldDescriptor.TYPE_SINT64
@@ -80,12 +95,13 @@ def fill(
     depth: int = 0,
 ) -> Message:
     """Set every (included) field of ``msg`` to a non-default value, recursively."""
-    for field in msg.DESCRIPTOR.fields:
-        if not include(msg.DESCRIPTOR, field):
+    desc = descriptor_of(msg)
+    for field in desc.fields:
+        if not include(desc, field):
             continue
         value = getattr(msg, field.name)
-        if is_map(field):
-            key_field, value_field = field.message_type.fields
+        if (entry := map_entry(field)) is not None:
+            key_field, value_field = entry.fields
             key = scalar(key_field, pick_enum)
             if value_field.message_type is None:
                 value[key] = scalar(value_field, pick_enum)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +16,8 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.frame import Flag, FrameType
 from runtimeproxy.hookclient.pool import FramesTransport
 from runtimeproxy.hookclient.transport import CallFailed
+
+from ...headerblocks import decoded
 
 PREFACE = fr.PREFACE
 METHOD = "/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook"
@@ -80,7 +82,7 @@ class Peer:
             if kind == FrameType.SETTINGS and not flags & Flag.ACK:
                 self.send(FrameType.SETTINGS, Flag.ACK, 0)
             elif kind == FrameType.HEADERS:
-                headers = dict(self.decoder.decode(payload))
+                headers = decoded(self.decoder, payload)
             elif kind == FrameType.DATA:
                 body += payload
                 if grant is not None and (more := grant(len(payload))):
@@ -91,7 +93,7 @@ class Peer:
                     assert body[0] == 0 and int.from_bytes(body[1:5], "big") == len(body) - 5
                     return Call(sid, headers, bytes(body[5:]))
 
-    def answer_headers(self, sid: int, extra: list[tuple[str, str]] = (), end: bool = False) -> None:  # type: ignore[assignment]
+    def answer_headers(self, sid: int, extra: Sequence[tuple[str, str]] = (), end: bool = False) -> None:
         block = self.encoder.encode([(":status", "200"), ("content-type", "application/grpc"), *extra])
         self.send(FrameType.HEADERS, Flag.END_HEADERS | (Flag.END_STREAM if end else 0), sid, block)
 
