@@ -18,7 +18,7 @@ from .cgroups import (
 from .config import BatchResourceConfig
 from .resources import UNLIMITED, CgroupValues, container_values, pod_values
 from .spec import parse_spec
-from .state import ContainerKey, PodRecord, StateDir
+from .state import ContainerKey, PodRecord, SavedPod, StateDir
 
 __all__ = ["Cgroups", "KnownPods", "Warn"]
 
@@ -81,8 +81,9 @@ class KnownPods:
         # The swap kubelet asked the runtime for (memory_swap_limit_in_bytes of
         # its CreateContainer or UpdateContainerResources, as the container
         # hooks saw it), by pod key and container name: the memsw the runtime
-        # set. In memory: a container not told of since the start is not
-        # known (its memsw then never lowered, only raised to its limit).
+        # set. Saved with the pod (flush(), as its containers list), so a
+        # restart still knows it; a container not in it (never told of, or an
+        # older file) has its memsw never lowered, only raised to its limit.
         self._swap: dict[str, dict[str, int]] = {}
         # Set by close(): the next instance may hold the lock, so no file is
         # written or removed any more (a late one could overwrite its file,
@@ -99,8 +100,11 @@ class KnownPods:
         saved = self._state.load()
         self._closed = False  # (the lock is this instance's again)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
-        self._pods = {**{k: record for k, (record, _) in saved.items()}, **self._pods}
-        self._containers = {**{k: None if c is None else set(c) for k, (_, c) in saved.items()}, **told}
+        self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}
+        self._containers = {**{k: None if p.containers is None else set(p.containers) for k, p in saved.items()}, **told}
+        for key, pod in saved.items():  # (an ask told meanwhile is newer)
+            if pod.swap:
+                self._swap[key] = {**pod.swap, **self._swap.get(key, {})}
 
     def __contains__(self, key: str) -> bool:
         return key in self._pods
@@ -128,7 +132,8 @@ class KnownPods:
         containers = self._containers.get(record.key)
         self._dirty.discard(record.key)
         try:
-            self._state.save(record, None if containers is None else frozenset(containers), sync_dir=sync_dir)
+            self._state.save(record, None if containers is None else frozenset(containers),
+                             swap=self._swap.get(record.key), sync_dir=sync_dir)
         except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same
             retried = isinstance(exc, OSError)
             if retried:
@@ -220,8 +225,8 @@ class KnownPods:
         """The last flush, of what is dirty now, for the stop to run in a
         thread (an fsync per pod: a stalled disk must not block the loop):
         copies, it touches nothing of this object."""
-        last = LastSaves(self._state, [(record, self.containers(key)) for key in sorted(self._dirty)
-                                       if (record := self._pods.get(key)) is not None])
+        last = LastSaves(self._state, [SavedPod(record, self.containers(key), dict(self._swap.get(key, {})))
+                                       for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None])
         self._dirty.clear()
         return last
 
@@ -250,17 +255,25 @@ class KnownPods:
 
     def note_swap(self, key: str, name: str, swap: int) -> None:
         """The swap kubelet asked for container ``name`` of a known pod, at its
-        create or update (0: none, memsw equal to the memory limit)."""
-        if key in self._pods:
-            self._swap.setdefault(key, {})[name] = swap
+        create or update (0: none, memsw equal to the memory limit). In
+        memory: a change marks the pod for :meth:`flush`, as a container
+        recorded (a hook answer never waits for a file)."""
+        if key not in self._pods:
+            return
+        asked = self._swap.setdefault(key, {})
+        if asked.get(name) != swap:
+            asked[name] = swap
+            self._dirty.add(key)
 
     def container_wanted(self, record: PodRecord, name: str) -> CgroupValues:
         """What the hook answers for container ``name`` (SpecError if the spec
         has none); on v1 its memsw as the runtime sets it from kubelet's ask
         (:meth:`note_swap`): equal to its memory limit for none (0), else the
-        swap asked (-1: unlimited; never below the limit). None when not
-        asked since the start: memsw is then left as it is, but raised to a
-        new limit above it (swap kubelet asked for never taken away)."""
+        swap asked (-1: unlimited; never below the limit). With no ask known
+        (none told, nor in the pod's file: an older version's file, a
+        container the listing found, an ask told after the last save before
+        a crash), memsw is left as it is, but raised to a new limit above it
+        (swap kubelet asked for never taken away)."""
         values = container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
         asked = self._swap.get(record.key, {}).get(name)
         if asked is None:
@@ -303,12 +316,13 @@ class LastSaves:
     """The stop's last flush (:meth:`KnownPods.close`): copies, safe in a thread."""
 
     state: StateDir
-    pods: list[tuple[PodRecord, frozenset[ContainerKey] | None]]
+    pods: list[SavedPod]
 
     def __call__(self) -> None:
-        for record, containers in self.pods:
+        for pod in self.pods:
+            record = pod.record
             try:
-                self.state.save(record, containers, sync_dir=False)
+                self.state.save(record, pod.containers, swap=pod.swap, sync_dir=False)
             except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
                 log.warning("batchresource could not save a pod to its state directory as it stopped",
                             extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})

@@ -15,6 +15,14 @@ is not known yet then), so the runtime listing can tell a container made
 while the hook was down from one whose values another writer changed on
 purpose. A file written before that list existed has none (``None``:
 unknown, not empty).
+
+It keeps kubelet's swap asks too (``swap``: container name -> the
+``memory_swap_limit_in_bytes`` of its last CreateContainer or
+UpdateContainerResources the hook saw), so a restarted hook still puts a
+container's cgroup v1 memsw back where the runtime set it. A file without
+``swap`` (written before asks were kept, or before any was noted) knows no
+ask: those containers' memsw is only ever raised, never lowered, until
+kubelet creates or updates them again.
 """
 
 from __future__ import annotations
@@ -22,12 +30,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..statefile import remove_leftovers, temp_glob, write_atomic
 
-__all__ = ["ContainerKey", "PodRecord", "StateDir", "pod_key"]
+__all__ = ["ContainerKey", "PodRecord", "SavedPod", "StateDir", "pod_key"]
 
 log = logging.getLogger(__name__)
 _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -59,6 +68,15 @@ class PodRecord:
         return pod_key(self.uid, self.namespace, self.name)
 
 
+@dataclass(frozen=True)
+class SavedPod:
+    """What a pod's file holds."""
+
+    record: PodRecord
+    containers: frozenset[ContainerKey] | None = None  # None: not known (a file from before the list)
+    swap: Mapping[str, int] = field(default_factory=dict)  # kubelet's asks by container name; {}: none known
+
+
 def pod_key(uid: str, namespace: str, name: str) -> str:
     """What the hook tells a pod by: its uid, or, for a pod with none (CRI
     allows it: ``crictl runp`` without one), its namespace and name, which the
@@ -76,42 +94,58 @@ class StateDir:
             raise ValueError(f"pod uid {uid!r} cannot name a state file")
         return self.directory / f"{uid}.json"
 
-    def load(self) -> dict[str, tuple[PodRecord, frozenset[ContainerKey] | None]]:
-        """Every readable record; unreadable files are logged and skipped (never fatal).
+    def load(self) -> dict[str, SavedPod]:
+        """Every readable file's pod, by uid; unreadable files are logged and skipped (never fatal).
         Call it once the hook holds its socket lock, before it saves anything:
         a temporary file is then a killed hook's, whose record is the
         ``.json`` beside it or was never there."""
-        records: dict[str, tuple[PodRecord, frozenset[ContainerKey] | None]] = {}
+        pods: dict[str, SavedPod] = {}
         if not self.directory.is_dir():
-            return records
+            return pods
         self._remove_leftovers()
         for path in sorted(self.directory.glob("*.json")):
             if path.name == _NOT_OURS:
                 continue
             try:
-                saved = json.loads(path.read_text())
-                listed = saved.pop("containers", None)  # (absent from an older version's file)
-                record = PodRecord(**saved)
-                containers = None if listed is None else frozenset((str(name), int(attempt)) for name, attempt in listed)
+                pod = _read(path)
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("unreadable batchresource state file skipped", extra={"path": str(path), "error": str(exc)})
                 continue
-            records[record.uid] = (record, containers)
-        return records
+            pods[pod.record.uid] = pod
+        return pods
 
     def _remove_leftovers(self) -> None:
         ours = [p for p in self.directory.glob(temp_glob("*.json")) if not p.name.startswith(f".{_NOT_OURS}.")]
         for path in sorted(ours):  # one at a time, through the shared helper's logging
             remove_leftovers(self.directory, path.name, log, "batchresource")
 
-    def save(self, record: PodRecord, containers: frozenset[ContainerKey] | None = None, *, sync_dir: bool = True) -> None:
+    def save(self, record: PodRecord, containers: frozenset[ContainerKey] | None = None, *,
+             swap: Mapping[str, int] | None = None, sync_dir: bool = True) -> None:
         """``sync_dir=False``: the file is fsync-ed, not its rename (a power
         loss may leave the previous file, whole)."""
         saved: dict[str, object] = asdict(record)
         if containers is not None:
             saved["containers"] = [list(c) for c in sorted(containers)]
+        if swap:  # (none: no key, the file as an older version wrote it, and reads it)
+            saved["swap"] = dict(sorted(swap.items()))
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(self._path(record.uid), json.dumps(saved).encode(), sync_dir=sync_dir)
 
     def remove(self, uid: str) -> None:
         self._path(uid).unlink(missing_ok=True)
+
+
+def _read(path: Path) -> SavedPod:
+    """One file's pod (OSError, ValueError or TypeError for one that is not one)."""
+    saved = json.loads(path.read_text())
+    if not isinstance(saved, dict):
+        raise ValueError("not a JSON object")
+    listed = saved.pop("containers", None)  # (absent from an older version's file)
+    # Absent from a file written before swap asks were kept (or before any
+    # was noted): none known, so memsw is only raised until kubelet asks again.
+    swap = saved.pop("swap", {})
+    if not isinstance(swap, dict):
+        raise ValueError(f"swap is not a mapping: {swap!r}")
+    record = PodRecord(**saved)
+    containers = None if listed is None else frozenset((str(name), int(attempt)) for name, attempt in listed)
+    return SavedPod(record, containers, {str(name): int(asked) for name, asked in swap.items()})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,9 +120,9 @@ async def test_the_lists_changed_by_a_pass_are_saved_once_per_pod(tmp_path: Path
     saves: list[tuple[list[object], bool]] = []
     real = StateDir.save
 
-    def counted(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True) -> None:
+    def counted(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True, **kw: Any) -> None:
         saves.append((sorted(containers or ()), sync_dir))
-        real(self, record, containers, sync_dir=sync_dir)
+        real(self, record, containers, sync_dir=sync_dir, **kw)
 
     monkeypatch.setattr(StateDir, "save", counted)
     assert hook.learner is not None
@@ -219,7 +220,7 @@ async def test_a_list_a_pass_failed_to_save_is_saved_by_the_next(tmp_path: Path,
     await hook.pre_create_container(container_request(BE, TWO, "main", attempt=1))
     real = StateDir.save
 
-    def full(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True) -> None:
+    def full(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True, **kw: Any) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(StateDir, "save", full)

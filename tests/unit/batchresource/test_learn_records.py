@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,7 +160,7 @@ async def test_a_save_that_keeps_failing_is_warned_of_once_then_its_recovery(
     await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
     real = StateDir.save
 
-    def full(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True) -> None:
+    def full(self: StateDir, record: object, containers: object = None, *, sync_dir: bool = True, **kw: Any) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(StateDir, "save", full)

@@ -7,6 +7,7 @@ refuses memsw below the memory limit: the fake refuses as it does)."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 from pathlib import Path
 
@@ -172,13 +173,57 @@ async def test_swap_kubelet_asked_for_is_kept_and_put_back(tmp_path: Path, caplo
     assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 256 * MIB, UNLIMITED)]
 
 
+def restarted(tmp_path: Path):
+    """A new hook object on the same state dir, as its start reads it, listed
+    once (which tells the reconcile pass the container's id)."""
+    hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))
+    hook.pods.load()
+    return hook
+
+
+@pytest.mark.parametrize(("ask", "wanted"), [(None, 128 * MIB), (UNLIMITED, UNLIMITED)])
+async def test_a_restarted_hook_puts_memsw_back_from_the_swap_ask_in_its_state_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, ask: int | None, wanted: int
+) -> None:
+    """kubelet's ask (none at the create: memsw at the limit; or -1 at an
+    update: unlimited) is saved with the pod: a new hook object reading the
+    state dir puts back a memsw drifted from it (before: the ask was kept in
+    memory only, so after a restart a memsw raised to 1Gi stayed so, until
+    kubelet created or updated the container again)."""
+    hook, root = await swap_accounted(tmp_path)
+    if ask is not None:
+        update = container_request(BE, TWO, "main", cid="c-main", memory_swap_limit_in_bytes=ask)
+        assert await hook.pre_update_container_resources(update) is not None
+        write(root, 1, MAIN, MEMSW, str(ask))  # as the runtime applies the answer
+        assert hook.learner is not None
+        await hook.learner.pass_once()  # (its flush saves the ask)
+    saved = json.loads((tmp_path / "state" / "uid-1.json").read_text())
+    assert saved["swap"] == {"main": 0 if ask is None else ask}
+    again = restarted(tmp_path)
+    assert again.learner is not None
+    await again.learner.pass_once()
+    assert reconcile_once(again.pods) == 0  # (as the runtime left it)
+    drifted = 256 * MIB if wanted == UNLIMITED else 1024 * MIB
+    write(root, 1, MAIN, MEMSW, str(drifted))
+    writes = kernel_like(monkeypatch)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    assert reconcile_once(again.pods) == 1
+    assert writes == [(MEMSW, str(wanted))]
+    assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, drifted, wanted)]
+
+
 async def test_a_container_whose_swap_ask_is_not_known_keeps_its_memsw(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a restart the hook was not told the swap kubelet asked for: memsw
-    is not lowered (it may be swap kubelet asked for), only raised with a
-    limit put back above it."""
+    """After a restart from a state file with no swap ask (an older
+    version's): memsw is not lowered (it may be swap kubelet asked for),
+    only raised with a limit put back above it. Guards existing behaviour
+    for such files."""
     _, root = await swap_accounted(tmp_path)
+    path = tmp_path / "state" / "uid-1.json"
+    old = json.loads(path.read_text())
+    del old["swap"]
+    path.write_text(json.dumps(old))
     hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))
     hook.pods.load()
     assert hook.learner is not None

@@ -5,7 +5,7 @@ import pytest
 
 from hooks.batchresource.cgroups import CgroupDriver
 from hooks.batchresource.config import BatchResourceConfig
-from hooks.batchresource.state import PodRecord, StateDir
+from hooks.batchresource.state import PodRecord, SavedPod, StateDir
 from hooks.builtin import HookConfigInvalid
 
 RECORD = PodRecord("uid-1", "ns", "pod", "/kubepods/besteffort/poduid-1", '{"containers": {}}')
@@ -17,7 +17,7 @@ def test_state_round_trip_and_remove(tmp_path: Path) -> None:
     state.save(RECORD)
     state.save(PodRecord("uid-2", "ns", "other", "/p2", "{}"))
     assert StateDir(tmp_path / "state").load() == {
-        "uid-1": (RECORD, None), "uid-2": (PodRecord("uid-2", "ns", "other", "/p2", "{}"), None)}
+        "uid-1": SavedPod(RECORD), "uid-2": SavedPod(PodRecord("uid-2", "ns", "other", "/p2", "{}"))}
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["uid-1.json", "uid-2.json"]  # no temp files left
     state.remove("uid-1")
     state.remove("uid-1")  # twice is fine
@@ -34,9 +34,23 @@ def test_state_keeps_the_containers_the_hook_set_and_reads_a_file_without_them(t
     (tmp_path / "uid-3.json").write_text(json.dumps({"uid": "uid-3", "namespace": "ns", "name": "old", "cgroup_parent": "/p3",
                                                      "spec": "{}"}))
     loaded = state.load()
-    assert {uid: containers for uid, (_, containers) in loaded.items()} == {
+    assert {uid: pod.containers for uid, pod in loaded.items()} == {
         "uid-1": frozenset({("main", 0), ("side", 2)}), "uid-2": frozenset(), "uid-3": None}
-    assert loaded["uid-1"][0] == RECORD
+    assert loaded["uid-1"].record == RECORD
+
+
+def test_state_keeps_kubelets_swap_asks_and_reads_a_file_without_them(tmp_path: Path) -> None:
+    """The swap asks survive a restart; a file without ``swap`` (an older
+    version's, or a pod with none noted) reads as none known, and one with
+    none is written without the key, as an older version wrote it."""
+    state = StateDir(tmp_path)
+    state.save(RECORD, frozenset({("main", 0)}), swap={"side": -1, "main": 0})
+    assert json.loads((tmp_path / "uid-1.json").read_text())["swap"] == {"main": 0, "side": -1}
+    state.save(PodRecord("uid-2", "ns", "other", "/p2", "{}"), swap={})
+    assert "swap" not in json.loads((tmp_path / "uid-2.json").read_text())
+    loaded = state.load()
+    assert loaded["uid-1"] == SavedPod(RECORD, frozenset({("main", 0)}), {"main": 0, "side": -1})
+    assert loaded["uid-2"].swap == {}
 
 
 def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -44,8 +58,11 @@ def test_state_skips_unreadable_files(tmp_path: Path, caplog: pytest.LogCaptureF
     state.save(RECORD)
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "wrong.json").write_text(json.dumps({"uid": "x"}))
-    assert state.load() == {"uid-1": (RECORD, None)}
-    assert caplog.text.count("unreadable batchresource state file") == 2
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "swap.json").write_text(json.dumps({**{"uid": "y", "namespace": "ns", "name": "n", "cgroup_parent": "/p",
+                                                         "spec": "{}"}, "swap": [0]}))
+    assert state.load() == {"uid-1": SavedPod(RECORD)}
+    assert caplog.text.count("unreadable batchresource state file") == 4
 
 
 def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -62,7 +79,7 @@ def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog
     (tmp_path / "reserved.json").write_text('{"version": 1, "reserved_cpus": "0", "config": "x"}')
     (tmp_path / ".reserved.json.w1r2t3.tmp").write_text('{"version": 1, "reserv')  # balloons' write under way
     caplog.set_level("INFO")
-    assert state.load() == {"uid-1": (RECORD, None)}
+    assert state.load() == {"uid-1": SavedPod(RECORD)}
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".notes.k3j9x1.tmp", ".reserved.json.w1r2t3.tmp", "notes.tmp", "reserved.json", "uid-1.json"]
     removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]

@@ -49,6 +49,7 @@ async def test_the_answers_since_the_last_pass_are_saved_before_the_lock_goes(
     monkeypatch.setattr(socketlock, "release", release)
     await hook.stop(0, drain=0)
     assert at_release == [[["main", 2]]]
+    assert json.loads((tmp_path / STATE).read_text())["swap"] == {"main": 0}  # kubelet's ask (none) kept too
 
 
 async def test_a_pass_under_way_as_the_hook_stops_writes_no_file_nor_cgroup(tmp_path: Path) -> None:
