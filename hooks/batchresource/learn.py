@@ -105,11 +105,11 @@ class RuntimeLearner:
         try:
             return await self._pass()
         finally:  # (the hook's answers recorded since the last pass too)
-            # On the loop, not in a thread: a hook call's save (remember,
-            # forget) is on the loop too, so a pod's writes land in order
-            # (docs/hook-batchresource.md); only the stop's last saves, after
-            # which nothing writes, run in a thread.
+            # In the state files' thread, in order with the hook calls'
+            # saves and removals (.writer); the pass ends once they landed,
+            # so a stalled disk holds the listing, not the loop.
             self.pods.flush()
+            await self.pods.settled()
 
     async def _pass(self) -> list[str]:
         try:

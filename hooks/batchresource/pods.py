@@ -1,7 +1,14 @@
-"""The BE pods the hook knows (memory + state dir) and their pod cgroups."""
+"""The BE pods the hook knows (memory + state dir) and their pod cgroups.
+
+The state files are written off the event loop, in :mod:`.writer`'s thread,
+in the order asked (so a pod's writes land in order); each write gets a copy
+of the pod made as it is asked, and its outcome is taken in on the loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -19,8 +26,9 @@ from .config import BatchResourceConfig
 from .resources import UNLIMITED, CgroupValues, container_values, pod_values
 from .spec import parse_spec
 from .state import ContainerKey, PodRecord, SavedPod, StateDir
+from .writer import StateWriter, Written, outcome
 
-__all__ = ["Cgroups", "KnownPods", "Warn"]
+__all__ = ["Cgroups", "KnownPods", "Warn", "Written"]
 
 log = logging.getLogger("hooks.batchresource")
 
@@ -59,7 +67,7 @@ class KnownPods:
 
     def __init__(self, config: BatchResourceConfig) -> None:
         self._config = config
-        self._state = StateDir(config.state_dir)
+        self._writer = StateWriter(StateDir(config.state_dir))
         self._pods: dict[str, PodRecord] = {}  # load() fills it, once the hook holds its socket lock
         # The containers the hook set values for, by pod key (None: a state
         # file from before the list existed, so not known).
@@ -73,6 +81,9 @@ class KnownPods:
         self._dirty: set[str] = set()
         # Pods whose last save failed: warned of once, until one succeeds.
         self._failing: set[str] = set()
+        # The save remember() asked for a pod new to the hook, until it ends:
+        # a second call for the pod meanwhile waits for it too.
+        self._tracking: dict[str, Written] = {}
         # The running containers of each pod whose values the hook set (id ->
         # name), from the runtime listing's last pass: what the reconcile pass
         # checks (the hook is told no id at PreCreateContainer). In memory.
@@ -97,7 +108,7 @@ class KnownPods:
         ``hook run`` refused as the path is in use would remove the live
         one's files (BatchResourceHook._before_serving). Pods a hook call
         told meanwhile stay, newer than their files."""
-        saved = self._state.load()
+        saved = self._writer.state.load()
         self._closed = False  # (the lock is this instance's again)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}
@@ -115,26 +126,39 @@ class KnownPods:
     def record(self, key: str) -> PodRecord | None:
         return self._pods.get(key)
 
-    def remember(self, record: PodRecord) -> None:
+    def remember(self, record: PodRecord) -> Written | None:
+        """Track ``record``: its file's save, which a hook call awaits before
+        it answers (None when already known as it is and saved, or stopped)."""
         if self._pods.get(record.key) == record:
-            return
+            return self._tracking.get(record.key)
         self._pods[record.key] = record
         # A pod new to the hook: none set yet. Without a listing no answer is
         # recorded, so the list stays unknown (no key in the file): a listing
         # enabled later adopts the running containers, not overwrites them.
         self._containers.setdefault(record.key, set() if self._config.runtime_endpoint else None)
         log.info("batchresource pod tracked", extra={"pod": record.pod, "uid": record.uid, "cgroup_parent": record.cgroup_parent})
-        self._save(record)
+        written = self._save(record)
+        if written is not None:
+            self._tracking[record.key] = written
+        return written
 
-    def _save(self, record: PodRecord, *, sync_dir: bool = True) -> None:
+    def _save(self, record: PodRecord, *, sync_dir: bool = True) -> Written | None:
         if self._closed:
-            return  # (stopped: the next instance's files now)
-        containers = self._containers.get(record.key)
+            return None  # (stopped: the next instance's files now)
         self._dirty.discard(record.key)
-        try:
-            self._state.save(record, None if containers is None else frozenset(containers),
-                             swap=self._swap.get(record.key), sync_dir=sync_dir)
-        except (OSError, ValueError) as exc:  # (a uid no file can be named after) tracked all the same
+        saved = SavedPod(record, self.containers(record.key), dict(self._swap.get(record.key, {})))
+        written = self._writer.save(saved, sync_dir=sync_dir)
+        written.add_done_callback(functools.partial(self._saved, record))
+        return written
+
+    def _saved(self, record: PodRecord, written: Written) -> None:
+        """A save's outcome, on the loop, in the order the saves were asked."""
+        exc = outcome(written, "batchresource state file save failed", uid=record.uid)
+        if self._tracking.get(record.key) is written:
+            del self._tracking[record.key]
+        if self._pods.get(record.key) is None:
+            return  # forgotten meanwhile: its removal follows
+        if exc is not None:  # (a uid no file can be named after) tracked all the same
             retried = isinstance(exc, OSError)
             if retried:
                 self._dirty.add(record.key)  # a full or read-only disk may recover: the next pass's flush tries again
@@ -221,16 +245,23 @@ class KnownPods:
         """Stopped: the next instance, with the socket's lock, writes the cgroups now."""
         return self._closed
 
-    def last_saves(self) -> LastSaves:
-        """The last flush, of what is dirty now, for the stop to run in a
-        thread (an fsync per pod: a stalled disk must not block the loop):
-        copies, it touches nothing of this object."""
-        last = LastSaves(self._state, [SavedPod(record, self.containers(key), dict(self._swap.get(key, {})))
-                                       for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None])
-        self._dirty.clear()
-        return last
+    async def settled(self) -> None:
+        """Until every state file write asked so far has ended (landed or failed)."""
+        await self._writer.settled()
 
-    def forget(self, key: str, reason: str) -> None:
+    def last_saves(self) -> asyncio.Future[None]:
+        """The last flush, of what is dirty now (the stop's, once closed), in
+        the writer's thread after every write asked before it (an fsync per
+        pod: a stalled disk must not block the loop), which then ends: the
+        executor's future, for the stop to keep its lock on until it ends."""
+        last = [SavedPod(record, self.containers(key), dict(self._swap.get(key, {})))
+                for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None]
+        self._dirty.clear()
+        return self._writer.last(last)
+
+    def forget(self, key: str, reason: str) -> Written | None:
+        """Forget the pod now; the removal of its file (None: none to remove,
+        or stopped) lands after its saves asked before."""
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
@@ -239,14 +270,12 @@ class KnownPods:
         self._dirty.discard(key)
         self._failing.discard(key)
         uid = key if record is None else record.uid
+        removed = None
         if uid and not self._closed:  # a pod with no uid never had a state file
-            try:
-                self._state.remove(uid)
-            except (OSError, ValueError) as exc:
-                log.warning("batchresource could not remove a pod from its state directory",
-                            extra={"uid": uid, "reason": str(exc)})
+            removed = self._writer.remove(uid)
         if record is not None:
             log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
+        return removed
 
     def wanted(self, record: PodRecord) -> CgroupValues:
         """The pod cgroup's values; on v1 its memsw unlimited, as kubelet leaves
@@ -309,23 +338,6 @@ class KnownPods:
         for change in changes:
             log.info("batchresource set a pod cgroup value",
                      extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
-
-
-@dataclass(frozen=True)
-class LastSaves:
-    """The stop's last flush (:meth:`KnownPods.close`): copies, safe in a thread."""
-
-    state: StateDir
-    pods: list[SavedPod]
-
-    def __call__(self) -> None:
-        for pod in self.pods:
-            record = pod.record
-            try:
-                self.state.save(record, pod.containers, swap=pod.swap, sync_dir=False)
-            except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
-                log.warning("batchresource could not save a pod to its state directory as it stopped",
-                            extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})
 
 
 def _record(containers: set[ContainerKey], add: Iterable[ContainerKey], drop: Iterable[ContainerKey]) -> None:

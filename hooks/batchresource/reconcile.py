@@ -25,8 +25,9 @@ later listing saw it running again is warned of once (a cgroup_driver or
 cgroup_root that does not match the runtime's).
 
 The pass is synchronous, on the hook's event loop: no hook call runs
-during it, so it never sees a record half changed, and it writes nothing but
-cgroup files (no state file), and none once the hook stopped
+during it, so it never sees a record half changed. It writes cgroup files
+only (a forgotten pod's state file is removed in the state files' thread,
+:mod:`.writer`, not waited for), and none once the hook stopped
 (:meth:`KnownPods.close`): the next instance may hold the socket's lock.
 """
 

@@ -103,16 +103,17 @@ class BatchResourceHook(BuiltinHook):
         (the listing's loop runs until ``hook run`` cancels it, after the
         stop): the next instance, waiting on the lock, reads them all, and
         no late write overwrites its files or brings back one it removed.
-        The saves run in a thread, started first and handed to the SDK at
-        once (``_keep_lock_until``): the lock is kept until they end even if
-        what follows (the listing's close) is cut by the step's bound or a
-        cancelled stop. Waited for at most what is left of
-        ``STOP_SAVE_WAIT``; past it (a stalled disk) the stop ends, the lock
-        kept until they end (``hooks.releasestep``)."""
+        The saves run in the state files' thread, after every write asked
+        before them, started first and handed to the SDK at once
+        (``_keep_lock_until``): the lock is kept until they (and so every
+        earlier write) end even if what follows (the listing's close) is cut
+        by the step's bound or a cancelled stop. Waited for at most what is
+        left of ``STOP_SAVE_WAIT``; past it (a stalled disk) the stop ends,
+        the lock kept until they end (``hooks.releasestep``)."""
         self.pods.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_SAVE_WAIT
-        saving = loop.run_in_executor(None, self.pods.last_saves())
+        saving = self.pods.last_saves()
         self._keep_lock_until(saving)
         if self.learner is not None:
             await self.learner.lister.close()
@@ -186,16 +187,21 @@ class BatchResourceHook(BuiltinHook):
                 request.pod_meta.uid, request.pod_meta.namespace, request.pod_meta.name,
                 request.cgroup_parent, request.annotations[ANNOTATION_SPEC],
             )
-            self._write_pod(record, raise_only=False)  # no container yet: any order is safe
+            await self._write_pod(record, raise_only=False)  # no container yet: any order is safe
         else:
             log.warning("batchresource BE pod has no cgroup_parent; only the runtime gets its values", extra={"pod": pod})
         return api_pb2.PodSandboxHookResponse(resources=_with_values(request.resources, values))
 
-    def _write_pod(self, record: PodRecord, *, raise_only: bool) -> None:
+    async def _write_pod(self, record: PodRecord, *, raise_only: bool) -> None:
+        """Write the pod cgroup, and save a pod new to the hook: the answer
+        waits for its file (in the state files' thread, the loop free
+        meanwhile), so a hook killed once it answered still knows the pod."""
         if self.pods.pod_files(record) is None:
             return
-        self.pods.remember(record)  # first: the reconcile loop retries what fails below
+        saving = self.pods.remember(record)  # first: the reconcile loop retries what fails below
         self.pods.write_pod(record, raise_only=raise_only)
+        if saving is not None:
+            await asyncio.shield(saving)  # (cut by the call's deadline: the save still lands, in order)
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
         meta = request.pod_meta
@@ -203,7 +209,9 @@ class BatchResourceHook(BuiltinHook):
         if self.learner is not None:  # known or not: a listing under way must not take it up again
             self.learner.note_stopped(key)
         if key in self.pods:
-            self.pods.forget(key, "PostStopPodSandbox")
+            removing = self.pods.forget(key, "PostStopPodSandbox")
+            if removing is not None:  # (answered once the file is gone, as before it left the loop)
+                await asyncio.shield(removing)
         return None
 
     # -- containers ----------------------------------------------------------------
@@ -211,14 +219,14 @@ class BatchResourceHook(BuiltinHook):
     async def pre_create_container(
         self, request: api_pb2.ContainerResourceHookRequest
     ) -> api_pb2.ContainerResourceHookResponse | None:
-        return self._container(request, HookType.PRE_CREATE_CONTAINER)
+        return await self._container(request, HookType.PRE_CREATE_CONTAINER)
 
     async def pre_update_container_resources(
         self, request: api_pb2.ContainerResourceHookRequest
     ) -> api_pb2.ContainerResourceHookResponse | None:
-        return self._container(request, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
+        return await self._container(request, HookType.PRE_UPDATE_CONTAINER_RESOURCES)
 
-    def _container(self, request: api_pb2.ContainerResourceHookRequest, hook: HookType) -> api_pb2.ContainerResourceHookResponse | None:
+    async def _container(self, request: api_pb2.ContainerResourceHookRequest, hook: HookType) -> api_pb2.ContainerResourceHookResponse | None:
         pod = _pod_name(request.pod_meta)
         spec = self._spec(request.pod_labels, request.pod_annotations, pod, hook)
         if spec is None:
@@ -247,7 +255,7 @@ class BatchResourceHook(BuiltinHook):
         if request.pod_cgroup_parent:
             # Pod first when raising; lowering the pod waits for the reconcile loop.
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
-            self._write_pod(record, raise_only=True)
+            await self._write_pod(record, raise_only=True)
             self.pods.note_swap(record.key, name, swap)
             if self.learner is not None:  # (no listing: nothing reads the list)
                 # The runtime applies the answer: a container the listing leaves

@@ -87,6 +87,7 @@ async def test_forgets_pods_whose_cgroup_is_gone(tmp_path: Path, caplog: pytest.
     shutil.rmtree(tmp_path / "cgroup" / "cpu" / POD_PARENT.lstrip("/"))
     assert reconcile_once(hook.pods) == 0
     assert "uid-1" not in hook.pods
+    await hook.pods.settled()  # (its file removed in the state files' thread, not waited for by the pass)
     assert not (tmp_path / "state" / "uid-1.json").exists()
     assert any(getattr(r, "reason", "") == "pod cgroup is gone" for r in caplog.records)
 

@@ -1,0 +1,129 @@
+"""The thread batchresource's state files are written in, one write at a time, in the order asked.
+
+A write fsyncs (the file, maybe its directory): well under a millisecond on
+a local disk, tens on a loaded or network one, unbounded on a stalled one.
+On the hook's event loop it would hold every hook call and pass meanwhile,
+so the writes run in a thread. One thread, first in first out, rather than
+one per write: a pod's writes land in the order they were asked (a save, its
+removal, a newer save), so an older copy of a pod never lands after a newer
+one, and the stop's last saves, asked last, land after every write asked
+before them. Each write is handed a copy made on the loop as it is asked
+(:class:`~.state.SavedPod`): the thread reads nothing of the hook's.
+
+A write asked is never cancelled: the futures are the executor's own, which
+a caller awaits through :func:`asyncio.shield` (or :meth:`StateWriter.settled`),
+so a hook call cut by its deadline leaves its save to land, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .state import SavedPod, StateDir
+
+__all__ = ["LastSaves", "StateWriter", "Written", "outcome"]
+
+log = logging.getLogger("hooks.batchresource")
+
+T = TypeVar("T")
+
+# A write asked of the thread: its error (OSError, or a ValueError for a uid
+# no file can be named after), None once it landed.
+Written = asyncio.Future[Exception | None]
+
+
+class StateWriter:
+    def __init__(self, state: StateDir) -> None:
+        self.state = state
+        self._executor: ThreadPoolExecutor | None = None  # started at the first write, let go by last()
+        self._last: asyncio.Future[Any] | None = None  # the last write asked: it ends after every other
+
+    def _submit(self, write: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``write`` in the thread, after every write asked before it (on the running loop)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batchresource-state")
+        future = asyncio.get_running_loop().run_in_executor(self._executor, write)
+        self._last = future
+        return future
+
+    def save(self, pod: SavedPod, *, sync_dir: bool = True) -> Written:
+        return self._submit(functools.partial(_save, self.state, pod, sync_dir))
+
+    def remove(self, uid: str) -> Written:
+        written = self._submit(functools.partial(_remove, self.state, uid))
+        written.add_done_callback(functools.partial(_removed, uid))
+        return written
+
+    def last(self, pods: list[SavedPod]) -> asyncio.Future[None]:
+        """The stop's last saves, after every write asked before them; the
+        thread then ends (a hook started again, once the lock kept for them
+        was let go, starts another). The executor's own future: the stop
+        keeps its socket's lock on it until it ends (``hooks.releasestep``)."""
+        saving = self._submit(LastSaves(self.state, pods))
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)  # (what was asked still runs)
+            self._executor = None
+        return saving
+
+    async def settled(self) -> None:
+        """Until every write asked so far has ended (landed or failed); one
+        cancelled waiting leaves them running."""
+        if self._last is not None:
+            await asyncio.wait({self._last})
+
+
+@dataclass(frozen=True)
+class LastSaves:
+    """The stop's last flush (:meth:`KnownPods.close`): copies, safe in a thread."""
+
+    state: StateDir
+    pods: list[SavedPod]
+
+    def __call__(self) -> None:
+        for pod in self.pods:
+            record = pod.record
+            try:
+                self.state.save(record, pod.containers, swap=pod.swap, sync_dir=False)
+            except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
+                log.warning("batchresource could not save a pod to its state directory as it stopped",
+                            extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})
+
+
+def outcome(written: Written, bug: str, **fields: object) -> Exception | None:
+    """A write's error, on the loop; a bug's (an exception the write does
+    not return) logged as ``bug``, and None."""
+    if written.cancelled():
+        return None  # (never: a write asked is not cancelled)
+    if (raised := written.exception()) is not None:
+        log.error(bug, exc_info=raised, extra=fields)
+        return None
+    return written.result()
+
+
+def _save(state: StateDir, pod: SavedPod, sync_dir: bool) -> Exception | None:
+    """In the thread: the error a tracked pod survives (its caller says it)."""
+    try:
+        state.save(pod.record, pod.containers, swap=pod.swap, sync_dir=sync_dir)
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
+
+
+def _remove(state: StateDir, uid: str) -> Exception | None:
+    try:
+        state.remove(uid)
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
+
+
+def _removed(uid: str, removed: Written) -> None:
+    exc = outcome(removed, "batchresource state file removal failed", uid=uid)
+    if exc is not None:
+        log.warning("batchresource could not remove a pod from its state directory", extra={"uid": uid, "reason": str(exc)})

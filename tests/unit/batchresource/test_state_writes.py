@@ -1,0 +1,176 @@
+"""batchresource writes its state files off the event loop (hooks.batchresource.writer),
+one write at a time in the order asked: a stalled disk holds no hook call
+that saves nothing, and a pod's writes land in the order they were asked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hooks.batchresource import server
+from hooks.batchresource.pods import KnownPods
+from hooks.batchresource.state import PodRecord, StateDir
+from runtimeproxy.host import socketlock
+
+from .fakecgroup import make_cgroup
+from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
+from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
+from .specs import BE
+
+STATE = Path("state") / "uid-1.json"
+OTHER = "/kubepods/besteffort/poduid-2"
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
+# How long a write that must not start yet is given to start: a negative
+# wait has no event to await (it passes only by not happening).
+NOT_YET = 0.2
+
+
+class StalledDisk:
+    """StateDir.save made to block, for the saves ``stalls`` picks, until :meth:`free`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Any) -> None:
+        self.disk, self.writing, self.stalled_out = threading.Event(), threading.Event(), threading.Event()
+        self.landed: list[str] = []  # the spec (or containers) of each save, as it lands
+        real = StateDir.save
+
+        def save(state: StateDir, record: PodRecord, containers: Any = None, **kwargs: Any) -> None:
+            if stalls(record, containers):
+                self.writing.set()
+                if not self.disk.wait(STALL):
+                    self.stalled_out.set()  # nothing freed the disk meanwhile: the loop was blocked
+            real(state, record, containers, **kwargs)
+            self.landed.append(record.spec)
+
+        monkeypatch.setattr(StateDir, "save", save)
+
+    def free(self) -> None:
+        self.disk.set()
+
+
+async def test_a_save_on_a_stalled_disk_leaves_the_loop_to_other_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's first call waits for its file, the loop does not: a call for
+    another pod, which saves nothing, is answered meanwhile (before: the
+    fsync ran on the loop, so a stalled disk held every hook call and
+    pass). A second call for the stalled pod waits for its file too."""
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
+    make_cgroup(root, 1, OTHER)
+    hook = make_hook(tmp_path)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2"))  # known and saved
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-1")
+    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO)))
+    try:
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)  # its save under way, stalled
+        second = asyncio.ensure_future(hook.pre_create_container(container_request(BE, TWO, "main")))
+        other = container_request(BE, TWO, "main", cgroup_parent=OTHER)
+        other.pod_meta.uid = "uid-2"
+        answer = await asyncio.wait_for(hook.pre_create_container(other), WAIT)
+        assert answer is not None and answer.container_resources.cpu_shares == 512
+        assert not first.done() and not second.done()  # their answers wait for the pod's file
+        stalled.free()
+        assert (await asyncio.wait_for(first, WAIT)) is not None
+        assert (await asyncio.wait_for(second, WAIT)) is not None
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    assert json.loads((tmp_path / STATE).read_text())["uid"] == "uid-1"
+
+
+def _record(spec: str) -> PodRecord:
+    return PodRecord("uid-1", "team-a", "batch-job", POD_PARENT, spec)
+
+
+@pytest.mark.parametrize(("steps", "final"), [
+    (["a", "b"], "b"),  # saved again
+    (["a", "forget"], None),  # its removal lands after its save
+    (["a", "forget", "b"], "b"),  # told again: its new save after the removal
+])
+async def test_a_pods_writes_land_in_the_order_they_were_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[str], final: str | None
+) -> None:
+    """Asked back to back, the first one stalled: none of the later ones
+    starts before it has landed, so the file ends as the last one asked
+    left it (a write per call in a thread of its own would land the later
+    ones first, then the older copy over them, or bring back a removed
+    file). The old code, on the loop, kept this order too: this guards it."""
+    pods = KnownPods(make_hook(tmp_path).config)
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.spec == "a")
+    later = threading.Event()
+    real_remove = StateDir.remove
+
+    def remove(state: StateDir, uid: str) -> None:
+        later.set()
+        real_remove(state, uid)
+
+    monkeypatch.setattr(StateDir, "remove", remove)
+    real_save = StateDir.save
+
+    def save(state: StateDir, record: PodRecord, *args: Any, **kwargs: Any) -> None:
+        if record.spec != "a":
+            later.set()
+        real_save(state, record, *args, **kwargs)
+
+    monkeypatch.setattr(StateDir, "save", save)
+    try:
+        for step in steps:
+            if step == "forget":
+                pods.forget("uid-1", "PostStopPodSandbox")
+            else:
+                pods.remember(_record(step))
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)
+        assert not await asyncio.to_thread(later.wait, NOT_YET)  # nothing later started while it stalls
+        stalled.free()
+        await asyncio.wait_for(pods.settled(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    path = tmp_path / STATE
+    assert (json.loads(path.read_text())["spec"] if path.exists() else None) == final
+
+
+async def test_the_last_saves_land_after_a_save_under_way_as_the_hook_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass's save stalled as the hook stops: the stop's last saves, of
+    newer containers, land after it, and the lock is kept until they have
+    (a last save in a thread of its own could land first, then the older
+    copy over it, after the next instance read it)."""
+    monkeypatch.setattr(server, "STOP_SAVE_WAIT", 0.05)
+    kubelet_be_cgroups(tmp_path / "cgroup", 1, POD_PARENT)
+    hook, _ = hook_with_learner(tmp_path)
+    await hook.start()
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
+    await hook.pre_create_container(container_request(BE, TWO, "main", attempt=2))
+    stalled = StalledDisk(monkeypatch, lambda _, containers: containers == {("main", 2)})
+    released = asyncio.Event()
+    landed_at_release: list[object] = []
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.held:
+            landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(socketlock, "release", release)
+    try:
+        hook.pods.flush()  # a pass's save of attempt 2, stalled
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)
+        await hook.pre_create_container(container_request(BE, TWO, "main", attempt=3))
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+        assert landed_at_release == []  # stopped, the lock kept
+        stalled.free()
+        await asyncio.wait_for(released.wait(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    assert landed_at_release == [[["main", 3]]]
