@@ -28,7 +28,7 @@ from .spec import parse_spec
 from .state import ContainerKey, PodRecord, SavedPod, StateDir
 from .writer import StateWriter, Written, outcome
 
-__all__ = ["Cgroups", "KnownPods", "Warn", "Written"]
+__all__ = ["Cgroups", "KnownPods", "Warn"]
 
 log = logging.getLogger("hooks.batchresource")
 

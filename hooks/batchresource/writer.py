@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from .state import SavedPod, StateDir
 
-__all__ = ["LastSaves", "StateWriter", "Written", "outcome"]
+__all__ = ["StateWriter", "Written", "outcome"]
 
 log = logging.getLogger("hooks.batchresource")
 

@@ -16,6 +16,7 @@ import pytest
 from hooks.batchresource.cgroups import CgroupFiles
 from hooks.batchresource.reconcile import CONTAINER_FAILED, CONTAINER_RESTORED, POD_RESTORED, reconcile_once
 from hooks.batchresource.resources import UNLIMITED
+from hooks.batchresource.server import BatchResourceHook
 
 from .fakecgroup import make_cgroup, read, write
 from .fakeruntime import FakePod
@@ -173,7 +174,7 @@ async def test_swap_kubelet_asked_for_is_kept_and_put_back(tmp_path: Path, caplo
     assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 256 * MIB, UNLIMITED)]
 
 
-def restarted(tmp_path: Path):
+def restarted(tmp_path: Path) -> BatchResourceHook:
     """A new hook object on the same state dir, as its start reads it, listed
     once (which tells the reconcile pass the container's id)."""
     hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +27,36 @@ STATE = Path("state") / "uid-1.json"
 OTHER = "/kubepods/besteffort/poduid-2"
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
-# How long a write that must not start yet is given to start: a negative
-# wait has no event to await (it passes only by not happening).
-NOT_YET = 0.2
 
 
 class StalledDisk:
-    """StateDir.save made to block, for the saves ``stalls`` picks, until :meth:`free`."""
+    """StateDir.save made to block, for the saves ``stalls`` picks, until
+    :meth:`free`; each save and removal recorded as it starts."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Any) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Callable[[PodRecord, Any], bool]) -> None:
         self.disk, self.writing, self.stalled_out = threading.Event(), threading.Event(), threading.Event()
-        self.landed: list[str] = []  # the spec (or containers) of each save, as it lands
-        real = StateDir.save
+        self.landed = threading.Event()  # a stalled save has landed
+        # Each write as it starts: (the save's spec, or "remove"; its thread; a stalled save landed before it).
+        self.started: list[tuple[str, int, bool]] = []
+        real_save, real_remove = StateDir.save, StateDir.remove
 
         def save(state: StateDir, record: PodRecord, containers: Any = None, **kwargs: Any) -> None:
-            if stalls(record, containers):
+            self.started.append((record.spec, threading.get_ident(), self.landed.is_set()))
+            stalled = stalls(record, containers)
+            if stalled:
                 self.writing.set()
                 if not self.disk.wait(STALL):
                     self.stalled_out.set()  # nothing freed the disk meanwhile: the loop was blocked
-            real(state, record, containers, **kwargs)
-            self.landed.append(record.spec)
+            real_save(state, record, containers, **kwargs)
+            if stalled:
+                self.landed.set()
+
+        def remove(state: StateDir, uid: str) -> None:
+            self.started.append(("remove", threading.get_ident(), self.landed.is_set()))
+            real_remove(state, uid)
 
         monkeypatch.setattr(StateDir, "save", save)
+        monkeypatch.setattr(StateDir, "remove", remove)
 
     def free(self) -> None:
         self.disk.set()
@@ -96,30 +105,15 @@ def _record(spec: str) -> PodRecord:
 async def test_a_pods_writes_land_in_the_order_they_were_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[str], final: str | None
 ) -> None:
-    """Asked back to back, the first one stalled: none of the later ones
-    starts before it has landed, so the file ends as the last one asked
-    left it (a write per call in a thread of its own would land the later
-    ones first, then the older copy over them, or bring back a removed
-    file). The old code, on the loop, kept this order too: this guards it."""
+    """Asked back to back, the first one stalled: each later one starts
+    only once it has landed, in the order asked, in the one thread, so the
+    file ends as the last one asked left it (a write per call in a thread
+    of its own would land the later ones first, then the older copy over
+    them, or bring back a removed file). The old code, on the loop, kept
+    this order too: this guards it."""
     pods = KnownPods(make_hook(tmp_path).config)
     make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
     stalled = StalledDisk(monkeypatch, lambda record, _: record.spec == "a")
-    later = threading.Event()
-    real_remove = StateDir.remove
-
-    def remove(state: StateDir, uid: str) -> None:
-        later.set()
-        real_remove(state, uid)
-
-    monkeypatch.setattr(StateDir, "remove", remove)
-    real_save = StateDir.save
-
-    def save(state: StateDir, record: PodRecord, *args: Any, **kwargs: Any) -> None:
-        if record.spec != "a":
-            later.set()
-        real_save(state, record, *args, **kwargs)
-
-    monkeypatch.setattr(StateDir, "save", save)
     try:
         for step in steps:
             if step == "forget":
@@ -127,12 +121,14 @@ async def test_a_pods_writes_land_in_the_order_they_were_asked(
             else:
                 pods.remember(_record(step))
         assert await asyncio.to_thread(stalled.writing.wait, WAIT)
-        assert not await asyncio.to_thread(later.wait, NOT_YET)  # nothing later started while it stalls
         stalled.free()
         await asyncio.wait_for(pods.settled(), WAIT)
     finally:
         stalled.free()
     assert not stalled.stalled_out.is_set()
+    assert [write for write, _, _ in stalled.started] == [{"forget": "remove"}.get(step, step) for step in steps]
+    assert len({thread for _, thread, _ in stalled.started}) == 1
+    assert [after for _, _, after in stalled.started] == [False] + [True] * (len(steps) - 1)
     path = tmp_path / STATE
     assert (json.loads(path.read_text())["spec"] if path.exists() else None) == final
 
@@ -174,3 +170,4 @@ async def test_the_last_saves_land_after_a_save_under_way_as_the_hook_stops(
         stalled.free()
     assert not stalled.stalled_out.is_set()
     assert landed_at_release == [[["main", 3]]]
+    assert json.loads((tmp_path / STATE).read_text())["containers"] == [["main", 3]]  # nothing landed after
