@@ -282,17 +282,26 @@ class KnownPods:
         a pod cgroup's (it writes none: the new cgroup's default)."""
         return replace(pod_values(parse_spec(record.spec), self._config.cfs_quota_enabled), memory_swap=UNLIMITED)
 
-    def note_swap(self, key: str, name: str, swap: int) -> None:
+    def note_swap(self, key: str, name: str, swap: int) -> Written | None:
         """The swap kubelet asked for container ``name`` of a known pod, at its
-        create or update (0: none, memsw equal to the memory limit). In
-        memory: a change marks the pod for :meth:`flush`, as a container
-        recorded (a hook answer never waits for a file)."""
+        create or update (0: none, memsw equal to the memory limit). A first
+        ask for the name is kept in memory and marks the pod for
+        :meth:`flush`, as a container recorded: lost to a crash, it is not
+        known, so memsw is only raised. A changed ask is saved now, and the
+        hook call answers once it landed (the save returned): the file may
+        hold the older ask, which a restart would put back, taking swap
+        kubelet asked for (rare: kubelet changes a container's swap seldom)."""
         if key not in self._pods:
-            return
+            return None
         asked = self._swap.setdefault(key, {})
-        if asked.get(name) != swap:
-            asked[name] = swap
-            self._dirty.add(key)
+        before = asked.get(name)
+        if before == swap:
+            return None
+        asked[name] = swap
+        self._dirty.add(key)
+        if before is None:  # (not in the file either: load() keeps every ask the file holds)
+            return None
+        return self._save(self._pods[key])
 
     def container_wanted(self, record: PodRecord, name: str) -> CgroupValues:
         """What the hook answers for container ``name`` (SpecError if the spec
@@ -300,8 +309,8 @@ class KnownPods:
         (:meth:`note_swap`): equal to its memory limit for none (0), else the
         swap asked (-1: unlimited; never below the limit). With no ask known
         (none told, nor in the pod's file: an older version's file, a
-        container the listing found, an ask told after the last save before
-        a crash), memsw is left as it is, but raised to a new limit above it
+        container the listing found, a first ask told after the last save
+        before a crash), memsw is left as it is, but raised to a new limit above it
         (swap kubelet asked for never taken away)."""
         values = container_values(parse_spec(record.spec), name, self._config.cfs_quota_enabled)
         asked = self._swap.get(record.key, {}).get(name)

@@ -28,6 +28,7 @@ from .resources import CgroupValues, container_values, pod_values
 from .runtime import RuntimeLister
 from .spec import ANNOTATION_SPEC, PodBatchSpec, SpecError, pod_spec
 from .state import PodRecord, pod_key
+from .writer import Written
 
 __all__ = ["BatchResourceHook"]
 
@@ -48,6 +49,15 @@ def _with_values(base: api_pb2.LinuxContainerResources, values: CgroupValues) ->
     out.cpu_shares = values.cpu_shares
     out.memory_limit_in_bytes = values.memory_limit
     return out
+
+
+async def _landed(written: Written | None) -> None:
+    """Until a state file write has ended, landed or failed (its outcome is
+    logged by KnownPods, never raised here: the call answers all the same).
+    A call cut meanwhile (its deadline) leaves the write to land, in order:
+    asyncio.wait cancels nothing it waits for."""
+    if written is not None:
+        await asyncio.wait({written})
 
 
 def _pod_name(meta: api_pb2.PodSandboxMetadata) -> str:
@@ -250,13 +260,13 @@ class BatchResourceHook(BuiltinHook):
             # (An update answered "no change", its memory limit below the usage:
             # the runtime applies kubelet's values; the reconcile pass puts the
             # cpu values back and retries the memory limit.)
-            self.pods.note_swap(key, name, swap)
+            await _landed(self.pods.note_swap(key, name, swap))
             return None
         if request.pod_cgroup_parent:
             # Pod first when raising; lowering the pod waits for the reconcile loop.
             record = PodRecord(meta.uid, meta.namespace, meta.name, request.pod_cgroup_parent, request.pod_annotations[ANNOTATION_SPEC])
             await self._write_pod(record, raise_only=True)
-            self.pods.note_swap(record.key, name, swap)
+            await _landed(self.pods.note_swap(record.key, name, swap))  # (a changed ask: saved before the answer)
             if self.learner is not None:  # (no listing: nothing reads the list)
                 # The runtime applies the answer: a container the listing leaves
                 # alone. In memory; the listing's pass saves it, off the answer.

@@ -213,6 +213,26 @@ async def test_a_restarted_hook_puts_memsw_back_from_the_swap_ask_in_its_state_f
     assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, drifted, wanted)]
 
 
+async def test_a_changed_swap_ask_is_saved_before_the_answer(tmp_path: Path) -> None:
+    """kubelet asked none at the create (saved by a pass), then -1 at an
+    update, and the hook crashed before its next pass: the update's answer
+    waited for the new ask's save, so the restarted hook keeps memsw
+    unlimited (before: saved at the next pass only, so the file held the
+    older ask, which the restarted hook put back, lowering memsw to the
+    memory limit: the swap kubelet asked for taken away)."""
+    hook, root = await swap_accounted(tmp_path)
+    assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["swap"] == {"main": 0}
+    update = container_request(BE, TWO, "main", cid="c-main", memory_swap_limit_in_bytes=UNLIMITED)
+    assert await hook.pre_update_container_resources(update) is not None
+    write(root, 1, MAIN, MEMSW, NO_LIMIT)  # as the runtime applies the answer; then the crash: no pass
+    assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["swap"] == {"main": UNLIMITED}
+    again = restarted(tmp_path)
+    assert again.learner is not None
+    await again.learner.pass_once()
+    assert reconcile_once(again.pods) == 0
+    assert read(root, 1, MAIN, MEMSW) == NO_LIMIT
+
+
 async def test_a_container_whose_swap_ask_is_not_known_keeps_its_memsw(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
