@@ -210,8 +210,7 @@ class BatchResourceHook(BuiltinHook):
             return
         saving = self.pods.remember(record)  # first: the reconcile loop retries what fails below
         self.pods.write_pod(record, raise_only=raise_only)
-        if saving is not None:
-            await asyncio.shield(saving)  # (cut by the call's deadline: the save still lands, in order)
+        await _landed(saving)
 
     async def post_stop_pod_sandbox(self, request: api_pb2.PodSandboxHookRequest) -> api_pb2.PodSandboxHookResponse | None:
         meta = request.pod_meta
@@ -219,9 +218,10 @@ class BatchResourceHook(BuiltinHook):
         if self.learner is not None:  # known or not: a listing under way must not take it up again
             self.learner.note_stopped(key)
         if key in self.pods:
-            removing = self.pods.forget(key, "PostStopPodSandbox")
-            if removing is not None:  # (answered once the file is gone, as before it left the loop)
-                await asyncio.shield(removing)
+            # Not waited for: a removal is a plain unlink (no directory fsync),
+            # so a crash may leave the file all the same; a file left is
+            # forgotten at the next start's reconcile pass, its cgroup gone.
+            self.pods.forget(key, "PostStopPodSandbox")
         return None
 
     # -- containers ----------------------------------------------------------------

@@ -171,6 +171,7 @@ async def test_post_stop_forgets_the_pod(tmp_path: Path) -> None:
     assert "uid-1" in restarted_hook(tmp_path).pods  # a restarted hook knows it
     await hook.post_stop_pod_sandbox(pod_request(BE, ONE))
     assert "uid-1" not in hook.pods
+    await hook.pods.settled()  # (its removal is not waited for by the answer)
     assert not (tmp_path / "state" / "uid-1.json").exists()
     assert "uid-1" not in restarted_hook(tmp_path).pods
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from hooks.batchresource import server
 from hooks.batchresource.pods import KnownPods
 from hooks.batchresource.state import PodRecord, StateDir
+from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host import socketlock
 
 from .fakecgroup import make_cgroup
@@ -171,3 +173,83 @@ async def test_the_last_saves_land_after_a_save_under_way_as_the_hook_stops(
     assert not stalled.stalled_out.is_set()
     assert landed_at_release == [[["main", 3]]]
     assert json.loads((tmp_path / STATE).read_text())["containers"] == [["main", 3]]  # nothing landed after
+
+
+async def test_a_pod_stop_answers_without_waiting_for_its_files_removal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostStopPodSandbox forgets the pod and answers, its file's removal
+    queued behind a stalled save (before: it waited for the removal, a plain
+    unlink no more durable for it, so behind the stalled save for nothing);
+    the removal lands after."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, OTHER)
+    hook = make_hook(tmp_path)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2")
+    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
+    try:
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)
+        assert await asyncio.wait_for(hook.post_stop_pod_sandbox(pod_request(BE, TWO)), WAIT) is None
+        assert not stalled.landed.is_set() and not first.done()  # answered while the disk stalls
+        assert "uid-1" not in hook.pods
+        stalled.free()
+        assert (await asyncio.wait_for(first, WAIT)) is not None
+        await asyncio.wait_for(hook.pods.settled(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    assert not (tmp_path / STATE).exists()
+
+
+async def test_a_call_cut_while_its_save_waits_leaves_the_save_to_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's first call cut by its deadline while its save is queued
+    behind a stalled one: the save is not cancelled, it lands in its turn,
+    the pod tracked (a write cancelled with the call would leave a pod the
+    hook answered for, in part, with no file). Guards existing behaviour."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, OTHER)
+    hook = make_hook(tmp_path)
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2")
+    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
+    try:
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)
+        with pytest.raises(TimeoutError):  # (the disk stalls until freed below: the cut is certain)
+            await asyncio.wait_for(hook.pre_run_pod_sandbox(pod_request(BE, TWO)), 0.05)
+        assert "uid-1" in hook.pods and not (tmp_path / STATE).exists()
+        stalled.free()
+        assert (await asyncio.wait_for(first, WAIT)) is not None
+        await asyncio.wait_for(hook.pods.settled(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    assert json.loads((tmp_path / STATE).read_text())["uid"] == "uid-1"
+
+
+async def test_a_save_that_raises_a_bug_is_logged_once_and_the_call_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write raising what no save returns (a bug, not an OSError): logged
+    once, the pod answered and tracked, as its cgroup was written, and the
+    writer goes on with the next write (before: the exception was raised
+    into the call too, so the hook answered nothing and logged "the pod is
+    left unchanged", false, and the exception twice)."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, OTHER)
+    hook = make_hook(tmp_path)
+    real = StateDir.save
+
+    def save(state: StateDir, record: PodRecord, *args: Any, **kwargs: Any) -> None:
+        if record.uid == "uid-1":
+            raise RuntimeError("a bug")
+        real(state, record, *args, **kwargs)
+
+    monkeypatch.setattr(StateDir, "save", save)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    answer = await hook.handle(HookType.PRE_RUN_POD_SANDBOX, pod_request(BE, TWO))
+    assert answer is not None and "uid-1" in hook.pods
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["batchresource state file save failed"]
+    assert await hook.handle(HookType.PRE_RUN_POD_SANDBOX, pod_request(BE, TWO, OTHER, uid="uid-2")) is not None
+    assert json.loads((tmp_path / "state" / "uid-2.json").read_text())["uid"] == "uid-2"
