@@ -20,7 +20,9 @@ Hand back the executor's own future (``loop.run_in_executor``), not a Task
 awaiting the thread: asyncio.run's end cancels the tasks left, and a
 cancelled future says nothing of the write, so the lock then stays until
 the process exits. The process does not exit before a thread's write ends
-either: asyncio.run joins its default executor as it closes.
+either: asyncio.run joins its default executor as it closes, and
+concurrent.futures joins every executor's threads at the interpreter's exit
+(one of a hook's own, shut down without waiting).
 
 A step that awaits more after starting such a write hands it over as soon
 as it starts (``HookServer._keep_lock_until``): it keeps the lock then even

@@ -108,7 +108,7 @@ class KnownPods:
         ``hook run`` refused as the path is in use would remove the live
         one's files (BatchResourceHook._before_serving). Pods a hook call
         told meanwhile stay, newer than their files."""
-        saved = self._writer.state.load()
+        saved = self._writer.load()
         self._closed = False  # (the lock is this instance's again)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}

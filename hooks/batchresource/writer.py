@@ -11,8 +11,10 @@ before them. Each write is handed a copy made on the loop as it is asked
 (:class:`~.state.SavedPod`): the thread reads nothing of the hook's.
 
 A write asked is never cancelled: the futures are the executor's own, which
-a caller awaits through :func:`asyncio.shield` (or :meth:`StateWriter.settled`),
-so a hook call cut by its deadline leaves its save to land, in order.
+a caller waits for through :func:`asyncio.wait` (or :meth:`StateWriter.settled`),
+never cancelling them, so a hook call cut by its deadline leaves its save to
+land, in order; its outcome is taken in by a done callback, never raised to
+the caller.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ class StateWriter:
         self._executor: ThreadPoolExecutor | None = None  # started at the first write, let go by last()
         self._last: asyncio.Future[Any] | None = None  # the last write asked: it ends after every other
 
+    def load(self) -> dict[str, SavedPod]:
+        """The state dir's pods, at a start (:meth:`StateDir.load`). The
+        writes of an earlier start have all ended (its lock waited for them),
+        maybe on an event loop now closed: settled() forgets them."""
+        self._last = None
+        return self.state.load()
+
     def _submit(self, write: Callable[[], T]) -> asyncio.Future[T]:
         """Run ``write`` in the thread, after every write asked before it (on the running loop)."""
         if self._executor is None:
@@ -64,8 +73,15 @@ class StateWriter:
         """The stop's last saves, after every write asked before them; the
         thread then ends (a hook started again, once the lock kept for them
         was let go, starts another). The executor's own future: the stop
-        keeps its socket's lock on it until it ends (``hooks.releasestep``)."""
-        saving = self._submit(LastSaves(self.state, pods))
+        keeps its socket's lock on it until it ends (``hooks.releasestep``);
+        an ended one when there is nothing to save nor wait for (no thread
+        started for nothing). The process does not exit before the thread
+        ends: concurrent.futures joins its executors' threads at exit."""
+        if pods or (self._last is not None and not self._last.done()):
+            saving: asyncio.Future[None] = self._submit(LastSaves(self.state, pods))
+        else:
+            saving = asyncio.get_running_loop().create_future()
+            saving.set_result(None)
         if self._executor is not None:
             self._executor.shutdown(wait=False)  # (what was asked still runs)
             self._executor = None

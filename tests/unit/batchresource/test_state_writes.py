@@ -17,8 +17,10 @@ import pytest
 from hooks.batchresource import server
 from hooks.batchresource.pods import KnownPods
 from hooks.batchresource.state import PodRecord, StateDir
+from hooks.errors import HookServerError
 from runtimeproxy.hookpath.points import HookType
 from runtimeproxy.host import socketlock
+from tests.unixsockets import socket_mode_fails
 
 from .fakecgroup import make_cgroup
 from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
@@ -29,6 +31,7 @@ STATE = Path("state") / "uid-1.json"
 OTHER = "/kubepods/besteffort/poduid-2"
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
+THREAD = "batchresource-state"  # the writer's thread name prefix
 
 
 class StalledDisk:
@@ -62,6 +65,10 @@ class StalledDisk:
 
     def free(self) -> None:
         self.disk.set()
+
+
+def writer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(THREAD)}
 
 
 async def test_a_save_on_a_stalled_disk_leaves_the_loop_to_other_calls(
@@ -253,3 +260,67 @@ async def test_a_save_that_raises_a_bug_is_logged_once_and_the_call_answers(
     assert [r.getMessage() for r in caplog.records if r.exc_info] == ["batchresource state file save failed"]
     assert await hook.handle(HookType.PRE_RUN_POD_SANDBOX, pod_request(BE, TWO, OTHER, uid="uid-2")) is not None
     assert json.loads((tmp_path / "state" / "uid-2.json").read_text())["uid"] == "uid-2"
+
+
+def test_a_hook_started_again_under_a_new_event_loop_settles(tmp_path: Path) -> None:
+    """Stopped, then started again under another asyncio.run (the first
+    loop closed): waiting for its writes, nothing asked since the start,
+    returns (before: it waited on the last write of the closed loop, and
+    raised RuntimeError until its first new write)."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    hook = make_hook(tmp_path)
+
+    async def first() -> None:
+        await hook.start()
+        try:
+            assert await hook.pre_run_pod_sandbox(pod_request(BE, TWO)) is not None
+        finally:
+            await hook.stop(0, drain=0)
+
+    async def again() -> None:
+        await hook.start()
+        try:
+            await asyncio.wait_for(hook.pods.settled(), WAIT)
+            assert "uid-1" in hook.pods
+        finally:
+            await hook.stop(0, drain=0)
+
+    asyncio.run(first())
+    asyncio.run(again())
+
+
+async def test_last_saves_with_nothing_to_save_start_no_thread(tmp_path: Path) -> None:
+    """Nothing dirty and no write under way (a failed start, a stop with
+    nothing new): the last saves are done at once (before: a thread was
+    started to save nothing)."""
+    pods = KnownPods(make_hook(tmp_path).config)
+    before = writer_threads()
+    pods.close()
+    assert pods.last_saves().done()
+    assert writer_threads() == before
+
+
+async def test_the_writers_thread_ends_with_the_stop_and_a_start_after_a_failed_one_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that failed once it held the lock (its release step ran the
+    last saves), then a start: the pod's file is saved, by a thread the
+    stop ends. Guards existing behaviour."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    hook = make_hook(tmp_path)
+    before = writer_threads()
+    with monkeypatch.context() as failing:
+        socket_mode_fails(failing, hook.socket_path)
+        with pytest.raises(HookServerError, match="cannot set the mode"):
+            await hook.start()
+    await hook.start()
+    try:
+        assert await hook.pre_run_pod_sandbox(pod_request(BE, TWO)) is not None
+        assert json.loads((tmp_path / STATE).read_text())["uid"] == "uid-1"
+        started = writer_threads() - before
+        assert len(started) == 1
+    finally:
+        await hook.stop(0, drain=0)
+    [thread] = started
+    await asyncio.to_thread(thread.join, WAIT)
+    assert not thread.is_alive()
