@@ -261,7 +261,8 @@ class KnownPods:
 
     def forget(self, key: str, reason: str) -> Written | None:
         """Forget the pod now; the removal of its file (None: none to remove,
-        or stopped) lands after its saves asked before."""
+        or stopped) lands after its saves asked before, and the pod's
+        'forgotten' line is logged then, so a reader of the line finds no file."""
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
@@ -274,7 +275,11 @@ class KnownPods:
         if uid and not self._closed:  # a pod with no uid never had a state file
             removed = self._writer.remove(uid)
         if record is not None:
-            log.info("batchresource pod forgotten", extra={"pod": record.pod, "uid": uid, "reason": reason})
+            fields = {"pod": record.pod, "uid": uid, "reason": reason}
+            if removed is None:
+                log.info("batchresource pod forgotten", extra=fields)
+            else:  # said once its file is gone (or its removal failed, said apart): what the line says is on disk
+                removed.add_done_callback(lambda _: log.info("batchresource pod forgotten", extra=fields))
         return removed
 
     def wanted(self, record: PodRecord) -> CgroupValues:
