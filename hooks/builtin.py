@@ -14,6 +14,7 @@ import every hook's dependencies.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,23 +53,39 @@ class BuiltinHook(HookServer):
             raise HookConfigInvalid(f"this hook takes no settings, got {', '.join(sorted(map(str, config)))}")
         return cls(socket_path)
 
+    def __init__(self, socket_path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(socket_path, **options)
+        # A start has succeeded: once stopped, a hook used once (_used_up) is refused a start.
+        self._served = False
+
     async def background(self) -> None:
         """Work that runs while the server serves; cancelled at shutdown."""
 
     def _used_up(self) -> str | None:
-        """Override for a hook used once (its stop, or a start that failed
-        once it held its socket's lock, closes something for good): what is
-        closed, for the error; None while it can start."""
+        """Override for a hook used once (its stop closes something for
+        good): what is closed, for the error; None while it can start. Asked
+        only of a hook whose start succeeded: what the release step of a
+        start that failed closed, the next start opens again under the lock
+        (the subclass's ``_before_serving``)."""
         return None
 
     async def start(self) -> None:
-        """Serve (HookServer.start); a hook used up (:meth:`_used_up`) is a
-        HookServerError: build a new one."""
-        closed = self._used_up()
+        """Serve (HookServer.start). A hook used once (:meth:`_used_up`) that
+        served and was stopped is a HookServerError: build a new one. A start
+        that failed (or was cut by a stop) leaves the hook as it was: a start
+        again serves once the cause is gone."""
+        closed = self._used_up() if self._served else None
         if closed is not None:
-            raise HookServerError(f"a {type(self).__name__} is used once: it was stopped, or its start failed once it "
-                                  f"held its socket's lock ({closed}); build a new one to serve again")
+            raise HookServerError(f"a {type(self).__name__} is used once: it served and was stopped ({closed}); "
+                                  "build a new one to serve again")
         await super().start()
+        self._served = True
+
+    def _start_failed(self) -> None:
+        """For a subclass whose start goes on past :meth:`start` (balloons'
+        status socket) and fails there, as it stops the hook: no start
+        succeeded, so a start again is let through (not "used once")."""
+        self._served = False
 
 
 # name -> "module:Class"

@@ -86,7 +86,8 @@ class Connection:
 
 
 class CriClient:
-    """A lazily opened channel to ``endpoint``, retargeted by a reload, closed for good at stop."""
+    """A lazily opened channel to ``endpoint``, retargeted by a reload, closed at stop (reopened only
+    by the start again of a hook whose start failed: :meth:`reopen`)."""
 
     def __init__(self, endpoint: str, timeout: float = 10.0) -> None:
         self.endpoint = endpoint
@@ -125,9 +126,15 @@ class CriClient:
         await self._drop()
 
     async def close(self) -> None:
-        """For good (the hook stops): every call from now on raises ClientClosed."""
+        """The hook stops: every call from now on raises ClientClosed (until :meth:`reopen`)."""
         self._closed = True
         await self._drop()
+
+    def reopen(self) -> None:
+        """Usable again after :meth:`close`: a start that failed closed it
+        in its release step, and the next start, under the socket's lock
+        again, reopens it. The next call opens a new channel."""
+        self._closed = False
 
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None

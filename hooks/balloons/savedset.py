@@ -37,7 +37,9 @@ own future, which its cancel of the tasks left does not touch), and
 a next instance waits on the lock and is refused past its wait, naming this
 pid. The write is atomic (``hooks.statefile.write_atomic``: a temporary
 file renamed into place), so however late it lands it never tears the file.
-From then on nothing is written.
+From then on nothing is written, unless the stop was a start's that
+failed: the next start reopens the writer (:meth:`SavedSet.reopen`), under
+the lock again.
 
 The balloons (savedplan.py) are noted with the set, on every change of the
 plan (each hook call under the lock), and written by the same writer in the
@@ -194,6 +196,16 @@ class SavedSet:
             return None
         in_flight.add_done_callback(_retrieved)  # its failure was the cancelled writer's to log
         return None if in_flight.done() else in_flight
+
+    def reopen(self) -> None:
+        """Writing again after :meth:`finish`: a start that failed ran it in
+        its release step, and the next start, under the socket's lock again,
+        reopens the writer (one that served and stopped is never started
+        again). A set noted and not written then is still due. A write
+        still in its thread kept the lock: the start was refused till it ended."""
+        self._finished = False
+        if self._written_generation == self._generation:
+            self._due.clear()  # (finish() set it to wake the writer it ended)
 
     async def write_due(self) -> None:
         """Write the latest set noted until none is due (one writer at a

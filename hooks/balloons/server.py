@@ -150,23 +150,36 @@ class BalloonsHook(ConfigReload, BuiltinHook):
 
     async def start(self) -> None:
         """Serve (BuiltinHook.start) and answer on the status socket. A
-        BalloonsHook is used once: its stop closes its runtime client and
-        ends its saved-set writer for good, so a start after a stop, or
-        after a start that failed once serving (its status socket) or once
-        its socket's lock was claimed (its listener: the release step ran),
-        is a HookServerError (build a new one); one refused its socket path
-        can start again."""
+        BalloonsHook that served is used once: its stop closes its runtime
+        client and ends its saved-set writer for good, so a start after it
+        is a HookServerError (build a new one). A start that failed (its
+        status socket, its listener) leaves it as it was: what the stop, or
+        the release step, closed opens again at the next start, under the
+        socket's lock (:meth:`_before_serving`)."""
         stops = self._stops
         await super().start()
         try:
             await self._status.start()
         except BaseException:
-            await self.stop(0, drain=0)  # a full stop (its last set written under the lock): used up too
+            self._start_failed()  # first: a stop that fails or is cancelled still leaves it startable
+            await self.stop(0, drain=0)  # a full stop: its last set written under the lock
             raise
         if self._stops != stops:  # a stop ran while the status server started (on its lock): it found none
-            await self._status.stop()  # to stop, and this start must not leave one serving a stopped hook
+            self._start_failed()  # to stop, and this start must not leave one serving a stopped hook
+            await self._status.stop()
             raise HookServerError(f"the start of the balloons hook on {self.socket_path} was cancelled by a stop "
                                   "(during its status socket's start)")
+
+    async def _before_serving(self) -> None:
+        """The socket's lock claimed: what a failed start's release step (or
+        stop) closed, the runtime client and the saved-set writer, opens
+        again here, not before: no move or write of this instance lands
+        while another holds the lock. (A hook that served and was stopped
+        never gets here: BuiltinHook.start refuses it.)"""
+        await super()._before_serving()
+        if self._runtime.closed:
+            self._runtime.reopen()
+        self._saved.reopen()
 
     async def _before_stop(self) -> None:
         self._stops += 1

@@ -88,21 +88,20 @@ class BatchResourceHook(BuiltinHook):
         return cls(socket_path, BatchResourceConfig.from_mapping(config))
 
     def _used_up(self) -> str | None:
-        """A hook that lists the runtime (``runtime_endpoint`` set) is used
-        once, as a BalloonsHook is: its stop, or a start that failed once its
-        socket's lock was claimed (the release step ran), closes the listing's
+        """A hook that lists the runtime (``runtime_endpoint`` set) and served
+        is used once, as a BalloonsHook is: its stop closes the listing's
         channel for good, so a start again is a HookServerError (build a new
-        one), not a hook serving that never learns from the runtime again. One
-        refused its socket path, or whose state dir could not be read, can
-        start again."""
+        one), not a hook serving that never learns from the runtime again. A
+        start that failed closes it too (its release step), but the next
+        start reopens it under the lock (:meth:`_before_serving`)."""
         closed = self.learner is not None and self.learner.lister.closed
         return "its runtime listing is closed" if closed else None
 
     async def _after_stop(self) -> None:
-        """The runtime listing's channel closed for good (as balloons' stop
-        closes its runtime client) in :meth:`_before_release`, or here for a
-        hook that never served. A listing still running gets ClientClosed, a
-        pass that learns nothing."""
+        """The runtime listing's channel closed (as balloons' stop closes its
+        runtime client; for good once the hook served: :meth:`_used_up`) in
+        :meth:`_before_release`, or here for a hook that never served. A
+        listing still running gets ClientClosed, a pass that learns nothing."""
         if self.learner is not None:
             await self.learner.lister.close()
 
@@ -137,6 +136,10 @@ class BatchResourceHook(BuiltinHook):
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.
         self.pods.load()
+        # What a failed start's release step closed opens again now, not before
+        # the lock: BuiltinHook.start refuses a start again of a hook that served.
+        if self.learner is not None and self.learner.lister.closed:
+            self.learner.lister.reopen()
 
     async def background(self) -> None:
         config = self.config

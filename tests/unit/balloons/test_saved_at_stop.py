@@ -262,18 +262,23 @@ async def test_a_stopped_balloons_hook_cannot_be_started_again(tmp_path: Path) -
     assert not hook.serving
 
 
-async def test_a_start_failed_on_its_status_socket_stops_the_hook_for_good(tmp_path: Path) -> None:
-    """Its stop wrote its last set and ended its writer: a start again would
-    serve with a writer that never writes (before: the failed start stopped
-    the server alone, and a start again was let through)."""
+async def test_a_start_failed_on_its_status_socket_stops_the_hook_and_can_start_again(tmp_path: Path) -> None:
+    """Its stop wrote its last set and ended its writer (before that: the
+    failed start stopped the server alone); the file gone, a start again
+    reopens them under the lock and starts (before this: refused as "used
+    once"); that it serves: test_start_again.py."""
     hook = BalloonsHook(str(tmp_path / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=RuntimeClient(str(tmp_path / "runtime.sock")))
     hook.status_socket.write_text("not a socket")  # the status server refuses a non-socket file
     with pytest.raises(Exception, match="is not a unix socket"):
         await hook.start()
-    assert not hook.serving
-    with pytest.raises(HookServerError, match="used once"):
-        await hook.start()
+    assert not hook.serving and hook._runtime.closed
+    hook.status_socket.unlink()
+    await hook.start()
+    try:
+        assert hook.serving and hook.status_socket.is_socket() and not hook._runtime.closed
+    finally:
+        await hook.stop(0, drain=0)
 
 
 async def test_a_stop_given_a_drain_stops_the_status_socket_and_closes_the_runtime_client(tmp_path: Path) -> None:

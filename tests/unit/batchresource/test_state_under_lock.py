@@ -1,18 +1,26 @@
 """batchresource reads its state dir, and removes a killed hook's temporary
-files, only once it holds the hook socket's lock (BatchResourceHook._before_serving)."""
+files, only once it holds the hook socket's lock (BatchResourceHook._before_serving),
+where it also reopens what a failed start's release step closed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+import grpc
 import pytest
 
+from cri_api.hookapi import api_pb2_grpc
 from hooks.errors import HookServerError
 from tests.unixsockets import socket_mode_fails
 
-from .hookfixtures import make_hook
-from .learnfixtures import hook_with_learner
+from .fakecgroup import make_cgroup, read
+from .hookfixtures import POD_PARENT, make_hook, pod_request
+from .learnfixtures import ONE, hook_with_learner
+from .specs import BE
+
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 
 
 async def test_a_second_instance_refused_as_the_path_is_in_use_leaves_the_live_ones_files(tmp_path: Path) -> None:
@@ -51,21 +59,38 @@ async def test_the_instance_that_claims_the_lock_reads_the_state_and_removes_lef
         await hook.stop(0, drain=0)
 
 
-async def test_a_hook_whose_start_failed_after_its_release_step_refuses_a_start_again(
+async def test_a_hook_whose_start_failed_after_its_release_step_starts_again_and_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its lock claimed, the start fails at its listener: the release step
-    closed the runtime listing for good, so a start again is refused, as
-    after a stop (before: it was let through and served with the listing
-    closed, learning nothing from the runtime again, silently)."""
-    hook, _ = hook_with_learner(tmp_path)
+    closes the runtime listing and the state dir, as a stop does, under the
+    lock. With the cause gone, a start again on the same object serves: a
+    hook call answered over the socket and saved, the listing reopened under
+    the lock reaching the runtime (before: refused as "used once", only a new
+    object could serve). One that served and was stopped stays used once."""
+    hook, stub = hook_with_learner(tmp_path)
     assert hook.learner is not None
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
     socket_mode_fails(monkeypatch, hook.socket_path)
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await hook.start()
-    assert hook.learner.lister.closed and not hook.serving
+    assert hook.learner.lister.closed and hook.pods.closed and not hook.serving
     monkeypatch.undo()
-    with pytest.raises(HookServerError, match="used once"):
+    await asyncio.wait_for(hook.start(), WAIT)
+    try:
+        assert not hook.learner.lister.closed and not hook.pods.closed
+        async with grpc.aio.insecure_channel(hook.target) as channel:
+            answer = await api_pb2_grpc.RuntimeHookServiceStub(channel).PreRunPodSandboxHook(
+                pod_request(BE, ONE), timeout=WAIT)
+        assert answer.resources.cpu_shares == 512
+        assert read(root, 1, POD_PARENT, "cpu.shares") == "512"
+        assert (tmp_path / "state" / "uid-1.json").is_file()
+        await asyncio.wait_for(hook.learner.pass_once(), WAIT)
+        assert "ListPodSandbox" in stub.calls  # the listing reaches the runtime again
+    finally:
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    with pytest.raises(HookServerError, match="used once: it served and was stopped"):
         await hook.start()
     assert not hook.serving
 
