@@ -55,7 +55,7 @@ class BuiltinHook(HookServer):
 
     def __init__(self, socket_path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(socket_path, **options)
-        # A start has succeeded: once stopped, a hook used once (_used_up) is refused a start.
+        # A whole start has succeeded: once stopped, a hook used once (_used_up) is refused a start.
         self._served = False
 
     async def background(self) -> None:
@@ -69,23 +69,34 @@ class BuiltinHook(HookServer):
         (the subclass's ``_before_serving``)."""
         return None
 
-    async def start(self) -> None:
-        """Serve (HookServer.start). A hook used once (:meth:`_used_up`) that
-        served and was stopped is a HookServerError: build a new one. A start
-        that failed (or was cut by a stop) leaves the hook as it was: a start
-        again serves once the cause is gone."""
+    async def _start_beside(self) -> None:
+        """Override to start what serves beside the hook server (balloons'
+        status socket), once it listens: part of the start, which a second
+        :meth:`start` under way shares and a stop cuts. Its failure (or a
+        cut) stops the hook before the start raises; stop it in
+        ``_before_stop``."""
+
+    async def _start(self) -> None:
+        """The whole start, which ``HookServer.start`` runs once for all its
+        callers under way (hooks.sharedrun): a hook used once
+        (:meth:`_used_up`) that served and was stopped is a HookServerError
+        (build a new one); then the server (HookServer's start) and
+        :meth:`_start_beside`. Only its end marks the hook as served: a start
+        that failed (or was cut by a stop) leaves the hook as it was, and a
+        start again serves once the cause is gone."""
         closed = self._used_up() if self._served else None
         if closed is not None:
             raise HookServerError(f"a {type(self).__name__} is used once: it served and was stopped ({closed}); "
                                   "build a new one to serve again")
-        await super().start()
+        await super()._start()
+        try:
+            await self._start_beside()
+        except BaseException:
+            # Not cut by a further stop (it waits for this); this start's own stop does not wait for itself.
+            self._starting.finishing()
+            await self.stop(0, drain=0)  # a full stop: what the stop's steps close, and the last writes, under the lock
+            raise
         self._served = True
-
-    def _start_failed(self) -> None:
-        """For a subclass whose start goes on past :meth:`start` (balloons'
-        status socket) and fails there, as it stops the hook: no start
-        succeeded, so a start again is let through (not "used once")."""
-        self._served = False
 
 
 # name -> "module:Class"

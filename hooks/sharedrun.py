@@ -15,6 +15,8 @@ made) and cut that short, leaving the listener or its socket behind.
 For the same reason a run whose clean-up has begun on its own (a start that
 failed, running its release step) says so (:meth:`SharedRun.finishing`):
 no cancel reaches it then, and a stop waits for that step, bounded by it.
+A stop from within the run itself (a built-in hook's start whose last
+step failed, stopping the server it started) cuts and waits for nothing.
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ class SharedRun:
 
     async def cancel(self, by: str) -> None:
         """Cut the run under way, if any (``by``: who, for its callers'
-        error); returns once it has ended."""
+        error); returns once it has ended. From within the run: nothing."""
         run = self._run
-        if run is None or run.done():
+        if run is None or run.done() or run is asyncio.current_task():  # (the run's own stop: it would wait for itself)
             return
         if not self._cancelled:  # else it is ending already, cancelled by whoever came first
             self._cut_by = f" by {by}"

@@ -148,25 +148,19 @@ class BalloonsHook(ConfigReload, BuiltinHook):
     def _used_up(self) -> str | None:
         return "its runtime client is closed" if self._runtime.closed else None
 
-    async def start(self) -> None:
-        """Serve (BuiltinHook.start) and answer on the status socket. A
-        BalloonsHook that served is used once: its stop closes its runtime
-        client and ends its saved-set writer for good, so a start after it
-        is a HookServerError (build a new one). A start that failed (its
-        status socket, its listener) leaves it as it was: what the stop, or
-        the release step, closed opens again at the next start, under the
-        socket's lock (:meth:`_before_serving`)."""
+    async def _start_beside(self) -> None:
+        """The status socket, part of the start (BuiltinHook._start): two
+        starts under way share one, and its failure, or a stop cutting it,
+        stops the hook (its last set written under the lock) before the start
+        raises. A BalloonsHook that served is used once: its stop closes its
+        runtime client and ends its saved-set writer for good, so a start
+        after it is a HookServerError (build a new one). A start that failed
+        leaves it as it was: what the stop, or the release step, closed opens
+        again at the next start, under the socket's lock (:meth:`_before_serving`)."""
         stops = self._stops
-        await super().start()
-        try:
-            await self._status.start()
-        except BaseException:
-            self._start_failed()  # first: a stop that fails or is cancelled still leaves it startable
-            await self.stop(0, drain=0)  # a full stop: its last set written under the lock
-            raise
-        if self._stops != stops:  # a stop ran while the status server started (on its lock): it found none
-            self._start_failed()  # to stop, and this start must not leave one serving a stopped hook
-            await self._status.stop()
+        await self._status.start()
+        if self._stops != stops:  # a stop ran while the status server started and found none to stop: this
+            await self._status.stop()  # start must not leave one serving a stopped hook
             raise HookServerError(f"the start of the balloons hook on {self.socket_path} was cancelled by a stop "
                                   "(during its status socket's start)")
 
@@ -175,7 +169,7 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         stop) closed, the runtime client and the saved-set writer, opens
         again here, not before: no move or write of this instance lands
         while another holds the lock. (A hook that served and was stopped
-        never gets here: BuiltinHook.start refuses it.)"""
+        never gets here: BuiltinHook._start refuses it.)"""
         await super()._before_serving()
         if self._runtime.closed:
             self._runtime.reopen()

@@ -3,7 +3,8 @@ again on the same object once the cause is gone, and serves: hook calls
 answered, its runtime client listing again, its saved-set writer writing
 (before: "used once", the runtime client and the writer closed for good by
 the failed start's release step; only a new object could serve). One that
-served and was stopped stays used once (test_saved_at_stop.py).
+served and was stopped stays used once (test_saved_at_stop.py). Two
+starts under way share one, the status socket's included.
 """
 
 from __future__ import annotations
@@ -156,3 +157,19 @@ async def test_a_hook_that_served_and_was_stopped_is_still_used_once(sock_dir: P
     with pytest.raises(HookServerError, match="used once: it served and was stopped"):
         await hook.start()
     assert not hook.serving
+
+
+async def test_two_concurrent_starts_share_one_outcome_and_the_hook_serves(sock_dir: Path) -> None:
+    """Two starts under way share one start, its status socket's included:
+    both return, and the hook serves with its status socket and runtime
+    client (before: each start its own status step, the second refused the
+    status socket's lock by the first and stopping the hook; both raised)."""
+    hook, _ = make_hook(sock_dir)
+    try:
+        outcomes = await asyncio.wait_for(asyncio.gather(hook.start(), hook.start(), return_exceptions=True), WAIT)
+        assert outcomes == [None, None]
+        assert hook.serving and hook.status_socket.is_socket() and not hook._runtime.closed
+        assert (await read_status(hook.status_socket))["ready"] is False  # (no background work run)
+    finally:
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    assert not hook.status_socket.exists() and not Path(hook.socket_path).exists()

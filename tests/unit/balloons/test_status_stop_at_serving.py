@@ -1,6 +1,6 @@
 """A balloons hook's start ended early (hooks/balloons/server.py): a stop
 while its status socket's start is at its last await, and a start failing
-at its hook listener once its socket's lock is claimed (which can start again).
+at its hook listener once its socket's lock is claimed (each can start again).
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lock(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Guards existing behaviour. Paused in StatusServer.start's ``start_serving``
-    (listening, its lock claimed, its socket bound): the stop's ``_before_stop``
-    stops the status server there, which removes its socket and lets its lock
-    go, before the start resumes; the start then ends through
-    BalloonsHook.start's second ``status.stop()``, which finds nothing left
-    to do. Nothing serves or is left running."""
+    """Paused in StatusServer.start's ``start_serving`` (listening, its lock
+    claimed, its socket bound): the stop's ``_before_stop`` stops the status
+    server there, which removes its socket and lets its lock go, then cuts
+    the start, the status step being part of it (BuiltinHook._start): the
+    start has ended, "cancelled by a stop", once the stop returns (before:
+    the status step ran after the shared start, which the stop found ended;
+    the start, still paused, ended only as it resumed, and a start again
+    meanwhile was refused "used once"). Nothing serves or is left running,
+    and a start again serves (guards existing behaviour)."""
     before = asyncio.all_tasks()  # (a session-wide loop: tasks of others may run)
     hook = BalloonsHook(str(sock_dir / "b.sock"), parse_config(ALONE), topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=RuntimeClient(str(sock_dir / "runtime.sock")))
@@ -57,9 +60,9 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
     await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
     # The stop's own status.stop() removed them, not the start's second one, which has not run yet.
     assert not status_path.exists() and not socketlock.lock_path(status_path).exists()
-    go_on.set()
     with pytest.raises(HookServerError, match="cancelled by a stop"):
-        await asyncio.wait_for(starting, WAIT)
+        await asyncio.wait_for(starting, WAIT)  # not held till the status step resumes
+    go_on.set()
     assert not hook.serving
     assert not status_path.exists() and not Path(hook.socket_path).exists()
     for path in (status_path, Path(hook.socket_path)):  # each lock let go: claimed at once
@@ -71,6 +74,13 @@ async def test_a_stop_at_the_status_sockets_last_await_removes_its_socket_and_lo
         await asyncio.open_unix_connection(str(status_path))
     assert hook._runtime.closed
     assert asyncio.all_tasks() == before  # no start nor stop step left running
+    monkeypatch.undo()
+    await asyncio.wait_for(hook.start(), WAIT)  # a start cut by a stop leaves the hook startable
+    try:
+        assert hook.serving and status_path.is_socket() and not hook._runtime.closed
+    finally:
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    assert asyncio.all_tasks() == before
 
 
 async def test_a_start_failing_at_its_listener_runs_the_release_step_and_can_start_again(
