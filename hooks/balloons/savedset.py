@@ -201,7 +201,8 @@ class SavedSet:
         """Writing again after :meth:`finish`: a start that failed ran it in
         its release step, and the next start, under the socket's lock again,
         reopens the writer (one that served and stopped is never started
-        again). A set noted and not written then is still due. A write
+        again). It runs at every start, the first too: a set noted and not
+        written (a rebuild run before the start, as tests do) stays due. A write
         still in its thread kept the lock: the start was refused till it ended."""
         self._finished = False
         if self._written_generation == self._generation:

@@ -171,8 +171,7 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         while another holds the lock. (A hook that served and was stopped
         never gets here: BuiltinHook._start refuses it.)"""
         await super()._before_serving()
-        if self._runtime.closed:
-            self._runtime.reopen()
+        self._runtime.reopen()
         self._saved.reopen()
 
     async def _before_stop(self) -> None:

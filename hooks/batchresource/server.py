@@ -137,8 +137,8 @@ class BatchResourceHook(BuiltinHook):
         # The socket's lock is ours: no other instance writes the state dir now.
         self.pods.load()
         # What a failed start's release step closed opens again now, not before
-        # the lock: BuiltinHook.start refuses a start again of a hook that served.
-        if self.learner is not None and self.learner.lister.closed:
+        # the lock: BuiltinHook._start refuses a start again of a hook that served.
+        if self.learner is not None:
             self.learner.lister.reopen()
 
     async def background(self) -> None:

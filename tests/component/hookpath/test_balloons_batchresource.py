@@ -49,6 +49,9 @@ class NoContainers:
     async def close(self) -> None:
         pass
 
+    def reopen(self) -> None:  # (a start under the lock: RuntimeClient.reopen)
+        pass
+
 
 @pytest.fixture(autouse=True)
 def eight_cpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

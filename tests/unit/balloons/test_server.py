@@ -58,6 +58,9 @@ class FakeRuntime:
     async def close(self) -> None:
         pass
 
+    def reopen(self) -> None:  # (a start under the lock: RuntimeClient.reopen)
+        pass
+
 
 def request(uid: str, name: str, ns: str = "apps", shares: int = 1024, cid: str = "", **annotations: str):
     return api_pb2.ContainerResourceHookRequest(
