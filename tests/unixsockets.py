@@ -198,3 +198,18 @@ def socket_mode_fails(monkeypatch: Any, path: str | Path) -> None:
         real_chmod(where, mode, **kwargs)
 
     monkeypatch.setattr(os, "chmod", chmod)
+
+
+@contextlib.contextmanager
+def another_instance_serving(path: Path, lock: socketlock.SocketLock) -> Iterator[None]:
+    """``lock`` (claimed on ``path``) held and a live listener at ``path``,
+    as another instance serving it: a claim is refused at once. Both let go
+    at the end."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(8)
+        try:
+            yield
+        finally:
+            os.unlink(path)
+            socketlock.release(lock)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from hooks.balloons.status import read_status
 from hooks.balloons.topology import Topology
 from hooks.errors import HookServerError
 from runtimeproxy.host import socketlock
-from tests.unixsockets import socket_mode_fails
+from tests.unixsockets import another_instance_serving, socket_mode_fails
 
 from .test_saved_reserved import ALONE, saved_in, written
 from .test_server import request
@@ -67,20 +65,6 @@ def make_hook(sock_dir: Path) -> tuple[BalloonsHook, EmptyStub]:
     config = parse_config({**ALONE, "stateDir": str(sock_dir / "state")})
     return BalloonsHook(str(sock_dir / "b.sock"), config, topology=Topology.synthetic(1, 2, 4, 1),
                         runtime=StubClient(stub)), stub
-
-
-@contextlib.contextmanager
-def another_instances_status_socket(path: Path, lock: socketlock.SocketLock) -> Iterator[None]:
-    """``lock`` held and a live listener at ``path``, as another balloons
-    instance serving its status socket: a claim is refused at once."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        listener.bind(str(path))
-        listener.listen(8)
-        try:
-            yield
-        finally:
-            os.unlink(path)
-            socketlock.release(lock)
 
 
 @contextlib.asynccontextmanager
@@ -121,7 +105,7 @@ async def test_a_start_refused_its_status_socket_starts_again_once_the_holder_le
     hook, stub = make_hook(sock_dir)
     status = hook.status_socket
     held = await asyncio.wait_for(socketlock.claim(status, wait_s=0), WAIT)
-    with another_instances_status_socket(status, held):
+    with another_instance_serving(status, held):
         with pytest.raises(HookServerError, match="in use"):
             await asyncio.wait_for(hook.start(), WAIT)
         assert not hook.serving and not Path(hook.socket_path).exists()
@@ -157,6 +141,26 @@ async def test_a_hook_that_served_and_was_stopped_is_still_used_once(sock_dir: P
     with pytest.raises(HookServerError, match="used once: it served and was stopped"):
         await hook.start()
     assert not hook.serving
+
+
+async def test_a_start_again_refused_its_hook_socket_leaves_closed_what_the_failed_start_closed(sock_dir: Path) -> None:
+    """Guards existing behaviour: what a failed start's release step closed
+    reopens only under the hook socket's lock (_before_serving). Another
+    instance holding it, the start again is refused "in use" with the runtime
+    client closed and the writer ended (no move nor write of this instance
+    lands beside the other's); once it lets go, the start serves."""
+    hook, stub = make_hook(sock_dir)
+    hook.status_socket.write_text("not a socket")  # the status server refuses a non-socket file
+    with pytest.raises(HookServerError, match="is not a unix socket"):
+        await asyncio.wait_for(hook.start(), WAIT)
+    hook.status_socket.unlink()
+    path = Path(hook.socket_path)
+    held = await asyncio.wait_for(socketlock.claim(path, wait_s=0), WAIT)
+    with another_instance_serving(path, held):
+        with pytest.raises(HookServerError, match="in use"):
+            await asyncio.wait_for(hook.start(), WAIT)
+        assert not hook.serving and hook._runtime.closed and hook._saved._finished
+    await assert_serves(hook, stub, sock_dir / "state")
 
 
 async def test_two_concurrent_starts_share_one_outcome_and_the_hook_serves(sock_dir: Path) -> None:

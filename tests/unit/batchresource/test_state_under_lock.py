@@ -13,7 +13,8 @@ import pytest
 
 from cri_api.hookapi import api_pb2_grpc
 from hooks.errors import HookServerError
-from tests.unixsockets import socket_mode_fails
+from runtimeproxy.host import socketlock
+from tests.unixsockets import another_instance_serving, socket_mode_fails
 
 from .fakecgroup import make_cgroup, read
 from .hookfixtures import POD_PARENT, make_hook, pod_request
@@ -109,3 +110,29 @@ async def test_a_hook_without_a_runtime_listing_starts_again_after_a_failed_star
         assert hook.serving and not hook.pods.closed
     finally:
         await hook.stop(0, drain=0)
+
+
+async def test_a_start_again_refused_its_socket_leaves_closed_what_the_failed_start_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards existing behaviour: what a failed start's release step closed
+    reopens only under the socket's lock (_before_serving). Another instance
+    holding it, the start again is refused "in use" with the runtime listing
+    and the state dir still closed; once it lets go, the start serves."""
+    hook, _ = hook_with_learner(tmp_path)
+    assert hook.learner is not None
+    socket_mode_fails(monkeypatch, hook.socket_path)
+    with pytest.raises(HookServerError, match="cannot set the mode"):
+        await hook.start()
+    monkeypatch.undo()
+    path = Path(hook.socket_path)
+    held = await asyncio.wait_for(socketlock.claim(path, wait_s=0), WAIT)
+    with another_instance_serving(path, held):
+        with pytest.raises(HookServerError, match="in use"):
+            await asyncio.wait_for(hook.start(), WAIT)
+        assert not hook.serving and hook.learner.lister.closed and hook.pods.closed
+    await asyncio.wait_for(hook.start(), WAIT)
+    try:
+        assert hook.serving and not hook.learner.lister.closed and not hook.pods.closed
+    finally:
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
