@@ -33,6 +33,7 @@ from ..host.unixsocket import grpc_target
 from ..outages import BACKEND, OutageLog
 from . import lenient
 from .methods import ApiVersion
+from .registered import registered
 from .unready import Unready, not_initialized, serves
 
 log = logging.getLogger(__name__)
@@ -166,10 +167,19 @@ class Backend:
 
     async def probe_once(self) -> BackendInfo:
         """Ask Version in every CRI version (UNIMPLEMENTED means 'not served'),
-        then whether the runtime serves calls yet."""
+        then whether the runtime serves calls yet. v1alpha2, once v1 answered,
+        is first asked without a call of its own (registered.py: containerd
+        1.7 records a deprecation at a v1alpha2 call); a v1alpha2-only
+        runtime's Version is still asked, its name and version are needed."""
         versions: set[ApiVersion] = set()
         answer: Message = v1.VersionResponse()
         for version in CRI_VERSIONS:
+            if version is ApiVersion.V1ALPHA2 and ApiVersion.V1 in versions:
+                there = await registered(self.runtime_channel, f"{version.package}.RuntimeService", PROBE_TIMEOUT)
+                if there is not None:
+                    if there:
+                        versions.add(version)
+                    continue
             path = f"/{version.package}.RuntimeService/Version"
             try:
                 raw = await self.runtime_channel.unary_unary(path)(b"", timeout=PROBE_TIMEOUT)

@@ -13,6 +13,11 @@ v1alpha2 at once, under one PROBE_TIMEOUT; ImageService has no Version), as
 cheap an image call as there is. A connection alone says too little: a
 socket whose process takes the connection may not serve (containerd's "not
 initialized yet" while it loads its state; a hung service).
+v1alpha2 is first asked by a method that does not exist (registered.py:
+containerd 1.7 records a deprecation at a real v1alpha2 call, a false alarm
+on a node whose kubelet speaks v1 only); grpc-go's answer to it is believed
+when v1's ImageFsInfo answered, else (or when it says nothing) ImageFsInfo
+is asked in v1alpha2 too, within the same PROBE_TIMEOUT.
 Each version's answer says whether the service has it (``versions``):
 an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
 (grpc-go's word for a service not registered, as containerd sends) says no;
@@ -66,6 +71,7 @@ from ..outages import IMAGE_BACKEND, SUMMARY_INTERVAL, OutageLog
 from ..supervisor import Restart
 from .backend import PROBE_TIMEOUT
 from .methods import ApiVersion
+from .registered import registered
 from .unready import not_initialized
 
 log = logging.getLogger(__name__)
@@ -112,7 +118,11 @@ class _Found(enum.Enum):
 async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
     """Whether the image service on ``channel`` serves, and in which versions:
     both asked at once, so one that hangs costs ``timeout``, not twice it."""
-    found = await asyncio.gather(*(_ask(channel, version, timeout) for version in PROBE_VERSIONS))
+    first = asyncio.ensure_future(_ask(channel, ApiVersion.V1, timeout))
+    try:
+        found = await asyncio.gather(first, _ask_after(channel, first, asyncio.get_running_loop().time() + timeout))
+    finally:
+        first.cancel()  # done, unless the probe was cancelled
     there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
     unknown = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.UNKNOWN}
     failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
@@ -137,6 +147,21 @@ async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tup
             return _Found.FAILED, f"{code.name}: {details}"
         # Any other error is the service's answer: the version is there.
     return _Found.HAS, ""
+
+
+async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, str]],
+                     deadline: float) -> tuple[_Found, str]:
+    """v1alpha2, by the end of the probe's ``deadline`` (loop time): first
+    without a call of its own (registered.py: containerd 1.7 records a
+    deprecation at a v1alpha2 call), believed when ``first`` (v1's
+    ImageFsInfo) found v1 there: its answer tells whether the service
+    serves (not initialised, hung). Otherwise ImageFsInfo, in the time left."""
+    loop = asyncio.get_running_loop()
+    service = f"{ApiVersion.V1ALPHA2.package}.ImageService"
+    there = await registered(channel, service, max(deadline - loop.time(), 0.0))
+    if there is not None and (await first)[0] is _Found.HAS:
+        return (_Found.HAS if there else _Found.LACKS), ""
+    return await _ask(channel, ApiVersion.V1ALPHA2, max(deadline - loop.time(), 0.0))
 
 
 def _unimplemented(details: str) -> _Found:

@@ -19,6 +19,7 @@ from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
 from runtimeproxy.cripath import methods
+from runtimeproxy.cripath.registered import NO_SUCH_METHOD
 from runtimeproxy.host.unixsocket import grpc_address
 
 
@@ -50,8 +51,10 @@ class Script:
 
 
 # What the proxy's backend probe calls (cripath/backend.py): Version in each
-# CRI version, then RuntimeService/Status (is the runtime initialised).
-PROBE_SUFFIXES = ("/Version", ".RuntimeService/Status")
+# CRI version (v1alpha2 first asked by a method that does not exist, which
+# this fake answers OK unless ``go_unknown``: cripath/registered.py), then
+# RuntimeService/Status (is the runtime initialised).
+PROBE_SUFFIXES = ("/Version", ".RuntimeService/Status", f".RuntimeService/{NO_SUCH_METHOD}")
 
 
 def is_probe(path: str) -> bool:
@@ -70,6 +73,11 @@ class FakeBackend:
     versions: frozenset[str] = frozenset({"v1", "v1alpha2"})
     scripts: dict[str, Script] = field(default_factory=dict)
     options: tuple[tuple[str, int], ...] = ()  # more grpc server options (e.g. tiny flow-control windows)
+    # Answer as grpc-go (containerd, CRI-O) does, before any handler: a
+    # version not served "unknown service S", a method no CRI version has
+    # (and no script) "unknown method M for service S". Off: "unknown
+    # service PATH", and any method of a served version is a call.
+    go_unknown: bool = False
     received: list[Received] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -122,9 +130,21 @@ class FakeBackend:
                 return True
         return False
 
-    async def handle(self, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> AsyncIterator[bytes]:
+    def _unknown(self, path: str) -> str | None:
+        """The UNIMPLEMENTED message for a path not served (None: served)."""
+        service, _, method = path.removeprefix("/").rpartition("/")
         if not self._serves(path):
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown service {path}")
+            return f"unknown service {service}" if self.go_unknown else f"unknown service {path}"
+        ref = methods.parse_method(path)
+        known = ref is not None and path in methods.METHODS.get(ref.version, {})
+        if self.go_unknown and path not in self.scripts and not known:
+            return f"unknown method {method} for service {service}"
+        return None
+
+    async def handle(self, path: str, requests: AsyncIterator[bytes], context: aio.ServicerContext) -> AsyncIterator[bytes]:
+        unknown = self._unknown(path)
+        if unknown is not None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, unknown)
         held = self.scripts.get(path)
         if held is not None and held.unread and held.code is not None:
             await context.abort(held.code, held.details)

@@ -1,0 +1,161 @@
+"""The proxy's own probes of a runtime and of an image service that serve v1
+learn whether v1alpha2 is there without a v1alpha2 call of their own
+(cripath/registered.py: containerd 1.7 records a deprecation at one), from
+grpc-go's answer to a method that does not exist; an answer that does not
+tell (grpc-python's) leaves the real call, as before. Against fakes that
+answer as grpc-go does (``go_unknown``) or as grpc-python does.
+
+Before: Version and ImageFsInfo were asked in v1alpha2 at every probe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc import aio
+
+from runtimeproxy.cripath.backend import Backend
+from runtimeproxy.cripath.imagewatch import Probed, image_probe
+from runtimeproxy.cripath.methods import ApiVersion
+from runtimeproxy.cripath.registered import NO_SUCH_METHOD
+from runtimeproxy.host.unixsocket import grpc_address
+
+from ..fakes import FakeBackend, version_response
+
+V1, A2 = ApiVersion.V1, ApiVersion.V1ALPHA2
+BOTH = frozenset({"v1", "v1alpha2"})
+A2_VERSION = "/runtime.v1alpha2.RuntimeService/Version"
+A2_STATUS = "/runtime.v1alpha2.RuntimeService/Status"
+A2_FS_INFO = "/runtime.v1alpha2.ImageService/ImageFsInfo"
+A2_RUNTIME_PROBE = f"/runtime.v1alpha2.RuntimeService/{NO_SUCH_METHOD}"
+A2_IMAGE_PROBE = f"/runtime.v1alpha2.ImageService/{NO_SUCH_METHOD}"
+NOT_INITIALIZED = "server is not initialized yet"
+
+
+def v1alpha2_calls(fake: FakeBackend) -> list[str]:
+    """The v1alpha2 calls that reached the fake's handlers (containerd's CRI code)."""
+    return [r.path for r in fake.received if r.path.startswith("/runtime.v1alpha2.")]
+
+
+async def probed(fake: FakeBackend) -> frozenset[ApiVersion]:
+    backend = Backend(fake.socket, None, options=[])
+    try:
+        info = await backend.probe_once()
+    finally:
+        await backend.close()
+    return info.versions
+
+
+@pytest.fixture
+async def channel_to(sock_dir: Path) -> AsyncIterator[aio.Channel]:
+    async with aio.insecure_channel(grpc_address(sock_dir / "f.sock")) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize(("served", "found"), [
+    (BOTH, frozenset(ApiVersion)),  # "unknown method ... for service runtime.v1alpha2.RuntimeService"
+    (frozenset({"v1"}), frozenset({V1})),  # "unknown service runtime.v1alpha2.RuntimeService"
+])
+async def test_a_go_runtime_serving_v1_gets_no_v1alpha2_call(
+        sock_dir: Path, served: frozenset[str], found: frozenset[ApiVersion]) -> None:
+    """v1 only: the old Version call reached no handler either (grpc-go
+    refuses it first): that case guards the reading of "unknown service"."""
+    async with FakeBackend(sock_dir / "f.sock", versions=served, go_unknown=True) as fake:
+        assert await probed(fake) == found
+        assert v1alpha2_calls(fake) == []
+        assert fake.calls("/runtime.v1.RuntimeService/Version") and fake.calls("/runtime.v1.RuntimeService/Status")
+
+
+@pytest.mark.parametrize("details", ["Method not found!", f"unknown method {NO_SUCH_METHOD} for service runtime.v1"])
+async def test_an_answer_that_does_not_tell_leaves_the_real_version_call(sock_dir: Path, details: str) -> None:
+    """grpc-python's message, or one naming another service: v1alpha2's
+    Version is asked as before, and its UNIMPLEMENTED still means not served."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_RUNTIME_PROBE, code=grpc.StatusCode.UNIMPLEMENTED, details=details)
+        assert await probed(fake) == frozenset(ApiVersion)
+        assert v1alpha2_calls(fake) == [A2_RUNTIME_PROBE, A2_VERSION]
+        fake.script(A2_VERSION, code=grpc.StatusCode.UNIMPLEMENTED, details="not here")
+        assert await probed(fake) == frozenset({V1})
+
+
+async def test_a_grpc_python_runtime_answering_any_method_gets_the_real_call(sock_dir: Path) -> None:
+    """The default fake answers the method that does not exist OK: not told."""
+    async with FakeBackend(sock_dir / "f.sock") as fake:
+        assert await probed(fake) == frozenset(ApiVersion)
+        assert v1alpha2_calls(fake) == [A2_RUNTIME_PROBE, A2_VERSION]
+
+
+async def test_a_v1alpha2_only_runtime_is_still_asked_its_version(sock_dir: Path) -> None:
+    """v1 not served: the runtime's name and version come from v1alpha2's
+    Version, and its Status is the not-initialised gate, as before. Guards
+    existing behaviour."""
+    async with FakeBackend(sock_dir / "f.sock", versions=frozenset({"v1alpha2"}), go_unknown=True) as fake:
+        fake.script(A2_VERSION, response=version_response("v1alpha2"))
+        backend = Backend(fake.socket, None, options=[])
+        try:
+            info = await backend.probe_once()
+        finally:
+            await backend.close()
+        assert (info.versions, info.runtime_name) == (frozenset({A2}), "fake")
+        assert v1alpha2_calls(fake) == [A2_VERSION, A2_STATUS]
+
+
+@pytest.mark.parametrize(("served", "expected"), [
+    (BOTH, Probed(None, frozenset(ApiVersion))),
+    (frozenset({"v1"}), Probed(None, frozenset({V1}))),
+])
+async def test_a_go_image_service_serving_v1_gets_no_v1alpha2_call(
+        sock_dir: Path, channel_to: aio.Channel, served: frozenset[str], expected: Probed) -> None:
+    """v1 only guards the reading of "unknown service", as for the runtime."""
+    async with FakeBackend(sock_dir / "f.sock", versions=served, go_unknown=True) as fake:
+        assert await image_probe(channel_to, 5) == expected
+        assert v1alpha2_calls(fake) == []
+        assert fake.calls("/runtime.v1.ImageService/ImageFsInfo")
+
+
+@pytest.mark.parametrize("details", ["Method not found!", "unknown service runtime.v1alpha2.RuntimeService"])
+async def test_an_image_answer_that_does_not_tell_leaves_the_real_call(
+        sock_dir: Path, channel_to: aio.Channel, details: str) -> None:
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_IMAGE_PROBE, code=grpc.StatusCode.UNIMPLEMENTED, details=details)
+        fake.script(A2_FS_INFO, code=grpc.StatusCode.UNIMPLEMENTED,
+                    details="unknown service runtime.v1alpha2.ImageService")
+        assert await image_probe(channel_to, 5) == Probed(None, frozenset({V1}))
+        assert v1alpha2_calls(fake) == [A2_IMAGE_PROBE, A2_FS_INFO]
+
+
+async def test_a_v1_image_call_not_served_yet_leaves_the_real_v1alpha2_call(
+        sock_dir: Path, channel_to: aio.Channel) -> None:
+    """v1 not initialised: v1alpha2 being registered says nothing of whether
+    it serves; its ImageFsInfo does (here not either: the service is down,
+    as before). Guards existing behaviour against the new reading."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        for version in ("v1", "v1alpha2"):
+            fake.script(f"/runtime.{version}.ImageService/ImageFsInfo", code=grpc.StatusCode.UNKNOWN,
+                        details=NOT_INITIALIZED)
+        assert await image_probe(channel_to, 5) == Probed(
+            f"ImageFsInfo (v1, v1alpha2): UNKNOWN: {NOT_INITIALIZED}")
+        assert v1alpha2_calls(fake) == [A2_FS_INFO]
+
+
+async def test_a_v1alpha2_only_image_service_is_still_asked(sock_dir: Path, channel_to: aio.Channel) -> None:
+    """v1 lacking: v1alpha2's ImageFsInfo tells whether it serves. Guards existing behaviour."""
+    async with FakeBackend(sock_dir / "f.sock", versions=frozenset({"v1alpha2"}), go_unknown=True) as fake:
+        assert await image_probe(channel_to, 5) == Probed(None, frozenset({A2}))
+        assert v1alpha2_calls(fake) == [A2_FS_INFO]
+
+
+async def test_a_hung_v1_leaves_v1alpha2_the_rest_of_one_deadline(sock_dir: Path, channel_to: aio.Channel) -> None:
+    """v1 hung: v1alpha2's real call gets what is left of the probe's
+    timeout, so the probe still costs one timeout, not two."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script("/runtime.v1.ImageService/ImageFsInfo", hang=True)
+        fake.script(A2_FS_INFO, hang=True)
+        started = time.monotonic()
+        probed = await image_probe(channel_to, 1.0)
+        assert time.monotonic() - started < 1.8
+        assert probed == Probed("ImageFsInfo (v1, v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded")
