@@ -33,7 +33,7 @@ from ..host.unixsocket import grpc_target
 from ..outages import BACKEND, OutageLog
 from . import lenient
 from .methods import ApiVersion
-from .registered import registered
+from .registered import Budget, registered
 from .unready import Unready, not_initialized, serves
 
 log = logging.getLogger(__name__)
@@ -174,15 +174,18 @@ class Backend:
         versions: set[ApiVersion] = set()
         answer: Message = v1.VersionResponse()
         for version in CRI_VERSIONS:
+            # Each version's step one PROBE_TIMEOUT, as when each asked Version
+            # alone: v1alpha2's question its first half, Version the rest.
+            budget = Budget.of(PROBE_TIMEOUT)
             if version is ApiVersion.V1ALPHA2 and ApiVersion.V1 in versions:
-                there = await registered(self.runtime_channel, f"{version.package}.RuntimeService", PROBE_TIMEOUT)
+                there = await registered(self.runtime_channel, f"{version.package}.RuntimeService", budget.asking())
                 if there is not None:
                     if there:
                         versions.add(version)
                     continue
             path = f"/{version.package}.RuntimeService/Version"
             try:
-                raw = await self.runtime_channel.unary_unary(path)(b"", timeout=PROBE_TIMEOUT)
+                raw = await self.runtime_channel.unary_unary(path)(b"", timeout=budget.left())
             except aio.AioRpcError as err:
                 if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
                     continue

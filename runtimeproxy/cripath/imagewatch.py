@@ -15,9 +15,11 @@ socket whose process takes the connection may not serve (containerd's "not
 initialized yet" while it loads its state; a hung service).
 v1alpha2 is first asked by a method that does not exist (registered.py:
 containerd 1.7 records a deprecation at a real v1alpha2 call, a false alarm
-on a node whose kubelet speaks v1 only); grpc-go's answer to it is believed
-when v1's ImageFsInfo answered, else (or when it says nothing) ImageFsInfo
-is asked in v1alpha2 too, within the same PROBE_TIMEOUT.
+on a node whose kubelet speaks v1 only); grpc-go's "unknown service" is
+believed at once, its "there" once v1's ImageFsInfo answered (or failed
+"not initialized": v1alpha2 is taken to fail alike) within the first half
+of PROBE_TIMEOUT; else (or when the answer says nothing) ImageFsInfo is
+asked in v1alpha2 too, in the rest of the same PROBE_TIMEOUT.
 Each version's answer says whether the service has it (``versions``):
 an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
 (grpc-go's word for a service not registered, as containerd sends) says no;
@@ -71,8 +73,8 @@ from ..outages import IMAGE_BACKEND, SUMMARY_INTERVAL, OutageLog
 from ..supervisor import Restart
 from .backend import PROBE_TIMEOUT
 from .methods import ApiVersion
-from .registered import registered
-from .unready import not_initialized
+from .registered import Budget, registered
+from .unready import NOT_INITIALIZED, not_initialized
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,7 @@ async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
     both asked at once, so one that hangs costs ``timeout``, not twice it."""
     first = asyncio.ensure_future(_ask(channel, ApiVersion.V1, timeout))
     try:
-        found = await asyncio.gather(first, _ask_after(channel, first, asyncio.get_running_loop().time() + timeout))
+        found = await asyncio.gather(first, _ask_after(channel, first, Budget.of(timeout)))
     finally:
         first.cancel()  # done, unless the probe was cancelled
     there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
@@ -150,18 +152,26 @@ async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tup
 
 
 async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, str]],
-                     deadline: float) -> tuple[_Found, str]:
-    """v1alpha2, by the end of the probe's ``deadline`` (loop time): first
-    without a call of its own (registered.py: containerd 1.7 records a
-    deprecation at a v1alpha2 call), believed when ``first`` (v1's
-    ImageFsInfo) found v1 there: its answer tells whether the service
-    serves (not initialised, hung). Otherwise ImageFsInfo, in the time left."""
-    loop = asyncio.get_running_loop()
-    service = f"{ApiVersion.V1ALPHA2.package}.ImageService"
-    there = await registered(channel, service, max(deadline - loop.time(), 0.0))
-    if there is not None and (await first)[0] is _Found.HAS:
-        return (_Found.HAS if there else _Found.LACKS), ""
-    return await _ask(channel, ApiVersion.V1ALPHA2, max(deadline - loop.time(), 0.0))
+                     budget: Budget) -> tuple[_Found, str]:
+    """v1alpha2, within ``budget``: first without a call of its own
+    (registered.py: containerd 1.7 records a deprecation at a v1alpha2
+    call). Not registered: lacking. Registered, and ``first`` (v1's
+    ImageFsInfo) answered within the question's part: there, or, v1 not
+    initialised, failing alike (containerd's two versions share one
+    service). Otherwise (not told, v1 slow, hung, lacking or
+    UNAVAILABLE) its ImageFsInfo, in the rest of the budget."""
+    there = await registered(channel, f"{ApiVersion.V1ALPHA2.package}.ImageService", budget.asking())
+    if there is False:
+        return _Found.LACKS, ""
+    if there:
+        await asyncio.wait([first], timeout=budget.asking())
+        if first.done():
+            kind, why = first.result()
+            if kind is _Found.HAS:
+                return kind, ""
+            if kind is _Found.FAILED and NOT_INITIALIZED in why:
+                return kind, why
+    return await _ask(channel, ApiVersion.V1ALPHA2, budget.left())
 
 
 def _unimplemented(details: str) -> _Found:

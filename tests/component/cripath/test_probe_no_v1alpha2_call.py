@@ -18,7 +18,8 @@ import grpc
 import pytest
 from grpc import aio
 
-from runtimeproxy.cripath.backend import Backend
+from runtimeproxy.cripath import backend as backend_module
+from runtimeproxy.cripath.backend import Backend, BackendUnavailable
 from runtimeproxy.cripath.imagewatch import Probed, image_probe
 from runtimeproxy.cripath.methods import ApiVersion
 from runtimeproxy.cripath.registered import NO_SUCH_METHOD
@@ -39,6 +40,13 @@ NOT_INITIALIZED = "server is not initialized yet"
 def v1alpha2_calls(fake: FakeBackend) -> list[str]:
     """The v1alpha2 calls that reached the fake's handlers (containerd's CRI code)."""
     return [r.path for r in fake.received if r.path.startswith("/runtime.v1alpha2.")]
+
+
+def given(fake: FakeBackend, path: str) -> float:
+    """The time the one call of ``path`` was given (its deadline, as the fake saw it)."""
+    [call] = fake.calls(path)
+    assert call.time_remaining is not None
+    return call.time_remaining
 
 
 async def probed(fake: FakeBackend) -> frozenset[ApiVersion]:
@@ -128,18 +136,16 @@ async def test_an_image_answer_that_does_not_tell_leaves_the_real_call(
         assert v1alpha2_calls(fake) == [A2_IMAGE_PROBE, A2_FS_INFO]
 
 
-async def test_a_v1_image_call_not_served_yet_leaves_the_real_v1alpha2_call(
+async def test_a_v1_image_call_not_served_yet_fails_v1alpha2_alike_without_its_call(
         sock_dir: Path, channel_to: aio.Channel) -> None:
-    """v1 not initialised: v1alpha2 being registered says nothing of whether
-    it serves; its ImageFsInfo does (here not either: the service is down,
-    as before). Guards existing behaviour against the new reading."""
+    """v1 not initialised, v1alpha2 registered: v1alpha2 is taken to fail
+    alike (containerd's two versions share one service), its ImageFsInfo not
+    asked; the service is down, as before."""
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
-        for version in ("v1", "v1alpha2"):
-            fake.script(f"/runtime.{version}.ImageService/ImageFsInfo", code=grpc.StatusCode.UNKNOWN,
-                        details=NOT_INITIALIZED)
+        fake.script("/runtime.v1.ImageService/ImageFsInfo", code=grpc.StatusCode.UNKNOWN, details=NOT_INITIALIZED)
         assert await image_probe(channel_to, 5) == Probed(
             f"ImageFsInfo (v1, v1alpha2): UNKNOWN: {NOT_INITIALIZED}")
-        assert v1alpha2_calls(fake) == [A2_FS_INFO]
+        assert v1alpha2_calls(fake) == []
 
 
 async def test_a_v1alpha2_only_image_service_is_still_asked(sock_dir: Path, channel_to: aio.Channel) -> None:
@@ -150,12 +156,80 @@ async def test_a_v1alpha2_only_image_service_is_still_asked(sock_dir: Path, chan
 
 
 async def test_a_hung_v1_leaves_v1alpha2_the_rest_of_one_deadline(sock_dir: Path, channel_to: aio.Channel) -> None:
-    """v1 hung: v1alpha2's real call gets what is left of the probe's
-    timeout, so the probe still costs one timeout, not two."""
+    """v1 hung: v1alpha2's real call is sent after the question's half of
+    the probe's timeout and serves; the probe still costs one timeout."""
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
         fake.script("/runtime.v1.ImageService/ImageFsInfo", hang=True)
+        started = time.monotonic()
+        probed = await image_probe(channel_to, 1.0)
+        assert time.monotonic() - started < 1.8
+        assert probed == Probed(None, frozenset({A2}), failed="ImageFsInfo (v1): DEADLINE_EXCEEDED: Deadline Exceeded",
+                                failing=frozenset({V1}))
+        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+
+
+@pytest.mark.parametrize("hung", ["/runtime.v1.ImageService/ImageFsInfo", A2_IMAGE_PROBE])
+async def test_both_hung_cost_one_timeout_and_both_are_asked(
+        sock_dir: Path, channel_to: aio.Channel, hung: str) -> None:
+    """v1 (or the question) and v1alpha2's ImageFsInfo hung: each asked, each
+    named, within one timeout."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(hung, hang=True)
         fake.script(A2_FS_INFO, hang=True)
         started = time.monotonic()
         probed = await image_probe(channel_to, 1.0)
         assert time.monotonic() - started < 1.8
-        assert probed == Probed("ImageFsInfo (v1, v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded")
+        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+        if hung == A2_IMAGE_PROBE:
+            assert probed == Probed(None, frozenset({V1}), failed="ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: "
+                                    "Deadline Exceeded", failing=frozenset({A2}))
+        else:
+            assert probed == Probed("ImageFsInfo (v1, v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded")
+
+
+async def test_a_hung_image_question_leaves_the_real_call_the_rest(sock_dir: Path, channel_to: aio.Channel) -> None:
+    """The method that does not exist hung: v1alpha2's ImageFsInfo is sent
+    in the rest of the timeout, and serves."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_IMAGE_PROBE, hang=True)
+        started = time.monotonic()
+        assert await image_probe(channel_to, 1.0) == Probed(None, frozenset(ApiVersion))
+        assert time.monotonic() - started < 1.8
+        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+
+
+@pytest.fixture
+def one_second_probes(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(backend_module, "PROBE_TIMEOUT", 1.0)
+    return 1.0
+
+
+async def test_a_hung_runtime_question_and_version_cost_one_timeout(sock_dir: Path, one_second_probes: float) -> None:
+    """v1alpha2's question and its Version both hung: the step fails within
+    one PROBE_TIMEOUT, the Version sent in its second half."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_RUNTIME_PROBE, hang=True)
+        fake.script(A2_VERSION, hang=True)
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="DEADLINE_EXCEEDED"):
+            await probed(fake)
+        assert time.monotonic() - started < one_second_probes + 0.6
+        assert 0.3 < given(fake, A2_VERSION) < 0.55  # the second half of 1 s
+
+
+async def test_a_hung_runtime_question_leaves_the_real_version_call(sock_dir: Path, one_second_probes: float) -> None:
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_RUNTIME_PROBE, hang=True)
+        assert await probed(fake) == frozenset(ApiVersion)
+        assert 0.3 < given(fake, A2_VERSION) < 0.55  # the second half of 1 s
+
+
+async def test_a_registered_v1alpha2_is_taken_as_served(sock_dir: Path) -> None:
+    """A v1alpha2 registered whose Version is not implemented (a stub; no
+    known runtime: containerd 1.7's v1alpha2 shares v1's service) is taken
+    as served, its Version not asked (before: it was left out, v1alpha2
+    clients translated to v1). Pins the documented trade."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script(A2_VERSION, code=grpc.StatusCode.UNIMPLEMENTED, details="method Version not implemented")
+        assert await probed(fake) == frozenset(ApiVersion)
+        assert v1alpha2_calls(fake) == []
