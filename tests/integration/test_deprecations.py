@@ -4,7 +4,10 @@ a separate image service) with a v1-only client records no
 ``ctr deprecations list`` to check a node is ready for containerd 2.0. Its
 probes still find v1alpha2 in both (health SERVING); a v1alpha2 client's
 calls still go through, and then the entry is recorded (the check can see
-it). On both data paths (grpcpath/test_deprecations_grpc.py).
+it). On both data paths (grpcpath/test_deprecations_grpc.py). Both
+containerds are fully ready when the proxy starts, so the probes' fallbacks
+(a v1 call not initialised yet, a question or a v1 answer not in time) are
+left to the component tests (cripath/test_probe_no_v1alpha2_call.py).
 
 Before: the proxy's own probes asked Version and ImageFsInfo in v1alpha2,
 so the entry was there on every 1.7 node (cripath/registered.py).

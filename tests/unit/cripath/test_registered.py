@@ -19,6 +19,9 @@ UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
     (UNIMPLEMENTED, "Method not found!", None),
     (UNIMPLEMENTED, "unknown service runtime.v1.RuntimeService", None),
     (UNIMPLEMENTED, f"unknown method Version for service {SERVICE}", None),
+    (UNIMPLEMENTED, f"unknown method {NO_SUCH_METHOD} for service runtime.v1alpha2.ImageService", None),
+    (UNIMPLEMENTED, f"unknown method {NO_SUCH_METHOD} for service {SERVICE} (proxied)", None),
+    (UNIMPLEMENTED, f"unknown service {SERVICE}.", None),
     (grpc.StatusCode.UNKNOWN, f"unknown service {SERVICE}", None),
     (grpc.StatusCode.UNAVAILABLE, "connection refused", None),
 ])
