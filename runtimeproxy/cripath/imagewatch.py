@@ -8,29 +8,12 @@ would tell an operator all is well while no pod whose image is missing can
 start.
 
 It is judged by its channel, kept connected as the runtime's is (each look
-asks grpc to connect), and by a probe at each READY: ImageFsInfo (v1 and
-v1alpha2 at once, under one PROBE_TIMEOUT; ImageService has no Version), as
-cheap an image call as there is. A connection alone says too little: a
-socket whose process takes the connection may not serve (containerd's "not
-initialized yet" while it loads its state; a hung service).
-v1alpha2 is first asked by a method that does not exist (registered.py:
-containerd 1.7 records a deprecation at a real v1alpha2 call, a false alarm
-on a node whose kubelet speaks v1 only); grpc-go's "unknown service" is
-believed at once, its "there" once v1's ImageFsInfo answered (or failed
-"not initialized": v1alpha2 is taken to fail alike) within the first half
-of PROBE_TIMEOUT; else (or when the answer says nothing) ImageFsInfo is
-asked in v1alpha2 too, in the rest of the same PROBE_TIMEOUT.
-Each version's answer says whether the service has it (``versions``):
-an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
-(grpc-go's word for a service not registered, as containerd sends) says no;
-another UNIMPLEMENTED ("unknown method ...", "method ImageFsInfo not
-implemented": the service is there without that call) says yes; one whose
-message says neither (grpc-python's "Method not found!") leaves the version
-unknown, taken to be there. "not initialized", UNAVAILABLE or
-DEADLINE_EXCEEDED in a version leaves that version out; the service is down
-when no version is there: one failed so, or both said "unknown service"
-(whatever listens is no CRI image service: a wrong socket given). A probe with such a failure
-is asked again after a backoff (``_Backoff``): from RETRY_FIRST, doubling,
+asks grpc to connect), and by a probe at each READY (imageprobe.py: which
+versions answer ImageFsInfo, and whether the service serves). A connection
+alone says too little: a socket whose process takes the connection may not
+serve (containerd's "not initialized yet" while it loads its state; a hung
+service). A probe that finds it down, or a version failing, is asked
+again after a backoff (``_Backoff``): from RETRY_FIRST, doubling,
 up to RETRY_MAX (the runtime probe's ceiling) while the service is down or
 the failing version is one image calls are sent in, up to VERSION_RETRY_MAX
 while it serves and only a version no image call is sent in fails (a
@@ -58,7 +41,6 @@ count once).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -72,15 +54,12 @@ from grpc import aio
 from ..outages import IMAGE_BACKEND, SUMMARY_INTERVAL, OutageLog
 from ..supervisor import Restart
 from .backend import PROBE_TIMEOUT
+from .imageprobe import Probed, image_probe
 from .methods import ApiVersion
-from .registered import Budget, registered
-from .unready import NOT_INITIALIZED, not_initialized
 
 log = logging.getLogger(__name__)
 
 _S = grpc.ChannelConnectivity
-PROBE_VERSIONS = (ApiVersion.V1, ApiVersion.V1ALPHA2)
-NO_IMAGE_SERVICE = "ImageFsInfo (v1, v1alpha2): unknown service: no CRI ImageService listens there"
 RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
 # Down, or failing a version image calls are sent in: as the runtime's
 # probe's default longest interval, its return is what pulls wait on.
@@ -93,105 +72,6 @@ VERSION_RETRY_MAX = SUMMARY_INTERVAL
 # The proxy serves the runtime's calls without the image service: a watch
 # that keeps dying is restarted (each time logged), never the proxy stopped.
 RESTART = Restart(first_delay=0.1, max_delay=30.0, attempts=None)
-
-
-@dataclass(frozen=True)
-class Probed:
-    """A probe's outcome: why the service does not serve (None: it serves);
-    the CRI versions taken to be there, and of those the ones ``unknown``
-    (assumed there); ``failed``: while it serves, why the other versions
-    did not answer (the probe is asked again)."""
-
-    reason: str | None
-    versions: frozenset[ApiVersion] = frozenset()
-    unknown: frozenset[ApiVersion] = frozenset()
-    failed: str | None = None
-    # The versions ``failed`` names (empty with ``failed`` set: not known, taken as sent in).
-    failing: frozenset[ApiVersion] = frozenset()
-
-
-class _Found(enum.Enum):
-    HAS = "has"
-    LACKS = "lacks"
-    UNKNOWN = "unknown"
-    FAILED = "failed"
-
-
-async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
-    """Whether the image service on ``channel`` serves, and in which versions:
-    both asked at once, so one that hangs costs ``timeout``, not twice it."""
-    first = asyncio.ensure_future(_ask(channel, ApiVersion.V1, timeout))
-    try:
-        found = await asyncio.gather(first, _ask_after(channel, first, Budget.of(timeout)))
-    finally:
-        first.cancel()  # done, unless the probe was cancelled
-    there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
-    unknown = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.UNKNOWN}
-    failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
-    if failed is not None and not there:
-        return Probed(failed)
-    if not there:  # "unknown service" in both: whatever listens there is no CRI image service
-        return Probed(NO_IMAGE_SERVICE)
-    failing = frozenset(v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED)
-    return Probed(None, frozenset(there), frozenset(unknown), failed, failing)
-
-
-async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tuple[_Found, str]:
-    """ImageFsInfo in ``version``: what it says of the version (and, FAILED, why)."""
-    try:
-        await channel.unary_unary(f"/{version.package}.ImageService/ImageFsInfo")(b"", timeout=timeout)
-    except aio.AioRpcError as err:
-        code, details = err.code(), err.details() or ""
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            return _unimplemented(details), ""
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or not_initialized(
-                code.value[0], details):
-            return _Found.FAILED, f"{code.name}: {details}"
-        # Any other error is the service's answer: the version is there.
-    return _Found.HAS, ""
-
-
-async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, str]],
-                     budget: Budget) -> tuple[_Found, str]:
-    """v1alpha2, within ``budget``: first without a call of its own
-    (registered.py: containerd 1.7 records a deprecation at a v1alpha2
-    call). Not registered: lacking. Registered, and ``first`` (v1's
-    ImageFsInfo) answered within the question's part: there, or, v1 not
-    initialised, failing alike (containerd's two versions share one
-    service). Otherwise (not told, v1 slow, hung, lacking or
-    UNAVAILABLE) its ImageFsInfo, in the rest of the budget."""
-    there = await registered(channel, f"{ApiVersion.V1ALPHA2.package}.ImageService", budget.asking())
-    if there is False:
-        return _Found.LACKS, ""
-    if there:
-        await asyncio.wait([first], timeout=budget.asking())
-        if first.done():
-            kind, why = first.result()
-            if kind is _Found.HAS:
-                return kind, ""
-            if kind is _Found.FAILED and NOT_INITIALIZED in why:
-                return kind, why
-    return await _ask(channel, ApiVersion.V1ALPHA2, budget.left())
-
-
-def _unimplemented(details: str) -> _Found:
-    """grpc-go (containerd) says "unknown service X" when the version's service
-    is not registered, "unknown method M for service X" or "method M not
-    implemented" when it is; any other message tells nothing."""
-    if details.startswith("unknown service "):
-        return _Found.LACKS
-    if details.startswith("unknown method ") or details.endswith(" not implemented"):
-        return _Found.HAS
-    return _Found.UNKNOWN
-
-
-def _failures(failed: dict[ApiVersion, str]) -> str | None:
-    """e.g. "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded";
-    versions that failed alike share one part."""
-    alike: dict[str, list[str]] = {}
-    for version, why in failed.items():
-        alike.setdefault(why, []).append(str(version))
-    return "; ".join(f"ImageFsInfo ({', '.join(names)}): {why}" for why, names in alike.items()) or None
 
 
 @dataclass

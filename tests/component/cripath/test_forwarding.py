@@ -399,7 +399,7 @@ async def test_image_service_goes_to_the_image_backend(fake, start_proxy, client
         await unary(client, "/runtime.v1.ImageService/ListImages")(b"")
         await unary(client, V1_LIST)(b"")
     # Besides the call, the image watch's probe (ImageFsInfo in both versions,
-    # v1alpha2 first by a method that does not exist: cripath/imagewatch.py).
+    # v1alpha2 first by a method that does not exist: cripath/imageprobe.py).
     calls = [r.path for r in images.received if not r.path.endswith((".ImageService/ImageFsInfo", NO_SUCH_METHOD))]
     assert calls == ["/runtime.v1.ImageService/ListImages"]
     assert fake.calls("/runtime.v1.ImageService/ListImages") == [] and len(fake.calls(V1_LIST)) == 1

@@ -1,4 +1,4 @@
-"""The separate image service's probe alone (cripath/imagewatch.py's
+"""The separate image service's probe alone (cripath/imageprobe.py's
 image_probe) against a fake: both versions asked at once under one
 deadline, each version's UNIMPLEMENTED read for whether the version is there,
 and a failure's reason naming its version."""
@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from grpc import aio
 
-from runtimeproxy.cripath.imagewatch import Probed, image_probe
+from runtimeproxy.cripath.imageprobe import Probed, image_probe
 from runtimeproxy.cripath.methods import ApiVersion
 from runtimeproxy.host.unixsocket import grpc_address
 

@@ -20,7 +20,7 @@ from grpc import aio
 
 from runtimeproxy.cripath import backend as backend_module
 from runtimeproxy.cripath.backend import Backend, BackendUnavailable
-from runtimeproxy.cripath.imagewatch import Probed, image_probe
+from runtimeproxy.cripath.imageprobe import Probed, image_probe
 from runtimeproxy.cripath.methods import ApiVersion
 from runtimeproxy.cripath.registered import NO_SUCH_METHOD
 from runtimeproxy.host.unixsocket import grpc_address
