@@ -168,14 +168,25 @@ class FrameConnection:
     # -- running ---------------------------------------------------------
 
     def client_data(self, chunk: bytes) -> None:
-        self._guard(self.client_side.feed, chunk, "client")
+        # (The guard inline, here and in backend_data: no frame more per read.)
+        if self.closed.done():
+            return
+        try:
+            self.client_side.feed(chunk)
+        except FrameError as exc:
+            self._failed(exc, "client")
         if not self.client_can_write.is_set() and self._client_writer.get_write_buffer_size() > CLIENT_BACKLOG:
             # A client that reads nothing while it writes (PINGs, streams over
             # its limit) would have the proxy buffer its answers without end.
             self.hold_client_reads("backlog", True)
 
     def backend_data(self, chunk: bytes) -> None:
-        self._guard(self.backend_side.feed, chunk, "backend")
+        if self.closed.done():
+            return
+        try:
+            self.backend_side.feed(chunk)
+        except FrameError as exc:
+            self._failed(exc, "backend")
 
     def client_writable(self, writable: bool) -> None:
         """The client's transport buffer is full (or drained again): hold the backend."""
@@ -219,19 +230,15 @@ class FrameConnection:
             hooked_call.cancel("the connection was lost")
         self._close()
 
-    def _guard(self, feed: Callable[[bytes], None], chunk: bytes, side: str) -> None:
-        if self.closed.done():
-            return
-        try:
-            feed(chunk)
-        except FrameError as exc:
-            code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
-            log.warning("frames: connection error, %s side: %s", side, exc,
-                        extra={"side": side, "code": code.name, "error": str(exc), **self.identity})
-            self.out.release()
-            self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
-            self.out.flush()
-            self.lost()
+    def _failed(self, exc: FrameError, side: str) -> None:
+        """A connection error found reading ``side``: GOAWAY to the client, and the connection ends."""
+        code = exc.code if side == "client" else ErrorCode.INTERNAL_ERROR
+        log.warning("frames: connection error, %s side: %s", side, exc,
+                    extra={"side": side, "code": code.name, "error": str(exc), **self.identity})
+        self.out.release()
+        self.out.control(fr.goaway(self.last_stream, code, str(exc).encode()[:200]))
+        self.out.flush()
+        self.lost()
 
     def _close(self) -> None:
         self.backend_pings.close()
