@@ -132,8 +132,10 @@ class ClientSide:
                     run = pos = nxt
                     continue
                 if kind == T_HEADERS and flags & WHOLE_PLAIN == F_END_HEADERS:  # nearly every request's
-                    out.append(view[run:pos])
-                    self._new_stream(sid, bool(flags & F_END_STREAM))
+                    if run < pos:  # (no empty view: a read's first frame, mostly)
+                        out.append(view[run:pos])
+                    if not sid & 1 or sid <= self.opened:  # (a new odd id passes: no call)
+                        self._new_stream(sid, bool(flags & F_END_STREAM))
                     self._header_block(sid, [buf[pos:nxt]], buf[pos + HEADER_LEN : nxt],
                                        bool(flags & F_END_STREAM), out)
                     run = pos = nxt
@@ -146,19 +148,22 @@ class ClientSide:
                         # gRPC client sends as it reads the answer, after the end.
                         pos = nxt
                         continue
-                    out.append(view[run:pos])  # the response direction's connection window is ours (outbound.py)
+                    if run < pos:
+                        out.append(view[run:pos])  # the response direction's connection window is ours (outbound.py)
                     conn.out.grow(increment)
                     run = pos = nxt
                     continue
                 if kind not in _CLIENT_SPECIAL:
                     pos = nxt
                     continue
-            out.append(view[run:pos])
+            if run < pos:
+                out.append(view[run:pos])
             self._client_frame(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt]), buf[pos:nxt], out, block)
             if kind == T_SETTINGS:  # an ACK may have put a new frame size in force
                 max_frame = conn.backend_frames.relay
             run = pos = nxt
-        out.append(view[run:pos])
+        if run < pos:
+            out.append(view[run:pos])
         return pos
 
     def write_backend(self, out: list[bytes | memoryview]) -> None:
@@ -322,21 +327,27 @@ class ClientSide:
             conn.mark_ended(sid)
             return
         path = (peeked if peeked is not None else dict(headers or ())).get(b":path", b"").decode("latin-1")
-        if not self.conn.routes.fast(path):
+        routes = conn.routes
+        if not routes.fast(path):
             if headers is None:  # all of them, for the proxy's own call; the table is as it was
                 headers = self.headers.peek_all(data) or self.headers.decode(data)
-            stages = self.conn.routes.hooked(path)
+            stages = routes.hooked(path)
             if stages is not None and not hooked.compressed(headers):
                 taken.start_hooked(self, sid, path, headers, stages, raws, end_stream, out)
             else:
                 taken.start_diverted(self, sid, path, headers, raws, end_stream, out)
             return
-        self.ordered(raws[0] if len(raws) == 1 else b"".join(raws), out)
-        self.conn.relayed.add(sid)
-        self.conn.start_timing(sid, path)  # (its message size trackers come as needed: msgsize.StreamSizes)
-        if self.conn.routes.unary(path):
-            self.conn.unary_open.add(sid)
-            self.conn.busy()
+        raw = raws[0] if len(raws) == 1 else b"".join(raws)
+        if conn.inbound.queued:  # (self.ordered, inline: once per call)
+            self.write_backend(out)
+            conn.inbound.ordered(raw)
+        else:
+            out.append(raw)
+        conn.relayed.add(sid)
+        conn.start_timing(sid, path)  # (its message size trackers come as needed: msgsize.StreamSizes)
+        if routes.unary(path):
+            conn.unary_open.add(sid)
+            conn.busy()
 
     def refuse_size(self, f: fr.Frame, length: int, out: list[bytes | memoryview]) -> None:
         """A request message over the limit: the call ends RESOURCE_EXHAUSTED, its DATA dropped."""
