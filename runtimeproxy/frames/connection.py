@@ -156,14 +156,12 @@ class FrameConnection:
         self.backend_heads_up: str | None = None  # a drain's heads-up GOAWAY's debug data, once one came
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
         # No unary or diverted call left, the GOAWAY sent (shutdown waits:
-        # ``wait_idle``). Private: set or cleared only by ``check_idle`` and
-        # ``busy``, which keep ``_said_idle`` with it; a change made past them
-        # would leave the two apart, and a later change unmade.
-        self._idle = asyncio.Event()
-        self._idle.set()
-        # What ``_idle`` says, so that it is set or cleared (Python calls) only
-        # as that changes, not three or four times a call.
+        # ``wait_idle``). Private: changed only by ``check_idle`` and ``busy``.
         self._said_idle = True
+        # What shutdown waits on, made only once it waits (``wait_idle``):
+        # from then set or cleared with ``_said_idle``. Not before: an
+        # Event's set and clear are Python calls, two per unary call.
+        self._idle: asyncio.Event | None = None
 
     # -- running ---------------------------------------------------------
 
@@ -340,17 +338,22 @@ class FrameConnection:
     @property
     def is_idle(self) -> bool:
         """No call left that shutdown waits for (``check_idle``)."""
-        return self._idle.is_set()
+        return self._said_idle
 
     async def wait_idle(self) -> None:
         """Until no call is left that shutdown waits for."""
+        if self._said_idle:
+            return
+        if self._idle is None:
+            self._idle = asyncio.Event()  # (not set: not idle)
         await self._idle.wait()
 
     def busy(self) -> None:
         """A call opened that shutdown waits for: not idle."""
         if self._said_idle:
             self._said_idle = False
-            self._idle.clear()
+            if self._idle is not None:
+                self._idle.clear()
 
     def check_idle(self) -> None:
         """Idle once no call is left to finish and what answered them has been
@@ -360,7 +363,8 @@ class FrameConnection:
         if done and not self.unary_open and (not self.stopping or self.prefaced):  # (prefaced: two calls)
             if not self._said_idle:
                 self._said_idle = True
-                self._idle.set()
+                if self._idle is not None:
+                    self._idle.set()
         else:
             self.busy()
         if self.backend_lost and done and not self.closed.done():
@@ -393,8 +397,10 @@ class FrameConnection:
             self.routes.runtime_unimplemented()
         self.relayed.discard(sid)
         self.responded.discard(sid)
-        self.sizes_in.pop(sid, None)
-        self.sizes_out.pop(sid, None)
+        if self.sizes_in:  # (a unary call's relay makes none: msgsize.StreamSizes)
+            self.sizes_in.pop(sid, None)
+        if self.sizes_out:
+            self.sizes_out.pop(sid, None)
         if sid in self.unary_open:
             self.unary_open.discard(sid)
             self.check_idle()
