@@ -27,6 +27,7 @@ from .frame import (
 )
 from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
+from .msgsize import LENGTH
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
@@ -91,6 +92,7 @@ class BackendSide:
         conn = self.conn
         out = conn.out
         relayed, sizes_out = conn.relayed, conn.sizes_out
+        limit = sizes_out.limit
         block = self.block  # (changed in place)
         view = memoryview(buf)
         max_frame = conn.client_frames.relay
@@ -111,6 +113,8 @@ class BackendSide:
                     if sizes is not None and sizes.remaining >= size:  # within one message's body
                         sizes.remaining -= size
                         too_long = None
+                    elif sizes is None and size >= 5 and size - 5 == LENGTH(buf, pos + 10)[0] <= limit:
+                        too_long = None  # one whole message (a unary answer's, nearly always): as feed_at reads it
                     else:
                         too_long = sizes_out.feed_at(sid, buf, pos + HEADER_LEN, size)
                     if too_long is None and out.take(size):

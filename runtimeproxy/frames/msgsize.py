@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-_LENGTH = struct.Struct(">I").unpack_from  # a message prefix's length, after its flag byte
+LENGTH = struct.Struct(">I").unpack_from  # a message prefix's length, after its flag byte (also read inline: the relay's loops)
 
 
 class MessageSizes:
@@ -35,7 +35,7 @@ class MessageSizes:
             return None
         if remaining or self._prefix or n < 5:
             return self.feed(memoryview(buf)[start : start + n])
-        length = _LENGTH(buf, start + 1)[0]
+        length = LENGTH(buf, start + 1)[0]
         if length > self._limit:
             return length
         if n - 5 > length:  # more messages in this frame
@@ -73,7 +73,8 @@ class StreamSizes(dict[int, MessageSizes]):
     """One direction's trackers, by stream. A relayed stream gets one only at
     its first DATA frame that does not hold one whole message within the
     limit (a unary call's frames nearly always do): until then it is at a
-    message's start, which is what a missing tracker says (``feed_at``), and
+    message's start, which is what a missing tracker says (``feed_at``; the
+    relay's loops read that case inline, upstream.py and downstream.py), and
     a call costs no tracker at all. A hooked call's are made at its start
     (upstream.py): for it a missing one says the stream ended (taken.py)."""
 
@@ -93,7 +94,7 @@ class StreamSizes(dict[int, MessageSizes]):
         """``MessageSizes.feed_at`` on ``sid``'s tracker, made if it needs one."""
         sizes = self.get(sid)
         if sizes is None:
-            if n >= 5 and n - 5 == _LENGTH(buf, start + 1)[0] <= self.limit:
+            if n >= 5 and n - 5 == LENGTH(buf, start + 1)[0] <= self.limit:
                 return None  # one whole message: the stream is at a message's start again
             sizes = self[sid] = MessageSizes(self.limit)
         return sizes.feed_at(buf, start, n)
