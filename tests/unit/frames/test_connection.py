@@ -16,35 +16,9 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 from tests.frameroutes import Routes
+from tests.frametransport import Transport as _Transport  # (the name the modules beside this one import)
 
 PODS = "/runtime.v1.RuntimeService/ListPodSandbox"
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def writelines(self, pieces: list[bytes]) -> None:  # one write, as uvloop's writev
-        self.write(b"".join(pieces))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default  # no socket: the connection's client is unknown (peerid.py)
 
 
 async def _pass_on(request, context, send):  # type: ignore[no-untyped-def]

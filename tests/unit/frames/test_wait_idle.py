@@ -12,7 +12,7 @@ from runtimeproxy.frames import frame as fr
 from runtimeproxy.frames.connection import FrameConnection, Limits
 from runtimeproxy.frames.frame import Flag, FrameType
 from tests.frameroutes import Routes
-from tests.unit.frames.test_connection import _Transport
+from tests.frametransport import Transport
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 
@@ -33,7 +33,7 @@ def _answer(encoder: hpack.Encoder, sid: int) -> bytes:
 
 
 async def test_shutdown_waits_for_each_relayed_unary_call_until_its_answer_went() -> None:
-    conn = FrameConnection(_Transport(), _Transport(), Routes(), None, Limits(max_message=100))  # type: ignore[arg-type]
+    conn = FrameConnection(Transport(), Transport(), Routes(), None, Limits(max_message=100))  # type: ignore[arg-type]
     conn.client_data(fr.PREFACE + fr.serialize(FrameType.SETTINGS, 0, 0))
     conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0))
     requests, answers = hpack.Encoder(), hpack.Encoder()
