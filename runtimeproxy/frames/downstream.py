@@ -27,7 +27,7 @@ from .frame import (
 )
 from .hooked import RESET, grpc_status, status_name
 from .hpackpeek import HeaderReader
-from .msgsize import LENGTH
+from .msgsize import DATA_LENGTH_AT, LENGTH
 
 _STATUS = frozenset({b"grpc-status", b"grpc-message"})
 GATE_LIMIT_S = 1.0  # how long a hooked call's answer waits for its stages, at most
@@ -113,7 +113,7 @@ class BackendSide:
                     if sizes is not None and sizes.remaining >= size:  # within one message's body
                         sizes.remaining -= size
                         too_long = None
-                    elif sizes is None and size >= 5 and size - 5 == LENGTH(buf, pos + 10)[0] <= limit:
+                    elif sizes is None and size >= 5 and size - 5 == LENGTH(buf, pos + DATA_LENGTH_AT)[0] <= limit:
                         too_long = None  # one whole message (a unary answer's, nearly always): as feed_at reads it
                     else:
                         too_long = sizes_out.feed_at(sid, buf, pos + HEADER_LEN, size)

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import struct
 
-LENGTH = struct.Struct(">I").unpack_from  # a message prefix's length, after its flag byte (also read inline: the relay's loops)
+from .frame import HEADER_LEN
+
+LENGTH = struct.Struct(">I").unpack_from  # a message prefix's length field
+LENGTH_AT = 1  # where that field starts in the prefix: after its flag byte
+# Where the first message's length field starts in a DATA frame (unpadded),
+# from the frame's header: as the relay's loops read it (upstream.py, downstream.py).
+DATA_LENGTH_AT = HEADER_LEN + LENGTH_AT
 
 
 class MessageSizes:
@@ -35,7 +41,7 @@ class MessageSizes:
             return None
         if remaining or self._prefix or n < 5:
             return self.feed(memoryview(buf)[start : start + n])
-        length = LENGTH(buf, start + 1)[0]
+        length = LENGTH(buf, start + LENGTH_AT)[0]
         if length > self._limit:
             return length
         if n - 5 > length:  # more messages in this frame
@@ -91,10 +97,14 @@ class StreamSizes(dict[int, MessageSizes]):
         return sizes
 
     def feed_at(self, sid: int, buf: bytes, start: int, n: int) -> int | None:
-        """``MessageSizes.feed_at`` on ``sid``'s tracker, made if it needs one."""
+        """``MessageSizes.feed_at`` on ``sid``'s tracker, made if it needs one.
+        Its test for one whole message within the limit (no tracker needed) is
+        copied inline, a call less per DATA frame, in the relay's loops:
+        upstream.ClientSide._frames and downstream.BackendSide._frames; a
+        change to it here is one there too."""
         sizes = self.get(sid)
         if sizes is None:
-            if n >= 5 and n - 5 == LENGTH(buf, start + 1)[0] <= self.limit:
+            if n >= 5 and n - 5 == LENGTH(buf, start + LENGTH_AT)[0] <= self.limit:
                 return None  # one whole message: the stream is at a message's start again
             sizes = self[sid] = MessageSizes(self.limit)
         return sizes.feed_at(buf, start, n)

@@ -22,7 +22,7 @@ from .frame import (
 )
 from .hpackpeek import HeaderReader
 from .inbound import CLIENT_GRANT
-from .msgsize import LENGTH
+from .msgsize import DATA_LENGTH_AT, LENGTH
 from .window import detached
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class ClientSide:
                     payload = fr.unpadded(fr.Frame(kind, flags, sid, view[pos + HEADER_LEN : nxt])) if flags & F_PADDED else None
                     if payload is not None:
                         too_long = sizes_in.tracker(sid).feed(payload)
-                    elif sid not in sizes_in and size >= 5 and size - 5 == LENGTH(buf, pos + 10)[0] <= limit:
+                    elif sid not in sizes_in and size >= 5 and size - 5 == LENGTH(buf, pos + DATA_LENGTH_AT)[0] <= limit:
                         too_long = None  # one whole message (a unary request's, nearly always): as feed_at reads it
                     else:
                         too_long = sizes_in.feed_at(sid, buf, pos + HEADER_LEN, size)
