@@ -8,9 +8,13 @@ client a window of its own (``CLIENT_GRANT``), given back as the client's
 DATA is consumed. What the backend's window cannot take yet waits here, in
 order, bounded by that grant.
 
-Only DATA costs window. Frames that must stay behind a stream's queued DATA
-(its RST_STREAM) go through ``ordered``; header blocks, SETTINGS, PING and
-WINDOW_UPDATE need no such order and are written at once by the caller.
+Only DATA costs window. Frames that must stay behind queued DATA go through
+``ordered``: a stream's RST_STREAM, a SETTINGS ACK (the DATA before it was
+framed under the settings it acknowledges), and every header block, not
+only a stream's trailers, which follow its DATA: the backend's HPACK
+decoder must read the blocks in the order the client's encoder made them,
+so none may overtake one queued (upstream.ClientSide.ordered). SETTINGS,
+PING ACKs and WINDOW_UPDATE need no such order and are written at once.
 """
 
 from __future__ import annotations
@@ -138,7 +142,7 @@ class Inbound:
         self.pump()
 
     def ordered(self, raw: bytes) -> None:
-        """Whole frames that must not overtake queued DATA (a stream's RST_STREAM)."""
+        """Whole frames that must not overtake queued DATA (a RST_STREAM, a header block: see above)."""
         if self._queue.items:
             self._queue.items.append(raw)
         else:

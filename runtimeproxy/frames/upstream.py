@@ -180,7 +180,12 @@ class ClientSide:
             self.conn.backend.write(data)
 
     def ordered(self, raw: bytes, out: list[bytes | memoryview]) -> None:
-        """A frame that must follow its stream's DATA, some of which may be queued."""
+        """A frame that must follow DATA some of which may be queued (inbound.py):
+        a RST_STREAM, a SETTINGS ACK, and every header block for the backend,
+        trailers (after their stream's DATA) or not (its HPACK decoder reads
+        the blocks in the order the client's encoder made them: none may
+        overtake one queued). _header_block starts a relayed call with a copy
+        of this inline (one call less per call): a change here is one there."""
         if self.conn.inbound.queued:
             self.write_backend(out)
             self.conn.inbound.ordered(raw)
@@ -345,7 +350,7 @@ class ClientSide:
                 taken.start_diverted(self, sid, path, headers, raws, end_stream, out)
             return
         raw = raws[0] if len(raws) == 1 else b"".join(raws)
-        if conn.inbound.queued:  # (self.ordered, inline: once per call)
+        if conn.inbound.queued:  # (self.ordered, inline: once per call; a header block must go through it)
             self.write_backend(out)
             conn.inbound.ordered(raw)
         else:
