@@ -43,7 +43,7 @@ from grpc import aio
 
 from ..cripath.stage import Stage
 from . import frame as fr
-from . import hooked, hpackstatic, peerid, runtimegone
+from . import hooked, hpackstatic, idle, peerid, runtimegone
 from .divert import Diverted, status_frames
 from .downstream import BackendSide
 from .frame import ErrorCode, FrameError
@@ -155,13 +155,10 @@ class FrameConnection:
         self.backend_going_told = False  # its GOAWAY logged at info (runtimegone.going_away)
         self.backend_heads_up: str | None = None  # a drain's heads-up GOAWAY's debug data, once one came
         self.timed: dict[int, tuple[Callable[[str, float], None], float]] = {}  # relayed and hooked calls
-        # No unary or diverted call left, the GOAWAY sent (shutdown waits:
-        # ``wait_idle``). Private: changed only by ``check_idle`` and ``busy``.
-        self._said_idle = True
-        # What shutdown waits on, made only once it waits (``wait_idle``):
-        # from then set or cleared with ``_said_idle``. Not before: an
-        # Event's set and clear are Python calls, two per unary call.
-        self._idle: asyncio.Event | None = None
+        # No call left that shutdown waits for, and what shutdown waits on
+        # (``wait_idle``): changed only by idle.py.
+        self.is_idle = True
+        self.idle_event: asyncio.Event | None = None
 
     # -- running ---------------------------------------------------------
 
@@ -335,40 +332,10 @@ class FrameConnection:
         again, with the next request (inbound.Corked.credit)."""
         self.backend.credit(amount)
 
-    @property
-    def is_idle(self) -> bool:
-        """No call left that shutdown waits for (``check_idle``)."""
-        return self._said_idle
-
-    async def wait_idle(self) -> None:
-        """Until no call is left that shutdown waits for."""
-        if self._said_idle:
-            return
-        if self._idle is None:
-            self._idle = asyncio.Event()  # (not set: not idle)
-        await self._idle.wait()
-
-    def busy(self) -> None:
-        """A call opened that shutdown waits for: not idle."""
-        if self._said_idle:
-            self._said_idle = False
-            if self._idle is not None:
-                self._idle.clear()
-
-    def check_idle(self) -> None:
-        """Idle once no call is left to finish and what answered them has been
-        written (not waiting for the client's window, nor behind a gate):
-        told again as the window queue empties (outbound.py)."""
-        done = not self.diverted and not self.hooked and not self.out.queued
-        if done and not self.unary_open and (not self.stopping or self.prefaced):  # (prefaced: two calls)
-            if not self._said_idle:
-                self._said_idle = True
-                if self._idle is not None:
-                    self._idle.set()
-        else:
-            self.busy()
-        if self.backend_lost and done and not self.closed.done():
-            self._close()  # the proxy's own calls, and the answers given, are done too
+    # What shutdown waits for (idle.py): its functions bound as methods, no call more.
+    busy = idle.busy
+    check_idle = idle.check
+    wait_idle = idle.wait
 
     def at_stream_limit(self) -> bool:
         """The client has --max-concurrent-streams streams open here. A hooked
