@@ -10,7 +10,8 @@ call, a false alarm on a node whose kubelet speaks v1 only); grpc-go's
 answered (or failed "not initialized": v1alpha2 is taken to fail alike)
 within the first half of the timeout; else (or when the answer says
 nothing) ImageFsInfo is asked in v1alpha2 too, in the rest of the same
-timeout.
+timeout, and, v1alpha2 registered, v1's answer coming first still tells
+(a slow but healthy service: the real call then goes unanswered).
 Each version's answer says whether the service has it (``versions``):
 an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
 (grpc-go's word for a service not registered, as containerd sends) says no;
@@ -101,22 +102,39 @@ async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, s
     """v1alpha2, within ``budget``: first without a call of its own
     (registered.py: containerd 1.7 records a deprecation at a v1alpha2
     call). Not registered: lacking. Registered, and ``first`` (v1's
-    ImageFsInfo) answered within the question's part: there, or, v1 not
-    initialised, failing alike (containerd's two versions share one
-    service). Otherwise (not told, v1 slow, hung, lacking or
-    UNAVAILABLE) its ImageFsInfo, in the rest of the budget."""
+    ImageFsInfo) answered within the question's part: as ``_alike``.
+    Otherwise (not told, v1 slow, hung, lacking or UNAVAILABLE) its
+    ImageFsInfo, in the rest of the budget; registered, raced against v1's
+    call still under way (a slow but healthy service answers v1 within the
+    whole timeout, and v1alpha2 with it, though its own call would not)."""
     there = await registered(channel, f"{ApiVersion.V1ALPHA2.package}.ImageService", budget.asking())
     if there is False:
         return _Found.LACKS, ""
-    if there:
-        await asyncio.wait([first], timeout=budget.asking())
-        if first.done():
-            kind, why = first.result()
-            if kind is _Found.HAS:
-                return kind, ""
-            if kind is _Found.FAILED and NOT_INITIALIZED in why:
-                return kind, why
-    return await _ask(channel, ApiVersion.V1ALPHA2, budget.left())
+    if not there:
+        return await _ask(channel, ApiVersion.V1ALPHA2, budget.left())
+    await asyncio.wait([first], timeout=budget.asking())
+    if first.done():
+        return _alike(first.result()) or await _ask(channel, ApiVersion.V1ALPHA2, budget.left())
+    own = asyncio.ensure_future(_ask(channel, ApiVersion.V1ALPHA2, budget.left()))
+    try:
+        await asyncio.wait([first, own], return_when=asyncio.FIRST_COMPLETED)
+        if first.done() and (verdict := _alike(first.result())) is not None:
+            return verdict
+        return await own
+    finally:
+        own.cancel()  # v1 told first: the real call's answer is not needed
+
+
+def _alike(v1: tuple[_Found, str]) -> tuple[_Found, str] | None:
+    """What v1's ImageFsInfo says of a registered v1alpha2 (containerd's two
+    versions share one service): there if it answered, failing alike if not
+    initialised; None: it does not tell (failed otherwise, or lacking)."""
+    kind, why = v1
+    if kind is _Found.HAS:
+        return kind, ""
+    if kind is _Found.FAILED and NOT_INITIALIZED in why:
+        return kind, why
+    return None
 
 
 def _unimplemented(details: str) -> _Found:

@@ -42,6 +42,7 @@ class Script:
     trailing: tuple[tuple[str, str | bytes], ...] = ()
     initial: tuple[tuple[str, str | bytes], ...] = ()
     hang: bool = False  # answer only once ``release`` is set (or never)
+    delay: float = 0.0  # answer this long after the call arrives (a slow runtime)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     echo: bool = False  # answer with the request bytes
     stream_forever: bool = False  # keep streaming until cancelled
@@ -172,6 +173,8 @@ class FakeBackend:
                 await context.send_initial_metadata(script.initial)
             if script.hang:
                 await script.release.wait()
+            if script.delay:
+                await asyncio.sleep(script.delay)
             if script.trailing:
                 context.set_trailing_metadata(script.trailing)
             if script.code is not None:

@@ -233,3 +233,17 @@ async def test_a_registered_v1alpha2_is_taken_as_served(sock_dir: Path) -> None:
         fake.script(A2_VERSION, code=grpc.StatusCode.UNIMPLEMENTED, details="method Version not implemented")
         assert await probed(fake) == frozenset(ApiVersion)
         assert v1alpha2_calls(fake) == []
+
+
+async def test_a_slow_image_service_is_served_in_both_versions(sock_dir: Path, channel_to: aio.Channel) -> None:
+    """Both versions' ImageFsInfo answering after 1.3 s, within the 2 s
+    timeout: v1's answer, past the question's half, still tells v1alpha2 is
+    there; the real v1alpha2 call sent meanwhile is dropped (before:
+    v1alpha2 was judged on that call alone, given the last ~1 s, and named
+    failing, DEADLINE_EXCEEDED)."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        for path in ("/runtime.v1.ImageService/ImageFsInfo", A2_FS_INFO):
+            fake.script(path, delay=1.3)
+        started = time.monotonic()
+        assert await image_probe(channel_to, 2.0) == Probed(None, frozenset(ApiVersion))
+        assert 1.2 < time.monotonic() - started < 1.8  # v1's answer, not the real call's deadline
