@@ -67,10 +67,14 @@ async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
     """Whether the image service on ``channel`` serves, and in which versions:
     both asked at once, so one that hangs costs ``timeout``, not twice it."""
     first = asyncio.ensure_future(_ask(channel, ApiVersion.V1, timeout))
+    second = asyncio.ensure_future(_ask_after(channel, first, Budget.of(timeout)))
     try:
-        found = await asyncio.gather(first, _ask_after(channel, first, Budget.of(timeout)))
+        found = await asyncio.gather(first, second)
     finally:
-        first.cancel()  # done, unless the probe was cancelled
+        # Done, unless the probe was cancelled or one raised (not an RPC
+        # error: e.g. the channel closed): the other must not run on.
+        first.cancel()
+        second.cancel()
     there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
     unknown = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.UNKNOWN}
     failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
