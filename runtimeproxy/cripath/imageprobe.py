@@ -52,8 +52,11 @@ class Probed:
     versions: frozenset[ApiVersion] = frozenset()
     unknown: frozenset[ApiVersion] = frozenset()
     failed: str | None = None
-    # The versions ``failed`` names (empty with ``failed`` set: not known, taken as sent in).
-    failing: frozenset[ApiVersion] = frozenset()
+    failing: frozenset[ApiVersion] = frozenset()  # the versions ``failed`` names
+
+    def __post_init__(self) -> None:
+        if (self.failed is None) != (not self.failing):
+            raise ValueError(f"failed ({self.failed!r}) and failing ({sorted(self.failing)}) must come together")
 
 
 class _Found(enum.Enum):

@@ -262,9 +262,8 @@ class ImageWatch:
     def _cap(self, probed: Probed) -> float:
         """The backoff's ceiling: RETRY_MAX unless the service serves and
         the versions failing are none image calls are sent in (as the plan
-        is at this probe; one before the plan, or failing versions not
-        known, count as sent in)."""
-        if probed.reason is not None or self.targets is None or not probed.failing:
+        is at this probe; one before the plan counts as sent in)."""
+        if probed.reason is not None or self.targets is None:
             return RETRY_MAX
         return RETRY_MAX if probed.failing & self.targets else VERSION_RETRY_MAX
 

@@ -130,7 +130,7 @@ async def test_a_lack_told_at_a_later_plan_says_the_version_timed_out(
     timed_out = "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded"
 
     async def probe(channel: Any, timeout: float) -> Probed:
-        return Probed(None, frozenset({ApiVersion.V1}), failed=timed_out)
+        return Probed(None, frozenset({ApiVersion.V1}), failed=timed_out, failing=frozenset({ApiVersion.V1ALPHA2}))
 
     monkeypatch.setattr(imagewatch, "image_probe", probe)
     channel = SteppedChannel()
@@ -161,3 +161,16 @@ async def test_a_version_gone_that_no_image_call_is_sent_in_is_news(
     [other] = [r for r in caplog.records if r.getMessage() == "image backend serves other CRI versions"]
     assert other.levelno == logging.INFO and other.was == ["v1", "v1alpha2"]  # type: ignore[attr-defined]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(("failed", "failing"), [
+    ("ImageFsInfo (v1alpha2): UNAVAILABLE: x", frozenset()),
+    (None, frozenset({ApiVersion.V1ALPHA2})),
+])
+def test_a_probe_outcome_names_its_failing_versions_with_its_failure(
+        failed: str | None, failing: frozenset[ApiVersion]) -> None:
+    """``failed`` and ``failing`` come together, as image_probe sets them,
+    so the backoff's cap never meets failing versions not known (before: a
+    hand-built outcome could, and the cap took them as sent in)."""
+    with pytest.raises(ValueError, match="must come together"):
+        Probed(None, frozenset({ApiVersion.V1}), failed=failed, failing=failing)
