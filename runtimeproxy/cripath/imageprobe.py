@@ -125,6 +125,10 @@ async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, s
     own = asyncio.ensure_future(_ask(channel, ApiVersion.V1ALPHA2, budget.left()))
     try:
         await asyncio.wait([first, own], return_when=asyncio.FIRST_COMPLETED)
+        if not first.done() and own.result()[0] is _Found.FAILED:
+            # As when v1 answers in time: a registered v1alpha2 is judged by
+            # v1's answer, not by a failure of its own (v1's deadline ends this).
+            await asyncio.wait([first])
         if first.done() and (verdict := _alike(first.result())) is not None:
             return verdict
         return await own

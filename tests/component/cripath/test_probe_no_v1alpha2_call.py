@@ -247,3 +247,16 @@ async def test_a_slow_image_service_is_served_in_both_versions(sock_dir: Path, c
         started = time.monotonic()
         assert await image_probe(channel_to, 2.0) == Probed(None, frozenset(ApiVersion))
         assert 1.2 < time.monotonic() - started < 1.8  # v1's answer, not the real call's deadline
+
+
+async def test_a_slow_v1_still_judges_a_registered_v1alpha2_failing_of_its_own(
+        sock_dir: Path, channel_to: aio.Channel) -> None:
+    """v1's ImageFsInfo answering after 1.3 s of 2 s, v1alpha2's real call
+    (sent at the half) failing UNAVAILABLE at once: v1's answer still says
+    v1alpha2 is there, as it does when v1 answers in the first half (before:
+    v1alpha2 named failing, its judgement hanging on v1's speed)."""
+    async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
+        fake.script("/runtime.v1.ImageService/ImageFsInfo", delay=1.3)
+        fake.script(A2_FS_INFO, code=grpc.StatusCode.UNAVAILABLE, details="v1alpha2 gone")
+        assert await image_probe(channel_to, 2.0) == Probed(None, frozenset(ApiVersion))
+        assert v1alpha2_calls(fake) == [A2_FS_INFO]  # sent at the half, as documented

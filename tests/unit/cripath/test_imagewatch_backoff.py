@@ -5,10 +5,10 @@ waits a fake clock's: each wait is recorded and over at once.
 
 A2_FAILING (v1 serving, v1alpha2 failing) is no longer what containerd
 gives: its registered v1alpha2 is taken as served without a call of its
-own (imageprobe.py). Servers whose answer to the method that does not
-exist does not tell (grpc-python's, a proxy's) still give it, as does a
-v1alpha2 whose question came back but v1 did not answer in the probe's
-first half; test_image_watch_real_probe.py runs the real probe in the watch."""
+own (imageprobe.py), however slow v1's answer. Servers whose answer to
+the method that does not exist does not tell (grpc-python's, one that
+answers any method) still give it;
+test_image_watch_real_probe.py runs the real probe in the watch."""
 
 from __future__ import annotations
 
