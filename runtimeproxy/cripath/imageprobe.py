@@ -10,8 +10,9 @@ call, a false alarm on a node whose kubelet speaks v1 only); grpc-go's
 answered (or failed "not initialized": v1alpha2 is taken to fail alike)
 within the first half of the timeout; else (or when the answer says
 nothing) ImageFsInfo is asked in v1alpha2 too, in the rest of the same
-timeout, and, v1alpha2 registered, v1's answer coming first still tells
-(a slow but healthy service: the real call then goes unanswered).
+timeout, and, v1alpha2 registered, v1's answer within the whole timeout
+still tells unless that call answered first (a slow but healthy service:
+the real call is dropped; a failure of the real call waits for v1's).
 Each version's answer says whether the service has it (``versions``):
 an answer, even an error, says yes; UNIMPLEMENTED "unknown service ..."
 (grpc-go's word for a service not registered, as containerd sends) says no;
@@ -113,7 +114,9 @@ async def _ask_after(channel: aio.Channel, first: asyncio.Future[tuple[_Found, s
     Otherwise (not told, v1 slow, hung, lacking or UNAVAILABLE) its
     ImageFsInfo, in the rest of the budget; registered, raced against v1's
     call still under way (a slow but healthy service answers v1 within the
-    whole timeout, and v1alpha2 with it, though its own call would not)."""
+    whole timeout, and v1alpha2 with it, though its own call would not),
+    its failure waiting for v1's answer: v1's speed does not change the
+    judgement."""
     there = await registered(channel, f"{ApiVersion.V1ALPHA2.package}.ImageService", budget.asking())
     if there is False:
         return _Found.LACKS, ""

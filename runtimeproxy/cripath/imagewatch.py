@@ -17,9 +17,12 @@ again after a backoff (``_Backoff``): from RETRY_FIRST, doubling,
 up to RETRY_MAX (the runtime probe's ceiling) while the service is down or
 the failing version is one image calls are sent in, up to VERSION_RETRY_MAX
 while it serves and only a version no image call is sent in fails (a
-v1alpha2 that errors for good on a v1 node: a probe a minute, not every
-5 s for the life of the proxy); a change of the plan ends the wait (the cap
-may fall). The backoff starts afresh at each change of
+probe a minute, not every 5 s for the life of the proxy: a v1alpha2 that
+errors for good, on a server whose answer to the method that does not
+exist does not tell, with image calls in v1; or a v1 failing with image
+calls in v1alpha2 only. On grpc-go, containerd, a registered v1alpha2 is
+taken as served and not probed for a failure of its own); a change of the
+plan ends the wait (the cap may fall). The backoff starts afresh at each change of
 the service's state: up or down, the versions found, the channel leaving
 READY (a new connection), the watch's restart. Only changes are logged, not
 each probe. Health says NOT_SERVING for a
@@ -64,10 +67,12 @@ RETRY_FIRST = 0.1  # seconds before a failed probe is asked again, doubling
 # Down, or failing a version image calls are sent in: as the runtime's
 # probe's default longest interval, its return is what pulls wait on.
 RETRY_MAX = 5.0
-# Serving, a version no image call is sent in failing: its return changes
-# no call's fate nor health, only the versions status shows; the outage
-# summaries' interval (a minute) keeps a version failing for good to a
-# probe a minute while still noticing a fixed one within one.
+# Serving, a version no image call is sent in failing (a v1alpha2 failing
+# on a server that does not tell it is registered, imageprobe.py; a v1 with
+# image calls in v1alpha2 only): its return changes no call's fate nor
+# health, only the versions status shows; the outage summaries' interval
+# (a minute) keeps a version failing for good to a probe a minute while
+# still noticing a fixed one within one.
 VERSION_RETRY_MAX = SUMMARY_INTERVAL
 # The proxy serves the runtime's calls without the image service: a watch
 # that keeps dying is restarted (each time logged), never the proxy stopped.
