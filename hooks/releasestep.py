@@ -16,13 +16,17 @@ and the lock stays held until that write has ended
 (``socketlock.release_once_stopped``), so it cannot land after the next
 instance has read the state or written its own. That instance waits on the
 lock meanwhile, and is refused past its wait, naming this process's pid.
-Hand back the executor's own future (``loop.run_in_executor``), not a Task
-awaiting the thread: asyncio.run's end cancels the tasks left, and a
-cancelled future says nothing of the write, so the lock then stays until
-the process exits. The process does not exit before a thread's write ends
-either: asyncio.run joins its default executor as it closes, and
-concurrent.futures joins every executor's threads at the interpreter's exit
-(one of a hook's own, shut down without waiting).
+Hand back the default executor's own future (``loop.run_in_executor(None,
+...)``), not a Task awaiting the thread: asyncio.run's end cancels the tasks
+left, and a cancelled future says nothing of the write, so the lock then
+stays until the process exits. Not one of an executor of the hook's own
+either: asyncio.run joins its default executor as it ends, its loop still
+running, so that future ends (the lock goes) and the process does not exit
+before the write ends; another executor's future whose write outlives the
+loop never ends (asyncio drops the outcome of a future whose loop has
+closed), so the lock stays in that process for good, and a start again is
+refused. Writes queued in a thread of the hook's own are joined from the
+default executor (batchresource's last saves: ``hooks.batchresource.writer``).
 
 A step that awaits more after starting such a write hands it over as soon
 as it starts (``HookServer._keep_lock_until``): it keeps the lock then even

@@ -250,10 +250,11 @@ class KnownPods:
         await self._writer.settled()
 
     def last_saves(self) -> asyncio.Future[None]:
-        """The last flush, of what is dirty now (the stop's, once closed), in
-        the writer's thread after every write asked before it (an fsync per
-        pod: a stalled disk must not block the loop), which then ends: the
-        executor's future, for the stop to keep its lock on until it ends."""
+        """The last flush, of what is dirty now (the stop's, once closed), off
+        the loop once every write asked before it has landed and the
+        writer's thread has ended (an fsync per pod: a stalled disk must not
+        block the loop): the executor's future (:meth:`StateWriter.last`),
+        for the stop to keep its lock on until it ends."""
         last = [SavedPod(record, self.containers(key), dict(self._swap.get(key, {})))
                 for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None]
         self._dirty.clear()

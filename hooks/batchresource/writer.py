@@ -6,9 +6,18 @@ On the hook's event loop it would hold every hook call and pass meanwhile,
 so the writes run in a thread. One thread, first in first out, rather than
 one per write: a pod's writes land in the order they were asked (a save, its
 removal, a newer save), so an older copy of a pod never lands after a newer
-one, and the stop's last saves, asked last, land after every write asked
-before them. Each write is handed a copy made on the loop as it is asked
+one. Each write is handed a copy made on the loop as it is asked
 (:class:`~.state.SavedPod`): the thread reads nothing of the hook's.
+
+The stop's last saves (:meth:`StateWriter.last`) run on the event loop's
+default executor: they first join the writer's thread (every write asked
+before them lands first), then save. asyncio.run joins that executor as it
+ends, while its loop still runs: the future the stop keeps its socket's
+lock on ends (the lock goes), and the done callbacks of the earlier writes
+run (a pod's "forgotten" line, a removal's failure). A future of the
+writer's own executor would not end: asyncio drops the outcome of an
+executor's future whose loop has closed, so a stop whose saves outlived
+asyncio.run would keep its lock in that process for good.
 
 A write asked is never cancelled: the futures are the executor's own, which
 a caller waits for through :func:`asyncio.wait` (or :meth:`StateWriter.settled`),
@@ -70,21 +79,24 @@ class StateWriter:
         return written
 
     def last(self, pods: list[SavedPod]) -> asyncio.Future[None]:
-        """The stop's last saves, after every write asked before them; the
-        thread then ends (a hook started again, once the lock kept for them
-        was let go, starts another). The executor's own future: the stop
-        keeps its socket's lock on it until it ends (``hooks.releasestep``);
-        an ended one when there is nothing to save nor wait for (no thread
-        started for nothing). The process does not exit before the thread
-        ends: concurrent.futures joins its executors' threads at exit."""
-        if pods or (self._last is not None and not self._last.done()):
-            saving: asyncio.Future[None] = self._submit(LastSaves(self.state, pods))
-        else:
-            saving = asyncio.get_running_loop().create_future()
+        """The stop's last saves, after every write asked before them, on
+        the loop's default executor, which joins the writer's thread first
+        (a hook started again, once the lock kept for them was let go,
+        starts another). The executor's own future: the stop keeps its
+        socket's lock on it until it ends (``hooks.releasestep``), which it
+        does even past the stop: asyncio.run joins its default executor
+        while its loop runs. An ended one when there is nothing to save nor
+        wait for (no thread started for nothing)."""
+        loop = asyncio.get_running_loop()
+        executor, self._executor = self._executor, None
+        if not pods and (self._last is None or self._last.done()):
+            if executor is not None:
+                executor.shutdown(wait=False)  # idle: every write asked has ended
+            saving = loop.create_future()
             saving.set_result(None)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)  # (what was asked still runs)
-            self._executor = None
+            return saving
+        saving = loop.run_in_executor(None, functools.partial(_drain_then_save, executor, LastSaves(self.state, pods)))
+        self._last = saving
         return saving
 
     async def settled(self) -> None:
@@ -109,6 +121,14 @@ class LastSaves:
             except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
                 log.warning("batchresource could not save a pod to its state directory as it stopped",
                             extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})
+
+
+def _drain_then_save(executor: ThreadPoolExecutor | None, saves: LastSaves) -> None:
+    """In the default executor: every write asked of ``executor`` landed
+    (its thread ended), then ``saves``."""
+    if executor is not None:
+        executor.shutdown(wait=True)
+    saves()
 
 
 def outcome(written: Written, bug: str, **fields: object) -> Exception | None:

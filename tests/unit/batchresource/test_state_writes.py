@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,45 +25,12 @@ from .fakecgroup import make_cgroup
 from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
 from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
 from .specs import BE
+from .stalleddisk import StalledDisk
 
 STATE = Path("state") / "uid-1.json"
 OTHER = "/kubepods/besteffort/poduid-2"
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
-STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
 THREAD = "batchresource-state"  # the writer's thread name prefix
-
-
-class StalledDisk:
-    """StateDir.save made to block, for the saves ``stalls`` picks, until
-    :meth:`free`; each save and removal recorded as it starts."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Callable[[PodRecord, Any], bool]) -> None:
-        self.disk, self.writing, self.stalled_out = threading.Event(), threading.Event(), threading.Event()
-        self.landed = threading.Event()  # a stalled save has landed
-        # Each write as it starts: (the save's spec, or "remove"; its thread; a stalled save landed before it).
-        self.started: list[tuple[str, int, bool]] = []
-        real_save, real_remove = StateDir.save, StateDir.remove
-
-        def save(state: StateDir, record: PodRecord, containers: Any = None, **kwargs: Any) -> None:
-            self.started.append((record.spec, threading.get_ident(), self.landed.is_set()))
-            stalled = stalls(record, containers)
-            if stalled:
-                self.writing.set()
-                if not self.disk.wait(STALL):
-                    self.stalled_out.set()  # nothing freed the disk meanwhile: the loop was blocked
-            real_save(state, record, containers, **kwargs)
-            if stalled:
-                self.landed.set()
-
-        def remove(state: StateDir, uid: str) -> None:
-            self.started.append(("remove", threading.get_ident(), self.landed.is_set()))
-            real_remove(state, uid)
-
-        monkeypatch.setattr(StateDir, "save", save)
-        monkeypatch.setattr(StateDir, "remove", remove)
-
-    def free(self) -> None:
-        self.disk.set()
 
 
 def writer_threads() -> set[threading.Thread]:
