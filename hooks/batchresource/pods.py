@@ -262,8 +262,12 @@ class KnownPods:
 
     def forget(self, key: str, reason: str) -> Written | None:
         """Forget the pod now; the removal of its file (None: none to remove,
-        or stopped) lands after its saves asked before, and the pod's
-        'forgotten' line is logged then, so a reader of the line finds no file."""
+        or stopped) lands after its saves asked before. The pod's 'forgotten'
+        line is logged once its removal has ended (a failure warned of first,
+        apart), its ``state_file`` saying how: "removed", or "not removed".
+        With no removal it is logged at once: "left" when stopped (the file
+        is the next instance's, which reads it), "none" for a pod with no uid
+        (it never had a file)."""
         record = self._pods.pop(key, None)
         self._containers.pop(key, None)
         self._unadopted.pop(key, None)
@@ -278,9 +282,9 @@ class KnownPods:
         if record is not None:
             fields = {"pod": record.pod, "uid": uid, "reason": reason}
             if removed is None:
-                log.info("batchresource pod forgotten", extra=fields)
+                log.info("batchresource pod forgotten", extra={**fields, "state_file": "left" if uid else "none"})
             else:  # said once its file is gone (or its removal failed, said apart): what the line says is on disk
-                removed.add_done_callback(lambda _: log.info("batchresource pod forgotten", extra=fields))
+                removed.add_done_callback(functools.partial(_forgotten, fields))
         return removed
 
     def wanted(self, record: PodRecord) -> CgroupValues:
@@ -353,6 +357,13 @@ class KnownPods:
         for change in changes:
             log.info("batchresource set a pod cgroup value",
                      extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
+
+
+def _forgotten(fields: dict[str, str], removed: Written) -> None:
+    """A forgotten pod's line, once its file's removal has ended (its failure,
+    or a bug's, logged by the writer's own callback, added first)."""
+    landed = not removed.cancelled() and removed.exception() is None and removed.result() is None
+    log.info("batchresource pod forgotten", extra={**fields, "state_file": "removed" if landed else "not removed"})
 
 
 def _record(containers: set[ContainerKey], add: Iterable[ContainerKey], drop: Iterable[ContainerKey]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +16,11 @@ STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the 
 
 class StalledDisk:
     """StateDir.save made to block, for the saves ``stalls`` picks, until
-    :meth:`free`; each save and removal recorded as it starts."""
+    :meth:`free`; each save and removal recorded as it starts; with
+    ``removal_fails``, a removal raises OSError (EIO) instead."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Callable[[PodRecord, Any], bool]) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stalls: Callable[[PodRecord, Any], bool],
+                 *, removal_fails: bool = False) -> None:
         self.disk, self.writing, self.stalled_out = threading.Event(), threading.Event(), threading.Event()
         self.landed = threading.Event()  # a stalled save has landed
         # Each write as it starts: (the save's spec, or "remove"; its thread; a stalled save landed before it).
@@ -37,6 +40,8 @@ class StalledDisk:
 
         def remove(state: StateDir, uid: str) -> None:
             self.started.append(("remove", threading.get_ident(), self.landed.is_set()))
+            if removal_fails:
+                raise OSError(errno.EIO, "Input/output error")
             real_remove(state, uid)
 
         monkeypatch.setattr(StateDir, "save", save)

@@ -89,7 +89,7 @@ def test_a_stop_whose_last_saves_outlive_asyncio_run_lets_the_lock_go_as_it_ends
     messages = [r.getMessage() for r in caplog.records]
     assert "BatchResourceHook's last write has ended: its socket's lock goes" in messages
     forgotten = [r for r in caplog.records if r.getMessage() == "batchresource pod forgotten"]
-    assert [r.uid for r in forgotten] == ["uid-1"]  # type: ignore[attr-defined]
+    assert [(r.uid, r.state_file) for r in forgotten] == [("uid-1", "removed")]  # type: ignore[attr-defined]
     assert not (tmp_path / "state" / "uid-1.json").exists()
     asyncio.run(again())
 

@@ -175,6 +175,51 @@ async def test_a_pod_stop_answers_without_waiting_for_its_files_removal(
     assert not (tmp_path / STATE).exists()
 
 
+FORGOTTEN = "batchresource pod forgotten"
+REMOVAL_FAILED = "batchresource could not remove a pod from its state directory"
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[tuple[str, object]]:
+    """The writer's removal lines so far: (message, the forgotten line's state_file)."""
+    return [(r.getMessage(), getattr(r, "state_file", None)) for r in caplog.records
+            if r.getMessage() in (FORGOTTEN, REMOVAL_FAILED)]
+
+
+@pytest.mark.parametrize(("fails", "lines"), [
+    (False, [(FORGOTTEN, "removed")]),
+    (True, [(REMOVAL_FAILED, None), (FORGOTTEN, "not removed")]),  # the failure first, apart
+])
+async def test_a_forgotten_pods_line_is_logged_once_its_files_removal_has_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    fails: bool, lines: list[tuple[str, object]],
+) -> None:
+    """PostStopPodSandbox behind a stalled save: no "forgotten" line while
+    its file's removal waits, which a reader would take as the file gone;
+    the line once it has ended, its state_file saying how, after the
+    failure's warning when it failed. Guards the ordering (a line logged at
+    once fails it); state_file is new (before: the line said nothing of
+    the file)."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, OTHER)
+    hook = make_hook(tmp_path)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2", removal_fails=fails)
+    caplog.set_level(logging.INFO, "hooks.batchresource")
+    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
+    try:
+        assert await asyncio.to_thread(stalled.writing.wait, WAIT)
+        await hook.post_stop_pod_sandbox(pod_request(BE, TWO))
+        assert _logged(caplog) == []
+        stalled.free()
+        assert (await asyncio.wait_for(first, WAIT)) is not None
+        await asyncio.wait_for(hook.pods.settled(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    assert _logged(caplog) == lines
+    assert (tmp_path / STATE).exists() == fails
+
+
 async def test_a_call_cut_while_its_save_waits_leaves_the_save_to_land(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
