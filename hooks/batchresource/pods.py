@@ -107,8 +107,11 @@ class KnownPods:
         only once this instance holds the hook's socket lock, else a second
         ``hook run`` refused as the path is in use would remove the live
         one's files (BatchResourceHook._before_serving). Pods a hook call
-        told meanwhile stay, newer than their files."""
+        told meanwhile stay, newer than their files. The saves tracked before
+        have all ended (the last stop kept its lock until they had), maybe
+        on a loop now closed: forgotten, never handed to a call to await."""
         saved = self._writer.load()
+        self._tracking.clear()
         self._closed = False  # (the lock is this instance's again)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from hooks.batchresource import server
-from hooks.batchresource.state import SavedPod, StateDir
+from hooks.batchresource.pods import KnownPods
+from hooks.batchresource.state import PodRecord, SavedPod, StateDir
 from runtimeproxy.host import socketlock
 
 from .fakecgroup import make_cgroup
@@ -93,3 +94,31 @@ def test_a_stop_whose_last_saves_outlive_asyncio_run_lets_the_lock_go_as_it_ends
     assert not (tmp_path / "state" / "uid-1.json").exists()
     asyncio.run(again())
 
+
+def test_a_save_a_closed_loop_left_is_not_handed_to_a_call_after_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's save asked under an asyncio.run that ended before it landed
+    (no stop joined the writer): the next start's load forgets it, so the
+    pod told again as it is hands no write to wait for (before: the closed
+    loop's future, never done, which the call then awaited: a RuntimeError,
+    the future attached to another loop)."""
+    pods = KnownPods(make_hook(tmp_path).config)
+    record = PodRecord("uid-1", "team-a", "batch-job", POD_PARENT, "{}")
+    stalled = StalledDisk(monkeypatch, lambda _record, _containers: True)
+
+    async def first() -> None:
+        assert pods.remember(record) is not None
+        with ThreadPoolExecutor(1) as waiting:
+            assert await asyncio.get_running_loop().run_in_executor(waiting, stalled.writing.wait, WAIT)
+
+    async def again() -> None:
+        pods.load()
+        assert pods.remember(record) is None  # known as it is, and saved
+
+    try:
+        asyncio.run(first())
+    finally:
+        stalled.free()
+    assert stalled.landed.wait(WAIT)
+    asyncio.run(again())
