@@ -4,6 +4,7 @@ the socket's lock is kept until they land, then goes, and the hook starts again.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +15,9 @@ import pytest
 from hooks.batchresource import server
 from hooks.batchresource.pods import KnownPods
 from hooks.batchresource.state import PodRecord, SavedPod, StateDir
+from hooks.errors import HookServerError
 from runtimeproxy.host import socketlock
+from tests.unixsockets import socket_mode_fails
 
 from .fakecgroup import make_cgroup
 from .hookfixtures import POD_PARENT, make_hook, pod_request
@@ -24,6 +27,7 @@ from .stalleddisk import StalledDisk
 
 OTHER = "/kubepods/besteffort/poduid-2"
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+KEPT = "keeps its socket's lock until a write of its last release step"
 
 
 def test_a_stop_whose_last_saves_outlive_asyncio_run_lets_the_lock_go_as_it_ends(
@@ -93,6 +97,51 @@ def test_a_stop_whose_last_saves_outlive_asyncio_run_lets_the_lock_go_as_it_ends
     assert [(r.uid, r.state_file) for r in forgotten] == [("uid-1", "removed")]  # type: ignore[attr-defined]
     assert not (tmp_path / "state" / "uid-1.json").exists()
     asyncio.run(again())
+
+
+async def test_a_failed_start_whose_last_saves_stall_refuses_a_start_until_they_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails once it holds the lock while a pod is dirty in
+    memory (a swap ask told, not saved yet): its release step's last save
+    stalls, past STOP_SAVE_WAIT, so the lock is kept and a start again is
+    refused; once it lands, a start serves and reads it. Guards existing
+    behaviour."""
+    monkeypatch.setattr(server, "STOP_SAVE_WAIT", 0.05)
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    hook = make_hook(tmp_path)
+    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved, no swap ask in its file
+    assert hook.pods.note_swap("uid-1", "main", 0) is None  # a first ask: dirty, not saved
+    stalled = StalledDisk(monkeypatch, lambda _record, _containers: True)
+    loaded: list[dict[str, dict[str, int]]] = []
+    real_load = StateDir.load
+
+    def load(state: StateDir) -> dict[str, SavedPod]:
+        pods = real_load(state)
+        loaded.append({key: dict(pod.swap) for key, pod in pods.items()})
+        return pods
+
+    monkeypatch.setattr(StateDir, "load", load)
+    try:
+        with monkeypatch.context() as failing:
+            socket_mode_fails(failing, hook.socket_path)
+            with pytest.raises(HookServerError, match="cannot set the mode"):
+                await asyncio.wait_for(hook.start(), WAIT)
+        assert stalled.writing.is_set() and not stalled.landed.is_set()
+        with pytest.raises(HookServerError, match=KEPT):
+            await hook.start()
+        stalled.free()
+        await asyncio.wait_for(hook.pods.settled(), WAIT)
+    finally:
+        stalled.free()
+    assert not stalled.stalled_out.is_set()
+    await asyncio.wait_for(hook.start(), WAIT)
+    try:
+        assert hook.serving
+        assert loaded[-1] == {"uid-1": {"main": 0}}  # the landed save, read under the lock
+        assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["uid"] == "uid-1"
+    finally:
+        await hook.stop(0, drain=0)
 
 
 def test_a_save_a_closed_loop_left_is_not_handed_to_a_call_after_a_start(
