@@ -26,6 +26,8 @@ from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.imagewatch import RETRY_FIRST, RETRY_MAX, VERSION_RETRY_MAX, ImageWatch, Probed
 from runtimeproxy.cripath.methods import ApiVersion
 
+from .fakeclock import Clock
+
 V1, A2 = ApiVersion.V1, ApiVersion.V1ALPHA2
 _S = grpc.ChannelConnectivity
 TIMED_OUT = "ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: Deadline Exceeded"
@@ -37,24 +39,6 @@ DOWN = Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: gone")
 def doubling(count: int, cap: float) -> list[float]:
     """The first ``count`` waits of a backoff from RETRY_FIRST up to ``cap``."""
     return [min(RETRY_FIRST * 2 ** i, cap) for i in range(count)]
-
-
-class Clock:
-    """The watch's sleep: records each wait and ends it at once, until
-    ``until`` seconds have passed (then it never ends: the run is over)."""
-
-    def __init__(self, until: float = float("inf")) -> None:
-        self.now = 0.0
-        self.waits: list[float] = []
-        self.until = until
-        self.over = asyncio.Event()
-
-    async def sleep(self, delay: float) -> None:
-        self.waits.append(delay)
-        self.now += delay
-        if self.now >= self.until:
-            self.over.set()
-            await asyncio.Event().wait()
 
 
 class Channel:

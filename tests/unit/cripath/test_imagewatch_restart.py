@@ -1,6 +1,7 @@
 """A separate image service's watch restarted after it died probes a READY
 service that does not serve at the first backoff again, not at the one the
-dead run had reached (cripath/imagewatch.py)."""
+dead run had reached (cripath/imagewatch.py). The waits are a fake clock's
+(fakeclock.py): each recorded, each over at once."""
 
 from __future__ import annotations
 
@@ -14,56 +15,57 @@ import pytest
 from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.imagewatch import RETRY_FIRST, RETRY_MAX, ImageWatch
 
+from .fakeclock import Clock
+
+DOWN = imagewatch.Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: not yet")
+
 
 class ReadyChannel:
-    """Always READY; its state changes at once while ``changing``, then the
-    wait for a change fails once (the watch dies), then never comes."""
+    """Always READY; the wait for a change never ends, unless ``breaks`` is
+    set: then it fails (the watch dies)."""
 
     def __init__(self) -> None:
-        self.changing = True
-        self.fail_next = False
+        self.breaks = asyncio.Event()
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         return grpc.ChannelConnectivity.READY
 
     async def wait_for_state_change(self, state: grpc.ChannelConnectivity) -> None:
-        if self.fail_next:
-            self.fail_next = False
-            raise RuntimeError("the watch broke")
-        if not self.changing:
-            await asyncio.Event().wait()
+        await self.breaks.wait()
+        self.breaks.clear()
+        raise RuntimeError("the watch broke")
 
 
 async def test_a_restarted_watch_backs_off_from_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before: ``_retry`` kept the dead run's backoff (up to RETRY_MAX, 5 s),
-    so a service that came right after the restart waited that long to be
-    seen serving."""
-    probes: list[float] = []
-    probed = asyncio.Event()
+    """The dead run's waits reached RETRY_MAX; the restarted run probes at
+    once and waits RETRY_FIRST after its first failure. Before: ``_retry``
+    kept the dead run's backoff (up to RETRY_MAX, 5 s), so a service that
+    came right after the restart waited that long to be seen serving."""
+    probes: list[float] = []  # the clock's time at each probe
+    clock = Clock(until=16.0)  # the 8th wait (0.1 ... 3.2, 5, 5: 16.3 s) never ends
 
     async def failing(channel: Any, timeout: float) -> imagewatch.Probed:
-        probes.append(asyncio.get_running_loop().time())
-        probed.set()
-        return imagewatch.Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: not yet")
+        probes.append(clock.now)
+        return DOWN
 
     monkeypatch.setattr(imagewatch, "image_probe", failing)
     channel = ReadyChannel()
-    watch = ImageWatch(Path("/run/img.sock"), channel)  # type: ignore[arg-type]
+    watch = ImageWatch(Path("/run/img.sock"), channel, sleep=clock.sleep)  # type: ignore[arg-type]
     first_run = asyncio.ensure_future(watch.run())
-    while len(probes) < 8:  # each failed probe doubles the wait: RETRY_MAX reached
-        probed.clear()
-        await asyncio.wait_for(probed.wait(), 5)
-    channel.changing, channel.fail_next = False, True
+    await asyncio.wait_for(clock.over.wait(), 5)
+    assert clock.waits == pytest.approx([RETRY_FIRST * 2 ** i for i in range(6)] + [RETRY_MAX] * 2)
+    assert len(probes) == 8
+    channel.breaks.set()
     with pytest.raises(RuntimeError, match="the watch broke"):
         await asyncio.wait_for(first_run, 5)
-    assert RETRY_FIRST * 2 ** 7 > RETRY_MAX  # what the dead run had reached
     probes.clear()
+    clock.waits.clear()
+    clock.until = at = clock.now  # the restarted run's first wait never ends
+    clock.over.clear()
     restarted = asyncio.ensure_future(watch.run())
     try:
-        while len(probes) < 2:  # the first probe at once, the next after the first backoff
-            probed.clear()
-            await asyncio.wait_for(probed.wait(), RETRY_MAX / 2)
-        assert probes[1] - probes[0] < RETRY_MAX / 2
+        await asyncio.wait_for(clock.over.wait(), 5)
+        assert (probes, clock.waits) == ([at], [RETRY_FIRST])  # at once, then the first backoff
     finally:
         restarted.cancel()
         await asyncio.gather(restarted, return_exceptions=True)
