@@ -129,45 +129,6 @@ async def test_the_streams_the_proxy_ended_are_remembered_within_a_bound() -> No
     assert 2 * connection.ENDED_KEPT + 1 in conn.ended and 1 not in conn.ended  # the newest kept
 
 
-async def test_the_runtimes_pings_are_answered_by_the_proxy_within_the_delay() -> None:
-    """PING is per hop both ways: grpc-go pings as requests arrive (BDP),
-    sizing its connection to the proxy; a client never sees those pings. The
-    answer waits (pings.ACK_DELAY_S), so the runtime pings once per delay, not per call."""
-    from runtimeproxy.frames.pings import ACK_DELAY_S
-
-    conn, client, backend, _ = _connection()
-    ack = fr.serialize(FrameType.PING, Flag.ACK, 0, b"bdp-ping")
-    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.PING, 0, 0, b"bdp-ping"))
-    assert ack not in b"".join(map(bytes, backend.written))
-    await asyncio.sleep(ACK_DELAY_S * 1.5)
-    assert b"".join(map(bytes, backend.written)).count(ack) == 1
-    assert not [f for f in _written_frames(client) if f.type == FrameType.PING]
-    conn.client_data(fr.serialize(FrameType.PING, Flag.ACK, 0, b"stray-ak"))  # answers no ping: dropped
-    assert b"stray-ak" not in b"".join(map(bytes, backend.written)) and not conn.closed.done()
-
-
-async def test_after_the_runtimes_goaway_its_pings_are_answered_at_once() -> None:
-    """grpc-go's graceful stop sends GOAWAY and a ping, and names its last
-    stream only once the ping is answered: no delay there."""
-    conn, _, backend, _ = _connection()
-    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.PING, 0, 0, b"bdp-ping"))
-    conn.backend_data(fr.goaway(0x7FFFFFFF, ErrorCode.NO_ERROR) + fr.serialize(FrameType.PING, 0, 0, b"goaway-p"))
-    written = b"".join(map(bytes, backend.written))
-    assert fr.serialize(FrameType.PING, Flag.ACK, 0, b"bdp-ping") in written
-    assert fr.serialize(FrameType.PING, Flag.ACK, 0, b"goaway-p") in written
-
-
-async def test_a_ping_held_when_the_connection_ends_is_never_answered() -> None:
-    from runtimeproxy.frames.pings import ACK_DELAY_S
-
-    conn, _, backend, _ = _connection()
-    conn.backend_data(fr.serialize(FrameType.SETTINGS, 0, 0) + fr.serialize(FrameType.PING, 0, 0, b"bdp-ping"))
-    conn.lost()
-    written = len(backend.written)
-    await asyncio.sleep(ACK_DELAY_S * 1.5)  # the answer's timer would have fired by now
-    assert len(backend.written) == written and b"bdp-ping" not in b"".join(map(bytes, backend.written))
-
-
 async def test_a_goaway_owed_before_the_runtimes_settings_follows_them() -> None:
     """A connection accepted just before the shutdown: the client's first frame
     must be the server's SETTINGS (the runtime's), so the GOAWAY waits for
