@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,10 +171,26 @@ async def test_watch_stops_promptly_and_survives_unusable_directory(tmp_path: Pa
     assert task.exception() is None
 
 
-async def test_watch_can_be_cancelled(hook_dir: Path) -> None:
+async def test_watch_can_be_cancelled(hook_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled once inside watchfiles' watcher (its first wait for a
+    change begun), the watch ends cancelled. Guards existing behaviour."""
+    import watchfiles
+
+    real, entered = watchfiles.awatch, asyncio.Event()
+
+    async def awatch(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        changes = real(*args, **kwargs)
+        try:
+            entered.set()  # the watch goes on into ``changes`` before the test wakes
+            async for batch in changes:
+                yield batch
+        finally:
+            await changes.aclose()
+
+    monkeypatch.setattr(watchfiles, "awatch", awatch)  # (watch_directory imports it when it starts)
     registry = HookRegistry(hook_dir)
     task = asyncio.create_task(registry.watch(asyncio.Event()))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(entered.wait(), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
