@@ -21,6 +21,8 @@ atomically (``hooks.statefile``); it carries the token of the reserved.json
 written with it, and is used only beside that one (not after a crash between
 the two writes, an older hook's run on the directory, or with reserved.json
 gone); the reserved CPUs it names must be those the restart keeps too.
+Like reserved.json it names the node that wrote it, and is refused on
+another node (nodeid.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, 
 from . import planning, replanning, restoring
 from .balloon import Balloon, ContainerKey
 from .config import DEFAULT, BalloonsConfig
+from .nodeid import FIELD as NODE, foreign
 from .planning import Restored
 from .savedreserved import fingerprint
 from .state import Assignments
@@ -113,20 +116,33 @@ def _from_doc(doc: Any) -> SavedPlan:
 
 
 class PlanFile:
-    def __init__(self, directory: Path) -> None:
+    """``<directory>/balloons.json``, written naming ``node`` (this node's
+    machine id, nodeid.py; "": none) and refused at load when it names
+    another node (one naming none, an older hook's, is used as before)."""
+
+    def __init__(self, directory: Path, node: str = "") -> None:
         self.path = directory / FILE_NAME
+        self.node = node
 
     def load(self) -> SavedPlan | None:
         """The saved plan; None if there is none (an older hook's stateDir).
         A killed hook's temporary file is removed (at start, the lock held)."""
         remove_leftovers(self.path.parent, temp_glob(FILE_NAME), log, "balloons")
         doc = read_json(self.path, SavedPlanError)
-        return None if doc is None else _from_doc(doc)
+        if doc is None:
+            return None
+        plan = _from_doc(doc)  # its version first: a later one is an info line, whatever node it names
+        if (why := foreign(doc, self.node)) is not None:
+            raise SavedPlanError(why)
+        return plan
 
     def save(self, plan: SavedPlan) -> None:
         """Write ``plan`` in place of the file, atomically (OSError)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, (json.dumps(_to_doc(plan)) + "\n").encode())
+        doc = _to_doc(plan)
+        if self.node:  # (an older hook ignores the key: the version stays)
+            doc[NODE] = self.node
+        write_atomic(self.path, (json.dumps(doc) + "\n").encode())
 
     def remove(self) -> None:
         remove_durably(self.path)

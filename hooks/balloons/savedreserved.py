@@ -18,6 +18,11 @@ the temporary file (``.reserved.json.<random>.tmp``); the next start removes
 it as it reads the file, in its start-up rebuild: the hook's socket lock is
 its own then, and a stopping instance writes nothing once it has let the
 lock go (savedset.py: when and by whom).
+
+It names the node that wrote it (nodeid.py: its machine id), and a
+restart on another node refuses it (a stateDir copied whole from another
+node passes every other check); one naming no node, an older hook's, is
+trusted as before.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any, NamedTuple
 from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
 from .balloon import ContainerKey
 from .config import RESERVED, BalloonsConfig
+from .nodeid import FIELD as NODE, foreign
 from .planning import Restored, type_or_default
 from .topology import Topology, format_cpuset, parse_cpuset
 
@@ -92,8 +98,13 @@ def _set_fields(value: Any) -> Any:
 
 
 class ReservedFile:
-    def __init__(self, directory: Path) -> None:
+    """``<directory>/reserved.json``, written naming ``node`` (this node's
+    machine id, nodeid.py; "": none) and refused at load when it names
+    another node (one naming none, an older hook's, is used as before)."""
+
+    def __init__(self, directory: Path, node: str = "") -> None:
         self.path = directory / FILE_NAME
+        self.node = node
 
     def load(self) -> SavedReserved | None:
         """The saved set; None if there is none. Runs at start, before this
@@ -104,6 +115,8 @@ class ReservedFile:
             return None
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise SavedReservedError(f"is not a version {VERSION} reserved-CPUs file")
+        if (why := foreign(doc, self.node)) is not None:
+            raise SavedReservedError(why)
         cpus, config, token = doc.get("reserved_cpus"), doc.get("config"), doc.get("token", "")
         if not isinstance(cpus, str) or not isinstance(config, str) or not isinstance(token, str):
             raise SavedReservedError("lacks reserved_cpus or config, or has a token not a string")
@@ -122,6 +135,8 @@ class ReservedFile:
         """Write ``saved`` in place of the file, atomically (OSError)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config, "token": saved.token}
+        if self.node:  # (an older hook ignores the key: the version stays)
+            doc[NODE] = self.node
         write_atomic(self.path, (json.dumps(doc) + "\n").encode())
 
     def remove(self) -> None:

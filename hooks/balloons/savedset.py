@@ -91,9 +91,12 @@ def _retrieved(write: asyncio.Future[Any]) -> None:
 
 
 class SavedSet:
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, node: str = "") -> None:
+        # This node's machine id ("": none), named in the files written and
+        # checked in those a restart reads (nodeid.py).
+        self._node = node
         # The files a restart reads: those of the stateDir the hook started with.
-        started = ReservedFile(Path(state_dir)) if state_dir else None
+        started = ReservedFile(Path(state_dir), node) if state_dir else None
         self.at_start = StartFiles(started)
         # The file this hook holds (writes, or the run before it wrote):
         # removed when a reload leaves its directory.
@@ -255,8 +258,8 @@ class SavedSet:
         if wanted.directory is None:
             self._held = None
             return
-        file = self._held = ReservedFile(wanted.directory)
-        plan = PlanFile(wanted.directory)
+        file = self._held = ReservedFile(wanted.directory, self._node)
+        plan = PlanFile(wanted.directory, self._node)
         cpus = format_cpuset(wanted.saved.cpus)
         # reserved.json is written only when its set changed (or is not known
         # to be there), with a new token; balloons.json always, with the token

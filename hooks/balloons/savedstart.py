@@ -168,7 +168,7 @@ class StartFiles:
         whatever the trial's outcome."""
         if self.started is None:
             return BalloonsAtRestart(None, f"{CPUSETS} (stateDir not set: not saved)")
-        plans = PlanFile(self.started.path.parent)
+        plans = PlanFile(self.started.path.parent, self.started.node)
         try:
             plan = plans.load()
         except SavedPlanError as exc:

@@ -39,6 +39,7 @@ from .planning import UnknownBalloonType
 from .pool import Exhausted, PoolError
 from .runtime import RuntimeClient
 from .moves import Cpuset
+from .nodeid import MACHINE_ID, read_node
 from .savedset import SavedSet
 from .state import Assignments
 from .status import StatusServer, balloons_snapshot, status_socket_for
@@ -94,6 +95,7 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         config_path: str | os.PathLike[str] | None = None,
         topology: Topology | None = None,
         sysfs_root: str | os.PathLike[str] = "/sys",
+        machine_id_path: str | os.PathLike[str] = MACHINE_ID,
         runtime: RuntimeClient | None = None,
         reconcile_interval: float = RECONCILE_INTERVAL,
         **server_options: Any,
@@ -115,7 +117,8 @@ class BalloonsHook(ConfigReload, BuiltinHook):
         self._not_ready_reason = "assignments not rebuilt from the runtime yet"
         self._status = StatusServer(status_socket_for(self.socket_path), self.status)
         self._stops = 0  # stops begun: one during the status server's start found none to stop (start)
-        self._saved = SavedSet(config.state_dir)
+        # The node named in the stateDir files, so a restart refuses another node's (nodeid.py).
+        self._saved = SavedSet(config.state_dir, read_node(machine_id_path))
         for warning in config.warnings:
             log.warning("config: %s", warning)
 

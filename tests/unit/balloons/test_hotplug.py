@@ -54,12 +54,13 @@ def balloons(hook: BalloonsHook) -> list[tuple[str, str, list[str]]]:
 
 
 async def hook_on_sysfs(
-    tmp_path: Path, config: dict[str, Any] = WORK, shape: Topology | None = None
+    tmp_path: Path, config: dict[str, Any] = WORK, shape: Topology | None = None, **options: Any
 ) -> tuple[BalloonsHook, FakeRuntime, Path]:
+    """``options``: BalloonsHook's (machine_id_path, say)."""
     root = tmp_path / "sys"
     write_synthetic_sysfs(root, shape or Topology.synthetic(1, 2, 4, 1))
     runtime = FakeRuntime()
-    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    hook = BalloonsHook(str(tmp_path / "balloons.sock"), parse_config(config), sysfs_root=root, runtime=runtime, **options)
     await hook.rebuild()
     return hook, runtime, root
 

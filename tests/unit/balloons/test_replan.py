@@ -35,11 +35,14 @@ def running(hook: BalloonsHook) -> list[FoundContainer]:
     ]
 
 
-async def restarted(hook: BalloonsHook, tmp_path: Path, root: Path, config: dict[str, Any]) -> tuple[BalloonsHook, FakeRuntime]:
-    """Another hook on the same machine, rebuilt from ``hook``'s containers, its moves done."""
+async def restarted(hook: BalloonsHook, tmp_path: Path, root: Path, config: dict[str, Any],
+                    **options: Any) -> tuple[BalloonsHook, FakeRuntime]:
+    """Another hook on the same machine (``options``: BalloonsHook's),
+    rebuilt from ``hook``'s containers, its moves done."""
     runtime = FakeRuntime()
     runtime.live = running(hook)
-    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime)
+    again = BalloonsHook(str(tmp_path / "restarted.sock"), parse_config(config), sysfs_root=root, runtime=runtime,
+                         **options)
     await again.rebuild()
     assert await again.apply_moves()
     return again, runtime

@@ -35,9 +35,11 @@ from .test_restart_random import found, workloads
 from .test_server import request
 
 
-async def cpu_0_offline_and_back(tmp_path: Path, config: dict[str, Any], pods: list[tuple[str, str]]) -> tuple[BalloonsHook, Path]:
-    """The hook on ``config``, ``pods`` (uid, namespace) placed, then CPU 0 offline and back, every move done."""
-    hook, _, root = await hook_on_sysfs(tmp_path, config)
+async def cpu_0_offline_and_back(tmp_path: Path, config: dict[str, Any], pods: list[tuple[str, str]],
+                                 **options: Any) -> tuple[BalloonsHook, Path]:
+    """The hook on ``config`` (``options``: BalloonsHook's), ``pods`` (uid,
+    namespace) placed, then CPU 0 offline and back, every move done."""
+    hook, _, root = await hook_on_sysfs(tmp_path, config, **options)
     for uid, ns in pods:
         await hook.pre_create_container(request(uid, "app", ns=ns, shares=1024))
         await hook.pre_start_container(request(uid, "app", ns=ns, cid=f"c-{uid}"))

@@ -39,9 +39,12 @@ SHARING = {"reservedResources": {"cpu": "1"}, "balloonTypes": [WORK, {"name": "r
 
 
 def saved_in(directory: Path) -> dict[str, Any]:
-    """reserved.json's content, but its token (a random id: checked there, and left out)."""
+    """reserved.json's content, but its token (a random id: checked there,
+    and left out) and the node that wrote it (the host's machine id, if any:
+    test_saved_node checks it)."""
     doc = json.loads((directory / "reserved.json").read_text())
     assert isinstance(doc.pop("token"), str)
+    doc.pop("node", None)
     return doc
 
 

@@ -1,0 +1,63 @@
+"""Which node wrote the saved files of a ``stateDir`` (savedreserved.py,
+savedplan.py): the systemd machine id (``/etc/machine-id``), read once when
+the hook is built (``BalloonsHook(machine_id_path=...)``: tests point it
+elsewhere), written in both files and compared at a restart. A stateDir
+copied whole from another node (a golden image, a restored backup), of the
+same hardware and config, passes every other check (token, fingerprint,
+CPUs online): the node's name is what tells it is not this node's.
+
+No machine id (absent, empty, systemd's ``uninitialized`` before its first
+boot is done, or not one): no node check, logged once at info; the files
+are then written naming no node. Not the hostname instead: it is not
+unique (a cloned image keeps it, clusters reuse ``node-1``) so it would
+trust a copy all the same, and it changes on the node itself (DHCP, a cloud
+rename), where refusing the node's own files loses the reserved CPUs and
+balloons a restart keeps (containers moved). No check is what the hook did
+before; a wrong refusal would be worse than that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+log = logging.getLogger("hooks.balloons")
+
+MACHINE_ID = "/etc/machine-id"
+FIELD = "node"  # the files' key: the machine id of the node that wrote them
+_MACHINE_ID = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lowercase hex digits, a newline
+
+
+def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> str:
+    """This node's identity: the machine id in ``path``; "" (no node check,
+    logged at info) if there is none."""
+    try:
+        # A bounded read: a machine id is 33 bytes; the file is not ours.
+        with open(path, "rb") as file:
+            text = file.read(256).decode("ascii", "replace").strip()
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    else:
+        if _MACHINE_ID.fullmatch(text):
+            return text
+        why = "is empty" if not text else "is uninitialized" if text == "uninitialized" else "holds no machine id"
+    log.info("%s %s: the stateDir files are written naming no node, and a restart does not check which node "
+             "wrote them", path, why, extra={"path": str(path)})
+    return ""
+
+
+def foreign(doc: dict[str, Any], here: str) -> str | None:
+    """Why ``doc`` (a saved file's) is not this node's: written on a node
+    other than ``here`` (this node's id; "": no check), or naming a node not
+    a string; None if it may be used. A file naming no node (written by an
+    older hook, or on a node without a machine id) is trusted, as before:
+    its other checks stand."""
+    there = doc.get(FIELD, "")
+    if not isinstance(there, str):
+        return f"has a {FIELD} not a string"
+    if here and there and there != here:
+        return (f"was written on the node of machine id {there}, this node's is {here}: a stateDir "
+                "carried over from another node (a golden image, a restored backup) is not used")
+    return None
