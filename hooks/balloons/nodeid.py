@@ -7,32 +7,42 @@ same hardware and config, passes every other check (token, fingerprint,
 CPUs online): the node's name is what tells it is not this node's.
 
 No machine id (absent, empty, systemd's ``uninitialized`` before its first
-boot is done, or not one): no node check, logged once at info; the files
-are then written naming no node. Not the hostname instead: it is not
-unique (a cloned image keeps it, clusters reuse ``node-1``) so it would
-trust a copy all the same, and it changes on the node itself (DHCP, a cloud
-rename), where refusing the node's own files loses the reserved CPUs and
-balloons a restart keeps (containers moved). No check is what the hook did
-before; a wrong refusal would be worse than that.
+boot is done, or not one): no node check, said once at info when a stateDir
+is in use (savedset.py); the files are then written naming no node. Not
+the hostname instead: it is not unique (a cloned image keeps it, clusters
+reuse ``node-1``) so it would trust a copy all the same, and it changes on
+the node itself (DHCP, a cloud rename), where refusing the node's own
+files loses the reserved CPUs and balloons a restart keeps (containers
+moved). No check is what the hook did before; a wrong refusal would be
+worse than that.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
-from typing import Any
-
-log = logging.getLogger("hooks.balloons")
+from typing import Any, NamedTuple
 
 MACHINE_ID = "/etc/machine-id"
 FIELD = "node"  # the files' key: the machine id of the node that wrote them
 _MACHINE_ID = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lowercase hex digits, a newline
 
 
-def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> str:
-    """This node's identity: the machine id in ``path``; "" (no node check,
-    logged at info) if there is none."""
+class Node(NamedTuple):
+    """This node's machine id, or why it has none."""
+
+    id: str  # "": none, no node written nor checked
+    missing: str = ""  # why there is none ("/etc/machine-id is empty"): SavedSet says it once a stateDir is in use
+    path: str = ""  # the file read
+
+
+NO_NODE = Node("")  # none, and nothing to say of it (tests' SavedSet)
+
+
+def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> Node:
+    """This node's identity: the machine id in ``path``; none (its id "")
+    if there is none, with why. Logs nothing: a hook whose stateDir is off
+    has no use for it (SavedSet says it when one is in use)."""
     try:
         # A bounded read: a machine id is 33 bytes; the file is not ours.
         with open(path, "rb") as file:
@@ -41,11 +51,9 @@ def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> str:
         why = f"cannot be read ({exc.strerror or exc})"
     else:
         if _MACHINE_ID.fullmatch(text):
-            return text
+            return Node(text, path=str(path))
         why = "is empty" if not text else "is uninitialized" if text == "uninitialized" else "holds no machine id"
-    log.info("%s %s: the stateDir files are written naming no node, and a restart does not check which node "
-             "wrote them", path, why, extra={"path": str(path)})
-    return ""
+    return Node("", f"{path} {why}", str(path))
 
 
 def foreign(doc: dict[str, Any], here: str) -> str | None:

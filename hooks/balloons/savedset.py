@@ -61,6 +61,7 @@ from typing import Any, NamedTuple
 
 from .config import BalloonsConfig
 from . import savedio
+from .nodeid import NO_NODE, Node
 from .savedio import FileFailed
 from .savedplan import PlanFile, SavedPlan
 from .savedreserved import ReservedFile, SavedReserved, fingerprint
@@ -91,12 +92,18 @@ def _retrieved(write: asyncio.Future[Any]) -> None:
 
 
 class SavedSet:
-    def __init__(self, state_dir: str, node: str = "") -> None:
+    def __init__(self, state_dir: str, node: Node = NO_NODE) -> None:
         # This node's machine id ("": none), named in the files written and
         # checked in those a restart reads (nodeid.py).
-        self._node = node
+        self._node = node.id
+        # Why there is none, said once a stateDir is in use (now, or at the
+        # first write to one a reload sets): a node running without one has
+        # no use for the line. "": said, or nothing to say.
+        self._missing, self._missing_path = node.missing, node.path
+        if state_dir:
+            self._say_missing()
         # The files a restart reads: those of the stateDir the hook started with.
-        started = ReservedFile(Path(state_dir), node) if state_dir else None
+        started = ReservedFile(Path(state_dir), node.id) if state_dir else None
         self.at_start = StartFiles(started)
         # The file this hook holds (writes, or the run before it wrote):
         # removed when a reload leaves its directory.
@@ -120,6 +127,13 @@ class SavedSet:
         # and writes balloons.json alone, with that token. None: unknown.
         self._on_disk: tuple[Path, SavedReserved] | None = None
         self._prints: tuple[BalloonsConfig, str] | None = None  # the last config fingerprinted (kept alive: compared by identity)
+
+    def _say_missing(self) -> None:
+        """No machine id, a stateDir in use: said once, at info."""
+        if self._missing:
+            log.info("%s: the stateDir files are written naming no node, and a restart does not check which node "
+                     "wrote them", self._missing, extra={"path": self._missing_path})
+            self._missing = ""
 
     def fingerprint(self, config: BalloonsConfig) -> str:
         """fingerprint(config), that of the last config asked cached: hook
@@ -258,6 +272,7 @@ class SavedSet:
         if wanted.directory is None:
             self._held = None
             return
+        self._say_missing()  # (stateDir turned on by a reload: the first write there)
         file = self._held = ReservedFile(wanted.directory, self._node)
         plan = PlanFile(wanted.directory, self._node)
         cpus = format_cpuset(wanted.saved.cpus)

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hooks.balloons.nodeid import read_node
+from hooks.balloons.nodeid import Node, read_node
 from hooks.balloons.savedplan import PlanFile, SavedPlan, SavedPlanError
 from hooks.balloons.savedreserved import ReservedFile, SavedReserved, SavedReservedError
 from hooks.balloons.server import BalloonsHook
 
-from .test_hotplug import balloons
+from .test_hotplug import balloons, hook_on_sysfs
 from .test_replan import restarted
 from .test_restart_reserved import cpu_0_offline_and_back
 from .test_saved_reserved import ALONE, written
@@ -129,10 +130,53 @@ async def test_without_a_machine_id_no_node_is_checked_nor_written(tmp_path: Pat
     assert nodes_in(state) == [None, None]
 
 
+def no_node_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "the stateDir files are written naming no node" in r.getMessage()]
+
+
+async def reload(hook: BalloonsHook, tmp_path: Path, config: dict[str, Any]) -> None:
+    """``hook`` takes ``config`` by a reload, and writes what it noted."""
+    path = tmp_path / "balloons.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert await hook.reload(path)
+    await written(hook)
+
+
+async def test_no_machine_id_is_said_once_a_state_dir_is_in_use(tmp_path: Path, caplog) -> None:
+    """stateDir off: nothing said, the line would be noise on every node
+    without a machine id. A reload turning it on says it, once, at its
+    first write; later writes do not (before: said whenever the hook was
+    built, stateDir or not)."""
+    path = machine_id(tmp_path, "none", "")
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        hook, _, _ = await hook_on_sysfs(tmp_path, ALONE, machine_id_path=path)
+        await written(hook)
+        assert no_node_lines(caplog) == []
+        state = tmp_path / "state"
+        await reload(hook, tmp_path, {**ALONE, "stateDir": str(state)})
+        await reload(hook, tmp_path, {**ALONE, "stateDir": str(tmp_path / "moved")})
+    [line] = no_node_lines(caplog)
+    assert (line.levelno, line.getMessage().split(":")[0]) == (logging.INFO, f"{path} is empty")
+    assert nodes_in(tmp_path / "moved") == [None, None]
+
+
+async def test_a_reload_turning_the_state_dir_on_writes_the_node(tmp_path: Path, caplog) -> None:
+    """Guards existing behaviour: the files a reload has written name the
+    node as those of a hook started with stateDir; nothing said of a
+    machine id there is."""
+    with caplog.at_level(logging.INFO, logger="hooks.balloons"):
+        hook, _, _ = await hook_on_sysfs(tmp_path, ALONE, machine_id_path=machine_id(tmp_path, "a", A + "\n"))
+        await reload(hook, tmp_path, {**ALONE, "stateDir": str(tmp_path / "state")})
+    assert nodes_in(tmp_path / "state") == [A, A]
+    assert no_node_lines(caplog) == []
+
+
 def test_read_node_takes_the_machine_id_alone(tmp_path: Path) -> None:
-    assert read_node(machine_id(tmp_path, "a", A + "\n")) == A
-    assert read_node(machine_id(tmp_path, "upper", A.upper() + "\n")) == ""  # machine-id(5): lowercase
-    assert read_node(machine_id(tmp_path, "long", A * 100)) == ""
+    path = machine_id(tmp_path, "a", A + "\n")
+    assert read_node(path) == Node(A, "", str(path))
+    for name, text in (("upper", A.upper() + "\n"), ("long", A * 100)):  # machine-id(5): lowercase, 32 digits
+        path = machine_id(tmp_path, name, text)
+        assert read_node(path) == Node("", f"{path} holds no machine id", str(path))
 
 
 @pytest.mark.parametrize("file_class", [ReservedFile, PlanFile])
