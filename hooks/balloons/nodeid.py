@@ -6,8 +6,8 @@ copied whole from another node (a golden image, a restored backup), of the
 same hardware and config, passes every other check (token, fingerprint,
 CPUs online): the node's name is what tells it is not this node's.
 
-No machine id (absent, empty, systemd's ``uninitialized`` before its first
-boot is done, or not one): no node check, said once at info when a stateDir
+No machine id (absent, empty, systemd's ``uninitialized`` or the null id
+of 32 zeros, or not one): no node check, said once at info when a stateDir
 is in use (savedset.py); the files are then written naming no node. Not
 the hostname instead: it is not unique (a cloned image keeps it, clusters
 reuse ``node-1``) so it would trust a copy all the same, and it changes on
@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 MACHINE_ID = "/etc/machine-id"
 FIELD = "node"  # the files' key: the machine id of the node that wrote them
+NULL_ID = "0" * 32  # SD_ID128_NULL: systemd takes it for no id, as "uninitialized"
 _MACHINE_ID = re.compile(r"[0-9a-f]{32}")  # machine-id(5): 32 lowercase hex digits, a newline
 
 
@@ -50,9 +51,10 @@ def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> Node:
     except OSError as exc:
         why = f"cannot be read ({exc.strerror or exc})"
     else:
-        if _MACHINE_ID.fullmatch(text):
+        if _MACHINE_ID.fullmatch(text) and text != NULL_ID:
             return Node(text, path=str(path))
-        why = "is empty" if not text else "is uninitialized" if text == "uninitialized" else "holds no machine id"
+        why = ("is empty" if not text else "is uninitialized" if text == "uninitialized"
+               else "is uninitialized (the null id)" if text == NULL_ID else "holds no machine id")
     return Node("", f"{path} {why}", str(path))
 
 

@@ -110,8 +110,9 @@ async def test_files_of_an_older_hook_naming_no_node_are_used_on_any_node(tmp_pa
 
 
 @pytest.mark.parametrize(("text", "why"), [(None, "cannot be read"), ("", "is empty"), ("\n", "is empty"),
-                                           ("uninitialized\n", "is uninitialized"), ("node-1\n", "holds no machine id")],
-                         ids=["missing", "empty", "a newline", "uninitialized", "not a machine id"])
+                                           ("uninitialized\n", "is uninitialized"), ("0" * 32 + "\n", "is uninitialized (the null id)"),
+                                           ("node-1\n", "holds no machine id")],
+                         ids=["missing", "empty", "a newline", "uninitialized", "null", "not a machine id"])
 async def test_without_a_machine_id_no_node_is_checked_nor_written(tmp_path: Path, caplog, text: str | None,
                                                                  why: str) -> None:
     """Before: no machine_id_path (a TypeError); no node was ever checked.
