@@ -8,13 +8,18 @@ CPUs online): the node's name is what tells it is not this node's.
 
 No machine id (absent, empty, systemd's ``uninitialized`` or the null id
 of 32 zeros, or not one): no node check, said once at info when a stateDir
-is in use (savedset.py); the files are then written naming no node. Not
-the hostname instead: it is not unique (a cloned image keeps it, clusters
-reuse ``node-1``) so it would trust a copy all the same, and it changes on
-the node itself (DHCP, a cloud rename), where refusing the node's own
-files loses the reserved CPUs and balloons a restart keeps (containers
-moved). No check is what the hook did before; a wrong refusal would be
-worse than that.
+is in use (savedset.py); the files are then written naming no node. Rare
+under systemd: PID 1, finding the file empty or ``uninitialized`` at boot,
+mounts a transient id over it (committed to disk once /etc is writable),
+so the hook normally reads a valid id. With /etc read-only and the id
+never committed, though, a new one comes at every boot (random, unless
+taken from a VM's UUID): the node refuses its own files after a reboot (a
+warning naming both ids) and deduces. Not the hostname instead: it is not
+unique (a cloned image keeps it, clusters reuse ``node-1``) so it would
+trust a copy all the same, and it changes on the node itself (DHCP, a
+cloud rename), where refusing the node's own files loses the reserved CPUs
+and balloons a restart keeps (containers moved). No check is what the hook
+did before; a wrong refusal would be worse than that.
 """
 
 from __future__ import annotations
