@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,8 +104,9 @@ def test_without_a_balloons_file_a_restart_rebuilds_from_the_cpusets(tmp_path: P
     assert at.state is None and at.why.endswith("(stateDir not set: not saved)")
 
 
-async def _split_pod(tmp_path: Path, config: dict) -> tuple:
-    hook, _, root = await hook_on_sysfs(tmp_path, config)
+async def _split_pod(tmp_path: Path, config: dict, **options: Any) -> tuple:
+    """Pod a's two containers in balloons of their own (``options``: BalloonsHook's)."""
+    hook, _, root = await hook_on_sysfs(tmp_path, config, **options)
     for uid, name in (("a", "one"), ("b", "one"), ("a", "two")):
         await hook.pre_create_container(request(uid, name, shares=1024))
         await hook.pre_start_container(request(uid, name, cid=f"{uid}-{name}"))

@@ -25,6 +25,7 @@ from hooks.balloons.server import BalloonsHook
 
 from .test_hotplug import balloons, hook_on_sysfs
 from .test_replan import restarted
+from .test_saved_balloons import SPLIT, _split_pod
 from .test_restart_reserved import cpu_0_offline_and_back
 from .test_saved_reserved import ALONE, written
 
@@ -81,8 +82,9 @@ async def test_files_copied_to_another_node_are_refused_with_both_ids_and_the_se
     B kept A's reserved CPU 3 and A's balloons (every other check passes)."""
     hook, root, state, config = await written_on_a(tmp_path)
     with caplog.at_level(logging.INFO, logger="hooks.balloons"):
-        again, _ = await restarted(hook, tmp_path, root, config, machine_id_path=machine_id(tmp_path, "b", B + "\n"))
+        again, runtime = await restarted(hook, tmp_path, root, config, machine_id_path=machine_id(tmp_path, "b", B + "\n"))
     assert again.status()["reserved_cpus"] == "0"  # deduced: the first start's pick, as with no file
+    assert runtime.updates == []  # the balloons' containers were where the deduction puts them: see the next test
     lines = start_lines(caplog)
     refused = f"was written on the node of machine id {A}, this node's is {B}: a stateDir carried over from another node"
     assert lines["reserved CPUs"].getMessage().startswith(
@@ -95,6 +97,22 @@ async def test_files_copied_to_another_node_are_refused_with_both_ids_and_the_se
     await written(again)  # B's own files, in place of A's
     assert nodes_in(state) == [B, B]
     assert json.loads((state / "reserved.json").read_text())["reserved_cpus"] == "0"
+
+
+async def test_balloons_copied_to_another_node_are_not_used_and_the_containers_move_as_deduced(tmp_path: Path) -> None:
+    """Guards existing behaviour (fails with foreign() answering None: A's
+    balloons kept, nothing moved). Pod a split over two balloons
+    (test_saved_balloons), which only the saved balloons keep: on node B
+    the restart regroups it as without a stateDir, both its containers
+    moved: nothing saved on A was used."""
+    config = {**SPLIT, "stateDir": str(tmp_path / "state")}
+    hook, root = await _split_pod(tmp_path, config, machine_id_path=machine_id(tmp_path, "a", A + "\n"))
+    await written(hook)
+    split = [("reserved[0]", "0", []), ("work[0]", "1", ["a-one"]), ("work[1]", "3", ["a-two"])]
+    assert balloons(hook) == split
+    again, runtime = await restarted(hook, tmp_path, root, config, machine_id_path=machine_id(tmp_path, "b", B + "\n"))
+    assert balloons(again) == [("reserved[0]", "0", []), ("work[0]", "1,3", ["a-one", "a-two"])]
+    assert len(runtime.updates) == 2
 
 
 async def test_files_of_an_older_hook_naming_no_node_are_used_on_any_node(tmp_path: Path) -> None:
