@@ -63,6 +63,15 @@ def read_node(path: str | os.PathLike[str] = MACHINE_ID) -> Node:
     return Node("", f"{path} {why}", str(path))
 
 
+def stamp(doc: dict[str, Any], node: str) -> dict[str, Any]:
+    """``doc`` (a file's, to write) naming ``node`` (this node's machine id;
+    "": none, the key left out), for :func:`foreign` at a restart. An older
+    hook ignores the key: the files' versions stay."""
+    if node:
+        doc[FIELD] = node
+    return doc
+
+
 def foreign(doc: dict[str, Any], here: str) -> str | None:
     """Why ``doc`` (a saved file's) is not this node's: written on a node
     other than ``here`` (this node's id; "": no check), or naming a node not

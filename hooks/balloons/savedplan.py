@@ -37,7 +37,7 @@ from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, 
 from . import planning, replanning, restoring
 from .balloon import Balloon, ContainerKey
 from .config import DEFAULT, BalloonsConfig
-from .nodeid import FIELD as NODE, foreign
+from .nodeid import foreign, stamp
 from .planning import Restored
 from .savedreserved import fingerprint
 from .state import Assignments
@@ -116,9 +116,9 @@ def _from_doc(doc: Any) -> SavedPlan:
 
 
 class PlanFile:
-    """``<directory>/balloons.json``, written naming ``node`` (this node's
-    machine id, nodeid.py; "": none) and refused at load when it names
-    another node (one naming none, an older hook's, is used as before)."""
+    """``<directory>/balloons.json``; ``node``: this node's machine id ("":
+    none), named in the file (nodeid.stamp) and checked at load
+    (nodeid.foreign)."""
 
     def __init__(self, directory: Path, node: str = "") -> None:
         self.path = directory / FILE_NAME
@@ -139,10 +139,7 @@ class PlanFile:
     def save(self, plan: SavedPlan) -> None:
         """Write ``plan`` in place of the file, atomically (OSError)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = _to_doc(plan)
-        if self.node:  # (an older hook ignores the key: the version stays)
-            doc[NODE] = self.node
-        write_atomic(self.path, (json.dumps(doc) + "\n").encode())
+        write_atomic(self.path, (json.dumps(stamp(_to_doc(plan), self.node)) + "\n").encode())
 
     def remove(self) -> None:
         remove_durably(self.path)

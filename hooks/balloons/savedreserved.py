@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from ..statefile import read_json, remove_durably, remove_leftovers, temp_glob, write_atomic
 from .balloon import ContainerKey
 from .config import RESERVED, BalloonsConfig
-from .nodeid import FIELD as NODE, foreign
+from .nodeid import foreign, stamp
 from .planning import Restored, type_or_default
 from .topology import Topology, format_cpuset, parse_cpuset
 
@@ -98,9 +98,9 @@ def _set_fields(value: Any) -> Any:
 
 
 class ReservedFile:
-    """``<directory>/reserved.json``, written naming ``node`` (this node's
-    machine id, nodeid.py; "": none) and refused at load when it names
-    another node (one naming none, an older hook's, is used as before)."""
+    """``<directory>/reserved.json``; ``node``: this node's machine id ("":
+    none), named in the file (nodeid.stamp) and checked at load
+    (nodeid.foreign)."""
 
     def __init__(self, directory: Path, node: str = "") -> None:
         self.path = directory / FILE_NAME
@@ -135,9 +135,7 @@ class ReservedFile:
         """Write ``saved`` in place of the file, atomically (OSError)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"version": VERSION, "reserved_cpus": format_cpuset(saved.cpus), "config": saved.config, "token": saved.token}
-        if self.node:  # (an older hook ignores the key: the version stays)
-            doc[NODE] = self.node
-        write_atomic(self.path, (json.dumps(doc) + "\n").encode())
+        write_atomic(self.path, (json.dumps(stamp(doc, self.node)) + "\n").encode())
 
     def remove(self) -> None:
         """Remove the file, if there (OSError)."""
