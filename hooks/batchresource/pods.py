@@ -102,17 +102,19 @@ class KnownPods:
         self._closed = False
         self.cgroups = Cgroups(config)
 
-    def load(self) -> None:
-        """Read the state dir (and remove a killed hook's temporary files):
-        only once this instance holds the hook's socket lock, else a second
-        ``hook run`` refused as the path is in use would remove the live
-        one's files (BatchResourceHook._before_serving). Pods a hook call
-        told meanwhile stay, newer than their files. The saves tracked before
-        have all ended (the last stop kept its lock until they had), maybe
-        on a loop now closed: forgotten, never handed to a call to await."""
-        saved = self._writer.load()
+    async def load(self) -> None:
+        """Read the state dir (and remove a killed hook's temporary files),
+        in the state files' thread, the loop free meanwhile: only once this
+        instance holds the hook's socket lock, else a second ``hook run``
+        refused as the path is in use would remove the live one's files
+        (BatchResourceHook._before_serving). Pods a hook call told before or
+        during the read stay, newer than their files (their saves land after
+        the read). The saves tracked before have all ended (the last stop
+        kept its lock until they had), maybe on a loop now closed:
+        forgotten, never handed to a call to await."""
         self._tracking.clear()
         self._closed = False  # (the lock is this instance's again)
+        saved = await self._writer.load()
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}
         self._containers = {**{k: None if p.containers is None else set(p.containers) for k, p in saved.items()}, **told}

@@ -135,7 +135,8 @@ class BatchResourceHook(BuiltinHook):
 
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.
-        self.pods.load()
+        # (Read off the loop; the listener opens only once it is read.)
+        await self.pods.load()
         # What a failed start's release step closed opens again now, not before
         # the lock: BuiltinHook._start refuses a start again of a hook that served.
         if self.learner is not None:

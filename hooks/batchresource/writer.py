@@ -24,6 +24,9 @@ a caller waits for through :func:`asyncio.wait` (or :meth:`StateWriter.settled`)
 never cancelling them, so a hook call cut by its deadline leaves its save to
 land, in order; its outcome is taken in by a done callback, never raised to
 the caller.
+
+The start's load reads the state dir in that thread too (:meth:`StateWriter.load`),
+so a write asked once the start began lands after its read.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..sharedrun import to_end
 from .state import SavedPod, StateDir
 
 __all__ = ["StateWriter", "Written", "outcome"]
@@ -55,12 +59,16 @@ class StateWriter:
         self._executor: ThreadPoolExecutor | None = None  # started at the first write, let go by last()
         self._last: asyncio.Future[Any] | None = None  # the last write asked: it ends after every other
 
-    def load(self) -> dict[str, SavedPod]:
-        """The state dir's pods, at a start (:meth:`StateDir.load`). The
-        writes of an earlier start have all ended (its lock waited for them),
-        maybe on an event loop now closed: settled() forgets them."""
+    async def load(self) -> dict[str, SavedPod]:
+        """The state dir's pods, at a start (:meth:`StateDir.load`), read in
+        the thread: a slow disk holds no other coroutine of the loop, and a
+        write asked meanwhile lands after the read (first in first out).
+        The writes of an earlier start have all ended (its lock waited for
+        them), maybe on an event loop now closed: settled() forgets them. A
+        cancelled start waits for the read to end, then raises: it lets the
+        socket's lock go only then, no read or removal of it running past."""
         self._last = None
-        return self.state.load()
+        return await to_end(_result(self._submit(self.state.load)), "batchresource's state dir load")
 
     def _submit(self, write: Callable[[], T]) -> asyncio.Future[T]:
         """Run ``write`` in the thread, after every write asked before it (on the running loop)."""
@@ -140,6 +148,11 @@ def outcome(written: Written, bug: str, **fields: object) -> Exception | None:
         log.error(bug, exc_info=raised, extra=fields)
         return None
     return written.result()
+
+
+async def _result(future: asyncio.Future[T]) -> T:
+    """``future``'s result, as the coroutine :func:`~hooks.sharedrun.to_end` takes."""
+    return await future
 
 
 def _save(state: StateDir, pod: SavedPod, sync_dir: bool) -> Exception | None:

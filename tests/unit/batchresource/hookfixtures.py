@@ -19,10 +19,10 @@ def make_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook
     return BatchResourceHook(str(tmp_path / "hook.sock"), config)
 
 
-def restarted_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook:
+async def restarted_hook(tmp_path: Path, version: int = 1, **settings) -> BatchResourceHook:
     """make_hook, its state dir read as its start reads it once it holds the socket's lock."""
     hook = make_hook(tmp_path, version, **settings)
-    hook.pods.load()
+    await hook.pods.load()
     return hook
 
 

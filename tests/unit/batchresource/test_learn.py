@@ -45,7 +45,7 @@ async def test_an_unknown_be_pod_gets_its_state_file_and_the_hooks_values(
     assert (line.pod, line.uid, line.pod_sandbox_id, line.containers) == ("team-a/batch-job", "uid-1", "p-1", 2)
     assert "no hook call told of" in line.reason
     # A restarted hook knows it from the state file, as one that ran PreRunPodSandbox would.
-    assert restarted_hook(tmp_path, version).pods.records()[0].uid == "uid-1"
+    assert (await restarted_hook(tmp_path, version)).pods.records()[0].uid == "uid-1"
 
 
 async def test_pod_raised_first_containers_then_pod_lowered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -54,7 +54,7 @@ async def test_a_container_made_while_the_hook_was_down_gets_its_values_once(
     assert writes[0] == ("pod", "cpu_shares") and ("container", "cpu_shares") in writes
     assert sorted(saved_containers(tmp_path)) == [["main", 0], ["side", 3]]
     # A restarted hook reads them back: nothing written again.
-    again = restarted_hook(tmp_path)
+    again = await restarted_hook(tmp_path)
     assert again.pods.containers("uid-1") == frozenset({("main", 0), ("side", 3)})
 
 
@@ -172,7 +172,7 @@ async def test_a_state_file_from_an_older_version_takes_the_running_containers_a
                                               "cgroup_parent": POD_PARENT, "spec": TWO["node.koordinator.sh/extended-resource-spec"]}))
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
     hook, _ = hook_with_learner(tmp_path, pod)
-    hook.pods.load()
+    await hook.pods.load()
     caplog.set_level(logging.INFO, "hooks.batchresource")
     assert hook.learner is not None
     await hook.learner.pass_once()

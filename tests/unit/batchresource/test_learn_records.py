@@ -96,7 +96,7 @@ async def test_an_answer_given_before_adoption_is_kept_as_the_hooks(tmp_path: Pa
     old_version_file(tmp_path)
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
     hook, _ = hook_with_learner(tmp_path, pod)
-    hook.pods.load()
+    await hook.pods.load()
     await hook.pre_create_container(container_request(BE, TWO, "side"))
     await pass_once(hook)
     assert saved_containers(tmp_path) == [["main", 0], ["side", 0]]
@@ -115,12 +115,12 @@ async def test_an_empty_list_adopted_is_saved_so_it_is_adopted_once(tmp_path: Pa
     old_version_file(tmp_path)
     pod = FakePod("p-1", "uid-1", BE, TWO)
     hook, _ = hook_with_learner(tmp_path, pod)
-    hook.pods.load()
+    await hook.pods.load()
     caplog.set_level(logging.INFO, "hooks.batchresource")
     await pass_once(hook)
     assert saved_containers(tmp_path) == []
     again, _ = hook_with_learner(tmp_path, pod)
-    again.pods.load()
+    await again.pods.load()
     await pass_once(again)
     assert [r.containers for r in caplog.records if r.getMessage() == ADOPTED] == [0]
 
@@ -131,7 +131,7 @@ async def test_adoption_leaves_out_a_container_the_spec_does_not_name(tmp_path: 
     old_version_file(tmp_path)
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main", "c-extra": "extra"})
     hook, _ = hook_with_learner(tmp_path, pod)
-    hook.pods.load()
+    await hook.pods.load()
     await pass_once(hook)
     assert saved_containers(tmp_path) == [["main", 0]]
 
@@ -174,7 +174,7 @@ async def test_a_save_that_keeps_failing_is_warned_of_once_then_its_recovery(
     assert said == [("WARNING", "batchresource could not save a pod to its state directory"),
                     ("INFO", "batchresource saved a pod to its state directory again")]
     assert saved_containers(tmp_path) == [["main", 2]]
-    assert restarted_hook(tmp_path).pods.containers("uid-1") == frozenset({("main", 2)})
+    assert (await restarted_hook(tmp_path)).pods.containers("uid-1") == frozenset({("main", 2)})
 
 
 async def test_a_pod_saved_without_a_listing_is_adopted_once_one_is_enabled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -185,14 +185,14 @@ async def test_a_pod_saved_without_a_listing_is_adopted_once_one_is_enabled(tmp_
     root = tmp_path / "cgroup"
     kubelet_be_cgroups(root, 1, POD_PARENT, MAIN)
     without = make_hook(tmp_path)
-    without.pods.load()
+    await without.pods.load()
     await without.pre_run_pod_sandbox(pod_request(BE, TWO))
     await without.pre_create_container(container_request(BE, TWO, "main"))
     assert saved_containers(tmp_path) is None
     write(root, 1, MAIN, "cpu.shares", "900")  # a later hook in the chain changed the answer
     pod = FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"})
     hook, _ = hook_with_learner(tmp_path, pod)
-    hook.pods.load()
+    await hook.pods.load()
     caplog.set_level(logging.INFO, "hooks.batchresource")
     await pass_once(hook)
     assert values(root, 1, MAIN)[0] == "900" and not [r for r in caplog.records if r.getMessage() == UNTOLD]

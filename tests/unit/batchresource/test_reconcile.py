@@ -76,7 +76,7 @@ async def test_restores_values_changed_by_hand_and_logs_each(tmp_path: Path, cap
 async def test_a_restarted_hook_reconciles_what_the_old_one_knew(tmp_path: Path) -> None:
     await started(tmp_path)
     write(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares", "2")
-    restarted = restarted_hook(tmp_path)
+    restarted = await restarted_hook(tmp_path)
     assert reconcile_once(restarted.pods) == 1
     assert read(tmp_path / "cgroup", 1, POD_PARENT, "cpu.shares") == "512"
 

@@ -174,11 +174,11 @@ async def test_swap_kubelet_asked_for_is_kept_and_put_back(tmp_path: Path, caplo
     assert restored(caplog) == [("team-a/batch-job", "main", MEMSW, 256 * MIB, UNLIMITED)]
 
 
-def restarted(tmp_path: Path) -> BatchResourceHook:
+async def restarted(tmp_path: Path) -> BatchResourceHook:
     """A new hook object on the same state dir, as its start reads it, listed
     once (which tells the reconcile pass the container's id)."""
     hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))
-    hook.pods.load()
+    await hook.pods.load()
     return hook
 
 
@@ -200,7 +200,7 @@ async def test_a_restarted_hook_puts_memsw_back_from_the_swap_ask_in_its_state_f
         await hook.learner.pass_once()  # (its flush saves the ask)
     saved = json.loads((tmp_path / "state" / "uid-1.json").read_text())
     assert saved["swap"] == {"main": 0 if ask is None else ask}
-    again = restarted(tmp_path)
+    again = await restarted(tmp_path)
     assert again.learner is not None
     await again.learner.pass_once()
     assert reconcile_once(again.pods) == 0  # (as the runtime left it)
@@ -226,7 +226,7 @@ async def test_a_changed_swap_ask_is_saved_before_the_answer(tmp_path: Path) -> 
     assert await hook.pre_update_container_resources(update) is not None
     write(root, 1, MAIN, MEMSW, NO_LIMIT)  # as the runtime applies the answer; then the crash: no pass
     assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["swap"] == {"main": UNLIMITED}
-    again = restarted(tmp_path)
+    again = await restarted(tmp_path)
     assert again.learner is not None
     await again.learner.pass_once()
     assert reconcile_once(again.pods) == 0
@@ -246,7 +246,7 @@ async def test_a_container_whose_swap_ask_is_not_known_keeps_its_memsw(
     del old["swap"]
     path.write_text(json.dumps(old))
     hook, _ = hook_with_learner(tmp_path, FakePod("p-1", "uid-1", BE, TWO, containers={"c-main": "main"}))
-    hook.pods.load()
+    await hook.pods.load()
     assert hook.learner is not None
     await hook.learner.pass_once()
     write(root, 1, MAIN, MEMSW, str(1024 * MIB))

@@ -168,12 +168,12 @@ async def test_post_stop_forgets_the_pod(tmp_path: Path) -> None:
     hook = make_hook(tmp_path)
     make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
     await hook.pre_run_pod_sandbox(pod_request(BE, ONE))
-    assert "uid-1" in restarted_hook(tmp_path).pods  # a restarted hook knows it
+    assert "uid-1" in (await restarted_hook(tmp_path)).pods  # a restarted hook knows it
     await hook.post_stop_pod_sandbox(pod_request(BE, ONE))
     assert "uid-1" not in hook.pods
     await hook.pods.settled()  # (its removal is not waited for by the answer)
     assert not (tmp_path / "state" / "uid-1.json").exists()
-    assert "uid-1" not in restarted_hook(tmp_path).pods
+    assert "uid-1" not in (await restarted_hook(tmp_path)).pods
 
 
 async def test_pods_with_no_uid_are_tracked_in_memory_each_by_its_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -162,7 +162,7 @@ def test_a_save_a_closed_loop_left_is_not_handed_to_a_call_after_a_start(
             assert await asyncio.get_running_loop().run_in_executor(waiting, stalled.writing.wait, WAIT)
 
     async def again() -> None:
-        pods.load()
+        await pods.load()
         assert pods.remember(record) is None  # known as it is, and saved
 
     try:
