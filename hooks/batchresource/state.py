@@ -3,7 +3,8 @@
 One small JSON file per pod (``<uid>.json``), written to a temporary file,
 fsync-ed and renamed into place (``hooks.statefile``): a crash leaves the old
 file or the new one, never half of one. A kill before the rename leaves the
-temporary file (``.<uid>.json.<random>.tmp``), which the next start removes
+temporary file (``.<uid>.json.<random>.tmp``; an older version's
+``.<uid>.<random>.tmp``), which the next start removes
 once it holds the hook's socket lock (:meth:`StateDir.load`, from the hook's
 ``before_serving``): a second instance refused as the path is in use never
 touches the live one's files. The pod's annotation text is kept rather than computed
@@ -44,6 +45,11 @@ _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
 # stateDir shared with balloons holds it, and its temporary files, which are
 # not this hook's to read or remove.
 _NOT_OURS = "reserved.json"
+# The temporary files of versions before the ``.<uid>.json.`` prefix (until
+# 67d938d): ``.<uid>.<mkstemp's 8 random characters>.tmp``. Only for a uid
+# without a dot (kubelet's are UUIDs): such a name is never one of today's
+# (``.<name>.json.<random>.tmp``, ours or balloons'), so none is taken.
+_OLD_TEMP = re.compile(r"\.[A-Za-z0-9_-]+\.[a-z0-9_]{8}\.tmp")
 
 # A container of a pod as the hook is told of it (name, attempt): unique
 # among a pod's containers (kubelet raises the attempt on every re-creation,
@@ -116,6 +122,7 @@ class StateDir:
 
     def _remove_leftovers(self) -> None:
         ours = [p for p in self.directory.glob(temp_glob("*.json")) if not p.name.startswith(f".{_NOT_OURS}.")]
+        ours += [p for p in self.directory.glob(".*.tmp") if _OLD_TEMP.fullmatch(p.name)]
         for path in sorted(ours):  # one at a time, through the shared helper's logging
             remove_leftovers(self.directory, path.name, log, "batchresource")
 

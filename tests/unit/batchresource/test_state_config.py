@@ -87,6 +87,26 @@ def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog
     assert "unreadable batchresource state file" not in caplog.text  # balloons' reserved.json is not ours to read
 
 
+def test_state_load_removes_an_older_versions_temp_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A version before the ``.<uid>.json.`` prefix named its temporary
+    files ``.<uid>.<8 random characters>.tmp`` (mkstemp's): one a kill left
+    is removed at the next start too (before: left for good, the glob taking
+    today's names only). Not a name of another shape (a dot in the stem, 6
+    random characters), nor balloons' (today's shape, a dotted stem)."""
+    state = StateDir(tmp_path)
+    state.save(RECORD)
+    old = ".0b8f3c2e-6a7d-4c1e-9f3a-2d5e8b7c1a40.k3j9x_1q.tmp"
+    (tmp_path / old).write_text('{"uid": "0b8f3c2e')
+    kept = [".notes.k3j9x1.tmp", ".a.b.k3j9x_1q.tmp", ".reserved.json.k3j9x_1q.tmp", ".uid-3.K3J9X_1Q.tmp"]
+    for name in kept:
+        (tmp_path / name).write_text("not the hook's")
+    caplog.set_level("INFO")
+    assert state.load() == {"uid-1": SavedPod(RECORD)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "uid-1.json"])
+    removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]
+    assert [r.path for r in removed] == [str(tmp_path / old)]  # type: ignore[attr-defined]
+
+
 def test_a_record_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     StateDir(tmp_path).save(RECORD)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["uid-1.json"]
