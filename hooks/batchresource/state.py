@@ -41,10 +41,10 @@ __all__ = ["ContainerKey", "PodRecord", "SavedPod", "StateDir", "pod_key"]
 
 log = logging.getLogger(__name__)
 _SAFE_UID = re.compile(r"[A-Za-z0-9_.-]+")
-# balloons' saved reserved set (hooks.balloons.savedreserved.FILE_NAME): a
-# stateDir shared with balloons holds it, and its temporary files, which are
-# not this hook's to read or remove.
-_NOT_OURS = "reserved.json"
+# balloons' saved reserved set and balloons (hooks.balloons.savedreserved's
+# and savedplan's FILE_NAME): a stateDir shared with balloons holds them, and
+# their temporary files, which are not this hook's to read or remove.
+_NOT_OURS = ("reserved.json", "balloons.json")
 # The temporary files of versions before the ``.<uid>.json.`` prefix (until
 # 67d938d): ``.<uid>.<mkstemp's 8 random characters>.tmp``. Only for a uid
 # without a dot (kubelet's are UUIDs): such a name is never one of today's
@@ -110,7 +110,7 @@ class StateDir:
             return pods
         self._remove_leftovers()
         for path in sorted(self.directory.glob("*.json")):
-            if path.name == _NOT_OURS:
+            if path.name in _NOT_OURS:
                 continue
             try:
                 pod = _read(path)
@@ -121,7 +121,8 @@ class StateDir:
         return pods
 
     def _remove_leftovers(self) -> None:
-        ours = [p for p in self.directory.glob(temp_glob("*.json")) if not p.name.startswith(f".{_NOT_OURS}.")]
+        theirs = tuple(f".{name}." for name in _NOT_OURS)
+        ours = [p for p in self.directory.glob(temp_glob("*.json")) if not p.name.startswith(theirs)]
         ours += [p for p in self.directory.glob(".*.tmp") if _OLD_TEMP.fullmatch(p.name)]
         for path in sorted(ours):  # one at a time, through the shared helper's logging
             remove_leftovers(self.directory, path.name, log, "batchresource")

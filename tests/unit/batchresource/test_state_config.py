@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from hooks.balloons import savedplan, savedreserved
+from hooks.batchresource import state as statemodule
 from hooks.batchresource.cgroups import CgroupDriver
 from hooks.batchresource.config import BatchResourceConfig
 from hooks.batchresource.state import PodRecord, SavedPod, StateDir
@@ -85,6 +87,32 @@ def test_state_load_removes_temp_files_a_killed_hook_left(tmp_path: Path, caplog
     removed = [r for r in caplog.records if r.getMessage() == "batchresource removed a temporary state file a stopped hook left"]
     assert [r.path for r in removed] == [str(tmp_path / ".uid-2.json.k3j9x1.tmp")]  # type: ignore[attr-defined]
     assert "unreadable batchresource state file" not in caplog.text  # balloons' reserved.json is not ours to read
+
+
+def test_state_load_leaves_balloons_saved_balloons_and_their_temp_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stateDir shared with balloons holds its balloons.json too (beside
+    reserved.json), and the temporary file of its write under way: neither
+    read nor removed (before: balloons.json was read as a pod's file, an
+    unreadable one warned of at every start, and the temporary file of its
+    write removed, maybe mid-write, its rename then failing)."""
+    state = StateDir(tmp_path)
+    state.save(RECORD)
+    theirs = ["balloons.json", ".balloons.json.w1r2t3.tmp", ".balloons.json.k3j9x_1q.tmp",
+              "reserved.json", ".reserved.json.w1r2t3.tmp"]
+    for name in theirs:
+        (tmp_path / name).write_text('{"version": 1, "balloons": []}')
+    caplog.set_level("INFO")
+    assert state.load() == {"uid-1": SavedPod(RECORD)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*theirs, "uid-1.json"])
+    assert "unreadable batchresource state file" not in caplog.text
+    assert "removed a temporary state file" not in caplog.text
+
+
+def test_the_names_left_to_balloons_are_balloons_file_names() -> None:
+    """Guards the list against a renamed or added balloons file (as balloons.json was added unseen)."""
+    assert set(statemodule._NOT_OURS) == {savedreserved.FILE_NAME, savedplan.FILE_NAME}
 
 
 def test_state_load_removes_an_older_versions_temp_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
