@@ -27,6 +27,8 @@ loop never ends (asyncio drops the outcome of a future whose loop has
 closed), so the lock stays in that process for good, and a start again is
 refused. Writes queued in a thread of the hook's own are joined from the
 default executor (batchresource's last saves: ``hooks.batchresource.writer``).
+A ``_before_serving`` cut by a stop hands over a read of its own in a thread
+so too (batchresource's state dir load): the start ends, the lock waits.
 
 A step that awaits more after starting such a write hands it over as soon
 as it starts (``HookServer._keep_lock_until``): it keeps the lock then even

@@ -209,8 +209,9 @@ class HookServer(HookHandlers):
         kept = self._last_step.kept
         if kept is not None and (not kept.done() or kept.cancelled()):
             raise HookServerError(f"hook server on {self._socket_path} keeps its socket's lock until a write of "
-                                  "its last release step (at a stop or a failed start) has ended (logged then; a "
-                                  "write cancelled, not ended: until this process exits)")
+                                  "its last release step (at a stop or a failed start), or a read its cut start left "
+                                  "running, has ended (logged then; a write cancelled, not ended: until this "
+                                  "process exits)")
         path = self._socket_path
         try:
             lock = await socketlock.claim(path, stop_s=stopping.stop_bound(self._grace, self.release_step_timeout))
@@ -218,10 +219,15 @@ class HookServer(HookHandlers):
             raise SocketPathError(str(exc)) from exc
         except unixsocket.UnixSocketError as exc:
             raise HookServerError(str(exc)) from exc
+        self._last_step.handed = None
         try:
             await self._before_serving()
         except BaseException:
-            lock.release()
+            # A read it started in a thread and handed over (cut by a stop: no cancel cuts a thread's read)
+            # keeps the lock until it ends; a start again is refused until then, as after a kept last write.
+            kept = self._last_step.kept = releasestep.keep(self._last_step.handed, type(self).__name__, str(path),
+                                                           releasestep.AT_FAILED_START)
+            await socketlock.release_once_stopped(None, lock, path, None, kept=lambda: kept)
             raise
         try:
             server, identity = await listen.open_listener(self, self._transport, path, self._options, self._socket_mode)
@@ -329,7 +335,9 @@ class HookServer(HookHandlers):
         """For :meth:`_before_release`: ``write`` (a thread's, which nothing
         cuts) keeps the socket's lock until it ends, even when the step is
         then cut (its bound, a cancelled stop) or fails; call it as the write
-        starts, before the step awaits anything else."""
+        starts, before the step awaits anything else. For :meth:`_before_serving`
+        cut (a stop) or failed: a read or write of its own it leaves running
+        in a thread keeps the lock so (hand it over as it is cut)."""
         self._last_step.hand_over(write)
 
     async def _before_serving(self) -> None:
@@ -337,7 +345,8 @@ class HookServer(HookHandlers):
         lock: it runs in :meth:`start` once the lock is claimed and before
         the socket is bound, so no other instance of the server is running
         (one refused as the path is in use never gets here). An exception
-        fails the start and lets the lock go. A start that fails (or is cut
+        fails the start and lets the lock go (once a thread's read or write it
+        handed over, :meth:`_keep_lock_until`, has ended). A start that fails (or is cut
         by a stop) after it returned runs :meth:`_before_release` too,
         bounded, before the lock goes."""
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
+from typing import Any
 
 from .apply import Change, apply_values
 from .cgroups import (
@@ -102,19 +103,23 @@ class KnownPods:
         self._closed = False
         self.cgroups = Cgroups(config)
 
-    async def load(self) -> None:
+    async def load(self, hand_over: Callable[[asyncio.Future[Any]], object] | None = None) -> None:
         """Read the state dir (and remove a killed hook's temporary files),
         in the state files' thread, the loop free meanwhile: only once this
         instance holds the hook's socket lock, else a second ``hook run``
         refused as the path is in use would remove the live one's files
-        (BatchResourceHook._before_serving). Pods a hook call told before or
-        during the read stay, newer than their files (their saves land after
-        the read). The saves tracked before have all ended (the last stop
-        kept its lock until they had), maybe on a loop now closed:
-        forgotten, never handed to a call to await."""
+        (BatchResourceHook._before_serving). Pods already known stay, newer
+        than their files: told before this instance's last stop (a start
+        again, after a stop or a cut start), or during the read by a direct
+        caller (its saves land after the read; no hook call comes before the
+        listener opens, and the background starts after). The saves tracked
+        before have all ended (the last stop kept its lock until they had),
+        maybe on a loop now closed: forgotten, never handed to a call to
+        await. A load cut during the read hands the read's join over
+        (``hand_over``, :meth:`StateWriter.load`)."""
         self._tracking.clear()
         self._closed = False  # (the lock is this instance's again)
-        saved = await self._writer.load()
+        saved = await self._writer.load(hand_over)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}
         self._containers = {**{k: None if p.containers is None else set(p.containers) for k, p in saved.items()}, **told}

@@ -135,8 +135,9 @@ class BatchResourceHook(BuiltinHook):
 
     async def _before_serving(self) -> None:
         # The socket's lock is ours: no other instance writes the state dir now.
-        # (Read off the loop; the listener opens only once it is read.)
-        await self.pods.load()
+        # (Read off the loop; the listener opens only once it is read. A stop
+        # during the read does not wait for it: the lock does, handed it.)
+        await self.pods.load(self._keep_lock_until)
         # What a failed start's release step closed opens again now, not before
         # the lock: BuiltinHook._start refuses a start again of a hook that served.
         if self.learner is not None:

@@ -25,8 +25,12 @@ never cancelling them, so a hook call cut by its deadline leaves its save to
 land, in order; its outcome is taken in by a done callback, never raised to
 the caller.
 
-The start's load reads the state dir in that thread too (:meth:`StateWriter.load`),
-so a write asked once the start began lands after its read.
+The start's load reads the state dir in that thread too (:meth:`StateWriter.load`):
+a write asked during the read lands after it (no production caller asks
+one then: the listener opens, and the background starts, only after the
+load; this guards a direct caller). A start cut during the read does not wait
+for it: the socket's lock does (the thread joined from the default
+executor, as the last saves are).
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..sharedrun import to_end
 from .state import SavedPod, StateDir
 
 __all__ = ["StateWriter", "Written", "outcome"]
@@ -56,19 +59,41 @@ Written = asyncio.Future[Exception | None]
 class StateWriter:
     def __init__(self, state: StateDir) -> None:
         self.state = state
-        self._executor: ThreadPoolExecutor | None = None  # started at the first write, let go by last()
+        self._executor: ThreadPoolExecutor | None = None  # started by load() or a write; let go by last() or a load cut or failed
         self._last: asyncio.Future[Any] | None = None  # the last write asked: it ends after every other
 
-    async def load(self) -> dict[str, SavedPod]:
+    async def load(self, hand_over: Callable[[asyncio.Future[Any]], object] | None = None) -> dict[str, SavedPod]:
         """The state dir's pods, at a start (:meth:`StateDir.load`), read in
         the thread: a slow disk holds no other coroutine of the loop, and a
         write asked meanwhile lands after the read (first in first out).
         The writes of an earlier start have all ended (its lock waited for
-        them), maybe on an event loop now closed: settled() forgets them. A
-        cancelled start waits for the read to end, then raises: it lets the
-        socket's lock go only then, no read or removal of it running past."""
+        them), maybe on an event loop now closed: settled() forgets them.
+        A start cancelled during the read (a stop) does not wait for it,
+        which no cancel cuts: the thread is let go and joined from the
+        loop's default executor, whose future is handed over (``hand_over``:
+        ``HookServer._keep_lock_until``), so the socket's lock goes only once
+        the read (and its removals) has ended, as for the stop's last saves
+        (:meth:`last`). A read that failed (ended) lets the thread go."""
         self._last = None
-        return await to_end(_result(self._submit(self.state.load)), "batchresource's state dir load")
+        reading = self._submit(self.state.load)
+        try:
+            await asyncio.wait({reading})
+        except BaseException:  # (cancelled) the read runs on
+            executor, self._executor = self._executor, None
+            if executor is not None:
+                self._last = asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
+                if hand_over is not None:  # (else a caller of its own: joined all the same)
+                    hand_over(self._last)
+            raise
+        if reading.exception() is not None:
+            self._let_go()
+        return reading.result()
+
+    def _let_go(self) -> None:
+        """The thread, idle (every write asked has ended), let go."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     def _submit(self, write: Callable[[], T]) -> asyncio.Future[T]:
         """Run ``write`` in the thread, after every write asked before it (on the running loop)."""
@@ -94,15 +119,15 @@ class StateWriter:
         socket's lock on it until it ends (``hooks.releasestep``), which it
         does even past the stop: asyncio.run joins its default executor
         while its loop runs. An ended one when there is nothing to save nor
-        wait for (no thread started for nothing)."""
+        wait for: the writer's thread, idle, is let go, and no default
+        executor's thread started for nothing."""
         loop = asyncio.get_running_loop()
-        executor, self._executor = self._executor, None
         if not pods and (self._last is None or self._last.done()):
-            if executor is not None:
-                executor.shutdown(wait=False)  # idle: every write asked has ended
+            self._let_go()
             saving = loop.create_future()
             saving.set_result(None)
             return saving
+        executor, self._executor = self._executor, None
         saving = loop.run_in_executor(None, functools.partial(_drain_then_save, executor, LastSaves(self.state, pods)))
         self._last = saving
         return saving
@@ -148,11 +173,6 @@ def outcome(written: Written, bug: str, **fields: object) -> Exception | None:
         log.error(bug, exc_info=raised, extra=fields)
         return None
     return written.result()
-
-
-async def _result(future: asyncio.Future[T]) -> T:
-    """``future``'s result, as the coroutine :func:`~hooks.sharedrun.to_end` takes."""
-    return await future
 
 
 def _save(state: StateDir, pod: SavedPod, sync_dir: bool) -> Exception | None:

@@ -116,41 +116,106 @@ async def test_a_save_asked_during_the_load_lands_after_its_read(
     assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["spec"] == '{"new": true}'
 
 
-async def test_a_start_cancelled_during_its_state_read_keeps_the_lock_until_the_read_ended(
+def _writer_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The state files' threads started since ``before`` still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("batchresource-state") and t not in before]
+
+
+class LockReleases:
+    """SocketLock.release recorded in ``events``; :attr:`released` set at each."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
+        self.released = asyncio.Event()
+        real_release = socketlock.SocketLock.release
+
+        def release(lock: socketlock.SocketLock) -> None:
+            events.append("lock released")
+            self.released.set()
+            real_release(lock)
+
+        monkeypatch.setattr(socketlock.SocketLock, "release", release)
+
+
+async def test_a_stop_during_the_start_s_state_read_returns_and_the_lock_waits_for_the_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A stop during the start's stalled read cancels the start, which lets
-    the socket's lock go only once the read (and its removal of temporary
-    files) has ended: no read of this instance runs while the next one
-    writes. The stop returns once the start has ended. Fails with the read
-    on the loop: the start cannot be cancelled during it, the read runs to
-    its end and the hook serves."""
+    """A stop during the start's stalled read cancels the start and returns
+    without waiting for the read (a hung disk must not hold a stop, nor
+    ``hook run``'s signal path); the socket's lock goes only once the read
+    (and its removal of temporary files) has ended, so no read of this
+    instance runs while the next one writes; a start again meanwhile is
+    refused; the read's thread is then joined. Before: the stop waited for
+    the read, however long."""
     _saved(tmp_path, "uid-1")
+    before = set(threading.enumerate())
     stalled = StalledRead(monkeypatch)
-    real_release = socketlock.SocketLock.release
-
-    def release(lock: socketlock.SocketLock) -> None:
-        stalled.events.append("lock released")
-        real_release(lock)
-
-    monkeypatch.setattr(socketlock.SocketLock, "release", release)
+    releases = LockReleases(monkeypatch, stalled.events)
     hook = make_hook(tmp_path)
     starting = asyncio.ensure_future(hook.start())
-    stopping: asyncio.Future[None] | None = None
+    try:
+        assert await asyncio.to_thread(stalled.reading.wait, WAIT)
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)  # the read still stalled
+        assert isinstance(starting.exception(), HookServerError) and not hook.serving  # (cancelled by the stop)
+        assert (stalled.stalled_out.is_set(), stalled.events) == (False, ["read uid-1.json"])
+        with pytest.raises(HookServerError, match="keeps its socket's lock"):
+            await hook.start()
+        stalled.free()
+        await asyncio.wait_for(releases.released.wait(), WAIT)
+    finally:
+        stalled.free()
+        await asyncio.wait_for(asyncio.gather(starting, return_exceptions=True), WAIT)
+    assert stalled.events == ["read uid-1.json", "read uid-1.json ended", "lock released"]
+    assert not stalled.stalled_out.is_set()
+    assert _writer_threads(before) == []  # joined before the lock went
+
+
+async def test_a_start_again_after_one_cut_during_its_read_serves_with_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop during the start's read, then start() again once the read
+    ended: it serves, reads uid-1, with one state files' thread, which its
+    stop joins (none left). Guards the start again after a cut load (it
+    served before the cut read's change too, the stop then waiting for the
+    read)."""
+    _saved(tmp_path, "uid-1")
+    before = set(threading.enumerate())
+    stalled = StalledRead(monkeypatch)
+    releases = LockReleases(monkeypatch, stalled.events)
+    hook = make_hook(tmp_path)
+    starting = asyncio.ensure_future(hook.start())
+    stopping = None
     try:
         assert await asyncio.to_thread(stalled.reading.wait, WAIT)
         stopping = asyncio.ensure_future(hook.stop(0, drain=0))
-        for _ in range(10):  # the stop has cancelled the start by then; the read still stalled
-            await asyncio.sleep(0)
-        assert (stalled.stalled_out.is_set(), starting.done(), stopping.done()) == (False, False, False)
-        assert "lock released" not in stalled.events
+        await asyncio.wait({starting}, timeout=WAIT)
         stalled.free()
         await asyncio.wait_for(stopping, WAIT)
-        assert isinstance(starting.exception(), HookServerError) and not hook.serving  # (cancelled by the stop)
+        await asyncio.wait_for(releases.released.wait(), WAIT)
+        await asyncio.wait_for(hook.start(), WAIT)
+        assert hook.serving and "uid-1" in hook.pods
+        assert len(_writer_threads(before)) == 1
     finally:
         stalled.free()
         await asyncio.wait_for(asyncio.gather(starting, return_exceptions=True), WAIT)
         if stopping is not None:
             await asyncio.wait_for(asyncio.gather(stopping, return_exceptions=True), WAIT)
-    assert stalled.events == ["read uid-1.json", "read uid-1.json ended", "lock released"]
-    assert not stalled.stalled_out.is_set()
+        await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
+    assert _writer_threads(before) == []
+
+
+async def test_a_failed_state_read_lets_its_thread_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load whose read raised (a bug: unreadable files are skipped) lets
+    the state files' thread go: none stays idle after a failed start.
+    Before: it stayed until a later stop or the process's exit."""
+    before = set(threading.enumerate())
+
+    def load(state: StateDir) -> dict[str, SavedPod]:
+        raise RuntimeError("a bug in the read")
+
+    monkeypatch.setattr(StateDir, "load", load)
+    pods = KnownPods(make_hook(tmp_path).config)
+    with pytest.raises(RuntimeError, match="a bug in the read"):
+        await pods.load()
+    for thread in _writer_threads(before):
+        await asyncio.to_thread(thread.join, WAIT)
+    assert _writer_threads(before) == []
