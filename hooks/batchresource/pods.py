@@ -116,10 +116,12 @@ class KnownPods:
         before have all ended (the last stop kept its lock until they had),
         maybe on a loop now closed: forgotten, never handed to a call to
         await. A load cut during the read hands the read's join over
-        (``hand_over``, :meth:`StateWriter.load`)."""
+        (``hand_over``, :meth:`StateWriter.load`) and leaves :attr:`closed`
+        as it was (set by the last stop: nothing written until a load has
+        read the dir)."""
         self._tracking.clear()
-        self._closed = False  # (the lock is this instance's again)
         saved = await self._writer.load(hand_over)
+        self._closed = False  # (the lock is this instance's again, and the dir read)
         told = {key: c for key, c in self._containers.items() if key in self._pods}
         self._pods = {**{k: pod.record for k, pod in saved.items()}, **self._pods}
         self._containers = {**{k: None if p.containers is None else set(p.containers) for k, p in saved.items()}, **told}

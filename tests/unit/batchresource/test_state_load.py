@@ -219,3 +219,31 @@ async def test_a_failed_state_read_lets_its_thread_go(tmp_path: Path, monkeypatc
     for thread in _writer_threads(before):
         await asyncio.to_thread(thread.join, WAIT)
     assert _writer_threads(before) == []
+
+
+async def test_a_load_cut_during_its_read_leaves_the_pods_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods closed by a stop, a start's load cut during its read: they stay
+    closed (the lock goes once the read ended, maybe to the next instance),
+    so a pod told then is not saved; a load that reads opens them. Before:
+    the load opened them before its read, a cut one leaving them open
+    without the lock."""
+    stalled = StalledRead(monkeypatch)
+    _saved(tmp_path, "uid-1")
+    pods = KnownPods(make_hook(tmp_path).config)
+    pods.close()
+    loading = asyncio.ensure_future(pods.load())
+    try:
+        assert await asyncio.to_thread(stalled.reading.wait, WAIT)
+        loading.cancel()
+        await asyncio.wait({loading}, timeout=WAIT)
+        assert loading.cancelled() and pods.closed
+        assert pods.remember(PodRecord("uid-2", "team-a", "job-uid-2", POD_PARENT, "{}")) is None
+    finally:
+        stalled.free()
+        await asyncio.wait_for(asyncio.gather(loading, return_exceptions=True), WAIT)
+        await asyncio.wait_for(pods.settled(), WAIT)
+    await asyncio.wait_for(pods.load(), WAIT)
+    assert not pods.closed and "uid-1" in pods
+    assert not (tmp_path / "state" / "uid-2.json").exists()
