@@ -79,6 +79,7 @@ class StateWriter:
         try:
             await asyncio.wait({reading})
         except BaseException:  # (cancelled) the read runs on
+            reading.add_done_callback(_cut_read_ended)
             executor, self._executor = self._executor, None
             if executor is not None:
                 self._last = asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
@@ -173,6 +174,13 @@ def outcome(written: Written, bug: str, **fields: object) -> Exception | None:
         log.error(bug, exc_info=raised, extra=fields)
         return None
     return written.result()
+
+
+def _cut_read_ended(reading: asyncio.Future[Any]) -> None:
+    """A cut load's read, which nobody awaits: its failure (a bug: unreadable files are skipped) logged."""
+    if not reading.cancelled() and (exc := reading.exception()) is not None:
+        log.warning("batchresource's state dir load failed after its start was cut", exc_info=exc,
+                    extra={"error": repr(exc)})
 
 
 def _save(state: StateDir, pod: SavedPod, sync_dir: bool) -> Exception | None:

@@ -249,3 +249,34 @@ async def test_a_load_cut_during_its_read_leaves_the_pods_closed(
     await asyncio.wait_for(pods.load(), WAIT)
     assert not pods.closed and "uid-1" in pods
     assert not (tmp_path / "state" / "uid-2.json").exists()
+
+
+async def test_a_cut_load_whose_read_then_fails_logs_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load cut during its read, the read then raising (a bug): nobody
+    awaits it any more, so its failure is logged at warning, once the read
+    ended. Before: asyncio's "Future exception was never retrieved", at
+    best, whenever the future was collected."""
+    stalled = StalledRead(monkeypatch)
+    _saved(tmp_path, "uid-1")
+    real_load = StateDir.load
+
+    def load(state: StateDir) -> dict[str, SavedPod]:
+        real_load(state)
+        raise RuntimeError("a bug in the read")
+
+    monkeypatch.setattr(StateDir, "load", load)
+    pods = KnownPods(make_hook(tmp_path).config)
+    joined: list[asyncio.Future[Any]] = []
+    loading = asyncio.ensure_future(pods.load(joined.append))
+    try:
+        assert await asyncio.to_thread(stalled.reading.wait, WAIT)
+        loading.cancel()
+        await asyncio.wait({loading}, timeout=WAIT)
+        assert loading.cancelled() and len(joined) == 1
+    finally:
+        stalled.free()
+    await asyncio.wait_for(asyncio.wait(set(joined)), WAIT)  # (the read's outcome reached the loop before)
+    failed = [r for r in caplog.records if r.getMessage() == "batchresource's state dir load failed after its start was cut"]
+    assert len(failed) == 1 and str(failed[0].exc_info[1]) == "a bug in the read"
