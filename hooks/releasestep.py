@@ -137,9 +137,9 @@ def keep(pending: Pending | None, server: str, socket: str, at: At = AT_STOP) ->
     if pending.done():
         _ended(pending, server, extra, "")
         return None
-    logger.warning("%s %s, but keeps its socket's lock until a write it cannot cut has ended (a stalled "
+    logger.warning("%s %s, but keeps its socket's lock until disk I/O it cannot cut has ended (a stalled "
                    "disk?): an instance waiting on the lock waits meanwhile, and this process does not exit "
-                   "before that write ends (a thread's write is joined at exit)", server, _ENDED.get(at, at), extra=extra)
+                   "before that I/O ends (a thread's is joined at exit)", server, _ENDED.get(at, at), extra=extra)
     pending.add_done_callback(lambda done: _ended(done, server, extra, ": its socket's lock goes"))
     return pending
 

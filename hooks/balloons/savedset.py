@@ -30,7 +30,7 @@ step cut before finish() returns (a ``release_step_timeout`` below
 no write of this hook lands after the
 next instance, waiting on the lock, has read the file or written its own;
 the stop itself ends. What an operator sees then: the warning below, then
-the SDK's "keeps its socket's lock until a write it cannot cut has ended";
+the SDK's "keeps its socket's lock until disk I/O it cannot cut has ended";
 the process does not exit before the write ends (asyncio.run joins the
 default executor's threads as it closes; the lock waits on the executor's
 own future, which its cancel of the tasks left does not touch), and

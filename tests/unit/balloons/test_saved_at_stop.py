@@ -139,7 +139,7 @@ async def test_a_write_stuck_in_its_thread_ends_the_stop_and_keeps_the_lock_unti
         with caplog.at_level(logging.INFO):
             await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
             assert at_release == [] and not hook.serving  # stopped, the lock kept
-            assert "BalloonsHook stopped, but keeps its socket's lock until a write it cannot cut" in caplog.text
+            assert "BalloonsHook stopped, but keeps its socket's lock until disk I/O it cannot cut" in caplog.text
             disk.set()
             await asyncio.wait_for(released.wait(), WAIT)
     finally:

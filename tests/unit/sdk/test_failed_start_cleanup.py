@@ -122,7 +122,7 @@ async def test_a_write_a_failed_starts_release_step_leaves_keeps_the_lock_until_
     with pytest.raises(HookServerError, match="cannot set the mode"):
         await server.start()
     monkeypatch.undo()
-    assert "Writes failed to start, but keeps its socket's lock until a write" in caplog.text
+    assert "Writes failed to start, but keeps its socket's lock until disk I/O" in caplog.text
     assert socketlock.lock_path(path).exists()
     with pytest.raises(HookServerError, match="keeps its socket's lock until a write of its last release step"):
         await server.start()

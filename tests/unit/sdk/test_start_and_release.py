@@ -209,7 +209,7 @@ async def test_a_write_handed_back_keeps_the_lock_past_the_stop_until_it_ends(
     with caplog.at_level(logging.INFO, logger="hooks.sdk"):
         await asyncio.wait_for(server.stop(), WAIT)  # the stop ends
         assert not released.is_set() and not path.exists()  # its socket gone, its lock kept
-        assert "UncutWrite stopped, but keeps its socket's lock until a write it cannot cut has ended" in caplog.text
+        assert "UncutWrite stopped, but keeps its socket's lock until disk I/O it cannot cut has ended" in caplog.text
         with pytest.raises(HookServerError, match="keeps its socket's lock until a write of its last release step"):
             await server.start()
         server.write.set_result(None)
