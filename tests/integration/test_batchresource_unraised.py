@@ -2,7 +2,8 @@
 refuses: cgroup v1 refuses (EINVAL) a cpu.cfs_quota_us above a limited
 parent's, so with the pod's parent (the test's own ``rp-batch-*/besteffort``,
 made for this pod, never kubelet's shared QoS cgroup) bound below the pod's
-target, the pod's quota cannot be raised. Its container's values that need
+target, the pod's quota cannot be raised, neither by the pass nor by the
+hook call (PreCreateContainer) that raises the pod first. In the pass, its container's values that need
 no raise of the pod are put back all the same, its quota waits, both
 said; values read where they land, in /sys/fs/cgroup. Real containerd, the
 hook a process behind the proxy (its listing tells the pass the container's
@@ -17,17 +18,24 @@ import pytest
 
 from hooks.batchresource.reconcile import CONTAINER_RESTORED, CONTAINERS_WAIT, POD_FAILED, POD_RESTORED
 
+from grpc import StatusCode, aio
+
+from runtimeproxy.host.crispec import container_config
+
 from ..hookprocs import registered
 from ..prerequisites import fail_or_skip
 from .batchhelpers import CGROUP_ROOT, HookRun, LogLine, PodCgroup, batchresource_hook
-from .crihelpers import cgroup_of
+from .crihelpers import V1, cgroup_of
 from .proxyfixtures import ProxyLauncher
-from .test_batchresource import BE, MIB, batch, container_values, pod, pod_values, spec, start_container
+from .test_batchresource import BE, MIB, Pod, batch, container_values, pod, pod_values, spec, start_container
+from .test_hooks_real import container_pid
 
 BE_VALUES = (512, 50000, 128 * MIB)  # the container's, and its pod's (one container)
 BOUND = 20000  # the QoS cgroup's quota (per 100000): below the pod's 50000
 LOWERED = 10000  # the container's by hand, within BOUND (the kernel's floor is 1000)
 QUOTA = "cpu.cfs_quota_us"
+POD_UNWRITTEN = "batchresource could not write the pod cgroup"  # a hook call's (pods.KnownPods.write_pod)
+ANSWERED = "batchresource container values"
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +45,8 @@ def cgroup_v1_cpu() -> None:
         fail_or_skip("needs cgroup v1's cpu hierarchy at /sys/fs/cgroup/cpu (CFS bandwidth)")
 
 
-def bound_the_pod(cgroup: PodCgroup, container: Path) -> Path:
-    """The container's quota to LOWERED, the pod's to BOUND, then the pod's parent
+def bound_the_pod(cgroup: PodCgroup, container: Path | None) -> Path:
+    """The container's quota (if any) to LOWERED, the pod's to BOUND, then the pod's parent
     limited to BOUND (each write within what the kernel takes: a child never
     above its parent); the parent's directory. A pass of the hook (each
     200 ms) may raise one back between the writes, making the kernel refuse
@@ -49,7 +57,8 @@ def bound_the_pod(cgroup: PodCgroup, container: Path) -> Path:
     assert parent.resolve() in {made.resolve() for made in cgroup.created}
     for _ in range(50):
         try:
-            (container / QUOTA).write_text(str(LOWERED))
+            if container is not None:
+                (container / QUOTA).write_text(str(LOWERED))
             cgroup.write("cpu", QUOTA, BOUND)
             (parent / QUOTA).write_text(str(BOUND))
             return parent
@@ -136,4 +145,73 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
             assert len(of_pod(hook, pod_name, CONTAINERS_WAIT)) == 1
             line = await logged(CONTAINER_RESTORED, QUOTA, LOWERED, lifted)
             assert (line["container_id"], line["wanted"]) == (cid, 50000)
+            assert (container_values(pid), pod_values(p.cgroup)) == (BE_VALUES, BE_VALUES)
+
+
+
+async def create_main(channel: aio.Channel, p: Pod, attempt: int) -> str:
+    """Container ``main`` of ``p`` created through the proxy (so its PreCreateContainer), attempt ``attempt``."""
+    rt, pb = V1.runtime(channel), V1.pb
+    config = container_config(pb, name="main")
+    config.metadata.attempt = attempt
+    request = pb.CreateContainerRequest(pod_sandbox_id=p.id, config=config, sandbox_config=p.config)
+    return (await rt.CreateContainer(request, timeout=60)).container_id
+
+
+async def test_a_pod_raise_refused_at_create_is_warned_of_and_the_runtime_refuses_the_answer(
+    cri_channel, launcher: ProxyLauncher, pod_log_dir
+) -> None:
+    """Guards existing behaviour (server.py's _container, pods.KnownPods.write_pod),
+    refused by the kernel. The pod's quota bound at 20000 by its parent before
+    its container is made: PreCreateContainer's raise of the pod to 50000 is
+    refused (EINVAL), warned of (``could not write the pod cgroup``), and the
+    hook answers the container's batch values all the same (it never fails a
+    pod); the runtime applies them, and runc's write of the container's 50000
+    under the pod's 20000 is refused too: StartContainer fails (StartError), no
+    container cgroup is left, the pod cgroup stays at the bound. Once the bound
+    is lifted the reconcile pass raises the pod, and kubelet's next attempt of
+    the container starts with its batch values."""
+    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                  runtime_endpoint=str(launcher.socket)) as hook:
+        running, _ = await launcher.start()
+        await registered(running, 1)
+        main = spec(main=batch("500", "128Mi"))
+        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, main) as p:
+            rt, pb = V1.runtime(channel), V1.pb
+            assert pod_values(p.cgroup) == BE_VALUES
+            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+            bound = bound_the_pod(p.cgroup, None)
+            try:
+                refused_by_the_kernel(p.cgroup)
+                earlier = len(hook.lines)
+                cid = await create_main(channel, p, 0)
+                line = await hook.logged(lambda line: line.get("msg") == POD_UNWRITTEN and line.get("pod") == pod_name,
+                                         start=earlier)
+                assert (line["level"], line["cgroup_parent"]) == ("warning", p.cgroup.parent)
+                assert "Invalid argument" in line["reason"]  # the kernel's EINVAL
+                line = await hook.logged(lambda line: line.get("msg") == ANSWERED and line.get("pod") == pod_name,
+                                         start=earlier)
+                assert (line["container"], line["hook"]) == ("main", "PreCreateContainer")
+                assert (line["cpu_shares"], line["cpu_quota"], line["memory_limit"]) == BE_VALUES
+
+                with pytest.raises(aio.AioRpcError) as failed:  # runc writes the answer's quota: refused under the pod's
+                    await rt.StartContainer(pb.StartContainerRequest(container_id=cid), timeout=60)
+                assert failed.value.code() == StatusCode.UNKNOWN
+                assert QUOTA in (failed.value.details() or "") and "50000" in (failed.value.details() or "")
+                status = (await rt.ContainerStatus(pb.ContainerStatusRequest(container_id=cid), timeout=10)).status
+                assert (status.state, status.reason) == (pb.CONTAINER_EXITED, "StartError")
+                assert not (p.cgroup.path("cpu") / cid).exists()  # (runc removed the cgroup it made)
+                assert pod_values(p.cgroup) == (512, BOUND, 128 * MIB)
+                lifted = len(hook.lines)
+            finally:  # the bound lifted (so also when the test fails)
+                (bound / QUOTA).write_text("-1")
+            line = await hook.logged(lambda line: line.get("msg") == POD_RESTORED and line.get("pod") == pod_name
+                                     and line.get("file") == QUOTA and line.get("found") == BOUND,
+                                     timeout=20.0, start=lifted)
+            assert line["wanted"] == 50000
+            assert pod_values(p.cgroup) == BE_VALUES
+            retried = await create_main(channel, p, 1)  # kubelet's next attempt, as after a StartError
+            await rt.StartContainer(pb.StartContainerRequest(container_id=retried), timeout=60)
+            pid = await container_pid(V1, channel, retried)
+            assert cgroup_of(pid, "cpu").parent == p.cgroup.path("cpu")
             assert (container_values(pid), pod_values(p.cgroup)) == (BE_VALUES, BE_VALUES)
