@@ -24,28 +24,13 @@ from runtimeproxy.cripath.imagewatch import RETRY_FIRST, VERSION_RETRY_MAX, Imag
 from runtimeproxy.cripath.methods import ApiVersion
 from runtimeproxy.host.unixsocket import grpc_address
 
+from tests.fakeclock import Clock
+
 from ..fakes import FakeBackend
 
 V1, A2 = ApiVersion.V1, ApiVersion.V1ALPHA2
 A2_FS_INFO = "/runtime.v1alpha2.ImageService/ImageFsInfo"
 NOT_SERVED = "ImageFsInfo (v1alpha2): UNAVAILABLE: v1alpha2 gone"
-
-
-class Clock:
-    """The watch's sleep: records each wait, over at once until ``until``
-    seconds have passed (then never: ``over`` is set)."""
-
-    def __init__(self, until: float) -> None:
-        self.now, self.until = 0.0, until
-        self.waits: list[float] = []
-        self.over = asyncio.Event()
-
-    async def sleep(self, delay: float) -> None:
-        self.waits.append(delay)
-        self.now += delay
-        if self.now >= self.until:
-            self.over.set()
-            await asyncio.Event().wait()
 
 
 class Watched:

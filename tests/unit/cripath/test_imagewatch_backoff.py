@@ -26,7 +26,7 @@ from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.imagewatch import RETRY_FIRST, RETRY_MAX, VERSION_RETRY_MAX, ImageWatch, Probed
 from runtimeproxy.cripath.methods import ApiVersion
 
-from .fakeclock import Clock
+from tests.fakeclock import Clock
 
 V1, A2 = ApiVersion.V1, ApiVersion.V1ALPHA2
 _S = grpc.ChannelConnectivity

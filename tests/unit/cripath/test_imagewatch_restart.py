@@ -1,7 +1,7 @@
 """A separate image service's watch restarted after it died probes a READY
 service that does not serve at the first backoff again, not at the one the
 dead run had reached (cripath/imagewatch.py). The waits are a fake clock's
-(fakeclock.py): each recorded, each over at once."""
+(tests/fakeclock.py): each recorded, each over at once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from runtimeproxy.cripath import imagewatch
 from runtimeproxy.cripath.imagewatch import RETRY_FIRST, RETRY_MAX, ImageWatch
 
-from .fakeclock import Clock
+from tests.fakeclock import Clock
 
 DOWN = imagewatch.Probed("ImageFsInfo (v1, v1alpha2): UNAVAILABLE: not yet")
 
