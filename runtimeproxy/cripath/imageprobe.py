@@ -81,13 +81,13 @@ async def image_probe(channel: aio.Channel, timeout: float) -> Probed:
         second.cancel()
     there = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind in (_Found.HAS, _Found.UNKNOWN)}
     unknown = {v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.UNKNOWN}
-    failed = _failures({v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED})
+    failures = {v: why for v, (kind, why) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED}
+    failed = _failures(failures)
     if failed is not None and not there:
         return Probed(failed)
     if not there:  # "unknown service" in both: whatever listens there is no CRI image service
         return Probed(NO_IMAGE_SERVICE)
-    failing = frozenset(v for v, (kind, _) in zip(PROBE_VERSIONS, found, strict=True) if kind is _Found.FAILED)
-    return Probed(None, frozenset(there), frozenset(unknown), failed, failing)
+    return Probed(None, frozenset(there), frozenset(unknown), failed, frozenset(failures))
 
 
 async def _ask(channel: aio.Channel, version: ApiVersion, timeout: float) -> tuple[_Found, str]:
