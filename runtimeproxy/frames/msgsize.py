@@ -79,9 +79,9 @@ class StreamSizes(dict[int, MessageSizes]):
     """One direction's trackers, by stream. A relayed stream gets one only at
     its first DATA frame that does not hold one whole message within the
     limit (a unary call's frames nearly always do): until then it is at a
-    message's start, which is what a missing tracker says (``feed_at``; the
-    relay's loops read that case inline, upstream.py and downstream.py), and
-    a call costs no tracker at all. A hooked call's are made at its start
+    message's start, which is what a missing tracker says (the relay's loops
+    read that case inline, upstream.py and downstream.py, before ``feed_at``),
+    and a call costs no tracker at all. A hooked call's are made at its start
     (upstream.py): for it a missing one says the stream ended (taken.py)."""
 
     __slots__ = ("limit",)
@@ -97,14 +97,8 @@ class StreamSizes(dict[int, MessageSizes]):
         return sizes
 
     def feed_at(self, sid: int, buf: bytes, start: int, n: int) -> int | None:
-        """``MessageSizes.feed_at`` on ``sid``'s tracker, made if it needs one.
-        Its test for one whole message within the limit (no tracker needed) is
-        copied inline, a call less per DATA frame, in the relay's loops:
-        upstream.ClientSide._frames and downstream.BackendSide._frames; a
-        change to it here is one there too."""
-        sizes = self.get(sid)
-        if sizes is None:
-            if n >= 5 and n - 5 == LENGTH(buf, start + LENGTH_AT)[0] <= self.limit:
-                return None  # one whole message: the stream is at a message's start again
-            sizes = self[sid] = MessageSizes(self.limit)
-        return sizes.feed_at(buf, start, n)
+        """``MessageSizes.feed_at`` on ``sid``'s tracker, made if missing. The
+        relay's loops (its only callers) read a frame that holds one whole
+        message within the limit inline, needing no tracker, and call this
+        for the others."""
+        return self.tracker(sid).feed_at(buf, start, n)

@@ -226,7 +226,8 @@ def test_message_sizes_find_the_first_message_over_the_limit_however_the_stream_
     over the limit in the frame where its prefix ends; so does ``feed_at``, the
     relay's loops' way to it, on the frame within a read, in the same state
     after each frame (a prefix carried whole or in part); and so does a
-    stream's StreamSizes, which has no tracker while at a message's start."""
+    stream's StreamSizes, its tracker made at its first frame (the relay's
+    loops read a whole message without one)."""
     stream = b"".join(struct.pack(">BI", flag, n) + b"m" * n for flag, n in messages)
     first_over = next((n for _, n in messages if n > limit), None)
     sizes, in_place, streams, found, pos, i = MessageSizes(limit), MessageSizes(limit), StreamSizes(limit), None, 0, 0
