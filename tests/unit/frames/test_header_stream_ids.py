@@ -16,7 +16,7 @@ from runtimeproxy.frames.frame import ErrorCode, Flag, FrameType
 from tests.frameroutes import Routes
 from tests.frametransport import Transport
 
-VERSION = "/runtime.v1.RuntimeService/Version"
+from .test_connection import VERSION, _written_frames
 
 
 class _Client:
@@ -43,13 +43,8 @@ class _Client:
         return fr.serialize(FrameType.HEADERS, flags, sid, block)
 
     def goaways(self) -> list[int]:
-        data, pos, codes = b"".join(self.client.written), 0, []
-        while True:
-            f, pos = fr.parse(data, pos, fr.MAX_FRAME_LIMIT)
-            if f is None:
-                return codes
-            if f.type == FrameType.GOAWAY:
-                codes.append(int.from_bytes(bytes(f.payload[4:8]), "big"))
+        return [int.from_bytes(bytes(f.payload[4:8]), "big") for f in _written_frames(self.client)
+                if f.type == FrameType.GOAWAY]
 
 
 @pytest.mark.parametrize("sid", [0, 2, 6, 1, 3], ids=["stream 0", "even", "even, above the latest", "reused", "skipped"])

@@ -14,14 +14,7 @@ from runtimeproxy.frames.frame import Flag, FrameType
 from tests.frameroutes import Routes
 from tests.frametransport import Transport
 
-VERSION = "/runtime.v1.RuntimeService/Version"
-
-
-def _request(encoder: hpack.Encoder, sid: int) -> bytes:
-    block = encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", VERSION), (":authority", "x"),
-                            ("content-type", "application/grpc"), ("te", "trailers")])
-    return (fr.serialize(FrameType.HEADERS, Flag.END_HEADERS, sid, block)
-            + fr.serialize(FrameType.DATA, Flag.END_STREAM, sid, b"\0\0\0\0\0"))
+from .test_connection import VERSION, _request
 
 
 def _answer(encoder: hpack.Encoder, sid: int) -> bytes:
@@ -39,7 +32,7 @@ async def test_shutdown_waits_for_each_relayed_unary_call_until_its_answer_went(
     requests, answers = hpack.Encoder(), hpack.Encoder()
     await asyncio.wait_for(conn.wait_idle(), 5)  # no call: at once
     for sid in (1, 3):  # the second: busy again once idle, and the waiter made for the first told again
-        conn.client_data(_request(requests, sid))
+        conn.client_data(_request(requests, sid, VERSION))
         assert sid in conn.unary_open and not conn.is_idle
         waiting = asyncio.ensure_future(conn.wait_idle())
         for _ in range(3):
