@@ -158,10 +158,13 @@ class KnownPods:
         if self._closed:
             return None  # (stopped: the next instance's files now)
         self._dirty.discard(record.key)
-        saved = SavedPod(record, self.containers(record.key), dict(self._swap.get(record.key, {})))
-        written = self._writer.save(saved, sync_dir=sync_dir)
+        written = self._writer.save(self._copy(record), sync_dir=sync_dir)
         written.add_done_callback(functools.partial(self._saved, record))
         return written
+
+    def _copy(self, record: PodRecord) -> SavedPod:
+        """What a save writes of a known pod, copied on the loop: the thread reads nothing of ours."""
+        return SavedPod(record, self.containers(record.key), dict(self._swap.get(record.key, {})))
 
     def _saved(self, record: PodRecord, written: Written) -> None:
         """A save's outcome, on the loop, in the order the saves were asked."""
@@ -267,8 +270,7 @@ class KnownPods:
         writer's thread has ended (an fsync per pod: a stalled disk must not
         block the loop): the executor's future (:meth:`StateWriter.last`),
         for the stop to keep its lock on until it ends."""
-        last = [SavedPod(record, self.containers(key), dict(self._swap.get(key, {})))
-                for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None]
+        last = [self._copy(record) for key in sorted(self._dirty) if (record := self._pods.get(key)) is not None]
         self._dirty.clear()
         return self._writer.last(last)
 

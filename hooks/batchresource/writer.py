@@ -40,7 +40,6 @@ import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .state import SavedPod, StateDir
@@ -129,7 +128,7 @@ class StateWriter:
             saving.set_result(None)
             return saving
         executor, self._executor = self._executor, None
-        saving = loop.run_in_executor(None, functools.partial(_drain_then_save, executor, LastSaves(self.state, pods)))
+        saving = loop.run_in_executor(None, functools.partial(_drain_then_save, executor, self.state, pods))
         self._last = saving
         return saving
 
@@ -140,29 +139,16 @@ class StateWriter:
             await asyncio.wait({self._last})
 
 
-@dataclass(frozen=True)
-class LastSaves:
-    """The stop's last flush (:meth:`KnownPods.close`): copies, safe in a thread."""
-
-    state: StateDir
-    pods: list[SavedPod]
-
-    def __call__(self) -> None:
-        for pod in self.pods:
-            record = pod.record
-            try:
-                self.state.save(record, pod.containers, swap=pod.swap, sync_dir=False)
-            except (OSError, ValueError) as exc:  # its containers are written again by the next instance's listing
-                log.warning("batchresource could not save a pod to its state directory as it stopped",
-                            extra={"pod": record.pod, "uid": record.uid, "reason": str(exc)})
-
-
-def _drain_then_save(executor: ThreadPoolExecutor | None, saves: LastSaves) -> None:
+def _drain_then_save(executor: ThreadPoolExecutor | None, state: StateDir, pods: list[SavedPod]) -> None:
     """In the default executor: every write asked of ``executor`` landed
-    (its thread ended), then ``saves``."""
+    (its thread ended), then the stop's last saves of ``pods`` (copies,
+    safe in a thread)."""
     if executor is not None:
         executor.shutdown(wait=True)
-    saves()
+    for pod in pods:
+        if (exc := _save(state, pod, False)) is not None:  # its containers are written again by the next instance's listing
+            log.warning("batchresource could not save a pod to its state directory as it stopped",
+                        extra={"pod": pod.record.pod, "uid": pod.record.uid, "reason": str(exc)})
 
 
 def outcome(written: Written, bug: str, **fields: object) -> Exception | None:
