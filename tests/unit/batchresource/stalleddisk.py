@@ -1,15 +1,21 @@
-"""StateDir's writes made to stall on demand, for the tests of batchresource's writer thread."""
+"""StateDir's writes made to stall on demand, and what else the tests of
+batchresource's writer thread watch: the state file as the socket's lock
+goes."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import json
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hooks.batchresource.state import PodRecord, StateDir
+from runtimeproxy.host import socketlock
 
 STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
 
@@ -49,3 +55,21 @@ class StalledDisk:
 
     def free(self) -> None:
         self.disk.set()
+
+
+def containers_at_release(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[list[object], asyncio.Event]:
+    """socketlock.release spied: at each release of a held lock, the
+    containers of the state file at ``path`` (None: no such key) appended to
+    the list, then the event set."""
+    at_release: list[object] = []
+    released = asyncio.Event()
+    real_release = socketlock.release
+
+    def release(lock: socketlock.SocketLock | None) -> None:
+        if lock is not None and lock.held:
+            at_release.append(json.loads(path.read_text()).get("containers"))
+            released.set()
+        real_release(lock)
+
+    monkeypatch.setattr(socketlock, "release", release)
+    return at_release, released

@@ -18,14 +18,13 @@ from hooks.batchresource.pods import KnownPods
 from hooks.batchresource.state import PodRecord, StateDir
 from hooks.errors import HookServerError
 from runtimeproxy.hookpath.points import HookType
-from runtimeproxy.host import socketlock
 from tests.unixsockets import socket_mode_fails
 
 from .fakecgroup import make_cgroup
 from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
 from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
 from .specs import BE
-from .stalleddisk import StalledDisk
+from .stalleddisk import StalledDisk, containers_at_release
 
 STATE = Path("state") / "uid-1.json"
 OTHER = "/kubepods/besteffort/poduid-2"
@@ -122,17 +121,7 @@ async def test_the_last_saves_land_after_a_save_under_way_as_the_hook_stops(
     await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
     await hook.pre_create_container(container_request(BE, TWO, "main", attempt=2))
     stalled = StalledDisk(monkeypatch, lambda _, containers: containers == {("main", 2)})
-    released = asyncio.Event()
-    landed_at_release: list[object] = []
-    real_release = socketlock.release
-
-    def release(lock: socketlock.SocketLock | None) -> None:
-        if lock is not None and lock.held:
-            landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
-            released.set()
-        real_release(lock)
-
-    monkeypatch.setattr(socketlock, "release", release)
+    landed_at_release, released = containers_at_release(monkeypatch, tmp_path / STATE)
     try:
         hook.pods.flush()  # a pass's save of attempt 2, stalled
         assert await asyncio.to_thread(stalled.writing.wait, WAIT)

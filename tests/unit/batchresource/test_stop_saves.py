@@ -16,12 +16,12 @@ import pytest
 
 from hooks.batchresource import server
 from hooks.batchresource.state import StateDir
-from runtimeproxy.host import socketlock
 
 from .fakeruntime import FakePod
 from .hookfixtures import POD_PARENT, container_request, pod_request
 from .learnfixtures import KUBELET_V1, TWO, hook_with_learner, kubelet_be_cgroups, values
 from .specs import BE
+from .stalleddisk import containers_at_release
 
 STATE = Path("state") / "uid-1.json"
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
@@ -39,14 +39,7 @@ async def test_the_answers_since_the_last_pass_are_saved_before_the_lock_goes(
     await hook.start()
     await hook.pre_run_pod_sandbox(pod_request(BE, TWO))
     await hook.pre_create_container(container_request(BE, TWO, "main", attempt=2))
-    at_release: list[object] = []
-    real = socketlock.release
-
-    def release(lock: socketlock.SocketLock | None) -> None:
-        at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
-        real(lock)
-
-    monkeypatch.setattr(socketlock, "release", release)
+    at_release, _ = containers_at_release(monkeypatch, tmp_path / STATE)
     await hook.stop(0, drain=0)
     assert at_release == [[["main", 2]]]
     assert json.loads((tmp_path / STATE).read_text())["swap"] == {"main": 0}  # kubelet's ask (none) kept too
@@ -95,17 +88,8 @@ async def test_the_last_saves_on_a_stalled_disk_keep_the_lock_not_the_loop(
             stalled_out.set()  # the loop never let the disk go: it was blocked
         real_save(self, *args, **kwargs)
 
-    released = asyncio.Event()
-    landed_at_release: list[object] = []
-    real_release = socketlock.release
-
-    def release(lock: socketlock.SocketLock | None) -> None:
-        landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
-        released.set()
-        real_release(lock)
-
     monkeypatch.setattr(StateDir, "save", stalled)
-    monkeypatch.setattr(socketlock, "release", release)
+    landed_at_release, released = containers_at_release(monkeypatch, tmp_path / STATE)
     try:
         await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
         assert landed_at_release == []  # stopped, the lock kept
@@ -181,19 +165,9 @@ async def test_the_last_saves_keep_the_lock_when_the_step_is_cut(
         disk.wait(STALL)
         real_save(self, *args, **kwargs)
 
-    released = asyncio.Event()
-    landed_at_release: list[object] = []
-    real_release = socketlock.release
-
-    def release(lock: socketlock.SocketLock | None) -> None:
-        if lock is not None and lock.held:
-            landed_at_release.append(json.loads((tmp_path / STATE).read_text()).get("containers"))
-            released.set()
-        real_release(lock)
-
     monkeypatch.setattr(lister, "close", hangs_once)
     monkeypatch.setattr(StateDir, "save", stalled)
-    monkeypatch.setattr(socketlock, "release", release)
+    landed_at_release, released = containers_at_release(monkeypatch, tmp_path / STATE)
     try:
         stopping = asyncio.ensure_future(hook.stop(0, drain=0))
         if cut_by == "a cancelled stop":
