@@ -1,23 +1,34 @@
 """StateDir's writes made to stall on demand, and what else the tests of
-batchresource's writer thread watch: the state file as the socket's lock
-goes."""
+batchresource's writer thread watch: its threads, the state file as the
+socket's lock goes."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cri_api.hookapi import api_pb2
+from hooks.batchresource.server import BatchResourceHook
 from hooks.batchresource.state import PodRecord, StateDir
 from runtimeproxy.host import socketlock
 
+from .fakecgroup import make_cgroup
+from .hookfixtures import POD_PARENT, make_hook, pod_request
+from .learnfixtures import TWO
+from .specs import BE
+
 STALL = 3.0  # a stalled write gives up past this: the loop it blocked lets the test fail, not hang
+WAIT = 10.0  # at most, for what must happen: a failure, not a hang
+OTHER = "/kubepods/besteffort/poduid-2"  # uid-2's pod cgroup
+THREAD = "batchresource-state"  # the writer's thread name prefix
 
 
 class StalledDisk:
@@ -57,6 +68,11 @@ class StalledDisk:
         self.disk.set()
 
 
+def writer_threads(before: Collection[threading.Thread] = ()) -> set[threading.Thread]:
+    """The state files' threads alive now, but those in ``before``."""
+    return {t for t in threading.enumerate() if t.name.startswith(THREAD) and t not in before}
+
+
 def containers_at_release(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[list[object], asyncio.Event]:
     """socketlock.release spied: at each release of a held lock, the
     containers of the state file at ``path`` (None: no such key) appended to
@@ -73,3 +89,31 @@ def containers_at_release(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[
 
     monkeypatch.setattr(socketlock, "release", release)
     return at_release, released
+
+
+@contextlib.asynccontextmanager
+async def uid_2_first_save_stalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, uid_1_saved: bool = True, removal_fails: bool = False
+) -> AsyncIterator[tuple[BatchResourceHook, StalledDisk, asyncio.Task[api_pb2.PodSandboxHookResponse | None]]]:
+    """A hook (uid-1's pod known and saved first, with ``uid_1_saved``) whose
+    first PreRunPodSandbox for uid-2 (``first``) is under way, its save
+    stalled (``StalledDisk``: uid-2's saves stall) once it starts, which the
+    body waits for (``stalled.writing``). Once the body ends, the disk is
+    freed and ``first`` and every write asked are awaited (the disk freed,
+    too, when the body raised).
+    Every assertion is the test's, ``first``'s answer and
+    ``stalled.stalled_out`` included."""
+    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
+    make_cgroup(tmp_path / "cgroup", 1, OTHER)
+    hook = make_hook(tmp_path)
+    if uid_1_saved:
+        await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved
+    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2", removal_fails=removal_fails)
+    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
+    try:
+        yield hook, stalled, first
+        stalled.free()
+        await asyncio.wait_for(first, WAIT)
+        await asyncio.wait_for(hook.pods.settled(), WAIT)
+    finally:
+        stalled.free()

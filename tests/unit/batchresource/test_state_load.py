@@ -19,7 +19,7 @@ from hooks.errors import HookServerError
 from runtimeproxy.host import socketlock
 
 from .hookfixtures import POD_PARENT, make_hook
-from .stalleddisk import STALL
+from .stalleddisk import STALL, writer_threads
 
 WAIT = 10.0  # at most, for what must happen: a failure, not a hang
 
@@ -116,11 +116,6 @@ async def test_a_save_asked_during_the_load_lands_after_its_read(
     assert json.loads((tmp_path / "state" / "uid-1.json").read_text())["spec"] == '{"new": true}'
 
 
-def _writer_threads(before: set[threading.Thread]) -> list[threading.Thread]:
-    """The state files' threads started since ``before`` still alive."""
-    return [t for t in threading.enumerate() if t.name.startswith("batchresource-state") and t not in before]
-
-
 class LockReleases:
     """SocketLock.release recorded in ``events``; :attr:`released` set at each."""
 
@@ -166,7 +161,7 @@ async def test_a_stop_during_the_start_s_state_read_returns_and_the_lock_waits_f
         await asyncio.wait_for(asyncio.gather(starting, return_exceptions=True), WAIT)
     assert stalled.events == ["read uid-1.json", "read uid-1.json ended", "lock released"]
     assert not stalled.stalled_out.is_set()
-    assert _writer_threads(before) == []  # joined before the lock went
+    assert writer_threads(before) == set()  # joined before the lock went
 
 
 async def test_a_start_again_after_one_cut_during_its_read_serves_with_one_thread(
@@ -193,16 +188,16 @@ async def test_a_start_again_after_one_cut_during_its_read_serves_with_one_threa
         await asyncio.wait_for(releases.released.wait(), WAIT)
         await asyncio.wait_for(hook.start(), WAIT)
         assert hook.serving and "uid-1" in hook.pods
-        assert len(_writer_threads(before)) == 1
+        assert len(writer_threads(before)) == 1
     finally:
         stalled.free()
         await asyncio.wait_for(asyncio.gather(starting, return_exceptions=True), WAIT)
         if stopping is not None:
             await asyncio.wait_for(asyncio.gather(stopping, return_exceptions=True), WAIT)
         await asyncio.wait_for(hook.stop(0, drain=0), WAIT)
-    for thread in _writer_threads(before):  # let go, idle, by the stop (no save): it ends on its own
+    for thread in writer_threads(before):  # let go, idle, by the stop (no save): it ends on its own
         await asyncio.to_thread(thread.join, WAIT)
-    assert _writer_threads(before) == []
+    assert writer_threads(before) == set()
 
 
 async def test_a_failed_state_read_lets_its_thread_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,9 +213,9 @@ async def test_a_failed_state_read_lets_its_thread_go(tmp_path: Path, monkeypatc
     pods = KnownPods(make_hook(tmp_path).config)
     with pytest.raises(RuntimeError, match="a bug in the read"):
         await pods.load()
-    for thread in _writer_threads(before):
+    for thread in writer_threads(before):
         await asyncio.to_thread(thread.join, WAIT)
-    assert _writer_threads(before) == []
+    assert writer_threads(before) == set()
 
 
 async def test_a_load_cut_during_its_read_leaves_the_pods_closed(

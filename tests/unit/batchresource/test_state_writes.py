@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,9 @@ from .fakecgroup import make_cgroup
 from .hookfixtures import POD_PARENT, container_request, make_hook, pod_request
 from .learnfixtures import TWO, hook_with_learner, kubelet_be_cgroups
 from .specs import BE
-from .stalleddisk import StalledDisk, containers_at_release
+from .stalleddisk import OTHER, WAIT, StalledDisk, containers_at_release, uid_2_first_save_stalled, writer_threads
 
 STATE = Path("state") / "uid-1.json"
-OTHER = "/kubepods/besteffort/poduid-2"
-WAIT = 10.0  # at most, for what must happen: a failure, not a hang
-THREAD = "batchresource-state"  # the writer's thread name prefix
-
-
-def writer_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith(THREAD)}
 
 
 async def test_a_save_on_a_stalled_disk_leaves_the_loop_to_other_calls(
@@ -144,22 +136,12 @@ async def test_a_pod_stop_answers_without_waiting_for_its_files_removal(
     queued behind a stalled save (before: it waited for the removal, a plain
     unlink no more durable for it, so behind the stalled save for nothing);
     the removal lands after."""
-    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
-    make_cgroup(tmp_path / "cgroup", 1, OTHER)
-    hook = make_hook(tmp_path)
-    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved
-    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2")
-    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
-    try:
+    async with uid_2_first_save_stalled(tmp_path, monkeypatch) as (hook, stalled, first):
         assert await asyncio.to_thread(stalled.writing.wait, WAIT)
         assert await asyncio.wait_for(hook.post_stop_pod_sandbox(pod_request(BE, TWO)), WAIT) is None
         assert not stalled.landed.is_set() and not first.done()  # answered while the disk stalls
         assert "uid-1" not in hook.pods
-        stalled.free()
-        assert (await asyncio.wait_for(first, WAIT)) is not None
-        await asyncio.wait_for(hook.pods.settled(), WAIT)
-    finally:
-        stalled.free()
+    assert first.result() is not None
     assert not stalled.stalled_out.is_set()
     assert not (tmp_path / STATE).exists()
 
@@ -188,22 +170,12 @@ async def test_a_forgotten_pods_line_is_logged_once_its_files_removal_has_ended(
     failure's warning when it failed. Guards the ordering (a line logged at
     once fails it); state_file is new (before: the line said nothing of
     the file)."""
-    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
-    make_cgroup(tmp_path / "cgroup", 1, OTHER)
-    hook = make_hook(tmp_path)
-    await hook.pre_run_pod_sandbox(pod_request(BE, TWO))  # known and saved
-    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2", removal_fails=fails)
     caplog.set_level(logging.INFO, "hooks.batchresource")
-    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
-    try:
+    async with uid_2_first_save_stalled(tmp_path, monkeypatch, removal_fails=fails) as (hook, stalled, first):
         assert await asyncio.to_thread(stalled.writing.wait, WAIT)
         await hook.post_stop_pod_sandbox(pod_request(BE, TWO))
         assert _logged(caplog) == []
-        stalled.free()
-        assert (await asyncio.wait_for(first, WAIT)) is not None
-        await asyncio.wait_for(hook.pods.settled(), WAIT)
-    finally:
-        stalled.free()
+    assert first.result() is not None
     assert not stalled.stalled_out.is_set()
     assert _logged(caplog) == lines
     assert (tmp_path / STATE).exists() == fails
@@ -216,21 +188,12 @@ async def test_a_call_cut_while_its_save_waits_leaves_the_save_to_land(
     behind a stalled one: the save is not cancelled, it lands in its turn,
     the pod tracked (a write cancelled with the call would leave a pod the
     hook answered for, in part, with no file). Guards existing behaviour."""
-    make_cgroup(tmp_path / "cgroup", 1, POD_PARENT)
-    make_cgroup(tmp_path / "cgroup", 1, OTHER)
-    hook = make_hook(tmp_path)
-    stalled = StalledDisk(monkeypatch, lambda record, _: record.uid == "uid-2")
-    first = asyncio.ensure_future(hook.pre_run_pod_sandbox(pod_request(BE, TWO, OTHER, uid="uid-2")))
-    try:
+    async with uid_2_first_save_stalled(tmp_path, monkeypatch, uid_1_saved=False) as (hook, stalled, first):
         assert await asyncio.to_thread(stalled.writing.wait, WAIT)
-        with pytest.raises(TimeoutError):  # (the disk stalls until freed below: the cut is certain)
+        with pytest.raises(TimeoutError):  # (the disk stalls until freed past the body: the cut is certain)
             await asyncio.wait_for(hook.pre_run_pod_sandbox(pod_request(BE, TWO)), 0.05)
         assert "uid-1" in hook.pods and not (tmp_path / STATE).exists()
-        stalled.free()
-        assert (await asyncio.wait_for(first, WAIT)) is not None
-        await asyncio.wait_for(hook.pods.settled(), WAIT)
-    finally:
-        stalled.free()
+    assert first.result() is not None
     assert not stalled.stalled_out.is_set()
     assert json.loads((tmp_path / STATE).read_text())["uid"] == "uid-1"
 
