@@ -74,17 +74,18 @@ def writer_threads(before: Collection[threading.Thread] = ()) -> set[threading.T
 
 
 def containers_at_release(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[list[object], asyncio.Event]:
-    """socketlock.release spied: at each release of a held lock, the
-    containers of the state file at ``path`` (None: no such key) appended to
-    the list, then the event set."""
+    """socketlock.release spied: at each release, the containers of the
+    state file at ``path`` (None: no such key) appended to the list, then
+    the event set; a release of a lock not held is appended as
+    ``("not held", lock)``, so a test expecting one release sees any other."""
     at_release: list[object] = []
     released = asyncio.Event()
     real_release = socketlock.release
 
     def release(lock: socketlock.SocketLock | None) -> None:
-        if lock is not None and lock.held:
-            at_release.append(json.loads(path.read_text()).get("containers"))
-            released.set()
+        held = lock is not None and lock.held
+        at_release.append(json.loads(path.read_text()).get("containers") if held else ("not held", lock))
+        released.set()
         real_release(lock)
 
     monkeypatch.setattr(socketlock, "release", release)
