@@ -44,15 +44,20 @@ class HookRun:
 
     async def logged(self, match: Callable[[LogLine], bool], timeout: float = 15.0, start: int = 0) -> LogLine:
         """The first log line ``match`` accepts, waiting (bounded) for it to be written;
-        ``start``: an index in ``lines`` (a count taken earlier), the lines before it left out."""
-        async with asyncio.timeout(timeout), self._changed:
-            while True:
-                found = next((line for line in self.lines[start:] if match(line)), None)
-                if found is not None:
-                    return found
-                if self.process.returncode is not None:
-                    raise AssertionError(f"hook exited {self.process.returncode}; it logged {self.lines}")
-                await self._changed.wait()
+        ``start``: an index in ``lines`` (a count taken earlier), the lines before it left out.
+        On a timeout, the AssertionError shows the hook's last lines (what it did instead)."""
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                while True:
+                    found = next((line for line in self.lines[start:] if match(line)), None)
+                    if found is not None:
+                        return found
+                    if self.process.returncode is not None:
+                        raise AssertionError(f"hook exited {self.process.returncode}; it logged {self.lines}")
+                    await self._changed.wait()
+        except TimeoutError:
+            last = "\n".join(json.dumps(line) for line in self.lines[-40:])
+            raise AssertionError(f"no matching hook log line within {timeout} s; its last lines:\n{last}") from None
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,8 @@ from typing import Any
 from runtimeproxy.host.containerd import LocalContainerd
 from runtimeproxy.nri.app import NriPlugin, NriSettings
 
+from ..filewatch import until_on_disk
+
 
 @contextlib.asynccontextmanager
 async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: Any) -> AsyncIterator[NriPlugin]:
@@ -36,16 +38,5 @@ async def nri_plugin(runtime: LocalContainerd, hook_dir: Path, **settings: Any) 
 async def logged(path: Path, message: str, timeout: float = 30.0) -> None:
     """Until a process has logged ``message`` to the file ``path`` (woken by
     file events, bounded by ``timeout``)."""
-    import watchfiles
-
-    def seen() -> bool:
-        return path.is_file() and message in path.read_text()
-
-    if seen():
-        return
-    stop = asyncio.Event()
-    async with asyncio.timeout(timeout):
-        async for _ in watchfiles.awatch(path.parent, stop_event=stop, rust_timeout=500, yield_on_timeout=True):
-            if seen():
-                return
-    raise AssertionError(f"{path} never said {message!r}")
+    await until_on_disk(path.parent, lambda: path.is_file() and message in path.read_text(),
+                        f"{path} never said {message!r}", timeout)

@@ -10,6 +10,7 @@ from hooks.batchresource.learn import LEARNED, UNTOLD
 from hooks.batchresource.server import BatchResourceHook
 from hooks.registration import write_hook_config
 
+from ..filewatch import until_on_disk
 from ..hookprocs import registered
 from .batchhelpers import HookRun, batchresource_hook
 from .proxyfixtures import ProxyLauncher
@@ -41,7 +42,9 @@ async def test_a_be_pod_made_with_no_hook_gets_its_values_once_the_hook_starts(
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             learned = await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
             assert (learned["uid"], learned["pod_sandbox_id"], learned["containers"]) == (p.config.metadata.uid, p.id, 1)
-            assert (launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json").is_file()
+            # (Saved at the end of the listing's pass, off the event loop: after the lines above.)
+            saved = launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json"
+            await until_on_disk(saved.parent, saved.is_file, f"{saved} saved", timeout=20.0)
 
 
 async def test_a_be_pod_made_while_the_hook_was_down_under_ignore(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:

@@ -4,6 +4,8 @@ writer changed: real containerd, values read and written where they land, in
 
 from __future__ import annotations
 
+import contextlib
+
 from hooks.batchresource.reconcile import CONTAINER_RESTORED
 
 from ..hookprocs import registered
@@ -43,13 +45,16 @@ async def test_a_be_container_updated_through_containerd_itself_is_put_back(
     update), not through the proxy: containerd sets the v1 memory+swap limit
     to the memory limit too (96Mi both), so the memory limit is put back
     memsw first (before: memory.limit_in_bytes alone, above memsw, refused
-    EINVAL every pass)."""
-    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
-                                  runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
+    EINVAL every pass). The update is sent while the hook is down: a pass
+    between runc's writes of it would see it half made."""
+    running, _ = await launcher.start()
+    async with contextlib.AsyncExitStack() as first_hook, launcher.channel() as channel:
+        await first_hook.enter_async_context(batchresource_hook(
+            launcher.dir, launcher.hook_dir, reconcile_interval="200ms", runtime_endpoint=str(launcher.socket)))
         await registered(running, 1)
-        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+        async with pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
             cid, pid = await start_container(channel, p, "main")
+            await first_hook.aclose()
             memsw = cgroup_of(pid, "memory") / "memory.memsw.limit_in_bytes"
             assert container_values(pid) == BE_VALUES
             assert int(memsw.read_text()) == 128 * MIB  # as containerd made it: equal to the memory limit (no swap)
@@ -59,15 +64,18 @@ async def test_a_be_container_updated_through_containerd_itself_is_put_back(
             await V1.runtime(cri_channel).UpdateContainerResources(
                 pb.UpdateContainerResourcesRequest(container_id=cid, linux=update), timeout=30)
             assert int(memsw.read_text()) == 96 * MIB  # (what the put back must get past)
-            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
-            for file, found, wanted in (("cpu.shares", 1024, 512), ("cpu.cfs_quota_us", 20000, 50000),
-                                        ("memory.limit_in_bytes", 96 * MIB, 128 * MIB)):
-                line = await hook.logged(lambda line, f=file: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
-                                         and line.get("file") == f, timeout=20.0)
-                assert (line["container_id"], line["found"], line["wanted"]) == (cid, found, wanted)
-            assert container_values(pid) == BE_VALUES
-            assert int(memsw.read_text()) == 128 * MIB
-            assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
+            # Started again, with the pod saved in its state dir: the listing gives the container's id.
+            async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                          runtime_endpoint=str(launcher.socket)) as hook:
+                pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+                for file, found, wanted in (("cpu.shares", 1024, 512), ("cpu.cfs_quota_us", 20000, 50000),
+                                            ("memory.limit_in_bytes", 96 * MIB, 128 * MIB)):
+                    line = await hook.logged(lambda line, f=file: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                             and line.get("file") == f, timeout=20.0)
+                    assert (line["container_id"], line["found"], line["wanted"]) == (cid, found, wanted)
+                assert container_values(pid) == BE_VALUES
+                assert int(memsw.read_text()) == 128 * MIB
+                assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
 
 
 async def test_a_be_container_memsw_changed_alone_is_put_back(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
@@ -97,21 +105,28 @@ async def test_a_be_container_period_changed_by_hand_is_put_back_under_its_pod(
     """The container's 0.5 cpu as 100000/200000 by hand, under its pod's
     50000/100000: put back at 50000/100000, the quota first, as the real
     kernel refuses the period first (100000/100000, above the pod) (before:
-    refused EINVAL every pass)."""
-    async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
-                                  runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
+    refused EINVAL every pass). Changed while the hook is down: a pass
+    between the two writes would see 50000/200000 and put the period back
+    alone."""
+    running, _ = await launcher.start()
+    async with contextlib.AsyncExitStack() as first_hook, launcher.channel() as channel:
+        await first_hook.enter_async_context(batchresource_hook(
+            launcher.dir, launcher.hook_dir, reconcile_interval="200ms", runtime_endpoint=str(launcher.socket)))
         await registered(running, 1)
-        async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
+        async with pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
             cid, pid = await start_container(channel, p, "main")
+            await first_hook.aclose()
             cpu = cgroup_of(pid, "cpu")
             assert container_values(pid) == BE_VALUES
             assert int((cpu.parent / "cpu.cfs_quota_us").read_text()) == 50000  # the pod's: the bound
             (cpu / "cpu.cfs_period_us").write_text("200000")  # (in the order the kernel takes)
             (cpu / "cpu.cfs_quota_us").write_text("100000")
-            pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
-            line = await hook.logged(lambda line: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
-                                     and line.get("file") == "cpu.cfs_quota_us", timeout=20.0)
-            assert (line["container_id"], line["found"], line["wanted"]) == (cid, 100000, 50000)
-            assert (int((cpu / "cpu.cfs_period_us").read_text()), container_values(pid)) == (100000, BE_VALUES)
-            assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
+            # Started again, with the pod saved in its state dir: the listing gives the container's id.
+            async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
+                                          runtime_endpoint=str(launcher.socket)) as hook:
+                pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+                line = await hook.logged(lambda line: line.get("msg") == CONTAINER_RESTORED and line.get("pod") == pod_name
+                                         and line.get("file") == "cpu.cfs_quota_us", timeout=20.0)
+                assert (line["container_id"], line["found"], line["wanted"]) == (cid, 100000, 50000)
+                assert (int((cpu / "cpu.cfs_period_us").read_text()), container_values(pid)) == (100000, BE_VALUES)
+                assert not [line for line in hook.lines if "could not restore a container cgroup" in line.get("msg", "")]
