@@ -344,8 +344,10 @@ class KnownPods:
             return replace(values, memory_swap=values.memory_limit)
         return replace(values, memory_swap=asked)
 
-    def apply(self, record: PodRecord, *, raise_only: bool = False) -> list[Change]:
-        return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only)
+    def apply(self, record: PodRecord, *, raise_only: bool = False, written: list[Change] | None = None) -> list[Change]:
+        """``written``: appended to as each value lands (see :func:`.apply.apply_values`)."""
+        return apply_values(self.cgroups.pod(record.cgroup_parent), self.wanted(record), raise_only=raise_only,
+                            written=written)
 
     def pod_files(self, record: PodRecord, warn: Warn = _warn, **extra: object) -> CgroupFiles | None:
         """The pod cgroup's files; None, warned of, for a parent that maps to no
@@ -360,17 +362,24 @@ class KnownPods:
 
     def write_pod(self, record: PodRecord, *, raise_only: bool, warn: Warn = _warn, **extra: object) -> None:
         """Write the pod cgroup's values (only the raising ones with ``raise_only``),
-        logging each value written; a failure is warned of and left to the
-        reconcile loop, which retries it (the pod still runs)."""
+        logging each value written, those written before a failure too; a
+        failure is warned of and left to the reconcile loop, which retries it
+        (the pod still runs)."""
+        changes: list[Change] = []
         try:
-            changes = self.apply(record, raise_only=raise_only)
+            self.apply(record, raise_only=raise_only, written=changes)
         except (OSError, ValueError) as exc:  # (SpecError and MemoryBelowUsage are ValueErrors)
+            _log_pod_changes(record, changes, extra)
             warn("batchresource could not write the pod cgroup",
                  {"pod": record.pod, "cgroup_parent": record.cgroup_parent, "reason": str(exc), **extra})
             return
-        for change in changes:
-            log.info("batchresource set a pod cgroup value",
-                     extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
+        _log_pod_changes(record, changes, extra)
+
+
+def _log_pod_changes(record: PodRecord, changes: list[Change], extra: Mapping[str, object]) -> None:
+    for change in changes:
+        log.info("batchresource set a pod cgroup value",
+                 extra={"pod": record.pod, "field": change.field.value, "old": change.old, "new": change.new, **extra})
 
 
 def _forgotten(fields: dict[str, str], removed: Written) -> None:

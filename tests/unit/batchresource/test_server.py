@@ -1,8 +1,11 @@
+import errno
 import logging
 from pathlib import Path
 
 import pytest
 
+from hooks.batchresource.cgroups import CgroupFiles, Field
+from hooks.batchresource.resources import CgroupValues
 from hooks.batchresource.server import BatchResourceHook
 from hooks.batchresource.spec import ANNOTATION_SPEC, LABEL_QOS
 from hooks.builtin import HookConfigInvalid, load_builtin
@@ -162,6 +165,38 @@ async def test_pod_cgroup_write_failure_does_not_fail_the_pod(tmp_path: Path, ca
     answer = await hook.pre_run_pod_sandbox(pod_request(BE, ONE))
     assert answer.resources.cpu_shares == 512
     assert any("could not write the pod cgroup" in r.getMessage() for r in caplog.records)
+
+
+async def test_pod_values_raised_before_a_refused_one_are_logged_by_the_hook_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod's shares and quota raised, then its memory limit refused: the
+    two values that landed are logged by the call, before its warning
+    (before: only the warning; the landed values were logged by no one
+    until a reconcile pass found nothing left to raise)."""
+    hook = make_hook(tmp_path)
+    root = tmp_path / "cgroup"
+    make_cgroup(root, 1, POD_PARENT)
+    await hook.pre_run_pod_sandbox(pod_request(BE, ONE))
+    for name, value in (("cpu.shares", "2"), ("cpu.cfs_quota_us", "1000"), ("memory.limit_in_bytes", str(64 * MIB))):
+        write(root, 1, POD_PARENT, name, value)  # below the pod's values: the container hook raises them
+    real_write = CgroupFiles.write
+
+    def refused(self: CgroupFiles, field: Field, wanted: CgroupValues) -> None:
+        if field is Field.MEMORY_LIMIT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_write(self, field, wanted)
+
+    monkeypatch.setattr(CgroupFiles, "write", refused)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="hooks.batchresource")
+    assert await hook.pre_create_container(container_request(BE, ONE)) is not None
+    said = [(r.getMessage(), getattr(r, "field", None), getattr(r, "new", None)) for r in caplog.records
+            if "pod cgroup" in r.getMessage()]
+    assert said == [("batchresource set a pod cgroup value", "cpu_shares", 512),
+                    ("batchresource set a pod cgroup value", "cpu_quota", 50000),
+                    ("batchresource could not write the pod cgroup", None, None)]
+    assert (read(root, 1, POD_PARENT, "cpu.shares"), read(root, 1, POD_PARENT, "cpu.cfs_quota_us")) == ("512", "50000")
 
 
 async def test_post_stop_forgets_the_pod(tmp_path: Path) -> None:
