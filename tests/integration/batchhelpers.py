@@ -68,7 +68,7 @@ async def batchresource_hook(directory: Path, hook_dir: Path, **settings: Any) -
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "runtimeproxy", "hook", "run", "batchresource",
         "--socket", str(directory / "batchresource.sock"), "--hook-dir", str(hook_dir),
-        "--failure-policy", "Fail", "--timeout", "5s", "--config", str(config), "--log-format", "json", "--drain", "0",
+        "--failure-policy", "Fail", "--timeout", "15s", "--config", str(config), "--log-format", "json", "--drain", "0",
         stderr=asyncio.subprocess.PIPE,
     )
     run = HookRun(process)

@@ -103,7 +103,7 @@ async def balloons_hook(
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "runtimeproxy.cli", "hook", "run", "balloons", "--socket", str(socket),
         "--hook-dir", str(launcher.hook_dir), "--config", str(config_path), "--failure-policy", "Fail",
-        "--timeout", "5s", "--drain", "0", stderr=asyncio.subprocess.PIPE,
+        "--timeout", "15s", "--drain", "0", stderr=asyncio.subprocess.PIPE,
     )
     hook = HookProcess(process, socket)
     reader = asyncio.create_task(hook.read_log())

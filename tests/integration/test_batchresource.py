@@ -133,7 +133,8 @@ async def test_update_reapplies_the_batch_values(cri_channel, launcher, hook, po
         kubelet = pb.LinuxContainerResources(cpu_period=100000, cpu_quota=30000, cpu_shares=2, memory_limit_in_bytes=64 * MIB)
         await V1.runtime(channel).UpdateContainerResources(pb.UpdateContainerResourcesRequest(container_id=cid, linux=kubelet), timeout=30)
         assert container_values(pid) == (512, 50000, 128 * MIB)
-        assert any(line.get("hook") == "PreUpdateContainerResources" and line.get("container") == "main" for line in hook.lines)
+        # (Logged before the answer; read from the hook's stderr by a task of the test's.)
+        await hook.logged(lambda line: line.get("hook") == "PreUpdateContainerResources" and line.get("container") == "main")
 
 
 async def test_reconcile_restores_a_pod_value_changed_by_hand(cri_channel, launcher, hook, pod_log_dir) -> None:
@@ -164,6 +165,9 @@ async def test_malformed_annotation_leaves_the_pod_running_unchanged(cri_channel
         shares, quota, memory = pod_values(p.cgroup)
         assert (shares, quota) == (1024, -1) and memory > UNLIMITED_MEMORY
         pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
+        for point in ("PreRunPodSandbox", "PreCreateContainer"):  # (logged before the answers; read by a task)
+            await hook.logged(lambda line, h=point: line.get("level") == "warning" and line.get("pod") == pod_name
+                              and line.get("hook") == h)
         warnings = [line for line in hook.lines if line.get("level") == "warning" and line.get("pod") == pod_name]
         assert {line["hook"] for line in warnings} == {"PreRunPodSandbox", "PreCreateContainer"}
         assert all("'lots' is not a quantity" in line["reason"] for line in warnings)

@@ -19,9 +19,9 @@ BE_VALUES = (512, 50000, 128 * MIB)
 
 async def test_a_be_container_value_changed_by_hand_is_put_back(cri_channel, launcher: ProxyLauncher, pod_log_dir) -> None:
     # The listing (through the proxy) tells the reconcile pass the container's id.
+    running, _ = await launcher.start()  # (first: the hook lists pods through it)
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
         await registered(running, 1)
         async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
             cid, pid = await start_container(channel, p, "main")
@@ -82,9 +82,9 @@ async def test_a_be_container_memsw_changed_alone_is_put_back(cri_channel, launc
     """Swap given to a BE container by hand (memory.memsw.limit_in_bytes to
     1Gi), its memory limit right: put back equal to it, as containerd made it
     (before: memsw not compared, the container kept its swap)."""
+    running, _ = await launcher.start()  # (first: the hook lists pods through it)
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
         await registered(running, 1)
         async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, spec(main=batch("500", "128Mi"))) as p:
             cid, pid = await start_container(channel, p, "main")

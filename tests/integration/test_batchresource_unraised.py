@@ -93,9 +93,9 @@ async def test_a_refused_pod_raise_leaves_its_containers_values_put_back_but_the
     waits; the refusal is warned of once, the wait said once, across every
     pass of the bound; once the bound is lifted the pod is raised, then its
     container."""
+    running, _ = await launcher.start()  # (first: the hook lists pods through it)
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
         await registered(running, 1)
         main = spec(main=batch("500", "128Mi"))
         async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, main) as p:
@@ -171,9 +171,9 @@ async def test_a_pod_raise_refused_at_create_is_warned_of_and_the_runtime_refuse
     container cgroup is left, the pod cgroup stays at the bound. Once the bound
     is lifted the reconcile pass raises the pod, and kubelet's next attempt of
     the container starts with its batch values."""
+    running, _ = await launcher.start()  # (first: the hook lists pods through it)
     async with batchresource_hook(launcher.dir, launcher.hook_dir, reconcile_interval="200ms",
                                   runtime_endpoint=str(launcher.socket)) as hook:
-        running, _ = await launcher.start()
         await registered(running, 1)
         main = spec(main=batch("500", "128Mi"))
         async with launcher.channel() as channel, pod(channel, cri_channel, pod_log_dir, BE, main) as p:
