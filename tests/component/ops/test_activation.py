@@ -152,7 +152,7 @@ async def test_a_closed_connection_leaves_no_descriptor(
         for _ in range(CONNECTIONS):
             await one_call()
         # The closes travel through the relay and grpc: no event to await from here.
-        assert await _settled_count(fds) <= baseline + 2
+        assert await _count_down_to(fds, baseline + 2) <= baseline + 2
     finally:
         assert await proxy.stop() == 0
 
@@ -160,17 +160,29 @@ async def test_a_closed_connection_leaves_no_descriptor(
 CONNECTIONS = 30
 
 
-async def _settled_count(fds: Path, timeout: float = 10.0) -> int:
-    """The process's descriptor count once it stopped falling (at most ``timeout``)."""
+async def _settled_count(fds: Path, timeout: float = 10.0, samples: int = 5) -> int:
+    """The process's descriptor count once it held still for ``samples``
+    samples in a row (at most ``timeout``): a process not scheduled between
+    two samples leaves its count unchanged without having settled."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    count, same = len(os.listdir(fds)), 0
+    while loop.time() < deadline and same < samples:
+        await asyncio.sleep(0.1)
+        now = len(os.listdir(fds))
+        same = same + 1 if now == count else 0
+        count = now
+    return count
+
+
+async def _count_down_to(fds: Path, limit: int, timeout: float = 10.0) -> int:
+    """The process's descriptor count once it fell to ``limit`` (at most ``timeout``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     count = len(os.listdir(fds))
-    while loop.time() < deadline:
-        await asyncio.sleep(0.2)
-        now = len(os.listdir(fds))
-        if now >= count:
-            return now
-        count = now
+    while count > limit and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        count = len(os.listdir(fds))
     return count
 
 
