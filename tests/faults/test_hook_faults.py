@@ -32,7 +32,9 @@ from ..unit.hookpath.test_dispatch import _splice
 
 TIMEOUT = 0.5
 HOOK_TIMEOUT = f"{int(TIMEOUT * 1000)}ms"
-SLACK = 1.0  # scheduling on a loaded 2-core machine; far below any default timeout
+# Scheduling on a loaded 2-core machine. Well under the calls' 10 s
+# deadline, which a fault the hook's timeout did not end would run to.
+SLACK = 5.0
 
 
 class RawAnswerServer:
@@ -93,9 +95,9 @@ async def faulty_hook(fault: str, directory: Path, hook_dir: Path, policy: str) 
             answer = b"\xff\xff\xff" if fault == "garbage" else invalid_utf8_answer()
             endpoint = directory / f"{fault}.sock"
             await stack.enter_async_context(RawAnswerServer(endpoint, answer))
-        else:  # a handshake slower than the hook's timeout
+        else:  # a handshake slower than the hook's timeout, and than the bound (under Ignore only the bound tells)
             hook = await stack.enter_async_context(hook_server(directory, "real", {}))
-            endpoint = await stack.enter_async_context(late_handshake(directory, hook.socket, 3 * TIMEOUT))
+            endpoint = await stack.enter_async_context(late_handshake(directory, hook.socket, TIMEOUT + SLACK + 1))
         write_hook_config(hook_dir, fault, endpoint, ["PreCreateContainer"], policy, HOOK_TIMEOUT)
         yield fault
 
