@@ -9,6 +9,7 @@ with a scripted behaviour.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ class Received:
     requests: list[bytes]
     metadata: dict[str, Any]
     time_remaining: float | None
+    at: float = field(default_factory=time.monotonic)  # when the handler had it (after time_remaining was read)
 
 
 @dataclass

@@ -42,11 +42,27 @@ def v1alpha2_calls(fake: FakeBackend) -> list[str]:
     return [r.path for r in fake.received if r.path.startswith("/runtime.v1alpha2.")]
 
 
-def given(fake: FakeBackend, path: str) -> float:
-    """The time the one call of ``path`` was given (its deadline, as the fake saw it)."""
+# A hung probe's timeout. Its bounds below leave room for a loaded machine's
+# event-loop lag and still tell one timeout from two.
+HUNG_TIMEOUT = 2.0
+ONE_TIMEOUT = 1.75 * HUNG_TIMEOUT
+
+
+def sent_in_the_second_half(fake: FakeBackend, path: str, started: float, timeout: float) -> None:
+    """The one call of ``path`` was sent once the first half of ``timeout``
+    (counted from ``started``, taken before the probe) had passed, soon
+    after, and given the rest of that one deadline: no more (the second half
+    at most) and no less. Read from when the fake had it: a slow loop only
+    makes that later, which all but the second bound allow for."""
     [call] = fake.calls(path)
     assert call.time_remaining is not None
-    return call.time_remaining
+    sent = call.at - started
+    assert sent >= timeout / 2 - 0.1, f"sent at {sent:.2f}s of {timeout}s"  # the first half was waited
+    # Not much later, as the old "given > 0.3 of 1 s" (room for a slow loop: it only makes this later).
+    assert sent < 0.7 * timeout, f"sent at {sent:.2f}s of {timeout}s"
+    assert call.time_remaining < timeout / 2 + 0.1, call.time_remaining  # the second half at most
+    # Its deadline (as the fake saw it) is the probe's: not shortened.
+    assert sent + call.time_remaining > timeout - 0.1, (sent, call.time_remaining)
 
 
 async def probed(fake: FakeBackend) -> frozenset[ApiVersion]:
@@ -161,11 +177,11 @@ async def test_a_hung_v1_leaves_v1alpha2_the_rest_of_one_deadline(sock_dir: Path
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
         fake.script("/runtime.v1.ImageService/ImageFsInfo", hang=True)
         started = time.monotonic()
-        probed = await image_probe(channel_to, 1.0)
-        assert time.monotonic() - started < 1.8
+        probed = await image_probe(channel_to, HUNG_TIMEOUT)
+        assert time.monotonic() - started < ONE_TIMEOUT
         assert probed == Probed(None, frozenset({A2}), failed="ImageFsInfo (v1): DEADLINE_EXCEEDED: Deadline Exceeded",
                                 failing=frozenset({V1}))
-        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+        sent_in_the_second_half(fake, A2_FS_INFO, started, HUNG_TIMEOUT)
 
 
 @pytest.mark.parametrize("hung", ["/runtime.v1.ImageService/ImageFsInfo", A2_IMAGE_PROBE])
@@ -177,9 +193,9 @@ async def test_both_hung_cost_one_timeout_and_both_are_asked(
         fake.script(hung, hang=True)
         fake.script(A2_FS_INFO, hang=True)
         started = time.monotonic()
-        probed = await image_probe(channel_to, 1.0)
-        assert time.monotonic() - started < 1.8
-        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+        probed = await image_probe(channel_to, HUNG_TIMEOUT)
+        assert time.monotonic() - started < ONE_TIMEOUT
+        sent_in_the_second_half(fake, A2_FS_INFO, started, HUNG_TIMEOUT)
         if hung == A2_IMAGE_PROBE:
             assert probed == Probed(None, frozenset({V1}), failed="ImageFsInfo (v1alpha2): DEADLINE_EXCEEDED: "
                                     "Deadline Exceeded", failing=frozenset({A2}))
@@ -193,18 +209,18 @@ async def test_a_hung_image_question_leaves_the_real_call_the_rest(sock_dir: Pat
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
         fake.script(A2_IMAGE_PROBE, hang=True)
         started = time.monotonic()
-        assert await image_probe(channel_to, 1.0) == Probed(None, frozenset(ApiVersion))
-        assert time.monotonic() - started < 1.8
-        assert 0.3 < given(fake, A2_FS_INFO) < 0.55  # the second half of 1 s
+        assert await image_probe(channel_to, HUNG_TIMEOUT) == Probed(None, frozenset(ApiVersion))
+        assert time.monotonic() - started < ONE_TIMEOUT
+        sent_in_the_second_half(fake, A2_FS_INFO, started, HUNG_TIMEOUT)
 
 
 @pytest.fixture
-def one_second_probes(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(backend_module, "PROBE_TIMEOUT", 1.0)
-    return 1.0
+def hung_probes(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(backend_module, "PROBE_TIMEOUT", HUNG_TIMEOUT)
+    return HUNG_TIMEOUT
 
 
-async def test_a_hung_runtime_question_and_version_cost_one_timeout(sock_dir: Path, one_second_probes: float) -> None:
+async def test_a_hung_runtime_question_and_version_cost_one_timeout(sock_dir: Path, hung_probes: float) -> None:
     """v1alpha2's question and its Version both hung: the step fails within
     one PROBE_TIMEOUT, the Version sent in its second half."""
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
@@ -213,15 +229,16 @@ async def test_a_hung_runtime_question_and_version_cost_one_timeout(sock_dir: Pa
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="DEADLINE_EXCEEDED"):
             await probed(fake)
-        assert time.monotonic() - started < one_second_probes + 0.6
-        assert 0.3 < given(fake, A2_VERSION) < 0.55  # the second half of 1 s
+        assert time.monotonic() - started < ONE_TIMEOUT
+        sent_in_the_second_half(fake, A2_VERSION, started, hung_probes)
 
 
-async def test_a_hung_runtime_question_leaves_the_real_version_call(sock_dir: Path, one_second_probes: float) -> None:
+async def test_a_hung_runtime_question_leaves_the_real_version_call(sock_dir: Path, hung_probes: float) -> None:
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
         fake.script(A2_RUNTIME_PROBE, hang=True)
+        started = time.monotonic()
         assert await probed(fake) == frozenset(ApiVersion)
-        assert 0.3 < given(fake, A2_VERSION) < 0.55  # the second half of 1 s
+        sent_in_the_second_half(fake, A2_VERSION, started, hung_probes)
 
 
 async def test_a_registered_v1alpha2_is_taken_as_served(sock_dir: Path) -> None:
@@ -235,28 +252,35 @@ async def test_a_registered_v1alpha2_is_taken_as_served(sock_dir: Path) -> None:
         assert v1alpha2_calls(fake) == []
 
 
+# A slow image service's probe timeout, and its answers' delay: past the
+# half, with room for a loaded machine's lag before the deadline.
+SLOW_TIMEOUT = 4.0
+SLOW_ANSWER = 0.65 * SLOW_TIMEOUT
+
+
 async def test_a_slow_image_service_is_served_in_both_versions(sock_dir: Path, channel_to: aio.Channel) -> None:
-    """Both versions' ImageFsInfo answering after 1.3 s, within the 2 s
+    """Both versions' ImageFsInfo answering after 65% of the probe's
     timeout: v1's answer, past the question's half, still tells v1alpha2 is
     there; the real v1alpha2 call sent meanwhile is dropped (before:
-    v1alpha2 was judged on that call alone, given the last ~1 s, and named
+    v1alpha2 was judged on that call alone, given the last half, and named
     failing, DEADLINE_EXCEEDED)."""
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
         for path in ("/runtime.v1.ImageService/ImageFsInfo", A2_FS_INFO):
-            fake.script(path, delay=1.3)
+            fake.script(path, delay=SLOW_ANSWER)
         started = time.monotonic()
-        assert await image_probe(channel_to, 2.0) == Probed(None, frozenset(ApiVersion))
-        assert 1.2 < time.monotonic() - started < 1.8  # v1's answer, not the real call's deadline
+        assert await image_probe(channel_to, SLOW_TIMEOUT) == Probed(None, frozenset(ApiVersion))
+        # v1's answer, not the real call's deadline (which the real call's answer, due past it, would run to)
+        assert SLOW_ANSWER - 0.1 < time.monotonic() - started < SLOW_TIMEOUT - 0.2
 
 
 async def test_a_slow_v1_still_judges_a_registered_v1alpha2_failing_of_its_own(
         sock_dir: Path, channel_to: aio.Channel) -> None:
-    """v1's ImageFsInfo answering after 1.3 s of 2 s, v1alpha2's real call
+    """v1's ImageFsInfo answering after 65% of the timeout, v1alpha2's real call
     (sent at the half) failing UNAVAILABLE at once: v1's answer still says
     v1alpha2 is there, as it does when v1 answers in the first half (before:
     v1alpha2 named failing, its judgement hanging on v1's speed)."""
     async with FakeBackend(sock_dir / "f.sock", go_unknown=True) as fake:
-        fake.script("/runtime.v1.ImageService/ImageFsInfo", delay=1.3)
+        fake.script("/runtime.v1.ImageService/ImageFsInfo", delay=SLOW_ANSWER)
         fake.script(A2_FS_INFO, code=grpc.StatusCode.UNAVAILABLE, details="v1alpha2 gone")
-        assert await image_probe(channel_to, 2.0) == Probed(None, frozenset(ApiVersion))
+        assert await image_probe(channel_to, SLOW_TIMEOUT) == Probed(None, frozenset(ApiVersion))
         assert v1alpha2_calls(fake) == [A2_FS_INFO]  # sent at the half, as documented
