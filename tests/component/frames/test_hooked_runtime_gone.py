@@ -21,10 +21,12 @@ import asyncio
 import contextlib
 
 import grpc
+import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from runtimeproxy.cripath.stage import StageProvider
+from runtimeproxy.frames import downstream
 
 from ..fakes import FakeBackend
 
@@ -151,19 +153,22 @@ async def test_with_a_call_of_the_proxys_own_open_a_hooked_call_as_the_runtime_l
 
 
 async def test_a_hooked_call_the_runtime_ends_before_its_request_stops_its_stages(
-    fake: FakeBackend, start_proxy, client: aio.Channel
+    fake: FakeBackend, start_proxy, client: aio.Channel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runtime answers the call at its headers, before the stages sent its
     request (here: a refusal; else its deadline, or its stream reset): the
     stages still asking hooks are stopped, as when the client leaves, and the
     client has the runtime's answer at once, not after them."""
+    # The answer's hold for its stages, far longer than the wait below: the
+    # answer must come as the stages stop, not as the hold ends.
+    monkeypatch.setattr(downstream, "GATE_LIMIT_S", 30.0)
     stage = Held()
     await start_proxy(fake.socket, stages=(stage,))
     stage.hold = asyncio.Event()
     fake.script(PODS, unread=True, code=grpc.StatusCode.UNAVAILABLE, details="not now")
     call = asyncio.ensure_future(outcome(client))
     await asyncio.wait_for(stage.holding.wait(), 5)
-    assert await asyncio.wait_for(call, 0.9) == "UNAVAILABLE: not now"  # before its answer's 1 s hold (GATE_LIMIT_S)
+    assert await asyncio.wait_for(call, 10) == "UNAVAILABLE: not now"  # before its answer's hold (GATE_LIMIT_S)
     await asyncio.wait_for(stage.stopped.wait(), 5)
     stage.hold.set()
     stage.hold = None
