@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 import pytest_asyncio
-
 from grpc import aio
 
 from cri_api.v1 import api_pb2 as v1
@@ -73,6 +73,12 @@ async def test_no_hook_is_asked_while_containerd_is_killed_and_the_first_pod_aft
         rt = v1_grpc.RuntimeServiceStub(channel)
         await rt.Version(v1.VersionRequest(), timeout=10)  # the client's connection is relayed
         await sigkill(own_containerd)
+        # The proxy's runtime channel may read READY a moment after the kill
+        # (its connection's end not read yet): await the proxy seeing it, as
+        # kubelet's next retry would meet it.
+        runtime_channel = running.proxy.backend.runtime_channel
+        if runtime_channel.get_state() is grpc.ChannelConnectivity.READY:
+            await asyncio.wait_for(runtime_channel.wait_for_state_change(grpc.ChannelConnectivity.READY), 10)
         loop = asyncio.get_running_loop()
         during: list[tuple[str, str]] = []
         end = loop.time() + OUTAGE_S
