@@ -61,7 +61,9 @@ async def test_no_hook_is_asked_while_containerd_is_killed_and_the_first_pod_aft
 ) -> None:
     own_containerd = either_containerd
     """An end-to-end guard: it passes with the TRANSIENT_FAILURE-only gate too,
-    and fails with no gate at all (hooks asked about pods never made)."""
+    and fails with no gate at all (hooks asked about pods never made). Out of
+    its scope: a call in the moment after the kill, before the proxy's channel
+    has read the connection's end, passes the gate and its hook is asked."""
     await own_containerd.start(timeout=60)
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)
