@@ -1,9 +1,10 @@
-"""Wait for something on disk to hold, woken by the directory's file events
-(watchfiles), not by a fixed sleep."""
+"""Wait for something on disk to hold, woken by file events (watchfiles),
+not by a fixed sleep."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,14 +12,19 @@ import watchfiles
 
 
 async def until_on_disk(directory: Path, seen: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Until ``seen()`` holds, checked at once and at each file event in
-    ``directory`` (and every half second: a directory made after the watch
-    began shows no events); AssertionError naming ``what`` after ``timeout``."""
+    """Until ``seen()`` holds, checked at once and at each file event under
+    ``directory`` (or under its nearest existing parent, while it is not made
+    yet), and every half second (an event between the first check and the
+    watch's start is not missed); AssertionError naming ``what`` after ``timeout``."""
     if seen():
         return
+    watched = directory
+    while not watched.is_dir():  # (watchfiles refuses a path that is not there)
+        watched = watched.parent
     try:
-        async with asyncio.timeout(timeout):
-            async for _ in watchfiles.awatch(directory, rust_timeout=500, yield_on_timeout=True):
+        async with asyncio.timeout(timeout), contextlib.aclosing(
+                watchfiles.awatch(watched, rust_timeout=500, yield_on_timeout=True)) as changes:
+            async for _ in changes:
                 if seen():
                     return
     except TimeoutError:

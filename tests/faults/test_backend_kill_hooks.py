@@ -59,11 +59,11 @@ async def either_containerd(request: pytest.FixtureRequest, tmp_path: Path) -> A
 async def test_no_hook_is_asked_while_containerd_is_killed_and_the_first_pod_after_has_its_hook(
     either_containerd: LocalContainerd, pod_log_dir: Path
 ) -> None:
-    own_containerd = either_containerd
     """An end-to-end guard: it passes with the TRANSIENT_FAILURE-only gate too,
     and fails with no gate at all (hooks asked about pods never made). Out of
     its scope: a call in the moment after the kill, before the proxy's channel
     has read the connection's end, passes the gate and its hook is asked."""
+    own_containerd = either_containerd
     await own_containerd.start(timeout=60)
     async with contextlib.AsyncExitStack() as stack:
         launcher = ProxyLauncher(own_containerd.socket, stack)

@@ -42,7 +42,7 @@ async def test_a_be_pod_made_with_no_hook_gets_its_values_once_the_hook_starts(
             pod_name = f"{p.config.metadata.namespace}/{p.config.metadata.name}"
             learned = await hook.logged(lambda line: line.get("msg") == LEARNED and line.get("pod") == pod_name)
             assert (learned["uid"], learned["pod_sandbox_id"], learned["containers"]) == (p.config.metadata.uid, p.id, 1)
-            # (Saved at the end of the listing's pass, off the event loop: after the lines above.)
+            # (Saved off the event loop, in the state files' thread: it may land after the lines above.)
             saved = launcher.dir / "batch-state" / f"{p.config.metadata.uid}.json"
             await until_on_disk(saved.parent, saved.is_file, f"{saved} saved", timeout=20.0)
 
