@@ -18,6 +18,7 @@ import pytest
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
 from hooks import runscope
+from hooks import stopping as hooks_stopping
 from hooks.sdk import DEFAULT_DRAIN_S, HookServer, HookServerError, write_hook_config
 from runtimeproxy.host import socketlock
 from tests.hookrequests import container_request
@@ -252,11 +253,21 @@ def test_the_default_drain_is_hook_runs_and_a_negative_one_is_refused(sock_dir: 
 
 @pytest.mark.parametrize("transport", ["frames", "grpc"])
 async def test_wait_for_termination_waits_for_the_end_of_a_stop_under_way(
-    sock_dir: Path, tmp_path: Path, transport: str
+    sock_dir: Path, tmp_path: Path, transport: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A main that waits for termination while a signal handler's stop drains
     returns once the stop has ended, its socket and lock gone. Before: it
-    returned at once (``serving`` False) while the server still answered."""
+    returned at once (``serving`` False) while the server still answered.
+    The drain lasts until the checks below are done (before: 0.5 s, which a
+    loaded machine could spend before the last check)."""
+    draining, drained = asyncio.Event(), asyncio.Event()
+
+    async def drain(seconds: float, registered: bool, socket: str) -> None:
+        assert seconds == 0.5
+        draining.set()
+        await drained.wait()
+
+    monkeypatch.setattr(hooks_stopping, "drain", drain)
     path = sock_dir / "h.sock"
     with runscope.scope():
         server = Held(path, transport=transport, drain=0.5)
@@ -265,12 +276,14 @@ async def test_wait_for_termination_waits_for_the_end_of_a_stop_under_way(
         hook_file = write_hook_config(tmp_path, "h", server.socket_path, ["PreCreateContainer"])
         before_stop = asyncio.ensure_future(server.wait_for_termination())  # main's, as README's example
         stopping = asyncio.ensure_future(server.stop())
-        await _gone(hook_file)  # it drains now
+        await asyncio.wait_for(draining.wait(), 5)
+        assert not hook_file.exists()  # removed before the drain
         during_stop = asyncio.ensure_future(server.wait_for_termination())
         assert await server.wait_for_termination(0.05) is True  # the drain outlasts it
         late = await asyncio.wait_for(_call(server.target), 5)  # answered: the stop still drains
         assert not isinstance(late, grpc.StatusCode), late
         assert not before_stop.done() and not during_stop.done() and not stopping.done()
+        drained.set()
         for waiter in (before_stop, during_stop):
             assert await asyncio.wait_for(waiter, 10) is False
             assert not path.exists() and not socketlock.lock_path(path).exists()

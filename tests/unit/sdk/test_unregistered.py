@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -73,19 +74,40 @@ async def test_a_handler_the_hook_file_leaves_out_is_warned_about_by_name(
         assert len(warnings(caplog)) == 1
 
 
+def armed(socket_path: Path) -> asyncio.TimerHandle:
+    """The check to come for the server at ``socket_path``."""
+    timer = unregistered._serving[os.path.abspath(socket_path)].timer
+    assert timer is not None and not timer.cancelled()
+    return timer
+
+
+def fire(socket_path: Path) -> None:
+    """Run the armed check now, as its timer would (its time come)."""
+    armed(socket_path).cancel()
+    unregistered._check(os.path.abspath(socket_path))
+
+
 async def test_files_written_one_after_another_count_together_awaits_between_or_not(
-    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    sock_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The checks run by hand: a long DELAY, so a late loop cannot run one early
+    (before: the second file came DELAY/2 after the first, which a loop 25 ms late missed)."""
+    monkeypatch.setattr(unregistered, "DELAY", 30)
     async with CreateAndUpdate(sock_dir / "h.sock") as server, CreateAndUpdate(sock_dir / "alone.sock") as alone:
         # One file per failure policy: the second lists what the first leaves out, written a moment later.
         write_hook_config(tmp_path, "create", server.socket_path, ["PreCreateContainer"], failure_policy="Fail")
-        await asyncio.sleep(unregistered.DELAY / 2)
+        await asyncio.sleep(0)  # the check armed again (written: call_soon_threadsafe)
+        first = armed(server.socket_path)
         write_hook_config(tmp_path, "update", server.socket_path, ["PreUpdateContainerResources"])
         write_hook_config(tmp_path, "alone", alone.socket_path, ["PreCreateContainer"])  # the same, with no second file
-        await settled()
+        await asyncio.sleep(0)
+        assert first.cancelled() and armed(server.socket_path) is not first  # the wait started again
+        fire(server.socket_path)
+        fire(alone.socket_path)
     async with CreateAndUpdate(sock_dir / "h2.sock") as server:
         write_hook_config(tmp_path, "h2", server.socket_path, server.handled_hooks)
-        await settled()
+        await asyncio.sleep(0)
+        fire(server.socket_path)
     assert warned_hooks(caplog, sock_dir / "h.sock") == warned_hooks(caplog, sock_dir / "h2.sock") == []
     assert warned_hooks(caplog, sock_dir / "alone.sock") == ["PreUpdateContainerResources"]
 
