@@ -53,7 +53,9 @@ async def test_calls_end_at_their_own_deadlines_whatever_order_they_came_in(kind
     bound, loop = KINDS[kind](), asyncio.get_running_loop()
     now = loop.time()
     hanging, answered = asyncio.Event(), asyncio.Event()
-    late = asyncio.ensure_future(_call(bound, now + 0.3, hanging))  # the timer is set for it first
+    # late far enough past early that no stall of a loaded loop reaches it before
+    # the check below (before: 0.25 s apart); still ended by its own deadline, the timer set again
+    late = asyncio.ensure_future(_call(bound, now + 2.0, hanging))  # the timer is set for it first
     early = asyncio.ensure_future(_call(bound, now + 0.05, hanging))  # then for this one, earlier
     quick = asyncio.ensure_future(_call(bound, now + 0.1, answered))
     answered.set()
