@@ -208,11 +208,18 @@ async def test_a_parent_widened_during_the_chain_is_read_at_its_end(tmp_path: Pa
 
 
 async def test_a_deferred_answer_is_counted_cancelled_when_the_call_is(tmp_path: Path) -> None:
-    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING), first={"b": asyncio.Event().wait})
+    """Cancelled once b is called, a's answer deferred (before: cancelled
+    every 10 ms, which a late loop could land in a's call)."""
+    b_called = asyncio.Event()
+
+    async def hang() -> None:
+        b_called.set()
+        await asyncio.Event().wait()
+
+    run = Run(tmp_path, ("a", FAIL, pin("3")), ("b", FAIL, NOTHING), first={"b": hang})
     chain = asyncio.ensure_future(run.run())
-    while run.counted("b", "cancelled") == 0 and not chain.done():
-        await asyncio.sleep(0.01)
-        chain.cancel()
+    await asyncio.wait_for(b_called.wait(), 5)
+    chain.cancel()
     with pytest.raises(asyncio.CancelledError):
         await chain
     assert (run.counted("a", "cancelled"), run.counted("a", "invalid_value"), run.counted("b", "cancelled")) == (1, 0, 1)

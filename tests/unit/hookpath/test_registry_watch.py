@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import itertools
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -60,13 +60,11 @@ class Observer:
             self.events.append((event, record.hook_file))  # type: ignore[attr-defined]
             self._notify()
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> float:
-        """Await predicate() becoming true; returns the time it took."""
-        start = time.monotonic()
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Await predicate() becoming true."""
         async with asyncio.timeout(timeout):
             async with self._cond:
                 await self._cond.wait_for(predicate)
-        return time.monotonic() - start
 
 
 def endpoint_of(registry: HookRegistry, name: str) -> str | None:
@@ -76,18 +74,32 @@ def endpoint_of(registry: HookRegistry, name: str) -> str | None:
 
 @pytest.fixture
 async def watched(hook_dir: Path) -> AsyncIterator[tuple[HookRegistry, Observer]]:
-    """A registry watching hook_dir, with the watcher proven live by a probe file."""
+    """A registry watching hook_dir, with the watcher proven live by a probe file.
+
+    Its periodic rescan is an hour away: what a test sees within its waits
+    (10 s) a watch event brought (before: each wait was bounded at 1 s to
+    tell it from the 2 s rescan, which a loaded machine could exceed)."""
     logging.getLogger(LOGGER).setLevel(logging.DEBUG)
-    registry = HookRegistry(hook_dir)
+    registry = HookRegistry(hook_dir, resync_interval=3600)
     observer = Observer(registry)
     stop = asyncio.Event()
+
+    def probe(attempt: int) -> Callable[[], bool]:
+        write(hook_dir, "zz-probe.json", valid_doc(f"/run/probe{attempt}.sock"))
+        return lambda: endpoint_of(registry, "zz-probe.json") == f"/run/probe{attempt}.sock"
+
+    seen = probe(0)
     task = asyncio.create_task(registry.watch(stop))
-    # Warm-up: the first change may land before the inotify watch is registered
-    # and then only be caught by the periodic resync; wait for it generously.
-    write(hook_dir, "zz-probe.json", valid_doc("/run/probe.sock"))
-    await observer.wait_for(lambda: "zz-probe.json" in registry.snapshot.servers, timeout=10)
+    await observer.wait_for(seen)  # by the watch's first rescan (or an event): rewrites now only an event shows
+    # Warm-up: a change before the inotify watch is registered is missed (the
+    # periodic rescan is far off): the probe rewritten until the watch sees it.
+    async with asyncio.timeout(30):
+        for attempt in itertools.count(1):
+            with contextlib.suppress(TimeoutError):
+                await observer.wait_for(probe(attempt), timeout=1)
+                break
     (hook_dir / "zz-probe.json").unlink()
-    await observer.wait_for(lambda: "zz-probe.json" not in registry.snapshot.servers, timeout=10)
+    await observer.wait_for(lambda: "zz-probe.json" not in registry.snapshot.servers)
     try:
         yield registry, observer
     finally:
@@ -101,18 +113,15 @@ async def test_watch_live_add_change_delete(hook_dir: Path, watched: tuple[HookR
     registry, observer = watched
 
     write(hook_dir, "live.json", valid_doc("/run/v1.sock"))
-    took = await observer.wait_for(lambda: endpoint_of(registry, "live.json") == "/run/v1.sock")
-    assert took < 1.0, f"add took {took:.2f}s"
+    await observer.wait_for(lambda: endpoint_of(registry, "live.json") == "/run/v1.sock")
 
     # Edit in place (not an atomic rename) like an operator with an editor.
     (hook_dir / "live.json").write_text(json.dumps(valid_doc("/run/v2.sock", priority=3)))
-    took = await observer.wait_for(lambda: endpoint_of(registry, "live.json") == "/run/v2.sock")
-    assert took < 1.0, f"change took {took:.2f}s"
+    await observer.wait_for(lambda: endpoint_of(registry, "live.json") == "/run/v2.sock")
     assert registry.servers_for(HookType.PRE_CREATE_CONTAINER)[0].priority == 3
 
     (hook_dir / "live.json").unlink()
-    took = await observer.wait_for(lambda: "live.json" not in registry.snapshot.servers)
-    assert took < 1.0, f"delete took {took:.2f}s"
+    await observer.wait_for(lambda: "live.json" not in registry.snapshot.servers)
     assert registry.servers_for(HookType.PRE_CREATE_CONTAINER) == ()
 
 
@@ -122,13 +131,11 @@ async def test_watch_broken_edit_keeps_last_good(hook_dir: Path, watched: tuple[
     await observer.wait_for(lambda: endpoint_of(registry, "hook.json") == "/run/good.sock")
 
     write(hook_dir, "hook.json", valid_doc("/run/bad.sock", **{"failure-policy": "Sometimes"}))
-    took = await observer.wait_for(lambda: ("rejected", "hook.json") in observer.events)
-    assert took < 1.0
+    await observer.wait_for(lambda: ("rejected", "hook.json") in observer.events)
     assert endpoint_of(registry, "hook.json") == "/run/good.sock"
 
     write(hook_dir, "hook.json", valid_doc("/run/fixed.sock"))
-    took = await observer.wait_for(lambda: endpoint_of(registry, "hook.json") == "/run/fixed.sock")
-    assert took < 1.0
+    await observer.wait_for(lambda: endpoint_of(registry, "hook.json") == "/run/fixed.sock")
 
 
 async def test_watch_waits_for_missing_directory(tmp_path: Path) -> None:
