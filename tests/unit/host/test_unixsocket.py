@@ -13,7 +13,6 @@ import errno
 import os
 import select
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -224,11 +223,11 @@ async def test_full_backlog_is_refused_within_the_timeout(sock_dir: Path) -> Non
     path = sock_dir / "s.sock"
     with full_backlog(path) as listener:
         identity = SocketIdentity.of(path)
-        started = time.monotonic()
+        # EAGAIN at once: a probe that waited out its timeout says ETIMEDOUT
+        # (before: also timed, which a loaded machine's thread start could exceed).
         with pytest.raises(UnixSocketError, match="EAGAIN") as excinfo:
             # In a thread: a probe that blocks must fail this test, not hang it.
             await asyncio.wait_for(asyncio.to_thread(unixsocket.prepare, path), 5)
-        assert time.monotonic() - started < unixsocket.PROBE_TIMEOUT + 0.5
         assert str(path) in str(excinfo.value)
         assert SocketIdentity.of(path) == identity
         listener.setblocking(False)
