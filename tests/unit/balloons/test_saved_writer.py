@@ -115,7 +115,7 @@ async def test_a_hook_call_does_not_wait_for_a_slow_write(tmp_path: Path, monkey
     assert answer is not None and not release.is_set() and stuck_too_long == []
     assert hook.status()["reserved_cpus"] != "1"
     release.set()
-    await hook._saved.finish()  # the hook's stop (HookServer._before_release)
+    await hook._saved.finish(timeout=WAIT)  # the hook's stop (HookServer._before_release; its 2 s bound, a slow disk's fsyncs could exceed)
     await asyncio.wait_for(writer, WAIT)  # ends with it
     assert saved_in(state)["reserved_cpus"] == hook.status()["reserved_cpus"]
 
