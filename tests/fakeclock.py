@@ -1,9 +1,12 @@
 """The image watch's backoff waits on a fake clock (ImageWatch(sleep=)):
-no test waits out real time for a backoff."""
+no test waits out real time for a backoff. ``frozen_time``: a loop's clock
+stopped for a synchronous block, so what it computes from the time is exact."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 
 class Clock:
@@ -22,3 +25,16 @@ class Clock:
         if self.now >= self.until:
             self.over.set()
             await asyncio.Event().wait()
+
+
+@contextlib.contextmanager
+def frozen_time(loop: asyncio.AbstractEventLoop) -> Iterator[float]:
+    """``loop.time()`` stays at its value now (yielded) until the block ends:
+    a timer armed in it is due exactly its delay from then, whatever the load.
+    No awaits in the block: the loop's own timers would not come meanwhile."""
+    now = loop.time()
+    loop.time = lambda: now  # type: ignore[method-assign]
+    try:
+        yield now
+    finally:
+        del loop.time  # the class's again

@@ -7,8 +7,11 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from runtimeproxy.cripath.unready import Unready
 from runtimeproxy.frames import silent
+from tests.fakeclock import frozen_time
 from tests.silences import Told
 
 
@@ -41,10 +44,11 @@ async def test_the_bound_is_short_while_the_runtime_is_known_silent() -> None:
     loop = asyncio.get_running_loop()
     for known, wait in ((True, silent.KNOWN_SILENT_WAIT_S), (False, silent.SETTINGS_WAIT_S)):
         conn = SimpleNamespace(prefaced=False, closed=loop.create_future(), settings_wait=None)
-        silent.bound(conn, Path("/run/containerd/containerd.sock"), Told(known))  # type: ignore[arg-type]
+        with frozen_time(loop) as now:  # (before: 0.2 s of slack against a clock a loaded machine moved)
+            silent.bound(conn, Path("/run/containerd/containerd.sock"), Told(known))  # type: ignore[arg-type]
         timer = conn.settings_wait
         assert isinstance(timer, asyncio.TimerHandle)
-        assert abs(timer.when() - loop.time() - wait) < 0.2, known
+        assert timer.when() - now == pytest.approx(wait), known
         conn.closed.set_result(None)
 
 
@@ -76,16 +80,17 @@ async def test_a_runtime_that_answered_during_the_short_bound_gets_the_rest_of_t
     silences()  # a connection met the full bound: known silent
     sent: list[bytes] = []
     conn = _conn(loop, sent)
-    silent.bound(conn, Path("/run/containerd/containerd.sock"), silences)  # type: ignore[arg-type]
-    timer = conn.settings_wait
-    assert isinstance(timer, asyncio.TimerHandle)
-    assert abs(timer.when() - loop.time() - silent.KNOWN_SILENT_WAIT_S) < 0.2
-    unready.ready()  # it answered a Status during the short wait
-    _fire(conn)
-    assert sent == [] and unready.reason is None  # no GOAWAY, nothing told
-    rest = conn.settings_wait
-    assert isinstance(rest, asyncio.TimerHandle)
-    assert abs(rest.when() - loop.time() - (silent.SETTINGS_WAIT_S - silent.KNOWN_SILENT_WAIT_S)) < 0.2
+    with frozen_time(loop) as now:  # (before: 0.2 s of slack against a clock a loaded machine moved)
+        silent.bound(conn, Path("/run/containerd/containerd.sock"), silences)  # type: ignore[arg-type]
+        timer = conn.settings_wait
+        assert isinstance(timer, asyncio.TimerHandle)
+        assert timer.when() - now == pytest.approx(silent.KNOWN_SILENT_WAIT_S)
+        unready.ready()  # it answered a Status during the short wait
+        _fire(conn)
+        assert sent == [] and unready.reason is None  # no GOAWAY, nothing told
+        rest = conn.settings_wait
+        assert isinstance(rest, asyncio.TimerHandle)
+        assert rest.when() - now == pytest.approx(silent.SETTINGS_WAIT_S - silent.KNOWN_SILENT_WAIT_S)
     _fire(conn)  # the runtime still said nothing, the full bound over
     assert conn.settings_wait is None and len(sent) == 1
     assert f"sent no SETTINGS within {silent.SETTINGS_WAIT_S:g} s".encode() in sent[0]

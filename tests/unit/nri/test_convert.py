@@ -16,6 +16,7 @@ from runtimeproxy.hookpath.registry import HookSnapshot
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.app import NriSettings
 from runtimeproxy.nri.limits import HOOK_DEADLINE, ClampedRegistry, unapplied
+from tests.fakeclock import frozen_time
 
 
 def container() -> nri.Container:
@@ -167,13 +168,14 @@ async def test_timeouts_clamped_and_a_chain_gets_what_is_left() -> None:
     clamped = ClampedRegistry(_Registry((_server("a", 0.5), _server("b", 30.0))), limit=1.6)  # type: ignore[arg-type]
     assert [s.timeout for s in clamped.servers_for(HookType.PRE_CREATE_CONTAINER)] == [0.5, 1.6]
     assert [s.timeout for s in clamped.servers_for(HookType.POST_START_CONTAINER)] == [0.5, 1.6]
-    token = HOOK_DEADLINE.set(asyncio.get_running_loop().time() + 1.0)
-    try:
-        timeouts = [s.timeout for s in clamped.servers_for(HookType.PRE_CREATE_CONTAINER)]
-        post = [s.timeout for s in clamped.servers_for(HookType.POST_START_CONTAINER)]
-    finally:
-        HOOK_DEADLINE.reset(token)
-    assert timeouts[0] == 0.5 and 0.9 < timeouts[1] <= 1.0
+    with frozen_time(asyncio.get_running_loop()) as now:  # (before: 0.1 s of slack against a moving clock)
+        token = HOOK_DEADLINE.set(now + 1.0)
+        try:
+            timeouts = [s.timeout for s in clamped.servers_for(HookType.PRE_CREATE_CONTAINER)]
+            post = [s.timeout for s in clamped.servers_for(HookType.POST_START_CONTAINER)]
+        finally:
+            HOOK_DEADLINE.reset(token)
+    assert timeouts[0] == 0.5 and timeouts[1] == pytest.approx(1.0)
     assert post == [0.5, 1.6]  # post hooks run after the answer: no deadline
 
 
