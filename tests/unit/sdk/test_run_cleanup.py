@@ -96,8 +96,14 @@ def test_a_hook_file_is_removed_on_ctrl_c(sock_dir: Path, tmp_path: Path, event_
         signal.raise_signal(signal.SIGINT)
         await asyncio.Event().wait()
 
-    with pytest.raises(KeyboardInterrupt):
-        run(main(), event_loop)
+    # As Python sets it at start unless it came in ignored (a job a script put
+    # in the background): ignored, the signal would leave main waiting forever.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(main(), event_loop)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert written and not written[0].exists()
 
 
