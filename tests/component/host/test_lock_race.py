@@ -40,7 +40,7 @@ from ...unixsockets import lock_waits, recorded, stale_lock_holder, stale_socket
 from .test_lock_release import proxy_at
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-CHILD_TIMEOUT = 20.0
+CHILD_TIMEOUT = 60.0  # a racer process starting or stopping on a loaded machine: a bound on a hang, not a speed
 
 # One racer. stdin: "go" (start), "bind" (go on past the stale check), "stop".
 # stdout, one JSON object a line: prepared, waiting, serving, refused, stopped.
