@@ -106,8 +106,8 @@ async def test_a_be_container_period_changed_by_hand_is_put_back_under_its_pod(
     50000/100000: put back at 50000/100000, the quota first, as the real
     kernel refuses the period first (100000/100000, above the pod) (before:
     refused EINVAL every pass). Changed while the hook is down: a pass
-    between the two writes would see 50000/200000 and put the period back
-    alone."""
+    that read between the two writes (50000/200000) would put both back,
+    logged under the period's file."""
     running, _ = await launcher.start()
     async with contextlib.AsyncExitStack() as first_hook, launcher.channel() as channel:
         await first_hook.enter_async_context(batchresource_hook(
