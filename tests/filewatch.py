@@ -15,7 +15,8 @@ async def until_on_disk(directory: Path, seen: Callable[[], bool], what: str, ti
     """Until ``seen()`` holds, checked at once and at each file event under
     ``directory`` (or under its nearest existing parent, while it is not made
     yet), and every half second (an event between the first check and the
-    watch's start is not missed); AssertionError naming ``what`` after ``timeout``."""
+    watch's start is not missed); AssertionError naming ``what`` after ``timeout``.
+    Each event is looked at as it comes (no debounce), every 10 ms at most."""
     if seen():
         return
     watched = directory
@@ -23,7 +24,7 @@ async def until_on_disk(directory: Path, seen: Callable[[], bool], what: str, ti
         watched = watched.parent
     try:
         async with asyncio.timeout(timeout), contextlib.aclosing(
-                watchfiles.awatch(watched, rust_timeout=500, yield_on_timeout=True)) as changes:
+                watchfiles.awatch(watched, debounce=0, step=10, rust_timeout=500, yield_on_timeout=True)) as changes:
             async for _ in changes:
                 if seen():
                     return

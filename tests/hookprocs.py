@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import watchfiles
-
 from hooks.sdk import write_hook_config
 from runtimeproxy.app import RunningProxy
 from runtimeproxy.host.process import terminate_process
+
+from .filewatch import until_on_disk
 
 NOBODY = 65534
 
@@ -44,14 +44,8 @@ class HookProcess:
     async def received(self, hook: str, count: int = 1, timeout: float = 10.0) -> None:
         """Until the server has received ``count`` requests of ``hook`` (file
         events on the record's directory; a periodic look as a backstop)."""
-
-        async def watch() -> None:
-            async for _ in watchfiles.awatch(self.record.parent, debounce=0, step=10, rust_timeout=500, yield_on_timeout=True):
-                if len(self.records(hook)) >= count:
-                    return
-
-        if len(self.records(hook)) < count:
-            await asyncio.wait_for(watch(), timeout)
+        await until_on_disk(self.record.parent, lambda: len(self.records(hook)) >= count,
+                            f"{count} {hook} request(s) received by {self.record.stem}", timeout)
 
     def register(
         self,

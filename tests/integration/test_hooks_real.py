@@ -10,11 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-import watchfiles
 from grpc import aio
 
 from runtimeproxy.host.crispec import container_config, pod_sandbox_config
 
+from ..filewatch import until_on_disk
 from ..hookprocs import hook_server, registered
 from .crihelpers import V1, V1ALPHA2, CriApi, cgroup_of, verbose_info
 from .proxyfixtures import ProxyLauncher
@@ -86,14 +86,7 @@ async def test_quota_and_memory_land_in_cgroups_and_update_changes_them(cri_chan
 
 async def appears(path: Path, timeout: float = 15.0) -> None:
     """Until ``path`` exists (file events on its directory, no polling)."""
-
-    async def watch() -> None:
-        async for _ in watchfiles.awatch(path.parent, debounce=0, step=10, rust_timeout=500, yield_on_timeout=True):
-            if path.exists():
-                return
-
-    if not path.exists():
-        await asyncio.wait_for(watch(), timeout)
+    await until_on_disk(path.parent, path.exists, f"{path} made", timeout)
 
 
 async def test_update_lands_while_a_stop_waits_out_its_grace_period(cri_channel, launcher, hooks_dir, pod_log_dir) -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-import watchfiles
 from google.protobuf import json_format
 
 from cri_api.hookapi import api_pb2, api_pb2_grpc
 from hooks.testserver import ConfigError, load_config
 from runtimeproxy.hookpath.points import HOOK_POINTS, HookType
+from tests.filewatch import until_on_disk
 from tests.hookrequests import container_request, pod_request, request_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -51,16 +51,8 @@ class RunningServer:
 
     async def wait_records(self, count: int, timeout: float = 10.0) -> list[dict]:
         """The records once at least `count` requests have reached the server (file events, no polling)."""
-
-        async def arrived() -> list[dict]:
-            async for _ in watchfiles.awatch(self.record.parent, debounce=0, step=10, rust_timeout=1000, yield_on_timeout=True):
-                if len(records := self.records()) >= count:
-                    return records
-            raise AssertionError("record watch ended")
-
-        if len(records := self.records()) >= count:
-            return records
-        return await asyncio.wait_for(arrived(), timeout)
+        await until_on_disk(self.record.parent, lambda: len(self.records()) >= count, f"{count} record(s)", timeout)
+        return self.records()
 
     async def terminate(self, timeout: float = 10.0) -> int:
         if self.proc.returncode is None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
-import itertools
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
